@@ -1,0 +1,150 @@
+/* drr.h -- token-metered deficit round robin over per-tenant virtual queues. */
+#ifndef FQ_DRR_H
+#define FQ_DRR_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "fq.h"
+#include "run.h"
+
+typedef struct fq_sched fq_sched;
+typedef struct fq_tenant fq_tenant;
+
+/* A tenant's policy as the scheduler applies it (lib/policy resolves it
+ * from plans and overrides). */
+typedef struct fq_tenant_policy {
+    uint32_t weight;            /* quantum = base quantum x weight; >= 1 */
+    uint32_t max_in_flight;     /* per-tenant concurrency cap; 0 = none */
+    uint32_t max_pending;       /* queued runs allowed; 0 = none */
+} fq_tenant_policy;
+
+typedef struct fq_sched_opts {
+    uint32_t quantum;           /* base quantum in tokens; >= 1 */
+    uint32_t max_est_tokens;    /* charges are capped here; >= 1 */
+    uint32_t max_in_flight;     /* window in runs; 0 = unlimited */
+    uint64_t max_in_flight_tokens; /* window in tokens; 0 = unlimited */
+    uint64_t run_timeout;       /* lease, in the caller's time unit; 0 = none */
+    uint32_t max_expired;       /* expired runs remembered for late completions */
+} fq_sched_opts;
+
+/* Where a tenant is. Exactly one holds at any time. */
+enum fq_tenant_state {
+    FQ_T_IDLE = 0,      /* nothing queued */
+    FQ_T_ACTIVE,        /* on the active list, in the rotation */
+    FQ_T_WAITING,       /* in debt: waits in the debt heap for its round */
+    FQ_T_CAPPED,        /* at max_in_flight: out of the rotation */
+};
+
+/* A read-only view of a tenant, for stats and tests. */
+typedef struct fq_tenant_info {
+    const char *id;
+    enum fq_tenant_state state;
+    uint32_t weight;
+    int64_t deficit;            /* signed: debt is negative */
+    uint32_t queued;            /* runs */
+    uint64_t queued_tokens;
+    uint32_t in_flight;         /* runs holding a window slot */
+    uint64_t oldest_enqueued;   /* enqueue time of the head run; 0 if none */
+    uint64_t dispatched;        /* runs, total */
+    uint64_t charged_tokens;    /* estimates charged, total */
+    uint64_t actual_tokens;     /* actual tokens reported, total */
+    uint64_t expired;           /* leases that expired */
+} fq_tenant_info;
+
+/* What a completion returns to the caller (the run is freed by then). */
+typedef struct fq_done {
+    fq_tenant *tenant;
+    void *handle;
+    uint32_t est;               /* the estimate that was charged */
+    bool expired;               /* its lease had expired before */
+} fq_done;
+
+typedef struct fq_sched_stats {
+    uint64_t visits;            /* tenants examined by dispatch */
+    uint64_t dispatched;        /* runs dispatched */
+    uint64_t expired;           /* leases expired */
+    uint64_t wakeups;           /* debtors woken from the debt heap */
+    uint32_t active;            /* tenants with queued runs (any state but idle) */
+    uint32_t tenants;           /* tenants known */
+    uint64_t queued;            /* runs queued */
+    uint64_t queued_tokens;
+    uint32_t in_flight;         /* runs holding a window slot */
+    uint64_t in_flight_tokens;
+    uint64_t round;             /* current DRR round */
+} fq_sched_stats;
+
+/* Create a scheduler. On error *out is NULL and the status says why. */
+fq_status fq_sched_create(fq_sched **out, const fq_sched_opts *o);
+/* Free the scheduler and every run and tenant it holds. Safe on NULL. */
+void fq_sched_destroy(fq_sched *s);
+/* Change the window, quantum and charge cap at run time; queued and
+ * in-flight runs are kept; new quanta apply from each tenant's next grant. */
+fq_status fq_sched_set_opts(fq_sched *s, const fq_sched_opts *o);
+
+/* Find the tenant named id, creating it with policy p when it is new (p is
+ * ignored for a known tenant). On error *out is NULL and nothing changed. */
+fq_status fq_sched_tenant(fq_tenant **out, fq_sched *s, const char *id, size_t len,
+                          const fq_tenant_policy *p);
+/* Find a known tenant, or NULL. */
+fq_tenant *fq_sched_find(fq_sched *s, const char *id, size_t len);
+/* Apply a new policy; it takes effect from the tenant's next visit, without
+ * losing its place or its queued runs. */
+fq_status fq_tenant_set_policy(fq_sched *s, fq_tenant *t, const fq_tenant_policy *p);
+void fq_tenant_info_get(const fq_tenant *t, fq_tenant_info *out);
+const char *fq_tenant_id(const fq_tenant *t);
+
+/* Queue a run at the tail of its tenant's queue, charging est tokens
+ * (capped at max_est_tokens, at least 1). id must be unique among the runs
+ * the caller holds. FQ_EFULL: the tenant has max_pending queued; nothing is
+ * added. On success *out (if given) is the queued run. */
+fq_status fq_sched_enqueue(fq_run **out, fq_sched *s, fq_tenant *t, uint64_t id,
+                           uint32_t est, void *handle, uint64_t now);
+
+/* Pick the next run by DRR and move it into the in-flight window with a
+ * lease until now + run_timeout. NULL if nothing is queued, the window is
+ * full, or every tenant with work is at its cap. The run stays valid until
+ * it is completed, requeued or its expired record is evicted. */
+fq_run *fq_sched_dispatch(fq_sched *s, uint64_t now);
+
+/* A completion: reconcile the tenant's deficit by actual - est exactly once
+ * and free the slot. FQ_ENOTFOUND if the run is not held (never dispatched,
+ * completed already, or forgotten): nothing changes. */
+fq_status fq_sched_complete(fq_done *out, fq_sched *s, uint64_t id, uint64_t actual);
+
+/* Reconcile a run the scheduler does not hold (dispatched before a restart)
+ * from the estimate that was charged for it. The caller ensures once. */
+void fq_tenant_reconcile(fq_sched *s, fq_tenant *t, uint32_t est, uint64_t actual);
+
+/* Undo a dispatch that never reached the workers (a failed publish): the run
+ * goes back to the head of its tenant's queue and its charge is refunded. */
+fq_status fq_sched_requeue(fq_sched *s, uint64_t id);
+
+/* Expire every lease whose deadline is <= now: the slot is freed, the
+ * estimate stays charged, and the run is remembered (up to max_expired) so
+ * that a late completion still reconciles once. cb, if given, sees each. */
+size_t fq_sched_expire(fq_sched *s, uint64_t now,
+                       void (*cb)(void *arg, const fq_run *r), void *arg);
+/* The earliest lease deadline, or UINT64_MAX if none. */
+uint64_t fq_sched_next_deadline(const fq_sched *s);
+
+/* Find a held run (queued, in flight or expired) by id: in-flight and
+ * expired runs only; queued runs are the caller's to index. */
+fq_run *fq_sched_run(fq_sched *s, uint64_t id);
+
+/* Tokens that DRR would serve before a run of est tokens newly queued by t:
+ * an O(1) upper bound, min(all queued tokens, (t's queued + est) x total
+ * active weight / t's weight). Admission control divides it by throughput. */
+uint64_t fq_sched_tokens_ahead(const fq_sched *s, const fq_tenant *t, uint32_t est);
+
+void fq_sched_stats_get(const fq_sched *s, fq_sched_stats *out);
+/* Visit every known tenant, in no particular order. */
+void fq_sched_foreach(fq_sched *s, void (*cb)(void *arg, fq_tenant *t), void *arg);
+
+/* Bytes of scheduler memory per tenant (struct and index) and per queued
+ * run, for the benchmark. */
+size_t fq_sched_tenant_bytes(void);
+size_t fq_sched_run_bytes(void);
+
+#endif

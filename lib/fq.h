@@ -1,0 +1,37 @@
+/* fq.h -- the status type and limits shared by every fairq module. */
+#ifndef FQ_H
+#define FQ_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* One status type, returned by every function that can fail. */
+typedef enum fq_status {
+    FQ_OK = 0,
+    FQ_ENOMEM,          /* an allocation failed; nothing was changed */
+    FQ_EINVAL,          /* an argument is out of its documented range */
+    FQ_EFULL,           /* the tenant has max_pending runs queued already */
+    FQ_EEXIST,          /* a run with that id is held already */
+    FQ_ENOTFOUND,       /* no such run or tenant is held */
+    FQ_EUNKNOWN,        /* tenant not configured and policy says reject */
+    FQ_EOVERLOAD,       /* estimated wait exceeds scheduler.max_wait_ms */
+    FQ_ETOOBIG,         /* the run cannot be forwarded (payload too large) */
+    FQ_EIO,             /* the outside world failed (NATS, files) */
+    FQ__COUNT
+} fq_status;
+
+/* A short stable code ("full", "unknown_tenant", ...) for a status, used in
+ * the Fair-Error header and as a metrics label. Never NULL. */
+const char *fq_status_code(fq_status s);
+
+/* A sentence that explains a status to a person. Never NULL. */
+const char *fq_status_text(fq_status s);
+
+#define FQ_TENANT_MAX 64        /* bytes in a tenant id */
+#define FQ_WORKFLOW_MAX 64      /* bytes in a workflow name */
+#define FQ_RUN_ID_MAX 128       /* bytes in a run id */
+
+/* Tenant ids are 1 to 64 of [A-Za-z0-9_-]. Returns 1 if s[0..len) is one. */
+int fq_tenant_id_valid(const char *s, size_t len);
+
+#endif

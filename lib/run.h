@@ -1,0 +1,30 @@
+/* run.h -- a run as the scheduling core holds it, shared by drr and window. */
+#ifndef FQ_RUN_H
+#define FQ_RUN_H
+
+#include <stdint.h>
+
+struct fq_tenant;
+
+enum fq_run_state {
+    FQ_RUN_FREE = 0,    /* on the scheduler's free list */
+    FQ_RUN_QUEUED,      /* in its tenant's FIFO */
+    FQ_RUN_FLIGHT,      /* dispatched, lease running, slot held */
+    FQ_RUN_EXPIRED,     /* lease expired: slot freed, still awaiting completion */
+};
+
+/* 64 bytes: the whole per-run cost of the core. Queued runs use only next;
+ * the hash chain and the doubly linked lease list serve dispatched runs. */
+typedef struct fq_run {
+    struct fq_run *next;        /* tenant FIFO; lease list; free list */
+    struct fq_run *prev;        /* lease list */
+    struct fq_run *hnext;       /* in-flight id hash chain */
+    struct fq_tenant *tenant;   /* owner */
+    void *handle;               /* the caller's, opaque to the core */
+    uint64_t id;                /* the caller's unique run key */
+    uint64_t t;                 /* queued: enqueue time; in flight: lease deadline */
+    uint32_t est;               /* estimate charged, capped at max_est_tokens */
+    uint32_t state;             /* enum fq_run_state */
+} fq_run;
+
+#endif
