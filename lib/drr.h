@@ -129,8 +129,8 @@ size_t fq_sched_expire(fq_sched *s, uint64_t now,
 /* The earliest lease deadline, or UINT64_MAX if none. */
 uint64_t fq_sched_next_deadline(const fq_sched *s);
 
-/* Find a held run (queued, in flight or expired) by id: in-flight and
- * expired runs only; queued runs are the caller's to index. */
+/* The dispatched run (in flight, or expired and awaiting its completion)
+ * with this id, or NULL. Queued runs are the caller's to index. */
 fq_run *fq_sched_run(fq_sched *s, uint64_t id);
 
 /* Tokens that DRR would serve before a run of est tokens newly queued by t:

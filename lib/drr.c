@@ -1,0 +1,775 @@
+/* drr.c -- token-metered deficit round robin over per-tenant virtual queues.
+ *
+ * Principles:
+ *  - Cost is metered in estimated tokens, never in requests: a tenant's
+ *    signed deficit is charged each run's estimate, and corrected by the
+ *    actual spend when the run completes (reconciliation).
+ *  - Dequeue follows sch_fq_codel: the tenant at the head of the active list
+ *    sends while its deficit is positive, then is granted its quantum
+ *    (base quantum x plan weight) and moves to the tail. A run may cost more
+ *    than a quantum; the overdraft is debt, repaid in later rounds.
+ *  - Rounds are numbered. Every tenant on the active list carries the round
+ *    in which it is served, and the list is ordered by it. A tenant whose
+ *    debt needs k > 1 quanta to turn positive does not take k - 1 empty
+ *    visits: it waits outside the rotation in a heap keyed by the round in
+ *    which it turns positive, and is granted those k quanta in one step when
+ *    that round begins. When only debtors remain, the rounds that would only
+ *    add quanta are skipped by jumping to the heap's minimum. So dispatch is
+ *    O(1) list visits plus O(log n) heap work per run, whatever the ratio of
+ *    run cost to quantum and however the debts are staggered.
+ *  - Deficit is smoothing, not a savings account: when a tenant's queue goes
+ *    empty its positive credit is dropped. Its debt is kept, so going idle
+ *    between runs does not escape reconciliation; likewise a refund to an
+ *    idle tenant lifts its deficit at most to zero. (This refines the design
+ *    card's "reset the deficit when a queue goes empty" on purpose.)
+ *  - A tenant at its max_in_flight leaves the rotation without being granted
+ *    anything, and rejoins when a completion frees a slot.
+ *  - Runs come from a pool grown in chunks, so the hot path does not call
+ *    malloc per run once the pool has grown to the working set.
+ */
+#include "drr.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "window.h"
+
+#define FQ_POOL_CHUNK 1024
+#define FQ_TENANT_MIN_BUCKETS 64
+
+struct fq_tenant {
+    fq_tenant *next;            /* active list link */
+    fq_tenant *hnext;           /* id hash chain */
+    fq_run *qhead, *qtail;      /* FIFO of queued runs */
+    int64_t deficit;            /* tokens it may still send; < 0 is debt */
+    uint64_t round;             /* ACTIVE: round it is served in;
+                                   WAITING: round one quantum would have served it */
+    uint64_t wake;              /* WAITING: round in which it turns positive */
+    uint64_t hseq;              /* WAITING: heap tie-break, FIFO among equals */
+    uint32_t heap_idx;          /* WAITING: index in the debt heap */
+    uint32_t state;             /* enum fq_tenant_state */
+    fq_tenant_policy pol;       /* weight and limits in force */
+    uint32_t queued;            /* runs in the FIFO */
+    uint32_t in_flight;         /* runs holding a window slot */
+    uint64_t queued_tokens;     /* sum of queued estimates */
+    uint64_t dispatched;        /* counters for stats */
+    uint64_t charged;
+    uint64_t actual;
+    uint64_t expired;
+    uint32_t hash;              /* of id, for the tenant table */
+    char id[FQ_TENANT_MAX + 1];
+};
+
+struct fq_sched {
+    fq_sched_opts o;
+    fq_tenant *head, *tail;     /* active list, ordered by round */
+    uint64_t round;             /* the round being served */
+    fq_tenant **heap;           /* debtors, min (wake, hseq) at [0] */
+    uint32_t nheap, heap_cap;
+    uint64_t hseq;
+    fq_tenant **tbuckets;       /* tenant table */
+    size_t ntbuckets, ntenants;
+    fq_window win;
+    fq_run *free_runs;          /* pool free list */
+    void **chunks;              /* pool chunks, freed on destroy */
+    size_t nchunks, chunks_cap;
+    uint32_t active;            /* tenants with queued runs */
+    uint64_t active_weight;     /* their weights summed */
+    uint64_t queued, queued_tokens;
+    uint64_t visits, dispatched, expired, wakeups;
+};
+
+/* ---- run pool ---------------------------------------------------------- */
+
+static fq_run *run_alloc(fq_sched *s)
+{
+    if (!s->free_runs) {
+        if (s->nchunks == s->chunks_cap) {
+            size_t cap = s->chunks_cap ? s->chunks_cap * 2 : 16;
+            void **c = realloc(s->chunks, cap * sizeof(*c));
+            if (!c)
+                return NULL;
+            s->chunks = c;
+            s->chunks_cap = cap;
+        }
+        fq_run *chunk = calloc(FQ_POOL_CHUNK, sizeof(*chunk));
+        if (!chunk)
+            return NULL;
+        s->chunks[s->nchunks++] = chunk;
+        for (size_t i = 0; i < FQ_POOL_CHUNK; i++) {
+            chunk[i].next = s->free_runs;
+            s->free_runs = &chunk[i];
+        }
+    }
+    fq_run *r = s->free_runs;
+    s->free_runs = r->next;
+    return r;
+}
+
+static void run_free(fq_sched *s, fq_run *r)
+{
+    r->state = FQ_RUN_FREE;
+    r->handle = NULL;
+    r->next = s->free_runs;
+    s->free_runs = r;
+}
+
+/* ---- debt heap: tenants keyed by (wake round, arrival) ----------------- */
+
+static int heap_less(const fq_tenant *a, const fq_tenant *b)
+{
+    return a->wake < b->wake || (a->wake == b->wake && a->hseq < b->hseq);
+}
+
+static void heap_set(fq_sched *s, uint32_t i, fq_tenant *t)
+{
+    s->heap[i] = t;
+    t->heap_idx = i;
+}
+
+static void heap_up(fq_sched *s, uint32_t i)
+{
+    fq_tenant *t = s->heap[i];
+    while (i > 0) {
+        uint32_t p = (i - 1) / 2;
+        if (!heap_less(t, s->heap[p]))
+            break;
+        heap_set(s, i, s->heap[p]);
+        i = p;
+    }
+    heap_set(s, i, t);
+}
+
+static void heap_down(fq_sched *s, uint32_t i)
+{
+    fq_tenant *t = s->heap[i];
+    for (;;) {
+        uint32_t c = 2 * i + 1;
+        if (c >= s->nheap)
+            break;
+        if (c + 1 < s->nheap && heap_less(s->heap[c + 1], s->heap[c]))
+            c++;
+        if (!heap_less(s->heap[c], t))
+            break;
+        heap_set(s, i, s->heap[c]);
+        i = c;
+    }
+    heap_set(s, i, t);
+}
+
+/* The heap holds at most every tenant, and grows when the tenant table
+ * does, so pushing never fails. */
+static void heap_push(fq_sched *s, fq_tenant *t)
+{
+    t->hseq = s->hseq++;
+    s->heap[s->nheap] = t;
+    t->heap_idx = s->nheap++;
+    heap_up(s, t->heap_idx);
+}
+
+static void heap_remove(fq_sched *s, fq_tenant *t)
+{
+    uint32_t i = t->heap_idx;
+    fq_tenant *last = s->heap[--s->nheap];
+    if (last != t) {
+        heap_set(s, i, last);
+        heap_down(s, i);
+        heap_up(s, last->heap_idx);
+    }
+}
+
+/* ---- active list and rounds -------------------------------------------- */
+
+static uint64_t quantum_of(const fq_sched *s, const fq_tenant *t)
+{
+    return (uint64_t)s->o.quantum * t->pol.weight;
+}
+
+static void active_push(fq_sched *s, fq_tenant *t, uint64_t round)
+{
+    t->state = FQ_T_ACTIVE;
+    t->round = round;
+    t->next = NULL;
+    if (s->tail)
+        s->tail->next = t;
+    else
+        s->head = t;
+    s->tail = t;
+}
+
+static void active_pop(fq_sched *s)
+{
+    fq_tenant *t = s->head;
+    s->head = t->next;
+    if (!s->head)
+        s->tail = NULL;
+    t->next = NULL;
+}
+
+/* The round a tenant joins when it comes back into service now: behind
+ * everything on the active list, or the current round if the list is empty. */
+static uint64_t join_round(const fq_sched *s)
+{
+    return s->tail ? s->tail->round : s->round;
+}
+
+/* Quanta a deficit d needs to turn positive: 0 if it is positive already. */
+static uint64_t quanta_needed(int64_t d, uint64_t q)
+{
+    return d > 0 ? 0 : (uint64_t)(-d) / q + 1;
+}
+
+/* Bring a WAITING tenant back onto the active list in round r >= t->round, granting it
+ * the quanta of every round since the one it left for: what visiting it once
+ * per round would have granted, in one step. */
+static void wake(fq_sched *s, fq_tenant *t, uint64_t r)
+{
+    t->deficit += (int64_t)((r - t->round + 1) * quantum_of(s, t));
+    s->wakeups++;
+    active_push(s, t, r);
+}
+
+/* Put a tenant that has queued runs and a free slot back into service, as of
+ * round b: the round in which one quantum would serve it. Positive credit
+ * goes straight onto the list; debt that one quantum clears is granted now;
+ * deeper debt waits in the heap until the round it turns positive. */
+static void schedule(fq_sched *s, fq_tenant *t, uint64_t b)
+{
+    uint64_t q = quantum_of(s, t);
+    uint64_t k = quanta_needed(t->deficit, q);
+    if (k <= 1) {
+        t->deficit += (int64_t)(k * q);
+        active_push(s, t, b);
+        return;
+    }
+    t->state = FQ_T_WAITING;
+    t->round = b;
+    t->wake = b + k - 1;
+    heap_push(s, t);
+}
+
+/* A WAITING tenant's deficit or quantum changed: move its wake round, or
+ * wake it now if that round has passed. It is never served before round
+ * t->round, the one it left for, even when a refund made it positive. */
+static void rekey(fq_sched *s, fq_tenant *t)
+{
+    uint64_t k = quanta_needed(t->deficit, quantum_of(s, t));
+    uint64_t w = t->round + (k ? k : 1) - 1;
+    if (w <= s->round) {
+        heap_remove(s, t);
+        wake(s, t, join_round(s));
+        return;
+    }
+    t->wake = w;
+    heap_down(s, t->heap_idx);
+    heap_up(s, t->heap_idx);
+}
+
+/* Begin round r: every debtor whose wake round has come joins it. */
+static void advance(fq_sched *s, uint64_t r)
+{
+    s->round = r;
+    while (s->nheap && s->heap[0]->wake <= r) {
+        fq_tenant *t = s->heap[0];
+        heap_remove(s, t);
+        wake(s, t, r);
+    }
+}
+
+static int at_cap(const fq_tenant *t)
+{
+    return t->pol.max_in_flight && t->in_flight >= t->pol.max_in_flight;
+}
+
+/* A slot of t was freed: a capped tenant with work rejoins the rotation. */
+static void uncap(fq_sched *s, fq_tenant *t)
+{
+    if (t->state == FQ_T_CAPPED && !at_cap(t))
+        schedule(s, t, join_round(s));
+}
+
+/* ---- tenant table ------------------------------------------------------ */
+
+static uint32_t hash_id(const char *id, size_t len)
+{
+    uint32_t h = 2166136261u;           /* FNV-1a */
+    for (size_t i = 0; i < len; i++)
+        h = (h ^ (unsigned char)id[i]) * 16777619u;
+    return h;
+}
+
+static fq_tenant *table_find(const fq_sched *s, const char *id, size_t len, uint32_t h)
+{
+    for (fq_tenant *t = s->tbuckets[h & (s->ntbuckets - 1)]; t; t = t->hnext)
+        if (t->hash == h && strlen(t->id) == len && memcmp(t->id, id, len) == 0)
+            return t;
+    return NULL;
+}
+
+/* Make room for one more tenant in the table and the heap. */
+static fq_status table_reserve(fq_sched *s)
+{
+    if (s->ntenants < s->ntbuckets)
+        return FQ_OK;
+    size_t n = s->ntbuckets * 2;
+    fq_tenant **nb = calloc(n, sizeof(*nb));
+    fq_tenant **nh = realloc(s->heap, n * sizeof(*nh));
+    if (!nb || !nh) {
+        free(nb);
+        if (nh)
+            s->heap = nh;
+        return FQ_ENOMEM;
+    }
+    s->heap = nh;
+    s->heap_cap = (uint32_t)n;
+    for (size_t i = 0; i < s->ntbuckets; i++) {
+        for (fq_tenant *t = s->tbuckets[i], *nx; t; t = nx) {
+            nx = t->hnext;
+            t->hnext = nb[t->hash & (n - 1)];
+            nb[t->hash & (n - 1)] = t;
+        }
+    }
+    free(s->tbuckets);
+    s->tbuckets = nb;
+    s->ntbuckets = n;
+    return FQ_OK;
+}
+
+/* ---- lifecycle --------------------------------------------------------- */
+
+static int opts_valid(const fq_sched_opts *o)
+{
+    return o && o->quantum >= 1 && o->max_est_tokens >= 1;
+}
+
+fq_status fq_sched_create(fq_sched **out, const fq_sched_opts *o)
+{
+    *out = NULL;
+    if (!opts_valid(o))
+        return FQ_EINVAL;
+    fq_sched *s = calloc(1, sizeof(*s));
+    if (!s)
+        return FQ_ENOMEM;
+    s->o = *o;
+    s->tbuckets = calloc(FQ_TENANT_MIN_BUCKETS, sizeof(*s->tbuckets));
+    s->heap = calloc(FQ_TENANT_MIN_BUCKETS, sizeof(*s->heap));
+    if (!s->tbuckets || !s->heap ||
+        fq_window_init(&s->win, o->max_in_flight, o->max_in_flight_tokens,
+                       o->run_timeout, o->max_expired) != FQ_OK) {
+        fq_sched_destroy(s);
+        return FQ_ENOMEM;
+    }
+    s->ntbuckets = FQ_TENANT_MIN_BUCKETS;
+    s->heap_cap = FQ_TENANT_MIN_BUCKETS;
+    *out = s;
+    return FQ_OK;
+}
+
+void fq_sched_destroy(fq_sched *s)
+{
+    if (!s)
+        return;
+    for (size_t i = 0; s->tbuckets && i < s->ntbuckets; i++) {
+        for (fq_tenant *t = s->tbuckets[i], *nx; t; t = nx) {
+            nx = t->hnext;
+            free(t);
+        }
+    }
+    for (size_t i = 0; i < s->nchunks; i++)
+        free(s->chunks[i]);
+    free(s->chunks);
+    fq_window_fini(&s->win);
+    free(s->heap);
+    free(s->tbuckets);
+    free(s);
+}
+
+fq_status fq_sched_set_opts(fq_sched *s, const fq_sched_opts *o)
+{
+    if (!opts_valid(o))
+        return FQ_EINVAL;
+    /* A new quantum moves every debtor's wake round. Rekeying reorders the
+     * heap, so walk a copy of it. */
+    uint32_t n = s->nheap;
+    fq_tenant **waiting = n ? malloc(n * sizeof(*waiting)) : NULL;
+    if (n && !waiting)
+        return FQ_ENOMEM;
+    if (n)
+        memcpy(waiting, s->heap, n * sizeof(*waiting));
+    s->o = *o;
+    fq_window_set_limits(&s->win, o->max_in_flight, o->max_in_flight_tokens,
+                         o->run_timeout, o->max_expired);
+    for (uint32_t i = 0; i < n; i++)
+        if (waiting[i]->state == FQ_T_WAITING)
+            rekey(s, waiting[i]);
+    free(waiting);
+    return FQ_OK;
+}
+
+/* ---- tenants ----------------------------------------------------------- */
+
+static int policy_valid(const fq_tenant_policy *p)
+{
+    return p && p->weight >= 1;
+}
+
+fq_tenant *fq_sched_find(fq_sched *s, const char *id, size_t len)
+{
+    return table_find(s, id, len, hash_id(id, len));
+}
+
+fq_status fq_sched_tenant(fq_tenant **out, fq_sched *s, const char *id, size_t len,
+                          const fq_tenant_policy *p)
+{
+    *out = NULL;
+    if (!fq_tenant_id_valid(id, len))
+        return FQ_EINVAL;
+    uint32_t h = hash_id(id, len);
+    fq_tenant *t = table_find(s, id, len, h);
+    if (t) {
+        *out = t;
+        return FQ_OK;
+    }
+    if (!policy_valid(p))
+        return FQ_EINVAL;
+    if (table_reserve(s) != FQ_OK || !(t = calloc(1, sizeof(*t))))
+        return FQ_ENOMEM;
+    memcpy(t->id, id, len);
+    t->hash = h;
+    t->pol = *p;
+    t->state = FQ_T_IDLE;
+    t->hnext = s->tbuckets[h & (s->ntbuckets - 1)];
+    s->tbuckets[h & (s->ntbuckets - 1)] = t;
+    s->ntenants++;
+    *out = t;
+    return FQ_OK;
+}
+
+fq_status fq_tenant_set_policy(fq_sched *s, fq_tenant *t, const fq_tenant_policy *p)
+{
+    if (!policy_valid(p))
+        return FQ_EINVAL;
+    if (t->queued)
+        s->active_weight += (uint64_t)p->weight - t->pol.weight;
+    t->pol = *p;
+    /* The new quantum is granted from the tenant's next visit; a debtor's
+     * wake round is recomputed with it; a raised cap frees a capped tenant.
+     * A capped tenant whose cap was lowered leaves at its next visit. */
+    if (t->state == FQ_T_WAITING)
+        rekey(s, t);
+    else
+        uncap(s, t);
+    return FQ_OK;
+}
+
+const char *fq_tenant_id(const fq_tenant *t)
+{
+    return t->id;
+}
+
+void fq_tenant_info_get(const fq_tenant *t, fq_tenant_info *out)
+{
+    *out = (fq_tenant_info){
+        .id = t->id,
+        .state = (enum fq_tenant_state)t->state,
+        .weight = t->pol.weight,
+        .deficit = t->deficit,
+        .queued = t->queued,
+        .queued_tokens = t->queued_tokens,
+        .in_flight = t->in_flight,
+        .oldest_enqueued = t->qhead ? t->qhead->t : 0,
+        .dispatched = t->dispatched,
+        .charged_tokens = t->charged,
+        .actual_tokens = t->actual,
+        .expired = t->expired,
+    };
+}
+
+/* ---- queueing ---------------------------------------------------------- */
+
+static void queue_add_tokens(fq_sched *s, fq_tenant *t, int dir, uint32_t est)
+{
+    if (dir > 0) {
+        if (t->queued++ == 0) {
+            s->active++;
+            s->active_weight += t->pol.weight;
+        }
+        t->queued_tokens += est;
+        s->queued++;
+        s->queued_tokens += est;
+    } else {
+        if (--t->queued == 0) {
+            s->active--;
+            s->active_weight -= t->pol.weight;
+        }
+        t->queued_tokens -= est;
+        s->queued--;
+        s->queued_tokens -= est;
+    }
+}
+
+static uint32_t charge_of(const fq_sched *s, uint32_t est)
+{
+    if (est < 1)
+        return 1;
+    return est > s->o.max_est_tokens ? s->o.max_est_tokens : est;
+}
+
+fq_status fq_sched_enqueue(fq_run **out, fq_sched *s, fq_tenant *t, uint64_t id,
+                           uint32_t est, void *handle, uint64_t now)
+{
+    if (out)
+        *out = NULL;
+    if (t->pol.max_pending && t->queued >= t->pol.max_pending)
+        return FQ_EFULL;
+    fq_run *r = run_alloc(s);
+    if (!r)
+        return FQ_ENOMEM;
+    *r = (fq_run){.tenant = t, .handle = handle, .id = id, .t = now,
+                  .est = charge_of(s, est), .state = FQ_RUN_QUEUED};
+    if (t->qtail)
+        t->qtail->next = r;
+    else
+        t->qhead = r;
+    t->qtail = r;
+    queue_add_tokens(s, t, +1, r->est);
+    if (t->state == FQ_T_IDLE)
+        schedule(s, t, join_round(s));
+    if (out)
+        *out = r;
+    return FQ_OK;
+}
+
+/* ---- dispatch ---------------------------------------------------------- */
+
+/* After t (at the head of the list) sent a run: it stays at the head while
+ * its credit lasts, else leaves for idleness, its cap, or the next round. */
+static void after_send(fq_sched *s, fq_tenant *t)
+{
+    if (!t->qhead) {
+        active_pop(s);
+        t->state = FQ_T_IDLE;
+        if (t->deficit > 0)
+            t->deficit = 0;
+    } else if (at_cap(t)) {
+        active_pop(s);
+        t->state = FQ_T_CAPPED;
+    } else if (t->deficit <= 0) {
+        active_pop(s);
+        schedule(s, t, t->round + 1);
+    }
+}
+
+fq_run *fq_sched_dispatch(fq_sched *s, uint64_t now)
+{
+    for (;;) {
+        fq_tenant *t = s->head;
+        if (!t) {
+            if (!s->nheap)
+                return NULL;
+            /* Only debtors are left: skip the rounds that would only
+             * grant quanta, in one step. */
+            advance(s, s->heap[0]->wake);
+            continue;
+        }
+        if (t->round > s->round) {
+            advance(s, t->round);
+            t = s->head;
+        }
+        s->visits++;
+        if (at_cap(t)) {                /* its cap was lowered while active */
+            active_pop(s);
+            t->state = FQ_T_CAPPED;
+            continue;
+        }
+        if (t->deficit <= 0) {          /* reconciliation put it in debt */
+            active_pop(s);
+            schedule(s, t, t->round + 1);
+            continue;
+        }
+        fq_run *r = t->qhead;
+        if (!fq_window_fits(&s->win, r->est) || fq_window_add(&s->win, r, now) != FQ_OK)
+            return NULL;
+        t->qhead = r->next;
+        if (!t->qhead)
+            t->qtail = NULL;
+        queue_add_tokens(s, t, -1, r->est);
+        t->deficit -= r->est;
+        t->in_flight++;
+        t->dispatched++;
+        t->charged += r->est;
+        s->dispatched++;
+        after_send(s, t);
+        return r;
+    }
+}
+
+/* ---- completion and reconciliation ------------------------------------- */
+
+/* Correct t's deficit by delta = estimate - actual. */
+static void reconcile(fq_sched *s, fq_tenant *t, int64_t delta)
+{
+    switch (t->state) {
+    case FQ_T_IDLE:
+        /* A refund to an idle tenant lifts it at most to zero: credit is
+         * not banked through refunds either. Debt is always recorded. */
+        if (delta > 0) {
+            int64_t d = t->deficit + delta;
+            t->deficit = d > 0 ? (t->deficit > 0 ? t->deficit : 0) : d;
+        } else {
+            t->deficit += delta;
+        }
+        break;
+    case FQ_T_WAITING:
+        t->deficit += delta;
+        rekey(s, t);
+        break;
+    default:
+        t->deficit += delta;
+        break;
+    }
+}
+
+/* Actual spend above this is treated as this much, so a deficit cannot
+ * overflow on an absurd report. */
+#define FQ_ACTUAL_CAP ((uint64_t)1 << 50)
+
+static int64_t delta_of(uint32_t est, uint64_t actual)
+{
+    if (actual > FQ_ACTUAL_CAP)
+        actual = FQ_ACTUAL_CAP;
+    return (int64_t)est - (int64_t)actual;
+}
+
+void fq_tenant_reconcile(fq_sched *s, fq_tenant *t, uint32_t est, uint64_t actual)
+{
+    t->actual += actual;
+    reconcile(s, t, delta_of(charge_of(s, est), actual));
+}
+
+/* A run left the window: its tenant's slot is free. */
+static void slot_freed(fq_sched *s, fq_tenant *t)
+{
+    t->in_flight--;
+    uncap(s, t);
+}
+
+fq_status fq_sched_complete(fq_done *out, fq_sched *s, uint64_t id, uint64_t actual)
+{
+    fq_run *r = fq_window_find(&s->win, id);
+    if (!r)
+        return FQ_ENOTFOUND;
+    fq_tenant *t = r->tenant;
+    int held_slot = r->state == FQ_RUN_FLIGHT;
+    if (out)
+        *out = (fq_done){.tenant = t, .handle = r->handle, .est = r->est,
+                         .expired = !held_slot};
+    fq_window_remove(&s->win, r);
+    t->actual += actual;
+    reconcile(s, t, delta_of(r->est, actual));
+    if (held_slot)
+        slot_freed(s, t);
+    run_free(s, r);
+    return FQ_OK;
+}
+
+fq_status fq_sched_requeue(fq_sched *s, uint64_t id)
+{
+    fq_run *r = fq_window_find(&s->win, id);
+    if (!r || r->state != FQ_RUN_FLIGHT)
+        return FQ_ENOTFOUND;
+    fq_tenant *t = r->tenant;
+    fq_window_remove(&s->win, r);
+    t->in_flight--;
+    t->dispatched--;
+    t->charged -= r->est;
+    s->dispatched--;
+    t->deficit += r->est;
+    r->state = FQ_RUN_QUEUED;
+    r->next = t->qhead;
+    t->qhead = r;
+    if (!t->qtail)
+        t->qtail = r;
+    queue_add_tokens(s, t, +1, r->est);
+    if (t->state == FQ_T_IDLE)
+        schedule(s, t, join_round(s));
+    else if (t->state == FQ_T_WAITING)
+        rekey(s, t);
+    else
+        uncap(s, t);
+    return FQ_OK;
+}
+
+size_t fq_sched_expire(fq_sched *s, uint64_t now,
+                       void (*cb)(void *arg, const fq_run *r), void *arg)
+{
+    size_t n = 0;
+    fq_run *r;
+    while ((r = fq_window_expire_one(&s->win, now))) {
+        n++;
+        s->expired++;
+        r->tenant->expired++;
+        slot_freed(s, r->tenant);
+        if (cb)
+            cb(arg, r);
+    }
+    while ((r = fq_window_evict_one(&s->win)))
+        run_free(s, r);
+    return n;
+}
+
+uint64_t fq_sched_next_deadline(const fq_sched *s)
+{
+    return fq_window_next_deadline(&s->win);
+}
+
+fq_run *fq_sched_run(fq_sched *s, uint64_t id)
+{
+    return fq_window_find(&s->win, id);
+}
+
+/* ---- introspection ----------------------------------------------------- */
+
+uint64_t fq_sched_tokens_ahead(const fq_sched *s, const fq_tenant *t, uint32_t est)
+{
+    uint64_t w = s->active_weight + (t->queued ? 0 : t->pol.weight);
+    uint64_t mine = t->queued_tokens + charge_of(s, est);
+    uint64_t bound = mine * w / t->pol.weight;
+    uint64_t all = s->queued_tokens + charge_of(s, est);
+    return bound < all ? bound : all;
+}
+
+void fq_sched_stats_get(const fq_sched *s, fq_sched_stats *out)
+{
+    *out = (fq_sched_stats){
+        .visits = s->visits,
+        .dispatched = s->dispatched,
+        .expired = s->expired,
+        .wakeups = s->wakeups,
+        .active = s->active,
+        .tenants = (uint32_t)s->ntenants,
+        .queued = s->queued,
+        .queued_tokens = s->queued_tokens,
+        .in_flight = s->win.runs,
+        .in_flight_tokens = s->win.tokens,
+        .round = s->round,
+    };
+}
+
+void fq_sched_foreach(fq_sched *s, void (*cb)(void *arg, fq_tenant *t), void *arg)
+{
+    for (size_t i = 0; i < s->ntbuckets; i++)
+        for (fq_tenant *t = s->tbuckets[i]; t; t = t->hnext)
+            cb(arg, t);
+}
+
+size_t fq_sched_tenant_bytes(void)
+{
+    /* the struct, its bucket in the table and its slot in the heap */
+    return sizeof(fq_tenant) + 2 * sizeof(void *);
+}
+
+size_t fq_sched_run_bytes(void)
+{
+    return sizeof(fq_run);
+}

@@ -1,0 +1,65 @@
+/* window.h -- the in-flight window: dispatched runs, their leases, and the global limits. */
+#ifndef FQ_WINDOW_H
+#define FQ_WINDOW_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "fq.h"
+#include "run.h"
+
+/* Runs are owned by the scheduler's pool; the window only links them. A run
+ * in the window is FLIGHT (holds a slot, on the lease list in dispatch
+ * order) or EXPIRED (slot freed, on the expired list awaiting a late
+ * completion). Both are found by id through one hash. */
+typedef struct fq_window {
+    uint32_t max_runs;          /* slots; 0 = unlimited */
+    uint64_t max_tokens;        /* token budget; 0 = unlimited */
+    uint64_t timeout;           /* lease length; 0 = leases never expire */
+    uint32_t max_expired;       /* expired runs remembered */
+    uint32_t runs;              /* FLIGHT runs */
+    uint64_t tokens;            /* their estimates */
+    uint32_t expired;           /* EXPIRED runs held */
+    fq_run *lease_head, *lease_tail;    /* FLIGHT, oldest deadline first */
+    fq_run *exp_head, *exp_tail;        /* EXPIRED, oldest first */
+    fq_run **buckets;           /* id hash, power-of-two size */
+    size_t nbuckets;
+    size_t held;                /* FLIGHT + EXPIRED */
+} fq_window;
+
+fq_status fq_window_init(fq_window *w, uint32_t max_runs, uint64_t max_tokens,
+                         uint64_t timeout, uint32_t max_expired);
+void fq_window_fini(fq_window *w);
+void fq_window_set_limits(fq_window *w, uint32_t max_runs, uint64_t max_tokens,
+                          uint64_t timeout, uint32_t max_expired);
+
+/* Whether a run of est tokens may be dispatched now. A run larger than the
+ * whole token budget fits when the window is empty, so it is never blocked
+ * for ever. */
+bool fq_window_fits(const fq_window *w, uint32_t est);
+
+/* Admit a run: it takes a slot and a lease until now + timeout.
+ * FQ_ENOMEM if the hash could not grow; nothing is changed then. */
+fq_status fq_window_add(fq_window *w, fq_run *r, uint64_t now);
+
+/* The FLIGHT or EXPIRED run with this id, or NULL. */
+fq_run *fq_window_find(const fq_window *w, uint64_t id);
+
+/* Take a run out of the window, freeing its slot if it held one. */
+void fq_window_remove(fq_window *w, fq_run *r);
+
+/* The oldest FLIGHT run if its lease ended at or before now: it loses its
+ * slot and becomes EXPIRED. NULL if no lease has ended. */
+fq_run *fq_window_expire_one(fq_window *w, uint64_t now);
+
+/* The oldest EXPIRED run if more than max_expired are held, taken out of the
+ * window for the caller to free; else NULL. */
+fq_run *fq_window_evict_one(fq_window *w);
+
+/* The earliest lease deadline, or UINT64_MAX. Leases are kept in dispatch
+ * order; after the timeout is lowered at run time an older, longer lease can
+ * hold a shorter one behind it until it expires itself. */
+uint64_t fq_window_next_deadline(const fq_window *w);
+
+#endif
