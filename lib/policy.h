@@ -11,6 +11,12 @@
 
 typedef struct fq_policy fq_policy;
 
+/* The largest weight a plan, tenant or override may state: the scheduler
+ * grants quantum x weight in a signed 64-bit deficit, and with quanta up to
+ * FQ_POLICY_MAX_QUANTUM this keeps the product far from overflow. */
+#define FQ_POLICY_MAX_WEIGHT 1000000u
+#define FQ_POLICY_MAX_QUANTUM 1000000000u
+
 /* Which layer set a tenant's effective policy, for stats and metrics. */
 enum fq_policy_source {
     FQ_SRC_DEFAULT = 0,     /* the default plan: tenant not listed */
@@ -18,15 +24,19 @@ enum fq_policy_source {
     FQ_SRC_OVERRIDE,        /* a runtime override (admin request or KV) */
 };
 
+/* A plan. Its name follows the tenant id rule (1 to 64 of [A-Za-z0-9_-]),
+ * since it appears in subjects, KV values and metric labels. */
 typedef struct fq_plan {
     char name[FQ_TENANT_MAX + 1];
-    uint32_t weight;            /* >= 1 */
+    uint32_t weight;            /* 1 .. FQ_POLICY_MAX_WEIGHT */
     uint32_t max_in_flight;     /* 0 = none */
     uint32_t max_pending;       /* 0 = the policy default */
 } fq_plan;
 
-/* A tenant entry: plan by name; weight/max_in_flight/max_pending of 0 take
- * the plan's value. */
+/* A tenant entry, used both for the config's tenants and for overrides.
+ * Every field that is empty or 0 is "not set at this layer": plan "" is the
+ * layer below's plan (finally the default plan); weight, max_in_flight and
+ * max_pending of 0 take the layer below's value, finally the plan's. */
 typedef struct fq_tenant_entry {
     char id[FQ_TENANT_MAX + 1];
     char plan[FQ_TENANT_MAX + 1];
@@ -37,24 +47,46 @@ typedef struct fq_tenant_entry {
 
 typedef struct fq_policy_resolved {
     fq_tenant_policy p;
-    const char *plan;           /* plan name, valid until the policy changes */
-    enum fq_policy_source source;
+    const char *plan;           /* plan name, valid until the policy is destroyed */
+    enum fq_policy_source source;   /* the highest layer that lists the tenant */
 } fq_policy_resolved;
 
+/* Create an empty policy. default_plan names the plan of tenants that are
+ * not listed (it may be added after); reject_unknown refuses them instead;
+ * default_max_pending applies where no layer sets max_pending (0 = none).
+ * On error *out is NULL: FQ_EINVAL for an invalid plan name. */
 fq_status fq_policy_create(fq_policy **out, const char *default_plan,
                            bool reject_unknown, uint32_t default_max_pending);
+/* Safe on NULL. */
 void fq_policy_destroy(fq_policy *p);
 
 /* Add or replace a plan / a config tenant entry / an override. An entry that
- * names a plan that does not exist is FQ_ENOTFOUND and changes nothing. */
+ * names a plan that does not exist is FQ_ENOTFOUND; an invalid name or id, or
+ * a weight above FQ_POLICY_MAX_WEIGHT (or a plan weight of 0), is FQ_EINVAL.
+ * On error, nothing is changed. Replacing a plan changes, from their next
+ * resolve, every tenant on it. */
 fq_status fq_policy_set_plan(fq_policy *p, const fq_plan *plan);
 fq_status fq_policy_set_tenant(fq_policy *p, const fq_tenant_entry *t);
 fq_status fq_policy_set_override(fq_policy *p, const fq_tenant_entry *t);
+/* Drop a tenant's override; FQ_ENOTFOUND if it has none. */
 fq_status fq_policy_clear_override(fq_policy *p, const char *tenant);
 
-/* The effective policy of a tenant: override, else config entry, else the
- * default plan. FQ_EUNKNOWN: not listed, and unknown tenants are rejected. */
+/* The effective policy of a tenant, field by field: the override's value if
+ * set, else the config entry's, else the plan's (the plan itself resolved the
+ * same way, ending at the default plan). O(1): three hash lookups.
+ * FQ_EUNKNOWN: listed in no layer, and unknown tenants are rejected.
+ * FQ_EINVAL: not a valid tenant id. FQ_ENOTFOUND: the default plan does not
+ * exist. On error *out is untouched. */
 fq_status fq_policy_resolve(fq_policy_resolved *out, const fq_policy *p,
                             const char *tenant);
+
+/* The plan named name, or NULL. Valid until the policy is destroyed. */
+const fq_plan *fq_policy_plan(const fq_policy *p, const char *name);
+
+/* Visit every override, in no particular order, e.g. to carry them over to
+ * the policy built from a reloaded config. cb must not change p. */
+void fq_policy_foreach_override(const fq_policy *p,
+                                void (*cb)(void *arg, const fq_tenant_entry *t),
+                                void *arg);
 
 #endif
