@@ -587,10 +587,10 @@ fq_run *fq_sched_dispatch(fq_sched *s, uint64_t now)
             schedule(s, t, t->round + 1);
             continue;
         }
-        fq_run *r = t->qhead;
+        fq_run *r = t->qhead, *rest = r->next;
         if (!fq_window_fits(&s->win, r->est) || fq_window_add(&s->win, r, now) != FQ_OK)
             return NULL;
-        t->qhead = r->next;
+        t->qhead = rest;        /* the window relinked r */
         if (!t->qhead)
             t->qtail = NULL;
         queue_add_tokens(s, t, -1, r->est);

@@ -1,0 +1,732 @@
+/* test_drr.c -- the DRR scheduler in virtual time: fairness, metering, reconciliation, caps. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "drr.h"
+
+#define Q 1000
+
+/* A small deterministic PRNG (splitmix64), so every run is the same. */
+static uint64_t rng_state;
+static uint64_t rnd(void)
+{
+    uint64_t z = (rng_state += 0x9E3779B97F4A7C15ULL);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return z ^ (z >> 31);
+}
+static uint64_t rnd_in(uint64_t lo, uint64_t hi) { return lo + rnd() % (hi - lo + 1); }
+
+/* ---- harness ----------------------------------------------------------- */
+
+static uint64_t next_id = 1;
+
+static fq_sched *mk(uint32_t max_in_flight, uint64_t max_tokens, uint64_t timeout)
+{
+    fq_sched_opts o = {.quantum = Q, .max_est_tokens = 1000000, .max_in_flight = max_in_flight,
+                       .max_in_flight_tokens = max_tokens, .run_timeout = timeout,
+                       .max_expired = 16};
+    fq_sched *s = NULL;
+    assert_int_equal(fq_sched_create(&s, &o), FQ_OK);
+    next_id = 1;
+    return s;
+}
+
+static fq_tenant *ten(fq_sched *s, const char *id, uint32_t weight, uint32_t cap, uint32_t pending)
+{
+    fq_tenant_policy p = {.weight = weight, .max_in_flight = cap, .max_pending = pending};
+    fq_tenant *t = NULL;
+    assert_int_equal(fq_sched_tenant(&t, s, id, strlen(id), &p), FQ_OK);
+    return t;
+}
+
+static uint64_t enq(fq_sched *s, fq_tenant *t, uint32_t est)
+{
+    uint64_t id = next_id++;
+    assert_int_equal(fq_sched_enqueue(NULL, s, t, id, est, NULL, 0), FQ_OK);
+    return id;
+}
+
+static void done(fq_sched *s, fq_run *r, uint64_t actual)
+{
+    assert_int_equal(fq_sched_complete(NULL, s, r->id, actual), FQ_OK);
+}
+
+static fq_tenant_info info(fq_tenant *t)
+{
+    fq_tenant_info i;
+    fq_tenant_info_get(t, &i);
+    return i;
+}
+
+static double visits_per_dispatch(fq_sched *s)
+{
+    fq_sched_stats st;
+    fq_sched_stats_get(s, &st);
+    return (double)(st.visits + st.wakeups) / (double)st.dispatched;
+}
+
+/* ---- the design card's Tuesday ---------------------------------------- */
+
+static void test_card_scenario(void **state)
+{
+    (void)state;
+    fq_sched *s = mk(0, 0, 0);
+    fq_tenant *a = ten(s, "A", 1, 0, 0), *b = ten(s, "B", 1, 0, 0), *c = ten(s, "C", 1, 0, 0);
+    for (int i = 0; i < 900; i++)
+        enq(s, a, Q);
+    enq(s, b, Q);
+    enq(s, c, Q);
+    int pos_b = -1, pos_c = -1;
+    for (int i = 0; i < 902; i++) {
+        fq_run *r = fq_sched_dispatch(s, 0);
+        assert_non_null(r);
+        if (r->tenant == b)
+            pos_b = i;
+        if (r->tenant == c)
+            pos_c = i;
+        done(s, r, r->est);
+    }
+    /* first round: A, B, C each send one quantum's worth */
+    assert_in_range(pos_b, 0, 2);
+    assert_in_range(pos_c, 0, 2);
+    assert_null(fq_sched_dispatch(s, 0));
+    fq_sched_destroy(s);
+}
+
+/* ---- token metering and weights ---------------------------------------- */
+
+/* Two always-backlogged tenants; returns tokens served to each after n
+ * dispatches. */
+static void backlogged_pair(uint32_t wa, uint32_t ca, uint32_t wb, uint32_t cb, int n,
+                            uint64_t *ta, uint64_t *tb, uint64_t *ra, uint64_t *rb)
+{
+    fq_sched *s = mk(0, 0, 0);
+    fq_tenant *a = ten(s, "a", wa, 0, 0), *b = ten(s, "b", wb, 0, 0);
+    *ta = *tb = *ra = *rb = 0;
+    for (int i = 0; i < 4; i++) {
+        enq(s, a, ca);
+        enq(s, b, cb);
+    }
+    for (int i = 0; i < n; i++) {
+        fq_run *r = fq_sched_dispatch(s, 0);
+        assert_non_null(r);
+        if (r->tenant == a) {
+            *ta += r->est, (*ra)++;
+            enq(s, a, ca);
+        } else {
+            *tb += r->est, (*rb)++;
+            enq(s, b, cb);
+        }
+        done(s, r, r->est);
+    }
+    assert_true(visits_per_dispatch(s) <= 2.0);
+    fq_sched_destroy(s);
+}
+
+static void test_token_metering_not_request_counting(void **state)
+{
+    (void)state;
+    uint64_t ta, tb, ra, rb;
+    backlogged_pair(1, 100, 1, 1000, 20000, &ta, &tb, &ra, &rb);
+    /* equal token shares within the DRR bound: 3Q + 2M */
+    uint64_t diff = ta > tb ? ta - tb : tb - ta;
+    assert_true(diff <= 3 * Q + 2 * 1000);
+    /* and about ten times the runs for the cheap tenant */
+    assert_true(ra > 9 * rb && ra < 11 * rb);
+}
+
+static void test_weights_give_token_shares(void **state)
+{
+    (void)state;
+    uint64_t ta, tb, ra, rb;
+    backlogged_pair(3, 700, 1, 700, 20000, &ta, &tb, &ra, &rb);
+    /* S_a/3 and S_b/1 within the bound */
+    int64_t d = (int64_t)(ta / 3) - (int64_t)tb;
+    assert_true(llabs(d) <= 3 * Q + 700 + 700);
+    double ratio = (double)ta / (double)tb;
+    assert_true(ratio > 2.97 && ratio < 3.03);
+}
+
+/* ---- the fairness bound over a long random run ------------------------- */
+
+#define NT 8
+
+/* For every pair of tenants continuously backlogged over an interval, the
+ * weighted service S_i/w_i - S_j/w_j stays within a bound.
+ *
+ * Derivation for this form of DRR (send while deficit > 0, then the quantum
+ * w*Q is granted once per round; a debtor's grants for the rounds it sits
+ * out in the heap are handed over when it wakes, so counting them as
+ * granted per round is exact): over an interval in which tenant i is
+ * backlogged, S_i = G_i - (D_i(end) - D_i(start)), with G_i the quanta
+ * granted and D_i the deficit counting those pending grants. A tenant only
+ * sends while D_i > 0 and a run costs at most M, so D_i > -M; it is granted
+ * only when D_i <= 0, so D_i <= w_i Q. Both tenants receive one grant per
+ * round, so at any instant their grant counts differ by at most one:
+ * |G_i/w_i - G_j/w_j| <= Q. Hence
+ *   |S_i/w_i - S_j/w_j| <= Q + (M + w_i Q)/w_i + (M + w_j Q)/w_j
+ *                       = 3Q + M/w_i + M/w_j,
+ * which is the safe 3Q + 2M with weights of 1, and tighter with larger
+ * weights. That is what is asserted, pair by pair. */
+static void test_random_fairness_bound(void **state)
+{
+    (void)state;
+    rng_state = 42;
+    fq_sched *s = mk(0, 0, 0);
+    fq_tenant *t[NT];
+    uint32_t w[NT];
+    uint32_t maxc = 5 * Q;
+    for (int i = 0; i < NT; i++) {
+        char id[16];
+        snprintf(id, sizeof id, "t%d", i);
+        w[i] = (uint32_t)rnd_in(1, 4);
+        t[i] = ten(s, id, w[i], 0, 0);
+    }
+    uint64_t served[NT] = {0};
+    /* base[i][j]: served[i] when the pair's common backlog began; -1 none */
+    int64_t base_i[NT][NT], base_j[NT][NT];
+    for (int i = 0; i < NT; i++)
+        for (int j = 0; j < NT; j++)
+            base_i[i][j] = base_j[i][j] = -1;
+    double worst = 0;
+    uint64_t checks = 0;
+    for (int step = 0; step < 200000; step++) {
+        /* arrivals: bursts and idles, mixed costs from 1 to 5 quanta */
+        int k = (int)rnd_in(0, NT - 1);
+        if (rnd() % 3 == 0) {
+            int burst = (int)rnd_in(1, 6);
+            for (int b = 0; b < burst; b++)
+                enq(s, t[k], (uint32_t)rnd_in(1, maxc));
+        }
+        fq_run *r = fq_sched_dispatch(s, 0);
+        if (r) {
+            for (int i = 0; i < NT; i++)
+                if (r->tenant == t[i])
+                    served[i] += r->est;
+            done(s, r, r->est);
+        }
+        for (int i = 0; i < NT; i++) {
+            for (int j = i + 1; j < NT; j++) {
+                int both = info(t[i]).queued > 0 && info(t[j]).queued > 0;
+                if (!both) {
+                    base_i[i][j] = -1;
+                    continue;
+                }
+                if (base_i[i][j] < 0) {
+                    /* the pair became backlogged; the run just sent, if it
+                     * was one of theirs, belongs to the interval */
+                    base_i[i][j] = (int64_t)served[i];
+                    base_j[i][j] = (int64_t)served[j];
+                    if (r && r->tenant == t[i])
+                        base_i[i][j] -= r->est;
+                    if (r && r->tenant == t[j])
+                        base_j[i][j] -= r->est;
+                }
+                double si = (double)((int64_t)served[i] - base_i[i][j]) / w[i];
+                double sj = (double)((int64_t)served[j] - base_j[i][j]) / w[j];
+                double gap = si > sj ? si - sj : sj - si;
+                double bound = 3.0 * Q + (double)maxc / w[i] + (double)maxc / w[j];
+                if (gap / bound > worst)
+                    worst = gap / bound;
+                checks++;
+                if (gap > bound)
+                    fail_msg("pair %d,%d gap %.0f > bound %.0f at step %d", i, j, gap, bound, step);
+            }
+        }
+    }
+    assert_true(checks > 100000);
+    print_message("fairness: worst gap was %.2f of the bound over %llu checks\n", worst,
+                  (unsigned long long)checks);
+    assert_true(visits_per_dispatch(s) <= 4.0);
+    fq_sched_destroy(s);
+}
+
+/* ---- idleness ----------------------------------------------------------- */
+
+static void test_idle_return_gains_at_most_one_quantum(void **state)
+{
+    (void)state;
+    fq_sched *s = mk(0, 0, 0);
+    fq_tenant *a = ten(s, "a", 1, 0, 0), *b = ten(s, "b", 1, 0, 0);
+    for (int i = 0; i < 10; i++)
+        enq(s, a, 100);
+    /* b sends one small run and goes idle with most of a quantum unspent */
+    enq(s, b, 10);
+    for (int i = 0; i < 20000; i++) {
+        fq_run *r = fq_sched_dispatch(s, 0);
+        assert_non_null(r);
+        if (r->tenant == a)
+            enq(s, a, 100);
+        done(s, r, r->est);
+    }
+    fq_tenant_info ib = info(b);
+    assert_int_equal(ib.state, FQ_T_IDLE);
+    assert_int_equal(ib.deficit, 0);    /* credit dropped, not banked */
+    /* b returns with a burst after "an hour" of a's traffic */
+    for (int i = 0; i < 100; i++)
+        enq(s, b, 100);
+    assert_true(info(b).deficit <= Q);
+    uint64_t sa = 0, sb = 0;
+    int64_t worst = 0;
+    for (int i = 0; i < 150; i++) {
+        fq_run *r = fq_sched_dispatch(s, 0);
+        if (r->tenant == a) {
+            sa += r->est;
+            enq(s, a, 100);
+        } else {
+            sb += r->est;
+        }
+        done(s, r, r->est);
+        if ((int64_t)(sb - sa) > worst)
+            worst = (int64_t)(sb - sa);
+    }
+    /* its advantage over the backlogged peer never exceeds one quantum */
+    assert_true(worst <= Q);
+    fq_sched_destroy(s);
+}
+
+static void test_debt_survives_idle_and_duplicates_change_nothing(void **state)
+{
+    (void)state;
+    fq_sched *s = mk(0, 0, 0);
+    fq_tenant *a = ten(s, "a", 1, 0, 0), *b = ten(s, "b", 1, 0, 0);
+    uint64_t id = enq(s, a, 100);
+    fq_run *r = fq_sched_dispatch(s, 0);
+    assert_int_equal(r->id, id);
+    assert_int_equal(info(a).state, FQ_T_IDLE);
+    assert_int_equal(info(a).deficit, 0);       /* 1000 - 100 dropped at idle */
+    fq_done d;
+    assert_int_equal(fq_sched_complete(&d, s, id, 5100), FQ_OK);
+    assert_int_equal(d.est, 100);
+    assert_false(d.expired);
+    assert_int_equal(info(a).deficit, -5000);   /* the overrun is debt */
+    assert_int_equal(fq_sched_complete(&d, s, id, 5100), FQ_ENOTFOUND);
+    assert_int_equal(fq_sched_complete(&d, s, id, 1), FQ_ENOTFOUND);
+    assert_int_equal(info(a).deficit, -5000);
+    assert_int_equal(info(a).actual_tokens, 5100);
+    /* back with work: a waits out its debt while b is served */
+    enq(s, a, 100);
+    for (int i = 0; i < 10; i++)
+        enq(s, b, 1000);
+    assert_int_equal(info(a).state, FQ_T_WAITING);
+    int b_first = 0;
+    for (fq_run *x; (x = fq_sched_dispatch(s, 0)) && x->tenant == b;)
+        b_first++, done(s, x, x->est);
+    assert_int_equal(b_first, 6);   /* six quanta repay 5000 and turn positive */
+    fq_sched_destroy(s);
+}
+
+static void test_refund_to_idle_tenant_is_not_banked(void **state)
+{
+    (void)state;
+    fq_sched *s = mk(0, 0, 0);
+    fq_tenant *a = ten(s, "a", 1, 0, 0);
+    uint64_t id1 = enq(s, a, 3000);
+    uint64_t id2 = enq(s, a, 3000);
+    fq_run *r1 = fq_sched_dispatch(s, 0), *r2;
+    assert_int_equal(r1->id, id1);
+    assert_int_equal(info(a).deficit, -2000);
+    r2 = fq_sched_dispatch(s, 0);      /* debt skipped in one step */
+    assert_int_equal(r2->id, id2);
+    assert_int_equal(info(a).state, FQ_T_IDLE);
+    assert_int_equal(info(a).deficit, -2000);  /* 1000 +2000 granted, -3000 */
+    assert_int_equal(fq_sched_complete(NULL, s, id1, 1000), FQ_OK);  /* +2000 */
+    assert_int_equal(info(a).deficit, 0);
+    assert_int_equal(fq_sched_complete(NULL, s, id2, 0), FQ_OK);     /* +3000 */
+    assert_int_equal(info(a).deficit, 0);
+    fq_sched_destroy(s);
+}
+
+/* ---- reconciliation against a chronic over-runner ---------------------- */
+
+/* a declares 100 and spends 300; b declares 100 and spends 100. Both stay
+ * backlogged; workers complete runs in dispatch order through a window of 4. */
+static void over_runner(int reconcile, uint64_t *act_a, uint64_t *act_b)
+{
+    fq_sched *s = mk(4, 0, 0);
+    fq_tenant *a = ten(s, "a", 1, 0, 0), *b = ten(s, "b", 1, 0, 0);
+    for (int i = 0; i < 8; i++)
+        enq(s, a, 100), enq(s, b, 100);
+    uint64_t ring[4];
+    int n = 0;
+    *act_a = *act_b = 0;
+    for (int step = 0; step < 40000; step++) {
+        fq_run *r;
+        while ((r = fq_sched_dispatch(s, 0)))
+            ring[n++] = r->id;
+        /* the oldest in flight completes */
+        fq_run *o = fq_sched_run(s, ring[0]);
+        int is_a = o->tenant == a;
+        uint64_t actual = is_a ? 300 : 100;
+        *(is_a ? act_a : act_b) += actual;
+        assert_int_equal(fq_sched_complete(NULL, s, ring[0], reconcile ? actual : o->est), FQ_OK);
+        memmove(ring, ring + 1, --n * sizeof(ring[0]));
+        enq(s, is_a ? a : b, 100);
+    }
+    fq_sched_destroy(s);
+}
+
+static void test_reconciliation_evens_actual_spend(void **state)
+{
+    (void)state;
+    uint64_t a, b;
+    over_runner(1, &a, &b);
+    double ratio = (double)a / (double)b;
+    assert_true(ratio > 0.95 && ratio < 1.05);
+    over_runner(0, &a, &b);
+    ratio = (double)a / (double)b;
+    assert_true(ratio > 2.85 && ratio < 3.15);
+}
+
+/* ---- limits --------------------------------------------------------------- */
+
+static void test_max_pending_refuses_whole(void **state)
+{
+    (void)state;
+    fq_sched *s = mk(0, 0, 0);
+    fq_tenant *a = ten(s, "a", 1, 0, 3);
+    for (int i = 0; i < 3; i++)
+        enq(s, a, 10);
+    assert_int_equal(fq_sched_enqueue(NULL, s, a, 99, 10, NULL, 0), FQ_EFULL);
+    assert_int_equal(info(a).queued, 3);
+    assert_int_equal(info(a).queued_tokens, 30);
+    fq_sched_stats st;
+    fq_sched_stats_get(s, &st);
+    assert_int_equal(st.queued, 3);
+    fq_sched_destroy(s);
+}
+
+static void test_tenant_cap_leaves_rotation(void **state)
+{
+    (void)state;
+    fq_sched *s = mk(0, 0, 0);
+    fq_tenant *a = ten(s, "a", 1, 2, 0), *b = ten(s, "b", 1, 0, 0);
+    for (int i = 0; i < 50; i++)
+        enq(s, a, 100);
+    fq_run *r1 = fq_sched_dispatch(s, 0), *r2 = fq_sched_dispatch(s, 0);
+    assert_ptr_equal(r1->tenant, a);
+    assert_ptr_equal(r2->tenant, a);
+    assert_int_equal(info(a).state, FQ_T_CAPPED);
+    int64_t d = info(a).deficit;
+    assert_null(fq_sched_dispatch(s, 0));       /* only a has work, and it is capped */
+    /* b is served alone while a is capped; a is not visited nor granted */
+    fq_sched_stats st0, st1;
+    for (int i = 0; i < 1000; i++)
+        enq(s, b, 100);
+    fq_sched_stats_get(s, &st0);
+    for (int i = 0; i < 1000; i++) {
+        fq_run *r = fq_sched_dispatch(s, 0);
+        assert_ptr_equal(r->tenant, b);
+        done(s, r, r->est);
+    }
+    fq_sched_stats_get(s, &st1);
+    assert_true(st1.visits - st0.visits <= 1000);
+    assert_int_equal(info(a).deficit, d);
+    /* a completion frees a slot: a rejoins */
+    done(s, r1, 100);
+    assert_int_equal(info(a).state, FQ_T_ACTIVE);
+    fq_run *r3 = fq_sched_dispatch(s, 0);
+    assert_ptr_equal(r3->tenant, a);
+    assert_int_equal(info(a).in_flight, 2);
+    fq_sched_destroy(s);
+}
+
+static void test_window_runs_and_tokens(void **state)
+{
+    (void)state;
+    fq_sched *s = mk(3, 1000, 0);
+    fq_tenant *a = ten(s, "a", 1, 0, 0);
+    for (int i = 0; i < 6; i++)
+        enq(s, a, 300);
+    fq_run *r[4];
+    for (int i = 0; i < 3; i++)
+        assert_non_null(r[i] = fq_sched_dispatch(s, 0));
+    assert_null(fq_sched_dispatch(s, 0));       /* 3 runs, 900 tokens: full */
+    done(s, r[0], 300);
+    assert_non_null(r[3] = fq_sched_dispatch(s, 0));
+    assert_null(fq_sched_dispatch(s, 0));
+    fq_sched_destroy(s);
+
+    /* a run larger than the whole token window goes alone once it is empty */
+    s = mk(10, 1000, 0);
+    a = ten(s, "a", 1, 0, 0);
+    enq(s, a, 400);
+    enq(s, a, 5000);
+    enq(s, a, 400);
+    fq_run *x = fq_sched_dispatch(s, 0);
+    assert_int_equal(x->est, 400);
+    assert_null(fq_sched_dispatch(s, 0));       /* 5000 waits for an empty window */
+    done(s, x, 400);
+    fq_run *big = fq_sched_dispatch(s, 0);
+    assert_int_equal(big->est, 5000);
+    assert_null(fq_sched_dispatch(s, 0));
+    done(s, big, 5000);
+    assert_non_null(fq_sched_dispatch(s, 0));
+    fq_sched_destroy(s);
+
+    /* charges are capped at max_est_tokens */
+    fq_sched_opts o = {.quantum = Q, .max_est_tokens = 2000};
+    assert_int_equal(fq_sched_create(&s, &o), FQ_OK);
+    a = ten(s, "a", 1, 0, 0);
+    fq_run *c;
+    assert_int_equal(fq_sched_enqueue(&c, s, a, 1, 4000000000u, NULL, 0), FQ_OK);
+    assert_int_equal(c->est, 2000);
+    fq_sched_destroy(s);
+}
+
+static void test_lease_expiry_and_late_completion(void **state)
+{
+    (void)state;
+    fq_sched *s = mk(1, 0, 100);
+    fq_tenant *a = ten(s, "a", 1, 0, 0);
+    uint64_t id1 = enq(s, a, 500);
+    enq(s, a, 500);
+    fq_run *r = fq_sched_dispatch(s, 10);
+    assert_int_equal(r->id, id1);
+    assert_int_equal(fq_sched_next_deadline(s), 110);
+    assert_null(fq_sched_dispatch(s, 20));
+    assert_int_equal(fq_sched_expire(s, 109, NULL, NULL), 0);
+    assert_int_equal(fq_sched_expire(s, 110, NULL, NULL), 1);
+    assert_int_equal(info(a).expired, 1);
+    assert_int_equal(info(a).in_flight, 0);
+    assert_non_null(fq_sched_dispatch(s, 111));  /* the slot is free */
+    int64_t d = info(a).deficit;
+    fq_done dn;
+    assert_int_equal(fq_sched_complete(&dn, s, id1, 800), FQ_OK);
+    assert_true(dn.expired);
+    assert_int_equal(dn.est, 500);
+    assert_int_equal(info(a).deficit, d - 300);  /* reconciled against its charge */
+    assert_int_equal(info(a).in_flight, 1);      /* the other run's slot untouched */
+    assert_int_equal(fq_sched_complete(&dn, s, id1, 800), FQ_ENOTFOUND);
+    assert_int_equal(info(a).deficit, d - 300);
+    fq_sched_destroy(s);
+}
+
+static void test_expired_records_are_bounded(void **state)
+{
+    (void)state;
+    fq_sched *s = mk(0, 0, 10);         /* max_expired 16 */
+    fq_tenant *a = ten(s, "a", 100, 0, 0);
+    uint64_t first = 0;
+    for (int i = 0; i < 40; i++) {
+        uint64_t id = enq(s, a, 10);
+        if (!first)
+            first = id;
+        assert_non_null(fq_sched_dispatch(s, 0));
+    }
+    assert_int_equal(fq_sched_expire(s, 10, NULL, NULL), 40);
+    assert_null(fq_sched_run(s, first));        /* the oldest were forgotten */
+    assert_int_equal(fq_sched_complete(NULL, s, first, 10), FQ_ENOTFOUND);
+    assert_int_equal(fq_sched_complete(NULL, s, first + 39, 10), FQ_OK);
+    fq_sched_destroy(s);
+}
+
+/* ---- large runs and list visits ---------------------------------------- */
+
+static void test_huge_runs_starve_no_one(void **state)
+{
+    (void)state;
+    fq_sched *s = mk(0, 0, 0);
+    fq_tenant *a = ten(s, "a", 1, 0, 0), *b = ten(s, "b", 1, 0, 0);
+    for (int i = 0; i < 3; i++) {
+        enq(s, a, 50 * Q);
+        enq(s, b, Q / 10);
+    }
+    uint64_t sa = 0, sb = 0;
+    int gap = 0, worst_gap = 0;
+    for (int i = 0; i < 100000; i++) {
+        fq_run *r = fq_sched_dispatch(s, 0);
+        if (r->tenant == a) {
+            sa += r->est, gap++;
+            enq(s, a, 50 * Q);
+        } else {
+            sb += r->est, gap = 0;
+            enq(s, b, Q / 10);
+        }
+        if (gap > worst_gap)
+            worst_gap = gap;
+        done(s, r, r->est);
+    }
+    assert_true(worst_gap <= 1);        /* b is never behind two huge runs */
+    double ratio = (double)sa / (double)sb;
+    assert_true(ratio > 0.9 && ratio < 1.1);
+    assert_true(visits_per_dispatch(s) <= 4.0);
+    fq_sched_destroy(s);
+}
+
+/* Many tenants, costs from 0.1 to 50 quanta so debts are staggered, some
+ * capped; list visits (and heap wake-ups) per dispatch stay bounded. */
+static void test_visits_per_dispatch_bounded(void **state)
+{
+    (void)state;
+    rng_state = 7;
+    fq_sched *s = mk(64, 0, 0);
+    enum { N = 1000 };
+    fq_tenant *t[N];
+    for (int i = 0; i < N; i++) {
+        char id[16];
+        snprintf(id, sizeof id, "t%d", i);
+        t[i] = ten(s, id, (uint32_t)rnd_in(1, 5), i % 7 == 0 ? 1 : 0, 0);
+        for (int k = 0; k < 3; k++)
+            enq(s, t[i], (uint32_t)rnd_in(Q / 10, 50 * Q));
+    }
+    uint64_t flight[64];
+    int n = 0;
+    for (int step = 0; step < 200000; step++) {
+        fq_run *r;
+        while ((r = fq_sched_dispatch(s, 0))) {
+            flight[n++] = r->id;
+            enq(s, r->tenant, (uint32_t)rnd_in(Q / 10, 50 * Q));
+        }
+        int k = (int)(rnd() % (uint64_t)n);
+        assert_int_equal(fq_sched_complete(NULL, s, flight[k], rnd_in(Q / 10, 50 * Q)), FQ_OK);
+        flight[k] = flight[--n];
+    }
+    double v = visits_per_dispatch(s);
+    print_message("visits per dispatch (staggered debts, caps): %.3f\n", v);
+    assert_true(v <= 4.0);
+    fq_sched_destroy(s);
+}
+
+static void test_ratio_one_is_one_visit(void **state)
+{
+    (void)state;
+    fq_sched *s = mk(0, 0, 0);
+    enum { N = 100 };
+    fq_tenant *t[N];
+    for (int i = 0; i < N; i++) {
+        char id[16];
+        snprintf(id, sizeof id, "t%d", i);
+        t[i] = ten(s, id, 1, 0, 0);
+        enq(s, t[i], Q);
+    }
+    for (int i = 0; i < 100000; i++) {
+        fq_run *r = fq_sched_dispatch(s, 0);
+        enq(s, r->tenant, Q);
+        done(s, r, Q);
+    }
+    assert_true(visits_per_dispatch(s) <= 1.01);
+    fq_sched_destroy(s);
+}
+
+/* ---- policy changes and requeue ----------------------------------------- */
+
+static void test_policy_change_keeps_place_and_runs(void **state)
+{
+    (void)state;
+    fq_sched *s = mk(0, 0, 0);
+    fq_tenant *a = ten(s, "a", 1, 0, 0), *b = ten(s, "b", 1, 0, 0);
+    uint64_t first_a = enq(s, a, 500);
+    for (int i = 0; i < 999; i++)
+        enq(s, a, 500);
+    for (int i = 0; i < 1000; i++)
+        enq(s, b, 500);
+    fq_tenant_policy p = {.weight = 4};
+    assert_int_equal(fq_tenant_set_policy(s, a, &p), FQ_OK);
+    uint64_t sa = 0, sb = 0, expect = first_a;
+    for (int i = 0; i < 1000; i++) {
+        fq_run *r = fq_sched_dispatch(s, 0);
+        if (r->tenant == a) {
+            assert_int_equal(r->id, expect);    /* FIFO within the tenant */
+            expect++;
+            sa += r->est;
+        } else {
+            sb += r->est;
+        }
+        done(s, r, r->est);
+    }
+    double ratio = (double)sa / (double)sb;
+    assert_true(ratio > 3.8 && ratio < 4.2);
+    assert_int_equal(info(a).queued + info(b).queued, 1000);
+    fq_sched_destroy(s);
+}
+
+static void test_requeue_returns_run_to_head(void **state)
+{
+    (void)state;
+    fq_sched *s = mk(0, 0, 0);
+    fq_tenant *a = ten(s, "a", 1, 0, 0);
+    uint64_t id1 = enq(s, a, 400);
+    enq(s, a, 400);
+    fq_run *r = fq_sched_dispatch(s, 0);
+    assert_int_equal(r->id, id1);
+    int64_t d = info(a).deficit;
+    assert_int_equal(fq_sched_requeue(s, id1), FQ_OK);
+    assert_int_equal(info(a).deficit, d + 400);
+    assert_int_equal(info(a).in_flight, 0);
+    assert_int_equal(info(a).dispatched, 0);
+    r = fq_sched_dispatch(s, 0);
+    assert_int_equal(r->id, id1);
+    assert_int_equal(fq_sched_requeue(s, 12345), FQ_ENOTFOUND);
+    fq_sched_destroy(s);
+}
+
+static void test_tokens_ahead_bound(void **state)
+{
+    (void)state;
+    fq_sched *s = mk(0, 0, 0);
+    fq_tenant *a = ten(s, "a", 1, 0, 0), *b = ten(s, "b", 1, 0, 0), *c = ten(s, "c", 2, 0, 0);
+    for (int i = 0; i < 100; i++)
+        enq(s, a, 1000);
+    /* a newcomer shares with a: it waits for about its own run's worth of a */
+    assert_int_equal(fq_sched_tokens_ahead(s, b, 500), 1000);
+    /* a itself waits behind its whole backlog */
+    assert_int_equal(fq_sched_tokens_ahead(s, a, 500), 100500);
+    /* weight 2 halves what it waits for per token of its own */
+    assert_int_equal(fq_sched_tokens_ahead(s, c, 1000), 1500);
+    fq_sched_destroy(s);
+}
+
+static void test_invalid_arguments(void **state)
+{
+    (void)state;
+    fq_sched *s = NULL;
+    fq_sched_opts bad = {.quantum = 0, .max_est_tokens = 10};
+    assert_int_equal(fq_sched_create(&s, &bad), FQ_EINVAL);
+    assert_null(s);
+    fq_sched_destroy(NULL);
+    s = mk(0, 0, 0);
+    fq_tenant *t = NULL;
+    fq_tenant_policy p = {.weight = 1};
+    assert_int_equal(fq_sched_tenant(&t, s, "bad tenant", 10, &p), FQ_EINVAL);
+    assert_null(t);
+    fq_tenant_policy zero = {.weight = 0};
+    assert_int_equal(fq_sched_tenant(&t, s, "ok", 2, &zero), FQ_EINVAL);
+    assert_null(fq_sched_find(s, "ok", 2));
+    fq_sched_destroy(s);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_card_scenario),
+        cmocka_unit_test(test_token_metering_not_request_counting),
+        cmocka_unit_test(test_weights_give_token_shares),
+        cmocka_unit_test(test_random_fairness_bound),
+        cmocka_unit_test(test_idle_return_gains_at_most_one_quantum),
+        cmocka_unit_test(test_debt_survives_idle_and_duplicates_change_nothing),
+        cmocka_unit_test(test_refund_to_idle_tenant_is_not_banked),
+        cmocka_unit_test(test_reconciliation_evens_actual_spend),
+        cmocka_unit_test(test_max_pending_refuses_whole),
+        cmocka_unit_test(test_tenant_cap_leaves_rotation),
+        cmocka_unit_test(test_window_runs_and_tokens),
+        cmocka_unit_test(test_lease_expiry_and_late_completion),
+        cmocka_unit_test(test_expired_records_are_bounded),
+        cmocka_unit_test(test_huge_runs_starve_no_one),
+        cmocka_unit_test(test_visits_per_dispatch_bounded),
+        cmocka_unit_test(test_ratio_one_is_one_visit),
+        cmocka_unit_test(test_policy_change_keeps_place_and_runs),
+        cmocka_unit_test(test_requeue_returns_run_to_head),
+        cmocka_unit_test(test_tokens_ahead_bound),
+        cmocka_unit_test(test_invalid_arguments),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
