@@ -1,0 +1,201 @@
+/* fairq-bench -- nanoseconds and list visits per dispatch: fairq's DRR against the card's listing.
+ *
+ * Each operation is one enqueue, one dispatch and one completion, with every
+ * tenant kept backlogged. Costs are ratio x quantum, or drawn from 0.1 to 50
+ * quanta per run ("mixed") so that debts differ from tenant to tenant. Both
+ * implementations run the same cases in the same process; the figure of a
+ * case is the median of --repeat runs. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cardrr.h"
+#include "drr.h"
+
+#define QUANTUM 1000
+#define MIXED (-1.0)
+
+static uint64_t rng = 1;
+static uint64_t rnd(void)
+{
+    uint64_t z = (rng += 0x9E3779B97F4A7C15ULL);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return z ^ (z >> 31);
+}
+
+static uint32_t cost(double ratio)
+{
+    if (ratio == MIXED)
+        return (uint32_t)(QUANTUM / 10 + rnd() % (50 * QUANTUM - QUANTUM / 10 + 1));
+    uint32_t c = (uint32_t)(ratio * QUANTUM);
+    return c ? c : 1;
+}
+
+static double now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
+}
+
+typedef struct {
+    double ns;          /* per operation */
+    double visits;      /* per dispatch */
+} result;
+
+static int die(const char *what)
+{
+    fprintf(stderr, "fairq-bench: %s\n", what);
+    exit(1);
+}
+
+static result run_drr(uint32_t n, double ratio, uint64_t ops)
+{
+    fq_sched_opts o = {.quantum = QUANTUM, .max_est_tokens = 100 * QUANTUM};
+    fq_sched *s;
+    if (fq_sched_create(&s, &o) != FQ_OK)
+        die("cannot create the scheduler");
+    fq_tenant **t = malloc(n * sizeof(*t));
+    fq_tenant_policy p = {.weight = 1};
+    uint64_t id = 1;
+    for (uint32_t i = 0; i < n; i++) {
+        char name[16];
+        int len = snprintf(name, sizeof name, "t%u", i);
+        if (fq_sched_tenant(&t[i], s, name, (size_t)len, &p) != FQ_OK)
+            die("cannot create a tenant");
+        for (int k = 0; k < 2; k++)
+            fq_sched_enqueue(NULL, s, t[i], id++, cost(ratio), NULL, 0);
+    }
+    /* warm up: the run pool and the window's hash reach their size */
+    for (uint64_t i = 0; i < ops / 10; i++) {
+        fq_run *r = fq_sched_dispatch(s, 0);
+        fq_tenant *owner = r->tenant;
+        fq_sched_complete(NULL, s, r->id, r->est);
+        fq_sched_enqueue(NULL, s, owner, id++, cost(ratio), NULL, 0);
+    }
+    fq_sched_stats a, b;
+    fq_sched_stats_get(s, &a);
+    double t0 = now_ns();
+    for (uint64_t i = 0; i < ops; i++) {
+        fq_run *r = fq_sched_dispatch(s, 0);
+        fq_tenant *owner = r->tenant;
+        fq_sched_complete(NULL, s, r->id, r->est);
+        fq_sched_enqueue(NULL, s, owner, id++, cost(ratio), NULL, 0);
+    }
+    double t1 = now_ns();
+    fq_sched_stats_get(s, &b);
+    result res = {(t1 - t0) / (double)ops,
+                  (double)(b.visits + b.wakeups - a.visits - a.wakeups) / (double)(b.dispatched - a.dispatched)};
+    free(t);
+    fq_sched_destroy(s);
+    return res;
+}
+
+static result run_card(uint32_t n, double ratio, uint64_t ops)
+{
+    fq_cardrr *c;
+    if (fq_cardrr_create(&c, n, QUANTUM, NULL) != FQ_OK)
+        die("cannot create the baseline");
+    /* The listing keeps runs in arrays; a pool of two per tenant plus the
+     * one in hand stands in, so neither side calls malloc per run. */
+    fq_cardrr_run *pool = calloc((size_t)n * 2, sizeof(*pool));
+    for (uint32_t i = 0; i < 2 * n; i++) {
+        pool[i].tenant = i % n;
+        pool[i].est = cost(ratio);
+        fq_cardrr_enqueue(c, &pool[i]);
+    }
+    uint64_t dispatched = 0;
+    for (int phase = 0; phase < 2; phase++) {
+        uint64_t count = phase == 0 ? ops / 10 : ops;
+        uint64_t v0 = fq_cardrr_visits(c);
+        double t0 = now_ns();
+        for (uint64_t i = 0; i < count; i++) {
+            fq_cardrr_run *r;
+            while (!(r = fq_cardrr_next(c)))
+                ;
+            fq_cardrr_reconcile(c, r->tenant, r->est, r->est);
+            r->est = cost(ratio);
+            fq_cardrr_enqueue(c, r);
+            dispatched++;
+        }
+        double t1 = now_ns();
+        if (phase == 1) {
+            result res = {(t1 - t0) / (double)count,
+                          (double)(fq_cardrr_visits(c) - v0) / (double)count};
+            free(pool);
+            fq_cardrr_destroy(c);
+            return res;
+        }
+    }
+    return (result){0, 0};
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static void bench_case(const char *impl, uint32_t n, double ratio, uint64_t ops, int repeat)
+{
+    double ns[16], visits = 0;
+    for (int i = 0; i < repeat; i++) {
+        rng = 1;
+        result r = strcmp(impl, "drr") == 0 ? run_drr(n, ratio, ops) : run_card(n, ratio, ops);
+        ns[i] = r.ns;
+        visits = r.visits;
+    }
+    qsort(ns, (size_t)repeat, sizeof(ns[0]), cmp_double);
+    char rs[16];
+    if (ratio == MIXED)
+        snprintf(rs, sizeof rs, "mixed");
+    else
+        snprintf(rs, sizeof rs, "%g", ratio);
+    printf("impl=%s tenants=%u ratio=%s ns_per_dispatch=%.1f visits_per_dispatch=%.3f\n",
+           impl, n, rs, ns[repeat / 2], visits);
+    fflush(stdout);
+}
+
+static void usage(void)
+{
+    puts("usage: fairq-bench [--repeat N] [--ops N] [--quick]\n"
+         "  Prints one line per case: impl, tenants, ratio (run cost / quantum),\n"
+         "  median ns per dispatch (enqueue + dispatch + complete) and list visits\n"
+         "  per dispatch, for fairq's DRR and the design card's listing (card).\n"
+         "  --quick runs 10 and 1,000 tenants only, for a smoke test.");
+}
+
+int main(int argc, char **argv)
+{
+    int repeat = 3, quick = 0;
+    uint64_t ops = 1000000;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--repeat") == 0 && i + 1 < argc)
+            repeat = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--ops") == 0 && i + 1 < argc)
+            ops = strtoull(argv[++i], NULL, 10);
+        else if (strcmp(argv[i], "--quick") == 0)
+            quick = 1;
+        else {
+            usage();
+            return strcmp(argv[i], "--help") == 0 ? 0 : 2;
+        }
+    }
+    if (repeat < 1 || repeat > 15 || ops < 10) {
+        fprintf(stderr, "fairq-bench: --repeat is 1..15 and --ops at least 10\n");
+        return 2;
+    }
+    const uint32_t tenants[] = {10, 1000, 10000, 100000};
+    const double ratios[] = {0.1, 1, 50, MIXED};
+    size_t nt = quick ? 2 : sizeof(tenants) / sizeof(tenants[0]);
+    printf("memory: scheduler_bytes_per_tenant=%zu scheduler_bytes_per_queued_run=%zu\n",
+           fq_sched_tenant_bytes(), fq_sched_run_bytes());
+    for (size_t i = 0; i < nt; i++)
+        for (size_t j = 0; j < sizeof(ratios) / sizeof(ratios[0]); j++) {
+            bench_case("drr", tenants[i], ratios[j], ops, repeat);
+            bench_case("card", tenants[i], ratios[j], ops, repeat);
+        }
+    return 0;
+}
