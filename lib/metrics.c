@@ -1,0 +1,546 @@
+/* metrics.c -- fairq's Prometheus metrics: a snapshot the proxy fills, rendered as text exposition. */
+#include "metrics.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+/*
+ * Principles:
+ *  - Per-tenant families are described once, in a table: name, type, help,
+ *    the field they read and how folded tenants combine (sum, max, or not
+ *    at all where a sum would mean nothing, like a deficit). Rendering and
+ *    folding both walk that table.
+ *  - Cardinality is bounded by construction: the first max_tenant_series
+ *    tenants of the snapshot get their own series, every later one is
+ *    added into a row tenant="_other" of its plan. Plans come from the
+ *    config, so the series count is at most the limit plus the plans.
+ *  - Every family is written whole, HELP and TYPE first, because the text
+ *    format requires a family's samples to be contiguous.
+ *  - Label values are escaped as the format says (\\, \", \n), and bytes
+ *    that are not UTF-8 become U+FFFD: the parser rejects invalid UTF-8.
+ */
+
+const uint64_t fq_hist_bounds_us[FQ_HIST_BUCKETS] = {
+    1000, 2500, 5000, 10000, 25000, 50000, 100000, 250000, 500000,
+    1000000, 2500000, 5000000, 10000000, 30000000, 60000000,
+    120000000, 300000000, 600000000, 1800000000, 3600000000,
+};
+
+void fq_hist_observe(fq_hist *h, uint64_t us)
+{
+    size_t i = 0;
+    while (i < FQ_HIST_BUCKETS && us > fq_hist_bounds_us[i])
+        i++;
+    h->bucket[i]++;
+    h->sum_us += us;
+}
+
+uint64_t fq_hist_count(const fq_hist *h)
+{
+    uint64_t n = 0;
+    for (size_t i = 0; i <= FQ_HIST_BUCKETS; i++)
+        n += h->bucket[i];
+    return n;
+}
+
+static void hist_merge(fq_hist *into, const fq_hist *h)
+{
+    for (size_t i = 0; i <= FQ_HIST_BUCKETS; i++)
+        into->bucket[i] += h->bucket[i];
+    into->sum_us += h->sum_us;
+}
+
+/* ---- the per-tenant families ---- */
+
+enum fq_kind { K_U64, K_I64, K_F64 };
+enum fq_fold { FOLD_SUM, FOLD_MAX, FOLD_NONE };
+
+typedef struct fq_family {
+    const char *name;
+    const char *type;
+    const char *help;
+    size_t off;             /* of the value in fq_metrics_tenant */
+    enum fq_kind kind;
+    enum fq_fold fold;      /* how tenants folded into _other combine */
+} fq_family;
+
+#define OFF(field) offsetof(fq_metrics_tenant, field)
+
+static const fq_family fq_tenant_families[] = {
+    {"fairq_tenant_queued_runs", "gauge",
+     "Runs queued in the tenant's virtual queue, not yet dispatched.",
+     OFF(queued_runs), K_U64, FOLD_SUM},
+    {"fairq_tenant_queued_tokens", "gauge",
+     "Estimated tokens of the tenant's queued runs.",
+     OFF(queued_tokens), K_U64, FOLD_SUM},
+    {"fairq_tenant_in_flight_runs", "gauge",
+     "The tenant's runs dispatched and holding a window slot.",
+     OFF(in_flight_runs), K_U64, FOLD_SUM},
+    {"fairq_tenant_deficit_tokens", "gauge",
+     "DRR deficit: tokens the tenant may still spend this round; negative is debt. Not folded.",
+     OFF(deficit_tokens), K_I64, FOLD_NONE},
+    {"fairq_tenant_oldest_queued_age_seconds", "gauge",
+     "Age of the tenant's oldest queued run; 0 when nothing is queued. Folded as the maximum.",
+     OFF(oldest_age_seconds), K_F64, FOLD_MAX},
+    {"fairq_tenant_dispatched_runs_total", "counter",
+     "Runs dispatched to the workers.",
+     OFF(dispatched_runs), K_U64, FOLD_SUM},
+    {"fairq_tenant_charged_tokens_total", "counter",
+     "Estimated tokens charged to the tenant's deficit at dispatch.",
+     OFF(charged_tokens), K_U64, FOLD_SUM},
+    {"fairq_tenant_actual_tokens_total", "counter",
+     "Actual tokens reported by the tenant's completions.",
+     OFF(actual_tokens), K_U64, FOLD_SUM},
+    {"fairq_tenant_estimate_error_ratio", "gauge",
+     "Actual over estimated tokens of the tenant's recent completions; 1 is exact. Not folded.",
+     OFF(estimate_error), K_F64, FOLD_NONE},
+};
+#define N_TENANT_FAMILIES (sizeof fq_tenant_families / sizeof fq_tenant_families[0])
+
+static const char *const fq_source_names[] = {
+    [FQ_SRC_DEFAULT] = "default",
+    [FQ_SRC_CONFIG] = "config",
+    [FQ_SRC_OVERRIDE] = "override",
+};
+
+/* ---- snapshot ---- */
+
+struct fq_metrics_scratch {
+    fq_metrics_tenant *other;       /* one folded row per plan */
+    size_t n_other, cap_other;
+    const fq_metrics_tenant **rows; /* what is rendered: named, then other */
+    size_t n_named, n_rows, cap_rows;
+    size_t folded;                  /* tenants folded into the other rows */
+    double *ages;                   /* for the skew's median */
+    size_t cap_ages;
+};
+
+fq_status fq_metrics_snapshot_create(fq_metrics_snapshot **out, size_t max_tenant_series)
+{
+    *out = NULL;
+    fq_metrics_snapshot *s = calloc(1, sizeof *s);
+    if (!s)
+        return FQ_ENOMEM;
+    s->scratch = calloc(1, sizeof *s->scratch);
+    if (!s->scratch) {
+        free(s);
+        return FQ_ENOMEM;
+    }
+    s->max_tenant_series = max_tenant_series ? max_tenant_series : FQ_METRICS_MAX_TENANT_SERIES;
+    *out = s;
+    return FQ_OK;
+}
+
+void fq_metrics_snapshot_destroy(fq_metrics_snapshot *s)
+{
+    if (!s)
+        return;
+    free(s->scratch->ages);
+    free(s->scratch->rows);
+    free(s->scratch->other);
+    free(s->scratch);
+    free(s->tenants);
+    free(s);
+}
+
+void fq_metrics_snapshot_clear(fq_metrics_snapshot *s)
+{
+    memset(&s->all, 0, sizeof s->all);
+    s->n_tenants = 0;
+}
+
+/* Grow *p (of *cap elements of size) to hold need; nothing changes on error. */
+static fq_status grow(void *p, size_t *cap, size_t need, size_t size)
+{
+    if (need <= *cap)
+        return FQ_OK;
+    size_t n = *cap ? *cap : 16;
+    while (n < need)
+        n *= 2;
+    void *q = realloc(*(void **)p, n * size);
+    if (!q)
+        return FQ_ENOMEM;
+    *(void **)p = q;
+    *cap = n;
+    return FQ_OK;
+}
+
+static void tenant_zero(fq_metrics_tenant *m)
+{
+    memset(m, 0, sizeof *m);
+    m->estimate_error = NAN;
+}
+
+fq_metrics_tenant *fq_metrics_snapshot_add(fq_metrics_snapshot *s)
+{
+    if (grow(&s->tenants, &s->cap_tenants, s->n_tenants + 1, sizeof *s->tenants) != FQ_OK)
+        return NULL;
+    fq_metrics_tenant *m = &s->tenants[s->n_tenants++];
+    tenant_zero(m);
+    return m;
+}
+
+void fq_metrics_tenant_set_info(fq_metrics_tenant *m, const fq_tenant_info *ti,
+                                uint64_t now, double unit_seconds)
+{
+    snprintf(m->tenant, sizeof m->tenant, "%s", ti->id ? ti->id : "");
+    m->weight = ti->weight;
+    m->queued_runs = ti->queued;
+    m->queued_tokens = ti->queued_tokens;
+    m->in_flight_runs = ti->in_flight;
+    m->deficit_tokens = ti->deficit;
+    m->oldest_age_seconds = ti->queued && now > ti->oldest_enqueued
+        ? (double)(now - ti->oldest_enqueued) * unit_seconds : 0.0;
+    m->dispatched_runs = ti->dispatched;
+    m->charged_tokens = ti->charged_tokens;
+    m->actual_tokens = ti->actual_tokens;
+}
+
+/* ---- folding ---- */
+
+static void fold_into(fq_metrics_tenant *o, const fq_metrics_tenant *t)
+{
+    for (size_t i = 0; i < N_TENANT_FAMILIES; i++) {
+        const fq_family *f = &fq_tenant_families[i];
+        char *dst = (char *)o + f->off;
+        const char *src = (const char *)t + f->off;
+        if (f->fold == FOLD_NONE)
+            continue;
+        switch (f->kind) {
+        case K_U64: {
+            uint64_t *d = (uint64_t *)(void *)dst, v = *(const uint64_t *)(const void *)src;
+            *d = f->fold == FOLD_SUM ? *d + v : (v > *d ? v : *d);
+            break;
+        }
+        case K_I64: {
+            int64_t *d = (int64_t *)(void *)dst, v = *(const int64_t *)(const void *)src;
+            *d = f->fold == FOLD_SUM ? *d + v : (v > *d ? v : *d);
+            break;
+        }
+        case K_F64: {
+            double *d = (double *)(void *)dst, v = *(const double *)(const void *)src;
+            *d = f->fold == FOLD_SUM ? *d + v : (v > *d ? v : *d);
+            break;
+        }
+        }
+    }
+    for (size_t r = 0; r < FQ__COUNT; r++)
+        o->rejected[r] += t->rejected[r];
+    hist_merge(&o->submit_to_dispatch, &t->submit_to_dispatch);
+}
+
+/* The _other row of t's plan, created on first use. */
+static fq_metrics_tenant *other_row(fq_metrics_scratch *sc, const char *plan)
+{
+    for (size_t i = sc->n_other; i-- > 0;)
+        if (strcmp(sc->other[i].plan, plan) == 0)
+            return &sc->other[i];
+    if (grow(&sc->other, &sc->cap_other, sc->n_other + 1, sizeof *sc->other) != FQ_OK)
+        return NULL;
+    fq_metrics_tenant *o = &sc->other[sc->n_other++];
+    tenant_zero(o);
+    snprintf(o->tenant, sizeof o->tenant, "%s", FQ_METRICS_OTHER);
+    snprintf(o->plan, sizeof o->plan, "%s", plan);
+    return o;
+}
+
+/* Decide which tenants get series and fold the rest. A real tenant named
+ * "_other" is folded too, so that no two rows share a label set. */
+static fq_status fold(fq_metrics_snapshot *s)
+{
+    fq_metrics_scratch *sc = s->scratch;
+
+    sc->n_other = sc->n_named = sc->folded = 0;
+    for (size_t i = 0; i < s->n_tenants; i++) {
+        const fq_metrics_tenant *t = &s->tenants[i];
+        if (sc->n_named < s->max_tenant_series && strcmp(t->tenant, FQ_METRICS_OTHER) != 0) {
+            if (grow(&sc->rows, &sc->cap_rows, sc->n_named + 1, sizeof *sc->rows) != FQ_OK)
+                return FQ_ENOMEM;
+            sc->rows[sc->n_named++] = t;
+            continue;
+        }
+        fq_metrics_tenant *o = other_row(sc, t->plan);
+        if (!o)
+            return FQ_ENOMEM;
+        fold_into(o, t);
+        sc->folded++;
+    }
+    if (grow(&sc->rows, &sc->cap_rows, sc->n_named + sc->n_other, sizeof *sc->rows) != FQ_OK)
+        return FQ_ENOMEM;
+    for (size_t i = 0; i < sc->n_other; i++)
+        sc->rows[sc->n_named + i] = &sc->other[i];
+    sc->n_rows = sc->n_named + sc->n_other;
+    return FQ_OK;
+}
+
+/* ---- skew ---- */
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+double fq_metrics_queue_age_skew(fq_metrics_snapshot *s)
+{
+    fq_metrics_scratch *sc = s->scratch;
+    size_t n = 0;
+
+    if (grow(&sc->ages, &sc->cap_ages, s->n_tenants, sizeof *sc->ages) != FQ_OK)
+        return NAN;
+    for (size_t i = 0; i < s->n_tenants; i++)
+        if (s->tenants[i].queued_runs > 0)
+            sc->ages[n++] = s->tenants[i].oldest_age_seconds;
+    if (n < 2)
+        return 0.0;
+    qsort(sc->ages, n, sizeof *sc->ages, cmp_double);
+    double median = n % 2 ? sc->ages[n / 2] : (sc->ages[n / 2 - 1] + sc->ages[n / 2]) / 2;
+    return sc->ages[n - 1] - median;
+}
+
+/* ---- text ---- */
+
+static void put_u64(fq_buf *b, uint64_t v)
+{
+    fq_buf_printf(b, "%" PRIu64, v);
+}
+
+/* The shortest decimal that reads back as d; the format's words for the
+ * non-finite values. */
+static void put_f64(fq_buf *b, double d)
+{
+    char num[40];
+
+    if (isnan(d)) {
+        fq_buf_puts(b, "NaN");
+    } else if (isinf(d)) {
+        fq_buf_puts(b, d > 0 ? "+Inf" : "-Inf");
+    } else {
+        snprintf(num, sizeof num, "%.15g", d);
+        if (strtod(num, NULL) != d)
+            snprintf(num, sizeof num, "%.17g", d);
+        fq_buf_puts(b, num);
+    }
+}
+
+static void put_label_value(fq_buf *b, const char *v)
+{
+    const unsigned char *p = (const unsigned char *)v;
+    size_t n = strlen(v);
+
+    while (n > 0) {
+        size_t step = 1;
+        if (*p == '\\')
+            fq_buf_append(b, "\\\\", 2);
+        else if (*p == '"')
+            fq_buf_append(b, "\\\"", 2);
+        else if (*p == '\n')
+            fq_buf_append(b, "\\n", 2);
+        else if ((step = fq_utf8_seq(p, n)) == 0)
+            fq_buf_append(b, FQ_UTF8_REPLACEMENT, 3), step = 1;
+        else
+            fq_buf_append(b, (const char *)p, step);
+        p += step;
+        n -= step;
+    }
+}
+
+/* name{tenant="..",plan=".."[,key="val"]} and a space before the value. */
+static void put_series(fq_buf *b, const char *name, const char *suffix,
+                       const fq_metrics_tenant *r, const char *key, const char *val)
+{
+    fq_buf_puts(b, name);
+    fq_buf_puts(b, suffix);
+    fq_buf_puts(b, "{tenant=\"");
+    put_label_value(b, r->tenant);
+    fq_buf_puts(b, "\",plan=\"");
+    put_label_value(b, r->plan);
+    if (key) {
+        fq_buf_printf(b, "\",%s=\"", key);
+        put_label_value(b, val);
+    }
+    fq_buf_puts(b, "\"} ");
+}
+
+/* HELP text escapes only \ and newline. */
+static void put_header(fq_buf *b, const char *name, const char *type, const char *help)
+{
+    fq_buf_printf(b, "# HELP %s ", name);
+    for (const char *p = help; *p; p++) {
+        if (*p == '\\')
+            fq_buf_puts(b, "\\\\");
+        else if (*p == '\n')
+            fq_buf_puts(b, "\\n");
+        else
+            fq_buf_putc(b, *p);
+    }
+    fq_buf_printf(b, "\n# TYPE %s %s\n", name, type);
+}
+
+static void render_family(fq_buf *b, const fq_metrics_scratch *sc, const fq_family *f)
+{
+    put_header(b, f->name, f->type, f->help);
+    for (size_t i = 0; i < sc->n_rows; i++) {
+        const fq_metrics_tenant *r = sc->rows[i];
+        const void *v = (const char *)r + f->off;
+        if (f->fold == FOLD_NONE && i >= sc->n_named)
+            continue;
+        if (f->kind == K_F64 && isnan(*(const double *)v))
+            continue;   /* not known: no sample rather than a NaN */
+        put_series(b, f->name, "", r, NULL, NULL);
+        switch (f->kind) {
+        case K_U64: put_u64(b, *(const uint64_t *)v); break;
+        case K_I64: fq_buf_printf(b, "%" PRId64, *(const int64_t *)v); break;
+        case K_F64: put_f64(b, *(const double *)v); break;
+        }
+        fq_buf_putc(b, '\n');
+    }
+}
+
+/* The policy in force, and which layer set it; not folded. */
+static void render_weight(fq_buf *b, const fq_metrics_scratch *sc)
+{
+    static const char name[] = "fairq_tenant_weight";
+    put_header(b, name, "gauge",
+               "Weight in force (quantum = base quantum x weight); source is default, config or override. Not folded.");
+    for (size_t i = 0; i < sc->n_named; i++) {
+        const fq_metrics_tenant *r = sc->rows[i];
+        unsigned src = (unsigned)r->source;
+        put_series(b, name, "", r, "source", src <= FQ_SRC_OVERRIDE ? fq_source_names[src] : "unknown");
+        put_u64(b, r->weight);
+        fq_buf_putc(b, '\n');
+    }
+}
+
+static void render_rejected(fq_buf *b, const fq_metrics_scratch *sc)
+{
+    static const char name[] = "fairq_tenant_rejected_runs_total";
+    put_header(b, name, "counter",
+               "Runs refused to the rejected subject, by reason (the Fair-Error code).");
+    for (size_t i = 0; i < sc->n_rows; i++) {
+        for (size_t r = 0; r < FQ__COUNT; r++) {
+            if (sc->rows[i]->rejected[r] == 0)
+                continue;   /* no zero series for every tenant x reason */
+            put_series(b, name, "", sc->rows[i], "reason", fq_status_code((fq_status)r));
+            put_u64(b, sc->rows[i]->rejected[r]);
+            fq_buf_putc(b, '\n');
+        }
+    }
+}
+
+static void render_latency(fq_buf *b, const fq_metrics_scratch *sc)
+{
+    static const char name[] = "fairq_tenant_submit_to_dispatch_seconds";
+    char le[32];
+
+    put_header(b, name, "histogram",
+               "Time from a run's submit to its dispatch. Tenants with no dispatch yet have no series.");
+    for (size_t i = 0; i < sc->n_rows; i++) {
+        const fq_metrics_tenant *r = sc->rows[i];
+        const fq_hist *h = &r->submit_to_dispatch;
+        uint64_t cum = 0;
+        if (fq_hist_count(h) == 0)
+            continue;
+        for (size_t k = 0; k <= FQ_HIST_BUCKETS; k++) {
+            cum += h->bucket[k];
+            if (k < FQ_HIST_BUCKETS)
+                snprintf(le, sizeof le, "%.15g", (double)fq_hist_bounds_us[k] / 1e6);
+            else
+                snprintf(le, sizeof le, "+Inf");
+            put_series(b, name, "_bucket", r, "le", le);
+            put_u64(b, cum);
+            fq_buf_putc(b, '\n');
+        }
+        put_series(b, name, "_sum", r, NULL, NULL);
+        put_f64(b, (double)h->sum_us / 1e6);
+        fq_buf_putc(b, '\n');
+        put_series(b, name, "_count", r, NULL, NULL);
+        put_u64(b, cum);
+        fq_buf_putc(b, '\n');
+    }
+}
+
+/* One unlabelled sample of a family of its own. */
+static void render_one(fq_buf *b, const char *name, const char *type, const char *help,
+                       double d, uint64_t u, bool is_double)
+{
+    put_header(b, name, type, help);
+    fq_buf_printf(b, "%s ", name);
+    if (is_double)
+        put_f64(b, d);
+    else
+        put_u64(b, u);
+    fq_buf_putc(b, '\n');
+}
+
+#define GAUGE_U(name, help, v) render_one(b, name, "gauge", help, 0, (v), false)
+#define GAUGE_D(name, help, v) render_one(b, name, "gauge", help, (v), 0, true)
+#define COUNTER(name, help, v) render_one(b, name, "counter", help, 0, (v), false)
+
+/* 0 means unlimited in the config: +Inf says so to a dashboard. */
+static double capacity(uint64_t v)
+{
+    return v ? (double)v : INFINITY;
+}
+
+static void render_overall(fq_buf *b, fq_metrics_snapshot *s)
+{
+    const fq_metrics_overall *a = &s->all;
+    uint64_t active = 0;
+
+    for (size_t i = 0; i < s->n_tenants; i++)
+        active += s->tenants[i].queued_runs > 0;
+
+    put_header(b, "fairq_build_info", "gauge", "fairq's version, as a label; always 1.");
+    fq_buf_printf(b, "fairq_build_info{version=\"%s\"} 1\n", FAIRQ_VERSION);
+    GAUGE_U("fairq_tenants", "Tenants the scheduler knows.", s->n_tenants);
+    GAUGE_U("fairq_tenants_active", "Tenants with queued runs.", active);
+    GAUGE_U("fairq_tenants_folded",
+            "Tenants past the series limit, whose values are in tenant=\"_other\".",
+            s->scratch->folded);
+    GAUGE_D("fairq_queue_age_skew_seconds",
+            "Oldest queued run's age of the most delayed tenant minus the median of that age over tenants with queued work; 0 with fewer than two.",
+            fq_metrics_queue_age_skew(s));
+    GAUGE_U("fairq_in_flight_runs", "Runs dispatched and holding a window slot.", a->in_flight_runs);
+    GAUGE_U("fairq_in_flight_tokens", "Estimated tokens of the runs in flight.", a->in_flight_tokens);
+    GAUGE_D("fairq_window_capacity_runs", "window.max_in_flight; +Inf when unlimited.",
+            capacity(a->window_runs));
+    GAUGE_D("fairq_window_capacity_tokens", "window.max_in_flight_tokens; +Inf when unlimited.",
+            capacity(a->window_tokens));
+    COUNTER("fairq_expired_leases_total",
+            "Runs whose lease expired with no completion, freeing their slot.", a->expired_leases);
+    GAUGE_U("fairq_buffered_runs", "Runs held in memory (with their body or as an index entry).",
+            a->buffered_runs);
+    GAUGE_U("fairq_buffered_bytes", "Bytes of run bodies held in memory.", a->buffered_bytes);
+    GAUGE_U("fairq_fetch_paused",
+            "1 while fetching from the submit stream is paused at limits.max_buffered_runs.",
+            a->fetch_paused);
+    COUNTER("fairq_fetch_pauses_total", "Times fetching paused at limits.max_buffered_runs.",
+            a->fetch_pauses);
+    GAUGE_U("fairq_nats_connected", "1 while connected to NATS.", a->nats_connected);
+    COUNTER("fairq_nats_reconnects_total", "Reconnections to NATS.", a->nats_reconnects);
+    COUNTER("fairq_config_reloads_total", "Config reloads that took effect.", a->config_reloads);
+    COUNTER("fairq_config_reload_failures_total",
+            "Config reloads refused (invalid file); the old config stayed.", a->config_reload_failures);
+    COUNTER("fairq_invalid_subject_runs_total",
+            "Runs refused because their subject names no valid tenant.", a->invalid_subject_runs);
+    GAUGE_U("fairq_dispatch_lease_held",
+            "1 while this proxy holds the dispatcher lease; 0 while it waits for another.",
+            a->lease_held);
+}
+
+fq_status fq_metrics_render(fq_buf *out, fq_metrics_snapshot *s)
+{
+    if (fold(s) != FQ_OK)
+        return FQ_ENOMEM;
+    for (size_t i = 0; i < N_TENANT_FAMILIES; i++)
+        render_family(out, s->scratch, &fq_tenant_families[i]);
+    render_weight(out, s->scratch);
+    render_rejected(out, s->scratch);
+    render_latency(out, s->scratch);
+    render_overall(out, s);
+    return out->failed ? FQ_ENOMEM : FQ_OK;
+}

@@ -1,0 +1,130 @@
+/* metrics.h -- fairq's Prometheus metrics: a snapshot the proxy fills, rendered as text exposition. */
+#ifndef FQ_METRICS_H
+#define FQ_METRICS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "buf.h"
+#include "drr.h"
+#include "fq.h"
+#include "policy.h"
+
+/*
+ * The proxy copies its state into a snapshot under its own lock, lets go,
+ * and renders outside it: rendering is a pure function of the snapshot, so
+ * a scrape never holds the dispatch loop, and tests render made-up states.
+ * The families, their labels and the fold rules are listed in
+ * docs/metrics.md; tests/metrics_test.py checks the two agree.
+ */
+
+/* Tenants past this many get no series of their own: their values are
+ * folded, per plan, into tenant="_other". */
+#define FQ_METRICS_MAX_TENANT_SERIES 10000
+#define FQ_METRICS_OTHER "_other"
+
+/* Submit-to-dispatch latency: fixed buckets from 1 ms to 1 h. */
+#define FQ_HIST_BUCKETS 20
+extern const uint64_t fq_hist_bounds_us[FQ_HIST_BUCKETS];
+
+/* A histogram accumulator: fixed size, no allocation per observation. Not
+ * locked: update it where the tenant's other state is updated. */
+typedef struct fq_hist {
+    uint64_t bucket[FQ_HIST_BUCKETS + 1];  /* observations per bucket, not
+                                              cumulative; the last is +Inf */
+    uint64_t sum_us;                       /* sum of observations */
+} fq_hist;
+
+/* Count one observation of us microseconds. */
+void fq_hist_observe(fq_hist *h, uint64_t us);
+/* Observations counted so far. */
+uint64_t fq_hist_count(const fq_hist *h);
+
+/* One tenant's values. Strings are copied in, so a snapshot holds no
+ * pointer into the proxy's live state. */
+typedef struct fq_metrics_tenant {
+    char tenant[FQ_TENANT_MAX + 1];
+    char plan[FQ_TENANT_MAX + 1];
+    enum fq_policy_source source;   /* which layer set the policy in force */
+    uint32_t weight;                /* in force */
+    uint64_t queued_runs;
+    uint64_t queued_tokens;         /* estimates of the queued runs */
+    uint64_t in_flight_runs;
+    int64_t deficit_tokens;         /* negative: in debt */
+    double oldest_age_seconds;      /* oldest queued run; 0 if none */
+    uint64_t dispatched_runs;       /* counters from here on */
+    uint64_t charged_tokens;        /* estimates charged at dispatch */
+    uint64_t actual_tokens;         /* reported by completions */
+    uint64_t rejected[FQ__COUNT];   /* refused runs by reason (fq_status) */
+    double estimate_error;          /* actual / charged; NaN: not known */
+    fq_hist submit_to_dispatch;
+} fq_metrics_tenant;
+
+/* The proxy as a whole. */
+typedef struct fq_metrics_overall {
+    uint64_t in_flight_runs;
+    uint64_t in_flight_tokens;
+    uint64_t window_runs;           /* capacity; 0: unlimited */
+    uint64_t window_tokens;         /* capacity; 0: unlimited */
+    uint64_t expired_leases;        /* counter */
+    uint64_t buffered_runs;         /* held in memory, body or index only */
+    uint64_t buffered_bytes;        /* bodies held in memory */
+    bool fetch_paused;              /* at max_buffered_runs: not fetching */
+    uint64_t fetch_pauses;          /* counter: times fetching paused */
+    bool nats_connected;
+    uint64_t nats_reconnects;       /* counter */
+    uint64_t config_reloads;        /* counter: reloads that took effect */
+    uint64_t config_reload_failures;/* counter: reloads refused */
+    uint64_t invalid_subject_runs;  /* counter: refused, no valid tenant */
+    bool lease_held;                /* this proxy is the dispatcher */
+} fq_metrics_overall;
+
+typedef struct fq_metrics_scratch fq_metrics_scratch;
+
+typedef struct fq_metrics_snapshot {
+    fq_metrics_overall all;
+    fq_metrics_tenant *tenants;     /* every tenant the scheduler knows, in
+                                       a stable order (creation order): the
+                                       first max_tenant_series get series */
+    size_t n_tenants;
+    size_t cap_tenants;
+    size_t max_tenant_series;
+    fq_metrics_scratch *scratch;    /* the renderer's, reused across renders */
+} fq_metrics_snapshot;
+
+/* max_tenant_series 0 takes FQ_METRICS_MAX_TENANT_SERIES. On error *out is
+ * NULL. */
+fq_status fq_metrics_snapshot_create(fq_metrics_snapshot **out, size_t max_tenant_series);
+/* Safe on NULL. */
+void fq_metrics_snapshot_destroy(fq_metrics_snapshot *s);
+/* Empty it for the next fill; memory is kept. */
+void fq_metrics_snapshot_clear(fq_metrics_snapshot *s);
+/* Append a zeroed tenant (estimate_error NaN), or NULL when out of memory
+ * (the snapshot is unchanged). Valid until the next add or clear. */
+fq_metrics_tenant *fq_metrics_snapshot_add(fq_metrics_snapshot *s);
+
+/* Copy the scheduler's view of a tenant into m: id, weight, deficit,
+ * queue, in flight and totals; the oldest run's age from now, with now and
+ * the scheduler's times in one unit of unit_seconds seconds (1e-3 for ms).
+ * Plan, source, rejections, estimate error and the histogram are the
+ * caller's to set. */
+void fq_metrics_tenant_set_info(fq_metrics_tenant *m, const fq_tenant_info *ti,
+                                uint64_t now, double unit_seconds);
+
+/* The queue-age skew across tenants, in seconds: the oldest queued run's
+ * age of the most delayed tenant minus the median of the same age over
+ * every tenant with queued work; 0 with fewer than two such tenants. A
+ * difference, not a ratio, because the median is often near 0 and a ratio
+ * would swing wildly on it; in seconds, because that is what an operator
+ * sets an alert on. Large skew means a few tenants are backlogged while the
+ * typical one is not: under FIFO, everyone would wait behind them. */
+double fq_metrics_queue_age_skew(fq_metrics_snapshot *s);
+
+/* Append the text exposition (format 0.0.4) of s to out. FQ_ENOMEM if out
+ * could not grow; out then holds a partial text to discard. */
+fq_status fq_metrics_render(fq_buf *out, fq_metrics_snapshot *s);
+
+#define FQ_METRICS_CONTENT_TYPE "text/plain; version=0.0.4; charset=utf-8"
+
+#endif

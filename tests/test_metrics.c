@@ -1,0 +1,398 @@
+/* test_metrics.c -- the Prometheus renderer: families, values, folding into _other, escaping, skew, histograms. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "metrics.h"
+
+/* ---- reading the text back ---- */
+
+/* The value of the sample whose name and labels are exactly series
+ * ("name{a=\"x\"}"), or NaN if there is no such line. */
+static double value_of(const char *text, const char *series)
+{
+    size_t n = strlen(series);
+    for (const char *p = text; p && *p; p = strchr(p, '\n'), p = p ? p + 1 : NULL) {
+        if (strncmp(p, series, n) == 0 && p[n] == ' ')
+            return strtod(p + n + 1, NULL);
+    }
+    return NAN;
+}
+
+static int has_series(const char *text, const char *series)
+{
+    return !isnan(value_of(text, series));
+}
+
+/* Lines starting with prefix. */
+static size_t count_lines(const char *text, const char *prefix)
+{
+    size_t c = 0, n = strlen(prefix);
+    for (const char *p = text; p && *p; p = strchr(p, '\n'), p = p ? p + 1 : NULL)
+        c += strncmp(p, prefix, n) == 0;
+    return c;
+}
+
+/* Structure every exposition must have: each family announced once by HELP
+ * then TYPE, its samples right after, each sample named after the family
+ * (histograms with their suffixes), label values properly quoted. */
+static void assert_well_formed(const char *text)
+{
+    char family[128] = "", type[16] = "";
+    char seen[64][128];
+    size_t nseen = 0;
+    const char *p = text;
+
+    assert_true(text[strlen(text) - 1] == '\n');
+    while (*p) {
+        const char *eol = strchr(p, '\n');
+        assert_non_null(eol);
+        if (strncmp(p, "# HELP ", 7) == 0) {
+            assert_int_equal(sscanf(p + 7, "%127s", family), 1);
+            for (size_t i = 0; i < nseen; i++)
+                assert_string_not_equal(seen[i], family);
+            assert_true(nseen < 64);
+            strcpy(seen[nseen++], family);
+            const char *t = eol + 1;
+            char tname[128];
+            assert_int_equal(sscanf(t, "# TYPE %127s %15s", tname, type), 2);
+            assert_string_equal(tname, family);
+            p = strchr(t, '\n') + 1;
+            continue;
+        }
+        assert_true(*p != '#');
+        size_t fl = strlen(family);
+        assert_int_equal(strncmp(p, family, fl), 0);
+        const char *rest = p + fl;
+        if (strcmp(type, "histogram") == 0) {
+            if (strncmp(rest, "_bucket", 7) == 0) rest += 7;
+            else if (strncmp(rest, "_sum", 4) == 0) rest += 4;
+            else if (strncmp(rest, "_count", 6) == 0) rest += 6;
+            else fail_msg("histogram sample without suffix: %.*s", (int)(eol - p), p);
+        }
+        if (*rest == '{') {
+            rest++;
+            while (*rest != '}') {
+                while (*rest != '=') {
+                    assert_true((*rest >= 'a' && *rest <= 'z') || *rest == '_');
+                    rest++;
+                }
+                assert_int_equal(*++rest, '"');
+                rest++;
+                while (*rest != '"') {
+                    assert_true(*rest != '\n');
+                    if (*rest == '\\') {
+                        rest++;
+                        assert_non_null(strchr("\\\"n", *rest));
+                    }
+                    rest++;
+                }
+                rest++;
+                if (*rest == ',')
+                    rest++;
+            }
+            rest++;
+        }
+        assert_int_equal(*rest, ' ');
+        char *end;
+        strtod(rest + 1, &end);
+        assert_ptr_equal(end, eol);
+        p = eol + 1;
+    }
+}
+
+static char *render(fq_metrics_snapshot *s)
+{
+    fq_buf b = {0};
+    assert_int_equal(fq_metrics_render(&b, s), FQ_OK);
+    assert_non_null(b.p);
+    assert_well_formed(b.p);
+    return b.p;
+}
+
+static fq_metrics_tenant *add(fq_metrics_snapshot *s, const char *id, const char *plan,
+                              uint64_t queued, double age)
+{
+    fq_metrics_tenant *t = fq_metrics_snapshot_add(s);
+    assert_non_null(t);
+    snprintf(t->tenant, sizeof t->tenant, "%s", id);
+    snprintf(t->plan, sizeof t->plan, "%s", plan);
+    t->queued_runs = queued;
+    t->queued_tokens = queued * 100;
+    t->oldest_age_seconds = age;
+    return t;
+}
+
+/* ---- tests ---- */
+
+static void test_hist_buckets_are_upper_bounds(void **state)
+{
+    (void)state;
+    fq_hist h = {0};
+    fq_hist_observe(&h, 0);
+    fq_hist_observe(&h, 1000);              /* exactly 1 ms: le="0.001" */
+    fq_hist_observe(&h, 1001);
+    fq_hist_observe(&h, 3600000000ULL);     /* exactly 1 h */
+    fq_hist_observe(&h, 3600000001ULL);     /* past the last bound */
+    assert_int_equal(h.bucket[0], 2);
+    assert_int_equal(h.bucket[1], 1);
+    assert_int_equal(h.bucket[FQ_HIST_BUCKETS - 1], 1);
+    assert_int_equal(h.bucket[FQ_HIST_BUCKETS], 1);
+    assert_int_equal(fq_hist_count(&h), 5);
+    assert_int_equal(h.sum_us, 1000 + 1001 + 3600000000ULL + 3600000001ULL);
+    for (size_t i = 1; i < FQ_HIST_BUCKETS; i++)
+        assert_true(fq_hist_bounds_us[i] > fq_hist_bounds_us[i - 1]);
+}
+
+static void test_values_and_labels(void **state)
+{
+    (void)state;
+    fq_metrics_snapshot *s;
+    assert_int_equal(fq_metrics_snapshot_create(&s, 0), FQ_OK);
+    assert_int_equal(s->max_tenant_series, FQ_METRICS_MAX_TENANT_SERIES);
+
+    fq_metrics_tenant *a = add(s, "acme", "pro", 900, 12.5);
+    a->weight = 3;
+    a->source = FQ_SRC_OVERRIDE;
+    a->deficit_tokens = -250;
+    a->dispatched_runs = 40;
+    a->charged_tokens = 4000;
+    a->actual_tokens = 12000;
+    a->estimate_error = 3.0;
+    a->rejected[FQ_EFULL] = 7;
+    a->rejected[FQ_EINVAL] = 2;
+    fq_hist_observe(&a->submit_to_dispatch, 1500);
+    fq_hist_observe(&a->submit_to_dispatch, 2 * 1000000);
+    add(s, "beta", "free", 0, 0);   /* never dispatched, error unknown */
+
+    s->all.in_flight_runs = 17;
+    s->all.window_runs = 64;
+    s->all.window_tokens = 0;
+    s->all.nats_connected = true;
+    s->all.nats_reconnects = 2;
+    s->all.fetch_paused = true;
+
+    char *t = render(s);
+    assert_true(value_of(t, "fairq_tenant_queued_runs{tenant=\"acme\",plan=\"pro\"}") == 900);
+    assert_true(value_of(t, "fairq_tenant_queued_tokens{tenant=\"acme\",plan=\"pro\"}") == 90000);
+    assert_true(value_of(t, "fairq_tenant_deficit_tokens{tenant=\"acme\",plan=\"pro\"}") == -250);
+    assert_true(value_of(t, "fairq_tenant_oldest_queued_age_seconds{tenant=\"acme\",plan=\"pro\"}") == 12.5);
+    assert_true(value_of(t, "fairq_tenant_actual_tokens_total{tenant=\"acme\",plan=\"pro\"}") == 12000);
+    assert_true(value_of(t, "fairq_tenant_estimate_error_ratio{tenant=\"acme\",plan=\"pro\"}") == 3.0);
+    assert_true(value_of(t, "fairq_tenant_weight{tenant=\"acme\",plan=\"pro\",source=\"override\"}") == 3);
+    assert_true(value_of(t, "fairq_tenant_rejected_runs_total{tenant=\"acme\",plan=\"pro\",reason=\"tenant_full\"}") == 7);
+    assert_true(value_of(t, "fairq_tenant_rejected_runs_total{tenant=\"acme\",plan=\"pro\",reason=\"invalid\"}") == 2);
+    assert_int_equal(count_lines(t, "fairq_tenant_rejected_runs_total{"), 2);
+    /* Histogram: cumulative buckets, +Inf equals the count, sum in seconds. */
+    assert_true(value_of(t, "fairq_tenant_submit_to_dispatch_seconds_bucket{tenant=\"acme\",plan=\"pro\",le=\"0.001\"}") == 0);
+    assert_true(value_of(t, "fairq_tenant_submit_to_dispatch_seconds_bucket{tenant=\"acme\",plan=\"pro\",le=\"0.0025\"}") == 1);
+    assert_true(value_of(t, "fairq_tenant_submit_to_dispatch_seconds_bucket{tenant=\"acme\",plan=\"pro\",le=\"2.5\"}") == 2);
+    assert_true(value_of(t, "fairq_tenant_submit_to_dispatch_seconds_bucket{tenant=\"acme\",plan=\"pro\",le=\"3600\"}") == 2);
+    assert_true(value_of(t, "fairq_tenant_submit_to_dispatch_seconds_bucket{tenant=\"acme\",plan=\"pro\",le=\"+Inf\"}") == 2);
+    assert_true(value_of(t, "fairq_tenant_submit_to_dispatch_seconds_count{tenant=\"acme\",plan=\"pro\"}") == 2);
+    assert_true(value_of(t, "fairq_tenant_submit_to_dispatch_seconds_sum{tenant=\"acme\",plan=\"pro\"}") == 2.0015);
+    assert_int_equal(count_lines(t, "fairq_tenant_submit_to_dispatch_seconds_bucket{tenant=\"acme\""),
+                     FQ_HIST_BUCKETS + 1);
+    /* A tenant with nothing to say has its gauges, but no histogram and
+     * no estimate error rather than a made-up one. */
+    assert_true(value_of(t, "fairq_tenant_queued_runs{tenant=\"beta\",plan=\"free\"}") == 0);
+    assert_false(has_series(t, "fairq_tenant_estimate_error_ratio{tenant=\"beta\",plan=\"free\"}"));
+    assert_int_equal(count_lines(t, "fairq_tenant_submit_to_dispatch_seconds_count{tenant=\"beta\""), 0);
+    assert_true(value_of(t, "fairq_tenant_weight{tenant=\"beta\",plan=\"free\",source=\"default\"}") == 0);
+
+    assert_true(value_of(t, "fairq_in_flight_runs") == 17);
+    assert_true(value_of(t, "fairq_window_capacity_runs") == 64);
+    assert_true(isinf(value_of(t, "fairq_window_capacity_tokens")));
+    assert_true(value_of(t, "fairq_nats_connected") == 1);
+    assert_true(value_of(t, "fairq_nats_reconnects_total") == 2);
+    assert_true(value_of(t, "fairq_fetch_paused") == 1);
+    assert_true(value_of(t, "fairq_tenants") == 2);
+    assert_true(value_of(t, "fairq_tenants_active") == 1);
+    assert_true(value_of(t, "fairq_tenants_folded") == 0);
+    assert_true(value_of(t, "fairq_build_info{version=\"" FAIRQ_VERSION "\"}") == 1);
+    assert_int_equal(count_lines(t, "fairq_tenant_queued_runs{tenant=\"_other\""), 0);
+    free(t);
+
+    /* Cleared and refilled, the snapshot renders only the new state. */
+    fq_metrics_snapshot_clear(s);
+    add(s, "gamma", "pro", 1, 1);
+    t = render(s);
+    assert_false(has_series(t, "fairq_tenant_queued_runs{tenant=\"acme\",plan=\"pro\"}"));
+    assert_true(value_of(t, "fairq_tenant_queued_runs{tenant=\"gamma\",plan=\"pro\"}") == 1);
+    assert_true(value_of(t, "fairq_in_flight_runs") == 0);
+    free(t);
+    fq_metrics_snapshot_destroy(s);
+    fq_metrics_snapshot_destroy(NULL);
+}
+
+/* Past the limit, tenants fold per plan into _other: sums for counts, the
+ * maximum for ages, nothing for deficits, weights and estimate errors. */
+static void test_tenants_fold_into_other(void **state)
+{
+    (void)state;
+    fq_metrics_snapshot *s;
+    assert_int_equal(fq_metrics_snapshot_create(&s, 2), FQ_OK);
+    add(s, "t1", "pro", 1, 1);
+    add(s, "t2", "free", 2, 2);
+    fq_metrics_tenant *f1 = add(s, "t3", "free", 3, 30);
+    fq_metrics_tenant *f2 = add(s, "t4", "free", 4, 7);
+    fq_metrics_tenant *f3 = add(s, "t5", "pro", 5, 5);
+    fq_metrics_tenant *f4 = add(s, "_other", "free", 6, 6);   /* a real tenant of that name */
+    f1->rejected[FQ_EOVERLOAD] = 1;
+    f2->rejected[FQ_EOVERLOAD] = 2;
+    f1->deficit_tokens = 10;
+    f1->estimate_error = 2;
+    f1->dispatched_runs = 10;
+    f3->dispatched_runs = 5;
+    f4->dispatched_runs = 1;
+    fq_hist_observe(&f1->submit_to_dispatch, 100);
+    fq_hist_observe(&f2->submit_to_dispatch, 100 * 1000000ULL);
+
+    char *t = render(s);
+    assert_true(value_of(t, "fairq_tenant_queued_runs{tenant=\"t1\",plan=\"pro\"}") == 1);
+    assert_true(value_of(t, "fairq_tenant_queued_runs{tenant=\"t2\",plan=\"free\"}") == 2);
+    assert_false(has_series(t, "fairq_tenant_queued_runs{tenant=\"t3\",plan=\"free\"}"));
+    assert_int_equal(count_lines(t, "fairq_tenant_queued_runs{"), 4);
+    assert_int_equal(count_lines(t, "fairq_tenant_queued_runs{tenant=\"_other\""), 2);
+    assert_true(value_of(t, "fairq_tenant_queued_runs{tenant=\"_other\",plan=\"free\"}") == 3 + 4 + 6);
+    assert_true(value_of(t, "fairq_tenant_queued_runs{tenant=\"_other\",plan=\"pro\"}") == 5);
+    assert_true(value_of(t, "fairq_tenant_dispatched_runs_total{tenant=\"_other\",plan=\"free\"}") == 11);
+    assert_true(value_of(t, "fairq_tenant_oldest_queued_age_seconds{tenant=\"_other\",plan=\"free\"}") == 30);
+    assert_true(value_of(t, "fairq_tenant_rejected_runs_total{tenant=\"_other\",plan=\"free\",reason=\"overload\"}") == 3);
+    assert_true(value_of(t, "fairq_tenant_submit_to_dispatch_seconds_count{tenant=\"_other\",plan=\"free\"}") == 2);
+    assert_true(value_of(t, "fairq_tenant_submit_to_dispatch_seconds_bucket{tenant=\"_other\",plan=\"free\",le=\"0.001\"}") == 1);
+    assert_int_equal(count_lines(t, "fairq_tenant_deficit_tokens{tenant=\"_other\""), 0);
+    assert_int_equal(count_lines(t, "fairq_tenant_estimate_error_ratio{tenant=\"_other\""), 0);
+    assert_int_equal(count_lines(t, "fairq_tenant_weight{tenant=\"_other\""), 0);
+    assert_true(value_of(t, "fairq_tenants") == 6);
+    assert_true(value_of(t, "fairq_tenants_folded") == 4);
+    /* The skew counts every tenant, folded or not: ages 1,2,5,6,7,30. */
+    assert_true(value_of(t, "fairq_queue_age_skew_seconds") == 30 - 5.5);
+    free(t);
+    fq_metrics_snapshot_destroy(s);
+}
+
+/* Label values from config and clients are escaped; bytes that are not
+ * UTF-8 become U+FFFD. */
+static void test_label_escaping(void **state)
+{
+    (void)state;
+    fq_metrics_snapshot *s;
+    assert_int_equal(fq_metrics_snapshot_create(&s, 0), FQ_OK);
+    add(s, "acme", "we\"ird\\plan\nx", 1, 0);
+    add(s, "beta", "caf\xc3\xa9\xff", 1, 0);
+    char *t = render(s);
+    assert_true(value_of(t, "fairq_tenant_queued_runs{tenant=\"acme\",plan=\"we\\\"ird\\\\plan\\nx\"}") == 1);
+    assert_true(value_of(t, "fairq_tenant_queued_runs{tenant=\"beta\",plan=\"caf\xc3\xa9\xef\xbf\xbd\"}") == 1);
+    free(t);
+    fq_metrics_snapshot_destroy(s);
+}
+
+static void test_skew(void **state)
+{
+    (void)state;
+    fq_metrics_snapshot *s;
+    assert_int_equal(fq_metrics_snapshot_create(&s, 0), FQ_OK);
+    assert_true(fq_metrics_queue_age_skew(s) == 0);
+    add(s, "a", "p", 1, 10);
+    assert_true(fq_metrics_queue_age_skew(s) == 0);     /* no peers */
+    add(s, "idle", "p", 0, 99);                         /* nothing queued: ignored */
+    add(s, "b", "p", 1, 1);
+    add(s, "c", "p", 1, 2);
+    assert_true(fq_metrics_queue_age_skew(s) == 10 - 2);
+    add(s, "d", "p", 1, 4);                             /* even count: mean of the middle two */
+    assert_true(fq_metrics_queue_age_skew(s) == 10 - 3);
+    fq_metrics_snapshot_destroy(s);
+}
+
+static void test_set_info(void **state)
+{
+    (void)state;
+    fq_metrics_tenant m;
+    fq_tenant_info ti = {
+        .id = "acme", .weight = 2, .deficit = -5, .queued = 3, .queued_tokens = 300,
+        .in_flight = 4, .oldest_enqueued = 10000, .dispatched = 9, .charged_tokens = 900,
+        .actual_tokens = 1800,
+    };
+    memset(&m, 0, sizeof m);
+    fq_metrics_tenant_set_info(&m, &ti, 12500, 1e-3);
+    assert_string_equal(m.tenant, "acme");
+    assert_int_equal(m.weight, 2);
+    assert_int_equal(m.deficit_tokens, -5);
+    assert_int_equal(m.queued_runs, 3);
+    assert_int_equal(m.queued_tokens, 300);
+    assert_int_equal(m.in_flight_runs, 4);
+    assert_true(fabs(m.oldest_age_seconds - 2.5) < 1e-9);
+    assert_int_equal(m.dispatched_runs, 9);
+    assert_int_equal(m.charged_tokens, 900);
+    assert_int_equal(m.actual_tokens, 1800);
+    ti.queued = 0;      /* empty queue: no age, whatever the stale time says */
+    fq_metrics_tenant_set_info(&m, &ti, 12500, 1e-3);
+    assert_true(m.oldest_age_seconds == 0);
+}
+
+/* A realistic state: odd names, folding, histograms, rejections. Written to
+ * $FAIRQ_METRICS_SAMPLE when set, for tests/metrics_test.py to check with
+ * the Prometheus parser; the tenants and plans it uses are listed there. */
+static void test_sample(void **state)
+{
+    (void)state;
+    static const char *const plans[] = {"free", "pro", "we\"ird\\plan\nx"};
+    fq_metrics_snapshot *s;
+    assert_int_equal(fq_metrics_snapshot_create(&s, 5), FQ_OK);
+    for (int i = 0; i < 8; i++) {
+        char id[16];
+        snprintf(id, sizeof id, i == 0 ? "acme" : "tenant-%d_x", i);
+        fq_metrics_tenant *t = add(s, id, plans[i % 3], (uint64_t)(i == 0 ? 900 : i), i == 0 ? 120 : i);
+        t->weight = (uint32_t)(i % 3) + 1;
+        t->source = (enum fq_policy_source)(i % 3);
+        t->in_flight_runs = (uint64_t)i % 4;
+        t->deficit_tokens = 500 - 200 * i;
+        t->dispatched_runs = 100u * (uint64_t)i;
+        t->charged_tokens = 1000u * (uint64_t)i;
+        t->actual_tokens = 1100u * (uint64_t)i;
+        t->estimate_error = 1.1;
+        t->rejected[FQ_EFULL] = (uint64_t)i % 2;
+        t->rejected[FQ_EINVAL] = i == 0 ? 3 : 0;
+        for (uint64_t k = 0; k < (uint64_t)i * 10; k++)
+            fq_hist_observe(&t->submit_to_dispatch, 300 * k * k);
+    }
+    s->all = (fq_metrics_overall){
+        .in_flight_runs = 12, .in_flight_tokens = 12000, .window_runs = 64, .window_tokens = 0,
+        .expired_leases = 1, .buffered_runs = 930, .buffered_bytes = 476160, .fetch_paused = false,
+        .fetch_pauses = 0, .nats_connected = true, .nats_reconnects = 1, .config_reloads = 2,
+        .config_reload_failures = 1, .invalid_subject_runs = 4, .lease_held = true,
+    };
+    char *t = render(s);
+    assert_true(value_of(t, "fairq_tenants_folded") == 3);
+
+    const char *path = getenv("FAIRQ_METRICS_SAMPLE");
+    if (path && *path) {
+        FILE *f = fopen(path, "w");
+        assert_non_null(f);
+        assert_int_equal(fputs(t, f) >= 0, 1);
+        assert_int_equal(fclose(f), 0);
+    }
+    free(t);
+    fq_metrics_snapshot_destroy(s);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_hist_buckets_are_upper_bounds),
+        cmocka_unit_test(test_values_and_labels),
+        cmocka_unit_test(test_tenants_fold_into_other),
+        cmocka_unit_test(test_label_escaping),
+        cmocka_unit_test(test_skew),
+        cmocka_unit_test(test_set_info),
+        cmocka_unit_test(test_sample),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
