@@ -1,0 +1,1117 @@
+/* natsio.c -- fairq's one NATS adapter: connection, streams, pull consumers, async publishes, KV. */
+#include "natsio.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+
+#include <nats/nats.h>
+
+/*
+ * Quirks of nats.c 3.4.1 and nats-server 2.9.10 handled here:
+ *
+ * - natsSubscription_Fetch with a batch above one keeps a waiting pull open
+ *   until the whole batch or the timeout arrives, so a lone run would wait
+ *   for the timeout. The fetch thread instead asks for what is there now
+ *   (NoWait, a full batch) and, when nothing is, waits for one message; it
+ *   goes back to full batches as soon as one arrives.
+ * - NATS_TIMEOUT and NATS_NOT_FOUND from a fetch mean "nothing now"; the
+ *   error stack is cleared.
+ * - MaxAckPending -1 makes Fetch time out: callers give a finite value.
+ * - An async publish whose PubAck never comes (the server went away) is
+ *   reported only when jsPubOptions.MaxWait is set, so every publish has it.
+ * - The PubAck handler gets the published natsMsg, not a user token: a map
+ *   from message address to token, filled before the publish, finds it.
+ * - Acks are published by subject. The consumer sequence is sent as 0: the
+ *   server takes the delivery sequence from its pending record by stream
+ *   sequence (consumer.go processAckMsg), while a stale one, from before the
+ *   consumer was recreated, could move the new consumer's ack floor.
+ * - kvConfig.TTL and jsStreamConfig durations are nanoseconds; Fetch
+ *   timeouts and jsPubOptions.MaxWait are milliseconds.
+ */
+
+#define NIO_MAX_CONSUMERS 4
+#define NIO_MAX_SUBS 4
+#define NIO_NS_PER_MS 1000000LL
+
+/* A durable pull consumer and the thread that fetches for it. */
+typedef struct nio_consumer {
+    fq_nio *n;
+    int id;
+    fq_nio_consumer cfg;        /* strings owned by the caller */
+    natsSubscription *sub;      /* fetch thread only */
+    pthread_t thread;
+    bool started;
+    atomic_bool paused;
+    uint64_t generation;        /* connection generation the consumer was made in */
+} nio_consumer;
+
+/* A core subscription whose messages become REQUEST events. */
+typedef struct nio_sub {
+    fq_nio *n;
+    int id;
+    natsSubscription *sub;
+} nio_sub;
+
+/* One address-to-token slot of the pending-publish map. */
+typedef struct nio_pub {
+    const natsMsg *msg;         /* NULL: empty; NIO_TOMB: deleted */
+    uint64_t token;
+} nio_pub;
+
+struct fq_nio {
+    natsConnection *nc;
+    natsOptions *nopts;
+    jsCtx *js;
+    fq_nio_opts o;
+    char *url, *creds, *tls_ca, *tls_cert, *tls_key, *name; /* owned copies */
+    int64_t max_payload;
+    atomic_bool connected;
+    atomic_uint_fast64_t generation;    /* bumped on each reconnect */
+    atomic_bool stopping;
+
+    pthread_mutex_t mu;         /* guards everything below */
+    pthread_cond_t cv;          /* signalled when events are queued */
+    fq_nio_event *q;            /* ring of events */
+    size_t q_cap, q_head, q_len;
+    bool woken;
+    nio_pub *pubs;              /* open-addressing map, power-of-two size */
+    size_t pubs_cap, pubs_used, pubs_live;
+
+    nio_consumer cons[NIO_MAX_CONSUMERS];
+    nio_sub subs[NIO_MAX_SUBS];
+};
+
+static const char nio_tomb;
+#define NIO_TOMB ((const natsMsg *)&nio_tomb)
+
+uint64_t fq_nio_mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+int64_t fq_nio_unix_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* The reason nats.c gave for the last failure of this thread, into err. */
+static void nio_errtext(char *err, size_t errlen, const char *what, natsStatus s)
+{
+    if (!err || !errlen)
+        return;
+    natsStatus ls = NATS_OK;
+    const char *last = nats_GetLastError(&ls);
+    /* The thread's last error text may be older than s: show it only if it
+     * is about the same failure. */
+    if (ls != s || !last)
+        last = "";
+    snprintf(err, errlen, "%s: %s%s%s", what, natsStatus_GetText(s), *last ? ": " : "", last);
+}
+
+/* ---- the event queue ---------------------------------------------------- */
+
+/* Append an event; the caller holds mu. On allocation failure the event is
+ * lost, which only an out-of-memory process sees. */
+static void nio_push_locked(fq_nio *n, const fq_nio_event *ev)
+{
+    if (n->q_len == n->q_cap) {
+        size_t cap = n->q_cap ? n->q_cap * 2 : 1024;
+        fq_nio_event *q = malloc(cap * sizeof *q);
+        if (!q)
+            return;
+        for (size_t i = 0; i < n->q_len; i++)
+            q[i] = n->q[(n->q_head + i) % n->q_cap];
+        free(n->q);
+        n->q = q;
+        n->q_cap = cap;
+        n->q_head = 0;
+    }
+    n->q[(n->q_head + n->q_len) % n->q_cap] = *ev;
+    n->q_len++;
+}
+
+static void nio_push(fq_nio *n, const fq_nio_event *ev)
+{
+    pthread_mutex_lock(&n->mu);
+    nio_push_locked(n, ev);
+    pthread_cond_signal(&n->cv);
+    pthread_mutex_unlock(&n->mu);
+}
+
+size_t fq_nio_poll(fq_nio *n, fq_nio_event *ev, size_t cap, int timeout_ms)
+{
+    pthread_mutex_lock(&n->mu);
+    if (n->q_len == 0 && !n->woken && timeout_ms > 0) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_sec += timeout_ms / 1000;
+        ts.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        while (n->q_len == 0 && !n->woken &&
+               pthread_cond_timedwait(&n->cv, &n->mu, &ts) != ETIMEDOUT)
+            ;
+    }
+    n->woken = false;
+    size_t k = 0;
+    for (; k < cap && n->q_len > 0; k++) {
+        ev[k] = n->q[n->q_head];
+        n->q_head = (n->q_head + 1) % n->q_cap;
+        n->q_len--;
+    }
+    pthread_mutex_unlock(&n->mu);
+    return k;
+}
+
+void fq_nio_wake(fq_nio *n)
+{
+    pthread_mutex_lock(&n->mu);
+    n->woken = true;
+    pthread_cond_signal(&n->cv);
+    pthread_mutex_unlock(&n->mu);
+}
+
+/* ---- pending publishes: message address -> token ------------------------ */
+
+static size_t nio_pub_slot(const natsMsg *m, size_t mask)
+{
+    uint64_t h = (uint64_t)(uintptr_t)m * 0x9E3779B97F4A7C15ULL;
+    return (size_t)(h >> 17) & mask;
+}
+
+/* Keep the map under half full, tombstones counted. Caller holds mu. */
+static bool nio_pub_grow_locked(fq_nio *n)
+{
+    if ((n->pubs_used + 1) * 2 <= n->pubs_cap)
+        return true;
+    size_t cap = n->pubs_cap ? n->pubs_cap : 4096;
+    while ((n->pubs_live + 1) * 2 > cap / 2)
+        cap *= 2;
+    nio_pub *t = calloc(cap, sizeof *t);
+    if (!t)
+        return false;
+    for (size_t i = 0; i < n->pubs_cap; i++) {
+        const natsMsg *m = n->pubs[i].msg;
+        if (!m || m == NIO_TOMB)
+            continue;
+        size_t j = nio_pub_slot(m, cap - 1);
+        while (t[j].msg)
+            j = (j + 1) & (cap - 1);
+        t[j] = n->pubs[i];
+    }
+    free(n->pubs);
+    n->pubs = t;
+    n->pubs_cap = cap;
+    n->pubs_used = n->pubs_live;
+    return true;
+}
+
+static bool nio_pub_put(fq_nio *n, const natsMsg *m, uint64_t token)
+{
+    pthread_mutex_lock(&n->mu);
+    bool ok = nio_pub_grow_locked(n);
+    if (ok) {
+        size_t mask = n->pubs_cap - 1, j = nio_pub_slot(m, mask);
+        while (n->pubs[j].msg && n->pubs[j].msg != NIO_TOMB)
+            j = (j + 1) & mask;
+        if (!n->pubs[j].msg)
+            n->pubs_used++;
+        n->pubs[j] = (nio_pub){m, token};
+        n->pubs_live++;
+    }
+    pthread_mutex_unlock(&n->mu);
+    return ok;
+}
+
+/* Remove m's entry; caller holds mu. Returns false if it was not there. */
+static bool nio_pub_take_locked(fq_nio *n, const natsMsg *m, uint64_t *token)
+{
+    if (!n->pubs_cap)
+        return false;
+    size_t mask = n->pubs_cap - 1, j = nio_pub_slot(m, mask);
+    for (; n->pubs[j].msg; j = (j + 1) & mask) {
+        if (n->pubs[j].msg == m) {
+            *token = n->pubs[j].token;
+            n->pubs[j].msg = NIO_TOMB;
+            n->pubs_live--;
+            return true;
+        }
+    }
+    return false;
+}
+
+static void nio_pub_drop(fq_nio *n, const natsMsg *m)
+{
+    uint64_t token;
+    pthread_mutex_lock(&n->mu);
+    nio_pub_take_locked(n, m, &token);
+    pthread_mutex_unlock(&n->mu);
+}
+
+int64_t fq_nio_pending_pubs(const fq_nio *n)
+{
+    fq_nio *m = (fq_nio *)n;
+    pthread_mutex_lock(&m->mu);
+    int64_t k = (int64_t)m->pubs_live;
+    pthread_mutex_unlock(&m->mu);
+    return k;
+}
+
+/* nats.c's PubAck handler (its reply-subscription thread): hand the outcome
+ * to the owner. A failed publish's message goes with it for a retry. */
+static void nio_on_puback(jsCtx *js, natsMsg *msg, jsPubAck *pa, jsPubAckErr *pae, void *closure)
+{
+    (void)js;
+    fq_nio *n = closure;
+    fq_nio_event ev = {.type = FQ_NIO_EV_PUBACK};
+    if (pa) {
+        ev.status = FQ_OK;
+        ev.seq = pa->Sequence;
+        ev.duplicate = pa->Duplicate;
+    } else {
+        ev.status = FQ_EIO;
+        ev.err_code = pae ? (int)pae->ErrCode : 0;
+    }
+    pthread_mutex_lock(&n->mu);
+    bool known = nio_pub_take_locked(n, msg, &ev.token);
+    if (known && !pa)
+        ev.msg = (fq_nio_msg *)msg;     /* the owner retries or drops it */
+    if (known) {
+        nio_push_locked(n, &ev);
+        pthread_cond_signal(&n->cv);
+    }
+    pthread_mutex_unlock(&n->mu);
+    if (!ev.msg)
+        natsMsg_Destroy(msg);
+}
+
+/* ---- connection ---------------------------------------------------------- */
+
+static void nio_conn_event(fq_nio *n, bool up)
+{
+    if (up)
+        atomic_fetch_add(&n->generation, 1);
+    atomic_store(&n->connected, up);
+    fq_nio_event ev = {.type = FQ_NIO_EV_CONN, .connected = up};
+    nio_push(n, &ev);
+}
+
+static void nio_on_disconnected(natsConnection *nc, void *closure)
+{
+    (void)nc;
+    nio_conn_event(closure, false);
+}
+
+static void nio_on_reconnected(natsConnection *nc, void *closure)
+{
+    (void)nc;
+    nio_conn_event(closure, true);
+}
+
+static char *nio_strdup(const char *s)
+{
+    return s ? strdup(s) : NULL;
+}
+
+static natsStatus nio_set_options(fq_nio *n)
+{
+    natsOptions *o = n->nopts;
+    natsStatus s = natsOptions_SetURL(o, n->url);
+    if (s == NATS_OK && n->name)
+        s = natsOptions_SetName(o, n->name);
+    if (s == NATS_OK && n->creds)
+        s = natsOptions_SetUserCredentialsFromFiles(o, n->creds, NULL);
+    if (s == NATS_OK && (n->tls_ca || n->tls_cert))
+        s = natsOptions_SetSecure(o, true);
+    if (s == NATS_OK && n->tls_ca)
+        s = natsOptions_LoadCATrustedCertificates(o, n->tls_ca);
+    if (s == NATS_OK && n->tls_cert)
+        s = natsOptions_LoadCertificatesChain(o, n->tls_cert, n->tls_key);
+    /* A sidecar never gives up on its server. */
+    if (s == NATS_OK)
+        s = natsOptions_SetMaxReconnect(o, -1);
+    if (s == NATS_OK)
+        s = natsOptions_SetReconnectWait(o, 250);
+    if (s == NATS_OK)
+        s = natsOptions_SetPingInterval(o, 5000);
+    if (s == NATS_OK)
+        s = natsOptions_SetMaxPingsOut(o, 3);
+    if (s == NATS_OK)
+        s = natsOptions_SetReconnectBufSize(o, 64 * 1024 * 1024);
+    if (s == NATS_OK)
+        s = natsOptions_SetDisconnectedCB(o, nio_on_disconnected, n);
+    if (s == NATS_OK)
+        s = natsOptions_SetReconnectedCB(o, nio_on_reconnected, n);
+    return s;
+}
+
+fq_status fq_nio_create(fq_nio **out, const fq_nio_opts *o, char *err, size_t errlen)
+{
+    *out = NULL;
+    fq_nio *n = calloc(1, sizeof *n);
+    if (!n)
+        return FQ_ENOMEM;
+    n->o = *o;
+    if (!n->o.api_wait_ms)
+        n->o.api_wait_ms = 5000;
+    if (!n->o.pub_wait_ms)
+        n->o.pub_wait_ms = 5000;
+    if (!n->o.max_pending_pubs)
+        n->o.max_pending_pubs = 65536;
+    pthread_mutex_init(&n->mu, NULL);
+    pthread_cond_init(&n->cv, NULL);
+    n->url = nio_strdup(o->url);
+    n->creds = nio_strdup(o->creds);
+    n->tls_ca = nio_strdup(o->tls_ca);
+    n->tls_cert = nio_strdup(o->tls_cert);
+    n->tls_key = nio_strdup(o->tls_key);
+    n->name = nio_strdup(o->name);
+    for (int i = 0; i < NIO_MAX_CONSUMERS; i++)
+        n->cons[i] = (nio_consumer){.n = n, .id = i};
+    for (int i = 0; i < NIO_MAX_SUBS; i++)
+        n->subs[i] = (nio_sub){.n = n, .id = i};
+    const char *what = "nats options";
+    natsStatus s = natsOptions_Create(&n->nopts);
+    if (s == NATS_OK)
+        s = nio_set_options(n);
+    if (s == NATS_OK) {
+        what = "connect";
+        s = natsConnection_Connect(&n->nc, n->nopts);
+    }
+    if (s == NATS_OK) {
+        jsOptions jo;
+        jsOptions_Init(&jo);
+        jo.Wait = n->o.api_wait_ms;
+        jo.PublishAsync.MaxPending = n->o.max_pending_pubs;
+        jo.PublishAsync.AckHandler = nio_on_puback;
+        jo.PublishAsync.AckHandlerClosure = n;
+        what = "jetstream";
+        s = natsConnection_JetStream(&n->js, n->nc, &jo);
+    }
+    if (s != NATS_OK) {
+        nio_errtext(err, errlen, what, s);
+        fq_nio_destroy(n);
+        return FQ_EIO;
+    }
+    n->max_payload = natsConnection_GetMaxPayload(n->nc);
+    atomic_store(&n->connected, true);
+    *out = n;
+    return FQ_OK;
+}
+
+void fq_nio_destroy(fq_nio *n)
+{
+    if (!n)
+        return;
+    atomic_store(&n->stopping, true);
+    for (int i = 0; i < NIO_MAX_CONSUMERS; i++) {
+        if (n->cons[i].started)
+            pthread_join(n->cons[i].thread, NULL);
+        natsSubscription_Destroy(n->cons[i].sub);
+    }
+    for (int i = 0; i < NIO_MAX_SUBS; i++)
+        natsSubscription_Destroy(n->subs[i].sub);
+    if (n->nc) {
+        natsConnection_FlushTimeout(n->nc, 2000);
+        natsConnection_Close(n->nc);
+    }
+    jsCtx_Destroy(n->js);
+    natsConnection_Destroy(n->nc);
+    natsOptions_Destroy(n->nopts);
+    /* Events still queued may hold messages. */
+    for (size_t i = 0; i < n->q_len; i++)
+        natsMsg_Destroy((natsMsg *)n->q[(n->q_head + i) % n->q_cap].msg);
+    free(n->q);
+    free(n->pubs);
+    free(n->url);
+    free(n->creds);
+    free(n->tls_ca);
+    free(n->tls_cert);
+    free(n->tls_key);
+    free(n->name);
+    pthread_cond_destroy(&n->cv);
+    pthread_mutex_destroy(&n->mu);
+    free(n);
+}
+
+int64_t fq_nio_max_payload(const fq_nio *n)
+{
+    return n->max_payload;
+}
+
+bool fq_nio_connected(const fq_nio *n)
+{
+    return atomic_load(&((fq_nio *)n)->connected);
+}
+
+/* ---- streams ------------------------------------------------------------- */
+
+static void nio_warn(char *warn, size_t warnlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static void nio_warn(char *warn, size_t warnlen, const char *fmt, ...)
+{
+    size_t used = strlen(warn);
+    if (used + 1 >= warnlen)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(warn + used, warnlen - used, fmt, ap);
+    va_end(ap);
+}
+
+static void nio_stream_cfg(jsStreamConfig *c, const fq_nio_stream *s, const char **subj)
+{
+    jsStreamConfig_Init(c);
+    c->Name = s->name;
+    subj[0] = s->subject;
+    c->Subjects = subj;
+    c->SubjectsLen = 1;
+    c->Retention = s->retention == FQ_NIO_WORKQUEUE ? js_WorkQueuePolicy : js_LimitsPolicy;
+    c->Storage = js_FileStorage;
+    c->MaxAge = (int64_t)s->max_age_ms * NIO_NS_PER_MS;
+    c->Duplicates = (int64_t)s->duplicates_ms * NIO_NS_PER_MS;
+    c->Replicas = s->replicas ? s->replicas : 1;
+    c->AllowDirect = s->allow_direct;
+}
+
+/* Differences between the stream found and the one wanted, into warn. */
+static fq_status nio_stream_compare(const jsStreamConfig *have, const jsStreamConfig *want,
+                                    char *warn, size_t warnlen)
+{
+    bool covers = false;
+    for (int i = 0; i < have->SubjectsLen; i++)
+        covers |= strcmp(have->Subjects[i], want->Subjects[0]) == 0;
+    if (!covers) {
+        nio_warn(warn, warnlen, "stream %s does not have the subject %s; ", want->Name,
+                 want->Subjects[0]);
+        return FQ_EINVAL;
+    }
+    if (have->Retention != want->Retention)
+        nio_warn(warn, warnlen, "retention is %s, expected %s; ",
+                 have->Retention == js_WorkQueuePolicy ? "workqueue" : "not workqueue",
+                 want->Retention == js_WorkQueuePolicy ? "workqueue" : "limits");
+    if (have->Storage != want->Storage)
+        nio_warn(warn, warnlen, "storage is not file; ");
+    if (want->MaxAge && have->MaxAge != want->MaxAge)
+        nio_warn(warn, warnlen, "max_age is %lld ms, expected %lld ms; ",
+                 (long long)(have->MaxAge / NIO_NS_PER_MS), (long long)(want->MaxAge / NIO_NS_PER_MS));
+    if (want->Duplicates && have->Duplicates != want->Duplicates)
+        nio_warn(warn, warnlen, "duplicate window is %lld ms, expected %lld ms; ",
+                 (long long)(have->Duplicates / NIO_NS_PER_MS),
+                 (long long)(want->Duplicates / NIO_NS_PER_MS));
+    if (have->Replicas != want->Replicas)
+        nio_warn(warn, warnlen, "replicas %" PRId64 ", expected %" PRId64 "; ",
+                 have->Replicas, want->Replicas);
+    if (want->AllowDirect && !have->AllowDirect)
+        nio_warn(warn, warnlen, "direct gets are off (reads fall back to the stream API); ");
+    return FQ_OK;
+}
+
+fq_status fq_nio_stream_ensure(fq_nio *n, const fq_nio_stream *s, char *warn, size_t warnlen)
+{
+    if (warn && warnlen)
+        warn[0] = '\0';
+    const char *subj[1];
+    jsStreamConfig want;
+    nio_stream_cfg(&want, s, subj);
+    jsStreamInfo *si = NULL;
+    jsErrCode jerr = 0;
+    natsStatus st = js_GetStreamInfo(&si, n->js, s->name, NULL, &jerr);
+    if (st == NATS_NOT_FOUND || jerr == JSStreamNotFoundErr) {
+        jerr = 0;
+        st = js_AddStream(&si, n->js, &want, NULL, &jerr);
+        jsStreamInfo_Destroy(si);
+        if (st != NATS_OK) {
+            nio_errtext(warn, warnlen, s->name, st);
+            return jerr ? FQ_EINVAL : FQ_EIO;
+        }
+        return FQ_OK;
+    }
+    if (st != NATS_OK) {
+        nio_errtext(warn, warnlen, s->name, st);
+        return FQ_EIO;
+    }
+    fq_status r = nio_stream_compare(si->Config, &want, warn, warnlen);
+    jsStreamInfo_Destroy(si);
+    return r;
+}
+
+fq_status fq_nio_stream_created(int64_t *out, fq_nio *n, const char *stream)
+{
+    jsStreamInfo *si = NULL;
+    natsStatus st = js_GetStreamInfo(&si, n->js, stream, NULL, NULL);
+    if (st != NATS_OK) {
+        return st == NATS_NOT_FOUND ? FQ_ENOTFOUND : FQ_EIO;
+    }
+    *out = si->Created / NIO_NS_PER_MS;
+    jsStreamInfo_Destroy(si);
+    return FQ_OK;
+}
+
+/* ---- pull consumers ------------------------------------------------------ */
+
+/* Parse an unsigned decimal token; returns the end or NULL. */
+static const char *nio_num(const char *p, uint64_t *v)
+{
+    uint64_t x = 0;
+    const char *s = p;
+    while (*p >= '0' && *p <= '9')
+        x = x * 10 + (uint64_t)(*p++ - '0');
+    *v = x;
+    return p == s ? NULL : p;
+}
+
+/* The delivery facts in a JetStream reply subject, v1
+ * ($JS.ACK.<stream>.<consumer>.<dc>.<sseq>.<cseq>.<ts>.<pending>) or v2
+ * ($JS.ACK.<domain>.<hash>.<stream>.<consumer>.<dc>.<sseq>.<cseq>.<ts>.<pending>.<rand>). */
+static bool nio_parse_reply(const char *r, fq_nio_ackref *a, int64_t *ts_ms)
+{
+    if (!r || strncmp(r, "$JS.ACK.", 8) != 0)
+        return false;
+    const char *tok[12];
+    int k = 0;
+    tok[k++] = r;
+    for (const char *p = r; *p && k < 12; p++)
+        if (*p == '.')
+            tok[k++] = p + 1;
+    int base = k == 9 ? 4 : (k >= 11 ? 6 : -1);
+    if (base < 0)
+        return false;
+    uint64_t dc, sseq, cseq, ts;
+    if (!nio_num(tok[base], &dc) || !nio_num(tok[base + 1], &sseq) ||
+        !nio_num(tok[base + 2], &cseq) || !nio_num(tok[base + 3], &ts))
+        return false;
+    a->sseq = sseq;
+    a->cseq = cseq;
+    a->delivered = (uint32_t)dc;
+    *ts_ms = (int64_t)(ts / (uint64_t)NIO_NS_PER_MS);
+    return true;
+}
+
+static void nio_sleep_ms(int ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+/* Delete the consumer and create it afresh, so everything it had delivered
+ * and not seen acked is delivered again now. Fetch thread only. */
+static natsStatus nio_consumer_recreate(nio_consumer *c)
+{
+    fq_nio *n = c->n;
+    if (c->sub) {
+        natsSubscription_Destroy(c->sub);
+        c->sub = NULL;
+    }
+    jsErrCode jerr = 0;
+    natsStatus s = js_DeleteConsumer(n->js, c->cfg.stream, c->cfg.durable, NULL, &jerr);
+    if (s != NATS_OK && s != NATS_NOT_FOUND && jerr != JSConsumerNotFoundErr)
+        return s;
+    jsSubOptions so;
+    jsSubOptions_Init(&so);
+    so.Stream = c->cfg.stream;
+    so.Config.Durable = c->cfg.durable;
+    so.Config.AckPolicy = js_AckExplicit;
+    so.Config.AckWait = c->cfg.ack_wait_ms * NIO_NS_PER_MS;
+    so.Config.MaxAckPending = c->cfg.max_ack_pending;
+    so.Config.MaxDeliver = -1;
+    so.Config.DeliverPolicy = js_DeliverAll;
+    const char *filter = c->cfg.filter ? c->cfg.filter : "";
+    s = js_PullSubscribe(&c->sub, n->js, filter, c->cfg.durable, NULL, &so, &jerr);
+    if (s == NATS_OK)
+        s = natsSubscription_SetPendingLimits(c->sub, -1, -1);
+    return s;
+}
+
+/* Hand a fetched batch to the owner in one lock. */
+static void nio_deliver(nio_consumer *c, natsMsgList *list)
+{
+    fq_nio *n = c->n;
+    pthread_mutex_lock(&n->mu);
+    for (int i = 0; i < list->Count; i++) {
+        natsMsg *m = list->Msgs[i];
+        fq_nio_event ev = {.type = FQ_NIO_EV_MSG, .source = c->id, .msg = (fq_nio_msg *)m};
+        if (!nio_parse_reply(natsMsg_GetReply(m), &ev.ack, &ev.ts_ms))
+            continue;   /* not a JetStream delivery: dropped below */
+        nio_push_locked(n, &ev);
+        list->Msgs[i] = NULL;
+    }
+    pthread_cond_signal(&n->cv);
+    pthread_mutex_unlock(&n->mu);
+    natsMsgList_Destroy(list);
+}
+
+/* One fetch: a full batch of what is there now, else wait for one. */
+static natsStatus nio_fetch_once(nio_consumer *c, bool *busy)
+{
+    natsMsgList list = {0};
+    jsFetchRequest req;
+    jsFetchRequest_Init(&req);
+    req.Batch = *busy ? c->cfg.batch : 1;
+    req.NoWait = *busy;
+    req.Expires = 500 * NIO_NS_PER_MS;
+    natsStatus s = natsSubscription_FetchRequest(&list, c->sub, &req);
+    if (s == NATS_OK) {
+        *busy = true;
+        nio_deliver(c, &list);
+        return NATS_OK;
+    }
+    if (s == NATS_TIMEOUT || s == NATS_NOT_FOUND) {
+        *busy = false;
+        return NATS_OK;
+    }
+    return s;
+}
+
+static void *nio_fetch_main(void *arg)
+{
+    nio_consumer *c = arg;
+    fq_nio *n = c->n;
+    bool busy = true;
+    c->generation = UINT64_MAX;
+    while (!atomic_load(&n->stopping)) {
+        if (atomic_load(&c->paused) || !atomic_load(&n->connected)) {
+            nio_sleep_ms(20);
+            continue;
+        }
+        uint64_t gen = atomic_load(&n->generation);
+        if (c->generation != gen) {
+            natsStatus s = nio_consumer_recreate(c);
+            if (s != NATS_OK) {
+                fq_nio_event ev = {.type = FQ_NIO_EV_CONSUMER, .source = c->id,
+                                   .status = FQ_EIO};
+                nio_push(n, &ev);
+                nio_sleep_ms(500);
+                continue;
+            }
+            c->generation = gen;
+            busy = true;
+            fq_nio_event ev = {.type = FQ_NIO_EV_CONSUMER, .source = c->id, .status = FQ_OK};
+            nio_push(n, &ev);
+        }
+        if (nio_fetch_once(c, &busy) != NATS_OK) {
+            nio_sleep_ms(100);
+        }
+    }
+    return NULL;
+}
+
+fq_status fq_nio_consume(fq_nio *n, int id, const fq_nio_consumer *cfg)
+{
+    if (id < 0 || id >= NIO_MAX_CONSUMERS || n->cons[id].started || cfg->batch < 1 ||
+        cfg->max_ack_pending < 1)
+        return FQ_EINVAL;
+    nio_consumer *c = &n->cons[id];
+    c->cfg = *cfg;
+    atomic_store(&c->paused, false);
+    if (pthread_create(&c->thread, NULL, nio_fetch_main, c) != 0)
+        return FQ_ENOMEM;
+    c->started = true;
+    return FQ_OK;
+}
+
+void fq_nio_consume_pause(fq_nio *n, int id, bool paused)
+{
+    if (id >= 0 && id < NIO_MAX_CONSUMERS)
+        atomic_store(&n->cons[id].paused, paused);
+}
+
+static fq_status nio_ack_send(fq_nio *n, int id, const fq_nio_ackref *a, const char *body)
+{
+    if (id < 0 || id >= NIO_MAX_CONSUMERS || !n->cons[id].cfg.stream)
+        return FQ_EINVAL;
+    const fq_nio_consumer *c = &n->cons[id].cfg;
+    char subj[256];
+    int k = snprintf(subj, sizeof subj, "$JS.ACK.%s.%s.%" PRIu32 ".%" PRIu64 ".0.0.0",
+                     c->stream, c->durable, a->delivered ? a->delivered : 1, a->sseq);
+    if (k < 0 || (size_t)k >= sizeof subj)
+        return FQ_EINVAL;
+    natsStatus s = natsConnection_Publish(n->nc, subj, body, (int)strlen(body));
+    if (s != NATS_OK) {
+        return FQ_EIO;
+    }
+    return FQ_OK;
+}
+
+fq_status fq_nio_ack(fq_nio *n, int id, const fq_nio_ackref *a)
+{
+    return nio_ack_send(n, id, a, "+ACK");
+}
+
+fq_status fq_nio_nak(fq_nio *n, int id, const fq_nio_ackref *a, bool term)
+{
+    return nio_ack_send(n, id, a, term ? "+TERM" : "-NAK");
+}
+
+/* ---- core subscriptions -------------------------------------------------- */
+
+static void nio_on_request(natsConnection *nc, natsSubscription *sub, natsMsg *msg, void *closure)
+{
+    (void)nc;
+    (void)sub;
+    nio_sub *ns = closure;
+    fq_nio_event ev = {.type = FQ_NIO_EV_REQUEST, .source = ns->id, .msg = (fq_nio_msg *)msg};
+    nio_push(ns->n, &ev);
+}
+
+fq_status fq_nio_subscribe(fq_nio *n, int id, const char *subject)
+{
+    if (id < 0 || id >= NIO_MAX_SUBS || n->subs[id].sub)
+        return FQ_EINVAL;
+    natsStatus s = natsConnection_Subscribe(&n->subs[id].sub, n->nc, subject, nio_on_request,
+                                            &n->subs[id]);
+    if (s != NATS_OK) {
+        return FQ_EIO;
+    }
+    return FQ_OK;
+}
+
+fq_status fq_nio_unsubscribe(fq_nio *n, int id)
+{
+    if (id < 0 || id >= NIO_MAX_SUBS || !n->subs[id].sub)
+        return FQ_EINVAL;
+    natsSubscription_Unsubscribe(n->subs[id].sub);
+    natsSubscription_Destroy(n->subs[id].sub);
+    n->subs[id].sub = NULL;
+    return FQ_OK;
+}
+
+fq_status fq_nio_reply(fq_nio *n, const fq_nio_msg *req, const void *data, size_t len)
+{
+    const char *reply = natsMsg_GetReply((natsMsg *)req);
+    if (!reply || !*reply)
+        return FQ_EINVAL;
+    natsStatus s = natsConnection_Publish(n->nc, reply, data, (int)len);
+    if (s != NATS_OK) {
+        return FQ_EIO;
+    }
+    return FQ_OK;
+}
+
+/* ---- publishes ----------------------------------------------------------- */
+
+static bool nio_hdr_listed(const fq_nio_out *o, const char *key)
+{
+    for (size_t i = 0; i < o->n_hdrs; i++)
+        if (strcasecmp(o->hdrs[i].key, key) == 0)
+            return true;
+    return false;
+}
+
+/* Copy carry's headers except Nats-* and those o sets itself. */
+static natsStatus nio_carry_headers(natsMsg *m, const fq_nio_out *o)
+{
+    natsMsg *src = (natsMsg *)o->carry;
+    const char **keys = NULL;
+    int nk = 0;
+    natsStatus s = natsMsgHeader_Keys(src, &keys, &nk);
+    if (s == NATS_NOT_FOUND) {
+        return NATS_OK;
+    }
+    for (int i = 0; s == NATS_OK && i < nk; i++) {
+        if (strncasecmp(keys[i], "Nats-", 5) == 0 || nio_hdr_listed(o, keys[i]))
+            continue;
+        const char **vals = NULL;
+        int nv = 0;
+        s = natsMsgHeader_Values(src, keys[i], &vals, &nv);
+        for (int j = 0; s == NATS_OK && j < nv; j++)
+            s = natsMsgHeader_Add(m, keys[i], vals[j]);
+        free((void *)vals);
+    }
+    free((void *)keys);
+    return s;
+}
+
+/* Publish m (ours) with token; on success nats.c owns it. */
+static fq_status nio_publish_msg(fq_nio *n, natsMsg **m, uint64_t token)
+{
+    if (!nio_pub_put(n, *m, token))
+        return FQ_ENOMEM;
+    const natsMsg *addr = *m;
+    jsPubOptions po;
+    jsPubOptions_Init(&po);
+    po.MaxWait = n->o.pub_wait_ms;
+    natsStatus s = js_PublishMsgAsync(n->js, m, &po);
+    if (s != NATS_OK) {
+        nio_pub_drop(n, addr);
+        return FQ_EIO;
+    }
+    return FQ_OK;
+}
+
+fq_status fq_nio_publish(fq_nio *n, const fq_nio_out *o, uint64_t token)
+{
+    natsMsg *m = NULL;
+    natsStatus s = natsMsg_Create(&m, o->subject, NULL, o->data, (int)o->len);
+    if (s == NATS_OK && o->carry)
+        s = nio_carry_headers(m, o);
+    for (size_t i = 0; s == NATS_OK && i < o->n_hdrs; i++)
+        s = natsMsgHeader_Set(m, o->hdrs[i].key, o->hdrs[i].value);
+    if (s != NATS_OK) {
+        natsMsg_Destroy(m);
+        return s == NATS_NO_MEMORY ? FQ_ENOMEM : FQ_EINVAL;
+    }
+    fq_status r = nio_publish_msg(n, &m, token);
+    natsMsg_Destroy(m);
+    return r;
+}
+
+fq_status fq_nio_republish(fq_nio *n, fq_nio_msg **m, uint64_t token)
+{
+    natsMsg *msg = (natsMsg *)*m;
+    fq_status r = nio_publish_msg(n, &msg, token);
+    *m = (fq_nio_msg *)msg;
+    return r;
+}
+
+/* ---- reads by sequence --------------------------------------------------- */
+
+fq_status fq_nio_get(fq_nio_msg **out, fq_nio *n, const char *stream, uint64_t seq)
+{
+    natsMsg *m = NULL;
+    jsDirectGetMsgOptions dg;
+    jsDirectGetMsgOptions_Init(&dg);
+    dg.Sequence = seq;
+    natsStatus s = js_DirectGetMsg(&m, n->js, stream, NULL, &dg);
+    if (s != NATS_OK && s != NATS_NOT_FOUND) {
+        /* Direct gets are off for this stream: the stream API reads it. */
+        jsErrCode jerr = 0;
+        s = js_GetMsg(&m, n->js, stream, seq, NULL, &jerr);
+        if (jerr == JSNoMessageFoundErr)
+            s = NATS_NOT_FOUND;
+    }
+    if (s != NATS_OK) {
+        return s == NATS_NOT_FOUND ? FQ_ENOTFOUND : FQ_EIO;
+    }
+    *out = (fq_nio_msg *)m;
+    return FQ_OK;
+}
+
+/* ---- key-value ----------------------------------------------------------- */
+
+bool fq_nio_kv_key_char(char c)
+{
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+           c == '-' || c == '_' || c == '=' || c == '/' || c == '.';
+}
+
+static fq_status nio_kv_open(kvStore **kv, fq_nio *n, const char *bucket)
+{
+    natsStatus s = js_KeyValue(kv, n->js, bucket);
+    if (s != NATS_OK) {
+        return s == NATS_NOT_FOUND ? FQ_ENOTFOUND : FQ_EIO;
+    }
+    return FQ_OK;
+}
+
+fq_status fq_nio_kv_ensure(fq_nio *n, const char *bucket, uint64_t ttl_ms, uint32_t replicas,
+                           char *err, size_t errlen)
+{
+    kvStore *kv = NULL;
+    kvConfig kc;
+    kvConfig_Init(&kc);
+    kc.Bucket = bucket;
+    kc.History = 1;
+    kc.TTL = (int64_t)ttl_ms * NIO_NS_PER_MS;
+    kc.StorageType = js_FileStorage;
+    kc.Replicas = replicas ? (int)replicas : 1;
+    natsStatus s = js_CreateKeyValue(&kv, n->js, &kc);
+    if (s != NATS_OK) {
+        nio_errtext(err, errlen, bucket, s);
+        /* It exists with another configuration: use it as it is. */
+        if (nio_kv_open(&kv, n, bucket) != FQ_OK)
+            return FQ_EIO;
+    } else if (err && errlen) {
+        err[0] = '\0';
+    }
+    kvStore_Destroy(kv);
+    return FQ_OK;
+}
+
+static fq_status nio_kv_status(natsStatus s, jsErrCode jerr)
+{
+    if (s == NATS_OK)
+        return FQ_OK;
+    if (jerr == JSStreamWrongLastSequenceErr)
+        return FQ_EEXIST;
+    return s == NATS_NOT_FOUND ? FQ_ENOTFOUND : FQ_EIO;
+}
+
+/* A KV write that expects the key's last revision (0: no value yet), as
+ * kvStore_Update does, but keeping the JetStream error code that tells a
+ * lost race (FQ_EEXIST) from a failure. */
+static fq_status nio_kv_write(uint64_t *rev, fq_nio *n, const char *bucket, const char *key,
+                              const void *val, size_t len, uint64_t last)
+{
+    char subj[512];
+    int k = snprintf(subj, sizeof subj, "$KV.%s.%s", bucket, key);
+    if (k < 0 || (size_t)k >= sizeof subj)
+        return FQ_EINVAL;
+    jsPubOptions po;
+    jsPubOptions_Init(&po);
+    po.ExpectNoMessage = last == 0;
+    po.ExpectLastSubjectSeq = last;
+    po.MaxWait = n->o.api_wait_ms;
+    jsPubAck *pa = NULL;
+    jsErrCode jerr = 0;
+    natsStatus s = js_Publish(&pa, n->js, subj, val, (int)len, &po, &jerr);
+    if (s == NATS_OK && rev)
+        *rev = pa->Sequence;
+    jsPubAck_Destroy(pa);
+    return nio_kv_status(s, jerr);
+}
+
+fq_status fq_nio_kv_create(uint64_t *rev, fq_nio *n, const char *bucket, const char *key,
+                           const void *val, size_t len)
+{
+    return nio_kv_write(rev, n, bucket, key, val, len, 0);
+}
+
+fq_status fq_nio_kv_update(uint64_t *rev, fq_nio *n, const char *bucket, const char *key,
+                           const void *val, size_t len, uint64_t last)
+{
+    if (!last)
+        return FQ_EINVAL;
+    return nio_kv_write(rev, n, bucket, key, val, len, last);
+}
+
+fq_status fq_nio_kv_get(char *buf, size_t cap, uint64_t *rev, fq_nio *n, const char *bucket,
+                        const char *key)
+{
+    kvStore *kv = NULL;
+    fq_status r = nio_kv_open(&kv, n, bucket);
+    if (r != FQ_OK)
+        return r;
+    kvEntry *e = NULL;
+    natsStatus s = kvStore_Get(&e, kv, key);
+    if (s == NATS_OK) {
+        size_t len = (size_t)kvEntry_ValueLen(e);
+        if (len >= cap)
+            len = cap - 1;
+        memcpy(buf, kvEntry_Value(e), len);
+        buf[len] = '\0';
+        if (rev)
+            *rev = kvEntry_Revision(e);
+    }
+    kvEntry_Destroy(e);
+    kvStore_Destroy(kv);
+    return nio_kv_status(s, 0);
+}
+
+fq_status fq_nio_kv_put_async(fq_nio *n, const char *bucket, const char *key,
+                              const void *val, size_t len, uint64_t token)
+{
+    char subj[512];
+    int k = snprintf(subj, sizeof subj, "$KV.%s.%s", bucket, key);
+    if (k < 0 || (size_t)k >= sizeof subj)
+        return FQ_EINVAL;
+    fq_nio_out o = {.subject = subj, .data = val, .len = len};
+    return fq_nio_publish(n, &o, token);
+}
+
+fq_status fq_nio_kv_load(fq_nio *n, const char *bucket,
+                         void (*cb)(void *arg, const char *key, const char *val, size_t len,
+                                    int64_t created_ms),
+                         void *arg)
+{
+    kvStore *kv = NULL;
+    fq_status r = nio_kv_open(&kv, n, bucket);
+    if (r != FQ_OK)
+        return r;
+    kvWatchOptions wo;
+    kvWatchOptions_Init(&wo);
+    wo.IgnoreDeletes = true;
+    kvWatcher *w = NULL;
+    natsStatus s = kvStore_WatchAll(&w, kv, &wo);
+    /* The initial values end with a NULL entry. */
+    while (s == NATS_OK) {
+        kvEntry *e = NULL;
+        s = kvWatcher_Next(&e, w, n->o.api_wait_ms);
+        if (s != NATS_OK || !e)
+            break;
+        if (kvEntry_Operation(e) == kvOp_Put)
+            cb(arg, kvEntry_Key(e), kvEntry_Value(e), (size_t)kvEntry_ValueLen(e),
+               kvEntry_Created(e) / NIO_NS_PER_MS);
+        kvEntry_Destroy(e);
+    }
+    kvWatcher_Destroy(w);
+    kvStore_Destroy(kv);
+    if (s != NATS_OK) {
+        return FQ_EIO;
+    }
+    return FQ_OK;
+}
+
+/* ---- received messages --------------------------------------------------- */
+
+const char *fq_nio_msg_subject(const fq_nio_msg *m)
+{
+    return natsMsg_GetSubject((natsMsg *)m);
+}
+
+const char *fq_nio_msg_reply(const fq_nio_msg *m)
+{
+    return natsMsg_GetReply((natsMsg *)m);
+}
+
+const void *fq_nio_msg_data(const fq_nio_msg *m)
+{
+    const char *d = natsMsg_GetData((natsMsg *)m);
+    return d ? d : "";
+}
+
+size_t fq_nio_msg_len(const fq_nio_msg *m)
+{
+    return (size_t)natsMsg_GetDataLength((natsMsg *)m);
+}
+
+const char *fq_nio_msg_header(const fq_nio_msg *m, const char *key)
+{
+    const char *v = NULL;
+    if (natsMsgHeader_Get((natsMsg *)m, key, &v) != NATS_OK) {
+        return NULL;
+    }
+    return v;
+}
+
+size_t fq_nio_msg_header_bytes(const fq_nio_msg *m)
+{
+    natsMsg *msg = (natsMsg *)m;
+    const char **keys = NULL;
+    int nk = 0;
+    if (natsMsgHeader_Keys(msg, &keys, &nk) != NATS_OK) {
+        return 0;
+    }
+    size_t bytes = sizeof "NATS/1.0\r\n\r\n" - 1;
+    for (int i = 0; i < nk; i++) {
+        const char **vals = NULL;
+        int nv = 0;
+        if (natsMsgHeader_Values(msg, keys[i], &vals, &nv) != NATS_OK)
+            continue;
+        for (int j = 0; j < nv; j++)
+            bytes += strlen(keys[i]) + 2 + strlen(vals[j]) + 2;
+        free((void *)vals);
+    }
+    free((void *)keys);
+    return bytes;
+}
+
+void fq_nio_msg_destroy(fq_nio_msg *m)
+{
+    natsMsg_Destroy((natsMsg *)m);
+}

@@ -1,0 +1,220 @@
+/* natsio.h -- fairq's one NATS adapter: every nats.c call and quirk lives behind it. */
+#ifndef FQ_NATSIO_H
+#define FQ_NATSIO_H
+
+/*
+ * Principles
+ *
+ * - One thread owns fairq's state. Everything nats.c hands over on its own
+ *   threads (fetched messages, PubAcks and publish errors, requests,
+ *   connection events) becomes an fq_nio_event in one lock-protected queue
+ *   that the owner drains with fq_nio_poll. Nothing here calls back into
+ *   the caller.
+ * - Publishes are asynchronous JetStream publishes tagged with the caller's
+ *   64-bit token; their PubAck (or error, or timeout) comes back as an
+ *   event with that token. A failed publish hands its message back so the
+ *   caller can retry it as is (same Nats-Msg-Id, so JetStream de-duplicates).
+ * - A pull consumer is fed by a thread of its own (nats.c 3.4.1 has no
+ *   asynchronous pull). It is deleted and recreated when the thread starts
+ *   and after every reconnect, so that whatever was fetched and not acked is
+ *   delivered again at once instead of after the ack wait.
+ * - Acks need only a message's sequences (fq_nio_ackref), not the message,
+ *   so a caller can drop a body and still ack it later.
+ * - Units at this interface are milliseconds; nats.c mixes milliseconds and
+ *   nanoseconds field by field, and the conversions are made here.
+ */
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "fq.h"
+
+typedef struct fq_nio fq_nio;
+/* A received message (a fetched JetStream message, a request, a direct get
+ * or a publish handed back): opaque, destroyed with fq_nio_msg_destroy. */
+typedef struct fq_nio_msg fq_nio_msg;
+
+typedef struct fq_nio_opts {
+    const char *url;            /* one URL or a comma-separated list */
+    const char *creds;          /* user credentials file, or NULL */
+    const char *tls_ca;         /* CA file, or NULL */
+    const char *tls_cert;       /* client certificate and key, or NULL */
+    const char *tls_key;
+    const char *name;           /* connection name shown by the server */
+    int64_t api_wait_ms;        /* JetStream API request timeout; 0: 5000 */
+    int64_t pub_wait_ms;        /* PubAck timeout of async publishes; 0: 5000 */
+    int64_t max_pending_pubs;   /* async publishes in flight before a stall; 0: 65536 */
+} fq_nio_opts;
+
+/* How a stream must be: fq_nio_stream_ensure creates it, or checks it. */
+enum fq_nio_retention { FQ_NIO_LIMITS = 0, FQ_NIO_WORKQUEUE };
+
+typedef struct fq_nio_stream {
+    const char *name;
+    const char *subject;        /* one subject, wildcards allowed */
+    enum fq_nio_retention retention;
+    uint64_t max_age_ms;        /* 0: none */
+    uint64_t duplicates_ms;     /* de-duplication window; 0: server default */
+    uint32_t replicas;          /* >= 1 */
+    bool allow_direct;          /* direct gets by sequence */
+} fq_nio_stream;
+
+/* A durable pull consumer fed by a fetch thread. */
+typedef struct fq_nio_consumer {
+    const char *stream;
+    const char *durable;
+    const char *filter;         /* filter subject, or NULL */
+    int64_t max_ack_pending;    /* finite: -1 makes Fetch time out (nats.c 3.4.1) */
+    int64_t ack_wait_ms;
+    int batch;                  /* messages per Fetch */
+} fq_nio_consumer;
+
+/* Where a message came from, and the ack that covers it. */
+typedef struct fq_nio_ackref {
+    uint64_t sseq;              /* stream sequence */
+    uint64_t cseq;              /* consumer sequence of this delivery (for logs) */
+    uint32_t delivered;         /* delivery count */
+} fq_nio_ackref;
+
+enum fq_nio_event_type {
+    FQ_NIO_EV_MSG = 1,          /* a fetched message: msg, ack, ts_ms, source */
+    FQ_NIO_EV_PUBACK,           /* a publish settled: token, status, seq, duplicate */
+    FQ_NIO_EV_REQUEST,          /* a core request: msg (reply with fq_nio_reply), source */
+    FQ_NIO_EV_CONN,             /* connection state changed: connected */
+    FQ_NIO_EV_CONSUMER,         /* a consumer was (re)created: source */
+};
+
+typedef struct fq_nio_event {
+    enum fq_nio_event_type type;
+    int source;                 /* MSG/CONSUMER: consumer id; REQUEST: subscription id */
+    fq_nio_msg *msg;            /* MSG, REQUEST, and a failed PUBACK's message: the caller's */
+    uint64_t token;             /* PUBACK */
+    fq_status status;           /* PUBACK: FQ_OK, or FQ_EIO (error or timeout) */
+    bool duplicate;             /* PUBACK: JetStream had the Nats-Msg-Id already */
+    bool connected;             /* CONN */
+    uint64_t seq;               /* PUBACK: stream sequence stored */
+    fq_nio_ackref ack;          /* MSG */
+    int64_t ts_ms;              /* MSG: the stream's timestamp, unix ms */
+    int err_code;               /* PUBACK: JetStream error code, 0 if none */
+} fq_nio_event;
+
+/* A header to set on an outgoing message. */
+typedef struct fq_nio_hdr {
+    const char *key;
+    const char *value;
+} fq_nio_hdr;
+
+/* An outgoing JetStream message. */
+typedef struct fq_nio_out {
+    const char *subject;
+    const void *data;
+    size_t len;
+    const fq_nio_hdr *hdrs;     /* set in order */
+    size_t n_hdrs;
+    /* If set, its headers are carried over first, except those named
+     * Nats-* (JetStream would act on them) and those listed in hdrs. */
+    const fq_nio_msg *carry;
+} fq_nio_out;
+
+/* Connect (reconnecting forever once connected) and open JetStream.
+ * FQ_EIO with the reason in err when no server can be reached now; the
+ * caller retries. */
+fq_status fq_nio_create(fq_nio **out, const fq_nio_opts *o, char *err, size_t errlen);
+/* Stop the fetch threads, flush, close. Safe on NULL. Unsettled publishes
+ * are abandoned (JetStream keeps what it stored). */
+void fq_nio_destroy(fq_nio *n);
+
+/* The server's max_payload in bytes (headers count too). */
+int64_t fq_nio_max_payload(const fq_nio *n);
+bool fq_nio_connected(const fq_nio *n);
+
+/* Create the stream, or compare it with s. FQ_OK when it exists or was
+ * made; differences that matter are described in warn (empty when none).
+ * FQ_EINVAL when the stream cannot serve (its subjects do not cover
+ * s->subject); FQ_EIO when the server did not answer. */
+fq_status fq_nio_stream_ensure(fq_nio *n, const fq_nio_stream *s, char *warn, size_t warnlen);
+/* The stream's creation time (unix ms), stable until it is recreated. */
+fq_status fq_nio_stream_created(int64_t *out, fq_nio *n, const char *stream);
+
+/* Start consumer id (0..3) on its own fetch thread; its messages arrive as
+ * FQ_NIO_EV_MSG with source = id. The consumer is deleted and recreated
+ * first, and again after each reconnect. c's strings must outlive n. */
+fq_status fq_nio_consume(fq_nio *n, int id, const fq_nio_consumer *c);
+/* Stop fetching for consumer id (messages fetched already still arrive),
+ * or resume. Acks keep working. */
+void fq_nio_consume_pause(fq_nio *n, int id, bool paused);
+/* Ack a message of consumer id by its reference. */
+fq_status fq_nio_ack(fq_nio *n, int id, const fq_nio_ackref *a);
+/* Ask for redelivery at once (a nak), or never again (a term). */
+fq_status fq_nio_nak(fq_nio *n, int id, const fq_nio_ackref *a, bool term);
+
+/* Core subscription whose messages arrive as FQ_NIO_EV_REQUEST with
+ * source = id. */
+fq_status fq_nio_subscribe(fq_nio *n, int id, const char *subject);
+fq_status fq_nio_unsubscribe(fq_nio *n, int id);
+/* Reply to a request (core NATS publish to its reply subject). */
+fq_status fq_nio_reply(fq_nio *n, const fq_nio_msg *req, const void *data, size_t len);
+
+/* Asynchronous JetStream publish; the outcome comes as FQ_NIO_EV_PUBACK
+ * with token. FQ_EIO if it could not be sent now (nothing is pending). */
+fq_status fq_nio_publish(fq_nio *n, const fq_nio_out *o, uint64_t token);
+/* Publish again a message handed back by a failed PUBACK event; on
+ * success it is consumed, else it stays the caller's. */
+fq_status fq_nio_republish(fq_nio *n, fq_nio_msg **m, uint64_t token);
+/* Publishes still waiting for their PubAck. */
+int64_t fq_nio_pending_pubs(const fq_nio *n);
+
+/* Read message seq of stream (a direct get when the stream allows it).
+ * FQ_ENOTFOUND if the stream no longer has it. */
+fq_status fq_nio_get(fq_nio_msg **out, fq_nio *n, const char *stream, uint64_t seq);
+
+/* Key-value buckets. ttl_ms 0: no expiry. */
+fq_status fq_nio_kv_ensure(fq_nio *n, const char *bucket, uint64_t ttl_ms,
+                           uint32_t replicas, char *err, size_t errlen);
+/* Create key only if it was never written (or aged out): FQ_EEXIST when
+ * it has a value. *rev is the new revision. Keys are never deleted, so a
+ * delete marker never stands in the way. */
+fq_status fq_nio_kv_create(uint64_t *rev, fq_nio *n, const char *bucket, const char *key,
+                           const void *val, size_t len);
+/* Write key only if its revision is still last: FQ_EEXIST when it moved. */
+fq_status fq_nio_kv_update(uint64_t *rev, fq_nio *n, const char *bucket, const char *key,
+                           const void *val, size_t len, uint64_t last);
+/* Read key into buf (cap bytes, NUL-terminated). FQ_ENOTFOUND if absent. */
+fq_status fq_nio_kv_get(char *buf, size_t cap, uint64_t *rev, fq_nio *n,
+                        const char *bucket, const char *key);
+/* Asynchronous put (a JetStream publish to the bucket's subject). */
+fq_status fq_nio_kv_put_async(fq_nio *n, const char *bucket, const char *key,
+                              const void *val, size_t len, uint64_t token);
+/* Call cb with the latest value of every key of bucket (deleted keys
+ * skipped); created_ms is the write time in unix ms. */
+fq_status fq_nio_kv_load(fq_nio *n, const char *bucket,
+                         void (*cb)(void *arg, const char *key, const char *val,
+                                    size_t len, int64_t created_ms),
+                         void *arg);
+/* Characters allowed in a key, for callers that encode theirs. */
+bool fq_nio_kv_key_char(char c);
+
+/* Wait up to timeout_ms for events and move up to cap of them into ev.
+ * Returns how many. */
+size_t fq_nio_poll(fq_nio *n, fq_nio_event *ev, size_t cap, int timeout_ms);
+/* Wake a thread blocked in fq_nio_poll (from any thread; not from a
+ * signal handler). */
+void fq_nio_wake(fq_nio *n);
+
+/* Received messages. */
+const char *fq_nio_msg_subject(const fq_nio_msg *m);
+const char *fq_nio_msg_reply(const fq_nio_msg *m);
+const void *fq_nio_msg_data(const fq_nio_msg *m);
+size_t fq_nio_msg_len(const fq_nio_msg *m);
+/* A header's first value, or NULL. */
+const char *fq_nio_msg_header(const fq_nio_msg *m, const char *key);
+/* Bytes the message's headers take on the wire (0 without headers). */
+size_t fq_nio_msg_header_bytes(const fq_nio_msg *m);
+void fq_nio_msg_destroy(fq_nio_msg *m);
+
+/* Monotonic and wall clocks in milliseconds. */
+uint64_t fq_nio_mono_ms(void);
+int64_t fq_nio_unix_ms(void);
+
+#endif

@@ -1,0 +1,240 @@
+/* it_natsio.c -- the NATS adapter against a real nats-server: streams, fetch, acks, PubAcks, KV, restarts. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "natsio.h"
+#include "natstest.h"
+
+#define CONS_ID 0
+
+typedef struct fixture {
+    natstest *srv;
+    fq_nio *n;
+} fixture;
+
+static int setup(void **state)
+{
+    static fixture f;
+    memset(&f, 0, sizeof f);
+    if (natstest_start(&f.srv, NULL) != 0)
+        return -1;
+    fq_nio_opts o = {.url = natstest_url(f.srv), .name = "it_natsio", .pub_wait_ms = 2000};
+    char err[256];
+    if (fq_nio_create(&f.n, &o, err, sizeof err) != FQ_OK) {
+        fprintf(stderr, "connect: %s\n", err);
+        return -1;
+    }
+    *state = &f;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    fixture *f = *state;
+    fq_nio_destroy(f->n);
+    natstest_destroy(f->srv);
+    return 0;
+}
+
+static const fq_nio_stream work = {.name = "WORK", .subject = "work.*",
+                                   .retention = FQ_NIO_WORKQUEUE, .replicas = 1,
+                                   .allow_direct = true};
+
+/* Poll until an event of type arrives (other events are passed to keep,
+ * if given), or fail after timeout_ms. */
+static bool wait_event(fq_nio *n, enum fq_nio_event_type type, fq_nio_event *out, int timeout_ms)
+{
+    long long end = nt_now_ms() + timeout_ms;
+    while (nt_now_ms() < end) {
+        fq_nio_event ev;
+        if (fq_nio_poll(n, &ev, 1, 50) == 0)
+            continue;
+        if (ev.type == type) {
+            *out = ev;
+            return true;
+        }
+        fq_nio_msg_destroy(ev.msg);
+    }
+    return false;
+}
+
+static void publish(fq_nio *n, const char *subj, const char *body, const char *msgid,
+                    uint64_t token)
+{
+    fq_nio_hdr h[] = {{"Nats-Msg-Id", msgid}};
+    fq_nio_out o = {.subject = subj, .data = body, .len = strlen(body),
+                    .hdrs = h, .n_hdrs = msgid ? 1 : 0};
+    assert_int_equal(fq_nio_publish(n, &o, token), FQ_OK);
+}
+
+static void test_stream_ensure_and_mismatch(void **state)
+{
+    fixture *f = *state;
+    char warn[512];
+    assert_int_equal(fq_nio_stream_ensure(f->n, &work, warn, sizeof warn), FQ_OK);
+    assert_string_equal(warn, "");
+    /* Same again: found, no differences. */
+    assert_int_equal(fq_nio_stream_ensure(f->n, &work, warn, sizeof warn), FQ_OK);
+    assert_string_equal(warn, "");
+    fq_nio_stream other = work;
+    other.retention = FQ_NIO_LIMITS;
+    other.max_age_ms = 60000;
+    assert_int_equal(fq_nio_stream_ensure(f->n, &other, warn, sizeof warn), FQ_OK);
+    assert_non_null(strstr(warn, "retention"));
+    assert_non_null(strstr(warn, "max_age"));
+    other.subject = "elsewhere.*";
+    assert_int_equal(fq_nio_stream_ensure(f->n, &other, warn, sizeof warn), FQ_EINVAL);
+    assert_non_null(strstr(warn, "elsewhere.*"));
+}
+
+static void test_puback_tokens_and_duplicates(void **state)
+{
+    fixture *f = *state;
+    fq_nio_stream dedup = {.name = "DEDUP", .subject = "dedup", .retention = FQ_NIO_LIMITS,
+                           .duplicates_ms = 60000, .max_age_ms = 120000, .replicas = 1};
+    char warn[256];
+    assert_int_equal(fq_nio_stream_ensure(f->n, &dedup, warn, sizeof warn), FQ_OK);
+    publish(f->n, "dedup", "a", "id-1", 11);
+    publish(f->n, "dedup", "a", "id-1", 12);
+    publish(f->n, "dedup", "b", "id-2", 13);
+    int seen = 0, dups = 0;
+    for (int i = 0; i < 3; i++) {
+        fq_nio_event ev;
+        assert_true(wait_event(f->n, FQ_NIO_EV_PUBACK, &ev, 5000));
+        assert_int_equal(ev.status, FQ_OK);
+        assert_true(ev.token >= 11 && ev.token <= 13);
+        seen |= 1 << (ev.token - 11);
+        dups += ev.duplicate;
+        if (ev.token == 12)
+            assert_true(ev.duplicate);
+    }
+    assert_int_equal(seen, 7);
+    assert_int_equal(dups, 1);
+    assert_int_equal(fq_nio_pending_pubs(f->n), 0);
+    /* A publish no stream takes fails, and its message comes back. */
+    publish(f->n, "nostream", "x", NULL, 99);
+    fq_nio_event ev;
+    assert_true(wait_event(f->n, FQ_NIO_EV_PUBACK, &ev, 5000));
+    assert_int_equal(ev.token, 99);
+    assert_int_equal(ev.status, FQ_EIO);
+    assert_non_null(ev.msg);
+    assert_string_equal(fq_nio_msg_subject(ev.msg), "nostream");
+    fq_nio_msg_destroy(ev.msg);
+}
+
+static void test_fetch_ack_get_and_recreate(void **state)
+{
+    fixture *f = *state;
+    char warn[256];
+    assert_int_equal(fq_nio_stream_ensure(f->n, &work, warn, sizeof warn), FQ_OK);
+    for (int i = 0; i < 5; i++) {
+        char body[32];
+        snprintf(body, sizeof body, "run-%d", i);
+        publish(f->n, i % 2 ? "work.a" : "work.b", body, NULL, 100 + (uint64_t)i);
+    }
+    fq_nio_consumer c = {.stream = "WORK", .durable = "it", .filter = "work.*",
+                         .max_ack_pending = 1000, .ack_wait_ms = 3600000, .batch = 64};
+    assert_int_equal(fq_nio_consume(f->n, CONS_ID, &c), FQ_OK);
+    fq_nio_ackref refs[5];
+    for (int i = 0; i < 5; i++) {
+        fq_nio_event ev;
+        assert_true(wait_event(f->n, FQ_NIO_EV_MSG, &ev, 5000));
+        char want[32];
+        snprintf(want, sizeof want, "run-%d", i);
+        /* Submit order is kept across subjects. */
+        assert_int_equal(fq_nio_msg_len(ev.msg), strlen(want));
+        assert_memory_equal(fq_nio_msg_data(ev.msg), want, strlen(want));
+        assert_int_equal(ev.ack.sseq, (uint64_t)i + 1);
+        assert_int_equal(ev.ack.delivered, 1);
+        assert_true(ev.ts_ms > 0);
+        refs[i] = ev.ack;
+        fq_nio_msg_destroy(ev.msg);
+    }
+    /* A body can be read back by sequence while it is unacked. */
+    fq_nio_msg *m = NULL;
+    assert_int_equal(fq_nio_get(&m, f->n, "WORK", 3), FQ_OK);
+    assert_memory_equal(fq_nio_msg_data(m), "run-2", 5);
+    assert_string_equal(fq_nio_msg_subject(m), "work.b");
+    fq_nio_msg_destroy(m);
+    /* Ack 1 and 3 out of order; a work-queue stream then drops them. */
+    assert_int_equal(fq_nio_ack(f->n, CONS_ID, &refs[2]), FQ_OK);
+    assert_int_equal(fq_nio_ack(f->n, CONS_ID, &refs[0]), FQ_OK);
+    long long end = nt_now_ms() + 3000;
+    fq_status st = FQ_OK;
+    while (nt_now_ms() < end && (st = fq_nio_get(&m, f->n, "WORK", 3)) == FQ_OK)
+        fq_nio_msg_destroy(m);
+    assert_int_equal(st, FQ_ENOTFOUND);
+    /* Restart the server: the consumer is recreated and the three unacked
+     * runs come again at once, not after the hour of ack wait. */
+    assert_int_equal(natstest_restart(f->srv), 0);
+    uint64_t got[3] = {0};
+    for (int i = 0; i < 3; i++) {
+        fq_nio_event ev;
+        assert_true(wait_event(f->n, FQ_NIO_EV_MSG, &ev, 15000));
+        got[i] = ev.ack.sseq;
+        assert_int_equal(fq_nio_ack(f->n, CONS_ID, &ev.ack), FQ_OK);
+        fq_nio_msg_destroy(ev.msg);
+    }
+    assert_int_equal(got[0], 2);
+    assert_int_equal(got[1], 4);
+    assert_int_equal(got[2], 5);
+}
+
+typedef struct kv_seen {
+    int n;
+    char keys[8][64];
+} kv_seen;
+
+static void kv_cb(void *arg, const char *key, const char *val, size_t len, int64_t created)
+{
+    kv_seen *s = arg;
+    (void)val;
+    (void)len;
+    assert_true(created > 0);
+    if (s->n < 8)
+        snprintf(s->keys[s->n++], sizeof s->keys[0], "%s", key);
+}
+
+static void test_kv_lease_primitives(void **state)
+{
+    fixture *f = *state;
+    char err[256];
+    assert_int_equal(fq_nio_kv_ensure(f->n, "it_kv", 60000, 1, err, sizeof err), FQ_OK);
+    uint64_t r1 = 0, r2 = 0, r3 = 0;
+    assert_int_equal(fq_nio_kv_create(&r1, f->n, "it_kv", "lease", "a", 1), FQ_OK);
+    assert_int_equal(fq_nio_kv_create(&r2, f->n, "it_kv", "lease", "b", 1), FQ_EEXIST);
+    assert_int_equal(fq_nio_kv_update(&r2, f->n, "it_kv", "lease", "a2", 2, r1), FQ_OK);
+    /* A stale revision loses. */
+    assert_int_equal(fq_nio_kv_update(&r3, f->n, "it_kv", "lease", "b", 1, r1), FQ_EEXIST);
+    char buf[16];
+    uint64_t rev = 0;
+    assert_int_equal(fq_nio_kv_get(buf, sizeof buf, &rev, f->n, "it_kv", "lease"), FQ_OK);
+    assert_string_equal(buf, "a2");
+    assert_int_equal(rev, r2);
+    assert_int_equal(fq_nio_kv_get(buf, sizeof buf, &rev, f->n, "it_kv", "none"), FQ_ENOTFOUND);
+    assert_int_equal(fq_nio_kv_put_async(f->n, "it_kv", "t.x", "1", 1, 7), FQ_OK);
+    fq_nio_event ev;
+    assert_true(wait_event(f->n, FQ_NIO_EV_PUBACK, &ev, 5000));
+    assert_int_equal(ev.token, 7);
+    assert_int_equal(ev.status, FQ_OK);
+    kv_seen seen = {0};
+    assert_int_equal(fq_nio_kv_load(f->n, "it_kv", kv_cb, &seen), FQ_OK);
+    assert_int_equal(seen.n, 2);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_stream_ensure_and_mismatch),
+        cmocka_unit_test(test_puback_tokens_and_duplicates),
+        cmocka_unit_test(test_kv_lease_primitives),
+        cmocka_unit_test(test_fetch_ack_get_and_recreate),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
