@@ -9,6 +9,8 @@
 #include "drr.h"
 #include "fq.h"
 
+/* A policy is not locked: one thread owns it (the proxy's loop), and
+ * changes from other threads (a KV watcher) are handed to that thread. */
 typedef struct fq_policy fq_policy;
 
 /* The largest weight a plan, tenant or override may state: the scheduler
