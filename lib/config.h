@@ -15,13 +15,15 @@ typedef struct fq_workflow_default {
 } fq_workflow_default;
 
 /* Every field has its default filled in by fq_config_load. Strings are
- * owned by the config and freed by fq_config_free. */
+ * owned by the config and freed by fq_config_free. Only nats.url, plans and
+ * scheduler.default_plan are required in the file. */
 typedef struct fq_config {
     struct {
-        char *url;                  /* default nats://127.0.0.1:4222 */
-        char *creds;                /* NULL: none */
-        char *tls_ca, *tls_cert, *tls_key;  /* NULL: none */
-        uint32_t replicas;          /* stream replicas, default 1 */
+        char *url;                  /* required; may carry credentials */
+        char *creds;                /* NULL: none; a secret, never printed */
+        char *tls_ca, *tls_cert;    /* NULL: none */
+        char *tls_key;              /* NULL: none; a secret, never printed */
+        uint32_t replicas;          /* stream replicas, 1 to 5, default 1 */
     } nats;
     struct {
         char *submit;               /* "fair.submit" (producers add .<tenant>) */
@@ -31,24 +33,24 @@ typedef struct fq_config {
         char *admin;                /* "fair.admin" */
     } subjects;
     struct {
-        uint32_t quantum_tokens;    /* default 1000 */
-        char *default_plan;         /* required */
+        uint32_t quantum_tokens;    /* default 1000, at most FQ_POLICY_MAX_QUANTUM */
+        char *default_plan;         /* required; names one of plans */
         bool reject_unknown;        /* unknown_tenants: admit (false) | reject */
         uint32_t max_est_tokens;    /* default 1,000,000 */
-        uint64_t max_wait_ms;       /* 0: no limit (default) */
+        uint64_t max_wait_ms;       /* 0: no limit (default); at most FQ_CONFIG_MAX_MS */
     } scheduler;
     struct {
         uint32_t max_in_flight;     /* default 64 */
         uint64_t max_in_flight_tokens; /* 0: no limit (default) */
-        uint64_t run_timeout_ms;    /* default 600000 */
+        uint64_t run_timeout_ms;    /* default 600000; 1 to FQ_CONFIG_MAX_MS */
     } window;
     struct {
         uint64_t max_buffered_runs; /* default 1,000,000 */
         uint64_t max_buffered_bytes;/* default 256 MiB */
     } limits;
     struct {
-        uint32_t default_tokens;    /* default 1000 */
-        fq_workflow_default *workflows;
+        uint32_t default_tokens;    /* default 1000 (or max_est_tokens if lower) */
+        fq_workflow_default *workflows; /* tokens <= max_est_tokens */
         size_t n_workflows;
     } estimates;
     struct {
@@ -58,24 +60,45 @@ typedef struct fq_config {
         char *level;                /* debug|info|warn|error, default info */
         char *format;               /* logfmt (default) | json */
     } log;
-    fq_plan *plans;
+    fq_plan *plans;                 /* at least one; weight default 1 */
     size_t n_plans;
-    fq_tenant_entry *tenants;
+    fq_tenant_entry *tenants;       /* plan "": the default plan */
     size_t n_tenants;
 } fq_config;
 
 #define FQ_DEFAULT_MAX_PENDING 100000   /* runs per tenant when no plan says */
+#define FQ_CONFIG_MAX_MS 31536000000ull /* one year: bounds every duration */
+#define FQ_CONFIG_MAX_BYTES (16u << 20) /* a config file larger than this is refused */
 
-/* Load and validate a YAML file. On error returns FQ_EINVAL (or FQ_EIO) and
- * writes "file:line:col: reason" into err (errlen bytes); *out untouched. */
+/* Load, then validate a YAML file and fill in defaults. On error returns
+ * FQ_EINVAL (FQ_EIO if the file cannot be read, FQ_ENOMEM) and writes one
+ * line into err (errlen bytes), "file:line:col: key.path: reason", e.g.
+ * "fairq.yaml:12:5: plans[2].weight: must be >= 1" (entries counted from 0;
+ * no line:col when the key is absent); *out is untouched. Unknown keys,
+ * keys given twice, a plan, tenant or workflow named twice, a tenant on an
+ * unknown plan and values that are not what their key takes are errors. */
 fq_status fq_config_load(fq_config *out, const char *path, char *err, size_t errlen);
 /* The same from a string in memory (name is used in messages). */
 fq_status fq_config_parse(fq_config *out, const char *name, const char *yaml,
                           size_t len, char *err, size_t errlen);
-/* Safe on a zeroed config. */
+/* Safe on a zeroed config; leaves it zeroed. */
 void fq_config_free(fq_config *c);
 
-/* A policy built from the plans and tenants of c. */
+/* A policy built from the plans and tenants of c (with FQ_DEFAULT_MAX_PENDING
+ * where neither sets max_pending). On error *out is NULL. */
 fq_status fq_config_policy(fq_policy **out, const fq_config *c);
+
+/* The effective config as one line of logfmt key=value pairs, for the
+ * startup log: secrets are shown as "set" (creds, TLS key) and a URL's user
+ * information as "***". Writes at most cap bytes, always NUL-terminated when
+ * cap > 0; returns the length of the whole line, as snprintf does. */
+size_t fq_config_describe(const fq_config *c, char *buf, size_t cap);
+
+/* The settings that differ between old and new but only take effect at a
+ * restart (nats.url, nats.creds, nats.tls.*, nats.replicas, subjects.*,
+ * http.listen), as a comma-separated list of key names (never their values)
+ * in buf, truncated to cap as snprintf does. Returns how many differ. */
+size_t fq_config_diff_restart(const fq_config *old, const fq_config *new,
+                              char *buf, size_t cap);
 
 #endif

@@ -1,0 +1,470 @@
+/* test_config.c -- unit tests of the config loader: the shipped file, defaults, every kind of error. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "config.h"
+
+/* Four lines that make a valid config; cases append from line 5. */
+#define BASE "nats: {url: nats://127.0.0.1:4222}\n" \
+             "scheduler: {default_plan: free}\n"     \
+             "plans:\n"                              \
+             "  - name: free\n"
+
+static fq_status parse(fq_config *c, const char *yaml, char *err, size_t errlen)
+{
+    memset(c, 0, sizeof(*c));
+    err[0] = '\0';
+    return fq_config_parse(c, "t.yaml", yaml, strlen(yaml), err, errlen);
+}
+
+static void parse_ok(fq_config *c, const char *yaml)
+{
+    char err[512];
+    fq_status s = parse(c, yaml, err, sizeof(err));
+    if (s != FQ_OK)
+        fail_msg("unexpected error: %s", err);
+}
+
+static void test_shipped_config_loads(void **state)
+{
+    (void)state;
+    const char *dir = getenv("FAIRQ_SOURCE_DIR");
+    char path[4096], err[512];
+    snprintf(path, sizeof(path), "%s/config/fairq.yaml", dir ? dir : ".");
+    fq_config c;
+    memset(&c, 0, sizeof(c));
+    fq_status s = fq_config_load(&c, path, err, sizeof(err));
+    if (s != FQ_OK)
+        fail_msg("%s", err);
+    assert_string_equal(c.scheduler.default_plan, "free");
+    assert_true(c.n_plans >= 3);
+    assert_true(c.n_tenants >= 2);
+    assert_true(c.estimates.n_workflows >= 2);
+
+    /* Its policy: the plans and tenants it lists, and the default plan. */
+    fq_policy *p;
+    assert_int_equal(fq_config_policy(&p, &c), FQ_OK);
+    fq_policy_resolved r;
+    assert_int_equal(fq_policy_resolve(&r, p, "acme"), FQ_OK);
+    assert_string_equal(r.plan, "enterprise");
+    assert_int_equal(r.source, FQ_SRC_CONFIG);
+    assert_int_equal(r.p.weight, fq_policy_plan(p, "enterprise")->weight);
+    assert_int_equal(fq_policy_resolve(&r, p, "someone-new"), FQ_OK);
+    assert_string_equal(r.plan, "free");
+    assert_int_equal(r.source, FQ_SRC_DEFAULT);
+    assert_true(fq_policy_plan(p, "enterprise")->weight >
+                fq_policy_plan(p, "pro")->weight);
+    assert_true(fq_policy_plan(p, "pro")->weight > fq_policy_plan(p, "free")->weight);
+    fq_policy_destroy(p);
+    fq_config_free(&c);
+}
+
+static void test_defaults(void **state)
+{
+    (void)state;
+    fq_config c;
+    parse_ok(&c, BASE);
+    assert_string_equal(c.nats.url, "nats://127.0.0.1:4222");
+    assert_null(c.nats.creds);
+    assert_null(c.nats.tls_ca);
+    assert_null(c.nats.tls_cert);
+    assert_null(c.nats.tls_key);
+    assert_int_equal(c.nats.replicas, 1);
+    assert_string_equal(c.subjects.submit, "fair.submit");
+    assert_string_equal(c.subjects.dispatch, "fair.dispatch");
+    assert_string_equal(c.subjects.done, "fair.done");
+    assert_string_equal(c.subjects.rejected, "fair.rejected");
+    assert_string_equal(c.subjects.admin, "fair.admin");
+    assert_int_equal(c.scheduler.quantum_tokens, 1000);
+    assert_false(c.scheduler.reject_unknown);
+    assert_int_equal(c.scheduler.max_est_tokens, 1000000);
+    assert_int_equal(c.scheduler.max_wait_ms, 0);
+    assert_int_equal(c.window.max_in_flight, 64);
+    assert_int_equal(c.window.max_in_flight_tokens, 0);
+    assert_int_equal(c.window.run_timeout_ms, 600000);
+    assert_int_equal(c.limits.max_buffered_runs, 1000000);
+    assert_int_equal(c.limits.max_buffered_bytes, 256u << 20);
+    assert_int_equal(c.estimates.default_tokens, 1000);
+    assert_int_equal(c.estimates.n_workflows, 0);
+    assert_string_equal(c.http.listen, "127.0.0.1:9464");
+    assert_string_equal(c.log.level, "info");
+    assert_string_equal(c.log.format, "logfmt");
+    assert_int_equal(c.n_plans, 1);
+    assert_int_equal(c.plans[0].weight, 1);
+    assert_int_equal(c.plans[0].max_in_flight, 0);
+    assert_int_equal(c.plans[0].max_pending, 0);
+    assert_int_equal(c.n_tenants, 0);
+
+    /* max_pending nowhere set: the stated default applies. */
+    fq_policy *p;
+    fq_policy_resolved r;
+    assert_int_equal(fq_config_policy(&p, &c), FQ_OK);
+    assert_int_equal(fq_policy_resolve(&r, p, "x"), FQ_OK);
+    assert_int_equal(r.p.max_pending, FQ_DEFAULT_MAX_PENDING);
+    fq_policy_destroy(p);
+    fq_config_free(&c);
+    fq_config_free(&c);     /* leaves it zeroed: a second free is harmless */
+}
+
+static void test_values_are_read(void **state)
+{
+    (void)state;
+    fq_config c;
+    parse_ok(&c,
+        "nats:\n"
+        "  url: nats://a:4222,nats://b:4222\n"
+        "  creds: /run/x.creds\n"
+        "  tls: {ca: ca.pem, cert: c.pem, key: k.pem}\n"
+        "  replicas: 3\n"
+        "subjects: {submit: s.in, dispatch: s.work, done: s.done, rejected: s.rej, admin: s.adm}\n"
+        "scheduler:\n"
+        "  quantum_tokens: 2_000\n"
+        "  default_plan: basic\n"
+        "  unknown_tenants: reject\n"
+        "  max_est_tokens: 50000\n"
+        "  max_wait_ms: 30000\n"
+        "window: {max_in_flight: 8, max_in_flight_tokens: 100000, run_timeout_ms: 5000}\n"
+        "limits: {max_buffered_runs: 10, max_buffered_bytes: 4096}\n"
+        "plans:\n"
+        "  - {name: basic, weight: 2, max_in_flight: 4, max_pending: 100}\n"
+        "  - {name: gold, weight: 7}\n"
+        "tenants:\n"
+        "  - {id: t1, plan: gold, weight: 9, max_in_flight: 3, max_pending: 5}\n"
+        "  - {id: t2}\n"
+        "estimates:\n"
+        "  default_tokens: 700\n"
+        "  workflows: [{name: summarize, tokens: 1200}]\n"
+        "http: {listen: \"\"}\n"
+        "log: {level: debug, format: json}\n");
+    assert_string_equal(c.nats.url, "nats://a:4222,nats://b:4222");
+    assert_string_equal(c.nats.creds, "/run/x.creds");
+    assert_string_equal(c.nats.tls_key, "k.pem");
+    assert_int_equal(c.nats.replicas, 3);
+    assert_string_equal(c.subjects.dispatch, "s.work");
+    assert_string_equal(c.subjects.admin, "s.adm");
+    assert_int_equal(c.scheduler.quantum_tokens, 2000);
+    assert_true(c.scheduler.reject_unknown);
+    assert_int_equal(c.scheduler.max_est_tokens, 50000);
+    assert_int_equal(c.scheduler.max_wait_ms, 30000);
+    assert_int_equal(c.window.max_in_flight, 8);
+    assert_int_equal(c.window.max_in_flight_tokens, 100000);
+    assert_int_equal(c.window.run_timeout_ms, 5000);
+    assert_int_equal(c.limits.max_buffered_runs, 10);
+    assert_int_equal(c.limits.max_buffered_bytes, 4096);
+    assert_int_equal(c.n_plans, 2);
+    assert_int_equal(c.plans[0].max_in_flight, 4);
+    assert_int_equal(c.plans[0].max_pending, 100);
+    assert_int_equal(c.plans[1].weight, 7);
+    assert_int_equal(c.n_tenants, 2);
+    assert_string_equal(c.tenants[0].plan, "gold");
+    assert_int_equal(c.tenants[0].weight, 9);
+    assert_string_equal(c.tenants[1].plan, "");    /* the default plan */
+    assert_int_equal(c.estimates.default_tokens, 700);
+    assert_string_equal(c.estimates.workflows[0].name, "summarize");
+    assert_int_equal(c.estimates.workflows[0].tokens, 1200);
+    assert_string_equal(c.http.listen, "");
+    assert_string_equal(c.log.level, "debug");
+    assert_string_equal(c.log.format, "json");
+
+    fq_policy *p;
+    fq_policy_resolved r;
+    assert_int_equal(fq_config_policy(&p, &c), FQ_OK);
+    assert_int_equal(fq_policy_resolve(&r, p, "t1"), FQ_OK);
+    assert_int_equal(r.p.weight, 9);
+    assert_int_equal(r.p.max_pending, 5);
+    assert_int_equal(fq_policy_resolve(&r, p, "t2"), FQ_OK);
+    assert_string_equal(r.plan, "basic");
+    assert_int_equal(r.p.max_in_flight, 4);
+    assert_int_equal(fq_policy_resolve(&r, p, "t3"), FQ_EUNKNOWN);
+    fq_policy_destroy(p);
+    fq_config_free(&c);
+}
+
+/* Each bad document, and the one message it must give, position included. */
+static const struct {
+    const char *yaml;
+    const char *want;
+} bad_cases[] = {
+    /* Unknown keys: placed at the key itself, with the keys allowed there. */
+    {BASE "bogus: 1\n",
+     "t.yaml:5:1: bogus: unknown key (known here: nats, subjects, scheduler, window, "
+     "limits, plans, tenants, estimates, http, log)"},
+    {BASE "  - name: pro\n    wieght: 3\n",
+     "t.yaml:6:5: plans[1].wieght: unknown key (known here: name, weight, "
+     "max_in_flight, max_pending)"},
+    /* After a nested mapping that holds a key of the same name. */
+    {"nats:\n  url: x\n  tls:\n    ca: a\n  ca: b\n",
+     "t.yaml:5:3: nats.ca: unknown key (known here: url, creds, tls, replicas)"},
+    {BASE "estimates:\n  workflows:\n    - {name: a, tokens: 1, cost: 2}\n",
+     "t.yaml:7:28: estimates.workflows[0].cost: unknown key (known here: name, tokens)"},
+    /* A key given twice in one mapping: placed at the second. */
+    {BASE "window: {max_in_flight: 1}\nwindow: {max_in_flight: 2}\n",
+     "t.yaml:6:1: window: key given twice"},
+    /* Wrong types. */
+    {BASE "  - name: pro\n    weight: 1.5\n",
+     "t.yaml:6:5: plans[1].weight: '1.5' is not a whole number (digits only, no sign, "
+     "fraction or leading zero)"},
+    {BASE "window: {run_timeout_ms: -5}\n",
+     "t.yaml:5:10: window.run_timeout_ms: '-5' is not a whole number (digits only, no "
+     "sign, fraction or leading zero)"},
+    {BASE "limits: {max_buffered_runs: 010}\n",
+     "t.yaml:5:10: limits.max_buffered_runs: '010' is not a whole number (digits only, "
+     "no sign, fraction or leading zero)"},
+    {BASE "limits: {max_buffered_runs: 99999999999999999999}\n",
+     "t.yaml:5:10: limits.max_buffered_runs: '99999999999999999999' is not a whole "
+     "number (digits only, no sign, fraction or leading zero)"},
+    {BASE "  - name: pro\n    weight: [3]\n",
+     "t.yaml:6:5: plans[1].weight: expected a single value, got a list"},
+    {BASE "  - pro\n", "t.yaml:5:5: plans[1]: expected a mapping, got a single value"},
+    {"nats: nats://x\n", "t.yaml:1:1: nats: expected a mapping, got a single value"},
+    {"- a\n- b\n", "t.yaml:1:1: expected a mapping, got a list"},
+    /* Missing required keys: placed at the nearest enclosing key, if any. */
+    {"scheduler: {default_plan: free}\nplans: [{name: free}]\n",
+     "t.yaml: nats.url: required (e.g. nats://127.0.0.1:4222)"},
+    {"nats: {url: n}\nplans: [{name: free}]\n",
+     "t.yaml: scheduler.default_plan: required (the plan of tenants that are not listed)"},
+    {"nats: {url: n}\nscheduler: {quantum_tokens: 5}\nplans: [{name: free}]\n",
+     "t.yaml:2:1: scheduler.default_plan: required (the plan of tenants that are not "
+     "listed)"},
+    {"nats: {url: n}\nscheduler: {default_plan: free}\n",
+     "t.yaml: plans: required: at least one plan (- name: free, weight: 1)"},
+    {"nats: {url: n}\nscheduler: {default_plan: free}\nplans: []\n",
+     "t.yaml:3:1: plans: required: at least one plan (- name: free, weight: 1)"},
+    {BASE "  - weight: 2\n", "t.yaml:5:5: plans[1].name: required"},
+    {BASE "tenants:\n  - plan: free\n", "t.yaml:6:5: tenants[0].id: required"},
+    {BASE "estimates: {workflows: [{name: w}]}\n",
+     "t.yaml:5:25: estimates.workflows[0].tokens: required"},
+    {"", "t.yaml: nats.url: required (e.g. nats://127.0.0.1:4222)"},
+    /* Out of range. */
+    {BASE "  - {name: a, weight: 2}\n  - {name: b, weight: 0}\n",
+     "t.yaml:6:15: plans[2].weight: must be >= 1"},
+    {BASE "  - {name: a, weight: 1000001}\n",
+     "t.yaml:5:15: plans[1].weight: must be <= 1000000"},
+    {BASE "tenants: [{id: t, weight: 0}]\n", "t.yaml:5:19: tenants[0].weight: must be >= 1"},
+    {BASE "tenants: [{id: t, max_pending: 0}]\n",
+     "t.yaml:5:19: tenants[0].max_pending: must be >= 1"},
+    {"nats: {url: n, replicas: 6}\nscheduler: {default_plan: free}\nplans: [{name: free}]\n",
+     "t.yaml:1:16: nats.replicas: must be <= 5"},
+    {"nats: {url: n}\nscheduler: {default_plan: free, quantum_tokens: 0}\nplans: [{name: free}]\n",
+     "t.yaml:2:33: scheduler.quantum_tokens: must be >= 1"},
+    {BASE "window: {max_in_flight: 0}\n", "t.yaml:5:10: window.max_in_flight: must be >= 1"},
+    {BASE "window: {run_timeout_ms: 31536000001}\n",
+     "t.yaml:5:10: window.run_timeout_ms: must be <= 31536000000"},
+    {"nats: {url: n}\nscheduler: {default_plan: free, max_est_tokens: 500}\n"
+     "plans: [{name: free}]\nestimates: {default_tokens: 501}\n",
+     "t.yaml:4:13: estimates.default_tokens: must be <= 500"},
+    {"nats: {url: n}\nscheduler: {default_plan: free, max_est_tokens: 500}\n"
+     "plans: [{name: free}]\nestimates: {workflows: [{name: w, tokens: 600}]}\n",
+     "t.yaml:4:35: estimates.workflows[0].tokens: must be <= 500"},
+    /* Names given twice, and names that refer to nothing. */
+    {BASE "  - name: pro\n  - name: free\n",
+     "t.yaml:6:5: plans[2].name: 'free' given twice (first at plans[0])"},
+    {BASE "tenants:\n  - {id: a}\n  - {id: b}\n  - {id: a}\n",
+     "t.yaml:8:6: tenants[2].id: 'a' given twice (first at tenants[0])"},
+    {BASE "estimates:\n  workflows:\n    - {name: w, tokens: 1}\n    - {name: w, tokens: 2}\n",
+     "t.yaml:8:8: estimates.workflows[1].name: 'w' given twice (first at "
+     "estimates.workflows[0])"},
+    {BASE "tenants: [{id: a, plan: gold}]\n",
+     "t.yaml:5:19: tenants[0].plan: no plan named 'gold' in plans"},
+    {"nats: {url: n}\nscheduler: {default_plan: gold}\nplans: [{name: free}]\n",
+     "t.yaml:2:13: scheduler.default_plan: no plan named 'gold' in plans"},
+    {BASE "tenants: [{id: \"a.b\"}]\n",
+     "t.yaml:5:12: tenants[0].id: 'a.b' must be 1 to 64 of A-Z a-z 0-9 _ -"},
+    {BASE "  - name: \"pro plan\"\n",
+     "t.yaml:5:5: plans[1].name: 'pro plan' must be 1 to 64 of A-Z a-z 0-9 _ -"},
+    /* Words from a fixed set. */
+    {BASE "log: {level: verbose}\n",
+     "t.yaml:5:7: log.level: 'verbose' is not one of: debug, info, warn, error"},
+    {BASE "log: {format: xml}\n", "t.yaml:5:7: log.format: 'xml' is not one of: logfmt, json"},
+    {"nats: {url: n}\nscheduler: {default_plan: free, unknown_tenants: deny}\n"
+     "plans: [{name: free}]\n",
+     "t.yaml:2:33: scheduler.unknown_tenants: 'deny' is not one of: admit, reject"},
+    /* Subjects, listen address, TLS. */
+    {BASE "subjects: {submit: \"fair.*\"}\n",
+     "t.yaml:5:12: subjects.submit: 'fair.*' is not a subject: dot-separated tokens, none "
+     "empty, without white space or wildcards"},
+    {BASE "subjects: {done: fair..done}\n",
+     "t.yaml:5:12: subjects.done: 'fair..done' is not a subject: dot-separated tokens, "
+     "none empty, without white space or wildcards"},
+    {BASE "subjects: {done: fair.submit}\n",
+     "t.yaml:5:12: subjects.done: 'fair.submit' is subjects.submit already"},
+    {BASE "subjects: {dispatch: fair.submit.work}\n",
+     "t.yaml:5:12: subjects.dispatch: 'fair.submit.work' falls under subjects.submit.*"},
+    {BASE "http: {listen: localhost}\n",
+     "t.yaml:5:8: http.listen: 'localhost' is not host:port (port 1 to 65535), or \"\" to "
+     "disable"},
+    {BASE "http: {listen: \"127.0.0.1:70000\"}\n",
+     "t.yaml:5:8: http.listen: '127.0.0.1:70000' is not host:port (port 1 to 65535), or "
+     "\"\" to disable"},
+    {"nats: {url: n, tls: {cert: c.pem}}\n",
+     "t.yaml:1:16: nats.tls.key: required with nats.tls.cert: cert and key go together"},
+    /* Not YAML, or more than one document, or aliases. */
+    {BASE "log: {level: \"info\n",
+     "t.yaml:6:1: YAML syntax: found unexpected end of stream while scanning a quoted "
+     "scalar"},
+    {BASE "log:\n  level: info\n\tformat: json\n",
+     "t.yaml:7:1: YAML syntax: found a tab character that violates indentation while "
+     "scanning a plain scalar"},
+    {BASE "---\nlog: {level: info}\n", "t.yaml:5:1: a second YAML document: the config "
+     "is one document"},
+    {BASE "log: {level: &l info, format: *l}\n",
+     "t.yaml:5:23: log.format: YAML aliases (*name) are not supported"},
+};
+
+static void test_errors(void **state)
+{
+    (void)state;
+    size_t n = sizeof(bad_cases) / sizeof(bad_cases[0]);
+    for (size_t i = 0; i < n; i++) {
+        fq_config c;
+        char err[512];
+        fq_status s = parse(&c, bad_cases[i].yaml, err, sizeof(err));
+        if (s != FQ_EINVAL || strcmp(err, bad_cases[i].want) != 0)
+            fail_msg("case %zu:\n%s\nstatus %d, message:\n  %s\nwanted:\n  %s", i,
+                     bad_cases[i].yaml, s, err, bad_cases[i].want);
+    }
+}
+
+/* The unknown key is named as written, whatever it looks like. */
+static void test_unknown_key_variants(void **state)
+{
+    (void)state;
+    const char *yaml[] = {
+        BASE "scheduler2:\n",
+        BASE "\"nats.url\": x\n",
+        BASE "nats_url: [1, 2]\n",
+    };
+    const char *key[] = {"scheduler2", "nats.url", "nats_url"};
+    for (size_t i = 0; i < sizeof(yaml) / sizeof(yaml[0]); i++) {
+        fq_config c;
+        char err[512], want[128];
+        assert_int_equal(parse(&c, yaml[i], err, sizeof(err)), FQ_EINVAL);
+        snprintf(want, sizeof(want), "t.yaml:5:1: %s: unknown key", key[i]);
+        if (strncmp(err, want, strlen(want)) != 0)
+            fail_msg("got %s, wanted %s...", err, want);
+    }
+}
+
+/* On error the output is left as it was, and a short buffer still gets a
+ * terminated message. */
+static void test_error_leaves_output_untouched(void **state)
+{
+    (void)state;
+    fq_config c, before;
+    memset(&c, 0xA5, sizeof(c));
+    before = c;
+    char err[16];
+    assert_int_equal(fq_config_parse(&c, "t.yaml", BASE "bogus: 1\n",
+                                      strlen(BASE "bogus: 1\n"), err, sizeof(err)),
+                     FQ_EINVAL);
+    assert_memory_equal(&c, &before, sizeof(c));
+    assert_int_equal(strlen(err), sizeof(err) - 1);
+    assert_int_equal(strncmp(err, "t.yaml:5:1: bog", sizeof(err) - 1), 0);
+    /* A NULL error buffer is allowed. */
+    assert_int_equal(fq_config_parse(&c, "t.yaml", "", 0, NULL, 0), FQ_EINVAL);
+}
+
+static void test_load_missing_file(void **state)
+{
+    (void)state;
+    fq_config c;
+    char err[512];
+    memset(&c, 0, sizeof(c));
+    assert_int_equal(fq_config_load(&c, "no/such/fairq.yaml", err, sizeof(err)), FQ_EIO);
+    assert_non_null(strstr(err, "no/such/fairq.yaml: "));
+    assert_null(c.nats.url);
+}
+
+static void test_describe_hides_secrets(void **state)
+{
+    (void)state;
+    fq_config c;
+    parse_ok(&c,
+        "nats:\n"
+        "  url: \"nats://alice:hunter2@a:4222, tls://tok3n@b:4222\"\n"
+        "  creds: /secret/dir/fairq.creds\n"
+        "  tls: {ca: /etc/ca.pem, cert: /etc/c.pem, key: /secret/dir/k.pem}\n"
+        "scheduler: {default_plan: free}\n"
+        "plans: [{name: free}, {name: pro, weight: 3}]\n"
+        "tenants: [{id: t1}]\n");
+    char line[4096];
+    size_t n = fq_config_describe(&c, line, sizeof(line));
+    assert_int_equal(n, strlen(line));
+    assert_null(strchr(line, '\n'));
+    assert_null(strstr(line, "hunter2"));
+    assert_null(strstr(line, "alice"));
+    assert_null(strstr(line, "tok3n"));
+    assert_null(strstr(line, "secret"));
+    assert_non_null(strstr(line, "nats.url=\"nats://***@a:4222, tls://***@b:4222\""));
+    assert_non_null(strstr(line, " nats.creds=set "));
+    assert_non_null(strstr(line, " nats.tls.key=set "));
+    assert_non_null(strstr(line, " nats.tls.ca=/etc/ca.pem "));
+    assert_non_null(strstr(line, " plans=free:1,pro:3 "));
+    assert_non_null(strstr(line, " tenants=1 "));
+    assert_non_null(strstr(line, " window.max_in_flight_tokens=none "));
+
+    /* Truncated as snprintf truncates: the same prefix, the same length. */
+    char small[40];
+    assert_int_equal(fq_config_describe(&c, small, sizeof(small)), n);
+    assert_int_equal(strlen(small), sizeof(small) - 1);
+    assert_int_equal(strncmp(small, line, sizeof(small) - 1), 0);
+    assert_int_equal(fq_config_describe(&c, NULL, 0), n);
+    fq_config_free(&c);
+
+    /* Without credentials the URL is shown as given. */
+    parse_ok(&c, BASE);
+    fq_config_describe(&c, line, sizeof(line));
+    assert_non_null(strstr(line, "nats.url=nats://127.0.0.1:4222 nats.creds=none "));
+    fq_config_free(&c);
+}
+
+static void test_diff_restart(void **state)
+{
+    (void)state;
+    fq_config a, b;
+    char buf[256];
+    parse_ok(&a, BASE "window: {max_in_flight: 4}\n");
+    parse_ok(&b, BASE "  - name: pro\n"
+                 "window: {max_in_flight: 8}\n");   /* live settings only */
+    assert_int_equal(fq_config_diff_restart(&a, &b, buf, sizeof(buf)), 0);
+    assert_string_equal(buf, "");
+    fq_config_free(&b);
+
+    parse_ok(&b,
+        "nats: {url: \"nats://u:secret@other:4222\", replicas: 3, creds: x.creds}\n"
+        "subjects: {submit: in.submit}\n"
+        "scheduler: {default_plan: free}\n"
+        "plans: [{name: free}]\n"
+        "http: {listen: \"\"}\n");
+    assert_int_equal(fq_config_diff_restart(&a, &b, buf, sizeof(buf)), 5);
+    assert_string_equal(buf, "nats.url,nats.creds,subjects.submit,http.listen,nats.replicas");
+    assert_null(strstr(buf, "secret"));
+    /* A short buffer truncates the list, not the count. */
+    assert_int_equal(fq_config_diff_restart(&b, &a, buf, 9), 5);
+    assert_string_equal(buf, "nats.url");
+    fq_config_free(&a);
+    fq_config_free(&b);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_shipped_config_loads),
+        cmocka_unit_test(test_defaults),
+        cmocka_unit_test(test_values_are_read),
+        cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_unknown_key_variants),
+        cmocka_unit_test(test_error_leaves_output_untouched),
+        cmocka_unit_test(test_load_missing_file),
+        cmocka_unit_test(test_describe_hides_secrets),
+        cmocka_unit_test(test_diff_restart),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
