@@ -1,0 +1,36 @@
+# Dockerfile -- fairq-proxy as a sidecar image: built with the project's CMake on Debian bookworm, run as a non-root user.
+#
+#   docker build -t fairq .
+#   docker run -v "$PWD/config/fairq.yaml:/etc/fairq/fairq.yaml:ro" \
+#              -e FAIRQ_NATS_URL=nats://nats:4222 -e FAIRQ_HTTP_LISTEN=0.0.0.0:9464 -p 9464:9464 fairq
+#
+# The image also carries the example producer and worker, so docker-compose.yml
+# runs every service from this one image.
+
+# ---- build: the same install script and CMake as `make build` ----
+FROM debian:bookworm-slim AS build
+WORKDIR /src
+COPY scripts/install-deps.sh scripts/install-deps.sh
+RUN scripts/install-deps.sh && rm -rf /var/lib/apt/lists/*
+COPY . .
+RUN cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFAIRQ_WERROR=ON \
+ && cmake --build build -j "$(nproc)" --target fairq-proxy fairq-producer fairq-worker
+
+# ---- runtime: the shared libraries only (apt adds what they depend on) ----
+FROM debian:bookworm-slim AS runtime
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends \
+      libnats3.4 libcjson1 libcyaml1 libmicrohttpd12 ca-certificates \
+ && rm -rf /var/lib/apt/lists/* \
+ && useradd --system --uid 10001 --user-group --no-create-home --shell /usr/sbin/nologin fairq
+COPY --from=build /src/build/fairq-proxy /src/build/fairq-producer /src/build/fairq-worker /usr/local/bin/
+# A default config; mount yours over it (docker-compose.yml mounts config/fairq.yaml).
+COPY config/fairq.yaml /etc/fairq/fairq.yaml
+USER fairq:fairq
+# Metrics and probes: set http.listen (or FAIRQ_HTTP_LISTEN) to 0.0.0.0:9464 to reach them from outside.
+EXPOSE 9464
+# bookworm-slim has no curl or wget: the proxy probes itself.
+HEALTHCHECK --interval=10s --timeout=3s --start-period=15s --retries=3 \
+  CMD ["fairq-proxy", "--health", "http://127.0.0.1:9464/healthz"]
+ENTRYPOINT ["fairq-proxy"]
+CMD ["-c", "/etc/fairq/fairq.yaml"]
