@@ -1,0 +1,128 @@
+/* fairq-proxy.c -- the fairness sidecar: reads its config, runs lib/proxy until SIGTERM or SIGINT. */
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "config.h"
+#include "log.h"
+#include "proxy.h"
+
+static fq_proxy *running;
+
+static void on_signal(int sig)
+{
+    (void)sig;
+    if (running)
+        fq_proxy_stop(running);
+}
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: fairq-proxy [-c FILE] [--nats URL] [--check-config]\n"
+            "       fairq-proxy --version | --help\n"
+            "\n"
+            "Fairness proxy for NATS JetStream: consumes runs from <submit>.<tenant>,\n"
+            "dispatches them to <dispatch> by token-metered deficit round robin, and\n"
+            "reconciles estimates from completions on <done>.<tenant>.\n"
+            "\n"
+            "  -c, --config FILE   configuration file (default config/fairq.yaml)\n"
+            "      --nats URL      NATS server URL; overrides FAIRQ_NATS_URL and nats.url\n"
+            "      --check-config  validate the configuration and exit (0 if valid)\n"
+            "      --version       print the version and exit\n"
+            "  -h, --help          print this help and exit\n"
+            "\n"
+            "SIGTERM or SIGINT stop it gracefully: fetching stops, dispatches under way\n"
+            "finish and are acked, whatever is still queued stays in JetStream.\n");
+}
+
+/* The URL to use: --nats, else FAIRQ_NATS_URL, else the file's. */
+static int override_url(fq_config *cfg, const char *flag)
+{
+    const char *env = getenv("FAIRQ_NATS_URL");
+    const char *url = flag ? flag : (env && *env ? env : NULL);
+    if (!url)
+        return 0;
+    char *dup = strdup(url);
+    if (!dup)
+        return -1;
+    free(cfg->nats.url);
+    cfg->nats.url = dup;
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    const char *path = "config/fairq.yaml", *nats = NULL;
+    int check = 0;
+    enum { OPT_NATS = 256, OPT_CHECK, OPT_VERSION };
+    static const struct option longopts[] = {
+        {"config", required_argument, NULL, 'c'},
+        {"nats", required_argument, NULL, OPT_NATS},
+        {"check-config", no_argument, NULL, OPT_CHECK},
+        {"version", no_argument, NULL, OPT_VERSION},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    int opt;
+    while ((opt = getopt_long(argc, argv, "c:h", longopts, NULL)) != -1) {
+        switch (opt) {
+        case 'c': path = optarg; break;
+        case OPT_NATS: nats = optarg; break;
+        case OPT_CHECK: check = 1; break;
+        case OPT_VERSION: printf("fairq-proxy %s\n", FAIRQ_VERSION); return 0;
+        case 'h': usage(stdout); return 0;
+        default: usage(stderr); return 2;
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "fairq-proxy: unexpected argument: %s\n", argv[optind]);
+        usage(stderr);
+        return 2;
+    }
+    fq_config cfg;
+    char err[1024];
+    if (fq_config_load(&cfg, path, err, sizeof err) != FQ_OK) {
+        fprintf(stderr, "fairq-proxy: %s\n", err);
+        return 2;
+    }
+    if (override_url(&cfg, nats) != 0 || fq_log_init(cfg.log.level, cfg.log.format, err,
+                                                     sizeof err) != FQ_OK) {
+        fprintf(stderr, "fairq-proxy: %s\n", err);
+        fq_config_free(&cfg);
+        return 2;
+    }
+    fq_proxy *p = NULL;
+    if (fq_proxy_create(&p, &cfg, err, sizeof err) != FQ_OK) {
+        fprintf(stderr, "fairq-proxy: %s: %s\n", path, err);
+        fq_config_free(&cfg);
+        return 2;
+    }
+    if (check) {
+        printf("%s: ok\n", path);
+        fq_proxy_destroy(p);
+        fq_config_free(&cfg);
+        return 0;
+    }
+    char desc[2048];
+    fq_config_describe(&cfg, desc, sizeof desc);
+    fq_log(FQ_LOG_INFO, "fairq-proxy starting", FQ_STR("version", FAIRQ_VERSION),
+           FQ_STR("config", path), FQ_STR("effective", desc));
+    fq_config_free(&cfg);
+
+    running = p;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    int rc = fq_proxy_run(p);
+    running = NULL;
+    fq_proxy_destroy(p);
+    return rc;
+}

@@ -1,0 +1,1858 @@
+/* proxy.c -- fairq-proxy's daemon: NATS in, token-metered DRR, NATS out, reconciliation. */
+#include "proxy.h"
+
+#include <inttypes.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+
+#include "drr.h"
+#include "estimate.h"
+#include "log.h"
+#include "metrics.h"
+#include "msg.h"
+#include "natsio.h"
+#include "policy.h"
+
+/*
+ * Principles
+ *
+ * - One thread owns everything: the scheduler, the estimator, the indexes.
+ *   natsio turns whatever nats.c does on its threads (fetched runs,
+ *   completions, PubAcks, admin requests, reconnects) into events that this
+ *   thread drains; nothing here is locked.
+ * - A submit is acked only once JetStream has stored what it became: its
+ *   dispatch and its in-flight record (two PubAcks), or its refusal. Until
+ *   then it stays in FAIR_SUBMIT, so a crash at any moment loses nothing;
+ *   Nats-Msg-Id on the dispatch makes the retry after a crash harmless.
+ * - Runs are indexed by submit sequence while their submit is unacked (a
+ *   redelivery of a held run is not queued twice) and by run key
+ *   (tenant, run id) from dispatch to completion (completions and duplicate
+ *   run ids find them).
+ * - What must survive a restart lives in NATS: the streams, the fairq_runs
+ *   bucket (a record per run in flight, overwritten by a done marker), the
+ *   lease. The proxy keeps nothing on disk.
+ * - Memory is bounded without giving up FIFO order: past max_buffered_bytes
+ *   a run keeps only its index entry and its body is read back by sequence
+ *   when it is dispatched; past max_buffered_runs fetching stops.
+ * - The hot path allocates no memory of its own per run once the pools have
+ *   grown to the working set (nats.c allocates its messages).
+ */
+
+#define PX_CONS_SUBMIT 0
+#define PX_CONS_DONE 1
+#define PX_SUB_STATS 0
+#define PX_EVENTS 1024              /* events drained per poll */
+#define PX_POLL_MS 50               /* longest sleep between housekeeping */
+#define PX_MAX_PUBS 32768           /* our publishes awaiting PubAck before dispatch waits */
+#define PX_RETRY_MS 250             /* a failed publish is tried again after this */
+#define PX_EXPIRED_MAX 100000       /* expired runs remembered for late completions */
+#define PX_POOL_CHUNK 1024
+#define PX_SYNTH_ID (1ULL << 62)    /* scheduler ids of adopted runs without a sequence */
+#define PX_STOP_WAIT_MS 10000       /* graceful stop: longest wait for PubAcks */
+#define PX_RATE_ALPHA 0.3           /* weight of the newest second in the rates */
+
+/* Publish tokens: kind in the top four bits, a stream sequence below. */
+enum px_token {
+    TK_DISPATCH = 1,    /* a run to the dispatch subject; submit seq */
+    TK_FLIGHT,          /* its in-flight record; submit seq */
+    TK_REJECT,          /* a refused submit; submit seq */
+    TK_DONE_MARK,       /* a completion's done marker; done seq */
+    TK_DONE_REJECT,     /* a refused completion; done seq */
+};
+#define TK_MAKE(k, v) (((uint64_t)(k) << 60) | ((v) & ((1ULL << 60) - 1)))
+#define TK_KIND(t) ((int)((t) >> 60))
+#define TK_VAL(t) ((t) & ((1ULL << 60) - 1))
+
+enum px_state {
+    PX_QUEUED = 1,      /* in its tenant's queue */
+    PX_FLIGHT,          /* dispatched, holding a window slot */
+    PX_EXPIRED,         /* lease expired: slot freed, a late completion still counts */
+    PX_DONE,            /* completed or refused; freed once nothing refers to it */
+};
+
+/* What a dispatched run must remember until its completion. */
+typedef struct px_names {
+    char run_id[FQ_RUN_ID_MAX + 1];
+    char workflow[FQ_WORKFLOW_MAX + 1];
+    uint32_t declared;          /* the producer's est_tokens, 0 if none */
+    struct px_names *next;      /* free list */
+} px_names;
+
+/* The proxy's own view of a tenant: the scheduler's handle and counters the
+ * scheduler does not keep. */
+typedef struct px_tenant {
+    char id[FQ_TENANT_MAX + 1];
+    fq_tenant *t;
+    char plan[FQ_TENANT_MAX + 1];
+    uint64_t rejected[FQ__COUNT];   /* refused runs by reason */
+    uint64_t completed;             /* completions reconciled */
+    fq_hist wait;                   /* submit (stream time) to dispatch */
+    struct px_tenant *next;         /* hash chain */
+} px_tenant;
+
+/* A run the proxy holds. */
+typedef struct px_run {
+    uint64_t seq;               /* submit stream sequence: the scheduler's id */
+    fq_nio_msg *msg;            /* the submit while queued in memory; NULL: index only */
+    struct px_run *seq_next;    /* sequence index chain; free list */
+    struct px_run *key_next;    /* run-key index chain */
+    struct px_run *exp_next;    /* expired FIFO */
+    px_tenant *pt;
+    px_names *names;            /* from dispatch on */
+    uint64_t key_hash;
+    int64_t submitted_ms;       /* unix ms, JetStream's timestamp of the submit */
+    uint32_t size;              /* bytes of the submit, body and headers */
+    uint32_t delivered;         /* deliveries of the submit so far */
+    uint32_t est;               /* tokens charged */
+    uint8_t state;              /* enum px_state */
+    uint8_t pending;            /* publishes to settle before the submit is acked */
+    bool in_seq, in_key, in_exp, retained;
+} px_run;
+
+/* A chained hash of runs, by sequence or by run key. */
+typedef struct px_index {
+    px_run **b;
+    size_t nb, n;
+} px_index;
+
+/* Run keys completed recently: a completion repeated within the duplicate
+ * window changes nothing. Open addressing on the key's 64-bit hash. */
+typedef struct px_done_ent {
+    uint64_t hash;              /* 0: empty */
+    uint64_t seq;               /* the submit it came from */
+    int64_t until_ms;           /* unix ms when it may be forgotten */
+} px_done_ent;
+
+typedef struct px_doneset {
+    px_done_ent *e;
+    size_t cap, n;
+} px_doneset;
+
+/* A publish that failed, to be tried again as it was. */
+typedef struct px_retry {
+    uint64_t token;
+    fq_nio_msg *msg;
+    uint64_t at;                /* monotonic ms */
+} px_retry;
+
+/* Counters for stats; monotonic. */
+typedef struct px_counters {
+    uint64_t submitted, redelivered, rejected, invalid_subject, duplicates_acked;
+    uint64_t dispatched, dispatch_duplicates, body_reads, body_lost;
+    uint64_t completions, completions_unheld, completions_duplicate, completions_invalid;
+    uint64_t completions_unknown, expired, pub_failures, fetch_pauses, reconnects;
+    uint64_t adopted;
+} px_counters;
+
+struct fq_proxy {
+    fq_config cfg;              /* our copy: strings duplicated */
+    fq_policy *policy;
+    fq_sched *sched;
+    fq_est *est;
+    fq_nio *nio;
+    atomic_bool stop;
+
+    char submit_filter[256], done_filter[256], rejected_filter[256], stats_subject[256];
+    int64_t submit_created_ms;  /* FAIR_SUBMIT's creation: part of derived run ids */
+    int64_t max_payload;
+
+    px_tenant **tb;             /* tenants by id */
+    size_t tnb, tn;
+    px_index by_seq, by_key;
+    px_doneset done;
+    px_run *run_free;           /* pools */
+    px_names *names_free;
+    void **chunks;              /* every pool chunk, for destroy */
+    size_t nchunks, chunks_cap;
+    px_run *exp_head, *exp_tail;
+    size_t nexp;
+    px_retry *retry;
+    size_t nretry, retry_cap;
+    fq_nio_event *ev;
+
+    uint64_t held;              /* submits held (unacked) */
+    uint64_t index_only;        /* of which without their body in memory */
+    uint64_t buffered_bytes;    /* bodies held */
+    uint64_t pubs;              /* our publishes awaiting PubAck */
+    uint64_t synth;             /* next synthetic id */
+    bool fetch_paused, leader, connected;
+
+    char lease_id[128];
+    uint64_t lease_rev;
+    uint64_t lease_renewed;     /* monotonic ms of the last renewal */
+    uint64_t next_second;       /* monotonic ms of the next rate sample */
+    uint64_t sec_dispatched, sec_tokens, sec_completed, sec_actual;
+    double rate_runs, rate_tokens, rate_completed, rate_actual; /* per second */
+    px_counters c;
+    fq_log_limiter *lim;
+};
+
+/* ---- small helpers ------------------------------------------------------ */
+
+static uint64_t px_hash(const char *a, size_t alen, const char *b, size_t blen)
+{
+    uint64_t h = 1469598103934665603ULL;   /* FNV-1a, then a final mix */
+    for (size_t i = 0; i < alen; i++)
+        h = (h ^ (uint8_t)a[i]) * 1099511628211ULL;
+    h = (h ^ 0xff) * 1099511628211ULL;      /* separator no id contains */
+    for (size_t i = 0; i < blen; i++)
+        h = (h ^ (uint8_t)b[i]) * 1099511628211ULL;
+    h ^= h >> 31;
+    h *= 0x9E3779B97F4A7C15ULL;
+    h ^= h >> 29;
+    return h ? h : 1;
+}
+
+static uint64_t px_key_hash(const char *tenant, const char *run_id)
+{
+    return px_hash(tenant, strlen(tenant), run_id, strlen(run_id));
+}
+
+/* Log a warning about key at most once a second. */
+static bool px_warn_ok(fq_proxy *p, const char *key)
+{
+    return fq_log_limiter_allow(p->lim, key, fq_nio_mono_ms(), NULL);
+}
+
+/* ---- pools -------------------------------------------------------------- */
+
+static bool px_chunk_keep(fq_proxy *p, void *chunk)
+{
+    if (p->nchunks == p->chunks_cap) {
+        size_t cap = p->chunks_cap ? p->chunks_cap * 2 : 64;
+        void **c = realloc(p->chunks, cap * sizeof *c);
+        if (!c)
+            return false;
+        p->chunks = c;
+        p->chunks_cap = cap;
+    }
+    p->chunks[p->nchunks++] = chunk;
+    return true;
+}
+
+static px_run *px_run_alloc(fq_proxy *p)
+{
+    if (!p->run_free) {
+        px_run *c = calloc(PX_POOL_CHUNK, sizeof *c);
+        if (!c || !px_chunk_keep(p, c)) {
+            free(c);
+            return NULL;
+        }
+        for (size_t i = 0; i < PX_POOL_CHUNK; i++) {
+            c[i].seq_next = p->run_free;
+            p->run_free = &c[i];
+        }
+    }
+    px_run *r = p->run_free;
+    p->run_free = r->seq_next;
+    memset(r, 0, sizeof *r);
+    return r;
+}
+
+static px_names *px_names_alloc(fq_proxy *p)
+{
+    if (!p->names_free) {
+        px_names *c = calloc(PX_POOL_CHUNK / 4, sizeof *c);
+        if (!c || !px_chunk_keep(p, c)) {
+            free(c);
+            return NULL;
+        }
+        for (size_t i = 0; i < PX_POOL_CHUNK / 4; i++) {
+            c[i].next = p->names_free;
+            p->names_free = &c[i];
+        }
+    }
+    px_names *n = p->names_free;
+    p->names_free = n->next;
+    return n;
+}
+
+/* Free x once no index, list or pending publish refers to it. */
+static void px_maybe_free(fq_proxy *p, px_run *x)
+{
+    if (x->in_seq || x->in_key || x->in_exp || x->pending)
+        return;
+    if (x->msg) {
+        fq_nio_msg_destroy(x->msg);
+        x->msg = NULL;
+    }
+    if (x->names) {
+        x->names->next = p->names_free;
+        p->names_free = x->names;
+    }
+    x->seq_next = p->run_free;
+    p->run_free = x;
+}
+
+/* ---- indexes -------------------------------------------------------------- */
+
+static px_run **px_link(px_run *x, bool by_key)
+{
+    return by_key ? &x->key_next : &x->seq_next;
+}
+
+static uint64_t px_ikey(const px_run *x, bool by_key)
+{
+    return by_key ? x->key_hash : x->seq * 0x9E3779B97F4A7C15ULL;
+}
+
+static bool px_index_grow(px_index *ix, bool by_key)
+{
+    if (ix->n < ix->nb)
+        return true;
+    size_t nb = ix->nb ? ix->nb * 2 : 1024;
+    px_run **b = calloc(nb, sizeof *b);
+    if (!b)
+        return false;
+    for (size_t i = 0; i < ix->nb; i++) {
+        for (px_run *x = ix->b[i], *nx; x; x = nx) {
+            nx = *px_link(x, by_key);
+            size_t j = (size_t)(px_ikey(x, by_key) >> 20) & (nb - 1);
+            *px_link(x, by_key) = b[j];
+            b[j] = x;
+        }
+    }
+    free(ix->b);
+    ix->b = b;
+    ix->nb = nb;
+    return true;
+}
+
+static bool px_index_add(px_index *ix, px_run *x, bool by_key)
+{
+    if (!px_index_grow(ix, by_key))
+        return false;
+    size_t j = (size_t)(px_ikey(x, by_key) >> 20) & (ix->nb - 1);
+    *px_link(x, by_key) = ix->b[j];
+    ix->b[j] = x;
+    ix->n++;
+    return true;
+}
+
+static void px_index_del(px_index *ix, px_run *x, bool by_key)
+{
+    size_t j = (size_t)(px_ikey(x, by_key) >> 20) & (ix->nb - 1);
+    for (px_run **pp = &ix->b[j]; *pp; pp = px_link(*pp, by_key)) {
+        if (*pp == x) {
+            *pp = *px_link(x, by_key);
+            ix->n--;
+            return;
+        }
+    }
+}
+
+static px_run *px_find_seq(fq_proxy *p, uint64_t seq)
+{
+    if (!p->by_seq.nb)
+        return NULL;
+    uint64_t h = seq * 0x9E3779B97F4A7C15ULL;
+    for (px_run *x = p->by_seq.b[(size_t)(h >> 20) & (p->by_seq.nb - 1)]; x; x = x->seq_next)
+        if (x->seq == seq)
+            return x;
+    return NULL;
+}
+
+static px_run *px_find_key(fq_proxy *p, const char *tenant, const char *run_id, uint64_t h)
+{
+    if (!p->by_key.nb)
+        return NULL;
+    for (px_run *x = p->by_key.b[(size_t)(h >> 20) & (p->by_key.nb - 1)]; x; x = x->key_next)
+        if (x->key_hash == h && strcmp(x->pt->id, tenant) == 0 &&
+            strcmp(x->names->run_id, run_id) == 0)
+            return x;
+    return NULL;
+}
+
+static void px_seq_del(fq_proxy *p, px_run *x)
+{
+    if (x->in_seq) {
+        px_index_del(&p->by_seq, x, false);
+        x->in_seq = false;
+    }
+}
+
+static void px_key_del(fq_proxy *p, px_run *x)
+{
+    if (x->in_key) {
+        px_index_del(&p->by_key, x, true);
+        x->in_key = false;
+    }
+}
+
+/* ---- the set of completed run keys --------------------------------------- */
+
+static px_done_ent *px_done_slot(px_doneset *d, uint64_t h)
+{
+    size_t mask = d->cap - 1;
+    for (size_t j = (size_t)h & mask;; j = (j + 1) & mask)
+        if (d->e[j].hash == h || d->e[j].hash == 0)
+            return &d->e[j];
+}
+
+/* Rebuild without what has expired, growing when still half full. */
+static bool px_done_rehash(px_doneset *d, int64_t now_ms)
+{
+    size_t live = 0;
+    for (size_t i = 0; i < d->cap; i++)
+        live += d->e[i].hash && d->e[i].until_ms > now_ms;
+    size_t cap = 4096;
+    while (cap < (live + 1) * 4)
+        cap *= 2;
+    px_done_ent *e = calloc(cap, sizeof *e);
+    if (!e)
+        return false;
+    px_doneset nd = {e, cap, 0};
+    for (size_t i = 0; i < d->cap; i++) {
+        if (d->e[i].hash && d->e[i].until_ms > now_ms) {
+            *px_done_slot(&nd, d->e[i].hash) = d->e[i];
+            nd.n++;
+        }
+    }
+    free(d->e);
+    *d = nd;
+    return true;
+}
+
+static void px_done_add(px_doneset *d, uint64_t h, uint64_t seq, int64_t until_ms)
+{
+    if ((d->n + 1) * 2 > d->cap && !px_done_rehash(d, fq_nio_unix_ms()))
+        return;
+    px_done_ent *e = px_done_slot(d, h);
+    if (!e->hash)
+        d->n++;
+    *e = (px_done_ent){h, seq, until_ms};
+}
+
+/* The done entry of key h, or NULL. Expired entries are still reported
+ * until swept: remembering longer than promised is harmless. */
+static const px_done_ent *px_done_find(const px_doneset *d, uint64_t h)
+{
+    if (!d->cap)
+        return NULL;
+    const px_done_ent *e = px_done_slot((px_doneset *)d, h);
+    return e->hash ? e : NULL;
+}
+
+/* ---- tenants ----------------------------------------------------------- */
+
+static px_tenant *px_tenant_find(fq_proxy *p, const char *id, size_t len)
+{
+    if (!p->tnb)
+        return NULL;
+    uint64_t h = px_hash(id, len, "", 0);
+    for (px_tenant *t = p->tb[(size_t)(h >> 20) & (p->tnb - 1)]; t; t = t->next)
+        if (strncmp(t->id, id, len) == 0 && t->id[len] == '\0')
+            return t;
+    return NULL;
+}
+
+/* The tenant named id[0..len), created with its policy when new.
+ * FQ_EUNKNOWN when unknown tenants are refused. */
+static fq_status px_tenant_get(px_tenant **out, fq_proxy *p, const char *id, size_t len)
+{
+    *out = px_tenant_find(p, id, len);
+    if (*out)
+        return FQ_OK;
+    char name[FQ_TENANT_MAX + 1];
+    memcpy(name, id, len);
+    name[len] = '\0';
+    fq_policy_resolved pr;
+    fq_status s = fq_policy_resolve(&pr, p->policy, name);
+    if (s != FQ_OK)
+        return s;
+    if (p->tn >= p->tnb) {
+        size_t nb = p->tnb ? p->tnb * 2 : 256;
+        px_tenant **b = calloc(nb, sizeof *b);
+        if (!b)
+            return FQ_ENOMEM;
+        for (size_t i = 0; i < p->tnb; i++) {
+            for (px_tenant *t = p->tb[i], *nx; t; t = nx) {
+                nx = t->next;
+                size_t j = (size_t)(px_hash(t->id, strlen(t->id), "", 0) >> 20) & (nb - 1);
+                t->next = b[j];
+                b[j] = t;
+            }
+        }
+        free(p->tb);
+        p->tb = b;
+        p->tnb = nb;
+    }
+    px_tenant *t = calloc(1, sizeof *t);
+    if (!t)
+        return FQ_ENOMEM;
+    s = fq_sched_tenant(&t->t, p->sched, name, len, &pr.p);
+    if (s != FQ_OK) {
+        free(t);
+        return s;
+    }
+    memcpy(t->id, name, len + 1);
+    snprintf(t->plan, sizeof t->plan, "%s", pr.plan ? pr.plan : "");
+    size_t j = (size_t)(px_hash(id, len, "", 0) >> 20) & (p->tnb - 1);
+    t->next = p->tb[j];
+    p->tb[j] = t;
+    p->tn++;
+    *out = t;
+    return FQ_OK;
+}
+
+/* ---- publishing ---------------------------------------------------------- */
+
+static void px_retry_add(fq_proxy *p, uint64_t token, fq_nio_msg *msg)
+{
+    if (p->nretry == p->retry_cap) {
+        size_t cap = p->retry_cap ? p->retry_cap * 2 : 256;
+        px_retry *r = realloc(p->retry, cap * sizeof *r);
+        if (!r) {
+            /* Nothing acked is lost: the submit or completion stays in
+             * JetStream and comes back after the next consumer reset. */
+            fq_nio_msg_destroy(msg);
+            return;
+        }
+        p->retry = r;
+        p->retry_cap = cap;
+    }
+    p->retry[p->nretry++] = (px_retry){token, msg, fq_nio_mono_ms() + PX_RETRY_MS};
+}
+
+static fq_status px_publish(fq_proxy *p, const fq_nio_out *o, uint64_t token)
+{
+    fq_status s = fq_nio_publish(p->nio, o, token);
+    if (s == FQ_OK)
+        p->pubs++;
+    return s;
+}
+
+/* Refuse a submit (or a completion): publish it to <rejected>.<tenant>
+ * with its body and headers, Fair-Error "code: sentence" and, for a subject
+ * without a valid tenant, Fair-Subject. The message is acked once the
+ * refusal is stored (token). */
+static void px_refuse(fq_proxy *p, const fq_nio_msg *m, const char *tenant, fq_status why,
+                      const char *sentence, uint64_t token)
+{
+    char subj[FQ_TENANT_MAX + 256], err[512];
+    snprintf(subj, sizeof subj, "%s.%s", p->cfg.subjects.rejected, tenant ? tenant : "_invalid");
+    snprintf(err, sizeof err, "%s: %s", fq_status_code(why), sentence);
+    fq_nio_hdr h[2] = {{FQ_HDR_ERROR, err}, {FQ_HDR_SUBJECT, fq_nio_msg_subject(m)}};
+    fq_nio_out o = {.subject = subj, .data = fq_nio_msg_data(m), .len = fq_nio_msg_len(m),
+                    .hdrs = h, .n_hdrs = tenant ? 1 : 2, .carry = m};
+    p->c.rejected++;
+    if (px_publish(p, &o, token) != FQ_OK) {
+        /* Not even queued: leave it unacked; it comes back on the next
+         * consumer reset. */
+        p->c.pub_failures++;
+    }
+    if (fq_log_enabled(FQ_LOG_INFO) && px_warn_ok(p, tenant ? tenant : "_invalid"))
+        fq_log(FQ_LOG_INFO, "run refused", FQ_STR("tenant", tenant ? tenant : "_invalid"),
+               FQ_STR("subject", fq_nio_msg_subject(m)), FQ_STR("error", err));
+}
+
+static void px_ack(fq_proxy *p, int cons, uint64_t seq, uint32_t delivered)
+{
+    fq_nio_ackref a = {.sseq = seq, .delivered = delivered ? delivered : 1};
+    /* A lost ack costs a redelivery, which is de-duplicated. */
+    fq_nio_ack(p->nio, cons, &a);
+}
+
+/* ---- keys and records in the runs bucket --------------------------------- */
+
+/* "<tenant>.<hex of run id>": KV keys allow few characters. */
+static void px_kv_key(char *out, size_t cap, const char *tenant, const char *run_id)
+{
+    static const char hex[] = "0123456789abcdef";
+    size_t k = (size_t)snprintf(out, cap, "%s.", tenant);
+    for (const unsigned char *s = (const unsigned char *)run_id; *s && k + 3 < cap; s++) {
+        out[k++] = hex[*s >> 4];
+        out[k++] = hex[*s & 15];
+    }
+    out[k] = '\0';
+}
+
+static size_t px_record(char *buf, size_t cap, const char *state, const px_run *x,
+                        int64_t at_ms)
+{
+    fq_json w;
+    fq_json_init(&w, buf, cap);
+    fq_json_begin_object(&w);
+    fq_json_key(&w, "state");
+    fq_json_string(&w, state);
+    fq_json_key(&w, "tenant");
+    fq_json_string(&w, x->pt->id);
+    fq_json_key(&w, "run_id");
+    fq_json_string(&w, x->names->run_id);
+    fq_json_key(&w, "workflow");
+    fq_json_string(&w, x->names->workflow);
+    fq_json_key(&w, "est");
+    fq_json_int(&w, x->est);
+    fq_json_key(&w, "declared");
+    fq_json_int(&w, x->names->declared);
+    fq_json_key(&w, "seq");
+    fq_json_int(&w, (int64_t)x->seq);
+    fq_json_key(&w, "at");
+    fq_json_int(&w, at_ms);
+    fq_json_end_object(&w);
+    size_t len = 0;
+    return fq_json_finish(&w, &len) == FQ_OK ? len : 0;
+}
+
+/* ---- ingest ----------------------------------------------------------- */
+
+/* The subject's last token, if it follows prefix and a dot. */
+static const char *px_subject_tenant(const char *subject, const char *prefix, size_t *len)
+{
+    size_t pl = strlen(prefix);
+    if (strncmp(subject, prefix, pl) != 0 || subject[pl] != '.')
+        return NULL;
+    const char *t = strrchr(subject, '.') + 1;
+    *len = strlen(t);
+    return t;
+}
+
+static void px_submit_headers(fq_submit_headers *h, const fq_nio_msg *m)
+{
+    h->run_id = fq_nio_msg_header(m, FQ_HDR_RUN_ID);
+    h->workflow = fq_nio_msg_header(m, FQ_HDR_WORKFLOW);
+    h->est_tokens = fq_nio_msg_header(m, FQ_HDR_EST_TOKENS);
+}
+
+/* The run id a run goes by: the producer's, or one derived from the submit
+ * stream (its creation time keeps ids apart if the stream is recreated). */
+static void px_run_id(char *out, size_t cap, const fq_proxy *p, const fq_submit *sub,
+                      uint64_t seq)
+{
+    if (sub->run_id[0])
+        snprintf(out, cap, "%s", sub->run_id);
+    else
+        snprintf(out, cap, "fq-%" PRId64 "-%" PRIu64, p->submit_created_ms / 1000, seq);
+}
+
+/* Whether run key (tenant, run_id) of submit seq was handled before: in
+ * flight or completed. *same: by this very submit (a redelivery after a
+ * restart), else by another submit (a duplicate run id). */
+static bool px_seen(fq_proxy *p, const char *tenant, const char *run_id, uint64_t seq, bool *same)
+{
+    uint64_t h = px_key_hash(tenant, run_id);
+    px_run *x = px_find_key(p, tenant, run_id, h);
+    if (x) {
+        *same = x->seq == seq;
+        return true;
+    }
+    const px_done_ent *d = px_done_find(&p->done, h);
+    if (d) {
+        *same = d->seq == seq;
+        return true;
+    }
+    return false;
+}
+
+/* Tokens a second the queue drains at; 0 while unknown. */
+static bool px_overloaded(fq_proxy *p, px_tenant *pt, uint32_t est)
+{
+    if (!p->cfg.scheduler.max_wait_ms || p->rate_tokens <= 0.0)
+        return false;
+    double ahead = (double)fq_sched_tokens_ahead(p->sched, pt->t, est);
+    return ahead * 1000.0 / p->rate_tokens > (double)p->cfg.scheduler.max_wait_ms;
+}
+
+static void px_pause_check(fq_proxy *p)
+{
+    bool full = p->held >= p->cfg.limits.max_buffered_runs;
+    if (full != p->fetch_paused) {
+        p->fetch_paused = full;
+        fq_nio_consume_pause(p->nio, PX_CONS_SUBMIT, full);
+        if (full) {
+            p->c.fetch_pauses++;
+            fq_log(FQ_LOG_WARN, "fetching paused: max_buffered_runs reached",
+                   FQ_UINT("held", p->held));
+        }
+    }
+}
+
+static void px_on_submit(fq_proxy *p, fq_nio_event *ev)
+{
+    fq_nio_msg *m = ev->msg;
+    uint64_t seq = ev->ack.sseq;
+    px_run *held = px_find_seq(p, seq);
+    if (held) {
+        /* Delivered again (a consumer reset): it is queued already. */
+        held->delivered = ev->ack.delivered;
+        p->c.redelivered++;
+        fq_nio_msg_destroy(m);
+        return;
+    }
+    p->c.submitted++;
+    uint64_t tok = TK_MAKE(TK_REJECT, seq);
+    size_t tlen = 0;
+    const char *tid = px_subject_tenant(fq_nio_msg_subject(m), p->cfg.subjects.submit, &tlen);
+    if (!tid || !fq_tenant_id_valid(tid, tlen)) {
+        p->c.invalid_subject++;
+        px_refuse(p, m, NULL, FQ_EINVAL,
+                  "the subject's last token is not a tenant id (1 to 64 of [A-Za-z0-9_-])", tok);
+        fq_nio_msg_destroy(m);
+        return;
+    }
+    char tenant[FQ_TENANT_MAX + 1];
+    memcpy(tenant, tid, tlen);
+    tenant[tlen] = '\0';
+    fq_submit sub;
+    fq_submit_headers h;
+    px_submit_headers(&h, m);
+    char err[256];
+    fq_status s = fq_submit_parse(&sub, tenant, fq_nio_msg_data(m), fq_nio_msg_len(m), &h,
+                                  p->cfg.scheduler.max_est_tokens, err, sizeof err);
+    px_tenant *pt = NULL;
+    if (s == FQ_OK) {
+        size_t size = fq_nio_msg_len(m) + fq_nio_msg_header_bytes(m);
+        if (size + FQ_HEADER_ROOM > (uint64_t)p->max_payload) {
+            s = FQ_ETOOBIG;
+            snprintf(err, sizeof err,
+                     "the run is %zu bytes with its headers; the server's max_payload of %" PRId64
+                     " bytes leaves room for %" PRId64 " once fairq adds its headers",
+                     size, p->max_payload, p->max_payload - (int64_t)FQ_HEADER_ROOM);
+        }
+    }
+    char run_id[FQ_RUN_ID_MAX + 1];
+    bool same = false;
+    if (s == FQ_OK) {
+        px_run_id(run_id, sizeof run_id, p, &sub, seq);
+        if (px_seen(p, tenant, run_id, seq, &same)) {
+            if (same) {
+                /* Dispatched before a restart, its ack lost: done already. */
+                p->c.duplicates_acked++;
+                px_ack(p, PX_CONS_SUBMIT, seq, ev->ack.delivered);
+                fq_nio_msg_destroy(m);
+                return;
+            }
+            s = FQ_EEXIST;
+            snprintf(err, sizeof err, "run_id %s was dispatched already", run_id);
+        }
+    }
+    if (s == FQ_OK) {
+        s = px_tenant_get(&pt, p, tenant, tlen);
+        if (s == FQ_EUNKNOWN)
+            snprintf(err, sizeof err, "tenant %s is not configured and unknown tenants are "
+                     "rejected", tenant);
+        else if (s != FQ_OK)
+            snprintf(err, sizeof err, "%s", fq_status_text(s));
+    }
+    uint32_t est = 0;
+    if (s == FQ_OK) {
+        est = fq_est_charge(p->est, tenant, sub.workflow, sub.est_tokens);
+        if (px_overloaded(p, pt, est)) {
+            s = FQ_EOVERLOAD;
+            snprintf(err, sizeof err, "the estimated wait exceeds scheduler.max_wait_ms (%"
+                     PRIu64 " ms)", p->cfg.scheduler.max_wait_ms);
+        }
+    }
+    px_run *x = NULL;
+    if (s == FQ_OK) {
+        x = px_run_alloc(p);
+        if (x)
+            *x = (px_run){.seq = seq, .pt = pt, .submitted_ms = ev->ts_ms, .est = est,
+                          .delivered = ev->ack.delivered, .state = PX_QUEUED,
+                          .size = (uint32_t)(fq_nio_msg_len(m) + fq_nio_msg_header_bytes(m))};
+        if (!x || !(x->in_seq = px_index_add(&p->by_seq, x, false))) {
+            s = FQ_ENOMEM;
+        } else {
+            s = fq_sched_enqueue(NULL, p->sched, pt->t, seq, est, x, fq_nio_mono_ms());
+        }
+        if (s != FQ_OK && x) {
+            px_seq_del(p, x);
+            px_maybe_free(p, x);
+            x = NULL;
+        }
+        if (s == FQ_EFULL)
+            snprintf(err, sizeof err, "tenant %s has its max_pending runs queued already", tenant);
+        else if (s == FQ_ENOMEM) {
+            /* Not a client's fault: leave it in JetStream for later. */
+            fq_log(FQ_LOG_ERROR, "out of memory holding a run", FQ_STR("tenant", tenant));
+            fq_nio_msg_destroy(m);
+            return;
+        }
+    }
+    if (s != FQ_OK) {
+        if (pt)
+            pt->rejected[s]++;
+        px_refuse(p, m, tenant, s, err, tok);
+        fq_nio_msg_destroy(m);
+        return;
+    }
+    p->held++;
+    if (p->buffered_bytes + x->size <= p->cfg.limits.max_buffered_bytes) {
+        x->msg = m;
+        x->retained = true;
+        p->buffered_bytes += x->size;
+    } else {
+        p->index_only++;
+        fq_nio_msg_destroy(m);
+    }
+    px_pause_check(p);
+}
+
+/* ---- dispatch ----------------------------------------------------------- */
+
+/* The run leaves fairq's accounting without having been dispatched: its
+ * charge is refunded and its submit, if still held, is forgotten. */
+static void px_drop_dispatched(fq_proxy *p, px_run *x)
+{
+    fq_sched_complete(NULL, p->sched, x->seq, x->est);
+    x->state = PX_DONE;
+}
+
+static void px_release_body(fq_proxy *p, px_run *x)
+{
+    if (x->retained) {
+        p->buffered_bytes -= x->size;
+        x->retained = false;
+    } else {
+        p->index_only--;
+    }
+    if (x->msg) {
+        fq_nio_msg_destroy(x->msg);
+        x->msg = NULL;
+    }
+}
+
+/* Publish the in-flight record of x (token TK_FLIGHT). */
+static fq_status px_put_flight(fq_proxy *p, px_run *x, int64_t now_ms)
+{
+    char key[FQ_TENANT_MAX + 2 * FQ_RUN_ID_MAX + 2], val[1024];
+    px_kv_key(key, sizeof key, x->pt->id, x->names->run_id);
+    size_t len = px_record(val, sizeof val, "flight", x, now_ms);
+    fq_status s = fq_nio_kv_put_async(p->nio, FQ_KV_RUNS, key, val, len,
+                                      TK_MAKE(TK_FLIGHT, x->seq));
+    if (s == FQ_OK)
+        p->pubs++;
+    return s;
+}
+
+/* Dispatch run x, which the scheduler just moved into the window. Returns
+ * false when NATS cannot take it now (x is back at the head of its queue). */
+static bool px_dispatch_one(fq_proxy *p, px_run *x)
+{
+    fq_nio_msg *m = x->msg, *read = NULL;
+    if (!m) {
+        fq_status s = fq_nio_get(&read, p->nio, FQ_STREAM_SUBMIT, x->seq);
+        p->c.body_reads++;
+        if (s == FQ_ENOTFOUND) {
+            /* Purged from the stream behind our back: nothing to send. */
+            p->c.body_lost++;
+            fq_log(FQ_LOG_ERROR, "a held run vanished from the submit stream",
+                   FQ_STR("tenant", x->pt->id), FQ_UINT("seq", x->seq));
+            px_release_body(p, x);
+            px_drop_dispatched(p, x);
+            p->held--;
+            px_seq_del(p, x);
+            px_maybe_free(p, x);
+            return true;
+        }
+        if (s != FQ_OK) {
+            fq_sched_requeue(p->sched, x->seq);
+            return false;
+        }
+        m = read;
+    }
+    fq_submit sub;
+    fq_submit_headers h;
+    px_submit_headers(&h, m);
+    char err[256];
+    fq_submit_parse(&sub, x->pt->id, fq_nio_msg_data(m), fq_nio_msg_len(m), &h,
+                    p->cfg.scheduler.max_est_tokens, err, sizeof err);
+    px_names *nm = px_names_alloc(p);
+    if (!nm) {
+        fq_nio_msg_destroy(read);
+        fq_sched_requeue(p->sched, x->seq);
+        return false;
+    }
+    px_run_id(nm->run_id, sizeof nm->run_id, p, &sub, x->seq);
+    memcpy(nm->workflow, sub.workflow, sizeof nm->workflow);
+    nm->declared = sub.est_tokens;
+    bool same = false;
+    if (px_seen(p, x->pt->id, nm->run_id, x->seq, &same)) {
+        /* Two queued runs with one run id: the second is refused. */
+        char why[256];
+        snprintf(why, sizeof why, "run_id %s was dispatched already", nm->run_id);
+        nm->next = p->names_free;
+        p->names_free = nm;
+        x->pt->rejected[FQ_EEXIST]++;
+        px_refuse(p, m, x->pt->id, FQ_EEXIST, why, TK_MAKE(TK_REJECT, x->seq));
+        fq_nio_msg_destroy(read);
+        px_release_body(p, x);
+        px_drop_dispatched(p, x);
+        p->held--;
+        px_seq_del(p, x);
+        px_maybe_free(p, x);
+        return true;
+    }
+    int64_t now_ms = fq_nio_unix_ms();
+    char est[24], sat[24], dat[24], msgid[FQ_TENANT_MAX + FQ_RUN_ID_MAX + 2];
+    snprintf(est, sizeof est, "%" PRIu32, x->est);
+    snprintf(sat, sizeof sat, "%" PRId64, x->submitted_ms);
+    snprintf(dat, sizeof dat, "%" PRId64, now_ms);
+    snprintf(msgid, sizeof msgid, "%s/%s", x->pt->id, nm->run_id);
+    fq_nio_hdr hd[7] = {
+        {FQ_HDR_TENANT, x->pt->id},     {FQ_HDR_RUN_ID, nm->run_id},
+        {FQ_HDR_EST_TOKENS, est},       {FQ_HDR_SUBMITTED_AT, sat},
+        {FQ_HDR_DISPATCHED_AT, dat},    {"Nats-Msg-Id", msgid},
+        {FQ_HDR_WORKFLOW, nm->workflow},
+    };
+    fq_nio_out o = {.subject = p->cfg.subjects.dispatch, .data = fq_nio_msg_data(m),
+                    .len = fq_nio_msg_len(m), .hdrs = hd, .n_hdrs = nm->workflow[0] ? 7 : 6,
+                    .carry = m};
+    fq_status s = px_publish(p, &o, TK_MAKE(TK_DISPATCH, x->seq));
+    fq_nio_msg_destroy(read);
+    if (s != FQ_OK) {
+        nm->next = p->names_free;
+        p->names_free = nm;
+        fq_sched_requeue(p->sched, x->seq);
+        return false;
+    }
+    x->names = nm;
+    x->key_hash = px_key_hash(x->pt->id, nm->run_id);
+    x->in_key = px_index_add(&p->by_key, x, true);
+    x->state = PX_FLIGHT;
+    x->pending = 1;
+    px_release_body(p, x);
+    if (px_put_flight(p, x, now_ms) == FQ_OK)
+        x->pending++;
+    p->c.dispatched++;
+    p->sec_dispatched++;
+    p->sec_tokens += x->est;
+    int64_t waited = now_ms - x->submitted_ms;
+    fq_hist_observe(&x->pt->wait, waited > 0 ? (uint64_t)waited * 1000 : 0);
+    return true;
+}
+
+static void px_dispatch(fq_proxy *p)
+{
+    uint64_t now = fq_nio_mono_ms();
+    while (p->pubs < PX_MAX_PUBS) {
+        fq_run *r = fq_sched_dispatch(p->sched, now);
+        if (!r)
+            break;
+        if (!px_dispatch_one(p, r->handle))
+            break;
+    }
+}
+
+/* ---- PubAcks ------------------------------------------------------------- */
+
+/* One of the publishes a dispatched run's ack waits for has settled. */
+static void px_settled(fq_proxy *p, px_run *x)
+{
+    if (--x->pending)
+        return;
+    px_ack(p, PX_CONS_SUBMIT, x->seq, x->delivered);
+    p->held--;
+    px_seq_del(p, x);
+    px_maybe_free(p, x);
+    px_pause_check(p);
+}
+
+static void px_on_puback(fq_proxy *p, fq_nio_event *ev)
+{
+    if (p->pubs)
+        p->pubs--;
+    int kind = TK_KIND(ev->token);
+    uint64_t v = TK_VAL(ev->token);
+    if (ev->status != FQ_OK) {
+        p->c.pub_failures++;
+        px_run *x = (kind == TK_FLIGHT) ? px_find_seq(p, v) : NULL;
+        if (kind == TK_FLIGHT && x && x->state == PX_DONE) {
+            /* Completed meanwhile: the done marker supersedes it. */
+            fq_nio_msg_destroy(ev->msg);
+            px_settled(p, x);
+            return;
+        }
+        if (px_warn_ok(p, "publish"))
+            fq_log(FQ_LOG_WARN, "a publish failed; retrying", FQ_INT("kind", kind),
+                   FQ_INT("js_err", ev->err_code));
+        px_retry_add(p, ev->token, ev->msg);
+        return;
+    }
+    switch (kind) {
+    case TK_DISPATCH:
+    case TK_FLIGHT: {
+        px_run *x = px_find_seq(p, v);
+        if (!x)
+            return;
+        if (kind == TK_DISPATCH && ev->duplicate)
+            p->c.dispatch_duplicates++;     /* it reached the workers before a restart */
+        px_settled(p, x);
+        return;
+    }
+    case TK_REJECT:
+        px_ack(p, PX_CONS_SUBMIT, v, 1);
+        return;
+    case TK_DONE_MARK:
+    case TK_DONE_REJECT:
+        px_ack(p, PX_CONS_DONE, v, 1);
+        return;
+    }
+}
+
+static void px_retry_due(fq_proxy *p)
+{
+    if (!p->nretry || !p->connected)
+        return;
+    uint64_t now = fq_nio_mono_ms();
+    size_t k = 0;
+    for (size_t i = 0; i < p->nretry; i++) {
+        px_retry *r = &p->retry[i];
+        if (r->at <= now && fq_nio_republish(p->nio, &r->msg, r->token) == FQ_OK) {
+            p->pubs++;
+            continue;
+        }
+        if (r->at <= now)
+            r->at = now + PX_RETRY_MS;
+        p->retry[k++] = *r;
+    }
+    p->nretry = k;
+}
+
+/* ---- completions ---------------------------------------------------------- */
+
+static int64_t px_done_until(const fq_proxy *p, int64_t now_ms)
+{
+    uint64_t keep = FQ_DUPLICATE_WINDOW_MS > p->cfg.window.run_timeout_ms
+                        ? FQ_DUPLICATE_WINDOW_MS : p->cfg.window.run_timeout_ms;
+    return now_ms + (int64_t)keep;
+}
+
+/* Remember (tenant, run_id) as completed, here and in the runs bucket; the
+ * completion (done seq) is acked once the marker is stored. */
+static void px_mark_done(fq_proxy *p, px_run *x, uint64_t done_seq)
+{
+    int64_t now_ms = fq_nio_unix_ms();
+    px_done_add(&p->done, x->key_hash, x->seq, px_done_until(p, now_ms));
+    char key[FQ_TENANT_MAX + 2 * FQ_RUN_ID_MAX + 2], val[1024];
+    px_kv_key(key, sizeof key, x->pt->id, x->names->run_id);
+    size_t len = px_record(val, sizeof val, "done", x, now_ms);
+    if (fq_nio_kv_put_async(p->nio, FQ_KV_RUNS, key, val, len,
+                            TK_MAKE(TK_DONE_MARK, done_seq)) == FQ_OK)
+        p->pubs++;
+}
+
+/* Reconcile a completion for a run the proxy does not hold, from the
+ * echoed estimate; remembered as done so a repeat changes nothing. */
+static void px_complete_unheld(fq_proxy *p, const char *tenant, const fq_completion *c,
+                               uint64_t done_seq, uint64_t h)
+{
+    px_tenant *pt = NULL;
+    if (c->est_tokens && px_tenant_get(&pt, p, tenant, strlen(tenant)) == FQ_OK) {
+        fq_tenant_reconcile(p->sched, pt->t, c->est_tokens, c->actual_tokens);
+        if (c->status == FQ_DONE_OK)
+            fq_est_observe(p->est, tenant, c->workflow, 0, c->est_tokens, c->actual_tokens);
+        pt->completed++;
+        p->c.completions_unheld++;
+    } else {
+        p->c.completions_unknown++;
+    }
+    /* A stand-in carries the key into the done marker. */
+    px_names nm = {.declared = 0};
+    snprintf(nm.run_id, sizeof nm.run_id, "%s", c->run_id);
+    snprintf(nm.workflow, sizeof nm.workflow, "%s", c->workflow);
+    px_tenant tmp = {0};
+    snprintf(tmp.id, sizeof tmp.id, "%s", tenant);
+    px_run x = {.pt = &tmp, .names = &nm, .key_hash = h, .est = c->est_tokens};
+    px_mark_done(p, &x, done_seq);
+}
+
+static void px_on_done(fq_proxy *p, fq_nio_event *ev)
+{
+    fq_nio_msg *m = ev->msg;
+    uint64_t dseq = ev->ack.sseq;
+    size_t tlen = 0;
+    const char *tid = px_subject_tenant(fq_nio_msg_subject(m), p->cfg.subjects.done, &tlen);
+    char err[256];
+    fq_completion c;
+    fq_status s = FQ_EINVAL;
+    if (!tid || !fq_tenant_id_valid(tid, tlen))
+        snprintf(err, sizeof err, "the completion's subject has no valid tenant as its last token");
+    else
+        s = fq_completion_parse(&c, fq_nio_msg_data(m), fq_nio_msg_len(m),
+                                p->cfg.scheduler.max_est_tokens, err, sizeof err);
+    if (s != FQ_OK) {
+        p->c.completions_invalid++;
+        char why[300];
+        snprintf(why, sizeof why, "invalid completion: %s", err);
+        px_refuse(p, m, NULL, FQ_EINVAL, why, TK_MAKE(TK_DONE_REJECT, dseq));
+        fq_nio_msg_destroy(m);
+        return;
+    }
+    fq_nio_msg_destroy(m);
+    char tenant[FQ_TENANT_MAX + 1];
+    memcpy(tenant, tid, tlen);
+    tenant[tlen] = '\0';
+    uint64_t h = px_key_hash(tenant, c.run_id);
+    px_run *x = px_find_key(p, tenant, c.run_id, h);
+    if (!x) {
+        if (px_done_find(&p->done, h)) {
+            p->c.completions_duplicate++;
+            px_ack(p, PX_CONS_DONE, dseq, 1);
+            return;
+        }
+        px_complete_unheld(p, tenant, &c, dseq, h);
+        return;
+    }
+    if (x->state == PX_FLIGHT)
+        fq_sched_complete(NULL, p->sched, x->seq, c.actual_tokens);
+    else
+        fq_tenant_reconcile(p->sched, x->pt->t, x->est, c.actual_tokens);
+    if (c.status == FQ_DONE_OK)
+        fq_est_observe(p->est, tenant, x->names->workflow, x->names->declared, x->est,
+                       c.actual_tokens);
+    x->pt->completed++;
+    p->c.completions++;
+    p->sec_completed++;
+    p->sec_actual += c.actual_tokens;
+    x->state = PX_DONE;
+    px_mark_done(p, x, dseq);
+    px_key_del(p, x);
+    px_maybe_free(p, x);
+}
+
+/* ---- leases that ran out -------------------------------------------------- */
+
+static void px_forget_expired(fq_proxy *p)
+{
+    px_run *x = p->exp_head;
+    p->exp_head = x->exp_next;
+    if (!p->exp_head)
+        p->exp_tail = NULL;
+    p->nexp--;
+    x->in_exp = false;
+    if (x->state == PX_EXPIRED)
+        px_key_del(p, x);
+    px_maybe_free(p, x);
+}
+
+static void px_on_expired(void *arg, const fq_run *r)
+{
+    fq_proxy *p = arg;
+    px_run *x = r->handle;
+    x->state = PX_EXPIRED;
+    p->c.expired++;
+    if (px_warn_ok(p, x->pt->id))
+        fq_log(FQ_LOG_WARN, "run timed out: its window slot is freed",
+               FQ_STR("tenant", x->pt->id), FQ_STR("run_id", x->names->run_id),
+               FQ_UINT("run_timeout_ms", p->cfg.window.run_timeout_ms));
+    x->in_exp = true;
+    x->exp_next = NULL;
+    if (p->exp_tail)
+        p->exp_tail->exp_next = x;
+    else
+        p->exp_head = x;
+    p->exp_tail = x;
+    p->nexp++;
+}
+
+static void px_expire(fq_proxy *p)
+{
+    fq_sched_expire(p->sched, fq_nio_mono_ms(), px_on_expired, p);
+    while (p->nexp > PX_EXPIRED_MAX)
+        px_forget_expired(p);
+}
+
+/* ---- stats ---------------------------------------------------------------- */
+
+static void px_stats_tenant(fq_json *w, fq_proxy *p, const px_tenant *pt, uint64_t now)
+{
+    fq_tenant_info ti;
+    fq_tenant_info_get(pt->t, &ti);
+    fq_json_begin_object(w);
+    fq_json_key(w, "tenant");
+    fq_json_string(w, pt->id);
+    fq_json_key(w, "plan");
+    fq_json_string(w, pt->plan);
+    fq_json_key(w, "weight");
+    fq_json_int(w, ti.weight);
+    fq_json_key(w, "queued_runs");
+    fq_json_int(w, ti.queued);
+    fq_json_key(w, "queued_tokens");
+    fq_json_int(w, (int64_t)ti.queued_tokens);
+    fq_json_key(w, "in_flight");
+    fq_json_int(w, ti.in_flight);
+    fq_json_key(w, "deficit");
+    fq_json_int(w, ti.deficit);
+    fq_json_key(w, "oldest_queued_age_ms");
+    fq_json_int(w, ti.queued && now > ti.oldest_enqueued ? (int64_t)(now - ti.oldest_enqueued) : 0);
+    fq_json_key(w, "dispatched_runs");
+    fq_json_int(w, (int64_t)ti.dispatched);
+    fq_json_key(w, "dispatched_tokens");
+    fq_json_int(w, (int64_t)ti.charged_tokens);
+    fq_json_key(w, "actual_tokens");
+    fq_json_int(w, (int64_t)ti.actual_tokens);
+    fq_json_key(w, "completed_runs");
+    fq_json_int(w, (int64_t)pt->completed);
+    fq_json_key(w, "expired_runs");
+    fq_json_int(w, (int64_t)ti.expired);
+    fq_json_key(w, "estimate_error");
+    fq_json_double(w, fq_est_error(p->est, pt->id));
+    fq_json_key(w, "rejected");
+    fq_json_begin_object(w);
+    for (int s = 1; s < FQ__COUNT; s++) {
+        if (pt->rejected[s]) {
+            fq_json_key(w, fq_status_code((fq_status)s));
+            fq_json_int(w, (int64_t)pt->rejected[s]);
+        }
+    }
+    fq_json_end_object(w);
+    fq_json_end_object(w);
+}
+
+#define PX_KV(w, k, v) (fq_json_key((w), (k)), fq_json_int((w), (int64_t)(v)))
+
+static void px_stats_overall(fq_json *w, fq_proxy *p)
+{
+    fq_sched_stats ss;
+    fq_sched_stats_get(p->sched, &ss);
+    fq_json_key(w, "overall");
+    fq_json_begin_object(w);
+    PX_KV(w, "window_max_in_flight", p->cfg.window.max_in_flight);
+    PX_KV(w, "window_max_in_flight_tokens", p->cfg.window.max_in_flight_tokens);
+    PX_KV(w, "in_flight", ss.in_flight);
+    PX_KV(w, "in_flight_tokens", ss.in_flight_tokens);
+    PX_KV(w, "queued_runs", ss.queued);
+    PX_KV(w, "queued_tokens", ss.queued_tokens);
+    PX_KV(w, "tenants", ss.tenants);
+    PX_KV(w, "active_tenants", ss.active);
+    PX_KV(w, "buffered_runs", p->held);
+    PX_KV(w, "buffered_bytes", p->buffered_bytes);
+    PX_KV(w, "index_only_runs", p->index_only);
+    fq_json_key(w, "fetch_paused");
+    fq_json_bool(w, p->fetch_paused);
+    fq_json_key(w, "leader");
+    fq_json_bool(w, p->leader);
+    fq_json_key(w, "nats_connected");
+    fq_json_bool(w, p->connected);
+    fq_json_key(w, "dispatch_rate");
+    fq_json_double(w, p->rate_runs);
+    fq_json_key(w, "dispatch_token_rate");
+    fq_json_double(w, p->rate_tokens);
+    fq_json_key(w, "completion_rate");
+    fq_json_double(w, p->rate_completed);
+    fq_json_key(w, "actual_token_rate");
+    fq_json_double(w, p->rate_actual);
+    PX_KV(w, "submitted", p->c.submitted);
+    PX_KV(w, "redelivered", p->c.redelivered);
+    PX_KV(w, "rejected", p->c.rejected);
+    PX_KV(w, "invalid_subject", p->c.invalid_subject);
+    PX_KV(w, "duplicates_acked", p->c.duplicates_acked);
+    PX_KV(w, "dispatched", p->c.dispatched);
+    PX_KV(w, "dispatch_duplicates", p->c.dispatch_duplicates);
+    PX_KV(w, "adopted", p->c.adopted);
+    PX_KV(w, "body_reads", p->c.body_reads);
+    PX_KV(w, "body_lost", p->c.body_lost);
+    PX_KV(w, "completions", p->c.completions);
+    PX_KV(w, "completions_unheld", p->c.completions_unheld);
+    PX_KV(w, "completions_duplicate", p->c.completions_duplicate);
+    PX_KV(w, "completions_invalid", p->c.completions_invalid);
+    PX_KV(w, "completions_unknown", p->c.completions_unknown);
+    PX_KV(w, "expired", p->c.expired);
+    PX_KV(w, "publish_failures", p->c.pub_failures);
+    PX_KV(w, "fetch_pauses", p->c.fetch_pauses);
+    PX_KV(w, "reconnects", p->c.reconnects);
+    PX_KV(w, "max_payload", p->max_payload);
+    fq_json_end_object(w);
+}
+
+/* The stats snapshot as JSON into a buffer grown as needed; NULL on ENOMEM. */
+static char *px_stats_json(fq_proxy *p, size_t *len)
+{
+    uint64_t now = fq_nio_mono_ms();
+    size_t cap = 4096 + p->tn * 512;
+    for (int attempt = 0; attempt < 3; attempt++) {
+        char *buf = malloc(cap);
+        if (!buf)
+            return NULL;
+        fq_json w;
+        fq_json_init(&w, buf, cap);
+        fq_json_begin_object(&w);
+        fq_json_key(&w, "tenants");
+        fq_json_begin_array(&w);
+        for (size_t i = 0; i < p->tnb; i++)
+            for (px_tenant *t = p->tb[i]; t; t = t->next)
+                px_stats_tenant(&w, p, t, now);
+        fq_json_end_array(&w);
+        px_stats_overall(&w, p);
+        fq_json_end_object(&w);
+        fq_status s = fq_json_finish(&w, len);
+        if (s == FQ_OK)
+            return buf;
+        free(buf);
+        if (s != FQ_ETOOBIG)
+            return NULL;
+        cap = *len + 1;
+    }
+    return NULL;
+}
+
+static void px_on_request(fq_proxy *p, fq_nio_event *ev)
+{
+    size_t len = 0;
+    char *js = px_stats_json(p, &len);
+    static const char oom[] = "{\"error\":\"out of memory\"}";
+    fq_nio_reply(p->nio, ev->msg, js ? js : oom, js ? len : sizeof oom - 1);
+    free(js);
+    fq_nio_msg_destroy(ev->msg);
+}
+
+/* Per-second rates, smoothed. The token rate, which admission control
+ * divides by, is sampled only while there is work to drain, so an idle
+ * spell does not make it look like the workers stopped. */
+static void px_rates(fq_proxy *p, uint64_t now)
+{
+    if (now < p->next_second)
+        return;
+    double a = PX_RATE_ALPHA;
+    p->rate_runs = a * (double)p->sec_dispatched + (1 - a) * p->rate_runs;
+    p->rate_completed = a * (double)p->sec_completed + (1 - a) * p->rate_completed;
+    p->rate_actual = a * (double)p->sec_actual + (1 - a) * p->rate_actual;
+    fq_sched_stats ss;
+    fq_sched_stats_get(p->sched, &ss);
+    if (p->sec_tokens || ss.queued)
+        p->rate_tokens = p->rate_tokens > 0 ? a * (double)p->sec_tokens + (1 - a) * p->rate_tokens
+                                            : (double)p->sec_tokens;
+    p->sec_dispatched = p->sec_tokens = p->sec_completed = p->sec_actual = 0;
+    p->next_second = now + 1000;
+}
+
+/* ---- the leader lease ----------------------------------------------------- */
+
+/* Try to become the leader. FQ_OK: we hold the lease; FQ_EEXIST: another
+ * proxy does (holder says which). */
+static fq_status px_lease_acquire(fq_proxy *p, char *holder, size_t cap)
+{
+    uint64_t rev = 0;
+    fq_status s = fq_nio_kv_get(holder, cap, &rev, p->nio, FQ_KV_LEASE, "leader");
+    if (s == FQ_ENOTFOUND)
+        s = fq_nio_kv_create(&p->lease_rev, p->nio, FQ_KV_LEASE, "leader", p->lease_id,
+                             strlen(p->lease_id));
+    else if (s == FQ_OK && (strcmp(holder, "released") == 0 || strcmp(holder, p->lease_id) == 0))
+        s = fq_nio_kv_update(&p->lease_rev, p->nio, FQ_KV_LEASE, "leader", p->lease_id,
+                             strlen(p->lease_id), rev);
+    else if (s == FQ_OK)
+        s = FQ_EEXIST;
+    if (s == FQ_OK)
+        p->lease_renewed = fq_nio_mono_ms();
+    return s;
+}
+
+/* Renew the lease each second. Returns false if another proxy holds it. */
+static bool px_lease_renew(fq_proxy *p, uint64_t now)
+{
+    /* While cut off a renewal would only block the loop until it times
+     * out; after the reconnect it catches up. */
+    if (now < p->lease_renewed + 1000 || !p->connected)
+        return true;
+    fq_status s = fq_nio_kv_update(&p->lease_rev, p->nio, FQ_KV_LEASE, "leader", p->lease_id,
+                                   strlen(p->lease_id), p->lease_rev);
+    if (s == FQ_EEXIST) {
+        /* It aged out while we were cut off; take it back if nobody did. */
+        char holder[128];
+        s = px_lease_acquire(p, holder, sizeof holder);
+        if (s == FQ_EEXIST) {
+            fq_log(FQ_LOG_ERROR, "lost the leader lease to another proxy; stopping",
+                   FQ_STR("holder", holder));
+            return false;
+        }
+    }
+    if (s == FQ_OK)
+        p->lease_renewed = now;
+    else if (now > p->lease_renewed + FQ_LEASE_TTL_MS && px_warn_ok(p, "lease"))
+        fq_log(FQ_LOG_WARN, "cannot renew the leader lease", FQ_STR("reason", fq_status_text(s)));
+    return true;
+}
+
+static void px_lease_release(fq_proxy *p)
+{
+    uint64_t rev;
+    fq_nio_kv_update(&rev, p->nio, FQ_KV_LEASE, "leader", "released", 8, p->lease_rev);
+}
+
+/* ---- start-up --------------------------------------------------------- */
+
+static bool px_sleep_unless_stopped(fq_proxy *p, int ms)
+{
+    struct timespec step = {0, 50 * 1000000L};
+    for (int i = 0; i < ms / 50 && !atomic_load(&p->stop); i++)
+        nanosleep(&step, NULL);
+    return !atomic_load(&p->stop);
+}
+
+static fq_status px_connect(fq_proxy *p)
+{
+    fq_nio_opts o = {.url = p->cfg.nats.url, .creds = p->cfg.nats.creds,
+                     .tls_ca = p->cfg.nats.tls_ca, .tls_cert = p->cfg.nats.tls_cert,
+                     .tls_key = p->cfg.nats.tls_key, .name = "fairq-proxy"};
+    char err[512];
+    for (int attempt = 0;; attempt++) {
+        if (fq_nio_create(&p->nio, &o, err, sizeof err) == FQ_OK)
+            return FQ_OK;
+        if (attempt == 0 || px_warn_ok(p, "connect"))
+            fq_log(FQ_LOG_WARN, "cannot reach NATS; retrying", FQ_STR("reason", err));
+        if (!px_sleep_unless_stopped(p, 1000))
+            return FQ_EIO;
+    }
+}
+
+static fq_status px_streams(fq_proxy *p)
+{
+    uint64_t dup = FQ_DUPLICATE_WINDOW_MS;
+    uint64_t keep = dup > p->cfg.window.run_timeout_ms ? dup : p->cfg.window.run_timeout_ms;
+    /* FAIR_DISPATCH keeps what it stored for its max age, taken or not:
+     * see docs/protocol.md for why it is not a work queue. */
+    uint64_t dispatch_age = 2 * keep > 3600000 ? 2 * keep : 3600000;
+    uint32_t rep = p->cfg.nats.replicas ? p->cfg.nats.replicas : 1;
+    const fq_nio_stream streams[] = {
+        {FQ_STREAM_SUBMIT, p->submit_filter, FQ_NIO_WORKQUEUE, 0, 0, rep, true},
+        {FQ_STREAM_DISPATCH, p->cfg.subjects.dispatch, FQ_NIO_LIMITS, dispatch_age, dup, rep, false},
+        {FQ_STREAM_DONE, p->done_filter, FQ_NIO_WORKQUEUE, 0, 0, rep, false},
+        {FQ_STREAM_REJECTED, p->rejected_filter, FQ_NIO_LIMITS, FQ_REJECTED_MAX_AGE_MS, 0, rep,
+         false},
+    };
+    char warn[1024];
+    for (size_t i = 0; i < sizeof streams / sizeof streams[0]; i++) {
+        fq_status s;
+        while ((s = fq_nio_stream_ensure(p->nio, &streams[i], warn, sizeof warn)) == FQ_EIO) {
+            fq_log(FQ_LOG_WARN, "stream not ready; retrying", FQ_STR("stream", streams[i].name),
+                   FQ_STR("reason", warn));
+            if (!px_sleep_unless_stopped(p, 1000))
+                return FQ_EIO;
+        }
+        if (s != FQ_OK) {
+            fq_log(FQ_LOG_ERROR, "stream cannot serve", FQ_STR("stream", streams[i].name),
+                   FQ_STR("reason", warn));
+            return s;
+        }
+        if (warn[0])
+            fq_log(FQ_LOG_WARN, "stream differs from what fairq expects",
+                   FQ_STR("stream", streams[i].name), FQ_STR("differences", warn));
+    }
+    if (fq_nio_stream_created(&p->submit_created_ms, p->nio, FQ_STREAM_SUBMIT) != FQ_OK)
+        return FQ_EIO;
+    if (fq_nio_kv_ensure(p->nio, FQ_KV_RUNS, keep + 60000, rep, warn, sizeof warn) != FQ_OK ||
+        fq_nio_kv_ensure(p->nio, FQ_KV_LEASE, FQ_LEASE_TTL_MS, rep, warn, sizeof warn) != FQ_OK) {
+        fq_log(FQ_LOG_ERROR, "cannot create the key-value buckets", FQ_STR("reason", warn));
+        return FQ_EIO;
+    }
+    return FQ_OK;
+}
+
+/* A record of the runs bucket read back at start. */
+typedef struct px_loaded {
+    fq_proxy *p;
+    px_run **adopt;             /* runs still in flight, to adopt */
+    size_t n, cap;
+} px_loaded;
+
+static const char *px_jstr(const cJSON *o, const char *k)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
+    return cJSON_IsString(v) ? v->valuestring : "";
+}
+
+static double px_jnum(const cJSON *o, const char *k)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
+    return cJSON_IsNumber(v) ? v->valuedouble : 0;
+}
+
+static void px_load_cb(void *arg, const char *key, const char *val, size_t len, int64_t created)
+{
+    (void)key;
+    px_loaded *L = arg;
+    fq_proxy *p = L->p;
+    cJSON *o = cJSON_ParseWithLength(val, len);
+    const char *tenant = px_jstr(o, "tenant"), *run_id = px_jstr(o, "run_id");
+    size_t tlen = strlen(tenant);
+    if (!o || !fq_tenant_id_valid(tenant, tlen) || !*run_id || strlen(run_id) > FQ_RUN_ID_MAX) {
+        cJSON_Delete(o);
+        return;
+    }
+    uint64_t seq = (uint64_t)px_jnum(o, "seq");
+    uint64_t h = px_key_hash(tenant, run_id);
+    bool done = strcmp(px_jstr(o, "state"), "done") == 0;
+    int64_t at = (int64_t)px_jnum(o, "at");
+    if (done) {
+        px_done_add(&p->done, h, seq, px_done_until(p, at ? at : created));
+        cJSON_Delete(o);
+        return;
+    }
+    px_tenant *pt = NULL;
+    px_run *x = NULL;
+    px_names *nm = NULL;
+    if (px_tenant_get(&pt, p, tenant, tlen) == FQ_OK && (x = px_run_alloc(p)) &&
+        (nm = px_names_alloc(p))) {
+        snprintf(nm->run_id, sizeof nm->run_id, "%s", run_id);
+        snprintf(nm->workflow, sizeof nm->workflow, "%s", px_jstr(o, "workflow"));
+        nm->declared = (uint32_t)px_jnum(o, "declared");
+        *x = (px_run){.seq = seq ? seq : PX_SYNTH_ID + p->synth++, .pt = pt, .names = nm,
+                      .key_hash = h, .submitted_ms = at, .est = (uint32_t)px_jnum(o, "est"),
+                      .state = PX_FLIGHT};
+        if (!x->est)
+            x->est = 1;
+        if (L->n == L->cap) {
+            size_t cap = L->cap ? L->cap * 2 : 256;
+            px_run **a = realloc(L->adopt, cap * sizeof *a);
+            if (a) {
+                L->adopt = a;
+                L->cap = cap;
+            }
+        }
+        if (L->n < L->cap)
+            L->adopt[L->n++] = x;
+        else
+            px_maybe_free(p, x);
+    } else if (x) {
+        px_maybe_free(p, x);
+    }
+    cJSON_Delete(o);
+}
+
+/* Put run x, dispatched before a restart, into the window without sending
+ * it again, and without charging its tenant twice. The scheduler has no
+ * call for that, so the window and the tenant's cap are lifted while it is
+ * queued and dispatched at once (it is the only queued run), and the charge
+ * is refunded. */
+static void px_adopt_one(fq_proxy *p, px_run *x, uint64_t now)
+{
+    fq_policy_resolved pr;
+    fq_tenant_policy uncapped;
+    bool capped = fq_policy_resolve(&pr, p->policy, x->pt->id) == FQ_OK && pr.p.max_in_flight;
+    if (capped) {
+        uncapped = pr.p;
+        uncapped.max_in_flight = 0;
+        fq_tenant_set_policy(p->sched, x->pt->t, &uncapped);
+    }
+    fq_run *r = NULL;
+    if (fq_sched_enqueue(&r, p->sched, x->pt->t, x->seq, x->est, x, now) == FQ_OK) {
+        fq_run *d = fq_sched_dispatch(p->sched, now);
+        if (d == r) {
+            fq_tenant_reconcile(p->sched, x->pt->t, x->est, 0);
+            x->in_key = px_index_add(&p->by_key, x, true);
+            p->c.adopted++;
+        } else if (d) {
+            fq_sched_requeue(p->sched, d->id);
+        }
+    }
+    if (capped)
+        fq_tenant_set_policy(p->sched, x->pt->t, &pr.p);
+    px_maybe_free(p, x);
+}
+
+static fq_sched_opts px_sched_opts(const fq_config *c)
+{
+    return (fq_sched_opts){.quantum = c->scheduler.quantum_tokens,
+                           .max_est_tokens = c->scheduler.max_est_tokens,
+                           .max_in_flight = c->window.max_in_flight,
+                           .max_in_flight_tokens = c->window.max_in_flight_tokens,
+                           .run_timeout = c->window.run_timeout_ms,
+                           .max_expired = 0};
+}
+
+/* Rebuild the in-flight window and the completed set from the runs bucket,
+ * so the window does not start from zero while workers are busy with runs
+ * dispatched before the restart. */
+static fq_status px_recover(fq_proxy *p)
+{
+    px_loaded L = {.p = p};
+    fq_status s = fq_nio_kv_load(p->nio, FQ_KV_RUNS, px_load_cb, &L);
+    if (s != FQ_OK) {
+        free(L.adopt);
+        return s;
+    }
+    fq_sched_opts normal = px_sched_opts(&p->cfg), open = normal;
+    open.max_in_flight = 0;
+    open.max_in_flight_tokens = 0;
+    fq_sched_set_opts(p->sched, &open);
+    uint64_t now = fq_nio_mono_ms();
+    int64_t now_ms = fq_nio_unix_ms();
+    for (size_t i = 0; i < L.n; i++) {
+        px_run *x = L.adopt[i];
+        int64_t age = now_ms - x->submitted_ms;
+        if (age >= 0 && (uint64_t)age >= p->cfg.window.run_timeout_ms) {
+            /* Its lease ran out while we were away: a late completion
+             * still reconciles. */
+            x->in_key = px_index_add(&p->by_key, x, true);
+            x->state = PX_FLIGHT;
+            px_on_expired(p, &(fq_run){.handle = x});
+            continue;
+        }
+        px_adopt_one(p, x, now);
+    }
+    fq_sched_set_opts(p->sched, &normal);
+    free(L.adopt);
+    fq_log(FQ_LOG_INFO, "recovered state from NATS", FQ_UINT("in_flight", p->c.adopted),
+           FQ_UINT("completed_remembered", p->done.n), FQ_UINT("expired", p->nexp));
+    return FQ_OK;
+}
+
+/* ---- the loop ---------------------------------------------------------- */
+
+static void px_on_event(fq_proxy *p, fq_nio_event *ev)
+{
+    switch (ev->type) {
+    case FQ_NIO_EV_MSG:
+        if (ev->source == PX_CONS_SUBMIT)
+            px_on_submit(p, ev);
+        else
+            px_on_done(p, ev);
+        break;
+    case FQ_NIO_EV_PUBACK:
+        px_on_puback(p, ev);
+        break;
+    case FQ_NIO_EV_REQUEST:
+        px_on_request(p, ev);
+        break;
+    case FQ_NIO_EV_CONN:
+        p->connected = ev->connected;
+        if (ev->connected)
+            p->c.reconnects++;
+        fq_log(ev->connected ? FQ_LOG_INFO : FQ_LOG_WARN,
+               ev->connected ? "reconnected to NATS" : "disconnected from NATS");
+        break;
+    case FQ_NIO_EV_CONSUMER:
+        if (ev->status != FQ_OK && px_warn_ok(p, "consumer"))
+            fq_log(FQ_LOG_WARN, "cannot create a consumer; retrying",
+                   FQ_STR("stream", ev->source == PX_CONS_SUBMIT ? FQ_STREAM_SUBMIT
+                                                                  : FQ_STREAM_DONE));
+        break;
+    }
+}
+
+static void px_drain(fq_proxy *p, int timeout_ms)
+{
+    size_t n = fq_nio_poll(p->nio, p->ev, PX_EVENTS, timeout_ms);
+    for (size_t i = 0; i < n; i++)
+        px_on_event(p, &p->ev[i]);
+}
+
+static fq_status px_start_consumers(fq_proxy *p)
+{
+    /* MaxAckPending bounds what the server hands over beyond what we hold. */
+    int64_t pend = (int64_t)p->cfg.limits.max_buffered_runs + PX_MAX_PUBS;
+    fq_nio_consumer sc = {.stream = FQ_STREAM_SUBMIT, .durable = FQ_DURABLE,
+                          .filter = p->submit_filter, .max_ack_pending = pend,
+                          .ack_wait_ms = 24LL * 3600 * 1000, .batch = 256};
+    fq_nio_consumer dc = {.stream = FQ_STREAM_DONE, .durable = FQ_DURABLE,
+                          .filter = p->done_filter, .max_ack_pending = 100000,
+                          .ack_wait_ms = 60000, .batch = 256};
+    fq_status s = fq_nio_consume(p->nio, PX_CONS_SUBMIT, &sc);
+    if (s == FQ_OK)
+        s = fq_nio_consume(p->nio, PX_CONS_DONE, &dc);
+    if (s == FQ_OK)
+        s = fq_nio_subscribe(p->nio, PX_SUB_STATS, p->stats_subject);
+    return s;
+}
+
+/* Wait until we hold the lease; false if stopped first. */
+static bool px_become_leader(fq_proxy *p)
+{
+    char holder[128] = "";
+    bool said = false;
+    for (;;) {
+        fq_status s = px_lease_acquire(p, holder, sizeof holder);
+        if (s == FQ_OK)
+            return true;
+        if (!said || px_warn_ok(p, "standby")) {
+            fq_log(FQ_LOG_WARN,
+                   s == FQ_EEXIST ? "standing by: another proxy holds the leader lease on these "
+                                    "streams; taking over when it stops renewing it"
+                                  : "standing by: cannot read the leader lease",
+                   FQ_STR("holder", holder), FQ_UINT("lease_ttl_ms", FQ_LEASE_TTL_MS));
+            said = true;
+        }
+        if (!px_sleep_unless_stopped(p, 500))
+            return false;
+    }
+}
+
+/* Graceful stop: no new fetches or dispatches; the publishes under way
+ * settle and their submits and completions are acked. */
+static void px_finish(fq_proxy *p)
+{
+    fq_nio_consume_pause(p->nio, PX_CONS_SUBMIT, true);
+    fq_nio_consume_pause(p->nio, PX_CONS_DONE, true);
+    uint64_t end = fq_nio_mono_ms() + PX_STOP_WAIT_MS;
+    while ((p->pubs || p->nretry) && fq_nio_mono_ms() < end) {
+        px_drain(p, PX_POLL_MS);
+        px_retry_due(p);
+    }
+    if (p->pubs || p->nretry)
+        fq_log(FQ_LOG_WARN, "stopping with publishes unsettled; JetStream keeps their runs",
+               FQ_UINT("pending", p->pubs), FQ_UINT("retrying", p->nretry));
+}
+
+int fq_proxy_run(fq_proxy *p)
+{
+    if (px_connect(p) != FQ_OK)
+        return atomic_load(&p->stop) ? FQ_PROXY_EXIT_OK : FQ_PROXY_EXIT_FATAL;
+    p->connected = true;
+    p->max_payload = fq_nio_max_payload(p->nio);
+    fq_status s = px_streams(p);
+    if (s != FQ_OK)
+        return atomic_load(&p->stop) ? FQ_PROXY_EXIT_OK : FQ_PROXY_EXIT_FATAL;
+    if (!px_become_leader(p))
+        return FQ_PROXY_EXIT_OK;
+    p->leader = true;
+    fq_log(FQ_LOG_INFO, "leader lease acquired", FQ_STR("id", p->lease_id));
+    while ((s = px_recover(p)) == FQ_EIO && px_sleep_unless_stopped(p, 1000))
+        ;
+    if (s != FQ_OK || px_start_consumers(p) != FQ_OK) {
+        fq_log(FQ_LOG_ERROR, "cannot start consuming");
+        return atomic_load(&p->stop) ? FQ_PROXY_EXIT_OK : FQ_PROXY_EXIT_FATAL;
+    }
+    fq_log(FQ_LOG_INFO, "fairq-proxy running", FQ_STR("submit", p->submit_filter),
+           FQ_STR("dispatch", p->cfg.subjects.dispatch),
+           FQ_INT("max_payload", p->max_payload));
+    int rc = FQ_PROXY_EXIT_OK;
+    while (!atomic_load(&p->stop)) {
+        px_drain(p, PX_POLL_MS);
+        uint64_t now = fq_nio_mono_ms();
+        if (!px_lease_renew(p, now)) {
+            rc = FQ_PROXY_EXIT_LEASE_LOST;
+            break;
+        }
+        px_expire(p);
+        px_retry_due(p);
+        px_rates(p, now);
+        if (p->connected && now <= p->lease_renewed + FQ_LEASE_TTL_MS)
+            px_dispatch(p);
+    }
+    px_finish(p);
+    if (rc == FQ_PROXY_EXIT_OK)
+        px_lease_release(p);
+    fq_log(FQ_LOG_INFO, "fairq-proxy stopped", FQ_UINT("dispatched", p->c.dispatched),
+           FQ_UINT("held_for_next_start", p->held));
+    return rc;
+}
+
+void fq_proxy_stop(fq_proxy *p)
+{
+    atomic_store(&p->stop, true);
+}
+
+/* ---- create and destroy ------------------------------------------------ */
+
+static char *px_dup(const char *s)
+{
+    return s ? strdup(s) : NULL;
+}
+
+/* Copy the strings of the config we use; the rest is plain values. */
+static bool px_copy_config(fq_config *d, const fq_config *s)
+{
+    *d = *s;
+    d->nats.url = px_dup(s->nats.url);
+    d->nats.creds = px_dup(s->nats.creds);
+    d->nats.tls_ca = px_dup(s->nats.tls_ca);
+    d->nats.tls_cert = px_dup(s->nats.tls_cert);
+    d->nats.tls_key = px_dup(s->nats.tls_key);
+    d->subjects.submit = px_dup(s->subjects.submit);
+    d->subjects.dispatch = px_dup(s->subjects.dispatch);
+    d->subjects.done = px_dup(s->subjects.done);
+    d->subjects.rejected = px_dup(s->subjects.rejected);
+    d->subjects.admin = px_dup(s->subjects.admin);
+    d->scheduler.default_plan = px_dup(s->scheduler.default_plan);
+    d->http.listen = px_dup(s->http.listen);
+    d->log.level = px_dup(s->log.level);
+    d->log.format = px_dup(s->log.format);
+    d->estimates.workflows = NULL;
+    d->estimates.n_workflows = 0;
+    d->plans = NULL;
+    d->n_plans = 0;
+    d->tenants = NULL;
+    d->n_tenants = 0;
+    return d->nats.url && d->subjects.submit && d->subjects.dispatch && d->subjects.done &&
+           d->subjects.rejected && d->subjects.admin;
+}
+
+fq_status fq_proxy_create(fq_proxy **out, const fq_config *cfg, char *err, size_t errlen)
+{
+    *out = NULL;
+    fq_proxy *p = calloc(1, sizeof *p);
+    if (!p)
+        return FQ_ENOMEM;
+    fq_status s = px_copy_config(&p->cfg, cfg) ? FQ_OK : FQ_ENOMEM;
+    if (s == FQ_OK)
+        s = fq_config_policy(&p->policy, cfg);
+    fq_sched_opts so = px_sched_opts(cfg);
+    if (s == FQ_OK)
+        s = fq_sched_create(&p->sched, &so);
+    fq_est_opts eo;
+    fq_est_opts_init(&eo);
+    eo.default_tokens = cfg->estimates.default_tokens;
+    eo.max_tokens = cfg->scheduler.max_est_tokens;
+    if (s == FQ_OK)
+        s = fq_est_create(&p->est, &eo);
+    for (size_t i = 0; s == FQ_OK && i < cfg->estimates.n_workflows; i++)
+        s = fq_est_set_workflow(p->est, cfg->estimates.workflows[i].name,
+                                cfg->estimates.workflows[i].tokens);
+    if (s == FQ_OK)
+        s = fq_log_limiter_create(&p->lim, 1024, 1000);
+    if (s == FQ_OK && !(p->ev = calloc(PX_EVENTS, sizeof *p->ev)))
+        s = FQ_ENOMEM;
+    if (s != FQ_OK) {
+        snprintf(err, errlen, "cannot build the proxy: %s", fq_status_text(s));
+        fq_proxy_destroy(p);
+        return s;
+    }
+    snprintf(p->submit_filter, sizeof p->submit_filter, "%s.*", cfg->subjects.submit);
+    snprintf(p->done_filter, sizeof p->done_filter, "%s.*", cfg->subjects.done);
+    snprintf(p->rejected_filter, sizeof p->rejected_filter, "%s.*", cfg->subjects.rejected);
+    snprintf(p->stats_subject, sizeof p->stats_subject, "%s.stats", cfg->subjects.admin);
+    char host[64] = "host";
+    gethostname(host, sizeof host - 1);
+    snprintf(p->lease_id, sizeof p->lease_id, "%s:%ld:%" PRId64, host, (long)getpid(),
+             fq_nio_unix_ms());
+    *out = p;
+    return FQ_OK;
+}
+
+void fq_proxy_destroy(fq_proxy *p)
+{
+    if (!p)
+        return;
+    fq_nio_destroy(p->nio);
+    for (size_t i = 0; i < p->nretry; i++)
+        fq_nio_msg_destroy(p->retry[i].msg);
+    free(p->retry);
+    /* Held bodies: every run is in some pool chunk; msg is NULL when free. */
+    for (size_t i = 0; i < p->by_seq.nb; i++)
+        for (px_run *x = p->by_seq.b[i]; x; x = x->seq_next)
+            fq_nio_msg_destroy(x->msg);
+    for (size_t i = 0; i < p->tnb; i++) {
+        for (px_tenant *t = p->tb[i], *nx; t; t = nx) {
+            nx = t->next;
+            free(t);
+        }
+    }
+    free(p->tb);
+    free(p->by_seq.b);
+    free(p->by_key.b);
+    free(p->done.e);
+    for (size_t i = 0; i < p->nchunks; i++)
+        free(p->chunks[i]);
+    free(p->chunks);
+    free(p->ev);
+    fq_log_limiter_destroy(p->lim);
+    fq_est_destroy(p->est);
+    fq_sched_destroy(p->sched);
+    fq_policy_destroy(p->policy);
+    char *strs[] = {p->cfg.nats.url, p->cfg.nats.creds, p->cfg.nats.tls_ca, p->cfg.nats.tls_cert,
+                    p->cfg.nats.tls_key, p->cfg.subjects.submit, p->cfg.subjects.dispatch,
+                    p->cfg.subjects.done, p->cfg.subjects.rejected, p->cfg.subjects.admin,
+                    p->cfg.scheduler.default_plan, p->cfg.http.listen, p->cfg.log.level,
+                    p->cfg.log.format};
+    for (size_t i = 0; i < sizeof strs / sizeof strs[0]; i++)
+        free(strs[i]);
+    free(p);
+}

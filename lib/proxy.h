@@ -1,0 +1,52 @@
+/* proxy.h -- fairq-proxy's daemon: NATS in, token-metered DRR, NATS out, reconciliation. */
+#ifndef FQ_PROXY_H
+#define FQ_PROXY_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "config.h"
+#include "fq.h"
+
+typedef struct fq_proxy fq_proxy;
+
+/* Names fixed by the wire contract (docs/protocol.md); the subjects come
+ * from the config. */
+#define FQ_STREAM_SUBMIT "FAIR_SUBMIT"
+#define FQ_STREAM_DISPATCH "FAIR_DISPATCH"
+#define FQ_STREAM_DONE "FAIR_DONE"
+#define FQ_STREAM_REJECTED "FAIR_REJECTED"
+#define FQ_DURABLE "fairq"              /* the proxy's consumer on SUBMIT and DONE */
+#define FQ_KV_RUNS "fairq_runs"         /* per dispatched run: in flight, then done */
+#define FQ_KV_LEASE "fairq_lease"       /* the leader lease */
+#define FQ_DUPLICATE_WINDOW_MS 600000u  /* FAIR_DISPATCH de-duplication window */
+#define FQ_REJECTED_MAX_AGE_MS (7u * 24 * 3600 * 1000) /* FAIR_REJECTED keeps a week */
+#define FQ_LEASE_TTL_MS 3000u           /* a silent holder loses the lease after this */
+#define FQ_HEADER_ROOM 1024u            /* bytes reserved for fairq's own dispatch headers */
+
+/* Exit codes of fq_proxy_run, for cmd/fairq-proxy. */
+enum fq_proxy_exit {
+    FQ_PROXY_EXIT_OK = 0,           /* stopped on request */
+    FQ_PROXY_EXIT_FATAL = 1,        /* could not start, or a stream cannot serve */
+    FQ_PROXY_EXIT_LEASE_LOST = 3,   /* another proxy took the lease: restart as a standby */
+};
+
+/* Build a proxy for cfg (copied where needed; cfg may be freed after).
+ * Nothing touches NATS until fq_proxy_run. On error *out is NULL and err
+ * says why. */
+fq_status fq_proxy_create(fq_proxy **out, const fq_config *cfg, char *err, size_t errlen);
+/* Safe on NULL. */
+void fq_proxy_destroy(fq_proxy *p);
+
+/* Connect (retrying until stopped), ensure the streams and buckets, wait
+ * for the leader lease, rebuild the in-flight window from NATS, then fetch,
+ * dispatch and reconcile until fq_proxy_stop. Returns an fq_proxy_exit. */
+int fq_proxy_run(fq_proxy *p);
+
+/* Ask fq_proxy_run to stop gracefully: stop fetching, finish the publishes
+ * under way, ack what they covered, release the lease, return. Safe from
+ * a signal handler and from any thread. */
+void fq_proxy_stop(fq_proxy *p);
+
+#endif
