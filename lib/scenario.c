@@ -838,6 +838,8 @@ static fq_status build(fq_scenario **out, struct fq_scenario_spec *s, const char
         sc->quantum = s->quantum_tokens;
     if (s->max_est_tokens)
         sc->max_est = s->max_est_tokens;
+    sc->max_pending = s->max_pending;
+    sc->cap_in_flight = s->cap_in_flight;
     sc->capacity = s->capacity;
     if (sc->capacity.workers)
         sc->capacity.max_in_flight = sc->capacity.workers;
@@ -1060,25 +1062,31 @@ static long trace_tenant(trace *t, const fq_scenario *sc, const char *id, const 
         return -1;
     }
     fq_scenario_tenant *nt = &t->tenants[t->n_tenants];
-    *nt = (fq_scenario_tenant){.weight = 1};
+    long known = fq_scenario_tenant_index(sc, id);
+    if (known >= 0 && (!plan || strcmp(sc->tenants[known].plan, plan) == 0)) {
+        /* A tenant the scenario lists keeps its weight and limits. */
+        *nt = sc->tenants[known];
+        return (long)t->n_tenants++;
+    }
+    *nt = (fq_scenario_tenant){.weight = 1, .max_pending = sc->max_pending,
+                               .max_in_flight = sc->cap_in_flight};
     snprintf(nt->id, sizeof(nt->id), "%s", id);
     snprintf(nt->plan, sizeof(nt->plan), "%s", plan ? plan : "default");
     const fq_scenario_plan *p = NULL;
     for (size_t i = 0; i < sc->n_plans; i++)
         if (strcmp(sc->plans[i].name, nt->plan) == 0)
             p = &sc->plans[i];
-    if (plan && sc->n_plans && !p) {
+    /* "default" is the plan of tenants that name none. */
+    if (plan && sc->n_plans && !p && strcmp(plan, "default") != 0) {
         *why = "the plan is not defined in the scenario";
         return -1;
     }
-    /* A tenant the scenario lists keeps its weight and limits. */
-    long known = fq_scenario_tenant_index(sc, id);
-    if (known >= 0 && !plan) {
-        *nt = sc->tenants[known];
-    } else if (p) {
+    if (p) {
         nt->weight = p->weight;
-        nt->max_pending = p->max_pending;
-        nt->max_in_flight = p->max_in_flight;
+        if (p->max_pending)
+            nt->max_pending = p->max_pending;
+        if (p->max_in_flight)
+            nt->max_in_flight = p->max_in_flight;
     }
     return (long)t->n_tenants++;
 }
@@ -1128,7 +1136,7 @@ static const char *trace_row(trace *t, const fq_scenario *sc, char *line, const 
     if (split(line, f, NCOLS + 1) != want)
         return "wrong number of fields, or a quoted field";
     const char *id = f[col[COL_TENANT]], *wf = f[col[COL_WORKFLOW]];
-    const char *plan = col[COL_PLAN] >= 0 ? f[col[COL_PLAN]] : NULL;
+    const char *plan = col[COL_PLAN] >= 0 && *f[col[COL_PLAN]] ? f[col[COL_PLAN]] : NULL;
     uint64_t at, est, actual;
     if (!fq_tenant_id_valid(id, strlen(id)))
         return "tenant must be 1 to 64 of [A-Za-z0-9_-]";

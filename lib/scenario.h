@@ -67,6 +67,8 @@ typedef struct fq_scenario {
     uint64_t horizon;           /* ms: the simulation stops here; 0 = when drained */
     uint32_t quantum;           /* base quantum in tokens */
     uint32_t max_est;           /* charges are capped here */
+    uint32_t max_pending;       /* for tenants whose plan says none; 0 = none */
+    uint32_t cap_in_flight;     /* the cap policy's cap where no plan says */
     fq_scenario_capacity capacity;
     struct {
         uint32_t default_tokens;    /* charged when nothing is known */
