@@ -1174,6 +1174,41 @@ static int trace_cmp(const void *pa, const void *pb)
     return a->seq < b->seq ? -1 : a->seq > b->seq;
 }
 
+/* Tenants the scenario lists come first, in its order, then the others as
+ * they first appear: replaying a scenario's own trace then reproduces it,
+ * down to the order in which round robin sweeps. Returns the map from old
+ * index to new, and reorders t's tenants; NULL if out of memory. */
+static uint32_t *trace_order(trace *t, const fq_scenario *sc)
+{
+    size_t n = t->n_tenants;
+    uint32_t *map = malloc((n ? n : 1) * sizeof(*map));
+    fq_scenario_tenant *sorted = malloc((n ? n : 1) * sizeof(*sorted));
+    if (!map || !sorted) {
+        free(map);
+        free(sorted);
+        return NULL;
+    }
+    size_t next = 0;
+    for (size_t k = 0; k < sc->n_tenants; k++) {
+        for (size_t i = 0; i < n; i++) {
+            if (strcmp(t->tenants[i].id, sc->tenants[k].id) == 0) {
+                map[i] = (uint32_t)next;
+                sorted[next++] = t->tenants[i];
+            }
+        }
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (fq_scenario_tenant_index(sc, t->tenants[i].id) < 0) {
+            map[i] = (uint32_t)next;
+            sorted[next++] = t->tenants[i];
+        }
+    }
+    free(t->tenants);
+    t->tenants = sorted;
+    t->cap_tenants = n;
+    return map;
+}
+
 fq_status fq_scenario_read_trace(fq_scenario *sc, FILE *f, const char *name, char *err,
                                  size_t errlen)
 {
@@ -1211,9 +1246,19 @@ fq_status fq_scenario_read_trace(fq_scenario *sc, FILE *f, const char *name, cha
         trace_free(&t);
         return FQ_EINVAL;
     }
+    uint32_t *map = trace_order(&t, sc);
+    if (!map) {
+        fail(err, errlen, "%s: out of memory", name);
+        free(runs);
+        trace_free(&t);
+        return FQ_ENOMEM;
+    }
     qsort(t.runs.v, t.runs.n, sizeof(*t.runs.v), trace_cmp);
-    for (size_t i = 0; i < t.runs.n; i++)
+    for (size_t i = 0; i < t.runs.n; i++) {
         runs[i] = t.runs.v[i].r;
+        runs[i].tenant = map[runs[i].tenant];
+    }
+    free(map);
     free(sc->runs);
     free(sc->tenants);
     free(sc->workflows);

@@ -464,22 +464,22 @@ static uint64_t next_event(const sim *s)
     return next;
 }
 
+/* Until nothing more can happen, or the horizon: there, runs that end are
+ * completed, and nothing new is admitted or dispatched. */
 static void loop(sim *s)
 {
     const fq_scenario *sc = s->sc;
     for (;;) {
         complete_due(s);
+        if (sc->horizon && s->now >= sc->horizon)
+            break;
         while (s->next_arrival < sc->n_runs && sc->runs[s->next_arrival].at <= s->now)
             admit(s, (uint32_t)s->next_arrival++);
         dispatch(s);
         uint64_t next = next_event(s);
         if (next == UINT64_MAX)
             break;
-        if (sc->horizon && next > sc->horizon) {
-            advance(s, sc->horizon);
-            break;
-        }
-        advance(s, next);
+        advance(s, sc->horizon && next > sc->horizon ? sc->horizon : next);
     }
 }
 

@@ -1,0 +1,424 @@
+/* test_sim.c -- the design card's claims, as numbers from the simulator driving the real scheduler. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "scenario.h"
+#include "sim.h"
+
+static void source_path(char *buf, size_t cap, const char *rel)
+{
+    const char *src = getenv("FAIRQ_SOURCE_DIR");
+    snprintf(buf, cap, "%s/%s", src ? src : ".", rel);
+}
+
+static fq_scenario *load(const char *name)
+{
+    char rel[256], path[4096], err[512] = "";
+    snprintf(rel, sizeof(rel), "config/scenarios/%s.yaml", name);
+    source_path(path, sizeof(path), rel);
+    fq_scenario *sc = NULL;
+    if (fq_scenario_load(&sc, path, err, sizeof(err)) != FQ_OK)
+        fail_msg("%s", err);
+    return sc;
+}
+
+static fq_scenario *parse(const char *yaml)
+{
+    char err[512] = "";
+    fq_scenario *sc = NULL;
+    if (fq_scenario_parse(&sc, "inline", yaml, strlen(yaml), err, sizeof(err)) != FQ_OK)
+        fail_msg("%s", err);
+    return sc;
+}
+
+static fq_sim_result *run(const fq_scenario *sc, enum fq_sim_policy p)
+{
+    fq_sim_result *r = NULL;
+    assert_int_equal(fq_sim_run(&r, sc, p), FQ_OK);
+    assert_non_null(r);
+    return r;
+}
+
+static const fq_sim_tenant_stats *tenant(const fq_scenario *sc, const fq_sim_result *r,
+                                         const char *id)
+{
+    long k = fq_scenario_tenant_index(sc, id);
+    if (k < 0)
+        fail_msg("no tenant %s", id);
+    return &r->tenants[k];
+}
+
+/* Tokens served in the window by the tenants whose id starts with prefix,
+ * on average. */
+static double mean_served(const fq_scenario *sc, const fq_sim_result *r, const char *prefix)
+{
+    double sum = 0;
+    int n = 0;
+    for (size_t k = 0; k < sc->n_tenants; k++) {
+        if (strncmp(sc->tenants[k].id, prefix, strlen(prefix)) == 0) {
+            sum += r->tenants[k].served;
+            n++;
+        }
+    }
+    assert_true(n > 0);
+    return sum / n;
+}
+
+/* The card's Tuesday: behind FIFO a small tenant's first run waits about 40
+ * minutes; DRR serves it within two service times of one run, and A still
+ * gets all the capacity the others leave. */
+static void test_tuesday(void **state)
+{
+    (void)state;
+    fq_scenario *sc = load("tuesday");
+    fq_sim_result *fifo = run(sc, FQ_SIM_FIFO), *drr = run(sc, FQ_SIM_DRR);
+    int64_t worst_fifo = -1;
+    for (size_t k = 0; k < sc->n_tenants; k++) {
+        if (strncmp(sc->tenants[k].id, "small-", 6) != 0)
+            continue;
+        int64_t f = fifo->tenants[k].first_wait, d = drr->tenants[k].first_wait;
+        if (f > worst_fifo)
+            worst_fifo = f;
+        assert_true(d >= 0);
+        if ((double)d > 2 * drr->service_ms)
+            fail_msg("%s waits %" PRId64 " ms under drr; a service time is %.0f ms",
+                     sc->tenants[k].id, d, drr->service_ms);
+    }
+    if (llabs(worst_fifo - 2400000) > 240000)
+        fail_msg("worst first-run wait under fifo: %" PRId64 " ms, not 40 min +-10%%",
+                 worst_fifo);
+    assert_true(drr->utilization >= fifo->utilization);
+    assert_true(drr->utilization > 0.8);
+    assert_true(drr->idle_queued_s == 0);
+    assert_int_equal(drr->completed, sc->n_runs);
+    fq_sim_result_free(fifo);
+    fq_sim_result_free(drr);
+    fq_scenario_free(sc);
+}
+
+/* Runs that differ fifty-fold: DRR meters tokens, the card's listing counts
+ * requests. */
+static void test_costs_50x(void **state)
+{
+    (void)state;
+    fq_scenario *sc = load("costs-50x");
+    fq_sim_result *drr = run(sc, FQ_SIM_DRR), *rr = run(sc, FQ_SIM_RR);
+    for (size_t k = 0; k < sc->n_tenants; k++) {
+        const fq_sim_tenant_stats *t = &drr->tenants[k];
+        assert_true(t->backlogged);
+        if (fabs(t->share / t->fair - 1) > 0.05)
+            fail_msg("%s: drr share %.4f, fair %.4f", sc->tenants[k].id, t->share, t->fair);
+    }
+    const fq_sim_tenant_stats *chat = tenant(sc, rr, "chat");
+    if (!(chat->fair / chat->share > 5))
+        fail_msg("rr gives chat %.4f of a fair %.4f: not off by 5x", chat->share, chat->fair);
+    fq_sim_result_free(drr);
+    fq_sim_result_free(rr);
+    fq_scenario_free(sc);
+}
+
+/* A tenant whose runs cost 3x what it declares: about 3x an honest peer's
+ * actual tokens without reconciliation, the peer's share with it. */
+static void test_over_runner(void **state)
+{
+    (void)state;
+    fq_scenario *sc = load("over-runner");
+    fq_sim_result *norec = run(sc, FQ_SIM_DRR_NO_RECONCILE), *drr = run(sc, FQ_SIM_DRR),
+                  *nocorr = run(sc, FQ_SIM_DRR_NO_CORRECTION);
+    double r_norec = tenant(sc, norec, "over")->served / mean_served(sc, norec, "honest");
+    double r_drr = tenant(sc, drr, "over")->served / mean_served(sc, drr, "honest");
+    double r_nocorr = tenant(sc, nocorr, "over")->served / mean_served(sc, nocorr, "honest");
+    if (fabs(r_norec / 3 - 1) > 0.1)
+        fail_msg("drr-no-reconcile: over gets %.3fx an honest peer, not about 3x", r_norec);
+    if (fabs(r_drr - 1) > 0.05)
+        fail_msg("drr: over gets %.3fx an honest peer", r_drr);
+    if (fabs(r_nocorr - 1) > 0.05)
+        fail_msg("drr-no-correction: over gets %.3fx an honest peer", r_nocorr);
+    fq_sim_result_free(norec);
+    fq_sim_result_free(drr);
+    fq_sim_result_free(nocorr);
+    fq_scenario_free(sc);
+}
+
+/* Weight by plan: 10:1 is what they get, and not what FIFO gives. */
+static void test_enterprise(void **state)
+{
+    (void)state;
+    fq_scenario *sc = load("enterprise");
+    fq_sim_result *drr = run(sc, FQ_SIM_DRR), *fifo = run(sc, FQ_SIM_FIFO);
+    double ratio = tenant(sc, drr, "ent")->served / mean_served(sc, drr, "std");
+    if (fabs(ratio / 10 - 1) > 0.05)
+        fail_msg("drr: enterprise gets %.3fx a standard tenant, not 10x", ratio);
+    assert_true(drr->jain > 0.99);
+    double fifo_ratio = tenant(sc, fifo, "ent")->served / mean_served(sc, fifo, "std");
+    assert_true(fifo_ratio < 9);
+    fq_sim_result_free(drr);
+    fq_sim_result_free(fifo);
+    fq_scenario_free(sc);
+}
+
+/* Deficit is smoothing, not a savings account: back from an hour's
+ * silence, the returner gets at most one quantum ahead of its fair share
+ * (FIFO shows the measure can fail). */
+static void test_idle_returner(void **state)
+{
+    (void)state;
+    fq_scenario *sc = load("idle-returner");
+    fq_sim_result *drr = run(sc, FQ_SIM_DRR), *fifo = run(sc, FQ_SIM_FIFO);
+    long k = fq_scenario_tenant_index(sc, "returner");
+    double quantum = (double)sc->quantum * sc->tenants[k].weight;
+    if (drr->tenants[k].ahead > quantum)
+        fail_msg("drr: the returner got %.0f tokens ahead; a quantum is %.0f",
+                 drr->tenants[k].ahead, quantum);
+    assert_true(fifo->tenants[k].ahead > 5 * quantum);
+    fq_sim_result_free(drr);
+    fq_sim_result_free(fifo);
+    fq_scenario_free(sc);
+}
+
+/* Admission control refuses what cannot be served, counted per tenant;
+ * nothing else is lost, under any policy. */
+static void test_overload(void **state)
+{
+    (void)state;
+    fq_scenario *sc = load("overload");
+    for (int p = 0; p < FQ_SIM__NPOLICIES; p++) {
+        fq_sim_result *r = run(sc, (enum fq_sim_policy)p);
+        assert_int_equal(r->submitted, sc->n_runs);
+        assert_true(r->rejected > 0);
+        assert_int_equal(r->completed + r->rejected, r->submitted);
+        assert_int_equal(r->queued_end + r->in_flight_end, 0);
+        uint64_t rejected = 0;
+        for (size_t k = 0; k < sc->n_tenants; k++) {
+            const fq_sim_tenant_stats *t = &r->tenants[k];
+            assert_true(t->rejected > 0);
+            assert_int_equal(t->completed + t->rejected, t->submitted);
+            rejected += t->rejected;
+        }
+        assert_int_equal(rejected, r->rejected);
+        if (p == FQ_SIM_DRR)
+            assert_true(r->jain > 0.99);
+        fq_sim_result_free(r);
+    }
+    fq_scenario_free(sc);
+}
+
+/* fifo and drr never leave a worker idle while a run waits; a hard cap
+ * does when the large tenant is at its cap. */
+static void test_work_conservation(void **state)
+{
+    (void)state;
+    fq_scenario *sc = load("quietly-large");
+    fq_sim_result *fifo = run(sc, FQ_SIM_FIFO), *drr = run(sc, FQ_SIM_DRR),
+                  *cap = run(sc, FQ_SIM_CAP);
+    assert_true(fifo->idle_queued_s == 0);
+    assert_true(drr->idle_queued_s == 0);
+    assert_true(cap->idle_queued_s > 600);
+    assert_true(cap->utilization < drr->utilization);
+    assert_true(fabs(drr->utilization - fifo->utilization) < 1e-9);
+    fq_sim_result_free(fifo);
+    fq_sim_result_free(drr);
+    fq_sim_result_free(cap);
+    fq_scenario_free(sc);
+}
+
+/* Every format of every policy's report, as one string. */
+static char *report(const fq_scenario *sc)
+{
+    fq_sim_result *res[FQ_SIM__NPOLICIES];
+    for (int p = 0; p < FQ_SIM__NPOLICIES; p++)
+        res[p] = run(sc, (enum fq_sim_policy)p);
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    assert_non_null(f);
+    for (int fmt = FQ_SIM_TABLE; fmt <= FQ_SIM_JSON; fmt++) {
+        fq_sim_report rep;
+        fq_sim_report_begin(&rep, f, (enum fq_sim_format)fmt);
+        fq_sim_report_add(&rep, sc, res, FQ_SIM__NPOLICIES);
+        assert_int_equal(fq_sim_report_end(&rep), FQ_OK);
+    }
+    fq_sim_waits_header(f);
+    fq_sim_waits(f, sc, res, FQ_SIM__NPOLICIES);
+    fclose(f);
+    for (int p = 0; p < FQ_SIM__NPOLICIES; p++)
+        fq_sim_result_free(res[p]);
+    return buf;
+}
+
+static void test_same_seed_same_bytes(void **state)
+{
+    (void)state;
+    fq_scenario *a = load("tuesday"), *b = load("tuesday");
+    char *ra = report(a), *rb = report(b);
+    assert_true(strlen(ra) > 10000);
+    assert_string_equal(ra, rb);
+    assert_int_equal(fq_scenario_generate(b, a->seed + 1), FQ_OK);
+    char *rc = report(b);
+    assert_true(strcmp(ra, rc) != 0);
+    free(ra);
+    free(rb);
+    free(rc);
+    fq_scenario_free(a);
+    fq_scenario_free(b);
+}
+
+static char *slurp(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "r");
+    if (!f)
+        fail_msg("cannot open %s", path);
+    char *buf = NULL;
+    size_t cap = 0;
+    *len = 0;
+    size_t n;
+    do {
+        if (*len + 4096 > cap) {
+            cap = cap ? cap * 2 : 65536;
+            buf = realloc(buf, cap + 1);
+            assert_non_null(buf);
+        }
+        n = fread(buf + *len, 1, cap - *len, f);
+        *len += n;
+    } while (n);
+    fclose(f);
+    buf[*len] = '\0';
+    return buf;
+}
+
+/* The example trace in the repository is what --emit-trace writes for
+ * tuesday (scripts/sim-trace.sh), and replaying it through every policy
+ * gives what the scenario gives. */
+static void test_example_trace(void **state)
+{
+    (void)state;
+    char path[4096];
+    source_path(path, sizeof(path), "config/traces/tuesday.csv");
+    size_t len;
+    char *file = slurp(path, &len);
+    fq_scenario *sc = load("tuesday");
+    char *gen = NULL;
+    size_t glen = 0;
+    FILE *f = open_memstream(&gen, &glen);
+    assert_int_equal(fq_scenario_write_trace(f, sc), FQ_OK);
+    fclose(f);
+    assert_string_equal(gen, file);
+    char *direct = report(sc);
+    fq_scenario *replay = load("tuesday");
+    char err[256];
+    f = fmemopen(file, len, "r");
+    assert_int_equal(fq_scenario_read_trace(replay, f, path, err, sizeof(err)), FQ_OK);
+    fclose(f);
+    char *replayed = report(replay);
+    assert_string_equal(direct, replayed);
+    free(file);
+    free(gen);
+    free(direct);
+    free(replayed);
+    fq_scenario_free(sc);
+    fq_scenario_free(replay);
+}
+
+/* Service time is actual tokens over the rate: a worker each, or a budget
+ * shared by the runs in flight. */
+static void test_capacity_models(void **state)
+{
+    (void)state;
+    static const char *const yaml[] = {
+        "duration_s: 60\n"
+        "capacity: {workers: 2, worker_tokens_per_s: 50}\n"
+        "workflows: [{name: w, cost: {dist: fixed, tokens: 1000}}]\n"
+        "tenants: [{id: a, arrivals: [{kind: burst, count: 2}]}]\n",
+        "duration_s: 60\n"
+        "capacity: {tokens_per_s: 100, max_in_flight: 2}\n"
+        "workflows: [{name: w, cost: {dist: fixed, tokens: 1000}}]\n"
+        "tenants: [{id: a, arrivals: [{kind: burst, count: 2}]}]\n",
+    };
+    for (int i = 0; i < 2; i++) {
+        fq_scenario *sc = parse(yaml[i]);
+        fq_sim_result *r = run(sc, FQ_SIM_DRR);
+        /* Both run at once at 50 tokens/s: 20 s each, 2,000 tokens in 20 s. */
+        assert_int_equal(r->end, 20000);
+        assert_true(fabs(r->service_ms - 20000) < 1e-6);
+        assert_true(fabs(r->tenants[0].served - 2000) < 1e-6);
+        assert_true(fabs(r->utilization - 2000.0 / (100 * 60)) < 1e-9);
+        assert_int_equal(r->wait_max, 0);
+        fq_sim_result_free(r);
+        fq_scenario_free(sc);
+    }
+}
+
+/* A horizon stops the simulation; what was left is counted, not lost. */
+static void test_horizon(void **state)
+{
+    (void)state;
+    fq_scenario *sc = parse(
+        "duration_s: 60\n"
+        "horizon_s: 100\n"
+        "max_pending: 30\n"
+        "capacity: {workers: 2, worker_tokens_per_s: 100}\n"
+        "workflows: [{name: w, cost: {dist: fixed, tokens: 1000}}]\n"
+        "tenants: [{id: a, arrivals: [{kind: burst, count: 50}]}]\n");
+    for (int p = 0; p < FQ_SIM__NPOLICIES; p++) {
+        fq_sim_result *r = run(sc, (enum fq_sim_policy)p);
+        assert_int_equal(r->end, 100000);
+        assert_int_equal(r->completed, 20);     /* 2 workers x 10 s a run */
+        assert_int_equal(r->in_flight_end, 0);
+        assert_true(r->rejected > 0);
+        assert_int_equal(r->completed + r->in_flight_end + r->queued_end + r->rejected,
+                         r->submitted);
+        fq_sim_result_free(r);
+    }
+    fq_scenario_free(sc);
+}
+
+static void test_policy_names(void **state)
+{
+    (void)state;
+    enum fq_sim_policy p[FQ_SIM__NPOLICIES];
+    size_t n;
+    char err[256];
+    assert_int_equal(fq_sim_policy_parse(p, &n, "all", err, sizeof(err)), FQ_OK);
+    assert_int_equal(n, FQ_SIM__NPOLICIES);
+    assert_int_equal(fq_sim_policy_parse(p, &n, "drr,fifo,drr", err, sizeof(err)), FQ_OK);
+    assert_int_equal(n, 2);
+    assert_int_equal(p[0], FQ_SIM_DRR);
+    assert_int_equal(p[1], FQ_SIM_FIFO);
+    assert_int_equal(fq_sim_policy_parse(p, &n, "drr,lottery", err, sizeof(err)), FQ_EINVAL);
+    assert_non_null(strstr(err, "lottery"));
+    for (int i = 0; i < FQ_SIM__NPOLICIES; i++) {
+        assert_int_equal(fq_sim_policy_parse(p, &n, fq_sim_policy_name((enum fq_sim_policy)i),
+                                             err, sizeof(err)), FQ_OK);
+        assert_int_equal(p[0], i);
+    }
+    assert_null(fq_sim_policy_name(FQ_SIM__NPOLICIES));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_tuesday),
+        cmocka_unit_test(test_costs_50x),
+        cmocka_unit_test(test_over_runner),
+        cmocka_unit_test(test_enterprise),
+        cmocka_unit_test(test_idle_returner),
+        cmocka_unit_test(test_overload),
+        cmocka_unit_test(test_work_conservation),
+        cmocka_unit_test(test_same_seed_same_bytes),
+        cmocka_unit_test(test_example_trace),
+        cmocka_unit_test(test_capacity_models),
+        cmocka_unit_test(test_horizon),
+        cmocka_unit_test(test_policy_names),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
