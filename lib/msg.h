@@ -8,6 +8,23 @@
 
 #include "fq.h"
 
+/* Header names of the wire contract (docs/protocol.md). */
+#define FQ_HDR_TENANT "Fair-Tenant"
+#define FQ_HDR_RUN_ID "Fair-Run-Id"
+#define FQ_HDR_WORKFLOW "Fair-Workflow"
+#define FQ_HDR_EST_TOKENS "Fair-Est-Tokens"
+#define FQ_HDR_SUBMITTED_AT "Fair-Submitted-At"
+#define FQ_HDR_DISPATCHED_AT "Fair-Dispatched-At"
+#define FQ_HDR_ERROR "Fair-Error"
+#define FQ_HDR_SUBJECT "Fair-Subject"
+
+/* Run ids and workflow names travel in NATS headers, logs and JSON, so they
+ * are 1 to max bytes of printable ASCII without spaces (0x21 to 0x7e): no
+ * control characters (a CR or LF would split a header), no leading or
+ * trailing blanks (header parsers trim them), no bytes a log line would have
+ * to escape. Returns 1 if s[0..len) is one, else 0. */
+int fq_msg_name_valid(const char *s, size_t len, size_t max);
+
 /* The optional fields of a run request, from its body and headers. */
 typedef struct fq_submit {
     char run_id[FQ_RUN_ID_MAX + 1];     /* "" if absent */
@@ -16,18 +33,25 @@ typedef struct fq_submit {
     bool opaque;                        /* the body is not a JSON object */
 } fq_submit;
 
-/* Header values as the NATS adapter found them; NULL when absent. */
+/* Header values as the NATS adapter found them (NUL-terminated, as nats.c
+ * returns them); NULL when absent. */
 typedef struct fq_submit_headers {
-    const char *run_id;
-    const char *workflow;
-    const char *est_tokens;
+    const char *run_id;                 /* Fair-Run-Id */
+    const char *workflow;               /* Fair-Workflow */
+    const char *est_tokens;             /* Fair-Est-Tokens: digits only */
 } fq_submit_headers;
 
-/* Read the submit fields of body[0..len) for tenant (from the subject);
- * headers win over the body. A body that is not a JSON object is opaque:
- * FQ_OK with defaults. A field present but invalid (wrong type, out of
- * range [1, max_est], fractional, over-long, a tenant that disagrees)
- * returns FQ_EINVAL with a sentence in err. */
+/* Read the submit fields of body[0..len) (not NUL-terminated; body may be
+ * NULL when len is 0) for tenant, the subject's valid tenant id; h may be
+ * NULL. A body that is not strictly a JSON object (not JSON, another JSON
+ * type, empty, invalid UTF-8) is opaque: its fields are defaults. In a JSON
+ * object, run_id and workflow are strings obeying fq_msg_name_valid,
+ * est_tokens an integral number in [1, max_est], and a tenant field must
+ * equal tenant; other fields are ignored, null counts as absent. Every field
+ * present, in the body or the headers, must be valid; where both give one,
+ * the header wins. On FQ_OK *out holds the fields. On FQ_EINVAL (a field
+ * present but invalid, or given twice) *out holds defaults and err a
+ * sentence naming the field and the reason, safe to put in a header. */
 fq_status fq_submit_parse(fq_submit *out, const char *tenant, const void *body,
                           size_t len, const fq_submit_headers *h,
                           uint32_t max_est, char *err, size_t errlen);
@@ -45,14 +69,61 @@ typedef struct fq_completion {
 
 #define FQ_MAX_ACTUAL_TOKENS 1000000000000ULL   /* larger is absurd: refused */
 
-/* Parse a completion. FQ_EINVAL with a sentence in err if it is not a JSON
- * object with a valid run_id, actual_tokens (integer 0..FQ_MAX_ACTUAL_TOKENS)
- * and status, or an echoed field is invalid. */
+/* Parse a completion from body[0..len) (not NUL-terminated). FQ_EINVAL with
+ * a sentence in err if it is not a JSON object with a valid run_id,
+ * actual_tokens (integer 0..FQ_MAX_ACTUAL_TOKENS) and status ("ok", "error"
+ * or "cancelled"), or an echoed est_tokens (1..max_est) or workflow is
+ * invalid, or one of these is given twice; *out then holds zeroes. Other
+ * fields are ignored. */
 fq_status fq_completion_parse(fq_completion *out, const void *body, size_t len,
                               uint32_t max_est, char *err, size_t errlen);
 
-/* Write a completion body (for the example worker and the load generator).
- * Returns the length written (excluding NUL), or 0 if it did not fit. */
+/* Write a completion body (for the example worker and the load generator),
+ * leaving out est_tokens when 0 and workflow when "". Returns the length
+ * written (a NUL follows), or 0 if it did not fit or c->status is not one. */
 size_t fq_completion_format(char *buf, size_t cap, const fq_completion *c);
+
+/* A JSON writer over the caller's buffer, for replies (fair.admin.stats,
+ * admin errors): no allocation, commas tracked, strings escaped (invalid
+ * UTF-8 becomes U+FFFD, so the text is always valid JSON). Calls out of
+ * order (a value where a key is due, an unbalanced end, a second top-level
+ * value, nesting past FQ_JSON_MAX_DEPTH) are remembered and reported by
+ * fq_json_finish; once the buffer is full, later calls only count bytes. */
+#define FQ_JSON_MAX_DEPTH 31
+
+typedef struct fq_json {
+    char *buf;              /* the caller's buffer */
+    size_t cap;             /* its size, the final NUL included */
+    size_t len;             /* bytes the text needs so far, may exceed cap */
+    uint32_t depth;         /* containers open */
+    uint32_t in_object;     /* bit d: the container at depth d is an object */
+    uint32_t has_items;     /* bit d: depth d has a member already (bit 0: the top value) */
+    bool want_value;        /* a key was written; its value is due */
+    bool misuse;            /* a call was out of order */
+} fq_json;
+
+void fq_json_init(fq_json *w, char *buf, size_t cap);
+void fq_json_begin_object(fq_json *w);
+void fq_json_end_object(fq_json *w);
+void fq_json_begin_array(fq_json *w);
+void fq_json_end_array(fq_json *w);
+void fq_json_key(fq_json *w, const char *key);
+/* A string value; NULL writes null. */
+void fq_json_string(fq_json *w, const char *s);
+/* A string value of len bytes, which need not be NUL-terminated. */
+void fq_json_stringn(fq_json *w, const char *s, size_t len);
+void fq_json_int(fq_json *w, int64_t v);
+/* The shortest of %.15g and %.17g that reads back exactly (LC_NUMERIC "C"
+ * assumed); NaN and infinities, which JSON lacks, write null. */
+void fq_json_double(fq_json *w, double v);
+void fq_json_bool(fq_json *w, bool v);
+void fq_json_null(fq_json *w);
+
+/* End the text: NUL-terminate it and store its length (excluding the NUL)
+ * in *len (len may be NULL). FQ_ETOOBIG if it did not fit: *len is then the
+ * length it needs (a buffer of *len + 1 bytes will do). FQ_EINVAL if calls
+ * were out of order or a container is still open: *len is 0. On error the
+ * buffer holds "" (when cap > 0). */
+fq_status fq_json_finish(fq_json *w, size_t *len);
 
 #endif

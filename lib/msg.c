@@ -1,0 +1,628 @@
+/* msg.c -- the wire contract's message bodies: submit fields, completions, and a JSON writer for replies. */
+/*
+ * Principles:
+ *
+ * - A body is bytes from a client and is read only through its length: NATS
+ *   payloads are not NUL-terminated, so cJSON gets an explicit length and
+ *   never the require_null_terminated option (which would read past it).
+ *
+ * - "Is it a JSON object?" must have one answer that a strict reader on the
+ *   worker's side would share. cJSON is lenient where that matters, so a
+ *   scan first refuses what it lets through: invalid UTF-8, raw control
+ *   characters, and a byte order mark; cJSON then checks the structure, and
+ *   anything after the object makes the body not an object either. Number
+ *   syntax is left to cJSON (it reads "01" as 1), which changes no outcome.
+ *
+ * - cJSON cuts a string at a \u0000 escape, so "run_id\u0000x" would read as
+ *   run_id. The scan notes such an escape in the top-level object's keys and
+ *   string values, the only ones fairq reads, and the object is refused then
+ *   rather than misread; deeper ones are the worker's business.
+ *
+ * - JSON numbers are doubles: a count must be finite, integral and in range.
+ *
+ * - Error sentences go into the Fair-Error header, so they never quote a
+ *   client's string, only its length or an offending byte in hex.
+ */
+#include "msg.h"
+
+#include <cjson/cJSON.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const fq_done_names[] = {
+    [FQ_DONE_OK] = "ok",
+    [FQ_DONE_ERROR] = "error",
+    [FQ_DONE_CANCELLED] = "cancelled",
+};
+#define FQ_DONE_COUNT (sizeof fq_done_names / sizeof fq_done_names[0])
+
+__attribute__((format(printf, 3, 4)))
+static fq_status fq_msg_fail(char *err, size_t errlen, const char *fmt, ...)
+{
+    if (err && errlen) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, errlen, fmt, ap);
+        va_end(ap);
+    }
+    return FQ_EINVAL;
+}
+
+/* The length of the well-formed UTF-8 sequence at s[0..n) (Unicode table
+ * 3-7: no overlong forms, no surrogates, nothing past U+10FFFF), 0 if none. */
+static size_t fq_utf8_len(const unsigned char *s, size_t n)
+{
+    unsigned char lo = 0x80, hi = 0xbf;
+    size_t k;
+
+    if (s[0] < 0x80)
+        return 1;
+    if (s[0] >= 0xc2 && s[0] <= 0xdf) {
+        k = 2;
+    } else if (s[0] >= 0xe0 && s[0] <= 0xef) {
+        k = 3;
+        lo = s[0] == 0xe0 ? 0xa0 : lo;
+        hi = s[0] == 0xed ? 0x9f : hi;
+    } else if (s[0] >= 0xf0 && s[0] <= 0xf4) {
+        k = 4;
+        lo = s[0] == 0xf0 ? 0x90 : lo;
+        hi = s[0] == 0xf4 ? 0x8f : hi;
+    } else {
+        return 0;
+    }
+    if (n < k || s[1] < lo || s[1] > hi)
+        return 0;
+    for (size_t i = 2; i < k; i++)
+        if ((s[i] & 0xc0) != 0x80)
+            return 0;
+    return k;
+}
+
+static bool fq_json_space(unsigned char c)
+{
+    return c == ' ' || c == '\t' || c == '\n' || c == '\r';
+}
+
+/* Check what cJSON does not in p[0..n): UTF-8 and control characters; note
+ * in *nul_top a \u0000 escape in a string of the top-level object. Returns
+ * NULL if the text may be JSON, else why it is not. */
+static const char *fq_msg_scan(const unsigned char *p, size_t n, bool *nul_top)
+{
+    long depth = 0;
+    bool in_str = false;
+
+    *nul_top = false;
+    for (size_t i = 0; i < n;) {
+        unsigned char c = p[i];
+
+        if (c >= 0x80) {
+            size_t k = fq_utf8_len(p + i, n - i);
+            if (!k)
+                return "invalid UTF-8";
+            i += k;
+            continue;
+        }
+        if (c < 0x20 && (in_str || !fq_json_space(c)))
+            return "a raw control character";
+        if (in_str && c == '\\') {
+            if (depth == 1 && n - i >= 6 && memcmp(p + i + 1, "u0000", 5) == 0)
+                *nul_top = true;
+            i += 2;     /* the escaped character cannot end the string */
+            continue;
+        }
+        if (c == '"')
+            in_str = !in_str;
+        else if (!in_str && (c == '{' || c == '['))
+            depth++;
+        else if (!in_str && (c == '}' || c == ']'))
+            depth--;
+        i++;
+    }
+    return NULL;
+}
+
+/* Parse body[0..len) if it is strictly a JSON object. Returns the object (the
+ * caller deletes it) and whether the scan saw a top-level \u0000, or NULL
+ * with the reason in *why. */
+static cJSON *fq_msg_object(const void *body, size_t len, bool *nul_top,
+                            const char **why)
+{
+    const unsigned char *p = body;
+    const char *end = NULL;
+    size_t i = 0;
+    bool nul = false;
+    cJSON *root;
+
+    *nul_top = false;
+    while (i < len && fq_json_space(p[i]))
+        i++;
+    if (i == len) {
+        *why = "it is empty";
+        return NULL;
+    }
+    if (p[i] != '{') {
+        *why = "it does not start with {";
+        return NULL;
+    }
+    if ((*why = fq_msg_scan(p + i, len - i, &nul)))
+        return NULL;
+    root = cJSON_ParseWithLengthOpts((const char *)p + i, len - i, &end, 0);
+    if (!root || !cJSON_IsObject(root)) {
+        cJSON_Delete(root);
+        *why = "it is not valid JSON";
+        return NULL;
+    }
+    for (i = (size_t)((const unsigned char *)end - p); i < len; i++) {
+        if (!fq_json_space(p[i])) {
+            cJSON_Delete(root);
+            *why = "data follows the JSON object";
+            return NULL;
+        }
+    }
+    *nul_top = nul;
+    return root;
+}
+
+/* Find in obj the members named names[0..n), into items[] (NULL if absent;
+ * a null value counts as absent). A name given twice is refused: readers
+ * that keep the first and ones that keep the last would disagree. */
+static fq_status fq_msg_members(const cJSON **items, const char *const *names,
+                                size_t n, const cJSON *obj, char *err, size_t errlen)
+{
+    bool seen[8] = {false};
+
+    for (size_t k = 0; k < n; k++)
+        items[k] = NULL;
+    for (const cJSON *c = obj->child; c; c = c->next) {
+        for (size_t k = 0; k < n; k++) {
+            if (strcmp(c->string, names[k]) != 0)
+                continue;
+            if (seen[k])
+                return fq_msg_fail(err, errlen, "%s: given twice in the body", names[k]);
+            seen[k] = true;
+            items[k] = cJSON_IsNull(c) ? NULL : c;
+        }
+    }
+    return FQ_OK;
+}
+
+static const char *fq_msg_name_problem(const char *s, size_t len, size_t max,
+                                       size_t *at)
+{
+    if (len == 0)
+        return "is empty";
+    if (len > max)
+        return "is too long";
+    for (*at = 0; *at < len; (*at)++)
+        if ((unsigned char)s[*at] < 0x21 || (unsigned char)s[*at] > 0x7e)
+            return "has a byte that is not allowed";
+    return NULL;
+}
+
+int fq_msg_name_valid(const char *s, size_t len, size_t max)
+{
+    size_t at;
+
+    return fq_msg_name_problem(s, len, max, &at) == NULL;
+}
+
+/* Copy the NUL-terminated name s into dst (max + 1 bytes) if it is valid. */
+static fq_status fq_msg_name(char *dst, size_t max, const char *s,
+                             const char *field, char *err, size_t errlen)
+{
+    size_t len = strnlen(s, max + 1), at = 0;
+    const char *why = fq_msg_name_problem(s, len, max, &at);
+
+    if (!why) {
+        memcpy(dst, s, len + 1);
+        return FQ_OK;
+    }
+    if (len == 0 || len > max)
+        return fq_msg_fail(err, errlen, "%s: %s; it must be 1 to %zu bytes",
+                           field, why, max);
+    return fq_msg_fail(err, errlen, "%s: %s (0x%02x at offset %zu); it must be "
+                       "printable ASCII without spaces or control characters",
+                       field, why, (unsigned char)s[at], at);
+}
+
+static fq_status fq_msg_name_item(char *dst, size_t max, const cJSON *item,
+                                  const char *field, char *err, size_t errlen)
+{
+    if (!cJSON_IsString(item))
+        return fq_msg_fail(err, errlen, "%s: must be a string", field);
+    return fq_msg_name(dst, max, item->valuestring, field, err, errlen);
+}
+
+/* A JSON number that must be an integer in [lo, hi] (hi < 2^53, so every
+ * integer in range is exact as a double). */
+static fq_status fq_msg_uint_item(uint64_t *dst, const cJSON *item, uint64_t lo,
+                                  uint64_t hi, const char *field, char *err,
+                                  size_t errlen)
+{
+    double v;
+
+    if (!cJSON_IsNumber(item))
+        return fq_msg_fail(err, errlen, "%s: must be a number, an integer from "
+                           "%" PRIu64 " to %" PRIu64, field, lo, hi);
+    v = item->valuedouble;
+    if (!isfinite(v) || v < (double)lo || v > (double)hi || v != (double)(uint64_t)v)
+        return fq_msg_fail(err, errlen, "%s: must be an integer from %" PRIu64
+                           " to %" PRIu64 ", got %.15g", field, lo, hi, v);
+    *dst = (uint64_t)v;
+    return FQ_OK;
+}
+
+/* Header text that must be decimal digits only, of a value in [lo, hi]. */
+static fq_status fq_msg_uint_text(uint64_t *dst, const char *s, uint64_t lo,
+                                  uint64_t hi, const char *field, char *err,
+                                  size_t errlen)
+{
+    uint64_t v = 0;
+    size_t i;
+
+    for (i = 0; s[i] >= '0' && s[i] <= '9'; i++)
+        if (v <= hi)
+            v = v * 10 + (uint64_t)(s[i] - '0');
+    if (i == 0 || s[i] != '\0' || v < lo || v > hi)
+        return fq_msg_fail(err, errlen, "%s: must be decimal digits only, "
+                           "of an integer from %" PRIu64 " to %" PRIu64, field, lo, hi);
+    *dst = v;
+    return FQ_OK;
+}
+
+static fq_status fq_submit_body(fq_submit *out, const cJSON *root, const char *tenant,
+                                uint32_t max_est, char *err, size_t errlen)
+{
+    static const char *const names[] = {"run_id", "workflow", "est_tokens", "tenant"};
+    const cJSON *it[4];
+    uint64_t est = 0;
+    fq_status st;
+
+    if ((st = fq_msg_members(it, names, 4, root, err, errlen)) != FQ_OK)
+        return st;
+    if (it[0] && (st = fq_msg_name_item(out->run_id, FQ_RUN_ID_MAX, it[0],
+                                        "run_id", err, errlen)) != FQ_OK)
+        return st;
+    if (it[1] && (st = fq_msg_name_item(out->workflow, FQ_WORKFLOW_MAX, it[1],
+                                        "workflow", err, errlen)) != FQ_OK)
+        return st;
+    if (it[2] && (st = fq_msg_uint_item(&est, it[2], 1, max_est, "est_tokens",
+                                        err, errlen)) != FQ_OK)
+        return st;
+    out->est_tokens = (uint32_t)est;
+    if (it[3] && !cJSON_IsString(it[3]))
+        return fq_msg_fail(err, errlen, "tenant: must be a string");
+    if (it[3] && strcmp(it[3]->valuestring, tenant) != 0)
+        return fq_msg_fail(err, errlen, "tenant: the body names another tenant "
+                           "than the subject's (%s)", tenant);
+    return FQ_OK;
+}
+
+static fq_status fq_submit_hdrs(fq_submit *out, const fq_submit_headers *h,
+                                uint32_t max_est, char *err, size_t errlen)
+{
+    uint64_t est = 0;
+    fq_status st;
+
+    if (h->run_id && (st = fq_msg_name(out->run_id, FQ_RUN_ID_MAX, h->run_id,
+                                       FQ_HDR_RUN_ID " header", err, errlen)) != FQ_OK)
+        return st;
+    if (h->workflow && (st = fq_msg_name(out->workflow, FQ_WORKFLOW_MAX, h->workflow,
+                                         FQ_HDR_WORKFLOW " header", err, errlen)) != FQ_OK)
+        return st;
+    if (h->est_tokens) {
+        if ((st = fq_msg_uint_text(&est, h->est_tokens, 1, max_est,
+                                   FQ_HDR_EST_TOKENS " header", err, errlen)) != FQ_OK)
+            return st;
+        out->est_tokens = (uint32_t)est;
+    }
+    return FQ_OK;
+}
+
+fq_status fq_submit_parse(fq_submit *out, const char *tenant, const void *body,
+                          size_t len, const fq_submit_headers *h,
+                          uint32_t max_est, char *err, size_t errlen)
+{
+    const char *why;
+    bool nul_top;
+    cJSON *root = fq_msg_object(body, len, &nul_top, &why);
+    fq_status st = FQ_OK;
+
+    memset(out, 0, sizeof *out);
+    out->opaque = root == NULL;
+    if (nul_top)
+        st = fq_msg_fail(err, errlen, "body: a top-level string holds a \\u0000 "
+                         "escape, which fairq cannot read faithfully");
+    else if (root)
+        st = fq_submit_body(out, root, tenant, max_est, err, errlen);
+    cJSON_Delete(root);
+    /* The body is read first so that a valid header overwrites its value. */
+    if (st == FQ_OK && h)
+        st = fq_submit_hdrs(out, h, max_est, err, errlen);
+    if (st != FQ_OK)
+        memset(out, 0, sizeof *out);
+    return st;
+}
+
+static fq_status fq_completion_fields(fq_completion *out, const cJSON *root,
+                                      uint32_t max_est, char *err, size_t errlen)
+{
+    static const char *const names[] = {"run_id", "actual_tokens", "status",
+                                        "est_tokens", "workflow"};
+    const cJSON *it[5];
+    uint64_t v = 0;
+    fq_status st;
+    size_t k;
+
+    if ((st = fq_msg_members(it, names, 5, root, err, errlen)) != FQ_OK)
+        return st;
+    for (k = 0; k < 3; k++)
+        if (!it[k])
+            return fq_msg_fail(err, errlen, "%s: missing; a completion needs "
+                               "run_id, actual_tokens and status", names[k]);
+    if ((st = fq_msg_name_item(out->run_id, FQ_RUN_ID_MAX, it[0], "run_id",
+                               err, errlen)) != FQ_OK)
+        return st;
+    if ((st = fq_msg_uint_item(&out->actual_tokens, it[1], 0, FQ_MAX_ACTUAL_TOKENS,
+                               "actual_tokens", err, errlen)) != FQ_OK)
+        return st;
+    for (k = 0; cJSON_IsString(it[2]) && k < FQ_DONE_COUNT; k++)
+        if (strcmp(it[2]->valuestring, fq_done_names[k]) == 0)
+            break;
+    if (!cJSON_IsString(it[2]) || k == FQ_DONE_COUNT)
+        return fq_msg_fail(err, errlen, "status: must be \"ok\", \"error\" or \"cancelled\"");
+    out->status = (enum fq_done_status)k;
+    if (it[3] && (st = fq_msg_uint_item(&v, it[3], 1, max_est, "est_tokens",
+                                        err, errlen)) != FQ_OK)
+        return st;
+    out->est_tokens = (uint32_t)v;
+    if (it[4] && (st = fq_msg_name_item(out->workflow, FQ_WORKFLOW_MAX, it[4],
+                                        "workflow", err, errlen)) != FQ_OK)
+        return st;
+    return FQ_OK;
+}
+
+fq_status fq_completion_parse(fq_completion *out, const void *body, size_t len,
+                              uint32_t max_est, char *err, size_t errlen)
+{
+    const char *why;
+    bool nul_top;
+    cJSON *root = fq_msg_object(body, len, &nul_top, &why);
+    fq_status st;
+
+    memset(out, 0, sizeof *out);
+    if (!root)
+        st = fq_msg_fail(err, errlen, "completion: not a JSON object (%s)", why);
+    else if (nul_top)
+        st = fq_msg_fail(err, errlen, "completion: a top-level string holds a "
+                         "\\u0000 escape, which fairq cannot read faithfully");
+    else
+        st = fq_completion_fields(out, root, max_est, err, errlen);
+    cJSON_Delete(root);
+    if (st != FQ_OK)
+        memset(out, 0, sizeof *out);
+    return st;
+}
+
+size_t fq_completion_format(char *buf, size_t cap, const fq_completion *c)
+{
+    fq_json w;
+    size_t len;
+
+    if ((unsigned)c->status >= FQ_DONE_COUNT)
+        return 0;
+    fq_json_init(&w, buf, cap);
+    fq_json_begin_object(&w);
+    fq_json_key(&w, "run_id");
+    fq_json_stringn(&w, c->run_id, strnlen(c->run_id, sizeof c->run_id));
+    fq_json_key(&w, "actual_tokens");
+    fq_json_int(&w, (int64_t)c->actual_tokens);
+    fq_json_key(&w, "status");
+    fq_json_string(&w, fq_done_names[c->status]);
+    if (c->est_tokens) {
+        fq_json_key(&w, "est_tokens");
+        fq_json_int(&w, c->est_tokens);
+    }
+    if (c->workflow[0]) {
+        fq_json_key(&w, "workflow");
+        fq_json_stringn(&w, c->workflow, strnlen(c->workflow, sizeof c->workflow));
+    }
+    fq_json_end_object(&w);
+    return fq_json_finish(&w, &len) == FQ_OK ? len : 0;
+}
+
+/* The JSON writer. */
+
+void fq_json_init(fq_json *w, char *buf, size_t cap)
+{
+    memset(w, 0, sizeof *w);
+    w->buf = buf;
+    w->cap = cap;
+}
+
+/* Append s[0..n) if it fits with room for the NUL; count it either way, so
+ * once one write does not fit, none after it does. */
+static void fq_json_put(fq_json *w, const char *s, size_t n)
+{
+    if (w->len < w->cap && n < w->cap - w->len)
+        memcpy(w->buf + w->len, s, n);
+    w->len += n;
+}
+
+/* Before a key (is_key) or a value: check the order, write the comma. */
+static bool fq_json_sep(fq_json *w, bool is_key)
+{
+    uint32_t bit = 1u << w->depth;
+
+    if (w->misuse)
+        return false;
+    if (w->in_object & bit) {
+        if (is_key == w->want_value)
+            return !(w->misuse = true);
+        if (!is_key) {
+            w->want_value = false;
+            return true;
+        }
+    } else if (is_key || (w->depth == 0 && (w->has_items & bit))) {
+        return !(w->misuse = true);
+    }
+    if (w->has_items & bit)
+        fq_json_put(w, ",", 1);
+    w->has_items |= bit;
+    return true;
+}
+
+static void fq_json_begin(fq_json *w, bool object)
+{
+    uint32_t bit;
+
+    if (w->depth == FQ_JSON_MAX_DEPTH)
+        w->misuse = true;
+    if (!fq_json_sep(w, false))
+        return;
+    fq_json_put(w, object ? "{" : "[", 1);
+    bit = 1u << ++w->depth;
+    w->in_object = object ? w->in_object | bit : w->in_object & ~bit;
+    w->has_items &= ~bit;
+}
+
+static void fq_json_end(fq_json *w, bool object)
+{
+    bool is_object = (w->in_object & (1u << w->depth)) != 0;
+
+    if (w->misuse || w->depth == 0 || is_object != object || w->want_value) {
+        w->misuse = true;
+        return;
+    }
+    fq_json_put(w, object ? "}" : "]", 1);
+    w->depth--;
+}
+
+void fq_json_begin_object(fq_json *w) { fq_json_begin(w, true); }
+void fq_json_end_object(fq_json *w) { fq_json_end(w, true); }
+void fq_json_begin_array(fq_json *w) { fq_json_begin(w, false); }
+void fq_json_end_array(fq_json *w) { fq_json_end(w, false); }
+
+/* Write s[0..n) quoted: runs of plain bytes in one put, the rest escaped. */
+static void fq_json_quote(fq_json *w, const char *s, size_t n)
+{
+    const unsigned char *p = (const unsigned char *)s;
+    size_t run = 0, i = 0;
+    char esc[8];
+
+    fq_json_put(w, "\"", 1);
+    while (i < n) {
+        unsigned char c = p[i];
+        size_t k = c >= 0x80 ? fq_utf8_len(p + i, n - i) : 1;
+        const char *e = NULL;
+
+        if (k == 0)
+            e = "\\ufffd";
+        else if (c == '"')
+            e = "\\\"";
+        else if (c == '\\')
+            e = "\\\\";
+        else if (c == '\n')
+            e = "\\n";
+        else if (c == '\r')
+            e = "\\r";
+        else if (c == '\t')
+            e = "\\t";
+        else if (c < 0x20) {
+            snprintf(esc, sizeof esc, "\\u%04x", c);
+            e = esc;
+        }
+        if (!e) {
+            i += k;
+            continue;
+        }
+        fq_json_put(w, s + run, i - run);
+        fq_json_put(w, e, strlen(e));
+        i += k ? k : 1;
+        run = i;
+    }
+    fq_json_put(w, s + run, n - run);
+    fq_json_put(w, "\"", 1);
+}
+
+void fq_json_key(fq_json *w, const char *key)
+{
+    if (!fq_json_sep(w, true))
+        return;
+    fq_json_quote(w, key, strlen(key));
+    fq_json_put(w, ":", 1);
+    w->want_value = true;
+}
+
+void fq_json_stringn(fq_json *w, const char *s, size_t len)
+{
+    if (fq_json_sep(w, false))
+        fq_json_quote(w, s, len);
+}
+
+void fq_json_string(fq_json *w, const char *s)
+{
+    if (!s)
+        fq_json_null(w);
+    else
+        fq_json_stringn(w, s, strlen(s));
+}
+
+/* A value already formatted, such as a number or a literal. */
+static void fq_json_raw(fq_json *w, const char *s, size_t n)
+{
+    if (fq_json_sep(w, false))
+        fq_json_put(w, s, n);
+}
+
+void fq_json_int(fq_json *w, int64_t v)
+{
+    char tmp[24];
+    int n = snprintf(tmp, sizeof tmp, "%" PRId64, v);
+
+    fq_json_raw(w, tmp, (size_t)n);
+}
+
+void fq_json_double(fq_json *w, double v)
+{
+    char tmp[32];
+    int n;
+
+    if (!isfinite(v)) {
+        fq_json_null(w);
+        return;
+    }
+    n = snprintf(tmp, sizeof tmp, "%.15g", v);
+    if (strtod(tmp, NULL) != v)
+        n = snprintf(tmp, sizeof tmp, "%.17g", v);
+    fq_json_raw(w, tmp, (size_t)n);
+}
+
+void fq_json_bool(fq_json *w, bool v)
+{
+    fq_json_raw(w, v ? "true" : "false", v ? 4 : 5);
+}
+
+void fq_json_null(fq_json *w)
+{
+    fq_json_raw(w, "null", 4);
+}
+
+fq_status fq_json_finish(fq_json *w, size_t *len)
+{
+    fq_status st = FQ_OK;
+
+    if (w->misuse || w->depth != 0 || !(w->has_items & 1))
+        st = FQ_EINVAL;
+    else if (w->len >= w->cap)
+        st = FQ_ETOOBIG;
+    if (len)
+        *len = st == FQ_EINVAL ? 0 : w->len;
+    if (w->cap)
+        w->buf[st == FQ_OK ? w->len : 0] = '\0';
+    return st;
+}

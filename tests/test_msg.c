@@ -1,0 +1,921 @@
+/* test_msg.c -- submit bodies and headers, completions, and the JSON writer against the wire contract. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "msg.h"
+
+#define MAX_EST 100000u
+#define TENANT "acme"
+
+/* Every body is copied into a buffer of exactly its length, with no NUL
+ * after it, so that a read past the payload shows under AddressSanitizer. */
+static fq_status submit_n(fq_submit *out, const void *body, size_t len,
+                          const fq_submit_headers *h, char *err)
+{
+    void *copy = malloc(len ? len : 1);
+    fq_status st;
+
+    assert_non_null(copy);
+    if (len)
+        memcpy(copy, body, len);
+    err[0] = '\0';
+    st = fq_submit_parse(out, TENANT, len ? copy : NULL, len, h, MAX_EST, err, 256);
+    free(copy);
+    return st;
+}
+
+static fq_status submit(fq_submit *out, const char *body, char *err)
+{
+    return submit_n(out, body, strlen(body), NULL, err);
+}
+
+static fq_status completion_n(fq_completion *out, const void *body, size_t len, char *err)
+{
+    void *copy = malloc(len ? len : 1);
+    fq_status st;
+
+    assert_non_null(copy);
+    if (len)
+        memcpy(copy, body, len);
+    err[0] = '\0';
+    st = fq_completion_parse(out, copy, len, MAX_EST, err, 256);
+    free(copy);
+    return st;
+}
+
+static fq_status completion(fq_completion *out, const char *body, char *err)
+{
+    return completion_n(out, body, strlen(body), err);
+}
+
+static void assert_defaults(const fq_submit *s)
+{
+    assert_string_equal(s->run_id, "");
+    assert_string_equal(s->workflow, "");
+    assert_int_equal(s->est_tokens, 0);
+}
+
+/* A refusal names the field, gives a reason, and is safe in a header. */
+static void assert_refused(fq_status st, const char *err, const char *field)
+{
+    assert_int_equal(st, FQ_EINVAL);
+    assert_non_null(strstr(err, field));
+    assert_true(strlen(err) > strlen(field) + 8);
+    for (const char *p = err; *p; p++)
+        assert_true(*p >= 0x20 && *p < 0x7f);
+}
+
+static void refuse_submit(const char *body, const char *field)
+{
+    fq_submit s;
+    char err[256];
+
+    assert_refused(submit(&s, body, err), err, field);
+    assert_defaults(&s);
+}
+
+static void opaque_submit_n(const void *body, size_t len)
+{
+    fq_submit s;
+    char err[256];
+
+    assert_int_equal(submit_n(&s, body, len, NULL, err), FQ_OK);
+    assert_true(s.opaque);
+    assert_defaults(&s);
+}
+
+static void opaque_submit(const char *body)
+{
+    opaque_submit_n(body, strlen(body));
+}
+
+/* Submit bodies. */
+
+static void test_submit_fields_read(void **state)
+{
+    fq_submit s;
+    char err[256];
+
+    (void)state;
+    assert_int_equal(submit(&s, " {\"run_id\":\"r-1\",\"workflow\":\"summarize\","
+                               "\"est_tokens\":1200,\"prompt\":{\"x\":[1,2]}} \n", err),
+                     FQ_OK);
+    assert_false(s.opaque);
+    assert_string_equal(s.run_id, "r-1");
+    assert_string_equal(s.workflow, "summarize");
+    assert_int_equal(s.est_tokens, 1200);
+
+    assert_int_equal(submit(&s, "{}", err), FQ_OK);
+    assert_false(s.opaque);
+    assert_defaults(&s);
+
+    /* null is how many clients write an optional field they lack */
+    assert_int_equal(submit(&s, "{\"run_id\":null,\"est_tokens\":null}", err), FQ_OK);
+    assert_false(s.opaque);
+    assert_defaults(&s);
+
+    /* integral values written as doubles are integers */
+    assert_int_equal(submit(&s, "{\"est_tokens\":1.5e3}", err), FQ_OK);
+    assert_int_equal(s.est_tokens, 1500);
+    assert_int_equal(submit(&s, "{\"tenant\":\"acme\"}", err), FQ_OK);
+}
+
+static void test_submit_bounds_accepted(void **state)
+{
+    char body[512], id[FQ_RUN_ID_MAX + 1], wf[FQ_WORKFLOW_MAX + 1];
+    fq_submit s;
+    char err[256];
+
+    (void)state;
+    memset(id, 'i', FQ_RUN_ID_MAX);
+    id[FQ_RUN_ID_MAX] = '\0';
+    memset(wf, 'w', FQ_WORKFLOW_MAX);
+    wf[FQ_WORKFLOW_MAX] = '\0';
+    snprintf(body, sizeof body, "{\"run_id\":\"%s\",\"workflow\":\"%s\",\"est_tokens\":%u}",
+             id, wf, MAX_EST);
+    assert_int_equal(submit(&s, body, err), FQ_OK);
+    assert_string_equal(s.run_id, id);
+    assert_string_equal(s.workflow, wf);
+    assert_int_equal(s.est_tokens, MAX_EST);
+    assert_int_equal(submit(&s, "{\"est_tokens\":1,\"run_id\":\"!~\"}", err), FQ_OK);
+    assert_int_equal(s.est_tokens, 1);
+    assert_string_equal(s.run_id, "!~");
+}
+
+static void test_submit_opaque_bodies(void **state)
+{
+    (void)state;
+    opaque_submit_n(NULL, 0);
+    opaque_submit("");
+    opaque_submit(" \t\r\n");
+    opaque_submit("hello, worker");
+    opaque_submit("{");
+    opaque_submit("{\"run_id\":");
+    opaque_submit("{\"run_id\":\"r\"");
+    opaque_submit("{run_id: \"r\"}");
+    opaque_submit("{'run_id':'r'}");
+    opaque_submit("{\"run_id\":\"r\",}");
+    opaque_submit("[{\"run_id\":\"r\"}]");
+    opaque_submit("42");
+    opaque_submit("\"run_id\"");
+    opaque_submit("null");
+    opaque_submit("true");
+    /* JSON has no NaN or Infinity: such a body is not JSON */
+    opaque_submit("{\"est_tokens\":NaN}");
+    opaque_submit("{\"est_tokens\":Infinity}");
+    /* an object followed by anything else is not one JSON object */
+    opaque_submit("{\"run_id\":\"r\"} trailing");
+    opaque_submit("{\"run_id\":\"r\"}{\"run_id\":\"s\"}");
+    opaque_submit_n("{\"run_id\":\"r\"}\0", 15);
+    /* a byte order mark is not JSON (RFC 8259 section 8.1) */
+    opaque_submit("\xef\xbb\xbf{\"run_id\":\"r\"}");
+    /* raw control characters, which cJSON lets through */
+    opaque_submit("{\"run_id\":\"a\x01\"}");
+    opaque_submit("{\x01\"run_id\":\"a\"}");
+    /* a lone surrogate escape */
+    opaque_submit("{\"run_id\":\"\\ud800\"}");
+}
+
+static void test_submit_invalid_utf8_is_opaque(void **state)
+{
+    static const char *const bad[] = {
+        "{\"run_id\":\"r\",\"p\":\"\xff\"}",         /* never valid */
+        "{\"run_id\":\"r\",\"p\":\"\xc0\xaf\"}",     /* overlong '/' */
+        "{\"run_id\":\"r\",\"p\":\"\xe0\x80\xaf\"}", /* overlong in 3 bytes */
+        "{\"run_id\":\"r\",\"p\":\"\xf0\x80\x80\xaf\"}", /* and in 4 */
+        "{\"run_id\":\"r\",\"p\":\"\xed\xa0\x80\"}", /* a surrogate */
+        "{\"run_id\":\"r\",\"p\":\"\xf4\x90\x80\x80\"}", /* past U+10FFFF */
+        "{\"run_id\":\"r\",\"p\":\"\xe2\x82\"}",     /* truncated */
+        "{\"run_id\":\"r\",\"p\":\"\x80\"}",         /* a lone continuation */
+        "{\"run_id\":\"r\"}\xe2",                    /* cut at the end */
+    };
+    fq_submit s;
+    char err[256];
+
+    (void)state;
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        opaque_submit(bad[i]);
+    /* well-formed multibyte text elsewhere in the object is fine */
+    assert_int_equal(submit(&s, "{\"run_id\":\"r\",\"p\":\"h\xc3\xa9 \xe2\x82\xac "
+                               "\xf0\x9f\x98\x80\"}", err), FQ_OK);
+    assert_false(s.opaque);
+    assert_string_equal(s.run_id, "r");
+}
+
+static void test_submit_megabyte_bodies(void **state)
+{
+    const char *tail = "\",\"run_id\":\"big\",\"est_tokens\":9}";
+    size_t n = 1 << 20;
+    char *blob = malloc(n);
+    fq_submit s;
+    char err[256];
+    uint32_t x = 12345;
+
+    (void)state;
+    assert_non_null(blob);
+    for (size_t i = 0; i < n; i++) {
+        x = x * 1103515245u + 12345u;
+        blob[i] = (char)(x >> 16);
+    }
+    blob[0] = '{';      /* random bytes that look like an object at first */
+    opaque_submit_n(blob, n);
+    memset(blob, 'x', n);
+    opaque_submit_n(blob, n);
+
+    /* a large JSON object is still read: a prompt can be big */
+    memset(blob, 'x', n);
+    memcpy(blob, "{\"prompt\":\"", 11);
+    memcpy(blob + n - strlen(tail), tail, strlen(tail));
+    assert_int_equal(submit_n(&s, blob, n, NULL, err), FQ_OK);
+    assert_false(s.opaque);
+    assert_string_equal(s.run_id, "big");
+    assert_int_equal(s.est_tokens, 9);
+    free(blob);
+}
+
+static void test_submit_length_is_respected(void **state)
+{
+    const char *full = "{\"run_id\":\"r\",\"est_tokens\":12}";
+    fq_submit s;
+    char err[256];
+
+    (void)state;
+    opaque_submit_n(full, strlen(full) - 1);
+    /* the bytes after len, here in memory, belong to someone else */
+    assert_int_equal(fq_submit_parse(&s, TENANT, "{\"est_tokens\":7}99", 16, NULL,
+                                     MAX_EST, err, sizeof err), FQ_OK);
+    assert_int_equal(s.est_tokens, 7);
+    assert_int_equal(fq_submit_parse(&s, TENANT, "{\"est_tokens\":7} x", 17, NULL,
+                                     MAX_EST, err, sizeof err), FQ_OK);
+    assert_int_equal(s.est_tokens, 7);
+    assert_int_equal(fq_submit_parse(&s, TENANT, "{\"est_tokens\":12}", 16, NULL,
+                                     MAX_EST, err, sizeof err), FQ_OK);
+    assert_true(s.opaque);
+}
+
+static void test_submit_wrong_types(void **state)
+{
+    (void)state;
+    refuse_submit("{\"run_id\":5}", "run_id");
+    refuse_submit("{\"run_id\":{}}", "run_id");
+    refuse_submit("{\"run_id\":[\"r\"]}", "run_id");
+    refuse_submit("{\"workflow\":true}", "workflow");
+    refuse_submit("{\"est_tokens\":\"100\"}", "est_tokens");
+    refuse_submit("{\"est_tokens\":[100]}", "est_tokens");
+    refuse_submit("{\"est_tokens\":false}", "est_tokens");
+    refuse_submit("{\"tenant\":7}", "tenant");
+}
+
+static void test_submit_est_tokens_out_of_range(void **state)
+{
+    char body[64];
+
+    (void)state;
+    refuse_submit("{\"est_tokens\":0}", "est_tokens");
+    refuse_submit("{\"est_tokens\":-0.0}", "est_tokens");
+    refuse_submit("{\"est_tokens\":-1}", "est_tokens");
+    refuse_submit("{\"est_tokens\":1.5}", "est_tokens");
+    refuse_submit("{\"est_tokens\":0.5}", "est_tokens");
+    refuse_submit("{\"est_tokens\":1e30}", "est_tokens");
+    refuse_submit("{\"est_tokens\":1e400}", "est_tokens");    /* inf in cJSON */
+    refuse_submit("{\"est_tokens\":-1e400}", "est_tokens");
+    refuse_submit("{\"est_tokens\":18446744073709551616}", "est_tokens");
+    snprintf(body, sizeof body, "{\"est_tokens\":%u}", MAX_EST + 1);
+    refuse_submit(body, "est_tokens");
+    /* just above the maximum but below the next integer: not integral */
+    snprintf(body, sizeof body, "{\"est_tokens\":%u.5}", MAX_EST - 1);
+    refuse_submit(body, "est_tokens");
+}
+
+static void test_submit_bad_names(void **state)
+{
+    char body[512], s[FQ_RUN_ID_MAX + 2];
+
+    (void)state;
+    memset(s, 'i', FQ_RUN_ID_MAX + 1);
+    s[FQ_RUN_ID_MAX + 1] = '\0';
+    snprintf(body, sizeof body, "{\"run_id\":\"%s\"}", s);
+    refuse_submit(body, "run_id");
+    s[FQ_WORKFLOW_MAX + 1] = '\0';
+    snprintf(body, sizeof body, "{\"workflow\":\"%s\"}", s);
+    refuse_submit(body, "workflow");
+    refuse_submit("{\"run_id\":\"\"}", "run_id");
+    refuse_submit("{\"workflow\":\"\"}", "workflow");
+    refuse_submit("{\"run_id\":\"a\\nb\"}", "run_id");
+    refuse_submit("{\"run_id\":\"a\\r\\nNats-Msg-Id: x\"}", "run_id");
+    refuse_submit("{\"run_id\":\"a\\u0001\"}", "run_id");
+    refuse_submit("{\"run_id\":\"a b\"}", "run_id");
+    refuse_submit("{\"run_id\":\" a\"}", "run_id");
+    refuse_submit("{\"workflow\":\"sum\\u007f\"}", "workflow");
+    refuse_submit("{\"workflow\":\"r\xc3\xa9sum\xc3\xa9\"}", "workflow");
+}
+
+static void test_submit_nul_escape(void **state)
+{
+    fq_submit s;
+    char err[256];
+
+    (void)state;
+    /* cJSON would read these as run_id "a" and a member named run_id */
+    refuse_submit("{\"run_id\":\"a\\u0000b\"}", "u0000");
+    refuse_submit("{\"run_id\\u0000x\":\"a\"}", "u0000");
+    /* deeper ones are not fairq's to read; an escaped backslash is not one */
+    assert_int_equal(submit(&s, "{\"run_id\":\"r\",\"p\":{\"q\":\"\\u0000\"},"
+                               "\"z\":[\"\\u0000\"]}", err), FQ_OK);
+    assert_string_equal(s.run_id, "r");
+    assert_int_equal(submit(&s, "{\"run_id\":\"r\",\"p\":\"\\\\u0000\"}", err), FQ_OK);
+    assert_string_equal(s.run_id, "r");
+    /* not JSON at all, so opaque rather than refused */
+    opaque_submit("{\"run_id\":\"a\\u0000\"");
+}
+
+static void test_submit_tenant_field(void **state)
+{
+    fq_submit s;
+    char err[256];
+
+    (void)state;
+    assert_int_equal(submit(&s, "{\"tenant\":\"acme\",\"run_id\":\"r\"}", err), FQ_OK);
+    refuse_submit("{\"tenant\":\"globex\"}", "tenant");
+    refuse_submit("{\"tenant\":\"ACME\"}", "tenant");
+    refuse_submit("{\"tenant\":\"\"}", "tenant");
+    assert_int_equal(submit(&s, "{\"tenant\":\"globex\"}", err), FQ_EINVAL);
+    assert_non_null(strstr(err, TENANT));
+    /* the other tenant's name is the client's text: not quoted */
+    assert_null(strstr(err, "globex"));
+}
+
+static void test_submit_duplicate_fields(void **state)
+{
+    (void)state;
+    refuse_submit("{\"run_id\":\"a\",\"run_id\":\"b\"}", "run_id");
+    refuse_submit("{\"est_tokens\":null,\"est_tokens\":5}", "est_tokens");
+    refuse_submit("{\"tenant\":\"acme\",\"tenant\":\"acme\"}", "tenant");
+}
+
+/* Submit headers. */
+
+static void test_headers_win_over_body(void **state)
+{
+    fq_submit_headers h = {.run_id = "hdr-1", .workflow = "hwf", .est_tokens = "77"};
+    const char *body = "{\"run_id\":\"body-1\",\"workflow\":\"bwf\",\"est_tokens\":5}";
+    fq_submit s;
+    char err[256];
+
+    (void)state;
+    assert_int_equal(submit_n(&s, body, strlen(body), &h, err), FQ_OK);
+    assert_string_equal(s.run_id, "hdr-1");
+    assert_string_equal(s.workflow, "hwf");
+    assert_int_equal(s.est_tokens, 77);
+
+    /* one header: the others come from the body */
+    h = (fq_submit_headers){.est_tokens = "9"};
+    assert_int_equal(submit_n(&s, body, strlen(body), &h, err), FQ_OK);
+    assert_string_equal(s.run_id, "body-1");
+    assert_string_equal(s.workflow, "bwf");
+    assert_int_equal(s.est_tokens, 9);
+
+    /* an opaque body still takes the headers */
+    h = (fq_submit_headers){.run_id = "r", .est_tokens = "100000"};
+    assert_int_equal(submit_n(&s, "\x00\x01\x02", 3, &h, err), FQ_OK);
+    assert_true(s.opaque);
+    assert_string_equal(s.run_id, "r");
+    assert_int_equal(s.est_tokens, MAX_EST);
+    assert_int_equal(submit_n(&s, "", 0, &h, err), FQ_OK);
+    assert_true(s.opaque);
+    assert_string_equal(s.run_id, "r");
+}
+
+static void test_headers_do_not_hide_bad_body(void **state)
+{
+    fq_submit_headers h = {.est_tokens = "5"};
+    const char *body = "{\"est_tokens\":1.5}";
+    fq_submit s;
+    char err[256];
+
+    (void)state;
+    assert_refused(submit_n(&s, body, strlen(body), &h, err), err, "est_tokens");
+    assert_defaults(&s);
+}
+
+static void refuse_header(fq_submit_headers h, const char *field)
+{
+    const char *body = "{\"run_id\":\"r\",\"est_tokens\":5}";
+    fq_submit s;
+    char err[256];
+
+    assert_refused(submit_n(&s, body, strlen(body), &h, err), err, field);
+    assert_defaults(&s);
+}
+
+static void test_header_est_tokens_strict(void **state)
+{
+    static const char *const bad[] = {
+        "", "0", "-5", "+5", " 5", "5 ", "5.0", "5.5", "1e3", "0x10", "five",
+        "100001", "4294967297", "99999999999999999999999999", "5\t",
+    };
+    fq_submit_headers h = {0};
+    fq_submit s;
+    char err[256];
+
+    (void)state;
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        h.est_tokens = bad[i];
+        refuse_header(h, FQ_HDR_EST_TOKENS);
+    }
+    h.est_tokens = "007";
+    assert_int_equal(submit_n(&s, "{}", 2, &h, err), FQ_OK);
+    assert_int_equal(s.est_tokens, 7);
+}
+
+static void test_header_names_checked(void **state)
+{
+    char long_id[FQ_RUN_ID_MAX + 2];
+
+    (void)state;
+    memset(long_id, 'x', sizeof long_id - 1);
+    long_id[sizeof long_id - 1] = '\0';
+    refuse_header((fq_submit_headers){.run_id = long_id}, FQ_HDR_RUN_ID);
+    long_id[FQ_WORKFLOW_MAX + 1] = '\0';
+    refuse_header((fq_submit_headers){.workflow = long_id}, FQ_HDR_WORKFLOW);
+    refuse_header((fq_submit_headers){.run_id = ""}, FQ_HDR_RUN_ID);
+    refuse_header((fq_submit_headers){.run_id = "a\r\nb"}, FQ_HDR_RUN_ID);
+    refuse_header((fq_submit_headers){.workflow = "a\tb"}, FQ_HDR_WORKFLOW);
+}
+
+static void test_err_buffer_optional(void **state)
+{
+    fq_submit s;
+    char small[8];
+
+    (void)state;
+    assert_int_equal(fq_submit_parse(&s, TENANT, "{\"est_tokens\":0}", 16, NULL,
+                                     MAX_EST, NULL, 0), FQ_EINVAL);
+    memset(small, 'z', sizeof small);
+    assert_int_equal(fq_submit_parse(&s, TENANT, "{\"est_tokens\":0}", 16, NULL,
+                                     MAX_EST, small, sizeof small), FQ_EINVAL);
+    assert_int_equal(strlen(small), sizeof small - 1);
+}
+
+static void test_name_valid(void **state)
+{
+    (void)state;
+    assert_true(fq_msg_name_valid("run-1:a/b", 9, 128));
+    assert_false(fq_msg_name_valid("", 0, 128));
+    assert_false(fq_msg_name_valid("abc", 3, 2));
+    assert_false(fq_msg_name_valid("a b", 3, 128));
+    assert_false(fq_msg_name_valid("a\0b", 3, 128));
+}
+
+/* Completions. */
+
+static void test_completion_valid(void **state)
+{
+    fq_completion c;
+    char err[256];
+
+    (void)state;
+    assert_int_equal(completion(&c, "{\"run_id\":\"r-1\",\"actual_tokens\":950,"
+                                    "\"status\":\"ok\",\"extra\":[1]}", err), FQ_OK);
+    assert_string_equal(c.run_id, "r-1");
+    assert_int_equal(c.actual_tokens, 950);
+    assert_int_equal(c.status, FQ_DONE_OK);
+    assert_int_equal(c.est_tokens, 0);
+    assert_string_equal(c.workflow, "");
+
+    assert_int_equal(completion(&c, "{\"status\":\"cancelled\",\"run_id\":\"x\","
+                                    "\"actual_tokens\":0,\"est_tokens\":800,"
+                                    "\"workflow\":\"sum\"}", err), FQ_OK);
+    assert_int_equal(c.status, FQ_DONE_CANCELLED);
+    assert_int_equal(c.actual_tokens, 0);
+    assert_int_equal(c.est_tokens, 800);
+    assert_string_equal(c.workflow, "sum");
+
+    assert_int_equal(completion(&c, "{\"run_id\":\"x\",\"actual_tokens\":1e12,"
+                                    "\"status\":\"error\"}", err), FQ_OK);
+    assert_int_equal(c.status, FQ_DONE_ERROR);
+    assert_true(c.actual_tokens == FQ_MAX_ACTUAL_TOKENS);
+}
+
+static void refuse_completion_n(const char *body, size_t len, const char *field)
+{
+    fq_completion c;
+    char err[256];
+
+    assert_refused(completion_n(&c, body, len, err), err, field);
+    assert_string_equal(c.run_id, "");
+    assert_int_equal(c.actual_tokens, 0);
+}
+
+static void refuse_completion(const char *body, const char *field)
+{
+    refuse_completion_n(body, strlen(body), field);
+}
+
+static void test_completion_not_object(void **state)
+{
+    (void)state;
+    refuse_completion_n("", 0, "completion");
+    refuse_completion("   ", "completion");
+    refuse_completion("done", "completion");
+    refuse_completion("[\"r\",5,\"ok\"]", "completion");
+    refuse_completion("{\"run_id\":\"r\",\"actual_tokens\":5,\"status\":\"ok\"", "completion");
+    refuse_completion("{\"run_id\":\"r\",\"actual_tokens\":5,\"status\":\"ok\"}x", "completion");
+    refuse_completion("{\"run_id\":\"r\xff\",\"actual_tokens\":5,\"status\":\"ok\"}", "UTF-8");
+    refuse_completion("{\"run_id\":\"r\\u0000s\",\"actual_tokens\":5,\"status\":\"ok\"}",
+                      "u0000");
+}
+
+static void test_completion_missing_fields(void **state)
+{
+    (void)state;
+    refuse_completion("{\"actual_tokens\":5,\"status\":\"ok\"}", "run_id");
+    refuse_completion("{\"run_id\":\"r\",\"status\":\"ok\"}", "actual_tokens");
+    refuse_completion("{\"run_id\":\"r\",\"actual_tokens\":5}", "status");
+    refuse_completion("{\"run_id\":null,\"actual_tokens\":5,\"status\":\"ok\"}", "run_id");
+    refuse_completion("{}", "run_id");
+}
+
+static void test_completion_bad_fields(void **state)
+{
+    char body[512], id[FQ_RUN_ID_MAX + 2];
+
+    (void)state;
+    refuse_completion("{\"run_id\":7,\"actual_tokens\":5,\"status\":\"ok\"}", "run_id");
+    refuse_completion("{\"run_id\":\"\",\"actual_tokens\":5,\"status\":\"ok\"}", "run_id");
+    refuse_completion("{\"run_id\":\"a\\nb\",\"actual_tokens\":5,\"status\":\"ok\"}", "run_id");
+    memset(id, 'i', sizeof id - 1);
+    id[sizeof id - 1] = '\0';
+    snprintf(body, sizeof body, "{\"run_id\":\"%s\",\"actual_tokens\":5,\"status\":\"ok\"}", id);
+    refuse_completion(body, "run_id");
+
+    refuse_completion("{\"run_id\":\"r\",\"actual_tokens\":-1,\"status\":\"ok\"}", "actual_tokens");
+    refuse_completion("{\"run_id\":\"r\",\"actual_tokens\":2.5,\"status\":\"ok\"}", "actual_tokens");
+    refuse_completion("{\"run_id\":\"r\",\"actual_tokens\":\"5\",\"status\":\"ok\"}", "actual_tokens");
+    refuse_completion("{\"run_id\":\"r\",\"actual_tokens\":1000000000001,\"status\":\"ok\"}",
+                      "actual_tokens");
+    refuse_completion("{\"run_id\":\"r\",\"actual_tokens\":1e300,\"status\":\"ok\"}", "actual_tokens");
+    refuse_completion("{\"run_id\":\"r\",\"actual_tokens\":1e999,\"status\":\"ok\"}", "actual_tokens");
+
+    refuse_completion("{\"run_id\":\"r\",\"actual_tokens\":5,\"status\":\"OK\"}", "status");
+    refuse_completion("{\"run_id\":\"r\",\"actual_tokens\":5,\"status\":\"done\"}", "status");
+    refuse_completion("{\"run_id\":\"r\",\"actual_tokens\":5,\"status\":0}", "status");
+    refuse_completion("{\"run_id\":\"r\",\"actual_tokens\":5,\"status\":\"ok \"}", "status");
+
+    refuse_completion("{\"run_id\":\"r\",\"actual_tokens\":5,\"status\":\"ok\",\"est_tokens\":0}",
+                      "est_tokens");
+    refuse_completion("{\"run_id\":\"r\",\"actual_tokens\":5,\"status\":\"ok\","
+                      "\"est_tokens\":100001}", "est_tokens");
+    refuse_completion("{\"run_id\":\"r\",\"actual_tokens\":5,\"status\":\"ok\",\"workflow\":1}",
+                      "workflow");
+    refuse_completion("{\"run_id\":\"r\",\"actual_tokens\":5,\"status\":\"ok\",\"workflow\":\"a b\"}",
+                      "workflow");
+    refuse_completion("{\"run_id\":\"r\",\"actual_tokens\":5,\"status\":\"ok\",\"run_id\":\"s\"}",
+                      "run_id");
+}
+
+static void round_trip(const fq_completion *in)
+{
+    char buf[1024], err[256];
+    fq_completion out;
+    size_t n = fq_completion_format(buf, sizeof buf, in);
+
+    assert_true(n > 0);
+    assert_int_equal(strlen(buf), n);
+    assert_int_equal(completion_n(&out, buf, n, err), FQ_OK);
+    assert_string_equal(out.run_id, in->run_id);
+    assert_true(out.actual_tokens == in->actual_tokens);
+    assert_int_equal(out.status, in->status);
+    assert_int_equal(out.est_tokens, in->est_tokens);
+    assert_string_equal(out.workflow, in->workflow);
+}
+
+static void test_completion_round_trip(void **state)
+{
+    fq_completion c = {.run_id = "r-1", .actual_tokens = 1234, .status = FQ_DONE_OK};
+
+    (void)state;
+    round_trip(&c);
+    c = (fq_completion){.run_id = "q\"uo\\te{}[],:", .actual_tokens = FQ_MAX_ACTUAL_TOKENS,
+                        .status = FQ_DONE_CANCELLED, .est_tokens = MAX_EST,
+                        .workflow = "wf\\\"x"};
+    round_trip(&c);
+    c = (fq_completion){.actual_tokens = 0, .status = FQ_DONE_ERROR, .est_tokens = 1};
+    memset(c.run_id, '~', FQ_RUN_ID_MAX);
+    memset(c.workflow, '!', FQ_WORKFLOW_MAX);
+    round_trip(&c);
+}
+
+static void test_completion_format_limits(void **state)
+{
+    fq_completion c = {.run_id = "r", .actual_tokens = 7, .status = FQ_DONE_OK};
+    char buf[128];
+    size_t n = fq_completion_format(buf, sizeof buf, &c);
+
+    (void)state;
+    assert_true(n > 0);
+    assert_string_equal(buf, "{\"run_id\":\"r\",\"actual_tokens\":7,\"status\":\"ok\"}");
+    assert_int_equal(fq_completion_format(buf, n + 1, &c), n);
+    assert_int_equal(fq_completion_format(buf, n, &c), 0);
+    assert_int_equal(fq_completion_format(buf, 0, &c), 0);
+    c.status = (enum fq_done_status)3;
+    assert_int_equal(fq_completion_format(buf, sizeof buf, &c), 0);
+}
+
+/* The JSON writer. */
+
+static void test_json_structure(void **state)
+{
+    char buf[256];
+    fq_json w;
+    size_t n;
+
+    (void)state;
+    fq_json_init(&w, buf, sizeof buf);
+    fq_json_begin_object(&w);
+    fq_json_key(&w, "a");
+    fq_json_int(&w, 1);
+    fq_json_key(&w, "b");
+    fq_json_begin_array(&w);
+    fq_json_int(&w, INT64_MIN);
+    fq_json_int(&w, INT64_MAX);
+    fq_json_begin_object(&w);
+    fq_json_key(&w, "c");
+    fq_json_bool(&w, true);
+    fq_json_key(&w, "d");
+    fq_json_bool(&w, false);
+    fq_json_end_object(&w);
+    fq_json_begin_array(&w);
+    fq_json_end_array(&w);
+    fq_json_null(&w);
+    fq_json_end_array(&w);
+    fq_json_key(&w, "e");
+    fq_json_begin_object(&w);
+    fq_json_end_object(&w);
+    fq_json_key(&w, "f");
+    fq_json_string(&w, NULL);
+    fq_json_end_object(&w);
+    assert_int_equal(fq_json_finish(&w, &n), FQ_OK);
+    assert_string_equal(buf, "{\"a\":1,\"b\":[-9223372036854775808,9223372036854775807,"
+                             "{\"c\":true,\"d\":false},[],null],\"e\":{},\"f\":null}");
+    assert_int_equal(n, strlen(buf));
+
+    /* a scalar is a whole text too */
+    fq_json_init(&w, buf, sizeof buf);
+    fq_json_string(&w, "x");
+    assert_int_equal(fq_json_finish(&w, &n), FQ_OK);
+    assert_string_equal(buf, "\"x\"");
+}
+
+/* Write s as a JSON string, read it back with cJSON, return the text. */
+static char *json_string_text(const char *s, size_t len, char *buf, size_t cap)
+{
+    fq_json w;
+    size_t n;
+
+    fq_json_init(&w, buf, cap);
+    fq_json_stringn(&w, s, len);
+    assert_int_equal(fq_json_finish(&w, &n), FQ_OK);
+    return buf;
+}
+
+static void test_json_escaping(void **state)
+{
+    const char in[] = "q\"b\\s/\n\r\t\b\f\x01\x1f\x7f h\xc3\xa9 \xf0\x9f\x98\x80";
+    char buf[256];
+    cJSON *j;
+
+    (void)state;
+    json_string_text(in, sizeof in - 1, buf, sizeof buf);
+    assert_string_equal(buf, "\"q\\\"b\\\\s/\\n\\r\\t\\u0008\\u000c\\u0001\\u001f\x7f h"
+                             "\xc3\xa9 \xf0\x9f\x98\x80\"");
+    j = cJSON_Parse(buf);
+    assert_non_null(j);
+    assert_string_equal(j->valuestring, in);
+    cJSON_Delete(j);
+
+    /* a NUL inside a counted string is escaped, not a terminator */
+    json_string_text("a\0b", 3, buf, sizeof buf);
+    assert_string_equal(buf, "\"a\\u0000b\"");
+
+    /* invalid UTF-8 becomes U+FFFD, one per bad byte */
+    json_string_text("a\xff" "b\xc0\xaf" "c\xe2\x82", 8, buf, sizeof buf);
+    assert_string_equal(buf, "\"a\\ufffdb\\ufffd\\ufffdc\\ufffd\\ufffd\"");
+
+    /* keys are escaped the same way */
+    {
+        fq_json w;
+
+        fq_json_init(&w, buf, sizeof buf);
+        fq_json_begin_object(&w);
+        fq_json_key(&w, "k\"\n");
+        fq_json_string(&w, "v");
+        fq_json_end_object(&w);
+        assert_int_equal(fq_json_finish(&w, NULL), FQ_OK);
+        assert_string_equal(buf, "{\"k\\\"\\n\":\"v\"}");
+    }
+}
+
+static void test_json_doubles(void **state)
+{
+    const double vals[] = {0.0, -0.0, 0.1, 1.0 / 3.0, 2.5, -1e-300, 1e300,
+                           123456789.125, 5e-324, 1.7976931348623157e308};
+    char buf[64];
+    fq_json w;
+
+    (void)state;
+    for (size_t i = 0; i < sizeof vals / sizeof vals[0]; i++) {
+        fq_json_init(&w, buf, sizeof buf);
+        fq_json_double(&w, vals[i]);
+        assert_int_equal(fq_json_finish(&w, NULL), FQ_OK);
+        assert_true(strtod(buf, NULL) == vals[i]);
+        assert_null(strpbrk(buf, "ni"));        /* no nan, no inf */
+    }
+    fq_json_init(&w, buf, sizeof buf);
+    fq_json_double(&w, 0.1);
+    assert_int_equal(fq_json_finish(&w, NULL), FQ_OK);
+    assert_string_equal(buf, "0.1");            /* the short form when exact */
+
+    fq_json_init(&w, buf, sizeof buf);
+    fq_json_begin_array(&w);
+    fq_json_double(&w, NAN);
+    fq_json_double(&w, INFINITY);
+    fq_json_double(&w, -INFINITY);
+    fq_json_end_array(&w);
+    assert_int_equal(fq_json_finish(&w, NULL), FQ_OK);
+    assert_string_equal(buf, "[null,null,null]");
+}
+
+static void write_sample(fq_json *w)
+{
+    fq_json_begin_object(w);
+    fq_json_key(w, "tenants");
+    fq_json_begin_array(w);
+    for (int i = 0; i < 3; i++) {
+        fq_json_begin_object(w);
+        fq_json_key(w, "id");
+        fq_json_string(w, "t\"enant");
+        fq_json_key(w, "queued");
+        fq_json_int(w, i * 1000);
+        fq_json_key(w, "share");
+        fq_json_double(w, i / 7.0);
+        fq_json_end_object(w);
+    }
+    fq_json_end_array(w);
+    fq_json_end_object(w);
+}
+
+static void test_json_overflow(void **state)
+{
+    char full[512], buf[512 + 16];
+    fq_json w;
+    size_t need, n;
+
+    (void)state;
+    fq_json_init(&w, full, sizeof full);
+    write_sample(&w);
+    assert_int_equal(fq_json_finish(&w, &need), FQ_OK);
+
+    /* every buffer too small says so, with the size needed, and writes
+     * nothing past its capacity */
+    for (size_t cap = 0; cap <= need; cap++) {
+        memset(buf, '#', sizeof buf);
+        fq_json_init(&w, buf, cap);
+        write_sample(&w);
+        assert_int_equal(fq_json_finish(&w, &n), FQ_ETOOBIG);
+        assert_int_equal(n, need);
+        if (cap)
+            assert_int_equal(buf[0], '\0');
+        for (size_t i = cap; i < sizeof buf; i++)
+            assert_int_equal(buf[i], '#');
+    }
+    fq_json_init(&w, buf, need + 1);
+    write_sample(&w);
+    assert_int_equal(fq_json_finish(&w, &n), FQ_OK);
+    assert_int_equal(n, need);
+    assert_string_equal(buf, full);
+}
+
+static void test_json_misuse(void **state)
+{
+    char buf[64];
+    fq_json w;
+    size_t n = 99;
+
+    (void)state;
+    /* a value where a key is due */
+    fq_json_init(&w, buf, sizeof buf);
+    fq_json_begin_object(&w);
+    fq_json_int(&w, 1);
+    fq_json_end_object(&w);
+    assert_int_equal(fq_json_finish(&w, &n), FQ_EINVAL);
+    assert_int_equal(n, 0);
+    assert_string_equal(buf, "");
+
+    /* a key in an array */
+    fq_json_init(&w, buf, sizeof buf);
+    fq_json_begin_array(&w);
+    fq_json_key(&w, "k");
+    fq_json_end_array(&w);
+    assert_int_equal(fq_json_finish(&w, NULL), FQ_EINVAL);
+
+    /* two keys in a row; a key left without a value */
+    fq_json_init(&w, buf, sizeof buf);
+    fq_json_begin_object(&w);
+    fq_json_key(&w, "a");
+    fq_json_key(&w, "b");
+    assert_int_equal(fq_json_finish(&w, NULL), FQ_EINVAL);
+    fq_json_init(&w, buf, sizeof buf);
+    fq_json_begin_object(&w);
+    fq_json_key(&w, "a");
+    fq_json_end_object(&w);
+    assert_int_equal(fq_json_finish(&w, NULL), FQ_EINVAL);
+
+    /* mismatched, missing and extra ends */
+    fq_json_init(&w, buf, sizeof buf);
+    fq_json_begin_object(&w);
+    fq_json_end_array(&w);
+    assert_int_equal(fq_json_finish(&w, NULL), FQ_EINVAL);
+    fq_json_init(&w, buf, sizeof buf);
+    fq_json_begin_array(&w);
+    assert_int_equal(fq_json_finish(&w, NULL), FQ_EINVAL);
+    fq_json_init(&w, buf, sizeof buf);
+    fq_json_end_object(&w);
+    assert_int_equal(fq_json_finish(&w, NULL), FQ_EINVAL);
+
+    /* two top-level values; none at all */
+    fq_json_init(&w, buf, sizeof buf);
+    fq_json_int(&w, 1);
+    fq_json_int(&w, 2);
+    assert_int_equal(fq_json_finish(&w, NULL), FQ_EINVAL);
+    fq_json_init(&w, buf, sizeof buf);
+    assert_int_equal(fq_json_finish(&w, NULL), FQ_EINVAL);
+}
+
+static void test_json_depth(void **state)
+{
+    char buf[256];
+    fq_json w;
+
+    (void)state;
+    fq_json_init(&w, buf, sizeof buf);
+    for (int i = 0; i < FQ_JSON_MAX_DEPTH; i++)
+        fq_json_begin_array(&w);
+    for (int i = 0; i < FQ_JSON_MAX_DEPTH; i++)
+        fq_json_end_array(&w);
+    assert_int_equal(fq_json_finish(&w, NULL), FQ_OK);
+
+    fq_json_init(&w, buf, sizeof buf);
+    for (int i = 0; i <= FQ_JSON_MAX_DEPTH; i++)
+        fq_json_begin_array(&w);
+    for (int i = 0; i <= FQ_JSON_MAX_DEPTH; i++)
+        fq_json_end_array(&w);
+    assert_int_equal(fq_json_finish(&w, NULL), FQ_EINVAL);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_submit_fields_read),
+        cmocka_unit_test(test_submit_bounds_accepted),
+        cmocka_unit_test(test_submit_opaque_bodies),
+        cmocka_unit_test(test_submit_invalid_utf8_is_opaque),
+        cmocka_unit_test(test_submit_megabyte_bodies),
+        cmocka_unit_test(test_submit_length_is_respected),
+        cmocka_unit_test(test_submit_wrong_types),
+        cmocka_unit_test(test_submit_est_tokens_out_of_range),
+        cmocka_unit_test(test_submit_bad_names),
+        cmocka_unit_test(test_submit_nul_escape),
+        cmocka_unit_test(test_submit_tenant_field),
+        cmocka_unit_test(test_submit_duplicate_fields),
+        cmocka_unit_test(test_headers_win_over_body),
+        cmocka_unit_test(test_headers_do_not_hide_bad_body),
+        cmocka_unit_test(test_header_est_tokens_strict),
+        cmocka_unit_test(test_header_names_checked),
+        cmocka_unit_test(test_err_buffer_optional),
+        cmocka_unit_test(test_name_valid),
+        cmocka_unit_test(test_completion_valid),
+        cmocka_unit_test(test_completion_not_object),
+        cmocka_unit_test(test_completion_missing_fields),
+        cmocka_unit_test(test_completion_bad_fields),
+        cmocka_unit_test(test_completion_round_trip),
+        cmocka_unit_test(test_completion_format_limits),
+        cmocka_unit_test(test_json_structure),
+        cmocka_unit_test(test_json_escaping),
+        cmocka_unit_test(test_json_doubles),
+        cmocka_unit_test(test_json_overflow),
+        cmocka_unit_test(test_json_misuse),
+        cmocka_unit_test(test_json_depth),
+    };
+
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
