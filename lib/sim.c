@@ -150,6 +150,7 @@ typedef struct sim {
     uint32_t in_flight;
     uint64_t now;               /* ms */
     size_t next_arrival;        /* index of the next run to arrive */
+    size_t fifo_pos;            /* fifo: no run before it is queued */
     uint64_t queued;
     fq_sched *sched;            /* drr */
     fq_cardrr *rr;              /* rr */
@@ -203,15 +204,24 @@ static int fifo_enqueue(sim *s, uint32_t i)
     return 1;
 }
 
-/* The oldest queued run among tenants below their cap: runs are indexed in
- * arrival order, so the smallest head index is the oldest. */
+/* The oldest queued run among tenants below their cap. Runs are indexed in
+ * arrival order, so without caps it is the first queued run after a cursor
+ * (amortized O(1)); with caps, the smallest head index of the tenants below
+ * their cap (O(tenants)). Either way it is its tenant's head. */
 static uint32_t fifo_next(sim *s)
 {
     uint32_t best = NONE;
-    for (size_t k = 0; k < s->sc->n_tenants; k++) {
-        sim_tenant *t = &s->t[k];
-        if (t->qhead != NONE && t->qhead < best && !(t->cap && t->in_flight >= t->cap))
-            best = t->qhead;
+    if (!s->pd->cap) {
+        while (s->fifo_pos < s->next_arrival && s->runs[s->fifo_pos].state != R_QUEUED)
+            s->fifo_pos++;
+        if (s->fifo_pos < s->next_arrival)
+            best = (uint32_t)s->fifo_pos;
+    } else {
+        for (size_t k = 0; k < s->sc->n_tenants; k++) {
+            sim_tenant *t = &s->t[k];
+            if (t->qhead != NONE && t->qhead < best && t->in_flight < t->cap)
+                best = t->qhead;
+        }
     }
     if (best != NONE) {
         sim_tenant *t = &s->t[s->sc->runs[best].tenant];
@@ -660,8 +670,15 @@ static fq_status sim_engines(sim *s)
             free(w);
             return FQ_ENOMEM;
         }
-        for (size_t k = 0; k < sc->n_tenants; k++)
+        /* The listing's quantum x weight is 32 bits wide: refuse what
+         * would wrap, rather than sweep for ever on a quantum of 0. */
+        for (size_t k = 0; k < sc->n_tenants; k++) {
             w[k] = sc->tenants[k].weight;
+            if ((uint64_t)sc->quantum * w[k] > UINT32_MAX) {
+                free(w);
+                return FQ_EINVAL;
+            }
+        }
         st = fq_cardrr_create(&s->rr, (uint32_t)sc->n_tenants, sc->quantum, w);
         free(w);
         return st;
