@@ -1,0 +1,510 @@
+/* client.h -- what fairq's client programs share: connecting, the streams, fetching, headers, flags, percentiles. */
+#ifndef FQ_CLIENT_H
+#define FQ_CLIENT_H
+
+/*
+ * Header-only on purpose: cmd/NAME.c is one binary each, and these helpers
+ * serve four of them (the example producer and worker, the baseline relay,
+ * the load generator) without a library of their own.
+ *
+ * Principles:
+ *
+ * - The clients speak the wire contract of docs/protocol.md and nothing
+ *   only nats.c could produce: subjects, headers and JSON bodies.
+ *
+ * - The proxy owns the streams' configuration. fqc_streams_ensure creates
+ *   them, the same way, only where the proxy is absent (the relay baseline,
+ *   tests); it never changes a stream that exists.
+ *
+ * - Fetch returns as soon as something came. natsSubscription_Fetch(256)
+ *   long-polls for all 256 once the stream is empty, so a lone run would
+ *   wait for the whole timeout; fqc_fetch asks for a batch without waiting
+ *   and long-polls for one run only when there was nothing.
+ */
+
+#include <errno.h>
+#include <math.h>
+#include <nats/nats.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "fq.h"
+#include "msg.h"
+
+/* The defaults of the wire contract (docs/protocol.md). */
+#define FQC_SUBMIT_PREFIX "fair.submit"
+#define FQC_DISPATCH "fair.dispatch"
+#define FQC_DONE_PREFIX "fair.done"
+#define FQC_REJECTED_PREFIX "fair.rejected"
+#define FQC_STREAM_SUBMIT "FAIR_SUBMIT"
+#define FQC_STREAM_DISPATCH "FAIR_DISPATCH"
+#define FQC_STREAM_DONE "FAIR_DONE"
+#define FQC_STREAM_REJECTED "FAIR_REJECTED"
+#define FQC_HDR_MSG_ID "Nats-Msg-Id"
+#define FQC_DEFAULT_URL "nats://127.0.0.1:4222"
+
+#define FQC_NS_PER_MS 1000000LL
+#define FQC_NS_PER_S 1000000000LL
+
+/* Clocks. Latencies between processes use the wall clock, since the
+ * server's timestamps are wall-clock too; intervals use the monotonic one. */
+static inline int64_t fqc_wall_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+static inline int64_t fqc_mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * FQC_NS_PER_S + ts.tv_nsec;
+}
+
+/* Sleep until the monotonic clock reads deadline_ns (returns early on a
+ * signal, so the caller re-checks fqc_stopping()). */
+static inline void fqc_sleep_until(int64_t deadline_ns)
+{
+    struct timespec ts = {.tv_sec = deadline_ns / FQC_NS_PER_S,
+                          .tv_nsec = deadline_ns % FQC_NS_PER_S};
+    clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL);
+}
+
+/* SIGINT and SIGTERM set a flag that the programs' loops poll. The flag is a
+ * function's static so that a translation unit that never stops compiles
+ * without an unused variable. */
+static inline volatile sig_atomic_t *fqc_stop_flag(void)
+{
+    static volatile sig_atomic_t stop;
+    return &stop;
+}
+
+static inline bool fqc_stopping(void) { return *fqc_stop_flag() != 0; }
+
+static inline void fqc_on_signal(int sig)
+{
+    (void)sig;
+    *fqc_stop_flag() = 1;
+}
+
+/* No SA_RESTART: a sleeping loop wakes up to see the flag. */
+static inline void fqc_catch_signals(void)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = fqc_on_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+}
+
+/* Print "prog: what: status (details)" to stderr, with nats.c's last error
+ * when it is about this status. */
+static inline void fqc_perror(const char *prog, const char *what, natsStatus s)
+{
+    natsStatus last_s = NATS_OK;
+    const char *last = nats_GetLastError(&last_s);
+
+    if (last && *last && last_s == s && strcmp(last, natsStatus_GetText(s)) != 0)
+        fprintf(stderr, "%s: %s: %s (%s)\n", prog, what, natsStatus_GetText(s), last);
+    else
+        fprintf(stderr, "%s: %s: %s\n", prog, what, natsStatus_GetText(s));
+}
+
+/* The server URL: the flag, else $FAIRQ_NATS_URL, else the local default. */
+static inline const char *fqc_url(const char *flag)
+{
+    const char *env = getenv("FAIRQ_NATS_URL");
+    if (flag && *flag)
+        return flag;
+    return env && *env ? env : FQC_DEFAULT_URL;
+}
+
+/* Connect to url as name, reconnecting for ever, and make a JetStream
+ * context with jo (NULL for the defaults). nats.c holds writes back for up
+ * to a millisecond to batch them; send_asap writes each publish (and each
+ * fetch request and ack) at once instead, for latency at low rates at the
+ * cost of a system call each. On error nothing is left open. */
+static inline natsStatus fqc_connect(natsConnection **nc, jsCtx **js, const char *url,
+                                     const char *name, jsOptions *jo, bool send_asap)
+{
+    natsOptions *o = NULL;
+    natsStatus s = natsOptions_Create(&o);
+
+    *nc = NULL;
+    *js = NULL;
+    if (s == NATS_OK) s = natsOptions_SetURL(o, url);
+    if (s == NATS_OK) s = natsOptions_SetName(o, name);
+    if (s == NATS_OK) s = natsOptions_SetTimeout(o, 2000);
+    if (s == NATS_OK) s = natsOptions_SetMaxReconnect(o, -1);
+    if (s == NATS_OK) s = natsOptions_SetReconnectWait(o, 250);
+    if (s == NATS_OK) s = natsOptions_SetSendAsap(o, send_asap);
+    if (s == NATS_OK) s = natsConnection_Connect(nc, o);
+    if (s == NATS_OK) s = natsConnection_JetStream(js, *nc, jo);
+    if (s != NATS_OK) {
+        natsConnection_Destroy(*nc);
+        *nc = NULL;
+    }
+    natsOptions_Destroy(o);
+    return s;
+}
+
+/* Close and free what fqc_connect made. Safe on NULL. */
+static inline void fqc_disconnect(natsConnection *nc, jsCtx *js)
+{
+    jsCtx_Destroy(js);
+    if (nc)
+        natsConnection_Close(nc);
+    natsConnection_Destroy(nc);
+}
+
+/* 1 if the stream exists, 0 if not, -1 on another error (printed). */
+static inline int fqc_stream_exists(jsCtx *js, const char *prog, const char *stream)
+{
+    jsStreamInfo *si = NULL;
+    jsErrCode jerr = 0;
+    natsStatus s = js_GetStreamInfo(&si, js, stream, NULL, &jerr);
+
+    jsStreamInfo_Destroy(si);
+    if (s == NATS_OK)
+        return 1;
+    if (s == NATS_NOT_FOUND || jerr == JSStreamNotFoundErr)
+        return 0;
+    fqc_perror(prog, stream, s);
+    return -1;
+}
+
+/* Check that every stream of names[] exists; if one does not, say who
+ * creates it. Returns 0 if all exist. */
+static inline int fqc_streams_require(jsCtx *js, const char *prog, const char *const *names,
+                                      size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        int e = fqc_stream_exists(js, prog, names[i]);
+        if (e < 0)
+            return -1;
+        if (e == 0) {
+            fprintf(stderr,
+                    "%s: stream %s does not exist: start fairq-proxy first, it creates the "
+                    "fairq streams (or fairq-relay, for the FIFO baseline)\n",
+                    prog, names[i]);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* Create one stream unless it exists. */
+static inline int fqc_stream_ensure(jsCtx *js, const char *prog, jsStreamConfig *cfg)
+{
+    jsStreamInfo *si = NULL;
+    jsErrCode jerr = 0;
+    int e = fqc_stream_exists(js, prog, cfg->Name);
+    natsStatus s;
+
+    if (e != 0)
+        return e > 0 ? 0 : -1;
+    s = js_AddStream(&si, js, cfg, NULL, &jerr);
+    jsStreamInfo_Destroy(si);
+    if (s == NATS_OK || jerr == JSStreamNameExistErr)
+        return 0;
+    fqc_perror(prog, cfg->Name, s);
+    return -1;
+}
+
+/* Create the four fairq streams with the default subjects, as the proxy
+ * would, where they are missing (issue 4 point 2; the proxy is the owner of
+ * this configuration: change it there first). FAIR_DISPATCH keeps limits
+ * retention, so a Nats-Msg-Id it saw survives a server restart and a run
+ * republished after one is still recognised. Returns 0 on success. */
+static inline int fqc_streams_ensure(jsCtx *js, const char *prog)
+{
+    const char *submit[] = {FQC_SUBMIT_PREFIX ".*"};
+    const char *dispatch[] = {FQC_DISPATCH};
+    const char *done[] = {FQC_DONE_PREFIX ".*"};
+    const char *rejected[] = {FQC_REJECTED_PREFIX ".*"};
+    const int64_t minute = 60 * FQC_NS_PER_S;
+    jsStreamConfig c[4];
+
+    for (int i = 0; i < 4; i++) {
+        jsStreamConfig_Init(&c[i]);
+        c[i].Storage = js_FileStorage;
+        c[i].Replicas = 1;
+    }
+    c[0].Name = FQC_STREAM_SUBMIT;
+    c[0].Subjects = submit;
+    c[0].Retention = js_WorkQueuePolicy;
+    c[1].Name = FQC_STREAM_DISPATCH;
+    c[1].Subjects = dispatch;
+    c[1].Retention = js_LimitsPolicy;
+    c[1].Duplicates = 10 * minute;
+    c[1].MaxAge = 24 * 60 * minute;
+    c[2].Name = FQC_STREAM_DONE;
+    c[2].Subjects = done;
+    c[2].Retention = js_WorkQueuePolicy;
+    c[3].Name = FQC_STREAM_REJECTED;
+    c[3].Subjects = rejected;
+    c[3].Retention = js_LimitsPolicy;
+    c[3].MaxAge = 7 * 24 * 60 * minute;
+    for (int i = 0; i < 4; i++) {
+        c[i].SubjectsLen = 1;
+        if (fqc_stream_ensure(js, prog, &c[i]) != 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* Fetch up to batch messages from a pull subscription: whatever is there
+ * at once, else wait up to timeout_ms for the first to come and return it
+ * without waiting for more. NATS_OK with list->Count > 0, or NATS_TIMEOUT
+ * when nothing came, or another error. */
+static inline natsStatus fqc_fetch(natsMsgList *list, natsSubscription *sub, int batch,
+                                   int64_t timeout_ms)
+{
+    jsFetchRequest req;
+    natsStatus s;
+
+    jsFetchRequest_Init(&req);
+    req.Batch = batch;
+    req.NoWait = true;
+    req.Expires = timeout_ms * FQC_NS_PER_MS;
+    s = natsSubscription_FetchRequest(list, sub, &req);
+    if (s == NATS_NOT_FOUND || s == NATS_TIMEOUT)
+        s = natsSubscription_Fetch(list, sub, 1, timeout_ms, NULL);
+    return s;
+}
+
+/* A consumed JetStream message's stream sequence and the time the server
+ * stored it (wall clock, ns), from its reply subject. natsMsg_GetSequence
+ * and natsMsg_GetTime answer only for js_GetMsg, so they are not used. */
+static inline natsStatus fqc_msg_meta(natsMsg *m, uint64_t *stream_seq, int64_t *stored_ns)
+{
+    jsMsgMetaData *meta = NULL;
+    natsStatus s = natsMsg_GetMetaData(&meta, m);
+
+    if (s == NATS_OK) {
+        *stream_seq = meta->Sequence.Stream;
+        *stored_ns = meta->Timestamp;
+    }
+    jsMsgMetaData_Destroy(meta);
+    return s;
+}
+
+/* A header's value, or NULL when the message has none. */
+static inline const char *fqc_hdr(natsMsg *m, const char *key)
+{
+    const char *v = NULL;
+    return natsMsgHeader_Get(m, key, &v) == NATS_OK ? v : NULL;
+}
+
+/* Strict unsigned decimal in [min, max]: digits only, no sign, no blanks.
+ * On error *out is unchanged and false is returned. */
+static inline bool fqc_parse_u64(const char *s, uint64_t min, uint64_t max, uint64_t *out)
+{
+    uint64_t v = 0;
+
+    if (!s || !*s)
+        return false;
+    for (; *s; s++) {
+        if (*s < '0' || *s > '9' || v > (UINT64_MAX - 9) / 10)
+            return false;
+        v = v * 10 + (uint64_t)(*s - '0');
+    }
+    if (v < min || v > max)
+        return false;
+    *out = v;
+    return true;
+}
+
+/* A finite decimal in [min, max]. On error *out is unchanged. */
+static inline bool fqc_parse_double(const char *s, double min, double max, double *out)
+{
+    char *end = NULL;
+    double v;
+
+    if (!s || !*s)
+        return false;
+    errno = 0;
+    v = strtod(s, &end);
+    if (errno || *end || !isfinite(v) || v < min || v > max)
+        return false;
+    *out = v;
+    return true;
+}
+
+/* A header holding an unsigned decimal in [0, max]; false if absent or not one. */
+static inline bool fqc_hdr_u64(natsMsg *m, const char *key, uint64_t max, uint64_t *out)
+{
+    return fqc_parse_u64(fqc_hdr(m, key), 0, max, out);
+}
+
+/* Set a header to a decimal. */
+static inline natsStatus fqc_hdr_set_u64(natsMsg *m, const char *key, uint64_t v)
+{
+    char num[24];
+    snprintf(num, sizeof num, "%llu", (unsigned long long)v);
+    return natsMsgHeader_Set(m, key, num);
+}
+
+/* The last token of a subject ("t1" of "fair.submit.t1"). */
+static inline const char *fqc_last_token(const char *subject)
+{
+    const char *dot = strrchr(subject, '.');
+    return dot ? dot + 1 : subject;
+}
+
+/* A cost mix: "TOKENS[:WEIGHT][,...]" with an optional "NAME=" before the
+ * tokens, naming the entry's workflow ("chat=100:0.9,batch=5000:0.1"). */
+#define FQC_COSTS_MAX 16
+
+typedef struct fqc_costs {
+    uint32_t tokens[FQC_COSTS_MAX];                     /* each entry's estimate */
+    char workflow[FQC_COSTS_MAX][FQ_WORKFLOW_MAX + 1];   /* "" if unnamed */
+    double cum[FQC_COSTS_MAX];                          /* cumulative share, last is 1 */
+    int n;                                              /* entries */
+} fqc_costs;
+
+/* Parse spec into *out. Tokens are integers in [1, max_tokens], weights
+ * finite and positive (1 when left out), names valid workflow names. On
+ * error *out is unchanged and err holds a sentence. */
+static inline bool fqc_costs_parse(fqc_costs *out, const char *spec, uint32_t max_tokens,
+                                   char *err, size_t errlen)
+{
+    fqc_costs c;
+    char item[128];
+    double total = 0;
+    const char *p = spec;
+
+    memset(&c, 0, sizeof c);
+    if (!spec || !*spec) {
+        snprintf(err, errlen, "the cost mix is empty");
+        return false;
+    }
+    while (*p) {
+        size_t len = strcspn(p, ",");
+        char *name = NULL, *tok = item, *weight, *eq;
+        uint64_t t;
+        double w = 1;
+
+        if (c.n == FQC_COSTS_MAX) {
+            snprintf(err, errlen, "the cost mix has more than %d entries", FQC_COSTS_MAX);
+            return false;
+        }
+        if (len == 0 || len >= sizeof item) {
+            snprintf(err, errlen, "cost entry %d is %s", c.n + 1, len ? "too long" : "empty");
+            return false;
+        }
+        memcpy(item, p, len);
+        item[len] = '\0';
+        p += len + (p[len] == ',');
+        if (!*p && p[-1] == ',') {
+            snprintf(err, errlen, "the cost mix ends with a comma");
+            return false;
+        }
+        if ((eq = strchr(item, '=')) != NULL) {
+            *eq = '\0';
+            name = item;
+            tok = eq + 1;
+            if (!fq_msg_name_valid(name, strlen(name), FQ_WORKFLOW_MAX)) {
+                snprintf(err, errlen, "cost entry %d: the workflow name is not 1 to %d printable characters",
+                         c.n + 1, FQ_WORKFLOW_MAX);
+                return false;
+            }
+        }
+        if ((weight = strchr(tok, ':')) != NULL)
+            *weight++ = '\0';
+        if (!fqc_parse_u64(tok, 1, max_tokens, &t)) {
+            snprintf(err, errlen, "cost entry %d: tokens must be an integer from 1 to %u",
+                     c.n + 1, max_tokens);
+            return false;
+        }
+        if (weight && (!fqc_parse_double(weight, 0, INFINITY, &w) || w <= 0)) {
+            snprintf(err, errlen, "cost entry %d: the weight must be a positive number", c.n + 1);
+            return false;
+        }
+        c.tokens[c.n] = (uint32_t)t;
+        if (name)
+            memcpy(c.workflow[c.n], name, strlen(name) + 1);
+        total += w;
+        c.cum[c.n++] = total;
+    }
+    for (int i = 0; i < c.n; i++)
+        c.cum[i] /= total;
+    c.cum[c.n - 1] = 1.0;
+    *out = c;
+    return true;
+}
+
+/* The entry that u, uniform in [0, 1), falls on. */
+static inline int fqc_costs_pick(const fqc_costs *c, double u)
+{
+    for (int i = 0; i < c->n - 1; i++)
+        if (u < c->cum[i])
+            return i;
+    return c->n - 1;
+}
+
+/* Latency samples in microseconds, sorted once at the end. Growth doubles,
+ * so adding is amortised O(1) with no allocation per sample. */
+typedef struct fqc_samples {
+    uint32_t *v;        /* values; sorted after fqc_samples_sort */
+    size_t n;           /* used */
+    size_t cap;         /* allocated */
+} fqc_samples;
+
+/* Add one sample, clamped to [0, UINT32_MAX] us. On ENOMEM nothing changes. */
+static inline fq_status fqc_samples_add(fqc_samples *s, int64_t us)
+{
+    if (s->n == s->cap) {
+        size_t cap = s->cap ? s->cap * 2 : 1024;
+        uint32_t *v = realloc(s->v, cap * sizeof *v);
+        if (!v)
+            return FQ_ENOMEM;
+        s->v = v;
+        s->cap = cap;
+    }
+    s->v[s->n++] = us < 0 ? 0 : us > (int64_t)UINT32_MAX ? UINT32_MAX : (uint32_t)us;
+    return FQ_OK;
+}
+
+static inline int fqc_u32_cmp(const void *a, const void *b)
+{
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return (x > y) - (x < y);
+}
+
+static inline void fqc_samples_sort(fqc_samples *s)
+{
+    if (s->n > 1)
+        qsort(s->v, s->n, sizeof *s->v, fqc_u32_cmp);
+}
+
+/* The q-quantile (0 < q <= 1) of sorted samples by the nearest-rank method:
+ * the smallest sample with at least q of them at or below it. 0 if empty. */
+static inline uint32_t fqc_samples_quantile(const fqc_samples *s, double q)
+{
+    size_t rank;
+
+    if (s->n == 0)
+        return 0;
+    rank = (size_t)ceil(q * (double)s->n);
+    if (rank < 1)
+        rank = 1;
+    if (rank > s->n)
+        rank = s->n;
+    return s->v[rank - 1];
+}
+
+static inline void fqc_samples_free(fqc_samples *s)
+{
+    free(s->v);
+    memset(s, 0, sizeof *s);
+}
+
+#endif

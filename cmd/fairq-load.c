@@ -1,0 +1,953 @@
+/* fairq-load.c -- the load generator: producers driven by an arrival model, a simulated worker pool, and what came out as key=value lines. */
+/*
+ * Principles:
+ *
+ * - One process is both ends of the pipe, so a run's submit time is this
+ *   process's own clock (kept in the run table), and its dispatch time is
+ *   the timestamp the server gave the dispatch message when it stored it:
+ *   submit to dispatch in microseconds, on one host's wall clock, whatever
+ *   sits in between (fairq-proxy or fairq-relay). The Fair-Submitted-At and
+ *   Fair-Dispatched-At headers (milliseconds) are reported beside it as a
+ *   cross-check.
+ *
+ * - Every run has an entry in the run table, found from its run id, and
+ *   its dispatches and completions are counted: "each run completed exactly
+ *   once" is checked, not assumed.
+ *
+ * - The producer and the workers have a connection and a JetStream context
+ *   each, so that waiting for the completions' PubAcks never waits behind
+ *   submits.
+ *
+ * - The workers are a fixed pool; each run takes actual_tokens divided by
+ *   a worker's token rate (no time at all when the rate is 0). A fetch asks
+ *   for no more runs than there are idle workers, as real workers would.
+ *   A completion is published, its PubAck awaited, and only then is the
+ *   dispatch message acked.
+ *
+ * - What to submit and when comes from a fql_source (arrivals.h): the
+ *   steady mix of the flags here, a scenario file later.
+ */
+#include <getopt.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <unistd.h>
+
+#include "arrivals.h"
+#include "client.h"
+
+static const char *prog = "fairq-load";
+
+#define LOAD_TENANTS_MAX 1024
+#define LOAD_CHUNK_BITS 16                      /* runs per table chunk: 65,536 */
+#define LOAD_CHUNKS 4096                        /* table capacity: 268 million runs */
+#define LOAD_FETCH_MAX 256
+
+/* What the flags set. */
+typedef struct load_cfg {
+    const char *url;
+    const char *submit_prefix, *dispatch, *dispatch_stream, *done_prefix, *rejected_prefix;
+    const char *durable;        /* a shared durable consumer; NULL: a private one */
+    fql_steady_cfg steady;      /* rate, count, mix, seed */
+    double duration_s;          /* submitting stops after this; 0: no limit */
+    uint32_t body_bytes;        /* submit body size (at least the JSON fields) */
+    uint32_t workers;           /* simulated workers; 0: submit only */
+    double tokens_per_sec;      /* a worker's speed; 0: runs take no time */
+    uint64_t max_outstanding;   /* submitted, not yet completed; 0: no limit */
+    double drain_s;             /* wait this long for the last runs */
+    double warmup_s;            /* the steady rate is measured after this */
+    bool send_asap;             /* write each message at once (latency runs) */
+    bool verbose;               /* a progress line a second on stderr */
+} load_cfg;
+
+/* One submitted run. Written by the producer before it is published (see
+ * load_table.published), then only by the worker loop, except rejected,
+ * which a NATS callback sets. */
+typedef struct load_run {
+    int64_t sent_us;            /* wall clock just before the submit publish */
+    uint64_t actual_tokens;     /* what the simulated worker spends */
+    uint32_t tenant;            /* index into the source's tenants */
+    uint8_t dispatched;         /* times a worker received it */
+    uint8_t completed;          /* completions stored (PubAck'ed) */
+    atomic_uchar rejected;      /* seen on the rejected subject */
+    atomic_uchar submit_failed; /* its submit publish failed */
+} load_run;
+
+/* Runs by index, in chunks that never move, so readers need no lock. */
+typedef struct load_table {
+    load_run *chunk[LOAD_CHUNKS];
+    atomic_uint_fast64_t published; /* entries [0, published) are complete */
+} load_table;
+
+/* Per tenant, kept by the worker loop. */
+typedef struct load_tenant {
+    fqc_samples dispatch_us;    /* submit -> stored in the dispatch stream */
+    fqc_samples receive_us;     /* submit -> received by a worker */
+    fqc_samples header_ms;      /* Fair-Dispatched-At - Fair-Submitted-At */
+    uint64_t runs;              /* dispatches received */
+    uint64_t last_idx;          /* run index dispatched last, +1 (0: none yet) */
+    uint64_t out_of_order;      /* dispatched before a run submitted earlier */
+} load_tenant;
+
+/* A run a simulated worker is busy with. */
+typedef struct load_job {
+    int64_t finish_ns;          /* monotonic time it is done */
+    natsMsg *msg;               /* the dispatch message, acked when done */
+    int64_t idx;                /* run index, -1 if not ours */
+    uint64_t actual_tokens;
+} load_job;
+
+typedef struct load {
+    load_cfg cfg;
+    fql_source *src;
+    char tag[9];                /* this load's run id prefix */
+    load_table table;
+    natsConnection *pnc, *wnc;  /* producer's and workers' connections */
+    jsCtx *pjs, *wjs;
+    natsSubscription *sub, *rejected_sub;
+    bool own_consumer;          /* delete the consumer at exit */
+    char consumer[64];          /* the workers' durable consumer */
+    char rejected_subject[256]; /* PREFIX.> */
+
+    pthread_mutex_t mu;         /* guards the wait for outstanding room */
+    pthread_cond_t room;
+    atomic_uint_fast64_t submitted, completed, rejected, submit_errors;
+    atomic_bool producing;      /* the producer is still submitting */
+    int64_t t0_ns, t0_us;       /* start, monotonic and wall */
+    int64_t produce_end_ns;     /* when the producer stopped (monotonic) */
+
+    /* Worker loop state and counters. */
+    load_job *heap;             /* busy workers, earliest finish first */
+    uint32_t busy;
+    load_tenant *tenants;
+    uint64_t dispatched, foreign, complete_errors, last_done_ns;
+    uint64_t warm_count, end_count;
+    int64_t warm_ns, end_ns;
+} load;
+
+/* The run table. */
+
+static load_run *load_run_at(load *l, uint64_t idx)
+{
+    return &l->table.chunk[idx >> LOAD_CHUNK_BITS][idx & ((1u << LOAD_CHUNK_BITS) - 1)];
+}
+
+/* The entry for the next run, allocating its chunk if needed. NULL when out
+ * of memory or capacity. */
+static load_run *load_run_new(load *l, uint64_t idx)
+{
+    uint64_t c = idx >> LOAD_CHUNK_BITS;
+    if (c >= LOAD_CHUNKS)
+        return NULL;
+    if (!l->table.chunk[c] && !(l->table.chunk[c] = calloc(1u << LOAD_CHUNK_BITS, sizeof(load_run))))
+        return NULL;
+    return load_run_at(l, idx);
+}
+
+/* The index of one of our run ids, or -1 for a run that is not ours or
+ * not yet published. */
+static int64_t load_run_index(load *l, const char *run_id)
+{
+    uint64_t idx;
+    if (!run_id || strncmp(run_id, l->tag, 8) != 0 || run_id[8] != '-' ||
+        !fqc_parse_u64(run_id + 9, 0, UINT64_MAX, &idx))
+        return -1;
+    if (idx >= atomic_load_explicit(&l->table.published, memory_order_acquire))
+        return -1;
+    return (int64_t)idx;
+}
+
+static void load_wake_producer(load *l)
+{
+    pthread_mutex_lock(&l->mu);
+    pthread_cond_signal(&l->room);
+    pthread_mutex_unlock(&l->mu);
+}
+
+/* The producer. */
+
+static void load_on_submit_error(jsCtx *js, jsPubAckErr *pae, void *closure)
+{
+    load *l = closure;
+    int64_t idx = load_run_index(l, fqc_hdr(pae->Msg, FQ_HDR_RUN_ID));
+    (void)js;
+    if (atomic_fetch_add(&l->submit_errors, 1) == 0)
+        fprintf(stderr, "%s: a submit failed: %s\n", prog,
+                pae->ErrText ? pae->ErrText : natsStatus_GetText(pae->Err));
+    if (idx >= 0)
+        atomic_store(&load_run_at(l, (uint64_t)idx)->submit_failed, 1);
+    load_wake_producer(l);
+}
+
+/* Write the submit body: a JSON object with the run id, padded with a
+ * filler field to the configured size. Returns its length. */
+static int load_body(char *buf, size_t cap, const char *run_id)
+{
+    int n = snprintf(buf, cap, "{\"run_id\":\"%s\",\"pad\":\"", run_id);
+    size_t want = cap - 1 > (size_t)n + 2 ? cap - 1 : (size_t)n + 2;
+    memset(buf + n, 'x', want - 2 - (size_t)n);
+    memcpy(buf + want - 2, "\"}", 2);
+    buf[want] = '\0';
+    return (int)want;
+}
+
+/* Block while max_outstanding runs are out; false if told to stop. */
+static bool load_wait_room(load *l)
+{
+    uint64_t cap = l->cfg.max_outstanding;
+    if (cap == 0 || l->cfg.workers == 0)
+        return !fqc_stopping();
+    pthread_mutex_lock(&l->mu);
+    while (!fqc_stopping() &&
+           atomic_load(&l->submitted) - atomic_load(&l->completed) - atomic_load(&l->rejected) -
+                   atomic_load(&l->submit_errors) >= cap) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 20 * FQC_NS_PER_MS;
+        if (ts.tv_nsec >= FQC_NS_PER_S) {
+            ts.tv_sec++;
+            ts.tv_nsec -= FQC_NS_PER_S;
+        }
+        pthread_cond_timedwait(&l->room, &l->mu, &ts);
+    }
+    pthread_mutex_unlock(&l->mu);
+    return !fqc_stopping();
+}
+
+/* Publish one arrival as run idx. */
+static natsStatus load_submit(load *l, uint64_t idx, const fql_arrival *a, char *body, size_t cap)
+{
+    const char *tenant = l->src->tenants[a->tenant];
+    char subject[256], run_id[32];
+    load_run *r = load_run_new(l, idx);
+    natsMsg *m = NULL;
+    natsStatus s;
+    int len;
+
+    if (!r)
+        return NATS_NO_MEMORY;
+    snprintf(run_id, sizeof run_id, "%s-%llu", l->tag, (unsigned long long)idx);
+    snprintf(subject, sizeof subject, "%s.%s", l->cfg.submit_prefix, tenant);
+    len = load_body(body, cap, run_id);
+    r->tenant = a->tenant;
+    r->actual_tokens = a->actual_tokens;
+    s = natsMsg_Create(&m, subject, NULL, body, len);
+    if (s == NATS_OK) s = natsMsgHeader_Set(m, FQ_HDR_RUN_ID, run_id);
+    if (s == NATS_OK) s = fqc_hdr_set_u64(m, FQ_HDR_EST_TOKENS, a->est_tokens);
+    if (s == NATS_OK && a->workflow[0]) s = natsMsgHeader_Set(m, FQ_HDR_WORKFLOW, a->workflow);
+    if (s == NATS_OK) s = natsMsgHeader_Set(m, FQC_HDR_MSG_ID, run_id);
+    r->sent_us = fqc_wall_us();
+    atomic_store_explicit(&l->table.published, idx + 1, memory_order_release);
+    /* A full async window returns a timeout after the stall wait: retry. */
+    while (s == NATS_OK || s == NATS_TIMEOUT) {
+        s = js_PublishMsgAsync(l->pjs, &m, NULL);
+        if (s != NATS_TIMEOUT || fqc_stopping())
+            break;
+    }
+    natsMsg_Destroy(m);
+    return s;
+}
+
+static void *load_produce(void *arg)
+{
+    load *l = arg;
+    int64_t end_ns = l->cfg.duration_s > 0 ? l->t0_ns + (int64_t)(l->cfg.duration_s * 1e9) : INT64_MAX;
+    size_t cap = (size_t)l->cfg.body_bytes + 1 > 64 ? (size_t)l->cfg.body_bytes + 1 : 64;
+    char *body = malloc(cap);
+    fql_arrival a;
+    jsPubOptions po;
+
+    while (body && load_wait_room(l) && l->src->next(l->src, &a)) {
+        int64_t at = l->t0_ns + a.at_us * 1000;
+        if (at >= end_ns)
+            break;
+        if (at > fqc_mono_ns())
+            fqc_sleep_until(at);
+        if (fqc_stopping() || fqc_mono_ns() >= end_ns)
+            break;
+        uint64_t idx = atomic_load(&l->submitted);
+        natsStatus s = load_submit(l, idx, &a, body, cap);
+        if (s != NATS_OK) {
+            if (!fqc_stopping())
+                fqc_perror(prog, "submit", s);
+            break;
+        }
+        atomic_store(&l->submitted, idx + 1);
+    }
+    jsPubOptions_Init(&po);
+    po.MaxWait = 30000;
+    natsStatus s = js_PublishAsyncComplete(l->pjs, &po);
+    if (s != NATS_OK)
+        fqc_perror(prog, "waiting for the submits' PubAcks", s);
+    free(body);
+    l->produce_end_ns = fqc_mono_ns();
+    atomic_store(&l->producing, false);
+    return NULL;
+}
+
+/* Refused runs, seen on the rejected subject, count as outstanding no more. */
+static void load_on_rejected(natsConnection *nc, natsSubscription *sub, natsMsg *m, void *closure)
+{
+    load *l = closure;
+    int64_t idx = load_run_index(l, fqc_hdr(m, FQ_HDR_RUN_ID));
+    (void)nc;
+    (void)sub;
+    if (idx >= 0 && atomic_exchange(&load_run_at(l, (uint64_t)idx)->rejected, 1) == 0) {
+        atomic_fetch_add(&l->rejected, 1);
+        load_wake_producer(l);
+    }
+    natsMsg_Destroy(m);
+}
+
+/* The simulated workers. */
+
+static void load_heap_push(load *l, load_job j)
+{
+    uint32_t i = l->busy++;
+    while (i > 0 && l->heap[(i - 1) / 2].finish_ns > j.finish_ns) {
+        l->heap[i] = l->heap[(i - 1) / 2];
+        i = (i - 1) / 2;
+    }
+    l->heap[i] = j;
+}
+
+static load_job load_heap_pop(load *l)
+{
+    load_job top = l->heap[0], last = l->heap[--l->busy];
+    uint32_t i = 0;
+    for (;;) {
+        uint32_t c = 2 * i + 1;
+        if (c >= l->busy)
+            break;
+        if (c + 1 < l->busy && l->heap[c + 1].finish_ns < l->heap[c].finish_ns)
+            c++;
+        if (last.finish_ns <= l->heap[c].finish_ns)
+            break;
+        l->heap[i] = l->heap[c];
+        i = c;
+    }
+    if (l->busy)
+        l->heap[i] = last;
+    return top;
+}
+
+/* Record a dispatch and make it a job. */
+static load_job load_receive(load *l, natsMsg *m, int64_t now_ns)
+{
+    const char *run_id = fqc_hdr(m, FQ_HDR_RUN_ID);
+    int64_t idx = load_run_index(l, run_id), now_us = fqc_wall_us();
+    load_job j = {.msg = m, .idx = idx};
+    uint64_t est = 0, sub_ms, disp_ms, seq;
+    int64_t stored_ns;
+
+    l->dispatched++;
+    fqc_hdr_u64(m, FQ_HDR_EST_TOKENS, UINT32_MAX, &est);
+    if (idx < 0) {
+        l->foreign++;
+        j.actual_tokens = (uint64_t)llround((double)est * l->cfg.steady.actual_factor);
+    } else {
+        load_run *r = load_run_at(l, (uint64_t)idx);
+        load_tenant *t = &l->tenants[r->tenant];
+        if (r->dispatched < UINT8_MAX)
+            r->dispatched++;
+        if ((uint64_t)idx + 1 < t->last_idx)
+            t->out_of_order++;
+        else
+            t->last_idx = (uint64_t)idx + 1;
+        t->runs++;
+        if (fqc_msg_meta(m, &seq, &stored_ns) == NATS_OK)
+            fqc_samples_add(&t->dispatch_us, stored_ns / 1000 - r->sent_us);
+        fqc_samples_add(&t->receive_us, now_us - r->sent_us);
+        if (fqc_hdr_u64(m, FQ_HDR_SUBMITTED_AT, UINT64_MAX, &sub_ms) &&
+            fqc_hdr_u64(m, FQ_HDR_DISPATCHED_AT, UINT64_MAX, &disp_ms))
+            fqc_samples_add(&t->header_ms, (int64_t)(disp_ms - sub_ms));
+        j.actual_tokens = r->actual_tokens;
+    }
+    j.finish_ns = now_ns;
+    if (l->cfg.tokens_per_sec > 0)
+        j.finish_ns += (int64_t)((double)j.actual_tokens / l->cfg.tokens_per_sec * 1e9);
+    return j;
+}
+
+/* Publish the completion of a finished job (not waiting for its PubAck). */
+static natsStatus load_complete(load *l, const load_job *j)
+{
+    natsMsg *m = j->msg;
+    const char *tenant = fqc_hdr(m, FQ_HDR_TENANT), *run_id = fqc_hdr(m, FQ_HDR_RUN_ID);
+    const char *workflow = fqc_hdr(m, FQ_HDR_WORKFLOW);
+    fq_completion c = {.actual_tokens = j->actual_tokens, .status = FQ_DONE_OK};
+    char subject[256], body[512];
+    uint64_t est = 0;
+    size_t len;
+
+    if (!tenant || !run_id) {
+        fprintf(stderr, "%s: a dispatch without %s: not a fairq run\n", prog,
+                tenant ? FQ_HDR_RUN_ID : FQ_HDR_TENANT);
+        return NATS_INVALID_ARG;
+    }
+    if (fqc_hdr_u64(m, FQ_HDR_EST_TOKENS, UINT32_MAX, &est))
+        c.est_tokens = (uint32_t)est;
+    snprintf(c.run_id, sizeof c.run_id, "%s", run_id);
+    if (workflow)
+        snprintf(c.workflow, sizeof c.workflow, "%s", workflow);
+    len = fq_completion_format(body, sizeof body, &c);
+    snprintf(subject, sizeof subject, "%s.%s", l->cfg.done_prefix, tenant);
+    if (len == 0)
+        return NATS_INVALID_ARG;
+    return js_PublishAsync(l->wjs, subject, body, (int)len, NULL);
+}
+
+static atomic_uint load_complete_failures;
+
+static void load_on_complete_error(jsCtx *js, jsPubAckErr *pae, void *closure)
+{
+    (void)js;
+    (void)closure;
+    if (atomic_fetch_add(&load_complete_failures, 1) == 0)
+        fprintf(stderr, "%s: a completion publish failed: %s\n", prog,
+                pae->ErrText ? pae->ErrText : natsStatus_GetText(pae->Err));
+}
+
+/* Complete every job finished by now: publish the completions, wait for
+ * their PubAcks, then ack the dispatches (or nak them all, so that they
+ * come back, if a completion was not stored). */
+static void load_finish_due(load *l, int64_t now_ns)
+{
+    load_job done[LOAD_FETCH_MAX];
+    int n = 0;
+    natsStatus s = NATS_OK;
+    jsPubOptions po;
+
+    while (l->busy && l->heap[0].finish_ns <= now_ns && n < LOAD_FETCH_MAX)
+        done[n++] = load_heap_pop(l);
+    if (n == 0)
+        return;
+    atomic_store(&load_complete_failures, 0);
+    for (int i = 0; s == NATS_OK && i < n; i++)
+        s = load_complete(l, &done[i]);
+    jsPubOptions_Init(&po);
+    po.MaxWait = 10000;
+    if (s == NATS_OK)
+        s = js_PublishAsyncComplete(l->wjs, &po);
+    if (s != NATS_OK || atomic_load(&load_complete_failures)) {
+        natsMsgList pending;
+        if (s != NATS_OK)
+            fqc_perror(prog, "completions", s);
+        if (js_PublishAsyncGetPendingList(&pending, l->wjs) == NATS_OK)
+            natsMsgList_Destroy(&pending);
+        l->complete_errors += (uint64_t)n;
+        for (int i = 0; i < n; i++) {
+            natsMsg_Nak(done[i].msg, NULL);
+            natsMsg_Destroy(done[i].msg);
+        }
+        return;
+    }
+    for (int i = 0; i < n; i++) {
+        natsMsg_Ack(done[i].msg, NULL);
+        natsMsg_Destroy(done[i].msg);
+        if (done[i].idx >= 0) {
+            load_run *r = load_run_at(l, (uint64_t)done[i].idx);
+            if (r->completed < UINT8_MAX)
+                r->completed++;
+            if (r->completed == 1)
+                atomic_fetch_add(&l->completed, 1);
+        }
+    }
+    l->last_done_ns = (uint64_t)now_ns;
+    load_wake_producer(l);
+}
+
+/* Runs the producer submitted that are neither completed nor refused. */
+static uint64_t load_outstanding(load *l)
+{
+    return atomic_load(&l->submitted) - atomic_load(&l->completed) - atomic_load(&l->rejected) -
+           atomic_load(&l->submit_errors);
+}
+
+static void load_progress(load *l, int64_t now_ns, int64_t *next_ns)
+{
+    if (!l->cfg.verbose || now_ns < *next_ns)
+        return;
+    *next_ns = now_ns + FQC_NS_PER_S;
+    fprintf(stderr, "%s: t=%.1fs submitted=%llu dispatched=%llu completed=%llu rejected=%llu busy=%u\n",
+            prog, (double)(now_ns - l->t0_ns) / 1e9, (unsigned long long)atomic_load(&l->submitted),
+            (unsigned long long)l->dispatched, (unsigned long long)atomic_load(&l->completed),
+            (unsigned long long)atomic_load(&l->rejected), l->busy);
+}
+
+/* Take the counts the steady rate is measured between. */
+static void load_mark(load *l, int64_t now_ns)
+{
+    int64_t warm = l->t0_ns + (int64_t)(l->cfg.warmup_s * 1e9);
+    if (!l->warm_ns && now_ns >= warm) {
+        l->warm_ns = now_ns;
+        l->warm_count = atomic_load(&l->completed);
+    }
+    if (!l->end_ns && !atomic_load(&l->producing)) {
+        l->end_ns = now_ns;
+        l->end_count = atomic_load(&l->completed);
+    }
+}
+
+/* The worker loop, until the producer is done and every run came back (or
+ * the drain time ran out, or a signal came). */
+static void load_work(load *l)
+{
+    int64_t drain_deadline = 0, next_progress = 0;
+
+    for (;;) {
+        int64_t now = fqc_mono_ns();
+        load_finish_due(l, now);
+        load_mark(l, now);
+        load_progress(l, now, &next_progress);
+        if (fqc_stopping())
+            break;
+        if (!atomic_load(&l->producing)) {
+            if (!drain_deadline)
+                drain_deadline = now + (int64_t)(l->cfg.drain_s * 1e9);
+            if ((load_outstanding(l) == 0 && l->busy == 0) || now >= drain_deadline)
+                break;
+        }
+        uint32_t idle = l->cfg.workers - l->busy;
+        int64_t wait_ms = 50;
+        if (l->busy) {
+            int64_t until = (l->heap[0].finish_ns - now) / FQC_NS_PER_MS;
+            wait_ms = until < 1 ? 1 : until < wait_ms ? until : wait_ms;
+        }
+        if (idle == 0) {
+            fqc_sleep_until(l->heap[0].finish_ns);
+            continue;
+        }
+        natsMsgList list;
+        natsStatus s = fqc_fetch(&list, l->sub, idle < LOAD_FETCH_MAX ? (int)idle : LOAD_FETCH_MAX, wait_ms);
+        if (s == NATS_TIMEOUT)
+            continue;
+        if (s != NATS_OK) {
+            fqc_perror(prog, "fetch", s);
+            fqc_sleep_until(fqc_mono_ns() + 100 * FQC_NS_PER_MS);
+            continue;
+        }
+        now = fqc_mono_ns();
+        for (int i = 0; i < list.Count; i++) {
+            load_heap_push(l, load_receive(l, list.Msgs[i], now));
+            list.Msgs[i] = NULL;
+        }
+        natsMsgList_Destroy(&list);
+    }
+    /* Runs still held go back, so that a later worker gets them at once. */
+    while (l->busy) {
+        load_job j = load_heap_pop(l);
+        natsMsg_Nak(j.msg, NULL);
+        natsMsg_Destroy(j.msg);
+    }
+}
+
+/* Setup. */
+
+/* Bind the worker pool to the dispatch stream: a shared durable consumer
+ * (created if missing, from the first message on), or one of its own that
+ * starts at the next message and is deleted at exit. */
+static int load_subscribe(load *l)
+{
+    const load_cfg *cfg = &l->cfg;
+    jsConsumerConfig cc;
+    jsConsumerInfo *ci = NULL;
+    jsSubOptions so;
+    jsErrCode jerr = 0;
+    natsStatus s;
+
+    jsConsumerConfig_Init(&cc);
+    if (cfg->durable) {
+        snprintf(l->consumer, sizeof l->consumer, "%s", cfg->durable);
+        cc.DeliverPolicy = js_DeliverAll;
+    } else {
+        snprintf(l->consumer, sizeof l->consumer, "fairq-load-%s", l->tag);
+        cc.DeliverPolicy = js_DeliverNew;
+        l->own_consumer = true;
+    }
+    cc.Durable = l->consumer;
+    cc.AckPolicy = js_AckExplicit;
+    cc.FilterSubject = cfg->dispatch;
+    cc.AckWait = 300 * FQC_NS_PER_S;
+    cc.MaxAckPending = 1000000;
+    cc.MaxRequestBatch = LOAD_FETCH_MAX;
+    s = js_GetConsumerInfo(&ci, l->wjs, cfg->dispatch_stream, l->consumer, NULL, &jerr);
+    if (s != NATS_OK && jerr == JSConsumerNotFoundErr)
+        s = js_AddConsumer(&ci, l->wjs, cfg->dispatch_stream, &cc, NULL, &jerr);
+    jsConsumerInfo_Destroy(ci);
+    if (s != NATS_OK) {
+        if (jerr == JSConsumerWQConsumerNotDeliverAllErr || jerr == JSConsumerWQMultipleUnfilteredErr ||
+            jerr == JSConsumerWQConsumerNotUniqueErr)
+            fprintf(stderr, "%s: %s is a work-queue stream with a reader already: pass --durable "
+                    "with that consumer's name\n", prog, cfg->dispatch_stream);
+        else
+            fqc_perror(prog, "creating the workers' consumer", s);
+        l->own_consumer = false;
+        return -1;
+    }
+    jsSubOptions_Init(&so);
+    so.Stream = cfg->dispatch_stream;
+    so.Consumer = l->consumer;
+    s = js_PullSubscribe(&l->sub, l->wjs, NULL, l->consumer, NULL, &so, &jerr);
+    if (s == NATS_OK)
+        s = natsConnection_Subscribe(&l->rejected_sub, l->wnc, l->rejected_subject, load_on_rejected, l);
+    if (s != NATS_OK) {
+        fqc_perror(prog, "subscribing", s);
+        return -1;
+    }
+    return 0;
+}
+
+/* The report. */
+
+static void load_latency_line(const char *tenant, uint64_t runs, fqc_samples *d, fqc_samples *r,
+                              fqc_samples *h)
+{
+    fqc_samples_sort(d);
+    fqc_samples_sort(r);
+    fqc_samples_sort(h);
+    printf("latency tenant=%s runs=%llu dispatch_p50_ms=%.3f dispatch_p99_ms=%.3f "
+           "dispatch_max_ms=%.3f receive_p50_ms=%.3f receive_p99_ms=%.3f header_p50_ms=%u "
+           "header_p99_ms=%u\n",
+           tenant, (unsigned long long)runs, fqc_samples_quantile(d, 0.5) / 1e3,
+           fqc_samples_quantile(d, 0.99) / 1e3, fqc_samples_quantile(d, 1.0) / 1e3,
+           fqc_samples_quantile(r, 0.5) / 1e3, fqc_samples_quantile(r, 0.99) / 1e3,
+           fqc_samples_quantile(h, 0.5), fqc_samples_quantile(h, 0.99));
+}
+
+static void load_merge(fqc_samples *all, const fqc_samples *one)
+{
+    for (size_t i = 0; i < one->n; i++)
+        fqc_samples_add(all, one->v[i]);
+}
+
+static void load_report(load *l)
+{
+    const load_cfg *c = &l->cfg;
+    uint64_t n = atomic_load(&l->table.published), once = 0, more = 0, missing = 0, redisp = 0;
+    uint64_t rejected = 0, failed = 0, out_of_order = 0, submitted = atomic_load(&l->submitted);
+    int64_t end = l->last_done_ns ? (int64_t)l->last_done_ns : l->produce_end_ns;
+    double elapsed = (double)(end - l->t0_ns) / 1e9;
+    double produce = (double)(l->produce_end_ns - l->t0_ns) / 1e9;
+    double steady = 0;
+
+    for (uint64_t i = 0; i < n; i++) {
+        load_run *r = load_run_at(l, i);
+        bool rej = atomic_load(&r->rejected), fail = atomic_load(&r->submit_failed);
+        rejected += rej;
+        failed += fail;
+        once += r->completed == 1;
+        more += r->completed > 1;
+        redisp += r->dispatched > 1;
+        missing += r->completed == 0 && !rej && !fail;
+    }
+    if (l->end_ns > l->warm_ns && l->warm_ns)
+        steady = (double)(l->end_count - l->warm_count) / ((double)(l->end_ns - l->warm_ns) / 1e9);
+    printf("load tag=%s tenants=%u rate=%g duration_s=%g workers=%u tokens_per_sec=%g "
+           "body_bytes=%u max_outstanding=%llu\n",
+           l->tag, l->src->ntenants, c->steady.rate, c->duration_s, c->workers, c->tokens_per_sec,
+           c->body_bytes, (unsigned long long)c->max_outstanding);
+    if (c->workers)
+        for (uint32_t t = 0; t < l->src->ntenants; t++)
+            out_of_order += l->tenants[t].out_of_order;
+    printf("runs submitted=%llu submit_errors=%llu rejected=%llu dispatched=%llu foreign=%llu "
+           "completed_once=%llu completed_more=%llu missing=%llu dispatched_more=%llu "
+           "out_of_order=%llu complete_errors=%llu\n",
+           (unsigned long long)submitted, (unsigned long long)failed, (unsigned long long)rejected,
+           (unsigned long long)l->dispatched, (unsigned long long)l->foreign,
+           (unsigned long long)once, (unsigned long long)more, (unsigned long long)missing,
+           (unsigned long long)redisp, (unsigned long long)out_of_order,
+           (unsigned long long)l->complete_errors);
+    printf("throughput elapsed_s=%.3f submit_per_s=%.0f completed_per_s=%.0f steady_per_s=%.0f\n",
+           elapsed, produce > 0 ? (double)submitted / produce : 0.0,
+           elapsed > 0 && c->workers ? (double)(once + more) / elapsed : 0.0, steady);
+    if (!c->workers)
+        return;
+    fqc_samples d = {0}, r = {0}, h = {0};
+    uint64_t runs = 0;
+    for (uint32_t t = 0; t < l->src->ntenants; t++) {
+        load_merge(&d, &l->tenants[t].dispatch_us);
+        load_merge(&r, &l->tenants[t].receive_us);
+        load_merge(&h, &l->tenants[t].header_ms);
+        runs += l->tenants[t].runs;
+    }
+    load_latency_line("*", runs, &d, &r, &h);
+    fqc_samples_free(&d);
+    fqc_samples_free(&r);
+    fqc_samples_free(&h);
+    for (uint32_t t = 0; t < l->src->ntenants; t++) {
+        load_tenant *lt = &l->tenants[t];
+        load_latency_line(l->src->tenants[t], lt->runs, &lt->dispatch_us, &lt->receive_us,
+                          &lt->header_ms);
+    }
+}
+
+/* Flags. */
+
+static void load_usage(FILE *f)
+{
+    fprintf(f,
+        "usage: %s [--nats URL] [--rate R] [--duration S] [--count N] [--tenants N|A,B,...]\n"
+        "                  [--costs SPEC] [--arrivals const|poisson] [--body-size B]\n"
+        "                  [--workers N] [--tokens-per-sec R] [--actual-factor F]\n"
+        "                  [--max-outstanding N] [--drain S] [--warmup S] [--seed N]\n"
+        "                  [--durable NAME] [--send-asap] [--verbose]\n"
+        "Submits runs to fair.submit.<tenant>, works them off fair.dispatch with a pool of\n"
+        "simulated workers that publish completions to fair.done.<tenant>, and reports\n"
+        "throughput and submit->dispatch latency per tenant as key=value lines.\n"
+        "  --rate R            runs a second over all tenants; 0: as fast as\n"
+        "                      --max-outstanding allows (default 1000)\n"
+        "  --duration S        seconds of submitting; 0: until --count (default 10)\n"
+        "  --count N           submit at most N runs (default: no limit)\n"
+        "  --tenants N|LIST    N tenants t1..tN, or a comma-separated list (default 10)\n"
+        "  --costs SPEC        [NAME=]TOKENS[:WEIGHT],... e.g. 100:0.9,5000:0.1 (default 1000)\n"
+        "  --arrivals KIND     const (evenly spaced) or poisson (default const)\n"
+        "  --body-size B       submit body bytes, at least the JSON run id (default 512)\n"
+        "  --workers N         simulated workers; 0: submit only (default 16)\n"
+        "  --tokens-per-sec R  a worker's speed; 0: runs take no time (default 0)\n"
+        "  --actual-factor F   actual tokens = estimate x F (default 1)\n"
+        "  --max-outstanding N runs submitted and not completed, at most; 0: no limit\n"
+        "                      (default 10000)\n"
+        "  --drain S           after the last submit, wait this long for completions (30)\n"
+        "  --warmup S          steady_per_s is measured from S seconds on (default 1)\n"
+        "  --seed N            the same seed gives the same runs (default 1)\n"
+        "  --durable NAME      work from this shared durable consumer (created if missing)\n"
+        "                      instead of a private one deleted at exit\n"
+        "  --send-asap         write each message at once; nats.c otherwise holds writes\n"
+        "                      up to 1 ms to batch them (use it to measure latency)\n"
+        "  --submit-prefix P, --dispatch SUBJECT, --dispatch-stream NAME, --done-prefix P,\n"
+        "  --rejected-prefix P the wire contract's names (defaults as docs/protocol.md)\n",
+        prog);
+}
+
+/* Turn --tenants into ids: "N" makes t1..tN. */
+static int load_tenants(char ***out, uint32_t *n, const char *spec)
+{
+    uint64_t count;
+    char **ids;
+
+    if (!(ids = calloc(LOAD_TENANTS_MAX, sizeof *ids)))
+        return -1;
+    *out = ids;
+    *n = 0;
+    if (fqc_parse_u64(spec, 1, LOAD_TENANTS_MAX, &count)) {
+        for (; *n < count; (*n)++) {
+            if (!(ids[*n] = malloc(24)))
+                return -1;
+            snprintf(ids[*n], 24, "t%u", *n + 1);
+        }
+        return 0;
+    }
+    for (const char *p = spec; *p;) {
+        size_t len = strcspn(p, ",");
+        if (!fq_tenant_id_valid(p, len) || *n == LOAD_TENANTS_MAX) {
+            fprintf(stderr, "%s: --tenants: '%.*s' is not a tenant id (1 to %d of A-Z a-z 0-9 _ -)"
+                    " or there are more than %d\n", prog, (int)len, p, FQ_TENANT_MAX, LOAD_TENANTS_MAX);
+            return -1;
+        }
+        if (!(ids[*n] = strndup(p, len)))
+            return -1;
+        (*n)++;
+        p += len + (p[len] == ',');
+    }
+    return *n ? 0 : -1;
+}
+
+static int load_parse(load_cfg *c, char **tenant_spec, const char **costs, int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"nats", required_argument, NULL, 'n'},          {"rate", required_argument, NULL, 'r'},
+        {"duration", required_argument, NULL, 'd'},      {"count", required_argument, NULL, 'c'},
+        {"tenants", required_argument, NULL, 't'},       {"costs", required_argument, NULL, 'C'},
+        {"arrivals", required_argument, NULL, 'a'},      {"body-size", required_argument, NULL, 'b'},
+        {"workers", required_argument, NULL, 'w'},       {"tokens-per-sec", required_argument, NULL, 'T'},
+        {"actual-factor", required_argument, NULL, 'f'}, {"max-outstanding", required_argument, NULL, 'm'},
+        {"drain", required_argument, NULL, 'D'},         {"warmup", required_argument, NULL, 'W'},
+        {"seed", required_argument, NULL, 's'},          {"durable", required_argument, NULL, 'u'},
+        {"submit-prefix", required_argument, NULL, 1},   {"dispatch", required_argument, NULL, 2},
+        {"dispatch-stream", required_argument, NULL, 3}, {"done-prefix", required_argument, NULL, 4},
+        {"rejected-prefix", required_argument, NULL, 5}, {"verbose", no_argument, NULL, 'v'},
+        {"send-asap", no_argument, NULL, 6},             {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    uint64_t u;
+    int o, idx = 0;
+    bool ok = true;
+
+    *c = (load_cfg){.submit_prefix = FQC_SUBMIT_PREFIX, .dispatch = FQC_DISPATCH,
+                    .dispatch_stream = FQC_STREAM_DISPATCH, .done_prefix = FQC_DONE_PREFIX,
+                    .rejected_prefix = FQC_REJECTED_PREFIX, .duration_s = 10, .body_bytes = 512,
+                    .workers = 16, .max_outstanding = 10000, .drain_s = 30, .warmup_s = 1};
+    c->steady = (fql_steady_cfg){.rate = 1000, .actual_factor = 1, .seed = 1};
+    *tenant_spec = "10";
+    *costs = "1000";
+    while (ok && (o = getopt_long(argc, argv, "hv", opts, &idx)) != -1) {
+        switch (o) {
+        case 'n': c->url = optarg; break;
+        case 'r': ok = fqc_parse_double(optarg, 0, 1e7, &c->steady.rate); break;
+        case 'd': ok = fqc_parse_double(optarg, 0, 1e6, &c->duration_s); break;
+        case 'c': ok = fqc_parse_u64(optarg, 1, UINT64_MAX, &c->steady.count); break;
+        case 't': *tenant_spec = optarg; break;
+        case 'C': *costs = optarg; break;
+        case 'a':
+            ok = strcmp(optarg, "const") == 0 || strcmp(optarg, "poisson") == 0;
+            c->steady.poisson = optarg[0] == 'p';
+            break;
+        case 'b': ok = fqc_parse_u64(optarg, 0, 64 << 20, &u); c->body_bytes = (uint32_t)u; break;
+        case 'w': ok = fqc_parse_u64(optarg, 0, 100000, &u); c->workers = (uint32_t)u; break;
+        case 'T': ok = fqc_parse_double(optarg, 0, 1e12, &c->tokens_per_sec); break;
+        case 'f': ok = fqc_parse_double(optarg, 0, 1e6, &c->steady.actual_factor); break;
+        case 'm': ok = fqc_parse_u64(optarg, 0, UINT64_MAX, &c->max_outstanding); break;
+        case 'D': ok = fqc_parse_double(optarg, 0, 1e6, &c->drain_s); break;
+        case 'W': ok = fqc_parse_double(optarg, 0, 1e6, &c->warmup_s); break;
+        case 's': ok = fqc_parse_u64(optarg, 0, UINT64_MAX, &c->steady.seed); break;
+        case 'u': c->durable = optarg; break;
+        case 1: c->submit_prefix = optarg; break;
+        case 2: c->dispatch = optarg; break;
+        case 3: c->dispatch_stream = optarg; break;
+        case 4: c->done_prefix = optarg; break;
+        case 5: c->rejected_prefix = optarg; break;
+        case 6: c->send_asap = true; break;
+        case 'v': c->verbose = true; break;
+        case 'h': load_usage(stdout); exit(0);
+        default: load_usage(stderr); return -1;
+        }
+        if (!ok)
+            fprintf(stderr, "%s: --%s: '%s' is not valid (see --help)\n", prog, opts[idx].name, optarg);
+        idx = 0;
+    }
+    if (!ok)
+        return -1;
+    if (optind < argc) {
+        fprintf(stderr, "%s: unexpected argument '%s'\n", prog, argv[optind]);
+        return -1;
+    }
+    if (c->duration_s == 0 && c->steady.count == 0) {
+        fprintf(stderr, "%s: --duration 0 needs --count, or it would never stop\n", prog);
+        return -1;
+    }
+    c->steady.duration_us = c->duration_s > 0 ? (int64_t)(c->duration_s * 1e6) : INT64_MAX;
+    return 0;
+}
+
+/* A run id prefix of 8 hex digits, new for each load, so that one load's
+ * runs never collide with an earlier one's in a duplicate window. */
+static void load_make_tag(char tag[9])
+{
+    uint64_t seed = (uint64_t)fqc_wall_us() ^ ((uint64_t)getpid() << 32);
+    snprintf(tag, 9, "%08llx", (unsigned long long)(fql_rand(&seed) & 0xffffffffu));
+}
+
+static int load_connect(load *l)
+{
+    const char *url = fqc_url(l->cfg.url);
+    jsOptions jo;
+    natsStatus s;
+
+    jsOptions_Init(&jo);
+    jo.PublishAsync.MaxPending = 4096;
+    jo.PublishAsync.ErrHandler = load_on_submit_error;
+    jo.PublishAsync.ErrHandlerClosure = l;
+    s = fqc_connect(&l->pnc, &l->pjs, url, "fairq-load-producer", &jo, l->cfg.send_asap);
+    if (s == NATS_OK) {
+        jsOptions_Init(&jo);
+        jo.PublishAsync.MaxPending = 4 * LOAD_FETCH_MAX;
+        jo.PublishAsync.ErrHandler = load_on_complete_error;
+        s = fqc_connect(&l->wnc, &l->wjs, url, "fairq-load-workers", &jo, l->cfg.send_asap);
+    }
+    if (s != NATS_OK) {
+        fqc_perror(prog, url, s);
+        return -1;
+    }
+    return 0;
+}
+
+static void load_destroy(load *l)
+{
+    if (l->sub)
+        natsSubscription_Destroy(l->sub);
+    if (l->rejected_sub) {
+        natsSubscription_Unsubscribe(l->rejected_sub);
+        natsSubscription_Destroy(l->rejected_sub);
+    }
+    if (l->own_consumer)
+        js_DeleteConsumer(l->wjs, l->cfg.dispatch_stream, l->consumer, NULL, NULL);
+    fqc_disconnect(l->wnc, l->wjs);
+    fqc_disconnect(l->pnc, l->pjs);
+    if (l->tenants)
+        for (uint32_t t = 0; t < l->src->ntenants; t++) {
+            fqc_samples_free(&l->tenants[t].dispatch_us);
+            fqc_samples_free(&l->tenants[t].receive_us);
+            fqc_samples_free(&l->tenants[t].header_ms);
+        }
+    free(l->tenants);
+    free(l->heap);
+    for (size_t c = 0; c < LOAD_CHUNKS; c++)
+        free(l->table.chunk[c]);
+    if (l->src)
+        l->src->destroy(l->src);
+    pthread_cond_destroy(&l->room);
+    pthread_mutex_destroy(&l->mu);
+    free(l);
+}
+
+int main(int argc, char **argv)
+{
+    load *l = calloc(1, sizeof *l);
+    char **tenants = NULL, *tenant_spec, err[160];
+    const char *costs;
+    uint32_t ntenants = 0;
+    pthread_t producer;
+    int rc = 1;
+
+    if (!l)
+        return 1;
+    pthread_mutex_init(&l->mu, NULL);
+    pthread_cond_init(&l->room, NULL);
+    if (load_parse(&l->cfg, &tenant_spec, &costs, argc, argv) != 0) {
+        load_destroy(l);
+        return 2;
+    }
+    if (!fqc_costs_parse(&l->cfg.steady.costs, costs, 1000000000u, err, sizeof err)) {
+        fprintf(stderr, "%s: --costs: %s\n", prog, err);
+        load_destroy(l);
+        return 2;
+    }
+    if (load_tenants(&tenants, &ntenants, tenant_spec) != 0 ||
+        fql_steady_create(&l->src, &l->cfg.steady, (const char *const *)tenants, ntenants) != FQ_OK) {
+        fprintf(stderr, "%s: --tenants: no valid tenant list\n", prog);
+        goto out;
+    }
+    fqc_catch_signals();
+    load_make_tag(l->tag);
+    snprintf(l->rejected_subject, sizeof l->rejected_subject, "%s.>", l->cfg.rejected_prefix);
+    if (load_connect(l) != 0)
+        goto out;
+    if (l->cfg.workers) {
+        const char *need[] = {l->cfg.dispatch_stream};
+        l->heap = calloc(l->cfg.workers, sizeof *l->heap);
+        l->tenants = calloc(ntenants, sizeof *l->tenants);
+        if (!l->heap || !l->tenants || fqc_streams_require(l->wjs, prog, need, 1) != 0 ||
+            load_subscribe(l) != 0)
+            goto out;
+    }
+    l->t0_ns = fqc_mono_ns();
+    l->t0_us = fqc_wall_us();
+    atomic_store(&l->producing, true);
+    if (pthread_create(&producer, NULL, load_produce, l) != 0) {
+        fprintf(stderr, "%s: cannot start the producer thread\n", prog);
+        goto out;
+    }
+    if (l->cfg.workers)
+        load_work(l);
+    pthread_join(producer, NULL);
+    load_report(l);
+    rc = 0;
+out:
+    load_destroy(l);
+    if (tenants)
+        for (uint32_t t = 0; t < ntenants; t++)
+            free(tenants[t]);
+    free(tenants);
+    nats_Close();
+    return rc;
+}

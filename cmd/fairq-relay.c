@@ -1,0 +1,320 @@
+/* fairq-relay.c -- the baseline with no scheduling: FAIR_SUBMIT relayed in stream order to the dispatch subject. */
+/*
+ * The fastest honest relay (issue 4 point 9), and the demo's plain FIFO:
+ *
+ * - Fetch up to a batch (256) from a durable pull consumer on FAIR_SUBMIT,
+ *   publish each run asynchronously to the dispatch subject with the
+ *   headers a proxy dispatch carries, wait for every PubAck, then ack the
+ *   batch. A submit message is acked only once its dispatch is stored, so
+ *   nothing is lost; a batch with a failed publish is nak'ed whole and comes
+ *   back, and its Nats-Msg-Id keeps the runs that did get through from
+ *   reaching the workers twice.
+ *
+ * - It reads headers only: no JSON, no queues, no window, no completions.
+ *   What it does not do is what the proxy is measured against.
+ *
+ * - A work-queue stream admits one reader, so the consumer is recreated at
+ *   start (whatever a previous relay left unacked comes back at once) and
+ *   deleted at a clean exit, leaving the stream to the proxy.
+ */
+#include <getopt.h>
+#include <stdatomic.h>
+#include <strings.h>
+
+#include "client.h"
+
+static const char *prog = "fairq-relay";
+
+/* What the flags set. */
+typedef struct relay_cfg {
+    const char *url;            /* NULL: $FAIRQ_NATS_URL or the default */
+    const char *stream;         /* the submit stream */
+    const char *durable;        /* its consumer */
+    const char *dispatch;       /* where runs go */
+    int batch;                  /* most runs per fetch */
+    uint32_t default_est;       /* Fair-Est-Tokens when the producer gave none */
+} relay_cfg;
+
+/* Publish errors the library reported since the batch began. */
+static atomic_uint relay_pub_errors;
+
+static void relay_on_pub_error(jsCtx *js, jsPubAckErr *pae, void *closure)
+{
+    (void)js;
+    (void)closure;
+    if (atomic_fetch_add(&relay_pub_errors, 1) == 0)
+        fprintf(stderr, "%s: a dispatch publish failed: %s\n", prog,
+                pae->ErrText ? pae->ErrText : natsStatus_GetText(pae->Err));
+}
+
+static bool relay_is_ours(const char *key)
+{
+    static const char *const set[] = {FQ_HDR_TENANT, FQ_HDR_RUN_ID, FQ_HDR_WORKFLOW,
+                                      FQ_HDR_EST_TOKENS, FQ_HDR_SUBMITTED_AT,
+                                      FQ_HDR_DISPATCHED_AT};
+    if (strncasecmp(key, "Nats-", 5) == 0)
+        return true;
+    for (size_t i = 0; i < sizeof set / sizeof set[0]; i++)
+        if (strcasecmp(key, set[i]) == 0)
+            return true;
+    return false;
+}
+
+/* Carry the producer's headers over, except the Nats- ones (JetStream would
+ * act on them) and the Fair- ones the dispatch sets itself. */
+static natsStatus relay_copy_headers(natsMsg *out, natsMsg *in)
+{
+    const char **keys = NULL;
+    int n = 0;
+    natsStatus s = natsMsgHeader_Keys(in, &keys, &n);
+
+    if (s == NATS_NOT_FOUND)
+        return NATS_OK;
+    for (int i = 0; s == NATS_OK && i < n; i++) {
+        const char **vals = NULL;
+        int nv = 0;
+        if (relay_is_ours(keys[i]))
+            continue;
+        s = natsMsgHeader_Values(in, keys[i], &vals, &nv);
+        for (int j = 0; s == NATS_OK && j < nv; j++)
+            s = natsMsgHeader_Add(out, keys[i], vals[j]);
+        free((void *)vals);
+    }
+    free((void *)keys);
+    return s;
+}
+
+/* Build the dispatch message of one submit message: the body byte for
+ * byte, the headers of the wire contract. */
+static natsStatus relay_dispatch_msg(natsMsg **out, const relay_cfg *cfg, natsMsg *in,
+                                     int64_t now_ms)
+{
+    const char *tenant = fqc_last_token(natsMsg_GetSubject(in));
+    const char *run_id = fqc_hdr(in, FQ_HDR_RUN_ID);
+    const char *workflow = fqc_hdr(in, FQ_HDR_WORKFLOW);
+    char derived[32], msg_id[FQ_TENANT_MAX + FQ_RUN_ID_MAX + 16];
+    uint64_t est, seq = 0;
+    int64_t stored_ns = 0;
+    natsStatus s = fqc_msg_meta(in, &seq, &stored_ns);
+
+    if (s != NATS_OK)
+        return s;
+    if (!run_id) {
+        snprintf(derived, sizeof derived, "s%llu", (unsigned long long)seq);
+        run_id = derived;
+    }
+    if (!fqc_hdr_u64(in, FQ_HDR_EST_TOKENS, UINT32_MAX, &est) || est == 0)
+        est = cfg->default_est;
+    snprintf(msg_id, sizeof msg_id, "fairq:%s:%s", tenant, run_id);
+
+    s = natsMsg_Create(out, cfg->dispatch, NULL, natsMsg_GetData(in), natsMsg_GetDataLength(in));
+    if (s == NATS_OK) s = relay_copy_headers(*out, in);
+    if (s == NATS_OK) s = natsMsgHeader_Set(*out, FQ_HDR_TENANT, tenant);
+    if (s == NATS_OK) s = natsMsgHeader_Set(*out, FQ_HDR_RUN_ID, run_id);
+    if (s == NATS_OK && workflow) s = natsMsgHeader_Set(*out, FQ_HDR_WORKFLOW, workflow);
+    if (s == NATS_OK) s = fqc_hdr_set_u64(*out, FQ_HDR_EST_TOKENS, est);
+    if (s == NATS_OK) s = fqc_hdr_set_u64(*out, FQ_HDR_SUBMITTED_AT, (uint64_t)(stored_ns / FQC_NS_PER_MS));
+    if (s == NATS_OK) s = fqc_hdr_set_u64(*out, FQ_HDR_DISPATCHED_AT, (uint64_t)now_ms);
+    if (s == NATS_OK) s = natsMsgHeader_Set(*out, FQC_HDR_MSG_ID, msg_id);
+    if (s != NATS_OK) {
+        natsMsg_Destroy(*out);
+        *out = NULL;
+    }
+    return s;
+}
+
+/* Take back whatever the library still holds after a failed wait, so the
+ * next batch starts clean; those runs are nak'ed with their batch. */
+static void relay_drop_pending(jsCtx *js)
+{
+    natsMsgList pending;
+    if (js_PublishAsyncGetPendingList(&pending, js) == NATS_OK)
+        natsMsgList_Destroy(&pending);
+}
+
+/* Relay one fetched batch. Returns how many runs went out, or -1 if the
+ * batch was nak'ed. */
+static int relay_batch(jsCtx *js, const relay_cfg *cfg, natsMsgList *list)
+{
+    int64_t now_ms = fqc_wall_us() / 1000;
+    jsPubOptions po;
+    natsStatus s = NATS_OK;
+
+    atomic_store(&relay_pub_errors, 0);
+    for (int i = 0; s == NATS_OK && i < list->Count; i++) {
+        natsMsg *out = NULL;
+        s = relay_dispatch_msg(&out, cfg, list->Msgs[i], now_ms);
+        if (s == NATS_OK)
+            s = js_PublishMsgAsync(js, &out, NULL);
+        natsMsg_Destroy(out);
+    }
+    jsPubOptions_Init(&po);
+    po.MaxWait = 10000;
+    if (s == NATS_OK)
+        s = js_PublishAsyncComplete(js, &po);
+    if (s != NATS_OK || atomic_load(&relay_pub_errors)) {
+        if (s != NATS_OK)
+            fqc_perror(prog, "dispatch batch", s);
+        relay_drop_pending(js);
+        for (int i = 0; i < list->Count; i++)
+            natsMsg_Nak(list->Msgs[i], NULL);
+        return -1;
+    }
+    for (int i = 0; i < list->Count; i++)
+        natsMsg_Ack(list->Msgs[i], NULL);
+    return list->Count;
+}
+
+/* Recreate the durable pull consumer on the submit stream and bind to it. */
+static int relay_subscribe(natsSubscription **sub, jsCtx *js, const relay_cfg *cfg)
+{
+    jsConsumerConfig cc;
+    jsConsumerInfo *ci = NULL;
+    jsSubOptions so;
+    jsErrCode jerr = 0;
+    natsStatus s;
+
+    js_DeleteConsumer(js, cfg->stream, cfg->durable, NULL, NULL);
+    jsConsumerConfig_Init(&cc);
+    cc.Durable = cfg->durable;
+    cc.AckPolicy = js_AckExplicit;
+    cc.DeliverPolicy = js_DeliverAll;
+    cc.AckWait = 30 * FQC_NS_PER_S;
+    cc.MaxAckPending = 65536;
+    cc.MaxRequestBatch = cfg->batch;
+    s = js_AddConsumer(&ci, js, cfg->stream, &cc, NULL, &jerr);
+    jsConsumerInfo_Destroy(ci);
+    if (s != NATS_OK) {
+        if (jerr == JSConsumerWQMultipleUnfilteredErr || jerr == JSConsumerWQConsumerNotUniqueErr)
+            fprintf(stderr, "%s: %s already has a reader (is fairq-proxy running?): a work-queue "
+                    "stream admits one\n", prog, cfg->stream);
+        else
+            fqc_perror(prog, "creating the submit consumer", s);
+        return -1;
+    }
+    jsSubOptions_Init(&so);
+    so.Stream = cfg->stream;
+    so.Consumer = cfg->durable;
+    s = js_PullSubscribe(sub, js, NULL, cfg->durable, NULL, &so, &jerr);
+    if (s != NATS_OK) {
+        fqc_perror(prog, "binding to the submit consumer", s);
+        return -1;
+    }
+    return 0;
+}
+
+static void relay_usage(FILE *f)
+{
+    fprintf(f,
+            "usage: %s [--nats URL] [--stream NAME] [--durable NAME] [--dispatch SUBJECT]\n"
+            "                   [--batch N] [--default-est N]\n"
+            "Relays runs from the submit stream (default " FQC_STREAM_SUBMIT ") to the dispatch\n"
+            "subject (default " FQC_DISPATCH ") in arrival order, with no scheduling: the\n"
+            "baseline fairq-proxy is benchmarked against, and the demo's plain FIFO.\n"
+            "Creates the fairq streams if they are missing. Stops on SIGINT or SIGTERM.\n"
+            "  --nats URL         server (default $FAIRQ_NATS_URL, else " FQC_DEFAULT_URL ")\n"
+            "  --batch N          runs per fetch, 1 to 4096 (default 256)\n"
+            "  --default-est N    Fair-Est-Tokens when a run declares none (default 1000)\n",
+            prog);
+}
+
+static int relay_parse(relay_cfg *cfg, int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"nats", required_argument, NULL, 'n'},    {"stream", required_argument, NULL, 's'},
+        {"durable", required_argument, NULL, 'd'}, {"dispatch", required_argument, NULL, 'D'},
+        {"batch", required_argument, NULL, 'b'},   {"default-est", required_argument, NULL, 'e'},
+        {"help", no_argument, NULL, 'h'},          {NULL, 0, NULL, 0},
+    };
+    uint64_t v;
+    int c;
+
+    *cfg = (relay_cfg){.stream = FQC_STREAM_SUBMIT, .durable = "fairq-relay",
+                       .dispatch = FQC_DISPATCH, .batch = 256, .default_est = 1000};
+    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        switch (c) {
+        case 'n': cfg->url = optarg; break;
+        case 's': cfg->stream = optarg; break;
+        case 'd': cfg->durable = optarg; break;
+        case 'D': cfg->dispatch = optarg; break;
+        case 'b':
+            if (!fqc_parse_u64(optarg, 1, 4096, &v))
+                goto bad;
+            cfg->batch = (int)v;
+            break;
+        case 'e':
+            if (!fqc_parse_u64(optarg, 1, UINT32_MAX, &v))
+                goto bad;
+            cfg->default_est = (uint32_t)v;
+            break;
+        case 'h': relay_usage(stdout); exit(0);
+        default: relay_usage(stderr); return -1;
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "%s: unexpected argument '%s'\n", prog, argv[optind]);
+        return -1;
+    }
+    return 0;
+bad:
+    fprintf(stderr, "%s: --%s: '%s' is not an integer in range (see --help)\n", prog,
+            c == 'b' ? "batch" : "default-est", optarg);
+    return -1;
+}
+
+int main(int argc, char **argv)
+{
+    relay_cfg cfg;
+    natsConnection *nc = NULL;
+    jsCtx *js = NULL;
+    natsSubscription *sub = NULL;
+    jsOptions jo;
+    uint64_t relayed = 0;
+    int64_t t0;
+    natsStatus s;
+    int rc = 1;
+
+    if (relay_parse(&cfg, argc, argv) != 0)
+        return 2;
+    fqc_catch_signals();
+    jsOptions_Init(&jo);
+    jo.PublishAsync.MaxPending = 4 * cfg.batch;
+    jo.PublishAsync.ErrHandler = relay_on_pub_error;
+    s = fqc_connect(&nc, &js, fqc_url(cfg.url), prog, &jo, false);
+    if (s != NATS_OK) {
+        fqc_perror(prog, fqc_url(cfg.url), s);
+        return 1;
+    }
+    if (fqc_streams_ensure(js, prog) != 0 || relay_subscribe(&sub, js, &cfg) != 0)
+        goto out;
+    fprintf(stderr, "%s: relaying %s to %s\n", prog, cfg.stream, cfg.dispatch);
+    t0 = fqc_mono_ns();
+    while (!fqc_stopping()) {
+        natsMsgList list;
+        s = fqc_fetch(&list, sub, cfg.batch, 100);
+        if (s == NATS_TIMEOUT)
+            continue;
+        if (s != NATS_OK) {
+            /* Disconnected, most likely: the library reconnects; retry. */
+            fqc_perror(prog, "fetch", s);
+            fqc_sleep_until(fqc_mono_ns() + 100 * FQC_NS_PER_MS);
+            continue;
+        }
+        int n = relay_batch(js, &cfg, &list);
+        if (n > 0)
+            relayed += (uint64_t)n;
+        natsMsgList_Destroy(&list);
+    }
+    double secs = (double)(fqc_mono_ns() - t0) / 1e9;
+    printf("relay relayed=%llu elapsed_s=%.3f rate=%.0f\n", (unsigned long long)relayed, secs,
+           secs > 0 ? (double)relayed / secs : 0.0);
+    rc = 0;
+out:
+    if (sub) {
+        natsSubscription_Destroy(sub);
+        js_DeleteConsumer(js, cfg.stream, cfg.durable, NULL, NULL);
+    }
+    fqc_disconnect(nc, js);
+    nats_Close();
+    return rc;
+}
