@@ -4,7 +4,7 @@
 #include <stdlib.h>
 
 typedef struct {
-    uint32_t quantum;           /* quantumTokens */
+    uint64_t quantum;           /* quantumTokens: JS numbers do not wrap at 2^32 */
     int64_t deficit;
     fq_cardrr_run *head, *tail; /* pending */
 } cardrr_queue;
@@ -29,7 +29,7 @@ fq_status fq_cardrr_create(fq_cardrr **out, uint32_t ntenants, uint32_t quantum,
     }
     c->n = ntenants;
     for (uint32_t i = 0; i < ntenants; i++)
-        c->queues[i].quantum = quantum * (weight ? weight[i] : 1);
+        c->queues[i].quantum = (uint64_t)quantum * (weight ? weight[i] : 1);
     *out = c;
     return FQ_OK;
 }
@@ -63,7 +63,7 @@ fq_cardrr_run *fq_cardrr_next(fq_cardrr *c)
         c->visits++;
         if (!q->head)
             continue;
-        q->deficit += q->quantum;
+        q->deficit += (int64_t)q->quantum;
         fq_cardrr_run *head = q->head;
         if (head->est <= q->deficit) {
             q->deficit -= head->est;

@@ -45,11 +45,27 @@ static void test_reset_on_enqueue_erases_debt(void **state)
     fq_cardrr_destroy(c);
 }
 
+/* quantum x weight past 2^32 (a large quantum, an enterprise weight) is the
+ * product, as in the listing's JavaScript numbers, not its value mod 2^32. */
+static void test_weighted_quantum_does_not_wrap(void **state)
+{
+    (void)state;
+    fq_cardrr *c;
+    const uint32_t weight[1] = {10000};
+    assert_int_equal(fq_cardrr_create(&c, 1, 1000000, weight), FQ_OK);
+    fq_cardrr_run r = {.tenant = 0, .est = 4000000000u};
+    fq_cardrr_enqueue(c, &r);
+    assert_ptr_equal(fq_cardrr_next(c), &r);   /* 1e10 covers 4e9 on the first visit */
+    assert_int_equal(fq_cardrr_deficit(c, 0), 10000000000LL - 4000000000LL);
+    fq_cardrr_destroy(c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_small_runs_degenerate_to_request_counting),
         cmocka_unit_test(test_reset_on_enqueue_erases_debt),
+        cmocka_unit_test(test_weighted_quantum_does_not_wrap),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
