@@ -1,0 +1,552 @@
+/* proxytest.c -- integration-test support for fairq-proxy: a config, the proxy child, producers, simulated workers. */
+#include "proxytest.h"
+
+#include <inttypes.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define PT_DISPATCH_STREAM "FAIR_DISPATCH"
+
+static void pt_sleep_ms(int ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+/* ---- the proxy process ------------------------------------------------- */
+
+int pt_proxy_start(pt_proxy *px, const natstest *srv, const char *name, const char *yaml_body)
+{
+    memset(px, 0, sizeof *px);
+    snprintf(px->config, sizeof px->config, "%s/%s.yaml", natstest_dir(srv), name);
+    snprintf(px->log, sizeof px->log, "%s/%s.log", natstest_dir(srv), name);
+    FILE *f = fopen(px->config, "w");
+    if (!f) {
+        perror(px->config);
+        return -1;
+    }
+    fprintf(f, "nats:\n  url: %s\nhttp:\n  listen: \"\"\n%s", natstest_url(srv), yaml_body);
+    fclose(f);
+    return pt_proxy_restart(px);
+}
+
+int pt_proxy_restart(pt_proxy *px)
+{
+    char bin[512];
+    nt_build_path(bin, sizeof bin, "fairq-proxy");
+    const char *argv[] = {bin, "-c", px->config, NULL};
+    return nt_proc_spawn(&px->proc, argv, px->log);
+}
+
+int pt_proxy_stop(pt_proxy *px)
+{
+    if (nt_proc_signal_wait(&px->proc, SIGTERM, 20000) != 0)
+        return -1;
+    return nt_proc_exit_code(&px->proc);
+}
+
+int pt_proxy_kill(pt_proxy *px)
+{
+    return nt_proc_signal_wait(&px->proc, SIGKILL, 5000);
+}
+
+int pt_log_has(const pt_proxy *px, const char *text)
+{
+    FILE *f = fopen(px->log, "r");
+    if (!f)
+        return 0;
+    char line[8192];
+    int found = 0;
+    while (!found && fgets(line, sizeof line, f))
+        found = strstr(line, text) != NULL;
+    fclose(f);
+    return found;
+}
+
+int pt_log_wait(const pt_proxy *px, const char *text, int timeout_ms)
+{
+    long long end = nt_now_ms() + timeout_ms;
+    while (nt_now_ms() < end) {
+        if (pt_log_has(px, text))
+            return 0;
+        pt_sleep_ms(20);
+    }
+    fprintf(stderr, "proxytest: \"%s\" not in %s after %d ms\n", text, px->log, timeout_ms);
+    return -1;
+}
+
+/* ---- clients ----------------------------------------------------------- */
+
+int pt_connect(pt_client *c, const natstest *srv)
+{
+    memset(c, 0, sizeof *c);
+    natsOptions *o = NULL;
+    natsStatus s = natsOptions_Create(&o);
+    if (s == NATS_OK)
+        s = natsOptions_SetURL(o, natstest_url(srv));
+    if (s == NATS_OK)
+        s = natsOptions_SetMaxReconnect(o, -1);
+    if (s == NATS_OK)
+        s = natsOptions_SetReconnectWait(o, 100);
+    if (s == NATS_OK)
+        s = natsConnection_Connect(&c->nc, o);
+    natsOptions_Destroy(o);
+    jsOptions jo;
+    jsOptions_Init(&jo);
+    jo.PublishAsync.MaxPending = 4096;
+    if (s == NATS_OK)
+        s = natsConnection_JetStream(&c->js, c->nc, &jo);
+    if (s != NATS_OK) {
+        fprintf(stderr, "proxytest: connect: %s\n", natsStatus_GetText(s));
+        return -1;
+    }
+    return 0;
+}
+
+void pt_close(pt_client *c)
+{
+    jsCtx_Destroy(c->js);
+    natsConnection_Destroy(c->nc);
+    memset(c, 0, sizeof *c);
+}
+
+static natsMsg *pt_submit_msg(const char *tenant, const void *body, size_t len,
+                              const char *const *hdrs)
+{
+    char subj[512];
+    if (tenant[0] == '=')
+        snprintf(subj, sizeof subj, "%s", tenant + 1);
+    else
+        snprintf(subj, sizeof subj, "fair.submit.%s", tenant);
+    natsMsg *m = NULL;
+    if (natsMsg_Create(&m, subj, NULL, body, (int)len) != NATS_OK)
+        return NULL;
+    for (size_t i = 0; hdrs && hdrs[i]; i += 2)
+        natsMsgHeader_Add(m, hdrs[i], hdrs[i + 1]);
+    return m;
+}
+
+int pt_submit(pt_client *c, const char *tenant, const void *body, size_t len,
+              const char *const *hdrs)
+{
+    natsMsg *m = pt_submit_msg(tenant, body, len, hdrs);
+    jsPubAck *pa = NULL;
+    jsErrCode jerr = 0;
+    natsStatus s = m ? js_PublishMsg(&pa, c->js, m, NULL, &jerr) : NATS_NO_MEMORY;
+    jsPubAck_Destroy(pa);
+    natsMsg_Destroy(m);
+    if (s != NATS_OK) {
+        fprintf(stderr, "proxytest: submit %s: %s (%d)\n", tenant, natsStatus_GetText(s), jerr);
+        return -1;
+    }
+    return 0;
+}
+
+int pt_submit_async(pt_client *c, const char *tenant, const void *body, size_t len,
+                    const char *const *hdrs)
+{
+    natsMsg *m = pt_submit_msg(tenant, body, len, hdrs);
+    natsStatus s = m ? js_PublishMsgAsync(c->js, &m, NULL) : NATS_NO_MEMORY;
+    natsMsg_Destroy(m);
+    if (s != NATS_OK) {
+        fprintf(stderr, "proxytest: async submit %s: %s\n", tenant, natsStatus_GetText(s));
+        return -1;
+    }
+    return 0;
+}
+
+int pt_submit_flush(pt_client *c)
+{
+    jsPubOptions po;
+    jsPubOptions_Init(&po);
+    po.MaxWait = 30000;
+    natsStatus s = js_PublishAsyncComplete(c->js, &po);
+    if (s != NATS_OK) {
+        fprintf(stderr, "proxytest: flush: %s\n", natsStatus_GetText(s));
+        return -1;
+    }
+    return 0;
+}
+
+char *pt_stats(pt_client *c)
+{
+    natsMsg *r = NULL;
+    if (natsConnection_Request(&r, c->nc, "fair.admin.stats", "", 0, 5000) != NATS_OK)
+        return NULL;
+    size_t len = (size_t)natsMsg_GetDataLength(r);
+    char *s = malloc(len + 1);
+    if (s) {
+        memcpy(s, natsMsg_GetData(r), len);
+        s[len] = '\0';
+    }
+    natsMsg_Destroy(r);
+    return s;
+}
+
+/* ---- reading streams back ---------------------------------------------- */
+
+uint64_t pt_stream_last(pt_client *c, const char *stream)
+{
+    jsStreamInfo *si = NULL;
+    if (js_GetStreamInfo(&si, c->js, stream, NULL, NULL) != NATS_OK)
+        return 0;
+    uint64_t last = si->State.LastSeq;
+    jsStreamInfo_Destroy(si);
+    return last;
+}
+
+static void pt_hdr(natsMsg *m, const char *key, char *out, size_t cap)
+{
+    const char *v = NULL;
+    out[0] = '\0';
+    if (natsMsgHeader_Get(m, key, &v) == NATS_OK && v)
+        snprintf(out, cap, "%s", v);
+}
+
+static void pt_fill(pt_msg *o, natsMsg *m, uint64_t seq)
+{
+    memset(o, 0, sizeof *o);
+    o->seq = seq;
+    snprintf(o->subject, sizeof o->subject, "%s", natsMsg_GetSubject(m));
+    pt_hdr(m, "Fair-Tenant", o->tenant, sizeof o->tenant);
+    pt_hdr(m, "Fair-Run-Id", o->run_id, sizeof o->run_id);
+    pt_hdr(m, "Fair-Error", o->error, sizeof o->error);
+    pt_hdr(m, "Fair-Subject", o->fsubject, sizeof o->fsubject);
+    char num[32];
+    pt_hdr(m, "Fair-Est-Tokens", num, sizeof num);
+    o->est = (uint32_t)strtoul(num, NULL, 10);
+    pt_hdr(m, "Fair-Submitted-At", num, sizeof num);
+    o->submitted_at = strtoll(num, NULL, 10);
+    pt_hdr(m, "Fair-Dispatched-At", num, sizeof num);
+    o->dispatched_at = strtoll(num, NULL, 10);
+    o->len = (size_t)natsMsg_GetDataLength(m);
+    o->data = malloc(o->len + 1);
+    if (o->data) {
+        memcpy(o->data, natsMsg_GetData(m) ? natsMsg_GetData(m) : "", o->len);
+        o->data[o->len] = '\0';
+    }
+}
+
+int pt_stream_read(pt_client *c, const char *stream, pt_msg **out, size_t *n)
+{
+    *out = NULL;
+    *n = 0;
+    jsStreamInfo *si = NULL;
+    if (js_GetStreamInfo(&si, c->js, stream, NULL, NULL) != NATS_OK) {
+        fprintf(stderr, "proxytest: no stream %s\n", stream);
+        return -1;
+    }
+    uint64_t first = si->State.FirstSeq, last = si->State.LastSeq, msgs = si->State.Msgs;
+    jsStreamInfo_Destroy(si);
+    pt_msg *v = calloc(msgs + 1, sizeof *v);
+    if (!v)
+        return -1;
+    size_t k = 0;
+    for (uint64_t seq = first; msgs && seq <= last && k < msgs; seq++) {
+        natsMsg *m = NULL;
+        if (js_GetMsg(&m, c->js, stream, seq, NULL, NULL) != NATS_OK)
+            continue;   /* deleted */
+        pt_fill(&v[k++], m, seq);
+        natsMsg_Destroy(m);
+    }
+    *out = v;
+    *n = k;
+    return 0;
+}
+
+void pt_msgs_free(pt_msg *m, size_t n)
+{
+    for (size_t i = 0; m && i < n; i++)
+        free(m[i].data);
+    free(m);
+}
+
+uint32_t pt_sum(const void *data, size_t len)
+{
+    uint32_t h = 2166136261u;
+    for (size_t i = 0; i < len; i++)
+        h = (h ^ ((const uint8_t *)data)[i]) * 16777619u;
+    return h;
+}
+
+/* ---- the simulated workers --------------------------------------------- */
+
+/* A run held by the worker until its completion is due. */
+typedef struct pt_job {
+    char tenant[72];
+    char run_id[136];
+    uint32_t est;
+    long long due;
+} pt_job;
+
+struct pt_worker {
+    pt_worker_opts o;
+    pt_client c;
+    natsSubscription *sub;
+    pthread_t thread;
+    pthread_mutex_t mu;         /* guards seen, counts, hold */
+    pt_seen *seen;
+    size_t nseen, cap;
+    size_t completed;
+    bool hold, stop;
+    pt_job *jobs;               /* worker thread only */
+    int njobs;
+    char **done_ids;            /* run keys completed, for idempotence */
+    size_t ndone, done_cap;
+};
+
+static bool pt_done_has(pt_worker *w, const char *key)
+{
+    for (size_t i = 0; i < w->ndone; i++)
+        if (strcmp(w->done_ids[i], key) == 0)
+            return true;
+    return false;
+}
+
+static void pt_done_add(pt_worker *w, const char *key)
+{
+    if (w->ndone == w->done_cap) {
+        w->done_cap = w->done_cap ? w->done_cap * 2 : 1024;
+        w->done_ids = realloc(w->done_ids, w->done_cap * sizeof *w->done_ids);
+    }
+    w->done_ids[w->ndone++] = strdup(key);
+}
+
+/* JSON string escaping for run ids (printable ASCII, may hold " and \). */
+static void pt_json_str(char *out, size_t cap, const char *s)
+{
+    size_t k = 0;
+    for (; *s && k + 3 < cap; s++) {
+        if (*s == '"' || *s == '\\')
+            out[k++] = '\\';
+        out[k++] = *s;
+    }
+    out[k] = '\0';
+}
+
+static void pt_complete(pt_worker *w, const pt_job *j)
+{
+    uint64_t actual = w->o.actual ? w->o.actual(w->o.arg, j->tenant, j->est) : j->est;
+    char id[300], body[600], subj[128];
+    pt_json_str(id, sizeof id, j->run_id);
+    snprintf(body, sizeof body,
+             "{\"run_id\":\"%s\",\"actual_tokens\":%" PRIu64 ",\"status\":\"ok\",\"est_tokens\":%u}",
+             id, actual, j->est);
+    snprintf(subj, sizeof subj, "fair.done.%s", j->tenant);
+    /* Retry through a server restart: a completion must not be lost. */
+    for (int attempt = 0; attempt < 200; attempt++) {
+        jsPubAck *pa = NULL;
+        natsStatus s = js_Publish(&pa, w->c.js, subj, body, (int)strlen(body), NULL, NULL);
+        jsPubAck_Destroy(pa);
+        if (s == NATS_OK)
+            break;
+        pt_sleep_ms(100);
+    }
+    char key[220];
+    snprintf(key, sizeof key, "%s/%s", j->tenant, j->run_id);
+    pthread_mutex_lock(&w->mu);
+    pt_done_add(w, key);
+    w->completed++;
+    for (size_t i = w->nseen; i-- > 0;) {
+        if (strcmp(w->seen[i].run_id, j->run_id) == 0 && strcmp(w->seen[i].tenant, j->tenant) == 0) {
+            w->seen[i].actual = actual;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&w->mu);
+}
+
+static void pt_receive(pt_worker *w, natsMsg *m)
+{
+    pt_seen s = {0};
+    jsMsgMetaData *md = NULL;
+    if (natsMsg_GetMetaData(&md, m) == NATS_OK) {
+        s.dseq = md->Sequence.Stream;
+        jsMsgMetaData_Destroy(md);
+    }
+    pt_hdr(m, "Fair-Tenant", s.tenant, sizeof s.tenant);
+    pt_hdr(m, "Fair-Run-Id", s.run_id, sizeof s.run_id);
+    char num[32];
+    pt_hdr(m, "Fair-Est-Tokens", num, sizeof num);
+    s.est = (uint32_t)strtoul(num, NULL, 10);
+    s.at_ms = nt_now_ms();
+    s.len = (uint32_t)natsMsg_GetDataLength(m);
+    s.body_sum = pt_sum(natsMsg_GetData(m) ? natsMsg_GetData(m) : "", s.len);
+    natsMsg_Ack(m, NULL);
+    char key[220];
+    snprintf(key, sizeof key, "%s/%s", s.tenant, s.run_id);
+    pthread_mutex_lock(&w->mu);
+    if (w->nseen == w->cap) {
+        w->cap = w->cap ? w->cap * 2 : 1024;
+        w->seen = realloc(w->seen, w->cap * sizeof *w->seen);
+    }
+    w->seen[w->nseen++] = s;
+    bool again = pt_done_has(w, key);
+    for (int i = 0; !again && i < w->njobs; i++)
+        again = strcmp(w->jobs[i].run_id, s.run_id) == 0 && strcmp(w->jobs[i].tenant, s.tenant) == 0;
+    pthread_mutex_unlock(&w->mu);
+    if (again)
+        return;
+    pt_job *j = &w->jobs[w->njobs++];
+    snprintf(j->tenant, sizeof j->tenant, "%s", s.tenant);
+    snprintf(j->run_id, sizeof j->run_id, "%s", s.run_id);
+    j->est = s.est;
+    j->due = nt_now_ms() + w->o.service_ms + (long long)w->o.per_token_us * s.est / 1000;
+}
+
+static void pt_complete_due(pt_worker *w)
+{
+    pthread_mutex_lock(&w->mu);
+    bool hold = w->hold;
+    pthread_mutex_unlock(&w->mu);
+    if (hold)
+        return;
+    long long now = nt_now_ms();
+    for (int i = 0; i < w->njobs;) {
+        if (w->jobs[i].due <= now) {
+            pt_complete(w, &w->jobs[i]);
+            w->jobs[i] = w->jobs[--w->njobs];
+        } else {
+            i++;
+        }
+    }
+}
+
+static int pt_worker_subscribe(pt_worker *w)
+{
+    jsSubOptions so;
+    jsSubOptions_Init(&so);
+    so.Stream = PT_DISPATCH_STREAM;
+    so.Config.Durable = "workers";
+    so.Config.AckPolicy = js_AckExplicit;
+    so.Config.MaxAckPending = 100000;
+    so.Config.AckWait = 60LL * 1000000000;
+    return js_PullSubscribe(&w->sub, w->c.js, "fair.dispatch", "workers", NULL, &so, NULL) ==
+                   NATS_OK ? 0 : -1;
+}
+
+static void *pt_worker_main(void *arg)
+{
+    pt_worker *w = arg;
+    for (;;) {
+        pthread_mutex_lock(&w->mu);
+        bool stop = w->stop;
+        pthread_mutex_unlock(&w->mu);
+        if (stop)
+            break;
+        if (!w->sub && pt_worker_subscribe(w) != 0) {
+            pt_sleep_ms(50);    /* the proxy has not made the stream yet */
+            continue;
+        }
+        pt_complete_due(w);
+        int room = w->o.concurrency - w->njobs;
+        if (room <= 0) {
+            pt_sleep_ms(1);
+            continue;
+        }
+        /* NoWait with an expiry returns as soon as anything came, or at
+         * the expiry: wait no longer than the next completion is due. */
+        long long wait = 50, now = nt_now_ms();
+        for (int i = 0; i < w->njobs; i++)
+            if (w->jobs[i].due - now < wait)
+                wait = w->jobs[i].due - now;
+        natsMsgList list = {0};
+        jsFetchRequest req;
+        jsFetchRequest_Init(&req);
+        req.Batch = room;
+        req.NoWait = true;
+        req.Expires = (wait > 1 ? wait : 1) * 1000000LL;
+        natsStatus s = natsSubscription_FetchRequest(&list, w->sub, &req);
+        for (int i = 0; s == NATS_OK && i < list.Count; i++)
+            pt_receive(w, list.Msgs[i]);
+        natsMsgList_Destroy(&list);
+    }
+    return NULL;
+}
+
+int pt_worker_start(pt_worker **out, const natstest *srv, const pt_worker_opts *o)
+{
+    *out = NULL;
+    pt_worker *w = calloc(1, sizeof *w);
+    if (!w)
+        return -1;
+    w->o = *o;
+    if (w->o.concurrency < 1)
+        w->o.concurrency = 1;
+    w->jobs = calloc((size_t)w->o.concurrency, sizeof *w->jobs);
+    pthread_mutex_init(&w->mu, NULL);
+    if (!w->jobs || pt_connect(&w->c, srv) != 0 ||
+        pthread_create(&w->thread, NULL, pt_worker_main, w) != 0) {
+        free(w->jobs);
+        free(w);
+        return -1;
+    }
+    *out = w;
+    return 0;
+}
+
+void pt_worker_stop(pt_worker *w)
+{
+    if (!w)
+        return;
+    pthread_mutex_lock(&w->mu);
+    w->stop = true;
+    pthread_mutex_unlock(&w->mu);
+    pthread_join(w->thread, NULL);
+    natsSubscription_Destroy(w->sub);
+    pt_close(&w->c);
+    for (size_t i = 0; i < w->ndone; i++)
+        free(w->done_ids[i]);
+    free(w->done_ids);
+    free(w->seen);
+    free(w->jobs);
+    pthread_mutex_destroy(&w->mu);
+    free(w);
+}
+
+size_t pt_worker_received(pt_worker *w)
+{
+    pthread_mutex_lock(&w->mu);
+    size_t n = w->nseen;
+    pthread_mutex_unlock(&w->mu);
+    return n;
+}
+
+size_t pt_worker_completed(pt_worker *w)
+{
+    pthread_mutex_lock(&w->mu);
+    size_t n = w->completed;
+    pthread_mutex_unlock(&w->mu);
+    return n;
+}
+
+pt_seen pt_worker_seen(pt_worker *w, size_t i)
+{
+    pthread_mutex_lock(&w->mu);
+    pt_seen s = i < w->nseen ? w->seen[i] : (pt_seen){0};
+    pthread_mutex_unlock(&w->mu);
+    return s;
+}
+
+void pt_worker_hold(pt_worker *w, bool hold)
+{
+    pthread_mutex_lock(&w->mu);
+    w->hold = hold;
+    pthread_mutex_unlock(&w->mu);
+}
+
+int pt_worker_wait_completed(pt_worker *w, size_t n, int timeout_ms)
+{
+    long long end = nt_now_ms() + timeout_ms;
+    while (nt_now_ms() < end) {
+        if (pt_worker_completed(w) >= n)
+            return 0;
+        pt_sleep_ms(20);
+    }
+    fprintf(stderr, "proxytest: %zu of %zu runs completed after %d ms\n", pt_worker_completed(w),
+            n, timeout_ms);
+    return -1;
+}
