@@ -1657,18 +1657,16 @@ static fq_status px_start_consumers(fq_proxy *p)
 static bool px_become_leader(fq_proxy *p)
 {
     char holder[128] = "";
-    bool said = false;
-    for (;;) {
+    for (unsigned attempt = 0;; attempt++) {
         fq_status s = px_lease_acquire(p, holder, sizeof holder);
         if (s == FQ_OK)
             return true;
-        if (!said || px_warn_ok(p, "standby")) {
+        if (attempt % 20 == 0) {    /* every ten seconds */
             fq_log(FQ_LOG_WARN,
                    s == FQ_EEXIST ? "standing by: another proxy holds the leader lease on these "
                                     "streams; taking over when it stops renewing it"
                                   : "standing by: cannot read the leader lease",
                    FQ_STR("holder", holder), FQ_UINT("lease_ttl_ms", FQ_LEASE_TTL_MS));
-            said = true;
         }
         if (!px_sleep_unless_stopped(p, 500))
             return false;

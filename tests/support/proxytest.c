@@ -53,29 +53,35 @@ int pt_proxy_kill(pt_proxy *px)
     return nt_proc_signal_wait(&px->proc, SIGKILL, 5000);
 }
 
-int pt_log_has(const pt_proxy *px, const char *text)
+int pt_log_count(const pt_proxy *px, const char *text)
 {
     FILE *f = fopen(px->log, "r");
     if (!f)
         return 0;
     char line[8192];
-    int found = 0;
-    while (!found && fgets(line, sizeof line, f))
-        found = strstr(line, text) != NULL;
+    int n = 0;
+    while (fgets(line, sizeof line, f))
+        n += strstr(line, text) != NULL;
     fclose(f);
-    return found;
+    return n;
+}
+
+int pt_log_wait_n(const pt_proxy *px, const char *text, int n, int timeout_ms)
+{
+    long long end = nt_now_ms() + timeout_ms;
+    while (nt_now_ms() < end) {
+        if (pt_log_count(px, text) >= n)
+            return 0;
+        pt_sleep_ms(20);
+    }
+    fprintf(stderr, "proxytest: \"%s\" not %d times in %s after %d ms\n", text, n, px->log,
+            timeout_ms);
+    return -1;
 }
 
 int pt_log_wait(const pt_proxy *px, const char *text, int timeout_ms)
 {
-    long long end = nt_now_ms() + timeout_ms;
-    while (nt_now_ms() < end) {
-        if (pt_log_has(px, text))
-            return 0;
-        pt_sleep_ms(20);
-    }
-    fprintf(stderr, "proxytest: \"%s\" not in %s after %d ms\n", text, px->log, timeout_ms);
-    return -1;
+    return pt_log_wait_n(px, text, 1, timeout_ms);
 }
 
 /* ---- clients ----------------------------------------------------------- */

@@ -36,8 +36,10 @@ int pt_proxy_stop(pt_proxy *px);
 int pt_proxy_kill(pt_proxy *px);
 /* Wait until the proxy's log contains text, up to timeout_ms. */
 int pt_log_wait(const pt_proxy *px, const char *text, int timeout_ms);
-/* 1 if the log contains text. */
-int pt_log_has(const pt_proxy *px, const char *text);
+/* The same for its n-th line holding text (logs are appended across restarts). */
+int pt_log_wait_n(const pt_proxy *px, const char *text, int n, int timeout_ms);
+/* Lines of the log holding text. */
+int pt_log_count(const pt_proxy *px, const char *text);
 
 /* A client connection with JetStream. */
 typedef struct pt_client {
