@@ -35,16 +35,14 @@
 
 #include "fq.h"
 #include "msg.h"
+#include "proxy.h"
 
-/* The defaults of the wire contract (docs/protocol.md). */
+/* The default subjects of the wire contract (docs/protocol.md); the stream
+ * names are the proxy's (proxy.h). */
 #define FQC_SUBMIT_PREFIX "fair.submit"
 #define FQC_DISPATCH "fair.dispatch"
 #define FQC_DONE_PREFIX "fair.done"
 #define FQC_REJECTED_PREFIX "fair.rejected"
-#define FQC_STREAM_SUBMIT "FAIR_SUBMIT"
-#define FQC_STREAM_DISPATCH "FAIR_DISPATCH"
-#define FQC_STREAM_DONE "FAIR_DONE"
-#define FQC_STREAM_REJECTED "FAIR_REJECTED"
 #define FQC_HDR_MSG_ID "Nats-Msg-Id"
 #define FQC_DEFAULT_URL "nats://127.0.0.1:4222"
 
@@ -218,18 +216,18 @@ static inline int fqc_stream_ensure(jsCtx *js, const char *prog, jsStreamConfig 
     return -1;
 }
 
-/* Create the four fairq streams with the default subjects, as the proxy
- * would, where they are missing (issue 4 point 2; the proxy is the owner of
- * this configuration: change it there first). FAIR_DISPATCH keeps limits
- * retention, so a Nats-Msg-Id it saw survives a server restart and a run
- * republished after one is still recognised. Returns 0 on success. */
+/* Create the four fairq streams with the default subjects where they are
+ * missing, as fairq-proxy with its default config would (lib/proxy.c
+ * px_streams owns this configuration: change it there first, then here).
+ * FAIR_DISPATCH keeps limits retention for an hour, so a Nats-Msg-Id it saw
+ * survives a server restart. Returns 0 on success. */
 static inline int fqc_streams_ensure(jsCtx *js, const char *prog)
 {
     const char *submit[] = {FQC_SUBMIT_PREFIX ".*"};
     const char *dispatch[] = {FQC_DISPATCH};
     const char *done[] = {FQC_DONE_PREFIX ".*"};
     const char *rejected[] = {FQC_REJECTED_PREFIX ".*"};
-    const int64_t minute = 60 * FQC_NS_PER_S;
+    const int64_t ms = FQC_NS_PER_MS;
     jsStreamConfig c[4];
 
     for (int i = 0; i < 4; i++) {
@@ -237,21 +235,22 @@ static inline int fqc_streams_ensure(jsCtx *js, const char *prog)
         c[i].Storage = js_FileStorage;
         c[i].Replicas = 1;
     }
-    c[0].Name = FQC_STREAM_SUBMIT;
+    c[0].Name = FQ_STREAM_SUBMIT;
     c[0].Subjects = submit;
     c[0].Retention = js_WorkQueuePolicy;
-    c[1].Name = FQC_STREAM_DISPATCH;
+    c[0].AllowDirect = true;
+    c[1].Name = FQ_STREAM_DISPATCH;
     c[1].Subjects = dispatch;
     c[1].Retention = js_LimitsPolicy;
-    c[1].Duplicates = 10 * minute;
-    c[1].MaxAge = 24 * 60 * minute;
-    c[2].Name = FQC_STREAM_DONE;
+    c[1].Duplicates = FQ_DUPLICATE_WINDOW_MS * ms;
+    c[1].MaxAge = 3600 * 1000 * ms;
+    c[2].Name = FQ_STREAM_DONE;
     c[2].Subjects = done;
     c[2].Retention = js_WorkQueuePolicy;
-    c[3].Name = FQC_STREAM_REJECTED;
+    c[3].Name = FQ_STREAM_REJECTED;
     c[3].Subjects = rejected;
     c[3].Retention = js_LimitsPolicy;
-    c[3].MaxAge = 7 * 24 * 60 * minute;
+    c[3].MaxAge = (int64_t)FQ_REJECTED_MAX_AGE_MS * ms;
     for (int i = 0; i < 4; i++) {
         c[i].SubjectsLen = 1;
         if (fqc_stream_ensure(js, prog, &c[i]) != 0)
@@ -312,9 +311,10 @@ static inline bool fqc_parse_u64(const char *s, uint64_t min, uint64_t max, uint
     if (!s || !*s)
         return false;
     for (; *s; s++) {
-        if (*s < '0' || *s > '9' || v > (UINT64_MAX - 9) / 10)
+        uint64_t d = (uint64_t)(*s - '0');
+        if (*s < '0' || *s > '9' || v > (UINT64_MAX - d) / 10)
             return false;
-        v = v * 10 + (uint64_t)(*s - '0');
+        v = v * 10 + d;
     }
     if (v < min || v > max)
         return false;

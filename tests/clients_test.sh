@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# clients_test.sh -- the example producer and worker, the FIFO relay and the load generator against a real nats-server.
+#
+# Checks, on a server of its own (scripts/nats-up.sh):
+#   - the worker refuses clearly when the streams do not exist;
+#   - producer -> relay -> worker: each run arrives once with its run id, tenant
+#     and estimate, and is completed;
+#   - relay + load for a few seconds: every submitted run is dispatched and
+#     completed exactly once, none is missing, and each tenant's runs leave in
+#     submit order (one FIFO);
+#   - the relay stops on SIGTERM with status 0 and leaves the submit stream free.
+set -euo pipefail
+
+src=${FAIRQ_SOURCE_DIR:-$(cd "$(dirname "$0")/.." && pwd)}
+bin=${FAIRQ_BUILD_DIR:-$src/build}
+tmp=$(mktemp -d)
+relay_pid=""
+
+cleanup() {
+    if [ -n "$relay_pid" ]; then kill "$relay_pid" 2>/dev/null || true; fi
+    "$src/scripts/nats-down.sh" "$tmp"
+    rm -rf "$tmp"
+}
+trap cleanup EXIT
+
+fail() {
+    echo "clients_test: FAIL: $*" >&2
+    for f in "$tmp"/*.out "$tmp"/*.err; do
+        [ -s "$f" ] && { echo "--- $f" >&2; tail -20 "$f" >&2; }
+    done
+    exit 1
+}
+
+# The value of key in the first line of file that starts with prefix.
+field() {
+    awk -v p="$2" -v k="$3" '$1 == p { for (i = 2; i <= NF; i++) { split($i, kv, "="); if (kv[1] == k) { print kv[2]; exit } } }' "$1"
+}
+
+url=$("$src/scripts/nats-up.sh" "$tmp")
+echo "clients_test: nats-server at $url"
+
+# 1. No streams yet: the worker says who creates them.
+if "$bin/fairq-worker" --nats "$url" --count 1 >"$tmp/noworker.out" 2>"$tmp/noworker.err"; then
+    fail "fairq-worker ran without FAIR_DISPATCH"
+fi
+grep -q "FAIR_DISPATCH does not exist: start fairq-proxy" "$tmp/noworker.err" ||
+    fail "fairq-worker did not say the stream is missing"
+
+# 2. The relay creates the streams.
+"$bin/fairq-relay" --nats "$url" >"$tmp/relay.out" 2>"$tmp/relay.err" &
+relay_pid=$!
+for _ in $(seq 1 50); do grep -q "relaying" "$tmp/relay.err" && break; sleep 0.1; done
+grep -q "relaying" "$tmp/relay.err" || fail "fairq-relay did not start"
+
+# 3. Three runs from the example producer reach the example worker once each.
+"$bin/fairq-producer" --nats "$url" --tenant acme --est 40 --count 3 --run-id t3 \
+    --body "hello" >"$tmp/producer.out" 2>"$tmp/producer.err" || fail "fairq-producer failed"
+[ "$(grep -c '^sent ' "$tmp/producer.out")" -eq 3 ] || fail "the producer did not report 3 runs"
+timeout 30 "$bin/fairq-worker" --nats "$url" --count 3 --tokens-per-sec 0 --actual-factor 2 \
+    >"$tmp/worker.out" 2>"$tmp/worker.err" || fail "fairq-worker failed"
+for i in 1 2 3; do
+    grep -q "^run tenant=acme run_id=t3-$i .*est_tokens=40 " "$tmp/worker.out" ||
+        fail "run t3-$i was not received with its tenant and estimate"
+    grep -q "^done tenant=acme run_id=t3-$i actual_tokens=80 status=ok" "$tmp/worker.out" ||
+        fail "run t3-$i was not completed"
+done
+[ "$(grep -c '^done ' "$tmp/worker.out")" -eq 3 ] || fail "the worker completed other than 3 runs"
+
+# 4. A few seconds of load through the relay: every run exactly once.
+"$bin/fairq-load" --nats "$url" --rate 2000 --duration 3 --tenants 5 \
+    --costs 100:0.9,5000:0.1 --workers 32 --tokens-per-sec 2000000 --drain 30 \
+    >"$tmp/load.out" 2>"$tmp/load.err" || fail "fairq-load failed"
+submitted=$(field "$tmp/load.out" runs submitted)
+[ -n "$submitted" ] && [ "$submitted" -ge 3000 ] || fail "too few runs submitted: '$submitted'"
+[ "$(field "$tmp/load.out" runs completed_once)" = "$submitted" ] ||
+    fail "completed once: $(field "$tmp/load.out" runs completed_once) of $submitted"
+for k in submit_errors rejected completed_more missing dispatched_more foreign out_of_order complete_errors; do
+    [ "$(field "$tmp/load.out" runs "$k")" = 0 ] || fail "$k is $(field "$tmp/load.out" runs "$k"), not 0"
+done
+[ "$(field "$tmp/load.out" runs dispatched)" = "$submitted" ] || fail "dispatched differs from submitted"
+[ "$(grep -c '^latency tenant=t' "$tmp/load.out")" -eq 5 ] || fail "not one latency line per tenant"
+
+# 5. SIGTERM: the relay exits 0, having relayed everything, and frees FAIR_SUBMIT.
+kill -TERM "$relay_pid"
+status=0
+wait "$relay_pid" || status=$?
+relay_pid=""
+[ "$status" -eq 0 ] || fail "fairq-relay exited $status on SIGTERM"
+[ "$(field "$tmp/relay.out" relay relayed)" = "$((submitted + 3))" ] ||
+    fail "the relay relayed $(field "$tmp/relay.out" relay relayed), expected $((submitted + 3))"
+"$bin/fairq-relay" --nats "$url" >"$tmp/relay2.out" 2>"$tmp/relay2.err" &
+relay_pid=$!
+for _ in $(seq 1 50); do grep -q "relaying" "$tmp/relay2.err" && break; sleep 0.1; done
+grep -q "relaying" "$tmp/relay2.err" || fail "a second relay could not take FAIR_SUBMIT over"
+
+echo "clients_test: ok ($submitted runs through the relay, each completed once)"
