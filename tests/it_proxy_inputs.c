@@ -1,0 +1,378 @@
+/* it_proxy_inputs.c -- bad input end to end: each case refused with a reason or dispatched opaque, never a crash or a stall. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <cjson/cJSON.h>
+#include <cmocka.h>
+
+#include "proxytest.h"
+
+typedef struct fixture {
+    natstest *srv;
+    pt_proxy px;
+    pt_client c;
+    pt_worker *w;
+} fixture;
+
+static const char yaml[] =
+    "scheduler:\n  default_plan: free\n  unknown_tenants: reject\n"
+    "window:\n  max_in_flight: 8\n"
+    "plans:\n  - name: free\n    weight: 1\n"
+    "  - name: tiny\n    weight: 1\n    max_in_flight: 1\n    max_pending: 3\n"
+    "tenants:\n  - id: a\n  - id: good\n  - id: p\n    plan: tiny\n"
+    "  - id: flood\n  - id: quiet\n";
+
+static const char yaml_overload[] =
+    "scheduler:\n  default_plan: free\n  max_wait_ms: 300\n"
+    "window:\n  max_in_flight: 2\n"
+    "plans:\n  - name: free\n    weight: 1\n";
+
+static void sleep_ms(int ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+static int start(void **state, const char *cfg, int service_ms, int concurrency)
+{
+    fixture *f = calloc(1, sizeof *f);
+    *state = f;
+    if (natstest_start(&f->srv, NULL) != 0 || pt_proxy_start(&f->px, f->srv, "proxy", cfg) != 0 ||
+        pt_log_wait(&f->px, "fairq-proxy running", 15000) != 0 || pt_connect(&f->c, f->srv) != 0)
+        return -1;
+    pt_worker_opts wo = {.concurrency = concurrency, .service_ms = service_ms};
+    return pt_worker_start(&f->w, f->srv, &wo);
+}
+
+static int setup(void **state)
+{
+    return start(state, yaml, 1, 16);
+}
+
+static int setup_overload(void **state)
+{
+    return start(state, yaml_overload, 20, 4);
+}
+
+static int teardown(void **state)
+{
+    fixture *f = *state;
+    pt_worker_stop(f->w);
+    /* Whatever it was fed, the proxy is alive and stops cleanly. */
+    assert_true(nt_proc_alive(&f->px.proc));
+    assert_int_equal(pt_proxy_stop(&f->px), 0);
+    pt_close(&f->c);
+    natstest_destroy(f->srv);
+    free(f);
+    return 0;
+}
+
+/* One bad (or odd) input and what the contract says becomes of it. */
+typedef struct tcase {
+    const char *subject;        /* tenant, or "=subject" */
+    const char *body;           /* NUL-terminated, unique among the cases */
+    const char *hdr_key, *hdr_val;
+    const char *code;           /* expected Fair-Error code, NULL: dispatched */
+    const char *rejected_to;    /* tenant token of the rejection subject */
+} tcase;
+
+static const tcase cases[] = {
+    {"a", "", NULL, NULL, NULL, NULL},
+    {"a", "{not json", NULL, NULL, NULL, NULL},
+    {"a", "\xff\xfe{\"est_tokens\":5}", NULL, NULL, NULL, NULL},
+    {"a", "[1,2,3]", NULL, NULL, NULL, NULL},
+    {"a", "{\"run_id\":\"ok-1\",\"workflow\":\"w\",\"est_tokens\":10,\"x\":[1]}", NULL, NULL, NULL, NULL},
+    {"a", "{\"est_tokens\":\"abc\"}", NULL, NULL, "invalid", "a"},
+    {"a", "{\"est_tokens\":0}", NULL, NULL, "invalid", "a"},
+    {"a", "{\"est_tokens\":-5}", NULL, NULL, "invalid", "a"},
+    {"a", "{\"est_tokens\":1.5}", NULL, NULL, "invalid", "a"},
+    {"a", "{\"est_tokens\":1e12}", NULL, NULL, "invalid", "a"},
+    {"a", "{\"est_tokens\":true}", NULL, NULL, "invalid", "a"},
+    {"a", "{\"run_id\":5}", NULL, NULL, "invalid", "a"},
+    {"a", "{\"run_id\":\"has space\"}", NULL, NULL, "invalid", "a"},
+    {"a", "{\"tenant\":\"someone-else\"}", NULL, NULL, "invalid", "a"},
+    {"a", "{\"h\":1}", "Fair-Est-Tokens", "12x", "invalid", "a"},
+    /* An empty header counts as absent: a derived run id. */
+    {"a", "{\"h\":2}", "Fair-Run-Id", "", NULL, NULL},
+    {"=fair.submit.bad%tenant", "{\"t\":1}", NULL, NULL, "invalid", "_invalid"},
+    {"=fair.submit.aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", "{\"t\":2}",
+     NULL, NULL, "invalid", "_invalid"},
+    {"stranger", "{\"t\":3}", NULL, NULL, "unknown_tenant", "stranger"},
+};
+#define NCASES (sizeof cases / sizeof cases[0])
+
+/* Wait until stream holds at least n messages. */
+static void wait_msgs(fixture *f, const char *stream, uint64_t n)
+{
+    long long end = nt_now_ms() + 20000;
+    while (nt_now_ms() < end) {
+        jsStreamInfo *si = NULL;
+        if (js_GetStreamInfo(&si, f->c.js, stream, NULL, NULL) == NATS_OK) {
+            uint64_t have = si->State.Msgs;
+            jsStreamInfo_Destroy(si);
+            if (have >= n)
+                return;
+        }
+        sleep_ms(20);
+    }
+    fail_msg("%s holds fewer than %llu messages", stream, (unsigned long long)n);
+}
+
+static const pt_msg *find_body(const pt_msg *m, size_t n, const void *body, size_t len)
+{
+    for (size_t i = 0; i < n; i++)
+        if (m[i].len == len && memcmp(m[i].data, body, len) == 0)
+            return &m[i];
+    return NULL;
+}
+
+static cJSON *stats(fixture *f)
+{
+    char *s = pt_stats(&f->c);
+    assert_non_null(s);
+    cJSON *j = cJSON_Parse(s);
+    free(s);
+    assert_non_null(j);
+    return j;
+}
+
+static long overall(const cJSON *j, const char *key)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(
+        cJSON_GetObjectItemCaseSensitive(j, "overall"), key);
+    assert_true(cJSON_IsNumber(v));
+    return (long)v->valuedouble;
+}
+
+static void test_bad_submits(void **state)
+{
+    fixture *f = *state;
+    size_t want_dispatch = 0, want_reject = 0;
+    for (size_t i = 0; i < NCASES; i++) {
+        const char *h[] = {cases[i].hdr_key, cases[i].hdr_val, NULL};
+        assert_int_equal(pt_submit(&f->c, cases[i].subject, cases[i].body, strlen(cases[i].body),
+                                   cases[i].hdr_key ? h : NULL), 0);
+        want_dispatch += cases[i].code == NULL;
+        want_reject += cases[i].code != NULL;
+    }
+    /* 1 MB is forwarded; a body that leaves no room for fairq's headers
+     * under max_payload is refused. */
+    size_t big = 1000000, too_big = 1048576 - 600;
+    char *body = malloc(too_big);
+    memset(body, 'x', too_big);
+    memcpy(body, "BIG1", 4);
+    assert_int_equal(pt_submit(&f->c, "a", body, big, NULL), 0);
+    memcpy(body, "BIG2", 4);
+    assert_int_equal(pt_submit(&f->c, "a", body, too_big, NULL), 0);
+    want_dispatch++;
+    want_reject++;
+    /* A run id used twice: the second is refused. */
+    const char dup1[] = "{\"run_id\":\"dup-1\",\"n\":1}", dup2[] = "{\"run_id\":\"dup-1\",\"n\":2}";
+    assert_int_equal(pt_submit(&f->c, "a", dup1, strlen(dup1), NULL), 0);
+    assert_int_equal(pt_submit(&f->c, "a", dup2, strlen(dup2), NULL), 0);
+    want_dispatch++;
+    want_reject++;
+    /* None of it stalls another tenant. */
+    const char good[] = "{\"run_id\":\"good-1\"}";
+    assert_int_equal(pt_submit(&f->c, "good", good, strlen(good), NULL), 0);
+    want_dispatch++;
+
+    wait_msgs(f, "FAIR_REJECTED", want_reject);
+    wait_msgs(f, "FAIR_DISPATCH", want_dispatch);
+    assert_int_equal(pt_worker_wait_completed(f->w, want_dispatch, 20000), 0);
+    pt_msg *d = NULL, *r = NULL;
+    size_t nd = 0, nr = 0;
+    assert_int_equal(pt_stream_read(&f->c, "FAIR_DISPATCH", &d, &nd), 0);
+    assert_int_equal(pt_stream_read(&f->c, "FAIR_REJECTED", &r, &nr), 0);
+    assert_int_equal(nd, want_dispatch);
+    assert_int_equal(nr, want_reject);
+    for (size_t i = 0; i < NCASES; i++) {
+        const tcase *c = &cases[i];
+        size_t len = strlen(c->body);
+        if (!c->code) {
+            const pt_msg *m = find_body(d, nd, c->body, len);
+            if (!m)
+                fail_msg("case %zu (%s) was not dispatched", i, c->body);
+            assert_string_equal(m->tenant, "a");
+            continue;
+        }
+        const pt_msg *m = find_body(r, nr, c->body, len);
+        if (!m)
+            fail_msg("case %zu (%s) was not refused", i, c->body);
+        char subj[128];
+        snprintf(subj, sizeof subj, "fair.rejected.%s", c->rejected_to);
+        assert_string_equal(m->subject, subj);
+        /* "code: a sentence" */
+        if (strncmp(m->error, c->code, strlen(c->code)) != 0 || m->error[strlen(c->code)] != ':' ||
+            strlen(m->error) < strlen(c->code) + 10)
+            fail_msg("case %zu: Fair-Error \"%s\", expected code %s", i, m->error, c->code);
+        if (strcmp(c->rejected_to, "_invalid") == 0)
+            assert_string_equal(m->fsubject, c->subject + 1);
+    }
+    memcpy(body, "BIG1", 4);
+    const pt_msg *m = find_body(d, nd, body, big);
+    assert_non_null(m);
+    memcpy(body, "BIG2", 4);
+    m = find_body(r, nr, body, too_big);
+    assert_non_null(m);
+    assert_memory_equal(m->error, "too_big:", 8);
+    free(body);
+    m = find_body(d, nd, dup1, strlen(dup1));
+    assert_non_null(m);
+    assert_string_equal(m->run_id, "dup-1");
+    m = find_body(r, nr, dup2, strlen(dup2));
+    assert_non_null(m);
+    assert_memory_equal(m->error, "duplicate:", 10);
+    m = find_body(d, nd, good, strlen(good));
+    assert_non_null(m);
+    /* An opaque run gets a run id derived from its submit sequence. */
+    m = find_body(d, nd, "{not json", 9);
+    assert_memory_equal(m->run_id, "fq-", 3);
+    pt_msgs_free(d, nd);
+    pt_msgs_free(r, nr);
+}
+
+static void test_max_pending(void **state)
+{
+    fixture *f = *state;
+    /* p's plan: one in flight, three queued; the worker holds its run. */
+    pt_worker_hold(f->w, true);
+    for (int i = 0; i < 8; i++) {
+        char b[32];
+        snprintf(b, sizeof b, "{\"run_id\":\"p-%d\"}", i);
+        assert_int_equal(pt_submit(&f->c, "p", b, strlen(b), NULL), 0);
+    }
+    wait_msgs(f, "FAIR_REJECTED", 4);
+    pt_msg *r = NULL;
+    size_t nr = 0;
+    assert_int_equal(pt_stream_read(&f->c, "FAIR_REJECTED", &r, &nr), 0);
+    assert_int_equal(nr, 4);
+    for (size_t i = 0; i < nr; i++) {
+        assert_string_equal(r[i].subject, "fair.rejected.p");
+        assert_memory_equal(r[i].error, "tenant_full:", 12);
+    }
+    pt_msgs_free(r, nr);
+    pt_worker_hold(f->w, false);
+    assert_int_equal(pt_worker_wait_completed(f->w, 4, 20000), 0);
+}
+
+static void publish_done(fixture *f, const char *subject, const char *body)
+{
+    jsPubAck *pa = NULL;
+    assert_int_equal(js_Publish(&pa, f->c.js, subject, body, (int)strlen(body), NULL, NULL),
+                     NATS_OK);
+    jsPubAck_Destroy(pa);
+}
+
+static void test_bad_completions(void **state)
+{
+    fixture *f = *state;
+    const char run[] = "{\"run_id\":\"c-1\",\"est_tokens\":100}";
+    assert_int_equal(pt_submit(&f->c, "a", run, strlen(run), NULL), 0);
+    assert_int_equal(pt_worker_wait_completed(f->w, 1, 20000), 0);
+    /* Repeated, malformed, unknown and absurd completions. */
+    publish_done(f, "fair.done.a", "{\"run_id\":\"c-1\",\"actual_tokens\":100,\"status\":\"ok\"}");
+    publish_done(f, "fair.done.a", "not json at all");
+    publish_done(f, "fair.done.a", "{\"run_id\":\"c-1\",\"actual_tokens\":1e15,\"status\":\"ok\"}");
+    publish_done(f, "fair.done.a", "{\"run_id\":\"c-1\",\"actual_tokens\":5,\"status\":\"maybe\"}");
+    publish_done(f, "fair.done.bad%x", "{\"run_id\":\"c-1\",\"actual_tokens\":5,\"status\":\"ok\"}");
+    publish_done(f, "fair.done.a",
+                 "{\"run_id\":\"nobody\",\"actual_tokens\":50,\"status\":\"ok\",\"est_tokens\":40}");
+    publish_done(f, "fair.done.a", "{\"run_id\":\"nobody-2\",\"actual_tokens\":50,\"status\":\"error\"}");
+    /* The same unknown completion again changes nothing. */
+    publish_done(f, "fair.done.a",
+                 "{\"run_id\":\"nobody\",\"actual_tokens\":50,\"status\":\"ok\",\"est_tokens\":40}");
+    wait_msgs(f, "FAIR_REJECTED", 4);
+    long long end = nt_now_ms() + 10000;
+    cJSON *j = NULL;
+    while (nt_now_ms() < end) {
+        cJSON_Delete(j);
+        j = stats(f);
+        if (overall(j, "completions_duplicate") + overall(j, "completions_unheld") +
+                overall(j, "completions_unknown") >= 4)
+            break;
+        sleep_ms(50);
+    }
+    assert_int_equal(overall(j, "completions"), 1);
+    assert_int_equal(overall(j, "completions_duplicate"), 2);
+    assert_int_equal(overall(j, "completions_invalid"), 4);
+    assert_int_equal(overall(j, "completions_unheld"), 1);
+    assert_int_equal(overall(j, "completions_unknown"), 1);
+    assert_int_equal(overall(j, "in_flight"), 0);
+    cJSON_Delete(j);
+    pt_msg *r = NULL;
+    size_t nr = 0;
+    assert_int_equal(pt_stream_read(&f->c, "FAIR_REJECTED", &r, &nr), 0);
+    assert_int_equal(nr, 4);
+    for (size_t i = 0; i < nr; i++) {
+        assert_string_equal(r[i].subject, "fair.rejected._invalid");
+        assert_memory_equal(r[i].fsubject, "fair.done.", 10);
+        assert_memory_equal(r[i].error, "invalid: invalid completion: ", 29);
+    }
+    pt_msgs_free(r, nr);
+    /* Still serving. */
+    const char good[] = "{\"run_id\":\"good-2\"}";
+    assert_int_equal(pt_submit(&f->c, "good", good, strlen(good), NULL), 0);
+    assert_int_equal(pt_worker_wait_completed(f->w, 2, 20000), 0);
+}
+
+static void test_overload_admission(void **state)
+{
+    fixture *f = *state;
+    /* Two slots and 20 ms a run: about 100 runs, 100,000 tokens a second.
+     * A flood of 1000 runs would wait ten seconds: past max_wait_ms
+     * (300 ms) it is refused once the drain rate is known, while a quiet
+     * tenant's single run, with little ahead of it in DRR order, is let in. */
+    for (int i = 0; i < 1000; i++) {
+        char b[32];
+        snprintf(b, sizeof b, "{\"run_id\":\"f-%d\"}", i);
+        assert_int_equal(pt_submit_async(&f->c, "flood", b, strlen(b), NULL), 0);
+        if (i == 100) {
+            assert_int_equal(pt_submit_flush(&f->c), 0);
+            sleep_ms(1500);     /* the drain rate is measured meanwhile */
+        }
+    }
+    assert_int_equal(pt_submit_flush(&f->c), 0);
+    const char quiet[] = "{\"run_id\":\"q-1\"}";
+    assert_int_equal(pt_submit(&f->c, "quiet", quiet, strlen(quiet), NULL), 0);
+    sleep_ms(1000);
+    cJSON *j = stats(f);
+    long rejected = overall(j, "rejected");
+    cJSON_Delete(j);
+    fprintf(stderr, "overload: %ld of 1000 flood runs refused past max_wait_ms\n", rejected);
+    assert_true(rejected > 500);
+    pt_msg *r = NULL;
+    size_t nr = 0;
+    assert_int_equal(pt_stream_read(&f->c, "FAIR_REJECTED", &r, &nr), 0);
+    for (size_t i = 0; i < nr; i++) {
+        assert_string_equal(r[i].subject, "fair.rejected.flood");
+        assert_memory_equal(r[i].error, "overload:", 9);
+    }
+    pt_msgs_free(r, nr);
+    /* The quiet tenant's run was admitted and served. */
+    long long end = nt_now_ms() + 10000;
+    bool served = false;
+    while (!served && nt_now_ms() < end) {
+        for (size_t i = 0; i < pt_worker_received(f->w) && !served; i++)
+            served = strcmp(pt_worker_seen(f->w, i).run_id, "q-1") == 0;
+        sleep_ms(20);
+    }
+    assert_true(served);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_bad_submits, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_max_pending, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_bad_completions, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_overload_admission, setup_overload, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
