@@ -1,0 +1,179 @@
+#!/usr/bin/env bash
+# bench-proxy.sh [BUILD_DIR]: fairq-proxy against the plain relay, same load, same workers, same server.
+#
+# Three measurements, each for the relay (cmd/fairq-relay: fetch 256, publish
+# asynchronously, wait for the PubAcks, ack the batch) and the proxy
+# (build/fairq-proxy -c config/bench.yaml), alternating relay, proxy, relay,
+# ... RUNS times so that a noisy neighbour on the machine hits both alike:
+#
+#   throughput  fairq-load submitting as fast as MAX_OUT outstanding runs allow,
+#               its simulated workers completing each run at once: runs a
+#               second end to end (submit, dispatch, completion; the proxy also
+#               reconciles), measured after a warm-up;
+#   latency     RATE_LOW runs a second: submit -> dispatch p50 and p99;
+#   memory      the proxy alone with no workers: RSS before and after it has
+#               fetched MEM_RUNS runs, with the bodies in memory and with only
+#               index entries (max_buffered_bytes 1 MiB).
+#
+# Every phase gets a nats-server of its own (scripts/nats-up.sh, the same
+# binary and flags, a fresh store), so no phase inherits another's streams,
+# consumers or files. The medians of the runs are printed last; the raw
+# figures of each run before them, as key=value lines.
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(dirname "$here")
+bin=$(cd "${1:-$root/build}" && pwd)
+RUNS=${RUNS:-3}
+DURATION=${DURATION:-10}
+TENANTS=${TENANTS:-10}
+COSTS=${COSTS:-100:0.9,5000:0.1}
+WORKERS=${WORKERS:-256}
+BODY=${BODY:-512}
+MAX_OUT=${MAX_OUT:-10000}
+RATE_LOW=${RATE_LOW:-200}
+LAT_SECS=${LAT_SECS:-10}
+MEM_RUNS=${MEM_RUNS:-200000}
+CONFIG=${CONFIG:-$root/config/bench.yaml}
+
+for b in fairq-proxy fairq-relay fairq-load; do
+    [ -x "$bin/$b" ] || { echo "bench: $bin/$b is missing: build first (make build)" >&2; exit 1; }
+done
+
+tmp=$(mktemp -d)
+impl_pid=""
+cleanup() {
+    stop_impl
+    "$here/nats-down.sh" "$tmp/nats" 2>/dev/null || true
+    rm -rf "$tmp"
+}
+stop_impl() {
+    [ -n "$impl_pid" ] || return 0
+    kill -TERM "$impl_pid" 2>/dev/null || true
+    for _ in $(seq 1 100); do kill -0 "$impl_pid" 2>/dev/null || break; sleep 0.1; done
+    kill -9 "$impl_pid" 2>/dev/null || true
+    wait "$impl_pid" 2>/dev/null || true
+    impl_pid=""
+}
+trap cleanup EXIT
+
+# The value of key on the first line of file whose first word is prefix.
+field() {
+    awk -v p="$2" -v k="$3" '$1 == p { for (i = 2; i <= NF; i++) { split($i, kv, "="); if (kv[1] == k) { print kv[2]; exit } } }' "$1"
+}
+median() { sort -g | awk '{ v[NR] = $1 } END { if (NR) print (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2) }'; }
+
+# Start a fresh server and IMPL (relay, proxy, or a proxy config file).
+start() {
+    "$here/nats-down.sh" "$tmp/nats" 2>/dev/null || true
+    rm -rf "$tmp/nats"
+    url=$("$here/nats-up.sh" "$tmp/nats")
+    case $1 in
+    relay) "$bin/fairq-relay" --nats "$url" >"$tmp/impl.log" 2>&1 & ;;
+    proxy) "$bin/fairq-proxy" -c "$CONFIG" --nats "$url" >"$tmp/impl.log" 2>&1 & ;;
+    *) "$bin/fairq-proxy" -c "$1" --nats "$url" >"$tmp/impl.log" 2>&1 & ;;
+    esac
+    impl_pid=$!
+}
+
+# Wait until one run goes all the way through (submit, dispatch, completion).
+ready() {
+    for _ in $(seq 1 40); do
+        if "$bin/fairq-load" --nats "$url" --rate 0 --count 1 --duration 0 --tenants 1 \
+            --workers 1 --drain 10 >"$tmp/probe.out" 2>&1 &&
+            [ "$(field "$tmp/probe.out" runs completed_once)" = 1 ]; then
+            return 0
+        fi
+        kill -0 "$impl_pid" 2>/dev/null || break
+        sleep 0.5
+    done
+    echo "bench: $1 did not come up; its log:" >&2
+    cat "$tmp/impl.log" >&2
+    exit 1
+}
+
+# Run the load against IMPL and keep its report as $tmp/PHASE-IMPL-N.out.
+load() {
+    local phase=$1 impl=$2 n=$3; shift 3
+    start "$impl"
+    ready "$impl"
+    "$bin/fairq-load" --nats "$url" --tenants "$TENANTS" --costs "$COSTS" --body-size "$BODY" \
+        "$@" >"$tmp/$phase-$impl-$n.out" 2>"$tmp/load.err" || {
+        echo "bench: fairq-load failed:" >&2; cat "$tmp/load.err" >&2; exit 1; }
+    stop_impl
+    local f=$tmp/$phase-$impl-$n.out
+    local sub once miss
+    sub=$(field "$f" runs submitted)
+    once=$(field "$f" runs completed_once)
+    miss=$(field "$f" runs missing)
+    [ "$sub" = "$once" ] && [ "$miss" = 0 ] ||
+        echo "bench: WARNING $phase $impl run $n: $once of $sub runs completed once, $miss missing" >&2
+}
+
+rss_kb() { awk '/^VmRSS:/ { print $2 }' "/proc/$impl_pid/status"; }
+
+# RSS growth of the proxy while it fetches MEM_RUNS runs and no worker runs.
+memory() {
+    local cfg=$1 label=$2 before after last stable=0
+    start "$cfg"
+    sleep 3
+    before=$(rss_kb)
+    "$bin/fairq-load" --nats "$url" --rate 0 --count "$MEM_RUNS" --duration 0 --workers 0 \
+        --tenants "$TENANTS" --costs "$COSTS" --body-size "$BODY" >"$tmp/mem-$label.out" 2>&1 ||
+        { cat "$tmp/mem-$label.out" >&2; exit 1; }
+    last=$(rss_kb)
+    for _ in $(seq 1 120); do
+        sleep 0.5
+        after=$(rss_kb)
+        if [ "$after" -le "$last" ]; then stable=$((stable + 1)); else stable=0; fi
+        last=$after
+        [ "$stable" -ge 6 ] && break
+    done
+    stop_impl
+    echo "bench phase=memory buffering=$label runs=$MEM_RUNS body_bytes=$BODY rss_before_kb=$before" \
+        "rss_after_kb=$after bytes_per_run=$(( (after - before) * 1024 / MEM_RUNS ))"
+}
+
+echo "bench: $(nproc) cores; nats-server $(nats-server --version | awk '{print $2}');" \
+     "runs=$RUNS duration_s=$DURATION tenants=$TENANTS costs=$COSTS workers=$WORKERS" \
+     "body_bytes=$BODY max_outstanding=$MAX_OUT rate_low=$RATE_LOW mem_runs=$MEM_RUNS"
+
+for n in $(seq 1 "$RUNS"); do
+    for impl in relay proxy; do
+        load thr "$impl" "$n" --rate 0 --duration "$DURATION" --workers "$WORKERS" \
+            --max-outstanding "$MAX_OUT" --warmup 2
+        f=$tmp/thr-$impl-$n.out
+        echo "bench phase=throughput impl=$impl run=$n steady_per_s=$(field "$f" throughput steady_per_s)" \
+             "completed_per_s=$(field "$f" throughput completed_per_s) submitted=$(field "$f" runs submitted)" \
+             "completed_once=$(field "$f" runs completed_once) missing=$(field "$f" runs missing)" \
+             "dispatched_more=$(field "$f" runs dispatched_more)"
+    done
+done
+for n in $(seq 1 "$RUNS"); do
+    for impl in relay proxy; do
+        load lat "$impl" "$n" --rate "$RATE_LOW" --duration "$LAT_SECS" --workers 16 --send-asap
+        f=$tmp/lat-$impl-$n.out
+        echo "bench phase=latency impl=$impl run=$n rate=$RATE_LOW" \
+             "runs=$(field "$f" latency runs) p50_ms=$(field "$f" latency dispatch_p50_ms)" \
+             "p99_ms=$(field "$f" latency dispatch_p99_ms) max_ms=$(field "$f" latency dispatch_max_ms)"
+    done
+done
+
+# The memory phase holds runs buffered, not in flight: a window of 64.
+sed 's/^\( *max_in_flight:\).*/\1 64/' "$CONFIG" >"$tmp/mem-full.yaml"
+{ cat "$tmp/mem-full.yaml"; printf 'limits:\n  max_buffered_bytes: 1048576\n'; } >"$tmp/mem-index.yaml"
+memory "$tmp/mem-full.yaml" bodies | tee "$tmp/mem.txt"
+memory "$tmp/mem-index.yaml" index | tee -a "$tmp/mem.txt"
+
+med() { for n in $(seq 1 "$RUNS"); do field "$tmp/$1-$2-$n.out" "$3" "$4"; done | median; }
+relay_thr=$(med thr relay throughput steady_per_s)
+proxy_thr=$(med thr proxy throughput steady_per_s)
+echo "bench summary throughput_relay=$relay_thr throughput_proxy=$proxy_thr" \
+     "ratio=$(awk -v p="$proxy_thr" -v r="$relay_thr" 'BEGIN { printf "%.2f", r ? p / r : 0 }')" \
+     "target_ratio=0.8"
+for impl in relay proxy; do
+    echo "bench summary latency_impl=$impl rate=$RATE_LOW p50_ms=$(med lat "$impl" latency dispatch_p50_ms)" \
+         "p99_ms=$(med lat "$impl" latency dispatch_p99_ms) target_p99_ms=2"
+done
+echo "bench summary memory_bodies_bytes_per_run=$(field "$tmp/mem.txt" bench bytes_per_run)" \
+     "memory_index_bytes_per_run=$(awk '/buffering=index/ { for (i = 1; i <= NF; i++) if ($i ~ /^bytes_per_run=/) { sub(/.*=/, "", $i); print $i } }' "$tmp/mem.txt")"
