@@ -11,12 +11,21 @@
  *  - Rounds are numbered. Every tenant on the active list carries the round
  *    in which it is served, and the list is ordered by it. A tenant whose
  *    debt needs k > 1 quanta to turn positive does not take k - 1 empty
- *    visits: it waits outside the rotation in a heap keyed by the round in
- *    which it turns positive, and is granted those k quanta in one step when
- *    that round begins. When only debtors remain, the rounds that would only
- *    add quanta are skipped by jumping to the heap's minimum. So dispatch is
- *    O(1) list visits plus O(log n) heap work per run, whatever the ratio of
- *    run cost to quantum and however the debts are staggered.
+ *    visits: it waits outside the rotation, keyed by the round in which it
+ *    turns positive, and is granted those k quanta in one step when that
+ *    round begins. When only debtors remain, the rounds that would only add
+ *    quanta are skipped by jumping to the earliest such round.
+ *  - A debtor whose round is less than FQ_WHEEL_SLOTS rounds ahead waits in
+ *    a timing wheel with one slot per round, so filing, moving and waking it
+ *    are O(1); that covers every debt a single run can make when
+ *    max_est_tokens is at most about a thousand quanta (the default config).
+ *    A debt beyond that horizon (a huge overrun found by reconciliation)
+ *    waits in a heap, O(log n). Where a debtor waits does not show: it is
+ *    served in the same round either way. Debtors woken from the wheel for
+ *    one round join it in the order they began waiting there. So dispatch is
+ *    O(1) list visits plus O(1) wheel work per run, whatever the number of
+ *    tenants, the ratio of run cost to quantum, and however the debts are
+ *    staggered.
  *  - Deficit is smoothing, not a savings account: when a tenant's queue goes
  *    empty its positive credit is dropped. Its debt is kept, so going idle
  *    between runs does not escape reconciliation; likewise a refund to an
@@ -36,15 +45,19 @@
 
 #define FQ_POOL_CHUNK 1024
 #define FQ_TENANT_MIN_BUCKETS 64
+/* Rounds the wheel reaches ahead of the current one; a power of two, above
+ * the default config's max_est_tokens / quantum (1,000). */
+#define FQ_WHEEL_SLOTS 1024u
+#define FQ_WHEEL_WORDS (FQ_WHEEL_SLOTS / 64)
 
 struct fq_tenant {
-    fq_tenant *next;            /* active list link */
-    fq_tenant *hnext;           /* id hash chain */
+    fq_tenant *next;            /* ACTIVE: active list; WAITING in the wheel: its slot */
+    fq_tenant *prev;            /* WAITING in the wheel: its slot */
     fq_run *qhead, *qtail;      /* FIFO of queued runs */
     int64_t deficit;            /* tokens it may still send; < 0 is debt */
     uint64_t round;             /* ACTIVE: round it is served in;
                                    WAITING: round one quantum would have served it */
-    uint32_t heap_idx;          /* WAITING: index in the debt heap */
+    uint32_t wait_at;           /* WAITING: wheel slot, or FQ_WHEEL_SLOTS + heap index */
     uint32_t state;             /* enum fq_tenant_state */
     fq_tenant_policy pol;       /* weight and limits in force */
     uint32_t queued;            /* runs in the FIFO */
@@ -54,15 +67,23 @@ struct fq_tenant {
     uint64_t charged;
     uint64_t actual;
     uint64_t expired;
+    fq_tenant *hnext;           /* id hash chain */
     uint32_t hash;              /* of id, for the tenant table */
     char id[FQ_TENANT_MAX + 1];
+};
+
+/* The debtors that wake in one round, in filing order, linked by next and
+ * prev. Both ends are kept so that filing touches only the last debtor. */
+struct wheel_slot {
+    fq_tenant *first, *last;
 };
 
 struct fq_sched {
     fq_sched_opts o;
     fq_tenant *head, *tail;     /* active list, ordered by round */
     uint64_t round;             /* the round being served */
-    struct heap_ent *heap;      /* debtors, earliest wake round at [0] */
+    uint32_t nwheel;            /* debtors in the wheel */
+    struct heap_ent *heap;      /* debtors beyond the wheel, earliest at [0] */
     uint32_t nheap, heap_cap;
     fq_tenant **tbuckets;       /* tenant table */
     size_t ntbuckets, ntenants;
@@ -74,6 +95,8 @@ struct fq_sched {
     uint64_t active_weight;     /* their weights summed */
     uint64_t queued, queued_tokens;
     uint64_t visits, dispatched, expired, wakeups;
+    uint64_t wheel_bits[FQ_WHEEL_WORDS]; /* which wheel slots are non-empty */
+    struct wheel_slot wheel[FQ_WHEEL_SLOTS]; /* debtors waking in round r, at r % slots */
 };
 
 /* ---- run pool ---------------------------------------------------------- */
@@ -111,7 +134,7 @@ static void run_free(fq_sched *s, fq_run *r)
     s->free_runs = r;
 }
 
-/* ---- debt heap: tenants keyed by the round in which they wake ---------- */
+/* ---- debt heap: debtors beyond the wheel, keyed by their wake round ----- */
 
 /* The key sits in the heap array beside its tenant, so sifting compares
  * without touching tenant structs: with 10,000 debtors that is the
@@ -124,7 +147,12 @@ typedef struct heap_ent {
 static void heap_set(fq_sched *s, uint32_t i, heap_ent e)
 {
     s->heap[i] = e;
-    e.t->heap_idx = i;
+    e.t->wait_at = FQ_WHEEL_SLOTS + i;
+}
+
+static uint32_t heap_idx(const fq_tenant *t)
+{
+    return t->wait_at - FQ_WHEEL_SLOTS;
 }
 
 static void heap_up(fq_sched *s, uint32_t i)
@@ -162,26 +190,134 @@ static void heap_down(fq_sched *s, uint32_t i)
 static void heap_push(fq_sched *s, fq_tenant *t, uint64_t wake)
 {
     heap_set(s, s->nheap++, (heap_ent){wake, t});
-    heap_up(s, t->heap_idx);
+    heap_up(s, heap_idx(t));
 }
 
-/* Move a waiting tenant's wake round. */
+/* Move a tenant's wake round within the heap. */
 static void heap_rekey(fq_sched *s, fq_tenant *t, uint64_t wake)
 {
-    s->heap[t->heap_idx].wake = wake;
-    heap_down(s, t->heap_idx);
-    heap_up(s, t->heap_idx);
+    s->heap[heap_idx(t)].wake = wake;
+    heap_down(s, heap_idx(t));
+    heap_up(s, heap_idx(t));
 }
 
 static void heap_remove(fq_sched *s, fq_tenant *t)
 {
-    uint32_t i = t->heap_idx;
+    uint32_t i = heap_idx(t);
     heap_ent last = s->heap[--s->nheap];
     if (last.t != t) {
         heap_set(s, i, last);
         heap_down(s, i);
-        heap_up(s, last.t->heap_idx);
+        heap_up(s, heap_idx(last.t));
     }
+}
+
+/* ---- timing wheel: debtors waking within FQ_WHEEL_SLOTS rounds ----------
+ *
+ * Slot r % FQ_WHEEL_SLOTS holds the debtors that wake in round r, so filing
+ * at its tail and unlinking from anywhere are O(1). Invariant: every debtor
+ * in the wheel wakes in a round w with round < w < round + FQ_WHEEL_SLOTS,
+ * and no round is skipped while the wheel holds a debtor for it, so a slot
+ * holds one round only. */
+
+static uint32_t wheel_slot(uint64_t wake)
+{
+    return (uint32_t)(wake & (FQ_WHEEL_SLOTS - 1));
+}
+
+static int in_horizon(const fq_sched *s, uint64_t wake)
+{
+    return wake - s->round < FQ_WHEEL_SLOTS;
+}
+
+static void wheel_mark(fq_sched *s, uint32_t i, int nonempty)
+{
+    uint64_t bit = (uint64_t)1 << (i % 64);
+    if (nonempty)
+        s->wheel_bits[i / 64] |= bit;
+    else
+        s->wheel_bits[i / 64] &= ~bit;
+}
+
+static void wheel_insert(fq_sched *s, fq_tenant *t, uint64_t wake)
+{
+    uint32_t i = wheel_slot(wake);
+    struct wheel_slot *w = &s->wheel[i];
+    t->next = NULL;
+    t->prev = w->last;
+    if (w->last) {
+        w->last->next = t;
+    } else {
+        w->first = t;
+        wheel_mark(s, i, 1);
+    }
+    w->last = t;
+    t->wait_at = i;
+    s->nwheel++;
+}
+
+static void wheel_remove(fq_sched *s, fq_tenant *t)
+{
+    struct wheel_slot *w = &s->wheel[t->wait_at];
+    if (t->prev)
+        t->prev->next = t->next;
+    else
+        w->first = t->next;
+    if (t->next)
+        t->next->prev = t->prev;
+    else
+        w->last = t->prev;
+    if (!w->first)
+        wheel_mark(s, t->wait_at, 0);
+    t->next = t->prev = NULL;
+    s->nwheel--;
+}
+
+/* Take round r's slot out of the wheel: its debtors in filing order, linked
+ * by next, or NULL if it is empty. */
+static fq_tenant *wheel_take(fq_sched *s, uint64_t r)
+{
+    uint32_t i = wheel_slot(r);
+    fq_tenant *first = s->wheel[i].first;
+    if (first) {
+        s->wheel[i] = (struct wheel_slot){NULL, NULL};
+        wheel_mark(s, i, 0);
+    }
+    return first;
+}
+
+/* The earliest round in which a debtor in the non-empty wheel wakes: the
+ * first non-empty slot after the current round's, found a word at a time. */
+static uint64_t wheel_next(const fq_sched *s)
+{
+    uint64_t from = s->round + 1;
+    uint32_t i = wheel_slot(from), w = i / 64;
+    uint64_t bits = s->wheel_bits[w] & (~(uint64_t)0 << (i % 64));
+    while (!bits) {
+        w = (w + 1) % FQ_WHEEL_WORDS;
+        bits = s->wheel_bits[w];    /* back at i's word: its low slots are the last rounds */
+    }
+    uint32_t slot = w * 64 + (uint32_t)__builtin_ctzll(bits);
+    return from + ((slot - i) & (FQ_WHEEL_SLOTS - 1));
+}
+
+/* ---- waiting debtors: the wheel, or the heap beyond its horizon --------- */
+
+static void wait_insert(fq_sched *s, fq_tenant *t, uint64_t wake)
+{
+    t->state = FQ_T_WAITING;
+    if (in_horizon(s, wake))
+        wheel_insert(s, t, wake);
+    else
+        heap_push(s, t, wake);
+}
+
+static void wait_remove(fq_sched *s, fq_tenant *t)
+{
+    if (t->wait_at < FQ_WHEEL_SLOTS)
+        wheel_remove(s, t);
+    else
+        heap_remove(s, t);
 }
 
 /* ---- active list and rounds -------------------------------------------- */
@@ -232,13 +368,16 @@ static void wake(fq_sched *s, fq_tenant *t, uint64_t r)
 {
     t->deficit += (int64_t)((r - t->round + 1) * quantum_of(s, t));
     s->wakeups++;
+    /* Its head run is sent when it reaches the head of the list; with many
+     * tenants that run has long left the cache, so start loading it now. */
+    __builtin_prefetch(t->qhead);
     active_push(s, t, r);
 }
 
 /* Put a tenant that has queued runs and a free slot back into service, as of
  * round b: the round in which one quantum would serve it. Positive credit
  * goes straight onto the list; debt that one quantum clears is granted now;
- * deeper debt waits in the heap until the round it turns positive. */
+ * deeper debt waits until the round it turns positive. */
 static void schedule(fq_sched *s, fq_tenant *t, uint64_t b)
 {
     uint64_t q = quantum_of(s, t);
@@ -248,35 +387,57 @@ static void schedule(fq_sched *s, fq_tenant *t, uint64_t b)
         active_push(s, t, b);
         return;
     }
-    t->state = FQ_T_WAITING;
     t->round = b;
-    heap_push(s, t, b + k - 1);
+    wait_insert(s, t, b + k - 1);
 }
 
 /* A WAITING tenant's deficit or quantum changed: move its wake round, or
  * wake it now if that round has passed. It is never served before round
- * t->round, the one it left for, even when a refund made it positive. */
+ * t->round, the one it left for, even when a refund made it positive. A
+ * debtor whose round did not change keeps its place in it. */
 static void rekey(fq_sched *s, fq_tenant *t)
 {
     uint64_t k = quanta_needed(t->deficit, quantum_of(s, t));
     uint64_t w = t->round + (k ? k : 1) - 1;
+    int in_wheel = t->wait_at < FQ_WHEEL_SLOTS, fits = in_horizon(s, w);
     if (w <= s->round) {
-        heap_remove(s, t);
+        wait_remove(s, t);
         wake(s, t, join_round(s));
-        return;
+    } else if (fits && in_wheel) {
+        if (t->wait_at != wheel_slot(w)) {
+            wheel_remove(s, t);
+            wheel_insert(s, t, w);
+        }
+    } else if (!fits && !in_wheel) {
+        heap_rekey(s, t, w);
+    } else {                            /* across the horizon */
+        wait_remove(s, t);
+        wait_insert(s, t, w);
     }
-    heap_rekey(s, t, w);
 }
 
-/* Begin round r: every debtor whose wake round has come joins it. */
+/* Begin round r, which no debtor's wake round precedes: every debtor whose
+ * round it is joins it, first those in its wheel slot, in filing order. */
 static void advance(fq_sched *s, uint64_t r)
 {
     s->round = r;
+    for (fq_tenant *t = wheel_take(s, r), *nx; t; t = nx) {
+        nx = t->next;
+        s->nwheel--;
+        wake(s, t, r);
+    }
     while (s->nheap && s->heap[0].wake <= r) {
         fq_tenant *t = s->heap[0].t;
         heap_remove(s, t);
         wake(s, t, r);
     }
+}
+
+/* The earliest round in which a waiting debtor wakes; some debtor waits. */
+static uint64_t next_wake(const fq_sched *s)
+{
+    uint64_t w = s->nwheel ? wheel_next(s) : UINT64_MAX;
+    return s->nheap && s->heap[0].wake < w ? s->heap[0].wake : w;
 }
 
 static int at_cap(const fq_tenant *t)
@@ -391,14 +552,18 @@ fq_status fq_sched_set_opts(fq_sched *s, const fq_sched_opts *o)
 {
     if (!opts_valid(o))
         return FQ_EINVAL;
-    /* A new quantum moves every debtor's wake round. Rekeying reorders the
-     * heap, so walk a copy of it. */
-    uint32_t n = s->nheap;
+    /* A new quantum moves every debtor's wake round. Rekeying relinks the
+     * wheel and reorders the heap, so walk a copy of both, the wheel in
+     * round order. */
+    uint32_t n = s->nwheel + s->nheap, k = 0;
     fq_tenant **waiting = n ? malloc(n * sizeof(*waiting)) : NULL;
     if (n && !waiting)
         return FQ_ENOMEM;
-    for (uint32_t i = 0; i < n; i++)
-        waiting[i] = s->heap[i].t;
+    for (uint32_t i = 1; i < FQ_WHEEL_SLOTS; i++)
+        for (fq_tenant *t = s->wheel[wheel_slot(s->round + i)].first; t; t = t->next)
+            waiting[k++] = t;
+    for (uint32_t i = 0; i < s->nheap; i++)
+        waiting[k++] = s->heap[i].t;
     s->o = *o;
     fq_window_set_limits(&s->win, o->max_in_flight, o->max_in_flight_tokens,
                          o->run_timeout, o->max_expired);
@@ -568,11 +733,11 @@ fq_run *fq_sched_dispatch(fq_sched *s, uint64_t now)
     for (;;) {
         fq_tenant *t = s->head;
         if (!t) {
-            if (!s->nheap)
+            if (!s->nwheel && !s->nheap)
                 return NULL;
             /* Only debtors are left: skip the rounds that would only
              * grant quanta, in one step. */
-            advance(s, s->heap[0].wake);
+            advance(s, next_wake(s));
             continue;
         }
         if (t->round > s->round) {
@@ -768,7 +933,9 @@ void fq_sched_foreach(fq_sched *s, void (*cb)(void *arg, fq_tenant *t), void *ar
 
 size_t fq_sched_tenant_bytes(void)
 {
-    /* the struct, its bucket in the table and its slot in the heap */
+    /* the struct (with its wheel links), its bucket in the table and its
+     * slot in the heap; the wheel itself is 2 x FQ_WHEEL_SLOTS pointers
+     * (16 KiB) per scheduler, whatever the number of tenants */
     return sizeof(fq_tenant) + sizeof(void *) + sizeof(heap_ent);
 }
 

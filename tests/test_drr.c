@@ -617,6 +617,270 @@ static void test_ratio_one_is_one_visit(void **state)
     fq_sched_destroy(s);
 }
 
+/* ---- debtors waiting out their debt, near and beyond the wheel's horizon -
+ *
+ * A debtor waits outside the rotation in a timing wheel when its round is
+ * near, and in a heap when it is further off than the wheel reaches (1,024
+ * rounds). Where it waits must not show: it is served in the round in which
+ * its deficit turns positive, and granted the quanta of the rounds it sat
+ * out. These tests drive debts on both sides of the horizon and across it. */
+
+/* Charges up to 10,000 quanta, no window. */
+static fq_sched *mk_wide(void)
+{
+    fq_sched_opts o = {.quantum = Q, .max_est_tokens = 10000 * Q};
+    fq_sched *s = NULL;
+    assert_int_equal(fq_sched_create(&s, &o), FQ_OK);
+    next_id = 1;
+    return s;
+}
+
+static uint64_t round_now(fq_sched *s)
+{
+    fq_sched_stats st;
+    fq_sched_stats_get(s, &st);
+    return st.round;
+}
+
+/* Serve only the peer, completing its runs at their estimate and keeping it
+ * backlogged (it has two queued when it sends one), until round r is under
+ * way. */
+static void serve_peer_until(fq_sched *s, fq_tenant *peer, uint64_t r)
+{
+    while (round_now(s) < r) {
+        fq_run *x = fq_sched_dispatch(s, 0);
+        assert_non_null(x);
+        assert_ptr_equal(x->tenant, peer);
+        enq(s, peer, x->est);
+        done(s, x, x->est);
+    }
+}
+
+/* Dispatch, keeping the peer backlogged and completing every run at its
+ * estimate, until each of the n debtors has sent one run: at[i] is the
+ * round in which d[i] sent it, after[i] d[i]'s deficit just after. */
+static void serve_debtors(fq_sched *s, fq_tenant *peer, fq_tenant **d, int n,
+                          uint64_t *at, int64_t *after)
+{
+    int left = n;
+    for (int i = 0; i < n; i++)
+        at[i] = UINT64_MAX;
+    for (int step = 0; left > 0; step++) {
+        assert_true(step < 100000);
+        fq_run *x = fq_sched_dispatch(s, 0);
+        assert_non_null(x);
+        for (int i = 0; i < n; i++) {
+            if (x->tenant == d[i] && at[i] == UINT64_MAX) {
+                at[i] = round_now(s);
+                after[i] = info(d[i]).deficit;
+                left--;
+            }
+        }
+        if (x->tenant == peer)
+            enq(s, peer, x->est);
+        done(s, x, x->est);
+    }
+}
+
+/* a sends a run of m + 1 quanta with its one quantum and owes m; it left for
+ * round 1 and turns positive after m + 1 grants, in round m + 1. A peer with
+ * one-quantum runs sends once in every round from 0 to m + 1 meanwhile
+ * (ahead of a in round m + 1, which a joins behind it): m + 2 runs. Debts
+ * of 5,000 quanta lie far beyond the wheel; 1,022 to 1,025 straddle its
+ * edge. */
+static void test_debt_beyond_the_wheel_horizon(void **state)
+{
+    (void)state;
+    const uint64_t debts[] = {2, 1022, 1023, 1024, 1025, 4999, 5000};
+    for (size_t k = 0; k < sizeof(debts) / sizeof(debts[0]); k++) {
+        uint64_t m = debts[k];
+        fq_sched *s = mk_wide();
+        fq_tenant *a = ten(s, "a", 1, 0, 0), *b = ten(s, "b", 1, 0, 0);
+        enq(s, a, (uint32_t)((m + 1) * Q));
+        enq(s, a, 1);
+        enq(s, a, 1);
+        enq(s, b, Q);
+        enq(s, b, Q);
+        fq_run *x = fq_sched_dispatch(s, 0);
+        assert_ptr_equal(x->tenant, a);
+        done(s, x, x->est);
+        assert_int_equal(info(a).state, FQ_T_WAITING);
+        assert_int_equal(info(a).deficit, -(int64_t)(m * Q));
+        uint64_t peer_runs = 0;
+        while ((x = fq_sched_dispatch(s, 0))->tenant == b) {
+            assert_true(++peer_runs <= m + 2);
+            enq(s, b, Q);
+            done(s, x, x->est);
+        }
+        assert_int_equal(peer_runs, m + 2);
+        assert_int_equal(round_now(s), m + 1);
+        /* granted m + 1 quanta in one step, then charged 1 */
+        assert_int_equal(info(a).deficit, Q - 1);
+        assert_true(visits_per_dispatch(s) <= 2.0);
+        fq_sched_destroy(s);
+
+        /* alone, a skips the m rounds it owes in one step each time (the
+         * wheel wraps round by the third run when m is 1022) */
+        s = mk_wide();
+        a = ten(s, "a", 1, 0, 0);
+        for (int i = 0; i < 4; i++)
+            enq(s, a, (uint32_t)((m + 1) * Q));
+        for (uint64_t i = 0; i < 4; i++) {
+            assert_non_null(fq_sched_dispatch(s, 0));
+            assert_int_equal(round_now(s), i * (m + 1));
+        }
+        assert_int_equal(info(a).state, FQ_T_IDLE);
+        assert_int_equal(info(a).deficit, -(int64_t)(m * Q));
+        assert_true(visits_per_dispatch(s) <= 2.0);
+        fq_sched_destroy(s);
+    }
+}
+
+/* Only debtors, each always backlogged with runs of m_i + 1 quanta: every
+ * service leaves it owing m_i quanta, so its services are exactly m_i + 1
+ * rounds apart, whatever the others owe, as the scheduler jumps from one
+ * wake round to the next (wrapping round the wheel, and past its edge). */
+static void test_only_debtors_jump_to_their_rounds(void **state)
+{
+    (void)state;
+    enum { N = 5 };
+    /* no debt of 1,023 quanta: its rounds, multiples of 1,024, would
+     * always come first where the others wrap round the wheel */
+    const uint64_t m[N] = {300, 700, 1000, 1022, 1500};
+    fq_sched *s = mk_wide();
+    fq_tenant *t[N];
+    uint64_t last[N], served[N] = {0};
+    for (int i = 0; i < N; i++) {
+        char id[16];
+        snprintf(id, sizeof id, "d%d", i);
+        t[i] = ten(s, id, 1, 0, 0);
+        enq(s, t[i], (uint32_t)((m[i] + 1) * Q));
+        enq(s, t[i], (uint32_t)((m[i] + 1) * Q));
+    }
+    for (int step = 0; step < 3000; step++) {
+        fq_run *x = fq_sched_dispatch(s, 0);
+        assert_non_null(x);
+        int i = 0;
+        while (x->tenant != t[i])
+            i++;
+        uint64_t r = round_now(s);
+        if (served[i]++)
+            assert_int_equal(r - last[i], m[i] + 1);
+        else
+            assert_int_equal(r, 0);
+        last[i] = r;
+        enq(s, t[i], x->est);
+        done(s, x, x->est);
+    }
+    for (int i = 0; i < N; i++)
+        assert_true(served[i] >= 100);     /* ~1/(m_i + 1) of some 400,000 rounds */
+    assert_true(visits_per_dispatch(s) <= 2.0);
+    fq_sched_destroy(s);
+}
+
+/* Five debtors owe 150 to 3,000 quanta (in the wheel and beyond it) when,
+ * in round 100, the quantum changes to q. Each then waits for the round in
+ * which its debt D turns positive under q: 1 + D / q, or joins at once if
+ * that round has passed, and is granted q for every round from 1 on. */
+static void quantum_change(uint32_t q)
+{
+    enum { N = 5 };
+    const uint64_t m[N] = {150, 600, 1000, 1500, 3000};
+    fq_sched *s = mk_wide();
+    fq_tenant *d[N];
+    for (int i = 0; i < N; i++) {
+        char id[16];
+        snprintf(id, sizeof id, "d%d", i);
+        d[i] = ten(s, id, 1, 0, 0);
+        enq(s, d[i], (uint32_t)((m[i] + 1) * Q));
+        enq(s, d[i], 1);
+        enq(s, d[i], 1);
+    }
+    fq_tenant *b = ten(s, "b", 1, 0, 0);
+    enq(s, b, Q / 2);
+    enq(s, b, Q / 2);
+    for (int i = 0; i < N; i++) {
+        fq_run *x = fq_sched_dispatch(s, 0);
+        assert_ptr_equal(x->tenant, d[i]);
+        done(s, x, x->est);
+        assert_int_equal(info(d[i]).state, FQ_T_WAITING);
+    }
+    serve_peer_until(s, b, 100);
+    fq_sched_opts o = {.quantum = q, .max_est_tokens = 10000 * Q};
+    assert_int_equal(fq_sched_set_opts(s, &o), FQ_OK);
+    uint64_t at[N];
+    int64_t after[N];
+    serve_debtors(s, b, d, N, at, after);
+    for (int i = 0; i < N; i++) {
+        uint64_t debt = m[i] * Q, wake = 1 + debt / q;
+        if (wake > 100)
+            assert_int_equal(at[i], wake);
+        else
+            assert_in_range(at[i], 100, 101);
+        assert_int_equal(after[i], (int64_t)(at[i] * q) - (int64_t)debt - 1);
+    }
+    fq_sched_destroy(s);
+}
+
+static void test_quantum_change_moves_waiting_debtors(void **state)
+{
+    (void)state;
+    quantum_change(2 * Q);      /* rounds come sooner: heap to wheel, or now */
+    quantum_change(Q / 2);      /* later: wheel to heap */
+}
+
+/* Reconciliation moves a waiting debtor: a refund from beyond the wheel
+ * into it, or to now; an overrun from the wheel to beyond it. Each is then
+ * served in the round its corrected deficit turns positive (it left for
+ * round 1), and granted a quantum for every round from 1 on. */
+static void test_reconcile_moves_debtor_across_the_horizon(void **state)
+{
+    (void)state;
+    struct {
+        uint64_t est, actual;   /* quanta */
+        uint64_t served;        /* round, or 0: joins at once, in 10 or 11 */
+    } c[] = {
+        {5000, 100, 100},       /* owes 4999 -> 99: beyond the wheel into it */
+        {11, 3011, 3011},       /* owes 10 -> 3010: out of the wheel */
+        {11, 1035, 1035},       /* owes 10 -> 1034: out, though to the same slot */
+        {2000, 0, 0},           /* owes 1999 -> +1 quantum: joins now */
+        {600, 300, 300},        /* owes 599 -> 299: within the wheel */
+    };
+    for (size_t k = 0; k < sizeof(c) / sizeof(c[0]); k++) {
+        fq_sched *s = mk_wide();
+        fq_tenant *a = ten(s, "a", 1, 0, 0), *b = ten(s, "b", 1, 0, 0);
+        enq(s, a, (uint32_t)(c[k].est * Q));
+        enq(s, a, 1);
+        enq(s, a, 1);
+        enq(s, b, Q);
+        enq(s, b, Q);
+        fq_run *big = fq_sched_dispatch(s, 0);
+        assert_ptr_equal(big->tenant, a);
+        serve_peer_until(s, b, 10);
+        done(s, big, c[k].actual * Q);
+        int64_t owed = (int64_t)((c[k].actual - 1) * Q);
+        if (c[k].served) {
+            assert_int_equal(info(a).state, FQ_T_WAITING);
+            assert_int_equal(info(a).deficit, -owed);
+        } else {
+            assert_int_equal(info(a).state, FQ_T_ACTIVE);
+        }
+        uint64_t at;
+        int64_t after;
+        serve_debtors(s, b, &a, 1, &at, &after);
+        if (c[k].served)
+            assert_int_equal(at, c[k].served);
+        else
+            assert_in_range(at, 10, 11);
+        assert_int_equal(after, (int64_t)(at * Q) - owed - 1);
+        /* woken once, in its round: not early, only to wait again */
+        fq_sched_stats st;
+        fq_sched_stats_get(s, &st);
+        assert_int_equal(st.wakeups, 1);
+        fq_sched_destroy(s);
+    }
+}
+
 /* ---- policy changes and requeue ----------------------------------------- */
 
 static void test_policy_change_keeps_place_and_runs(void **state)
@@ -723,6 +987,10 @@ int main(void)
         cmocka_unit_test(test_huge_runs_starve_no_one),
         cmocka_unit_test(test_visits_per_dispatch_bounded),
         cmocka_unit_test(test_ratio_one_is_one_visit),
+        cmocka_unit_test(test_debt_beyond_the_wheel_horizon),
+        cmocka_unit_test(test_only_debtors_jump_to_their_rounds),
+        cmocka_unit_test(test_quantum_change_moves_waiting_debtors),
+        cmocka_unit_test(test_reconcile_moves_debtor_across_the_horizon),
         cmocka_unit_test(test_policy_change_keeps_place_and_runs),
         cmocka_unit_test(test_requeue_returns_run_to_head),
         cmocka_unit_test(test_tokens_ahead_bound),
