@@ -16,10 +16,15 @@
  *   them, the same way, only where the proxy is absent (the relay baseline,
  *   tests); it never changes a stream that exists.
  *
- * - Fetch returns as soon as something came. natsSubscription_Fetch(256)
- *   long-polls for all 256 once the stream is empty, so a lone run would
- *   wait for the whole timeout; fqc_fetch asks for a batch without waiting
- *   and long-polls for one run only when there was nothing.
+ * - A pull returns as soon as something came, and never through
+ *   natsSubscription_Fetch. That one long-polls for the whole batch once
+ *   the stream is empty, so a lone run waits for the full timeout; and in
+ *   nats.c 3.4.1 a fetch that starts with deliveries left over from an
+ *   earlier one (a request given up on just before the server answered)
+ *   compares its running total with the already reduced batch, so it waits
+ *   out its timeout and, if more deliveries arrive, writes past the array
+ *   it returns (a heap overflow, seen under load here). fqc_pull sends the
+ *   pull requests itself and counts what it took.
  */
 
 #include <errno.h>
@@ -259,23 +264,139 @@ static inline int fqc_streams_ensure(jsCtx *js, const char *prog)
     return 0;
 }
 
-/* Fetch up to batch messages from a pull subscription: whatever is there
- * at once, else wait up to timeout_ms for the first to come and return it
- * without waiting for more. NATS_OK with list->Count > 0, or NATS_TIMEOUT
- * when nothing came, or another error. */
-static inline natsStatus fqc_fetch(natsMsgList *list, natsSubscription *sub, int batch,
-                                   int64_t timeout_ms)
-{
-    jsFetchRequest req;
-    natsStatus s;
+/* A reader of a durable pull consumer that sends the pull requests itself.
+ * Each request gets its own reply subject under one inbox, so that the
+ * end-of-request status of an earlier request is told apart and ignored,
+ * while the runs it still delivers are taken. */
+typedef struct fqc_pull {
+    natsConnection *nc;             /* requests and acks go out on it */
+    natsSubscription *inbox;        /* <inbox>.* : every delivery to us */
+    char inbox_subject[96];         /* <inbox> */
+    char next_subject[320];         /* $JS.API.CONSUMER.MSG.NEXT.<stream>.<consumer> */
+    uint64_t request;               /* the latest request's number */
+} fqc_pull;
 
-    jsFetchRequest_Init(&req);
-    req.Batch = batch;
-    req.NoWait = true;
-    req.Expires = timeout_ms * FQC_NS_PER_MS;
-    s = natsSubscription_FetchRequest(list, sub, &req);
-    if (s == NATS_NOT_FOUND || s == NATS_TIMEOUT)
-        s = natsSubscription_Fetch(list, sub, 1, timeout_ms, NULL);
+/* Open a reader of consumer on stream (both exist already). On error
+ * nothing is left open. */
+static inline natsStatus fqc_pull_open(fqc_pull *p, natsConnection *nc, const char *stream,
+                                       const char *consumer)
+{
+    natsInbox *inbox = NULL;
+    char wildcard[sizeof p->inbox_subject + 2];
+    natsStatus s = natsInbox_Create(&inbox);
+
+    memset(p, 0, sizeof *p);
+    p->nc = nc;
+    if (s != NATS_OK)
+        return s;
+    snprintf(p->inbox_subject, sizeof p->inbox_subject, "%s", (const char *)inbox);
+    natsInbox_Destroy(inbox);
+    snprintf(p->next_subject, sizeof p->next_subject, "$JS.API.CONSUMER.MSG.NEXT.%s.%s", stream,
+             consumer);
+    snprintf(wildcard, sizeof wildcard, "%s.*", p->inbox_subject);
+    return natsConnection_SubscribeSync(&p->inbox, nc, wildcard);
+}
+
+/* Safe on a zeroed reader. */
+static inline void fqc_pull_close(fqc_pull *p)
+{
+    if (p->inbox) {
+        natsSubscription_Unsubscribe(p->inbox);
+        natsSubscription_Destroy(p->inbox);
+    }
+    p->inbox = NULL;
+}
+
+/* A JetStream delivery carries its ack subject as reply; the server's
+ * status messages (end of request, heartbeat) carry none. A run's own
+ * headers, whatever they say, cannot make it look like one. */
+static inline bool fqc_is_delivery(natsMsg *m)
+{
+    const char *reply = natsMsg_GetReply(m);
+    return reply && strncmp(reply, "$JS.ACK.", 8) == 0;
+}
+
+/* Up to max deliveries into out[]: what the consumer has now, or else the
+ * first to come within timeout_ms (one request with no_wait and expires:
+ * nats-server 2.9 then answers at once with what it has, or waits for the
+ * first message and ends the request after it). Deliveries left from an
+ * earlier request are handed out first, without a new request. *n is how
+ * many; NATS_TIMEOUT when none came. The caller owns out[0..*n). */
+static inline natsStatus fqc_pull_fetch(fqc_pull *p, natsMsg **out, int max, int64_t timeout_ms,
+                                        int *n)
+{
+    char reply[sizeof p->inbox_subject + 24], req[96];
+    int queued = 0;
+    natsStatus s;
+    int64_t deadline;
+
+    *n = 0;
+    natsSubscription_GetPending(p->inbox, &queued, NULL);
+    while (*n < max && queued-- > 0) {
+        natsMsg *m = NULL;
+        if (natsSubscription_NextMsg(&m, p->inbox, 1) != NATS_OK)
+            break;
+        if (fqc_is_delivery(m))
+            out[(*n)++] = m;
+        else
+            natsMsg_Destroy(m);
+    }
+    if (*n > 0)
+        return NATS_OK;
+    if (timeout_ms < 1)
+        timeout_ms = 1;
+    snprintf(reply, sizeof reply, "%s.%llu", p->inbox_subject, (unsigned long long)++p->request);
+    snprintf(req, sizeof req, "{\"batch\":%d,\"expires\":%lld,\"no_wait\":true}", max,
+             (long long)(timeout_ms * FQC_NS_PER_MS));
+    s = natsConnection_PublishRequestString(p->nc, p->next_subject, reply, req);
+    if (s != NATS_OK)
+        return s;
+    /* The server ends the request at its expiry; a little longer here
+     * sees that end instead of leaving it for the next call. */
+    deadline = fqc_mono_ns() + (timeout_ms + 100) * FQC_NS_PER_MS;
+    while (*n < max) {
+        int64_t left = (deadline - fqc_mono_ns()) / FQC_NS_PER_MS;
+        const char *status = NULL;
+        natsMsg *m = NULL;
+        if (left <= 0)
+            break;
+        s = natsSubscription_NextMsg(&m, p->inbox, left);
+        if (s == NATS_TIMEOUT)
+            break;
+        if (s != NATS_OK)
+            return *n ? NATS_OK : s;
+        if (fqc_is_delivery(m)) {
+            out[(*n)++] = m;
+            continue;
+        }
+        /* A status: only this request's end (404, 408) or a refusal (409)
+         * matters; heartbeats and earlier requests' ends do not. */
+        bool ours = strcmp(natsMsg_GetSubject(m), reply) == 0;
+        natsMsgHeader_Get(m, "Status", &status);
+        bool refused = ours && status && strncmp(status, "409", 3) == 0;
+        bool ended = ours && status && strncmp(status, "100", 3) != 0;
+        natsMsg_Destroy(m);
+        if (refused && *n == 0)
+            return NATS_ERR;
+        if (ended)
+            break;
+    }
+    return *n ? NATS_OK : NATS_TIMEOUT;
+}
+
+/* Acknowledge a delivery: "+ACK", "-NAK", "+TERM", or "+WPI" (in
+ * progress), published to its ack subject without waiting. */
+static inline natsStatus fqc_ack(fqc_pull *p, natsMsg *m, const char *kind)
+{
+    return natsConnection_PublishString(p->nc, natsMsg_GetReply(m), kind);
+}
+
+/* Acknowledge and wait until the server has recorded it. */
+static inline natsStatus fqc_ack_sync(fqc_pull *p, natsMsg *m, int64_t timeout_ms)
+{
+    natsMsg *r = NULL;
+    natsStatus s = natsConnection_RequestString(&r, p->nc, natsMsg_GetReply(m), "+ACK", timeout_ms);
+    natsMsg_Destroy(r);
     return s;
 }
 

@@ -103,7 +103,8 @@ typedef struct load {
     load_table table;
     natsConnection *pnc, *wnc;  /* producer's and workers' connections */
     jsCtx *pjs, *wjs;
-    natsSubscription *sub, *rejected_sub;
+    fqc_pull pull;              /* the workers' reader of the dispatch consumer */
+    natsSubscription *rejected_sub;
     bool own_consumer;          /* delete the consumer at exit */
     char consumer[64];          /* the workers' durable consumer */
     char rejected_subject[256]; /* PREFIX.> */
@@ -436,13 +437,13 @@ static void load_finish_due(load *l, int64_t now_ns)
             natsMsgList_Destroy(&pending);
         l->complete_errors += (uint64_t)n;
         for (int i = 0; i < n; i++) {
-            natsMsg_Nak(done[i].msg, NULL);
+            fqc_ack(&l->pull, done[i].msg, "-NAK");
             natsMsg_Destroy(done[i].msg);
         }
         return;
     }
     for (int i = 0; i < n; i++) {
-        natsMsg_Ack(done[i].msg, NULL);
+        fqc_ack(&l->pull, done[i].msg, "+ACK");
         natsMsg_Destroy(done[i].msg);
         if (done[i].idx >= 0) {
             load_run *r = load_run_at(l, (uint64_t)done[i].idx);
@@ -517,8 +518,10 @@ static void load_work(load *l)
             fqc_sleep_until(l->heap[0].finish_ns);
             continue;
         }
-        natsMsgList list;
-        natsStatus s = fqc_fetch(&list, l->sub, idle < LOAD_FETCH_MAX ? (int)idle : LOAD_FETCH_MAX, wait_ms);
+        natsMsg *got[LOAD_FETCH_MAX];
+        int n = 0;
+        natsStatus s = fqc_pull_fetch(&l->pull, got, idle < LOAD_FETCH_MAX ? (int)idle : LOAD_FETCH_MAX,
+                                      wait_ms, &n);
         if (s == NATS_TIMEOUT)
             continue;
         if (s != NATS_OK) {
@@ -527,16 +530,13 @@ static void load_work(load *l)
             continue;
         }
         now = fqc_mono_ns();
-        for (int i = 0; i < list.Count; i++) {
-            load_heap_push(l, load_receive(l, list.Msgs[i], now));
-            list.Msgs[i] = NULL;
-        }
-        natsMsgList_Destroy(&list);
+        for (int i = 0; i < n; i++)
+            load_heap_push(l, load_receive(l, got[i], now));
     }
     /* Runs still held go back, so that a later worker gets them at once. */
     while (l->busy) {
         load_job j = load_heap_pop(l);
-        natsMsg_Nak(j.msg, NULL);
+        fqc_ack(&l->pull, j.msg, "-NAK");
         natsMsg_Destroy(j.msg);
     }
 }
@@ -551,7 +551,6 @@ static int load_subscribe(load *l)
     const load_cfg *cfg = &l->cfg;
     jsConsumerConfig cc;
     jsConsumerInfo *ci = NULL;
-    jsSubOptions so;
     jsErrCode jerr = 0;
     natsStatus s;
 
@@ -584,10 +583,7 @@ static int load_subscribe(load *l)
         l->own_consumer = false;
         return -1;
     }
-    jsSubOptions_Init(&so);
-    so.Stream = cfg->dispatch_stream;
-    so.Consumer = l->consumer;
-    s = js_PullSubscribe(&l->sub, l->wjs, NULL, l->consumer, NULL, &so, &jerr);
+    s = fqc_pull_open(&l->pull, l->wnc, cfg->dispatch_stream, l->consumer);
     if (s == NATS_OK)
         s = natsConnection_Subscribe(&l->rejected_sub, l->wnc, l->rejected_subject, load_on_rejected, l);
     if (s != NATS_OK) {
@@ -863,8 +859,7 @@ static int load_connect(load *l)
 
 static void load_destroy(load *l)
 {
-    if (l->sub)
-        natsSubscription_Destroy(l->sub);
+    fqc_pull_close(&l->pull);
     if (l->rejected_sub) {
         natsSubscription_Unsubscribe(l->rejected_sub);
         natsSubscription_Destroy(l->rejected_sub);

@@ -132,18 +132,18 @@ static void relay_drop_pending(jsCtx *js)
         natsMsgList_Destroy(&pending);
 }
 
-/* Relay one fetched batch. Returns how many runs went out, or -1 if the
- * batch was nak'ed. */
-static int relay_batch(jsCtx *js, const relay_cfg *cfg, natsMsgList *list)
+/* Relay one fetched batch of n. Returns how many runs went out, or -1 if
+ * the batch was nak'ed. */
+static int relay_batch(jsCtx *js, fqc_pull *pull, const relay_cfg *cfg, natsMsg **msgs, int n)
 {
     int64_t now_ms = fqc_wall_us() / 1000;
     jsPubOptions po;
     natsStatus s = NATS_OK;
 
     atomic_store(&relay_pub_errors, 0);
-    for (int i = 0; s == NATS_OK && i < list->Count; i++) {
+    for (int i = 0; s == NATS_OK && i < n; i++) {
         natsMsg *out = NULL;
-        s = relay_dispatch_msg(&out, cfg, list->Msgs[i], now_ms);
+        s = relay_dispatch_msg(&out, cfg, msgs[i], now_ms);
         if (s == NATS_OK)
             s = js_PublishMsgAsync(js, &out, NULL);
         natsMsg_Destroy(out);
@@ -156,21 +156,20 @@ static int relay_batch(jsCtx *js, const relay_cfg *cfg, natsMsgList *list)
         if (s != NATS_OK)
             fqc_perror(prog, "dispatch batch", s);
         relay_drop_pending(js);
-        for (int i = 0; i < list->Count; i++)
-            natsMsg_Nak(list->Msgs[i], NULL);
+        for (int i = 0; i < n; i++)
+            fqc_ack(pull, msgs[i], "-NAK");
         return -1;
     }
-    for (int i = 0; i < list->Count; i++)
-        natsMsg_Ack(list->Msgs[i], NULL);
-    return list->Count;
+    for (int i = 0; i < n; i++)
+        fqc_ack(pull, msgs[i], "+ACK");
+    return n;
 }
 
-/* Recreate the durable pull consumer on the submit stream and bind to it. */
-static int relay_subscribe(natsSubscription **sub, jsCtx *js, const relay_cfg *cfg)
+/* Recreate the durable pull consumer on the submit stream and open it. */
+static int relay_subscribe(fqc_pull *pull, natsConnection *nc, jsCtx *js, const relay_cfg *cfg)
 {
     jsConsumerConfig cc;
     jsConsumerInfo *ci = NULL;
-    jsSubOptions so;
     jsErrCode jerr = 0;
     natsStatus s;
 
@@ -192,12 +191,9 @@ static int relay_subscribe(natsSubscription **sub, jsCtx *js, const relay_cfg *c
             fqc_perror(prog, "creating the submit consumer", s);
         return -1;
     }
-    jsSubOptions_Init(&so);
-    so.Stream = cfg->stream;
-    so.Consumer = cfg->durable;
-    s = js_PullSubscribe(sub, js, NULL, cfg->durable, NULL, &so, &jerr);
+    s = fqc_pull_open(pull, nc, cfg->stream, cfg->durable);
     if (s != NATS_OK) {
-        fqc_perror(prog, "binding to the submit consumer", s);
+        fqc_perror(prog, "subscribing to the submit consumer", s);
         return -1;
     }
     return 0;
@@ -267,7 +263,8 @@ int main(int argc, char **argv)
     relay_cfg cfg;
     natsConnection *nc = NULL;
     jsCtx *js = NULL;
-    natsSubscription *sub = NULL;
+    fqc_pull pull = {0};
+    natsMsg **msgs = NULL;
     jsOptions jo;
     uint64_t relayed = 0;
     int64_t t0;
@@ -285,13 +282,17 @@ int main(int argc, char **argv)
         fqc_perror(prog, fqc_url(cfg.url), s);
         return 1;
     }
-    if (fqc_streams_ensure(js, prog) != 0 || relay_subscribe(&sub, js, &cfg) != 0)
+    if (!(msgs = calloc((size_t)cfg.batch, sizeof *msgs))) {
+        fprintf(stderr, "%s: out of memory\n", prog);
+        goto out;
+    }
+    if (fqc_streams_ensure(js, prog) != 0 || relay_subscribe(&pull, nc, js, &cfg) != 0)
         goto out;
     fprintf(stderr, "%s: relaying %s to %s\n", prog, cfg.stream, cfg.dispatch);
     t0 = fqc_mono_ns();
     while (!fqc_stopping()) {
-        natsMsgList list;
-        s = fqc_fetch(&list, sub, cfg.batch, 100);
+        int n = 0;
+        s = fqc_pull_fetch(&pull, msgs, cfg.batch, 100, &n);
         if (s == NATS_TIMEOUT)
             continue;
         if (s != NATS_OK) {
@@ -300,20 +301,22 @@ int main(int argc, char **argv)
             fqc_sleep_until(fqc_mono_ns() + 100 * FQC_NS_PER_MS);
             continue;
         }
-        int n = relay_batch(js, &cfg, &list);
-        if (n > 0)
-            relayed += (uint64_t)n;
-        natsMsgList_Destroy(&list);
+        int sent = relay_batch(js, &pull, &cfg, msgs, n);
+        if (sent > 0)
+            relayed += (uint64_t)sent;
+        for (int i = 0; i < n; i++)
+            natsMsg_Destroy(msgs[i]);
     }
     double secs = (double)(fqc_mono_ns() - t0) / 1e9;
     printf("relay relayed=%llu elapsed_s=%.3f rate=%.0f\n", (unsigned long long)relayed, secs,
            secs > 0 ? (double)relayed / secs : 0.0);
     rc = 0;
 out:
-    if (sub) {
-        natsSubscription_Destroy(sub);
+    if (pull.inbox) {
+        fqc_pull_close(&pull);
         js_DeleteConsumer(js, cfg.stream, cfg.durable, NULL, NULL);
     }
+    free(msgs);
     fqc_disconnect(nc, js);
     nats_Close();
     return rc;

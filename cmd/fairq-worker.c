@@ -38,13 +38,12 @@ typedef struct worker_cfg {
     uint64_t count;             /* stop after this many runs; 0: never */
 } worker_cfg;
 
-/* Bind to the shared durable consumer, creating it if missing. */
-static int worker_subscribe(natsSubscription **sub, jsCtx *js, const worker_cfg *c)
+/* Open the shared durable consumer, creating it if missing. */
+static int worker_subscribe(fqc_pull *pull, natsConnection *nc, jsCtx *js, const worker_cfg *c)
 {
     const char *need[] = {c->stream};
     jsConsumerConfig cc;
     jsConsumerInfo *ci = NULL;
-    jsSubOptions so;
     jsErrCode jerr = 0;
     natsStatus s;
 
@@ -72,12 +71,9 @@ static int worker_subscribe(natsSubscription **sub, jsCtx *js, const worker_cfg 
             fqc_perror(prog, "the workers' consumer", s);
         return -1;
     }
-    jsSubOptions_Init(&so);
-    so.Stream = c->stream;
-    so.Consumer = c->durable;
-    s = js_PullSubscribe(sub, js, NULL, c->durable, NULL, &so, &jerr);
+    s = fqc_pull_open(pull, nc, c->stream, c->durable);
     if (s != NATS_OK) {
-        fqc_perror(prog, "binding to the workers' consumer", s);
+        fqc_perror(prog, "subscribing to the workers' consumer", s);
         return -1;
     }
     return 0;
@@ -85,7 +81,7 @@ static int worker_subscribe(natsSubscription **sub, jsCtx *js, const worker_cfg 
 
 /* Sleep for secs, keeping the run's ack wait alive. false if a signal
  * came first. */
-static bool worker_work(natsMsg *m, double secs)
+static bool worker_work(fqc_pull *pull, natsMsg *m, double secs)
 {
     int64_t end = fqc_mono_ns() + (int64_t)(secs * 1e9);
 
@@ -97,13 +93,13 @@ static bool worker_work(natsMsg *m, double secs)
             return true;
         fqc_sleep_until(next < end ? next : end);
         if (fqc_mono_ns() < end)
-            natsMsg_InProgress(m, NULL);
+            fqc_ack(pull, m, "+WPI");
     }
 }
 
 /* Work one run through: print, work, complete, ack. 1 if it was done, 0
  * if it was handed back or refused, -1 on a NATS error. */
-static int worker_run(jsCtx *js, const worker_cfg *c, natsMsg *m)
+static int worker_run(jsCtx *js, fqc_pull *pull, const worker_cfg *c, natsMsg *m)
 {
     static const char *const names[] = {"ok", "error", "cancelled"};
     const char *tenant = fqc_hdr(m, FQ_HDR_TENANT), *run_id = fqc_hdr(m, FQ_HDR_RUN_ID);
@@ -119,7 +115,7 @@ static int worker_run(jsCtx *js, const worker_cfg *c, natsMsg *m)
         !fq_msg_name_valid(run_id, strlen(run_id), FQ_RUN_ID_MAX)) {
         fprintf(stderr, "%s: a message without a valid %s header is not a fairq run: "
                 "terminated\n", prog, tenant ? FQ_HDR_RUN_ID : FQ_HDR_TENANT);
-        natsMsg_Term(m, NULL);
+        fqc_ack(pull, m, "+TERM");
         return 0;
     }
     fqc_hdr_u64(m, FQ_HDR_EST_TOKENS, UINT32_MAX, &est);
@@ -132,8 +128,8 @@ static int worker_run(jsCtx *js, const worker_cfg *c, natsMsg *m)
     printf("run tenant=%s run_id=%s workflow=%s est_tokens=%llu bytes=%d work_s=%.3f\n", tenant,
            run_id, done.workflow, (unsigned long long)est, natsMsg_GetDataLength(m), secs);
     fflush(stdout);
-    if (!worker_work(m, secs)) {
-        natsMsg_Nak(m, NULL);
+    if (!worker_work(pull, m, secs)) {
+        fqc_ack(pull, m, "-NAK");
         printf("handed back run_id=%s (stopping)\n", run_id);
         return 0;
     }
@@ -141,7 +137,7 @@ static int worker_run(jsCtx *js, const worker_cfg *c, natsMsg *m)
     snprintf(subject, sizeof subject, "%s.%s", c->done_prefix, tenant);
     s = len ? js_Publish(NULL, js, subject, body, (int)len, NULL, NULL) : NATS_INVALID_ARG;
     if (s == NATS_OK)
-        s = natsMsg_AckSync(m, NULL, NULL);
+        s = fqc_ack_sync(pull, m, 5000);
     if (s != NATS_OK) {
         /* Not acked: the run comes back after the ack wait. */
         fqc_perror(prog, "completing the run", s);
@@ -220,7 +216,7 @@ int main(int argc, char **argv)
     worker_cfg cfg;
     natsConnection *nc = NULL;
     jsCtx *js = NULL;
-    natsSubscription *sub = NULL;
+    fqc_pull pull = {0};
     uint64_t done = 0;
     natsStatus s;
     int rc = 1;
@@ -233,12 +229,13 @@ int main(int argc, char **argv)
         fqc_perror(prog, fqc_url(cfg.url), s);
         return 1;
     }
-    if (worker_subscribe(&sub, js, &cfg) != 0)
+    if (worker_subscribe(&pull, nc, js, &cfg) != 0)
         goto out;
     fprintf(stderr, "%s: waiting for runs on %s (consumer %s)\n", prog, cfg.dispatch, cfg.durable);
     while (!fqc_stopping() && (cfg.count == 0 || done < cfg.count)) {
-        natsMsgList list;
-        s = fqc_fetch(&list, sub, 1, 1000);
+        natsMsg *m = NULL;
+        int n = 0;
+        s = fqc_pull_fetch(&pull, &m, 1, 1000, &n);
         if (s == NATS_TIMEOUT)
             continue;
         if (s != NATS_OK) {
@@ -246,13 +243,13 @@ int main(int argc, char **argv)
             fqc_sleep_until(fqc_mono_ns() + 500 * FQC_NS_PER_MS);
             continue;
         }
-        if (worker_run(js, &cfg, list.Msgs[0]) > 0)
+        if (worker_run(js, &pull, &cfg, m) > 0)
             done++;
-        natsMsgList_Destroy(&list);
+        natsMsg_Destroy(m);
     }
     rc = 0;
 out:
-    natsSubscription_Destroy(sub);
+    fqc_pull_close(&pull);
     fqc_disconnect(nc, js);
     nats_Close();
     return rc;
