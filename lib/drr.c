@@ -361,6 +361,20 @@ static uint64_t quanta_needed(int64_t d, uint64_t q)
     return d > 0 ? 0 : (uint64_t)(-d) / q + 1;
 }
 
+/* Deficits saturate here: an absurd stream of overruns stays a huge debt
+ * instead of wrapping into a huge credit. */
+#define FQ_DEFICIT_MAX ((int64_t)1 << 62)
+
+static void deficit_add(fq_tenant *t, int64_t delta)
+{
+    int64_t d = t->deficit;
+    if (delta > 0)
+        d = d > FQ_DEFICIT_MAX - delta ? FQ_DEFICIT_MAX : d + delta;
+    else
+        d = d < -FQ_DEFICIT_MAX - delta ? -FQ_DEFICIT_MAX : d + delta;
+    t->deficit = d;
+}
+
 /* Bring a WAITING tenant back onto the active list in round r >= t->round, granting it
  * the quanta of every round since the one it left for: what visiting it once
  * per round would have granted, in one step. */
@@ -414,6 +428,17 @@ static void rekey(fq_sched *s, fq_tenant *t)
         wait_remove(s, t);
         wait_insert(s, t, w);
     }
+}
+
+/* A WAITING tenant's quantum is about to change: hand it, at the quantum
+ * still in force, the grants of the rounds it has already sat out, so the
+ * new quantum applies only to rounds to come. */
+static void settle(fq_sched *s, fq_tenant *t)
+{
+    if (s->round < t->round)
+        return;
+    deficit_add(t, (int64_t)((s->round - t->round + 1) * quantum_of(s, t)));
+    t->round = s->round + 1;
 }
 
 /* Begin round r, which no debtor's wake round precedes: every debtor whose
@@ -503,7 +528,8 @@ static fq_status table_reserve(fq_sched *s)
 
 static int opts_valid(const fq_sched_opts *o)
 {
-    return o && o->quantum >= 1 && o->max_est_tokens >= 1;
+    return o && o->quantum >= 1 && o->quantum <= FQ_SCHED_MAX_QUANTUM &&
+           o->max_est_tokens >= 1;
 }
 
 fq_status fq_sched_create(fq_sched **out, const fq_sched_opts *o)
@@ -564,6 +590,8 @@ fq_status fq_sched_set_opts(fq_sched *s, const fq_sched_opts *o)
             waiting[k++] = t;
     for (uint32_t i = 0; i < s->nheap; i++)
         waiting[k++] = s->heap[i].t;
+    for (uint32_t i = 0; i < n; i++)
+        settle(s, waiting[i]);
     s->o = *o;
     fq_window_set_limits(&s->win, o->max_in_flight, o->max_in_flight_tokens,
                          o->run_timeout, o->max_expired);
@@ -578,7 +606,7 @@ fq_status fq_sched_set_opts(fq_sched *s, const fq_sched_opts *o)
 
 static int policy_valid(const fq_tenant_policy *p)
 {
-    return p && p->weight >= 1;
+    return p && p->weight >= 1 && p->weight <= FQ_SCHED_MAX_WEIGHT;
 }
 
 fq_tenant *fq_sched_find(fq_sched *s, const char *id, size_t len)
@@ -619,6 +647,8 @@ fq_status fq_tenant_set_policy(fq_sched *s, fq_tenant *t, const fq_tenant_policy
         return FQ_EINVAL;
     if (t->queued)
         s->active_weight += (uint64_t)p->weight - t->pol.weight;
+    if (t->state == FQ_T_WAITING)
+        settle(s, t);
     t->pol = *p;
     /* The new quantum is granted from the tenant's next visit; a debtor's
      * wake round is recomputed with it; a raised cap frees a capped tenant.
@@ -781,19 +811,17 @@ static void reconcile(fq_sched *s, fq_tenant *t, int64_t delta)
     case FQ_T_IDLE:
         /* A refund to an idle tenant lifts it at most to zero: credit is
          * not banked through refunds either. Debt is always recorded. */
-        if (delta > 0) {
-            int64_t d = t->deficit + delta;
-            t->deficit = d > 0 ? (t->deficit > 0 ? t->deficit : 0) : d;
-        } else {
-            t->deficit += delta;
-        }
+        if (delta > 0 && t->deficit + delta > 0)
+            t->deficit = t->deficit > 0 ? t->deficit : 0;
+        else
+            deficit_add(t, delta);
         break;
     case FQ_T_WAITING:
-        t->deficit += delta;
+        deficit_add(t, delta);
         rekey(s, t);
         break;
     default:
-        t->deficit += delta;
+        deficit_add(t, delta);
         break;
     }
 }
@@ -852,7 +880,7 @@ fq_status fq_sched_requeue(fq_sched *s, uint64_t id)
     t->dispatched--;
     t->charged -= r->est;
     s->dispatched--;
-    t->deficit += r->est;
+    deficit_add(t, r->est);
     r->state = FQ_RUN_QUEUED;
     r->next = t->qhead;
     t->qhead = r;

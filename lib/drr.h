@@ -15,13 +15,18 @@ typedef struct fq_tenant fq_tenant;
 /* A tenant's policy as the scheduler applies it (lib/policy resolves it
  * from plans and overrides). */
 typedef struct fq_tenant_policy {
-    uint32_t weight;            /* quantum = base quantum x weight; >= 1 */
+    uint32_t weight;            /* quantum = base quantum x weight; 1..FQ_SCHED_MAX_WEIGHT */
     uint32_t max_in_flight;     /* per-tenant concurrency cap; 0 = none */
     uint32_t max_pending;       /* queued runs allowed; 0 = none */
 } fq_tenant_policy;
 
+/* Limits that keep quantum x weight, and so every deficit, far from
+ * int64 overflow (their product is at most 10^15). */
+#define FQ_SCHED_MAX_WEIGHT 1000000u
+#define FQ_SCHED_MAX_QUANTUM 1000000000u
+
 typedef struct fq_sched_opts {
-    uint32_t quantum;           /* base quantum in tokens; >= 1 */
+    uint32_t quantum;           /* base quantum in tokens; 1..FQ_SCHED_MAX_QUANTUM */
     uint32_t max_est_tokens;    /* charges are capped here; >= 1 */
     uint32_t max_in_flight;     /* window in runs; 0 = unlimited */
     uint64_t max_in_flight_tokens; /* window in tokens; 0 = unlimited */
@@ -33,7 +38,7 @@ typedef struct fq_sched_opts {
 enum fq_tenant_state {
     FQ_T_IDLE = 0,      /* nothing queued */
     FQ_T_ACTIVE,        /* on the active list, in the rotation */
-    FQ_T_WAITING,       /* in debt: waits in the debt heap for its round */
+    FQ_T_WAITING,       /* in debt: waits outside the rotation for its round */
     FQ_T_CAPPED,        /* at max_in_flight: out of the rotation */
 };
 
@@ -65,7 +70,7 @@ typedef struct fq_sched_stats {
     uint64_t visits;            /* tenants examined by dispatch */
     uint64_t dispatched;        /* runs dispatched */
     uint64_t expired;           /* leases expired */
-    uint64_t wakeups;           /* debtors woken from the debt heap */
+    uint64_t wakeups;           /* debtors woken for their round */
     uint32_t active;            /* tenants with queued runs (any state but idle) */
     uint32_t tenants;           /* tenants known */
     uint64_t queued;            /* runs queued */
@@ -118,7 +123,8 @@ fq_status fq_sched_complete(fq_done *out, fq_sched *s, uint64_t id, uint64_t act
 void fq_tenant_reconcile(fq_sched *s, fq_tenant *t, uint32_t est, uint64_t actual);
 
 /* Undo a dispatch that never reached the workers (a failed publish): the run
- * goes back to the head of its tenant's queue and its charge is refunded. */
+ * goes back to the head of its tenant's queue and its charge is refunded.
+ * Its queue age counts from its dispatch from then on. */
 fq_status fq_sched_requeue(fq_sched *s, uint64_t id);
 
 /* Expire every lease whose deadline is <= now: the slot is freed, the

@@ -16,8 +16,8 @@ typedef struct fq_policy fq_policy;
 /* The largest weight a plan, tenant or override may state: the scheduler
  * grants quantum x weight in a signed 64-bit deficit, and with quanta up to
  * FQ_POLICY_MAX_QUANTUM this keeps the product far from overflow. */
-#define FQ_POLICY_MAX_WEIGHT 1000000u
-#define FQ_POLICY_MAX_QUANTUM 1000000000u
+#define FQ_POLICY_MAX_WEIGHT FQ_SCHED_MAX_WEIGHT
+#define FQ_POLICY_MAX_QUANTUM FQ_SCHED_MAX_QUANTUM
 
 /* Which layer set a tenant's effective policy, for stats and metrics. */
 enum fq_policy_source {

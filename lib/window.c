@@ -2,7 +2,9 @@
  *
  * Principles:
  *  - Every lease has the same length, so dispatch order is deadline order:
- *    the lease list is a FIFO and expiry only ever looks at its head.
+ *    the lease list is a FIFO and expiry only ever looks at its head. A run
+ *    keeps its dispatch time and the deadline is computed from the timeout
+ *    in force, so changing the timeout at run time keeps that order.
  *  - The window counts a run's slot from dispatch until its completion or
  *    its lease's end, whichever is first; an expired run keeps its record
  *    (bounded by max_expired) so a late completion still reconciles once.
@@ -114,7 +116,7 @@ fq_status fq_window_add(fq_window *w, fq_run *r, uint64_t now)
     w->buckets[b] = r;
     w->held++;
     r->state = FQ_RUN_FLIGHT;
-    r->t = w->timeout ? now + w->timeout : UINT64_MAX;
+    r->t = now;
     list_append(&w->lease_head, &w->lease_tail, r);
     w->runs++;
     w->tokens += r->est;
@@ -160,7 +162,7 @@ void fq_window_remove(fq_window *w, fq_run *r)
 fq_run *fq_window_expire_one(fq_window *w, uint64_t now)
 {
     fq_run *r = w->lease_head;
-    if (!r || r->t > now)
+    if (!r || !w->timeout || r->t + w->timeout > now)
         return NULL;
     list_unlink(&w->lease_head, &w->lease_tail, r);
     release_slot(w, r);
@@ -181,5 +183,5 @@ fq_run *fq_window_evict_one(fq_window *w)
 
 uint64_t fq_window_next_deadline(const fq_window *w)
 {
-    return w->lease_head ? w->lease_head->t : UINT64_MAX;
+    return w->lease_head && w->timeout ? w->lease_head->t + w->timeout : UINT64_MAX;
 }

@@ -39,7 +39,8 @@ void fq_window_set_limits(fq_window *w, uint32_t max_runs, uint64_t max_tokens,
  * for ever. */
 bool fq_window_fits(const fq_window *w, uint32_t est);
 
-/* Admit a run: it takes a slot and a lease until now + timeout.
+/* Admit a run: it takes a slot, and r->t becomes its dispatch time (its
+ * lease ends at r->t + timeout).
  * FQ_ENOMEM if the hash could not grow; nothing is changed then. */
 fq_status fq_window_add(fq_window *w, fq_run *r, uint64_t now);
 
@@ -57,9 +58,7 @@ fq_run *fq_window_expire_one(fq_window *w, uint64_t now);
  * window for the caller to free; else NULL. */
 fq_run *fq_window_evict_one(fq_window *w);
 
-/* The earliest lease deadline, or UINT64_MAX. Leases are kept in dispatch
- * order; after the timeout is lowered at run time an older, longer lease can
- * hold a shorter one behind it until it expires itself. */
+/* The earliest lease deadline, or UINT64_MAX if none or leases never end. */
 uint64_t fq_window_next_deadline(const fq_window *w);
 
 #endif

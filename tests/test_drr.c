@@ -779,9 +779,10 @@ static void test_only_debtors_jump_to_their_rounds(void **state)
 }
 
 /* Five debtors owe 150 to 3,000 quanta (in the wheel and beyond it) when,
- * in round 100, the quantum changes to q. Each then waits for the round in
- * which its debt D turns positive under q: 1 + D / q, or joins at once if
- * that round has passed, and is granted q for every round from 1 on. */
+ * in round 100, the quantum changes to q. Rounds 1 to 100, already sat out,
+ * are granted at the old quantum; the new one applies from round 101. So
+ * with D = debt - 100 quanta left, each waits for the round in which D turns
+ * positive under q, 101 + D / q, and is granted q for each round from 101. */
 static void quantum_change(uint32_t q)
 {
     enum { N = 5 };
@@ -812,12 +813,9 @@ static void quantum_change(uint32_t q)
     int64_t after[N];
     serve_debtors(s, b, d, N, at, after);
     for (int i = 0; i < N; i++) {
-        uint64_t debt = m[i] * Q, wake = 1 + debt / q;
-        if (wake > 100)
-            assert_int_equal(at[i], wake);
-        else
-            assert_in_range(at[i], 100, 101);
-        assert_int_equal(after[i], (int64_t)(at[i] * q) - (int64_t)debt - 1);
+        uint64_t debt = (m[i] - 100) * Q, wake = 101 + debt / q;
+        assert_int_equal(at[i], wake);
+        assert_int_equal(after[i], (int64_t)((at[i] - 100) * q) - (int64_t)debt - 1);
     }
     fq_sched_destroy(s);
 }
@@ -968,6 +966,100 @@ static void test_invalid_arguments(void **state)
     fq_sched_destroy(s);
 }
 
+/* ---- quantum changes, saturation, requeue age -------------------------- */
+
+/* A weight raised while a debtor waits applies from its next grant: the
+ * rounds it already sat out were granted at the old weight. */
+static void test_weight_raise_while_waiting_is_not_retroactive(void **state)
+{
+    (void)state;
+    fq_sched *s = mk(0, 0, 0);
+    fq_tenant *a = ten(s, "a", 1, 0, 0), *b = ten(s, "b", 1, 0, 0);
+    enq(s, a, 50 * Q);                  /* a will owe 49 quanta */
+    enq(s, a, Q);
+    for (int i = 0; i < 200; i++)
+        enq(s, b, Q);
+    for (int i = 0; i < 41; i++) {      /* a's big run, then 40 of b's rounds */
+        fq_run *r = fq_sched_dispatch(s, 0);
+        done(s, r, r->est);
+    }
+    assert_int_equal(info(a).state, FQ_T_WAITING);
+    fq_tenant_policy p = {.weight = 100};
+    assert_int_equal(fq_tenant_set_policy(s, a, &p), FQ_OK);
+    /* 40 rounds at weight 1 leave -9,000; one grant at weight 100 follows */
+    assert_true(info(a).deficit <= 100 * Q);
+    fq_sched_destroy(s);
+}
+
+/* The same for a new base quantum from set_opts. */
+static void test_quantum_change_while_waiting_is_not_retroactive(void **state)
+{
+    (void)state;
+    fq_sched *s = mk(0, 0, 0);
+    fq_tenant *a = ten(s, "a", 1, 0, 0), *b = ten(s, "b", 1, 0, 0);
+    enq(s, a, 50 * Q);
+    enq(s, a, Q);
+    for (int i = 0; i < 200; i++)
+        enq(s, b, Q);
+    for (int i = 0; i < 41; i++) {
+        fq_run *r = fq_sched_dispatch(s, 0);
+        done(s, r, r->est);
+    }
+    fq_sched_opts o = {.quantum = 100 * Q, .max_est_tokens = 1000000};
+    assert_int_equal(fq_sched_set_opts(s, &o), FQ_OK);
+    assert_true(info(a).deficit <= 100 * Q);
+    fq_sched_destroy(s);
+}
+
+/* A requeued run's queue age counts from its dispatch, not from its lease's
+ * end (the window keeps the dispatch time while a run is in flight). */
+static void test_requeue_age_counts_from_dispatch(void **state)
+{
+    (void)state;
+    fq_sched *s = mk(0, 0, 100);
+    fq_tenant *a = ten(s, "a", 1, 0, 0);
+    assert_int_equal(fq_sched_enqueue(NULL, s, a, 1, 10, NULL, 5), FQ_OK);
+    fq_run *r = fq_sched_dispatch(s, 10);
+    assert_int_equal(fq_sched_requeue(s, r->id), FQ_OK);
+    assert_int_equal(info(a).oldest_enqueued, 10);
+    fq_sched_destroy(s);
+}
+
+/* Absurd actuals saturate the debt instead of overflowing int64 (which
+ * wraps to a huge credit without sanitizers). */
+static void test_debt_saturates(void **state)
+{
+    (void)state;
+    fq_sched *s = mk(0, 0, 0);
+    fq_tenant *a = ten(s, "a", 1, 0, 0);
+    for (int i = 0; i < 9000; i++)
+        fq_tenant_reconcile(s, a, 1, UINT64_MAX);
+    assert_true(info(a).deficit < 0);
+    assert_true(info(a).deficit >= -((int64_t)1 << 62));
+    fq_tenant_reconcile(s, a, 1000000, 0);      /* a refund still moves it */
+    assert_true(info(a).deficit < 0);
+    fq_sched_destroy(s);
+}
+
+/* quantum x weight beyond int64 is refused, not an endless dispatch loop. */
+static void test_quantum_times_weight_is_bounded(void **state)
+{
+    (void)state;
+    fq_sched *s = NULL;
+    fq_sched_opts o = {.quantum = UINT32_MAX, .max_est_tokens = 1000};
+    fq_tenant_policy p = {.weight = UINT32_MAX};
+    fq_tenant *t = NULL;
+    assert_int_equal(fq_sched_create(&s, &o), FQ_EINVAL);
+    o.quantum = FQ_SCHED_MAX_QUANTUM;
+    assert_int_equal(fq_sched_create(&s, &o), FQ_OK);
+    assert_int_equal(fq_sched_tenant(&t, s, "a", 1, &p), FQ_EINVAL);
+    p.weight = FQ_SCHED_MAX_WEIGHT;
+    assert_int_equal(fq_sched_tenant(&t, s, "a", 1, &p), FQ_OK);
+    assert_int_equal(fq_sched_enqueue(NULL, s, t, 1, 1000, NULL, 0), FQ_OK);
+    assert_non_null(fq_sched_dispatch(s, 0));
+    fq_sched_destroy(s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -995,6 +1087,11 @@ int main(void)
         cmocka_unit_test(test_requeue_returns_run_to_head),
         cmocka_unit_test(test_tokens_ahead_bound),
         cmocka_unit_test(test_invalid_arguments),
+        cmocka_unit_test(test_weight_raise_while_waiting_is_not_retroactive),
+        cmocka_unit_test(test_quantum_change_while_waiting_is_not_retroactive),
+        cmocka_unit_test(test_requeue_age_counts_from_dispatch),
+        cmocka_unit_test(test_debt_saturates),
+        cmocka_unit_test(test_quantum_times_weight_is_bounded),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
