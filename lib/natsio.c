@@ -758,6 +758,43 @@ fq_status fq_nio_nak(fq_nio *n, int id, const fq_nio_ackref *a, bool term)
     return nio_ack_send(n, id, a, term ? "+TERM" : "-NAK");
 }
 
+fq_status fq_nio_stream_scan(fq_nio *n, const char *stream,
+                             void (*cb)(void *arg, const void *data, size_t len, int64_t ts_ms),
+                             void *arg)
+{
+    jsStreamInfo *si = NULL;
+    natsStatus s = js_GetStreamInfo(&si, n->js, stream, NULL, NULL);
+    if (s != NATS_OK)
+        return s == NATS_NOT_FOUND ? FQ_ENOTFOUND : FQ_EIO;
+    uint64_t last = si->State.LastSeq, msgs = si->State.Msgs;
+    const char *subj = si->Config->SubjectsLen ? si->Config->Subjects[0] : ">";
+    natsSubscription *sub = NULL;
+    jsSubOptions so;
+    jsSubOptions_Init(&so);
+    so.Stream = stream;
+    so.Ordered = true;
+    so.Config.DeliverPolicy = js_DeliverAll;
+    if (msgs)
+        s = js_SubscribeSync(&sub, n->js, subj, NULL, &so, NULL);
+    jsStreamInfo_Destroy(si);
+    for (uint64_t seq = 0; s == NATS_OK && msgs && seq < last;) {
+        natsMsg *m = NULL;
+        s = natsSubscription_NextMsg(&m, sub, n->o.api_wait_ms);
+        if (s != NATS_OK)
+            break;
+        fq_nio_ackref a;
+        int64_t ts = 0;
+        if (nio_parse_reply(natsMsg_GetReply(m), &a, &ts)) {
+            seq = a.sseq;
+            cb(arg, natsMsg_GetData(m) ? natsMsg_GetData(m) : "",
+               (size_t)natsMsg_GetDataLength(m), ts);
+        }
+        natsMsg_Destroy(m);
+    }
+    natsSubscription_Destroy(sub);
+    return s == NATS_OK ? FQ_OK : FQ_EIO;
+}
+
 /* ---- core subscriptions -------------------------------------------------- */
 
 static void nio_on_request(natsConnection *nc, natsSubscription *sub, natsMsg *msg, void *closure)
@@ -904,12 +941,6 @@ fq_status fq_nio_get(fq_nio_msg **out, fq_nio *n, const char *stream, uint64_t s
 
 /* ---- key-value ----------------------------------------------------------- */
 
-bool fq_nio_kv_key_char(char c)
-{
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-           c == '-' || c == '_' || c == '=' || c == '/' || c == '.';
-}
-
 static fq_status nio_kv_open(kvStore **kv, fq_nio *n, const char *bucket)
 {
     natsStatus s = js_KeyValue(kv, n->js, bucket);
@@ -1011,50 +1042,6 @@ fq_status fq_nio_kv_get(char *buf, size_t cap, uint64_t *rev, fq_nio *n, const c
     kvEntry_Destroy(e);
     kvStore_Destroy(kv);
     return nio_kv_status(s, 0);
-}
-
-fq_status fq_nio_kv_put_async(fq_nio *n, const char *bucket, const char *key,
-                              const void *val, size_t len, uint64_t token)
-{
-    char subj[512];
-    int k = snprintf(subj, sizeof subj, "$KV.%s.%s", bucket, key);
-    if (k < 0 || (size_t)k >= sizeof subj)
-        return FQ_EINVAL;
-    fq_nio_out o = {.subject = subj, .data = val, .len = len};
-    return fq_nio_publish(n, &o, token);
-}
-
-fq_status fq_nio_kv_load(fq_nio *n, const char *bucket,
-                         void (*cb)(void *arg, const char *key, const char *val, size_t len,
-                                    int64_t created_ms),
-                         void *arg)
-{
-    kvStore *kv = NULL;
-    fq_status r = nio_kv_open(&kv, n, bucket);
-    if (r != FQ_OK)
-        return r;
-    kvWatchOptions wo;
-    kvWatchOptions_Init(&wo);
-    wo.IgnoreDeletes = true;
-    kvWatcher *w = NULL;
-    natsStatus s = kvStore_WatchAll(&w, kv, &wo);
-    /* The initial values end with a NULL entry. */
-    while (s == NATS_OK) {
-        kvEntry *e = NULL;
-        s = kvWatcher_Next(&e, w, n->o.api_wait_ms);
-        if (s != NATS_OK || !e)
-            break;
-        if (kvEntry_Operation(e) == kvOp_Put)
-            cb(arg, kvEntry_Key(e), kvEntry_Value(e), (size_t)kvEntry_ValueLen(e),
-               kvEntry_Created(e) / NIO_NS_PER_MS);
-        kvEntry_Destroy(e);
-    }
-    kvWatcher_Destroy(w);
-    kvStore_Destroy(kv);
-    if (s != NATS_OK) {
-        return FQ_EIO;
-    }
-    return FQ_OK;
 }
 
 /* ---- received messages --------------------------------------------------- */

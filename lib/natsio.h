@@ -136,6 +136,12 @@ bool fq_nio_connected(const fq_nio *n);
 fq_status fq_nio_stream_ensure(fq_nio *n, const fq_nio_stream *s, char *warn, size_t warnlen);
 /* The stream's creation time (unix ms), stable until it is recreated. */
 fq_status fq_nio_stream_created(int64_t *out, fq_nio *n, const char *stream);
+/* Call cb with every message stream holds now, in order (an ordered
+ * consumer; messages stored after the call began are not included). ts_ms
+ * is the message's store time, unix ms. */
+fq_status fq_nio_stream_scan(fq_nio *n, const char *stream,
+                             void (*cb)(void *arg, const void *data, size_t len, int64_t ts_ms),
+                             void *arg);
 
 /* Start consumer id (0..3) on its own fetch thread; its messages arrive as
  * FQ_NIO_EV_MSG with source = id. The consumer is deleted and recreated
@@ -183,17 +189,6 @@ fq_status fq_nio_kv_update(uint64_t *rev, fq_nio *n, const char *bucket, const c
 /* Read key into buf (cap bytes, NUL-terminated). FQ_ENOTFOUND if absent. */
 fq_status fq_nio_kv_get(char *buf, size_t cap, uint64_t *rev, fq_nio *n,
                         const char *bucket, const char *key);
-/* Asynchronous put (a JetStream publish to the bucket's subject). */
-fq_status fq_nio_kv_put_async(fq_nio *n, const char *bucket, const char *key,
-                              const void *val, size_t len, uint64_t token);
-/* Call cb with the latest value of every key of bucket (deleted keys
- * skipped); created_ms is the write time in unix ms. */
-fq_status fq_nio_kv_load(fq_nio *n, const char *bucket,
-                         void (*cb)(void *arg, const char *key, const char *val,
-                                    size_t len, int64_t created_ms),
-                         void *arg);
-/* Characters allowed in a key, for callers that encode theirs. */
-bool fq_nio_kv_key_char(char c);
 
 /* Wait up to timeout_ms for events and move up to cap of them into ev.
  * Returns how many. */

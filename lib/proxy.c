@@ -61,9 +61,8 @@
 /* Publish tokens: kind in the top four bits, a stream sequence below. */
 enum px_token {
     TK_DISPATCH = 1,    /* a run to the dispatch subject; submit seq */
-    TK_FLIGHT,          /* its in-flight record; submit seq */
+    TK_JOURNAL,         /* a batch of the runs journal; batch id */
     TK_REJECT,          /* a refused submit; submit seq */
-    TK_DONE_MARK,       /* a completion's done marker; done seq */
     TK_DONE_REJECT,     /* a refused completion; done seq */
 };
 #define TK_MAKE(k, v) (((uint64_t)(k) << 60) | ((v) & ((1ULL << 60) - 1)))
@@ -142,6 +141,19 @@ typedef struct px_retry {
     uint64_t at;                /* monotonic ms */
 } px_retry;
 
+/* A batch of the runs journal: the records of the runs dispatched and
+ * completed in one turn of the loop, stored as one message. What waits for
+ * it: dispatched runs (their submit ack) and completions (their ack). */
+typedef struct px_batch {
+    uint64_t id;
+    px_run **runs;              /* dispatched: settled on the PubAck */
+    size_t nruns, cap_runs;
+    uint64_t *dones;            /* completions (done seq) to ack */
+    size_t ndones, cap_dones;
+    size_t entries;             /* records written */
+    struct px_batch *next;      /* pending list, free list */
+} px_batch;
+
 /* Counters for stats; monotonic. */
 typedef struct px_counters {
     uint64_t submitted, redelivered, rejected, invalid_subject, duplicates_acked;
@@ -176,6 +188,12 @@ struct fq_proxy {
     px_retry *retry;
     size_t nretry, retry_cap;
     fq_nio_event *ev;
+    px_batch *cur;              /* the journal batch being written */
+    px_batch *bat_head, *bat_tail; /* published, awaiting their PubAck */
+    px_batch *bat_free;
+    uint64_t bat_next;          /* next batch id */
+    char *jbuf;                 /* the current batch's text */
+    size_t jlen, jcap;
 
     uint64_t held;              /* submits held (unacked) */
     uint64_t index_only;        /* of which without their body in memory */
@@ -560,45 +578,143 @@ static void px_ack(fq_proxy *p, int cons, uint64_t seq, uint32_t delivered)
     fq_nio_ack(p->nio, cons, &a);
 }
 
-/* ---- keys and records in the runs bucket --------------------------------- */
+/* ---- the runs journal --------------------------------------------------- */
 
-/* "<tenant>.<hex of run id>": KV keys allow few characters. */
-static void px_kv_key(char *out, size_t cap, const char *tenant, const char *run_id)
+/*
+ * FAIRQ_RUNS is a limits stream of batches, each
+ * {"v":1,"entries":[{"st":"flight"|"done","t":tenant,"r":run_id,"w":workflow,
+ *  "e":est,"d":declared,"s":submit seq,"at":unix ms}, ...]}.
+ * A run's flight record goes out with the turn that dispatched it and its
+ * done record with the turn that saw its completion; read back in order at
+ * start they give the runs still in flight and the run ids completed within
+ * the duplicate window. One message per turn instead of one per run keeps
+ * the server's work per run close to the relay's.
+ */
+
+#define PX_JOURNAL_FLUSH (256 * 1024)   /* bytes: a batch is sent before this */
+
+static bool px_grow(void **v, size_t *cap, size_t need, size_t size)
 {
-    static const char hex[] = "0123456789abcdef";
-    size_t k = (size_t)snprintf(out, cap, "%s.", tenant);
-    for (const unsigned char *s = (const unsigned char *)run_id; *s && k + 3 < cap; s++) {
-        out[k++] = hex[*s >> 4];
-        out[k++] = hex[*s & 15];
-    }
-    out[k] = '\0';
+    if (need <= *cap)
+        return true;
+    size_t c = *cap ? *cap * 2 : 64;
+    while (c < need)
+        c *= 2;
+    void *n = realloc(*v, c * size);
+    if (!n)
+        return false;
+    *v = n;
+    *cap = c;
+    return true;
 }
 
-static size_t px_record(char *buf, size_t cap, const char *state, const px_run *x,
-                        int64_t at_ms)
+static px_batch *px_batch_cur(fq_proxy *p)
 {
+    if (p->cur)
+        return p->cur;
+    px_batch *b = p->bat_free;
+    if (b)
+        p->bat_free = b->next;
+    else if (!(b = calloc(1, sizeof *b)))
+        return NULL;
+    b->id = p->bat_next++;
+    b->nruns = b->ndones = b->entries = 0;
+    b->next = NULL;
+    p->jlen = 0;
+    p->cur = b;
+    return b;
+}
+
+/* Append one record to the current batch. */
+static bool px_journal_entry(fq_proxy *p, const char *st, const char *tenant,
+                             const px_names *nm, uint32_t est, uint64_t seq, int64_t at)
+{
+    px_batch *b = px_batch_cur(p);
+    char e[1024];
     fq_json w;
-    fq_json_init(&w, buf, cap);
+    fq_json_init(&w, e, sizeof e);
     fq_json_begin_object(&w);
-    fq_json_key(&w, "state");
-    fq_json_string(&w, state);
-    fq_json_key(&w, "tenant");
-    fq_json_string(&w, x->pt->id);
-    fq_json_key(&w, "run_id");
-    fq_json_string(&w, x->names->run_id);
-    fq_json_key(&w, "workflow");
-    fq_json_string(&w, x->names->workflow);
-    fq_json_key(&w, "est");
-    fq_json_int(&w, x->est);
-    fq_json_key(&w, "declared");
-    fq_json_int(&w, x->names->declared);
-    fq_json_key(&w, "seq");
-    fq_json_int(&w, (int64_t)x->seq);
+    fq_json_key(&w, "st");
+    fq_json_string(&w, st);
+    fq_json_key(&w, "t");
+    fq_json_string(&w, tenant);
+    fq_json_key(&w, "r");
+    fq_json_string(&w, nm->run_id);
+    if (nm->workflow[0]) {
+        fq_json_key(&w, "w");
+        fq_json_string(&w, nm->workflow);
+    }
+    fq_json_key(&w, "e");
+    fq_json_int(&w, est);
+    fq_json_key(&w, "d");
+    fq_json_int(&w, nm->declared);
+    fq_json_key(&w, "s");
+    fq_json_int(&w, (int64_t)seq);
     fq_json_key(&w, "at");
-    fq_json_int(&w, at_ms);
+    fq_json_int(&w, at);
     fq_json_end_object(&w);
     size_t len = 0;
-    return fq_json_finish(&w, &len) == FQ_OK ? len : 0;
+    static const char head[] = "{\"v\":1,\"entries\":[";
+    if (!b || fq_json_finish(&w, &len) != FQ_OK ||
+        !px_grow((void **)&p->jbuf, &p->jcap, p->jlen + len + sizeof head + 4, 1))
+        return false;
+    if (!b->entries) {
+        memcpy(p->jbuf, head, sizeof head - 1);
+        p->jlen = sizeof head - 1;
+    } else {
+        p->jbuf[p->jlen++] = ',';
+    }
+    memcpy(p->jbuf + p->jlen, e, len);
+    p->jlen += len;
+    b->entries++;
+    return true;
+}
+
+/* The flight record of x, dispatched just now; its submit ack waits for it. */
+static void px_journal_flight(fq_proxy *p, px_run *x, int64_t now_ms)
+{
+    if (!px_journal_entry(p, "flight", x->pt->id, x->names, x->est, x->seq, now_ms) ||
+        !px_grow((void **)&p->cur->runs, &p->cur->cap_runs, p->cur->nruns + 1, sizeof(px_run *)))
+        return;     /* out of memory: it will not be adopted after a restart */
+    p->cur->runs[p->cur->nruns++] = x;
+    x->pending++;
+}
+
+/* Send the current batch. On a failure to send, it stays current and is
+ * tried again with the next turn's records. */
+static void px_journal_flush(fq_proxy *p)
+{
+    px_batch *b = p->cur;
+    if (!b || !b->entries)
+        return;
+    p->jbuf[p->jlen++] = ']';
+    p->jbuf[p->jlen++] = '}';
+    fq_nio_out o = {.subject = FQ_RUNS_SUBJECT, .data = p->jbuf, .len = p->jlen};
+    if (px_publish(p, &o, TK_MAKE(TK_JOURNAL, b->id)) != FQ_OK) {
+        p->jlen -= 2;
+        p->c.pub_failures++;
+        return;
+    }
+    p->cur = NULL;
+    if (p->bat_tail)
+        p->bat_tail->next = b;
+    else
+        p->bat_head = b;
+    p->bat_tail = b;
+}
+
+static px_batch *px_batch_take(fq_proxy *p, uint64_t id)
+{
+    for (px_batch **pp = &p->bat_head, *prev = NULL; *pp; prev = *pp, pp = &(*pp)->next) {
+        px_batch *b = *pp;
+        if (b->id != id)
+            continue;
+        *pp = b->next;
+        if (p->bat_tail == b)
+            p->bat_tail = prev;
+        return b;
+    }
+    return NULL;
 }
 
 /* ---- ingest ----------------------------------------------------------- */
@@ -819,19 +935,6 @@ static void px_release_body(fq_proxy *p, px_run *x)
     }
 }
 
-/* Publish the in-flight record of x (token TK_FLIGHT). */
-static fq_status px_put_flight(fq_proxy *p, px_run *x, int64_t now_ms)
-{
-    char key[FQ_TENANT_MAX + 2 * FQ_RUN_ID_MAX + 2], val[1024];
-    px_kv_key(key, sizeof key, x->pt->id, x->names->run_id);
-    size_t len = px_record(val, sizeof val, "flight", x, now_ms);
-    fq_status s = fq_nio_kv_put_async(p->nio, FQ_KV_RUNS, key, val, len,
-                                      TK_MAKE(TK_FLIGHT, x->seq));
-    if (s == FQ_OK)
-        p->pubs++;
-    return s;
-}
-
 /* Dispatch run x, which the scheduler just moved into the window. Returns
  * false when NATS cannot take it now (x is back at the head of its queue). */
 static bool px_dispatch_one(fq_proxy *p, px_run *x)
@@ -919,8 +1022,7 @@ static bool px_dispatch_one(fq_proxy *p, px_run *x)
     x->state = PX_FLIGHT;
     x->pending = 1;
     px_release_body(p, x);
-    if (px_put_flight(p, x, now_ms) == FQ_OK)
-        x->pending++;
+    px_journal_flight(p, x, now_ms);
     p->c.dispatched++;
     p->sec_dispatched++;
     p->sec_tokens += x->est;
@@ -963,13 +1065,6 @@ static void px_on_puback(fq_proxy *p, fq_nio_event *ev)
     uint64_t v = TK_VAL(ev->token);
     if (ev->status != FQ_OK) {
         p->c.pub_failures++;
-        px_run *x = (kind == TK_FLIGHT) ? px_find_seq(p, v) : NULL;
-        if (kind == TK_FLIGHT && x && x->state == PX_DONE) {
-            /* Completed meanwhile: the done marker supersedes it. */
-            fq_nio_msg_destroy(ev->msg);
-            px_settled(p, x);
-            return;
-        }
         if (px_warn_ok(p, "publish"))
             fq_log(FQ_LOG_WARN, "a publish failed; retrying", FQ_INT("kind", kind),
                    FQ_INT("js_err", ev->err_code));
@@ -977,20 +1072,30 @@ static void px_on_puback(fq_proxy *p, fq_nio_event *ev)
         return;
     }
     switch (kind) {
-    case TK_DISPATCH:
-    case TK_FLIGHT: {
+    case TK_DISPATCH: {
         px_run *x = px_find_seq(p, v);
         if (!x)
             return;
-        if (kind == TK_DISPATCH && ev->duplicate)
+        if (ev->duplicate)
             p->c.dispatch_duplicates++;     /* it reached the workers before a restart */
         px_settled(p, x);
+        return;
+    }
+    case TK_JOURNAL: {
+        px_batch *b = px_batch_take(p, v);
+        if (!b)
+            return;
+        for (size_t i = 0; i < b->nruns; i++)
+            px_settled(p, b->runs[i]);
+        for (size_t i = 0; i < b->ndones; i++)
+            px_ack(p, PX_CONS_DONE, b->dones[i], 1);
+        b->next = p->bat_free;
+        p->bat_free = b;
         return;
     }
     case TK_REJECT:
         px_ack(p, PX_CONS_SUBMIT, v, 1);
         return;
-    case TK_DONE_MARK:
     case TK_DONE_REJECT:
         px_ack(p, PX_CONS_DONE, v, 1);
         return;
@@ -1025,18 +1130,20 @@ static int64_t px_done_until(const fq_proxy *p, int64_t now_ms)
     return now_ms + (int64_t)keep;
 }
 
-/* Remember (tenant, run_id) as completed, here and in the runs bucket; the
- * completion (done seq) is acked once the marker is stored. */
-static void px_mark_done(fq_proxy *p, px_run *x, uint64_t done_seq)
+/* Remember (tenant, run_id) as completed, here and in the journal; the
+ * completion (done seq) is acked once its record is stored. */
+static void px_mark_done(fq_proxy *p, const char *tenant, const px_names *nm, uint64_t h,
+                         uint32_t est, uint64_t seq, uint64_t done_seq)
 {
     int64_t now_ms = fq_nio_unix_ms();
-    px_done_add(&p->done, x->key_hash, x->seq, px_done_until(p, now_ms));
-    char key[FQ_TENANT_MAX + 2 * FQ_RUN_ID_MAX + 2], val[1024];
-    px_kv_key(key, sizeof key, x->pt->id, x->names->run_id);
-    size_t len = px_record(val, sizeof val, "done", x, now_ms);
-    if (fq_nio_kv_put_async(p->nio, FQ_KV_RUNS, key, val, len,
-                            TK_MAKE(TK_DONE_MARK, done_seq)) == FQ_OK)
-        p->pubs++;
+    px_done_add(&p->done, h, seq, px_done_until(p, now_ms));
+    if (!px_journal_entry(p, "done", tenant, nm, est, seq, now_ms) ||
+        !px_grow((void **)&p->cur->dones, &p->cur->cap_dones, p->cur->ndones + 1,
+                 sizeof(uint64_t))) {
+        px_ack(p, PX_CONS_DONE, done_seq, 1);   /* reconciled; only its record is lost */
+        return;
+    }
+    p->cur->dones[p->cur->ndones++] = done_seq;
 }
 
 /* Reconcile a completion for a run the proxy does not hold, from the
@@ -1054,14 +1161,10 @@ static void px_complete_unheld(fq_proxy *p, const char *tenant, const fq_complet
     } else {
         p->c.completions_unknown++;
     }
-    /* A stand-in carries the key into the done marker. */
     px_names nm = {.declared = 0};
     snprintf(nm.run_id, sizeof nm.run_id, "%s", c->run_id);
     snprintf(nm.workflow, sizeof nm.workflow, "%s", c->workflow);
-    px_tenant tmp = {0};
-    snprintf(tmp.id, sizeof tmp.id, "%s", tenant);
-    px_run x = {.pt = &tmp, .names = &nm, .key_hash = h, .est = c->est_tokens};
-    px_mark_done(p, &x, done_seq);
+    px_mark_done(p, tenant, &nm, h, c->est_tokens, 0, done_seq);
 }
 
 static void px_on_done(fq_proxy *p, fq_nio_event *ev)
@@ -1086,10 +1189,10 @@ static void px_on_done(fq_proxy *p, fq_nio_event *ev)
         fq_nio_msg_destroy(m);
         return;
     }
-    fq_nio_msg_destroy(m);
     char tenant[FQ_TENANT_MAX + 1];
-    memcpy(tenant, tid, tlen);
+    memcpy(tenant, tid, tlen);     /* tid points into m */
     tenant[tlen] = '\0';
+    fq_nio_msg_destroy(m);
     uint64_t h = px_key_hash(tenant, c.run_id);
     px_run *x = px_find_key(p, tenant, c.run_id, h);
     if (!x) {
@@ -1113,7 +1216,7 @@ static void px_on_done(fq_proxy *p, fq_nio_event *ev)
     p->sec_completed++;
     p->sec_actual += c.actual_tokens;
     x->state = PX_DONE;
-    px_mark_done(p, x, dseq);
+    px_mark_done(p, tenant, x->names, h, x->est, x->seq, dseq);
     px_key_del(p, x);
     px_maybe_free(p, x);
 }
@@ -1417,6 +1520,7 @@ static fq_status px_streams(fq_proxy *p)
         {FQ_STREAM_DONE, p->done_filter, FQ_NIO_WORKQUEUE, 0, 0, rep, false},
         {FQ_STREAM_REJECTED, p->rejected_filter, FQ_NIO_LIMITS, FQ_REJECTED_MAX_AGE_MS, 0, rep,
          false},
+        {FQ_STREAM_RUNS, FQ_RUNS_SUBJECT, FQ_NIO_LIMITS, keep + 60000, 0, rep, false},
     };
     char warn[1024];
     for (size_t i = 0; i < sizeof streams / sizeof streams[0]; i++) {
@@ -1438,18 +1542,17 @@ static fq_status px_streams(fq_proxy *p)
     }
     if (fq_nio_stream_created(&p->submit_created_ms, p->nio, FQ_STREAM_SUBMIT) != FQ_OK)
         return FQ_EIO;
-    if (fq_nio_kv_ensure(p->nio, FQ_KV_RUNS, keep + 60000, rep, warn, sizeof warn) != FQ_OK ||
-        fq_nio_kv_ensure(p->nio, FQ_KV_LEASE, FQ_LEASE_TTL_MS, rep, warn, sizeof warn) != FQ_OK) {
-        fq_log(FQ_LOG_ERROR, "cannot create the key-value buckets", FQ_STR("reason", warn));
+    if (fq_nio_kv_ensure(p->nio, FQ_KV_LEASE, FQ_LEASE_TTL_MS, rep, warn, sizeof warn) != FQ_OK) {
+        fq_log(FQ_LOG_ERROR, "cannot create the lease bucket", FQ_STR("reason", warn));
         return FQ_EIO;
     }
     return FQ_OK;
 }
 
-/* A record of the runs bucket read back at start. */
+/* The runs journal read back at start. */
 typedef struct px_loaded {
     fq_proxy *p;
-    px_run **adopt;             /* runs still in flight, to adopt */
+    px_run **adopt;             /* flight records, in order; some completed later */
     size_t n, cap;
 } px_loaded;
 
@@ -1462,57 +1565,61 @@ static const char *px_jstr(const cJSON *o, const char *k)
 static double px_jnum(const cJSON *o, const char *k)
 {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
-    return cJSON_IsNumber(v) ? v->valuedouble : 0;
+    return cJSON_IsNumber(v) && v->valuedouble >= 0 ? v->valuedouble : 0;
 }
 
-static void px_load_cb(void *arg, const char *key, const char *val, size_t len, int64_t created)
+/* A flight record: the run is held in the key index until a done record
+ * for it follows. */
+static void px_load_flight(px_loaded *L, const cJSON *e, const char *tenant, const char *run_id,
+                           uint64_t h)
 {
-    (void)key;
+    fq_proxy *p = L->p;
+    px_tenant *pt = NULL;
+    if (px_find_key(p, tenant, run_id, h) || px_done_find(&p->done, h) ||
+        px_tenant_get(&pt, p, tenant, strlen(tenant)) != FQ_OK ||
+        !px_grow((void **)&L->adopt, &L->cap, L->n + 1, sizeof(px_run *)))
+        return;
+    px_run *x = px_run_alloc(p);
+    px_names *nm = x ? px_names_alloc(p) : NULL;
+    if (!nm) {
+        if (x)
+            px_maybe_free(p, x);
+        return;
+    }
+    snprintf(nm->run_id, sizeof nm->run_id, "%s", run_id);
+    snprintf(nm->workflow, sizeof nm->workflow, "%s", px_jstr(e, "w"));
+    nm->declared = (uint32_t)px_jnum(e, "d");
+    uint64_t seq = (uint64_t)px_jnum(e, "s");
+    uint32_t est = (uint32_t)px_jnum(e, "e");
+    *x = (px_run){.seq = seq ? seq : PX_SYNTH_ID + p->synth++, .pt = pt, .names = nm,
+                  .key_hash = h, .submitted_ms = (int64_t)px_jnum(e, "at"),
+                  .est = est ? est : 1, .state = PX_FLIGHT};
+    x->in_key = px_index_add(&p->by_key, x, true);
+    L->adopt[L->n++] = x;
+}
+
+static void px_load_cb(void *arg, const void *data, size_t len, int64_t ts_ms)
+{
     px_loaded *L = arg;
     fq_proxy *p = L->p;
-    cJSON *o = cJSON_ParseWithLength(val, len);
-    const char *tenant = px_jstr(o, "tenant"), *run_id = px_jstr(o, "run_id");
-    size_t tlen = strlen(tenant);
-    if (!o || !fq_tenant_id_valid(tenant, tlen) || !*run_id || strlen(run_id) > FQ_RUN_ID_MAX) {
-        cJSON_Delete(o);
-        return;
-    }
-    uint64_t seq = (uint64_t)px_jnum(o, "seq");
-    uint64_t h = px_key_hash(tenant, run_id);
-    bool done = strcmp(px_jstr(o, "state"), "done") == 0;
-    int64_t at = (int64_t)px_jnum(o, "at");
-    if (done) {
-        px_done_add(&p->done, h, seq, px_done_until(p, at ? at : created));
-        cJSON_Delete(o);
-        return;
-    }
-    px_tenant *pt = NULL;
-    px_run *x = NULL;
-    px_names *nm = NULL;
-    if (px_tenant_get(&pt, p, tenant, tlen) == FQ_OK && (x = px_run_alloc(p)) &&
-        (nm = px_names_alloc(p))) {
-        snprintf(nm->run_id, sizeof nm->run_id, "%s", run_id);
-        snprintf(nm->workflow, sizeof nm->workflow, "%s", px_jstr(o, "workflow"));
-        nm->declared = (uint32_t)px_jnum(o, "declared");
-        *x = (px_run){.seq = seq ? seq : PX_SYNTH_ID + p->synth++, .pt = pt, .names = nm,
-                      .key_hash = h, .submitted_ms = at, .est = (uint32_t)px_jnum(o, "est"),
-                      .state = PX_FLIGHT};
-        if (!x->est)
-            x->est = 1;
-        if (L->n == L->cap) {
-            size_t cap = L->cap ? L->cap * 2 : 256;
-            px_run **a = realloc(L->adopt, cap * sizeof *a);
-            if (a) {
-                L->adopt = a;
-                L->cap = cap;
-            }
+    cJSON *o = cJSON_ParseWithLength(data, len);
+    const cJSON *e;
+    cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(o, "entries")) {
+        const char *tenant = px_jstr(e, "t"), *run_id = px_jstr(e, "r");
+        if (!fq_tenant_id_valid(tenant, strlen(tenant)) || !*run_id ||
+            strlen(run_id) > FQ_RUN_ID_MAX)
+            continue;
+        uint64_t h = px_key_hash(tenant, run_id);
+        if (strcmp(px_jstr(e, "st"), "flight") == 0) {
+            px_load_flight(L, e, tenant, run_id, h);
+            continue;
         }
-        if (L->n < L->cap)
-            L->adopt[L->n++] = x;
-        else
-            px_maybe_free(p, x);
-    } else if (x) {
-        px_maybe_free(p, x);
+        px_done_add(&p->done, h, (uint64_t)px_jnum(e, "s"), px_done_until(p, ts_ms));
+        px_run *x = px_find_key(p, tenant, run_id, h);
+        if (x) {
+            px_key_del(p, x);
+            x->state = PX_DONE;
+        }
     }
     cJSON_Delete(o);
 }
@@ -1524,6 +1631,7 @@ static void px_load_cb(void *arg, const char *key, const char *val, size_t len, 
  * is refunded. */
 static void px_adopt_one(fq_proxy *p, px_run *x, uint64_t now)
 {
+    bool adopted = false;
     fq_policy_resolved pr;
     fq_tenant_policy uncapped;
     bool capped = fq_policy_resolve(&pr, p->policy, x->pt->id) == FQ_OK && pr.p.max_in_flight;
@@ -1537,15 +1645,18 @@ static void px_adopt_one(fq_proxy *p, px_run *x, uint64_t now)
         fq_run *d = fq_sched_dispatch(p->sched, now);
         if (d == r) {
             fq_tenant_reconcile(p->sched, x->pt->t, x->est, 0);
-            x->in_key = px_index_add(&p->by_key, x, true);
             p->c.adopted++;
+            adopted = true;
         } else if (d) {
             fq_sched_requeue(p->sched, d->id);
         }
     }
     if (capped)
         fq_tenant_set_policy(p->sched, x->pt->t, &pr.p);
-    px_maybe_free(p, x);
+    if (!adopted) {
+        px_key_del(p, x);
+        px_maybe_free(p, x);
+    }
 }
 
 static fq_sched_opts px_sched_opts(const fq_config *c)
@@ -1558,13 +1669,13 @@ static fq_sched_opts px_sched_opts(const fq_config *c)
                            .max_expired = 0};
 }
 
-/* Rebuild the in-flight window and the completed set from the runs bucket,
+/* Rebuild the in-flight window and the completed set from the runs journal,
  * so the window does not start from zero while workers are busy with runs
  * dispatched before the restart. */
 static fq_status px_recover(fq_proxy *p)
 {
     px_loaded L = {.p = p};
-    fq_status s = fq_nio_kv_load(p->nio, FQ_KV_RUNS, px_load_cb, &L);
+    fq_status s = fq_nio_stream_scan(p->nio, FQ_STREAM_RUNS, px_load_cb, &L);
     if (s != FQ_OK) {
         free(L.adopt);
         return s;
@@ -1578,15 +1689,12 @@ static fq_status px_recover(fq_proxy *p)
     for (size_t i = 0; i < L.n; i++) {
         px_run *x = L.adopt[i];
         int64_t age = now_ms - x->submitted_ms;
-        if (age >= 0 && (uint64_t)age >= p->cfg.window.run_timeout_ms) {
-            /* Its lease ran out while we were away: a late completion
-             * still reconciles. */
-            x->in_key = px_index_add(&p->by_key, x, true);
-            x->state = PX_FLIGHT;
-            px_on_expired(p, &(fq_run){.handle = x});
-            continue;
-        }
-        px_adopt_one(p, x, now);
+        if (x->state == PX_DONE)
+            px_maybe_free(p, x);
+        else if (age >= 0 && (uint64_t)age >= p->cfg.window.run_timeout_ms)
+            px_on_expired(p, &(fq_run){.handle = x});   /* a late completion still counts */
+        else
+            px_adopt_one(p, x, now);
     }
     fq_sched_set_opts(p->sched, &normal);
     free(L.adopt);
@@ -1680,7 +1788,8 @@ static void px_finish(fq_proxy *p)
     fq_nio_consume_pause(p->nio, PX_CONS_SUBMIT, true);
     fq_nio_consume_pause(p->nio, PX_CONS_DONE, true);
     uint64_t end = fq_nio_mono_ms() + PX_STOP_WAIT_MS;
-    while ((p->pubs || p->nretry) && fq_nio_mono_ms() < end) {
+    while ((p->pubs || p->nretry || p->cur) && fq_nio_mono_ms() < end) {
+        px_journal_flush(p);
         px_drain(p, PX_POLL_MS);
         px_retry_due(p);
     }
@@ -1724,6 +1833,7 @@ int fq_proxy_run(fq_proxy *p)
         px_rates(p, now);
         if (p->connected && now <= p->lease_renewed + FQ_LEASE_TTL_MS)
             px_dispatch(p);
+        px_journal_flush(p);
     }
     px_finish(p);
     if (rc == FQ_PROXY_EXIT_OK)
@@ -1823,6 +1933,16 @@ void fq_proxy_destroy(fq_proxy *p)
     for (size_t i = 0; i < p->nretry; i++)
         fq_nio_msg_destroy(p->retry[i].msg);
     free(p->retry);
+    px_batch *lists[] = {p->cur, p->bat_head, p->bat_free};
+    for (size_t i = 0; i < 3; i++) {
+        for (px_batch *b = lists[i], *nx; b; b = nx) {
+            nx = b->next;
+            free(b->runs);
+            free(b->dones);
+            free(b);
+        }
+    }
+    free(p->jbuf);
     /* Held bodies: every run is in some pool chunk; msg is NULL when free. */
     for (size_t i = 0; i < p->by_seq.nb; i++)
         for (px_run *x = p->by_seq.b[i]; x; x = x->seq_next)

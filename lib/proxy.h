@@ -18,7 +18,8 @@ typedef struct fq_proxy fq_proxy;
 #define FQ_STREAM_DONE "FAIR_DONE"
 #define FQ_STREAM_REJECTED "FAIR_REJECTED"
 #define FQ_DURABLE "fairq"              /* the proxy's consumer on SUBMIT and DONE */
-#define FQ_KV_RUNS "fairq_runs"         /* per dispatched run: in flight, then done */
+#define FQ_STREAM_RUNS "FAIRQ_RUNS"     /* the runs journal: in flight, then done */
+#define FQ_RUNS_SUBJECT "fairq.runs"    /* its one subject */
 #define FQ_KV_LEASE "fairq_lease"       /* the leader lease */
 #define FQ_DUPLICATE_WINDOW_MS 600000u  /* FAIR_DISPATCH de-duplication window */
 #define FQ_REJECTED_MAX_AGE_MS (7u * 24 * 3600 * 1000) /* FAIR_REJECTED keeps a week */

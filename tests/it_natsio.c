@@ -186,19 +186,42 @@ static void test_fetch_ack_get_and_recreate(void **state)
     assert_int_equal(got[2], 5);
 }
 
-typedef struct kv_seen {
+typedef struct scan_seen {
     int n;
-    char keys[8][64];
-} kv_seen;
+    char bodies[8][16];
+} scan_seen;
 
-static void kv_cb(void *arg, const char *key, const char *val, size_t len, int64_t created)
+static void scan_cb(void *arg, const void *data, size_t len, int64_t ts_ms)
 {
-    kv_seen *s = arg;
-    (void)val;
-    (void)len;
-    assert_true(created > 0);
+    scan_seen *s = arg;
+    assert_true(ts_ms > 0);
     if (s->n < 8)
-        snprintf(s->keys[s->n++], sizeof s->keys[0], "%s", key);
+        snprintf(s->bodies[s->n++], sizeof s->bodies[0], "%.*s", (int)len, (const char *)data);
+}
+
+static void test_stream_scan(void **state)
+{
+    fixture *f = *state;
+    fq_nio_stream log = {.name = "LOG", .subject = "log", .retention = FQ_NIO_LIMITS,
+                         .replicas = 1};
+    char warn[256];
+    assert_int_equal(fq_nio_stream_ensure(f->n, &log, warn, sizeof warn), FQ_OK);
+    scan_seen seen = {0};
+    assert_int_equal(fq_nio_stream_scan(f->n, "LOG", scan_cb, &seen), FQ_OK);
+    assert_int_equal(seen.n, 0);
+    const char *bodies[] = {"one", "two", "three"};
+    for (int i = 0; i < 3; i++)
+        publish(f->n, "log", bodies[i], NULL, 200 + (uint64_t)i);
+    for (int i = 0; i < 3; i++) {
+        fq_nio_event ev;
+        assert_true(wait_event(f->n, FQ_NIO_EV_PUBACK, &ev, 5000));
+        assert_int_equal(ev.status, FQ_OK);
+    }
+    assert_int_equal(fq_nio_stream_scan(f->n, "LOG", scan_cb, &seen), FQ_OK);
+    assert_int_equal(seen.n, 3);
+    for (int i = 0; i < 3; i++)
+        assert_string_equal(seen.bodies[i], bodies[i]);
+    assert_int_equal(fq_nio_stream_scan(f->n, "NOPE", scan_cb, &seen), FQ_ENOTFOUND);
 }
 
 static void test_kv_lease_primitives(void **state)
@@ -218,14 +241,6 @@ static void test_kv_lease_primitives(void **state)
     assert_string_equal(buf, "a2");
     assert_int_equal(rev, r2);
     assert_int_equal(fq_nio_kv_get(buf, sizeof buf, &rev, f->n, "it_kv", "none"), FQ_ENOTFOUND);
-    assert_int_equal(fq_nio_kv_put_async(f->n, "it_kv", "t.x", "1", 1, 7), FQ_OK);
-    fq_nio_event ev;
-    assert_true(wait_event(f->n, FQ_NIO_EV_PUBACK, &ev, 5000));
-    assert_int_equal(ev.token, 7);
-    assert_int_equal(ev.status, FQ_OK);
-    kv_seen seen = {0};
-    assert_int_equal(fq_nio_kv_load(f->n, "it_kv", kv_cb, &seen), FQ_OK);
-    assert_int_equal(seen.n, 2);
 }
 
 int main(void)
@@ -234,6 +249,7 @@ int main(void)
         cmocka_unit_test(test_stream_ensure_and_mismatch),
         cmocka_unit_test(test_puback_tokens_and_duplicates),
         cmocka_unit_test(test_kv_lease_primitives),
+        cmocka_unit_test(test_stream_scan),
         cmocka_unit_test(test_fetch_ack_get_and_recreate),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
