@@ -730,11 +730,19 @@ static const char *px_subject_tenant(const char *subject, const char *prefix, si
     return t;
 }
 
+/* A header with an empty value counts as absent: clients differ in whether
+ * they send one at all. */
+static const char *px_header(const fq_nio_msg *m, const char *key)
+{
+    const char *v = fq_nio_msg_header(m, key);
+    return v && *v ? v : NULL;
+}
+
 static void px_submit_headers(fq_submit_headers *h, const fq_nio_msg *m)
 {
-    h->run_id = fq_nio_msg_header(m, FQ_HDR_RUN_ID);
-    h->workflow = fq_nio_msg_header(m, FQ_HDR_WORKFLOW);
-    h->est_tokens = fq_nio_msg_header(m, FQ_HDR_EST_TOKENS);
+    h->run_id = px_header(m, FQ_HDR_RUN_ID);
+    h->workflow = px_header(m, FQ_HDR_WORKFLOW);
+    h->est_tokens = px_header(m, FQ_HDR_EST_TOKENS);
 }
 
 /* The run id a run goes by: the producer's, or one derived from the submit

@@ -88,7 +88,7 @@ static void card_scenario(fixture *f)
      * note how many runs had been dispatched. */
     uint64_t before[SMALL];
     for (int k = 0; k < SMALL; k++) {
-        char tenant[16];
+        char tenant[24];
         snprintf(tenant, sizeof tenant, "small%d", k);
         snprintf(id, sizeof id, "small-%d", k);
         before[k] = pt_stream_last(&f->c, "FAIR_DISPATCH");

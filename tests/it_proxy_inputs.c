@@ -98,7 +98,7 @@ static const tcase cases[] = {
     {"a", "{\"run_id\":\"has space\"}", NULL, NULL, "invalid", "a"},
     {"a", "{\"tenant\":\"someone-else\"}", NULL, NULL, "invalid", "a"},
     {"a", "{\"h\":1}", "Fair-Est-Tokens", "12x", "invalid", "a"},
-    /* An empty header counts as absent: a derived run id. */
+    /* A header with an empty value counts as absent: a derived run id. */
     {"a", "{\"h\":2}", "Fair-Run-Id", "", NULL, NULL},
     {"=fair.submit.bad%tenant", "{\"t\":1}", NULL, NULL, "invalid", "_invalid"},
     {"=fair.submit.aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", "{\"t\":2}",
