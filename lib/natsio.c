@@ -262,6 +262,11 @@ static void nio_pub_drop(fq_nio *n, const natsMsg *m)
     pthread_mutex_unlock(&n->mu);
 }
 
+fq_status fq_nio_flush(fq_nio *n, int timeout_ms)
+{
+    return natsConnection_FlushTimeout(n->nc, timeout_ms) == NATS_OK ? FQ_OK : FQ_EIO;
+}
+
 int64_t fq_nio_pending_pubs(const fq_nio *n)
 {
     fq_nio *m = (fq_nio *)n;
@@ -352,6 +357,7 @@ static natsStatus nio_set_options(fq_nio *n)
         s = natsOptions_SetMaxPingsOut(o, 3);
     if (s == NATS_OK)
         s = natsOptions_SetReconnectBufSize(o, 64 * 1024 * 1024);
+
     if (s == NATS_OK)
         s = natsOptions_SetDisconnectedCB(o, nio_on_disconnected, n);
     if (s == NATS_OK)
@@ -1019,6 +1025,19 @@ fq_status fq_nio_kv_update(uint64_t *rev, fq_nio *n, const char *bucket, const c
     if (!last)
         return FQ_EINVAL;
     return nio_kv_write(rev, n, bucket, key, val, len, last);
+}
+
+fq_status fq_nio_kv_update_async(fq_nio *n, const char *bucket, const char *key,
+                                 const void *val, size_t len, uint64_t last, uint64_t token)
+{
+    char subj[512], seq[24];
+    int k = snprintf(subj, sizeof subj, "$KV.%s.%s", bucket, key);
+    if (k < 0 || (size_t)k >= sizeof subj || !last)
+        return FQ_EINVAL;
+    snprintf(seq, sizeof seq, "%" PRIu64, last);
+    fq_nio_hdr h[] = {{"Nats-Expected-Last-Subject-Sequence", seq}};
+    fq_nio_out o = {.subject = subj, .data = val, .len = len, .hdrs = h, .n_hdrs = 1};
+    return fq_nio_publish(n, &o, token);
 }
 
 fq_status fq_nio_kv_get(char *buf, size_t cap, uint64_t *rev, fq_nio *n, const char *bucket,

@@ -168,6 +168,10 @@ fq_status fq_nio_publish(fq_nio *n, const fq_nio_out *o, uint64_t token);
 /* Publish again a message handed back by a failed PUBACK event; on
  * success it is consumed, else it stays the caller's. */
 fq_status fq_nio_republish(fq_nio *n, fq_nio_msg **m, uint64_t token);
+/* Write what nats.c has buffered now and wait for the server to have read
+ * it (a PING round trip). nats.c otherwise holds writes about a millisecond
+ * to batch them, which a lone run would wait out. */
+fq_status fq_nio_flush(fq_nio *n, int timeout_ms);
 /* Publishes still waiting for their PubAck. */
 int64_t fq_nio_pending_pubs(const fq_nio *n);
 
@@ -186,6 +190,11 @@ fq_status fq_nio_kv_create(uint64_t *rev, fq_nio *n, const char *bucket, const c
 /* Write key only if its revision is still last: FQ_EEXIST when it moved. */
 fq_status fq_nio_kv_update(uint64_t *rev, fq_nio *n, const char *bucket, const char *key,
                            const void *val, size_t len, uint64_t last);
+/* The same without waiting: the outcome comes as FQ_NIO_EV_PUBACK with
+ * token (err_code FQ_NIO_ERR_WRONG_LAST when the revision moved). */
+fq_status fq_nio_kv_update_async(fq_nio *n, const char *bucket, const char *key,
+                                 const void *val, size_t len, uint64_t last, uint64_t token);
+#define FQ_NIO_ERR_WRONG_LAST 10071     /* JetStream: wrong last sequence */
 /* Read key into buf (cap bytes, NUL-terminated). FQ_ENOTFOUND if absent. */
 fq_status fq_nio_kv_get(char *buf, size_t cap, uint64_t *rev, fq_nio *n,
                         const char *bucket, const char *key);

@@ -57,6 +57,7 @@
 #define PX_SYNTH_ID (1ULL << 62)    /* scheduler ids of adopted runs without a sequence */
 #define PX_STOP_WAIT_MS 10000       /* graceful stop: longest wait for PubAcks */
 #define PX_RATE_ALPHA 0.3           /* weight of the newest second in the rates */
+#define PX_LIGHT_LOAD 16            /* events a turn below which writes are flushed at once */
 
 /* Publish tokens: kind in the top four bits, a stream sequence below. */
 enum px_token {
@@ -64,6 +65,7 @@ enum px_token {
     TK_JOURNAL,         /* a batch of the runs journal; batch id */
     TK_REJECT,          /* a refused submit; submit seq */
     TK_DONE_REJECT,     /* a refused completion; done seq */
+    TK_LEASE,           /* a renewal of the leader lease */
 };
 #define TK_MAKE(k, v) (((uint64_t)(k) << 60) | ((v) & ((1ULL << 60) - 1)))
 #define TK_KIND(t) ((int)((t) >> 60))
@@ -205,6 +207,8 @@ struct fq_proxy {
     char lease_id[128];
     uint64_t lease_rev;
     uint64_t lease_renewed;     /* monotonic ms of the last renewal */
+    uint64_t lease_sent;        /* monotonic ms a renewal was sent; 0: none pending */
+    bool lease_lost;            /* another proxy holds it now */
     uint64_t next_second;       /* monotonic ms of the next rate sample */
     uint64_t sec_dispatched, sec_tokens, sec_completed, sec_actual;
     double rate_runs, rate_tokens, rate_completed, rate_actual; /* per second */
@@ -1065,12 +1069,18 @@ static void px_settled(fq_proxy *p, px_run *x)
     px_pause_check(p);
 }
 
+static void px_on_lease(fq_proxy *p, const fq_nio_event *ev);
+
 static void px_on_puback(fq_proxy *p, fq_nio_event *ev)
 {
     if (p->pubs)
         p->pubs--;
     int kind = TK_KIND(ev->token);
     uint64_t v = TK_VAL(ev->token);
+    if (kind == TK_LEASE) {
+        px_on_lease(p, ev);
+        return;
+    }
     if (ev->status != FQ_OK) {
         p->c.pub_failures++;
         if (px_warn_ok(p, "publish"))
@@ -1456,30 +1466,48 @@ static fq_status px_lease_acquire(fq_proxy *p, char *holder, size_t cap)
     return s;
 }
 
-/* Renew the lease each second. Returns false if another proxy holds it. */
+/* Renew the lease each second, without waiting: the PubAck settles it
+ * (px_on_lease). Returns false once another proxy holds it. */
 static bool px_lease_renew(fq_proxy *p, uint64_t now)
 {
-    /* While cut off a renewal would only block the loop until it times
-     * out; after the reconnect it catches up. */
-    if (now < p->lease_renewed + 1000 || !p->connected)
+    if (p->lease_lost)
+        return false;
+    /* While cut off a renewal cannot get through; after the reconnect it
+     * catches up, or finds the lease aged out and takes it again. */
+    if ((p->lease_sent && now < p->lease_sent + 2000) || now < p->lease_renewed + 1000 ||
+        !p->connected)
         return true;
-    fq_status s = fq_nio_kv_update(&p->lease_rev, p->nio, FQ_KV_LEASE, "leader", p->lease_id,
-                                   strlen(p->lease_id), p->lease_rev);
-    if (s == FQ_EEXIST) {
+    if (fq_nio_kv_update_async(p->nio, FQ_KV_LEASE, "leader", p->lease_id, strlen(p->lease_id),
+                               p->lease_rev, TK_MAKE(TK_LEASE, 0)) == FQ_OK) {
+        p->pubs++;
+        p->lease_sent = now;
+    }
+    return true;
+}
+
+static void px_on_lease(fq_proxy *p, const fq_nio_event *ev)
+{
+    uint64_t sent = p->lease_sent;
+    p->lease_sent = 0;
+    fq_nio_msg_destroy(ev->msg);
+    if (ev->status == FQ_OK) {
+        p->lease_rev = ev->seq;
+        p->lease_renewed = sent;
+        return;
+    }
+    if (ev->err_code == FQ_NIO_ERR_WRONG_LAST) {
         /* It aged out while we were cut off; take it back if nobody did. */
         char holder[128];
-        s = px_lease_acquire(p, holder, sizeof holder);
-        if (s == FQ_EEXIST) {
+        if (px_lease_acquire(p, holder, sizeof holder) == FQ_EEXIST) {
             fq_log(FQ_LOG_ERROR, "lost the leader lease to another proxy; stopping",
                    FQ_STR("holder", holder));
-            return false;
+            p->lease_lost = true;
         }
+        return;
     }
-    if (s == FQ_OK)
-        p->lease_renewed = now;
-    else if (now > p->lease_renewed + FQ_LEASE_TTL_MS && px_warn_ok(p, "lease"))
-        fq_log(FQ_LOG_WARN, "cannot renew the leader lease", FQ_STR("reason", fq_status_text(s)));
-    return true;
+    if (fq_nio_mono_ms() > p->lease_renewed + FQ_LEASE_TTL_MS && px_warn_ok(p, "lease"))
+        fq_log(FQ_LOG_WARN, "cannot renew the leader lease; not dispatching until it is",
+               FQ_INT("js_err", ev->err_code));
 }
 
 static void px_lease_release(fq_proxy *p)
@@ -1744,11 +1772,13 @@ static void px_on_event(fq_proxy *p, fq_nio_event *ev)
     }
 }
 
-static void px_drain(fq_proxy *p, int timeout_ms)
+/* Handle the events that came; returns how many. */
+static size_t px_drain(fq_proxy *p, int timeout_ms)
 {
     size_t n = fq_nio_poll(p->nio, p->ev, PX_EVENTS, timeout_ms);
     for (size_t i = 0; i < n; i++)
         px_on_event(p, &p->ev[i]);
+    return n;
 }
 
 static fq_status px_start_consumers(fq_proxy *p)
@@ -1830,7 +1860,8 @@ int fq_proxy_run(fq_proxy *p)
            FQ_INT("max_payload", p->max_payload));
     int rc = FQ_PROXY_EXIT_OK;
     while (!atomic_load(&p->stop)) {
-        px_drain(p, PX_POLL_MS);
+        size_t busy = px_drain(p, PX_POLL_MS);
+        uint64_t sent = p->c.dispatched;
         uint64_t now = fq_nio_mono_ms();
         if (!px_lease_renew(p, now)) {
             rc = FQ_PROXY_EXIT_LEASE_LOST;
@@ -1842,6 +1873,11 @@ int fq_proxy_run(fq_proxy *p)
         if (p->connected && now <= p->lease_renewed + FQ_LEASE_TTL_MS)
             px_dispatch(p);
         px_journal_flush(p);
+        /* Under light load, send now what nats.c would hold a millisecond
+         * to batch: latency from submit to dispatch is then a round trip.
+         * Under load the batching is worth more than the wait. */
+        if (busy < PX_LIGHT_LOAD && p->c.dispatched != sent)
+            fq_nio_flush(p->nio, 2);
     }
     px_finish(p);
     if (rc == FQ_PROXY_EXIT_OK)

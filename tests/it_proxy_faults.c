@@ -204,6 +204,20 @@ static void test_second_proxy_stands_by_then_takes_over(void **state)
     assert_each_dispatched_once(f, 200);
 }
 
+static void test_lease_taken_exits_for_a_restart_as_standby(void **state)
+{
+    fixture *f = *state;
+    /* Another holder overwrites the lease, as a partitioned peer would. */
+    kvStore *kv = NULL;
+    assert_int_equal(js_KeyValue(&kv, f->c.js, "fairq_lease"), NATS_OK);
+    uint64_t rev = 0;
+    assert_int_equal(kvStore_PutString(&rev, kv, "leader", "someone-else"), NATS_OK);
+    kvStore_Destroy(kv);
+    assert_int_equal(nt_proc_wait(&f->px.proc, 10000), 0);
+    assert_int_equal(nt_proc_exit_code(&f->px.proc), 3);
+    assert_true(pt_log_count(&f->px, "lost the leader lease") == 1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -212,6 +226,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_sigterm_keeps_queued_runs_for_next_start, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_second_proxy_stands_by_then_takes_over, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_lease_taken_exits_for_a_restart_as_standby, setup,
                                         teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
