@@ -723,6 +723,16 @@ static px_batch *px_batch_take(fq_proxy *p, uint64_t id)
 
 /* ---- ingest ----------------------------------------------------------- */
 
+static void px_run_id(char *out, size_t cap, const fq_proxy *p, const fq_submit *sub,
+                      uint64_t seq);
+
+static void px_names_set(const fq_proxy *p, px_names *nm, const fq_submit *sub, uint64_t seq)
+{
+    px_run_id(nm->run_id, sizeof nm->run_id, p, sub, seq);
+    memcpy(nm->workflow, sub->workflow, sizeof nm->workflow);
+    nm->declared = sub->est_tokens;
+}
+
 /* The subject's last token, if it follows prefix and a dot. */
 static const char *px_subject_tenant(const char *subject, const char *prefix, size_t *len)
 {
@@ -916,6 +926,9 @@ static void px_on_submit(fq_proxy *p, fq_nio_event *ev)
         x->msg = m;
         x->retained = true;
         p->buffered_bytes += x->size;
+        /* Parsed once: dispatch need not read the body again. */
+        if ((x->names = px_names_alloc(p)))
+            px_names_set(p, x->names, &sub, seq);
     } else {
         p->index_only++;
         fq_nio_msg_destroy(m);
@@ -947,6 +960,27 @@ static void px_release_body(fq_proxy *p, px_run *x)
     }
 }
 
+/* The names of run x: kept since ingest while its body is in memory, else
+ * read from m (its body read back). NULL when out of memory. */
+static px_names *px_names_of(fq_proxy *p, px_run *x, const fq_nio_msg *m)
+{
+    if (x->names)
+        return x->names;
+    px_names *nm = px_names_alloc(p);
+    if (!nm)
+        return NULL;
+    fq_submit sub;
+    fq_submit_headers h;
+    px_submit_headers(&h, m);
+    char err[256];
+    /* Valid: it was checked when it came in. */
+    fq_submit_parse(&sub, x->pt->id, fq_nio_msg_data(m), fq_nio_msg_len(m), &h,
+                    p->cfg.scheduler.max_est_tokens, err, sizeof err);
+    px_names_set(p, nm, &sub, x->seq);
+    x->names = nm;
+    return nm;
+}
+
 /* Dispatch run x, which the scheduler just moved into the window. Returns
  * false when NATS cannot take it now (x is back at the head of its queue). */
 static bool px_dispatch_one(fq_proxy *p, px_run *x)
@@ -973,28 +1007,17 @@ static bool px_dispatch_one(fq_proxy *p, px_run *x)
         }
         m = read;
     }
-    fq_submit sub;
-    fq_submit_headers h;
-    px_submit_headers(&h, m);
-    char err[256];
-    fq_submit_parse(&sub, x->pt->id, fq_nio_msg_data(m), fq_nio_msg_len(m), &h,
-                    p->cfg.scheduler.max_est_tokens, err, sizeof err);
-    px_names *nm = px_names_alloc(p);
+    px_names *nm = px_names_of(p, x, m);
     if (!nm) {
         fq_nio_msg_destroy(read);
         fq_sched_requeue(p->sched, x->seq);
         return false;
     }
-    px_run_id(nm->run_id, sizeof nm->run_id, p, &sub, x->seq);
-    memcpy(nm->workflow, sub.workflow, sizeof nm->workflow);
-    nm->declared = sub.est_tokens;
     bool same = false;
     if (px_seen(p, x->pt->id, nm->run_id, x->seq, &same)) {
         /* Two queued runs with one run id: the second is refused. */
         char why[256];
         snprintf(why, sizeof why, "run_id %s was dispatched already", nm->run_id);
-        nm->next = p->names_free;
-        p->names_free = nm;
         x->pt->rejected[FQ_EEXIST]++;
         px_refuse(p, m, x->pt->id, FQ_EEXIST, why, TK_MAKE(TK_REJECT, x->seq));
         fq_nio_msg_destroy(read);
@@ -1023,12 +1046,9 @@ static bool px_dispatch_one(fq_proxy *p, px_run *x)
     fq_status s = px_publish(p, &o, TK_MAKE(TK_DISPATCH, x->seq));
     fq_nio_msg_destroy(read);
     if (s != FQ_OK) {
-        nm->next = p->names_free;
-        p->names_free = nm;
         fq_sched_requeue(p->sched, x->seq);
         return false;
     }
-    x->names = nm;
     x->key_hash = px_key_hash(x->pt->id, nm->run_id);
     x->in_key = px_index_add(&p->by_key, x, true);
     x->state = PX_FLIGHT;
