@@ -642,9 +642,15 @@ static void load_report(load *l)
            "body_bytes=%u max_outstanding=%llu\n",
            l->tag, l->src->ntenants, c->steady.rate, c->duration_s, c->workers, c->tokens_per_sec,
            c->body_bytes, (unsigned long long)c->max_outstanding);
-    if (c->workers)
-        for (uint32_t t = 0; t < l->src->ntenants; t++)
-            out_of_order += l->tenants[t].out_of_order;
+    if (!c->workers) {
+        printf("runs submitted=%llu submit_errors=%llu rejected=%llu\n", (unsigned long long)submitted,
+               (unsigned long long)failed, (unsigned long long)rejected);
+        printf("throughput elapsed_s=%.3f submit_per_s=%.0f\n", produce,
+               produce > 0 ? (double)submitted / produce : 0.0);
+        return;
+    }
+    for (uint32_t t = 0; t < l->src->ntenants; t++)
+        out_of_order += l->tenants[t].out_of_order;
     printf("runs submitted=%llu submit_errors=%llu rejected=%llu dispatched=%llu foreign=%llu "
            "completed_once=%llu completed_more=%llu missing=%llu dispatched_more=%llu "
            "out_of_order=%llu complete_errors=%llu\n",
@@ -655,9 +661,7 @@ static void load_report(load *l)
            (unsigned long long)l->complete_errors);
     printf("throughput elapsed_s=%.3f submit_per_s=%.0f completed_per_s=%.0f steady_per_s=%.0f\n",
            elapsed, produce > 0 ? (double)submitted / produce : 0.0,
-           elapsed > 0 && c->workers ? (double)(once + more) / elapsed : 0.0, steady);
-    if (!c->workers)
-        return;
+           elapsed > 0 ? (double)(once + more) / elapsed : 0.0, steady);
     fqc_samples d = {0}, r = {0}, h = {0};
     uint64_t runs = 0;
     for (uint32_t t = 0; t < l->src->ntenants; t++) {

@@ -168,9 +168,15 @@ memory "$tmp/mem-index.yaml" index | tee -a "$tmp/mem.txt"
 med() { for n in $(seq 1 "$RUNS"); do field "$tmp/$1-$2-$n.out" "$3" "$4"; done | median; }
 relay_thr=$(med thr relay throughput steady_per_s)
 proxy_thr=$(med thr proxy throughput steady_per_s)
+# Each proxy run against the relay run just before it: drift on a shared
+# machine cancels within a pair.
+pairs=$(for n in $(seq 1 "$RUNS"); do
+    awk -v p="$(field "$tmp/thr-proxy-$n.out" throughput steady_per_s)" \
+        -v r="$(field "$tmp/thr-relay-$n.out" throughput steady_per_s)" 'BEGIN { print r ? p / r : 0 }'
+done | median)
 echo "bench summary throughput_relay=$relay_thr throughput_proxy=$proxy_thr" \
      "ratio=$(awk -v p="$proxy_thr" -v r="$relay_thr" 'BEGIN { printf "%.2f", r ? p / r : 0 }')" \
-     "target_ratio=0.8"
+     "ratio_pairs=$(printf '%.2f' "$pairs") target_ratio=0.8"
 for impl in relay proxy; do
     echo "bench summary latency_impl=$impl rate=$RATE_LOW p50_ms=$(med lat "$impl" latency dispatch_p50_ms)" \
          "p99_ms=$(med lat "$impl" latency dispatch_p99_ms) target_p99_ms=2"
