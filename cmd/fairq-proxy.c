@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "config.h"
+#include "http.h"
 #include "log.h"
 #include "proxy.h"
 
@@ -22,7 +23,7 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "usage: fairq-proxy [-c FILE] [--nats URL] [--check-config]\n"
-            "       fairq-proxy --version | --help\n"
+            "       fairq-proxy --health URL | --version | --help\n"
             "\n"
             "Fairness proxy for NATS JetStream: consumes runs from <submit>.<tenant>,\n"
             "dispatches them to <dispatch> by token-metered deficit round robin, and\n"
@@ -31,25 +32,47 @@ static void usage(FILE *f)
             "  -c, --config FILE   configuration file (default config/fairq.yaml)\n"
             "      --nats URL      NATS server URL; overrides FAIRQ_NATS_URL and nats.url\n"
             "      --check-config  validate the configuration and exit (0 if valid)\n"
+            "      --health URL    GET URL (e.g. http://127.0.0.1:9464/healthz) and exit 0\n"
+            "                      on a 2xx answer, 1 otherwise: a probe for images\n"
+            "                      without curl\n"
             "      --version       print the version and exit\n"
             "  -h, --help          print this help and exit\n"
+            "\n"
+            "Environment: FAIRQ_NATS_URL overrides nats.url, FAIRQ_HTTP_LISTEN http.listen.\n"
             "\n"
             "SIGTERM or SIGINT stop it gracefully: fetching stops, dispatches under way\n"
             "finish and are acked, whatever is still queued stays in JetStream.\n");
 }
 
-/* The URL to use: --nats, else FAIRQ_NATS_URL, else the file's. */
-static int override_url(fq_config *cfg, const char *flag)
+/* Replace *field by the flag, else by the environment variable if set (and
+ * not empty, unless empty means something). */
+static int override(char **field, const char *flag, const char *env_name, int empty_ok)
 {
-    const char *env = getenv("FAIRQ_NATS_URL");
-    const char *url = flag ? flag : (env && *env ? env : NULL);
-    if (!url)
+    const char *env = getenv(env_name);
+    const char *v = flag ? flag : (env && (*env || empty_ok) ? env : NULL);
+    if (!v)
         return 0;
-    char *dup = strdup(url);
+    char *dup = strdup(v);
     if (!dup)
         return -1;
-    free(cfg->nats.url);
-    cfg->nats.url = dup;
+    free(*field);
+    *field = dup;
+    return 0;
+}
+
+/* --health URL: 0 on a 2xx answer, 1 otherwise, the reason on stderr. */
+static int health(const char *url)
+{
+    int status = 0;
+    char reason[256] = "", err[256] = "";
+    if (fq_http_probe(&status, reason, sizeof reason, url, 3000, err, sizeof err) != FQ_OK) {
+        fprintf(stderr, "fairq-proxy: %s\n", err);
+        return 1;
+    }
+    if (status < 200 || status > 299) {
+        fprintf(stderr, "fairq-proxy: %s: HTTP %d %s\n", url, status, reason);
+        return 1;
+    }
     return 0;
 }
 
@@ -57,11 +80,12 @@ int main(int argc, char **argv)
 {
     const char *path = "config/fairq.yaml", *nats = NULL;
     int check = 0;
-    enum { OPT_NATS = 256, OPT_CHECK, OPT_VERSION };
+    enum { OPT_NATS = 256, OPT_CHECK, OPT_VERSION, OPT_HEALTH };
     static const struct option longopts[] = {
         {"config", required_argument, NULL, 'c'},
         {"nats", required_argument, NULL, OPT_NATS},
         {"check-config", no_argument, NULL, OPT_CHECK},
+        {"health", required_argument, NULL, OPT_HEALTH},
         {"version", no_argument, NULL, OPT_VERSION},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
@@ -73,6 +97,7 @@ int main(int argc, char **argv)
         case OPT_NATS: nats = optarg; break;
         case OPT_CHECK: check = 1; break;
         case OPT_VERSION: printf("fairq-proxy %s\n", FAIRQ_VERSION); return 0;
+        case OPT_HEALTH: return health(optarg);
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
@@ -88,8 +113,9 @@ int main(int argc, char **argv)
         fprintf(stderr, "fairq-proxy: %s\n", err);
         return 2;
     }
-    if (override_url(&cfg, nats) != 0 || fq_log_init(cfg.log.level, cfg.log.format, err,
-                                                     sizeof err) != FQ_OK) {
+    if (override(&cfg.nats.url, nats, "FAIRQ_NATS_URL", 0) != 0 ||
+        override(&cfg.http.listen, NULL, "FAIRQ_HTTP_LISTEN", 1) != 0 ||
+        fq_log_init(cfg.log.level, cfg.log.format, err, sizeof err) != FQ_OK) {
         fprintf(stderr, "fairq-proxy: %s\n", err);
         fq_config_free(&cfg);
         return 2;

@@ -2,6 +2,7 @@
 #include "proxy.h"
 
 #include <inttypes.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -14,6 +15,7 @@
 
 #include "drr.h"
 #include "estimate.h"
+#include "http.h"
 #include "log.h"
 #include "metrics.h"
 #include "msg.h"
@@ -92,10 +94,12 @@ typedef struct px_tenant {
     char id[FQ_TENANT_MAX + 1];
     fq_tenant *t;
     char plan[FQ_TENANT_MAX + 1];
+    enum fq_policy_source source;   /* which layer set its policy */
     uint64_t rejected[FQ__COUNT];   /* refused runs by reason */
     uint64_t completed;             /* completions reconciled */
     fq_hist wait;                   /* submit (stream time) to dispatch */
     struct px_tenant *next;         /* hash chain */
+    struct px_tenant *later;        /* creation order, for metrics */
 } px_tenant;
 
 /* A run the proxy holds. */
@@ -179,6 +183,7 @@ struct fq_proxy {
 
     px_tenant **tb;             /* tenants by id */
     size_t tnb, tn;
+    px_tenant *t_first, *t_last; /* in creation order */
     px_index by_seq, by_key;
     px_doneset done;
     px_run *run_free;           /* pools */
@@ -214,6 +219,25 @@ struct fq_proxy {
     double rate_runs, rate_tokens, rate_completed, rate_actual; /* per second */
     px_counters c;
     fq_log_limiter *lim;
+
+    /* Metrics and probes: the HTTP server's thread reads only these. */
+    fq_http *http;
+    pthread_mutex_t snap_mu;    /* guards snap */
+    fq_metrics_snapshot *snap;  /* refreshed by the loop each second */
+    atomic_int phase;           /* enum px_phase, for /readyz */
+};
+
+/* What the proxy is doing, as /readyz reports it. */
+enum px_phase { PH_CONNECTING = 0, PH_STREAMS, PH_STANDBY, PH_RECOVERING, PH_SERVING,
+                PH_DISCONNECTED, PH_STOPPING };
+static const char *const px_phase_text[] = {
+    [PH_CONNECTING] = "connecting to NATS",
+    [PH_STREAMS] = "checking the streams",
+    [PH_STANDBY] = "standing by: another proxy holds the leader lease",
+    [PH_RECOVERING] = "reading the runs journal back",
+    [PH_SERVING] = "ready",
+    [PH_DISCONNECTED] = "disconnected from NATS",
+    [PH_STOPPING] = "stopping",
 };
 
 /* ---- small helpers ------------------------------------------------------ */
@@ -516,6 +540,12 @@ static fq_status px_tenant_get(px_tenant **out, fq_proxy *p, const char *id, siz
     }
     memcpy(t->id, name, len + 1);
     snprintf(t->plan, sizeof t->plan, "%s", pr.plan ? pr.plan : "");
+    t->source = pr.source;
+    if (p->t_last)
+        p->t_last->later = t;
+    else
+        p->t_first = t;
+    p->t_last = t;
     size_t j = (size_t)(px_hash(id, len, "", 0) >> 20) & (p->tnb - 1);
     t->next = p->tb[j];
     p->tb[j] = t;
@@ -1445,6 +1475,67 @@ static void px_on_request(fq_proxy *p, fq_nio_event *ev)
     fq_nio_msg_destroy(ev->msg);
 }
 
+/* ---- metrics and probes ------------------------------------------------- */
+
+/* Copy the state into the snapshot the HTTP thread renders; skipped when a
+ * render holds it (the next second will do). */
+static void px_metrics_fill(fq_proxy *p, uint64_t now)
+{
+    if (!p->http || pthread_mutex_trylock(&p->snap_mu) != 0)
+        return;
+    fq_metrics_snapshot *sn = p->snap;
+    fq_metrics_snapshot_clear(sn);
+    for (px_tenant *t = p->t_first; t; t = t->later) {
+        fq_metrics_tenant *m = fq_metrics_snapshot_add(sn);
+        if (!m)
+            break;
+        fq_tenant_info ti;
+        fq_tenant_info_get(t->t, &ti);
+        fq_metrics_tenant_set_info(m, &ti, now, 1e-3);
+        snprintf(m->plan, sizeof m->plan, "%s", t->plan);
+        m->source = t->source;
+        memcpy(m->rejected, t->rejected, sizeof m->rejected);
+        m->estimate_error = fq_est_error(p->est, t->id);
+        m->submit_to_dispatch = t->wait;
+    }
+    fq_sched_stats ss;
+    fq_sched_stats_get(p->sched, &ss);
+    sn->all = (fq_metrics_overall){
+        .in_flight_runs = ss.in_flight, .in_flight_tokens = ss.in_flight_tokens,
+        .window_runs = p->cfg.window.max_in_flight,
+        .window_tokens = p->cfg.window.max_in_flight_tokens,
+        .expired_leases = p->c.expired, .buffered_runs = p->held,
+        .buffered_bytes = p->buffered_bytes, .fetch_paused = p->fetch_paused,
+        .fetch_pauses = p->c.fetch_pauses, .nats_connected = p->connected,
+        .nats_reconnects = p->c.reconnects, .invalid_subject_runs = p->c.invalid_subject,
+        .lease_held = p->leader};
+    pthread_mutex_unlock(&p->snap_mu);
+}
+
+static fq_status px_metrics_render(fq_buf *out, void *arg)
+{
+    fq_proxy *p = arg;
+    pthread_mutex_lock(&p->snap_mu);
+    fq_status s = fq_metrics_render(out, p->snap);
+    pthread_mutex_unlock(&p->snap_mu);
+    return s;
+}
+
+static bool px_ready(char *why, size_t whylen, void *arg)
+{
+    fq_proxy *p = arg;
+    int ph = atomic_load(&p->phase);
+    if (ph == PH_SERVING)
+        return true;
+    snprintf(why, whylen, "%s", px_phase_text[ph]);
+    return false;
+}
+
+static void px_phase(fq_proxy *p, enum px_phase ph)
+{
+    atomic_store(&p->phase, (int)ph);
+}
+
 /* Per-second rates, smoothed. The token rate, which admission control
  * divides by, is sampled only while there is work to drain, so an idle
  * spell does not make it look like the workers stopped. */
@@ -1463,6 +1554,7 @@ static void px_rates(fq_proxy *p, uint64_t now)
                                             : (double)p->sec_tokens;
     p->sec_dispatched = p->sec_tokens = p->sec_completed = p->sec_actual = 0;
     p->next_second = now + 1000;
+    px_metrics_fill(p, now);
 }
 
 /* ---- the leader lease ----------------------------------------------------- */
@@ -1541,8 +1633,10 @@ static void px_lease_release(fq_proxy *p)
 static bool px_sleep_unless_stopped(fq_proxy *p, int ms)
 {
     struct timespec step = {0, 50 * 1000000L};
-    for (int i = 0; i < ms / 50 && !atomic_load(&p->stop); i++)
+    for (int i = 0; i < ms / 50 && !atomic_load(&p->stop); i++) {
+        fq_http_heartbeat(p->http);     /* waiting is not hanging */
         nanosleep(&step, NULL);
+    }
     return !atomic_load(&p->stop);
 }
 
@@ -1778,6 +1872,8 @@ static void px_on_event(fq_proxy *p, fq_nio_event *ev)
         break;
     case FQ_NIO_EV_CONN:
         p->connected = ev->connected;
+        if (p->leader)
+            px_phase(p, ev->connected ? PH_SERVING : PH_DISCONNECTED);
         if (ev->connected)
             p->c.reconnects++;
         fq_log(ev->connected ? FQ_LOG_INFO : FQ_LOG_WARN,
@@ -1856,33 +1952,67 @@ static void px_finish(fq_proxy *p)
                FQ_UINT("pending", p->pubs), FQ_UINT("retrying", p->nretry));
 }
 
+/* Serve /metrics, /healthz and /readyz when http.listen is set. */
+static fq_status px_http_start(fq_proxy *p)
+{
+    fq_http_opts ho = {.listen = p->cfg.http.listen, .metrics = px_metrics_render,
+                       .ready = px_ready, .arg = p};
+    char err[256];
+    fq_status s = fq_http_start(&p->http, &ho, err, sizeof err);
+    if (s != FQ_OK)
+        fq_log(FQ_LOG_ERROR, "cannot serve metrics and probes", FQ_STR("reason", err));
+    return s;
+}
+
+/* Everything before the loop: HTTP, NATS, the streams, the lease, the
+ * journal, the consumers. FQ_OK when serving; otherwise an exit code is
+ * due (*rc). */
+static fq_status px_start(fq_proxy *p, int *rc)
+{
+    *rc = FQ_PROXY_EXIT_FATAL;
+    if (px_http_start(p) != FQ_OK)
+        return FQ_EIO;
+    px_phase(p, PH_CONNECTING);
+    fq_status s = px_connect(p);
+    if (s == FQ_OK) {
+        p->connected = true;
+        p->max_payload = fq_nio_max_payload(p->nio);
+        px_phase(p, PH_STREAMS);
+        s = px_streams(p);
+    }
+    if (s == FQ_OK) {
+        px_phase(p, PH_STANDBY);
+        s = px_become_leader(p) ? FQ_OK : FQ_EIO;
+    }
+    if (s == FQ_OK) {
+        p->leader = true;
+        fq_log(FQ_LOG_INFO, "leader lease acquired", FQ_STR("id", p->lease_id));
+        px_phase(p, PH_RECOVERING);
+        while ((s = px_recover(p)) == FQ_EIO && px_sleep_unless_stopped(p, 1000))
+            ;
+    }
+    if (s == FQ_OK && (s = px_start_consumers(p)) != FQ_OK)
+        fq_log(FQ_LOG_ERROR, "cannot start consuming");
+    if (atomic_load(&p->stop))
+        *rc = FQ_PROXY_EXIT_OK;
+    return atomic_load(&p->stop) ? FQ_EIO : s;
+}
+
 int fq_proxy_run(fq_proxy *p)
 {
-    if (px_connect(p) != FQ_OK)
-        return atomic_load(&p->stop) ? FQ_PROXY_EXIT_OK : FQ_PROXY_EXIT_FATAL;
-    p->connected = true;
-    p->max_payload = fq_nio_max_payload(p->nio);
-    fq_status s = px_streams(p);
-    if (s != FQ_OK)
-        return atomic_load(&p->stop) ? FQ_PROXY_EXIT_OK : FQ_PROXY_EXIT_FATAL;
-    if (!px_become_leader(p))
-        return FQ_PROXY_EXIT_OK;
-    p->leader = true;
-    fq_log(FQ_LOG_INFO, "leader lease acquired", FQ_STR("id", p->lease_id));
-    while ((s = px_recover(p)) == FQ_EIO && px_sleep_unless_stopped(p, 1000))
-        ;
-    if (s != FQ_OK || px_start_consumers(p) != FQ_OK) {
-        fq_log(FQ_LOG_ERROR, "cannot start consuming");
-        return atomic_load(&p->stop) ? FQ_PROXY_EXIT_OK : FQ_PROXY_EXIT_FATAL;
-    }
+    int rc;
+    if (px_start(p, &rc) != FQ_OK)
+        return rc;
+    px_phase(p, PH_SERVING);
     fq_log(FQ_LOG_INFO, "fairq-proxy running", FQ_STR("submit", p->submit_filter),
            FQ_STR("dispatch", p->cfg.subjects.dispatch),
            FQ_INT("max_payload", p->max_payload));
-    int rc = FQ_PROXY_EXIT_OK;
+    rc = FQ_PROXY_EXIT_OK;
     while (!atomic_load(&p->stop)) {
         size_t busy = px_drain(p, PX_POLL_MS);
         uint64_t sent = p->c.dispatched;
         uint64_t now = fq_nio_mono_ms();
+        fq_http_heartbeat(p->http);
         if (!px_lease_renew(p, now)) {
             rc = FQ_PROXY_EXIT_LEASE_LOST;
             break;
@@ -1899,6 +2029,7 @@ int fq_proxy_run(fq_proxy *p)
         if (busy < PX_LIGHT_LOAD && p->c.dispatched != sent)
             fq_nio_flush(p->nio, 2);
     }
+    px_phase(p, PH_STOPPING);
     px_finish(p);
     if (rc == FQ_PROXY_EXIT_OK)
         px_lease_release(p);
@@ -1970,6 +2101,9 @@ fq_status fq_proxy_create(fq_proxy **out, const fq_config *cfg, char *err, size_
                                 cfg->estimates.workflows[i].tokens);
     if (s == FQ_OK)
         s = fq_log_limiter_create(&p->lim, 1024, 1000);
+    if (s == FQ_OK)
+        s = fq_metrics_snapshot_create(&p->snap, 0);
+    pthread_mutex_init(&p->snap_mu, NULL);
     if (s == FQ_OK && !(p->ev = calloc(PX_EVENTS, sizeof *p->ev)))
         s = FQ_ENOMEM;
     if (s != FQ_OK) {
@@ -1993,6 +2127,7 @@ void fq_proxy_destroy(fq_proxy *p)
 {
     if (!p)
         return;
+    fq_http_stop(p->http);     /* its thread reads the snapshot */
     fq_nio_destroy(p->nio);
     for (size_t i = 0; i < p->nretry; i++)
         fq_nio_msg_destroy(p->retry[i].msg);
@@ -2026,6 +2161,8 @@ void fq_proxy_destroy(fq_proxy *p)
     free(p->chunks);
     free(p->ev);
     fq_log_limiter_destroy(p->lim);
+    fq_metrics_snapshot_destroy(p->snap);
+    pthread_mutex_destroy(&p->snap_mu);
     fq_est_destroy(p->est);
     fq_sched_destroy(p->sched);
     fq_policy_destroy(p->policy);
