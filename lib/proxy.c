@@ -581,7 +581,7 @@ static fq_status px_publish(fq_proxy *p, const fq_nio_out *o, uint64_t token)
     return s;
 }
 
-/* Refuse a submit (or a completion): publish it to <rejected>.<tenant>
+/* Refuse a run (counted by the caller) or a completion: publish it to <rejected>.<tenant>
  * with its body and headers, Fair-Error "code: sentence" and, for a subject
  * without a valid tenant, Fair-Subject. The message is acked once the
  * refusal is stored (token). */
@@ -594,7 +594,6 @@ static void px_refuse(fq_proxy *p, const fq_nio_msg *m, const char *tenant, fq_s
     fq_nio_hdr h[2] = {{FQ_HDR_ERROR, err}, {FQ_HDR_SUBJECT, fq_nio_msg_subject(m)}};
     fq_nio_out o = {.subject = subj, .data = fq_nio_msg_data(m), .len = fq_nio_msg_len(m),
                     .hdrs = h, .n_hdrs = tenant ? 1 : 2, .carry = m};
-    p->c.rejected++;
     if (px_publish(p, &o, token) != FQ_OK) {
         /* Not even queued: leave it unacked; it comes back on the next
          * consumer reset. */
@@ -616,8 +615,9 @@ static void px_ack(fq_proxy *p, int cons, uint64_t seq, uint32_t delivered)
 
 /*
  * FAIRQ_RUNS is a limits stream of batches, each
- * {"v":1,"entries":[{"st":"flight"|"done","t":tenant,"r":run_id,"w":workflow,
- *  "e":est,"d":declared,"s":submit seq,"at":unix ms}, ...]}.
+ * {"v":1,"entries":[{"st":"flight","t":tenant,"r":run_id,"w":workflow,
+ *  "e":est,"d":declared,"s":submit seq,"at":unix ms}, {"st":"done","t":...,
+ *  "r":...,"s":...,"at":...}, ...]}.
  * A run's flight record goes out with the turn that dispatched it and its
  * done record with the turn that saw its completion; read back in order at
  * start they give the runs still in flight and the run ids completed within
@@ -674,14 +674,16 @@ static bool px_journal_entry(fq_proxy *p, const char *st, const char *tenant,
     fq_json_string(&w, tenant);
     fq_json_key(&w, "r");
     fq_json_string(&w, nm->run_id);
-    if (nm->workflow[0]) {
-        fq_json_key(&w, "w");
-        fq_json_string(&w, nm->workflow);
+    if (st[0] == 'f') {         /* a done record needs only the key */
+        if (nm->workflow[0]) {
+            fq_json_key(&w, "w");
+            fq_json_string(&w, nm->workflow);
+        }
+        fq_json_key(&w, "e");
+        fq_json_int(&w, est);
+        fq_json_key(&w, "d");
+        fq_json_int(&w, nm->declared);
     }
-    fq_json_key(&w, "e");
-    fq_json_int(&w, est);
-    fq_json_key(&w, "d");
-    fq_json_int(&w, nm->declared);
     fq_json_key(&w, "s");
     fq_json_int(&w, (int64_t)seq);
     fq_json_key(&w, "at");
@@ -860,6 +862,7 @@ static void px_on_submit(fq_proxy *p, fq_nio_event *ev)
     const char *tid = px_subject_tenant(fq_nio_msg_subject(m), p->cfg.subjects.submit, &tlen);
     if (!tid || !fq_tenant_id_valid(tid, tlen)) {
         p->c.invalid_subject++;
+        p->c.rejected++;
         px_refuse(p, m, NULL, FQ_EINVAL,
                   "the subject's last token is not a tenant id (1 to 64 of [A-Za-z0-9_-])", tok);
         fq_nio_msg_destroy(m);
@@ -947,6 +950,7 @@ static void px_on_submit(fq_proxy *p, fq_nio_event *ev)
     if (s != FQ_OK) {
         if (pt)
             pt->rejected[s]++;
+        p->c.rejected++;
         px_refuse(p, m, tenant, s, err, tok);
         fq_nio_msg_destroy(m);
         return;
@@ -1049,6 +1053,7 @@ static bool px_dispatch_one(fq_proxy *p, px_run *x)
         char why[256];
         snprintf(why, sizeof why, "run_id %s was dispatched already", nm->run_id);
         x->pt->rejected[FQ_EEXIST]++;
+        p->c.rejected++;
         px_refuse(p, m, x->pt->id, FQ_EEXIST, why, TK_MAKE(TK_REJECT, x->seq));
         fq_nio_msg_destroy(read);
         px_release_body(p, x);
