@@ -869,6 +869,27 @@ fq_status fq_sched_complete(fq_done *out, fq_sched *s, uint64_t id, uint64_t act
     return FQ_OK;
 }
 
+fq_status fq_sched_adopt(fq_run **out, fq_sched *s, fq_tenant *t, uint64_t id,
+                         uint32_t est, void *handle, uint64_t dispatched_at)
+{
+    if (out)
+        *out = NULL;
+    if (fq_window_find(&s->win, id))
+        return FQ_EEXIST;
+    fq_run *r = run_alloc(s);
+    if (!r)
+        return FQ_ENOMEM;
+    *r = (fq_run){.tenant = t, .handle = handle, .id = id, .est = charge_of(s, est)};
+    if (fq_window_add(&s->win, r, dispatched_at) != FQ_OK) {
+        run_free(s, r);
+        return FQ_ENOMEM;
+    }
+    t->in_flight++;
+    if (out)
+        *out = r;
+    return FQ_OK;
+}
+
 fq_status fq_sched_requeue(fq_sched *s, uint64_t id)
 {
     fq_run *r = fq_window_find(&s->win, id);

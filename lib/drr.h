@@ -122,6 +122,15 @@ fq_status fq_sched_complete(fq_done *out, fq_sched *s, uint64_t id, uint64_t act
  * from the estimate that was charged for it. The caller ensures once. */
 void fq_tenant_reconcile(fq_sched *s, fq_tenant *t, uint32_t est, uint64_t actual);
 
+/* Take into the window a run dispatched before a restart (read back from
+ * NATS): it holds a slot and counts against its tenant's cap from
+ * dispatched_at, even past the limits (the workers have it already), and is
+ * completed, expired or requeued like any other. Its estimate was charged
+ * before the restart, so the deficit is not charged again. FQ_EEXIST if a
+ * run with that id is in the window already. */
+fq_status fq_sched_adopt(fq_run **out, fq_sched *s, fq_tenant *t, uint64_t id,
+                         uint32_t est, void *handle, uint64_t dispatched_at);
+
 /* Undo a dispatch that never reached the workers (a failed publish): the run
  * goes back to the head of its tenant's queue and its charge is refunded.
  * Its queue age counts from its dispatch from then on. */

@@ -1060,6 +1060,36 @@ static void test_quantum_times_weight_is_bounded(void **state)
     fq_sched_destroy(s);
 }
 
+/* Runs dispatched before a restart take their slots back without a second
+ * charge, count against caps, and complete, expire or refuse duplicates. */
+static void test_adopt_restores_the_window(void **state)
+{
+    (void)state;
+    fq_sched *s = mk(2, 0, 100);
+    fq_tenant *a = ten(s, "a", 1, 1, 0), *b = ten(s, "b", 1, 0, 0);
+    assert_int_equal(fq_sched_adopt(NULL, s, a, 500, 300, NULL, 10), FQ_OK);
+    assert_int_equal(fq_sched_adopt(NULL, s, a, 500, 300, NULL, 10), FQ_EEXIST);
+    assert_int_equal(fq_sched_adopt(NULL, s, b, 501, 300, NULL, 20), FQ_OK);
+    assert_int_equal(fq_sched_adopt(NULL, s, b, 502, 300, NULL, 20), FQ_OK);  /* past the window */
+    assert_int_equal(info(a).in_flight, 1);
+    assert_int_equal(info(a).deficit, 0);       /* charged before the restart */
+    assert_int_equal(info(a).dispatched, 0);
+    enq(s, b, 100);
+    assert_null(fq_sched_dispatch(s, 30));      /* 3 in flight, window of 2 */
+    assert_int_equal(fq_sched_complete(NULL, s, 501, 300), FQ_OK);
+    assert_int_equal(fq_sched_complete(NULL, s, 502, 300), FQ_OK);
+    enq(s, a, 100);
+    fq_run *r = fq_sched_dispatch(s, 40);
+    assert_ptr_equal(r->tenant, b);             /* a is at its cap of 1 */
+    assert_null(fq_sched_dispatch(s, 40));
+    assert_int_equal(fq_sched_expire(s, 110, NULL, NULL), 1);   /* 500's lease */
+    assert_non_null(r = fq_sched_dispatch(s, 111));
+    assert_ptr_equal(r->tenant, a);
+    assert_int_equal(fq_sched_complete(NULL, s, 500, 900), FQ_OK);  /* late, reconciles */
+    assert_int_equal(info(a).deficit, -600);     /* idle at 0, then the overrun */
+    fq_sched_destroy(s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1092,6 +1122,7 @@ int main(void)
         cmocka_unit_test(test_requeue_age_counts_from_dispatch),
         cmocka_unit_test(test_debt_saturates),
         cmocka_unit_test(test_quantum_times_weight_is_bounded),
+        cmocka_unit_test(test_adopt_restores_the_window),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
