@@ -28,7 +28,9 @@ if [ -z "${FAIRQ_NATS_URL:-}" ]; then
   data="$root/.nats-data"
   mkdir -p "$data"
   port=4222
-  if ! python3 -c 'import socket,sys; s=socket.socket(); s.bind(("127.0.0.1",4222))' 2>/dev/null; then
+  # SO_REUSEADDR as nats-server binds: a port left in TIME_WAIT by the last
+  # run is free to it, and `make run` should come back on 4222.
+  if ! python3 -c 'import socket; s=socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind(("127.0.0.1",4222)); s.listen()' 2>/dev/null; then
     port=$("$here/free-port.sh")
   fi
   rm -f "$data/nats.pid"
