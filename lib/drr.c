@@ -826,15 +826,14 @@ static void reconcile(fq_sched *s, fq_tenant *t, int64_t delta)
     }
 }
 
-/* Actual spend above this is treated as this much, so a deficit cannot
- * overflow on an absurd report. */
-#define FQ_ACTUAL_CAP ((uint64_t)1 << 50)
-
+/* One completion corrects the deficit by at most FQ_ACTUAL_MAX_FACTOR x the
+ * run's estimate: an absurd report (a worker's bug, or a completion for a
+ * run this proxy never held) cannot sink a tenant for hours, and the
+ * estimator learns the overrun anyway. */
 static int64_t delta_of(uint32_t est, uint64_t actual)
 {
-    if (actual > FQ_ACTUAL_CAP)
-        actual = FQ_ACTUAL_CAP;
-    return (int64_t)est - (int64_t)actual;
+    uint64_t cap = (uint64_t)est * FQ_ACTUAL_MAX_FACTOR;
+    return (int64_t)est - (int64_t)(actual < cap ? actual : cap);
 }
 
 void fq_tenant_reconcile(fq_sched *s, fq_tenant *t, uint32_t est, uint64_t actual)

@@ -113,8 +113,12 @@ fq_status fq_sched_enqueue(fq_run **out, fq_sched *s, fq_tenant *t, uint64_t id,
  * it is completed, requeued or its expired record is evicted. */
 fq_run *fq_sched_dispatch(fq_sched *s, uint64_t now);
 
+/* A run's actual spend counts, for reconciliation, up to this many times
+ * its estimate. */
+#define FQ_ACTUAL_MAX_FACTOR 64
+
 /* A completion: reconcile the tenant's deficit by actual - est exactly once
- * and free the slot. FQ_ENOTFOUND if the run is not held (never dispatched,
+ * (actual capped at FQ_ACTUAL_MAX_FACTOR x est) and free the slot. FQ_ENOTFOUND if the run is not held (never dispatched,
  * completed already, or forgotten): nothing changes. */
 fq_status fq_sched_complete(fq_done *out, fq_sched *s, uint64_t id, uint64_t actual);
 
