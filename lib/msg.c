@@ -435,6 +435,100 @@ size_t fq_completion_format(char *buf, size_t cap, const fq_completion *c)
     return fq_json_finish(&w, &len) == FQ_OK ? len : 0;
 }
 
+/* Override patches. The order of the names is the order of the FQ_OVR_*
+ * bits; tenant comes last. */
+static const char *const fq_ovr_names[] = {"plan", "weight", "max_in_flight",
+                                           "max_pending", "tenant"};
+#define FQ_OVR_NAMES (sizeof fq_ovr_names / sizeof fq_ovr_names[0])
+
+/* One field of the four a patch may change: null removes it, a value sets it. */
+static fq_status fq_override_field(fq_override_patch *out, size_t k, const cJSON *item,
+                                   uint32_t max_weight, char *err, size_t errlen)
+{
+    static const uint64_t lo[] = {0, 1, 1, 1};
+    uint64_t hi[] = {0, max_weight, UINT32_MAX, UINT32_MAX}, v = 0;
+    uint32_t *dst[] = {NULL, &out->weight, &out->max_in_flight, &out->max_pending};
+    fq_status st;
+
+    if (cJSON_IsNull(item)) {
+        out->removed |= 1u << k;
+        return FQ_OK;
+    }
+    if (k == 0) {
+        if (!cJSON_IsString(item) ||
+            !fq_tenant_id_valid(item->valuestring, strlen(item->valuestring)))
+            return fq_msg_fail(err, errlen, "plan: must be a plan name, 1 to %d of "
+                               "[A-Za-z0-9_-], or null", FQ_TENANT_MAX);
+        memcpy(out->plan, item->valuestring, strlen(item->valuestring) + 1);
+    } else {
+        if ((st = fq_msg_uint_item(&v, item, lo[k], hi[k], fq_ovr_names[k], err,
+                                   errlen)) != FQ_OK)
+            return st;
+        *dst[k] = (uint32_t)v;
+    }
+    out->set |= 1u << k;
+    return FQ_OK;
+}
+
+static fq_status fq_override_fields(fq_override_patch *out, const cJSON *root,
+                                    bool need_tenant, uint32_t max_weight,
+                                    char *err, size_t errlen)
+{
+    const cJSON *it[FQ_OVR_NAMES] = {NULL};
+    fq_status st;
+    size_t k;
+
+    for (const cJSON *c = root->child; c; c = c->next) {
+        for (k = 0; k < FQ_OVR_NAMES && strcmp(c->string, fq_ovr_names[k]) != 0; k++)
+            ;
+        if (k == FQ_OVR_NAMES)
+            return fq_msg_fail(err, errlen, "the body has an unknown field; it takes only "
+                               "tenant, plan, weight, max_in_flight and max_pending");
+        if (it[k])
+            return fq_msg_fail(err, errlen, "%s: given twice in the body", fq_ovr_names[k]);
+        it[k] = c;
+    }
+    const cJSON *t = it[FQ_OVR_NAMES - 1];
+    if (t && !cJSON_IsNull(t)) {
+        if (!cJSON_IsString(t) || !fq_tenant_id_valid(t->valuestring, strlen(t->valuestring)))
+            return fq_msg_fail(err, errlen, "tenant: must be a tenant id, 1 to %d of "
+                               "[A-Za-z0-9_-]", FQ_TENANT_MAX);
+        memcpy(out->tenant, t->valuestring, strlen(t->valuestring) + 1);
+    } else if (need_tenant) {
+        return fq_msg_fail(err, errlen, "tenant: missing; the body must name the tenant");
+    }
+    for (k = 0; k + 1 < FQ_OVR_NAMES; k++)
+        if (it[k] && (st = fq_override_field(out, k, it[k], max_weight, err, errlen)) != FQ_OK)
+            return st;
+    if (!out->set && !out->removed)
+        return fq_msg_fail(err, errlen, "the body changes nothing: give plan, weight, "
+                           "max_in_flight or max_pending (null removes one)");
+    return FQ_OK;
+}
+
+fq_status fq_override_patch_parse(fq_override_patch *out, const void *body, size_t len,
+                                  bool need_tenant, uint32_t max_weight,
+                                  char *err, size_t errlen)
+{
+    const char *why;
+    bool nul_top;
+    cJSON *root = fq_msg_object(body, len, &nul_top, &why);
+    fq_status st;
+
+    memset(out, 0, sizeof *out);
+    if (!root)
+        st = fq_msg_fail(err, errlen, "the body is not a JSON object (%s)", why);
+    else if (nul_top)
+        st = fq_msg_fail(err, errlen, "the body holds a \\u0000 escape in a top-level "
+                         "string, which fairq cannot read faithfully");
+    else
+        st = fq_override_fields(out, root, need_tenant, max_weight, err, errlen);
+    cJSON_Delete(root);
+    if (st != FQ_OK)
+        memset(out, 0, sizeof *out);
+    return st;
+}
+
 /* The JSON writer. */
 
 void fq_json_init(fq_json *w, char *buf, size_t cap)

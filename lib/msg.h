@@ -83,6 +83,38 @@ fq_status fq_completion_parse(fq_completion *out, const void *body, size_t len,
  * written (a NUL follows), or 0 if it did not fit or c->status is not one. */
 size_t fq_completion_format(char *buf, size_t cap, const fq_completion *c);
 
+/*
+ * A change to one tenant's runtime override (fair.admin.tenant.set), read as
+ * a JSON merge patch (RFC 7386) of the override: a field with a value sets
+ * it, a field given as null removes it from the override (the config's value
+ * applies again), a field left out is kept. The same object, without nulls,
+ * is what the overrides bucket stores under the tenant's id.
+ */
+#define FQ_OVR_PLAN 1u
+#define FQ_OVR_WEIGHT 2u
+#define FQ_OVR_MAX_IN_FLIGHT 4u
+#define FQ_OVR_MAX_PENDING 8u
+#define FQ_OVR_ALL 15u
+
+typedef struct fq_override_patch {
+    char tenant[FQ_TENANT_MAX + 1];     /* "" if the body names none */
+    char plan[FQ_TENANT_MAX + 1];       /* a plan name (the tenant id rule) */
+    uint32_t weight;                    /* 1..max_weight */
+    uint32_t max_in_flight;             /* >= 1 */
+    uint32_t max_pending;               /* >= 1 */
+    unsigned set;                       /* FQ_OVR_* fields given a value */
+    unsigned removed;                   /* FQ_OVR_* fields given as null */
+} fq_override_patch;
+
+/* Read an override patch from body[0..len) (not NUL-terminated). It must be
+ * a JSON object whose members are only tenant (a valid tenant id; required
+ * when need_tenant), plan, weight, max_in_flight and max_pending, with at
+ * least one of the last four. On FQ_EINVAL *out is zeroed and err holds a
+ * sentence naming the field and the reason (never quoting the client). */
+fq_status fq_override_patch_parse(fq_override_patch *out, const void *body, size_t len,
+                                  bool need_tenant, uint32_t max_weight,
+                                  char *err, size_t errlen);
+
 /* A JSON writer over the caller's buffer, for replies (fair.admin.stats,
  * admin errors): no allocation, commas tracked, strings escaped (invalid
  * UTF-8 becomes U+FFFD, so the text is always valid JSON). Calls out of

@@ -882,6 +882,88 @@ static void test_json_depth(void **state)
     assert_int_equal(fq_json_finish(&w, NULL), FQ_EINVAL);
 }
 
+/* Override patches (fair.admin.tenant.set and the overrides bucket). */
+
+static fq_status patch(fq_override_patch *out, const char *body, bool need_tenant, char *err)
+{
+    size_t len = strlen(body);
+    void *copy = malloc(len ? len : 1);
+    fq_status st;
+
+    assert_non_null(copy);
+    memcpy(copy, body, len);
+    err[0] = '\0';
+    st = fq_override_patch_parse(out, copy, len, need_tenant, 1000, err, 256);
+    free(copy);
+    return st;
+}
+
+static void test_override_patch_fields(void **state)
+{
+    (void)state;
+    fq_override_patch p;
+    char err[256];
+
+    assert_int_equal(patch(&p, "{\"tenant\":\"acme\",\"plan\":\"gold\",\"weight\":1000,"
+                               "\"max_in_flight\":8,\"max_pending\":4294967295}", true, err),
+                     FQ_OK);
+    assert_string_equal(p.tenant, "acme");
+    assert_string_equal(p.plan, "gold");
+    assert_int_equal(p.weight, 1000);
+    assert_int_equal(p.max_in_flight, 8);
+    assert_int_equal(p.max_pending, 4294967295u);
+    assert_int_equal(p.set, FQ_OVR_ALL);
+    assert_int_equal(p.removed, 0);
+
+    /* A merge patch: null removes a field, absent keeps it. */
+    assert_int_equal(patch(&p, "{\"tenant\":\"a\",\"weight\":null,\"max_pending\":3}", true,
+                           err), FQ_OK);
+    assert_int_equal(p.set, FQ_OVR_MAX_PENDING);
+    assert_int_equal(p.removed, FQ_OVR_WEIGHT);
+    assert_int_equal(p.weight, 0);
+
+    /* A bucket value names no tenant: the key does. */
+    assert_int_equal(patch(&p, " {\"plan\":\"pro\"} ", false, err), FQ_OK);
+    assert_string_equal(p.tenant, "");
+    assert_int_equal(p.set, FQ_OVR_PLAN);
+}
+
+static void refuse_patch(const char *body, bool need_tenant, const char *field)
+{
+    fq_override_patch p;
+    char err[256];
+
+    assert_refused(patch(&p, body, need_tenant, err), err, field);
+    assert_int_equal(p.set | p.removed, 0);
+    assert_string_equal(p.tenant, "");
+}
+
+static void test_override_patch_refused(void **state)
+{
+    (void)state;
+    refuse_patch("", true, "not a JSON object");
+    refuse_patch("[1]", true, "not a JSON object");
+    refuse_patch("{\"weight\":2", true, "not a JSON object");
+    refuse_patch("{\"weight\":2}", true, "tenant");
+    refuse_patch("{\"tenant\":null,\"weight\":2}", true, "tenant");
+    refuse_patch("{\"tenant\":\"a b\",\"weight\":2}", true, "tenant");
+    refuse_patch("{\"tenant\":7,\"weight\":2}", true, "tenant");
+    refuse_patch("{\"tenant\":\"a\"}", true, "changes nothing");
+    refuse_patch("{\"tenant\":\"a\",\"wieght\":2}", true, "unknown field");
+    refuse_patch("{\"tenant\":\"a\",\"weight\":0}", true, "weight");
+    refuse_patch("{\"tenant\":\"a\",\"weight\":1001}", true, "weight");
+    refuse_patch("{\"tenant\":\"a\",\"weight\":1.5}", true, "weight");
+    refuse_patch("{\"tenant\":\"a\",\"weight\":\"3\"}", true, "weight");
+    refuse_patch("{\"tenant\":\"a\",\"max_in_flight\":-1}", true, "max_in_flight");
+    refuse_patch("{\"tenant\":\"a\",\"max_pending\":4294967296}", true, "max_pending");
+    refuse_patch("{\"tenant\":\"a\",\"plan\":\"\"}", true, "plan");
+    refuse_patch("{\"tenant\":\"a\",\"plan\":\"no.dots\"}", true, "plan");
+    refuse_patch("{\"tenant\":\"a\",\"plan\":3}", true, "plan");
+    refuse_patch("{\"tenant\":\"a\",\"weight\":2,\"weight\":3}", true, "twice");
+    refuse_patch("{\"tenant\":\"a\\u0000b\",\"weight\":2}", true, "\\u0000");
+    refuse_patch("{\"tenant\":\"a\",\"weight\":2} x", true, "not a JSON object");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -909,6 +991,8 @@ int main(void)
         cmocka_unit_test(test_completion_bad_fields),
         cmocka_unit_test(test_completion_round_trip),
         cmocka_unit_test(test_completion_format_limits),
+        cmocka_unit_test(test_override_patch_fields),
+        cmocka_unit_test(test_override_patch_refused),
         cmocka_unit_test(test_json_structure),
         cmocka_unit_test(test_json_escaping),
         cmocka_unit_test(test_json_doubles),
