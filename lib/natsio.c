@@ -39,6 +39,7 @@
 
 #define NIO_MAX_CONSUMERS 4
 #define NIO_MAX_SUBS 4
+#define NIO_MAX_WATCHES 2
 #define NIO_NS_PER_MS 1000000LL
 
 /* A durable pull consumer and the thread that fetches for it. */
@@ -59,6 +60,15 @@ typedef struct nio_sub {
     int id;
     natsSubscription *sub;
 } nio_sub;
+
+/* A watched key-value bucket and the thread that reads its changes. */
+typedef struct nio_watch {
+    fq_nio *n;
+    int id;
+    char *bucket;               /* owned */
+    pthread_t thread;
+    bool started;
+} nio_watch;
 
 /* One address-to-token slot of the pending-publish map. */
 typedef struct nio_pub {
@@ -87,6 +97,7 @@ struct fq_nio {
 
     nio_consumer cons[NIO_MAX_CONSUMERS];
     nio_sub subs[NIO_MAX_SUBS];
+    nio_watch watches[NIO_MAX_WATCHES];
 };
 
 static const char nio_tomb;
@@ -390,6 +401,8 @@ fq_status fq_nio_create(fq_nio **out, const fq_nio_opts *o, char *err, size_t er
         n->cons[i] = (nio_consumer){.n = n, .id = i};
     for (int i = 0; i < NIO_MAX_SUBS; i++)
         n->subs[i] = (nio_sub){.n = n, .id = i};
+    for (int i = 0; i < NIO_MAX_WATCHES; i++)
+        n->watches[i] = (nio_watch){.n = n, .id = i};
     const char *what = "nats options";
     natsStatus s = natsOptions_Create(&n->nopts);
     if (s == NATS_OK)
@@ -431,6 +444,11 @@ void fq_nio_destroy(fq_nio *n)
     }
     for (int i = 0; i < NIO_MAX_SUBS; i++)
         natsSubscription_Destroy(n->subs[i].sub);
+    for (int i = 0; i < NIO_MAX_WATCHES; i++) {
+        if (n->watches[i].started)
+            pthread_join(n->watches[i].thread, NULL);
+        free(n->watches[i].bucket);
+    }
     if (n->nc) {
         natsConnection_FlushTimeout(n->nc, 2000);
         natsConnection_Close(n->nc);
@@ -439,8 +457,11 @@ void fq_nio_destroy(fq_nio *n)
     natsConnection_Destroy(n->nc);
     natsOptions_Destroy(n->nopts);
     /* Events still queued may hold messages. */
-    for (size_t i = 0; i < n->q_len; i++)
-        natsMsg_Destroy((natsMsg *)n->q[(n->q_head + i) % n->q_cap].msg);
+    for (size_t i = 0; i < n->q_len; i++) {
+        fq_nio_event *ev = &n->q[(n->q_head + i) % n->q_cap];
+        natsMsg_Destroy((natsMsg *)ev->msg);
+        fq_nio_kv_entry_destroy(ev->kv);
+    }
     free(n->q);
     free(n->pubs);
     free(n->url);
@@ -989,11 +1010,11 @@ static fq_status nio_kv_status(natsStatus s, jsErrCode jerr)
     return s == NATS_NOT_FOUND ? FQ_ENOTFOUND : FQ_EIO;
 }
 
-/* A KV write that expects the key's last revision (0: no value yet), as
- * kvStore_Update does, but keeping the JetStream error code that tells a
- * lost race (FQ_EEXIST) from a failure. */
+/* A KV write (a delete marker when del) that expects the key's last
+ * revision (0: no value yet), as kvStore_Update does, but keeping the
+ * JetStream error code that tells a lost race (FQ_EEXIST) from a failure. */
 static fq_status nio_kv_write(uint64_t *rev, fq_nio *n, const char *bucket, const char *key,
-                              const void *val, size_t len, uint64_t last)
+                              const void *val, size_t len, uint64_t last, bool del)
 {
     char subj[512];
     int k = snprintf(subj, sizeof subj, "$KV.%s.%s", bucket, key);
@@ -1006,7 +1027,13 @@ static fq_status nio_kv_write(uint64_t *rev, fq_nio *n, const char *bucket, cons
     po.MaxWait = n->o.api_wait_ms;
     jsPubAck *pa = NULL;
     jsErrCode jerr = 0;
-    natsStatus s = js_Publish(&pa, n->js, subj, val, (int)len, &po, &jerr);
+    natsMsg *m = NULL;
+    natsStatus s = natsMsg_Create(&m, subj, NULL, val, (int)len);
+    if (s == NATS_OK && del)
+        s = natsMsgHeader_Set(m, "KV-Operation", "DEL");
+    if (s == NATS_OK)
+        s = js_PublishMsg(&pa, n->js, m, &po, &jerr);
+    natsMsg_Destroy(m);
     if (s == NATS_OK && rev)
         *rev = pa->Sequence;
     jsPubAck_Destroy(pa);
@@ -1016,7 +1043,7 @@ static fq_status nio_kv_write(uint64_t *rev, fq_nio *n, const char *bucket, cons
 fq_status fq_nio_kv_create(uint64_t *rev, fq_nio *n, const char *bucket, const char *key,
                            const void *val, size_t len)
 {
-    return nio_kv_write(rev, n, bucket, key, val, len, 0);
+    return nio_kv_write(rev, n, bucket, key, val, len, 0, false);
 }
 
 fq_status fq_nio_kv_update(uint64_t *rev, fq_nio *n, const char *bucket, const char *key,
@@ -1024,7 +1051,114 @@ fq_status fq_nio_kv_update(uint64_t *rev, fq_nio *n, const char *bucket, const c
 {
     if (!last)
         return FQ_EINVAL;
-    return nio_kv_write(rev, n, bucket, key, val, len, last);
+    return nio_kv_write(rev, n, bucket, key, val, len, last, false);
+}
+
+fq_status fq_nio_kv_delete(uint64_t *rev, fq_nio *n, const char *bucket, const char *key,
+                           uint64_t last)
+{
+    return nio_kv_write(rev, n, bucket, key, NULL, 0, last, true);
+}
+
+/* ---- key-value watches ----------------------------------------------------- */
+
+void fq_nio_kv_entry_destroy(fq_nio_kv_entry *e)
+{
+    free(e);
+}
+
+/* An entry and its strings in one block, so the owner frees it with one
+ * call whatever it holds. */
+static fq_nio_kv_entry *nio_kv_entry(kvEntry *ke, uint64_t epoch)
+{
+    const char *key = kvEntry_Key(ke);
+    kvOperation op = kvEntry_Operation(ke);
+    bool del = op == kvOp_Delete || op == kvOp_Purge;
+    size_t klen = strlen(key), vlen = del ? 0 : (size_t)kvEntry_ValueLen(ke);
+    fq_nio_kv_entry *e = malloc(sizeof *e + klen + 1 + vlen + 1);
+    if (!e)
+        return NULL;
+    char *k = (char *)(e + 1), *v = k + klen + 1;
+    memcpy(k, key, klen + 1);
+    if (vlen)
+        memcpy(v, kvEntry_Value(ke), vlen);
+    v[vlen] = '\0';
+    *e = (fq_nio_kv_entry){.key = k, .value = v, .len = vlen, .rev = kvEntry_Revision(ke),
+                           .epoch = epoch, .deleted = del};
+    return e;
+}
+
+static void nio_watch_close(kvStore **kv, kvWatcher **kw)
+{
+    kvWatcher_Destroy(*kw);
+    kvStore_Destroy(*kv);
+    *kw = NULL;
+    *kv = NULL;
+}
+
+static void *nio_watch_main(void *arg)
+{
+    nio_watch *w = arg;
+    fq_nio *n = w->n;
+    kvStore *kv = NULL;
+    kvWatcher *kw = NULL;
+    uint64_t gen = UINT64_MAX, epoch = 0;
+    while (!atomic_load(&n->stopping)) {
+        if (!atomic_load(&n->connected)) {
+            nio_sleep_ms(20);
+            continue;
+        }
+        /* A reconnect may follow a server restart that lost the watch's
+         * consumer: start again, from every key's current value. */
+        uint64_t g = atomic_load(&n->generation);
+        if (!kw || gen != g) {
+            nio_watch_close(&kv, &kw);
+            if (js_KeyValue(&kv, n->js, w->bucket) != NATS_OK ||
+                kvStore_WatchAll(&kw, kv, NULL) != NATS_OK) {
+                nio_watch_close(&kv, &kw);
+                nio_sleep_ms(500);
+                continue;
+            }
+            gen = g;
+            epoch++;
+        }
+        kvEntry *ke = NULL;
+        natsStatus s = kvWatcher_Next(&ke, kw, 250);
+        if (s == NATS_TIMEOUT)
+            continue;
+        if (s != NATS_OK) {
+            nio_watch_close(&kv, &kw);
+            nio_sleep_ms(250);
+            continue;
+        }
+        fq_nio_event ev = {.type = ke ? FQ_NIO_EV_KV : FQ_NIO_EV_KV_SYNCED, .source = w->id,
+                           .seq = epoch};
+        if (ke) {
+            ev.kv = nio_kv_entry(ke, epoch);
+            kvEntry_Destroy(ke);
+            if (!ev.kv)
+                continue;   /* out of memory: the next epoch delivers it again */
+        }
+        nio_push(n, &ev);
+    }
+    nio_watch_close(&kv, &kw);
+    return NULL;
+}
+
+fq_status fq_nio_kv_watch(fq_nio *n, int id, const char *bucket)
+{
+    if (id < 0 || id >= NIO_MAX_WATCHES || n->watches[id].started)
+        return FQ_EINVAL;
+    nio_watch *w = &n->watches[id];
+    if (!(w->bucket = strdup(bucket)))
+        return FQ_ENOMEM;
+    if (pthread_create(&w->thread, NULL, nio_watch_main, w) != 0) {
+        free(w->bucket);
+        w->bucket = NULL;
+        return FQ_ENOMEM;
+    }
+    w->started = true;
+    return FQ_OK;
 }
 
 fq_status fq_nio_kv_update_async(fq_nio *n, const char *bucket, const char *key,

@@ -18,6 +18,10 @@
  *   asynchronous pull). It is deleted and recreated when the thread starts
  *   and after every reconnect, so that whatever was fetched and not acked is
  *   delivered again at once instead of after the ack wait.
+ * - A watched key-value bucket is read by a thread of its own too, which
+ *   hands each change over as an event, and watches afresh after every
+ *   reconnect (each watch an epoch), saying when it has delivered what the
+ *   bucket held, so the owner can forget keys that vanished meanwhile.
  * - Acks need only a message's sequences (fq_nio_ackref), not the message,
  *   so a caller can drop a body and still ack it later.
  * - Units at this interface are milliseconds; nats.c mixes milliseconds and
@@ -83,17 +87,33 @@ enum fq_nio_event_type {
     FQ_NIO_EV_REQUEST,          /* a core request: msg (reply with fq_nio_reply), source */
     FQ_NIO_EV_CONN,             /* connection state changed: connected */
     FQ_NIO_EV_CONSUMER,         /* a consumer was (re)created: source */
+    FQ_NIO_EV_KV,               /* a key of a watched bucket changed: kv, source */
+    FQ_NIO_EV_KV_SYNCED,        /* a watch has delivered every key the bucket held when it
+                                   (re)started: source, seq = the watch's epoch */
 };
+
+/* A key of a watched bucket as it is now, handed over whole (the caller's,
+ * destroyed with fq_nio_kv_entry_destroy). */
+typedef struct fq_nio_kv_entry {
+    const char *key;
+    const void *value;          /* NUL-terminated copy; "" when deleted */
+    size_t len;
+    uint64_t rev;               /* the bucket's revision of this change */
+    uint64_t epoch;             /* the watch it came from: 1, 2, ... one per (re)start */
+    bool deleted;               /* a delete or purge marker */
+} fq_nio_kv_entry;
+void fq_nio_kv_entry_destroy(fq_nio_kv_entry *e);
 
 typedef struct fq_nio_event {
     enum fq_nio_event_type type;
     int source;                 /* MSG/CONSUMER: consumer id; REQUEST: subscription id */
     fq_nio_msg *msg;            /* MSG, REQUEST, and a failed PUBACK's message: the caller's */
+    fq_nio_kv_entry *kv;        /* KV: the caller's */
     uint64_t token;             /* PUBACK */
     fq_status status;           /* PUBACK: FQ_OK, or FQ_EIO (error or timeout) */
     bool duplicate;             /* PUBACK: JetStream had the Nats-Msg-Id already */
     bool connected;             /* CONN */
-    uint64_t seq;               /* PUBACK: stream sequence stored */
+    uint64_t seq;               /* PUBACK: stream sequence stored; KV_SYNCED: epoch */
     fq_nio_ackref ack;          /* MSG */
     int64_t ts_ms;              /* MSG: the stream's timestamp, unix ms */
     int err_code;               /* PUBACK: JetStream error code, 0 if none */
@@ -195,6 +215,16 @@ fq_status fq_nio_kv_update(uint64_t *rev, fq_nio *n, const char *bucket, const c
 fq_status fq_nio_kv_update_async(fq_nio *n, const char *bucket, const char *key,
                                  const void *val, size_t len, uint64_t last, uint64_t token);
 #define FQ_NIO_ERR_WRONG_LAST 10071     /* JetStream: wrong last sequence */
+/* Put a delete marker on key only if its revision is still last (0: it
+ * never had a value). FQ_EEXIST when it moved. */
+fq_status fq_nio_kv_delete(uint64_t *rev, fq_nio *n, const char *bucket, const char *key,
+                           uint64_t last);
+/* Watch every key of bucket (which must exist) on a thread of its own, from
+ * each key's current value on: FQ_NIO_EV_KV per key, then
+ * FQ_NIO_EV_KV_SYNCED, then FQ_NIO_EV_KV per change, all with source = id
+ * (0..1). After each reconnect the watch starts again in a new epoch and
+ * delivers every key again. bucket is copied. */
+fq_status fq_nio_kv_watch(fq_nio *n, int id, const char *bucket);
 /* Read key into buf (cap bytes, NUL-terminated). FQ_ENOTFOUND if absent. */
 fq_status fq_nio_kv_get(char *buf, size_t cap, uint64_t *rev, fq_nio *n,
                         const char *bucket, const char *key);

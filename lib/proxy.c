@@ -1890,6 +1890,11 @@ static void px_on_event(fq_proxy *p, fq_nio_event *ev)
                    FQ_STR("stream", ev->source == PX_CONS_SUBMIT ? FQ_STREAM_SUBMIT
                                                                   : FQ_STREAM_DONE));
         break;
+    case FQ_NIO_EV_KV:          /* no bucket is watched yet */
+        fq_nio_kv_entry_destroy(ev->kv);
+        break;
+    case FQ_NIO_EV_KV_SYNCED:
+        break;
     }
 }
 

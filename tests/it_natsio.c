@@ -243,6 +243,75 @@ static void test_kv_lease_primitives(void **state)
     assert_int_equal(fq_nio_kv_get(buf, sizeof buf, &rev, f->n, "it_kv", "none"), FQ_ENOTFOUND);
 }
 
+/* The next KV or KV_SYNCED event of the watch, other events dropped. */
+static fq_nio_event next_kv(fq_nio *n)
+{
+    long long end = nt_now_ms() + 10000;
+    while (nt_now_ms() < end) {
+        fq_nio_event ev;
+        if (fq_nio_poll(n, &ev, 1, 50) == 0)
+            continue;
+        if (ev.type == FQ_NIO_EV_KV || ev.type == FQ_NIO_EV_KV_SYNCED)
+            return ev;
+        fq_nio_msg_destroy(ev.msg);
+    }
+    fail_msg("no KV event within 10 s");
+    return (fq_nio_event){0};
+}
+
+static void expect_kv(fq_nio *n, const char *key, const char *value, uint64_t epoch)
+{
+    fq_nio_event ev = next_kv(n);
+    assert_int_equal(ev.type, FQ_NIO_EV_KV);
+    assert_int_equal(ev.source, 1);
+    assert_string_equal(ev.kv->key, key);
+    assert_int_equal(ev.kv->deleted, value == NULL);
+    assert_string_equal(ev.kv->value, value ? value : "");
+    assert_int_equal(ev.kv->epoch, epoch);
+    assert_true(ev.kv->rev > 0);
+    fq_nio_kv_entry_destroy(ev.kv);
+}
+
+static void expect_synced(fq_nio *n, uint64_t epoch)
+{
+    fq_nio_event ev = next_kv(n);
+    assert_int_equal(ev.type, FQ_NIO_EV_KV_SYNCED);
+    assert_int_equal(ev.seq, epoch);
+}
+
+/* A watch delivers what the bucket holds, then says so, then each change;
+ * after the server restarts it delivers every key again in a new epoch. */
+static void test_kv_watch(void **state)
+{
+    fixture *f = *state;
+    char err[256];
+    assert_int_equal(fq_nio_kv_ensure(f->n, "it_watch", 0, 1, err, sizeof err), FQ_OK);
+    uint64_t ra = 0, rb = 0, rd = 0;
+    assert_int_equal(fq_nio_kv_create(&ra, f->n, "it_watch", "a", "{\"weight\":2}", 12), FQ_OK);
+    assert_int_equal(fq_nio_kv_watch(f->n, 1, "it_watch"), FQ_OK);
+    assert_int_equal(fq_nio_kv_watch(f->n, 1, "it_watch"), FQ_EINVAL);
+    expect_kv(f->n, "a", "{\"weight\":2}", 1);
+    expect_synced(f->n, 1);
+    assert_int_equal(fq_nio_kv_create(&rb, f->n, "it_watch", "b", "x", 1), FQ_OK);
+    expect_kv(f->n, "b", "x", 1);
+    /* A delete is compare-and-set like a write. */
+    assert_int_equal(fq_nio_kv_delete(&rd, f->n, "it_watch", "a", rb), FQ_EEXIST);
+    assert_int_equal(fq_nio_kv_delete(&rd, f->n, "it_watch", "a", ra), FQ_OK);
+    expect_kv(f->n, "a", NULL, 1);
+    char buf[16];
+    assert_int_equal(fq_nio_kv_get(buf, sizeof buf, NULL, f->n, "it_watch", "a"), FQ_ENOTFOUND);
+    /* A deleted key is written again against its delete marker. */
+    assert_int_equal(fq_nio_kv_create(&ra, f->n, "it_watch", "a", "y", 1), FQ_EEXIST);
+    assert_int_equal(fq_nio_kv_update(&ra, f->n, "it_watch", "a", "y", 1, rd), FQ_OK);
+    expect_kv(f->n, "a", "y", 1);
+    assert_int_equal(natstest_stop(f->srv), 0);
+    assert_int_equal(natstest_restart(f->srv), 0);
+    /* Key order within a watch is the bucket's revision order. */
+    expect_kv(f->n, "b", "x", 2);
+    expect_kv(f->n, "a", "y", 2);
+    expect_synced(f->n, 2);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -251,6 +320,7 @@ int main(void)
         cmocka_unit_test(test_kv_lease_primitives),
         cmocka_unit_test(test_stream_scan),
         cmocka_unit_test(test_fetch_ack_get_and_recreate),
+        cmocka_unit_test(test_kv_watch),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
