@@ -1779,39 +1779,19 @@ static void px_load_cb(void *arg, const void *data, size_t len, int64_t ts_ms)
     cJSON_Delete(o);
 }
 
-/* Put run x, dispatched before a restart, into the window without sending
- * it again, and without charging its tenant twice. The scheduler has no
- * call for that, so the window and the tenant's cap are lifted while it is
- * queued and dispatched at once (it is the only queued run), and the charge
- * is refunded. */
-static void px_adopt_one(fq_proxy *p, px_run *x, uint64_t now)
+/* Put run x, dispatched age ms before now (both monotonic), back into the
+ * window without sending it again or charging its tenant twice: its lease
+ * runs from its dispatch, and it holds a slot even past the limits, since
+ * the workers have it already. */
+static void px_adopt_one(fq_proxy *p, px_run *x, uint64_t now, uint64_t age)
 {
-    bool adopted = false;
-    fq_policy_resolved pr;
-    fq_tenant_policy uncapped;
-    bool capped = fq_policy_resolve(&pr, p->policy, x->pt->id) == FQ_OK && pr.p.max_in_flight;
-    if (capped) {
-        uncapped = pr.p;
-        uncapped.max_in_flight = 0;
-        fq_tenant_set_policy(p->sched, x->pt->t, &uncapped);
+    if (fq_sched_adopt(NULL, p->sched, x->pt->t, x->seq, x->est, x, now > age ? now - age : 0) ==
+        FQ_OK) {
+        p->c.adopted++;
+        return;
     }
-    fq_run *r = NULL;
-    if (fq_sched_enqueue(&r, p->sched, x->pt->t, x->seq, x->est, x, now) == FQ_OK) {
-        fq_run *d = fq_sched_dispatch(p->sched, now);
-        if (d == r) {
-            fq_tenant_reconcile(p->sched, x->pt->t, x->est, 0);
-            p->c.adopted++;
-            adopted = true;
-        } else if (d) {
-            fq_sched_requeue(p->sched, d->id);
-        }
-    }
-    if (capped)
-        fq_tenant_set_policy(p->sched, x->pt->t, &pr.p);
-    if (!adopted) {
-        px_key_del(p, x);
-        px_maybe_free(p, x);
-    }
+    px_key_del(p, x);
+    px_maybe_free(p, x);
 }
 
 static fq_sched_opts px_sched_opts(const fq_config *c)
@@ -1835,10 +1815,6 @@ static fq_status px_recover(fq_proxy *p)
         free(L.adopt);
         return s;
     }
-    fq_sched_opts normal = px_sched_opts(&p->cfg), open = normal;
-    open.max_in_flight = 0;
-    open.max_in_flight_tokens = 0;
-    fq_sched_set_opts(p->sched, &open);
     uint64_t now = fq_nio_mono_ms();
     int64_t now_ms = fq_nio_unix_ms();
     for (size_t i = 0; i < L.n; i++) {
@@ -1849,9 +1825,8 @@ static fq_status px_recover(fq_proxy *p)
         else if (age >= 0 && (uint64_t)age >= p->cfg.window.run_timeout_ms)
             px_on_expired(p, &(fq_run){.handle = x});   /* a late completion still counts */
         else
-            px_adopt_one(p, x, now);
+            px_adopt_one(p, x, now, age > 0 ? (uint64_t)age : 0);
     }
-    fq_sched_set_opts(p->sched, &normal);
     free(L.adopt);
     fq_log(FQ_LOG_INFO, "recovered state from NATS", FQ_UINT("in_flight", p->c.adopted),
            FQ_UINT("completed_remembered", p->done.n), FQ_UINT("expired", p->nexp));
