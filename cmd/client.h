@@ -108,13 +108,13 @@ static inline void fqc_catch_signals(void)
 }
 
 /* Print "prog: what: status (details)" to stderr, with nats.c's last error
- * when it is about this status. */
+ * when it is about this status and says more than the status does. */
 static inline void fqc_perror(const char *prog, const char *what, natsStatus s)
 {
     natsStatus last_s = NATS_OK;
     const char *last = nats_GetLastError(&last_s);
 
-    if (last && *last && last_s == s && strcmp(last, natsStatus_GetText(s)) != 0)
+    if (last && *last && last_s == s && !strstr(last, natsStatus_GetText(s)))
         fprintf(stderr, "%s: %s: %s (%s)\n", prog, what, natsStatus_GetText(s), last);
     else
         fprintf(stderr, "%s: %s: %s\n", prog, what, natsStatus_GetText(s));

@@ -737,6 +737,10 @@ static int load_tenants(char ***out, uint32_t *n, const char *spec)
         }
         return 0;
     }
+    if (!*spec) {
+        fprintf(stderr, "%s: --tenants: give a number or a comma-separated list of ids\n", prog);
+        return -1;
+    }
     for (const char *p = spec; *p;) {
         size_t len = strcspn(p, ",");
         if (!fq_tenant_id_valid(p, len) || *n == LOAD_TENANTS_MAX) {
@@ -911,9 +915,12 @@ int main(int argc, char **argv)
         load_destroy(l);
         return 2;
     }
-    if (load_tenants(&tenants, &ntenants, tenant_spec) != 0 ||
-        fql_steady_create(&l->src, &l->cfg.steady, (const char *const *)tenants, ntenants) != FQ_OK) {
-        fprintf(stderr, "%s: --tenants: no valid tenant list\n", prog);
+    if (load_tenants(&tenants, &ntenants, tenant_spec) != 0) {
+        rc = 2;
+        goto out;
+    }
+    if (fql_steady_create(&l->src, &l->cfg.steady, (const char *const *)tenants, ntenants) != FQ_OK) {
+        fprintf(stderr, "%s: out of memory\n", prog);
         goto out;
     }
     fqc_catch_signals();
