@@ -8,16 +8,18 @@
 #   - relay + load for a few seconds: every submitted run is dispatched and
 #     completed exactly once, none is missing, and each tenant's runs leave in
 #     submit order (one FIFO);
-#   - the relay stops on SIGTERM with status 0 and leaves the submit stream free.
+#   - the relay stops on SIGTERM with status 0 and leaves the submit stream free;
+#   - fairq-proxy takes over the streams the relay created without a warning,
+#     and the same load through it completes every run exactly once.
 set -euo pipefail
 
 src=${FAIRQ_SOURCE_DIR:-$(cd "$(dirname "$0")/.." && pwd)}
 bin=${FAIRQ_BUILD_DIR:-$src/build}
 tmp=$(mktemp -d)
-relay_pid=""
+bg_pid=""          # the relay, later the proxy, in the background
 
 cleanup() {
-    if [ -n "$relay_pid" ]; then kill "$relay_pid" 2>/dev/null || true; fi
+    if [ -n "$bg_pid" ]; then kill "$bg_pid" 2>/dev/null || true; fi
     "$src/scripts/nats-down.sh" "$tmp"
     rm -rf "$tmp"
 }
@@ -48,7 +50,7 @@ grep -q "FAIR_DISPATCH does not exist: start fairq-proxy" "$tmp/noworker.err" ||
 
 # 2. The relay creates the streams.
 "$bin/fairq-relay" --nats "$url" >"$tmp/relay.out" 2>"$tmp/relay.err" &
-relay_pid=$!
+bg_pid=$!
 for _ in $(seq 1 50); do grep -q "relaying" "$tmp/relay.err" && break; sleep 0.1; done
 grep -q "relaying" "$tmp/relay.err" || fail "fairq-relay did not start"
 
@@ -81,16 +83,40 @@ done
 [ "$(grep -c '^latency tenant=t' "$tmp/load.out")" -eq 5 ] || fail "not one latency line per tenant"
 
 # 5. SIGTERM: the relay exits 0, having relayed everything, and frees FAIR_SUBMIT.
-kill -TERM "$relay_pid"
+kill -TERM "$bg_pid"
 status=0
-wait "$relay_pid" || status=$?
-relay_pid=""
+wait "$bg_pid" || status=$?
+bg_pid=""          # the relay, later the proxy, in the background
 [ "$status" -eq 0 ] || fail "fairq-relay exited $status on SIGTERM"
 [ "$(field "$tmp/relay.out" relay relayed)" = "$((submitted + 3))" ] ||
     fail "the relay relayed $(field "$tmp/relay.out" relay relayed), expected $((submitted + 3))"
 "$bin/fairq-relay" --nats "$url" >"$tmp/relay2.out" 2>"$tmp/relay2.err" &
-relay_pid=$!
+bg_pid=$!
 for _ in $(seq 1 50); do grep -q "relaying" "$tmp/relay2.err" && break; sleep 0.1; done
 grep -q "relaying" "$tmp/relay2.err" || fail "a second relay could not take FAIR_SUBMIT over"
 
-echo "clients_test: ok ($submitted runs through the relay, each completed once)"
+# 6. The proxy takes over the streams the relay made, finds nothing to warn
+#    about in them, and the same load through it completes every run once.
+kill -TERM "$bg_pid"
+wait "$bg_pid" || true
+bg_pid=""          # the relay, later the proxy, in the background
+"$bin/fairq-proxy" -c "$src/config/bench.yaml" --nats "$url" >"$tmp/proxy.out" 2>"$tmp/proxy.err" &
+bg_pid=$!
+"$bin/fairq-load" --nats "$url" --rate 2000 --duration 2 --tenants 5 \
+    --costs 100:0.9,5000:0.1 --workers 32 --tokens-per-sec 2000000 --drain 30 \
+    >"$tmp/load2.out" 2>"$tmp/load2.err" || fail "fairq-load through the proxy failed"
+submitted2=$(field "$tmp/load2.out" runs submitted)
+[ -n "$submitted2" ] && [ "$submitted2" -ge 2000 ] || fail "too few runs submitted to the proxy"
+[ "$(field "$tmp/load2.out" runs completed_once)" = "$submitted2" ] ||
+    fail "through the proxy, completed once: $(field "$tmp/load2.out" runs completed_once) of $submitted2"
+for k in completed_more missing dispatched_more out_of_order; do
+    [ "$(field "$tmp/load2.out" runs "$k")" = 0 ] || fail "through the proxy, $k is not 0"
+done
+if grep -q "differs" "$tmp/proxy.err"; then fail "the proxy finds the relay's streams differ"; fi
+kill -TERM "$bg_pid"
+status=0
+wait "$bg_pid" || status=$?
+bg_pid=""          # the relay, later the proxy, in the background
+[ "$status" -eq 0 ] || fail "fairq-proxy exited $status on SIGTERM"
+
+echo "clients_test: ok ($submitted runs through the relay and $submitted2 through the proxy, each completed once)"
