@@ -86,7 +86,7 @@ done
 kill -TERM "$bg_pid"
 status=0
 wait "$bg_pid" || status=$?
-bg_pid=""          # the relay, later the proxy, in the background
+bg_pid=""
 [ "$status" -eq 0 ] || fail "fairq-relay exited $status on SIGTERM"
 [ "$(field "$tmp/relay.out" relay relayed)" = "$((submitted + 3))" ] ||
     fail "the relay relayed $(field "$tmp/relay.out" relay relayed), expected $((submitted + 3))"
@@ -99,7 +99,7 @@ grep -q "relaying" "$tmp/relay2.err" || fail "a second relay could not take FAIR
 #    about in them, and the same load through it completes every run once.
 kill -TERM "$bg_pid"
 wait "$bg_pid" || true
-bg_pid=""          # the relay, later the proxy, in the background
+bg_pid=""
 "$bin/fairq-proxy" -c "$src/config/bench.yaml" --nats "$url" >"$tmp/proxy.out" 2>"$tmp/proxy.err" &
 bg_pid=$!
 "$bin/fairq-load" --nats "$url" --rate 2000 --duration 2 --tenants 5 \
