@@ -116,7 +116,7 @@ if grep -q "differs" "$tmp/proxy.err"; then fail "the proxy finds the relay's st
 kill -TERM "$bg_pid"
 status=0
 wait "$bg_pid" || status=$?
-bg_pid=""          # the relay, later the proxy, in the background
+bg_pid=""
 [ "$status" -eq 0 ] || fail "fairq-proxy exited $status on SIGTERM"
 
 echo "clients_test: ok ($submitted runs through the relay and $submitted2 through the proxy, each completed once)"
