@@ -471,7 +471,7 @@ static fq_status fq_override_field(fq_override_patch *out, size_t k, const cJSON
 }
 
 static fq_status fq_override_fields(fq_override_patch *out, const cJSON *root,
-                                    bool need_tenant, uint32_t max_weight,
+                                    enum fq_patch_kind kind, uint32_t max_weight,
                                     char *err, size_t errlen)
 {
     const cJSON *it[FQ_OVR_NAMES] = {NULL};
@@ -494,8 +494,15 @@ static fq_status fq_override_fields(fq_override_patch *out, const cJSON *root,
             return fq_msg_fail(err, errlen, "tenant: must be a tenant id, 1 to %d of "
                                "[A-Za-z0-9_-]", FQ_TENANT_MAX);
         memcpy(out->tenant, t->valuestring, strlen(t->valuestring) + 1);
-    } else if (need_tenant) {
+    } else if (kind != FQ_PATCH_VALUE) {
         return fq_msg_fail(err, errlen, "tenant: missing; the body must name the tenant");
+    }
+    if (kind == FQ_PATCH_GET) {
+        for (k = 0; k + 1 < FQ_OVR_NAMES; k++)
+            if (it[k])
+                return fq_msg_fail(err, errlen, "%s: tenant.get takes only tenant",
+                                   fq_ovr_names[k]);
+        return FQ_OK;
     }
     for (k = 0; k + 1 < FQ_OVR_NAMES; k++)
         if (it[k] && (st = fq_override_field(out, k, it[k], max_weight, err, errlen)) != FQ_OK)
@@ -507,7 +514,7 @@ static fq_status fq_override_fields(fq_override_patch *out, const cJSON *root,
 }
 
 fq_status fq_override_patch_parse(fq_override_patch *out, const void *body, size_t len,
-                                  bool need_tenant, uint32_t max_weight,
+                                  enum fq_patch_kind kind, uint32_t max_weight,
                                   char *err, size_t errlen)
 {
     const char *why;
@@ -522,7 +529,7 @@ fq_status fq_override_patch_parse(fq_override_patch *out, const void *body, size
         st = fq_msg_fail(err, errlen, "the body holds a \\u0000 escape in a top-level "
                          "string, which fairq cannot read faithfully");
     else
-        st = fq_override_fields(out, root, need_tenant, max_weight, err, errlen);
+        st = fq_override_fields(out, root, kind, max_weight, err, errlen);
     cJSON_Delete(root);
     if (st != FQ_OK)
         memset(out, 0, sizeof *out);

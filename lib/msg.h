@@ -106,13 +106,20 @@ typedef struct fq_override_patch {
     unsigned removed;                   /* FQ_OVR_* fields given as null */
 } fq_override_patch;
 
-/* Read an override patch from body[0..len) (not NUL-terminated). It must be
- * a JSON object whose members are only tenant (a valid tenant id; required
- * when need_tenant), plan, weight, max_in_flight and max_pending, with at
- * least one of the last four. On FQ_EINVAL *out is zeroed and err holds a
- * sentence naming the field and the reason (never quoting the client). */
+/* What a body must hold. */
+enum fq_patch_kind {
+    FQ_PATCH_SET = 0,   /* fair.admin.tenant.set: tenant and at least one field */
+    FQ_PATCH_VALUE,     /* a bucket value: at least one field; tenant optional */
+    FQ_PATCH_GET,       /* fair.admin.tenant.get: tenant and nothing else */
+};
+
+/* Read an override patch of kind from body[0..len) (not NUL-terminated). It
+ * must be a JSON object whose members are only tenant (a valid tenant id),
+ * plan, weight (1..max_weight), max_in_flight and max_pending (1..2^32-1),
+ * as kind requires. On FQ_EINVAL *out is zeroed and err holds a sentence
+ * naming the field and the reason (never quoting the client). */
 fq_status fq_override_patch_parse(fq_override_patch *out, const void *body, size_t len,
-                                  bool need_tenant, uint32_t max_weight,
+                                  enum fq_patch_kind kind, uint32_t max_weight,
                                   char *err, size_t errlen);
 
 /* A JSON writer over the caller's buffer, for replies (fair.admin.stats,

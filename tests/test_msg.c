@@ -884,7 +884,8 @@ static void test_json_depth(void **state)
 
 /* Override patches (fair.admin.tenant.set and the overrides bucket). */
 
-static fq_status patch(fq_override_patch *out, const char *body, bool need_tenant, char *err)
+static fq_status patch(fq_override_patch *out, const char *body, enum fq_patch_kind kind,
+                       char *err)
 {
     size_t len = strlen(body);
     void *copy = malloc(len ? len : 1);
@@ -893,7 +894,7 @@ static fq_status patch(fq_override_patch *out, const char *body, bool need_tenan
     assert_non_null(copy);
     memcpy(copy, body, len);
     err[0] = '\0';
-    st = fq_override_patch_parse(out, copy, len, need_tenant, 1000, err, 256);
+    st = fq_override_patch_parse(out, copy, len, kind, 1000, err, 256);
     free(copy);
     return st;
 }
@@ -905,8 +906,8 @@ static void test_override_patch_fields(void **state)
     char err[256];
 
     assert_int_equal(patch(&p, "{\"tenant\":\"acme\",\"plan\":\"gold\",\"weight\":1000,"
-                               "\"max_in_flight\":8,\"max_pending\":4294967295}", true, err),
-                     FQ_OK);
+                               "\"max_in_flight\":8,\"max_pending\":4294967295}",
+                           FQ_PATCH_SET, err), FQ_OK);
     assert_string_equal(p.tenant, "acme");
     assert_string_equal(p.plan, "gold");
     assert_int_equal(p.weight, 1000);
@@ -916,24 +917,24 @@ static void test_override_patch_fields(void **state)
     assert_int_equal(p.removed, 0);
 
     /* A merge patch: null removes a field, absent keeps it. */
-    assert_int_equal(patch(&p, "{\"tenant\":\"a\",\"weight\":null,\"max_pending\":3}", true,
-                           err), FQ_OK);
+    assert_int_equal(patch(&p, "{\"tenant\":\"a\",\"weight\":null,\"max_pending\":3}",
+                           FQ_PATCH_SET, err), FQ_OK);
     assert_int_equal(p.set, FQ_OVR_MAX_PENDING);
     assert_int_equal(p.removed, FQ_OVR_WEIGHT);
     assert_int_equal(p.weight, 0);
 
     /* A bucket value names no tenant: the key does. */
-    assert_int_equal(patch(&p, " {\"plan\":\"pro\"} ", false, err), FQ_OK);
+    assert_int_equal(patch(&p, " {\"plan\":\"pro\"} ", FQ_PATCH_VALUE, err), FQ_OK);
     assert_string_equal(p.tenant, "");
     assert_int_equal(p.set, FQ_OVR_PLAN);
 }
 
-static void refuse_patch(const char *body, bool need_tenant, const char *field)
+static void refuse_patch(const char *body, enum fq_patch_kind kind, const char *field)
 {
     fq_override_patch p;
     char err[256];
 
-    assert_refused(patch(&p, body, need_tenant, err), err, field);
+    assert_refused(patch(&p, body, kind, err), err, field);
     assert_int_equal(p.set | p.removed, 0);
     assert_string_equal(p.tenant, "");
 }
@@ -941,27 +942,42 @@ static void refuse_patch(const char *body, bool need_tenant, const char *field)
 static void test_override_patch_refused(void **state)
 {
     (void)state;
-    refuse_patch("", true, "not a JSON object");
-    refuse_patch("[1]", true, "not a JSON object");
-    refuse_patch("{\"weight\":2", true, "not a JSON object");
-    refuse_patch("{\"weight\":2}", true, "tenant");
-    refuse_patch("{\"tenant\":null,\"weight\":2}", true, "tenant");
-    refuse_patch("{\"tenant\":\"a b\",\"weight\":2}", true, "tenant");
-    refuse_patch("{\"tenant\":7,\"weight\":2}", true, "tenant");
-    refuse_patch("{\"tenant\":\"a\"}", true, "changes nothing");
-    refuse_patch("{\"tenant\":\"a\",\"wieght\":2}", true, "unknown field");
-    refuse_patch("{\"tenant\":\"a\",\"weight\":0}", true, "weight");
-    refuse_patch("{\"tenant\":\"a\",\"weight\":1001}", true, "weight");
-    refuse_patch("{\"tenant\":\"a\",\"weight\":1.5}", true, "weight");
-    refuse_patch("{\"tenant\":\"a\",\"weight\":\"3\"}", true, "weight");
-    refuse_patch("{\"tenant\":\"a\",\"max_in_flight\":-1}", true, "max_in_flight");
-    refuse_patch("{\"tenant\":\"a\",\"max_pending\":4294967296}", true, "max_pending");
-    refuse_patch("{\"tenant\":\"a\",\"plan\":\"\"}", true, "plan");
-    refuse_patch("{\"tenant\":\"a\",\"plan\":\"no.dots\"}", true, "plan");
-    refuse_patch("{\"tenant\":\"a\",\"plan\":3}", true, "plan");
-    refuse_patch("{\"tenant\":\"a\",\"weight\":2,\"weight\":3}", true, "twice");
-    refuse_patch("{\"tenant\":\"a\\u0000b\",\"weight\":2}", true, "\\u0000");
-    refuse_patch("{\"tenant\":\"a\",\"weight\":2} x", true, "not a JSON object");
+    refuse_patch("", FQ_PATCH_SET, "not a JSON object");
+    refuse_patch("[1]", FQ_PATCH_SET, "not a JSON object");
+    refuse_patch("{\"weight\":2", FQ_PATCH_SET, "not a JSON object");
+    refuse_patch("{\"weight\":2}", FQ_PATCH_SET, "tenant");
+    refuse_patch("{\"tenant\":null,\"weight\":2}", FQ_PATCH_SET, "tenant");
+    refuse_patch("{\"tenant\":\"a b\",\"weight\":2}", FQ_PATCH_SET, "tenant");
+    refuse_patch("{\"tenant\":7,\"weight\":2}", FQ_PATCH_SET, "tenant");
+    refuse_patch("{\"tenant\":\"a\"}", FQ_PATCH_SET, "changes nothing");
+    refuse_patch("{\"tenant\":\"a\",\"wieght\":2}", FQ_PATCH_SET, "unknown field");
+    refuse_patch("{\"tenant\":\"a\",\"weight\":0}", FQ_PATCH_SET, "weight");
+    refuse_patch("{\"tenant\":\"a\",\"weight\":1001}", FQ_PATCH_SET, "weight");
+    refuse_patch("{\"tenant\":\"a\",\"weight\":1.5}", FQ_PATCH_SET, "weight");
+    refuse_patch("{\"tenant\":\"a\",\"weight\":\"3\"}", FQ_PATCH_SET, "weight");
+    refuse_patch("{\"tenant\":\"a\",\"max_in_flight\":-1}", FQ_PATCH_SET, "max_in_flight");
+    refuse_patch("{\"tenant\":\"a\",\"max_pending\":4294967296}", FQ_PATCH_SET, "max_pending");
+    refuse_patch("{\"tenant\":\"a\",\"plan\":\"\"}", FQ_PATCH_SET, "plan");
+    refuse_patch("{\"tenant\":\"a\",\"plan\":\"no.dots\"}", FQ_PATCH_SET, "plan");
+    refuse_patch("{\"tenant\":\"a\",\"plan\":3}", FQ_PATCH_SET, "plan");
+    refuse_patch("{\"tenant\":\"a\",\"weight\":2,\"weight\":3}", FQ_PATCH_SET, "twice");
+    refuse_patch("{\"tenant\":\"a\\u0000b\",\"weight\":2}", FQ_PATCH_SET, "\\u0000");
+    refuse_patch("{\"tenant\":\"a\",\"weight\":2} x", FQ_PATCH_SET, "not a JSON object");
+    /* A bucket value may name its tenant; a get names only the tenant. */
+    refuse_patch("{\"tenant\":\"a\"}", FQ_PATCH_VALUE, "changes nothing");
+    refuse_patch("{}", FQ_PATCH_GET, "tenant");
+    refuse_patch("{\"tenant\":\"a\",\"weight\":2}", FQ_PATCH_GET, "only tenant");
+}
+
+static void test_override_patch_get(void **state)
+{
+    (void)state;
+    fq_override_patch p;
+    char err[256];
+
+    assert_int_equal(patch(&p, "{\"tenant\":\"acme\"}", FQ_PATCH_GET, err), FQ_OK);
+    assert_string_equal(p.tenant, "acme");
+    assert_int_equal(p.set | p.removed, 0);
 }
 
 int main(void)
@@ -993,6 +1009,7 @@ int main(void)
         cmocka_unit_test(test_completion_format_limits),
         cmocka_unit_test(test_override_patch_fields),
         cmocka_unit_test(test_override_patch_refused),
+        cmocka_unit_test(test_override_patch_get),
         cmocka_unit_test(test_json_structure),
         cmocka_unit_test(test_json_escaping),
         cmocka_unit_test(test_json_doubles),
