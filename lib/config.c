@@ -796,6 +796,18 @@ static fq_status cfg_limits(fq_config *c, const raw_limits *r, const cfg_ctx *v)
     return s;
 }
 
+/* weight, max_in_flight and max_pending at prefix: a plan and a tenant entry
+ * carry the same three, with the same ranges. Absent leaves the default. */
+static fq_status cfg_caps(const cfg_ctx *v, const char *prefix, const char *weight,
+                          const char *max_in_flight, const char *max_pending,
+                          uint32_t *w, uint32_t *mif, uint32_t *mp)
+{
+    fq_status s = cfg_u32(v, prefix, "weight", weight, 1, FQ_POLICY_MAX_WEIGHT, w);
+    CFG_IFOK(s, cfg_u32(v, prefix, "max_in_flight", max_in_flight, 1, UINT32_MAX, mif));
+    CFG_IFOK(s, cfg_u32(v, prefix, "max_pending", max_pending, 1, UINT32_MAX, mp));
+    return s;
+}
+
 /* Report the first name given twice among n entries of a sequence, each
  * entry `stride` bytes with its name a char * at `off`. */
 typedef struct cfg_named {
@@ -853,12 +865,8 @@ static fq_status cfg_plans(fq_config *c, const raw_config *r, const cfg_ctx *v)
         snprintf(at, sizeof(at), "plans[%zu]", i);
         p->weight = 1;
         CFG_IFOK(s, cfg_name(v, at, "name", rp->name, p->name));
-        CFG_IFOK(s, cfg_u32(v, at, "weight", rp->weight, 1, FQ_POLICY_MAX_WEIGHT,
-                            &p->weight));
-        CFG_IFOK(s, cfg_u32(v, at, "max_in_flight", rp->max_in_flight, 1,
-                            UINT32_MAX, &p->max_in_flight));
-        CFG_IFOK(s, cfg_u32(v, at, "max_pending", rp->max_pending, 1,
-                            UINT32_MAX, &p->max_pending));
+        CFG_IFOK(s, cfg_caps(v, at, rp->weight, rp->max_in_flight, rp->max_pending,
+                             &p->weight, &p->max_in_flight, &p->max_pending));
     }
     CFG_IFOK(s, cfg_unique(v, "plans", "name", r->plans, r->plans_count,
                            sizeof(raw_plan), offsetof(raw_plan, name)));
@@ -895,12 +903,8 @@ static fq_status cfg_tenants(fq_config *c, const raw_config *r, const cfg_ctx *v
                 return cfg_fail(v, at, "plan", "no plan named '%s' in plans", rt->plan);
             memcpy(t->plan, rt->plan, strlen(rt->plan) + 1);   /* a plan's name fits */
         }
-        CFG_IFOK(s, cfg_u32(v, at, "weight", rt->weight, 1, FQ_POLICY_MAX_WEIGHT,
-                            &t->weight));
-        CFG_IFOK(s, cfg_u32(v, at, "max_in_flight", rt->max_in_flight, 1,
-                            UINT32_MAX, &t->max_in_flight));
-        CFG_IFOK(s, cfg_u32(v, at, "max_pending", rt->max_pending, 1,
-                            UINT32_MAX, &t->max_pending));
+        CFG_IFOK(s, cfg_caps(v, at, rt->weight, rt->max_in_flight, rt->max_pending,
+                             &t->weight, &t->max_in_flight, &t->max_pending));
     }
     CFG_IFOK(s, cfg_unique(v, "tenants", "id", r->tenants, r->tenants_count,
                            sizeof(raw_tenant), offsetof(raw_tenant, id)));
