@@ -201,6 +201,12 @@ void fq_metrics_tenant_set_info(fq_metrics_tenant *m, const fq_tenant_info *ti,
 
 /* ---- folding ---- */
 
+/* The same sum-or-max for each kind, at its own type. */
+#define FOLD_AS(T) do { \
+        T *d = (T *)(void *)dst, v = *(const T *)(const void *)src; \
+        *d = f->fold == FOLD_SUM ? *d + v : (v > *d ? v : *d); \
+    } while (0)
+
 static void fold_into(fq_metrics_tenant *o, const fq_metrics_tenant *t)
 {
     for (size_t i = 0; i < N_TENANT_FAMILIES; i++) {
@@ -210,21 +216,9 @@ static void fold_into(fq_metrics_tenant *o, const fq_metrics_tenant *t)
         if (f->fold == FOLD_NONE)
             continue;
         switch (f->kind) {
-        case K_U64: {
-            uint64_t *d = (uint64_t *)(void *)dst, v = *(const uint64_t *)(const void *)src;
-            *d = f->fold == FOLD_SUM ? *d + v : (v > *d ? v : *d);
-            break;
-        }
-        case K_I64: {
-            int64_t *d = (int64_t *)(void *)dst, v = *(const int64_t *)(const void *)src;
-            *d = f->fold == FOLD_SUM ? *d + v : (v > *d ? v : *d);
-            break;
-        }
-        case K_F64: {
-            double *d = (double *)(void *)dst, v = *(const double *)(const void *)src;
-            *d = f->fold == FOLD_SUM ? *d + v : (v > *d ? v : *d);
-            break;
-        }
+        case K_U64: FOLD_AS(uint64_t); break;
+        case K_I64: FOLD_AS(int64_t); break;
+        case K_F64: FOLD_AS(double); break;
         }
     }
     for (size_t r = 0; r < FQ__COUNT; r++)
@@ -374,6 +368,16 @@ static void put_series(fq_buf *b, const char *name, const char *suffix,
     fq_buf_puts(b, "\"} ");
 }
 
+/* One sample whose value is a whole number. */
+static void put_sample_u64(fq_buf *b, const char *name, const char *suffix,
+                           const fq_metrics_tenant *r, const char *key, const char *val,
+                           uint64_t v)
+{
+    put_series(b, name, suffix, r, key, val);
+    put_u64(b, v);
+    fq_buf_putc(b, '\n');
+}
+
 /* HELP text escapes only \ and newline. */
 static void put_header(fq_buf *b, const char *name, const char *type, const char *help)
 {
@@ -418,9 +422,8 @@ static void render_weight(fq_buf *b, const fq_metrics_scratch *sc)
     for (size_t i = 0; i < sc->n_named; i++) {
         const fq_metrics_tenant *r = sc->rows[i];
         unsigned src = (unsigned)r->source;
-        put_series(b, name, "", r, "source", src <= FQ_SRC_OVERRIDE ? fq_source_names[src] : "unknown");
-        put_u64(b, r->weight);
-        fq_buf_putc(b, '\n');
+        put_sample_u64(b, name, "", r, "source",
+                       src <= FQ_SRC_OVERRIDE ? fq_source_names[src] : "unknown", r->weight);
     }
 }
 
@@ -433,9 +436,8 @@ static void render_rejected(fq_buf *b, const fq_metrics_scratch *sc)
         for (size_t r = 0; r < FQ__COUNT; r++) {
             if (sc->rows[i]->rejected[r] == 0)
                 continue;   /* no zero series for every tenant x reason */
-            put_series(b, name, "", sc->rows[i], "reason", fq_status_code((fq_status)r));
-            put_u64(b, sc->rows[i]->rejected[r]);
-            fq_buf_putc(b, '\n');
+            put_sample_u64(b, name, "", sc->rows[i], "reason", fq_status_code((fq_status)r),
+                           sc->rows[i]->rejected[r]);
         }
     }
 }
@@ -458,16 +460,12 @@ static void render_latency(fq_buf *b, const fq_metrics_scratch *sc)
             continue;
         for (size_t k = 0; k <= FQ_HIST_BUCKETS; k++) {
             cum += h->bucket[k];
-            put_series(b, name, "_bucket", r, "le", le[k]);
-            put_u64(b, cum);
-            fq_buf_putc(b, '\n');
+            put_sample_u64(b, name, "_bucket", r, "le", le[k], cum);
         }
         put_series(b, name, "_sum", r, NULL, NULL);
         put_f64(b, (double)h->sum_us / 1e6);
         fq_buf_putc(b, '\n');
-        put_series(b, name, "_count", r, NULL, NULL);
-        put_u64(b, cum);
-        fq_buf_putc(b, '\n');
+        put_sample_u64(b, name, "_count", r, NULL, NULL, cum);
     }
 }
 
