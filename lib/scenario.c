@@ -242,14 +242,16 @@ static const cyaml_schema_value_t spec_schema = {
 
 /* ---- errors ------------------------------------------------------------ */
 
-static void fail(char *err, size_t errlen, const char *fmt, ...)
+/* Write the message to err. Returns FQ_EINVAL, which most callers return. */
+static fq_status fail(char *err, size_t errlen, const char *fmt, ...)
 {
     if (!err || !errlen)
-        return;
+        return FQ_EINVAL;
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(err, errlen, fmt, ap);
     va_end(ap);
+    return FQ_EINVAL;
 }
 
 /* What libcyaml said about a failed load: its first error and the position
@@ -363,10 +365,8 @@ static fq_status check_cost(const struct scn_workflow *w, char *err, size_t errl
             why = "lognormal clamp needs min <= max <= 1000000000";
         break;
     }
-    if (why) {
-        fail(err, errlen, "%s: workflow %s: %s", where, w->name, why);
-        return FQ_EINVAL;
-    }
+    if (why)
+        return fail(err, errlen, "%s: workflow %s: %s", where, w->name, why);
     return FQ_OK;
 }
 
@@ -396,10 +396,8 @@ static fq_status check_arrival(const struct fq_scenario_spec *s, const struct sc
         why = "a rate takes rate_per_hour (0 to 3600000 exclusive of 0), start_s and end_s";
     else if (a->kind != SCN_BURST && a->end_s != 0 && a->end_s <= a->start_s)
         why = "end_s must be after start_s";
-    if (why) {
-        fail(err, errlen, "%s: tenant %s: arrivals[%u]: %s", where, t->id, k, why);
-        return FQ_EINVAL;
-    }
+    if (why)
+        return fail(err, errlen, "%s: tenant %s: arrivals[%u]: %s", where, t->id, k, why);
     return FQ_OK;
 }
 
@@ -430,17 +428,13 @@ static fq_status check_tenant(const struct fq_scenario_spec *s, unsigned i, doub
         why = "replicas must be at most 10000";
     else if (!isfinite(t->error) || t->error < 0 || t->error > 1000)
         why = "error (actual / declared) must be above 0 and at most 1000";
-    if (why) {
-        fail(err, errlen, "%s: tenant %s: %s", where, t->id, why);
-        return FQ_EINVAL;
-    }
+    if (why)
+        return fail(err, errlen, "%s: tenant %s: %s", where, t->id, why);
     for (unsigned k = 0; k < t->idle_count; k++) {
         const struct scn_period *p = &t->idle[k];
-        if (!seconds_ok(p->start_s) || !seconds_ok(p->end_s) || p->end_s <= p->start_s) {
-            fail(err, errlen, "%s: tenant %s: idle[%u]: needs 0 <= start_s < end_s", where,
-                 t->id, k);
-            return FQ_EINVAL;
-        }
+        if (!seconds_ok(p->start_s) || !seconds_ok(p->end_s) || p->end_s <= p->start_s)
+            return fail(err, errlen, "%s: tenant %s: idle[%u]: needs 0 <= start_s < end_s",
+                        where, t->id, k);
     }
     for (unsigned k = 0; k < t->arrivals_count; k++) {
         if (check_arrival(s, t, k, err, errlen, where) != FQ_OK)
@@ -467,10 +461,8 @@ static fq_status check_capacity(const fq_scenario_capacity *c, char *err, size_t
                         c->tokens_per_s > 1e12 || c->max_in_flight < 1 ||
                         c->max_in_flight > 100000))
         why = "a token budget needs tokens_per_s above 0 and max_in_flight from 1 to 100000";
-    if (why) {
-        fail(err, errlen, "%s: capacity: %s", where, why);
-        return FQ_EINVAL;
-    }
+    if (why)
+        return fail(err, errlen, "%s: capacity: %s", where, why);
     return FQ_OK;
 }
 
@@ -479,44 +471,32 @@ static fq_status check_capacity(const fq_scenario_capacity *c, char *err, size_t
 static fq_status validate(const struct fq_scenario_spec *s, char *err, size_t errlen,
                           const char *where)
 {
-    if (s->name && !fq_tenant_id_valid(s->name, strlen(s->name))) {
-        fail(err, errlen, "%s: name: 1 to 64 of [A-Za-z0-9_-]", where);
-        return FQ_EINVAL;
-    }
+    if (s->name && !fq_tenant_id_valid(s->name, strlen(s->name)))
+        return fail(err, errlen, "%s: name: 1 to 64 of [A-Za-z0-9_-]", where);
     if (!seconds_ok(s->duration_s) || s->duration_s <= 0 || !seconds_ok(s->horizon_s) ||
-        (s->horizon_s != 0 && s->horizon_s < s->duration_s)) {
-        fail(err, errlen, "%s: duration_s must be above 0 and horizon_s, if given, at least "
-             "duration_s (both at most a year)", where);
-        return FQ_EINVAL;
-    }
-    if (s->estimator.percentile > 99 || s->estimator.min_samples > (1u << 20)) {
-        fail(err, errlen, "%s: estimator: percentile is 0 (the mean) to 99, min_samples at "
-             "most 1048576", where);
-        return FQ_EINVAL;
-    }
-    if (s->quantum_tokens > 1000000000u) {
-        fail(err, errlen, "%s: quantum_tokens must be at most 1000000000", where);
-        return FQ_EINVAL;
-    }
+        (s->horizon_s != 0 && s->horizon_s < s->duration_s))
+        return fail(err, errlen, "%s: duration_s must be above 0 and horizon_s, if given, "
+                    "at least duration_s (both at most a year)", where);
+    if (s->estimator.percentile > 99 || s->estimator.min_samples > (1u << 20))
+        return fail(err, errlen, "%s: estimator: percentile is 0 (the mean) to 99, "
+                    "min_samples at most 1048576", where);
+    if (s->quantum_tokens > 1000000000u)
+        return fail(err, errlen, "%s: quantum_tokens must be at most 1000000000", where);
     if (check_capacity(&s->capacity, err, errlen, where) != FQ_OK)
         return FQ_EINVAL;
     for (unsigned i = 0; i < s->plans_count; i++) {
         const struct scn_plan *p = &s->plans[i];
         if (!fq_tenant_id_valid(p->name, strlen(p->name)) || p->weight < 1 ||
-            p->weight > SCN_MAX_WEIGHT || find_plan(s, p->name) != p) {
-            fail(err, errlen, "%s: plan %s: needs a unique name of [A-Za-z0-9_-] and a "
-                 "weight from 1 to 1000000", where, p->name);
-            return FQ_EINVAL;
-        }
+            p->weight > SCN_MAX_WEIGHT || find_plan(s, p->name) != p)
+            return fail(err, errlen, "%s: plan %s: needs a unique name of [A-Za-z0-9_-] "
+                        "and a weight from 1 to 1000000", where, p->name);
     }
     for (unsigned i = 0; i < s->workflows_count; i++) {
         const struct scn_workflow *w = &s->workflows[i];
         if (strlen(w->name) > FQ_WORKFLOW_MAX || strpbrk(w->name, ",\"\r\n") ||
-            find_workflow(s, w->name) != (long)i) {
-            fail(err, errlen, "%s: workflow %s: needs a unique name of at most %d bytes "
-                 "without commas or quotes", where, w->name, FQ_WORKFLOW_MAX);
-            return FQ_EINVAL;
-        }
+            find_workflow(s, w->name) != (long)i)
+            return fail(err, errlen, "%s: workflow %s: needs a unique name of at most %d "
+                        "bytes without commas or quotes", where, w->name, FQ_WORKFLOW_MAX);
         if (check_cost(w, err, errlen, where) != FQ_OK)
             return FQ_EINVAL;
     }
@@ -524,11 +504,9 @@ static fq_status validate(const struct fq_scenario_spec *s, char *err, size_t er
     for (unsigned i = 0; i < s->tenants_count; i++)
         if (check_tenant(s, i, &runs, err, errlen, where) != FQ_OK)
             return FQ_EINVAL;
-    if (runs > SCN_MAX_RUNS) {
-        fail(err, errlen, "%s: the arrivals would generate about %.0f runs; at most %.0f",
-             where, runs, SCN_MAX_RUNS);
-        return FQ_EINVAL;
-    }
+    if (runs > SCN_MAX_RUNS)
+        return fail(err, errlen, "%s: the arrivals would generate about %.0f runs; "
+                    "at most %.0f", where, runs, SCN_MAX_RUNS);
     return FQ_OK;
 }
 
