@@ -28,15 +28,20 @@ static uint64_t rnd_in(uint64_t lo, uint64_t hi) { return lo + rnd() % (hi - lo 
 
 static uint64_t next_id = 1;
 
+static fq_sched *mk_opts(const fq_sched_opts *o)
+{
+    fq_sched *s = NULL;
+    assert_int_equal(fq_sched_create(&s, o), FQ_OK);
+    next_id = 1;
+    return s;
+}
+
 static fq_sched *mk(uint32_t max_in_flight, uint64_t max_tokens, uint64_t timeout)
 {
     fq_sched_opts o = {.quantum = Q, .max_est_tokens = 1000000, .max_in_flight = max_in_flight,
                        .max_in_flight_tokens = max_tokens, .run_timeout = timeout,
                        .max_expired = 16};
-    fq_sched *s = NULL;
-    assert_int_equal(fq_sched_create(&s, &o), FQ_OK);
-    next_id = 1;
-    return s;
+    return mk_opts(&o);
 }
 
 static fq_tenant *ten(fq_sched *s, const char *id, uint32_t weight, uint32_t cap, uint32_t pending)
@@ -45,6 +50,14 @@ static fq_tenant *ten(fq_sched *s, const char *id, uint32_t weight, uint32_t cap
     fq_tenant *t = NULL;
     assert_int_equal(fq_sched_tenant(&t, s, id, strlen(id), &p), FQ_OK);
     return t;
+}
+
+/* Tenant prefix+i (t0, t1, ...), one of many. */
+static fq_tenant *ten_i(fq_sched *s, const char *prefix, int i, uint32_t weight, uint32_t cap)
+{
+    char id[16];
+    snprintf(id, sizeof id, "%s%d", prefix, i);
+    return ten(s, id, weight, cap, 0);
 }
 
 static uint64_t enq(fq_sched *s, fq_tenant *t, uint32_t est)
@@ -185,10 +198,8 @@ static void test_random_fairness_bound(void **state)
     uint32_t w[NT];
     uint32_t maxc = 5 * Q;
     for (int i = 0; i < NT; i++) {
-        char id[16];
-        snprintf(id, sizeof id, "t%d", i);
         w[i] = (uint32_t)rnd_in(1, 4);
-        t[i] = ten(s, id, w[i], 0, 0);
+        t[i] = ten_i(s, "t", i, w[i], 0);
     }
     uint64_t served[NT] = {0};
     /* base[i][j]: served[i] when the pair's common backlog began; -1 none */
@@ -473,8 +484,7 @@ static void test_window_runs_and_tokens(void **state)
     fq_sched_destroy(s);
 
     /* charges are capped at max_est_tokens */
-    fq_sched_opts o = {.quantum = Q, .max_est_tokens = 2000};
-    assert_int_equal(fq_sched_create(&s, &o), FQ_OK);
+    s = mk_opts(&(fq_sched_opts){.quantum = Q, .max_est_tokens = 2000});
     a = ten(s, "a", 1, 0, 0);
     fq_run *c;
     assert_int_equal(fq_sched_enqueue(&c, s, a, 1, 4000000000u, NULL, 0), FQ_OK);
@@ -572,9 +582,7 @@ static void test_visits_per_dispatch_bounded(void **state)
     enum { N = 1000 };
     fq_tenant *t[N];
     for (int i = 0; i < N; i++) {
-        char id[16];
-        snprintf(id, sizeof id, "t%d", i);
-        t[i] = ten(s, id, (uint32_t)rnd_in(1, 5), i % 7 == 0 ? 1 : 0, 0);
+        t[i] = ten_i(s, "t", i, (uint32_t)rnd_in(1, 5), i % 7 == 0 ? 1 : 0);
         for (int k = 0; k < 3; k++)
             enq(s, t[i], (uint32_t)rnd_in(Q / 10, 50 * Q));
     }
@@ -603,9 +611,7 @@ static void test_ratio_one_is_one_visit(void **state)
     enum { N = 100 };
     fq_tenant *t[N];
     for (int i = 0; i < N; i++) {
-        char id[16];
-        snprintf(id, sizeof id, "t%d", i);
-        t[i] = ten(s, id, 1, 0, 0);
+        t[i] = ten_i(s, "t", i, 1, 0);
         enq(s, t[i], Q);
     }
     for (int i = 0; i < 100000; i++) {
@@ -629,10 +635,7 @@ static void test_ratio_one_is_one_visit(void **state)
 static fq_sched *mk_wide(void)
 {
     fq_sched_opts o = {.quantum = Q, .max_est_tokens = 10000 * Q};
-    fq_sched *s = NULL;
-    assert_int_equal(fq_sched_create(&s, &o), FQ_OK);
-    next_id = 1;
-    return s;
+    return mk_opts(&o);
 }
 
 static uint64_t round_now(fq_sched *s)
@@ -654,6 +657,22 @@ static void serve_peer_until(fq_sched *s, fq_tenant *peer, uint64_t r)
         enq(s, peer, x->est);
         done(s, x, x->est);
     }
+}
+
+/* Tenants a and b: a queues a run of `quanta` quanta and two of one token, b
+ * two of one quantum. Returns a's big run, dispatched first. */
+static fq_run *debtor_and_peer(fq_sched *s, fq_tenant **a, fq_tenant **b, uint64_t quanta)
+{
+    *a = ten(s, "a", 1, 0, 0);
+    *b = ten(s, "b", 1, 0, 0);
+    enq(s, *a, (uint32_t)(quanta * Q));
+    enq(s, *a, 1);
+    enq(s, *a, 1);
+    enq(s, *b, Q);
+    enq(s, *b, Q);
+    fq_run *big = fq_sched_dispatch(s, 0);
+    assert_ptr_equal(big->tenant, *a);
+    return big;
 }
 
 /* Dispatch, keeping the peer backlogged and completing every run at its
@@ -695,14 +714,8 @@ static void test_debt_beyond_the_wheel_horizon(void **state)
     for (size_t k = 0; k < sizeof(debts) / sizeof(debts[0]); k++) {
         uint64_t m = debts[k];
         fq_sched *s = mk_wide();
-        fq_tenant *a = ten(s, "a", 1, 0, 0), *b = ten(s, "b", 1, 0, 0);
-        enq(s, a, (uint32_t)((m + 1) * Q));
-        enq(s, a, 1);
-        enq(s, a, 1);
-        enq(s, b, Q);
-        enq(s, b, Q);
-        fq_run *x = fq_sched_dispatch(s, 0);
-        assert_ptr_equal(x->tenant, a);
+        fq_tenant *a, *b;
+        fq_run *x = debtor_and_peer(s, &a, &b, m + 1);
         done(s, x, x->est);
         assert_int_equal(info(a).state, FQ_T_WAITING);
         assert_int_equal(info(a).deficit, -(int64_t)(m * Q));
@@ -751,9 +764,7 @@ static void test_only_debtors_jump_to_their_rounds(void **state)
     fq_tenant *t[N];
     uint64_t last[N], served[N] = {0};
     for (int i = 0; i < N; i++) {
-        char id[16];
-        snprintf(id, sizeof id, "d%d", i);
-        t[i] = ten(s, id, 1, 0, 0);
+        t[i] = ten_i(s, "d", i, 1, 0);
         enq(s, t[i], (uint32_t)((m[i] + 1) * Q));
         enq(s, t[i], (uint32_t)((m[i] + 1) * Q));
     }
@@ -790,9 +801,7 @@ static void quantum_change(uint32_t q)
     fq_sched *s = mk_wide();
     fq_tenant *d[N];
     for (int i = 0; i < N; i++) {
-        char id[16];
-        snprintf(id, sizeof id, "d%d", i);
-        d[i] = ten(s, id, 1, 0, 0);
+        d[i] = ten_i(s, "d", i, 1, 0);
         enq(s, d[i], (uint32_t)((m[i] + 1) * Q));
         enq(s, d[i], 1);
         enq(s, d[i], 1);
@@ -846,14 +855,8 @@ static void test_reconcile_moves_debtor_across_the_horizon(void **state)
     };
     for (size_t k = 0; k < sizeof(c) / sizeof(c[0]); k++) {
         fq_sched *s = mk_wide();
-        fq_tenant *a = ten(s, "a", 1, 0, 0), *b = ten(s, "b", 1, 0, 0);
-        enq(s, a, (uint32_t)(c[k].est * Q));
-        enq(s, a, 1);
-        enq(s, a, 1);
-        enq(s, b, Q);
-        enq(s, b, Q);
-        fq_run *big = fq_sched_dispatch(s, 0);
-        assert_ptr_equal(big->tenant, a);
+        fq_tenant *a, *b;
+        fq_run *big = debtor_and_peer(s, &a, &b, c[k].est);
         serve_peer_until(s, b, 10);
         done(s, big, c[k].actual * Q);
         int64_t owed = (int64_t)((c[k].actual - 1) * Q);
@@ -1030,9 +1033,7 @@ static void test_requeue_age_counts_from_dispatch(void **state)
 static void test_debt_saturates(void **state)
 {
     (void)state;
-    fq_sched *s = NULL;
-    fq_sched_opts o = {.quantum = Q, .max_est_tokens = UINT32_MAX};
-    assert_int_equal(fq_sched_create(&s, &o), FQ_OK);
+    fq_sched *s = mk_opts(&(fq_sched_opts){.quantum = Q, .max_est_tokens = UINT32_MAX});
     fq_tenant *a = ten(s, "a", 1, 0, 0);
     /* each call adds 63 x 2^32 of debt: 2^62 is reached after ~17 million */
     for (int i = 0; i < 20000000; i++)
