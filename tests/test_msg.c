@@ -17,16 +17,24 @@
 #define TENANT "acme"
 
 /* Every body is copied into a buffer of exactly its length, with no NUL
- * after it, so that a read past the payload shows under AddressSanitizer. */
-static fq_status submit_n(fq_submit *out, const void *body, size_t len,
-                          const fq_submit_headers *h, char *err)
+ * after it, so that a read past the payload shows under AddressSanitizer.
+ * The caller frees the copy. */
+static void *exact_copy(const void *body, size_t len)
 {
     void *copy = malloc(len ? len : 1);
-    fq_status st;
 
     assert_non_null(copy);
     if (len)
         memcpy(copy, body, len);
+    return copy;
+}
+
+static fq_status submit_n(fq_submit *out, const void *body, size_t len,
+                          const fq_submit_headers *h, char *err)
+{
+    void *copy = exact_copy(body, len);
+    fq_status st;
+
     err[0] = '\0';
     st = fq_submit_parse(out, TENANT, len ? copy : NULL, len, h, MAX_EST, err, 256);
     free(copy);
@@ -40,12 +48,9 @@ static fq_status submit(fq_submit *out, const char *body, char *err)
 
 static fq_status completion_n(fq_completion *out, const void *body, size_t len, char *err)
 {
-    void *copy = malloc(len ? len : 1);
+    void *copy = exact_copy(body, len);
     fq_status st;
 
-    assert_non_null(copy);
-    if (len)
-        memcpy(copy, body, len);
     err[0] = '\0';
     st = fq_completion_parse(out, copy, len, MAX_EST, err, 256);
     free(copy);
@@ -888,11 +893,9 @@ static fq_status patch(fq_override_patch *out, const char *body, enum fq_patch_k
                        char *err)
 {
     size_t len = strlen(body);
-    void *copy = malloc(len ? len : 1);
+    void *copy = exact_copy(body, len);
     fq_status st;
 
-    assert_non_null(copy);
-    memcpy(copy, body, len);
     err[0] = '\0';
     st = fq_override_patch_parse(out, copy, len, kind, 1000, err, 256);
     free(copy);
