@@ -747,7 +747,7 @@ static void after_send(fq_sched *s, fq_tenant *t)
     if (!t->qhead) {
         active_pop(s);
         t->state = FQ_T_IDLE;
-        if (t->deficit > 0)
+        if (t->deficit > 0 && !s->o.keep_idle_credit)
             t->deficit = 0;
     } else if (at_cap(t)) {
         active_pop(s);
@@ -811,7 +811,7 @@ static void reconcile(fq_sched *s, fq_tenant *t, int64_t delta)
     case FQ_T_IDLE:
         /* A refund to an idle tenant lifts it at most to zero: credit is
          * not banked through refunds either. Debt is always recorded. */
-        if (delta > 0 && t->deficit + delta > 0)
+        if (delta > 0 && t->deficit + delta > 0 && !s->o.keep_idle_credit)
             t->deficit = t->deficit > 0 ? t->deficit : 0;
         else
             deficit_add(t, delta);

@@ -32,6 +32,8 @@ typedef struct fq_sched_opts {
     uint64_t max_in_flight_tokens; /* window in tokens; 0 = unlimited */
     uint64_t run_timeout;       /* lease, in the caller's time unit; 0 = none */
     uint32_t max_expired;       /* expired runs remembered for late completions */
+    bool keep_idle_credit;      /* no idle reset: only for the simulator's
+                                   comparison of what the reset is worth */
 } fq_sched_opts;
 
 /* Where a tenant is. Exactly one holds at any time. */

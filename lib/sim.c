@@ -135,8 +135,6 @@ typedef struct sim_tenant {
     fq_tenant *ft;              /* drr: the scheduler's tenant */
     double busy_v;              /* the GPS clock when its busy period began */
     double busy_sent;           /* tokens dispatched in that busy period */
-    int64_t deficit_before;     /* no idle reset: deficit before a dispatch */
-    uint64_t credit;            /* no idle reset: credit the reset dropped */
 } sim_tenant;
 
 typedef struct sim {
@@ -262,56 +260,13 @@ static int drr_enqueue(sim *s, uint32_t i)
     if (fq_sched_enqueue(&fr, s->sched, t->ft, i, s->runs[i].charged, NULL, s->now) != FQ_OK)
         return 0;
     s->runs[i].charged = fr->est;
-    if (t->credit && t->queued == 0) {
-        /* No idle reset: give back what the reset took, as a refund to an
-         * active tenant (which the core does not cap). */
-        fq_tenant_reconcile(s->sched, t->ft, (uint32_t)t->credit, 0);
-        t->credit = 0;
-    }
     return 1;
-}
-
-/* Without idle reset, remember the deficit of every tenant whose queue this
- * dispatch may empty: the core drops its credit, and the simulator gives it
- * back at the tenant's next enqueue. The deficit at sending is the one
- * before plus the quanta a tenant is granted until it turns positive. A
- * stand-in until the core has a switch for it. */
-static void drr_before(sim *s)
-{
-    for (size_t k = 0; k < s->sc->n_tenants; k++) {
-        sim_tenant *t = &s->t[k];
-        if (t->queued == 1) {
-            fq_tenant_info info;
-            fq_tenant_info_get(t->ft, &info);
-            t->deficit_before = info.deficit;
-        }
-    }
-}
-
-static void drr_after(sim *s, const fq_run *r)
-{
-    uint32_t k = s->sc->runs[r->id].tenant;
-    sim_tenant *t = &s->t[k];
-    if (t->queued != 1)
-        return;
-    int64_t q = (int64_t)s->sc->quantum * s->sc->tenants[k].weight;
-    int64_t d = t->deficit_before;
-    if (d <= 0)
-        d += (-d / q + 1) * q;
-    if (d - (int64_t)r->est > 0)
-        t->credit = (uint64_t)(d - (int64_t)r->est);
 }
 
 static uint32_t drr_next(sim *s)
 {
-    if (!s->pd->idle_reset)
-        drr_before(s);
     fq_run *r = fq_sched_dispatch(s->sched, s->now);
-    if (!r)
-        return NONE;
-    if (!s->pd->idle_reset)
-        drr_after(s, r);
-    return (uint32_t)r->id;
+    return r ? (uint32_t)r->id : NONE;
 }
 
 static int engine_enqueue(sim *s, uint32_t i)
@@ -688,6 +643,7 @@ static fq_status sim_engines(sim *s)
     fq_sched_opts o = {
         .quantum = sc->quantum, .max_est_tokens = sc->max_est, .max_in_flight = s->nslots,
         .max_in_flight_tokens = sc->capacity.max_in_flight_tokens,
+        .keep_idle_credit = !s->pd->idle_reset,
     };
     if ((st = fq_sched_create(&s->sched, &o)) != FQ_OK)
         return st;
