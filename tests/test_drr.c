@@ -1119,6 +1119,23 @@ static void test_absurd_actual_is_bounded(void **state)
     fq_sched_destroy(s);
 }
 
+/* The simulator's switch: without the idle reset, credit and refunds to an
+ * idle tenant are banked, which is what the default forbids. */
+static void test_keep_idle_credit_banks(void **state)
+{
+    (void)state;
+    fq_sched_opts o = {.quantum = Q, .max_est_tokens = 1000000, .keep_idle_credit = true};
+    fq_sched *s = mk_opts(&o);
+    fq_tenant *a = ten(s, "a", 1, 0, 0);
+    uint64_t id = enq(s, a, 100);
+    assert_non_null(fq_sched_dispatch(s, 0));
+    assert_int_equal(info(a).state, FQ_T_IDLE);
+    assert_int_equal(info(a).deficit, 900);
+    assert_int_equal(fq_sched_complete(NULL, s, id, 0), FQ_OK);
+    assert_int_equal(info(a).deficit, 1000);
+    fq_sched_destroy(s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1153,6 +1170,7 @@ int main(void)
         cmocka_unit_test(test_quantum_times_weight_is_bounded),
         cmocka_unit_test(test_adopt_restores_the_window),
         cmocka_unit_test(test_absurd_actual_is_bounded),
+        cmocka_unit_test(test_keep_idle_credit_banks),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
