@@ -1,4 +1,5 @@
-/* fairq-proxy.c -- the fairness sidecar: reads its config, runs lib/proxy until SIGTERM or SIGINT. */
+/* fairq-proxy.c -- the fairness sidecar: reads its config, runs lib/proxy until SIGTERM or SIGINT, reloads on SIGHUP. */
+#include <errno.h>
 #include <getopt.h>
 #include <signal.h>
 #include <stdio.h>
@@ -12,10 +13,14 @@
 
 static fq_proxy *running;
 
+/* Both calls only set a flag: the proxy's loop does the work. */
 static void on_signal(int sig)
 {
-    (void)sig;
-    if (running)
+    if (!running)
+        return;
+    if (sig == SIGHUP)
+        fq_proxy_reload(running);
+    else
         fq_proxy_stop(running);
 }
 
@@ -38,10 +43,15 @@ static void usage(FILE *f)
             "      --version       print the version and exit\n"
             "  -h, --help          print this help and exit\n"
             "\n"
-            "Environment: FAIRQ_NATS_URL overrides nats.url, FAIRQ_HTTP_LISTEN http.listen.\n"
+            "Environment: FAIRQ_NATS_URL overrides nats.url, FAIRQ_HTTP_LISTEN http.listen;\n"
+            "FAIRQ_TENANTS_BUCKET names the overrides bucket (default %s);\n"
+            "FAIRQ_QUEUE_AGE_WARN_MS is the queue age logged at warn (default %u).\n"
             "\n"
             "SIGTERM or SIGINT stop it gracefully: fetching stops, dispatches under way\n"
-            "finish and are acked, whatever is still queued stays in JetStream.\n");
+            "finish and are acked, whatever is still queued stays in JetStream.\n"
+            "SIGHUP reads the config file again (as a request on <admin>.reload does);\n"
+            "an invalid file is refused whole and the config in force stays.\n",
+            FQ_KV_TENANTS, FQ_QUEUE_AGE_WARN_MS);
 }
 
 /* Replace *field by the flag, else by the environment variable if set (and
@@ -57,6 +67,49 @@ static int override(char **field, const char *flag, const char *env_name, int em
         return -1;
     free(*field);
     *field = dup;
+    return 0;
+}
+
+/* What the command line says about the config, for the first load and
+ * every reload. */
+typedef struct cli {
+    const char *path;
+    const char *nats;           /* --nats, or NULL */
+} cli;
+
+/* The config file with the command line's and the environment's
+ * overrides: fq_proxy_load_fn. */
+static fq_status load(fq_config *out, void *arg, char *err, size_t errlen)
+{
+    const cli *c = arg;
+    fq_status s = fq_config_load(out, c->path, err, errlen);
+    if (s != FQ_OK)
+        return s;
+    if (override(&out->nats.url, c->nats, "FAIRQ_NATS_URL", 0) != 0 ||
+        override(&out->http.listen, NULL, "FAIRQ_HTTP_LISTEN", 1) != 0) {
+        fq_config_free(out);
+        snprintf(err, errlen, "out of memory");
+        return FQ_ENOMEM;
+    }
+    return FQ_OK;
+}
+
+/* The options the config file has no keys for, from the environment. */
+static int proxy_ops(fq_proxy_ops *o, cli *c, char *err, size_t errlen)
+{
+    *o = (fq_proxy_ops){.load = load, .load_arg = c,
+                        .tenants_bucket = getenv("FAIRQ_TENANTS_BUCKET")};
+    const char *age = getenv("FAIRQ_QUEUE_AGE_WARN_MS");
+    if (age && *age) {
+        char *end = NULL;
+        errno = 0;
+        unsigned long long v = strtoull(age, &end, 10);
+        if (errno || *end || !v || age[0] == '-') {
+            snprintf(err, errlen, "FAIRQ_QUEUE_AGE_WARN_MS: must be a positive number of ms");
+            return -1;
+        }
+        o->queue_age_warn_ms = v;
+    }
     return 0;
 }
 
@@ -78,7 +131,7 @@ static int health(const char *url)
 
 int main(int argc, char **argv)
 {
-    const char *path = "config/fairq.yaml", *nats = NULL;
+    cli c = {.path = "config/fairq.yaml"};
     int check = 0;
     enum { OPT_NATS = 256, OPT_CHECK, OPT_VERSION, OPT_HEALTH };
     static const struct option longopts[] = {
@@ -93,8 +146,8 @@ int main(int argc, char **argv)
     int opt;
     while ((opt = getopt_long(argc, argv, "c:h", longopts, NULL)) != -1) {
         switch (opt) {
-        case 'c': path = optarg; break;
-        case OPT_NATS: nats = optarg; break;
+        case 'c': c.path = optarg; break;
+        case OPT_NATS: c.nats = optarg; break;
         case OPT_CHECK: check = 1; break;
         case OPT_VERSION: printf("fairq-proxy %s\n", FAIRQ_VERSION); return 0;
         case OPT_HEALTH: return health(optarg);
@@ -108,34 +161,41 @@ int main(int argc, char **argv)
         return 2;
     }
     fq_config cfg;
+    fq_proxy_ops ops;
     char err[1024];
-    if (fq_config_load(&cfg, path, err, sizeof err) != FQ_OK) {
+    if (load(&cfg, &c, err, sizeof err) != FQ_OK) {
         fprintf(stderr, "fairq-proxy: %s\n", err);
         return 2;
     }
-    if (override(&cfg.nats.url, nats, "FAIRQ_NATS_URL", 0) != 0 ||
-        override(&cfg.http.listen, NULL, "FAIRQ_HTTP_LISTEN", 1) != 0 ||
-        fq_log_init(cfg.log.level, cfg.log.format, err, sizeof err) != FQ_OK) {
+    if (fq_log_init(cfg.log.level, cfg.log.format, err, sizeof err) != FQ_OK ||
+        proxy_ops(&ops, &c, err, sizeof err) != 0) {
         fprintf(stderr, "fairq-proxy: %s\n", err);
         fq_config_free(&cfg);
         return 2;
     }
     fq_proxy *p = NULL;
     if (fq_proxy_create(&p, &cfg, err, sizeof err) != FQ_OK) {
-        fprintf(stderr, "fairq-proxy: %s: %s\n", path, err);
+        fprintf(stderr, "fairq-proxy: %s: %s\n", c.path, err);
+        fq_config_free(&cfg);
+        return 2;
+    }
+    if (fq_proxy_set_ops(p, &ops) != FQ_OK) {
+        fprintf(stderr, "fairq-proxy: FAIRQ_TENANTS_BUCKET: must be 1 to 64 of "
+                "[A-Za-z0-9_-]\n");
+        fq_proxy_destroy(p);
         fq_config_free(&cfg);
         return 2;
     }
     if (check) {
-        printf("%s: ok\n", path);
+        printf("%s: ok\n", c.path);
         fq_proxy_destroy(p);
         fq_config_free(&cfg);
         return 0;
     }
-    char desc[2048];
+    char desc[3072];
     fq_config_describe(&cfg, desc, sizeof desc);
     fq_log(FQ_LOG_INFO, "fairq-proxy starting", FQ_STR("version", FAIRQ_VERSION),
-           FQ_STR("config", path), FQ_STR("effective", desc));
+           FQ_STR("config", c.path), FQ_STR("effective", desc));
     fq_config_free(&cfg);
 
     running = p;
@@ -145,6 +205,7 @@ int main(int argc, char **argv)
     sigemptyset(&sa.sa_mask);
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
 
     int rc = fq_proxy_run(p);

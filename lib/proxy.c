@@ -45,11 +45,21 @@
  *   when it is dispatched; past max_buffered_runs fetching stops.
  * - The hot path allocates no memory of its own per run once the pools have
  *   grown to the working set (nats.c allocates its messages).
+ * - Policy changes (a reload, an override) apply from each tenant's next
+ *   visit and never touch a queued or in-flight run: a queue stays whole
+ *   and in order even when its new limits are lower than what it holds.
+ *   An invalid change is refused whole and the policy in force stays.
+ * - Overrides live in a KV bucket, so any NATS client may write them and
+ *   every proxy and restart sees the same; the bucket is watched, and the
+ *   proxy's own writes are compare-and-set, so two writers never silently
+ *   undo each other.
  */
 
 #define PX_CONS_SUBMIT 0
 #define PX_CONS_DONE 1
-#define PX_SUB_STATS 0
+#define PX_SUB_ADMIN 0              /* <admin>.> */
+#define PX_WATCH_TENANTS 0          /* the overrides bucket */
+#define PX_KV_SYNC_WAIT_MS 5000     /* at start, longest wait for the overrides */
 #define PX_EVENTS 1024              /* events drained per poll */
 #define PX_POLL_MS 50               /* longest sleep between housekeeping */
 #define PX_MAX_PUBS 32768           /* our publishes awaiting PubAck before dispatch waits */
@@ -95,6 +105,8 @@ typedef struct px_tenant {
     fq_tenant *t;
     char plan[FQ_TENANT_MAX + 1];
     enum fq_policy_source source;   /* which layer set its policy */
+    bool unlisted;                  /* no layer lists it now and unknown tenants are
+                                       refused: its queue drains, new runs are refused */
     uint64_t rejected[FQ__COUNT];   /* refused runs by reason */
     uint64_t completed;             /* completions reconciled */
     fq_hist wait;                   /* submit (stream time) to dispatch */
@@ -166,8 +178,17 @@ typedef struct px_counters {
     uint64_t dispatched, dispatch_duplicates, body_reads, body_lost;
     uint64_t completions, completions_unheld, completions_duplicate, completions_invalid;
     uint64_t completions_unknown, expired, pub_failures, fetch_pauses, reconnects;
-    uint64_t adopted;
+    uint64_t adopted, reloads, reload_failures, overrides_refused;
 } px_counters;
+
+/* A tenant's runtime override as the bucket holds it. Kept once seen, even
+ * when deleted: its revision is what the next compare-and-set expects. */
+typedef struct px_ovr {
+    fq_tenant_entry e;          /* the fields in force; all unset: none */
+    uint64_t rev;               /* bucket revision last seen; 0: the key has none */
+    uint64_t epoch;             /* the watch epoch that last delivered it */
+    struct px_ovr *next;        /* hash chain */
+} px_ovr;
 
 struct fq_proxy {
     fq_config cfg;              /* our copy: strings duplicated */
@@ -177,7 +198,7 @@ struct fq_proxy {
     fq_nio *nio;
     atomic_bool stop;
 
-    char submit_filter[256], done_filter[256], rejected_filter[256], stats_subject[256];
+    char submit_filter[256], done_filter[256], rejected_filter[256], admin_filter[256];
     int64_t submit_created_ms;  /* FAIR_SUBMIT's creation: part of derived run ids */
     int64_t max_payload;
 
@@ -219,6 +240,15 @@ struct fq_proxy {
     double rate_runs, rate_tokens, rate_completed, rate_actual; /* per second */
     px_counters c;
     fq_log_limiter *lim;
+    fq_log_limiter *age_lim;    /* old-queue warnings, per tenant */
+
+    fq_proxy_ops ops;           /* the loader; bucket and threshold below */
+    char bucket[FQ_TENANT_MAX + 1]; /* the overrides bucket */
+    atomic_bool reload_asked;   /* set by fq_proxy_reload (a signal handler) */
+    px_ovr **ob;                /* overrides by tenant id */
+    size_t onb, on;
+    uint64_t kv_epoch;          /* the newest watch epoch seen */
+    bool kv_synced;             /* the bucket has been read whole once */
 
     /* Metrics and probes: the HTTP server's thread reads only these. */
     fq_http *http;
@@ -488,24 +518,30 @@ static const px_done_ent *px_done_find(const px_doneset *d, uint64_t h)
 
 /* ---- tenants ----------------------------------------------------------- */
 
+/* The chain of id[0..len) in a table of nb (a power of two) chains. */
+static size_t px_id_slot(const char *id, size_t len, size_t nb)
+{
+    return (size_t)(px_hash(id, len, "", 0) >> 20) & (nb - 1);
+}
+
 static px_tenant *px_tenant_find(fq_proxy *p, const char *id, size_t len)
 {
     if (!p->tnb)
         return NULL;
-    uint64_t h = px_hash(id, len, "", 0);
-    for (px_tenant *t = p->tb[(size_t)(h >> 20) & (p->tnb - 1)]; t; t = t->next)
+    for (px_tenant *t = p->tb[px_id_slot(id, len, p->tnb)]; t; t = t->next)
         if (strncmp(t->id, id, len) == 0 && t->id[len] == '\0')
             return t;
     return NULL;
 }
 
 /* The tenant named id[0..len), created with its policy when new.
- * FQ_EUNKNOWN when unknown tenants are refused. */
+ * FQ_EUNKNOWN when unknown tenants are refused (*out is set if it is known
+ * from before a reload that stopped listing it). */
 static fq_status px_tenant_get(px_tenant **out, fq_proxy *p, const char *id, size_t len)
 {
     *out = px_tenant_find(p, id, len);
     if (*out)
-        return FQ_OK;
+        return (*out)->unlisted ? FQ_EUNKNOWN : FQ_OK;
     char name[FQ_TENANT_MAX + 1];
     memcpy(name, id, len);
     name[len] = '\0';
@@ -521,7 +557,7 @@ static fq_status px_tenant_get(px_tenant **out, fq_proxy *p, const char *id, siz
         for (size_t i = 0; i < p->tnb; i++) {
             for (px_tenant *t = p->tb[i], *nx; t; t = nx) {
                 nx = t->next;
-                size_t j = (size_t)(px_hash(t->id, strlen(t->id), "", 0) >> 20) & (nb - 1);
+                size_t j = px_id_slot(t->id, strlen(t->id), nb);
                 t->next = b[j];
                 b[j] = t;
             }
@@ -546,12 +582,229 @@ static fq_status px_tenant_get(px_tenant **out, fq_proxy *p, const char *id, siz
     else
         p->t_first = t;
     p->t_last = t;
-    size_t j = (size_t)(px_hash(id, len, "", 0) >> 20) & (p->tnb - 1);
+    size_t j = px_id_slot(id, len, p->tnb);
     t->next = p->tb[j];
     p->tb[j] = t;
     p->tn++;
     *out = t;
     return FQ_OK;
+}
+
+/* Bring a known tenant to its policy as now resolved, from its next visit,
+ * keeping its place and its queued runs. A tenant no layer lists any more
+ * while unknown tenants are refused keeps its old policy to drain its
+ * queue, and new runs are refused. */
+static void px_tenant_apply(fq_proxy *p, px_tenant *t)
+{
+    fq_policy_resolved pr;
+    fq_status s = fq_policy_resolve(&pr, p->policy, t->id);
+    t->unlisted = s == FQ_EUNKNOWN;
+    if (s != FQ_OK || fq_tenant_set_policy(p->sched, t->t, &pr.p) != FQ_OK)
+        return;
+    snprintf(t->plan, sizeof t->plan, "%s", pr.plan ? pr.plan : "");
+    t->source = pr.source;
+}
+
+/* ---- runtime overrides ------------------------------------------------- */
+
+static const char *const px_source_name[] = {
+    [FQ_SRC_DEFAULT] = "default", [FQ_SRC_CONFIG] = "config", [FQ_SRC_OVERRIDE] = "override",
+};
+
+static px_ovr *px_ovr_find(fq_proxy *p, const char *id)
+{
+    if (!p->onb)
+        return NULL;
+    for (px_ovr *o = p->ob[px_id_slot(id, strlen(id), p->onb)]; o; o = o->next)
+        if (strcmp(o->e.id, id) == 0)
+            return o;
+    return NULL;
+}
+
+/* The override record of tenant id (a valid id), created empty when new;
+ * NULL when out of memory. */
+static px_ovr *px_ovr_get(fq_proxy *p, const char *id)
+{
+    px_ovr *o = px_ovr_find(p, id);
+    if (o)
+        return o;
+    if (p->on >= p->onb) {
+        size_t nb = p->onb ? p->onb * 2 : 64;
+        px_ovr **b = calloc(nb, sizeof *b);
+        if (!b)
+            return NULL;
+        for (size_t i = 0; i < p->onb; i++) {
+            for (px_ovr *x = p->ob[i], *nx; x; x = nx) {
+                nx = x->next;
+                size_t j = px_id_slot(x->e.id, strlen(x->e.id), nb);
+                x->next = b[j];
+                b[j] = x;
+            }
+        }
+        free(p->ob);
+        p->ob = b;
+        p->onb = nb;
+    }
+    if (!(o = calloc(1, sizeof *o)))
+        return NULL;
+    snprintf(o->e.id, sizeof o->e.id, "%s", id);
+    size_t j = px_id_slot(id, strlen(id), p->onb);
+    o->next = p->ob[j];
+    p->ob[j] = o;
+    p->on++;
+    return o;
+}
+
+static bool px_entry_empty(const fq_tenant_entry *e)
+{
+    return !e->plan[0] && !e->weight && !e->max_in_flight && !e->max_pending;
+}
+
+static bool px_entry_equal(const fq_tenant_entry *a, const fq_tenant_entry *b)
+{
+    return strcmp(a->plan, b->plan) == 0 && a->weight == b->weight &&
+           a->max_in_flight == b->max_in_flight && a->max_pending == b->max_pending;
+}
+
+static void px_patch_field(uint32_t *dst, uint32_t v, const fq_override_patch *pt, unsigned bit)
+{
+    if (pt->set & bit)
+        *dst = v;
+    else if (pt->removed & bit)
+        *dst = 0;
+}
+
+/* e with the merge patch pt applied. */
+static void px_patch_apply(fq_tenant_entry *e, const fq_override_patch *pt)
+{
+    if (pt->set & FQ_OVR_PLAN)
+        snprintf(e->plan, sizeof e->plan, "%s", pt->plan);
+    else if (pt->removed & FQ_OVR_PLAN)
+        e->plan[0] = '\0';
+    px_patch_field(&e->weight, pt->weight, pt, FQ_OVR_WEIGHT);
+    px_patch_field(&e->max_in_flight, pt->max_in_flight, pt, FQ_OVR_MAX_IN_FLIGHT);
+    px_patch_field(&e->max_pending, pt->max_pending, pt, FQ_OVR_MAX_PENDING);
+}
+
+/* The fields of e that are set, as a JSON object (what the bucket stores). */
+static void px_entry_json(fq_json *w, const fq_tenant_entry *e)
+{
+    fq_json_begin_object(w);
+    if (e->plan[0]) {
+        fq_json_key(w, "plan");
+        fq_json_string(w, e->plan);
+    }
+    const char *keys[] = {"weight", "max_in_flight", "max_pending"};
+    uint32_t vals[] = {e->weight, e->max_in_flight, e->max_pending};
+    for (size_t i = 0; i < 3; i++) {
+        if (vals[i]) {
+            fq_json_key(w, keys[i]);
+            fq_json_int(w, vals[i]);
+        }
+    }
+    fq_json_end_object(w);
+}
+
+/* Put ne in force as o's override (none when it sets nothing), for a known
+ * tenant from its next visit. On error nothing changes and err says why. */
+static fq_status px_ovr_apply(fq_proxy *p, px_ovr *o, const fq_tenant_entry *ne, char *err,
+                              size_t errlen)
+{
+    fq_status s = FQ_OK;
+    if (px_entry_empty(ne))
+        fq_policy_clear_override(p->policy, o->e.id);   /* FQ_ENOTFOUND: it had none */
+    else if ((s = fq_policy_set_override(p->policy, ne)) == FQ_ENOTFOUND)
+        snprintf(err, errlen, "plan %s is not defined in the config", ne->plan);
+    else if (s != FQ_OK)
+        snprintf(err, errlen, "%s", fq_status_text(s));
+    if (s != FQ_OK)
+        return s;
+    o->e = *ne;
+    px_tenant *t = px_tenant_find(p, o->e.id, strlen(o->e.id));
+    if (t)
+        px_tenant_apply(p, t);
+    return FQ_OK;
+}
+
+static void px_ovr_log(const px_ovr *o, const char *from)
+{
+    char v[256];
+    fq_json w;
+    fq_json_init(&w, v, sizeof v);
+    px_entry_json(&w, &o->e);
+    fq_json_finish(&w, NULL);
+    fq_log(FQ_LOG_INFO, px_entry_empty(&o->e) ? "tenant override removed" : "tenant override in force",
+           FQ_STR("tenant", o->e.id), FQ_STR("from", from), FQ_STR("override", v),
+           FQ_UINT("rev", o->rev));
+}
+
+/* A key of the overrides bucket changed (or was delivered by a new watch).
+ * A value that is not a valid override is refused whole: the tenant's
+ * policy stays as it was, and the refusal is logged and counted. */
+static void px_on_kv(fq_proxy *p, fq_nio_kv_entry *e)
+{
+    char err[256] = "";
+    px_ovr *o = NULL;
+    if (e->epoch > p->kv_epoch)
+        p->kv_epoch = e->epoch;
+    if (!fq_tenant_id_valid(e->key, strlen(e->key)))
+        snprintf(err, sizeof err, "the key is not a tenant id (1 to %d of [A-Za-z0-9_-])",
+                 FQ_TENANT_MAX);
+    else if (!(o = px_ovr_get(p, e->key)))
+        snprintf(err, sizeof err, "out of memory");
+    /* Within a watch revisions only grow: an older or equal one is the echo
+     * of a write already applied. */
+    if (o && e->epoch == o->epoch && e->rev <= o->rev) {
+        fq_nio_kv_entry_destroy(e);
+        return;
+    }
+    fq_tenant_entry ne = {0};
+    fq_override_patch pt;
+    if (o) {
+        o->rev = e->rev;
+        o->epoch = e->epoch;
+        memcpy(ne.id, o->e.id, sizeof ne.id);
+    }
+    if (!err[0] && !e->deleted &&
+        fq_override_patch_parse(&pt, e->value, e->len, FQ_PATCH_VALUE, FQ_POLICY_MAX_WEIGHT, err,
+                                sizeof err) == FQ_OK) {
+        if (pt.tenant[0] && strcmp(pt.tenant, o->e.id) != 0)
+            snprintf(err, sizeof err, "its tenant field names another tenant than its key");
+        else
+            px_patch_apply(&ne, &pt);
+    }
+    if (!err[0] && !px_entry_equal(&ne, &o->e) && px_ovr_apply(p, o, &ne, err, sizeof err) == FQ_OK)
+        px_ovr_log(o, "bucket");
+    if (err[0]) {
+        p->c.overrides_refused++;
+        if (px_warn_ok(p, "override"))
+            fq_log(FQ_LOG_WARN, "override refused; the tenant's policy is unchanged",
+                   FQ_STR("bucket", p->bucket), FQ_STR("key", e->key), FQ_UINT("rev", e->rev),
+                   FQ_STR("reason", err));
+    }
+    fq_nio_kv_entry_destroy(e);
+}
+
+/* A watch has delivered every key: an override it did not deliver has
+ * vanished from the bucket (purged while we were cut off). */
+static void px_on_kv_synced(fq_proxy *p, uint64_t epoch)
+{
+    for (size_t i = 0; i < p->onb; i++) {
+        for (px_ovr *o = p->ob[i]; o; o = o->next) {
+            if (o->epoch >= epoch)
+                continue;
+            o->rev = 0;
+            o->epoch = epoch;
+            fq_tenant_entry none = {0};
+            memcpy(none.id, o->e.id, sizeof none.id);
+            char err[128];
+            if (!px_entry_empty(&o->e) && px_ovr_apply(p, o, &none, err, sizeof err) == FQ_OK)
+                px_ovr_log(o, "bucket");
+        }
+    }
+    if (epoch > p->kv_epoch)
+        p->kv_epoch = epoch;
+    p->kv_synced = true;
 }
 
 /* ---- publishing ---------------------------------------------------------- */
@@ -1347,6 +1600,8 @@ static void px_stats_tenant(fq_json *w, fq_proxy *p, const px_tenant *pt, uint64
     fq_json_string(w, pt->id);
     fq_json_key(w, "plan");
     fq_json_string(w, pt->plan);
+    fq_json_key(w, "source");
+    fq_json_string(w, px_source_name[pt->source]);
     fq_json_key(w, "weight");
     fq_json_int(w, ti.weight);
     fq_json_key(w, "queued_runs");
@@ -1435,6 +1690,9 @@ static void px_stats_overall(fq_json *w, fq_proxy *p)
     PX_KV(w, "publish_failures", p->c.pub_failures);
     PX_KV(w, "fetch_pauses", p->c.fetch_pauses);
     PX_KV(w, "reconnects", p->c.reconnects);
+    PX_KV(w, "config_reloads", p->c.reloads);
+    PX_KV(w, "config_reload_failures", p->c.reload_failures);
+    PX_KV(w, "overrides_refused", p->c.overrides_refused);
     PX_KV(w, "max_payload", p->max_payload);
     fq_json_end_object(w);
 }
@@ -1470,13 +1728,396 @@ static char *px_stats_json(fq_proxy *p, size_t *len)
     return NULL;
 }
 
-static void px_on_request(fq_proxy *p, fq_nio_event *ev)
+/* ---- configuration and reload ------------------------------------------- */
+
+static fq_sched_opts px_sched_opts(const fq_config *c)
+{
+    return (fq_sched_opts){.quantum = c->scheduler.quantum_tokens,
+                           .max_est_tokens = c->scheduler.max_est_tokens,
+                           .max_in_flight = c->window.max_in_flight,
+                           .max_in_flight_tokens = c->window.max_in_flight_tokens,
+                           .run_timeout = c->window.run_timeout_ms,
+                           .max_expired = 0};
+}
+
+static char *px_dup(const char *s)
+{
+    return s ? strdup(s) : NULL;
+}
+
+/* Copy the strings of the config we use; the rest is plain values. The
+ * copy owns its strings (px_config_free) even when it returns false. */
+static bool px_copy_config(fq_config *d, const fq_config *s)
+{
+    *d = *s;
+    d->nats.url = px_dup(s->nats.url);
+    d->nats.creds = px_dup(s->nats.creds);
+    d->nats.tls_ca = px_dup(s->nats.tls_ca);
+    d->nats.tls_cert = px_dup(s->nats.tls_cert);
+    d->nats.tls_key = px_dup(s->nats.tls_key);
+    d->subjects.submit = px_dup(s->subjects.submit);
+    d->subjects.dispatch = px_dup(s->subjects.dispatch);
+    d->subjects.done = px_dup(s->subjects.done);
+    d->subjects.rejected = px_dup(s->subjects.rejected);
+    d->subjects.admin = px_dup(s->subjects.admin);
+    d->scheduler.default_plan = px_dup(s->scheduler.default_plan);
+    d->http.listen = px_dup(s->http.listen);
+    d->log.level = px_dup(s->log.level);
+    d->log.format = px_dup(s->log.format);
+    d->estimates.workflows = NULL;
+    d->estimates.n_workflows = 0;
+    d->plans = NULL;
+    d->n_plans = 0;
+    d->tenants = NULL;
+    d->n_tenants = 0;
+    return d->nats.url && d->subjects.submit && d->subjects.dispatch && d->subjects.done &&
+           d->subjects.rejected && d->subjects.admin;
+}
+
+static void px_config_free(fq_config *c)
+{
+    char *strs[] = {c->nats.url, c->nats.creds, c->nats.tls_ca, c->nats.tls_cert,
+                    c->nats.tls_key, c->subjects.submit, c->subjects.dispatch,
+                    c->subjects.done, c->subjects.rejected, c->subjects.admin,
+                    c->scheduler.default_plan, c->http.listen, c->log.level, c->log.format};
+    for (size_t i = 0; i < sizeof strs / sizeof strs[0]; i++)
+        free(strs[i]);
+    memset(c, 0, sizeof *c);
+}
+
+/* Settings read only at start, besides those fq_config_diff_restart
+ * lists: the estimator is built once with them. */
+static void px_keep_restart_settings(fq_config *c, const fq_config *old)
+{
+    c->nats = old->nats;
+    c->subjects = old->subjects;
+    c->http = old->http;
+    c->scheduler.max_est_tokens = old->scheduler.max_est_tokens;
+    c->estimates.default_tokens = old->estimates.default_tokens;
+}
+
+static void px_list_add(char *buf, size_t cap, const char *item)
+{
+    size_t len = strlen(buf);
+    if (len < cap)
+        snprintf(buf + len, cap - len, "%s%s", len ? "," : "", item);
+}
+
+/* The settings of c that differ from those in force but only a restart
+ * applies, comma-separated. */
+static void px_restart_list(const fq_proxy *p, const fq_config *c, char *buf, size_t cap)
+{
+    fq_config_diff_restart(&p->cfg, c, buf, cap);
+    if (c->scheduler.max_est_tokens != p->cfg.scheduler.max_est_tokens)
+        px_list_add(buf, cap, "scheduler.max_est_tokens");
+    if (c->estimates.default_tokens != p->cfg.estimates.default_tokens)
+        px_list_add(buf, cap, "estimates.default_tokens");
+}
+
+/* Give the policy np the overrides in force. An override naming a plan np
+ * lacks refuses the reload: it would silently change that tenant. */
+static fq_status px_carry_overrides(fq_proxy *p, fq_policy *np, char *err, size_t errlen)
+{
+    for (size_t i = 0; i < p->onb; i++) {
+        for (px_ovr *o = p->ob[i]; o; o = o->next) {
+            if (px_entry_empty(&o->e))
+                continue;
+            fq_status s = fq_policy_set_override(np, &o->e);
+            if (s == FQ_ENOTFOUND)
+                snprintf(err, errlen, "the override of tenant %s (bucket %s) names plan %s, "
+                         "which the new config does not define: change or remove the override "
+                         "first", o->e.id, p->bucket, o->e.plan);
+            else if (s != FQ_OK)
+                snprintf(err, errlen, "the override of tenant %s: %s", o->e.id,
+                         fq_status_text(s));
+            if (s != FQ_OK)
+                return s;
+        }
+    }
+    return FQ_OK;
+}
+
+/* Everything that can fail is done before anything changes. */
+static fq_status px_reload_try(fq_proxy *p, char *restart, size_t rcap, char *err, size_t errlen)
+{
+    restart[0] = err[0] = '\0';
+    if (!p->ops.load) {
+        snprintf(err, errlen, "this proxy was given no config file to read again");
+        return FQ_EINVAL;
+    }
+    fq_config nc, copy;
+    memset(&nc, 0, sizeof nc);
+    memset(&copy, 0, sizeof copy);
+    fq_status s = p->ops.load(&nc, p->ops.load_arg, err, errlen);
+    fq_policy *np = NULL;
+    fq_log_level lv = FQ_LOG_INFO;
+    fq_log_format lf = FQ_LOG_LOGFMT;
+    fq_config merged = nc;
+    px_keep_restart_settings(&merged, &p->cfg);
+    fq_sched_opts so = px_sched_opts(&merged);
+    if (s == FQ_OK && (s = fq_config_policy(&np, &nc)) != FQ_OK)
+        snprintf(err, errlen, "cannot build the policy: %s", fq_status_text(s));
+    if (s == FQ_OK)
+        s = px_carry_overrides(p, np, err, errlen);
+    if (s == FQ_OK && (fq_log_level_parse(&lv, nc.log.level) != FQ_OK ||
+                       fq_log_format_parse(&lf, nc.log.format) != FQ_OK)) {
+        s = FQ_EINVAL;
+        snprintf(err, errlen, "log: unknown level or format");
+    }
+    if (s == FQ_OK && !px_copy_config(&copy, &merged))
+        s = FQ_ENOMEM;
+    if (s == FQ_OK)
+        s = fq_sched_set_opts(p->sched, &so);
+    if (s != FQ_OK) {
+        if (!err[0])
+            snprintf(err, errlen, "%s", fq_status_text(s));
+        px_config_free(&copy);
+        fq_policy_destroy(np);
+        fq_config_free(&nc);
+        return s;
+    }
+    px_restart_list(p, &nc, restart, rcap);
+    for (size_t i = 0; i < nc.estimates.n_workflows; i++)
+        fq_est_set_workflow(p->est, nc.estimates.workflows[i].name,
+                            nc.estimates.workflows[i].tokens);
+    fq_policy_destroy(p->policy);
+    p->policy = np;
+    px_config_free(&p->cfg);
+    p->cfg = copy;
+    for (px_tenant *t = p->t_first; t; t = t->later)
+        px_tenant_apply(p, t);
+    fq_log_set(lv, lf);
+    px_pause_check(p);
+    fq_config_free(&nc);
+    return FQ_OK;
+}
+
+/* Read the config again and put it in force: new weights and quanta from
+ * each tenant's next visit, new plans and tenants at once, lower limits
+ * without dropping what is queued. FQ_OK with the settings that only a
+ * restart applies (kept as they were) in restart, comma-separated;
+ * otherwise nothing changed and err says why. Logged and counted. */
+static fq_status px_reload(fq_proxy *p, const char *trigger, char *restart, size_t rcap,
+                           char *err, size_t errlen)
+{
+    fq_status s = px_reload_try(p, restart, rcap, err, errlen);
+    if (s != FQ_OK) {
+        p->c.reload_failures++;
+        fq_log(FQ_LOG_ERROR, "config reload refused; the config in force stays",
+               FQ_STR("trigger", trigger), FQ_STR("reason", err));
+    } else if (restart[0]) {
+        p->c.reloads++;
+        fq_log(FQ_LOG_WARN, "config reloaded; some changed settings take effect only after a "
+               "restart", FQ_STR("trigger", trigger), FQ_STR("restart_needed", restart));
+    } else {
+        p->c.reloads++;
+        fq_log(FQ_LOG_INFO, "config reloaded", FQ_STR("trigger", trigger));
+    }
+    return s;
+}
+
+/* ---- admin requests --------------------------------------------------------- */
+
+#define PX_REPLY_MAX 4096
+
+static void px_reply(fq_proxy *p, const fq_nio_msg *req, fq_json *w)
+{
+    static const char bad[] = "{\"ok\":false,\"error\":\"the reply did not fit\"}";
+    size_t len = 0;
+    if (fq_json_finish(w, &len) == FQ_OK)
+        fq_nio_reply(p->nio, req, w->buf, len);
+    else
+        fq_nio_reply(p->nio, req, bad, sizeof bad - 1);
+}
+
+static void px_reply_error(fq_proxy *p, const fq_nio_msg *req, const char *why)
+{
+    char buf[PX_REPLY_MAX];
+    fq_json w;
+    fq_json_init(&w, buf, sizeof buf);
+    fq_json_begin_object(&w);
+    fq_json_key(&w, "ok");
+    fq_json_bool(&w, false);
+    fq_json_key(&w, "error");
+    fq_json_string(&w, why);
+    fq_json_end_object(&w);
+    px_reply(p, req, &w);
+}
+
+static void px_admin_stats(fq_proxy *p, const fq_nio_msg *req)
 {
     size_t len = 0;
     char *js = px_stats_json(p, &len);
-    static const char oom[] = "{\"error\":\"out of memory\"}";
-    fq_nio_reply(p->nio, ev->msg, js ? js : oom, js ? len : sizeof oom - 1);
+    if (js)
+        fq_nio_reply(p->nio, req, js, len);
+    else
+        px_reply_error(p, req, "out of memory");
     free(js);
+}
+
+static void px_admin_reload(fq_proxy *p, const fq_nio_msg *req)
+{
+    char restart[512], err[1024];
+    if (px_reload(p, "admin request", restart, sizeof restart, err, sizeof err) != FQ_OK) {
+        px_reply_error(p, req, err);
+        return;
+    }
+    char buf[PX_REPLY_MAX];
+    fq_json w;
+    fq_json_init(&w, buf, sizeof buf);
+    fq_json_begin_object(&w);
+    fq_json_key(&w, "ok");
+    fq_json_bool(&w, true);
+    fq_json_key(&w, "restart_needed");
+    fq_json_begin_array(&w);
+    for (char *k = restart, *end; *k; k = *end ? end + 1 : end) {
+        end = strchr(k, ',');
+        if (!end)
+            end = k + strlen(k);
+        fq_json_stringn(&w, k, (size_t)(end - k));
+    }
+    fq_json_end_array(&w);
+    fq_json_key(&w, "reloads");
+    fq_json_int(&w, (int64_t)p->c.reloads);
+    fq_json_end_object(&w);
+    px_reply(p, req, &w);
+}
+
+/* A tenant's policy in force, field by field, which layer set it, and its
+ * override. */
+static void px_admin_tenant_reply(fq_proxy *p, const fq_nio_msg *req, const char *tenant)
+{
+    fq_policy_resolved pr;
+    fq_status s = fq_policy_resolve(&pr, p->policy, tenant);
+    if (s != FQ_OK) {
+        char why[256];
+        snprintf(why, sizeof why, "%s", s == FQ_EUNKNOWN
+                 ? "the tenant is listed nowhere and scheduler.unknown_tenants is reject"
+                 : fq_status_text(s));
+        px_reply_error(p, req, why);
+        return;
+    }
+    const px_ovr *o = px_ovr_find(p, tenant);
+    char buf[PX_REPLY_MAX];
+    fq_json w;
+    fq_json_init(&w, buf, sizeof buf);
+    fq_json_begin_object(&w);
+    fq_json_key(&w, "ok");
+    fq_json_bool(&w, true);
+    fq_json_key(&w, "tenant");
+    fq_json_string(&w, tenant);
+    fq_json_key(&w, "plan");
+    fq_json_string(&w, pr.plan);
+    PX_KV(&w, "weight", pr.p.weight);
+    PX_KV(&w, "max_in_flight", pr.p.max_in_flight);
+    PX_KV(&w, "max_pending", pr.p.max_pending);
+    fq_json_key(&w, "source");
+    fq_json_string(&w, px_source_name[pr.source]);
+    fq_json_key(&w, "override");
+    if (o && !px_entry_empty(&o->e))
+        px_entry_json(&w, &o->e);
+    else
+        fq_json_null(&w);
+    fq_json_end_object(&w);
+    px_reply(p, req, &w);
+}
+
+static void px_admin_get(fq_proxy *p, const fq_nio_msg *req)
+{
+    fq_override_patch pt;
+    char err[256];
+    if (fq_override_patch_parse(&pt, fq_nio_msg_data(req), fq_nio_msg_len(req), FQ_PATCH_GET,
+                                FQ_POLICY_MAX_WEIGHT, err, sizeof err) != FQ_OK)
+        px_reply_error(p, req, err);
+    else
+        px_admin_tenant_reply(p, req, pt.tenant);
+}
+
+/* Write ne as o's override into the bucket, compare-and-set against the
+ * revision last seen (a delete when ne sets nothing). *rev: the new
+ * revision. */
+static fq_status px_ovr_store(fq_proxy *p, const px_ovr *o, const fq_tenant_entry *ne,
+                              uint64_t *rev)
+{
+    if (px_entry_empty(ne))
+        return fq_nio_kv_delete(rev, p->nio, p->bucket, ne->id, o->rev);
+    char v[512];
+    size_t len = 0;
+    fq_json w;
+    fq_json_init(&w, v, sizeof v);
+    px_entry_json(&w, ne);
+    if (fq_json_finish(&w, &len) != FQ_OK)
+        return FQ_EINVAL;
+    if (!o->rev)
+        return fq_nio_kv_create(rev, p->nio, p->bucket, ne->id, v, len);
+    return fq_nio_kv_update(rev, p->nio, p->bucket, ne->id, v, len, o->rev);
+}
+
+/* Change a tenant's override: validated, stored in the bucket, then put in
+ * force here (the watch's echo of it changes nothing). */
+static void px_admin_set(fq_proxy *p, const fq_nio_msg *req)
+{
+    fq_override_patch pt;
+    char err[512];
+    if (fq_override_patch_parse(&pt, fq_nio_msg_data(req), fq_nio_msg_len(req), FQ_PATCH_SET,
+                                FQ_POLICY_MAX_WEIGHT, err, sizeof err) != FQ_OK) {
+        px_reply_error(p, req, err);
+        return;
+    }
+    if ((pt.set & FQ_OVR_PLAN) && !fq_policy_plan(p->policy, pt.plan)) {
+        snprintf(err, sizeof err, "plan: %s is not defined in the config", pt.plan);
+        px_reply_error(p, req, err);
+        return;
+    }
+    px_ovr *o = px_ovr_get(p, pt.tenant);
+    if (!o) {
+        px_reply_error(p, req, "out of memory");
+        return;
+    }
+    fq_tenant_entry ne = o->e;
+    px_patch_apply(&ne, &pt);
+    if (!px_entry_equal(&ne, &o->e)) {
+        uint64_t rev = 0;
+        fq_status s = px_ovr_store(p, o, &ne, &rev);
+        if (s == FQ_EEXIST)
+            snprintf(err, sizeof err, "the tenant's override changed in the bucket meanwhile: "
+                     "read it again (tenant.get) and retry");
+        else if (s != FQ_OK)
+            snprintf(err, sizeof err, "cannot write to the overrides bucket %s: %s", p->bucket,
+                     fq_status_text(s));
+        if (s != FQ_OK || px_ovr_apply(p, o, &ne, err, sizeof err) != FQ_OK) {
+            px_reply_error(p, req, err);
+            return;
+        }
+        o->rev = rev;
+        o->epoch = p->kv_epoch;
+        px_ovr_log(o, "admin request");
+    }
+    px_admin_tenant_reply(p, req, pt.tenant);
+}
+
+/* Requests on <admin>.>. Only the leader subscribes. */
+static void px_on_request(fq_proxy *p, fq_nio_event *ev)
+{
+    static const struct {
+        const char *name;
+        void (*fn)(fq_proxy *p, const fq_nio_msg *req);
+    } routes[] = {
+        {"stats", px_admin_stats},
+        {"reload", px_admin_reload},
+        {"tenant.get", px_admin_get},
+        {"tenant.set", px_admin_set},
+    };
+    const char *subj = fq_nio_msg_subject(ev->msg), *admin = p->cfg.subjects.admin;
+    size_t pl = strlen(admin), i = 0;
+    const char *what = strncmp(subj, admin, pl) == 0 && subj[pl] == '.' ? subj + pl + 1 : "";
+    while (i < sizeof routes / sizeof routes[0] && strcmp(what, routes[i].name) != 0)
+        i++;
+    if (i < sizeof routes / sizeof routes[0])
+        routes[i].fn(p, ev->msg);
+    else
+        px_reply_error(p, ev->msg, "unknown admin request: the subjects are <admin>.stats, "
+                       "<admin>.reload, <admin>.tenant.get and <admin>.tenant.set");
     fq_nio_msg_destroy(ev->msg);
 }
 
@@ -1513,6 +2154,7 @@ static void px_metrics_fill(fq_proxy *p, uint64_t now)
         .buffered_bytes = p->buffered_bytes, .fetch_paused = p->fetch_paused,
         .fetch_pauses = p->c.fetch_pauses, .nats_connected = p->connected,
         .nats_reconnects = p->c.reconnects, .invalid_subject_runs = p->c.invalid_subject,
+        .config_reloads = p->c.reloads, .config_reload_failures = p->c.reload_failures,
         .lease_held = p->leader};
     pthread_mutex_unlock(&p->snap_mu);
 }
@@ -1541,6 +2183,28 @@ static void px_phase(fq_proxy *p, enum px_phase ph)
     atomic_store(&p->phase, (int)ph);
 }
 
+/* Warn about each tenant whose oldest queued run has waited longer than
+ * the threshold: once a minute per tenant at most, with the number of
+ * checks held back since. */
+static void px_warn_old_queues(fq_proxy *p, uint64_t now)
+{
+    uint64_t limit = p->ops.queue_age_warn_ms;
+    if (!fq_log_enabled(FQ_LOG_WARN))
+        return;
+    for (px_tenant *t = p->t_first; t; t = t->later) {
+        fq_tenant_info ti;
+        fq_tenant_info_get(t->t, &ti);
+        uint64_t suppressed = 0;
+        if (!ti.queued || now < ti.oldest_enqueued + limit ||
+            !fq_log_limiter_allow(p->age_lim, t->id, now, &suppressed))
+            continue;
+        fq_log(FQ_LOG_WARN, "tenant queue is old", FQ_STR("tenant", t->id),
+               FQ_STR("plan", t->plan), FQ_UINT("age_ms", now - ti.oldest_enqueued),
+               FQ_UINT("queued_runs", ti.queued), FQ_UINT("threshold_ms", limit),
+               FQ_UINT("suppressed", suppressed));
+    }
+}
+
 /* Per-second rates, smoothed. The token rate, which admission control
  * divides by, is sampled only while there is work to drain, so an idle
  * spell does not make it look like the workers stopped. */
@@ -1560,6 +2224,7 @@ static void px_rates(fq_proxy *p, uint64_t now)
     p->sec_dispatched = p->sec_tokens = p->sec_completed = p->sec_actual = 0;
     p->next_second = now + 1000;
     px_metrics_fill(p, now);
+    px_warn_old_queues(p, now);
 }
 
 /* ---- the leader lease ----------------------------------------------------- */
@@ -1794,16 +2459,6 @@ static void px_adopt_one(fq_proxy *p, px_run *x, uint64_t now, uint64_t age)
     px_maybe_free(p, x);
 }
 
-static fq_sched_opts px_sched_opts(const fq_config *c)
-{
-    return (fq_sched_opts){.quantum = c->scheduler.quantum_tokens,
-                           .max_est_tokens = c->scheduler.max_est_tokens,
-                           .max_in_flight = c->window.max_in_flight,
-                           .max_in_flight_tokens = c->window.max_in_flight_tokens,
-                           .run_timeout = c->window.run_timeout_ms,
-                           .max_expired = 0};
-}
-
 /* Rebuild the in-flight window and the completed set from the runs journal,
  * so the window does not start from zero while workers are busy with runs
  * dispatched before the restart. */
@@ -1865,10 +2520,11 @@ static void px_on_event(fq_proxy *p, fq_nio_event *ev)
                    FQ_STR("stream", ev->source == PX_CONS_SUBMIT ? FQ_STREAM_SUBMIT
                                                                   : FQ_STREAM_DONE));
         break;
-    case FQ_NIO_EV_KV:          /* no bucket is watched yet */
-        fq_nio_kv_entry_destroy(ev->kv);
+    case FQ_NIO_EV_KV:
+        px_on_kv(p, ev->kv);
         break;
     case FQ_NIO_EV_KV_SYNCED:
+        px_on_kv_synced(p, ev->seq);
         break;
     }
 }
@@ -1896,8 +2552,36 @@ static fq_status px_start_consumers(fq_proxy *p)
     if (s == FQ_OK)
         s = fq_nio_consume(p->nio, PX_CONS_DONE, &dc);
     if (s == FQ_OK)
-        s = fq_nio_subscribe(p->nio, PX_SUB_STATS, p->stats_subject);
+        s = fq_nio_subscribe(p->nio, PX_SUB_ADMIN, p->admin_filter);
     return s;
+}
+
+/* Read the overrides bucket whole before the first dispatch, then keep
+ * watching it. Without it the proxy still serves, on the config alone. */
+static void px_overrides_start(fq_proxy *p)
+{
+    char why[512] = "";
+    uint32_t rep = p->cfg.nats.replicas ? p->cfg.nats.replicas : 1;
+    if (fq_nio_kv_ensure(p->nio, p->bucket, 0, rep, why, sizeof why) != FQ_OK ||
+        fq_nio_kv_watch(p->nio, PX_WATCH_TENANTS, p->bucket) != FQ_OK) {
+        fq_log(FQ_LOG_ERROR, "cannot watch the overrides bucket; overrides are off until a restart",
+               FQ_STR("bucket", p->bucket), FQ_STR("reason", why));
+        return;
+    }
+    uint64_t end = fq_nio_mono_ms() + PX_KV_SYNC_WAIT_MS;
+    while (!p->kv_synced && fq_nio_mono_ms() < end && !atomic_load(&p->stop)) {
+        fq_http_heartbeat(p->http);
+        px_drain(p, PX_POLL_MS);
+    }
+    size_t live = 0;
+    for (size_t i = 0; i < p->onb; i++)
+        for (px_ovr *o = p->ob[i]; o; o = o->next)
+            live += !px_entry_empty(&o->e);
+    if (p->kv_synced)
+        fq_log(FQ_LOG_INFO, "overrides read", FQ_STR("bucket", p->bucket), FQ_UINT("in_force", live));
+    else
+        fq_log(FQ_LOG_WARN, "the overrides bucket is not read whole yet; its overrides apply as "
+               "they arrive", FQ_STR("bucket", p->bucket));
 }
 
 /* Wait until we hold the lease; false if stopped first. */
@@ -1946,6 +2630,9 @@ static fq_status px_http_start(fq_proxy *p)
     fq_status s = fq_http_start(&p->http, &ho, err, sizeof err);
     if (s != FQ_OK)
         fq_log(FQ_LOG_ERROR, "cannot serve metrics and probes", FQ_STR("reason", err));
+    else if (p->http)
+        fq_log(FQ_LOG_INFO, "serving metrics and probes", FQ_STR("listen", p->cfg.http.listen),
+               FQ_UINT("port", fq_http_port(p->http)));
     return s;
 }
 
@@ -1972,6 +2659,7 @@ static fq_status px_start(fq_proxy *p, int *rc)
     if (s == FQ_OK) {
         p->leader = true;
         fq_log(FQ_LOG_INFO, "leader lease acquired", FQ_STR("id", p->lease_id));
+        px_overrides_start(p);
         px_phase(p, PH_RECOVERING);
         while ((s = px_recover(p)) == FQ_EIO && px_sleep_unless_stopped(p, 1000))
             ;
@@ -1997,6 +2685,10 @@ int fq_proxy_run(fq_proxy *p)
         size_t busy = px_drain(p, PX_POLL_MS);
         uint64_t sent = p->c.dispatched;
         uint64_t now = fq_nio_mono_ms();
+        if (atomic_exchange(&p->reload_asked, false)) {
+            char restart[512], err[1024];
+            px_reload(p, "signal", restart, sizeof restart, err, sizeof err);
+        }
         fq_http_heartbeat(p->http);
         if (!px_lease_renew(p, now)) {
             rc = FQ_PROXY_EXIT_LEASE_LOST;
@@ -2028,40 +2720,12 @@ void fq_proxy_stop(fq_proxy *p)
     atomic_store(&p->stop, true);
 }
 
+void fq_proxy_reload(fq_proxy *p)
+{
+    atomic_store(&p->reload_asked, true);
+}
+
 /* ---- create and destroy ------------------------------------------------ */
-
-static char *px_dup(const char *s)
-{
-    return s ? strdup(s) : NULL;
-}
-
-/* Copy the strings of the config we use; the rest is plain values. */
-static bool px_copy_config(fq_config *d, const fq_config *s)
-{
-    *d = *s;
-    d->nats.url = px_dup(s->nats.url);
-    d->nats.creds = px_dup(s->nats.creds);
-    d->nats.tls_ca = px_dup(s->nats.tls_ca);
-    d->nats.tls_cert = px_dup(s->nats.tls_cert);
-    d->nats.tls_key = px_dup(s->nats.tls_key);
-    d->subjects.submit = px_dup(s->subjects.submit);
-    d->subjects.dispatch = px_dup(s->subjects.dispatch);
-    d->subjects.done = px_dup(s->subjects.done);
-    d->subjects.rejected = px_dup(s->subjects.rejected);
-    d->subjects.admin = px_dup(s->subjects.admin);
-    d->scheduler.default_plan = px_dup(s->scheduler.default_plan);
-    d->http.listen = px_dup(s->http.listen);
-    d->log.level = px_dup(s->log.level);
-    d->log.format = px_dup(s->log.format);
-    d->estimates.workflows = NULL;
-    d->estimates.n_workflows = 0;
-    d->plans = NULL;
-    d->n_plans = 0;
-    d->tenants = NULL;
-    d->n_tenants = 0;
-    return d->nats.url && d->subjects.submit && d->subjects.dispatch && d->subjects.done &&
-           d->subjects.rejected && d->subjects.admin;
-}
 
 fq_status fq_proxy_create(fq_proxy **out, const fq_config *cfg, char *err, size_t errlen)
 {
@@ -2087,6 +2751,10 @@ fq_status fq_proxy_create(fq_proxy **out, const fq_config *cfg, char *err, size_
     if (s == FQ_OK)
         s = fq_log_limiter_create(&p->lim, 1024, 1000);
     if (s == FQ_OK)
+        s = fq_log_limiter_create(&p->age_lim, 1024, FQ_QUEUE_AGE_WARN_EVERY_MS);
+    if (s == FQ_OK)
+        s = fq_proxy_set_ops(p, &(fq_proxy_ops){0});
+    if (s == FQ_OK)
         s = fq_metrics_snapshot_create(&p->snap, 0);
     pthread_mutex_init(&p->snap_mu, NULL);
     if (s == FQ_OK && !(p->ev = calloc(PX_EVENTS, sizeof *p->ev)))
@@ -2099,12 +2767,25 @@ fq_status fq_proxy_create(fq_proxy **out, const fq_config *cfg, char *err, size_
     snprintf(p->submit_filter, sizeof p->submit_filter, "%s.*", cfg->subjects.submit);
     snprintf(p->done_filter, sizeof p->done_filter, "%s.*", cfg->subjects.done);
     snprintf(p->rejected_filter, sizeof p->rejected_filter, "%s.*", cfg->subjects.rejected);
-    snprintf(p->stats_subject, sizeof p->stats_subject, "%s.stats", cfg->subjects.admin);
+    snprintf(p->admin_filter, sizeof p->admin_filter, "%s.>", cfg->subjects.admin);
     char host[64] = "host";
     gethostname(host, sizeof host - 1);
     snprintf(p->lease_id, sizeof p->lease_id, "%s:%ld:%" PRId64, host, (long)getpid(),
              fq_nio_unix_ms());
     *out = p;
+    return FQ_OK;
+}
+
+fq_status fq_proxy_set_ops(fq_proxy *p, const fq_proxy_ops *o)
+{
+    const char *b = o->tenants_bucket ? o->tenants_bucket : FQ_KV_TENANTS;
+    if (!fq_tenant_id_valid(b, strlen(b)))
+        return FQ_EINVAL;
+    p->ops = *o;
+    snprintf(p->bucket, sizeof p->bucket, "%s", b);
+    p->ops.tenants_bucket = p->bucket;
+    if (!p->ops.queue_age_warn_ms)
+        p->ops.queue_age_warn_ms = FQ_QUEUE_AGE_WARN_MS;
     return FQ_OK;
 }
 
@@ -2146,17 +2827,19 @@ void fq_proxy_destroy(fq_proxy *p)
     free(p->chunks);
     free(p->ev);
     fq_log_limiter_destroy(p->lim);
+    fq_log_limiter_destroy(p->age_lim);
+    for (size_t i = 0; i < p->onb; i++) {
+        for (px_ovr *o = p->ob[i], *nx; o; o = nx) {
+            nx = o->next;
+            free(o);
+        }
+    }
+    free(p->ob);
     fq_metrics_snapshot_destroy(p->snap);
     pthread_mutex_destroy(&p->snap_mu);
     fq_est_destroy(p->est);
     fq_sched_destroy(p->sched);
     fq_policy_destroy(p->policy);
-    char *strs[] = {p->cfg.nats.url, p->cfg.nats.creds, p->cfg.nats.tls_ca, p->cfg.nats.tls_cert,
-                    p->cfg.nats.tls_key, p->cfg.subjects.submit, p->cfg.subjects.dispatch,
-                    p->cfg.subjects.done, p->cfg.subjects.rejected, p->cfg.subjects.admin,
-                    p->cfg.scheduler.default_plan, p->cfg.http.listen, p->cfg.log.level,
-                    p->cfg.log.format};
-    for (size_t i = 0; i < sizeof strs / sizeof strs[0]; i++)
-        free(strs[i]);
+    px_config_free(&p->cfg);
     free(p);
 }
