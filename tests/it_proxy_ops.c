@@ -391,8 +391,11 @@ static void test_overrides_admin_bucket_restart(void **state)
     assert_int_equal(pt_worker_wait_completed(f->w, 80, 60000), 0);
     uint64_t m0 = pause_workers(f);
 
-    /* Through the admin subject: b moves to gold, in force on the reply. */
-    char *r = ot_request(&f->c, "fair.admin.tenant.set", "{\"tenant\":\"b\",\"plan\":\"gold\"}");
+    /* Through the admin subject (with fairq-admin, as an operator would):
+     * b moves to gold, in force on the reply. */
+    char *r = NULL;
+    assert_int_equal(ot_admin(f->srv, "tenant.set", "{\"tenant\":\"b\",\"plan\":\"gold\"}", &r),
+                     0);
     assert_contains(r, "\"ok\":true");
     assert_contains(r, "\"plan\":\"gold\",\"weight\":3");
     assert_contains(r, "\"source\":\"override\",\"override\":{\"plan\":\"gold\"}");
@@ -423,6 +426,9 @@ static void test_overrides_admin_bucket_restart(void **state)
            "platinum is not defined");
     refuse(f, "fair.admin.tenant.get", "{}", "tenant");
     refuse(f, "fair.admin.nonsense", "", "unknown admin request");
+    assert_int_equal(ot_admin(f->srv, "tenant.set", "{\"tenant\":\"a\",\"weight\":-1}", &r), 1);
+    assert_contains(r, "weight");
+    free(r);
     /* An invalid value in the bucket is refused too, and the policy stays. */
     assert_int_equal(ot_kv_put(&f->c, "fairq_tenants", "a", "{\"weight\":\"heavy\"}"), 0);
     assert_int_equal(pt_log_wait(&f->px, "override refused", 5000), 0);

@@ -135,6 +135,27 @@ char *ot_request(pt_client *c, const char *subject, const char *body)
     return out;
 }
 
+int ot_admin(const natstest *srv, const char *request, const char *body, char **out)
+{
+    char bin[512], path[600];
+    nt_build_path(bin, sizeof bin, "fairq-admin");
+    snprintf(path, sizeof path, "%s/admin.out", natstest_dir(srv));
+    remove(path);
+    const char *argv[] = {bin, "--nats", natstest_url(srv), request, body, NULL};
+    nt_proc proc;
+    *out = NULL;
+    if (nt_proc_spawn(&proc, argv, path) != 0 || nt_proc_wait(&proc, 15000) != 0)
+        return -1;
+    FILE *f = fopen(path, "r");
+    char buf[8192];
+    size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
+    if (f)
+        fclose(f);
+    buf[n] = '\0';
+    *out = strdup(buf);
+    return nt_proc_exit_code(&proc);
+}
+
 int ot_kv_put(pt_client *c, const char *bucket, const char *key, const char *value)
 {
     kvStore *kv = NULL;

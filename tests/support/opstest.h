@@ -23,6 +23,10 @@ int ot_http_port(const pt_proxy *px, int timeout_ms);
  * NULL on timeout. */
 char *ot_request(pt_client *c, const char *subject, const char *body);
 
+/* Run fairq-admin against srv with request and body; its output (the
+ * reply) malloc'd in *out. Returns its exit code, -1 if it did not run. */
+int ot_admin(const natstest *srv, const char *request, const char *body, char **out);
+
 /* Put value under key in bucket as any NATS client would (kvStore_Put). */
 int ot_kv_put(pt_client *c, const char *bucket, const char *key, const char *value);
 
