@@ -1786,7 +1786,8 @@ static void px_config_free(fq_config *c)
 }
 
 /* Settings read only at start, besides those fq_config_diff_restart
- * lists: the estimator is built once with them. */
+ * lists: the estimator is built once with the estimate bounds, and the
+ * streams' max ages follow run_timeout_ms. */
 static void px_keep_restart_settings(fq_config *c, const fq_config *old)
 {
     c->nats = old->nats;
@@ -1794,6 +1795,7 @@ static void px_keep_restart_settings(fq_config *c, const fq_config *old)
     c->http = old->http;
     c->scheduler.max_est_tokens = old->scheduler.max_est_tokens;
     c->estimates.default_tokens = old->estimates.default_tokens;
+    c->window.run_timeout_ms = old->window.run_timeout_ms;
 }
 
 static void px_list_add(char *buf, size_t cap, const char *item)
@@ -1812,6 +1814,8 @@ static void px_restart_list(const fq_proxy *p, const fq_config *c, char *buf, si
         px_list_add(buf, cap, "scheduler.max_est_tokens");
     if (c->estimates.default_tokens != p->cfg.estimates.default_tokens)
         px_list_add(buf, cap, "estimates.default_tokens");
+    if (c->window.run_timeout_ms != p->cfg.window.run_timeout_ms)
+        px_list_add(buf, cap, "window.run_timeout_ms");
 }
 
 /* Give the policy np the overrides in force. An override naming a plan np
