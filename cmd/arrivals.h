@@ -1,13 +1,21 @@
-/* arrivals.h -- fairq-load's arrival model: a small source interface, and the steady mix its flags describe. */
+/* arrivals.h -- fairq-load's arrival model: a small source interface, the steady mix its flags describe, and scenario files. */
 #ifndef FQ_ARRIVALS_H
 #define FQ_ARRIVALS_H
 
 /*
  * The load generator asks a source for runs in time order and publishes
- * each at its time; it knows nothing else of how they were made. The steady
- * source here is what the flags describe (a rate, tenants chosen uniformly,
- * a cost mix); a source reading scenario files (bursts, idle periods, a
- * tenant's estimate error) plugs in behind the same two functions.
+ * each at its time; it knows nothing else of how they were made. Two
+ * sources plug in behind the same two functions:
+ *
+ * - the steady one is what the flags describe (a rate, tenants chosen
+ *   uniformly, a cost mix);
+ *
+ * - the scenario one replays the runs a scenario file generates
+ *   (lib/scenario: bursts, idle periods, Poisson arrivals, a tenant's
+ *   estimate error), the very runs fairq-sim simulates, time-compressed:
+ *   a run submitted at t in the scenario is submitted at t / compress here,
+ *   and a worker works compress times faster, so every wait, read in real
+ *   time, is the scenario's divided by compress.
  */
 
 #include <math.h>
@@ -16,13 +24,14 @@
 #include <stdlib.h>
 
 #include "client.h"
+#include "scenario.h"
 
 /* One run to submit. */
 typedef struct fql_arrival {
     int64_t at_us;              /* when, from the start of the load; 0 with rate 0 */
     uint32_t tenant;            /* index into the source's tenants */
     const char *workflow;       /* "" for none; valid until the next call */
-    uint32_t est_tokens;        /* declared in Fair-Est-Tokens */
+    uint32_t est_tokens;        /* declared in Fair-Est-Tokens; 0: none declared */
     uint64_t actual_tokens;     /* what the simulated worker will spend */
 } fql_arrival;
 
@@ -119,6 +128,106 @@ static inline fq_status fql_steady_create(fql_source **out, const fql_steady_cfg
     s->rng = cfg->seed;
     *out = &s->base;
     return FQ_OK;
+}
+
+/* A scenario's runs, in its time order, compressed. */
+typedef struct fql_scenario {
+    fql_source base;            /* first: a fql_source * is a fql_scenario * */
+    fq_scenario *sc;            /* the scenario, its runs generated */
+    const char **ids;           /* tenant ids, pointing into sc->tenants */
+    double compress;            /* scenario seconds per real second, > 0 */
+    size_t next;                /* index of the next run in sc->runs */
+} fql_scenario;
+
+static inline bool fql_scenario_next(fql_source *src, fql_arrival *out)
+{
+    fql_scenario *s = (fql_scenario *)src;
+    const fq_scenario_run *r;
+
+    if (s->next >= s->sc->n_runs)
+        return false;
+    r = &s->sc->runs[s->next++];
+    out->at_us = llround((double)r->at * 1000.0 / s->compress);
+    out->tenant = r->tenant;
+    out->workflow = s->sc->workflows[r->workflow];
+    out->est_tokens = r->est;
+    out->actual_tokens = r->actual;
+    return true;
+}
+
+static inline void fql_scenario_destroy(fql_source *src)
+{
+    fql_scenario *s = (fql_scenario *)src;
+    fq_scenario_free(s->sc);
+    free(s->ids);
+    free(s);
+}
+
+/* A source replaying the runs of the scenario file at path, generated from
+ * *seed (NULL: the file's own seed), compress times faster than the
+ * scenario's clock. On error
+ * returns FQ_EINVAL (a bad file or compress not a finite number > 0: err
+ * says why, "file:line:col: reason" for the file), FQ_EIO or FQ_ENOMEM, and
+ * *out is unchanged. */
+static inline fq_status fql_scenario_create(fql_source **out, const char *path, double compress,
+                                            const uint64_t *seed, char *err, size_t errlen)
+{
+    fql_scenario *s;
+    fq_scenario *sc = NULL;
+    fq_status st;
+
+    if (!(compress > 0) || !isfinite(compress)) {
+        snprintf(err, errlen, "the compression must be a number above 0");
+        return FQ_EINVAL;
+    }
+    if ((st = fq_scenario_load(&sc, path, err, errlen)) != FQ_OK)
+        return st;
+    if (seed && (st = fq_scenario_generate(sc, *seed)) != FQ_OK) {
+        snprintf(err, errlen, "%s: cannot generate the runs from seed %llu: %s", path,
+                 (unsigned long long)*seed, fq_status_text(st));
+        fq_scenario_free(sc);
+        return st;
+    }
+    /* The loader refuses a scenario without tenants. */
+    s = calloc(1, sizeof *s);
+    if (!s || !(s->ids = calloc(sc->n_tenants, sizeof *s->ids))) {
+        snprintf(err, errlen, "out of memory");
+        free(s);
+        fq_scenario_free(sc);
+        return FQ_ENOMEM;
+    }
+    for (size_t t = 0; t < sc->n_tenants; t++)
+        s->ids[t] = sc->tenants[t].id;
+    s->base.next = fql_scenario_next;
+    s->base.destroy = fql_scenario_destroy;
+    s->base.tenants = s->ids;
+    s->base.ntenants = (uint32_t)sc->n_tenants;
+    s->sc = sc;
+    s->compress = compress;
+    *out = &s->base;
+    return FQ_OK;
+}
+
+/* The scenario's worker capacity as a pool of simulated workers, each
+ * compress times faster: a pool is mirrored as it is; a token budget
+ * shared by up to max_in_flight runs becomes max_in_flight workers with an
+ * equal part each. That is what the budget gives each run while it is full;
+ * with fewer runs in flight the budget runs them faster and the pool does
+ * not, so at light load a budget scenario's runs take longer here than in
+ * fairq-sim. */
+static inline void fql_scenario_workers(const fql_source *src, uint32_t *workers,
+                                        double *tokens_per_sec)
+{
+    const fql_scenario *s = (const fql_scenario *)src;
+    const fq_scenario_capacity *c = &s->sc->capacity;
+
+    if (c->workers) {
+        *workers = c->workers;
+        *tokens_per_sec = c->worker_tokens_per_s * s->compress;
+    } else {
+        *workers = c->max_in_flight;
+        *tokens_per_sec = c->tokens_per_s / c->max_in_flight * s->compress;
+    }
 }
 
 #endif

@@ -25,8 +25,18 @@
  *   dispatch message acked.
  *
  * - What to submit and when comes from a fql_source (arrivals.h): the
- *   steady mix of the flags here, a scenario file later.
+ *   steady mix of the flags, or the runs of a scenario file (--scenario),
+ *   time-compressed, with the scenario's worker capacity mirrored by the
+ *   pool. Then the waits a worker sees are those of fairq-sim's scenario
+ *   divided by the compression, on real NATS through whatever dispatches.
+ *
+ * - A dispatcher's own view can be put beside the load's: --proxy-stats
+ *   prints fairq-proxy's fair.admin.stats as key=value lines after the
+ *   drain (and --stats-at once during the load), every field it has, so
+ *   the proxy's counts of runs and tokens per tenant can be checked
+ *   against what the load submitted and its workers spent.
  */
+#include <cjson/cJSON.h>
 #include <getopt.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -47,7 +57,13 @@ typedef struct load_cfg {
     const char *url;
     const char *submit_prefix, *dispatch, *dispatch_stream, *done_prefix, *rejected_prefix;
     const char *durable;        /* a shared durable consumer; NULL: a private one */
+    const char *admin_prefix;   /* the proxy's admin subjects (stats) */
     fql_steady_cfg steady;      /* rate, count, mix, seed */
+    const char *scenario;       /* a scenario file to replay; NULL: the steady mix */
+    double compress;            /* scenario seconds per real second */
+    bool seed_set;              /* --seed given: regenerate the scenario's runs */
+    bool proxy_stats;           /* print the proxy's stats after the drain */
+    double stats_at_s;          /* and once this long after the start; < 0: not */
     double duration_s;          /* submitting stops after this; 0: no limit */
     uint32_t body_bytes;        /* submit body size (at least the JSON fields) */
     uint32_t workers;           /* simulated workers; 0: submit only */
@@ -57,6 +73,8 @@ typedef struct load_cfg {
     double warmup_s;            /* the steady rate is measured after this */
     bool send_asap;             /* write each message at once (latency runs) */
     bool verbose;               /* a progress line a second on stderr */
+    bool workers_set;           /* --workers given: not the scenario's */
+    bool tokens_per_sec_set;    /* --tokens-per-sec given: not the scenario's */
 } load_cfg;
 
 /* One submitted run. Written by the producer before it is published (see
@@ -88,6 +106,7 @@ typedef struct load_tenant {
     uint64_t out_of_order;      /* dispatched before a run submitted earlier */
     uint64_t first_idx;         /* its earliest-submitted run seen, +1 (0: none) */
     int64_t first_us;           /* that run's submit -> dispatch */
+    int64_t first_receive_us;   /* that run's submit -> received by a worker */
 } load_tenant;
 
 /* A run a simulated worker is busy with. */
@@ -101,6 +120,7 @@ typedef struct load_job {
 typedef struct load {
     load_cfg cfg;
     fql_source *src;
+    const fq_scenario *scenario; /* the scenario src replays; NULL: steady */
     char tag[9];                /* this load's run id prefix */
     load_table table;
     natsConnection *pnc, *wnc;  /* producer's and workers' connections */
@@ -125,6 +145,7 @@ typedef struct load {
     uint64_t dispatched, foreign, complete_errors, last_done_ns;
     uint64_t warm_count, end_count;
     int64_t warm_ns, end_ns;
+    bool stats_taken;           /* the --stats-at snapshot is printed */
 } load;
 
 /* The run table. */
@@ -235,7 +256,7 @@ static natsStatus load_submit(load *l, uint64_t idx, const fql_arrival *a, char 
     r->actual_tokens = a->actual_tokens;
     s = natsMsg_Create(&m, subject, NULL, body, len);
     if (s == NATS_OK) s = natsMsgHeader_Set(m, FQ_HDR_RUN_ID, run_id);
-    if (s == NATS_OK) s = fqc_hdr_set_u64(m, FQ_HDR_EST_TOKENS, a->est_tokens);
+    if (s == NATS_OK && a->est_tokens) s = fqc_hdr_set_u64(m, FQ_HDR_EST_TOKENS, a->est_tokens);
     if (s == NATS_OK && a->workflow[0]) s = natsMsgHeader_Set(m, FQ_HDR_WORKFLOW, a->workflow);
     if (s == NATS_OK) s = natsMsgHeader_Set(m, FQC_HDR_MSG_ID, run_id);
     r->sent_us = fqc_wall_us();
@@ -357,13 +378,15 @@ static load_job load_receive(load *l, natsMsg *m, int64_t now_ns)
         else
             t->last_idx = (uint64_t)idx + 1;
         t->runs++;
+        int64_t wait = now_us - r->sent_us;
         if (fqc_msg_meta(m, &seq, &stored_ns) == NATS_OK) {
-            int64_t wait = stored_ns / 1000 - r->sent_us;
+            wait = stored_ns / 1000 - r->sent_us;
             fqc_samples_add(&t->dispatch_us, wait);
-            if (!t->first_idx || (uint64_t)idx + 1 < t->first_idx) {
-                t->first_idx = (uint64_t)idx + 1;
-                t->first_us = wait;
-            }
+        }
+        if (!t->first_idx || (uint64_t)idx + 1 < t->first_idx) {
+            t->first_idx = (uint64_t)idx + 1;
+            t->first_us = wait;
+            t->first_receive_us = now_us - r->sent_us;
         }
         fqc_samples_add(&t->receive_us, now_us - r->sent_us);
         if (fqc_hdr_u64(m, FQ_HDR_SUBMITTED_AT, UINT64_MAX, &sub_ms) &&
@@ -465,6 +488,75 @@ static void load_finish_due(load *l, int64_t now_ns)
     load_wake_producer(l);
 }
 
+/* The proxy's stats. */
+
+/* Print each field of a stats object as " key=value": numbers, names
+ * (blanks made '_'), booleans as 0 or 1, and an object of counts (the
+ * refusals by code) as their sum. */
+static void load_print_fields(const cJSON *o)
+{
+    const cJSON *f;
+
+    cJSON_ArrayForEach(f, o) {
+        if (cJSON_IsNumber(f)) {
+            double v = f->valuedouble;
+            if (v == floor(v) && fabs(v) < 1e15)
+                printf(" %s=%lld", f->string, (long long)v);
+            else
+                printf(" %s=%.4g", f->string, v);
+        } else if (cJSON_IsString(f)) {
+            printf(" %s=", f->string);
+            for (const char *c = f->valuestring; *c; c++)
+                putchar(*c == ' ' || *c == '=' ? '_' : *c);
+        } else if (cJSON_IsBool(f)) {
+            printf(" %s=%d", f->string, cJSON_IsTrue(f));
+        } else if (cJSON_IsObject(f)) {
+            double sum = 0;
+            const cJSON *k;
+            cJSON_ArrayForEach(k, f)
+                sum += cJSON_IsNumber(k) ? k->valuedouble : 0;
+            printf(" %s=%.0f", f->string, sum);
+        }
+    }
+}
+
+/* Ask the proxy for its stats and print them: "proxy snapshot=NAME
+ * at_s=SECONDS" then a line per tenant and one overall (tenant=*). Says
+ * on stderr why not when nothing answers (a relay has no stats). */
+static void load_proxy_stats(load *l, const char *snapshot)
+{
+    double at = (double)(fqc_mono_ns() - l->t0_ns) / 1e9;
+    char subject[256];
+    natsMsg *reply = NULL;
+    const cJSON *t;
+    cJSON *root;
+    natsStatus s;
+
+    snprintf(subject, sizeof subject, "%s.stats", l->cfg.admin_prefix);
+    s = natsConnection_RequestString(&reply, l->wnc, subject, "", 5000);
+    if (s != NATS_OK) {
+        fqc_perror(prog, subject, s);
+        return;
+    }
+    root = cJSON_ParseWithLength(natsMsg_GetData(reply), (size_t)natsMsg_GetDataLength(reply));
+    natsMsg_Destroy(reply);
+    if (!cJSON_IsObject(root)) {
+        fprintf(stderr, "%s: %s: the reply is not a JSON object\n", prog, subject);
+        cJSON_Delete(root);
+        return;
+    }
+    cJSON_ArrayForEach(t, cJSON_GetObjectItemCaseSensitive(root, "tenants")) {
+        printf("proxy snapshot=%s at_s=%.3f", snapshot, at);
+        load_print_fields(t);
+        putchar('\n');
+    }
+    printf("proxy snapshot=%s at_s=%.3f tenant=*", snapshot, at);
+    load_print_fields(cJSON_GetObjectItemCaseSensitive(root, "overall"));
+    putchar('\n');
+    fflush(stdout);
+    cJSON_Delete(root);
+}
+
 /* Runs the producer submitted that are neither completed nor refused. */
 static uint64_t load_outstanding(load *l)
 {
@@ -508,6 +600,11 @@ static void load_work(load *l)
         load_finish_due(l, now);
         load_mark(l, now);
         load_progress(l, now, &next_progress);
+        if (!l->stats_taken && l->cfg.stats_at_s >= 0 &&
+            now >= l->t0_ns + (int64_t)(l->cfg.stats_at_s * 1e9)) {
+            l->stats_taken = true;
+            load_proxy_stats(l, "during");
+        }
         if (fqc_stopping())
             break;
         if (!atomic_load(&l->producing)) {
@@ -603,20 +700,22 @@ static int load_subscribe(load *l)
 
 /* The report. */
 
-/* One latency line; first_us is the wait of the tenant's first run (for
- * all tenants: the longest of those). */
-static void load_latency_line(const char *tenant, uint64_t runs, int64_t first_us, fqc_samples *d,
-                              fqc_samples *r, fqc_samples *h)
+/* One latency line; first_us and first_receive_us are the waits of the
+ * tenant's first run (for all tenants: the longest of those). */
+static void load_latency_line(const char *tenant, uint64_t runs, int64_t first_us,
+                              int64_t first_receive_us, fqc_samples *d, fqc_samples *r,
+                              fqc_samples *h)
 {
     fqc_samples_sort(d);
     fqc_samples_sort(r);
     fqc_samples_sort(h);
     printf("latency tenant=%s runs=%llu first_ms=%.3f dispatch_p50_ms=%.3f dispatch_p99_ms=%.3f "
-           "dispatch_max_ms=%.3f receive_p50_ms=%.3f receive_p99_ms=%.3f header_p50_ms=%u "
-           "header_p99_ms=%u\n",
+           "dispatch_max_ms=%.3f first_receive_ms=%.3f receive_p50_ms=%.3f receive_p99_ms=%.3f "
+           "receive_max_ms=%.3f header_p50_ms=%u header_p99_ms=%u\n",
            tenant, (unsigned long long)runs, (double)first_us / 1e3, fqc_samples_quantile(d, 0.5) / 1e3,
            fqc_samples_quantile(d, 0.99) / 1e3, fqc_samples_quantile(d, 1.0) / 1e3,
-           fqc_samples_quantile(r, 0.5) / 1e3, fqc_samples_quantile(r, 0.99) / 1e3,
+           (double)first_receive_us / 1e3, fqc_samples_quantile(r, 0.5) / 1e3,
+           fqc_samples_quantile(r, 0.99) / 1e3, fqc_samples_quantile(r, 1.0) / 1e3,
            fqc_samples_quantile(h, 0.5), fqc_samples_quantile(h, 0.99));
 }
 
@@ -648,10 +747,14 @@ static void load_report(load *l)
     }
     if (l->end_ns > l->warm_ns && l->warm_ns)
         steady = (double)(l->end_count - l->warm_count) / ((double)(l->end_ns - l->warm_ns) / 1e9);
-    printf("load tag=%s tenants=%u rate=%g duration_s=%g workers=%u tokens_per_sec=%g "
-           "body_bytes=%u max_outstanding=%llu\n",
-           l->tag, l->src->ntenants, c->steady.rate, c->duration_s, c->workers, c->tokens_per_sec,
-           c->body_bytes, (unsigned long long)c->max_outstanding);
+    printf("load tag=%s tenants=%u", l->tag, l->src->ntenants);
+    if (l->scenario)
+        printf(" scenario=%s seed=%llu runs_planned=%zu compress=%g", l->scenario->name,
+               (unsigned long long)l->scenario->seed, l->scenario->n_runs, c->compress);
+    else
+        printf(" rate=%g duration_s=%g", c->steady.rate, c->duration_s);
+    printf(" workers=%u tokens_per_sec=%g body_bytes=%u max_outstanding=%llu\n", c->workers,
+           c->tokens_per_sec, c->body_bytes, (unsigned long long)c->max_outstanding);
     if (!c->workers) {
         printf("runs submitted=%llu submit_errors=%llu rejected=%llu\n", (unsigned long long)submitted,
                (unsigned long long)failed, (unsigned long long)rejected);
@@ -674,7 +777,7 @@ static void load_report(load *l)
            elapsed > 0 ? (double)(once + more) / elapsed : 0.0, steady);
     fqc_samples d = {0}, r = {0}, h = {0};
     uint64_t runs = 0;
-    int64_t worst_first = 0;
+    int64_t worst_first = 0, worst_first_receive = 0;
     for (uint32_t t = 0; t < l->src->ntenants; t++) {
         load_merge(&d, &l->tenants[t].dispatch_us);
         load_merge(&r, &l->tenants[t].receive_us);
@@ -682,15 +785,17 @@ static void load_report(load *l)
         runs += l->tenants[t].runs;
         if (l->tenants[t].first_us > worst_first)
             worst_first = l->tenants[t].first_us;
+        if (l->tenants[t].first_receive_us > worst_first_receive)
+            worst_first_receive = l->tenants[t].first_receive_us;
     }
-    load_latency_line("*", runs, worst_first, &d, &r, &h);
+    load_latency_line("*", runs, worst_first, worst_first_receive, &d, &r, &h);
     fqc_samples_free(&d);
     fqc_samples_free(&r);
     fqc_samples_free(&h);
     for (uint32_t t = 0; t < l->src->ntenants; t++) {
         load_tenant *lt = &l->tenants[t];
-        load_latency_line(l->src->tenants[t], lt->runs, lt->first_us, &lt->dispatch_us,
-                          &lt->receive_us, &lt->header_ms);
+        load_latency_line(l->src->tenants[t], lt->runs, lt->first_us, lt->first_receive_us,
+                          &lt->dispatch_us, &lt->receive_us, &lt->header_ms);
     }
 }
 
@@ -700,35 +805,48 @@ static void load_usage(FILE *f)
 {
     fprintf(f,
         "usage: %s [--nats URL] [--rate R] [--duration S] [--count N] [--tenants N|A,B,...]\n"
-        "                  [--costs SPEC] [--arrivals const|poisson] [--body-size B]\n"
-        "                  [--workers N] [--tokens-per-sec R] [--actual-factor F]\n"
-        "                  [--max-outstanding N] [--drain S] [--warmup S] [--seed N]\n"
-        "                  [--durable NAME] [--send-asap] [--verbose]\n"
+        "                  [--costs SPEC] [--arrivals const|poisson] [--actual-factor F]\n"
+        "                  | --scenario FILE [--compress F]\n"
+        "                  [--body-size B] [--workers N] [--tokens-per-sec R] [--seed N]\n"
+        "                  [--max-outstanding N] [--drain S] [--warmup S] [--durable NAME]\n"
+        "                  [--proxy-stats] [--stats-at S] [--send-asap] [--verbose]\n"
         "Submits runs to fair.submit.<tenant>, works them off fair.dispatch with a pool of\n"
         "simulated workers that publish completions to fair.done.<tenant>, and reports\n"
         "throughput and submit->dispatch latency per tenant as key=value lines.\n"
         "  --rate R            runs a second over all tenants; 0: as fast as\n"
         "                      --max-outstanding allows (default 1000)\n"
-        "  --duration S        seconds of submitting; 0: until --count (default 10)\n"
+        "  --duration S        seconds of submitting; 0: until --count, or with --scenario\n"
+        "                      the whole scenario (default 10; with --scenario 0)\n"
         "  --count N           submit at most N runs (default: no limit)\n"
         "  --tenants N|LIST    N tenants t1..tN, or a comma-separated list (default 10)\n"
         "  --costs SPEC        [NAME=]TOKENS[:WEIGHT],... e.g. 100:0.9,5000:0.1 (default 1000)\n"
         "  --arrivals KIND     const (evenly spaced) or poisson (default const)\n"
+        "  --actual-factor F   actual tokens = estimate x F (default 1)\n"
+        "  --scenario FILE     instead of the flags above, the runs of a scenario file\n"
+        "                      (docs/sim.md): its tenants, submit times, workflows, declared\n"
+        "                      and actual tokens; the workers mirror its capacity unless\n"
+        "                      --workers or --tokens-per-sec say otherwise\n"
+        "  --compress F        scenario seconds per real second: submit times / F, worker\n"
+        "                      speed x F (default 1)\n"
         "  --body-size B       submit body bytes, at least the JSON run id (default 512)\n"
         "  --workers N         simulated workers; 0: submit only (default 16)\n"
         "  --tokens-per-sec R  a worker's speed; 0: runs take no time (default 0)\n"
-        "  --actual-factor F   actual tokens = estimate x F (default 1)\n"
+        "  --seed N            the same seed gives the same runs (default 1; with\n"
+        "                      --scenario, the file's)\n"
         "  --max-outstanding N runs submitted and not completed, at most; 0: no limit\n"
         "                      (default 10000)\n"
         "  --drain S           after the last submit, wait this long for completions (30)\n"
         "  --warmup S          steady_per_s is measured from S seconds on (default 1)\n"
-        "  --seed N            the same seed gives the same runs (default 1)\n"
         "  --durable NAME      work from this shared durable consumer (created if missing)\n"
         "                      instead of a private one deleted at exit\n"
+        "  --proxy-stats       after the drain, print fairq-proxy's own stats (its reply\n"
+        "                      on <admin-prefix>.stats) as 'proxy' lines\n"
+        "  --stats-at S        print them also S seconds after the start\n"
         "  --send-asap         write each message at once; nats.c otherwise holds writes\n"
         "                      up to 1 ms to batch them (use it to measure latency)\n"
         "  --submit-prefix P, --dispatch SUBJECT, --dispatch-stream NAME, --done-prefix P,\n"
-        "  --rejected-prefix P the wire contract's names (defaults as docs/protocol.md)\n",
+        "  --rejected-prefix P, --admin-prefix P\n"
+        "                      the wire contract's names (defaults as docs/protocol.md)\n",
         prog);
 }
 
@@ -784,24 +902,31 @@ static int load_parse(load_cfg *c, char **tenant_spec, const char **costs, int a
         {"dispatch-stream", required_argument, NULL, 3}, {"done-prefix", required_argument, NULL, 4},
         {"rejected-prefix", required_argument, NULL, 5}, {"verbose", no_argument, NULL, 'v'},
         {"send-asap", no_argument, NULL, 6},             {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
+        {"scenario", required_argument, NULL, 7},        {"compress", required_argument, NULL, 8},
+        {"proxy-stats", no_argument, NULL, 9},           {"stats-at", required_argument, NULL, 10},
+        {"admin-prefix", required_argument, NULL, 11},   {NULL, 0, NULL, 0},
     };
+    const char *steady_flag = NULL; /* a flag of the steady mix, given */
+    bool duration_set = false, compress_set = false;
     uint64_t u;
     int o, idx = 0;
     bool ok = true;
 
     *c = (load_cfg){.submit_prefix = FQC_SUBMIT_PREFIX, .dispatch = FQC_DISPATCH,
                     .dispatch_stream = FQ_STREAM_DISPATCH, .done_prefix = FQC_DONE_PREFIX,
-                    .rejected_prefix = FQC_REJECTED_PREFIX, .duration_s = 10, .body_bytes = 512,
-                    .workers = 16, .max_outstanding = 10000, .drain_s = 30, .warmup_s = 1};
+                    .rejected_prefix = FQC_REJECTED_PREFIX, .admin_prefix = "fair.admin",
+                    .duration_s = 10, .body_bytes = 512, .workers = 16, .max_outstanding = 10000,
+                    .drain_s = 30, .warmup_s = 1, .compress = 1, .stats_at_s = -1};
     c->steady = (fql_steady_cfg){.rate = 1000, .actual_factor = 1, .seed = 1};
     *tenant_spec = "10";
     *costs = "1000";
     while (ok && (o = getopt_long(argc, argv, "hv", opts, &idx)) != -1) {
+        if (strchr("rctCaf", o))
+            steady_flag = opts[idx].name;
         switch (o) {
         case 'n': c->url = optarg; break;
         case 'r': ok = fqc_parse_double(optarg, 0, 1e7, &c->steady.rate); break;
-        case 'd': ok = fqc_parse_double(optarg, 0, 1e6, &c->duration_s); break;
+        case 'd': ok = fqc_parse_double(optarg, 0, 1e6, &c->duration_s); duration_set = true; break;
         case 'c': ok = fqc_parse_u64(optarg, 1, UINT64_MAX, &c->steady.count); break;
         case 't': *tenant_spec = optarg; break;
         case 'C': *costs = optarg; break;
@@ -810,13 +935,20 @@ static int load_parse(load_cfg *c, char **tenant_spec, const char **costs, int a
             c->steady.poisson = optarg[0] == 'p';
             break;
         case 'b': ok = fqc_parse_u64(optarg, 0, 64 << 20, &u); c->body_bytes = (uint32_t)u; break;
-        case 'w': ok = fqc_parse_u64(optarg, 0, 100000, &u); c->workers = (uint32_t)u; break;
-        case 'T': ok = fqc_parse_double(optarg, 0, 1e12, &c->tokens_per_sec); break;
+        case 'w':
+            ok = fqc_parse_u64(optarg, 0, 100000, &u);
+            c->workers = (uint32_t)u;
+            c->workers_set = true;
+            break;
+        case 'T':
+            ok = fqc_parse_double(optarg, 0, 1e12, &c->tokens_per_sec);
+            c->tokens_per_sec_set = true;
+            break;
         case 'f': ok = fqc_parse_double(optarg, 0, 1e6, &c->steady.actual_factor); break;
         case 'm': ok = fqc_parse_u64(optarg, 0, UINT64_MAX, &c->max_outstanding); break;
         case 'D': ok = fqc_parse_double(optarg, 0, 1e6, &c->drain_s); break;
         case 'W': ok = fqc_parse_double(optarg, 0, 1e6, &c->warmup_s); break;
-        case 's': ok = fqc_parse_u64(optarg, 0, UINT64_MAX, &c->steady.seed); break;
+        case 's': ok = fqc_parse_u64(optarg, 0, UINT64_MAX, &c->steady.seed); c->seed_set = true; break;
         case 'u': c->durable = optarg; break;
         case 1: c->submit_prefix = optarg; break;
         case 2: c->dispatch = optarg; break;
@@ -824,6 +956,11 @@ static int load_parse(load_cfg *c, char **tenant_spec, const char **costs, int a
         case 4: c->done_prefix = optarg; break;
         case 5: c->rejected_prefix = optarg; break;
         case 6: c->send_asap = true; break;
+        case 7: c->scenario = optarg; break;
+        case 8: ok = fqc_parse_double(optarg, 1e-6, 1e9, &c->compress); compress_set = true; break;
+        case 9: c->proxy_stats = true; break;
+        case 10: ok = fqc_parse_double(optarg, 0, 1e6, &c->stats_at_s); break;
+        case 11: c->admin_prefix = optarg; break;
         case 'v': c->verbose = true; break;
         case 'h': load_usage(stdout); exit(0);
         default: load_usage(stderr); return -1;
@@ -838,7 +975,18 @@ static int load_parse(load_cfg *c, char **tenant_spec, const char **costs, int a
         fprintf(stderr, "%s: unexpected argument '%s'\n", prog, argv[optind]);
         return -1;
     }
-    if (c->duration_s == 0 && c->steady.count == 0) {
+    if (c->scenario && steady_flag) {
+        fprintf(stderr, "%s: --%s: the scenario gives the tenants, arrivals and costs\n", prog,
+                steady_flag);
+        return -1;
+    }
+    if (!c->scenario && compress_set) {
+        fprintf(stderr, "%s: --compress applies to --scenario only\n", prog);
+        return -1;
+    }
+    if (c->scenario && !duration_set)
+        c->duration_s = 0;
+    if (!c->scenario && c->duration_s == 0 && c->steady.count == 0) {
         fprintf(stderr, "%s: --duration 0 needs --count, or it would never stop\n", prog);
         return -1;
     }
@@ -852,6 +1000,29 @@ static void load_make_tag(char tag[9])
 {
     uint64_t seed = (uint64_t)fqc_wall_us() ^ ((uint64_t)getpid() << 32);
     snprintf(tag, 9, "%08llx", (unsigned long long)(fql_rand(&seed) & 0xffffffffu));
+}
+
+/* The scenario source, and the worker pool mirroring its capacity where
+ * the flags do not say otherwise. */
+static int load_open_scenario(load *l)
+{
+    load_cfg *c = &l->cfg;
+    char err[512];
+    uint32_t workers;
+    double rate;
+
+    if (fql_scenario_create(&l->src, c->scenario, c->compress, c->seed_set ? &c->steady.seed : NULL,
+                            err, sizeof err) != FQ_OK) {
+        fprintf(stderr, "%s: --scenario: %s\n", prog, err);
+        return -1;
+    }
+    l->scenario = ((const fql_scenario *)l->src)->sc;
+    fql_scenario_workers(l->src, &workers, &rate);
+    if (!c->workers_set)
+        c->workers = workers;
+    if (!c->tokens_per_sec_set)
+        c->tokens_per_sec = rate;
+    return 0;
 }
 
 static int load_connect(load *l)
@@ -923,18 +1094,24 @@ int main(int argc, char **argv)
         load_destroy(l);
         return 2;
     }
-    if (!fqc_costs_parse(&l->cfg.steady.costs, costs, 1000000000u, err, sizeof err)) {
-        fprintf(stderr, "%s: --costs: %s\n", prog, err);
-        load_destroy(l);
-        return 2;
-    }
-    if (load_tenants(&tenants, &ntenants, tenant_spec) != 0) {
-        rc = 2;
-        goto out;
-    }
-    if (fql_steady_create(&l->src, &l->cfg.steady, (const char *const *)tenants, ntenants) != FQ_OK) {
-        fprintf(stderr, "%s: out of memory\n", prog);
-        goto out;
+    if (l->cfg.scenario) {
+        if (load_open_scenario(l) != 0)
+            goto out;
+    } else {
+        if (!fqc_costs_parse(&l->cfg.steady.costs, costs, 1000000000u, err, sizeof err)) {
+            fprintf(stderr, "%s: --costs: %s\n", prog, err);
+            rc = 2;
+            goto out;
+        }
+        if (load_tenants(&tenants, &ntenants, tenant_spec) != 0) {
+            rc = 2;
+            goto out;
+        }
+        if (fql_steady_create(&l->src, &l->cfg.steady, (const char *const *)tenants, ntenants) !=
+            FQ_OK) {
+            fprintf(stderr, "%s: out of memory\n", prog);
+            goto out;
+        }
     }
     fqc_catch_signals();
     load_make_tag(l->tag);
@@ -944,7 +1121,7 @@ int main(int argc, char **argv)
     if (l->cfg.workers) {
         const char *need[] = {l->cfg.dispatch_stream};
         l->heap = calloc(l->cfg.workers, sizeof *l->heap);
-        l->tenants = calloc(ntenants, sizeof *l->tenants);
+        l->tenants = calloc(l->src->ntenants, sizeof *l->tenants);
         if (!l->heap || !l->tenants || fqc_streams_require(l->wjs, prog, need, 1) != 0 ||
             load_subscribe(l) != 0)
             goto out;
@@ -958,6 +1135,8 @@ int main(int argc, char **argv)
     if (l->cfg.workers)
         load_work(l);
     pthread_join(producer, NULL);
+    if (l->cfg.proxy_stats)
+        load_proxy_stats(l, "end");
     load_report(l);
     rc = 0;
 out:
