@@ -255,17 +255,19 @@ struct fq_proxy {
     pthread_mutex_t snap_mu;    /* guards snap */
     fq_metrics_snapshot *snap;  /* refreshed by the loop each second */
     atomic_int phase;           /* enum px_phase, for /readyz */
+    bool consumer_ok[2];        /* PX_CONS_*: the last (re)creation succeeded */
 };
 
 /* What the proxy is doing, as /readyz reports it. */
 enum px_phase { PH_CONNECTING = 0, PH_STREAMS, PH_STANDBY, PH_RECOVERING, PH_SERVING,
-                PH_DISCONNECTED, PH_STOPPING };
+                PH_CONSUMERS, PH_DISCONNECTED, PH_STOPPING };
 static const char *const px_phase_text[] = {
     [PH_CONNECTING] = "connecting to NATS",
     [PH_STREAMS] = "checking the streams",
     [PH_STANDBY] = "standing by: another proxy holds the leader lease",
     [PH_RECOVERING] = "reading the runs journal back",
     [PH_SERVING] = "ready",
+    [PH_CONSUMERS] = "creating the consumers on FAIR_SUBMIT and FAIR_DONE",
     [PH_DISCONNECTED] = "disconnected from NATS",
     [PH_STOPPING] = "stopping",
 };
@@ -2187,6 +2189,14 @@ static void px_phase(fq_proxy *p, enum px_phase ph)
     atomic_store(&p->phase, (int)ph);
 }
 
+/* The leader is ready while connected with both consumers in place. */
+static void px_phase_leader(fq_proxy *p)
+{
+    px_phase(p, !p->connected ? PH_DISCONNECTED
+                : p->consumer_ok[PX_CONS_SUBMIT] && p->consumer_ok[PX_CONS_DONE] ? PH_SERVING
+                : PH_CONSUMERS);
+}
+
 /* Warn about each tenant whose oldest queued run has waited longer than
  * the threshold: once a minute per tenant at most, with the number of
  * checks held back since. */
@@ -2512,13 +2522,17 @@ static void px_on_event(fq_proxy *p, fq_nio_event *ev)
     case FQ_NIO_EV_CONN:
         p->connected = ev->connected;
         if (p->leader)
-            px_phase(p, ev->connected ? PH_SERVING : PH_DISCONNECTED);
+            px_phase_leader(p);
         if (ev->connected)
             p->c.reconnects++;
         fq_log(ev->connected ? FQ_LOG_INFO : FQ_LOG_WARN,
                ev->connected ? "reconnected to NATS" : "disconnected from NATS");
         break;
     case FQ_NIO_EV_CONSUMER:
+        p->consumer_ok[ev->source == PX_CONS_DONE ? PX_CONS_DONE : PX_CONS_SUBMIT] =
+            ev->status == FQ_OK;
+        if (p->leader)
+            px_phase_leader(p);
         if (ev->status != FQ_OK && px_warn_ok(p, "consumer"))
             fq_log(FQ_LOG_WARN, "cannot create a consumer; retrying",
                    FQ_STR("stream", ev->source == PX_CONS_SUBMIT ? FQ_STREAM_SUBMIT
@@ -2680,7 +2694,7 @@ int fq_proxy_run(fq_proxy *p)
     int rc;
     if (px_start(p, &rc) != FQ_OK)
         return rc;
-    px_phase(p, PH_SERVING);
+    px_phase_leader(p);
     fq_log(FQ_LOG_INFO, "fairq-proxy running", FQ_STR("submit", p->submit_filter),
            FQ_STR("dispatch", p->cfg.subjects.dispatch),
            FQ_INT("max_payload", p->max_payload));

@@ -199,7 +199,9 @@ static void test_metrics_during_flood_and_probes(void **state)
     char *body = NULL;
     assert_int_equal(http_status(port, "/healthz", &body), 200);
     free(body);
-    assert_int_equal(http_status(port, "/readyz", &body), 200);
+    body = NULL;
+    wait_status(port, "/readyz", 200, &body);     /* once its consumers are in place */
+    assert_contains(body, "ready");
     free(body);
     assert_int_equal(http_status(port, "/nothing-here", &body), 404);
     free(body);
