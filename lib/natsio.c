@@ -861,10 +861,9 @@ fq_status fq_nio_reply(fq_nio *n, const fq_nio_msg *req, const void *data, size_
     if (!reply || !*reply)
         return FQ_EINVAL;
     natsStatus s = natsConnection_Publish(n->nc, reply, data, (int)len);
-    if (s != NATS_OK) {
-        return FQ_EIO;
-    }
-    return FQ_OK;
+    if (s == NATS_OK)
+        return FQ_OK;
+    return s == NATS_MAX_PAYLOAD ? FQ_ETOOBIG : FQ_EIO;
 }
 
 /* ---- publishes ----------------------------------------------------------- */

@@ -179,7 +179,9 @@ fq_status fq_nio_nak(fq_nio *n, int id, const fq_nio_ackref *a, bool term);
  * source = id. */
 fq_status fq_nio_subscribe(fq_nio *n, int id, const char *subject);
 fq_status fq_nio_unsubscribe(fq_nio *n, int id);
-/* Reply to a request (core NATS publish to its reply subject). */
+/* Reply to a request (core NATS publish to its reply subject). FQ_EINVAL:
+ * the request has no reply subject; FQ_ETOOBIG: len exceeds max_payload;
+ * FQ_EIO: the publish failed otherwise. */
 fq_status fq_nio_reply(fq_nio *n, const fq_nio_msg *req, const void *data, size_t len);
 
 /* Asynchronous JetStream publish; the outcome comes as FQ_NIO_EV_PUBACK

@@ -178,7 +178,7 @@ typedef struct px_counters {
     uint64_t dispatched, dispatch_duplicates, body_reads, body_lost;
     uint64_t completions, completions_unheld, completions_duplicate, completions_invalid;
     uint64_t completions_unknown, expired, pub_failures, fetch_pauses, reconnects;
-    uint64_t adopted, reloads, reload_failures, overrides_refused;
+    uint64_t adopted, reloads, reload_failures, overrides_refused, reply_failures;
 } px_counters;
 
 /* A tenant's runtime override as the bucket holds it. Kept once seen, even
@@ -1695,39 +1695,165 @@ static void px_stats_overall(fq_json *w, fq_proxy *p)
     PX_KV(w, "config_reloads", p->c.reloads);
     PX_KV(w, "config_reload_failures", p->c.reload_failures);
     PX_KV(w, "overrides_refused", p->c.overrides_refused);
+    PX_KV(w, "admin_reply_failures", p->c.reply_failures);
     PX_KV(w, "max_payload", p->max_payload);
     fq_json_end_object(w);
 }
 
-/* The stats snapshot as JSON into a buffer grown as needed; NULL on ENOMEM. */
-static char *px_stats_json(fq_proxy *p, size_t *len)
+/* What a stats request asks for: one tenant, or a page of the tenants in
+ * the order px_stats_cmp gives. */
+typedef struct px_stats_req {
+    char tenant[FQ_TENANT_MAX + 1]; /* "": every tenant */
+    size_t offset;              /* tenants skipped from the top */
+    size_t limit;               /* at most this many; SIZE_MAX: what fits */
+} px_stats_req;
+
+/* Parse a stats request body: empty, or a JSON object with "tenant" or
+ * "limit" and "offset". FQ_EINVAL with the reason in err otherwise. */
+static fq_status px_stats_req_parse(px_stats_req *r, const char *data, size_t len, char *err,
+                                    size_t errlen)
 {
-    uint64_t now = fq_nio_mono_ms();
-    size_t cap = 4096 + p->tn * 512;
-    for (int attempt = 0; attempt < 3; attempt++) {
-        char *buf = malloc(cap);
-        if (!buf)
-            return NULL;
-        fq_json w;
-        fq_json_init(&w, buf, cap);
-        fq_json_begin_object(&w);
-        fq_json_key(&w, "tenants");
-        fq_json_begin_array(&w);
-        for (size_t i = 0; i < p->tnb; i++)
-            for (px_tenant *t = p->tb[i]; t; t = t->next)
-                px_stats_tenant(&w, p, t, now);
-        fq_json_end_array(&w);
-        px_stats_overall(&w, p);
-        fq_json_end_object(&w);
-        fq_status s = fq_json_finish(&w, len);
-        if (s == FQ_OK)
-            return buf;
-        free(buf);
-        if (s != FQ_ETOOBIG)
-            return NULL;
-        cap = *len + 1;
+    *r = (px_stats_req){.limit = SIZE_MAX};
+    size_t i = 0;
+    while (i < len && strchr(" \t\r\n", data[i]))
+        i++;
+    if (i == len)
+        return FQ_OK;
+    cJSON *o = cJSON_ParseWithLength(data, len);
+    fq_status s = FQ_OK;
+    if (!cJSON_IsObject(o)) {
+        snprintf(err, errlen, "the request body must be empty or a JSON object with "
+                 "\"tenant\", or \"limit\" and \"offset\"");
+        s = FQ_EINVAL;
     }
-    return NULL;
+    const cJSON *e, *fields = s == FQ_OK ? o : NULL;
+    cJSON_ArrayForEach(e, fields) {
+        bool is_page = strcmp(e->string, "limit") == 0 || strcmp(e->string, "offset") == 0;
+        if (strcmp(e->string, "tenant") == 0) {
+            if (!cJSON_IsString(e) || !*e->valuestring
+                || strlen(e->valuestring) > FQ_TENANT_MAX) {
+                snprintf(err, errlen, "tenant: must be a string of 1 to %d bytes", FQ_TENANT_MAX);
+                s = FQ_EINVAL;
+            } else {
+                snprintf(r->tenant, sizeof r->tenant, "%s", e->valuestring);
+            }
+        } else if (is_page) {
+            double v = cJSON_IsNumber(e) ? e->valuedouble : -1;
+            if (v < 0 || v > 1e15 || v != (double)(int64_t)v) {
+                snprintf(err, errlen, "%s: must be a non-negative integer", e->string);
+                s = FQ_EINVAL;
+            } else if (e->string[0] == 'l') {
+                r->limit = (size_t)v;
+            } else {
+                r->offset = (size_t)v;
+            }
+        } else {
+            snprintf(err, errlen, "%s: unknown field; a stats request may hold \"tenant\", "
+                     "\"limit\" and \"offset\"", e->string);
+            s = FQ_EINVAL;
+        }
+        if (s != FQ_OK)
+            break;
+    }
+    cJSON_Delete(o);
+    return s;
+}
+
+/* A tenant with the keys it is ranked by, taken once per request. */
+typedef struct px_stats_row {
+    const px_tenant *t;
+    uint64_t queued_tokens;
+    uint64_t oldest;            /* monotonic ms of its oldest queued run; UINT64_MAX: none */
+} px_stats_row;
+
+/* Most queued tokens first, then the oldest queued run, then by id, so that
+ * a page boundary is well defined for a given state. */
+static int px_stats_cmp(const void *a, const void *b)
+{
+    const px_stats_row *x = a, *y = b;
+    if (x->queued_tokens != y->queued_tokens)
+        return x->queued_tokens > y->queued_tokens ? -1 : 1;
+    if (x->oldest != y->oldest)
+        return x->oldest < y->oldest ? -1 : 1;
+    return strcmp(x->t->id, y->t->id);
+}
+
+/* The rows a request selects, ranked; *n rows in a malloc'd array (NULL
+ * when *n is 0). FQ_ENOMEM leaves nothing allocated. */
+static fq_status px_stats_rows(px_stats_row **out, size_t *n, fq_proxy *p,
+                               const px_stats_req *r)
+{
+    *out = NULL;
+    *n = 0;
+    if (r->tenant[0]) {
+        px_tenant *t = px_tenant_find(p, r->tenant, strlen(r->tenant));
+        if (!t)
+            return FQ_OK;
+        if (!(*out = malloc(sizeof **out)))
+            return FQ_ENOMEM;
+        (*out)[(*n)++] = (px_stats_row){.t = t};
+        return FQ_OK;
+    }
+    if (!p->tn)
+        return FQ_OK;
+    px_stats_row *rows = malloc(p->tn * sizeof *rows);
+    if (!rows)
+        return FQ_ENOMEM;
+    for (px_tenant *t = p->t_first; t; t = t->later) {
+        fq_tenant_info ti;
+        fq_tenant_info_get(t->t, &ti);
+        rows[(*n)++] = (px_stats_row){t, ti.queued_tokens,
+                                      ti.queued ? ti.oldest_enqueued : UINT64_MAX};
+    }
+    qsort(rows, *n, sizeof *rows, px_stats_cmp);
+    *out = rows;
+    return FQ_OK;
+}
+
+/* Room left after the tenants for the members that close the reply. */
+#define PX_STATS_TAIL 160
+
+/* The stats reply into buf of cap bytes, which bounds it (the server's
+ * max_payload less a margin): the overall section, then the selected
+ * tenants from r->offset on, as many as fit and r->limit allows, and how
+ * many were left out. *len: its length. */
+static fq_status px_stats_json(fq_proxy *p, const px_stats_req *r, char *buf, size_t cap,
+                               size_t *len)
+{
+    px_stats_row *rows;
+    size_t n;
+    fq_status s = px_stats_rows(&rows, &n, p, r);
+    if (s != FQ_OK)
+        return s;
+    uint64_t now = fq_nio_mono_ms();
+    fq_json w;
+    fq_json_init(&w, buf, cap);
+    fq_json_begin_object(&w);
+    px_stats_overall(&w, p);
+    PX_KV(&w, "tenants_total", p->tn);
+    PX_KV(&w, "offset", r->offset);
+    fq_json_key(&w, "tenants");
+    fq_json_begin_array(&w);
+    size_t i = r->offset < n ? r->offset : n, shown = 0;
+    for (; i < n && shown < r->limit; i++, shown++) {
+        /* The writer is a plain value over buf: a copy taken before a
+         * tenant is a checkpoint to fall back to when it does not fit. */
+        fq_json mark = w;
+        px_stats_tenant(&w, p, rows[i].t, now);
+        if (w.len + PX_STATS_TAIL >= cap) {
+            w = mark;
+            break;
+        }
+    }
+    fq_json_end_array(&w);
+    PX_KV(&w, "tenants_returned", shown);
+    fq_json_key(&w, "truncated");
+    fq_json_bool(&w, i < n);
+    if (i < n)
+        PX_KV(&w, "next_offset", i);
+    fq_json_end_object(&w);
+    free(rows);
+    return fq_json_finish(&w, len);
 }
 
 /* ---- configuration and reload ------------------------------------------- */
@@ -1926,14 +2052,26 @@ static fq_status px_reload(fq_proxy *p, const char *trigger, char *restart, size
 
 #define PX_REPLY_MAX 4096
 
+/* Send a reply; a failed publish (the requester sees only a timeout) is
+ * logged and counted. */
+static void px_reply_send(fq_proxy *p, const fq_nio_msg *req, const char *data, size_t len)
+{
+    fq_status s = fq_nio_reply(p->nio, req, data, len);
+    if (s == FQ_OK)
+        return;
+    p->c.reply_failures++;
+    fq_log(FQ_LOG_ERROR, "admin reply not sent", FQ_STR("subject", fq_nio_msg_subject(req)),
+           FQ_INT("bytes", (int64_t)len), FQ_STR("reason", fq_status_text(s)));
+}
+
 static void px_reply(fq_proxy *p, const fq_nio_msg *req, fq_json *w)
 {
     static const char bad[] = "{\"ok\":false,\"error\":\"the reply did not fit\"}";
     size_t len = 0;
     if (fq_json_finish(w, &len) == FQ_OK)
-        fq_nio_reply(p->nio, req, w->buf, len);
+        px_reply_send(p, req, w->buf, len);
     else
-        fq_nio_reply(p->nio, req, bad, sizeof bad - 1);
+        px_reply_send(p, req, bad, sizeof bad - 1);
 }
 
 static void px_reply_error(fq_proxy *p, const fq_nio_msg *req, const char *why)
@@ -1950,15 +2088,27 @@ static void px_reply_error(fq_proxy *p, const fq_nio_msg *req, const char *why)
     px_reply(p, req, &w);
 }
 
+/* Room kept under max_payload for what the reply carries besides the body. */
+#define PX_REPLY_MARGIN 512
+
 static void px_admin_stats(fq_proxy *p, const fq_nio_msg *req)
 {
-    size_t len = 0;
-    char *js = px_stats_json(p, &len);
-    if (js)
-        fq_nio_reply(p->nio, req, js, len);
+    px_stats_req r;
+    char err[256];
+    if (px_stats_req_parse(&r, (const char *)fq_nio_msg_data(req), fq_nio_msg_len(req), err,
+                           sizeof err) != FQ_OK) {
+        px_reply_error(p, req, err);
+        return;
+    }
+    size_t mp = p->max_payload > 0 ? (size_t)p->max_payload : 0, len = 0;
+    size_t cap = mp > 2 * PX_REPLY_MARGIN ? mp - PX_REPLY_MARGIN : mp / 2;
+    char *buf = malloc(cap);
+    fq_status s = buf ? px_stats_json(p, &r, buf, cap, &len) : FQ_ENOMEM;
+    if (s == FQ_OK)
+        px_reply_send(p, req, buf, len);
     else
-        px_reply_error(p, req, "out of memory");
-    free(js);
+        px_reply_error(p, req, fq_status_text(s));
+    free(buf);
 }
 
 static void px_admin_reload(fq_proxy *p, const fq_nio_msg *req)

@@ -179,10 +179,17 @@ int pt_submit_flush(pt_client *c)
 
 char *pt_stats(pt_client *c)
 {
+    return pt_stats_req(c, "", NULL);
+}
+
+char *pt_stats_req(pt_client *c, const char *req, size_t *lenp)
+{
     natsMsg *r = NULL;
-    if (natsConnection_Request(&r, c->nc, "fair.admin.stats", "", 0, 5000) != NATS_OK)
+    if (natsConnection_RequestString(&r, c->nc, "fair.admin.stats", req, 5000) != NATS_OK)
         return NULL;
     size_t len = (size_t)natsMsg_GetDataLength(r);
+    if (lenp)
+        *lenp = len;
     char *s = malloc(len + 1);
     if (s) {
         memcpy(s, natsMsg_GetData(r), len);

@@ -62,6 +62,9 @@ int pt_submit_flush(pt_client *c);
 
 /* The fair.admin.stats reply, NUL-terminated, malloc'd; NULL on timeout. */
 char *pt_stats(pt_client *c);
+/* The same for a request with body req (a JSON text, "" for none); *len
+ * (may be NULL) gets the reply's length in bytes. */
+char *pt_stats_req(pt_client *c, const char *req, size_t *len);
 
 /* A message read back from a stream. */
 typedef struct pt_msg {
