@@ -17,14 +17,16 @@
 /*
  * Quirks of nats.c 3.4.1 and nats-server 2.9.10 handled here:
  *
- * - natsSubscription_Fetch with a batch above one keeps a waiting pull open
- *   until the whole batch or the timeout arrives, so a lone run would wait
- *   for the timeout. The fetch thread instead asks for what is there now
- *   (NoWait, a full batch) and, when nothing is, waits for one message; it
- *   goes back to full batches as soon as one arrives.
- * - NATS_TIMEOUT and NATS_NOT_FOUND from a fetch mean "nothing now"; the
- *   error stack is cleared.
- * - MaxAckPending -1 makes Fetch time out: callers give a finite value.
+ * - natsSubscription_Fetch/FetchRequest is not used. A fetch that starts
+ *   with deliveries left from an earlier one (a request whose deadline
+ *   passed while the server was still sending) compares its count with the
+ *   already reduced batch, waits out its timeout, and writes past the array
+ *   it returns when more arrive. The fetch thread sends its own pull
+ *   requests ({batch, expires, no_wait}: nats-server 2.9 answers at once
+ *   with what it has, or with the first message to come) to a plain
+ *   subscription, each with its own reply subject so that an earlier
+ *   request's end status is told apart; it counts what it took itself.
+ * - MaxAckPending -1 makes pulls time out: callers give a finite value.
  * - An async publish whose PubAck never comes (the server went away) is
  *   reported only when jsPubOptions.MaxWait is set, so every publish has it.
  * - The PubAck handler gets the published natsMsg, not a user token: a map
@@ -47,7 +49,11 @@ typedef struct nio_consumer {
     fq_nio *n;
     int id;
     fq_nio_consumer cfg;        /* strings owned by the caller */
-    natsSubscription *sub;      /* fetch thread only */
+    natsSubscription *sub;      /* <inbox>.*: every delivery to us; fetch thread only */
+    char inbox[96];             /* this consumer generation's inbox */
+    char next[320];             /* $JS.API.CONSUMER.MSG.NEXT.<stream>.<durable> */
+    uint64_t request;           /* the latest pull request's number */
+    natsMsg **got;              /* cfg.batch slots for one pull; fetch thread only */
     pthread_t thread;
     bool started;
     atomic_bool paused;
@@ -86,6 +92,7 @@ struct fq_nio {
     atomic_bool connected;
     atomic_uint_fast64_t generation;    /* bumped on each reconnect */
     atomic_bool stopping;
+    bool closed;                /* the closed callback ran: no callback follows; under mu */
 
     pthread_mutex_t mu;         /* guards everything below */
     pthread_cond_t cv;          /* signalled when events are queued */
@@ -338,6 +345,33 @@ static void nio_on_reconnected(natsConnection *nc, void *closure)
     nio_conn_event(closure, true);
 }
 
+/* The library's last connection callback: after it, none can touch n. */
+static void nio_on_closed(natsConnection *nc, void *closure)
+{
+    fq_nio *n = closure;
+    (void)nc;
+    pthread_mutex_lock(&n->mu);
+    n->closed = true;
+    pthread_cond_broadcast(&n->cv);
+    pthread_mutex_unlock(&n->mu);
+}
+
+/* Close the connection and wait (a few seconds at most) until its
+ * callbacks are done: natsConnection_Close delivers the disconnected one
+ * later, on the library's thread, which must not find n freed. */
+static void nio_close(fq_nio *n)
+{
+    natsConnection_FlushTimeout(n->nc, 2000);
+    natsConnection_Close(n->nc);
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += 5;
+    pthread_mutex_lock(&n->mu);
+    while (!n->closed && pthread_cond_timedwait(&n->cv, &n->mu, &until) == 0)
+        ;
+    pthread_mutex_unlock(&n->mu);
+}
+
 static char *nio_strdup(const char *s)
 {
     return s ? strdup(s) : NULL;
@@ -373,6 +407,8 @@ static natsStatus nio_set_options(fq_nio *n)
         s = natsOptions_SetDisconnectedCB(o, nio_on_disconnected, n);
     if (s == NATS_OK)
         s = natsOptions_SetReconnectedCB(o, nio_on_reconnected, n);
+    if (s == NATS_OK)
+        s = natsOptions_SetClosedCB(o, nio_on_closed, n);
     return s;
 }
 
@@ -441,6 +477,7 @@ void fq_nio_destroy(fq_nio *n)
         if (n->cons[i].started)
             pthread_join(n->cons[i].thread, NULL);
         natsSubscription_Destroy(n->cons[i].sub);
+        free(n->cons[i].got);
     }
     for (int i = 0; i < NIO_MAX_SUBS; i++)
         natsSubscription_Destroy(n->subs[i].sub);
@@ -449,10 +486,8 @@ void fq_nio_destroy(fq_nio *n)
             pthread_join(n->watches[i].thread, NULL);
         free(n->watches[i].bucket);
     }
-    if (n->nc) {
-        natsConnection_FlushTimeout(n->nc, 2000);
-        natsConnection_Close(n->nc);
-    }
+    if (n->nc)
+        nio_close(n);
     jsCtx_Destroy(n->js);
     natsConnection_Destroy(n->nc);
     natsOptions_Destroy(n->nopts);
@@ -637,7 +672,9 @@ static void nio_sleep_ms(int ms)
 }
 
 /* Delete the consumer and create it afresh, so everything it had delivered
- * and not seen acked is delivered again now. Fetch thread only. */
+ * and not seen acked is delivered again now, and read it through a new
+ * inbox, so that nothing sent for an earlier request is taken for ours.
+ * Fetch thread only. */
 static natsStatus nio_consumer_recreate(nio_consumer *c)
 {
     fq_nio *n = c->n;
@@ -649,59 +686,127 @@ static natsStatus nio_consumer_recreate(nio_consumer *c)
     natsStatus s = js_DeleteConsumer(n->js, c->cfg.stream, c->cfg.durable, NULL, &jerr);
     if (s != NATS_OK && s != NATS_NOT_FOUND && jerr != JSConsumerNotFoundErr)
         return s;
-    jsSubOptions so;
-    jsSubOptions_Init(&so);
-    so.Stream = c->cfg.stream;
-    so.Config.Durable = c->cfg.durable;
-    so.Config.AckPolicy = js_AckExplicit;
-    so.Config.AckWait = c->cfg.ack_wait_ms * NIO_NS_PER_MS;
-    so.Config.MaxAckPending = c->cfg.max_ack_pending;
-    so.Config.MaxDeliver = -1;
-    so.Config.DeliverPolicy = js_DeliverAll;
-    const char *filter = c->cfg.filter ? c->cfg.filter : "";
-    s = js_PullSubscribe(&c->sub, n->js, filter, c->cfg.durable, NULL, &so, &jerr);
+    jsConsumerConfig cc;
+    jsConsumerConfig_Init(&cc);
+    cc.Durable = c->cfg.durable;
+    cc.AckPolicy = js_AckExplicit;
+    cc.AckWait = c->cfg.ack_wait_ms * NIO_NS_PER_MS;
+    cc.MaxAckPending = c->cfg.max_ack_pending;
+    cc.MaxDeliver = -1;
+    cc.DeliverPolicy = js_DeliverAll;
+    cc.FilterSubject = c->cfg.filter;
+    jsConsumerInfo *ci = NULL;
+    s = js_AddConsumer(&ci, n->js, c->cfg.stream, &cc, NULL, &jerr);
+    jsConsumerInfo_Destroy(ci);
+    if (s != NATS_OK)
+        return s;
+    natsInbox *inbox = NULL;
+    char wildcard[sizeof c->inbox + 2];
+    s = natsInbox_Create(&inbox);
+    if (s != NATS_OK)
+        return s;
+    snprintf(c->inbox, sizeof c->inbox, "%s", (const char *)inbox);
+    natsInbox_Destroy(inbox);
+    snprintf(c->next, sizeof c->next, "$JS.API.CONSUMER.MSG.NEXT.%s.%s", c->cfg.stream,
+             c->cfg.durable);
+    snprintf(wildcard, sizeof wildcard, "%s.*", c->inbox);
+    s = natsConnection_SubscribeSync(&c->sub, n->nc, wildcard);
     if (s == NATS_OK)
         s = natsSubscription_SetPendingLimits(c->sub, -1, -1);
     return s;
 }
 
-/* Hand a fetched batch to the owner in one lock. */
-static void nio_deliver(nio_consumer *c, natsMsgList *list)
+/* Hand the deliveries in got[0..count) to the owner in one lock. */
+static void nio_deliver(nio_consumer *c, int count)
 {
     fq_nio *n = c->n;
     pthread_mutex_lock(&n->mu);
-    for (int i = 0; i < list->Count; i++) {
-        natsMsg *m = list->Msgs[i];
-        fq_nio_event ev = {.type = FQ_NIO_EV_MSG, .source = c->id, .msg = (fq_nio_msg *)m};
-        if (!nio_parse_reply(natsMsg_GetReply(m), &ev.ack, &ev.ts_ms))
-            continue;   /* not a JetStream delivery: dropped below */
-        nio_push_locked(n, &ev);
-        list->Msgs[i] = NULL;
+    for (int i = 0; i < count; i++) {
+        fq_nio_event ev = {.type = FQ_NIO_EV_MSG, .source = c->id, .msg = (fq_nio_msg *)c->got[i]};
+        if (nio_parse_reply(natsMsg_GetReply(c->got[i]), &ev.ack, &ev.ts_ms))
+            nio_push_locked(n, &ev);
+        else
+            natsMsg_Destroy(c->got[i]);     /* not a JetStream delivery */
+        c->got[i] = NULL;
     }
     pthread_cond_signal(&n->cv);
     pthread_mutex_unlock(&n->mu);
-    natsMsgList_Destroy(list);
 }
 
-/* One fetch: a full batch of what is there now, else wait for one. */
+/* Take what the inbox holds already (deliveries of a request given up on)
+ * into got, up to the batch; status messages are dropped. */
+static int nio_take_queued(nio_consumer *c)
+{
+    int queued = 0, count = 0;
+    natsSubscription_GetPending(c->sub, &queued, NULL);
+    while (count < c->cfg.batch && queued-- > 0) {
+        natsMsg *m = NULL;
+        if (natsSubscription_NextMsg(&m, c->sub, 1) != NATS_OK)
+            break;
+        if (natsMsg_GetReply(m) && *natsMsg_GetReply(m))
+            c->got[count++] = m;
+        else
+            natsMsg_Destroy(m);
+    }
+    return count;
+}
+
+/* One pull request for up to want runs, appended to got from *count on:
+ * with no_wait what the consumer has now, else the first to come within
+ * timeout_ms. *count never passes want. NATS_OK also when none came. */
+static natsStatus nio_pull(nio_consumer *c, int want, bool no_wait, int64_t timeout_ms,
+                           int *count)
+{
+    char reply[sizeof c->inbox + 24], req[96];
+    snprintf(reply, sizeof reply, "%s.%" PRIu64, c->inbox, ++c->request);
+    snprintf(req, sizeof req, "{\"batch\":%d,\"expires\":%" PRId64 "%s}", want - *count,
+             (int64_t)(timeout_ms * NIO_NS_PER_MS), no_wait ? ",\"no_wait\":true" : "");
+    natsStatus s = natsConnection_PublishRequestString(c->n->nc, c->next, reply, req);
+    /* The server ends the request at its expiry; waiting a little longer
+     * sees that end rather than leaving its runs for the next pull. */
+    int64_t deadline = fq_nio_mono_ms() + timeout_ms + 100;
+    while (s == NATS_OK && *count < want) {
+        int64_t left = deadline - fq_nio_mono_ms();
+        natsMsg *m = NULL;
+        if (left <= 0)
+            break;
+        s = natsSubscription_NextMsg(&m, c->sub, left);
+        if (s == NATS_TIMEOUT)
+            return NATS_OK;
+        if (s != NATS_OK)
+            break;
+        if (natsMsg_GetReply(m) && *natsMsg_GetReply(m)) {
+            c->got[(*count)++] = m;
+            continue;
+        }
+        /* A status: this request's end (404, 408) or refusal (409) stops
+         * it; heartbeats and earlier requests' ends do not. */
+        const char *status = NULL;
+        bool ours = strcmp(natsMsg_GetSubject(m), reply) == 0;
+        natsMsgHeader_Get(m, "Status", &status);
+        bool refused = ours && status && strncmp(status, "409", 3) == 0;
+        bool ended = ours && status && strncmp(status, "100", 3) != 0;
+        natsMsg_Destroy(m);
+        if (refused)
+            s = NATS_ERR;
+        else if (ended)
+            break;
+    }
+    return *count ? NATS_OK : s;
+}
+
+/* One fetch: a full batch of what is there now; after one that found
+ * nothing, a wait for a single run, since a waiting request for a whole
+ * batch would hold a lone run until the batch filled or expired. */
 static natsStatus nio_fetch_once(nio_consumer *c, bool *busy)
 {
-    natsMsgList list = {0};
-    jsFetchRequest req;
-    jsFetchRequest_Init(&req);
-    req.Batch = *busy ? c->cfg.batch : 1;
-    req.NoWait = *busy;
-    req.Expires = 500 * NIO_NS_PER_MS;
-    natsStatus s = natsSubscription_FetchRequest(&list, c->sub, &req);
-    if (s == NATS_OK) {
-        *busy = true;
-        nio_deliver(c, &list);
-        return NATS_OK;
-    }
-    if (s == NATS_TIMEOUT || s == NATS_NOT_FOUND) {
-        *busy = false;
-        return NATS_OK;
-    }
+    int count = nio_take_queued(c);
+    natsStatus s = NATS_OK;
+    if (count == 0)
+        s = nio_pull(c, *busy ? c->cfg.batch : 1, *busy, 500, &count);
+    *busy = count > 0;
+    if (count)
+        nio_deliver(c, count);
     return s;
 }
 
@@ -745,9 +850,13 @@ fq_status fq_nio_consume(fq_nio *n, int id, const fq_nio_consumer *cfg)
         return FQ_EINVAL;
     nio_consumer *c = &n->cons[id];
     c->cfg = *cfg;
+    c->got = calloc((size_t)cfg->batch, sizeof *c->got);
     atomic_store(&c->paused, false);
-    if (pthread_create(&c->thread, NULL, nio_fetch_main, c) != 0)
+    if (!c->got || pthread_create(&c->thread, NULL, nio_fetch_main, c) != 0) {
+        free(c->got);
+        c->got = NULL;
         return FQ_ENOMEM;
+    }
     c->started = true;
     return FQ_OK;
 }
