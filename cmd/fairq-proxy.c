@@ -43,15 +43,15 @@ static void usage(FILE *f)
             "      --version       print the version and exit\n"
             "  -h, --help          print this help and exit\n"
             "\n"
-            "Environment: FAIRQ_NATS_URL overrides nats.url, FAIRQ_HTTP_LISTEN http.listen;\n"
-            "FAIRQ_TENANTS_BUCKET names the overrides bucket (default %s);\n"
-            "FAIRQ_QUEUE_AGE_WARN_MS is the queue age logged at warn (default %u).\n"
+            "Environment: FAIRQ_NATS_URL overrides nats.url, FAIRQ_HTTP_LISTEN http.listen,\n"
+            "FAIRQ_TENANTS_BUCKET nats.tenants_bucket (default %s), and\n"
+            "FAIRQ_QUEUE_AGE_WARN_MS log.queue_age_warn_ms (default %u).\n"
             "\n"
             "SIGTERM or SIGINT stop it gracefully: fetching stops, dispatches under way\n"
             "finish and are acked, whatever is still queued stays in JetStream.\n"
             "SIGHUP reads the config file again (as a request on <admin>.reload does);\n"
             "an invalid file is refused whole and the config in force stays.\n",
-            FQ_KV_TENANTS, FQ_QUEUE_AGE_WARN_MS);
+            FQ_DEFAULT_TENANTS_BUCKET, FQ_DEFAULT_QUEUE_AGE_WARN_MS);
 }
 
 /* Replace *field by the flag, else by the environment variable if set (and
@@ -77,6 +77,24 @@ typedef struct cli {
     const char *nats;           /* --nats, or NULL */
 } cli;
 
+/* FAIRQ_QUEUE_AGE_WARN_MS over log.queue_age_warn_ms, if set. */
+static int override_age(uint64_t *field, char *err, size_t errlen)
+{
+    const char *age = getenv("FAIRQ_QUEUE_AGE_WARN_MS");
+    if (!age || !*age)
+        return 0;
+    char *end = NULL;
+    errno = 0;
+    unsigned long long v = strtoull(age, &end, 10);
+    if (errno || *end || !v || age[0] < '0' || age[0] > '9' || v > FQ_CONFIG_MAX_MS) {
+        snprintf(err, errlen, "FAIRQ_QUEUE_AGE_WARN_MS: '%s' is not a whole number of ms "
+                 "from 1 to %llu", age, (unsigned long long)FQ_CONFIG_MAX_MS);
+        return -1;
+    }
+    *field = v;
+    return 0;
+}
+
 /* The config file with the command line's and the environment's
  * overrides: fq_proxy_load_fn. */
 static fq_status load(fq_config *out, void *arg, char *err, size_t errlen)
@@ -86,31 +104,23 @@ static fq_status load(fq_config *out, void *arg, char *err, size_t errlen)
     if (s != FQ_OK)
         return s;
     if (override(&out->nats.url, c->nats, "FAIRQ_NATS_URL", 0) != 0 ||
-        override(&out->http.listen, NULL, "FAIRQ_HTTP_LISTEN", 1) != 0) {
+        override(&out->http.listen, NULL, "FAIRQ_HTTP_LISTEN", 1) != 0 ||
+        override(&out->nats.tenants_bucket, NULL, "FAIRQ_TENANTS_BUCKET", 0) != 0) {
         fq_config_free(out);
         snprintf(err, errlen, "out of memory");
         return FQ_ENOMEM;
     }
-    return FQ_OK;
-}
-
-/* The options the config file has no keys for, from the environment. */
-static int proxy_ops(fq_proxy_ops *o, cli *c, char *err, size_t errlen)
-{
-    *o = (fq_proxy_ops){.load = load, .load_arg = c,
-                        .tenants_bucket = getenv("FAIRQ_TENANTS_BUCKET")};
-    const char *age = getenv("FAIRQ_QUEUE_AGE_WARN_MS");
-    if (age && *age) {
-        char *end = NULL;
-        errno = 0;
-        unsigned long long v = strtoull(age, &end, 10);
-        if (errno || *end || !v || age[0] == '-') {
-            snprintf(err, errlen, "FAIRQ_QUEUE_AGE_WARN_MS: must be a positive number of ms");
-            return -1;
-        }
-        o->queue_age_warn_ms = v;
+    const char *b = out->nats.tenants_bucket;
+    if (!fq_tenant_id_valid(b, strlen(b))) {
+        snprintf(err, errlen, "FAIRQ_TENANTS_BUCKET: '%s' is not 1 to 64 of [A-Za-z0-9_-]", b);
+        fq_config_free(out);
+        return FQ_EINVAL;
     }
-    return 0;
+    if (override_age(&out->log.queue_age_warn_ms, err, errlen) != 0) {
+        fq_config_free(out);
+        return FQ_EINVAL;
+    }
+    return FQ_OK;
 }
 
 /* --health URL: 0 on a 2xx answer, 1 otherwise, the reason on stderr. */
@@ -161,14 +171,13 @@ int main(int argc, char **argv)
         return 2;
     }
     fq_config cfg;
-    fq_proxy_ops ops;
+    fq_proxy_ops ops = {.load = load, .load_arg = &c};
     char err[1024];
     if (load(&cfg, &c, err, sizeof err) != FQ_OK) {
         fprintf(stderr, "fairq-proxy: %s\n", err);
         return 2;
     }
-    if (fq_log_init(cfg.log.level, cfg.log.format, err, sizeof err) != FQ_OK ||
-        proxy_ops(&ops, &c, err, sizeof err) != 0) {
+    if (fq_log_init(cfg.log.level, cfg.log.format, err, sizeof err) != FQ_OK) {
         fprintf(stderr, "fairq-proxy: %s\n", err);
         fq_config_free(&cfg);
         return 2;
@@ -179,13 +188,7 @@ int main(int argc, char **argv)
         fq_config_free(&cfg);
         return 2;
     }
-    if (fq_proxy_set_ops(p, &ops) != FQ_OK) {
-        fprintf(stderr, "fairq-proxy: FAIRQ_TENANTS_BUCKET: must be 1 to 64 of "
-                "[A-Za-z0-9_-]\n");
-        fq_proxy_destroy(p);
-        fq_config_free(&cfg);
-        return 2;
-    }
+    fq_proxy_set_ops(p, &ops);
     if (check) {
         printf("%s: ok\n", c.path);
         fq_proxy_destroy(p);

@@ -37,7 +37,7 @@ typedef struct raw_tls {
 typedef struct raw_nats {
     char *url, *creds;
     raw_tls *tls;
-    char *replicas;
+    char *replicas, *tenants_bucket;
 } raw_nats;
 
 typedef struct raw_subjects {
@@ -76,11 +76,11 @@ typedef struct raw_estimates {
 } raw_estimates;
 
 typedef struct raw_http {
-    char *listen;
+    char *listen, *max_tenant_series;
 } raw_http;
 
 typedef struct raw_log {
-    char *level, *format;
+    char *level, *format, *queue_age_warn_ms;
 } raw_log;
 
 typedef struct raw_config {
@@ -119,6 +119,7 @@ static const cyaml_schema_field_t nats_fields[] = {
     CFG_STR("creds", raw_nats, creds),
     CFG_MAP("tls", raw_nats, tls, tls_fields),
     CFG_STR("replicas", raw_nats, replicas),
+    CFG_STR("tenants_bucket", raw_nats, tenants_bucket),
     CYAML_FIELD_END
 };
 
@@ -193,12 +194,14 @@ static const cyaml_schema_field_t estimates_fields[] = {
 
 static const cyaml_schema_field_t http_fields[] = {
     CFG_STR("listen", raw_http, listen),
+    CFG_STR("max_tenant_series", raw_http, max_tenant_series),
     CYAML_FIELD_END
 };
 
 static const cyaml_schema_field_t log_fields[] = {
     CFG_STR("level", raw_log, level),
     CFG_STR("format", raw_log, format),
+    CFG_STR("queue_age_warn_ms", raw_log, queue_age_warn_ms),
     CYAML_FIELD_END
 };
 
@@ -707,8 +710,13 @@ static fq_status cfg_nats(fq_config *c, const raw_nats *r, const cfg_ctx *v)
         return cfg_fail(v, "nats.tls", cert ? "key" : "cert",
                         "required with nats.tls.%s: cert and key go together",
                         cert ? "cert" : "key");
+    if (r->tenants_bucket && !fq_tenant_id_valid(r->tenants_bucket, strlen(r->tenants_bucket)))
+        return cfg_fail(v, "nats", "tenants_bucket", "'%s' is not 1 to 64 of [A-Za-z0-9_-]",
+                        r->tenants_bucket);
     c->nats.replicas = 1;
     CFG_IFOK(s, cfg_u32(v, "nats", "replicas", r->replicas, 1, 5, &c->nats.replicas));
+    CFG_IFOK(s, cfg_str(r->tenants_bucket, FQ_DEFAULT_TENANTS_BUCKET, false,
+                        &c->nats.tenants_bucket));
     CFG_IFOK(s, cfg_str(r->url, NULL, false, &c->nats.url));
     CFG_IFOK(s, cfg_str(r->creds, NULL, true, &c->nats.creds));
     CFG_IFOK(s, cfg_str(t->ca, NULL, true, &c->nats.tls_ca));
@@ -955,8 +963,14 @@ static fq_status cfg_misc(fq_config *c, const raw_config *r, const cfg_ctx *v)
     if (h->listen && !cfg_listen_valid(h->listen))
         return cfg_fail(v, "http", "listen", "'%s' is not host:port (port 1 to "
                         "65535), or \"\" to disable", h->listen);
+    c->http.max_tenant_series = FQ_DEFAULT_MAX_TENANT_SERIES;
+    c->log.queue_age_warn_ms = FQ_DEFAULT_QUEUE_AGE_WARN_MS;
+    CFG_IFOK(s, cfg_u32(v, "http", "max_tenant_series", h->max_tenant_series, 1,
+                        FQ_CONFIG_MAX_TENANT_SERIES, &c->http.max_tenant_series));
     CFG_IFOK(s, cfg_word(v, "log", "level", l->level, levels, &level));
     CFG_IFOK(s, cfg_word(v, "log", "format", l->format, formats, &format));
+    CFG_IFOK(s, cfg_u64(v, "log", "queue_age_warn_ms", l->queue_age_warn_ms, 1,
+                        FQ_CONFIG_MAX_MS, &c->log.queue_age_warn_ms));
     CFG_IFOK(s, cfg_str(h->listen, "127.0.0.1:9464", false, &c->http.listen));
     CFG_IFOK(s, cfg_str(levels[level], NULL, false, &c->log.level));
     CFG_IFOK(s, cfg_str(formats[format], NULL, false, &c->log.format));
@@ -1059,10 +1073,10 @@ void fq_config_free(fq_config *c)
     if (!c)
         return;
     char *strs[] = {c->nats.url, c->nats.creds, c->nats.tls_ca, c->nats.tls_cert,
-                    c->nats.tls_key, c->subjects.submit, c->subjects.dispatch,
-                    c->subjects.done, c->subjects.rejected, c->subjects.admin,
-                    c->scheduler.default_plan, c->http.listen, c->log.level,
-                    c->log.format};
+                    c->nats.tls_key, c->nats.tenants_bucket, c->subjects.submit,
+                    c->subjects.dispatch, c->subjects.done, c->subjects.rejected,
+                    c->subjects.admin, c->scheduler.default_plan, c->http.listen,
+                    c->log.level, c->log.format};
     for (size_t i = 0; i < sizeof(strs) / sizeof(strs[0]); i++)
         free(strs[i]);
     free(c->estimates.workflows);
@@ -1189,6 +1203,7 @@ size_t fq_config_describe(const fq_config *c, char *buf, size_t cap)
     cfg_put_opt(&o, "nats.tls.cert", c->nats.tls_cert, false);
     cfg_put_opt(&o, "nats.tls.key", c->nats.tls_key, true);
     cfg_put(&o, " nats.replicas=%u", c->nats.replicas);
+    cfg_put_opt(&o, "nats.tenants_bucket", c->nats.tenants_bucket, false);
     cfg_put_opt(&o, "subjects.submit", c->subjects.submit, false);
     cfg_put_opt(&o, "subjects.dispatch", c->subjects.dispatch, false);
     cfg_put_opt(&o, "subjects.done", c->subjects.done, false);
@@ -1215,8 +1230,10 @@ size_t fq_config_describe(const fq_config *c, char *buf, size_t cap)
             c->estimates.default_tokens, c->estimates.n_workflows);
     cfg_put(&o, " http.listen=");
     cfg_put_value(&o, c->http.listen && *c->http.listen ? c->http.listen : "off");
+    cfg_put(&o, " http.max_tenant_series=%u", c->http.max_tenant_series);
     cfg_put_opt(&o, "log.level", c->log.level, false);
     cfg_put_opt(&o, "log.format", c->log.format, false);
+    cfg_put(&o, " log.queue_age_warn_ms=%llu", (unsigned long long)c->log.queue_age_warn_ms);
     return o.len;
 }
 
@@ -1230,6 +1247,7 @@ static const struct {
     {"nats.tls.ca", offsetof(fq_config, nats.tls_ca)},
     {"nats.tls.cert", offsetof(fq_config, nats.tls_cert)},
     {"nats.tls.key", offsetof(fq_config, nats.tls_key)},
+    {"nats.tenants_bucket", offsetof(fq_config, nats.tenants_bucket)},
     {"subjects.submit", offsetof(fq_config, subjects.submit)},
     {"subjects.dispatch", offsetof(fq_config, subjects.dispatch)},
     {"subjects.done", offsetof(fq_config, subjects.done)},
@@ -1260,5 +1278,7 @@ size_t fq_config_diff_restart(const fq_config *old, const fq_config *new,
     }
     if (old->nats.replicas != new->nats.replicas)
         cfg_put(&o, "%s%s", n++ ? "," : "", "nats.replicas");
+    if (old->http.max_tenant_series != new->http.max_tenant_series)
+        cfg_put(&o, "%s%s", n++ ? "," : "", "http.max_tenant_series");
     return n;
 }

@@ -24,6 +24,8 @@ typedef struct fq_config {
         char *tls_ca, *tls_cert;    /* NULL: none */
         char *tls_key;              /* NULL: none; a secret, never printed */
         uint32_t replicas;          /* stream replicas, 1 to 5, default 1 */
+        char *tenants_bucket;       /* KV bucket of runtime overrides, default
+                                       FQ_DEFAULT_TENANTS_BUCKET; 1 to 64 of [A-Za-z0-9_-] */
     } nats;
     struct {
         char *submit;               /* "fair.submit" (producers add .<tenant>) */
@@ -55,10 +57,16 @@ typedef struct fq_config {
     } estimates;
     struct {
         char *listen;               /* default "127.0.0.1:9464"; "" disables */
+        uint32_t max_tenant_series; /* tenants with series of their own, the rest
+                                       folded into "_other"; default 10,000, 1 to
+                                       FQ_CONFIG_MAX_TENANT_SERIES */
     } http;
     struct {
         char *level;                /* debug|info|warn|error, default info */
         char *format;               /* logfmt (default) | json */
+        uint64_t queue_age_warn_ms; /* a tenant whose oldest queued run is older is
+                                       logged at warn; default 60,000, at most
+                                       FQ_CONFIG_MAX_MS */
     } log;
     fq_plan *plans;                 /* at least one; weight default 1 */
     size_t n_plans;
@@ -67,6 +75,10 @@ typedef struct fq_config {
 } fq_config;
 
 #define FQ_DEFAULT_MAX_PENDING 100000   /* runs per tenant when no plan says */
+#define FQ_DEFAULT_TENANTS_BUCKET "fairq_tenants" /* nats.tenants_bucket */
+#define FQ_DEFAULT_MAX_TENANT_SERIES 10000u /* http.max_tenant_series */
+#define FQ_CONFIG_MAX_TENANT_SERIES 1000000u
+#define FQ_DEFAULT_QUEUE_AGE_WARN_MS 60000u /* log.queue_age_warn_ms */
 #define FQ_CONFIG_MAX_MS 31536000000ull /* one year: bounds every duration */
 #define FQ_CONFIG_MAX_BYTES (16u << 20) /* a config file larger than this is refused */
 
@@ -95,8 +107,8 @@ fq_status fq_config_policy(fq_policy **out, const fq_config *c);
 size_t fq_config_describe(const fq_config *c, char *buf, size_t cap);
 
 /* The settings that differ between old and new but only take effect at a
- * restart (nats.url, nats.creds, nats.tls.*, nats.replicas, subjects.*,
- * http.listen), as a comma-separated list of key names (never their values)
+ * restart (nats.url, nats.creds, nats.tls.*, nats.replicas,
+ * nats.tenants_bucket, subjects.*, http.listen, http.max_tenant_series), as a comma-separated list of key names (never their values)
  * in buf, truncated to cap as snprintf does. Returns how many differ. */
 size_t fq_config_diff_restart(const fq_config *old, const fq_config *new,
                               char *buf, size_t cap);

@@ -243,7 +243,6 @@ struct fq_proxy {
     fq_log_limiter *age_lim;    /* old-queue warnings, per tenant */
 
     fq_proxy_ops ops;           /* the loader; bucket and threshold below */
-    char bucket[FQ_TENANT_MAX + 1]; /* the overrides bucket */
     atomic_bool reload_asked;   /* set by fq_proxy_reload (a signal handler) */
     px_ovr **ob;                /* overrides by tenant id */
     size_t onb, on;
@@ -781,7 +780,7 @@ static void px_on_kv(fq_proxy *p, fq_nio_kv_entry *e)
         p->c.overrides_refused++;
         if (px_warn_ok(p, "override"))
             fq_log(FQ_LOG_WARN, "override refused; the tenant's policy is unchanged",
-                   FQ_STR("bucket", p->bucket), FQ_STR("key", e->key), FQ_UINT("rev", e->rev),
+                   FQ_STR("bucket", p->cfg.nats.tenants_bucket), FQ_STR("key", e->key), FQ_UINT("rev", e->rev),
                    FQ_STR("reason", err));
     }
     fq_nio_kv_entry_destroy(e);
@@ -1883,6 +1882,7 @@ static bool px_copy_config(fq_config *d, const fq_config *s)
     d->nats.tls_ca = px_dup(s->nats.tls_ca);
     d->nats.tls_cert = px_dup(s->nats.tls_cert);
     d->nats.tls_key = px_dup(s->nats.tls_key);
+    d->nats.tenants_bucket = px_dup(s->nats.tenants_bucket);
     d->subjects.submit = px_dup(s->subjects.submit);
     d->subjects.dispatch = px_dup(s->subjects.dispatch);
     d->subjects.done = px_dup(s->subjects.done);
@@ -1898,16 +1898,17 @@ static bool px_copy_config(fq_config *d, const fq_config *s)
     d->n_plans = 0;
     d->tenants = NULL;
     d->n_tenants = 0;
-    return d->nats.url && d->subjects.submit && d->subjects.dispatch && d->subjects.done &&
+    return d->nats.url && d->nats.tenants_bucket && d->subjects.submit && d->subjects.dispatch && d->subjects.done &&
            d->subjects.rejected && d->subjects.admin;
 }
 
 static void px_config_free(fq_config *c)
 {
     char *strs[] = {c->nats.url, c->nats.creds, c->nats.tls_ca, c->nats.tls_cert,
-                    c->nats.tls_key, c->subjects.submit, c->subjects.dispatch,
-                    c->subjects.done, c->subjects.rejected, c->subjects.admin,
-                    c->scheduler.default_plan, c->http.listen, c->log.level, c->log.format};
+                    c->nats.tls_key, c->nats.tenants_bucket, c->subjects.submit,
+                    c->subjects.dispatch, c->subjects.done, c->subjects.rejected,
+                    c->subjects.admin, c->scheduler.default_plan, c->http.listen,
+                    c->log.level, c->log.format};
     for (size_t i = 0; i < sizeof strs / sizeof strs[0]; i++)
         free(strs[i]);
     memset(c, 0, sizeof *c);
@@ -1958,7 +1959,7 @@ static fq_status px_carry_overrides(fq_proxy *p, fq_policy *np, char *err, size_
             if (s == FQ_ENOTFOUND)
                 snprintf(err, errlen, "the override of tenant %s (bucket %s) names plan %s, "
                          "which the new config does not define: change or remove the override "
-                         "first", o->e.id, p->bucket, o->e.plan);
+                         "first", o->e.id, p->cfg.nats.tenants_bucket, o->e.plan);
             else if (s != FQ_OK)
                 snprintf(err, errlen, "the override of tenant %s: %s", o->e.id,
                          fq_status_text(s));
@@ -2196,7 +2197,7 @@ static fq_status px_ovr_store(fq_proxy *p, const px_ovr *o, const fq_tenant_entr
                               uint64_t *rev)
 {
     if (px_entry_empty(ne))
-        return fq_nio_kv_delete(rev, p->nio, p->bucket, ne->id, o->rev);
+        return fq_nio_kv_delete(rev, p->nio, p->cfg.nats.tenants_bucket, ne->id, o->rev);
     char v[512];
     size_t len = 0;
     fq_json w;
@@ -2205,8 +2206,8 @@ static fq_status px_ovr_store(fq_proxy *p, const px_ovr *o, const fq_tenant_entr
     if (fq_json_finish(&w, &len) != FQ_OK)
         return FQ_EINVAL;
     if (!o->rev)
-        return fq_nio_kv_create(rev, p->nio, p->bucket, ne->id, v, len);
-    return fq_nio_kv_update(rev, p->nio, p->bucket, ne->id, v, len, o->rev);
+        return fq_nio_kv_create(rev, p->nio, p->cfg.nats.tenants_bucket, ne->id, v, len);
+    return fq_nio_kv_update(rev, p->nio, p->cfg.nats.tenants_bucket, ne->id, v, len, o->rev);
 }
 
 /* Change a tenant's override: validated, stored in the bucket, then put in
@@ -2239,7 +2240,7 @@ static void px_admin_set(fq_proxy *p, const fq_nio_msg *req)
             snprintf(err, sizeof err, "the tenant's override changed in the bucket meanwhile: "
                      "read it again (tenant.get) and retry");
         else if (s != FQ_OK)
-            snprintf(err, sizeof err, "cannot write to the overrides bucket %s: %s", p->bucket,
+            snprintf(err, sizeof err, "cannot write to the overrides bucket %s: %s", p->cfg.nats.tenants_bucket,
                      fq_status_text(s));
         if (s != FQ_OK || px_ovr_apply(p, o, &ne, err, sizeof err) != FQ_OK) {
             px_reply_error(p, req, err);
@@ -2352,7 +2353,7 @@ static void px_phase_leader(fq_proxy *p)
  * checks held back since. */
 static void px_warn_old_queues(fq_proxy *p, uint64_t now)
 {
-    uint64_t limit = p->ops.queue_age_warn_ms;
+    uint64_t limit = p->cfg.log.queue_age_warn_ms;
     if (!fq_log_enabled(FQ_LOG_WARN))
         return;
     for (px_tenant *t = p->t_first; t; t = t->later) {
@@ -2730,10 +2731,10 @@ static void px_overrides_start(fq_proxy *p)
 {
     char why[512] = "";
     uint32_t rep = p->cfg.nats.replicas ? p->cfg.nats.replicas : 1;
-    if (fq_nio_kv_ensure(p->nio, p->bucket, 0, rep, why, sizeof why) != FQ_OK ||
-        fq_nio_kv_watch(p->nio, PX_WATCH_TENANTS, p->bucket) != FQ_OK) {
+    if (fq_nio_kv_ensure(p->nio, p->cfg.nats.tenants_bucket, 0, rep, why, sizeof why) != FQ_OK ||
+        fq_nio_kv_watch(p->nio, PX_WATCH_TENANTS, p->cfg.nats.tenants_bucket) != FQ_OK) {
         fq_log(FQ_LOG_ERROR, "cannot watch the overrides bucket; overrides are off until a restart",
-               FQ_STR("bucket", p->bucket), FQ_STR("reason", why));
+               FQ_STR("bucket", p->cfg.nats.tenants_bucket), FQ_STR("reason", why));
         return;
     }
     uint64_t end = fq_nio_mono_ms() + PX_KV_SYNC_WAIT_MS;
@@ -2746,10 +2747,10 @@ static void px_overrides_start(fq_proxy *p)
         for (px_ovr *o = p->ob[i]; o; o = o->next)
             live += !px_entry_empty(&o->e);
     if (p->kv_synced)
-        fq_log(FQ_LOG_INFO, "overrides read", FQ_STR("bucket", p->bucket), FQ_UINT("in_force", live));
+        fq_log(FQ_LOG_INFO, "overrides read", FQ_STR("bucket", p->cfg.nats.tenants_bucket), FQ_UINT("in_force", live));
     else
         fq_log(FQ_LOG_WARN, "the overrides bucket is not read whole yet; its overrides apply as "
-               "they arrive", FQ_STR("bucket", p->bucket));
+               "they arrive", FQ_STR("bucket", p->cfg.nats.tenants_bucket));
 }
 
 /* Wait until we hold the lease; false if stopped first. */
@@ -2923,7 +2924,7 @@ fq_status fq_proxy_create(fq_proxy **out, const fq_config *cfg, char *err, size_
     if (s == FQ_OK)
         s = fq_proxy_set_ops(p, &(fq_proxy_ops){0});
     if (s == FQ_OK)
-        s = fq_metrics_snapshot_create(&p->snap, 0);
+        s = fq_metrics_snapshot_create(&p->snap, p->cfg.http.max_tenant_series);
     pthread_mutex_init(&p->snap_mu, NULL);
     if (s == FQ_OK && !(p->ev = calloc(PX_EVENTS, sizeof *p->ev)))
         s = FQ_ENOMEM;
@@ -2946,14 +2947,7 @@ fq_status fq_proxy_create(fq_proxy **out, const fq_config *cfg, char *err, size_
 
 fq_status fq_proxy_set_ops(fq_proxy *p, const fq_proxy_ops *o)
 {
-    const char *b = o->tenants_bucket ? o->tenants_bucket : FQ_KV_TENANTS;
-    if (!fq_tenant_id_valid(b, strlen(b)))
-        return FQ_EINVAL;
     p->ops = *o;
-    snprintf(p->bucket, sizeof p->bucket, "%s", b);
-    p->ops.tenants_bucket = p->bucket;
-    if (!p->ops.queue_age_warn_ms)
-        p->ops.queue_age_warn_ms = FQ_QUEUE_AGE_WARN_MS;
     return FQ_OK;
 }
 

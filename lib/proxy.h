@@ -21,12 +21,10 @@ typedef struct fq_proxy fq_proxy;
 #define FQ_STREAM_RUNS "FAIRQ_RUNS"     /* the runs journal: in flight, then done */
 #define FQ_RUNS_SUBJECT "fairq.runs"    /* its one subject */
 #define FQ_KV_LEASE "fairq_lease"       /* the leader lease */
-#define FQ_KV_TENANTS "fairq_tenants"   /* runtime overrides, one key per tenant id */
 #define FQ_DUPLICATE_WINDOW_MS 600000u  /* FAIR_DISPATCH de-duplication window */
 #define FQ_REJECTED_MAX_AGE_MS (7u * 24 * 3600 * 1000) /* FAIR_REJECTED keeps a week */
 #define FQ_LEASE_TTL_MS 3000u           /* a silent holder loses the lease after this */
 #define FQ_HEADER_ROOM 1024u            /* bytes reserved for fairq's own dispatch headers */
-#define FQ_QUEUE_AGE_WARN_MS 60000u     /* a tenant's oldest queued run older than this is logged */
 #define FQ_QUEUE_AGE_WARN_EVERY_MS 60000u /* ... at most once per tenant per this */
 
 /* Exit codes of fq_proxy_run, for cmd/fairq-proxy. */
@@ -45,8 +43,6 @@ typedef fq_status (*fq_proxy_load_fn)(fq_config *out, void *arg, char *err, size
 typedef struct fq_proxy_ops {
     fq_proxy_load_fn load;      /* NULL: reloads are refused, saying why */
     void *load_arg;
-    const char *tenants_bucket; /* the overrides bucket; NULL: FQ_KV_TENANTS */
-    uint64_t queue_age_warn_ms; /* 0: FQ_QUEUE_AGE_WARN_MS */
 } fq_proxy_ops;
 
 /* Build a proxy for cfg (copied where needed; cfg may be freed after).
@@ -55,8 +51,7 @@ typedef struct fq_proxy_ops {
 fq_status fq_proxy_create(fq_proxy **out, const fq_config *cfg, char *err, size_t errlen);
 /* Safe on NULL. */
 void fq_proxy_destroy(fq_proxy *p);
-/* Set the options before fq_proxy_run (strings are copied). FQ_EINVAL for
- * a bucket name that is not 1 to 64 of [A-Za-z0-9_-]; nothing changes then. */
+/* Set the options before fq_proxy_run. */
 fq_status fq_proxy_set_ops(fq_proxy *p, const fq_proxy_ops *o);
 
 /* Connect (retrying until stopped), ensure the streams and buckets, wait

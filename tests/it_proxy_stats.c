@@ -11,7 +11,7 @@
 #include <cjson/cJSON.h>
 #include <cmocka.h>
 
-#include "proxytest.h"
+#include "opstest.h"
 
 /* Enough tenants that the whole snapshot is a few times max_payload. */
 #define NTENANTS 5000
@@ -22,9 +22,14 @@ typedef struct fixture {
     pt_client c;
 } fixture;
 
+/* Tenants with /metrics series of their own; the rest fold into _other. */
+#define SERIES 100
+
 /* A window of one and no worker: the first run stays in flight and every
- * other tenant's run stays queued. */
+ * other tenant's run stays queued. The leading indented key extends the
+ * http mapping of the file's header. */
 static const char yaml[] =
+    "  max_tenant_series: 100\n"
     "scheduler:\n  default_plan: free\n"
     "window:\n  max_in_flight: 1\n"
     "plans:\n  - name: free\n    weight: 1\n";
@@ -61,6 +66,7 @@ static int setup(void **state)
 {
     fixture *f = calloc(1, sizeof *f);
     *state = f;
+    setenv("FAIRQ_HTTP_LISTEN", "127.0.0.1:0", 1);
     if (natstest_start(&f->srv, NULL) != 0 || pt_proxy_start(&f->px, f->srv, "proxy", yaml) != 0 ||
         pt_log_wait(&f->px, "fairq-proxy running", 15000) != 0 || pt_connect(&f->c, f->srv) != 0)
         return -1;
@@ -177,6 +183,30 @@ static void test_one_tenant_and_limit(void **state)
     cJSON_Delete(j);
 }
 
+/* http.max_tenant_series from the config bounds the scrape. */
+static void test_series_limit(void **state)
+{
+    fixture *f = *state;
+    int port = ot_http_port(&f->px, 5000), status = 0;
+    assert_true(port > 0);
+    char *body = NULL, want[64];
+    long long end = nt_now_ms() + 5000;
+    snprintf(want, sizeof want, "\nfairq_tenants_folded %d\n", NTENANTS - SERIES);
+    bool seen = false;
+    while (!seen && nt_now_ms() < end) {
+        free(body);
+        body = NULL;
+        assert_int_equal(ot_http_get(port, "/metrics", &status, &body), 0);
+        assert_int_equal(status, 200);
+        seen = strstr(body, want) != NULL;
+        if (!seen)
+            sleep_ms(200);
+    }
+    if (!seen)
+        fail_msg("no '%s' in the scrape", want + 1);
+    free(body);
+}
+
 static void test_bad_requests(void **state)
 {
     fixture *f = *state;
@@ -197,6 +227,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_pages_fit),
         cmocka_unit_test(test_one_tenant_and_limit),
+        cmocka_unit_test(test_series_limit),
         cmocka_unit_test(test_bad_requests),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

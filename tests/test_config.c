@@ -77,6 +77,7 @@ static void test_defaults(void **state)
     assert_null(c.nats.tls_cert);
     assert_null(c.nats.tls_key);
     assert_int_equal(c.nats.replicas, 1);
+    assert_string_equal(c.nats.tenants_bucket, "fairq_tenants");
     assert_string_equal(c.subjects.submit, "fair.submit");
     assert_string_equal(c.subjects.dispatch, "fair.dispatch");
     assert_string_equal(c.subjects.done, "fair.done");
@@ -94,8 +95,10 @@ static void test_defaults(void **state)
     assert_int_equal(c.estimates.default_tokens, 1000);
     assert_int_equal(c.estimates.n_workflows, 0);
     assert_string_equal(c.http.listen, "127.0.0.1:9464");
+    assert_int_equal(c.http.max_tenant_series, 10000);
     assert_string_equal(c.log.level, "info");
     assert_string_equal(c.log.format, "logfmt");
+    assert_int_equal(c.log.queue_age_warn_ms, 60000);
     assert_int_equal(c.n_plans, 1);
     assert_int_equal(c.plans[0].weight, 1);
     assert_int_equal(c.plans[0].max_in_flight, 0);
@@ -201,7 +204,8 @@ static const struct {
      "max_in_flight, max_pending)"},
     /* After a nested mapping that holds a key of the same name. */
     {"nats:\n  url: x\n  tls:\n    ca: a\n  ca: b\n",
-     "t.yaml:5:3: nats.ca: unknown key (known here: url, creds, tls, replicas)"},
+     "t.yaml:5:3: nats.ca: unknown key (known here: url, creds, tls, replicas, "
+     "tenants_bucket)"},
     {BASE "estimates:\n  workflows:\n    - {name: a, tokens: 1, cost: 2}\n",
      "t.yaml:7:28: estimates.workflows[0].cost: unknown key (known here: name, tokens)"},
     /* A key given twice in one mapping: placed at the second. */
@@ -283,6 +287,21 @@ static const struct {
     {BASE "log: {level: verbose}\n",
      "t.yaml:5:7: log.level: 'verbose' is not one of: debug, info, warn, error"},
     {BASE "log: {format: xml}\n", "t.yaml:5:7: log.format: 'xml' is not one of: logfmt, json"},
+    /* The knobs that were environment-only. */
+    {BASE "http: {max_tenant_series: 0}\n", "t.yaml:5:8: http.max_tenant_series: must be >= 1"},
+    {BASE "http: {max_tenant_series: 1000001}\n",
+     "t.yaml:5:8: http.max_tenant_series: must be <= 1000000"},
+    {BASE "http: {max_tenant_series: -5}\n",
+     "t.yaml:5:8: http.max_tenant_series: '-5' is not a whole number (digits only, no sign, "
+     "fraction or leading zero)"},
+    {BASE "log: {queue_age_warn_ms: 0}\n", "t.yaml:5:7: log.queue_age_warn_ms: must be >= 1"},
+    {BASE "log: {queue_age_warn_ms: 1.5}\n",
+     "t.yaml:5:7: log.queue_age_warn_ms: '1.5' is not a whole number (digits only, no sign, "
+     "fraction or leading zero)"},
+    {"nats: {url: n, tenants_bucket: \"a.b\"}\n",
+     "t.yaml:1:16: nats.tenants_bucket: 'a.b' is not 1 to 64 of [A-Za-z0-9_-]"},
+    {"nats: {url: n, tenants_bucket: \"\"}\n",
+     "t.yaml:1:16: nats.tenants_bucket: '' is not 1 to 64 of [A-Za-z0-9_-]"},
     {"nats: {url: n}\nscheduler: {default_plan: free, unknown_tenants: deny}\n"
      "plans: [{name: free}]\n",
      "t.yaml:2:33: scheduler.unknown_tenants: 'deny' is not one of: admit, reject"},
@@ -425,6 +444,27 @@ static void test_describe_hides_secrets(void **state)
     fq_config_free(&c);
 }
 
+/* The keys that replace FAIRQ_* environment knobs are read and shown. */
+static void test_ops_keys(void **state)
+{
+    (void)state;
+    fq_config c;
+    char buf[2048];
+    parse_ok(&c, "nats: {url: n, tenants_bucket: team_overrides}\n"
+                 "scheduler: {default_plan: free}\n"
+                 "plans: [{name: free}]\n"
+                 "http: {max_tenant_series: 2_500}\n"
+                 "log: {queue_age_warn_ms: 15000}\n");
+    assert_string_equal(c.nats.tenants_bucket, "team_overrides");
+    assert_int_equal(c.http.max_tenant_series, 2500);
+    assert_int_equal(c.log.queue_age_warn_ms, 15000);
+    fq_config_describe(&c, buf, sizeof buf);
+    assert_non_null(strstr(buf, " nats.tenants_bucket=team_overrides"));
+    assert_non_null(strstr(buf, " http.max_tenant_series=2500"));
+    assert_non_null(strstr(buf, " log.queue_age_warn_ms=15000"));
+    fq_config_free(&c);
+}
+
 static void test_diff_restart(void **state)
 {
     (void)state;
@@ -449,6 +489,17 @@ static void test_diff_restart(void **state)
     /* A short buffer truncates the list, not the count. */
     assert_int_equal(fq_config_diff_restart(&b, &a, buf, 9), 5);
     assert_string_equal(buf, "nats.url");
+    fq_config_free(&b);
+
+    /* The overrides bucket and the series limit are fixed at start; the
+     * queue-age threshold applies live. */
+    parse_ok(&b, "nats: {url: \"nats://127.0.0.1:4222\", tenants_bucket: other}\n"
+                 "scheduler: {default_plan: free}\n"
+                 "plans: [{name: free}]\n"
+                 "http: {max_tenant_series: 5}\n"
+                 "log: {queue_age_warn_ms: 5}\n");
+    assert_int_equal(fq_config_diff_restart(&a, &b, buf, sizeof(buf)), 2);
+    assert_string_equal(buf, "nats.tenants_bucket,http.max_tenant_series");
     fq_config_free(&a);
     fq_config_free(&b);
 }
@@ -464,6 +515,7 @@ int main(void)
         cmocka_unit_test(test_error_leaves_output_untouched),
         cmocka_unit_test(test_load_missing_file),
         cmocka_unit_test(test_describe_hides_secrets),
+        cmocka_unit_test(test_ops_keys),
         cmocka_unit_test(test_diff_restart),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

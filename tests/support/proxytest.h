@@ -24,8 +24,9 @@ typedef struct pt_proxy {
     nt_proc proc;
 } pt_proxy;
 
-/* Write dir/name.yaml with nats.url = url and yaml_body (the rest of the
- * file, keys at the top level) and start fairq-proxy on it, its output
+/* Write dir/name.yaml with nats.url = url, http.listen = "" and yaml_body
+ * (the rest of the file, keys at the top level; indented lines at its
+ * start extend the http mapping) and start fairq-proxy on it, its output
  * appended to dir/name.log. */
 int pt_proxy_start(pt_proxy *px, const natstest *srv, const char *name, const char *yaml_body);
 /* Start it again on the same config (after a kill). */
