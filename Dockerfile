@@ -5,7 +5,8 @@
 #              -e FAIRQ_NATS_URL=nats://nats:4222 -e FAIRQ_HTTP_LISTEN=0.0.0.0:9464 -p 9464:9464 fairq
 #
 # The image also carries the example producer and worker, so docker-compose.yml
-# runs every service from this one image.
+# runs every service from this one image, and fairq-admin for the admin requests:
+#   docker compose exec fairq fairq-admin --nats nats://nats:4222 stats '{"limit":20}'
 
 # ---- build: the same install script and CMake as `make build` ----
 FROM debian:bookworm-slim AS build
@@ -14,7 +15,7 @@ COPY scripts/install-deps.sh scripts/install-deps.sh
 RUN scripts/install-deps.sh && rm -rf /var/lib/apt/lists/*
 COPY . .
 RUN cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFAIRQ_WERROR=ON \
- && cmake --build build -j "$(nproc)" --target fairq-proxy fairq-producer fairq-worker
+ && cmake --build build -j "$(nproc)" --target fairq-proxy fairq-admin fairq-producer fairq-worker
 
 # ---- runtime: the shared libraries only (apt adds what they depend on) ----
 FROM debian:bookworm-slim AS runtime
@@ -23,7 +24,8 @@ RUN apt-get update \
       libnats3.4 libcjson1 libcyaml1 libmicrohttpd12 ca-certificates \
  && rm -rf /var/lib/apt/lists/* \
  && useradd --system --uid 10001 --user-group --no-create-home --shell /usr/sbin/nologin fairq
-COPY --from=build /src/build/fairq-proxy /src/build/fairq-producer /src/build/fairq-worker /usr/local/bin/
+COPY --from=build /src/build/fairq-proxy /src/build/fairq-admin /src/build/fairq-producer \
+     /src/build/fairq-worker /usr/local/bin/
 # A default config; mount yours over it (docker-compose.yml mounts config/fairq.yaml).
 COPY config/fairq.yaml /etc/fairq/fairq.yaml
 USER fairq:fairq
