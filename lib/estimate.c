@@ -5,6 +5,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "strmap.h"
+
 /*
  * Principles.
  *
@@ -69,48 +71,38 @@ typedef struct fq_est_ratio {
     uint32_t n;                 /* samples in the window */
 } fq_est_ratio;
 
+/* An entry's key: its kind, tenant, a NUL, and workflow, in one string. */
+#define FQ_EST_KEY_MAX (1 + FQ_TENANT_MAX + 1 + FQ_WORKFLOW_MAX)
+
 typedef struct fq_est_entry {
-    struct fq_est_entry *hnext;     /* hash chain */
+    fq_strmap_node node;            /* in fq_est.learned or fq_est.defaults */
     struct fq_est_entry *newer;     /* LRU list, towards the most recent */
     struct fq_est_entry *older;     /* LRU list, towards the least recent */
-    uint64_t hash;                  /* of kind, tenant and workflow */
     uint64_t sum;                   /* histogram: tokens of its samples */
     uint32_t n;                     /* histogram: samples */
     uint32_t stat;                  /* the statistic charged (or the default) */
     fq_est_ratio ratio;             /* PAIR: actual/declared; TENANT: actual/charged */
-    uint8_t kind;                   /* enum fq_est_kind */
-    char tenant[FQ_TENANT_MAX + 1];
-    char workflow[FQ_WORKFLOW_MAX + 1];
+    char key[FQ_EST_KEY_MAX];       /* see fq_est_key_make */
     uint32_t bucket[];              /* histogram counters, fq_est.nbuckets */
 } fq_est_entry;
 
-/* A chained hash table of entries; the number of slots is a power of two. */
-typedef struct fq_est_table {
-    fq_est_entry **slot;
-    size_t mask;                    /* slots - 1 */
-    size_t n;                       /* entries held */
-} fq_est_table;
-
-/* A lookup key; the strings are the caller's, their lengths checked. */
+/* A lookup key, built on the stack, and its hash in the table it is for. */
 typedef struct fq_est_key {
-    uint64_t hash;
-    const char *tenant;
-    const char *workflow;
-    size_t tlen, wlen;
-    uint8_t kind;
+    char s[FQ_EST_KEY_MAX];
+    size_t len;
+    uint32_t hash;
 } fq_est_key;
 
 struct fq_est {
     fq_est_opts o;
-    fq_est_table learned;           /* PAIR, WORKFLOW and TENANT entries */
-    fq_est_table defaults;          /* DEFAULT entries, without counters */
+    fq_strmap *learned;             /* PAIR, WORKFLOW and TENANT entries */
+    fq_strmap *defaults;            /* DEFAULT entries, without counters */
     fq_est_entry *mru;              /* LRU list ends, over learned */
     fq_est_entry *lru;
     size_t entry_size;              /* of a learned entry, with its counters */
     uint32_t nbuckets;              /* histogram counters per entry */
     uint32_t hist_window;           /* samples before a histogram halves */
     uint32_t ratio_window;          /* samples before a ratio halves */
-    uint64_t seed;                  /* of the hash: chains not planned from outside */
 };
 
 void fq_est_opts_init(fq_est_opts *o)
@@ -168,123 +160,49 @@ static uint32_t fq_est_clamp(const fq_est *e, double v)
     return (uint32_t)(v + 0.5);
 }
 
-/* FNV-1a over kind, tenant, NUL, workflow, from a seeded basis, then
- * avalanched so that the low bits that pick a slot depend on every byte. */
-static uint64_t fq_est_hash(uint64_t seed, const fq_est_key *k)
-{
-    const uint64_t prime = 0x100000001b3ULL;
-    uint64_t h = 0xcbf29ce484222325ULL ^ seed;
-
-    h = (h ^ k->kind) * prime;
-    for (size_t i = 0; i < k->tlen; i++)
-        h = (h ^ (uint8_t)k->tenant[i]) * prime;
-    h *= prime;
-    for (size_t i = 0; i < k->wlen; i++)
-        h = (h ^ (uint8_t)k->workflow[i]) * prime;
-    h ^= h >> 33;
-    h *= 0xff51afd7ed558ccdULL;
-    h ^= h >> 33;
-    return h;
-}
-
-/* Fill k. Returns 0 if a string is NULL or too long, or the tenant is
- * empty where the kind needs one. */
-static int fq_est_key_make(const fq_est *e, fq_est_key *k, enum fq_est_kind kind,
+/* Fill k for the table t. Returns 0 if a string is NULL or too long, or the
+ * tenant is empty where the kind needs one. The tenant cannot hold a NUL,
+ * so the one after it keeps (tenant, workflow) pairs apart. */
+static int fq_est_key_make(const fq_strmap *t, fq_est_key *k, enum fq_est_kind kind,
                            const char *tenant, const char *workflow)
 {
+    size_t tlen, wlen;
+
     if (!workflow)
         workflow = "";
     if (!tenant)
         return 0;
-    k->tlen = strnlen(tenant, FQ_TENANT_MAX + 1);
-    k->wlen = strnlen(workflow, FQ_WORKFLOW_MAX + 1);
-    if (k->tlen > FQ_TENANT_MAX || k->wlen > FQ_WORKFLOW_MAX)
+    tlen = strnlen(tenant, FQ_TENANT_MAX + 1);
+    wlen = strnlen(workflow, FQ_WORKFLOW_MAX + 1);
+    if (tlen > FQ_TENANT_MAX || wlen > FQ_WORKFLOW_MAX)
         return 0;
-    if ((kind == FQ_EST_PAIR || kind == FQ_EST_TENANT) && k->tlen == 0)
+    if ((kind == FQ_EST_PAIR || kind == FQ_EST_TENANT) && tlen == 0)
         return 0;
-    k->kind = (uint8_t)kind;
-    k->tenant = tenant;
-    k->workflow = workflow;
-    k->hash = fq_est_hash(e->seed, k);
+    k->s[0] = (char)kind;
+    memcpy(k->s + 1, tenant, tlen);
+    k->s[1 + tlen] = '\0';
+    memcpy(k->s + 2 + tlen, workflow, wlen);
+    k->len = 2 + tlen + wlen;
+    k->hash = fq_strmap_hash(t, k->s, k->len);
     return 1;
 }
 
-static fq_status fq_est_table_init(fq_est_table *t, size_t slots)
+static fq_est_entry *fq_est_table_find(const fq_strmap *t, const fq_est_key *k)
 {
-    t->slot = calloc(slots, sizeof(*t->slot));
-    if (!t->slot)
-        return FQ_ENOMEM;
-    t->mask = slots - 1;
-    t->n = 0;
-    return FQ_OK;
+    fq_strmap_node *n = fq_strmap_find_hashed(t, k->s, k->len, k->hash);
+
+    return n ? FQ_STRMAP_ENTRY(n, fq_est_entry, node) : NULL;
 }
 
-/* Free the table's entries and slots. Safe on a table never initialised. */
-static void fq_est_table_free(fq_est_table *t)
+/* Link x, whose key is set from k. */
+static void fq_est_table_insert(fq_strmap *t, fq_est_entry *x, const fq_est_key *k)
 {
-    if (!t->slot)
-        return;
-    for (size_t i = 0; i <= t->mask; i++) {
-        fq_est_entry *x = t->slot[i];
-        while (x) {
-            fq_est_entry *next = x->hnext;
-            free(x);
-            x = next;
-        }
-    }
-    free(t->slot);
+    fq_strmap_insert_hashed(t, &x->node, k->len, k->hash);
 }
 
-static fq_est_entry *fq_est_table_find(const fq_est_table *t, const fq_est_key *k)
+static void fq_est_entry_free(fq_strmap_node *n)
 {
-    for (fq_est_entry *x = t->slot[k->hash & t->mask]; x; x = x->hnext) {
-        if (x->hash == k->hash && x->kind == k->kind &&
-            memcmp(x->tenant, k->tenant, k->tlen + 1) == 0 &&
-            memcmp(x->workflow, k->workflow, k->wlen + 1) == 0)
-            return x;
-    }
-    return NULL;
-}
-
-static void fq_est_table_insert(fq_est_table *t, fq_est_entry *x)
-{
-    fq_est_entry **head = &t->slot[x->hash & t->mask];
-
-    x->hnext = *head;
-    *head = x;
-    t->n++;
-}
-
-static void fq_est_table_remove(fq_est_table *t, fq_est_entry *x)
-{
-    fq_est_entry **p = &t->slot[x->hash & t->mask];
-
-    while (*p != x)
-        p = &(*p)->hnext;
-    *p = x->hnext;
-    t->n--;
-}
-
-/* Double the slots if the table is full. On error nothing is changed. */
-static fq_status fq_est_table_reserve(fq_est_table *t)
-{
-    fq_est_table bigger;
-
-    if (t->n <= t->mask)
-        return FQ_OK;
-    if (fq_est_table_init(&bigger, (t->mask + 1) * 2) != FQ_OK)
-        return FQ_ENOMEM;
-    for (size_t i = 0; i <= t->mask; i++) {
-        fq_est_entry *x = t->slot[i];
-        while (x) {
-            fq_est_entry *next = x->hnext;
-            fq_est_table_insert(&bigger, x);
-            x = next;
-        }
-    }
-    free(t->slot);
-    *t = bigger;
-    return FQ_OK;
+    free(FQ_STRMAP_ENTRY(n, fq_est_entry, node));
 }
 
 static void fq_est_lru_unlink(fq_est *e, fq_est_entry *x)
@@ -313,16 +231,13 @@ static void fq_est_lru_push(fq_est *e, fq_est_entry *x)
 static void fq_est_entry_init(fq_est_entry *x, size_t size, const fq_est_key *k)
 {
     memset(x, 0, size);
-    x->hash = k->hash;
-    x->kind = k->kind;
-    memcpy(x->tenant, k->tenant, k->tlen);
-    memcpy(x->workflow, k->workflow, k->wlen);
+    memcpy(x->key, k->s, k->len);
 }
 
 /* The learned entry for k, marked most recently used, or NULL. */
 static fq_est_entry *fq_est_use(fq_est *e, const fq_est_key *k)
 {
-    fq_est_entry *x = fq_est_table_find(&e->learned, k);
+    fq_est_entry *x = fq_est_table_find(e->learned, k);
 
     if (x && x != e->mru) {
         fq_est_lru_unlink(e, x);
@@ -337,33 +252,34 @@ static fq_est_entry *fq_est_lookup(fq_est *e, enum fq_est_kind kind,
 {
     fq_est_key k;
 
-    return fq_est_key_make(e, &k, kind, tenant, workflow) ? fq_est_use(e, &k) : NULL;
+    return fq_est_key_make(e->learned, &k, kind, tenant, workflow) ? fq_est_use(e, &k) : NULL;
 }
 
 /* The learned entry for k, marked most recently used, created if missing:
  * once max_entries are held, by taking over the least recently used entry.
- * NULL if the key is invalid or memory cannot be had. */
+ * NULL if the key is invalid or memory cannot be had. The learned table has
+ * a slot for each of max_entries from the start, so it never grows. */
 static fq_est_entry *fq_est_obtain(fq_est *e, enum fq_est_kind kind,
                                    const char *tenant, const char *workflow)
 {
     fq_est_key k;
     fq_est_entry *x;
 
-    if (!fq_est_key_make(e, &k, kind, tenant, workflow))
+    if (!fq_est_key_make(e->learned, &k, kind, tenant, workflow))
         return NULL;
     if ((x = fq_est_use(e, &k)))
         return x;
-    if (e->learned.n < e->o.max_entries) {
+    if (fq_strmap_count(e->learned) < e->o.max_entries) {
         x = malloc(e->entry_size);
         if (!x)
             return NULL;
     } else {
         x = e->lru;
-        fq_est_table_remove(&e->learned, x);
+        fq_strmap_remove(e->learned, &x->node);
         fq_est_lru_unlink(e, x);
     }
     fq_est_entry_init(x, e->entry_size, &k);
-    fq_est_table_insert(&e->learned, x);
+    fq_est_table_insert(e->learned, x, &k);
     fq_est_lru_push(e, x);
     return x;
 }
@@ -427,7 +343,9 @@ static void fq_est_ratio_add(fq_est_ratio *r, uint32_t window, double num, doubl
 fq_status fq_est_create(fq_est **out, const fq_est_opts *o)
 {
     fq_est *e;
-    size_t slots = 1;
+    /* Chains not planned from outside: tenants and workflows come from
+     * producers. */
+    uint64_t seed;
 
     if (!out)
         return FQ_EINVAL;
@@ -440,6 +358,7 @@ fq_status fq_est_create(fq_est **out, const fq_est_opts *o)
     e = calloc(1, sizeof(*e));
     if (!e)
         return FQ_ENOMEM;
+    seed = (uint64_t)(uintptr_t)e ^ ((uint64_t)time(NULL) << 20);
     e->o = *o;
     e->nbuckets = fq_est_bucket(o->max_tokens) + 1;
     e->entry_size = sizeof(fq_est_entry) + e->nbuckets * sizeof(uint32_t);
@@ -447,11 +366,10 @@ fq_status fq_est_create(fq_est **out, const fq_est_opts *o)
                                                             : FQ_EST_HIST_WINDOW;
     e->ratio_window = o->min_samples > FQ_EST_RATIO_WINDOW / 2 ? 2 * o->min_samples
                                                               : FQ_EST_RATIO_WINDOW;
-    e->seed = (uint64_t)(uintptr_t)e ^ ((uint64_t)time(NULL) << 20);
-    while (slots < o->max_entries)
-        slots <<= 1;
-    if (fq_est_table_init(&e->learned, slots) != FQ_OK ||
-        fq_est_table_init(&e->defaults, FQ_EST_DEFAULTS_SLOTS) != FQ_OK) {
+    if (fq_strmap_create(&e->learned, FQ_STRMAP_KEY_OFFSET(fq_est_entry, node, key),
+                         o->max_entries, seed) != FQ_OK ||
+        fq_strmap_create(&e->defaults, FQ_STRMAP_KEY_OFFSET(fq_est_entry, node, key),
+                         FQ_EST_DEFAULTS_SLOTS, seed) != FQ_OK) {
         fq_est_destroy(e);
         return FQ_ENOMEM;
     }
@@ -463,8 +381,8 @@ void fq_est_destroy(fq_est *e)
 {
     if (!e)
         return;
-    fq_est_table_free(&e->defaults);
-    fq_est_table_free(&e->learned);
+    fq_strmap_destroy(e->defaults, fq_est_entry_free);
+    fq_strmap_destroy(e->learned, fq_est_entry_free);
     free(e);
 }
 
@@ -473,17 +391,18 @@ fq_status fq_est_set_workflow(fq_est *e, const char *workflow, uint32_t tokens)
     fq_est_key k;
     fq_est_entry *x;
 
-    if (!workflow || tokens == 0 || !fq_est_key_make(e, &k, FQ_EST_DEFAULT, "", workflow))
+    if (!workflow || tokens == 0 ||
+        !fq_est_key_make(e->defaults, &k, FQ_EST_DEFAULT, "", workflow))
         return FQ_EINVAL;
-    x = fq_est_table_find(&e->defaults, &k);
+    x = fq_est_table_find(e->defaults, &k);
     if (!x) {
-        if (fq_est_table_reserve(&e->defaults) != FQ_OK)
+        if (fq_strmap_reserve(e->defaults) != FQ_OK)
             return FQ_ENOMEM;
         x = malloc(sizeof(*x));
         if (!x)
             return FQ_ENOMEM;
         fq_est_entry_init(x, sizeof(*x), &k);
-        fq_est_table_insert(&e->defaults, x);
+        fq_est_table_insert(e->defaults, x, &k);
     }
     x->stat = fq_est_clamp(e, tokens);
     return FQ_OK;
@@ -508,8 +427,8 @@ uint32_t fq_est_charge(fq_est *e, const char *tenant, const char *workflow,
     x = fq_est_lookup(e, FQ_EST_WORKFLOW, "", workflow);
     if (x && x->n >= min)
         return x->stat;
-    if (fq_est_key_make(e, &k, FQ_EST_DEFAULT, "", workflow) &&
-        (x = fq_est_table_find(&e->defaults, &k)))
+    if (fq_est_key_make(e->defaults, &k, FQ_EST_DEFAULT, "", workflow) &&
+        (x = fq_est_table_find(e->defaults, &k)))
         return x->stat;
     return fq_est_clamp(e, e->o.default_tokens);
 }
@@ -550,20 +469,20 @@ double fq_est_error(const fq_est *e, const char *tenant)
     fq_est_key k;
     const fq_est_entry *x;
 
-    if (!fq_est_key_make(e, &k, FQ_EST_TENANT, tenant, ""))
+    if (!fq_est_key_make(e->learned, &k, FQ_EST_TENANT, tenant, ""))
         return 1.0;
-    x = fq_est_table_find(&e->learned, &k);
+    x = fq_est_table_find(e->learned, &k);
     return x && x->ratio.n > 0 ? x->ratio.num / x->ratio.den : 1.0;
 }
 
 size_t fq_est_entries(const fq_est *e)
 {
-    return e->learned.n;
+    return fq_strmap_count(e->learned);
 }
 
 size_t fq_est_bytes(const fq_est *e)
 {
-    return sizeof(*e) +
-           (e->learned.mask + 1 + e->defaults.mask + 1) * sizeof(fq_est_entry *) +
-           e->learned.n * e->entry_size + e->defaults.n * sizeof(fq_est_entry);
+    return sizeof(*e) + fq_strmap_bytes(e->learned) + fq_strmap_bytes(e->defaults) +
+           fq_strmap_count(e->learned) * e->entry_size +
+           fq_strmap_count(e->defaults) * sizeof(fq_est_entry);
 }
