@@ -913,7 +913,7 @@ static int load_parse(load_cfg *c, char **tenant_spec, const char **costs, int a
     bool ok = true;
 
     *c = (load_cfg){.submit_prefix = FQC_SUBMIT_PREFIX, .dispatch = FQC_DISPATCH,
-                    .dispatch_stream = FQ_STREAM_DISPATCH, .done_prefix = FQC_DONE_PREFIX,
+                    .dispatch_stream = FQ_DEFAULT_STREAM_DISPATCH, .done_prefix = FQC_DONE_PREFIX,
                     .rejected_prefix = FQC_REJECTED_PREFIX, .admin_prefix = "fair.admin",
                     .duration_s = 10, .body_bytes = 512, .workers = 16, .max_outstanding = 10000,
                     .drain_s = 30, .warmup_s = 1, .compress = 1, .stats_at_s = -1};

@@ -79,7 +79,7 @@ static int producer_send(jsCtx *js, const producer_cfg *c, uint64_t i, const cha
     natsMsg_Destroy(m);
     if (s == NATS_NO_RESPONDERS) {
         fprintf(stderr, "%s: no stream stores %s: start fairq-proxy first, it creates %s\n", prog,
-                subject, FQ_STREAM_SUBMIT);
+                subject, FQ_DEFAULT_STREAM_SUBMIT);
         return -1;
     }
     if (s != NATS_OK) {

@@ -44,7 +44,7 @@ static void usage(FILE *f)
             "  -h, --help          print this help and exit\n"
             "\n"
             "Environment: FAIRQ_NATS_URL overrides nats.url, FAIRQ_HTTP_LISTEN http.listen,\n"
-            "FAIRQ_TENANTS_BUCKET nats.tenants_bucket (default %s), and\n"
+            "FAIRQ_TENANTS_BUCKET streams.tenants_bucket (default %s), and\n"
             "FAIRQ_QUEUE_AGE_WARN_MS log.queue_age_warn_ms (default %u).\n"
             "\n"
             "SIGTERM or SIGINT stop it gracefully: fetching stops, dispatches under way\n"
@@ -105,14 +105,15 @@ static fq_status load(fq_config *out, void *arg, char *err, size_t errlen)
         return s;
     if (override(&out->nats.url, c->nats, "FAIRQ_NATS_URL", 0) != 0 ||
         override(&out->http.listen, NULL, "FAIRQ_HTTP_LISTEN", 1) != 0 ||
-        override(&out->nats.tenants_bucket, NULL, "FAIRQ_TENANTS_BUCKET", 0) != 0) {
+        override(&out->streams.tenants_bucket, NULL, "FAIRQ_TENANTS_BUCKET", 0) != 0) {
         fq_config_free(out);
         snprintf(err, errlen, "out of memory");
         return FQ_ENOMEM;
     }
-    const char *b = out->nats.tenants_bucket;
-    if (!fq_tenant_id_valid(b, strlen(b))) {
-        snprintf(err, errlen, "FAIRQ_TENANTS_BUCKET: '%s' is not 1 to 64 of [A-Za-z0-9_-]", b);
+    const char *b = out->streams.tenants_bucket;
+    if (!fq_tenant_id_valid(b, strlen(b)) || strcmp(b, out->streams.lease_bucket) == 0) {
+        snprintf(err, errlen, "FAIRQ_TENANTS_BUCKET: '%s' is not 1 to 64 of [A-Za-z0-9_-], "
+                 "or is streams.lease_bucket", b);
         fq_config_free(out);
         return FQ_EINVAL;
     }

@@ -178,7 +178,7 @@ static int worker_parse(worker_cfg *c, int argc, char **argv)
     int o, idx = 0;
     bool ok = true;
 
-    *c = (worker_cfg){.durable = "fairq-workers", .stream = FQ_STREAM_DISPATCH,
+    *c = (worker_cfg){.durable = "fairq-workers", .stream = FQ_DEFAULT_STREAM_DISPATCH,
                       .dispatch = FQC_DISPATCH, .done_prefix = FQC_DONE_PREFIX,
                       .tokens_per_sec = 1000, .factor = 1, .status = FQ_DONE_OK};
     while (ok && (o = getopt_long(argc, argv, "h", opts, &idx)) != -1) {

@@ -37,12 +37,17 @@ typedef struct raw_tls {
 typedef struct raw_nats {
     char *url, *creds;
     raw_tls *tls;
-    char *replicas, *tenants_bucket;
 } raw_nats;
 
 typedef struct raw_subjects {
-    char *submit, *dispatch, *done, *rejected, *admin;
+    char *submit, *dispatch, *done, *rejected, *admin, *runs;
 } raw_subjects;
+
+typedef struct raw_streams {
+    char *submit, *dispatch, *done, *rejected, *runs, *durable, *lease_bucket,
+        *tenants_bucket, *replicas, *duplicate_window_ms, *dispatch_max_age_ms,
+        *rejected_max_age_ms;
+} raw_streams;
 
 typedef struct raw_scheduler {
     char *quantum_tokens, *default_plan, *unknown_tenants, *max_est_tokens,
@@ -86,6 +91,7 @@ typedef struct raw_log {
 typedef struct raw_config {
     raw_nats *nats;
     raw_subjects *subjects;
+    raw_streams *streams;
     raw_scheduler *scheduler;
     raw_window *window;
     raw_limits *limits;
@@ -118,8 +124,6 @@ static const cyaml_schema_field_t nats_fields[] = {
     CFG_STR("url", raw_nats, url),
     CFG_STR("creds", raw_nats, creds),
     CFG_MAP("tls", raw_nats, tls, tls_fields),
-    CFG_STR("replicas", raw_nats, replicas),
-    CFG_STR("tenants_bucket", raw_nats, tenants_bucket),
     CYAML_FIELD_END
 };
 
@@ -129,6 +133,23 @@ static const cyaml_schema_field_t subjects_fields[] = {
     CFG_STR("done", raw_subjects, done),
     CFG_STR("rejected", raw_subjects, rejected),
     CFG_STR("admin", raw_subjects, admin),
+    CFG_STR("runs", raw_subjects, runs),
+    CYAML_FIELD_END
+};
+
+static const cyaml_schema_field_t streams_fields[] = {
+    CFG_STR("submit", raw_streams, submit),
+    CFG_STR("dispatch", raw_streams, dispatch),
+    CFG_STR("done", raw_streams, done),
+    CFG_STR("rejected", raw_streams, rejected),
+    CFG_STR("runs", raw_streams, runs),
+    CFG_STR("durable", raw_streams, durable),
+    CFG_STR("lease_bucket", raw_streams, lease_bucket),
+    CFG_STR("tenants_bucket", raw_streams, tenants_bucket),
+    CFG_STR("replicas", raw_streams, replicas),
+    CFG_STR("duplicate_window_ms", raw_streams, duplicate_window_ms),
+    CFG_STR("dispatch_max_age_ms", raw_streams, dispatch_max_age_ms),
+    CFG_STR("rejected_max_age_ms", raw_streams, rejected_max_age_ms),
     CYAML_FIELD_END
 };
 
@@ -208,6 +229,7 @@ static const cyaml_schema_field_t log_fields[] = {
 static const cyaml_schema_field_t config_fields[] = {
     CFG_MAP("nats", raw_config, nats, nats_fields),
     CFG_MAP("subjects", raw_config, subjects, subjects_fields),
+    CFG_MAP("streams", raw_config, streams, streams_fields),
     CFG_MAP("scheduler", raw_config, scheduler, scheduler_fields),
     CFG_MAP("window", raw_config, window, window_fields),
     CFG_MAP("limits", raw_config, limits, limits_fields),
@@ -710,13 +732,6 @@ static fq_status cfg_nats(fq_config *c, const raw_nats *r, const cfg_ctx *v)
         return cfg_fail(v, "nats.tls", cert ? "key" : "cert",
                         "required with nats.tls.%s: cert and key go together",
                         cert ? "cert" : "key");
-    if (r->tenants_bucket && !fq_tenant_id_valid(r->tenants_bucket, strlen(r->tenants_bucket)))
-        return cfg_fail(v, "nats", "tenants_bucket", "'%s' is not 1 to 64 of [A-Za-z0-9_-]",
-                        r->tenants_bucket);
-    c->nats.replicas = 1;
-    CFG_IFOK(s, cfg_u32(v, "nats", "replicas", r->replicas, 1, 5, &c->nats.replicas));
-    CFG_IFOK(s, cfg_str(r->tenants_bucket, FQ_DEFAULT_TENANTS_BUCKET, false,
-                        &c->nats.tenants_bucket));
     CFG_IFOK(s, cfg_str(r->url, NULL, false, &c->nats.url));
     CFG_IFOK(s, cfg_str(r->creds, NULL, true, &c->nats.creds));
     CFG_IFOK(s, cfg_str(t->ca, NULL, true, &c->nats.tls_ca));
@@ -727,14 +742,16 @@ static fq_status cfg_nats(fq_config *c, const raw_nats *r, const cfg_ctx *v)
 
 static fq_status cfg_subjects(fq_config *c, const raw_subjects *r, const cfg_ctx *v)
 {
-    static const char *const keys[] = {"submit", "dispatch", "done", "rejected", "admin"};
-    const char *given[] = {r->submit, r->dispatch, r->done, r->rejected, r->admin};
+    static const char *const keys[] = {"submit", "dispatch", "done", "rejected", "admin",
+                                       "runs"};
+    const char *given[] = {r->submit, r->dispatch, r->done, r->rejected, r->admin, r->runs};
     const char *defs[] = {"fair.submit", "fair.dispatch", "fair.done",
-                          "fair.rejected", "fair.admin"};
+                          "fair.rejected", "fair.admin", "fairq.runs"};
     char **out[] = {&c->subjects.submit, &c->subjects.dispatch, &c->subjects.done,
-                    &c->subjects.rejected, &c->subjects.admin};
+                    &c->subjects.rejected, &c->subjects.admin, &c->subjects.runs};
+    const size_t n = sizeof(keys) / sizeof(keys[0]);
     fq_status s = FQ_OK;
-    for (size_t i = 0; i < 5 && s == FQ_OK; i++) {
+    for (size_t i = 0; i < n && s == FQ_OK; i++) {
         const char *subj = given[i] ? given[i] : defs[i];
         if (!cfg_subject_valid(subj))
             return cfg_fail(v, "subjects", keys[i], "'%s' is not a subject: dot-separated"
@@ -745,12 +762,99 @@ static fq_status cfg_subjects(fq_config *c, const raw_subjects *r, const cfg_ctx
                                 subj, keys[j]);
         s = cfg_str(subj, NULL, false, out[i]);
     }
-    /* The dispatch stream must not overlap the per-tenant streams. */
-    for (size_t i = 0; i < 5 && s == FQ_OK; i++)
-        if (i != 1 && i != 4 && cfg_subject_under(c->subjects.dispatch, *out[i]))
-            return cfg_fail(v, "subjects", "dispatch", "'%s' falls under subjects.%s.*",
-                            c->subjects.dispatch, keys[i]);
+    /* The dispatch and journal streams must not overlap the per-tenant
+     * streams (submit, done, rejected: indexes 0, 2, 3). */
+    static const size_t single[] = {1, 5}, tenant[] = {0, 2, 3};
+    for (size_t i = 0; i < 2 && s == FQ_OK; i++)
+        for (size_t j = 0; j < 3; j++)
+            if (cfg_subject_under(*out[single[i]], *out[tenant[j]]))
+                return cfg_fail(v, "subjects", keys[single[i]], "'%s' falls under "
+                                "subjects.%s.*", *out[single[i]], keys[tenant[j]]);
     return s;
+}
+
+/* A stream or consumer name as JetStream takes it: 1 to FQ_CONFIG_NAME_MAX
+ * printable characters, none of them white space, '.', '*', '>' (they
+ * would break the API subjects the name goes into) or a path separator
+ * (the server makes a directory of it). */
+static bool cfg_stream_name_valid(const char *s)
+{
+    size_t n = strlen(s);
+    if (n == 0 || n > FQ_CONFIG_NAME_MAX)
+        return false;
+    for (; *s; s++)
+        if ((unsigned char)*s <= ' ' || (unsigned char)*s >= 0x7f || strchr(".*>/\\", *s))
+            return false;
+    return true;
+}
+
+static fq_status cfg_streams(fq_config *c, const raw_streams *r, const cfg_ctx *v)
+{
+    /* The names in file order, each of a kind: a stream, the durable
+     * consumer, a bucket. Two streams (or buckets) of one name would be one
+     * with two sets of settings. */
+    enum { STREAM, DURABLE, BUCKET };
+    static const char *const keys[] = {"submit", "dispatch", "done", "rejected", "runs",
+                                       "durable", "lease_bucket", "tenants_bucket"};
+    static const int kind[] = {STREAM, STREAM, STREAM, STREAM, STREAM, DURABLE, BUCKET,
+                               BUCKET};
+    static const char *const defs[] = {
+        FQ_DEFAULT_STREAM_SUBMIT, FQ_DEFAULT_STREAM_DISPATCH, FQ_DEFAULT_STREAM_DONE,
+        FQ_DEFAULT_STREAM_REJECTED, FQ_DEFAULT_STREAM_RUNS, FQ_DEFAULT_DURABLE,
+        FQ_DEFAULT_LEASE_BUCKET, FQ_DEFAULT_TENANTS_BUCKET};
+    const char *given[] = {r->submit, r->dispatch, r->done, r->rejected, r->runs,
+                           r->durable, r->lease_bucket, r->tenants_bucket};
+    char **out[] = {&c->streams.submit, &c->streams.dispatch, &c->streams.done,
+                    &c->streams.rejected, &c->streams.runs, &c->streams.durable,
+                    &c->streams.lease_bucket, &c->streams.tenants_bucket};
+    fq_status s = FQ_OK;
+    for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]) && s == FQ_OK; i++) {
+        const char *name = given[i] ? given[i] : defs[i];
+        if (kind[i] != BUCKET && !cfg_stream_name_valid(name))
+            return cfg_fail(v, "streams", keys[i], "'%s' is not a JetStream name: 1 to %d "
+                            "printable characters without white space, '.', '*', '>', "
+                            "'/' or '\\'", name, FQ_CONFIG_NAME_MAX);
+        if (kind[i] == BUCKET && !fq_tenant_id_valid(name, strlen(name)))
+            return cfg_fail(v, "streams", keys[i], "'%s' is not a bucket name: 1 to 64 of "
+                            "[A-Za-z0-9_-]", name);
+        for (size_t j = 0; j < i; j++)
+            if (kind[j] == kind[i] && kind[i] != DURABLE && strcmp(name, *out[j]) == 0)
+                return cfg_fail(v, "streams", keys[i], "'%s' is streams.%s already",
+                                name, keys[j]);
+        s = cfg_str(name, NULL, false, out[i]);
+    }
+    c->streams.replicas = 1;
+    c->streams.duplicate_window_ms = FQ_DEFAULT_DUPLICATE_WINDOW_MS;
+    c->streams.rejected_max_age_ms = FQ_DEFAULT_REJECTED_MAX_AGE_MS;
+    c->streams.dispatch_max_age_ms = 0;     /* cfg_build fills it in from the window */
+    CFG_IFOK(s, cfg_u32(v, "streams", "replicas", r->replicas, 1, 5, &c->streams.replicas));
+    CFG_IFOK(s, cfg_u64(v, "streams", "duplicate_window_ms", r->duplicate_window_ms, 1000,
+                        FQ_MAX_DUPLICATE_WINDOW_MS, &c->streams.duplicate_window_ms));
+    CFG_IFOK(s, cfg_u64(v, "streams", "dispatch_max_age_ms", r->dispatch_max_age_ms, 1000,
+                        FQ_CONFIG_MAX_MS, &c->streams.dispatch_max_age_ms));
+    /* protocol.md, "Why FAIR_DISPATCH is not a work queue": after a server
+     * restart, de-duplication knows only the ids of the messages the stream
+     * still holds, so it must hold them for the whole window. */
+    if (s == FQ_OK && r->dispatch_max_age_ms &&
+        c->streams.dispatch_max_age_ms < c->streams.duplicate_window_ms)
+        return cfg_fail(v, "streams", "dispatch_max_age_ms", "must be >= "
+                        "streams.duplicate_window_ms (%llu): after a server restart only "
+                        "the messages still held de-duplicate a retried dispatch",
+                        (unsigned long long)c->streams.duplicate_window_ms);
+    CFG_IFOK(s, cfg_u64(v, "streams", "rejected_max_age_ms", r->rejected_max_age_ms, 1000,
+                        FQ_CONFIG_MAX_MS, &c->streams.rejected_max_age_ms));
+    return s;
+}
+
+/* FAIR_DISPATCH's default max age: twice the longer of the duplicate window
+ * and the run timeout, at least an hour, so that a dispatch outlives both
+ * its de-duplication and its lease with room to spare. */
+static uint64_t cfg_dispatch_age(const fq_config *c)
+{
+    uint64_t keep = c->streams.duplicate_window_ms > c->window.run_timeout_ms
+                        ? c->streams.duplicate_window_ms : c->window.run_timeout_ms;
+    uint64_t age = 2 * keep;
+    return age > 3600000 ? age : 3600000;
 }
 
 static fq_status cfg_scheduler(fq_config *c, const raw_scheduler *r, const cfg_ctx *v)
@@ -985,8 +1089,11 @@ static fq_status cfg_build(fq_config *c, const raw_config *r, const cfg_ctx *v)
     fq_status s = FQ_OK;
     CFG_IFOK(s, cfg_nats(c, r->nats ? r->nats : &(raw_nats){0}, v));
     CFG_IFOK(s, cfg_subjects(c, r->subjects ? r->subjects : &(raw_subjects){0}, v));
+    CFG_IFOK(s, cfg_streams(c, r->streams ? r->streams : &(raw_streams){0}, v));
     CFG_IFOK(s, cfg_scheduler(c, r->scheduler ? r->scheduler : &(raw_scheduler){0}, v));
     CFG_IFOK(s, cfg_window(c, r->window ? r->window : &(raw_window){0}, v));
+    if (s == FQ_OK && !c->streams.dispatch_max_age_ms)
+        c->streams.dispatch_max_age_ms = cfg_dispatch_age(c);
     CFG_IFOK(s, cfg_limits(c, r->limits ? r->limits : &(raw_limits){0}, v));
     CFG_IFOK(s, cfg_plans(c, r, v));
     if (s == FQ_OK && cfg_plan_index(c, c->scheduler.default_plan) < 0)
@@ -1068,21 +1175,71 @@ fq_status fq_config_load(fq_config *out, const char *path, char *err, size_t err
     return s;
 }
 
+/* Every string of a config, as offsets: what free and copy walk. */
+static const size_t cfg_strings[] = {
+    offsetof(fq_config, nats.url), offsetof(fq_config, nats.creds),
+    offsetof(fq_config, nats.tls_ca), offsetof(fq_config, nats.tls_cert),
+    offsetof(fq_config, nats.tls_key), offsetof(fq_config, subjects.submit),
+    offsetof(fq_config, subjects.dispatch), offsetof(fq_config, subjects.done),
+    offsetof(fq_config, subjects.rejected), offsetof(fq_config, subjects.admin),
+    offsetof(fq_config, subjects.runs), offsetof(fq_config, streams.submit),
+    offsetof(fq_config, streams.dispatch), offsetof(fq_config, streams.done),
+    offsetof(fq_config, streams.rejected), offsetof(fq_config, streams.runs),
+    offsetof(fq_config, streams.durable), offsetof(fq_config, streams.lease_bucket),
+    offsetof(fq_config, streams.tenants_bucket), offsetof(fq_config, scheduler.default_plan),
+    offsetof(fq_config, http.listen), offsetof(fq_config, log.level),
+    offsetof(fq_config, log.format),
+};
+#define CFG_N_STRINGS (sizeof(cfg_strings) / sizeof(cfg_strings[0]))
+
+static char **cfg_string_at(fq_config *c, size_t i)
+{
+    return (char **)(void *)((char *)c + cfg_strings[i]);
+}
+
 void fq_config_free(fq_config *c)
 {
     if (!c)
         return;
-    char *strs[] = {c->nats.url, c->nats.creds, c->nats.tls_ca, c->nats.tls_cert,
-                    c->nats.tls_key, c->nats.tenants_bucket, c->subjects.submit,
-                    c->subjects.dispatch, c->subjects.done, c->subjects.rejected,
-                    c->subjects.admin, c->scheduler.default_plan, c->http.listen,
-                    c->log.level, c->log.format};
-    for (size_t i = 0; i < sizeof(strs) / sizeof(strs[0]); i++)
-        free(strs[i]);
+    for (size_t i = 0; i < CFG_N_STRINGS; i++)
+        free(*cfg_string_at(c, i));
     free(c->estimates.workflows);
     free(c->tenants);
     free(c->plans);
     memset(c, 0, sizeof(*c));
+}
+
+/* A copy of n elements of size sz at src, or NULL (also for none). */
+static void *cfg_memdup(const void *src, size_t n, size_t sz, bool *ok)
+{
+    if (!n)
+        return NULL;
+    void *d = malloc(n * sz);
+    if (d)
+        memcpy(d, src, n * sz);
+    else
+        *ok = false;
+    return d;
+}
+
+fq_status fq_config_copy(fq_config *dst, const fq_config *src)
+{
+    fq_config d = *src;
+    bool ok = true;
+    for (size_t i = 0; i < CFG_N_STRINGS; i++) {
+        char **f = cfg_string_at(&d, i);   /* a copy or NULL, never src's */
+        if (*f && !(*f = strdup(*f)))
+            ok = false;
+    }
+    d.estimates.workflows = cfg_memdup(src->estimates.workflows, src->estimates.n_workflows,
+                                       sizeof(*d.estimates.workflows), &ok);
+    d.plans = cfg_memdup(src->plans, src->n_plans, sizeof(*d.plans), &ok);
+    d.tenants = cfg_memdup(src->tenants, src->n_tenants, sizeof(*d.tenants), &ok);
+    *dst = d;
+    if (ok)
+        return FQ_OK;
+    fq_config_free(dst);
+    return FQ_ENOMEM;
 }
 
 fq_status fq_config_policy(fq_policy **out, const fq_config *c)
@@ -1202,13 +1359,25 @@ size_t fq_config_describe(const fq_config *c, char *buf, size_t cap)
     cfg_put_opt(&o, "nats.tls.ca", c->nats.tls_ca, false);
     cfg_put_opt(&o, "nats.tls.cert", c->nats.tls_cert, false);
     cfg_put_opt(&o, "nats.tls.key", c->nats.tls_key, true);
-    cfg_put(&o, " nats.replicas=%u", c->nats.replicas);
-    cfg_put_opt(&o, "nats.tenants_bucket", c->nats.tenants_bucket, false);
     cfg_put_opt(&o, "subjects.submit", c->subjects.submit, false);
     cfg_put_opt(&o, "subjects.dispatch", c->subjects.dispatch, false);
     cfg_put_opt(&o, "subjects.done", c->subjects.done, false);
     cfg_put_opt(&o, "subjects.rejected", c->subjects.rejected, false);
     cfg_put_opt(&o, "subjects.admin", c->subjects.admin, false);
+    cfg_put_opt(&o, "subjects.runs", c->subjects.runs, false);
+    cfg_put_opt(&o, "streams.submit", c->streams.submit, false);
+    cfg_put_opt(&o, "streams.dispatch", c->streams.dispatch, false);
+    cfg_put_opt(&o, "streams.done", c->streams.done, false);
+    cfg_put_opt(&o, "streams.rejected", c->streams.rejected, false);
+    cfg_put_opt(&o, "streams.runs", c->streams.runs, false);
+    cfg_put_opt(&o, "streams.durable", c->streams.durable, false);
+    cfg_put_opt(&o, "streams.lease_bucket", c->streams.lease_bucket, false);
+    cfg_put_opt(&o, "streams.tenants_bucket", c->streams.tenants_bucket, false);
+    cfg_put(&o, " streams.replicas=%u streams.duplicate_window_ms=%llu"
+            " streams.dispatch_max_age_ms=%llu streams.rejected_max_age_ms=%llu",
+            c->streams.replicas, (unsigned long long)c->streams.duplicate_window_ms,
+            (unsigned long long)c->streams.dispatch_max_age_ms,
+            (unsigned long long)c->streams.rejected_max_age_ms);
     cfg_put(&o, " scheduler.quantum_tokens=%u", c->scheduler.quantum_tokens);
     cfg_put_opt(&o, "scheduler.default_plan", c->scheduler.default_plan, false);
     cfg_put(&o, " scheduler.unknown_tenants=%s",
@@ -1247,13 +1416,46 @@ static const struct {
     {"nats.tls.ca", offsetof(fq_config, nats.tls_ca)},
     {"nats.tls.cert", offsetof(fq_config, nats.tls_cert)},
     {"nats.tls.key", offsetof(fq_config, nats.tls_key)},
-    {"nats.tenants_bucket", offsetof(fq_config, nats.tenants_bucket)},
     {"subjects.submit", offsetof(fq_config, subjects.submit)},
     {"subjects.dispatch", offsetof(fq_config, subjects.dispatch)},
     {"subjects.done", offsetof(fq_config, subjects.done)},
     {"subjects.rejected", offsetof(fq_config, subjects.rejected)},
     {"subjects.admin", offsetof(fq_config, subjects.admin)},
+    {"subjects.runs", offsetof(fq_config, subjects.runs)},
+    {"streams.submit", offsetof(fq_config, streams.submit)},
+    {"streams.dispatch", offsetof(fq_config, streams.dispatch)},
+    {"streams.done", offsetof(fq_config, streams.done)},
+    {"streams.rejected", offsetof(fq_config, streams.rejected)},
+    {"streams.runs", offsetof(fq_config, streams.runs)},
+    {"streams.durable", offsetof(fq_config, streams.durable)},
+    {"streams.lease_bucket", offsetof(fq_config, streams.lease_bucket)},
+    {"streams.tenants_bucket", offsetof(fq_config, streams.tenants_bucket)},
     {"http.listen", offsetof(fq_config, http.listen)},
+};
+
+/* ... and the numbers, each widened to 64 bits. */
+static uint64_t cfg_u64_of(const void *p, size_t size)
+{
+    if (size == sizeof(uint32_t)) {
+        uint32_t v;
+        memcpy(&v, p, sizeof(v));
+        return v;
+    }
+    uint64_t v;
+    memcpy(&v, p, sizeof(v));
+    return v;
+}
+
+#define CFG_NUM(key, field) {key, offsetof(fq_config, field), sizeof(((fq_config *)0)->field)}
+static const struct {
+    const char *key;
+    size_t off, size;
+} cfg_restart_nums[] = {
+    CFG_NUM("streams.replicas", streams.replicas),
+    CFG_NUM("streams.duplicate_window_ms", streams.duplicate_window_ms),
+    CFG_NUM("streams.dispatch_max_age_ms", streams.dispatch_max_age_ms),
+    CFG_NUM("streams.rejected_max_age_ms", streams.rejected_max_age_ms),
+    CFG_NUM("http.max_tenant_series", http.max_tenant_series),
 };
 
 static const char *cfg_str_at(const fq_config *c, size_t off)
@@ -1276,9 +1478,11 @@ size_t fq_config_diff_restart(const fq_config *old, const fq_config *new,
             continue;
         cfg_put(&o, "%s%s", n++ ? "," : "", cfg_restart_strs[i].key);
     }
-    if (old->nats.replicas != new->nats.replicas)
-        cfg_put(&o, "%s%s", n++ ? "," : "", "nats.replicas");
-    if (old->http.max_tenant_series != new->http.max_tenant_series)
-        cfg_put(&o, "%s%s", n++ ? "," : "", "http.max_tenant_series");
+    for (size_t i = 0; i < sizeof(cfg_restart_nums) / sizeof(cfg_restart_nums[0]); i++) {
+        size_t off = cfg_restart_nums[i].off, size = cfg_restart_nums[i].size;
+        if (cfg_u64_of((const char *)old + off, size) == cfg_u64_of((const char *)new + off, size))
+            continue;
+        cfg_put(&o, "%s%s", n++ ? "," : "", cfg_restart_nums[i].key);
+    }
     return n;
 }

@@ -23,9 +23,6 @@ typedef struct fq_config {
         char *creds;                /* NULL: none; a secret, never printed */
         char *tls_ca, *tls_cert;    /* NULL: none */
         char *tls_key;              /* NULL: none; a secret, never printed */
-        uint32_t replicas;          /* stream replicas, 1 to 5, default 1 */
-        char *tenants_bucket;       /* KV bucket of runtime overrides, default
-                                       FQ_DEFAULT_TENANTS_BUCKET; 1 to 64 of [A-Za-z0-9_-] */
     } nats;
     struct {
         char *submit;               /* "fair.submit" (producers add .<tenant>) */
@@ -33,7 +30,28 @@ typedef struct fq_config {
         char *done;                 /* "fair.done" */
         char *rejected;             /* "fair.rejected" */
         char *admin;                /* "fair.admin" */
+        char *runs;                 /* "fairq.runs": the journal's one subject */
     } subjects;
+    /* What fairq keeps in JetStream. Stream and consumer names are 1 to
+     * FQ_CONFIG_NAME_MAX printable characters without '.', '*', '>', '/',
+     * '\' (JetStream's rule); bucket names 1 to 64 of [A-Za-z0-9_-]. */
+    struct {
+        char *submit;               /* FQ_DEFAULT_STREAM_SUBMIT */
+        char *dispatch;             /* FQ_DEFAULT_STREAM_DISPATCH */
+        char *done;                 /* FQ_DEFAULT_STREAM_DONE */
+        char *rejected;             /* FQ_DEFAULT_STREAM_REJECTED */
+        char *runs;                 /* FQ_DEFAULT_STREAM_RUNS: the runs journal */
+        char *durable;              /* FQ_DEFAULT_DURABLE: the proxy's consumer
+                                       on submit and on done */
+        char *lease_bucket;         /* FQ_DEFAULT_LEASE_BUCKET: the leader lease */
+        char *tenants_bucket;       /* FQ_DEFAULT_TENANTS_BUCKET: runtime overrides */
+        uint32_t replicas;          /* of every stream and bucket, 1 to 5, default 1 */
+        uint64_t duplicate_window_ms; /* dispatch de-duplication, default
+                                       FQ_DEFAULT_DUPLICATE_WINDOW_MS, 1 s to 1 day */
+        uint64_t dispatch_max_age_ms; /* default max(1 h, 2 x max(duplicate window,
+                                       window.run_timeout_ms)); >= duplicate window */
+        uint64_t rejected_max_age_ms; /* default FQ_DEFAULT_REJECTED_MAX_AGE_MS */
+    } streams;
     struct {
         uint32_t quantum_tokens;    /* default 1000, at most FQ_POLICY_MAX_QUANTUM */
         char *default_plan;         /* required; names one of plans */
@@ -75,7 +93,19 @@ typedef struct fq_config {
 } fq_config;
 
 #define FQ_DEFAULT_MAX_PENDING 100000   /* runs per tenant when no plan says */
-#define FQ_DEFAULT_TENANTS_BUCKET "fairq_tenants" /* nats.tenants_bucket */
+#define FQ_DEFAULT_STREAM_SUBMIT "FAIR_SUBMIT"     /* streams.* */
+#define FQ_DEFAULT_STREAM_DISPATCH "FAIR_DISPATCH"
+#define FQ_DEFAULT_STREAM_DONE "FAIR_DONE"
+#define FQ_DEFAULT_STREAM_REJECTED "FAIR_REJECTED"
+#define FQ_DEFAULT_STREAM_RUNS "FAIRQ_RUNS"
+#define FQ_DEFAULT_DURABLE "fairq"
+#define FQ_DEFAULT_LEASE_BUCKET "fairq_lease"
+#define FQ_DEFAULT_TENANTS_BUCKET "fairq_tenants"
+#define FQ_DEFAULT_DUPLICATE_WINDOW_MS 600000u  /* ten minutes */
+#define FQ_MAX_DUPLICATE_WINDOW_MS 86400000u    /* a day: completed run ids are
+                                                   remembered that long */
+#define FQ_DEFAULT_REJECTED_MAX_AGE_MS 604800000u /* a week */
+#define FQ_CONFIG_NAME_MAX 64           /* a stream or consumer name */
 #define FQ_DEFAULT_MAX_TENANT_SERIES 10000u /* http.max_tenant_series */
 #define FQ_CONFIG_MAX_TENANT_SERIES 1000000u
 #define FQ_DEFAULT_QUEUE_AGE_WARN_MS 60000u /* log.queue_age_warn_ms */
@@ -106,10 +136,15 @@ fq_status fq_config_policy(fq_policy **out, const fq_config *c);
  * cap > 0; returns the length of the whole line, as snprintf does. */
 size_t fq_config_describe(const fq_config *c, char *buf, size_t cap);
 
+/* A deep copy of src into *dst (zeroed first), to be freed with
+ * fq_config_free. On FQ_ENOMEM *dst is zeroed. */
+fq_status fq_config_copy(fq_config *dst, const fq_config *src);
+
 /* The settings that differ between old and new but only take effect at a
- * restart (nats.url, nats.creds, nats.tls.*, nats.replicas,
- * nats.tenants_bucket, subjects.*, http.listen, http.max_tenant_series), as a comma-separated list of key names (never their values)
- * in buf, truncated to cap as snprintf does. Returns how many differ. */
+ * restart (nats.*, subjects.*, streams.*, http.listen,
+ * http.max_tenant_series), as a comma-separated list of key names (never
+ * their values) in buf, truncated to cap as snprintf does. Returns how many
+ * differ. */
 size_t fq_config_diff_restart(const fq_config *old, const fq_config *new,
                               char *buf, size_t cap);
 

@@ -780,7 +780,7 @@ static void px_on_kv(fq_proxy *p, fq_nio_kv_entry *e)
         p->c.overrides_refused++;
         if (px_warn_ok(p, "override"))
             fq_log(FQ_LOG_WARN, "override refused; the tenant's policy is unchanged",
-                   FQ_STR("bucket", p->cfg.nats.tenants_bucket), FQ_STR("key", e->key), FQ_UINT("rev", e->rev),
+                   FQ_STR("bucket", p->cfg.streams.tenants_bucket), FQ_STR("key", e->key), FQ_UINT("rev", e->rev),
                    FQ_STR("reason", err));
     }
     fq_nio_kv_entry_destroy(e);
@@ -979,7 +979,7 @@ static void px_journal_flush(fq_proxy *p)
         return;
     p->jbuf[p->jlen++] = ']';
     p->jbuf[p->jlen++] = '}';
-    fq_nio_out o = {.subject = FQ_RUNS_SUBJECT, .data = p->jbuf, .len = p->jlen};
+    fq_nio_out o = {.subject = p->cfg.subjects.runs, .data = p->jbuf, .len = p->jlen};
     if (px_publish(p, &o, TK_MAKE(TK_JOURNAL, b->id)) != FQ_OK) {
         p->jlen -= 2;
         p->c.pub_failures++;
@@ -1275,7 +1275,7 @@ static bool px_dispatch_one(fq_proxy *p, px_run *x)
 {
     fq_nio_msg *m = x->msg, *read = NULL;
     if (!m) {
-        fq_status s = fq_nio_get(&read, p->nio, FQ_STREAM_SUBMIT, x->seq);
+        fq_status s = fq_nio_get(&read, p->nio, p->cfg.streams.submit, x->seq);
         p->c.body_reads++;
         if (s == FQ_ENOTFOUND) {
             /* Purged from the stream behind our back: nothing to send. */
@@ -1450,11 +1450,17 @@ static void px_retry_due(fq_proxy *p)
 
 /* ---- completions ---------------------------------------------------------- */
 
+/* How long a completed run id is remembered: the duplicate window, or the
+ * run timeout if longer. */
+static uint64_t px_keep_done_ms(const fq_proxy *p)
+{
+    uint64_t dup = p->cfg.streams.duplicate_window_ms;
+    return dup > p->cfg.window.run_timeout_ms ? dup : p->cfg.window.run_timeout_ms;
+}
+
 static int64_t px_done_until(const fq_proxy *p, int64_t now_ms)
 {
-    uint64_t keep = FQ_DUPLICATE_WINDOW_MS > p->cfg.window.run_timeout_ms
-                        ? FQ_DUPLICATE_WINDOW_MS : p->cfg.window.run_timeout_ms;
-    return now_ms + (int64_t)keep;
+    return now_ms + (int64_t)px_keep_done_ms(p);
 }
 
 /* Remember (tenant, run_id) as completed, here and in the journal; the
@@ -1867,64 +1873,31 @@ static fq_sched_opts px_sched_opts(const fq_config *c)
                            .max_expired = 0};
 }
 
-static char *px_dup(const char *s)
-{
-    return s ? strdup(s) : NULL;
-}
-
-/* Copy the strings of the config we use; the rest is plain values. The
- * copy owns its strings (px_config_free) even when it returns false. */
-static bool px_copy_config(fq_config *d, const fq_config *s)
-{
-    *d = *s;
-    d->nats.url = px_dup(s->nats.url);
-    d->nats.creds = px_dup(s->nats.creds);
-    d->nats.tls_ca = px_dup(s->nats.tls_ca);
-    d->nats.tls_cert = px_dup(s->nats.tls_cert);
-    d->nats.tls_key = px_dup(s->nats.tls_key);
-    d->nats.tenants_bucket = px_dup(s->nats.tenants_bucket);
-    d->subjects.submit = px_dup(s->subjects.submit);
-    d->subjects.dispatch = px_dup(s->subjects.dispatch);
-    d->subjects.done = px_dup(s->subjects.done);
-    d->subjects.rejected = px_dup(s->subjects.rejected);
-    d->subjects.admin = px_dup(s->subjects.admin);
-    d->scheduler.default_plan = px_dup(s->scheduler.default_plan);
-    d->http.listen = px_dup(s->http.listen);
-    d->log.level = px_dup(s->log.level);
-    d->log.format = px_dup(s->log.format);
-    d->estimates.workflows = NULL;
-    d->estimates.n_workflows = 0;
-    d->plans = NULL;
-    d->n_plans = 0;
-    d->tenants = NULL;
-    d->n_tenants = 0;
-    return d->nats.url && d->nats.tenants_bucket && d->subjects.submit && d->subjects.dispatch && d->subjects.done &&
-           d->subjects.rejected && d->subjects.admin;
-}
-
-static void px_config_free(fq_config *c)
-{
-    char *strs[] = {c->nats.url, c->nats.creds, c->nats.tls_ca, c->nats.tls_cert,
-                    c->nats.tls_key, c->nats.tenants_bucket, c->subjects.submit,
-                    c->subjects.dispatch, c->subjects.done, c->subjects.rejected,
-                    c->subjects.admin, c->scheduler.default_plan, c->http.listen,
-                    c->log.level, c->log.format};
-    for (size_t i = 0; i < sizeof strs / sizeof strs[0]; i++)
-        free(strs[i]);
-    memset(c, 0, sizeof *c);
-}
-
 /* Settings read only at start, besides those fq_config_diff_restart
  * lists: the estimator is built once with the estimate bounds, and the
- * streams' max ages follow run_timeout_ms. */
+ * journal's max age follows run_timeout_ms. Shallow: strings are shared. */
 static void px_keep_restart_settings(fq_config *c, const fq_config *old)
 {
     c->nats = old->nats;
     c->subjects = old->subjects;
+    c->streams = old->streams;
     c->http = old->http;
     c->scheduler.max_est_tokens = old->scheduler.max_est_tokens;
     c->estimates.default_tokens = old->estimates.default_tokens;
     c->window.run_timeout_ms = old->window.run_timeout_ms;
+}
+
+/* Put nc in force, keeping the settings only a restart applies as they are,
+ * strings included: the NATS adapter holds on to the stream and durable
+ * names its consumers were started with. Takes nc's memory. */
+static void px_config_replace(fq_proxy *p, fq_config *nc)
+{
+    fq_config old = p->cfg;
+    p->cfg = *nc;
+    px_keep_restart_settings(&p->cfg, &old);
+    px_keep_restart_settings(&old, nc);    /* what p->cfg no longer uses */
+    fq_config_free(&old);
+    memset(nc, 0, sizeof *nc);
 }
 
 static void px_list_add(char *buf, size_t cap, const char *item)
@@ -1959,7 +1932,7 @@ static fq_status px_carry_overrides(fq_proxy *p, fq_policy *np, char *err, size_
             if (s == FQ_ENOTFOUND)
                 snprintf(err, errlen, "the override of tenant %s (bucket %s) names plan %s, "
                          "which the new config does not define: change or remove the override "
-                         "first", o->e.id, p->cfg.nats.tenants_bucket, o->e.plan);
+                         "first", o->e.id, p->cfg.streams.tenants_bucket, o->e.plan);
             else if (s != FQ_OK)
                 snprintf(err, errlen, "the override of tenant %s: %s", o->e.id,
                          fq_status_text(s));
@@ -1978,9 +1951,8 @@ static fq_status px_reload_try(fq_proxy *p, char *restart, size_t rcap, char *er
         snprintf(err, errlen, "this proxy was given no config file to read again");
         return FQ_EINVAL;
     }
-    fq_config nc, copy;
+    fq_config nc;
     memset(&nc, 0, sizeof nc);
-    memset(&copy, 0, sizeof copy);
     fq_status s = p->ops.load(&nc, p->ops.load_arg, err, errlen);
     fq_policy *np = NULL;
     fq_log_level lv = FQ_LOG_INFO;
@@ -1997,14 +1969,11 @@ static fq_status px_reload_try(fq_proxy *p, char *restart, size_t rcap, char *er
         s = FQ_EINVAL;
         snprintf(err, errlen, "log: unknown level or format");
     }
-    if (s == FQ_OK && !px_copy_config(&copy, &merged))
-        s = FQ_ENOMEM;
     if (s == FQ_OK)
         s = fq_sched_set_opts(p->sched, &so);
     if (s != FQ_OK) {
         if (!err[0])
             snprintf(err, errlen, "%s", fq_status_text(s));
-        px_config_free(&copy);
         fq_policy_destroy(np);
         fq_config_free(&nc);
         return s;
@@ -2015,13 +1984,11 @@ static fq_status px_reload_try(fq_proxy *p, char *restart, size_t rcap, char *er
                             nc.estimates.workflows[i].tokens);
     fq_policy_destroy(p->policy);
     p->policy = np;
-    px_config_free(&p->cfg);
-    p->cfg = copy;
+    px_config_replace(p, &nc);
     for (px_tenant *t = p->t_first; t; t = t->later)
         px_tenant_apply(p, t);
     fq_log_set(lv, lf);
     px_pause_check(p);
-    fq_config_free(&nc);
     return FQ_OK;
 }
 
@@ -2197,7 +2164,7 @@ static fq_status px_ovr_store(fq_proxy *p, const px_ovr *o, const fq_tenant_entr
                               uint64_t *rev)
 {
     if (px_entry_empty(ne))
-        return fq_nio_kv_delete(rev, p->nio, p->cfg.nats.tenants_bucket, ne->id, o->rev);
+        return fq_nio_kv_delete(rev, p->nio, p->cfg.streams.tenants_bucket, ne->id, o->rev);
     char v[512];
     size_t len = 0;
     fq_json w;
@@ -2206,8 +2173,8 @@ static fq_status px_ovr_store(fq_proxy *p, const px_ovr *o, const fq_tenant_entr
     if (fq_json_finish(&w, &len) != FQ_OK)
         return FQ_EINVAL;
     if (!o->rev)
-        return fq_nio_kv_create(rev, p->nio, p->cfg.nats.tenants_bucket, ne->id, v, len);
-    return fq_nio_kv_update(rev, p->nio, p->cfg.nats.tenants_bucket, ne->id, v, len, o->rev);
+        return fq_nio_kv_create(rev, p->nio, p->cfg.streams.tenants_bucket, ne->id, v, len);
+    return fq_nio_kv_update(rev, p->nio, p->cfg.streams.tenants_bucket, ne->id, v, len, o->rev);
 }
 
 /* Change a tenant's override: validated, stored in the bucket, then put in
@@ -2240,7 +2207,7 @@ static void px_admin_set(fq_proxy *p, const fq_nio_msg *req)
             snprintf(err, sizeof err, "the tenant's override changed in the bucket meanwhile: "
                      "read it again (tenant.get) and retry");
         else if (s != FQ_OK)
-            snprintf(err, sizeof err, "cannot write to the overrides bucket %s: %s", p->cfg.nats.tenants_bucket,
+            snprintf(err, sizeof err, "cannot write to the overrides bucket %s: %s", p->cfg.streams.tenants_bucket,
                      fq_status_text(s));
         if (s != FQ_OK || px_ovr_apply(p, o, &ne, err, sizeof err) != FQ_OK) {
             px_reply_error(p, req, err);
@@ -2399,12 +2366,12 @@ static void px_rates(fq_proxy *p, uint64_t now)
 static fq_status px_lease_acquire(fq_proxy *p, char *holder, size_t cap)
 {
     uint64_t rev = 0;
-    fq_status s = fq_nio_kv_get(holder, cap, &rev, p->nio, FQ_KV_LEASE, "leader");
+    fq_status s = fq_nio_kv_get(holder, cap, &rev, p->nio, p->cfg.streams.lease_bucket, "leader");
     if (s == FQ_ENOTFOUND)
-        s = fq_nio_kv_create(&p->lease_rev, p->nio, FQ_KV_LEASE, "leader", p->lease_id,
+        s = fq_nio_kv_create(&p->lease_rev, p->nio, p->cfg.streams.lease_bucket, "leader", p->lease_id,
                              strlen(p->lease_id));
     else if (s == FQ_OK && (strcmp(holder, "released") == 0 || strcmp(holder, p->lease_id) == 0))
-        s = fq_nio_kv_update(&p->lease_rev, p->nio, FQ_KV_LEASE, "leader", p->lease_id,
+        s = fq_nio_kv_update(&p->lease_rev, p->nio, p->cfg.streams.lease_bucket, "leader", p->lease_id,
                              strlen(p->lease_id), rev);
     else if (s == FQ_OK)
         s = FQ_EEXIST;
@@ -2424,7 +2391,7 @@ static bool px_lease_renew(fq_proxy *p, uint64_t now)
     if ((p->lease_sent && now < p->lease_sent + 2000) || now < p->lease_renewed + 1000 ||
         !p->connected)
         return true;
-    if (fq_nio_kv_update_async(p->nio, FQ_KV_LEASE, "leader", p->lease_id, strlen(p->lease_id),
+    if (fq_nio_kv_update_async(p->nio, p->cfg.streams.lease_bucket, "leader", p->lease_id, strlen(p->lease_id),
                                p->lease_rev, TK_MAKE(TK_LEASE, 0)) == FQ_OK) {
         p->pubs++;
         p->lease_sent = now;
@@ -2460,7 +2427,7 @@ static void px_on_lease(fq_proxy *p, const fq_nio_event *ev)
 static void px_lease_release(fq_proxy *p)
 {
     uint64_t rev;
-    fq_nio_kv_update(&rev, p->nio, FQ_KV_LEASE, "leader", "released", 8, p->lease_rev);
+    fq_nio_kv_update(&rev, p->nio, p->cfg.streams.lease_bucket, "leader", "released", 8, p->lease_rev);
 }
 
 /* ---- start-up --------------------------------------------------------- */
@@ -2493,19 +2460,19 @@ static fq_status px_connect(fq_proxy *p)
 
 static fq_status px_streams(fq_proxy *p)
 {
-    uint64_t dup = FQ_DUPLICATE_WINDOW_MS;
-    uint64_t keep = dup > p->cfg.window.run_timeout_ms ? dup : p->cfg.window.run_timeout_ms;
+    const fq_config *c = &p->cfg;
+    uint32_t rep = c->streams.replicas;
     /* FAIR_DISPATCH keeps what it stored for its max age, taken or not:
      * see docs/protocol.md for why it is not a work queue. */
-    uint64_t dispatch_age = 2 * keep > 3600000 ? 2 * keep : 3600000;
-    uint32_t rep = p->cfg.nats.replicas ? p->cfg.nats.replicas : 1;
     const fq_nio_stream streams[] = {
-        {FQ_STREAM_SUBMIT, p->submit_filter, FQ_NIO_WORKQUEUE, 0, 0, rep, true},
-        {FQ_STREAM_DISPATCH, p->cfg.subjects.dispatch, FQ_NIO_LIMITS, dispatch_age, dup, rep, false},
-        {FQ_STREAM_DONE, p->done_filter, FQ_NIO_WORKQUEUE, 0, 0, rep, false},
-        {FQ_STREAM_REJECTED, p->rejected_filter, FQ_NIO_LIMITS, FQ_REJECTED_MAX_AGE_MS, 0, rep,
-         false},
-        {FQ_STREAM_RUNS, FQ_RUNS_SUBJECT, FQ_NIO_LIMITS, keep + 60000, 0, rep, false},
+        {c->streams.submit, p->submit_filter, FQ_NIO_WORKQUEUE, 0, 0, rep, true},
+        {c->streams.dispatch, c->subjects.dispatch, FQ_NIO_LIMITS,
+         c->streams.dispatch_max_age_ms, c->streams.duplicate_window_ms, rep, false},
+        {c->streams.done, p->done_filter, FQ_NIO_WORKQUEUE, 0, 0, rep, false},
+        {c->streams.rejected, p->rejected_filter, FQ_NIO_LIMITS,
+         c->streams.rejected_max_age_ms, 0, rep, false},
+        {c->streams.runs, c->subjects.runs, FQ_NIO_LIMITS, px_keep_done_ms(p) + 60000, 0,
+         rep, false},
     };
     char warn[1024];
     for (size_t i = 0; i < sizeof streams / sizeof streams[0]; i++) {
@@ -2525,10 +2492,12 @@ static fq_status px_streams(fq_proxy *p)
             fq_log(FQ_LOG_WARN, "stream differs from what fairq expects",
                    FQ_STR("stream", streams[i].name), FQ_STR("differences", warn));
     }
-    if (fq_nio_stream_created(&p->submit_created_ms, p->nio, FQ_STREAM_SUBMIT) != FQ_OK)
+    if (fq_nio_stream_created(&p->submit_created_ms, p->nio, c->streams.submit) != FQ_OK)
         return FQ_EIO;
-    if (fq_nio_kv_ensure(p->nio, FQ_KV_LEASE, FQ_LEASE_TTL_MS, rep, warn, sizeof warn) != FQ_OK) {
-        fq_log(FQ_LOG_ERROR, "cannot create the lease bucket", FQ_STR("reason", warn));
+    if (fq_nio_kv_ensure(p->nio, c->streams.lease_bucket, FQ_LEASE_TTL_MS, rep, warn,
+                         sizeof warn) != FQ_OK) {
+        fq_log(FQ_LOG_ERROR, "cannot create the lease bucket",
+               FQ_STR("bucket", c->streams.lease_bucket), FQ_STR("reason", warn));
         return FQ_EIO;
     }
     return FQ_OK;
@@ -2630,7 +2599,7 @@ static void px_adopt_one(fq_proxy *p, px_run *x, uint64_t now, uint64_t age)
 static fq_status px_recover(fq_proxy *p)
 {
     px_loaded L = {.p = p};
-    fq_status s = fq_nio_stream_scan(p->nio, FQ_STREAM_RUNS, px_load_cb, &L);
+    fq_status s = fq_nio_stream_scan(p->nio, p->cfg.streams.runs, px_load_cb, &L);
     if (s != FQ_OK) {
         free(L.adopt);
         return s;
@@ -2686,8 +2655,8 @@ static void px_on_event(fq_proxy *p, fq_nio_event *ev)
             px_phase_leader(p);
         if (ev->status != FQ_OK && px_warn_ok(p, "consumer"))
             fq_log(FQ_LOG_WARN, "cannot create a consumer; retrying",
-                   FQ_STR("stream", ev->source == PX_CONS_SUBMIT ? FQ_STREAM_SUBMIT
-                                                                  : FQ_STREAM_DONE));
+                   FQ_STR("stream", ev->source == PX_CONS_SUBMIT ? p->cfg.streams.submit
+                                                                  : p->cfg.streams.done));
         break;
     case FQ_NIO_EV_KV:
         px_on_kv(p, ev->kv);
@@ -2711,10 +2680,10 @@ static fq_status px_start_consumers(fq_proxy *p)
 {
     /* MaxAckPending bounds what the server hands over beyond what we hold. */
     int64_t pend = (int64_t)p->cfg.limits.max_buffered_runs + PX_MAX_PUBS;
-    fq_nio_consumer sc = {.stream = FQ_STREAM_SUBMIT, .durable = FQ_DURABLE,
+    fq_nio_consumer sc = {.stream = p->cfg.streams.submit, .durable = p->cfg.streams.durable,
                           .filter = p->submit_filter, .max_ack_pending = pend,
                           .ack_wait_ms = 24LL * 3600 * 1000, .batch = 256};
-    fq_nio_consumer dc = {.stream = FQ_STREAM_DONE, .durable = FQ_DURABLE,
+    fq_nio_consumer dc = {.stream = p->cfg.streams.done, .durable = p->cfg.streams.durable,
                           .filter = p->done_filter, .max_ack_pending = 100000,
                           .ack_wait_ms = 60000, .batch = 256};
     fq_status s = fq_nio_consume(p->nio, PX_CONS_SUBMIT, &sc);
@@ -2730,11 +2699,11 @@ static fq_status px_start_consumers(fq_proxy *p)
 static void px_overrides_start(fq_proxy *p)
 {
     char why[512] = "";
-    uint32_t rep = p->cfg.nats.replicas ? p->cfg.nats.replicas : 1;
-    if (fq_nio_kv_ensure(p->nio, p->cfg.nats.tenants_bucket, 0, rep, why, sizeof why) != FQ_OK ||
-        fq_nio_kv_watch(p->nio, PX_WATCH_TENANTS, p->cfg.nats.tenants_bucket) != FQ_OK) {
+    if (fq_nio_kv_ensure(p->nio, p->cfg.streams.tenants_bucket, 0, p->cfg.streams.replicas,
+                         why, sizeof why) != FQ_OK ||
+        fq_nio_kv_watch(p->nio, PX_WATCH_TENANTS, p->cfg.streams.tenants_bucket) != FQ_OK) {
         fq_log(FQ_LOG_ERROR, "cannot watch the overrides bucket; overrides are off until a restart",
-               FQ_STR("bucket", p->cfg.nats.tenants_bucket), FQ_STR("reason", why));
+               FQ_STR("bucket", p->cfg.streams.tenants_bucket), FQ_STR("reason", why));
         return;
     }
     uint64_t end = fq_nio_mono_ms() + PX_KV_SYNC_WAIT_MS;
@@ -2747,10 +2716,10 @@ static void px_overrides_start(fq_proxy *p)
         for (px_ovr *o = p->ob[i]; o; o = o->next)
             live += !px_entry_empty(&o->e);
     if (p->kv_synced)
-        fq_log(FQ_LOG_INFO, "overrides read", FQ_STR("bucket", p->cfg.nats.tenants_bucket), FQ_UINT("in_force", live));
+        fq_log(FQ_LOG_INFO, "overrides read", FQ_STR("bucket", p->cfg.streams.tenants_bucket), FQ_UINT("in_force", live));
     else
         fq_log(FQ_LOG_WARN, "the overrides bucket is not read whole yet; its overrides apply as "
-               "they arrive", FQ_STR("bucket", p->cfg.nats.tenants_bucket));
+               "they arrive", FQ_STR("bucket", p->cfg.streams.tenants_bucket));
 }
 
 /* Wait until we hold the lease; false if stopped first. */
@@ -2902,7 +2871,7 @@ fq_status fq_proxy_create(fq_proxy **out, const fq_config *cfg, char *err, size_
     fq_proxy *p = calloc(1, sizeof *p);
     if (!p)
         return FQ_ENOMEM;
-    fq_status s = px_copy_config(&p->cfg, cfg) ? FQ_OK : FQ_ENOMEM;
+    fq_status s = fq_config_copy(&p->cfg, cfg);
     if (s == FQ_OK)
         s = fq_config_policy(&p->policy, cfg);
     fq_sched_opts so = px_sched_opts(cfg);
@@ -3002,6 +2971,6 @@ void fq_proxy_destroy(fq_proxy *p)
     fq_est_destroy(p->est);
     fq_sched_destroy(p->sched);
     fq_policy_destroy(p->policy);
-    px_config_free(&p->cfg);
+    fq_config_free(&p->cfg);
     free(p);
 }

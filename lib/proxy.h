@@ -11,18 +11,8 @@
 
 typedef struct fq_proxy fq_proxy;
 
-/* Names fixed by the wire contract (docs/protocol.md); the subjects come
- * from the config. */
-#define FQ_STREAM_SUBMIT "FAIR_SUBMIT"
-#define FQ_STREAM_DISPATCH "FAIR_DISPATCH"
-#define FQ_STREAM_DONE "FAIR_DONE"
-#define FQ_STREAM_REJECTED "FAIR_REJECTED"
-#define FQ_DURABLE "fairq"              /* the proxy's consumer on SUBMIT and DONE */
-#define FQ_STREAM_RUNS "FAIRQ_RUNS"     /* the runs journal: in flight, then done */
-#define FQ_RUNS_SUBJECT "fairq.runs"    /* its one subject */
-#define FQ_KV_LEASE "fairq_lease"       /* the leader lease */
-#define FQ_DUPLICATE_WINDOW_MS 600000u  /* FAIR_DISPATCH de-duplication window */
-#define FQ_REJECTED_MAX_AGE_MS (7u * 24 * 3600 * 1000) /* FAIR_REJECTED keeps a week */
+/* Stream, consumer and bucket names and the streams' limits come from
+ * the config (streams.*); these are fixed. */
 #define FQ_LEASE_TTL_MS 3000u           /* a silent holder loses the lease after this */
 #define FQ_HEADER_ROOM 1024u            /* bytes reserved for fairq's own dispatch headers */
 #define FQ_QUEUE_AGE_WARN_EVERY_MS 60000u /* ... at most once per tenant per this */

@@ -47,6 +47,20 @@ static void test_shipped_config_loads(void **state)
     assert_true(c.n_plans >= 3);
     assert_true(c.n_tenants >= 2);
     assert_true(c.estimates.n_workflows >= 2);
+    /* It shows the defaults of what lives in JetStream. */
+    fq_config d;
+    parse_ok(&d, BASE);
+    assert_string_equal(c.streams.submit, d.streams.submit);
+    assert_string_equal(c.streams.dispatch, d.streams.dispatch);
+    assert_string_equal(c.streams.runs, d.streams.runs);
+    assert_string_equal(c.streams.durable, d.streams.durable);
+    assert_string_equal(c.streams.lease_bucket, d.streams.lease_bucket);
+    assert_string_equal(c.streams.tenants_bucket, d.streams.tenants_bucket);
+    assert_string_equal(c.subjects.runs, d.subjects.runs);
+    assert_int_equal(c.streams.duplicate_window_ms, d.streams.duplicate_window_ms);
+    assert_int_equal(c.streams.dispatch_max_age_ms, d.streams.dispatch_max_age_ms);
+    assert_int_equal(c.streams.rejected_max_age_ms, d.streams.rejected_max_age_ms);
+    fq_config_free(&d);
 
     /* Its policy: the plans and tenants it lists, and the default plan. */
     fq_policy *p;
@@ -76,13 +90,25 @@ static void test_defaults(void **state)
     assert_null(c.nats.tls_ca);
     assert_null(c.nats.tls_cert);
     assert_null(c.nats.tls_key);
-    assert_int_equal(c.nats.replicas, 1);
-    assert_string_equal(c.nats.tenants_bucket, "fairq_tenants");
     assert_string_equal(c.subjects.submit, "fair.submit");
     assert_string_equal(c.subjects.dispatch, "fair.dispatch");
     assert_string_equal(c.subjects.done, "fair.done");
     assert_string_equal(c.subjects.rejected, "fair.rejected");
     assert_string_equal(c.subjects.admin, "fair.admin");
+    assert_string_equal(c.subjects.runs, "fairq.runs");
+    assert_string_equal(c.streams.submit, "FAIR_SUBMIT");
+    assert_string_equal(c.streams.dispatch, "FAIR_DISPATCH");
+    assert_string_equal(c.streams.done, "FAIR_DONE");
+    assert_string_equal(c.streams.rejected, "FAIR_REJECTED");
+    assert_string_equal(c.streams.runs, "FAIRQ_RUNS");
+    assert_string_equal(c.streams.durable, "fairq");
+    assert_string_equal(c.streams.lease_bucket, "fairq_lease");
+    assert_string_equal(c.streams.tenants_bucket, "fairq_tenants");
+    assert_int_equal(c.streams.replicas, 1);
+    assert_int_equal(c.streams.duplicate_window_ms, 600000);
+    /* max(1 h, 2 x max(duplicate window, run timeout)) */
+    assert_int_equal(c.streams.dispatch_max_age_ms, 3600000);
+    assert_int_equal(c.streams.rejected_max_age_ms, 7 * 24 * 3600 * 1000);
     assert_int_equal(c.scheduler.quantum_tokens, 1000);
     assert_false(c.scheduler.reject_unknown);
     assert_int_equal(c.scheduler.max_est_tokens, 1000000);
@@ -125,8 +151,21 @@ static void test_values_are_read(void **state)
         "  url: nats://a:4222,nats://b:4222\n"
         "  creds: /run/x.creds\n"
         "  tls: {ca: ca.pem, cert: c.pem, key: k.pem}\n"
+        "subjects: {submit: s.in, dispatch: s.work, done: s.done, rejected: s.rej, admin: s.adm,"
+        " runs: s.journal}\n"
+        "streams:\n"
+        "  submit: B_SUBMIT\n"
+        "  dispatch: B_DISPATCH\n"
+        "  done: B_DONE\n"
+        "  rejected: B_REJECTED\n"
+        "  runs: B_RUNS\n"
+        "  durable: b-proxy\n"
+        "  lease_bucket: b_lease\n"
+        "  tenants_bucket: b_tenants\n"
         "  replicas: 3\n"
-        "subjects: {submit: s.in, dispatch: s.work, done: s.done, rejected: s.rej, admin: s.adm}\n"
+        "  duplicate_window_ms: 120000\n"
+        "  dispatch_max_age_ms: 120_000\n"
+        "  rejected_max_age_ms: 86400000\n"
         "scheduler:\n"
         "  quantum_tokens: 2_000\n"
         "  default_plan: basic\n"
@@ -149,9 +188,21 @@ static void test_values_are_read(void **state)
     assert_string_equal(c.nats.url, "nats://a:4222,nats://b:4222");
     assert_string_equal(c.nats.creds, "/run/x.creds");
     assert_string_equal(c.nats.tls_key, "k.pem");
-    assert_int_equal(c.nats.replicas, 3);
     assert_string_equal(c.subjects.dispatch, "s.work");
     assert_string_equal(c.subjects.admin, "s.adm");
+    assert_string_equal(c.subjects.runs, "s.journal");
+    assert_string_equal(c.streams.submit, "B_SUBMIT");
+    assert_string_equal(c.streams.dispatch, "B_DISPATCH");
+    assert_string_equal(c.streams.done, "B_DONE");
+    assert_string_equal(c.streams.rejected, "B_REJECTED");
+    assert_string_equal(c.streams.runs, "B_RUNS");
+    assert_string_equal(c.streams.durable, "b-proxy");
+    assert_string_equal(c.streams.lease_bucket, "b_lease");
+    assert_string_equal(c.streams.tenants_bucket, "b_tenants");
+    assert_int_equal(c.streams.replicas, 3);
+    assert_int_equal(c.streams.duplicate_window_ms, 120000);
+    assert_int_equal(c.streams.dispatch_max_age_ms, 120000);  /* as given, not derived */
+    assert_int_equal(c.streams.rejected_max_age_ms, 86400000);
     assert_int_equal(c.scheduler.quantum_tokens, 2000);
     assert_true(c.scheduler.reject_unknown);
     assert_int_equal(c.scheduler.max_est_tokens, 50000);
@@ -197,15 +248,17 @@ static const struct {
 } bad_cases[] = {
     /* Unknown keys: placed at the key itself, with the keys allowed there. */
     {BASE "bogus: 1\n",
-     "t.yaml:5:1: bogus: unknown key (known here: nats, subjects, scheduler, window, "
-     "limits, plans, tenants, estimates, http, log)"},
+     "t.yaml:5:1: bogus: unknown key (known here: nats, subjects, streams, scheduler, "
+     "window, limits, plans, tenants, estimates, http, log)"},
     {BASE "  - name: pro\n    wieght: 3\n",
      "t.yaml:6:5: plans[1].wieght: unknown key (known here: name, weight, "
      "max_in_flight, max_pending)"},
     /* After a nested mapping that holds a key of the same name. */
     {"nats:\n  url: x\n  tls:\n    ca: a\n  ca: b\n",
-     "t.yaml:5:3: nats.ca: unknown key (known here: url, creds, tls, replicas, "
-     "tenants_bucket)"},
+     "t.yaml:5:3: nats.ca: unknown key (known here: url, creds, tls)"},
+    /* replicas and the overrides bucket live under streams. */
+    {"nats: {url: n, replicas: 3}\n",
+     "t.yaml:1:16: nats.replicas: unknown key (known here: url, creds, tls)"},
     {BASE "estimates:\n  workflows:\n    - {name: a, tokens: 1, cost: 2}\n",
      "t.yaml:7:28: estimates.workflows[0].cost: unknown key (known here: name, tokens)"},
     /* A key given twice in one mapping: placed at the second. */
@@ -254,8 +307,8 @@ static const struct {
     {BASE "tenants: [{id: t, weight: 0}]\n", "t.yaml:5:19: tenants[0].weight: must be >= 1"},
     {BASE "tenants: [{id: t, max_pending: 0}]\n",
      "t.yaml:5:19: tenants[0].max_pending: must be >= 1"},
-    {"nats: {url: n, replicas: 6}\nscheduler: {default_plan: free}\nplans: [{name: free}]\n",
-     "t.yaml:1:16: nats.replicas: must be <= 5"},
+    {BASE "streams: {replicas: 6}\n", "t.yaml:5:11: streams.replicas: must be <= 5"},
+    {BASE "streams: {replicas: 0}\n", "t.yaml:5:11: streams.replicas: must be >= 1"},
     {"nats: {url: n}\nscheduler: {default_plan: free, quantum_tokens: 0}\nplans: [{name: free}]\n",
      "t.yaml:2:33: scheduler.quantum_tokens: must be >= 1"},
     {BASE "window: {max_in_flight: 0}\n", "t.yaml:5:10: window.max_in_flight: must be >= 1"},
@@ -298,10 +351,64 @@ static const struct {
     {BASE "log: {queue_age_warn_ms: 1.5}\n",
      "t.yaml:5:7: log.queue_age_warn_ms: '1.5' is not a whole number (digits only, no sign, "
      "fraction or leading zero)"},
-    {"nats: {url: n, tenants_bucket: \"a.b\"}\n",
-     "t.yaml:1:16: nats.tenants_bucket: 'a.b' is not 1 to 64 of [A-Za-z0-9_-]"},
-    {"nats: {url: n, tenants_bucket: \"\"}\n",
-     "t.yaml:1:16: nats.tenants_bucket: '' is not 1 to 64 of [A-Za-z0-9_-]"},
+    /* Stream, consumer and bucket names (JetStream's rules), and the
+     * streams' durations. */
+    {BASE "streams: {tenants_bucket: \"a.b\"}\n",
+     "t.yaml:5:11: streams.tenants_bucket: 'a.b' is not a bucket name: 1 to 64 of "
+     "[A-Za-z0-9_-]"},
+    {BASE "streams: {lease_bucket: \"\"}\n",
+     "t.yaml:5:11: streams.lease_bucket: '' is not a bucket name: 1 to 64 of [A-Za-z0-9_-]"},
+    {BASE "streams: {lease_bucket: x, tenants_bucket: x}\n",
+     "t.yaml:5:28: streams.tenants_bucket: 'x' is streams.lease_bucket already"},
+    {BASE "streams: {submit: FAIR.SUBMIT}\n",
+     "t.yaml:5:11: streams.submit: 'FAIR.SUBMIT' is not a JetStream name: 1 to 64 printable "
+     "characters without white space, '.', '*', '>', '/' or '\\'"},
+    {BASE "streams:\n  done: \"FAIR DONE\"\n",
+     "t.yaml:6:3: streams.done: 'FAIR DONE' is not a JetStream name: 1 to 64 printable "
+     "characters without white space, '.', '*', '>', '/' or '\\'"},
+    {BASE "streams: {runs: \"RUNS*\"}\n",
+     "t.yaml:5:11: streams.runs: 'RUNS*' is not a JetStream name: 1 to 64 printable "
+     "characters without white space, '.', '*', '>', '/' or '\\'"},
+    {BASE "streams: {rejected: \"a>\"}\n",
+     "t.yaml:5:11: streams.rejected: 'a>' is not a JetStream name: 1 to 64 printable "
+     "characters without white space, '.', '*', '>', '/' or '\\'"},
+    {BASE "streams: {dispatch: ../x}\n",
+     "t.yaml:5:11: streams.dispatch: '../x' is not a JetStream name: 1 to 64 printable "
+     "characters without white space, '.', '*', '>', '/' or '\\'"},
+    {BASE "streams: {dispatch: \"a\\\\b\"}\n",
+     "t.yaml:5:11: streams.dispatch: 'a\\b' is not a JetStream name: 1 to 64 printable "
+     "characters without white space, '.', '*', '>', '/' or '\\'"},
+    {BASE "streams: {durable: \"\"}\n",
+     "t.yaml:5:11: streams.durable: '' is not a JetStream name: 1 to 64 printable "
+     "characters without white space, '.', '*', '>', '/' or '\\'"},
+    {BASE "streams: {submit: A234567890123456789012345678901234567890123456789012345678901234"
+     "5}\n",
+     "t.yaml:5:11: streams.submit: 'A2345678901234567890123456789012345678901234567890123456789"
+     "012345' is not a JetStream name: 1 to 64 printable characters without white space, "
+     "'.', '*', '>', '/' or '\\'"},
+    {BASE "streams:\n  done: FAIR_X\n  runs: FAIR_X\n",
+     "t.yaml:7:3: streams.runs: 'FAIR_X' is streams.done already"},
+    {BASE "streams: {dispatch: FAIR_SUBMIT}\n",
+     "t.yaml:5:11: streams.dispatch: 'FAIR_SUBMIT' is streams.submit already"},
+    {BASE "streams: {duplicate_window_ms: 999}\n",
+     "t.yaml:5:11: streams.duplicate_window_ms: must be >= 1000"},
+    {BASE "streams: {duplicate_window_ms: 86400001}\n",
+     "t.yaml:5:11: streams.duplicate_window_ms: must be <= 86400000"},
+    {BASE "streams: {duplicate_window_ms: 10m}\n",
+     "t.yaml:5:11: streams.duplicate_window_ms: '10m' is not a whole number (digits only, no "
+     "sign, fraction or leading zero)"},
+    {BASE "streams: {duplicate_window_ms: 600000, dispatch_max_age_ms: 599999}\n",
+     "t.yaml:5:40: streams.dispatch_max_age_ms: must be >= streams.duplicate_window_ms "
+     "(600000): after a server restart only the messages still held de-duplicate a "
+     "retried dispatch"},
+    {BASE "streams: {dispatch_max_age_ms: 31536000001}\n",
+     "t.yaml:5:11: streams.dispatch_max_age_ms: must be <= 31536000000"},
+    {BASE "streams: {rejected_max_age_ms: 0}\n",
+     "t.yaml:5:11: streams.rejected_max_age_ms: must be >= 1000"},
+    {BASE "streams: {lease: fairq_lease}\n",
+     "t.yaml:5:11: streams.lease: unknown key (known here: submit, dispatch, done, rejected, "
+     "runs, durable, lease_bucket, tenants_bucket, replicas, duplicate_window_ms, "
+     "dispatch_max_age_ms, rejected_max_age_ms)"},
     {"nats: {url: n}\nscheduler: {default_plan: free, unknown_tenants: deny}\n"
      "plans: [{name: free}]\n",
      "t.yaml:2:33: scheduler.unknown_tenants: 'deny' is not one of: admit, reject"},
@@ -316,6 +423,10 @@ static const struct {
      "t.yaml:5:12: subjects.done: 'fair.submit' is subjects.submit already"},
     {BASE "subjects: {dispatch: fair.submit.work}\n",
      "t.yaml:5:12: subjects.dispatch: 'fair.submit.work' falls under subjects.submit.*"},
+    {BASE "subjects: {runs: fair.done.runs}\n",
+     "t.yaml:5:12: subjects.runs: 'fair.done.runs' falls under subjects.done.*"},
+    {BASE "subjects: {runs: fair.dispatch}\n",
+     "t.yaml:5:12: subjects.runs: 'fair.dispatch' is subjects.dispatch already"},
     {BASE "http: {listen: localhost}\n",
      "t.yaml:5:8: http.listen: 'localhost' is not host:port (port 1 to 65535), or \"\" to "
      "disable"},
@@ -450,16 +561,17 @@ static void test_ops_keys(void **state)
     (void)state;
     fq_config c;
     char buf[2048];
-    parse_ok(&c, "nats: {url: n, tenants_bucket: team_overrides}\n"
+    parse_ok(&c, "nats: {url: n}\n"
+                 "streams: {tenants_bucket: team_overrides}\n"
                  "scheduler: {default_plan: free}\n"
                  "plans: [{name: free}]\n"
                  "http: {max_tenant_series: 2_500}\n"
                  "log: {queue_age_warn_ms: 15000}\n");
-    assert_string_equal(c.nats.tenants_bucket, "team_overrides");
+    assert_string_equal(c.streams.tenants_bucket, "team_overrides");
     assert_int_equal(c.http.max_tenant_series, 2500);
     assert_int_equal(c.log.queue_age_warn_ms, 15000);
     fq_config_describe(&c, buf, sizeof buf);
-    assert_non_null(strstr(buf, " nats.tenants_bucket=team_overrides"));
+    assert_non_null(strstr(buf, " streams.tenants_bucket=team_overrides"));
     assert_non_null(strstr(buf, " http.max_tenant_series=2500"));
     assert_non_null(strstr(buf, " log.queue_age_warn_ms=15000"));
     fq_config_free(&c);
@@ -478,13 +590,14 @@ static void test_diff_restart(void **state)
     fq_config_free(&b);
 
     parse_ok(&b,
-        "nats: {url: \"nats://u:secret@other:4222\", replicas: 3, creds: x.creds}\n"
+        "nats: {url: \"nats://u:secret@other:4222\", creds: x.creds}\n"
         "subjects: {submit: in.submit}\n"
+        "streams: {replicas: 3}\n"
         "scheduler: {default_plan: free}\n"
         "plans: [{name: free}]\n"
         "http: {listen: \"\"}\n");
     assert_int_equal(fq_config_diff_restart(&a, &b, buf, sizeof(buf)), 5);
-    assert_string_equal(buf, "nats.url,nats.creds,subjects.submit,http.listen,nats.replicas");
+    assert_string_equal(buf, "nats.url,nats.creds,subjects.submit,http.listen,streams.replicas");
     assert_null(strstr(buf, "secret"));
     /* A short buffer truncates the list, not the count. */
     assert_int_equal(fq_config_diff_restart(&b, &a, buf, 9), 5);
@@ -493,14 +606,84 @@ static void test_diff_restart(void **state)
 
     /* The overrides bucket and the series limit are fixed at start; the
      * queue-age threshold applies live. */
-    parse_ok(&b, "nats: {url: \"nats://127.0.0.1:4222\", tenants_bucket: other}\n"
+    parse_ok(&b, "nats: {url: \"nats://127.0.0.1:4222\"}\n"
+                 "streams: {tenants_bucket: other}\n"
                  "scheduler: {default_plan: free}\n"
                  "plans: [{name: free}]\n"
                  "http: {max_tenant_series: 5}\n"
                  "log: {queue_age_warn_ms: 5}\n");
     assert_int_equal(fq_config_diff_restart(&a, &b, buf, sizeof(buf)), 2);
-    assert_string_equal(buf, "nats.tenants_bucket,http.max_tenant_series");
+    assert_string_equal(buf, "streams.tenants_bucket,http.max_tenant_series");
+    fq_config_free(&b);
+
+    /* Every stream setting takes a restart: the streams exist already. */
+    parse_ok(&b, BASE "subjects: {runs: other.runs}\n"
+                 "streams: {submit: S, dispatch: D, done: F, rejected: R, runs: J,"
+                 " durable: d, lease_bucket: l, tenants_bucket: t, duplicate_window_ms: 60000,"
+                 " dispatch_max_age_ms: 60000, rejected_max_age_ms: 60000}\n");
+    char all[1024];
+    assert_int_equal(fq_config_diff_restart(&a, &b, all, sizeof(all)), 12);
+    assert_string_equal(all, "subjects.runs,streams.submit,streams.dispatch,streams.done,"
+                        "streams.rejected,streams.runs,streams.durable,streams.lease_bucket,"
+                        "streams.tenants_bucket,streams.duplicate_window_ms,"
+                        "streams.dispatch_max_age_ms,streams.rejected_max_age_ms");
     fq_config_free(&a);
+    fq_config_free(&b);
+}
+
+/* FAIR_DISPATCH's max age follows the duplicate window and the run timeout
+ * unless given; the derived value is what describe shows. */
+static void test_dispatch_max_age(void **state)
+{
+    (void)state;
+    fq_config c;
+    char buf[4096];
+    parse_ok(&c, BASE "window: {run_timeout_ms: 7200000}\n");
+    assert_int_equal(c.streams.dispatch_max_age_ms, 2 * 7200000);
+    fq_config_free(&c);
+    parse_ok(&c, BASE "streams: {duplicate_window_ms: 3600000}\n");
+    assert_int_equal(c.streams.dispatch_max_age_ms, 2 * 3600000);
+    fq_config_describe(&c, buf, sizeof buf);
+    assert_non_null(strstr(buf, " streams.submit=FAIR_SUBMIT streams.dispatch=FAIR_DISPATCH"
+                            " streams.done=FAIR_DONE streams.rejected=FAIR_REJECTED"
+                            " streams.runs=FAIRQ_RUNS streams.durable=fairq"
+                            " streams.lease_bucket=fairq_lease"
+                            " streams.tenants_bucket=fairq_tenants streams.replicas=1"
+                            " streams.duplicate_window_ms=3600000"
+                            " streams.dispatch_max_age_ms=7200000"
+                            " streams.rejected_max_age_ms=604800000 "));
+    assert_non_null(strstr(buf, " subjects.runs=fairq.runs "));
+    fq_config_free(&c);
+    /* Equal to the window is enough. */
+    parse_ok(&c, BASE "streams: {duplicate_window_ms: 5000, dispatch_max_age_ms: 5000}\n");
+    assert_int_equal(c.streams.dispatch_max_age_ms, 5000);
+    fq_config_free(&c);
+}
+
+/* A copy owns its strings and tables: freeing the original leaves it whole. */
+static void test_copy(void **state)
+{
+    (void)state;
+    fq_config a, b;
+    char da[4096], db[4096];
+    parse_ok(&a, "nats: {url: \"nats://u:p@h:4222\", creds: c.creds}\n"
+                 "streams: {submit: S1}\n"
+                 "scheduler: {default_plan: free}\n"
+                 "plans: [{name: free}, {name: pro, weight: 4}]\n"
+                 "tenants: [{id: t1, plan: pro}]\n"
+                 "estimates: {workflows: [{name: w, tokens: 9}]}\n");
+    fq_config_describe(&a, da, sizeof da);
+    assert_int_equal(fq_config_copy(&b, &a), FQ_OK);
+    assert_ptr_not_equal(b.streams.submit, a.streams.submit);
+    assert_ptr_not_equal(b.plans, a.plans);
+    fq_config_free(&a);
+    fq_config_describe(&b, db, sizeof db);
+    assert_string_equal(da, db);
+    assert_string_equal(b.streams.submit, "S1");
+    assert_string_equal(b.nats.creds, "c.creds");
+    assert_string_equal(b.plans[1].name, "pro");
+    assert_string_equal(b.tenants[0].plan, "pro");
+    assert_int_equal(b.estimates.workflows[0].tokens, 9);
     fq_config_free(&b);
 }
 
@@ -517,6 +700,8 @@ int main(void)
         cmocka_unit_test(test_describe_hides_secrets),
         cmocka_unit_test(test_ops_keys),
         cmocka_unit_test(test_diff_restart),
+        cmocka_unit_test(test_dispatch_max_age),
+        cmocka_unit_test(test_copy),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,254 @@
+/* it_proxy_names.c -- two fairq-proxies with different streams.* and subjects.* on one server stay apart. */
+#include <setjmp.h>
+#include <stdbool.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <cmocka.h>
+
+#include "opstest.h"
+
+#define RUNS 20
+
+/* Proxy A on every default; proxy B on names of its own, and rejecting
+ * tenants it does not list, so that its refusals are told apart too. */
+static const char a_yaml[] =
+    "scheduler: {default_plan: free}\n"
+    "window: {max_in_flight: 100}\n"
+    "plans: [{name: free}]\n";
+
+static const char b_yaml[] =
+    "subjects: {submit: b.submit, dispatch: b.dispatch, done: b.done, rejected: b.rejected,"
+    " admin: b.admin, runs: b.runs}\n"
+    "streams:\n"
+    "  submit: B_SUBMIT\n"
+    "  dispatch: B_DISPATCH\n"
+    "  done: B_DONE\n"
+    "  rejected: B_REJECTED\n"
+    "  runs: B_RUNS\n"
+    "  durable: b-proxy\n"
+    "  lease_bucket: b_lease\n"
+    "  tenants_bucket: b_tenants\n"
+    "  duplicate_window_ms: 120000\n"
+    "  rejected_max_age_ms: 3600000\n"
+    "scheduler: {default_plan: free, unknown_tenants: reject}\n"
+    "window: {max_in_flight: 100}\n"
+    "plans: [{name: free}]\n"
+    "tenants: [{id: tb}]\n";
+
+typedef struct fixture {
+    natstest *srv;
+    pt_proxy a, b;
+    pt_client c;
+} fixture;
+
+static void sleep_ms(int ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+static int setup(void **state)
+{
+    fixture *f = calloc(1, sizeof *f);
+    *state = f;
+    return natstest_start(&f->srv, NULL) == 0 && pt_connect(&f->c, f->srv) == 0 ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+    fixture *f = *state;
+    if (f->a.proc.pid)
+        assert_int_equal(pt_proxy_stop(&f->a), 0);
+    if (f->b.proc.pid)
+        assert_int_equal(pt_proxy_stop(&f->b), 0);
+    pt_close(&f->c);
+    natstest_destroy(f->srv);
+    free(f);
+    return 0;
+}
+
+static void assert_contains(const char *s, const char *part)
+{
+    if (!s || !strstr(s, part))
+        fail_msg("expected \"%s\" in: %s", part, s ? s : "(nothing)");
+}
+
+/* Wait up to 20 s until stream holds n messages. */
+static void wait_stream(fixture *f, const char *stream, uint64_t n)
+{
+    long long end = nt_now_ms() + 20000;
+    while (pt_stream_last(&f->c, stream) < n && nt_now_ms() < end)
+        sleep_ms(50);
+    assert_int_equal(pt_stream_last(&f->c, stream), n);
+}
+
+/* Wait up to 20 s until the reply to subject holds part. */
+static void wait_reply(fixture *f, const char *subject, const char *body, const char *part)
+{
+    long long end = nt_now_ms() + 20000;
+    char *r = NULL;
+    do {
+        free(r);
+        r = ot_request(&f->c, subject, body);
+        if (r && strstr(r, part))
+            break;
+        sleep_ms(50);
+    } while (nt_now_ms() < end);
+    assert_contains(r, part);
+    free(r);
+}
+
+/* n runs on subject <prefix>.<tenant>, run ids <tenant>-<i>. */
+static void submit(fixture *f, const char *prefix, const char *tenant, int n)
+{
+    for (int i = 0; i < n; i++) {
+        char subj[128], body[64];
+        snprintf(subj, sizeof subj, "=%s.%s", prefix, tenant);
+        snprintf(body, sizeof body, "{\"run_id\":\"%s-%d\"}", tenant, i);
+        assert_int_equal(pt_submit(&f->c, subj, body, strlen(body), NULL), 0);
+    }
+}
+
+/* Complete runs <tenant>-0 .. n-1 on <prefix>.<tenant>. */
+static void complete(fixture *f, const char *prefix, const char *tenant, int n)
+{
+    for (int i = 0; i < n; i++) {
+        char subj[128], body[128];
+        snprintf(subj, sizeof subj, "%s.%s", prefix, tenant);
+        snprintf(body, sizeof body,
+                 "{\"run_id\":\"%s-%d\",\"actual_tokens\":10,\"status\":\"ok\"}", tenant, i);
+        assert_int_equal(js_Publish(NULL, f->c.js, subj, body, (int)strlen(body), NULL, NULL),
+                         NATS_OK);
+    }
+}
+
+static bool holds(const char *data, size_t len, const char *part)
+{
+    size_t k = strlen(part);
+    for (size_t i = 0; i + k <= len; i++)
+        if (memcmp(data + i, part, k) == 0)
+            return true;
+    return false;
+}
+
+/* Every message of stream: on subject, of tenant (Fair-Tenant, if given),
+ * and its body holding `has` and not `lacks` (if given). */
+static void assert_stream(fixture *f, const char *stream, size_t n, const char *subject,
+                          const char *tenant, const char *has, const char *lacks)
+{
+    pt_msg *m = NULL;
+    size_t got = 0;
+    assert_int_equal(pt_stream_read(&f->c, stream, &m, &got), 0);
+    if (got != n)
+        fail_msg("%s holds %zu messages, not %zu", stream, got, n);
+    for (size_t i = 0; i < got; i++) {
+        assert_string_equal(m[i].subject, subject);
+        if (tenant)
+            assert_string_equal(m[i].tenant, tenant);
+        if (has)
+            assert_true(holds(m[i].data, m[i].len, has));
+        if (lacks)
+            assert_false(holds(m[i].data, m[i].len, lacks));
+    }
+    pt_msgs_free(m, got);
+}
+
+static void assert_consumer(fixture *f, const char *stream, const char *durable)
+{
+    jsConsumerInfo *ci = NULL;
+    assert_int_equal(js_GetConsumerInfo(&ci, f->c.js, stream, durable, NULL, NULL), NATS_OK);
+    jsConsumerInfo_Destroy(ci);
+}
+
+static void test_two_proxies_apart(void **state)
+{
+    fixture *f = *state;
+    assert_int_equal(pt_proxy_start(&f->a, f->srv, "a", a_yaml), 0);
+    assert_int_equal(pt_proxy_start(&f->b, f->srv, "b", b_yaml), 0);
+    /* Both lead: each holds the lease of its own bucket. */
+    assert_int_equal(pt_log_wait(&f->a, "fairq-proxy running", 15000), 0);
+    assert_int_equal(pt_log_wait(&f->b, "fairq-proxy running", 15000), 0);
+    assert_int_equal(pt_log_count(&f->a, "standing by"), 0);
+    assert_int_equal(pt_log_count(&f->b, "standing by"), 0);
+    /* The startup line names B's streams. */
+    assert_int_equal(pt_log_count(&f->b, " streams.submit=B_SUBMIT "), 1);
+    assert_int_equal(pt_log_count(&f->b, " streams.duplicate_window_ms=120000 "), 1);
+
+    /* The streams carry B's settings, and each proxy's durable sits on its
+     * own streams only. */
+    jsStreamInfo *si = NULL;
+    assert_int_equal(js_GetStreamInfo(&si, f->c.js, "B_DISPATCH", NULL, NULL), NATS_OK);
+    assert_int_equal(si->Config->Duplicates, 120000LL * 1000000);
+    assert_int_equal(si->Config->MaxAge, 3600000LL * 1000000);    /* the default: 1 h */
+    jsStreamInfo_Destroy(si);
+    assert_int_equal(js_GetStreamInfo(&si, f->c.js, "B_REJECTED", NULL, NULL), NATS_OK);
+    assert_int_equal(si->Config->MaxAge, 3600000LL * 1000000);
+    jsStreamInfo_Destroy(si);
+    assert_int_equal(js_GetStreamInfo(&si, f->c.js, "FAIR_DISPATCH", NULL, NULL), NATS_OK);
+    assert_int_equal(si->Config->Duplicates, 600000LL * 1000000);
+    jsStreamInfo_Destroy(si);
+    assert_consumer(f, "FAIR_SUBMIT", "fairq");
+    assert_consumer(f, "FAIR_DONE", "fairq");
+    assert_consumer(f, "B_SUBMIT", "b-proxy");
+    assert_consumer(f, "B_DONE", "b-proxy");
+
+    /* Runs go where their subjects say; B refuses ta, which it does not list. */
+    submit(f, "fair.submit", "ta", RUNS);
+    submit(f, "b.submit", "tb", RUNS);
+    submit(f, "b.submit", "ta", 1);
+    wait_stream(f, "FAIR_DISPATCH", RUNS);
+    wait_stream(f, "B_DISPATCH", RUNS);
+    wait_stream(f, "B_REJECTED", 1);
+    assert_stream(f, "FAIR_DISPATCH", RUNS, "fair.dispatch", "ta", NULL, NULL);
+    assert_stream(f, "B_DISPATCH", RUNS, "b.dispatch", "tb", NULL, NULL);
+    pt_msg *m = NULL;
+    size_t n = 0;
+    assert_int_equal(pt_stream_read(&f->c, "B_REJECTED", &m, &n), 0);
+    assert_int_equal(n, 1);
+    assert_string_equal(m[0].subject, "b.rejected.ta");
+    assert_contains(m[0].error, "unknown_tenant");
+    pt_msgs_free(m, n);
+    assert_int_equal(pt_stream_last(&f->c, "FAIR_REJECTED"), 0);
+
+    /* Completions reach only their own proxy. */
+    complete(f, "fair.done", "ta", RUNS);
+    complete(f, "b.done", "tb", RUNS);
+    wait_reply(f, "fair.admin.stats", "{\"limit\":0}", "\"completions\":20,");
+    wait_reply(f, "b.admin.stats", "{\"limit\":0}", "\"completions\":20,");
+    char *r = ot_request(&f->c, "fair.admin.stats", "{\"limit\":0}");
+    assert_contains(r, "\"submitted\":20,");
+    assert_contains(r, "\"completions_unknown\":0,");
+    free(r);
+    r = ot_request(&f->c, "b.admin.stats", "{\"limit\":0}");
+    assert_contains(r, "\"submitted\":21,");
+    assert_contains(r, "\"completions_unknown\":0,");
+    free(r);
+
+    /* Each journal holds its own proxy's runs. */
+    assert_stream(f, "FAIRQ_RUNS", (size_t)pt_stream_last(&f->c, "FAIRQ_RUNS"), "fairq.runs",
+                  NULL, "\"ta\"", "\"tb\"");
+    assert_stream(f, "B_RUNS", (size_t)pt_stream_last(&f->c, "B_RUNS"), "b.runs", NULL,
+                  "\"tb\"", "\"ta\"");
+
+    /* An override in B's bucket is B's alone. */
+    assert_int_equal(ot_kv_put(&f->c, "b_tenants", "tb", "{\"weight\":5}"), 0);
+    wait_reply(f, "b.admin.tenant.get", "{\"tenant\":\"tb\"}", "\"source\":\"override\"");
+    r = ot_request(&f->c, "fair.admin.tenant.get", "{\"tenant\":\"tb\"}");
+    assert_contains(r, "\"source\":\"default\"");
+    assert_contains(r, "\"override\":null");
+    free(r);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_two_proxies_apart, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
