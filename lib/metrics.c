@@ -486,6 +486,22 @@ static void render_one(fq_buf *b, const char *name, const char *type, const char
 #define GAUGE_D(name, help, v) render_one(b, name, "gauge", help, (v), 0, true)
 #define COUNTER(name, help, v) render_one(b, name, "counter", help, 0, (v), false)
 
+static void render_completions(fq_buf *b, const fq_metrics_overall *a)
+{
+    static const char name[] = "fairq_completions_total";
+    static const char *const outcome[FQ_COMPLETION__COUNT] = {
+        [FQ_COMPLETION_HELD] = "held", [FQ_COMPLETION_UNHELD] = "unheld",
+        [FQ_COMPLETION_DUPLICATE] = "duplicate", [FQ_COMPLETION_INVALID] = "invalid",
+        [FQ_COMPLETION_UNKNOWN] = "unknown"};
+    put_header(b, name, "counter",
+               "Completions by outcome: held and unheld reconciled, the rest changed nothing.");
+    for (int i = 0; i < FQ_COMPLETION__COUNT; i++) {
+        fq_buf_printf(b, "%s{outcome=\"%s\"} ", name, outcome[i]);
+        put_u64(b, a->completions[i]);
+        fq_buf_putc(b, '\n');
+    }
+}
+
 /* 0 means unlimited in the config: +Inf says so to a dashboard. */
 static double capacity(uint64_t v)
 {
@@ -536,6 +552,39 @@ static void render_overall(fq_buf *b, fq_metrics_snapshot *s)
     GAUGE_U("fairq_dispatch_lease_held",
             "1 while this proxy holds the dispatcher lease; 0 while it waits for another.",
             a->lease_held);
+    COUNTER("fairq_submitted_runs_total", "Runs fetched from the submit stream, first delivery.",
+            a->submitted_runs);
+    COUNTER("fairq_redelivered_runs_total",
+            "Runs delivered again while held (a consumer reset); not queued twice.",
+            a->redelivered_runs);
+    COUNTER("fairq_duplicates_acked_total",
+            "Submits acked without a dispatch: dispatched before a restart, their ack lost.",
+            a->duplicates_acked);
+    COUNTER("fairq_dispatch_duplicates_total",
+            "Dispatches the dispatch stream de-duplicated: they had reached the workers before.",
+            a->dispatch_duplicates);
+    COUNTER("fairq_adopted_runs_total",
+            "Runs in flight read back from the journal at start, holding window slots.",
+            a->adopted_runs);
+    GAUGE_U("fairq_index_only_runs",
+            "Runs held without their body (past limits.max_buffered_bytes).", a->index_only_runs);
+    COUNTER("fairq_body_reads_total", "Bodies read back from the submit stream at dispatch.",
+            a->body_reads);
+    COUNTER("fairq_body_lost_total",
+            "Runs whose body was gone from the submit stream at dispatch (purged): not sent.",
+            a->body_lost);
+    render_completions(b, a);
+    COUNTER("fairq_publish_failures_total",
+            "Publishes (dispatch, refusal, journal) that failed and were retried.",
+            a->publish_failures);
+    COUNTER("fairq_overrides_refused_total",
+            "Values in the overrides bucket refused as invalid; the policy stayed.",
+            a->overrides_refused);
+    COUNTER("fairq_admin_reply_failures_total", "Admin replies that could not be sent.",
+            a->admin_reply_failures);
+    GAUGE_U("fairq_nats_max_payload_bytes",
+            "The server's max_payload; bodies up to it less 1024 bytes are accepted.",
+            a->max_payload);
 }
 
 fq_status fq_metrics_render(fq_buf *out, fq_metrics_snapshot *s)

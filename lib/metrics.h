@@ -61,6 +61,17 @@ typedef struct fq_metrics_tenant {
     fq_hist submit_to_dispatch;
 } fq_metrics_tenant;
 
+/* What became of a completion (label outcome of fairq_completions_total). */
+enum fq_metrics_completion {
+    FQ_COMPLETION_HELD,             /* reconciled against the run fairq held */
+    FQ_COMPLETION_UNHELD,           /* not held (before a restart): reconciled
+                                       from its echoed estimate */
+    FQ_COMPLETION_DUPLICATE,        /* for a run completed already: ignored */
+    FQ_COMPLETION_INVALID,          /* not a valid completion: to rejected */
+    FQ_COMPLETION_UNKNOWN,          /* not held and nothing echoed: ignored */
+    FQ_COMPLETION__COUNT
+};
+
 /* The proxy as a whole. */
 typedef struct fq_metrics_overall {
     uint64_t in_flight_runs;
@@ -78,6 +89,20 @@ typedef struct fq_metrics_overall {
     uint64_t config_reload_failures;/* counter: reloads refused */
     uint64_t invalid_subject_runs;  /* counter: refused, no valid tenant */
     bool lease_held;                /* this proxy is the dispatcher */
+    uint64_t submitted_runs;        /* counter: runs fetched (first delivery) */
+    uint64_t redelivered_runs;      /* counter: deliveries of runs held already */
+    uint64_t duplicates_acked;      /* counter: submits acked with no dispatch,
+                                       dispatched before a restart */
+    uint64_t dispatch_duplicates;   /* counter: dispatches JetStream de-duplicated */
+    uint64_t adopted_runs;          /* counter: runs in flight read back at start */
+    uint64_t index_only_runs;       /* held without their body in memory */
+    uint64_t body_reads;            /* counter: bodies read back at dispatch */
+    uint64_t body_lost;             /* counter: bodies gone from the stream */
+    uint64_t completions[FQ_COMPLETION__COUNT]; /* counters, by outcome */
+    uint64_t publish_failures;      /* counter */
+    uint64_t overrides_refused;     /* counter: invalid values in the bucket */
+    uint64_t admin_reply_failures;  /* counter: admin replies not sent */
+    uint64_t max_payload;           /* the server's, in bytes; 0: not known yet */
 } fq_metrics_overall;
 
 typedef struct fq_metrics_scratch fq_metrics_scratch;

@@ -2279,7 +2279,19 @@ static void px_metrics_fill(fq_proxy *p, uint64_t now)
         .fetch_pauses = p->c.fetch_pauses, .nats_connected = p->connected,
         .nats_reconnects = p->c.reconnects, .invalid_subject_runs = p->c.invalid_subject,
         .config_reloads = p->c.reloads, .config_reload_failures = p->c.reload_failures,
-        .lease_held = p->leader};
+        .lease_held = p->leader, .submitted_runs = p->c.submitted,
+        .redelivered_runs = p->c.redelivered, .duplicates_acked = p->c.duplicates_acked,
+        .dispatch_duplicates = p->c.dispatch_duplicates, .adopted_runs = p->c.adopted,
+        .index_only_runs = p->index_only, .body_reads = p->c.body_reads,
+        .body_lost = p->c.body_lost,
+        .completions = {[FQ_COMPLETION_HELD] = p->c.completions,
+                        [FQ_COMPLETION_UNHELD] = p->c.completions_unheld,
+                        [FQ_COMPLETION_DUPLICATE] = p->c.completions_duplicate,
+                        [FQ_COMPLETION_INVALID] = p->c.completions_invalid,
+                        [FQ_COMPLETION_UNKNOWN] = p->c.completions_unknown},
+        .publish_failures = p->c.pub_failures, .overrides_refused = p->c.overrides_refused,
+        .admin_reply_failures = p->c.reply_failures,
+        .max_payload = p->max_payload > 0 ? (uint64_t)p->max_payload : 0};
     pthread_mutex_unlock(&p->snap_mu);
 }
 

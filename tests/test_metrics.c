@@ -177,6 +177,23 @@ static void test_values_and_labels(void **state)
     s->all.nats_connected = true;
     s->all.nats_reconnects = 2;
     s->all.fetch_paused = true;
+    s->all.submitted_runs = 950;
+    s->all.redelivered_runs = 12;
+    s->all.duplicates_acked = 4;
+    s->all.dispatch_duplicates = 3;
+    s->all.adopted_runs = 9;
+    s->all.index_only_runs = 300;
+    s->all.body_reads = 310;
+    s->all.body_lost = 1;
+    s->all.completions[FQ_COMPLETION_HELD] = 40;
+    s->all.completions[FQ_COMPLETION_UNHELD] = 6;
+    s->all.completions[FQ_COMPLETION_DUPLICATE] = 5;
+    s->all.completions[FQ_COMPLETION_INVALID] = 2;
+    s->all.completions[FQ_COMPLETION_UNKNOWN] = 1;
+    s->all.publish_failures = 7;
+    s->all.overrides_refused = 8;
+    s->all.admin_reply_failures = 11;
+    s->all.max_payload = 1048576;
 
     char *t = render(s);
     assert_true(value_of(t, "fairq_tenant_queued_runs{tenant=\"acme\",plan=\"pro\"}") == 900);
@@ -217,6 +234,25 @@ static void test_values_and_labels(void **state)
     assert_true(value_of(t, "fairq_tenants_folded") == 0);
     assert_true(value_of(t, "fairq_build_info{version=\"" FAIRQ_VERSION "\"}") == 1);
     assert_int_equal(count_lines(t, "fairq_tenant_queued_runs{tenant=\"_other\""), 0);
+    /* The proxy's own counters, each under its name. */
+    assert_true(value_of(t, "fairq_submitted_runs_total") == 950);
+    assert_true(value_of(t, "fairq_redelivered_runs_total") == 12);
+    assert_true(value_of(t, "fairq_duplicates_acked_total") == 4);
+    assert_true(value_of(t, "fairq_dispatch_duplicates_total") == 3);
+    assert_true(value_of(t, "fairq_adopted_runs_total") == 9);
+    assert_true(value_of(t, "fairq_index_only_runs") == 300);
+    assert_true(value_of(t, "fairq_body_reads_total") == 310);
+    assert_true(value_of(t, "fairq_body_lost_total") == 1);
+    assert_true(value_of(t, "fairq_completions_total{outcome=\"held\"}") == 40);
+    assert_true(value_of(t, "fairq_completions_total{outcome=\"unheld\"}") == 6);
+    assert_true(value_of(t, "fairq_completions_total{outcome=\"duplicate\"}") == 5);
+    assert_true(value_of(t, "fairq_completions_total{outcome=\"invalid\"}") == 2);
+    assert_true(value_of(t, "fairq_completions_total{outcome=\"unknown\"}") == 1);
+    assert_int_equal(count_lines(t, "fairq_completions_total{"), FQ_COMPLETION__COUNT);
+    assert_true(value_of(t, "fairq_publish_failures_total") == 7);
+    assert_true(value_of(t, "fairq_overrides_refused_total") == 8);
+    assert_true(value_of(t, "fairq_admin_reply_failures_total") == 11);
+    assert_true(value_of(t, "fairq_nats_max_payload_bytes") == 1048576);
     free(t);
 
     /* Cleared and refilled, the snapshot renders only the new state. */
@@ -368,6 +404,10 @@ static void test_sample(void **state)
         .expired_leases = 1, .buffered_runs = 930, .buffered_bytes = 476160, .fetch_paused = false,
         .fetch_pauses = 0, .nats_connected = true, .nats_reconnects = 1, .config_reloads = 2,
         .config_reload_failures = 1, .invalid_subject_runs = 4, .lease_held = true,
+        .submitted_runs = 1200, .redelivered_runs = 5, .duplicates_acked = 1,
+        .dispatch_duplicates = 2, .adopted_runs = 3, .index_only_runs = 400, .body_reads = 410,
+        .body_lost = 1, .completions = {1100, 40, 3, 2, 1}, .publish_failures = 6,
+        .overrides_refused = 1, .admin_reply_failures = 1, .max_payload = 1048576,
     };
     char *t = render(s);
     assert_true(value_of(t, "fairq_tenants_folded") == 3);
