@@ -41,6 +41,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "strmap.h"
 #include "window.h"
 
 #define FQ_POOL_CHUNK 1024
@@ -67,8 +68,7 @@ struct fq_tenant {
     uint64_t charged;
     uint64_t actual;
     uint64_t expired;
-    fq_tenant *hnext;           /* id hash chain */
-    uint32_t hash;              /* of id, for the tenant table */
+    fq_strmap_node node;        /* in the tenant table, keyed by id */
     char id[FQ_TENANT_MAX + 1];
 };
 
@@ -85,8 +85,7 @@ struct fq_sched {
     uint32_t nwheel;            /* debtors in the wheel */
     struct heap_ent *heap;      /* debtors beyond the wheel, earliest at [0] */
     uint32_t nheap, heap_cap;
-    fq_tenant **tbuckets;       /* tenant table */
-    size_t ntbuckets, ntenants;
+    fq_strmap *tenants;         /* tenant table, by id */
     fq_window win;
     fq_run *free_runs;          /* pool free list */
     void **chunks;              /* pool chunks, freed on destroy */
@@ -185,8 +184,8 @@ static void heap_down(fq_sched *s, uint32_t i)
     heap_set(s, i, e);
 }
 
-/* The heap holds at most every tenant, and grows when the tenant table
- * does, so pushing never fails. */
+/* The heap holds at most every tenant, and grows with the tenants
+ * (tenant_reserve), so pushing never fails. */
 static void heap_push(fq_sched *s, fq_tenant *t, uint64_t wake)
 {
     heap_set(s, s->nheap++, (heap_ent){wake, t});
@@ -479,49 +478,29 @@ static void uncap(fq_sched *s, fq_tenant *t)
 
 /* ---- tenant table ------------------------------------------------------ */
 
-static uint32_t hash_id(const char *id, size_t len)
+static fq_tenant *tenant_of(fq_strmap_node *n)
 {
-    uint32_t h = 2166136261u;           /* FNV-1a */
-    for (size_t i = 0; i < len; i++)
-        h = (h ^ (unsigned char)id[i]) * 16777619u;
-    return h;
+    return n ? FQ_STRMAP_ENTRY(n, fq_tenant, node) : NULL;
 }
 
-static fq_tenant *table_find(const fq_sched *s, const char *id, size_t len, uint32_t h)
+static void tenant_free(fq_strmap_node *n)
 {
-    for (fq_tenant *t = s->tbuckets[h & (s->ntbuckets - 1)]; t; t = t->hnext)
-        if (t->hash == h && strlen(t->id) == len && memcmp(t->id, id, len) == 0)
-            return t;
-    return NULL;
+    free(tenant_of(n));
 }
 
-/* Make room for one more tenant in the table and the heap. */
-static fq_status table_reserve(fq_sched *s)
+/* Make room for one more tenant in the table and the heap, which holds at
+ * most every tenant. On error the tenants are unchanged. */
+static fq_status tenant_reserve(fq_sched *s)
 {
-    if (s->ntenants < s->ntbuckets)
-        return FQ_OK;
-    size_t n = s->ntbuckets * 2;
-    fq_tenant **nb = calloc(n, sizeof(*nb));
-    heap_ent *nh = realloc(s->heap, n * sizeof(*nh));
-    if (!nb || !nh) {
-        free(nb);
-        if (nh)
-            s->heap = nh;
-        return FQ_ENOMEM;
+    if (fq_strmap_count(s->tenants) == s->heap_cap) {
+        uint32_t n = s->heap_cap * 2;
+        heap_ent *nh = realloc(s->heap, n * sizeof(*nh));
+        if (!nh)
+            return FQ_ENOMEM;
+        s->heap = nh;
+        s->heap_cap = n;
     }
-    s->heap = nh;
-    s->heap_cap = (uint32_t)n;
-    for (size_t i = 0; i < s->ntbuckets; i++) {
-        for (fq_tenant *t = s->tbuckets[i], *nx; t; t = nx) {
-            nx = t->hnext;
-            t->hnext = nb[t->hash & (n - 1)];
-            nb[t->hash & (n - 1)] = t;
-        }
-    }
-    free(s->tbuckets);
-    s->tbuckets = nb;
-    s->ntbuckets = n;
-    return FQ_OK;
+    return fq_strmap_reserve(s->tenants);
 }
 
 /* ---- lifecycle --------------------------------------------------------- */
@@ -541,15 +520,16 @@ fq_status fq_sched_create(fq_sched **out, const fq_sched_opts *o)
     if (!s)
         return FQ_ENOMEM;
     s->o = *o;
-    s->tbuckets = calloc(FQ_TENANT_MIN_BUCKETS, sizeof(*s->tbuckets));
+    /* Unseeded, as the table was before strmap: fq_sched_foreach visits
+     * tenants in the same order every run. */
     s->heap = calloc(FQ_TENANT_MIN_BUCKETS, sizeof(*s->heap));
-    if (!s->tbuckets || !s->heap ||
+    if (fq_strmap_create(&s->tenants, FQ_STRMAP_KEY_OFFSET(fq_tenant, node, id),
+                         FQ_TENANT_MIN_BUCKETS, 0) != FQ_OK || !s->heap ||
         fq_window_init(&s->win, o->max_in_flight, o->max_in_flight_tokens,
                        o->run_timeout, o->max_expired) != FQ_OK) {
         fq_sched_destroy(s);
         return FQ_ENOMEM;
     }
-    s->ntbuckets = FQ_TENANT_MIN_BUCKETS;
     s->heap_cap = FQ_TENANT_MIN_BUCKETS;
     *out = s;
     return FQ_OK;
@@ -559,18 +539,12 @@ void fq_sched_destroy(fq_sched *s)
 {
     if (!s)
         return;
-    for (size_t i = 0; s->tbuckets && i < s->ntbuckets; i++) {
-        for (fq_tenant *t = s->tbuckets[i], *nx; t; t = nx) {
-            nx = t->hnext;
-            free(t);
-        }
-    }
+    fq_strmap_destroy(s->tenants, tenant_free);
     for (size_t i = 0; i < s->nchunks; i++)
         free(s->chunks[i]);
     free(s->chunks);
     fq_window_fini(&s->win);
     free(s->heap);
-    free(s->tbuckets);
     free(s);
 }
 
@@ -611,7 +585,7 @@ static int policy_valid(const fq_tenant_policy *p)
 
 fq_tenant *fq_sched_find(fq_sched *s, const char *id, size_t len)
 {
-    return table_find(s, id, len, hash_id(id, len));
+    return tenant_of(fq_strmap_find(s->tenants, id, len));
 }
 
 fq_status fq_sched_tenant(fq_tenant **out, fq_sched *s, const char *id, size_t len,
@@ -620,23 +594,20 @@ fq_status fq_sched_tenant(fq_tenant **out, fq_sched *s, const char *id, size_t l
     *out = NULL;
     if (!fq_tenant_id_valid(id, len))
         return FQ_EINVAL;
-    uint32_t h = hash_id(id, len);
-    fq_tenant *t = table_find(s, id, len, h);
+    uint32_t h = fq_strmap_hash(s->tenants, id, len);
+    fq_tenant *t = tenant_of(fq_strmap_find_hashed(s->tenants, id, len, h));
     if (t) {
         *out = t;
         return FQ_OK;
     }
     if (!policy_valid(p))
         return FQ_EINVAL;
-    if (table_reserve(s) != FQ_OK || !(t = calloc(1, sizeof(*t))))
+    if (tenant_reserve(s) != FQ_OK || !(t = calloc(1, sizeof(*t))))
         return FQ_ENOMEM;
     memcpy(t->id, id, len);
-    t->hash = h;
     t->pol = *p;
     t->state = FQ_T_IDLE;
-    t->hnext = s->tbuckets[h & (s->ntbuckets - 1)];
-    s->tbuckets[h & (s->ntbuckets - 1)] = t;
-    s->ntenants++;
+    fq_strmap_insert_hashed(s->tenants, &t->node, len, h);
     *out = t;
     return FQ_OK;
 }
@@ -963,7 +934,7 @@ void fq_sched_stats_get(const fq_sched *s, fq_sched_stats *out)
         .expired = s->expired,
         .wakeups = s->wakeups,
         .active = s->active,
-        .tenants = (uint32_t)s->ntenants,
+        .tenants = (uint32_t)fq_strmap_count(s->tenants),
         .queued = s->queued,
         .queued_tokens = s->queued_tokens,
         .in_flight = s->win.runs,
@@ -974,9 +945,9 @@ void fq_sched_stats_get(const fq_sched *s, fq_sched_stats *out)
 
 void fq_sched_foreach(fq_sched *s, void (*cb)(void *arg, fq_tenant *t), void *arg)
 {
-    for (size_t i = 0; i < s->ntbuckets; i++)
-        for (fq_tenant *t = s->tbuckets[i]; t; t = t->hnext)
-            cb(arg, t);
+    for (fq_strmap_node *n = fq_strmap_first(s->tenants); n;
+         n = fq_strmap_next(s->tenants, n))
+        cb(arg, tenant_of(n));
 }
 
 size_t fq_sched_tenant_bytes(void)
