@@ -7,50 +7,31 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <cjson/cJSON.h>
 #include <cmocka.h>
 
-#include "proxytest.h"
+#include "proxyfixture.h"
 
 #define FLOOD 900
 #define SMALL 10
 #define WINDOW 8
 #define BODY 512
 
-typedef struct fixture {
-    natstest *srv;
-    pt_proxy px;
-    pt_client c;
-    pt_worker *w;
-} fixture;
-
 static int teardown(void **state)
 {
-    fixture *f = *state;
-    pt_worker_stop(f->w);
-    if (f->px.proc.pid)
-        pt_proxy_stop(&f->px);
-    pt_close(&f->c);
-    natstest_destroy(f->srv);
-    free(f);
+    pf_teardown(state, false);
     return 0;
 }
 
 static int start(void **state, const char *limits)
 {
-    fixture *f = calloc(1, sizeof *f);
-    *state = f;
     char yaml[1024];
     snprintf(yaml, sizeof yaml,
              "scheduler:\n  default_plan: free\n  quantum_tokens: 1000\n"
              "window:\n  max_in_flight: %d\n%s"
              "plans:\n  - name: free\n    weight: 1\n",
              WINDOW, limits);
-    if (natstest_start(&f->srv, NULL) != 0 || pt_proxy_start(&f->px, f->srv, "proxy", yaml) != 0 ||
-        pt_log_wait(&f->px, "fairq-proxy running", 15000) != 0 || pt_connect(&f->c, f->srv) != 0)
-        return -1;
     pt_worker_opts wo = {.concurrency = 2 * WINDOW, .service_ms = 10};
-    return pt_worker_start(&f->w, f->srv, &wo);
+    return pf_setup(state, yaml, &wo);
 }
 
 static int setup_memory(void **state)
@@ -76,7 +57,7 @@ static size_t body_of(char *buf, const char *run_id)
     return (size_t)k;
 }
 
-static void card_scenario(fixture *f)
+static void card_scenario(pf_fixture *f)
 {
     char body[BODY + 1], id[64];
     for (int i = 0; i < FLOOD; i++) {
@@ -93,8 +74,7 @@ static void card_scenario(fixture *f)
         snprintf(id, sizeof id, "small-%d", k);
         before[k] = pt_stream_last(&f->c, "FAIR_DISPATCH");
         assert_int_equal(pt_submit(&f->c, tenant, body, body_of(body, id), NULL), 0);
-        struct timespec ts = {0, 40 * 1000000L};
-        nanosleep(&ts, NULL);
+        nt_sleep_ms(40);
     }
     assert_int_equal(pt_worker_wait_completed(f->w, FLOOD + SMALL, 60000), 0);
 
@@ -148,45 +128,27 @@ static void card_scenario(fixture *f)
     pt_msgs_free(m, n);
 }
 
-static cJSON *overall(fixture *f)
-{
-    char *s = pt_stats(&f->c);
-    assert_non_null(s);
-    cJSON *j = cJSON_Parse(s);
-    free(s);
-    assert_non_null(j);
-    return j;
-}
-
-static double num(const cJSON *j, const char *obj, const char *key)
-{
-    const cJSON *o = cJSON_GetObjectItemCaseSensitive(j, obj);
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
-    assert_true(cJSON_IsNumber(v));
-    return v->valuedouble;
-}
-
 static void test_card_scenario(void **state)
 {
-    fixture *f = *state;
+    pf_fixture *f = *state;
     card_scenario(f);
-    cJSON *j = overall(f);
-    assert_int_equal((int)num(j, "overall", "dispatched"), FLOOD + SMALL);
-    assert_int_equal((int)num(j, "overall", "body_reads"), 0);
-    assert_int_equal((int)num(j, "overall", "buffered_runs"), 0);
+    cJSON *j = pf_stats(f, "", NULL);
+    assert_int_equal(pf_overall(j, "dispatched"), FLOOD + SMALL);
+    assert_int_equal(pf_overall(j, "body_reads"), 0);
+    assert_int_equal(pf_overall(j, "buffered_runs"), 0);
     cJSON_Delete(j);
 }
 
 static void test_card_scenario_small_buffer(void **state)
 {
-    fixture *f = *state;
+    pf_fixture *f = *state;
     card_scenario(f);
-    cJSON *j = overall(f);
+    cJSON *j = pf_stats(f, "", NULL);
     /* Most bodies were read back by sequence at dispatch. */
-    assert_true(num(j, "overall", "body_reads") > FLOOD / 2);
-    assert_int_equal((int)num(j, "overall", "body_lost"), 0);
-    assert_int_equal((int)num(j, "overall", "buffered_bytes"), 0);
-    assert_int_equal((int)num(j, "overall", "index_only_runs"), 0);
+    assert_true(pf_overall(j, "body_reads") > FLOOD / 2);
+    assert_int_equal(pf_overall(j, "body_lost"), 0);
+    assert_int_equal(pf_overall(j, "buffered_bytes"), 0);
+    assert_int_equal(pf_overall(j, "index_only_runs"), 0);
     cJSON_Delete(j);
 }
 

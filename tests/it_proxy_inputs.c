@@ -6,19 +6,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
-#include <cjson/cJSON.h>
 #include <cmocka.h>
 
-#include "proxytest.h"
-
-typedef struct fixture {
-    natstest *srv;
-    pt_proxy px;
-    pt_client c;
-    pt_worker *w;
-} fixture;
+#include "proxyfixture.h"
 
 static const char yaml[] =
     "scheduler:\n  default_plan: free\n  unknown_tenants: reject\n"
@@ -33,43 +24,22 @@ static const char yaml_overload[] =
     "window:\n  max_in_flight: 2\n"
     "plans:\n  - name: free\n    weight: 1\n";
 
-static void sleep_ms(int ms)
-{
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-}
-
-static int start(void **state, const char *cfg, int service_ms, int concurrency)
-{
-    fixture *f = calloc(1, sizeof *f);
-    *state = f;
-    if (natstest_start(&f->srv, NULL) != 0 || pt_proxy_start(&f->px, f->srv, "proxy", cfg) != 0 ||
-        pt_log_wait(&f->px, "fairq-proxy running", 15000) != 0 || pt_connect(&f->c, f->srv) != 0)
-        return -1;
-    pt_worker_opts wo = {.concurrency = concurrency, .service_ms = service_ms};
-    return pt_worker_start(&f->w, f->srv, &wo);
-}
-
 static int setup(void **state)
 {
-    return start(state, yaml, 1, 16);
+    pt_worker_opts wo = {.concurrency = 16, .service_ms = 1};
+    return pf_setup(state, yaml, &wo);
 }
 
 static int setup_overload(void **state)
 {
-    return start(state, yaml_overload, 20, 4);
+    pt_worker_opts wo = {.concurrency = 4, .service_ms = 20};
+    return pf_setup(state, yaml_overload, &wo);
 }
 
 static int teardown(void **state)
 {
-    fixture *f = *state;
-    pt_worker_stop(f->w);
     /* Whatever it was fed, the proxy is alive and stops cleanly. */
-    assert_true(nt_proc_alive(&f->px.proc));
-    assert_int_equal(pt_proxy_stop(&f->px), 0);
-    pt_close(&f->c);
-    natstest_destroy(f->srv);
-    free(f);
+    assert_int_equal(pf_teardown(state, true), 0);
     return 0;
 }
 
@@ -108,7 +78,7 @@ static const tcase cases[] = {
 #define NCASES (sizeof cases / sizeof cases[0])
 
 /* Wait until stream holds at least n messages. */
-static void wait_msgs(fixture *f, const char *stream, uint64_t n)
+static void wait_msgs(pf_fixture *f, const char *stream, uint64_t n)
 {
     long long end = nt_now_ms() + 20000;
     while (nt_now_ms() < end) {
@@ -119,7 +89,7 @@ static void wait_msgs(fixture *f, const char *stream, uint64_t n)
             if (have >= n)
                 return;
         }
-        sleep_ms(20);
+        nt_sleep_ms(20);
     }
     fail_msg("%s holds fewer than %llu messages", stream, (unsigned long long)n);
 }
@@ -132,27 +102,9 @@ static const pt_msg *find_body(const pt_msg *m, size_t n, const void *body, size
     return NULL;
 }
 
-static cJSON *stats(fixture *f)
-{
-    char *s = pt_stats(&f->c);
-    assert_non_null(s);
-    cJSON *j = cJSON_Parse(s);
-    free(s);
-    assert_non_null(j);
-    return j;
-}
-
-static long overall(const cJSON *j, const char *key)
-{
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(
-        cJSON_GetObjectItemCaseSensitive(j, "overall"), key);
-    assert_true(cJSON_IsNumber(v));
-    return (long)v->valuedouble;
-}
-
 static void test_bad_submits(void **state)
 {
-    fixture *f = *state;
+    pf_fixture *f = *state;
     size_t want_dispatch = 0, want_reject = 0;
     for (size_t i = 0; i < NCASES; i++) {
         const char *h[] = {cases[i].hdr_key, cases[i].hdr_val, NULL};
@@ -240,7 +192,7 @@ static void test_bad_submits(void **state)
 
 static void test_max_pending(void **state)
 {
-    fixture *f = *state;
+    pf_fixture *f = *state;
     /* p's plan: one in flight, three queued; the worker holds its run. */
     pt_worker_hold(f->w, true);
     for (int i = 0; i < 8; i++) {
@@ -262,7 +214,7 @@ static void test_max_pending(void **state)
     assert_int_equal(pt_worker_wait_completed(f->w, 4, 20000), 0);
 }
 
-static void publish_done(fixture *f, const char *subject, const char *body)
+static void publish_done(pf_fixture *f, const char *subject, const char *body)
 {
     jsPubAck *pa = NULL;
     assert_int_equal(js_Publish(&pa, f->c.js, subject, body, (int)strlen(body), NULL, NULL),
@@ -272,7 +224,7 @@ static void publish_done(fixture *f, const char *subject, const char *body)
 
 static void test_bad_completions(void **state)
 {
-    fixture *f = *state;
+    pf_fixture *f = *state;
     const char run[] = "{\"run_id\":\"c-1\",\"est_tokens\":100}";
     assert_int_equal(pt_submit(&f->c, "a", run, strlen(run), NULL), 0);
     assert_int_equal(pt_worker_wait_completed(f->w, 1, 20000), 0);
@@ -293,18 +245,18 @@ static void test_bad_completions(void **state)
     cJSON *j = NULL;
     while (nt_now_ms() < end) {
         cJSON_Delete(j);
-        j = stats(f);
-        if (overall(j, "completions_duplicate") + overall(j, "completions_unheld") +
-                overall(j, "completions_unknown") >= 4)
+        j = pf_stats(f, "", NULL);
+        if (pf_overall(j, "completions_duplicate") + pf_overall(j, "completions_unheld") +
+                pf_overall(j, "completions_unknown") >= 4)
             break;
-        sleep_ms(50);
+        nt_sleep_ms(50);
     }
-    assert_int_equal(overall(j, "completions"), 1);
-    assert_int_equal(overall(j, "completions_duplicate"), 2);
-    assert_int_equal(overall(j, "completions_invalid"), 4);
-    assert_int_equal(overall(j, "completions_unheld"), 1);
-    assert_int_equal(overall(j, "completions_unknown"), 1);
-    assert_int_equal(overall(j, "in_flight"), 0);
+    assert_int_equal(pf_overall(j, "completions"), 1);
+    assert_int_equal(pf_overall(j, "completions_duplicate"), 2);
+    assert_int_equal(pf_overall(j, "completions_invalid"), 4);
+    assert_int_equal(pf_overall(j, "completions_unheld"), 1);
+    assert_int_equal(pf_overall(j, "completions_unknown"), 1);
+    assert_int_equal(pf_overall(j, "in_flight"), 0);
     cJSON_Delete(j);
     pt_msg *r = NULL;
     size_t nr = 0;
@@ -324,7 +276,7 @@ static void test_bad_completions(void **state)
 
 static void test_overload_admission(void **state)
 {
-    fixture *f = *state;
+    pf_fixture *f = *state;
     /* Two slots and 20 ms a run: about 100 runs, 100,000 tokens a second.
      * A flood of 1000 runs would wait ten seconds: past max_wait_ms
      * (300 ms) it is refused once the drain rate is known, while a quiet
@@ -335,15 +287,15 @@ static void test_overload_admission(void **state)
         assert_int_equal(pt_submit_async(&f->c, "flood", b, strlen(b), NULL), 0);
         if (i == 100) {
             assert_int_equal(pt_submit_flush(&f->c), 0);
-            sleep_ms(1500);     /* the drain rate is measured meanwhile */
+            nt_sleep_ms(1500);     /* the drain rate is measured meanwhile */
         }
     }
     assert_int_equal(pt_submit_flush(&f->c), 0);
     const char quiet[] = "{\"run_id\":\"q-1\"}";
     assert_int_equal(pt_submit(&f->c, "quiet", quiet, strlen(quiet), NULL), 0);
-    sleep_ms(1000);
-    cJSON *j = stats(f);
-    long rejected = overall(j, "rejected");
+    nt_sleep_ms(1000);
+    cJSON *j = pf_stats(f, "", NULL);
+    long rejected = pf_overall(j, "rejected");
     cJSON_Delete(j);
     fprintf(stderr, "overload: %ld of 1000 flood runs refused past max_wait_ms\n", rejected);
     assert_true(rejected > 500);
@@ -361,7 +313,7 @@ static void test_overload_admission(void **state)
     while (!served && nt_now_ms() < end) {
         for (size_t i = 0; i < pt_worker_received(f->w) && !served; i++)
             served = strcmp(pt_worker_seen(f->w, i).run_id, "q-1") == 0;
-        sleep_ms(20);
+        nt_sleep_ms(20);
     }
     assert_true(served);
 }

@@ -9,17 +9,10 @@
 
 #include <cmocka.h>
 
-#include "proxytest.h"
+#include "proxyfixture.h"
 
 #define WINDOW 8
 #define WARMUP 40               /* dispatches before the shares settle */
-
-typedef struct fixture {
-    natstest *srv;
-    pt_proxy px;
-    pt_client c;
-    pt_worker *w;
-} fixture;
 
 static const char yaml[] =
     "scheduler:\n  default_plan: free\n  quantum_tokens: 1000\n"
@@ -36,24 +29,13 @@ static uint64_t actual_of(void *arg, const char *tenant, uint32_t est)
 
 static int setup(void **state)
 {
-    fixture *f = calloc(1, sizeof *f);
-    *state = f;
-    if (natstest_start(&f->srv, NULL) != 0 || pt_proxy_start(&f->px, f->srv, "proxy", yaml) != 0 ||
-        pt_log_wait(&f->px, "fairq-proxy running", 15000) != 0 || pt_connect(&f->c, f->srv) != 0)
-        return -1;
     pt_worker_opts wo = {.concurrency = 2 * WINDOW, .service_ms = 2, .actual = actual_of};
-    return pt_worker_start(&f->w, f->srv, &wo);
+    return pf_setup(state, yaml, &wo);
 }
 
 static int teardown(void **state)
 {
-    fixture *f = *state;
-    pt_worker_stop(f->w);
-    if (f->px.proc.pid)
-        assert_int_equal(pt_proxy_stop(&f->px), 0);
-    pt_close(&f->c);
-    natstest_destroy(f->srv);
-    free(f);
+    assert_int_equal(pf_teardown(state, false), 0);
     return 0;
 }
 
@@ -67,7 +49,7 @@ typedef struct load {
 
 /* Submit a and b interleaved in proportion, run them to completion, and
  * sum what each got while both were still backlogged (after WARMUP). */
-static void run_pair(fixture *f, const load *a, const load *b, uint64_t got_runs[2],
+static void run_pair(pf_fixture *f, const load *a, const load *b, uint64_t got_runs[2],
                      uint64_t got_tokens[2])
 {
     const load *l[2] = {a, b};
@@ -109,7 +91,7 @@ static void run_pair(fixture *f, const load *a, const load *b, uint64_t got_runs
 
 static void test_token_shares_of_10x_cost(void **state)
 {
-    fixture *f = *state;
+    pf_fixture *f = *state;
     load cheap = {"cheap", 1500, 100}, dear = {"dear", 200, 1000};
     uint64_t runs[2], tokens[2];
     run_pair(f, &cheap, &dear, runs, tokens);
@@ -124,7 +106,7 @@ static void test_token_shares_of_10x_cost(void **state)
 
 static void test_plan_weights(void **state)
 {
-    fixture *f = *state;
+    pf_fixture *f = *state;
     load gold = {"g", 600, 1000}, free_ = {"f", 300, 1000};
     uint64_t runs[2], tokens[2];
     run_pair(f, &gold, &free_, runs, tokens);
@@ -136,7 +118,7 @@ static void test_plan_weights(void **state)
 
 static void test_reconciliation_against_under_declarer(void **state)
 {
-    fixture *f = *state;
+    pf_fixture *f = *state;
     /* under declares 100 and spends 1000; honest declares and spends 1000.
      * Charged at face value, under would get ten times the actual tokens. */
     load under = {"under", 800, 100}, honest = {"honest", 300, 1000};

@@ -6,21 +6,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
-#include <cjson/cJSON.h>
 #include <cmocka.h>
 
 #include "opstest.h"
+#include "proxyfixture.h"
 
 /* Enough tenants that the whole snapshot is a few times max_payload. */
 #define NTENANTS 5000
-
-typedef struct fixture {
-    natstest *srv;
-    pt_proxy px;
-    pt_client c;
-} fixture;
 
 /* Tenants with /metrics series of their own; the rest fold into _other. */
 #define SERIES 100
@@ -34,42 +27,12 @@ static const char yaml[] =
     "window:\n  max_in_flight: 1\n"
     "plans:\n  - name: free\n    weight: 1\n";
 
-static void sleep_ms(int ms)
-{
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-}
-
-static cJSON *stats(fixture *f, const char *req, size_t *len)
-{
-    char *s = pt_stats_req(&f->c, req, len);
-    assert_non_null(s);
-    cJSON *j = cJSON_Parse(s);
-    free(s);
-    assert_non_null(j);
-    return j;
-}
-
-static long num(const cJSON *o, const char *key)
-{
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
-    assert_true(cJSON_IsNumber(v));
-    return (long)v->valuedouble;
-}
-
-static long overall(const cJSON *j, const char *key)
-{
-    return num(cJSON_GetObjectItemCaseSensitive(j, "overall"), key);
-}
-
 static int setup(void **state)
 {
-    fixture *f = calloc(1, sizeof *f);
-    *state = f;
     setenv("FAIRQ_HTTP_LISTEN", "127.0.0.1:0", 1);
-    if (natstest_start(&f->srv, NULL) != 0 || pt_proxy_start(&f->px, f->srv, "proxy", yaml) != 0 ||
-        pt_log_wait(&f->px, "fairq-proxy running", 15000) != 0 || pt_connect(&f->c, f->srv) != 0)
+    if (pf_setup(state, yaml, NULL) != 0)
         return -1;
+    pf_fixture *f = *state;
     for (int i = 0; i < NTENANTS; i++) {
         char tenant[16], body[64];
         snprintf(tenant, sizeof tenant, "t%05d", i);
@@ -90,7 +53,7 @@ static int setup(void **state)
         cJSON_Delete(j);
         if (all)
             return 0;
-        sleep_ms(50);
+        nt_sleep_ms(50);
     }
     fprintf(stderr, "the proxy did not queue %d runs in time\n", NTENANTS - 1);
     return -1;
@@ -98,12 +61,7 @@ static int setup(void **state)
 
 static int teardown(void **state)
 {
-    fixture *f = *state;
-    assert_true(nt_proc_alive(&f->px.proc));
-    assert_int_equal(pt_proxy_stop(&f->px), 0);
-    pt_close(&f->c);
-    natstest_destroy(f->srv);
-    free(f);
+    assert_int_equal(pf_teardown(state, true), 0);
     return 0;
 }
 
@@ -111,7 +69,7 @@ static int teardown(void **state)
  * every tenant exactly once. */
 static void test_pages_fit(void **state)
 {
-    fixture *f = *state;
+    pf_fixture *f = *state;
     char *seen = calloc(NTENANTS, 1);
     assert_non_null(seen);
     long offset = 0, pages = 0, prev_tokens = -1, covered = 0;
@@ -120,12 +78,12 @@ static void test_pages_fit(void **state)
         char req[64];
         snprintf(req, sizeof req, offset ? "{\"offset\":%ld}" : "", offset);
         size_t len = 0;
-        cJSON *j = stats(f, req, &len);
-        assert_true((long)len <= overall(j, "max_payload"));
-        assert_int_equal(num(j, "tenants_total"), NTENANTS);
-        assert_int_equal(num(j, "offset"), offset);
+        cJSON *j = pf_stats(f, req, &len);
+        assert_true((long)len <= pf_overall(j, "max_payload"));
+        assert_int_equal(pf_num(j, "tenants_total"), NTENANTS);
+        assert_int_equal(pf_num(j, "offset"), offset);
         const cJSON *ts = cJSON_GetObjectItemCaseSensitive(j, "tenants"), *t;
-        long returned = num(j, "tenants_returned");
+        long returned = pf_num(j, "tenants_returned");
         assert_int_equal(cJSON_GetArraySize(ts), returned);
         assert_true(returned > 0);
         cJSON_ArrayForEach(t, ts) {
@@ -135,14 +93,14 @@ static void test_pages_fit(void **state)
             assert_int_equal(seen[i], 0);
             seen[i] = 1;
             covered++;
-            long tok = num(t, "queued_tokens");
+            long tok = pf_num(t, "queued_tokens");
             /* Most queued tokens first, across page boundaries too. */
             assert_true(prev_tokens < 0 || tok <= prev_tokens);
             prev_tokens = tok;
         }
         more = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(j, "truncated"));
         if (more) {
-            assert_int_equal(num(j, "next_offset"), offset + returned);
+            assert_int_equal(pf_num(j, "next_offset"), offset + returned);
             offset += returned;
         }
         cJSON_Delete(j);
@@ -153,32 +111,32 @@ static void test_pages_fit(void **state)
     assert_true(pages >= 2);
     assert_int_equal(covered, NTENANTS);
     free(seen);
-    cJSON *j = stats(f, "{\"limit\":0}", NULL);
-    assert_int_equal(overall(j, "admin_reply_failures"), 0);
+    cJSON *j = pf_stats(f, "{\"limit\":0}", NULL);
+    assert_int_equal(pf_overall(j, "admin_reply_failures"), 0);
     cJSON_Delete(j);
 }
 
 static void test_one_tenant_and_limit(void **state)
 {
-    fixture *f = *state;
-    cJSON *j = stats(f, "{\"tenant\":\"t04321\"}", NULL);
+    pf_fixture *f = *state;
+    cJSON *j = pf_stats(f, "{\"tenant\":\"t04321\"}", NULL);
     const cJSON *ts = cJSON_GetObjectItemCaseSensitive(j, "tenants");
     assert_int_equal(cJSON_GetArraySize(ts), 1);
     const cJSON *t = cJSON_GetArrayItem(ts, 0);
     assert_string_equal(cJSON_GetObjectItemCaseSensitive(t, "tenant")->valuestring, "t04321");
-    assert_int_equal(num(t, "queued_tokens"), 1 + 4321 % 97);
+    assert_int_equal(pf_num(t, "queued_tokens"), 1 + 4321 % 97);
     assert_false(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(j, "truncated")));
     cJSON_Delete(j);
 
-    j = stats(f, "{\"limit\":3,\"offset\":10}", NULL);
-    assert_int_equal(num(j, "tenants_returned"), 3);
+    j = pf_stats(f, "{\"limit\":3,\"offset\":10}", NULL);
+    assert_int_equal(pf_num(j, "tenants_returned"), 3);
     assert_true(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(j, "truncated")));
-    assert_int_equal(num(j, "next_offset"), 13);
+    assert_int_equal(pf_num(j, "next_offset"), 13);
     cJSON_Delete(j);
 
     /* Past the end: an empty page, nothing more. */
-    j = stats(f, "{\"offset\":999999}", NULL);
-    assert_int_equal(num(j, "tenants_returned"), 0);
+    j = pf_stats(f, "{\"offset\":999999}", NULL);
+    assert_int_equal(pf_num(j, "tenants_returned"), 0);
     assert_false(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(j, "truncated")));
     cJSON_Delete(j);
 }
@@ -186,7 +144,7 @@ static void test_one_tenant_and_limit(void **state)
 /* http.max_tenant_series from the config bounds the scrape. */
 static void test_series_limit(void **state)
 {
-    fixture *f = *state;
+    pf_fixture *f = *state;
     int port = ot_http_port(&f->px, 5000), status = 0;
     assert_true(port > 0);
     char *body = NULL, want[64];
@@ -200,7 +158,7 @@ static void test_series_limit(void **state)
         assert_int_equal(status, 200);
         seen = strstr(body, want) != NULL;
         if (!seen)
-            sleep_ms(200);
+            nt_sleep_ms(200);
     }
     if (!seen)
         fail_msg("no '%s' in the scrape", want + 1);
@@ -209,12 +167,12 @@ static void test_series_limit(void **state)
 
 static void test_bad_requests(void **state)
 {
-    fixture *f = *state;
+    pf_fixture *f = *state;
     static const char *const bad[] = {"[1]", "{\"limit\":-1}", "{\"offset\":1.5}",
                                       "{\"limit\":\"3\"}", "{\"tenant\":7}", "{\"page\":1}",
                                       "{not json"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        cJSON *j = stats(f, bad[i], NULL);
+        cJSON *j = pf_stats(f, bad[i], NULL);
         assert_false(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(j, "ok")));
         const cJSON *e = cJSON_GetObjectItemCaseSensitive(j, "error");
         assert_true(cJSON_IsString(e) && e->valuestring[0]);

@@ -66,5 +66,7 @@ const char *nt_build_path(char *buf, size_t cap, const char *name);
 
 /* Monotonic milliseconds, for test deadlines (never for assertions). */
 long long nt_now_ms(void);
+/* Sleep ms milliseconds: to pace a test, or between polls of a condition. */
+void nt_sleep_ms(int ms);
 
 #endif

@@ -6,15 +6,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #define PT_DISPATCH_STREAM "FAIR_DISPATCH"
-
-static void pt_sleep_ms(int ms)
-{
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-}
 
 /* ---- the proxy process ------------------------------------------------- */
 
@@ -72,7 +65,7 @@ int pt_log_wait_n(const pt_proxy *px, const char *text, int n, int timeout_ms)
     while (nt_now_ms() < end) {
         if (pt_log_count(px, text) >= n)
             return 0;
-        pt_sleep_ms(20);
+        nt_sleep_ms(20);
     }
     fprintf(stderr, "proxytest: \"%s\" not %d times in %s after %d ms\n", text, n, px->log,
             timeout_ms);
@@ -356,7 +349,7 @@ static void pt_complete(pt_worker *w, const pt_job *j)
         jsPubAck_Destroy(pa);
         if (s == NATS_OK)
             break;
-        pt_sleep_ms(100);
+        nt_sleep_ms(100);
     }
     char key[220];
     snprintf(key, sizeof key, "%s/%s", j->tenant, j->run_id);
@@ -451,13 +444,13 @@ static void *pt_worker_main(void *arg)
         if (stop)
             break;
         if (!w->sub && pt_worker_subscribe(w) != 0) {
-            pt_sleep_ms(50);    /* the proxy has not made the stream yet */
+            nt_sleep_ms(50);    /* the proxy has not made the stream yet */
             continue;
         }
         pt_complete_due(w);
         int room = w->o.concurrency - w->njobs;
         if (room <= 0) {
-            pt_sleep_ms(1);
+            nt_sleep_ms(1);
             continue;
         }
         /* NoWait with an expiry returns as soon as anything came, or at
@@ -557,7 +550,7 @@ int pt_worker_wait_completed(pt_worker *w, size_t n, int timeout_ms)
     while (nt_now_ms() < end) {
         if (pt_worker_completed(w) >= n)
             return 0;
-        pt_sleep_ms(20);
+        nt_sleep_ms(20);
     }
     fprintf(stderr, "proxytest: %zu of %zu runs completed after %d ms\n", pt_worker_completed(w),
             n, timeout_ms);

@@ -1,0 +1,96 @@
+/* proxyfixture.c -- the fixture and checks the it_proxy tests share: a server, the proxy, a client and workers, on cmocka. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "proxyfixture.h"
+
+int pf_setup(void **state, const char *yaml_body, const pt_worker_opts *wo)
+{
+    pf_fixture *f = calloc(1, sizeof *f);
+    *state = f;
+    if (!f || natstest_start(&f->srv, NULL) != 0 ||
+        pt_proxy_start(&f->px, f->srv, "proxy", yaml_body) != 0 ||
+        pt_log_wait(&f->px, "fairq-proxy running", 15000) != 0 || pt_connect(&f->c, f->srv) != 0)
+        return -1;
+    return wo ? pt_worker_start(&f->w, f->srv, wo) : 0;
+}
+
+int pf_teardown(void **state, bool must_run)
+{
+    pf_fixture *f = *state;
+    int code = 0;
+    if (!f)
+        return 0;
+    pt_worker_stop(f->w);
+    bool alive = nt_proc_alive(&f->px.proc);
+    if (alive)
+        code = pt_proxy_stop(&f->px);
+    pt_close(&f->c);
+    natstest_destroy(f->srv);
+    free(f);
+    *state = NULL;
+    /* Asserted once everything is stopped, so a failure leaks nothing. */
+    if (must_run)
+        assert_true(alive);
+    return code;
+}
+
+cJSON *pf_stats(pf_fixture *f, const char *req, size_t *len)
+{
+    char *s = pt_stats_req(&f->c, req, len);
+    assert_non_null(s);
+    cJSON *j = cJSON_Parse(s);
+    free(s);
+    assert_non_null(j);
+    return j;
+}
+
+long pf_num(const cJSON *o, const char *key)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    assert_true(cJSON_IsNumber(v));
+    return (long)v->valuedouble;
+}
+
+long pf_overall(const cJSON *j, const char *key)
+{
+    return pf_num(cJSON_GetObjectItemCaseSensitive(j, "overall"), key);
+}
+
+void pf_submit_runs(pf_fixture *f, int from, int n, int tenants)
+{
+    for (int i = from; i < from + n; i++) {
+        char tenant[16], body[64];
+        snprintf(tenant, sizeof tenant, "t%d", i % tenants);
+        snprintf(body, sizeof body, "{\"run_id\":\"r-%d\"}", i);
+        assert_int_equal(pt_submit_async(&f->c, tenant, body, strlen(body), NULL), 0);
+    }
+    assert_int_equal(pt_submit_flush(&f->c), 0);
+}
+
+void pf_assert_each_dispatched_once(pf_fixture *f, int n)
+{
+    pt_msg *m = NULL;
+    size_t k = 0;
+    assert_int_equal(pt_stream_read(&f->c, "FAIR_DISPATCH", &m, &k), 0);
+    char *seen = calloc((size_t)n, 1);
+    assert_non_null(seen);
+    for (size_t i = 0; i < k; i++) {
+        int id = -1;
+        assert_int_equal(sscanf(m[i].run_id, "r-%d", &id), 1);
+        assert_true(id >= 0 && id < n);
+        if (seen[id])
+            fail_msg("run r-%d dispatched twice", id);
+        seen[id] = 1;
+    }
+    assert_int_equal(k, (size_t)n);
+    free(seen);
+    pt_msgs_free(m, k);
+}

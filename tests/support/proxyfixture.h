@@ -1,0 +1,52 @@
+/* proxyfixture.h -- the fixture and checks the it_proxy tests share: a server, the proxy, a client and workers, on cmocka. */
+#ifndef FQ_PROXYFIXTURE_H
+#define FQ_PROXYFIXTURE_H
+
+/*
+ * What every it_proxy test sets up before its scenario, and the checks
+ * several of them make, so that a test file states only its scenario.
+ * Unlike proxytest, these fail the running cmocka test themselves.
+ */
+
+#include <cjson/cJSON.h>
+
+#include "proxytest.h"
+
+/* One scenario's world: its own nats-server, fairq-proxy on it, a client
+ * connection, and a simulated worker pool (NULL when started without). */
+typedef struct pf_fixture {
+    natstest *srv;
+    pt_proxy px;
+    pt_client c;
+    pt_worker *w;
+} pf_fixture;
+
+/* A cmocka setup: start a fresh nats-server, fairq-proxy (named "proxy") on
+ * yaml_body as pt_proxy_start takes it, wait until it runs, connect a
+ * client, and start workers with wo (none if wo is NULL). *state is the
+ * fixture, also when it fails (-1), so that the teardown frees it. */
+int pf_setup(void **state, const char *yaml_body, const pt_worker_opts *wo);
+
+/* A cmocka teardown's work: stop the workers, then the proxy if it still
+ * runs (asserting first that it does, if must_run), the client and the
+ * server, and free the fixture. Returns pt_proxy_stop's exit code, 0 if
+ * the proxy was not running. */
+int pf_teardown(void **state, bool must_run);
+
+/* The fair.admin.stats reply to req ("" for none), parsed; *len (may be
+ * NULL) its length in bytes. Fails the test without a reply or JSON. */
+cJSON *pf_stats(pf_fixture *f, const char *req, size_t *len);
+/* The number o.key; fails the test if it is not one. */
+long pf_num(const cJSON *o, const char *key);
+/* The number j.overall.key of a stats reply; fails the test if none. */
+long pf_overall(const cJSON *j, const char *key);
+
+/* Submit runs from .. from + n - 1 without waiting, then wait for every
+ * PubAck: run i has run id "r-i" and tenant "t<i % tenants>". */
+void pf_submit_runs(pf_fixture *f, int from, int n, int tenants);
+
+/* FAIR_DISPATCH holds every run r-0 .. r-(n-1) exactly once: no run was
+ * lost and none reached the workers twice. */
+void pf_assert_each_dispatched_once(pf_fixture *f, int n);
+
+#endif
