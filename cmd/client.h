@@ -31,6 +31,7 @@
 #include <math.h>
 #include <nats/nats.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -94,6 +95,33 @@ static inline void fqc_on_signal(int sig)
 {
     (void)sig;
     *fqc_stop_flag() = 1;
+}
+
+/* Report a failed asynchronous publish, from a PublishAsync error handler:
+ * "prog: what failed: reason". Handlers report only the first failure of a
+ * batch, so that a broken connection prints one line, not one per run. */
+static inline void fqc_pub_perror(const char *prog, const char *what, const jsPubAckErr *pae)
+{
+    fprintf(stderr, "%s: %s failed: %s\n", prog, what,
+            pae->ErrText ? pae->ErrText : natsStatus_GetText(pae->Err));
+}
+
+/* A connection's failed asynchronous publishes, for a loop that publishes a
+ * batch and then checks it: set fqc_on_pub_error as the PublishAsync
+ * ErrHandler with this as its closure, zero n before a batch and read it
+ * after. */
+typedef struct fqc_pub_errors {
+    atomic_uint n;              /* failures since n was zeroed */
+    const char *prog;
+    const char *what;           /* what was published, for the message */
+} fqc_pub_errors;
+
+static inline void fqc_on_pub_error(jsCtx *js, jsPubAckErr *pae, void *closure)
+{
+    fqc_pub_errors *e = closure;
+    (void)js;
+    if (atomic_fetch_add(&e->n, 1) == 0)
+        fqc_pub_perror(e->prog, e->what, pae);
 }
 
 /* No SA_RESTART: a sleeping loop wakes up to see the flag. */

@@ -195,8 +195,7 @@ static void load_on_submit_error(jsCtx *js, jsPubAckErr *pae, void *closure)
     int64_t idx = load_run_index(l, fqc_hdr(pae->Msg, FQ_HDR_RUN_ID));
     (void)js;
     if (atomic_fetch_add(&l->submit_errors, 1) == 0)
-        fprintf(stderr, "%s: a submit failed: %s\n", prog,
-                pae->ErrText ? pae->ErrText : natsStatus_GetText(pae->Err));
+        fqc_pub_perror(prog, "a submit", pae);
     if (idx >= 0)
         atomic_store(&load_run_at(l, (uint64_t)idx)->submit_failed, 1);
     load_wake_producer(l);
@@ -428,16 +427,8 @@ static natsStatus load_complete(load *l, const load_job *j)
     return js_PublishAsync(l->wjs, subject, body, (int)len, NULL);
 }
 
-static atomic_uint load_complete_failures;
-
-static void load_on_complete_error(jsCtx *js, jsPubAckErr *pae, void *closure)
-{
-    (void)js;
-    (void)closure;
-    if (atomic_fetch_add(&load_complete_failures, 1) == 0)
-        fprintf(stderr, "%s: a completion publish failed: %s\n", prog,
-                pae->ErrText ? pae->ErrText : natsStatus_GetText(pae->Err));
-}
+static fqc_pub_errors load_complete_failures = {.prog = "fairq-load",
+                                                 .what = "a completion publish"};
 
 /* Complete every job finished by now: publish the completions, wait for
  * their PubAcks, then ack the dispatches (or nak them all, so that they
@@ -453,14 +444,14 @@ static void load_finish_due(load *l, int64_t now_ns)
         done[n++] = load_heap_pop(l);
     if (n == 0)
         return;
-    atomic_store(&load_complete_failures, 0);
+    atomic_store(&load_complete_failures.n, 0);
     for (int i = 0; s == NATS_OK && i < n; i++)
         s = load_complete(l, &done[i]);
     jsPubOptions_Init(&po);
     po.MaxWait = 10000;
     if (s == NATS_OK)
         s = js_PublishAsyncComplete(l->wjs, &po);
-    if (s != NATS_OK || atomic_load(&load_complete_failures)) {
+    if (s != NATS_OK || atomic_load(&load_complete_failures.n)) {
         natsMsgList pending;
         if (s != NATS_OK)
             fqc_perror(prog, "completions", s);
@@ -1039,7 +1030,8 @@ static int load_connect(load *l)
     if (s == NATS_OK) {
         jsOptions_Init(&jo);
         jo.PublishAsync.MaxPending = 4 * LOAD_FETCH_MAX;
-        jo.PublishAsync.ErrHandler = load_on_complete_error;
+        jo.PublishAsync.ErrHandler = fqc_on_pub_error;
+        jo.PublishAsync.ErrHandlerClosure = &load_complete_failures;
         s = fqc_connect(&l->wnc, &l->wjs, url, "fairq-load-workers", &jo, l->cfg.send_asap);
     }
     if (s != NATS_OK) {

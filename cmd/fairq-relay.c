@@ -36,16 +36,7 @@ typedef struct relay_cfg {
 } relay_cfg;
 
 /* Publish errors the library reported since the batch began. */
-static atomic_uint relay_pub_errors;
-
-static void relay_on_pub_error(jsCtx *js, jsPubAckErr *pae, void *closure)
-{
-    (void)js;
-    (void)closure;
-    if (atomic_fetch_add(&relay_pub_errors, 1) == 0)
-        fprintf(stderr, "%s: a dispatch publish failed: %s\n", prog,
-                pae->ErrText ? pae->ErrText : natsStatus_GetText(pae->Err));
-}
+static fqc_pub_errors relay_pub_errors = {.prog = "fairq-relay", .what = "a dispatch publish"};
 
 static bool relay_is_ours(const char *key)
 {
@@ -140,7 +131,7 @@ static int relay_batch(jsCtx *js, fqc_pull *pull, const relay_cfg *cfg, natsMsg 
     jsPubOptions po;
     natsStatus s = NATS_OK;
 
-    atomic_store(&relay_pub_errors, 0);
+    atomic_store(&relay_pub_errors.n, 0);
     for (int i = 0; s == NATS_OK && i < n; i++) {
         natsMsg *out = NULL;
         s = relay_dispatch_msg(&out, cfg, msgs[i], now_ms);
@@ -152,7 +143,7 @@ static int relay_batch(jsCtx *js, fqc_pull *pull, const relay_cfg *cfg, natsMsg 
     po.MaxWait = 10000;
     if (s == NATS_OK)
         s = js_PublishAsyncComplete(js, &po);
-    if (s != NATS_OK || atomic_load(&relay_pub_errors)) {
+    if (s != NATS_OK || atomic_load(&relay_pub_errors.n)) {
         if (s != NATS_OK)
             fqc_perror(prog, "dispatch batch", s);
         relay_drop_pending(js);
@@ -276,7 +267,8 @@ int main(int argc, char **argv)
     fqc_catch_signals();
     jsOptions_Init(&jo);
     jo.PublishAsync.MaxPending = 4 * cfg.batch;
-    jo.PublishAsync.ErrHandler = relay_on_pub_error;
+    jo.PublishAsync.ErrHandler = fqc_on_pub_error;
+    jo.PublishAsync.ErrHandlerClosure = &relay_pub_errors;
     s = fqc_connect(&nc, &js, fqc_url(cfg.url), prog, &jo, false);
     if (s != NATS_OK) {
         fqc_perror(prog, fqc_url(cfg.url), s);
