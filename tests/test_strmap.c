@@ -1,6 +1,7 @@
 /* test_strmap.c -- unit tests of the intrusive string-keyed hash table. */
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -50,6 +51,32 @@ static void add(fq_strmap *m, item *it)
     fq_strmap_insert(m, &it->node, it->len);
 }
 
+/* n items keyed prefix0, prefix1, ..., valued by their index, each added
+ * to m (after a reserve, unless reserve is false). */
+static item *items_add(fq_strmap *m, const char *prefix, int n, bool reserve)
+{
+    item *it = calloc((size_t)n, sizeof(*it));
+    assert_non_null(it);
+    char k[24];
+    for (int i = 0; i < n; i++) {
+        int len = snprintf(k, sizeof(k), "%s%d", prefix, i);
+        item_set(&it[i], k, (size_t)len, (uint32_t)i);
+        if (reserve)
+            add(m, &it[i]);
+        else
+            fq_strmap_insert(m, &it[i].node, it[i].len);
+    }
+    return it;
+}
+
+/* The item keyed prefix<i>, or NULL. */
+static item *find_nth(const fq_strmap *m, const char *prefix, int i)
+{
+    char k[24];
+    int len = snprintf(k, sizeof(k), "%s%d", prefix, i);
+    return find(m, k, (size_t)len);
+}
+
 static void test_create_and_destroy(void **state)
 {
     (void)state;
@@ -93,31 +120,23 @@ static void test_collisions_in_one_chain(void **state)
     (void)state;
     fq_strmap *m = map_new(1);
     size_t one = fq_strmap_bytes(m);
-    item it[8];
-    char k[8];
-    for (int i = 0; i < 8; i++) {
-        int len = snprintf(k, sizeof(k), "k%d", i);
-        item_set(&it[i], k, (size_t)len, (uint32_t)i);
-        fq_strmap_insert(m, &it[i].node, it[i].len);
-    }
+    item *it = items_add(m, "k", 8, false);
     assert_int_equal(fq_strmap_count(m), 8);
     assert_int_equal(fq_strmap_bytes(m), one);     /* insert alone never grows */
-    for (int i = 0; i < 8; i++) {
-        int len = snprintf(k, sizeof(k), "k%d", i);
-        assert_ptr_equal(find(m, k, (size_t)len), &it[i]);
-    }
+    for (int i = 0; i < 8; i++)
+        assert_ptr_equal(find_nth(m, "k", i), &it[i]);
     fq_strmap_remove(m, &it[7].node);    /* the head: inserted last */
     fq_strmap_remove(m, &it[4].node);
     fq_strmap_remove(m, &it[0].node);    /* the tail */
     assert_int_equal(fq_strmap_count(m), 5);
     for (int i = 0; i < 8; i++) {
-        int len = snprintf(k, sizeof(k), "k%d", i);
         if (i == 7 || i == 4 || i == 0)
-            assert_null(find(m, k, (size_t)len));
+            assert_null(find_nth(m, "k", i));
         else
-            assert_ptr_equal(find(m, k, (size_t)len), &it[i]);
+            assert_ptr_equal(find_nth(m, "k", i), &it[i]);
     }
     fq_strmap_destroy(m, NULL);
+    free(it);
 }
 
 /* reserve doubles the chains only once the nodes would outnumber them, and
@@ -135,10 +154,8 @@ static void test_growth_by_doubling(void **state)
         add(m, &it[i]);
         size_t want = i < 4 ? 4 : i < 8 ? 8 : 16;
         assert_int_equal(fq_strmap_bytes(m) - four, (want - 4) * sizeof(void *));
-        for (int j = 0; j <= i; j++) {
-            int l = snprintf(k, sizeof(k), "g%d", j);
-            assert_ptr_equal(find(m, k, (size_t)l), &it[j]);
-        }
+        for (int j = 0; j <= i; j++)
+            assert_ptr_equal(find_nth(m, "g", j), &it[j]);
     }
     fq_strmap_destroy(m, NULL);
 }
@@ -184,14 +201,7 @@ static void test_iteration(void **state)
     (void)state;
     fq_strmap *m = map_new(4);
     enum { N = 300 };
-    item *it = calloc(N, sizeof(*it));
-    assert_non_null(it);
-    char k[16];
-    for (int i = 0; i < N; i++) {
-        int len = snprintf(k, sizeof(k), "i%d", i);
-        item_set(&it[i], k, (size_t)len, (uint32_t)i);
-        add(m, &it[i]);
-    }
+    item *it = items_add(m, "i", N, true);
     for (fq_strmap_node *n = fq_strmap_first(m); n; n = fq_strmap_next(m, n))
         FQ_STRMAP_ENTRY(n, item, node)->visits++;
     for (int i = 0; i < N; i++)
@@ -247,18 +257,10 @@ static void test_many_keys(void **state)
     (void)state;
     enum { N = 100000 };
     fq_strmap *m = map_new(1);
-    item *it = calloc(N, sizeof(*it));
-    assert_non_null(it);
-    char k[24];
-    for (int i = 0; i < N; i++) {
-        int len = snprintf(k, sizeof(k), "tenant-%d", i);
-        item_set(&it[i], k, (size_t)len, (uint32_t)i);
-        add(m, &it[i]);
-    }
+    item *it = items_add(m, "tenant-", N, true);
     assert_int_equal(fq_strmap_count(m), N);
     for (int i = 0; i < N; i++) {
-        int len = snprintf(k, sizeof(k), "tenant-%d", i);
-        item *x = find(m, k, (size_t)len);
+        item *x = find_nth(m, "tenant-", i);
         assert_non_null(x);
         assert_int_equal(x->value, i);
     }
@@ -266,11 +268,10 @@ static void test_many_keys(void **state)
         fq_strmap_remove(m, &it[i].node);
     assert_int_equal(fq_strmap_count(m), N / 2);
     for (int i = 0; i < N; i++) {
-        int len = snprintf(k, sizeof(k), "tenant-%d", i);
         if (i % 2)
-            assert_ptr_equal(find(m, k, (size_t)len), &it[i]);
+            assert_ptr_equal(find_nth(m, "tenant-", i), &it[i]);
         else
-            assert_null(find(m, k, (size_t)len));
+            assert_null(find_nth(m, "tenant-", i));
     }
     size_t seen = 0;
     for (fq_strmap_node *n = fq_strmap_first(m); n; n = fq_strmap_next(m, n))
