@@ -412,6 +412,24 @@ static inline natsStatus fqc_pull_fetch(fqc_pull *p, natsMsg **out, int max, int
     return *n ? NATS_OK : NATS_TIMEOUT;
 }
 
+/* fqc_pull_fetch for a client's main loop: true with *n deliveries in
+ * out[]; false when this turn has none: a timeout, or an error (a
+ * disconnection, most likely, which the library repairs by itself), then
+ * printed and followed by a pause of pause_ms so the loop does not spin. */
+static inline bool fqc_pull_next(fqc_pull *p, const char *prog, natsMsg **out, int max,
+                                 int64_t timeout_ms, int pause_ms, int *n)
+{
+    natsStatus s = fqc_pull_fetch(p, out, max, timeout_ms, n);
+
+    if (s == NATS_OK)
+        return true;
+    if (s != NATS_TIMEOUT) {
+        fqc_perror(prog, "fetch", s);
+        fqc_sleep_until(fqc_mono_ns() + pause_ms * FQC_NS_PER_MS);
+    }
+    return false;
+}
+
 /* Acknowledge a delivery: "+ACK", "-NAK", "+TERM", or "+WPI" (in
  * progress), published to its ack subject without waiting. */
 static inline natsStatus fqc_ack(fqc_pull *p, natsMsg *m, const char *kind)

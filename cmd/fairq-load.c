@@ -616,15 +616,9 @@ static void load_work(load *l)
         }
         natsMsg *got[LOAD_FETCH_MAX];
         int n = 0;
-        natsStatus s = fqc_pull_fetch(&l->pull, got, idle < LOAD_FETCH_MAX ? (int)idle : LOAD_FETCH_MAX,
-                                      wait_ms, &n);
-        if (s == NATS_TIMEOUT)
+        if (!fqc_pull_next(&l->pull, prog, got, idle < LOAD_FETCH_MAX ? (int)idle : LOAD_FETCH_MAX,
+                           wait_ms, 100, &n))
             continue;
-        if (s != NATS_OK) {
-            fqc_perror(prog, "fetch", s);
-            fqc_sleep_until(fqc_mono_ns() + 100 * FQC_NS_PER_MS);
-            continue;
-        }
         now = fqc_mono_ns();
         for (int i = 0; i < n; i++)
             load_heap_push(l, load_receive(l, got[i], now));

@@ -284,15 +284,8 @@ int main(int argc, char **argv)
     t0 = fqc_mono_ns();
     while (!fqc_stopping()) {
         int n = 0;
-        s = fqc_pull_fetch(&pull, msgs, cfg.batch, 100, &n);
-        if (s == NATS_TIMEOUT)
+        if (!fqc_pull_next(&pull, prog, msgs, cfg.batch, 100, 100, &n))
             continue;
-        if (s != NATS_OK) {
-            /* Disconnected, most likely: the library reconnects; retry. */
-            fqc_perror(prog, "fetch", s);
-            fqc_sleep_until(fqc_mono_ns() + 100 * FQC_NS_PER_MS);
-            continue;
-        }
         int sent = relay_batch(js, &pull, &cfg, msgs, n);
         if (sent > 0)
             relayed += (uint64_t)sent;

@@ -235,14 +235,8 @@ int main(int argc, char **argv)
     while (!fqc_stopping() && (cfg.count == 0 || done < cfg.count)) {
         natsMsg *m = NULL;
         int n = 0;
-        s = fqc_pull_fetch(&pull, &m, 1, 1000, &n);
-        if (s == NATS_TIMEOUT)
+        if (!fqc_pull_next(&pull, prog, &m, 1, 1000, 500, &n))
             continue;
-        if (s != NATS_OK) {
-            fqc_perror(prog, "fetch", s);
-            fqc_sleep_until(fqc_mono_ns() + 500 * FQC_NS_PER_MS);
-            continue;
-        }
         if (worker_run(js, &pull, &cfg, m) > 0)
             done++;
         natsMsg_Destroy(m);
