@@ -1,6 +1,7 @@
 /* it_proxy_ops.c -- operating fairq-proxy end to end: metrics and probes, live reload, runtime overrides, logs. */
 #include <setjmp.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -365,6 +366,83 @@ static void test_reload_on_sighup(void **state)
     free(st);
 }
 
+/* Poll the reply to subject (body) until it holds part, up to timeout_ms;
+ * returns the ms it took, or -1. Requests that get no answer (the proxy
+ * reconnecting) are retried. */
+static long long poll_reply(fixture *f, const char *subject, const char *body, const char *part,
+                            int timeout_ms)
+{
+    long long t0 = nt_now_ms();
+    do {
+        char *r = ot_request(&f->c, subject, body);
+        bool found = r && strstr(r, part);
+        free(r);
+        if (found)
+            return nt_now_ms() - t0;
+        sleep_ms(10);
+    } while (nt_now_ms() < t0 + timeout_ms);
+    return -1;
+}
+
+#define UNKNOWN_EACH 5
+
+/* unknown_tenants switched from admit to reject by a reload: the unlisted
+ * tenant's new run is refused with unknown_tenant, while its runs queued
+ * before the reload and the listed tenant's runs are all dispatched, once,
+ * in order. */
+static void test_reload_rejects_unknown_tenants(void **state)
+{
+    fixture *f = *state;
+    static const char fmt[] =
+        "scheduler:\n  default_plan: free\n  unknown_tenants: %s\n"
+        "window:\n  max_in_flight: 2\n"
+        "plans:\n  - name: free\n    weight: 1\n"
+        "tenants:\n  - id: known\n";
+    char yaml[512];
+    snprintf(yaml, sizeof yaml, fmt, "admit");
+    start_proxy(f, "unknown", yaml, 1);
+    /* No workers yet: two runs fill the window, the other eight wait. */
+    submit_pair(f, "known", "stranger", UNKNOWN_EACH);
+    assert_true(poll_reply(f, "fair.admin.stats", "{\"limit\":0}", "\"queued_runs\":8,", 10000) >=
+                0);
+
+    snprintf(yaml, sizeof yaml, fmt, "reject");
+    assert_int_equal(ot_config_rewrite(&f->px, yaml), 0);
+    assert_int_equal(ot_proxy_signal(&f->px, SIGHUP), 0);
+    assert_int_equal(pt_log_wait(&f->px, "config reloaded", 10000), 0);
+    const char *late = "{\"run_id\":\"stranger-late\"}";
+    char more[64];
+    snprintf(more, sizeof more, "{\"run_id\":\"known-%d\"}", UNKNOWN_EACH);
+    assert_int_equal(pt_submit(&f->c, "stranger", late, strlen(late), NULL), 0);
+    assert_int_equal(pt_submit(&f->c, "known", more, strlen(more), NULL), 0);
+
+    start_worker(f, 1);
+    assert_int_equal(pt_worker_wait_completed(f->w, 2 * UNKNOWN_EACH + 1, 30000), 0);
+    sleep_ms(300);      /* nothing else may come */
+    assert_int_equal(pt_worker_received(f->w), 2 * UNKNOWN_EACH + 1);
+    pt_msg *m = NULL;
+    size_t n = 0;
+    assert_int_equal(pt_stream_read(&f->c, "FAIR_DISPATCH", &m, &n), 0);
+    assert_int_equal(n, 2 * UNKNOWN_EACH + 1);
+    int next[2] = {0, 0};
+    for (size_t i = 0; i < n; i++) {
+        int k = strcmp(m[i].tenant, "known") == 0 ? 0 : 1;
+        char want[64];
+        snprintf(want, sizeof want, "%s-%d", k ? "stranger" : "known", next[k]++);
+        assert_string_equal(m[i].run_id, want);
+    }
+    assert_int_equal(next[0], UNKNOWN_EACH + 1);
+    assert_int_equal(next[1], UNKNOWN_EACH);
+    pt_msgs_free(m, n);
+    assert_int_equal(pt_stream_read(&f->c, "FAIR_REJECTED", &m, &n), 0);
+    assert_int_equal(n, 1);
+    assert_string_equal(m[0].subject, "fair.rejected.stranger");
+    assert_int_equal(strncmp(m[0].error, "unknown_tenant: ", 16), 0);
+    assert_int_equal(m[0].len, strlen(late));
+    assert_memory_equal(m[0].data, late, strlen(late));
+    pt_msgs_free(m, n);
+}
+
 /* ---- runtime overrides ------------------------------------------------------ */
 
 #define OVR_EACH 600
@@ -473,6 +551,41 @@ static void test_overrides_admin_bucket_restart(void **state)
     assert_true(ratio(restarted) > 1.6 && ratio(restarted) < 2.5);
 }
 
+/* Overrides ride through a nats-server restart under the running proxy,
+ * graceful and kill -9: the one in force stays, and once the proxy serves
+ * again a value written to the bucket applies within a second (the watch
+ * came back). */
+static void test_overrides_survive_server_restart(void **state)
+{
+    fixture *f = *state;
+    start_proxy(f, "kvrestart", ovr_yaml, 1);
+    assert_int_equal(ot_kv_put(&f->c, "fairq_tenants", "a", "{\"weight\":4}"), 0);
+    assert_true(poll_reply(f, "fair.admin.tenant.get", "{\"tenant\":\"a\"}", "\"weight\":4,",
+                           1000) >= 0);
+    static const char *const put[] = {"{\"plan\":\"gold\"}", "{\"weight\":7}"};
+    static const char *const want[] = {"\"plan\":\"gold\",\"weight\":3,",
+                                       "\"plan\":\"free\",\"weight\":7,"};
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(i ? natstest_kill(f->srv) : natstest_stop(f->srv), 0);
+        assert_int_equal(natstest_restart(f->srv), 0);
+        assert_int_equal(pt_log_wait_n(&f->px, "reconnected", i + 1, 20000), 0);
+        assert_true(poll_reply(f, "fair.admin.tenant.get", "{\"tenant\":\"a\"}",
+                               "\"weight\":4,", 20000) >= 0);
+        /* The client may still be reconnecting: retry its write. */
+        long long end = nt_now_ms() + 10000;
+        while (ot_kv_put(&f->c, "fairq_tenants", "b", put[i]) != 0 && nt_now_ms() < end)
+            sleep_ms(100);
+        long long took = poll_reply(f, "fair.admin.tenant.get", "{\"tenant\":\"b\"}", want[i],
+                                    1000);
+        fprintf(stderr, "overrides: a bucket write after a server %s was in force after %lld ms\n",
+                i ? "kill -9 and restart" : "restart", took);
+        assert_true(took >= 0);
+    }
+    char *r = ot_request(&f->c, "fair.admin.tenant.get", "{\"tenant\":\"a\"}");
+    assert_contains(r, "\"source\":\"override\",\"override\":{\"weight\":4}");
+    free(r);
+}
+
 /* ---- logs ------------------------------------------------------------------ */
 
 static void test_logs_in_both_formats(void **state)
@@ -526,7 +639,9 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_metrics_during_flood_and_probes, setup, teardown),
         cmocka_unit_test_setup_teardown(test_reload_on_sighup, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_reload_rejects_unknown_tenants, setup, teardown),
         cmocka_unit_test_setup_teardown(test_overrides_admin_bucket_restart, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_overrides_survive_server_restart, setup, teardown),
         cmocka_unit_test_setup_teardown(test_logs_in_both_formats, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
