@@ -7,7 +7,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include <cmocka.h>
 
@@ -47,12 +46,6 @@ typedef struct fixture {
     pt_client c;
 } fixture;
 
-static void sleep_ms(int ms)
-{
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-}
-
 static int setup(void **state)
 {
     fixture *f = calloc(1, sizeof *f);
@@ -84,7 +77,7 @@ static void wait_stream(fixture *f, const char *stream, uint64_t n)
 {
     long long end = nt_now_ms() + 20000;
     while (pt_stream_last(&f->c, stream) < n && nt_now_ms() < end)
-        sleep_ms(50);
+        nt_sleep_ms(50);
     assert_int_equal(pt_stream_last(&f->c, stream), n);
 }
 
@@ -98,7 +91,7 @@ static void wait_reply(fixture *f, const char *subject, const char *body, const 
         r = ot_request(&f->c, subject, body);
         if (r && strstr(r, part))
             break;
-        sleep_ms(50);
+        nt_sleep_ms(50);
     } while (nt_now_ms() < end);
     assert_contains(r, part);
     free(r);
