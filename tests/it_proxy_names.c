@@ -152,10 +152,17 @@ static void assert_stream(fixture *f, const char *stream, size_t n, const char *
     pt_msgs_free(m, got);
 }
 
+/* The proxy's fetch threads create their consumers after it logs that it
+ * runs: wait up to 10 s for durable on stream. */
 static void assert_consumer(fixture *f, const char *stream, const char *durable)
 {
+    long long end = nt_now_ms() + 10000;
+    natsStatus s;
     jsConsumerInfo *ci = NULL;
-    assert_int_equal(js_GetConsumerInfo(&ci, f->c.js, stream, durable, NULL, NULL), NATS_OK);
+    while ((s = js_GetConsumerInfo(&ci, f->c.js, stream, durable, NULL, NULL)) == NATS_NOT_FOUND &&
+           nt_now_ms() < end)
+        nt_sleep_ms(20);
+    assert_int_equal(s, NATS_OK);
     jsConsumerInfo_Destroy(ci);
 }
 
