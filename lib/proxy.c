@@ -780,8 +780,8 @@ static void px_on_kv(fq_proxy *p, fq_nio_kv_entry *e)
         p->c.overrides_refused++;
         if (px_warn_ok(p, "override"))
             fq_log(FQ_LOG_WARN, "override refused; the tenant's policy is unchanged",
-                   FQ_STR("bucket", p->cfg.streams.tenants_bucket), FQ_STR("key", e->key), FQ_UINT("rev", e->rev),
-                   FQ_STR("reason", err));
+                   FQ_STR("bucket", p->cfg.streams.tenants_bucket), FQ_STR("key", e->key),
+                   FQ_UINT("rev", e->rev), FQ_STR("reason", err));
     }
     fq_nio_kv_entry_destroy(e);
 }
@@ -2207,8 +2207,8 @@ static void px_admin_set(fq_proxy *p, const fq_nio_msg *req)
             snprintf(err, sizeof err, "the tenant's override changed in the bucket meanwhile: "
                      "read it again (tenant.get) and retry");
         else if (s != FQ_OK)
-            snprintf(err, sizeof err, "cannot write to the overrides bucket %s: %s", p->cfg.streams.tenants_bucket,
-                     fq_status_text(s));
+            snprintf(err, sizeof err, "cannot write to the overrides bucket %s: %s",
+                     p->cfg.streams.tenants_bucket, fq_status_text(s));
         if (s != FQ_OK || px_ovr_apply(p, o, &ne, err, sizeof err) != FQ_OK) {
             px_reply_error(p, req, err);
             return;
@@ -2378,12 +2378,13 @@ static void px_rates(fq_proxy *p, uint64_t now)
 static fq_status px_lease_acquire(fq_proxy *p, char *holder, size_t cap)
 {
     uint64_t rev = 0;
-    fq_status s = fq_nio_kv_get(holder, cap, &rev, p->nio, p->cfg.streams.lease_bucket, "leader");
+    const char *bucket = p->cfg.streams.lease_bucket;
+    fq_status s = fq_nio_kv_get(holder, cap, &rev, p->nio, bucket, "leader");
     if (s == FQ_ENOTFOUND)
-        s = fq_nio_kv_create(&p->lease_rev, p->nio, p->cfg.streams.lease_bucket, "leader", p->lease_id,
+        s = fq_nio_kv_create(&p->lease_rev, p->nio, bucket, "leader", p->lease_id,
                              strlen(p->lease_id));
     else if (s == FQ_OK && (strcmp(holder, "released") == 0 || strcmp(holder, p->lease_id) == 0))
-        s = fq_nio_kv_update(&p->lease_rev, p->nio, p->cfg.streams.lease_bucket, "leader", p->lease_id,
+        s = fq_nio_kv_update(&p->lease_rev, p->nio, bucket, "leader", p->lease_id,
                              strlen(p->lease_id), rev);
     else if (s == FQ_OK)
         s = FQ_EEXIST;
@@ -2403,8 +2404,8 @@ static bool px_lease_renew(fq_proxy *p, uint64_t now)
     if ((p->lease_sent && now < p->lease_sent + 2000) || now < p->lease_renewed + 1000 ||
         !p->connected)
         return true;
-    if (fq_nio_kv_update_async(p->nio, p->cfg.streams.lease_bucket, "leader", p->lease_id, strlen(p->lease_id),
-                               p->lease_rev, TK_MAKE(TK_LEASE, 0)) == FQ_OK) {
+    if (fq_nio_kv_update_async(p->nio, p->cfg.streams.lease_bucket, "leader", p->lease_id,
+                               strlen(p->lease_id), p->lease_rev, TK_MAKE(TK_LEASE, 0)) == FQ_OK) {
         p->pubs++;
         p->lease_sent = now;
     }
@@ -2439,7 +2440,8 @@ static void px_on_lease(fq_proxy *p, const fq_nio_event *ev)
 static void px_lease_release(fq_proxy *p)
 {
     uint64_t rev;
-    fq_nio_kv_update(&rev, p->nio, p->cfg.streams.lease_bucket, "leader", "released", 8, p->lease_rev);
+    fq_nio_kv_update(&rev, p->nio, p->cfg.streams.lease_bucket, "leader", "released", 8,
+                     p->lease_rev);
 }
 
 /* ---- start-up --------------------------------------------------------- */
@@ -2728,7 +2730,8 @@ static void px_overrides_start(fq_proxy *p)
         for (px_ovr *o = p->ob[i]; o; o = o->next)
             live += !px_entry_empty(&o->e);
     if (p->kv_synced)
-        fq_log(FQ_LOG_INFO, "overrides read", FQ_STR("bucket", p->cfg.streams.tenants_bucket), FQ_UINT("in_force", live));
+        fq_log(FQ_LOG_INFO, "overrides read", FQ_STR("bucket", p->cfg.streams.tenants_bucket),
+               FQ_UINT("in_force", live));
     else
         fq_log(FQ_LOG_WARN, "the overrides bucket is not read whole yet; its overrides apply as "
                "they arrive", FQ_STR("bucket", p->cfg.streams.tenants_bucket));

@@ -1,4 +1,4 @@
-/* it_proxy_names.c -- two fairq-proxies with different streams.* and subjects.* on one server stay apart. */
+/* it_proxy_names.c -- two fairq-proxies on one server, with names of their own, stay apart. */
 #include <setjmp.h>
 #include <stdbool.h>
 #include <stdarg.h>
