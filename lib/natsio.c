@@ -76,6 +76,12 @@ typedef struct nio_watch {
     bool started;
 } nio_watch;
 
+/* Messages waiting to be destroyed together (see nio_graves_flush). */
+typedef struct nio_graves {
+    natsMsg **m;
+    size_t n, cap;
+} nio_graves;
+
 /* One address-to-token slot of the pending-publish map. */
 typedef struct nio_pub {
     const natsMsg *msg;         /* NULL: empty; NIO_TOMB: deleted */
@@ -101,6 +107,9 @@ struct fq_nio {
     bool woken;
     nio_pub *pubs;              /* open-addressing map, power-of-two size */
     size_t pubs_cap, pubs_used, pubs_live;
+    nio_graves acked;           /* published messages whose PubAck came */
+    nio_graves spare;           /* an emptied array for acked; owner thread only */
+    nio_graves dropped;         /* the owner's (fq_nio_msg_drop); owner thread only */
 
     nio_consumer cons[NIO_MAX_CONSUMERS];
     nio_sub subs[NIO_MAX_SUBS];
@@ -136,6 +145,45 @@ static void nio_errtext(char *err, size_t errlen, const char *what, natsStatus s
     if (ls != s || !last)
         last = "";
     snprintf(err, errlen, "%s: %s%s%s", what, natsStatus_GetText(s), *last ? ": " : "", last);
+}
+
+/* ---- deferred destroys ----------------------------------------------------- */
+
+/*
+ * nats.c's natsMsg_Destroy hands every message to its collector thread and
+ * wakes that thread whenever it sleeps: destroyed one at a time between
+ * other work, each message costs a wake-up and two context switches.
+ * Destroyed in one burst per turn of the owner's loop, a turn's messages
+ * cost one.
+ */
+
+/* Keep m in g to destroy later; destroy it now if g cannot grow. */
+static void nio_graves_add(nio_graves *g, natsMsg *m)
+{
+    if (g->n == g->cap) {
+        size_t cap = g->cap ? g->cap * 2 : 256;
+        natsMsg **a = realloc(g->m, cap * sizeof *a);
+        if (!a) {
+            natsMsg_Destroy(m);
+            return;
+        }
+        g->m = a;
+        g->cap = cap;
+    }
+    g->m[g->n++] = m;
+}
+
+static void nio_graves_flush(nio_graves *g)
+{
+    for (size_t i = 0; i < g->n; i++)
+        natsMsg_Destroy(g->m[i]);
+    g->n = 0;
+}
+
+void fq_nio_msg_drop(fq_nio *n, fq_nio_msg *m)
+{
+    if (m)
+        nio_graves_add(&n->dropped, (natsMsg *)m);
 }
 
 /* ---- the event queue ---------------------------------------------------- */
@@ -191,7 +239,15 @@ size_t fq_nio_poll(fq_nio *n, fq_nio_event *ev, size_t cap, int timeout_ms)
         n->q_head = (n->q_head + 1) % n->q_cap;
         n->q_len--;
     }
+    /* Take the acked messages over whole: the PubAck thread refills an
+     * empty array while the owner destroys them. */
+    nio_graves acked = n->acked;
+    n->acked = n->spare;
+    n->spare = (nio_graves){0};
     pthread_mutex_unlock(&n->mu);
+    nio_graves_flush(&acked);
+    nio_graves_flush(&n->dropped);
+    n->spare = acked;
     return k;
 }
 
@@ -317,9 +373,9 @@ static void nio_on_puback(jsCtx *js, natsMsg *msg, jsPubAck *pa, jsPubAckErr *pa
         nio_push_locked(n, &ev);
         pthread_cond_signal(&n->cv);
     }
-    pthread_mutex_unlock(&n->mu);
     if (!ev.msg)
-        natsMsg_Destroy(msg);
+        nio_graves_add(&n->acked, msg);
+    pthread_mutex_unlock(&n->mu);
 }
 
 /* ---- connection ---------------------------------------------------------- */
@@ -498,6 +554,11 @@ void fq_nio_destroy(fq_nio *n)
         fq_nio_kv_entry_destroy(ev->kv);
     }
     free(n->q);
+    nio_graves_flush(&n->acked);
+    nio_graves_flush(&n->dropped);
+    free(n->acked.m);
+    free(n->spare.m);
+    free(n->dropped.m);
     free(n->pubs);
     free(n->url);
     free(n->creds);

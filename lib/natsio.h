@@ -248,6 +248,10 @@ const char *fq_nio_msg_header(const fq_nio_msg *m, const char *key);
 /* Bytes the message's headers take on the wire (0 without headers). */
 size_t fq_nio_msg_header_bytes(const fq_nio_msg *m);
 void fq_nio_msg_destroy(fq_nio_msg *m);
+/* Destroy m with the others dropped in this turn, on the next fq_nio_poll
+ * (owner thread only): nats.c wakes a thread of its own for each message
+ * destroyed alone. Safe on NULL. */
+void fq_nio_msg_drop(fq_nio *n, fq_nio_msg *m);
 
 /* Monotonic and wall clocks in milliseconds. */
 uint64_t fq_nio_mono_ms(void);

@@ -357,7 +357,7 @@ static void px_maybe_free(fq_proxy *p, px_run *x)
     if (x->in_seq || x->in_key || x->in_exp || x->pending)
         return;
     if (x->msg) {
-        fq_nio_msg_destroy(x->msg);
+        fq_nio_msg_drop(p->nio, x->msg);
         x->msg = NULL;
     }
     if (x->names) {
@@ -818,7 +818,7 @@ static void px_retry_add(fq_proxy *p, uint64_t token, fq_nio_msg *msg)
         if (!r) {
             /* Nothing acked is lost: the submit or completion stays in
              * JetStream and comes back after the next consumer reset. */
-            fq_nio_msg_destroy(msg);
+            fq_nio_msg_drop(p->nio, msg);
             return;
         }
         p->retry = r;
@@ -1107,7 +1107,7 @@ static void px_on_submit(fq_proxy *p, fq_nio_event *ev)
         /* Delivered again (a consumer reset): it is queued already. */
         held->delivered = ev->ack.delivered;
         p->c.redelivered++;
-        fq_nio_msg_destroy(m);
+        fq_nio_msg_drop(p->nio, m);
         return;
     }
     p->c.submitted++;
@@ -1119,7 +1119,7 @@ static void px_on_submit(fq_proxy *p, fq_nio_event *ev)
         p->c.rejected++;
         px_refuse(p, m, NULL, FQ_EINVAL,
                   "the subject's last token is not a tenant id (1 to 64 of [A-Za-z0-9_-])", tok);
-        fq_nio_msg_destroy(m);
+        fq_nio_msg_drop(p->nio, m);
         return;
     }
     char tenant[FQ_TENANT_MAX + 1];
@@ -1151,7 +1151,7 @@ static void px_on_submit(fq_proxy *p, fq_nio_event *ev)
                 /* Dispatched before a restart, its ack lost: done already. */
                 p->c.duplicates_acked++;
                 px_ack(p, PX_CONS_SUBMIT, seq, ev->ack.delivered);
-                fq_nio_msg_destroy(m);
+                fq_nio_msg_drop(p->nio, m);
                 return;
             }
             s = FQ_EEXIST;
@@ -1197,7 +1197,7 @@ static void px_on_submit(fq_proxy *p, fq_nio_event *ev)
         else if (s == FQ_ENOMEM) {
             /* Not a client's fault: leave it in JetStream for later. */
             fq_log(FQ_LOG_ERROR, "out of memory holding a run", FQ_STR("tenant", tenant));
-            fq_nio_msg_destroy(m);
+            fq_nio_msg_drop(p->nio, m);
             return;
         }
     }
@@ -1206,7 +1206,7 @@ static void px_on_submit(fq_proxy *p, fq_nio_event *ev)
             pt->rejected[s]++;
         p->c.rejected++;
         px_refuse(p, m, tenant, s, err, tok);
-        fq_nio_msg_destroy(m);
+        fq_nio_msg_drop(p->nio, m);
         return;
     }
     p->held++;
@@ -1219,7 +1219,7 @@ static void px_on_submit(fq_proxy *p, fq_nio_event *ev)
             px_names_set(p, x->names, &sub, seq);
     } else {
         p->index_only++;
-        fq_nio_msg_destroy(m);
+        fq_nio_msg_drop(p->nio, m);
     }
     px_pause_check(p);
 }
@@ -1243,7 +1243,7 @@ static void px_release_body(fq_proxy *p, px_run *x)
         p->index_only--;
     }
     if (x->msg) {
-        fq_nio_msg_destroy(x->msg);
+        fq_nio_msg_drop(p->nio, x->msg);
         x->msg = NULL;
     }
 }
@@ -1297,7 +1297,7 @@ static bool px_dispatch_one(fq_proxy *p, px_run *x)
     }
     px_names *nm = px_names_of(p, x, m);
     if (!nm) {
-        fq_nio_msg_destroy(read);
+        fq_nio_msg_drop(p->nio, read);
         fq_sched_requeue(p->sched, x->seq);
         return false;
     }
@@ -1309,7 +1309,7 @@ static bool px_dispatch_one(fq_proxy *p, px_run *x)
         x->pt->rejected[FQ_EEXIST]++;
         p->c.rejected++;
         px_refuse(p, m, x->pt->id, FQ_EEXIST, why, TK_MAKE(TK_REJECT, x->seq));
-        fq_nio_msg_destroy(read);
+        fq_nio_msg_drop(p->nio, read);
         px_release_body(p, x);
         px_drop_dispatched(p, x);
         p->held--;
@@ -1333,7 +1333,7 @@ static bool px_dispatch_one(fq_proxy *p, px_run *x)
                     .len = fq_nio_msg_len(m), .hdrs = hd, .n_hdrs = nm->workflow[0] ? 7 : 6,
                     .carry = m};
     fq_status s = px_publish(p, &o, TK_MAKE(TK_DISPATCH, x->seq));
-    fq_nio_msg_destroy(read);
+    fq_nio_msg_drop(p->nio, read);
     if (s != FQ_OK) {
         fq_sched_requeue(p->sched, x->seq);
         return false;
@@ -1519,13 +1519,13 @@ static void px_on_done(fq_proxy *p, fq_nio_event *ev)
         char why[300];
         snprintf(why, sizeof why, "invalid completion: %s", err);
         px_refuse(p, m, NULL, FQ_EINVAL, why, TK_MAKE(TK_DONE_REJECT, dseq));
-        fq_nio_msg_destroy(m);
+        fq_nio_msg_drop(p->nio, m);
         return;
     }
     char tenant[FQ_TENANT_MAX + 1];
     memcpy(tenant, tid, tlen);     /* tid points into m */
     tenant[tlen] = '\0';
-    fq_nio_msg_destroy(m);
+    fq_nio_msg_drop(p->nio, m);
     uint64_t h = px_key_hash(tenant, c.run_id);
     px_run *x = px_find_key(p, tenant, c.run_id, h);
     if (!x) {
@@ -2242,7 +2242,7 @@ static void px_on_request(fq_proxy *p, fq_nio_event *ev)
     else
         px_reply_error(p, ev->msg, "unknown admin request: the subjects are <admin>.stats, "
                        "<admin>.reload, <admin>.tenant.get and <admin>.tenant.set");
-    fq_nio_msg_destroy(ev->msg);
+    fq_nio_msg_drop(p->nio, ev->msg);
 }
 
 /* ---- metrics and probes ------------------------------------------------- */
@@ -2416,7 +2416,7 @@ static void px_on_lease(fq_proxy *p, const fq_nio_event *ev)
 {
     uint64_t sent = p->lease_sent;
     p->lease_sent = 0;
-    fq_nio_msg_destroy(ev->msg);
+    fq_nio_msg_drop(p->nio, ev->msg);
     if (ev->status == FQ_OK) {
         p->lease_rev = ev->seq;
         p->lease_renewed = sent;

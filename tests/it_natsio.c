@@ -154,7 +154,8 @@ static void test_fetch_ack_get_and_recreate(void **state)
         assert_int_equal(ev.ack.delivered, 1);
         assert_true(ev.ts_ms > 0);
         refs[i] = ev.ack;
-        fq_nio_msg_destroy(ev.msg);
+        /* Dropped: destroyed by the next poll, with any others. */
+        fq_nio_msg_drop(f->n, ev.msg);
     }
     /* A body can be read back by sequence while it is unacked. */
     fq_nio_msg *m = NULL;
@@ -179,7 +180,9 @@ static void test_fetch_ack_get_and_recreate(void **state)
         assert_true(wait_event(f->n, FQ_NIO_EV_MSG, &ev, 15000));
         got[i] = ev.ack.sseq;
         assert_int_equal(fq_nio_ack(f->n, CONS_ID, &ev.ack), FQ_OK);
-        fq_nio_msg_destroy(ev.msg);
+        /* The last one is still waiting for a poll at teardown: destroyed
+         * with the adapter (the Asan build checks that nothing leaks). */
+        fq_nio_msg_drop(f->n, ev.msg);
     }
     assert_int_equal(got[0], 2);
     assert_int_equal(got[1], 4);
