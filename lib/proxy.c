@@ -1132,8 +1132,9 @@ static void px_on_submit(fq_proxy *p, fq_nio_event *ev)
     fq_status s = fq_submit_parse(&sub, tenant, fq_nio_msg_data(m), fq_nio_msg_len(m), &h,
                                   p->cfg.scheduler.max_est_tokens, err, sizeof err);
     px_tenant *pt = NULL;
+    size_t size = 0;            /* bytes of the submit, body and headers */
     if (s == FQ_OK) {
-        size_t size = fq_nio_msg_len(m) + fq_nio_msg_header_bytes(m);
+        size = fq_nio_msg_len(m) + fq_nio_msg_header_bytes(m);
         if (size + FQ_HEADER_ROOM > (uint64_t)p->max_payload) {
             s = FQ_ETOOBIG;
             snprintf(err, sizeof err,
@@ -1181,7 +1182,7 @@ static void px_on_submit(fq_proxy *p, fq_nio_event *ev)
         if (x)
             *x = (px_run){.seq = seq, .pt = pt, .submitted_ms = ev->ts_ms, .est = est,
                           .delivered = ev->ack.delivered, .state = PX_QUEUED,
-                          .size = (uint32_t)(fq_nio_msg_len(m) + fq_nio_msg_header_bytes(m))};
+                          .size = (uint32_t)size};
         if (!x || !(x->in_seq = px_index_add(&p->by_seq, x, false))) {
             s = FQ_ENOMEM;
         } else {
@@ -1269,6 +1270,21 @@ static px_names *px_names_of(fq_proxy *p, px_run *x, const fq_nio_msg *m)
     return nm;
 }
 
+/* v in decimal into out (at least 21 bytes), NUL-terminated: snprintf's
+ * format parsing costs more than the rest of a header. */
+static void px_dec(char *out, uint64_t v)
+{
+    char t[20];
+    size_t n = 0;
+    do {
+        t[n++] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v);
+    for (size_t i = 0; i < n; i++)
+        out[i] = t[n - 1 - i];
+    out[n] = '\0';
+}
+
 /* Dispatch run x, which the scheduler just moved into the window. Returns
  * false when NATS cannot take it now (x is back at the head of its queue). */
 static bool px_dispatch_one(fq_proxy *p, px_run *x)
@@ -1319,10 +1335,13 @@ static bool px_dispatch_one(fq_proxy *p, px_run *x)
     }
     int64_t now_ms = fq_nio_unix_ms();
     char est[24], sat[24], dat[24], msgid[FQ_TENANT_MAX + FQ_RUN_ID_MAX + 2];
-    snprintf(est, sizeof est, "%" PRIu32, x->est);
-    snprintf(sat, sizeof sat, "%" PRId64, x->submitted_ms);
-    snprintf(dat, sizeof dat, "%" PRId64, now_ms);
-    snprintf(msgid, sizeof msgid, "%s/%s", x->pt->id, nm->run_id);
+    px_dec(est, x->est);
+    px_dec(sat, x->submitted_ms > 0 ? (uint64_t)x->submitted_ms : 0);
+    px_dec(dat, now_ms > 0 ? (uint64_t)now_ms : 0);
+    size_t tl = strlen(x->pt->id), rl = strlen(nm->run_id);     /* both bounded */
+    memcpy(msgid, x->pt->id, tl);
+    msgid[tl] = '/';
+    memcpy(msgid + tl + 1, nm->run_id, rl + 1);
     fq_nio_hdr hd[7] = {
         {FQ_HDR_TENANT, x->pt->id},     {FQ_HDR_RUN_ID, nm->run_id},
         {FQ_HDR_EST_TOKENS, est},       {FQ_HDR_SUBMITTED_AT, sat},
