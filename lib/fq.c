@@ -39,3 +39,17 @@ int fq_tenant_id_valid(const char *s, size_t len)
     }
     return 1;
 }
+
+size_t fq_u64_dec(char *out, uint64_t v)
+{
+    char t[FQ_U64_DEC_MAX];
+    size_t n = 0;
+    do {
+        t[n++] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v);
+    for (size_t i = 0; i < n; i++)
+        out[i] = t[n - 1 - i];
+    out[n] = '\0';
+    return n;
+}

@@ -34,4 +34,11 @@ const char *fq_status_text(fq_status s);
 /* Tenant ids are 1 to 64 of [A-Za-z0-9_-]. Returns 1 if s[0..len) is one. */
 int fq_tenant_id_valid(const char *s, size_t len);
 
+#define FQ_U64_DEC_MAX 21       /* bytes fq_u64_dec may write, NUL included */
+
+/* Write v in decimal into out (FQ_U64_DEC_MAX bytes), NUL-terminated;
+ * returns the digits written. For per-run headers and subjects, where
+ * snprintf's format parsing costs more than the rest. */
+size_t fq_u64_dec(char *out, uint64_t v);
+
 #endif

@@ -1270,21 +1270,6 @@ static px_names *px_names_of(fq_proxy *p, px_run *x, const fq_nio_msg *m)
     return nm;
 }
 
-/* v in decimal into out (at least 21 bytes), NUL-terminated: snprintf's
- * format parsing costs more than the rest of a header. */
-static void px_dec(char *out, uint64_t v)
-{
-    char t[20];
-    size_t n = 0;
-    do {
-        t[n++] = (char)('0' + v % 10);
-        v /= 10;
-    } while (v);
-    for (size_t i = 0; i < n; i++)
-        out[i] = t[n - 1 - i];
-    out[n] = '\0';
-}
-
 /* Dispatch run x, which the scheduler just moved into the window. Returns
  * false when NATS cannot take it now (x is back at the head of its queue). */
 static bool px_dispatch_one(fq_proxy *p, px_run *x)
@@ -1334,10 +1319,11 @@ static bool px_dispatch_one(fq_proxy *p, px_run *x)
         return true;
     }
     int64_t now_ms = fq_nio_unix_ms();
-    char est[24], sat[24], dat[24], msgid[FQ_TENANT_MAX + FQ_RUN_ID_MAX + 2];
-    px_dec(est, x->est);
-    px_dec(sat, x->submitted_ms > 0 ? (uint64_t)x->submitted_ms : 0);
-    px_dec(dat, now_ms > 0 ? (uint64_t)now_ms : 0);
+    char est[FQ_U64_DEC_MAX], sat[FQ_U64_DEC_MAX], dat[FQ_U64_DEC_MAX];
+    char msgid[FQ_TENANT_MAX + FQ_RUN_ID_MAX + 2];
+    fq_u64_dec(est, x->est);
+    fq_u64_dec(sat, x->submitted_ms > 0 ? (uint64_t)x->submitted_ms : 0);
+    fq_u64_dec(dat, now_ms > 0 ? (uint64_t)now_ms : 0);
     size_t tl = strlen(x->pt->id), rl = strlen(nm->run_id);     /* both bounded */
     memcpy(msgid, x->pt->id, tl);
     msgid[tl] = '/';
