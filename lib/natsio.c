@@ -52,6 +52,8 @@ typedef struct nio_consumer {
     natsSubscription *sub;      /* <inbox>.*: every delivery to us; fetch thread only */
     char inbox[96];             /* this consumer generation's inbox */
     char next[320];             /* $JS.API.CONSUMER.MSG.NEXT.<stream>.<durable> */
+    char ack[320];              /* $JS.ACK.<stream>.<durable>. : acks' subjects begin so */
+    size_t ack_len;
     uint64_t request;           /* the latest pull request's number */
     natsMsg **got;              /* cfg.batch slots for one pull; fetch thread only */
     pthread_t thread;
@@ -212,8 +214,8 @@ static void nio_push(fq_nio *n, const fq_nio_event *ev)
 {
     pthread_mutex_lock(&n->mu);
     nio_push_locked(n, ev);
-    pthread_cond_signal(&n->cv);
     pthread_mutex_unlock(&n->mu);
+    pthread_cond_signal(&n->cv);
 }
 
 size_t fq_nio_poll(fq_nio *n, fq_nio_event *ev, size_t cap, int timeout_ms)
@@ -369,13 +371,15 @@ static void nio_on_puback(jsCtx *js, natsMsg *msg, jsPubAck *pa, jsPubAckErr *pa
     bool known = nio_pub_take_locked(n, msg, &ev.token);
     if (known && !pa)
         ev.msg = (fq_nio_msg *)msg;     /* the owner retries or drops it */
-    if (known) {
+    if (known)
         nio_push_locked(n, &ev);
-        pthread_cond_signal(&n->cv);
-    }
     if (!ev.msg)
         nio_graves_add(&n->acked, msg);
     pthread_mutex_unlock(&n->mu);
+    /* Signalled after the unlock, so that the owner does not wake only to
+     * wait for the lock. */
+    if (known)
+        pthread_cond_signal(&n->cv);
 }
 
 /* ---- connection ---------------------------------------------------------- */
@@ -790,8 +794,8 @@ static void nio_deliver(nio_consumer *c, int count)
             natsMsg_Destroy(c->got[i]);     /* not a JetStream delivery */
         c->got[i] = NULL;
     }
-    pthread_cond_signal(&n->cv);
     pthread_mutex_unlock(&n->mu);
+    pthread_cond_signal(&n->cv);
 }
 
 /* Take what the inbox holds already (deliveries of a request given up on)
@@ -910,6 +914,10 @@ fq_status fq_nio_consume(fq_nio *n, int id, const fq_nio_consumer *cfg)
         cfg->max_ack_pending < 1)
         return FQ_EINVAL;
     nio_consumer *c = &n->cons[id];
+    int k = snprintf(c->ack, sizeof c->ack, "$JS.ACK.%s.%s.", cfg->stream, cfg->durable);
+    if (k < 0 || (size_t)k >= sizeof c->ack)
+        return FQ_EINVAL;
+    c->ack_len = (size_t)k;
     c->cfg = *cfg;
     c->got = calloc((size_t)cfg->batch, sizeof *c->got);
     atomic_store(&c->paused, false);
@@ -928,16 +936,19 @@ void fq_nio_consume_pause(fq_nio *n, int id, bool paused)
         atomic_store(&n->cons[id].paused, paused);
 }
 
+/* Two acks a run: the subject is put together without snprintf. */
 static fq_status nio_ack_send(fq_nio *n, int id, const fq_nio_ackref *a, const char *body)
 {
-    if (id < 0 || id >= NIO_MAX_CONSUMERS || !n->cons[id].cfg.stream)
+    if (id < 0 || id >= NIO_MAX_CONSUMERS || !n->cons[id].ack_len)
         return FQ_EINVAL;
-    const fq_nio_consumer *c = &n->cons[id].cfg;
-    char subj[256];
-    int k = snprintf(subj, sizeof subj, "$JS.ACK.%s.%s.%" PRIu32 ".%" PRIu64 ".0.0.0",
-                     c->stream, c->durable, a->delivered ? a->delivered : 1, a->sseq);
-    if (k < 0 || (size_t)k >= sizeof subj)
-        return FQ_EINVAL;
+    const nio_consumer *c = &n->cons[id];
+    char subj[sizeof c->ack + 2 * FQ_U64_DEC_MAX + 8];
+    size_t k = c->ack_len;
+    memcpy(subj, c->ack, k);
+    k += fq_u64_dec(subj + k, a->delivered ? a->delivered : 1);
+    subj[k++] = '.';
+    k += fq_u64_dec(subj + k, a->sseq);
+    memcpy(subj + k, ".0.0.0", sizeof ".0.0.0");
     natsStatus s = natsConnection_Publish(n->nc, subj, body, (int)strlen(body));
     if (s != NATS_OK) {
         return FQ_EIO;
