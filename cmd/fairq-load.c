@@ -860,8 +860,8 @@ static int load_tenants(char ***out, uint32_t *n, const char *spec)
     for (const char *p = spec; *p;) {
         size_t len = strcspn(p, ",");
         if (!fq_tenant_id_valid(p, len) || *n == LOAD_TENANTS_MAX) {
-            fprintf(stderr, "%s: --tenants: '%.*s' is not a tenant id (1 to %d of A-Z a-z 0-9 _ -)"
-                    " or there are more than %d\n", prog, (int)len, p, FQ_TENANT_MAX, LOAD_TENANTS_MAX);
+            fprintf(stderr, "%s: --tenants: '%.*s' is not a tenant id (" FQ_TENANT_RULE ")"
+                    " or there are more than %d\n", prog, (int)len, p, LOAD_TENANTS_MAX);
             return -1;
         }
         if (!(ids[*n] = strndup(p, len)))

@@ -154,7 +154,7 @@ static int producer_parse(producer_cfg *c, int argc, char **argv)
         return -1;
     }
     if (!c->tenant || !fq_tenant_id_valid(c->tenant, strlen(c->tenant))) {
-        fprintf(stderr, "%s: --tenant must be 1 to %d of A-Z a-z 0-9 _ -%s\n", prog, FQ_TENANT_MAX,
+        fprintf(stderr, "%s: --tenant must be " FQ_TENANT_RULE "%s\n", prog,
                 c->tenant ? "" : " (it is required)");
         return -1;
     }

@@ -111,7 +111,7 @@ static fq_status load(fq_config *out, void *arg, char *err, size_t errlen)
         return FQ_ENOMEM;
     }
     const char *b = out->streams.tenants_bucket;
-    if (!fq_tenant_id_valid(b, strlen(b)) || strcmp(b, out->streams.lease_bucket) == 0) {
+    if (!fq_name_valid(b, strlen(b)) || strcmp(b, out->streams.lease_bucket) == 0) {
         snprintf(err, errlen, "FAIRQ_TENANTS_BUCKET: '%s' is not 1 to 64 of [A-Za-z0-9_-], "
                  "or is streams.lease_bucket", b);
         fq_config_free(out);

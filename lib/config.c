@@ -665,15 +665,20 @@ static fq_status cfg_word(const cfg_ctx *v, const char *prefix, const char *key,
     return cfg_fail(v, prefix, key, "'%s' is not one of: %s", s, list);
 }
 
-/* A name that must follow the tenant id rule (tenant ids, plan names). */
+/* A plan name, or with tenant set a tenant id, which may not be one of the
+ * names fairq reserves. */
 static fq_status cfg_name(const cfg_ctx *v, const char *prefix, const char *key,
-                          const char *s, char out[FQ_TENANT_MAX + 1])
+                          const char *s, bool tenant, char out[FQ_TENANT_MAX + 1])
 {
     if (!s)
         return cfg_fail(v, prefix, key, "required");
-    if (!fq_tenant_id_valid(s, strlen(s)))
+    if (!fq_name_valid(s, strlen(s)))
         return cfg_fail(v, prefix, key, "'%s' must be 1 to %d of A-Z a-z 0-9 _ -",
                         s, FQ_TENANT_MAX);
+    if (tenant && fq_tenant_id_reserved(s, strlen(s)))
+        return cfg_fail(v, prefix, key, "'%s' is reserved: fairq uses " FQ_TENANT_INVALID
+                        " and " FQ_TENANT_OTHER " for runs without a tenant and for metrics "
+                        "past the series limit", s);
     memcpy(out, s, strlen(s) + 1);
     return FQ_OK;
 }
@@ -814,7 +819,7 @@ static fq_status cfg_streams(fq_config *c, const raw_streams *r, const cfg_ctx *
             return cfg_fail(v, "streams", keys[i], "'%s' is not a JetStream name: 1 to %d "
                             "printable characters without white space, '.', '*', '>', "
                             "'/' or '\\'", name, FQ_CONFIG_NAME_MAX);
-        if (kind[i] == BUCKET && !fq_tenant_id_valid(name, strlen(name)))
+        if (kind[i] == BUCKET && !fq_name_valid(name, strlen(name)))
             return cfg_fail(v, "streams", keys[i], "'%s' is not a bucket name: 1 to 64 of "
                             "[A-Za-z0-9_-]", name);
         for (size_t j = 0; j < i; j++)
@@ -976,7 +981,7 @@ static fq_status cfg_plans(fq_config *c, const raw_config *r, const cfg_ctx *v)
         char at[32];
         snprintf(at, sizeof(at), "plans[%zu]", i);
         p->weight = 1;
-        CFG_IFOK(s, cfg_name(v, at, "name", rp->name, p->name));
+        CFG_IFOK(s, cfg_name(v, at, "name", rp->name, false, p->name));
         CFG_IFOK(s, cfg_caps(v, at, rp->weight, rp->max_in_flight, rp->max_pending,
                              &p->weight, &p->max_in_flight, &p->max_pending));
     }
@@ -1009,7 +1014,7 @@ static fq_status cfg_tenants(fq_config *c, const raw_config *r, const cfg_ctx *v
         fq_tenant_entry *t = &c->tenants[i];
         char at[32];
         snprintf(at, sizeof(at), "tenants[%zu]", i);
-        CFG_IFOK(s, cfg_name(v, at, "id", rt->id, t->id));
+        CFG_IFOK(s, cfg_name(v, at, "id", rt->id, true, t->id));
         if (s == FQ_OK && rt->plan) {
             if (cfg_plan_index(c, rt->plan) < 0)
                 return cfg_fail(v, at, "plan", "no plan named '%s' in plans", rt->plan);

@@ -1,6 +1,8 @@
 /* fq.c -- status codes and the tenant id rule shared by every fairq module. */
 #include "fq.h"
 
+#include <string.h>
+
 static const struct {
     const char *code;
     const char *text;
@@ -27,7 +29,7 @@ const char *fq_status_text(fq_status s)
     return (unsigned)s < FQ__COUNT ? fq_statuses[s].text : "unknown status";
 }
 
-int fq_tenant_id_valid(const char *s, size_t len)
+int fq_name_valid(const char *s, size_t len)
 {
     if (len == 0 || len > FQ_TENANT_MAX)
         return 0;
@@ -38,6 +40,20 @@ int fq_tenant_id_valid(const char *s, size_t len)
             return 0;
     }
     return 1;
+}
+
+int fq_tenant_id_reserved(const char *s, size_t len)
+{
+    static const char *const reserved[] = {FQ_TENANT_INVALID, FQ_TENANT_OTHER};
+    for (size_t i = 0; i < sizeof reserved / sizeof reserved[0]; i++)
+        if (len == strlen(reserved[i]) && memcmp(s, reserved[i], len) == 0)
+            return 1;
+    return 0;
+}
+
+int fq_tenant_id_valid(const char *s, size_t len)
+{
+    return fq_name_valid(s, len) && !fq_tenant_id_reserved(s, len);
 }
 
 size_t fq_u64_dec(char *out, uint64_t v)

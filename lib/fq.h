@@ -31,7 +31,22 @@ const char *fq_status_text(fq_status s);
 #define FQ_WORKFLOW_MAX 64      /* bytes in a workflow name */
 #define FQ_RUN_ID_MAX 128       /* bytes in a run id */
 
-/* Tenant ids are 1 to 64 of [A-Za-z0-9_-]. Returns 1 if s[0..len) is one. */
+/* Names (tenant ids, plan names, bucket names) are 1 to 64 of
+ * [A-Za-z0-9_-]. Returns 1 if s[0..len) is one. */
+int fq_name_valid(const char *s, size_t len);
+
+/* Two names are fairq's own and no tenant's: the refusals of runs whose
+ * subject names no tenant go to <rejected>._invalid, and the metrics of the
+ * tenants past the series limit are folded into tenant="_other". A tenant so
+ * named would mix its refusals or its series with those. */
+#define FQ_TENANT_INVALID "_invalid"
+#define FQ_TENANT_OTHER "_other"
+#define FQ_TENANT_RULE "1 to 64 of [A-Za-z0-9_-], other than _invalid and _other"
+
+/* 1 if s[0..len) is one of the reserved names above. */
+int fq_tenant_id_reserved(const char *s, size_t len);
+
+/* Tenant ids are names that are not reserved. Returns 1 if s[0..len) is one. */
 int fq_tenant_id_valid(const char *s, size_t len);
 
 #define FQ_U64_DEC_MAX 21       /* bytes fq_u64_dec may write, NUL included */

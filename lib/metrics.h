@@ -22,7 +22,7 @@
 /* Tenants past this many get no series of their own: their values are
  * folded, per plan, into tenant="_other". */
 #define FQ_METRICS_MAX_TENANT_SERIES 10000
-#define FQ_METRICS_OTHER "_other"
+#define FQ_METRICS_OTHER FQ_TENANT_OTHER
 
 /* Submit-to-dispatch latency: fixed buckets from 1 ms to 1 h. */
 #define FQ_HIST_BUCKETS 20

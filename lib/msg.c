@@ -456,7 +456,7 @@ static fq_status fq_override_field(fq_override_patch *out, size_t k, const cJSON
     }
     if (k == 0) {
         if (!cJSON_IsString(item) ||
-            !fq_tenant_id_valid(item->valuestring, strlen(item->valuestring)))
+            !fq_name_valid(item->valuestring, strlen(item->valuestring)))
             return fq_msg_fail(err, errlen, "plan: must be a plan name, 1 to %d of "
                                "[A-Za-z0-9_-], or null", FQ_TENANT_MAX);
         memcpy(out->plan, item->valuestring, strlen(item->valuestring) + 1);
@@ -491,8 +491,7 @@ static fq_status fq_override_fields(fq_override_patch *out, const cJSON *root,
     const cJSON *t = it[FQ_OVR_NAMES - 1];
     if (t && !cJSON_IsNull(t)) {
         if (!cJSON_IsString(t) || !fq_tenant_id_valid(t->valuestring, strlen(t->valuestring)))
-            return fq_msg_fail(err, errlen, "tenant: must be a tenant id, 1 to %d of "
-                               "[A-Za-z0-9_-]", FQ_TENANT_MAX);
+            return fq_msg_fail(err, errlen, "tenant: must be a tenant id, " FQ_TENANT_RULE);
         memcpy(out->tenant, t->valuestring, strlen(t->valuestring) + 1);
     } else if (kind != FQ_PATCH_VALUE) {
         return fq_msg_fail(err, errlen, "tenant: missing; the body must name the tenant");

@@ -54,12 +54,13 @@ static void pol_free(fq_strmap_node *n)
     free(n);
 }
 
-/* A plan name or tenant id held in a char[FQ_TENANT_MAX + 1]: NUL-terminated
- * within the array, and of the tenant id alphabet. */
-static bool pol_name_valid(const char *s)
+/* A plan name, or with tenant set a tenant id, held in a
+ * char[FQ_TENANT_MAX + 1]: NUL-terminated within the array, and valid. */
+static bool pol_name_valid(const char *s, bool tenant)
 {
     size_t len = strnlen(s, FQ_TENANT_MAX + 1);
-    return len <= FQ_TENANT_MAX && fq_tenant_id_valid(s, len);
+    return len <= FQ_TENANT_MAX &&
+           (tenant ? fq_tenant_id_valid(s, len) : fq_name_valid(s, len));
 }
 
 /* 0 ("not set") or 1 .. FQ_POLICY_MAX_WEIGHT. */
@@ -73,7 +74,7 @@ fq_status fq_policy_create(fq_policy **out, const char *default_plan,
 {
     *out = NULL;
     size_t len = default_plan ? strnlen(default_plan, FQ_TENANT_MAX + 1) : 0;
-    if (!default_plan || !fq_tenant_id_valid(default_plan, len))
+    if (!default_plan || !fq_name_valid(default_plan, len))
         return FQ_EINVAL;
     fq_policy *p = calloc(1, sizeof(*p));
     if (!p)
@@ -106,7 +107,7 @@ void fq_policy_destroy(fq_policy *p)
 
 fq_status fq_policy_set_plan(fq_policy *p, const fq_plan *plan)
 {
-    if (!pol_name_valid(plan->name) || plan->weight == 0 ||
+    if (!pol_name_valid(plan->name, false) || plan->weight == 0 ||
         !pol_weight_valid(plan->weight))
         return FQ_EINVAL;
     pol_plan *n = (pol_plan *)pol_find(p->plans, plan->name);
@@ -124,10 +125,10 @@ fq_status fq_policy_set_plan(fq_policy *p, const fq_plan *plan)
 /* Add or replace a tenant entry in one layer, after checking it. */
 static fq_status pol_set_entry(fq_policy *p, fq_strmap *t, const fq_tenant_entry *e)
 {
-    if (!pol_name_valid(e->id) || !pol_weight_valid(e->weight))
+    if (!pol_name_valid(e->id, true) || !pol_weight_valid(e->weight))
         return FQ_EINVAL;
     if (e->plan[0]) {
-        if (!pol_name_valid(e->plan))
+        if (!pol_name_valid(e->plan, false))
             return FQ_EINVAL;
         if (!pol_find(p->plans, e->plan))
             return FQ_ENOTFOUND;

@@ -417,7 +417,7 @@ static fq_status check_tenant(const struct fq_scenario_spec *s, unsigned i, doub
     size_t idlen = strlen(t->id);
     unsigned replicas = t->replicas ? t->replicas : 1;
     if (!fq_tenant_id_valid(t->id, idlen) || (t->replicas && idlen + 6 > FQ_TENANT_MAX))
-        why = "id must be 1 to 64 of [A-Za-z0-9_-] (58 with replicas)";
+        why = "id must be " FQ_TENANT_RULE " (58 bytes with replicas)";
     else if (id_taken(s, i, t->id))
         why = "id is listed twice";
     else if (t->plan && !find_plan(s, t->plan))
@@ -471,7 +471,7 @@ static fq_status check_capacity(const fq_scenario_capacity *c, char *err, size_t
 static fq_status validate(const struct fq_scenario_spec *s, char *err, size_t errlen,
                           const char *where)
 {
-    if (s->name && !fq_tenant_id_valid(s->name, strlen(s->name)))
+    if (s->name && !fq_name_valid(s->name, strlen(s->name)))
         return fail(err, errlen, "%s: name: 1 to 64 of [A-Za-z0-9_-]", where);
     if (!seconds_ok(s->duration_s) || s->duration_s <= 0 || !seconds_ok(s->horizon_s) ||
         (s->horizon_s != 0 && s->horizon_s < s->duration_s))
@@ -486,7 +486,7 @@ static fq_status validate(const struct fq_scenario_spec *s, char *err, size_t er
         return FQ_EINVAL;
     for (unsigned i = 0; i < s->plans_count; i++) {
         const struct scn_plan *p = &s->plans[i];
-        if (!fq_tenant_id_valid(p->name, strlen(p->name)) || p->weight < 1 ||
+        if (!fq_name_valid(p->name, strlen(p->name)) || p->weight < 1 ||
             p->weight > SCN_MAX_WEIGHT || find_plan(s, p->name) != p)
             return fail(err, errlen, "%s: plan %s: needs a unique name of [A-Za-z0-9_-] "
                         "and a weight from 1 to 1000000", where, p->name);
@@ -748,7 +748,7 @@ static void name_from_path(char *out, size_t cap, const char *path)
     if (n >= cap)
         n = cap - 1;
     for (size_t i = 0; i < n; i++)
-        out[i] = fq_tenant_id_valid(b + i, 1) ? b[i] : '_';
+        out[i] = fq_name_valid(b + i, 1) ? b[i] : '_';
     out[n] = '\0';
     if (!n)
         snprintf(out, cap, "scenario");
@@ -1117,8 +1117,8 @@ static const char *trace_row(trace *t, const fq_scenario *sc, char *line, const 
     const char *plan = col[COL_PLAN] >= 0 && *f[col[COL_PLAN]] ? f[col[COL_PLAN]] : NULL;
     uint64_t at, est, actual;
     if (!fq_tenant_id_valid(id, strlen(id)))
-        return "tenant must be 1 to 64 of [A-Za-z0-9_-]";
-    if (plan && !fq_tenant_id_valid(plan, strlen(plan)))
+        return "tenant must be " FQ_TENANT_RULE;
+    if (plan && !fq_name_valid(plan, strlen(plan)))
         return "plan must be 1 to 64 of [A-Za-z0-9_-]";
     if (strlen(wf) > FQ_WORKFLOW_MAX)
         return "workflow is longer than 64 bytes";

@@ -334,6 +334,15 @@ static const struct {
      "t.yaml:2:13: scheduler.default_plan: no plan named 'gold' in plans"},
     {BASE "tenants: [{id: \"a.b\"}]\n",
      "t.yaml:5:12: tenants[0].id: 'a.b' must be 1 to 64 of A-Z a-z 0-9 _ -"},
+    /* fairq's own names are no tenant's (refusals to <rejected>._invalid,
+     * metrics past the series limit in tenant="_other"); a plan may be so
+     * named, since plans are no subject token and no tenant label. */
+    {BASE "tenants: [{id: _invalid}]\n",
+     "t.yaml:5:12: tenants[0].id: '_invalid' is reserved: fairq uses _invalid and _other for "
+     "runs without a tenant and for metrics past the series limit"},
+    {BASE "tenants: [{id: _other}]\n",
+     "t.yaml:5:12: tenants[0].id: '_other' is reserved: fairq uses _invalid and _other for "
+     "runs without a tenant and for metrics past the series limit"},
     {BASE "  - name: \"pro plan\"\n",
      "t.yaml:5:5: plans[1].name: 'pro plan' must be 1 to 64 of A-Z a-z 0-9 _ -"},
     /* Words from a fixed set. */

@@ -963,6 +963,10 @@ static void test_invalid_arguments(void **state)
     fq_tenant_policy p = {.weight = 1};
     assert_int_equal(fq_sched_tenant(&t, s, "bad tenant", 10, &p), FQ_EINVAL);
     assert_null(t);
+    /* fairq's reserved names are no tenant's. */
+    assert_int_equal(fq_sched_tenant(&t, s, "_invalid", 8, &p), FQ_EINVAL);
+    assert_int_equal(fq_sched_tenant(&t, s, "_other", 6, &p), FQ_EINVAL);
+    assert_null(t);
     fq_tenant_policy zero = {.weight = 0};
     assert_int_equal(fq_sched_tenant(&t, s, "ok", 2, &zero), FQ_EINVAL);
     assert_null(fq_sched_find(s, "ok", 2));

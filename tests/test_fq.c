@@ -1,4 +1,4 @@
-/* test_fq.c -- fq's shared helpers: decimal formatting. */
+/* test_fq.c -- fq's shared helpers: the name and tenant id rules, decimal formatting. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -26,9 +26,41 @@ static void test_u64_dec_matches_printf(void **state)
     }
 }
 
+/* Names are 1 to 64 of [A-Za-z0-9_-]; tenant ids are names other than the
+ * two fairq reserves, compared whole and by length (s need not end in NUL). */
+static void test_name_and_tenant_rules(void **state)
+{
+    (void)state;
+    char longest[FQ_TENANT_MAX + 1];
+    memset(longest, 'a', sizeof longest);
+
+    assert_true(fq_name_valid("acme_1-x", 8));
+    assert_true(fq_name_valid(longest, FQ_TENANT_MAX));
+    assert_false(fq_name_valid(longest, FQ_TENANT_MAX + 1));
+    assert_false(fq_name_valid("", 0));
+    assert_false(fq_name_valid("a.b", 3));
+    assert_false(fq_name_valid("a b", 3));
+    assert_true(fq_tenant_id_valid(longest, FQ_TENANT_MAX));
+
+    static const char *const reserved[] = {"_invalid", "_other"};
+    for (size_t i = 0; i < 2; i++) {
+        size_t n = strlen(reserved[i]);
+        assert_true(fq_name_valid(reserved[i], n));
+        assert_true(fq_tenant_id_reserved(reserved[i], n));
+        assert_false(fq_tenant_id_valid(reserved[i], n));
+        /* A prefix or an extension of a reserved name is a tenant. */
+        assert_true(fq_tenant_id_valid(reserved[i], n - 1));
+        assert_false(fq_tenant_id_reserved(reserved[i], n - 1));
+    }
+    assert_true(fq_tenant_id_valid("_others", 7));
+    assert_true(fq_tenant_id_valid("_other.x", 6) == 0);    /* "_other" by length */
+    assert_true(fq_tenant_id_valid("_Other", 6));           /* case counts */
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_name_and_tenant_rules),
         cmocka_unit_test(test_u64_dec_matches_printf),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -952,6 +952,8 @@ static void test_override_patch_refused(void **state)
     refuse_patch("{\"tenant\":null,\"weight\":2}", FQ_PATCH_SET, "tenant");
     refuse_patch("{\"tenant\":\"a b\",\"weight\":2}", FQ_PATCH_SET, "tenant");
     refuse_patch("{\"tenant\":7,\"weight\":2}", FQ_PATCH_SET, "tenant");
+    refuse_patch("{\"tenant\":\"_invalid\",\"weight\":2}", FQ_PATCH_SET, "other than _invalid");
+    refuse_patch("{\"tenant\":\"_other\"}", FQ_PATCH_GET, "other than _invalid and _other");
     refuse_patch("{\"tenant\":\"a\"}", FQ_PATCH_SET, "changes nothing");
     refuse_patch("{\"tenant\":\"a\",\"wieght\":2}", FQ_PATCH_SET, "unknown field");
     refuse_patch("{\"tenant\":\"a\",\"weight\":0}", FQ_PATCH_SET, "weight");
@@ -978,6 +980,9 @@ static void test_override_patch_get(void **state)
     fq_override_patch p;
     char err[256];
 
+    /* Names like the reserved ones are tenants like any other. */
+    assert_int_equal(patch(&p, "{\"tenant\":\"_others\"}", FQ_PATCH_GET, err), FQ_OK);
+    assert_string_equal(p.tenant, "_others");
     assert_int_equal(patch(&p, "{\"tenant\":\"acme\"}", FQ_PATCH_GET, err), FQ_OK);
     assert_string_equal(p.tenant, "acme");
     assert_int_equal(p.set | p.removed, 0);

@@ -185,6 +185,9 @@ static void test_bad_entries_change_nothing(void **state)
     assert_int_equal(fq_policy_set_override(p, &bad), FQ_EINVAL);
     bad = entry("acme", "bad plan", 0, 0, 0);
     assert_int_equal(fq_policy_set_override(p, &bad), FQ_EINVAL);
+    bad = entry("_other", "pro", 0, 0, 0);      /* reserved: no tenant's */
+    assert_int_equal(fq_policy_set_tenant(p, &bad), FQ_EINVAL);
+    assert_int_equal(fq_policy_set_override(p, &bad), FQ_EINVAL);
     /* An id that fills its array with no terminator is refused, not read past. */
     memset(bad.id, 'a', sizeof(bad.id));
     assert_int_equal(fq_policy_set_tenant(p, &bad), FQ_EINVAL);
