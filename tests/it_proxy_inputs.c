@@ -50,30 +50,50 @@ typedef struct tcase {
     const char *hdr_key, *hdr_val;
     const char *code;           /* expected Fair-Error code, NULL: dispatched */
     const char *rejected_to;    /* tenant token of the rejection subject */
+    const char *why;            /* in the Fair-Error sentence, if not NULL */
 } tcase;
 
+/* Names at their limits: 128 bytes of run id and 64 of workflow pass, one
+ * byte more is refused. */
+#define S16 "0123456789abcdef"
+#define S64 S16 S16 S16 S16
+#define RUN_ID_128 S64 S64
+#define WORKFLOW_64 S64
+
 static const tcase cases[] = {
-    {"a", "", NULL, NULL, NULL, NULL},
-    {"a", "{not json", NULL, NULL, NULL, NULL},
-    {"a", "\xff\xfe{\"est_tokens\":5}", NULL, NULL, NULL, NULL},
-    {"a", "[1,2,3]", NULL, NULL, NULL, NULL},
-    {"a", "{\"run_id\":\"ok-1\",\"workflow\":\"w\",\"est_tokens\":10,\"x\":[1]}", NULL, NULL, NULL, NULL},
-    {"a", "{\"est_tokens\":\"abc\"}", NULL, NULL, "invalid", "a"},
-    {"a", "{\"est_tokens\":0}", NULL, NULL, "invalid", "a"},
-    {"a", "{\"est_tokens\":-5}", NULL, NULL, "invalid", "a"},
-    {"a", "{\"est_tokens\":1.5}", NULL, NULL, "invalid", "a"},
-    {"a", "{\"est_tokens\":1e12}", NULL, NULL, "invalid", "a"},
-    {"a", "{\"est_tokens\":true}", NULL, NULL, "invalid", "a"},
-    {"a", "{\"run_id\":5}", NULL, NULL, "invalid", "a"},
-    {"a", "{\"run_id\":\"has space\"}", NULL, NULL, "invalid", "a"},
-    {"a", "{\"tenant\":\"someone-else\"}", NULL, NULL, "invalid", "a"},
-    {"a", "{\"h\":1}", "Fair-Est-Tokens", "12x", "invalid", "a"},
+    {"a", "", NULL, NULL, NULL, NULL, NULL},
+    {"a", "{not json", NULL, NULL, NULL, NULL, NULL},
+    {"a", "\xff\xfe{\"est_tokens\":5}", NULL, NULL, NULL, NULL, NULL},
+    {"a", "[1,2,3]", NULL, NULL, NULL, NULL, NULL},
+    {"a", "{\"run_id\":\"ok-1\",\"workflow\":\"w\",\"est_tokens\":10,\"x\":[1]}", NULL, NULL, NULL,
+     NULL, NULL},
+    {"a", "{\"est_tokens\":\"abc\"}", NULL, NULL, "invalid", "a", NULL},
+    {"a", "{\"est_tokens\":0}", NULL, NULL, "invalid", "a", NULL},
+    {"a", "{\"est_tokens\":-5}", NULL, NULL, "invalid", "a", NULL},
+    {"a", "{\"est_tokens\":1.5}", NULL, NULL, "invalid", "a", NULL},
+    {"a", "{\"est_tokens\":1e12}", NULL, NULL, "invalid", "a", NULL},
+    {"a", "{\"est_tokens\":true}", NULL, NULL, "invalid", "a", NULL},
+    {"a", "{\"run_id\":5}", NULL, NULL, "invalid", "a", NULL},
+    {"a", "{\"run_id\":\"has space\"}", NULL, NULL, "invalid", "a", NULL},
+    {"a", "{\"tenant\":\"someone-else\"}", NULL, NULL, "invalid", "a", NULL},
+    {"a", "{\"h\":1}", "Fair-Est-Tokens", "12x", "invalid", "a", NULL},
     /* A header with an empty value counts as absent: a derived run id. */
-    {"a", "{\"h\":2}", "Fair-Run-Id", "", NULL, NULL},
-    {"=fair.submit.bad%tenant", "{\"t\":1}", NULL, NULL, "invalid", "_invalid"},
+    {"a", "{\"h\":2}", "Fair-Run-Id", "", NULL, NULL, NULL},
+    {"=fair.submit.bad%tenant", "{\"t\":1}", NULL, NULL, "invalid", "_invalid", NULL},
     {"=fair.submit.aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", "{\"t\":2}",
-     NULL, NULL, "invalid", "_invalid"},
-    {"stranger", "{\"t\":3}", NULL, NULL, "unknown_tenant", "stranger"},
+     NULL, NULL, "invalid", "_invalid", NULL},
+    {"stranger", "{\"t\":3}", NULL, NULL, "unknown_tenant", "stranger", NULL},
+    /* Over-long names, in the body and in headers, are refused with the
+     * field named; at the limit they pass. */
+    {"a", "{\"run_id\":\"" RUN_ID_128 "\"}", NULL, NULL, NULL, NULL, NULL},
+    {"a", "{\"run_id\":\"" RUN_ID_128 "x\"}", NULL, NULL, "invalid", "a", "run_id"},
+    {"a", "{\"workflow\":\"" WORKFLOW_64 "\"}", NULL, NULL, NULL, NULL, NULL},
+    {"a", "{\"workflow\":\"" WORKFLOW_64 "x\"}", NULL, NULL, "invalid", "a", "workflow"},
+    {"a", "{\"h\":3}", "Fair-Run-Id", RUN_ID_128 "y", "invalid", "a", "Fair-Run-Id"},
+    {"a", "{\"h\":4}", "Fair-Workflow", WORKFLOW_64 "y", "invalid", "a", "Fair-Workflow"},
+    /* fairq's reserved names are no tenant's. */
+    {"=fair.submit._invalid", "{\"t\":4}", NULL, NULL, "invalid", "_invalid", "tenant"},
+    {"=fair.submit._other", "{\"t\":5}", NULL, NULL, "invalid", "_invalid", "tenant"},
 };
 #define NCASES (sizeof cases / sizeof cases[0])
 
@@ -164,6 +184,8 @@ static void test_bad_submits(void **state)
         if (strncmp(m->error, c->code, strlen(c->code)) != 0 || m->error[strlen(c->code)] != ':' ||
             strlen(m->error) < strlen(c->code) + 10)
             fail_msg("case %zu: Fair-Error \"%s\", expected code %s", i, m->error, c->code);
+        if (c->why && !strstr(m->error, c->why))
+            fail_msg("case %zu: Fair-Error \"%s\" does not name %s", i, m->error, c->why);
         if (strcmp(c->rejected_to, "_invalid") == 0)
             assert_string_equal(m->fsubject, c->subject + 1);
     }
