@@ -109,6 +109,9 @@ typedef struct px_tenant {
                                        refused: its queue drains, new runs are refused */
     uint64_t rejected[FQ__COUNT];   /* refused runs by reason */
     uint64_t completed;             /* completions reconciled */
+    uint64_t age_warn_next;         /* monotonic ms from which its queue may be
+                                       logged as old again; 0: any time */
+    uint64_t age_suppressed;        /* old-queue checks held back since the last line */
     fq_hist wait;                   /* submit (stream time) to dispatch */
     struct px_tenant *next;         /* hash chain */
     struct px_tenant *later;        /* creation order, for metrics */
@@ -240,7 +243,6 @@ struct fq_proxy {
     double rate_runs, rate_tokens, rate_completed, rate_actual; /* per second */
     px_counters c;
     fq_log_limiter *lim;
-    fq_log_limiter *age_lim;    /* old-queue warnings, per tenant */
 
     fq_proxy_ops ops;           /* the loader; bucket and threshold below */
     atomic_bool reload_asked;   /* set by fq_proxy_reload (a signal handler) */
@@ -2334,24 +2336,41 @@ static void px_phase_leader(fq_proxy *p)
 
 /* Warn about each tenant whose oldest queued run has waited longer than
  * the threshold: once a minute per tenant at most, with the number of
- * checks held back since. */
+ * checks held back since. The time is kept on the tenant, so the limit
+ * holds whatever the number of tenants; and a sweep writes at most
+ * FQ_QUEUE_AGE_WARN_LINES tenant lines plus one that counts the rest, which
+ * keep their turn for a later sweep, so that 200,000 old queues still make
+ * a few lines a second. */
 static void px_warn_old_queues(fq_proxy *p, uint64_t now)
 {
-    uint64_t limit = p->cfg.log.queue_age_warn_ms;
+    uint64_t limit = p->cfg.log.queue_age_warn_ms, more = 0;
+    unsigned lines = 0;
     if (!fq_log_enabled(FQ_LOG_WARN))
         return;
     for (px_tenant *t = p->t_first; t; t = t->later) {
         fq_tenant_info ti;
         fq_tenant_info_get(t->t, &ti);
-        uint64_t suppressed = 0;
-        if (!ti.queued || now < ti.oldest_enqueued + limit ||
-            !fq_log_limiter_allow(p->age_lim, t->id, now, &suppressed))
+        if (!ti.queued || now < ti.oldest_enqueued + limit)
             continue;
+        if (now < t->age_warn_next) {
+            t->age_suppressed++;
+            continue;
+        }
+        if (lines == FQ_QUEUE_AGE_WARN_LINES) {
+            more++;
+            continue;
+        }
+        lines++;
         fq_log(FQ_LOG_WARN, "tenant queue is old", FQ_STR("tenant", t->id),
                FQ_STR("plan", t->plan), FQ_UINT("age_ms", now - ti.oldest_enqueued),
                FQ_UINT("queued_runs", ti.queued), FQ_UINT("threshold_ms", limit),
-               FQ_UINT("suppressed", suppressed));
+               FQ_UINT("suppressed", t->age_suppressed));
+        t->age_warn_next = now + FQ_QUEUE_AGE_WARN_EVERY_MS;
+        t->age_suppressed = 0;
     }
+    if (more)
+        fq_log(FQ_LOG_WARN, "more tenant queues are old; each is logged in a later second",
+               FQ_UINT("tenants", more), FQ_UINT("threshold_ms", limit));
 }
 
 /* Per-second rates, smoothed. The token rate, which admission control
@@ -2909,8 +2928,6 @@ fq_status fq_proxy_create(fq_proxy **out, const fq_config *cfg, char *err, size_
     if (s == FQ_OK)
         s = fq_log_limiter_create(&p->lim, 1024, 1000);
     if (s == FQ_OK)
-        s = fq_log_limiter_create(&p->age_lim, 1024, FQ_QUEUE_AGE_WARN_EVERY_MS);
-    if (s == FQ_OK)
         s = fq_proxy_set_ops(p, &(fq_proxy_ops){0});
     if (s == FQ_OK)
         s = fq_metrics_snapshot_create(&p->snap, p->cfg.http.max_tenant_series);
@@ -2978,7 +2995,6 @@ void fq_proxy_destroy(fq_proxy *p)
     free(p->chunks);
     free(p->ev);
     fq_log_limiter_destroy(p->lim);
-    fq_log_limiter_destroy(p->age_lim);
     for (size_t i = 0; i < p->onb; i++) {
         for (px_ovr *o = p->ob[i], *nx; o; o = nx) {
             nx = o->next;

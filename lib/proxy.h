@@ -16,6 +16,8 @@ typedef struct fq_proxy fq_proxy;
 #define FQ_LEASE_TTL_MS 3000u           /* a silent holder loses the lease after this */
 #define FQ_HEADER_ROOM 1024u            /* bytes reserved for fairq's own dispatch headers */
 #define FQ_QUEUE_AGE_WARN_EVERY_MS 60000u /* ... at most once per tenant per this */
+#define FQ_QUEUE_AGE_WARN_LINES 10u     /* ... and for this many tenants a second at most,
+                                           the others summed up in one line */
 
 /* Exit codes of fq_proxy_run, for cmd/fairq-proxy. */
 enum fq_proxy_exit {

@@ -10,6 +10,7 @@
 #include <cmocka.h>
 
 #include "opstest.h"
+#include "proxy.h"
 #include "proxyfixture.h"
 
 /* Enough tenants that the whole snapshot is a few times max_payload. */
@@ -19,10 +20,11 @@
 #define SERIES 100
 
 /* A window of one and no worker: the first run stays in flight and every
- * other tenant's run stays queued. The leading indented key extends the
- * http mapping of the file's header. */
+ * other tenant's run stays queued, and old after a second. The leading
+ * indented key extends the http mapping of the file's header. */
 static const char yaml[] =
     "  max_tenant_series: 100\n"
+    "log:\n  queue_age_warn_ms: 1000\n"
     "scheduler:\n  default_plan: free\n"
     "window:\n  max_in_flight: 1\n"
     "plans:\n  - name: free\n    weight: 1\n";
@@ -180,6 +182,41 @@ static void test_bad_requests(void **state)
     }
 }
 
+/* Thousands of old queues: each tenant is logged once a minute at most, and
+ * each second's sweep writes at most FQ_QUEUE_AGE_WARN_LINES tenant lines
+ * and one line counting the rest. (A limiter of hashed slots logged the
+ * tenants that shared a slot every second.) */
+static void test_old_queue_warnings_bounded(void **state)
+{
+    pf_fixture *f = *state;
+    assert_int_equal(pt_log_wait_n(&f->px, "msg=\"more tenant queues are old", 4, 15000), 0);
+    FILE *in = fopen(f->px.log, "r");
+    assert_non_null(in);
+    char *seen = calloc(NTENANTS, 1), line[8192];
+    assert_non_null(seen);
+    long lines = 0, sums = 0;
+    while (fgets(line, sizeof line, in)) {
+        if (strstr(line, "msg=\"more tenant queues are old")) {
+            sums++;
+            continue;
+        }
+        const char *t = strstr(line, " tenant=t");
+        if (!strstr(line, "msg=\"tenant queue is old\"") || !t)
+            continue;
+        int i = atoi(t + 9);
+        assert_in_range(i, 0, NTENANTS - 1);
+        if (seen[i]++)
+            fail_msg("tenant t%05d was logged twice within a minute", i);
+        lines++;
+    }
+    fclose(in);
+    free(seen);
+    /* The sweep being written may have its tenant lines without its sum,
+     * and the first may have found only a few queues old yet. */
+    assert_true(lines >= FQ_QUEUE_AGE_WARN_LINES * sums);
+    assert_true(lines <= FQ_QUEUE_AGE_WARN_LINES * (sums + 2));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -187,6 +224,7 @@ int main(void)
         cmocka_unit_test(test_one_tenant_and_limit),
         cmocka_unit_test(test_series_limit),
         cmocka_unit_test(test_bad_requests),
+        cmocka_unit_test(test_old_queue_warnings_bounded),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
