@@ -3,9 +3,15 @@
  * What every fairq worker does, in the order that loses nothing:
  *
  * - Pull from a durable consumer on FAIR_DISPATCH with explicit acks (the
- *   workers own it; any number of them share it by name). It is created if
- *   missing, starting from the stream's first message so that runs
- *   dispatched before the first worker came are not skipped.
+ *   workers own it; any number of them share it by name). It is created
+ *   once, if missing, and kept: its ack floor is the pool's progress.
+ *   FAIR_DISPATCH is a limits stream that keeps every dispatched run for
+ *   its max age (an hour by default; its de-duplication needs them after a
+ *   server restart), taken or not, so a new durable starts with the runs
+ *   dispatched from its creation on (--deliver new). Starting from the
+ *   stream's first message (--deliver all) would run again everything
+ *   dispatched in the last hour that other pools already ran; it suits
+ *   only a deployment's first pool, come after the first dispatches.
  *
  * - Work: here, sleep est_tokens x factor / tokens-per-sec seconds, telling
  *   the server now and then that the run is in progress so that its ack
@@ -36,9 +42,13 @@ typedef struct worker_cfg {
     double factor;              /* actual tokens = estimate x factor */
     enum fq_done_status status; /* what the completions report */
     uint64_t count;             /* stop after this many runs; 0: never */
+    jsDeliverPolicy deliver;    /* where a durable created here starts */
+    bool deliver_given;         /* --deliver was on the command line */
 } worker_cfg;
 
-/* Open the shared durable consumer, creating it if missing. */
+/* Open the shared durable consumer, creating it if missing with the start
+ * policy of --deliver. An existing durable goes on from its ack floor,
+ * whatever --deliver says: JetStream does not change a consumer's start. */
 static int worker_subscribe(fqc_pull *pull, natsConnection *nc, jsCtx *js, const worker_cfg *c)
 {
     const char *need[] = {c->stream};
@@ -54,13 +64,19 @@ static int worker_subscribe(fqc_pull *pull, natsConnection *nc, jsCtx *js, const
         jsConsumerConfig_Init(&cc);
         cc.Durable = c->durable;
         cc.AckPolicy = js_AckExplicit;
-        cc.DeliverPolicy = js_DeliverAll;
+        cc.DeliverPolicy = c->deliver;
         cc.FilterSubject = c->dispatch;
         cc.AckWait = WORKER_ACK_WAIT_S * FQC_NS_PER_S;
         cc.MaxAckPending = 10000;
         s = js_AddConsumer(&ci, js, c->stream, &cc, NULL, &jerr);
         if (s == NATS_OK)
-            fprintf(stderr, "%s: created the durable consumer %s on %s\n", prog, c->durable, c->stream);
+            fprintf(stderr, "%s: created the durable consumer %s on %s, %s\n", prog, c->durable,
+                    c->stream, c->deliver == js_DeliverAll
+                                   ? "from the stream's first run (--deliver all)"
+                                   : "with the runs dispatched from now on (--deliver new)");
+    } else if (s == NATS_OK && c->deliver_given) {
+        fprintf(stderr, "%s: the durable consumer %s exists and goes on where it stopped; "
+                "--deliver applies to a new one only\n", prog, c->durable);
     }
     jsConsumerInfo_Destroy(ci);
     if (s != NATS_OK) {
@@ -154,14 +170,19 @@ static void worker_usage(FILE *f)
     fprintf(f,
             "usage: %s [--nats URL] [--durable NAME] [--tokens-per-sec R] [--actual-factor F]\n"
             "                    [--count N] [--status ok|error|cancelled] [--stream NAME]\n"
-            "                    [--dispatch SUBJECT] [--done-prefix P]\n"
+            "                    [--dispatch SUBJECT] [--done-prefix P] [--deliver new|all]\n"
             "Takes runs from " FQC_DISPATCH " one at a time, works each for actual/R seconds,\n"
             "publishes its completion to " FQC_DONE_PREFIX ".<tenant> and acks it.\n"
             "  --nats URL            server (default $FAIRQ_NATS_URL, else " FQC_DEFAULT_URL ")\n"
             "  --durable NAME        the workers' shared consumer (default fairq-workers)\n"
             "  --tokens-per-sec R    work speed; 0: no time (default 1000)\n"
             "  --actual-factor F     actual tokens = Fair-Est-Tokens x F (default 1)\n"
-            "  --count N             exit after N runs (default: run until SIGINT/SIGTERM)\n",
+            "  --count N             exit after N runs (default: run until SIGINT/SIGTERM)\n"
+            "  --deliver new|all     where the durable starts if it does not exist yet: new\n"
+            "                        (default) takes the runs dispatched from its creation on;\n"
+            "                        all replays what the stream still holds (its max age, an\n"
+            "                        hour by default), for a deployment's first pool only.\n"
+            "                        An existing durable goes on where it stopped.\n",
             prog);
 }
 
@@ -172,7 +193,8 @@ static int worker_parse(worker_cfg *c, int argc, char **argv)
         {"tokens-per-sec", required_argument, NULL, 'T'}, {"actual-factor", required_argument, NULL, 'f'},
         {"count", required_argument, NULL, 'c'},          {"status", required_argument, NULL, 's'},
         {"stream", required_argument, NULL, 'S'},         {"dispatch", required_argument, NULL, 'D'},
-        {"done-prefix", required_argument, NULL, 'p'},    {"help", no_argument, NULL, 'h'},
+        {"done-prefix", required_argument, NULL, 'p'},    {"deliver", required_argument, NULL, 'l'},
+        {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
     int o, idx = 0;
@@ -180,7 +202,8 @@ static int worker_parse(worker_cfg *c, int argc, char **argv)
 
     *c = (worker_cfg){.durable = "fairq-workers", .stream = FQ_DEFAULT_STREAM_DISPATCH,
                       .dispatch = FQC_DISPATCH, .done_prefix = FQC_DONE_PREFIX,
-                      .tokens_per_sec = 1000, .factor = 1, .status = FQ_DONE_OK};
+                      .tokens_per_sec = 1000, .factor = 1, .status = FQ_DONE_OK,
+                      .deliver = js_DeliverNew};
     while (ok && (o = getopt_long(argc, argv, "h", opts, &idx)) != -1) {
         switch (o) {
         case 'n': c->url = optarg; break;
@@ -195,6 +218,12 @@ static int worker_parse(worker_cfg *c, int argc, char **argv)
             if (strcmp(optarg, "ok") == 0) c->status = FQ_DONE_OK;
             else if (strcmp(optarg, "error") == 0) c->status = FQ_DONE_ERROR;
             else if (strcmp(optarg, "cancelled") == 0) c->status = FQ_DONE_CANCELLED;
+            else ok = false;
+            break;
+        case 'l':
+            c->deliver_given = true;
+            if (strcmp(optarg, "new") == 0) c->deliver = js_DeliverNew;
+            else if (strcmp(optarg, "all") == 0) c->deliver = js_DeliverAll;
             else ok = false;
             break;
         case 'h': worker_usage(stdout); exit(0);

@@ -5,6 +5,9 @@
 #   - the worker refuses clearly when the streams do not exist;
 #   - producer -> relay -> worker: each run arrives once with its run id, tenant
 #     and estimate, and is completed;
+#   - a worker durable created after runs were dispatched and completed does
+#     not get them again (FAIR_DISPATCH keeps them an hour): it starts with the
+#     next run, and only --deliver all replays what the stream holds;
 #   - relay + load for a few seconds: every submitted run is dispatched and
 #     completed exactly once, none is missing, and each tenant's runs leave in
 #     submit order (one FIFO);
@@ -17,9 +20,11 @@ src=${FAIRQ_SOURCE_DIR:-$(cd "$(dirname "$0")/.." && pwd)}
 bin=${FAIRQ_BUILD_DIR:-$src/build}
 tmp=$(mktemp -d)
 bg_pid=""          # the relay, later the proxy, in the background
+fresh_pid=""       # a worker in the background
 
 cleanup() {
     if [ -n "$bg_pid" ]; then kill "$bg_pid" 2>/dev/null || true; fi
+    if [ -n "$fresh_pid" ]; then kill "$fresh_pid" 2>/dev/null || true; fi
     "$src/scripts/nats-down.sh" "$tmp"
     rm -rf "$tmp"
 }
@@ -55,11 +60,13 @@ for _ in $(seq 1 50); do grep -q "relaying" "$tmp/relay.err" && break; sleep 0.1
 grep -q "relaying" "$tmp/relay.err" || fail "fairq-relay did not start"
 
 # 3. Three runs from the example producer reach the example worker once each.
+#    They were dispatched before the first worker came: the deployment's first
+#    pool takes them with --deliver all.
 "$bin/fairq-producer" --nats "$url" --tenant acme --est 40 --count 3 --run-id t3 \
     --body "hello" >"$tmp/producer.out" 2>"$tmp/producer.err" || fail "fairq-producer failed"
 [ "$(grep -c '^sent ' "$tmp/producer.out")" -eq 3 ] || fail "the producer did not report 3 runs"
 timeout 30 "$bin/fairq-worker" --nats "$url" --count 3 --tokens-per-sec 0 --actual-factor 2 \
-    >"$tmp/worker.out" 2>"$tmp/worker.err" || fail "fairq-worker failed"
+    --deliver all >"$tmp/worker.out" 2>"$tmp/worker.err" || fail "fairq-worker failed"
 for i in 1 2 3; do
     grep -q "^run tenant=acme run_id=t3-$i .*est_tokens=40 " "$tmp/worker.out" ||
         fail "run t3-$i was not received with its tenant and estimate"
@@ -67,6 +74,41 @@ for i in 1 2 3; do
         fail "run t3-$i was not completed"
 done
 [ "$(grep -c '^done ' "$tmp/worker.out")" -eq 3 ] || fail "the worker completed other than 3 runs"
+
+# 3b. A new pool (a durable created now) does not run t3-1..3 again, though
+#     FAIR_DISPATCH still holds them: it starts with the next run, t4.
+"$bin/fairq-worker" --nats "$url" --durable fresh-pool --count 1 --tokens-per-sec 0 \
+    >"$tmp/fresh.out" 2>"$tmp/fresh.err" &
+fresh_pid=$!
+for _ in $(seq 1 50); do grep -q "waiting for runs" "$tmp/fresh.err" && break; sleep 0.1; done
+grep -q "created the durable consumer fresh-pool .*--deliver new" "$tmp/fresh.err" ||
+    fail "fairq-worker did not create fresh-pool with --deliver new"
+"$bin/fairq-producer" --nats "$url" --tenant acme --est 40 --count 1 --run-id t4 \
+    --body "later" >"$tmp/producer4.out" 2>"$tmp/producer4.err" || fail "fairq-producer failed"
+status=0
+timeout 30 tail --pid="$fresh_pid" -f /dev/null || status=$?
+[ "$status" -eq 0 ] || fail "the fresh pool did not take t4"
+wait "$fresh_pid" || fail "the fresh pool's worker failed"
+fresh_pid=""
+[ "$(grep -c '^run ' "$tmp/fresh.out")" -eq 1 ] && grep -q "^run tenant=acme run_id=t4 " "$tmp/fresh.out" ||
+    fail "the fresh pool took other than t4 alone: $(grep '^run ' "$tmp/fresh.out" | tr '\n' ' ')"
+#     Replaying is explicit: a pool created with --deliver all gets all four.
+timeout 30 "$bin/fairq-worker" --nats "$url" --durable replay-pool --deliver all --count 4 \
+    --tokens-per-sec 0 >"$tmp/replay.out" 2>"$tmp/replay.err" || fail "the replaying worker failed"
+[ "$(grep -c '^run tenant=acme run_id=t[34]' "$tmp/replay.out")" -eq 4 ] ||
+    fail "--deliver all did not replay t3-1..3 and t4"
+#     An existing durable goes on where it stopped, whatever --deliver says.
+"$bin/fairq-worker" --nats "$url" --durable fresh-pool --deliver all --count 1 --tokens-per-sec 0 \
+    >"$tmp/fresh2.out" 2>"$tmp/fresh2.err" &
+fresh_pid=$!
+for _ in $(seq 1 50); do grep -q "waiting for runs" "$tmp/fresh2.err" && break; sleep 0.1; done
+grep -q "fresh-pool exists and goes on where it stopped" "$tmp/fresh2.err" ||
+    fail "fairq-worker did not say that --deliver does not apply to an existing durable"
+sleep 1
+[ ! -s "$tmp/fresh2.out" ] || fail "the existing fresh-pool durable replayed: $(cat "$tmp/fresh2.out")"
+kill -TERM "$fresh_pid"
+wait "$fresh_pid" || true
+fresh_pid=""
 
 # 4. A few seconds of load through the relay: every run exactly once.
 "$bin/fairq-load" --nats "$url" --rate 2000 --duration 3 --tenants 5 \
@@ -88,8 +130,8 @@ status=0
 wait "$bg_pid" || status=$?
 bg_pid=""
 [ "$status" -eq 0 ] || fail "fairq-relay exited $status on SIGTERM"
-[ "$(field "$tmp/relay.out" relay relayed)" = "$((submitted + 3))" ] ||
-    fail "the relay relayed $(field "$tmp/relay.out" relay relayed), expected $((submitted + 3))"
+[ "$(field "$tmp/relay.out" relay relayed)" = "$((submitted + 4))" ] ||
+    fail "the relay relayed $(field "$tmp/relay.out" relay relayed), expected $((submitted + 4))"
 "$bin/fairq-relay" --nats "$url" >"$tmp/relay2.out" 2>"$tmp/relay2.err" &
 bg_pid=$!
 for _ in $(seq 1 50); do grep -q "relaying" "$tmp/relay2.err" && break; sleep 0.1; done
