@@ -442,6 +442,21 @@ static void render_rejected(fq_buf *b, const fq_metrics_scratch *sc)
     }
 }
 
+/* Every refused run by reason, whether or not a tenant counts it too. */
+static void render_rejected_all(fq_buf *b, const fq_metrics_overall *a)
+{
+    static const char name[] = "fairq_rejected_runs_total";
+    put_header(b, name, "counter",
+               "Runs refused to the rejected subject, by reason: those of tenants fairq does not know too.");
+    for (size_t r = 0; r < FQ__COUNT; r++) {
+        if (a->rejected_runs[r] == 0)
+            continue;
+        fq_buf_printf(b, "%s{reason=\"%s\"} ", name, fq_status_code((fq_status)r));
+        put_u64(b, a->rejected_runs[r]);
+        fq_buf_putc(b, '\n');
+    }
+}
+
 static void render_latency(fq_buf *b, const fq_metrics_scratch *sc)
 {
     static const char name[] = "fairq_tenant_submit_to_dispatch_seconds";
@@ -549,6 +564,7 @@ static void render_overall(fq_buf *b, fq_metrics_snapshot *s)
             "Config reloads refused (invalid file); the old config stayed.", a->config_reload_failures);
     COUNTER("fairq_invalid_subject_runs_total",
             "Runs refused because their subject names no valid tenant.", a->invalid_subject_runs);
+    render_rejected_all(b, a);
     GAUGE_U("fairq_dispatch_lease_held",
             "1 while this proxy holds the dispatcher lease; 0 while it waits for another.",
             a->lease_held);

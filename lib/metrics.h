@@ -88,6 +88,8 @@ typedef struct fq_metrics_overall {
     uint64_t config_reloads;        /* counter: reloads that took effect */
     uint64_t config_reload_failures;/* counter: reloads refused */
     uint64_t invalid_subject_runs;  /* counter: refused, no valid tenant */
+    uint64_t rejected_runs[FQ__COUNT]; /* counters: every refused run by reason
+                                       (fq_status), tenant known or not */
     bool lease_held;                /* this proxy is the dispatcher */
     uint64_t submitted_runs;        /* counter: runs fetched (first delivery) */
     uint64_t redelivered_runs;      /* counter: deliveries of runs held already */

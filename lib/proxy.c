@@ -177,7 +177,8 @@ typedef struct px_batch {
 
 /* Counters for stats; monotonic. */
 typedef struct px_counters {
-    uint64_t submitted, redelivered, rejected, invalid_subject, duplicates_acked;
+    uint64_t submitted, redelivered, invalid_subject, duplicates_acked;
+    uint64_t rejected[FQ__COUNT];   /* refused runs by reason, tenant known or not */
     uint64_t dispatched, dispatch_duplicates, body_reads, body_lost;
     uint64_t completions, completions_unheld, completions_duplicate, completions_invalid;
     uint64_t completions_unknown, expired, pub_failures, fetch_pauses, reconnects;
@@ -860,6 +861,23 @@ static void px_refuse(fq_proxy *p, const fq_nio_msg *m, const char *tenant, fq_s
                FQ_STR("subject", fq_nio_msg_subject(m)), FQ_STR("error", err));
 }
 
+/* Count a refused run (why) overall and on its tenant pt or, when pt is
+ * NULL, on the tenant named tenant (NULL: the subject names none) if it is
+ * known or a layer of the policy lists it (then it is created as for an
+ * admitted run). An id nothing lists and no run was admitted for is
+ * counted overall only: a flood of refused runs to new ids must not grow
+ * memory. */
+static void px_count_refusal(fq_proxy *p, px_tenant *pt, const char *tenant, fq_status why)
+{
+    p->c.rejected[why]++;
+    fq_policy_resolved pr;
+    if (!pt && tenant && !(pt = px_tenant_find(p, tenant, strlen(tenant))) &&
+        fq_policy_resolve(&pr, p->policy, tenant) == FQ_OK && pr.source != FQ_SRC_DEFAULT)
+        px_tenant_get(&pt, p, tenant, strlen(tenant));
+    if (pt)
+        pt->rejected[why]++;
+}
+
 static void px_ack(fq_proxy *p, int cons, uint64_t seq, uint32_t delivered)
 {
     fq_nio_ackref a = {.sseq = seq, .delivered = delivered ? delivered : 1};
@@ -1118,7 +1136,7 @@ static void px_on_submit(fq_proxy *p, fq_nio_event *ev)
     const char *tid = px_subject_tenant(fq_nio_msg_subject(m), p->cfg.subjects.submit, &tlen);
     if (!tid || !fq_tenant_id_valid(tid, tlen)) {
         p->c.invalid_subject++;
-        p->c.rejected++;
+        px_count_refusal(p, NULL, NULL, FQ_EINVAL);
         px_refuse(p, m, NULL, FQ_EINVAL,
                   "the subject's last token is not a tenant id (1 to 64 of [A-Za-z0-9_-])", tok);
         fq_nio_msg_drop(p->nio, m);
@@ -1205,9 +1223,7 @@ static void px_on_submit(fq_proxy *p, fq_nio_event *ev)
         }
     }
     if (s != FQ_OK) {
-        if (pt)
-            pt->rejected[s]++;
-        p->c.rejected++;
+        px_count_refusal(p, pt, tenant, s);
         px_refuse(p, m, tenant, s, err, tok);
         fq_nio_msg_drop(p->nio, m);
         return;
@@ -1309,8 +1325,7 @@ static bool px_dispatch_one(fq_proxy *p, px_run *x)
         /* Two queued runs with one run id: the second is refused. */
         char why[256];
         snprintf(why, sizeof why, "run_id %s was dispatched already", nm->run_id);
-        x->pt->rejected[FQ_EEXIST]++;
-        p->c.rejected++;
+        px_count_refusal(p, x->pt, NULL, FQ_EEXIST);
         px_refuse(p, m, x->pt->id, FQ_EEXIST, why, TK_MAKE(TK_REJECT, x->seq));
         fq_nio_msg_drop(p->nio, read);
         px_release_body(p, x);
@@ -1687,7 +1702,10 @@ static void px_stats_overall(fq_json *w, fq_proxy *p)
     fq_json_double(w, p->rate_actual);
     PX_KV(w, "submitted", p->c.submitted);
     PX_KV(w, "redelivered", p->c.redelivered);
-    PX_KV(w, "rejected", p->c.rejected);
+    uint64_t rejected = 0;
+    for (int s = 1; s < FQ__COUNT; s++)
+        rejected += p->c.rejected[s];
+    PX_KV(w, "rejected", rejected);
     PX_KV(w, "invalid_subject", p->c.invalid_subject);
     PX_KV(w, "duplicates_acked", p->c.duplicates_acked);
     PX_KV(w, "dispatched", p->c.dispatched);
@@ -2299,6 +2317,7 @@ static void px_metrics_fill(fq_proxy *p, uint64_t now)
         .publish_failures = p->c.pub_failures, .overrides_refused = p->c.overrides_refused,
         .admin_reply_failures = p->c.reply_failures,
         .max_payload = p->max_payload > 0 ? (uint64_t)p->max_payload : 0};
+    memcpy(sn->all.rejected_runs, p->c.rejected, sizeof sn->all.rejected_runs);
     pthread_mutex_unlock(&p->snap_mu);
 }
 

@@ -83,6 +83,8 @@ static const tcase cases[] = {
     {"=fair.submit.aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", "{\"t\":2}",
      NULL, NULL, "invalid", "_invalid", NULL},
     {"stranger", "{\"t\":3}", NULL, NULL, "unknown_tenant", "stranger", NULL},
+    /* A listed tenant that never had a run admitted. */
+    {"quiet", "{\"est_tokens\":0,\"q\":1}", NULL, NULL, "invalid", "quiet", NULL},
     /* Over-long names, in the body and in headers, are refused with the
      * field named; at the limit they pass. */
     {"a", "{\"run_id\":\"" RUN_ID_128 "\"}", NULL, NULL, NULL, NULL, NULL},
@@ -120,6 +122,52 @@ static const pt_msg *find_body(const pt_msg *m, size_t n, const void *body, size
         if (m[i].len == len && memcmp(m[i].data, body, len) == 0)
             return &m[i];
     return NULL;
+}
+
+/* How many runs of tenant stats j counts refused with code; 0 if none. */
+static long rejected_of(const cJSON *j, const char *tenant, const char *code)
+{
+    const cJSON *t;
+    cJSON_ArrayForEach(t, cJSON_GetObjectItemCaseSensitive(j, "tenants")) {
+        if (strcmp(cJSON_GetObjectItemCaseSensitive(t, "tenant")->valuestring, tenant) != 0)
+            continue;
+        const cJSON *n = cJSON_GetObjectItemCaseSensitive(
+            cJSON_GetObjectItemCaseSensitive(t, "rejected"), code);
+        return cJSON_IsNumber(n) ? (long)n->valuedouble : 0;
+    }
+    fail_msg("no tenant %s in the stats", tenant);
+    return -1;
+}
+
+/* Refusals by tenant and code as the stats count them: on the tenant when
+ * fairq knows it or the config lists it (a, quiet), else only overall
+ * (stranger and the subjects with no valid tenant). */
+static void check_rejected_counts(pf_fixture *f, long want_reject)
+{
+    static const char *const tenants[] = {"a", "quiet"};
+    static const char *const codes[] = {"invalid", "too_big", "duplicate", "unknown_tenant"};
+    cJSON *j = pf_stats(f, "", NULL);
+    long counted = 0;
+    for (size_t t = 0; t < 2; t++) {
+        for (size_t k = 0; k < 4; k++) {
+            long want = strcmp(tenants[t], "a") == 0 && k > 0 && k < 3; /* BIG2, dup2 */
+            for (size_t i = 0; i < NCASES; i++)
+                want += cases[i].code && strcmp(cases[i].rejected_to, tenants[t]) == 0 &&
+                        strcmp(cases[i].code, codes[k]) == 0;
+            long got = rejected_of(j, tenants[t], codes[k]);
+            if (got != want)
+                fail_msg("tenant %s: %ld runs refused as %s, want %ld", tenants[t], got,
+                         codes[k], want);
+            counted += got;
+        }
+    }
+    long elsewhere = 0;
+    for (size_t i = 0; i < NCASES; i++)
+        elsewhere += cases[i].code && strcmp(cases[i].rejected_to, "a") != 0 &&
+                     strcmp(cases[i].rejected_to, "quiet") != 0;
+    assert_int_equal(counted, want_reject - elsewhere);
+    assert_int_equal(pf_overall(j, "rejected"), want_reject);
+    cJSON_Delete(j);
 }
 
 static void test_bad_submits(void **state)
@@ -210,6 +258,7 @@ static void test_bad_submits(void **state)
     assert_memory_equal(m->run_id, "fq-", 3);
     pt_msgs_free(d, nd);
     pt_msgs_free(r, nr);
+    check_rejected_counts(f, (long)want_reject);
 }
 
 static void test_max_pending(void **state)
@@ -232,6 +281,9 @@ static void test_max_pending(void **state)
         assert_memory_equal(r[i].error, "tenant_full:", 12);
     }
     pt_msgs_free(r, nr);
+    cJSON *j = pf_stats(f, "{\"tenant\":\"p\"}", NULL);
+    assert_int_equal(rejected_of(j, "p", "tenant_full"), 4);
+    cJSON_Delete(j);
     pt_worker_hold(f->w, false);
     assert_int_equal(pt_worker_wait_completed(f->w, 4, 20000), 0);
 }
@@ -318,6 +370,7 @@ static void test_overload_admission(void **state)
     nt_sleep_ms(1000);
     cJSON *j = pf_stats(f, "", NULL);
     long rejected = pf_overall(j, "rejected");
+    assert_int_equal(rejected_of(j, "flood", "overload"), rejected);
     cJSON_Delete(j);
     fprintf(stderr, "overload: %ld of 1000 flood runs refused past max_wait_ms\n", rejected);
     assert_true(rejected > 500);

@@ -194,6 +194,8 @@ static void test_values_and_labels(void **state)
     s->all.overrides_refused = 8;
     s->all.admin_reply_failures = 11;
     s->all.max_payload = 1048576;
+    s->all.rejected_runs[FQ_EINVAL] = 5;     /* acme's 2 and 3 of tenants not known */
+    s->all.rejected_runs[FQ_EFULL] = 7;
 
     char *t = render(s);
     assert_true(value_of(t, "fairq_tenant_queued_runs{tenant=\"acme\",plan=\"pro\"}") == 900);
@@ -248,6 +250,10 @@ static void test_values_and_labels(void **state)
     assert_true(value_of(t, "fairq_completions_total{outcome=\"duplicate\"}") == 5);
     assert_true(value_of(t, "fairq_completions_total{outcome=\"invalid\"}") == 2);
     assert_true(value_of(t, "fairq_completions_total{outcome=\"unknown\"}") == 1);
+    assert_true(value_of(t, "fairq_rejected_runs_total{reason=\"invalid\"}") == 5);
+    assert_true(value_of(t, "fairq_rejected_runs_total{reason=\"tenant_full\"}") == 7);
+    /* A reason never seen has no series. */
+    assert_int_equal(count_lines(t, "fairq_rejected_runs_total{reason=\"overload\"}"), 0);
     assert_int_equal(count_lines(t, "fairq_completions_total{"), FQ_COMPLETION__COUNT);
     assert_true(value_of(t, "fairq_publish_failures_total") == 7);
     assert_true(value_of(t, "fairq_overrides_refused_total") == 8);
@@ -408,6 +414,7 @@ static void test_sample(void **state)
         .dispatch_duplicates = 2, .adopted_runs = 3, .index_only_runs = 400, .body_reads = 410,
         .body_lost = 1, .completions = {1100, 40, 3, 2, 1}, .publish_failures = 6,
         .overrides_refused = 1, .admin_reply_failures = 1, .max_payload = 1048576,
+        .rejected_runs = {[FQ_EINVAL] = 7, [FQ_EFULL] = 3},
     };
     char *t = render(s);
     assert_true(value_of(t, "fairq_tenants_folded") == 3);
