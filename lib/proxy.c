@@ -439,13 +439,16 @@ static px_run *px_find_seq(fq_proxy *p, uint64_t seq)
     return NULL;
 }
 
+/* The run of key (tenant, run_id), hash h: queued (from ingest) or
+ * dispatched. A queued run whose body is not in memory has no names: it
+ * is matched by tenant and hash. */
 static px_run *px_find_key(fq_proxy *p, const char *tenant, const char *run_id, uint64_t h)
 {
     if (!p->by_key.nb)
         return NULL;
     for (px_run *x = p->by_key.b[(size_t)(h >> 20) & (p->by_key.nb - 1)]; x; x = x->key_next)
         if (x->key_hash == h && strcmp(x->pt->id, tenant) == 0 &&
-            strcmp(x->names->run_id, run_id) == 0)
+            (!x->names || strcmp(x->names->run_id, run_id) == 0))
             return x;
     return NULL;
 }
@@ -1076,12 +1079,12 @@ static void px_run_id(char *out, size_t cap, const fq_proxy *p, const fq_submit 
         snprintf(out, cap, "fq-%" PRId64 "-%" PRIu64, p->submit_created_ms / 1000, seq);
 }
 
-/* Whether run key (tenant, run_id) of submit seq was handled before: in
- * flight or completed. *same: by this very submit (a redelivery after a
- * restart), else by another submit (a duplicate run id). */
-static bool px_seen(fq_proxy *p, const char *tenant, const char *run_id, uint64_t seq, bool *same)
+/* Whether run key (tenant, run_id), hash h, of submit seq was handled
+ * before: held, in flight or completed. *same: by this very submit (a
+ * redelivery after a restart), else by another submit (a duplicate run id). */
+static bool px_seen(fq_proxy *p, const char *tenant, const char *run_id, uint64_t h, uint64_t seq,
+                    bool *same)
 {
-    uint64_t h = px_key_hash(tenant, run_id);
     px_run *x = px_find_key(p, tenant, run_id, h);
     if (x) {
         *same = x->seq == seq;
@@ -1165,9 +1168,11 @@ static void px_on_submit(fq_proxy *p, fq_nio_event *ev)
     }
     char run_id[FQ_RUN_ID_MAX + 1];
     bool same = false;
+    uint64_t key = 0;
     if (s == FQ_OK) {
         px_run_id(run_id, sizeof run_id, p, &sub, seq);
-        if (px_seen(p, tenant, run_id, seq, &same)) {
+        key = px_key_hash(tenant, run_id);
+        if (px_seen(p, tenant, run_id, key, seq, &same)) {
             if (same) {
                 /* Dispatched before a restart, its ack lost: done already. */
                 p->c.duplicates_acked++;
@@ -1176,7 +1181,7 @@ static void px_on_submit(fq_proxy *p, fq_nio_event *ev)
                 return;
             }
             s = FQ_EEXIST;
-            snprintf(err, sizeof err, "run_id %s was dispatched already", run_id);
+            snprintf(err, sizeof err, "run_id %s is held or was dispatched already", run_id);
         }
     }
     if (s == FQ_OK) {
@@ -1200,8 +1205,8 @@ static void px_on_submit(fq_proxy *p, fq_nio_event *ev)
     if (s == FQ_OK) {
         x = px_run_alloc(p);
         if (x)
-            *x = (px_run){.seq = seq, .pt = pt, .submitted_ms = ev->ts_ms, .est = est,
-                          .delivered = ev->ack.delivered, .state = PX_QUEUED,
+            *x = (px_run){.seq = seq, .pt = pt, .key_hash = key, .submitted_ms = ev->ts_ms,
+                          .est = est, .delivered = ev->ack.delivered, .state = PX_QUEUED,
                           .size = (uint32_t)size};
         if (!x || !(x->in_seq = px_index_add(&p->by_seq, x, false))) {
             s = FQ_ENOMEM;
@@ -1229,6 +1234,9 @@ static void px_on_submit(fq_proxy *p, fq_nio_event *ev)
         return;
     }
     p->held++;
+    /* By key from now on: a second run with its id is refused at once, and
+     * a completion for it (a worker's bug) is told from an unheld one. */
+    x->in_key = px_index_add(&p->by_key, x, true);
     if (p->buffered_bytes + x->size <= p->cfg.limits.max_buffered_bytes) {
         x->msg = m;
         x->retained = true;
@@ -1305,6 +1313,7 @@ static bool px_dispatch_one(fq_proxy *p, px_run *x)
             px_drop_dispatched(p, x);
             p->held--;
             px_seq_del(p, x);
+            px_key_del(p, x);
             px_maybe_free(p, x);
             return true;
         }
@@ -1321,8 +1330,9 @@ static bool px_dispatch_one(fq_proxy *p, px_run *x)
         return false;
     }
     bool same = false;
-    if (px_seen(p, x->pt->id, nm->run_id, x->seq, &same)) {
-        /* Two queued runs with one run id: the second is refused. */
+    if (!x->in_key && px_seen(p, x->pt->id, nm->run_id, x->key_hash, x->seq, &same)) {
+        /* Two queued runs with one run id, the second not indexed at
+         * ingest (out of memory): it is refused. */
         char why[256];
         snprintf(why, sizeof why, "run_id %s was dispatched already", nm->run_id);
         px_count_refusal(p, x->pt, NULL, FQ_EEXIST);
@@ -1360,8 +1370,8 @@ static bool px_dispatch_one(fq_proxy *p, px_run *x)
         fq_sched_requeue(p->sched, x->seq);
         return false;
     }
-    x->key_hash = px_key_hash(x->pt->id, nm->run_id);
-    x->in_key = px_index_add(&p->by_key, x, true);
+    if (!x->in_key)
+        x->in_key = px_index_add(&p->by_key, x, true);
     x->state = PX_FLIGHT;
     x->pending = 1;
     px_release_body(p, x);
@@ -1536,6 +1546,21 @@ static void px_on_done(fq_proxy *p, fq_nio_event *ev)
     else
         s = fq_completion_parse(&c, fq_nio_msg_data(m), fq_nio_msg_len(m),
                                 p->cfg.scheduler.max_est_tokens, err, sizeof err);
+    char tenant[FQ_TENANT_MAX + 1] = "";
+    uint64_t h = 0;
+    px_run *x = NULL;
+    if (s == FQ_OK) {
+        memcpy(tenant, tid, tlen);     /* tid points into m */
+        tenant[tlen] = '\0';
+        h = px_key_hash(tenant, c.run_id);
+        x = px_find_key(p, tenant, c.run_id, h);
+    }
+    if (x && x->state == PX_QUEUED) {
+        /* A worker's bug: a run not dispatched has not run. It stays
+         * queued and is dispatched as if nothing came. */
+        s = FQ_EINVAL;
+        snprintf(err, sizeof err, "run_id %s is queued, not dispatched yet", c.run_id);
+    }
     if (s != FQ_OK) {
         p->c.completions_invalid++;
         char why[300];
@@ -1544,12 +1569,7 @@ static void px_on_done(fq_proxy *p, fq_nio_event *ev)
         fq_nio_msg_drop(p->nio, m);
         return;
     }
-    char tenant[FQ_TENANT_MAX + 1];
-    memcpy(tenant, tid, tlen);     /* tid points into m */
-    tenant[tlen] = '\0';
     fq_nio_msg_drop(p->nio, m);
-    uint64_t h = px_key_hash(tenant, c.run_id);
-    px_run *x = px_find_key(p, tenant, c.run_id, h);
     if (!x) {
         if (px_done_find(&p->done, h)) {
             p->c.completions_duplicate++;

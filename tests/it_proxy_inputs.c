@@ -348,6 +348,41 @@ static void test_bad_completions(void **state)
     assert_int_equal(pt_worker_wait_completed(f->w, 2, 20000), 0);
 }
 
+/* A completion for a run that is queued, not dispatched yet, is a worker's
+ * bug: refused as invalid, it changes nothing, and the run is dispatched
+ * later as any other. (It was taken for a run dispatched before a restart,
+ * reconciled, and its run id remembered as completed, so the run itself was
+ * refused as a duplicate when its turn came.) */
+static void test_completion_of_queued_run(void **state)
+{
+    pf_fixture *f = *state;
+    /* p may have one run in flight: the worker holds r-0, r-1 waits. */
+    pt_worker_hold(f->w, true);
+    const char q0[] = "{\"run_id\":\"r-0\"}", q1[] = "{\"run_id\":\"r-1\"}";
+    assert_int_equal(pt_submit(&f->c, "p", q0, strlen(q0), NULL), 0);
+    assert_int_equal(pt_submit(&f->c, "p", q1, strlen(q1), NULL), 0);
+    wait_msgs(f, "FAIR_DISPATCH", 1);
+    publish_done(f, "fair.done.p",
+                 "{\"run_id\":\"r-1\",\"actual_tokens\":50,\"status\":\"ok\",\"est_tokens\":40}");
+    wait_msgs(f, "FAIR_REJECTED", 1);
+    pt_msg *r = NULL;
+    size_t nr = 0;
+    assert_int_equal(pt_stream_read(&f->c, "FAIR_REJECTED", &r, &nr), 0);
+    assert_int_equal(nr, 1);
+    assert_string_equal(r[0].subject, "fair.rejected._invalid");
+    assert_string_equal(r[0].fsubject, "fair.done.p");
+    assert_non_null(strstr(r[0].error, "invalid: invalid completion: run_id r-1 is queued"));
+    pt_msgs_free(r, nr);
+    pt_worker_hold(f->w, false);
+    assert_int_equal(pt_worker_wait_completed(f->w, 2, 20000), 0);
+    pf_assert_each_dispatched_once(f, 2);
+    cJSON *j = pf_stats(f, "", NULL);
+    assert_int_equal(pf_overall(j, "completions_invalid"), 1);
+    assert_int_equal(pf_overall(j, "completions_unheld"), 0);
+    assert_int_equal(pf_overall(j, "rejected"), 0);
+    cJSON_Delete(j);
+}
+
 static void test_overload_admission(void **state)
 {
     pf_fixture *f = *state;
@@ -399,6 +434,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_bad_submits, setup, teardown),
         cmocka_unit_test_setup_teardown(test_max_pending, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bad_completions, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_completion_of_queued_run, setup, teardown),
         cmocka_unit_test_setup_teardown(test_overload_admission, setup_overload, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
