@@ -860,17 +860,38 @@ fq_status fq_sched_adopt(fq_run **out, fq_sched *s, fq_tenant *t, uint64_t id,
     return FQ_OK;
 }
 
-fq_status fq_sched_requeue(fq_sched *s, uint64_t id)
+/* Take r out of the window as if it had never been dispatched: its slot and
+ * its counts are undone. Its tenant's deficit is the caller's to refund,
+ * since how depends on where r goes next. */
+static fq_tenant *undispatch(fq_sched *s, fq_run *r)
 {
-    fq_run *r = fq_window_find(&s->win, id);
-    if (!r || r->state != FQ_RUN_FLIGHT)
-        return FQ_ENOTFOUND;
     fq_tenant *t = r->tenant;
     fq_window_remove(&s->win, r);
     t->in_flight--;
     t->dispatched--;
     t->charged -= r->est;
     s->dispatched--;
+    return t;
+}
+
+fq_status fq_sched_cancel(fq_sched *s, uint64_t id)
+{
+    fq_run *r = fq_window_find(&s->win, id);
+    if (!r || r->state != FQ_RUN_FLIGHT)
+        return FQ_ENOTFOUND;
+    fq_tenant *t = undispatch(s, r);
+    reconcile(s, t, r->est);
+    uncap(s, t);
+    run_free(s, r);
+    return FQ_OK;
+}
+
+fq_status fq_sched_requeue(fq_sched *s, uint64_t id)
+{
+    fq_run *r = fq_window_find(&s->win, id);
+    if (!r || r->state != FQ_RUN_FLIGHT)
+        return FQ_ENOTFOUND;
+    fq_tenant *t = undispatch(s, r);
     deficit_add(t, r->est);
     r->state = FQ_RUN_QUEUED;
     r->next = t->qhead;

@@ -142,6 +142,13 @@ fq_status fq_sched_adopt(fq_run **out, fq_sched *s, fq_tenant *t, uint64_t id,
  * Its queue age counts from its dispatch from then on. */
 fq_status fq_sched_requeue(fq_sched *s, uint64_t id);
 
+/* Take back for good a dispatch that never reached the workers (the run
+ * was refused or its body lost): the run leaves the window and is freed,
+ * its charge is refunded (to an idle tenant at most up to zero, like any
+ * refund) and it does not count as dispatched. FQ_ENOTFOUND if the run is
+ * not in flight: nothing changes. */
+fq_status fq_sched_cancel(fq_sched *s, uint64_t id);
+
 /* Expire every lease whose deadline is <= now: the slot is freed, the
  * estimate stays charged, and the run is remembered (up to max_expired) so
  * that a late completion still reconciles once. cb, if given, sees each. */

@@ -1253,14 +1253,6 @@ static void px_on_submit(fq_proxy *p, fq_nio_event *ev)
 
 /* ---- dispatch ----------------------------------------------------------- */
 
-/* The run leaves fairq's accounting without having been dispatched: its
- * charge is refunded and its submit, if still held, is forgotten. */
-static void px_drop_dispatched(fq_proxy *p, px_run *x)
-{
-    fq_sched_complete(NULL, p->sched, x->seq, x->est);
-    x->state = PX_DONE;
-}
-
 static void px_release_body(fq_proxy *p, px_run *x)
 {
     if (x->retained) {
@@ -1273,6 +1265,22 @@ static void px_release_body(fq_proxy *p, px_run *x)
         fq_nio_msg_drop(p->nio, x->msg);
         x->msg = NULL;
     }
+}
+
+/* Run x, just taken by the scheduler, leaves fairq without reaching the
+ * workers (refused, or its body lost): its dispatch is taken back, so its
+ * charge is refunded and it does not count as dispatched, and it is
+ * forgotten. Its submit is acked by whoever stored why. */
+static void px_drop_dispatched(fq_proxy *p, px_run *x)
+{
+    fq_sched_cancel(p->sched, x->seq);
+    x->state = PX_DONE;
+    px_release_body(p, x);
+    p->held--;
+    px_seq_del(p, x);
+    px_key_del(p, x);
+    px_maybe_free(p, x);
+    px_pause_check(p);
 }
 
 /* The names of run x: kept since ingest while its body is in memory, else
@@ -1309,12 +1317,7 @@ static bool px_dispatch_one(fq_proxy *p, px_run *x)
             p->c.body_lost++;
             fq_log(FQ_LOG_ERROR, "a held run vanished from the submit stream",
                    FQ_STR("tenant", x->pt->id), FQ_UINT("seq", x->seq));
-            px_release_body(p, x);
             px_drop_dispatched(p, x);
-            p->held--;
-            px_seq_del(p, x);
-            px_key_del(p, x);
-            px_maybe_free(p, x);
             return true;
         }
         if (s != FQ_OK) {
@@ -1338,11 +1341,7 @@ static bool px_dispatch_one(fq_proxy *p, px_run *x)
         px_count_refusal(p, x->pt, NULL, FQ_EEXIST);
         px_refuse(p, m, x->pt->id, FQ_EEXIST, why, TK_MAKE(TK_REJECT, x->seq));
         fq_nio_msg_drop(p->nio, read);
-        px_release_body(p, x);
         px_drop_dispatched(p, x);
-        p->held--;
-        px_seq_del(p, x);
-        px_maybe_free(p, x);
         return true;
     }
     int64_t now_ms = fq_nio_unix_ms();

@@ -145,10 +145,71 @@ static void test_lease_taken_exits_for_a_restart_as_standby(void **state)
     assert_true(pt_log_count(&f->px, "lost the leader lease") == 1);
 }
 
+/* One slot, no body kept in memory, and a tenant's quantum of 1,000. */
+static const char yaml_lost[] =
+    "scheduler:\n  default_plan: free\n  quantum_tokens: 1000\n"
+    "window:\n  max_in_flight: 1\n"
+    "limits:\n  max_buffered_bytes: 1\n"
+    "plans:\n  - name: free\n    weight: 1\n";
+
+static int setup_lost(void **state)
+{
+    pt_worker_opts wo = {.concurrency = 1, .service_ms = 1};
+    return pf_setup(state, yaml_lost, &wo);
+}
+
+/* The stats of tenant t, its number key. */
+static long tenant_num(pf_fixture *f, const char *t, const char *key)
+{
+    char req[96];
+    snprintf(req, sizeof req, "{\"tenant\":\"%s\"}", t);
+    cJSON *j = pf_stats(f, req, NULL);
+    long v = pf_num(cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(j, "tenants"), 0), key);
+    cJSON_Delete(j);
+    return v;
+}
+
+/* A queued run whose body was purged from the submit stream is not sent:
+ * its dispatch is taken back, so it does not count as dispatched and its
+ * charge is refunded. (It was reconciled as if it had spent its estimate:
+ * the tenant kept the debt of a run that never ran.) */
+static void test_lost_body_is_refunded(void **state)
+{
+    pf_fixture *f = *state;
+    pt_worker_hold(f->w, true);
+    const char r0[] = "{\"run_id\":\"r-0\"}", r1[] = "{\"run_id\":\"r-1\",\"est_tokens\":5000}";
+    assert_int_equal(pt_submit(&f->c, "t", r0, strlen(r0), NULL), 0);
+    assert_int_equal(pt_submit(&f->c, "t", r1, strlen(r1), NULL), 0);
+    uint64_t seq1 = pt_stream_last(&f->c, "FAIR_SUBMIT");
+    long long end = nt_now_ms() + 10000;
+    while (tenant_num(f, "t", "queued_runs") != 1 && nt_now_ms() < end)
+        nt_sleep_ms(20);
+    assert_int_equal(tenant_num(f, "t", "queued_runs"), 1);
+    assert_int_equal(js_DeleteMsg(f->c.js, "FAIR_SUBMIT", seq1, NULL, NULL), NATS_OK);
+    pt_worker_hold(f->w, false);
+    assert_int_equal(pt_worker_wait_completed(f->w, 1, 10000), 0);
+    end = nt_now_ms() + 10000;
+    cJSON *j = NULL;
+    do {
+        cJSON_Delete(j);
+        nt_sleep_ms(20);
+        j = pf_stats(f, "{\"limit\":0}", NULL);
+    } while (pf_overall(j, "body_lost") < 1 && nt_now_ms() < end);
+    assert_int_equal(pf_overall(j, "body_lost"), 1);
+    assert_int_equal(pf_overall(j, "in_flight"), 0);
+    assert_int_equal(pf_overall(j, "buffered_runs"), 0);
+    cJSON_Delete(j);
+    assert_int_equal(tenant_num(f, "t", "dispatched_runs"), 1);
+    /* r-1 took 5,000 tokens of a 1,000 quantum; idle since, t owes nothing. */
+    assert_int_equal(tenant_num(f, "t", "deficit"), 0);
+    assert_int_equal(tenant_num(f, "t", "dispatched_tokens"), tenant_num(f, "t", "actual_tokens"));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_kill9_mid_flood_then_restart, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_lost_body_is_refunded, setup_lost, teardown),
         cmocka_unit_test_setup_teardown(test_nats_server_restart_mid_run, setup, teardown),
         cmocka_unit_test_setup_teardown(test_sigterm_keeps_queued_runs_for_next_start, setup,
                                         teardown),

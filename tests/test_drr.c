@@ -934,6 +934,45 @@ static void test_requeue_returns_run_to_head(void **state)
     fq_sched_destroy(s);
 }
 
+/* A dispatch taken back for good: refunded, not counted, slot freed; the
+ * refund to a tenant gone idle is not banked. */
+static void test_cancel_refunds_and_uncounts(void **state)
+{
+    (void)state;
+    fq_sched *s = mk(0, 0, 0);
+    fq_tenant *a = ten(s, "a", 1, 1, 0), *b = ten(s, "b", 1, 0, 0);
+    uint64_t id1 = enq(s, a, 400), id2 = enq(s, a, 400);
+    fq_run *r = fq_sched_dispatch(s, 0);
+    assert_int_equal(r->id, id1);
+    assert_int_equal(info(a).state, FQ_T_CAPPED);
+    int64_t d = info(a).deficit;
+    assert_int_equal(fq_sched_cancel(s, id1), FQ_OK);
+    assert_int_equal(info(a).deficit, d + 400);
+    assert_int_equal(info(a).in_flight, 0);
+    assert_int_equal(info(a).dispatched, 0);
+    assert_int_equal(info(a).charged_tokens, 0);
+    assert_null(fq_sched_run(s, id1));
+    assert_int_equal(fq_sched_cancel(s, id1), FQ_ENOTFOUND);
+    fq_sched_stats st;
+    fq_sched_stats_get(s, &st);
+    assert_int_equal(st.dispatched, 0);
+    assert_int_equal(st.in_flight, 0);
+    /* The slot is free: a's next run goes, not only b's. */
+    r = fq_sched_dispatch(s, 0);
+    assert_int_equal(r->id, id2);
+
+    /* b, idle once its only run left, in debt from it: the refund lifts
+     * it to zero, no higher. */
+    uint64_t id3 = enq(s, b, 3000);
+    r = fq_sched_dispatch(s, 0);
+    assert_int_equal(r->id, id3);
+    assert_int_equal(info(b).state, FQ_T_IDLE);
+    assert_int_equal(info(b).deficit, -2000);
+    assert_int_equal(fq_sched_cancel(s, id3), FQ_OK);
+    assert_int_equal(info(b).deficit, 0);
+    fq_sched_destroy(s);
+}
+
 static void test_tokens_ahead_bound(void **state)
 {
     (void)state;
@@ -1165,6 +1204,7 @@ int main(void)
         cmocka_unit_test(test_reconcile_moves_debtor_across_the_horizon),
         cmocka_unit_test(test_policy_change_keeps_place_and_runs),
         cmocka_unit_test(test_requeue_returns_run_to_head),
+        cmocka_unit_test(test_cancel_refunds_and_uncounts),
         cmocka_unit_test(test_tokens_ahead_bound),
         cmocka_unit_test(test_invalid_arguments),
         cmocka_unit_test(test_weight_raise_while_waiting_is_not_retroactive),
