@@ -99,23 +99,6 @@ static const tcase cases[] = {
 };
 #define NCASES (sizeof cases / sizeof cases[0])
 
-/* Wait until stream holds at least n messages. */
-static void wait_msgs(pf_fixture *f, const char *stream, uint64_t n)
-{
-    long long end = nt_now_ms() + 20000;
-    while (nt_now_ms() < end) {
-        jsStreamInfo *si = NULL;
-        if (js_GetStreamInfo(&si, f->c.js, stream, NULL, NULL) == NATS_OK) {
-            uint64_t have = si->State.Msgs;
-            jsStreamInfo_Destroy(si);
-            if (have >= n)
-                return;
-        }
-        nt_sleep_ms(20);
-    }
-    fail_msg("%s holds fewer than %llu messages", stream, (unsigned long long)n);
-}
-
 static const pt_msg *find_body(const pt_msg *m, size_t n, const void *body, size_t len)
 {
     for (size_t i = 0; i < n; i++)
@@ -203,8 +186,8 @@ static void test_bad_submits(void **state)
     assert_int_equal(pt_submit(&f->c, "good", good, strlen(good), NULL), 0);
     want_dispatch++;
 
-    wait_msgs(f, "FAIR_REJECTED", want_reject);
-    wait_msgs(f, "FAIR_DISPATCH", want_dispatch);
+    pf_wait_msgs(f, "FAIR_REJECTED", want_reject);
+    pf_wait_msgs(f, "FAIR_DISPATCH", want_dispatch);
     assert_int_equal(pt_worker_wait_completed(f->w, want_dispatch, 20000), 0);
     pt_msg *d = NULL, *r = NULL;
     size_t nd = 0, nr = 0;
@@ -271,7 +254,7 @@ static void test_max_pending(void **state)
         snprintf(b, sizeof b, "{\"run_id\":\"p-%d\"}", i);
         assert_int_equal(pt_submit(&f->c, "p", b, strlen(b), NULL), 0);
     }
-    wait_msgs(f, "FAIR_REJECTED", 4);
+    pf_wait_msgs(f, "FAIR_REJECTED", 4);
     pt_msg *r = NULL;
     size_t nr = 0;
     assert_int_equal(pt_stream_read(&f->c, "FAIR_REJECTED", &r, &nr), 0);
@@ -288,14 +271,6 @@ static void test_max_pending(void **state)
     assert_int_equal(pt_worker_wait_completed(f->w, 4, 20000), 0);
 }
 
-static void publish_done(pf_fixture *f, const char *subject, const char *body)
-{
-    jsPubAck *pa = NULL;
-    assert_int_equal(js_Publish(&pa, f->c.js, subject, body, (int)strlen(body), NULL, NULL),
-                     NATS_OK);
-    jsPubAck_Destroy(pa);
-}
-
 static void test_bad_completions(void **state)
 {
     pf_fixture *f = *state;
@@ -303,18 +278,18 @@ static void test_bad_completions(void **state)
     assert_int_equal(pt_submit(&f->c, "a", run, strlen(run), NULL), 0);
     assert_int_equal(pt_worker_wait_completed(f->w, 1, 20000), 0);
     /* Repeated, malformed, unknown and absurd completions. */
-    publish_done(f, "fair.done.a", "{\"run_id\":\"c-1\",\"actual_tokens\":100,\"status\":\"ok\"}");
-    publish_done(f, "fair.done.a", "not json at all");
-    publish_done(f, "fair.done.a", "{\"run_id\":\"c-1\",\"actual_tokens\":1e15,\"status\":\"ok\"}");
-    publish_done(f, "fair.done.a", "{\"run_id\":\"c-1\",\"actual_tokens\":5,\"status\":\"maybe\"}");
-    publish_done(f, "fair.done.bad%x", "{\"run_id\":\"c-1\",\"actual_tokens\":5,\"status\":\"ok\"}");
-    publish_done(f, "fair.done.a",
+    pf_publish(f, "fair.done.a", "{\"run_id\":\"c-1\",\"actual_tokens\":100,\"status\":\"ok\"}");
+    pf_publish(f, "fair.done.a", "not json at all");
+    pf_publish(f, "fair.done.a", "{\"run_id\":\"c-1\",\"actual_tokens\":1e15,\"status\":\"ok\"}");
+    pf_publish(f, "fair.done.a", "{\"run_id\":\"c-1\",\"actual_tokens\":5,\"status\":\"maybe\"}");
+    pf_publish(f, "fair.done.bad%x", "{\"run_id\":\"c-1\",\"actual_tokens\":5,\"status\":\"ok\"}");
+    pf_publish(f, "fair.done.a",
                  "{\"run_id\":\"nobody\",\"actual_tokens\":50,\"status\":\"ok\",\"est_tokens\":40}");
-    publish_done(f, "fair.done.a", "{\"run_id\":\"nobody-2\",\"actual_tokens\":50,\"status\":\"error\"}");
+    pf_publish(f, "fair.done.a", "{\"run_id\":\"nobody-2\",\"actual_tokens\":50,\"status\":\"error\"}");
     /* The same unknown completion again changes nothing. */
-    publish_done(f, "fair.done.a",
+    pf_publish(f, "fair.done.a",
                  "{\"run_id\":\"nobody\",\"actual_tokens\":50,\"status\":\"ok\",\"est_tokens\":40}");
-    wait_msgs(f, "FAIR_REJECTED", 4);
+    pf_wait_msgs(f, "FAIR_REJECTED", 4);
     long long end = nt_now_ms() + 10000;
     cJSON *j = NULL;
     while (nt_now_ms() < end) {
@@ -361,10 +336,10 @@ static void test_completion_of_queued_run(void **state)
     const char q0[] = "{\"run_id\":\"r-0\"}", q1[] = "{\"run_id\":\"r-1\"}";
     assert_int_equal(pt_submit(&f->c, "p", q0, strlen(q0), NULL), 0);
     assert_int_equal(pt_submit(&f->c, "p", q1, strlen(q1), NULL), 0);
-    wait_msgs(f, "FAIR_DISPATCH", 1);
-    publish_done(f, "fair.done.p",
+    pf_wait_msgs(f, "FAIR_DISPATCH", 1);
+    pf_publish(f, "fair.done.p",
                  "{\"run_id\":\"r-1\",\"actual_tokens\":50,\"status\":\"ok\",\"est_tokens\":40}");
-    wait_msgs(f, "FAIR_REJECTED", 1);
+    pf_wait_msgs(f, "FAIR_REJECTED", 1);
     pt_msg *r = NULL;
     size_t nr = 0;
     assert_int_equal(pt_stream_read(&f->c, "FAIR_REJECTED", &r, &nr), 0);

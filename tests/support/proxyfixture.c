@@ -94,3 +94,27 @@ void pf_assert_each_dispatched_once(pf_fixture *f, int n)
     free(seen);
     pt_msgs_free(m, k);
 }
+
+void pf_publish(pf_fixture *f, const char *subject, const char *body)
+{
+    jsPubAck *pa = NULL;
+    assert_int_equal(js_Publish(&pa, f->c.js, subject, body, (int)strlen(body), NULL, NULL),
+                     NATS_OK);
+    jsPubAck_Destroy(pa);
+}
+
+void pf_wait_msgs(pf_fixture *f, const char *stream, uint64_t n)
+{
+    long long end = nt_now_ms() + 20000;
+    while (nt_now_ms() < end) {
+        jsStreamInfo *si = NULL;
+        if (js_GetStreamInfo(&si, f->c.js, stream, NULL, NULL) == NATS_OK) {
+            uint64_t have = si->State.Msgs;
+            jsStreamInfo_Destroy(si);
+            if (have >= n)
+                return;
+        }
+        nt_sleep_ms(20);
+    }
+    fail_msg("%s holds fewer than %llu messages", stream, (unsigned long long)n);
+}

@@ -49,4 +49,11 @@ void pf_submit_runs(pf_fixture *f, int from, int n, int tenants);
  * lost and none reached the workers twice. */
 void pf_assert_each_dispatched_once(pf_fixture *f, int n);
 
+/* Publish body to subject through JetStream and wait for its PubAck, as a
+ * worker sends a completion. */
+void pf_publish(pf_fixture *f, const char *subject, const char *body);
+
+/* Wait until stream holds at least n messages, up to 20 s. */
+void pf_wait_msgs(pf_fixture *f, const char *stream, uint64_t n);
+
 #endif

@@ -1,0 +1,489 @@
+/* it_proxy_limits.c -- the limits end to end: the buffer's fetch pause, run timeouts, the token window, and the headers a dispatch carries. */
+/*
+ * Each behaviour was built and counted in stats, but no test had driven it
+ * through a real server. Over-long names and reserved tenants are among the
+ * bad inputs of it_proxy_inputs.c.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include <cmocka.h>
+
+#include "opstest.h"
+#include "proxyfixture.h"
+
+static int teardown(void **state)
+{
+    assert_int_equal(pf_teardown(state, true), 0);
+    return 0;
+}
+
+/* Start a server and the proxy on yaml with metrics on a port it picks,
+ * and workers with wo (none if NULL). */
+static int start(void **state, const char *yaml, const pt_worker_opts *wo)
+{
+    setenv("FAIRQ_HTTP_LISTEN", "127.0.0.1:0", 1);
+    return pf_setup(state, yaml, wo);
+}
+
+/* Wait until the unlabelled sample name reads want in a scrape: the proxy
+ * refreshes what it serves once a second. */
+static void metric_is(pf_fixture *f, const char *name, double want)
+{
+    int port = ot_http_port(&f->px, 5000), status = 0;
+    assert_true(port > 0);
+    char want_line[128];
+    snprintf(want_line, sizeof want_line, "\n%s ", name);
+    double v = -1;
+    for (long long end = nt_now_ms() + 5000; nt_now_ms() < end; nt_sleep_ms(100)) {
+        char *body = NULL;
+        assert_int_equal(ot_http_get(port, "/metrics", &status, &body), 0);
+        assert_int_equal(status, 200);
+        const char *at = strstr(body, want_line);
+        v = at ? strtod(at + strlen(want_line), NULL) : -1;
+        free(body);
+        if (v == want)
+            return;
+    }
+    fail_msg("%s is %g, not %g (-1: absent)", name, v, want);
+}
+
+/* The stats reply once overall.key is want, waiting up to 20 s. */
+static cJSON *stats_when(pf_fixture *f, const char *key, long want)
+{
+    long long end = nt_now_ms() + 20000;
+    for (;;) {
+        cJSON *j = pf_stats(f, "", NULL);
+        if (pf_overall(j, key) == want)
+            return j;
+        cJSON_Delete(j);
+        if (nt_now_ms() > end)
+            fail_msg("overall.%s did not become %ld", key, want);
+        nt_sleep_ms(20);
+    }
+}
+
+/* The stats object of one tenant. */
+static cJSON *tenant_stats(pf_fixture *f, const char *tenant, cJSON **reply)
+{
+    char req[96];
+    snprintf(req, sizeof req, "{\"tenant\":\"%s\"}", tenant);
+    *reply = pf_stats(f, req, NULL);
+    cJSON *t = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(*reply, "tenants"), 0);
+    assert_non_null(t);
+    return t;
+}
+
+static bool overall_true(const cJSON *j, const char *key)
+{
+    return cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(
+        cJSON_GetObjectItemCaseSensitive(j, "overall"), key));
+}
+
+/* ---- (a) limits.max_buffered_runs --------------------------------------- */
+
+#define BUF_LIMIT 10
+#define BUF_WINDOW 5
+#define BUF_RUNS 60
+#define BUF_TENANTS 3
+
+static int setup_buffer(void **state)
+{
+    char yaml[512];
+    snprintf(yaml, sizeof yaml,
+             "scheduler:\n  default_plan: free\n"
+             "window:\n  max_in_flight: %d\n"
+             "limits:\n  max_buffered_runs: %d\n"
+             "plans:\n  - name: free\n    weight: 1\n", BUF_WINDOW, BUF_LIMIT);
+    pt_worker_opts wo = {.concurrency = 2 * BUF_WINDOW, .service_ms = 1};
+    if (start(state, yaml, &wo) != 0)
+        return -1;
+    pt_worker_hold(((pf_fixture *)*state)->w, true);
+    return 0;
+}
+
+/* FAIR_SUBMIT holds n runs (the dispatched ones are acked), waiting up to
+ * 5 s for the acks. */
+static void submit_holds(pf_fixture *f, uint64_t n)
+{
+    uint64_t have = 0;
+    for (long long end = nt_now_ms() + 5000; nt_now_ms() < end; nt_sleep_ms(20)) {
+        jsStreamInfo *si = NULL;
+        assert_int_equal(js_GetStreamInfo(&si, f->c.js, "FAIR_SUBMIT", NULL, NULL), NATS_OK);
+        have = si->State.Msgs;
+        jsStreamInfo_Destroy(si);
+        if (have == n)
+            return;
+    }
+    fail_msg("FAIR_SUBMIT holds %llu runs, not %llu", (unsigned long long)have,
+             (unsigned long long)n);
+}
+
+/* Submit runs r-from .. r-(from + n - 1), BUF_TENANTS tenants in turn. */
+static void submit_buf_runs(pf_fixture *f, int from, int n, bool one_at_a_time)
+{
+    for (int i = from; i < from + n; i++) {
+        char tenant[16], body[64];
+        snprintf(tenant, sizeof tenant, "t%d", i % BUF_TENANTS);
+        snprintf(body, sizeof body, "{\"run_id\":\"r-%d\"}", i);
+        if (one_at_a_time)
+            assert_int_equal(pt_submit(&f->c, tenant, body, strlen(body), NULL), 0);
+        else
+            assert_int_equal(pt_submit_async(&f->c, tenant, body, strlen(body), NULL), 0);
+    }
+    assert_int_equal(pt_submit_flush(&f->c), 0);
+}
+
+/* Past max_buffered_runs the proxy stops fetching and says so; JetStream
+ * keeps the rest; once workers complete, every run is dispatched once and
+ * each tenant's in submit order. */
+static void test_fetch_pauses_past_max_buffered_runs(void **state)
+{
+    pf_fixture *f = *state;
+    /* A first third, one at a time: the window fills, then the buffer. */
+    submit_buf_runs(f, 0, BUF_RUNS / 3, true);
+    /* Paused with the window full and its dispatches stored. (While they
+     * wait for their PubAcks they count as held too: fetching may pause and
+     * resume once before this.) */
+    cJSON *j = NULL;
+    for (long long end = nt_now_ms() + 20000;; nt_sleep_ms(20)) {
+        j = pf_stats(f, "", NULL);
+        if (overall_true(j, "fetch_paused") && pf_overall(j, "in_flight") == BUF_WINDOW &&
+            pf_overall(j, "buffered_runs") == pf_overall(j, "queued_runs"))
+            break;
+        cJSON_Delete(j);
+        if (nt_now_ms() > end)
+            fail_msg("fetching did not pause with the window full");
+    }
+    assert_true(pf_overall(j, "fetch_pauses") >= 1);
+    /* The limit stops the next fetch; what the fetch thread had taken
+     * before the proxy counted it is held too. */
+    long held = pf_overall(j, "buffered_runs");
+    assert_in_range(held, BUF_LIMIT, BUF_RUNS / 3 - BUF_WINDOW);
+    cJSON_Delete(j);
+
+    /* The rest comes while paused: JetStream keeps it. Of those runs at
+     * most one is taken, by a pull for a single run under way when
+     * fetching paused (and the first third's last runs may still have been
+     * on their way to the proxy's loop when it counted). */
+    submit_buf_runs(f, BUF_RUNS / 3, BUF_RUNS - BUF_RUNS / 3, false);
+    nt_sleep_ms(500);
+    j = pf_stats(f, "", NULL);
+    assert_true(overall_true(j, "fetch_paused"));
+    long held2 = pf_overall(j, "buffered_runs");
+    fprintf(stderr, "limits: held %ld, then %ld, of %d runs at a limit of %d, %ld in flight\n",
+            held, held2, BUF_RUNS, BUF_LIMIT, pf_overall(j, "in_flight"));
+    assert_in_range(held2, held, BUF_RUNS / 3 - BUF_WINDOW + 1);
+    assert_int_equal(pf_overall(j, "in_flight"), BUF_WINDOW);
+    cJSON_Delete(j);
+    submit_holds(f, BUF_RUNS - BUF_WINDOW);
+    metric_is(f, "fairq_fetch_paused", 1);
+    metric_is(f, "fairq_buffered_runs", (double)held2);
+    assert_int_equal(pt_stream_last(&f->c, "FAIR_DISPATCH"), BUF_WINDOW);
+
+    pt_worker_hold(f->w, false);
+    assert_int_equal(pt_worker_wait_completed(f->w, BUF_RUNS, 30000), 0);
+    pf_assert_each_dispatched_once(f, BUF_RUNS);
+    pt_msg *m = NULL;
+    size_t k = 0;
+    int last[BUF_TENANTS] = {-1, -1, -1};
+    assert_int_equal(pt_stream_read(&f->c, "FAIR_DISPATCH", &m, &k), 0);
+    for (size_t i = 0; i < k; i++) {
+        int id = atoi(m[i].run_id + 2), t = atoi(m[i].tenant + 1);
+        if (id <= last[t])
+            fail_msg("%s left before %s's r-%d", m[i].run_id, m[i].tenant, last[t]);
+        last[t] = id;
+    }
+    pt_msgs_free(m, k);
+    j = stats_when(f, "buffered_runs", 0);
+    assert_false(overall_true(j, "fetch_paused"));
+    cJSON_Delete(j);
+    metric_is(f, "fairq_fetch_paused", 0);
+}
+
+/* ---- (b) window.run_timeout_ms ------------------------------------------ */
+
+static int setup_timeout(void **state)
+{
+    return start(state,
+                 "scheduler:\n  default_plan: free\n"
+                 "window:\n  max_in_flight: 1\n  run_timeout_ms: 1500\n"
+                 "plans:\n  - name: free\n    weight: 1\n", NULL);
+}
+
+/* A run never completed frees its slot after run_timeout_ms, counted as
+ * expired; its late completion reconciles it once. */
+static void test_run_timeout_frees_slot(void **state)
+{
+    pf_fixture *f = *state;
+    const char r1[] = "{\"run_id\":\"x-1\",\"est_tokens\":100}";
+    const char r2[] = "{\"run_id\":\"x-2\",\"est_tokens\":100}";
+    assert_int_equal(pt_submit(&f->c, "a", r1, strlen(r1), NULL), 0);
+    pf_wait_msgs(f, "FAIR_DISPATCH", 1);
+    assert_int_equal(pt_submit(&f->c, "a", r2, strlen(r2), NULL), 0);
+    /* The window of one is x-1's until it expires; then x-2 goes. */
+    pf_wait_msgs(f, "FAIR_DISPATCH", 2);
+    pf_publish(f, "fair.done.a", "{\"run_id\":\"x-2\",\"actual_tokens\":100,\"status\":\"ok\"}");
+    cJSON *j = stats_when(f, "completions", 1);
+    assert_int_equal(pf_overall(j, "expired"), 1);
+    assert_int_equal(pf_overall(j, "in_flight"), 0);
+    cJSON_Delete(j);
+    cJSON *t = tenant_stats(f, "a", &j);
+    assert_int_equal(pf_num(t, "expired_runs"), 1);
+    assert_int_equal(pf_num(t, "in_flight"), 0);
+    long deficit = pf_num(t, "deficit");
+    cJSON_Delete(j);
+    metric_is(f, "fairq_expired_leases_total", 1);
+
+    /* x-1 ends after all, 5000 tokens over its estimate: the tenant pays
+     * them once, and a repeat of the completion changes nothing. */
+    const char late[] = "{\"run_id\":\"x-1\",\"actual_tokens\":5100,\"status\":\"ok\"}";
+    pf_publish(f, "fair.done.a", late);
+    j = stats_when(f, "completions", 2);
+    cJSON_Delete(j);
+    t = tenant_stats(f, "a", &j);
+    assert_int_equal(pf_num(t, "deficit"), deficit - 5000);
+    assert_int_equal(pf_num(t, "completed_runs"), 2);
+    cJSON_Delete(j);
+    pf_publish(f, "fair.done.a", late);
+    j = stats_when(f, "completions_duplicate", 1);
+    assert_int_equal(pf_overall(j, "completions"), 2);
+    assert_int_equal(pf_overall(j, "expired"), 1);
+    cJSON_Delete(j);
+    t = tenant_stats(f, "a", &j);
+    assert_int_equal(pf_num(t, "deficit"), deficit - 5000);
+    assert_int_equal(pf_num(t, "completed_runs"), 2);
+    cJSON_Delete(j);
+}
+
+/* ---- (c) window.max_in_flight_tokens ------------------------------------ */
+
+#define TOKEN_CAP 1000
+
+static int setup_tokens(void **state)
+{
+    char yaml[512];
+    snprintf(yaml, sizeof yaml,
+             "scheduler:\n  default_plan: free\n"
+             "window:\n  max_in_flight: 100\n  max_in_flight_tokens: %d\n"
+             "plans:\n  - name: free\n    weight: 1\n", TOKEN_CAP);
+    return start(state, yaml, NULL);
+}
+
+static void complete(pf_fixture *f, const char *tenant, const char *run_id, int actual)
+{
+    char subj[64], body[128];
+    snprintf(subj, sizeof subj, "fair.done.%s", tenant);
+    snprintf(body, sizeof body, "{\"run_id\":\"%s\",\"actual_tokens\":%d,\"status\":\"ok\"}",
+             run_id, actual);
+    pf_publish(f, subj, body);
+}
+
+/* FAIR_DISPATCH still holds n runs a moment later: nothing else went. */
+static void assert_dispatched_stays(pf_fixture *f, uint64_t n)
+{
+    assert_int_equal(pt_stream_last(&f->c, "FAIR_DISPATCH"), n);
+    nt_sleep_ms(300);
+    assert_int_equal(pt_stream_last(&f->c, "FAIR_DISPATCH"), n);
+}
+
+/* Never more estimated tokens in flight than the cap, except a run larger
+ * than the cap, which goes alone once the window is empty. */
+static void test_token_window(void **state)
+{
+    pf_fixture *f = *state;
+    const char big[] = "{\"run_id\":\"big-1\",\"est_tokens\":5000}";
+    assert_int_equal(pt_submit(&f->c, "b", big, strlen(big), NULL), 0);
+    pf_wait_msgs(f, "FAIR_DISPATCH", 1);
+    for (int i = 1; i <= 4; i++) {
+        char body[64];
+        snprintf(body, sizeof body, "{\"run_id\":\"s-%d\",\"est_tokens\":300}", i);
+        assert_int_equal(pt_submit(&f->c, "a", body, strlen(body), NULL), 0);
+    }
+    /* The oversize run has the window to itself. */
+    assert_dispatched_stays(f, 1);
+    cJSON *j = pf_stats(f, "", NULL);
+    assert_int_equal(pf_overall(j, "in_flight"), 1);
+    assert_int_equal(pf_overall(j, "in_flight_tokens"), 5000);
+    assert_int_equal(pf_overall(j, "window_max_in_flight_tokens"), TOKEN_CAP);
+    cJSON_Delete(j);
+    metric_is(f, "fairq_window_capacity_tokens", TOKEN_CAP);
+
+    /* Then three of 300 fit under 1000, the fourth does not. */
+    complete(f, "b", "big-1", 5000);
+    pf_wait_msgs(f, "FAIR_DISPATCH", 4);
+    assert_dispatched_stays(f, 4);
+    j = stats_when(f, "in_flight_tokens", 900);
+    assert_int_equal(pf_overall(j, "in_flight"), 3);
+    cJSON_Delete(j);
+
+    /* Another oversize run waits for the window to empty. */
+    const char big2[] = "{\"run_id\":\"big-2\",\"est_tokens\":5000}";
+    assert_int_equal(pt_submit(&f->c, "b", big2, strlen(big2), NULL), 0);
+    complete(f, "a", "s-1", 300);
+    pf_wait_msgs(f, "FAIR_DISPATCH", 5);       /* s-4: 900 again */
+    assert_dispatched_stays(f, 5);
+    complete(f, "a", "s-2", 300);
+    complete(f, "a", "s-3", 300);
+    assert_dispatched_stays(f, 5);             /* s-4 still out */
+    complete(f, "a", "s-4", 300);
+    pf_wait_msgs(f, "FAIR_DISPATCH", 6);
+    j = stats_when(f, "in_flight_tokens", 5000);
+    assert_int_equal(pf_overall(j, "in_flight"), 1);
+    cJSON_Delete(j);
+
+    pt_msg *m = NULL;
+    size_t k = 0;
+    static const char *const order[] = {"big-1", "s-1", "s-2", "s-3", "s-4", "big-2"};
+    assert_int_equal(pt_stream_read(&f->c, "FAIR_DISPATCH", &m, &k), 0);
+    assert_int_equal(k, 6);
+    for (size_t i = 0; i < k; i++)
+        assert_string_equal(m[i].run_id, order[i]);
+    pt_msgs_free(m, k);
+}
+
+/* ---- (d) the producer's headers on dispatches and refusals -------------- */
+
+static int setup_headers(void **state)
+{
+    return start(state, "scheduler:\n  default_plan: free\n"
+                        "plans:\n  - name: free\n    weight: 1\n", NULL);
+}
+
+/* The headers a producer sends along with every run of this test: its
+ * own, several values of one, Nats- ones JetStream acts on, and Fair- ones,
+ * some of which fairq sets itself. */
+static const char *const producer_hdrs[] = {
+    "X-Trace", "abc",
+    "X-Multi", "1",
+    "X-Multi", "2",
+    "Nats-Expected-Stream", "FAIR_SUBMIT",
+    "Nats-Custom", "n",
+    "Fair-Tenant", "forged",
+    "Fair-Submitted-At", "1",
+    "Fair-Priority", "high",
+    "Fair-Error", "forged",
+    "Fair-Subject", "forged",
+    NULL,
+};
+
+/* Message seq of stream, with its headers. */
+static natsMsg *get_msg(pf_fixture *f, const char *stream, uint64_t seq)
+{
+    natsMsg *m = NULL;
+    assert_int_equal(js_GetMsg(&m, f->c.js, stream, seq, NULL, NULL), NATS_OK);
+    return m;
+}
+
+static void assert_hdr(natsMsg *m, const char *key, const char *want)
+{
+    const char *v = NULL;
+    natsStatus s = natsMsgHeader_Get(m, key, &v);
+    if (!want) {
+        if (s != NATS_NOT_FOUND)
+            fail_msg("header %s is there (%s), it should not be", key, v ? v : "");
+        return;
+    }
+    if (s != NATS_OK)
+        fail_msg("no header %s", key);
+    assert_string_equal(v, want);
+}
+
+/* Both values of X-Multi, in order. */
+static void assert_multi(natsMsg *m)
+{
+    const char **vals = NULL;
+    int n = 0;
+    assert_int_equal(natsMsgHeader_Values(m, "X-Multi", &vals, &n), NATS_OK);
+    assert_int_equal(n, 2);
+    assert_string_equal(vals[0], "1");
+    assert_string_equal(vals[1], "2");
+    free((void *)vals);
+}
+
+/* Nothing named Nats-* but the Nats-Msg-Id want (NULL: none). */
+static void assert_nats_hdrs(natsMsg *m, const char *msg_id)
+{
+    const char **keys = NULL;
+    int n = 0;
+    assert_int_equal(natsMsgHeader_Keys(m, &keys, &n), NATS_OK);
+    for (int i = 0; i < n; i++)
+        if (strncasecmp(keys[i], "Nats-", 5) == 0 && strcmp(keys[i], "Nats-Msg-Id") != 0)
+            fail_msg("header %s was carried over", keys[i]);
+    free((void *)keys);
+    assert_hdr(m, "Nats-Msg-Id", msg_id);
+}
+
+static void test_headers_carried(void **state)
+{
+    pf_fixture *f = *state;
+    /* Dispatched: fairq's Fair- headers replace the producer's, Nats- ones
+     * are dropped but for fairq's Nats-Msg-Id, the rest travel as sent. */
+    const char ok[] = "{\"run_id\":\"h-1\",\"workflow\":\"w\",\"est_tokens\":40}";
+    assert_int_equal(pt_submit(&f->c, "a", ok, strlen(ok), producer_hdrs), 0);
+    pf_wait_msgs(f, "FAIR_DISPATCH", 1);
+    natsMsg *m = get_msg(f, "FAIR_DISPATCH", 1);
+    assert_hdr(m, "X-Trace", "abc");
+    assert_multi(m);
+    assert_nats_hdrs(m, "a/h-1");
+    assert_hdr(m, "Fair-Tenant", "a");
+    assert_hdr(m, "Fair-Run-Id", "h-1");
+    assert_hdr(m, "Fair-Workflow", "w");
+    assert_hdr(m, "Fair-Est-Tokens", "40");
+    const char *sat = NULL;
+    assert_int_equal(natsMsgHeader_Get(m, "Fair-Submitted-At", &sat), NATS_OK);
+    assert_true(strtoll(sat, NULL, 10) > 1700000000000LL);
+    /* Other Fair- headers are the producer's, carried as they came. */
+    assert_hdr(m, "Fair-Priority", "high");
+    assert_hdr(m, "Fair-Error", "forged");
+    assert_hdr(m, "Fair-Subject", "forged");
+    natsMsg_Destroy(m);
+
+    /* Refused for a tenant: fairq sets Fair-Error only; the producer's
+     * other headers, its Fair- ones included, travel as sent. */
+    const char bad[] = "{\"run_id\":\"h-2\",\"est_tokens\":0}";
+    assert_int_equal(pt_submit(&f->c, "a", bad, strlen(bad), producer_hdrs), 0);
+    pf_wait_msgs(f, "FAIR_REJECTED", 1);
+    m = get_msg(f, "FAIR_REJECTED", 1);
+    assert_string_equal(natsMsg_GetSubject(m), "fair.rejected.a");
+    const char *err = NULL;
+    assert_int_equal(natsMsgHeader_Get(m, "Fair-Error", &err), NATS_OK);
+    assert_memory_equal(err, "invalid: ", 9);
+    assert_hdr(m, "X-Trace", "abc");
+    assert_multi(m);
+    assert_nats_hdrs(m, NULL);
+    assert_hdr(m, "Fair-Tenant", "forged");
+    assert_hdr(m, "Fair-Submitted-At", "1");
+    assert_hdr(m, "Fair-Priority", "high");
+    assert_hdr(m, "Fair-Subject", "forged");
+    natsMsg_Destroy(m);
+
+    /* Refused for its subject: Fair-Subject is fairq's, the subject. */
+    assert_int_equal(pt_submit(&f->c, "=fair.submit.no%tenant", ok, strlen(ok), producer_hdrs), 0);
+    pf_wait_msgs(f, "FAIR_REJECTED", 2);
+    m = get_msg(f, "FAIR_REJECTED", 2);
+    assert_string_equal(natsMsg_GetSubject(m), "fair.rejected._invalid");
+    assert_hdr(m, "Fair-Subject", "fair.submit.no%tenant");
+    assert_hdr(m, "Fair-Tenant", "forged");
+    assert_hdr(m, "X-Trace", "abc");
+    assert_nats_hdrs(m, NULL);
+    natsMsg_Destroy(m);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_fetch_pauses_past_max_buffered_runs, setup_buffer,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_run_timeout_frees_slot, setup_timeout, teardown),
+        cmocka_unit_test_setup_teardown(test_token_window, setup_tokens, teardown),
+        cmocka_unit_test_setup_teardown(test_headers_carried, setup_headers, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
