@@ -241,8 +241,9 @@ static fq_metrics_tenant *other_row(fq_metrics_scratch *sc, const char *plan)
     return o;
 }
 
-/* Decide which tenants get series and fold the rest. A real tenant named
- * "_other" is folded too, so that no two rows share a label set. */
+/* Decide which tenants get series and fold the rest. "_other" is no valid
+ * tenant id (fq_tenant_id_valid), but the snapshot is the caller's: a row
+ * so named is folded too, so that no two rows share a label set. */
 static fq_status fold(fq_metrics_snapshot *s)
 {
     fq_metrics_scratch *sc = s->scratch;
