@@ -1,4 +1,4 @@
-/* fq.c -- status codes and the tenant id rule shared by every fairq module. */
+/* fq.c -- status codes, the tenant id rule and small helpers shared by every fairq module. */
 #include "fq.h"
 
 #include <string.h>
@@ -68,4 +68,43 @@ size_t fq_u64_dec(char *out, uint64_t v)
         out[i] = t[n - 1 - i];
     out[n] = '\0';
     return n;
+}
+
+#define FQ_ROTL(x, b) (uint64_t)(((x) << (b)) | ((x) >> (64 - (b))))
+#define FQ_SIPROUND                                                         \
+    do {                                                                    \
+        v0 += v1; v1 = FQ_ROTL(v1, 13); v1 ^= v0; v0 = FQ_ROTL(v0, 32);     \
+        v2 += v3; v3 = FQ_ROTL(v3, 16); v3 ^= v2;                           \
+        v0 += v3; v3 = FQ_ROTL(v3, 21); v3 ^= v0;                           \
+        v2 += v1; v1 = FQ_ROTL(v1, 17); v1 ^= v2; v2 = FQ_ROTL(v2, 32);     \
+    } while (0)
+
+/* As in the reference implementation (Aumasson and Bernstein, 2012). */
+uint64_t fq_siphash(uint64_t k0, uint64_t k1, const void *data, size_t len)
+{
+    const uint8_t *in = data;
+    uint64_t v0 = 0x736f6d6570736575ULL ^ k0, v1 = 0x646f72616e646f6dULL ^ k1;
+    uint64_t v2 = 0x6c7967656e657261ULL ^ k0, v3 = 0x7465646279746573ULL ^ k1;
+    uint64_t m;
+    size_t whole = len - len % 8;
+    for (size_t i = 0; i < whole; i += 8) {
+        m = 0;
+        for (int j = 7; j >= 0; j--)
+            m = m << 8 | in[i + (size_t)j];
+        v3 ^= m;
+        FQ_SIPROUND;
+        FQ_SIPROUND;
+        v0 ^= m;
+    }
+    m = (uint64_t)len << 56;
+    for (size_t j = 0; j < len % 8; j++)
+        m |= (uint64_t)in[whole + j] << (8 * j);
+    v3 ^= m;
+    FQ_SIPROUND;
+    FQ_SIPROUND;
+    v0 ^= m;
+    v2 ^= 0xff;
+    for (int r = 0; r < 4; r++)
+        FQ_SIPROUND;
+    return v0 ^ v1 ^ v2 ^ v3;
 }

@@ -56,4 +56,10 @@ int fq_tenant_id_valid(const char *s, size_t len);
  * snprintf's format parsing costs more than the rest. */
 size_t fq_u64_dec(char *out, uint64_t v);
 
+/* SipHash-2-4 of data[0..len) under the 128-bit key (k0, k1): a keyed hash
+ * that whoever chooses the data cannot make collide without the key, for
+ * tables whose keys come from clients and whose matches are decided on the
+ * hash alone. */
+uint64_t fq_siphash(uint64_t k0, uint64_t k1, const void *data, size_t len);
+
 #endif

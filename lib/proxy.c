@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -205,6 +206,7 @@ struct fq_proxy {
     char submit_filter[256], done_filter[256], rejected_filter[256], admin_filter[256];
     int64_t submit_created_ms;  /* FAIR_SUBMIT's creation: part of derived run ids */
     int64_t max_payload;
+    uint64_t hash_key[2];       /* px_hash's key, drawn at create */
 
     px_tenant **tb;             /* tenants by id */
     size_t tnb, tn;
@@ -276,23 +278,42 @@ static const char *const px_phase_text[] = {
 
 /* ---- small helpers ------------------------------------------------------ */
 
-static uint64_t px_hash(const char *a, size_t alen, const char *b, size_t blen)
+/* A key for px_hash: from the kernel's random source, or, should that fail,
+ * from what differs between processes and runs. */
+static void px_hash_key(uint64_t key[2])
 {
-    uint64_t h = 1469598103934665603ULL;   /* FNV-1a, then a final mix */
-    for (size_t i = 0; i < alen; i++)
-        h = (h ^ (uint8_t)a[i]) * 1099511628211ULL;
-    h = (h ^ 0xff) * 1099511628211ULL;      /* separator no id contains */
-    for (size_t i = 0; i < blen; i++)
-        h = (h ^ (uint8_t)b[i]) * 1099511628211ULL;
-    h ^= h >> 31;
-    h *= 0x9E3779B97F4A7C15ULL;
-    h ^= h >> 29;
+    if (getrandom(key, 2 * sizeof key[0], 0) == (ssize_t)(2 * sizeof key[0]))
+        return;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    key[0] = (uint64_t)ts.tv_nsec << 32 ^ (uint64_t)ts.tv_sec ^ (uint64_t)(uintptr_t)key;
+    key[1] = fq_siphash(key[0], (uint64_t)getpid(), &ts, sizeof ts);
+}
+
+/* The hash of a (a tenant id) and b (a run id, or "") under the proxy's
+ * key, never 0. The completed set decides on this hash alone, so a client
+ * must not be able to choose a run id whose hash is another tenant's run's
+ * (that run would be refused as a duplicate): hence a keyed hash and a key
+ * drawn for each process. Every table it keys is rebuilt at start (the
+ * completed set from the journal), so a new key costs nothing. */
+static uint64_t px_hash(const fq_proxy *p, const char *a, size_t alen, const char *b,
+                        size_t blen)
+{
+    char k[FQ_TENANT_MAX + 1 + FQ_RUN_ID_MAX];
+    if (alen > FQ_TENANT_MAX)
+        alen = FQ_TENANT_MAX;   /* ids are checked before; bounded anyway */
+    if (blen > FQ_RUN_ID_MAX)
+        blen = FQ_RUN_ID_MAX;
+    memcpy(k, a, alen);
+    k[alen] = (char)0xff;       /* a separator no id contains */
+    memcpy(k + alen + 1, b, blen);
+    uint64_t h = fq_siphash(p->hash_key[0], p->hash_key[1], k, alen + 1 + blen);
     return h ? h : 1;
 }
 
-static uint64_t px_key_hash(const char *tenant, const char *run_id)
+static uint64_t px_key_hash(const fq_proxy *p, const char *tenant, const char *run_id)
 {
-    return px_hash(tenant, strlen(tenant), run_id, strlen(run_id));
+    return px_hash(p, tenant, strlen(tenant), run_id, strlen(run_id));
 }
 
 /* Log a warning about key at most once a second. */
@@ -526,16 +547,16 @@ static const px_done_ent *px_done_find(const px_doneset *d, uint64_t h)
 /* ---- tenants ----------------------------------------------------------- */
 
 /* The chain of id[0..len) in a table of nb (a power of two) chains. */
-static size_t px_id_slot(const char *id, size_t len, size_t nb)
+static size_t px_id_slot(const fq_proxy *p, const char *id, size_t len, size_t nb)
 {
-    return (size_t)(px_hash(id, len, "", 0) >> 20) & (nb - 1);
+    return (size_t)(px_hash(p, id, len, "", 0) >> 20) & (nb - 1);
 }
 
 static px_tenant *px_tenant_find(fq_proxy *p, const char *id, size_t len)
 {
     if (!p->tnb)
         return NULL;
-    for (px_tenant *t = p->tb[px_id_slot(id, len, p->tnb)]; t; t = t->next)
+    for (px_tenant *t = p->tb[px_id_slot(p, id, len, p->tnb)]; t; t = t->next)
         if (strncmp(t->id, id, len) == 0 && t->id[len] == '\0')
             return t;
     return NULL;
@@ -564,7 +585,7 @@ static fq_status px_tenant_get(px_tenant **out, fq_proxy *p, const char *id, siz
         for (size_t i = 0; i < p->tnb; i++) {
             for (px_tenant *t = p->tb[i], *nx; t; t = nx) {
                 nx = t->next;
-                size_t j = px_id_slot(t->id, strlen(t->id), nb);
+                size_t j = px_id_slot(p, t->id, strlen(t->id), nb);
                 t->next = b[j];
                 b[j] = t;
             }
@@ -589,7 +610,7 @@ static fq_status px_tenant_get(px_tenant **out, fq_proxy *p, const char *id, siz
     else
         p->t_first = t;
     p->t_last = t;
-    size_t j = px_id_slot(id, len, p->tnb);
+    size_t j = px_id_slot(p, id, len, p->tnb);
     t->next = p->tb[j];
     p->tb[j] = t;
     p->tn++;
@@ -622,7 +643,7 @@ static px_ovr *px_ovr_find(fq_proxy *p, const char *id)
 {
     if (!p->onb)
         return NULL;
-    for (px_ovr *o = p->ob[px_id_slot(id, strlen(id), p->onb)]; o; o = o->next)
+    for (px_ovr *o = p->ob[px_id_slot(p, id, strlen(id), p->onb)]; o; o = o->next)
         if (strcmp(o->e.id, id) == 0)
             return o;
     return NULL;
@@ -643,7 +664,7 @@ static px_ovr *px_ovr_get(fq_proxy *p, const char *id)
         for (size_t i = 0; i < p->onb; i++) {
             for (px_ovr *x = p->ob[i], *nx; x; x = nx) {
                 nx = x->next;
-                size_t j = px_id_slot(x->e.id, strlen(x->e.id), nb);
+                size_t j = px_id_slot(p, x->e.id, strlen(x->e.id), nb);
                 x->next = b[j];
                 b[j] = x;
             }
@@ -655,7 +676,7 @@ static px_ovr *px_ovr_get(fq_proxy *p, const char *id)
     if (!(o = calloc(1, sizeof *o)))
         return NULL;
     snprintf(o->e.id, sizeof o->e.id, "%s", id);
-    size_t j = px_id_slot(id, strlen(id), p->onb);
+    size_t j = px_id_slot(p, id, strlen(id), p->onb);
     o->next = p->ob[j];
     p->ob[j] = o;
     p->on++;
@@ -1171,7 +1192,7 @@ static void px_on_submit(fq_proxy *p, fq_nio_event *ev)
     uint64_t key = 0;
     if (s == FQ_OK) {
         px_run_id(run_id, sizeof run_id, p, &sub, seq);
-        key = px_key_hash(tenant, run_id);
+        key = px_key_hash(p, tenant, run_id);
         if (px_seen(p, tenant, run_id, key, seq, &same)) {
             if (same) {
                 /* Dispatched before a restart, its ack lost: done already. */
@@ -1551,7 +1572,7 @@ static void px_on_done(fq_proxy *p, fq_nio_event *ev)
     if (s == FQ_OK) {
         memcpy(tenant, tid, tlen);     /* tid points into m */
         tenant[tlen] = '\0';
-        h = px_key_hash(tenant, c.run_id);
+        h = px_key_hash(p, tenant, c.run_id);
         x = px_find_key(p, tenant, c.run_id, h);
     }
     if (x && x->state == PX_QUEUED) {
@@ -2639,7 +2660,7 @@ static void px_load_cb(void *arg, const void *data, size_t len, int64_t ts_ms)
         if (!fq_tenant_id_valid(tenant, strlen(tenant)) || !*run_id ||
             strlen(run_id) > FQ_RUN_ID_MAX)
             continue;
-        uint64_t h = px_key_hash(tenant, run_id);
+        uint64_t h = px_key_hash(p, tenant, run_id);
         if (strcmp(px_jstr(e, "st"), "flight") == 0) {
             px_load_flight(L, e, tenant, run_id, h);
             continue;
@@ -2948,6 +2969,7 @@ fq_status fq_proxy_create(fq_proxy **out, const fq_config *cfg, char *err, size_
     fq_proxy *p = calloc(1, sizeof *p);
     if (!p)
         return FQ_ENOMEM;
+    px_hash_key(p->hash_key);
     fq_status s = fq_config_copy(&p->cfg, cfg);
     if (s == FQ_OK)
         s = fq_config_policy(&p->policy, cfg);

@@ -57,11 +57,28 @@ static void test_name_and_tenant_rules(void **state)
     assert_true(fq_tenant_id_valid("_Other", 6));           /* case counts */
 }
 
+/* The reference vectors (key 00..0f, messages 00, 00 01, ...), and a key
+ * change that changes the hash. */
+static void test_siphash_reference_vectors(void **state)
+{
+    (void)state;
+    const uint64_t k0 = 0x0706050403020100ULL, k1 = 0x0f0e0d0c0b0a0908ULL;
+    uint8_t msg[16];
+    for (int i = 0; i < 16; i++)
+        msg[i] = (uint8_t)i;
+    assert_true(fq_siphash(k0, k1, msg, 0) == 0x726fdb47dd0e0e31ULL);
+    assert_true(fq_siphash(k0, k1, msg, 1) == 0x74f839c593dc67fdULL);
+    assert_true(fq_siphash(k0, k1, msg, 8) == 0x93f5f5799a932462ULL);
+    assert_true(fq_siphash(k0, k1, msg, 15) == 0xa129ca6149be45e5ULL);
+    assert_true(fq_siphash(k0 ^ 1, k1, msg, 15) != 0xa129ca6149be45e5ULL);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_name_and_tenant_rules),
         cmocka_unit_test(test_u64_dec_matches_printf),
+        cmocka_unit_test(test_siphash_reference_vectors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
