@@ -13,7 +13,8 @@
 #   latency     RATE_LOW runs a second: submit -> dispatch p50 and p99;
 #               Also the CPU time the relay or proxy and nats-server used per
 #               run, which a busy neighbour on the machine disturbs far less
-#               than it disturbs a rate;
+#               than it disturbs a rate, and the dispatcher's context switches
+#               per run (every thread put to sleep and woken again);
 #   memory      the proxy alone with no workers: RSS before and after it has
 #               fetched MEM_RUNS runs, with the bodies in memory and with only
 #               index entries (max_buffered_bytes 1 MiB).
@@ -100,14 +101,16 @@ load() {
     local phase=$1 impl=$2 n=$3; shift 3
     start "$impl"
     ready "$impl"
-    local impl0 srv0
+    local impl0 srv0 ctx0
     impl0=$(cpu_ms "$impl_pid")
+    ctx0=$(ctx_switches "$impl_pid")
     srv0=$(cpu_ms "$(cat "$tmp/nats/nats.pid")")
     "$bin/fairq-load" --nats "$url" --tenants "$TENANTS" --costs "$COSTS" --body-size "$BODY" \
         "$@" >"$tmp/$phase-$impl-$n.out" 2>"$tmp/load.err" || {
         echo "bench: fairq-load failed:" >&2; cat "$tmp/load.err" >&2; exit 1; }
     echo "cpu impl_ms=$(( $(cpu_ms "$impl_pid") - impl0 ))" \
-         "server_ms=$(( $(cpu_ms "$(cat "$tmp/nats/nats.pid")") - srv0 ))" >>"$tmp/$phase-$impl-$n.out"
+         "server_ms=$(( $(cpu_ms "$(cat "$tmp/nats/nats.pid")") - srv0 ))" \
+         "impl_ctx=$(( $(ctx_switches "$impl_pid") - ctx0 ))" >>"$tmp/$phase-$impl-$n.out"
     stop_impl
     local f=$tmp/$phase-$impl-$n.out
     local sub once miss
@@ -122,6 +125,15 @@ rss_kb() { awk '/^VmRSS:/ { print $2 }' "/proc/$impl_pid/status"; }
 # CPU microseconds per submitted run of one process, from a load report.
 per_run() {
     awk -v ms="$(field "$1" cpu "$2")" -v n="$(field "$1" runs submitted)" 'BEGIN { printf "%.1f", n ? ms * 1000 / n : 0 }'
+}
+# Context switches of all a process's threads so far: each is a thread put
+# to sleep and woken again, which costs CPU time of its own.
+ctx_switches() {
+    cat /proc/"$1"/task/*/status 2>/dev/null | awk '/_ctxt_switches:/ { s += $2 } END { print s + 0 }'
+}
+# Context switches per submitted run of the dispatcher, from a load report.
+ctx_per_run() {
+    awk -v c="$(field "$1" cpu impl_ctx)" -v n="$(field "$1" runs submitted)" 'BEGIN { printf "%.2f", n ? c / n : 0 }'
 }
 # CPU time (user + system) a process has used so far, in milliseconds.
 hz=$(getconf CLK_TCK)
@@ -160,6 +172,7 @@ for n in $(seq 1 "$RUNS"); do
         f=$tmp/thr-$impl-$n.out
         echo "bench phase=throughput impl=$impl run=$n steady_per_s=$(field "$f" throughput steady_per_s)" \
              "cpu_us_per_run_$impl=$(per_run "$f" impl_ms) cpu_us_per_run_server=$(per_run "$f" server_ms)" \
+             "ctx_per_run_$impl=$(ctx_per_run "$f")" \
              "completed_per_s=$(field "$f" throughput completed_per_s) submitted=$(field "$f" runs submitted)" \
              "completed_once=$(field "$f" runs completed_once) missing=$(field "$f" runs missing)" \
              "dispatched_more=$(field "$f" runs dispatched_more)"
@@ -196,7 +209,8 @@ echo "bench summary throughput_relay=$relay_thr throughput_proxy=$proxy_thr" \
 for impl in relay proxy; do
     echo "bench summary cpu_impl=$impl" \
          "us_per_run_$impl=$(for n in $(seq 1 "$RUNS"); do per_run "$tmp/thr-$impl-$n.out" impl_ms; echo; done | median)" \
-         "us_per_run_server=$(for n in $(seq 1 "$RUNS"); do per_run "$tmp/thr-$impl-$n.out" server_ms; echo; done | median)"
+         "us_per_run_server=$(for n in $(seq 1 "$RUNS"); do per_run "$tmp/thr-$impl-$n.out" server_ms; echo; done | median)" \
+         "ctx_per_run_$impl=$(for n in $(seq 1 "$RUNS"); do ctx_per_run "$tmp/thr-$impl-$n.out"; echo; done | median)"
 done
 for impl in relay proxy; do
     echo "bench summary latency_impl=$impl rate=$RATE_LOW p50_ms=$(med lat "$impl" latency dispatch_p50_ms)" \
