@@ -19,6 +19,10 @@
 #               fetched MEM_RUNS runs, with the bodies in memory and with only
 #               index entries (max_buffered_bytes 1 MiB).
 #
+# With BASELINE=PATH, a second fairq-proxy binary joins the throughput
+# phase as impl=base (relay, proxy, base, relay, ...), so that a change to
+# the proxy is measured against the commit before it in the same run.
+#
 # Every phase gets a nats-server of its own (scripts/nats-up.sh, the same
 # binary and flags, a fresh store), so no phase inherits another's streams,
 # consumers or files. The medians of the runs are printed last; the raw
@@ -39,10 +43,14 @@ RATE_LOW=${RATE_LOW:-200}
 LAT_SECS=${LAT_SECS:-10}
 MEM_RUNS=${MEM_RUNS:-200000}
 CONFIG=${CONFIG:-$root/config/bench.yaml}
+# Another fairq-proxy binary (an older commit's, say) to measure in the
+# throughput phase too, as impl=base, alternating with the other two.
+BASELINE=${BASELINE:-}
 
 for b in fairq-proxy fairq-relay fairq-load; do
     [ -x "$bin/$b" ] || { echo "bench: $bin/$b is missing: build first (make build)" >&2; exit 1; }
 done
+[ -z "$BASELINE" ] || [ -x "$BASELINE" ] || { echo "bench: BASELINE $BASELINE is not executable" >&2; exit 1; }
 
 tmp=$(mktemp -d)
 impl_pid=""
@@ -75,6 +83,7 @@ start() {
     case $1 in
     relay) "$bin/fairq-relay" --nats "$url" >"$tmp/impl.log" 2>&1 & ;;
     proxy) "$bin/fairq-proxy" -c "$CONFIG" --nats "$url" >"$tmp/impl.log" 2>&1 & ;;
+    base) "$BASELINE" -c "$CONFIG" --nats "$url" >"$tmp/impl.log" 2>&1 & ;;
     *) "$bin/fairq-proxy" -c "$1" --nats "$url" >"$tmp/impl.log" 2>&1 & ;;
     esac
     impl_pid=$!
@@ -165,8 +174,9 @@ echo "bench: $(nproc) cores; nats-server $(nats-server --version | awk '{print $
      "runs=$RUNS duration_s=$DURATION tenants=$TENANTS costs=$COSTS workers=$WORKERS" \
      "body_bytes=$BODY max_outstanding=$MAX_OUT rate_low=$RATE_LOW mem_runs=$MEM_RUNS"
 
+thr_impls="relay proxy${BASELINE:+ base}"
 for n in $(seq 1 "$RUNS"); do
-    for impl in relay proxy; do
+    for impl in $thr_impls; do
         load thr "$impl" "$n" --rate 0 --duration "$DURATION" --workers "$WORKERS" \
             --max-outstanding "$MAX_OUT" --warmup 2
         f=$tmp/thr-$impl-$n.out
@@ -203,10 +213,20 @@ pairs=$(for n in $(seq 1 "$RUNS"); do
     awk -v p="$(field "$tmp/thr-proxy-$n.out" throughput steady_per_s)" \
         -v r="$(field "$tmp/thr-relay-$n.out" throughput steady_per_s)" 'BEGIN { print r ? p / r : 0 }'
 done | median)
+if [ -n "$BASELINE" ]; then
+    base_thr=$(med thr base throughput steady_per_s)
+    base_pairs=$(for n in $(seq 1 "$RUNS"); do
+        awk -v p="$(field "$tmp/thr-base-$n.out" throughput steady_per_s)" \
+            -v r="$(field "$tmp/thr-relay-$n.out" throughput steady_per_s)" 'BEGIN { print r ? p / r : 0 }'
+    done | median)
+    echo "bench summary throughput_base=$base_thr" \
+         "ratio_base=$(awk -v p="$base_thr" -v r="$relay_thr" 'BEGIN { printf "%.2f", r ? p / r : 0 }')" \
+         "ratio_pairs_base=$(printf '%.2f' "$base_pairs")"
+fi
 echo "bench summary throughput_relay=$relay_thr throughput_proxy=$proxy_thr" \
      "ratio=$(awk -v p="$proxy_thr" -v r="$relay_thr" 'BEGIN { printf "%.2f", r ? p / r : 0 }')" \
      "ratio_pairs=$(printf '%.2f' "$pairs") target_ratio=0.8"
-for impl in relay proxy; do
+for impl in $thr_impls; do
     echo "bench summary cpu_impl=$impl" \
          "us_per_run_$impl=$(for n in $(seq 1 "$RUNS"); do per_run "$tmp/thr-$impl-$n.out" impl_ms; echo; done | median)" \
          "us_per_run_server=$(for n in $(seq 1 "$RUNS"); do per_run "$tmp/thr-$impl-$n.out" server_ms; echo; done | median)" \
