@@ -63,6 +63,7 @@ struct fq_tenant {
     fq_tenant_policy pol;       /* weight and limits in force */
     uint32_t queued;            /* runs in the FIFO */
     uint32_t in_flight;         /* runs holding a window slot */
+    uint32_t expired_held;      /* runs expired and still remembered */
     uint64_t queued_tokens;     /* sum of queued estimates */
     uint64_t dispatched;        /* counters for stats */
     uint64_t charged;
@@ -631,6 +632,19 @@ fq_status fq_tenant_set_policy(fq_sched *s, fq_tenant *t, const fq_tenant_policy
     return FQ_OK;
 }
 
+fq_status fq_sched_tenant_remove(fq_sched *s, fq_tenant *t)
+{
+    /* Idle with nothing queued, nothing in the window (an expired run's
+     * late completion reconciles its tenant) and no debt to escape. A
+     * positive deficit is dropped when a tenant goes idle, so an idle
+     * tenant's is at most zero. */
+    if (t->state != FQ_T_IDLE || t->queued || t->in_flight || t->expired_held || t->deficit)
+        return FQ_EEXIST;
+    fq_strmap_remove(s->tenants, &t->node);
+    free(t);
+    return FQ_OK;
+}
+
 const char *fq_tenant_id(const fq_tenant *t)
 {
     return t->id;
@@ -835,6 +849,8 @@ fq_status fq_sched_complete(fq_done *out, fq_sched *s, uint64_t id, uint64_t act
     reconcile(s, t, delta_of(r->est, actual));
     if (held_slot)
         slot_freed(s, t);
+    else
+        t->expired_held--;
     run_free(s, r);
     return FQ_OK;
 }
@@ -917,12 +933,15 @@ size_t fq_sched_expire(fq_sched *s, uint64_t now,
         n++;
         s->expired++;
         r->tenant->expired++;
+        r->tenant->expired_held++;
         slot_freed(s, r->tenant);
         if (cb)
             cb(arg, r);
     }
-    while ((r = fq_window_evict_one(&s->win)))
+    while ((r = fq_window_evict_one(&s->win))) {
+        r->tenant->expired_held--;
         run_free(s, r);
+    }
     return n;
 }
 

@@ -94,6 +94,11 @@ fq_status fq_sched_set_opts(fq_sched *s, const fq_sched_opts *o);
  * ignored for a known tenant). On error *out is NULL and nothing changed. */
 fq_status fq_sched_tenant(fq_tenant **out, fq_sched *s, const char *id, size_t len,
                           const fq_tenant_policy *p);
+/* Forget a tenant that holds nothing: idle, no run queued, in flight or
+ * expired and awaiting its completion, and a deficit of zero (no debt to
+ * escape, no credit to lose). t is freed; the id is new if it comes again.
+ * FQ_EEXIST: it still holds something, and nothing changed. */
+fq_status fq_sched_tenant_remove(fq_sched *s, fq_tenant *t);
 /* Find a known tenant, or NULL. */
 fq_tenant *fq_sched_find(fq_sched *s, const char *id, size_t len);
 /* Apply a new policy; it takes effect from the tenant's next visit, without

@@ -113,6 +113,9 @@ typedef struct px_tenant {
     uint64_t age_warn_next;         /* monotonic ms from which its queue may be
                                        logged as old again; 0: any time */
     uint64_t age_suppressed;        /* old-queue checks held back since the last line */
+    uint32_t keyed;                 /* its runs in the key index: each may read this */
+    uint64_t idle_since;            /* monotonic ms a sweep first found it forgettable; 0: not */
+    uint64_t idle_dispatched;       /* its dispatches then: one since makes it busy */
     fq_hist wait;                   /* submit (stream time) to dispatch */
     struct px_tenant *next;         /* hash chain */
     struct px_tenant *later;        /* creation order, for metrics */
@@ -482,11 +485,19 @@ static void px_seq_del(fq_proxy *p, px_run *x)
     }
 }
 
+/* Index x by its key (x->key_hash), unless out of memory. */
+static void px_key_add(fq_proxy *p, px_run *x)
+{
+    if ((x->in_key = px_index_add(&p->by_key, x, true)))
+        x->pt->keyed++;
+}
+
 static void px_key_del(fq_proxy *p, px_run *x)
 {
     if (x->in_key) {
         px_index_del(&p->by_key, x, true);
         x->in_key = false;
+        x->pt->keyed--;
     }
 }
 
@@ -1257,7 +1268,7 @@ static void px_on_submit(fq_proxy *p, fq_nio_event *ev)
     p->held++;
     /* By key from now on: a second run with its id is refused at once, and
      * a completion for it (a worker's bug) is told from an unheld one. */
-    x->in_key = px_index_add(&p->by_key, x, true);
+    px_key_add(p, x);
     if (p->buffered_bytes + x->size <= p->cfg.limits.max_buffered_bytes) {
         x->msg = m;
         x->retained = true;
@@ -1391,7 +1402,7 @@ static bool px_dispatch_one(fq_proxy *p, px_run *x)
         return false;
     }
     if (!x->in_key)
-        x->in_key = px_index_add(&p->by_key, x, true);
+        px_key_add(p, x);
     x->state = PX_FLIGHT;
     x->pending = 1;
     px_release_body(p, x);
@@ -2432,6 +2443,55 @@ static void px_warn_old_queues(fq_proxy *p, uint64_t now)
                FQ_UINT("tenants", more), FQ_UINT("threshold_ms", limit));
 }
 
+/* Take t, whose predecessor in creation order is prev (NULL: first), out of
+ * the proxy's lists and free it. */
+static void px_tenant_free(fq_proxy *p, px_tenant *t, px_tenant *prev)
+{
+    if (prev)
+        prev->later = t->later;
+    else
+        p->t_first = t->later;
+    if (p->t_last == t)
+        p->t_last = prev;
+    for (px_tenant **pp = &p->tb[px_id_slot(p, t->id, strlen(t->id), p->tnb)]; *pp;
+         pp = &(*pp)->next) {
+        if (*pp == t) {
+            *pp = t->next;
+            break;
+        }
+    }
+    p->tn--;
+    free(t);
+}
+
+/* Forget the tenants no layer of the policy lists that hold nothing: a
+ * tenant with one run would otherwise cost its record (about 2 KB) for
+ * good. One goes once every sweep for px_keep_done_ms, the longest fairq
+ * remembers anything of a run, found it idle, with no run held and a
+ * deficit of zero, and no dispatch of it came between; if it comes back
+ * it starts anew, as any new tenant does, its counters from zero. */
+static void px_forget_idle(fq_proxy *p, uint64_t now)
+{
+    uint64_t grace = px_keep_done_ms(p);
+    for (px_tenant *t = p->t_first, *prev = NULL, *nx; t; t = nx) {
+        nx = t->later;
+        fq_tenant_info ti;
+        fq_tenant_info_get(t->t, &ti);
+        if (t->source != FQ_SRC_DEFAULT || t->unlisted || t->keyed || ti.queued ||
+            ti.in_flight || ti.deficit || ti.dispatched != t->idle_dispatched) {
+            t->idle_since = 0;
+            t->idle_dispatched = ti.dispatched;
+        } else if (!t->idle_since) {
+            t->idle_since = now;
+        } else if (now - t->idle_since >= grace &&
+                   fq_sched_tenant_remove(p->sched, t->t) == FQ_OK) {
+            px_tenant_free(p, t, prev);
+            continue;
+        }
+        prev = t;
+    }
+}
+
 /* Per-second rates, smoothed. The token rate, which admission control
  * divides by, is sampled only while there is work to drain, so an idle
  * spell does not make it look like the workers stopped. */
@@ -2452,6 +2512,7 @@ static void px_rates(fq_proxy *p, uint64_t now)
     p->next_second = now + 1000;
     px_metrics_fill(p, now);
     px_warn_old_queues(p, now);
+    px_forget_idle(p, now);
 }
 
 /* ---- the leader lease ----------------------------------------------------- */
@@ -2645,7 +2706,7 @@ static void px_load_flight(px_loaded *L, const cJSON *e, const char *tenant, con
     *x = (px_run){.seq = seq ? seq : PX_SYNTH_ID + p->synth++, .pt = pt, .names = nm,
                   .key_hash = h, .submitted_ms = (int64_t)px_jnum(e, "at"),
                   .est = est ? est : 1, .state = PX_FLIGHT};
-    x->in_key = px_index_add(&p->by_key, x, true);
+    px_key_add(p, x);
     L->adopt[L->n++] = x;
 }
 

@@ -634,6 +634,49 @@ static void test_logs_in_both_formats(void **state)
     assert_int_equal(ot_check(logfmt), 0);
 }
 
+#define IDLE_TENANTS 50
+
+/* Tenants that had a run and hold nothing since are forgotten after the
+ * longer of the duplicate window and the run timeout (a second each here),
+ * unless listed: one run from each of many tenants does not cost memory
+ * for good. A forgotten tenant that comes back starts anew. */
+static void test_idle_tenants_forgotten(void **state)
+{
+    fixture *f = *state;
+    start_proxy(f, "idle",
+                "streams:\n  duplicate_window_ms: 1000\n"
+                "scheduler:\n  default_plan: free\n"
+                "window:\n  max_in_flight: 4\n  run_timeout_ms: 1000\n"
+                "plans:\n  - name: free\n    weight: 1\n"
+                "tenants:\n  - id: kept\n", 1);
+    start_worker(f, 1);
+    const char *h[] = {"Fair-Est-Tokens", EST, NULL};
+    for (int i = 0; i <= IDLE_TENANTS; i++) {
+        char tenant[16], body[64];
+        snprintf(tenant, sizeof tenant, i < IDLE_TENANTS ? "u%d" : "kept", i);
+        snprintf(body, sizeof body, "{\"run_id\":\"%s-0\"}", tenant);
+        assert_int_equal(pt_submit_async(&f->c, tenant, body, strlen(body), h), 0);
+    }
+    assert_int_equal(pt_submit_flush(&f->c), 0);
+    assert_int_equal(pt_worker_wait_completed(f->w, IDLE_TENANTS + 1, 20000), 0);
+    /* Only the listed one is left, in the proxy and in the scheduler. */
+    assert_true(poll_reply(f, "fair.admin.stats", "{\"limit\":0}", "\"tenants_total\":1,",
+                           15000) >= 0);
+    assert_true(poll_reply(f, "fair.admin.stats", "{\"limit\":0}", "\"tenants\":1,", 1000) >=
+                0);
+    char *r = ot_request(&f->c, "fair.admin.stats", "");
+    assert_non_null(r);
+    assert_non_null(strstr(r, "\"tenant\":\"kept\""));
+    assert_null(strstr(r, "\"tenant\":\"u7\""));
+    free(r);
+    /* u7 comes back: served, its counters from zero. */
+    const char again[] = "{\"run_id\":\"u7-1\"}";
+    assert_int_equal(pt_submit(&f->c, "u7", again, strlen(again), h), 0);
+    assert_int_equal(pt_worker_wait_completed(f->w, IDLE_TENANTS + 2, 20000), 0);
+    assert_true(poll_reply(f, "fair.admin.stats", "{\"tenant\":\"u7\"}",
+                           "\"dispatched_runs\":1,", 5000) >= 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -643,6 +686,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_overrides_admin_bucket_restart, setup, teardown),
         cmocka_unit_test_setup_teardown(test_overrides_survive_server_restart, setup, teardown),
         cmocka_unit_test_setup_teardown(test_logs_in_both_formats, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_idle_tenants_forgotten, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -520,6 +520,61 @@ static void test_lease_expiry_and_late_completion(void **state)
     fq_sched_destroy(s);
 }
 
+/* A tenant is forgotten only when it holds nothing: not while a run is
+ * queued, in flight, or expired and awaiting its late completion, nor while
+ * in debt. */
+static void test_tenant_remove_only_when_it_holds_nothing(void **state)
+{
+    (void)state;
+    fq_sched *s = mk(0, 0, 100);
+    fq_tenant *a = ten(s, "a", 1, 0, 0);
+    uint64_t id = enq(s, a, 400);
+    assert_int_equal(fq_sched_tenant_remove(s, a), FQ_EEXIST);     /* queued */
+    assert_non_null(fq_sched_dispatch(s, 0));
+    assert_int_equal(fq_sched_tenant_remove(s, a), FQ_EEXIST);     /* in flight */
+    assert_int_equal(fq_sched_expire(s, 100, NULL, NULL), 1);
+    assert_int_equal(info(a).in_flight, 0);
+    assert_int_equal(fq_sched_tenant_remove(s, a), FQ_EEXIST);     /* expired */
+    assert_int_equal(fq_sched_complete(NULL, s, id, 2000), FQ_OK);  /* late, over */
+    assert_true(info(a).deficit < 0);
+    assert_int_equal(fq_sched_tenant_remove(s, a), FQ_EEXIST);     /* in debt */
+
+    fq_tenant *b = ten(s, "b", 1, 0, 0);
+    id = enq(s, b, 400);
+    assert_non_null(fq_sched_dispatch(s, 200));
+    assert_int_equal(fq_sched_complete(NULL, s, id, 400), FQ_OK);
+    assert_int_equal(info(b).deficit, 0);      /* its credit dropped at idle */
+    fq_sched_stats st;
+    fq_sched_stats_get(s, &st);
+    assert_int_equal(st.tenants, 2);
+    assert_int_equal(fq_sched_tenant_remove(s, b), FQ_OK);
+    assert_null(fq_sched_find(s, "b", 1));
+    fq_sched_stats_get(s, &st);
+    assert_int_equal(st.tenants, 1);
+    /* The id comes back new. */
+    b = ten(s, "b", 1, 0, 0);
+    assert_int_equal(info(b).dispatched, 0);
+    id = enq(s, b, 400);
+    fq_run *r = fq_sched_dispatch(s, 300);
+    assert_int_equal(r->id, id);
+
+    /* An expired run evicted from memory no longer holds its tenant. */
+    fq_sched_opts o = {.quantum = Q, .max_est_tokens = 1000000, .run_timeout = 100,
+                       .max_expired = 1};
+    fq_sched *s2 = mk_opts(&o);
+    fq_tenant *c = ten(s2, "c", 1, 0, 0), *d = ten(s2, "d", 1, 0, 0);
+    enq(s2, c, 1000);
+    assert_non_null(fq_sched_dispatch(s2, 0));
+    assert_int_equal(fq_sched_expire(s2, 100, NULL, NULL), 1);
+    enq(s2, d, 1000);
+    assert_non_null(fq_sched_dispatch(s2, 100));
+    assert_int_equal(fq_sched_expire(s2, 200, NULL, NULL), 1);  /* c's record evicted */
+    assert_int_equal(fq_sched_tenant_remove(s2, c), FQ_OK);
+    assert_int_equal(fq_sched_tenant_remove(s2, d), FQ_EEXIST);
+    fq_sched_destroy(s2);
+    fq_sched_destroy(s);
+}
+
 static void test_expired_records_are_bounded(void **state)
 {
     (void)state;
@@ -1205,6 +1260,7 @@ int main(void)
         cmocka_unit_test(test_policy_change_keeps_place_and_runs),
         cmocka_unit_test(test_requeue_returns_run_to_head),
         cmocka_unit_test(test_cancel_refunds_and_uncounts),
+        cmocka_unit_test(test_tenant_remove_only_when_it_holds_nothing),
         cmocka_unit_test(test_tokens_ahead_bound),
         cmocka_unit_test(test_invalid_arguments),
         cmocka_unit_test(test_weight_raise_while_waiting_is_not_retroactive),
