@@ -337,8 +337,21 @@ static void test_completion_of_queued_run(void **state)
     assert_int_equal(pt_submit(&f->c, "p", q0, strlen(q0), NULL), 0);
     assert_int_equal(pt_submit(&f->c, "p", q1, strlen(q1), NULL), 0);
     pf_wait_msgs(f, "FAIR_DISPATCH", 1);
+    /* r-1 must be held: a completion for a run fairq has not fetched yet
+     * is one for a run it does not know. */
+    long long end = nt_now_ms() + 10000;
+    long queued = 0;
+    while (queued != 1 && nt_now_ms() < end) {
+        cJSON *j = pf_stats(f, "{\"tenant\":\"p\"}", NULL);
+        queued = pf_num(cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(j, "tenants"), 0),
+                        "queued_runs");
+        cJSON_Delete(j);
+        if (queued != 1)
+            nt_sleep_ms(20);
+    }
+    assert_int_equal(queued, 1);
     pf_publish(f, "fair.done.p",
-                 "{\"run_id\":\"r-1\",\"actual_tokens\":50,\"status\":\"ok\",\"est_tokens\":40}");
+               "{\"run_id\":\"r-1\",\"actual_tokens\":50,\"status\":\"ok\",\"est_tokens\":40}");
     pf_wait_msgs(f, "FAIR_REJECTED", 1);
     pt_msg *r = NULL;
     size_t nr = 0;
