@@ -158,13 +158,15 @@ static int setup_lost(void **state)
     return pf_setup(state, yaml_lost, &wo);
 }
 
-/* The stats of tenant t, its number key. */
+/* The stats of tenant t, its number key; -1 while the proxy does not know t
+ * (it may not have fetched its first run yet). */
 static long tenant_num(pf_fixture *f, const char *t, const char *key)
 {
     char req[96];
     snprintf(req, sizeof req, "{\"tenant\":\"%s\"}", t);
     cJSON *j = pf_stats(f, req, NULL);
-    long v = pf_num(cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(j, "tenants"), 0), key);
+    const cJSON *row = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(j, "tenants"), 0);
+    long v = row ? pf_num(row, key) : -1;
     cJSON_Delete(j);
     return v;
 }
