@@ -247,12 +247,18 @@ static void test_bad_submits(void **state)
 static void test_max_pending(void **state)
 {
     pf_fixture *f = *state;
-    /* p's plan: one in flight, three queued; the worker holds its run. */
+    /* p's plan: one in flight, three queued; the worker holds its run.
+     * p-0 is submitted alone and awaited at the worker: were it still
+     * queued when the others arrive, five would be refused, not four. */
     pt_worker_hold(f->w, true);
     for (int i = 0; i < 8; i++) {
         char b[32];
         snprintf(b, sizeof b, "{\"run_id\":\"p-%d\"}", i);
         assert_int_equal(pt_submit(&f->c, "p", b, strlen(b), NULL), 0);
+        for (long long end = nt_now_ms() + 10000; i == 0 && pt_worker_received(f->w) < 1;) {
+            assert_true(nt_now_ms() < end);
+            nt_sleep_ms(5);
+        }
     }
     pf_wait_msgs(f, "FAIR_REJECTED", 4);
     pt_msg *r = NULL;
