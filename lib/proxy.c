@@ -787,8 +787,7 @@ static void px_on_kv(fq_proxy *p, fq_nio_kv_entry *e)
     if (e->epoch > p->kv_epoch)
         p->kv_epoch = e->epoch;
     if (!fq_tenant_id_valid(e->key, strlen(e->key)))
-        snprintf(err, sizeof err, "the key is not a tenant id (1 to %d of [A-Za-z0-9_-])",
-                 FQ_TENANT_MAX);
+        snprintf(err, sizeof err, "the key is not a tenant id (" FQ_TENANT_RULE ")");
     else if (!(o = px_ovr_get(p, e->key)))
         snprintf(err, sizeof err, "out of memory");
     /* Within a watch revisions only grow: an older or equal one is the echo
@@ -1173,7 +1172,7 @@ static void px_on_submit(fq_proxy *p, fq_nio_event *ev)
         p->c.invalid_subject++;
         px_count_refusal(p, NULL, NULL, FQ_EINVAL);
         px_refuse(p, m, NULL, FQ_EINVAL,
-                  "the subject's last token is not a tenant id (1 to 64 of [A-Za-z0-9_-])", tok);
+                  "the subject's last token is not a tenant id (" FQ_TENANT_RULE ")", tok);
         fq_nio_msg_drop(p->nio, m);
         return;
     }

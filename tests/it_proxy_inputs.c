@@ -94,8 +94,10 @@ static const tcase cases[] = {
     {"a", "{\"h\":3}", "Fair-Run-Id", RUN_ID_128 "y", "invalid", "a", "Fair-Run-Id"},
     {"a", "{\"h\":4}", "Fair-Workflow", WORKFLOW_64 "y", "invalid", "a", "Fair-Workflow"},
     /* fairq's reserved names are no tenant's. */
-    {"=fair.submit._invalid", "{\"t\":4}", NULL, NULL, "invalid", "_invalid", "tenant"},
-    {"=fair.submit._other", "{\"t\":5}", NULL, NULL, "invalid", "_invalid", "tenant"},
+    {"=fair.submit._invalid", "{\"t\":4}", NULL, NULL, "invalid", "_invalid",
+     "other than _invalid and _other"},
+    {"=fair.submit._other", "{\"t\":5}", NULL, NULL, "invalid", "_invalid",
+     "other than _invalid and _other"},
 };
 #define NCASES (sizeof cases / sizeof cases[0])
 
