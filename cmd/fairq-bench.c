@@ -1,4 +1,5 @@
-/* fairq-bench -- nanoseconds and list visits per dispatch: fairq's DRR against the card's listing.
+/* fairq-bench -- nanoseconds and list visits per dispatch: fairq's DRR against the card's listing;
+ * with --msg, nanoseconds per parse of the proxy's message bodies, cJSON's arena on and off.
  *
  * Each operation is one enqueue, one dispatch and one completion, with every
  * tenant kept backlogged. Costs are ratio x quantum, or drawn from 0.1 to 50
@@ -12,6 +13,7 @@
 
 #include "cardrr.h"
 #include "drr.h"
+#include "msg.h"
 
 #define QUANTUM 1000
 #define MIXED (-1.0)
@@ -158,18 +160,88 @@ static void bench_case(const char *impl, uint32_t n, double ratio, uint64_t ops,
     fflush(stdout);
 }
 
+/* Bodies the proxy parses per run. A producer's submit of about 512 bytes
+ * with the contract's fields and some of its own; the load generator's
+ * (cmd/fairq-load: a run id and padding to 512 bytes), which the end-to-end
+ * benchmark sends; a worker's completion as fq_completion_format writes it. */
+static const char msg_submit[] =
+    "{\"run_id\":\"run-20261203-0000042\",\"workflow\":\"summarize\",\"est_tokens\":1800,"
+    "\"tenant\":\"acme\",\"priority\":3,\"model\":\"large-2\",\"temperature\":0.2,"
+    "\"max_tokens\":1024,\"stream\":false,\"tags\":[\"nightly\",\"eu-west\",\"batch\"],"
+    "\"input\":{\"document_id\":\"doc-77f3a2\",\"language\":\"en\",\"pages\":12,"
+    "\"prompt\":\"Summarize the attached quarterly report in five bullet points, "
+    "keeping every figure it gives for revenue, costs and headcount, "
+    "and which changed most.\"},"
+    "\"callback\":{\"subject\":\"app.results.acme\",\"correlation\":\"c-9a1b2c3d\"},"
+    "\"submitted_by\":\"scheduler@acme\",\"attempt\":1}";
+static const char msg_done[] =
+    "{\"run_id\":\"run-20261203-0000042\",\"actual_tokens\":1734,\"status\":\"ok\","
+    "\"est_tokens\":1800,\"workflow\":\"summarize\"}";
+
+typedef enum { MSG_SUBMIT, MSG_DONE } msg_kind;
+
+/* ns per parse of body[0..len) over n parses. */
+static double run_msg(msg_kind kind, const char *body, size_t len, uint64_t n)
+{
+    char err[256];
+    fq_submit sub;
+    fq_completion c;
+    fq_status st = FQ_OK;
+    double t0 = now_ns();
+    for (uint64_t i = 0; i < n && st == FQ_OK; i++)
+        st = kind == MSG_SUBMIT ? fq_submit_parse(&sub, "acme", body, len, NULL, 100000, err, sizeof err)
+                                : fq_completion_parse(&c, body, len, 100000, err, sizeof err);
+    double t1 = now_ns();
+    if (st != FQ_OK || (kind == MSG_SUBMIT && sub.opaque))
+        die("a benchmark body does not parse");
+    return (t1 - t0) / (double)n;
+}
+
+/* One body, arena off and on alternating, the median of repeat runs each. */
+static void bench_msg(const char *name, msg_kind kind, const char *body, uint64_t n, int repeat)
+{
+    double ns[2][16];
+    size_t len = strlen(body);
+    run_msg(kind, body, len, n / 10);     /* warm up */
+    for (int i = 0; i < repeat; i++)
+        for (int on = 0; on < 2; on++) {
+            fq_msg_set_arena(on);
+            ns[on][i] = run_msg(kind, body, len, n);
+        }
+    fq_msg_set_arena(true);
+    for (int on = 0; on < 2; on++)
+        qsort(ns[on], (size_t)repeat, sizeof(ns[on][0]), cmp_double);
+    double off = ns[0][repeat / 2], on = ns[1][repeat / 2];
+    printf("msg=%s bytes=%zu ns_per_parse_malloc=%.1f ns_per_parse_arena=%.1f arena/malloc=%.2f\n",
+           name, len, off, on, on / off);
+    fflush(stdout);
+}
+
+static void bench_msgs(uint64_t n, int repeat)
+{
+    char pad[513];
+    int k = snprintf(pad, sizeof pad, "{\"run_id\":\"run-20261203-0000042\",\"pad\":\"");
+    memset(pad + k, 'x', sizeof pad - 3 - (size_t)k);
+    memcpy(pad + sizeof pad - 3, "\"}", 3);
+    bench_msg("submit", MSG_SUBMIT, msg_submit, n, repeat);
+    bench_msg("submit_padded", MSG_SUBMIT, pad, n, repeat);
+    bench_msg("completion", MSG_DONE, msg_done, n, repeat);
+}
+
 static void usage(void)
 {
-    puts("usage: fairq-bench [--repeat N] [--ops N] [--quick]\n"
+    puts("usage: fairq-bench [--repeat N] [--ops N] [--quick] [--msg]\n"
          "  Prints one line per case: impl, tenants, ratio (run cost / quantum),\n"
          "  median ns per dispatch (enqueue + dispatch + complete) and list visits\n"
          "  per dispatch, for fairq's DRR and the design card's listing (card).\n"
-         "  --quick runs 10 and 1,000 tenants only, for a smoke test.");
+         "  --quick runs 10 and 1,000 tenants only, for a smoke test.\n"
+         "  --msg instead times the proxy's parse of a submit body and a completion\n"
+         "  (--ops parses per run), with cJSON's memory from malloc and from the arena.");
 }
 
 int main(int argc, char **argv)
 {
-    int repeat = 3, quick = 0;
+    int repeat = 3, quick = 0, msg = 0;
     uint64_t ops = 1000000;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--repeat") == 0 && i + 1 < argc)
@@ -178,6 +250,8 @@ int main(int argc, char **argv)
             ops = strtoull(argv[++i], NULL, 10);
         else if (strcmp(argv[i], "--quick") == 0)
             quick = 1;
+        else if (strcmp(argv[i], "--msg") == 0)
+            msg = 1;
         else {
             usage();
             return strcmp(argv[i], "--help") == 0 ? 0 : 2;
@@ -186,6 +260,10 @@ int main(int argc, char **argv)
     if (repeat < 1 || repeat > 15 || ops < 10) {
         fprintf(stderr, "fairq-bench: --repeat is 1..15 and --ops at least 10\n");
         return 2;
+    }
+    if (msg) {
+        bench_msgs(ops, repeat);
+        return 0;
     }
     const uint32_t tenants[] = {10, 1000, 10000, 100000};
     const double ratios[] = {0.1, 1, 50, MIXED};

@@ -22,6 +22,17 @@
  *
  * - Error sentences go into the Fair-Error header, so they never quote a
  *   client's string, only its length or an offending byte in hex.
+ *
+ * - cJSON allocates every value and every key and frees each again, and the
+ *   proxy parses each submit and each completion: malloc was a large part of
+ *   its cost (docs/perf.md). So cJSON's hooks, installed once before main,
+ *   take memory from a thread-local bump arena, but only between the start
+ *   of a parse here and the deletion of its tree (fq_msg_object ...
+ *   fq_msg_release), on the thread doing it; a tree never outlives that, and
+ *   never leaves the thread. Anywhere else (other cJSON users in the process
+ *   keep trees as long as they like) the hooks are malloc and free. Past the
+ *   arena's end a parse falls back to malloc; the free hook ignores arena
+ *   pointers and frees the rest.
  */
 #include "msg.h"
 
@@ -29,9 +40,107 @@
 #include <inttypes.h>
 #include <math.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#if defined(__SANITIZE_ADDRESS__)
+#define FQ_MSG_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define FQ_MSG_ASAN 1
+#endif
+#endif
+#ifdef FQ_MSG_ASAN
+#include <sanitizer/asan_interface.h>
+/* The arena is poisoned except for the blocks handed out during a parse, so
+ * AddressSanitizer still sees an overrun of one and a use after the parse. */
+#define FQ_ARENA_POISON(p, n) ASAN_POISON_MEMORY_REGION(p, n)
+#define FQ_ARENA_UNPOISON(p, n) ASAN_UNPOISON_MEMORY_REGION(p, n)
+#else
+#define FQ_ARENA_POISON(p, n) ((void)(p), (void)(n))
+#define FQ_ARENA_UNPOISON(p, n) ((void)(p), (void)(n))
+#endif
+
+/* 8 KiB holds the tree of a body of about 3 KB of short fields (a cJSON
+ * value is 64 bytes, each key and string its length rounded up to 16). */
+#define FQ_ARENA_SIZE 8192
+#define FQ_ARENA_ALIGN 16
+
+typedef struct fq_arena {
+    _Alignas(FQ_ARENA_ALIGN) unsigned char buf[FQ_ARENA_SIZE];
+    size_t used;
+    bool active;        /* inside fq_msg_object ... fq_msg_release */
+} fq_arena;
+
+static _Thread_local fq_arena fq_msg_arena;
+static bool fq_msg_arena_on = true;
+
+static void *fq_arena_malloc(size_t n)
+{
+    fq_arena *a = &fq_msg_arena;
+
+    if (a->active) {
+        size_t need = n ? (n + FQ_ARENA_ALIGN - 1) & ~(size_t)(FQ_ARENA_ALIGN - 1)
+                        : FQ_ARENA_ALIGN;
+        if (n <= FQ_ARENA_SIZE && need <= FQ_ARENA_SIZE - a->used) {
+            void *p = a->buf + a->used;
+            a->used += need;
+            FQ_ARENA_UNPOISON(p, n);
+            return p;
+        }
+    }
+    return malloc(n);
+}
+
+/* A pointer into this thread's arena is released with the whole arena; it
+ * cannot be another thread's, since trees in an arena never leave the parse
+ * that made them. Addresses are compared as integers: the pointer may belong
+ * to another object altogether. */
+static void fq_arena_free(void *p)
+{
+    uintptr_t u = (uintptr_t)p, b = (uintptr_t)fq_msg_arena.buf;
+
+    if (u - b >= FQ_ARENA_SIZE)
+        free(p);
+}
+
+/* Before main and any thread: cJSON_InitHooks writes a global that every
+ * cJSON call reads. */
+__attribute__((constructor))
+static void fq_msg_hooks(void)
+{
+    cJSON_Hooks h = {.malloc_fn = fq_arena_malloc, .free_fn = fq_arena_free};
+
+    cJSON_InitHooks(&h);
+}
+
+void fq_msg_set_arena(bool on)
+{
+    fq_msg_arena_on = on;
+}
+
+/* The start of a parse: cJSON allocates from the arena, empty, from now on. */
+static void fq_msg_acquire(void)
+{
+    fq_arena *a = &fq_msg_arena;
+
+    a->used = 0;
+    a->active = fq_msg_arena_on;
+    FQ_ARENA_POISON(a->buf, FQ_ARENA_SIZE);
+}
+
+/* The end of a parse: delete its tree (NULL is fine), then leave the arena. */
+static void fq_msg_release(cJSON *root)
+{
+    fq_arena *a = &fq_msg_arena;
+
+    cJSON_Delete(root);
+    a->active = false;
+    a->used = 0;
+    FQ_ARENA_POISON(a->buf, FQ_ARENA_SIZE);
+}
 
 static const char *const fq_done_names[] = {
     [FQ_DONE_OK] = "ok",
@@ -87,6 +196,25 @@ static bool fq_json_space(unsigned char c)
     return c == ' ' || c == '\t' || c == '\n' || c == '\r';
 }
 
+/* Whether none of the 8 bytes at p is one a string's scan must look at: a
+ * control character, a quote, a backslash or a byte of a multibyte UTF-8
+ * sequence. The bytes of strings are most of a body and were most of the
+ * scan's time; this takes them 8 at a time. (w - 0x01..*n) & ~w & 0x80..
+ * is nonzero if a byte of w is below n (n <= 0x80): the lowest such byte
+ * wraps to a value with its top bit set, with no borrow from below it. A
+ * false alarm would only send the bytes to the byte-wise path. */
+static bool fq_msg_plain8(const unsigned char *p)
+{
+    const uint64_t ones = 0x0101010101010101ULL, high = 0x8080808080808080ULL;
+    uint64_t v, q, b;
+
+    memcpy(&v, p, 8);
+    q = v ^ (ones * '"');       /* a zero byte where v has a quote */
+    b = v ^ (ones * '\\');      /* a zero byte where v has a backslash */
+    return ((((v - ones * 0x20) & ~v) | ((q - ones) & ~q) | ((b - ones) & ~b) | v)
+            & high) == 0;
+}
+
 /* Check what cJSON does not in p[0..n): UTF-8 and control characters; note
  * in *nul_top a \u0000 escape in a string of the top-level object. Returns
  * NULL if the text may be JSON, else why it is not. */
@@ -99,6 +227,10 @@ static const char *fq_msg_scan(const unsigned char *p, size_t n, bool *nul_top)
     for (size_t i = 0; i < n;) {
         unsigned char c = p[i];
 
+        if (in_str && n - i >= 8 && fq_msg_plain8(p + i)) {
+            i += 8;
+            continue;
+        }
         if (c >= 0x80) {
             size_t k = fq_utf8_len(p + i, n - i);
             if (!k)
@@ -126,8 +258,9 @@ static const char *fq_msg_scan(const unsigned char *p, size_t n, bool *nul_top)
 }
 
 /* Parse body[0..len) if it is strictly a JSON object. Returns the object (the
- * caller deletes it) and whether the scan saw a top-level \u0000, or NULL
- * with the reason in *why. */
+ * caller reads it on this thread, then hands it to fq_msg_release, even if it
+ * is NULL) and whether the scan saw a top-level \u0000, or NULL with the
+ * reason in *why. */
 static cJSON *fq_msg_object(const void *body, size_t len, bool *nul_top,
                             const char **why)
 {
@@ -150,15 +283,16 @@ static cJSON *fq_msg_object(const void *body, size_t len, bool *nul_top,
     }
     if ((*why = fq_msg_scan(p + i, len - i, &nul)))
         return NULL;
+    fq_msg_acquire();
     root = cJSON_ParseWithLengthOpts((const char *)p + i, len - i, &end, 0);
     if (!root || !cJSON_IsObject(root)) {
-        cJSON_Delete(root);
+        fq_msg_release(root);
         *why = "it is not valid JSON";
         return NULL;
     }
     for (i = (size_t)((const unsigned char *)end - p); i < len; i++) {
         if (!fq_json_space(p[i])) {
-            cJSON_Delete(root);
+            fq_msg_release(root);
             *why = "data follows the JSON object";
             return NULL;
         }
@@ -179,7 +313,8 @@ static fq_status fq_msg_members(const cJSON **items, const char *const *names,
         items[k] = NULL;
     for (const cJSON *c = obj->child; c; c = c->next) {
         for (size_t k = 0; k < n; k++) {
-            if (strcmp(c->string, names[k]) != 0)
+            /* most members are none of names: their first byte says so */
+            if (c->string[0] != names[k][0] || strcmp(c->string, names[k]) != 0)
                 continue;
             if (seen[k])
                 return fq_msg_fail(err, errlen, "%s: given twice in the body", names[k]);
@@ -339,7 +474,7 @@ fq_status fq_submit_parse(fq_submit *out, const char *tenant, const void *body,
                          "escape, which fairq cannot read faithfully");
     else if (root)
         st = fq_submit_body(out, root, tenant, max_est, err, errlen);
-    cJSON_Delete(root);
+    fq_msg_release(root);
     /* The body is read first so that a valid header overwrites its value. */
     if (st == FQ_OK && h)
         st = fq_submit_hdrs(out, h, max_est, err, errlen);
@@ -402,7 +537,7 @@ fq_status fq_completion_parse(fq_completion *out, const void *body, size_t len,
                          "\\u0000 escape, which fairq cannot read faithfully");
     else
         st = fq_completion_fields(out, root, max_est, err, errlen);
-    cJSON_Delete(root);
+    fq_msg_release(root);
     if (st != FQ_OK)
         memset(out, 0, sizeof *out);
     return st;
@@ -529,7 +664,7 @@ fq_status fq_override_patch_parse(fq_override_patch *out, const void *body, size
                          "string, which fairq cannot read faithfully");
     else
         st = fq_override_fields(out, root, kind, max_weight, err, errlen);
-    cJSON_Delete(root);
+    fq_msg_release(root);
     if (st != FQ_OK)
         memset(out, 0, sizeof *out);
     return st;

@@ -18,6 +18,13 @@
 #define FQ_HDR_ERROR "Fair-Error"
 #define FQ_HDR_SUBJECT "Fair-Subject"
 
+/* Whether parses here take cJSON's memory from a per-thread arena (the
+ * default) or from malloc, the same outcome either way; for benchmarks, set
+ * while no other thread parses. Linking this module installs cJSON hooks
+ * before main (cJSON_InitHooks): outside this module's parses they are
+ * malloc and free, so a program must not install hooks of its own. */
+void fq_msg_set_arena(bool on);
+
 /* Run ids and workflow names travel in NATS headers, logs and JSON, so they
  * are 1 to max bytes of printable ASCII without spaces (0x21 to 0x7e): no
  * control characters (a CR or LF would split a header), no leading or

@@ -247,6 +247,117 @@ static void test_submit_megabyte_bodies(void **state)
     free(blob);
 }
 
+/* The scan takes the plain bytes of a string 8 at a time: a byte it must
+ * look at is found in every position of a word and in the tail after the
+ * last whole word, and the scan goes on in the right state after it (the
+ * tab after the string is allowed only outside one). */
+static void test_submit_scan_every_position(void **state)
+{
+    static const struct {
+        const char *ins;    /* put into a string of the top-level object */
+        int outcome;        /* 0: read (run_id follows), 1: opaque, 2: refused */
+    } cases[] = {
+        {"\x01", 1}, {"\x1f", 1}, {"\t", 1}, {"\"", 1}, {"\xff", 1}, {"\xc3", 1},
+        {"\xed\xa0\x80", 1},            /* a surrogate */
+        {"\x7f", 0}, {" ", 0}, {"\\n", 0}, {"\\\"", 0}, {"\\\\", 0}, {"\\u00e9", 0},
+        {"\xc3\xa9", 0}, {"\xf0\x9f\x98\x80", 0}, {"{[}]", 0},
+        {"\\u0000", 2},
+    };
+    char body[128], err[256];
+    fq_submit s;
+
+    (void)state;
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        for (size_t at = 0; at <= 17; at++) {
+            int n = snprintf(body, sizeof body, "{\"pad\":\"%.*s%s%.*s\",\t\"run_id\":\"r1\"}",
+                             (int)at, "xxxxxxxxxxxxxxxxxxxxxxxx", cases[c].ins,
+                             (int)(17 - at), "yyyyyyyyyyyyyyyyyyyyyyyy");
+            fq_status st = submit_n(&s, body, (size_t)n, NULL, err);
+
+            if (cases[c].outcome == 2) {
+                assert_refused(st, err, "u0000");
+                continue;
+            }
+            assert_int_equal(st, FQ_OK);
+            assert_int_equal(s.opaque, cases[c].outcome == 1);
+            assert_string_equal(s.run_id, cases[c].outcome == 1 ? "" : "r1");
+        }
+    }
+}
+
+/* cJSON's memory comes from a per-thread arena during a parse, from malloc
+ * without it: the outcome is the same for every kind of body, including
+ * one whose tree is larger than the arena (the rest from malloc, freed:
+ * LeakSanitizer would see it otherwise). */
+static void test_arena_same_outcome(void **state)
+{
+    static const char *const bodies[] = {
+        "{\"run_id\":\"r-1\",\"workflow\":\"w\",\"est_tokens\":12,\"x\":{\"y\":[1,2,null]}}",
+        "{\"run_id\":\"r-1\",\"est_tokens\":0}",
+        "{\"run_id\":\"r-1\",\"run_id\":\"r-2\"}",
+        "{\"run_id\":\"r-1\"} x",
+        "{\"run_id\":\"r-1\",",
+        "[1,2]",
+        "",
+        "{\"run_id\":\"r-1\",\"actual_tokens\":5,\"status\":\"ok\"}",
+    };
+    size_t big_len = 64 * 1024;
+    char *big = malloc(big_len + 64), err[2][256];
+    fq_completion done[2];
+    size_t n = 0;
+
+    (void)state;
+    assert_non_null(big);
+    /* 2,000 members: a tree of about 200 KB, past any arena */
+    n += (size_t)sprintf(big, "{");
+    for (int i = 0; i < 2000; i++)
+        n += (size_t)sprintf(big + n, "\"k%d\":[%d,\"v\"],", i, i);
+    n += (size_t)sprintf(big + n, "\"run_id\":\"late\",\"actual_tokens\":7,\"status\":\"error\"}");
+    assert_true(n < big_len);
+
+    for (size_t b = 0; b <= sizeof bodies / sizeof bodies[0]; b++) {
+        const char *body = b < sizeof bodies / sizeof bodies[0] ? bodies[b] : big;
+        size_t len = body == big ? n : strlen(body);
+        fq_submit sub[2];
+        fq_status st[2], dst[2];
+
+        for (int on = 0; on < 2; on++) {
+            fq_msg_set_arena(on);
+            memset(err[on], 0, sizeof err[on]);
+            st[on] = submit_n(&sub[on], body, len, NULL, err[on]);
+            dst[on] = completion_n(&done[on], body, len, err[on] + 128);
+        }
+        fq_msg_set_arena(true);
+        assert_int_equal(st[0], st[1]);
+        assert_int_equal(dst[0], dst[1]);
+        assert_memory_equal(&sub[0], &sub[1], sizeof sub[0]);
+        assert_memory_equal(&done[0], &done[1], sizeof done[0]);
+        assert_memory_equal(err[0], err[1], sizeof err[0]);
+    }
+    assert_string_equal(done[0].run_id, "late");     /* the last body was read */
+    free(big);
+}
+
+/* Other cJSON users in the process keep their trees as long as they like: a
+ * tree parsed outside this module is untouched by the parses here (were it
+ * in the arena, the next parse would write over it, and AddressSanitizer
+ * would see it read after its parse). */
+static void test_arena_leaves_other_trees(void **state)
+{
+    cJSON *kept = cJSON_Parse("{\"name\":\"kept\",\"list\":[1,2,3]}");
+    fq_submit s;
+    char err[256];
+
+    (void)state;
+    assert_non_null(kept);
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(submit(&s, "{\"run_id\":\"overwrite-me\",\"pad\":\"zzzzzzzzzzzz\"}",
+                                err), FQ_OK);
+    assert_string_equal(cJSON_GetObjectItemCaseSensitive(kept, "name")->valuestring, "kept");
+    assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(kept, "list")), 3);
+    cJSON_Delete(kept);
+}
+
 static void test_submit_length_is_respected(void **state)
 {
     const char *full = "{\"run_id\":\"r\",\"est_tokens\":12}";
@@ -997,6 +1108,9 @@ int main(void)
         cmocka_unit_test(test_submit_invalid_utf8_is_opaque),
         cmocka_unit_test(test_submit_megabyte_bodies),
         cmocka_unit_test(test_submit_length_is_respected),
+        cmocka_unit_test(test_submit_scan_every_position),
+        cmocka_unit_test(test_arena_same_outcome),
+        cmocka_unit_test(test_arena_leaves_other_trees),
         cmocka_unit_test(test_submit_wrong_types),
         cmocka_unit_test(test_submit_est_tokens_out_of_range),
         cmocka_unit_test(test_submit_bad_names),
