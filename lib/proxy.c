@@ -22,6 +22,7 @@
 #include "msg.h"
 #include "natsio.h"
 #include "policy.h"
+#include "strmap.h"
 
 /*
  * Principles
@@ -117,7 +118,7 @@ typedef struct px_tenant {
     uint64_t idle_since;            /* monotonic ms a sweep first found it forgettable; 0: not */
     uint64_t idle_dispatched;       /* its dispatches then: one since makes it busy */
     fq_hist wait;                   /* submit (stream time) to dispatch */
-    struct px_tenant *next;         /* hash chain */
+    fq_strmap_node node;            /* in the tenant table, keyed by id */
     struct px_tenant *later;        /* creation order, for metrics */
 } px_tenant;
 
@@ -195,7 +196,7 @@ typedef struct px_ovr {
     fq_tenant_entry e;          /* the fields in force; all unset: none */
     uint64_t rev;               /* bucket revision last seen; 0: the key has none */
     uint64_t epoch;             /* the watch epoch that last delivered it */
-    struct px_ovr *next;        /* hash chain */
+    fq_strmap_node node;        /* in the overrides table, keyed by e.id */
 } px_ovr;
 
 struct fq_proxy {
@@ -211,8 +212,7 @@ struct fq_proxy {
     int64_t max_payload;
     uint64_t hash_key[2];       /* px_hash's key, drawn at create */
 
-    px_tenant **tb;             /* tenants by id */
-    size_t tnb, tn;
+    fq_strmap *tenants;         /* px_tenant by id */
     px_tenant *t_first, *t_last; /* in creation order */
     px_index by_seq, by_key;
     px_doneset done;
@@ -252,8 +252,7 @@ struct fq_proxy {
 
     fq_proxy_ops ops;           /* the loader; bucket and threshold below */
     atomic_bool reload_asked;   /* set by fq_proxy_reload (a signal handler) */
-    px_ovr **ob;                /* overrides by tenant id */
-    size_t onb, on;
+    fq_strmap *overrides;       /* px_ovr by tenant id */
     uint64_t kv_epoch;          /* the newest watch epoch seen */
     bool kv_synced;             /* the bucket has been read whole once */
 
@@ -557,20 +556,19 @@ static const px_done_ent *px_done_find(const px_doneset *d, uint64_t h)
 
 /* ---- tenants ----------------------------------------------------------- */
 
-/* The chain of id[0..len) in a table of nb (a power of two) chains. */
-static size_t px_id_slot(const fq_proxy *p, const char *id, size_t len, size_t nb)
+static px_tenant *px_tenant_of(fq_strmap_node *n)
 {
-    return (size_t)(px_hash(p, id, len, "", 0) >> 20) & (nb - 1);
+    return n ? FQ_STRMAP_ENTRY(n, px_tenant, node) : NULL;
+}
+
+static void px_tenant_release(fq_strmap_node *n)
+{
+    free(px_tenant_of(n));
 }
 
 static px_tenant *px_tenant_find(fq_proxy *p, const char *id, size_t len)
 {
-    if (!p->tnb)
-        return NULL;
-    for (px_tenant *t = p->tb[px_id_slot(p, id, len, p->tnb)]; t; t = t->next)
-        if (strncmp(t->id, id, len) == 0 && t->id[len] == '\0')
-            return t;
-    return NULL;
+    return px_tenant_of(fq_strmap_find(p->tenants, id, len));
 }
 
 /* The tenant named id[0..len), created with its policy when new.
@@ -588,23 +586,8 @@ static fq_status px_tenant_get(px_tenant **out, fq_proxy *p, const char *id, siz
     fq_status s = fq_policy_resolve(&pr, p->policy, name);
     if (s != FQ_OK)
         return s;
-    if (p->tn >= p->tnb) {
-        size_t nb = p->tnb ? p->tnb * 2 : 256;
-        px_tenant **b = calloc(nb, sizeof *b);
-        if (!b)
-            return FQ_ENOMEM;
-        for (size_t i = 0; i < p->tnb; i++) {
-            for (px_tenant *t = p->tb[i], *nx; t; t = nx) {
-                nx = t->next;
-                size_t j = px_id_slot(p, t->id, strlen(t->id), nb);
-                t->next = b[j];
-                b[j] = t;
-            }
-        }
-        free(p->tb);
-        p->tb = b;
-        p->tnb = nb;
-    }
+    if (fq_strmap_reserve(p->tenants) != FQ_OK)
+        return FQ_ENOMEM;
     px_tenant *t = calloc(1, sizeof *t);
     if (!t)
         return FQ_ENOMEM;
@@ -621,10 +604,7 @@ static fq_status px_tenant_get(px_tenant **out, fq_proxy *p, const char *id, siz
     else
         p->t_first = t;
     p->t_last = t;
-    size_t j = px_id_slot(p, id, len, p->tnb);
-    t->next = p->tb[j];
-    p->tb[j] = t;
-    p->tn++;
+    fq_strmap_insert(p->tenants, &t->node, len);
     *out = t;
     return FQ_OK;
 }
@@ -650,14 +630,26 @@ static const char *const px_source_name[] = {
     [FQ_SRC_DEFAULT] = "default", [FQ_SRC_CONFIG] = "config", [FQ_SRC_OVERRIDE] = "override",
 };
 
+static px_ovr *px_ovr_of(fq_strmap_node *n)
+{
+    return n ? FQ_STRMAP_ENTRY(n, px_ovr, node) : NULL;
+}
+
+static void px_ovr_release(fq_strmap_node *n)
+{
+    free(px_ovr_of(n));
+}
+
+/* Every override record, in no particular order: for (o = px_ovr_next(p,
+ * NULL); o; o = px_ovr_next(p, o)). The table must not change meanwhile. */
+static px_ovr *px_ovr_next(const fq_proxy *p, const px_ovr *o)
+{
+    return px_ovr_of(o ? fq_strmap_next(p->overrides, &o->node) : fq_strmap_first(p->overrides));
+}
+
 static px_ovr *px_ovr_find(fq_proxy *p, const char *id)
 {
-    if (!p->onb)
-        return NULL;
-    for (px_ovr *o = p->ob[px_id_slot(p, id, strlen(id), p->onb)]; o; o = o->next)
-        if (strcmp(o->e.id, id) == 0)
-            return o;
-    return NULL;
+    return px_ovr_of(fq_strmap_find(p->overrides, id, strlen(id)));
 }
 
 /* The override record of tenant id (a valid id), created empty when new;
@@ -667,30 +659,10 @@ static px_ovr *px_ovr_get(fq_proxy *p, const char *id)
     px_ovr *o = px_ovr_find(p, id);
     if (o)
         return o;
-    if (p->on >= p->onb) {
-        size_t nb = p->onb ? p->onb * 2 : 64;
-        px_ovr **b = calloc(nb, sizeof *b);
-        if (!b)
-            return NULL;
-        for (size_t i = 0; i < p->onb; i++) {
-            for (px_ovr *x = p->ob[i], *nx; x; x = nx) {
-                nx = x->next;
-                size_t j = px_id_slot(p, x->e.id, strlen(x->e.id), nb);
-                x->next = b[j];
-                b[j] = x;
-            }
-        }
-        free(p->ob);
-        p->ob = b;
-        p->onb = nb;
-    }
-    if (!(o = calloc(1, sizeof *o)))
+    if (fq_strmap_reserve(p->overrides) != FQ_OK || !(o = calloc(1, sizeof *o)))
         return NULL;
     snprintf(o->e.id, sizeof o->e.id, "%s", id);
-    size_t j = px_id_slot(p, id, strlen(id), p->onb);
-    o->next = p->ob[j];
-    p->ob[j] = o;
-    p->on++;
+    fq_strmap_insert(p->overrides, &o->node, strlen(o->e.id));
     return o;
 }
 
@@ -827,18 +799,16 @@ static void px_on_kv(fq_proxy *p, fq_nio_kv_entry *e)
  * vanished from the bucket (purged while we were cut off). */
 static void px_on_kv_synced(fq_proxy *p, uint64_t epoch)
 {
-    for (size_t i = 0; i < p->onb; i++) {
-        for (px_ovr *o = p->ob[i]; o; o = o->next) {
-            if (o->epoch >= epoch)
-                continue;
-            o->rev = 0;
-            o->epoch = epoch;
-            fq_tenant_entry none = {0};
-            memcpy(none.id, o->e.id, sizeof none.id);
-            char err[128];
-            if (!px_entry_empty(&o->e) && px_ovr_apply(p, o, &none, err, sizeof err) == FQ_OK)
-                px_ovr_log(o, "bucket");
-        }
+    for (px_ovr *o = px_ovr_next(p, NULL); o; o = px_ovr_next(p, o)) {
+        if (o->epoch >= epoch)
+            continue;
+        o->rev = 0;
+        o->epoch = epoch;
+        fq_tenant_entry none = {0};
+        memcpy(none.id, o->e.id, sizeof none.id);
+        char err[128];
+        if (!px_entry_empty(&o->e) && px_ovr_apply(p, o, &none, err, sizeof err) == FQ_OK)
+            px_ovr_log(o, "bucket");
     }
     if (epoch > p->kv_epoch)
         p->kv_epoch = epoch;
@@ -1874,9 +1844,10 @@ static fq_status px_stats_rows(px_stats_row **out, size_t *n, fq_proxy *p,
         (*out)[(*n)++] = (px_stats_row){.t = t};
         return FQ_OK;
     }
-    if (!p->tn)
+    size_t nt = fq_strmap_count(p->tenants);
+    if (!nt)
         return FQ_OK;
-    px_stats_row *rows = malloc(p->tn * sizeof *rows);
+    px_stats_row *rows = malloc(nt * sizeof *rows);
     if (!rows)
         return FQ_ENOMEM;
     for (px_tenant *t = p->t_first; t; t = t->later) {
@@ -1910,7 +1881,7 @@ static fq_status px_stats_json(fq_proxy *p, const px_stats_req *r, char *buf, si
     fq_json_init(&w, buf, cap);
     fq_json_begin_object(&w);
     px_stats_overall(&w, p);
-    PX_KV(&w, "tenants_total", p->tn);
+    PX_KV(&w, "tenants_total", fq_strmap_count(p->tenants));
     PX_KV(&w, "offset", r->offset);
     fq_json_key(&w, "tenants");
     fq_json_begin_array(&w);
@@ -1999,21 +1970,19 @@ static void px_restart_list(const fq_proxy *p, const fq_config *c, char *buf, si
  * lacks refuses the reload: it would silently change that tenant. */
 static fq_status px_carry_overrides(fq_proxy *p, fq_policy *np, char *err, size_t errlen)
 {
-    for (size_t i = 0; i < p->onb; i++) {
-        for (px_ovr *o = p->ob[i]; o; o = o->next) {
-            if (px_entry_empty(&o->e))
-                continue;
-            fq_status s = fq_policy_set_override(np, &o->e);
-            if (s == FQ_ENOTFOUND)
-                snprintf(err, errlen, "the override of tenant %s (bucket %s) names plan %s, "
-                         "which the new config does not define: change or remove the override "
-                         "first", o->e.id, p->cfg.streams.tenants_bucket, o->e.plan);
-            else if (s != FQ_OK)
-                snprintf(err, errlen, "the override of tenant %s: %s", o->e.id,
-                         fq_status_text(s));
-            if (s != FQ_OK)
-                return s;
-        }
+    for (px_ovr *o = px_ovr_next(p, NULL); o; o = px_ovr_next(p, o)) {
+        if (px_entry_empty(&o->e))
+            continue;
+        fq_status s = fq_policy_set_override(np, &o->e);
+        if (s == FQ_ENOTFOUND)
+            snprintf(err, errlen, "the override of tenant %s (bucket %s) names plan %s, "
+                     "which the new config does not define: change or remove the override "
+                     "first", o->e.id, p->cfg.streams.tenants_bucket, o->e.plan);
+        else if (s != FQ_OK)
+            snprintf(err, errlen, "the override of tenant %s: %s", o->e.id,
+                     fq_status_text(s));
+        if (s != FQ_OK)
+            return s;
     }
     return FQ_OK;
 }
@@ -2452,14 +2421,7 @@ static void px_tenant_free(fq_proxy *p, px_tenant *t, px_tenant *prev)
         p->t_first = t->later;
     if (p->t_last == t)
         p->t_last = prev;
-    for (px_tenant **pp = &p->tb[px_id_slot(p, t->id, strlen(t->id), p->tnb)]; *pp;
-         pp = &(*pp)->next) {
-        if (*pp == t) {
-            *pp = t->next;
-            break;
-        }
-    }
-    p->tn--;
+    fq_strmap_remove(p->tenants, &t->node);
     free(t);
 }
 
@@ -2869,9 +2831,8 @@ static void px_overrides_start(fq_proxy *p)
         px_drain(p, PX_POLL_MS);
     }
     size_t live = 0;
-    for (size_t i = 0; i < p->onb; i++)
-        for (px_ovr *o = p->ob[i]; o; o = o->next)
-            live += !px_entry_empty(&o->e);
+    for (px_ovr *o = px_ovr_next(p, NULL); o; o = px_ovr_next(p, o))
+        live += !px_entry_empty(&o->e);
     if (p->kv_synced)
         fq_log(FQ_LOG_INFO, "overrides read", FQ_STR("bucket", p->cfg.streams.tenants_bucket),
                FQ_UINT("in_force", live));
@@ -3031,6 +2992,14 @@ fq_status fq_proxy_create(fq_proxy **out, const fq_config *cfg, char *err, size_
         return FQ_ENOMEM;
     px_hash_key(p->hash_key);
     fq_status s = fq_config_copy(&p->cfg, cfg);
+    /* Seeded from px_hash's key, as the tables were before strmap: clients
+     * choose tenant ids, so they must not be able to plan the chains. */
+    if (s == FQ_OK)
+        s = fq_strmap_create(&p->tenants, FQ_STRMAP_KEY_OFFSET(px_tenant, node, id), 256,
+                             p->hash_key[0]);
+    if (s == FQ_OK)
+        s = fq_strmap_create(&p->overrides, FQ_STRMAP_KEY_OFFSET(px_ovr, node, e.id), 64,
+                             p->hash_key[1]);
     if (s == FQ_OK)
         s = fq_config_policy(&p->policy, cfg);
     fq_sched_opts so = px_sched_opts(cfg);
@@ -3100,13 +3069,7 @@ void fq_proxy_destroy(fq_proxy *p)
     for (size_t i = 0; i < p->by_seq.nb; i++)
         for (px_run *x = p->by_seq.b[i]; x; x = x->seq_next)
             fq_nio_msg_destroy(x->msg);
-    for (size_t i = 0; i < p->tnb; i++) {
-        for (px_tenant *t = p->tb[i], *nx; t; t = nx) {
-            nx = t->next;
-            free(t);
-        }
-    }
-    free(p->tb);
+    fq_strmap_destroy(p->tenants, px_tenant_release);
     free(p->by_seq.b);
     free(p->by_key.b);
     free(p->done.e);
@@ -3115,13 +3078,7 @@ void fq_proxy_destroy(fq_proxy *p)
     free(p->chunks);
     free(p->ev);
     fq_log_limiter_destroy(p->lim);
-    for (size_t i = 0; i < p->onb; i++) {
-        for (px_ovr *o = p->ob[i], *nx; o; o = nx) {
-            nx = o->next;
-            free(o);
-        }
-    }
-    free(p->ob);
+    fq_strmap_destroy(p->overrides, px_ovr_release);
     fq_metrics_snapshot_destroy(p->snap);
     pthread_mutex_destroy(&p->snap_mu);
     fq_est_destroy(p->est);
