@@ -2076,6 +2076,16 @@ static void px_reply_send(fq_proxy *p, const fq_nio_msg *req, const char *data, 
            FQ_INT("bytes", (int64_t)len), FQ_STR("reason", fq_status_text(s)));
 }
 
+/* Start an admin reply in w over buf[0..cap): an object whose first member
+ * is "ok". */
+static void px_reply_begin(fq_json *w, char *buf, size_t cap, bool ok)
+{
+    fq_json_init(w, buf, cap);
+    fq_json_begin_object(w);
+    fq_json_key(w, "ok");
+    fq_json_bool(w, ok);
+}
+
 static void px_reply(fq_proxy *p, const fq_nio_msg *req, fq_json *w)
 {
     static const char bad[] = "{\"ok\":false,\"error\":\"the reply did not fit\"}";
@@ -2090,10 +2100,7 @@ static void px_reply_error(fq_proxy *p, const fq_nio_msg *req, const char *why)
 {
     char buf[PX_REPLY_MAX];
     fq_json w;
-    fq_json_init(&w, buf, sizeof buf);
-    fq_json_begin_object(&w);
-    fq_json_key(&w, "ok");
-    fq_json_bool(&w, false);
+    px_reply_begin(&w, buf, sizeof buf, false);
     fq_json_key(&w, "error");
     fq_json_string(&w, why);
     fq_json_end_object(&w);
@@ -2132,10 +2139,7 @@ static void px_admin_reload(fq_proxy *p, const fq_nio_msg *req)
     }
     char buf[PX_REPLY_MAX];
     fq_json w;
-    fq_json_init(&w, buf, sizeof buf);
-    fq_json_begin_object(&w);
-    fq_json_key(&w, "ok");
-    fq_json_bool(&w, true);
+    px_reply_begin(&w, buf, sizeof buf, true);
     fq_json_key(&w, "restart_needed");
     fq_json_begin_array(&w);
     for (char *k = restart, *end; *k; k = *end ? end + 1 : end) {
@@ -2168,10 +2172,7 @@ static void px_admin_tenant_reply(fq_proxy *p, const fq_nio_msg *req, const char
     const px_ovr *o = px_ovr_find(p, tenant);
     char buf[PX_REPLY_MAX];
     fq_json w;
-    fq_json_init(&w, buf, sizeof buf);
-    fq_json_begin_object(&w);
-    fq_json_key(&w, "ok");
-    fq_json_bool(&w, true);
+    px_reply_begin(&w, buf, sizeof buf, true);
     fq_json_key(&w, "tenant");
     fq_json_string(&w, tenant);
     fq_json_key(&w, "plan");
