@@ -521,11 +521,9 @@ fq_status fq_sched_create(fq_sched **out, const fq_sched_opts *o)
     if (!s)
         return FQ_ENOMEM;
     s->o = *o;
-    /* Unseeded, as the table was before strmap: fq_sched_foreach visits
-     * tenants in the same order every run. */
     s->heap = calloc(FQ_TENANT_MIN_BUCKETS, sizeof(*s->heap));
     if (fq_strmap_create(&s->tenants, FQ_STRMAP_KEY_OFFSET(fq_tenant, node, id),
-                         FQ_TENANT_MIN_BUCKETS, 0) != FQ_OK || !s->heap ||
+                         FQ_TENANT_MIN_BUCKETS, o->seed) != FQ_OK || !s->heap ||
         fq_window_init(&s->win, o->max_in_flight, o->max_in_flight_tokens,
                        o->run_timeout, o->max_expired) != FQ_OK) {
         fq_sched_destroy(s);

@@ -34,6 +34,9 @@ typedef struct fq_sched_opts {
     uint32_t max_expired;       /* expired runs remembered for late completions */
     bool keep_idle_credit;      /* no idle reset: only for the simulator's
                                    comparison of what the reset is worth */
+    uint64_t seed;              /* of the tenant table's hash, read at create
+                                   only: random where clients choose tenant
+                                   ids (the proxy), 0 in tests and the simulator */
 } fq_sched_opts;
 
 /* Where a tenant is. Exactly one holds at any time. */

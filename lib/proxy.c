@@ -3004,6 +3004,7 @@ fq_status fq_proxy_create(fq_proxy **out, const fq_config *cfg, char *err, size_
     if (s == FQ_OK)
         s = fq_config_policy(&p->policy, cfg);
     fq_sched_opts so = px_sched_opts(cfg);
+    so.seed = p->hash_key[1] ^ p->hash_key[0];  /* tenant ids come from clients */
     if (s == FQ_OK)
         s = fq_sched_create(&p->sched, &so);
     fq_est_opts eo;

@@ -523,6 +523,46 @@ static void test_lease_expiry_and_late_completion(void **state)
 /* A tenant is forgotten only when it holds nothing: not while a run is
  * queued, in flight, or expired and awaiting its late completion, nor while
  * in debt. */
+/* The order fq_sched_foreach visits 64 tenants in, as their indexes. */
+static void seed_order_cb(void *arg, fq_tenant *t)
+{
+    fq_tenant_info i;
+    fq_tenant_info_get(t, &i);
+    char *order = arg;
+    order[strlen(order)] = (char)(' ' + atoi(i.id + 1));
+}
+
+static void order_under_seed(uint64_t seed, char order[65])
+{
+    fq_sched_opts o = {.quantum = Q, .max_est_tokens = 1000000, .seed = seed};
+    fq_sched *s = mk_opts(&o);
+    for (int i = 0; i < 64; i++)
+        ten_i(s, "t", i, 1, 0);
+    for (int i = 0; i < 64; i++) {
+        char id[16];
+        snprintf(id, sizeof id, "t%d", i);
+        assert_non_null(fq_sched_find(s, id, strlen(id)));
+    }
+    memset(order, 0, 65);
+    fq_sched_foreach(s, seed_order_cb, order);
+    assert_int_equal(strlen(order), 64);
+    fq_sched_destroy(s);
+}
+
+/* The seed keys the tenant table's hash (clients choose tenant ids, and must
+ * not be able to choose ids that share a chain): another seed places the same
+ * tenants otherwise, the same seed alike, and every tenant is found under any. */
+static void test_seed_keys_the_tenant_table(void **state)
+{
+    (void)state;
+    char a[65], b[65], c[65];
+    order_under_seed(1, a);
+    order_under_seed(1, b);
+    order_under_seed(0x9e3779b97f4a7c15ULL, c);
+    assert_string_equal(a, b);
+    assert_string_not_equal(a, c);
+}
+
 static void test_tenant_remove_only_when_it_holds_nothing(void **state)
 {
     (void)state;
@@ -1261,6 +1301,7 @@ int main(void)
         cmocka_unit_test(test_requeue_returns_run_to_head),
         cmocka_unit_test(test_cancel_refunds_and_uncounts),
         cmocka_unit_test(test_tenant_remove_only_when_it_holds_nothing),
+        cmocka_unit_test(test_seed_keys_the_tenant_table),
         cmocka_unit_test(test_tokens_ahead_bound),
         cmocka_unit_test(test_invalid_arguments),
         cmocka_unit_test(test_weight_raise_while_waiting_is_not_retroactive),
