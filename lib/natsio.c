@@ -27,10 +27,13 @@
  *   subscription, each with its own reply subject so that an earlier
  *   request's end status is told apart; it counts what it took itself.
  * - MaxAckPending -1 makes pulls time out: callers give a finite value.
- * - An async publish whose PubAck never comes (the server went away) is
- *   reported only when jsPubOptions.MaxWait is set, so every publish has it.
- * - The PubAck handler gets the published natsMsg, not a user token: a map
- *   from message address to token, filled before the publish, finds it.
+ * - js_PublishMsgAsync is not used. Its PubAck handler gets the published
+ *   natsMsg, not a token, so it needs a map from address to token under a
+ *   lock; it destroys each PubAck reply alone, waking nats.c's collector
+ *   thread once per run; and it allocates a reply subject and a jsPubAck per
+ *   publish. Publishes here are plain core publishes whose reply subject is
+ *   <inbox>.<publish number>: the number indexes a ring of what is pending,
+ *   owned by the owner thread, which also times PubAcks out.
  * - Acks are published by subject. The consumer sequence is sent as 0: the
  *   server takes the delivery sequence from its pending record by stream
  *   sequence (consumer.go processAckMsg), while a stale one, from before the
@@ -84,10 +87,12 @@ typedef struct nio_graves {
     size_t n, cap;
 } nio_graves;
 
-/* One address-to-token slot of the pending-publish map. */
+/* A publish waiting for its PubAck: a slot of the pending ring. */
 typedef struct nio_pub {
-    const natsMsg *msg;         /* NULL: empty; NIO_TOMB: deleted */
-    uint64_t token;
+    uint64_t id;                /* publish number, the reply subject's last token */
+    uint64_t token;             /* the caller's */
+    natsMsg *msg;               /* ours until settled (handed back on failure); NULL: settled */
+    uint64_t sent_ms;           /* monotonic */
 } nio_pub;
 
 struct fq_nio {
@@ -107,19 +112,24 @@ struct fq_nio {
     fq_nio_event *q;            /* ring of events */
     size_t q_cap, q_head, q_len;
     bool woken;
-    nio_pub *pubs;              /* open-addressing map, power-of-two size */
-    size_t pubs_cap, pubs_used, pubs_live;
-    nio_graves acked;           /* published messages whose PubAck came */
+    nio_graves acked;           /* PubAck replies, to destroy in the owner's burst */
     nio_graves spare;           /* an emptied array for acked; owner thread only */
     nio_graves dropped;         /* the owner's (fq_nio_msg_drop); owner thread only */
+
+    /* Pending publishes; owner thread only. Slot id & pubs_mask holds
+     * publish id while tail <= id < head. */
+    natsSubscription *acks;     /* <ack_prefix>*: every PubAck reply */
+    char ack_prefix[128];       /* <inbox>. */
+    size_t ack_prefix_len;
+    nio_pub *pubs;
+    uint64_t pubs_mask;
+    uint64_t pub_head, pub_tail;    /* next publish id; oldest maybe unsettled */
+    int64_t pubs_live;
 
     nio_consumer cons[NIO_MAX_CONSUMERS];
     nio_sub subs[NIO_MAX_SUBS];
     nio_watch watches[NIO_MAX_WATCHES];
 };
-
-static const char nio_tomb;
-#define NIO_TOMB ((const natsMsg *)&nio_tomb)
 
 uint64_t fq_nio_mono_ms(void)
 {
@@ -133,6 +143,17 @@ int64_t fq_nio_unix_ms(void)
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Parse an unsigned decimal token; returns the end or NULL. */
+static const char *nio_num(const char *p, uint64_t *v)
+{
+    uint64_t x = 0;
+    const char *s = p;
+    while (*p >= '0' && *p <= '9')
+        x = x * 10 + (uint64_t)(*p++ - '0');
+    *v = x;
+    return p == s ? NULL : p;
 }
 
 /* The reason nats.c gave for the last failure of this thread, into err. */
@@ -218,6 +239,8 @@ static void nio_push(fq_nio *n, const fq_nio_event *ev)
     pthread_cond_signal(&n->cv);
 }
 
+static size_t nio_pubs_settle(fq_nio *n, fq_nio_event *ev, size_t k, size_t cap);
+
 size_t fq_nio_poll(fq_nio *n, fq_nio_event *ev, size_t cap, int timeout_ms)
 {
     pthread_mutex_lock(&n->mu);
@@ -241,12 +264,13 @@ size_t fq_nio_poll(fq_nio *n, fq_nio_event *ev, size_t cap, int timeout_ms)
         n->q_head = (n->q_head + 1) % n->q_cap;
         n->q_len--;
     }
-    /* Take the acked messages over whole: the PubAck thread refills an
+    /* Take the PubAck replies over whole: the PubAck thread refills an
      * empty array while the owner destroys them. */
     nio_graves acked = n->acked;
     n->acked = n->spare;
     n->spare = (nio_graves){0};
     pthread_mutex_unlock(&n->mu);
+    k = nio_pubs_settle(n, ev, k, cap);
     nio_graves_flush(&acked);
     nio_graves_flush(&n->dropped);
     n->spare = acked;
@@ -261,82 +285,7 @@ void fq_nio_wake(fq_nio *n)
     pthread_mutex_unlock(&n->mu);
 }
 
-/* ---- pending publishes: message address -> token ------------------------ */
-
-static size_t nio_pub_slot(const natsMsg *m, size_t mask)
-{
-    uint64_t h = (uint64_t)(uintptr_t)m * 0x9E3779B97F4A7C15ULL;
-    return (size_t)(h >> 17) & mask;
-}
-
-/* Keep the map under half full, tombstones counted. Caller holds mu. */
-static bool nio_pub_grow_locked(fq_nio *n)
-{
-    if ((n->pubs_used + 1) * 2 <= n->pubs_cap)
-        return true;
-    size_t cap = n->pubs_cap ? n->pubs_cap : 4096;
-    while ((n->pubs_live + 1) * 2 > cap / 2)
-        cap *= 2;
-    nio_pub *t = calloc(cap, sizeof *t);
-    if (!t)
-        return false;
-    for (size_t i = 0; i < n->pubs_cap; i++) {
-        const natsMsg *m = n->pubs[i].msg;
-        if (!m || m == NIO_TOMB)
-            continue;
-        size_t j = nio_pub_slot(m, cap - 1);
-        while (t[j].msg)
-            j = (j + 1) & (cap - 1);
-        t[j] = n->pubs[i];
-    }
-    free(n->pubs);
-    n->pubs = t;
-    n->pubs_cap = cap;
-    n->pubs_used = n->pubs_live;
-    return true;
-}
-
-static bool nio_pub_put(fq_nio *n, const natsMsg *m, uint64_t token)
-{
-    pthread_mutex_lock(&n->mu);
-    bool ok = nio_pub_grow_locked(n);
-    if (ok) {
-        size_t mask = n->pubs_cap - 1, j = nio_pub_slot(m, mask);
-        while (n->pubs[j].msg && n->pubs[j].msg != NIO_TOMB)
-            j = (j + 1) & mask;
-        if (!n->pubs[j].msg)
-            n->pubs_used++;
-        n->pubs[j] = (nio_pub){m, token};
-        n->pubs_live++;
-    }
-    pthread_mutex_unlock(&n->mu);
-    return ok;
-}
-
-/* Remove m's entry; caller holds mu. Returns false if it was not there. */
-static bool nio_pub_take_locked(fq_nio *n, const natsMsg *m, uint64_t *token)
-{
-    if (!n->pubs_cap)
-        return false;
-    size_t mask = n->pubs_cap - 1, j = nio_pub_slot(m, mask);
-    for (; n->pubs[j].msg; j = (j + 1) & mask) {
-        if (n->pubs[j].msg == m) {
-            *token = n->pubs[j].token;
-            n->pubs[j].msg = NIO_TOMB;
-            n->pubs_live--;
-            return true;
-        }
-    }
-    return false;
-}
-
-static void nio_pub_drop(fq_nio *n, const natsMsg *m)
-{
-    uint64_t token;
-    pthread_mutex_lock(&n->mu);
-    nio_pub_take_locked(n, m, &token);
-    pthread_mutex_unlock(&n->mu);
-}
+/* ---- pending publishes ----------------------------------------------------- */
 
 fq_status fq_nio_flush(fq_nio *n, int timeout_ms)
 {
@@ -345,41 +294,161 @@ fq_status fq_nio_flush(fq_nio *n, int timeout_ms)
 
 int64_t fq_nio_pending_pubs(const fq_nio *n)
 {
-    fq_nio *m = (fq_nio *)n;
-    pthread_mutex_lock(&m->mu);
-    int64_t k = (int64_t)m->pubs_live;
-    pthread_mutex_unlock(&m->mu);
-    return k;
+    return n->pubs_live;
 }
 
-/* nats.c's PubAck handler (its reply-subscription thread): hand the outcome
- * to the owner. A failed publish's message goes with it for a retry. */
-static void nio_on_puback(jsCtx *js, natsMsg *msg, jsPubAck *pa, jsPubAckErr *pae, void *closure)
+/* Where needle ends in the len bytes at d, blanks after it skipped, or NULL. */
+static const char *nio_find(const char *d, size_t len, const char *needle)
 {
-    (void)js;
-    fq_nio *n = closure;
-    fq_nio_event ev = {.type = FQ_NIO_EV_PUBACK};
-    if (pa) {
-        ev.status = FQ_OK;
-        ev.seq = pa->Sequence;
-        ev.duplicate = pa->Duplicate;
-    } else {
-        ev.status = FQ_EIO;
-        ev.err_code = pae ? (int)pae->ErrCode : 0;
+    const char *end = d + len;
+    size_t k = strlen(needle);
+    for (const char *p = d; (size_t)(end - p) >= k; p++) {
+        if (!(p = memchr(p, needle[0], (size_t)(end - p) - k + 1)))
+            return NULL;
+        if (memcmp(p, needle, k) == 0) {
+            for (p += k; p < end && (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r');)
+                p++;
+            return p;
+        }
     }
+    return NULL;
+}
+
+/* The decimal number at p, before end; false if there is none or it
+ * exceeds max. */
+static bool nio_num_at(const char *p, const char *end, uint64_t max, uint64_t *v)
+{
+    uint64_t x = 0;
+    const char *s = p;
+    for (; p < end && *p >= '0' && *p <= '9'; p++) {
+        if (x > (max - (uint64_t)(*p - '0')) / 10)
+            return false;
+        x = x * 10 + (uint64_t)(*p - '0');
+    }
+    *v = x;
+    return p > s;
+}
+
+void fq_nio_parse_puback(fq_nio_event *ev, const void *data, size_t len)
+{
+    /* The server writes {"stream":..,"seq":N[,"duplicate":true]} (with
+     * blanks after some colons: 2.9.10 writes a duplicate's by hand) or
+     * {"error":{"code":..,"err_code":N,"description":..},...}. A key is
+     * found by its quoted name and colon: inside a JSON string a quote is
+     * escaped, so that text can only be the key itself. */
+    const char *d = data, *end = d + len, *v;
+    uint64_t x = 0;
+    ev->status = FQ_EIO;
+    ev->seq = 0;
+    ev->duplicate = false;
+    ev->err_code = 0;
+    if (!d || !len)
+        return;         /* no responders: no stream has the subject */
+    if (nio_find(d, len, "\"error\":")) {
+        if ((v = nio_find(d, len, "\"err_code\":")) && nio_num_at(v, end, 99999, &x))
+            ev->err_code = (int)x;
+        return;
+    }
+    if (!(v = nio_find(d, len, "\"seq\":")) || !nio_num_at(v, end, UINT64_MAX, &x) || !x)
+        return;
+    ev->status = FQ_OK;
+    ev->seq = x;
+    v = nio_find(d, len, "\"duplicate\":");
+    ev->duplicate = v && end - v >= 4 && memcmp(v, "true", 4) == 0;
+}
+
+/* nats.c's delivery thread for the PubAck subscription: hand the outcome
+ * to the owner under the publish number (ev.token); fq_nio_poll turns the
+ * number into the caller's token. The reply is destroyed in the owner's
+ * next burst. */
+static void nio_on_puback(natsConnection *nc, natsSubscription *sub, natsMsg *msg, void *closure)
+{
+    (void)nc;
+    (void)sub;
+    fq_nio *n = closure;
+    const char *subj = natsMsg_GetSubject(msg);
+    uint64_t id = 0;
+    bool ours = strlen(subj) > n->ack_prefix_len &&
+                nio_num(subj + n->ack_prefix_len, &id) != NULL;
+    fq_nio_event ev = {.type = FQ_NIO_EV_PUBACK, .token = id};
+    if (ours)
+        fq_nio_parse_puback(&ev, natsMsg_GetData(msg), (size_t)natsMsg_GetDataLength(msg));
     pthread_mutex_lock(&n->mu);
-    bool known = nio_pub_take_locked(n, msg, &ev.token);
-    if (known && !pa)
-        ev.msg = (fq_nio_msg *)msg;     /* the owner retries or drops it */
-    if (known)
+    if (ours)
         nio_push_locked(n, &ev);
-    if (!ev.msg)
-        nio_graves_add(&n->acked, msg);
+    nio_graves_add(&n->acked, msg);
     pthread_mutex_unlock(&n->mu);
     /* Signalled after the unlock, so that the owner does not wake only to
      * wait for the lock. */
-    if (known)
+    if (ours)
         pthread_cond_signal(&n->cv);
+}
+
+/* Settle the publish in slot s with the outcome in ev: the caller's token
+ * goes in ev, and the message back to the caller on a failure. */
+static void nio_pub_settle(fq_nio *n, nio_pub *s, fq_nio_event *ev)
+{
+    ev->token = s->token;
+    if (ev->status == FQ_OK)
+        nio_graves_add(&n->dropped, s->msg);
+    else
+        ev->msg = (fq_nio_msg *)s->msg;
+    s->msg = NULL;
+    n->pubs_live--;
+}
+
+/* Give PUBACK events in ev[0..k) the caller's tokens, dropping those of
+ * publishes settled already (timed out), then append a failure for every
+ * publish whose PubAck is overdue, while cap allows. Returns the new count. */
+static size_t nio_pubs_settle(fq_nio *n, fq_nio_event *ev, size_t k, size_t cap)
+{
+    size_t out = 0;
+    for (size_t i = 0; i < k; i++) {
+        if (ev[i].type == FQ_NIO_EV_PUBACK) {
+            uint64_t id = ev[i].token;
+            nio_pub *s = n->pubs ? &n->pubs[id & n->pubs_mask] : NULL;
+            if (!s || s->id != id || !s->msg || id < n->pub_tail || id >= n->pub_head)
+                continue;
+            nio_pub_settle(n, s, &ev[i]);
+        }
+        ev[out++] = ev[i];
+    }
+    uint64_t now = fq_nio_mono_ms();
+    for (; n->pub_tail < n->pub_head; n->pub_tail++) {
+        nio_pub *s = &n->pubs[n->pub_tail & n->pubs_mask];
+        if (!s->msg)
+            continue;
+        if (s->sent_ms + (uint64_t)n->o.pub_wait_ms > now || out == cap)
+            break;
+        ev[out] = (fq_nio_event){.type = FQ_NIO_EV_PUBACK, .status = FQ_EIO};
+        nio_pub_settle(n, s, &ev[out++]);
+    }
+    return out;
+}
+
+/* Publish m (ours) with token under the next publish number. On success
+ * the ring owns m; else it stays the caller's. */
+static fq_status nio_publish_msg(fq_nio *n, natsMsg *m, uint64_t token)
+{
+    uint64_t id = n->pub_head;
+    nio_pub *s = &n->pubs[id & n->pubs_mask];
+    if (natsConnection_PublishMsg(n->nc, m) != NATS_OK)
+        return FQ_EIO;
+    *s = (nio_pub){.id = id, .token = token, .msg = m, .sent_ms = fq_nio_mono_ms()};
+    n->pub_head++;
+    n->pubs_live++;
+    return FQ_OK;
+}
+
+/* The reply subject of the next publish into buf (which holds
+ * sizeof ack_prefix + FQ_U64_DEC_MAX); false when the ring is full. */
+static bool nio_next_reply(fq_nio *n, char *buf)
+{
+    if (n->pub_head - n->pub_tail > n->pubs_mask)
+        return false;
+    memcpy(buf, n->ack_prefix, n->ack_prefix_len);
+    fq_u64_dec(buf + n->ack_prefix_len, n->pub_head);
+    return true;
 }
 
 /* ---- connection ---------------------------------------------------------- */
@@ -472,6 +541,35 @@ static natsStatus nio_set_options(fq_nio *n)
     return s;
 }
 
+/* The ring of pending publishes and the subscription their PubAcks come
+ * to: <inbox>.<publish number>, one subscription for all. */
+static natsStatus nio_acks_start(fq_nio *n)
+{
+    uint64_t cap = 1;
+    while (cap < (uint64_t)n->o.max_pending_pubs)
+        cap <<= 1;
+    if (!(n->pubs = calloc(cap, sizeof *n->pubs)))
+        return NATS_NO_MEMORY;
+    n->pubs_mask = cap - 1;
+    n->pub_head = n->pub_tail = 1;
+    natsInbox *inbox = NULL;
+    natsStatus s = natsInbox_Create(&inbox);
+    if (s == NATS_OK) {
+        int k = snprintf(n->ack_prefix, sizeof n->ack_prefix, "%s.", (const char *)inbox);
+        n->ack_prefix_len = (size_t)k;
+        s = k > 0 && (size_t)k < sizeof n->ack_prefix ? NATS_OK : NATS_ERR;
+    }
+    natsInbox_Destroy(inbox);
+    char subj[sizeof n->ack_prefix + 1];
+    snprintf(subj, sizeof subj, "%s*", n->ack_prefix);
+    if (s == NATS_OK)
+        s = natsConnection_Subscribe(&n->acks, n->nc, subj, nio_on_puback, n);
+    /* At most one reply per pending publish: the ring bounds it. */
+    if (s == NATS_OK)
+        s = natsSubscription_SetPendingLimits(n->acks, -1, -1);
+    return s;
+}
+
 fq_status fq_nio_create(fq_nio **out, const fq_nio_opts *o, char *err, size_t errlen)
 {
     *out = NULL;
@@ -511,11 +609,12 @@ fq_status fq_nio_create(fq_nio **out, const fq_nio_opts *o, char *err, size_t er
         jsOptions jo;
         jsOptions_Init(&jo);
         jo.Wait = n->o.api_wait_ms;
-        jo.PublishAsync.MaxPending = n->o.max_pending_pubs;
-        jo.PublishAsync.AckHandler = nio_on_puback;
-        jo.PublishAsync.AckHandlerClosure = n;
         what = "jetstream";
         s = natsConnection_JetStream(&n->js, n->nc, &jo);
+    }
+    if (s == NATS_OK) {
+        what = "puback subscription";
+        s = nio_acks_start(n);
     }
     if (s != NATS_OK) {
         nio_errtext(err, errlen, what, s);
@@ -541,6 +640,7 @@ void fq_nio_destroy(fq_nio *n)
     }
     for (int i = 0; i < NIO_MAX_SUBS; i++)
         natsSubscription_Destroy(n->subs[i].sub);
+    natsSubscription_Destroy(n->acks);
     for (int i = 0; i < NIO_MAX_WATCHES; i++) {
         if (n->watches[i].started)
             pthread_join(n->watches[i].thread, NULL);
@@ -563,6 +663,8 @@ void fq_nio_destroy(fq_nio *n)
     free(n->acked.m);
     free(n->spare.m);
     free(n->dropped.m);
+    for (uint64_t id = n->pub_tail; n->pubs && id < n->pub_head; id++)
+        natsMsg_Destroy(n->pubs[id & n->pubs_mask].msg);
     free(n->pubs);
     free(n->url);
     free(n->creds);
@@ -691,17 +793,6 @@ fq_status fq_nio_stream_created(int64_t *out, fq_nio *n, const char *stream)
 }
 
 /* ---- pull consumers ------------------------------------------------------ */
-
-/* Parse an unsigned decimal token; returns the end or NULL. */
-static const char *nio_num(const char *p, uint64_t *v)
-{
-    uint64_t x = 0;
-    const char *s = p;
-    while (*p >= '0' && *p <= '9')
-        x = x * 10 + (uint64_t)(*p++ - '0');
-    *v = x;
-    return p == s ? NULL : p;
-}
 
 /* The delivery facts in a JetStream reply subject, v1
  * ($JS.ACK.<stream>.<consumer>.<dc>.<sseq>.<cseq>.<ts>.<pending>) or v2
@@ -1061,6 +1152,7 @@ static bool nio_hdr_listed(const fq_nio_out *o, const char *key)
 static natsStatus nio_carry_headers(natsMsg *m, const fq_nio_out *o)
 {
     natsMsg *src = (natsMsg *)o->carry;
+    bool all = o->carry_all;
     const char **keys = NULL;
     int nk = 0;
     natsStatus s = natsMsgHeader_Keys(src, &keys, &nk);
@@ -1068,7 +1160,7 @@ static natsStatus nio_carry_headers(natsMsg *m, const fq_nio_out *o)
         return NATS_OK;
     }
     for (int i = 0; s == NATS_OK && i < nk; i++) {
-        if (strncasecmp(keys[i], "Nats-", 5) == 0 || nio_hdr_listed(o, keys[i]))
+        if (!all && (strncasecmp(keys[i], "Nats-", 5) == 0 || nio_hdr_listed(o, keys[i])))
             continue;
         const char **vals = NULL;
         int nv = 0;
@@ -1081,45 +1173,46 @@ static natsStatus nio_carry_headers(natsMsg *m, const fq_nio_out *o)
     return s;
 }
 
-/* Publish m (ours) with token; on success nats.c owns it. */
-static fq_status nio_publish_msg(fq_nio *n, natsMsg **m, uint64_t token)
+/* Set o's headers on m, after carrying o->carry's over. */
+static natsStatus nio_set_headers(natsMsg *m, const fq_nio_out *o)
 {
-    if (!nio_pub_put(n, *m, token))
-        return FQ_ENOMEM;
-    const natsMsg *addr = *m;
-    jsPubOptions po;
-    jsPubOptions_Init(&po);
-    po.MaxWait = n->o.pub_wait_ms;
-    natsStatus s = js_PublishMsgAsync(n->js, m, &po);
-    if (s != NATS_OK) {
-        nio_pub_drop(n, addr);
-        return FQ_EIO;
-    }
-    return FQ_OK;
+    natsStatus s = o->carry ? nio_carry_headers(m, o) : NATS_OK;
+    for (size_t i = 0; s == NATS_OK && i < o->n_hdrs; i++)
+        s = natsMsgHeader_Set(m, o->hdrs[i].key, o->hdrs[i].value);
+    return s;
 }
 
 fq_status fq_nio_publish(fq_nio *n, const fq_nio_out *o, uint64_t token)
 {
+    char reply[sizeof n->ack_prefix + FQ_U64_DEC_MAX];
+    if (!nio_next_reply(n, reply))
+        return FQ_EIO;
     natsMsg *m = NULL;
-    natsStatus s = natsMsg_Create(&m, o->subject, NULL, o->data, (int)o->len);
-    if (s == NATS_OK && o->carry)
-        s = nio_carry_headers(m, o);
-    for (size_t i = 0; s == NATS_OK && i < o->n_hdrs; i++)
-        s = natsMsgHeader_Set(m, o->hdrs[i].key, o->hdrs[i].value);
+    natsStatus s = natsMsg_Create(&m, o->subject, reply, o->data, (int)o->len);
+    if (s == NATS_OK)
+        s = nio_set_headers(m, o);
     if (s != NATS_OK) {
         natsMsg_Destroy(m);
         return s == NATS_NO_MEMORY ? FQ_ENOMEM : FQ_EINVAL;
     }
-    fq_status r = nio_publish_msg(n, &m, token);
-    natsMsg_Destroy(m);
+    fq_status r = nio_publish_msg(n, m, token);
+    if (r != FQ_OK)
+        natsMsg_Destroy(m);
     return r;
 }
 
 fq_status fq_nio_republish(fq_nio *n, fq_nio_msg **m, uint64_t token)
 {
-    natsMsg *msg = (natsMsg *)*m;
-    fq_status r = nio_publish_msg(n, &msg, token);
-    *m = (fq_nio_msg *)msg;
+    /* A new publish number needs a new reply subject, which a natsMsg
+     * cannot change: a copy goes out. Failures are rare. */
+    natsMsg *old = (natsMsg *)*m;
+    fq_nio_out o = {.subject = natsMsg_GetSubject(old), .data = natsMsg_GetData(old),
+                    .len = (size_t)natsMsg_GetDataLength(old), .carry = *m, .carry_all = true};
+    fq_status r = fq_nio_publish(n, &o, token);
+    if (r == FQ_OK) {
+        nio_graves_add(&n->dropped, old);
+        *m = NULL;
+    }
     return r;
 }
 

@@ -14,6 +14,8 @@
  *   64-bit token; their PubAck (or error, or timeout) comes back as an
  *   event with that token. A failed publish hands its message back so the
  *   caller can retry it as is (same Nats-Msg-Id, so JetStream de-duplicates).
+ *   The owner thread, the one that polls, is the only one that publishes:
+ *   what is pending is its own, without a lock.
  * - A pull consumer is fed by a thread of its own (nats.c 3.4.1 has no
  *   asynchronous pull). It is deleted and recreated when the thread starts
  *   and after every reconnect, so that whatever was fetched and not acked is
@@ -135,6 +137,7 @@ typedef struct fq_nio_out {
     /* If set, its headers are carried over first, except those named
      * Nats-* (JetStream would act on them) and those listed in hdrs. */
     const fq_nio_msg *carry;
+    bool carry_all;             /* carry every header, Nats-* too (a message sent again) */
 } fq_nio_out;
 
 /* Connect (reconnecting forever once connected) and open JetStream.
@@ -185,7 +188,9 @@ fq_status fq_nio_unsubscribe(fq_nio *n, int id);
 fq_status fq_nio_reply(fq_nio *n, const fq_nio_msg *req, const void *data, size_t len);
 
 /* Asynchronous JetStream publish; the outcome comes as FQ_NIO_EV_PUBACK
- * with token. FQ_EIO if it could not be sent now (nothing is pending). */
+ * with token, a failure after pub_wait_ms without a PubAck. FQ_EIO if it
+ * could not be sent now, or max_pending_pubs are pending already (nothing
+ * is pending then). Owner thread only, as are the three below. */
 fq_status fq_nio_publish(fq_nio *n, const fq_nio_out *o, uint64_t token);
 /* Publish again a message handed back by a failed PUBACK event; on
  * success it is consumed, else it stays the caller's. */
@@ -196,6 +201,9 @@ fq_status fq_nio_republish(fq_nio *n, fq_nio_msg **m, uint64_t token);
 fq_status fq_nio_flush(fq_nio *n, int timeout_ms);
 /* Publishes still waiting for their PubAck. */
 int64_t fq_nio_pending_pubs(const fq_nio *n);
+/* Read a JetStream PubAck reply's data into ev's status, seq, duplicate and
+ * err_code (FQ_EIO and 0 for anything that is not a PubAck). For tests. */
+void fq_nio_parse_puback(fq_nio_event *ev, const void *data, size_t len);
 
 /* Read message seq of stream (a direct get when the stream allows it).
  * FQ_ENOTFOUND if the stream no longer has it. */

@@ -128,6 +128,122 @@ static void test_puback_tokens_and_duplicates(void **state)
     fq_nio_msg_destroy(ev.msg);
 }
 
+/* PubAck replies as nats-server writes them, and what is not one. */
+static void test_puback_parse(void **state)
+{
+    (void)state;
+    fq_nio_event ev;
+    const char *ok = "{\"stream\":\"S\",\"seq\":42}";
+    fq_nio_parse_puback(&ev, ok, strlen(ok));
+    assert_int_equal(ev.status, FQ_OK);
+    assert_int_equal(ev.seq, 42);
+    assert_false(ev.duplicate);
+    const char *dup = "{\"stream\":\"S\", \"seq\": 7,\"duplicate\": true}";
+    fq_nio_parse_puback(&ev, dup, strlen(dup));
+    assert_int_equal(ev.status, FQ_OK);
+    assert_int_equal(ev.seq, 7);
+    assert_true(ev.duplicate);
+    /* A key's name inside a string is escaped, so it is not the key. */
+    const char *quoted = "{\"stream\":\"x\\\"seq\\\":5\",\"seq\":9}";
+    fq_nio_parse_puback(&ev, quoted, strlen(quoted));
+    assert_int_equal(ev.seq, 9);
+    const char *err = "{\"error\":{\"code\":400,\"err_code\":10071,"
+                      "\"description\":\"wrong last sequence: 3\"},\"seq\":0}";
+    fq_nio_parse_puback(&ev, err, strlen(err));
+    assert_int_equal(ev.status, FQ_EIO);
+    assert_int_equal(ev.err_code, FQ_NIO_ERR_WRONG_LAST);
+    /* Lengths are explicit: a number cut short by len is not read past it. */
+    fq_nio_parse_puback(&ev, ok, strlen(ok) - 2);
+    assert_int_equal(ev.status, FQ_OK);
+    assert_int_equal(ev.seq, 4);
+    const char *nodup = "{\"stream\":\"S\",\"domain\":\"hub\",\"seq\":7,\"duplicate\":false}";
+    fq_nio_parse_puback(&ev, nodup, strlen(nodup));
+    assert_int_equal(ev.seq, 7);
+    assert_false(ev.duplicate);
+    const char *bad[] = {"", "{}", "{\"seq\":0}", "{\"seq\":\"7\"}", "not json",
+                         "{\"seq\":99999999999999999999999}"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        fq_nio_parse_puback(&ev, bad[i], strlen(bad[i]));
+        assert_int_equal(ev.status, FQ_EIO);
+        assert_int_equal(ev.err_code, 0);
+    }
+}
+
+/* A publish nobody stores (a plain subscriber has the subject, so no
+ * "no responders" comes either) fails after pub_wait_ms with its message
+ * handed back whole; sent again once a stream has the subject, it is
+ * stored, Nats-Msg-Id and all. Past max_pending_pubs nothing is sent. */
+static void test_puback_timeout_and_republish(void **state)
+{
+    fixture *f = *state;
+    assert_int_equal(fq_nio_subscribe(f->n, 2, "later"), FQ_OK);
+    fq_nio_hdr h[] = {{"Nats-Msg-Id", "late-1"}, {"X-Kept", "yes"}};
+    fq_nio_out o = {.subject = "later", .data = "body", .len = 4, .hdrs = h, .n_hdrs = 2};
+    long long t0 = nt_now_ms();
+    assert_int_equal(fq_nio_publish(f->n, &o, 77), FQ_OK);
+    assert_int_equal(fq_nio_pending_pubs(f->n), 1);
+    fq_nio_event ev;
+    assert_true(wait_event(f->n, FQ_NIO_EV_PUBACK, &ev, 6000));
+    assert_true(nt_now_ms() - t0 >= 2000);     /* pub_wait_ms of the fixture */
+    assert_int_equal(ev.token, 77);
+    assert_int_equal(ev.status, FQ_EIO);
+    assert_int_equal(fq_nio_pending_pubs(f->n), 0);
+    assert_non_null(ev.msg);
+    assert_string_equal(fq_nio_msg_header(ev.msg, "X-Kept"), "yes");
+    assert_int_equal(fq_nio_unsubscribe(f->n, 2), FQ_OK);
+
+    fq_nio_stream later = {.name = "LATER", .subject = "later", .retention = FQ_NIO_LIMITS,
+                           .duplicates_ms = 60000, .max_age_ms = 120000, .replicas = 1};
+    char warn[256];
+    assert_int_equal(fq_nio_stream_ensure(f->n, &later, warn, sizeof warn), FQ_OK);
+    fq_nio_msg *m = ev.msg;
+    assert_int_equal(fq_nio_republish(f->n, &m, 78), FQ_OK);
+    assert_null(m);
+    assert_true(wait_event(f->n, FQ_NIO_EV_PUBACK, &ev, 5000));
+    assert_int_equal(ev.token, 78);
+    assert_int_equal(ev.status, FQ_OK);
+    assert_false(ev.duplicate);
+    publish(f->n, "later", "body", "late-1", 79);
+    assert_true(wait_event(f->n, FQ_NIO_EV_PUBACK, &ev, 5000));
+    assert_int_equal(ev.token, 79);
+    assert_true(ev.duplicate);          /* the copy carried Nats-Msg-Id */
+
+    fq_nio *small = NULL;
+    fq_nio_opts so = {.url = "", .name = "it_natsio_small", .max_pending_pubs = 2};
+    char err[256];
+    so.url = natstest_url(f->srv);
+    assert_int_equal(fq_nio_create(&small, &so, err, sizeof err), FQ_OK);
+    assert_int_equal(fq_nio_subscribe(small, 0, "sink"), FQ_OK);
+    fq_nio_out s = {.subject = "sink", .data = "x", .len = 1};
+    assert_int_equal(fq_nio_publish(small, &s, 1), FQ_OK);
+    assert_int_equal(fq_nio_publish(small, &s, 2), FQ_OK);
+    assert_int_equal(fq_nio_publish(small, &s, 3), FQ_EIO);
+    assert_int_equal(fq_nio_pending_pubs(small), 2);
+    fq_nio_destroy(small);
+}
+
+/* A KV write against a revision that moved fails with JetStream's code. */
+static void test_kv_update_async_wrong_last(void **state)
+{
+    fixture *f = *state;
+    char err[256];
+    assert_int_equal(fq_nio_kv_ensure(f->n, "it_async", 0, 1, err, sizeof err), FQ_OK);
+    uint64_t rev = 0;
+    assert_int_equal(fq_nio_kv_create(&rev, f->n, "it_async", "k", "1", 1), FQ_OK);
+    assert_int_equal(fq_nio_kv_update_async(f->n, "it_async", "k", "2", 1, rev, 5), FQ_OK);
+    fq_nio_event ev;
+    assert_true(wait_event(f->n, FQ_NIO_EV_PUBACK, &ev, 5000));
+    assert_int_equal(ev.token, 5);
+    assert_int_equal(ev.status, FQ_OK);
+    assert_true(ev.seq > rev);
+    assert_int_equal(fq_nio_kv_update_async(f->n, "it_async", "k", "3", 1, rev, 6), FQ_OK);
+    assert_true(wait_event(f->n, FQ_NIO_EV_PUBACK, &ev, 5000));
+    assert_int_equal(ev.token, 6);
+    assert_int_equal(ev.status, FQ_EIO);
+    assert_int_equal(ev.err_code, FQ_NIO_ERR_WRONG_LAST);
+    fq_nio_msg_destroy(ev.msg);
+}
+
 static void test_fetch_ack_get_and_recreate(void **state)
 {
     fixture *f = *state;
@@ -320,6 +436,9 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_stream_ensure_and_mismatch),
         cmocka_unit_test(test_puback_tokens_and_duplicates),
+        cmocka_unit_test(test_puback_parse),
+        cmocka_unit_test(test_puback_timeout_and_republish),
+        cmocka_unit_test(test_kv_update_async_wrong_last),
         cmocka_unit_test(test_kv_lease_primitives),
         cmocka_unit_test(test_stream_scan),
         cmocka_unit_test(test_fetch_ack_get_and_recreate),
