@@ -38,6 +38,16 @@
  *   server takes the delivery sequence from its pending record by stream
  *   sequence (consumer.go processAckMsg), while a stale one, from before the
  *   consumer was recreated, could move the new consumer's ack floor.
+ * - natsMsg_Destroy frees nothing itself: it hands every message, received
+ *   or created, to nats.c's collector thread and signals that thread for
+ *   each one while it sleeps, even within a burst, so each run cost the
+ *   proxy a futex wake per message and about 0.5 context switches, and
+ *   every free crossed threads, which defeats malloc's per-thread caches.
+ *   Messages natsio owns outright (received and dropped by the owner,
+ *   published and settled, PubAck replies) are freed by natsMsg_free, the
+ *   collector's own function, on the owner thread. libnats exports it
+ *   without declaring it; the build checks that it is there and falls back
+ *   to natsMsg_Destroy when it is not.
  * - kvConfig.TTL and jsStreamConfig durations are nanoseconds; Fetch
  *   timeouts and jsPubOptions.MaxWait are milliseconds.
  */
@@ -173,11 +183,8 @@ static void nio_errtext(char *err, size_t errlen, const char *what, natsStatus s
 /* ---- deferred destroys ----------------------------------------------------- */
 
 /*
- * nats.c's natsMsg_Destroy hands every message to its collector thread and
- * wakes that thread whenever it sleeps: destroyed one at a time between
- * other work, each message costs a wake-up and two context switches.
- * Destroyed in one burst per turn of the owner's loop, a turn's messages
- * cost one.
+ * Messages the owner is done with are kept and freed together once per turn
+ * of its loop, on its own thread (see the quirk about natsMsg_Destroy).
  */
 
 /* Keep m in g to destroy later; destroy it now if g cannot grow. */
@@ -196,10 +203,19 @@ static void nio_graves_add(nio_graves *g, natsMsg *m)
     g->m[g->n++] = m;
 }
 
+#ifdef FQ_NATS_DIRECT_FREE
+/* What nats.c's collector thread calls on each message; exported by
+ * libnats, not declared by its headers (see the quirks above). */
+void natsMsg_free(void *object);
+#define nio_msg_free(m) natsMsg_free(m)
+#else
+#define nio_msg_free(m) natsMsg_Destroy(m)
+#endif
+
 static void nio_graves_flush(nio_graves *g)
 {
     for (size_t i = 0; i < g->n; i++)
-        natsMsg_Destroy(g->m[i]);
+        nio_msg_free(g->m[i]);
     g->n = 0;
 }
 
