@@ -22,6 +22,7 @@
 #include <strings.h>
 
 #include "client.h"
+#include "natsio.h"
 
 static const char *prog = "fairq-relay";
 
@@ -290,7 +291,7 @@ int main(int argc, char **argv)
         if (sent > 0)
             relayed += (uint64_t)sent;
         for (int i = 0; i < n; i++)
-            natsMsg_Destroy(msgs[i]);
+            fq_nio_natsmsg_free(msgs[i]);   /* as the proxy frees what it owns */
     }
     double secs = (double)(fqc_mono_ns() - t0) / 1e9;
     printf("relay relayed=%llu elapsed_s=%.3f rate=%.0f\n", (unsigned long long)relayed, secs,

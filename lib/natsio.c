@@ -1544,3 +1544,9 @@ void fq_nio_msg_destroy(fq_nio_msg *m)
 {
     natsMsg_Destroy((natsMsg *)m);
 }
+
+void fq_nio_natsmsg_free(void *natsmsg)
+{
+    if (natsmsg)
+        nio_msg_free(natsmsg);
+}

@@ -256,6 +256,10 @@ const char *fq_nio_msg_header(const fq_nio_msg *m, const char *key);
 /* Bytes the message's headers take on the wire (0 without headers). */
 size_t fq_nio_msg_header_bytes(const fq_nio_msg *m);
 void fq_nio_msg_destroy(fq_nio_msg *m);
+/* Free a nats.c message (a natsMsg *) the caller owns outright, now and on
+ * this thread rather than through nats.c's collector thread (natsio.c says
+ * why). For programs that use nats.c directly: the baseline relay. */
+void fq_nio_natsmsg_free(void *natsmsg);
 /* Destroy m with the others dropped in this turn, on the next fq_nio_poll
  * (owner thread only): nats.c wakes a thread of its own for each message
  * destroyed alone. Safe on NULL. */
