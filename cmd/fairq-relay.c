@@ -19,7 +19,6 @@
  */
 #include <getopt.h>
 #include <stdatomic.h>
-#include <strings.h>
 
 #include "client.h"
 #include "natsio.h"
@@ -39,42 +38,8 @@ typedef struct relay_cfg {
 /* Publish errors the library reported since the batch began. */
 static fqc_pub_errors relay_pub_errors = {.prog = "fairq-relay", .what = "a dispatch publish"};
 
-static bool relay_is_ours(const char *key)
-{
-    static const char *const set[] = {FQ_HDR_TENANT, FQ_HDR_RUN_ID, FQ_HDR_WORKFLOW,
-                                      FQ_HDR_EST_TOKENS, FQ_HDR_SUBMITTED_AT,
-                                      FQ_HDR_DISPATCHED_AT};
-    if (strncasecmp(key, "Nats-", 5) == 0)
-        return true;
-    for (size_t i = 0; i < sizeof set / sizeof set[0]; i++)
-        if (strcasecmp(key, set[i]) == 0)
-            return true;
-    return false;
-}
-
-/* Carry the producer's headers over, except the Nats- ones (JetStream would
- * act on them) and the Fair- ones the dispatch sets itself. */
-static natsStatus relay_copy_headers(natsMsg *out, natsMsg *in)
-{
-    const char **keys = NULL;
-    int n = 0;
-    natsStatus s = natsMsgHeader_Keys(in, &keys, &n);
-
-    if (s == NATS_NOT_FOUND)
-        return NATS_OK;
-    for (int i = 0; s == NATS_OK && i < n; i++) {
-        const char **vals = NULL;
-        int nv = 0;
-        if (relay_is_ours(keys[i]))
-            continue;
-        s = natsMsgHeader_Values(in, keys[i], &vals, &nv);
-        for (int j = 0; s == NATS_OK && j < nv; j++)
-            s = natsMsgHeader_Add(out, keys[i], vals[j]);
-        free((void *)vals);
-    }
-    free((void *)keys);
-    return s;
-}
+/* Where dispatch messages are built; the main thread's alone. */
+static fq_nio_buf relay_scratch;
 
 /* Build the dispatch message of one submit message: the body byte for
  * byte, the headers of the wire contract. */
@@ -99,19 +64,23 @@ static natsStatus relay_dispatch_msg(natsMsg **out, const relay_cfg *cfg, natsMs
         est = cfg->default_est;
     snprintf(msg_id, sizeof msg_id, "fairq:%s:%s", tenant, run_id);
 
-    s = natsMsg_Create(out, cfg->dispatch, NULL, natsMsg_GetData(in), natsMsg_GetDataLength(in));
-    if (s == NATS_OK) s = relay_copy_headers(*out, in);
-    if (s == NATS_OK) s = natsMsgHeader_Set(*out, FQ_HDR_TENANT, tenant);
-    if (s == NATS_OK) s = natsMsgHeader_Set(*out, FQ_HDR_RUN_ID, run_id);
-    if (s == NATS_OK && workflow) s = natsMsgHeader_Set(*out, FQ_HDR_WORKFLOW, workflow);
-    if (s == NATS_OK) s = fqc_hdr_set_u64(*out, FQ_HDR_EST_TOKENS, est);
-    if (s == NATS_OK) s = fqc_hdr_set_u64(*out, FQ_HDR_SUBMITTED_AT, (uint64_t)(stored_ns / FQC_NS_PER_MS));
-    if (s == NATS_OK) s = fqc_hdr_set_u64(*out, FQ_HDR_DISPATCHED_AT, (uint64_t)now_ms);
-    if (s == NATS_OK) s = natsMsgHeader_Set(*out, FQC_HDR_MSG_ID, msg_id);
-    if (s != NATS_OK) {
-        natsMsg_Destroy(*out);
-        *out = NULL;
-    }
+    /* Built as the proxy builds its dispatches; the producer's headers are
+     * carried over except the Nats- ones and those set here. */
+    char est_s[FQ_U64_DEC_MAX], submitted[FQ_U64_DEC_MAX], dispatched[FQ_U64_DEC_MAX];
+    fq_u64_dec(est_s, est);
+    fq_u64_dec(submitted, (uint64_t)(stored_ns / FQC_NS_PER_MS));
+    fq_u64_dec(dispatched, (uint64_t)now_ms);
+    fq_nio_hdr h[] = {{FQ_HDR_TENANT, tenant},           {FQ_HDR_RUN_ID, run_id},
+                      {FQ_HDR_EST_TOKENS, est_s},        {FQ_HDR_SUBMITTED_AT, submitted},
+                      {FQ_HDR_DISPATCHED_AT, dispatched}, {FQC_HDR_MSG_ID, msg_id},
+                      {FQ_HDR_WORKFLOW, workflow}};
+    fq_nio_out o = {.subject = cfg->dispatch, .data = natsMsg_GetData(in),
+                    .len = (size_t)natsMsg_GetDataLength(in), .hdrs = h,
+                    .n_hdrs = workflow ? 7 : 6, .carry = (const fq_nio_msg *)in};
+    void *m = NULL;
+    fq_status fs = fq_nio_natsmsg_create(&m, &o, &relay_scratch);
+    *out = m;
+    s = fs == FQ_OK ? NATS_OK : fs == FQ_ENOMEM ? NATS_NO_MEMORY : NATS_INVALID_ARG;
     return s;
 }
 
@@ -303,6 +272,7 @@ out:
         js_DeleteConsumer(js, cfg.stream, cfg.durable, NULL, NULL);
     }
     free(msgs);
+    free(relay_scratch.p);
     fqc_disconnect(nc, js);
     nats_Close();
     return rc;

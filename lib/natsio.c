@@ -135,6 +135,7 @@ struct fq_nio {
     uint64_t pubs_mask;
     uint64_t pub_head, pub_tail;    /* next publish id; oldest maybe unsettled */
     int64_t pubs_live;
+    fq_nio_buf scratch;         /* a message being built; owner thread only */
 
     nio_consumer cons[NIO_MAX_CONSUMERS];
     nio_sub subs[NIO_MAX_SUBS];
@@ -682,6 +683,7 @@ void fq_nio_destroy(fq_nio *n)
     for (uint64_t id = n->pub_tail; n->pubs && id < n->pub_head; id++)
         natsMsg_Destroy(n->pubs[id & n->pubs_mask].msg);
     free(n->pubs);
+    free(n->scratch.p);
     free(n->url);
     free(n->creds);
     free(n->tls_ca);
@@ -1164,6 +1166,84 @@ static bool nio_hdr_listed(const fq_nio_out *o, const char *key)
     return false;
 }
 
+#ifdef FQ_NATS_RAW_HEADERS
+/* libnats's own constructor of received messages: the headers come as
+ * their wire block, the first hdr_len bytes of buf (see the quirks above). */
+natsStatus natsMsg_create(natsMsg **m, const char *subj, int subj_len, const char *reply,
+                          int reply_len, const char *buf, int buf_len, int hdr_len);
+
+/* Append s (len bytes) to b; CR and LF become spaces when clean, as
+ * nats.c's header encoder makes them. */
+static bool nio_buf_put(fq_nio_buf *b, const char *s, size_t len, bool clean)
+{
+    if (b->len + len > b->cap) {
+        size_t cap = b->cap ? b->cap : 4096;
+        while (cap < b->len + len)
+            cap *= 2;
+        char *p = realloc(b->p, cap);
+        if (!p)
+            return false;
+        b->p = p;
+        b->cap = cap;
+    }
+    char *d = b->p + b->len;
+    memcpy(d, s, len);
+    if (clean)
+        for (size_t i = 0; i < len; i++)
+            if (d[i] == '\r' || d[i] == '\n')
+                d[i] = ' ';
+    b->len += len;
+    return true;
+}
+
+static bool nio_buf_hdr(fq_nio_buf *b, const char *key, const char *val)
+{
+    return nio_buf_put(b, key, strlen(key), true) && nio_buf_put(b, ": ", 2, false) &&
+           nio_buf_put(b, val, strlen(val), true) && nio_buf_put(b, "\r\n", 2, false);
+}
+
+/* o as a message with reply (or none): the header block written once, by
+ * hand, in b, instead of a header map of allocations per header that
+ * nats.c would build, encode and free. */
+static natsStatus nio_msg_build(natsMsg **m, fq_nio_buf *b, const fq_nio_out *o,
+                                const char *reply)
+{
+    static const char line[] = "NATS/1.0\r\n";
+    if (!o->subject || !*o->subject)
+        return NATS_INVALID_ARG;
+    b->len = 0;
+    bool ok = nio_buf_put(b, line, sizeof line - 1, false);
+    const char **keys = NULL;
+    int nk = 0;
+    if (ok && o->carry && natsMsgHeader_Keys((natsMsg *)o->carry, &keys, &nk) == NATS_OK) {
+        for (int i = 0; ok && i < nk; i++) {
+            if (!o->carry_all &&
+                (strncasecmp(keys[i], "Nats-", 5) == 0 || nio_hdr_listed(o, keys[i])))
+                continue;
+            const char **vals = NULL;
+            int nv = 0;
+            if (natsMsgHeader_Values((natsMsg *)o->carry, keys[i], &vals, &nv) != NATS_OK)
+                continue;
+            for (int j = 0; ok && j < nv; j++)
+                ok = nio_buf_hdr(b, keys[i], vals[j]);
+            free((void *)vals);
+        }
+    }
+    free((void *)keys);
+    for (size_t i = 0; ok && i < o->n_hdrs; i++)
+        ok = nio_buf_hdr(b, o->hdrs[i].key, o->hdrs[i].value);
+    if (b->len == sizeof line - 1)
+        b->len = 0;                         /* no header at all: a plain message */
+    else
+        ok = ok && nio_buf_put(b, "\r\n", 2, false);
+    size_t hdr_len = b->len;
+    ok = ok && nio_buf_put(b, o->data ? o->data : "", o->len, false);
+    if (!ok || b->len > INT32_MAX)
+        return NATS_NO_MEMORY;
+    return natsMsg_create(m, o->subject, (int)strlen(o->subject), reply,
+                          reply ? (int)strlen(reply) : 0, b->p, (int)b->len, (int)hdr_len);
+}
+#else
 /* Copy carry's headers except Nats-* and those o sets itself. */
 static natsStatus nio_carry_headers(natsMsg *m, const fq_nio_out *o)
 {
@@ -1189,14 +1269,24 @@ static natsStatus nio_carry_headers(natsMsg *m, const fq_nio_out *o)
     return s;
 }
 
-/* Set o's headers on m, after carrying o->carry's over. */
-static natsStatus nio_set_headers(natsMsg *m, const fq_nio_out *o)
+/* o as a message with reply (or none), its headers set through nats.c's
+ * header map. */
+static natsStatus nio_msg_build(natsMsg **m, fq_nio_buf *b, const fq_nio_out *o,
+                                const char *reply)
 {
-    natsStatus s = o->carry ? nio_carry_headers(m, o) : NATS_OK;
+    (void)b;
+    natsStatus s = natsMsg_Create(m, o->subject, reply, o->data, (int)o->len);
+    if (s == NATS_OK && o->carry)
+        s = nio_carry_headers(*m, o);
     for (size_t i = 0; s == NATS_OK && i < o->n_hdrs; i++)
-        s = natsMsgHeader_Set(m, o->hdrs[i].key, o->hdrs[i].value);
+        s = natsMsgHeader_Set(*m, o->hdrs[i].key, o->hdrs[i].value);
+    if (s != NATS_OK) {
+        natsMsg_Destroy(*m);
+        *m = NULL;
+    }
     return s;
 }
+#endif
 
 fq_status fq_nio_publish(fq_nio *n, const fq_nio_out *o, uint64_t token)
 {
@@ -1204,17 +1294,21 @@ fq_status fq_nio_publish(fq_nio *n, const fq_nio_out *o, uint64_t token)
     if (!nio_next_reply(n, reply))
         return FQ_EIO;
     natsMsg *m = NULL;
-    natsStatus s = natsMsg_Create(&m, o->subject, reply, o->data, (int)o->len);
-    if (s == NATS_OK)
-        s = nio_set_headers(m, o);
-    if (s != NATS_OK) {
-        natsMsg_Destroy(m);
+    natsStatus s = nio_msg_build(&m, &n->scratch, o, reply);
+    if (s != NATS_OK)
         return s == NATS_NO_MEMORY ? FQ_ENOMEM : FQ_EINVAL;
-    }
     fq_status r = nio_publish_msg(n, m, token);
     if (r != FQ_OK)
-        natsMsg_Destroy(m);
+        nio_msg_free(m);
     return r;
+}
+
+fq_status fq_nio_natsmsg_create(void **out, const fq_nio_out *o, fq_nio_buf *scratch)
+{
+    natsMsg *m = NULL;
+    natsStatus s = nio_msg_build(&m, scratch, o, NULL);
+    *out = m;
+    return s == NATS_OK ? FQ_OK : s == NATS_NO_MEMORY ? FQ_ENOMEM : FQ_EINVAL;
 }
 
 fq_status fq_nio_republish(fq_nio *n, fq_nio_msg **m, uint64_t token)

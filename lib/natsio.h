@@ -256,6 +256,15 @@ const char *fq_nio_msg_header(const fq_nio_msg *m, const char *key);
 /* Bytes the message's headers take on the wire (0 without headers). */
 size_t fq_nio_msg_header_bytes(const fq_nio_msg *m);
 void fq_nio_msg_destroy(fq_nio_msg *m);
+/* A growing byte buffer; zero-initialised, its memory freed with free(p). */
+typedef struct fq_nio_buf {
+    char *p;
+    size_t len, cap;
+} fq_nio_buf;
+/* Build o as a nats.c message (a natsMsg *, no reply subject) the way
+ * fq_nio_publish builds its messages, using scratch as working space. For
+ * programs that publish through nats.c directly: the baseline relay. */
+fq_status fq_nio_natsmsg_create(void **out, const fq_nio_out *o, fq_nio_buf *scratch);
 /* Free a nats.c message (a natsMsg *) the caller owns outright, now and on
  * this thread rather than through nats.c's collector thread (natsio.c says
  * why). For programs that use nats.c directly: the baseline relay. */

@@ -244,6 +244,53 @@ static void test_kv_update_async_wrong_last(void **state)
     fq_nio_msg_destroy(ev.msg);
 }
 
+/* What fq_nio_publish writes is what arrives: the body byte for byte, our
+ * headers with CR and LF turned to spaces (as nats.c's encoder does), the
+ * carried ones but Nats-*; and a message with no header has none. */
+static void test_publish_headers_as_sent(void **state)
+{
+    fixture *f = *state;
+    fq_nio_stream hs = {.name = "HDRS", .subject = "hdrs.*", .retention = FQ_NIO_LIMITS,
+                        .max_age_ms = 120000, .replicas = 1, .allow_direct = true};
+    char warn[256];
+    assert_int_equal(fq_nio_stream_ensure(f->n, &hs, warn, sizeof warn), FQ_OK);
+    const char body[] = "a\0b\r\nc";
+    fq_nio_hdr h[] = {{"X-One", "1"}, {"X-Bad", "x\r\ny"}, {"Nats-Msg-Id", "hdr-1"}};
+    fq_nio_out o = {.subject = "hdrs.a", .data = body, .len = sizeof body, .hdrs = h,
+                    .n_hdrs = 3};
+    assert_int_equal(fq_nio_publish(f->n, &o, 1), FQ_OK);
+    fq_nio_event ev;
+    assert_true(wait_event(f->n, FQ_NIO_EV_PUBACK, &ev, 5000));
+    assert_int_equal(ev.status, FQ_OK);
+    fq_nio_msg *m = NULL;
+    assert_int_equal(fq_nio_get(&m, f->n, "HDRS", ev.seq), FQ_OK);
+    assert_int_equal(fq_nio_msg_len(m), sizeof body);
+    assert_memory_equal(fq_nio_msg_data(m), body, sizeof body);
+    assert_string_equal(fq_nio_msg_header(m, "X-One"), "1");
+    assert_string_equal(fq_nio_msg_header(m, "X-Bad"), "x  y");
+    /* Carried: X-One and X-Bad, not Nats-Msg-Id, and X-One set anew. */
+    fq_nio_hdr h2[] = {{"X-One", "2"}};
+    fq_nio_out o2 = {.subject = "hdrs.b", .data = "", .len = 0, .hdrs = h2, .n_hdrs = 1,
+                     .carry = m};
+    assert_int_equal(fq_nio_publish(f->n, &o2, 2), FQ_OK);
+    assert_true(wait_event(f->n, FQ_NIO_EV_PUBACK, &ev, 5000));
+    fq_nio_msg_destroy(m);
+    assert_int_equal(fq_nio_get(&m, f->n, "HDRS", ev.seq), FQ_OK);
+    assert_int_equal(fq_nio_msg_len(m), 0);
+    assert_string_equal(fq_nio_msg_header(m, "X-One"), "2");
+    assert_string_equal(fq_nio_msg_header(m, "X-Bad"), "x  y");
+    assert_null(fq_nio_msg_header(m, "Nats-Msg-Id"));
+    fq_nio_msg_destroy(m);
+    fq_nio_out plain = {.subject = "hdrs.c", .data = "p", .len = 1};
+    assert_int_equal(fq_nio_publish(f->n, &plain, 3), FQ_OK);
+    assert_true(wait_event(f->n, FQ_NIO_EV_PUBACK, &ev, 5000));
+    assert_int_equal(fq_nio_get(&m, f->n, "HDRS", ev.seq), FQ_OK);
+    assert_null(fq_nio_msg_header(m, "X-One"));     /* a direct get adds Nats-* only */
+    assert_int_equal(fq_nio_msg_len(m), 1);
+    assert_memory_equal(fq_nio_msg_data(m), "p", 1);
+    fq_nio_msg_destroy(m);
+}
+
 static void test_fetch_ack_get_and_recreate(void **state)
 {
     fixture *f = *state;
@@ -437,6 +484,7 @@ int main(void)
         cmocka_unit_test(test_stream_ensure_and_mismatch),
         cmocka_unit_test(test_puback_tokens_and_duplicates),
         cmocka_unit_test(test_puback_parse),
+        cmocka_unit_test(test_publish_headers_as_sent),
         cmocka_unit_test(test_puback_timeout_and_republish),
         cmocka_unit_test(test_kv_update_async_wrong_last),
         cmocka_unit_test(test_kv_lease_primitives),
