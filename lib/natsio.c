@@ -48,6 +48,13 @@
  *   collector's own function, on the owner thread. libnats exports it
  *   without declaring it; the build checks that it is there and falls back
  *   to natsMsg_Destroy when it is not.
+ * - natsMsgHeader_Set keeps headers in a map: a map, a key copy, a value
+ *   and its copy per header, built, encoded at the publish and freed, some
+ *   thirty allocations per dispatch. A published message's header block
+ *   ("NATS/1.0", "Key: Value" lines, a blank line) is written here instead
+ *   and the message built around it by natsMsg_create, the constructor
+ *   libnats uses for what it receives (exported, not declared; checked by
+ *   the build, with the header map as the fallback).
  * - kvConfig.TTL and jsStreamConfig durations are nanoseconds; Fetch
  *   timeouts and jsPubOptions.MaxWait are milliseconds.
  */
