@@ -9,6 +9,7 @@
 #include <yaml.h>
 
 #include "config.h"
+#include "metrics.h"
 
 /*
  * Principles
@@ -1072,7 +1073,7 @@ static fq_status cfg_misc(fq_config *c, const raw_config *r, const cfg_ctx *v)
     if (h->listen && !cfg_listen_valid(h->listen))
         return cfg_fail(v, "http", "listen", "'%s' is not host:port (port 1 to "
                         "65535), or \"\" to disable", h->listen);
-    c->http.max_tenant_series = FQ_DEFAULT_MAX_TENANT_SERIES;
+    c->http.max_tenant_series = FQ_METRICS_MAX_TENANT_SERIES;
     c->log.queue_age_warn_ms = FQ_DEFAULT_QUEUE_AGE_WARN_MS;
     CFG_IFOK(s, cfg_u32(v, "http", "max_tenant_series", h->max_tenant_series, 1,
                         FQ_CONFIG_MAX_TENANT_SERIES, &c->http.max_tenant_series));

@@ -106,7 +106,6 @@ typedef struct fq_config {
                                                    remembered that long */
 #define FQ_DEFAULT_REJECTED_MAX_AGE_MS 604800000u /* a week */
 #define FQ_CONFIG_NAME_MAX 64           /* a stream or consumer name */
-#define FQ_DEFAULT_MAX_TENANT_SERIES 10000u /* http.max_tenant_series */
 #define FQ_CONFIG_MAX_TENANT_SERIES 1000000u
 #define FQ_DEFAULT_QUEUE_AGE_WARN_MS 60000u /* log.queue_age_warn_ms */
 #define FQ_CONFIG_MAX_MS 31536000000ull /* one year: bounds every duration */

@@ -816,10 +816,14 @@ static void fq_json_raw(fq_json *w, const char *s, size_t n)
 
 void fq_json_int(fq_json *w, int64_t v)
 {
-    char tmp[24];
-    int n = snprintf(tmp, sizeof tmp, "%" PRId64, v);
+    /* Two per run in the journal: without snprintf. */
+    char tmp[FQ_U64_DEC_MAX + 1];
+    size_t n = 0;
 
-    fq_json_raw(w, tmp, (size_t)n);
+    if (v < 0)
+        tmp[n++] = '-';
+    n += fq_u64_dec(tmp + n, v < 0 ? 0 - (uint64_t)v : (uint64_t)v);
+    fq_json_raw(w, tmp, n);
 }
 
 void fq_json_double(fq_json *w, double v)
