@@ -263,7 +263,8 @@ static void nio_push(fq_nio *n, const fq_nio_event *ev)
     pthread_cond_signal(&n->cv);
 }
 
-static size_t nio_pubs_settle(fq_nio *n, fq_nio_event *ev, size_t k, size_t cap);
+static size_t nio_pubs_settle(fq_nio *n, fq_nio_event *ev, size_t k, size_t cap,
+                              bool drained);
 
 size_t fq_nio_poll(fq_nio *n, fq_nio_event *ev, size_t cap, int timeout_ms)
 {
@@ -293,8 +294,9 @@ size_t fq_nio_poll(fq_nio *n, fq_nio_event *ev, size_t cap, int timeout_ms)
     nio_graves acked = n->acked;
     n->acked = n->spare;
     n->spare = (nio_graves){0};
+    bool drained = n->q_len == 0;
     pthread_mutex_unlock(&n->mu);
-    k = nio_pubs_settle(n, ev, k, cap);
+    k = nio_pubs_settle(n, ev, k, cap, drained);
     nio_graves_flush(&acked);
     nio_graves_flush(&n->dropped);
     n->spare = acked;
@@ -422,9 +424,12 @@ static void nio_pub_settle(fq_nio *n, nio_pub *s, fq_nio_event *ev)
 }
 
 /* Give PUBACK events in ev[0..k) the caller's tokens, dropping those of
- * publishes settled already (timed out), then append a failure for every
- * publish whose PubAck is overdue, while cap allows. Returns the new count. */
-static size_t nio_pubs_settle(fq_nio *n, fq_nio_event *ev, size_t k, size_t cap)
+ * publishes settled already (timed out), then, if the queue was drained
+ * (so no PubAck that came is still waiting in it), append a failure for
+ * every publish whose PubAck is overdue, while cap allows. Returns the new
+ * count. */
+static size_t nio_pubs_settle(fq_nio *n, fq_nio_event *ev, size_t k, size_t cap,
+                              bool drained)
 {
     size_t out = 0;
     for (size_t i = 0; i < k; i++) {
@@ -442,7 +447,7 @@ static size_t nio_pubs_settle(fq_nio *n, fq_nio_event *ev, size_t k, size_t cap)
         nio_pub *s = &n->pubs[n->pub_tail & n->pubs_mask];
         if (!s->msg)
             continue;
-        if (s->sent_ms + (uint64_t)n->o.pub_wait_ms > now || out == cap)
+        if (!drained || s->sent_ms + (uint64_t)n->o.pub_wait_ms > now || out == cap)
             break;
         ev[out] = (fq_nio_event){.type = FQ_NIO_EV_PUBACK, .status = FQ_EIO};
         nio_pub_settle(n, s, &ev[out++]);
@@ -465,10 +470,11 @@ static fq_status nio_publish_msg(fq_nio *n, natsMsg *m, uint64_t token)
 }
 
 /* The reply subject of the next publish into buf (which holds
- * sizeof ack_prefix + FQ_U64_DEC_MAX); false when the ring is full. */
+ * sizeof ack_prefix + FQ_U64_DEC_MAX); false when max_pending_pubs are
+ * pending, or when the oldest one still pending is a whole ring behind. */
 static bool nio_next_reply(fq_nio *n, char *buf)
 {
-    if (n->pub_head - n->pub_tail > n->pubs_mask)
+    if (n->pubs_live >= n->o.max_pending_pubs || n->pub_head - n->pub_tail > n->pubs_mask)
         return false;
     memcpy(buf, n->ack_prefix, n->ack_prefix_len);
     fq_u64_dec(buf + n->ack_prefix_len, n->pub_head);
@@ -569,8 +575,12 @@ static natsStatus nio_set_options(fq_nio *n)
  * to: <inbox>.<publish number>, one subscription for all. */
 static natsStatus nio_acks_start(fq_nio *n)
 {
+    /* Four times the publishes that may be pending, so that one whose
+     * PubAck was lost does not stop the rest before it times out: at 20,000
+     * publishes a second and the default 5 s, the ids run 100,000 ahead of
+     * it, within the 262,144 slots of the default (8 MiB, touched as used). */
     uint64_t cap = 1;
-    while (cap < (uint64_t)n->o.max_pending_pubs)
+    while (cap < 4 * (uint64_t)n->o.max_pending_pubs)
         cap <<= 1;
     if (!(n->pubs = calloc(cap, sizeof *n->pubs)))
         return NATS_NO_MEMORY;
@@ -1222,21 +1232,23 @@ static natsStatus nio_msg_build(natsMsg **m, fq_nio_buf *b, const fq_nio_out *o,
     bool ok = nio_buf_put(b, line, sizeof line - 1, false);
     const char **keys = NULL;
     int nk = 0;
-    if (ok && o->carry && natsMsgHeader_Keys((natsMsg *)o->carry, &keys, &nk) == NATS_OK) {
-        for (int i = 0; ok && i < nk; i++) {
-            if (!o->carry_all &&
-                (strncasecmp(keys[i], "Nats-", 5) == 0 || nio_hdr_listed(o, keys[i])))
-                continue;
-            const char **vals = NULL;
-            int nv = 0;
-            if (natsMsgHeader_Values((natsMsg *)o->carry, keys[i], &vals, &nv) != NATS_OK)
-                continue;
-            for (int j = 0; ok && j < nv; j++)
-                ok = nio_buf_hdr(b, keys[i], vals[j]);
-            free((void *)vals);
-        }
+    natsStatus s = o->carry ? natsMsgHeader_Keys((natsMsg *)o->carry, &keys, &nk) : NATS_OK;
+    if (s == NATS_NOT_FOUND)
+        s = NATS_OK;                        /* nothing to carry */
+    for (int i = 0; ok && s == NATS_OK && i < nk; i++) {
+        if (!o->carry_all &&
+            (strncasecmp(keys[i], "Nats-", 5) == 0 || nio_hdr_listed(o, keys[i])))
+            continue;
+        const char **vals = NULL;
+        int nv = 0;
+        s = natsMsgHeader_Values((natsMsg *)o->carry, keys[i], &vals, &nv);
+        for (int j = 0; ok && s == NATS_OK && j < nv; j++)
+            ok = nio_buf_hdr(b, keys[i], vals[j]);
+        free((void *)vals);
     }
     free((void *)keys);
+    if (s != NATS_OK)
+        return s;       /* a carried header lost would lose its Nats-Msg-Id */
     for (size_t i = 0; ok && i < o->n_hdrs; i++)
         ok = nio_buf_hdr(b, o->hdrs[i].key, o->hdrs[i].value);
     if (b->len == sizeof line - 1)

@@ -189,8 +189,9 @@ fq_status fq_nio_reply(fq_nio *n, const fq_nio_msg *req, const void *data, size_
 
 /* Asynchronous JetStream publish; the outcome comes as FQ_NIO_EV_PUBACK
  * with token, a failure after pub_wait_ms without a PubAck. FQ_EIO if it
- * could not be sent now, or max_pending_pubs are pending already (nothing
- * is pending then). Owner thread only, as are the three below. */
+ * could not be sent now: the connection refused it, max_pending_pubs are
+ * pending already, or the oldest still pending is 4 x max_pending_pubs
+ * publishes behind (nothing is pending then). Owner thread only, as are the three below. */
 fq_status fq_nio_publish(fq_nio *n, const fq_nio_out *o, uint64_t token);
 /* Publish again a message handed back by a failed PUBACK event; on
  * success it is consumed, else it stays the caller's. */
