@@ -163,15 +163,20 @@ int64_t fq_nio_unix_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-/* Parse an unsigned decimal token; returns the end or NULL. */
-static const char *nio_num(const char *p, uint64_t *v)
+/* The unsigned decimal number at p, before end (NULL: up to the first
+ * byte that is not a digit); returns where it ends, or NULL if there is no
+ * digit or the number exceeds max. */
+static const char *nio_num(const char *p, const char *end, uint64_t max, uint64_t *v)
 {
     uint64_t x = 0;
     const char *s = p;
-    while (*p >= '0' && *p <= '9')
-        x = x * 10 + (uint64_t)(*p++ - '0');
+    for (; (!end || p < end) && *p >= '0' && *p <= '9'; p++) {
+        if (x > (max - (uint64_t)(*p - '0')) / 10)
+            return NULL;
+        x = x * 10 + (uint64_t)(*p - '0');
+    }
     *v = x;
-    return p == s ? NULL : p;
+    return p > s ? p : NULL;
 }
 
 /* The reason nats.c gave for the last failure of this thread, into err. */
@@ -340,21 +345,6 @@ static const char *nio_find(const char *d, size_t len, const char *needle)
     return NULL;
 }
 
-/* The decimal number at p, before end; false if there is none or it
- * exceeds max. */
-static bool nio_num_at(const char *p, const char *end, uint64_t max, uint64_t *v)
-{
-    uint64_t x = 0;
-    const char *s = p;
-    for (; p < end && *p >= '0' && *p <= '9'; p++) {
-        if (x > (max - (uint64_t)(*p - '0')) / 10)
-            return false;
-        x = x * 10 + (uint64_t)(*p - '0');
-    }
-    *v = x;
-    return p > s;
-}
-
 void fq_nio_parse_puback(fq_nio_event *ev, const void *data, size_t len)
 {
     /* The server writes {"stream":..,"seq":N[,"duplicate":true]} (with
@@ -371,11 +361,11 @@ void fq_nio_parse_puback(fq_nio_event *ev, const void *data, size_t len)
     if (!d || !len)
         return;         /* no responders: no stream has the subject */
     if (nio_find(d, len, "\"error\":")) {
-        if ((v = nio_find(d, len, "\"err_code\":")) && nio_num_at(v, end, 99999, &x))
+        if ((v = nio_find(d, len, "\"err_code\":")) && nio_num(v, end, 99999, &x))
             ev->err_code = (int)x;
         return;
     }
-    if (!(v = nio_find(d, len, "\"seq\":")) || !nio_num_at(v, end, UINT64_MAX, &x) || !x)
+    if (!(v = nio_find(d, len, "\"seq\":")) || !nio_num(v, end, UINT64_MAX, &x) || !x)
         return;
     ev->status = FQ_OK;
     ev->seq = x;
@@ -395,7 +385,7 @@ static void nio_on_puback(natsConnection *nc, natsSubscription *sub, natsMsg *ms
     const char *subj = natsMsg_GetSubject(msg);
     uint64_t id = 0;
     bool ours = strlen(subj) > n->ack_prefix_len &&
-                nio_num(subj + n->ack_prefix_len, &id) != NULL;
+                nio_num(subj + n->ack_prefix_len, NULL, UINT64_MAX, &id) != NULL;
     fq_nio_event ev = {.type = FQ_NIO_EV_PUBACK, .token = id};
     if (ours)
         fq_nio_parse_puback(&ev, natsMsg_GetData(msg), (size_t)natsMsg_GetDataLength(msg));
@@ -846,8 +836,10 @@ static bool nio_parse_reply(const char *r, fq_nio_ackref *a, int64_t *ts_ms)
     if (base < 0)
         return false;
     uint64_t dc, sseq, cseq, ts;
-    if (!nio_num(tok[base], &dc) || !nio_num(tok[base + 1], &sseq) ||
-        !nio_num(tok[base + 2], &cseq) || !nio_num(tok[base + 3], &ts))
+    if (!nio_num(tok[base], NULL, UINT64_MAX, &dc) ||
+        !nio_num(tok[base + 1], NULL, UINT64_MAX, &sseq) ||
+        !nio_num(tok[base + 2], NULL, UINT64_MAX, &cseq) ||
+        !nio_num(tok[base + 3], NULL, UINT64_MAX, &ts))
         return false;
     a->sseq = sseq;
     a->cseq = cseq;
