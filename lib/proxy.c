@@ -17,6 +17,7 @@
 #include "drr.h"
 #include "estimate.h"
 #include "http.h"
+#include "journal.h"
 #include "log.h"
 #include "metrics.h"
 #include "msg.h"
@@ -176,7 +177,6 @@ typedef struct px_batch {
     size_t nruns, cap_runs;
     uint64_t *dones;            /* completions (done seq) to ack */
     size_t ndones, cap_dones;
-    size_t entries;             /* records written */
     struct px_batch *next;      /* pending list, free list */
 } px_batch;
 
@@ -229,8 +229,7 @@ struct fq_proxy {
     px_batch *bat_head, *bat_tail; /* published, awaiting their PubAck */
     px_batch *bat_free;
     uint64_t bat_next;          /* next batch id */
-    char *jbuf;                 /* the current batch's text */
-    size_t jlen, jcap;
+    fq_jbatch jb;               /* the current batch's text */
 
     uint64_t held;              /* submits held (unacked) */
     uint64_t index_only;        /* of which without their body in memory */
@@ -892,18 +891,14 @@ static void px_ack(fq_proxy *p, int cons, uint64_t seq, uint32_t delivered)
 /* ---- the runs journal --------------------------------------------------- */
 
 /*
- * FAIRQ_RUNS is a limits stream of batches, each
- * {"v":1,"entries":[{"st":"flight","t":tenant,"r":run_id,"w":workflow,
- *  "e":est,"d":declared,"s":submit seq,"at":unix ms}, {"st":"done","t":...,
- *  "r":...,"s":...,"at":...}, ...]}.
- * A run's flight record goes out with the turn that dispatched it and its
- * done record with the turn that saw its completion; read back in order at
- * start they give the runs still in flight and the run ids completed within
- * the duplicate window. One message per turn instead of one per run keeps
- * the server's work per run close to the relay's.
+ * FAIRQ_RUNS is a limits stream of batches; lib/journal.c writes and reads
+ * the records. A run's flight record goes out with the turn that
+ * dispatched it and its done record with the turn that saw its completion;
+ * read back in order at start they give the runs still in flight and the
+ * run ids completed within the duplicate window. One message per turn
+ * instead of one per run keeps the server's work per run close to the
+ * relay's.
  */
-
-#define PX_JOURNAL_FLUSH (256 * 1024)   /* bytes: a batch is sent before this */
 
 static bool px_grow(void **v, size_t *cap, size_t need, size_t size)
 {
@@ -930,64 +925,28 @@ static px_batch *px_batch_cur(fq_proxy *p)
     else if (!(b = calloc(1, sizeof *b)))
         return NULL;
     b->id = p->bat_next++;
-    b->nruns = b->ndones = b->entries = 0;
+    b->nruns = b->ndones = 0;
     b->next = NULL;
-    p->jlen = 0;
+    fq_jbatch_clear(&p->jb);
     p->cur = b;
     return b;
 }
 
 /* Append one record to the current batch. */
-static bool px_journal_entry(fq_proxy *p, const char *st, const char *tenant,
-                             const px_names *nm, uint32_t est, uint64_t seq, int64_t at)
+static bool px_journal_add(fq_proxy *p, const fq_jrec *r)
 {
-    px_batch *b = px_batch_cur(p);
-    char e[1024];
-    fq_json w;
-    fq_json_init(&w, e, sizeof e);
-    fq_json_begin_object(&w);
-    fq_json_key(&w, "st");
-    fq_json_string(&w, st);
-    fq_json_key(&w, "t");
-    fq_json_string(&w, tenant);
-    fq_json_key(&w, "r");
-    fq_json_string(&w, nm->run_id);
-    if (st[0] == 'f') {         /* a done record needs only the key */
-        if (nm->workflow[0]) {
-            fq_json_key(&w, "w");
-            fq_json_string(&w, nm->workflow);
-        }
-        fq_json_key(&w, "e");
-        fq_json_int(&w, est);
-        fq_json_key(&w, "d");
-        fq_json_int(&w, nm->declared);
-    }
-    fq_json_key(&w, "s");
-    fq_json_int(&w, (int64_t)seq);
-    fq_json_key(&w, "at");
-    fq_json_int(&w, at);
-    fq_json_end_object(&w);
-    size_t len = 0;
-    static const char head[] = "{\"v\":1,\"entries\":[";
-    if (!b || fq_json_finish(&w, &len) != FQ_OK ||
-        !px_grow((void **)&p->jbuf, &p->jcap, p->jlen + len + sizeof head + 4, 1))
-        return false;
-    if (!b->entries) {
-        memcpy(p->jbuf, head, sizeof head - 1);
-        p->jlen = sizeof head - 1;
-    } else {
-        p->jbuf[p->jlen++] = ',';
-    }
-    memcpy(p->jbuf + p->jlen, e, len);
-    p->jlen += len;
-    b->entries++;
-    return true;
+    return px_batch_cur(p) && fq_jbatch_append(&p->jb, r) == FQ_OK;
 }
 
 /* The flight record of x, dispatched just now; its submit ack waits for it. */
 static void px_journal_flight(fq_proxy *p, px_run *x, int64_t now_ms)
 {
-    if (!px_journal_entry(p, "flight", x->pt->id, x->names, x->est, x->seq, now_ms) ||
+    fq_jrec r = {.type = FQ_JREC_FLIGHT, .est = x->est, .declared = x->names->declared,
+                 .seq = x->seq, .at_ms = now_ms};
+    memcpy(r.tenant, x->pt->id, sizeof r.tenant);
+    memcpy(r.run_id, x->names->run_id, sizeof r.run_id);
+    memcpy(r.workflow, x->names->workflow, sizeof r.workflow);
+    if (!px_journal_add(p, &r) ||
         !px_grow((void **)&p->cur->runs, &p->cur->cap_runs, p->cur->nruns + 1, sizeof(px_run *)))
         return;     /* out of memory: it will not be adopted after a restart */
     p->cur->runs[p->cur->nruns++] = x;
@@ -999,13 +958,12 @@ static void px_journal_flight(fq_proxy *p, px_run *x, int64_t now_ms)
 static void px_journal_flush(fq_proxy *p)
 {
     px_batch *b = p->cur;
-    if (!b || !b->entries)
+    size_t len = 0;
+    const char *text = b ? fq_jbatch_text(&p->jb, &len) : NULL;
+    if (!text)
         return;
-    p->jbuf[p->jlen++] = ']';
-    p->jbuf[p->jlen++] = '}';
-    fq_nio_out o = {.subject = p->cfg.subjects.runs, .data = p->jbuf, .len = p->jlen};
+    fq_nio_out o = {.subject = p->cfg.subjects.runs, .data = text, .len = len};
     if (px_publish(p, &o, TK_MAKE(TK_JOURNAL, b->id)) != FQ_OK) {
-        p->jlen -= 2;
         p->c.pub_failures++;
         return;
     }
@@ -1498,11 +1456,14 @@ static int64_t px_done_until(const fq_proxy *p, int64_t now_ms)
 /* Remember (tenant, run_id) as completed, here and in the journal; the
  * completion (done seq) is acked once its record is stored. */
 static void px_mark_done(fq_proxy *p, const char *tenant, const px_names *nm, uint64_t h,
-                         uint32_t est, uint64_t seq, uint64_t done_seq)
+                         uint64_t seq, uint64_t done_seq)
 {
     int64_t now_ms = fq_nio_unix_ms();
     px_done_add(&p->done, h, seq, px_done_until(p, now_ms));
-    if (!px_journal_entry(p, "done", tenant, nm, est, seq, now_ms) ||
+    fq_jrec r = {.type = FQ_JREC_DONE, .seq = seq, .at_ms = now_ms};
+    memcpy(r.tenant, tenant, strlen(tenant) + 1);     /* a valid id: bounded */
+    memcpy(r.run_id, nm->run_id, sizeof r.run_id);
+    if (!px_journal_add(p, &r) ||
         !px_grow((void **)&p->cur->dones, &p->cur->cap_dones, p->cur->ndones + 1,
                  sizeof(uint64_t))) {
         px_ack(p, PX_CONS_DONE, done_seq, 1);   /* reconciled; only its record is lost */
@@ -1529,7 +1490,7 @@ static void px_complete_unheld(fq_proxy *p, const char *tenant, const fq_complet
     px_names nm = {.declared = 0};
     snprintf(nm.run_id, sizeof nm.run_id, "%s", c->run_id);
     snprintf(nm.workflow, sizeof nm.workflow, "%s", c->workflow);
-    px_mark_done(p, tenant, &nm, h, c->est_tokens, 0, done_seq);
+    px_mark_done(p, tenant, &nm, h, 0, done_seq);
 }
 
 static void px_on_done(fq_proxy *p, fq_nio_event *ev)
@@ -1591,7 +1552,7 @@ static void px_on_done(fq_proxy *p, fq_nio_event *ev)
     p->sec_completed++;
     p->sec_actual += c.actual_tokens;
     x->state = PX_DONE;
-    px_mark_done(p, tenant, x->names, h, x->est, x->seq, dseq);
+    px_mark_done(p, tenant, x->names, h, x->seq, dseq);
     px_key_del(p, x);
     px_maybe_free(p, x);
 }
@@ -2628,29 +2589,18 @@ typedef struct px_loaded {
     fq_proxy *p;
     px_run **adopt;             /* flight records, in order; some completed later */
     size_t n, cap;
+    int64_t ts_ms;              /* the message being read was stored then (unix ms) */
+    fq_jcounts counts;          /* records read and refused */
 } px_loaded;
-
-static const char *px_jstr(const cJSON *o, const char *k)
-{
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
-    return cJSON_IsString(v) ? v->valuestring : "";
-}
-
-static double px_jnum(const cJSON *o, const char *k)
-{
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
-    return cJSON_IsNumber(v) && v->valuedouble >= 0 ? v->valuedouble : 0;
-}
 
 /* A flight record: the run is held in the key index until a done record
  * for it follows. */
-static void px_load_flight(px_loaded *L, const cJSON *e, const char *tenant, const char *run_id,
-                           uint64_t h)
+static void px_load_flight(px_loaded *L, const fq_jrec *r, uint64_t h)
 {
     fq_proxy *p = L->p;
     px_tenant *pt = NULL;
-    if (px_find_key(p, tenant, run_id, h) || px_done_find(&p->done, h) ||
-        px_tenant_get(&pt, p, tenant, strlen(tenant)) != FQ_OK ||
+    if (px_find_key(p, r->tenant, r->run_id, h) || px_done_find(&p->done, h) ||
+        px_tenant_get(&pt, p, r->tenant, strlen(r->tenant)) != FQ_OK ||
         !px_grow((void **)&L->adopt, &L->cap, L->n + 1, sizeof(px_run *)))
         return;
     px_run *x = px_run_alloc(p);
@@ -2660,42 +2610,43 @@ static void px_load_flight(px_loaded *L, const cJSON *e, const char *tenant, con
             px_maybe_free(p, x);
         return;
     }
-    snprintf(nm->run_id, sizeof nm->run_id, "%s", run_id);
-    snprintf(nm->workflow, sizeof nm->workflow, "%s", px_jstr(e, "w"));
-    nm->declared = (uint32_t)px_jnum(e, "d");
-    uint64_t seq = (uint64_t)px_jnum(e, "s");
-    uint32_t est = (uint32_t)px_jnum(e, "e");
-    *x = (px_run){.seq = seq ? seq : PX_SYNTH_ID + p->synth++, .pt = pt, .names = nm,
-                  .key_hash = h, .submitted_ms = (int64_t)px_jnum(e, "at"),
-                  .est = est ? est : 1, .state = PX_FLIGHT};
+    memcpy(nm->run_id, r->run_id, sizeof nm->run_id);
+    memcpy(nm->workflow, r->workflow, sizeof nm->workflow);
+    nm->declared = r->declared;
+    *x = (px_run){.seq = r->seq ? r->seq : PX_SYNTH_ID + p->synth++, .pt = pt, .names = nm,
+                  .key_hash = h, .submitted_ms = r->at_ms, .est = r->est, .state = PX_FLIGHT};
     px_key_add(p, x);
     L->adopt[L->n++] = x;
+}
+
+static void px_load_rec(void *arg, const fq_jrec *r)
+{
+    px_loaded *L = arg;
+    fq_proxy *p = L->p;
+    uint64_t h = px_key_hash(p, r->tenant, r->run_id);
+    switch (r->type) {
+    case FQ_JREC_FLIGHT:
+        px_load_flight(L, r, h);
+        return;
+    case FQ_JREC_DONE: {
+        px_done_add(&p->done, h, r->seq, px_done_until(p, L->ts_ms));
+        px_run *x = px_find_key(p, r->tenant, r->run_id, h);
+        if (x) {
+            px_key_del(p, x);
+            x->state = PX_DONE;
+        }
+        return;
+    }
+    case FQ_JREC_DEBT:
+        return;
+    }
 }
 
 static void px_load_cb(void *arg, const void *data, size_t len, int64_t ts_ms)
 {
     px_loaded *L = arg;
-    fq_proxy *p = L->p;
-    cJSON *o = cJSON_ParseWithLength(data, len);
-    const cJSON *e;
-    cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(o, "entries")) {
-        const char *tenant = px_jstr(e, "t"), *run_id = px_jstr(e, "r");
-        if (!fq_tenant_id_valid(tenant, strlen(tenant)) || !*run_id ||
-            strlen(run_id) > FQ_RUN_ID_MAX)
-            continue;
-        uint64_t h = px_key_hash(p, tenant, run_id);
-        if (strcmp(px_jstr(e, "st"), "flight") == 0) {
-            px_load_flight(L, e, tenant, run_id, h);
-            continue;
-        }
-        px_done_add(&p->done, h, (uint64_t)px_jnum(e, "s"), px_done_until(p, ts_ms));
-        px_run *x = px_find_key(p, tenant, run_id, h);
-        if (x) {
-            px_key_del(p, x);
-            x->state = PX_DONE;
-        }
-    }
-    cJSON_Delete(o);
+    L->ts_ms = ts_ms;
+    fq_journal_decode(data, len, px_load_rec, L, &L->counts);
 }
 
 /* Put run x, dispatched age ms before now (both monotonic), back into the
@@ -2739,6 +2690,10 @@ static fq_status px_recover(fq_proxy *p)
     free(L.adopt);
     fq_log(FQ_LOG_INFO, "recovered state from NATS", FQ_UINT("in_flight", p->c.adopted),
            FQ_UINT("completed_remembered", p->done.n), FQ_UINT("expired", p->nexp));
+    if (L.counts.invalid || L.counts.unknown)
+        fq_log(FQ_LOG_WARN, "journal records refused", FQ_STR("stream", p->cfg.streams.runs),
+               FQ_UINT("invalid", L.counts.invalid), FQ_UINT("unknown_type", L.counts.unknown),
+               FQ_STR("first_reason", L.counts.why));
     return FQ_OK;
 }
 
@@ -3066,7 +3021,7 @@ void fq_proxy_destroy(fq_proxy *p)
             free(b);
         }
     }
-    free(p->jbuf);
+    fq_jbatch_free(&p->jb);
     /* Held bodies: every run is in some pool chunk; msg is NULL when free. */
     for (size_t i = 0; i < p->by_seq.nb; i++)
         for (px_run *x = p->by_seq.b[i]; x; x = x->seq_next)

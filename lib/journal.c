@@ -1,0 +1,335 @@
+/* journal.c -- the runs journal's records: typed, written in batches as JSON, read back validated. */
+/*
+ * Principles:
+ *
+ * - One codec for both directions, so that the writer and the reader cannot
+ *   drift apart: a record type is an enum, written and read by name, and a
+ *   record the writer would refuse is one the reader refuses.
+ *
+ * - The reader trusts nothing: FAIRQ_RUNS is a stream any client with the
+ *   permission could publish to, and a bad record read back at start could
+ *   otherwise hold the window or poison a deficit. Every field is checked
+ *   for its type and range before it becomes a C value (JSON numbers are
+ *   doubles: finite, integral and in range first, then cast), a member given
+ *   twice is refused (readers that keep the first and those that keep the
+ *   last would disagree), and a type not known is refused, not taken for
+ *   another. Members not known are ignored, for the next version's fields.
+ *
+ * - No I/O and no NATS: the proxy publishes the text and hands back what it
+ *   reads, so the decoder can be tested, and fuzzed, on bytes alone.
+ */
+#include "journal.h"
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "msg.h"
+
+static const char *const jr_type_name[] = {
+    [FQ_JREC_FLIGHT] = "flight",
+    [FQ_JREC_DONE] = "done",
+    [FQ_JREC_DEBT] = "debt",
+};
+
+static bool jr_type_known(int t)
+{
+    return t >= FQ_JREC_FLIGHT && t <= FQ_JREC_DEBT;
+}
+
+bool fq_jrec_valid(const fq_jrec *r, const char **why)
+{
+    const char *w = NULL;
+    size_t rl = strnlen(r->run_id, sizeof r->run_id);
+    size_t wl = strnlen(r->workflow, sizeof r->workflow);
+    bool has_run = r->type == FQ_JREC_FLIGHT || r->type == FQ_JREC_DONE;
+    if (!jr_type_known((int)r->type))
+        w = "the record type is not known";
+    else if (!fq_tenant_id_valid(r->tenant, strnlen(r->tenant, sizeof r->tenant)))
+        w = "t: not a valid tenant id";
+    else if (has_run && !fq_msg_name_valid(r->run_id, rl, FQ_RUN_ID_MAX))
+        w = "r: not a valid run id";
+    else if (!has_run && rl)
+        w = "r: a debt record has no run";
+    else if (wl && (r->type != FQ_JREC_FLIGHT || !fq_msg_name_valid(r->workflow, wl,
+                                                                     FQ_WORKFLOW_MAX)))
+        w = "w: not a valid workflow name";
+    else if (r->type == FQ_JREC_FLIGHT ? r->est < 1 : r->est || r->declared)
+        w = "e: a flight record's estimate is 1 to 2^32-1, other records have none";
+    else if (r->seq > (uint64_t)FQ_JOURNAL_MAX_INT || (!has_run && r->seq))
+        w = "s: a sequence is 0 to 2^53, and a debt record has none";
+    else if (r->deficit > 0 || r->deficit < FQ_JOURNAL_MIN_DEFICIT ||
+             (r->type != FQ_JREC_DEBT && r->deficit))
+        w = "df: a debt is -2^62 to 0, and only a debt record has one";
+    else if (r->at_ms < 0 || r->at_ms > FQ_JOURNAL_MAX_INT)
+        w = "at: a time is 0 to 2^53 ms";
+    if (why)
+        *why = w;
+    return !w;
+}
+
+/* ---- writing ------------------------------------------------------------ */
+
+static const char jr_head[] = "{\"v\":1,\"entries\":[";
+
+fq_status fq_jbatch_append(fq_jbatch *b, const fq_jrec *r)
+{
+    if (!fq_jrec_valid(r, NULL))
+        return FQ_EINVAL;
+    char e[512];        /* the longest record is about 330 bytes */
+    fq_json w;
+    fq_json_init(&w, e, sizeof e);
+    fq_json_begin_object(&w);
+    fq_json_key(&w, "st");
+    fq_json_string(&w, jr_type_name[r->type]);
+    fq_json_key(&w, "t");
+    fq_json_string(&w, r->tenant);
+    switch (r->type) {
+    case FQ_JREC_FLIGHT:
+        fq_json_key(&w, "r");
+        fq_json_string(&w, r->run_id);
+        if (r->workflow[0]) {
+            fq_json_key(&w, "w");
+            fq_json_string(&w, r->workflow);
+        }
+        fq_json_key(&w, "e");
+        fq_json_int(&w, r->est);
+        fq_json_key(&w, "d");
+        fq_json_int(&w, r->declared);
+        fq_json_key(&w, "s");
+        fq_json_int(&w, (int64_t)r->seq);
+        break;
+    case FQ_JREC_DONE:
+        fq_json_key(&w, "r");
+        fq_json_string(&w, r->run_id);
+        fq_json_key(&w, "s");
+        fq_json_int(&w, (int64_t)r->seq);
+        break;
+    case FQ_JREC_DEBT:
+        fq_json_key(&w, "df");
+        fq_json_int(&w, r->deficit);
+        break;
+    }
+    fq_json_key(&w, "at");
+    fq_json_int(&w, r->at_ms);
+    fq_json_end_object(&w);
+    size_t len = 0;
+    if (fq_json_finish(&w, &len) != FQ_OK)
+        return FQ_EINVAL;
+    /* the head or a comma, the record, and room for the closing "]}" */
+    size_t need = b->len + sizeof jr_head + len + 3;
+    if (need > b->cap) {
+        size_t c = b->cap ? b->cap * 2 : 4096;
+        while (c < need)
+            c *= 2;
+        char *n = realloc(b->buf, c);
+        if (!n)
+            return FQ_ENOMEM;
+        b->buf = n;
+        b->cap = c;
+    }
+    if (!b->records) {
+        memcpy(b->buf, jr_head, sizeof jr_head - 1);
+        b->len = sizeof jr_head - 1;
+    } else {
+        b->buf[b->len++] = ',';
+    }
+    memcpy(b->buf + b->len, e, len);
+    b->len += len;
+    b->records++;
+    return FQ_OK;
+}
+
+const char *fq_jbatch_text(fq_jbatch *b, size_t *len)
+{
+    if (!b->records)
+        return NULL;
+    /* Room was kept by the append: the closing bytes go past len, so the
+     * next append overwrites them and continues the batch. */
+    b->buf[b->len] = ']';
+    b->buf[b->len + 1] = '}';
+    *len = b->len + 2;
+    return b->buf;
+}
+
+void fq_jbatch_clear(fq_jbatch *b)
+{
+    b->len = 0;
+    b->records = 0;
+}
+
+void fq_jbatch_free(fq_jbatch *b)
+{
+    free(b->buf);
+    *b = (fq_jbatch){0};
+}
+
+/* ---- reading ------------------------------------------------------------ */
+
+enum { JR_ST, JR_T, JR_R, JR_W, JR_E, JR_D, JR_S, JR_DF, JR_AT, JR__N };
+static const char *const jr_member[JR__N] = {
+    [JR_ST] = "st", [JR_T] = "t", [JR_R] = "r", [JR_W] = "w", [JR_E] = "e",
+    [JR_D] = "d", [JR_S] = "s", [JR_DF] = "df", [JR_AT] = "at",
+};
+
+/* Which members each type must have (bit JR_*) and may have. */
+static const unsigned jr_required[] = {
+    [FQ_JREC_FLIGHT] = 1u << JR_T | 1u << JR_R | 1u << JR_E | 1u << JR_D | 1u << JR_S | 1u << JR_AT,
+    [FQ_JREC_DONE] = 1u << JR_T | 1u << JR_R | 1u << JR_S | 1u << JR_AT,
+    [FQ_JREC_DEBT] = 1u << JR_T | 1u << JR_DF | 1u << JR_AT,
+};
+static const unsigned jr_allowed[] = {
+    [FQ_JREC_FLIGHT] = 1u << JR_W,
+    [FQ_JREC_DONE] = 0,
+    [FQ_JREC_DEBT] = 0,
+};
+
+static void jr_refuse(fq_jcounts *c, bool unknown, const char *why)
+{
+    if (unknown)
+        c->unknown++;
+    else
+        c->invalid++;
+    if (!c->why[0])
+        snprintf(c->why, sizeof c->why, "%s", why);
+}
+
+/* An integral number in [lo, hi] (|lo|, |hi| <= 2^62, exact as doubles). */
+static bool jr_int(int64_t *out, const cJSON *v, int64_t lo, int64_t hi)
+{
+    if (!cJSON_IsNumber(v))
+        return false;
+    double d = v->valuedouble;
+    if (!isfinite(d) || d < (double)lo || d > (double)hi || d != floor(d))
+        return false;
+    *out = (int64_t)d;
+    return true;
+}
+
+static bool jr_name(char *dst, size_t max, const cJSON *v, bool tenant)
+{
+    if (!cJSON_IsString(v))
+        return false;
+    size_t len = strnlen(v->valuestring, max + 1);
+    if (tenant ? !fq_tenant_id_valid(v->valuestring, len)
+               : !fq_msg_name_valid(v->valuestring, len, max))
+        return false;
+    memcpy(dst, v->valuestring, len + 1);
+    return true;
+}
+
+/* One entry: a valid record into *r, or false and why. *unknown: refused
+ * for its type alone. */
+static bool jr_entry(fq_jrec *r, const cJSON *e, bool *unknown, const char **why)
+{
+    const cJSON *m[JR__N] = {NULL};
+    unsigned has = 0;
+    *unknown = false;
+    *r = (fq_jrec){0};
+    if (!cJSON_IsObject(e)) {
+        *why = "a record is not a JSON object";
+        return false;
+    }
+    for (const cJSON *c = e->child; c; c = c->next) {
+        for (int k = 0; k < JR__N; k++) {
+            if (strcmp(c->string, jr_member[k]) != 0)
+                continue;
+            if (has & (1u << k)) {
+                *why = "a record has a member twice";
+                return false;
+            }
+            has |= 1u << k;
+            m[k] = c;
+        }
+    }
+    if (!cJSON_IsString(m[JR_ST])) {
+        *why = "st: missing or not a string";
+        return false;
+    }
+    for (int t = FQ_JREC_FLIGHT; t <= FQ_JREC_DEBT; t++)
+        if (strcmp(m[JR_ST]->valuestring, jr_type_name[t]) == 0)
+            r->type = (enum fq_jrec_type)t;
+    if (!r->type) {
+        *unknown = true;
+        *why = "st: a record type that is not known";
+        return false;
+    }
+    unsigned req = jr_required[r->type], ok = req | jr_allowed[r->type] | 1u << JR_ST;
+    if ((has & req) != req || (has & ~ok)) {
+        *why = "a record lacks a member its type needs, or has one it does not";
+        return false;
+    }
+    int64_t v;
+    if (!jr_name(r->tenant, FQ_TENANT_MAX, m[JR_T], true)) {
+        *why = "t: not a valid tenant id";
+        return false;
+    }
+    if (m[JR_R] && !jr_name(r->run_id, FQ_RUN_ID_MAX, m[JR_R], false)) {
+        *why = "r: not a valid run id";
+        return false;
+    }
+    if (m[JR_W] && !jr_name(r->workflow, FQ_WORKFLOW_MAX, m[JR_W], false)) {
+        *why = "w: not a valid workflow name";
+        return false;
+    }
+    if (m[JR_E]) {
+        if (!jr_int(&v, m[JR_E], 1, UINT32_MAX)) {
+            *why = "e: not an integer from 1 to 2^32-1";
+            return false;
+        }
+        r->est = (uint32_t)v;
+    }
+    if (m[JR_D]) {
+        if (!jr_int(&v, m[JR_D], 0, UINT32_MAX)) {
+            *why = "d: not an integer from 0 to 2^32-1";
+            return false;
+        }
+        r->declared = (uint32_t)v;
+    }
+    if (m[JR_S]) {
+        if (!jr_int(&v, m[JR_S], 0, FQ_JOURNAL_MAX_INT)) {
+            *why = "s: not an integer from 0 to 2^53";
+            return false;
+        }
+        r->seq = (uint64_t)v;
+    }
+    if (m[JR_DF] && !jr_int(&r->deficit, m[JR_DF], FQ_JOURNAL_MIN_DEFICIT, 0)) {
+        *why = "df: not an integer from -2^62 to 0";
+        return false;
+    }
+    if (!jr_int(&r->at_ms, m[JR_AT], 0, FQ_JOURNAL_MAX_INT)) {
+        *why = "at: not an integer from 0 to 2^53";
+        return false;
+    }
+    return fq_jrec_valid(r, why);
+}
+
+fq_status fq_journal_decode(const void *data, size_t len, fq_jrec_fn fn, void *arg,
+                            fq_jcounts *counts)
+{
+    cJSON *o = data ? cJSON_ParseWithLength(data, len) : NULL;
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, "v");
+    const cJSON *entries = cJSON_GetObjectItemCaseSensitive(o, "entries");
+    if (!cJSON_IsObject(o) || !cJSON_IsNumber(v) || v->valuedouble != 1 ||
+        !cJSON_IsArray(entries)) {
+        jr_refuse(counts, false, "a message is not a journal batch of version 1");
+        cJSON_Delete(o);
+        return FQ_EINVAL;
+    }
+    const cJSON *e;
+    cJSON_ArrayForEach(e, entries) {
+        fq_jrec r;
+        bool unknown;
+        const char *why = NULL;
+        if (!jr_entry(&r, e, &unknown, &why)) {
+            jr_refuse(counts, unknown, why);
+            continue;
+        }
+        counts->records++;
+        fn(arg, &r);
+    }
+    cJSON_Delete(o);
+    return FQ_OK;
+}
