@@ -860,6 +860,8 @@ fq_status fq_sched_adopt(fq_run **out, fq_sched *s, fq_tenant *t, uint64_t id,
         *out = NULL;
     if (fq_window_find(&s->win, id))
         return FQ_EEXIST;
+    if (!fq_window_fits(&s->win, charge_of(s, est)) || at_cap(t))
+        return FQ_EFULL;
     fq_run *r = run_alloc(s);
     if (!r)
         return FQ_ENOMEM;

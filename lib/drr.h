@@ -138,10 +138,12 @@ void fq_tenant_reconcile(fq_sched *s, fq_tenant *t, uint32_t est, uint64_t actua
 
 /* Take into the window a run dispatched before a restart (read back from
  * NATS): it holds a slot and counts against its tenant's cap from
- * dispatched_at, even past the limits (the workers have it already), and is
- * completed, expired or requeued like any other. Its estimate was charged
- * before the restart, so the deficit is not charged again. FQ_EEXIST if a
- * run with that id is in the window already. */
+ * dispatched_at, and is completed, expired or requeued like any other. Its
+ * estimate was charged before the restart, so the deficit is not charged
+ * again. FQ_EEXIST if a run with that id is in the window already; FQ_EFULL
+ * if the window (runs or tokens, as fq_window_fits) or the tenant's cap has
+ * no room left: the records read back are not trusted to fill it past its
+ * limits, so the caller keeps such a run as expired instead. */
 fq_status fq_sched_adopt(fq_run **out, fq_sched *s, fq_tenant *t, uint64_t id,
                          uint32_t est, void *handle, uint64_t dispatched_at);
 

@@ -97,6 +97,8 @@ typedef struct fq_metrics_overall {
                                        dispatched before a restart */
     uint64_t dispatch_duplicates;   /* counter: dispatches JetStream de-duplicated */
     uint64_t adopted_runs;          /* counter: runs in flight read back at start */
+    uint64_t journal_refused_records; /* counter: journal records refused at start
+                                       (not valid, or of a type not known) */
     uint64_t index_only_runs;       /* held without their body in memory */
     uint64_t body_reads;            /* counter: bodies read back at dispatch */
     uint64_t body_lost;             /* counter: bodies gone from the stream */

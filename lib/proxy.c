@@ -188,6 +188,8 @@ typedef struct px_counters {
     uint64_t completions, completions_unheld, completions_duplicate, completions_invalid;
     uint64_t completions_unknown, expired, pub_failures, fetch_pauses, reconnects;
     uint64_t adopted, reloads, reload_failures, overrides_refused, reply_failures;
+    uint64_t adopt_overflow;        /* flight records read back past the window: expired */
+    uint64_t journal_refused;       /* journal records refused at start: invalid or unknown */
 } px_counters;
 
 /* A tenant's runtime override as the bucket holds it. Kept once seen, even
@@ -1692,6 +1694,7 @@ static void px_stats_overall(fq_json *w, fq_proxy *p)
     PX_KV(w, "dispatched", p->c.dispatched);
     PX_KV(w, "dispatch_duplicates", p->c.dispatch_duplicates);
     PX_KV(w, "adopted", p->c.adopted);
+    PX_KV(w, "journal_refused", p->c.journal_refused);
     PX_KV(w, "body_reads", p->c.body_reads);
     PX_KV(w, "body_lost", p->c.body_lost);
     PX_KV(w, "completions", p->c.completions);
@@ -2288,6 +2291,7 @@ static void px_metrics_fill(fq_proxy *p, uint64_t now)
         .lease_held = p->leader, .submitted_runs = p->c.submitted,
         .redelivered_runs = p->c.redelivered, .duplicates_acked = p->c.duplicates_acked,
         .dispatch_duplicates = p->c.dispatch_duplicates, .adopted_runs = p->c.adopted,
+        .journal_refused_records = p->c.journal_refused,
         .index_only_runs = p->index_only, .body_reads = p->c.body_reads,
         .body_lost = p->c.body_lost,
         .completions = {[FQ_COMPLETION_HELD] = p->c.completions,
@@ -2651,13 +2655,21 @@ static void px_load_cb(void *arg, const void *data, size_t len, int64_t ts_ms)
 
 /* Put run x, dispatched age ms before now (both monotonic), back into the
  * window without sending it again or charging its tenant twice: its lease
- * runs from its dispatch, and it holds a slot even past the limits, since
- * the workers have it already. */
+ * runs from its dispatch. Only up to the window's limits and its tenant's
+ * cap: the records are not trusted (anyone allowed to publish to the
+ * journal's subject could forge them), so a run past them is taken as
+ * expired at once, and a late completion still reconciles it once. */
 static void px_adopt_one(fq_proxy *p, px_run *x, uint64_t now, uint64_t age)
 {
-    if (fq_sched_adopt(NULL, p->sched, x->pt->t, x->seq, x->est, x, now > age ? now - age : 0) ==
-        FQ_OK) {
+    fq_status s = fq_sched_adopt(NULL, p->sched, x->pt->t, x->seq, x->est, x,
+                                 now > age ? now - age : 0);
+    if (s == FQ_OK) {
         p->c.adopted++;
+        return;
+    }
+    if (s == FQ_EFULL) {
+        p->c.adopt_overflow++;
+        px_on_expired(p, &(fq_run){.handle = x});
         return;
     }
     px_key_del(p, x);
@@ -2688,8 +2700,10 @@ static fq_status px_recover(fq_proxy *p)
             px_adopt_one(p, x, now, age > 0 ? (uint64_t)age : 0);
     }
     free(L.adopt);
+    p->c.journal_refused += L.counts.invalid + L.counts.unknown;
     fq_log(FQ_LOG_INFO, "recovered state from NATS", FQ_UINT("in_flight", p->c.adopted),
-           FQ_UINT("completed_remembered", p->done.n), FQ_UINT("expired", p->nexp));
+           FQ_UINT("completed_remembered", p->done.n), FQ_UINT("expired", p->nexp),
+           FQ_UINT("past_the_window", p->c.adopt_overflow));
     if (L.counts.invalid || L.counts.unknown)
         fq_log(FQ_LOG_WARN, "journal records refused", FQ_STR("stream", p->cfg.streams.runs),
                FQ_UINT("invalid", L.counts.invalid), FQ_UINT("unknown_type", L.counts.unknown),

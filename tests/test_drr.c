@@ -1202,7 +1202,8 @@ static void test_quantum_times_weight_is_bounded(void **state)
 }
 
 /* Runs dispatched before a restart take their slots back without a second
- * charge, count against caps, and complete, expire or refuse duplicates. */
+ * charge, count against caps, and complete, expire or refuse duplicates;
+ * none fills the window or a tenant's cap past its limit. */
 static void test_adopt_restores_the_window(void **state)
 {
     (void)state;
@@ -1211,14 +1212,16 @@ static void test_adopt_restores_the_window(void **state)
     assert_int_equal(fq_sched_adopt(NULL, s, a, 500, 300, NULL, 10), FQ_OK);
     assert_int_equal(fq_sched_adopt(NULL, s, a, 500, 300, NULL, 10), FQ_EEXIST);
     assert_int_equal(fq_sched_adopt(NULL, s, b, 501, 300, NULL, 20), FQ_OK);
-    assert_int_equal(fq_sched_adopt(NULL, s, b, 502, 300, NULL, 20), FQ_OK);  /* past the window */
+    assert_int_equal(fq_sched_adopt(NULL, s, b, 502, 300, NULL, 20), FQ_EFULL); /* past the window */
+    assert_null(fq_sched_run(s, 502));
+    assert_int_equal(info(b).in_flight, 1);
     assert_int_equal(info(a).in_flight, 1);
     assert_int_equal(info(a).deficit, 0);       /* charged before the restart */
     assert_int_equal(info(a).dispatched, 0);
     enq(s, b, 100);
-    assert_null(fq_sched_dispatch(s, 30));      /* 3 in flight, window of 2 */
+    assert_null(fq_sched_dispatch(s, 30));      /* 2 in flight, window of 2 */
     assert_int_equal(fq_sched_complete(NULL, s, 501, 300), FQ_OK);
-    assert_int_equal(fq_sched_complete(NULL, s, 502, 300), FQ_OK);
+    assert_int_equal(fq_sched_adopt(NULL, s, a, 503, 300, NULL, 30), FQ_EFULL); /* a's cap of 1 */
     enq(s, a, 100);
     fq_run *r = fq_sched_dispatch(s, 40);
     assert_ptr_equal(r->tenant, b);             /* a is at its cap of 1 */

@@ -182,6 +182,7 @@ static void test_values_and_labels(void **state)
     s->all.duplicates_acked = 4;
     s->all.dispatch_duplicates = 3;
     s->all.adopted_runs = 9;
+    s->all.journal_refused_records = 65;
     s->all.index_only_runs = 300;
     s->all.body_reads = 310;
     s->all.body_lost = 1;
@@ -242,6 +243,7 @@ static void test_values_and_labels(void **state)
     assert_true(value_of(t, "fairq_duplicates_acked_total") == 4);
     assert_true(value_of(t, "fairq_dispatch_duplicates_total") == 3);
     assert_true(value_of(t, "fairq_adopted_runs_total") == 9);
+    assert_true(value_of(t, "fairq_journal_refused_records_total") == 65);
     assert_true(value_of(t, "fairq_index_only_runs") == 300);
     assert_true(value_of(t, "fairq_body_reads_total") == 310);
     assert_true(value_of(t, "fairq_body_lost_total") == 1);
@@ -411,7 +413,7 @@ static void test_sample(void **state)
         .fetch_pauses = 0, .nats_connected = true, .nats_reconnects = 1, .config_reloads = 2,
         .config_reload_failures = 1, .invalid_subject_runs = 4, .lease_held = true,
         .submitted_runs = 1200, .redelivered_runs = 5, .duplicates_acked = 1,
-        .dispatch_duplicates = 2, .adopted_runs = 3, .index_only_runs = 400, .body_reads = 410,
+        .dispatch_duplicates = 2, .adopted_runs = 3, .journal_refused_records = 64, .index_only_runs = 400, .body_reads = 410,
         .body_lost = 1, .completions = {1100, 40, 3, 2, 1}, .publish_failures = 6,
         .overrides_refused = 1, .admin_reply_failures = 1, .max_payload = 1048576,
         .rejected_runs = {[FQ_EINVAL] = 7, [FQ_EFULL] = 3},
