@@ -44,6 +44,7 @@ static void usage(FILE *f)
             "  -h, --help          print this help and exit\n"
             "\n"
             "Environment: FAIRQ_NATS_URL overrides nats.url, FAIRQ_HTTP_LISTEN http.listen,\n"
+            "FAIRQ_HTTP_PROBE_LISTEN http.probe_listen,\n"
             "FAIRQ_TENANTS_BUCKET streams.tenants_bucket (default %s), and\n"
             "FAIRQ_QUEUE_AGE_WARN_MS log.queue_age_warn_ms (default %u).\n"
             "\n"
@@ -105,6 +106,7 @@ static fq_status load(fq_config *out, void *arg, char *err, size_t errlen)
         return s;
     if (override(&out->nats.url, c->nats, "FAIRQ_NATS_URL", 0) != 0 ||
         override(&out->http.listen, NULL, "FAIRQ_HTTP_LISTEN", 1) != 0 ||
+        override(&out->http.probe_listen, NULL, "FAIRQ_HTTP_PROBE_LISTEN", 1) != 0 ||
         override(&out->streams.tenants_bucket, NULL, "FAIRQ_TENANTS_BUCKET", 0) != 0) {
         fq_config_free(out);
         snprintf(err, errlen, "out of memory");

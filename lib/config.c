@@ -82,7 +82,7 @@ typedef struct raw_estimates {
 } raw_estimates;
 
 typedef struct raw_http {
-    char *listen, *max_tenant_series;
+    char *listen, *probe_listen, *max_tenant_series;
 } raw_http;
 
 typedef struct raw_log {
@@ -216,6 +216,7 @@ static const cyaml_schema_field_t estimates_fields[] = {
 
 static const cyaml_schema_field_t http_fields[] = {
     CFG_STR("listen", raw_http, listen),
+    CFG_STR("probe_listen", raw_http, probe_listen),
     CFG_STR("max_tenant_series", raw_http, max_tenant_series),
     CYAML_FIELD_END
 };
@@ -1073,6 +1074,9 @@ static fq_status cfg_misc(fq_config *c, const raw_config *r, const cfg_ctx *v)
     if (h->listen && !cfg_listen_valid(h->listen))
         return cfg_fail(v, "http", "listen", "'%s' is not host:port (port 1 to "
                         "65535), or \"\" to disable", h->listen);
+    if (h->probe_listen && !cfg_listen_valid(h->probe_listen))
+        return cfg_fail(v, "http", "probe_listen", "'%s' is not host:port (port 1 to "
+                        "65535), or \"\" for none", h->probe_listen);
     c->http.max_tenant_series = FQ_METRICS_MAX_TENANT_SERIES;
     c->log.queue_age_warn_ms = FQ_DEFAULT_QUEUE_AGE_WARN_MS;
     CFG_IFOK(s, cfg_u32(v, "http", "max_tenant_series", h->max_tenant_series, 1,
@@ -1082,6 +1086,7 @@ static fq_status cfg_misc(fq_config *c, const raw_config *r, const cfg_ctx *v)
     CFG_IFOK(s, cfg_u64(v, "log", "queue_age_warn_ms", l->queue_age_warn_ms, 1,
                         FQ_CONFIG_MAX_MS, &c->log.queue_age_warn_ms));
     CFG_IFOK(s, cfg_str(h->listen, "127.0.0.1:9464", false, &c->http.listen));
+    CFG_IFOK(s, cfg_str(h->probe_listen, "", false, &c->http.probe_listen));
     CFG_IFOK(s, cfg_str(levels[level], NULL, false, &c->log.level));
     CFG_IFOK(s, cfg_str(formats[format], NULL, false, &c->log.format));
     return s;
@@ -1193,7 +1198,8 @@ static const size_t cfg_strings[] = {
     offsetof(fq_config, streams.rejected), offsetof(fq_config, streams.runs),
     offsetof(fq_config, streams.durable), offsetof(fq_config, streams.lease_bucket),
     offsetof(fq_config, streams.tenants_bucket), offsetof(fq_config, scheduler.default_plan),
-    offsetof(fq_config, http.listen), offsetof(fq_config, log.level),
+    offsetof(fq_config, http.listen), offsetof(fq_config, http.probe_listen),
+    offsetof(fq_config, log.level),
     offsetof(fq_config, log.format),
 };
 #define CFG_N_STRINGS (sizeof(cfg_strings) / sizeof(cfg_strings[0]))
@@ -1405,6 +1411,10 @@ size_t fq_config_describe(const fq_config *c, char *buf, size_t cap)
             c->estimates.default_tokens, c->estimates.n_workflows);
     cfg_put(&o, " http.listen=");
     cfg_put_value(&o, c->http.listen && *c->http.listen ? c->http.listen : "off");
+    if (c->http.probe_listen && *c->http.probe_listen) {
+        cfg_put(&o, " http.probe_listen=");
+        cfg_put_value(&o, c->http.probe_listen);
+    }
     cfg_put(&o, " http.max_tenant_series=%u", c->http.max_tenant_series);
     cfg_put_opt(&o, "log.level", c->log.level, false);
     cfg_put_opt(&o, "log.format", c->log.format, false);
@@ -1437,6 +1447,7 @@ static const struct {
     {"streams.lease_bucket", offsetof(fq_config, streams.lease_bucket)},
     {"streams.tenants_bucket", offsetof(fq_config, streams.tenants_bucket)},
     {"http.listen", offsetof(fq_config, http.listen)},
+    {"http.probe_listen", offsetof(fq_config, http.probe_listen)},
 };
 
 /* ... and the numbers, each widened to 64 bits. */

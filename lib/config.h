@@ -75,6 +75,8 @@ typedef struct fq_config {
     } estimates;
     struct {
         char *listen;               /* default "127.0.0.1:9464"; "" disables */
+        char *probe_listen;         /* /healthz and /readyz alone, on a server of
+                                       their own; default "": none */
         uint32_t max_tenant_series; /* tenants with series of their own, the rest
                                        folded into "_other"; default 10,000, 1 to
                                        FQ_CONFIG_MAX_TENANT_SERIES */
@@ -140,7 +142,7 @@ size_t fq_config_describe(const fq_config *c, char *buf, size_t cap);
 fq_status fq_config_copy(fq_config *dst, const fq_config *src);
 
 /* The settings that differ between old and new but only take effect at a
- * restart (nats.*, subjects.*, streams.*, http.listen,
+ * restart (nats.*, subjects.*, streams.*, http.listen, http.probe_listen,
  * http.max_tenant_series), as a comma-separated list of key names (never
  * their values) in buf, truncated to cap as snprintf does. Returns how many
  * differ. */

@@ -25,18 +25,28 @@
  *  - The listen socket is bound here, before libmicrohttpd sees it, so that
  *    an address in use is an error with the address and the reason, at
  *    startup, rather than a daemon that silently failed to start.
- *  - One internal thread serves every connection: callbacks never run
- *    concurrently, and a slow scrape cannot multiply into many renders.
+ *  - One internal thread serves every connection of a server: renders never
+ *    run concurrently, and a slow scrape cannot multiply into many renders.
  *    Connections are few and time out, so a stuck client cannot pin it.
+ *  - No client may hold more than a few connections: libmicrohttpd 0.9.75
+ *    has no deadline for a request's headers, and its idle timer restarts
+ *    on every line, so a client sending one header line every few seconds
+ *    holds its connection for ever. Limited per address, slow clients from
+ *    one address cannot take the server's connections from the probes.
+ *  - Slow clients from many addresses still could: the probes can have a
+ *    listener and a thread of their own (probe_listen), which serves
+ *    nothing else, so the orchestrator's probes answer whatever the clients
+ *    of /metrics do.
  *  - Liveness is a heartbeat the proxy's loop writes and the server thread
  *    reads: one atomic, no lock shared with the loop.
  */
 
-#define FQ_HTTP_CONN_LIMIT 32
+#define FQ_HTTP_CONN_LIMIT 64         /* connections a server holds at once */
 #define FQ_HTTP_CONN_TIMEOUT_S 10
 
 struct fq_http {
     struct MHD_Daemon *d;
+    struct MHD_Daemon *probe_d;     /* probes only, on probe_listen; NULL: none */
     fq_http_metrics_fn metrics;
     fq_http_ready_fn ready;
     void *arg;
@@ -46,6 +56,7 @@ struct fq_http {
     _Atomic uint64_t beat;          /* clock at the last heartbeat */
     atomic_bool beating;            /* a heartbeat has been seen */
     uint16_t port;                  /* bound */
+    uint16_t probe_port;            /* bound by probe_d; 0: none */
 };
 
 static uint64_t monotonic_ms(void *arg)
@@ -122,9 +133,13 @@ static int bind_listen(const char *addr, uint16_t *port, fq_status *st, char *er
             continue;
         }
         /* Rebinding right after a restart, over TIME_WAIT, is fine; a live
-         * listener on the port still fails with EADDRINUSE. */
+         * listener on the port still fails with EADDRINUSE. The backlog is
+         * the kernel's largest: a burst of connections from one client,
+         * which the server accepts and closes past its per-address limit,
+         * must not fill it and make the kernel drop a probe's connection
+         * (retried only a second later). */
         setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-        if (bind(fd, ai->ai_addr, ai->ai_addrlen) < 0 || listen(fd, 64) < 0) {
+        if (bind(fd, ai->ai_addr, ai->ai_addrlen) < 0 || listen(fd, SOMAXCONN) < 0) {
             saved = errno;
             close(fd);
             fd = -1;
@@ -227,26 +242,43 @@ unavailable:
     return answer(c, MHD_HTTP_SERVICE_UNAVAILABLE, body);
 }
 
+/* Answer url on a server that renders metrics or, the probes' own, not. */
+static enum MHD_Result route(struct MHD_Connection *c, fq_http *h, const char *url,
+                             const char *method, bool metrics)
+{
+    bool is_metrics = metrics && h->metrics && strcmp(url, "/metrics") == 0;
+    bool known = is_metrics || strcmp(url, "/healthz") == 0 || strcmp(url, "/readyz") == 0;
+    if (!known)
+        return answer(c, MHD_HTTP_NOT_FOUND, "not found\n");
+    if (strcmp(method, MHD_HTTP_METHOD_GET) != 0 && strcmp(method, MHD_HTTP_METHOD_HEAD) != 0)
+        return answer(c, MHD_HTTP_METHOD_NOT_ALLOWED, "method not allowed\n");
+    if (is_metrics)
+        return answer_metrics(c, h);
+    return answer_probe(c, h, strcmp(url, "/readyz") == 0);
+}
+
 static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *url,
                               const char *method, const char *version,
                               const char *upload_data, size_t *upload_data_size,
                               void **con_cls)
 {
-    fq_http *h = cls;
     (void)version;
     (void)upload_data;
     (void)upload_data_size;
     (void)con_cls;
+    return route(c, cls, url, method, true);
+}
 
-    bool known = strcmp(url, "/healthz") == 0 || strcmp(url, "/readyz") == 0 ||
-                 (strcmp(url, "/metrics") == 0 && h->metrics);
-    if (!known)
-        return answer(c, MHD_HTTP_NOT_FOUND, "not found\n");
-    if (strcmp(method, MHD_HTTP_METHOD_GET) != 0 && strcmp(method, MHD_HTTP_METHOD_HEAD) != 0)
-        return answer(c, MHD_HTTP_METHOD_NOT_ALLOWED, "method not allowed\n");
-    if (strcmp(url, "/metrics") == 0)
-        return answer_metrics(c, h);
-    return answer_probe(c, h, strcmp(url, "/readyz") == 0);
+static enum MHD_Result handle_probe(void *cls, struct MHD_Connection *c, const char *url,
+                                    const char *method, const char *version,
+                                    const char *upload_data, size_t *upload_data_size,
+                                    void **con_cls)
+{
+    (void)version;
+    (void)upload_data;
+    (void)upload_data_size;
+    (void)con_cls;
+    return route(c, cls, url, method, false);
 }
 
 /* libmicrohttpd's own messages are about single connections (malformed
@@ -263,9 +295,34 @@ static void mhd_log(void *cls, const char *fmt, va_list ap)
 
 /* ---- lifecycle ---- */
 
+/* A server on listen answering with handler, its port in *port; NULL with
+ * err and *st set when it cannot start. */
+static struct MHD_Daemon *serve(fq_http *h, const char *listen, MHD_AccessHandlerCallback handler,
+                                uint16_t *port, fq_status *st, char *err, size_t errlen)
+{
+    int fd = bind_listen(listen, port, st, err, errlen);
+    if (fd < 0)
+        return NULL;
+    struct MHD_Daemon *d =
+        MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO | MHD_USE_ERROR_LOG,
+                         0, NULL, NULL, handler, h,
+                         MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
+                         MHD_OPTION_LISTEN_SOCKET, fd,
+                         MHD_OPTION_CONNECTION_LIMIT, (unsigned)FQ_HTTP_CONN_LIMIT,
+                         MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)FQ_HTTP_PER_IP_LIMIT,
+                         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)FQ_HTTP_CONN_TIMEOUT_S,
+                         MHD_OPTION_END);
+    if (!d) {
+        snprintf(err, errlen, "cannot start the HTTP server on %s", listen);
+        close(fd);
+        *st = FQ_EIO;
+    }
+    return d;
+}
+
 fq_status fq_http_start(fq_http **out, const fq_http_opts *o, char *err, size_t errlen)
 {
-    fq_status st;
+    fq_status st = FQ_OK;
     *out = NULL;
     if (!o->listen || !*o->listen)
         return FQ_OK;
@@ -282,23 +339,12 @@ fq_status fq_http_start(fq_http **out, const fq_http_opts *o, char *err, size_t 
     h->clock = o->clock ? o->clock : monotonic_ms;
     h->clock_arg = o->clock_arg;
 
-    int fd = bind_listen(o->listen, &h->port, &st, err, errlen);
-    if (fd < 0) {
-        free(h);
+    h->d = serve(h, o->listen, handle, &h->port, &st, err, errlen);
+    if (h->d && o->probe_listen && *o->probe_listen)
+        h->probe_d = serve(h, o->probe_listen, handle_probe, &h->probe_port, &st, err, errlen);
+    if (st != FQ_OK) {
+        fq_http_stop(h);
         return st;
-    }
-    h->d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO | MHD_USE_ERROR_LOG,
-                            0, NULL, NULL, handle, h,
-                            MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
-                            MHD_OPTION_LISTEN_SOCKET, fd,
-                            MHD_OPTION_CONNECTION_LIMIT, (unsigned)FQ_HTTP_CONN_LIMIT,
-                            MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)FQ_HTTP_CONN_TIMEOUT_S,
-                            MHD_OPTION_END);
-    if (!h->d) {
-        snprintf(err, errlen, "cannot start the HTTP server on %s", o->listen);
-        close(fd);
-        free(h);
-        return FQ_EIO;
     }
     *out = h;
     return FQ_OK;
@@ -308,7 +354,10 @@ void fq_http_stop(fq_http *h)
 {
     if (!h)
         return;
-    MHD_stop_daemon(h->d);      /* closes the listen socket too */
+    if (h->probe_d)
+        MHD_stop_daemon(h->probe_d);
+    if (h->d)
+        MHD_stop_daemon(h->d);  /* closes the listen socket too */
     free(h);
 }
 
@@ -323,6 +372,11 @@ void fq_http_heartbeat(fq_http *h)
 uint16_t fq_http_port(const fq_http *h)
 {
     return h ? h->port : 0;
+}
+
+uint16_t fq_http_probe_port(const fq_http *h)
+{
+    return h ? h->probe_port : 0;
 }
 
 /* ---- the probe client ---- */

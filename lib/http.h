@@ -18,9 +18,16 @@
  * other paths     404; methods other than GET and HEAD: 405
  *
  * The server runs one thread of its own (libmicrohttpd's internal polling
- * thread): the callbacks run on it, one at a time, never concurrently with
- * each other, so they may reuse one snapshot; they must take the caller's
- * own lock to read the proxy's state.
+ * thread): the metrics callback runs on it, one call at a time, so it may
+ * reuse one snapshot; it must take the caller's own lock to read the
+ * proxy's state.
+ *
+ * A client address holds at most FQ_HTTP_PER_IP_LIMIT connections, so slow
+ * clients from one address cannot starve the others. With probe_listen, a
+ * second server with a thread of its own answers /healthz and /readyz
+ * there (everything else 404), whatever holds the first one's connections:
+ * the ready callback may then run on either thread, even at once, so it
+ * must read only what is safe to read so (an atomic).
  */
 
 typedef struct fq_http fq_http;
@@ -35,6 +42,8 @@ typedef uint64_t (*fq_http_clock_fn)(void *arg);
 typedef struct fq_http_opts {
     const char *listen;             /* "host:port", "[v6]:port" or ":port"
                                        (every interface); NULL or "": no server */
+    const char *probe_listen;       /* the probes' own server, in the same forms;
+                                       NULL or "": none */
     fq_http_metrics_fn metrics;     /* NULL: /metrics answers 404 */
     fq_http_ready_fn ready;         /* NULL: ready whenever healthy */
     void *arg;                      /* passed to both callbacks */
@@ -44,6 +53,7 @@ typedef struct fq_http_opts {
 } fq_http_opts;
 
 #define FQ_HTTP_HEARTBEAT_TIMEOUT_MS 10000
+#define FQ_HTTP_PER_IP_LIMIT 8          /* connections one client address may hold */
 
 /* Bind and start serving. With no listen address, *out is NULL and FQ_OK is
  * returned (every fq_http_* function accepts that NULL). An address that
@@ -62,6 +72,8 @@ void fq_http_heartbeat(fq_http *h);
 
 /* The port bound, useful when listen asked for port 0. 0 for NULL. */
 uint16_t fq_http_port(const fq_http *h);
+/* The same for probe_listen; 0 without one. */
+uint16_t fq_http_probe_port(const fq_http *h);
 
 /*
  * The probe client behind `fairq-proxy --health URL`, for images that have

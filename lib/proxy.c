@@ -2848,18 +2848,20 @@ static void px_finish(fq_proxy *p)
                FQ_UINT("pending", p->pubs), FQ_UINT("retrying", p->nretry));
 }
 
-/* Serve /metrics, /healthz and /readyz when http.listen is set. */
+/* Serve /metrics, /healthz and /readyz when http.listen is set, and the
+ * probes alone on http.probe_listen when that is. */
 static fq_status px_http_start(fq_proxy *p)
 {
-    fq_http_opts ho = {.listen = p->cfg.http.listen, .metrics = px_metrics_render,
-                       .ready = px_ready, .arg = p};
+    fq_http_opts ho = {.listen = p->cfg.http.listen, .probe_listen = p->cfg.http.probe_listen,
+                       .metrics = px_metrics_render, .ready = px_ready, .arg = p};
     char err[256];
     fq_status s = fq_http_start(&p->http, &ho, err, sizeof err);
     if (s != FQ_OK)
         fq_log(FQ_LOG_ERROR, "cannot serve metrics and probes", FQ_STR("reason", err));
     else if (p->http)
         fq_log(FQ_LOG_INFO, "serving metrics and probes", FQ_STR("listen", p->cfg.http.listen),
-               FQ_UINT("port", fq_http_port(p->http)));
+               FQ_UINT("port", fq_http_port(p->http)),
+               FQ_UINT("probe_port", fq_http_probe_port(p->http)));
     return s;
 }
 

@@ -121,6 +121,7 @@ static void test_defaults(void **state)
     assert_int_equal(c.estimates.default_tokens, 1000);
     assert_int_equal(c.estimates.n_workflows, 0);
     assert_string_equal(c.http.listen, "127.0.0.1:9464");
+    assert_string_equal(c.http.probe_listen, "");
     assert_int_equal(c.http.max_tenant_series, 10000);
     assert_string_equal(c.log.level, "info");
     assert_string_equal(c.log.format, "logfmt");
@@ -442,6 +443,9 @@ static const struct {
     {BASE "http: {listen: \"127.0.0.1:70000\"}\n",
      "t.yaml:5:8: http.listen: '127.0.0.1:70000' is not host:port (port 1 to 65535), or "
      "\"\" to disable"},
+    {BASE "http: {probe_listen: 9465}\n",
+     "t.yaml:5:8: http.probe_listen: '9465' is not host:port (port 1 to 65535), or \"\" for "
+     "none"},
     {"nats: {url: n, tls: {cert: c.pem}}\n",
      "t.yaml:1:16: nats.tls.key: required with nats.tls.cert: cert and key go together"},
     /* Not YAML, or more than one document, or aliases. */

@@ -5,6 +5,8 @@
 #include <cmocka.h>
 
 #include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -12,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "http.h"
@@ -369,6 +372,124 @@ static void test_ipv6_loopback(void **state)
     fq_http_stop(h);
 }
 
+/* ---- slow clients ---- */
+
+#define SLOW 100            /* slow connections */
+#define SLOW_LINE_MS 2000   /* one header line this often, as a slowloris sends */
+
+static long long mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* SLOW connections to port, the i-th from 127.0.0.<2 + i % addrs>, each
+ * sending a request line and never the blank line that ends its headers.
+ * Connects do not wait: once the server stops accepting, the backlog
+ * takes the rest or drops them. */
+static void slow_open(int *fds, uint16_t port, int addrs)
+{
+    struct sockaddr_in to = {.sin_family = AF_INET, .sin_port = htons(port)};
+    inet_pton(AF_INET, "127.0.0.1", &to.sin_addr);
+    for (int i = 0; i < SLOW; i++) {
+        struct sockaddr_in from = {.sin_family = AF_INET};
+        from.sin_addr.s_addr = htonl(0x7f000002u + (uint32_t)(i % addrs));
+        fds[i] = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+        assert_true(fds[i] >= 0);
+        assert_int_equal(bind(fds[i], (struct sockaddr *)&from, sizeof from), 0);
+        int rc = connect(fds[i], (struct sockaddr *)&to, sizeof to);
+        assert_true(rc == 0 || errno == EINPROGRESS);
+    }
+}
+
+/* One more line on every slow connection; those the server closed or has
+ * not accepted fail, which is their business. */
+static void slow_send(const int *fds, const char *line)
+{
+    for (int i = 0; i < SLOW; i++)
+        (void)!send(fds[i], line, strlen(line), MSG_NOSIGNAL | MSG_DONTWAIT);
+}
+
+/* While SLOW slow clients from addrs addresses hold on to flood_port, for
+ * a little longer than one of their lines, /healthz and /readyz on
+ * probe_port from 127.0.0.1 answer 200 within a second, every time. */
+static void probes_outlast_slow_clients(fq_http *h, uint16_t flood_port, int addrs,
+                                        uint16_t probe_port)
+{
+    int fds[SLOW];
+    char url[128], err[256];
+    int status, probes = 0;
+
+    atomic_store(&is_ready, true);
+    slow_open(fds, flood_port, addrs);
+    slow_send(fds, "GET /healthz HTTP/1.1\r\n");
+    long long start = mono_ms(), next_line = start + SLOW_LINE_MS;
+    while (mono_ms() < start + SLOW_LINE_MS + 700) {
+        if (mono_ms() >= next_line) {
+            slow_send(fds, "X-Slow: 1\r\n");
+            next_line += SLOW_LINE_MS;
+        }
+        fq_http_heartbeat(h);
+        snprintf(url, sizeof url, "http://127.0.0.1:%u/%s", probe_port,
+                 probes % 2 ? "readyz" : "healthz");
+        err[0] = '\0';
+        fq_status s = fq_http_probe(&status, NULL, 0, url, 1000, err, sizeof err);
+        if (s != FQ_OK)
+            fail_msg("probe %d of %s: %s", probes, url, err);
+        assert_int_equal(status, 200);
+        probes++;
+        struct timespec pause = {0, 200 * 1000000L};   /* pacing, not synchronisation */
+        nanosleep(&pause, NULL);
+    }
+    assert_true(probes >= 10);
+    for (int i = 0; i < SLOW; i++)
+        close(fds[i]);
+}
+
+/* 100 connections from 127.0.0.2 that each send a header line every two
+ * seconds held every connection the server had (32), and every probe
+ * timed out. One address now holds at most a few. */
+static void test_slow_clients_from_one_address(void **state)
+{
+    fq_http *h = *state;
+    probes_outlast_slow_clients(h, fq_http_port(h), 1, fq_http_port(h));
+}
+
+/* Slow clients from a hundred addresses can fill the server; the probes'
+ * own listener, which they do not reach, still answers, and serves only
+ * the probes. */
+static void test_probe_listener_outlasts_many_addresses(void **state)
+{
+    (void)state;
+    fq_http_opts o = {.listen = "127.0.0.1:0", .probe_listen = "127.0.0.1:0",
+                      .metrics = render, .ready = ready, .arg = "p",
+                      .heartbeat_timeout_ms = 5000, .clock = fake_clock};
+    fq_http *h = NULL;
+    char err[256] = "", url[128];
+    int status;
+    assert_int_equal(fq_http_start(&h, &o, err, sizeof err), FQ_OK);
+    assert_true(fq_http_probe_port(h) > 0);
+    assert_int_not_equal(fq_http_probe_port(h), fq_http_port(h));
+    snprintf(url, sizeof url, "http://127.0.0.1:%u/metrics", fq_http_probe_port(h));
+    assert_int_equal(fq_http_probe(&status, NULL, 0, url, 2000, err, sizeof err), FQ_OK);
+    assert_int_equal(status, 404);
+    probes_outlast_slow_clients(h, fq_http_port(h), SLOW, fq_http_probe_port(h));
+    fq_http_stop(h);
+}
+
+/* A probe listener that cannot be bound fails the start whole. */
+static void test_probe_listener_in_use(void **state)
+{
+    fq_http *h = *state, *h2 = (fq_http *)1;
+    char busy[64], err[256] = "";
+    snprintf(busy, sizeof busy, "127.0.0.1:%u", fq_http_port(h));
+    fq_http_opts o = {.listen = "127.0.0.1:0", .probe_listen = busy};
+    assert_int_equal(fq_http_start(&h2, &o, err, sizeof err), FQ_EIO);
+    assert_null(h2);
+    assert_non_null(strstr(err, busy));
+}
+
 int main(void)
 {
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
@@ -384,6 +505,9 @@ int main(void)
         cmocka_unit_test(test_bad_listen_addresses),
         cmocka_unit_test(test_empty_listen_disables),
         cmocka_unit_test(test_ipv6_loopback),
+        T(test_slow_clients_from_one_address),
+        cmocka_unit_test(test_probe_listener_outlasts_many_addresses),
+        T(test_probe_listener_in_use),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
