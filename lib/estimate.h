@@ -15,17 +15,21 @@ typedef struct fq_est_opts {
     uint32_t max_tokens;        /* estimates are clamped to [1, max_tokens]; >= 1 */
     uint32_t min_samples;       /* samples before a history or ratio is trusted; 1..FQ_EST_MAX_MIN_SAMPLES */
     uint32_t percentile;        /* 0: charge the mean; 1..99: that percentile */
-    uint32_t max_entries;       /* learned entries kept, 1..FQ_EST_MAX_ENTRIES: (tenant,
-                                 * workflow) histories, workflow histories and tenant
-                                 * error records together; beyond it the least
-                                 * recently used is reused */
+    uint32_t max_entries;       /* learned entries kept, 1..FQ_EST_MAX_ENTRIES: tenant
+                                 * records, (tenant, workflow) histories and workflow
+                                 * summaries together; when full, a new one is taken
+                                 * from the tenant holding the most (see estimate.c) */
+    uint32_t max_tenant_entries; /* entries charged to one tenant at most (its record,
+                                 * histories, workflows only it reported), beyond
+                                 * which it reuses its least recently used;
+                                 * 1..FQ_EST_MAX_ENTRIES, in effect at most max_entries */
 } fq_est_opts;
 
 #define FQ_EST_MAX_MIN_SAMPLES (1u << 20)
 #define FQ_EST_MAX_ENTRIES (1u << 24)
 
 /* Fill o with the defaults: 1000 tokens, max 1,000,000, 8 samples, the
- * mean, 65,536 entries. */
+ * mean, 65,536 entries, 4096 per tenant. */
 void fq_est_opts_init(fq_est_opts *o);
 
 /* Create an estimator. On error (FQ_EINVAL for an option out of range,
@@ -45,9 +49,11 @@ fq_status fq_est_set_workflow(fq_est *e, const char *workflow, uint32_t tokens);
  * none. With a declared value: declared x the tenant's observed
  * actual/declared ratio for that workflow, once trusted (else declared as
  * is). Without: the (tenant, workflow) history's statistic once it has
- * min_samples, else the workflow's history over all tenants, else the
- * workflow's configured default, else the global default. Always in
- * [1, max_tokens]. Never allocates; marks the entries it reads as used.
+ * min_samples, else the workflow's shared statistic (the median of the
+ * statistics of the tenants that reported it, once 3 did, with min_samples
+ * samples among them), else the workflow's configured default, else the
+ * global default. Always in [1, max_tokens]. Never allocates; marks the
+ * entries it reads as used.
  * A tenant or workflow that is NULL or too long has no history. */
 uint32_t fq_est_charge(fq_est *e, const char *tenant, const char *workflow,
                        uint32_t declared);
@@ -56,8 +62,8 @@ uint32_t fq_est_charge(fq_est *e, const char *tenant, const char *workflow,
  * `declared` (0 if none) and which was charged `charged` (0 if unknown: the
  * estimate error is then not updated). actual == 0 (a run cancelled before
  * it spent anything) teaches nothing; absurd values are clamped to
- * max_tokens. Best effort: a key that is NULL or too long, or an entry that
- * cannot be allocated, is not learned. */
+ * max_tokens. Best effort: a key that is NULL or too long (or a tenant that
+ * is empty), or an entry that cannot be had, is not learned. */
 void fq_est_observe(fq_est *e, const char *tenant, const char *workflow,
                     uint32_t declared, uint32_t charged, uint64_t actual);
 
@@ -69,5 +75,9 @@ double fq_est_error(const fq_est *e, const char *tenant);
  * estimator uses in all. */
 size_t fq_est_entries(const fq_est *e);
 size_t fq_est_bytes(const fq_est *e);
+/* Entries charged to the tenant now (at most max_tenant_entries): its
+ * record, its histories and the workflows only it has reported; 0 for a
+ * tenant with nothing learned. */
+size_t fq_est_tenant_entries(const fq_est *e, const char *tenant);
 
 #endif

@@ -13,7 +13,8 @@
 
 #define MAX_TOKENS 1000000u
 
-static fq_est *est_new(uint32_t min_samples, uint32_t percentile, uint32_t max_entries)
+static fq_est *est_new_capped(uint32_t min_samples, uint32_t percentile,
+                              uint32_t max_entries, uint32_t max_tenant_entries)
 {
     fq_est_opts o;
     fq_est *e = NULL;
@@ -24,9 +25,15 @@ static fq_est *est_new(uint32_t min_samples, uint32_t percentile, uint32_t max_e
     o.min_samples = min_samples;
     o.percentile = percentile;
     o.max_entries = max_entries;
+    o.max_tenant_entries = max_tenant_entries;
     assert_int_equal(fq_est_create(&e, &o), FQ_OK);
     assert_non_null(e);
     return e;
+}
+
+static fq_est *est_new(uint32_t min_samples, uint32_t percentile, uint32_t max_entries)
+{
+    return est_new_capped(min_samples, percentile, max_entries, 4096);
 }
 
 /* xorshift64: reproducible samples without libc's rand. */
@@ -81,6 +88,10 @@ static void test_create_rejects_bad_options(void **state)
     o = good; o.max_entries = 0;
     assert_int_equal(fq_est_create(&e, &o), FQ_EINVAL);
     o = good; o.max_entries = FQ_EST_MAX_ENTRIES + 1;
+    assert_int_equal(fq_est_create(&e, &o), FQ_EINVAL);
+    o = good; o.max_tenant_entries = 0;
+    assert_int_equal(fq_est_create(&e, &o), FQ_EINVAL);
+    o = good; o.max_tenant_entries = FQ_EST_MAX_ENTRIES + 1;
     assert_int_equal(fq_est_create(&e, &o), FQ_EINVAL);
     assert_null(e);
     assert_int_equal(fq_est_create(NULL, &good), FQ_EINVAL);
@@ -192,8 +203,8 @@ static void test_min_samples_gates_history(void **state)
     fq_est_destroy(e);
 }
 
-/* Each step of the chain: global default, workflow default, workflow
- * history over all tenants, the tenant's own history. */
+/* Each step of the chain: global default, workflow default, the
+ * workflow's shared statistic, the tenant's own history. */
 static void test_fallback_chain(void **state)
 {
     (void)state;
@@ -205,28 +216,36 @@ static void test_fallback_chain(void **state)
     assert_int_equal(fq_est_charge(e, "a", "report", 0), 5000);
     assert_int_equal(fq_est_charge(e, "a", "other", 0), 1000);
 
-    /* b and c, two samples each: neither trusted alone, the workflow's
-     * history over both is, and serves a tenant never seen. */
+    /* b and c, two samples each: neither trusted alone, and two tenants
+     * are no quorum for the shared statistic. */
     for (int i = 0; i < 2; i++) {
         fq_est_observe(e, "b", "report", 0, 0, 2000);
         fq_est_observe(e, "c", "report", 0, 0, 4000);
     }
-    assert_int_equal(fq_est_charge(e, "a", "report", 0), 3000);
-    assert_int_equal(fq_est_charge(e, "b", "report", 0), 3000);
+    assert_int_equal(fq_est_charge(e, "a", "report", 0), 5000);
+    /* A third: the median of the three serves a tenant never seen. */
+    for (int i = 0; i < 2; i++)
+        fq_est_observe(e, "f", "report", 0, 0, 3500);
+    assert_int_equal(fq_est_charge(e, "a", "report", 0), 3500);
+    assert_int_equal(fq_est_charge(e, "b", "report", 0), 3500);
     assert_int_equal(fq_est_charge(e, "a", "other", 0), 1000);
 
-    /* a's own history wins once trusted; it also moves the workflow's. */
+    /* a's own history wins once trusted; it also counts in the workflow's
+     * shared statistic, as one tenant of four. */
     for (uint32_t i = 0; i < min; i++)
         fq_est_observe(e, "a", "report", 0, 0, 600);
     assert_int_equal(fq_est_charge(e, "a", "report", 0), 600);
-    assert_int_equal(fq_est_charge(e, "d", "report", 0), (2 * 2000 + 2 * 4000 + 4 * 600) / 8);
+    assert_int_equal(fq_est_charge(e, "d", "report", 0), (2000 + 3500) / 2);
 
     /* Runs without a workflow have their own chain. */
     assert_int_equal(fq_est_charge(e, "a", "", 0), 1000);
     assert_int_equal(fq_est_charge(e, "a", NULL, 0), 1000);
-    for (uint32_t i = 0; i < min; i++)
+    for (int i = 0; i < 2; i++) {
         fq_est_observe(e, "b", NULL, 0, 0, 70);
-    assert_int_equal(fq_est_charge(e, "a", "", 0), 70);
+        fq_est_observe(e, "c", "", 0, 0, 90);
+        fq_est_observe(e, "f", NULL, 0, 0, 80);
+    }
+    assert_int_equal(fq_est_charge(e, "a", "", 0), 80);
     assert_int_equal(fq_est_charge(e, "a", "report", 0), 600);
 
     /* Replacing a workflow default; many workflows each keep theirs. */
@@ -433,18 +452,24 @@ static void test_bad_keys(void **state)
     assert_int_equal(fq_est_set_workflow(e, longname, 10), FQ_EINVAL);
     assert_int_equal(fq_est_set_workflow(e, "wf", 0), FQ_EINVAL);
 
-    fq_est_observe(e, NULL, "wf", 0, 10, 10);
-    fq_est_observe(e, "", "wf", 0, 10, 10);
-    fq_est_observe(e, longname, "wf", 0, 10, 10);
-    /* The workflow's history learned them; no tenant record was made. */
-    assert_int_equal(fq_est_entries(e), 1);
-    assert_int_equal(fq_est_charge(e, "t", "wf", 0), 10);
-    fq_est_observe(e, "t", longname, 0, 10, 10);
-    assert_int_equal(fq_est_entries(e), 2);     /* only the tenant's error */
+    for (int i = 0; i < 3; i++) {
+        fq_est_observe(e, NULL, "wf", 0, 10, 10);
+        fq_est_observe(e, "", "wf", 0, 10, 10);
+        fq_est_observe(e, longname, "wf", 0, 10, 10);
+    }
+    /* No tenant to charge them to: nothing is learned. */
+    assert_int_equal(fq_est_entries(e), 0);
+    assert_int_equal(fq_est_charge(e, "t", "wf", 0), 1000);
+    fq_est_observe(e, "t", longname, 0, 10, 20);
+    assert_int_equal(fq_est_entries(e), 1);     /* only the tenant's record */
+    assert_int_equal(fq_est_tenant_entries(e, "t"), 1);
+    assert_true(fq_est_error(e, "t") == 2.0);
     assert_int_equal(fq_est_charge(e, "t", longname, 0), 1000);
-    assert_int_equal(fq_est_charge(e, NULL, "wf", 0), 10);
+    assert_int_equal(fq_est_charge(e, NULL, "wf", 0), 1000);
     assert_int_equal(fq_est_charge(e, longname, "wf", 7), 7);
     assert_true(fq_est_error(e, longname) == 1.0);
+    assert_int_equal(fq_est_tenant_entries(e, longname), 0);
+    assert_int_equal(fq_est_tenant_entries(e, NULL), 0);
 
     /* A workflow named like another's tenant keys nothing of it. */
     for (int i = 0; i < 3; i++)
@@ -453,9 +478,9 @@ static void test_bad_keys(void **state)
     fq_est_destroy(e);
 }
 
-/* Many more keys than max_entries: the entries never exceed it, memory
- * stops growing once full, the most recently used survive and the least
- * recently used go, charging counts as use. */
+/* Many more tenants than max_entries: the entries never exceed it, memory
+ * stops growing once full, and under that pressure whole tenants go, the
+ * least recently used first (a charge counts as use). */
 static void test_memory_is_bounded_lru(void **state)
 {
     (void)state;
@@ -473,33 +498,35 @@ static void test_memory_is_bounded_lru(void **state)
             fq_est_observe(e, tenant, "wf", 0, 0, 100 + i);
         assert_true(fq_est_entries(e) <= max);
         assert_int_equal(fq_est_charge(e, "keeper", "wf", 0), 7);
-        if (fq_est_entries(e) == max) {
-            if (full_bytes == 0)
-                full_bytes = fq_est_bytes(e);
+        if (i == 2 * max)
+            full_bytes = fq_est_bytes(e);
+        else if (i > 2 * max)
             assert_int_equal(fq_est_bytes(e), full_bytes);
-        }
     }
-    assert_int_equal(fq_est_entries(e), max);
-    assert_true(full_bytes > 0);
+    assert_true(fq_est_entries(e) >= max - 1);
 
-    /* Each tenant holds one entry (its history; no error record, since
-     * nothing was charged), the workflow and keeper one each. */
+    /* Each tenant holds two entries, its record and its history, keeper
+     * too; the workflow's shared summary one. */
     uint32_t survivors = 0;
     for (uint32_t i = keys; i-- > 0;) {
         snprintf(tenant, sizeof(tenant), "t%u", i);
-        if (fq_est_charge(e, tenant, "wf", 0) == 100 + i)
+        if (fq_est_charge(e, tenant, "wf", 0) == 100 + i) {
             survivors++;
-        else
+            assert_int_equal(fq_est_tenant_entries(e, tenant), 2);
+        } else {
+            assert_int_equal(fq_est_tenant_entries(e, tenant), 0);
             break;
+        }
     }
-    assert_int_equal(survivors, max - 2);
-    /* The evicted fall back to the workflow's history, which is alive. */
+    assert_int_equal(survivors, (max - 1 - 2) / 2);
+    /* The evicted fall back to the workflow's shared statistic, alive. */
     snprintf(tenant, sizeof(tenant), "t%u", 0);
     assert_true(fq_est_charge(e, tenant, "wf", 0) > 100 + keys / 2);
     fq_est_destroy(e);
 }
 
-/* Entries of every kind share the bound, down to a single entry. */
+/* The bound holds down to a single entry: a tenant's record, then no room
+ * for its history; a tenant that holds only its record gives it up. */
 static void test_single_entry_bound(void **state)
 {
     (void)state;
@@ -509,9 +536,182 @@ static void test_single_entry_bound(void **state)
         fq_est_observe(e, i % 2 ? "a" : "b", i % 3 ? "x" : "y", 10, 10, 40);
         assert_int_equal(fq_est_entries(e), 1);
     }
-    /* The entry left is the last one obtained: a's error record (i = 99). */
+    /* The entry left is the last tenant's record (i = 99). */
     assert_true(fq_est_error(e, "a") > 3.99 && fq_est_error(e, "a") < 4.01);
+    assert_true(fq_est_error(e, "b") == 1.0);
     assert_int_equal(fq_est_charge(e, "a", "x", 0), 1000);
+    fq_est_destroy(e);
+}
+
+/* A stream of unique workflow names from one tenant recycles that tenant's
+ * own entries: another tenant's histories, the workflow shared by others,
+ * and the estimates they give stay as they were. */
+static void test_unique_names_evict_only_their_tenant(void **state)
+{
+    (void)state;
+    const uint32_t max = 256, min = 2, names = 10000;
+    fq_est *e = est_new(min, 0, max);
+    char wf[32];
+
+    for (uint32_t w = 0; w < 10; w++) {
+        snprintf(wf, sizeof(wf), "b-%u", w);
+        for (uint32_t j = 0; j < min; j++)
+            fq_est_observe(e, "b", wf, 0, 0, 100 + w);
+    }
+    for (uint32_t j = 0; j < min; j++) {
+        fq_est_observe(e, "h1", "common", 0, 0, 500);
+        fq_est_observe(e, "h2", "common", 0, 0, 600);
+        fq_est_observe(e, "h3", "common", 0, 0, 700);
+    }
+    assert_int_equal(fq_est_charge(e, "newcomer", "common", 0), 600);
+    size_t b_held = fq_est_tenant_entries(e, "b");
+
+    for (uint32_t i = 0; i < names; i++) {
+        snprintf(wf, sizeof(wf), "a-%u", i);
+        for (uint32_t j = 0; j < min; j++)
+            fq_est_observe(e, "a", wf, 0, 0, 5000);
+        assert_true(fq_est_entries(e) <= max);
+    }
+
+    for (uint32_t w = 0; w < 10; w++) {
+        snprintf(wf, sizeof(wf), "b-%u", w);
+        assert_int_equal(fq_est_charge(e, "b", wf, 0), 100 + w);
+    }
+    assert_int_equal(fq_est_charge(e, "newcomer", "common", 0), 600);
+    assert_int_equal(fq_est_charge(e, "h1", "common", 0), 500);
+    /* a's newest names are learned, its oldest recycled. */
+    assert_int_equal(fq_est_charge(e, "a", "a-9999", 0), 5000);
+    assert_int_equal(fq_est_charge(e, "a", "a-0", 0), 1000);
+    assert_int_equal(fq_est_tenant_entries(e, "b"), b_held);
+    assert_int_equal(fq_est_tenant_entries(e, "a"),
+                     fq_est_entries(e) - b_held - 3 * 2 - 1);
+    fq_est_destroy(e);
+}
+
+/* The bound is split max-min fairly: a tenant that needs room takes it
+ * from the tenant holding the most, and from itself once it holds as many;
+ * a per-tenant cap bounds each, whatever room is left. */
+static void test_bound_is_split_fairly(void **state)
+{
+    (void)state;
+    const uint32_t max = 100;
+    fq_est *e = est_new(1, 0, max);
+    char wf[32];
+
+    /* b reports 40 workflows alone: its record, 40 histories and 40
+     * summaries, 81 entries. Then a streams new names. */
+    for (uint32_t w = 0; w < 40; w++) {
+        snprintf(wf, sizeof(wf), "b-%u", w);
+        fq_est_observe(e, "b", wf, 0, 0, 100 + w);
+    }
+    assert_int_equal(fq_est_tenant_entries(e, "b"), 81);
+    for (uint32_t i = 0; i < 1000; i++) {
+        snprintf(wf, sizeof(wf), "a-%u", i);
+        fq_est_observe(e, "a", wf, 0, 0, 5000);
+        size_t a = fq_est_tenant_entries(e, "a"), b = fq_est_tenant_entries(e, "b");
+        assert_true(a + b <= max);
+        /* a took from b only while b held more. */
+        assert_true(b + 2 >= a);
+        assert_true(b >= max / 2 - 1);
+    }
+    /* b lost its least recently used; its newest are intact. */
+    assert_int_equal(fq_est_charge(e, "b", "b-39", 0), 139);
+    assert_int_equal(fq_est_charge(e, "b", "b-0", 0), 1000);
+    fq_est_destroy(e);
+
+    /* With a cap of 8 per tenant, a holds 8 at most with room to spare. */
+    e = est_new_capped(1, 0, max, 8);
+    for (uint32_t i = 0; i < 1000; i++) {
+        snprintf(wf, sizeof(wf), "a-%u", i);
+        fq_est_observe(e, "a", wf, 0, 0, 5000);
+        assert_true(fq_est_tenant_entries(e, "a") <= 8);
+    }
+    fq_est_observe(e, "b", "b-0", 0, 0, 100);
+    assert_int_equal(fq_est_tenant_entries(e, "a"), 8);
+    assert_int_equal(fq_est_tenant_entries(e, "b"), 3);
+    assert_int_equal(fq_est_entries(e), 11);
+    fq_est_destroy(e);
+}
+
+/* What a tenant learns is charged to it: its record, its histories, and
+ * the workflows only it has reported (until a second tenant does). A
+ * tenant with nothing learned holds nothing, however often it is charged. */
+static void test_history_is_charged_to_its_tenant(void **state)
+{
+    (void)state;
+    fq_est *e = est_new(1, 0, 1000);
+    char wf[32];
+
+    for (uint32_t w = 0; w < 5; w++) {
+        snprintf(wf, sizeof(wf), "wf-%u", w);
+        fq_est_observe(e, "a", wf, 0, 0, 100);
+    }
+    assert_int_equal(fq_est_tenant_entries(e, "a"), 1 + 5 + 5);
+    assert_int_equal(fq_est_entries(e), 11);
+
+    /* b reports two of them: those two summaries are shared, no longer a's. */
+    fq_est_observe(e, "b", "wf-0", 0, 0, 100);
+    fq_est_observe(e, "b", "wf-1", 0, 0, 100);
+    assert_int_equal(fq_est_tenant_entries(e, "a"), 1 + 5 + 3);
+    assert_int_equal(fq_est_tenant_entries(e, "b"), 1 + 2);
+    assert_int_equal(fq_est_entries(e), 9 + 3 + 2);
+
+    /* 200,000 tenants charged, none of them completing anything. */
+    size_t bytes = fq_est_bytes(e);
+    char tenant[32];
+    for (uint32_t i = 0; i < 200000; i++) {
+        snprintf(tenant, sizeof(tenant), "c%u", i);
+        assert_int_equal(fq_est_charge(e, tenant, "wf-0", 0), 1000);
+        assert_int_equal(fq_est_charge(e, tenant, "wf-0", 40), 40);
+    }
+    assert_int_equal(fq_est_tenant_entries(e, "c7"), 0);
+    assert_int_equal(fq_est_entries(e), 14);
+    assert_int_equal(fq_est_bytes(e), bytes);
+    fq_est_destroy(e);
+}
+
+/* One tenant reporting actuals 1,000x the others' for a workflow, as often
+ * as it likes, moves the shared statistic a tenant without history of its
+ * own is charged at most one rank among the others' values; alone, or with
+ * one other, it moves nothing. */
+static void test_shared_statistic_bounded_against_one_tenant(void **state)
+{
+    (void)state;
+    const uint32_t min = 4;
+    const uint32_t honest[] = {900, 950, 1000, 1050, 1100};
+    fq_est *e = est_new(min, 0, 1024);
+    char tenant[32];
+
+    for (uint32_t h = 0; h < 5; h++) {
+        snprintf(tenant, sizeof(tenant), "h%u", h);
+        for (uint32_t j = 0; j < min; j++)
+            fq_est_observe(e, tenant, "wf", 0, 0, honest[h]);
+    }
+    assert_int_equal(fq_est_charge(e, "newcomer", "wf", 0), 1000);
+
+    /* The bound, with the others' values 900..1100: between the midpoints
+     * beside their median, [975, 1025]. */
+    for (uint32_t j = 0; j < 10000; j++)
+        fq_est_observe(e, "x", "wf", 0, 0, 1000 * 1000);
+    uint32_t got = fq_est_charge(e, "newcomer", "wf", 0);
+    assert_true(got >= 975 && got <= 1025);
+    /* And as low as it likes. */
+    for (uint32_t j = 0; j < 10000; j++)
+        fq_est_observe(e, "x", "wf", 0, 0, 1);
+    got = fq_est_charge(e, "newcomer", "wf", 0);
+    assert_true(got >= 975 && got <= 1025);
+    /* The others' own estimates are their own. */
+    assert_int_equal(fq_est_charge(e, "h0", "wf", 0), 900);
+    fq_est_destroy(e);
+
+    /* Alone, or with one honest tenant, no quorum: the default serves. */
+    e = est_new(min, 0, 1024);
+    for (uint32_t j = 0; j < 10000; j++)
+        fq_est_observe(e, "x", "wf", 0, 0, 1000 * 1000);
+    assert_int_equal(fq_est_charge(e, "newcomer", "wf", 0), 1000);
+    for (uint32_t j = 0; j < min; j++)
+        fq_est_observe(e, "h0", "wf", 0, 0, 900);
+    assert_int_equal(fq_est_charge(e, "newcomer", "wf", 0), 1000);
     fq_est_destroy(e);
 }
 
@@ -532,6 +732,10 @@ int main(void)
         cmocka_unit_test(test_bad_keys),
         cmocka_unit_test(test_memory_is_bounded_lru),
         cmocka_unit_test(test_single_entry_bound),
+        cmocka_unit_test(test_unique_names_evict_only_their_tenant),
+        cmocka_unit_test(test_bound_is_split_fairly),
+        cmocka_unit_test(test_history_is_charged_to_its_tenant),
+        cmocka_unit_test(test_shared_statistic_bounded_against_one_tenant),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
