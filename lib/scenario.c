@@ -700,7 +700,8 @@ fq_status fq_scenario_generate(fq_scenario *sc, uint64_t seed)
         sc->seed = old;
         return FQ_ENOMEM;
     }
-    qsort(b.v, b.n, sizeof(*b.v), gen_cmp);
+    if (b.n)        /* no runs: b.v is NULL, which qsort must not be given */
+        qsort(b.v, b.n, sizeof(*b.v), gen_cmp);
     for (size_t i = 0; i < b.n; i++)
         runs[i] = b.v[i].r;
     free(b.v);
@@ -877,6 +878,8 @@ fq_status fq_scenario_parse(fq_scenario **out, const char *name, const char *yam
             fail(err, errlen, "%s: %s", name, log.msg[0] ? log.msg : cyaml_strerror(e));
         return e == CYAML_ERR_OOM ? FQ_ENOMEM : FQ_EINVAL;
     }
+    if (!s)             /* libcyaml's answer to a file without a document */
+        return fail(err, errlen, "%s: no scenario: the file is empty or only comments", name);
     fq_status st = validate(s, err, errlen, name);
     if (st == FQ_OK)
         st = build(out, s, name, err, errlen);

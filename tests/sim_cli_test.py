@@ -115,6 +115,13 @@ class SimCli(unittest.TestCase):
             p = sim("--trace", trace, check=False)
             self.assertEqual(p.returncode, 1)
             self.assertIn("t.csv:2: submitted_at_ms", p.stderr)
+            # No document at all: refused, not followed as a NULL scenario.
+            for text in ("", "# nothing but a comment\n"):
+                with open(bad, "w") as f:
+                    f.write(text)
+                p = sim(bad, check=False)
+                self.assertEqual(p.returncode, 1)
+                self.assertIn("bad.yaml: no scenario", p.stderr)
         self.assertEqual(sim("-p", "lottery", scenario("tuesday"), check=False).returncode, 2)
         self.assertEqual(sim("-f", "xml", scenario("tuesday"), check=False).returncode, 2)
         self.assertEqual(sim(check=False).returncode, 2)

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "../cmd/arrivals.h"
 #include "../cmd/client.h"
@@ -285,6 +286,31 @@ static void test_steady_refused(void **state)
     assert_ptr_equal(src, (fql_source *)&c);
 }
 
+/* fairq-load --scenario with an empty or comment-only file: refused with a
+ * reason (libcyaml reads no document there, and the loader used to follow
+ * the NULL it returned). */
+static void test_scenario_empty_file(void **state)
+{
+    static const char *const texts[] = {"", "# nothing but a comment\n"};
+    (void)state;
+
+    for (size_t i = 0; i < sizeof texts / sizeof texts[0]; i++) {
+        char path[] = "/tmp/test_client_XXXXXX";
+        int fd = mkstemp(path);
+        assert_true(fd >= 0);
+        FILE *f = fdopen(fd, "w");
+        assert_non_null(f);
+        fputs(texts[i], f);
+        fclose(f);
+        fql_source *src = NULL;
+        char err[256] = "";
+        assert_int_equal(fql_scenario_create(&src, path, 1, NULL, err, sizeof err), FQ_EINVAL);
+        assert_null(src);
+        assert_non_null(strstr(err, "no scenario"));
+        unlink(path);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -300,6 +326,7 @@ int main(void)
         cmocka_unit_test(test_steady_seeded),
         cmocka_unit_test(test_steady_poisson_rate),
         cmocka_unit_test(test_steady_refused),
+        cmocka_unit_test(test_scenario_empty_file),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "scenario.h"
 
@@ -280,6 +281,44 @@ static void test_validation(void **state)
     }
 }
 
+/* An empty or comment-only file is no document: libcyaml answers CYAML_OK
+ * with no data, which is an error here, not a crash. */
+static void test_empty_document(void **state)
+{
+    (void)state;
+    static const char *const texts[] = {"", "# only a comment\n", "\n\n"};
+    for (size_t i = 0; i < sizeof(texts) / sizeof(texts[0]); i++) {
+        const char *err = parse_err(texts[i]);
+        if (!strstr(err, "t.yaml: no scenario"))
+            fail_msg("case %zu: '%s'", i, err);
+    }
+    /* The file loader hands its bytes to the same parse. */
+    char path[] = "/tmp/test_scenario_XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    close(fd);
+    char err[256] = "";
+    fq_scenario *sc = NULL;
+    assert_int_equal(fq_scenario_load(&sc, path, err, sizeof(err)), FQ_EINVAL);
+    assert_null(sc);
+    assert_non_null(strstr(err, "no scenario"));
+    unlink(path);
+}
+
+/* A scenario whose tenants submit nothing within its duration has no runs
+ * (generating them sorted none: qsort was handed NULL). */
+static void test_no_runs(void **state)
+{
+    (void)state;
+    fq_scenario *sc = parse_ok(HEAD "tenants:\n  - id: late\n"
+                               "    arrivals: [{kind: constant, rate_per_hour: 60, start_s: 7200}]\n");
+    assert_int_equal(sc->n_tenants, 1);
+    assert_int_equal(sc->n_runs, 0);
+    assert_int_equal(fq_scenario_generate(sc, 3), FQ_OK);
+    assert_int_equal(sc->n_runs, 0);
+    fq_scenario_free(sc);
+}
+
 static void test_budget_capacity(void **state)
 {
     (void)state;
@@ -454,6 +493,8 @@ int main(void)
         cmocka_unit_test(test_unknown_key_position),
         cmocka_unit_test(test_type_and_enum_errors_have_positions),
         cmocka_unit_test(test_validation),
+        cmocka_unit_test(test_empty_document),
+        cmocka_unit_test(test_no_runs),
         cmocka_unit_test(test_budget_capacity),
         cmocka_unit_test(test_trace_round_trip),
         cmocka_unit_test(test_trace_rows),
