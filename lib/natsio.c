@@ -352,7 +352,7 @@ void fq_nio_parse_puback(fq_nio_event *ev, const void *data, size_t len)
      * {"error":{"code":..,"err_code":N,"description":..},...}. A key is
      * found by its quoted name and colon: inside a JSON string a quote is
      * escaped, so that text can only be the key itself. */
-    const char *d = data, *end = d + len, *v;
+    const char *d = data, *end, *v;
     uint64_t x = 0;
     ev->status = FQ_EIO;
     ev->seq = 0;
@@ -360,6 +360,7 @@ void fq_nio_parse_puback(fq_nio_event *ev, const void *data, size_t len)
     ev->err_code = 0;
     if (!d || !len)
         return;         /* no responders: no stream has the subject */
+    end = d + len;      /* only now: NULL + 0 is undefined behaviour */
     if (nio_find(d, len, "\"error\":")) {
         if ((v = nio_find(d, len, "\"err_code\":")) && nio_num(v, end, 99999, &x))
             ev->err_code = (int)x;

@@ -128,47 +128,6 @@ static void test_puback_tokens_and_duplicates(void **state)
     fq_nio_msg_destroy(ev.msg);
 }
 
-/* PubAck replies as nats-server writes them, and what is not one. */
-static void test_puback_parse(void **state)
-{
-    (void)state;
-    fq_nio_event ev;
-    const char *ok = "{\"stream\":\"S\",\"seq\":42}";
-    fq_nio_parse_puback(&ev, ok, strlen(ok));
-    assert_int_equal(ev.status, FQ_OK);
-    assert_int_equal(ev.seq, 42);
-    assert_false(ev.duplicate);
-    const char *dup = "{\"stream\":\"S\", \"seq\": 7,\"duplicate\": true}";
-    fq_nio_parse_puback(&ev, dup, strlen(dup));
-    assert_int_equal(ev.status, FQ_OK);
-    assert_int_equal(ev.seq, 7);
-    assert_true(ev.duplicate);
-    /* A key's name inside a string is escaped, so it is not the key. */
-    const char *quoted = "{\"stream\":\"x\\\"seq\\\":5\",\"seq\":9}";
-    fq_nio_parse_puback(&ev, quoted, strlen(quoted));
-    assert_int_equal(ev.seq, 9);
-    const char *err = "{\"error\":{\"code\":400,\"err_code\":10071,"
-                      "\"description\":\"wrong last sequence: 3\"},\"seq\":0}";
-    fq_nio_parse_puback(&ev, err, strlen(err));
-    assert_int_equal(ev.status, FQ_EIO);
-    assert_int_equal(ev.err_code, FQ_NIO_ERR_WRONG_LAST);
-    /* Lengths are explicit: a number cut short by len is not read past it. */
-    fq_nio_parse_puback(&ev, ok, strlen(ok) - 2);
-    assert_int_equal(ev.status, FQ_OK);
-    assert_int_equal(ev.seq, 4);
-    const char *nodup = "{\"stream\":\"S\",\"domain\":\"hub\",\"seq\":7,\"duplicate\":false}";
-    fq_nio_parse_puback(&ev, nodup, strlen(nodup));
-    assert_int_equal(ev.seq, 7);
-    assert_false(ev.duplicate);
-    const char *bad[] = {"", "{}", "{\"seq\":0}", "{\"seq\":\"7\"}", "not json",
-                         "{\"seq\":99999999999999999999999}"};
-    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
-        fq_nio_parse_puback(&ev, bad[i], strlen(bad[i]));
-        assert_int_equal(ev.status, FQ_EIO);
-        assert_int_equal(ev.err_code, 0);
-    }
-}
-
 /* A publish nobody stores (a plain subscriber has the subject, so no
  * "no responders" comes either) fails after pub_wait_ms with its message
  * handed back whole; sent again once a stream has the subject, it is
@@ -483,7 +442,6 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_stream_ensure_and_mismatch),
         cmocka_unit_test(test_puback_tokens_and_duplicates),
-        cmocka_unit_test(test_puback_parse),
         cmocka_unit_test(test_publish_headers_as_sent),
         cmocka_unit_test(test_puback_timeout_and_republish),
         cmocka_unit_test(test_kv_update_async_wrong_last),
