@@ -1,10 +1,15 @@
 /* fairq-proxy.c -- the fairness sidecar: reads its config, runs lib/proxy until SIGTERM or SIGINT, reloads on SIGHUP. */
 #include <errno.h>
 #include <getopt.h>
+#include <pthread.h>
+#include <semaphore.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "config.h"
 #include "http.h"
@@ -12,16 +17,45 @@
 #include "proxy.h"
 
 static fq_proxy *running;
+static sem_t stopping;          /* posted on SIGTERM and SIGINT: the watchdog's start */
 
 /* Both calls only set a flag: the proxy's loop does the work. */
 static void on_signal(int sig)
 {
     if (!running)
         return;
-    if (sig == SIGHUP)
+    if (sig == SIGHUP) {
         fq_proxy_reload(running);
-    else
+    } else {
         fq_proxy_stop(running);
+        sem_post(&stopping);
+    }
+}
+
+/* docs/protocol.md promises the exit within FQ_PROXY_STOP_MS of SIGTERM.
+ * The stop path bounds each of its own waits; this catches a library call
+ * that does not (a reconnect's name lookup, say) before an orchestrator's
+ * SIGKILL would. What the proxy still held stays in JetStream. */
+static void *watchdog(void *arg)
+{
+    (void)arg;
+    while (sem_wait(&stopping) != 0)
+        ;
+    struct timespec at;
+    clock_gettime(CLOCK_MONOTONIC, &at);
+    long ms = (long)FQ_PROXY_STOP_MS - 500;     /* room for the exit itself */
+    at.tv_sec += ms / 1000;
+    at.tv_nsec += (ms % 1000) * 1000000L;
+    if (at.tv_nsec >= 1000000000L) {
+        at.tv_sec++;
+        at.tv_nsec -= 1000000000L;
+    }
+    while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &at, NULL) != 0)
+        ;
+    fq_log(FQ_LOG_ERROR, "the graceful stop overran its time; exiting now",
+           FQ_UINT("after_ms", (uint64_t)ms));
+    _exit(FQ_PROXY_EXIT_OK);
+    return NULL;
 }
 
 static void usage(FILE *f)
@@ -48,8 +82,9 @@ static void usage(FILE *f)
             "FAIRQ_TENANTS_BUCKET streams.tenants_bucket (default %s), and\n"
             "FAIRQ_QUEUE_AGE_WARN_MS log.queue_age_warn_ms (default %u).\n"
             "\n"
-            "SIGTERM or SIGINT stop it gracefully: fetching stops, dispatches under way\n"
-            "finish and are acked, whatever is still queued stays in JetStream.\n"
+            "SIGTERM or SIGINT stop it gracefully within 10 s, NATS up or not: fetching\n"
+            "stops, dispatches under way finish and are acked, whatever is still queued\n"
+            "stays in JetStream.\n"
             "SIGHUP reads the config file again (as a request on <admin>.reload does);\n"
             "an invalid file is refused whole and the config in force stays.\n",
             FQ_DEFAULT_TENANTS_BUCKET, FQ_DEFAULT_QUEUE_AGE_WARN_MS);
@@ -204,6 +239,13 @@ int main(int argc, char **argv)
            FQ_STR("config", c.path), FQ_STR("effective", desc));
     fq_config_free(&cfg);
 
+    pthread_t dog;
+    if (sem_init(&stopping, 0, 0) != 0 || pthread_create(&dog, NULL, watchdog, NULL) != 0) {
+        fprintf(stderr, "fairq-proxy: cannot start the stop watchdog\n");
+        fq_proxy_destroy(p);
+        return 1;
+    }
+    pthread_detach(dog);
     running = p;
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);

@@ -63,6 +63,8 @@
 #define NIO_MAX_SUBS 4
 #define NIO_MAX_WATCHES 2
 #define NIO_NS_PER_MS 1000000LL
+#define NIO_FLUSH_MS 1000           /* fq_nio_destroy's flush, when not closed before */
+#define NIO_CLOSED_WAIT_MS 1000     /* longest wait for the closed callback */
 
 /* A durable pull consumer and the thread that fetches for it. */
 typedef struct nio_consumer {
@@ -123,6 +125,8 @@ struct fq_nio {
     atomic_uint_fast64_t generation;    /* bumped on each reconnect */
     atomic_bool stopping;
     bool closed;                /* the closed callback ran: no callback follows; under mu */
+    bool close_done;            /* fq_nio_close ran; owner thread only */
+    bool close_ok;              /* ... and the closed callback came in time */
 
     pthread_mutex_t mu;         /* guards everything below */
     pthread_cond_t cv;          /* signalled when events are queued */
@@ -506,20 +510,43 @@ static void nio_on_closed(natsConnection *nc, void *closure)
     pthread_mutex_unlock(&n->mu);
 }
 
-/* Close the connection and wait (a few seconds at most) until its
- * callbacks are done: natsConnection_Close delivers the disconnected one
- * later, on the library's thread, which must not find n freed. */
-static void nio_close(fq_nio *n)
+/* Tell every thread of ours to stop, write what is buffered (up to
+ * flush_ms, and only while connected: a flush to a server that is gone
+ * waits its whole timeout), then close the connection. natsConnection_Close
+ * fails at once every request still waiting for its reply, so a fetch or
+ * watch thread blocked in an API call returns now, not after api_wait_ms,
+ * and a watcher destroyed afterwards does not ask the server to delete its
+ * consumer (a request that cannot be answered while the server is gone).
+ * Then wait (NIO_CLOSED_WAIT_MS at most) until the library's callbacks are
+ * done: it delivers the disconnected and closed ones later, on its own
+ * thread, which must not find n freed. False if they did not come. */
+static bool nio_close(fq_nio *n, int flush_ms)
 {
-    natsConnection_FlushTimeout(n->nc, 2000);
+    atomic_store(&n->stopping, true);
+    if (!n->nc)
+        return true;
+    if (flush_ms > 0 && atomic_load(&n->connected))
+        natsConnection_FlushTimeout(n->nc, flush_ms);
     natsConnection_Close(n->nc);
     struct timespec until;
     clock_gettime(CLOCK_REALTIME, &until);
-    until.tv_sec += 5;
+    until.tv_nsec += (long)(NIO_CLOSED_WAIT_MS % 1000) * 1000000L;
+    until.tv_sec += NIO_CLOSED_WAIT_MS / 1000 + until.tv_nsec / 1000000000L;
+    until.tv_nsec %= 1000000000L;
     pthread_mutex_lock(&n->mu);
     while (!n->closed && pthread_cond_timedwait(&n->cv, &n->mu, &until) == 0)
         ;
+    bool closed = n->closed;
     pthread_mutex_unlock(&n->mu);
+    return closed;
+}
+
+void fq_nio_close(fq_nio *n, int flush_ms)
+{
+    if (n && !n->close_done) {
+        n->close_done = true;
+        n->close_ok = nio_close(n, flush_ms);
+    }
 }
 
 static char *nio_strdup(const char *s)
@@ -656,7 +683,8 @@ void fq_nio_destroy(fq_nio *n)
 {
     if (!n)
         return;
-    atomic_store(&n->stopping, true);
+    /* Closed first, so that no thread joined below waits on the server. */
+    fq_nio_close(n, NIO_FLUSH_MS);
     for (int i = 0; i < NIO_MAX_CONSUMERS; i++) {
         if (n->cons[i].started)
             pthread_join(n->cons[i].thread, NULL);
@@ -671,8 +699,9 @@ void fq_nio_destroy(fq_nio *n)
             pthread_join(n->watches[i].thread, NULL);
         free(n->watches[i].bucket);
     }
-    if (n->nc)
-        nio_close(n);
+    /* The library may still call back into n: leave it allocated. */
+    if (!n->close_ok)
+        return;
     jsCtx_Destroy(n->js);
     natsConnection_Destroy(n->nc);
     natsOptions_Destroy(n->nopts);

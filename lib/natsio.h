@@ -144,8 +144,17 @@ typedef struct fq_nio_out {
  * FQ_EIO with the reason in err when no server can be reached now; the
  * caller retries. */
 fq_status fq_nio_create(fq_nio **out, const fq_nio_opts *o, char *err, size_t errlen);
-/* Stop the fetch threads, flush, close. Safe on NULL. Unsettled publishes
- * are abandoned (JetStream keeps what it stored). */
+/* Stop every thread of n, write what is buffered (up to flush_ms, only
+ * while connected) and close the connection, failing at once every call
+ * still waiting on the server; bounded whether the server answers or not
+ * (about flush_ms + 1.5 s at worst: the library flushes up to 0.5 s more
+ * and a reconnect attempt under way ends within its 2 s connect timeout).
+ * Only fq_nio_destroy may follow. Safe on NULL; once only. */
+void fq_nio_close(fq_nio *n, int flush_ms);
+/* Close (if not closed yet, with a flush of up to 1 s), join the threads,
+ * free. Safe on NULL. Unsettled publishes are abandoned (JetStream keeps
+ * what it stored). Should the library not confirm the close within a
+ * second, n is left allocated rather than freed under its callbacks. */
 void fq_nio_destroy(fq_nio *n);
 
 /* The server's max_payload in bytes (headers count too). */

@@ -70,7 +70,14 @@
 #define PX_EXPIRED_MAX 100000       /* expired runs remembered for late completions */
 #define PX_POOL_CHUNK 1024
 #define PX_SYNTH_ID (1ULL << 62)    /* scheduler ids of adopted runs without a sequence */
-#define PX_STOP_WAIT_MS 10000       /* graceful stop: longest wait for PubAcks */
+/* A graceful stop fits FQ_PROXY_STOP_MS from the signal, NATS up or not:
+ * the PubAcks of what is under way, then the lease's release and a flush of
+ * the acks only when they can still get through, then the close. */
+#define PX_STOP_PUBACK_MS 7000      /* longest wait for PubAcks, from the signal */
+#define PX_STOP_OFFLINE_MS 1000     /* ... cut short once NATS is unreachable this long */
+#define PX_STOP_RELEASE_MS 500      /* the lease release's PubAck */
+#define PX_STOP_FLUSH_MS 500        /* the acks written before the close */
+#define PX_LEASE_RELEASE 1          /* TK_LEASE value of the release (renewals: 0) */
 #define PX_RATE_ALPHA 0.3           /* weight of the newest second in the rates */
 #define PX_LIGHT_LOAD 16            /* events a turn below which writes are flushed at once */
 
@@ -208,6 +215,7 @@ struct fq_proxy {
     fq_est *est;
     fq_nio *nio;
     atomic_bool stop;
+    atomic_uint_fast64_t stop_at; /* monotonic ms of the first fq_proxy_stop; 0: none */
 
     char submit_filter[256], done_filter[256], rejected_filter[256], admin_filter[256];
     int64_t submit_created_ms;  /* FAIR_SUBMIT's creation: part of derived run ids */
@@ -245,6 +253,7 @@ struct fq_proxy {
     uint64_t lease_renewed;     /* monotonic ms of the last renewal */
     uint64_t lease_sent;        /* monotonic ms a renewal was sent; 0: none pending */
     bool lease_lost;            /* another proxy holds it now */
+    bool releasing;             /* the release at a stop awaits its PubAck */
     uint64_t next_second;       /* monotonic ms of the next rate sample */
     uint64_t sec_dispatched, sec_tokens, sec_completed, sec_actual;
     double rate_runs, rate_tokens, rate_completed, rate_actual; /* per second */
@@ -2485,6 +2494,11 @@ static bool px_lease_renew(fq_proxy *p, uint64_t now)
 
 static void px_on_lease(fq_proxy *p, const fq_nio_event *ev)
 {
+    if (TK_VAL(ev->token) == PX_LEASE_RELEASE) {
+        p->releasing = false;   /* failed or not: the lease ages out anyway */
+        fq_nio_msg_drop(p->nio, ev->msg);
+        return;
+    }
     uint64_t sent = p->lease_sent;
     p->lease_sent = 0;
     fq_nio_msg_drop(p->nio, ev->msg);
@@ -2508,11 +2522,20 @@ static void px_on_lease(fq_proxy *p, const fq_nio_event *ev)
                FQ_INT("js_err", ev->err_code));
 }
 
-static void px_lease_release(fq_proxy *p)
+static size_t px_drain(fq_proxy *p, int timeout_ms);
+
+/* Hand the lease back at a stop, so that a standby takes over at once,
+ * waiting for the PubAck until `until` at most: unanswered, the lease ages
+ * out within FQ_LEASE_TTL_MS all the same. */
+static void px_lease_release(fq_proxy *p, uint64_t until)
 {
-    uint64_t rev;
-    fq_nio_kv_update(&rev, p->nio, p->cfg.streams.lease_bucket, "leader", "released", 8,
-                     p->lease_rev);
+    if (fq_nio_kv_update_async(p->nio, p->cfg.streams.lease_bucket, "leader", "released", 8,
+                               p->lease_rev, TK_MAKE(TK_LEASE, PX_LEASE_RELEASE)) != FQ_OK)
+        return;
+    p->pubs++;
+    p->releasing = true;
+    while (p->releasing && fq_nio_mono_ms() < until)
+        px_drain(p, 10);
 }
 
 /* ---- start-up --------------------------------------------------------- */
@@ -2832,20 +2855,31 @@ static bool px_become_leader(fq_proxy *p)
 }
 
 /* Graceful stop: no new fetches or dispatches; the publishes under way
- * settle and their submits and completions are acked. */
-static void px_finish(fq_proxy *p)
+ * settle and their submits and completions are acked, for PX_STOP_PUBACK_MS
+ * after the signal at most, and only while NATS can answer: once it has
+ * been unreachable for PX_STOP_OFFLINE_MS nothing more can settle. True
+ * when everything settled. */
+static bool px_finish(fq_proxy *p, uint64_t t0)
 {
     fq_nio_consume_pause(p->nio, PX_CONS_SUBMIT, true);
     fq_nio_consume_pause(p->nio, PX_CONS_DONE, true);
-    uint64_t end = fq_nio_mono_ms() + PX_STOP_WAIT_MS;
-    while ((p->pubs || p->nretry || p->cur) && fq_nio_mono_ms() < end) {
+    uint64_t end = t0 + PX_STOP_PUBACK_MS, offline = 0;
+    /* A lease renewal under way (lease_sent) acks nothing: not waited for. */
+    while (p->pubs > (p->lease_sent != 0) || p->nretry || p->cur) {
+        uint64_t now = fq_nio_mono_ms();
+        offline = p->connected ? 0 : offline ? offline : now;
+        if (now >= end || (offline && now >= offline + PX_STOP_OFFLINE_MS))
+            break;
         px_journal_flush(p);
         px_drain(p, PX_POLL_MS);
         px_retry_due(p);
     }
-    if (p->pubs || p->nretry)
-        fq_log(FQ_LOG_WARN, "stopping with publishes unsettled; JetStream keeps their runs",
-               FQ_UINT("pending", p->pubs), FQ_UINT("retrying", p->nretry));
+    if (p->pubs <= (p->lease_sent != 0) && !p->nretry)
+        return true;
+    fq_log(FQ_LOG_WARN, "stopping with publishes unsettled; JetStream keeps their runs",
+           FQ_UINT("pending", p->pubs), FQ_UINT("retrying", p->nretry),
+           FQ_STR("nats", p->connected ? "not answering" : "unreachable"));
+    return false;
 }
 
 /* Serve /metrics, /healthz and /readyz when http.listen is set, and the
@@ -2936,16 +2970,23 @@ int fq_proxy_run(fq_proxy *p)
             fq_nio_flush(p->nio, 2);
     }
     px_phase(p, PH_STOPPING);
-    px_finish(p);
-    if (rc == FQ_PROXY_EXIT_OK)
-        px_lease_release(p);
+    uint64_t t0 = atomic_load(&p->stop_at);
+    /* Unsettled means NATS does not answer: a release or a flush would
+     * wait out their time for nothing. */
+    bool settled = px_finish(p, t0 ? t0 : fq_nio_mono_ms());
+    if (rc == FQ_PROXY_EXIT_OK && settled && p->connected)
+        px_lease_release(p, fq_nio_mono_ms() + PX_STOP_RELEASE_MS);
+    fq_nio_close(p->nio, settled ? PX_STOP_FLUSH_MS : 0);
     fq_log(FQ_LOG_INFO, "fairq-proxy stopped", FQ_UINT("dispatched", p->c.dispatched),
-           FQ_UINT("held_for_next_start", p->held));
+           FQ_UINT("held_for_next_start", p->held),
+           FQ_UINT("stop_ms", t0 ? fq_nio_mono_ms() - t0 : 0));
     return rc;
 }
 
 void fq_proxy_stop(fq_proxy *p)
 {
+    uint_fast64_t none = 0;     /* the first request's time counts */
+    atomic_compare_exchange_strong(&p->stop_at, &none, fq_nio_mono_ms());
     atomic_store(&p->stop, true);
 }
 

@@ -15,6 +15,7 @@ typedef struct fq_proxy fq_proxy;
  * the config (streams.*); these are fixed. */
 #define FQ_LEASE_TTL_MS 3000u           /* a silent holder loses the lease after this */
 #define FQ_HEADER_ROOM 1024u            /* bytes reserved for fairq's own dispatch headers */
+#define FQ_PROXY_STOP_MS 10000u         /* a graceful stop, from the signal to the exit */
 #define FQ_QUEUE_AGE_WARN_EVERY_MS 60000u /* ... at most once per tenant per this */
 #define FQ_QUEUE_AGE_WARN_LINES 10u     /* ... and for this many tenants a second at most,
                                            the others summed up in one line */
@@ -57,8 +58,10 @@ int fq_proxy_run(fq_proxy *p);
 void fq_proxy_reload(fq_proxy *p);
 
 /* Ask fq_proxy_run to stop gracefully: stop fetching, finish the publishes
- * under way, ack what they covered, release the lease, return. Safe from
- * a signal handler and from any thread. */
+ * under way, ack what they covered, release the lease, close the
+ * connection, return; within FQ_PROXY_STOP_MS of the first call (less
+ * what fq_proxy_destroy takes), whether NATS answers or not. Safe from a
+ * signal handler and from any thread. */
 void fq_proxy_stop(fq_proxy *p);
 
 #endif

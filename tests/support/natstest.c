@@ -259,6 +259,7 @@ int natstest_stop(natstest *t)
 {
     if (t->server.pid == 0)
         return 0;
+    kill(t->server.pid, SIGCONT);   /* a paused server acts on SIGTERM once resumed */
     if (nt_proc_signal_wait(&t->server, SIGTERM, 5000) == 0)
         return 0;
     return nt_proc_signal_wait(&t->server, SIGKILL, 5000);
@@ -267,6 +268,15 @@ int natstest_stop(natstest *t)
 int natstest_kill(natstest *t)
 {
     return nt_proc_signal_wait(&t->server, SIGKILL, 5000);
+}
+
+int natstest_pause(natstest *t, bool paused)
+{
+    if (t->server.pid == 0 || kill(t->server.pid, paused ? SIGSTOP : SIGCONT) != 0) {
+        fprintf(stderr, "natstest: cannot %s the server\n", paused ? "pause" : "resume");
+        return -1;
+    }
+    return 0;
 }
 
 int natstest_restart(natstest *t)

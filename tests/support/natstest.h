@@ -33,10 +33,15 @@ int natstest_port(const natstest *t);
 /* The temporary directory holding the store and the server's log. */
 const char *natstest_dir(const natstest *t);
 
-/* Graceful stop (SIGTERM, waited for). The store and port are kept. */
+/* Graceful stop (SIGTERM, waited for; a paused server is resumed first).
+ * The store and port are kept. */
 int natstest_stop(natstest *t);
 /* kill -9, waited for. The store and port are kept. */
 int natstest_kill(natstest *t);
+/* Pause the server (SIGSTOP) or resume it (SIGCONT). A paused server keeps
+ * its connections open and answers nothing, as a hung host does; the
+ * clients notice only when their pings go unanswered. */
+int natstest_pause(natstest *t, bool paused);
 /* Start again on the same port and store (after stop or kill), waiting
  * until it accepts clients. */
 int natstest_restart(natstest *t);
