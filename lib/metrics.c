@@ -143,13 +143,15 @@ void fq_metrics_snapshot_destroy(fq_metrics_snapshot *s)
     free(s->scratch->other);
     free(s->scratch);
     free(s->tenants);
+    free(s->folded);
+    free(s->folded_ages);
     free(s);
 }
 
 void fq_metrics_snapshot_clear(fq_metrics_snapshot *s)
 {
     memset(&s->all, 0, sizeof s->all);
-    s->n_tenants = 0;
+    s->n_tenants = s->n_folded_rows = s->n_folded = s->n_folded_ages = 0;
 }
 
 /* Grow *p (of *cap elements of size) to hold need; nothing changes on error. */
@@ -226,19 +228,35 @@ static void fold_into(fq_metrics_tenant *o, const fq_metrics_tenant *t)
     hist_merge(&o->submit_to_dispatch, &t->submit_to_dispatch);
 }
 
-/* The _other row of t's plan, created on first use. */
-static fq_metrics_tenant *other_row(fq_metrics_scratch *sc, const char *plan)
+/* The _other row of plan among rows[0..*n), created on first use. */
+static fq_metrics_tenant *other_row(fq_metrics_tenant **rows, size_t *n, size_t *cap,
+                                    const char *plan)
 {
-    for (size_t i = sc->n_other; i-- > 0;)
-        if (strcmp(sc->other[i].plan, plan) == 0)
-            return &sc->other[i];
-    if (grow(&sc->other, &sc->cap_other, sc->n_other + 1, sizeof *sc->other) != FQ_OK)
+    for (size_t i = *n; i-- > 0;)
+        if (strcmp((*rows)[i].plan, plan) == 0)
+            return &(*rows)[i];
+    if (grow(rows, cap, *n + 1, sizeof **rows) != FQ_OK)
         return NULL;
-    fq_metrics_tenant *o = &sc->other[sc->n_other++];
+    fq_metrics_tenant *o = &(*rows)[(*n)++];
     tenant_zero(o);
     snprintf(o->tenant, sizeof o->tenant, "%s", FQ_METRICS_OTHER);
     snprintf(o->plan, sizeof o->plan, "%s", plan);
     return o;
+}
+
+fq_status fq_metrics_snapshot_fold(fq_metrics_snapshot *s, const fq_metrics_tenant *m)
+{
+    if (m->queued_runs > 0 && grow(&s->folded_ages, &s->cap_folded_ages,
+                                   s->n_folded_ages + 1, sizeof *s->folded_ages) != FQ_OK)
+        return FQ_ENOMEM;
+    fq_metrics_tenant *o = other_row(&s->folded, &s->n_folded_rows, &s->cap_folded_rows, m->plan);
+    if (!o)
+        return FQ_ENOMEM;
+    fold_into(o, m);
+    s->n_folded++;
+    if (m->queued_runs > 0)
+        s->folded_ages[s->n_folded_ages++] = m->oldest_age_seconds;
+    return FQ_OK;
 }
 
 /* Decide which tenants get series and fold the rest. "_other" is no valid
@@ -248,7 +266,15 @@ static fq_status fold(fq_metrics_snapshot *s)
 {
     fq_metrics_scratch *sc = s->scratch;
 
-    sc->n_other = sc->n_named = sc->folded = 0;
+    sc->n_other = sc->n_named = 0;
+    sc->folded = s->n_folded;
+    for (size_t i = 0; i < s->n_folded_rows; i++) {
+        fq_metrics_tenant *o = other_row(&sc->other, &sc->n_other, &sc->cap_other,
+                                         s->folded[i].plan);
+        if (!o)
+            return FQ_ENOMEM;
+        fold_into(o, &s->folded[i]);
+    }
     for (size_t i = 0; i < s->n_tenants; i++) {
         const fq_metrics_tenant *t = &s->tenants[i];
         if (sc->n_named < s->max_tenant_series && strcmp(t->tenant, FQ_METRICS_OTHER) != 0) {
@@ -257,7 +283,7 @@ static fq_status fold(fq_metrics_snapshot *s)
             sc->rows[sc->n_named++] = t;
             continue;
         }
-        fq_metrics_tenant *o = other_row(sc, t->plan);
+        fq_metrics_tenant *o = other_row(&sc->other, &sc->n_other, &sc->cap_other, t->plan);
         if (!o)
             return FQ_ENOMEM;
         fold_into(o, t);
@@ -284,11 +310,13 @@ double fq_metrics_queue_age_skew(fq_metrics_snapshot *s)
     fq_metrics_scratch *sc = s->scratch;
     size_t n = 0;
 
-    if (grow(&sc->ages, &sc->cap_ages, s->n_tenants, sizeof *sc->ages) != FQ_OK)
+    if (grow(&sc->ages, &sc->cap_ages, s->n_tenants + s->n_folded_ages, sizeof *sc->ages) != FQ_OK)
         return NAN;
     for (size_t i = 0; i < s->n_tenants; i++)
         if (s->tenants[i].queued_runs > 0)
             sc->ages[n++] = s->tenants[i].oldest_age_seconds;
+    for (size_t i = 0; i < s->n_folded_ages; i++)
+        sc->ages[n++] = s->folded_ages[i];
     if (n < 2)
         return 0.0;
     qsort(sc->ages, n, sizeof *sc->ages, cmp_double);
@@ -527,14 +555,14 @@ static double capacity(uint64_t v)
 static void render_overall(fq_buf *b, fq_metrics_snapshot *s)
 {
     const fq_metrics_overall *a = &s->all;
-    uint64_t active = 0;
+    uint64_t active = s->n_folded_ages;
 
     for (size_t i = 0; i < s->n_tenants; i++)
         active += s->tenants[i].queued_runs > 0;
 
     put_header(b, "fairq_build_info", "gauge", "fairq's version, as a label; always 1.");
     fq_buf_printf(b, "fairq_build_info{version=\"%s\"} 1\n", FAIRQ_VERSION);
-    GAUGE_U("fairq_tenants", "Tenants the scheduler knows.", s->n_tenants);
+    GAUGE_U("fairq_tenants", "Tenants the scheduler knows.", s->n_tenants + s->n_folded);
     GAUGE_U("fairq_tenants_active", "Tenants with queued runs.", active);
     GAUGE_U("fairq_tenants_folded",
             "Tenants past the series limit, whose values are in tenant=\"_other\".",

@@ -113,12 +113,19 @@ typedef struct fq_metrics_scratch fq_metrics_scratch;
 
 typedef struct fq_metrics_snapshot {
     fq_metrics_overall all;
-    fq_metrics_tenant *tenants;     /* every tenant the scheduler knows, in
-                                       a stable order (creation order): the
-                                       first max_tenant_series get series */
+    fq_metrics_tenant *tenants;     /* tenants added, in a stable order
+                                       (creation order): the first
+                                       max_tenant_series get series */
     size_t n_tenants;
     size_t cap_tenants;
     size_t max_tenant_series;
+    fq_metrics_tenant *folded;      /* tenants folded in as they were filled
+                                       (fq_metrics_snapshot_fold): a row per plan */
+    size_t n_folded_rows, cap_folded_rows;
+    size_t n_folded;                /* tenants folded in as they were filled */
+    double *folded_ages;            /* their oldest queued ages, of those with
+                                       queued runs: the skew counts them */
+    size_t n_folded_ages, cap_folded_ages;
     fq_metrics_scratch *scratch;    /* the renderer's, reused across renders */
 } fq_metrics_snapshot;
 
@@ -132,6 +139,12 @@ void fq_metrics_snapshot_clear(fq_metrics_snapshot *s);
 /* Append a zeroed tenant (estimate_error NaN), or NULL when out of memory
  * (the snapshot is unchanged). Valid until the next add or clear. */
 fq_metrics_tenant *fq_metrics_snapshot_add(fq_metrics_snapshot *s);
+/* Fold m into the _other row of its plan now rather than adding it: what
+ * a filler does with tenants past max_tenant_series (once n_tenants has
+ * reached it), so that a snapshot's memory is bounded by the series limit
+ * and the plans whatever the number of tenants, and rendering renders the
+ * same text. m's id is not read. FQ_ENOMEM: the snapshot is unchanged. */
+fq_status fq_metrics_snapshot_fold(fq_metrics_snapshot *s, const fq_metrics_tenant *m);
 
 /* Copy the scheduler's view of a tenant into m: id, weight, deficit,
  * queue, in flight and totals; the oldest run's age from now, with now and

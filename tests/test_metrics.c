@@ -322,6 +322,58 @@ static void test_tenants_fold_into_other(void **state)
     fq_metrics_snapshot_destroy(s);
 }
 
+/* Tenants folded as they are filled render the same text as the same
+ * tenants added and folded at render time, while the snapshot holds rows
+ * only for the named ones and one per plan; cleared, it forgets them. */
+static void test_fold_at_fill_renders_the_same(void **state)
+{
+    (void)state;
+    fq_metrics_snapshot *all, *pre;
+    assert_int_equal(fq_metrics_snapshot_create(&all, 2), FQ_OK);
+    assert_int_equal(fq_metrics_snapshot_create(&pre, 2), FQ_OK);
+    static const struct { const char *id, *plan; uint64_t queued; double age; } ts[] = {
+        {"t1", "pro", 1, 1}, {"t2", "free", 2, 2}, {"t3", "free", 3, 30},
+        {"t4", "free", 0, 0}, {"t5", "pro", 5, 5}, {"t6", "free", 6, 6},
+    };
+    for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++) {
+        fq_metrics_tenant *a = add(all, ts[i].id, ts[i].plan, ts[i].queued, ts[i].age);
+        a->rejected[FQ_EOVERLOAD] = i;
+        a->dispatched_runs = 10 * i;
+        a->deficit_tokens = -(int64_t)i;
+        a->estimate_error = 1.5;
+        fq_hist_observe(&a->submit_to_dispatch, 1000 * i * i);
+        if (i < 2) {
+            *add(pre, ts[i].id, ts[i].plan, 0, 0) = *a;
+        } else {
+            fq_metrics_tenant m = *a;
+            snprintf(m.tenant, sizeof m.tenant, "ignored");
+            assert_int_equal(fq_metrics_snapshot_fold(pre, &m), FQ_OK);
+        }
+    }
+    assert_int_equal(pre->n_tenants, 2);
+    assert_int_equal(pre->n_folded_rows, 2);
+    assert_int_equal(pre->n_folded, 4);
+    char *a = render(all), *b = render(pre);
+    assert_string_equal(a, b);
+    assert_true(value_of(b, "fairq_tenants") == 6);
+    assert_true(value_of(b, "fairq_tenants_active") == 5);
+    assert_true(value_of(b, "fairq_tenants_folded") == 4);
+    assert_true(value_of(b, "fairq_tenant_queued_runs{tenant=\"_other\",plan=\"free\"}") == 9);
+    /* Ages 1,2,30,5,6: median 5. */
+    assert_true(value_of(b, "fairq_queue_age_skew_seconds") == 30 - 5);
+    free(a);
+    free(b);
+    fq_metrics_snapshot_clear(pre);
+    add(pre, "t9", "pro", 1, 1);
+    b = render(pre);
+    assert_true(value_of(b, "fairq_tenants") == 1);
+    assert_true(value_of(b, "fairq_tenants_folded") == 0);
+    assert_int_equal(count_lines(b, "fairq_tenant_dispatched_runs_total{tenant=\"_other\""), 0);
+    free(b);
+    fq_metrics_snapshot_destroy(all);
+    fq_metrics_snapshot_destroy(pre);
+}
+
 /* Label values from config and clients are escaped; bytes that are not
  * UTF-8 become U+FFFD. */
 static void test_label_escaping(void **state)
@@ -438,6 +490,7 @@ int main(void)
         cmocka_unit_test(test_hist_buckets_are_upper_bounds),
         cmocka_unit_test(test_values_and_labels),
         cmocka_unit_test(test_tenants_fold_into_other),
+        cmocka_unit_test(test_fold_at_fill_renders_the_same),
         cmocka_unit_test(test_label_escaping),
         cmocka_unit_test(test_skew),
         cmocka_unit_test(test_set_info),
