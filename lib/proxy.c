@@ -24,6 +24,7 @@
 #include "natsio.h"
 #include "policy.h"
 #include "strmap.h"
+#include "sweep.h"
 
 /*
  * Principles
@@ -80,6 +81,9 @@
 #define PX_LEASE_RELEASE 1          /* TK_LEASE value of the release (renewals: 0) */
 #define PX_RATE_ALPHA 0.3           /* weight of the newest second in the rates */
 #define PX_LIGHT_LOAD 16            /* events a turn below which writes are flushed at once */
+#define PX_SWEEP_MS 1000            /* a sweep of every tenant begins this often */
+#define PX_SWEEP_SLICE 512          /* tenants a sweep visits per turn of the loop at most */
+#define PX_RENDER_ROUND (1u << 20)  /* a scrape's copy of the text: its size rounded up to this */
 
 /* Publish tokens: kind in the top four bits, a stream sequence below. */
 enum px_token {
@@ -127,7 +131,7 @@ typedef struct px_tenant {
     uint64_t idle_dispatched;       /* its dispatches then: one since makes it busy */
     fq_hist wait;                   /* submit (stream time) to dispatch */
     fq_strmap_node node;            /* in the tenant table, keyed by id */
-    struct px_tenant *later;        /* creation order, for metrics */
+    fq_sweep_node later;            /* in creation order: swept, and the metrics' order */
 } px_tenant;
 
 /* A run the proxy holds. */
@@ -223,7 +227,9 @@ struct fq_proxy {
     uint64_t hash_key[2];       /* px_hash's key, drawn at create */
 
     fq_strmap *tenants;         /* px_tenant by id */
-    px_tenant *t_first, *t_last; /* in creation order */
+    fq_sweep sweep;             /* every tenant in creation order, visited in slices */
+    unsigned sweep_warned;      /* the pass's old-queue lines so far */
+    uint64_t sweep_unwarned;    /* the pass's old queues left for a later pass */
     px_index by_seq, by_key;
     px_doneset done;
     px_run *run_free;           /* pools */
@@ -266,10 +272,19 @@ struct fq_proxy {
     uint64_t kv_epoch;          /* the newest watch epoch seen */
     bool kv_synced;             /* the bucket has been read whole once */
 
-    /* Metrics and probes: the HTTP server's thread reads only these. */
+    /* Metrics and probes. Three snapshots change hands: the loop fills
+     * one over a sweep's pass, and swaps it for the waiting one at the
+     * pass's end; a render swaps the waiting one for its own if newer.
+     * Neither holds the lock longer than a swap. */
     fq_http *http;
-    pthread_mutex_t snap_mu;    /* guards snap */
-    fq_metrics_snapshot *snap;  /* refreshed by the loop each second */
+    fq_metrics_snapshot *snap_fill; /* the loop's, being filled */
+    pthread_mutex_t snap_mu;    /* guards snap and snap_gen */
+    fq_metrics_snapshot *snap;  /* the newest whole one, waiting */
+    uint64_t snap_gen;          /* passes published; snap is the newest */
+    fq_metrics_snapshot *snap_render; /* the HTTP thread's from here down */
+    uint64_t render_gen;        /* the pass snap_render holds */
+    fq_buf render_text;         /* its text, served again until a newer pass */
+    uint64_t text_gen;          /* the pass render_text is of; UINT64_MAX: none */
     atomic_int phase;           /* enum px_phase, for /readyz */
     bool consumer_ok[2];        /* PX_CONS_*: the last (re)creation succeeded */
 };
@@ -576,6 +591,13 @@ static void px_tenant_release(fq_strmap_node *n)
     free(px_tenant_of(n));
 }
 
+/* The tenant after t in creation order, or the first if t is NULL. */
+static px_tenant *px_tenant_next(const fq_proxy *p, const px_tenant *t)
+{
+    fq_sweep_node *n = t ? t->later.next : p->sweep.head;
+    return n ? FQ_SWEEP_ENTRY(n, px_tenant, later) : NULL;
+}
+
 static px_tenant *px_tenant_find(fq_proxy *p, const char *id, size_t len)
 {
     return px_tenant_of(fq_strmap_find(p->tenants, id, len));
@@ -609,11 +631,7 @@ static fq_status px_tenant_get(px_tenant **out, fq_proxy *p, const char *id, siz
     memcpy(t->id, name, len + 1);
     snprintf(t->plan, sizeof t->plan, "%s", pr.plan ? pr.plan : "");
     t->source = pr.source;
-    if (p->t_last)
-        p->t_last->later = t;
-    else
-        p->t_first = t;
-    p->t_last = t;
+    fq_sweep_append(&p->sweep, &t->later);
     fq_strmap_insert(p->tenants, &t->node, len);
     *out = t;
     return FQ_OK;
@@ -1823,7 +1841,7 @@ static fq_status px_stats_rows(px_stats_row **out, size_t *n, fq_proxy *p,
     px_stats_row *rows = malloc(nt * sizeof *rows);
     if (!rows)
         return FQ_ENOMEM;
-    for (px_tenant *t = p->t_first; t; t = t->later) {
+    for (px_tenant *t = px_tenant_next(p, NULL); t; t = px_tenant_next(p, t)) {
         fq_tenant_info ti;
         fq_tenant_info_get(t->t, &ti);
         rows[(*n)++] = (px_stats_row){t, ti.queued_tokens,
@@ -2002,7 +2020,7 @@ static fq_status px_reload_try(fq_proxy *p, char *restart, size_t rcap, char *er
     fq_policy_destroy(p->policy);
     p->policy = np;
     px_config_replace(p, &nc);
-    for (px_tenant *t = p->t_first; t; t = t->later)
+    for (px_tenant *t = px_tenant_next(p, NULL); t; t = px_tenant_next(p, t))
         px_tenant_apply(p, t);
     fq_log_set(lv, lf);
     px_pause_check(p);
@@ -2265,27 +2283,37 @@ static void px_on_request(fq_proxy *p, fq_nio_event *ev)
 
 /* ---- metrics and probes ------------------------------------------------- */
 
-/* Copy the state into the snapshot the HTTP thread renders; skipped when a
- * render holds it (the next second will do). */
-static void px_metrics_fill(fq_proxy *p, uint64_t now)
+/* Copy a tenant into the snapshot being filled: a row of its own while the
+ * snapshot has fewer than max_tenant_series, else folded at once into its
+ * plan's _other row, so that the snapshot does not grow with the tenants
+ * (and what a folded row does not show is not looked up). */
+static void px_metrics_tenant(fq_proxy *p, const px_tenant *t, const fq_tenant_info *ti,
+                              uint64_t now)
 {
-    if (!p->http || pthread_mutex_trylock(&p->snap_mu) != 0)
-        return;
-    fq_metrics_snapshot *sn = p->snap;
-    fq_metrics_snapshot_clear(sn);
-    for (px_tenant *t = p->t_first; t; t = t->later) {
-        fq_metrics_tenant *m = fq_metrics_snapshot_add(sn);
-        if (!m)
-            break;
-        fq_tenant_info ti;
-        fq_tenant_info_get(t->t, &ti);
-        fq_metrics_tenant_set_info(m, &ti, now, 1e-3);
-        snprintf(m->plan, sizeof m->plan, "%s", t->plan);
-        m->source = t->source;
-        memcpy(m->rejected, t->rejected, sizeof m->rejected);
-        m->estimate_error = fq_est_error(p->est, t->id);
-        m->submit_to_dispatch = t->wait;
+    fq_metrics_snapshot *sn = p->snap_fill;
+    fq_metrics_tenant folded, *m = &folded;
+    if (sn->n_tenants < sn->max_tenant_series) {
+        if (!(m = fq_metrics_snapshot_add(sn)))
+            return;
+    } else {
+        memset(m, 0, sizeof *m);
     }
+    fq_metrics_tenant_set_info(m, ti, now, 1e-3);
+    snprintf(m->plan, sizeof m->plan, "%s", t->plan);
+    m->source = t->source;
+    memcpy(m->rejected, t->rejected, sizeof m->rejected);
+    m->submit_to_dispatch = t->wait;
+    if (m == &folded)
+        fq_metrics_snapshot_fold(sn, m);
+    else
+        m->estimate_error = fq_est_error(p->est, t->id);
+}
+
+/* At a pass's end: the proxy as a whole into the filled snapshot, which
+ * then becomes the waiting one. */
+static void px_metrics_publish(fq_proxy *p)
+{
+    fq_metrics_snapshot *sn = p->snap_fill;
     fq_sched_stats ss;
     fq_sched_stats_get(p->sched, &ss);
     sn->all = (fq_metrics_overall){
@@ -2312,16 +2340,51 @@ static void px_metrics_fill(fq_proxy *p, uint64_t now)
         .admin_reply_failures = p->c.reply_failures,
         .max_payload = p->max_payload > 0 ? (uint64_t)p->max_payload : 0};
     memcpy(sn->all.rejected_runs, p->c.rejected, sizeof sn->all.rejected_runs);
+    pthread_mutex_lock(&p->snap_mu);
+    p->snap_fill = p->snap;
+    p->snap = sn;
+    p->snap_gen++;
     pthread_mutex_unlock(&p->snap_mu);
 }
 
+/* On the HTTP thread: take the newest snapshot if one came since the last
+ * render, and render it once; scrapes until the next pass get the same
+ * text, so a scrape loop costs one render a pass and copies besides. */
 static fq_status px_metrics_render(fq_buf *out, void *arg)
 {
     fq_proxy *p = arg;
     pthread_mutex_lock(&p->snap_mu);
-    fq_status s = fq_metrics_render(out, p->snap);
+    if (p->render_gen != p->snap_gen) {
+        fq_metrics_snapshot *sn = p->snap_render;
+        p->snap_render = p->snap;
+        p->snap = sn;
+        p->render_gen = p->snap_gen;
+    }
     pthread_mutex_unlock(&p->snap_mu);
-    return s;
+    if (p->text_gen != p->render_gen) {
+        fq_buf_reset(&p->render_text);
+        if (fq_metrics_render(&p->render_text, p->snap_render) != FQ_OK) {
+            p->text_gen = UINT64_MAX;
+            return FQ_ENOMEM;
+        }
+        p->text_gen = p->render_gen;
+    }
+    /* The copy's buffer is sized to the text (rounded to PX_RENDER_ROUND),
+     * not grown by doubling: past 32 MiB glibc maps a buffer afresh and
+     * unmaps it when freed, every scrape, and each of its page faults and
+     * the unmap take the process's memory map lock, which the loop's own
+     * faults then wait on. Below it, the next scrape reuses the freed one. */
+    size_t need = out->len + p->render_text.len + 1;
+    if (need > out->cap) {
+        need = (need + PX_RENDER_ROUND - 1) / PX_RENDER_ROUND * PX_RENDER_ROUND;
+        char *q = realloc(out->p, need);
+        if (!q)
+            return FQ_ENOMEM;
+        out->p = q;
+        out->cap = need;
+    }
+    fq_buf_append(out, p->render_text.p, p->render_text.len);
+    return FQ_OK;
 }
 
 static bool px_ready(char *why, size_t whylen, void *arg)
@@ -2347,85 +2410,67 @@ static void px_phase_leader(fq_proxy *p)
                 : PH_CONSUMERS);
 }
 
-/* Warn about each tenant whose oldest queued run has waited longer than
- * the threshold: once a minute per tenant at most, with the number of
- * checks held back since. The time is kept on the tenant, so the limit
- * holds whatever the number of tenants; and a sweep writes at most
- * FQ_QUEUE_AGE_WARN_LINES tenant lines plus one that counts the rest, which
- * keep their turn for a later sweep, so that 200,000 old queues still make
- * a few lines a second. */
-static void px_warn_old_queues(fq_proxy *p, uint64_t now)
+/* Warn about a tenant whose oldest queued run has waited longer than the
+ * threshold: once a minute per tenant at most, with the number of checks
+ * held back since. The time is kept on the tenant, so the limit holds
+ * whatever the number of tenants; and a sweep's pass writes at most
+ * FQ_QUEUE_AGE_WARN_LINES tenant lines plus one that counts the rest
+ * (px_warn_old_queues_end), which keep their turn for a later pass, so
+ * that 200,000 old queues still make a few lines a second. */
+static void px_warn_old_queue(fq_proxy *p, px_tenant *t, const fq_tenant_info *ti,
+                              uint64_t now)
 {
-    uint64_t limit = p->cfg.log.queue_age_warn_ms, more = 0;
-    unsigned lines = 0;
-    if (!fq_log_enabled(FQ_LOG_WARN))
+    uint64_t limit = p->cfg.log.queue_age_warn_ms;
+    if (!fq_log_enabled(FQ_LOG_WARN) || !ti->queued || now < ti->oldest_enqueued + limit)
         return;
-    for (px_tenant *t = p->t_first; t; t = t->later) {
-        fq_tenant_info ti;
-        fq_tenant_info_get(t->t, &ti);
-        if (!ti.queued || now < ti.oldest_enqueued + limit)
-            continue;
-        if (now < t->age_warn_next) {
-            t->age_suppressed++;
-            continue;
-        }
-        if (lines == FQ_QUEUE_AGE_WARN_LINES) {
-            more++;
-            continue;
-        }
-        lines++;
-        fq_log(FQ_LOG_WARN, "tenant queue is old", FQ_STR("tenant", t->id),
-               FQ_STR("plan", t->plan), FQ_UINT("age_ms", now - ti.oldest_enqueued),
-               FQ_UINT("queued_runs", ti.queued), FQ_UINT("threshold_ms", limit),
-               FQ_UINT("suppressed", t->age_suppressed));
-        t->age_warn_next = now + FQ_QUEUE_AGE_WARN_EVERY_MS;
-        t->age_suppressed = 0;
+    if (now < t->age_warn_next) {
+        t->age_suppressed++;
+        return;
     }
-    if (more)
+    if (p->sweep_warned == FQ_QUEUE_AGE_WARN_LINES) {
+        p->sweep_unwarned++;
+        return;
+    }
+    p->sweep_warned++;
+    fq_log(FQ_LOG_WARN, "tenant queue is old", FQ_STR("tenant", t->id),
+           FQ_STR("plan", t->plan), FQ_UINT("age_ms", now - ti->oldest_enqueued),
+           FQ_UINT("queued_runs", ti->queued), FQ_UINT("threshold_ms", limit),
+           FQ_UINT("suppressed", t->age_suppressed));
+    t->age_warn_next = now + FQ_QUEUE_AGE_WARN_EVERY_MS;
+    t->age_suppressed = 0;
+}
+
+static void px_warn_old_queues_end(fq_proxy *p)
+{
+    if (p->sweep_unwarned)
         fq_log(FQ_LOG_WARN, "more tenant queues are old; each is logged in a later second",
-               FQ_UINT("tenants", more), FQ_UINT("threshold_ms", limit));
+               FQ_UINT("tenants", p->sweep_unwarned),
+               FQ_UINT("threshold_ms", p->cfg.log.queue_age_warn_ms));
 }
 
-/* Take t, whose predecessor in creation order is prev (NULL: first), out of
- * the proxy's lists and free it. */
-static void px_tenant_free(fq_proxy *p, px_tenant *t, px_tenant *prev)
+/* Forget t, the sweep's current tenant, if no layer of the policy lists it
+ * and it holds nothing: a tenant with one run would otherwise cost its
+ * record (about 2 KB) for good. One goes once every pass for
+ * px_keep_done_ms, the longest fairq remembers anything of a run, found it
+ * idle, with no run held and a deficit of zero, and no dispatch of it came
+ * between; if it comes back it starts anew, as any new tenant does, its
+ * counters from zero. True: t is freed. */
+static bool px_forget_idle(fq_proxy *p, px_tenant *t, const fq_tenant_info *ti, uint64_t now)
 {
-    if (prev)
-        prev->later = t->later;
-    else
-        p->t_first = t->later;
-    if (p->t_last == t)
-        p->t_last = prev;
-    fq_strmap_remove(p->tenants, &t->node);
-    free(t);
-}
-
-/* Forget the tenants no layer of the policy lists that hold nothing: a
- * tenant with one run would otherwise cost its record (about 2 KB) for
- * good. One goes once every sweep for px_keep_done_ms, the longest fairq
- * remembers anything of a run, found it idle, with no run held and a
- * deficit of zero, and no dispatch of it came between; if it comes back
- * it starts anew, as any new tenant does, its counters from zero. */
-static void px_forget_idle(fq_proxy *p, uint64_t now)
-{
-    uint64_t grace = px_keep_done_ms(p);
-    for (px_tenant *t = p->t_first, *prev = NULL, *nx; t; t = nx) {
-        nx = t->later;
-        fq_tenant_info ti;
-        fq_tenant_info_get(t->t, &ti);
-        if (t->source != FQ_SRC_DEFAULT || t->unlisted || t->keyed || ti.queued ||
-            ti.in_flight || ti.deficit || ti.dispatched != t->idle_dispatched) {
-            t->idle_since = 0;
-            t->idle_dispatched = ti.dispatched;
-        } else if (!t->idle_since) {
-            t->idle_since = now;
-        } else if (now - t->idle_since >= grace &&
-                   fq_sched_tenant_remove(p->sched, t->t) == FQ_OK) {
-            px_tenant_free(p, t, prev);
-            continue;
-        }
-        prev = t;
+    if (t->source != FQ_SRC_DEFAULT || t->unlisted || t->keyed || ti->queued ||
+        ti->in_flight || ti->deficit || ti->dispatched != t->idle_dispatched) {
+        t->idle_since = 0;
+        t->idle_dispatched = ti->dispatched;
+    } else if (!t->idle_since) {
+        t->idle_since = now;
+    } else if (now - t->idle_since >= px_keep_done_ms(p) &&
+               fq_sched_tenant_remove(p->sched, t->t) == FQ_OK) {
+        fq_sweep_drop(&p->sweep);
+        fq_strmap_remove(p->tenants, &t->node);
+        free(t);
+        return true;
     }
+    return false;
 }
 
 /* Per-second rates, smoothed. The token rate, which admission control
@@ -2446,9 +2491,39 @@ static void px_rates(fq_proxy *p, uint64_t now)
                                             : (double)p->sec_tokens;
     p->sec_dispatched = p->sec_tokens = p->sec_completed = p->sec_actual = 0;
     p->next_second = now + 1000;
-    px_metrics_fill(p, now);
-    px_warn_old_queues(p, now);
-    px_forget_idle(p, now);
+}
+
+/* A slice of the sweep over every tenant, a pass of which begins each
+ * PX_SWEEP_MS: old-queue warnings, forgetting the idle, the metrics
+ * snapshot. A turn visits PX_SWEEP_SLICE tenants at most and the loop
+ * does not sleep while a pass is under way, so 200,000 tenants are a few
+ * hundred short turns, each of which handles its events first, rather
+ * than one walk that every submit waits behind. */
+static void px_sweep(fq_proxy *p, uint64_t now)
+{
+    if (fq_sweep_begin(&p->sweep, now)) {
+        p->sweep_warned = 0;
+        p->sweep_unwarned = 0;
+        if (p->http)
+            fq_metrics_snapshot_clear(p->snap_fill);
+    }
+    if (!fq_sweep_running(&p->sweep))
+        return;
+    for (size_t i = 0; i < PX_SWEEP_SLICE; i++) {
+        fq_sweep_node *n = fq_sweep_next(&p->sweep);
+        if (!n) {
+            px_warn_old_queues_end(p);
+            if (p->http)
+                px_metrics_publish(p);
+            return;
+        }
+        px_tenant *t = FQ_SWEEP_ENTRY(n, px_tenant, later);
+        fq_tenant_info ti;
+        fq_tenant_info_get(t->t, &ti);
+        px_warn_old_queue(p, t, &ti, now);
+        if (!px_forget_idle(p, t, &ti, now) && p->http)
+            px_metrics_tenant(p, t, &ti, now);
+    }
 }
 
 /* ---- the leader lease ----------------------------------------------------- */
@@ -2945,7 +3020,7 @@ int fq_proxy_run(fq_proxy *p)
            FQ_INT("max_payload", p->max_payload));
     rc = FQ_PROXY_EXIT_OK;
     while (!atomic_load(&p->stop)) {
-        size_t busy = px_drain(p, PX_POLL_MS);
+        size_t busy = px_drain(p, fq_sweep_running(&p->sweep) ? 0 : PX_POLL_MS);
         uint64_t sent = p->c.dispatched;
         uint64_t now = fq_nio_mono_ms();
         if (atomic_exchange(&p->reload_asked, false)) {
@@ -2960,6 +3035,7 @@ int fq_proxy_run(fq_proxy *p)
         px_expire(p);
         px_retry_due(p);
         px_rates(p, now);
+        px_sweep(p, now);
         if (p->connected && now <= p->lease_renewed + FQ_LEASE_TTL_MS)
             px_dispatch(p);
         px_journal_flush(p);
@@ -3032,8 +3108,11 @@ fq_status fq_proxy_create(fq_proxy **out, const fq_config *cfg, char *err, size_
         s = fq_log_limiter_create(&p->lim, 1024, 1000);
     if (s == FQ_OK)
         s = fq_proxy_set_ops(p, &(fq_proxy_ops){0});
-    if (s == FQ_OK)
-        s = fq_metrics_snapshot_create(&p->snap, p->cfg.http.max_tenant_series);
+    fq_sweep_init(&p->sweep, PX_SWEEP_MS);
+    fq_metrics_snapshot **sns[] = {&p->snap_fill, &p->snap, &p->snap_render};
+    for (size_t i = 0; s == FQ_OK && i < 3; i++)
+        s = fq_metrics_snapshot_create(sns[i], p->cfg.http.max_tenant_series);
+    p->text_gen = UINT64_MAX;
     pthread_mutex_init(&p->snap_mu, NULL);
     if (s == FQ_OK && !(p->ev = calloc(PX_EVENTS, sizeof *p->ev)))
         s = FQ_ENOMEM;
@@ -3093,7 +3172,10 @@ void fq_proxy_destroy(fq_proxy *p)
     free(p->ev);
     fq_log_limiter_destroy(p->lim);
     fq_strmap_destroy(p->overrides, px_ovr_release);
+    fq_metrics_snapshot_destroy(p->snap_fill);
     fq_metrics_snapshot_destroy(p->snap);
+    fq_metrics_snapshot_destroy(p->snap_render);
+    fq_buf_free(&p->render_text);
     pthread_mutex_destroy(&p->snap_mu);
     fq_est_destroy(p->est);
     fq_sched_destroy(p->sched);
