@@ -35,6 +35,16 @@
  *    anything, and rejoins when a completion frees a slot.
  *  - Runs come from a pool grown in chunks, so the hot path does not call
  *    malloc per run once the pool has grown to the working set.
+ *  - A tenant whose dispatch failed is parked: out of the rotation until a
+ *    time the caller gives, its queue whole and in order, its deficit kept,
+ *    so that what stops one tenant's run never stops the others. Parking is
+ *    timed by the clock, not by rounds: the failures it waits out (a full
+ *    store, a server restarting) pass with time, and rounds go by as fast as
+ *    the other tenants are served, or at once when none is (dispatch skips
+ *    the empty rounds), which would retry a failing run in a tight loop. The
+ *    mark is checked when the tenant reaches the head of the list, so
+ *    parking is O(1) wherever the tenant is; the parked wait in a heap by
+ *    time, O(log n), and rejoin behind the tenants in the rotation.
  */
 #include "drr.h"
 
@@ -69,6 +79,9 @@ struct fq_tenant {
     uint64_t charged;
     uint64_t actual;
     uint64_t expired;
+    uint64_t park_until;        /* not served before this time (the caller's unit) */
+    uint32_t requeued;          /* runs at the head of the FIFO back from the window */
+    fq_run *rq_last;            /* the last of them, in dispatch order */
     fq_strmap_node node;        /* in the tenant table, keyed by id */
     char id[FQ_TENANT_MAX + 1];
 };
@@ -86,6 +99,8 @@ struct fq_sched {
     uint32_t nwheel;            /* debtors in the wheel */
     struct heap_ent *heap;      /* debtors beyond the wheel, earliest at [0] */
     uint32_t nheap, heap_cap;
+    struct heap_ent *park;      /* parked tenants, by the time they may return; heap_cap */
+    uint32_t npark;
     fq_strmap *tenants;         /* tenant table, by id */
     fq_window win;
     fq_run *free_runs;          /* pool free list */
@@ -210,6 +225,41 @@ static void heap_remove(fq_sched *s, fq_tenant *t)
         heap_down(s, i);
         heap_up(s, heap_idx(last.t));
     }
+}
+
+/* ---- parked tenants: a heap keyed by time, its key beside the tenant ---- */
+
+static void park_push(fq_sched *s, fq_tenant *t)
+{
+    t->state = FQ_T_PARKED;
+    heap_ent e = {t->park_until, t};
+    uint32_t i = s->npark++;
+    while (i > 0 && e.wake < s->park[(i - 1) / 2].wake) {
+        s->park[i] = s->park[(i - 1) / 2];
+        i = (i - 1) / 2;
+    }
+    s->park[i] = e;
+}
+
+static fq_tenant *park_pop(fq_sched *s)
+{
+    fq_tenant *t = s->park[0].t;
+    heap_ent e = s->park[--s->npark];
+    uint32_t i = 0;
+    for (;;) {
+        uint32_t c = 2 * i + 1;
+        if (c >= s->npark)
+            break;
+        if (c + 1 < s->npark && s->park[c + 1].wake < s->park[c].wake)
+            c++;
+        if (s->park[c].wake >= e.wake)
+            break;
+        s->park[i] = s->park[c];
+        i = c;
+    }
+    if (s->npark)
+        s->park[i] = e;
+    return t;
 }
 
 /* ---- timing wheel: debtors waking within FQ_WHEEL_SLOTS rounds ----------
@@ -499,6 +549,10 @@ static fq_status tenant_reserve(fq_sched *s)
         if (!nh)
             return FQ_ENOMEM;
         s->heap = nh;
+        heap_ent *np = realloc(s->park, n * sizeof(*np));
+        if (!np)
+            return FQ_ENOMEM;
+        s->park = np;
         s->heap_cap = n;
     }
     return fq_strmap_reserve(s->tenants);
@@ -522,8 +576,9 @@ fq_status fq_sched_create(fq_sched **out, const fq_sched_opts *o)
         return FQ_ENOMEM;
     s->o = *o;
     s->heap = calloc(FQ_TENANT_MIN_BUCKETS, sizeof(*s->heap));
+    s->park = calloc(FQ_TENANT_MIN_BUCKETS, sizeof(*s->park));
     if (fq_strmap_create(&s->tenants, FQ_STRMAP_KEY_OFFSET(fq_tenant, node, id),
-                         FQ_TENANT_MIN_BUCKETS, o->seed) != FQ_OK || !s->heap ||
+                         FQ_TENANT_MIN_BUCKETS, o->seed) != FQ_OK || !s->heap || !s->park ||
         fq_window_init(&s->win, o->max_in_flight, o->max_in_flight_tokens,
                        o->run_timeout, o->max_expired) != FQ_OK) {
         fq_sched_destroy(s);
@@ -544,6 +599,7 @@ void fq_sched_destroy(fq_sched *s)
     free(s->chunks);
     fq_window_fini(&s->win);
     free(s->heap);
+    free(s->park);
     free(s);
 }
 
@@ -741,8 +797,37 @@ static void after_send(fq_sched *s, fq_tenant *t)
     }
 }
 
+void fq_sched_park(fq_sched *s, fq_tenant *t, uint64_t until)
+{
+    (void)s;
+    if (until > t->park_until)
+        t->park_until = until;
+}
+
+/* Bring back the parked tenants whose time has come, behind the tenants
+ * in the rotation; one parked again meanwhile waits on. */
+static void unpark(fq_sched *s, uint64_t now)
+{
+    while (s->npark && s->park[0].wake <= now) {
+        fq_tenant *t = park_pop(s);
+        if (t->park_until > now) {
+            park_push(s, t);
+        } else if (!t->qhead) {
+            t->state = FQ_T_IDLE;
+            if (t->deficit > 0 && !s->o.keep_idle_credit)
+                t->deficit = 0;
+        } else if (at_cap(t)) {
+            t->state = FQ_T_CAPPED;
+        } else {
+            schedule(s, t, join_round(s));
+        }
+    }
+}
+
 fq_run *fq_sched_dispatch(fq_sched *s, uint64_t now)
 {
+    if (s->npark)
+        unpark(s, now);
     for (;;) {
         fq_tenant *t = s->head;
         if (!t) {
@@ -758,6 +843,11 @@ fq_run *fq_sched_dispatch(fq_sched *s, uint64_t now)
             t = s->head;
         }
         s->visits++;
+        if (t->park_until > now) {      /* parked since it joined */
+            active_pop(s);
+            park_push(s, t);
+            continue;
+        }
         if (at_cap(t)) {                /* its cap was lowered while active */
             active_pop(s);
             t->state = FQ_T_CAPPED;
@@ -774,6 +864,8 @@ fq_run *fq_sched_dispatch(fq_sched *s, uint64_t now)
         t->qhead = rest;        /* the window relinked r */
         if (!t->qhead)
             t->qtail = NULL;
+        if (t->requeued && !--t->requeued)
+            t->rq_last = NULL;
         queue_add_tokens(s, t, -1, r->est);
         t->deficit -= r->est;
         t->in_flight++;
@@ -902,6 +994,12 @@ fq_status fq_sched_cancel(fq_sched *s, uint64_t id)
     return FQ_OK;
 }
 
+/* Whether run a was queued before run b. */
+static int requeue_before(const fq_run *a, const fq_run *b)
+{
+    return a->id < b->id;
+}
+
 fq_status fq_sched_requeue(fq_sched *s, uint64_t id)
 {
     fq_run *r = fq_window_find(&s->win, id);
@@ -910,10 +1008,24 @@ fq_status fq_sched_requeue(fq_sched *s, uint64_t id)
     fq_tenant *t = undispatch(s, r);
     deficit_add(t, r->est);
     r->state = FQ_RUN_QUEUED;
-    r->next = t->qhead;
-    t->qhead = r;
-    if (!t->qtail)
+    /* Runs back from the window lead the queue in the order of their ids
+     * (the order they were queued in: see fq_sched_requeue), whatever
+     * order their failures came in; the usual case, a failure after those
+     * of the runs before it, is O(1) at the end of them. */
+    fq_run **at = &t->qhead;
+    if (t->rq_last && requeue_before(t->rq_last, r)) {
+        at = &t->rq_last->next;
+    } else {
+        for (uint32_t i = 0; i < t->requeued && requeue_before(*at, r); i++)
+            at = &(*at)->next;
+    }
+    r->next = *at;
+    *at = r;
+    if (!r->next)
         t->qtail = r;
+    if (!t->rq_last || requeue_before(t->rq_last, r))
+        t->rq_last = r;
+    t->requeued++;
     queue_add_tokens(s, t, +1, r->est);
     if (t->state == FQ_T_IDLE)
         schedule(s, t, join_round(s));
@@ -980,6 +1092,7 @@ void fq_sched_stats_get(const fq_sched *s, fq_sched_stats *out)
         .in_flight = s->win.runs,
         .in_flight_tokens = s->win.tokens,
         .round = s->round,
+        .parked = s->npark,
     };
 }
 

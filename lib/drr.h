@@ -45,6 +45,7 @@ enum fq_tenant_state {
     FQ_T_ACTIVE,        /* on the active list, in the rotation */
     FQ_T_WAITING,       /* in debt: waits outside the rotation for its round */
     FQ_T_CAPPED,        /* at max_in_flight: out of the rotation */
+    FQ_T_PARKED,        /* parked (fq_sched_park): out of the rotation until a time */
 };
 
 /* A read-only view of a tenant, for stats and tests. */
@@ -83,6 +84,7 @@ typedef struct fq_sched_stats {
     uint32_t in_flight;         /* runs holding a window slot */
     uint64_t in_flight_tokens;
     uint64_t round;             /* current DRR round */
+    uint32_t parked;            /* tenants out of the rotation until a time */
 } fq_sched_stats;
 
 /* Create a scheduler. On error *out is NULL and the status says why. */
@@ -149,8 +151,20 @@ fq_status fq_sched_adopt(fq_run **out, fq_sched *s, fq_tenant *t, uint64_t id,
 
 /* Undo a dispatch that never reached the workers (a failed publish): the run
  * goes back to the head of its tenant's queue and its charge is refunded.
- * Its queue age counts from its dispatch from then on. */
+ * Runs requeued this way lead the queue in the order of their ids,
+ * whatever order they come back in: the order they were queued in when a
+ * tenant's ids increase as its runs are queued (the proxy's submit stream
+ * sequences do). Its queue age counts from its dispatch from then on. */
 fq_status fq_sched_requeue(fq_sched *s, uint64_t id);
+
+/* Keep t out of the rotation until now >= until (in dispatch's time
+ * unit), after one of its dispatches failed: its queue stays whole and in
+ * order, its deficit and its runs in flight are kept, and the others are
+ * served meanwhile. It leaves the rotation when dispatch next reaches it
+ * (a requeued run makes that at once), and rejoins behind the tenants in
+ * the rotation once until has passed. A later until extends the parking;
+ * an earlier one changes nothing. */
+void fq_sched_park(fq_sched *s, fq_tenant *t, uint64_t until);
 
 /* Take back for good a dispatch that never reached the workers (the run
  * was refused or its body lost): the run leaves the window and is freed,

@@ -1166,6 +1166,120 @@ static void test_requeue_age_counts_from_dispatch(void **state)
     fq_sched_destroy(s);
 }
 
+/* A tenant whose dispatch failed is parked: its run goes back to the head
+ * of its queue, the others are served meanwhile, and it comes back at its
+ * time, behind them, with its queue whole and in order. */
+static void test_parked_tenant_stops_no_one(void **state)
+{
+    (void)state;
+    fq_sched *s = mk(0, 0, 0);
+    fq_tenant *a = ten(s, "a", 1, 0, 0), *b = ten(s, "b", 1, 0, 0), *c = ten(s, "c", 1, 0, 0);
+    uint64_t a1 = enq(s, a, 100), a2 = enq(s, a, 100);
+    uint64_t b1 = enq(s, b, 100), b2 = enq(s, b, 100), c1 = enq(s, c, 100);
+    fq_run *r = fq_sched_dispatch(s, 0);
+    assert_int_equal(r->id, a1);
+    /* The publish of a1 failed at t=0: back at a's head, a parked until 100. */
+    assert_int_equal(fq_sched_requeue(s, a1), FQ_OK);
+    fq_sched_park(s, a, 100);
+    uint64_t want[] = {b1, b2, c1};
+    for (size_t i = 0; i < 3; i++) {
+        r = fq_sched_dispatch(s, 10 + i);
+        assert_non_null(r);
+        assert_int_equal(r->id, want[i]);
+    }
+    assert_int_equal(info(a).state, FQ_T_PARKED);
+    assert_int_equal(info(a).queued, 2);
+    fq_sched_stats st;
+    fq_sched_stats_get(s, &st);
+    assert_int_equal(st.parked, 1);
+    /* Nothing before its time, however often dispatch asks. */
+    for (int i = 0; i < 5; i++)
+        assert_null(fq_sched_dispatch(s, 99));
+    /* A later failure extends the parking; an earlier time does not shorten it. */
+    fq_sched_park(s, a, 150);
+    fq_sched_park(s, a, 120);
+    assert_null(fq_sched_dispatch(s, 100));
+    uint64_t b3 = enq(s, b, 100);
+    r = fq_sched_dispatch(s, 140);
+    assert_int_equal(r->id, b3);
+    assert_null(fq_sched_dispatch(s, 149));
+    /* At its time it comes back, its runs in order. */
+    r = fq_sched_dispatch(s, 150);
+    assert_non_null(r);
+    assert_int_equal(r->id, a1);
+    r = fq_sched_dispatch(s, 150);
+    assert_int_equal(r->id, a2);
+    fq_sched_stats_get(s, &st);
+    assert_int_equal(st.parked, 0);
+    assert_int_equal(info(a).dispatched, 2);
+    fq_sched_destroy(s);
+}
+
+/* Parking a tenant that is not at the head takes effect when it gets
+ * there, wherever it waits meanwhile (here: as a debtor), and a tenant
+ * parked and back keeps its share. */
+static void test_park_reaches_a_waiting_tenant(void **state)
+{
+    (void)state;
+    fq_sched *s = mk(0, 0, 0);
+    fq_tenant *a = ten(s, "a", 1, 0, 0), *b = ten(s, "b", 1, 0, 0);
+    uint64_t a1 = enq(s, a, 3 * Q);
+    uint64_t a2 = enq(s, a, 100);
+    enq(s, b, 100);
+    enq(s, b, 100);
+    fq_run *r = fq_sched_dispatch(s, 0);
+    assert_int_equal(r->id, a1);
+    assert_int_equal(info(a).state, FQ_T_WAITING);
+    fq_sched_park(s, a, 1000);
+    /* b is served; a's debt would bring it back in a few rounds, but it is parked. */
+    for (int i = 0; i < 2; i++) {
+        r = fq_sched_dispatch(s, 10);
+        assert_non_null(r);
+        assert_ptr_equal(r->tenant, b);
+    }
+    assert_null(fq_sched_dispatch(s, 10));
+    assert_int_equal(info(a).state, FQ_T_PARKED);
+    r = fq_sched_dispatch(s, 1000);
+    assert_non_null(r);
+    assert_int_equal(r->id, a2);
+    fq_sched_destroy(s);
+}
+
+/* Runs that come back from the window lead their queue in the order they
+ * were queued, whatever order their failures come in, and a run that fails
+ * again goes back before those still waiting behind it. */
+static void test_requeue_keeps_dispatch_order(void **state)
+{
+    (void)state;
+    fq_sched *s = mk(0, 0, 0);
+    fq_tenant *a = ten(s, "a", 100, 0, 0);
+    uint64_t id[6];
+    for (int i = 0; i < 6; i++)
+        id[i] = enq(s, a, 10);
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(fq_sched_dispatch(s, (uint64_t)i)->id, id[i]);
+    /* Failures of 1, 0, 3 come back out of order; 2 reached the workers. */
+    assert_int_equal(fq_sched_requeue(s, id[1]), FQ_OK);
+    assert_int_equal(fq_sched_requeue(s, id[0]), FQ_OK);
+    assert_int_equal(fq_sched_requeue(s, id[3]), FQ_OK);
+    uint64_t want[] = {id[0], id[1], id[3], id[4], id[5]};
+    for (size_t i = 0; i < 5; i++)
+        assert_int_equal(fq_sched_dispatch(s, 10)->id, want[i]);
+    /* Again, once the requeued ones have left: 4 fails, then 0. */
+    assert_int_equal(fq_sched_requeue(s, id[4]), FQ_OK);
+    assert_int_equal(fq_sched_requeue(s, id[0]), FQ_OK);
+    assert_int_equal(fq_sched_requeue(s, id[1]), FQ_OK);
+    /* 0 is sent again and fails again while 1 and 4 wait: it leads again. */
+    assert_int_equal(fq_sched_dispatch(s, 20)->id, id[0]);
+    assert_int_equal(fq_sched_requeue(s, id[0]), FQ_OK);
+    assert_int_equal(fq_sched_dispatch(s, 30)->id, id[0]);
+    assert_int_equal(fq_sched_dispatch(s, 30)->id, id[1]);
+    assert_int_equal(fq_sched_dispatch(s, 30)->id, id[4]);
+    assert_null(fq_sched_dispatch(s, 30));
+    assert_int_equal(info(a).queued, 0);
+    fq_sched_destroy(s);
+}
+
 /* Absurd actuals saturate the debt instead of overflowing int64 (which
  * wraps to a huge credit without sanitizers). */
 static void test_debt_saturates(void **state)
@@ -1310,6 +1424,9 @@ int main(void)
         cmocka_unit_test(test_weight_raise_while_waiting_is_not_retroactive),
         cmocka_unit_test(test_quantum_change_while_waiting_is_not_retroactive),
         cmocka_unit_test(test_requeue_age_counts_from_dispatch),
+        cmocka_unit_test(test_parked_tenant_stops_no_one),
+        cmocka_unit_test(test_park_reaches_a_waiting_tenant),
+        cmocka_unit_test(test_requeue_keeps_dispatch_order),
         cmocka_unit_test(test_debt_saturates),
         cmocka_unit_test(test_quantum_times_weight_is_bounded),
         cmocka_unit_test(test_adopt_restores_the_window),
