@@ -625,13 +625,21 @@ static void render_overall(fq_buf *b, fq_metrics_snapshot *s)
     COUNTER("fairq_publish_failures_total",
             "Publishes (dispatch, refusal, journal) that failed and were retried.",
             a->publish_failures);
+    COUNTER("fairq_dispatch_failures_total",
+            "Dispatches the dispatch stream did not store (a full store, a timeout): the run "
+            "was queued again and its tenant parked.", a->dispatch_failures);
+    GAUGE_U("fairq_parked_tenants",
+            "Tenants out of the rotation for a while after a failed dispatch.", a->parked_tenants);
+    GAUGE_U("fairq_dispatch_stalled",
+            "1 while publishes to the dispatch stream keep failing: not dispatching, not ready.",
+            a->dispatch_stalled);
     COUNTER("fairq_overrides_refused_total",
             "Values in the overrides bucket refused as invalid; the policy stayed.",
             a->overrides_refused);
     COUNTER("fairq_admin_reply_failures_total", "Admin replies that could not be sent.",
             a->admin_reply_failures);
     GAUGE_U("fairq_nats_max_payload_bytes",
-            "The server's max_payload; bodies up to it less 1024 bytes are accepted.",
+            "The server's max_payload; a run is accepted when its dispatch fits it.",
             a->max_payload);
 }
 

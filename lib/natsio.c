@@ -456,8 +456,9 @@ static fq_status nio_publish_msg(fq_nio *n, natsMsg *m, uint64_t token)
 {
     uint64_t id = n->pub_head;
     nio_pub *s = &n->pubs[id & n->pubs_mask];
-    if (natsConnection_PublishMsg(n->nc, m) != NATS_OK)
-        return FQ_EIO;
+    natsStatus ps = natsConnection_PublishMsg(n->nc, m);
+    if (ps != NATS_OK)
+        return ps == NATS_MAX_PAYLOAD ? FQ_ETOOBIG : FQ_EIO;
     *s = (nio_pub){.id = id, .token = token, .msg = m, .sent_ms = fq_nio_mono_ms()};
     n->pub_head++;
     n->pubs_live++;
@@ -1205,6 +1206,126 @@ static bool nio_hdr_listed(const fq_nio_out *o, const char *key)
     return false;
 }
 
+/* JetStream acts on the headers named Nats-*. */
+static bool nio_is_nats(const char *key)
+{
+    return strncasecmp(key, "Nats-", 5) == 0;
+}
+
+/* Whether a message built from o carries header key of o->carry: every
+ * one when carry_all, else all but Nats-* and those o sets itself. */
+static bool nio_carried(const fq_nio_out *o, const char *key)
+{
+    return o->carry_all || (!nio_is_nats(key) && !nio_hdr_listed(o, key));
+}
+
+/* One "Key: Value\r\n" line, as nio_buf_hdr writes it. */
+static size_t nio_line_bytes(size_t klen, size_t vlen)
+{
+    return klen + 2 + vlen + 2;
+}
+
+#define NIO_STATUS_LINE "NATS/1.0\r\n"
+
+size_t fq_nio_header_bytes(const fq_nio_hdr *hdrs, size_t n, size_t carried)
+{
+    size_t bytes = carried;
+    for (size_t i = 0; i < n; i++)
+        bytes += nio_line_bytes(strlen(hdrs[i].key), strlen(hdrs[i].value));
+    /* Without a line there is no block at all (a plain message). */
+    return bytes ? sizeof NIO_STATUS_LINE - 1 + bytes + 2 : 0;
+}
+
+bool fq_nio_header_name_valid(const char *s, size_t len)
+{
+    /* RFC 9110's token: visible ASCII but for the delimiters. */
+    static const char delim[] = "\"(),/:;<=>?@[\\]{}";
+    if (!len)
+        return false;
+    for (size_t i = 0; i < len; i++)
+        if (s[i] <= 0x20 || s[i] >= 0x7f || memchr(delim, s[i], sizeof delim - 1))
+            return false;
+    return true;
+}
+
+/* Whether s holds needle, in any case. */
+static bool nio_holds(const char *s, const char *needle)
+{
+    size_t k = strlen(needle);
+    for (; *s; s++)
+        if (strncasecmp(s, needle, k) == 0)
+            return true;
+    return false;
+}
+
+/* name, made safe to quote in a sentence, a header value and a log line:
+ * printable ASCII kept, other bytes as \xNN, at most about 64 bytes. */
+static void nio_quote(char *out, size_t cap, const char *name)
+{
+    size_t k = 0;
+    for (const unsigned char *p = (const unsigned char *)name; *p && k + 8 < cap && k < 64; p++) {
+        if (*p >= 0x20 && *p < 0x7f && *p != '"' && *p != '\\')
+            out[k++] = (char)*p;
+        else
+            k += (size_t)snprintf(out + k, cap - k, "\\x%02x", *p);
+    }
+    if (*name && k >= 64)
+        k += (size_t)snprintf(out + k, cap - k, "...");
+    out[k] = '\0';
+}
+
+fq_status fq_nio_out_size(fq_nio_size *out, const fq_nio_out *o)
+{
+    *out = (fq_nio_size){0};
+    const char **keys = NULL;
+    int nk = 0;
+    natsStatus s = o->carry ? natsMsgHeader_Keys((natsMsg *)o->carry, &keys, &nk) : NATS_OK;
+    if (s == NATS_NOT_FOUND)
+        s = NATS_OK;
+    if (s != NATS_OK)
+        snprintf(out->bad, sizeof out->bad, "its header block cannot be read (%s)",
+                 natsStatus_GetText(s));
+    char q[96];
+    for (int i = 0; s == NATS_OK && i < nk; i++) {
+        const char *key = keys[i];
+        size_t klen = strlen(key);
+        nio_quote(q, sizeof q, key);
+        if (!fq_nio_header_name_valid(key, klen)) {
+            snprintf(out->bad, sizeof out->bad, "header \"%s\": its name is not a header token", q);
+            s = NATS_INVALID_ARG;
+            break;
+        }
+        /* A Nats-* header is never carried to a stream but by the proxy
+         * itself; any other one naming Nats-Msg-Id could be read as one. */
+        bool nats = nio_is_nats(key);
+        if (!nats && nio_holds(key, "Nats-Msg-Id")) {
+            snprintf(out->bad, sizeof out->bad, "header \"%s\": its name holds Nats-Msg-Id", q);
+            s = NATS_INVALID_ARG;
+            break;
+        }
+        const char **vals = NULL;
+        int nv = 0;
+        s = natsMsgHeader_Values((natsMsg *)o->carry, key, &vals, &nv);
+        if (s != NATS_OK)
+            snprintf(out->bad, sizeof out->bad, "header \"%s\" cannot be read", q);
+        bool carried = nio_carried(o, key);
+        for (int j = 0; s == NATS_OK && j < nv; j++) {
+            if (!nats && nio_holds(vals[j], "Nats-Msg-Id")) {
+                snprintf(out->bad, sizeof out->bad, "header \"%s\": its value holds Nats-Msg-Id",
+                         q);
+                s = NATS_INVALID_ARG;
+            } else if (carried) {
+                out->carried += nio_line_bytes(klen, strlen(vals[j]));
+            }
+        }
+        free((void *)vals);
+    }
+    free((void *)keys);
+    out->header = fq_nio_header_bytes(o->hdrs, o->n_hdrs, out->carried);
+    out->total = out->header + o->len;
+    return s == NATS_OK ? FQ_OK : FQ_EINVAL;
+}
+
 #ifdef FQ_NATS_RAW_HEADERS
 /* libnats's own constructor of received messages: the headers come as
  * their wire block, the first hdr_len bytes of buf (see the quirks above). */
@@ -1247,32 +1368,40 @@ static bool nio_buf_hdr(fq_nio_buf *b, const char *key, const char *val)
 static natsStatus nio_msg_build(natsMsg **m, fq_nio_buf *b, const fq_nio_out *o,
                                 const char *reply)
 {
-    static const char line[] = "NATS/1.0\r\n";
+    static const char line[] = NIO_STATUS_LINE;
     if (!o->subject || !*o->subject)
         return NATS_INVALID_ARG;
     b->len = 0;
     bool ok = nio_buf_put(b, line, sizeof line - 1, false);
+    /* fairq's own headers first: JetStream reads a header at the first
+     * place its name occurs in the block, so nothing carried may come
+     * before them (nats-server 2.9.10 stored a dispatch twice when a
+     * carried X-Nats-Msg-Id-Decoy preceded its Nats-Msg-Id). */
+    for (size_t i = 0; ok && i < o->n_hdrs; i++)
+        ok = nio_buf_hdr(b, o->hdrs[i].key, o->hdrs[i].value);
     const char **keys = NULL;
     int nk = 0;
     natsStatus s = o->carry ? natsMsgHeader_Keys((natsMsg *)o->carry, &keys, &nk) : NATS_OK;
     if (s == NATS_NOT_FOUND)
         s = NATS_OK;                        /* nothing to carry */
-    for (int i = 0; ok && s == NATS_OK && i < nk; i++) {
-        if (!o->carry_all &&
-            (strncasecmp(keys[i], "Nats-", 5) == 0 || nio_hdr_listed(o, keys[i])))
-            continue;
-        const char **vals = NULL;
-        int nv = 0;
-        s = natsMsgHeader_Values((natsMsg *)o->carry, keys[i], &vals, &nv);
-        for (int j = 0; ok && s == NATS_OK && j < nv; j++)
-            ok = nio_buf_hdr(b, keys[i], vals[j]);
-        free((void *)vals);
+    /* A message sent again (carry_all) keeps its Nats-* headers ahead of
+     * the others for the same reason: a pass for them, then the rest. */
+    for (int pass = o->carry_all ? 0 : 1; pass < 2; pass++) {
+        for (int i = 0; ok && s == NATS_OK && i < nk; i++) {
+            bool nats = nio_is_nats(keys[i]);
+            if (pass == 0 ? !nats : nats || !nio_carried(o, keys[i]))
+                continue;
+            const char **vals = NULL;
+            int nv = 0;
+            s = natsMsgHeader_Values((natsMsg *)o->carry, keys[i], &vals, &nv);
+            for (int j = 0; ok && s == NATS_OK && j < nv; j++)
+                ok = nio_buf_hdr(b, keys[i], vals[j]);
+            free((void *)vals);
+        }
     }
     free((void *)keys);
     if (s != NATS_OK)
         return s;       /* a carried header lost would lose its Nats-Msg-Id */
-    for (size_t i = 0; ok && i < o->n_hdrs; i++)
-        ok = nio_buf_hdr(b, o->hdrs[i].key, o->hdrs[i].value);
     if (b->len == sizeof line - 1)
         b->len = 0;                         /* no header at all: a plain message */
     else
@@ -1289,7 +1418,6 @@ static natsStatus nio_msg_build(natsMsg **m, fq_nio_buf *b, const fq_nio_out *o,
 static natsStatus nio_carry_headers(natsMsg *m, const fq_nio_out *o)
 {
     natsMsg *src = (natsMsg *)o->carry;
-    bool all = o->carry_all;
     const char **keys = NULL;
     int nk = 0;
     natsStatus s = natsMsgHeader_Keys(src, &keys, &nk);
@@ -1297,7 +1425,7 @@ static natsStatus nio_carry_headers(natsMsg *m, const fq_nio_out *o)
         return NATS_OK;
     }
     for (int i = 0; s == NATS_OK && i < nk; i++) {
-        if (!all && (strncasecmp(keys[i], "Nats-", 5) == 0 || nio_hdr_listed(o, keys[i])))
+        if (!nio_carried(o, keys[i]))
             continue;
         const char **vals = NULL;
         int nv = 0;
@@ -1317,10 +1445,10 @@ static natsStatus nio_msg_build(natsMsg **m, fq_nio_buf *b, const fq_nio_out *o,
 {
     (void)b;
     natsStatus s = natsMsg_Create(m, o->subject, reply, o->data, (int)o->len);
-    if (s == NATS_OK && o->carry)
-        s = nio_carry_headers(*m, o);
     for (size_t i = 0; s == NATS_OK && i < o->n_hdrs; i++)
         s = natsMsgHeader_Set(*m, o->hdrs[i].key, o->hdrs[i].value);
+    if (s == NATS_OK && o->carry)
+        s = nio_carry_headers(*m, o);
     if (s != NATS_OK) {
         natsMsg_Destroy(*m);
         *m = NULL;
@@ -1651,28 +1779,6 @@ const char *fq_nio_msg_header(const fq_nio_msg *m, const char *key)
         return NULL;
     }
     return v;
-}
-
-size_t fq_nio_msg_header_bytes(const fq_nio_msg *m)
-{
-    natsMsg *msg = (natsMsg *)m;
-    const char **keys = NULL;
-    int nk = 0;
-    if (natsMsgHeader_Keys(msg, &keys, &nk) != NATS_OK) {
-        return 0;
-    }
-    size_t bytes = sizeof "NATS/1.0\r\n\r\n" - 1;
-    for (int i = 0; i < nk; i++) {
-        const char **vals = NULL;
-        int nv = 0;
-        if (natsMsgHeader_Values(msg, keys[i], &vals, &nv) != NATS_OK)
-            continue;
-        for (int j = 0; j < nv; j++)
-            bytes += strlen(keys[i]) + 2 + strlen(vals[j]) + 2;
-        free((void *)vals);
-    }
-    free((void *)keys);
-    return bytes;
 }
 
 void fq_nio_msg_destroy(fq_nio_msg *m)

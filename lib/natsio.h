@@ -134,11 +134,41 @@ typedef struct fq_nio_out {
     size_t len;
     const fq_nio_hdr *hdrs;     /* set in order */
     size_t n_hdrs;
-    /* If set, its headers are carried over first, except those named
+    /* If set, its headers are carried over after hdrs, except those named
      * Nats-* (JetStream would act on them) and those listed in hdrs. */
     const fq_nio_msg *carry;
     bool carry_all;             /* carry every header, Nats-* too (a message sent again) */
 } fq_nio_out;
+
+/* JetStream refuses to store a message whose header block is longer
+ * (nats-server 2.9.10: js_err 10097 past 65,535 bytes, measured). */
+#define FQ_NIO_MAX_HEADER_BYTES 65535u
+
+/* What fq_nio_publish would build for an fq_nio_out. */
+typedef struct fq_nio_size {
+    size_t carried;             /* bytes of the header lines carried from o->carry */
+    size_t header;              /* the header block: fq_nio_header_bytes(hdrs, carried) */
+    size_t total;               /* header block and body */
+    char bad[160];              /* why o->carry's headers are unfit to carry; "" if they are fit */
+} fq_nio_size;
+
+/* Bytes of the header block a publish writes for hdrs[0..n) followed by
+ * carried bytes of carried lines: "NATS/1.0\r\n", a "Key: Value\r\n" line
+ * per header (CR and LF in them become blanks), "\r\n"; 0 when there is no
+ * line at all. Pure: what fq_nio_out_size and every publish write. */
+size_t fq_nio_header_bytes(const fq_nio_hdr *hdrs, size_t n, size_t carried);
+/* Whether s[0..len) is a header name a header block can carry as it is
+ * written: a token (RFC 9110: 1 or more visible ASCII bytes, no delimiter
+ * of "(),/:;<=>?@[\]{} and no blank). */
+bool fq_nio_header_name_valid(const char *s, size_t len);
+/* The size of the message fq_nio_publish would build for o, read in one
+ * pass over o->carry's headers, which are checked on the way: FQ_EINVAL,
+ * with out->bad naming the first unfit header (quoted safely) and why,
+ * when one has a name that is not a token, a name or value other than of
+ * a Nats-* header that holds Nats-Msg-Id in any case (JetStream finds a
+ * header by searching the block for its name), or the block cannot be read
+ * at all. Sizes count what could be read. */
+fq_status fq_nio_out_size(fq_nio_size *out, const fq_nio_out *o);
 
 /* Connect (reconnecting forever once connected) and open JetStream.
  * FQ_EIO with the reason in err when no server can be reached now; the
@@ -200,7 +230,9 @@ fq_status fq_nio_reply(fq_nio *n, const fq_nio_msg *req, const void *data, size_
  * with token, a failure after pub_wait_ms without a PubAck. FQ_EIO if it
  * could not be sent now: the connection refused it, max_pending_pubs are
  * pending already, or the oldest still pending is 4 x max_pending_pubs
- * publishes behind (nothing is pending then). Owner thread only, as are the three below. */
+ * publishes behind (nothing is pending then); FQ_ETOOBIG if it exceeds
+ * max_payload; FQ_EINVAL if it cannot be built (a carried header cannot
+ * be read). Owner thread only, as are the three below. */
 fq_status fq_nio_publish(fq_nio *n, const fq_nio_out *o, uint64_t token);
 /* Publish again a message handed back by a failed PUBACK event; on
  * success it is consumed, else it stays the caller's. */
@@ -263,8 +295,6 @@ const void *fq_nio_msg_data(const fq_nio_msg *m);
 size_t fq_nio_msg_len(const fq_nio_msg *m);
 /* A header's first value, or NULL. */
 const char *fq_nio_msg_header(const fq_nio_msg *m, const char *key);
-/* Bytes the message's headers take on the wire (0 without headers). */
-size_t fq_nio_msg_header_bytes(const fq_nio_msg *m);
 void fq_nio_msg_destroy(fq_nio_msg *m);
 /* A growing byte buffer; zero-initialised, its memory freed with free(p). */
 typedef struct fq_nio_buf {

@@ -68,6 +68,8 @@
 #define PX_POLL_MS 50               /* longest sleep between housekeeping */
 #define PX_MAX_PUBS 32768           /* our publishes awaiting PubAck before dispatch waits */
 #define PX_RETRY_MS 250             /* a failed publish is tried again after this */
+#define PX_PARK_MAX_MS 5000         /* longest a tenant is parked after failed dispatches */
+#define PX_STALL_MS 1000            /* dispatches failing this long: not ready */
 #define PX_EXPIRED_MAX 100000       /* expired runs remembered for late completions */
 #define PX_POOL_CHUNK 1024
 #define PX_SYNTH_ID (1ULL << 62)    /* scheduler ids of adopted runs without a sequence */
@@ -129,6 +131,7 @@ typedef struct px_tenant {
     uint32_t keyed;                 /* its runs in the key index: each may read this */
     uint64_t idle_since;            /* monotonic ms a sweep first found it forgettable; 0: not */
     uint64_t idle_dispatched;       /* its dispatches then: one since makes it busy */
+    uint32_t fails;                 /* its dispatches failed in a row: the parking doubles */
     fq_hist wait;                   /* submit (stream time) to dispatch */
     fq_strmap_node node;            /* in the tenant table, keyed by id */
     fq_sweep_node later;            /* in creation order: swept, and the metrics' order */
@@ -201,6 +204,7 @@ typedef struct px_counters {
     uint64_t adopted, reloads, reload_failures, overrides_refused, reply_failures;
     uint64_t adopt_overflow;        /* flight records read back past the window: expired */
     uint64_t journal_refused;       /* journal records refused at start: invalid or unknown */
+    uint64_t dispatch_failures;     /* dispatches that could not be stored, run requeued */
 } px_counters;
 
 /* A tenant's runtime override as the bucket holds it. Kept once seen, even
@@ -286,6 +290,8 @@ struct fq_proxy {
     fq_buf render_text;         /* its text, served again until a newer pass */
     uint64_t text_gen;          /* the pass render_text is of; UINT64_MAX: none */
     atomic_int phase;           /* enum px_phase, for /readyz */
+    atomic_int stalled;         /* dispatches keep failing: their last js_err + 1; 0: not */
+    uint64_t fail_since;        /* monotonic ms dispatches began to fail; 0: they succeed */
     bool consumer_ok[2];        /* PX_CONS_*: the last (re)creation succeeded */
 };
 
@@ -883,7 +889,24 @@ static void px_refuse(fq_proxy *p, const fq_nio_msg *m, const char *tenant, fq_s
     fq_nio_hdr h[2] = {{FQ_HDR_ERROR, err}, {FQ_HDR_SUBJECT, fq_nio_msg_subject(m)}};
     fq_nio_out o = {.subject = subj, .data = fq_nio_msg_data(m), .len = fq_nio_msg_len(m),
                     .hdrs = h, .n_hdrs = tenant ? 1 : 2, .carry = m};
-    if (px_publish(p, &o, token) != FQ_OK) {
+    /* A refusal that could never be stored would leave its submit to come
+     * back for ever: it goes without the producer's headers when they are
+     * unfit or too long, and without the body too when that is too long,
+     * as the sentence says. */
+    fq_nio_size sz;
+    size_t room = p->max_payload > 0 ? (size_t)p->max_payload : SIZE_MAX;
+    if (fq_nio_out_size(&sz, &o) != FQ_OK || sz.header > FQ_NIO_MAX_HEADER_BYTES ||
+        sz.total > room) {
+        o.carry = NULL;
+        bool body = fq_nio_header_bytes(h, o.n_hdrs, 0) + o.len <= room;
+        if (!body)
+            o.len = 0;
+        size_t k = strlen(err);
+        snprintf(err + k, sizeof err - k, " (refused without the run's headers%s)",
+                 body ? "" : " and body");
+    }
+    fq_status s = px_publish(p, &o, token);
+    if (s != FQ_OK) {
         /* Not even queued: leave it unacked; it comes back on the next
          * consumer reset. */
         p->c.pub_failures++;
@@ -1086,6 +1109,72 @@ static bool px_seen(fq_proxy *p, const char *tenant, const char *run_id, uint64_
     return false;
 }
 
+/* The headers fairq sets on a dispatch, and the text of their values. */
+typedef struct px_dhdrs {
+    char est[FQ_U64_DEC_MAX], sat[FQ_U64_DEC_MAX], dat[FQ_U64_DEC_MAX];
+    char msgid[FQ_TENANT_MAX + FQ_RUN_ID_MAX + 2];
+    fq_nio_hdr h[7];
+    size_t n;
+} px_dhdrs;
+
+/* Fill d with the dispatch headers of run run_id of tenant (workflow ""
+ * for none): one function for the dispatch and for admission, which sizes
+ * the dispatch with UINT64_MAX for the numbers it cannot know yet.
+ * Nats-Msg-Id comes first: JetStream reads a header where its name first
+ * occurs in the block, and a tenant, run id or workflow may hold the text. */
+static void px_dispatch_hdrs(px_dhdrs *d, const char *tenant, const char *run_id,
+                             const char *workflow, uint64_t est, uint64_t submitted_ms,
+                             uint64_t dispatched_ms)
+{
+    fq_u64_dec(d->est, est);
+    fq_u64_dec(d->sat, submitted_ms);
+    fq_u64_dec(d->dat, dispatched_ms);
+    size_t tl = strlen(tenant), rl = strlen(run_id);    /* both bounded */
+    memcpy(d->msgid, tenant, tl);
+    d->msgid[tl] = '/';
+    memcpy(d->msgid + tl + 1, run_id, rl + 1);
+    d->h[0] = (fq_nio_hdr){"Nats-Msg-Id", d->msgid};
+    d->h[1] = (fq_nio_hdr){FQ_HDR_TENANT, tenant};
+    d->h[2] = (fq_nio_hdr){FQ_HDR_RUN_ID, run_id};
+    d->h[3] = (fq_nio_hdr){FQ_HDR_EST_TOKENS, d->est};
+    d->h[4] = (fq_nio_hdr){FQ_HDR_SUBMITTED_AT, d->sat};
+    d->h[5] = (fq_nio_hdr){FQ_HDR_DISPATCHED_AT, d->dat};
+    d->h[6] = (fq_nio_hdr){FQ_HDR_WORKFLOW, workflow};
+    d->n = workflow[0] ? 7 : 6;
+}
+
+/* Whether the dispatch of submit m as run run_id would be stored: its
+ * producer's headers fit to carry, its header block within JetStream's
+ * limit and the whole within max_payload. One pass over m's headers; on
+ * FQ_OK *size is the dispatch's bytes, else err says why. */
+static fq_status px_dispatch_fits(size_t *size, fq_proxy *p, const fq_nio_msg *m,
+                                  const char *tenant, const char *run_id, const char *workflow,
+                                  char *err, size_t errlen)
+{
+    px_dhdrs d;
+    px_dispatch_hdrs(&d, tenant, run_id, workflow, UINT64_MAX, UINT64_MAX, UINT64_MAX);
+    fq_nio_out o = {.subject = p->cfg.subjects.dispatch, .len = fq_nio_msg_len(m), .hdrs = d.h,
+                    .n_hdrs = d.n, .carry = m};
+    fq_nio_size sz;
+    *size = 0;
+    if (fq_nio_out_size(&sz, &o) != FQ_OK) {
+        snprintf(err, errlen, "%s", sz.bad);
+        return FQ_EINVAL;
+    }
+    if (sz.header > FQ_NIO_MAX_HEADER_BYTES) {
+        snprintf(err, errlen, "its dispatch's header block would be %zu bytes with fairq's "
+                 "headers; JetStream stores at most %u", sz.header, FQ_NIO_MAX_HEADER_BYTES);
+        return FQ_ETOOBIG;
+    }
+    if (p->max_payload > 0 && sz.total > (uint64_t)p->max_payload) {
+        snprintf(err, errlen, "its dispatch would be %zu bytes with fairq's headers; the "
+                 "server's max_payload is %" PRId64, sz.total, p->max_payload);
+        return FQ_ETOOBIG;
+    }
+    *size = sz.total;
+    return FQ_OK;
+}
+
 /* Tokens a second the queue drains at; 0 while unknown. */
 static bool px_overloaded(fq_proxy *p, px_tenant *pt, uint32_t est)
 {
@@ -1143,22 +1232,17 @@ static void px_on_submit(fq_proxy *p, fq_nio_event *ev)
     fq_status s = fq_submit_parse(&sub, tenant, fq_nio_msg_data(m), fq_nio_msg_len(m), &h,
                                   p->cfg.scheduler.max_est_tokens, err, sizeof err);
     px_tenant *pt = NULL;
-    size_t size = 0;            /* bytes of the submit, body and headers */
-    if (s == FQ_OK) {
-        size = fq_nio_msg_len(m) + fq_nio_msg_header_bytes(m);
-        if (size + FQ_HEADER_ROOM > (uint64_t)p->max_payload) {
-            s = FQ_ETOOBIG;
-            snprintf(err, sizeof err,
-                     "the run is %zu bytes with its headers; the server's max_payload of %" PRId64
-                     " bytes leaves room for %" PRId64 " once fairq adds its headers",
-                     size, p->max_payload, p->max_payload - (int64_t)FQ_HEADER_ROOM);
-        }
-    }
+    size_t size = 0;            /* bytes of its dispatch, body and headers */
     char run_id[FQ_RUN_ID_MAX + 1];
     bool same = false;
     uint64_t key = 0;
     if (s == FQ_OK) {
+        /* What can never be dispatched is refused now, not found out at
+         * its dispatch, where it would block its tenant for ever. */
         px_run_id(run_id, sizeof run_id, p, &sub, seq);
+        s = px_dispatch_fits(&size, p, m, tenant, run_id, sub.workflow, err, sizeof err);
+    }
+    if (s == FQ_OK) {
         key = px_key_hash(p, tenant, run_id);
         if (px_seen(p, tenant, run_id, key, seq, &same)) {
             if (same) {
@@ -1292,6 +1376,81 @@ static px_names *px_names_of(fq_proxy *p, px_run *x, const fq_nio_msg *m)
     return nm;
 }
 
+/* Run x, taken by the scheduler, was not dispatched: it goes back to the
+ * head of its tenant's queue, in order, and the tenant is parked, so that
+ * the others are served meanwhile (PX_RETRY_MS, doubling with each failure
+ * in a row up to PX_PARK_MAX_MS). js_err: JetStream's error code, if any. */
+static void px_requeue(fq_proxy *p, px_run *x, uint64_t now, int js_err)
+{
+    px_tenant *pt = x->pt;
+    fq_sched_requeue(p->sched, x->seq);
+    uint32_t k = pt->fails < 16 ? pt->fails : 16;
+    uint64_t wait = (uint64_t)PX_RETRY_MS << k;
+    if (wait > PX_PARK_MAX_MS)
+        wait = PX_PARK_MAX_MS;
+    pt->fails++;
+    fq_sched_park(p->sched, pt->t, now + wait);
+    if (px_warn_ok(p, pt->id))
+        fq_log(FQ_LOG_WARN, "a dispatch failed: the run is queued again and its tenant parked",
+               FQ_STR("tenant", pt->id), FQ_STR("run_id", x->names ? x->names->run_id : ""),
+               FQ_INT("js_err", js_err), FQ_UINT("parked_ms", wait),
+               FQ_UINT("failures_in_a_row", pt->fails));
+}
+
+/* Dispatches are stored again: the proxy is ready, if it was not. */
+static void px_dispatching_again(fq_proxy *p)
+{
+    if (!p->fail_since)
+        return;
+    if (atomic_exchange(&p->stalled, 0))
+        fq_log(FQ_LOG_INFO, "dispatching again",
+               FQ_UINT("failed_for_ms", fq_nio_mono_ms() - p->fail_since));
+    p->fail_since = 0;
+}
+
+/* The dispatch of submit seq was not stored (ev: its failed PubAck, a full
+ * store or a timeout, say). Such failures pass: the run is not refused but
+ * queued again, in order, its body the message that failed, and its tenant
+ * parked. Dispatches that keep failing make the proxy not ready, with a
+ * line in the log. false: the run is not in flight (its lease ran out
+ * meanwhile) and the message is the caller's to retry as it is. */
+static bool px_dispatch_failed(fq_proxy *p, uint64_t seq, fq_nio_event *ev)
+{
+    uint64_t now = fq_nio_mono_ms();
+    p->c.dispatch_failures++;
+    if (!p->fail_since)
+        p->fail_since = now;
+    if (now - p->fail_since >= PX_STALL_MS) {
+        bool first = !atomic_exchange(&p->stalled, ev->err_code + 1);
+        if (px_warn_ok(p, "not dispatching") || first) {
+            fq_sched_stats ss;
+            fq_sched_stats_get(p->sched, &ss);
+            fq_log(FQ_LOG_ERROR, "not dispatching: publishes to the dispatch stream keep failing",
+                   FQ_STR("stream", p->cfg.streams.dispatch), FQ_INT("js_err", ev->err_code),
+                   FQ_UINT("failing_for_ms", now - p->fail_since),
+                   FQ_UINT("tenants_parked", ss.parked));
+        }
+    }
+    px_run *x = px_find_seq(p, seq);
+    fq_run *r = fq_sched_run(p->sched, seq);
+    if (!x || x->state != PX_FLIGHT || !r || r->state != FQ_RUN_FLIGHT)
+        return false;
+    x->state = PX_QUEUED;
+    x->pending--;
+    if (ev->msg) {
+        /* What failed is the body and headers the next attempt needs:
+         * built from it, the dispatch is the same. */
+        x->msg = ev->msg;
+        ev->msg = NULL;
+        x->retained = true;
+        p->buffered_bytes += x->size;
+    } else {
+        p->index_only++;
+    }
+    px_requeue(p, x, now, ev->err_code);
+    return true;
+}
+
 /* Dispatch run x, which the scheduler just moved into the window. Returns
  * false when NATS cannot take it now (x is back at the head of its queue). */
 static bool px_dispatch_one(fq_proxy *p, px_run *x)
@@ -1309,7 +1468,7 @@ static bool px_dispatch_one(fq_proxy *p, px_run *x)
             return true;
         }
         if (s != FQ_OK) {
-            fq_sched_requeue(p->sched, x->seq);
+            px_requeue(p, x, fq_nio_mono_ms(), 0);
             return false;
         }
         m = read;
@@ -1317,7 +1476,7 @@ static bool px_dispatch_one(fq_proxy *p, px_run *x)
     px_names *nm = px_names_of(p, x, m);
     if (!nm) {
         fq_nio_msg_drop(p->nio, read);
-        fq_sched_requeue(p->sched, x->seq);
+        px_requeue(p, x, fq_nio_mono_ms(), 0);
         return false;
     }
     bool same = false;
@@ -1333,34 +1492,41 @@ static bool px_dispatch_one(fq_proxy *p, px_run *x)
         return true;
     }
     int64_t now_ms = fq_nio_unix_ms();
-    char est[FQ_U64_DEC_MAX], sat[FQ_U64_DEC_MAX], dat[FQ_U64_DEC_MAX];
-    char msgid[FQ_TENANT_MAX + FQ_RUN_ID_MAX + 2];
-    fq_u64_dec(est, x->est);
-    fq_u64_dec(sat, x->submitted_ms > 0 ? (uint64_t)x->submitted_ms : 0);
-    fq_u64_dec(dat, now_ms > 0 ? (uint64_t)now_ms : 0);
-    size_t tl = strlen(x->pt->id), rl = strlen(nm->run_id);     /* both bounded */
-    memcpy(msgid, x->pt->id, tl);
-    msgid[tl] = '/';
-    memcpy(msgid + tl + 1, nm->run_id, rl + 1);
-    fq_nio_hdr hd[7] = {
-        {FQ_HDR_TENANT, x->pt->id},     {FQ_HDR_RUN_ID, nm->run_id},
-        {FQ_HDR_EST_TOKENS, est},       {FQ_HDR_SUBMITTED_AT, sat},
-        {FQ_HDR_DISPATCHED_AT, dat},    {"Nats-Msg-Id", msgid},
-        {FQ_HDR_WORKFLOW, nm->workflow},
-    };
+    px_dhdrs dh;
+    px_dispatch_hdrs(&dh, x->pt->id, nm->run_id, nm->workflow, x->est,
+                     x->submitted_ms > 0 ? (uint64_t)x->submitted_ms : 0,
+                     now_ms > 0 ? (uint64_t)now_ms : 0);
     fq_nio_out o = {.subject = p->cfg.subjects.dispatch, .data = fq_nio_msg_data(m),
-                    .len = fq_nio_msg_len(m), .hdrs = hd, .n_hdrs = nm->workflow[0] ? 7 : 6,
-                    .carry = m};
+                    .len = fq_nio_msg_len(m), .hdrs = dh.h, .n_hdrs = dh.n, .carry = m};
     fq_status s = px_publish(p, &o, TK_MAKE(TK_DISPATCH, x->seq));
+    if (s == FQ_EINVAL || s == FQ_ETOOBIG) {
+        /* It can never be sent (admitted before the server's max_payload
+         * shrank, say): refused, as admission would refuse it now. */
+        char why[256];
+        snprintf(why, sizeof why, "its dispatch cannot be sent: %s",
+                 s == FQ_ETOOBIG ? "it exceeds the server's max_payload"
+                                 : "its headers cannot be read");
+        px_count_refusal(p, x->pt, NULL, s);
+        px_refuse(p, m, x->pt->id, s, why, TK_MAKE(TK_REJECT, x->seq));
+        fq_nio_msg_drop(p->nio, read);
+        px_drop_dispatched(p, x);
+        return true;
+    }
     fq_nio_msg_drop(p->nio, read);
     if (s != FQ_OK) {
-        fq_sched_requeue(p->sched, x->seq);
+        /* NATS cannot take any publish now (disconnected, or too many
+         * pending): nothing to do with this tenant; the next turn tries
+         * again in the same order. Out of memory parks the tenant. */
+        if (s == FQ_ENOMEM)
+            px_requeue(p, x, fq_nio_mono_ms(), 0);
+        else
+            fq_sched_requeue(p->sched, x->seq);
         return false;
     }
     if (!x->in_key)
         px_key_add(p, x);
     x->state = PX_FLIGHT;
-    x->pending = 1;
+    x->pending++;       /* a journal batch of an earlier attempt may still be pending */
     px_release_body(p, x);
     px_journal_flight(p, x, now_ms);
     p->c.dispatched++;
@@ -1388,7 +1554,9 @@ static void px_dispatch(fq_proxy *p)
 /* One of the publishes a dispatched run's ack waits for has settled. */
 static void px_settled(fq_proxy *p, px_run *x)
 {
-    if (--x->pending)
+    /* A run whose dispatch failed is queued again: the journal batch of
+     * that attempt settling acks nothing. */
+    if (--x->pending || x->state == PX_QUEUED)
         return;
     px_ack(p, PX_CONS_SUBMIT, x->seq, x->delivered);
     p->held--;
@@ -1411,6 +1579,8 @@ static void px_on_puback(fq_proxy *p, fq_nio_event *ev)
     }
     if (ev->status != FQ_OK) {
         p->c.pub_failures++;
+        if (kind == TK_DISPATCH && px_dispatch_failed(p, v, ev))
+            return;
         if (px_warn_ok(p, "publish"))
             fq_log(FQ_LOG_WARN, "a publish failed; retrying", FQ_INT("kind", kind),
                    FQ_INT("js_err", ev->err_code));
@@ -1424,6 +1594,8 @@ static void px_on_puback(fq_proxy *p, fq_nio_event *ev)
             return;
         if (ev->duplicate)
             p->c.dispatch_duplicates++;     /* it reached the workers before a restart */
+        x->pt->fails = 0;
+        px_dispatching_again(p);
         px_settled(p, x);
         return;
     }
@@ -1731,6 +1903,10 @@ static void px_stats_overall(fq_json *w, fq_proxy *p)
     PX_KV(w, "completions_unknown", p->c.completions_unknown);
     PX_KV(w, "expired", p->c.expired);
     PX_KV(w, "publish_failures", p->c.pub_failures);
+    PX_KV(w, "dispatch_failures", p->c.dispatch_failures);
+    PX_KV(w, "parked_tenants", ss.parked);
+    fq_json_key(w, "dispatch_stalled");
+    fq_json_bool(w, atomic_load(&p->stalled) != 0);
     PX_KV(w, "fetch_pauses", p->c.fetch_pauses);
     PX_KV(w, "reconnects", p->c.reconnects);
     PX_KV(w, "config_reloads", p->c.reloads);
@@ -2337,6 +2513,8 @@ static void px_metrics_publish(fq_proxy *p)
                         [FQ_COMPLETION_INVALID] = p->c.completions_invalid,
                         [FQ_COMPLETION_UNKNOWN] = p->c.completions_unknown},
         .publish_failures = p->c.pub_failures, .overrides_refused = p->c.overrides_refused,
+        .dispatch_failures = p->c.dispatch_failures, .parked_tenants = ss.parked,
+        .dispatch_stalled = atomic_load(&p->stalled) != 0,
         .admin_reply_failures = p->c.reply_failures,
         .max_payload = p->max_payload > 0 ? (uint64_t)p->max_payload : 0};
     memcpy(sn->all.rejected_runs, p->c.rejected, sizeof sn->all.rejected_runs);
@@ -2390,10 +2568,14 @@ static fq_status px_metrics_render(fq_buf *out, void *arg)
 static bool px_ready(char *why, size_t whylen, void *arg)
 {
     fq_proxy *p = arg;
-    int ph = atomic_load(&p->phase);
-    if (ph == PH_SERVING)
+    int ph = atomic_load(&p->phase), stalled = atomic_load(&p->stalled);
+    if (ph == PH_SERVING && !stalled)
         return true;
-    snprintf(why, whylen, "%s", px_phase_text[ph]);
+    if (ph == PH_SERVING)
+        snprintf(why, whylen, "not dispatching: publishes to the dispatch stream keep failing "
+                 "(js_err %d)", stalled - 1);
+    else
+        snprintf(why, whylen, "%s", px_phase_text[ph]);
     return false;
 }
 

@@ -192,6 +192,9 @@ static void test_values_and_labels(void **state)
     s->all.completions[FQ_COMPLETION_INVALID] = 2;
     s->all.completions[FQ_COMPLETION_UNKNOWN] = 1;
     s->all.publish_failures = 7;
+    s->all.dispatch_failures = 5;
+    s->all.parked_tenants = 2;
+    s->all.dispatch_stalled = true;
     s->all.overrides_refused = 8;
     s->all.admin_reply_failures = 11;
     s->all.max_payload = 1048576;
@@ -258,6 +261,9 @@ static void test_values_and_labels(void **state)
     assert_int_equal(count_lines(t, "fairq_rejected_runs_total{reason=\"overload\"}"), 0);
     assert_int_equal(count_lines(t, "fairq_completions_total{"), FQ_COMPLETION__COUNT);
     assert_true(value_of(t, "fairq_publish_failures_total") == 7);
+    assert_true(value_of(t, "fairq_dispatch_failures_total") == 5);
+    assert_true(value_of(t, "fairq_parked_tenants") == 2);
+    assert_true(value_of(t, "fairq_dispatch_stalled") == 1);
     assert_true(value_of(t, "fairq_overrides_refused_total") == 8);
     assert_true(value_of(t, "fairq_admin_reply_failures_total") == 11);
     assert_true(value_of(t, "fairq_nats_max_payload_bytes") == 1048576);
