@@ -1,0 +1,133 @@
+/* lease.h -- an ownership key held by renewal: who leads, from which term, and whether it may still act. */
+#ifndef FQ_LEASE_H
+#define FQ_LEASE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "fq.h"
+
+/*
+ * A lease is one key of a key-value bucket whose entries age out after
+ * ttl_ms (the bucket's max age). The holder writes its id into the key
+ * and rewrites it every renew_ms, each write compare-and-set on the
+ * revision it wrote last; whoever finds the key absent, or "released",
+ * takes it by writing it. The revision of that taking write is the
+ * holder's term: it names the holder's consumers (lib/proxy.c), so a
+ * newer term's consumers fence an older one's at the server.
+ *
+ * The module does no I/O and reads no clock (the style of lib/drr.c): the
+ * caller asks fq_lease_tick what to do now, performs it (a get, a create,
+ * an update expecting a revision), and hands each outcome back with the
+ * monotonic time it was sent. One operation is outstanding at a time,
+ * and the caller reports every one (natsio reports a publish that never
+ * got its PubAck as failed after its own timeout).
+ *
+ * Fresh, a pure function of now and the last write the server confirmed:
+ * that write was SENT less than ttl_ms - margin_ms ago. The server stored
+ * the key no earlier than it was sent, so it keeps it until at least
+ * sent + ttl_ms by the server's clock, and nobody else can take it
+ * before then; a confirmation that arrives late proves nothing about the
+ * time between sending and confirming, so its send time is what counts.
+ * The margin covers what separates our monotonic clock from the server's
+ * expiry of the key: the rate drift of the two clocks over one ttl (well
+ * under a millisecond at NTP's 500 ppm), the server's expiry running on
+ * a timer, a small step of its wall clock, and the time between asking
+ * fresh and the change it gates reaching the server (a publish queued in
+ * this process, then written). 500 ms of a 3 s ttl is far above the
+ * first three and about a turn of the loop under load for the last; a
+ * larger step of the server's clock is not covered by timing, which is
+ * why every change is fenced by the server too (term-named consumers,
+ * the journal's expected last sequence): timing keeps a stale holder
+ * from acting, the server refuses it if it does.
+ */
+
+#define FQ_LEASE_RELEASED "released"    /* the value a holder leaves at a graceful stop */
+#define FQ_LEASE_KEY_MAX 64
+#define FQ_LEASE_ID_MAX 128
+
+typedef struct fq_lease_opts {
+    uint64_t ttl_ms;            /* the bucket's max age: an unrenewed key is gone after it */
+    uint64_t margin_ms;         /* fresh ends this long before ttl_ms (see above) */
+    uint64_t renew_ms;          /* a renewal is sent this long after the last was sent */
+    uint64_t retry_ms;          /* a standby, or a failed read, tries again after this */
+} fq_lease_opts;
+
+enum fq_lease_state {
+    FQ_LEASE_STANDBY = 0,       /* not holding it; reading the key to take it */
+    FQ_LEASE_LEADING,           /* holding it from term */
+    FQ_LEASE_LOST,              /* another holder took it, or we released it: stop */
+};
+
+/* What the caller performs now. */
+enum fq_lease_op {
+    FQ_LEASE_OP_NONE = 0,
+    FQ_LEASE_OP_GET,            /* read the key: fq_lease_on_get */
+    FQ_LEASE_OP_CREATE,         /* write our id only if the key has no value: fq_lease_on_write */
+    FQ_LEASE_OP_UPDATE,         /* write value only if the key's revision is still expect */
+};
+
+typedef struct fq_lease_step {
+    enum fq_lease_op op;
+    uint64_t expect;            /* UPDATE: the revision the key must still have */
+    const char *value;          /* CREATE, UPDATE: what to write (our id, or released) */
+    bool lead;                  /* we lead from now on, in a new term */
+    uint64_t term;              /* with lead: the term (the key's revision) */
+    bool lost;                  /* the lease is another's now: change nothing, stop */
+} fq_lease_step;
+
+typedef struct fq_lease {
+    char key[FQ_LEASE_KEY_MAX + 1];     /* the ownership key ("leader", or a partition) */
+    char id[FQ_LEASE_ID_MAX + 1];       /* our value in it */
+    char holder[FQ_LEASE_ID_MAX + 1];   /* the holder last read; "" if none */
+    fq_lease_opts o;
+    enum fq_lease_state state;
+    uint64_t term;              /* LEADING: the revision of the write that took it */
+    uint64_t rev;               /* LEADING: the revision of our last confirmed write */
+    uint64_t confirmed_sent;    /* monotonic ms our last confirmed write was sent; 0: none */
+    enum fq_lease_op op;        /* the operation outstanding; NONE: none */
+    uint64_t op_sent;           /* monotonic ms it was sent */
+    bool releasing;             /* the outstanding update writes released */
+    bool taking;                /* the outstanding write takes the key (a new term) */
+    bool recheck;               /* LEADING: a renewal was refused; read the key next */
+    uint64_t next_at;           /* monotonic ms before which the next read waits */
+} fq_lease;
+
+/* Start as a standby for key (at most FQ_LEASE_KEY_MAX bytes) with our id
+ * (at most FQ_LEASE_ID_MAX bytes, not FQ_LEASE_RELEASED). FQ_EINVAL when
+ * they do not fit, or margin_ms >= ttl_ms, or renew_ms is 0. */
+fq_status fq_lease_init(fq_lease *l, const char *key, const char *id, const fq_lease_opts *o);
+
+/* What to do at now: a read while standing by (every retry_ms) or after a
+ * refused renewal, a renewal every renew_ms while leading; NONE while an
+ * operation is outstanding. An operation returned is outstanding from now
+ * (its send time) until its outcome is handed back. */
+void fq_lease_tick(fq_lease_step *s, fq_lease *l, uint64_t now);
+
+/* The outcome of a GET sent at l->op_sent: st FQ_OK with the key's value
+ * and revision, FQ_ENOTFOUND (absent or aged out), or another status (the
+ * server did not answer). *s: what to do now (a write, at now), or lost. */
+void fq_lease_on_get(fq_lease_step *s, fq_lease *l, uint64_t now, fq_status st,
+                     const char *value, uint64_t rev);
+
+/* The outcome of a CREATE or UPDATE: st FQ_OK with the revision written,
+ * FQ_EEXIST (the key had a value or its revision had moved), or another
+ * status (unknown whether it was written). *s: lead, in a new term, when
+ * the write took the key. */
+void fq_lease_on_write(fq_lease_step *s, fq_lease *l, uint64_t now, fq_status st, uint64_t rev);
+
+/* At a graceful stop: an UPDATE that writes FQ_LEASE_RELEASED (NONE when
+ * not leading or an operation is outstanding); from now on the lease is
+ * LOST and never fresh. */
+void fq_lease_release(fq_lease_step *s, fq_lease *l, uint64_t now);
+
+/* Whether we lead and the last confirmed write was sent less than
+ * ttl_ms - margin_ms before now. */
+bool fq_lease_fresh(const fq_lease *l, uint64_t now);
+/* The monotonic ms at which fresh ends (0 if not leading). */
+uint64_t fq_lease_fresh_until(const fq_lease *l);
+/* Ms since our last confirmed write was sent; 0 if none. */
+uint64_t fq_lease_age(const fq_lease *l, uint64_t now);
+
+#endif

@@ -1,0 +1,280 @@
+/* test_lease.c -- the ownership lease in virtual time: taking, renewing, freshness, clock jumps, late confirmations, loss. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "lease.h"
+
+#define TTL 3000
+#define MARGIN 500
+#define RENEW 1000
+#define RETRY 500
+
+static const fq_lease_opts opts = {.ttl_ms = TTL, .margin_ms = MARGIN, .renew_ms = RENEW,
+                                   .retry_ms = RETRY};
+
+/* A standby at t that finds the key absent and takes it with revision rev. */
+static void take(fq_lease *l, uint64_t t, uint64_t rev)
+{
+    assert_int_equal(fq_lease_init(l, "leader", "me", &opts), FQ_OK);
+    fq_lease_step s;
+    fq_lease_tick(&s, l, t);
+    assert_int_equal(s.op, FQ_LEASE_OP_GET);
+    fq_lease_on_get(&s, l, t + 1, FQ_ENOTFOUND, NULL, 0);
+    assert_int_equal(s.op, FQ_LEASE_OP_CREATE);
+    assert_string_equal(s.value, "me");
+    fq_lease_on_write(&s, l, t + 2, FQ_OK, rev);
+    assert_true(s.lead);
+    assert_int_equal(s.term, rev);
+    assert_int_equal(l->state, FQ_LEASE_LEADING);
+}
+
+static void test_init_refuses_what_cannot_work(void **state)
+{
+    (void)state;
+    fq_lease l;
+    fq_lease_opts o = opts;
+    assert_int_equal(fq_lease_init(&l, "leader", FQ_LEASE_RELEASED, &o), FQ_EINVAL);
+    assert_int_equal(fq_lease_init(&l, "", "me", &o), FQ_EINVAL);
+    o.margin_ms = TTL;
+    assert_int_equal(fq_lease_init(&l, "leader", "me", &o), FQ_EINVAL);
+    o = opts;
+    o.renew_ms = 0;
+    assert_int_equal(fq_lease_init(&l, "leader", "me", &o), FQ_EINVAL);
+    assert_int_equal(fq_lease_init(&l, "partition-7", "me", &opts), FQ_OK);
+    assert_false(fq_lease_fresh(&l, 1000));
+}
+
+/* Fresh is measured from the send time of the taking write, and ends
+ * ttl - margin after it. */
+static void test_fresh_from_the_send_time(void **state)
+{
+    (void)state;
+    fq_lease l;
+    take(&l, 1000, 7);
+    /* The create was sent at 1001. */
+    assert_true(fq_lease_fresh(&l, 1002));
+    assert_true(fq_lease_fresh(&l, 1001 + TTL - MARGIN - 1));
+    assert_false(fq_lease_fresh(&l, 1001 + TTL - MARGIN));
+    assert_int_equal(fq_lease_fresh_until(&l), 1001 + TTL - MARGIN);
+    assert_int_equal(fq_lease_age(&l, 1501), 500);
+}
+
+/* A renewal every renew_ms, one at a time, each expecting the revision
+ * last written; each confirmed one moves fresh on. */
+static void test_renewals(void **state)
+{
+    (void)state;
+    fq_lease l;
+    take(&l, 1000, 7);
+    fq_lease_step s;
+    fq_lease_tick(&s, &l, 1500);
+    assert_int_equal(s.op, FQ_LEASE_OP_NONE);
+    fq_lease_tick(&s, &l, 2001);
+    assert_int_equal(s.op, FQ_LEASE_OP_UPDATE);
+    assert_int_equal(s.expect, 7);
+    assert_string_equal(s.value, "me");
+    /* Outstanding: nothing more is sent, however long it takes. */
+    fq_lease_tick(&s, &l, 3100);
+    assert_int_equal(s.op, FQ_LEASE_OP_NONE);
+    fq_lease_on_write(&s, &l, 2010, FQ_OK, 9);
+    assert_false(s.lead);           /* the same term */
+    assert_int_equal(l.term, 7);
+    assert_true(fq_lease_fresh(&l, 2001 + TTL - MARGIN - 1));
+    fq_lease_tick(&s, &l, 3001);
+    assert_int_equal(s.op, FQ_LEASE_OP_UPDATE);
+    assert_int_equal(s.expect, 9);
+}
+
+/* A renewal confirmed after the ttl proves only that the key lived until
+ * it was sent plus ttl: fresh is over although the confirmation is new. */
+static void test_renewal_answered_after_the_ttl(void **state)
+{
+    (void)state;
+    fq_lease l;
+    take(&l, 1000, 7);
+    fq_lease_step s;
+    fq_lease_tick(&s, &l, 2001);
+    assert_int_equal(s.op, FQ_LEASE_OP_UPDATE);
+    assert_false(fq_lease_fresh(&l, 3600));    /* waiting on it, fresh ran out */
+    fq_lease_on_write(&s, &l, 5100, FQ_OK, 8);
+    assert_false(fq_lease_fresh(&l, 5100));    /* sent at 2001: fresh until 4501 */
+    assert_int_equal(fq_lease_age(&l, 5100), 5100 - 2001);
+    /* The next renewal, confirmed at once, makes it fresh again. */
+    fq_lease_tick(&s, &l, 5101);
+    assert_int_equal(s.op, FQ_LEASE_OP_UPDATE);
+    fq_lease_on_write(&s, &l, 5102, FQ_OK, 10);
+    assert_true(fq_lease_fresh(&l, 5102));
+}
+
+/* The process froze (SIGSTOP, a VM pause): the clock jumps past the ttl.
+ * Not fresh at once, before any I/O; the renewal is refused (the key aged
+ * out and another took it) and the lease is lost for good. */
+static void test_clock_jump_then_loss(void **state)
+{
+    (void)state;
+    fq_lease l;
+    take(&l, 1000, 7);
+    assert_true(fq_lease_fresh(&l, 1800));
+    uint64_t t = 1000 + 60000;
+    assert_false(fq_lease_fresh(&l, t));
+    fq_lease_step s;
+    fq_lease_tick(&s, &l, t);
+    assert_int_equal(s.op, FQ_LEASE_OP_UPDATE);
+    fq_lease_on_write(&s, &l, t + 1, FQ_EEXIST, 0);
+    assert_false(s.lost);       /* not yet: it may be our own late renewal */
+    assert_false(fq_lease_fresh(&l, t + 1));
+    fq_lease_tick(&s, &l, t + 2);
+    assert_int_equal(s.op, FQ_LEASE_OP_GET);
+    fq_lease_on_get(&s, &l, t + 3, FQ_OK, "other", 12);
+    assert_true(s.lost);
+    assert_int_equal(l.state, FQ_LEASE_LOST);
+    assert_string_equal(l.holder, "other");
+    assert_false(fq_lease_fresh(&l, t + 3));
+    fq_lease_tick(&s, &l, t + 100000);
+    assert_int_equal(s.op, FQ_LEASE_OP_NONE);
+}
+
+/* A renewal refused because our own earlier one was applied after its
+ * PubAck was given up on: the key still holds our id, the term goes on. */
+static void test_refused_renewal_that_was_our_own(void **state)
+{
+    (void)state;
+    fq_lease l;
+    take(&l, 1000, 7);
+    fq_lease_step s;
+    fq_lease_tick(&s, &l, 2001);
+    fq_lease_on_write(&s, &l, 7001, FQ_EIO, 0);   /* timed out; applied all the same */
+    fq_lease_tick(&s, &l, 7001);
+    assert_int_equal(s.op, FQ_LEASE_OP_NONE);    /* retry_ms after a failure */
+    fq_lease_tick(&s, &l, 7501);
+    assert_int_equal(s.op, FQ_LEASE_OP_UPDATE);
+    assert_int_equal(s.expect, 7);
+    fq_lease_on_write(&s, &l, 7502, FQ_EEXIST, 0);
+    fq_lease_tick(&s, &l, 7503);
+    assert_int_equal(s.op, FQ_LEASE_OP_GET);
+    fq_lease_on_get(&s, &l, 7504, FQ_OK, "me", 8);
+    assert_int_equal(s.op, FQ_LEASE_OP_UPDATE);
+    assert_int_equal(s.expect, 8);
+    fq_lease_on_write(&s, &l, 7505, FQ_OK, 11);
+    assert_false(s.lead);
+    assert_false(s.lost);
+    assert_int_equal(l.term, 7);
+    assert_true(fq_lease_fresh(&l, 7505));
+    assert_int_equal(fq_lease_fresh_until(&l), 7504 + TTL - MARGIN);
+}
+
+/* Cut off past the ttl and nobody took it: the key aged out, so it is
+ * taken again, in a new term (someone may have led in between). */
+static void test_aged_out_is_taken_in_a_new_term(void **state)
+{
+    (void)state;
+    fq_lease l;
+    take(&l, 1000, 7);
+    fq_lease_step s;
+    fq_lease_tick(&s, &l, 9000);
+    fq_lease_on_write(&s, &l, 9001, FQ_EEXIST, 0);
+    fq_lease_tick(&s, &l, 9002);
+    fq_lease_on_get(&s, &l, 9003, FQ_ENOTFOUND, NULL, 0);
+    assert_int_equal(s.op, FQ_LEASE_OP_CREATE);
+    fq_lease_on_write(&s, &l, 9004, FQ_OK, 20);
+    assert_true(s.lead);
+    assert_int_equal(s.term, 20);
+    assert_true(fq_lease_fresh(&l, 9004));
+}
+
+/* A standby waits while another holds the key, reading it every retry_ms,
+ * and takes it once it is released, expecting the released revision. */
+static void test_standby_takes_a_released_key(void **state)
+{
+    (void)state;
+    fq_lease l;
+    assert_int_equal(fq_lease_init(&l, "leader", "me", &opts), FQ_OK);
+    fq_lease_step s;
+    fq_lease_tick(&s, &l, 1000);
+    fq_lease_on_get(&s, &l, 1001, FQ_OK, "other", 3);
+    assert_int_equal(s.op, FQ_LEASE_OP_NONE);
+    assert_false(s.lost);
+    assert_string_equal(l.holder, "other");
+    fq_lease_tick(&s, &l, 1400);
+    assert_int_equal(s.op, FQ_LEASE_OP_NONE);
+    fq_lease_tick(&s, &l, 1501);
+    assert_int_equal(s.op, FQ_LEASE_OP_GET);
+    fq_lease_on_get(&s, &l, 1502, FQ_OK, FQ_LEASE_RELEASED, 4);
+    assert_int_equal(s.op, FQ_LEASE_OP_UPDATE);
+    assert_int_equal(s.expect, 4);
+    /* Another standby was quicker: refused, read again later. */
+    fq_lease_on_write(&s, &l, 1503, FQ_EEXIST, 0);
+    assert_false(s.lead);
+    assert_int_equal(l.state, FQ_LEASE_STANDBY);
+    assert_false(fq_lease_fresh(&l, 1503));
+    fq_lease_tick(&s, &l, 2003);
+    assert_int_equal(s.op, FQ_LEASE_OP_GET);
+    fq_lease_on_get(&s, &l, 2004, FQ_ENOTFOUND, NULL, 0);
+    fq_lease_on_write(&s, &l, 2005, FQ_OK, 6);
+    assert_true(s.lead);
+    assert_int_equal(s.term, 6);
+}
+
+/* A standby that cannot read the key does nothing but read again. */
+static void test_standby_read_failure(void **state)
+{
+    (void)state;
+    fq_lease l;
+    assert_int_equal(fq_lease_init(&l, "leader", "me", &opts), FQ_OK);
+    fq_lease_step s;
+    fq_lease_tick(&s, &l, 1000);
+    fq_lease_on_get(&s, &l, 6000, FQ_EIO, NULL, 0);
+    assert_int_equal(s.op, FQ_LEASE_OP_NONE);
+    fq_lease_tick(&s, &l, 6001);
+    assert_int_equal(s.op, FQ_LEASE_OP_NONE);
+    fq_lease_tick(&s, &l, 6500);
+    assert_int_equal(s.op, FQ_LEASE_OP_GET);
+}
+
+/* Releasing writes released against our revision; from then on the lease
+ * is never fresh and nothing more is sent. */
+static void test_release(void **state)
+{
+    (void)state;
+    fq_lease l;
+    take(&l, 1000, 7);
+    fq_lease_step s;
+    fq_lease_release(&s, &l, 1200);
+    assert_int_equal(s.op, FQ_LEASE_OP_UPDATE);
+    assert_int_equal(s.expect, 7);
+    assert_string_equal(s.value, FQ_LEASE_RELEASED);
+    assert_false(fq_lease_fresh(&l, 1200));
+    fq_lease_on_write(&s, &l, 1201, FQ_OK, 8);
+    assert_false(s.lead);
+    assert_int_equal(l.state, FQ_LEASE_LOST);
+    fq_lease_tick(&s, &l, 5000);
+    assert_int_equal(s.op, FQ_LEASE_OP_NONE);
+    /* With a renewal outstanding nothing is sent: the key ages out. */
+    take(&l, 1000, 7);
+    fq_lease_tick(&s, &l, 2001);
+    fq_lease_release(&s, &l, 2002);
+    assert_int_equal(s.op, FQ_LEASE_OP_NONE);
+    assert_false(fq_lease_fresh(&l, 2002));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_init_refuses_what_cannot_work),
+        cmocka_unit_test(test_fresh_from_the_send_time),
+        cmocka_unit_test(test_renewals),
+        cmocka_unit_test(test_renewal_answered_after_the_ttl),
+        cmocka_unit_test(test_clock_jump_then_loss),
+        cmocka_unit_test(test_refused_renewal_that_was_our_own),
+        cmocka_unit_test(test_aged_out_is_taken_in_a_new_term),
+        cmocka_unit_test(test_standby_takes_a_released_key),
+        cmocka_unit_test(test_standby_read_failure),
+        cmocka_unit_test(test_release),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
