@@ -47,7 +47,8 @@ typedef struct raw_subjects {
 typedef struct raw_streams {
     char *submit, *dispatch, *done, *rejected, *runs, *durable, *lease_bucket,
         *tenants_bucket, *replicas, *duplicate_window_ms, *dispatch_max_age_ms,
-        *rejected_max_age_ms;
+        *rejected_max_age_ms, *submit_max_msgs_per_tenant, *submit_max_bytes,
+        *rejected_max_msgs_per_tenant, *rejected_max_bytes;
 } raw_streams;
 
 typedef struct raw_scheduler {
@@ -151,6 +152,10 @@ static const cyaml_schema_field_t streams_fields[] = {
     CFG_STR("duplicate_window_ms", raw_streams, duplicate_window_ms),
     CFG_STR("dispatch_max_age_ms", raw_streams, dispatch_max_age_ms),
     CFG_STR("rejected_max_age_ms", raw_streams, rejected_max_age_ms),
+    CFG_STR("submit_max_msgs_per_tenant", raw_streams, submit_max_msgs_per_tenant),
+    CFG_STR("submit_max_bytes", raw_streams, submit_max_bytes),
+    CFG_STR("rejected_max_msgs_per_tenant", raw_streams, rejected_max_msgs_per_tenant),
+    CFG_STR("rejected_max_bytes", raw_streams, rejected_max_bytes),
     CYAML_FIELD_END
 };
 
@@ -566,7 +571,7 @@ static void cfg_load_error(const cfg_ctx *v, const cfg_log *l, cyaml_err_t err)
     char expected[32], got[32];
     bool unknown = sscanf(l->reason, "Unexpected key: %255[^\n]", key) == 1;
     if (unknown) {
-        char known[192] = "";
+        char known[384] = "";
         size_t k = 0;
         const cyaml_schema_field_t *f = cfg_schema_at(path);
         for (; f && f->key && k < sizeof(known); f++)
@@ -850,6 +855,21 @@ static fq_status cfg_streams(fq_config *c, const raw_streams *r, const cfg_ctx *
                         (unsigned long long)c->streams.duplicate_window_ms);
     CFG_IFOK(s, cfg_u64(v, "streams", "rejected_max_age_ms", r->rejected_max_age_ms, 1000,
                         FQ_CONFIG_MAX_MS, &c->streams.rejected_max_age_ms));
+    /* Storage limits (0: none), as JetStream takes them: signed 64 bits. */
+    c->streams.submit_max_msgs_per_tenant = FQ_DEFAULT_SUBMIT_MAX_MSGS_PER_TENANT;
+    c->streams.submit_max_bytes = FQ_DEFAULT_SUBMIT_MAX_BYTES;
+    c->streams.rejected_max_msgs_per_tenant = FQ_DEFAULT_REJECTED_MAX_MSGS_PER_TENANT;
+    c->streams.rejected_max_bytes = FQ_DEFAULT_REJECTED_MAX_BYTES;
+    CFG_IFOK(s, cfg_u64(v, "streams", "submit_max_msgs_per_tenant",
+                        r->submit_max_msgs_per_tenant, 0, INT64_MAX,
+                        &c->streams.submit_max_msgs_per_tenant));
+    CFG_IFOK(s, cfg_u64(v, "streams", "submit_max_bytes", r->submit_max_bytes, 0, INT64_MAX,
+                        &c->streams.submit_max_bytes));
+    CFG_IFOK(s, cfg_u64(v, "streams", "rejected_max_msgs_per_tenant",
+                        r->rejected_max_msgs_per_tenant, 0, INT64_MAX,
+                        &c->streams.rejected_max_msgs_per_tenant));
+    CFG_IFOK(s, cfg_u64(v, "streams", "rejected_max_bytes", r->rejected_max_bytes, 0,
+                        INT64_MAX, &c->streams.rejected_max_bytes));
     return s;
 }
 
@@ -1390,6 +1410,12 @@ size_t fq_config_describe(const fq_config *c, char *buf, size_t cap)
             c->streams.replicas, (unsigned long long)c->streams.duplicate_window_ms,
             (unsigned long long)c->streams.dispatch_max_age_ms,
             (unsigned long long)c->streams.rejected_max_age_ms);
+    cfg_put_limit(&o, "streams.submit_max_msgs_per_tenant",
+                  c->streams.submit_max_msgs_per_tenant);
+    cfg_put_limit(&o, "streams.submit_max_bytes", c->streams.submit_max_bytes);
+    cfg_put_limit(&o, "streams.rejected_max_msgs_per_tenant",
+                  c->streams.rejected_max_msgs_per_tenant);
+    cfg_put_limit(&o, "streams.rejected_max_bytes", c->streams.rejected_max_bytes);
     cfg_put(&o, " scheduler.quantum_tokens=%u", c->scheduler.quantum_tokens);
     cfg_put_opt(&o, "scheduler.default_plan", c->scheduler.default_plan, false);
     cfg_put(&o, " scheduler.unknown_tenants=%s",
@@ -1472,6 +1498,10 @@ static const struct {
     CFG_NUM("streams.duplicate_window_ms", streams.duplicate_window_ms),
     CFG_NUM("streams.dispatch_max_age_ms", streams.dispatch_max_age_ms),
     CFG_NUM("streams.rejected_max_age_ms", streams.rejected_max_age_ms),
+    CFG_NUM("streams.submit_max_msgs_per_tenant", streams.submit_max_msgs_per_tenant),
+    CFG_NUM("streams.submit_max_bytes", streams.submit_max_bytes),
+    CFG_NUM("streams.rejected_max_msgs_per_tenant", streams.rejected_max_msgs_per_tenant),
+    CFG_NUM("streams.rejected_max_bytes", streams.rejected_max_bytes),
     CFG_NUM("http.max_tenant_series", http.max_tenant_series),
 };
 

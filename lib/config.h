@@ -51,6 +51,15 @@ typedef struct fq_config {
         uint64_t dispatch_max_age_ms; /* default max(1 h, 2 x max(duplicate window,
                                        window.run_timeout_ms)); >= duplicate window */
         uint64_t rejected_max_age_ms; /* default FQ_DEFAULT_REJECTED_MAX_AGE_MS */
+        /* Storage bounds, 0: none (each at most INT64_MAX). The submit
+         * stream refuses a publish past them (the producer's PubAck is an
+         * error); the rejected stream deletes its oldest refusals. */
+        uint64_t submit_max_msgs_per_tenant; /* runs a tenant's subject holds;
+                                       FQ_DEFAULT_SUBMIT_MAX_MSGS_PER_TENANT */
+        uint64_t submit_max_bytes;  /* the whole submit stream; FQ_DEFAULT_SUBMIT_MAX_BYTES */
+        uint64_t rejected_max_msgs_per_tenant; /* refusals kept per tenant (the
+                                       newest); FQ_DEFAULT_REJECTED_MAX_MSGS_PER_TENANT */
+        uint64_t rejected_max_bytes; /* FQ_DEFAULT_REJECTED_MAX_BYTES */
     } streams;
     struct {
         uint32_t quantum_tokens;    /* default 1000, at most FQ_POLICY_MAX_QUANTUM */
@@ -107,6 +116,10 @@ typedef struct fq_config {
 #define FQ_MAX_DUPLICATE_WINDOW_MS 86400000u    /* a day: completed run ids are
                                                    remembered that long */
 #define FQ_DEFAULT_REJECTED_MAX_AGE_MS 604800000u /* a week */
+#define FQ_DEFAULT_SUBMIT_MAX_MSGS_PER_TENANT 100000u /* as FQ_DEFAULT_MAX_PENDING */
+#define FQ_DEFAULT_SUBMIT_MAX_BYTES (1ull << 30)       /* 1 GiB */
+#define FQ_DEFAULT_REJECTED_MAX_MSGS_PER_TENANT 10000u
+#define FQ_DEFAULT_REJECTED_MAX_BYTES (256ull << 20)   /* 256 MiB */
 #define FQ_CONFIG_NAME_MAX 64           /* a stream or consumer name */
 #define FQ_CONFIG_MAX_TENANT_SERIES 1000000u
 #define FQ_DEFAULT_QUEUE_AGE_WARN_MS 60000u /* log.queue_age_warn_ms */

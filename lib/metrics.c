@@ -633,6 +633,10 @@ static void render_overall(fq_buf *b, fq_metrics_snapshot *s)
     GAUGE_U("fairq_dispatch_stalled",
             "1 while publishes to the dispatch stream keep failing: not dispatching, not ready.",
             a->dispatch_stalled);
+    COUNTER("fairq_refusals_unstored_total",
+            "Refusals the rejected stream (or the account) would not store; their runs "
+            "were acked all the same.",
+            a->refusals_unstored);
     COUNTER("fairq_overrides_refused_total",
             "Values in the overrides bucket refused as invalid; the policy stayed.",
             a->overrides_refused);

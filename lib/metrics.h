@@ -107,6 +107,7 @@ typedef struct fq_metrics_overall {
     uint64_t dispatch_failures;     /* counter: dispatches not stored, their run queued again */
     uint64_t parked_tenants;        /* out of the rotation after a failed dispatch */
     bool dispatch_stalled;          /* dispatches keep failing: not ready */
+    uint64_t refusals_unstored;     /* counter: refusals the rejected stream refused */
     uint64_t overrides_refused;     /* counter: invalid values in the bucket */
     uint64_t admin_reply_failures;  /* counter: admin replies not sent */
     uint64_t max_payload;           /* the server's, in bytes; 0: not known yet */

@@ -772,6 +772,23 @@ static void nio_stream_cfg(jsStreamConfig *c, const fq_nio_stream *s, const char
     c->Duplicates = (int64_t)s->duplicates_ms * NIO_NS_PER_MS;
     c->Replicas = s->replicas ? s->replicas : 1;
     c->AllowDirect = s->allow_direct;
+    c->MaxMsgsPerSubject = s->max_msgs_per_subject > 0 ? s->max_msgs_per_subject : -1;
+    c->MaxBytes = s->max_bytes > 0 ? s->max_bytes : -1;
+    /* Without DiscardNewPerSubject a per-subject limit deletes that
+     * subject's oldest message whatever Discard says (nats-server 2.9.10:
+     * measured); the server refuses the flag without a per-subject limit. */
+    c->Discard = s->discard_new ? js_DiscardNew : js_DiscardOld;
+    c->DiscardNewPerSubject = s->discard_new && c->MaxMsgsPerSubject > 0;
+}
+
+/* What a stream does past its limits, in words. */
+static const char *nio_discard_text(const jsStreamConfig *c)
+{
+    if (c->Discard != js_DiscardNew)
+        return "deletes the oldest";
+    if (c->MaxMsgsPerSubject > 0 && !c->DiscardNewPerSubject)
+        return "refuses new ones, but deletes a subject's oldest past max_msgs_per_subject";
+    return "refuses new ones";
 }
 
 /* Differences between the stream found and the one wanted, into warn. */
@@ -804,6 +821,19 @@ static fq_status nio_stream_compare(const jsStreamConfig *have, const jsStreamCo
                  have->Replicas, want->Replicas);
     if (want->AllowDirect && !have->AllowDirect)
         nio_warn(warn, warnlen, "direct gets are off (reads fall back to the stream API); ");
+    /* Limits are compared, never changed here: tightening one on a stream
+     * that holds more makes the server delete what is over it. */
+    int64_t hp = have->MaxMsgsPerSubject > 0 ? have->MaxMsgsPerSubject : -1;
+    int64_t hb = have->MaxBytes > 0 ? have->MaxBytes : -1;
+    if (hp != want->MaxMsgsPerSubject)
+        nio_warn(warn, warnlen, "max_msgs_per_subject is %" PRId64 ", expected %" PRId64
+                 " (-1: none); ", hp, want->MaxMsgsPerSubject);
+    if (hb != want->MaxBytes)
+        nio_warn(warn, warnlen, "max_bytes is %" PRId64 ", expected %" PRId64 " (-1: none); ",
+                 hb, want->MaxBytes);
+    if (strcmp(nio_discard_text(have), nio_discard_text(want)) != 0)
+        nio_warn(warn, warnlen, "past its limits it %s, expected: %s; ", nio_discard_text(have),
+                 nio_discard_text(want));
     return FQ_OK;
 }
 

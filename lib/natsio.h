@@ -64,7 +64,14 @@ typedef struct fq_nio_stream {
     uint64_t duplicates_ms;     /* de-duplication window; 0: server default */
     uint32_t replicas;          /* >= 1 */
     bool allow_direct;          /* direct gets by sequence */
+    int64_t max_msgs_per_subject; /* 0: none */
+    int64_t max_bytes;          /* 0: none; JetStream reserves this much of its store */
+    /* Past a limit, refuse the publish (an error PubAck, code
+     * FQ_NIO_ERR_STREAM_LIMIT), per subject too, rather than delete the
+     * oldest messages (of that subject, for max_msgs_per_subject). */
+    bool discard_new;
 } fq_nio_stream;
+#define FQ_NIO_ERR_STREAM_LIMIT 10077   /* JetStream: a limit of the stream refused a publish */
 
 /* A durable pull consumer fed by a fetch thread. */
 typedef struct fq_nio_consumer {

@@ -205,6 +205,7 @@ typedef struct px_counters {
     uint64_t adopt_overflow;        /* flight records read back past the window: expired */
     uint64_t journal_refused;       /* journal records refused at start: invalid or unknown */
     uint64_t dispatch_failures;     /* dispatches that could not be stored, run requeued */
+    uint64_t refusals_unstored;     /* refusals JetStream would not store, acked all the same */
 } px_counters;
 
 /* A tenant's runtime override as the bucket holds it. Kept once seen, even
@@ -1577,6 +1578,19 @@ static void px_on_puback(fq_proxy *p, fq_nio_event *ev)
         px_on_lease(p, ev);
         return;
     }
+    if (ev->status != FQ_OK && ev->err_code && (kind == TK_REJECT || kind == TK_DONE_REJECT)) {
+        /* JetStream answered and will not store it (a limit of the rejected
+         * stream or of the account). A refusal only informs: retried, it
+         * would be refused again, for ever, while its run stayed unacked. */
+        p->c.refusals_unstored++;
+        if (px_warn_ok(p, "refusal"))
+            fq_log(FQ_LOG_WARN, "a refusal was not stored; its message is acked all the same",
+                   FQ_INT("js_err", ev->err_code),
+                   FQ_STR("subject", ev->msg ? fq_nio_msg_subject(ev->msg) : ""));
+        fq_nio_msg_drop(p->nio, ev->msg);
+        px_ack(p, kind == TK_REJECT ? PX_CONS_SUBMIT : PX_CONS_DONE, v, 1);
+        return;
+    }
     if (ev->status != FQ_OK) {
         p->c.pub_failures++;
         if (kind == TK_DISPATCH && px_dispatch_failed(p, v, ev))
@@ -1907,6 +1921,7 @@ static void px_stats_overall(fq_json *w, fq_proxy *p)
     PX_KV(w, "parked_tenants", ss.parked);
     fq_json_key(w, "dispatch_stalled");
     fq_json_bool(w, atomic_load(&p->stalled) != 0);
+    PX_KV(w, "refusals_unstored", p->c.refusals_unstored);
     PX_KV(w, "fetch_pauses", p->c.fetch_pauses);
     PX_KV(w, "reconnects", p->c.reconnects);
     PX_KV(w, "config_reloads", p->c.reloads);
@@ -2512,7 +2527,8 @@ static void px_metrics_publish(fq_proxy *p)
                         [FQ_COMPLETION_DUPLICATE] = p->c.completions_duplicate,
                         [FQ_COMPLETION_INVALID] = p->c.completions_invalid,
                         [FQ_COMPLETION_UNKNOWN] = p->c.completions_unknown},
-        .publish_failures = p->c.pub_failures, .overrides_refused = p->c.overrides_refused,
+        .publish_failures = p->c.pub_failures, .refusals_unstored = p->c.refusals_unstored,
+        .overrides_refused = p->c.overrides_refused,
         .dispatch_failures = p->c.dispatch_failures, .parked_tenants = ss.parked,
         .dispatch_stalled = atomic_load(&p->stalled) != 0,
         .admin_reply_failures = p->c.reply_failures,
@@ -2829,15 +2845,27 @@ static fq_status px_streams(fq_proxy *p)
     uint32_t rep = c->streams.replicas;
     /* FAIR_DISPATCH keeps what it stored for its max age, taken or not:
      * see docs/protocol.md for why it is not a work queue. */
+    /* A tenant is a subject of FAIR_SUBMIT and FAIR_REJECTED, so a
+     * per-subject limit bounds what one tenant stores (docs/protocol.md,
+     * section 6). FAIR_SUBMIT refuses what is past its limits, so the
+     * producer's PubAck says so and no run is deleted unseen; FAIR_REJECTED
+     * keeps each tenant's newest refusals, which only inform. */
     const fq_nio_stream streams[] = {
-        {c->streams.submit, p->submit_filter, FQ_NIO_WORKQUEUE, 0, 0, rep, true},
-        {c->streams.dispatch, c->subjects.dispatch, FQ_NIO_LIMITS,
-         c->streams.dispatch_max_age_ms, c->streams.duplicate_window_ms, rep, false},
-        {c->streams.done, p->done_filter, FQ_NIO_WORKQUEUE, 0, 0, rep, false},
-        {c->streams.rejected, p->rejected_filter, FQ_NIO_LIMITS,
-         c->streams.rejected_max_age_ms, 0, rep, false},
-        {c->streams.runs, c->subjects.runs, FQ_NIO_LIMITS, px_keep_done_ms(p) + 60000, 0,
-         rep, false},
+        {.name = c->streams.submit, .subject = p->submit_filter, .retention = FQ_NIO_WORKQUEUE,
+         .replicas = rep, .allow_direct = true,
+         .max_msgs_per_subject = (int64_t)c->streams.submit_max_msgs_per_tenant,
+         .max_bytes = (int64_t)c->streams.submit_max_bytes, .discard_new = true},
+        {.name = c->streams.dispatch, .subject = c->subjects.dispatch, .retention = FQ_NIO_LIMITS,
+         .max_age_ms = c->streams.dispatch_max_age_ms,
+         .duplicates_ms = c->streams.duplicate_window_ms, .replicas = rep},
+        {.name = c->streams.done, .subject = p->done_filter, .retention = FQ_NIO_WORKQUEUE,
+         .replicas = rep},
+        {.name = c->streams.rejected, .subject = p->rejected_filter, .retention = FQ_NIO_LIMITS,
+         .max_age_ms = c->streams.rejected_max_age_ms, .replicas = rep,
+         .max_msgs_per_subject = (int64_t)c->streams.rejected_max_msgs_per_tenant,
+         .max_bytes = (int64_t)c->streams.rejected_max_bytes},
+        {.name = c->streams.runs, .subject = c->subjects.runs, .retention = FQ_NIO_LIMITS,
+         .max_age_ms = px_keep_done_ms(p) + 60000, .replicas = rep},
     };
     char warn[1024];
     for (size_t i = 0; i < sizeof streams / sizeof streams[0]; i++) {

@@ -60,6 +60,11 @@ static void test_shipped_config_loads(void **state)
     assert_int_equal(c.streams.duplicate_window_ms, d.streams.duplicate_window_ms);
     assert_int_equal(c.streams.dispatch_max_age_ms, d.streams.dispatch_max_age_ms);
     assert_int_equal(c.streams.rejected_max_age_ms, d.streams.rejected_max_age_ms);
+    assert_int_equal(c.streams.submit_max_msgs_per_tenant, d.streams.submit_max_msgs_per_tenant);
+    assert_int_equal(c.streams.submit_max_bytes, d.streams.submit_max_bytes);
+    assert_int_equal(c.streams.rejected_max_msgs_per_tenant,
+                     d.streams.rejected_max_msgs_per_tenant);
+    assert_int_equal(c.streams.rejected_max_bytes, d.streams.rejected_max_bytes);
     fq_config_free(&d);
 
     /* Its policy: the plans and tenants it lists, and the default plan. */
@@ -109,6 +114,10 @@ static void test_defaults(void **state)
     /* max(1 h, 2 x max(duplicate window, run timeout)) */
     assert_int_equal(c.streams.dispatch_max_age_ms, 3600000);
     assert_int_equal(c.streams.rejected_max_age_ms, 7 * 24 * 3600 * 1000);
+    assert_int_equal(c.streams.submit_max_msgs_per_tenant, 100000);
+    assert_int_equal(c.streams.submit_max_bytes, 1 << 30);
+    assert_int_equal(c.streams.rejected_max_msgs_per_tenant, 10000);
+    assert_int_equal(c.streams.rejected_max_bytes, 256 << 20);
     assert_int_equal(c.scheduler.quantum_tokens, 1000);
     assert_false(c.scheduler.reject_unknown);
     assert_int_equal(c.scheduler.max_est_tokens, 1000000);
@@ -167,6 +176,10 @@ static void test_values_are_read(void **state)
         "  duplicate_window_ms: 120000\n"
         "  dispatch_max_age_ms: 120_000\n"
         "  rejected_max_age_ms: 86400000\n"
+        "  submit_max_msgs_per_tenant: 500\n"
+        "  submit_max_bytes: 0\n"
+        "  rejected_max_msgs_per_tenant: 9_223_372_036_854_775_807\n"
+        "  rejected_max_bytes: 1_048_576\n"
         "scheduler:\n"
         "  quantum_tokens: 2_000\n"
         "  default_plan: basic\n"
@@ -204,6 +217,10 @@ static void test_values_are_read(void **state)
     assert_int_equal(c.streams.duplicate_window_ms, 120000);
     assert_int_equal(c.streams.dispatch_max_age_ms, 120000);  /* as given, not derived */
     assert_int_equal(c.streams.rejected_max_age_ms, 86400000);
+    assert_int_equal(c.streams.submit_max_msgs_per_tenant, 500);
+    assert_int_equal(c.streams.submit_max_bytes, 0);    /* none */
+    assert_true(c.streams.rejected_max_msgs_per_tenant == INT64_MAX);
+    assert_int_equal(c.streams.rejected_max_bytes, 1048576);
     assert_int_equal(c.scheduler.quantum_tokens, 2000);
     assert_true(c.scheduler.reject_unknown);
     assert_int_equal(c.scheduler.max_est_tokens, 50000);
@@ -415,10 +432,20 @@ static const struct {
      "t.yaml:5:11: streams.dispatch_max_age_ms: must be <= 31536000000"},
     {BASE "streams: {rejected_max_age_ms: 0}\n",
      "t.yaml:5:11: streams.rejected_max_age_ms: must be >= 1000"},
+    /* JetStream takes its limits as signed 64-bit numbers. */
+    {BASE "streams: {submit_max_msgs_per_tenant: 9223372036854775808}\n",
+     "t.yaml:5:11: streams.submit_max_msgs_per_tenant: must be <= 9223372036854775807"},
+    {BASE "streams: {submit_max_bytes: -1}\n",
+     "t.yaml:5:11: streams.submit_max_bytes: '-1' is not a whole number (digits only, no "
+     "sign, fraction or leading zero)"},
+    {BASE "streams: {rejected_max_bytes: 1GB}\n",
+     "t.yaml:5:11: streams.rejected_max_bytes: '1GB' is not a whole number (digits only, no "
+     "sign, fraction or leading zero)"},
     {BASE "streams: {lease: fairq_lease}\n",
      "t.yaml:5:11: streams.lease: unknown key (known here: submit, dispatch, done, rejected, "
      "runs, durable, lease_bucket, tenants_bucket, replicas, duplicate_window_ms, "
-     "dispatch_max_age_ms, rejected_max_age_ms)"},
+     "dispatch_max_age_ms, rejected_max_age_ms, submit_max_msgs_per_tenant, "
+     "submit_max_bytes, rejected_max_msgs_per_tenant, rejected_max_bytes)"},
     {"nats: {url: n}\nscheduler: {default_plan: free, unknown_tenants: deny}\n"
      "plans: [{name: free}]\n",
      "t.yaml:2:33: scheduler.unknown_tenants: 'deny' is not one of: admit, reject"},
@@ -633,13 +660,17 @@ static void test_diff_restart(void **state)
     parse_ok(&b, BASE "subjects: {runs: other.runs}\n"
                  "streams: {submit: S, dispatch: D, done: F, rejected: R, runs: J,"
                  " durable: d, lease_bucket: l, tenants_bucket: t, duplicate_window_ms: 60000,"
-                 " dispatch_max_age_ms: 60000, rejected_max_age_ms: 60000}\n");
+                 " dispatch_max_age_ms: 60000, rejected_max_age_ms: 60000,"
+                 " submit_max_msgs_per_tenant: 1, submit_max_bytes: 1,"
+                 " rejected_max_msgs_per_tenant: 1, rejected_max_bytes: 1}\n");
     char all[1024];
-    assert_int_equal(fq_config_diff_restart(&a, &b, all, sizeof(all)), 12);
+    assert_int_equal(fq_config_diff_restart(&a, &b, all, sizeof(all)), 16);
     assert_string_equal(all, "subjects.runs,streams.submit,streams.dispatch,streams.done,"
                         "streams.rejected,streams.runs,streams.durable,streams.lease_bucket,"
                         "streams.tenants_bucket,streams.duplicate_window_ms,"
-                        "streams.dispatch_max_age_ms,streams.rejected_max_age_ms");
+                        "streams.dispatch_max_age_ms,streams.rejected_max_age_ms,"
+                        "streams.submit_max_msgs_per_tenant,streams.submit_max_bytes,"
+                        "streams.rejected_max_msgs_per_tenant,streams.rejected_max_bytes");
     fq_config_free(&a);
     fq_config_free(&b);
 }
@@ -664,8 +695,16 @@ static void test_dispatch_max_age(void **state)
                             " streams.tenants_bucket=fairq_tenants streams.replicas=1"
                             " streams.duplicate_window_ms=3600000"
                             " streams.dispatch_max_age_ms=7200000"
-                            " streams.rejected_max_age_ms=604800000 "));
+                            " streams.rejected_max_age_ms=604800000"
+                            " streams.submit_max_msgs_per_tenant=100000"
+                            " streams.submit_max_bytes=1073741824"
+                            " streams.rejected_max_msgs_per_tenant=10000"
+                            " streams.rejected_max_bytes=268435456 "));
     assert_non_null(strstr(buf, " subjects.runs=fairq.runs "));
+    fq_config_free(&c);
+    parse_ok(&c, BASE "streams: {submit_max_msgs_per_tenant: 0}\n");
+    fq_config_describe(&c, buf, sizeof buf);
+    assert_non_null(strstr(buf, " streams.submit_max_msgs_per_tenant=none "));
     fq_config_free(&c);
     /* Equal to the window is enough. */
     parse_ok(&c, BASE "streams: {duplicate_window_ms: 5000, dispatch_max_age_ms: 5000}\n");

@@ -195,6 +195,7 @@ static void test_values_and_labels(void **state)
     s->all.dispatch_failures = 5;
     s->all.parked_tenants = 2;
     s->all.dispatch_stalled = true;
+    s->all.refusals_unstored = 9;
     s->all.overrides_refused = 8;
     s->all.admin_reply_failures = 11;
     s->all.max_payload = 1048576;
@@ -264,6 +265,7 @@ static void test_values_and_labels(void **state)
     assert_true(value_of(t, "fairq_dispatch_failures_total") == 5);
     assert_true(value_of(t, "fairq_parked_tenants") == 2);
     assert_true(value_of(t, "fairq_dispatch_stalled") == 1);
+    assert_true(value_of(t, "fairq_refusals_unstored_total") == 9);
     assert_true(value_of(t, "fairq_overrides_refused_total") == 8);
     assert_true(value_of(t, "fairq_admin_reply_failures_total") == 11);
     assert_true(value_of(t, "fairq_nats_max_payload_bytes") == 1048576);
