@@ -53,7 +53,7 @@ typedef struct raw_streams {
 
 typedef struct raw_scheduler {
     char *quantum_tokens, *default_plan, *unknown_tenants, *max_est_tokens,
-        *max_wait_ms;
+        *max_wait_ms, *debt_forget_ms;
 } raw_scheduler;
 
 typedef struct raw_window {
@@ -165,6 +165,7 @@ static const cyaml_schema_field_t scheduler_fields[] = {
     CFG_STR("unknown_tenants", raw_scheduler, unknown_tenants),
     CFG_STR("max_est_tokens", raw_scheduler, max_est_tokens),
     CFG_STR("max_wait_ms", raw_scheduler, max_wait_ms),
+    CFG_STR("debt_forget_ms", raw_scheduler, debt_forget_ms),
     CYAML_FIELD_END
 };
 
@@ -892,6 +893,7 @@ static fq_status cfg_scheduler(fq_config *c, const raw_scheduler *r, const cfg_c
     c->scheduler.quantum_tokens = 1000;
     c->scheduler.max_est_tokens = 1000000;
     c->scheduler.max_wait_ms = 0;
+    c->scheduler.debt_forget_ms = FQ_DEFAULT_DEBT_FORGET_MS;
     CFG_IFOK(s, cfg_u32(v, "scheduler", "quantum_tokens", r->quantum_tokens, 1,
                         FQ_POLICY_MAX_QUANTUM, &c->scheduler.quantum_tokens));
     CFG_IFOK(s, cfg_word(v, "scheduler", "unknown_tenants", r->unknown_tenants,
@@ -900,6 +902,8 @@ static fq_status cfg_scheduler(fq_config *c, const raw_scheduler *r, const cfg_c
                         UINT32_MAX, &c->scheduler.max_est_tokens));
     CFG_IFOK(s, cfg_u64(v, "scheduler", "max_wait_ms", r->max_wait_ms, 0,
                         FQ_CONFIG_MAX_MS, &c->scheduler.max_wait_ms));
+    CFG_IFOK(s, cfg_u64(v, "scheduler", "debt_forget_ms", r->debt_forget_ms, 1000,
+                        FQ_CONFIG_MAX_MS, &c->scheduler.debt_forget_ms));
     if (s == FQ_OK && !r->default_plan)
         return cfg_fail(v, "scheduler", "default_plan", "required (the plan of "
                         "tenants that are not listed)");
@@ -1422,6 +1426,8 @@ size_t fq_config_describe(const fq_config *c, char *buf, size_t cap)
             c->scheduler.reject_unknown ? "reject" : "admit");
     cfg_put(&o, " scheduler.max_est_tokens=%u", c->scheduler.max_est_tokens);
     cfg_put_limit(&o, "scheduler.max_wait_ms", c->scheduler.max_wait_ms);
+    cfg_put(&o, " scheduler.debt_forget_ms=%llu",
+            (unsigned long long)c->scheduler.debt_forget_ms);
     cfg_put(&o, " window.max_in_flight=%u", c->window.max_in_flight);
     cfg_put_limit(&o, "window.max_in_flight_tokens", c->window.max_in_flight_tokens);
     cfg_put(&o, " window.run_timeout_ms=%llu",

@@ -67,6 +67,9 @@ typedef struct fq_config {
         bool reject_unknown;        /* unknown_tenants: admit (false) | reject */
         uint32_t max_est_tokens;    /* default 1,000,000 */
         uint64_t max_wait_ms;       /* 0: no limit (default); at most FQ_CONFIG_MAX_MS */
+        uint64_t debt_forget_ms;    /* a tenant idle this long since its debt last
+                                       changed has it forgiven; default
+                                       FQ_DEFAULT_DEBT_FORGET_MS, 1 s to FQ_CONFIG_MAX_MS */
     } scheduler;
     struct {
         uint32_t max_in_flight;     /* default 64 */
@@ -123,6 +126,7 @@ typedef struct fq_config {
 #define FQ_CONFIG_NAME_MAX 64           /* a stream or consumer name */
 #define FQ_CONFIG_MAX_TENANT_SERIES 1000000u
 #define FQ_DEFAULT_QUEUE_AGE_WARN_MS 60000u /* log.queue_age_warn_ms */
+#define FQ_DEFAULT_DEBT_FORGET_MS 3600000u  /* scheduler.debt_forget_ms: an hour */
 #define FQ_CONFIG_MAX_MS 31536000000ull /* one year: bounds every duration */
 #define FQ_CONFIG_MAX_BYTES (16u << 20) /* a config file larger than this is refused */
 

@@ -945,6 +945,22 @@ fq_status fq_sched_complete(fq_done *out, fq_sched *s, uint64_t id, uint64_t act
     return FQ_OK;
 }
 
+fq_status fq_tenant_set_debt(fq_sched *s, fq_tenant *t, int64_t debt)
+{
+    (void)s;
+    if (debt > 0 || debt < -FQ_DEFICIT_MAX)
+        return FQ_EINVAL;
+    if (t->state != FQ_T_IDLE || t->queued || t->in_flight || t->expired_held)
+        return FQ_EEXIST;
+    t->deficit = debt;
+    return FQ_OK;
+}
+
+bool fq_debt_forgiven(int64_t deficit, int64_t changed_at, int64_t now, uint64_t life)
+{
+    return deficit < 0 && now >= changed_at && (uint64_t)now - (uint64_t)changed_at >= life;
+}
+
 fq_status fq_sched_adopt(fq_run **out, fq_sched *s, fq_tenant *t, uint64_t id,
                          uint32_t est, void *handle, uint64_t dispatched_at)
 {

@@ -138,6 +138,21 @@ fq_status fq_sched_complete(fq_done *out, fq_sched *s, uint64_t id, uint64_t act
  * from the estimate that was charged for it. The caller ensures once. */
 void fq_tenant_reconcile(fq_sched *s, fq_tenant *t, uint32_t est, uint64_t actual);
 
+/* Set the deficit of a tenant that holds nothing (idle, no run queued, in
+ * flight or expired awaiting its completion) to debt: its debt read back
+ * after a restart, or 0 when its debt is forgiven. FQ_EINVAL if debt is
+ * positive or below -2^62 (credit is never banked, and deficits saturate
+ * there); FQ_EEXIST if it holds something. Nothing changes on error. */
+fq_status fq_tenant_set_debt(fq_sched *s, fq_tenant *t, int64_t debt);
+
+/* Whether a tenant's debt (deficit < 0) that last changed at changed_at has
+ * outlived its life at now, all in one time unit: a debt is not kept for
+ * ever, or an idle tenant that once overran by one token would be
+ * remembered for good. The caller forgives it only while the tenant holds
+ * nothing (fq_tenant_set_debt checks). A time before changed_at (a clock
+ * stepped back) is not past it. */
+bool fq_debt_forgiven(int64_t deficit, int64_t changed_at, int64_t now, uint64_t life);
+
 /* Take into the window a run dispatched before a restart (read back from
  * NATS): it holds a slot and counts against its tenant's cap from
  * dispatched_at, and is completed, expired or requeued like any other. Its

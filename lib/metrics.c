@@ -614,6 +614,9 @@ static void render_overall(fq_buf *b, fq_metrics_snapshot *s)
     COUNTER("fairq_journal_refused_records_total",
             "Journal records refused when read back at start: not valid, or of a type not known.",
             a->journal_refused_records);
+    COUNTER("fairq_debts_forgiven_total",
+            "Tenants' debts forgiven after scheduler.debt_forget_ms holding nothing.",
+            a->debts_forgiven);
     GAUGE_U("fairq_index_only_runs",
             "Runs held without their body (past limits.max_buffered_bytes).", a->index_only_runs);
     COUNTER("fairq_body_reads_total", "Bodies read back from the submit stream at dispatch.",

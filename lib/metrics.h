@@ -99,6 +99,7 @@ typedef struct fq_metrics_overall {
     uint64_t adopted_runs;          /* counter: runs in flight read back at start */
     uint64_t journal_refused_records; /* counter: journal records refused at start
                                        (not valid, or of a type not known) */
+    uint64_t debts_forgiven;        /* counter: debts forgiven after scheduler.debt_forget_ms */
     uint64_t index_only_runs;       /* held without their body in memory */
     uint64_t body_reads;            /* counter: bodies read back at dispatch */
     uint64_t body_lost;             /* counter: bodies gone from the stream */

@@ -132,6 +132,13 @@ typedef struct px_tenant {
     uint64_t idle_since;            /* monotonic ms a sweep first found it forgettable; 0: not */
     uint64_t idle_dispatched;       /* its dispatches then: one since makes it busy */
     uint32_t fails;                 /* its dispatches failed in a row: the parking doubles */
+    int64_t debt_written;           /* the deficit its last debt record holds (<= 0) */
+    int64_t debt_at_ms;             /* unix ms its debt last changed */
+    uint64_t debt_due;              /* monotonic ms its debt record is due again */
+    bool debt_dirty;                /* reconciled this turn: a debt record may be due */
+    bool debt_listed;               /* on the debtors' list */
+    struct px_tenant *dirty_next;   /* tenants reconciled this turn */
+    struct px_tenant *debt_prev, *debt_next; /* debtors' list, by debt_due */
     fq_hist wait;                   /* submit (stream time) to dispatch */
     fq_strmap_node node;            /* in the tenant table, keyed by id */
     fq_sweep_node later;            /* in creation order: swept, and the metrics' order */
@@ -206,6 +213,7 @@ typedef struct px_counters {
     uint64_t journal_refused;       /* journal records refused at start: invalid or unknown */
     uint64_t dispatch_failures;     /* dispatches that could not be stored, run requeued */
     uint64_t refusals_unstored;     /* refusals JetStream would not store, acked all the same */
+    uint64_t debts_forgiven;        /* debts forgiven after scheduler.debt_forget_ms */
 } px_counters;
 
 /* A tenant's runtime override as the bucket holds it. Kept once seen, even
@@ -251,6 +259,8 @@ struct fq_proxy {
     px_batch *bat_free;
     uint64_t bat_next;          /* next batch id */
     fq_jbatch jb;               /* the current batch's text */
+    px_tenant *dirty;           /* tenants reconciled this turn (px_debt_touch) */
+    px_tenant *debt_head, *debt_tail; /* tenants with a live debt record, by debt_due */
 
     uint64_t held;              /* submits held (unacked) */
     uint64_t index_only;        /* of which without their body in memory */
@@ -1028,6 +1038,140 @@ static void px_journal_flush(fq_proxy *p)
     p->bat_tail = b;
 }
 
+/* ---- debts in the journal ------------------------------------------------ */
+
+/*
+ * A tenant keeps its debt when its queue empties (README, the scheduler's
+ * rules), and through the journal across restarts: when a completion has
+ * reconciled its deficit, a debt record with the deficit if negative, or 0
+ * once a debt recorded is cleared, goes out with the turn's batch, one per
+ * tenant a turn at most, none for a tenant that never had a debt. The
+ * journal is a limits stream whose max age (px_keep_done_ms + 1 min) bounds
+ * what is read back at every start, so it stays short and a debtor's record
+ * is written again every px_debt_refresh_ms instead, PX_DEBT_PER_TURN a turn
+ * at most. A record keeps the time the debt last changed, so that a debt is
+ * forgiven once its tenant has held nothing for scheduler.debt_forget_ms
+ * since, restarts or not; the idle tenant can then be forgotten.
+ */
+
+#define PX_DEBT_PER_TURN 256        /* debt records refreshed or forgiven a turn at most */
+
+static uint64_t px_keep_done_ms(const fq_proxy *p);
+
+/* Half the journal's retention, and no later than a debt may be forgiven. */
+static uint64_t px_debt_refresh_ms(const fq_proxy *p)
+{
+    uint64_t r = px_keep_done_ms(p) / 2, life = p->cfg.scheduler.debt_forget_ms;
+    return r < life ? r : life;
+}
+
+static void px_debt_unlink(fq_proxy *p, px_tenant *t)
+{
+    if (!t->debt_listed)
+        return;
+    if (t->debt_prev)
+        t->debt_prev->debt_next = t->debt_next;
+    else
+        p->debt_head = t->debt_next;
+    if (t->debt_next)
+        t->debt_next->debt_prev = t->debt_prev;
+    else
+        p->debt_tail = t->debt_prev;
+    t->debt_prev = t->debt_next = NULL;
+    t->debt_listed = false;
+}
+
+/* List t last, due at due: every entry is due no earlier than those ahead. */
+static void px_debt_link(fq_proxy *p, px_tenant *t, uint64_t due)
+{
+    px_debt_unlink(p, t);
+    t->debt_due = due;
+    t->debt_prev = p->debt_tail;
+    if (p->debt_tail)
+        p->debt_tail->debt_next = t;
+    else
+        p->debt_head = t;
+    p->debt_tail = t;
+    t->debt_listed = true;
+}
+
+/* Write t's debt record (debt <= 0, changed at t->debt_at_ms); a debtor is
+ * listed for its refresh, a debt cleared leaves the list. Out of memory, it
+ * is tried again shortly. */
+static void px_debt_write(fq_proxy *p, px_tenant *t, int64_t debt, uint64_t now)
+{
+    fq_jrec r = {.type = FQ_JREC_DEBT, .deficit = debt, .at_ms = t->debt_at_ms};
+    memcpy(r.tenant, t->id, sizeof r.tenant);
+    if (!px_journal_add(p, &r)) {
+        px_debt_link(p, t, now + PX_RETRY_MS);
+        return;
+    }
+    t->debt_written = debt;
+    if (debt < 0)
+        px_debt_link(p, t, now + px_debt_refresh_ms(p));
+    else
+        px_debt_unlink(p, t);
+}
+
+/* t's deficit was just reconciled: a debt record may be due this turn. */
+static void px_debt_touch(fq_proxy *p, px_tenant *t)
+{
+    if (t->debt_dirty)
+        return;
+    t->debt_dirty = true;
+    t->dirty_next = p->dirty;
+    p->dirty = t;
+}
+
+/* Before the turn's batch is sent: a record for each tenant reconciled this
+ * turn whose debt is not the one recorded. */
+static void px_debt_flush(fq_proxy *p, uint64_t now)
+{
+    int64_t now_ms = p->dirty ? fq_nio_unix_ms() : 0;
+    for (px_tenant *t = p->dirty, *nx; t; t = nx) {
+        nx = t->dirty_next;
+        t->dirty_next = NULL;
+        t->debt_dirty = false;
+        fq_tenant_info ti;
+        fq_tenant_info_get(t->t, &ti);
+        int64_t debt = ti.deficit < 0 ? ti.deficit : 0;
+        if (debt == t->debt_written)
+            continue;
+        t->debt_at_ms = now_ms;
+        px_debt_write(p, t, debt, now);
+    }
+    p->dirty = NULL;
+}
+
+/* The debtors whose record is due: each debt is forgiven if it has outlived
+ * scheduler.debt_forget_ms and its tenant holds nothing, else written again
+ * (as it is now: dispatches move a busy debtor's deficit too) before the
+ * stream ages its record out. */
+static void px_debt_sweep(fq_proxy *p, uint64_t now)
+{
+    if (!p->debt_head || p->debt_head->debt_due > now)
+        return;
+    int64_t now_ms = fq_nio_unix_ms();
+    for (unsigned n = 0; n < PX_DEBT_PER_TURN && p->debt_head && p->debt_head->debt_due <= now;
+         n++) {
+        px_tenant *t = p->debt_head;
+        fq_tenant_info ti;
+        fq_tenant_info_get(t->t, &ti);
+        int64_t debt = ti.deficit < 0 ? ti.deficit : 0;
+        if (debt != t->debt_written) {
+            t->debt_at_ms = now_ms;
+        } else if (!t->keyed &&
+                   fq_debt_forgiven(debt, t->debt_at_ms, now_ms,
+                                    p->cfg.scheduler.debt_forget_ms) &&
+                   fq_tenant_set_debt(p->sched, t->t, 0) == FQ_OK) {
+            p->c.debts_forgiven++;
+            debt = 0;
+            t->debt_at_ms = now_ms;
+        }
+        px_debt_write(p, t, debt, now);
+    }
+}
+
 static px_batch *px_batch_take(fq_proxy *p, uint64_t id)
 {
     for (px_batch **pp = &p->bat_head, *prev = NULL; *pp; prev = *pp, pp = &(*pp)->next) {
@@ -1695,6 +1839,7 @@ static void px_complete_unheld(fq_proxy *p, const char *tenant, const fq_complet
     px_tenant *pt = NULL;
     if (c->est_tokens && px_tenant_get(&pt, p, tenant, strlen(tenant)) == FQ_OK) {
         fq_tenant_reconcile(p->sched, pt->t, c->est_tokens, c->actual_tokens);
+        px_debt_touch(p, pt);
         if (c->status == FQ_DONE_OK)
             fq_est_observe(p->est, tenant, c->workflow, 0, c->est_tokens, c->actual_tokens);
         pt->completed++;
@@ -1759,6 +1904,7 @@ static void px_on_done(fq_proxy *p, fq_nio_event *ev)
         fq_sched_complete(NULL, p->sched, x->seq, c.actual_tokens);
     else
         fq_tenant_reconcile(p->sched, x->pt->t, x->est, c.actual_tokens);
+    px_debt_touch(p, x->pt);
     if (c.status == FQ_DONE_OK)
         fq_est_observe(p->est, tenant, x->names->workflow, x->names->declared, x->est,
                        c.actual_tokens);
@@ -1908,6 +2054,7 @@ static void px_stats_overall(fq_json *w, fq_proxy *p)
     PX_KV(w, "dispatch_duplicates", p->c.dispatch_duplicates);
     PX_KV(w, "adopted", p->c.adopted);
     PX_KV(w, "journal_refused", p->c.journal_refused);
+    PX_KV(w, "debts_forgiven", p->c.debts_forgiven);
     PX_KV(w, "body_reads", p->c.body_reads);
     PX_KV(w, "body_lost", p->c.body_lost);
     PX_KV(w, "completions", p->c.completions);
@@ -2520,6 +2667,7 @@ static void px_metrics_publish(fq_proxy *p)
         .redelivered_runs = p->c.redelivered, .duplicates_acked = p->c.duplicates_acked,
         .dispatch_duplicates = p->c.dispatch_duplicates, .adopted_runs = p->c.adopted,
         .journal_refused_records = p->c.journal_refused,
+        .debts_forgiven = p->c.debts_forgiven,
         .index_only_runs = p->index_only, .body_reads = p->c.body_reads,
         .body_lost = p->c.body_lost,
         .completions = {[FQ_COMPLETION_HELD] = p->c.completions,
@@ -2650,13 +2798,15 @@ static void px_warn_old_queues_end(fq_proxy *p)
  * and it holds nothing: a tenant with one run would otherwise cost its
  * record (about 2 KB) for good. One goes once every pass for
  * px_keep_done_ms, the longest fairq remembers anything of a run, found it
- * idle, with no run held and a deficit of zero, and no dispatch of it came
+ * idle, with no run held and a deficit of zero (a debt is forgiven first,
+ * by px_debt_sweep, and its record written), and no dispatch of it came
  * between; if it comes back it starts anew, as any new tenant does, its
  * counters from zero. True: t is freed. */
 static bool px_forget_idle(fq_proxy *p, px_tenant *t, const fq_tenant_info *ti, uint64_t now)
 {
     if (t->source != FQ_SRC_DEFAULT || t->unlisted || t->keyed || ti->queued ||
-        ti->in_flight || ti->deficit || ti->dispatched != t->idle_dispatched) {
+        ti->in_flight || ti->deficit || t->debt_listed || t->debt_dirty ||
+        ti->dispatched != t->idle_dispatched) {
         t->idle_since = 0;
         t->idle_dispatched = ti->dispatched;
     } else if (!t->idle_since) {
@@ -2931,6 +3081,26 @@ static void px_load_flight(px_loaded *L, const fq_jrec *r, uint64_t h)
     L->adopt[L->n++] = x;
 }
 
+/* A debt record: the tenant's deficit becomes the last one read (no
+ * tenant holds a run while the journal is read). A debtor is listed due at
+ * once: the stream's copy of its record ages out from its first writing. */
+static void px_load_debt(px_loaded *L, const fq_jrec *r)
+{
+    fq_proxy *p = L->p;
+    size_t len = strlen(r->tenant);
+    px_tenant *pt = px_tenant_find(p, r->tenant, len);
+    if ((!pt && (!r->deficit || px_tenant_get(&pt, p, r->tenant, len) != FQ_OK)) ||
+        fq_tenant_set_debt(p->sched, pt->t, r->deficit) != FQ_OK)
+        return;
+    int64_t now_ms = fq_nio_unix_ms();
+    pt->debt_written = r->deficit;
+    pt->debt_at_ms = r->at_ms < now_ms ? r->at_ms : now_ms;   /* not in the future */
+    if (r->deficit < 0)
+        px_debt_link(p, pt, 0);
+    else
+        px_debt_unlink(p, pt);
+}
+
 static void px_load_rec(void *arg, const fq_jrec *r)
 {
     px_loaded *L = arg;
@@ -2950,6 +3120,7 @@ static void px_load_rec(void *arg, const fq_jrec *r)
         return;
     }
     case FQ_JREC_DEBT:
+        px_load_debt(L, r);
         return;
     }
 }
@@ -2984,6 +3155,14 @@ static void px_adopt_one(fq_proxy *p, px_run *x, uint64_t now, uint64_t age)
     px_maybe_free(p, x);
 }
 
+static uint64_t px_debtors(const fq_proxy *p)
+{
+    uint64_t n = 0;
+    for (const px_tenant *t = p->debt_head; t; t = t->debt_next)
+        n++;
+    return n;
+}
+
 /* Rebuild the in-flight window and the completed set from the runs journal,
  * so the window does not start from zero while workers are busy with runs
  * dispatched before the restart. */
@@ -3011,7 +3190,7 @@ static fq_status px_recover(fq_proxy *p)
     p->c.journal_refused += L.counts.invalid + L.counts.unknown;
     fq_log(FQ_LOG_INFO, "recovered state from NATS", FQ_UINT("in_flight", p->c.adopted),
            FQ_UINT("completed_remembered", p->done.n), FQ_UINT("expired", p->nexp),
-           FQ_UINT("past_the_window", p->c.adopt_overflow));
+           FQ_UINT("past_the_window", p->c.adopt_overflow), FQ_UINT("debtors", px_debtors(p)));
     if (L.counts.invalid || L.counts.unknown)
         fq_log(FQ_LOG_WARN, "journal records refused", FQ_STR("stream", p->cfg.streams.runs),
                FQ_UINT("invalid", L.counts.invalid), FQ_UINT("unknown_type", L.counts.unknown),
@@ -3150,11 +3329,12 @@ static bool px_finish(fq_proxy *p, uint64_t t0)
     fq_nio_consume_pause(p->nio, PX_CONS_DONE, true);
     uint64_t end = t0 + PX_STOP_PUBACK_MS, offline = 0;
     /* A lease renewal under way (lease_sent) acks nothing: not waited for. */
-    while (p->pubs > (p->lease_sent != 0) || p->nretry || p->cur) {
+    while (p->pubs > (p->lease_sent != 0) || p->nretry || p->cur || p->dirty) {
         uint64_t now = fq_nio_mono_ms();
         offline = p->connected ? 0 : offline ? offline : now;
         if (now >= end || (offline && now >= offline + PX_STOP_OFFLINE_MS))
             break;
+        px_debt_flush(p, now);
         px_journal_flush(p);
         px_drain(p, PX_POLL_MS);
         px_retry_due(p);
@@ -3248,6 +3428,8 @@ int fq_proxy_run(fq_proxy *p)
         px_sweep(p, now);
         if (p->connected && now <= p->lease_renewed + FQ_LEASE_TTL_MS)
             px_dispatch(p);
+        px_debt_flush(p, now);
+        px_debt_sweep(p, now);
         px_journal_flush(p);
         /* Under light load, send now what nats.c would hold a millisecond
          * to batch: latency from submit to dispatch is then a round trip.

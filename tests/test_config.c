@@ -122,6 +122,7 @@ static void test_defaults(void **state)
     assert_false(c.scheduler.reject_unknown);
     assert_int_equal(c.scheduler.max_est_tokens, 1000000);
     assert_int_equal(c.scheduler.max_wait_ms, 0);
+    assert_int_equal(c.scheduler.debt_forget_ms, 3600000);
     assert_int_equal(c.window.max_in_flight, 64);
     assert_int_equal(c.window.max_in_flight_tokens, 0);
     assert_int_equal(c.window.run_timeout_ms, 600000);
@@ -186,6 +187,7 @@ static void test_values_are_read(void **state)
         "  unknown_tenants: reject\n"
         "  max_est_tokens: 50000\n"
         "  max_wait_ms: 30000\n"
+        "  debt_forget_ms: 7200000\n"
         "window: {max_in_flight: 8, max_in_flight_tokens: 100000, run_timeout_ms: 5000}\n"
         "limits: {max_buffered_runs: 10, max_buffered_bytes: 4096}\n"
         "plans:\n"
@@ -225,6 +227,7 @@ static void test_values_are_read(void **state)
     assert_true(c.scheduler.reject_unknown);
     assert_int_equal(c.scheduler.max_est_tokens, 50000);
     assert_int_equal(c.scheduler.max_wait_ms, 30000);
+    assert_int_equal(c.scheduler.debt_forget_ms, 7200000);
     assert_int_equal(c.window.max_in_flight, 8);
     assert_int_equal(c.window.max_in_flight_tokens, 100000);
     assert_int_equal(c.window.run_timeout_ms, 5000);
@@ -330,6 +333,8 @@ static const struct {
     {"nats: {url: n}\nscheduler: {default_plan: free, quantum_tokens: 0}\nplans: [{name: free}]\n",
      "t.yaml:2:33: scheduler.quantum_tokens: must be >= 1"},
     {BASE "window: {max_in_flight: 0}\n", "t.yaml:5:10: window.max_in_flight: must be >= 1"},
+    {"nats: {url: n}\nscheduler: {default_plan: free, debt_forget_ms: 999}\nplans: [{name: free}]\n",
+     "t.yaml:2:33: scheduler.debt_forget_ms: must be >= 1000"},
     {BASE "window: {run_timeout_ms: 31536000001}\n",
      "t.yaml:5:10: window.run_timeout_ms: must be <= 31536000000"},
     {"nats: {url: n}\nscheduler: {default_plan: free, max_est_tokens: 500}\n"
@@ -614,6 +619,7 @@ static void test_ops_keys(void **state)
     assert_non_null(strstr(buf, " streams.tenants_bucket=team_overrides"));
     assert_non_null(strstr(buf, " http.max_tenant_series=2500"));
     assert_non_null(strstr(buf, " log.queue_age_warn_ms=15000"));
+    assert_non_null(strstr(buf, " scheduler.debt_forget_ms=3600000"));
     fq_config_free(&c);
 }
 

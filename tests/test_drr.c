@@ -1348,6 +1348,60 @@ static void test_adopt_restores_the_window(void **state)
     fq_sched_destroy(s);
 }
 
+/* A debt has a bounded life: in virtual time, an idle debtor's debt is
+ * forgiven once it is `life` old and not before, never while the tenant
+ * holds a run, and then the tenant can be forgotten; a debt read back after
+ * a restart is restored as it was, and credit never is. */
+static void test_debt_life(void **state)
+{
+    (void)state;
+    const uint64_t life = 3600000;
+    fq_sched *s = mk(0, 0, 100);
+    fq_tenant *a = ten(s, "a", 1, 0, 0);
+    uint64_t id = enq(s, a, 100);
+    fq_run *r = fq_sched_dispatch(s, 0);
+    assert_int_equal(r->id, id);
+    int64_t changed = 1000;                      /* when the overrun was reconciled */
+    done(s, r, 350);
+    int64_t debt = info(a).deficit;
+    assert_true(debt < 0);
+    assert_int_equal(fq_sched_tenant_remove(s, a), FQ_EEXIST);  /* debt is not escaped */
+    assert_false(fq_debt_forgiven(debt, changed, changed, life));
+    assert_false(fq_debt_forgiven(debt, changed, changed + (int64_t)life - 1, life));
+    assert_true(fq_debt_forgiven(debt, changed, changed + (int64_t)life, life));
+    assert_false(fq_debt_forgiven(0, changed, changed + 10 * (int64_t)life, life));
+    assert_false(fq_debt_forgiven(debt, changed, changed - 1, life));   /* clock stepped back */
+    /* it holds a run: nothing is forgiven, or restored */
+    enq(s, a, 100);
+    assert_int_equal(fq_tenant_set_debt(s, a, 0), FQ_EEXIST);
+    r = fq_sched_dispatch(s, 10);
+    assert_int_equal(fq_tenant_set_debt(s, a, 0), FQ_EEXIST);   /* in flight */
+    assert_int_equal(fq_sched_expire(s, 200, NULL, NULL), 1);
+    assert_int_equal(fq_tenant_set_debt(s, a, 0), FQ_EEXIST);   /* expired, awaiting */
+    assert_int_equal(fq_sched_complete(NULL, s, r->id, 400), FQ_OK);   /* late, overran */
+    debt = info(a).deficit;
+    assert_int_equal(debt, -300);     /* the quantum on joining repaid the first debt */
+    /* idle again: forgiven, then forgotten */
+    assert_int_equal(fq_tenant_set_debt(s, a, 1), FQ_EINVAL);   /* no banked credit */
+    assert_int_equal(fq_tenant_set_debt(s, a, INT64_MIN), FQ_EINVAL);
+    assert_int_equal(info(a).deficit, debt);
+    assert_int_equal(fq_tenant_set_debt(s, a, 0), FQ_OK);
+    assert_int_equal(info(a).deficit, 0);
+    assert_int_equal(fq_sched_tenant_remove(s, a), FQ_OK);
+    /* after a restart: a new tenant takes its debt back, and pays it */
+    fq_tenant *b = ten(s, "b", 1, 0, 0), *c = ten(s, "c", 1, 0, 0);
+    assert_int_equal(fq_tenant_set_debt(s, b, -3 * (int64_t)Q), FQ_OK);
+    assert_int_equal(info(b).deficit, -3 * (int64_t)Q);
+    for (int i = 0; i < 4; i++)
+        enq(s, c, Q);
+    enq(s, b, Q);
+    int before = 0;
+    for (fq_run *x; (x = fq_sched_dispatch(s, 300)) && x->tenant == c;)
+        before++, done(s, x, x->est);
+    assert_int_equal(before, 4);                 /* c goes first while b repays */
+    fq_sched_destroy(s);
+}
+
 /* One absurd completion, held or not, moves the deficit by at most 63 x
  * the estimate: the tenant is not starved for hours by a worker's bug. */
 static void test_absurd_actual_is_bounded(void **state)
@@ -1430,6 +1484,7 @@ int main(void)
         cmocka_unit_test(test_debt_saturates),
         cmocka_unit_test(test_quantum_times_weight_is_bounded),
         cmocka_unit_test(test_adopt_restores_the_window),
+        cmocka_unit_test(test_debt_life),
         cmocka_unit_test(test_absurd_actual_is_bounded),
         cmocka_unit_test(test_keep_idle_credit_banks),
     };
