@@ -21,6 +21,9 @@ static void usage(FILE *f)
             "  --nats URL      NATS server URL (default $FAIRQ_NATS_URL, else %s)\n"
             "  --admin PREFIX  the proxy's subjects.admin (default fair.admin)\n"
             "\n"
+            "A busy reply (the proxy limits how often each request is served) is\n"
+            "retried after the wait it names, for up to five seconds.\n"
+            "\n"
             "Exit status: 0 on a reply that does not say \"ok\":false, 1 when it does or\n"
             "nothing answered (no proxy is the leader), 2 on a usage error.\n",
             FQC_DEFAULT_URL);
@@ -59,8 +62,23 @@ int main(int argc, char **argv)
         fqc_perror(PROG, "connect", s);
         return 1;
     }
+    /* A busy reply (the proxy rate-limits admin work) is asked again after
+     * the wait it names, for up to the same five seconds. */
     natsMsg *reply = NULL;
-    s = natsConnection_Request(&reply, nc, subject, body, (int)strlen(body), 5000);
+    for (int waited = 0;;) {
+        s = natsConnection_Request(&reply, nc, subject, body, (int)strlen(body), 5000);
+        const char *d = s == NATS_OK ? natsMsg_GetData(reply) : NULL;
+        const char *w = d && strncmp(d, "{\"ok\":false,\"busy\":true,", 24) == 0
+                            ? strstr(d, "\"retry_ms\":") : NULL;
+        int ms = w ? atoi(w + 11) : 0;
+        if (!w || waited >= 5000)
+            break;
+        ms = ms > 0 && ms < 1000 ? ms : 100;
+        natsMsg_Destroy(reply);
+        reply = NULL;
+        nats_Sleep(ms);
+        waited += ms;
+    }
     int rc = 1;
     if (s == NATS_OK) {
         const char *data = natsMsg_GetData(reply) ? natsMsg_GetData(reply) : "";

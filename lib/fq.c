@@ -108,3 +108,29 @@ uint64_t fq_siphash(uint64_t k0, uint64_t k1, const void *data, size_t len)
         FQ_SIPROUND;
     return v0 ^ v1 ^ v2 ^ v3;
 }
+
+void fq_bucket_init(fq_bucket *b, uint32_t rate, uint32_t burst, uint64_t now)
+{
+    b->rate = rate ? rate : 1;
+    b->burst = burst ? burst : 1;
+    b->milli = (uint64_t)b->burst * 1000;
+    b->at = now;
+}
+
+bool fq_bucket_take(fq_bucket *b, uint64_t now, uint64_t *wait_ms)
+{
+    uint64_t full = (uint64_t)b->burst * 1000;
+    if (now > b->at) {
+        /* rate a second is rate thousandths a millisecond */
+        uint64_t add = (now - b->at) * b->rate;
+        b->milli = add >= full - b->milli ? full : b->milli + add;
+        b->at = now;
+    }
+    if (b->milli >= 1000) {
+        b->milli -= 1000;
+        return true;
+    }
+    if (wait_ms)
+        *wait_ms = (1000 - b->milli + b->rate - 1) / b->rate;
+    return false;
+}

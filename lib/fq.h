@@ -2,6 +2,7 @@
 #ifndef FQ_H
 #define FQ_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -61,5 +62,21 @@ size_t fq_u64_dec(char *out, uint64_t v);
  * tables whose keys come from clients and whose matches are decided on the
  * hash alone. */
 uint64_t fq_siphash(uint64_t k0, uint64_t k1, const void *data, size_t len);
+
+/* A token bucket: at most burst takes at once, rate a second on average,
+ * for work that clients can ask for faster than it may be done. Times are
+ * milliseconds of the caller's monotonic clock; integer arithmetic. */
+typedef struct fq_bucket {
+    uint64_t milli;             /* tokens held, in thousandths */
+    uint64_t at;                /* when it was last refilled */
+    uint32_t rate;              /* tokens added a second; >= 1 */
+    uint32_t burst;             /* tokens held at most; >= 1 */
+} fq_bucket;
+
+/* A full bucket at now. */
+void fq_bucket_init(fq_bucket *b, uint32_t rate, uint32_t burst, uint64_t now);
+/* Take a token at now: true if one was there. Otherwise false, and
+ * *wait_ms (if not NULL) says how long until one is. */
+bool fq_bucket_take(fq_bucket *b, uint64_t now, uint64_t *wait_ms);
 
 #endif

@@ -645,6 +645,12 @@ static void render_overall(fq_buf *b, fq_metrics_snapshot *s)
             a->overrides_refused);
     COUNTER("fairq_admin_reply_failures_total", "Admin replies that could not be sent.",
             a->admin_reply_failures);
+    COUNTER("fairq_admin_requests_busy_total",
+            "Admin requests answered busy: over their rate, or too many waiting.",
+            a->admin_requests_busy);
+    COUNTER("fairq_admin_requests_no_reply_total",
+            "Admin requests without a reply subject, dropped unread.",
+            a->admin_requests_no_reply);
     GAUGE_U("fairq_nats_max_payload_bytes",
             "The server's max_payload; a run is accepted when its dispatch fits it.",
             a->max_payload);

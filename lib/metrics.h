@@ -111,6 +111,10 @@ typedef struct fq_metrics_overall {
     uint64_t refusals_unstored;     /* counter: refusals the rejected stream refused */
     uint64_t overrides_refused;     /* counter: invalid values in the bucket */
     uint64_t admin_reply_failures;  /* counter: admin replies not sent */
+    uint64_t admin_requests_busy;   /* counter: admin requests answered busy: over
+                                       their rate, or too many waiting */
+    uint64_t admin_requests_no_reply; /* counter: admin requests without a reply
+                                       subject, dropped unread */
     uint64_t max_payload;           /* the server's, in bytes; 0: not known yet */
 } fq_metrics_overall;
 

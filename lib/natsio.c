@@ -89,6 +89,11 @@ typedef struct nio_sub {
     fq_nio *n;
     int id;
     natsSubscription *sub;
+    size_t max_queued;          /* requests waiting for the owner at most; 0: no bound */
+    const char *busy_reply;     /* the answer past max_queued (the caller's); NULL: none */
+    size_t queued;              /* REQUEST events in the queue; under n->mu */
+    atomic_uint_fast64_t no_reply; /* requests dropped: no reply subject */
+    atomic_uint_fast64_t busy;  /* requests answered busy_reply: no room */
 } nio_sub;
 
 /* A watched key-value bucket and the thread that reads its changes. */
@@ -245,14 +250,14 @@ void fq_nio_msg_drop(fq_nio *n, fq_nio_msg *m)
 /* ---- the event queue ---------------------------------------------------- */
 
 /* Append an event; the caller holds mu. On allocation failure the event is
- * lost, which only an out-of-memory process sees. */
-static void nio_push_locked(fq_nio *n, const fq_nio_event *ev)
+ * lost (false), which only an out-of-memory process sees. */
+static bool nio_push_locked(fq_nio *n, const fq_nio_event *ev)
 {
     if (n->q_len == n->q_cap) {
         size_t cap = n->q_cap ? n->q_cap * 2 : 1024;
         fq_nio_event *q = malloc(cap * sizeof *q);
         if (!q)
-            return;
+            return false;
         for (size_t i = 0; i < n->q_len; i++)
             q[i] = n->q[(n->q_head + i) % n->q_cap];
         free(n->q);
@@ -262,6 +267,7 @@ static void nio_push_locked(fq_nio *n, const fq_nio_event *ev)
     }
     n->q[(n->q_head + n->q_len) % n->q_cap] = *ev;
     n->q_len++;
+    return true;
 }
 
 static void nio_push(fq_nio *n, const fq_nio_event *ev)
@@ -297,6 +303,8 @@ size_t fq_nio_poll(fq_nio *n, fq_nio_event *ev, size_t cap, int timeout_ms)
         ev[k] = n->q[n->q_head];
         n->q_head = (n->q_head + 1) % n->q_cap;
         n->q_len--;
+        if (ev[k].type == FQ_NIO_EV_REQUEST)
+            n->subs[ev[k].source].queued--;
     }
     /* Take the PubAck replies over whole: the PubAck thread refills an
      * empty array while the owner destroys them. */
@@ -1184,25 +1192,58 @@ fq_status fq_nio_stream_scan(fq_nio *n, const char *stream,
 
 /* ---- core subscriptions -------------------------------------------------- */
 
+/* On nats.c's thread, before the owner sees anything: a request nobody
+ * waits for is dropped, and one past the bound is answered busy here, so
+ * that a flood of either costs the owner's loop nothing and queues nothing. */
 static void nio_on_request(natsConnection *nc, natsSubscription *sub, natsMsg *msg, void *closure)
 {
-    (void)nc;
     (void)sub;
     nio_sub *ns = closure;
+    fq_nio *n = ns->n;
+    const char *reply = natsMsg_GetReply(msg);
+    if (!reply || !*reply) {
+        atomic_fetch_add(&ns->no_reply, 1);
+        natsMsg_Destroy(msg);
+        return;
+    }
     fq_nio_event ev = {.type = FQ_NIO_EV_REQUEST, .source = ns->id, .msg = (fq_nio_msg *)msg};
-    nio_push(ns->n, &ev);
+    pthread_mutex_lock(&n->mu);
+    bool queued = (!ns->max_queued || ns->queued < ns->max_queued) && nio_push_locked(n, &ev);
+    if (queued)
+        ns->queued++;
+    pthread_mutex_unlock(&n->mu);
+    if (queued) {
+        pthread_cond_signal(&n->cv);
+        return;
+    }
+    atomic_fetch_add(&ns->busy, 1);
+    if (ns->busy_reply)
+        natsConnection_PublishString(nc, reply, ns->busy_reply);
+    natsMsg_Destroy(msg);
 }
 
-fq_status fq_nio_subscribe(fq_nio *n, int id, const char *subject)
+fq_status fq_nio_subscribe(fq_nio *n, int id, const char *subject, size_t max_queued,
+                           const char *busy_reply)
 {
     if (id < 0 || id >= NIO_MAX_SUBS || n->subs[id].sub)
         return FQ_EINVAL;
+    n->subs[id].max_queued = max_queued;
+    n->subs[id].busy_reply = busy_reply;
     natsStatus s = natsConnection_Subscribe(&n->subs[id].sub, n->nc, subject, nio_on_request,
                                             &n->subs[id]);
     if (s != NATS_OK) {
         return FQ_EIO;
     }
     return FQ_OK;
+}
+
+void fq_nio_sub_stats_get(fq_nio_sub_stats *out, fq_nio *n, int id)
+{
+    *out = (fq_nio_sub_stats){0};
+    if (!n || id < 0 || id >= NIO_MAX_SUBS)
+        return;
+    out->no_reply = atomic_load(&n->subs[id].no_reply);
+    out->busy = atomic_load(&n->subs[id].busy);
 }
 
 fq_status fq_nio_unsubscribe(fq_nio *n, int id)

@@ -225,8 +225,22 @@ fq_status fq_nio_ack(fq_nio *n, int id, const fq_nio_ackref *a);
 fq_status fq_nio_nak(fq_nio *n, int id, const fq_nio_ackref *a, bool term);
 
 /* Core subscription whose messages arrive as FQ_NIO_EV_REQUEST with
- * source = id. */
-fq_status fq_nio_subscribe(fq_nio *n, int id, const char *subject);
+ * source = id. On arrival, before the owner sees it or anything is queued:
+ * a message without a reply subject (nobody waits for an answer) is
+ * dropped and counted; with max_queued requests of this subscription
+ * waiting in the event queue already, a new one is answered busy_reply at
+ * once (if not NULL; the caller's, outliving n) and counted. max_queued 0:
+ * no bound. */
+fq_status fq_nio_subscribe(fq_nio *n, int id, const char *subject, size_t max_queued,
+                           const char *busy_reply);
+
+/* What a subscription refused on arrival, since it was made. */
+typedef struct fq_nio_sub_stats {
+    uint64_t no_reply;          /* dropped: no reply subject */
+    uint64_t busy;              /* answered busy_reply: max_queued were waiting */
+} fq_nio_sub_stats;
+/* Safe from any thread; zeros for a NULL n. */
+void fq_nio_sub_stats_get(fq_nio_sub_stats *out, fq_nio *n, int id);
 fq_status fq_nio_unsubscribe(fq_nio *n, int id);
 /* Reply to a request (core NATS publish to its reply subject). FQ_EINVAL:
  * the request has no reply subject; FQ_ETOOBIG: len exceeds max_payload;

@@ -86,6 +86,32 @@
 #define PX_SWEEP_MS 1000            /* a sweep of every tenant begins this often */
 #define PX_SWEEP_SLICE 512          /* tenants a sweep visits per turn of the loop at most */
 #define PX_RENDER_ROUND (1u << 20)  /* a scrape's copy of the text: its size rounded up to this */
+#define PX_ADMIN_QUEUED 64          /* admin requests waiting for the loop; past it natsio
+                                       answers busy, so a turn sees at most this many */
+#define PX_STATS_PAGE_MAX 500       /* tenants in one stats reply at most */
+
+/* Admin work that costs the loop more than a reply, rate limited each by a
+ * bucket: its burst bounds what one turn of the loop does, its rate what a
+ * second does. A request over it is answered busy at once. */
+enum px_admin_kind {
+    PX_ADMIN_STATS,     /* a page walks every tenant: about 5 ms at 50,000 */
+    PX_ADMIN_RELOAD,    /* reads and checks the config file */
+    PX_ADMIN_SET,       /* a KV write, waited for */
+    PX_ADMIN__COUNT
+};
+static const struct {
+    const char *name;           /* the request, as in the busy reply */
+    uint32_t rate, burst;       /* a second; at once */
+} px_admin_limits[PX_ADMIN__COUNT] = {
+    [PX_ADMIN_STATS] = {"stats", 5, 1},
+    [PX_ADMIN_RELOAD] = {"reload", 2, 2},
+    [PX_ADMIN_SET] = {"tenant.set", 20, 5},
+};
+
+/* natsio's answer to a request past PX_ADMIN_QUEUED waiting. */
+static const char px_busy_queued[] =
+    "{\"ok\":false,\"busy\":true,\"retry_ms\":100,"
+    "\"error\":\"busy: too many admin requests are waiting; retry later\"}";
 
 /* Publish tokens: kind in the top four bits, a stream sequence below. */
 enum px_token {
@@ -209,6 +235,8 @@ typedef struct px_counters {
     uint64_t completions, completions_unheld, completions_duplicate, completions_invalid;
     uint64_t completions_unknown, expired, pub_failures, fetch_pauses, reconnects;
     uint64_t adopted, reloads, reload_failures, overrides_refused, reply_failures;
+    uint64_t admin_busy;            /* admin requests refused here for their rate
+                                       (natsio counts those refused on arrival) */
     uint64_t adopt_overflow;        /* flight records read back past the window: expired */
     uint64_t journal_refused;       /* journal records refused at start: invalid or unknown */
     uint64_t dispatch_failures;     /* dispatches that could not be stored, run requeued */
@@ -284,6 +312,7 @@ struct fq_proxy {
     fq_proxy_ops ops;           /* the loader; bucket and threshold below */
     atomic_bool reload_asked;   /* set by fq_proxy_reload (a signal handler) */
     fq_strmap *overrides;       /* px_ovr by tenant id */
+    fq_bucket admin_rate[PX_ADMIN__COUNT]; /* admin work allowed, by kind */
     uint64_t kv_epoch;          /* the newest watch epoch seen */
     bool kv_synced;             /* the bucket has been read whole once */
 
@@ -2075,6 +2104,10 @@ static void px_stats_overall(fq_json *w, fq_proxy *p)
     PX_KV(w, "config_reload_failures", p->c.reload_failures);
     PX_KV(w, "overrides_refused", p->c.overrides_refused);
     PX_KV(w, "admin_reply_failures", p->c.reply_failures);
+    fq_nio_sub_stats ns;
+    fq_nio_sub_stats_get(&ns, p->nio, PX_SUB_ADMIN);
+    PX_KV(w, "admin_requests_busy", p->c.admin_busy + ns.busy);
+    PX_KV(w, "admin_requests_no_reply", ns.no_reply);
     PX_KV(w, "max_payload", p->max_payload);
     fq_json_end_object(w);
 }
@@ -2145,8 +2178,9 @@ typedef struct px_stats_row {
     uint64_t oldest;            /* monotonic ms of its oldest queued run; UINT64_MAX: none */
 } px_stats_row;
 
-/* Most queued tokens first, then the oldest queued run, then by id, so that
- * a page boundary is well defined for a given state. */
+/* Tenants with queued runs: most queued tokens first, then the oldest
+ * queued run, then by id, so that a page boundary is well defined for a
+ * given state. */
 static int px_stats_cmp(const void *a, const void *b)
 {
     const px_stats_row *x = a, *y = b;
@@ -2157,10 +2191,43 @@ static int px_stats_cmp(const void *a, const void *b)
     return strcmp(x->t->id, y->t->id);
 }
 
-/* The rows a request selects, ranked; *n rows in a malloc'd array (NULL
- * when *n is 0). FQ_ENOMEM leaves nothing allocated. */
+/* Keep r among the k best rows of the heap h[0..*n), whose root ranks
+ * last, so that it is the one a better row replaces. */
+static void px_stats_keep(px_stats_row *h, size_t *n, size_t k, const px_stats_row *r)
+{
+    size_t i;
+    if (*n < k) {
+        for (i = (*n)++; i > 0 && px_stats_cmp(&h[(i - 1) / 2], r) < 0; i = (i - 1) / 2)
+            h[i] = h[(i - 1) / 2];
+        h[i] = *r;
+        return;
+    }
+    if (!k || px_stats_cmp(r, &h[0]) >= 0)
+        return;
+    for (i = 0;;) {
+        size_t c = 2 * i + 1;
+        if (c >= *n)
+            break;
+        if (c + 1 < *n && px_stats_cmp(&h[c + 1], &h[c]) > 0)
+            c++;
+        if (px_stats_cmp(&h[c], r) <= 0)
+            break;
+        h[i] = h[c];
+        i = c;
+    }
+    h[i] = *r;
+}
+
+/* The first k rows of the ranking: the tenants with queued runs in
+ * px_stats_cmp's order, then those without, in the order fairq first saw
+ * them (a tenant forgotten and seen again goes last). One walk over the
+ * tenants; the idle ones, usually most, are not compared at all, and when
+ * k is small against the queued ones (a page near the top) each is ranked
+ * against a heap of k instead of sorting them all. *n rows (at least k
+ * when there are k tenants) in a malloc'd array, NULL when *n is 0;
+ * FQ_ENOMEM leaves nothing allocated. */
 static fq_status px_stats_rows(px_stats_row **out, size_t *n, fq_proxy *p,
-                               const px_stats_req *r)
+                               const px_stats_req *r, size_t k)
 {
     *out = NULL;
     *n = 0;
@@ -2174,19 +2241,38 @@ static fq_status px_stats_rows(px_stats_row **out, size_t *n, fq_proxy *p,
         return FQ_OK;
     }
     size_t nt = fq_strmap_count(p->tenants);
-    if (!nt)
+    if (k > nt)
+        k = nt;
+    if (!k)
         return FQ_OK;
-    px_stats_row *rows = malloc(nt * sizeof *rows);
+    fq_sched_stats ss;
+    fq_sched_stats_get(p->sched, &ss);
+    /* A heap pays off while k is well below the queued tenants; past
+     * that, sorting them all costs less. Queued rows at [0, nq_cap), idle
+     * ones after them, up to k. */
+    bool heap = (uint64_t)k * 4 < ss.active;
+    size_t nq_cap = heap ? k : nt;
+    px_stats_row *rows = malloc((nq_cap + k) * sizeof *rows), *idle = rows + nq_cap;
     if (!rows)
         return FQ_ENOMEM;
+    size_t nq = 0, ni = 0;
     for (px_tenant *t = px_tenant_next(p, NULL); t; t = px_tenant_next(p, t)) {
         fq_tenant_info ti;
         fq_tenant_info_get(t->t, &ti);
-        rows[(*n)++] = (px_stats_row){t, ti.queued_tokens,
-                                      ti.queued ? ti.oldest_enqueued : UINT64_MAX};
+        px_stats_row row = {t, ti.queued_tokens, ti.queued ? ti.oldest_enqueued : UINT64_MAX};
+        if (!ti.queued) {
+            if (ni < k)
+                idle[ni++] = row;
+        } else if (heap) {
+            px_stats_keep(rows, &nq, k, &row);
+        } else {
+            rows[nq++] = row;
+        }
     }
-    qsort(rows, *n, sizeof *rows, px_stats_cmp);
+    qsort(rows, nq, sizeof *rows, px_stats_cmp);
+    memmove(rows + nq, idle, ni * sizeof *rows);
     *out = rows;
+    *n = nq + ni;
     return FQ_OK;
 }
 
@@ -2195,16 +2281,20 @@ static fq_status px_stats_rows(px_stats_row **out, size_t *n, fq_proxy *p,
 
 /* The stats reply into buf of cap bytes, which bounds it (the server's
  * max_payload less a margin): the overall section, then the selected
- * tenants from r->offset on, as many as fit and r->limit allows, and how
- * many were left out. *len: its length. */
+ * tenants from r->offset on, as many as fit, r->limit allows and
+ * PX_STATS_PAGE_MAX bounds, and how many were left out. *len: its length. */
 static fq_status px_stats_json(fq_proxy *p, const px_stats_req *r, char *buf, size_t cap,
                                size_t *len)
 {
     px_stats_row *rows;
-    size_t n;
-    fq_status s = px_stats_rows(&rows, &n, p, r);
+    size_t n, limit = r->limit < PX_STATS_PAGE_MAX ? r->limit : PX_STATS_PAGE_MAX;
+    size_t total = r->tenant[0] ? 0 : fq_strmap_count(p->tenants);
+    fq_status s = px_stats_rows(&rows, &n, p, r,
+                                r->offset < total ? r->offset + limit : 0);
     if (s != FQ_OK)
         return s;
+    if (r->tenant[0])
+        total = n;
     uint64_t now = fq_nio_mono_ms();
     fq_json w;
     fq_json_init(&w, buf, cap);
@@ -2214,8 +2304,8 @@ static fq_status px_stats_json(fq_proxy *p, const px_stats_req *r, char *buf, si
     PX_KV(&w, "offset", r->offset);
     fq_json_key(&w, "tenants");
     fq_json_begin_array(&w);
-    size_t i = r->offset < n ? r->offset : n, shown = 0;
-    for (; i < n && shown < r->limit; i++, shown++) {
+    size_t i = r->offset < total ? r->offset : total, shown = 0;
+    for (; i < n && shown < limit; i++, shown++) {
         /* The writer is a plain value over buf: a copy taken before a
          * tenant is a checkpoint to fall back to when it does not fit. */
         fq_json mark = w;
@@ -2228,8 +2318,8 @@ static fq_status px_stats_json(fq_proxy *p, const px_stats_req *r, char *buf, si
     fq_json_end_array(&w);
     PX_KV(&w, "tenants_returned", shown);
     fq_json_key(&w, "truncated");
-    fq_json_bool(&w, i < n);
-    if (i < n)
+    fq_json_bool(&w, i < total);
+    if (i < total)
         PX_KV(&w, "next_offset", i);
     fq_json_end_object(&w);
     free(rows);
@@ -2394,15 +2484,17 @@ static fq_status px_reload(fq_proxy *p, const char *trigger, char *restart, size
 #define PX_REPLY_MAX 4096
 
 /* Send a reply; a failed publish (the requester sees only a timeout) is
- * logged and counted. */
+ * counted, and logged once a second at most. */
 static void px_reply_send(fq_proxy *p, const fq_nio_msg *req, const char *data, size_t len)
 {
     fq_status s = fq_nio_reply(p->nio, req, data, len);
     if (s == FQ_OK)
         return;
     p->c.reply_failures++;
-    fq_log(FQ_LOG_ERROR, "admin reply not sent", FQ_STR("subject", fq_nio_msg_subject(req)),
-           FQ_INT("bytes", (int64_t)len), FQ_STR("reason", fq_status_text(s)));
+    if (px_warn_ok(p, "admin reply"))
+        fq_log(FQ_LOG_ERROR, "admin reply not sent", FQ_STR("subject", fq_nio_msg_subject(req)),
+               FQ_INT("bytes", (int64_t)len), FQ_STR("reason", fq_status_text(s)),
+               FQ_UINT("failures", p->c.reply_failures));
 }
 
 /* Start an admin reply in w over buf[0..cap): an object whose first member
@@ -2436,6 +2528,29 @@ static void px_reply_error(fq_proxy *p, const fq_nio_msg *req, const char *why)
     px_reply(p, req, &w);
 }
 
+/* Take a token for admin work of kind. With none left, answer busy, with
+ * how long until one is, and count it: a cheap reply instead of the work. */
+static bool px_admin_allow(fq_proxy *p, const fq_nio_msg *req, enum px_admin_kind kind)
+{
+    uint64_t wait = 0;
+    if (fq_bucket_take(&p->admin_rate[kind], fq_nio_mono_ms(), &wait))
+        return true;
+    p->c.admin_busy++;
+    char buf[512], why[160];
+    fq_json w;
+    snprintf(why, sizeof why, "busy: at most %u %s requests a second; retry in %llu ms",
+             px_admin_limits[kind].rate, px_admin_limits[kind].name, (unsigned long long)wait);
+    px_reply_begin(&w, buf, sizeof buf, false);
+    fq_json_key(&w, "busy");
+    fq_json_bool(&w, true);
+    PX_KV(&w, "retry_ms", wait);
+    fq_json_key(&w, "error");
+    fq_json_string(&w, why);
+    fq_json_end_object(&w);
+    px_reply(p, req, &w);
+    return false;
+}
+
 /* Room kept under max_payload for what the reply carries besides the body. */
 #define PX_REPLY_MARGIN 512
 
@@ -2448,6 +2563,9 @@ static void px_admin_stats(fq_proxy *p, const fq_nio_msg *req)
         px_reply_error(p, req, err);
         return;
     }
+    /* The overall section alone, or one tenant, costs what a reply does. */
+    if (!r.tenant[0] && r.limit && !px_admin_allow(p, req, PX_ADMIN_STATS))
+        return;
     size_t mp = p->max_payload > 0 ? (size_t)p->max_payload : 0, len = 0;
     size_t cap = mp > 2 * PX_REPLY_MARGIN ? mp - PX_REPLY_MARGIN : mp / 2;
     char *buf = malloc(cap);
@@ -2462,6 +2580,8 @@ static void px_admin_stats(fq_proxy *p, const fq_nio_msg *req)
 static void px_admin_reload(fq_proxy *p, const fq_nio_msg *req)
 {
     char restart[512], err[1024];
+    if (!px_admin_allow(p, req, PX_ADMIN_RELOAD))
+        return;
     if (px_reload(p, "admin request", restart, sizeof restart, err, sizeof err) != FQ_OK) {
         px_reply_error(p, req, err);
         return;
@@ -2575,6 +2695,8 @@ static void px_admin_set(fq_proxy *p, const fq_nio_msg *req)
     fq_tenant_entry ne = o->e;
     px_patch_apply(&ne, &pt);
     if (!px_entry_equal(&ne, &o->e)) {
+        if (!px_admin_allow(p, req, PX_ADMIN_SET))
+            return;
         uint64_t rev = 0;
         fq_status s = px_ovr_store(p, o, &ne, &rev);
         if (s == FQ_EEXIST)
@@ -2654,6 +2776,8 @@ static void px_metrics_publish(fq_proxy *p)
     fq_metrics_snapshot *sn = p->snap_fill;
     fq_sched_stats ss;
     fq_sched_stats_get(p->sched, &ss);
+    fq_nio_sub_stats ns;
+    fq_nio_sub_stats_get(&ns, p->nio, PX_SUB_ADMIN);
     sn->all = (fq_metrics_overall){
         .in_flight_runs = ss.in_flight, .in_flight_tokens = ss.in_flight_tokens,
         .window_runs = p->cfg.window.max_in_flight,
@@ -2680,6 +2804,8 @@ static void px_metrics_publish(fq_proxy *p)
         .dispatch_failures = p->c.dispatch_failures, .parked_tenants = ss.parked,
         .dispatch_stalled = atomic_load(&p->stalled) != 0,
         .admin_reply_failures = p->c.reply_failures,
+        .admin_requests_busy = p->c.admin_busy + ns.busy,
+        .admin_requests_no_reply = ns.no_reply,
         .max_payload = p->max_payload > 0 ? (uint64_t)p->max_payload : 0};
     memcpy(sn->all.rejected_runs, p->c.rejected, sizeof sn->all.rejected_runs);
     pthread_mutex_lock(&p->snap_mu);
@@ -3266,7 +3392,8 @@ static fq_status px_start_consumers(fq_proxy *p)
     if (s == FQ_OK)
         s = fq_nio_consume(p->nio, PX_CONS_DONE, &dc);
     if (s == FQ_OK)
-        s = fq_nio_subscribe(p->nio, PX_SUB_ADMIN, p->admin_filter);
+        s = fq_nio_subscribe(p->nio, PX_SUB_ADMIN, p->admin_filter, PX_ADMIN_QUEUED,
+                             px_busy_queued);
     return s;
 }
 
@@ -3506,6 +3633,8 @@ fq_status fq_proxy_create(fq_proxy **out, const fq_config *cfg, char *err, size_
         s = fq_metrics_snapshot_create(sns[i], p->cfg.http.max_tenant_series);
     p->text_gen = UINT64_MAX;
     pthread_mutex_init(&p->snap_mu, NULL);
+    for (int k = 0; k < PX_ADMIN__COUNT; k++)
+        fq_bucket_init(&p->admin_rate[k], px_admin_limits[k].rate, px_admin_limits[k].burst, 0);
     if (s == FQ_OK && !(p->ev = calloc(PX_EVENTS, sizeof *p->ev)))
         s = FQ_ENOMEM;
     if (s != FQ_OK) {

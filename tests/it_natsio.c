@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include <cmocka.h>
+#include <nats/nats.h>
 
 #include "natsio.h"
 #include "natstest.h"
@@ -135,7 +136,7 @@ static void test_puback_tokens_and_duplicates(void **state)
 static void test_puback_timeout_and_republish(void **state)
 {
     fixture *f = *state;
-    assert_int_equal(fq_nio_subscribe(f->n, 2, "later"), FQ_OK);
+    assert_int_equal(fq_nio_subscribe(f->n, 2, "later", 0, NULL), FQ_OK);
     fq_nio_hdr h[] = {{"Nats-Msg-Id", "late-1"}, {"X-Kept", "yes"}};
     fq_nio_out o = {.subject = "later", .data = "body", .len = 4, .hdrs = h, .n_hdrs = 2};
     long long t0 = nt_now_ms();
@@ -172,13 +173,80 @@ static void test_puback_timeout_and_republish(void **state)
     char err[256];
     so.url = natstest_url(f->srv);
     assert_int_equal(fq_nio_create(&small, &so, err, sizeof err), FQ_OK);
-    assert_int_equal(fq_nio_subscribe(small, 0, "sink"), FQ_OK);
+    assert_int_equal(fq_nio_subscribe(small, 0, "sink", 0, NULL), FQ_OK);
     fq_nio_out s = {.subject = "sink", .data = "x", .len = 1};
     assert_int_equal(fq_nio_publish(small, &s, 1), FQ_OK);
     assert_int_equal(fq_nio_publish(small, &s, 2), FQ_OK);
     assert_int_equal(fq_nio_publish(small, &s, 3), FQ_EIO);
     assert_int_equal(fq_nio_pending_pubs(small), 2);
     fq_nio_destroy(small);
+}
+
+/* Requests are bounded before the owner sees them: those without a reply
+ * subject are dropped and counted, those past max_queued waiting are
+ * answered busy at once and counted; a request taken by poll frees its
+ * room. */
+static void test_requests_bounded(void **state)
+{
+    fixture *f = *state;
+    static const char busy[] = "{\"busy\":true}";
+    assert_int_equal(fq_nio_subscribe(f->n, 1, "adm.>", 3, busy), FQ_OK);
+    assert_int_equal(fq_nio_flush(f->n, 2000), FQ_OK);   /* the server has the interest */
+    natsConnection *nc = NULL;
+    natsSubscription *inbox = NULL;
+    assert_int_equal(natsConnection_ConnectTo(&nc, natstest_url(f->srv)), NATS_OK);
+    assert_int_equal(natsConnection_SubscribeSync(&inbox, nc, "answers.*"), NATS_OK);
+    for (int i = 0; i < 5; i++)
+        assert_int_equal(natsConnection_PublishString(nc, "adm.stats", "{}"), NATS_OK);
+    for (int i = 0; i < 5; i++) {
+        char reply[32];
+        snprintf(reply, sizeof reply, "answers.%d", i);
+        assert_int_equal(natsConnection_PublishRequestString(nc, "adm.stats", reply, "{}"),
+                         NATS_OK);
+    }
+    assert_int_equal(natsConnection_Flush(nc), NATS_OK);
+    fq_nio_sub_stats st = {0};
+    for (long long end = nt_now_ms() + 5000; nt_now_ms() < end && st.busy < 2; nt_sleep_ms(10))
+        fq_nio_sub_stats_get(&st, f->n, 1);
+    assert_int_equal(st.no_reply, 5);
+    assert_int_equal(st.busy, 2);
+    /* The two past the bound were answered, by nobody's loop. */
+    for (int i = 0; i < 2; i++) {
+        natsMsg *m = NULL;
+        assert_int_equal(natsSubscription_NextMsg(&m, inbox, 5000), NATS_OK);
+        assert_string_equal(natsMsg_GetData(m), busy);
+        assert_true(strcmp(natsMsg_GetSubject(m), "answers.3") == 0 ||
+                    strcmp(natsMsg_GetSubject(m), "answers.4") == 0);
+        natsMsg_Destroy(m);
+    }
+    /* Three wait for the owner, in order. */
+    for (int i = 0; i < 3; i++) {
+        fq_nio_event ev;
+        char want[32];
+        assert_true(wait_event(f->n, FQ_NIO_EV_REQUEST, &ev, 5000));
+        snprintf(want, sizeof want, "answers.%d", i);
+        assert_string_equal(fq_nio_msg_reply(ev.msg), want);
+        assert_int_equal(fq_nio_reply(f->n, ev.msg, "ok", 2), FQ_OK);
+        fq_nio_msg_destroy(ev.msg);
+    }
+    /* Taken, they left room: the next one waits for the owner too. */
+    assert_int_equal(natsConnection_PublishRequestString(nc, "adm.stats", "answers.5", "{}"),
+                     NATS_OK);
+    fq_nio_event ev;
+    assert_true(wait_event(f->n, FQ_NIO_EV_REQUEST, &ev, 5000));
+    assert_string_equal(fq_nio_msg_reply(ev.msg), "answers.5");
+    fq_nio_msg_destroy(ev.msg);
+    fq_nio_sub_stats_get(&st, f->n, 1);
+    assert_int_equal(st.busy, 2);
+    for (int i = 0; i < 3; i++) {
+        natsMsg *m = NULL;
+        assert_int_equal(natsSubscription_NextMsg(&m, inbox, 5000), NATS_OK);
+        assert_string_equal(natsMsg_GetData(m), "ok");
+        natsMsg_Destroy(m);
+    }
+    natsSubscription_Destroy(inbox);
+    natsConnection_Destroy(nc);
+    assert_int_equal(fq_nio_unsubscribe(f->n, 1), FQ_OK);
 }
 
 /* A KV write against a revision that moved fails with JetStream's code. */
@@ -445,6 +513,7 @@ int main(void)
         cmocka_unit_test(test_publish_headers_as_sent),
         cmocka_unit_test(test_puback_timeout_and_republish),
         cmocka_unit_test(test_kv_update_async_wrong_last),
+        cmocka_unit_test(test_requests_bounded),
         cmocka_unit_test(test_kv_lease_primitives),
         cmocka_unit_test(test_stream_scan),
         cmocka_unit_test(test_fetch_ack_get_and_recreate),

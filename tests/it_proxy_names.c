@@ -88,7 +88,7 @@ static void wait_reply(fixture *f, const char *subject, const char *body, const 
     char *r = NULL;
     do {
         free(r);
-        r = ot_request(&f->c, subject, body);
+        r = pt_request(&f->c, subject, body, NULL);
         if (r && strstr(r, part))
             break;
         nt_sleep_ms(50);
@@ -221,11 +221,11 @@ static void test_two_proxies_apart(void **state)
     complete(f, "b.done", "tb", RUNS);
     wait_reply(f, "fair.admin.stats", "{\"limit\":0}", "\"completions\":20,");
     wait_reply(f, "b.admin.stats", "{\"limit\":0}", "\"completions\":20,");
-    char *r = ot_request(&f->c, "fair.admin.stats", "{\"limit\":0}");
+    char *r = pt_request(&f->c, "fair.admin.stats", "{\"limit\":0}", NULL);
     assert_contains(r, "\"submitted\":20,");
     assert_contains(r, "\"completions_unknown\":0,");
     free(r);
-    r = ot_request(&f->c, "b.admin.stats", "{\"limit\":0}");
+    r = pt_request(&f->c, "b.admin.stats", "{\"limit\":0}", NULL);
     assert_contains(r, "\"submitted\":21,");
     assert_contains(r, "\"completions_unknown\":0,");
     free(r);
@@ -239,7 +239,7 @@ static void test_two_proxies_apart(void **state)
     /* An override in B's bucket is B's alone. */
     assert_int_equal(ot_kv_put(&f->c, "b_tenants", "tb", "{\"weight\":5}"), 0);
     wait_reply(f, "b.admin.tenant.get", "{\"tenant\":\"tb\"}", "\"source\":\"override\"");
-    r = ot_request(&f->c, "fair.admin.tenant.get", "{\"tenant\":\"tb\"}");
+    r = pt_request(&f->c, "fair.admin.tenant.get", "{\"tenant\":\"tb\"}", NULL);
     assert_contains(r, "\"source\":\"default\"");
     assert_contains(r, "\"override\":null");
     free(r);

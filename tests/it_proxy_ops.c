@@ -304,7 +304,7 @@ static void test_reload_on_sighup(void **state)
     assert_int_equal(ot_proxy_signal(&f->px, SIGHUP), 0);
     assert_int_equal(pt_log_wait(&f->px, "config reloaded", 10000), 0);
     assert_int_equal(pt_log_count(&f->px, "restart_needed=subjects.dispatch"), 1);
-    char *r = ot_request(&f->c, "fair.admin.tenant.get", "{\"tenant\":\"b\"}");
+    char *r = pt_request(&f->c, "fair.admin.tenant.get", "{\"tenant\":\"b\"}", NULL);
     assert_contains(r, "\"weight\":3");
     assert_contains(r, "\"source\":\"config\"");
     free(r);
@@ -319,18 +319,18 @@ static void test_reload_on_sighup(void **state)
     assert_int_equal(ot_proxy_signal(&f->px, SIGHUP), 0);
     assert_int_equal(pt_log_wait(&f->px, "config reload refused", 10000), 0);
     assert_int_equal(pt_log_count(&f->px, "reload.yaml:12:5: plans[0].weight: must be >= 1"), 1);
-    r = ot_request(&f->c, "fair.admin.reload", "");
+    r = pt_request(&f->c, "fair.admin.reload", "", NULL);
     assert_contains(r, "\"ok\":false");
     assert_contains(r, "reload.yaml:12:5: plans[0].weight: must be >= 1");
     free(r);
-    r = ot_request(&f->c, "fair.admin.tenant.get", "{\"tenant\":\"b\"}");
+    r = pt_request(&f->c, "fair.admin.tenant.get", "{\"tenant\":\"b\"}", NULL);
     assert_contains(r, "\"weight\":3");
     free(r);
 
     /* The valid file again, by request: the reply names what needs a restart. */
     reload_yaml(yaml, sizeof yaml, 3, 10, "subjects:\n  dispatch: fair.elsewhere\n");
     assert_int_equal(ot_config_rewrite(&f->px, yaml), 0);
-    r = ot_request(&f->c, "fair.admin.reload", "");
+    r = pt_request(&f->c, "fair.admin.reload", "", NULL);
     assert_contains(r, "\"ok\":true");
     assert_contains(r, "\"restart_needed\":[\"subjects.dispatch\"]");
     free(r);
@@ -374,7 +374,7 @@ static long long poll_reply(fixture *f, const char *subject, const char *body, c
 {
     long long t0 = nt_now_ms();
     do {
-        char *r = ot_request(&f->c, subject, body);
+        char *r = pt_request(&f->c, subject, body, NULL);
         bool found = r && strstr(r, part);
         free(r);
         if (found)
@@ -456,7 +456,7 @@ static const char ovr_yaml[] =
 /* Each request is refused with a JSON error and changes nothing. */
 static void refuse(fixture *f, const char *subject, const char *body, const char *why)
 {
-    char *r = ot_request(&f->c, subject, body);
+    char *r = pt_request(&f->c, subject, body, NULL);
     assert_contains(r, "\"ok\":false");
     assert_contains(r, why);
     free(r);
@@ -488,7 +488,7 @@ static void test_overrides_admin_bucket_restart(void **state)
     assert_int_equal(ot_kv_put(&f->c, "fairq_tenants", "a", "{\"weight\":6}"), 0);
     long long seen = -1;
     while (seen < 0 && nt_now_ms() < t0 + 1000) {
-        r = ot_request(&f->c, "fair.admin.tenant.get", "{\"tenant\":\"a\"}");
+        r = pt_request(&f->c, "fair.admin.tenant.get", "{\"tenant\":\"a\"}", NULL);
         if (r && strstr(r, "\"weight\":6"))
             seen = nt_now_ms() - t0;
         free(r);
@@ -512,7 +512,7 @@ static void test_overrides_admin_bucket_restart(void **state)
     /* An invalid value in the bucket is refused too, and the policy stays. */
     assert_int_equal(ot_kv_put(&f->c, "fairq_tenants", "a", "{\"weight\":\"heavy\"}"), 0);
     assert_int_equal(pt_log_wait(&f->px, "override refused", 5000), 0);
-    r = ot_request(&f->c, "fair.admin.tenant.get", "{\"tenant\":\"a\"}");
+    r = pt_request(&f->c, "fair.admin.tenant.get", "{\"tenant\":\"a\"}", NULL);
     assert_contains(r, "\"weight\":6,");
     assert_contains(r, "\"override\":{\"weight\":6}");
     free(r);
@@ -581,7 +581,7 @@ static void test_overrides_survive_server_restart(void **state)
                 i ? "kill -9 and restart" : "restart", took);
         assert_true(took >= 0);
     }
-    char *r = ot_request(&f->c, "fair.admin.tenant.get", "{\"tenant\":\"a\"}");
+    char *r = pt_request(&f->c, "fair.admin.tenant.get", "{\"tenant\":\"a\"}", NULL);
     assert_contains(r, "\"source\":\"override\",\"override\":{\"weight\":4}");
     free(r);
 }
@@ -664,7 +664,7 @@ static void test_idle_tenants_forgotten(void **state)
                            15000) >= 0);
     assert_true(poll_reply(f, "fair.admin.stats", "{\"limit\":0}", "\"tenants\":1,", 1000) >=
                 0);
-    char *r = ot_request(&f->c, "fair.admin.stats", "");
+    char *r = pt_request(&f->c, "fair.admin.stats", "", NULL);
     assert_non_null(r);
     assert_non_null(strstr(r, "\"tenant\":\"kept\""));
     assert_null(strstr(r, "\"tenant\":\"u7\""));

@@ -1,4 +1,4 @@
-/* test_fq.c -- fq's shared helpers: the name and tenant id rules, decimal formatting. */
+/* test_fq.c -- fq's shared helpers: the name and tenant id rules, decimal formatting, SipHash, the token bucket. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -73,12 +73,45 @@ static void test_siphash_reference_vectors(void **state)
     assert_true(fq_siphash(k0 ^ 1, k1, msg, 15) != 0xa129ca6149be45e5ULL);
 }
 
+/* A bucket gives its burst at once, then one take per 1/rate second; the
+ * wait it names is exactly when the next take succeeds; idleness refills it
+ * only up to its burst. Virtual time. */
+static void test_bucket(void **state)
+{
+    (void)state;
+    fq_bucket b;
+    uint64_t wait = 0;
+    fq_bucket_init(&b, 4, 2, 1000);
+    assert_true(fq_bucket_take(&b, 1000, NULL));
+    assert_true(fq_bucket_take(&b, 1000, NULL));
+    assert_false(fq_bucket_take(&b, 1000, &wait));
+    assert_int_equal(wait, 250);
+    assert_false(fq_bucket_take(&b, 1000 + 249, &wait));
+    assert_int_equal(wait, 1);
+    assert_true(fq_bucket_take(&b, 1000 + 250, NULL));
+    assert_false(fq_bucket_take(&b, 1000 + 250, NULL));
+    /* A long idle spell refills two, not more. */
+    assert_true(fq_bucket_take(&b, 1000000, NULL));
+    assert_true(fq_bucket_take(&b, 1000000, NULL));
+    assert_false(fq_bucket_take(&b, 1000000, NULL));
+    /* A clock that goes back refills nothing and breaks nothing. */
+    assert_false(fq_bucket_take(&b, 5, &wait));
+    assert_int_equal(wait, 250);
+    /* Over a second of steady asking, rate takes and the burst. */
+    fq_bucket_init(&b, 10, 3, 0);
+    int took = 0;
+    for (uint64_t t = 0; t <= 1000; t++)
+        took += fq_bucket_take(&b, t, NULL);
+    assert_int_equal(took, 3 + 10);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_name_and_tenant_rules),
         cmocka_unit_test(test_u64_dec_matches_printf),
         cmocka_unit_test(test_siphash_reference_vectors),
+        cmocka_unit_test(test_bucket),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

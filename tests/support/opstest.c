@@ -117,24 +117,6 @@ int ot_http_port(const pt_proxy *px, int timeout_ms)
 
 /* ---- NATS ---------------------------------------------------------------- */
 
-char *ot_request(pt_client *c, const char *subject, const char *body)
-{
-    natsMsg *r = NULL;
-    natsStatus s = natsConnection_Request(&r, c->nc, subject, body, (int)strlen(body), 5000);
-    if (s != NATS_OK) {
-        fprintf(stderr, "opstest: request on %s: %s\n", subject, natsStatus_GetText(s));
-        return NULL;
-    }
-    size_t len = (size_t)natsMsg_GetDataLength(r);
-    char *out = malloc(len + 1);
-    if (out) {
-        memcpy(out, natsMsg_GetData(r), len);
-        out[len] = '\0';
-    }
-    natsMsg_Destroy(r);
-    return out;
-}
-
 int ot_admin(const natstest *srv, const char *request, const char *body, char **out)
 {
     char bin[512], path[600];

@@ -19,9 +19,6 @@ int ot_http_get(int port, const char *path, int *status, char **body);
  * FAIRQ_HTTP_LISTEN=127.0.0.1:0), waiting up to timeout_ms; -1 if none. */
 int ot_http_port(const pt_proxy *px, int timeout_ms);
 
-/* A request on subject with body; the reply malloc'd and NUL-terminated,
- * NULL on timeout. */
-char *ot_request(pt_client *c, const char *subject, const char *body);
 
 /* Run fairq-admin against srv with request and body; its output (the
  * reply) malloc'd in *out. Returns its exit code, -1 if it did not run. */

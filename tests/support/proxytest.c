@@ -177,19 +177,39 @@ char *pt_stats(pt_client *c)
 
 char *pt_stats_req(pt_client *c, const char *req, size_t *lenp)
 {
-    natsMsg *r = NULL;
-    if (natsConnection_RequestString(&r, c->nc, "fair.admin.stats", req, 5000) != NATS_OK)
-        return NULL;
-    size_t len = (size_t)natsMsg_GetDataLength(r);
-    if (lenp)
-        *lenp = len;
-    char *s = malloc(len + 1);
-    if (s) {
-        memcpy(s, natsMsg_GetData(r), len);
-        s[len] = '\0';
+    return pt_request(c, "fair.admin.stats", req, lenp);
+}
+
+char *pt_request(pt_client *c, const char *subject, const char *body, size_t *lenp)
+{
+    static const char busy[] = "{\"ok\":false,\"busy\":true";
+    long long end = nt_now_ms() + 5000;
+    for (;;) {
+        natsMsg *r = NULL;
+        natsStatus st = natsConnection_RequestString(&r, c->nc, subject, body, 5000);
+        if (st != NATS_OK) {
+            fprintf(stderr, "proxytest: request on %s: %s\n", subject, natsStatus_GetText(st));
+            return NULL;
+        }
+        size_t len = (size_t)natsMsg_GetDataLength(r);
+        char *s = malloc(len + 1);
+        if (s) {
+            memcpy(s, natsMsg_GetData(r), len);
+            s[len] = '\0';
+        }
+        natsMsg_Destroy(r);
+        if (s && strncmp(s, busy, sizeof busy - 1) == 0 && nt_now_ms() < end) {
+            /* Asked faster than the proxy allows: wait as it says. */
+            const char *w = strstr(s, "\"retry_ms\":");
+            int ms = w ? atoi(w + 11) : 100;
+            free(s);
+            nt_sleep_ms(ms > 0 && ms < 1000 ? ms : 100);
+            continue;
+        }
+        if (lenp)
+            *lenp = len;
+        return s;
     }
-    natsMsg_Destroy(r);
-    return s;
 }
 
 /* ---- reading streams back ---------------------------------------------- */

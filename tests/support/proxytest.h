@@ -61,6 +61,12 @@ int pt_submit_async(pt_client *c, const char *tenant, const void *body, size_t l
                     const char *const *hdrs);
 int pt_submit_flush(pt_client *c);
 
+/* The reply to an admin request on subject with body ("" for none),
+ * NUL-terminated, malloc'd; NULL on timeout. A busy reply is not an
+ * answer: the request is sent again after the retry_ms it names, for up to
+ * 5 s. *len (may be NULL): the reply's length in bytes. */
+char *pt_request(pt_client *c, const char *subject, const char *body, size_t *len);
+
 /* The fair.admin.stats reply, NUL-terminated, malloc'd; NULL on timeout. */
 char *pt_stats(pt_client *c);
 /* The same for a request with body req (a JSON text, "" for none); *len
