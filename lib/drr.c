@@ -985,16 +985,20 @@ fq_status fq_sched_adopt(fq_run **out, fq_sched *s, fq_tenant *t, uint64_t id,
 }
 
 /* Take r out of the window as if it had never been dispatched: its slot and
- * its counts are undone. Its tenant's deficit is the caller's to refund,
- * since how depends on where r goes next. */
+ * its counts are undone (an adopted run was counted before a restart, not
+ * here: the counts stop at zero). Its tenant's deficit is the caller's to
+ * refund, since how depends on where r goes next. */
 static fq_tenant *undispatch(fq_sched *s, fq_run *r)
 {
     fq_tenant *t = r->tenant;
+    if (r->state == FQ_RUN_FLIGHT)
+        t->in_flight--;
+    else
+        t->expired_held--;
     fq_window_remove(&s->win, r);
-    t->in_flight--;
-    t->dispatched--;
-    t->charged -= r->est;
-    s->dispatched--;
+    t->dispatched -= t->dispatched > 0;
+    t->charged -= t->charged < r->est ? t->charged : r->est;
+    s->dispatched -= s->dispatched > 0;
     return t;
 }
 
@@ -1019,7 +1023,7 @@ static int requeue_before(const fq_run *a, const fq_run *b)
 fq_status fq_sched_requeue(fq_sched *s, uint64_t id)
 {
     fq_run *r = fq_window_find(&s->win, id);
-    if (!r || r->state != FQ_RUN_FLIGHT)
+    if (!r)
         return FQ_ENOTFOUND;
     fq_tenant *t = undispatch(s, r);
     deficit_add(t, r->est);

@@ -164,8 +164,9 @@ bool fq_debt_forgiven(int64_t deficit, int64_t changed_at, int64_t now, uint64_t
 fq_status fq_sched_adopt(fq_run **out, fq_sched *s, fq_tenant *t, uint64_t id,
                          uint32_t est, void *handle, uint64_t dispatched_at);
 
-/* Undo a dispatch that never reached the workers (a failed publish): the run
- * goes back to the head of its tenant's queue and its charge is refunded.
+/* Undo a dispatch that never reached the workers (a failed publish): the run,
+ * in flight or expired since, goes back to the head of its tenant's queue
+ * and its charge is refunded.
  * Runs requeued this way lead the queue in the order of their ids,
  * whatever order they come back in: the order they were queued in when a
  * tenant's ids increase as its runs are queued (the proxy's submit stream

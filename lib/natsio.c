@@ -1148,9 +1148,15 @@ fq_status fq_nio_ack(fq_nio *n, int id, const fq_nio_ackref *a)
     return nio_ack_send(n, id, a, "+ACK");
 }
 
-fq_status fq_nio_nak(fq_nio *n, int id, const fq_nio_ackref *a, bool term)
+fq_status fq_nio_nak(fq_nio *n, int id, const fq_nio_ackref *a, int64_t delay_ms)
 {
-    return nio_ack_send(n, id, a, term ? "+TERM" : "-NAK");
+    if (delay_ms <= 0)
+        return nio_ack_send(n, id, a, "-NAK");
+    /* JetStream takes the delay in nanoseconds. */
+    char body[64];
+    snprintf(body, sizeof body, "-NAK {\"delay\":%" PRId64 "}",
+             (int64_t)(delay_ms * NIO_NS_PER_MS));
+    return nio_ack_send(n, id, a, body);
 }
 
 fq_status fq_nio_stream_scan(fq_nio *n, const char *stream,

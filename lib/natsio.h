@@ -221,8 +221,9 @@ fq_status fq_nio_consume(fq_nio *n, int id, const fq_nio_consumer *c);
 void fq_nio_consume_pause(fq_nio *n, int id, bool paused);
 /* Ack a message of consumer id by its reference. */
 fq_status fq_nio_ack(fq_nio *n, int id, const fq_nio_ackref *a);
-/* Ask for redelivery at once (a nak), or never again (a term). */
-fq_status fq_nio_nak(fq_nio *n, int id, const fq_nio_ackref *a, bool term);
+/* Ask for redelivery (a nak) after delay_ms (0: at once), for a message
+ * the caller lets go of without a verdict. */
+fq_status fq_nio_nak(fq_nio *n, int id, const fq_nio_ackref *a, int64_t delay_ms);
 
 /* Core subscription whose messages arrive as FQ_NIO_EV_REQUEST with
  * source = id. On arrival, before the owner sees it or anything is queued:

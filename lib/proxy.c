@@ -1372,6 +1372,35 @@ static void px_pause_check(fq_proxy *p)
     }
 }
 
+/* The submit m (ev) of run x, which the runs journal says was dispatched
+ * before a restart, came again: its ack was lost, or its dispatch was never
+ * stored (it failed, and the proxy stopped before it was sent again). Which
+ * one is not known, so it is published again under its Nats-Msg-Id:
+ * JetStream stores it once either way, and the PubAck acks the submit (a
+ * failed one queues the run again like any failed dispatch). */
+static void px_resend(fq_proxy *p, px_run *x, fq_nio_msg *m, const fq_nio_event *ev)
+{
+    int64_t now_ms = fq_nio_unix_ms();
+    px_dhdrs dh;
+    px_dispatch_hdrs(&dh, x->pt->id, x->names->run_id, x->names->workflow, x->est,
+                     ev->ts_ms > 0 ? (uint64_t)ev->ts_ms : 0, now_ms > 0 ? (uint64_t)now_ms : 0);
+    fq_nio_out o = {.subject = p->cfg.subjects.dispatch, .data = fq_nio_msg_data(m),
+                    .len = fq_nio_msg_len(m), .hdrs = dh.h, .n_hdrs = dh.n, .carry = m};
+    x->delivered = ev->ack.delivered;
+    if (!(x->in_seq = px_index_add(&p->by_seq, x, false)) ||
+        px_publish(p, &o, TK_MAKE(TK_DISPATCH, x->seq)) != FQ_OK) {
+        /* Not now: JetStream delivers it again in a while. */
+        px_seq_del(p, x);
+        fq_nio_nak(p->nio, PX_CONS_SUBMIT, &ev->ack, PX_PARK_MAX_MS);
+        fq_nio_msg_drop(p->nio, m);
+        return;
+    }
+    x->pending++;
+    p->held++;
+    fq_nio_msg_drop(p->nio, m);
+    px_pause_check(p);
+}
+
 static void px_on_submit(fq_proxy *p, fq_nio_event *ev)
 {
     fq_nio_msg *m = ev->msg;
@@ -1418,9 +1447,28 @@ static void px_on_submit(fq_proxy *p, fq_nio_event *ev)
     }
     if (s == FQ_OK) {
         key = px_key_hash(p, tenant, run_id);
-        if (px_seen(p, tenant, run_id, key, seq, &same)) {
+        bool seen = px_seen(p, tenant, run_id, key, seq, &same);
+        /* This very submit, dispatched already by the runs journal (the
+         * proxy restarted, or the submit's ack was lost). */
+        px_run *x = seen && same ? px_find_key(p, tenant, run_id, key) : NULL;
+        if (x && (x->in_seq || (x->state != PX_FLIGHT && x->state != PX_EXPIRED)))
+            x = NULL;
+        if (x && fq_sched_run(p->sched, x->seq)) {
+            px_resend(p, x, m, ev);
+            return;
+        }
+        if (x) {
+            /* Past the window at start, the scheduler holds nothing of
+             * it: admitted afresh, in its place among its tenant's runs
+             * (sent again, JetStream stores it once). */
+            px_key_del(p, x);
+            x->state = PX_DONE;
+            px_maybe_free(p, x);
+            seen = false;
+        }
+        if (seen) {
             if (same) {
-                /* Dispatched before a restart, its ack lost: done already. */
+                /* Completed before a restart, its ack lost: done already. */
                 p->c.duplicates_acked++;
                 px_ack(p, PX_CONS_SUBMIT, seq, ev->ack.delivered);
                 fq_nio_msg_drop(p->nio, m);
@@ -1469,6 +1517,7 @@ static void px_on_submit(fq_proxy *p, fq_nio_event *ev)
         else if (s == FQ_ENOMEM) {
             /* Not a client's fault: leave it in JetStream for later. */
             fq_log(FQ_LOG_ERROR, "out of memory holding a run", FQ_STR("tenant", tenant));
+            fq_nio_nak(p->nio, PX_CONS_SUBMIT, &ev->ack, PX_PARK_MAX_MS);
             fq_nio_msg_drop(p->nio, m);
             return;
         }
@@ -1584,10 +1633,11 @@ static void px_dispatching_again(fq_proxy *p)
 
 /* The dispatch of submit seq was not stored (ev: its failed PubAck, a full
  * store or a timeout, say). Such failures pass: the run is not refused but
- * queued again, in order, its body the message that failed, and its tenant
- * parked. Dispatches that keep failing make the proxy not ready, with a
- * line in the log. false: the run is not in flight (its lease ran out
- * meanwhile) and the message is the caller's to retry as it is. */
+ * queued again, in order (its lease may have run out meanwhile), its body
+ * the message that failed, and its tenant parked. Dispatches that keep
+ * failing make the proxy not ready, with a line in the log. false: the
+ * scheduler no longer holds the run (its expired record was forgotten) and
+ * the message is the caller's to retry as it is. */
 static bool px_dispatch_failed(fq_proxy *p, uint64_t seq, fq_nio_event *ev)
 {
     uint64_t now = fq_nio_mono_ms();
@@ -1606,8 +1656,7 @@ static bool px_dispatch_failed(fq_proxy *p, uint64_t seq, fq_nio_event *ev)
         }
     }
     px_run *x = px_find_seq(p, seq);
-    fq_run *r = fq_sched_run(p->sched, seq);
-    if (!x || x->state != PX_FLIGHT || !r || r->state != FQ_RUN_FLIGHT)
+    if (!x || (x->state != PX_FLIGHT && x->state != PX_EXPIRED) || !fq_sched_run(p->sched, seq))
         return false;
     x->state = PX_QUEUED;
     x->pending--;

@@ -325,6 +325,7 @@ static void test_full_store_is_waited_out(void **state)
     assert_int_equal(readyz(port, &body), 503);
     if (!strstr(body, "not dispatching"))
         fail_msg("/readyz says \"%s\"", body);
+    assert_int_equal(readyz(port, &body), 503);
     assert_int_equal(pt_log_wait(&f->px, "not dispatching", 5000), 0);
     cJSON *j = pf_stats(f, "", NULL);
     assert_int_equal(pf_overall(j, "rejected"), 0);
@@ -332,6 +333,20 @@ static void test_full_store_is_waited_out(void **state)
     cJSON_Delete(j);
     assert_int_equal(stream_msgs(f, "FAIR_DISPATCH"), FULL_ROOM);
     /* What was not stored is still in FAIR_SUBMIT, unacked. */
+    assert_int_equal(stream_msgs(f, "FAIR_SUBMIT"), FULL_RUNS - FULL_ROOM);
+    free(body);
+    body = NULL;
+
+    /* A restart meanwhile loses nothing: the journal says the runs whose
+     * dispatch failed were in flight, but they are sent again, not taken
+     * for sent. */
+    assert_int_equal(pt_proxy_stop(&f->px), 0);
+    assert_int_equal(pt_proxy_restart(&f->px), 0);
+    assert_int_equal(pt_log_wait_n(&f->px, "fairq-proxy running", 2, 15000), 0);
+    end = nt_now_ms() + 20000;
+    while (!stalled(f) && nt_now_ms() < end)
+        nt_sleep_ms(50);
+    assert_true(stalled(f));
     assert_int_equal(stream_msgs(f, "FAIR_SUBMIT"), FULL_RUNS - FULL_ROOM);
 
     /* Room again. */
@@ -346,6 +361,8 @@ static void test_full_store_is_waited_out(void **state)
     assert_int_equal(pt_worker_wait_completed(f->w, FULL_RUNS, 20000), 0);
     pf_assert_each_dispatched_once(f, FULL_RUNS);
     assert_int_equal(pt_log_wait(&f->px, "dispatching again", 5000), 0);
+    port = ot_http_port(&f->px, 5000);     /* the restarted proxy's */
+    assert_true(port > 0);
     end = nt_now_ms() + 10000;
     while (readyz(port, &body) != 200 && nt_now_ms() < end)
         nt_sleep_ms(50);

@@ -1280,6 +1280,31 @@ static void test_requeue_keeps_dispatch_order(void **state)
     fq_sched_destroy(s);
 }
 
+/* A run whose lease ran out before its failed publish came back is
+ * requeued all the same: its expired record goes, it is sent again. */
+static void test_requeue_of_an_expired_run(void **state)
+{
+    (void)state;
+    fq_sched *s = mk(0, 0, 100);
+    fq_tenant *a = ten(s, "a", 1, 0, 0);
+    uint64_t id1 = enq(s, a, 10), id2 = enq(s, a, 10);
+    assert_int_equal(fq_sched_dispatch(s, 0)->id, id1);
+    assert_int_equal(fq_sched_expire(s, 100, NULL, NULL), 1);
+    assert_int_equal(fq_sched_run(s, id1)->state, FQ_RUN_EXPIRED);
+    assert_int_equal(fq_sched_requeue(s, id1), FQ_OK);
+    assert_null(fq_sched_run(s, id1));
+    assert_int_equal(info(a).queued, 2);
+    assert_int_equal(fq_sched_dispatch(s, 110)->id, id1);
+    assert_int_equal(fq_sched_dispatch(s, 110)->id, id2);
+    /* Nothing is held but the two in flight: the tenant can be forgotten
+     * once they complete. */
+    assert_int_equal(fq_sched_complete(NULL, s, id1, 10), FQ_OK);
+    assert_int_equal(fq_sched_complete(NULL, s, id2, 10), FQ_OK);
+    assert_int_equal(info(a).in_flight, 0);
+    assert_int_equal(fq_sched_tenant_remove(s, a), FQ_OK);
+    fq_sched_destroy(s);
+}
+
 /* Absurd actuals saturate the debt instead of overflowing int64 (which
  * wraps to a huge credit without sanitizers). */
 static void test_debt_saturates(void **state)
@@ -1481,6 +1506,7 @@ int main(void)
         cmocka_unit_test(test_parked_tenant_stops_no_one),
         cmocka_unit_test(test_park_reaches_a_waiting_tenant),
         cmocka_unit_test(test_requeue_keeps_dispatch_order),
+        cmocka_unit_test(test_requeue_of_an_expired_run),
         cmocka_unit_test(test_debt_saturates),
         cmocka_unit_test(test_quantum_times_weight_is_bounded),
         cmocka_unit_test(test_adopt_restores_the_window),
