@@ -70,6 +70,14 @@ size_t fq_u64_dec(char *out, uint64_t v)
     return n;
 }
 
+size_t fq_str_copy(char *dst, size_t cap, const char *src)
+{
+    size_t n = strnlen(src, cap - 1);
+    memcpy(dst, src, n);
+    dst[n] = '\0';
+    return n;
+}
+
 #define FQ_ROTL(x, b) (uint64_t)(((x) << (b)) | ((x) >> (64 - (b))))
 #define FQ_SIPROUND                                                         \
     do {                                                                    \

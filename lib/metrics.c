@@ -188,7 +188,7 @@ fq_metrics_tenant *fq_metrics_snapshot_add(fq_metrics_snapshot *s)
 void fq_metrics_tenant_set_info(fq_metrics_tenant *m, const fq_tenant_info *ti,
                                 uint64_t now, double unit_seconds)
 {
-    snprintf(m->tenant, sizeof m->tenant, "%s", ti->id ? ti->id : "");
+    fq_str_copy(m->tenant, sizeof m->tenant, ti->id ? ti->id : "");
     m->weight = ti->weight;
     m->queued_runs = ti->queued;
     m->queued_tokens = ti->queued_tokens;

@@ -2808,7 +2808,7 @@ static void px_metrics_tenant(fq_proxy *p, const px_tenant *t, const fq_tenant_i
         memset(m, 0, sizeof *m);
     }
     fq_metrics_tenant_set_info(m, ti, now, 1e-3);
-    snprintf(m->plan, sizeof m->plan, "%s", t->plan);
+    fq_str_copy(m->plan, sizeof m->plan, t->plan);
     m->source = t->source;
     memcpy(m->rejected, t->rejected, sizeof m->rejected);
     m->submit_to_dispatch = t->wait;

@@ -26,6 +26,25 @@ static void test_u64_dec_matches_printf(void **state)
     }
 }
 
+/* fq_str_copy copies whole what fits, cuts what does not, and always ends
+ * the copy with a NUL. */
+static void test_str_copy(void **state)
+{
+    (void)state;
+    char d[5];
+    memset(d, '#', sizeof d);
+    assert_int_equal(fq_str_copy(d, sizeof d, "abc"), 3);
+    assert_string_equal(d, "abc");
+    assert_int_equal(fq_str_copy(d, sizeof d, "abcd"), 4);
+    assert_string_equal(d, "abcd");
+    assert_int_equal(fq_str_copy(d, sizeof d, "abcdefgh"), 4);
+    assert_string_equal(d, "abcd");
+    assert_int_equal(fq_str_copy(d, sizeof d, ""), 0);
+    assert_string_equal(d, "");
+    assert_int_equal(fq_str_copy(d, 1, "abc"), 0);
+    assert_string_equal(d, "");
+}
+
 /* Names are 1 to 64 of [A-Za-z0-9_-]; tenant ids are names other than the
  * two fairq reserves, compared whole and by length (s need not end in NUL). */
 static void test_name_and_tenant_rules(void **state)
@@ -110,6 +129,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_name_and_tenant_rules),
         cmocka_unit_test(test_u64_dec_matches_printf),
+        cmocka_unit_test(test_str_copy),
         cmocka_unit_test(test_siphash_reference_vectors),
         cmocka_unit_test(test_bucket),
     };
