@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -86,6 +87,7 @@
 #define PX_SWEEP_MS 1000            /* a sweep of every tenant begins this often */
 #define PX_SWEEP_SLICE 512          /* tenants a sweep visits per turn of the loop at most */
 #define PX_RENDER_ROUND (1u << 20)  /* a scrape's copy of the text: its size rounded up to this */
+#define PX_HTTP_NICE 10             /* the HTTP thread's nice value, from its first render */
 #define PX_ADMIN_QUEUED 64          /* admin requests waiting for the loop; past it natsio
                                        answers busy, so a turn sees at most this many */
 #define PX_STATS_PAGE_MAX 500       /* tenants in one stats reply at most */
@@ -329,6 +331,7 @@ struct fq_proxy {
     uint64_t render_gen;        /* the pass snap_render holds */
     fq_buf render_text;         /* its text, served again until a newer pass */
     uint64_t text_gen;          /* the pass render_text is of; UINT64_MAX: none */
+    bool http_niced;            /* the HTTP thread runs at PX_HTTP_NICE */
     atomic_int phase;           /* enum px_phase, for /readyz */
     atomic_int stalled;         /* dispatches keep failing: their last js_err + 1; 0: not */
     uint64_t fail_since;        /* monotonic ms dispatches began to fail; 0: they succeed */
@@ -2870,6 +2873,17 @@ static void px_metrics_publish(fq_proxy *p)
 static fq_status px_metrics_render(fq_buf *out, void *arg)
 {
     fq_proxy *p = arg;
+#ifdef __linux__
+    /* A scrape of 50,000 tenants copies tens of megabytes: on two cores,
+     * scrapes back to back would take CPU the loop needs to dispatch.
+     * Linux keeps a nice value per thread, and who 0 is the calling one:
+     * this thread alone yields to the loop. */
+    if (!p->http_niced) {
+        p->http_niced = true;
+        if (setpriority(PRIO_PROCESS, 0, PX_HTTP_NICE) != 0)
+            fq_log(FQ_LOG_DEBUG, "cannot lower the HTTP thread's priority");
+    }
+#endif
     pthread_mutex_lock(&p->snap_mu);
     if (p->render_gen != p->snap_gen) {
         fq_metrics_snapshot *sn = p->snap_render;
