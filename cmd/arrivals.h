@@ -66,6 +66,7 @@ typedef struct fql_steady_cfg {
     int64_t duration_us;        /* no arrival at or after this (rate > 0 only) */
     uint64_t count;             /* at most this many runs; 0: no limit */
     bool poisson;               /* exponential gaps; else evenly spaced */
+    bool in_turn;               /* tenants in turn; else one at random */
     double actual_factor;       /* actual tokens = estimate x factor */
     uint64_t seed;              /* the same seed gives the same runs */
     fqc_costs costs;            /* the cost mix */
@@ -91,7 +92,8 @@ static inline bool fql_steady_next(fql_source *src, fql_arrival *out)
         return false;
     k = fqc_costs_pick(&c->costs, fql_uniform(&s->rng));
     out->at_us = (int64_t)s->t_us;
-    out->tenant = (uint32_t)(fql_uniform(&s->rng) * src->ntenants);
+    out->tenant = c->in_turn ? (uint32_t)(s->made % src->ntenants)
+                             : (uint32_t)(fql_uniform(&s->rng) * src->ntenants);
     out->workflow = c->costs.workflow[k];
     out->est_tokens = c->costs.tokens[k];
     out->actual_tokens = (uint64_t)llround(c->costs.tokens[k] * c->actual_factor);

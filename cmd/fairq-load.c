@@ -47,7 +47,9 @@
 
 static const char *prog = "fairq-load";
 
-#define LOAD_TENANTS_MAX 1024
+#define LOAD_TENANTS_MAX 1024                   /* ids in a --tenants list */
+#define LOAD_TENANTS_NUM_MAX 1000000            /* --tenants N: enough to make a proxy
+                                                   know hundreds of thousands */
 #define LOAD_CHUNK_BITS 16                      /* runs per table chunk: 65,536 */
 #define LOAD_CHUNKS 4096                        /* table capacity: 268 million runs */
 #define LOAD_FETCH_MAX 256
@@ -790,7 +792,7 @@ static void load_usage(FILE *f)
 {
     fprintf(f,
         "usage: %s [--nats URL] [--rate R] [--duration S] [--count N] [--tenants N|A,B,...]\n"
-        "                  [--costs SPEC] [--arrivals const|poisson] [--actual-factor F]\n"
+        "                  [--costs SPEC] [--arrivals const|poisson] [--in-turn] [--actual-factor F]\n"
         "                  | --scenario FILE [--compress F]\n"
         "                  [--body-size B] [--workers N] [--tokens-per-sec R] [--seed N]\n"
         "                  [--max-outstanding N] [--drain S] [--warmup S] [--durable NAME]\n"
@@ -803,9 +805,12 @@ static void load_usage(FILE *f)
         "  --duration S        seconds of submitting; 0: until --count, or with --scenario\n"
         "                      the whole scenario (default 10; with --scenario 0)\n"
         "  --count N           submit at most N runs (default: no limit)\n"
-        "  --tenants N|LIST    N tenants t1..tN, or a comma-separated list (default 10)\n"
+        "  --tenants N|LIST    N tenants t1..tN (up to 1,000,000), or a comma-separated\n"
+        "                      list of up to 1024 (default 10)\n"
         "  --costs SPEC        [NAME=]TOKENS[:WEIGHT],... e.g. 100:0.9,5000:0.1 (default 1000)\n"
         "  --arrivals KIND     const (evenly spaced) or poisson (default const)\n"
+        "  --in-turn           each run to the next tenant in turn, not one at random:\n"
+        "                      --count N over N tenants gives each one run\n"
         "  --actual-factor F   actual tokens = estimate x F (default 1)\n"
         "  --scenario FILE     instead of the flags above, the runs of a scenario file\n"
         "                      (docs/sim.md): its tenants, submit times, workflows, declared\n"
@@ -840,12 +845,13 @@ static int load_tenants(char ***out, uint32_t *n, const char *spec)
 {
     uint64_t count;
     char **ids;
+    bool num = fqc_parse_u64(spec, 1, LOAD_TENANTS_NUM_MAX, &count);
 
-    if (!(ids = calloc(LOAD_TENANTS_MAX, sizeof *ids)))
+    if (!(ids = calloc(num ? count : LOAD_TENANTS_MAX, sizeof *ids)))
         return -1;
     *out = ids;
     *n = 0;
-    if (fqc_parse_u64(spec, 1, LOAD_TENANTS_MAX, &count)) {
+    if (num) {
         for (; *n < count; (*n)++) {
             if (!(ids[*n] = malloc(24)))
                 return -1;
@@ -889,7 +895,8 @@ static int load_parse(load_cfg *c, char **tenant_spec, const char **costs, int a
         {"send-asap", no_argument, NULL, 6},             {"help", no_argument, NULL, 'h'},
         {"scenario", required_argument, NULL, 7},        {"compress", required_argument, NULL, 8},
         {"proxy-stats", no_argument, NULL, 9},           {"stats-at", required_argument, NULL, 10},
-        {"admin-prefix", required_argument, NULL, 11},   {NULL, 0, NULL, 0},
+        {"admin-prefix", required_argument, NULL, 11},   {"in-turn", no_argument, NULL, 12},
+        {NULL, 0, NULL, 0},
     };
     const char *steady_flag = NULL; /* a flag of the steady mix, given */
     bool duration_set = false, compress_set = false;
@@ -906,7 +913,7 @@ static int load_parse(load_cfg *c, char **tenant_spec, const char **costs, int a
     *tenant_spec = "10";
     *costs = "1000";
     while (ok && (o = getopt_long(argc, argv, "hv", opts, &idx)) != -1) {
-        if (strchr("rctCaf", o))
+        if (strchr("rctCaf", o) || o == 12)
             steady_flag = opts[idx].name;
         switch (o) {
         case 'n': c->url = optarg; break;
@@ -946,6 +953,7 @@ static int load_parse(load_cfg *c, char **tenant_spec, const char **costs, int a
         case 9: c->proxy_stats = true; break;
         case 10: ok = fqc_parse_double(optarg, 0, 1e6, &c->stats_at_s); break;
         case 11: c->admin_prefix = optarg; break;
+        case 12: c->steady.in_turn = true; break;
         case 'v': c->verbose = true; break;
         case 'h': load_usage(stdout); exit(0);
         default: load_usage(stderr); return -1;

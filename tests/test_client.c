@@ -200,6 +200,23 @@ static void test_steady_constant(void **state)
     src->destroy(src);
 }
 
+/* In turn, N runs over N tenants give each exactly one, in order. */
+static void test_steady_in_turn(void **state)
+{
+    fql_steady_cfg c = steady(0, 0, 7);
+    fql_source *src = NULL;
+    fql_arrival a;
+    uint32_t n = 0;
+    (void)state;
+
+    c.in_turn = true;
+    assert_int_equal(fql_steady_create(&src, &c, tenants, 3), FQ_OK);
+    while (src->next(src, &a))
+        assert_int_equal(a.tenant, n++ % 3);
+    assert_int_equal(n, 7);
+    src->destroy(src);
+}
+
 static void test_steady_count_and_factor(void **state)
 {
     fql_steady_cfg c = steady(0, 0, 25);
@@ -323,6 +340,7 @@ int main(void)
         cmocka_unit_test(test_quantiles),
         cmocka_unit_test(test_steady_constant),
         cmocka_unit_test(test_steady_count_and_factor),
+        cmocka_unit_test(test_steady_in_turn),
         cmocka_unit_test(test_steady_seeded),
         cmocka_unit_test(test_steady_poisson_rate),
         cmocka_unit_test(test_steady_refused),
