@@ -135,14 +135,15 @@ static int worker_run(jsCtx *js, fqc_pull *pull, const worker_cfg *c, natsMsg *m
         return 0;
     }
     fqc_hdr_u64(m, FQ_HDR_EST_TOKENS, UINT32_MAX, &est);
+    /* The completion names the run and what it spent; the proxy reconciles
+     * against the charge it made, so nothing of the dispatch is echoed. */
     done.actual_tokens = (uint64_t)llround((double)est * c->factor);
-    done.est_tokens = (uint32_t)est;
     snprintf(done.run_id, sizeof done.run_id, "%s", run_id);
-    if (workflow && fq_msg_name_valid(workflow, strlen(workflow), FQ_WORKFLOW_MAX))
-        snprintf(done.workflow, sizeof done.workflow, "%s", workflow);
+    if (!workflow || !fq_msg_name_valid(workflow, strlen(workflow), FQ_WORKFLOW_MAX))
+        workflow = "";
     secs = c->tokens_per_sec > 0 ? (double)done.actual_tokens / c->tokens_per_sec : 0;
     printf("run tenant=%s run_id=%s workflow=%s est_tokens=%llu bytes=%d work_s=%.3f\n", tenant,
-           run_id, done.workflow, (unsigned long long)est, natsMsg_GetDataLength(m), secs);
+           run_id, workflow, (unsigned long long)est, natsMsg_GetDataLength(m), secs);
     fflush(stdout);
     if (!worker_work(pull, m, secs)) {
         fqc_ack(pull, m, "-NAK");

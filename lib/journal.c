@@ -32,11 +32,18 @@ static const char *const jr_type_name[] = {
     [FQ_JREC_FLIGHT] = "flight",
     [FQ_JREC_DONE] = "done",
     [FQ_JREC_DEBT] = "debt",
+    [FQ_JREC_EXPIRED] = "expired",
 };
 
 static bool jr_type_known(int t)
 {
-    return t >= FQ_JREC_FLIGHT && t <= FQ_JREC_DEBT;
+    return t >= FQ_JREC_FLIGHT && t <= FQ_JREC_EXPIRED;
+}
+
+/* A record of a run with its charge: flight, or expired. */
+static bool jr_charged(enum fq_jrec_type t)
+{
+    return t == FQ_JREC_FLIGHT || t == FQ_JREC_EXPIRED;
 }
 
 bool fq_jrec_valid(const fq_jrec *r, const char **why)
@@ -44,7 +51,7 @@ bool fq_jrec_valid(const fq_jrec *r, const char **why)
     const char *w = NULL;
     size_t rl = strnlen(r->run_id, sizeof r->run_id);
     size_t wl = strnlen(r->workflow, sizeof r->workflow);
-    bool has_run = r->type == FQ_JREC_FLIGHT || r->type == FQ_JREC_DONE;
+    bool has_run = jr_charged(r->type) || r->type == FQ_JREC_DONE;
     if (!jr_type_known((int)r->type))
         w = "the record type is not known";
     else if (!fq_tenant_id_valid(r->tenant, strnlen(r->tenant, sizeof r->tenant)))
@@ -53,11 +60,11 @@ bool fq_jrec_valid(const fq_jrec *r, const char **why)
         w = "r: not a valid run id";
     else if (!has_run && rl)
         w = "r: a debt record has no run";
-    else if (wl && (r->type != FQ_JREC_FLIGHT || !fq_msg_name_valid(r->workflow, wl,
-                                                                     FQ_WORKFLOW_MAX)))
+    else if (wl && (!jr_charged(r->type) || !fq_msg_name_valid(r->workflow, wl,
+                                                                FQ_WORKFLOW_MAX)))
         w = "w: not a valid workflow name";
-    else if (r->type == FQ_JREC_FLIGHT ? r->est < 1 : r->est || r->declared)
-        w = "e: a flight record's estimate is 1 to 2^32-1, other records have none";
+    else if (jr_charged(r->type) ? r->est < 1 : r->est || r->declared)
+        w = "e: a flight or expired record's estimate is 1 to 2^32-1, other records have none";
     else if (r->seq > (uint64_t)FQ_JOURNAL_MAX_INT || (!has_run && r->seq))
         w = "s: a sequence is 0 to 2^53, and a debt record has none";
     else if (r->deficit > 0 || r->deficit < FQ_JOURNAL_MIN_DEFICIT ||
@@ -88,6 +95,7 @@ fq_status fq_jbatch_append(fq_jbatch *b, const fq_jrec *r)
     fq_json_string(&w, r->tenant);
     switch (r->type) {
     case FQ_JREC_FLIGHT:
+    case FQ_JREC_EXPIRED:
         fq_json_key(&w, "r");
         fq_json_string(&w, r->run_id);
         if (r->workflow[0]) {
@@ -179,11 +187,14 @@ static const unsigned jr_required[] = {
     [FQ_JREC_FLIGHT] = 1u << JR_T | 1u << JR_R | 1u << JR_E | 1u << JR_D | 1u << JR_S | 1u << JR_AT,
     [FQ_JREC_DONE] = 1u << JR_T | 1u << JR_R | 1u << JR_S | 1u << JR_AT,
     [FQ_JREC_DEBT] = 1u << JR_T | 1u << JR_DF | 1u << JR_AT,
+    [FQ_JREC_EXPIRED] = 1u << JR_T | 1u << JR_R | 1u << JR_E | 1u << JR_D | 1u << JR_S |
+                        1u << JR_AT,
 };
 static const unsigned jr_allowed[] = {
     [FQ_JREC_FLIGHT] = 1u << JR_W,
     [FQ_JREC_DONE] = 0,
     [FQ_JREC_DEBT] = 0,
+    [FQ_JREC_EXPIRED] = 1u << JR_W,
 };
 
 static void jr_refuse(fq_jcounts *c, bool unknown, const char *why)
@@ -248,7 +259,7 @@ static bool jr_entry(fq_jrec *r, const cJSON *e, bool *unknown, const char **why
         *why = "st: missing or not a string";
         return false;
     }
-    for (int t = FQ_JREC_FLIGHT; t <= FQ_JREC_DEBT; t++)
+    for (int t = FQ_JREC_FLIGHT; t <= FQ_JREC_EXPIRED; t++)
         if (strcmp(m[JR_ST]->valuestring, jr_type_name[t]) == 0)
             r->type = (enum fq_jrec_type)t;
     if (!r->type) {

@@ -19,6 +19,7 @@
  *   {"st":"flight","t":tenant,"r":run_id,"w":workflow,"e":est,"d":declared,"s":seq,"at":ms}
  *   {"st":"done","t":tenant,"r":run_id,"s":seq,"at":ms}
  *   {"st":"debt","t":tenant,"df":deficit,"at":ms}
+ *   {"st":"expired", the members of flight}
  *
  * ("w" is left out when there is no workflow). Whatever is read back was
  * stored by a NATS client, perhaps not fairq: the decoder trusts nothing,
@@ -32,6 +33,8 @@ enum fq_jrec_type {
     FQ_JREC_FLIGHT = 1, /* a run dispatched: it holds a window slot */
     FQ_JREC_DONE,       /* a run completed: its id is remembered */
     FQ_JREC_DEBT,       /* a tenant's debt, as of its last change */
+    FQ_JREC_EXPIRED,    /* a run's lease ran out: a late completion may still
+                           reconcile it; the fields of its flight record */
 };
 
 /* Limits of the numeric fields. Every integer is at most 2^53, so JSON's
@@ -44,14 +47,16 @@ enum fq_jrec_type {
 typedef struct fq_jrec {
     enum fq_jrec_type type;
     char tenant[FQ_TENANT_MAX + 1];     /* a valid tenant id */
-    char run_id[FQ_RUN_ID_MAX + 1];     /* flight, done: a valid run id */
-    char workflow[FQ_WORKFLOW_MAX + 1]; /* flight: "" if none */
-    uint32_t est;                       /* flight: tokens charged, >= 1 */
-    uint32_t declared;                  /* flight: the producer's est_tokens, 0 if none */
-    uint64_t seq;                       /* flight, done: submit sequence (<= 2^53), 0 if none */
+    char run_id[FQ_RUN_ID_MAX + 1];     /* flight, done, expired: a valid run id */
+    char workflow[FQ_WORKFLOW_MAX + 1]; /* flight, expired: "" if none */
+    uint32_t est;                       /* flight, expired: tokens charged, >= 1 */
+    uint32_t declared;                  /* flight, expired: the producer's est_tokens, 0 if none */
+    uint64_t seq;                       /* flight, done, expired: submit sequence (<= 2^53),
+                                           0 if none */
     int64_t deficit;                    /* debt: the tenant's deficit, FQ_JOURNAL_MIN_DEFICIT..0 */
     int64_t at_ms;                      /* unix ms, 0..2^53: the dispatch (flight), the
-                                           completion (done), the debt's last change (debt) */
+                                           completion (done), the debt's last change (debt),
+                                           the lease's end (expired) */
 } fq_jrec;
 
 /* Whether r obeys the rules above; if not, why (a static sentence). */

@@ -63,12 +63,15 @@ typedef struct fq_metrics_tenant {
 
 /* What became of a completion (label outcome of fairq_completions_total). */
 enum fq_metrics_completion {
-    FQ_COMPLETION_HELD,             /* reconciled against the run fairq held */
-    FQ_COMPLETION_UNHELD,           /* not held (before a restart): reconciled
-                                       from its echoed estimate */
+    FQ_COMPLETION_HELD,             /* its run in flight: reconciled */
+    FQ_COMPLETION_UNHELD,           /* late, its run's lease expired (before or
+                                       across a restart): reconciled against
+                                       the charge fairq remembered */
     FQ_COMPLETION_DUPLICATE,        /* for a run completed already: ignored */
     FQ_COMPLETION_INVALID,          /* not a valid completion: to rejected */
-    FQ_COMPLETION_UNKNOWN,          /* not held and nothing echoed: ignored */
+    FQ_COMPLETION_UNKNOWN,          /* for no run fairq dispatched and
+                                       remembers, on that tenant's subject:
+                                       ignored, to rejected */
     FQ_COMPLETION__COUNT
 };
 

@@ -502,7 +502,7 @@ static fq_status fq_completion_fields(fq_completion *out, const cJSON *root,
     if ((st = fq_msg_name_item(out->run_id, FQ_RUN_ID_MAX, it[0], "run_id",
                                err, errlen)) != FQ_OK)
         return st;
-    if ((st = fq_msg_uint_item(&out->actual_tokens, it[1], 0, FQ_MAX_ACTUAL_TOKENS,
+    if ((st = fq_msg_uint_item(&out->actual_tokens, it[1], 0, FQ_MAX_ACTUAL_TOKENS(max_est),
                                "actual_tokens", err, errlen)) != FQ_OK)
         return st;
     for (k = 0; cJSON_IsString(it[2]) && k < FQ_DONE_COUNT; k++)

@@ -74,14 +74,20 @@ typedef struct fq_completion {
     char workflow[FQ_WORKFLOW_MAX + 1]; /* echoed; "" if absent */
 } fq_completion;
 
-#define FQ_MAX_ACTUAL_TOKENS 1000000000000ULL   /* larger is absurd: refused */
+/* The largest actual_tokens a completion may report: FQ_ACTUAL_OVER_MAX_EST
+ * times the largest estimate a run may carry (scheduler.max_est_tokens).
+ * One run's actual spend is charged to its tenant whole, so a count past
+ * any plausible run (a worker's bug, or a forged completion meant to sink
+ * a neighbour in debt) is refused rather than believed. */
+#define FQ_ACTUAL_OVER_MAX_EST 100u
+#define FQ_MAX_ACTUAL_TOKENS(max_est) ((uint64_t)(max_est) * FQ_ACTUAL_OVER_MAX_EST)
 
 /* Parse a completion from body[0..len) (not NUL-terminated). FQ_EINVAL with
  * a sentence in err if it is not a JSON object with a valid run_id,
- * actual_tokens (integer 0..FQ_MAX_ACTUAL_TOKENS) and status ("ok", "error"
- * or "cancelled"), or an echoed est_tokens (1..max_est) or workflow is
- * invalid, or one of these is given twice; *out then holds zeroes. Other
- * fields are ignored. */
+ * actual_tokens (integer 0..FQ_MAX_ACTUAL_TOKENS(max_est)) and status
+ * ("ok", "error" or "cancelled"), or an echoed est_tokens (1..max_est) or
+ * workflow is invalid, or one of these is given twice; *out then holds
+ * zeroes. Other fields are ignored. */
 fq_status fq_completion_parse(fq_completion *out, const void *body, size_t len,
                               uint32_t max_est, char *err, size_t errlen);
 

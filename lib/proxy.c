@@ -71,7 +71,8 @@
 #define PX_RETRY_MS 250             /* a failed publish is tried again after this */
 #define PX_PARK_MAX_MS 5000         /* longest a tenant is parked after failed dispatches */
 #define PX_STALL_MS 1000            /* dispatches failing this long: not ready */
-#define PX_EXPIRED_MAX 100000       /* expired runs remembered for late completions */
+#define PX_EXPIRED_MAX 100000       /* expired runs remembered for late completions, at most */
+#define PX_DONE_COPIES_PER_SEC 100  /* refused completions copied to the rejected subject */
 #define PX_POOL_CHUNK 1024
 #define PX_SYNTH_ID (1ULL << 62)    /* scheduler ids of adopted runs without a sequence */
 /* A graceful stop fits FQ_PROXY_STOP_MS from the signal, NATS up or not:
@@ -139,6 +140,7 @@ typedef struct px_names {
     char run_id[FQ_RUN_ID_MAX + 1];
     char workflow[FQ_WORKFLOW_MAX + 1];
     uint32_t declared;          /* the producer's est_tokens, 0 if none */
+    int64_t forget_ms;          /* once expired: unix ms from which it is forgotten */
     struct px_names *next;      /* free list */
 } px_names;
 
@@ -306,6 +308,8 @@ struct fq_proxy {
     bool lease_lost;            /* another proxy holds it now */
     bool releasing;             /* the release at a stop awaits its PubAck */
     uint64_t next_second;       /* monotonic ms of the next rate sample */
+    uint64_t done_copy_sec;     /* monotonic second of the copies below */
+    uint32_t done_copies;       /* refused completions copied in that second */
     uint64_t sec_dispatched, sec_tokens, sec_completed, sec_actual;
     double rate_runs, rate_tokens, rate_completed, rate_actual; /* per second */
     px_counters c;
@@ -988,10 +992,13 @@ static void px_ack(fq_proxy *p, int cons, uint64_t seq, uint32_t delivered)
 /*
  * FAIRQ_RUNS is a limits stream of batches; lib/journal.c writes and reads
  * the records. A run's flight record goes out with the turn that
- * dispatched it and its done record with the turn that saw its completion;
- * read back in order at start they give the runs still in flight and the
- * run ids completed within the duplicate window. One message per turn
- * instead of one per run keeps the server's work per run close to the
+ * dispatched it, its expired record with the turn its lease ran out, and
+ * its done record with the turn that saw its completion; read back in
+ * order at start they give the runs still in flight, the expired runs a
+ * late completion may still reconcile, and the run ids completed within
+ * the duplicate window. Only runs fairq dispatched get records. One
+ * message per turn instead of one per run keeps the server's work per run
+ * close to the
  * relay's.
  */
 
@@ -1033,15 +1040,21 @@ static bool px_journal_add(fq_proxy *p, const fq_jrec *r)
     return px_batch_cur(p) && fq_jbatch_append(&p->jb, r) == FQ_OK;
 }
 
-/* The flight record of x, dispatched just now; its submit ack waits for it. */
-static void px_journal_flight(fq_proxy *p, px_run *x, int64_t now_ms)
+/* Append run x's record of type (flight or expired) at at_ms. */
+static bool px_journal_run(fq_proxy *p, px_run *x, enum fq_jrec_type type, int64_t at_ms)
 {
-    fq_jrec r = {.type = FQ_JREC_FLIGHT, .est = x->est, .declared = x->names->declared,
-                 .seq = x->seq, .at_ms = now_ms};
+    fq_jrec r = {.type = type, .est = x->est, .declared = x->names->declared, .seq = x->seq,
+                 .at_ms = at_ms};
     memcpy(r.tenant, x->pt->id, sizeof r.tenant);
     memcpy(r.run_id, x->names->run_id, sizeof r.run_id);
     memcpy(r.workflow, x->names->workflow, sizeof r.workflow);
-    if (!px_journal_add(p, &r) ||
+    return px_journal_add(p, &r);
+}
+
+/* The flight record of x, dispatched just now; its submit ack waits for it. */
+static void px_journal_flight(fq_proxy *p, px_run *x, int64_t now_ms)
+{
+    if (!px_journal_run(p, x, FQ_JREC_FLIGHT, now_ms) ||
         !px_grow((void **)&p->cur->runs, &p->cur->cap_runs, p->cur->nruns + 1, sizeof(px_run *)))
         return;     /* out of memory: it will not be adopted after a restart */
     p->cur->runs[p->cur->nruns++] = x;
@@ -1268,8 +1281,10 @@ static void px_run_id(char *out, size_t cap, const fq_proxy *p, const fq_submit 
 }
 
 /* Whether run key (tenant, run_id), hash h, of submit seq was handled
- * before: held, in flight or completed. *same: by this very submit (a
- * redelivery after a restart), else by another submit (a duplicate run id). */
+ * before: held, in flight, expired or completed, all of them runs fairq
+ * held (a completion for a run it did not hold records nothing). *same: by
+ * this very submit (a redelivery after a restart), else by another submit
+ * (a duplicate run id). */
 static bool px_seen(fq_proxy *p, const char *tenant, const char *run_id, uint64_t h, uint64_t seq,
                     bool *same)
 {
@@ -1912,35 +1927,46 @@ static void px_mark_done(fq_proxy *p, const char *tenant, const px_names *nm, ui
     p->cur->dones[p->cur->ndones++] = done_seq;
 }
 
-/* Reconcile a completion for a run the proxy does not hold, from the
- * echoed estimate; remembered as done so a repeat changes nothing. */
-static void px_complete_unheld(fq_proxy *p, const char *tenant, const fq_completion *c,
-                               uint64_t done_seq, uint64_t h)
+/* Refuse completion m (done seq done_seq; counted by the caller) for the
+ * reason err: a copy to <rejected>._invalid, acked once stored. Past
+ * PX_DONE_COPIES_PER_SEC copies in a second the rest are acked at once
+ * without one, so that a flood of bogus completions costs the rejected
+ * stream and the loop no more than that. */
+static void px_refuse_done(fq_proxy *p, const fq_nio_msg *m, const char *err, uint64_t done_seq)
 {
-    px_tenant *pt = NULL;
-    if (c->est_tokens && px_tenant_get(&pt, p, tenant, strlen(tenant)) == FQ_OK) {
-        fq_tenant_reconcile(p->sched, pt->t, c->est_tokens, c->actual_tokens);
-        px_debt_touch(p, pt);
-        if (c->status == FQ_DONE_OK)
-            fq_est_observe(p->est, tenant, c->workflow, 0, c->est_tokens, c->actual_tokens);
-        pt->completed++;
-        p->c.completions_unheld++;
-    } else {
-        p->c.completions_unknown++;
+    uint64_t sec = fq_nio_mono_ms() / 1000;
+    if (sec != p->done_copy_sec) {
+        p->done_copy_sec = sec;
+        p->done_copies = 0;
     }
-    px_names nm = {.declared = 0};
-    snprintf(nm.run_id, sizeof nm.run_id, "%s", c->run_id);
-    snprintf(nm.workflow, sizeof nm.workflow, "%s", c->workflow);
-    px_mark_done(p, tenant, &nm, h, 0, done_seq);
+    if (p->done_copies >= PX_DONE_COPIES_PER_SEC) {
+        px_ack(p, PX_CONS_DONE, done_seq, 1);
+        return;
+    }
+    p->done_copies++;
+    char why[400];
+    snprintf(why, sizeof why, "invalid completion: %s", err);
+    px_refuse(p, m, NULL, FQ_EINVAL, why, TK_MAKE(TK_DONE_REJECT, done_seq));
 }
 
+/*
+ * A completion counts only for a run fairq dispatched and still remembers,
+ * on that run's tenant's subject: in flight, or expired within
+ * px_keep_done_ms (across restarts through the journal, at most
+ * PX_EXPIRED_MAX of them). It corrects the charge fairq made, never one a
+ * worker states. Anything else (a run never dispatched, another tenant's,
+ * one forgotten) changes no deficit, creates no tenant and records no run
+ * id: counted as unknown and dropped, so that whoever may publish
+ * completions cannot lift its own deficit, sink a neighbour's, make run
+ * ids look used, or grow fairq's memory and journal.
+ */
 static void px_on_done(fq_proxy *p, fq_nio_event *ev)
 {
     fq_nio_msg *m = ev->msg;
     uint64_t dseq = ev->ack.sseq;
     size_t tlen = 0;
     const char *tid = px_subject_tenant(fq_nio_msg_subject(m), p->cfg.subjects.done, &tlen);
-    char err[256];
+    char err[320];
     fq_completion c;
     fq_status s = FQ_EINVAL;
     if (!tid || !fq_tenant_id_valid(tid, tlen))
@@ -1965,32 +1991,39 @@ static void px_on_done(fq_proxy *p, fq_nio_event *ev)
     }
     if (s != FQ_OK) {
         p->c.completions_invalid++;
-        char why[300];
-        snprintf(why, sizeof why, "invalid completion: %s", err);
-        px_refuse(p, m, NULL, FQ_EINVAL, why, TK_MAKE(TK_DONE_REJECT, dseq));
+        px_refuse_done(p, m, err, dseq);
+        fq_nio_msg_drop(p->nio, m);
+        return;
+    }
+    if (!x && px_done_find(&p->done, h)) {
+        p->c.completions_duplicate++;
+        fq_nio_msg_drop(p->nio, m);
+        px_ack(p, PX_CONS_DONE, dseq, 1);
+        return;
+    }
+    if (!x) {
+        p->c.completions_unknown++;
+        snprintf(err, sizeof err, "run_id %s is no run of tenant %s that fairq dispatched "
+                 "and remembers (in flight, or expired within %" PRIu64 " ms)", c.run_id,
+                 tenant, px_keep_done_ms(p));
+        px_refuse_done(p, m, err, dseq);
         fq_nio_msg_drop(p->nio, m);
         return;
     }
     fq_nio_msg_drop(p->nio, m);
-    if (!x) {
-        if (px_done_find(&p->done, h)) {
-            p->c.completions_duplicate++;
-            px_ack(p, PX_CONS_DONE, dseq, 1);
-            return;
-        }
-        px_complete_unheld(p, tenant, &c, dseq, h);
-        return;
-    }
-    if (x->state == PX_FLIGHT)
+    if (x->state == PX_FLIGHT) {
         fq_sched_complete(NULL, p->sched, x->seq, c.actual_tokens);
-    else
+        p->c.completions++;
+    } else {
+        /* Late: its lease ran out and its slot is free already. */
         fq_tenant_reconcile(p->sched, x->pt->t, x->est, c.actual_tokens);
+        p->c.completions_unheld++;
+    }
     px_debt_touch(p, x->pt);
     if (c.status == FQ_DONE_OK)
         fq_est_observe(p->est, tenant, x->names->workflow, x->names->declared, x->est,
                        c.actual_tokens);
     x->pt->completed++;
-    p->c.completions++;
     p->sec_completed++;
     p->sec_actual += c.actual_tokens;
     x->state = PX_DONE;
@@ -2014,16 +2047,10 @@ static void px_forget_expired(fq_proxy *p)
     px_maybe_free(p, x);
 }
 
-static void px_on_expired(void *arg, const fq_run *r)
+/* Remember expired run x, its forget_ms set, for a late completion. */
+static void px_exp_link(fq_proxy *p, px_run *x)
 {
-    fq_proxy *p = arg;
-    px_run *x = r->handle;
     x->state = PX_EXPIRED;
-    p->c.expired++;
-    if (px_warn_ok(p, x->pt->id))
-        fq_log(FQ_LOG_WARN, "run timed out: its window slot is freed",
-               FQ_STR("tenant", x->pt->id), FQ_STR("run_id", x->names->run_id),
-               FQ_UINT("run_timeout_ms", p->cfg.window.run_timeout_ms));
     x->in_exp = true;
     x->exp_next = NULL;
     if (p->exp_tail)
@@ -2034,11 +2061,45 @@ static void px_on_expired(void *arg, const fq_run *r)
     p->nexp++;
 }
 
+/* Run x's lease ran out at at_ms (unix): its slot is free, and a late
+ * completion may still reconcile it until px_keep_done_ms later, also
+ * after a restart (its expired record). */
+static void px_expired(fq_proxy *p, px_run *x, int64_t at_ms)
+{
+    p->c.expired++;
+    if (px_warn_ok(p, x->pt->id))
+        fq_log(FQ_LOG_WARN, "run timed out: its window slot is freed",
+               FQ_STR("tenant", x->pt->id), FQ_STR("run_id", x->names->run_id),
+               FQ_UINT("run_timeout_ms", p->cfg.window.run_timeout_ms));
+    x->names->forget_ms = px_done_until(p, at_ms);
+    px_journal_run(p, x, FQ_JREC_EXPIRED, at_ms);
+    px_exp_link(p, x);
+}
+
+static void px_on_expired(void *arg, const fq_run *r)
+{
+    fq_proxy *p = arg;
+    px_expired(p, r->handle, fq_nio_unix_ms());
+}
+
+/* Expire the runs whose lease ran out, and forget the expired runs past
+ * their time, or the oldest past PX_EXPIRED_MAX: a late completion for
+ * one forgotten is unknown, as for any run fairq does not remember. */
 static void px_expire(fq_proxy *p)
 {
     fq_sched_expire(p->sched, fq_nio_mono_ms(), px_on_expired, p);
-    while (p->nexp > PX_EXPIRED_MAX)
+    if (!p->exp_head)
+        return;
+    int64_t now_ms = fq_nio_unix_ms();
+    size_t early = 0;
+    while (p->exp_head && p->exp_head->names->forget_ms <= now_ms)
         px_forget_expired(p);
+    for (; p->nexp > PX_EXPIRED_MAX; early++)
+        px_forget_expired(p);
+    if (early && px_warn_ok(p, "expired_max"))
+        fq_log(FQ_LOG_WARN, "too many expired runs to remember: the oldest are forgotten "
+               "early, and a late completion for them changes nothing",
+               FQ_UINT("forgotten", early), FQ_UINT("remembered", PX_EXPIRED_MAX));
 }
 
 /* ---- stats ---------------------------------------------------------------- */
@@ -3244,22 +3305,22 @@ typedef struct px_loaded {
     fq_jcounts counts;          /* records read and refused */
 } px_loaded;
 
-/* A flight record: the run is held in the key index until a done record
- * for it follows. */
-static void px_load_flight(px_loaded *L, const fq_jrec *r, uint64_t h)
+/* The run of a flight or expired record, not held yet: held in the key
+ * index until a done record for it follows. NULL if completed already or
+ * out of memory. */
+static px_run *px_load_run(px_loaded *L, const fq_jrec *r, uint64_t h)
 {
     fq_proxy *p = L->p;
     px_tenant *pt = NULL;
-    if (px_find_key(p, r->tenant, r->run_id, h) || px_done_find(&p->done, h) ||
-        px_tenant_get(&pt, p, r->tenant, strlen(r->tenant)) != FQ_OK ||
+    if (px_done_find(&p->done, h) || px_tenant_get(&pt, p, r->tenant, strlen(r->tenant)) != FQ_OK ||
         !px_grow((void **)&L->adopt, &L->cap, L->n + 1, sizeof(px_run *)))
-        return;
+        return NULL;
     px_run *x = px_run_alloc(p);
     px_names *nm = x ? px_names_alloc(p) : NULL;
     if (!nm) {
         if (x)
             px_maybe_free(p, x);
-        return;
+        return NULL;
     }
     memcpy(nm->run_id, r->run_id, sizeof nm->run_id);
     memcpy(nm->workflow, r->workflow, sizeof nm->workflow);
@@ -3268,6 +3329,7 @@ static void px_load_flight(px_loaded *L, const fq_jrec *r, uint64_t h)
                   .key_hash = h, .submitted_ms = r->at_ms, .est = r->est, .state = PX_FLIGHT};
     px_key_add(p, x);
     L->adopt[L->n++] = x;
+    return x;
 }
 
 /* A debt record: the tenant's deficit becomes the last one read (no
@@ -3295,19 +3357,33 @@ static void px_load_rec(void *arg, const fq_jrec *r)
     px_loaded *L = arg;
     fq_proxy *p = L->p;
     uint64_t h = px_key_hash(p, r->tenant, r->run_id);
+    px_run *x = r->type == FQ_JREC_DEBT ? NULL : px_find_key(p, r->tenant, r->run_id, h);
     switch (r->type) {
     case FQ_JREC_FLIGHT:
-        px_load_flight(L, r, h);
+        if (!x)
+            px_load_run(L, r, h);
         return;
-    case FQ_JREC_DONE: {
+    case FQ_JREC_EXPIRED:
+        /* Its flight record may have aged out before this one. */
+        if (!x)
+            x = px_load_run(L, r, h);
+        if (x) {
+            x->state = PX_EXPIRED;
+            x->names->forget_ms = px_done_until(p, r->at_ms);
+        }
+        return;
+    case FQ_JREC_DONE:
+        /* A done record without its submit sequence was written, before
+         * fairq refused them, for a completion of a run it never held: it
+         * makes no run id look used. */
+        if (!x && !r->seq)
+            return;
         px_done_add(&p->done, h, r->seq, px_done_until(p, L->ts_ms));
-        px_run *x = px_find_key(p, r->tenant, r->run_id, h);
         if (x) {
             px_key_del(p, x);
             x->state = PX_DONE;
         }
         return;
-    }
     case FQ_JREC_DEBT:
         px_load_debt(L, r);
         return;
@@ -3368,12 +3444,21 @@ static fq_status px_recover(fq_proxy *p)
     for (size_t i = 0; i < L.n; i++) {
         px_run *x = L.adopt[i];
         int64_t age = now_ms - x->submitted_ms;
-        if (x->state == PX_DONE)
-            px_maybe_free(p, x);
-        else if (age >= 0 && (uint64_t)age >= p->cfg.window.run_timeout_ms)
-            px_on_expired(p, &(fq_run){.handle = x});   /* a late completion still counts */
-        else
+        uint64_t timeout = p->cfg.window.run_timeout_ms;
+        bool timed_out = age >= 0 && (uint64_t)age >= timeout;
+        /* A run that expired while no proxy ran did so when its lease ran
+         * out. */
+        int64_t expired_at = x->submitted_ms + (int64_t)timeout;
+        if (x->state == PX_FLIGHT && !timed_out) {
             px_adopt_one(p, x, now, age > 0 ? (uint64_t)age : 0);
+        } else if (x->state == PX_FLIGHT && px_done_until(p, expired_at) > now_ms) {
+            px_expired(p, x, expired_at);
+        } else if (x->state == PX_EXPIRED && x->names->forget_ms > now_ms) {
+            px_exp_link(p, x);          /* a late completion still counts */
+        } else {
+            px_key_del(p, x);           /* completed, or expired past remembering */
+            px_maybe_free(p, x);
+        }
     }
     free(L.adopt);
     p->c.journal_refused += L.counts.invalid + L.counts.unknown;

@@ -72,7 +72,7 @@ static void assert_rec_equal(const fq_jrec *a, const fq_jrec *b)
 static void test_round_trip(void **state)
 {
     (void)state;
-    fq_jrec in[6];
+    fq_jrec in[7];
     in[0] = flight("acme", "r-1", 1, 0);
     in[1] = flight("globex_2-b", "run/with:odd~chars", UINT32_MAX, (uint64_t)FQ_JOURNAL_MAX_INT);
     in[1].declared = UINT32_MAX;
@@ -88,6 +88,9 @@ static void test_round_trip(void **state)
     memset(in[4].tenant, 't', FQ_TENANT_MAX);
     in[5] = (fq_jrec){.type = FQ_JREC_DEBT, .deficit = 0, .at_ms = 6};   /* a debt cleared */
     snprintf(in[5].tenant, sizeof in[5].tenant, "b");
+    in[6] = flight("acme", "r-2", 300, 12);               /* its lease ran out */
+    in[6].type = FQ_JREC_EXPIRED;
+    snprintf(in[6].workflow, sizeof in[6].workflow, "sum");
 
     fq_jbatch b = {0};
     size_t len = 0;
@@ -100,17 +103,17 @@ static void test_round_trip(void **state)
     fq_jcounts c = {0};
     assert_int_equal(decode(&g, &c, text, len), FQ_OK);
     assert_int_equal(g.n, 3);
-    for (int i = 3; i < 6; i++)
+    for (int i = 3; i < 7; i++)
         assert_int_equal(fq_jbatch_append(&b, &in[i]), FQ_OK);
     text = fq_jbatch_text(&b, &len);
     g.n = 0;
     c = (fq_jcounts){0};
     assert_int_equal(decode(&g, &c, text, len), FQ_OK);
-    assert_int_equal(g.n, 6);
-    assert_int_equal(c.records, 6);
+    assert_int_equal(g.n, 7);
+    assert_int_equal(c.records, 7);
     assert_int_equal(c.invalid + c.unknown, 0);
     assert_string_equal(c.why, "");
-    for (int i = 0; i < 6; i++)
+    for (int i = 0; i < 7; i++)
         assert_rec_equal(&g.r[i], &in[i]);
     /* a new batch starts empty */
     fq_jbatch_clear(&b);
@@ -188,6 +191,9 @@ static void test_forged_records_refused(void **state)
         "{\"st\":\"done\",\"t\":\"acme\",\"r\":\"\",\"s\":1,\"at\":1}",
         "{\"st\":\"done\",\"t\":\"acme\",\"r\":\"r 1\",\"s\":1,\"at\":1}",
         "{\"st\":\"flight\",\"t\":\"acme\",\"r\":\"r-1\",\"w\":7,\"e\":5,\"d\":0,\"s\":1,\"at\":1}",
+        /* an expired record is a flight record's fields */
+        "{\"st\":\"expired\",\"t\":\"acme\",\"r\":\"r-1\",\"s\":1,\"at\":1}",
+        "{\"st\":\"expired\",\"t\":\"acme\",\"r\":\"r-1\",\"e\":0,\"d\":0,\"s\":1,\"at\":1}",
         /* debts */
         "{\"st\":\"debt\",\"t\":\"acme\",\"df\":5,\"at\":1}",
         "{\"st\":\"debt\",\"t\":\"acme\",\"df\":-1e30,\"at\":1}",

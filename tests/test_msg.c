@@ -616,10 +616,12 @@ static void test_completion_valid(void **state)
     assert_int_equal(c.est_tokens, 800);
     assert_string_equal(c.workflow, "sum");
 
-    assert_int_equal(completion(&c, "{\"run_id\":\"x\",\"actual_tokens\":1e12,"
+    /* Up to FQ_ACTUAL_OVER_MAX_EST times the largest estimate. */
+    assert_int_equal(completion(&c, "{\"run_id\":\"x\",\"actual_tokens\":1e7,"
                                     "\"status\":\"error\"}", err), FQ_OK);
     assert_int_equal(c.status, FQ_DONE_ERROR);
-    assert_true(c.actual_tokens == FQ_MAX_ACTUAL_TOKENS);
+    assert_true(c.actual_tokens == FQ_MAX_ACTUAL_TOKENS(MAX_EST));
+    assert_true(FQ_MAX_ACTUAL_TOKENS(MAX_EST) == 100 * (uint64_t)MAX_EST);
 }
 
 static void refuse_completion_n(const char *body, size_t len, const char *field)
@@ -677,7 +679,11 @@ static void test_completion_bad_fields(void **state)
     refuse_completion("{\"run_id\":\"r\",\"actual_tokens\":-1,\"status\":\"ok\"}", "actual_tokens");
     refuse_completion("{\"run_id\":\"r\",\"actual_tokens\":2.5,\"status\":\"ok\"}", "actual_tokens");
     refuse_completion("{\"run_id\":\"r\",\"actual_tokens\":\"5\",\"status\":\"ok\"}", "actual_tokens");
-    refuse_completion("{\"run_id\":\"r\",\"actual_tokens\":1000000000001,\"status\":\"ok\"}",
+    /* One past FQ_ACTUAL_OVER_MAX_EST times MAX_EST, and what was once the
+     * bound: a count no run could spend, whatever the run. */
+    refuse_completion("{\"run_id\":\"r\",\"actual_tokens\":10000001,\"status\":\"ok\"}",
+                      "actual_tokens");
+    refuse_completion("{\"run_id\":\"r\",\"actual_tokens\":1000000000000,\"status\":\"ok\"}",
                       "actual_tokens");
     refuse_completion("{\"run_id\":\"r\",\"actual_tokens\":1e300,\"status\":\"ok\"}", "actual_tokens");
     refuse_completion("{\"run_id\":\"r\",\"actual_tokens\":1e999,\"status\":\"ok\"}", "actual_tokens");
@@ -721,7 +727,7 @@ static void test_completion_round_trip(void **state)
 
     (void)state;
     round_trip(&c);
-    c = (fq_completion){.run_id = "q\"uo\\te{}[],:", .actual_tokens = FQ_MAX_ACTUAL_TOKENS,
+    c = (fq_completion){.run_id = "q\"uo\\te{}[],:", .actual_tokens = FQ_MAX_ACTUAL_TOKENS(MAX_EST),
                         .status = FQ_DONE_CANCELLED, .est_tokens = MAX_EST,
                         .workflow = "wf\\\"x"};
     round_trip(&c);
