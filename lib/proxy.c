@@ -1043,8 +1043,8 @@ static bool px_journal_add(fq_proxy *p, const fq_jrec *r)
 /* Append run x's record of type (flight or expired) at at_ms. */
 static bool px_journal_run(fq_proxy *p, px_run *x, enum fq_jrec_type type, int64_t at_ms)
 {
-    fq_jrec r = {.type = type, .est = x->est, .declared = x->names->declared, .seq = x->seq,
-                 .at_ms = at_ms};
+    fq_jrec r = {.type = type, .est = x->est, .declared = x->names->declared,
+                 .seq = x->seq < PX_SYNTH_ID ? x->seq : 0, .at_ms = at_ms};
     memcpy(r.tenant, x->pt->id, sizeof r.tenant);
     memcpy(r.run_id, x->names->run_id, sizeof r.run_id);
     memcpy(r.workflow, x->names->workflow, sizeof r.workflow);
