@@ -3542,6 +3542,10 @@ static fq_status px_start_consumers(fq_proxy *p)
     if (s == FQ_OK)
         s = fq_nio_subscribe(p->nio, PX_SUB_ADMIN, p->admin_filter, PX_ADMIN_QUEUED,
                              px_busy_queued);
+    /* Once the proxy says it runs, the server has its admin subscription:
+     * a request sent then gets an answer, not "no responders". */
+    if (s == FQ_OK)
+        fq_nio_flush(p->nio, 2000);
     return s;
 }
 
