@@ -8,7 +8,7 @@
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: " PROG " [--nats URL] [--admin PREFIX] REQUEST [BODY]\n"
+            "usage: " PROG " [--nats URL] [--admin PREFIX] [--time N] REQUEST [BODY]\n"
             "\n"
             "Sends one request to <admin>.REQUEST and prints the proxy's JSON reply.\n"
             "\n"
@@ -20,6 +20,8 @@ static void usage(FILE *f)
             "\n"
             "  --nats URL      NATS server URL (default $FAIRQ_NATS_URL, else %s)\n"
             "  --admin PREFIX  the proxy's subjects.admin (default fair.admin)\n"
+            "  --time N        send it N times and print on stderr the round trips of\n"
+            "                  the answered ones (median, least, most), in ms\n"
             "\n"
             "A busy reply (the proxy limits how often each request is served) is\n"
             "retried after the wait it names, for up to five seconds.\n"
@@ -29,21 +31,62 @@ static void usage(FILE *f)
             FQC_DEFAULT_URL);
 }
 
+/* Send the request until it is answered other than busy (the proxy
+ * rate-limits admin work and says when to ask again), for up to five
+ * seconds of waiting; *rtt_ns is the answered request's round trip. */
+static natsStatus ask(natsMsg **reply, int64_t *rtt_ns, natsConnection *nc, const char *subject,
+                      const char *body)
+{
+    natsStatus s;
+    for (int waited = 0;;) {
+        int64_t t0 = fqc_mono_ns();
+        s = natsConnection_Request(reply, nc, subject, body, (int)strlen(body), 5000);
+        *rtt_ns = fqc_mono_ns() - t0;
+        const char *d = s == NATS_OK ? natsMsg_GetData(*reply) : NULL;
+        const char *w = d && strncmp(d, "{\"ok\":false,\"busy\":true,", 24) == 0
+                            ? strstr(d, "\"retry_ms\":") : NULL;
+        int ms = w ? atoi(w + 11) : 0;
+        if (!w || waited >= 5000)
+            return s;
+        ms = ms > 0 && ms < 1000 ? ms : 100;
+        natsMsg_Destroy(*reply);
+        *reply = NULL;
+        nats_Sleep(ms);
+        waited += ms;
+    }
+}
+
+static int cmp_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
 int main(int argc, char **argv)
 {
     const char *url = NULL, *admin = "fair.admin";
-    enum { OPT_NATS = 256, OPT_ADMIN };
+    long times = 1;
+    enum { OPT_NATS = 256, OPT_ADMIN, OPT_TIME };
     static const struct option longopts[] = {
         {"nats", required_argument, NULL, OPT_NATS},
         {"admin", required_argument, NULL, OPT_ADMIN},
+        {"time", required_argument, NULL, OPT_TIME},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
     int opt;
+    char *end;
     while ((opt = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
         switch (opt) {
         case OPT_NATS: url = optarg; break;
         case OPT_ADMIN: admin = optarg; break;
+        case OPT_TIME:
+            times = strtol(optarg, &end, 10);
+            if (*end || times < 1 || times > 100000) {
+                fprintf(stderr, PROG ": --time: '%s' is not a count from 1 to 100000\n", optarg);
+                return 2;
+            }
+            break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
@@ -62,22 +105,18 @@ int main(int argc, char **argv)
         fqc_perror(PROG, "connect", s);
         return 1;
     }
-    /* A busy reply (the proxy rate-limits admin work) is asked again after
-     * the wait it names, for up to the same five seconds. */
+    int64_t *rtt = calloc((size_t)times, sizeof *rtt);
+    if (!rtt) {
+        fprintf(stderr, PROG ": out of memory\n");
+        return 1;
+    }
     natsMsg *reply = NULL;
-    for (int waited = 0;;) {
-        s = natsConnection_Request(&reply, nc, subject, body, (int)strlen(body), 5000);
-        const char *d = s == NATS_OK ? natsMsg_GetData(reply) : NULL;
-        const char *w = d && strncmp(d, "{\"ok\":false,\"busy\":true,", 24) == 0
-                            ? strstr(d, "\"retry_ms\":") : NULL;
-        int ms = w ? atoi(w + 11) : 0;
-        if (!w || waited >= 5000)
-            break;
-        ms = ms > 0 && ms < 1000 ? ms : 100;
+    long answered = 0;
+    for (long i = 0; i < times; i++) {
         natsMsg_Destroy(reply);
         reply = NULL;
-        nats_Sleep(ms);
-        waited += ms;
+        s = ask(&reply, &rtt[answered], nc, subject, body);
+        answered += s == NATS_OK;
     }
     int rc = 1;
     if (s == NATS_OK) {
@@ -87,6 +126,13 @@ int main(int argc, char **argv)
     } else {
         fqc_perror(PROG, subject, s);
     }
+    if (times > 1 && answered) {
+        qsort(rtt, (size_t)answered, sizeof *rtt, cmp_i64);
+        fprintf(stderr, PROG ": %s answered %ld of %ld: round trip median %.2f ms, least %.2f, "
+                "most %.2f\n", subject, answered, times, (double)rtt[answered / 2] / 1e6,
+                (double)rtt[0] / 1e6, (double)rtt[answered - 1] / 1e6);
+    }
+    free(rtt);
     natsMsg_Destroy(reply);
     fqc_disconnect(nc, js);
     return rc;
