@@ -253,7 +253,8 @@ static inline int fqc_stream_ensure(jsCtx *js, const char *prog, jsStreamConfig 
  * missing, as fairq-proxy with its default config would (lib/proxy.c
  * px_streams owns this configuration: change it there first, then here).
  * FAIR_DISPATCH keeps limits retention for an hour, so a Nats-Msg-Id it saw
- * survives a server restart. Returns 0 on success. */
+ * survives a server restart; FAIR_SUBMIT and FAIR_REJECTED carry the
+ * default per-tenant storage bounds. Returns 0 on success. */
 static inline int fqc_streams_ensure(jsCtx *js, const char *prog)
 {
     const char *submit[] = {FQC_SUBMIT_PREFIX ".*"};
@@ -272,6 +273,10 @@ static inline int fqc_streams_ensure(jsCtx *js, const char *prog)
     c[0].Subjects = submit;
     c[0].Retention = js_WorkQueuePolicy;
     c[0].AllowDirect = true;
+    c[0].MaxMsgsPerSubject = FQ_DEFAULT_SUBMIT_MAX_MSGS_PER_TENANT;
+    c[0].MaxBytes = (int64_t)FQ_DEFAULT_SUBMIT_MAX_BYTES;
+    c[0].Discard = js_DiscardNew;
+    c[0].DiscardNewPerSubject = true;
     c[1].Name = FQ_DEFAULT_STREAM_DISPATCH;
     c[1].Subjects = dispatch;
     c[1].Retention = js_LimitsPolicy;
@@ -284,6 +289,8 @@ static inline int fqc_streams_ensure(jsCtx *js, const char *prog)
     c[3].Subjects = rejected;
     c[3].Retention = js_LimitsPolicy;
     c[3].MaxAge = (int64_t)FQ_DEFAULT_REJECTED_MAX_AGE_MS * ms;
+    c[3].MaxMsgsPerSubject = FQ_DEFAULT_REJECTED_MAX_MSGS_PER_TENANT;
+    c[3].MaxBytes = (int64_t)FQ_DEFAULT_REJECTED_MAX_BYTES;
     for (int i = 0; i < 4; i++) {
         c[i].SubjectsLen = 1;
         if (fqc_stream_ensure(js, prog, &c[i]) != 0)
