@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <cmocka.h>
 
@@ -305,10 +306,20 @@ static void test_forged_flood_grows_nothing(void **state)
     assert_int_equal(pt_worker_wait_completed(f->w, 3, 20000), 0);
 }
 
+static long long unix_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
 /* The legitimate path: a run whose lease ran out still reconciles once
  * when its completion comes late, against the charge fairq made, and also
  * after a restart of the proxy, whether the run expired before it or
- * while no proxy ran. A repeat changes nothing. */
+ * while no proxy ran, or its flight record has aged out of the journal
+ * and only its expired record is left, within max(duplicate window,
+ * run_timeout) of its expiry (ten minutes here). A repeat changes
+ * nothing. */
 static void test_late_completion_counts_once_across_restart(void **state)
 {
     pf_fixture *f = *state;
@@ -319,6 +330,17 @@ static void test_late_completion_counts_once_across_restart(void **state)
     /* late-1 expires, so late-2 takes the slot; the proxy stops before
      * late-2 expires. */
     pf_wait_msgs(f, "FAIR_DISPATCH", 2);
+    /* Two runs whose flight records have aged out: one expired a second
+     * ago, one past the ten minutes. */
+    char batch[512];
+    long long now = unix_ms();
+    snprintf(batch, sizeof batch,
+             "{\"v\":1,\"entries\":["
+             "{\"st\":\"expired\",\"t\":\"victim\",\"r\":\"aged-1\",\"e\":100,\"d\":0,"
+             "\"s\":9001,\"at\":%lld},"
+             "{\"st\":\"expired\",\"t\":\"victim\",\"r\":\"gone-1\",\"e\":100,\"d\":0,"
+             "\"s\":9002,\"at\":%lld}]}", now - 1000, now - 600000 - 1000);
+    pf_publish(f, "fairq.runs", batch);
     assert_int_equal(pt_proxy_stop(&f->px), 0);
     nt_sleep_ms(TIMEOUT_MS + 200);
     assert_int_equal(pt_proxy_restart(&f->px), 0);
@@ -332,16 +354,20 @@ static void test_late_completion_counts_once_across_restart(void **state)
      * echoed estimate is not what is corrected. */
     complete(f, "victim", "late-1", 5100, 1);
     complete(f, "victim", "late-2", 5100, 0);
-    j = stats_handled(f, 2);
-    assert_int_equal(tenant_num(f, "victim", "deficit"), deficit - 10000);
-    assert_int_equal(pf_overall(j, "completions_unheld"), 2);
+    complete(f, "victim", "aged-1", 5100, 0);
+    complete(f, "victim", "gone-1", 5100, 0);
+    j = stats_handled(f, 4);
+    assert_int_equal(tenant_num(f, "victim", "deficit"), deficit - 15000);
+    assert_int_equal(pf_overall(j, "completions_unheld"), 3);
+    assert_int_equal(pf_overall(j, "completions_unknown"), 1);
     cJSON_Delete(j);
     complete(f, "victim", "late-1", 5100, 0);
     complete(f, "victim", "late-2", 5100, 0);
-    j = stats_handled(f, 4);
-    assert_int_equal(tenant_num(f, "victim", "deficit"), deficit - 10000);
-    assert_int_equal(pf_overall(j, "completions_duplicate"), 2);
-    assert_int_equal(pf_overall(j, "completions_unheld"), 2);
+    complete(f, "victim", "aged-1", 5100, 0);
+    j = stats_handled(f, 7);
+    assert_int_equal(tenant_num(f, "victim", "deficit"), deficit - 15000);
+    assert_int_equal(pf_overall(j, "completions_duplicate"), 3);
+    assert_int_equal(pf_overall(j, "completions_unheld"), 3);
     cJSON_Delete(j);
     /* A run id fairq held is still refused as a duplicate. */
     submit(f, "victim", "late-1", 100);
