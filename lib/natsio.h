@@ -183,10 +183,12 @@ fq_status fq_nio_out_size(fq_nio_size *out, const fq_nio_out *o);
 fq_status fq_nio_create(fq_nio **out, const fq_nio_opts *o, char *err, size_t errlen);
 /* Stop every thread of n, write what is buffered (up to flush_ms, only
  * while connected) and close the connection, failing at once every call
- * still waiting on the server; bounded whether the server answers or not
- * (about flush_ms + 1.5 s at worst: the library flushes up to 0.5 s more
- * and a reconnect attempt under way ends within its 2 s connect timeout).
- * Only fq_nio_destroy may follow. Safe on NULL; once only. */
+ * still waiting on the server. Bounded whether the server answers or not:
+ * flush_ms, then up to 0.5 s of the library's own flush while connected,
+ * or the end of a reconnect attempt under way (its 2 s connect timeout,
+ * plus a name lookup, which nothing bounds), then up to 1 s for the
+ * library's closed callback. Only fq_nio_destroy may follow. Safe on NULL;
+ * once only. */
 void fq_nio_close(fq_nio *n, int flush_ms);
 /* Close (if not closed yet, with a flush of up to 1 s), join the threads,
  * free. Safe on NULL. Unsettled publishes are abandoned (JetStream keeps
