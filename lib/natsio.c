@@ -743,7 +743,10 @@ void fq_nio_destroy(fq_nio *n)
 
 int64_t fq_nio_max_payload(const fq_nio *n)
 {
-    return n->max_payload;
+    /* The server's INFO of the latest connection: a server restarted with
+     * a new max_payload announces it. */
+    int64_t v = natsConnection_GetMaxPayload(n->nc);
+    return v > 0 ? v : n->max_payload;
 }
 
 bool fq_nio_connected(const fq_nio *n)

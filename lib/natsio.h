@@ -196,7 +196,8 @@ void fq_nio_close(fq_nio *n, int flush_ms);
  * second, n is left allocated rather than freed under its callbacks. */
 void fq_nio_destroy(fq_nio *n);
 
-/* The server's max_payload in bytes (headers count too). */
+/* The server's max_payload in bytes (headers count too), as the server of
+ * the latest connection announced it. */
 int64_t fq_nio_max_payload(const fq_nio *n);
 bool fq_nio_connected(const fq_nio *n);
 

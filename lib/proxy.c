@@ -953,6 +953,23 @@ static void px_refuse(fq_proxy *p, const fq_nio_msg *m, const char *tenant, fq_s
                  body ? "" : " and body");
     }
     fq_status s = px_publish(p, &o, token);
+    if ((s == FQ_ETOOBIG || s == FQ_EINVAL) && o.carry) {
+        /* The server's limit shrank since, or a header could not be read
+         * after all: without the headers, then without the body. */
+        o.carry = NULL;
+        size_t k = strlen(err);
+        snprintf(err + k, sizeof err - k, " (refused without the run's headers)");
+        s = px_publish(p, &o, token);
+    }
+    if (s == FQ_ETOOBIG && o.len) {
+        o.len = 0;
+        char *at = strstr(err, " (refused without the run's headers)");
+        if (at)
+            *at = '\0';
+        size_t k = strlen(err);
+        snprintf(err + k, sizeof err - k, " (refused without the run's headers and body)");
+        s = px_publish(p, &o, token);
+    }
     if (s != FQ_OK) {
         /* Not even queued: leave it unacked; it comes back on the next
          * consumer reset. */
@@ -2051,6 +2068,8 @@ static void px_forget_expired(fq_proxy *p)
 static void px_exp_link(fq_proxy *p, px_run *x)
 {
     x->state = PX_EXPIRED;
+    if (x->in_exp)
+        return;     /* expired before, requeued and sent again: listed once */
     x->in_exp = true;
     x->exp_next = NULL;
     if (p->exp_tail)
@@ -3493,10 +3512,14 @@ static void px_on_event(fq_proxy *p, fq_nio_event *ev)
         p->connected = ev->connected;
         if (p->leader)
             px_phase_leader(p);
-        if (ev->connected)
+        if (ev->connected) {
             p->c.reconnects++;
+            /* Admission sizes runs against the server's limit of now. */
+            p->max_payload = fq_nio_max_payload(p->nio);
+        }
         fq_log(ev->connected ? FQ_LOG_INFO : FQ_LOG_WARN,
-               ev->connected ? "reconnected to NATS" : "disconnected from NATS");
+               ev->connected ? "reconnected to NATS" : "disconnected from NATS",
+               FQ_INT("max_payload", p->max_payload));
         break;
     case FQ_NIO_EV_CONSUMER:
         p->consumer_ok[ev->source == PX_CONS_DONE ? PX_CONS_DONE : PX_CONS_SUBMIT] =

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -289,9 +290,16 @@ static int teardown_full(void **state)
     return teardown(state);
 }
 
+/* Whether the proxy says dispatches keep failing; false without an answer
+ * (a proxy just restarted may not have its admin subscription in place at
+ * the server yet). */
 static bool stalled(pf_fixture *f)
 {
-    cJSON *j = pf_stats(f, "", NULL);
+    char *text = pt_stats(&f->c);
+    cJSON *j = text ? cJSON_Parse(text) : NULL;
+    free(text);
+    if (!j)
+        return false;
     const cJSON *o = cJSON_GetObjectItemCaseSensitive(j, "overall");
     bool s = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, "dispatch_stalled"));
     cJSON_Delete(j);
@@ -388,6 +396,96 @@ static void test_full_store_is_waited_out(void **state)
     assert_int_equal(stream_msgs(f, "FAIR_SUBMIT"), 0);
 }
 
+/* ---- max_payload shrinks under a queued run ------------------------------ */
+
+static char conf_path[512];
+
+static void write_conf(const char *text)
+{
+    FILE *c = fopen(conf_path, "w");
+    assert_non_null(c);
+    fputs(text, c);
+    fclose(c);
+}
+
+/* A server whose config file the test rewrites before restarting it; one
+ * run in the window at a time, so that runs wait queued. */
+static int setup_shrink(void **state)
+{
+    const char *tmp = getenv("TMPDIR");
+    snprintf(conf_path, sizeof conf_path, "%s/fairq-hostile-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    int fd = mkstemp(conf_path);
+    if (fd < 0)
+        return -1;
+    close(fd);
+    write_conf("max_payload: 1048576\n");
+    static const char *args[] = {"-c", conf_path, NULL};
+    pf_fixture *f = calloc(1, sizeof *f);
+    *state = f;
+    pt_worker_opts wo = {.concurrency = 1, .service_ms = 1};
+    if (!f || natstest_start(&f->srv, args) != 0 ||
+        pt_proxy_start(&f->px, f->srv, "proxy",
+                       "scheduler:\n  default_plan: free\n"
+                       "window:\n  max_in_flight: 1\n"
+                       "plans:\n  - name: free\n    weight: 1\n") != 0 ||
+        pt_log_wait(&f->px, "fairq-proxy running", 15000) != 0 || pt_connect(&f->c, f->srv) != 0)
+        return -1;
+    return pt_worker_start(&f->w, f->srv, &wo);
+}
+
+static int teardown_shrink(void **state)
+{
+    int rc = teardown(state);
+    unlink(conf_path);
+    return rc;
+}
+
+/* A run admitted under one max_payload that the server, restarted with a
+ * smaller one, will not take: its dispatch fails to send, and it is refused
+ * then (too_big), as admission would refuse it now, instead of being tried
+ * at the head of the rotation for ever; the other tenants' runs flow. */
+static void test_max_payload_shrinks(void **state)
+{
+    pf_fixture *f = *state;
+    pt_worker_hold(f->w, true);
+    pf_submit_runs(f, 0, 1, 1);                 /* r-0 takes the one slot */
+    pf_wait_msgs(f, "FAIR_DISPATCH", 1);
+    size_t bl = 600000;
+    char *big = malloc(bl);
+    assert_non_null(big);
+    memset(big, 'b', bl);
+    const char *h[] = {"Fair-Run-Id", "big-1", "X-Kept", "1", NULL};
+    assert_int_equal(pt_submit(&f->c, "big", big, bl, h), 0);
+    pf_submit_runs(f, 1, 3, 2);
+    /* The server comes back allowing 512 KiB. */
+    write_conf("max_payload: 524288\n");
+    assert_int_equal(natstest_stop(f->srv), 0);
+    assert_int_equal(natstest_restart(f->srv), 0);
+    assert_int_equal(pt_log_wait_n(&f->px, "reconnected to NATS", 1, 20000), 0);
+    pt_worker_hold(f->w, false);
+    pf_wait_msgs(f, "FAIR_REJECTED", 1);
+    pf_wait_msgs(f, "FAIR_DISPATCH", 4);
+    assert_int_equal(pt_worker_wait_completed(f->w, 4, 20000), 0);
+    pf_assert_each_dispatched_once(f, 4);
+    pt_msg *r = NULL;
+    size_t nr = 0;
+    assert_int_equal(pt_stream_read(&f->c, "FAIR_REJECTED", &r, &nr), 0);
+    /* Once, or twice when the consumer's reset after the reconnect
+     * delivered the submit again while its refusal was on its way: then
+     * admission refuses it too, for the same reason. */
+    assert_true(nr == 1 || nr == 2);
+    for (size_t i = 0; i < nr; i++) {
+        assert_string_equal(r[i].subject, "fair.rejected.big");
+        if (strncmp(r[i].error, "too_big:", 8) != 0 || !strstr(r[i].error, "max_payload"))
+            fail_msg("Fair-Error \"%s\"", r[i].error);
+        /* Too long for the new limit, it went without its body. */
+        assert_int_equal(r[i].len, 0);
+    }
+    pt_msgs_free(r, nr);
+    free(big);
+    assert_int_equal(stream_msgs(f, "FAIR_SUBMIT"), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -396,6 +494,8 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(test_full_store_is_waited_out, setup_full,
                                         teardown_full),
+        cmocka_unit_test_setup_teardown(test_max_payload_shrinks, setup_shrink,
+                                        teardown_shrink),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
