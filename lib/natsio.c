@@ -55,6 +55,19 @@
  *   and the message built around it by natsMsg_create, the constructor
  *   libnats uses for what it receives (exported, not declared; checked by
  *   the build, with the header map as the fallback).
+ * - nats-server 2.9.10 reads a header of a published message (Nats-Msg-Id,
+ *   Nats-Expected-*) where its name first occurs in the block, and takes it
+ *   only if CRLF precedes and a colon follows: a carried
+ *   X-Nats-Msg-Id-Decoy, or a value holding the name, written before the
+ *   real one hides it (measured: the dispatch was stored twice). Headers
+ *   the caller sets are written first, and fq_nio_out_size flags carried
+ *   ones that hold the name. JetStream refuses a header block longer than
+ *   65,535 bytes (js_err 10097), measured at 65,535 and 65,540.
+ * - nats.c 3.4.1 parses a received message's headers on their first read,
+ *   in place. A block it cannot parse (a header with an empty value last
+ *   makes one: "no value found") fails that read, and is left half read:
+ *   later reads answer from the half as if nothing were wrong. Only what
+ *   nats.c could read is carried, so nothing unread reaches a stream.
  * - kvConfig.TTL and jsStreamConfig durations are nanoseconds; Fetch
  *   timeouts and jsPubOptions.MaxWait are milliseconds.
  */
