@@ -1,0 +1,369 @@
+#!/usr/bin/python3
+"""dashboards_test.py -- the Grafana dashboard and the Prometheus alerting rules in deploy/, checked with promtool and against a live proxy.
+
+- deploy/prometheus/alerts.yml passes `promtool check rules`, and
+  `promtool test rules deploy/prometheus/alerts_test.yml` passes, whose cases
+  fire every alert at least once and spare it at least once (checked here);
+- deploy/grafana/fairq.json is a Grafana 10.4 dashboard (schemaVersion 39)
+  with a Prometheus datasource variable, job, proxy and tenant variables, and
+  panels for what it must show; each PromQL expression of it, its template
+  variables substituted, is parsed by promtool (as a recording rule, since
+  promtool 2.42 has no command that checks a bare expression);
+- every metric the dashboard and the rules name is served by a real
+  fairq-proxy on a real nats-server, with a sample once the test has made
+  the events that produce them (runs submitted, dispatched, completed at
+  twice their estimate, one refused), and every label they match or group
+  by is a label of those series or one Prometheus adds.
+
+promtool is Debian's prometheus package (2.42); the parser is Debian's
+python3-prometheus-client.
+"""
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+import urllib.error
+import urllib.request
+
+import yaml
+from prometheus_client.parser import text_string_to_metric_families
+
+SRC = os.path.abspath(os.environ.get("FAIRQ_SOURCE_DIR", os.path.join(os.path.dirname(__file__), "..")))
+BUILD = os.environ.get("FAIRQ_BUILD_DIR", os.path.join(SRC, "build"))
+RULES = os.path.join(SRC, "deploy", "prometheus", "alerts.yml")
+RULES_TEST = os.path.join(SRC, "deploy", "prometheus", "alerts_test.yml")
+DASHBOARD = os.path.join(SRC, "deploy", "grafana", "fairq.json")
+
+# What Grafana puts in place of its variables before it sends a query.
+GRAFANA_VARS = {"job": "fairq", "instance": ".*", "tenant": ".*",
+                "__rate_interval": "1m", "__interval": "30s", "__range": "1h"}
+# Labels Prometheus attaches to every scraped series, and the histogram's.
+SCRAPE_LABELS = {"job", "instance", "le"}
+# What the dashboard must show (issue 15): one metric at least for each.
+MUST_SHOW = {
+    "queue-age skew": ["fairq_queue_age_skew_seconds"],
+    "each tenant's backlog": ["fairq_tenant_queued_runs", "fairq_tenant_queued_tokens"],
+    "each tenant's wait": ["fairq_tenant_submit_to_dispatch_seconds_bucket",
+                           "fairq_tenant_oldest_queued_age_seconds"],
+    "token shares against weights": ["fairq_tenant_charged_tokens_total", "fairq_tenant_weight"],
+    "estimate error": ["fairq_tenant_estimate_error_ratio"],
+    "refusals by reason": ["fairq_rejected_runs_total"],
+    "window use": ["fairq_in_flight_runs", "fairq_window_capacity_runs"],
+    "the leader": ["fairq_dispatch_lease_held"],
+}
+METRIC = re.compile(r"\bfairq_[a-zA-Z0-9_]+")
+# Label names in matchers (name="..", name=~"..") and in by/without/on/ignoring lists.
+MATCHER_LABEL = re.compile(r"([a-zA-Z_][a-zA-Z0-9_]*)\s*(?:=~|!~|!=|=)\s*\"")
+GROUPING = re.compile(r"\b(?:by|without|on|ignoring|group_left|group_right)\s*\(([^)]*)\)")
+
+
+def promtool(*args):
+    exe = shutil.which("promtool")
+    if not exe:
+        raise AssertionError("promtool not found: scripts/install-deps.sh installs Debian's prometheus")
+    return subprocess.run([exe, *args], capture_output=True, text=True, timeout=120)
+
+
+def grafana_substitute(expr):
+    """The expression as Grafana sends it: $var and ${var} replaced."""
+    def repl(m):
+        name = m.group(1) or m.group(2)
+        if name not in GRAFANA_VARS:
+            raise AssertionError(f"unknown variable ${name} in {expr}")
+        return GRAFANA_VARS[name]
+    return re.sub(r"\$\{(\w+)\}|\$(\w+)", repl, expr)
+
+
+def panels_of(dash):
+    """Every panel, those inside collapsed rows too."""
+    out = []
+    for p in dash["panels"]:
+        out.append(p)
+        out.extend(p.get("panels", []))
+    return out
+
+
+def dashboard_exprs(dash):
+    """(where, PromQL) of every target and of every query variable's selector."""
+    out = []
+    for p in panels_of(dash):
+        for t in p.get("targets", []):
+            out.append((f"panel {p['title']!r} {t['refId']}", t["expr"]))
+    for v in dash["templating"]["list"]:
+        if v["type"] != "query":
+            continue
+        q = v["query"]["query"] if isinstance(v["query"], dict) else v["query"]
+        m = re.fullmatch(r"label_values\((.*),\s*(\w+)\)", q)
+        if not m:
+            raise AssertionError(f"variable {v['name']}: not label_values(selector, label): {q}")
+        out.append((f"variable {v['name']}", m.group(1)))
+    return out
+
+
+def rule_exprs(rules):
+    return [(f"alert {r['alert']}", r["expr"]) for g in rules["groups"] for r in g["rules"]]
+
+
+def labels_used(expr):
+    labels = set(MATCHER_LABEL.findall(expr))
+    for group in GROUPING.findall(expr):
+        labels.update(l.strip() for l in group.split(",") if l.strip())
+    return labels
+
+
+def check_exprs_parse(exprs, tmp):
+    """promtool's verdict on exprs, each as a recording rule of its own."""
+    rules = {"groups": [{"name": "parse", "rules": [
+        {"record": f"fairq_check:expr{i}", "expr": grafana_substitute(e)} for i, (_, e) in enumerate(exprs)]}]}
+    path = os.path.join(tmp, "exprs.yml")
+    with open(path, "w", encoding="utf-8") as f:
+        yaml.safe_dump(rules, f)
+    return promtool("check", "rules", path)
+
+
+class Rules(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        with open(RULES, encoding="utf-8") as f:
+            cls.rules = yaml.safe_load(f)
+        with open(RULES_TEST, encoding="utf-8") as f:
+            cls.cases = yaml.safe_load(f)
+        cls.alerts = [r["alert"] for g in cls.rules["groups"] for r in g["rules"]]
+
+    def test_promtool_check_rules(self):
+        run = promtool("check", "rules", RULES)
+        self.assertEqual(run.returncode, 0, run.stdout + run.stderr)
+        self.assertIn(f"SUCCESS: {len(self.alerts)} rules found", run.stdout)
+
+    def test_promtool_test_rules(self):
+        run = promtool("test", "rules", RULES_TEST)
+        self.assertEqual(run.returncode, 0, run.stdout + run.stderr)
+        self.assertIn("SUCCESS", run.stdout)
+
+    def test_the_issue_asks_for_these_alerts(self):
+        for name in ["FairqQueueAgeSkewHigh", "FairqEstimateErrorDrifting", "FairqRefusalsRising",
+                     "FairqNotDispatching", "FairqProxyNotReady"]:
+            self.assertIn(name, self.alerts)
+
+    def test_each_alert_is_fired_and_spared_by_a_case(self):
+        fired, spared = set(), set()
+        for case in self.cases["tests"]:
+            for t in case.get("alert_rule_test", []):
+                self.assertIn(t["alertname"], self.alerts, "a case for an alert that does not exist")
+                (fired if t.get("exp_alerts") else spared).add(t["alertname"])
+        for name in self.alerts:
+            self.assertIn(name, fired, f"no case fires {name}")
+            self.assertIn(name, spared, f"no case where {name} stays silent")
+
+    def test_every_alert_says_how_bad_and_what(self):
+        for g in self.rules["groups"]:
+            for r in g["rules"]:
+                self.assertIn(r["labels"]["severity"], ("warning", "critical"), r["alert"])
+                self.assertTrue(r["annotations"]["summary"], r["alert"])
+                self.assertTrue(r["annotations"]["description"], r["alert"])
+
+
+class Dashboard(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        with open(DASHBOARD, encoding="utf-8") as f:
+            cls.dash = json.load(f)
+        cls.exprs = dashboard_exprs(cls.dash)
+
+    def test_targets_grafana_10_4(self):
+        self.assertEqual(self.dash["schemaVersion"], 39)
+        grafana = [r for r in self.dash["__requires"] if r["id"] == "grafana"]
+        self.assertEqual(len(grafana), 1)
+        self.assertTrue(grafana[0]["version"].startswith("10.4."))
+        self.assertIsNone(self.dash["id"])   # importable: Grafana gives it one
+        self.assertTrue(self.dash["uid"])
+
+    def test_variables(self):
+        var = {v["name"]: v for v in self.dash["templating"]["list"]}
+        self.assertEqual(var["datasource"]["type"], "datasource")
+        self.assertEqual(var["datasource"]["query"], "prometheus")
+        for name in ("job", "instance", "tenant"):
+            self.assertEqual(var[name]["type"], "query", name)
+            self.assertEqual(var[name]["datasource"]["uid"], "${datasource}", name)
+        self.assertTrue(var["instance"]["includeAll"] and var["tenant"]["includeAll"])
+
+    def test_panels_query_the_datasource_variable_and_fit_the_grid(self):
+        taken = set()
+        ids = set()
+        for p in panels_of(self.dash):
+            self.assertNotIn(p["id"], ids, p["title"])
+            ids.add(p["id"])
+            g = p["gridPos"]
+            self.assertLessEqual(g["x"] + g["w"], 24, p["title"])
+            cells = {(x, y) for x in range(g["x"], g["x"] + g["w"]) for y in range(g["y"], g["y"] + g["h"])}
+            self.assertFalse(cells & taken, f"{p['title']} overlaps another panel")
+            taken |= cells
+            if p["type"] == "row":
+                continue
+            self.assertEqual(p["datasource"]["uid"], "${datasource}", p["title"])
+            self.assertTrue(p["targets"], p["title"])
+            refs = [t["refId"] for t in p["targets"]]
+            self.assertEqual(len(refs), len(set(refs)), p["title"])
+            for t in p["targets"]:
+                self.assertEqual(t["datasource"]["uid"], "${datasource}", p["title"])
+
+    def test_shows_what_the_issue_asks_for(self):
+        named = set()
+        for _, e in self.exprs:
+            named.update(METRIC.findall(e))
+        for what, metrics in MUST_SHOW.items():
+            for m in metrics:
+                self.assertIn(m, named, f"the dashboard shows no {what} ({m})")
+
+    def test_every_expression_parses(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            run = check_exprs_parse(self.exprs, tmp)
+            self.assertEqual(run.returncode, 0, run.stdout + run.stderr)
+            self.assertIn(f"SUCCESS: {len(self.exprs)} rules found", run.stdout)
+            # The check has teeth: one broken expression fails it.
+            bad = self.exprs + [("broken", 'sum by (tenant (rate(fairq_tenant_queued_runs[$__rate_interval]))')]
+            run = check_exprs_parse(bad, tmp)
+            self.assertNotEqual(run.returncode, 0, "promtool accepted a broken expression")
+
+
+class LiveMetrics(unittest.TestCase):
+    """Every name the dashboard and the rules use, on a running proxy's /metrics."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp(prefix="fairq-dash-")
+        cls.proxy = None
+        try:
+            cls.url = subprocess.run([os.path.join(SRC, "scripts", "nats-up.sh"), cls.tmp],
+                                     capture_output=True, text=True, check=True, timeout=30).stdout.strip()
+            port = subprocess.run([os.path.join(SRC, "scripts", "free-port.sh")],
+                                  capture_output=True, text=True, check=True).stdout.strip()
+            cls.http = f"http://127.0.0.1:{port}"
+            cls.proxy_log = open(os.path.join(cls.tmp, "proxy.log"), "w")
+            cls.proxy = subprocess.Popen(
+                [os.path.join(BUILD, "fairq-proxy"), "-c", os.path.join(SRC, "config", "fairq.yaml"),
+                 "--nats", cls.url],
+                env=dict(os.environ, FAIRQ_HTTP_LISTEN=f"127.0.0.1:{port}"),
+                stdout=cls.proxy_log, stderr=subprocess.STDOUT)
+            cls.wait_for(lambda: cls.get("/readyz")[0] == 200, "the proxy to be ready")
+            cls.make_events()
+        except BaseException:
+            cls.tearDownClass()
+            raise
+
+    @classmethod
+    def tearDownClass(cls):
+        if cls.proxy:
+            cls.proxy.send_signal(signal.SIGTERM)
+            try:
+                cls.proxy.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                cls.proxy.kill()
+                cls.proxy.wait()
+            cls.proxy_log.close()
+        subprocess.run([os.path.join(SRC, "scripts", "nats-down.sh"), cls.tmp], check=False)
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    @classmethod
+    def get(cls, path):
+        try:
+            with urllib.request.urlopen(cls.http + path, timeout=5) as r:
+                return r.status, r.read().decode("utf-8")
+        except urllib.error.HTTPError as e:
+            return e.code, ""
+        except OSError:
+            return 0, ""
+
+    @classmethod
+    def wait_for(cls, cond, what, timeout=20.0):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if cls.proxy.poll() is not None:
+                raise AssertionError(f"fairq-proxy exited {cls.proxy.returncode} while waiting for {what}: "
+                                     + open(os.path.join(cls.tmp, "proxy.log")).read()[-2000:])
+            if cond():
+                return
+            time.sleep(0.1)
+        raise AssertionError(f"timed out waiting for {what}")
+
+    @classmethod
+    def client(cls, prog, *args):
+        run = subprocess.run([os.path.join(BUILD, prog), "--nats", cls.url, *args],
+                             capture_output=True, text=True, timeout=30)
+        if run.returncode != 0:
+            raise AssertionError(f"{prog} {' '.join(args)} failed: {run.stdout}{run.stderr}")
+
+    @classmethod
+    def make_events(cls):
+        """Runs dispatched and completed at twice their estimate, and a run
+        refused (its estimate over scheduler.max_est_tokens): the events
+        after which every per-tenant family, the histogram and the refusals
+        have samples. Then wait for a metrics pass that shows them."""
+        cls.client("fairq-producer", "--tenant", "acme", "--est", "100", "--count", "2")
+        cls.client("fairq-producer", "--tenant", "acme", "--est", "2000000", "--count", "1")
+        cls.client("fairq-worker", "--count", "2", "--tokens-per-sec", "0", "--actual-factor", "2",
+                   "--deliver", "all")
+
+        def shown():
+            _, text = cls.get("/metrics")
+            return ('fairq_tenant_estimate_error_ratio{tenant="acme"' in text
+                    and "fairq_rejected_runs_total{" in text
+                    and 'fairq_completions_total{outcome="held"} 2' in text)
+        cls.wait_for(shown, "the completions and the refusal in /metrics")
+        cls.text = cls.get("/metrics")[1]
+
+    def setUp(self):
+        with open(DASHBOARD, encoding="utf-8") as f:
+            dash = json.load(f)
+        with open(RULES, encoding="utf-8") as f:
+            rules = yaml.safe_load(f)
+        self.exprs = dashboard_exprs(dash) + rule_exprs(rules)
+        self.types = dict(re.findall(r"^# TYPE (\S+) (\S+)$", self.text, re.M))
+        self.samples = {}
+        for fam in text_string_to_metric_families(self.text):
+            for s in fam.samples:
+                self.samples.setdefault(s.name, set()).update(s.labels)
+
+    def family(self, name):
+        """The family a sample name belongs to: a histogram's _bucket, _sum and _count are its own."""
+        for suffix in ("_bucket", "_sum", "_count"):
+            base = name[:-len(suffix)]
+            if name.endswith(suffix) and self.types.get(base) == "histogram":
+                return base
+        return name
+
+    def test_every_metric_named_is_served_with_samples(self):
+        named = {}
+        for where, e in self.exprs:
+            for m in METRIC.findall(e):
+                named.setdefault(m, where)
+        self.assertGreater(len(named), 30)
+        for m, where in sorted(named.items()):
+            fam = self.family(m)
+            self.assertTrue(fam in self.types, f"{where} names {m}, which /metrics does not serve")
+            if m == fam and self.types[fam] == "histogram":
+                self.fail(f"{where} names the histogram {m} without _bucket, _sum or _count")
+            self.assertTrue(m in self.samples, f"{where} names {m}, which has no sample after the events")
+
+    def test_every_label_used_is_a_label_of_the_series(self):
+        known = set(SCRAPE_LABELS)
+        for labels in self.samples.values():
+            known |= labels
+        for where, e in self.exprs:
+            for label in labels_used(e):
+                self.assertIn(label, known, f"{where} uses the label {label}, which no series has")
+            # A matcher right after a metric's name: a label of that metric.
+            for m, body in re.findall(r"\b(fairq_[a-zA-Z0-9_]+)\{([^}]*)\}", e):
+                for label in MATCHER_LABEL.findall(body):
+                    if label not in SCRAPE_LABELS:
+                        self.assertIn(label, self.samples.get(m, set()), f"{where}: {m} has no label {label}")
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2, argv=sys.argv[:1])
