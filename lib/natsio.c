@@ -86,8 +86,9 @@ typedef struct nio_consumer {
     fq_nio_consumer cfg;        /* strings owned by the caller */
     natsSubscription *sub;      /* <inbox>.*: every delivery to us; fetch thread only */
     char inbox[96];             /* this consumer generation's inbox */
-    char next[320];             /* $JS.API.CONSUMER.MSG.NEXT.<stream>.<durable> */
-    char ack[320];              /* $JS.ACK.<stream>.<durable>. : acks' subjects begin so */
+    char name[160];             /* <durable>-<term>, or <durable>: fetch thread only */
+    char next[320];             /* $JS.API.CONSUMER.MSG.NEXT.<stream>.<name> */
+    char ack[320];              /* $JS.ACK.<stream>.<name>. : acks' subjects begin so; owner only */
     size_t ack_len;
     uint64_t request;           /* the latest pull request's number */
     natsMsg **got;              /* cfg.batch slots for one pull; fetch thread only */
@@ -95,6 +96,8 @@ typedef struct nio_consumer {
     bool started;
     atomic_bool paused;
     uint64_t generation;        /* connection generation the consumer was made in */
+    atomic_uint_fast64_t term;  /* the term its name must carry (set by the owner) */
+    uint64_t made_term;         /* the term of the consumer made; fetch thread only */
 } nio_consumer;
 
 /* A core subscription whose messages become REQUEST events. */
@@ -142,6 +145,7 @@ struct fq_nio {
     atomic_bool connected;
     atomic_uint_fast64_t generation;    /* bumped on each reconnect */
     atomic_bool stopping;
+    atomic_uint_fast64_t fence_until;   /* monotonic ms from which consumers are left alone */
     bool closed;                /* the closed callback ran: no callback follows; under mu */
     bool close_done;            /* fq_nio_close ran; owner thread only */
     bool close_ok;              /* ... and the closed callback came in time */
@@ -651,6 +655,7 @@ fq_status fq_nio_create(fq_nio **out, const fq_nio_opts *o, char *err, size_t er
     if (!n)
         return FQ_ENOMEM;
     n->o = *o;
+    atomic_store(&n->fence_until, UINT64_MAX);
     if (!n->o.api_wait_ms)
         n->o.api_wait_ms = 5000;
     if (!n->o.pub_wait_ms)
@@ -939,24 +944,86 @@ static void nio_sleep_ms(int ms)
     nanosleep(&ts, NULL);
 }
 
+/* Whether the fence has passed: consumers are then left alone. */
+static bool nio_fenced(fq_nio *n)
+{
+    return fq_nio_mono_ms() >= atomic_load(&n->fence_until);
+}
+
+/* The name of a consumer of durable in term: durable-term, or durable
+ * alone for term 0. */
+static void nio_consumer_name(char *out, size_t cap, const char *durable, uint64_t term)
+{
+    if (term)
+        snprintf(out, cap, "%s-%" PRIu64, durable, term);
+    else
+        snprintf(out, cap, "%s", durable);
+}
+
+/* Whether name is durable's, of some term: durable, or durable-<digits>. */
+static bool nio_term_name(const char *name, const char *durable)
+{
+    size_t dl = strlen(durable);
+    if (strncmp(name, durable, dl) != 0)
+        return false;
+    if (!name[dl])
+        return true;
+    uint64_t t;
+    const char *end = name[dl] == '-' ? nio_num(name + dl + 1, NULL, UINT64_MAX, &t) : NULL;
+    return end && !*end;
+}
+
+static bool nio_not_found(natsStatus s, jsErrCode jerr)
+{
+    return s == NATS_NOT_FOUND || jerr == JSConsumerNotFoundErr;
+}
+
+/* Delete every consumer of c's stream named for another term of c's
+ * durable: a work-queue stream admits one consumer per subject, and
+ * deleting the old term's consumer returns what it had delivered and not
+ * seen acked, and makes the server refuse its holder's pulls and acks. */
+static natsStatus nio_delete_other_terms(nio_consumer *c)
+{
+    fq_nio *n = c->n;
+    jsConsumerNamesList *l = NULL;
+    jsErrCode jerr = 0;
+    natsStatus s = js_ConsumerNames(&l, n->js, c->cfg.stream, NULL, &jerr);
+    if (nio_not_found(s, jerr))
+        return NATS_OK;     /* no consumer at all */
+    for (int i = 0; s == NATS_OK && i < l->Count; i++) {
+        if (!nio_term_name(l->List[i], c->cfg.durable) || strcmp(l->List[i], c->name) == 0)
+            continue;
+        s = js_DeleteConsumer(n->js, c->cfg.stream, l->List[i], NULL, &jerr);
+        if (nio_not_found(s, jerr))
+            s = NATS_OK;
+    }
+    jsConsumerNamesList_Destroy(l);
+    return s;
+}
+
 /* Delete the consumer and create it afresh, so everything it had delivered
  * and not seen acked is delivered again now, and read it through a new
  * inbox, so that nothing sent for an earlier request is taken for ours.
- * Fetch thread only. */
-static natsStatus nio_consumer_recreate(nio_consumer *c)
+ * Named for the term the owner set: the consumers of other terms are
+ * deleted first. Fetch thread only. */
+static natsStatus nio_consumer_recreate(nio_consumer *c, uint64_t term)
 {
     fq_nio *n = c->n;
     if (c->sub) {
         natsSubscription_Destroy(c->sub);
         c->sub = NULL;
     }
+    nio_consumer_name(c->name, sizeof c->name, c->cfg.durable, term);
     jsErrCode jerr = 0;
-    natsStatus s = js_DeleteConsumer(n->js, c->cfg.stream, c->cfg.durable, NULL, &jerr);
-    if (s != NATS_OK && s != NATS_NOT_FOUND && jerr != JSConsumerNotFoundErr)
+    natsStatus s = term ? nio_delete_other_terms(c) : NATS_OK;
+    if (s != NATS_OK)
+        return s;
+    s = js_DeleteConsumer(n->js, c->cfg.stream, c->name, NULL, &jerr);
+    if (s != NATS_OK && !nio_not_found(s, jerr))
         return s;
     jsConsumerConfig cc;
     jsConsumerConfig_Init(&cc);
-    cc.Durable = c->cfg.durable;
+    cc.Durable = c->name;
     cc.AckPolicy = js_AckExplicit;
     cc.AckWait = c->cfg.ack_wait_ms * NIO_NS_PER_MS;
     cc.MaxAckPending = c->cfg.max_ack_pending;
@@ -976,7 +1043,7 @@ static natsStatus nio_consumer_recreate(nio_consumer *c)
     snprintf(c->inbox, sizeof c->inbox, "%s", (const char *)inbox);
     natsInbox_Destroy(inbox);
     snprintf(c->next, sizeof c->next, "$JS.API.CONSUMER.MSG.NEXT.%s.%s", c->cfg.stream,
-             c->cfg.durable);
+             c->name);
     snprintf(wildcard, sizeof wildcard, "%s.*", c->inbox);
     s = natsConnection_SubscribeSync(&c->sub, n->nc, wildcard);
     if (s == NATS_OK)
@@ -1070,8 +1137,11 @@ static natsStatus nio_fetch_once(nio_consumer *c, bool *busy)
 {
     int count = nio_take_queued(c);
     natsStatus s = NATS_OK;
-    if (count == 0)
-        s = nio_pull(c, *busy ? c->cfg.batch : 1, *busy, 500, &count);
+    /* A pull asks for nothing past the fence. */
+    uint64_t now = fq_nio_mono_ms(), until = atomic_load(&c->n->fence_until);
+    int64_t wait = until - now < 500 ? (int64_t)(until - now) : 500;
+    if (count == 0 && now < until)
+        s = nio_pull(c, *busy ? c->cfg.batch : 1, *busy, wait, &count);
     *busy = count > 0;
     if (count)
         nio_deliver(c, count);
@@ -1085,13 +1155,13 @@ static void *nio_fetch_main(void *arg)
     bool busy = true;
     c->generation = UINT64_MAX;
     while (!atomic_load(&n->stopping)) {
-        if (atomic_load(&c->paused) || !atomic_load(&n->connected)) {
+        if (atomic_load(&c->paused) || !atomic_load(&n->connected) || nio_fenced(n)) {
             nio_sleep_ms(20);
             continue;
         }
-        uint64_t gen = atomic_load(&n->generation);
-        if (c->generation != gen) {
-            natsStatus s = nio_consumer_recreate(c);
+        uint64_t gen = atomic_load(&n->generation), term = atomic_load(&c->term);
+        if (c->generation != gen || c->made_term != term) {
+            natsStatus s = nio_consumer_recreate(c, term);
             if (s != NATS_OK) {
                 fq_nio_event ev = {.type = FQ_NIO_EV_CONSUMER, .source = c->id,
                                    .status = FQ_EIO};
@@ -1100,6 +1170,7 @@ static void *nio_fetch_main(void *arg)
                 continue;
             }
             c->generation = gen;
+            c->made_term = term;
             busy = true;
             fq_nio_event ev = {.type = FQ_NIO_EV_CONSUMER, .source = c->id, .status = FQ_OK};
             nio_push(n, &ev);
@@ -1117,11 +1188,9 @@ fq_status fq_nio_consume(fq_nio *n, int id, const fq_nio_consumer *cfg)
         cfg->max_ack_pending < 1)
         return FQ_EINVAL;
     nio_consumer *c = &n->cons[id];
-    int k = snprintf(c->ack, sizeof c->ack, "$JS.ACK.%s.%s.", cfg->stream, cfg->durable);
-    if (k < 0 || (size_t)k >= sizeof c->ack)
-        return FQ_EINVAL;
-    c->ack_len = (size_t)k;
     c->cfg = *cfg;
+    if (fq_nio_consume_term(n, id, cfg->term) != FQ_OK)
+        return FQ_EINVAL;
     c->got = calloc((size_t)cfg->batch, sizeof *c->got);
     atomic_store(&c->paused, false);
     if (!c->got || pthread_create(&c->thread, NULL, nio_fetch_main, c) != 0) {
@@ -1131,6 +1200,26 @@ fq_status fq_nio_consume(fq_nio *n, int id, const fq_nio_consumer *cfg)
     }
     c->started = true;
     return FQ_OK;
+}
+
+fq_status fq_nio_consume_term(fq_nio *n, int id, uint64_t term)
+{
+    if (id < 0 || id >= NIO_MAX_CONSUMERS || !n->cons[id].cfg.durable)
+        return FQ_EINVAL;
+    nio_consumer *c = &n->cons[id];
+    char name[sizeof c->name];
+    nio_consumer_name(name, sizeof name, c->cfg.durable, term);
+    int k = snprintf(c->ack, sizeof c->ack, "$JS.ACK.%s.%s.", c->cfg.stream, name);
+    if (k < 0 || (size_t)k >= sizeof c->ack || strlen(name) + 1 >= sizeof c->name)
+        return FQ_EINVAL;
+    c->ack_len = (size_t)k;
+    atomic_store(&c->term, term);
+    return FQ_OK;
+}
+
+void fq_nio_fence(fq_nio *n, uint64_t until)
+{
+    atomic_store(&n->fence_until, until);
 }
 
 void fq_nio_consume_pause(fq_nio *n, int id, bool paused)
@@ -1144,6 +1233,8 @@ static fq_status nio_ack_send(fq_nio *n, int id, const fq_nio_ackref *a, const c
 {
     if (id < 0 || id >= NIO_MAX_CONSUMERS || !n->cons[id].ack_len)
         return FQ_EINVAL;
+    if (nio_fenced(n))
+        return FQ_EIO;
     const nio_consumer *c = &n->cons[id];
     char subj[sizeof c->ack + 2 * FQ_U64_DEC_MAX + 8];
     size_t k = c->ack_len;

@@ -81,6 +81,9 @@ typedef struct fq_nio_consumer {
     int64_t max_ack_pending;    /* finite: -1 makes Fetch time out (nats.c 3.4.1) */
     int64_t ack_wait_ms;
     int batch;                  /* messages per Fetch */
+    uint64_t term;              /* 0: the consumer is named durable; else durable-term, and
+                                   the stream's consumers of durable's other terms are
+                                   deleted before it is made (fq_nio_consume_term) */
 } fq_nio_consumer;
 
 /* Where a message came from, and the ack that covers it. */
@@ -219,6 +222,15 @@ fq_status fq_nio_stream_scan(fq_nio *n, const char *stream,
  * FQ_NIO_EV_MSG with source = id. The consumer is deleted and recreated
  * first, and again after each reconnect. c's strings must outlive n. */
 fq_status fq_nio_consume(fq_nio *n, int id, const fq_nio_consumer *c);
+/* Name consumer id for term from now on: its fetch thread deletes the
+ * stream's consumers named durable or durable-<n> for any other n, then
+ * makes durable-term, and acks go to it. Owner thread. */
+fq_status fq_nio_consume_term(fq_nio *n, int id, uint64_t term);
+/* From monotonic ms until on, consumers are left alone: no pull, no
+ * consumer made or deleted, and acks and naks fail (FQ_EIO); a pull asks
+ * for nothing past it. UINT64_MAX (the default): no fence. The holder of
+ * a lease sets it to the end of its freshness (lib/lease.h). */
+void fq_nio_fence(fq_nio *n, uint64_t until);
 /* Stop fetching for consumer id (messages fetched already still arrive),
  * or resume. Acks keep working. */
 void fq_nio_consume_pause(fq_nio *n, int id, bool paused);

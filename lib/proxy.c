@@ -19,6 +19,7 @@
 #include "estimate.h"
 #include "http.h"
 #include "journal.h"
+#include "lease.h"
 #include "log.h"
 #include "metrics.h"
 #include "msg.h"
@@ -83,6 +84,10 @@
 #define PX_STOP_RELEASE_MS 500      /* the lease release's PubAck */
 #define PX_STOP_FLUSH_MS 500        /* the acks written before the close */
 #define PX_LEASE_RELEASE 1          /* TK_LEASE value of the release (renewals: 0) */
+#define PX_LEASE_MARGIN_MS 500      /* fresh ends this long before the TTL: lib/lease.h */
+#define PX_LEASE_RENEW_MS 1000      /* a renewal a second: two may fail before it is stale */
+#define PX_LEASE_RETRY_MS 500       /* a standby reads the key twice a second */
+#define PX_SUBMIT_ACK_WAIT_MS (3600LL * 1000)  /* px_start_consumers says why */
 #define PX_RATE_ALPHA 0.3           /* weight of the newest second in the rates */
 #define PX_LIGHT_LOAD 16            /* events a turn below which writes are flushed at once */
 #define PX_SWEEP_MS 1000            /* a sweep of every tenant begins this often */
@@ -231,6 +236,12 @@ typedef struct px_batch {
     struct px_batch *next;      /* pending list, free list */
 } px_batch;
 
+/* An ack held back while the lease was not fresh. */
+typedef struct px_later {
+    int cons;                   /* PX_CONS_* */
+    fq_nio_ackref a;
+} px_later;
+
 /* Counters for stats; monotonic. */
 typedef struct px_counters {
     uint64_t submitted, redelivered, invalid_subject, duplicates_acked;
@@ -302,11 +313,15 @@ struct fq_proxy {
     bool fetch_paused, leader, connected;
 
     char lease_id[128];
-    uint64_t lease_rev;
-    uint64_t lease_renewed;     /* monotonic ms of the last renewal */
-    uint64_t lease_sent;        /* monotonic ms a renewal was sent; 0: none pending */
-    bool lease_lost;            /* another proxy holds it now */
+    fq_lease lease;             /* the leader lease; lib/lease.c decides, we do its I/O */
+    uint64_t term;              /* the term we lead in: our consumers' names carry it */
+    bool consuming;             /* the consumers are started */
+    bool stale;                 /* leading but not fresh: changing nothing (logged once) */
     bool releasing;             /* the release at a stop awaits its PubAck */
+    px_later *later;            /* acks held back while not fresh, in order */
+    size_t nlater, later_cap;
+    fq_nio_event *held_ev;      /* deliveries that came while not fresh, in order */
+    size_t nheld_ev, held_ev_cap;
     uint64_t next_second;       /* monotonic ms of the next rate sample */
     uint64_t done_copy_sec;     /* monotonic second of the copies below */
     uint32_t done_copies;       /* refused completions copied in that second */
@@ -997,11 +1012,40 @@ static void px_count_refusal(fq_proxy *p, px_tenant *pt, const char *tenant, fq_
         pt->rejected[why]++;
 }
 
+static bool px_grow(void **v, size_t *cap, size_t need, size_t size);
+
+/* Whether we may change shared state now: we lead and the lease is fresh
+ * (lib/lease.h). Every fetch, ack, journal append, dispatch, retry,
+ * consumer change and admin write is gated on it. */
+static bool px_fresh(const fq_proxy *p)
+{
+    return fq_lease_fresh(&p->lease, fq_nio_mono_ms());
+}
+
 static void px_ack(fq_proxy *p, int cons, uint64_t seq, uint32_t delivered)
 {
     fq_nio_ackref a = {.sseq = seq, .delivered = delivered ? delivered : 1};
-    /* A lost ack costs a redelivery, which is de-duplicated. */
-    fq_nio_ack(p->nio, cons, &a);
+    /* Not fresh: held back, in order, until the lease is renewed; if it is
+     * lost instead, the next leader's consumer (a new term) gets the
+     * message again and its journal says it was handled. */
+    if (!p->nlater && px_fresh(p) && fq_nio_ack(p->nio, cons, &a) == FQ_OK)
+        return;
+    if (!px_grow((void **)&p->later, &p->later_cap, p->nlater + 1, sizeof *p->later))
+        return;     /* out of memory: a lost ack costs a redelivery, de-duplicated */
+    p->later[p->nlater++] = (px_later){cons, a};
+}
+
+/* Send the acks held back, once fresh again. */
+static void px_acks_later(fq_proxy *p)
+{
+    size_t i = 0;
+    while (i < p->nlater && px_fresh(p) &&
+           fq_nio_ack(p->nio, p->later[i].cons, &p->later[i].a) == FQ_OK)
+        i++;
+    if (!i)
+        return;
+    memmove(p->later, p->later + i, (p->nlater - i) * sizeof *p->later);
+    p->nlater -= i;
 }
 
 /* ---- the runs journal --------------------------------------------------- */
@@ -1085,7 +1129,7 @@ static void px_journal_flush(fq_proxy *p)
     px_batch *b = p->cur;
     size_t len = 0;
     const char *text = b ? fq_jbatch_text(&p->jb, &len) : NULL;
-    if (!text)
+    if (!text || !px_fresh(p))
         return;
     fq_nio_out o = {.subject = p->cfg.subjects.runs, .data = text, .len = len};
     if (px_publish(p, &o, TK_MAKE(TK_JOURNAL, b->id)) != FQ_OK) {
@@ -1893,7 +1937,7 @@ static void px_on_puback(fq_proxy *p, fq_nio_event *ev)
 
 static void px_retry_due(fq_proxy *p)
 {
-    if (!p->nretry || !p->connected)
+    if (!p->nretry || !p->connected || !px_fresh(p))
         return;
     uint64_t now = fq_nio_mono_ms();
     size_t k = 0;
@@ -2826,6 +2870,11 @@ static void px_admin_set(fq_proxy *p, const fq_nio_msg *req)
     }
     fq_tenant_entry ne = o->e;
     px_patch_apply(&ne, &pt);
+    if (!px_entry_equal(&ne, &o->e) && !px_fresh(p)) {
+        px_reply_error(p, req, "this proxy cannot renew its leader lease now and changes "
+                       "nothing until it does: retry");
+        return;
+    }
     if (!px_entry_equal(&ne, &o->e)) {
         if (!px_admin_allow(p, req, PX_ADMIN_SET))
             return;
@@ -3145,73 +3194,96 @@ static void px_sweep(fq_proxy *p, uint64_t now)
 
 /* ---- the leader lease ----------------------------------------------------- */
 
-/* Try to become the leader. FQ_OK: we hold the lease; FQ_EEXIST: another
- * proxy does (holder says which). */
-static fq_status px_lease_acquire(fq_proxy *p, char *holder, size_t cap)
+static void px_lease_fence(fq_proxy *p);
+
+/* We lead from term: the consumers carry it in their names. A new term
+ * while serving means the key aged out and we took it back: the consumers
+ * are made again under the new name, which deletes the old term's. */
+static void px_lease_lead(fq_proxy *p, uint64_t term)
 {
-    uint64_t rev = 0;
-    const char *bucket = p->cfg.streams.lease_bucket;
-    fq_status s = fq_nio_kv_get(holder, cap, &rev, p->nio, bucket, "leader");
-    if (s == FQ_ENOTFOUND)
-        s = fq_nio_kv_create(&p->lease_rev, p->nio, bucket, "leader", p->lease_id,
-                             strlen(p->lease_id));
-    else if (s == FQ_OK && (strcmp(holder, "released") == 0 || strcmp(holder, p->lease_id) == 0))
-        s = fq_nio_kv_update(&p->lease_rev, p->nio, bucket, "leader", p->lease_id,
-                             strlen(p->lease_id), rev);
-    else if (s == FQ_OK)
-        s = FQ_EEXIST;
-    if (s == FQ_OK)
-        p->lease_renewed = fq_nio_mono_ms();
-    return s;
+    p->term = term;
+    if (!p->consuming)
+        return;
+    fq_nio_consume_term(p->nio, PX_CONS_SUBMIT, term);
+    fq_nio_consume_term(p->nio, PX_CONS_DONE, term);
+    fq_log(FQ_LOG_WARN, "leader lease taken again in a new term after it aged out",
+           FQ_UINT("term", term));
 }
 
-/* Renew the lease each second, without waiting: the PubAck settles it
- * (px_on_lease). Returns false once another proxy holds it. */
+/* Do what the lease asks (lib/lease.c decides). Reads, and the writes that
+ * follow them, wait for the server; a renewal (async) does not, and its
+ * PubAck settles it in px_on_lease. */
+static void px_lease_act(fq_proxy *p, fq_lease_step *s, bool async)
+{
+    const char *bucket = p->cfg.streams.lease_bucket, *key = p->lease.key;
+    for (;;) {
+        if (s->lead)
+            px_lease_lead(p, s->term);
+        if (s->lost)
+            fq_log(FQ_LOG_ERROR, "lost the leader lease to another proxy; stopping",
+                   FQ_STR("holder", p->lease.holder), FQ_UINT("term", p->term));
+        uint64_t rev = 0;
+        fq_status st = FQ_EIO;
+        if (s->op == FQ_LEASE_OP_NONE)
+            break;
+        if (s->op == FQ_LEASE_OP_GET) {
+            char v[FQ_LEASE_ID_MAX + 1] = "";
+            st = fq_nio_kv_get(v, sizeof v, &rev, p->nio, bucket, key);
+            fq_lease_on_get(s, &p->lease, fq_nio_mono_ms(), st, v, rev);
+            async = false;
+            continue;
+        }
+        if (s->op == FQ_LEASE_OP_CREATE) {
+            st = fq_nio_kv_create(&rev, p->nio, bucket, key, s->value, strlen(s->value));
+        } else if (!async) {
+            st = fq_nio_kv_update(&rev, p->nio, bucket, key, s->value, strlen(s->value),
+                                  s->expect);
+        } else if (fq_nio_kv_update_async(p->nio, bucket, key, s->value, strlen(s->value),
+                                          s->expect, TK_MAKE(TK_LEASE, 0)) == FQ_OK) {
+            p->pubs++;
+            break;
+        }
+        fq_lease_on_write(s, &p->lease, fq_nio_mono_ms(), st, rev);
+    }
+    px_lease_fence(p);
+}
+
+/* natsio leaves the consumers alone from the end of freshness on. */
+static void px_lease_fence(fq_proxy *p)
+{
+    fq_nio_fence(p->nio, fq_lease_fresh_until(&p->lease));
+}
+
+/* Renew the lease when due, without waiting. Returns false once it is
+ * lost. Logs once when it stops being fresh, and when it is again. */
 static bool px_lease_renew(fq_proxy *p, uint64_t now)
 {
-    if (p->lease_lost)
-        return false;
-    /* While cut off a renewal cannot get through; after the reconnect it
-     * catches up, or finds the lease aged out and takes it again. */
-    if ((p->lease_sent && now < p->lease_sent + 2000) || now < p->lease_renewed + 1000 ||
-        !p->connected)
-        return true;
-    if (fq_nio_kv_update_async(p->nio, p->cfg.streams.lease_bucket, "leader", p->lease_id,
-                               strlen(p->lease_id), p->lease_rev, TK_MAKE(TK_LEASE, 0)) == FQ_OK) {
-        p->pubs++;
-        p->lease_sent = now;
+    if (p->connected) {
+        fq_lease_step s;
+        fq_lease_tick(&s, &p->lease, now);
+        px_lease_act(p, &s, true);
     }
-    return true;
+    bool fresh = fq_lease_fresh(&p->lease, fq_nio_mono_ms());
+    if (fresh == p->stale && p->lease.state == FQ_LEASE_LEADING) {
+        p->stale = !fresh;
+        fq_log(fresh ? FQ_LOG_INFO : FQ_LOG_WARN,
+               fresh ? "leader lease renewed; serving again"
+                     : "cannot renew the leader lease; changing nothing until it is",
+               FQ_UINT("lease_age_ms", fq_lease_age(&p->lease, now)));
+    }
+    return p->lease.state != FQ_LEASE_LOST;
 }
 
 static void px_on_lease(fq_proxy *p, const fq_nio_event *ev)
 {
-    if (TK_VAL(ev->token) == PX_LEASE_RELEASE) {
+    if (TK_VAL(ev->token) == PX_LEASE_RELEASE)
         p->releasing = false;   /* failed or not: the lease ages out anyway */
-        fq_nio_msg_drop(p->nio, ev->msg);
-        return;
-    }
-    uint64_t sent = p->lease_sent;
-    p->lease_sent = 0;
     fq_nio_msg_drop(p->nio, ev->msg);
-    if (ev->status == FQ_OK) {
-        p->lease_rev = ev->seq;
-        p->lease_renewed = sent;
-        return;
-    }
-    if (ev->err_code == FQ_NIO_ERR_WRONG_LAST) {
-        /* It aged out while we were cut off; take it back if nobody did. */
-        char holder[128];
-        if (px_lease_acquire(p, holder, sizeof holder) == FQ_EEXIST) {
-            fq_log(FQ_LOG_ERROR, "lost the leader lease to another proxy; stopping",
-                   FQ_STR("holder", holder));
-            p->lease_lost = true;
-        }
-        return;
-    }
-    if (fq_nio_mono_ms() > p->lease_renewed + FQ_LEASE_TTL_MS && px_warn_ok(p, "lease"))
-        fq_log(FQ_LOG_WARN, "cannot renew the leader lease; not dispatching until it is",
-               FQ_INT("js_err", ev->err_code));
+    fq_status st = ev->status == FQ_OK ? FQ_OK
+                   : ev->err_code == FQ_NIO_ERR_WRONG_LAST ? FQ_EEXIST : FQ_EIO;
+    fq_lease_step s;
+    fq_lease_on_write(&s, &p->lease, fq_nio_mono_ms(), st, ev->seq);
+    px_lease_act(p, &s, false);
 }
 
 static size_t px_drain(fq_proxy *p, int timeout_ms);
@@ -3221,8 +3293,13 @@ static size_t px_drain(fq_proxy *p, int timeout_ms);
  * out within FQ_LEASE_TTL_MS all the same. */
 static void px_lease_release(fq_proxy *p, uint64_t until)
 {
-    if (fq_nio_kv_update_async(p->nio, p->cfg.streams.lease_bucket, "leader", "released", 8,
-                               p->lease_rev, TK_MAKE(TK_LEASE, PX_LEASE_RELEASE)) != FQ_OK)
+    fq_lease_step s;
+    fq_lease_release(&s, &p->lease, fq_nio_mono_ms());
+    px_lease_fence(p);
+    if (s.op != FQ_LEASE_OP_UPDATE ||
+        fq_nio_kv_update_async(p->nio, p->cfg.streams.lease_bucket, p->lease.key, s.value,
+                               strlen(s.value), s.expect,
+                               TK_MAKE(TK_LEASE, PX_LEASE_RELEASE)) != FQ_OK)
         return;
     p->pubs++;
     p->releasing = true;
@@ -3493,14 +3570,48 @@ static fq_status px_recover(fq_proxy *p)
 
 /* ---- the loop ---------------------------------------------------------- */
 
+/* A delivery that comes while the lease is not fresh (a pull sent before
+ * it ran out) is held aside, in order, and handled once it is fresh again:
+ * handling it may refuse or ack. Lost instead, it goes with the process,
+ * and the next leader's consumer delivers it again. */
+static bool px_defer(fq_proxy *p, fq_nio_event *ev)
+{
+    if (!p->nheld_ev && px_fresh(p))
+        return false;
+    if (!px_grow((void **)&p->held_ev, &p->held_ev_cap, p->nheld_ev + 1, sizeof *p->held_ev)) {
+        fq_nio_msg_drop(p->nio, ev->msg);   /* unacked: delivered again after AckWait */
+        return true;
+    }
+    p->held_ev[p->nheld_ev++] = *ev;
+    return true;
+}
+
+static void px_on_delivery(fq_proxy *p, fq_nio_event *ev)
+{
+    if (ev->source == PX_CONS_SUBMIT)
+        px_on_submit(p, ev);
+    else
+        px_on_done(p, ev);
+}
+
+/* Handle the deliveries held aside, in order, while fresh. */
+static void px_undefer(fq_proxy *p)
+{
+    size_t i = 0;
+    while (i < p->nheld_ev && px_fresh(p))
+        px_on_delivery(p, &p->held_ev[i++]);
+    if (!i)
+        return;
+    memmove(p->held_ev, p->held_ev + i, (p->nheld_ev - i) * sizeof *p->held_ev);
+    p->nheld_ev -= i;
+}
+
 static void px_on_event(fq_proxy *p, fq_nio_event *ev)
 {
     switch (ev->type) {
     case FQ_NIO_EV_MSG:
-        if (ev->source == PX_CONS_SUBMIT)
-            px_on_submit(p, ev);
-        else
-            px_on_done(p, ev);
+        if (!px_defer(p, ev))
+            px_on_delivery(p, ev);
         break;
     case FQ_NIO_EV_PUBACK:
         px_on_puback(p, ev);
@@ -3553,15 +3664,24 @@ static fq_status px_start_consumers(fq_proxy *p)
 {
     /* MaxAckPending bounds what the server hands over beyond what we hold. */
     int64_t pend = (int64_t)p->cfg.limits.max_buffered_runs + PX_MAX_PUBS;
+    /* Named <durable>-<term>: making them deletes every other term's, which
+     * returns what a dead or fenced leader held to these at once, and makes
+     * the server refuse that leader's pulls and acks. AckWait then matters
+     * only within our own term: a submit is held unacked while it is
+     * queued, so an AckWait shorter than a queue's wait only costs a
+     * redelivery that is recognised by its sequence (an hour of backlog,
+     * once an hour); what we drop without acking (out of memory) comes back
+     * within it. No longer a day: a dead proxy's runs no longer wait for it. */
     fq_nio_consumer sc = {.stream = p->cfg.streams.submit, .durable = p->cfg.streams.durable,
                           .filter = p->submit_filter, .max_ack_pending = pend,
-                          .ack_wait_ms = 24LL * 3600 * 1000, .batch = 256};
+                          .ack_wait_ms = PX_SUBMIT_ACK_WAIT_MS, .batch = 256, .term = p->term};
     fq_nio_consumer dc = {.stream = p->cfg.streams.done, .durable = p->cfg.streams.durable,
                           .filter = p->done_filter, .max_ack_pending = 100000,
-                          .ack_wait_ms = 60000, .batch = 256};
+                          .ack_wait_ms = 60000, .batch = 256, .term = p->term};
     fq_status s = fq_nio_consume(p->nio, PX_CONS_SUBMIT, &sc);
     if (s == FQ_OK)
         s = fq_nio_consume(p->nio, PX_CONS_DONE, &dc);
+    p->consuming = s == FQ_OK;
     if (s == FQ_OK)
         s = fq_nio_subscribe(p->nio, PX_SUB_ADMIN, p->admin_filter, PX_ADMIN_QUEUED,
                              px_busy_queued);
@@ -3600,22 +3720,26 @@ static void px_overrides_start(fq_proxy *p)
                "they arrive", FQ_STR("bucket", p->cfg.streams.tenants_bucket));
 }
 
-/* Wait until we hold the lease; false if stopped first. */
+/* Wait until we hold the lease; false if stopped first. A standby changes
+ * nothing but the lease key: it only reads it, and writes it to take it. */
 static bool px_become_leader(fq_proxy *p)
 {
-    char holder[128] = "";
-    for (unsigned attempt = 0;; attempt++) {
-        fq_status s = px_lease_acquire(p, holder, sizeof holder);
-        if (s == FQ_OK)
+    for (uint64_t next_log = 0;;) {
+        fq_lease_step s;
+        uint64_t now = fq_nio_mono_ms();
+        fq_lease_tick(&s, &p->lease, now);
+        px_lease_act(p, &s, false);
+        if (p->lease.state == FQ_LEASE_LEADING)
             return true;
-        if (attempt % 20 == 0) {    /* every ten seconds */
+        if (now >= next_log) {      /* every ten seconds */
             fq_log(FQ_LOG_WARN,
-                   s == FQ_EEXIST ? "standing by: another proxy holds the leader lease on these "
-                                    "streams; taking over when it stops renewing it"
-                                  : "standing by: cannot read the leader lease",
-                   FQ_STR("holder", holder), FQ_UINT("lease_ttl_ms", FQ_LEASE_TTL_MS));
+                   p->lease.holder[0] ? "standing by: another proxy holds the leader lease on "
+                                        "these streams; taking over when it stops renewing it"
+                                      : "standing by: cannot read the leader lease",
+                   FQ_STR("holder", p->lease.holder), FQ_UINT("lease_ttl_ms", FQ_LEASE_TTL_MS));
+            next_log = now + 10000;
         }
-        if (!px_sleep_unless_stopped(p, 500))
+        if (!px_sleep_unless_stopped(p, 100))
             return false;
     }
 }
@@ -3630,18 +3754,20 @@ static bool px_finish(fq_proxy *p, uint64_t t0)
     fq_nio_consume_pause(p->nio, PX_CONS_SUBMIT, true);
     fq_nio_consume_pause(p->nio, PX_CONS_DONE, true);
     uint64_t end = t0 + PX_STOP_PUBACK_MS, offline = 0;
-    /* A lease renewal under way (lease_sent) acks nothing: not waited for. */
-    while (p->pubs > (p->lease_sent != 0) || p->nretry || p->cur || p->dirty) {
+    /* A lease renewal under way acks nothing: not waited for. Without the
+     * lease nothing may settle: no wait. */
+    while (p->pubs > (p->lease.op == FQ_LEASE_OP_UPDATE) || p->nretry || p->cur || p->dirty) {
         uint64_t now = fq_nio_mono_ms();
         offline = p->connected ? 0 : offline ? offline : now;
-        if (now >= end || (offline && now >= offline + PX_STOP_OFFLINE_MS))
+        if (now >= end || (offline && now >= offline + PX_STOP_OFFLINE_MS) ||
+            p->lease.state == FQ_LEASE_LOST)
             break;
         px_debt_flush(p, now);
         px_journal_flush(p);
         px_drain(p, PX_POLL_MS);
         px_retry_due(p);
     }
-    if (p->pubs <= (p->lease_sent != 0) && !p->nretry)
+    if (p->pubs <= (p->lease.op == FQ_LEASE_OP_UPDATE) && !p->nretry)
         return true;
     fq_log(FQ_LOG_WARN, "stopping with publishes unsettled; JetStream keeps their runs",
            FQ_UINT("pending", p->pubs), FQ_UINT("retrying", p->nretry),
@@ -3688,7 +3814,8 @@ static fq_status px_start(fq_proxy *p, int *rc)
     }
     if (s == FQ_OK) {
         p->leader = true;
-        fq_log(FQ_LOG_INFO, "leader lease acquired", FQ_STR("id", p->lease_id));
+        fq_log(FQ_LOG_INFO, "leader lease acquired", FQ_STR("id", p->lease_id),
+               FQ_UINT("term", p->term));
         px_overrides_start(p);
         px_phase(p, PH_RECOVERING);
         while ((s = px_recover(p)) == FQ_EIO && px_sleep_unless_stopped(p, 1000))
@@ -3728,7 +3855,9 @@ int fq_proxy_run(fq_proxy *p)
         px_retry_due(p);
         px_rates(p, now);
         px_sweep(p, now);
-        if (p->connected && now <= p->lease_renewed + FQ_LEASE_TTL_MS)
+        px_undefer(p);
+        px_acks_later(p);
+        if (p->connected && px_fresh(p))
             px_dispatch(p);
         px_debt_flush(p, now);
         px_debt_sweep(p, now);
@@ -3825,6 +3954,14 @@ fq_status fq_proxy_create(fq_proxy **out, const fq_config *cfg, char *err, size_
     gethostname(host, sizeof host - 1);
     snprintf(p->lease_id, sizeof p->lease_id, "%s:%ld:%" PRId64, host, (long)getpid(),
              fq_nio_unix_ms());
+    fq_lease_opts lo = {.ttl_ms = FQ_LEASE_TTL_MS, .margin_ms = PX_LEASE_MARGIN_MS,
+                        .renew_ms = PX_LEASE_RENEW_MS, .retry_ms = PX_LEASE_RETRY_MS};
+    if (fq_lease_init(&p->lease, "leader", p->lease_id, &lo) != FQ_OK) {
+        snprintf(err, errlen, "cannot build the proxy: the lease id %s is too long", p->lease_id);
+        fq_proxy_destroy(p);
+        *out = NULL;
+        return FQ_EINVAL;
+    }
     *out = p;
     return FQ_OK;
 }
@@ -3844,6 +3981,10 @@ void fq_proxy_destroy(fq_proxy *p)
     for (size_t i = 0; i < p->nretry; i++)
         fq_nio_msg_destroy(p->retry[i].msg);
     free(p->retry);
+    free(p->later);
+    for (size_t i = 0; i < p->nheld_ev; i++)
+        fq_nio_msg_destroy(p->held_ev[i].msg);
+    free(p->held_ev);
     px_batch *lists[] = {p->cur, p->bat_head, p->bat_free};
     for (size_t i = 0; i < 3; i++) {
         for (px_batch *b = lists[i], *nx; b; b = nx) {
