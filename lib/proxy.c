@@ -128,6 +128,7 @@ enum px_token {
     TK_REJECT,          /* a refused submit; submit seq */
     TK_DONE_REJECT,     /* a refused completion; done seq */
     TK_LEASE,           /* a renewal of the leader lease */
+    TK_JMARK,           /* the journal's term marker, at the start of leading */
 };
 #define TK_MAKE(k, v) (((uint64_t)(k) << 60) | ((v) & ((1ULL << 60) - 1)))
 #define TK_KIND(t) ((int)((t) >> 60))
@@ -311,6 +312,13 @@ struct fq_proxy {
     uint64_t pubs;              /* our publishes awaiting PubAck */
     uint64_t synth;             /* next synthetic id */
     bool fetch_paused, leader, connected;
+    bool journal_full;          /* the unsent batch is as large as one may be: fetching and
+                                   dispatching wait for the one in flight */
+    uint64_t jseq;              /* the journal's last sequence as we know it: the next batch
+                                   expects it (Nats-Expected-Last-Sequence) */
+    bool jmarked;               /* our term's marker is stored: jseq is known */
+    bool jmark_sent;            /* ... and is in flight */
+    bool fenced;                /* the server refused our journal batch: another leads */
 
     char lease_id[128];
     fq_lease lease;             /* the leader lease; lib/lease.c decides, we do its I/O */
@@ -1019,7 +1027,7 @@ static bool px_grow(void **v, size_t *cap, size_t need, size_t size);
  * consumer change and admin write is gated on it. */
 static bool px_fresh(const fq_proxy *p)
 {
-    return fq_lease_fresh(&p->lease, fq_nio_mono_ms());
+    return !p->fenced && fq_lease_fresh(&p->lease, fq_nio_mono_ms());
 }
 
 static void px_ack(fq_proxy *p, int cons, uint64_t seq, uint32_t delivered)
@@ -1122,16 +1130,59 @@ static void px_journal_flight(fq_proxy *p, px_run *x, int64_t now_ms)
     x->pending++;
 }
 
-/* Send the current batch. On a failure to send, it stays current and is
- * tried again with the next turn's records. */
+/*
+ * Fencing. Each batch carries Nats-Expected-Last-Sequence, the sequence of
+ * the batch stored before it, and a Nats-Msg-Id of its own; a new leader
+ * first stores a marker (an empty batch) with no expectation. A stale
+ * leader's next batch then expects a sequence that is no longer last and
+ * the server refuses it (js_err 10071): nothing it settles on that batch
+ * (submit and completion acks) happens, and it stops. One batch is in
+ * flight at a time, since the next one's expectation is the PubAck of
+ * this one; the records of the turns meanwhile go into the next batch, so
+ * batches grow with load instead of multiplying. A batch sent again after
+ * a lost PubAck that was stored after all is a duplicate by its Msg-Id
+ * (JetStream checks it before the expectation), not a refusal. Why not a
+ * chain of message ids (Nats-Expected-Last-Msg-Id), which would allow
+ * several in flight: a refusal of one batch would refuse every later one
+ * in flight, so a lost publish would read as a fence, and the sequence is
+ * what the stream keeps across a server restart. docs/protocol.md
+ * section 8.
+ */
+
+/* The largest an unsent batch grows before fetching and dispatching wait:
+ * half of max_payload, so what was fetched already still fits. */
+static size_t px_journal_room(const fq_proxy *p)
+{
+    return p->max_payload > 0 ? (size_t)p->max_payload / 2 : 512 * 1024;
+}
+
+/* Pause fetching while the unsent batch is full, and resume after. */
+static void px_journal_check(fq_proxy *p)
+{
+    bool full = p->cur && p->jb.len >= px_journal_room(p);
+    if (full == p->journal_full)
+        return;
+    p->journal_full = full;
+    fq_nio_consume_pause(p->nio, PX_CONS_SUBMIT, full || p->fetch_paused);
+    fq_nio_consume_pause(p->nio, PX_CONS_DONE, full);
+}
+
+/* Send the current batch once the one before it is stored, expecting that
+ * one's sequence. On a failure to send, it stays current and is tried
+ * again with the next turn's records. */
 static void px_journal_flush(fq_proxy *p)
 {
     px_batch *b = p->cur;
     size_t len = 0;
-    const char *text = b ? fq_jbatch_text(&p->jb, &len) : NULL;
+    const char *text = b && !p->bat_head && p->jmarked ? fq_jbatch_text(&p->jb, &len) : NULL;
     if (!text || !px_fresh(p))
         return;
-    fq_nio_out o = {.subject = p->cfg.subjects.runs, .data = text, .len = len};
+    char exp[FQ_U64_DEC_MAX], id[FQ_LEASE_ID_MAX + 2 * FQ_U64_DEC_MAX + 4];
+    fq_u64_dec(exp, p->jseq);
+    snprintf(id, sizeof id, "%s/%" PRIu64 "/%" PRIu64, p->lease_id, p->term, b->id);
+    fq_nio_hdr h[2] = {{"Nats-Msg-Id", id}, {"Nats-Expected-Last-Sequence", exp}};
+    fq_nio_out o = {.subject = p->cfg.subjects.runs, .data = text, .len = len, .hdrs = h,
+                    .n_hdrs = 2};
     if (px_publish(p, &o, TK_MAKE(TK_JOURNAL, b->id)) != FQ_OK) {
         p->c.pub_failures++;
         return;
@@ -1442,7 +1493,7 @@ static void px_pause_check(fq_proxy *p)
     bool full = p->held >= p->cfg.limits.max_buffered_runs;
     if (full != p->fetch_paused) {
         p->fetch_paused = full;
-        fq_nio_consume_pause(p->nio, PX_CONS_SUBMIT, full);
+        fq_nio_consume_pause(p->nio, PX_CONS_SUBMIT, full || p->journal_full);
         if (full) {
             p->c.fetch_pauses++;
             fq_log(FQ_LOG_WARN, "fetching paused: max_buffered_runs reached",
@@ -1842,12 +1893,13 @@ static bool px_dispatch_one(fq_proxy *p, px_run *x)
 static void px_dispatch(fq_proxy *p)
 {
     uint64_t now = fq_nio_mono_ms();
-    while (p->pubs < PX_MAX_PUBS) {
+    while (p->pubs < PX_MAX_PUBS && !p->journal_full) {
         fq_run *r = fq_sched_dispatch(p->sched, now);
         if (!r)
             break;
         if (!px_dispatch_one(p, r->handle))
             break;
+        px_journal_check(p);
     }
 }
 
@@ -1877,6 +1929,22 @@ static void px_on_puback(fq_proxy *p, fq_nio_event *ev)
     uint64_t v = TK_VAL(ev->token);
     if (kind == TK_LEASE) {
         px_on_lease(p, ev);
+        return;
+    }
+    if (kind == TK_JMARK) {
+        p->jmark_sent = false;
+        p->jmarked = ev->status == FQ_OK;
+        p->jseq = ev->seq;
+        fq_nio_msg_drop(p->nio, ev->msg);
+        return;
+    }
+    if (kind == TK_JOURNAL && ev->status != FQ_OK && ev->err_code == FQ_NIO_ERR_WRONG_LAST) {
+        if (!p->fenced)
+            fq_log(FQ_LOG_ERROR, "the runs journal refused our batch: another proxy leads and "
+                   "wrote it; changing nothing more, stopping", FQ_UINT("term", p->term),
+                   FQ_UINT("expected_last_seq", p->jseq));
+        p->fenced = true;
+        fq_nio_msg_drop(p->nio, ev->msg);
         return;
     }
     if (ev->status != FQ_OK && ev->err_code && (kind == TK_REJECT || kind == TK_DONE_REJECT)) {
@@ -1918,6 +1986,7 @@ static void px_on_puback(fq_proxy *p, fq_nio_event *ev)
         px_batch *b = px_batch_take(p, v);
         if (!b)
             return;
+        p->jseq = ev->seq;
         for (size_t i = 0; i < b->nruns; i++)
             px_settled(p, b->runs[i]);
         for (size_t i = 0; i < b->ndones; i++)
@@ -3720,6 +3789,26 @@ static void px_overrides_start(fq_proxy *p)
                "they arrive", FQ_STR("bucket", p->cfg.streams.tenants_bucket));
 }
 
+/* Store our term's marker in the journal (an empty batch, with no
+ * expectation), so that a stale leader's next batch is refused, and learn
+ * the sequence our first batch expects. False if stopped first. */
+static bool px_journal_mark(fq_proxy *p)
+{
+    static const char mark[] = "{\"v\":1,\"entries\":[]}";
+    while (!p->jmarked && !atomic_load(&p->stop)) {
+        fq_http_heartbeat(p->http);
+        if (!p->jmark_sent && px_fresh(p)) {
+            fq_nio_out o = {.subject = p->cfg.subjects.runs, .data = mark, .len = sizeof mark - 1};
+            p->jmark_sent = px_publish(p, &o, TK_MAKE(TK_JMARK, 0)) == FQ_OK;
+        }
+        px_drain(p, PX_POLL_MS);
+        px_lease_renew(p, fq_nio_mono_ms());
+        if (p->lease.state == FQ_LEASE_LOST)
+            return false;
+    }
+    return p->jmarked;
+}
+
 /* Wait until we hold the lease; false if stopped first. A standby changes
  * nothing but the lease key: it only reads it, and writes it to take it. */
 static bool px_become_leader(fq_proxy *p)
@@ -3818,11 +3907,15 @@ static fq_status px_start(fq_proxy *p, int *rc)
                FQ_UINT("term", p->term));
         px_overrides_start(p);
         px_phase(p, PH_RECOVERING);
-        while ((s = px_recover(p)) == FQ_EIO && px_sleep_unless_stopped(p, 1000))
+        if (!px_journal_mark(p))
+            s = FQ_EIO;
+        while (s == FQ_OK && (s = px_recover(p)) == FQ_EIO && px_sleep_unless_stopped(p, 1000))
             ;
     }
     if (s == FQ_OK && (s = px_start_consumers(p)) != FQ_OK)
         fq_log(FQ_LOG_ERROR, "cannot start consuming");
+    if (p->lease.state == FQ_LEASE_LOST)
+        *rc = FQ_PROXY_EXIT_LEASE_LOST;
     if (atomic_load(&p->stop))
         *rc = FQ_PROXY_EXIT_OK;
     return atomic_load(&p->stop) ? FQ_EIO : s;
@@ -3847,7 +3940,7 @@ int fq_proxy_run(fq_proxy *p)
             px_reload(p, "signal", restart, sizeof restart, err, sizeof err);
         }
         fq_http_heartbeat(p->http);
-        if (!px_lease_renew(p, now)) {
+        if (!px_lease_renew(p, now) || p->fenced) {
             rc = FQ_PROXY_EXIT_LEASE_LOST;
             break;
         }
@@ -3862,6 +3955,7 @@ int fq_proxy_run(fq_proxy *p)
         px_debt_flush(p, now);
         px_debt_sweep(p, now);
         px_journal_flush(p);
+        px_journal_check(p);
         /* Under light load, send now what nats.c would hold a millisecond
          * to batch: latency from submit to dispatch is then a round trip.
          * Under load the batching is worth more than the wait. */
