@@ -232,8 +232,13 @@ static enum MHD_Result answer_probe(struct MHD_Connection *c, fq_http *h, bool r
         goto unavailable;
     if (!readiness)
         return answer(c, MHD_HTTP_OK, "ok\n");
-    if (!h->ready || h->ready(why, sizeof why, h->arg))
-        return answer(c, MHD_HTTP_OK, "ready\n");
+    if (!h->ready || h->ready(why, sizeof why, h->arg)) {
+        if (!why[0])
+            return answer(c, MHD_HTTP_OK, "ready\n");
+        why[strcspn(why, "\r\n")] = '\0';
+        snprintf(body, sizeof body, "%s\n", why);
+        return answer(c, MHD_HTTP_OK, body);
+    }
     if (!why[0])
         snprintf(why, sizeof why, "not ready");
 unavailable:

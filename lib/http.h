@@ -13,8 +13,9 @@
  * GET /metrics    200, whatever the metrics callback renders
  * GET /healthz    200 "ok" while the proxy's loop beats (fq_http_heartbeat)
  *                 within heartbeat_timeout_ms; else 503 and the reason
- * GET /readyz     200 "ready" when the loop beats and the ready callback
- *                 says so; else 503 and a one-line reason
+ * GET /readyz     200 "ready" (or the one line the ready callback wrote)
+ *                 when the loop beats and the callback says so; else 503
+ *                 and a one-line reason
  * other paths     404; methods other than GET and HEAD: 405
  *
  * The server runs one thread of its own (libmicrohttpd's internal polling
@@ -34,7 +35,8 @@ typedef struct fq_http fq_http;
 
 /* Append the /metrics body to out. A status other than FQ_OK answers 500. */
 typedef fq_status (*fq_http_metrics_fn)(fq_buf *out, void *arg);
-/* Return true when ready; otherwise write a one-line reason into why. */
+/* Return true when ready, writing into why what to say instead of "ready"
+ * if anything (a standby says so); otherwise write a one-line reason. */
 typedef bool (*fq_http_ready_fn)(char *why, size_t whylen, void *arg);
 /* A monotonic clock in milliseconds; tests pass their own. */
 typedef uint64_t (*fq_http_clock_fn)(void *arg);

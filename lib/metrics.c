@@ -530,6 +530,19 @@ static void render_one(fq_buf *b, const char *name, const char *type, const char
 #define GAUGE_D(name, help, v) render_one(b, name, "gauge", help, (v), 0, true)
 #define COUNTER(name, help, v) render_one(b, name, "counter", help, 0, (v), false)
 
+static const char *const ready_names[FQ_READY__COUNT] = {
+    [FQ_READY_OK] = "ready", [FQ_READY_STANDBY] = "standby", [FQ_READY_STARTING] = "starting",
+    [FQ_READY_RECOVERING] = "recovering", [FQ_READY_CONSUMERS] = "consumers",
+    [FQ_READY_DISCONNECTED] = "disconnected", [FQ_READY_LEASE_STALE] = "lease_stale",
+    [FQ_READY_DISPATCH_STALLED] = "dispatch_stalled",
+    [FQ_READY_JOURNAL_STALLED] = "journal_stalled", [FQ_READY_STOPPING] = "stopping"};
+
+const char *fq_ready_reason_name(enum fq_ready_reason r)
+{
+    return r >= 0 && r < FQ_READY__COUNT ? ready_names[r] : "unknown";
+}
+
+
 static void render_completions(fq_buf *b, const fq_metrics_overall *a)
 {
     static const char name[] = "fairq_completions_total";
@@ -654,6 +667,22 @@ static void render_overall(fq_buf *b, fq_metrics_snapshot *s)
     GAUGE_U("fairq_nats_max_payload_bytes",
             "The server's max_payload; a run is accepted when its dispatch fits it.",
             a->max_payload);
+}
+
+/* One series per reason, 1 for the one /readyz gives now, so an alert
+ * needs no absent(): fairq_ready{reason="ready"} summed over the proxies of
+ * one set of streams is 0. */
+void fq_metrics_render_ready(fq_buf *b, enum fq_ready_reason r, uint64_t lease_age_ms)
+{
+    static const char name[] = "fairq_ready";
+    put_header(b, name, "gauge",
+               "1 for the reason /readyz answers with now (ready and standby answer 200).");
+    for (int i = 0; i < FQ_READY__COUNT; i++)
+        fq_buf_printf(b, "%s{reason=\"%s\"} %d\n", name, ready_names[i], (int)r == i);
+    GAUGE_D("fairq_lease_age_seconds",
+            "Since the send of the last lease write the server confirmed; past the TTL less "
+            "a margin (2.5 s) the leader changes nothing. 0 when not leading.",
+            (double)lease_age_ms / 1000.0);
 }
 
 fq_status fq_metrics_render(fq_buf *out, fq_metrics_snapshot *s)

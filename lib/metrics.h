@@ -75,6 +75,29 @@ enum fq_metrics_completion {
     FQ_COMPLETION__COUNT
 };
 
+/* Why /readyz answers as it does now (label reason of fairq_ready). */
+enum fq_ready_reason {
+    FQ_READY_OK = 0,                /* leading, serving: 200 */
+    FQ_READY_STANDBY,               /* standing by while another leads: 200 */
+    FQ_READY_STARTING,              /* connecting, checking the streams: 503 */
+    FQ_READY_RECOVERING,            /* reading the journal back: 503 */
+    FQ_READY_CONSUMERS,             /* the consumers are not in place: 503 */
+    FQ_READY_DISCONNECTED,          /* cut off from NATS: 503 */
+    FQ_READY_LEASE_STALE,           /* leading, but the lease cannot be renewed: 503 */
+    FQ_READY_DISPATCH_STALLED,      /* the dispatch stream refuses writes: 503 */
+    FQ_READY_JOURNAL_STALLED,       /* the journal refuses writes: 503 */
+    FQ_READY_STOPPING,              /* 503 */
+    FQ_READY__COUNT
+};
+/* The label value of a reason ("ready", "standby", "lease_stale", ...). */
+const char *fq_ready_reason_name(enum fq_ready_reason r);
+/* Append the families that say how the proxy stands at this very scrape,
+ * read as the probes read it rather than from a snapshot (a standby fills
+ * none): fairq_ready{reason}, 1 for r and 0 for the others, and
+ * fairq_lease_age_seconds (lease_age_ms: since the send of the last lease
+ * write the server confirmed; 0 when not leading). */
+void fq_metrics_render_ready(fq_buf *out, enum fq_ready_reason r, uint64_t lease_age_ms);
+
 /* The proxy as a whole. */
 typedef struct fq_metrics_overall {
     uint64_t in_flight_runs;

@@ -362,6 +362,12 @@ struct fq_proxy {
     atomic_int phase;           /* enum px_phase, for /readyz */
     atomic_int stalled;         /* dispatches keep failing: their last js_err + 1; 0: not */
     uint64_t fail_since;        /* monotonic ms dispatches began to fail; 0: they succeed */
+    atomic_int jstalled;        /* journal batches keep failing: their last js_err + 1 */
+    uint64_t jfail_since;       /* monotonic ms journal batches began to fail; 0: they succeed */
+    atomic_uint_fast64_t fresh_until;   /* the lease's fresh end, for /readyz; 0: not leading */
+    atomic_uint_fast64_t lease_sent;    /* send time of its last confirmed write; 0: none */
+    pthread_mutex_t holder_mu;  /* guards holder: /readyz reads it on the HTTP threads */
+    char holder[FQ_LEASE_ID_MAX + 1];   /* standing by: who holds the lease; "": not known */
     bool consumer_ok[2];        /* PX_CONS_*: the last (re)creation succeeded */
 };
 
@@ -1921,6 +1927,20 @@ static void px_settled(fq_proxy *p, px_run *x)
 
 static void px_on_lease(fq_proxy *p, const fq_nio_event *ev);
 
+/* A journal batch was not stored (a full store, a timeout): it is sent
+ * again as it was. Failing for PX_STALL_MS, the proxy is not ready: no
+ * submit or completion is settled meanwhile. */
+static void px_journal_failed(fq_proxy *p, int js_err)
+{
+    uint64_t now = fq_nio_mono_ms();
+    if (!p->jfail_since)
+        p->jfail_since = now;
+    if (now - p->jfail_since >= PX_STALL_MS && !atomic_exchange(&p->jstalled, js_err + 1))
+        fq_log(FQ_LOG_ERROR, "the runs journal refuses our batches; nothing is settled until it "
+               "stores them", FQ_STR("stream", p->cfg.streams.runs), FQ_INT("js_err", js_err),
+               FQ_UINT("failing_for_ms", now - p->jfail_since));
+}
+
 static void px_on_puback(fq_proxy *p, fq_nio_event *ev)
 {
     if (p->pubs)
@@ -1964,6 +1984,8 @@ static void px_on_puback(fq_proxy *p, fq_nio_event *ev)
         p->c.pub_failures++;
         if (kind == TK_DISPATCH && px_dispatch_failed(p, v, ev))
             return;
+        if (kind == TK_JOURNAL)
+            px_journal_failed(p, ev->err_code);
         if (px_warn_ok(p, "publish"))
             fq_log(FQ_LOG_WARN, "a publish failed; retrying", FQ_INT("kind", kind),
                    FQ_INT("js_err", ev->err_code));
@@ -1987,6 +2009,10 @@ static void px_on_puback(fq_proxy *p, fq_nio_event *ev)
         if (!b)
             return;
         p->jseq = ev->seq;
+        if (p->jfail_since && atomic_exchange(&p->jstalled, 0))
+            fq_log(FQ_LOG_INFO, "the runs journal stores our batches again",
+                   FQ_UINT("failed_for_ms", fq_nio_mono_ms() - p->jfail_since));
+        p->jfail_since = 0;
         for (size_t i = 0; i < b->nruns; i++)
             px_settled(p, b->runs[i]);
         for (size_t i = 0; i < b->ndones; i++)
@@ -3068,6 +3094,8 @@ static void px_metrics_publish(fq_proxy *p)
 /* On the HTTP thread: take the newest snapshot if one came since the last
  * render, and render it once; scrapes until the next pass get the same
  * text, so a scrape loop costs one render a pass and copies besides. */
+static enum fq_ready_reason px_ready_state(fq_proxy *p, char *why, size_t whylen);
+
 static fq_status px_metrics_render(fq_buf *out, void *arg)
 {
     fq_proxy *p = arg;
@@ -3113,21 +3141,71 @@ static fq_status px_metrics_render(fq_buf *out, void *arg)
         out->cap = need;
     }
     fq_buf_append(out, p->render_text.p, p->render_text.len);
-    return FQ_OK;
+    char why[256];
+    uint64_t sent = atomic_load(&p->lease_sent), now = fq_nio_mono_ms();
+    fq_metrics_render_ready(out, px_ready_state(p, why, sizeof why),
+                            sent && now > sent ? now - sent : 0);
+    return out->failed ? FQ_ENOMEM : FQ_OK;
+}
+
+/* Why /readyz answers as it does, and what it says (why; "" for ready).
+ * Reads only atomics, and the holder under its own lock: it runs on the
+ * HTTP threads. A standby is a healthy sidecar doing its job: ready, so
+ * that an orchestrator does not take its pod down. A leader is not ready
+ * while its lease is not fresh (it changes nothing then: a hung server, a
+ * partition) or a store refuses its writes. */
+static enum fq_ready_reason px_ready_state(fq_proxy *p, char *why, size_t whylen)
+{
+    static const enum fq_ready_reason of_phase[] = {
+        [PH_CONNECTING] = FQ_READY_STARTING, [PH_STREAMS] = FQ_READY_STARTING,
+        [PH_STANDBY] = FQ_READY_STANDBY, [PH_RECOVERING] = FQ_READY_RECOVERING,
+        [PH_SERVING] = FQ_READY_OK, [PH_CONSUMERS] = FQ_READY_CONSUMERS,
+        [PH_DISCONNECTED] = FQ_READY_DISCONNECTED, [PH_STOPPING] = FQ_READY_STOPPING};
+    int ph = atomic_load(&p->phase), stalled = atomic_load(&p->stalled);
+    int jstalled = atomic_load(&p->jstalled);
+    uint64_t until = atomic_load(&p->fresh_until), sent = atomic_load(&p->lease_sent);
+    uint64_t now = fq_nio_mono_ms();
+    why[0] = '\0';
+    if (ph == PH_STANDBY) {
+        pthread_mutex_lock(&p->holder_mu);
+        if (p->holder[0])
+            snprintf(why, whylen, "standby: %s holds the leader lease", p->holder);
+        pthread_mutex_unlock(&p->holder_mu);
+        if (why[0])
+            return FQ_READY_STANDBY;
+        snprintf(why, whylen, "standing by: cannot read the leader lease");
+        return FQ_READY_STARTING;
+    }
+    if (ph != PH_SERVING && ph != PH_CONSUMERS && ph != PH_DISCONNECTED) {
+        snprintf(why, whylen, "%s", px_phase_text[ph]);
+        return of_phase[ph];
+    }
+    if (now >= until) {
+        snprintf(why, whylen, "cannot renew the leader lease: last renewed %" PRIu64
+                 " ms ago; changing nothing until it is", sent && now > sent ? now - sent : 0);
+        return FQ_READY_LEASE_STALE;
+    }
+    if (ph != PH_SERVING) {
+        snprintf(why, whylen, "%s", px_phase_text[ph]);
+        return of_phase[ph];
+    }
+    if (stalled) {
+        snprintf(why, whylen, "not dispatching: publishes to the dispatch stream keep failing "
+                 "(js_err %d)", stalled - 1);
+        return FQ_READY_DISPATCH_STALLED;
+    }
+    if (jstalled) {
+        snprintf(why, whylen, "the runs journal refuses writes (js_err %d): no run or "
+                 "completion is settled", jstalled - 1);
+        return FQ_READY_JOURNAL_STALLED;
+    }
+    return FQ_READY_OK;
 }
 
 static bool px_ready(char *why, size_t whylen, void *arg)
 {
-    fq_proxy *p = arg;
-    int ph = atomic_load(&p->phase), stalled = atomic_load(&p->stalled);
-    if (ph == PH_SERVING && !stalled)
-        return true;
-    if (ph == PH_SERVING)
-        snprintf(why, whylen, "not dispatching: publishes to the dispatch stream keep failing "
-                 "(js_err %d)", stalled - 1);
-    else
-        snprintf(why, whylen, "%s", px_phase_text[ph]);
-    return false;
+    enum fq_ready_reason r = px_ready_state(arg, why, whylen);
+    return r == FQ_READY_OK || r == FQ_READY_STANDBY;
 }
 
 static void px_phase(fq_proxy *p, enum px_phase ph)
@@ -3317,10 +3395,19 @@ static void px_lease_act(fq_proxy *p, fq_lease_step *s, bool async)
     px_lease_fence(p);
 }
 
-/* natsio leaves the consumers alone from the end of freshness on. */
+/* natsio leaves the consumers alone from the end of freshness on; the
+ * probes read it too. */
 static void px_lease_fence(fq_proxy *p)
 {
-    fq_nio_fence(p->nio, fq_lease_fresh_until(&p->lease));
+    uint64_t until = p->fenced ? 0 : fq_lease_fresh_until(&p->lease);
+    fq_nio_fence(p->nio, until);
+    atomic_store(&p->fresh_until, until);
+    atomic_store(&p->lease_sent, p->lease.state == FQ_LEASE_LEADING ? p->lease.confirmed_sent : 0);
+    if (p->lease.state == FQ_LEASE_STANDBY) {
+        pthread_mutex_lock(&p->holder_mu);
+        memcpy(p->holder, p->lease.holder, sizeof p->holder);
+        pthread_mutex_unlock(&p->holder_mu);
+    }
 }
 
 /* Renew the lease when due, without waiting. Returns false once it is
@@ -4031,6 +4118,7 @@ fq_status fq_proxy_create(fq_proxy **out, const fq_config *cfg, char *err, size_
         s = fq_metrics_snapshot_create(sns[i], p->cfg.http.max_tenant_series);
     p->text_gen = UINT64_MAX;
     pthread_mutex_init(&p->snap_mu, NULL);
+    pthread_mutex_init(&p->holder_mu, NULL);
     for (int k = 0; k < PX_ADMIN__COUNT; k++)
         fq_bucket_init(&p->admin_rate[k], px_admin_limits[k].rate, px_admin_limits[k].burst, 0);
     if (s == FQ_OK && !(p->ev = calloc(PX_EVENTS, sizeof *p->ev)))
@@ -4108,6 +4196,7 @@ void fq_proxy_destroy(fq_proxy *p)
     fq_metrics_snapshot_destroy(p->snap_render);
     fq_buf_free(&p->render_text);
     pthread_mutex_destroy(&p->snap_mu);
+    pthread_mutex_destroy(&p->holder_mu);
     fq_est_destroy(p->est);
     fq_sched_destroy(p->sched);
     fq_policy_destroy(p->policy);

@@ -43,9 +43,15 @@ static fq_status render(fq_buf *out, void *arg)
     return atomic_load(&render_fails) ? FQ_ENOMEM : FQ_OK;
 }
 
+static atomic_bool is_standby;
+
 static bool ready(char *why, size_t whylen, void *arg)
 {
     (void)arg;
+    if (atomic_load(&is_standby)) {
+        snprintf(why, whylen, "standby: holder=a\nsecond line must not show");
+        return true;
+    }
     if (atomic_load(&is_ready))
         return true;
     snprintf(why, whylen, "not connected to NATS\nsecond line must not show");
@@ -170,6 +176,13 @@ static void test_readyz_needs_health_and_readiness(void **state)
     get(&r, h, "/readyz");
     assert_int_equal(r.status, 503);
     assert_string_equal(r.body, "not connected to NATS\n");    /* one line */
+
+    /* Ready with something to say (a standby): 200 and its one line. */
+    atomic_store(&is_standby, true);
+    get(&r, h, "/readyz");
+    assert_int_equal(r.status, 200);
+    assert_string_equal(r.body, "standby: holder=a\n");
+    atomic_store(&is_standby, false);
 
     atomic_store(&is_ready, true);
     atomic_store(&fake_now, 1000 + 60000);

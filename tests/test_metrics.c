@@ -287,6 +287,29 @@ static void test_values_and_labels(void **state)
 
 /* Past the limit, tenants fold per plan into _other: sums for counts, the
  * maximum for ages, nothing for deficits, weights and estimate errors. */
+/* How the proxy stands now: one series per reason, the one in force 1,
+ * and the lease's age. */
+static void test_ready_and_lease_age(void **state)
+{
+    (void)state;
+    fq_buf b = {0};
+    fq_metrics_render_ready(&b, FQ_READY_LEASE_STALE, 3100);
+    assert_non_null(b.p);
+    assert_well_formed(b.p);
+    assert_int_equal(count_lines(b.p, "fairq_ready{"), FQ_READY__COUNT);
+    assert_true(value_of(b.p, "fairq_ready{reason=\"lease_stale\"}") == 1);
+    assert_true(value_of(b.p, "fairq_ready{reason=\"ready\"}") == 0);
+    assert_true(value_of(b.p, "fairq_ready{reason=\"standby\"}") == 0);
+    assert_true(value_of(b.p, "fairq_lease_age_seconds") == 3.1);
+    fq_buf_reset(&b);
+    fq_metrics_render_ready(&b, FQ_READY_STANDBY, 0);
+    assert_true(value_of(b.p, "fairq_ready{reason=\"standby\"}") == 1);
+    assert_true(value_of(b.p, "fairq_ready{reason=\"lease_stale\"}") == 0);
+    assert_true(value_of(b.p, "fairq_lease_age_seconds") == 0);
+    assert_string_equal(fq_ready_reason_name(FQ_READY_JOURNAL_STALLED), "journal_stalled");
+    fq_buf_free(&b);
+}
+
 static void test_tenants_fold_into_other(void **state)
 {
     (void)state;
@@ -480,7 +503,11 @@ static void test_sample(void **state)
         .overrides_refused = 1, .admin_reply_failures = 1, .max_payload = 1048576,
         .rejected_runs = {[FQ_EINVAL] = 7, [FQ_EFULL] = 3},
     };
-    char *t = render(s);
+    fq_buf b = {0};
+    assert_int_equal(fq_metrics_render(&b, s), FQ_OK);
+    fq_metrics_render_ready(&b, FQ_READY_OK, 1200);     /* what a scrape appends */
+    assert_well_formed(b.p);
+    char *t = b.p;
     assert_true(value_of(t, "fairq_tenants_folded") == 3);
 
     const char *path = getenv("FAIRQ_METRICS_SAMPLE");
@@ -499,6 +526,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_hist_buckets_are_upper_bounds),
         cmocka_unit_test(test_values_and_labels),
+        cmocka_unit_test(test_ready_and_lease_age),
         cmocka_unit_test(test_tenants_fold_into_other),
         cmocka_unit_test(test_fold_at_fill_renders_the_same),
         cmocka_unit_test(test_label_escaping),

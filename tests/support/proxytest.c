@@ -13,6 +13,12 @@
 
 int pt_proxy_start(pt_proxy *px, const natstest *srv, const char *name, const char *yaml_body)
 {
+    return pt_proxy_start_url(px, srv, natstest_url(srv), name, yaml_body);
+}
+
+int pt_proxy_start_url(pt_proxy *px, const natstest *srv, const char *url, const char *name,
+                       const char *yaml_body)
+{
     memset(px, 0, sizeof *px);
     snprintf(px->config, sizeof px->config, "%s/%s.yaml", natstest_dir(srv), name);
     snprintf(px->log, sizeof px->log, "%s/%s.log", natstest_dir(srv), name);
@@ -21,7 +27,7 @@ int pt_proxy_start(pt_proxy *px, const natstest *srv, const char *name, const ch
         perror(px->config);
         return -1;
     }
-    fprintf(f, "nats:\n  url: %s\nhttp:\n  listen: \"\"\n%s", natstest_url(srv), yaml_body);
+    fprintf(f, "nats:\n  url: %s\nhttp:\n  listen: \"\"\n%s", url, yaml_body);
     fclose(f);
     return pt_proxy_restart(px);
 }

@@ -29,6 +29,9 @@ typedef struct pt_proxy {
  * start extend the http mapping) and start fairq-proxy on it, its output
  * appended to dir/name.log. */
 int pt_proxy_start(pt_proxy *px, const natstest *srv, const char *name, const char *yaml_body);
+/* The same with nats.url = url (a relay's, say) instead of srv's. */
+int pt_proxy_start_url(pt_proxy *px, const natstest *srv, const char *url, const char *name,
+                       const char *yaml_body);
 /* Start it again on the same config (after a kill). */
 int pt_proxy_restart(pt_proxy *px);
 /* SIGTERM and wait; returns its exit code, or -1. */
