@@ -379,6 +379,78 @@ static void test_fetch_ack_get_and_recreate(void **state)
     assert_int_equal(got[2], 5);
 }
 
+/* A consumer named for a new term deletes the old term's: what the old
+ * one delivered and never saw acked comes to the new one at once, in stream
+ * order, and the old holder's acks change nothing. Past its fence an
+ * adapter acks nothing. */
+static void test_term_consumers_fence_the_old_term(void **state)
+{
+    fixture *f = *state;
+    fq_nio_stream ts = {.name = "TERMS", .subject = "terms.*", .retention = FQ_NIO_WORKQUEUE,
+                        .replicas = 1, .allow_direct = true};
+    char warn[256], err[256];
+    assert_int_equal(fq_nio_stream_ensure(f->n, &ts, warn, sizeof warn), FQ_OK);
+    for (int i = 0; i < 4; i++) {
+        char body[16];
+        snprintf(body, sizeof body, "t-%d", i);
+        publish(f->n, i % 2 ? "terms.a" : "terms.b", body, NULL, 300 + (uint64_t)i);
+    }
+    fq_nio_consumer c = {.stream = "TERMS", .durable = "lead", .filter = "terms.*",
+                         .max_ack_pending = 1000, .ack_wait_ms = 3600000, .batch = 64,
+                         .term = 7};
+    assert_int_equal(fq_nio_consume(f->n, 2, &c), FQ_OK);
+    fq_nio_ackref refs[4];
+    for (int i = 0; i < 4; i++) {
+        fq_nio_event ev;
+        assert_true(wait_event(f->n, FQ_NIO_EV_MSG, &ev, 5000));
+        assert_int_equal(ev.source, 2);
+        refs[i] = ev.ack;
+        fq_nio_msg_drop(f->n, ev.msg);
+    }
+    assert_int_equal(fq_nio_ack(f->n, 2, &refs[0]), FQ_OK);
+    /* The next leader, on a connection of its own, in term 8. */
+    fq_nio *n2 = NULL;
+    fq_nio_opts o = {.url = natstest_url(f->srv), .name = "it_natsio_2"};
+    assert_int_equal(fq_nio_create(&n2, &o, err, sizeof err), FQ_OK);
+    c.term = 8;
+    assert_int_equal(fq_nio_consume(n2, 0, &c), FQ_OK);
+    uint64_t got[3] = {0};
+    for (int i = 0; i < 3; i++) {
+        fq_nio_event ev;
+        assert_true(wait_event(n2, FQ_NIO_EV_MSG, &ev, 5000));
+        got[i] = ev.ack.sseq;
+        if (i == 0) {
+            /* The old holder acks the one the new holds: nothing changes. */
+            assert_int_equal(fq_nio_ack(f->n, 2, &refs[1]), FQ_OK);
+            fq_nio_msg *m = NULL;
+            nt_sleep_ms(200);
+            assert_int_equal(fq_nio_get(&m, f->n, "TERMS", refs[1].sseq), FQ_OK);
+            fq_nio_msg_destroy(m);
+        }
+        assert_int_equal(fq_nio_ack(n2, 0, &ev.ack), FQ_OK);
+        fq_nio_msg_drop(n2, ev.msg);
+    }
+    assert_int_equal(got[0], 2);
+    assert_int_equal(got[1], 3);
+    assert_int_equal(got[2], 4);
+    /* Only the new term's consumer is left. */
+    natsConnection *nc = NULL;
+    jsCtx *js = NULL;
+    jsConsumerNamesList *l = NULL;
+    assert_int_equal(natsConnection_ConnectTo(&nc, natstest_url(f->srv)), NATS_OK);
+    assert_int_equal(natsConnection_JetStream(&js, nc, NULL), NATS_OK);
+    assert_int_equal(js_ConsumerNames(&l, js, "TERMS", NULL, NULL), NATS_OK);
+    assert_int_equal(l->Count, 1);
+    assert_string_equal(l->List[0], "lead-8");
+    jsConsumerNamesList_Destroy(l);
+    jsCtx_Destroy(js);
+    natsConnection_Destroy(nc);
+    /* Past the fence, no ack leaves. */
+    fq_nio_fence(n2, fq_nio_mono_ms());
+    assert_int_equal(fq_nio_ack(n2, 0, &refs[3]), FQ_EIO);
+    fq_nio_destroy(n2);
+}
+
 typedef struct scan_seen {
     int n;
     char bodies[8][16];
@@ -516,6 +588,7 @@ int main(void)
         cmocka_unit_test(test_requests_bounded),
         cmocka_unit_test(test_kv_lease_primitives),
         cmocka_unit_test(test_stream_scan),
+        cmocka_unit_test(test_term_consumers_fence_the_old_term),
         cmocka_unit_test(test_fetch_ack_get_and_recreate),
         cmocka_unit_test(test_kv_watch),
     };
