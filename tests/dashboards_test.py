@@ -11,12 +11,19 @@
   promtool 2.42 has no command that checks a bare expression);
 - every metric the dashboard and the rules name is served by a real
   fairq-proxy on a real nats-server, with a sample once the test has made
-  the events that produce them (runs submitted, dispatched, completed at
-  twice their estimate, one refused), and every label they match or group
-  by is a label of those series or one Prometheus adds.
+  the events that produce them (runs of two tenants queued behind a window
+  of one, some completed at three times their estimate, one refused), and
+  every label they match or group by is a label of those series or one
+  Prometheus adds;
+- a real Prometheus scraping that proxy (every second, with the rules)
+  answers every query of the dashboard without error and with a result
+  (promtool parses, only an evaluation finds a many-to-many match), the
+  weight shares come out as the plans' weights say, every rule evaluates
+  without error, and FairqEstimateErrorDrifting is pending for the tenant
+  that spends three times its estimates.
 
-promtool is Debian's prometheus package (2.42); the parser is Debian's
-python3-prometheus-client.
+promtool and prometheus are Debian's prometheus package (2.42); the parser
+is Debian's python3-prometheus-client.
 """
 import json
 import os
@@ -29,6 +36,7 @@ import tempfile
 import time
 import unittest
 import urllib.error
+import urllib.parse
 import urllib.request
 
 import yaml
@@ -233,25 +241,17 @@ class Dashboard(unittest.TestCase):
 
 
 class LiveMetrics(unittest.TestCase):
-    """Every name the dashboard and the rules use, on a running proxy's /metrics."""
+    """The dashboard and the rules on a running proxy, scraped by a real Prometheus."""
 
     @classmethod
     def setUpClass(cls):
         cls.tmp = tempfile.mkdtemp(prefix="fairq-dash-")
-        cls.proxy = None
+        cls.proxy = cls.prom = None
         try:
             cls.url = subprocess.run([os.path.join(SRC, "scripts", "nats-up.sh"), cls.tmp],
                                      capture_output=True, text=True, check=True, timeout=30).stdout.strip()
-            port = subprocess.run([os.path.join(SRC, "scripts", "free-port.sh")],
-                                  capture_output=True, text=True, check=True).stdout.strip()
-            cls.http = f"http://127.0.0.1:{port}"
-            cls.proxy_log = open(os.path.join(cls.tmp, "proxy.log"), "w")
-            cls.proxy = subprocess.Popen(
-                [os.path.join(BUILD, "fairq-proxy"), "-c", os.path.join(SRC, "config", "fairq.yaml"),
-                 "--nats", cls.url],
-                env=dict(os.environ, FAIRQ_HTTP_LISTEN=f"127.0.0.1:{port}"),
-                stdout=cls.proxy_log, stderr=subprocess.STDOUT)
-            cls.wait_for(lambda: cls.get("/readyz")[0] == 200, "the proxy to be ready")
+            cls.start_proxy()
+            cls.start_prometheus()
             cls.make_events()
         except BaseException:
             cls.tearDownClass()
@@ -259,37 +259,104 @@ class LiveMetrics(unittest.TestCase):
 
     @classmethod
     def tearDownClass(cls):
-        if cls.proxy:
-            cls.proxy.send_signal(signal.SIGTERM)
-            try:
-                cls.proxy.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                cls.proxy.kill()
-                cls.proxy.wait()
-            cls.proxy_log.close()
+        for p in (cls.prom, cls.proxy):
+            if p:
+                p.send_signal(signal.SIGTERM)
+                try:
+                    p.wait(timeout=15)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    p.wait()
         subprocess.run([os.path.join(SRC, "scripts", "nats-down.sh"), cls.tmp], check=False)
         shutil.rmtree(cls.tmp, ignore_errors=True)
 
     @classmethod
-    def get(cls, path):
+    def free_port(cls):
+        return subprocess.run([os.path.join(SRC, "scripts", "free-port.sh")],
+                              capture_output=True, text=True, check=True).stdout.strip()
+
+    @classmethod
+    def start_proxy(cls):
+        """The shipped config with a window of one run, so that runs stay
+        queued behind the one in flight for the panels that need a backlog."""
+        with open(os.path.join(SRC, "config", "fairq.yaml"), encoding="utf-8") as f:
+            conf = f.read()
+        window = re.compile(r"^  max_in_flight: 64\b", re.M)
+        if not window.search(conf):
+            raise AssertionError("config/fairq.yaml: window.max_in_flight: 64 not found")
+        path = os.path.join(cls.tmp, "fairq.yaml")
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(window.sub("  max_in_flight: 1", conf))
+        cls.proxy_port = cls.free_port()
+        cls.http = f"http://127.0.0.1:{cls.proxy_port}"
+        log = open(os.path.join(cls.tmp, "proxy.log"), "w")
+        cls.proxy = subprocess.Popen(
+            [os.path.join(BUILD, "fairq-proxy"), "-c", path, "--nats", cls.url],
+            env=dict(os.environ, FAIRQ_HTTP_LISTEN=f"127.0.0.1:{cls.proxy_port}"),
+            stdout=log, stderr=subprocess.STDOUT)
+        log.close()
+        cls.wait_for(lambda: cls.get(cls.http + "/readyz")[0] == 200, "the proxy to be ready")
+
+    @classmethod
+    def start_prometheus(cls):
+        """Debian's Prometheus scraping the proxy every second as job fairq,
+        with the alerting rules, evaluated every second."""
+        exe = shutil.which("prometheus")
+        if not exe:
+            raise AssertionError("prometheus not found: scripts/install-deps.sh installs Debian's prometheus")
+        conf = {"global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+                "rule_files": [RULES],
+                "scrape_configs": [{"job_name": "fairq",
+                                    "static_configs": [{"targets": [f"127.0.0.1:{cls.proxy_port}"]}]}]}
+        path = os.path.join(cls.tmp, "prometheus.yml")
+        with open(path, "w", encoding="utf-8") as f:
+            yaml.safe_dump(conf, f)
+        port = cls.free_port()
+        cls.prom_url = f"http://127.0.0.1:{port}"
+        log = open(os.path.join(cls.tmp, "prometheus.log"), "w")
+        cls.prom = subprocess.Popen(
+            [exe, f"--config.file={path}", f"--storage.tsdb.path={cls.tmp}/tsdb",
+             f"--web.listen-address=127.0.0.1:{port}"], stdout=log, stderr=subprocess.STDOUT)
+        log.close()
+        cls.wait_for(lambda: cls.query("fairq_build_info"), "Prometheus to scrape the proxy")
+
+    @classmethod
+    def get(cls, url):
         try:
-            with urllib.request.urlopen(cls.http + path, timeout=5) as r:
+            with urllib.request.urlopen(url, timeout=5) as r:
                 return r.status, r.read().decode("utf-8")
         except urllib.error.HTTPError as e:
-            return e.code, ""
+            return e.code, e.read().decode("utf-8", "replace")
         except OSError:
             return 0, ""
 
     @classmethod
-    def wait_for(cls, cond, what, timeout=20.0):
+    def api(cls, path, **params):
+        """Prometheus's answer to an API request: (status, data or error)."""
+        status, body = cls.get(cls.prom_url + "/api/v1/" + path + "?" + urllib.parse.urlencode(params))
+        if not body:
+            return "unreachable", None
+        j = json.loads(body)
+        return j["status"], j.get("data") if j["status"] == "success" else j.get("error")
+
+    @classmethod
+    def query(cls, expr):
+        """An instant query's result, [] if it failed."""
+        status, data = cls.api("query", query=expr)
+        return data["result"] if status == "success" else []
+
+    @classmethod
+    def wait_for(cls, cond, what, timeout=30.0):
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if cls.proxy.poll() is not None:
-                raise AssertionError(f"fairq-proxy exited {cls.proxy.returncode} while waiting for {what}: "
-                                     + open(os.path.join(cls.tmp, "proxy.log")).read()[-2000:])
+            for name, p in (("fairq-proxy", cls.proxy), ("prometheus", cls.prom)):
+                if p and p.poll() is not None:
+                    log = os.path.join(cls.tmp, ("proxy" if p is cls.proxy else "prometheus") + ".log")
+                    raise AssertionError(f"{name} exited {p.returncode} while waiting for {what}: "
+                                         + open(log).read()[-2000:])
             if cond():
                 return
-            time.sleep(0.1)
+            time.sleep(0.2)
         raise AssertionError(f"timed out waiting for {what}")
 
     @classmethod
@@ -300,30 +367,40 @@ class LiveMetrics(unittest.TestCase):
             raise AssertionError(f"{prog} {' '.join(args)} failed: {run.stdout}{run.stderr}")
 
     @classmethod
-    def make_events(cls):
-        """Runs dispatched and completed at twice their estimate, and a run
-        refused (its estimate over scheduler.max_est_tokens): the events
-        after which every per-tenant family, the histogram and the refusals
-        have samples. Then wait for a metrics pass that shows them."""
-        cls.client("fairq-producer", "--tenant", "acme", "--est", "100", "--count", "2")
-        cls.client("fairq-producer", "--tenant", "acme", "--est", "2000000", "--count", "1")
-        cls.client("fairq-worker", "--count", "2", "--tokens-per-sec", "0", "--actual-factor", "2",
+    def work(cls, n):
+        """A worker completes n runs at three times their estimate, and
+        Prometheus scrapes the completions."""
+        cls.client("fairq-worker", "--count", str(n), "--tokens-per-sec", "0", "--actual-factor", "3",
                    "--deliver", "all")
+        cls.done += n
+        cls.wait_for(lambda: cls.query(f'fairq_completions_total{{outcome="held"}} == {cls.done}'),
+                     f"Prometheus to see {cls.done} completions")
 
-        def shown():
-            _, text = cls.get("/metrics")
-            return ('fairq_tenant_estimate_error_ratio{tenant="acme"' in text
-                    and "fairq_rejected_runs_total{" in text
-                    and 'fairq_completions_total{outcome="held"} 2' in text)
-        cls.wait_for(shown, "the completions and the refusal in /metrics")
-        cls.text = cls.get("/metrics")[1]
+    @classmethod
+    def make_events(cls):
+        """Runs of two tenants queued behind a window of one, four of them
+        completed at three times their estimate in two rounds (so that
+        Prometheus sees the counters move), and a run refused (its estimate
+        over scheduler.max_est_tokens): after them every family the
+        dashboard and the rules use has samples, and two tenants have queued
+        runs."""
+        cls.done = 0
+        cls.client("fairq-producer", "--tenant", "acme", "--est", "100", "--count", "6")
+        cls.client("fairq-producer", "--tenant", "globex", "--est", "100", "--count", "3")
+        cls.client("fairq-producer", "--tenant", "acme", "--est", "2000000", "--count", "1")
+        cls.work(2)
+        cls.work(2)
+        cls.wait_for(lambda: cls.query("fairq_rejected_runs_total") and cls.query(
+            'count(fairq_tenant_queued_runs{job="fairq"} > 0) == 2'), "Prometheus to see the refusal and the backlog")
+        cls.text = cls.get(cls.http + "/metrics")[1]
 
     def setUp(self):
         with open(DASHBOARD, encoding="utf-8") as f:
-            dash = json.load(f)
+            self.dash = json.load(f)
         with open(RULES, encoding="utf-8") as f:
             rules = yaml.safe_load(f)
-        self.exprs = dashboard_exprs(dash) + rule_exprs(rules)
+        self.rules = rule_exprs(rules)
+        self.exprs = dashboard_exprs(self.dash) + self.rules
         self.types = dict(re.findall(r"^# TYPE (\S+) (\S+)$", self.text, re.M))
         self.samples = {}
         for fam in text_string_to_metric_families(self.text):
@@ -363,6 +440,53 @@ class LiveMetrics(unittest.TestCase):
                 for label in MATCHER_LABEL.findall(body):
                     if label not in SCRAPE_LABELS:
                         self.assertIn(label, self.samples.get(m, set()), f"{where}: {m} has no label {label}")
+
+    def test_every_dashboard_query_answers_in_prometheus(self):
+        """Each query as Grafana sends it, evaluated by Prometheus without
+        error, and with a result but for the token window's use: the config
+        sets no token limit (its capacity is +Inf, left out)."""
+        expect_empty = {("Window use", "B")}
+        for where, e in dashboard_exprs(self.dash):
+            status, data = self.api("query", query=grafana_substitute(e))
+            self.assertEqual(status, "success", f"{where}: {data}")
+            key = next(((p["title"], t["refId"]) for p in panels_of(self.dash)
+                        for t in p.get("targets", []) if t["expr"] == e), None)
+            if key in expect_empty:
+                self.assertEqual(data["result"], [], where)
+            else:
+                self.assertTrue(data["result"], f"{where}: no result from {grafana_substitute(e)}")
+
+    def test_token_shares_follow_the_weights(self):
+        """The share panels on live data: the weight shares of the two
+        backlogged tenants are 10/13 and 3/13 (enterprise and pro)."""
+        panel = next(p for p in panels_of(self.dash) if p["title"] == "Weight share of the backlogged tenants")
+        got = {r["metric"]["tenant"]: float(r["value"][1])
+               for r in self.query(grafana_substitute(panel["targets"][0]["expr"]))}
+        self.assertAlmostEqual(got.pop("acme"), 10 / 13)
+        self.assertAlmostEqual(got.pop("globex"), 3 / 13)
+        self.assertEqual(got, {})
+
+    def test_rules_evaluate_and_the_estimate_alert_is_pending(self):
+        """Every rule evaluates without error on live series, and acme, which
+        spends three times its estimates, has FairqEstimateErrorDrifting
+        pending (it fires after 15 minutes)."""
+        def evaluated():
+            status, data = self.api("rules")
+            rules = [r for g in data["groups"] for r in g["rules"]] if status == "success" else []
+            return rules and all(r["health"] != "unknown" for r in rules) and rules
+        self.wait_for(evaluated, "Prometheus to evaluate every rule")
+        rules = evaluated()
+        self.assertEqual(len(rules), len(self.rules))
+        for r in rules:
+            self.assertEqual(r["health"], "ok", f"{r['name']}: {r.get('lastError')}")
+
+        def pending():
+            status, data = self.api("alerts")
+            return [a for a in data["alerts"] if a["labels"]["alertname"] == "FairqEstimateErrorDrifting"]
+        self.wait_for(pending, "FairqEstimateErrorDrifting to be pending")
+        alerts = pending()
+        self.assertEqual([(a["labels"]["tenant"], a["state"]) for a in alerts], [("acme", "pending")])
+        self.assertEqual(float(alerts[0]["value"]), 3.0)
 
 
 if __name__ == "__main__":
