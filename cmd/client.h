@@ -157,6 +157,47 @@ static inline const char *fqc_url(const char *flag)
     return env && *env ? env : FQC_DEFAULT_URL;
 }
 
+/* The inbox prefix every connection of this program uses (--inbox-prefix;
+ * NULL: nats.c's "_INBOX"): a server that scopes each user's inbox, as
+ * config/nats-server.conf does, delivers replies only under the user's
+ * own prefix. A function's static, as the stop flag. */
+static inline const char **fqc_inbox_prefix(void)
+{
+    static const char *prefix;
+    return &prefix;
+}
+
+/* The --inbox-prefix option: a subject without wildcards. */
+#define FQC_INBOX_PREFIX_HELP \
+    "  --inbox-prefix P  inbox prefix of this client's replies (default _INBOX); the\n" \
+    "                   shipped server config gives each user _INBOX_<user>\n"
+static inline bool fqc_inbox_prefix_set(const char *prog, const char *p)
+{
+    bool ok = *p && p[strlen(p) - 1] != '.' && *p != '.' && !strstr(p, "..") &&
+              !strpbrk(p, "*> \t\r\n");
+    if (!ok) {
+        fprintf(stderr, "%s: --inbox-prefix: '%s' is not a subject without wildcards\n", prog, p);
+        return false;
+    }
+    *fqc_inbox_prefix() = p;
+    return true;
+}
+
+/* A new inbox under the program's prefix into buf: "<prefix>.<unique>". */
+static inline natsStatus fqc_inbox(char *buf, size_t cap)
+{
+    natsInbox *inbox = NULL;
+    natsStatus s = natsInbox_Create(&inbox);
+    if (s != NATS_OK)
+        return s;
+    const char *unique = strchr((const char *)inbox, '.');
+    const char *prefix = *fqc_inbox_prefix();
+    int k = snprintf(buf, cap, "%s.%s", prefix ? prefix : "_INBOX",
+                     unique ? unique + 1 : (const char *)inbox);
+    natsInbox_Destroy(inbox);
+    return k > 0 && (size_t)k < cap ? NATS_OK : NATS_ERR;
+}
+
 /* Connect to url as name, reconnecting for ever, and make a JetStream
  * context with jo (NULL for the defaults). nats.c holds writes back for up
  * to a millisecond to batch them; send_asap writes each publish (and each
@@ -176,6 +217,8 @@ static inline natsStatus fqc_connect(natsConnection **nc, jsCtx **js, const char
     if (s == NATS_OK) s = natsOptions_SetMaxReconnect(o, -1);
     if (s == NATS_OK) s = natsOptions_SetReconnectWait(o, 250);
     if (s == NATS_OK) s = natsOptions_SetSendAsap(o, send_asap);
+    if (s == NATS_OK && *fqc_inbox_prefix())
+        s = natsOptions_SetCustomInboxPrefix(o, *fqc_inbox_prefix());
     if (s == NATS_OK) s = natsConnection_Connect(nc, o);
     if (s == NATS_OK) s = natsConnection_JetStream(js, *nc, jo);
     if (s != NATS_OK) {
@@ -306,7 +349,7 @@ static inline int fqc_streams_ensure(jsCtx *js, const char *prog)
 typedef struct fqc_pull {
     natsConnection *nc;             /* requests and acks go out on it */
     natsSubscription *inbox;        /* <inbox>.* : every delivery to us */
-    char inbox_subject[96];         /* <inbox> */
+    char inbox_subject[128];        /* <inbox> */
     char next_subject[320];         /* $JS.API.CONSUMER.MSG.NEXT.<stream>.<consumer> */
     uint64_t request;               /* the latest request's number */
 } fqc_pull;
@@ -316,16 +359,14 @@ typedef struct fqc_pull {
 static inline natsStatus fqc_pull_open(fqc_pull *p, natsConnection *nc, const char *stream,
                                        const char *consumer)
 {
-    natsInbox *inbox = NULL;
     char wildcard[sizeof p->inbox_subject + 2];
-    natsStatus s = natsInbox_Create(&inbox);
+    natsStatus s;
 
     memset(p, 0, sizeof *p);
     p->nc = nc;
+    s = fqc_inbox(p->inbox_subject, sizeof p->inbox_subject);
     if (s != NATS_OK)
         return s;
-    snprintf(p->inbox_subject, sizeof p->inbox_subject, "%s", (const char *)inbox);
-    natsInbox_Destroy(inbox);
     snprintf(p->next_subject, sizeof p->next_subject, "$JS.API.CONSUMER.MSG.NEXT.%s.%s", stream,
              consumer);
     snprintf(wildcard, sizeof wildcard, "%s.*", p->inbox_subject);

@@ -20,6 +20,7 @@ static void usage(FILE *f)
             "\n"
             "  --nats URL      NATS server URL (default $FAIRQ_NATS_URL, else %s)\n"
             "  --admin PREFIX  the proxy's subjects.admin (default fair.admin)\n"
+            FQC_INBOX_PREFIX_HELP
             "  --time N        send it N times and print on stderr the round trips of\n"
             "                  the answered ones (median, least, most), in ms\n"
             "\n"
@@ -66,11 +67,12 @@ int main(int argc, char **argv)
 {
     const char *url = NULL, *admin = "fair.admin";
     long times = 1;
-    enum { OPT_NATS = 256, OPT_ADMIN, OPT_TIME };
+    enum { OPT_NATS = 256, OPT_ADMIN, OPT_TIME, OPT_INBOX };
     static const struct option longopts[] = {
         {"nats", required_argument, NULL, OPT_NATS},
         {"admin", required_argument, NULL, OPT_ADMIN},
         {"time", required_argument, NULL, OPT_TIME},
+        {"inbox-prefix", required_argument, NULL, OPT_INBOX},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -80,6 +82,10 @@ int main(int argc, char **argv)
         switch (opt) {
         case OPT_NATS: url = optarg; break;
         case OPT_ADMIN: admin = optarg; break;
+        case OPT_INBOX:
+            if (!fqc_inbox_prefix_set(PROG, optarg))
+                return 2;
+            break;
         case OPT_TIME:
             times = strtol(optarg, &end, 10);
             if (*end || times < 1 || times > 100000) {

@@ -836,7 +836,8 @@ static void load_usage(FILE *f)
         "                      up to 1 ms to batch them (use it to measure latency)\n"
         "  --submit-prefix P, --dispatch SUBJECT, --dispatch-stream NAME, --done-prefix P,\n"
         "  --rejected-prefix P, --admin-prefix P\n"
-        "                      the wire contract's names (defaults as docs/protocol.md)\n",
+        "                      the wire contract's names (defaults as docs/protocol.md)\n"
+        FQC_INBOX_PREFIX_HELP,
         prog);
 }
 
@@ -896,6 +897,7 @@ static int load_parse(load_cfg *c, char **tenant_spec, const char **costs, int a
         {"scenario", required_argument, NULL, 7},        {"compress", required_argument, NULL, 8},
         {"proxy-stats", no_argument, NULL, 9},           {"stats-at", required_argument, NULL, 10},
         {"admin-prefix", required_argument, NULL, 11},   {"in-turn", no_argument, NULL, 12},
+        {"inbox-prefix", required_argument, NULL, 13},
         {NULL, 0, NULL, 0},
     };
     const char *steady_flag = NULL; /* a flag of the steady mix, given */
@@ -954,6 +956,7 @@ static int load_parse(load_cfg *c, char **tenant_spec, const char **costs, int a
         case 10: ok = fqc_parse_double(optarg, 0, 1e6, &c->stats_at_s); break;
         case 11: c->admin_prefix = optarg; break;
         case 12: c->steady.in_turn = true; break;
+        case 13: ok = fqc_inbox_prefix_set(prog, optarg); break;
         case 'v': c->verbose = true; break;
         case 'h': load_usage(stdout); exit(0);
         default: load_usage(stderr); return -1;

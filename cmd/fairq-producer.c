@@ -106,7 +106,8 @@ static void producer_usage(FILE *f)
             "  --nats URL       server (default $FAIRQ_NATS_URL, else " FQC_DEFAULT_URL ")\n"
             "  --est N          declared cost in tokens (default: none, the proxy estimates)\n"
             "  --count N        runs to submit (default 1)\n"
-            "  --run-id ID      the run id (with --count above 1: ID-1, ID-2, ...)\n",
+            "  --run-id ID      the run id (with --count above 1: ID-1, ID-2, ...)\n"
+            FQC_INBOX_PREFIX_HELP,
             prog);
 }
 
@@ -117,6 +118,7 @@ static int producer_parse(producer_cfg *c, int argc, char **argv)
         {"workflow", required_argument, NULL, 'w'}, {"est", required_argument, NULL, 'e'},
         {"count", required_argument, NULL, 'c'},    {"body", required_argument, NULL, 'b'},
         {"run-id", required_argument, NULL, 'r'},   {"subject-prefix", required_argument, NULL, 'p'},
+        {"inbox-prefix", required_argument, NULL, 'I'},
         {"help", no_argument, NULL, 'h'},           {NULL, 0, NULL, 0},
     };
     uint64_t v;
@@ -131,6 +133,10 @@ static int producer_parse(producer_cfg *c, int argc, char **argv)
         case 'b': c->body = optarg; break;
         case 'r': c->run_id = optarg; break;
         case 'p': c->prefix = optarg; break;
+        case 'I':
+            if (!fqc_inbox_prefix_set(prog, optarg))
+                return -1;
+            break;
         case 'e':
             if (!fqc_parse_u64(optarg, 1, UINT32_MAX, &v)) {
                 fprintf(stderr, "%s: --est: '%s' is not a whole number of tokens from 1 to %u\n",

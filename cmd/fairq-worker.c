@@ -183,7 +183,8 @@ static void worker_usage(FILE *f)
             "                        (default) takes the runs dispatched from its creation on;\n"
             "                        all replays what the stream still holds (its max age, an\n"
             "                        hour by default), for a deployment's first pool only.\n"
-            "                        An existing durable goes on where it stopped.\n",
+            "                        An existing durable goes on where it stopped.\n"
+            FQC_INBOX_PREFIX_HELP,
             prog);
 }
 
@@ -195,6 +196,7 @@ static int worker_parse(worker_cfg *c, int argc, char **argv)
         {"count", required_argument, NULL, 'c'},          {"status", required_argument, NULL, 's'},
         {"stream", required_argument, NULL, 'S'},         {"dispatch", required_argument, NULL, 'D'},
         {"done-prefix", required_argument, NULL, 'p'},    {"deliver", required_argument, NULL, 'l'},
+        {"inbox-prefix", required_argument, NULL, 'I'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -226,6 +228,10 @@ static int worker_parse(worker_cfg *c, int argc, char **argv)
             if (strcmp(optarg, "new") == 0) c->deliver = js_DeliverNew;
             else if (strcmp(optarg, "all") == 0) c->deliver = js_DeliverAll;
             else ok = false;
+            break;
+        case 'I':
+            if (!fqc_inbox_prefix_set(prog, optarg))
+                return -1;
             break;
         case 'h': worker_usage(stdout); exit(0);
         default: worker_usage(stderr); return -1;

@@ -26,8 +26,8 @@
  *   the event before the one at fault (an unknown key is reported at the
  *   previous value), so positions are looked up again with libyaml from the
  *   key path (cfg_locate), which also places the validation errors.
- * - Secrets (nats.creds, nats.tls.key, a URL's user information) never
- *   leave this module as text.
+ * - Secrets (nats.creds, nats.tls.key, nats.password, nats.nkey_seed, a
+ *   URL's user information) never leave this module as text.
  */
 
 /* The document as libcyaml loads it: NULL is an absent key. */
@@ -36,7 +36,7 @@ typedef struct raw_tls {
 } raw_tls;
 
 typedef struct raw_nats {
-    char *url, *creds;
+    char *url, *creds, *user, *password, *nkey, *nkey_seed, *inbox_prefix;
     raw_tls *tls;
 } raw_nats;
 
@@ -126,6 +126,11 @@ static const cyaml_schema_field_t nats_fields[] = {
     CFG_STR("url", raw_nats, url),
     CFG_STR("creds", raw_nats, creds),
     CFG_MAP("tls", raw_nats, tls, tls_fields),
+    CFG_STR("user", raw_nats, user),
+    CFG_STR("password", raw_nats, password),
+    CFG_STR("nkey", raw_nats, nkey),
+    CFG_STR("nkey_seed", raw_nats, nkey_seed),
+    CFG_STR("inbox_prefix", raw_nats, inbox_prefix),
     CYAML_FIELD_END
 };
 
@@ -745,8 +750,35 @@ static fq_status cfg_nats(fq_config *c, const raw_nats *r, const cfg_ctx *v)
         return cfg_fail(v, "nats.tls", cert ? "key" : "cert",
                         "required with nats.tls.%s: cert and key go together",
                         cert ? "cert" : "key");
+    bool user = r->user && *r->user, password = r->password && *r->password;
+    if (user != password)
+        return cfg_fail(v, "nats", user ? "password" : "user",
+                        "required with nats.%s: user and password go together",
+                        user ? "user" : "password");
+    bool nkey = r->nkey && *r->nkey, seed = r->nkey_seed && *r->nkey_seed;
+    if (nkey != seed)
+        return cfg_fail(v, "nats", nkey ? "nkey_seed" : "nkey",
+                        "required with nats.%s: the public key and its seed file go together",
+                        nkey ? "nkey" : "nkey_seed");
+    if (nkey && (strlen(r->nkey) != 56 || r->nkey[0] != 'U' ||
+                 strspn(r->nkey, "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567") != 56))
+        return cfg_fail(v, "nats", "nkey", "not a user's public nkey: 56 characters of base32"
+                        " beginning with U (the seed, SU..., goes in a file named by nkey_seed)");
+    if ((r->creds && *r->creds) + user + nkey > 1)
+        return cfg_fail(v, "nats", user ? "user" : "nkey",
+                        "one way to authenticate: creds, user and password, or nkey");
+    const char *inbox = r->inbox_prefix ? r->inbox_prefix : "_INBOX";
+    if (!cfg_subject_valid(inbox) || strlen(inbox) > 64)
+        return cfg_fail(v, "nats", "inbox_prefix", "'%s' is not an inbox prefix: 1 to 64"
+                        " characters of dot-separated tokens, none empty, without white space"
+                        " or wildcards", inbox);
     CFG_IFOK(s, cfg_str(r->url, NULL, false, &c->nats.url));
     CFG_IFOK(s, cfg_str(r->creds, NULL, true, &c->nats.creds));
+    CFG_IFOK(s, cfg_str(r->user, NULL, true, &c->nats.user));
+    CFG_IFOK(s, cfg_str(r->password, NULL, true, &c->nats.password));
+    CFG_IFOK(s, cfg_str(r->nkey, NULL, true, &c->nats.nkey));
+    CFG_IFOK(s, cfg_str(r->nkey_seed, NULL, true, &c->nats.nkey_seed));
+    CFG_IFOK(s, cfg_str(inbox, NULL, false, &c->nats.inbox_prefix));
     CFG_IFOK(s, cfg_str(t->ca, NULL, true, &c->nats.tls_ca));
     CFG_IFOK(s, cfg_str(t->cert, NULL, true, &c->nats.tls_cert));
     CFG_IFOK(s, cfg_str(t->key, NULL, true, &c->nats.tls_key));
@@ -1214,7 +1246,10 @@ fq_status fq_config_load(fq_config *out, const char *path, char *err, size_t err
 static const size_t cfg_strings[] = {
     offsetof(fq_config, nats.url), offsetof(fq_config, nats.creds),
     offsetof(fq_config, nats.tls_ca), offsetof(fq_config, nats.tls_cert),
-    offsetof(fq_config, nats.tls_key), offsetof(fq_config, subjects.submit),
+    offsetof(fq_config, nats.tls_key), offsetof(fq_config, nats.user),
+    offsetof(fq_config, nats.password), offsetof(fq_config, nats.nkey),
+    offsetof(fq_config, nats.nkey_seed), offsetof(fq_config, nats.inbox_prefix),
+    offsetof(fq_config, subjects.submit),
     offsetof(fq_config, subjects.dispatch), offsetof(fq_config, subjects.done),
     offsetof(fq_config, subjects.rejected), offsetof(fq_config, subjects.admin),
     offsetof(fq_config, subjects.runs), offsetof(fq_config, streams.submit),
@@ -1395,6 +1430,11 @@ size_t fq_config_describe(const fq_config *c, char *buf, size_t cap)
     cfg_put_opt(&o, "nats.tls.ca", c->nats.tls_ca, false);
     cfg_put_opt(&o, "nats.tls.cert", c->nats.tls_cert, false);
     cfg_put_opt(&o, "nats.tls.key", c->nats.tls_key, true);
+    cfg_put_opt(&o, "nats.user", c->nats.user, false);
+    cfg_put_opt(&o, "nats.password", c->nats.password, true);
+    cfg_put_opt(&o, "nats.nkey", c->nats.nkey, false);
+    cfg_put_opt(&o, "nats.nkey_seed", c->nats.nkey_seed, true);
+    cfg_put_opt(&o, "nats.inbox_prefix", c->nats.inbox_prefix, false);
     cfg_put_opt(&o, "subjects.submit", c->subjects.submit, false);
     cfg_put_opt(&o, "subjects.dispatch", c->subjects.dispatch, false);
     cfg_put_opt(&o, "subjects.done", c->subjects.done, false);
@@ -1464,6 +1504,11 @@ static const struct {
     {"nats.tls.ca", offsetof(fq_config, nats.tls_ca)},
     {"nats.tls.cert", offsetof(fq_config, nats.tls_cert)},
     {"nats.tls.key", offsetof(fq_config, nats.tls_key)},
+    {"nats.user", offsetof(fq_config, nats.user)},
+    {"nats.password", offsetof(fq_config, nats.password)},
+    {"nats.nkey", offsetof(fq_config, nats.nkey)},
+    {"nats.nkey_seed", offsetof(fq_config, nats.nkey_seed)},
+    {"nats.inbox_prefix", offsetof(fq_config, nats.inbox_prefix)},
     {"subjects.submit", offsetof(fq_config, subjects.submit)},
     {"subjects.dispatch", offsetof(fq_config, subjects.dispatch)},
     {"subjects.done", offsetof(fq_config, subjects.done)},

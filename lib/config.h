@@ -23,6 +23,13 @@ typedef struct fq_config {
         char *creds;                /* NULL: none; a secret, never printed */
         char *tls_ca, *tls_cert;    /* NULL: none */
         char *tls_key;              /* NULL: none; a secret, never printed */
+        char *user;                 /* NULL: none; with password */
+        char *password;             /* NULL: none; a secret, never printed */
+        char *nkey;                 /* an nkey user's public key (U...), or NULL */
+        char *nkey_seed;            /* the file holding its seed (SU...), with nkey;
+                                       a secret, never printed */
+        char *inbox_prefix;         /* every inbox the proxy makes is under it;
+                                       default "_INBOX" (nats.c's) */
     } nats;
     struct {
         char *submit;               /* "fair.submit" (producers add .<tenant>) */

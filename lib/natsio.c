@@ -141,6 +141,7 @@ struct fq_nio {
     jsCtx *js;
     fq_nio_opts o;
     char *url, *creds, *tls_ca, *tls_cert, *tls_key, *name; /* owned copies */
+    char *user, *password, *nkey, *nkey_seed, *inbox_prefix; /* owned copies */
     int64_t max_payload;
     atomic_bool connected;
     atomic_uint_fast64_t generation;    /* bumped on each reconnect */
@@ -151,6 +152,8 @@ struct fq_nio {
     bool close_ok;              /* ... and the closed callback came in time */
 
     pthread_mutex_t mu;         /* guards everything below */
+    uint64_t denied;            /* permissions violations reported */
+    char denied_last[256];      /* the latest one's text */
     pthread_cond_t cv;          /* signalled when events are queued */
     fq_nio_event *q;            /* ring of events */
     size_t q_cap, q_head, q_len;
@@ -575,6 +578,54 @@ void fq_nio_close(fq_nio *n, int flush_ms)
     }
 }
 
+/* nats.c's handler of asynchronous errors: a permissions violation (a
+ * publish or subscription the server refused) is remembered and handed to
+ * the owner, since the call that caused it only times out. */
+static void nio_on_error(natsConnection *nc, natsSubscription *sub, natsStatus err, void *closure)
+{
+    (void)sub;
+    fq_nio *n = closure;
+    if (err != NATS_NOT_PERMITTED)
+        return;
+    const char *text = NULL;
+    natsConnection_GetLastError(nc, &text);
+    pthread_mutex_lock(&n->mu);
+    n->denied++;
+    snprintf(n->denied_last, sizeof n->denied_last, "%s",
+             text && *text ? text : "Permissions Violation");
+    fq_nio_event ev = {.type = FQ_NIO_EV_DENIED, .seq = n->denied};
+    nio_push_locked(n, &ev);
+    pthread_mutex_unlock(&n->mu);
+    pthread_cond_signal(&n->cv);
+}
+
+uint64_t fq_nio_denied(fq_nio *n, char *last, size_t cap)
+{
+    pthread_mutex_lock(&n->mu);
+    uint64_t k = n->denied;
+    if (last && cap)
+        snprintf(last, cap, "%s", n->denied_last);
+    pthread_mutex_unlock(&n->mu);
+    return k;
+}
+
+/* A new inbox under the configured prefix, "<prefix>.<unique>", into buf:
+ * what nats.c makes for its own requests with a custom inbox prefix, for
+ * the subjects natsio subscribes to itself. */
+static natsStatus nio_inbox(const fq_nio *n, char *buf, size_t cap)
+{
+    natsInbox *inbox = NULL;
+    natsStatus s = natsInbox_Create(&inbox);
+    if (s != NATS_OK)
+        return s;
+    /* natsInbox_Create writes "_INBOX.<unique>". */
+    const char *unique = strchr((const char *)inbox, '.');
+    int k = snprintf(buf, cap, "%s.%s", n->inbox_prefix ? n->inbox_prefix : "_INBOX",
+                     unique ? unique + 1 : (const char *)inbox);
+    natsInbox_Destroy(inbox);
+    return k > 0 && (size_t)k < cap ? NATS_OK : NATS_ERR;
+}
+
 static char *nio_strdup(const char *s)
 {
     return s ? strdup(s) : NULL;
@@ -588,6 +639,14 @@ static natsStatus nio_set_options(fq_nio *n)
         s = natsOptions_SetName(o, n->name);
     if (s == NATS_OK && n->creds)
         s = natsOptions_SetUserCredentialsFromFiles(o, n->creds, NULL);
+    if (s == NATS_OK && n->user)
+        s = natsOptions_SetUserInfo(o, n->user, n->password);
+    if (s == NATS_OK && n->nkey)
+        s = natsOptions_SetNKeyFromSeed(o, n->nkey, n->nkey_seed);
+    if (s == NATS_OK && n->inbox_prefix)
+        s = natsOptions_SetCustomInboxPrefix(o, n->inbox_prefix);
+    if (s == NATS_OK)
+        s = natsOptions_SetErrorHandler(o, nio_on_error, n);
     if (s == NATS_OK && (n->tls_ca || n->tls_cert))
         s = natsOptions_SetSecure(o, true);
     if (s == NATS_OK && n->tls_ca)
@@ -630,14 +689,12 @@ static natsStatus nio_acks_start(fq_nio *n)
         return NATS_NO_MEMORY;
     n->pubs_mask = cap - 1;
     n->pub_head = n->pub_tail = 1;
-    natsInbox *inbox = NULL;
-    natsStatus s = natsInbox_Create(&inbox);
+    natsStatus s = nio_inbox(n, n->ack_prefix, sizeof n->ack_prefix - 1);
     if (s == NATS_OK) {
-        int k = snprintf(n->ack_prefix, sizeof n->ack_prefix, "%s.", (const char *)inbox);
-        n->ack_prefix_len = (size_t)k;
-        s = k > 0 && (size_t)k < sizeof n->ack_prefix ? NATS_OK : NATS_ERR;
+        n->ack_prefix_len = strlen(n->ack_prefix);
+        n->ack_prefix[n->ack_prefix_len++] = '.';
+        n->ack_prefix[n->ack_prefix_len] = '\0';
     }
-    natsInbox_Destroy(inbox);
     char subj[sizeof n->ack_prefix + 1];
     snprintf(subj, sizeof subj, "%s*", n->ack_prefix);
     if (s == NATS_OK)
@@ -670,6 +727,11 @@ fq_status fq_nio_create(fq_nio **out, const fq_nio_opts *o, char *err, size_t er
     n->tls_cert = nio_strdup(o->tls_cert);
     n->tls_key = nio_strdup(o->tls_key);
     n->name = nio_strdup(o->name);
+    n->user = nio_strdup(o->user);
+    n->password = nio_strdup(o->password);
+    n->nkey = nio_strdup(o->nkey);
+    n->nkey_seed = nio_strdup(o->nkey_seed);
+    n->inbox_prefix = nio_strdup(o->inbox_prefix);
     for (int i = 0; i < NIO_MAX_CONSUMERS; i++)
         n->cons[i] = (nio_consumer){.n = n, .id = i};
     for (int i = 0; i < NIO_MAX_SUBS; i++)
@@ -754,6 +816,11 @@ void fq_nio_destroy(fq_nio *n)
     free(n->tls_cert);
     free(n->tls_key);
     free(n->name);
+    free(n->user);
+    free(n->password);
+    free(n->nkey);
+    free(n->nkey_seed);
+    free(n->inbox_prefix);
     pthread_cond_destroy(&n->cv);
     pthread_mutex_destroy(&n->mu);
     free(n);
@@ -1035,13 +1102,10 @@ static natsStatus nio_consumer_recreate(nio_consumer *c, uint64_t term)
     jsConsumerInfo_Destroy(ci);
     if (s != NATS_OK)
         return s;
-    natsInbox *inbox = NULL;
     char wildcard[sizeof c->inbox + 2];
-    s = natsInbox_Create(&inbox);
+    s = nio_inbox(n, c->inbox, sizeof c->inbox);
     if (s != NATS_OK)
         return s;
-    snprintf(c->inbox, sizeof c->inbox, "%s", (const char *)inbox);
-    natsInbox_Destroy(inbox);
     snprintf(c->next, sizeof c->next, "$JS.API.CONSUMER.MSG.NEXT.%s.%s", c->cfg.stream,
              c->name);
     snprintf(wildcard, sizeof wildcard, "%s.*", c->inbox);

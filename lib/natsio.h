@@ -47,6 +47,15 @@ typedef struct fq_nio_opts {
     const char *tls_ca;         /* CA file, or NULL */
     const char *tls_cert;       /* client certificate and key, or NULL */
     const char *tls_key;
+    const char *user;           /* user and password, or NULL */
+    const char *password;
+    const char *nkey;           /* an nkey user's public key and its seed file, or NULL */
+    const char *nkey_seed;
+    /* Every inbox this connection makes (request replies, PubAcks, pull
+     * deliveries, watches) is <inbox_prefix>.<unique>, so that a server
+     * can let this user, and no other, subscribe to its replies; NULL:
+     * nats.c's "_INBOX". */
+    const char *inbox_prefix;
     const char *name;           /* connection name shown by the server */
     int64_t api_wait_ms;        /* JetStream API request timeout; 0: 5000 */
     int64_t pub_wait_ms;        /* PubAck timeout of async publishes; 0: 5000 */
@@ -102,6 +111,9 @@ enum fq_nio_event_type {
     FQ_NIO_EV_KV,               /* a key of a watched bucket changed: kv, source */
     FQ_NIO_EV_KV_SYNCED,        /* a watch has delivered every key the bucket held when it
                                    (re)started: source, seq = the watch's epoch */
+    FQ_NIO_EV_DENIED,           /* the server refused a publish or subscription for want
+                                   of a permission: seq = violations so far
+                                   (fq_nio_denied says which) */
 };
 
 /* A key of a watched bucket as it is now, handed over whole (the caller's,
@@ -198,6 +210,13 @@ void fq_nio_close(fq_nio *n, int flush_ms);
  * what it stored). Should the library not confirm the close within a
  * second, n is left allocated rather than freed under its callbacks. */
 void fq_nio_destroy(fq_nio *n);
+
+/* Permissions violations the server reported on this connection (a
+ * publish or subscription it refused: JetStream API calls then time out),
+ * and the text of the latest, 'Permissions Violation for Publish to
+ * "<subject>"', into last (cap bytes; "" when none). Any thread. Each
+ * one also comes as an FQ_NIO_EV_DENIED event. */
+uint64_t fq_nio_denied(fq_nio *n, char *last, size_t cap);
 
 /* The server's max_payload in bytes (headers count too), as the server of
  * the latest connection announced it. */

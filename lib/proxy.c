@@ -369,6 +369,8 @@ struct fq_proxy {
     pthread_mutex_t holder_mu;  /* guards holder: /readyz reads it on the HTTP threads */
     char holder[FQ_LEASE_ID_MAX + 1];   /* standing by: who holds the lease; "": not known */
     bool consumer_ok[2];        /* PX_CONS_*: the last (re)creation succeeded */
+    bool served;                /* both consumers were made once: start is over */
+    bool denied_fatal;          /* NATS refused a permission before that */
 };
 
 /* What the proxy is doing, as /readyz reports it. */
@@ -3463,6 +3465,34 @@ static void px_lease_release(fq_proxy *p, uint64_t until)
         px_drain(p, 10);
 }
 
+/* A permission NATS refused: what fairq does then only times out, so the
+ * refusal is said with its subject. Before the proxy has served, it is a
+ * deployment error and start fails (px_denied_at_start); after, a warning. */
+static void px_on_denied(fq_proxy *p)
+{
+    char last[256];
+    uint64_t k = fq_nio_denied(p->nio, last, sizeof last);
+    if (!p->served)
+        p->denied_fatal = true;
+    else if (px_warn_ok(p, "denied"))
+        fq_log(FQ_LOG_ERROR, "NATS refused fairq a publish or subscription; its user lacks a "
+               "permission (docs/security.md)", FQ_STR("reason", last), FQ_UINT("violations", k));
+}
+
+/* At start, any permission NATS refused: logged with its subject; true
+ * when start must fail. */
+static bool px_denied_at_start(fq_proxy *p)
+{
+    char last[256];
+    uint64_t k = p->nio ? fq_nio_denied(p->nio, last, sizeof last) : 0;
+    if (!k)
+        return false;
+    p->denied_fatal = true;
+    fq_log(FQ_LOG_ERROR, "NATS refuses fairq a permission it needs: grant it to fairq's user "
+           "(docs/security.md)", FQ_STR("reason", last), FQ_UINT("violations", k));
+    return true;
+}
+
 /* ---- start-up --------------------------------------------------------- */
 
 static bool px_sleep_unless_stopped(fq_proxy *p, int ms)
@@ -3479,7 +3509,10 @@ static fq_status px_connect(fq_proxy *p)
 {
     fq_nio_opts o = {.url = p->cfg.nats.url, .creds = p->cfg.nats.creds,
                      .tls_ca = p->cfg.nats.tls_ca, .tls_cert = p->cfg.nats.tls_cert,
-                     .tls_key = p->cfg.nats.tls_key, .name = "fairq-proxy"};
+                     .tls_key = p->cfg.nats.tls_key, .user = p->cfg.nats.user,
+                     .password = p->cfg.nats.password, .nkey = p->cfg.nats.nkey,
+                     .nkey_seed = p->cfg.nats.nkey_seed,
+                     .inbox_prefix = p->cfg.nats.inbox_prefix, .name = "fairq-proxy"};
     char err[512];
     for (int attempt = 0;; attempt++) {
         if (fq_nio_create(&p->nio, &o, err, sizeof err) == FQ_OK)
@@ -3520,9 +3553,16 @@ static fq_status px_streams(fq_proxy *p)
          .max_age_ms = px_keep_done_ms(p) + 60000, .replicas = rep},
     };
     char warn[1024];
+    /* The server has answered the connection's subscriptions (its PubAck
+     * inbox) by now: one it refused fails start here, not at a timeout. */
+    fq_nio_flush(p->nio, 2000);
+    if (px_denied_at_start(p))
+        return FQ_EINVAL;
     for (size_t i = 0; i < sizeof streams / sizeof streams[0]; i++) {
         fq_status s;
         while ((s = fq_nio_stream_ensure(p->nio, &streams[i], warn, sizeof warn)) == FQ_EIO) {
+            if (px_denied_at_start(p))
+                return FQ_EINVAL;
             fq_log(FQ_LOG_WARN, "stream not ready; retrying", FQ_STR("stream", streams[i].name),
                    FQ_STR("reason", warn));
             if (!px_sleep_unless_stopped(p, 1000))
@@ -3541,6 +3581,8 @@ static fq_status px_streams(fq_proxy *p)
         return FQ_EIO;
     if (fq_nio_kv_ensure(p->nio, c->streams.lease_bucket, FQ_LEASE_TTL_MS, rep, warn,
                          sizeof warn) != FQ_OK) {
+        if (px_denied_at_start(p))
+            return FQ_EINVAL;
         fq_log(FQ_LOG_ERROR, "cannot create the lease bucket",
                FQ_STR("bucket", c->streams.lease_bucket), FQ_STR("reason", warn));
         return FQ_EIO;
@@ -3791,6 +3833,7 @@ static void px_on_event(fq_proxy *p, fq_nio_event *ev)
     case FQ_NIO_EV_CONSUMER:
         p->consumer_ok[ev->source == PX_CONS_DONE ? PX_CONS_DONE : PX_CONS_SUBMIT] =
             ev->status == FQ_OK;
+        p->served |= p->consumer_ok[PX_CONS_SUBMIT] && p->consumer_ok[PX_CONS_DONE];
         if (p->leader)
             px_phase_leader(p);
         if (ev->status != FQ_OK && px_warn_ok(p, "consumer"))
@@ -3803,6 +3846,9 @@ static void px_on_event(fq_proxy *p, fq_nio_event *ev)
         break;
     case FQ_NIO_EV_KV_SYNCED:
         px_on_kv_synced(p, ev->seq);
+        break;
+    case FQ_NIO_EV_DENIED:
+        px_on_denied(p);
         break;
     }
 }
@@ -3849,8 +3895,9 @@ static fq_status px_start_consumers(fq_proxy *p)
 }
 
 /* Read the overrides bucket whole before the first dispatch, then keep
- * watching it. Without it the proxy still serves, on the config alone. */
-static void px_overrides_start(fq_proxy *p)
+ * watching it. Without it the proxy still serves, on the config alone,
+ * unless NATS refused a permission (FQ_EINVAL: start fails). */
+static fq_status px_overrides_start(fq_proxy *p)
 {
     char why[512] = "";
     if (fq_nio_kv_ensure(p->nio, p->cfg.streams.tenants_bucket, 0, p->cfg.streams.replicas,
@@ -3858,22 +3905,26 @@ static void px_overrides_start(fq_proxy *p)
         fq_nio_kv_watch(p->nio, PX_WATCH_TENANTS, p->cfg.streams.tenants_bucket) != FQ_OK) {
         fq_log(FQ_LOG_ERROR, "cannot watch the overrides bucket; overrides are off until a restart",
                FQ_STR("bucket", p->cfg.streams.tenants_bucket), FQ_STR("reason", why));
-        return;
+        return px_denied_at_start(p) ? FQ_EINVAL : FQ_OK;
     }
     uint64_t end = fq_nio_mono_ms() + PX_KV_SYNC_WAIT_MS;
-    while (!p->kv_synced && fq_nio_mono_ms() < end && !atomic_load(&p->stop)) {
+    while (!p->kv_synced && !p->denied_fatal && fq_nio_mono_ms() < end &&
+           !atomic_load(&p->stop)) {
         fq_http_heartbeat(p->http);
         px_drain(p, PX_POLL_MS);
     }
     size_t live = 0;
     for (px_ovr *o = px_ovr_next(p, NULL); o; o = px_ovr_next(p, o))
         live += !px_entry_empty(&o->e);
+    if (px_denied_at_start(p))
+        return FQ_EINVAL;
     if (p->kv_synced)
         fq_log(FQ_LOG_INFO, "overrides read", FQ_STR("bucket", p->cfg.streams.tenants_bucket),
                FQ_UINT("in_force", live));
     else
         fq_log(FQ_LOG_WARN, "the overrides bucket is not read whole yet; its overrides apply as "
                "they arrive", FQ_STR("bucket", p->cfg.streams.tenants_bucket));
+    return FQ_OK;
 }
 
 /* Store our term's marker in the journal (an empty batch, with no
@@ -3890,7 +3941,7 @@ static bool px_journal_mark(fq_proxy *p)
         }
         px_drain(p, PX_POLL_MS);
         px_lease_renew(p, fq_nio_mono_ms());
-        if (p->lease.state == FQ_LEASE_LOST)
+        if (p->lease.state == FQ_LEASE_LOST || px_denied_at_start(p))
             return false;
     }
     return p->jmarked;
@@ -3907,6 +3958,8 @@ static bool px_become_leader(fq_proxy *p)
         px_lease_act(p, &s, false);
         if (p->lease.state == FQ_LEASE_LEADING)
             return true;
+        if (px_denied_at_start(p))
+            return false;
         if (now >= next_log) {      /* every ten seconds */
             fq_log(FQ_LOG_WARN,
                    p->lease.holder[0] ? "standing by: another proxy holds the leader lease on "
@@ -3992,11 +4045,14 @@ static fq_status px_start(fq_proxy *p, int *rc)
         p->leader = true;
         fq_log(FQ_LOG_INFO, "leader lease acquired", FQ_STR("id", p->lease_id),
                FQ_UINT("term", p->term));
-        px_overrides_start(p);
+        s = px_overrides_start(p);
+    }
+    if (s == FQ_OK) {
         px_phase(p, PH_RECOVERING);
         if (!px_journal_mark(p))
             s = FQ_EIO;
-        while (s == FQ_OK && (s = px_recover(p)) == FQ_EIO && px_sleep_unless_stopped(p, 1000))
+        while (s == FQ_OK && (s = px_recover(p)) == FQ_EIO && !px_denied_at_start(p) &&
+               px_sleep_unless_stopped(p, 1000))
             ;
     }
     if (s == FQ_OK && (s = px_start_consumers(p)) != FQ_OK)
@@ -4029,6 +4085,11 @@ int fq_proxy_run(fq_proxy *p)
         fq_http_heartbeat(p->http);
         if (!px_lease_renew(p, now) || p->fenced) {
             rc = FQ_PROXY_EXIT_LEASE_LOST;
+            break;
+        }
+        if (p->denied_fatal) {
+            px_denied_at_start(p);
+            rc = FQ_PROXY_EXIT_FATAL;
             break;
         }
         px_expire(p);

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # run.sh BUILD_DIR CONFIG: run fairq-proxy in the foreground on CONFIG.
 # Unless FAIRQ_NATS_URL names a server, a local nats-server with JetStream is
-# started first, its data in the project's .nats-data/ folder (git-ignored),
+# started first on the shipped config/nats-server.conf (a user and
+# permissions per role: docs/security.md), its data in the project's
+# .nats-data/ folder (git-ignored),
 # on 127.0.0.1:4222 if that port is free (else on a free one), and it is
 # stopped when the proxy exits. Ctrl-C stops the proxy gracefully.
 set -euo pipefail
@@ -34,7 +36,8 @@ if [ -z "${FAIRQ_NATS_URL:-}" ]; then
     port=$("$here/free-port.sh")
   fi
   rm -f "$data/nats.pid"
-  setsid nats-server -js -a 127.0.0.1 -p "$port" -sd "$data/store" -P "$data/nats.pid" \
+  setsid nats-server -c "$root/config/nats-server.conf" -a 127.0.0.1 -p "$port" \
+    -sd "$data/store" -P "$data/nats.pid" \
     >"$data/nats.log" 2>&1 </dev/null &
   trap stop_server EXIT
   for _ in $(seq 1 100); do
@@ -44,7 +47,11 @@ if [ -z "${FAIRQ_NATS_URL:-}" ]; then
   done
   grep -q "Server is ready" "$data/nats.log" || { cat "$data/nats.log" >&2; exit 1; }
   export FAIRQ_NATS_URL="nats://127.0.0.1:$port"
-  echo "run.sh: nats-server with JetStream at $FAIRQ_NATS_URL, data in .nats-data/ (log: .nats-data/nats.log)" >&2
+  echo "run.sh: nats-server with JetStream at $FAIRQ_NATS_URL on config/nats-server.conf, data in .nats-data/ (log: .nats-data/nats.log)" >&2
+  echo "run.sh: clients connect as their role, with its demo password and inbox, e.g." >&2
+  echo "  build/fairq-worker --nats nats://worker:worker-demo-password@127.0.0.1:$port --inbox-prefix _INBOX_worker" >&2
+  echo "  build/fairq-producer --nats nats://acme:acme-demo-password@127.0.0.1:$port --inbox-prefix _INBOX_acme --tenant acme" >&2
+  echo "  build/fairq-admin --nats nats://admin:admin-demo-password@127.0.0.1:$port --inbox-prefix _INBOX_admin stats" >&2
 else
   echo "run.sh: using the NATS server at FAIRQ_NATS_URL" >&2
 fi

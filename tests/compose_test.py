@@ -194,6 +194,37 @@ class Container(unittest.TestCase):
         self.assertEqual(test[1], "wget")
         self.assertEqual(urlparse(test[-1]).port, 8222)
 
+    def test_nats_runs_the_shipped_config_and_clients_their_roles(self):
+        # The one server config of the repo, mounted where -c reads it, so
+        # that compose, make run and tests/it_lockdown.c check the same file.
+        nats = self.services["nats"]
+        conf = flag(self.command(nats), "-c")
+        mounts = {}
+        for v in nats["volumes"]:
+            host, target = v.split(":")[:2]
+            mounts[target] = os.path.normpath(host)
+        self.assertEqual(mounts.get(conf), os.path.join("config", "nats-server.conf"))
+        with open(src("config", "nats-server.conf"), encoding="utf-8") as f:
+            text = f.read()
+        users = dict(re.findall(r'user:\s*(\S+)\s*\n\s*password:\s*"([^"]+)"', text))
+        self.assertIn(self.config["nats"]["user"], users)
+        self.assertEqual(users[self.config["nats"]["user"]], self.config["nats"]["password"])
+        self.assertIn(f'"_INBOX_{self.config["nats"]["user"]}.>"', text)
+        self.assertEqual(self.config["nats"]["inbox_prefix"], "_INBOX_" + self.config["nats"]["user"])
+        # Every example client connects as a user of the config, with that
+        # user's inbox; a producer as its own tenant.
+        for name, svc in self.services.items():
+            if not self.built_here(svc) or self.entrypoint(svc) == ["fairq-proxy"]:
+                continue
+            cmd = self.command(svc)
+            url = urlparse(flag(cmd, "--nats"))
+            self.assertIn(url.username, users, name)
+            self.assertEqual(url.password, users[url.username], name)
+            self.assertEqual(flag(cmd, "--inbox-prefix"), "_INBOX_" + url.username, name)
+            if self.entrypoint(svc) == ["fairq-producer"]:
+                self.assertEqual(flag(cmd, "--tenant"), url.username, name)
+                self.assertIn(f'"fair.submit.{url.username}"', text)
+
     def test_fairq_service(self):
         fq = self.services["fairq"]
         self.assertTrue(self.built_here(fq))

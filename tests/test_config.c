@@ -95,6 +95,10 @@ static void test_defaults(void **state)
     assert_null(c.nats.tls_ca);
     assert_null(c.nats.tls_cert);
     assert_null(c.nats.tls_key);
+    assert_null(c.nats.user);
+    assert_null(c.nats.password);
+    assert_null(c.nats.nkey);
+    assert_string_equal(c.nats.inbox_prefix, "_INBOX");
     assert_string_equal(c.subjects.submit, "fair.submit");
     assert_string_equal(c.subjects.dispatch, "fair.dispatch");
     assert_string_equal(c.subjects.done, "fair.done");
@@ -276,10 +280,10 @@ static const struct {
      "max_in_flight, max_pending)"},
     /* After a nested mapping that holds a key of the same name. */
     {"nats:\n  url: x\n  tls:\n    ca: a\n  ca: b\n",
-     "t.yaml:5:3: nats.ca: unknown key (known here: url, creds, tls)"},
+     "t.yaml:5:3: nats.ca: unknown key (known here: url, creds, tls, user, password, nkey, nkey_seed, inbox_prefix)"},
     /* replicas and the overrides bucket live under streams. */
     {"nats: {url: n, replicas: 3}\n",
-     "t.yaml:1:16: nats.replicas: unknown key (known here: url, creds, tls)"},
+     "t.yaml:1:16: nats.replicas: unknown key (known here: url, creds, tls, user, password, nkey, nkey_seed, inbox_prefix)"},
     {BASE "estimates:\n  workflows:\n    - {name: a, tokens: 1, cost: 2}\n",
      "t.yaml:7:28: estimates.workflows[0].cost: unknown key (known here: name, tokens)"},
     /* A key given twice in one mapping: placed at the second. */
@@ -480,6 +484,24 @@ static const struct {
      "none"},
     {"nats: {url: n, tls: {cert: c.pem}}\n",
      "t.yaml:1:16: nats.tls.key: required with nats.tls.cert: cert and key go together"},
+    {"nats: {url: n, user: fairq}\n",
+     "t.yaml:1:1: nats.password: required with nats.user: user and password go together"},
+    {"nats: {url: n, password: pw}\n",
+     "t.yaml:1:1: nats.user: required with nats.password: user and password go together"},
+    {"nats: {url: n, nkey_seed: f.nk}\n",
+     "t.yaml:1:1: nats.nkey: required with nats.nkey_seed: the public key and its seed file go "
+     "together"},
+    {"nats: {url: n, nkey: SUAM, nkey_seed: f.nk}\n",
+     "t.yaml:1:16: nats.nkey: not a user's public nkey: 56 characters of base32 beginning with U "
+     "(the seed, SU..., goes in a file named by nkey_seed)"},
+    {"nats: {url: n, creds: c.creds, user: u, password: p}\n",
+     "t.yaml:1:32: nats.user: one way to authenticate: creds, user and password, or nkey"},
+    {"nats: {url: n, inbox_prefix: \"_INBOX_a.>\"}\n",
+     "t.yaml:1:16: nats.inbox_prefix: '_INBOX_a.>' is not an inbox prefix: 1 to 64 characters of "
+     "dot-separated tokens, none empty, without white space or wildcards"},
+    {"nats: {url: n, inbox_prefix: _INBOX_a.}\n",
+     "t.yaml:1:16: nats.inbox_prefix: '_INBOX_a.' is not an inbox prefix: 1 to 64 characters of "
+     "dot-separated tokens, none empty, without white space or wildcards"},
     /* Not YAML, or more than one document, or aliases. */
     {BASE "log: {level: \"info\n",
      "t.yaml:6:1: YAML syntax: found unexpected end of stream while scanning a quoted "
@@ -585,6 +607,26 @@ static void test_describe_hides_secrets(void **state)
     assert_non_null(strstr(line, " tenants=1 "));
     assert_non_null(strstr(line, " window.max_in_flight_tokens=none "));
 
+    /* A password and an nkey seed file are secrets too; the user, the
+     * public key and the inbox prefix are not. */
+    fq_config u;
+    parse_ok(&u, "nats: {url: n, user: fairq, password: s3cr3tpw, inbox_prefix: _INBOX_fairq}\n"
+                 "scheduler: {default_plan: free}\nplans: [{name: free}]\n");
+    char uline[4096];
+    fq_config_describe(&u, uline, sizeof(uline));
+    assert_null(strstr(uline, "s3cr3tpw"));
+    assert_non_null(strstr(uline, " nats.user=fairq nats.password=set "));
+    assert_non_null(strstr(uline, " nats.inbox_prefix=_INBOX_fairq "));
+    fq_config_free(&u);
+    parse_ok(&u, "nats: {url: n, nkey: UAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA,"
+                 " nkey_seed: /secret/dir/fairq.nk}\n"
+                 "scheduler: {default_plan: free}\nplans: [{name: free}]\n");
+    fq_config_describe(&u, uline, sizeof(uline));
+    assert_null(strstr(uline, "secret"));
+    assert_non_null(strstr(uline, " nats.nkey=UAAAA"));
+    assert_non_null(strstr(uline, " nats.nkey_seed=set "));
+    fq_config_free(&u);
+
     /* Truncated as snprintf truncates: the same prefix, the same length. */
     char small[40];
     assert_int_equal(fq_config_describe(&c, small, sizeof(small)), n);
@@ -636,17 +678,18 @@ static void test_diff_restart(void **state)
     fq_config_free(&b);
 
     parse_ok(&b,
-        "nats: {url: \"nats://u:secret@other:4222\", creds: x.creds}\n"
+        "nats: {url: \"nats://u:secret@other:4222\", creds: x.creds, inbox_prefix: _IN_x}\n"
         "subjects: {submit: in.submit}\n"
         "streams: {replicas: 3}\n"
         "scheduler: {default_plan: free}\n"
         "plans: [{name: free}]\n"
         "http: {listen: \"\"}\n");
-    assert_int_equal(fq_config_diff_restart(&a, &b, buf, sizeof(buf)), 5);
-    assert_string_equal(buf, "nats.url,nats.creds,subjects.submit,http.listen,streams.replicas");
+    assert_int_equal(fq_config_diff_restart(&a, &b, buf, sizeof(buf)), 6);
+    assert_string_equal(buf, "nats.url,nats.creds,nats.inbox_prefix,subjects.submit,http.listen,"
+                        "streams.replicas");
     assert_null(strstr(buf, "secret"));
     /* A short buffer truncates the list, not the count. */
-    assert_int_equal(fq_config_diff_restart(&b, &a, buf, 9), 5);
+    assert_int_equal(fq_config_diff_restart(&b, &a, buf, 9), 6);
     assert_string_equal(buf, "nats.url");
     fq_config_free(&b);
 

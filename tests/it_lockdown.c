@@ -1,0 +1,429 @@
+/* it_lockdown.c -- fairq on the shipped config/nats-server.conf: every role does its work, and nothing else. */
+#define _GNU_SOURCE             /* strcasestr */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "proxytest.h"
+
+/*
+ * One nats-server on the repository's own config/nats-server.conf (the
+ * file `make run` and docker-compose.yml use), the proxy as its user
+ * "fairq", and the example clients (fairq-producer, fairq-worker,
+ * fairq-admin) as theirs. Then each confined role tries what it must not:
+ * the server refuses it, and its client hears of it as a permissions
+ * violation naming the subject. A refused publish is dropped by the server,
+ * so the violation is the proof that nothing happened.
+ */
+
+/* A client connection as one user of the shipped config, which collects
+ * the permissions violations the server reports. */
+typedef struct lk_client {
+    natsConnection *nc;
+    jsCtx *js;
+    pthread_mutex_t mu;
+    char denied[64][256];       /* the violations' texts, in order */
+    int n;
+} lk_client;
+
+typedef struct fixture {
+    natstest *srv;
+    pt_proxy px;
+    char conf[512];             /* the shipped server config */
+} fixture;
+
+static void lk_on_error(natsConnection *nc, natsSubscription *sub, natsStatus err, void *closure)
+{
+    (void)sub;
+    lk_client *c = closure;
+    const char *text = NULL;
+    if (err != NATS_NOT_PERMITTED)
+        return;
+    natsConnection_GetLastError(nc, &text);
+    pthread_mutex_lock(&c->mu);
+    if (c->n < 64)
+        snprintf(c->denied[c->n++], sizeof c->denied[0], "%s", text ? text : "");
+    pthread_mutex_unlock(&c->mu);
+}
+
+/* Connect as user, with its demo password and its own inbox prefix. */
+static lk_client *lk_connect(const natstest *srv, const char *user)
+{
+    lk_client *c = calloc(1, sizeof *c);
+    char pw[64], inbox[64];
+    natsOptions *o = NULL;
+    pthread_mutex_init(&c->mu, NULL);
+    snprintf(pw, sizeof pw, "%s-demo-password", user);
+    snprintf(inbox, sizeof inbox, "_INBOX_%s", user);
+    assert_int_equal(natsOptions_Create(&o), NATS_OK);
+    assert_int_equal(natsOptions_SetURL(o, natstest_url(srv)), NATS_OK);
+    assert_int_equal(natsOptions_SetUserInfo(o, user, pw), NATS_OK);
+    assert_int_equal(natsOptions_SetCustomInboxPrefix(o, inbox), NATS_OK);
+    assert_int_equal(natsOptions_SetErrorHandler(o, lk_on_error, c), NATS_OK);
+    natsStatus s = natsConnection_Connect(&c->nc, o);
+    natsOptions_Destroy(o);
+    assert_int_equal(s, NATS_OK);
+    assert_int_equal(natsConnection_JetStream(&c->js, c->nc, NULL), NATS_OK);
+    return c;
+}
+
+static void lk_close(lk_client *c)
+{
+    if (!c)
+        return;
+    jsCtx_Destroy(c->js);
+    natsConnection_Destroy(c->nc);
+    pthread_mutex_destroy(&c->mu);
+    free(c);
+}
+
+/* Whether the server reported a violation naming subject within 2 s. */
+static bool lk_denied(lk_client *c, const char *kind, const char *subject)
+{
+    char want[320];
+    snprintf(want, sizeof want, "%s to \"%s\"", kind, subject);
+    for (long long end = nt_now_ms() + 2000; nt_now_ms() < end; nt_sleep_ms(10)) {
+        pthread_mutex_lock(&c->mu);
+        for (int i = 0; i < c->n; i++) {
+            if (strcasestr(c->denied[i], want)) {
+                pthread_mutex_unlock(&c->mu);
+                return true;
+            }
+        }
+        pthread_mutex_unlock(&c->mu);
+    }
+    fprintf(stderr, "it_lockdown: no violation reported for %s to \"%s\"\n", kind, subject);
+    return false;
+}
+
+/* Publishing to each subject is refused, the subject named. */
+static void lk_assert_publish_denied(lk_client *c, const char *const *subjects)
+{
+    for (size_t i = 0; subjects[i]; i++) {
+        assert_int_equal(natsConnection_PublishString(c->nc, subjects[i], "{\"seq\":1}"), NATS_OK);
+        assert_int_equal(natsConnection_Flush(c->nc), NATS_OK);
+        assert_true(lk_denied(c, "Publish", subjects[i]));
+    }
+}
+
+/* Subscribing to each subject is refused, the subject named. */
+static void lk_assert_subscribe_denied(lk_client *c, const char *const *subjects)
+{
+    for (size_t i = 0; subjects[i]; i++) {
+        natsSubscription *sub = NULL;
+        assert_int_equal(natsConnection_SubscribeSync(&sub, c->nc, subjects[i]), NATS_OK);
+        assert_int_equal(natsConnection_Flush(c->nc), NATS_OK);
+        assert_true(lk_denied(c, "Subscription", subjects[i]));
+        natsSubscription_Destroy(sub);
+    }
+}
+
+/* Lines of path holding every one of the texts (NULL-terminated). */
+static int lk_lines(const char *path, const char *const *texts)
+{
+    FILE *f = fopen(path, "r");
+    char line[8192];
+    int n = 0;
+    if (!f)
+        return 0;
+    while (fgets(line, sizeof line, f)) {
+        bool all = true;
+        for (size_t i = 0; texts[i] && all; i++)
+            all = strstr(line, texts[i]) != NULL;
+        n += all;
+    }
+    fclose(f);
+    return n;
+}
+
+/* The server's violations by user "fairq" in its current log. */
+static int lk_proxy_violations(const fixture *f)
+{
+    char log[600];
+    snprintf(log, sizeof log, "%s/nats.log", natstest_dir(f->srv));
+    return lk_lines(log, (const char *const[]){"Violation", "User \"fairq\"", NULL});
+}
+
+/* Write a proxy config for user on srv (its inbox prefix _INBOX_<inbox>)
+ * with extra YAML, and start it. */
+static void lk_proxy_start(pt_proxy *px, const natstest *srv, const char *name,
+                           const char *inbox, const char *extra)
+{
+    memset(px, 0, sizeof *px);
+    snprintf(px->config, sizeof px->config, "%s/%s.yaml", natstest_dir(srv), name);
+    snprintf(px->log, sizeof px->log, "%s/%s.log", natstest_dir(srv), name);
+    FILE *f = fopen(px->config, "w");
+    assert_non_null(f);
+    fprintf(f,
+            "nats:\n  url: %s\n  user: fairq\n  password: fairq-demo-password\n"
+            "  inbox_prefix: %s\n"
+            "http: {listen: \"\"}\n"
+            "scheduler: {default_plan: free}\n"
+            "plans: [{name: free}]\n%s",
+            natstest_url(srv), inbox, extra);
+    fclose(f);
+    assert_int_equal(pt_proxy_restart(px), 0);
+}
+
+/* Run an example client to its end; its exit code (-1 if it hung), its
+ * output appended to the fixture's client log. */
+static int lk_run(const fixture *f, const char *const *args)
+{
+    const char *argv[32];
+    char bin[512], log[600];
+    size_t n = 0;
+    argv[n++] = nt_build_path(bin, sizeof bin, args[0]);
+    for (size_t i = 1; args[i] && n < 31; i++)
+        argv[n++] = args[i];
+    argv[n] = NULL;
+    snprintf(log, sizeof log, "%s/clients.log", natstest_dir(f->srv));
+    nt_proc p;
+    if (nt_proc_spawn(&p, argv, log) != 0 || nt_proc_wait(&p, 20000) != 0) {
+        nt_proc_signal_wait(&p, 9, 2000);
+        return -1;
+    }
+    return nt_proc_exit_code(&p);
+}
+
+/* The URL of user with its demo password. */
+static const char *lk_url(const fixture *f, const char *user, char *buf, size_t cap)
+{
+    snprintf(buf, cap, "nats://%s:%s-demo-password@127.0.0.1:%d", user, user,
+             natstest_port(f->srv));
+    return buf;
+}
+
+static int setup(void **state)
+{
+    fixture *f = calloc(1, sizeof *f);
+    const char *src = getenv("FAIRQ_SOURCE_DIR");
+    *state = f;
+    snprintf(f->conf, sizeof f->conf, "%s/config/nats-server.conf", src && *src ? src : ".");
+    const char *args[] = {"-c", f->conf, NULL};
+    return natstest_start(&f->srv, args);
+}
+
+static int teardown(void **state)
+{
+    fixture *f = *state;
+    if (f->px.proc.pid)
+        pt_proxy_stop(&f->px);
+    natstest_destroy(f->srv);
+    free(f);
+    return 0;
+}
+
+/* Everything the proxy does today, as "fairq" under its permissions:
+ * streams and buckets created, the lease taken, the overrides watched and
+ * written, runs taken and dispatched, a body read back by its sequence
+ * (max_buffered_bytes holds none), a refusal published, completions taken,
+ * admin requests answered, a reload, a reconnect after the server
+ * restarts, and a restart that reads its journal back. The example clients
+ * work as their own users. The server reports no violation by fairq. */
+static void test_every_role_does_its_work(void **state)
+{
+    fixture *f = *state;
+    char worker[160], acme[160], globex[160], admin[160];
+    lk_url(f, "worker", worker, sizeof worker);
+    lk_url(f, "acme", acme, sizeof acme);
+    lk_url(f, "globex", globex, sizeof globex);
+    lk_url(f, "admin", admin, sizeof admin);
+    lk_proxy_start(&f->px, f->srv, "proxy", "_INBOX_fairq", "limits: {max_buffered_bytes: 64}\n");
+    assert_int_equal(pt_log_wait(&f->px, "fairq-proxy running", 15000), 0);
+
+    /* acme watches its own refusals: a core subscription it may make. */
+    lk_client *a = lk_connect(f->srv, "acme");
+    natsSubscription *refusals = NULL;
+    assert_int_equal(natsConnection_SubscribeSync(&refusals, a->nc, "fair.rejected.acme"), NATS_OK);
+    assert_int_equal(natsConnection_Flush(a->nc), NATS_OK);
+
+    assert_int_equal(lk_run(f, (const char *const[]){"fairq-producer", "--nats", acme,
+        "--inbox-prefix", "_INBOX_acme", "--tenant", "acme", "--count", "3",
+        "--body", "a body longer than the proxy buffers, read back by its sequence", NULL}), 0);
+    assert_int_equal(lk_run(f, (const char *const[]){"fairq-producer", "--nats", globex,
+        "--inbox-prefix", "_INBOX_globex", "--tenant", "globex", "--count", "2", NULL}), 0);
+    /* Past scheduler.max_est_tokens: refused, on fair.rejected.acme. */
+    assert_int_equal(lk_run(f, (const char *const[]){"fairq-producer", "--nats", acme,
+        "--inbox-prefix", "_INBOX_acme", "--tenant", "acme", "--est", "2000000", NULL}), 0);
+    natsMsg *m = NULL;
+    assert_int_equal(natsSubscription_NextMsg(&m, refusals, 10000), NATS_OK);
+    natsMsg_Destroy(m);
+    natsSubscription_Destroy(refusals);
+
+    assert_int_equal(lk_run(f, (const char *const[]){"fairq-worker", "--nats", worker,
+        "--inbox-prefix", "_INBOX_worker", "--deliver", "all", "--tokens-per-sec", "0",
+        "--count", "5", NULL}), 0);
+    assert_int_equal(lk_run(f, (const char *const[]){"fairq-admin", "--nats", admin,
+        "--inbox-prefix", "_INBOX_admin", "stats", NULL}), 0);
+    assert_int_equal(lk_run(f, (const char *const[]){"fairq-admin", "--nats", admin,
+        "--inbox-prefix", "_INBOX_admin", "tenant.set", "{\"tenant\":\"globex\",\"weight\":2}",
+        NULL}), 0);
+    assert_int_equal(pt_log_wait(&f->px, "tenant override in force", 5000), 0);
+    assert_int_equal(lk_run(f, (const char *const[]){"fairq-admin", "--nats", admin,
+        "--inbox-prefix", "_INBOX_admin", "reload", NULL}), 0);
+    assert_int_equal(pt_log_wait(&f->px, "config reloaded", 5000), 0);
+    assert_int_equal(lk_proxy_violations(f), 0);
+    lk_close(a);
+
+    /* The server restarts: the proxy reconnects, makes its consumers and
+     * its watch again, and serves. */
+    assert_int_equal(natstest_stop(f->srv), 0);
+    assert_int_equal(natstest_restart(f->srv), 0);
+    assert_int_equal(pt_log_wait(&f->px, "reconnected to NATS", 15000), 0);
+    assert_int_equal(lk_run(f, (const char *const[]){"fairq-producer", "--nats", globex,
+        "--inbox-prefix", "_INBOX_globex", "--tenant", "globex", NULL}), 0);
+    assert_int_equal(lk_run(f, (const char *const[]){"fairq-worker", "--nats", worker,
+        "--inbox-prefix", "_INBOX_worker", "--tokens-per-sec", "0", "--count", "1", NULL}), 0);
+
+    /* A restart reads the journal back and takes the lease again. */
+    assert_int_equal(pt_proxy_stop(&f->px), 0);
+    assert_int_equal(pt_proxy_restart(&f->px), 0);
+    assert_int_equal(pt_log_wait_n(&f->px, "fairq-proxy running", 2, 15000), 0);
+    assert_int_equal(lk_run(f, (const char *const[]){"fairq-admin", "--nats", admin,
+        "--inbox-prefix", "_INBOX_admin", "stats", NULL}), 0);
+    assert_int_equal(lk_proxy_violations(f), 0);
+    assert_int_equal(pt_log_count(&f->px, "permission"), 0);
+}
+
+/* A producer publishes its own tenant's runs and reads its own PubAcks;
+ * nothing else. */
+static void test_a_producer_is_confined_to_its_tenant(void **state)
+{
+    fixture *f = *state;
+    lk_proxy_start(&f->px, f->srv, "proxy", "_INBOX_fairq", "");
+    assert_int_equal(pt_log_wait(&f->px, "fairq-proxy running", 15000), 0);
+    lk_client *a = lk_connect(f->srv, "acme");
+    jsPubAck *pa = NULL;
+    assert_int_equal(js_Publish(&pa, a->js, "fair.submit.acme", "{\"run_id\":\"own\"}", 16, NULL,
+                                NULL), NATS_OK);
+    assert_string_equal(pa->Stream, "FAIR_SUBMIT");
+    jsPubAck_Destroy(pa);
+    assert_int_equal(a->n, 0);
+    lk_assert_publish_denied(a, (const char *const[]){
+        "fair.submit.globex",                   /* another tenant's runs */
+        "fair.submit.acme.x",                   /* a 4-token submit subject */
+        "fair.done.acme",                       /* a completion */
+        "fair.dispatch",                        /* a dispatch */
+        "fair.admin.tenant.set",                /* admin */
+        "fair.admin.stats",
+        "$KV.fairq_tenants.acme",               /* the overrides bucket */
+        "$KV.fairq_lease.leader",               /* the lease: stop the leader */
+        "fairq.runs",                           /* the journal */
+        "$JS.API.DIRECT.GET.FAIR_SUBMIT",       /* other tenants' bodies */
+        "$JS.API.STREAM.MSG.GET.FAIR_SUBMIT",
+        "$JS.API.STREAM.INFO.FAIR_SUBMIT",      /* stream state, tenants' subjects */
+        "$JS.API.CONSUMER.CREATE.FAIR_SUBMIT",  /* a consumer reading every tenant */
+        "$JS.API.CONSUMER.CREATE.FAIR_DISPATCH",
+        "$JS.API.STREAM.PURGE.FAIR_SUBMIT",
+        "$JS.API.STREAM.DELETE.FAIR_SUBMIT",
+        NULL});
+    lk_assert_subscribe_denied(a, (const char *const[]){
+        "_INBOX.>",                             /* the default inbox of everyone */
+        "_INBOX_globex.>",                      /* another producer's PubAcks */
+        "_INBOX_fairq.>",                       /* the proxy's replies */
+        "_INBOX_admin.>",                       /* admin replies */
+        ">",
+        "fair.submit.>",
+        "fair.dispatch",
+        "fair.rejected.globex",
+        NULL});
+    /* The proxy still leads and answers: nothing acme tried reached it. */
+    lk_client *ad = lk_connect(f->srv, "admin");
+    natsMsg *r = NULL;
+    assert_int_equal(natsConnection_RequestString(&r, ad->nc, "fair.admin.tenant.get",
+                                                  "{\"tenant\":\"acme\"}", 5000), NATS_OK);
+    assert_non_null(strstr(natsMsg_GetData(r), "\"weight\":1,"));
+    natsMsg_Destroy(r);
+    assert_int_equal(ad->n, 0);
+    assert_int_equal(pt_log_count(&f->px, "leader lease acquired"), 1);
+    assert_int_equal(pt_log_count(&f->px, "lost"), 0);
+    lk_close(ad);
+    lk_close(a);
+}
+
+/* Workers take dispatches and send completions; they read no stream by
+ * sequence, submit nothing, and touch neither the lease nor admin. */
+static void test_a_worker_is_confined_to_its_work(void **state)
+{
+    fixture *f = *state;
+    lk_client *w = lk_connect(f->srv, "worker");
+    lk_assert_publish_denied(w, (const char *const[]){
+        "$JS.API.DIRECT.GET.FAIR_SUBMIT",
+        "$JS.API.STREAM.MSG.GET.FAIR_SUBMIT",
+        "$JS.API.DIRECT.GET.FAIR_DISPATCH",
+        "$JS.API.STREAM.MSG.GET.FAIR_DISPATCH",
+        "$JS.API.STREAM.PURGE.FAIR_DISPATCH",
+        "$JS.API.CONSUMER.DURABLE.CREATE.FAIR_SUBMIT.x",
+        "fair.submit.acme",
+        "fair.dispatch",
+        "fair.admin.stats",
+        "$KV.fairq_lease.leader",
+        "$KV.fairq_tenants.acme",
+        "fairq.runs",
+        NULL});
+    lk_assert_subscribe_denied(w, (const char *const[]){"_INBOX.>", "_INBOX_acme.>",
+                                                        "fair.submit.>", NULL});
+    lk_close(w);
+}
+
+/* A permission the proxy lacks is a start-up error naming the subject,
+ * not a silent failure behind a ready proxy: here the overrides watch's
+ * $JS.API.STREAM.NAMES, taken out of a copy of the shipped config, and an
+ * inbox prefix the server does not let fairq subscribe to. */
+static void test_a_missing_permission_fails_start(void **state)
+{
+    fixture *f = *state;
+    /* The shipped config without $JS.API.STREAM.NAMES for fairq (its first
+     * mention is in fairq's block). */
+    FILE *in = fopen(f->conf, "r");
+    assert_non_null(in);
+    static char text[64 * 1024];
+    size_t len = fread(text, 1, sizeof text - 1, in);
+    fclose(in);
+    text[len] = '\0';
+    char *names = strstr(text, "\"$JS.API.STREAM.NAMES\",");
+    assert_non_null(names);
+    memset(names, ' ', strlen("\"$JS.API.STREAM.NAMES\","));
+    char conf[600];
+    snprintf(conf, sizeof conf, "%s/no-names.conf", natstest_dir(f->srv));
+    FILE *out = fopen(conf, "w");
+    assert_non_null(out);
+    fputs(text, out);
+    fclose(out);
+    natstest *srv2 = NULL;
+    assert_int_equal(natstest_start(&srv2, (const char *const[]){"-c", conf, NULL}), 0);
+    pt_proxy px;
+    lk_proxy_start(&px, srv2, "proxy-no-names", "_INBOX_fairq", "");
+    assert_int_equal(nt_proc_wait(&px.proc, 20000), 0);
+    assert_int_equal(nt_proc_exit_code(&px.proc), 1);
+    assert_int_equal(pt_log_count(&px, "NATS refuses fairq a permission it needs"), 1);
+    assert_int_equal(pt_log_count(&px, "Publish to \\\"$JS.API.STREAM.NAMES\\\""), 1);
+    assert_int_equal(pt_log_count(&px, "fairq-proxy running"), 0);
+    natstest_destroy(srv2);
+
+    /* The default inbox prefix: fairq may not subscribe to _INBOX.> */
+    lk_proxy_start(&px, f->srv, "proxy-default-inbox", "_INBOX", "");
+    assert_int_equal(nt_proc_wait(&px.proc, 20000), 0);
+    assert_int_equal(nt_proc_exit_code(&px.proc), 1);
+    assert_int_equal(pt_log_count(&px, "NATS refuses fairq a permission it needs"), 1);
+    assert_int_equal(pt_log_count(&px, "Subscription to \\\"_INBOX."), 1);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_every_role_does_its_work, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_a_producer_is_confined_to_its_tenant, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_a_worker_is_confined_to_its_work, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_a_missing_permission_fails_start, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
