@@ -15,12 +15,14 @@
   of one, some completed at three times their estimate, one refused), and
   every label they match or group by is a label of those series or one
   Prometheus adds;
-- a real Prometheus scraping that proxy (every second, with the rules)
+- a real Prometheus scraping that proxy and a standby (every second, with
+  the rules)
   answers every query of the dashboard without error and with a result
   (promtool parses, only an evaluation finds a many-to-many match), the
   weight shares come out as the plans' weights say, every rule evaluates
-  without error, and FairqEstimateErrorDrifting is pending for the tenant
-  that spends three times its estimates.
+  without error, FairqEstimateErrorDrifting is pending for the tenant that
+  spends three times its estimates and no other alert is (the standby is
+  not "not ready"), and the leader and readiness panels tell the two apart.
 
 promtool and prometheus are Debian's prometheus package (2.42); the parser
 is Debian's python3-prometheus-client.
@@ -63,7 +65,7 @@ MUST_SHOW = {
     "estimate error": ["fairq_tenant_estimate_error_ratio"],
     "refusals by reason": ["fairq_rejected_runs_total"],
     "window use": ["fairq_in_flight_runs", "fairq_window_capacity_runs"],
-    "the leader": ["fairq_dispatch_lease_held"],
+    "the leader and its lease": ["fairq_dispatch_lease_held", "fairq_lease_age_seconds", "fairq_ready"],
 }
 METRIC = re.compile(r"\bfairq_[a-zA-Z0-9_]+")
 # Label names in matchers (name="..", name=~"..") and in by/without/on/ignoring lists.
@@ -246,7 +248,7 @@ class LiveMetrics(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.tmp = tempfile.mkdtemp(prefix="fairq-dash-")
-        cls.proxy = cls.prom = None
+        cls.proxy = cls.standby = cls.prom = None
         try:
             cls.url = subprocess.run([os.path.join(SRC, "scripts", "nats-up.sh"), cls.tmp],
                                      capture_output=True, text=True, check=True, timeout=30).stdout.strip()
@@ -259,7 +261,7 @@ class LiveMetrics(unittest.TestCase):
 
     @classmethod
     def tearDownClass(cls):
-        for p in (cls.prom, cls.proxy):
+        for p in (cls.prom, cls.standby, cls.proxy):
             if p:
                 p.send_signal(signal.SIGTERM)
                 try:
@@ -277,8 +279,9 @@ class LiveMetrics(unittest.TestCase):
 
     @classmethod
     def start_proxy(cls):
-        """The shipped config with a window of one run, so that runs stay
-        queued behind the one in flight for the panels that need a backlog."""
+        """A leader and a standby on the shipped config with a window of one
+        run, so that runs stay queued behind the one in flight for the panels
+        that need a backlog."""
         with open(os.path.join(SRC, "config", "fairq.yaml"), encoding="utf-8") as f:
             conf = f.read()
         window = re.compile(r"^  max_in_flight: 64\b", re.M)
@@ -287,15 +290,20 @@ class LiveMetrics(unittest.TestCase):
         path = os.path.join(cls.tmp, "fairq.yaml")
         with open(path, "w", encoding="utf-8") as f:
             f.write(window.sub("  max_in_flight: 1", conf))
-        cls.proxy_port = cls.free_port()
+        cls.proxy_port, cls.standby_port = cls.free_port(), cls.free_port()
         cls.http = f"http://127.0.0.1:{cls.proxy_port}"
-        log = open(os.path.join(cls.tmp, "proxy.log"), "w")
-        cls.proxy = subprocess.Popen(
-            [os.path.join(BUILD, "fairq-proxy"), "-c", path, "--nats", cls.url],
-            env=dict(os.environ, FAIRQ_HTTP_LISTEN=f"127.0.0.1:{cls.proxy_port}"),
-            stdout=log, stderr=subprocess.STDOUT)
-        log.close()
-        cls.wait_for(lambda: cls.get(cls.http + "/readyz")[0] == 200, "the proxy to be ready")
+
+        def spawn(port, name):
+            with open(os.path.join(cls.tmp, name + ".log"), "w") as log:
+                return subprocess.Popen(
+                    [os.path.join(BUILD, "fairq-proxy"), "-c", path, "--nats", cls.url],
+                    env=dict(os.environ, FAIRQ_HTTP_LISTEN=f"127.0.0.1:{port}"),
+                    stdout=log, stderr=subprocess.STDOUT)
+        cls.proxy = spawn(cls.proxy_port, "proxy")
+        cls.wait_for(lambda: cls.get(cls.http + "/readyz") == (200, "ready\n"), "the proxy to lead and be ready")
+        cls.standby = spawn(cls.standby_port, "standby")
+        cls.wait_for(lambda: cls.get(f"http://127.0.0.1:{cls.standby_port}/readyz")[1].startswith("standby"),
+                     "the second proxy to stand by")
 
     @classmethod
     def start_prometheus(cls):
@@ -307,7 +315,8 @@ class LiveMetrics(unittest.TestCase):
         conf = {"global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
                 "rule_files": [RULES],
                 "scrape_configs": [{"job_name": "fairq",
-                                    "static_configs": [{"targets": [f"127.0.0.1:{cls.proxy_port}"]}]}]}
+                                    "static_configs": [{"targets": [f"127.0.0.1:{cls.proxy_port}",
+                                                                    f"127.0.0.1:{cls.standby_port}"]}]}]}
         path = os.path.join(cls.tmp, "prometheus.yml")
         with open(path, "w", encoding="utf-8") as f:
             yaml.safe_dump(conf, f)
@@ -318,7 +327,7 @@ class LiveMetrics(unittest.TestCase):
             [exe, f"--config.file={path}", f"--storage.tsdb.path={cls.tmp}/tsdb",
              f"--web.listen-address=127.0.0.1:{port}"], stdout=log, stderr=subprocess.STDOUT)
         log.close()
-        cls.wait_for(lambda: cls.query("fairq_build_info"), "Prometheus to scrape the proxy")
+        cls.wait_for(lambda: len(cls.query("fairq_build_info")) == 2, "Prometheus to scrape both proxies")
 
     @classmethod
     def get(cls, url):
@@ -349,9 +358,9 @@ class LiveMetrics(unittest.TestCase):
     def wait_for(cls, cond, what, timeout=30.0):
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            for name, p in (("fairq-proxy", cls.proxy), ("prometheus", cls.prom)):
+            for name, p in (("proxy", cls.proxy), ("standby", cls.standby), ("prometheus", cls.prom)):
                 if p and p.poll() is not None:
-                    log = os.path.join(cls.tmp, ("proxy" if p is cls.proxy else "prometheus") + ".log")
+                    log = os.path.join(cls.tmp, name + ".log")
                     raise AssertionError(f"{name} exited {p.returncode} while waiting for {what}: "
                                          + open(log).read()[-2000:])
             if cond():
@@ -466,6 +475,17 @@ class LiveMetrics(unittest.TestCase):
         self.assertAlmostEqual(got.pop("globex"), 3 / 13)
         self.assertEqual(got, {})
 
+    def test_the_leader_and_readiness_panels(self):
+        """The Leader stat names the leader alone, and the readiness panel
+        says ready for it and standby for the other."""
+        leader = f"127.0.0.1:{self.proxy_port}"
+        standby = f"127.0.0.1:{self.standby_port}"
+        exprs = {p["title"]: grafana_substitute(p["targets"][0]["expr"]) for p in panels_of(self.dash)
+                 if p.get("targets")}
+        self.assertEqual([r["metric"]["instance"] for r in self.query(exprs["Leader"])], [leader])
+        got = sorted((r["metric"]["instance"], r["metric"]["reason"]) for r in self.query(exprs["Readiness per proxy"]))
+        self.assertEqual(got, sorted([(leader, "ready"), (standby, "standby")]))
+
     def test_rules_evaluate_and_the_estimate_alert_is_pending(self):
         """Every rule evaluates without error on live series, and acme, which
         spends three times its estimates, has FairqEstimateErrorDrifting
@@ -487,6 +507,9 @@ class LiveMetrics(unittest.TestCase):
         alerts = pending()
         self.assertEqual([(a["labels"]["tenant"], a["state"]) for a in alerts], [("acme", "pending")])
         self.assertEqual(float(alerts[0]["value"]), 3.0)
+        # And nothing else: not the standby (not ready for nothing), nor the job.
+        self.assertEqual([a["labels"]["alertname"] for a in self.api("alerts")[1]["alerts"]],
+                         ["FairqEstimateErrorDrifting"])
 
 
 if __name__ == "__main__":
