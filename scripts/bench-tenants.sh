@@ -12,9 +12,10 @@
 #            one small tenant submits RATE runs a second for LAT_SECS seconds:
 #            submit -> dispatch p50, p99 and max of its runs;
 #   scrape   the same with SCRAPE_TENANTS known tenants while /metrics is
-#            scraped back to back (curl in a loop; the default
-#            http.max_tenant_series folds the rest into _other): the same
-#            figures, and the scrapes made and the size of one.
+#            scraped in a loop (curl, SCRAPE_GAP seconds between scrapes,
+#            default 0: back to back; the default http.max_tenant_series
+#            folds the rest into _other): the same figures, and the scrapes
+#            made and the size of one.
 #
 # PHASES (default "few idle scrape") picks the phases. The proxy's CPU
 # time over each measurement and its RSS once the tenants are known are
@@ -30,10 +31,13 @@ RUNS=${RUNS:-1}
 TENANTS=${TENANTS:-200000}
 SCRAPE_TENANTS=${SCRAPE_TENANTS:-50000}
 FEW_TENANTS=${FEW_TENANTS:-1000}
+SCRAPE_GAP=${SCRAPE_GAP:-0}
 RATE=${RATE:-50}
 LAT_SECS=${LAT_SECS:-15}
 CONFIG=${CONFIG:-$root/config/bench.yaml}
 BASELINE=${BASELINE:-}
+# BASELINE's config: an older proxy refuses keys it does not know yet.
+BASE_CONFIG=${BASE_CONFIG:-$CONFIG}
 PHASES=${PHASES:-few idle scrape}
 
 for b in fairq-proxy fairq-load; do
@@ -81,7 +85,9 @@ start() {
     rm -rf "$tmp/nats"
     url=$("$here/nats-up.sh" "$tmp/nats")
     port=$("$here/free-port.sh")
-    sed "s/^\( *listen:\).*/\1 127.0.0.1:$port/" "$CONFIG" >"$tmp/proxy.yaml"
+    local cfg=$CONFIG
+    [ "$1" = proxy ] || cfg=$BASE_CONFIG
+    sed "s/^\( *listen:\).*/\1 127.0.0.1:$port/" "$cfg" >"$tmp/proxy.yaml"
     case $1 in
     proxy) "$bin/fairq-proxy" -c "$tmp/proxy.yaml" --nats "$url" >"$tmp/impl.log" 2>&1 & ;;
     base) "$BASELINE" -c "$tmp/proxy.yaml" --nats "$url" >"$tmp/impl.log" 2>&1 & ;;
@@ -117,6 +123,7 @@ scrapes() {
     while :; do
         curl -s -o /dev/null -w '%{size_download} %{time_total}\n' "http://127.0.0.1:$port/metrics" ||
             sleep 0.1
+        [ "$SCRAPE_GAP" = 0 ] || sleep "$SCRAPE_GAP"
     done
 }
 
@@ -132,7 +139,7 @@ measure() {
 
 echo "bench: $(nproc) cores; nats-server $(nats-server --version | awk '{print $2}');" \
      "runs=$RUNS few_tenants=$FEW_TENANTS tenants=$TENANTS scrape_tenants=$SCRAPE_TENANTS" \
-     "rate=$RATE lat_s=$LAT_SECS phases=\"$PHASES\""
+     "rate=$RATE lat_s=$LAT_SECS scrape_gap_s=$SCRAPE_GAP phases=\"$PHASES\""
 
 impls="proxy${BASELINE:+ base}"
 # Phase by phase, proxy and base one after the other, so that a busy spell
