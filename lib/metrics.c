@@ -630,6 +630,9 @@ static void render_overall(fq_buf *b, fq_metrics_snapshot *s)
     COUNTER("fairq_debts_forgiven_total",
             "Tenants' debts forgiven after scheduler.debt_forget_ms holding nothing.",
             a->debts_forgiven);
+    COUNTER("fairq_expired_forgotten_early_total",
+            "Expired runs forgotten before their time, past the 100,000 remembered: a late "
+            "completion for one changes nothing.", a->expired_forgotten_early);
     GAUGE_U("fairq_index_only_runs",
             "Runs held without their body (past limits.max_buffered_bytes).", a->index_only_runs);
     COUNTER("fairq_body_reads_total", "Bodies read back from the submit stream at dispatch.",
@@ -638,6 +641,9 @@ static void render_overall(fq_buf *b, fq_metrics_snapshot *s)
             "Runs whose body was gone from the submit stream at dispatch (purged): not sent.",
             a->body_lost);
     render_completions(b, a);
+    COUNTER("fairq_completion_copies_skipped_total",
+            "Invalid or unknown completions acked without a copy to the rejected subject, "
+            "past 100 a second.", a->completion_copies_skipped);
     COUNTER("fairq_publish_failures_total",
             "Publishes (dispatch, refusal, journal) that failed and were retried.",
             a->publish_failures);

@@ -126,6 +126,10 @@ typedef struct fq_metrics_overall {
     uint64_t journal_refused_records; /* counter: journal records refused at start
                                        (not valid, or of a type not known) */
     uint64_t debts_forgiven;        /* counter: debts forgiven after scheduler.debt_forget_ms */
+    uint64_t expired_forgotten_early; /* counter: expired runs forgotten before their
+                                       time, past the 100,000 remembered */
+    uint64_t completion_copies_skipped; /* counter: invalid or unknown completions
+                                       acked without a copy, past 100 a second */
     uint64_t index_only_runs;       /* held without their body in memory */
     uint64_t body_reads;            /* counter: bodies read back at dispatch */
     uint64_t body_lost;             /* counter: bodies gone from the stream */

@@ -258,6 +258,9 @@ typedef struct px_counters {
     uint64_t dispatch_failures;     /* dispatches that could not be stored, run requeued */
     uint64_t refusals_unstored;     /* refusals JetStream would not store, acked all the same */
     uint64_t debts_forgiven;        /* debts forgiven after scheduler.debt_forget_ms */
+    uint64_t expired_forgotten_early; /* expired runs forgotten past PX_EXPIRED_MAX */
+    uint64_t completion_copies_skipped; /* refused completions acked without a copy,
+                                       past PX_DONE_COPIES_PER_SEC */
 } px_counters;
 
 /* A tenant's runtime override as the bucket holds it. Kept once seen, even
@@ -2098,6 +2101,7 @@ static void px_refuse_done(fq_proxy *p, const fq_nio_msg *m, const char *err, ui
         p->done_copies = 0;
     }
     if (p->done_copies >= PX_DONE_COPIES_PER_SEC) {
+        p->c.completion_copies_skipped++;
         px_ack(p, PX_CONS_DONE, done_seq, 1);
         return;
     }
@@ -2256,6 +2260,7 @@ static void px_expire(fq_proxy *p)
         px_forget_expired(p);
     for (; p->nexp > PX_EXPIRED_MAX; early++)
         px_forget_expired(p);
+    p->c.expired_forgotten_early += early;
     if (early && px_warn_ok(p, "expired_max"))
         fq_log(FQ_LOG_WARN, "too many expired runs to remember: the oldest are forgotten "
                "early, and a late completion for them changes nothing",
@@ -2357,6 +2362,7 @@ static void px_stats_overall(fq_json *w, fq_proxy *p)
     PX_KV(w, "adopted", p->c.adopted);
     PX_KV(w, "journal_refused", p->c.journal_refused);
     PX_KV(w, "debts_forgiven", p->c.debts_forgiven);
+    PX_KV(w, "expired_forgotten_early", p->c.expired_forgotten_early);
     PX_KV(w, "body_reads", p->c.body_reads);
     PX_KV(w, "body_lost", p->c.body_lost);
     PX_KV(w, "completions", p->c.completions);
@@ -2364,6 +2370,7 @@ static void px_stats_overall(fq_json *w, fq_proxy *p)
     PX_KV(w, "completions_duplicate", p->c.completions_duplicate);
     PX_KV(w, "completions_invalid", p->c.completions_invalid);
     PX_KV(w, "completions_unknown", p->c.completions_unknown);
+    PX_KV(w, "completion_copies_skipped", p->c.completion_copies_skipped);
     PX_KV(w, "expired", p->c.expired);
     PX_KV(w, "publish_failures", p->c.pub_failures);
     PX_KV(w, "dispatch_failures", p->c.dispatch_failures);
@@ -3070,6 +3077,8 @@ static void px_metrics_publish(fq_proxy *p)
         .dispatch_duplicates = p->c.dispatch_duplicates, .adopted_runs = p->c.adopted,
         .journal_refused_records = p->c.journal_refused,
         .debts_forgiven = p->c.debts_forgiven,
+        .expired_forgotten_early = p->c.expired_forgotten_early,
+        .completion_copies_skipped = p->c.completion_copies_skipped,
         .index_only_runs = p->index_only, .body_reads = p->c.body_reads,
         .body_lost = p->c.body_lost,
         .completions = {[FQ_COMPLETION_HELD] = p->c.completions,

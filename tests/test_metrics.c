@@ -184,6 +184,8 @@ static void test_values_and_labels(void **state)
     s->all.adopted_runs = 9;
     s->all.journal_refused_records = 65;
     s->all.debts_forgiven = 66;
+    s->all.expired_forgotten_early = 67;
+    s->all.completion_copies_skipped = 68;
     s->all.index_only_runs = 300;
     s->all.body_reads = 310;
     s->all.body_lost = 1;
@@ -250,6 +252,8 @@ static void test_values_and_labels(void **state)
     assert_true(value_of(t, "fairq_adopted_runs_total") == 9);
     assert_true(value_of(t, "fairq_journal_refused_records_total") == 65);
     assert_true(value_of(t, "fairq_debts_forgiven_total") == 66);
+    assert_true(value_of(t, "fairq_expired_forgotten_early_total") == 67);
+    assert_true(value_of(t, "fairq_completion_copies_skipped_total") == 68);
     assert_true(value_of(t, "fairq_index_only_runs") == 300);
     assert_true(value_of(t, "fairq_body_reads_total") == 310);
     assert_true(value_of(t, "fairq_body_lost_total") == 1);
