@@ -759,6 +759,15 @@ fq_status fq_nio_create(fq_nio **out, const fq_nio_opts *o, char *err, size_t er
     }
     if (s != NATS_OK) {
         nio_errtext(err, errlen, what, s);
+        /* A server that refuses the client's certificate (none, expired,
+         * or of a CA it does not trust) closes the connection once the
+         * handshake is over, and nats.c reports only the missing PONG. */
+        size_t k = err ? strlen(err) : 0;
+        if (k + 1 < errlen && (n->tls_ca || n->tls_cert) &&
+            (s == NATS_PROTOCOL_ERROR || s == NATS_CONNECTION_CLOSED))
+            snprintf(err + k, errlen - k, " (the server closed the TLS connection: it may refuse "
+                     "this client's certificate, nats.tls.cert: none, expired, or signed by a CA "
+                     "it does not trust)");
         fq_nio_destroy(n);
         return FQ_EIO;
     }

@@ -6,7 +6,7 @@ set -euo pipefail
 pkgs=(build-essential cmake pkg-config
       libcmocka-dev libnats-dev nats-server libcjson-dev libcyaml-dev libyaml-dev
       libmicrohttpd-dev python3 python3-yaml python3-prometheus-client
-      gnuplot-nox prometheus)
+      gnuplot-nox prometheus openssl)
 
 missing=()
 for p in "${pkgs[@]}"; do
