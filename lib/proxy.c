@@ -3698,6 +3698,11 @@ static void px_load_cb(void *arg, const void *data, size_t len, int64_t ts_ms)
     px_loaded *L = arg;
     L->ts_ms = ts_ms;
     fq_journal_decode(data, len, px_load_rec, L, &L->counts);
+    /* A long read back must not cost the lease: it is renewed as due,
+     * waiting for each renewal (no event is handled meanwhile). */
+    fq_lease_step s;
+    fq_lease_tick(&s, &L->p->lease, fq_nio_mono_ms());
+    px_lease_act(L->p, &s, false);
 }
 
 /* Put run x, dispatched age ms before now (both monotonic), back into the
@@ -3921,6 +3926,7 @@ static fq_status px_overrides_start(fq_proxy *p)
            !atomic_load(&p->stop)) {
         fq_http_heartbeat(p->http);
         px_drain(p, PX_POLL_MS);
+        px_lease_renew(p, fq_nio_mono_ms());
     }
     size_t live = 0;
     for (px_ovr *o = px_ovr_next(p, NULL); o; o = px_ovr_next(p, o))
@@ -4064,6 +4070,8 @@ static fq_status px_start(fq_proxy *p, int *rc)
                px_sleep_unless_stopped(p, 1000))
             ;
     }
+    if (s == FQ_OK && p->lease.state != FQ_LEASE_LEADING)
+        s = FQ_EIO;     /* lost while starting: exit 3 */
     if (s == FQ_OK && (s = px_start_consumers(p)) != FQ_OK)
         fq_log(FQ_LOG_ERROR, "cannot start consuming");
     if (p->lease.state == FQ_LEASE_LOST)
