@@ -13,6 +13,7 @@
 #   idle    a window larger than the runs and no worker: every run is in
 #           flight, nothing is queued (tenants known, as after a busy hour)
 #
+# STATES (default "queued idle") picks the states measured.
 # With BASELINE=PATH, a second fairq-proxy binary is measured the same way
 # after this one (impl=base), e.g. one built from the commit before a change.
 set -euo pipefail
@@ -23,6 +24,7 @@ bin=$(cd "${1:-$root/build}" && pwd)
 TENANTS=${TENANTS:-50000}
 TIMES=${TIMES:-15}
 BASELINE=${BASELINE:-}
+STATES=${STATES:-queued idle}
 
 tmp=$(mktemp -d)
 proxy_pid=
@@ -61,7 +63,7 @@ measure() {
     "$here/nats-down.sh" "$tmp/nats"
 }
 
-for state in queued idle; do
+for state in $STATES; do
     window=1
     [ "$state" = idle ] && window=$((TENANTS * 2))
     measure proxy "$bin/fairq-proxy" "$state" "$window"
