@@ -1961,6 +1961,10 @@ static void px_on_puback(fq_proxy *p, fq_nio_event *ev)
         p->jmark_sent = false;
         p->jmarked = ev->status == FQ_OK;
         p->jseq = ev->seq;
+        if (!p->jmarked && px_warn_ok(p, "journal marker"))
+            fq_log(FQ_LOG_WARN, "cannot store the journal's term marker; not serving until it "
+                   "is stored", FQ_STR("stream", p->cfg.streams.runs),
+                   FQ_INT("js_err", ev->err_code));
         fq_nio_msg_drop(p->nio, ev->msg);
         return;
     }

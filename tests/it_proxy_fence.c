@@ -352,6 +352,40 @@ static void test_lone_leader_server_hang(void **state)
     assert_reconciled_once(f, n);
 }
 
+/* Another leader's write in the journal (here its term marker, stored by
+ * the test) fences this one at the server: its next batch is refused, it
+ * settles nothing that batch carried and stops (exit 3); restarted, it
+ * serves every run once. */
+static void test_journal_fences_a_stale_leader(void **state)
+{
+    fx *f = *state;
+    assert_int_equal(pthread_create(&f->submitter, NULL, submit_main, f), 0);
+    f->submitting = true;
+    long long end = nt_now_ms() + 10000;
+    while (pt_worker_completed(f->w) < 100 && nt_now_ms() < end)
+        nt_sleep_ms(20);
+    const char mark[] = "{\"v\":1,\"entries\":[]}";
+    jsPubAck *pa = NULL;
+    assert_int_equal(js_Publish(&pa, f->c.js, "fairq.runs", mark, (int)strlen(mark), NULL, NULL),
+                     NATS_OK);
+    jsPubAck_Destroy(pa);
+    assert_int_equal(nt_proc_wait(&f->leader.proc, 10000), 0);
+    assert_int_equal(nt_proc_exit_code(&f->leader.proc), 3);
+    assert_int_equal(pt_log_count(&f->leader, "the runs journal refused our batch"), 1);
+    assert_int_equal(pt_proxy_restart(&f->leader), 0);
+    assert_int_equal(pt_log_wait_n(&f->leader, "fairq-proxy running", 2, 15000), 0);
+    nt_sleep_ms(500);
+    atomic_store(&f->stop_submit, true);
+    pthread_join(f->submitter, NULL);
+    f->submitting = false;
+    int n = atomic_load(&f->submitted);
+    assert_int_equal(pt_worker_wait_completed(f->w, (size_t)n, 30000), 0);
+    assert_int_equal(wait_empty(f, "FAIR_SUBMIT", 10000), 0);
+    assert_int_equal(wait_empty(f, "FAIR_DONE", 10000), 0);
+    assert_dispatches(f, n, -1);
+    assert_reconciled_once(f, n);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -359,6 +393,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_leader_cut_off_6s, setup, teardown),
         cmocka_unit_test_setup_teardown(test_leader_cut_off_25s, setup, teardown),
         cmocka_unit_test_setup_teardown(test_lone_leader_server_hang, setup_lone, teardown),
+        cmocka_unit_test_setup_teardown(test_journal_fences_a_stale_leader, setup_lone,
+                                        teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
