@@ -6,7 +6,8 @@ set -euo pipefail
 pkgs=(build-essential cmake pkg-config
       libcmocka-dev libnats-dev nats-server libcjson-dev libcyaml-dev libyaml-dev
       libmicrohttpd-dev python3 python3-yaml python3-prometheus-client
-      gnuplot-nox prometheus openssl)
+      gnuplot-nox prometheus openssl
+      clang libclang-rt-14-dev)   # make fuzz: clang only recommends its runtimes
 
 missing=()
 for p in "${pkgs[@]}"; do

@@ -1,0 +1,71 @@
+/* fuzz_submit.c -- fq_submit_parse: a run request on fair.submit.<tenant>,
+ * its body and its Fair-Run-Id, Fair-Workflow and Fair-Est-Tokens headers.
+ *
+ * Input: a byte of flags, then the value of each header its bits 0 to 2 give
+ * (run id, workflow, estimate) up to a NUL, then the body. Bit 3 passes an
+ * empty body as NULL (as nats.c may), bit 4 parses without cJSON's arena,
+ * bit 5 lowers max_est to 1000. */
+#include <stdbool.h>
+
+#include "fuzz.h"
+#include "msg.h"
+
+#define TENANT "acme"
+
+/* The value of the next header: up to a NUL or the end, as a string of its
+ * own so that a read past it shows. */
+static char *next_value(const uint8_t **p, const uint8_t *end)
+{
+    const uint8_t *nul = memchr(*p, '\0', (size_t)(end - *p));
+    size_t n = nul ? (size_t)(nul - *p) : (size_t)(end - *p);
+    char *v = fuzz_strndup(*p, n);
+    *p += nul ? n + 1 : n;
+    return v;
+}
+
+static int name_ok(const char *s, size_t max)
+{
+    return !*s || fq_msg_name_valid(s, strlen(s), max);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    if (size < 1)
+        return 0;
+    unsigned flags = data[0];
+    const uint8_t *p = data + 1, *end = data + size;
+    char *v[3] = {NULL, NULL, NULL};
+    for (int i = 0; i < 3; i++)
+        if (flags & (1u << i))
+            v[i] = next_value(&p, end);
+    fq_submit_headers h = {.run_id = v[0], .workflow = v[1], .est_tokens = v[2]};
+    size_t len = (size_t)(end - p);
+    void *body = NULL;
+    if (len || !(flags & 8)) {
+        body = malloc(len ? len : 1);   /* exactly the body: no NUL after it */
+        FUZZ_CHECK(body);
+        memcpy(body, p, len);
+    }
+    uint32_t max_est = flags & 32 ? 1000 : 1000000;
+    fq_msg_set_arena(!(flags & 16));
+
+    fq_submit s;
+    char err[256] = "";
+    fq_status st = fq_submit_parse(&s, TENANT, body, len, (flags & 7) ? &h : NULL, max_est,
+                                   err, sizeof err);
+    if (st == FQ_OK) {
+        FUZZ_CHECK(name_ok(s.run_id, FQ_RUN_ID_MAX));
+        FUZZ_CHECK(name_ok(s.workflow, FQ_WORKFLOW_MAX));
+        FUZZ_CHECK(s.est_tokens <= max_est);
+        FUZZ_CHECK(!s.opaque || (!s.est_tokens || v[2]));
+    } else {
+        FUZZ_CHECK(st == FQ_EINVAL);
+        FUZZ_CHECK(fuzz_sentence_ok(err, sizeof err));
+        FUZZ_CHECK(!s.run_id[0] && !s.workflow[0] && !s.est_tokens);
+    }
+    fq_msg_set_arena(true);
+    free(body);
+    for (int i = 0; i < 3; i++)
+        free(v[i]);
+    return 0;
+}
