@@ -475,6 +475,15 @@ class LiveMetrics(unittest.TestCase):
         self.assertAlmostEqual(got.pop("globex"), 3 / 13)
         self.assertEqual(got, {})
 
+    def test_window_use_is_one_run_of_one(self):
+        """The window panels on live data, a standby beside: one run in
+        flight of a window of one is a use of 1, the token window (no limit)
+        has no value."""
+        panel = next(p for p in panels_of(self.dash) if p["title"] == "Window use" and p["type"] == "timeseries")
+        runs, tokens = (self.query(grafana_substitute(t["expr"])) for t in panel["targets"])
+        self.assertEqual([float(r["value"][1]) for r in runs], [1.0])
+        self.assertEqual(tokens, [])
+
     def test_the_leader_and_readiness_panels(self):
         """The Leader stat names the leader alone, and the readiness panel
         says ready for it and standby for the other."""
