@@ -670,6 +670,9 @@ static void render_overall(fq_buf *b, fq_metrics_snapshot *s)
     COUNTER("fairq_admin_requests_no_reply_total",
             "Admin requests without a reply subject, dropped unread.",
             a->admin_requests_no_reply);
+    COUNTER("fairq_admin_requests_too_long_total",
+            "Admin requests whose body passed 4096 bytes, refused unread.",
+            a->admin_requests_too_long);
     GAUGE_U("fairq_nats_max_payload_bytes",
             "The server's max_payload; a run is accepted when its dispatch fits it.",
             a->max_payload);

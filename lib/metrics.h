@@ -145,6 +145,8 @@ typedef struct fq_metrics_overall {
                                        their rate, or too many waiting */
     uint64_t admin_requests_no_reply; /* counter: admin requests without a reply
                                        subject, dropped unread */
+    uint64_t admin_requests_too_long; /* counter: admin requests past 4 KiB of body,
+                                       refused unread */
     uint64_t max_payload;           /* the server's, in bytes; 0: not known yet */
 } fq_metrics_overall;
 

@@ -97,6 +97,7 @@
 #define PX_ADMIN_QUEUED 64          /* admin requests waiting for the loop; past it natsio
                                        answers busy, so a turn sees at most this many */
 #define PX_STATS_PAGE_MAX 500       /* tenants in one stats reply at most */
+#define PX_ADMIN_BODY_MAX 4096      /* an admin request's body, at most: refused unread past it */
 
 /* Admin work that costs the loop more than a reply, rate limited each by a
  * bucket: its burst bounds what one turn of the loop does, its rate what a
@@ -252,6 +253,7 @@ typedef struct px_counters {
     uint64_t completions, completions_unheld, completions_duplicate, completions_invalid;
     uint64_t completions_unknown, expired, pub_failures, fetch_pauses, reconnects;
     uint64_t adopted, reloads, reload_failures, overrides_refused, reply_failures;
+    uint64_t admin_too_long;        /* admin requests past PX_ADMIN_BODY_MAX, refused unread */
     uint64_t admin_busy;            /* admin requests refused here for their rate
                                        (natsio counts those refused on arrival) */
     uint64_t adopt_overflow;        /* flight records read back past the window: expired */
@@ -2393,6 +2395,7 @@ static void px_stats_overall(fq_json *w, fq_proxy *p)
     fq_nio_sub_stats_get(&ns, p->nio, PX_SUB_ADMIN);
     PX_KV(w, "admin_requests_busy", p->c.admin_busy + ns.busy);
     PX_KV(w, "admin_requests_no_reply", ns.no_reply);
+    PX_KV(w, "admin_requests_too_long", p->c.admin_too_long);
     PX_KV(w, "max_payload", p->max_payload);
     fq_json_end_object(w);
 }
@@ -3030,7 +3033,15 @@ static void px_on_request(fq_proxy *p, fq_nio_event *ev)
     const char *what = strncmp(subj, admin, pl) == 0 && subj[pl] == '.' ? subj + pl + 1 : "";
     while (i < sizeof routes / sizeof routes[0] && strcmp(what, routes[i].name) != 0)
         i++;
-    if (i < sizeof routes / sizeof routes[0])
+    if (fq_nio_msg_len(ev->msg) > PX_ADMIN_BODY_MAX) {
+        /* Parsed on the loop, and a valid body is small: a long one is
+         * refused before any work, whatever it asks. */
+        char why[128];
+        snprintf(why, sizeof why, "the request body is %zu bytes; admin requests take at "
+                 "most %d bytes", fq_nio_msg_len(ev->msg), PX_ADMIN_BODY_MAX);
+        p->c.admin_too_long++;
+        px_reply_error(p, ev->msg, why);
+    } else if (i < sizeof routes / sizeof routes[0])
         routes[i].fn(p, ev->msg);
     else
         px_reply_error(p, ev->msg, "unknown admin request: the subjects are <admin>.stats, "
@@ -3105,6 +3116,7 @@ static void px_metrics_publish(fq_proxy *p)
         .admin_reply_failures = p->c.reply_failures,
         .admin_requests_busy = p->c.admin_busy + ns.busy,
         .admin_requests_no_reply = ns.no_reply,
+        .admin_requests_too_long = p->c.admin_too_long,
         .max_payload = p->max_payload > 0 ? (uint64_t)p->max_payload : 0};
     memcpy(sn->all.rejected_runs, p->c.rejected, sizeof sn->all.rejected_runs);
     pthread_mutex_lock(&p->snap_mu);

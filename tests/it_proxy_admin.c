@@ -257,9 +257,47 @@ static void test_admin_flood_during_run_flood(void **state)
     pt_msgs_free(m, n);
 }
 
+/* A request body of nearly a megabyte, every member of it valid: it was
+ * parsed whole on the loop (a stats page, and tenant.get, which no rate
+ * limits) before anything looked at its size. Refused unread now, with the
+ * bound named, and counted. */
+static void test_long_request_refused_unread(void **state)
+{
+    pf_fixture *f = *state;
+    enum { MEMBERS = 80000 };
+    size_t cap = 16 + MEMBERS * 12, k = 0;
+    char *body = malloc(cap);
+    assert_non_null(body);
+    k += (size_t)snprintf(body + k, cap - k, "{\"limit\":1");
+    for (int i = 1; i < MEMBERS; i++)
+        k += (size_t)snprintf(body + k, cap - k, ",\"limit\":1");
+    snprintf(body + k, cap - k, "}");
+    const char *subjects[] = {"fair.admin.stats", "fair.admin.tenant.get",
+                              "fair.admin.tenant.set"};
+    for (size_t i = 0; i < sizeof subjects / sizeof subjects[0]; i++) {
+        long long t0 = nt_now_ms();
+        char *r = pt_request(&f->c, subjects[i], body, NULL);
+        assert_non_null(r);
+        fprintf(stderr, "%s with a %zu-byte body: answered in %lld ms\n", subjects[i],
+                strlen(body), nt_now_ms() - t0);
+        cJSON *j = cJSON_Parse(r);
+        free(r);
+        assert_false(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(j, "ok")));
+        const cJSON *e = cJSON_GetObjectItemCaseSensitive(j, "error");
+        assert_true(cJSON_IsString(e));
+        assert_non_null(strstr(e->valuestring, "at most 4096 bytes"));
+        cJSON_Delete(j);
+    }
+    free(body);
+    cJSON *j = pf_stats(f, "{\"limit\":0}", NULL);
+    assert_int_equal(pf_overall(j, "admin_requests_too_long"), 3);
+    cJSON_Delete(j);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_long_request_refused_unread),
         cmocka_unit_test(test_admin_flood_during_run_flood),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
