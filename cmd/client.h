@@ -198,6 +198,21 @@ static inline natsStatus fqc_inbox(char *buf, size_t cap)
     return k > 0 && (size_t)k < cap ? NATS_OK : NATS_ERR;
 }
 
+/* nats.c's asynchronous errors: a publish or subscription the server
+ * refused for want of a permission is said at once (the call that made it
+ * only times out), with the subject; closure is the program's name. */
+static inline void fqc_on_async_error(natsConnection *nc, natsSubscription *sub, natsStatus err,
+                                      void *closure)
+{
+    const char *text = NULL;
+    (void)sub;
+    if (err != NATS_NOT_PERMITTED)
+        return;
+    natsConnection_GetLastError(nc, &text);
+    fprintf(stderr, "%s: the server refused: %s\n", (const char *)closure,
+            text && *text ? text : "a permissions violation");
+}
+
 /* Connect to url as name, reconnecting for ever, and make a JetStream
  * context with jo (NULL for the defaults). nats.c holds writes back for up
  * to a millisecond to batch them; send_asap writes each publish (and each
@@ -217,6 +232,7 @@ static inline natsStatus fqc_connect(natsConnection **nc, jsCtx **js, const char
     if (s == NATS_OK) s = natsOptions_SetMaxReconnect(o, -1);
     if (s == NATS_OK) s = natsOptions_SetReconnectWait(o, 250);
     if (s == NATS_OK) s = natsOptions_SetSendAsap(o, send_asap);
+    if (s == NATS_OK) s = natsOptions_SetErrorHandler(o, fqc_on_async_error, (void *)name);
     if (s == NATS_OK && *fqc_inbox_prefix())
         s = natsOptions_SetCustomInboxPrefix(o, *fqc_inbox_prefix());
     if (s == NATS_OK) s = natsConnection_Connect(nc, o);

@@ -171,7 +171,8 @@ static void relay_usage(FILE *f)
             "Creates the fairq streams if they are missing. Stops on SIGINT or SIGTERM.\n"
             "  --nats URL         server (default $FAIRQ_NATS_URL, else " FQC_DEFAULT_URL ")\n"
             "  --batch N          runs per fetch, 1 to 4096 (default 256)\n"
-            "  --default-est N    Fair-Est-Tokens when a run declares none (default 1000)\n",
+            "  --default-est N    Fair-Est-Tokens when a run declares none (default 1000)\n"
+            FQC_INBOX_PREFIX_HELP,
             prog);
 }
 
@@ -181,6 +182,7 @@ static int relay_parse(relay_cfg *cfg, int argc, char **argv)
         {"nats", required_argument, NULL, 'n'},    {"stream", required_argument, NULL, 's'},
         {"durable", required_argument, NULL, 'd'}, {"dispatch", required_argument, NULL, 'D'},
         {"batch", required_argument, NULL, 'b'},   {"default-est", required_argument, NULL, 'e'},
+        {"inbox-prefix", required_argument, NULL, 'I'},
         {"help", no_argument, NULL, 'h'},          {NULL, 0, NULL, 0},
     };
     uint64_t v;
@@ -203,6 +205,10 @@ static int relay_parse(relay_cfg *cfg, int argc, char **argv)
             if (!fqc_parse_u64(optarg, 1, UINT32_MAX, &v))
                 goto bad;
             cfg->default_est = (uint32_t)v;
+            break;
+        case 'I':
+            if (!fqc_inbox_prefix_set(prog, optarg))
+                return -1;
             break;
         case 'h': relay_usage(stdout); exit(0);
         default: relay_usage(stderr); return -1;
