@@ -97,6 +97,7 @@
 #define PX_ADMIN_QUEUED 64          /* admin requests waiting for the loop; past it natsio
                                        answers busy, so a turn sees at most this many */
 #define PX_STATS_PAGE_MAX 500       /* tenants in one stats reply at most */
+#define PX_REFUSAL_LOGS 20          /* "run refused" lines a second at most, all tenants */
 #define PX_ADMIN_BODY_MAX 4096      /* an admin request's body, at most: refused unread past it */
 
 /* Admin work that costs the loop more than a reply, rate limited each by a
@@ -337,6 +338,8 @@ struct fq_proxy {
     fq_nio_event *held_ev;      /* deliveries that came while not fresh, in order */
     size_t nheld_ev, held_ev_cap;
     uint64_t next_second;       /* monotonic ms of the next rate sample */
+    fq_bucket refusal_logs;     /* "run refused" lines, PX_REFUSAL_LOGS a second */
+    uint64_t refusals_unlogged; /* refusals not logged since the last such line */
     uint64_t done_copy_sec;     /* monotonic second of the copies below */
     uint32_t done_copies;       /* refused completions copied in that second */
     uint64_t sec_dispatched, sec_tokens, sec_completed, sec_actual;
@@ -1012,9 +1015,19 @@ static void px_refuse(fq_proxy *p, const fq_nio_msg *m, const char *tenant, fq_s
          * consumer reset. */
         p->c.pub_failures++;
     }
-    if (fq_log_enabled(FQ_LOG_INFO) && px_warn_ok(p, tenant ? tenant : "_invalid"))
+    if (!fq_log_enabled(FQ_LOG_INFO))
+        return;
+    /* A line a tenant a second, and PX_REFUSAL_LOGS a second over all: a
+     * flood of runs to as many new tenant ids writes no line each. */
+    if (px_warn_ok(p, tenant ? tenant : "_invalid") &&
+        fq_bucket_take(&p->refusal_logs, fq_nio_mono_ms(), NULL)) {
         fq_log(FQ_LOG_INFO, "run refused", FQ_STR("tenant", tenant ? tenant : "_invalid"),
-               FQ_STR("subject", fq_nio_msg_subject(m)), FQ_STR("error", err));
+               FQ_STR("subject", fq_nio_msg_subject(m)), FQ_STR("error", err),
+               FQ_UINT("unlogged_before", p->refusals_unlogged));
+        p->refusals_unlogged = 0;
+    } else {
+        p->refusals_unlogged++;
+    }
 }
 
 /* Count a refused run (why) overall and on its tenant pt or, when pt is
@@ -4223,6 +4236,7 @@ fq_status fq_proxy_create(fq_proxy **out, const fq_config *cfg, char *err, size_
     pthread_mutex_init(&p->holder_mu, NULL);
     for (int k = 0; k < PX_ADMIN__COUNT; k++)
         fq_bucket_init(&p->admin_rate[k], px_admin_limits[k].rate, px_admin_limits[k].burst, 0);
+    fq_bucket_init(&p->refusal_logs, PX_REFUSAL_LOGS, PX_REFUSAL_LOGS, 0);
     if (s == FQ_OK && !(p->ev = calloc(PX_EVENTS, sizeof *p->ev)))
         s = FQ_ENOMEM;
     if (s != FQ_OK) {

@@ -280,6 +280,35 @@ static void test_max_pending(void **state)
     assert_int_equal(pt_worker_wait_completed(f->w, 4, 20000), 0);
 }
 
+/* Runs to as many tenant ids nothing lists, refused as unknown: each wrote
+ * a "run refused" line (one a tenant a second), as many lines as runs. At
+ * most 20 a second over all tenants now, the next line saying how many
+ * went unlogged; every refusal is still published and counted. */
+static void test_refusal_flood_logs_bounded(void **state)
+{
+    pf_fixture *f = *state;
+    enum { N = 600 };
+    int before = pt_log_count(&f->px, "run refused");
+    long long t0 = nt_now_ms();
+    for (int i = 0; i < N; i++) {
+        char tenant[16];
+        snprintf(tenant, sizeof tenant, "u-%d", i);
+        assert_int_equal(pt_submit_async(&f->c, tenant, "{}", 2, NULL), 0);
+    }
+    assert_int_equal(pt_submit_flush(&f->c), 0);
+    pf_wait_msgs(f, "FAIR_REJECTED", N);
+    long long secs = (nt_now_ms() - t0) / 1000 + 1;
+    cJSON *j = pf_stats(f, "{\"limit\":0}", NULL);
+    assert_int_equal(pf_num(j, "tenants_total"), 0);
+    cJSON_Delete(j);
+    nt_sleep_ms(200);      /* the log is written as it goes; let it land */
+    int lines = pt_log_count(&f->px, "run refused") - before;
+    fprintf(stderr, "%d refusals to new tenant ids in about %lld s: %d log lines\n", N, secs,
+            lines);
+    assert_true(lines >= 1);
+    assert_true(lines <= 20 * (secs + 1));
+}
+
 static void test_bad_completions(void **state)
 {
     pf_fixture *f = *state;
@@ -434,6 +463,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_bad_submits, setup, teardown),
         cmocka_unit_test_setup_teardown(test_max_pending, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bad_completions, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_refusal_flood_logs_bounded, setup, teardown),
         cmocka_unit_test_setup_teardown(test_completion_of_queued_run, setup, teardown),
         cmocka_unit_test_setup_teardown(test_overload_admission, setup_overload, teardown),
     };
