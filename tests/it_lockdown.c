@@ -37,6 +37,7 @@ typedef struct fixture {
     natstest *srv;
     pt_proxy px;
     char conf[512];             /* the shipped server config */
+    natstest *srv2;             /* a second server, on a copy of it; NULL: none */
 } fixture;
 
 static void lk_on_error(natsConnection *nc, natsSubscription *sub, natsStatus err, void *closure)
@@ -174,7 +175,7 @@ static void lk_proxy_start(pt_proxy *px, const natstest *srv, const char *name,
 
 /* Run an example client to its end; its exit code (-1 if it hung), its
  * output appended to the fixture's client log. */
-static int lk_run(const fixture *f, const char *const *args)
+static int lk_run(const natstest *srv, const char *const *args)
 {
     const char *argv[32];
     char bin[512], log[600];
@@ -183,7 +184,7 @@ static int lk_run(const fixture *f, const char *const *args)
     for (size_t i = 1; args[i] && n < 31; i++)
         argv[n++] = args[i];
     argv[n] = NULL;
-    snprintf(log, sizeof log, "%s/clients.log", natstest_dir(f->srv));
+    snprintf(log, sizeof log, "%s/clients.log", natstest_dir(srv));
     nt_proc p;
     if (nt_proc_spawn(&p, argv, log) != 0 || nt_proc_wait(&p, 20000) != 0) {
         nt_proc_signal_wait(&p, 9, 2000);
@@ -193,10 +194,10 @@ static int lk_run(const fixture *f, const char *const *args)
 }
 
 /* The URL of user with its demo password. */
-static const char *lk_url(const fixture *f, const char *user, char *buf, size_t cap)
+static const char *lk_url(const natstest *srv, const char *user, char *buf, size_t cap)
 {
     snprintf(buf, cap, "nats://%s:%s-demo-password@127.0.0.1:%d", user, user,
-             natstest_port(f->srv));
+             natstest_port(srv));
     return buf;
 }
 
@@ -215,6 +216,7 @@ static int teardown(void **state)
     fixture *f = *state;
     if (f->px.proc.pid)
         pt_proxy_stop(&f->px);
+    natstest_destroy(f->srv2);
     natstest_destroy(f->srv);
     free(f);
     return 0;
@@ -231,10 +233,10 @@ static void test_every_role_does_its_work(void **state)
 {
     fixture *f = *state;
     char worker[160], acme[160], globex[160], admin[160];
-    lk_url(f, "worker", worker, sizeof worker);
-    lk_url(f, "acme", acme, sizeof acme);
-    lk_url(f, "globex", globex, sizeof globex);
-    lk_url(f, "admin", admin, sizeof admin);
+    lk_url(f->srv, "worker", worker, sizeof worker);
+    lk_url(f->srv, "acme", acme, sizeof acme);
+    lk_url(f->srv, "globex", globex, sizeof globex);
+    lk_url(f->srv, "admin", admin, sizeof admin);
     lk_proxy_start(&f->px, f->srv, "proxy", "_INBOX_fairq", "limits: {max_buffered_bytes: 64}\n");
     assert_int_equal(pt_log_wait(&f->px, "fairq-proxy running", 15000), 0);
 
@@ -244,29 +246,29 @@ static void test_every_role_does_its_work(void **state)
     assert_int_equal(natsConnection_SubscribeSync(&refusals, a->nc, "fair.rejected.acme"), NATS_OK);
     assert_int_equal(natsConnection_Flush(a->nc), NATS_OK);
 
-    assert_int_equal(lk_run(f, (const char *const[]){"fairq-producer", "--nats", acme,
+    assert_int_equal(lk_run(f->srv, (const char *const[]){"fairq-producer", "--nats", acme,
         "--inbox-prefix", "_INBOX_acme", "--tenant", "acme", "--count", "3",
         "--body", "a body longer than the proxy buffers, read back by its sequence", NULL}), 0);
-    assert_int_equal(lk_run(f, (const char *const[]){"fairq-producer", "--nats", globex,
+    assert_int_equal(lk_run(f->srv, (const char *const[]){"fairq-producer", "--nats", globex,
         "--inbox-prefix", "_INBOX_globex", "--tenant", "globex", "--count", "2", NULL}), 0);
     /* Past scheduler.max_est_tokens: refused, on fair.rejected.acme. */
-    assert_int_equal(lk_run(f, (const char *const[]){"fairq-producer", "--nats", acme,
+    assert_int_equal(lk_run(f->srv, (const char *const[]){"fairq-producer", "--nats", acme,
         "--inbox-prefix", "_INBOX_acme", "--tenant", "acme", "--est", "2000000", NULL}), 0);
     natsMsg *m = NULL;
     assert_int_equal(natsSubscription_NextMsg(&m, refusals, 10000), NATS_OK);
     natsMsg_Destroy(m);
     natsSubscription_Destroy(refusals);
 
-    assert_int_equal(lk_run(f, (const char *const[]){"fairq-worker", "--nats", worker,
+    assert_int_equal(lk_run(f->srv, (const char *const[]){"fairq-worker", "--nats", worker,
         "--inbox-prefix", "_INBOX_worker", "--deliver", "all", "--tokens-per-sec", "0",
         "--count", "5", NULL}), 0);
-    assert_int_equal(lk_run(f, (const char *const[]){"fairq-admin", "--nats", admin,
+    assert_int_equal(lk_run(f->srv, (const char *const[]){"fairq-admin", "--nats", admin,
         "--inbox-prefix", "_INBOX_admin", "stats", NULL}), 0);
-    assert_int_equal(lk_run(f, (const char *const[]){"fairq-admin", "--nats", admin,
+    assert_int_equal(lk_run(f->srv, (const char *const[]){"fairq-admin", "--nats", admin,
         "--inbox-prefix", "_INBOX_admin", "tenant.set", "{\"tenant\":\"globex\",\"weight\":2}",
         NULL}), 0);
     assert_int_equal(pt_log_wait(&f->px, "tenant override in force", 5000), 0);
-    assert_int_equal(lk_run(f, (const char *const[]){"fairq-admin", "--nats", admin,
+    assert_int_equal(lk_run(f->srv, (const char *const[]){"fairq-admin", "--nats", admin,
         "--inbox-prefix", "_INBOX_admin", "reload", NULL}), 0);
     assert_int_equal(pt_log_wait(&f->px, "config reloaded", 5000), 0);
     assert_int_equal(lk_proxy_violations(f), 0);
@@ -277,16 +279,16 @@ static void test_every_role_does_its_work(void **state)
     assert_int_equal(natstest_stop(f->srv), 0);
     assert_int_equal(natstest_restart(f->srv), 0);
     assert_int_equal(pt_log_wait(&f->px, "reconnected to NATS", 15000), 0);
-    assert_int_equal(lk_run(f, (const char *const[]){"fairq-producer", "--nats", globex,
+    assert_int_equal(lk_run(f->srv, (const char *const[]){"fairq-producer", "--nats", globex,
         "--inbox-prefix", "_INBOX_globex", "--tenant", "globex", NULL}), 0);
-    assert_int_equal(lk_run(f, (const char *const[]){"fairq-worker", "--nats", worker,
+    assert_int_equal(lk_run(f->srv, (const char *const[]){"fairq-worker", "--nats", worker,
         "--inbox-prefix", "_INBOX_worker", "--tokens-per-sec", "0", "--count", "1", NULL}), 0);
 
     /* A restart reads the journal back and takes the lease again. */
     assert_int_equal(pt_proxy_stop(&f->px), 0);
     assert_int_equal(pt_proxy_restart(&f->px), 0);
     assert_int_equal(pt_log_wait_n(&f->px, "fairq-proxy running", 2, 15000), 0);
-    assert_int_equal(lk_run(f, (const char *const[]){"fairq-admin", "--nats", admin,
+    assert_int_equal(lk_run(f->srv, (const char *const[]){"fairq-admin", "--nats", admin,
         "--inbox-prefix", "_INBOX_admin", "stats", NULL}), 0);
     assert_int_equal(lk_proxy_violations(f), 0);
     assert_int_equal(pt_log_count(&f->px, "permission"), 0);
@@ -373,6 +375,27 @@ static void test_a_worker_is_confined_to_its_work(void **state)
     lk_close(w);
 }
 
+/* A copy of the shipped config at path with text (its first mention;
+ * NULL: none) blanked out. */
+static void lk_conf_without(const fixture *f, const char *path, const char *text)
+{
+    FILE *in = fopen(f->conf, "r");
+    assert_non_null(in);
+    static char buf[64 * 1024];
+    size_t len = fread(buf, 1, sizeof buf - 1, in);
+    fclose(in);
+    buf[len] = '\0';
+    if (text) {
+        char *at = strstr(buf, text);
+        assert_non_null(at);
+        memset(at, ' ', strlen(text));
+    }
+    FILE *out = fopen(path, "w");
+    assert_non_null(out);
+    fputs(buf, out);
+    fclose(out);
+}
+
 /* A permission the proxy lacks is a start-up error naming the subject,
  * not a silent failure behind a ready proxy: here the overrides watch's
  * $JS.API.STREAM.NAMES, taken out of a copy of the shipped config, and an
@@ -382,38 +405,73 @@ static void test_a_missing_permission_fails_start(void **state)
     fixture *f = *state;
     /* The shipped config without $JS.API.STREAM.NAMES for fairq (its first
      * mention is in fairq's block). */
-    FILE *in = fopen(f->conf, "r");
-    assert_non_null(in);
-    static char text[64 * 1024];
-    size_t len = fread(text, 1, sizeof text - 1, in);
-    fclose(in);
-    text[len] = '\0';
-    char *names = strstr(text, "\"$JS.API.STREAM.NAMES\",");
-    assert_non_null(names);
-    memset(names, ' ', strlen("\"$JS.API.STREAM.NAMES\","));
     char conf[600];
     snprintf(conf, sizeof conf, "%s/no-names.conf", natstest_dir(f->srv));
-    FILE *out = fopen(conf, "w");
-    assert_non_null(out);
-    fputs(text, out);
-    fclose(out);
-    natstest *srv2 = NULL;
-    assert_int_equal(natstest_start(&srv2, (const char *const[]){"-c", conf, NULL}), 0);
-    pt_proxy px;
-    lk_proxy_start(&px, srv2, "proxy-no-names", "_INBOX_fairq", "");
-    assert_int_equal(nt_proc_wait(&px.proc, 20000), 0);
-    assert_int_equal(nt_proc_exit_code(&px.proc), 1);
-    assert_int_equal(pt_log_count(&px, "NATS refuses fairq a permission it needs"), 1);
-    assert_int_equal(pt_log_count(&px, "Publish to \\\"$JS.API.STREAM.NAMES\\\""), 1);
-    assert_int_equal(pt_log_count(&px, "fairq-proxy running"), 0);
-    natstest_destroy(srv2);
+    lk_conf_without(f, conf, "\"$JS.API.STREAM.NAMES\",");
+    assert_int_equal(natstest_start(&f->srv2, (const char *const[]){"-c", conf, NULL}), 0);
+    lk_proxy_start(&f->px, f->srv2, "proxy-no-names", "_INBOX_fairq", "");
+    assert_int_equal(nt_proc_wait(&f->px.proc, 20000), 0);
+    assert_int_equal(nt_proc_exit_code(&f->px.proc), 1);
+    assert_int_equal(pt_log_count(&f->px, "NATS refuses fairq a permission it needs"), 1);
+    assert_int_equal(pt_log_count(&f->px, "Publish to \\\"$JS.API.STREAM.NAMES\\\""), 1);
+    assert_int_equal(pt_log_count(&f->px, "fairq-proxy running"), 0);
 
     /* The default inbox prefix: fairq may not subscribe to _INBOX.> */
-    lk_proxy_start(&px, f->srv, "proxy-default-inbox", "_INBOX", "");
-    assert_int_equal(nt_proc_wait(&px.proc, 20000), 0);
-    assert_int_equal(nt_proc_exit_code(&px.proc), 1);
-    assert_int_equal(pt_log_count(&px, "NATS refuses fairq a permission it needs"), 1);
-    assert_int_equal(pt_log_count(&px, "Subscription to \\\"_INBOX."), 1);
+    lk_proxy_start(&f->px, f->srv, "proxy-default-inbox", "_INBOX", "");
+    assert_int_equal(nt_proc_wait(&f->px.proc, 20000), 0);
+    assert_int_equal(nt_proc_exit_code(&f->px.proc), 1);
+    assert_int_equal(pt_log_count(&f->px, "NATS refuses fairq a permission it needs"), 1);
+    assert_int_equal(pt_log_count(&f->px, "Subscription to \\\"_INBOX."), 1);
+}
+
+/* A permission taken away while the proxy serves (the server's config
+ * reloaded without fair.rejected.*): the refusal it then cannot publish is
+ * logged as an error naming the subject, and the proxy goes on serving the
+ * others. */
+static void test_a_permission_lost_later_is_logged(void **state)
+{
+    fixture *f = *state;
+    char conf[600], acme[160], globex[160];
+    snprintf(conf, sizeof conf, "%s/served.conf", natstest_dir(f->srv));
+    lk_conf_without(f, conf, NULL);
+    /* A server of its own on that copy, which lives in f->srv's directory. */
+    assert_int_equal(natstest_start(&f->srv2, (const char *const[]){"-c", conf, NULL}), 0);
+    lk_url(f->srv2, "acme", acme, sizeof acme);
+    lk_url(f->srv2, "globex", globex, sizeof globex);
+    lk_proxy_start(&f->px, f->srv2, "proxy", "_INBOX_fairq", "");
+    assert_int_equal(pt_log_wait(&f->px, "fairq-proxy running", 15000), 0);
+    assert_int_equal(lk_run(f->srv2, (const char *const[]){"fairq-producer", "--nats", globex,
+        "--inbox-prefix", "_INBOX_globex", "--tenant", "globex", NULL}), 0);
+    lk_conf_without(f, conf, "\"fair.rejected.*\",");
+    /* A reload compares the store directory too: the file must name the
+     * one -sd gave. */
+    FILE *c = fopen(conf, "a");
+    assert_non_null(c);
+    fprintf(c, "jetstream { store_dir: \"%s/store\" }\n", natstest_dir(f->srv2));
+    fclose(c);
+    assert_int_equal(natstest_reload(f->srv2), 0);
+    char log[600];
+    snprintf(log, sizeof log, "%s/nats.log", natstest_dir(f->srv2));
+    for (long long end = nt_now_ms() + 5000;
+         !lk_lines(log, (const char *const[]){"Reloaded", NULL}) && nt_now_ms() < end;)
+        nt_sleep_ms(20);
+    /* Refused for its estimate: the refusal cannot be published now. */
+    assert_int_equal(lk_run(f->srv2, (const char *const[]){"fairq-producer", "--nats", acme,
+        "--inbox-prefix", "_INBOX_acme", "--tenant", "acme", "--est", "2000000", NULL}), 0);
+    assert_int_equal(pt_log_wait(&f->px, "NATS refused fairq a publish or subscription", 10000), 0);
+    assert_int_equal(pt_log_count(&f->px, "Publish to \\\"fair.rejected.acme\\\""), 1);
+    assert_true(nt_proc_alive(&f->px.proc));
+    assert_int_equal(pt_log_count(&f->px, "NATS refuses fairq a permission it needs"), 0);
+    /* ... and the others are served: globex's runs before and after. */
+    char worker[160];
+    lk_url(f->srv2, "worker", worker, sizeof worker);
+    assert_int_equal(lk_run(f->srv2, (const char *const[]){"fairq-producer", "--nats", globex,
+        "--inbox-prefix", "_INBOX_globex", "--tenant", "globex", NULL}), 0);
+    assert_int_equal(lk_run(f->srv2, (const char *const[]){"fairq-worker", "--nats", worker,
+        "--inbox-prefix", "_INBOX_worker", "--deliver", "all", "--tokens-per-sec", "0",
+        "--count", "2", NULL}), 0);
+    /* Its refusal is still retried: a graceful stop would wait for it. */
+    assert_int_equal(pt_proxy_kill(&f->px), 0);
 }
 
 int main(void)
@@ -424,6 +482,7 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(test_a_worker_is_confined_to_its_work, setup, teardown),
         cmocka_unit_test_setup_teardown(test_a_missing_permission_fails_start, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_a_permission_lost_later_is_logged, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

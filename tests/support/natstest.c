@@ -279,6 +279,15 @@ int natstest_pause(natstest *t, bool paused)
     return 0;
 }
 
+int natstest_reload(natstest *t)
+{
+    if (t->server.pid == 0 || kill(t->server.pid, SIGHUP) != 0) {
+        fprintf(stderr, "natstest: cannot signal the server to reload\n");
+        return -1;
+    }
+    return 0;
+}
+
 int natstest_restart(natstest *t)
 {
     if (t->server.pid != 0 && natstest_stop(t) != 0)

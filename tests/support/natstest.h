@@ -42,6 +42,9 @@ int natstest_kill(natstest *t);
  * its connections open and answers nothing, as a hung host does; the
  * clients notice only when their pings go unanswered. */
 int natstest_pause(natstest *t, bool paused);
+/* Ask the server to read its config file again (SIGHUP): changed
+ * permissions apply to the connections it has. Returns once signalled. */
+int natstest_reload(natstest *t);
 /* Start again on the same port and store (after stop or kill), waiting
  * until it accepts clients. */
 int natstest_restart(natstest *t);
