@@ -526,10 +526,13 @@ fq_status fq_completion_parse(fq_completion *out, const void *body, size_t len,
 {
     const char *why;
     bool nul_top;
-    cJSON *root = fq_msg_object(body, len, &nul_top, &why);
     fq_status st;
 
     memset(out, 0, sizeof *out);
+    if (len > FQ_COMPLETION_MAX_BYTES)
+        return fq_msg_fail(err, errlen, "completion: its body is %zu bytes, at most %d", len,
+                           FQ_COMPLETION_MAX_BYTES);
+    cJSON *root = fq_msg_object(body, len, &nul_top, &why);
     if (!root)
         st = fq_msg_fail(err, errlen, "completion: not a JSON object (%s)", why);
     else if (nul_top)

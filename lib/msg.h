@@ -82,8 +82,14 @@ typedef struct fq_completion {
 #define FQ_ACTUAL_OVER_MAX_EST 100u
 #define FQ_MAX_ACTUAL_TOKENS(max_est) ((uint64_t)(max_est) * FQ_ACTUAL_OVER_MAX_EST)
 
+/* A completion's body, at most: its fields fit in a few hundred bytes. A
+ * longer one is refused unread, since parsing a megabyte of JSON members
+ * costs the proxy's loop about 100 ms and anyone may publish completions. */
+#define FQ_COMPLETION_MAX_BYTES 4096
+
 /* Parse a completion from body[0..len) (not NUL-terminated). FQ_EINVAL with
- * a sentence in err if it is not a JSON object with a valid run_id,
+ * a sentence in err if it is longer than FQ_COMPLETION_MAX_BYTES, or not a
+ * JSON object with a valid run_id,
  * actual_tokens (integer 0..FQ_MAX_ACTUAL_TOKENS(max_est)) and status
  * ("ok", "error" or "cancelled"), or an echoed est_tokens (1..max_est) or
  * workflow is invalid, or one of these is given twice; *out then holds
