@@ -513,12 +513,30 @@ static void load_print_fields(const cJSON *o)
     }
 }
 
+/* Whether a stats reply says the proxy holds nothing: no run queued and
+ * none in flight, so it has handled the completion of every run it
+ * dispatched. */
+static bool load_proxy_settled(const cJSON *root)
+{
+    const cJSON *o = cJSON_GetObjectItemCaseSensitive(root, "overall");
+    const cJSON *q = cJSON_GetObjectItemCaseSensitive(o, "queued_runs");
+    const cJSON *f = cJSON_GetObjectItemCaseSensitive(o, "in_flight");
+    return cJSON_IsNumber(q) && cJSON_IsNumber(f) && q->valuedouble == 0 && f->valuedouble == 0;
+}
+
 /* Ask the proxy for its stats and print them: "proxy snapshot=NAME
  * at_s=SECONDS" then a line per tenant and one overall (tenant=*). Says
- * on stderr why not when nothing answers (a relay has no stats). */
-static void load_proxy_stats(load *l, const char *snapshot)
+ * on stderr why not when nothing answers (a relay has no stats). With
+ * settle, asks again until the proxy holds nothing, up to
+ * LOAD_SETTLE_MS: the last completions were stored in the completions
+ * stream when the load saw their PubAcks, but the proxy reads that stream
+ * on its own time, and on a busy machine a request sent at once can
+ * overtake them (the "end" snapshot counted 953 completions of 954). */
+#define LOAD_SETTLE_MS 10000
+static void load_proxy_stats(load *l, const char *snapshot, bool settle)
 {
-    double at = (double)(fqc_mono_ns() - l->t0_ns) / 1e9;
+    int64_t settle_end = fqc_mono_ns() + (int64_t)LOAD_SETTLE_MS * FQC_NS_PER_MS;
+    double at;
     char subject[256];
     natsMsg *reply = NULL;
     const cJSON *t;
@@ -526,13 +544,21 @@ static void load_proxy_stats(load *l, const char *snapshot)
     natsStatus s;
 
     snprintf(subject, sizeof subject, "%s.stats", l->cfg.admin_prefix);
-    s = natsConnection_RequestString(&reply, l->wnc, subject, "", 5000);
-    if (s != NATS_OK) {
-        fqc_perror(prog, subject, s);
-        return;
+    for (;;) {
+        at = (double)(fqc_mono_ns() - l->t0_ns) / 1e9;
+        s = natsConnection_RequestString(&reply, l->wnc, subject, "", 5000);
+        if (s != NATS_OK) {
+            fqc_perror(prog, subject, s);
+            return;
+        }
+        root = cJSON_ParseWithLength(natsMsg_GetData(reply), (size_t)natsMsg_GetDataLength(reply));
+        natsMsg_Destroy(reply);
+        reply = NULL;
+        if (!settle || load_proxy_settled(root) || fqc_mono_ns() >= settle_end || fqc_stopping())
+            break;
+        cJSON_Delete(root);
+        fqc_sleep_until(fqc_mono_ns() + 50 * FQC_NS_PER_MS);
     }
-    root = cJSON_ParseWithLength(natsMsg_GetData(reply), (size_t)natsMsg_GetDataLength(reply));
-    natsMsg_Destroy(reply);
     if (!cJSON_IsObject(root)) {
         fprintf(stderr, "%s: %s: the reply is not a JSON object\n", prog, subject);
         cJSON_Delete(root);
@@ -596,7 +622,7 @@ static void load_work(load *l)
         if (!l->stats_taken && l->cfg.stats_at_s >= 0 &&
             now >= l->t0_ns + (int64_t)(l->cfg.stats_at_s * 1e9)) {
             l->stats_taken = true;
-            load_proxy_stats(l, "during");
+            load_proxy_stats(l, "during", false);
         }
         if (fqc_stopping())
             break;
@@ -830,7 +856,8 @@ static void load_usage(FILE *f)
         "  --durable NAME      work from this shared durable consumer (created if missing)\n"
         "                      instead of a private one deleted at exit\n"
         "  --proxy-stats       after the drain, print fairq-proxy's own stats (its reply\n"
-        "                      on <admin-prefix>.stats) as 'proxy' lines\n"
+        "                      on <admin-prefix>.stats) as 'proxy' lines, once it holds\n"
+        "                      nothing queued or in flight (waiting up to 10 s)\n"
         "  --stats-at S        print them also S seconds after the start\n"
         "  --send-asap         write each message at once; nats.c otherwise holds writes\n"
         "                      up to 1 ms to batch them (use it to measure latency)\n"
@@ -1133,7 +1160,7 @@ int main(int argc, char **argv)
         load_work(l);
     pthread_join(producer, NULL);
     if (l->cfg.proxy_stats)
-        load_proxy_stats(l, "end");
+        load_proxy_stats(l, "end", true);
     load_report(l);
     rc = 0;
 out:
