@@ -350,6 +350,74 @@ static void test_a_producer_is_confined_to_its_tenant(void **state)
     lk_close(a);
 }
 
+/* A producer's own submit, with a reply subject naming fairq's state: the
+ * server sends the PubAck to that reply in the publisher's account without
+ * asking its permissions, so a producer sharing fairq's account wrote the
+ * lease (the leader stopped), submitted as globex, wrote an override and
+ * the journal, and reached the admin's inbox. In an account of its own the
+ * reply stays there: none of these is written, and the proxy still leads. */
+static void test_a_producer_reply_reaches_nothing_of_fairq(void **state)
+{
+    fixture *f = *state;
+    lk_proxy_start(&f->px, f->srv, "proxy", "_INBOX_fairq", "");
+    assert_int_equal(pt_log_wait(&f->px, "fairq-proxy running", 15000), 0);
+    lk_client *a = lk_connect(f->srv, "acme");
+    lk_client *ad = lk_connect(f->srv, "admin");
+    natsSubscription *stolen = NULL;
+    assert_int_equal(natsConnection_SubscribeSync(&stolen, ad->nc, "_INBOX_admin.stolen"), NATS_OK);
+    assert_int_equal(natsConnection_Flush(ad->nc), NATS_OK);
+    const char *const replies[] = {"$KV.fairq_lease.leader", "fair.submit.globex", "fairq.runs",
+                                   "$KV.fairq_tenants.acme", "fair.done.globex",
+                                   "_INBOX_admin.stolen", NULL};
+    for (size_t i = 0; replies[i]; i++) {
+        char body[64];
+        snprintf(body, sizeof body, "{\"run_id\":\"reply-%zu\"}", i);
+        assert_int_equal(natsConnection_PublishRequestString(a->nc, "fair.submit.acme", replies[i],
+                                                             body), NATS_OK);
+    }
+    /* Its next PubAck comes after the server has sent those. */
+    jsPubAck *pa = NULL;
+    assert_int_equal(js_Publish(&pa, a->js, "fair.submit.acme", "{\"run_id\":\"after\"}", 18,
+                                NULL, NULL), NATS_OK);
+    jsPubAck_Destroy(pa);
+    assert_int_equal(a->n, 0);
+    assert_int_equal(natsConnection_Flush(ad->nc), NATS_OK);
+    natsMsg *m = NULL;
+    assert_int_equal(natsSubscription_NextMsg(&m, stolen, 500), NATS_TIMEOUT);
+    natsSubscription_Destroy(stolen);
+
+    /* Read as fairq: the lease holds the proxy's record, nothing was
+     * stored as globex's, no override was written. */
+    lk_client *q = lk_connect(f->srv, "fairq");
+    jsErrCode jerr = 0;
+    assert_int_equal(js_GetLastMsg(&m, q->js, "KV_fairq_lease", "$KV.fairq_lease.leader", NULL,
+                                   &jerr), NATS_OK);
+    assert_null(strstr(natsMsg_GetData(m), "\"stream\""));
+    natsMsg_Destroy(m);
+    m = NULL;
+    assert_int_not_equal(js_GetLastMsg(&m, q->js, "FAIR_SUBMIT", "fair.submit.globex", NULL, &jerr),
+                         NATS_OK);
+    assert_null(m);
+    jsStreamInfo *si = NULL;
+    assert_int_equal(js_GetStreamInfo(&si, ad->js, "KV_fairq_tenants", NULL, &jerr), NATS_OK);
+    assert_int_equal(si->State.Msgs, 0);
+    jsStreamInfo_Destroy(si);
+    assert_int_equal(q->n, 0);
+    assert_int_equal(ad->n, 0);
+
+    /* The proxy still leads and answers; globex is unknown to it. */
+    natsMsg *r = NULL;
+    assert_int_equal(natsConnection_RequestString(&r, ad->nc, "fair.admin.stats", "{}", 5000),
+                     NATS_OK);
+    assert_null(strstr(natsMsg_GetData(r), "globex"));
+    natsMsg_Destroy(r);
+    assert_int_equal(pt_log_count(&f->px, "lost"), 0);
+    assert_int_equal(pt_log_count(&f->px, "leader lease acquired"), 1);
+    lk_close(q);
+    lk_close(ad);
+    lk_close(a);
+}
+
 /* Workers take dispatches and send completions; they read no stream by
  * sequence, submit nothing, and touch neither the lease nor admin. */
 static void test_a_worker_is_confined_to_its_work(void **state)
@@ -479,6 +547,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_every_role_does_its_work, setup, teardown),
         cmocka_unit_test_setup_teardown(test_a_producer_is_confined_to_its_tenant, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_a_producer_reply_reaches_nothing_of_fairq, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_a_worker_is_confined_to_its_work, setup, teardown),
         cmocka_unit_test_setup_teardown(test_a_missing_permission_fails_start, setup, teardown),
