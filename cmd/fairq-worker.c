@@ -407,13 +407,16 @@ static int worker_run(jsCtx *js, fqc_pull *pull, const worker_cfg *c, worker_cla
         fqc_sleep_until(fqc_mono_ns() + 500 * FQC_NS_PER_MS);
     }
     if (s == NATS_OK && wc->kv) {
-        /* Not fatal: a claim left "working" only lets a redelivery past
-         * the ack wait take the run over and work it again. */
+        /* Retried as the completion is: a claim left "working" would let a
+         * redelivery take the run over, and this worker's own, work it
+         * again. Stopping first leaves just that. */
         char mark[sizeof wc->owner + 8];
+        natsStatus ks;
         snprintf(mark, sizeof mark, "done %s", wc->owner);
-        natsStatus ks = kvStore_PutString(NULL, wc->kv, key, mark);
-        if (ks != NATS_OK)
-            fqc_perror(prog, "marking the claim done", ks);
+        while ((ks = kvStore_PutString(NULL, wc->kv, key, mark)) != NATS_OK && !fqc_stopping()) {
+            fqc_perror(prog, "marking the claim done (retrying)", ks);
+            fqc_sleep_until(fqc_mono_ns() + 500 * FQC_NS_PER_MS);
+        }
     }
     if (s != NATS_OK) {
         /* Stopping, the completion unstored: the run comes back after the
