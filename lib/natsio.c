@@ -1036,16 +1036,17 @@ static void nio_consumer_name(char *out, size_t cap, const char *durable, uint64
         snprintf(out, cap, "%s", durable);
 }
 
-/* Whether name is durable's, of some term: durable, or durable-<digits>. */
-static bool nio_term_name(const char *name, const char *durable)
+/* Whether name is durable's, of some term: durable (*term 0), or
+ * durable-<digits> (*term those digits). */
+static bool nio_term_name(const char *name, const char *durable, uint64_t *term)
 {
     size_t dl = strlen(durable);
+    *term = 0;
     if (strncmp(name, durable, dl) != 0)
         return false;
     if (!name[dl])
         return true;
-    uint64_t t;
-    const char *end = name[dl] == '-' ? nio_num(name + dl + 1, NULL, UINT64_MAX, &t) : NULL;
+    const char *end = name[dl] == '-' ? nio_num(name + dl + 1, NULL, UINT64_MAX, term) : NULL;
     return end && !*end;
 }
 
@@ -1054,21 +1055,31 @@ static bool nio_not_found(natsStatus s, jsErrCode jerr)
     return s == NATS_NOT_FOUND || jerr == JSConsumerNotFoundErr;
 }
 
-/* Delete every consumer of c's stream named for another term of c's
+/* Delete every consumer of c's stream named for an earlier term of c's
  * durable: a work-queue stream admits one consumer per subject, and
  * deleting the old term's consumer returns what it had delivered and not
- * seen acked, and makes the server refuse its holder's pulls and acks. */
-static natsStatus nio_delete_other_terms(nio_consumer *c)
+ * seen acked, and makes the server refuse its holder's pulls and acks.
+ * A later term's is never deleted (*newer set): a holder that went stale
+ * while it was making its consumers (frozen, or its request answered
+ * after a partition) would otherwise delete the live leader's, which then
+ * pulls from nothing; its own is then refused by the work queue. */
+static natsStatus nio_delete_other_terms(nio_consumer *c, uint64_t term, bool *newer)
 {
     fq_nio *n = c->n;
     jsConsumerNamesList *l = NULL;
     jsErrCode jerr = 0;
     natsStatus s = js_ConsumerNames(&l, n->js, c->cfg.stream, NULL, &jerr);
+    *newer = false;
     if (nio_not_found(s, jerr))
         return NATS_OK;     /* no consumer at all */
     for (int i = 0; s == NATS_OK && i < l->Count; i++) {
-        if (!nio_term_name(l->List[i], c->cfg.durable) || strcmp(l->List[i], c->name) == 0)
+        uint64_t t;
+        if (!nio_term_name(l->List[i], c->cfg.durable, &t) || t == term)
             continue;
+        if (t > term) {
+            *newer = true;
+            continue;
+        }
         s = js_DeleteConsumer(n->js, c->cfg.stream, l->List[i], NULL, &jerr);
         if (nio_not_found(s, jerr))
             s = NATS_OK;
@@ -1082,7 +1093,7 @@ static natsStatus nio_delete_other_terms(nio_consumer *c)
  * inbox, so that nothing sent for an earlier request is taken for ours.
  * Named for the term the owner set: the consumers of other terms are
  * deleted first. Fetch thread only. */
-static natsStatus nio_consumer_recreate(nio_consumer *c, uint64_t term)
+static natsStatus nio_consumer_recreate(nio_consumer *c, uint64_t term, bool *newer)
 {
     fq_nio *n = c->n;
     if (c->sub) {
@@ -1091,7 +1102,8 @@ static natsStatus nio_consumer_recreate(nio_consumer *c, uint64_t term)
     }
     nio_consumer_name(c->name, sizeof c->name, c->cfg.durable, term);
     jsErrCode jerr = 0;
-    natsStatus s = term ? nio_delete_other_terms(c) : NATS_OK;
+    *newer = false;
+    natsStatus s = term ? nio_delete_other_terms(c, term, newer) : NATS_OK;
     if (s != NATS_OK)
         return s;
     s = js_DeleteConsumer(n->js, c->cfg.stream, c->name, NULL, &jerr);
@@ -1234,10 +1246,11 @@ static void *nio_fetch_main(void *arg)
         }
         uint64_t gen = atomic_load(&n->generation), term = atomic_load(&c->term);
         if (c->generation != gen || c->made_term != term) {
-            natsStatus s = nio_consumer_recreate(c, term);
+            bool newer = false;
+            natsStatus s = nio_consumer_recreate(c, term, &newer);
             if (s != NATS_OK) {
                 fq_nio_event ev = {.type = FQ_NIO_EV_CONSUMER, .source = c->id,
-                                   .status = FQ_EIO};
+                                   .status = newer ? FQ_EEXIST : FQ_EIO};
                 nio_push(n, &ev);
                 nio_sleep_ms(500);
                 continue;

@@ -91,7 +91,7 @@ typedef struct fq_nio_consumer {
     int64_t ack_wait_ms;
     int batch;                  /* messages per Fetch */
     uint64_t term;              /* 0: the consumer is named durable; else durable-term, and
-                                   the stream's consumers of durable's other terms are
+                                   the stream's consumers of durable's earlier terms are
                                    deleted before it is made (fq_nio_consume_term) */
 } fq_nio_consumer;
 
@@ -107,7 +107,8 @@ enum fq_nio_event_type {
     FQ_NIO_EV_PUBACK,           /* a publish settled: token, status, seq, duplicate */
     FQ_NIO_EV_REQUEST,          /* a core request: msg (reply with fq_nio_reply), source */
     FQ_NIO_EV_CONN,             /* connection state changed: connected */
-    FQ_NIO_EV_CONSUMER,         /* a consumer was (re)created: source */
+    FQ_NIO_EV_CONSUMER,         /* a consumer was (re)created: source, status (FQ_EEXIST:
+                                   not, and a later term's is on its stream) */
     FQ_NIO_EV_KV,               /* a key of a watched bucket changed: kv, source */
     FQ_NIO_EV_KV_SYNCED,        /* a watch has delivered every key the bucket held when it
                                    (re)started: source, seq = the watch's epoch */
@@ -242,8 +243,9 @@ fq_status fq_nio_stream_scan(fq_nio *n, const char *stream,
  * first, and again after each reconnect. c's strings must outlive n. */
 fq_status fq_nio_consume(fq_nio *n, int id, const fq_nio_consumer *c);
 /* Name consumer id for term from now on: its fetch thread deletes the
- * stream's consumers named durable or durable-<n> for any other n, then
- * makes durable-term, and acks go to it. Owner thread. */
+ * stream's consumers named durable or durable-<n> for any n < term (never
+ * a later term's: see FQ_NIO_EV_CONSUMER), then makes durable-term, and
+ * acks go to it. Owner thread. */
 fq_status fq_nio_consume_term(fq_nio *n, int id, uint64_t term);
 /* From monotonic ms until on, consumers are left alone: no pull, no
  * consumer made or deleted, and acks and naks fail (FQ_EIO); a pull asks

@@ -3888,9 +3888,14 @@ static void px_on_event(fq_proxy *p, fq_nio_event *ev)
         if (p->leader)
             px_phase_leader(p);
         if (ev->status != FQ_OK && px_warn_ok(p, "consumer"))
-            fq_log(FQ_LOG_WARN, "cannot create a consumer; retrying",
+            fq_log(FQ_LOG_WARN, ev->status == FQ_EEXIST
+                       ? "cannot create a consumer: a later term's is on the stream (another "
+                         "proxy leads, or the lease bucket was deleted: then delete that "
+                         "consumer by hand); retrying"
+                       : "cannot create a consumer; retrying",
                    FQ_STR("stream", ev->source == PX_CONS_SUBMIT ? p->cfg.streams.submit
-                                                                  : p->cfg.streams.done));
+                                                                  : p->cfg.streams.done),
+                   FQ_UINT("term", p->term));
         break;
     case FQ_NIO_EV_KV:
         px_on_kv(p, ev->kv);

@@ -451,6 +451,53 @@ static void test_term_consumers_fence_the_old_term(void **state)
     fq_nio_destroy(n2);
 }
 
+/* A holder that makes its consumers in an earlier term than one already
+ * on the stream (it went stale while making them: frozen, or its listing
+ * answered after a partition) never deletes the later term's: the live
+ * leader would pull from nothing. Its own is refused by the work queue,
+ * and it is told why (FQ_EEXIST). It used to delete every other term's. */
+static void test_term_consumers_spare_a_later_term(void **state)
+{
+    fixture *f = *state;
+    fq_nio_stream ts = {.name = "TERMS_LATER", .subject = "later.*",
+                        .retention = FQ_NIO_WORKQUEUE, .replicas = 1};
+    char warn[256];
+    assert_int_equal(fq_nio_stream_ensure(f->n, &ts, warn, sizeof warn), FQ_OK);
+    natsConnection *nc = NULL;
+    jsCtx *js = NULL;
+    assert_int_equal(natsConnection_ConnectTo(&nc, natstest_url(f->srv)), NATS_OK);
+    assert_int_equal(natsConnection_JetStream(&js, nc, NULL), NATS_OK);
+    jsConsumerConfig cc;
+    jsConsumerConfig_Init(&cc);
+    cc.Durable = "late-9";
+    cc.AckPolicy = js_AckExplicit;
+    cc.FilterSubject = "later.*";
+    jsConsumerInfo *ci = NULL;
+    assert_int_equal(js_AddConsumer(&ci, js, "TERMS_LATER", &cc, NULL, NULL), NATS_OK);
+    jsConsumerInfo_Destroy(ci);
+    /* On an adapter of its own, whose fetch thread keeps trying. */
+    fq_nio *n2 = NULL;
+    char err[256];
+    fq_nio_opts o = {.url = natstest_url(f->srv), .name = "it_natsio_later"};
+    assert_int_equal(fq_nio_create(&n2, &o, err, sizeof err), FQ_OK);
+    fq_nio_consumer c = {.stream = "TERMS_LATER", .durable = "late", .filter = "later.*",
+                         .max_ack_pending = 1000, .ack_wait_ms = 60000, .batch = 64,
+                         .term = 5};
+    assert_int_equal(fq_nio_consume(n2, 0, &c), FQ_OK);
+    fq_nio_event ev;
+    assert_true(wait_event(n2, FQ_NIO_EV_CONSUMER, &ev, 5000));
+    assert_int_equal(ev.source, 0);
+    assert_int_equal(ev.status, FQ_EEXIST);
+    fq_nio_destroy(n2);
+    jsConsumerNamesList *l = NULL;
+    assert_int_equal(js_ConsumerNames(&l, js, "TERMS_LATER", NULL, NULL), NATS_OK);
+    assert_int_equal(l->Count, 1);
+    assert_string_equal(l->List[0], "late-9");
+    jsConsumerNamesList_Destroy(l);
+    jsCtx_Destroy(js);
+    natsConnection_Destroy(nc);
+}
+
 typedef struct scan_seen {
     int n;
     char bodies[8][16];
@@ -589,6 +636,7 @@ int main(void)
         cmocka_unit_test(test_kv_lease_primitives),
         cmocka_unit_test(test_stream_scan),
         cmocka_unit_test(test_term_consumers_fence_the_old_term),
+        cmocka_unit_test(test_term_consumers_spare_a_later_term),
         cmocka_unit_test(test_fetch_ack_get_and_recreate),
         cmocka_unit_test(test_kv_watch),
     };
