@@ -4005,10 +4005,13 @@ static bool px_journal_mark(fq_proxy *p)
 }
 
 /* Wait until we hold the lease; false if stopped first. A standby changes
- * nothing but the lease key: it only reads it, and writes it to take it. */
+ * nothing but the lease key: it only reads it, and writes it to take it.
+ * It sees its connection's events and publishes a metrics snapshot once a
+ * second, so that its /metrics says what it knows (connected or not, the
+ * lease not held) instead of the zeros of a snapshot never filled. */
 static bool px_become_leader(fq_proxy *p)
 {
-    for (uint64_t next_log = 0;;) {
+    for (uint64_t next_log = 0, next_snap = 0;;) {
         fq_lease_step s;
         uint64_t now = fq_nio_mono_ms();
         fq_lease_tick(&s, &p->lease, now);
@@ -4025,7 +4028,14 @@ static bool px_become_leader(fq_proxy *p)
                    FQ_STR("holder", p->lease.holder), FQ_UINT("lease_ttl_ms", FQ_LEASE_TTL_MS));
             next_log = now + 10000;
         }
-        if (!px_sleep_unless_stopped(p, 100))
+        if (p->http && now >= next_snap) {
+            fq_metrics_snapshot_clear(p->snap_fill);
+            px_metrics_publish(p);
+            next_snap = now + 1000;
+        }
+        fq_http_heartbeat(p->http);
+        px_drain(p, 100);
+        if (atomic_load(&p->stop))
             return false;
     }
 }

@@ -160,6 +160,18 @@ static bool readyz_within(int port, int want_status, const char *text, int timeo
     return readyz(port, want_status, text);
 }
 
+/* Whether /metrics of the proxy on port has the line `line` (whole). */
+static bool metric_line(int port, const char *line)
+{
+    int status = 0;
+    char *body = NULL, want[128];
+    snprintf(want, sizeof want, "\n%s\n", line);
+    bool ok = ot_http_get(port, "/metrics", &status, &body) == 0 && status == 200 && body &&
+              strstr(body, want);
+    free(body);
+    return ok;
+}
+
 /* Wait up to timeout_ms for stream to hold no message. */
 static uint64_t wait_empty(fx *f, const char *stream, int timeout_ms)
 {
@@ -255,6 +267,12 @@ static void fault(fx *f, enum fault kind, int ms)
     /* A standby is a healthy sidecar: ready, and says so. */
     assert_true(readyz(f->standby_http, 200, "standby"));
     assert_true(readyz(f->leader_http, 200, "ready"));
+    /* Its metrics say what it knows: connected, not holding the lease,
+     * standing by (they said disconnected: a snapshot never filled). */
+    assert_true(metric_line(f->standby_http, "fairq_nats_connected 1"));
+    assert_true(metric_line(f->standby_http, "fairq_dispatch_lease_held 0"));
+    assert_true(metric_line(f->standby_http, "fairq_ready{reason=\"standby\"} 1"));
+    assert_true(metric_line(f->leader_http, "fairq_dispatch_lease_held 1"));
 
     long long t0 = nt_now_ms();
     if (kind == FREEZE)
