@@ -36,11 +36,15 @@
  * a timer, a small step of its wall clock, and the time between asking
  * fresh and the change it gates reaching the server (a publish queued in
  * this process, then written). 500 ms of a 3 s ttl is far above the
- * first three and about a turn of the loop under load for the last; a
- * larger step of the server's clock is not covered by timing, which is
- * why every change is fenced by the server too (term-named consumers,
- * the journal's expected last sequence): timing keeps a stale holder
- * from acting, the server refuses it if it does.
+ * first three and about a turn of the loop under load for the last, but
+ * only while the connection delivers: a write held in a partition (TCP
+ * alive, nothing passing) or a frozen process's socket reaches the server
+ * after any margin. Neither that nor a larger step of the server's clock
+ * is covered by timing, which is why the changes that matter are fenced
+ * by the server too (term-named consumers, the journal's expected last
+ * sequence, dispatches by Nats-Msg-Id): timing keeps a stale holder from
+ * acting, the server refuses it if it does. What is not fenced so is
+ * listed in docs/protocol.md, section 7.
  */
 
 #define FQ_LEASE_RELEASED "released"    /* the value a holder leaves at a graceful stop */
