@@ -976,6 +976,14 @@ static void px_refuse(fq_proxy *p, const fq_nio_msg *m, const char *tenant, fq_s
     fq_nio_hdr h[2] = {{FQ_HDR_ERROR, err}, {FQ_HDR_SUBJECT, fq_nio_msg_subject(m)}};
     fq_nio_out o = {.subject = subj, .data = fq_nio_msg_data(m), .len = fq_nio_msg_len(m),
                     .hdrs = h, .n_hdrs = tenant ? 1 : 2, .carry = m};
+    /* A completion refused for its length is copied without its body:
+     * anyone may send them, and its copy need not be longer than a short
+     * one's. */
+    if (TK_KIND(token) == TK_DONE_REJECT && o.len > FQ_COMPLETION_MAX_BYTES) {
+        o.len = 0;
+        size_t k = strlen(err);
+        snprintf(err + k, sizeof err - k, " (copied without its body)");
+    }
     /* A refusal that could never be stored would leave its submit to come
      * back for ever: it goes without the producer's headers when they are
      * unfit or too long, and without the body too when that is too long,

@@ -309,6 +309,34 @@ static void test_refusal_flood_logs_bounded(void **state)
     assert_true(lines <= 20 * (secs + 1));
 }
 
+/* A completion past 4096 bytes is refused unread, and its copy on the
+ * rejected subject goes without its body: a flood of them (anyone may
+ * send one, up to max_payload) fills that stream no faster than short
+ * ones. */
+static void test_long_completion_copied_without_body(void **state)
+{
+    pf_fixture *f = *state;
+    enum { LEN = 200000 };
+    char *body = malloc(LEN + 1);
+    assert_non_null(body);
+    int k = snprintf(body, LEN, "{\"run_id\":\"c-9\",\"actual_tokens\":5,\"status\":\"ok\","
+                     "\"pad\":\"");
+    memset(body + k, 'x', (size_t)(LEN - k - 2));
+    memcpy(body + LEN - 2, "\"}", 3);
+    pf_publish(f, "fair.done.a", body);
+    free(body);
+    pf_wait_msgs(f, "FAIR_REJECTED", 1);
+    pt_msg *r = NULL;
+    size_t nr = 0;
+    assert_int_equal(pt_stream_read(&f->c, "FAIR_REJECTED", &r, &nr), 0);
+    assert_int_equal(nr, 1);
+    assert_string_equal(r[0].subject, "fair.rejected._invalid");
+    assert_non_null(strstr(r[0].error, "at most 4096"));
+    assert_non_null(strstr(r[0].error, "without its body"));
+    assert_int_equal(r[0].len, 0);
+    pt_msgs_free(r, nr);
+}
+
 static void test_bad_completions(void **state)
 {
     pf_fixture *f = *state;
@@ -464,6 +492,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_max_pending, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bad_completions, setup, teardown),
         cmocka_unit_test_setup_teardown(test_refusal_flood_logs_bounded, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_long_completion_copied_without_body, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_completion_of_queued_run, setup, teardown),
         cmocka_unit_test_setup_teardown(test_overload_admission, setup_overload, teardown),
     };
