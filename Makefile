@@ -6,7 +6,7 @@ FUZZ_SECS  ?= 60
 JOBS       ?= 2
 CONFIG     ?= config/fairq.yaml
 
-.PHONY: all deps build test test-unit asan fuzz fuzz-build fuzz-merge bench run demo clean
+.PHONY: all deps build test test-unit asan fuzz fuzz-build fuzz-merge container-test bench run demo clean
 
 all: build
 
@@ -49,6 +49,11 @@ fuzz: fuzz-build
 # inputs that add coverage.
 fuzz-merge: fuzz-build
 	@tests/fuzz/merge.sh $(FUZZ_BUILD)
+
+# The image and docker-compose.yml built and started for real (dockerd, offline base images), and the
+# whole build with the unit tests on a bare bookworm with only what install-deps.sh installs. Needs root.
+container-test:
+	@scripts/container.sh test
 
 bench: build
 	@$(BUILD)/fairq-bench

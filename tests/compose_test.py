@@ -1,8 +1,9 @@
 #!/usr/bin/python3
-"""compose_test.py -- docker-compose.yml and the Dockerfile checked against each other and the repo, since no Docker engine runs here.
+"""compose_test.py -- docker-compose.yml and the Dockerfile checked against each other and the repo, without an engine.
 
-What `docker compose up` would need and could get wrong without anyone
-noticing until someone runs it: services and images, the commands and the
+scripts/container.sh (make container-test) builds the image and starts the
+compose file for real; this checks in a second, at every `make test`, what
+`compose up` needs and could get wrong: services and images, the commands and the
 flags the binaries really take, the healthchecks behind each depends_on,
 mounted paths that exist, one metrics port everywhere, a multi-stage build
 that builds what the services run, a non-root user, and runtime packages that
@@ -70,6 +71,19 @@ def flag(argv, name):
 
 def port_of(hostport):
     return int(str(hostport).rsplit(":", 1)[1])
+
+
+def interpolated(value):
+    """value with each ${VAR:-default} as its default, as compose reads it with VAR unset."""
+    return re.sub(r"\$\{\w+:-([^}]*)\}", r"\1", str(value))
+
+
+def seconds(duration):
+    """A compose duration ("15s", "1m30s") in seconds."""
+    units = {"h": 3600, "m": 60, "s": 1}
+    parts = re.findall(r"(\d+)([hms])", duration)
+    assert parts and "".join(n + u for n, u in parts) == duration, duration
+    return sum(int(n) * units[u] for n, u in parts)
 
 
 class Container(unittest.TestCase):
@@ -181,7 +195,7 @@ class Container(unittest.TestCase):
 
     def test_nats_service(self):
         nats = self.services["nats"]
-        self.assertRegex(nats["image"], r"^nats:[\w.\-]*alpine")
+        self.assertRegex(interpolated(nats["image"]), r"^nats:[\w.\-]*alpine")
         cmd = self.command(nats)
         self.assertIn("-js", cmd)
         self.assertEqual(flag(cmd, "-m"), "8222")
@@ -244,7 +258,7 @@ class Container(unittest.TestCase):
         listen = env.get("FAIRQ_HTTP_LISTEN", self.config["http"]["listen"])
         self.assertEqual(listen.rsplit(":", 1)[0], "0.0.0.0")
         self.assertEqual(port_of(listen), self.metrics_port())
-        self.assertIn(f"{self.metrics_port()}:{self.metrics_port()}", fq["ports"])
+        self.assertIn(f"{self.metrics_port()}:{self.metrics_port()}", [interpolated(p) for p in fq["ports"]])
 
     def test_environment_is_read_by_the_sources(self):
         if "fairq-proxy" in self.pending():
@@ -302,7 +316,38 @@ class Container(unittest.TestCase):
         for name, svc in self.services.items():
             if not self.built_here(svc):
                 self.assertNotIn("build", svc, name)
-                self.assertTrue(svc["image"].startswith("nats:"), name)
+                self.assertTrue(interpolated(svc["image"]).startswith("nats:"), name)
+
+    def test_runs_with_the_packaged_compose_tools(self):
+        # docker-compose 1.29.2 (Debian 12) refuses a top-level name.
+        self.assertNotIn("name", self.compose)
+        # podman-compose 1.0.3 waits on no depends_on condition: whatever
+        # depends on another service is restarted until that one serves.
+        for name, svc in self.services.items():
+            if svc.get("depends_on"):
+                self.assertIn(svc.get("restart"), ("on-failure", "unless-stopped", "always"), name)
+
+    def test_services_run_hardened(self):
+        # The proxy's stop budget (docs/protocol.md, section 8) fits in the grace.
+        with open(src("docs", "protocol.md"), encoding="utf-8") as f:
+            budget = int(re.search(r"exits 0,\s+within (\d+) s of\s+the signal", f.read()).group(1))
+        for name, svc in self.services.items():
+            self.assertIs(svc.get("read_only"), True, name)
+            self.assertEqual(svc.get("cap_drop"), ["ALL"], name)
+            self.assertIn("no-new-privileges:true", svc.get("security_opt", []), name)
+            self.assertRegex(str(svc.get("mem_limit")), r"^\d+[mg]$", name)
+            self.assertGreater(seconds(svc.get("stop_grace_period", "10s")), budget, name)
+
+    def test_bookworm_check_shares_the_build_stages_install(self):
+        # scripts/container.sh's bare-bookworm check reuses the image's cached
+        # install only while their first steps are the same, word for word.
+        check = dockerfile_stages(src("scripts", "container", "bookworm.Dockerfile"))
+        self.assertEqual(check[0][0], self.stages[0][0])
+        self.assertEqual(check[0][2][:3], self.stages[0][2][:3])
+        self.assertIn(("COPY", ". ."), check[0][2])
+        runs = " ".join(a for i, a in check[0][2] if i == "RUN")
+        self.assertIn("ctest --test-dir build --output-on-failure -L unit", runs)
+        self.assertNotIn("--target", runs)
 
     # ---- the binaries, where they are built ----
 
