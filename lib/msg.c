@@ -1,4 +1,4 @@
-/* msg.c -- the wire contract's message bodies: submit fields, completions, and a JSON writer for replies. */
+/* msg.c -- the wire contract's message bodies: submit fields, completions, admin requests, and a JSON writer for replies. */
 /*
  * Principles:
  *
@@ -670,6 +670,58 @@ fq_status fq_override_patch_parse(fq_override_patch *out, const void *body, size
     fq_msg_release(root);
     if (st != FQ_OK)
         memset(out, 0, sizeof *out);
+    return st;
+}
+
+fq_status fq_stats_req_parse(fq_stats_req *out, const void *body, size_t len, char *err,
+                             size_t errlen)
+{
+    const unsigned char *p = body;
+    size_t i = 0;
+    *out = (fq_stats_req){.limit = SIZE_MAX};
+    while (i < len && fq_json_space(p[i]))
+        i++;
+    if (i == len)
+        return FQ_OK;
+    const char *why;
+    bool nul_top;
+    cJSON *root = fq_msg_object(body, len, &nul_top, &why);
+    fq_status st = FQ_OK;
+    if (!root)
+        st = fq_msg_fail(err, errlen, "the request body must be empty or a JSON object with "
+                         "\"tenant\", or \"limit\" and \"offset\" (%s)", why);
+    else if (nul_top)
+        st = fq_msg_fail(err, errlen, "the body holds a \\u0000 escape in a top-level "
+                         "string, which fairq cannot read faithfully");
+    const cJSON *e, *fields = st == FQ_OK ? root : NULL;
+    cJSON_ArrayForEach(e, fields) {
+        bool is_limit = strcmp(e->string, "limit") == 0;
+        if (strcmp(e->string, "tenant") == 0) {
+            if (!cJSON_IsString(e) || !*e->valuestring
+                || strlen(e->valuestring) > FQ_TENANT_MAX)
+                st = fq_msg_fail(err, errlen, "tenant: must be a string of 1 to %d bytes",
+                                 FQ_TENANT_MAX);
+            else
+                snprintf(out->tenant, sizeof out->tenant, "%s", e->valuestring);
+        } else if (is_limit || strcmp(e->string, "offset") == 0) {
+            double v = cJSON_IsNumber(e) ? e->valuedouble : -1;
+            if (v < 0 || v > 1e15 || v != (double)(int64_t)v)
+                st = fq_msg_fail(err, errlen, "%s: must be a non-negative integer",
+                                 is_limit ? "limit" : "offset");
+            else if (is_limit)
+                out->limit = (size_t)v;
+            else
+                out->offset = (size_t)v;
+        } else {
+            st = fq_msg_fail(err, errlen, "a stats request may hold only \"tenant\", "
+                             "\"limit\" and \"offset\"; it has another field");
+        }
+        if (st != FQ_OK)
+            break;
+    }
+    fq_msg_release(root);
+    if (st != FQ_OK)
+        *out = (fq_stats_req){.limit = SIZE_MAX};
     return st;
 }
 

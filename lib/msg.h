@@ -141,6 +141,22 @@ fq_status fq_override_patch_parse(fq_override_patch *out, const void *body, size
                                   enum fq_patch_kind kind, uint32_t max_weight,
                                   char *err, size_t errlen);
 
+/* What a stats request (fair.admin.stats) asks for: one tenant, or a page
+ * of the tenants in the order the proxy ranks them. */
+typedef struct fq_stats_req {
+    char tenant[FQ_TENANT_MAX + 1];     /* "": every tenant */
+    size_t offset;                      /* tenants skipped from the top */
+    size_t limit;                       /* at most this many; SIZE_MAX: what fits */
+} fq_stats_req;
+
+/* Read a stats request from body[0..len) (not NUL-terminated): empty or
+ * blank, or a JSON object with "tenant" (a string of 1 to FQ_TENANT_MAX
+ * bytes), or "limit" and "offset" (integers 0 to 10^15), and nothing else.
+ * On FQ_EINVAL err holds a sentence naming the field and the reason (never
+ * quoting the client). */
+fq_status fq_stats_req_parse(fq_stats_req *out, const void *body, size_t len, char *err,
+                             size_t errlen);
+
 /* A JSON writer over the caller's buffer, for replies (fair.admin.stats,
  * admin errors): no allocation, commas tracked, strings escaped (invalid
  * UTF-8 becomes U+FFFD, so the text is always valid JSON). Calls out of

@@ -2421,65 +2421,6 @@ static void px_stats_overall(fq_json *w, fq_proxy *p)
     fq_json_end_object(w);
 }
 
-/* What a stats request asks for: one tenant, or a page of the tenants in
- * the order px_stats_cmp gives. */
-typedef struct px_stats_req {
-    char tenant[FQ_TENANT_MAX + 1]; /* "": every tenant */
-    size_t offset;              /* tenants skipped from the top */
-    size_t limit;               /* at most this many; SIZE_MAX: what fits */
-} px_stats_req;
-
-/* Parse a stats request body: empty, or a JSON object with "tenant" or
- * "limit" and "offset". FQ_EINVAL with the reason in err otherwise. */
-static fq_status px_stats_req_parse(px_stats_req *r, const char *data, size_t len, char *err,
-                                    size_t errlen)
-{
-    *r = (px_stats_req){.limit = SIZE_MAX};
-    size_t i = 0;
-    while (i < len && strchr(" \t\r\n", data[i]))
-        i++;
-    if (i == len)
-        return FQ_OK;
-    cJSON *o = cJSON_ParseWithLength(data, len);
-    fq_status s = FQ_OK;
-    if (!cJSON_IsObject(o)) {
-        snprintf(err, errlen, "the request body must be empty or a JSON object with "
-                 "\"tenant\", or \"limit\" and \"offset\"");
-        s = FQ_EINVAL;
-    }
-    const cJSON *e, *fields = s == FQ_OK ? o : NULL;
-    cJSON_ArrayForEach(e, fields) {
-        bool is_page = strcmp(e->string, "limit") == 0 || strcmp(e->string, "offset") == 0;
-        if (strcmp(e->string, "tenant") == 0) {
-            if (!cJSON_IsString(e) || !*e->valuestring
-                || strlen(e->valuestring) > FQ_TENANT_MAX) {
-                snprintf(err, errlen, "tenant: must be a string of 1 to %d bytes", FQ_TENANT_MAX);
-                s = FQ_EINVAL;
-            } else {
-                snprintf(r->tenant, sizeof r->tenant, "%s", e->valuestring);
-            }
-        } else if (is_page) {
-            double v = cJSON_IsNumber(e) ? e->valuedouble : -1;
-            if (v < 0 || v > 1e15 || v != (double)(int64_t)v) {
-                snprintf(err, errlen, "%s: must be a non-negative integer", e->string);
-                s = FQ_EINVAL;
-            } else if (e->string[0] == 'l') {
-                r->limit = (size_t)v;
-            } else {
-                r->offset = (size_t)v;
-            }
-        } else {
-            snprintf(err, errlen, "%s: unknown field; a stats request may hold \"tenant\", "
-                     "\"limit\" and \"offset\"", e->string);
-            s = FQ_EINVAL;
-        }
-        if (s != FQ_OK)
-            break;
-    }
-    cJSON_Delete(o);
-    return s;
-}
-
 /* A tenant with the keys it is ranked by, taken once per request. */
 typedef struct px_stats_row {
     const px_tenant *t;
@@ -2540,7 +2481,7 @@ static void px_stats_keep(px_stats_row *h, size_t *n, size_t k, const px_stats_r
  * when there are k tenants) in a malloc'd array, NULL when *n is 0;
  * FQ_ENOMEM leaves nothing allocated. */
 static fq_status px_stats_rows(px_stats_row **out, size_t *n, fq_proxy *p,
-                               const px_stats_req *r, size_t k)
+                               const fq_stats_req *r, size_t k)
 {
     *out = NULL;
     *n = 0;
@@ -2599,7 +2540,7 @@ static fq_status px_stats_rows(px_stats_row **out, size_t *n, fq_proxy *p,
  * max_payload less a margin): the overall section, then the selected
  * tenants from r->offset on, as many as fit, r->limit allows and
  * PX_STATS_PAGE_MAX bounds, and how many were left out. *len: its length. */
-static fq_status px_stats_json(fq_proxy *p, const px_stats_req *r, char *buf, size_t cap,
+static fq_status px_stats_json(fq_proxy *p, const fq_stats_req *r, char *buf, size_t cap,
                                size_t *len)
 {
     px_stats_row *rows;
@@ -2872,10 +2813,10 @@ static bool px_admin_allow(fq_proxy *p, const fq_nio_msg *req, enum px_admin_kin
 
 static void px_admin_stats(fq_proxy *p, const fq_nio_msg *req)
 {
-    px_stats_req r;
+    fq_stats_req r;
     char err[256];
-    if (px_stats_req_parse(&r, (const char *)fq_nio_msg_data(req), fq_nio_msg_len(req), err,
-                           sizeof err) != FQ_OK) {
+    if (fq_stats_req_parse(&r, fq_nio_msg_data(req), fq_nio_msg_len(req), err, sizeof err)
+        != FQ_OK) {
         px_reply_error(p, req, err);
         return;
     }

@@ -1131,6 +1131,60 @@ static void test_override_patch_get(void **state)
     assert_int_equal(p.set | p.removed, 0);
 }
 
+/* Parse a stats request from a copy of exactly its bytes. */
+static fq_status stats_req(fq_stats_req *out, const char *body, char *err)
+{
+    size_t len = strlen(body);
+    char *copy = malloc(len ? len : 1);
+    memcpy(copy, body, len);
+    fq_status st = fq_stats_req_parse(out, copy, len, err, 256);
+    free(copy);
+    return st;
+}
+
+static void test_stats_request(void **state)
+{
+    (void)state;
+    fq_stats_req r;
+    char err[256];
+
+    /* Empty or blank: the overall section and every tenant that fits. */
+    assert_int_equal(stats_req(&r, "", err), FQ_OK);
+    assert_string_equal(r.tenant, "");
+    assert_true(r.limit == SIZE_MAX && r.offset == 0);
+    assert_int_equal(stats_req(&r, " \r\n\t", err), FQ_OK);
+    assert_int_equal(stats_req(&r, "{\"tenant\":\"acme\"}", err), FQ_OK);
+    assert_string_equal(r.tenant, "acme");
+    assert_int_equal(stats_req(&r, "{\"limit\":0,\"offset\":40000}", err), FQ_OK);
+    assert_true(r.limit == 0 && r.offset == 40000);
+
+    /* Refused with the field and the reason, never the client's bytes. */
+    const char *const bad[][2] = {
+        {"[1]", "must be empty or a JSON object"},
+        {"{\"tenant\":\"acme\"", "must be empty or a JSON object"},
+        {"{\"tenant\":\"\"}", "tenant: must be a string of 1 to 64 bytes"},
+        {"{\"tenant\":7}", "tenant: must be a string"},
+        {"{\"tenant\":\"a\\u0000b\"}", "\\u0000"},
+        {"{\"limit\":-1}", "limit: must be a non-negative integer"},
+        {"{\"offset\":1.5}", "offset: must be a non-negative integer"},
+        {"{\"offset\":1e16}", "offset: must be a non-negative integer"},
+        {"{\"limit\":\"5\"}", "limit: must be"},
+        {"{\"tenant\":\"acme\",\"\\u0001secret\":1}", "may hold only"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        err[0] = '\0';
+        assert_int_equal(stats_req(&r, bad[i][0], err), FQ_EINVAL);
+        if (!strstr(err, bad[i][1]))
+            fail_msg("%s: %s", bad[i][0], err);
+        assert_null(strstr(err, "secret"));
+        assert_string_equal(r.tenant, "");
+        assert_true(r.limit == SIZE_MAX && r.offset == 0);
+    }
+    char long_tenant[128];
+    snprintf(long_tenant, sizeof long_tenant, "{\"tenant\":\"%065d\"}", 0);
+    assert_int_equal(stats_req(&r, long_tenant, err), FQ_EINVAL);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1165,6 +1219,7 @@ int main(void)
         cmocka_unit_test(test_override_patch_fields),
         cmocka_unit_test(test_override_patch_refused),
         cmocka_unit_test(test_override_patch_get),
+        cmocka_unit_test(test_stats_request),
         cmocka_unit_test(test_json_structure),
         cmocka_unit_test(test_json_escaping),
         cmocka_unit_test(test_json_doubles),
