@@ -3893,9 +3893,10 @@ static fq_status px_start_consumers(fq_proxy *p)
         s = fq_nio_subscribe(p->nio, PX_SUB_ADMIN, p->admin_filter, PX_ADMIN_QUEUED,
                              px_busy_queued);
     /* Once the proxy says it runs, the server has its admin subscription:
-     * a request sent then gets an answer, not "no responders". */
-    if (s == FQ_OK)
-        fq_nio_flush(p->nio, 2000);
+     * a request sent then gets an answer, not "no responders". A loaded
+     * machine can take seconds to answer the flush: say so if it did not. */
+    if (s == FQ_OK && fq_nio_flush(p->nio, 5000) != FQ_OK)
+        fq_log(FQ_LOG_WARN, "the server has not confirmed the admin subscription within 5 s");
     return s;
 }
 

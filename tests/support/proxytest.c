@@ -102,6 +102,9 @@ int pt_connect(pt_client *c, const natstest *srv)
     jsOptions jo;
     jsOptions_Init(&jo);
     jo.PublishAsync.MaxPending = 4096;
+    /* PubAcks and JetStream API replies (5 s by default) can take seconds
+     * on a loaded machine: a test that fails is then a real failure. */
+    jo.Wait = PT_JS_WAIT_MS;
     if (s == NATS_OK)
         s = natsConnection_JetStream(&c->js, c->nc, &jo);
     if (s != NATS_OK) {
@@ -189,10 +192,18 @@ char *pt_stats_req(pt_client *c, const char *req, size_t *lenp)
 char *pt_request(pt_client *c, const char *subject, const char *body, size_t *lenp)
 {
     static const char busy[] = "{\"ok\":false,\"busy\":true";
-    long long end = nt_now_ms() + 5000;
+    long long end = nt_now_ms() + 5000, answer_end = nt_now_ms() + PT_JS_WAIT_MS;
     for (;;) {
         natsMsg *r = NULL;
         natsStatus st = natsConnection_RequestString(&r, c->nc, subject, body, 5000);
+        if ((st == NATS_TIMEOUT || st == NATS_NO_RESPONDERS) && nt_now_ms() < answer_end) {
+            /* A loaded machine, or a proxy whose admin subscription the
+             * server has not got yet: ask again, for up to PT_JS_WAIT_MS. */
+            fprintf(stderr, "proxytest: request on %s: %s, asking again\n", subject,
+                    natsStatus_GetText(st));
+            nt_sleep_ms(100);
+            continue;
+        }
         if (st != NATS_OK) {
             fprintf(stderr, "proxytest: request on %s: %s\n", subject, natsStatus_GetText(st));
             return NULL;

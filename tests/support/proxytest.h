@@ -45,6 +45,11 @@ int pt_log_wait_n(const pt_proxy *px, const char *text, int n, int timeout_ms);
 /* Lines of the log holding text. */
 int pt_log_count(const pt_proxy *px, const char *text);
 
+/* How long a client waits for a PubAck or a JetStream API reply, and
+ * keeps asking the proxy an admin request nothing answered: generous,
+ * since a loaded machine takes seconds (nats.c waits 5 s by default). */
+#define PT_JS_WAIT_MS 30000
+
 /* A client connection with JetStream. */
 typedef struct pt_client {
     natsConnection *nc;
@@ -65,9 +70,10 @@ int pt_submit_async(pt_client *c, const char *tenant, const void *body, size_t l
 int pt_submit_flush(pt_client *c);
 
 /* The reply to an admin request on subject with body ("" for none),
- * NUL-terminated, malloc'd; NULL on timeout. A busy reply is not an
- * answer: the request is sent again after the retry_ms it names, for up to
- * 5 s. *len (may be NULL): the reply's length in bytes. */
+ * NUL-terminated, malloc'd; NULL if nothing answered for PT_JS_WAIT_MS
+ * (a timeout or no responders is asked again until then). A busy reply is
+ * not an answer: the request is sent again after the retry_ms it names, for
+ * up to 5 s. *len (may be NULL): the reply's length in bytes. */
 char *pt_request(pt_client *c, const char *subject, const char *body, size_t *len);
 
 /* The fair.admin.stats reply, NUL-terminated, malloc'd; NULL on timeout. */
