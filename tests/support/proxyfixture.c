@@ -118,3 +118,20 @@ void pf_wait_msgs(pf_fixture *f, const char *stream, uint64_t n)
     }
     fail_msg("%s holds fewer than %llu messages", stream, (unsigned long long)n);
 }
+
+void pf_wait_empty(pf_fixture *f, const char *stream)
+{
+    long long end = nt_now_ms() + 20000;
+    uint64_t have = UINT64_MAX;
+    while (nt_now_ms() < end) {
+        jsStreamInfo *si = NULL;
+        if (js_GetStreamInfo(&si, f->c.js, stream, NULL, NULL) == NATS_OK) {
+            have = si->State.Msgs;
+            jsStreamInfo_Destroy(si);
+            if (have == 0)
+                return;
+        }
+        nt_sleep_ms(20);
+    }
+    fail_msg("%s still holds %llu messages", stream, (unsigned long long)have);
+}

@@ -55,5 +55,9 @@ void pf_publish(pf_fixture *f, const char *subject, const char *body);
 
 /* Wait until stream holds at least n messages, up to 20 s. */
 void pf_wait_msgs(pf_fixture *f, const char *stream, uint64_t n);
+/* Wait until stream holds no message, up to 20 s: a run's submit is acked
+ * after its dispatch and its journal batch are stored (and held back while
+ * the lease is not fresh), so a worker may complete the run first. */
+void pf_wait_empty(pf_fixture *f, const char *stream);
 
 #endif
