@@ -372,8 +372,8 @@ typedef struct fqc_pull {
 
 /* Open a reader of consumer on stream (both exist already). On error
  * nothing is left open. */
-static inline natsStatus fqc_pull_open(fqc_pull *p, natsConnection *nc, const char *stream,
-                                       const char *consumer)
+static inline natsStatus fqc_pull_open(fqc_pull *p, natsConnection *nc, const char *api_prefix,
+                                       const char *stream, const char *consumer)
 {
     char wildcard[sizeof p->inbox_subject + 2];
     natsStatus s;
@@ -383,8 +383,8 @@ static inline natsStatus fqc_pull_open(fqc_pull *p, natsConnection *nc, const ch
     s = fqc_inbox(p->inbox_subject, sizeof p->inbox_subject);
     if (s != NATS_OK)
         return s;
-    snprintf(p->next_subject, sizeof p->next_subject, "$JS.API.CONSUMER.MSG.NEXT.%s.%s", stream,
-             consumer);
+    snprintf(p->next_subject, sizeof p->next_subject, "%s.CONSUMER.MSG.NEXT.%s.%s",
+             api_prefix ? api_prefix : "$JS.API", stream, consumer);
     snprintf(wildcard, sizeof wildcard, "%s.*", p->inbox_subject);
     return natsConnection_SubscribeSync(&p->inbox, nc, wildcard);
 }

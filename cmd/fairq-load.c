@@ -701,7 +701,7 @@ static int load_subscribe(load *l)
         l->own_consumer = false;
         return -1;
     }
-    s = fqc_pull_open(&l->pull, l->wnc, cfg->dispatch_stream, l->consumer);
+    s = fqc_pull_open(&l->pull, l->wnc, NULL, cfg->dispatch_stream, l->consumer);
     if (s == NATS_OK)
         s = natsConnection_Subscribe(&l->rejected_sub, l->wnc, l->rejected_subject, load_on_rejected, l);
     if (s != NATS_OK) {

@@ -152,7 +152,7 @@ static int relay_subscribe(fqc_pull *pull, natsConnection *nc, jsCtx *js, const 
             fqc_perror(prog, "creating the submit consumer", s);
         return -1;
     }
-    s = fqc_pull_open(pull, nc, cfg->stream, cfg->durable);
+    s = fqc_pull_open(pull, nc, NULL, cfg->stream, cfg->durable);
     if (s != NATS_OK) {
         fqc_perror(prog, "subscribing to the submit consumer", s);
         return -1;

@@ -69,6 +69,8 @@ typedef struct worker_cfg {
     bool deliver_given;         /* --deliver was on the command line */
     const char *claim_bucket;   /* claims go there; NULL: --no-claim */
     char claim_default[80];     /* the default bucket's name, claim_bucket's target */
+    bool create_only;           /* make the durable and exit: as a user who may */
+    const char *api_prefix;     /* FAIR_DISPATCH's JetStream API; NULL: $JS.API */
 } worker_cfg;
 
 /* The claims of one worker: where they go, and what they skipped. */
@@ -136,11 +138,19 @@ static int worker_subscribe(fqc_pull *pull, natsConnection *nc, jsCtx *js, const
         if (jerr == JSConsumerWQMultipleUnfilteredErr || jerr == JSConsumerWQConsumerNotUniqueErr)
             fprintf(stderr, "%s: %s already has a reader under another name: pass its name with "
                     "--durable\n", prog, c->stream);
+        else if (s == NATS_NO_RESPONDERS || s == NATS_TIMEOUT)
+            /* On the shipped config a worker may not create consumers:
+             * the admin makes the pool's durable. */
+            fprintf(stderr, "%s: the durable consumer %s does not exist and cannot be made here: "
+                    "run fairq-worker --create-only as a user who may (docs/security.md)\n",
+                    prog, c->durable);
         else
             fqc_perror(prog, "the workers' consumer", s);
         return -1;
     }
-    s = fqc_pull_open(pull, nc, c->stream, c->durable);
+    if (c->create_only)
+        return 0;
+    s = fqc_pull_open(pull, nc, c->api_prefix, c->stream, c->durable);
     if (s != NATS_OK) {
         fqc_perror(prog, "subscribing to the workers' consumer", s);
         return -1;
@@ -173,12 +183,13 @@ static void worker_claim_key(char out[static WORKER_CLAIM_KEY_MAX + 1], const ch
     out[n] = '\0';
 }
 
-/* Open the pool's claim bucket, creating it if missing with FAIR_DISPATCH's
- * max age as its TTL: a claim must outlive every delivery of its run, and
- * the stream can deliver a run again for as long as it holds it. An
- * existing bucket is used as it is, with a warning if its claims expire
- * first. Returns 0, or -1 with the reason printed. */
-static int worker_claims_open(worker_claims *wc, jsCtx *js, const worker_cfg *c)
+/* Open the pool's claim bucket on js, creating it if missing with
+ * FAIR_DISPATCH's max age (asked on fjs, its own account's API) as its TTL:
+ * a claim must outlive every delivery of its run, and the stream can
+ * deliver a run again for as long as it holds it. An existing bucket is
+ * used as it is, with a warning if its claims expire first. Returns 0, or
+ * -1 with the reason printed. */
+static int worker_claims_open(worker_claims *wc, jsCtx *js, jsCtx *fjs, const worker_cfg *c)
 {
     jsStreamInfo *si = NULL;
     kvStatus *st = NULL;
@@ -190,7 +201,7 @@ static int worker_claims_open(worker_claims *wc, jsCtx *js, const worker_cfg *c)
     wc->bucket = c->claim_bucket;
     gethostname(host, sizeof host - 1);
     snprintf(wc->owner, sizeof wc->owner, "%s:%ld", host, (long)getpid());
-    s = js_GetStreamInfo(&si, js, c->stream, NULL, NULL);
+    s = js_GetStreamInfo(&si, fjs, c->stream, NULL, NULL);
     if (s == NATS_OK)
         max_age = si->Config->MaxAge;
     jsStreamInfo_Destroy(si);
@@ -444,7 +455,8 @@ static void worker_usage(FILE *f)
             "usage: %s [--nats URL] [--durable NAME] [--tokens-per-sec R] [--actual-factor F]\n"
             "                    [--count N] [--status ok|error|cancelled] [--stream NAME]\n"
             "                    [--dispatch SUBJECT] [--done-prefix P] [--deliver new|all]\n"
-            "                    [--claim-bucket NAME | --no-claim]\n"
+            "                    [--claim-bucket NAME | --no-claim] [--create-only]\n"
+            "                    [--api-prefix P]\n"
             "Takes runs from " FQC_DISPATCH " one at a time, works each for actual/R seconds,\n"
             "publishes its completion to " FQC_DONE_PREFIX ".<tenant> and acks it.\n"
             "  --nats URL            server (default $FAIRQ_NATS_URL, else " FQC_DEFAULT_URL ")\n"
@@ -465,7 +477,14 @@ static void worker_usage(FILE *f)
             "                        missing with the dispatch stream's max age as its TTL).\n"
             "                        One bucket per pool (durable): a pool skips the runs\n"
             "                        claimed in its bucket.\n"
-            "  --no-claim            work every run delivered, claimed or not\n",
+            "  --no-claim            work every run delivered, claimed or not\n"
+            "  --api-prefix P        FAIR_DISPATCH's JetStream API prefix (default $JS.API); on\n"
+            "                        the shipped NATS config JS.FAIRQ.API, where the workers'\n"
+            "                        account imports fairq's durable and its claim bucket is in\n"
+            "                        its own account's JetStream\n"
+            "  --create-only         create the durable if missing (as --deliver says) and exit,\n"
+            "                        as a user who may: on the shipped NATS config the admin,\n"
+            "                        since a worker may not create consumers\n",
             prog);
 }
 
@@ -479,6 +498,7 @@ static int worker_parse(worker_cfg *c, int argc, char **argv)
         {"done-prefix", required_argument, NULL, 'p'},    {"deliver", required_argument, NULL, 'l'},
         {"inbox-prefix", required_argument, NULL, 'I'},
         {"claim-bucket", required_argument, NULL, 'k'},   {"no-claim", no_argument, NULL, 'K'},
+        {"create-only", no_argument, NULL, 'C'},          {"api-prefix", required_argument, NULL, 'A'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -521,6 +541,8 @@ static int worker_parse(worker_cfg *c, int argc, char **argv)
             ok = *optarg && strlen(optarg) <= 64 && strspn(optarg, WORKER_BUCKET_CHARS) == strlen(optarg);
             break;
         case 'K': c->claim_bucket = NULL; break;
+        case 'C': c->create_only = true; break;
+        case 'A': c->api_prefix = optarg; ok = *optarg != '\0'; break;
         case 'h': worker_usage(stdout); exit(0);
         default: worker_usage(stderr); return -1;
         }
@@ -547,7 +569,7 @@ int main(int argc, char **argv)
 {
     worker_cfg cfg;
     natsConnection *nc = NULL;
-    jsCtx *js = NULL;
+    jsCtx *js = NULL, *fjs = NULL;
     fqc_pull pull = {0};
     worker_claims claims = {0};
     uint64_t done = 0;
@@ -562,9 +584,23 @@ int main(int argc, char **argv)
         fqc_perror(prog, fqc_url(cfg.url), s);
         return 1;
     }
-    if (worker_subscribe(&pull, nc, js, &cfg) != 0)
+    if (cfg.api_prefix) {
+        jsOptions jo;
+        jsOptions_Init(&jo);
+        jo.Prefix = cfg.api_prefix;
+        s = natsConnection_JetStream(&fjs, nc, &jo);
+        if (s != NATS_OK) {
+            fqc_perror(prog, "--api-prefix", s);
+            goto out;
+        }
+    }
+    if (worker_subscribe(&pull, nc, fjs ? fjs : js, &cfg) != 0)
         goto out;
-    if (cfg.claim_bucket && worker_claims_open(&claims, js, &cfg) != 0)
+    if (cfg.create_only) {
+        rc = 0;
+        goto out;
+    }
+    if (cfg.claim_bucket && worker_claims_open(&claims, js, fjs ? fjs : js, &cfg) != 0)
         goto out;
     fprintf(stderr, "%s: waiting for runs on %s (consumer %s, %s%s)\n", prog, cfg.dispatch,
             cfg.durable, cfg.claim_bucket ? "claims in " : "no claims",
@@ -585,6 +621,7 @@ int main(int argc, char **argv)
 out:
     kvStore_Destroy(claims.kv);
     fqc_pull_close(&pull);
+    jsCtx_Destroy(fjs);
     fqc_disconnect(nc, js);
     nats_Close();
     return rc;

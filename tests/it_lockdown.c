@@ -201,6 +201,16 @@ static const char *lk_url(const natstest *srv, const char *user, char *buf, size
     return buf;
 }
 
+/* The worker pool's durable, made by the admin from the stream's first run
+ * (a worker may not create consumers). */
+static void lk_create_durable(const natstest *srv)
+{
+    char admin[160];
+    lk_url(srv, "admin", admin, sizeof admin);
+    assert_int_equal(lk_run(srv, (const char *const[]){"fairq-worker", "--nats", admin,
+        "--inbox-prefix", "_INBOX_admin", "--deliver", "all", "--create-only", NULL}), 0);
+}
+
 static int setup(void **state)
 {
     fixture *f = calloc(1, sizeof *f);
@@ -259,9 +269,12 @@ static void test_every_role_does_its_work(void **state)
     natsMsg_Destroy(m);
     natsSubscription_Destroy(refusals);
 
+    /* A worker may not create it: without the durable it says who does. */
     assert_int_equal(lk_run(f->srv, (const char *const[]){"fairq-worker", "--nats", worker,
-        "--inbox-prefix", "_INBOX_worker", "--deliver", "all", "--tokens-per-sec", "0",
-        "--count", "5", NULL}), 0);
+        "--inbox-prefix", "_INBOX_worker", "--api-prefix", "JS.FAIRQ.API", "--tokens-per-sec", "0", "--count", "1", NULL}), 1);
+    lk_create_durable(f->srv);
+    assert_int_equal(lk_run(f->srv, (const char *const[]){"fairq-worker", "--nats", worker,
+        "--inbox-prefix", "_INBOX_worker", "--api-prefix", "JS.FAIRQ.API", "--tokens-per-sec", "0", "--count", "5", NULL}), 0);
     assert_int_equal(lk_run(f->srv, (const char *const[]){"fairq-admin", "--nats", admin,
         "--inbox-prefix", "_INBOX_admin", "stats", NULL}), 0);
     assert_int_equal(lk_run(f->srv, (const char *const[]){"fairq-admin", "--nats", admin,
@@ -282,7 +295,7 @@ static void test_every_role_does_its_work(void **state)
     assert_int_equal(lk_run(f->srv, (const char *const[]){"fairq-producer", "--nats", globex,
         "--inbox-prefix", "_INBOX_globex", "--tenant", "globex", NULL}), 0);
     assert_int_equal(lk_run(f->srv, (const char *const[]){"fairq-worker", "--nats", worker,
-        "--inbox-prefix", "_INBOX_worker", "--tokens-per-sec", "0", "--count", "1", NULL}), 0);
+        "--inbox-prefix", "_INBOX_worker", "--api-prefix", "JS.FAIRQ.API", "--tokens-per-sec", "0", "--count", "1", NULL}), 0);
 
     /* A restart reads the journal back and takes the lease again. */
     assert_int_equal(pt_proxy_stop(&f->px), 0);
@@ -431,6 +444,11 @@ static void test_a_worker_is_confined_to_its_work(void **state)
         "$JS.API.STREAM.MSG.GET.FAIR_DISPATCH",
         "$JS.API.STREAM.PURGE.FAIR_DISPATCH",
         "$JS.API.CONSUMER.DURABLE.CREATE.FAIR_SUBMIT.x",
+        "$JS.API.CONSUMER.CREATE.FAIR_DISPATCH.x",  /* consumers: the admin's to make */
+        "$JS.API.CONSUMER.DURABLE.CREATE.FAIR_DISPATCH.x",
+        "$JS.API.CONSUMER.CREATE.FAIR_DISPATCH.x.fair.dispatch",
+        "$JS.API.CONSUMER.MSG.NEXT.FAIR_DISPATCH.other",    /* another pool's durable */
+        "$JS.API.STREAM.CREATE.x",              /* streams other than its claim bucket */
         "fair.submit.acme",
         "fair.dispatch",
         "fair.admin.stats",
@@ -440,6 +458,112 @@ static void test_a_worker_is_confined_to_its_work(void **state)
         NULL});
     lk_assert_subscribe_denied(w, (const char *const[]){"_INBOX.>", "_INBOX_acme.>",
                                                         "fair.submit.>", NULL});
+    lk_close(w);
+}
+
+/* A worker's completion with a reply naming fairq's lease: in fairq's
+ * account the server's PubAck went there, the lease was written and the
+ * leader stopped. In the workers' own account the reply stays there. */
+static void test_a_worker_reply_reaches_nothing_of_fairq(void **state)
+{
+    fixture *f = *state;
+    lk_proxy_start(&f->px, f->srv, "proxy", "_INBOX_fairq", "");
+    assert_int_equal(pt_log_wait(&f->px, "fairq-proxy running", 15000), 0);
+    lk_client *w = lk_connect(f->srv, "worker");
+    const char *body = "{\"run_id\":\"r1\",\"actual_tokens\":1,\"status\":\"ok\"}";
+    assert_int_equal(natsConnection_PublishRequestString(w->nc, "fair.done.acme",
+                                                         "$KV.fairq_lease.leader", body), NATS_OK);
+    /* Its next PubAck comes after the server has sent that one. */
+    jsPubAck *pa = NULL;
+    assert_int_equal(js_Publish(&pa, w->js, "fair.done.acme", body, (int)strlen(body), NULL,
+                                NULL), NATS_OK);
+    assert_string_equal(pa->Stream, "FAIR_DONE");
+    jsPubAck_Destroy(pa);
+    assert_int_equal(w->n, 0);
+
+    lk_client *q = lk_connect(f->srv, "fairq");
+    natsMsg *m = NULL;
+    jsErrCode jerr = 0;
+    assert_int_equal(js_GetLastMsg(&m, q->js, "KV_fairq_lease", "$KV.fairq_lease.leader", NULL,
+                                   &jerr), NATS_OK);
+    assert_null(strstr(natsMsg_GetData(m), "\"stream\""));
+    natsMsg_Destroy(m);
+    lk_client *ad = lk_connect(f->srv, "admin");
+    natsMsg *r = NULL;
+    assert_int_equal(natsConnection_RequestString(&r, ad->nc, "fair.admin.stats", "{}", 5000),
+                     NATS_OK);
+    natsMsg_Destroy(r);
+    assert_int_equal(pt_log_count(&f->px, "lost"), 0);
+    assert_int_equal(pt_log_count(&f->px, "leader lease acquired"), 1);
+    assert_true(nt_proc_alive(&f->px.proc));
+    lk_close(ad);
+    lk_close(q);
+    lk_close(w);
+}
+
+/* A worker may not create a consumer on FAIR_DISPATCH: a push consumer's
+ * deliver subject would send every dispatched run anywhere. */
+static void test_a_worker_cannot_redirect_dispatches(void **state)
+{
+    fixture *f = *state;
+    lk_proxy_start(&f->px, f->srv, "proxy", "_INBOX_fairq", "");
+    assert_int_equal(pt_log_wait(&f->px, "fairq-proxy running", 15000), 0);
+    lk_client *w = lk_connect(f->srv, "worker");
+    jsConsumerConfig cc;
+    jsConsumerInfo *ci = NULL;
+    jsOptions jo;
+    jsConsumerConfig_Init(&cc);
+    cc.Durable = "stolen";
+    cc.DeliverSubject = "_INBOX_worker.stolen";
+    cc.AckPolicy = js_AckNone;
+    jsOptions_Init(&jo);
+    jo.Wait = 1000;
+    assert_int_not_equal(js_AddConsumer(&ci, w->js, "FAIR_DISPATCH", &cc, &jo, NULL), NATS_OK);
+    assert_null(ci);
+    assert_true(lk_denied(w, "Publish", "$JS.API.CONSUMER.DURABLE.CREATE.FAIR_DISPATCH.stolen"));
+    /* As fairq: FAIR_DISPATCH has no consumer. */
+    lk_client *q = lk_connect(f->srv, "fairq");
+    jsErrCode jerr = 0;
+    assert_int_not_equal(js_GetConsumerInfo(&ci, q->js, "FAIR_DISPATCH", "stolen", NULL, &jerr),
+                         NATS_OK);
+    lk_close(q);
+    lk_close(w);
+}
+
+/* A stream create carries its subjects in its body, which no permission
+ * checks: a worker's claim bucket made in fairq's account captured the
+ * admin's requests and inboxes. Made in the workers' claims account, it
+ * captures nothing of fairq's: an admin request does not land in it. */
+static void test_a_worker_stream_captures_nothing_of_fairq(void **state)
+{
+    fixture *f = *state;
+    lk_proxy_start(&f->px, f->srv, "proxy", "_INBOX_fairq", "");
+    assert_int_equal(pt_log_wait(&f->px, "fairq-proxy running", 15000), 0);
+    lk_client *w = lk_connect(f->srv, "worker");
+    jsStreamConfig sc;
+    jsStreamInfo *si = NULL;
+    jsErrCode jerr = 0;
+    const char *subjects[] = {"fair.admin.>", "_INBOX_admin.>", "_INBOX_fairq.>"};
+    jsStreamConfig_Init(&sc);
+    sc.Name = "KV_fairq_claims_fairq-workers";
+    sc.Subjects = subjects;
+    sc.SubjectsLen = 3;
+    sc.Storage = js_FileStorage;
+    assert_int_equal(js_AddStream(&si, w->js, &sc, NULL, &jerr), NATS_OK);
+    jsStreamInfo_Destroy(si);
+    si = NULL;
+    lk_client *ad = lk_connect(f->srv, "admin");
+    natsMsg *r = NULL;
+    assert_int_equal(natsConnection_RequestString(&r, ad->nc, "fair.admin.stats", "{}", 5000),
+                     NATS_OK);
+    natsMsg_Destroy(r);
+    assert_int_equal(js_GetStreamInfo(&si, w->js, "KV_fairq_claims_fairq-workers", NULL, &jerr),
+                     NATS_OK);
+    assert_int_equal(si->State.Msgs, 0);
+    jsStreamInfo_Destroy(si);
+    assert_int_equal(w->n, 0);
+    assert_int_equal(ad->n, 0);
+    lk_close(ad);
     lk_close(w);
 }
 
@@ -535,9 +659,9 @@ static void test_a_permission_lost_later_is_logged(void **state)
     lk_url(f->srv2, "worker", worker, sizeof worker);
     assert_int_equal(lk_run(f->srv2, (const char *const[]){"fairq-producer", "--nats", globex,
         "--inbox-prefix", "_INBOX_globex", "--tenant", "globex", NULL}), 0);
+    lk_create_durable(f->srv2);
     assert_int_equal(lk_run(f->srv2, (const char *const[]){"fairq-worker", "--nats", worker,
-        "--inbox-prefix", "_INBOX_worker", "--deliver", "all", "--tokens-per-sec", "0",
-        "--count", "2", NULL}), 0);
+        "--inbox-prefix", "_INBOX_worker", "--api-prefix", "JS.FAIRQ.API", "--tokens-per-sec", "0", "--count", "2", NULL}), 0);
     /* Its refusal is still retried: a graceful stop would wait for it. */
     assert_int_equal(pt_proxy_kill(&f->px), 0);
 }
@@ -551,6 +675,11 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_a_producer_reply_reaches_nothing_of_fairq, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_a_worker_is_confined_to_its_work, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_a_worker_reply_reaches_nothing_of_fairq, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_a_worker_cannot_redirect_dispatches, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_a_worker_stream_captures_nothing_of_fairq, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_a_missing_permission_fails_start, setup, teardown),
         cmocka_unit_test_setup_teardown(test_a_permission_lost_later_is_logged, setup, teardown),
     };
