@@ -644,6 +644,9 @@ static void render_overall(fq_buf *b, fq_metrics_snapshot *s)
     COUNTER("fairq_completion_copies_skipped_total",
             "Invalid or unknown completions acked without a copy to the rejected subject, "
             "past 100 a second.", a->completion_copies_skipped);
+    COUNTER("fairq_completions_deferred_total",
+            "Completions naked to be looked at again in 500 ms, their run queued, not in "
+            "flight yet.", a->completions_deferred);
     COUNTER("fairq_publish_failures_total",
             "Publishes (dispatch, refusal, journal) that failed and were retried.",
             a->publish_failures);

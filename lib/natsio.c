@@ -1322,13 +1322,17 @@ static fq_status nio_ack_send(fq_nio *n, int id, const fq_nio_ackref *a, const c
     if (nio_fenced(n))
         return FQ_EIO;
     const nio_consumer *c = &n->cons[id];
-    char subj[sizeof c->ack + 2 * FQ_U64_DEC_MAX + 8];
+    char subj[sizeof c->ack + 3 * FQ_U64_DEC_MAX + 8];
     size_t k = c->ack_len;
     memcpy(subj, c->ack, k);
     k += fq_u64_dec(subj + k, a->delivered ? a->delivered : 1);
     subj[k++] = '.';
     k += fq_u64_dec(subj + k, a->sseq);
-    memcpy(subj + k, ".0.0.0", sizeof ".0.0.0");
+    /* The server drops a nak whose consumer sequence is not one it has
+     * delivered and not yet acked past (an ack needs only the stream's). */
+    subj[k++] = '.';
+    k += fq_u64_dec(subj + k, a->cseq);
+    memcpy(subj + k, ".0.0", sizeof ".0.0");
     natsStatus s = natsConnection_Publish(n->nc, subj, body, (int)strlen(body));
     if (s != NATS_OK) {
         return FQ_EIO;

@@ -258,7 +258,8 @@ void fq_nio_consume_pause(fq_nio *n, int id, bool paused);
 /* Ack a message of consumer id by its reference. */
 fq_status fq_nio_ack(fq_nio *n, int id, const fq_nio_ackref *a);
 /* Ask for redelivery (a nak) after delay_ms (0: at once), for a message
- * the caller lets go of without a verdict. */
+ * the caller lets go of without a verdict; a as it came with the message
+ * (the server heeds a nak only with the delivery's consumer sequence). */
 fq_status fq_nio_nak(fq_nio *n, int id, const fq_nio_ackref *a, int64_t delay_ms);
 
 /* Core subscription whose messages arrive as FQ_NIO_EV_REQUEST with

@@ -74,6 +74,8 @@
 #define PX_STALL_MS 1000            /* dispatches failing this long: not ready */
 #define PX_EXPIRED_MAX 100000       /* expired runs remembered for late completions, at most */
 #define PX_DONE_COPIES_PER_SEC 100  /* refused completions copied to the rejected subject */
+#define PX_DONE_DEFER_MS 500        /* a deferred completion comes back after this */
+#define PX_DONE_DEFER_MAX 10        /* ... until its 10th delivery, then it is decided */
 #define PX_POOL_CHUNK 1024
 #define PX_SYNTH_ID (1ULL << 62)    /* scheduler ids of adopted runs without a sequence */
 /* A graceful stop fits FQ_PROXY_STOP_MS from the signal, NATS up or not:
@@ -265,6 +267,7 @@ typedef struct px_counters {
     uint64_t expired_forgotten_early; /* expired runs forgotten past PX_EXPIRED_MAX */
     uint64_t completion_copies_skipped; /* refused completions acked without a copy,
                                        past PX_DONE_COPIES_PER_SEC */
+    uint64_t completions_deferred;  /* completions naked for a later look (px_done_defer) */
 } px_counters;
 
 /* A tenant's runtime override as the bucket holds it. Kept once seen, even
@@ -2140,6 +2143,29 @@ static void px_refuse_done(fq_proxy *p, const fq_nio_msg *m, const char *err, ui
 }
 
 /*
+ * Whether completion ev of a queued run is left for later rather than
+ * refused now: naked to come back in PX_DONE_DEFER_MS, held nowhere but in
+ * the done stream (its MaxAckPending bounds how many wait). A completion
+ * comes before its run is in flight here when a leader before us
+ * dispatched the run but never settled it (its journal batch refused or
+ * lost): the run is queued again, its dispatch stored already, so the one
+ * we send is de-duplicated and no worker completes it again. Such a
+ * completion waits until the run is in flight, up to its
+ * PX_DONE_DEFER_MAX-th delivery; then it is refused as before.
+ */
+static bool px_done_defer(fq_proxy *p, const fq_nio_event *ev)
+{
+    if (ev->ack.delivered >= PX_DONE_DEFER_MAX)
+        return false;
+    p->c.completions_deferred++;
+    /* A nak changes shared state like an ack: only while fresh. Not sent,
+     * the completion comes back after the consumer's AckWait instead. */
+    if (px_fresh(p))
+        fq_nio_nak(p->nio, PX_CONS_DONE, &ev->ack, PX_DONE_DEFER_MS);
+    return true;
+}
+
+/*
  * A completion counts only for a run fairq dispatched and still remembers,
  * on that run's tenant's subject: in flight, or expired within
  * px_keep_done_ms (across restarts through the journal, at most
@@ -2172,6 +2198,10 @@ static void px_on_done(fq_proxy *p, fq_nio_event *ev)
         tenant[tlen] = '\0';
         h = px_key_hash(p, tenant, c.run_id);
         x = px_find_key(p, tenant, c.run_id, h);
+    }
+    if (x && x->state == PX_QUEUED && px_done_defer(p, ev)) {
+        fq_nio_msg_drop(p->nio, m);
+        return;
     }
     if (x && x->state == PX_QUEUED) {
         /* A worker's bug: a run not dispatched has not run. It stays
@@ -2399,6 +2429,7 @@ static void px_stats_overall(fq_json *w, fq_proxy *p)
     PX_KV(w, "completions_invalid", p->c.completions_invalid);
     PX_KV(w, "completions_unknown", p->c.completions_unknown);
     PX_KV(w, "completion_copies_skipped", p->c.completion_copies_skipped);
+    PX_KV(w, "completions_deferred", p->c.completions_deferred);
     PX_KV(w, "expired", p->c.expired);
     PX_KV(w, "publish_failures", p->c.pub_failures);
     PX_KV(w, "dispatch_failures", p->c.dispatch_failures);
@@ -3064,6 +3095,7 @@ static void px_metrics_publish(fq_proxy *p)
         .debts_forgiven = p->c.debts_forgiven,
         .expired_forgotten_early = p->c.expired_forgotten_early,
         .completion_copies_skipped = p->c.completion_copies_skipped,
+        .completions_deferred = p->c.completions_deferred,
         .index_only_runs = p->index_only, .body_reads = p->c.body_reads,
         .body_lost = p->c.body_lost,
         .completions = {[FQ_COMPLETION_HELD] = p->c.completions,
