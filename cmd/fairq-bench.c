@@ -14,6 +14,7 @@
 #include "cardrr.h"
 #include "drr.h"
 #include "msg.h"
+#include "../tests/fuzz/submit_ref.h"
 
 #define QUANTUM 1000
 #define MIXED (-1.0)
@@ -217,8 +218,64 @@ static void bench_msg(const char *name, msg_kind kind, const char *body, uint64_
     fflush(stdout);
 }
 
+/* ns per parse of a submit body over n parses: the scanner (old = 0) or the
+ * cJSON reading it replaced (old = 1, tests/fuzz/submit_ref.h). */
+static double run_submit(int old, const char *body, size_t len, uint64_t n)
+{
+    char err[256];
+    fq_submit sub;
+    ref_result r;
+    int bad = 0;
+    double t0 = now_ns();
+    for (uint64_t i = 0; i < n; i++) {
+        if (old) {
+            ref_parse(&r, (const unsigned char *)body, len, "acme", 100000);
+            bad |= r.st != FQ_OK || r.opaque;
+        } else {
+            bad |= fq_submit_parse(&sub, "acme", body, len, NULL, 100000, err, sizeof err)
+                   != FQ_OK || sub.opaque;
+        }
+    }
+    double t1 = now_ns();
+    if (bad)
+        die("a benchmark body does not parse");
+    return (t1 - t0) / (double)n;
+}
+
+/* One submit body, old and new parse alternating, the median of repeat runs. */
+static void bench_submit(const char *name, const char *body, uint64_t n, int repeat)
+{
+    double ns[2][16];
+    size_t len = strlen(body);
+    run_submit(0, body, len, n / 10 + 1);     /* warm up */
+    run_submit(1, body, len, n / 10 + 1);
+    for (int i = 0; i < repeat; i++)
+        for (int old = 0; old < 2; old++)
+            ns[old][i] = run_submit(old, body, len, n);
+    for (int old = 0; old < 2; old++)
+        qsort(ns[old], (size_t)repeat, sizeof(ns[old][0]), cmp_double);
+    double nw = ns[0][repeat / 2], od = ns[1][repeat / 2];
+    printf("submit=%s bytes=%zu members=%s ns_per_parse_cjson=%.1f ns_per_parse_scan=%.1f "
+           "scan/cjson=%.3f\n", name, len, strcmp(name, "1mb") == 0 ? "90002" : "-", od, nw,
+           nw / od);
+    fflush(stdout);
+}
+
 static void bench_msgs(uint64_t n, int repeat)
 {
+    /* a tenant's megabyte: the contract's fields, then 90,000 of its own */
+    size_t cap = 1100000, bk = 0;
+    char *big = malloc(cap);
+    if (!big)
+        die("no memory");
+    bk += (size_t)snprintf(big, cap, "{\"run_id\":\"r-1\",\"est_tokens\":1800");
+    for (int i = 0; i < 90000; i++)
+        bk += (size_t)snprintf(big + bk, cap - bk, ",\"k%05d\":%d", i, i % 100);
+    memcpy(big + bk, "}", 2);
+    bench_submit("typical", msg_submit, n, repeat);
+    bench_submit("1mb", big, n / 10000 + 3, repeat);
+    free(big);
+
     char pad[513];
     int k = snprintf(pad, sizeof pad, "{\"run_id\":\"run-20261203-0000042\",\"pad\":\"");
     memset(pad + k, 'x', sizeof pad - 3 - (size_t)k);

@@ -20,6 +20,11 @@
  *
  * - JSON numbers are doubles: a count must be finite, integral and in range.
  *
+ * - A submit body is read without cJSON (fq_scan_object, below): it may be
+ *   a megabyte a tenant chose, read on the proxy's loop thread, so nothing
+ *   may grow with it but one pass over its bytes. Completions and admin
+ *   bodies are refused unread past 4096 bytes, and still go through cJSON.
+ *
  * - Error sentences go into the Fair-Error header, so they never quote a
  *   client's string, only its length or an offending byte in hex.
  *
@@ -409,31 +414,388 @@ static fq_status fq_msg_uint_text(uint64_t *dst, const char *s, uint64_t lo,
     return FQ_OK;
 }
 
-static fq_status fq_submit_body(fq_submit *out, const cJSON *root, const char *tenant,
+/* The submit body's scanner. A submit may be a megabyte of members fairq
+ * never reads, parsed on the proxy's loop thread: building cJSON's tree of it
+ * took 50 to 190 ms and stalled every tenant's dispatch. So a submit body is
+ * read in one pass that builds nothing: it checks the whole text as the
+ * cJSON path above does (fq_msg_object: the scan's UTF-8, control character
+ * and \u0000 rules, then cJSON's grammar, quirks included: its numbers, its
+ * escapes, its nesting limit) and notes where the four fields' values are;
+ * only those are decoded. tests/fuzz/fuzz_submit.c holds the cJSON reading
+ * it replaced and checks both give the same verdict and fields. */
+
+/* cJSON's CJSON_NESTING_LIMIT: a container inside 1000 others is refused. */
+#define FQ_SCAN_DEPTH 1000
+
+enum fq_scan_type { FQ_SCAN_ABSENT, FQ_SCAN_STRING, FQ_SCAN_NUMBER, FQ_SCAN_OTHER };
+
+/* Where one of the four fields' value is in the body. */
+typedef struct fq_scan_field {
+    enum fq_scan_type type;     /* ABSENT also for null */
+    const unsigned char *s;     /* a string's content or a number's text */
+    size_t len;                 /* its length in bytes */
+} fq_scan_field;
+
+static unsigned fq_hex4(const unsigned char *s)
+{
+    unsigned h = 0;
+
+    /* as cJSON's parse_hex4: a non-hex digit makes the whole value 0 */
+    for (int i = 0; i < 4; i++) {
+        unsigned char c = s[i];
+        if (c >= '0' && c <= '9')
+            h = h << 4 | (unsigned)(c - '0');
+        else if ((c | 0x20) >= 'a' && (c | 0x20) <= 'f')
+            h = h << 4 | (unsigned)((c | 0x20) - 'a' + 10);
+        else
+            return 0;
+    }
+    return h;
+}
+
+/* Decode a string's content s[0..e) as cJSON does (e is its closing quote),
+ * into dst[0..cap) if dst: up to the first NUL, as cJSON's C string ends
+ * there, and at most cap - 1 bytes, NUL-terminated. Returns false where
+ * cJSON refuses the string. */
+static bool fq_scan_unescape(char *dst, size_t cap, const unsigned char *s,
+                             const unsigned char *e)
+{
+    size_t o = 0;
+    bool cut = false;
+
+    while (s < e) {
+        unsigned char b[4];
+        size_t k = 1, adv = 2;
+        unsigned long cp;
+
+        if (*s != '\\') {
+            b[0] = *s;
+            adv = 1;
+        } else {
+            switch (s[1]) {
+            case 'b': b[0] = '\b'; break;
+            case 'f': b[0] = '\f'; break;
+            case 'n': b[0] = '\n'; break;
+            case 'r': b[0] = '\r'; break;
+            case 't': b[0] = '\t'; break;
+            case '"': case '\\': case '/': b[0] = s[1]; break;
+            case 'u':
+                if (e - s < 6)
+                    return false;
+                cp = fq_hex4(s + 2);
+                adv = 6;
+                if (cp >= 0xdc00 && cp <= 0xdfff)
+                    return false;
+                if (cp >= 0xd800 && cp <= 0xdbff) {
+                    unsigned lo;
+                    if (e - s - 6 < 6 || s[6] != '\\' || s[7] != 'u')
+                        return false;
+                    lo = fq_hex4(s + 8);
+                    if (lo < 0xdc00 || lo > 0xdfff)
+                        return false;
+                    cp = 0x10000 + (((cp & 0x3ff) << 10) | (lo & 0x3ff));
+                    adv = 12;
+                }
+                if (cp < 0x80) {
+                    b[0] = (unsigned char)cp;
+                } else if (cp < 0x800) {
+                    k = 2;
+                    b[0] = (unsigned char)(0xc0 | cp >> 6);
+                } else if (cp < 0x10000) {
+                    k = 3;
+                    b[0] = (unsigned char)(0xe0 | cp >> 12);
+                } else {
+                    k = 4;
+                    b[0] = (unsigned char)(0xf0 | cp >> 18);
+                }
+                for (size_t j = 1; j < k; j++)
+                    b[j] = (unsigned char)(0x80 | ((cp >> (6 * (k - 1 - j))) & 0x3f));
+                break;
+            default:
+                return false;
+            }
+        }
+        for (size_t j = 0; dst && j < k && !cut; j++) {
+            if (b[j] == 0)
+                cut = true;
+            else if (o + 1 < cap)
+                dst[o++] = (char)b[j];
+        }
+        s += adv;
+    }
+    if (dst && cap)
+        dst[o] = '\0';
+    return true;
+}
+
+/* The string at p[*i] (a quote) as fq_msg_scan and cJSON read it: its end,
+ * past which *i moves, and *nul_top if it is in the top-level object (top)
+ * and holds a \u0000 escape; its content is [*s, *e). Returns NULL or why
+ * the body is not a JSON object. */
+static const char *fq_scan_string(const unsigned char *p, size_t n, size_t *i,
+                                  bool top, bool *nul_top,
+                                  const unsigned char **s, const unsigned char **e)
+{
+    size_t j = *i + 1;
+    bool esc = false;
+
+    for (;;) {
+        unsigned char c;
+
+        if (j >= n)
+            return "it is not valid JSON";
+        if (n - j >= 8 && fq_msg_plain8(p + j)) {
+            j += 8;
+            continue;
+        }
+        c = p[j];
+        if (c >= 0x80) {
+            size_t k = fq_utf8_len(p + j, n - j);
+            if (!k)
+                return "invalid UTF-8";
+            j += k;
+            continue;
+        }
+        if (c < 0x20)
+            return "a raw control character";
+        if (c == '"')
+            break;
+        if (c == '\\') {
+            if (top && n - j >= 6 && memcmp(p + j + 1, "u0000", 5) == 0)
+                *nul_top = true;
+            esc = true;
+            j += 2;     /* the escaped character cannot end the string */
+            continue;
+        }
+        j++;
+    }
+    *s = p + *i + 1;
+    *e = p + j;
+    *i = j + 1;
+    if (esc && !fq_scan_unescape(NULL, 0, *s, *e))
+        return "it is not valid JSON";
+    return NULL;
+}
+
+static bool fq_scan_numchar(unsigned char c)
+{
+    return (c >= '0' && c <= '9') || c == '+' || c == '-' || c == 'e' || c == 'E' ||
+           c == '.';
+}
+
+static size_t fq_scan_digits(const unsigned char *p, size_t i, size_t m)
+{
+    size_t d = 0;
+
+    while (i + d < m && p[i + d] >= '0' && p[i + d] <= '9')
+        d++;
+    return d;
+}
+
+/* The length of the number at p[0..n) (starting with '-' or a digit) as
+ * cJSON reads it: strtod over the bytes of [0-9+-eE.] there; 0 if none.
+ * (cJSON 1.7.15 as first released stopped at 63 bytes; Debian's updates
+ * and later releases take them all, as here.) */
+static size_t fq_scan_number(const unsigned char *p, size_t n)
+{
+    size_t m = 0, i = 0, d, f;
+
+    while (m < n && fq_scan_numchar(p[m]))
+        m++;
+    if (p[0] == '-')
+        i++;
+    d = fq_scan_digits(p, i, m);
+    i += d;
+    if (i < m && p[i] == '.') {
+        f = fq_scan_digits(p, i + 1, m);
+        if (d || f) {
+            i += 1 + f;
+            d += f;
+        }
+    }
+    if (!d)
+        return 0;
+    if (i < m && (p[i] == 'e' || p[i] == 'E')) {
+        size_t j = i + 1;
+        if (j < m && (p[j] == '+' || p[j] == '-'))
+            j++;
+        f = fq_scan_digits(p, j, m);
+        if (f)
+            i = j + f;
+    }
+    return i;
+}
+
+static size_t fq_scan_space(const unsigned char *p, size_t n, size_t i)
+{
+    while (i < n && fq_json_space(p[i]))
+        i++;
+    return i;
+}
+
+/* Read p[0..n) (p[0] is '{') as fq_msg_object would, without a tree: NULL
+ * if it is a JSON object, else why not. f[0..4) get the values of the
+ * members named names[]; *dup the first of them given twice (-1 if none). */
+static const char *fq_scan_object(const unsigned char *p, size_t n,
+                                  const char *const *names, fq_scan_field *f,
+                                  int *dup, bool *nul_top)
+{
+    unsigned char is_obj[FQ_SCAN_DEPTH / 8 + 1] = {0};
+    bool seen[4] = {false};
+    size_t i = 0, depth = 0;
+    int field = -1;     /* the member of the top-level object being read */
+    const char *why;
+    const unsigned char *s, *e;
+
+    *dup = -1;
+    *nul_top = false;
+    for (;;) {
+        /* a value */
+        i = fq_scan_space(p, n, i);
+        if (i == n)
+            return "it is not valid JSON";
+        unsigned char c = p[i];
+        if (c == '{' || c == '[') {
+            if (field >= 0)
+                f[field].type = FQ_SCAN_OTHER;
+            field = -1;
+            if (depth >= FQ_SCAN_DEPTH)
+                return "it nests too deep";
+            if (c == '{')
+                is_obj[depth / 8] |= (unsigned char)(1u << depth % 8);
+            else
+                is_obj[depth / 8] &= (unsigned char)~(1u << depth % 8);
+            depth++;
+            i = fq_scan_space(p, n, i + 1);
+            if (i < n && p[i] == (c == '{' ? '}' : ']')) {
+                depth--;
+                i++;
+            } else if (c == '{') {
+                goto key;
+            } else {
+                continue;
+            }
+        } else if (c == '"') {
+            if ((why = fq_scan_string(p, n, &i, depth == 1, nul_top, &s, &e)))
+                return why;
+            if (field >= 0)
+                f[field] = (fq_scan_field){FQ_SCAN_STRING, s, (size_t)(e - s)};
+        } else if (c == '-' || (c >= '0' && c <= '9')) {
+            size_t k = fq_scan_number(p + i, n - i);
+            if (!k)
+                return "it is not valid JSON";
+            if (field >= 0)
+                f[field] = (fq_scan_field){FQ_SCAN_NUMBER, p + i, k};
+            i += k;
+        } else if (n - i >= 4 && memcmp(p + i, "null", 4) == 0) {
+            i += 4;
+        } else if (n - i >= 4 && memcmp(p + i, "true", 4) == 0) {
+            if (field >= 0)
+                f[field].type = FQ_SCAN_OTHER;
+            i += 4;
+        } else if (n - i >= 5 && memcmp(p + i, "false", 5) == 0) {
+            if (field >= 0)
+                f[field].type = FQ_SCAN_OTHER;
+            i += 5;
+        } else {
+            return "it is not valid JSON";
+        }
+        field = -1;
+        /* after a value: close containers, or go on to the next member */
+        for (;;) {
+            if (depth == 0) {
+                i = fq_scan_space(p, n, i);
+                return i == n ? NULL : "data follows the JSON object";
+            }
+            bool obj = is_obj[(depth - 1) / 8] >> (depth - 1) % 8 & 1;
+            i = fq_scan_space(p, n, i);
+            if (i < n && p[i] == (obj ? '}' : ']')) {
+                depth--;
+                i++;
+                continue;
+            }
+            if (i == n || p[i] != ',')
+                return "it is not valid JSON";
+            i = fq_scan_space(p, n, i + 1);
+            if (!obj)
+                break;
+            goto key;
+        }
+        continue;
+key:
+        if (i == n || p[i] != '"')
+            return "it is not valid JSON";
+        if ((why = fq_scan_string(p, n, &i, depth == 1, nul_top, &s, &e)))
+            return why;
+        if (depth == 1) {
+            char k[12];
+            fq_scan_unescape(k, sizeof k, s, e);
+            for (int m = 0; m < 4; m++) {
+                if (strcmp(k, names[m]) != 0)
+                    continue;
+                if (seen[m] && *dup < 0)
+                    *dup = m;
+                seen[m] = true;
+                f[m].type = FQ_SCAN_ABSENT;
+                field = m;
+            }
+        }
+        i = fq_scan_space(p, n, i);
+        if (i == n || p[i] != ':')
+            return "it is not valid JSON";
+        i++;
+    }
+}
+
+static fq_status fq_submit_body(fq_submit *out, const fq_scan_field *f, const char *tenant,
                                 uint32_t max_est, char *err, size_t errlen)
 {
-    static const char *const names[] = {"run_id", "workflow", "est_tokens", "tenant"};
-    const cJSON *it[4];
-    uint64_t est = 0;
+    char v[FQ_RUN_ID_MAX + 2];
     fq_status st;
 
-    if ((st = fq_msg_members(it, names, 4, root, err, errlen)) != FQ_OK)
-        return st;
-    if (it[0] && (st = fq_msg_name_item(out->run_id, FQ_RUN_ID_MAX, it[0],
-                                        "run_id", err, errlen)) != FQ_OK)
-        return st;
-    if (it[1] && (st = fq_msg_name_item(out->workflow, FQ_WORKFLOW_MAX, it[1],
-                                        "workflow", err, errlen)) != FQ_OK)
-        return st;
-    if (it[2] && (st = fq_msg_uint_item(&est, it[2], 1, max_est, "est_tokens",
-                                        err, errlen)) != FQ_OK)
-        return st;
-    out->est_tokens = (uint32_t)est;
-    if (it[3] && !cJSON_IsString(it[3]))
+    if (f[0].type && f[0].type != FQ_SCAN_STRING)
+        return fq_msg_fail(err, errlen, "run_id: must be a string");
+    if (f[0].type) {
+        fq_scan_unescape(v, sizeof v, f[0].s, f[0].s + f[0].len);
+        if ((st = fq_msg_name(out->run_id, FQ_RUN_ID_MAX, v, "run_id", err, errlen)) != FQ_OK)
+            return st;
+    }
+    if (f[1].type && f[1].type != FQ_SCAN_STRING)
+        return fq_msg_fail(err, errlen, "workflow: must be a string");
+    if (f[1].type) {
+        fq_scan_unescape(v, FQ_WORKFLOW_MAX + 2, f[1].s, f[1].s + f[1].len);
+        if ((st = fq_msg_name(out->workflow, FQ_WORKFLOW_MAX, v, "workflow", err,
+                              errlen)) != FQ_OK)
+            return st;
+    }
+    if (f[2].type && f[2].type != FQ_SCAN_NUMBER)
+        return fq_msg_fail(err, errlen, "est_tokens: must be a number, an integer from "
+                           "1 to %" PRIu32, max_est);
+    if (f[2].type) {
+        /* strtod needs a terminated copy; one longer than 63 bytes (zeros
+         * a tenant added) is rare enough to be allocated */
+        char small[64], *num = f[2].len < sizeof small ? small : malloc(f[2].len + 1);
+        double d;
+        if (!num)
+            return fq_msg_fail(err, errlen, "est_tokens: no memory to read it");
+        memcpy(num, f[2].s, f[2].len);
+        num[f[2].len] = '\0';
+        d = strtod(num, NULL);
+        if (num != small)
+            free(num);
+        if (!isfinite(d) || d < 1 || d > (double)max_est || d != (double)(uint64_t)d)
+            return fq_msg_fail(err, errlen, "est_tokens: must be an integer from 1 to %"
+                               PRIu32 ", got %.15g", max_est, d);
+        out->est_tokens = (uint32_t)d;
+    }
+    if (f[3].type && f[3].type != FQ_SCAN_STRING)
         return fq_msg_fail(err, errlen, "tenant: must be a string");
-    if (it[3] && strcmp(it[3]->valuestring, tenant) != 0)
-        return fq_msg_fail(err, errlen, "tenant: the body names another tenant "
-                           "than the subject's (%s)", tenant);
+    if (f[3].type) {
+        fq_scan_unescape(v, FQ_TENANT_MAX + 2, f[3].s, f[3].s + f[3].len);
+        if (strcmp(v, tenant) != 0)
+            return fq_msg_fail(err, errlen, "tenant: the body names another tenant "
+                               "than the subject's (%s)", tenant);
+    }
     return FQ_OK;
 }
 
@@ -462,19 +824,28 @@ fq_status fq_submit_parse(fq_submit *out, const char *tenant, const void *body,
                           size_t len, const fq_submit_headers *h,
                           uint32_t max_est, char *err, size_t errlen)
 {
-    const char *why;
-    bool nul_top;
-    cJSON *root = fq_msg_object(body, len, &nul_top, &why);
+    static const char *const names[] = {"run_id", "workflow", "est_tokens", "tenant"};
+    const unsigned char *p = body;
+    fq_scan_field f[4] = {{0}};
+    size_t i = 0;
+    bool nul_top = false;
+    int dup = -1;
     fq_status st = FQ_OK;
 
     memset(out, 0, sizeof *out);
-    out->opaque = root == NULL;
-    if (nul_top)
+    while (i < len && fq_json_space(p[i]))
+        i++;
+    out->opaque = i == len || p[i] != '{' ||
+                  fq_scan_object(p + i, len - i, names, f, &dup, &nul_top) != NULL;
+    if (out->opaque)
+        ;
+    else if (nul_top)
         st = fq_msg_fail(err, errlen, "body: a top-level string holds a \\u0000 "
                          "escape, which fairq cannot read faithfully");
-    else if (root)
-        st = fq_submit_body(out, root, tenant, max_est, err, errlen);
-    fq_msg_release(root);
+    else if (dup >= 0)
+        st = fq_msg_fail(err, errlen, "%s: given twice in the body", names[dup]);
+    else
+        st = fq_submit_body(out, f, tenant, max_est, err, errlen);
     /* The body is read first so that a valid header overwrites its value. */
     if (st == FQ_OK && h)
         st = fq_submit_hdrs(out, h, max_est, err, errlen);

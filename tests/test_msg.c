@@ -190,6 +190,114 @@ static void test_submit_opaque_bodies(void **state)
     opaque_submit("{\"run_id\":\"\\ud800\"}");
 }
 
+/* A submit body to the depth given: the object, then depth - 1 arrays in
+ * a member "x", then a run_id. */
+static char *nested_body(size_t depth, size_t *len)
+{
+    char *b = malloc(2 * depth + 64);
+    size_t n = 0;
+
+    assert_non_null(b);
+    n += (size_t)sprintf(b, "{\"x\":");
+    for (size_t i = 1; i < depth; i++)
+        b[n++] = '[';
+    for (size_t i = 1; i < depth; i++)
+        b[n++] = ']';
+    n += (size_t)sprintf(b + n, ",\"run_id\":\"r\"}");
+    *len = n;
+    return b;
+}
+
+/* The one-pass scanner reads what cJSON's tree read before it: escapes are
+ * decoded before a key is matched, numbers are read as cJSON reads them, and
+ * the nesting limit is cJSON's. */
+static void test_submit_scanner_as_cjson(void **state)
+{
+    fq_submit s;
+    char err[256], *b;
+    size_t len;
+
+    (void)state;
+    /* an escaped key is the field it spells; other escapes are decoded */
+    assert_int_equal(submit(&s, "{\"run\\u005fid\":\"r\\/1\",\"work\\u0066low\":"
+                                "\"w\",\"p\":\"\\ud83d\\ude00\\n\\\"\"}", err), FQ_OK);
+    assert_string_equal(s.run_id, "r/1");
+    assert_string_equal(s.workflow, "w");
+    /* a surrogate pair decodes to 4 bytes, which a run id may not hold */
+    assert_int_equal(submit(&s, "{\"run_id\":\"a\\ud83d\\ude00\"}", err), FQ_EINVAL);
+    assert_string_equal(err, "run_id: has a byte that is not allowed (0xf0 at offset 1); "
+                        "it must be printable ASCII without spaces or control characters");
+    /* a lone low surrogate, a high one without its pair, a bad escape */
+    opaque_submit("{\"p\":\"\\udc00\"}");
+    opaque_submit("{\"p\":\"\\ud800\\u0041\"}");
+    opaque_submit("{\"p\":\"\\x41\"}");
+    opaque_submit("{\"p\":\"\\u12\"}");
+    /* cJSON reads \u with a non-hex digit as U+0000, which ends its string:
+     * kept, so "run_id\uzzzz" is run_id, and a deeper \u0000 is no matter */
+    assert_int_equal(submit(&s, "{\"run_id\\uzzzz\":\"r\",\"p\":[\"\\u0000\"]}", err),
+                     FQ_OK);
+    assert_string_equal(s.run_id, "r");
+    assert_int_equal(submit(&s, "{\"run_id\":\"r\\u0000x\"}", err), FQ_EINVAL);
+    assert_non_null(strstr(err, "\\u0000"));
+    /* invalid UTF-8 in a string fairq never reads, and outside strings */
+    opaque_submit("{\"p\":{\"q\":\"\xc3\"}}");
+    opaque_submit("{\"p\":1\xc3\xa9}");
+    /* numbers: strtod's reading of what cJSON takes for one */
+    static const struct { const char *body; uint32_t est; } nums[] = {
+        {"{\"est_tokens\":1e3}", 1000}, {"{\"est_tokens\":1.0}", 1},
+        {"{\"est_tokens\":1E+2}", 100}, {"{\"est_tokens\":01}", 1},
+        {"{\"est_tokens\":2.}", 2}, {"{\"est_tokens\":5e-0}", 5},
+        {"{\"est_tokens\":1.0000000000000000000000000000000000000000000000000000000000000000000}",
+         1},
+    };
+    for (size_t i = 0; i < sizeof nums / sizeof nums[0]; i++) {
+        assert_int_equal(submit(&s, nums[i].body, err), FQ_OK);
+        assert_false(s.opaque);
+        assert_int_equal(s.est_tokens, nums[i].est);
+    }
+    assert_int_equal(submit(&s, "{\"est_tokens\":-0}", err), FQ_EINVAL);
+    assert_string_equal(err, "est_tokens: must be an integer from 1 to 100000, got -0");
+    assert_int_equal(submit(&s, "{\"est_tokens\":1.5}", err), FQ_EINVAL);
+    assert_int_equal(submit(&s, "{\"est_tokens\":\"7\"}", err), FQ_EINVAL);
+    assert_int_equal(submit(&s, "{\"est_tokens\":true}", err), FQ_EINVAL);
+    assert_int_equal(submit(&s, "{\"run_id\":{\"run_id\":\"r\"}}", err), FQ_EINVAL);
+    assert_string_equal(err, "run_id: must be a string");
+    opaque_submit("{\"est_tokens\":+1}");
+    opaque_submit("{\"est_tokens\":.5}");
+    opaque_submit("{\"est_tokens\":1e}");
+    opaque_submit("{\"est_tokens\":-}");
+    opaque_submit("{\"est_tokens\":0x10}");
+    /* a null counts as absent, but still as given */
+    assert_int_equal(submit(&s, "{\"run_id\":null,\"p\":1,\"run_id\":\"r\"}", err), FQ_EINVAL);
+    assert_string_equal(err, "run_id: given twice in the body");
+    assert_int_equal(submit(&s, "{\"run_id\":\"r\",\"p\":{\"run_id\":\"s\"},\"q\":[{\"run_id\":1}]}",
+                            err), FQ_OK);
+    assert_string_equal(s.run_id, "r");
+    /* whitespace around every token, and none */
+    assert_int_equal(submit(&s, " \r\n\t{ \"run_id\" : \"r\" , \"p\" : [ 1 , true , null ] } \n",
+                            err), FQ_OK);
+    assert_string_equal(s.run_id, "r");
+    assert_int_equal(submit(&s, "{}", err), FQ_OK);
+    assert_false(s.opaque);
+    opaque_submit("{\"p\":[1,]}");
+    opaque_submit("{\"p\":tru}");
+    opaque_submit("{\"p\" \"q\"}");
+    opaque_submit("{\"p\":1\"q\":2}");
+    opaque_submit("{\"p\":1}]");
+    /* cJSON nests 1000 containers deep, the object included, and no more */
+    b = nested_body(1000, &len);
+    assert_int_equal(submit_n(&s, b, len, NULL, err), FQ_OK);
+    assert_false(s.opaque);
+    assert_string_equal(s.run_id, "r");
+    free(b);
+    b = nested_body(1001, &len);
+    opaque_submit_n(b, len);
+    free(b);
+    b = nested_body(1000000, &len);     /* no recursion: no stack to run out of */
+    opaque_submit_n(b, len);
+    free(b);
+}
+
 static void test_submit_invalid_utf8_is_opaque(void **state)
 {
     static const char *const bad[] = {
@@ -1191,6 +1299,7 @@ int main(void)
         cmocka_unit_test(test_submit_fields_read),
         cmocka_unit_test(test_submit_bounds_accepted),
         cmocka_unit_test(test_submit_opaque_bodies),
+        cmocka_unit_test(test_submit_scanner_as_cjson),
         cmocka_unit_test(test_submit_invalid_utf8_is_opaque),
         cmocka_unit_test(test_submit_megabyte_bodies),
         cmocka_unit_test(test_submit_length_is_respected),

@@ -4,11 +4,17 @@
  * Input: a byte of flags, then the value of each header its bits 0 to 2 give
  * (run id, workflow, estimate) up to a NUL, then the body. Bit 3 passes an
  * empty body as NULL (as nats.c may), bit 4 parses without cJSON's arena,
- * bit 5 lowers max_est to 1000. */
+ * bit 5 lowers max_est to 1000.
+ *
+ * The body is also read by ref_parse, the cJSON reading lib/msg.c used before
+ * its one-pass scanner (kept here only, as the reference): both must agree on
+ * whether the body is a JSON object, on the fields, and on which field an
+ * error names. */
 #include <stdbool.h>
 
 #include "fuzz.h"
 #include "msg.h"
+#include "submit_ref.h"
 
 #define TENANT "acme"
 
@@ -26,6 +32,27 @@ static char *next_value(const uint8_t **p, const uint8_t *end)
 static int name_ok(const char *s, size_t max)
 {
     return !*s || fq_msg_name_valid(s, strlen(s), max);
+}
+
+/* The new parser's reading of the body alone must be the reference's. */
+static void check_reference(const void *body, size_t len, uint32_t max_est)
+{
+    ref_result r;
+    fq_submit s;
+    char err[256] = "";
+
+    ref_parse(&r, body, len, TENANT, max_est);
+    fq_status st = fq_submit_parse(&s, TENANT, body, len, NULL, max_est, err, sizeof err);
+    FUZZ_CHECK(st == r.st);
+    if (st == FQ_OK) {
+        FUZZ_CHECK(s.opaque == r.opaque);
+        FUZZ_CHECK(strcmp(s.run_id, r.s.run_id) == 0);
+        FUZZ_CHECK(strcmp(s.workflow, r.s.workflow) == 0);
+        FUZZ_CHECK(s.est_tokens == r.s.est_tokens);
+    } else {
+        size_t n = strlen(r.field);
+        FUZZ_CHECK(strncmp(err, r.field, n) == 0 && err[n] == ':');
+    }
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -63,6 +90,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         FUZZ_CHECK(fuzz_sentence_ok(err, sizeof err));
         FUZZ_CHECK(!s.run_id[0] && !s.workflow[0] && !s.est_tokens);
     }
+    check_reference(body, len, max_est);
     fq_msg_set_arena(true);
     free(body);
     for (int i = 0; i < 3; i++)
