@@ -44,7 +44,14 @@
 #define FQ_HTTP_CONN_LIMIT 64         /* connections a server holds at once */
 #define FQ_HTTP_CONN_TIMEOUT_S 10
 
+/* What a server's requests are answered with: set before it starts. */
+typedef struct http_server {
+    struct fq_http *h;
+    bool metrics;                   /* /metrics is served here */
+} http_server;
+
 struct fq_http {
+    http_server main_sv, probe_sv;  /* the handler's cls for d and probe_d */
     struct MHD_Daemon *d;
     struct MHD_Daemon *probe_d;     /* probes only, on probe_listen; NULL: none */
     fq_http_metrics_fn metrics;
@@ -262,28 +269,19 @@ static enum MHD_Result route(struct MHD_Connection *c, fq_http *h, const char *u
     return answer_probe(c, h, strcmp(url, "/readyz") == 0);
 }
 
+/* One handler for both servers: cls is the server's own record, which
+ * says whether it renders metrics. */
 static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *url,
                               const char *method, const char *version,
                               const char *upload_data, size_t *upload_data_size,
                               void **con_cls)
 {
+    const http_server *sv = cls;
     (void)version;
     (void)upload_data;
     (void)upload_data_size;
     (void)con_cls;
-    return route(c, cls, url, method, true);
-}
-
-static enum MHD_Result handle_probe(void *cls, struct MHD_Connection *c, const char *url,
-                                    const char *method, const char *version,
-                                    const char *upload_data, size_t *upload_data_size,
-                                    void **con_cls)
-{
-    (void)version;
-    (void)upload_data;
-    (void)upload_data_size;
-    (void)con_cls;
-    return route(c, cls, url, method, false);
+    return route(c, sv->h, url, method, sv->metrics);
 }
 
 /* libmicrohttpd's own messages are about single connections (malformed
@@ -300,17 +298,17 @@ static void mhd_log(void *cls, const char *fmt, va_list ap)
 
 /* ---- lifecycle ---- */
 
-/* A server on listen answering with handler, its port in *port; NULL with
+/* A server on listen answering as sv says, its port in *port; NULL with
  * err and *st set when it cannot start. */
-static struct MHD_Daemon *serve(fq_http *h, const char *listen, MHD_AccessHandlerCallback handler,
-                                uint16_t *port, fq_status *st, char *err, size_t errlen)
+static struct MHD_Daemon *serve(http_server *sv, const char *listen, uint16_t *port,
+                                fq_status *st, char *err, size_t errlen)
 {
     int fd = bind_listen(listen, port, st, err, errlen);
     if (fd < 0)
         return NULL;
     struct MHD_Daemon *d =
         MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO | MHD_USE_ERROR_LOG,
-                         0, NULL, NULL, handler, h,
+                         0, NULL, NULL, handle, sv,
                          MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
                          MHD_OPTION_LISTEN_SOCKET, fd,
                          MHD_OPTION_CONNECTION_LIMIT, (unsigned)FQ_HTTP_CONN_LIMIT,
@@ -344,9 +342,11 @@ fq_status fq_http_start(fq_http **out, const fq_http_opts *o, char *err, size_t 
     h->clock = o->clock ? o->clock : monotonic_ms;
     h->clock_arg = o->clock_arg;
 
-    h->d = serve(h, o->listen, handle, &h->port, &st, err, errlen);
+    h->main_sv = (http_server){h, true};
+    h->probe_sv = (http_server){h, false};
+    h->d = serve(&h->main_sv, o->listen, &h->port, &st, err, errlen);
     if (h->d && o->probe_listen && *o->probe_listen)
-        h->probe_d = serve(h, o->probe_listen, handle_probe, &h->probe_port, &st, err, errlen);
+        h->probe_d = serve(&h->probe_sv, o->probe_listen, &h->probe_port, &st, err, errlen);
     if (st != FQ_OK) {
         fq_http_stop(h);
         return st;
