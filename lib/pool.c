@@ -1,0 +1,227 @@
+/* pool.c -- size-class byte pools.
+ *
+ * Principles:
+ *  - A slab serves one class. A slab of several blocks is a power of two of
+ *    bytes (at least 64 KiB, room for at least 8 blocks) aligned to its own
+ *    size, so a block's slab is its address with the low bits cleared; a
+ *    block too large for that (past 512 KiB) has a slab of its own, the
+ *    block just past the slab's header. Either way the class, which the
+ *    sized free gives, says which: no header per block.
+ *  - A slab's blocks are cut on demand (a bump offset), then recycled
+ *    through the slab's own free list, so a new slab touches only the pages
+ *    it hands out and an empty slab can be given back whole.
+ *  - A class lists its slabs with room (taken from first) and its full ones,
+ *    both doubly linked, so every step is O(1).
+ */
+#include "pool.h"
+
+#include <stdlib.h>
+
+#define POOL_SLAB_MIN ((size_t)64 << 10)       /* bytes of the smallest slab */
+#define POOL_SLAB_MAX ((size_t)4 << 20)        /* past this a block gets a slab of its own */
+#define POOL_SLAB_BLOCKS 8                     /* blocks a shared slab holds at least */
+#define POOL_MAX ((size_t)1 << 30)             /* the largest block a pool serves */
+
+typedef struct pool_slab {
+    struct pool_slab *next, *prev;  /* in its class's list of slabs with room, or of full ones */
+    void *free;                     /* recycled blocks, linked through their first bytes */
+    uint32_t used;                  /* blocks handed out */
+    uint32_t carved;                /* blocks cut from the slab so far */
+} pool_slab;
+
+/* Blocks start this far into a slab, 16-byte aligned. */
+#define POOL_HDR ((sizeof(pool_slab) + 15) & ~(size_t)15)
+
+typedef struct pool_class {
+    pool_slab *room;                /* slabs with a free or uncut block */
+    pool_slab *full;                /* slabs without */
+    size_t size;                    /* bytes of a block */
+    size_t slab_bytes;              /* bytes of a slab, its header included */
+    uint32_t cap;                   /* blocks a slab holds */
+} pool_class;
+
+struct fq_pool {
+    pool_class *cls;
+    size_t n_cls;
+    size_t max;                     /* the largest request */
+    fq_pool_stats st;
+};
+
+static size_t pool_class_of(size_t n)
+{
+    if (n <= 128)
+        return (n + 15) / 16 - 1;
+    unsigned k = 63u - (unsigned)__builtin_clzll((unsigned long long)(n - 1));
+    size_t step_bits = k - 3;
+    size_t m = (n - ((size_t)1 << k) + ((size_t)1 << step_bits) - 1) >> step_bits;
+    return 8 + (k - 7) * 8 + m - 1;
+}
+
+static size_t pool_size_of(size_t idx)
+{
+    if (idx < 8)
+        return 16 * (idx + 1);
+    size_t j = idx - 8, k = 7 + j / 8, m = j % 8 + 1;
+    return ((size_t)1 << k) + (m << (k - 3));
+}
+
+fq_status fq_pool_create(fq_pool **out, size_t max)
+{
+    *out = NULL;
+    if (max < 1 || max > POOL_MAX)
+        return FQ_EINVAL;
+    fq_pool *p = calloc(1, sizeof(*p));
+    if (!p)
+        return FQ_ENOMEM;
+    p->max = max;
+    p->n_cls = pool_class_of(max) + 1;
+    p->cls = calloc(p->n_cls, sizeof(*p->cls));
+    if (!p->cls) {
+        free(p);
+        return FQ_ENOMEM;
+    }
+    for (size_t i = 0; i < p->n_cls; i++) {
+        pool_class *c = &p->cls[i];
+        c->size = pool_size_of(i);
+        if (POOL_HDR + POOL_SLAB_BLOCKS * c->size <= POOL_SLAB_MAX) {
+            size_t b = POOL_SLAB_MIN;
+            while (b < POOL_HDR + POOL_SLAB_BLOCKS * c->size)
+                b <<= 1;
+            c->slab_bytes = b;
+            c->cap = (uint32_t)((b - POOL_HDR) / c->size);
+        } else {
+            c->slab_bytes = POOL_HDR + c->size;
+            c->cap = 1;
+        }
+    }
+    *out = p;
+    return FQ_OK;
+}
+
+static void pool_unlink(pool_slab **head, pool_slab *s)
+{
+    if (s->prev)
+        s->prev->next = s->next;
+    else
+        *head = s->next;
+    if (s->next)
+        s->next->prev = s->prev;
+    s->next = s->prev = NULL;
+}
+
+static void pool_push(pool_slab **head, pool_slab *s)
+{
+    s->prev = NULL;
+    s->next = *head;
+    if (*head)
+        (*head)->prev = s;
+    *head = s;
+}
+
+static void pool_free_list(pool_slab *s)
+{
+    for (pool_slab *nx; s; s = nx) {
+        nx = s->next;
+        free(s);
+    }
+}
+
+void fq_pool_destroy(fq_pool *p)
+{
+    if (!p)
+        return;
+    for (size_t i = 0; i < p->n_cls; i++) {
+        pool_free_list(p->cls[i].room);
+        pool_free_list(p->cls[i].full);
+    }
+    free(p->cls);
+    free(p);
+}
+
+static pool_slab *pool_slab_new(fq_pool *p, pool_class *c)
+{
+    pool_slab *s = c->cap > 1 ? aligned_alloc(c->slab_bytes, c->slab_bytes)
+                              : malloc(c->slab_bytes);
+    if (!s)
+        return NULL;
+    s->next = s->prev = NULL;
+    s->free = NULL;
+    s->used = 0;
+    s->carved = 0;
+    p->st.reserved += c->slab_bytes;
+    p->st.slabs++;
+    return s;
+}
+
+void *fq_pool_alloc(fq_pool *p, size_t size)
+{
+    if (size < 1 || size > p->max)
+        return NULL;
+    pool_class *c = &p->cls[pool_class_of(size)];
+    pool_slab *s = c->room;
+    if (!s) {
+        if (!(s = pool_slab_new(p, c)))
+            return NULL;
+        pool_push(&c->room, s);
+    }
+    void *b;
+    if (s->free) {
+        b = s->free;
+        s->free = *(void **)b;
+    } else {
+        b = (char *)s + POOL_HDR + (size_t)s->carved * c->size;
+        s->carved++;
+    }
+    if (++s->used == c->cap) {
+        pool_unlink(&c->room, s);
+        pool_push(&c->full, s);
+    }
+    p->st.used += c->size;
+    p->st.requested += size;
+    p->st.blocks++;
+    return b;
+}
+
+void fq_pool_free(fq_pool *p, void *block, size_t size)
+{
+    if (!block)
+        return;
+    pool_class *c = &p->cls[pool_class_of(size)];
+    pool_slab *s = c->cap > 1
+        ? (pool_slab *)((uintptr_t)block & ~(uintptr_t)(c->slab_bytes - 1))
+        : (pool_slab *)(void *)((char *)block - POOL_HDR);
+    *(void **)block = s->free;
+    s->free = block;
+    if (s->used-- == c->cap) {
+        pool_unlink(&c->full, s);
+        pool_push(&c->room, s);
+    }
+    p->st.used -= c->size;
+    p->st.requested -= size;
+    p->st.blocks--;
+    /* An empty slab goes back to malloc when another of its class has room:
+     * the last one with room stays, so that the next request costs no malloc. */
+    if (s->used == 0 && (c->room != s || s->next)) {
+        pool_unlink(&c->room, s);
+        free(s);
+        p->st.reserved -= c->slab_bytes;
+        p->st.slabs--;
+    }
+}
+
+size_t fq_pool_class_size(const fq_pool *p, size_t size)
+{
+    if (size < 1 || size > p->max)
+        return 0;
+    return p->cls[pool_class_of(size)].size;
+}
+
+size_t fq_pool_max(const fq_pool *p)
+{
+    return p->max;
+}
+
+void fq_pool_stats_get(fq_pool_stats *out, const fq_pool *p)
+{
+    *out = p->st;
+}

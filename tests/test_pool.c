@@ -1,0 +1,262 @@
+/* test_pool.c -- unit tests of the size-class byte pools. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "pool.h"
+
+static fq_pool *pool_new(size_t max)
+{
+    fq_pool *p = NULL;
+    assert_int_equal(fq_pool_create(&p, max), FQ_OK);
+    assert_non_null(p);
+    return p;
+}
+
+static fq_pool_stats stats(const fq_pool *p)
+{
+    fq_pool_stats st;
+    fq_pool_stats_get(&st, p);
+    return st;
+}
+
+/* A small deterministic generator (xorshift64*), so a failure repeats. */
+static uint64_t rnd(uint64_t *s)
+{
+    *s ^= *s >> 12;
+    *s ^= *s << 25;
+    *s ^= *s >> 27;
+    return *s * 0x2545f4914f6cdd1dULL;
+}
+
+/* Every request up to max has a class at least its size, a multiple of 16,
+ * wasting at most an eighth of it (or 15 bytes), and classes never shrink
+ * as requests grow. */
+static void test_classes(void **state)
+{
+    (void)state;
+    size_t max = (size_t)1 << 20;
+    fq_pool *p = pool_new(max);
+    size_t prev = 0;
+    for (size_t n = 1; n <= max; n += n < 4096 ? 1 : 61) {
+        size_t c = fq_pool_class_size(p, n);
+        assert_true(c >= n);
+        assert_int_equal(c % 16, 0);
+        assert_true(c - n <= 15 || (c - n) * 8 <= c);
+        assert_true(c >= prev);
+        prev = c;
+    }
+    assert_int_equal(fq_pool_class_size(p, 1), 16);
+    assert_int_equal(fq_pool_class_size(p, 129), 144);
+    assert_int_equal(fq_pool_class_size(p, 600), 640);
+    assert_int_equal(fq_pool_class_size(p, max), max);
+    assert_int_equal(fq_pool_class_size(p, 0), 0);
+    assert_int_equal(fq_pool_class_size(p, max + 1), 0);
+    assert_int_equal(fq_pool_max(p), max);
+    fq_pool_destroy(p);
+}
+
+static void test_create_range(void **state)
+{
+    (void)state;
+    fq_pool *p = (fq_pool *)1;
+    assert_int_equal(fq_pool_create(&p, 0), FQ_EINVAL);
+    assert_null(p);
+    p = (fq_pool *)1;
+    assert_int_equal(fq_pool_create(&p, ((size_t)1 << 30) + 1), FQ_EINVAL);
+    assert_null(p);
+    fq_pool_destroy(NULL);
+}
+
+static void test_out_of_range(void **state)
+{
+    (void)state;
+    fq_pool *p = pool_new(1000);
+    assert_null(fq_pool_alloc(p, 0));
+    assert_null(fq_pool_alloc(p, 1001));
+    void *b = fq_pool_alloc(p, 1000);
+    assert_non_null(b);
+    memset(b, 0xab, 1000);
+    fq_pool_free(p, b, 1000);
+    fq_pool_free(p, NULL, 10);
+    assert_int_equal(stats(p).blocks, 0);
+    fq_pool_destroy(p);
+}
+
+/* Many live blocks of random sizes, each filled with its own pattern:
+ * none overlaps another (every pattern survives), each is 16-byte
+ * aligned, and the counters add up at every step. */
+static void test_blocks_are_disjoint(void **state)
+{
+    (void)state;
+    enum { N = 4000 };
+    size_t max = 300000;
+    fq_pool *p = pool_new(max);
+    unsigned char *b[N];
+    size_t len[N];
+    uint64_t seed = 0x9e3779b97f4a7c15ULL;
+    size_t used = 0, requested = 0;
+    for (int i = 0; i < N; i++) {
+        /* mostly small, sometimes up to max */
+        size_t r = rnd(&seed);
+        len[i] = 1 + (i % 50 == 0 ? r % max : r % 2048);
+        b[i] = fq_pool_alloc(p, len[i]);
+        assert_non_null(b[i]);
+        assert_int_equal((uintptr_t)b[i] % 16, 0);
+        memset(b[i], (int)(i & 0xff), len[i]);
+        used += fq_pool_class_size(p, len[i]);
+        requested += len[i];
+    }
+    fq_pool_stats st = stats(p);
+    assert_int_equal(st.blocks, N);
+    assert_int_equal(st.used, used);
+    assert_int_equal(st.requested, requested);
+    assert_true(st.reserved >= st.used);
+    /* free every other one, reallocate them with other sizes */
+    for (int i = 0; i < N; i += 2) {
+        fq_pool_free(p, b[i], len[i]);
+        len[i] = 1 + rnd(&seed) % 4096;
+        b[i] = fq_pool_alloc(p, len[i]);
+        assert_non_null(b[i]);
+        memset(b[i], (int)(i & 0xff), len[i]);
+    }
+    for (int i = 0; i < N; i++)
+        for (size_t k = 0; k < len[i]; k++)
+            assert_int_equal(b[i][k], (unsigned char)(i & 0xff));
+    for (int i = 0; i < N; i++)
+        fq_pool_free(p, b[i], len[i]);
+    st = stats(p);
+    assert_int_equal(st.blocks, 0);
+    assert_int_equal(st.used, 0);
+    assert_int_equal(st.requested, 0);
+    fq_pool_destroy(p);
+}
+
+/* Once warm, a steady churn (a queue of runs, each freed as a new one
+ * comes) reserves nothing more: no slab is made or given back. */
+static void test_warm_churn_reserves_nothing(void **state)
+{
+    (void)state;
+    enum { LIVE = 3000, STEPS = 200000 };
+    fq_pool *p = pool_new(1 << 20);
+    void *ring[LIVE];
+    size_t len[LIVE];
+    uint64_t seed = 42;
+    for (int i = 0; i < LIVE; i++) {
+        len[i] = 500 + rnd(&seed) % 200;      /* 512-byte bodies and their headers */
+        ring[i] = fq_pool_alloc(p, len[i]);
+        assert_non_null(ring[i]);
+    }
+    /* one lap to reach every class's working set */
+    for (int i = 0; i < LIVE; i++) {
+        fq_pool_free(p, ring[i], len[i]);
+        len[i] = 500 + rnd(&seed) % 200;
+        ring[i] = fq_pool_alloc(p, len[i]);
+    }
+    fq_pool_stats warm = stats(p);
+    size_t max_reserved = warm.reserved;
+    for (int s = 0; s < STEPS; s++) {
+        int i = s % LIVE;
+        fq_pool_free(p, ring[i], len[i]);
+        len[i] = 500 + rnd(&seed) % 200;
+        ring[i] = fq_pool_alloc(p, len[i]);
+        assert_non_null(ring[i]);
+        fq_pool_stats st = stats(p);
+        if (st.reserved > max_reserved)
+            max_reserved = st.reserved;
+    }
+    /* the mix of sizes drifts a little between classes: at most a slab
+     * per class touched (12 classes from 512 to 704) more */
+    assert_true(max_reserved <= warm.reserved + 12 * (64u << 10));
+    /* and the blocks fill the slabs: at most an eighth lost to rounding,
+     * plus a partly used slab per class */
+    fq_pool_stats st = stats(p);
+    assert_true(st.reserved <= st.used + st.used / 8 + 12 * (64u << 10));
+    for (int i = 0; i < LIVE; i++)
+        fq_pool_free(p, ring[i], len[i]);
+    fq_pool_destroy(p);
+}
+
+/* The same block comes back for the same class: a free list, no malloc. */
+static void test_free_then_alloc_reuses(void **state)
+{
+    (void)state;
+    fq_pool *p = pool_new(1 << 20);
+    void *a = fq_pool_alloc(p, 600);
+    void *b = fq_pool_alloc(p, 600);
+    fq_pool_stats st = stats(p);
+    assert_int_equal(st.slabs, 1);
+    fq_pool_free(p, a, 600);
+    assert_ptr_equal(fq_pool_alloc(p, 630), a);     /* same class, 640 */
+    assert_int_equal(stats(p).slabs, 1);
+    /* a block past 512 KiB has a slab of its own, kept once freed */
+    void *big = fq_pool_alloc(p, 700000);
+    assert_non_null(big);
+    memset(big, 1, 700000);
+    assert_int_equal(stats(p).slabs, 2);
+    fq_pool_free(p, big, 700000);
+    assert_int_equal(stats(p).slabs, 2);
+    assert_ptr_equal(fq_pool_alloc(p, 700000), big);
+    fq_pool_free(p, big, 700000);
+    fq_pool_free(p, a, 630);
+    fq_pool_free(p, b, 600);
+    fq_pool_destroy(p);
+}
+
+/* A burst drained gives its slabs back, but for one per class used. */
+static void test_drained_burst_is_returned(void **state)
+{
+    (void)state;
+    enum { N = 20000 };
+    fq_pool *p = pool_new(1 << 20);
+    void **b = calloc(N, sizeof(*b));
+    assert_non_null(b);
+    for (int i = 0; i < N; i++)
+        assert_non_null(b[i] = fq_pool_alloc(p, 700));
+    fq_pool_stats full = stats(p);
+    assert_true(full.slabs > 100);
+    assert_true(full.reserved >= (size_t)N * 704);
+    /* free in an order unlike the allocation's */
+    for (int i = 0; i < N; i += 2)
+        fq_pool_free(p, b[i], 700);
+    for (int i = N - 1; i > 0; i -= 2)
+        fq_pool_free(p, b[i], 700);
+    fq_pool_stats st = stats(p);
+    assert_int_equal(st.blocks, 0);
+    assert_int_equal(st.slabs, 1);
+    assert_int_equal(st.reserved, 64u << 10);
+    free(b);
+    fq_pool_destroy(p);
+}
+
+/* Destroy frees blocks still handed out (ASan builds check the leak). */
+static void test_destroy_with_live_blocks(void **state)
+{
+    (void)state;
+    fq_pool *p = pool_new(1 << 20);
+    for (int i = 1; i < 3000; i++)
+        assert_non_null(fq_pool_alloc(p, (size_t)i * 37 % 900000 + 1));
+    fq_pool_destroy(p);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_classes),
+        cmocka_unit_test(test_create_range),
+        cmocka_unit_test(test_out_of_range),
+        cmocka_unit_test(test_blocks_are_disjoint),
+        cmocka_unit_test(test_warm_churn_reserves_nothing),
+        cmocka_unit_test(test_free_then_alloc_reuses),
+        cmocka_unit_test(test_drained_burst_is_returned),
+        cmocka_unit_test(test_destroy_with_live_blocks),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
