@@ -41,14 +41,11 @@
 
 #include "fq.h"
 #include "msg.h"
+#include "names.h"
 #include "proxy.h"
 
-/* The default subjects of the wire contract (docs/protocol.md); the stream
- * names are the proxy's (proxy.h). */
-#define FQC_SUBMIT_PREFIX "fair.submit"
-#define FQC_DISPATCH "fair.dispatch"
-#define FQC_DONE_PREFIX "fair.done"
-#define FQC_REJECTED_PREFIX "fair.rejected"
+/* The default subjects and stream names of the wire contract are the
+ * proxy's (names.h). */
 #define FQC_HDR_MSG_ID "Nats-Msg-Id"
 #define FQC_DEFAULT_URL "nats://127.0.0.1:4222"
 
@@ -169,7 +166,7 @@ static inline const char **fqc_inbox_prefix(void)
 
 /* The --inbox-prefix option: a subject without wildcards. */
 #define FQC_INBOX_PREFIX_HELP \
-    "  --inbox-prefix P  inbox prefix of this client's replies (default _INBOX); the\n" \
+    "  --inbox-prefix P  inbox prefix of this client's replies (default " FQ_INBOX_PREFIX "); the\n" \
     "                   shipped server config gives each user _INBOX_<user>\n"
 static inline bool fqc_inbox_prefix_set(const char *prog, const char *p)
 {
@@ -192,7 +189,7 @@ static inline natsStatus fqc_inbox(char *buf, size_t cap)
         return s;
     const char *unique = strchr((const char *)inbox, '.');
     const char *prefix = *fqc_inbox_prefix();
-    int k = snprintf(buf, cap, "%s.%s", prefix ? prefix : "_INBOX",
+    int k = snprintf(buf, cap, "%s.%s", prefix ? prefix : FQ_INBOX_PREFIX,
                      unique ? unique + 1 : (const char *)inbox);
     natsInbox_Destroy(inbox);
     return k > 0 && (size_t)k < cap ? NATS_OK : NATS_ERR;
@@ -316,10 +313,10 @@ static inline int fqc_stream_ensure(jsCtx *js, const char *prog, jsStreamConfig 
  * default per-tenant storage bounds. Returns 0 on success. */
 static inline int fqc_streams_ensure(jsCtx *js, const char *prog)
 {
-    const char *submit[] = {FQC_SUBMIT_PREFIX ".*"};
-    const char *dispatch[] = {FQC_DISPATCH};
-    const char *done[] = {FQC_DONE_PREFIX ".*"};
-    const char *rejected[] = {FQC_REJECTED_PREFIX ".*"};
+    const char *submit[] = {FQ_SUBJECT_SUBMIT ".*"};
+    const char *dispatch[] = {FQ_SUBJECT_DISPATCH};
+    const char *done[] = {FQ_SUBJECT_DONE ".*"};
+    const char *rejected[] = {FQ_SUBJECT_REJECTED ".*"};
     const int64_t ms = FQC_NS_PER_MS;
     jsStreamConfig c[4];
 

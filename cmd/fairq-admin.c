@@ -19,7 +19,7 @@ static void usage(FILE *f)
             "                                          patch: null removes a field)\n"
             "\n"
             "  --nats URL      NATS server URL (default $FAIRQ_NATS_URL, else %s)\n"
-            "  --admin PREFIX  the proxy's subjects.admin (default fair.admin)\n"
+            "  --admin PREFIX  the proxy's subjects.admin (default " FQ_SUBJECT_ADMIN ")\n"
             FQC_INBOX_PREFIX_HELP
             "  --time N        send it N times and print on stderr the round trips of\n"
             "                  the answered ones (median, least, most), in ms\n"
@@ -65,7 +65,7 @@ static int cmp_i64(const void *a, const void *b)
 
 int main(int argc, char **argv)
 {
-    const char *url = NULL, *admin = "fair.admin";
+    const char *url = NULL, *admin = FQ_SUBJECT_ADMIN;
     long times = 1;
     enum { OPT_NATS = 256, OPT_ADMIN, OPT_TIME, OPT_INBOX };
     static const struct option longopts[] = {

@@ -933,9 +933,9 @@ static int load_parse(load_cfg *c, char **tenant_spec, const char **costs, int a
     int o, idx = 0;
     bool ok = true;
 
-    *c = (load_cfg){.submit_prefix = FQC_SUBMIT_PREFIX, .dispatch = FQC_DISPATCH,
-                    .dispatch_stream = FQ_DEFAULT_STREAM_DISPATCH, .done_prefix = FQC_DONE_PREFIX,
-                    .rejected_prefix = FQC_REJECTED_PREFIX, .admin_prefix = "fair.admin",
+    *c = (load_cfg){.submit_prefix = FQ_SUBJECT_SUBMIT, .dispatch = FQ_SUBJECT_DISPATCH,
+                    .dispatch_stream = FQ_DEFAULT_STREAM_DISPATCH, .done_prefix = FQ_SUBJECT_DONE,
+                    .rejected_prefix = FQ_SUBJECT_REJECTED, .admin_prefix = FQ_SUBJECT_ADMIN,
                     .duration_s = 10, .body_bytes = 512, .workers = 16, .max_outstanding = 10000,
                     .drain_s = 30, .warmup_s = 1, .compress = 1, .stats_at_s = -1};
     c->steady = (fql_steady_cfg){.rate = 1000, .actual_factor = 1, .seed = 1};

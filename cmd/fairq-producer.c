@@ -100,7 +100,7 @@ static void producer_usage(FILE *f)
     fprintf(f,
             "usage: %s --tenant T [--nats URL] [--workflow W] [--est N] [--count N]\n"
             "                      [--body TEXT] [--run-id ID] [--subject-prefix P]\n"
-            "Submits runs to " FQC_SUBMIT_PREFIX ".<T> and waits for each one's JetStream ack.\n"
+            "Submits runs to " FQ_SUBJECT_SUBMIT ".<T> and waits for each one's JetStream ack.\n"
             "Without --body the body is a JSON object with run_id, workflow and est_tokens;\n"
             "with --body, TEXT is the body and those fields travel in Fair-* headers.\n"
             "  --nats URL       server (default $FAIRQ_NATS_URL, else " FQC_DEFAULT_URL ")\n"
@@ -124,7 +124,7 @@ static int producer_parse(producer_cfg *c, int argc, char **argv)
     uint64_t v;
     int o;
 
-    *c = (producer_cfg){.prefix = FQC_SUBMIT_PREFIX, .count = 1};
+    *c = (producer_cfg){.prefix = FQ_SUBJECT_SUBMIT, .count = 1};
     while ((o = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (o) {
         case 'n': c->url = optarg; break;

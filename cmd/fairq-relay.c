@@ -166,7 +166,7 @@ static void relay_usage(FILE *f)
             "usage: %s [--nats URL] [--stream NAME] [--durable NAME] [--dispatch SUBJECT]\n"
             "                   [--batch N] [--default-est N]\n"
             "Relays runs from the submit stream (default " FQ_DEFAULT_STREAM_SUBMIT ") to the dispatch\n"
-            "subject (default " FQC_DISPATCH ") in arrival order, with no scheduling: the\n"
+            "subject (default " FQ_SUBJECT_DISPATCH ") in arrival order, with no scheduling: the\n"
             "baseline fairq-proxy is benchmarked against, and the demo's plain FIFO.\n"
             "Creates the fairq streams if they are missing. Stops on SIGINT or SIGTERM.\n"
             "  --nats URL         server (default $FAIRQ_NATS_URL, else " FQC_DEFAULT_URL ")\n"
@@ -189,7 +189,7 @@ static int relay_parse(relay_cfg *cfg, int argc, char **argv)
     int c;
 
     *cfg = (relay_cfg){.stream = FQ_DEFAULT_STREAM_SUBMIT, .durable = "fairq-relay",
-                       .dispatch = FQC_DISPATCH, .batch = 256, .default_est = 1000};
+                       .dispatch = FQ_SUBJECT_DISPATCH, .batch = 256, .default_est = 1000};
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (c) {
         case 'n': cfg->url = optarg; break;

@@ -457,8 +457,8 @@ static void worker_usage(FILE *f)
             "                    [--dispatch SUBJECT] [--done-prefix P] [--deliver new|all]\n"
             "                    [--claim-bucket NAME | --no-claim] [--create-only]\n"
             "                    [--api-prefix P]\n"
-            "Takes runs from " FQC_DISPATCH " one at a time, works each for actual/R seconds,\n"
-            "publishes its completion to " FQC_DONE_PREFIX ".<tenant> and acks it.\n"
+            "Takes runs from " FQ_SUBJECT_DISPATCH " one at a time, works each for actual/R seconds,\n"
+            "publishes its completion to " FQ_SUBJECT_DONE ".<tenant> and acks it.\n"
             "  --nats URL            server (default $FAIRQ_NATS_URL, else " FQC_DEFAULT_URL ")\n"
             "  --durable NAME        the workers' shared consumer (default fairq-workers)\n"
             "  --tokens-per-sec R    work speed; 0: no time (default 1000)\n"
@@ -506,7 +506,7 @@ static int worker_parse(worker_cfg *c, int argc, char **argv)
     bool ok = true;
 
     *c = (worker_cfg){.durable = "fairq-workers", .stream = FQ_DEFAULT_STREAM_DISPATCH,
-                      .dispatch = FQC_DISPATCH, .done_prefix = FQC_DONE_PREFIX,
+                      .dispatch = FQ_SUBJECT_DISPATCH, .done_prefix = FQ_SUBJECT_DONE,
                       .tokens_per_sec = 1000, .factor = 1, .status = FQ_DONE_OK,
                       .deliver = js_DeliverNew};
     c->claim_bucket = c->claim_default;

@@ -767,7 +767,7 @@ static fq_status cfg_nats(fq_config *c, const raw_nats *r, const cfg_ctx *v)
     if ((r->creds && *r->creds) + user + nkey > 1)
         return cfg_fail(v, "nats", user ? "user" : "nkey",
                         "one way to authenticate: creds, user and password, or nkey");
-    const char *inbox = r->inbox_prefix ? r->inbox_prefix : "_INBOX";
+    const char *inbox = r->inbox_prefix ? r->inbox_prefix : FQ_INBOX_PREFIX;
     if (!cfg_subject_valid(inbox) || strlen(inbox) > 64)
         return cfg_fail(v, "nats", "inbox_prefix", "'%s' is not an inbox prefix: 1 to 64"
                         " characters of dot-separated tokens, none empty, without white space"
@@ -790,8 +790,8 @@ static fq_status cfg_subjects(fq_config *c, const raw_subjects *r, const cfg_ctx
     static const char *const keys[] = {"submit", "dispatch", "done", "rejected", "admin",
                                        "runs"};
     const char *given[] = {r->submit, r->dispatch, r->done, r->rejected, r->admin, r->runs};
-    const char *defs[] = {"fair.submit", "fair.dispatch", "fair.done",
-                          "fair.rejected", "fair.admin", "fairq.runs"};
+    const char *defs[] = {FQ_SUBJECT_SUBMIT, FQ_SUBJECT_DISPATCH, FQ_SUBJECT_DONE,
+                          FQ_SUBJECT_REJECTED, FQ_SUBJECT_ADMIN, FQ_SUBJECT_RUNS};
     char **out[] = {&c->subjects.submit, &c->subjects.dispatch, &c->subjects.done,
                     &c->subjects.rejected, &c->subjects.admin, &c->subjects.runs};
     const size_t n = sizeof(keys) / sizeof(keys[0]);

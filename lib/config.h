@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "fq.h"
+#include "names.h"
 #include "policy.h"
 
 typedef struct fq_workflow_default {
@@ -29,15 +30,15 @@ typedef struct fq_config {
         char *nkey_seed;            /* the file holding its seed (SU...), with nkey;
                                        a secret, never printed */
         char *inbox_prefix;         /* every inbox the proxy makes is under it;
-                                       default "_INBOX" (nats.c's) */
+                                       default FQ_INBOX_PREFIX (nats.c's) */
     } nats;
     struct {
-        char *submit;               /* "fair.submit" (producers add .<tenant>) */
-        char *dispatch;             /* "fair.dispatch" */
-        char *done;                 /* "fair.done" */
-        char *rejected;             /* "fair.rejected" */
-        char *admin;                /* "fair.admin" */
-        char *runs;                 /* "fairq.runs": the journal's one subject */
+        char *submit;               /* FQ_SUBJECT_SUBMIT (producers add .<tenant>) */
+        char *dispatch;             /* FQ_SUBJECT_DISPATCH */
+        char *done;                 /* FQ_SUBJECT_DONE */
+        char *rejected;             /* FQ_SUBJECT_REJECTED */
+        char *admin;                /* FQ_SUBJECT_ADMIN */
+        char *runs;                 /* FQ_SUBJECT_RUNS: the journal's one subject */
     } subjects;
     /* What fairq keeps in JetStream. Stream and consumer names are 1 to
      * FQ_CONFIG_NAME_MAX printable characters without '.', '*', '>', '/',
@@ -114,14 +115,6 @@ typedef struct fq_config {
 } fq_config;
 
 #define FQ_DEFAULT_MAX_PENDING 100000   /* runs per tenant when no plan says */
-#define FQ_DEFAULT_STREAM_SUBMIT "FAIR_SUBMIT"     /* streams.* */
-#define FQ_DEFAULT_STREAM_DISPATCH "FAIR_DISPATCH"
-#define FQ_DEFAULT_STREAM_DONE "FAIR_DONE"
-#define FQ_DEFAULT_STREAM_REJECTED "FAIR_REJECTED"
-#define FQ_DEFAULT_STREAM_RUNS "FAIRQ_RUNS"
-#define FQ_DEFAULT_DURABLE "fairq"
-#define FQ_DEFAULT_LEASE_BUCKET "fairq_lease"
-#define FQ_DEFAULT_TENANTS_BUCKET "fairq_tenants"
 #define FQ_DEFAULT_DUPLICATE_WINDOW_MS 600000u  /* ten minutes */
 #define FQ_MAX_DUPLICATE_WINDOW_MS 86400000u    /* a day: completed run ids are
                                                    remembered that long */

@@ -1,5 +1,6 @@
 /* natsio.c -- fairq's one NATS adapter: connection, streams, pull consumers, async publishes, KV. */
 #include "natsio.h"
+#include "names.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -620,7 +621,7 @@ static natsStatus nio_inbox(const fq_nio *n, char *buf, size_t cap)
         return s;
     /* natsInbox_Create writes "_INBOX.<unique>". */
     const char *unique = strchr((const char *)inbox, '.');
-    int k = snprintf(buf, cap, "%s.%s", n->inbox_prefix ? n->inbox_prefix : "_INBOX",
+    int k = snprintf(buf, cap, "%s.%s", n->inbox_prefix ? n->inbox_prefix : FQ_INBOX_PREFIX,
                      unique ? unique + 1 : (const char *)inbox);
     natsInbox_Destroy(inbox);
     return k > 0 && (size_t)k < cap ? NATS_OK : NATS_ERR;
