@@ -3,9 +3,9 @@
 #define FQ_CLIENT_H
 
 /*
- * Header-only on purpose: cmd/NAME.c is one binary each, and these helpers
- * serve four of them (the example producer and worker, the baseline relay,
- * the load generator) without a library of their own.
+ * A small library (cmd/client.c, fairq_client): cmd/NAME.c is one binary
+ * each, and these helpers serve five of them (the admin tool, the example
+ * producer and worker, the baseline relay, the load generator).
  *
  * Principles:
  *
@@ -54,54 +54,22 @@
 
 /* Clocks. Latencies between processes use the wall clock, since the
  * server's timestamps are wall-clock too; intervals use the monotonic one. */
-static inline int64_t fqc_wall_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
+int64_t fqc_wall_us(void);
 
-static inline int64_t fqc_mono_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * FQC_NS_PER_S + ts.tv_nsec;
-}
+int64_t fqc_mono_ns(void);
 
 /* Sleep until the monotonic clock reads deadline_ns (returns early on a
  * signal, so the caller re-checks fqc_stopping()). */
-static inline void fqc_sleep_until(int64_t deadline_ns)
-{
-    struct timespec ts = {.tv_sec = deadline_ns / FQC_NS_PER_S,
-                          .tv_nsec = deadline_ns % FQC_NS_PER_S};
-    clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL);
-}
+void fqc_sleep_until(int64_t deadline_ns);
 
-/* SIGINT and SIGTERM set a flag that the programs' loops poll. The flag is a
- * function's static so that a translation unit that never stops compiles
- * without an unused variable. */
-static inline volatile sig_atomic_t *fqc_stop_flag(void)
-{
-    static volatile sig_atomic_t stop;
-    return &stop;
-}
-
-static inline bool fqc_stopping(void) { return *fqc_stop_flag() != 0; }
-
-static inline void fqc_on_signal(int sig)
-{
-    (void)sig;
-    *fqc_stop_flag() = 1;
-}
+/* Whether SIGINT or SIGTERM came since fqc_catch_signals: the programs'
+ * loops poll it. */
+bool fqc_stopping(void);
 
 /* Report a failed asynchronous publish, from a PublishAsync error handler:
  * "prog: what failed: reason". Handlers report only the first failure of a
  * batch, so that a broken connection prints one line, not one per run. */
-static inline void fqc_pub_perror(const char *prog, const char *what, const jsPubAckErr *pae)
-{
-    fprintf(stderr, "%s: %s failed: %s\n", prog, what,
-            pae->ErrText ? pae->ErrText : natsStatus_GetText(pae->Err));
-}
+void fqc_pub_perror(const char *prog, const char *what, const jsPubAckErr *pae);
 
 /* A connection's failed asynchronous publishes, for a loop that publishes a
  * batch and then checks it: set fqc_on_pub_error as the PublishAsync
@@ -113,197 +81,42 @@ typedef struct fqc_pub_errors {
     const char *what;           /* what was published, for the message */
 } fqc_pub_errors;
 
-static inline void fqc_on_pub_error(jsCtx *js, jsPubAckErr *pae, void *closure)
-{
-    fqc_pub_errors *e = closure;
-    (void)js;
-    if (atomic_fetch_add(&e->n, 1) == 0)
-        fqc_pub_perror(e->prog, e->what, pae);
-}
+void fqc_on_pub_error(jsCtx *js, jsPubAckErr *pae, void *closure);
 
-/* No SA_RESTART: a sleeping loop wakes up to see the flag. */
-static inline void fqc_catch_signals(void)
-{
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = fqc_on_signal;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
-}
+/* Catch SIGINT and SIGTERM for fqc_stopping, without SA_RESTART: a
+ * sleeping loop wakes up to see the flag. */
+void fqc_catch_signals(void);
 
 /* Print "prog: what: status (details)" to stderr, with nats.c's last error
  * when it is about this status and says more than the status does. */
-static inline void fqc_perror(const char *prog, const char *what, natsStatus s)
-{
-    natsStatus last_s = NATS_OK;
-    const char *last = nats_GetLastError(&last_s);
-
-    if (last && *last && last_s == s && !strstr(last, natsStatus_GetText(s)))
-        fprintf(stderr, "%s: %s: %s (%s)\n", prog, what, natsStatus_GetText(s), last);
-    else
-        fprintf(stderr, "%s: %s: %s\n", prog, what, natsStatus_GetText(s));
-}
+void fqc_perror(const char *prog, const char *what, natsStatus s);
 
 /* The server URL: the flag, else $FAIRQ_NATS_URL, else the local default. */
-static inline const char *fqc_url(const char *flag)
-{
-    const char *env = getenv("FAIRQ_NATS_URL");
-    if (flag && *flag)
-        return flag;
-    return env && *env ? env : FQC_DEFAULT_URL;
-}
+const char *fqc_url(const char *flag);
 
 /* The inbox prefix every connection of this program uses (--inbox-prefix;
- * NULL: nats.c's "_INBOX"): a server that scopes each user's inbox, as
+ * unset: nats.c's "_INBOX"): a server that scopes each user's inbox, as
  * config/nats-server.conf does, delivers replies only under the user's
- * own prefix. A function's static, as the stop flag. */
-static inline const char **fqc_inbox_prefix(void)
-{
-    static const char *prefix;
-    return &prefix;
-}
-
-/* The --inbox-prefix option: a subject without wildcards. */
+ * own prefix. The option: a subject without wildcards; p is kept. */
 #define FQC_INBOX_PREFIX_HELP \
     "  --inbox-prefix P  inbox prefix of this client's replies (default " FQ_INBOX_PREFIX "); the\n" \
     "                   shipped server config gives each user _INBOX_<user>\n"
-static inline bool fqc_inbox_prefix_set(const char *prog, const char *p)
-{
-    bool ok = *p && p[strlen(p) - 1] != '.' && *p != '.' && !strstr(p, "..") &&
-              !strpbrk(p, "*> \t\r\n");
-    if (!ok) {
-        fprintf(stderr, "%s: --inbox-prefix: '%s' is not a subject without wildcards\n", prog, p);
-        return false;
-    }
-    *fqc_inbox_prefix() = p;
-    return true;
-}
-
-/* A new inbox under the program's prefix into buf: "<prefix>.<unique>". */
-static inline natsStatus fqc_inbox(char *buf, size_t cap)
-{
-    natsInbox *inbox = NULL;
-    natsStatus s = natsInbox_Create(&inbox);
-    if (s != NATS_OK)
-        return s;
-    const char *unique = strchr((const char *)inbox, '.');
-    const char *prefix = *fqc_inbox_prefix();
-    int k = snprintf(buf, cap, "%s.%s", prefix ? prefix : FQ_INBOX_PREFIX,
-                     unique ? unique + 1 : (const char *)inbox);
-    natsInbox_Destroy(inbox);
-    return k > 0 && (size_t)k < cap ? NATS_OK : NATS_ERR;
-}
-
-/* nats.c's asynchronous errors: a publish or subscription the server
- * refused for want of a permission is said at once (the call that made it
- * only times out), with the subject; closure is the program's name. */
-static inline void fqc_on_async_error(natsConnection *nc, natsSubscription *sub, natsStatus err,
-                                      void *closure)
-{
-    const char *text = NULL;
-    (void)sub;
-    if (err != NATS_NOT_PERMITTED)
-        return;
-    natsConnection_GetLastError(nc, &text);
-    fprintf(stderr, "%s: the server refused: %s\n", (const char *)closure,
-            text && *text ? text : "a permissions violation");
-}
+bool fqc_inbox_prefix_set(const char *prog, const char *p);
 
 /* Connect to url as name, reconnecting for ever, and make a JetStream
  * context with jo (NULL for the defaults). nats.c holds writes back for up
  * to a millisecond to batch them; send_asap writes each publish (and each
  * fetch request and ack) at once instead, for latency at low rates at the
  * cost of a system call each. On error nothing is left open. */
-static inline natsStatus fqc_connect(natsConnection **nc, jsCtx **js, const char *url,
-                                     const char *name, jsOptions *jo, bool send_asap)
-{
-    natsOptions *o = NULL;
-    natsStatus s = natsOptions_Create(&o);
-
-    *nc = NULL;
-    *js = NULL;
-    if (s == NATS_OK) s = natsOptions_SetURL(o, url);
-    if (s == NATS_OK) s = natsOptions_SetName(o, name);
-    if (s == NATS_OK) s = natsOptions_SetTimeout(o, 2000);
-    if (s == NATS_OK) s = natsOptions_SetMaxReconnect(o, -1);
-    if (s == NATS_OK) s = natsOptions_SetReconnectWait(o, 250);
-    if (s == NATS_OK) s = natsOptions_SetSendAsap(o, send_asap);
-    if (s == NATS_OK) s = natsOptions_SetErrorHandler(o, fqc_on_async_error, (void *)name);
-    if (s == NATS_OK && *fqc_inbox_prefix())
-        s = natsOptions_SetCustomInboxPrefix(o, *fqc_inbox_prefix());
-    if (s == NATS_OK) s = natsConnection_Connect(nc, o);
-    if (s == NATS_OK) s = natsConnection_JetStream(js, *nc, jo);
-    if (s != NATS_OK) {
-        natsConnection_Destroy(*nc);
-        *nc = NULL;
-    }
-    natsOptions_Destroy(o);
-    return s;
-}
+natsStatus fqc_connect(natsConnection **nc, jsCtx **js, const char *url,
+                       const char *name, jsOptions *jo, bool send_asap);
 
 /* Close and free what fqc_connect made. Safe on NULL. */
-static inline void fqc_disconnect(natsConnection *nc, jsCtx *js)
-{
-    jsCtx_Destroy(js);
-    if (nc)
-        natsConnection_Close(nc);
-    natsConnection_Destroy(nc);
-}
-
-/* 1 if the stream exists, 0 if not, -1 on another error (printed). */
-static inline int fqc_stream_exists(jsCtx *js, const char *prog, const char *stream)
-{
-    jsStreamInfo *si = NULL;
-    jsErrCode jerr = 0;
-    natsStatus s = js_GetStreamInfo(&si, js, stream, NULL, &jerr);
-
-    jsStreamInfo_Destroy(si);
-    if (s == NATS_OK)
-        return 1;
-    if (s == NATS_NOT_FOUND || jerr == JSStreamNotFoundErr)
-        return 0;
-    fqc_perror(prog, stream, s);
-    return -1;
-}
+void fqc_disconnect(natsConnection *nc, jsCtx *js);
 
 /* Check that every stream of names[] exists; if one does not, say who
  * creates it. Returns 0 if all exist. */
-static inline int fqc_streams_require(jsCtx *js, const char *prog, const char *const *names,
-                                      size_t n)
-{
-    for (size_t i = 0; i < n; i++) {
-        int e = fqc_stream_exists(js, prog, names[i]);
-        if (e < 0)
-            return -1;
-        if (e == 0) {
-            fprintf(stderr,
-                    "%s: stream %s does not exist: start fairq-proxy first, it creates the "
-                    "fairq streams (or fairq-relay, for the FIFO baseline)\n",
-                    prog, names[i]);
-            return -1;
-        }
-    }
-    return 0;
-}
-
-/* Create one stream unless it exists. */
-static inline int fqc_stream_ensure(jsCtx *js, const char *prog, jsStreamConfig *cfg)
-{
-    jsStreamInfo *si = NULL;
-    jsErrCode jerr = 0;
-    int e = fqc_stream_exists(js, prog, cfg->Name);
-    natsStatus s;
-
-    if (e != 0)
-        return e > 0 ? 0 : -1;
-    s = js_AddStream(&si, js, cfg, NULL, &jerr);
-    jsStreamInfo_Destroy(si);
-    if (s == NATS_OK || jerr == JSStreamNameExistErr)
-        return 0;
-    fqc_perror(prog, cfg->Name, s);
-    return -1;
-}
+int fqc_streams_require(jsCtx *js, const char *prog, const char *const *names, size_t n);
 
 /* Create the four fairq streams with the default subjects where they are
  * missing, as fairq-proxy with its default config would (lib/proxy.c
@@ -311,49 +124,7 @@ static inline int fqc_stream_ensure(jsCtx *js, const char *prog, jsStreamConfig 
  * FAIR_DISPATCH keeps limits retention for an hour, so a Nats-Msg-Id it saw
  * survives a server restart; FAIR_SUBMIT and FAIR_REJECTED carry the
  * default per-tenant storage bounds. Returns 0 on success. */
-static inline int fqc_streams_ensure(jsCtx *js, const char *prog)
-{
-    const char *submit[] = {FQ_SUBJECT_SUBMIT ".*"};
-    const char *dispatch[] = {FQ_SUBJECT_DISPATCH};
-    const char *done[] = {FQ_SUBJECT_DONE ".*"};
-    const char *rejected[] = {FQ_SUBJECT_REJECTED ".*"};
-    const int64_t ms = FQC_NS_PER_MS;
-    jsStreamConfig c[4];
-
-    for (int i = 0; i < 4; i++) {
-        jsStreamConfig_Init(&c[i]);
-        c[i].Storage = js_FileStorage;
-        c[i].Replicas = 1;
-    }
-    c[0].Name = FQ_DEFAULT_STREAM_SUBMIT;
-    c[0].Subjects = submit;
-    c[0].Retention = js_WorkQueuePolicy;
-    c[0].AllowDirect = true;
-    c[0].MaxMsgsPerSubject = FQ_DEFAULT_SUBMIT_MAX_MSGS_PER_TENANT;
-    c[0].MaxBytes = (int64_t)FQ_DEFAULT_SUBMIT_MAX_BYTES;
-    c[0].Discard = js_DiscardNew;
-    c[0].DiscardNewPerSubject = true;
-    c[1].Name = FQ_DEFAULT_STREAM_DISPATCH;
-    c[1].Subjects = dispatch;
-    c[1].Retention = js_LimitsPolicy;
-    c[1].Duplicates = FQ_DEFAULT_DUPLICATE_WINDOW_MS * ms;
-    c[1].MaxAge = 3600 * 1000 * ms;
-    c[2].Name = FQ_DEFAULT_STREAM_DONE;
-    c[2].Subjects = done;
-    c[2].Retention = js_WorkQueuePolicy;
-    c[3].Name = FQ_DEFAULT_STREAM_REJECTED;
-    c[3].Subjects = rejected;
-    c[3].Retention = js_LimitsPolicy;
-    c[3].MaxAge = (int64_t)FQ_DEFAULT_REJECTED_MAX_AGE_MS * ms;
-    c[3].MaxMsgsPerSubject = FQ_DEFAULT_REJECTED_MAX_MSGS_PER_TENANT;
-    c[3].MaxBytes = (int64_t)FQ_DEFAULT_REJECTED_MAX_BYTES;
-    for (int i = 0; i < 4; i++) {
-        c[i].SubjectsLen = 1;
-        if (fqc_stream_ensure(js, prog, &c[i]) != 0)
-            return -1;
-    }
-    return 0;
-}
+int fqc_streams_ensure(jsCtx *js, const char *prog);
 
 /* A reader of a durable pull consumer that sends the pull requests itself.
  * Each request gets its own reply subject under one inbox, so that the
@@ -369,223 +140,51 @@ typedef struct fqc_pull {
 
 /* Open a reader of consumer on stream (both exist already). On error
  * nothing is left open. */
-static inline natsStatus fqc_pull_open(fqc_pull *p, natsConnection *nc, const char *api_prefix,
-                                       const char *stream, const char *consumer)
-{
-    char wildcard[sizeof p->inbox_subject + 2];
-    natsStatus s;
-
-    memset(p, 0, sizeof *p);
-    p->nc = nc;
-    s = fqc_inbox(p->inbox_subject, sizeof p->inbox_subject);
-    if (s != NATS_OK)
-        return s;
-    snprintf(p->next_subject, sizeof p->next_subject, "%s.CONSUMER.MSG.NEXT.%s.%s",
-             api_prefix ? api_prefix : "$JS.API", stream, consumer);
-    snprintf(wildcard, sizeof wildcard, "%s.*", p->inbox_subject);
-    return natsConnection_SubscribeSync(&p->inbox, nc, wildcard);
-}
+natsStatus fqc_pull_open(fqc_pull *p, natsConnection *nc, const char *api_prefix,
+                         const char *stream, const char *consumer);
 
 /* Safe on a zeroed reader. */
-static inline void fqc_pull_close(fqc_pull *p)
-{
-    if (p->inbox) {
-        natsSubscription_Unsubscribe(p->inbox);
-        natsSubscription_Destroy(p->inbox);
-    }
-    p->inbox = NULL;
-}
+void fqc_pull_close(fqc_pull *p);
 
-/* A JetStream delivery carries its ack subject as reply; the server's
- * status messages (end of request, heartbeat) carry none. A run's own
- * headers, whatever they say, cannot make it look like one. */
-static inline bool fqc_is_delivery(natsMsg *m)
-{
-    const char *reply = natsMsg_GetReply(m);
-    return reply && strncmp(reply, "$JS.ACK.", 8) == 0;
-}
-
-/* Up to max deliveries into out[]: what the consumer has now, or else the
- * first to come within timeout_ms (one request with no_wait and expires:
- * nats-server 2.9 then answers at once with what it has, or waits for the
- * first message and ends the request after it). Deliveries left from an
- * earlier request are handed out first, without a new request. *n is how
- * many; NATS_TIMEOUT when none came. The caller owns out[0..*n). */
-static inline natsStatus fqc_pull_fetch(fqc_pull *p, natsMsg **out, int max, int64_t timeout_ms,
-                                        int *n)
-{
-    char reply[sizeof p->inbox_subject + 24], req[96];
-    int queued = 0;
-    natsStatus s;
-    int64_t deadline;
-
-    *n = 0;
-    natsSubscription_GetPending(p->inbox, &queued, NULL);
-    while (*n < max && queued-- > 0) {
-        natsMsg *m = NULL;
-        if (natsSubscription_NextMsg(&m, p->inbox, 1) != NATS_OK)
-            break;
-        if (fqc_is_delivery(m))
-            out[(*n)++] = m;
-        else
-            natsMsg_Destroy(m);
-    }
-    if (*n > 0)
-        return NATS_OK;
-    if (timeout_ms < 1)
-        timeout_ms = 1;
-    snprintf(reply, sizeof reply, "%s.%llu", p->inbox_subject, (unsigned long long)++p->request);
-    snprintf(req, sizeof req, "{\"batch\":%d,\"expires\":%lld,\"no_wait\":true}", max,
-             (long long)(timeout_ms * FQC_NS_PER_MS));
-    s = natsConnection_PublishRequestString(p->nc, p->next_subject, reply, req);
-    if (s != NATS_OK)
-        return s;
-    /* The server ends the request at its expiry; a little longer here
-     * sees that end instead of leaving it for the next call. */
-    deadline = fqc_mono_ns() + (timeout_ms + 100) * FQC_NS_PER_MS;
-    while (*n < max) {
-        int64_t left = (deadline - fqc_mono_ns()) / FQC_NS_PER_MS;
-        const char *status = NULL;
-        natsMsg *m = NULL;
-        if (left <= 0)
-            break;
-        s = natsSubscription_NextMsg(&m, p->inbox, left);
-        if (s == NATS_TIMEOUT)
-            break;
-        if (s != NATS_OK)
-            return *n ? NATS_OK : s;
-        if (fqc_is_delivery(m)) {
-            out[(*n)++] = m;
-            continue;
-        }
-        /* A status: only this request's end (404, 408) or a refusal (409)
-         * matters; heartbeats and earlier requests' ends do not. */
-        bool ours = strcmp(natsMsg_GetSubject(m), reply) == 0;
-        natsMsgHeader_Get(m, "Status", &status);
-        bool refused = ours && status && strncmp(status, "409", 3) == 0;
-        bool ended = ours && status && strncmp(status, "100", 3) != 0;
-        natsMsg_Destroy(m);
-        if (refused && *n == 0)
-            return NATS_ERR;
-        if (ended)
-            break;
-    }
-    return *n ? NATS_OK : NATS_TIMEOUT;
-}
-
-/* fqc_pull_fetch for a client's main loop: true with *n deliveries in
- * out[]; false when this turn has none: a timeout, or an error (a
- * disconnection, most likely, which the library repairs by itself), then
- * printed and followed by a pause of pause_ms so the loop does not spin. */
-static inline bool fqc_pull_next(fqc_pull *p, const char *prog, natsMsg **out, int max,
-                                 int64_t timeout_ms, int pause_ms, int *n)
-{
-    natsStatus s = fqc_pull_fetch(p, out, max, timeout_ms, n);
-
-    if (s == NATS_OK)
-        return true;
-    if (s != NATS_TIMEOUT) {
-        fqc_perror(prog, "fetch", s);
-        fqc_sleep_until(fqc_mono_ns() + pause_ms * FQC_NS_PER_MS);
-    }
-    return false;
-}
+/* Up to max deliveries into out[], for a client's main loop: what the
+ * consumer has now, or else the first to come within timeout_ms. True with
+ * *n deliveries in out[] (the caller owns them); false when this turn has
+ * none: a timeout, or an error (a disconnection, most likely, which the
+ * library repairs by itself), then printed and followed by a pause of
+ * pause_ms so the loop does not spin. */
+bool fqc_pull_next(fqc_pull *p, const char *prog, natsMsg **out, int max,
+                   int64_t timeout_ms, int pause_ms, int *n);
 
 /* Acknowledge a delivery: "+ACK", "-NAK", "+TERM", or "+WPI" (in
  * progress), published to its ack subject without waiting. */
-static inline natsStatus fqc_ack(fqc_pull *p, natsMsg *m, const char *kind)
-{
-    return natsConnection_PublishString(p->nc, natsMsg_GetReply(m), kind);
-}
+natsStatus fqc_ack(fqc_pull *p, natsMsg *m, const char *kind);
 
 /* Acknowledge and wait until the server has recorded it. */
-static inline natsStatus fqc_ack_sync(fqc_pull *p, natsMsg *m, int64_t timeout_ms)
-{
-    natsMsg *r = NULL;
-    natsStatus s = natsConnection_RequestString(&r, p->nc, natsMsg_GetReply(m), "+ACK", timeout_ms);
-    natsMsg_Destroy(r);
-    return s;
-}
+natsStatus fqc_ack_sync(fqc_pull *p, natsMsg *m, int64_t timeout_ms);
 
 /* A consumed JetStream message's stream sequence and the time the server
  * stored it (wall clock, ns), from its reply subject. natsMsg_GetSequence
  * and natsMsg_GetTime answer only for js_GetMsg, so they are not used. */
-static inline natsStatus fqc_msg_meta(natsMsg *m, uint64_t *stream_seq, int64_t *stored_ns)
-{
-    jsMsgMetaData *meta = NULL;
-    natsStatus s = natsMsg_GetMetaData(&meta, m);
-
-    if (s == NATS_OK) {
-        *stream_seq = meta->Sequence.Stream;
-        *stored_ns = meta->Timestamp;
-    }
-    jsMsgMetaData_Destroy(meta);
-    return s;
-}
+natsStatus fqc_msg_meta(natsMsg *m, uint64_t *stream_seq, int64_t *stored_ns);
 
 /* A header's value, or NULL when the message has none. */
-static inline const char *fqc_hdr(natsMsg *m, const char *key)
-{
-    const char *v = NULL;
-    return natsMsgHeader_Get(m, key, &v) == NATS_OK ? v : NULL;
-}
+const char *fqc_hdr(natsMsg *m, const char *key);
 
 /* Strict unsigned decimal in [min, max]: digits only, no sign, no blanks.
  * On error *out is unchanged and false is returned. */
-static inline bool fqc_parse_u64(const char *s, uint64_t min, uint64_t max, uint64_t *out)
-{
-    uint64_t v = 0;
-
-    if (!s || !*s)
-        return false;
-    for (; *s; s++) {
-        uint64_t d = (uint64_t)(*s - '0');
-        if (*s < '0' || *s > '9' || v > (UINT64_MAX - d) / 10)
-            return false;
-        v = v * 10 + d;
-    }
-    if (v < min || v > max)
-        return false;
-    *out = v;
-    return true;
-}
+bool fqc_parse_u64(const char *s, uint64_t min, uint64_t max, uint64_t *out);
 
 /* A finite decimal in [min, max]. On error *out is unchanged. */
-static inline bool fqc_parse_double(const char *s, double min, double max, double *out)
-{
-    char *end = NULL;
-    double v;
-
-    if (!s || !*s)
-        return false;
-    errno = 0;
-    v = strtod(s, &end);
-    if (errno || *end || !isfinite(v) || v < min || v > max)
-        return false;
-    *out = v;
-    return true;
-}
+bool fqc_parse_double(const char *s, double min, double max, double *out);
 
 /* A header holding an unsigned decimal in [0, max]; false if absent or not one. */
-static inline bool fqc_hdr_u64(natsMsg *m, const char *key, uint64_t max, uint64_t *out)
-{
-    return fqc_parse_u64(fqc_hdr(m, key), 0, max, out);
-}
+bool fqc_hdr_u64(natsMsg *m, const char *key, uint64_t max, uint64_t *out);
 
 /* Set a header to a decimal. */
-static inline natsStatus fqc_hdr_set_u64(natsMsg *m, const char *key, uint64_t v)
-{
-    char num[24];
-    snprintf(num, sizeof num, "%llu", (unsigned long long)v);
-    return natsMsgHeader_Set(m, key, num);
-}
+natsStatus fqc_hdr_set_u64(natsMsg *m, const char *key, uint64_t v);
 
 /* The last token of a subject ("t1" of "fair.submit.t1"). */
-static inline const char *fqc_last_token(const char *subject)
-{
-    const char *dot = strrchr(subject, '.');
-    return dot ? dot + 1 : subject;
-}
+const char *fqc_last_token(const char *subject);
 
 /* A cost mix: "TOKENS[:WEIGHT][,...]" with an optional "NAME=" before the
  * tokens, naming the entry's workflow ("chat=100:0.9,batch=5000:0.1"). */
@@ -601,82 +200,11 @@ typedef struct fqc_costs {
 /* Parse spec into *out. Tokens are integers in [1, max_tokens], weights
  * finite and positive (1 when left out), names valid workflow names. On
  * error *out is unchanged and err holds a sentence. */
-static inline bool fqc_costs_parse(fqc_costs *out, const char *spec, uint32_t max_tokens,
-                                   char *err, size_t errlen)
-{
-    fqc_costs c;
-    char item[128];
-    double total = 0;
-    const char *p = spec;
-
-    memset(&c, 0, sizeof c);
-    if (!spec || !*spec) {
-        snprintf(err, errlen, "the cost mix is empty");
-        return false;
-    }
-    while (*p) {
-        size_t len = strcspn(p, ",");
-        char *name = NULL, *tok = item, *weight, *eq;
-        uint64_t t;
-        double w = 1;
-
-        if (c.n == FQC_COSTS_MAX) {
-            snprintf(err, errlen, "the cost mix has more than %d entries", FQC_COSTS_MAX);
-            return false;
-        }
-        if (len == 0 || len >= sizeof item) {
-            snprintf(err, errlen, "cost entry %d is %s", c.n + 1, len ? "too long" : "empty");
-            return false;
-        }
-        memcpy(item, p, len);
-        item[len] = '\0';
-        p += len + (p[len] == ',');
-        if (!*p && p[-1] == ',') {
-            snprintf(err, errlen, "the cost mix ends with a comma");
-            return false;
-        }
-        if ((eq = strchr(item, '=')) != NULL) {
-            *eq = '\0';
-            name = item;
-            tok = eq + 1;
-            if (!fq_msg_name_valid(name, strlen(name), FQ_WORKFLOW_MAX)) {
-                snprintf(err, errlen, "cost entry %d: the workflow name is not 1 to %d printable characters",
-                         c.n + 1, FQ_WORKFLOW_MAX);
-                return false;
-            }
-        }
-        if ((weight = strchr(tok, ':')) != NULL)
-            *weight++ = '\0';
-        if (!fqc_parse_u64(tok, 1, max_tokens, &t)) {
-            snprintf(err, errlen, "cost entry %d: tokens must be an integer from 1 to %u",
-                     c.n + 1, max_tokens);
-            return false;
-        }
-        if (weight && (!fqc_parse_double(weight, 0, INFINITY, &w) || w <= 0)) {
-            snprintf(err, errlen, "cost entry %d: the weight must be a positive number", c.n + 1);
-            return false;
-        }
-        c.tokens[c.n] = (uint32_t)t;
-        if (name)
-            memcpy(c.workflow[c.n], name, strlen(name) + 1);
-        total += w;
-        c.cum[c.n++] = total;
-    }
-    for (int i = 0; i < c.n; i++)
-        c.cum[i] /= total;
-    c.cum[c.n - 1] = 1.0;
-    *out = c;
-    return true;
-}
+bool fqc_costs_parse(fqc_costs *out, const char *spec, uint32_t max_tokens,
+                     char *err, size_t errlen);
 
 /* The entry that u, uniform in [0, 1), falls on. */
-static inline int fqc_costs_pick(const fqc_costs *c, double u)
-{
-    for (int i = 0; i < c->n - 1; i++)
-        if (u < c->cum[i])
-            return i;
-    return c->n - 1;
-}
+int fqc_costs_pick(const fqc_costs *c, double u);
 
 /* Latency samples in microseconds, sorted once at the end. Growth doubles,
  * so adding is amortised O(1) with no allocation per sample. */
@@ -687,52 +215,14 @@ typedef struct fqc_samples {
 } fqc_samples;
 
 /* Add one sample, clamped to [0, UINT32_MAX] us. On ENOMEM nothing changes. */
-static inline fq_status fqc_samples_add(fqc_samples *s, int64_t us)
-{
-    if (s->n == s->cap) {
-        size_t cap = s->cap ? s->cap * 2 : 1024;
-        uint32_t *v = realloc(s->v, cap * sizeof *v);
-        if (!v)
-            return FQ_ENOMEM;
-        s->v = v;
-        s->cap = cap;
-    }
-    s->v[s->n++] = us < 0 ? 0 : us > (int64_t)UINT32_MAX ? UINT32_MAX : (uint32_t)us;
-    return FQ_OK;
-}
+fq_status fqc_samples_add(fqc_samples *s, int64_t us);
 
-static inline int fqc_u32_cmp(const void *a, const void *b)
-{
-    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
-    return (x > y) - (x < y);
-}
-
-static inline void fqc_samples_sort(fqc_samples *s)
-{
-    if (s->n > 1)
-        qsort(s->v, s->n, sizeof *s->v, fqc_u32_cmp);
-}
+void fqc_samples_sort(fqc_samples *s);
 
 /* The q-quantile (0 < q <= 1) of sorted samples by the nearest-rank method:
  * the smallest sample with at least q of them at or below it. 0 if empty. */
-static inline uint32_t fqc_samples_quantile(const fqc_samples *s, double q)
-{
-    size_t rank;
+uint32_t fqc_samples_quantile(const fqc_samples *s, double q);
 
-    if (s->n == 0)
-        return 0;
-    rank = (size_t)ceil(q * (double)s->n);
-    if (rank < 1)
-        rank = 1;
-    if (rank > s->n)
-        rank = s->n;
-    return s->v[rank - 1];
-}
-
-static inline void fqc_samples_free(fqc_samples *s)
-{
-    free(s->v);
-    memset(s, 0, sizeof *s);
-}
+void fqc_samples_free(fqc_samples *s);
 
 #endif
