@@ -10,6 +10,7 @@
 
 #include "config.h"
 #include "metrics.h"
+#include "yamlerr.h"
 
 /*
  * Principles
@@ -20,12 +21,9 @@
  *   cross references, and fills in defaults. Integers are not left to
  *   libcyaml 1.3 because it reads "1.5" as 1 and "010" as 8, and a struct
  *   of plain integers cannot tell an absent key from a zero.
- * - Every error names file, line, column and key path. libcyaml reports
- *   its errors through the log callback as a message and a backtrace of
- *   the key path; they are captured, not printed. Its positions point at
- *   the event before the one at fault (an unknown key is reported at the
- *   previous value), so positions are looked up again with libyaml from the
- *   key path (cfg_locate), which also places the validation errors.
+ * - Every error names file, line, column and key path: lib/yamlerr.c
+ *   captures libcyaml's errors and places them, and the validation errors,
+ *   by key path.
  * - Secrets (nats.creds, nats.tls.key, nats.password, nats.nkey_seed, a
  *   URL's user information) never leave this module as text.
  */
@@ -269,164 +267,18 @@ typedef struct cfg_ctx {
     size_t errlen;
 } cfg_ctx;
 
-#define CFG_PATH_MAX 512
-#define CFG_STEPS_MAX 8
-
-/* One step of a key path: a mapping key, or a sequence index if key is NULL. */
-typedef struct cfg_step {
-    const char *key;
-    size_t klen;
-    size_t index;
-} cfg_step;
-
-/* Split a path such as "plans[2].weight" into steps; keys of the schema
- * contain neither '.' nor '['. Returns the number of steps. */
-static size_t cfg_steps(const char *path, cfg_step *st, size_t max)
-{
-    size_t n = 0;
-    const char *p = path;
-    while (*p && n < max) {
-        if (*p == '.') {
-            p++;
-        } else if (*p == '[') {
-            char *end;
-            st[n++] = (cfg_step){NULL, 0, strtoul(p + 1, &end, 10)};
-            p = *end == ']' ? end + 1 : end;
-        } else {
-            size_t k = strcspn(p, ".[");
-            st[n++] = (cfg_step){p, k, 0};
-            p += k;
-        }
-    }
-    return n;
-}
-
-static bool cfg_pull(yaml_parser_t *p, yaml_event_t *e)
-{
-    return yaml_parser_parse(p, e) != 0;
-}
-
-/* Consume the rest of a node whose first event was of type t. */
-static bool cfg_skip(yaml_parser_t *p, yaml_event_type_t t)
-{
-    int depth = t == YAML_MAPPING_START_EVENT || t == YAML_SEQUENCE_START_EVENT;
-    while (depth > 0) {
-        yaml_event_t e;
-        if (!cfg_pull(p, &e))
-            return false;
-        yaml_event_type_t et = e.type;
-        yaml_event_delete(&e);
-        if (et == YAML_MAPPING_START_EVENT || et == YAML_SEQUENCE_START_EVENT)
-            depth++;
-        else if (et == YAML_MAPPING_END_EVENT || et == YAML_SEQUENCE_END_EVENT)
-            depth--;
-        else if (et == YAML_STREAM_END_EVENT || et == YAML_NO_EVENT)
-            return false;
-    }
-    return true;
-}
-
-/* Find one step inside the node that starts with an event of type *t: the
- * nth occurrence of a key (the key's position), or a sequence entry. On
- * success the parser stands after the first event of the node found, *t is
- * its type and *mark its position. */
-static bool cfg_find_step(yaml_parser_t *p, const cfg_step *st, unsigned nth,
-                          yaml_event_type_t *t, yaml_mark_t *mark)
-{
-    if (*t != (st->key ? YAML_MAPPING_START_EVENT : YAML_SEQUENCE_START_EVENT))
-        return false;
-    unsigned seen = 0;
-    for (size_t idx = 0;; idx++) {
-        yaml_event_t e;
-        if (!cfg_pull(p, &e))
-            return false;
-        yaml_event_type_t et = e.type;
-        yaml_mark_t m = e.start_mark;
-        bool hit = st->key ? et == YAML_SCALAR_EVENT &&
-                                 e.data.scalar.length == st->klen &&
-                                 memcmp(e.data.scalar.value, st->key, st->klen) == 0 &&
-                                 ++seen == nth
-                           : idx == st->index;
-        yaml_event_delete(&e);
-        if (et == YAML_MAPPING_END_EVENT || et == YAML_SEQUENCE_END_EVENT)
-            return false;
-        if (st->key) {  /* past the key, to its value */
-            if (!cfg_skip(p, et) || !cfg_pull(p, &e))
-                return false;
-            et = e.type;
-            yaml_event_delete(&e);
-        }
-        if (hit) {
-            *t = et;
-            *mark = m;
-            return true;
-        }
-        if (!cfg_skip(p, et))
-            return false;
-    }
-}
-
-/* The position, 1-based, of the deepest node of path, then key (if given,
- * taken as written), that the document holds, the last key counted nth
- * times. False if it holds none of the keys: an absent section is better
- * named than placed at the top. */
-static bool cfg_locate(const cfg_ctx *v, const char *path, const char *key,
-                       unsigned nth, size_t *line, size_t *col)
-{
-    cfg_step st[CFG_STEPS_MAX + 1];
-    size_t n = cfg_steps(path, st, CFG_STEPS_MAX);
-    if (key)
-        st[n++] = (cfg_step){key, strlen(key), 0};
-    yaml_parser_t p;
-    yaml_event_t e;
-    yaml_event_type_t t = YAML_NO_EVENT;
-    yaml_mark_t mark = {0, 0, 0};
-    bool found = false;
-    if (!yaml_parser_initialize(&p))
-        return false;
-    yaml_parser_set_input_string(&p, (const unsigned char *)v->yaml, v->len);
-    /* Stream start, document start, then the root node. */
-    for (int k = 0; k < 3 && cfg_pull(&p, &e); k++) {
-        t = e.type;
-        mark = e.start_mark;
-        yaml_event_delete(&e);
-        found = k == 2 && (t == YAML_MAPPING_START_EVENT || t == YAML_SEQUENCE_START_EVENT ||
-                           t == YAML_SCALAR_EVENT || t == YAML_ALIAS_EVENT);
-    }
-    size_t i = 0;
-    for (; found && i < n; i++) {
-        yaml_mark_t m;
-        if (!cfg_find_step(&p, &st[i], i + 1 == n ? nth : 1, &t, &m))
-            break;
-        mark = m;
-    }
-    found = found && (i > 0 || n == 0);
-    if (found) {
-        *line = mark.line + 1;
-        *col = mark.column + 1;
-    }
-    yaml_parser_delete(&p);
-    return found;
-}
-
 /* Write "name:line:col: path: reason" (parts that are unknown left out). */
 static void cfg_message(const cfg_ctx *v, const char *path, size_t line,
                         size_t col, const char *reason)
 {
-    if (!v->err || v->errlen == 0)
-        return;
-    char where[64] = "";
-    if (line)
-        snprintf(where, sizeof(where), ":%zu:%zu", line, col);
-    snprintf(v->err, v->errlen, "%s%s: %s%s%s", v->name, where,
-             path ? path : "", path && *path ? ": " : "", reason);
+    fq_yerr_message(v->err, v->errlen, v->name, line, col, path, reason);
 }
 
 /* Report an error at prefix.key (either may be NULL). Returns FQ_EINVAL. */
 static fq_status cfg_fail(const cfg_ctx *v, const char *prefix, const char *key,
                           const char *fmt, ...)
 {
-    char path[CFG_PATH_MAX], reason[512];
+    char path[FQ_YERR_PATH_MAX], reason[512];
     size_t line = 0, col = 0;
     va_list ap;
     va_start(ap, fmt);
@@ -434,64 +286,17 @@ static fq_status cfg_fail(const cfg_ctx *v, const char *prefix, const char *key,
     va_end(ap);
     snprintf(path, sizeof(path), "%s%s%s", prefix ? prefix : "",
              prefix && key ? "." : "", key ? key : "");
-    if (!cfg_locate(v, path, NULL, 1, &line, &col))
+    if (!fq_yerr_locate(v->yaml, v->len, path, NULL, 1, &line, &col))
         line = col = 0;
     cfg_message(v, path, line, col, reason);
     return FQ_EINVAL;
 }
 
-/* A frame of libcyaml's backtrace. */
-typedef struct cfg_frame {
-    char key[64];               /* "in mapping field": the field */
-    size_t entry;               /* "in sequence entry": counted from 1; else 0 */
-    bool is_key;                /* a frame "in mapping field" */
-    size_t line, col;           /* libcyaml's position for it */
-} cfg_frame;
-
-/* What libcyaml logged about a failed load: its first message, and the key
- * path of its backtrace, innermost frame first. */
-typedef struct cfg_log {
-    char reason[512];           /* first message, without "Load: " */
-    cfg_frame frames[CFG_STEPS_MAX];
-    size_t n;
-} cfg_log;
-
-static void cfg_log_fn(cyaml_log_t level, void *ctx, const char *fmt, va_list args)
-{
-    cfg_log *l = ctx;
-    char msg[512];
-    if (level < CYAML_LOG_ERROR)
-        return;
-    vsnprintf(msg, sizeof(msg), fmt, args);
-    msg[strcspn(msg, "\n")] = '\0';
-    if (l->n < CFG_STEPS_MAX) {
-        cfg_frame *f = &l->frames[l->n];
-        memset(f, 0, sizeof(*f));
-        if (sscanf(msg, "  in mapping field '%63[^']' (line: %zu, column: %zu)",
-                   f->key, &f->line, &f->col) == 3) {
-            f->is_key = true;
-            l->n++;
-            return;
-        }
-        if (sscanf(msg, "  in sequence entry '%zu' (line: %zu, column: %zu)",
-                   &f->entry, &f->line, &f->col) == 3 ||
-            sscanf(msg, "  in mapping (line: %zu, column: %zu)",
-                   &f->line, &f->col) == 2) {
-            l->n++;
-            return;
-        }
-    }
-    if (!l->reason[0] && strncmp(msg, "Load: Backtrace", 15) != 0 &&
-        strncmp(msg, "  in ", 5) != 0)
-        snprintf(l->reason, sizeof(l->reason), "%s",
-                 strncmp(msg, "Load: ", 6) == 0 ? msg + 6 : msg);
-}
-
 /* The mapping fields of the schema at path, or NULL. */
 static const cyaml_schema_field_t *cfg_schema_at(const char *path)
 {
-    cfg_step st[CFG_STEPS_MAX];
-    size_t n = cfg_steps(path, st, CFG_STEPS_MAX);
+    fq_yerr_step st[FQ_YERR_STEPS];
+    size_t n = fq_yerr_steps(st, path, FQ_YERR_STEPS);
     const cyaml_schema_value_t *val = &config_schema;
     for (size_t i = 0; i < n && val; i++) {
         if (!st[i].key) {
@@ -531,7 +336,7 @@ static fq_status cfg_scan(const cfg_ctx *v)
         return FQ_ENOMEM;
     yaml_parser_set_input_string(&p, (const unsigned char *)v->yaml, v->len);
     for (;;) {
-        if (!cfg_pull(&p, &e)) {
+        if (!yaml_parser_parse(&p, &e)) {
             char reason[256];
             snprintf(reason, sizeof(reason), "YAML syntax: %s%s%s",
                      p.problem ? p.problem : "invalid document",
@@ -558,34 +363,25 @@ static fq_status cfg_scan(const cfg_ctx *v)
 }
 
 /* Turn what libcyaml logged into one message in v->err. */
-static void cfg_load_error(const cfg_ctx *v, const cfg_log *l, cyaml_err_t err)
+static void cfg_load_error(const cfg_ctx *v, const fq_yerr_log *l, cyaml_err_t err)
 {
-    char path[CFG_PATH_MAX] = "", reason[512], key[256];
-    size_t used = 0, line = 0, col = 0;
-    unsigned nth = 1;
-
-    for (size_t i = l->n; i-- > 0;) {   /* outermost first */
-        if (l->frames[i].is_key)
-            used += snprintf(path + used, sizeof(path) - used, "%s%s",
-                             used ? "." : "", l->frames[i].key);
-        else if (l->frames[i].entry)
-            used += snprintf(path + used, sizeof(path) - used, "[%zu]",
-                             l->frames[i].entry - 1);
-        if (used >= sizeof(path))
-            used = sizeof(path) - 1;
-    }
-    char expected[32], got[32];
-    bool unknown = sscanf(l->reason, "Unexpected key: %255[^\n]", key) == 1;
-    if (unknown) {
+    char path[FQ_YERR_PATH_MAX], reason[512], key[256], expected[32], got[32];
+    size_t line, col;
+    bool twice = strncmp(l->reason, "Mapping field already seen", 26) == 0;
+    fq_yerr_place(l, v->yaml, v->len, twice ? 2 : 1, path, sizeof(path), key, sizeof(key),
+                  &line, &col);
+    if (key[0]) {
         char known[384] = "";
         size_t k = 0;
-        const cyaml_schema_field_t *f = cfg_schema_at(path);
+        char at[FQ_YERR_PATH_MAX];          /* the mapping the key is unknown in */
+        size_t plen = strlen(path) - strlen(key);
+        snprintf(at, sizeof(at), "%.*s", (int)(plen ? plen - 1 : 0), path);
+        const cyaml_schema_field_t *f = cfg_schema_at(at);
         for (; f && f->key && k < sizeof(known); f++)
             k += snprintf(known + k, sizeof(known) - k, "%s%s", k ? ", " : "", f->key);
         snprintf(reason, sizeof(reason), "unknown key (known here: %s)", known);
-    } else if (strncmp(l->reason, "Mapping field already seen", 26) == 0) {
+    } else if (twice) {
         snprintf(reason, sizeof(reason), "key given twice");
-        nth = 2;
     } else if (sscanf(l->reason, "Expecting %31s got event: %31s", expected, got) == 2) {
         snprintf(reason, sizeof(reason), "expected %s, got %s",
                  cfg_kind(expected), cfg_kind(got));
@@ -595,12 +391,6 @@ static void cfg_load_error(const cfg_ctx *v, const cfg_log *l, cyaml_err_t err)
         snprintf(reason, sizeof(reason), "%s",
                  l->reason[0] ? l->reason : cyaml_strerror(err));
     }
-    if (!cfg_locate(v, path, unknown ? key : NULL, nth, &line, &col) && l->n) {
-        line = l->frames[0].line;
-        col = l->frames[0].col;
-    }
-    if (unknown)
-        snprintf(path + used, sizeof(path) - used, "%s%s", used ? "." : "", key);
     cfg_message(v, path, line, col, reason);
 }
 
@@ -1176,10 +966,10 @@ fq_status fq_config_parse(fq_config *out, const char *name, const char *yaml,
                           size_t len, char *err, size_t errlen)
 {
     cfg_ctx v = {name, yaml, len, err, errlen};
-    cfg_log log;
+    fq_yerr_log log;
     memset(&log, 0, sizeof(log));
     const cyaml_config_t cy = {
-        .log_fn = cfg_log_fn,
+        .log_fn = fq_yerr_log_fn,
         .log_ctx = &log,
         .mem_fn = cyaml_mem,
         .log_level = CYAML_LOG_ERROR,

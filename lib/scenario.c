@@ -13,6 +13,7 @@
  *    does not move anyone else's arrivals.
  */
 #include "scenario.h"
+#include "yamlerr.h"
 
 #include <cyaml/cyaml.h>
 #include <errno.h>
@@ -252,69 +253,6 @@ static fq_status fail(char *err, size_t errlen, const char *fmt, ...)
     vsnprintf(err, errlen, fmt, ap);
     va_end(ap);
     return FQ_EINVAL;
-}
-
-/* What libcyaml said about a failed load: its first error and the position
- * of the innermost node of its backtrace. */
-typedef struct cy_log {
-    char msg[256];
-    unsigned line, col;         /* 0: not known */
-    int in_backtrace;
-} cy_log;
-
-static void cy_log_fn(cyaml_log_t level, void *ctx, const char *fmt, va_list args)
-{
-    cy_log *l = ctx;
-    if (level < CYAML_LOG_ERROR)
-        return;
-    char line[256];
-    vsnprintf(line, sizeof(line), fmt, args);
-    line[strcspn(line, "\n")] = '\0';
-    if (strstr(line, "Backtrace:")) {
-        l->in_backtrace = 1;
-        return;
-    }
-    if (l->in_backtrace) {
-        const char *p = strstr(line, "(line: ");
-        if (p && !l->line && sscanf(p, "(line: %u, column: %u)", &l->line, &l->col) != 2)
-            l->line = l->col = 0;
-        return;
-    }
-    if (!l->msg[0]) {
-        const char *m = strncmp(line, "Load: ", 6) == 0 ? line + 6 : line;
-        snprintf(l->msg, sizeof(l->msg), "%s", m);
-    }
-}
-
-/* libcyaml places an unexpected key at the start of its mapping; find the
- * key itself at or after that line, so the error points where to edit. */
-static void locate_key(const char *yaml, size_t len, const char *key, unsigned *line,
-                       unsigned *col)
-{
-    size_t klen = strlen(key);
-    unsigned ln = 1;
-    for (size_t i = 0; i < len; ln++) {
-        size_t end = i;
-        while (end < len && yaml[end] != '\n')
-            end++;
-        if (ln >= *line) {
-            size_t j = i;
-            while (j < end && (yaml[j] == ' ' || yaml[j] == '-' || yaml[j] == '{' ||
-                               yaml[j] == ','))
-                j++;
-            if (end - j >= klen && memcmp(yaml + j, key, klen) == 0) {
-                size_t k = j + klen;
-                while (k < end && yaml[k] == ' ')
-                    k++;
-                if (k < end && yaml[k] == ':') {
-                    *line = ln;
-                    *col = (unsigned)(j - i + 1);
-                    return;
-                }
-            }
-        }
-        i = end + 1;
-    }
 }
 
 /* ---- validation -------------------------------------------------------- */
@@ -860,22 +798,19 @@ fq_status fq_scenario_parse(fq_scenario **out, const char *name, const char *yam
                             size_t len, char *err, size_t errlen)
 {
     *out = NULL;
-    cy_log log = {0};
+    fq_yerr_log log = {0};
     cyaml_config_t cfg = cy_quiet;
-    cfg.log_fn = cy_log_fn;
+    cfg.log_fn = fq_yerr_log_fn;
     cfg.log_ctx = &log;
     struct fq_scenario_spec *s = NULL;
     cyaml_err_t e = cyaml_load_data((const uint8_t *)yaml, len, &cfg, &spec_schema,
                                     (cyaml_data_t **)&s, NULL);
     if (e != CYAML_OK) {
-        const char *key = strstr(log.msg, "Unexpected key: ");
-        if (key && log.line)
-            locate_key(yaml, len, key + 16, &log.line, &log.col);
-        if (log.line)
-            fail(err, errlen, "%s:%u:%u: %s", name, log.line, log.col,
-                 log.msg[0] ? log.msg : cyaml_strerror(e));
-        else
-            fail(err, errlen, "%s: %s", name, log.msg[0] ? log.msg : cyaml_strerror(e));
+        char path[FQ_YERR_PATH_MAX], key[256];
+        size_t line, col;
+        fq_yerr_place(&log, yaml, len, 1, path, sizeof path, key, sizeof key, &line, &col);
+        fq_yerr_message(err, errlen, name, line, col, NULL,
+                        log.reason[0] ? log.reason : cyaml_strerror(e));
         return e == CYAML_ERR_OOM ? FQ_ENOMEM : FQ_EINVAL;
     }
     if (!s)             /* libcyaml's answer to a file without a document */
