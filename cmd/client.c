@@ -256,36 +256,22 @@ int fqc_streams_ensure(jsCtx *js, const char *prog)
 natsStatus fqc_pull_open(fqc_pull *p, natsConnection *nc, const char *api_prefix,
                          const char *stream, const char *consumer)
 {
-    char wildcard[sizeof p->inbox_subject + 2];
-    natsStatus s;
+    char inbox[sizeof p->pull.inbox];
+    int ns = NATS_ERR;
 
     memset(p, 0, sizeof *p);
-    p->nc = nc;
-    s = fqc_inbox(p->inbox_subject, sizeof p->inbox_subject);
+    natsStatus s = fqc_inbox(inbox, sizeof inbox);
     if (s != NATS_OK)
         return s;
-    snprintf(p->next_subject, sizeof p->next_subject, "%s.CONSUMER.MSG.NEXT.%s.%s",
-             api_prefix ? api_prefix : "$JS.API", stream, consumer);
-    snprintf(wildcard, sizeof wildcard, "%s.*", p->inbox_subject);
-    return natsConnection_SubscribeSync(&p->inbox, nc, wildcard);
+    if (fq_nio_pull_open(&p->pull, nc, inbox, api_prefix, stream, consumer, &ns) != FQ_OK)
+        return (natsStatus)ns;
+    p->nc = nc;
+    return NATS_OK;
 }
 
 void fqc_pull_close(fqc_pull *p)
 {
-    if (p->inbox) {
-        natsSubscription_Unsubscribe(p->inbox);
-        natsSubscription_Destroy(p->inbox);
-    }
-    p->inbox = NULL;
-}
-
-/* A JetStream delivery carries its ack subject as reply; the server's
- * status messages (end of request, heartbeat) carry none. A run's own
- * headers, whatever they say, cannot make it look like one. */
-static bool fqc_is_delivery(natsMsg *m)
-{
-    const char *reply = natsMsg_GetReply(m);
-    return reply && strncmp(reply, "$JS.ACK.", 8) == 0;
+    fq_nio_pull_close(&p->pull);
 }
 
 /* Up to max deliveries into out[]: what the consumer has now, or else the
@@ -294,65 +280,17 @@ static bool fqc_is_delivery(natsMsg *m)
  * first message and ends the request after it). Deliveries left from an
  * earlier request are handed out first, without a new request. *n is how
  * many; NATS_TIMEOUT when none came. The caller owns out[0..*n). */
-static natsStatus fqc_pull_fetch(fqc_pull *p, natsMsg **out, int max, int64_t timeout_ms,
-                                 int *n)
+static natsStatus fqc_pull_fetch(fqc_pull *p, natsMsg **out, int max, int64_t timeout_ms, int *n)
 {
-    char reply[sizeof p->inbox_subject + 24], req[96];
-    int queued = 0;
-    natsStatus s;
-    int64_t deadline;
+    int ns = NATS_ERR;
 
-    *n = 0;
-    natsSubscription_GetPending(p->inbox, &queued, NULL);
-    while (*n < max && queued-- > 0) {
-        natsMsg *m = NULL;
-        if (natsSubscription_NextMsg(&m, p->inbox, 1) != NATS_OK)
-            break;
-        if (fqc_is_delivery(m))
-            out[(*n)++] = m;
-        else
-            natsMsg_Destroy(m);
-    }
+    *n = fq_nio_pull_queued(&p->pull, (void **)out, max);
     if (*n > 0)
         return NATS_OK;
     if (timeout_ms < 1)
         timeout_ms = 1;
-    snprintf(reply, sizeof reply, "%s.%llu", p->inbox_subject, (unsigned long long)++p->request);
-    snprintf(req, sizeof req, "{\"batch\":%d,\"expires\":%lld,\"no_wait\":true}", max,
-             (long long)(timeout_ms * FQC_NS_PER_MS));
-    s = natsConnection_PublishRequestString(p->nc, p->next_subject, reply, req);
-    if (s != NATS_OK)
-        return s;
-    /* The server ends the request at its expiry; a little longer here
-     * sees that end instead of leaving it for the next call. */
-    deadline = fqc_mono_ns() + (timeout_ms + 100) * FQC_NS_PER_MS;
-    while (*n < max) {
-        int64_t left = (deadline - fqc_mono_ns()) / FQC_NS_PER_MS;
-        const char *status = NULL;
-        natsMsg *m = NULL;
-        if (left <= 0)
-            break;
-        s = natsSubscription_NextMsg(&m, p->inbox, left);
-        if (s == NATS_TIMEOUT)
-            break;
-        if (s != NATS_OK)
-            return *n ? NATS_OK : s;
-        if (fqc_is_delivery(m)) {
-            out[(*n)++] = m;
-            continue;
-        }
-        /* A status: only this request's end (404, 408) or a refusal (409)
-         * matters; heartbeats and earlier requests' ends do not. */
-        bool ours = strcmp(natsMsg_GetSubject(m), reply) == 0;
-        natsMsgHeader_Get(m, "Status", &status);
-        bool refused = ours && status && strncmp(status, "409", 3) == 0;
-        bool ended = ours && status && strncmp(status, "100", 3) != 0;
-        natsMsg_Destroy(m);
-        if (refused && *n == 0)
-            return NATS_ERR;
-        if (ended)
-            break;
-    }
+    if (fq_nio_pull_request(&p->pull, (void **)out, max, true, timeout_ms, n, &ns) != FQ_OK)
+        return (natsStatus)ns;
     return *n ? NATS_OK : NATS_TIMEOUT;
 }
 

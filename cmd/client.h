@@ -24,7 +24,8 @@
  *   compares its running total with the already reduced batch, so it waits
  *   out its timeout and, if more deliveries arrive, writes past the array
  *   it returns (a heap overflow, seen under load here). fqc_pull sends the
- *   pull requests itself and counts what it took.
+ *   pull requests itself and counts what it took, through natsio's pull
+ *   reader, the one the proxy's fetch threads use.
  */
 
 #include <errno.h>
@@ -42,6 +43,7 @@
 #include "fq.h"
 #include "msg.h"
 #include "names.h"
+#include "natsio.h"
 #include "proxy.h"
 
 /* The default subjects and stream names of the wire contract are the
@@ -126,16 +128,10 @@ int fqc_streams_require(jsCtx *js, const char *prog, const char *const *names, s
  * default per-tenant storage bounds. Returns 0 on success. */
 int fqc_streams_ensure(jsCtx *js, const char *prog);
 
-/* A reader of a durable pull consumer that sends the pull requests itself.
- * Each request gets its own reply subject under one inbox, so that the
- * end-of-request status of an earlier request is told apart and ignored,
- * while the runs it still delivers are taken. */
+/* A reader of a durable pull consumer: natsio's (natsio.h says how). */
 typedef struct fqc_pull {
     natsConnection *nc;             /* requests and acks go out on it */
-    natsSubscription *inbox;        /* <inbox>.* : every delivery to us */
-    char inbox_subject[128];        /* <inbox> */
-    char next_subject[320];         /* $JS.API.CONSUMER.MSG.NEXT.<stream>.<consumer> */
-    uint64_t request;               /* the latest request's number */
+    fq_nio_pull pull;               /* the pull requests and their inbox */
 } fqc_pull;
 
 /* Open a reader of consumer on stream (both exist already). On error

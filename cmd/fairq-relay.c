@@ -273,7 +273,7 @@ int main(int argc, char **argv)
            secs > 0 ? (double)relayed / secs : 0.0);
     rc = 0;
 out:
-    if (pull.inbox) {
+    if (pull.pull.sub) {
         fqc_pull_close(&pull);
         js_DeleteConsumer(js, cfg.stream, cfg.durable, NULL, NULL);
     }

@@ -699,11 +699,6 @@ fq_status fq_sched_tenant_remove(fq_sched *s, fq_tenant *t)
     return FQ_OK;
 }
 
-const char *fq_tenant_id(const fq_tenant *t)
-{
-    return t->id;
-}
-
 void fq_tenant_info_get(const fq_tenant *t, fq_tenant_info *out)
 {
     *out = (fq_tenant_info){

@@ -110,7 +110,6 @@ fq_tenant *fq_sched_find(fq_sched *s, const char *id, size_t len);
  * losing its place or its queued runs. */
 fq_status fq_tenant_set_policy(fq_sched *s, fq_tenant *t, const fq_tenant_policy *p);
 void fq_tenant_info_get(const fq_tenant *t, fq_tenant_info *out);
-const char *fq_tenant_id(const fq_tenant *t);
 
 /* Queue a run at the tail of its tenant's queue, charging est tokens
  * (capped at max_est_tokens, at least 1). id must be unique among the runs

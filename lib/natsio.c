@@ -85,13 +85,10 @@ typedef struct nio_consumer {
     fq_nio *n;
     int id;
     fq_nio_consumer cfg;        /* strings owned by the caller */
-    natsSubscription *sub;      /* <inbox>.*: every delivery to us; fetch thread only */
-    char inbox[96];             /* this consumer generation's inbox */
+    fq_nio_pull pull;           /* this consumer generation's reader; fetch thread only */
     char name[160];             /* <durable>-<term>, or <durable>: fetch thread only */
-    char next[320];             /* $JS.API.CONSUMER.MSG.NEXT.<stream>.<name> */
     char ack[320];              /* $JS.ACK.<stream>.<name>. : acks' subjects begin so; owner only */
     size_t ack_len;
-    uint64_t request;           /* the latest pull request's number */
     natsMsg **got;              /* cfg.batch slots for one pull; fetch thread only */
     pthread_t thread;
     bool started;
@@ -158,7 +155,6 @@ struct fq_nio {
     pthread_cond_t cv;          /* signalled when events are queued */
     fq_nio_event *q;            /* ring of events */
     size_t q_cap, q_head, q_len;
-    bool woken;
     nio_graves acked;           /* PubAck replies, to destroy in the owner's burst */
     nio_graves spare;           /* an emptied array for acked; owner thread only */
     nio_graves dropped;         /* the owner's (fq_nio_msg_drop); owner thread only */
@@ -305,7 +301,7 @@ static size_t nio_pubs_settle(fq_nio *n, fq_nio_event *ev, size_t k, size_t cap,
 size_t fq_nio_poll(fq_nio *n, fq_nio_event *ev, size_t cap, int timeout_ms)
 {
     pthread_mutex_lock(&n->mu);
-    if (n->q_len == 0 && !n->woken && timeout_ms > 0) {
+    if (n->q_len == 0 && timeout_ms > 0) {
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
         ts.tv_sec += timeout_ms / 1000;
@@ -314,11 +310,10 @@ size_t fq_nio_poll(fq_nio *n, fq_nio_event *ev, size_t cap, int timeout_ms)
             ts.tv_sec++;
             ts.tv_nsec -= 1000000000L;
         }
-        while (n->q_len == 0 && !n->woken &&
+        while (n->q_len == 0 &&
                pthread_cond_timedwait(&n->cv, &n->mu, &ts) != ETIMEDOUT)
             ;
     }
-    n->woken = false;
     size_t k = 0;
     for (; k < cap && n->q_len > 0; k++) {
         ev[k] = n->q[n->q_head];
@@ -339,14 +334,6 @@ size_t fq_nio_poll(fq_nio *n, fq_nio_event *ev, size_t cap, int timeout_ms)
     nio_graves_flush(&n->dropped);
     n->spare = acked;
     return k;
-}
-
-void fq_nio_wake(fq_nio *n)
-{
-    pthread_mutex_lock(&n->mu);
-    n->woken = true;
-    pthread_cond_signal(&n->cv);
-    pthread_mutex_unlock(&n->mu);
 }
 
 /* ---- pending publishes ----------------------------------------------------- */
@@ -787,7 +774,7 @@ void fq_nio_destroy(fq_nio *n)
     for (int i = 0; i < NIO_MAX_CONSUMERS; i++) {
         if (n->cons[i].started)
             pthread_join(n->cons[i].thread, NULL);
-        natsSubscription_Destroy(n->cons[i].sub);
+        fq_nio_pull_close(&n->cons[i].pull);
         free(n->cons[i].got);
     }
     for (int i = 0; i < NIO_MAX_SUBS; i++)
@@ -842,11 +829,6 @@ int64_t fq_nio_max_payload(const fq_nio *n)
      * a new max_payload announces it. */
     int64_t v = natsConnection_GetMaxPayload(n->nc);
     return v > 0 ? v : n->max_payload;
-}
-
-bool fq_nio_connected(const fq_nio *n)
-{
-    return atomic_load(&((fq_nio *)n)->connected);
 }
 
 /* ---- streams ------------------------------------------------------------- */
@@ -1097,10 +1079,7 @@ static natsStatus nio_delete_other_terms(nio_consumer *c, uint64_t term, bool *n
 static natsStatus nio_consumer_recreate(nio_consumer *c, uint64_t term, bool *newer)
 {
     fq_nio *n = c->n;
-    if (c->sub) {
-        natsSubscription_Destroy(c->sub);
-        c->sub = NULL;
-    }
+    fq_nio_pull_close(&c->pull);
     nio_consumer_name(c->name, sizeof c->name, c->cfg.durable, term);
     jsErrCode jerr = 0;
     *newer = false;
@@ -1124,17 +1103,14 @@ static natsStatus nio_consumer_recreate(nio_consumer *c, uint64_t term, bool *ne
     jsConsumerInfo_Destroy(ci);
     if (s != NATS_OK)
         return s;
-    char wildcard[sizeof c->inbox + 2];
-    s = nio_inbox(n, c->inbox, sizeof c->inbox);
+    char inbox[sizeof c->pull.inbox];
+    s = nio_inbox(n, inbox, sizeof inbox);
     if (s != NATS_OK)
         return s;
-    snprintf(c->next, sizeof c->next, "$JS.API.CONSUMER.MSG.NEXT.%s.%s", c->cfg.stream,
-             c->name);
-    snprintf(wildcard, sizeof wildcard, "%s.*", c->inbox);
-    s = natsConnection_SubscribeSync(&c->sub, n->nc, wildcard);
-    if (s == NATS_OK)
-        s = natsSubscription_SetPendingLimits(c->sub, -1, -1);
-    return s;
+    int ns = NATS_ERR;
+    if (fq_nio_pull_open(&c->pull, n->nc, inbox, NULL, c->cfg.stream, c->name, &ns) != FQ_OK)
+        return (natsStatus)ns;
+    return NATS_OK;
 }
 
 /* Hand the deliveries in got[0..count) to the owner in one lock. */
@@ -1154,35 +1130,74 @@ static void nio_deliver(nio_consumer *c, int count)
     pthread_cond_signal(&n->cv);
 }
 
-/* Take what the inbox holds already (deliveries of a request given up on)
- * into got, up to the batch; status messages are dropped. */
-static int nio_take_queued(nio_consumer *c)
+/* A JetStream delivery carries its ack subject as reply; the server's
+ * status messages (end of request, heartbeat) carry none. */
+static bool nio_is_delivery(natsMsg *m)
+{
+    const char *r = natsMsg_GetReply(m);
+    return r && strncmp(r, "$JS.ACK.", 8) == 0;
+}
+
+fq_status fq_nio_pull_open(fq_nio_pull *p, void *nc, const char *inbox, const char *api_prefix,
+                           const char *stream, const char *consumer, int *nats_status)
+{
+    char wildcard[sizeof p->inbox + 2];
+    natsSubscription *sub = NULL;
+
+    memset(p, 0, sizeof *p);
+    int k = snprintf(p->next, sizeof p->next, "%s.CONSUMER.MSG.NEXT.%s.%s",
+                     api_prefix ? api_prefix : "$JS.API", stream, consumer);
+    if (k < 0 || (size_t)k >= sizeof p->next || strlen(inbox) >= sizeof p->inbox)
+        return FQ_EINVAL;
+    memcpy(p->inbox, inbox, strlen(inbox) + 1);
+    snprintf(wildcard, sizeof wildcard, "%s.*", p->inbox);
+    natsStatus s = natsConnection_SubscribeSync(&sub, nc, wildcard);
+    if (s == NATS_OK)
+        s = natsSubscription_SetPendingLimits(sub, -1, -1);
+    if (s != NATS_OK) {
+        natsSubscription_Destroy(sub);
+        if (nats_status)
+            *nats_status = s;
+        return FQ_EIO;
+    }
+    p->nc = nc;
+    p->sub = sub;
+    return FQ_OK;
+}
+
+void fq_nio_pull_close(fq_nio_pull *p)
+{
+    if (p->sub) {
+        natsSubscription_Unsubscribe(p->sub);
+        natsSubscription_Destroy(p->sub);
+    }
+    p->sub = NULL;
+}
+
+int fq_nio_pull_queued(fq_nio_pull *p, void **out, int max)
 {
     int queued = 0, count = 0;
-    natsSubscription_GetPending(c->sub, &queued, NULL);
-    while (count < c->cfg.batch && queued-- > 0) {
+    natsSubscription_GetPending(p->sub, &queued, NULL);
+    while (count < max && queued-- > 0) {
         natsMsg *m = NULL;
-        if (natsSubscription_NextMsg(&m, c->sub, 1) != NATS_OK)
+        if (natsSubscription_NextMsg(&m, p->sub, 1) != NATS_OK)
             break;
-        if (natsMsg_GetReply(m) && *natsMsg_GetReply(m))
-            c->got[count++] = m;
+        if (nio_is_delivery(m))
+            out[count++] = m;
         else
             natsMsg_Destroy(m);
     }
     return count;
 }
 
-/* One pull request for up to want runs, appended to got from *count on:
- * with no_wait what the consumer has now, else the first to come within
- * timeout_ms. *count never passes want. NATS_OK also when none came. */
-static natsStatus nio_pull(nio_consumer *c, int want, bool no_wait, int64_t timeout_ms,
-                           int *count)
+fq_status fq_nio_pull_request(fq_nio_pull *p, void **out, int want, bool no_wait,
+                              int64_t timeout_ms, int *count, int *nats_status)
 {
-    char reply[sizeof c->inbox + 24], req[96];
-    snprintf(reply, sizeof reply, "%s.%" PRIu64, c->inbox, ++c->request);
+    char reply[sizeof p->inbox + 24], req[96];
+    snprintf(reply, sizeof reply, "%s.%" PRIu64, p->inbox, ++p->request);
     snprintf(req, sizeof req, "{\"batch\":%d,\"expires\":%" PRId64 "%s}", want - *count,
              (int64_t)(timeout_ms * NIO_NS_PER_MS), no_wait ? ",\"no_wait\":true" : "");
-    natsStatus s = natsConnection_PublishRequestString(c->n->nc, c->next, reply, req);
+    natsStatus s = natsConnection_PublishRequestString(p->nc, p->next, reply, req);
     /* The server ends the request at its expiry; waiting a little longer
      * sees that end rather than leaving its runs for the next pull. */
     int64_t deadline = fq_nio_mono_ms() + timeout_ms + 100;
@@ -1191,13 +1206,15 @@ static natsStatus nio_pull(nio_consumer *c, int want, bool no_wait, int64_t time
         natsMsg *m = NULL;
         if (left <= 0)
             break;
-        s = natsSubscription_NextMsg(&m, c->sub, left);
-        if (s == NATS_TIMEOUT)
-            return NATS_OK;
+        s = natsSubscription_NextMsg(&m, p->sub, left);
+        if (s == NATS_TIMEOUT) {
+            s = NATS_OK;
+            break;
+        }
         if (s != NATS_OK)
             break;
-        if (natsMsg_GetReply(m) && *natsMsg_GetReply(m)) {
-            c->got[(*count)++] = m;
+        if (nio_is_delivery(m)) {
+            out[(*count)++] = m;
             continue;
         }
         /* A status: this request's end (404, 408) or refusal (409) stops
@@ -1213,21 +1230,26 @@ static natsStatus nio_pull(nio_consumer *c, int want, bool no_wait, int64_t time
         else if (ended)
             break;
     }
-    return *count ? NATS_OK : s;
+    if (*count || s == NATS_OK)
+        return FQ_OK;
+    if (nats_status)
+        *nats_status = s;
+    return FQ_EIO;
 }
 
 /* One fetch: a full batch of what is there now; after one that found
  * nothing, a wait for a single run, since a waiting request for a whole
  * batch would hold a lone run until the batch filled or expired. */
-static natsStatus nio_fetch_once(nio_consumer *c, bool *busy)
+static fq_status nio_fetch_once(nio_consumer *c, bool *busy)
 {
-    int count = nio_take_queued(c);
-    natsStatus s = NATS_OK;
+    int count = fq_nio_pull_queued(&c->pull, (void **)c->got, c->cfg.batch);
+    fq_status s = FQ_OK;
     /* A pull asks for nothing past the fence. */
     uint64_t now = fq_nio_mono_ms(), until = atomic_load(&c->n->fence_until);
     int64_t wait = until - now < 500 ? (int64_t)(until - now) : 500;
     if (count == 0 && now < until)
-        s = nio_pull(c, *busy ? c->cfg.batch : 1, *busy, wait, &count);
+        s = fq_nio_pull_request(&c->pull, (void **)c->got, *busy ? c->cfg.batch : 1, *busy, wait,
+                                &count, NULL);
     *busy = count > 0;
     if (count)
         nio_deliver(c, count);
@@ -1262,7 +1284,7 @@ static void *nio_fetch_main(void *arg)
             fq_nio_event ev = {.type = FQ_NIO_EV_CONSUMER, .source = c->id, .status = FQ_OK};
             nio_push(n, &ev);
         }
-        if (nio_fetch_once(c, &busy) != NATS_OK) {
+        if (nio_fetch_once(c, &busy) != FQ_OK) {
             nio_sleep_ms(100);
         }
     }
@@ -2029,11 +2051,6 @@ fq_status fq_nio_kv_get(char *buf, size_t cap, uint64_t *rev, fq_nio *n, const c
 const char *fq_nio_msg_subject(const fq_nio_msg *m)
 {
     return natsMsg_GetSubject((natsMsg *)m);
-}
-
-const char *fq_nio_msg_reply(const fq_nio_msg *m)
-{
-    return natsMsg_GetReply((natsMsg *)m);
 }
 
 const void *fq_nio_msg_data(const fq_nio_msg *m)

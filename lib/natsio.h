@@ -222,7 +222,6 @@ uint64_t fq_nio_denied(fq_nio *n, char *last, size_t cap);
 /* The server's max_payload in bytes (headers count too), as the server of
  * the latest connection announced it. */
 int64_t fq_nio_max_payload(const fq_nio *n);
-bool fq_nio_connected(const fq_nio *n);
 
 /* Create the stream, or compare it with s. FQ_OK when it exists or was
  * made; differences that matter are described in warn (empty when none).
@@ -343,13 +342,9 @@ fq_status fq_nio_kv_get(char *buf, size_t cap, uint64_t *rev, fq_nio *n,
 /* Wait up to timeout_ms for events and move up to cap of them into ev.
  * Returns how many. */
 size_t fq_nio_poll(fq_nio *n, fq_nio_event *ev, size_t cap, int timeout_ms);
-/* Wake a thread blocked in fq_nio_poll (from any thread; not from a
- * signal handler). */
-void fq_nio_wake(fq_nio *n);
 
 /* Received messages. */
 const char *fq_nio_msg_subject(const fq_nio_msg *m);
-const char *fq_nio_msg_reply(const fq_nio_msg *m);
 const void *fq_nio_msg_data(const fq_nio_msg *m);
 size_t fq_nio_msg_len(const fq_nio_msg *m);
 /* A header's first value, or NULL. */
@@ -364,6 +359,44 @@ typedef struct fq_nio_buf {
  * fq_nio_publish builds its messages, using scratch as working space. For
  * programs that publish through nats.c directly: the baseline relay. */
 fq_status fq_nio_natsmsg_create(void **out, const fq_nio_out *o, fq_nio_buf *scratch);
+/* A reader of a durable pull consumer that sends its pull requests by hand
+ * (natsio.c's quirks say why not natsSubscription_Fetch): one subscription
+ * on <inbox>.*, each request with its own reply subject <inbox>.<number>,
+ * so that an earlier request's end status is told apart and ignored while
+ * the runs it still delivers are taken. The proxy's fetch threads and the
+ * example clients share it. A delivery is a message whose reply subject is
+ * a JetStream ack subject ($JS.ACK.); the server's statuses carry none,
+ * and a run's own headers cannot make it look like one. nats.c types are
+ * void * here: only natsio.c includes nats.h. One thread at a time. */
+typedef struct fq_nio_pull {
+    void *nc;                   /* natsConnection *: the requests go out on it */
+    void *sub;                  /* natsSubscription * on <inbox>.*: every delivery to us */
+    char inbox[128];            /* <inbox> */
+    char next[320];             /* <api prefix>.CONSUMER.MSG.NEXT.<stream>.<consumer> */
+    uint64_t request;           /* the latest request's number */
+} fq_nio_pull;
+/* Open a reader of consumer on stream (both exist) on nc (a
+ * natsConnection *), with deliveries to inbox (a subject without
+ * wildcards, unique to this reader) and requests under api_prefix (NULL:
+ * $JS.API). FQ_EINVAL if a name does not fit, FQ_EIO if nats.c refused
+ * (its status in *nats_status when not NULL); nothing is left open then. */
+fq_status fq_nio_pull_open(fq_nio_pull *p, void *nc, const char *inbox, const char *api_prefix,
+                           const char *stream, const char *consumer, int *nats_status);
+/* Safe on a zeroed reader. */
+void fq_nio_pull_close(fq_nio_pull *p);
+/* Deliveries already queued (those of a request given up on) into
+ * out[0..max) as natsMsg *, without a request; statuses are dropped.
+ * Returns how many; the caller owns them. */
+int fq_nio_pull_queued(fq_nio_pull *p, void **out, int max);
+/* One pull request for up to want - *count deliveries, appended to out
+ * (natsMsg *) from *count on: with no_wait what the consumer has now, or
+ * else the first to come; the server ends the request after timeout_ms.
+ * *count never passes want. FQ_OK when deliveries came or the request
+ * ended or timed out empty; FQ_EIO when none came and nats.c failed or the
+ * server refused the request (409), with nats.c's status in *nats_status
+ * when not NULL. */
+fq_status fq_nio_pull_request(fq_nio_pull *p, void **out, int want, bool no_wait,
+                              int64_t timeout_ms, int *count, int *nats_status);
 /* Free a nats.c message (a natsMsg *) the caller owns outright, now and on
  * this thread rather than through nats.c's collector thread (natsio.c says
  * why). For programs that use nats.c directly: the baseline relay. */
