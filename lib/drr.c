@@ -584,6 +584,7 @@ fq_status fq_sched_create(fq_sched **out, const fq_sched_opts *o)
         fq_sched_destroy(s);
         return FQ_ENOMEM;
     }
+    fq_window_set_keep(&s->win, o->expired_keep);
     s->heap_cap = FQ_TENANT_MIN_BUCKETS;
     *out = s;
     return FQ_OK;
@@ -624,6 +625,7 @@ fq_status fq_sched_set_opts(fq_sched *s, const fq_sched_opts *o)
     s->o = *o;
     fq_window_set_limits(&s->win, o->max_in_flight, o->max_in_flight_tokens,
                          o->run_timeout, o->max_expired);
+    fq_window_set_keep(&s->win, o->expired_keep);
     for (uint32_t i = 0; i < n; i++)
         if (waiting[i]->state == FQ_T_WAITING)
             rekey(s, waiting[i]);
@@ -979,6 +981,27 @@ fq_status fq_sched_adopt(fq_run **out, fq_sched *s, fq_tenant *t, uint64_t id,
     return FQ_OK;
 }
 
+fq_status fq_sched_adopt_expired(fq_run **out, fq_sched *s, fq_tenant *t, uint64_t id,
+                                 uint32_t est, void *handle, uint64_t expired_at)
+{
+    if (out)
+        *out = NULL;
+    if (fq_window_find(&s->win, id))
+        return FQ_EEXIST;
+    fq_run *r = run_alloc(s);
+    if (!r)
+        return FQ_ENOMEM;
+    *r = (fq_run){.tenant = t, .handle = handle, .id = id, .est = charge_of(s, est)};
+    if (fq_window_add_expired(&s->win, r, expired_at) != FQ_OK) {
+        run_free(s, r);
+        return FQ_ENOMEM;
+    }
+    t->expired_held++;
+    if (out)
+        *out = r;
+    return FQ_OK;
+}
+
 /* Take r out of the window as if it had never been dispatched: its slot and
  * its counts are undone (an adopted run was counted before a restart, not
  * here: the counts stop at zero). Its tenant's deficit is the caller's to
@@ -1052,7 +1075,8 @@ fq_status fq_sched_requeue(fq_sched *s, uint64_t id)
 }
 
 size_t fq_sched_expire(fq_sched *s, uint64_t now,
-                       void (*cb)(void *arg, const fq_run *r), void *arg)
+                       void (*cb)(void *arg, const fq_run *r, enum fq_expiry what),
+                       void *arg)
 {
     size_t n = 0;
     fq_run *r;
@@ -1063,10 +1087,12 @@ size_t fq_sched_expire(fq_sched *s, uint64_t now,
         r->tenant->expired_held++;
         slot_freed(s, r->tenant);
         if (cb)
-            cb(arg, r);
+            cb(arg, r, FQ_EXPIRY_LEASE);
     }
-    while ((r = fq_window_evict_one(&s->win))) {
+    while ((r = fq_window_evict_one(&s->win, now))) {
         r->tenant->expired_held--;
+        if (cb)
+            cb(arg, r, FQ_EXPIRY_EVICTED);
         run_free(s, r);
     }
     return n;

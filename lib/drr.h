@@ -32,6 +32,8 @@ typedef struct fq_sched_opts {
     uint64_t max_in_flight_tokens; /* window in tokens; 0 = unlimited */
     uint64_t run_timeout;       /* lease, in the caller's time unit; 0 = none */
     uint32_t max_expired;       /* expired runs remembered for late completions */
+    uint64_t expired_keep;      /* ... for this long past their lease's end at most
+                                   (the run_timeout unit); 0: no limit but max_expired */
     bool keep_idle_credit;      /* no idle reset: only for the simulator's
                                    comparison of what the reset is worth */
     uint64_t seed;              /* of the tenant table's hash, read at create
@@ -163,13 +165,22 @@ bool fq_debt_forgiven(int64_t deficit, int64_t changed_at, int64_t now, uint64_t
 fq_status fq_sched_adopt(fq_run **out, fq_sched *s, fq_tenant *t, uint64_t id,
                          uint32_t est, void *handle, uint64_t dispatched_at);
 
+/* Take in, as expired, a run whose lease ended at expired_at (in the
+ * caller's time unit) before a restart: it holds no slot, and a late
+ * completion reconciles it once (fq_sched_complete); it is forgotten like
+ * any expired run (fq_sched_expire). Its estimate was charged before the
+ * restart. FQ_EEXIST if a run with that id is held already. */
+fq_status fq_sched_adopt_expired(fq_run **out, fq_sched *s, fq_tenant *t, uint64_t id,
+                                 uint32_t est, void *handle, uint64_t expired_at);
+
 /* Undo a dispatch that never reached the workers (a failed publish): the run,
  * in flight or expired since, goes back to the head of its tenant's queue
  * and its charge is refunded.
  * Runs requeued this way lead the queue in the order of their ids,
  * whatever order they come back in: the order they were queued in when a
  * tenant's ids increase as its runs are queued (the proxy's submit stream
- * sequences do). Its queue age counts from its dispatch from then on. */
+ * sequences do). Its queue age counts from its dispatch from then on (from
+ * its lease's end if it had expired). */
 fq_status fq_sched_requeue(fq_sched *s, uint64_t id);
 
 /* Keep t out of the rotation until now >= until (in dispatch's time
@@ -188,11 +199,23 @@ void fq_sched_park(fq_sched *s, fq_tenant *t, uint64_t until);
  * not in flight: nothing changes. */
 fq_status fq_sched_cancel(fq_sched *s, uint64_t id);
 
+/* What fq_sched_expire tells its callback about a run. */
+enum fq_expiry {
+    FQ_EXPIRY_LEASE = 1,    /* its lease ended: its slot is free, it is remembered */
+    FQ_EXPIRY_EVICTED,      /* it is forgotten (past max_expired or expired_keep):
+                               freed when the callback returns */
+};
+
 /* Expire every lease whose deadline is <= now: the slot is freed, the
- * estimate stays charged, and the run is remembered (up to max_expired) so
- * that a late completion still reconciles once. cb, if given, sees each. */
+ * estimate stays charged, and the run is remembered (up to max_expired,
+ * and for expired_keep) so that a late completion still reconciles once.
+ * Then forget the expired runs past those bounds. cb, if given, sees each
+ * run that expires and then each that is forgotten, so a caller that keeps
+ * something per run (its handle) frees it then. Returns the leases
+ * expired. */
 size_t fq_sched_expire(fq_sched *s, uint64_t now,
-                       void (*cb)(void *arg, const fq_run *r), void *arg);
+                       void (*cb)(void *arg, const fq_run *r, enum fq_expiry what),
+                       void *arg);
 /* The earliest lease deadline, or UINT64_MAX if none. */
 uint64_t fq_sched_next_deadline(const fq_sched *s);
 

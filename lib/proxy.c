@@ -2298,9 +2298,11 @@ static void px_expired(fq_proxy *p, px_run *x, int64_t at_ms)
     px_exp_link(p, x);
 }
 
-static void px_on_expired(void *arg, const fq_run *r)
+static void px_on_expired(void *arg, const fq_run *r, enum fq_expiry what)
 {
     fq_proxy *p = arg;
+    if (what != FQ_EXPIRY_LEASE)
+        return;     /* max_expired is 0: the proxy keeps its own expired runs */
     px_expired(p, r->handle, fq_nio_unix_ms());
 }
 
@@ -3739,7 +3741,7 @@ static void px_adopt_one(fq_proxy *p, px_run *x, uint64_t now, uint64_t age)
     }
     if (s == FQ_EFULL) {
         p->c.adopt_overflow++;
-        px_on_expired(p, &(fq_run){.handle = x});
+        px_on_expired(p, &(fq_run){.handle = x}, FQ_EXPIRY_LEASE);
         return;
     }
     px_key_del(p, x);

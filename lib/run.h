@@ -22,7 +22,8 @@ typedef struct fq_run {
     struct fq_tenant *tenant;   /* owner */
     void *handle;               /* the caller's, opaque to the core */
     uint64_t id;                /* the caller's unique run key */
-    uint64_t t;                 /* queued: enqueue time; dispatched: dispatch time */
+    uint64_t t;                 /* queued: enqueue time; in flight: dispatch time;
+                                   expired: when its lease ended */
     uint32_t est;               /* estimate charged, capped at max_est_tokens */
     uint32_t state;             /* enum fq_run_state */
 } fq_run;

@@ -7,7 +7,10 @@
  *    in force, so changing the timeout at run time keeps that order.
  *  - The window counts a run's slot from dispatch until its completion or
  *    its lease's end, whichever is first; an expired run keeps its record
- *    (bounded by max_expired) so a late completion still reconciles once.
+ *    (bounded by max_expired, and in time by keep) so a late completion
+ *    still reconciles once. Its eviction is handed to the caller, who owns
+ *    what the run's handle refers to: nothing of a run is forgotten behind
+ *    the caller's back.
  *  - Lookup by id is one hash shared by FLIGHT and EXPIRED runs; it grows by
  *    doubling and never shrinks, so its cost is amortized over the runs.
  */
@@ -49,6 +52,11 @@ void fq_window_set_limits(fq_window *w, uint32_t max_runs, uint64_t max_tokens,
     w->max_tokens = max_tokens;
     w->timeout = timeout;
     w->max_expired = max_expired;
+}
+
+void fq_window_set_keep(fq_window *w, uint64_t keep)
+{
+    w->keep = keep;
 }
 
 bool fq_window_fits(const fq_window *w, uint32_t est)
@@ -107,7 +115,7 @@ static void list_unlink(fq_run **head, fq_run **tail, fq_run *r)
     r->next = r->prev = NULL;
 }
 
-fq_status fq_window_add(fq_window *w, fq_run *r, uint64_t now)
+static fq_status hash_add(fq_window *w, fq_run *r)
 {
     if (w->held >= w->nbuckets && grow(w) != FQ_OK)
         return FQ_ENOMEM;
@@ -115,11 +123,29 @@ fq_status fq_window_add(fq_window *w, fq_run *r, uint64_t now)
     r->hnext = w->buckets[b];
     w->buckets[b] = r;
     w->held++;
+    return FQ_OK;
+}
+
+fq_status fq_window_add(fq_window *w, fq_run *r, uint64_t now)
+{
+    if (hash_add(w, r) != FQ_OK)
+        return FQ_ENOMEM;
     r->state = FQ_RUN_FLIGHT;
     r->t = now;
     list_append(&w->lease_head, &w->lease_tail, r);
     w->runs++;
     w->tokens += r->est;
+    return FQ_OK;
+}
+
+fq_status fq_window_add_expired(fq_window *w, fq_run *r, uint64_t expired_at)
+{
+    if (hash_add(w, r) != FQ_OK)
+        return FQ_ENOMEM;
+    r->state = FQ_RUN_EXPIRED;
+    r->t = expired_at;
+    list_append(&w->exp_head, &w->exp_tail, r);
+    w->expired++;
     return FQ_OK;
 }
 
@@ -166,17 +192,21 @@ fq_run *fq_window_expire_one(fq_window *w, uint64_t now)
         return NULL;
     list_unlink(&w->lease_head, &w->lease_tail, r);
     release_slot(w, r);
+    r->t += w->timeout;         /* from now on: when its lease ended */
     r->state = FQ_RUN_EXPIRED;
     list_append(&w->exp_head, &w->exp_tail, r);
     w->expired++;
     return r;
 }
 
-fq_run *fq_window_evict_one(fq_window *w)
+fq_run *fq_window_evict_one(fq_window *w, uint64_t now)
 {
-    if (w->expired <= w->max_expired)
-        return NULL;
     fq_run *r = w->exp_head;
+    if (!r)
+        return NULL;
+    bool old = w->keep && r->t <= now && now - r->t >= w->keep;
+    if (w->expired <= w->max_expired && !old)
+        return NULL;
     fq_window_remove(w, r);
     return r;
 }

@@ -12,12 +12,16 @@
 /* Runs are owned by the scheduler's pool; the window only links them. A run
  * in the window is FLIGHT (holds a slot, on the lease list in dispatch
  * order) or EXPIRED (slot freed, on the expired list awaiting a late
- * completion). Both are found by id through one hash. */
+ * completion). Both are found by id through one hash. An EXPIRED run is
+ * remembered until more than max_expired are held or keep has passed since
+ * its lease ended, whichever is first; fq_window_evict_one hands it back
+ * then, so the caller learns of each eviction as of each expiry. */
 typedef struct fq_window {
     uint32_t max_runs;          /* slots; 0 = unlimited */
     uint64_t max_tokens;        /* token budget; 0 = unlimited */
     uint64_t timeout;           /* lease length; 0 = leases never expire */
     uint32_t max_expired;       /* expired runs remembered */
+    uint64_t keep;              /* ... for this long past their lease's end; 0: no limit */
     uint32_t runs;              /* FLIGHT runs */
     uint64_t tokens;            /* their estimates */
     uint32_t expired;           /* EXPIRED runs held */
@@ -33,6 +37,10 @@ fq_status fq_window_init(fq_window *w, uint32_t max_runs, uint64_t max_tokens,
 void fq_window_fini(fq_window *w);
 void fq_window_set_limits(fq_window *w, uint32_t max_runs, uint64_t max_tokens,
                           uint64_t timeout, uint32_t max_expired);
+
+/* Remember an EXPIRED run for keep past its lease's end at most (0: no
+ * limit but max_expired); applies to those held already too. */
+void fq_window_set_keep(fq_window *w, uint64_t keep);
 
 /* Whether a run of est tokens may be dispatched now. A run larger than the
  * whole token budget fits when the window is empty, so it is never blocked
@@ -50,13 +58,23 @@ fq_run *fq_window_find(const fq_window *w, uint64_t id);
 /* Take a run out of the window, freeing its slot if it held one. */
 void fq_window_remove(fq_window *w, fq_run *r);
 
+/* Take in a run whose lease ended at expired_at, as EXPIRED (a run read
+ * back after a restart): r->t becomes expired_at. It is listed after the
+ * EXPIRED runs held. FQ_ENOMEM if the hash could not grow; nothing is
+ * changed then. */
+fq_status fq_window_add_expired(fq_window *w, fq_run *r, uint64_t expired_at);
+
 /* The oldest FLIGHT run if its lease ended at or before now: it loses its
- * slot and becomes EXPIRED. NULL if no lease has ended. */
+ * slot and becomes EXPIRED, and r->t becomes the time its lease ended. NULL
+ * if no lease has ended. */
 fq_run *fq_window_expire_one(fq_window *w, uint64_t now);
 
-/* The oldest EXPIRED run if more than max_expired are held, taken out of the
- * window for the caller to free; else NULL. */
-fq_run *fq_window_evict_one(fq_window *w);
+/* The oldest EXPIRED run if more than max_expired are held, or if its
+ * lease ended keep or longer before now (keep set), taken out of the window
+ * for the caller to free; else NULL. The runs are looked at in the order
+ * they expired, so one that expired later but is due earlier (a shorter
+ * keep since) waits for those before it. */
+fq_run *fq_window_evict_one(fq_window *w, uint64_t now);
 
 /* The earliest lease deadline, or UINT64_MAX if none or leases never end. */
 uint64_t fq_window_next_deadline(const fq_window *w);

@@ -634,6 +634,78 @@ static void test_expired_records_are_bounded(void **state)
     fq_sched_destroy(s);
 }
 
+/* What fq_sched_expire reported, in order. */
+typedef struct expiries {
+    uint64_t id[8];
+    enum fq_expiry what[8];
+    size_t n;
+} expiries;
+
+static void note_expiry(void *arg, const fq_run *r, enum fq_expiry what)
+{
+    expiries *e = arg;
+    assert_true(e->n < 8);
+    e->id[e->n] = r->id;
+    e->what[e->n++] = what;
+}
+
+/* The caller hears of every eviction as of every expiry: by count, by age
+ * (expired_keep after the lease's end), and of runs read back as expired,
+ * which a late completion reconciles once like any expired run. */
+static void test_evictions_are_reported(void **state)
+{
+    (void)state;
+    fq_sched_opts o = {.quantum = Q, .max_est_tokens = 1000000, .run_timeout = 100,
+                       .max_expired = 2, .expired_keep = 50};
+    fq_sched *s = mk_opts(&o);
+    fq_tenant *a = ten(s, "a", 1, 0, 0);
+    uint64_t x = enq(s, a, 10), y = enq(s, a, 10), z = enq(s, a, 10);
+    assert_non_null(fq_sched_dispatch(s, 0));
+    assert_non_null(fq_sched_dispatch(s, 0));
+    assert_non_null(fq_sched_dispatch(s, 20));
+    expiries e = {0};
+    assert_int_equal(fq_sched_expire(s, 120, note_expiry, &e), 3);
+    /* Three expired, two remembered: the oldest is evicted at once. */
+    assert_int_equal(e.n, 4);
+    assert_int_equal(e.id[0], x);
+    assert_int_equal(e.what[0], FQ_EXPIRY_LEASE);
+    assert_int_equal(e.id[2], z);
+    assert_int_equal(e.what[2], FQ_EXPIRY_LEASE);
+    assert_int_equal(e.id[3], x);
+    assert_int_equal(e.what[3], FQ_EXPIRY_EVICTED);
+    assert_null(fq_sched_run(s, x));
+    /* y's lease ended at 100: forgotten at 150; z's (120) at 170. */
+    e.n = 0;
+    assert_int_equal(fq_sched_expire(s, 149, note_expiry, &e), 0);
+    assert_int_equal(e.n, 0);
+    assert_int_equal(fq_sched_expire(s, 150, note_expiry, &e), 0);
+    assert_int_equal(e.n, 1);
+    assert_int_equal(e.id[0], y);
+    assert_int_equal(e.what[0], FQ_EXPIRY_EVICTED);
+    /* A run read back as expired at 160 is reconciled once, late. */
+    fq_run *r = NULL;
+    assert_int_equal(fq_sched_adopt_expired(&r, s, a, 900, 10, NULL, 160), FQ_OK);
+    assert_int_equal(fq_sched_adopt_expired(NULL, s, a, 900, 10, NULL, 160), FQ_EEXIST);
+    assert_int_equal(r->state, FQ_RUN_EXPIRED);
+    assert_int_equal(info(a).in_flight, 0);
+    assert_int_equal(fq_sched_tenant_remove(s, a), FQ_EEXIST);
+    int64_t before = info(a).deficit;
+    fq_done d;
+    assert_int_equal(fq_sched_complete(&d, s, 900, 30), FQ_OK);
+    assert_true(d.expired);
+    assert_int_equal(info(a).deficit, before - 20);
+    assert_int_equal(fq_sched_complete(NULL, s, 900, 30), FQ_ENOTFOUND);
+    assert_int_equal(fq_sched_adopt_expired(NULL, s, a, 901, 10, NULL, 160), FQ_OK);
+    e.n = 0;
+    assert_int_equal(fq_sched_expire(s, 210, note_expiry, &e), 0);
+    assert_int_equal(e.n, 2);
+    assert_int_equal(e.id[0], z);
+    assert_int_equal(e.id[1], 901);
+    assert_int_equal(e.what[1], FQ_EXPIRY_EVICTED);
+    assert_null(fq_sched_run(s, 901));
+    fq_sched_destroy(s);
+}
+
 /* ---- large runs and list visits ---------------------------------------- */
 
 static void test_huge_runs_starve_no_one(void **state)
@@ -1486,6 +1558,7 @@ int main(void)
         cmocka_unit_test(test_window_runs_and_tokens),
         cmocka_unit_test(test_lease_expiry_and_late_completion),
         cmocka_unit_test(test_expired_records_are_bounded),
+        cmocka_unit_test(test_evictions_are_reported),
         cmocka_unit_test(test_huge_runs_starve_no_one),
         cmocka_unit_test(test_visits_per_dispatch_bounded),
         cmocka_unit_test(test_ratio_one_is_one_visit),

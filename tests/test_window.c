@@ -87,15 +87,55 @@ static void test_leases_expire_in_order(void **state)
     assert_int_equal(w.runs, 1);               /* expired runs hold no slot */
     assert_int_equal(w.tokens, 10);
     assert_ptr_equal(fq_window_find(&w, r[1].id), &r[1]);  /* but are found */
-    assert_null(fq_window_evict_one(&w));      /* 2 expired, max 2 */
+    assert_null(fq_window_evict_one(&w, 125));     /* 2 expired, max 2 */
     assert_ptr_equal(fq_window_expire_one(&w, 1000), &r[3]);
-    assert_ptr_equal(fq_window_evict_one(&w), &r[1]);     /* the oldest goes */
+    assert_ptr_equal(fq_window_evict_one(&w, 1000), &r[1]);     /* the oldest goes */
     assert_null(fq_window_find(&w, r[1].id));
     assert_int_equal(w.expired, 2);
     fq_window_remove(&w, &r[2]);               /* a late completion */
     assert_int_equal(w.expired, 1);
     assert_int_equal(w.runs, 0);
     assert_int_equal(fq_window_next_deadline(&w), UINT64_MAX);
+    fq_window_fini(&w);
+    free(r);
+}
+
+/* An expired run is handed back for eviction once its lease ended keep
+ * ago, as well as past max_expired, in the order the runs expired; runs
+ * read back as expired join that order with the time their lease ended. */
+static void test_expired_runs_are_evicted_by_age(void **state)
+{
+    (void)state;
+    fq_window w;
+    assert_int_equal(fq_window_init(&w, 0, 0, 100, 1000), FQ_OK);
+    fq_window_set_keep(&w, 50);
+    fq_run *r = runs(4, 10);
+    assert_int_equal(fq_window_add(&w, &r[0], 0), FQ_OK);
+    assert_int_equal(fq_window_add(&w, &r[1], 30), FQ_OK);
+    assert_ptr_equal(fq_window_expire_one(&w, 130), &r[0]);
+    assert_ptr_equal(fq_window_expire_one(&w, 130), &r[1]);
+    assert_int_equal(r[0].t, 100);             /* when its lease ended */
+    assert_int_equal(r[1].t, 130);
+    /* Read back after a restart: its lease ended at 120. */
+    assert_int_equal(fq_window_add_expired(&w, &r[2], 120), FQ_OK);
+    assert_int_equal(r[2].state, FQ_RUN_EXPIRED);
+    assert_ptr_equal(fq_window_find(&w, r[2].id), &r[2]);
+    assert_int_equal(w.expired, 3);
+    assert_int_equal(w.runs, 0);
+    assert_null(fq_window_evict_one(&w, 149));
+    assert_ptr_equal(fq_window_evict_one(&w, 150), &r[0]);
+    assert_null(fq_window_evict_one(&w, 150));  /* r[1] ended at 130 */
+    assert_ptr_equal(fq_window_evict_one(&w, 180), &r[1]);
+    assert_ptr_equal(fq_window_evict_one(&w, 180), &r[2]);  /* ended at 120 */
+    assert_null(fq_window_evict_one(&w, 180));
+    assert_int_equal(w.expired, 0);
+    assert_null(fq_window_find(&w, r[2].id));
+    /* Without keep, only the count evicts. */
+    fq_window_set_keep(&w, 0);
+    assert_int_equal(fq_window_add_expired(&w, &r[3], 0), FQ_OK);
+    assert_null(fq_window_evict_one(&w, UINT64_MAX));
+    fq_window_set_limits(&w, 0, 0, 100, 0);
+    assert_ptr_equal(fq_window_evict_one(&w, 0), &r[3]);
     fq_window_fini(&w);
     free(r);
 }
@@ -117,6 +157,7 @@ int main(void)
         cmocka_unit_test(test_limits_in_runs_and_tokens),
         cmocka_unit_test(test_hash_grows_and_finds_everything),
         cmocka_unit_test(test_leases_expire_in_order),
+        cmocka_unit_test(test_expired_runs_are_evicted_by_age),
         cmocka_unit_test(test_no_timeout_means_no_expiry),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
