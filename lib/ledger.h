@@ -1,0 +1,400 @@
+/* ledger.h -- the run ledger: everything fairq decides about runs, as a state machine without I/O. */
+#ifndef FQ_LEDGER_H
+#define FQ_LEDGER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "drr.h"
+#include "estimate.h"
+#include "fq.h"
+#include "journal.h"
+#include "msg.h"
+
+/*
+ * The ledger holds every run fairq has taken from FAIR_SUBMIT and not yet
+ * let go: queued (by submit stream sequence, its body kept or to be read
+ * back), dispatched (in flight or expired, by run key until its completion
+ * or until it is forgotten), and the run keys completed within the
+ * duplicate window. It decides admission (admit, refuse with a code and a
+ * sentence, a duplicate), dispatch, what a PubAck settles, what a
+ * completion reconciles, when a lease has run out, each tenant's debt as
+ * journalled state, and the rebuild from the journal at start or takeover.
+ * docs/protocol.md section 8 states the guarantees it keeps:
+ *
+ *  - a submit is acked only once what it became is stored: its dispatch
+ *    and its flight record (two PubAcks), or its refusal;
+ *  - a completion reconciles its run's charge at most once, late or not,
+ *    across restarts (the journal's done records);
+ *  - a tenant's debt survives a restart as its last debt record.
+ *
+ * It does no I/O and reads no clock. Its inputs are the functions below,
+ * each given the time (monotonic ms for leases, parking and retries; unix
+ * ms for what is journalled or compared with JetStream's timestamps). Its
+ * outputs are actions appended to a list the caller drains with
+ * fq_ledger_next and performs in order: publish a dispatch, a refusal or a
+ * journal batch, ack or nak a delivery, pause a consumer, read a body back,
+ * and notes to log. Every pointer an action holds stays valid until the
+ * next call into the ledger other than fq_ledger_next: drain the list
+ * after each input, before the next.
+ *
+ * Publishes carry a token the caller hands back with their outcome
+ * (fq_ledger_puback). The ledger's tokens have kinds 1 to 4 in their top
+ * four bits (fq_ledger_token_ours); a caller's own publishes use kinds 5 to
+ * 15 (FQ_LEDGER_TOKEN).
+ *
+ * Tenants are the caller's: it embeds an fq_ledger_tenant in its own
+ * tenant record, creates the scheduler's tenant, and hands it over through
+ * the tenant callback of the options; the ledger keeps per tenant only
+ * what it decides (debt record, dispatch failures in a row, runs keyed).
+ *
+ * Not thread-safe: one owner, the proxy's loop (or a simulation).
+ */
+
+typedef struct fq_ledger fq_ledger;
+
+/* The two consumers a delivery comes from and is acked on. */
+enum fq_ledger_cons {
+    FQ_LEDGER_SUBMIT = 0,       /* FAIR_SUBMIT: runs */
+    FQ_LEDGER_DONE = 1,         /* FAIR_DONE: completions */
+};
+
+/* A delivery as acks need it: the ledger copies it into its actions. */
+typedef struct fq_ledger_ackref {
+    uint64_t sseq;              /* stream sequence */
+    uint64_t cseq;              /* consumer sequence of this delivery (naks need it) */
+    uint32_t delivered;         /* delivery count, >= 1 */
+} fq_ledger_ackref;
+
+/* A message's bytes as they came: the producer's raw NATS header block
+ * ("NATS/1.0\r\n...\r\n\r\n", or none) and the body. */
+typedef struct fq_ledger_bytes {
+    const void *hdr;
+    size_t hdr_len;             /* 0: no headers */
+    const void *body;
+    size_t body_len;
+} fq_ledger_bytes;
+
+/* A header fairq sets on a dispatch. */
+typedef struct fq_ledger_hdr {
+    const char *name, *value;
+} fq_ledger_hdr;
+
+#define FQ_LEDGER_DISPATCH_HDRS 7
+
+/* The headers fairq sets on a dispatch, and the text of their values:
+ * Nats-Msg-Id (tenant/run_id, first, since JetStream reads a header where
+ * its name first occurs and a producer's value may hold the text),
+ * Fair-Tenant, Fair-Run-Id, Fair-Est-Tokens, Fair-Submitted-At,
+ * Fair-Dispatched-At, and Fair-Workflow unless workflow is "". */
+typedef struct fq_ledger_dhdrs {
+    char est[FQ_U64_DEC_MAX], sat[FQ_U64_DEC_MAX], dat[FQ_U64_DEC_MAX];
+    char msgid[FQ_TENANT_MAX + FQ_RUN_ID_MAX + 2];
+    fq_ledger_hdr h[FQ_LEDGER_DISPATCH_HDRS];
+    size_t n;
+} fq_ledger_dhdrs;
+
+/* Fill d for run run_id of tenant. Admission sizes a dispatch with
+ * UINT64_MAX for the numbers it cannot know yet; the ledger's dispatch
+ * actions carry the real ones. */
+void fq_ledger_dispatch_hdrs(fq_ledger_dhdrs *d, const char *tenant, const char *run_id,
+                             const char *workflow, uint64_t est, uint64_t submitted_ms,
+                             uint64_t dispatched_ms);
+
+/* Per tenant, what the ledger keeps: embedded in the caller's tenant
+ * record, initialised by fq_ledger_tenant_init, and untouched by the
+ * caller afterwards except through the functions here. */
+typedef struct fq_ledger_tenant {
+    fq_tenant *t;               /* the scheduler's tenant */
+    const char *id;             /* its id (the caller's copy; lives as long) */
+    uint32_t keyed;             /* its runs held by run key (dispatched, or queued) */
+    uint32_t fails;             /* its dispatches failed in a row: the parking doubles */
+    int64_t debt_written;       /* the deficit its last debt record holds (<= 0) */
+    int64_t debt_at_ms;         /* unix ms its debt last changed */
+    uint64_t debt_due;          /* monotonic ms its debt record is due again */
+    bool debt_dirty;            /* reconciled this turn: a debt record may be due */
+    bool debt_listed;           /* on the debtors' list */
+    struct fq_ledger_tenant *dirty_next;            /* tenants reconciled this turn */
+    struct fq_ledger_tenant *debt_prev, *debt_next; /* debtors, by debt_due */
+} fq_ledger_tenant;
+
+void fq_ledger_tenant_init(fq_ledger_tenant *lt, fq_tenant *t, const char *id);
+
+/* Whether the ledger still needs lt: a run of it is held, or its debt
+ * record is listed or due. The caller forgets a tenant only when not. */
+bool fq_ledger_tenant_busy(const fq_ledger_tenant *lt);
+
+/* The tenant named id[0..len) (a valid tenant id), for a run admitted now
+ * (admit true) or a record read back from the journal (admit false). NULL
+ * with *why set when there is none: FQ_EUNKNOWN (unknown tenants are
+ * refused, or it is no longer listed), FQ_ENOMEM. */
+typedef fq_ledger_tenant *(*fq_ledger_tenant_fn)(void *arg, const char *id, size_t len,
+                                                 bool admit, fq_status *why);
+
+/* Allocation of the bodies the ledger keeps (size-class pools; sized
+ * free). NULL: malloc and free. */
+typedef struct fq_ledger_alloc {
+    void *(*alloc)(void *arg, size_t size);
+    void (*free)(void *arg, void *block, size_t size);
+    void *arg;
+} fq_ledger_alloc;
+
+typedef struct fq_ledger_opts {
+    fq_sched *sched;            /* borrowed: made with fq_ledger_sched_opts applied */
+    fq_est *est;                /* borrowed: charges and learns estimates */
+    fq_ledger_tenant_fn tenant; /* resolves tenants */
+    void *tenant_arg;
+    fq_ledger_alloc alloc;
+    uint64_t hash_key[2];       /* the run keys' SipHash key: drawn at random per process */
+    int64_t submit_created_ms;  /* FAIR_SUBMIT's creation: part of derived run ids */
+    uint64_t max_buffered_runs; /* submits held before fetching pauses; >= 1 */
+    uint64_t max_buffered_bytes;/* bodies kept in memory; past it, read back by sequence */
+    uint64_t run_timeout_ms;    /* the lease; as the scheduler's run_timeout */
+    uint64_t keep_done_ms;      /* completed ids and expired runs are remembered this long:
+                                   max(duplicate window, run_timeout_ms) */
+    uint64_t debt_forget_ms;    /* a debt of a tenant holding nothing is forgiven after it */
+    uint64_t max_wait_ms;       /* admission: refuse past this estimated wait; 0: never */
+    uint32_t max_expired;       /* expired runs remembered at most */
+    size_t journal_room;        /* bytes of an unsent batch past which fetching and
+                                   dispatching wait (half of max_payload) */
+} fq_ledger_opts;
+
+/* Limits of the ledger's own (the proxy's constants of before). */
+#define FQ_LEDGER_RETRY_MS 250          /* first parking after a failed dispatch */
+#define FQ_LEDGER_PARK_MAX_MS 5000      /* longest parking; a nak's delay when not now */
+#define FQ_LEDGER_STALL_MS 1000         /* dispatches or batches failing this long: stalled */
+#define FQ_LEDGER_EXPIRED_MAX 100000    /* expired runs remembered at most, by default */
+#define FQ_LEDGER_DONE_COPIES_PER_SEC 100   /* refused completions copied a second */
+#define FQ_LEDGER_DONE_DEFER_MS 500     /* a deferred completion comes back after this */
+#define FQ_LEDGER_DONE_DEFER_MAX 10     /* ... until its 10th delivery, then it is decided */
+#define FQ_LEDGER_DEBT_PER_TURN 256     /* debt records refreshed or forgiven a tick at most */
+#define FQ_LEDGER_SYNTH_ID (1ULL << 62) /* scheduler ids of runs read back without a sequence */
+
+/* The scheduler options the ledger needs (expired runs remembered and for
+ * how long), set into o, which holds the rest. */
+void fq_ledger_sched_opts(fq_sched_opts *o, const fq_ledger_opts *lo);
+
+/* Create a ledger. FQ_EINVAL: an option out of range; FQ_ENOMEM. On error
+ * *out is NULL. */
+fq_status fq_ledger_create(fq_ledger **out, const fq_ledger_opts *o);
+/* Free everything it holds (not the borrowed scheduler or estimator; the
+ * scheduler still holds runs whose handles were the ledger's: destroy or
+ * rebuild it too). Safe on NULL. */
+void fq_ledger_destroy(fq_ledger *l);
+/* Apply changed options (a reload, a new max_payload): limits, times and
+ * journal_room; sched, est, tenant, alloc and hash_key are kept as made. */
+fq_status fq_ledger_set_opts(fq_ledger *l, const fq_ledger_opts *o);
+
+/* ---- actions ------------------------------------------------------------ */
+
+/* Token kinds: the top four bits. */
+#define FQ_LEDGER_TOKEN(kind, v) (((uint64_t)(kind) << 60) | ((v) & ((1ULL << 60) - 1)))
+#define FQ_LEDGER_TOKEN_KIND(t) ((int)((t) >> 60))
+#define FQ_LEDGER_TOKEN_VAL(t) ((t) & ((1ULL << 60) - 1))
+enum fq_ledger_token_kind {
+    FQ_LTK_DISPATCH = 1,        /* a dispatch; submit seq */
+    FQ_LTK_JOURNAL,             /* a journal batch; batch id */
+    FQ_LTK_REJECT,              /* a refused submit; submit seq */
+    FQ_LTK_DONE_REJECT,         /* a refused completion; done seq */
+    FQ_LTK_CALLER,              /* from here up: the caller's own */
+};
+bool fq_ledger_token_ours(uint64_t token);
+
+enum fq_ledger_act_type {
+    FQ_LACT_DISPATCH = 1,   /* publish to the dispatch subject */
+    FQ_LACT_REFUSE,         /* publish a refusal to <rejected>.<tenant or _invalid> */
+    FQ_LACT_JOURNAL,        /* publish a journal batch */
+    FQ_LACT_ACK,            /* ack a delivery */
+    FQ_LACT_NAK,            /* nak a delivery, to come back after delay_ms */
+    FQ_LACT_PAUSE,          /* pause or resume fetching on a consumer */
+    FQ_LACT_READ,           /* read a submit back by sequence: answer fq_ledger_body */
+    FQ_LACT_RECONCILED,     /* a completion reconciled a run (for counters and rates) */
+    FQ_LACT_NOTE,           /* something to log */
+};
+
+/* What a note says; its fields are those of the action below. */
+enum fq_ledger_note {
+    FQ_LNOTE_REFUSED = 1,   /* a run refused: tenant (NULL: none), sentence */
+    FQ_LNOTE_EXPIRED,       /* a lease ran out: tenant, run_id */
+    FQ_LNOTE_DISPATCH_FAILED, /* a dispatch failed, requeued and parked: tenant, run_id,
+                               js_err, n = parked ms, n2 = failures in a row */
+    FQ_LNOTE_DISPATCH_STALLED, /* dispatches fail for FQ_LEDGER_STALL_MS: js_err,
+                               n = failing ms; first: the first of the spell */
+    FQ_LNOTE_DISPATCH_AGAIN,/* dispatches are stored again: n = ms they failed */
+    FQ_LNOTE_JOURNAL_STALLED, /* journal batches fail for FQ_LEDGER_STALL_MS: js_err, n */
+    FQ_LNOTE_JOURNAL_AGAIN, /* the journal stores batches again: n */
+    FQ_LNOTE_FENCED,        /* the journal refused a batch: another leads; stop */
+    FQ_LNOTE_BODY_LOST,     /* a held run vanished from FAIR_SUBMIT: tenant, seq */
+    FQ_LNOTE_FETCH_PAUSED,  /* max_buffered_runs reached: n = held */
+    FQ_LNOTE_EXPIRED_EARLY, /* expired runs forgotten past max_expired: n */
+    FQ_LNOTE_REFUSAL_UNSTORED, /* a refusal was not stored, its message acked: js_err */
+    FQ_LNOTE_NO_MEMORY,     /* a run was left in JetStream for lack of memory: tenant */
+};
+
+typedef struct fq_ledger_act {
+    enum fq_ledger_act_type type;
+    uint64_t token;             /* DISPATCH, REFUSE, JOURNAL: hand it back with the outcome */
+    enum fq_ledger_cons cons;   /* REFUSE (whose message), ACK, NAK, PAUSE */
+    fq_ledger_ackref ack;       /* ACK, NAK; REFUSE: the refused message's delivery */
+    uint64_t seq;               /* DISPATCH, READ, BODY_LOST: the submit sequence */
+    fq_ledger_tenant *lt;       /* DISPATCH, READ, RECONCILED, and REFUSE/notes when known */
+    const char *tenant;         /* the tenant id; REFUSE: NULL for <rejected>._invalid */
+    const char *run_id;         /* DISPATCH, EXPIRED, DISPATCH_FAILED, RECONCILED */
+    fq_status code;             /* REFUSE: why (fq_status_code in Fair-Error) */
+    const char *sentence;       /* REFUSE: the sentence after the code; REFUSED note */
+    const char *subject;        /* REFUSE of a message just handed in: its subject, for
+                                   Fair-Subject when tenant is NULL; else NULL */
+    fq_ledger_bytes raw;        /* DISPATCH, REFUSE: the producer's headers and body */
+    const fq_ledger_hdr *hdrs;  /* DISPATCH: fairq's headers (hdrs[0] is Nats-Msg-Id) */
+    size_t n_hdrs;
+    const char *text;           /* JOURNAL: the batch */
+    size_t len;
+    uint64_t batch;             /* JOURNAL: its id (for its Nats-Msg-Id) */
+    uint64_t expect_seq;        /* JOURNAL: Nats-Expected-Last-Sequence */
+    uint32_t delay_ms;          /* NAK */
+    bool paused;                /* PAUSE */
+    uint32_t est;               /* DISPATCH, RECONCILED: tokens charged */
+    int64_t submitted_ms;       /* DISPATCH: JetStream's time of the submit */
+    int64_t dispatched_ms;      /* DISPATCH */
+    uint64_t actual;            /* RECONCILED: the tokens reported */
+    bool late;                  /* RECONCILED: its lease had run out */
+    enum fq_ledger_note note;   /* NOTE */
+    int js_err;                 /* notes: JetStream's error code */
+    uint64_t n, n2;             /* notes: numbers, as the note says */
+    bool first;                 /* notes: the first of its spell */
+} fq_ledger_act;
+
+/* The next action to perform, or NULL when none is left. */
+const fq_ledger_act *fq_ledger_next(fq_ledger *l);
+
+/* An ACK or NAK action the caller could not send (natsio refused it): it
+ * is held with those not sent while the lease was not fresh, and sent
+ * again, in order, by a later tick. */
+void fq_ledger_ack_failed(fq_ledger *l, const fq_ledger_act *a);
+
+/* ---- inputs ------------------------------------------------------------- */
+
+/* A delivery from the submit consumer. The caller has read what needs the
+ * message (the subject's tenant, the parsed fields, whether its dispatch
+ * would be stored) and says it here. */
+typedef struct fq_ledger_submit {
+    fq_ledger_ackref ack;       /* its delivery: ack.sseq is the run's sequence */
+    int64_t ts_ms;              /* JetStream's timestamp of the submit */
+    const char *tenant;         /* the subject's tenant id (valid); NULL: none */
+    fq_status status;           /* FQ_OK: sub is parsed and it fits; else why it is refused */
+    const char *error;          /* status != FQ_OK: the sentence */
+    const fq_submit *sub;       /* status FQ_OK: its fields */
+    uint32_t size;              /* status FQ_OK: bytes of its dispatch, fairq's headers in */
+    const char *subject;        /* its subject, for a refusal's Fair-Subject */
+    fq_ledger_bytes raw;        /* its bytes: kept if they fit max_buffered_bytes */
+} fq_ledger_submit;
+
+/* Take a submit. A redelivery of a held one changes nothing; one the
+ * journal says was dispatched is published again (de-duplicated by
+ * JetStream); one completed already is acked; else it is queued or
+ * refused. */
+void fq_ledger_submit_in(fq_ledger *l, const fq_ledger_submit *s, uint64_t now, int64_t now_ms);
+
+/* A delivery from the done consumer, parsed by the caller. */
+typedef struct fq_ledger_done {
+    fq_ledger_ackref ack;
+    const char *tenant;         /* the subject's tenant id (valid); NULL: none */
+    fq_status status;           /* FQ_OK: c is parsed; else why it is refused */
+    const char *error;          /* status != FQ_OK: the sentence */
+    const fq_completion *c;     /* status FQ_OK */
+    const char *subject;        /* its subject, for a refusal's Fair-Subject */
+    fq_ledger_bytes raw;        /* its bytes, for the refusal's copy */
+} fq_ledger_done;
+
+/* Take a completion: reconcile its run once (in flight, or expired and
+ * remembered), defer it while its run is queued (a nak, up to
+ * FQ_LEDGER_DONE_DEFER_MAX deliveries), ack a duplicate, refuse the rest
+ * (a copy to <rejected>._invalid, FQ_LEDGER_DONE_COPIES_PER_SEC a second,
+ * acked without a copy past that). */
+void fq_ledger_done_in(fq_ledger *l, const fq_ledger_done *d, uint64_t now, int64_t now_ms);
+
+/* What became of a publish of the ledger's. */
+enum fq_ledger_pub {
+    FQ_LEDGER_PUB_STORED = 1,   /* stored (seq: its stream sequence) */
+    FQ_LEDGER_PUB_DUPLICATE,    /* stored before: JetStream's duplicate window */
+    FQ_LEDGER_PUB_ERROR,        /* JetStream answered with an error (js_err) */
+    FQ_LEDGER_PUB_FAILED,       /* no answer: a timeout, a disconnection */
+};
+
+/* The outcome of the publish of token. true: the caller publishes it
+ * again as it was, with the same token, after its retry delay, and reports
+ * that outcome in turn (a journal batch or a refusal that failed, a
+ * dispatch of a run the ledger no longer holds); false: nothing to do. */
+bool fq_ledger_puback(fq_ledger *l, uint64_t token, enum fq_ledger_pub outcome, int js_err,
+                      uint64_t seq, uint64_t now, int64_t now_ms);
+
+/* The answer to a READ action: the submit's bytes (FQ_OK), FQ_ENOTFOUND
+ * (gone from the stream: the run is dropped), or another status (not now:
+ * the run is requeued and its tenant parked). */
+void fq_ledger_body(fq_ledger *l, uint64_t seq, fq_status st, const fq_ledger_bytes *raw,
+                    uint64_t now, int64_t now_ms);
+
+/* Dispatch by DRR while the window has room, at most budget publishes
+ * (what NATS takes now), until a READ is asked for (answer it, then call
+ * again) or the journal's unsent batch is full. Returns the dispatches. */
+size_t fq_ledger_dispatch(fq_ledger *l, size_t budget, uint64_t now, int64_t now_ms);
+
+/* Housekeeping at each turn: expire leases, forget expired runs, send the
+ * acks held back once fresh, write debt records due, send the journal
+ * batch if none is in flight. */
+void fq_ledger_tick(fq_ledger *l, uint64_t now, int64_t now_ms);
+
+/* The lease's state: while not fresh nothing is acked, naked, dispatched
+ * or journalled (acks are held, in order, and sent once fresh again). */
+void fq_ledger_set_fresh(fq_ledger *l, bool fresh);
+
+/* The admission's drain rate, tokens a second (0: unknown). */
+void fq_ledger_set_rate(fq_ledger *l, double tokens_per_sec);
+
+/* ---- the journal at start or takeover ------------------------------------ */
+
+/* Our term's marker is stored at seq: the first batch expects it. Until
+ * then no batch is sent. */
+void fq_ledger_journal_marked(fq_ledger *l, uint64_t seq);
+
+/* Rebuild from the journal: each valid record read back, in order, with
+ * the time its message was stored (unix ms); then fq_ledger_recovered.
+ * Only before the first submit or completion. */
+void fq_ledger_recover_record(fq_ledger *l, const fq_jrec *r, int64_t stored_ms,
+                              int64_t now_ms);
+/* Put the runs read back into the window (up to its limits and each
+ * tenant's cap; the rest count as expired) or among the expired. */
+void fq_ledger_recovered(fq_ledger *l, uint64_t now, int64_t now_ms);
+
+/* ---- what it holds ----------------------------------------------------- */
+
+typedef struct fq_ledger_counters {
+    uint64_t submitted, redelivered, invalid_subject, duplicates_acked;
+    uint64_t rejected[FQ__COUNT];   /* refused runs by reason */
+    uint64_t dispatched, dispatch_duplicates, body_reads, body_lost;
+    uint64_t completions, completions_unheld, completions_duplicate, completions_invalid;
+    uint64_t completions_unknown, completion_copies_skipped, completions_deferred;
+    uint64_t expired, expired_forgotten_early, adopted, adopt_overflow;
+    uint64_t dispatch_failures, refusals_unstored, debts_forgiven, pub_failures;
+} fq_ledger_counters;
+
+typedef struct fq_ledger_stats {
+    uint64_t held;              /* submits held (unacked) */
+    uint64_t index_only;        /* of which without their body in memory */
+    uint64_t buffered_bytes;    /* bodies held */
+    uint64_t completed_remembered; /* run keys in the completed set */
+    uint64_t expired_remembered;/* expired runs awaiting a late completion */
+    uint64_t debtors;           /* tenants with a live debt record */
+    bool fetch_paused;          /* max_buffered_runs reached */
+    bool journal_full;          /* the unsent batch is full */
+    bool fenced;                /* another leader wrote the journal */
+    bool dispatch_stalled;      /* dispatches fail for FQ_LEDGER_STALL_MS */
+    bool journal_stalled;       /* batches fail for FQ_LEDGER_STALL_MS */
+    bool settled;               /* nothing unsent: no batch, debt or ack waiting */
+} fq_ledger_stats;
+
+const fq_ledger_counters *fq_ledger_counters_get(const fq_ledger *l);
+void fq_ledger_stats_get(fq_ledger_stats *out, const fq_ledger *l);
+
+#endif
