@@ -48,6 +48,10 @@ static const char *prog = "fairq-worker";
 
 #define WORKER_ACK_WAIT_S 60
 #define WORKER_PROGRESS_S 10        /* a keep-alive this often while working */
+#define WORKER_PULL_WAIT_MS 1000    /* a pull waits this long for a run */
+#define WORKER_ERROR_PAUSE_MS 500   /* after a failed pull, a pause before the next */
+#define WORKER_RETRY_MS 500         /* a completion or claim mark not stored is sent again after this */
+#define WORKER_CLAIM_PAUSE_MS 250   /* a run whose claim failed is handed back after this */
 #define WORKER_CLAIM_PREFIX "fairq_claims_"  /* + the durable: the default claim bucket */
 #define WORKER_BUCKET_CHARS "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-"
 /* A claim key: the tenant (64), '/', and a run id of 128 bytes each
@@ -386,7 +390,7 @@ static int worker_run(jsCtx *js, fqc_pull *pull, const worker_cfg *c, worker_cla
         case CLAIM_ERROR:
             /* Unclaimed, so unworked: handed back, after a pause so that
              * a server away does not make a loop of it. */
-            fqc_sleep_until(fqc_mono_ns() + 250 * FQC_NS_PER_MS);
+            fqc_sleep_until(fqc_mono_ns() + WORKER_CLAIM_PAUSE_MS * FQC_NS_PER_MS);
             fqc_ack(pull, m, "-NAK");
             return -1;
         }
@@ -415,7 +419,7 @@ static int worker_run(jsCtx *js, fqc_pull *pull, const worker_cfg *c, worker_cla
     while ((s = len ? js_Publish(NULL, js, subject, body, (int)len, NULL, NULL)
                     : NATS_INVALID_ARG) != NATS_OK && len && !fqc_stopping()) {
         fqc_perror(prog, "publishing the completion (retrying)", s);
-        fqc_sleep_until(fqc_mono_ns() + 500 * FQC_NS_PER_MS);
+        fqc_sleep_until(fqc_mono_ns() + WORKER_RETRY_MS * FQC_NS_PER_MS);
     }
     if (s == NATS_OK && wc->kv) {
         /* Retried as the completion is: a claim left "working" would let a
@@ -426,7 +430,7 @@ static int worker_run(jsCtx *js, fqc_pull *pull, const worker_cfg *c, worker_cla
         snprintf(mark, sizeof mark, "done %s", wc->owner);
         while ((ks = kvStore_PutString(NULL, wc->kv, key, mark)) != NATS_OK && !fqc_stopping()) {
             fqc_perror(prog, "marking the claim done (retrying)", ks);
-            fqc_sleep_until(fqc_mono_ns() + 500 * FQC_NS_PER_MS);
+            fqc_sleep_until(fqc_mono_ns() + WORKER_RETRY_MS * FQC_NS_PER_MS);
         }
     }
     if (s != NATS_OK) {
@@ -608,7 +612,7 @@ int main(int argc, char **argv)
     while (!fqc_stopping() && (cfg.count == 0 || done < cfg.count)) {
         natsMsg *m = NULL;
         int n = 0;
-        if (!fqc_pull_next(&pull, prog, &m, 1, 1000, 500, &n))
+        if (!fqc_pull_next(&pull, prog, &m, 1, WORKER_PULL_WAIT_MS, WORKER_ERROR_PAUSE_MS, &n))
             continue;
         if (worker_run(js, &pull, &cfg, &claims, m) > 0)
             done++;

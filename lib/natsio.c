@@ -79,6 +79,12 @@
 #define NIO_NS_PER_MS 1000000LL
 #define NIO_FLUSH_MS 1000           /* fq_nio_destroy's flush, when not closed before */
 #define NIO_CLOSED_WAIT_MS 1000     /* longest wait for the closed callback */
+#define NIO_PULL_WAIT_MS 500        /* a pull request waits this long for a run, at most */
+#define NIO_IDLE_POLL_MS 20         /* a paused or disconnected thread looks again after this */
+#define NIO_RECREATE_RETRY_MS 500   /* a consumer or watch not made is tried again after this */
+#define NIO_FETCH_RETRY_MS 100      /* a failed pull is tried again after this */
+#define NIO_WATCH_WAIT_MS 250       /* a watch waits this long for a change between looks
+                                       at the connection; a failed one is made again after it */
 
 /* A durable pull consumer and the thread that fetches for it. */
 typedef struct nio_consumer {
@@ -1246,7 +1252,7 @@ static fq_status nio_fetch_once(nio_consumer *c, bool *busy)
     fq_status s = FQ_OK;
     /* A pull asks for nothing past the fence. */
     uint64_t now = fq_nio_mono_ms(), until = atomic_load(&c->n->fence_until);
-    int64_t wait = until - now < 500 ? (int64_t)(until - now) : 500;
+    int64_t wait = until - now < NIO_PULL_WAIT_MS ? (int64_t)(until - now) : NIO_PULL_WAIT_MS;
     if (count == 0 && now < until)
         s = fq_nio_pull_request(&c->pull, (void **)c->got, *busy ? c->cfg.batch : 1, *busy, wait,
                                 &count, NULL);
@@ -1264,7 +1270,7 @@ static void *nio_fetch_main(void *arg)
     c->generation = UINT64_MAX;
     while (!atomic_load(&n->stopping)) {
         if (atomic_load(&c->paused) || !atomic_load(&n->connected) || nio_fenced(n)) {
-            nio_sleep_ms(20);
+            nio_sleep_ms(NIO_IDLE_POLL_MS);
             continue;
         }
         uint64_t gen = atomic_load(&n->generation), term = atomic_load(&c->term);
@@ -1275,7 +1281,7 @@ static void *nio_fetch_main(void *arg)
                 fq_nio_event ev = {.type = FQ_NIO_EV_CONSUMER, .source = c->id,
                                    .status = newer ? FQ_EEXIST : FQ_EIO};
                 nio_push(n, &ev);
-                nio_sleep_ms(500);
+                nio_sleep_ms(NIO_RECREATE_RETRY_MS);
                 continue;
             }
             c->generation = gen;
@@ -1285,7 +1291,7 @@ static void *nio_fetch_main(void *arg)
             nio_push(n, &ev);
         }
         if (nio_fetch_once(c, &busy) != FQ_OK) {
-            nio_sleep_ms(100);
+            nio_sleep_ms(NIO_FETCH_RETRY_MS);
         }
     }
     return NULL;
@@ -1954,7 +1960,7 @@ static void *nio_watch_main(void *arg)
     uint64_t gen = UINT64_MAX, epoch = 0;
     while (!atomic_load(&n->stopping)) {
         if (!atomic_load(&n->connected)) {
-            nio_sleep_ms(20);
+            nio_sleep_ms(NIO_IDLE_POLL_MS);
             continue;
         }
         /* A reconnect may follow a server restart that lost the watch's
@@ -1965,19 +1971,19 @@ static void *nio_watch_main(void *arg)
             if (js_KeyValue(&kv, n->js, w->bucket) != NATS_OK ||
                 kvStore_WatchAll(&kw, kv, NULL) != NATS_OK) {
                 nio_watch_close(&kv, &kw);
-                nio_sleep_ms(500);
+                nio_sleep_ms(NIO_RECREATE_RETRY_MS);
                 continue;
             }
             gen = g;
             epoch++;
         }
         kvEntry *ke = NULL;
-        natsStatus s = kvWatcher_Next(&ke, kw, 250);
+        natsStatus s = kvWatcher_Next(&ke, kw, NIO_WATCH_WAIT_MS);
         if (s == NATS_TIMEOUT)
             continue;
         if (s != NATS_OK) {
             nio_watch_close(&kv, &kw);
-            nio_sleep_ms(250);
+            nio_sleep_ms(NIO_WATCH_WAIT_MS);
             continue;
         }
         fq_nio_event ev = {.type = ke ? FQ_NIO_EV_KV : FQ_NIO_EV_KV_SYNCED, .source = w->id,

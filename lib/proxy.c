@@ -90,6 +90,13 @@
 #define PX_LEASE_RENEW_MS 1000      /* a renewal a second: two may fail before it is stale */
 #define PX_LEASE_RETRY_MS 500       /* a standby reads the key twice a second */
 #define PX_SUBMIT_ACK_WAIT_MS (3600LL * 1000)  /* px_start_consumers says why */
+#define PX_FETCH_BATCH 256          /* deliveries one pull request asks for at most */
+#define PX_DONE_MAX_ACK_PENDING 100000  /* completions delivered and not yet acked, at most */
+#define PX_DONE_ACK_WAIT_MS 60000   /* an unacked completion is delivered again after this */
+#define PX_JOURNAL_AGE_SLACK_MS 60000   /* the journal keeps a record this long past
+                                           px_keep_done_ms, so that a done record outlives
+                                           the flight record it ends */
+#define PX_STANDBY_LOG_MS 10000     /* a standby says why this often */
 #define PX_RATE_ALPHA 0.3           /* weight of the newest second in the rates */
 #define PX_LIGHT_LOAD 16            /* events a turn below which writes are flushed at once */
 #define PX_SWEEP_MS 1000            /* a sweep of every tenant begins this often */
@@ -3579,7 +3586,7 @@ static fq_status px_streams(fq_proxy *p)
          .max_msgs_per_subject = (int64_t)c->streams.rejected_max_msgs_per_tenant,
          .max_bytes = (int64_t)c->streams.rejected_max_bytes},
         {.name = c->streams.runs, .subject = c->subjects.runs, .retention = FQ_NIO_LIMITS,
-         .max_age_ms = px_keep_done_ms(p) + 60000, .replicas = rep},
+         .max_age_ms = px_keep_done_ms(p) + PX_JOURNAL_AGE_SLACK_MS, .replicas = rep},
     };
     char warn[1024];
     /* The server has answered the connection's subscriptions (its PubAck
@@ -3915,10 +3922,11 @@ static fq_status px_start_consumers(fq_proxy *p)
      * within it. No longer a day: a dead proxy's runs no longer wait for it. */
     fq_nio_consumer sc = {.stream = p->cfg.streams.submit, .durable = p->cfg.streams.durable,
                           .filter = p->submit_filter, .max_ack_pending = pend,
-                          .ack_wait_ms = PX_SUBMIT_ACK_WAIT_MS, .batch = 256, .term = p->term};
+                          .ack_wait_ms = PX_SUBMIT_ACK_WAIT_MS, .batch = PX_FETCH_BATCH, .term = p->term};
     fq_nio_consumer dc = {.stream = p->cfg.streams.done, .durable = p->cfg.streams.durable,
-                          .filter = p->done_filter, .max_ack_pending = 100000,
-                          .ack_wait_ms = 60000, .batch = 256, .term = p->term};
+                          .filter = p->done_filter, .max_ack_pending = PX_DONE_MAX_ACK_PENDING,
+                          .ack_wait_ms = PX_DONE_ACK_WAIT_MS, .batch = PX_FETCH_BATCH,
+                          .term = p->term};
     fq_status s = fq_nio_consume(p->nio, PX_CONS_SUBMIT, &sc);
     if (s == FQ_OK)
         s = fq_nio_consume(p->nio, PX_CONS_DONE, &dc);
@@ -4004,13 +4012,13 @@ static bool px_become_leader(fq_proxy *p)
             return true;
         if (px_denied_at_start(p))
             return false;
-        if (now >= next_log) {      /* every ten seconds */
+        if (now >= next_log) {
             fq_log(FQ_LOG_WARN,
                    p->lease.holder[0] ? "standing by: another proxy holds the leader lease on "
                                         "these streams; taking over when it stops renewing it"
                                       : "standing by: cannot read the leader lease",
                    FQ_STR("holder", p->lease.holder), FQ_UINT("lease_ttl_ms", FQ_LEASE_TTL_MS));
-            next_log = now + 10000;
+            next_log = now + PX_STANDBY_LOG_MS;
         }
         if (p->http && now >= next_snap) {
             fq_metrics_snapshot_clear(p->snap_fill);
