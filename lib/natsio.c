@@ -69,6 +69,12 @@
  *   makes one: "no value found") fails that read, and is left half read:
  *   later reads answer from the half as if nothing were wrong. Only what
  *   nats.c could read is carried, so nothing unread reaches a stream.
+ * - nats.c hands a received message's header names out of a hash map,
+ *   whose order changes with how many names it holds: a submit read back
+ *   by sequence, which carries the stream's Nats-* headers too, came out
+ *   in another order than as fetched (measured). Carried headers are
+ *   written in the order they first occur in the block instead (see
+ *   nio_keys), so either gives the same bytes.
  * - kvConfig.TTL and jsStreamConfig durations are nanoseconds; Fetch
  *   timeouts and jsPubOptions.MaxWait are milliseconds.
  */
@@ -1501,25 +1507,29 @@ fq_status fq_nio_reply(fq_nio *n, const fq_nio_msg *req, const void *data, size_
 
 /* ---- publishes ----------------------------------------------------------- */
 
-static bool nio_hdr_listed(const fq_nio_out *o, const char *key)
+/* Whether o sets header key[0..klen) itself. */
+static bool nio_hdr_listed(const fq_nio_out *o, const char *key, size_t klen)
 {
     for (size_t i = 0; i < o->n_hdrs; i++)
-        if (strcasecmp(o->hdrs[i].key, key) == 0)
+        if (strncasecmp(o->hdrs[i].key, key, klen) == 0 && o->hdrs[i].key[klen] == '\0')
             return true;
     return false;
 }
 
 /* JetStream acts on the headers named Nats-*. */
-static bool nio_is_nats(const char *key)
+static bool nio_is_nats(const char *key, size_t klen)
 {
-    return strncasecmp(key, "Nats-", 5) == 0;
+    return klen >= 5 && strncasecmp(key, "Nats-", 5) == 0;
 }
 
-/* Whether a message built from o carries header key of o->carry: every
- * one when carry_all, else all but Nats-* and those o sets itself. */
-static bool nio_carried(const fq_nio_out *o, const char *key)
+/* Whether a message built from o carries header key[0..klen) of o->carry
+ * or o->carry_lines: every one when carry_all, else all but Nats-* and
+ * those o sets itself. o NULL: all but Nats-* (what carried lines keep). */
+static bool nio_carried(const fq_nio_out *o, const char *key, size_t klen)
 {
-    return o->carry_all || (!nio_is_nats(key) && !nio_hdr_listed(o, key));
+    if (o && o->carry_all)
+        return true;
+    return !nio_is_nats(key, klen) && !(o && nio_hdr_listed(o, key, klen));
 }
 
 /* One "Key: Value\r\n" line, as nio_buf_hdr writes it. */
@@ -1577,64 +1587,6 @@ static void nio_quote(char *out, size_t cap, const char *name)
     out[k] = '\0';
 }
 
-fq_status fq_nio_out_size(fq_nio_size *out, const fq_nio_out *o)
-{
-    *out = (fq_nio_size){0};
-    const char **keys = NULL;
-    int nk = 0;
-    natsStatus s = o->carry ? natsMsgHeader_Keys((natsMsg *)o->carry, &keys, &nk) : NATS_OK;
-    if (s == NATS_NOT_FOUND)
-        s = NATS_OK;
-    if (s != NATS_OK)
-        snprintf(out->bad, sizeof out->bad, "its header block cannot be read (%s)",
-                 natsStatus_GetText(s));
-    char q[96];
-    for (int i = 0; s == NATS_OK && i < nk; i++) {
-        const char *key = keys[i];
-        size_t klen = strlen(key);
-        nio_quote(q, sizeof q, key);
-        if (!fq_nio_header_name_valid(key, klen)) {
-            snprintf(out->bad, sizeof out->bad, "header \"%s\": its name is not a header token", q);
-            s = NATS_INVALID_ARG;
-            break;
-        }
-        /* A Nats-* header is never carried to a stream but by the proxy
-         * itself; any other one naming Nats-Msg-Id could be read as one. */
-        bool nats = nio_is_nats(key);
-        if (!nats && nio_holds(key, "Nats-Msg-Id")) {
-            snprintf(out->bad, sizeof out->bad, "header \"%s\": its name holds Nats-Msg-Id", q);
-            s = NATS_INVALID_ARG;
-            break;
-        }
-        const char **vals = NULL;
-        int nv = 0;
-        s = natsMsgHeader_Values((natsMsg *)o->carry, key, &vals, &nv);
-        if (s != NATS_OK)
-            snprintf(out->bad, sizeof out->bad, "header \"%s\" cannot be read", q);
-        bool carried = nio_carried(o, key);
-        for (int j = 0; s == NATS_OK && j < nv; j++) {
-            if (!nats && nio_holds(vals[j], "Nats-Msg-Id")) {
-                snprintf(out->bad, sizeof out->bad, "header \"%s\": its value holds Nats-Msg-Id",
-                         q);
-                s = NATS_INVALID_ARG;
-            } else if (carried) {
-                out->carried += nio_line_bytes(klen, strlen(vals[j]));
-            }
-        }
-        free((void *)vals);
-    }
-    free((void *)keys);
-    out->header = fq_nio_header_bytes(o->hdrs, o->n_hdrs, out->carried);
-    out->total = out->header + o->len;
-    return s == NATS_OK ? FQ_OK : FQ_EINVAL;
-}
-
-#ifdef FQ_NATS_RAW_HEADERS
-/* libnats's own constructor of received messages: the headers come as
- * their wire block, the first hdr_len bytes of buf (see the quirks above). */
-natsStatus natsMsg_create(natsMsg **m, const char *subj, int subj_len, const char *reply,
-                          int reply_len, const char *buf, int buf_len, int hdr_len);
-
 /* Append s (len bytes) to b; CR and LF become spaces when clean, as
  * nats.c's header encoder makes them. */
 static bool nio_buf_put(fq_nio_buf *b, const char *s, size_t len, bool clean)
@@ -1665,6 +1617,149 @@ static bool nio_buf_hdr(fq_nio_buf *b, const char *key, const char *val)
            nio_buf_put(b, val, strlen(val), true) && nio_buf_put(b, "\r\n", 2, false);
 }
 
+/* Keys by address, for qsort. */
+static int nio_key_cmp(const void *a, const void *b)
+{
+    uintptr_t x = (uintptr_t)*(const char *const *)a, y = (uintptr_t)*(const char *const *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* m's header names (a calloc'd array the caller frees), in the order they
+ * first occur in its header block when nats.c read them from one: nats.c
+ * keeps them in a hash map, whose order depends on how many it holds, but
+ * parses the block in place, so each name points into it, where it first
+ * occurs (nats.c's message is one allocation: the struct, subject, reply,
+ * header block, body; a direct get points the subject into the block). So
+ * the same headers come out in the same order whichever
+ * message holds them: a submit as fetched, or read back by sequence with
+ * the stream's Nats-* headers appended. Names made otherwise (set through
+ * the map) keep the map's order. NATS_NOT_FOUND: none. */
+static natsStatus nio_keys(natsMsg *m, const char ***keys, int *nk)
+{
+    natsStatus s = natsMsgHeader_Keys(m, keys, nk);
+    if (s != NATS_OK || *nk < 2)
+        return s;
+    uintptr_t lo = (uintptr_t)m, hi = (uintptr_t)natsMsg_GetData(m);
+    for (int i = 0; i < *nk; i++)
+        if ((uintptr_t)(*keys)[i] < lo || (uintptr_t)(*keys)[i] >= hi)
+            return NATS_OK;
+    qsort((void *)*keys, (size_t)*nk, sizeof **keys, nio_key_cmp);
+    return NATS_OK;
+}
+
+/* One pass over m's headers, in nio_keys's order, each checked
+ * on the way: bad (160 bytes) says why the first unfit one is (see
+ * fq_nio_out_size). The lines of those a message built from o carries (o
+ * NULL: all but Nats-*) are counted into *carried and, when lines is not
+ * NULL, written to it as a publish writes them. NATS_NO_MEMORY: lines could
+ * not grow. */
+static natsStatus nio_carry_walk(size_t *carried, fq_nio_buf *lines, char *bad, natsMsg *m,
+                                 const fq_nio_out *o)
+{
+    const char **keys = NULL;
+    int nk = 0;
+    natsStatus s = nio_keys(m, &keys, &nk);
+    if (s == NATS_NOT_FOUND)
+        s = NATS_OK;
+    if (s != NATS_OK)
+        snprintf(bad, 160, "its header block cannot be read (%s)", natsStatus_GetText(s));
+    char q[96];
+    for (int i = 0; s == NATS_OK && i < nk; i++) {
+        const char *key = keys[i];
+        size_t klen = strlen(key);
+        nio_quote(q, sizeof q, key);
+        if (!fq_nio_header_name_valid(key, klen)) {
+            snprintf(bad, 160, "header \"%s\": its name is not a header token", q);
+            s = NATS_INVALID_ARG;
+            break;
+        }
+        /* A Nats-* header is never carried to a stream but by the proxy
+         * itself; any other one naming Nats-Msg-Id could be read as one. */
+        bool nats = nio_is_nats(key, klen);
+        if (!nats && nio_holds(key, "Nats-Msg-Id")) {
+            snprintf(bad, 160, "header \"%s\": its name holds Nats-Msg-Id", q);
+            s = NATS_INVALID_ARG;
+            break;
+        }
+        const char **vals = NULL;
+        int nv = 0;
+        s = natsMsgHeader_Values(m, key, &vals, &nv);
+        if (s != NATS_OK)
+            snprintf(bad, 160, "header \"%s\" cannot be read", q);
+        bool carry = nio_carried(o, key, klen);
+        for (int j = 0; s == NATS_OK && j < nv; j++) {
+            if (!nats && nio_holds(vals[j], "Nats-Msg-Id")) {
+                snprintf(bad, 160, "header \"%s\": its value holds Nats-Msg-Id", q);
+                s = NATS_INVALID_ARG;
+            } else if (carry) {
+                *carried += nio_line_bytes(klen, strlen(vals[j]));
+                if (lines && !nio_buf_hdr(lines, key, vals[j]))
+                    s = NATS_NO_MEMORY;
+            }
+        }
+        free((void *)vals);
+    }
+    free((void *)keys);
+    return s;
+}
+
+/* The next line of carried lines p[0..end): its length, and its key's in
+ * *klen; 0 when what is left is not a "Key: Value\r\n" line. */
+static size_t nio_line_next(const char *p, const char *end, size_t *klen)
+{
+    const char *colon = memchr(p, ':', (size_t)(end - p));
+    const char *nl = memchr(p, '\n', (size_t)(end - p));
+    if (!colon || !nl || colon > nl || nl == p || nl[-1] != '\r')
+        return 0;
+    *klen = (size_t)(colon - p);
+    return (size_t)(nl - p) + 1;
+}
+
+/* Bytes of the lines of o->carry_lines that a message built from o
+ * carries; false when they are not lines at all. */
+static bool nio_lines_carried(size_t *carried, const fq_nio_out *o)
+{
+    const char *p = o->carry_lines, *end = p + o->carry_len;
+    size_t klen, len;
+    for (; p < end; p += len) {
+        if (!(len = nio_line_next(p, end, &klen)))
+            return false;
+        if (nio_carried(o, p, klen))
+            *carried += len;
+    }
+    return true;
+}
+
+fq_status fq_nio_out_size(fq_nio_size *out, const fq_nio_out *o)
+{
+    *out = (fq_nio_size){0};
+    natsStatus s = NATS_OK;
+    if (o->carry) {
+        s = nio_carry_walk(&out->carried, NULL, out->bad, (natsMsg *)o->carry, o);
+    } else if (o->carry_len && !nio_lines_carried(&out->carried, o)) {
+        snprintf(out->bad, sizeof out->bad, "its carried header lines are not header lines");
+        s = NATS_INVALID_ARG;
+    }
+    out->header = fq_nio_header_bytes(o->hdrs, o->n_hdrs, out->carried);
+    out->total = out->header + o->len;
+    return s == NATS_OK ? FQ_OK : FQ_EINVAL;
+}
+
+fq_status fq_nio_msg_carry_lines(fq_nio_buf *out, char bad[160], const fq_nio_msg *m)
+{
+    size_t carried = 0;
+    out->len = 0;
+    bad[0] = '\0';
+    natsStatus s = nio_carry_walk(&carried, out, bad, (natsMsg *)m, NULL);
+    return s == NATS_OK ? FQ_OK : s == NATS_NO_MEMORY ? FQ_ENOMEM : FQ_EINVAL;
+}
+
+#ifdef FQ_NATS_RAW_HEADERS
+/* libnats's own constructor of received messages: the headers come as
+ * their wire block, the first hdr_len bytes of buf (see the quirks above). */
+natsStatus natsMsg_create(natsMsg **m, const char *subj, int subj_len, const char *reply,
+                          int reply_len, const char *buf, int buf_len, int hdr_len);
+
 /* o as a message with reply (or none): the header block written once, by
  * hand, in b, instead of a header map of allocations per header that
  * nats.c would build, encode and free. */
@@ -1684,15 +1779,16 @@ static natsStatus nio_msg_build(natsMsg **m, fq_nio_buf *b, const fq_nio_out *o,
         ok = nio_buf_hdr(b, o->hdrs[i].key, o->hdrs[i].value);
     const char **keys = NULL;
     int nk = 0;
-    natsStatus s = o->carry ? natsMsgHeader_Keys((natsMsg *)o->carry, &keys, &nk) : NATS_OK;
+    natsStatus s = o->carry ? nio_keys((natsMsg *)o->carry, &keys, &nk) : NATS_OK;
     if (s == NATS_NOT_FOUND)
         s = NATS_OK;                        /* nothing to carry */
     /* A message sent again (carry_all) keeps its Nats-* headers ahead of
      * the others for the same reason: a pass for them, then the rest. */
     for (int pass = o->carry_all ? 0 : 1; pass < 2; pass++) {
         for (int i = 0; ok && s == NATS_OK && i < nk; i++) {
-            bool nats = nio_is_nats(keys[i]);
-            if (pass == 0 ? !nats : nats || !nio_carried(o, keys[i]))
+            size_t klen = strlen(keys[i]);
+            bool nats = nio_is_nats(keys[i], klen);
+            if (pass == 0 ? !nats : nats || !nio_carried(o, keys[i], klen))
                 continue;
             const char **vals = NULL;
             int nv = 0;
@@ -1700,6 +1796,19 @@ static natsStatus nio_msg_build(natsMsg **m, fq_nio_buf *b, const fq_nio_out *o,
             for (int j = 0; ok && s == NATS_OK && j < nv; j++)
                 ok = nio_buf_hdr(b, keys[i], vals[j]);
             free((void *)vals);
+        }
+        /* Carried lines are copied as they are: they were written so. */
+        const char *p = o->carry || !o->carry_len ? NULL : o->carry_lines;
+        const char *end = p ? p + o->carry_len : NULL;
+        size_t klen, len;
+        for (; ok && p && p < end; p += len) {
+            if (!(len = nio_line_next(p, end, &klen)))
+                s = NATS_INVALID_ARG;
+            else if (pass == 0 ? nio_is_nats(p, klen)
+                               : !nio_is_nats(p, klen) && nio_carried(o, p, klen))
+                ok = nio_buf_put(b, p, len, false);
+            if (!len)
+                break;
         }
     }
     free((void *)keys);
@@ -1723,12 +1832,12 @@ static natsStatus nio_carry_headers(natsMsg *m, const fq_nio_out *o)
     natsMsg *src = (natsMsg *)o->carry;
     const char **keys = NULL;
     int nk = 0;
-    natsStatus s = natsMsgHeader_Keys(src, &keys, &nk);
+    natsStatus s = nio_keys(src, &keys, &nk);
     if (s == NATS_NOT_FOUND) {
         return NATS_OK;
     }
     for (int i = 0; s == NATS_OK && i < nk; i++) {
-        if (!nio_carried(o, keys[i]))
+        if (!nio_carried(o, keys[i], strlen(keys[i])))
             continue;
         const char **vals = NULL;
         int nv = 0;
@@ -1738,6 +1847,31 @@ static natsStatus nio_carry_headers(natsMsg *m, const fq_nio_out *o)
         free((void *)vals);
     }
     free((void *)keys);
+    return s;
+}
+
+/* Add o->carry_lines but those o sets itself. */
+static natsStatus nio_carry_lines(natsMsg *m, const fq_nio_out *o)
+{
+    const char *p = o->carry_lines, *end = p + o->carry_len;
+    size_t klen, len;
+    natsStatus s = NATS_OK;
+    for (; s == NATS_OK && p < end; p += len) {
+        if (!(len = nio_line_next(p, end, &klen)))
+            return NATS_INVALID_ARG;
+        if (!nio_carried(o, p, klen))
+            continue;
+        /* "Key: Value\r\n" as two strings */
+        char *kv = malloc(len);
+        if (!kv)
+            return NATS_NO_MEMORY;
+        memcpy(kv, p, len - 2);
+        kv[len - 2] = '\0';
+        kv[klen] = '\0';
+        const char *v = kv + klen + 1;
+        s = natsMsgHeader_Add(m, kv, *v == ' ' ? v + 1 : v);
+        free(kv);
+    }
     return s;
 }
 
@@ -1752,6 +1886,8 @@ static natsStatus nio_msg_build(natsMsg **m, fq_nio_buf *b, const fq_nio_out *o,
         s = natsMsgHeader_Set(*m, o->hdrs[i].key, o->hdrs[i].value);
     if (s == NATS_OK && o->carry)
         s = nio_carry_headers(*m, o);
+    else if (s == NATS_OK && o->carry_len)
+        s = nio_carry_lines(*m, o);
     if (s != NATS_OK) {
         natsMsg_Destroy(*m);
         *m = NULL;

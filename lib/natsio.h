@@ -144,6 +144,12 @@ typedef struct fq_nio_event {
     int err_code;               /* PUBACK: JetStream error code, 0 if none */
 } fq_nio_event;
 
+/* A growing byte buffer; zero-initialised, its memory freed with free(p). */
+typedef struct fq_nio_buf {
+    char *p;
+    size_t len, cap;
+} fq_nio_buf;
+
 /* A header to set on an outgoing message. */
 typedef struct fq_nio_hdr {
     const char *key;
@@ -160,6 +166,11 @@ typedef struct fq_nio_out {
     /* If set, its headers are carried over after hdrs, except those named
      * Nats-* (JetStream would act on them) and those listed in hdrs. */
     const fq_nio_msg *carry;
+    /* Else, if carry_len: header lines carried the same way, as
+     * fq_nio_msg_carry_lines wrote them, so that a caller that kept those
+     * bytes instead of the message publishes what carry would have. */
+    const char *carry_lines;
+    size_t carry_len;
     bool carry_all;             /* carry every header, Nats-* too (a message sent again) */
 } fq_nio_out;
 
@@ -190,8 +201,22 @@ bool fq_nio_header_name_valid(const char *s, size_t len);
  * when one has a name that is not a token, a name or value other than of
  * a Nats-* header that holds Nats-Msg-Id in any case (JetStream finds a
  * header by searching the block for its name), or the block cannot be read
- * at all. Sizes count what could be read. */
+ * at all; or when o->carry_lines are not lines. Carried lines were checked
+ * when written: they are only counted. Sizes count what could be read. */
 fq_status fq_nio_out_size(fq_nio_size *out, const fq_nio_out *o);
+
+/* The headers m carries onward, as the lines a publish writes them
+ * ("Key: Value\r\n" each, CR and LF in them blanked; headers in the order
+ * they first occur in m's block, each with its values in order, which is
+ * how a publish carrying m writes them), its Nats-* headers left out: bytes
+ * a caller may copy and keep in place of m, and hand back as
+ * fq_nio_out.carry_lines. A submit as fetched and as read back by sequence
+ * (fq_nio_get, which adds the stream's Nats-* headers) give the same
+ * bytes. Written to out (from out->len = 0; its memory the caller's,
+ * reused from call to call). FQ_EINVAL, with
+ * bad saying why as fq_nio_out_size would, when a header is unfit to carry
+ * (m's headers are read and checked in the same one pass); FQ_ENOMEM. */
+fq_status fq_nio_msg_carry_lines(fq_nio_buf *out, char bad[160], const fq_nio_msg *m);
 
 /* Connect (reconnecting forever once connected) and open JetStream.
  * FQ_EIO with the reason in err when no server can be reached now; the
@@ -350,11 +375,6 @@ size_t fq_nio_msg_len(const fq_nio_msg *m);
 /* A header's first value, or NULL. */
 const char *fq_nio_msg_header(const fq_nio_msg *m, const char *key);
 void fq_nio_msg_destroy(fq_nio_msg *m);
-/* A growing byte buffer; zero-initialised, its memory freed with free(p). */
-typedef struct fq_nio_buf {
-    char *p;
-    size_t len, cap;
-} fq_nio_buf;
 /* Build o as a nats.c message (a natsMsg *, no reply subject) the way
  * fq_nio_publish builds its messages, using scratch as working space. For
  * programs that publish through nats.c directly: the baseline relay. */

@@ -318,6 +318,72 @@ static void test_publish_headers_as_sent(void **state)
     fq_nio_msg_destroy(m);
 }
 
+/* A fetched submit kept as its carried lines and body (the message given
+ * back at once): the same bytes come from the message read back by
+ * sequence, and a publish built from them carries what carrying the
+ * message would. */
+static void test_carry_lines_fetched_and_read_back(void **state)
+{
+    fixture *f = *state;
+    fq_nio_stream ls = {.name = "LINES", .subject = "lines.*", .retention = FQ_NIO_LIMITS,
+                        .max_age_ms = 120000, .replicas = 1, .allow_direct = true};
+    char warn[256];
+    assert_int_equal(fq_nio_stream_ensure(f->n, &ls, warn, sizeof warn), FQ_OK);
+    const char body[] = "a\0body";
+    fq_nio_hdr h[] = {{"Nats-Msg-Id", "lines-1"}, {"X-A", "1"}, {"X-B", "two words"},
+                      {"Fair-Run-Id", "r-1"}, {"X-C", "x\r\ny"}};
+    fq_nio_out o = {.subject = "lines.a", .data = body, .len = sizeof body, .hdrs = h,
+                    .n_hdrs = 5};
+    assert_int_equal(fq_nio_publish(f->n, &o, 1), FQ_OK);
+    fq_nio_event ev;
+    assert_true(wait_event(f->n, FQ_NIO_EV_PUBACK, &ev, 5000));
+    assert_int_equal(ev.status, FQ_OK);
+    fq_nio_consumer c = {.stream = "LINES", .durable = "lines", .filter = "lines.a",
+                         .max_ack_pending = 1000, .ack_wait_ms = 60000, .batch = 16};
+    assert_int_equal(fq_nio_consume(f->n, 3, &c), FQ_OK);
+    assert_true(wait_event(f->n, FQ_NIO_EV_MSG, &ev, 5000));
+    assert_int_equal(ev.source, 3);
+    /* no more from it: the tests after this one wait for any message */
+    fq_nio_consume_pause(f->n, 3, true);
+    fq_nio_buf got = {0}, back = {0};
+    char bad[160];
+    assert_int_equal(fq_nio_msg_carry_lines(&got, bad, ev.msg), FQ_OK);
+    char kept[sizeof body];
+    assert_int_equal(fq_nio_msg_len(ev.msg), sizeof body);
+    memcpy(kept, fq_nio_msg_data(ev.msg), sizeof body);
+    fq_nio_ackref ack = ev.ack;
+    fq_nio_msg_drop(f->n, ev.msg);
+    /* read back by sequence: its Nats-* headers (the stream's) left out,
+     * the same lines */
+    fq_nio_msg *m = NULL;
+    assert_int_equal(fq_nio_get(&m, f->n, "LINES", ack.sseq), FQ_OK);
+    assert_int_equal(fq_nio_msg_carry_lines(&back, bad, m), FQ_OK);
+    assert_int_equal(back.len, got.len);
+    assert_memory_equal(back.p, got.p, got.len);
+    assert_int_equal(fq_nio_msg_len(m), sizeof body);
+    assert_memory_equal(fq_nio_msg_data(m), kept, sizeof body);
+    fq_nio_msg_destroy(m);
+    /* published from the kept bytes, a header set anew replaces its line */
+    fq_nio_hdr h2[] = {{"Nats-Msg-Id", "lines-2"}, {"Fair-Run-Id", "r-2"}};
+    fq_nio_out o2 = {.subject = "lines.b", .data = kept, .len = sizeof body, .hdrs = h2,
+                     .n_hdrs = 2, .carry_lines = got.p, .carry_len = got.len};
+    assert_int_equal(fq_nio_publish(f->n, &o2, 2), FQ_OK);
+    assert_true(wait_event(f->n, FQ_NIO_EV_PUBACK, &ev, 5000));
+    assert_int_equal(ev.status, FQ_OK);
+    assert_false(ev.duplicate);
+    assert_int_equal(fq_nio_get(&m, f->n, "LINES", ev.seq), FQ_OK);
+    assert_string_equal(fq_nio_msg_header(m, "X-A"), "1");
+    assert_string_equal(fq_nio_msg_header(m, "X-B"), "two words");
+    assert_string_equal(fq_nio_msg_header(m, "X-C"), "x  y");
+    assert_string_equal(fq_nio_msg_header(m, "Fair-Run-Id"), "r-2");
+    assert_string_equal(fq_nio_msg_header(m, "Nats-Msg-Id"), "lines-2");
+    assert_memory_equal(fq_nio_msg_data(m), body, sizeof body);
+    fq_nio_msg_destroy(m);
+    assert_int_equal(fq_nio_ack(f->n, 3, &ack), FQ_OK);
+    free(got.p);
+    free(back.p);
+}
+
 static void test_fetch_ack_get_and_recreate(void **state)
 {
     fixture *f = *state;
@@ -634,6 +700,7 @@ int main(void)
         cmocka_unit_test(test_stream_ensure_and_mismatch),
         cmocka_unit_test(test_puback_tokens_and_duplicates),
         cmocka_unit_test(test_publish_headers_as_sent),
+        cmocka_unit_test(test_carry_lines_fetched_and_read_back),
         cmocka_unit_test(test_puback_timeout_and_republish),
         cmocka_unit_test(test_kv_update_async_wrong_last),
         cmocka_unit_test(test_requests_bounded),

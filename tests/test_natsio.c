@@ -237,6 +237,152 @@ static void test_unfit_headers(void **state)
     fq_nio_natsmsg_free(c);
 }
 
+/* What fq_nio_publish would write for o (its scratch buffer: header block
+ * and body), as a malloc'd copy of *len bytes. */
+static char *built(const fq_nio_out *o, size_t *len)
+{
+    fq_nio_buf b = {0};
+    void *m = NULL;
+    assert_int_equal(fq_nio_natsmsg_create(&m, o, &b), FQ_OK);
+    fq_nio_natsmsg_free(m);
+    *len = b.len;
+    return b.p;
+}
+
+/* A message kept as its carried lines and body, instead of itself, is
+ * published byte for byte as it would have been (whatever headers the
+ * publish sets itself), and sized alike. */
+static void check_lines_same(fq_nio_msg *c, const char *body, const fq_nio_hdr *own, size_t n_own)
+{
+    fq_nio_buf lines = {0};
+    char bad[160];
+    assert_int_equal(fq_nio_msg_carry_lines(&lines, bad, c), FQ_OK);
+    assert_string_equal(bad, "");
+    for (size_t k = 0; k <= n_own; k++) {
+        fq_nio_out a = {.subject = "fair.dispatch", .data = body, .len = strlen(body),
+                        .hdrs = own, .n_hdrs = k, .carry = c};
+        fq_nio_out b = a;
+        b.carry = NULL;
+        b.carry_lines = lines.p;
+        b.carry_len = lines.len;
+        fq_nio_size sa, sb;
+        assert_int_equal(fq_nio_out_size(&sa, &a), FQ_OK);
+        assert_int_equal(fq_nio_out_size(&sb, &b), FQ_OK);
+        assert_int_equal(sa.carried, sb.carried);
+        assert_int_equal(sa.total, sb.total);
+        size_t la, lb;
+        char *pa = built(&a, &la), *pb = built(&b, &lb);
+        assert_int_equal(la, lb);
+        assert_int_equal(lb, sb.total);
+        assert_memory_equal(pa, pb, la);
+        free(pa);
+        free(pb);
+    }
+    free(lines.p);
+}
+
+static void test_carry_lines(void **state)
+{
+    (void)state;
+    fq_nio_msg *c = raw("NATS/1.0\r\n"
+                        "a:b\r\n"
+                        "Multi: one\r\n"
+                        "Multi: two\r\n"
+                        "Nats-Msg-Id: mine\r\n"
+                        "fair-tenant: victim\r\n"
+                        "Folded: x\r\n y\r\n"
+                        "\r\n",
+                        "the body");
+    fq_nio_buf lines = {0};
+    char bad[160];
+    assert_int_equal(fq_nio_msg_carry_lines(&lines, bad, c), FQ_OK);
+    /* every line but Nats-Msg-Id's, as a publish writes them, in the
+     * order of the block */
+    static const char want[] = "a: b\r\nMulti: one\r\nMulti: two\r\nfair-tenant: victim\r\n"
+                               "Folded: x y\r\n";
+    assert_int_equal(lines.len, sizeof want - 1);
+    assert_memory_equal(lines.p, want, sizeof want - 1);
+    free(lines.p);
+    /* the same headers with more names after them (as a read back by
+     * sequence has): the same lines, though nats.c's map holds them in
+     * another order */
+    fq_nio_msg *more = raw("NATS/1.0\r\n"
+                           "a:b\r\n"
+                           "Multi: one\r\n"
+                           "Multi: two\r\n"
+                           "Nats-Msg-Id: mine\r\n"
+                           "fair-tenant: victim\r\n"
+                           "Folded: x\r\n y\r\n"
+                           "Nats-Stream: S\r\nNats-Subject: fair.submit.a\r\n"
+                           "Nats-Sequence: 7\r\nNats-Time-Stamp: 2026-12-04T00:00:00Z\r\n"
+                           "\r\n",
+                           "the body");
+    lines = (fq_nio_buf){0};
+    assert_int_equal(fq_nio_msg_carry_lines(&lines, bad, more), FQ_OK);
+    assert_int_equal(lines.len, sizeof want - 1);
+    assert_memory_equal(lines.p, want, sizeof want - 1);
+    free(lines.p);
+    fq_nio_natsmsg_free(more);
+    fq_nio_hdr own[] = {{"Nats-Msg-Id", "a/r-1"}, {"Fair-Tenant", "a"}, {"Multi", "m"},
+                        {"Fair-Run-Id", "r-1"}};
+    check_lines_same(c, "the body", own, 4);
+    fq_nio_natsmsg_free(c);
+    /* none at all, or only Nats-*: no lines, a plain message */
+    c = raw("", "xy");
+    check_lines_same(c, "xy", own, 2);
+    fq_nio_natsmsg_free(c);
+    c = raw("NATS/1.0\r\nNats-Msg-Id: x\r\n\r\n", "xy");
+    lines = (fq_nio_buf){0};
+    assert_int_equal(fq_nio_msg_carry_lines(&lines, bad, c), FQ_OK);
+    assert_int_equal(lines.len, 0);
+    free(lines.p);
+    check_lines_same(c, "xy", own, 0);
+    fq_nio_natsmsg_free(c);
+}
+
+/* A header unfit to carry is refused by the same sentence whether its
+ * message is sized or turned into lines. */
+static void test_carry_lines_unfit(void **state)
+{
+    (void)state;
+    static const char *const blocks[] = {
+        "NATS/1.0\r\nFair-Tenant : victim\r\n\r\n",
+        "NATS/1.0\r\nX-Nats-Msg-Id-Decoy: 1\r\n\r\n",
+        "NATS/1.0\r\nX-Note: see nats-msg-id: 7\r\n\r\n",
+        "NATS/1.0\r\nX-Ok: 1\r\nno colon here\r\n\r\n",
+    };
+    fq_nio_hdr own[] = {{"Nats-Msg-Id", "a/r-1"}};
+    for (size_t i = 0; i < sizeof blocks / sizeof *blocks; i++) {
+        fq_nio_msg *c = raw(blocks[i], "b");
+        fq_nio_out o = {.subject = "s", .data = "b", .len = 1, .hdrs = own, .n_hdrs = 1,
+                        .carry = c};
+        fq_nio_size sz;
+        assert_int_equal(fq_nio_out_size(&sz, &o), FQ_EINVAL);
+        fq_nio_natsmsg_free(c);
+        /* a fresh message: nats.c reads a block it cannot parse once */
+        c = raw(blocks[i], "b");
+        fq_nio_buf lines = {0};
+        char bad[160];
+        assert_int_equal(fq_nio_msg_carry_lines(&lines, bad, c), FQ_EINVAL);
+        assert_string_equal(bad, sz.bad);
+        free(lines.p);
+        fq_nio_natsmsg_free(c);
+    }
+    /* Bytes that are not lines are refused, not read past. */
+    static const char *const junk[] = {"X: 1", "X 1\r\n", "X: 1\n", "\r\n", "X: 1\r\nY"};
+    for (size_t i = 0; i < sizeof junk / sizeof *junk; i++) {
+        fq_nio_out o = {.subject = "s", .data = "b", .len = 1, .hdrs = own, .n_hdrs = 1,
+                        .carry_lines = junk[i], .carry_len = strlen(junk[i])};
+        fq_nio_size sz;
+        assert_int_equal(fq_nio_out_size(&sz, &o), FQ_EINVAL);
+        fq_nio_buf b = {0};
+        void *m = NULL;
+        assert_int_equal(fq_nio_natsmsg_create(&m, &o, &b), FQ_EINVAL);
+        assert_null(m);
+        free(b.p);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -246,6 +392,8 @@ int main(void)
         cmocka_unit_test(test_header_bytes),
         cmocka_unit_test(test_size_is_what_is_written),
         cmocka_unit_test(test_unfit_headers),
+        cmocka_unit_test(test_carry_lines),
+        cmocka_unit_test(test_carry_lines_unfit),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
