@@ -1968,8 +1968,8 @@ static fq_status nio_kv_open(kvStore **kv, fq_nio *n, const char *bucket)
     return FQ_OK;
 }
 
-fq_status fq_nio_kv_ensure(fq_nio *n, const char *bucket, uint64_t ttl_ms, uint32_t replicas,
-                           char *err, size_t errlen)
+fq_status fq_nio_kv_ensure(fq_nio *n, const char *bucket, uint64_t ttl_ms, int64_t max_bytes,
+                           int32_t max_value, uint32_t replicas, char *err, size_t errlen)
 {
     kvStore *kv = NULL;
     kvConfig kc;
@@ -1977,6 +1977,8 @@ fq_status fq_nio_kv_ensure(fq_nio *n, const char *bucket, uint64_t ttl_ms, uint3
     kc.Bucket = bucket;
     kc.History = 1;
     kc.TTL = (int64_t)ttl_ms * NIO_NS_PER_MS;
+    kc.MaxBytes = max_bytes > 0 ? max_bytes : -1;
+    kc.MaxValueSize = max_value > 0 ? max_value : -1;
     kc.StorageType = js_FileStorage;
     kc.Replicas = replicas ? (int)replicas : 1;
     natsStatus s = js_CreateKeyValue(&kv, n->js, &kc);
@@ -2031,10 +2033,40 @@ static fq_status nio_kv_write(uint64_t *rev, fq_nio *n, const char *bucket, cons
     return nio_kv_status(s, jerr);
 }
 
+/* The revision of key's delete or purge marker: FQ_ENOTFOUND when its last
+ * entry is a value, or it has none. */
+static fq_status nio_kv_marker(uint64_t *rev, fq_nio *n, const char *bucket, const char *key)
+{
+    char stream[256], subj[512];
+    int a = snprintf(stream, sizeof stream, "KV_%s", bucket);
+    int b = snprintf(subj, sizeof subj, "$KV.%s.%s", bucket, key);
+    if (a < 0 || (size_t)a >= sizeof stream || b < 0 || (size_t)b >= sizeof subj)
+        return FQ_EINVAL;
+    natsMsg *m = NULL;
+    jsErrCode jerr = 0;
+    natsStatus s = js_GetLastMsg(&m, n->js, stream, subj, NULL, &jerr);
+    if (s != NATS_OK)
+        return s == NATS_NOT_FOUND ? FQ_ENOTFOUND : FQ_EIO;
+    const char *op = NULL;
+    fq_status r = FQ_ENOTFOUND;
+    if (natsMsgHeader_Get(m, "KV-Operation", &op) == NATS_OK && op &&
+        (strcmp(op, "DEL") == 0 || strcmp(op, "PURGE") == 0)) {
+        *rev = natsMsg_GetSequence(m);
+        r = FQ_OK;
+    }
+    natsMsg_Destroy(m);
+    return r;
+}
+
 fq_status fq_nio_kv_create(uint64_t *rev, fq_nio *n, const char *bucket, const char *key,
                            const void *val, size_t len)
 {
-    return nio_kv_write(rev, n, bucket, key, val, len, 0, false);
+    fq_status r = nio_kv_write(rev, n, bucket, key, val, len, 0, false);
+    uint64_t marker = 0;
+    /* A delete marker holds no value: write over it, expecting it. */
+    if (r == FQ_EEXIST && nio_kv_marker(&marker, n, bucket, key) == FQ_OK)
+        r = nio_kv_write(rev, n, bucket, key, val, len, marker, false);
+    return r;
 }
 
 fq_status fq_nio_kv_update(uint64_t *rev, fq_nio *n, const char *bucket, const char *key,

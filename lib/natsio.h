@@ -334,12 +334,13 @@ void fq_nio_parse_puback(fq_nio_event *ev, const void *data, size_t len);
  * FQ_ENOTFOUND if the stream no longer has it. */
 fq_status fq_nio_get(fq_nio_msg **out, fq_nio *n, const char *stream, uint64_t seq);
 
-/* Key-value buckets. ttl_ms 0: no expiry. */
-fq_status fq_nio_kv_ensure(fq_nio *n, const char *bucket, uint64_t ttl_ms,
-                           uint32_t replicas, char *err, size_t errlen);
-/* Create key only if it was never written (or aged out): FQ_EEXIST when
- * it has a value. *rev is the new revision. Keys are never deleted, so a
- * delete marker never stands in the way. */
+/* Key-value buckets. ttl_ms 0: no expiry; max_bytes (the bucket) and
+ * max_value (a value) 0: no bound. A bucket that exists is used as it is. */
+fq_status fq_nio_kv_ensure(fq_nio *n, const char *bucket, uint64_t ttl_ms, int64_t max_bytes,
+                           int32_t max_value, uint32_t replicas, char *err, size_t errlen);
+/* Create key only if it holds no value (never written, aged out, or
+ * deleted: a delete marker is read back and written over, expecting its
+ * revision): FQ_EEXIST when it has a value. *rev is the new revision. */
 fq_status fq_nio_kv_create(uint64_t *rev, fq_nio *n, const char *bucket, const char *key,
                            const void *val, size_t len);
 /* Write key only if its revision is still last: FQ_EEXIST when it moved. */

@@ -24,6 +24,7 @@
 #include "metrics.h"
 #include "msg.h"
 #include "natsio.h"
+#include "overrides.h"
 #include "policy.h"
 #include "strmap.h"
 #include "sweep.h"
@@ -277,15 +278,6 @@ typedef struct px_counters {
     uint64_t completions_deferred;  /* completions naked for a later look (px_done_defer) */
 } px_counters;
 
-/* A tenant's runtime override as the bucket holds it. Kept once seen, even
- * when deleted: its revision is what the next compare-and-set expects. */
-typedef struct px_ovr {
-    fq_tenant_entry e;          /* the fields in force; all unset: none */
-    uint64_t rev;               /* bucket revision last seen; 0: the key has none */
-    uint64_t epoch;             /* the watch epoch that last delivered it */
-    fq_strmap_node node;        /* in the overrides table, keyed by e.id */
-} px_ovr;
-
 struct fq_proxy {
     fq_config cfg;              /* our copy: strings duplicated */
     fq_policy *policy;
@@ -359,10 +351,8 @@ struct fq_proxy {
 
     fq_proxy_ops ops;           /* the loader; bucket and threshold below */
     atomic_bool reload_asked;   /* set by fq_proxy_reload (a signal handler) */
-    fq_strmap *overrides;       /* px_ovr by tenant id */
+    fq_ovr_set *ovr;            /* the overrides bucket as we know it (lib/overrides.c) */
     fq_bucket admin_rate[PX_ADMIN__COUNT]; /* admin work allowed, by kind */
-    uint64_t kv_epoch;          /* the newest watch epoch seen */
-    bool kv_synced;             /* the bucket has been read whole once */
 
     /* Metrics and probes. Three snapshots change hands: the loop fills
      * one over a sweep's pass, and swaps it for the waiting one at the
@@ -761,123 +751,26 @@ static const char *const px_source_name[] = {
     [FQ_SRC_DEFAULT] = "default", [FQ_SRC_CONFIG] = "config", [FQ_SRC_OVERRIDE] = "override",
 };
 
-static px_ovr *px_ovr_of(fq_strmap_node *n)
-{
-    return n ? FQ_STRMAP_ENTRY(n, px_ovr, node) : NULL;
-}
-
-static void px_ovr_release(fq_strmap_node *n)
-{
-    free(px_ovr_of(n));
-}
-
-/* Every override record, in no particular order: for (o = px_ovr_next(p,
- * NULL); o; o = px_ovr_next(p, o)). The table must not change meanwhile. */
-static px_ovr *px_ovr_next(const fq_proxy *p, const px_ovr *o)
-{
-    return px_ovr_of(o ? fq_strmap_next(p->overrides, &o->node) : fq_strmap_first(p->overrides));
-}
-
-static px_ovr *px_ovr_find(fq_proxy *p, const char *id)
-{
-    return px_ovr_of(fq_strmap_find(p->overrides, id, strlen(id)));
-}
-
-/* The override record of tenant id (a valid id), created empty when new;
- * NULL when out of memory. */
-static px_ovr *px_ovr_get(fq_proxy *p, const char *id)
-{
-    px_ovr *o = px_ovr_find(p, id);
-    if (o)
-        return o;
-    if (fq_strmap_reserve(p->overrides) != FQ_OK || !(o = calloc(1, sizeof *o)))
-        return NULL;
-    snprintf(o->e.id, sizeof o->e.id, "%s", id);
-    fq_strmap_insert(p->overrides, &o->node, strlen(o->e.id));
-    return o;
-}
-
-static bool px_entry_empty(const fq_tenant_entry *e)
-{
-    return !e->plan[0] && !e->weight && !e->max_in_flight && !e->max_pending;
-}
-
-static bool px_entry_equal(const fq_tenant_entry *a, const fq_tenant_entry *b)
-{
-    return strcmp(a->plan, b->plan) == 0 && a->weight == b->weight &&
-           a->max_in_flight == b->max_in_flight && a->max_pending == b->max_pending;
-}
-
-static void px_patch_field(uint32_t *dst, uint32_t v, const fq_override_patch *pt, unsigned bit)
-{
-    if (pt->set & bit)
-        *dst = v;
-    else if (pt->removed & bit)
-        *dst = 0;
-}
-
-/* e with the merge patch pt applied. */
-static void px_patch_apply(fq_tenant_entry *e, const fq_override_patch *pt)
-{
-    if (pt->set & FQ_OVR_PLAN)
-        snprintf(e->plan, sizeof e->plan, "%s", pt->plan);
-    else if (pt->removed & FQ_OVR_PLAN)
-        e->plan[0] = '\0';
-    px_patch_field(&e->weight, pt->weight, pt, FQ_OVR_WEIGHT);
-    px_patch_field(&e->max_in_flight, pt->max_in_flight, pt, FQ_OVR_MAX_IN_FLIGHT);
-    px_patch_field(&e->max_pending, pt->max_pending, pt, FQ_OVR_MAX_PENDING);
-}
-
-/* The fields of e that are set, as a JSON object (what the bucket stores). */
-static void px_entry_json(fq_json *w, const fq_tenant_entry *e)
-{
-    fq_json_begin_object(w);
-    if (e->plan[0]) {
-        fq_json_key(w, "plan");
-        fq_json_string(w, e->plan);
-    }
-    const char *keys[] = {"weight", "max_in_flight", "max_pending"};
-    uint32_t vals[] = {e->weight, e->max_in_flight, e->max_pending};
-    for (size_t i = 0; i < 3; i++) {
-        if (vals[i]) {
-            fq_json_key(w, keys[i]);
-            fq_json_int(w, vals[i]);
-        }
-    }
-    fq_json_end_object(w);
-}
-
-/* Put ne in force as o's override (none when it sets nothing), for a known
- * tenant from its next visit. On error nothing changes and err says why. */
-static fq_status px_ovr_apply(fq_proxy *p, px_ovr *o, const fq_tenant_entry *ne, char *err,
-                              size_t errlen)
-{
-    fq_status s = FQ_OK;
-    if (px_entry_empty(ne))
-        fq_policy_clear_override(p->policy, o->e.id);   /* FQ_ENOTFOUND: it had none */
-    else if ((s = fq_policy_set_override(p->policy, ne)) == FQ_ENOTFOUND)
-        snprintf(err, errlen, "plan %s is not defined in the config", ne->plan);
-    else if (s != FQ_OK)
-        snprintf(err, errlen, "%s", fq_status_text(s));
-    if (s != FQ_OK)
-        return s;
-    o->e = *ne;
-    px_tenant *t = px_tenant_find(p, o->e.id, strlen(o->e.id));
-    if (t)
-        px_tenant_apply(p, t);
-    return FQ_OK;
-}
-
-static void px_ovr_log(const px_ovr *o, const char *from)
+static void px_ovr_log(const fq_tenant_entry *e, uint64_t rev, const char *from)
 {
     char v[256];
     fq_json w;
     fq_json_init(&w, v, sizeof v);
-    px_entry_json(&w, &o->e);
+    fq_ovr_entry_json(&w, e);
     fq_json_finish(&w, NULL);
-    fq_log(FQ_LOG_INFO, px_entry_empty(&o->e) ? "tenant override removed" : "tenant override in force",
-           FQ_STR("tenant", o->e.id), FQ_STR("from", from), FQ_STR("override", v),
-           FQ_UINT("rev", o->rev));
+    fq_log(FQ_LOG_INFO, fq_ovr_entry_empty(e) ? "tenant override removed" : "tenant override in force",
+           FQ_STR("tenant", e->id), FQ_STR("from", from), FQ_STR("override", v),
+           FQ_UINT("rev", rev));
+}
+
+/* An override in force changed: the tenant follows from its next visit. */
+static void px_ovr_changed(void *arg, const fq_tenant_entry *e, uint64_t rev)
+{
+    fq_proxy *p = arg;
+    px_tenant *t = px_tenant_find(p, e->id, strlen(e->id));
+    if (t)
+        px_tenant_apply(p, t);
+    px_ovr_log(e, rev, "bucket");
 }
 
 /* A key of the overrides bucket changed (or was delivered by a new watch).
@@ -885,38 +778,20 @@ static void px_ovr_log(const px_ovr *o, const char *from)
  * policy stays as it was, and the refusal is logged and counted. */
 static void px_on_kv(fq_proxy *p, fq_nio_kv_entry *e)
 {
-    char err[256] = "";
-    px_ovr *o = NULL;
-    if (e->epoch > p->kv_epoch)
-        p->kv_epoch = e->epoch;
-    if (!fq_tenant_id_valid(e->key, strlen(e->key)))
-        snprintf(err, sizeof err, "the key is not a tenant id (" FQ_TENANT_RULE ")");
-    else if (!(o = px_ovr_get(p, e->key)))
-        snprintf(err, sizeof err, "out of memory");
-    /* Within a watch revisions only grow: an older or equal one is the echo
-     * of a write already applied. */
-    if (o && e->epoch == o->epoch && e->rev <= o->rev) {
-        fq_nio_kv_entry_destroy(e);
-        return;
-    }
-    fq_tenant_entry ne = {0};
-    fq_override_patch pt;
-    if (o) {
-        o->rev = e->rev;
-        o->epoch = e->epoch;
-        memcpy(ne.id, o->e.id, sizeof ne.id);
-    }
-    if (!err[0] && !e->deleted &&
-        fq_override_patch_parse(&pt, e->value, e->len, FQ_PATCH_VALUE, FQ_POLICY_MAX_WEIGHT, err,
-                                sizeof err) == FQ_OK) {
-        if (pt.tenant[0] && strcmp(pt.tenant, o->e.id) != 0)
-            snprintf(err, sizeof err, "its tenant field names another tenant than its key");
-        else
-            px_patch_apply(&ne, &pt);
-    }
-    if (!err[0] && !px_entry_equal(&ne, &o->e) && px_ovr_apply(p, o, &ne, err, sizeof err) == FQ_OK)
-        px_ovr_log(o, "bucket");
-    if (err[0]) {
+    char err[256];
+    fq_ovr_kv kv = {.key = e->key, .value = e->value, .len = e->len, .rev = e->rev,
+                    .epoch = e->epoch, .deleted = e->deleted};
+    enum fq_ovr_outcome r = fq_ovr_on_kv(p->ovr, p->policy, &kv, err, sizeof err);
+    if (r == FQ_OVR_CHANGED) {
+        uint64_t rev = e->rev;
+        const fq_tenant_entry *in = fq_ovr_find(p->ovr, e->key, &rev);
+        fq_tenant_entry none = {0};
+        if (!in) {
+            snprintf(none.id, sizeof none.id, "%s", e->key);
+            in = &none;
+        }
+        px_ovr_changed(p, in, rev);
+    } else if (r == FQ_OVR_REFUSED) {
         p->c.overrides_refused++;
         if (px_warn_ok(p, "override"))
             fq_log(FQ_LOG_WARN, "override refused; the tenant's policy is unchanged",
@@ -930,20 +805,7 @@ static void px_on_kv(fq_proxy *p, fq_nio_kv_entry *e)
  * vanished from the bucket (purged while we were cut off). */
 static void px_on_kv_synced(fq_proxy *p, uint64_t epoch)
 {
-    for (px_ovr *o = px_ovr_next(p, NULL); o; o = px_ovr_next(p, o)) {
-        if (o->epoch >= epoch)
-            continue;
-        o->rev = 0;
-        o->epoch = epoch;
-        fq_tenant_entry none = {0};
-        memcpy(none.id, o->e.id, sizeof none.id);
-        char err[128];
-        if (!px_entry_empty(&o->e) && px_ovr_apply(p, o, &none, err, sizeof err) == FQ_OK)
-            px_ovr_log(o, "bucket");
-    }
-    if (epoch > p->kv_epoch)
-        p->kv_epoch = epoch;
-    p->kv_synced = true;
+    fq_ovr_on_synced(p->ovr, p->policy, epoch, px_ovr_changed, p);
 }
 
 /* ---- publishing ---------------------------------------------------------- */
@@ -2684,25 +2546,6 @@ static void px_restart_list(const fq_proxy *p, const fq_config *c, char *buf, si
 
 /* Give the policy np the overrides in force. An override naming a plan np
  * lacks refuses the reload: it would silently change that tenant. */
-static fq_status px_carry_overrides(fq_proxy *p, fq_policy *np, char *err, size_t errlen)
-{
-    for (px_ovr *o = px_ovr_next(p, NULL); o; o = px_ovr_next(p, o)) {
-        if (px_entry_empty(&o->e))
-            continue;
-        fq_status s = fq_policy_set_override(np, &o->e);
-        if (s == FQ_ENOTFOUND)
-            snprintf(err, errlen, "the override of tenant %s (bucket %s) names plan %s, "
-                     "which the new config does not define: change or remove the override "
-                     "first", o->e.id, p->cfg.streams.tenants_bucket, o->e.plan);
-        else if (s != FQ_OK)
-            snprintf(err, errlen, "the override of tenant %s: %s", o->e.id,
-                     fq_status_text(s));
-        if (s != FQ_OK)
-            return s;
-    }
-    return FQ_OK;
-}
-
 /* Everything that can fail is done before anything changes. */
 static fq_status px_reload_try(fq_proxy *p, char *restart, size_t rcap, char *err, size_t errlen)
 {
@@ -2723,7 +2566,7 @@ static fq_status px_reload_try(fq_proxy *p, char *restart, size_t rcap, char *er
     if (s == FQ_OK && (s = fq_config_policy(&np, &nc)) != FQ_OK)
         snprintf(err, errlen, "cannot build the policy: %s", fq_status_text(s));
     if (s == FQ_OK)
-        s = px_carry_overrides(p, np, err, errlen);
+        s = fq_ovr_carry(p->ovr, np, p->cfg.streams.tenants_bucket, err, errlen);
     if (s == FQ_OK && (fq_log_level_parse(&lv, nc.log.level) != FQ_OK ||
                        fq_log_format_parse(&lf, nc.log.format) != FQ_OK)) {
         s = FQ_EINVAL;
@@ -2915,7 +2758,7 @@ static void px_admin_tenant_reply(fq_proxy *p, const fq_nio_msg *req, const char
         px_reply_error(p, req, why);
         return;
     }
-    const px_ovr *o = px_ovr_find(p, tenant);
+    const fq_tenant_entry *o = fq_ovr_find(p->ovr, tenant, NULL);
     char buf[PX_REPLY_MAX];
     fq_json w;
     px_reply_begin(&w, buf, sizeof buf, true);
@@ -2929,8 +2772,8 @@ static void px_admin_tenant_reply(fq_proxy *p, const fq_nio_msg *req, const char
     fq_json_key(&w, "source");
     fq_json_string(&w, px_source_name[pr.source]);
     fq_json_key(&w, "override");
-    if (o && !px_entry_empty(&o->e))
-        px_entry_json(&w, &o->e);
+    if (o)
+        fq_ovr_entry_json(&w, o);
     else
         fq_json_null(&w);
     fq_json_end_object(&w);
@@ -2948,24 +2791,16 @@ static void px_admin_get(fq_proxy *p, const fq_nio_msg *req)
         px_admin_tenant_reply(p, req, pt.tenant);
 }
 
-/* Write ne as o's override into the bucket, compare-and-set against the
- * revision last seen (a delete when ne sets nothing). *rev: the new
- * revision. */
-static fq_status px_ovr_store(fq_proxy *p, const px_ovr *o, const fq_tenant_entry *ne,
-                              uint64_t *rev)
+/* Write w into the bucket, compare-and-set against the revision it
+ * expects (a delete when it sets nothing). *rev: the new revision. */
+static fq_status px_ovr_store(fq_proxy *p, const fq_ovr_write *w, uint64_t *rev)
 {
-    if (px_entry_empty(ne))
-        return fq_nio_kv_delete(rev, p->nio, p->cfg.streams.tenants_bucket, ne->id, o->rev);
-    char v[512];
-    size_t len = 0;
-    fq_json w;
-    fq_json_init(&w, v, sizeof v);
-    px_entry_json(&w, ne);
-    if (fq_json_finish(&w, &len) != FQ_OK)
-        return FQ_EINVAL;
-    if (!o->rev)
-        return fq_nio_kv_create(rev, p->nio, p->cfg.streams.tenants_bucket, ne->id, v, len);
-    return fq_nio_kv_update(rev, p->nio, p->cfg.streams.tenants_bucket, ne->id, v, len, o->rev);
+    const char *bucket = p->cfg.streams.tenants_bucket;
+    if (w->del)
+        return fq_nio_kv_delete(rev, p->nio, bucket, w->e.id, w->expect);
+    if (!w->expect)
+        return fq_nio_kv_create(rev, p->nio, bucket, w->e.id, w->value, w->len);
+    return fq_nio_kv_update(rev, p->nio, bucket, w->e.id, w->value, w->len, w->expect);
 }
 
 /* Change a tenant's override: validated, stored in the bucket, then put in
@@ -2973,47 +2808,38 @@ static fq_status px_ovr_store(fq_proxy *p, const px_ovr *o, const fq_tenant_entr
 static void px_admin_set(fq_proxy *p, const fq_nio_msg *req)
 {
     fq_override_patch pt;
+    fq_ovr_write w;
     char err[512];
     if (fq_override_patch_parse(&pt, fq_nio_msg_data(req), fq_nio_msg_len(req), FQ_PATCH_SET,
-                                FQ_POLICY_MAX_WEIGHT, err, sizeof err) != FQ_OK) {
+                                FQ_POLICY_MAX_WEIGHT, err, sizeof err) != FQ_OK ||
+        fq_ovr_plan(&w, p->ovr, p->policy, &pt, err, sizeof err) != FQ_OK) {
         px_reply_error(p, req, err);
         return;
     }
-    if ((pt.set & FQ_OVR_PLAN) && !fq_policy_plan(p->policy, pt.plan)) {
-        snprintf(err, sizeof err, "plan: %s is not defined in the config", pt.plan);
-        px_reply_error(p, req, err);
-        return;
-    }
-    px_ovr *o = px_ovr_get(p, pt.tenant);
-    if (!o) {
-        px_reply_error(p, req, "out of memory");
-        return;
-    }
-    fq_tenant_entry ne = o->e;
-    px_patch_apply(&ne, &pt);
-    if (!px_entry_equal(&ne, &o->e) && !px_fresh(p)) {
+    if (w.changes && !px_fresh(p)) {
         px_reply_error(p, req, "this proxy cannot renew its leader lease now and changes "
                        "nothing until it does: retry");
         return;
     }
-    if (!px_entry_equal(&ne, &o->e)) {
+    if (w.changes) {
         if (!px_admin_allow(p, req, PX_ADMIN_SET))
             return;
         uint64_t rev = 0;
-        fq_status s = px_ovr_store(p, o, &ne, &rev);
+        fq_status s = px_ovr_store(p, &w, &rev);
         if (s == FQ_EEXIST)
             snprintf(err, sizeof err, "the tenant's override changed in the bucket meanwhile: "
                      "read it again (tenant.get) and retry");
         else if (s != FQ_OK)
             snprintf(err, sizeof err, "cannot write to the overrides bucket %s: %s",
                      p->cfg.streams.tenants_bucket, fq_status_text(s));
-        if (s != FQ_OK || px_ovr_apply(p, o, &ne, err, sizeof err) != FQ_OK) {
+        if (s != FQ_OK || fq_ovr_stored(p->ovr, p->policy, &w, rev, err, sizeof err) != FQ_OK) {
             px_reply_error(p, req, err);
             return;
         }
-        o->rev = rev;
-        o->epoch = p->kv_epoch;
-        px_ovr_log(o, "admin request");
+        px_tenant *t = px_tenant_find(p, w.e.id, strlen(w.e.id));
+        if (t)
+            px_tenant_apply(p, t);
+        px_ovr_log(&w.e, rev, "admin request");
     }
     px_admin_tenant_reply(p, req, pt.tenant);
 }
@@ -3615,7 +3441,7 @@ static fq_status px_streams(fq_proxy *p)
     }
     if (fq_nio_stream_created(&p->submit_created_ms, p->nio, c->streams.submit) != FQ_OK)
         return FQ_EIO;
-    if (fq_nio_kv_ensure(p->nio, c->streams.lease_bucket, FQ_LEASE_TTL_MS, rep, warn,
+    if (fq_nio_kv_ensure(p->nio, c->streams.lease_bucket, FQ_LEASE_TTL_MS, 0, 0, rep, warn,
                          sizeof warn) != FQ_OK) {
         if (px_denied_at_start(p))
             return FQ_EINVAL;
@@ -3948,26 +3774,24 @@ static fq_status px_start_consumers(fq_proxy *p)
 static fq_status px_overrides_start(fq_proxy *p)
 {
     char why[512] = "";
-    if (fq_nio_kv_ensure(p->nio, p->cfg.streams.tenants_bucket, 0, p->cfg.streams.replicas,
-                         why, sizeof why) != FQ_OK ||
+    if (fq_nio_kv_ensure(p->nio, p->cfg.streams.tenants_bucket, 0, FQ_OVR_BUCKET_MAX_BYTES,
+                         FQ_OVR_VALUE_MAX, p->cfg.streams.replicas, why, sizeof why) != FQ_OK ||
         fq_nio_kv_watch(p->nio, PX_WATCH_TENANTS, p->cfg.streams.tenants_bucket) != FQ_OK) {
         fq_log(FQ_LOG_ERROR, "cannot watch the overrides bucket; overrides are off until a restart",
                FQ_STR("bucket", p->cfg.streams.tenants_bucket), FQ_STR("reason", why));
         return px_denied_at_start(p) ? FQ_EINVAL : FQ_OK;
     }
     uint64_t end = fq_nio_mono_ms() + PX_KV_SYNC_WAIT_MS;
-    while (!p->kv_synced && !p->denied_fatal && fq_nio_mono_ms() < end &&
+    while (!fq_ovr_synced(p->ovr) && !p->denied_fatal && fq_nio_mono_ms() < end &&
            !atomic_load(&p->stop)) {
         fq_http_heartbeat(p->http);
         px_drain(p, PX_POLL_MS);
         px_lease_renew(p, fq_nio_mono_ms());
     }
-    size_t live = 0;
-    for (px_ovr *o = px_ovr_next(p, NULL); o; o = px_ovr_next(p, o))
-        live += !px_entry_empty(&o->e);
+    size_t live = fq_ovr_in_force(p->ovr);
     if (px_denied_at_start(p))
         return FQ_EINVAL;
-    if (p->kv_synced)
+    if (fq_ovr_synced(p->ovr))
         fq_log(FQ_LOG_INFO, "overrides read", FQ_STR("bucket", p->cfg.streams.tenants_bucket),
                FQ_UINT("in_force", live));
     else
@@ -4213,8 +4037,7 @@ fq_status fq_proxy_create(fq_proxy **out, const fq_config *cfg, char *err, size_
         s = fq_strmap_create(&p->tenants, FQ_STRMAP_KEY_OFFSET(px_tenant, node, id), 256,
                              p->hash_key[0]);
     if (s == FQ_OK)
-        s = fq_strmap_create(&p->overrides, FQ_STRMAP_KEY_OFFSET(px_ovr, node, e.id), 64,
-                             p->hash_key[1]);
+        s = fq_ovr_create(&p->ovr, p->hash_key[1]);
     if (s == FQ_OK)
         s = fq_config_policy(&p->policy, cfg);
     fq_sched_opts so = px_sched_opts(cfg);
@@ -4313,7 +4136,7 @@ void fq_proxy_destroy(fq_proxy *p)
     free(p->chunks);
     free(p->ev);
     fq_log_limiter_destroy(p->lim);
-    fq_strmap_destroy(p->overrides, px_ovr_release);
+    fq_ovr_destroy(p->ovr);
     fq_metrics_snapshot_destroy(p->snap_fill);
     fq_metrics_snapshot_destroy(p->snap);
     fq_metrics_snapshot_destroy(p->snap_render);

@@ -254,7 +254,7 @@ static void test_kv_update_async_wrong_last(void **state)
 {
     fixture *f = *state;
     char err[256];
-    assert_int_equal(fq_nio_kv_ensure(f->n, "it_async", 0, 1, err, sizeof err), FQ_OK);
+    assert_int_equal(fq_nio_kv_ensure(f->n, "it_async", 0, 0, 0, 1, err, sizeof err), FQ_OK);
     uint64_t rev = 0;
     assert_int_equal(fq_nio_kv_create(&rev, f->n, "it_async", "k", "1", 1), FQ_OK);
     assert_int_equal(fq_nio_kv_update_async(f->n, "it_async", "k", "2", 1, rev, 5), FQ_OK);
@@ -610,7 +610,7 @@ static void test_kv_lease_primitives(void **state)
 {
     fixture *f = *state;
     char err[256];
-    assert_int_equal(fq_nio_kv_ensure(f->n, "it_kv", 60000, 1, err, sizeof err), FQ_OK);
+    assert_int_equal(fq_nio_kv_ensure(f->n, "it_kv", 60000, 0, 0, 1, err, sizeof err), FQ_OK);
     uint64_t r1 = 0, r2 = 0, r3 = 0;
     assert_int_equal(fq_nio_kv_create(&r1, f->n, "it_kv", "lease", "a", 1), FQ_OK);
     assert_int_equal(fq_nio_kv_create(&r2, f->n, "it_kv", "lease", "b", 1), FQ_EEXIST);
@@ -667,7 +667,7 @@ static void test_kv_watch(void **state)
 {
     fixture *f = *state;
     char err[256];
-    assert_int_equal(fq_nio_kv_ensure(f->n, "it_watch", 0, 1, err, sizeof err), FQ_OK);
+    assert_int_equal(fq_nio_kv_ensure(f->n, "it_watch", 0, 0, 0, 1, err, sizeof err), FQ_OK);
     uint64_t ra = 0, rb = 0, rd = 0;
     assert_int_equal(fq_nio_kv_create(&ra, f->n, "it_watch", "a", "{\"weight\":2}", 12), FQ_OK);
     assert_int_equal(fq_nio_kv_watch(f->n, 1, "it_watch"), FQ_OK);
@@ -682,16 +682,31 @@ static void test_kv_watch(void **state)
     expect_kv(f->n, "a", NULL, 1);
     char buf[16];
     assert_int_equal(fq_nio_kv_get(buf, sizeof buf, NULL, f->n, "it_watch", "a"), FQ_ENOTFOUND);
-    /* A deleted key is written again against its delete marker. */
-    assert_int_equal(fq_nio_kv_create(&ra, f->n, "it_watch", "a", "y", 1), FQ_EEXIST);
-    assert_int_equal(fq_nio_kv_update(&ra, f->n, "it_watch", "a", "y", 1, rd), FQ_OK);
+    /* A deleted key is created again: create reads its delete marker back
+     * and writes over it; a value stands in its way. */
+    assert_int_equal(fq_nio_kv_create(&ra, f->n, "it_watch", "a", "y", 1), FQ_OK);
+    assert_true(ra > rd);
     expect_kv(f->n, "a", "y", 1);
+    assert_int_equal(fq_nio_kv_create(&rd, f->n, "it_watch", "a", "z", 1), FQ_EEXIST);
     assert_int_equal(natstest_stop(f->srv), 0);
     assert_int_equal(natstest_restart(f->srv), 0);
     /* Key order within a watch is the bucket's revision order. */
     expect_kv(f->n, "b", "x", 2);
     expect_kv(f->n, "a", "y", 2);
     expect_synced(f->n, 2);
+}
+
+/* A bucket made with bounds refuses a value past them (the server counts
+ * a write's headers in its size). */
+static void test_kv_bounds(void **state)
+{
+    fixture *f = *state;
+    char err[256], big[200];
+    uint64_t rev = 0;
+    memset(big, 'x', sizeof big);
+    assert_int_equal(fq_nio_kv_ensure(f->n, "it_bounded", 0, 4096, 128, 1, err, sizeof err), FQ_OK);
+    assert_int_equal(fq_nio_kv_create(&rev, f->n, "it_bounded", "a", big, 8), FQ_OK);
+    assert_int_equal(fq_nio_kv_create(&rev, f->n, "it_bounded", "b", big, sizeof big), FQ_EIO);
 }
 
 int main(void)
@@ -705,6 +720,7 @@ int main(void)
         cmocka_unit_test(test_kv_update_async_wrong_last),
         cmocka_unit_test(test_requests_bounded),
         cmocka_unit_test(test_kv_lease_primitives),
+        cmocka_unit_test(test_kv_bounds),
         cmocka_unit_test(test_stream_scan),
         cmocka_unit_test(test_term_consumers_fence_the_old_term),
         cmocka_unit_test(test_term_consumers_spare_a_later_term),

@@ -586,6 +586,39 @@ static void test_overrides_survive_server_restart(void **state)
     free(r);
 }
 
+/* An override removed is forgotten once the watch echoes its deletion
+ * (the proxy keeps no record per key ever deleted); setting it again then
+ * writes over the bucket's delete marker, whose revision is read back. The
+ * bucket refuses a value past its bound. */
+static void test_override_deleted_then_set_again(void **state)
+{
+    fixture *f = *state;
+    start_proxy(f, "ovrforget", ovr_yaml, 1);
+    const char *sets[] = {"{\"tenant\":\"a\",\"weight\":2}", "{\"tenant\":\"a\",\"weight\":null}"};
+    const char *want[] = {"\"override\":{\"weight\":2}", "\"override\":null"};
+    for (int i = 0; i < 2; i++) {
+        char *r = pt_request(&f->c, "fair.admin.tenant.set", sets[i], NULL);
+        assert_contains(r, "\"ok\":true");
+        assert_contains(r, want[i]);
+        free(r);
+    }
+    /* The watch delivers in revision order: once a later key is in force,
+     * the deletion's echo has come. */
+    assert_int_equal(ot_kv_put(&f->c, "fairq_tenants", "b", "{\"weight\":5}"), 0);
+    assert_true(poll_reply(f, "fair.admin.tenant.get", "{\"tenant\":\"b\"}", "\"weight\":5,",
+                           5000) >= 0);
+    char *r = pt_request(&f->c, "fair.admin.tenant.set", "{\"tenant\":\"a\",\"weight\":3}", NULL);
+    assert_contains(r, "\"ok\":true");
+    assert_contains(r, "\"override\":{\"weight\":3}");
+    free(r);
+    char big[2048];
+    memset(big, ' ', sizeof big - 1);
+    big[sizeof big - 1] = '\0';
+    big[0] = '{';
+    big[sizeof big - 2] = '}';
+    assert_int_equal(ot_kv_put(&f->c, "fairq_tenants", "c", big), -1);
+}
+
 /* ---- logs ------------------------------------------------------------------ */
 
 static void test_logs_in_both_formats(void **state)
@@ -685,6 +718,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_reload_rejects_unknown_tenants, setup, teardown),
         cmocka_unit_test_setup_teardown(test_overrides_admin_bucket_restart, setup, teardown),
         cmocka_unit_test_setup_teardown(test_overrides_survive_server_restart, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_override_deleted_then_set_again, setup, teardown),
         cmocka_unit_test_setup_teardown(test_logs_in_both_formats, setup, teardown),
         cmocka_unit_test_setup_teardown(test_idle_tenants_forgotten, setup, teardown),
     };
