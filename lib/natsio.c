@@ -1715,12 +1715,27 @@ static size_t nio_line_next(const char *p, const char *end, size_t *klen)
     return (size_t)(nl - p) + 1;
 }
 
+/* The lines of o->carry_lines, in [*p, *end): a whole header block
+ * ("NATS/1.0\r\n", lines, "\r\n") is taken too, as its lines. */
+static void nio_lines_span(const fq_nio_out *o, const char **p, const char **end)
+{
+    static const char pre[] = NIO_STATUS_LINE;
+    *p = o->carry_lines;
+    *end = *p + o->carry_len;
+    if (o->carry_len >= sizeof pre - 1 + 2 && memcmp(*p, pre, sizeof pre - 1) == 0 &&
+        memcmp(*end - 2, "\r\n", 2) == 0) {
+        *p += sizeof pre - 1;
+        *end -= 2;
+    }
+}
+
 /* Bytes of the lines of o->carry_lines that a message built from o
  * carries; false when they are not lines at all. */
 static bool nio_lines_carried(size_t *carried, const fq_nio_out *o)
 {
-    const char *p = o->carry_lines, *end = p + o->carry_len;
+    const char *p, *end;
     size_t klen, len;
+    nio_lines_span(o, &p, &end);
     for (; p < end; p += len) {
         if (!(len = nio_line_next(p, end, &klen)))
             return false;
@@ -1798,9 +1813,10 @@ static natsStatus nio_msg_build(natsMsg **m, fq_nio_buf *b, const fq_nio_out *o,
             free((void *)vals);
         }
         /* Carried lines are copied as they are: they were written so. */
-        const char *p = o->carry || !o->carry_len ? NULL : o->carry_lines;
-        const char *end = p ? p + o->carry_len : NULL;
+        const char *p = NULL, *end = NULL;
         size_t klen, len;
+        if (!o->carry && o->carry_len)
+            nio_lines_span(o, &p, &end);
         for (; ok && p && p < end; p += len) {
             if (!(len = nio_line_next(p, end, &klen)))
                 s = NATS_INVALID_ARG;
@@ -1853,9 +1869,10 @@ static natsStatus nio_carry_headers(natsMsg *m, const fq_nio_out *o)
 /* Add o->carry_lines but those o sets itself. */
 static natsStatus nio_carry_lines(natsMsg *m, const fq_nio_out *o)
 {
-    const char *p = o->carry_lines, *end = p + o->carry_len;
+    const char *p, *end;
     size_t klen, len;
     natsStatus s = NATS_OK;
+    nio_lines_span(o, &p, &end);
     for (; s == NATS_OK && p < end; p += len) {
         if (!(len = nio_line_next(p, end, &klen)))
             return NATS_INVALID_ARG;

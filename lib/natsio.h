@@ -168,7 +168,8 @@ typedef struct fq_nio_out {
     const fq_nio_msg *carry;
     /* Else, if carry_len: header lines carried the same way, as
      * fq_nio_msg_carry_lines wrote them, so that a caller that kept those
-     * bytes instead of the message publishes what carry would have. */
+     * bytes instead of the message publishes what carry would have (the
+     * same lines as a header block, "NATS/1.0\r\n" ... "\r\n", do too). */
     const char *carry_lines;
     size_t carry_len;
     bool carry_all;             /* carry every header, Nats-* too (a message sent again) */

@@ -276,6 +276,22 @@ static void check_lines_same(fq_nio_msg *c, const char *body, const fq_nio_hdr *
         assert_int_equal(lb, sb.total);
         assert_memory_equal(pa, pb, la);
         free(pa);
+        /* the same lines as a header block */
+        char *blk = malloc(lines.len + 12);
+        assert_non_null(blk);
+        memcpy(blk, "NATS/1.0\r\n", 10);
+        if (lines.len)
+            memcpy(blk + 10, lines.p, lines.len);
+        memcpy(blk + 10 + lines.len, "\r\n", 2);
+        b.carry_lines = blk;
+        b.carry_len = lines.len + 12;
+        assert_int_equal(fq_nio_out_size(&sb, &b), FQ_OK);
+        assert_int_equal(sa.total, sb.total);
+        pa = built(&b, &la);
+        assert_int_equal(la, lb);
+        assert_memory_equal(pa, pb, la);
+        free(pa);
+        free(blk);
         free(pb);
     }
     free(lines.p);
