@@ -1,14 +1,16 @@
-/* buf.h -- a growable byte buffer and a UTF-8 check, header-only, for the text renderers. */
+/* buf.h -- a growable byte buffer, the UTF-8 check and the string escapes, header-only, for every writer of text. */
 #ifndef FQ_BUF_H
 #define FQ_BUF_H
 
 /*
- * Header-only on purpose: the metrics renderer, the HTTP adapter and the
- * log writer all need these few lines, and a header carries no link-order
- * dependency between their libraries.
+ * Header-only on purpose: the metrics renderer, the HTTP adapter, the log
+ * writer, the JSON reader and writer, the journal and the config's summary
+ * all need these few lines, and a header carries no link-order dependency
+ * between their libraries.
  */
 
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -100,40 +102,85 @@ static inline void fq_buf_free(fq_buf *b)
     memset(b, 0, sizeof *b);
 }
 
-/* The length of the well-formed UTF-8 sequence at s[0..n), or 0 if the
- * bytes there are not one (overlong forms, surrogates and code points past
- * U+10FFFF are not). Callers replace a 0 with U+FFFD and move on by one
- * byte, so that text from clients always leaves as valid UTF-8. */
+/* The length of the well-formed UTF-8 sequence at s[0..n) (n >= 1), or 0
+ * if the bytes there are not one (Unicode table 3-7: no overlong forms, no
+ * surrogates, nothing past U+10FFFF). Writers replace a 0 with U+FFFD and
+ * move on by one byte, so that text from clients always leaves as valid
+ * UTF-8; the JSON reader refuses it. */
 static inline size_t fq_utf8_seq(const unsigned char *s, size_t n)
 {
-    unsigned c = s[0];
-    size_t len;
-    unsigned min;
-    unsigned cp;
+    unsigned char lo = 0x80, hi = 0xbf;
+    size_t k;
 
-    if (c < 0x80)
+    if (s[0] < 0x80)
         return 1;
-    if (c >= 0xc2 && c <= 0xdf) {
-        len = 2; cp = c & 0x1f; min = 0x80;
-    } else if (c >= 0xe0 && c <= 0xef) {
-        len = 3; cp = c & 0x0f; min = 0x800;
-    } else if (c >= 0xf0 && c <= 0xf4) {
-        len = 4; cp = c & 0x07; min = 0x10000;
+    if (s[0] >= 0xc2 && s[0] <= 0xdf) {
+        k = 2;
+    } else if (s[0] >= 0xe0 && s[0] <= 0xef) {
+        k = 3;
+        lo = s[0] == 0xe0 ? 0xa0 : lo;
+        hi = s[0] == 0xed ? 0x9f : hi;
+    } else if (s[0] >= 0xf0 && s[0] <= 0xf4) {
+        k = 4;
+        lo = s[0] == 0xf0 ? 0x90 : lo;
+        hi = s[0] == 0xf4 ? 0x8f : hi;
     } else {
         return 0;
     }
-    if (n < len)
+    if (n < k || s[1] < lo || s[1] > hi)
         return 0;
-    for (size_t i = 1; i < len; i++) {
+    for (size_t i = 2; i < k; i++)
         if ((s[i] & 0xc0) != 0x80)
             return 0;
-        cp = (cp << 6) | (s[i] & 0x3f);
-    }
-    if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
-        return 0;
-    return len;
+    return k;
 }
 
 #define FQ_UTF8_REPLACEMENT "\xef\xbf\xbd"  /* U+FFFD */
+
+/* The unit of a JSON string's inside that starts at p[0..n) (n >= 1): its
+ * length in *step, and NULL if those bytes go out as they are, else the
+ * escape that stands for them (NUL-terminated, in esc or static): \" \\
+ * \n \r \t, \u00XX for other control characters and DEL, and U+FFFD
+ * for a byte that does not begin well-formed UTF-8 (*step 1). The one
+ * escaping of client text for the JSON writer and the log lines, which
+ * quote logfmt values the same way. */
+static inline const char *fq_json_escape(const unsigned char *p, size_t n, size_t *step,
+                                         char esc[8])
+{
+    unsigned char c = p[0];
+
+    *step = 1;
+    switch (c) {
+    case '"': return "\\\"";
+    case '\\': return "\\\\";
+    case '\n': return "\\n";
+    case '\r': return "\\r";
+    case '\t': return "\\t";
+    default: break;
+    }
+    if (c < 0x20 || c == 0x7f) {
+        snprintf(esc, 8, "\\u%04x", c);
+        return esc;
+    }
+    if (c < 0x80)
+        return NULL;
+    if ((*step = fq_utf8_seq(p, n)) != 0)
+        return NULL;
+    *step = 1;
+    return FQ_UTF8_REPLACEMENT;
+}
+
+/* Whether s can stand bare as a logfmt value: a non-empty run of printable
+ * ASCII with no space, '=', '"' or '\'. Else it is quoted, its inside
+ * escaped as a JSON string's (fq_json_escape). */
+static inline bool fq_logfmt_bare(const char *s)
+{
+    if (!*s)
+        return false;
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++)
+        if (*p <= ' ' || *p >= 0x7f || *p == '=' || *p == '"' || *p == '\\')
+            return false;
+    return true;
+}
 
 #endif

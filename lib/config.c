@@ -9,6 +9,7 @@
 #include <yaml.h>
 
 #include "config.h"
+#include "buf.h"
 #include "metrics.h"
 #include "yamlerr.h"
 
@@ -1141,16 +1142,23 @@ static void cfg_put(cfg_out *o, const char *fmt, ...)
         o->len += (size_t)n;
 }
 
-/* A logfmt value: bare when it can be, else quoted with " and \ escaped. */
+/* A logfmt value: bare when it can be, else quoted and escaped as the log
+ * lines quote theirs. */
 static void cfg_put_value(cfg_out *o, const char *s)
 {
-    if (*s && !strpbrk(s, " \t\"=\\")) {
+    const unsigned char *p = (const unsigned char *)s;
+    size_t n = strlen(s), step;
+    char esc[8];
+
+    if (fq_logfmt_bare(s)) {
         cfg_put(o, "%s", s);
         return;
     }
     cfg_put(o, "\"");
-    for (; *s; s++)
-        cfg_put(o, *s == '"' || *s == '\\' ? "\\%c" : "%c", *s);
+    for (; n > 0; p += step, n -= step) {
+        const char *e = fq_json_escape(p, n, &step, esc);
+        cfg_put(o, "%.*s", e ? (int)strlen(e) : (int)step, e ? e : (const char *)p);
+    }
     cfg_put(o, "\"");
 }
 

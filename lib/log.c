@@ -123,18 +123,6 @@ static void line_close(fq_line *l, const char *s)
     l->len += n;
 }
 
-/* A value needs quotes in logfmt unless it is a non-empty run of printable
- * ASCII with no space, '=', '"' or '\'. */
-static bool logfmt_bare(const char *s)
-{
-    if (!*s)
-        return false;
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++)
-        if (*p <= ' ' || *p >= 0x7f || *p == '=' || *p == '"' || *p == '\\')
-            return false;
-    return true;
-}
-
 /* Append s escaped as the inside of a JSON string, stopping at the first
  * unit that does not fit. */
 static void line_escaped(fq_line *l, const char *s)
@@ -144,28 +132,9 @@ static void line_escaped(fq_line *l, const char *s)
     char u[8];
 
     while (n > 0) {
-        size_t step = 1;
-        const char *unit = u;
-        size_t ulen;
-        switch (*p) {
-        case '"':  unit = "\\\""; ulen = 2; break;
-        case '\\': unit = "\\\\"; ulen = 2; break;
-        case '\n': unit = "\\n"; ulen = 2; break;
-        case '\r': unit = "\\r"; ulen = 2; break;
-        case '\t': unit = "\\t"; ulen = 2; break;
-        default:
-            if (*p < 0x20 || *p == 0x7f) {
-                ulen = (size_t)snprintf(u, sizeof u, "\\u%04x", *p);
-            } else if ((step = fq_utf8_seq(p, n)) == 0) {
-                unit = FQ_UTF8_REPLACEMENT;
-                ulen = 3;
-                step = 1;
-            } else {
-                unit = (const char *)p;
-                ulen = step;
-            }
-        }
-        if (!line_put(l, unit, ulen))
+        size_t step;
+        const char *unit = fq_json_escape(p, n, &step, u);
+        if (!line_put(l, unit ? unit : (const char *)p, unit ? strlen(unit) : step))
             return;
         p += step;
         n -= step;
@@ -176,7 +145,7 @@ static void line_string(fq_line *l, const char *s)
 {
     if (!s)
         s = "";
-    if (!l->json && logfmt_bare(s)) {
+    if (!l->json && fq_logfmt_bare(s)) {
         line_put(l, s, strlen(s));
         return;
     }

@@ -40,6 +40,7 @@
  *   pointers and frees the rest.
  */
 #include "msg.h"
+#include "buf.h"
 
 #include <cjson/cJSON.h>
 #include <inttypes.h>
@@ -166,36 +167,6 @@ static fq_status fq_msg_fail(char *err, size_t errlen, const char *fmt, ...)
     return FQ_EINVAL;
 }
 
-/* The length of the well-formed UTF-8 sequence at s[0..n) (Unicode table
- * 3-7: no overlong forms, no surrogates, nothing past U+10FFFF), 0 if none. */
-static size_t fq_utf8_len(const unsigned char *s, size_t n)
-{
-    unsigned char lo = 0x80, hi = 0xbf;
-    size_t k;
-
-    if (s[0] < 0x80)
-        return 1;
-    if (s[0] >= 0xc2 && s[0] <= 0xdf) {
-        k = 2;
-    } else if (s[0] >= 0xe0 && s[0] <= 0xef) {
-        k = 3;
-        lo = s[0] == 0xe0 ? 0xa0 : lo;
-        hi = s[0] == 0xed ? 0x9f : hi;
-    } else if (s[0] >= 0xf0 && s[0] <= 0xf4) {
-        k = 4;
-        lo = s[0] == 0xf0 ? 0x90 : lo;
-        hi = s[0] == 0xf4 ? 0x8f : hi;
-    } else {
-        return 0;
-    }
-    if (n < k || s[1] < lo || s[1] > hi)
-        return 0;
-    for (size_t i = 2; i < k; i++)
-        if ((s[i] & 0xc0) != 0x80)
-            return 0;
-    return k;
-}
-
 static bool fq_json_space(unsigned char c)
 {
     return c == ' ' || c == '\t' || c == '\n' || c == '\r';
@@ -237,7 +208,7 @@ static const char *fq_msg_scan(const unsigned char *p, size_t n, bool *nul_top)
             continue;
         }
         if (c >= 0x80) {
-            size_t k = fq_utf8_len(p + i, n - i);
+            size_t k = fq_utf8_seq(p + i, n - i);
             if (!k)
                 return "invalid UTF-8";
             i += k;
@@ -550,7 +521,7 @@ static const char *fq_scan_string(const unsigned char *p, size_t n, size_t *i,
         }
         c = p[j];
         if (c >= 0x80) {
-            size_t k = fq_utf8_len(p + j, n - j);
+            size_t k = fq_utf8_seq(p + j, n - j);
             if (!k)
                 return "invalid UTF-8";
             j += k;
@@ -1172,39 +1143,18 @@ void fq_json_end_array(fq_json *w) { fq_json_end(w, false); }
 static void fq_json_quote(fq_json *w, const char *s, size_t n)
 {
     const unsigned char *p = (const unsigned char *)s;
-    size_t run = 0, i = 0;
+    size_t run = 0, i = 0, k;
     char esc[8];
 
     fq_json_put(w, "\"", 1);
     while (i < n) {
-        unsigned char c = p[i];
-        size_t k = c >= 0x80 ? fq_utf8_len(p + i, n - i) : 1;
-        const char *e = NULL;
-
-        if (k == 0)
-            e = "\\ufffd";
-        else if (c == '"')
-            e = "\\\"";
-        else if (c == '\\')
-            e = "\\\\";
-        else if (c == '\n')
-            e = "\\n";
-        else if (c == '\r')
-            e = "\\r";
-        else if (c == '\t')
-            e = "\\t";
-        else if (c < 0x20) {
-            snprintf(esc, sizeof esc, "\\u%04x", c);
-            e = esc;
+        const char *e = fq_json_escape(p + i, n - i, &k, esc);
+        if (e) {
+            fq_json_put(w, s + run, i - run);
+            fq_json_put(w, e, strlen(e));
+            run = i + k;
         }
-        if (!e) {
-            i += k;
-            continue;
-        }
-        fq_json_put(w, s + run, i - run);
-        fq_json_put(w, e, strlen(e));
-        i += k ? k : 1;
-        run = i;
+        i += k;
     }
     fq_json_put(w, s + run, n - run);
     fq_json_put(w, "\"", 1);
