@@ -127,25 +127,14 @@ fq_status fq_jbatch_append(fq_jbatch *b, const fq_jrec *r)
     if (fq_json_finish(&w, &len) != FQ_OK)
         return FQ_EINVAL;
     /* the head or a comma, the record, and room for the closing "]}" */
-    size_t need = b->len + sizeof jr_head + len + 3;
-    if (need > b->cap) {
-        size_t c = b->cap ? b->cap * 2 : 4096;
-        while (c < need)
-            c *= 2;
-        char *n = realloc(b->buf, c);
-        if (!n)
-            return FQ_ENOMEM;
-        b->buf = n;
-        b->cap = c;
-    }
-    if (!b->records) {
-        memcpy(b->buf, jr_head, sizeof jr_head - 1);
-        b->len = sizeof jr_head - 1;
-    } else {
-        b->buf[b->len++] = ',';
-    }
-    memcpy(b->buf + b->len, e, len);
-    b->len += len;
+    fq_buf *text = &b->text;
+    if (fq_buf_reserve(text, (b->records ? 1 : sizeof jr_head) + len + 2) != FQ_OK)
+        return FQ_ENOMEM;
+    if (!b->records)
+        fq_buf_append(text, jr_head, sizeof jr_head - 1);
+    else
+        fq_buf_putc(text, ',');
+    fq_buf_append(text, e, len);
     b->records++;
     return FQ_OK;
 }
@@ -156,22 +145,21 @@ const char *fq_jbatch_text(fq_jbatch *b, size_t *len)
         return NULL;
     /* Room was kept by the append: the closing bytes go past len, so the
      * next append overwrites them and continues the batch. */
-    b->buf[b->len] = ']';
-    b->buf[b->len + 1] = '}';
-    *len = b->len + 2;
-    return b->buf;
+    memcpy(b->text.p + b->text.len, "]}", 3);
+    *len = b->text.len + 2;
+    return b->text.p;
 }
 
 void fq_jbatch_clear(fq_jbatch *b)
 {
-    b->len = 0;
+    fq_buf_reset(&b->text);
     b->records = 0;
 }
 
 void fq_jbatch_free(fq_jbatch *b)
 {
-    free(b->buf);
-    *b = (fq_jbatch){0};
+    fq_buf_free(&b->text);
+    b->records = 0;
 }
 
 /* ---- reading ------------------------------------------------------------ */

@@ -6,6 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "buf.h"
 #include "fq.h"
 
 /*
@@ -64,8 +65,7 @@ bool fq_jrec_valid(const fq_jrec *r, const char **why);
 
 /* A batch being written: the text of one message. */
 typedef struct fq_jbatch {
-    char *buf;                  /* the text so far, without the closing "]}" */
-    size_t len, cap;
+    fq_buf text;                /* the text so far, without the closing "]}" */
     size_t records;             /* records appended since the last clear */
 } fq_jbatch;
 

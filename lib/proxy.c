@@ -1066,7 +1066,7 @@ static size_t px_journal_room(const fq_proxy *p)
 /* Pause fetching while the unsent batch is full, and resume after. */
 static void px_journal_check(fq_proxy *p)
 {
-    bool full = p->cur && p->jb.len >= px_journal_room(p);
+    bool full = p->cur && p->jb.text.len >= px_journal_room(p);
     if (full == p->journal_full)
         return;
     p->journal_full = full;

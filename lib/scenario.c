@@ -13,6 +13,7 @@
  *    does not move anyone else's arrivals.
  */
 #include "scenario.h"
+#include "buf.h"
 #include "yamlerr.h"
 
 #include <cyaml/cyaml.h>
@@ -29,6 +30,7 @@
 #define SCN_MAX_RUNS 5000000.0          /* expected runs a scenario may generate */
 #define SCN_MAX_SECONDS (366.0 * 86400) /* durations and times, in seconds */
 #define SCN_MAX_RATE 3600000.0          /* runs an hour: 1000 a second */
+#define SCN_MAX_FILE_BYTES (64u << 20)  /* a scenario or trace file read whole, at most */
 #define SCN_PI 3.14159265358979323846
 
 /* ---- the document, as libcyaml loads it -------------------------------- */
@@ -831,22 +833,20 @@ fq_status fq_scenario_load(fq_scenario **out, const char *path, char *err, size_
         fail(err, errlen, "%s: %s", path, strerror(errno));
         return FQ_EIO;
     }
-    char *buf = NULL;
-    size_t len = 0, cap = 0;
+    fq_buf b = {0};
     for (;;) {
-        if (len == cap) {
-            cap = cap ? cap * 2 : 8192;
-            char *nb = cap <= (64u << 20) ? realloc(buf, cap) : NULL;
-            if (!nb) {
-                free(buf);
+        size_t room = b.cap > b.len + 1 ? b.cap - b.len - 1 : 0;
+        if (room == 0) {
+            room = b.cap ? b.cap : 8192;
+            if (b.len + room > SCN_MAX_FILE_BYTES || fq_buf_reserve(&b, room) != FQ_OK) {
+                fq_buf_free(&b);
                 fclose(f);
                 fail(err, errlen, "%s: too large or out of memory", path);
                 return FQ_ENOMEM;
             }
-            buf = nb;
         }
-        size_t n = fread(buf + len, 1, cap - len, f);
-        len += n;
+        size_t n = fread(b.p + b.len, 1, room, f);
+        b.len += n;
         if (n == 0)
             break;
     }
@@ -856,8 +856,8 @@ fq_status fq_scenario_load(fq_scenario **out, const char *path, char *err, size_
     if (bad)
         fail(err, errlen, "%s: read error", path);
     else
-        st = fq_scenario_parse(out, path, buf, len, err, errlen);
-    free(buf);
+        st = fq_scenario_parse(out, path, b.p, b.len, err, errlen);
+    fq_buf_free(&b);
     return st;
 }
 
