@@ -35,7 +35,9 @@ fq_cardrr_run *fq_cardrr_next(fq_cardrr *c);
 /* reconcile(tenantId, estimated, actual) */
 void fq_cardrr_reconcile(fq_cardrr *c, uint32_t tenant, uint32_t est, uint64_t actual);
 
+#ifdef FQ_TESTING   /* tests only: no program calls it */
 int64_t fq_cardrr_deficit(const fq_cardrr *c, uint32_t tenant);
+#endif
 uint64_t fq_cardrr_visits(const fq_cardrr *c);
 
 #endif

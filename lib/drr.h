@@ -106,8 +106,10 @@ fq_status fq_sched_tenant(fq_tenant **out, fq_sched *s, const char *id, size_t l
  * escape, no credit to lose). t is freed; the id is new if it comes again.
  * FQ_EEXIST: it still holds something, and nothing changed. */
 fq_status fq_sched_tenant_remove(fq_sched *s, fq_tenant *t);
+#ifdef FQ_TESTING   /* tests only: no program calls it */
 /* Find a known tenant, or NULL. */
 fq_tenant *fq_sched_find(fq_sched *s, const char *id, size_t len);
+#endif
 /* Apply a new policy; it takes effect from the tenant's next visit, without
  * losing its place or its queued runs. */
 fq_status fq_tenant_set_policy(fq_sched *s, fq_tenant *t, const fq_tenant_policy *p);
@@ -216,8 +218,10 @@ enum fq_expiry {
 size_t fq_sched_expire(fq_sched *s, uint64_t now,
                        void (*cb)(void *arg, const fq_run *r, enum fq_expiry what),
                        void *arg);
+#ifdef FQ_TESTING   /* tests only: no program calls it */
 /* The earliest lease deadline, or UINT64_MAX if none. */
 uint64_t fq_sched_next_deadline(const fq_sched *s);
+#endif
 
 /* The dispatched run (in flight, or expired and awaiting its completion)
  * with this id, or NULL. Queued runs are the caller's to index. */
@@ -229,8 +233,10 @@ fq_run *fq_sched_run(fq_sched *s, uint64_t id);
 uint64_t fq_sched_tokens_ahead(const fq_sched *s, const fq_tenant *t, uint32_t est);
 
 void fq_sched_stats_get(const fq_sched *s, fq_sched_stats *out);
+#ifdef FQ_TESTING   /* tests only: no program calls it */
 /* Visit every known tenant, in no particular order. */
 void fq_sched_foreach(fq_sched *s, void (*cb)(void *arg, fq_tenant *t), void *arg);
+#endif
 
 /* Bytes of scheduler memory per tenant (struct and index) and per queued
  * run, for the benchmark. */

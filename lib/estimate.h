@@ -71,6 +71,7 @@ void fq_est_observe(fq_est *e, const char *tenant, const char *workflow,
  * completions (a decaying window); 1.0 when nothing has been seen. */
 double fq_est_error(const fq_est *e, const char *tenant);
 
+#ifdef FQ_TESTING   /* tests only: no program calls it */
 /* Learned entries held now (at most max_entries), and bytes of memory the
  * estimator uses in all. */
 size_t fq_est_entries(const fq_est *e);
@@ -79,5 +80,6 @@ size_t fq_est_bytes(const fq_est *e);
  * record, its histories and the workflows only it has reported; 0 for a
  * tenant with nothing learned. */
 size_t fq_est_tenant_entries(const fq_est *e, const char *tenant);
+#endif
 
 #endif

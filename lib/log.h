@@ -62,8 +62,10 @@ fq_status fq_log_init(const char *level, const char *format, char *err, size_t e
 /* Set level and format directly. Safe from any thread. */
 void fq_log_set(fq_log_level level, fq_log_format format);
 
+#ifdef FQ_TESTING   /* tests only: no program calls it */
 /* Where lines go: stderr unless set (tests pass a tmpfile). NULL: stderr. */
 void fq_log_set_sink(FILE *f);
+#endif
 
 /* Whether an event at level would be written: guard costly field setup. */
 bool fq_log_enabled(fq_log_level level);

@@ -89,8 +89,10 @@ enum fq_ready_reason {
     FQ_READY_STOPPING,              /* 503 */
     FQ_READY__COUNT
 };
+#ifdef FQ_TESTING   /* tests only: no program calls it */
 /* The label value of a reason ("ready", "standby", "lease_stale", ...). */
 const char *fq_ready_reason_name(enum fq_ready_reason r);
+#endif
 /* Append the families that say how the proxy stands at this very scrape,
  * read as the probes read it rather than from a snapshot (a standby fills
  * none): fairq_ready{reason}, 1 for r and 0 for the others, and

@@ -304,7 +304,9 @@ typedef struct fq_nio_sub_stats {
 } fq_nio_sub_stats;
 /* Safe from any thread; zeros for a NULL n. */
 void fq_nio_sub_stats_get(fq_nio_sub_stats *out, fq_nio *n, int id);
+#ifdef FQ_TESTING   /* tests only: no program calls it */
 fq_status fq_nio_unsubscribe(fq_nio *n, int id);
+#endif
 /* Reply to a request (core NATS publish to its reply subject). FQ_EINVAL:
  * the request has no reply subject; FQ_ETOOBIG: len exceeds max_payload;
  * FQ_EIO: the publish failed otherwise. */
@@ -325,8 +327,10 @@ fq_status fq_nio_republish(fq_nio *n, fq_nio_msg **m, uint64_t token);
  * it (a PING round trip). nats.c otherwise holds writes about a millisecond
  * to batch them, which a lone run would wait out. */
 fq_status fq_nio_flush(fq_nio *n, int timeout_ms);
+#ifdef FQ_TESTING   /* tests only: no program calls it */
 /* Publishes still waiting for their PubAck. */
 int64_t fq_nio_pending_pubs(const fq_nio *n);
+#endif
 /* Read a JetStream PubAck reply's data into ev's status, seq, duplicate and
  * err_code (FQ_EIO and 0 for anything that is not a PubAck). For tests. */
 void fq_nio_parse_puback(fq_nio_event *ev, const void *data, size_t len);

@@ -85,10 +85,12 @@ fq_status fq_policy_resolve(fq_policy_resolved *out, const fq_policy *p,
 /* The plan named name, or NULL. Valid until the policy is destroyed. */
 const fq_plan *fq_policy_plan(const fq_policy *p, const char *name);
 
+#ifdef FQ_TESTING   /* tests only: no program calls it */
 /* Visit every override, in no particular order, e.g. to carry them over to
  * the policy built from a reloaded config. cb must not change p. */
 void fq_policy_foreach_override(const fq_policy *p,
                                 void (*cb)(void *arg, const fq_tenant_entry *t),
                                 void *arg);
+#endif
 
 #endif

@@ -68,11 +68,6 @@ const char *fq_sim_policy_name(enum fq_sim_policy p)
     return (unsigned)p < FQ_SIM__NPOLICIES ? policies[p].name : NULL;
 }
 
-const char *fq_sim_policy_text(enum fq_sim_policy p)
-{
-    return (unsigned)p < FQ_SIM__NPOLICIES ? policies[p].text : NULL;
-}
-
 fq_status fq_sim_policy_parse(enum fq_sim_policy *out, size_t *n, const char *list,
                               char *err, size_t errlen)
 {

@@ -24,8 +24,6 @@ enum fq_sim_policy {
 
 /* "drr-no-reconcile", ...; NULL if p is out of range. */
 const char *fq_sim_policy_name(enum fq_sim_policy p);
-/* One line saying what the policy does. */
-const char *fq_sim_policy_text(enum fq_sim_policy p);
 /* Parse "all" or a comma-separated list of names into out (room for
  * FQ_SIM__NPOLICIES), in the order given, without duplicates. FQ_EINVAL
  * names the unknown word in err. */
