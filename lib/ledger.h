@@ -125,12 +125,18 @@ void fq_ledger_tenant_init(fq_ledger_tenant *lt, fq_tenant *t, const char *id);
  * record is listed or due. The caller forgets a tenant only when not. */
 bool fq_ledger_tenant_busy(const fq_ledger_tenant *lt);
 
-/* The tenant named id[0..len) (a valid tenant id), for a run admitted now
- * (admit true) or a record read back from the journal (admit false). NULL
- * with *why set when there is none: FQ_EUNKNOWN (unknown tenants are
- * refused, or it is no longer listed), FQ_ENOMEM. */
+/* Why the ledger asks for a tenant. */
+enum fq_ledger_tenant_use {
+    FQ_LEDGER_TENANT_ADMIT = 1, /* a run admitted now: created if new and allowed */
+    FQ_LEDGER_TENANT_RECORD,    /* a run or a debt read back from the journal: the same */
+    FQ_LEDGER_TENANT_FIND,      /* a debt of 0 read back: only if known, never created */
+};
+
+/* The tenant named id[0..len) (a valid tenant id). NULL with *why set when
+ * there is none: FQ_EUNKNOWN (unknown tenants are refused, or it is no
+ * longer listed), FQ_ENOTFOUND (FIND, not known), FQ_ENOMEM. */
 typedef fq_ledger_tenant *(*fq_ledger_tenant_fn)(void *arg, const char *id, size_t len,
-                                                 bool admit, fq_status *why);
+                                                 enum fq_ledger_tenant_use use, fq_status *why);
 
 /* Allocation of the bodies the ledger keeps (size-class pools; sized
  * free). NULL: malloc and free. */
@@ -188,6 +194,10 @@ fq_status fq_ledger_set_opts(fq_ledger *l, const fq_ledger_opts *o);
 
 /* ---- actions ------------------------------------------------------------ */
 
+/* JetStream's error for a failed expectation (Nats-Expected-Last-Sequence):
+ * a journal batch refused so means another proxy leads. */
+#define FQ_LEDGER_ERR_WRONG_LAST 10071
+
 /* Token kinds: the top four bits. */
 #define FQ_LEDGER_TOKEN(kind, v) (((uint64_t)(kind) << 60) | ((v) & ((1ULL << 60) - 1)))
 #define FQ_LEDGER_TOKEN_KIND(t) ((int)((t) >> 60))
@@ -215,8 +225,7 @@ enum fq_ledger_act_type {
 
 /* What a note says; its fields are those of the action below. */
 enum fq_ledger_note {
-    FQ_LNOTE_REFUSED = 1,   /* a run refused: tenant (NULL: none), sentence */
-    FQ_LNOTE_EXPIRED,       /* a lease ran out: tenant, run_id */
+    FQ_LNOTE_EXPIRED = 1,       /* a lease ran out: tenant, run_id */
     FQ_LNOTE_DISPATCH_FAILED, /* a dispatch failed, requeued and parked: tenant, run_id,
                                js_err, n = parked ms, n2 = failures in a row */
     FQ_LNOTE_DISPATCH_STALLED, /* dispatches fail for FQ_LEDGER_STALL_MS: js_err,
@@ -241,8 +250,9 @@ typedef struct fq_ledger_act {
     fq_ledger_tenant *lt;       /* DISPATCH, READ, RECONCILED, and REFUSE/notes when known */
     const char *tenant;         /* the tenant id; REFUSE: NULL for <rejected>._invalid */
     const char *run_id;         /* DISPATCH, EXPIRED, DISPATCH_FAILED, RECONCILED */
+    const char *workflow;       /* DISPATCH, RECONCILED: "" if none */
     fq_status code;             /* REFUSE: why (fq_status_code in Fair-Error) */
-    const char *sentence;       /* REFUSE: the sentence after the code; REFUSED note */
+    const char *sentence;       /* REFUSE: the sentence after the code */
     const char *subject;        /* REFUSE of a message just handed in: its subject, for
                                    Fair-Subject when tenant is NULL; else NULL */
     fq_ledger_bytes raw;        /* DISPATCH, REFUSE: the producer's headers and body */
@@ -268,10 +278,21 @@ typedef struct fq_ledger_act {
 /* The next action to perform, or NULL when none is left. */
 const fq_ledger_act *fq_ledger_next(fq_ledger *l);
 
-/* An ACK or NAK action the caller could not send (natsio refused it): it
- * is held with those not sent while the lease was not fresh, and sent
- * again, in order, by a later tick. */
+/* An ACK action the caller could not send (natsio refused it): it is held
+ * with those not sent while the lease was not fresh, and sent again, in
+ * order, by a later tick. A NAK not sent needs nothing: the delivery comes
+ * back after its AckWait. */
 void fq_ledger_ack_failed(fq_ledger *l, const fq_ledger_act *a);
+
+/* A DISPATCH, REFUSE or JOURNAL action whose publish the caller could not
+ * even queue (st: natsio's status). A dispatch that can never be sent
+ * (FQ_ETOOBIG, FQ_EINVAL: the server's max_payload shrank since its
+ * admission) is refused; otherwise it is queued again in order (its tenant
+ * parked on FQ_ENOMEM) and the caller dispatches no more this turn. A
+ * journal batch is sent again by a later flush. A refusal stays unacked:
+ * its submit comes back on the next consumer reset. */
+void fq_ledger_unsent(fq_ledger *l, const fq_ledger_act *a, fq_status st, uint64_t now,
+                      int64_t now_ms);
 
 /* ---- inputs ------------------------------------------------------------- */
 
@@ -287,7 +308,8 @@ typedef struct fq_ledger_submit {
     const fq_submit *sub;       /* status FQ_OK: its fields */
     uint32_t size;              /* status FQ_OK: bytes of its dispatch, fairq's headers in */
     const char *subject;        /* its subject, for a refusal's Fair-Subject */
-    fq_ledger_bytes raw;        /* its bytes: kept if they fit max_buffered_bytes */
+    fq_ledger_bytes raw;        /* its bytes: copied if they fit max_buffered_bytes; must
+                                   stay valid until this call's actions are drained */
 } fq_ledger_submit;
 
 /* Take a submit. A redelivery of a held one changes nothing; one the
@@ -304,7 +326,7 @@ typedef struct fq_ledger_done {
     const char *error;          /* status != FQ_OK: the sentence */
     const fq_completion *c;     /* status FQ_OK */
     const char *subject;        /* its subject, for a refusal's Fair-Subject */
-    fq_ledger_bytes raw;        /* its bytes, for the refusal's copy */
+    fq_ledger_bytes raw;        /* its bytes, for the refusal's copy (valid as above) */
 } fq_ledger_done;
 
 /* Take a completion: reconcile its run once (in flight, or expired and
@@ -324,26 +346,31 @@ enum fq_ledger_pub {
 
 /* The outcome of the publish of token. true: the caller publishes it
  * again as it was, with the same token, after its retry delay, and reports
- * that outcome in turn (a journal batch or a refusal that failed, a
- * dispatch of a run the ledger no longer holds); false: nothing to do. */
+ * that outcome in turn (a refusal that failed without JetStream's answer,
+ * a dispatch of a run the ledger no longer holds); false: nothing to do (a
+ * journal batch that failed is sent again by a later flush). */
 bool fq_ledger_puback(fq_ledger *l, uint64_t token, enum fq_ledger_pub outcome, int js_err,
                       uint64_t seq, uint64_t now, int64_t now_ms);
 
-/* The answer to a READ action: the submit's bytes (FQ_OK), FQ_ENOTFOUND
- * (gone from the stream: the run is dropped), or another status (not now:
- * the run is requeued and its tenant parked). */
+/* The answer to a READ action: the submit's bytes and its fields parsed
+ * again (FQ_OK), FQ_ENOTFOUND (gone from the stream: the run is dropped),
+ * or another status (not now: the run is requeued and its tenant parked).
+ * raw must stay valid until this call's actions are drained. */
 void fq_ledger_body(fq_ledger *l, uint64_t seq, fq_status st, const fq_ledger_bytes *raw,
-                    uint64_t now, int64_t now_ms);
+                    const fq_submit *sub, uint64_t now, int64_t now_ms);
 
 /* Dispatch by DRR while the window has room, at most budget publishes
  * (what NATS takes now), until a READ is asked for (answer it, then call
  * again) or the journal's unsent batch is full. Returns the dispatches. */
 size_t fq_ledger_dispatch(fq_ledger *l, size_t budget, uint64_t now, int64_t now_ms);
 
-/* Housekeeping at each turn: expire leases, forget expired runs, send the
- * acks held back once fresh, write debt records due, send the journal
- * batch if none is in flight. */
+/* At each turn before dispatching: expire leases, forget expired runs and
+ * completed ids past their time, send the acks held back once fresh. */
 void fq_ledger_tick(fq_ledger *l, uint64_t now, int64_t now_ms);
+
+/* At each turn after dispatching: write the debt records due, and send the
+ * journal batch (the turn's records) unless one is in flight. */
+void fq_ledger_flush(fq_ledger *l, uint64_t now, int64_t now_ms);
 
 /* The lease's state: while not fresh nothing is acked, naked, dispatched
  * or journalled (acks are held, in order, and sent once fresh again). */

@@ -1,0 +1,1974 @@
+/* ledger.c -- the run ledger: everything fairq decides about runs, as a state machine without I/O.
+ *
+ * Principles:
+ *  - One lifecycle per run: the scheduler (lib/drr.c, lib/window.c) knows
+ *    where a run is (queued, in flight, expired) and tells us when a lease
+ *    ends and when an expired run is forgotten; the ledger keeps only what
+ *    the core does not: the run's names, its body or its sequence, the
+ *    publishes its submit's ack waits for, and the indexes by sequence and
+ *    by run key.
+ *  - A submit is acked only once what it became is stored: its dispatch
+ *    and its flight record (two PubAcks, counted in pending), or its
+ *    refusal. Runs are indexed by submit sequence while their submit is
+ *    unacked (a redelivery of a held run is not queued twice) and by run
+ *    key from admission to completion (completions and duplicate ids find
+ *    them).
+ *  - The journal is written in batches, one in flight at a time: the next
+ *    one's Nats-Expected-Last-Sequence is this one's PubAck. What a batch
+ *    settles (dispatched runs' submits, completions' acks) waits for it.
+ *  - Nothing allocates per run once the pools, the tables and the action
+ *    list have grown to the working set; bodies come from the caller's
+ *    allocator (size-class pools).
+ *  - No I/O and no clock: time comes in with each input.
+ */
+#include "ledger.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "u64map.h"
+
+#define LG_POOL_CHUNK 1024
+
+enum lg_state {
+    LG_QUEUED = 1,      /* in its tenant's queue */
+    LG_FLIGHT,          /* dispatched, holding a window slot */
+    LG_EXPIRED,         /* lease expired: slot freed, a late completion still counts */
+    LG_DONE,            /* completed or refused; freed once nothing refers to it */
+};
+
+/* What a run must remember from dispatch (or from admission, while its
+ * body is kept) until it is forgotten. */
+typedef struct lg_names {
+    char run_id[FQ_RUN_ID_MAX + 1];
+    char workflow[FQ_WORKFLOW_MAX + 1];
+    uint32_t declared;          /* the producer's est_tokens, 0 if none */
+    struct lg_names *next;      /* free list */
+} lg_names;
+
+/* A run the ledger holds. */
+typedef struct lg_run {
+    uint64_t seq;               /* submit stream sequence (or synthetic): the scheduler's id */
+    uint64_t key;               /* the run key's keyed hash */
+    fq_u64map_node seq_node;    /* by sequence, while its submit is unacked */
+    fq_u64map_node key_node;    /* by run key, from admission to completion */
+    fq_ledger_tenant *lt;
+    lg_names *names;            /* from dispatch on; from admission if its body is kept */
+    unsigned char *body;        /* header block then body, one block; NULL: index only */
+    uint32_t hdr_len, body_len;
+    fq_ledger_ackref ack;       /* its submit's last delivery */
+    int64_t submitted_ms;       /* JetStream's timestamp of the submit */
+    uint32_t size;              /* bytes of its dispatch: what a kept body counts */
+    uint32_t est;               /* tokens charged */
+    uint8_t state;              /* enum lg_state */
+    uint8_t pending;            /* publishes to settle before its submit is acked */
+    bool in_seq, in_key;
+    bool retained;              /* its body kept, counted in buffered_bytes */
+    bool indexed;               /* held without its body, counted in index_only */
+    bool reading;               /* a READ of its body is asked for */
+    bool resent;                /* its dispatch was published again for a redelivery */
+    bool read_expired;          /* read back: an expired record (submitted_ms: its expiry) */
+    struct lg_run *next;        /* free list; the recovery's list */
+} lg_run;
+
+/* A run key completed recently: a completion repeated, or the same run
+ * submitted again, within the duplicate window changes nothing. */
+typedef struct lg_done {
+    uint64_t key;               /* the run key's hash */
+    uint64_t seq;               /* the submit it came from */
+    int64_t until_ms;           /* unix ms from which it may be forgotten */
+    fq_u64map_node node;
+    struct lg_done *next;       /* FIFO by until_ms; free list */
+} lg_done;
+
+/* A journal batch: the records of the turns since the last one sent, and
+ * what waits for it to be stored. */
+typedef struct lg_batch {
+    uint64_t id;
+    lg_run **runs;              /* dispatched: settled on its PubAck */
+    size_t nruns, cap_runs;
+    uint64_t *dones;            /* completions (done seq) to ack */
+    size_t ndones, cap_dones;
+    fq_jbatch jb;               /* its text */
+    bool sent;                  /* published, awaiting its PubAck */
+    uint64_t retry_at;          /* monotonic ms it is sent again after a failure; 0: not */
+} lg_batch;
+
+/* An ack held back while not fresh (or refused by the caller's natsio). */
+typedef struct lg_later {
+    enum fq_ledger_cons cons;
+    fq_ledger_ackref a;
+} lg_later;
+
+/* A body block to give back once no action points at it. */
+typedef struct lg_grave {
+    void *block;
+    size_t size;
+} lg_grave;
+
+/* An action as the list holds it: the text its pointers are filled from
+ * when it is handed out (so the list may grow meanwhile). */
+typedef struct lg_act {
+    fq_ledger_act a;
+    fq_ledger_dhdrs d;          /* DISPATCH */
+    char text[400];             /* REFUSE: the sentence */
+} lg_act;
+
+struct fq_ledger {
+    fq_ledger_opts o;
+    fq_u64map *by_seq, *by_key, *done;
+    lg_run *run_free;
+    lg_names *names_free;
+    lg_done *done_free, *done_head, *done_tail;
+    void **chunks;              /* every pool chunk, for destroy */
+    size_t nchunks, chunks_cap;
+
+    lg_batch bat[2];            /* the one being written and the one in flight */
+    lg_batch *cur, *sent;       /* NULL: none */
+    uint64_t bat_next;          /* next batch id */
+    uint64_t jseq;              /* the journal's last sequence: the next batch expects it */
+    bool jmarked;               /* our term's marker is stored: jseq is known */
+    bool fenced;
+    bool journal_full;
+
+    fq_ledger_tenant *dirty;    /* tenants reconciled this turn */
+    fq_ledger_tenant *debt_head, *debt_tail;
+    uint64_t debtors;
+
+    lg_later *later;
+    size_t nlater, later_cap;
+    bool fresh;
+
+    lg_act *acts;
+    size_t nacts, next_act, acts_cap;
+    lg_grave *graves;           /* bodies given up while actions may still point at them:
+                                   freed once the actions are drained */
+    size_t ngraves, graves_cap;
+
+    uint64_t held, index_only, buffered_bytes;
+    uint64_t nexp;              /* runs in state LG_EXPIRED */
+    bool fetch_paused;
+    bool paused[2];             /* as last told: FQ_LEDGER_SUBMIT, FQ_LEDGER_DONE */
+    double rate_tokens;
+    uint64_t fail_since, jfail_since;   /* monotonic ms failures began; 0: none */
+    bool stalled, jstalled;
+    uint64_t done_copy_sec;     /* monotonic second of the copies below */
+    uint32_t done_copies;
+    uint64_t synth;             /* next synthetic id */
+    lg_run *loaded;             /* runs read back, in order, until fq_ledger_recovered */
+    lg_run *loaded_tail;
+    uint64_t now;               /* of the call under way (monotonic ms) */
+    int64_t now_ms;             /* ... unix ms */
+    fq_ledger_counters c;
+};
+
+/* ---- helpers ------------------------------------------------------------- */
+
+static bool lg_grow(void **v, size_t *cap, size_t need, size_t size)
+{
+    if (need <= *cap)
+        return true;
+    size_t c = *cap ? *cap * 2 : 64;
+    while (c < need)
+        c *= 2;
+    void *n = realloc(*v, c * size);
+    if (!n)
+        return false;
+    *v = n;
+    *cap = c;
+    return true;
+}
+
+/* A new action at the list's tail, zeroed but for its type; NULL when out
+ * of memory (the action is lost: an ack costs a redelivery, de-duplicated;
+ * a publish is retried by whoever waits for it). */
+static fq_ledger_act *lg_act_new(fq_ledger *l, enum fq_ledger_act_type type)
+{
+    if (!lg_grow((void **)&l->acts, &l->acts_cap, l->nacts + 1, sizeof *l->acts))
+        return NULL;
+    lg_act *x = &l->acts[l->nacts++];
+    memset(&x->a, 0, sizeof x->a);
+    x->text[0] = '\0';
+    x->a.type = type;
+    return &x->a;
+}
+
+static lg_act *lg_act_of(fq_ledger_act *a)
+{
+    return (lg_act *)(void *)a;     /* a is the first member */
+}
+
+static fq_ledger_act *lg_note(fq_ledger *l, enum fq_ledger_note note)
+{
+    fq_ledger_act *a = lg_act_new(l, FQ_LACT_NOTE);
+    if (a)
+        a->note = note;
+    return a;
+}
+
+static void lg_free(fq_ledger *l, void *p, size_t n);
+
+static void lg_graves_free(fq_ledger *l)
+{
+    for (size_t i = 0; i < l->ngraves; i++)
+        lg_free(l, l->graves[i].block, l->graves[i].size);
+    l->ngraves = 0;
+}
+
+const fq_ledger_act *fq_ledger_next(fq_ledger *l)
+{
+    if (l->next_act == l->nacts) {
+        l->nacts = l->next_act = 0;
+        lg_graves_free(l);
+        return NULL;
+    }
+    lg_act *x = &l->acts[l->next_act++];
+    if (x->a.type == FQ_LACT_DISPATCH) {
+        fq_ledger_dispatch_hdrs(&x->d, x->a.tenant, x->a.run_id, x->a.workflow, x->a.est,
+                                x->a.submitted_ms > 0 ? (uint64_t)x->a.submitted_ms : 0,
+                                x->a.dispatched_ms > 0 ? (uint64_t)x->a.dispatched_ms : 0);
+        x->a.hdrs = x->d.h;
+        x->a.n_hdrs = x->d.n;
+    }
+    if (x->a.type == FQ_LACT_REFUSE)
+        x->a.sentence = x->text;
+    return &x->a;
+}
+
+bool fq_ledger_token_ours(uint64_t token)
+{
+    int k = FQ_LEDGER_TOKEN_KIND(token);
+    return k >= FQ_LTK_DISPATCH && k < FQ_LTK_CALLER;
+}
+
+void fq_ledger_dispatch_hdrs(fq_ledger_dhdrs *d, const char *tenant, const char *run_id,
+                             const char *workflow, uint64_t est, uint64_t submitted_ms,
+                             uint64_t dispatched_ms)
+{
+    fq_u64_dec(d->est, est);
+    fq_u64_dec(d->sat, submitted_ms);
+    fq_u64_dec(d->dat, dispatched_ms);
+    size_t tl = strnlen(tenant, FQ_TENANT_MAX), rl = strnlen(run_id, FQ_RUN_ID_MAX);
+    memcpy(d->msgid, tenant, tl);
+    d->msgid[tl] = '/';
+    memcpy(d->msgid + tl + 1, run_id, rl);
+    d->msgid[tl + 1 + rl] = '\0';
+    d->h[0] = (fq_ledger_hdr){"Nats-Msg-Id", d->msgid};
+    d->h[1] = (fq_ledger_hdr){FQ_HDR_TENANT, tenant};
+    d->h[2] = (fq_ledger_hdr){FQ_HDR_RUN_ID, run_id};
+    d->h[3] = (fq_ledger_hdr){FQ_HDR_EST_TOKENS, d->est};
+    d->h[4] = (fq_ledger_hdr){FQ_HDR_SUBMITTED_AT, d->sat};
+    d->h[5] = (fq_ledger_hdr){FQ_HDR_DISPATCHED_AT, d->dat};
+    d->h[6] = (fq_ledger_hdr){FQ_HDR_WORKFLOW, workflow};
+    d->n = workflow[0] ? 7 : 6;
+}
+
+/* The hash of (tenant, run_id) under the ledger's key, never 0. The
+ * completed set decides on this hash alone, so a client must not be able
+ * to choose a run id whose hash is another tenant's run's: hence a keyed
+ * hash, with a key drawn for each process (every table it keys is rebuilt
+ * at start). */
+static uint64_t lg_key(const fq_ledger *l, const char *tenant, const char *run_id)
+{
+    char k[FQ_TENANT_MAX + 1 + FQ_RUN_ID_MAX];
+    size_t tl = strnlen(tenant, FQ_TENANT_MAX), rl = strnlen(run_id, FQ_RUN_ID_MAX);
+    memcpy(k, tenant, tl);
+    k[tl] = (char)0xff;         /* a separator no id contains */
+    memcpy(k + tl + 1, run_id, rl);
+    uint64_t h = fq_siphash(l->o.hash_key[0], l->o.hash_key[1], k, tl + 1 + rl);
+    return h ? h : 1;
+}
+
+/* The run id a run goes by: the producer's, or one derived from the submit
+ * stream (its creation time keeps ids apart if the stream is recreated). */
+static void lg_run_id(char *out, size_t cap, const fq_ledger *l, const fq_submit *sub,
+                      uint64_t seq)
+{
+    if (sub->run_id[0])
+        snprintf(out, cap, "%s", sub->run_id);
+    else
+        snprintf(out, cap, "fq-%" PRId64 "-%" PRIu64, l->o.submit_created_ms / 1000, seq);
+}
+
+/* ---- pools --------------------------------------------------------------- */
+
+static bool lg_chunk_keep(fq_ledger *l, void *chunk)
+{
+    if (!chunk || !lg_grow((void **)&l->chunks, &l->chunks_cap, l->nchunks + 1, sizeof(void *))) {
+        free(chunk);
+        return false;
+    }
+    l->chunks[l->nchunks++] = chunk;
+    return true;
+}
+
+static lg_run *lg_run_alloc(fq_ledger *l)
+{
+    if (!l->run_free) {
+        lg_run *c = calloc(LG_POOL_CHUNK, sizeof *c);
+        if (!lg_chunk_keep(l, c))
+            return NULL;
+        for (size_t i = 0; i < LG_POOL_CHUNK; i++) {
+            c[i].next = l->run_free;
+            l->run_free = &c[i];
+        }
+    }
+    lg_run *x = l->run_free;
+    l->run_free = x->next;
+    memset(x, 0, sizeof *x);
+    return x;
+}
+
+static lg_names *lg_names_alloc(fq_ledger *l)
+{
+    if (!l->names_free) {
+        lg_names *c = calloc(LG_POOL_CHUNK / 4, sizeof *c);
+        if (!lg_chunk_keep(l, c))
+            return NULL;
+        for (size_t i = 0; i < LG_POOL_CHUNK / 4; i++) {
+            c[i].next = l->names_free;
+            l->names_free = &c[i];
+        }
+    }
+    lg_names *n = l->names_free;
+    l->names_free = n->next;
+    return n;
+}
+
+static lg_done *lg_done_alloc(fq_ledger *l)
+{
+    if (!l->done_free) {
+        lg_done *c = calloc(LG_POOL_CHUNK, sizeof *c);
+        if (!lg_chunk_keep(l, c))
+            return NULL;
+        for (size_t i = 0; i < LG_POOL_CHUNK; i++) {
+            c[i].next = l->done_free;
+            l->done_free = &c[i];
+        }
+    }
+    lg_done *d = l->done_free;
+    l->done_free = d->next;
+    return d;
+}
+
+static void *lg_alloc(fq_ledger *l, size_t n)
+{
+    return l->o.alloc.alloc ? l->o.alloc.alloc(l->o.alloc.arg, n) : malloc(n);
+}
+
+static void lg_free(fq_ledger *l, void *p, size_t n)
+{
+    if (!p)
+        return;
+    if (l->o.alloc.free)
+        l->o.alloc.free(l->o.alloc.arg, p, n);
+    else
+        free(p);
+}
+
+/* Give back x's body block, if it has one, once the actions that may
+ * point at it are drained. */
+static void lg_body_drop(fq_ledger *l, lg_run *x)
+{
+    size_t size = (size_t)x->hdr_len + x->body_len;
+    if (!x->body)
+        ;
+    else if (lg_grow((void **)&l->graves, &l->graves_cap, l->ngraves + 1, sizeof *l->graves))
+        l->graves[l->ngraves++] = (lg_grave){x->body, size};
+    else
+        lg_free(l, x->body, size);  /* out of memory: no action points at it, but for a
+                                       refusal of the run just dropped (its copy then
+                                       goes wrong, never its dispatch) */
+    x->body = NULL;
+    x->hdr_len = x->body_len = 0;
+}
+
+/* Free x once no index and no pending publish refers to it. */
+static void lg_maybe_free(fq_ledger *l, lg_run *x)
+{
+    if (x->in_seq || x->in_key || x->pending)
+        return;
+    lg_body_drop(l, x);
+    if (x->names) {
+        x->names->next = l->names_free;
+        l->names_free = x->names;
+    }
+    x->next = l->run_free;
+    l->run_free = x;
+}
+
+/* Move x to state st, counting the expired runs. */
+static void lg_state(fq_ledger *l, lg_run *x, enum lg_state st)
+{
+    l->nexp += (st == LG_EXPIRED) - (x->state == LG_EXPIRED);
+    x->state = (uint8_t)st;
+}
+
+/* ---- indexes ------------------------------------------------------------- */
+
+static lg_run *lg_find_seq(const fq_ledger *l, uint64_t seq)
+{
+    fq_u64map_node *n = fq_u64map_find(l->by_seq, seq);
+    return n ? FQ_U64MAP_ENTRY(n, lg_run, seq_node) : NULL;
+}
+
+/* The run of key (tenant, run_id), hash h: queued or dispatched. A queued
+ * run whose body is not in memory has no names: it is matched by tenant
+ * and hash. */
+static lg_run *lg_find_key(const fq_ledger *l, const char *tenant, const char *run_id, uint64_t h)
+{
+    for (fq_u64map_node *n = fq_u64map_find(l->by_key, h); n; n = fq_u64map_find_next(l->by_key, n)) {
+        lg_run *x = FQ_U64MAP_ENTRY(n, lg_run, key_node);
+        if (strcmp(x->lt->id, tenant) == 0 && (!x->names || strcmp(x->names->run_id, run_id) == 0))
+            return x;
+    }
+    return NULL;
+}
+
+static bool lg_seq_add(fq_ledger *l, lg_run *x)
+{
+    if (fq_u64map_reserve(l->by_seq) != FQ_OK)
+        return false;
+    fq_u64map_insert(l->by_seq, &x->seq_node);
+    x->in_seq = true;
+    return true;
+}
+
+static void lg_seq_del(fq_ledger *l, lg_run *x)
+{
+    if (x->in_seq) {
+        fq_u64map_remove(l->by_seq, &x->seq_node);
+        x->in_seq = false;
+    }
+}
+
+/* Index x by its key, unless out of memory. */
+static void lg_key_add(fq_ledger *l, lg_run *x)
+{
+    if (fq_u64map_reserve(l->by_key) != FQ_OK)
+        return;
+    fq_u64map_insert(l->by_key, &x->key_node);
+    x->in_key = true;
+    x->lt->keyed++;
+}
+
+static void lg_key_del(fq_ledger *l, lg_run *x)
+{
+    if (x->in_key) {
+        fq_u64map_remove(l->by_key, &x->key_node);
+        x->in_key = false;
+        x->lt->keyed--;
+    }
+}
+
+/* ---- the set of completed run keys ------------------------------------- */
+
+static lg_done *lg_done_find(const fq_ledger *l, uint64_t h)
+{
+    fq_u64map_node *n = fq_u64map_find(l->done, h);
+    return n ? FQ_U64MAP_ENTRY(n, lg_done, node) : NULL;
+}
+
+/* Remember key h (of submit seq) as completed until until_ms. Out of
+ * memory it is not remembered: a duplicate may then be dispatched again,
+ * and JetStream's de-duplication still stops it within its window. */
+static void lg_done_add(fq_ledger *l, uint64_t h, uint64_t seq, int64_t until_ms)
+{
+    lg_done *d = lg_done_find(l, h);
+    if (d) {
+        /* Kept in its place in the FIFO: remembered longer is harmless. */
+        d->seq = seq;
+        if (until_ms > d->until_ms)
+            d->until_ms = until_ms;
+        return;
+    }
+    if (fq_u64map_reserve(l->done) != FQ_OK || !(d = lg_done_alloc(l)))
+        return;
+    *d = (lg_done){.key = h, .seq = seq, .until_ms = until_ms};
+    fq_u64map_insert(l->done, &d->node);
+    if (l->done_tail)
+        l->done_tail->next = d;
+    else
+        l->done_head = d;
+    l->done_tail = d;
+}
+
+/* Forget the completed keys whose time has come, oldest first. */
+static void lg_done_forget(fq_ledger *l, int64_t now_ms)
+{
+    while (l->done_head && l->done_head->until_ms <= now_ms) {
+        lg_done *d = l->done_head;
+        l->done_head = d->next;
+        if (!l->done_head)
+            l->done_tail = NULL;
+        fq_u64map_remove(l->done, &d->node);
+        d->next = l->done_free;
+        l->done_free = d;
+    }
+}
+
+/* ---- acks ---------------------------------------------------------------- */
+
+static void lg_hold(fq_ledger *l, enum fq_ledger_cons cons, const fq_ledger_ackref *a)
+{
+    if (!lg_grow((void **)&l->later, &l->later_cap, l->nlater + 1, sizeof *l->later))
+        return;     /* out of memory: a lost ack costs a redelivery, de-duplicated */
+    l->later[l->nlater++] = (lg_later){cons, *a};
+}
+
+/* Ack a delivery; held back, in order, while not fresh: if the lease is
+ * lost instead, the next leader's consumer gets the message again and its
+ * journal says it was handled. */
+static void lg_ack(fq_ledger *l, enum fq_ledger_cons cons, const fq_ledger_ackref *a)
+{
+    if (l->nlater || !l->fresh) {
+        lg_hold(l, cons, a);
+        return;
+    }
+    fq_ledger_act *x = lg_act_new(l, FQ_LACT_ACK);
+    if (x) {
+        x->cons = cons;
+        x->ack = *a;
+    }
+}
+
+static void lg_ack_seq(fq_ledger *l, enum fq_ledger_cons cons, uint64_t seq, uint32_t delivered)
+{
+    fq_ledger_ackref a = {.sseq = seq, .delivered = delivered ? delivered : 1};
+    lg_ack(l, cons, &a);
+}
+
+/* A nak changes shared state like an ack: only while fresh. Not sent, the
+ * delivery comes back after its consumer's AckWait instead. */
+static void lg_nak(fq_ledger *l, enum fq_ledger_cons cons, const fq_ledger_ackref *a,
+                   uint32_t delay_ms)
+{
+    if (!l->fresh)
+        return;
+    fq_ledger_act *x = lg_act_new(l, FQ_LACT_NAK);
+    if (x) {
+        x->cons = cons;
+        x->ack = *a;
+        x->delay_ms = delay_ms;
+    }
+}
+
+void fq_ledger_ack_failed(fq_ledger *l, const fq_ledger_act *a)
+{
+    if (a->type == FQ_LACT_ACK)
+        lg_hold(l, a->cons, &a->ack);
+}
+
+static void lg_acks_later(fq_ledger *l)
+{
+    if (!l->fresh || !l->nlater)
+        return;
+    size_t n = l->nlater;
+    l->nlater = 0;
+    for (size_t i = 0; i < n; i++) {
+        fq_ledger_act *x = lg_act_new(l, FQ_LACT_ACK);
+        if (!x) {
+            /* Keep the rest, in order, for the next turn. */
+            memmove(l->later, l->later + i, (n - i) * sizeof *l->later);
+            l->nlater = n - i;
+            return;
+        }
+        x->cons = l->later[i].cons;
+        x->ack = l->later[i].a;
+    }
+}
+
+void fq_ledger_set_fresh(fq_ledger *l, bool fresh)
+{
+    l->fresh = fresh;
+}
+
+/* ---- fetching paused ----------------------------------------------------- */
+
+static void lg_pause(fq_ledger *l, enum fq_ledger_cons cons, bool paused)
+{
+    if (l->paused[cons] == paused)
+        return;
+    fq_ledger_act *a = lg_act_new(l, FQ_LACT_PAUSE);
+    if (!a)
+        return;
+    l->paused[cons] = paused;
+    a->cons = cons;
+    a->paused = paused;
+}
+
+static void lg_pause_check(fq_ledger *l)
+{
+    bool full = l->held >= l->o.max_buffered_runs;
+    if (full != l->fetch_paused) {
+        l->fetch_paused = full;
+        if (full) {
+            fq_ledger_act *a = lg_note(l, FQ_LNOTE_FETCH_PAUSED);
+            if (a)
+                a->n = l->held;
+        }
+    }
+    lg_pause(l, FQ_LEDGER_SUBMIT, l->fetch_paused || l->journal_full);
+}
+
+/* ---- the journal --------------------------------------------------------- */
+
+/* The batch being written, begun when none is. */
+static lg_batch *lg_batch_cur(fq_ledger *l)
+{
+    if (l->cur)
+        return l->cur;
+    lg_batch *b = &l->bat[0] == l->sent ? &l->bat[1] : &l->bat[0];
+    b->id = l->bat_next++;
+    b->nruns = b->ndones = 0;
+    b->sent = false;
+    b->retry_at = 0;
+    fq_jbatch_clear(&b->jb);
+    l->cur = b;
+    return b;
+}
+
+static bool lg_journal_add(fq_ledger *l, const fq_jrec *r)
+{
+    return fq_jbatch_append(&lg_batch_cur(l)->jb, r) == FQ_OK;
+}
+
+/* Append run x's record of type (flight or expired) at at_ms. */
+static bool lg_journal_run(fq_ledger *l, lg_run *x, enum fq_jrec_type type, int64_t at_ms)
+{
+    fq_jrec r = {.type = type, .est = x->est, .declared = x->names->declared,
+                 .seq = x->seq < FQ_LEDGER_SYNTH_ID ? x->seq : 0, .at_ms = at_ms > 0 ? at_ms : 0};
+    snprintf(r.tenant, sizeof r.tenant, "%s", x->lt->id);
+    memcpy(r.run_id, x->names->run_id, sizeof r.run_id);
+    memcpy(r.workflow, x->names->workflow, sizeof r.workflow);
+    return lg_journal_add(l, &r);
+}
+
+/* The flight record of x, dispatched just now; its submit ack waits for it. */
+static void lg_journal_flight(fq_ledger *l, lg_run *x, int64_t now_ms)
+{
+    if (!lg_journal_run(l, x, FQ_JREC_FLIGHT, now_ms) ||
+        !lg_grow((void **)&l->cur->runs, &l->cur->cap_runs, l->cur->nruns + 1, sizeof(lg_run *)))
+        return;     /* out of memory: it will not be adopted after a restart */
+    l->cur->runs[l->cur->nruns++] = x;
+    x->pending++;
+}
+
+/* Pause fetching while the unsent batch is as large as one may be, and
+ * resume after. */
+static void lg_journal_check(fq_ledger *l)
+{
+    size_t len = 0;
+    if (l->cur)
+        fq_jbatch_text(&l->cur->jb, &len);
+    bool full = len >= l->o.journal_room;
+    if (full != l->journal_full) {
+        l->journal_full = full;
+        lg_pause(l, FQ_LEDGER_SUBMIT, full || l->fetch_paused);
+        lg_pause(l, FQ_LEDGER_DONE, full);
+    }
+}
+
+static void lg_journal_emit(fq_ledger *l, lg_batch *b)
+{
+    size_t len = 0;
+    const char *text = fq_jbatch_text(&b->jb, &len);
+    fq_ledger_act *a = lg_act_new(l, FQ_LACT_JOURNAL);
+    if (!a) {
+        b->retry_at = l->now + FQ_LEDGER_RETRY_MS;
+        return;
+    }
+    a->token = FQ_LEDGER_TOKEN(FQ_LTK_JOURNAL, b->id);
+    a->text = text;
+    a->len = len;
+    a->batch = b->id;
+    a->expect_seq = l->jseq;
+    b->retry_at = 0;
+}
+
+/* Send the current batch once the one before it is stored, expecting that
+ * one's sequence; send again the one in flight when its retry is due. */
+static void lg_journal_flush(fq_ledger *l)
+{
+    if (!l->fresh || l->fenced || !l->jmarked)
+        return;
+    if (l->sent) {
+        if (l->sent->retry_at && l->sent->retry_at <= l->now)
+            lg_journal_emit(l, l->sent);
+        return;
+    }
+    size_t len = 0;
+    if (!l->cur || !fq_jbatch_text(&l->cur->jb, &len))
+        return;
+    lg_batch *b = l->cur;
+    l->cur = NULL;
+    l->sent = b;
+    b->sent = true;
+    lg_journal_emit(l, b);
+}
+
+void fq_ledger_journal_marked(fq_ledger *l, uint64_t seq)
+{
+    l->jseq = seq;
+    l->jmarked = true;
+}
+
+/* A journal batch was not stored (a full store, a timeout): it is sent
+ * again as it was. Failing for FQ_LEDGER_STALL_MS, the journal is stalled:
+ * no submit or completion is settled meanwhile. */
+static void lg_journal_failed(fq_ledger *l, int js_err)
+{
+    if (!l->jfail_since)
+        l->jfail_since = l->now;
+    if (l->sent)
+        l->sent->retry_at = l->now + FQ_LEDGER_RETRY_MS;
+    if (l->now - l->jfail_since >= FQ_LEDGER_STALL_MS && !l->jstalled) {
+        l->jstalled = true;
+        fq_ledger_act *a = lg_note(l, FQ_LNOTE_JOURNAL_STALLED);
+        if (a) {
+            a->js_err = js_err;
+            a->n = l->now - l->jfail_since;
+        }
+    }
+}
+
+/* ---- debts in the journal ------------------------------------------------ */
+
+/*
+ * A tenant keeps its debt when its queue empties, and through the journal
+ * across restarts: when a completion has reconciled its deficit, a debt
+ * record with the deficit if negative, or 0 once a debt recorded is
+ * cleared, goes out with the turn's batch, one per tenant a turn at most,
+ * none for a tenant that never had a debt. The journal keeps records
+ * keep_done_ms + 1 min, so a debtor's record is written again every
+ * lg_debt_refresh_ms, FQ_LEDGER_DEBT_PER_TURN a turn at most. A record
+ * keeps the time the debt last changed, so that a debt is forgiven once
+ * its tenant has held nothing for debt_forget_ms since, restarts or not.
+ */
+
+static uint64_t lg_debt_refresh_ms(const fq_ledger *l)
+{
+    uint64_t r = l->o.keep_done_ms / 2, life = l->o.debt_forget_ms;
+    return r < life ? r : life;
+}
+
+static void lg_debt_unlink(fq_ledger *l, fq_ledger_tenant *t)
+{
+    if (!t->debt_listed)
+        return;
+    if (t->debt_prev)
+        t->debt_prev->debt_next = t->debt_next;
+    else
+        l->debt_head = t->debt_next;
+    if (t->debt_next)
+        t->debt_next->debt_prev = t->debt_prev;
+    else
+        l->debt_tail = t->debt_prev;
+    t->debt_prev = t->debt_next = NULL;
+    t->debt_listed = false;
+    l->debtors--;
+}
+
+/* List t last, due at due: every entry is due no earlier than those ahead. */
+static void lg_debt_link(fq_ledger *l, fq_ledger_tenant *t, uint64_t due)
+{
+    lg_debt_unlink(l, t);
+    t->debt_due = due;
+    t->debt_prev = l->debt_tail;
+    if (l->debt_tail)
+        l->debt_tail->debt_next = t;
+    else
+        l->debt_head = t;
+    l->debt_tail = t;
+    t->debt_listed = true;
+    l->debtors++;
+}
+
+/* Write t's debt record (debt <= 0, changed at t->debt_at_ms); a debtor is
+ * listed for its refresh, a debt cleared leaves the list. Out of memory, it
+ * is tried again shortly. */
+static void lg_debt_write(fq_ledger *l, fq_ledger_tenant *t, int64_t debt)
+{
+    fq_jrec r = {.type = FQ_JREC_DEBT, .deficit = debt,
+                 .at_ms = t->debt_at_ms > 0 ? t->debt_at_ms : 0};
+    snprintf(r.tenant, sizeof r.tenant, "%s", t->id);
+    if (!lg_journal_add(l, &r)) {
+        lg_debt_link(l, t, l->now + FQ_LEDGER_RETRY_MS);
+        return;
+    }
+    t->debt_written = debt;
+    if (debt < 0)
+        lg_debt_link(l, t, l->now + lg_debt_refresh_ms(l));
+    else
+        lg_debt_unlink(l, t);
+}
+
+/* t's deficit was just reconciled: a debt record may be due this turn. */
+static void lg_debt_touch(fq_ledger *l, fq_ledger_tenant *t)
+{
+    if (t->debt_dirty)
+        return;
+    t->debt_dirty = true;
+    t->dirty_next = l->dirty;
+    l->dirty = t;
+}
+
+static int64_t lg_debt_of(const fq_ledger_tenant *t)
+{
+    fq_tenant_info ti;
+    fq_tenant_info_get(t->t, &ti);
+    return ti.deficit < 0 ? ti.deficit : 0;
+}
+
+/* A record for each tenant reconciled this turn whose debt is not the one
+ * recorded. */
+static void lg_debt_flush(fq_ledger *l)
+{
+    for (fq_ledger_tenant *t = l->dirty, *nx; t; t = nx) {
+        nx = t->dirty_next;
+        t->dirty_next = NULL;
+        t->debt_dirty = false;
+        int64_t debt = lg_debt_of(t);
+        if (debt == t->debt_written)
+            continue;
+        t->debt_at_ms = l->now_ms;
+        lg_debt_write(l, t, debt);
+    }
+    l->dirty = NULL;
+}
+
+/* The debtors whose record is due: each debt is forgiven if it has outlived
+ * debt_forget_ms and its tenant holds nothing, else written again (as it
+ * is now: dispatches move a busy debtor's deficit too) before the stream
+ * ages its record out. */
+static void lg_debt_sweep(fq_ledger *l)
+{
+    for (unsigned n = 0; n < FQ_LEDGER_DEBT_PER_TURN && l->debt_head &&
+                         l->debt_head->debt_due <= l->now;
+         n++) {
+        fq_ledger_tenant *t = l->debt_head;
+        int64_t debt = lg_debt_of(t);
+        if (debt != t->debt_written) {
+            t->debt_at_ms = l->now_ms;
+        } else if (!t->keyed &&
+                   fq_debt_forgiven(debt, t->debt_at_ms, l->now_ms, l->o.debt_forget_ms) &&
+                   fq_tenant_set_debt(l->o.sched, t->t, 0) == FQ_OK) {
+            l->c.debts_forgiven++;
+            debt = 0;
+            t->debt_at_ms = l->now_ms;
+        }
+        lg_debt_write(l, t, debt);
+    }
+}
+
+/* ---- refusals ------------------------------------------------------------ */
+
+/* Refuse a message: publish it to <rejected>.<tenant> with Fair-Error
+ * "code: sentence" (the caller builds it); acked once stored (token). */
+static fq_ledger_act *lg_refuse(fq_ledger *l, enum fq_ledger_cons cons, const fq_ledger_ackref *ack,
+                                fq_ledger_tenant *lt, const char *tenant, const char *subject,
+                                fq_status why, const char *sentence, const fq_ledger_bytes *raw)
+{
+    fq_ledger_act *a = lg_act_new(l, FQ_LACT_REFUSE);
+    if (!a)
+        return NULL;
+    a->token = FQ_LEDGER_TOKEN(cons == FQ_LEDGER_SUBMIT ? FQ_LTK_REJECT : FQ_LTK_DONE_REJECT,
+                               ack->sseq);
+    a->cons = cons;
+    a->ack = *ack;
+    a->lt = lt;
+    a->tenant = tenant;
+    a->subject = subject;
+    a->code = why;
+    snprintf(lg_act_of(a)->text, sizeof lg_act_of(a)->text, "%s", sentence);
+    if (raw)
+        a->raw = *raw;
+    return a;
+}
+
+/* Refuse a run (why, sentence) and count it. */
+static void lg_refuse_run(fq_ledger *l, const fq_ledger_ackref *ack, fq_ledger_tenant *lt,
+                          const char *tenant, const char *subject, fq_status why,
+                          const char *sentence, const fq_ledger_bytes *raw)
+{
+    l->c.rejected[why]++;
+    lg_refuse(l, FQ_LEDGER_SUBMIT, ack, lt, tenant, subject, why, sentence, raw);
+}
+
+/* ---- admission ----------------------------------------------------------- */
+
+/* Whether run key (tenant, run_id), hash h, of submit seq was handled
+ * before: held, in flight, expired or completed. *same: by this very
+ * submit (a redelivery after a restart), else by another submit (a
+ * duplicate run id). */
+static bool lg_seen(const fq_ledger *l, const char *tenant, const char *run_id, uint64_t h,
+                    uint64_t seq, bool *same)
+{
+    lg_run *x = lg_find_key(l, tenant, run_id, h);
+    if (x) {
+        *same = x->seq == seq;
+        return true;
+    }
+    const lg_done *d = lg_done_find(l, h);
+    if (d) {
+        *same = d->seq == seq;
+        return true;
+    }
+    return false;
+}
+
+static bool lg_overloaded(const fq_ledger *l, const fq_ledger_tenant *lt, uint32_t est)
+{
+    if (!l->o.max_wait_ms || l->rate_tokens <= 0.0)
+        return false;
+    double ahead = (double)fq_sched_tokens_ahead(l->o.sched, lt->t, est);
+    return ahead * 1000.0 / l->rate_tokens > (double)l->o.max_wait_ms;
+}
+
+static void lg_names_set(const fq_ledger *l, lg_names *nm, const fq_submit *sub, uint64_t seq)
+{
+    lg_run_id(nm->run_id, sizeof nm->run_id, l, sub, seq);
+    memcpy(nm->workflow, sub->workflow, sizeof nm->workflow);
+    nm->declared = sub->est_tokens;
+}
+
+static fq_ledger_act *lg_dispatch_act(fq_ledger *l, lg_run *x, const fq_ledger_bytes *raw)
+{
+    fq_ledger_act *a = lg_act_new(l, FQ_LACT_DISPATCH);
+    if (!a)
+        return NULL;
+    a->token = FQ_LEDGER_TOKEN(FQ_LTK_DISPATCH, x->seq);
+    a->seq = x->seq;
+    a->lt = x->lt;
+    a->tenant = x->lt->id;
+    a->run_id = x->names->run_id;
+    a->workflow = x->names->workflow;
+    a->est = x->est;
+    a->submitted_ms = x->submitted_ms;
+    a->dispatched_ms = l->now_ms;
+    a->raw = *raw;
+    return a;
+}
+
+/* The submit s of run x, which the journal says was dispatched before a
+ * restart, came again: its ack was lost, or its dispatch was never stored.
+ * Which one is not known, so it is published again under its Nats-Msg-Id:
+ * JetStream stores it once either way, and the PubAck acks the submit. */
+static void lg_resend(fq_ledger *l, lg_run *x, const fq_ledger_submit *s)
+{
+    x->ack = s->ack;
+    x->submitted_ms = s->ts_ms;
+    if (!lg_seq_add(l, x) || !lg_dispatch_act(l, x, &s->raw)) {
+        /* Not now: JetStream delivers it again in a while. */
+        lg_seq_del(l, x);
+        lg_nak(l, FQ_LEDGER_SUBMIT, &s->ack, FQ_LEDGER_PARK_MAX_MS);
+        return;
+    }
+    x->resent = true;
+    x->pending++;
+    l->held++;
+    lg_pause_check(l);
+}
+
+void fq_ledger_submit_in(fq_ledger *l, const fq_ledger_submit *s, uint64_t now, int64_t now_ms)
+{
+    l->now = now;
+    l->now_ms = now_ms;
+    uint64_t seq = s->ack.sseq;
+    lg_run *held = lg_find_seq(l, seq);
+    if (held) {
+        /* Delivered again (a consumer reset): it is queued already. */
+        held->ack = s->ack;
+        l->c.redelivered++;
+        return;
+    }
+    l->c.submitted++;
+    if (!s->tenant) {
+        l->c.invalid_subject++;
+        lg_refuse_run(l, &s->ack, NULL, NULL, s->subject, FQ_EINVAL,
+                      s->error ? s->error
+                               : "the subject's last token is not a tenant id (" FQ_TENANT_RULE ")",
+                      &s->raw);
+        return;
+    }
+    fq_status st = s->status;
+    char err[400];
+    snprintf(err, sizeof err, "%s", st != FQ_OK && s->error ? s->error : "");
+    size_t tlen = strnlen(s->tenant, FQ_TENANT_MAX + 1);
+    char run_id[FQ_RUN_ID_MAX + 1];
+    uint64_t key = 0;
+    fq_ledger_tenant *lt = NULL;
+    if (st == FQ_OK) {
+        lg_run_id(run_id, sizeof run_id, l, s->sub, seq);
+        key = lg_key(l, s->tenant, run_id);
+        bool same = false, seen = lg_seen(l, s->tenant, run_id, key, seq, &same);
+        /* This very submit, dispatched already by the journal's account
+         * (the proxy restarted, or the submit's ack was lost). */
+        lg_run *x = seen && same ? lg_find_key(l, s->tenant, run_id, key) : NULL;
+        if (x && (x->in_seq || (x->state != LG_FLIGHT && x->state != LG_EXPIRED)))
+            x = NULL;
+        if (x && fq_sched_run(l->o.sched, x->seq)) {
+            lg_resend(l, x, s);
+            return;
+        }
+        if (x) {
+            /* The scheduler holds nothing of it: admitted afresh, in its
+             * place among its tenant's runs (sent again, JetStream stores
+             * it once). */
+            lg_key_del(l, x);
+            lg_state(l, x, LG_DONE);
+            lg_maybe_free(l, x);
+            seen = false;
+        }
+        if (seen && same) {
+            /* Completed before a restart, its ack lost: done already. */
+            l->c.duplicates_acked++;
+            lg_ack(l, FQ_LEDGER_SUBMIT, &s->ack);
+            return;
+        }
+        if (seen) {
+            st = FQ_EEXIST;
+            snprintf(err, sizeof err, "run_id %s is held or was dispatched already", run_id);
+        }
+    }
+    if (st == FQ_OK) {
+        fq_status why = FQ_ENOMEM;
+        lt = l->o.tenant(l->o.tenant_arg, s->tenant, tlen, FQ_LEDGER_TENANT_ADMIT, &why);
+        if (!lt && (st = why) == FQ_EUNKNOWN)
+            snprintf(err, sizeof err, "tenant %s is not configured and unknown tenants are "
+                     "rejected", s->tenant);
+        else if (!lt)
+            snprintf(err, sizeof err, "%s", fq_status_text(st));
+    }
+    uint32_t est = 0;
+    if (st == FQ_OK) {
+        est = fq_est_charge(l->o.est, s->tenant, s->sub->workflow, s->sub->est_tokens);
+        if (lg_overloaded(l, lt, est)) {
+            st = FQ_EOVERLOAD;
+            snprintf(err, sizeof err, "the estimated wait exceeds scheduler.max_wait_ms (%"
+                     PRIu64 " ms)", l->o.max_wait_ms);
+        }
+    }
+    lg_run *x = NULL;
+    if (st == FQ_OK) {
+        x = lg_run_alloc(l);
+        if (x)
+            *x = (lg_run){.seq = seq, .lt = lt, .key = key, .submitted_ms = s->ts_ms, .est = est,
+                          .ack = s->ack, .state = LG_QUEUED, .size = s->size};
+        if (!x || !lg_seq_add(l, x))
+            st = FQ_ENOMEM;
+        else
+            st = fq_sched_enqueue(NULL, l->o.sched, lt->t, seq, est, x, now);
+        if (st != FQ_OK && x) {
+            lg_seq_del(l, x);
+            lg_maybe_free(l, x);
+            x = NULL;
+        }
+        if (st == FQ_EFULL) {
+            snprintf(err, sizeof err, "tenant %s has its max_pending runs queued already",
+                     s->tenant);
+        } else if (st == FQ_ENOMEM) {
+            /* Not a client's fault: leave it in JetStream for later. */
+            fq_ledger_act *a = lg_note(l, FQ_LNOTE_NO_MEMORY);
+            if (a) {
+                a->lt = lt;
+                a->tenant = lt->id;
+            }
+            lg_nak(l, FQ_LEDGER_SUBMIT, &s->ack, FQ_LEDGER_PARK_MAX_MS);
+            return;
+        }
+    }
+    if (st != FQ_OK) {
+        lg_refuse_run(l, &s->ack, lt, s->tenant, s->subject, st, err, &s->raw);
+        return;
+    }
+    l->held++;
+    /* By key from now on: a second run with its id is refused at once, and
+     * a completion for it (a worker's bug) is told from an unheld one. */
+    lg_key_add(l, x);
+    size_t bytes = s->raw.hdr_len + s->raw.body_len;
+    bool keep = l->buffered_bytes + x->size <= l->o.max_buffered_bytes && bytes <= UINT32_MAX;
+    if (keep)
+        keep = (x->names = lg_names_alloc(l)) != NULL;
+    if (keep && bytes)
+        keep = (x->body = lg_alloc(l, bytes)) != NULL;
+    if (keep) {
+        if (s->raw.hdr_len)
+            memcpy(x->body, s->raw.hdr, s->raw.hdr_len);
+        if (s->raw.body_len)
+            memcpy(x->body + s->raw.hdr_len, s->raw.body, s->raw.body_len);
+        x->hdr_len = (uint32_t)s->raw.hdr_len;
+        x->body_len = (uint32_t)s->raw.body_len;
+        x->retained = true;
+        l->buffered_bytes += x->size;
+        /* Parsed once: dispatch need not read the body again. */
+        lg_names_set(l, x->names, s->sub, seq);
+    } else {
+        if (x->names) {
+            x->names->next = l->names_free;
+            l->names_free = x->names;
+            x->names = NULL;
+        }
+        x->indexed = true;
+        l->index_only++;
+    }
+    lg_pause_check(l);
+}
+
+/* ---- dispatch ------------------------------------------------------------ */
+
+/* x's body, or its place in the index-only count, is no longer needed:
+ * its dispatch is stored, or it is dropped. */
+static void lg_unhold(fq_ledger *l, lg_run *x)
+{
+    if (x->retained) {
+        l->buffered_bytes -= x->size;
+        x->retained = false;
+        lg_body_drop(l, x);
+    }
+    if (x->indexed) {
+        l->index_only--;
+        x->indexed = false;
+    }
+}
+
+/* Run x, just taken by the scheduler, leaves fairq without reaching the
+ * workers (refused, or its body lost): its dispatch is taken back, so its
+ * charge is refunded and it does not count as dispatched, and it is
+ * forgotten. Its submit is acked by whoever stored why. */
+static void lg_drop_dispatched(fq_ledger *l, lg_run *x)
+{
+    fq_sched_cancel(l->o.sched, x->seq);
+    lg_state(l, x, LG_DONE);
+    lg_unhold(l, x);
+    l->held--;
+    lg_seq_del(l, x);
+    lg_key_del(l, x);
+    lg_maybe_free(l, x);
+    lg_pause_check(l);
+}
+
+/* Run x, taken by the scheduler, was not dispatched: it goes back to the
+ * head of its tenant's queue, in order, and the tenant is parked so that
+ * the others are served meanwhile (FQ_LEDGER_RETRY_MS, doubling with each
+ * failure in a row up to FQ_LEDGER_PARK_MAX_MS). */
+static void lg_requeue(fq_ledger *l, lg_run *x, int js_err)
+{
+    fq_ledger_tenant *lt = x->lt;
+    fq_sched_requeue(l->o.sched, x->seq);
+    uint32_t k = lt->fails < 16 ? lt->fails : 16;
+    uint64_t wait = (uint64_t)FQ_LEDGER_RETRY_MS << k;
+    if (wait > FQ_LEDGER_PARK_MAX_MS)
+        wait = FQ_LEDGER_PARK_MAX_MS;
+    lt->fails++;
+    fq_sched_park(l->o.sched, lt->t, l->now + wait);
+    fq_ledger_act *a = lg_note(l, FQ_LNOTE_DISPATCH_FAILED);
+    if (a) {
+        a->lt = lt;
+        a->tenant = lt->id;
+        a->run_id = x->names ? x->names->run_id : "";
+        a->js_err = js_err;
+        a->n = wait;
+        a->n2 = lt->fails;
+    }
+}
+
+/* Dispatch x with its bytes raw: the action, its flight record. */
+static void lg_dispatch_send(fq_ledger *l, lg_run *x, const fq_ledger_bytes *raw)
+{
+    bool same = false;
+    if (!x->in_key && lg_seen(l, x->lt->id, x->names->run_id, x->key, x->seq, &same)) {
+        /* Two queued runs with one run id, the second not indexed at
+         * admission (out of memory): it is refused. */
+        char why[256];
+        snprintf(why, sizeof why, "run_id %s was dispatched already", x->names->run_id);
+        lg_refuse_run(l, &x->ack, x->lt, x->lt->id, NULL, FQ_EEXIST, why, raw);
+        lg_drop_dispatched(l, x);
+        return;
+    }
+    if (!lg_dispatch_act(l, x, raw)) {
+        lg_requeue(l, x, 0);
+        return;
+    }
+    if (!x->in_key)
+        lg_key_add(l, x);
+    lg_state(l, x, LG_FLIGHT);
+    x->pending++;       /* a journal batch of an earlier attempt may still be pending */
+    lg_journal_flight(l, x, l->now_ms);
+    l->c.dispatched++;
+}
+
+/* Dispatch run x, which the scheduler just moved into the window. false:
+ * its body must be read first (a READ action is out). */
+static bool lg_dispatch_one(fq_ledger *l, lg_run *x)
+{
+    if (!x->retained) {
+        x->reading = true;
+        l->c.body_reads++;
+        fq_ledger_act *a = lg_act_new(l, FQ_LACT_READ);
+        if (!a) {
+            x->reading = false;
+            lg_requeue(l, x, 0);
+            return false;
+        }
+        a->seq = x->seq;
+        a->lt = x->lt;
+        a->tenant = x->lt->id;
+        return false;
+    }
+    fq_ledger_bytes raw = {x->body, x->hdr_len, x->body + x->hdr_len, x->body_len};
+    lg_dispatch_send(l, x, &raw);
+    return true;
+}
+
+void fq_ledger_body(fq_ledger *l, uint64_t seq, fq_status st, const fq_ledger_bytes *raw,
+                    const fq_submit *sub, uint64_t now, int64_t now_ms)
+{
+    l->now = now;
+    l->now_ms = now_ms;
+    lg_run *x = lg_find_seq(l, seq);
+    if (!x || !x->reading)
+        return;
+    x->reading = false;
+    if (x->state == LG_EXPIRED) {
+        /* Its lease ran out while its body was read: queued again as it
+         * was, to be read at its next turn. */
+        lg_state(l, x, LG_QUEUED);
+        fq_sched_requeue(l->o.sched, x->seq);
+        return;
+    }
+    if (x->state == LG_DONE) {
+        /* ... and it was forgotten since: its submit is left unacked, to
+         * come back as new. */
+        lg_unhold(l, x);
+        l->held--;
+        lg_seq_del(l, x);
+        lg_maybe_free(l, x);
+        lg_pause_check(l);
+        return;
+    }
+    if (st == FQ_ENOTFOUND) {
+        /* Purged from the stream behind our back: nothing to send. */
+        l->c.body_lost++;
+        fq_ledger_act *a = lg_note(l, FQ_LNOTE_BODY_LOST);
+        if (a) {
+            a->lt = x->lt;
+            a->tenant = x->lt->id;
+            a->seq = seq;
+        }
+        lg_drop_dispatched(l, x);
+        return;
+    }
+    if (st == FQ_OK && !x->names && (x->names = lg_names_alloc(l)))
+        lg_names_set(l, x->names, sub, x->seq);
+    if (st != FQ_OK || !x->names) {
+        lg_requeue(l, x, 0);
+        return;
+    }
+    lg_dispatch_send(l, x, raw);
+}
+
+size_t fq_ledger_dispatch(fq_ledger *l, size_t budget, uint64_t now, int64_t now_ms)
+{
+    l->now = now;
+    l->now_ms = now_ms;
+    uint64_t before = l->c.dispatched;
+    while (l->c.dispatched - before < budget && l->fresh && !l->fenced && !l->journal_full) {
+        fq_run *r = fq_sched_dispatch(l->o.sched, now);
+        if (!r)
+            break;
+        if (!lg_dispatch_one(l, r->handle))
+            break;
+        lg_journal_check(l);
+    }
+    return (size_t)(l->c.dispatched - before);
+}
+
+/* ---- PubAcks ------------------------------------------------------------- */
+
+/* One of the publishes a dispatched run's ack waits for has settled. */
+static void lg_settled(fq_ledger *l, lg_run *x)
+{
+    /* A run whose dispatch failed is queued again: the journal batch of
+     * that attempt settling acks nothing; nor does it for a run refused
+     * since (its refusal acks its submit). */
+    if (--x->pending || x->state == LG_QUEUED)
+        return;
+    if (!x->in_seq) {
+        lg_maybe_free(l, x);
+        return;
+    }
+    lg_ack(l, FQ_LEDGER_SUBMIT, &x->ack);
+    l->held--;
+    lg_seq_del(l, x);
+    lg_maybe_free(l, x);
+    lg_pause_check(l);
+}
+
+/* Dispatches are stored again. */
+static void lg_dispatching_again(fq_ledger *l)
+{
+    if (!l->fail_since)
+        return;
+    if (l->stalled) {
+        fq_ledger_act *a = lg_note(l, FQ_LNOTE_DISPATCH_AGAIN);
+        if (a)
+            a->n = l->now - l->fail_since;
+    }
+    l->stalled = false;
+    l->fail_since = 0;
+}
+
+/* The dispatch of submit seq was not stored. Such failures pass: the run
+ * is not refused but queued again, in order (its lease may have run out
+ * meanwhile), and its tenant parked. false: the scheduler no longer holds
+ * the run (its expired record was forgotten), and the publish is the
+ * caller's to retry as it was. */
+static bool lg_dispatch_failed(fq_ledger *l, uint64_t seq, int js_err)
+{
+    l->c.dispatch_failures++;
+    if (!l->fail_since)
+        l->fail_since = l->now;
+    if (l->now - l->fail_since >= FQ_LEDGER_STALL_MS) {
+        fq_ledger_act *a = lg_note(l, FQ_LNOTE_DISPATCH_STALLED);
+        if (a) {
+            a->js_err = js_err;
+            a->n = l->now - l->fail_since;
+            a->first = !l->stalled;
+        }
+        l->stalled = true;
+    }
+    lg_run *x = lg_find_seq(l, seq);
+    if (!x || (x->state != LG_FLIGHT && x->state != LG_EXPIRED) ||
+        !fq_sched_run(l->o.sched, seq))
+        return false;
+    lg_state(l, x, LG_QUEUED);
+    x->pending--;
+    x->resent = false;
+    lg_requeue(l, x, js_err);
+    return true;
+}
+
+bool fq_ledger_puback(fq_ledger *l, uint64_t token, enum fq_ledger_pub outcome, int js_err,
+                      uint64_t seq, uint64_t now, int64_t now_ms)
+{
+    l->now = now;
+    l->now_ms = now_ms;
+    int kind = FQ_LEDGER_TOKEN_KIND(token);
+    uint64_t v = FQ_LEDGER_TOKEN_VAL(token);
+    bool ok = outcome == FQ_LEDGER_PUB_STORED || outcome == FQ_LEDGER_PUB_DUPLICATE;
+    if (kind == FQ_LTK_JOURNAL && outcome == FQ_LEDGER_PUB_ERROR &&
+        js_err == FQ_LEDGER_ERR_WRONG_LAST) {
+        if (!l->fenced)
+            lg_note(l, FQ_LNOTE_FENCED);
+        l->fenced = true;
+        return false;
+    }
+    if (outcome == FQ_LEDGER_PUB_ERROR && js_err &&
+        (kind == FQ_LTK_REJECT || kind == FQ_LTK_DONE_REJECT)) {
+        /* JetStream answered and will not store it (a limit of the rejected
+         * stream or of the account). A refusal only informs: retried, it
+         * would be refused again, for ever, while its run stayed unacked. */
+        l->c.refusals_unstored++;
+        fq_ledger_act *a = lg_note(l, FQ_LNOTE_REFUSAL_UNSTORED);
+        if (a)
+            a->js_err = js_err;
+        lg_ack_seq(l, kind == FQ_LTK_REJECT ? FQ_LEDGER_SUBMIT : FQ_LEDGER_DONE, v, 1);
+        return false;
+    }
+    if (!ok) {
+        l->c.pub_failures++;
+        if (kind == FQ_LTK_DISPATCH)
+            return !lg_dispatch_failed(l, v, js_err);
+        if (kind == FQ_LTK_JOURNAL) {
+            if (l->sent && l->sent->id == v)
+                lg_journal_failed(l, js_err);
+            return false;
+        }
+        return true;
+    }
+    switch (kind) {
+    case FQ_LTK_DISPATCH: {
+        lg_run *x = lg_find_seq(l, v);
+        if (!x || x->state == LG_QUEUED)
+            return false;
+        if (outcome == FQ_LEDGER_PUB_DUPLICATE)
+            l->c.dispatch_duplicates++;     /* it reached the workers before a restart */
+        x->lt->fails = 0;
+        lg_dispatching_again(l);
+        lg_unhold(l, x);    /* the dispatch is stored: its body is no longer needed */
+        x->resent = false;
+        lg_settled(l, x);
+        return false;
+    }
+    case FQ_LTK_JOURNAL: {
+        lg_batch *b = l->sent;
+        if (!b || b->id != v)
+            return false;
+        l->jseq = seq;
+        if (l->jfail_since && l->jstalled) {
+            fq_ledger_act *a = lg_note(l, FQ_LNOTE_JOURNAL_AGAIN);
+            if (a)
+                a->n = now - l->jfail_since;
+        }
+        l->jstalled = false;
+        l->jfail_since = 0;
+        l->sent = NULL;
+        b->sent = false;
+        for (size_t i = 0; i < b->nruns; i++)
+            lg_settled(l, b->runs[i]);
+        for (size_t i = 0; i < b->ndones; i++)
+            lg_ack_seq(l, FQ_LEDGER_DONE, b->dones[i], 1);
+        b->nruns = b->ndones = 0;
+        return false;
+    }
+    case FQ_LTK_REJECT:
+        lg_ack_seq(l, FQ_LEDGER_SUBMIT, v, 1);
+        return false;
+    case FQ_LTK_DONE_REJECT:
+        lg_ack_seq(l, FQ_LEDGER_DONE, v, 1);
+        return false;
+    }
+    return false;
+}
+
+void fq_ledger_unsent(fq_ledger *l, const fq_ledger_act *a, fq_status st, uint64_t now,
+                      int64_t now_ms)
+{
+    l->now = now;
+    l->now_ms = now_ms;
+    l->c.pub_failures++;
+    if (a->type == FQ_LACT_JOURNAL) {
+        if (l->sent && l->sent->id == a->batch)
+            l->sent->retry_at = now + FQ_LEDGER_RETRY_MS;
+        return;
+    }
+    if (a->type != FQ_LACT_DISPATCH)
+        return;     /* a refusal: left unacked, it comes back on the next consumer reset */
+    lg_run *x = lg_find_seq(l, a->seq);
+    if (!x || (x->state != LG_FLIGHT && x->state != LG_EXPIRED))
+        return;
+    x->pending--;
+    if (x->resent) {
+        /* A redelivery published again: JetStream delivers it again later. */
+        x->resent = false;
+        l->held--;
+        lg_seq_del(l, x);
+        lg_nak(l, FQ_LEDGER_SUBMIT, &x->ack, FQ_LEDGER_PARK_MAX_MS);
+        lg_pause_check(l);
+        return;
+    }
+    if (!fq_sched_run(l->o.sched, x->seq))
+        return;
+    lg_state(l, x, LG_QUEUED);
+    if (st == FQ_ETOOBIG || st == FQ_EINVAL) {
+        /* It can never be sent (admitted before the server's max_payload
+         * shrank, say): refused, as admission would refuse it now. Its
+         * flight record stays in the batch: adopted after a restart, it
+         * holds a slot until its lease ends. */
+        char why[256];
+        snprintf(why, sizeof why, "its dispatch cannot be sent: %s",
+                 st == FQ_ETOOBIG ? "it exceeds the server's max_payload"
+                                  : "its headers cannot be read");
+        l->c.dispatched -= l->c.dispatched > 0;
+        lg_refuse_run(l, &x->ack, x->lt, x->lt->id, NULL, st, why, &a->raw);
+        lg_drop_dispatched(l, x);
+        return;
+    }
+    /* NATS cannot take a publish now (disconnected, or too many pending):
+     * the next turn tries again in the same order. Out of memory parks the
+     * tenant. */
+    l->c.dispatched -= l->c.dispatched > 0;
+    if (st == FQ_ENOMEM)
+        lg_requeue(l, x, 0);
+    else
+        fq_sched_requeue(l->o.sched, x->seq);
+}
+
+/* ---- completions ------------------------------------------------------- */
+
+/* Remember (tenant, run_id) as completed, here and in the journal; the
+ * completion is acked once its record is stored. */
+static void lg_mark_done(fq_ledger *l, lg_run *x, const fq_ledger_ackref *done_ack)
+{
+    lg_done_add(l, x->key, x->seq, l->now_ms + (int64_t)l->o.keep_done_ms);
+    fq_jrec r = {.type = FQ_JREC_DONE, .seq = x->seq < FQ_LEDGER_SYNTH_ID ? x->seq : 0,
+                 .at_ms = l->now_ms > 0 ? l->now_ms : 0};
+    snprintf(r.tenant, sizeof r.tenant, "%s", x->lt->id);
+    memcpy(r.run_id, x->names->run_id, sizeof r.run_id);
+    if (!lg_journal_add(l, &r) ||
+        !lg_grow((void **)&l->cur->dones, &l->cur->cap_dones, l->cur->ndones + 1,
+                 sizeof(uint64_t))) {
+        lg_ack(l, FQ_LEDGER_DONE, done_ack);    /* reconciled; only its record is lost */
+        return;
+    }
+    l->cur->dones[l->cur->ndones++] = done_ack->sseq;
+}
+
+/* Refuse completion d for the reason err: a copy to <rejected>._invalid,
+ * acked once stored. Past FQ_LEDGER_DONE_COPIES_PER_SEC copies in a second
+ * the rest are acked at once without one. */
+static void lg_refuse_done(fq_ledger *l, const fq_ledger_done *d, const char *err)
+{
+    uint64_t sec = l->now / 1000;
+    if (sec != l->done_copy_sec) {
+        l->done_copy_sec = sec;
+        l->done_copies = 0;
+    }
+    if (l->done_copies >= FQ_LEDGER_DONE_COPIES_PER_SEC) {
+        l->c.completion_copies_skipped++;
+        lg_ack(l, FQ_LEDGER_DONE, &d->ack);
+        return;
+    }
+    l->done_copies++;
+    char why[400];
+    snprintf(why, sizeof why, "invalid completion: %s", err);
+    lg_refuse(l, FQ_LEDGER_DONE, &d->ack, NULL, NULL, d->subject, FQ_EINVAL, why, &d->raw);
+}
+
+/*
+ * A completion counts only for a run fairq dispatched and still remembers,
+ * on that run's tenant's subject: in flight, or expired within
+ * keep_done_ms. Anything else changes no deficit, creates no tenant and
+ * records no run id: counted as unknown and refused. A completion of a
+ * queued run waits (a nak) until the run is in flight, up to its
+ * FQ_LEDGER_DONE_DEFER_MAX-th delivery: a leader before us may have
+ * dispatched it unrecorded, and our dispatch of it is de-duplicated.
+ */
+void fq_ledger_done_in(fq_ledger *l, const fq_ledger_done *d, uint64_t now, int64_t now_ms)
+{
+    l->now = now;
+    l->now_ms = now_ms;
+    char err[400];
+    fq_status st = d->status;
+    if (!d->tenant && st == FQ_OK)
+        st = FQ_EINVAL;
+    snprintf(err, sizeof err, "%s",
+             st == FQ_OK ? ""
+             : d->error  ? d->error
+                         : "the completion's subject has no valid tenant as its last token");
+    uint64_t h = 0;
+    lg_run *x = NULL;
+    if (st == FQ_OK) {
+        h = lg_key(l, d->tenant, d->c->run_id);
+        x = lg_find_key(l, d->tenant, d->c->run_id, h);
+    }
+    if (x && x->state == LG_QUEUED && d->ack.delivered < FQ_LEDGER_DONE_DEFER_MAX) {
+        l->c.completions_deferred++;
+        lg_nak(l, FQ_LEDGER_DONE, &d->ack, FQ_LEDGER_DONE_DEFER_MS);
+        return;
+    }
+    if (x && x->state == LG_QUEUED) {
+        /* A worker's bug: a run not dispatched has not run. It stays
+         * queued and is dispatched as if nothing came. */
+        st = FQ_EINVAL;
+        snprintf(err, sizeof err, "run_id %s is queued, not dispatched yet", d->c->run_id);
+    }
+    if (st != FQ_OK) {
+        l->c.completions_invalid++;
+        lg_refuse_done(l, d, err);
+        return;
+    }
+    if (!x && lg_done_find(l, h)) {
+        l->c.completions_duplicate++;
+        lg_ack(l, FQ_LEDGER_DONE, &d->ack);
+        return;
+    }
+    if (!x) {
+        l->c.completions_unknown++;
+        snprintf(err, sizeof err, "run_id %s is no run of tenant %s that fairq dispatched "
+                 "and remembers (in flight, or expired within %" PRIu64 " ms)", d->c->run_id,
+                 d->tenant, l->o.keep_done_ms);
+        lg_refuse_done(l, d, err);
+        return;
+    }
+    bool late = x->state != LG_FLIGHT;
+    if (fq_sched_complete(NULL, l->o.sched, x->seq, d->c->actual_tokens) != FQ_OK)
+        fq_tenant_reconcile(l->o.sched, x->lt->t, x->est, d->c->actual_tokens);
+    if (late)
+        l->c.completions_unheld++;
+    else
+        l->c.completions++;
+    lg_debt_touch(l, x->lt);
+    if (d->c->status == FQ_DONE_OK)
+        fq_est_observe(l->o.est, x->lt->id, x->names->workflow, x->names->declared, x->est,
+                       d->c->actual_tokens);
+    fq_ledger_act *a = lg_act_new(l, FQ_LACT_RECONCILED);
+    if (a) {
+        a->lt = x->lt;
+        a->tenant = x->lt->id;
+        a->run_id = x->names->run_id;
+        a->workflow = x->names->workflow;
+        a->est = x->est;
+        a->actual = d->c->actual_tokens;
+        a->late = late;
+    }
+    lg_state(l, x, LG_DONE);
+    lg_mark_done(l, x, &d->ack);
+    lg_key_del(l, x);
+    lg_maybe_free(l, x);
+}
+
+/* ---- leases that ran out ------------------------------------------------- */
+
+/* Run x's lease ran out at at_ms (unix): its slot is free, and a late
+ * completion may still reconcile it until the scheduler forgets it, also
+ * after a restart (its expired record). */
+static void lg_expired(fq_ledger *l, lg_run *x, int64_t at_ms)
+{
+    l->c.expired++;
+    fq_ledger_act *a = lg_note(l, FQ_LNOTE_EXPIRED);
+    if (a) {
+        a->lt = x->lt;
+        a->tenant = x->lt->id;
+        a->run_id = x->names ? x->names->run_id : "";
+    }
+    if (x->names)   /* else its body is being read: it has no record */
+        lg_journal_run(l, x, FQ_JREC_EXPIRED, at_ms);
+    lg_state(l, x, LG_EXPIRED);
+}
+
+typedef struct lg_expiring {
+    fq_ledger *l;
+    uint64_t early;             /* forgotten before keep_done_ms */
+} lg_expiring;
+
+static void lg_on_expiry(void *arg, const fq_run *r, enum fq_expiry what)
+{
+    lg_expiring *e = arg;
+    fq_ledger *l = e->l;
+    lg_run *x = r->handle;
+    if (what == FQ_EXPIRY_LEASE) {
+        lg_expired(l, x, l->now_ms);
+        return;
+    }
+    /* Forgotten: a late completion for it is unknown, as for any run
+     * fairq does not remember. */
+    if (r->t <= l->now && l->now - r->t < l->o.keep_done_ms)
+        e->early++;
+    if (x->state == LG_EXPIRED) {
+        lg_key_del(l, x);
+        lg_state(l, x, LG_DONE);
+    }
+    lg_maybe_free(l, x);
+}
+
+void fq_ledger_tick(fq_ledger *l, uint64_t now, int64_t now_ms)
+{
+    l->now = now;
+    l->now_ms = now_ms;
+    lg_expiring e = {l, 0};
+    fq_sched_expire(l->o.sched, now, lg_on_expiry, &e);
+    if (e.early) {
+        l->c.expired_forgotten_early += e.early;
+        fq_ledger_act *a = lg_note(l, FQ_LNOTE_EXPIRED_EARLY);
+        if (a)
+            a->n = e.early;
+    }
+    lg_done_forget(l, now_ms);
+    lg_acks_later(l);
+}
+
+void fq_ledger_flush(fq_ledger *l, uint64_t now, int64_t now_ms)
+{
+    l->now = now;
+    l->now_ms = now_ms;
+    lg_debt_flush(l);
+    lg_debt_sweep(l);
+    lg_journal_flush(l);
+    lg_journal_check(l);
+}
+
+void fq_ledger_set_rate(fq_ledger *l, double tokens_per_sec)
+{
+    l->rate_tokens = tokens_per_sec;
+}
+
+/* ---- the journal read back ----------------------------------------------- */
+
+/* The run of a flight or expired record, not held yet: held in the key
+ * index until a done record for it follows. NULL if completed already or
+ * out of memory. */
+static lg_run *lg_load_run(fq_ledger *l, const fq_jrec *r, uint64_t h)
+{
+    fq_status why = FQ_OK;
+    fq_ledger_tenant *lt = NULL;
+    if (lg_done_find(l, h) ||
+        !(lt = l->o.tenant(l->o.tenant_arg, r->tenant, strlen(r->tenant), FQ_LEDGER_TENANT_RECORD,
+                            &why)))
+        return NULL;
+    lg_run *x = lg_run_alloc(l);
+    lg_names *nm = x ? lg_names_alloc(l) : NULL;
+    if (!nm) {
+        if (x)
+            lg_maybe_free(l, x);
+        return NULL;
+    }
+    memcpy(nm->run_id, r->run_id, sizeof nm->run_id);
+    memcpy(nm->workflow, r->workflow, sizeof nm->workflow);
+    nm->declared = r->declared;
+    *x = (lg_run){.seq = r->seq ? r->seq : FQ_LEDGER_SYNTH_ID + l->synth++, .lt = lt,
+                  .names = nm, .key = h, .submitted_ms = r->at_ms, .est = r->est,
+                  .state = LG_FLIGHT};
+    lg_key_add(l, x);
+    if (!x->in_key) {
+        lg_maybe_free(l, x);
+        return NULL;
+    }
+    if (l->loaded_tail)
+        l->loaded_tail->next = x;
+    else
+        l->loaded = x;
+    l->loaded_tail = x;
+    return x;
+}
+
+/* A debt record: the tenant's deficit becomes the last one read (no
+ * tenant holds a run while the journal is read). A debtor is listed due at
+ * once: the stream's copy of its record ages out from its first writing. */
+static void lg_load_debt(fq_ledger *l, const fq_jrec *r, int64_t now_ms)
+{
+    fq_status why = FQ_OK;
+    fq_ledger_tenant *lt = l->o.tenant(l->o.tenant_arg, r->tenant, strlen(r->tenant),
+                                       r->deficit ? FQ_LEDGER_TENANT_RECORD
+                                                  : FQ_LEDGER_TENANT_FIND, &why);
+    if (!lt || fq_tenant_set_debt(l->o.sched, lt->t, r->deficit) != FQ_OK)
+        return;
+    lt->debt_written = r->deficit;
+    lt->debt_at_ms = r->at_ms < now_ms ? r->at_ms : now_ms;   /* not in the future */
+    if (r->deficit < 0)
+        lg_debt_link(l, lt, 0);
+    else
+        lg_debt_unlink(l, lt);
+}
+
+void fq_ledger_recover_record(fq_ledger *l, const fq_jrec *r, int64_t stored_ms, int64_t now_ms)
+{
+    l->now_ms = now_ms;
+    if (r->type == FQ_JREC_DEBT) {
+        lg_load_debt(l, r, now_ms);
+        return;
+    }
+    uint64_t h = lg_key(l, r->tenant, r->run_id);
+    lg_run *x = lg_find_key(l, r->tenant, r->run_id, h);
+    switch (r->type) {
+    case FQ_JREC_FLIGHT:
+        if (!x)
+            lg_load_run(l, r, h);
+        return;
+    case FQ_JREC_EXPIRED:
+        /* Its flight record may have aged out before this one. */
+        if (!x)
+            x = lg_load_run(l, r, h);
+        if (x) {
+            x->read_expired = true;
+            x->submitted_ms = r->at_ms;     /* from now on: when it expired */
+        }
+        return;
+    case FQ_JREC_DONE:
+        /* A done record without its submit sequence was written, before
+         * fairq refused them, for a completion of a run it never held: it
+         * makes no run id look used. */
+        if (!x && !r->seq)
+            return;
+        lg_done_add(l, h, r->seq, stored_ms + (int64_t)l->o.keep_done_ms);
+        if (x) {
+            lg_key_del(l, x);
+            x->state = LG_DONE;             /* never taken in: not counted */
+        }
+        return;
+    case FQ_JREC_DEBT:
+        return;
+    }
+}
+
+/* Forget x, read back and not taken in. */
+static void lg_unload(fq_ledger *l, lg_run *x)
+{
+    lg_key_del(l, x);
+    x->state = LG_DONE;
+    lg_maybe_free(l, x);
+}
+
+/* Take in x, which expired at expired_ms (unix), as expired: a late
+ * completion still reconciles it until it is forgotten. false: not taken
+ * (out of memory), and forgotten. */
+static bool lg_adopt_expired(fq_ledger *l, lg_run *x, int64_t expired_ms)
+{
+    uint64_t ago = l->now_ms > expired_ms ? (uint64_t)(l->now_ms - expired_ms) : 0;
+    if (fq_sched_adopt_expired(NULL, l->o.sched, x->lt->t, x->seq, x->est, x,
+                               l->now > ago ? l->now - ago : 0) == FQ_OK)
+        return true;
+    lg_unload(l, x);
+    return false;
+}
+
+/* Put run x, dispatched age ms before now, back into the window without
+ * sending it again or charging its tenant twice: its lease runs from its
+ * dispatch. Only up to the window's limits and its tenant's cap: the
+ * records are not trusted, so a run past them is taken as expired at once,
+ * and a late completion still reconciles it once. */
+static void lg_adopt_one(fq_ledger *l, lg_run *x, uint64_t age)
+{
+    fq_status s = fq_sched_adopt(NULL, l->o.sched, x->lt->t, x->seq, x->est, x,
+                                 l->now > age ? l->now - age : 0);
+    if (s == FQ_OK) {
+        l->c.adopted++;
+        return;
+    }
+    if (s == FQ_EFULL && lg_adopt_expired(l, x, l->now_ms)) {
+        l->c.adopt_overflow++;
+        lg_expired(l, x, l->now_ms);
+        return;
+    }
+    if (s != FQ_EFULL)
+        lg_unload(l, x);
+}
+
+void fq_ledger_recovered(fq_ledger *l, uint64_t now, int64_t now_ms)
+{
+    l->now = now;
+    l->now_ms = now_ms;
+    uint64_t timeout = l->o.run_timeout_ms;
+    for (lg_run *x = l->loaded, *nx; x; x = nx) {
+        nx = x->next;
+        x->next = NULL;
+        int64_t age = now_ms - x->submitted_ms;
+        bool timed_out = timeout && age >= 0 && (uint64_t)age >= timeout;
+        /* A run that expired while no proxy ran did so when its lease ran
+         * out. */
+        int64_t expired_at = x->submitted_ms + (int64_t)timeout;
+        int64_t keep = (int64_t)l->o.keep_done_ms;
+        bool flight = x->state == LG_FLIGHT && !x->read_expired;
+        if (flight && !timed_out) {
+            lg_adopt_one(l, x, age > 0 ? (uint64_t)age : 0);
+        } else if (flight && expired_at + keep > now_ms) {
+            if (lg_adopt_expired(l, x, expired_at))
+                lg_expired(l, x, expired_at);   /* counted, with its expired record */
+        } else if (x->state == LG_FLIGHT && x->submitted_ms + keep > now_ms) {
+            /* Expired before the restart: a late completion still counts. */
+            if (lg_adopt_expired(l, x, x->submitted_ms))
+                lg_state(l, x, LG_EXPIRED);
+        } else {
+            lg_unload(l, x);            /* completed, or expired past remembering */
+        }
+    }
+    l->loaded = l->loaded_tail = NULL;
+}
+
+/* ---- create and destroy -------------------------------------------------- */
+
+void fq_ledger_tenant_init(fq_ledger_tenant *lt, fq_tenant *t, const char *id)
+{
+    *lt = (fq_ledger_tenant){.t = t, .id = id};
+}
+
+bool fq_ledger_tenant_busy(const fq_ledger_tenant *lt)
+{
+    return lt->keyed || lt->debt_listed || lt->debt_dirty;
+}
+
+void fq_ledger_sched_opts(fq_sched_opts *o, const fq_ledger_opts *lo)
+{
+    o->run_timeout = lo->run_timeout_ms;
+    o->max_expired = lo->max_expired;
+    o->expired_keep = lo->keep_done_ms;
+}
+
+static bool lg_opts_valid(const fq_ledger_opts *o)
+{
+    return o->sched && o->est && o->tenant && o->max_buffered_runs >= 1 &&
+           (!o->alloc.alloc) == (!o->alloc.free);
+}
+
+fq_status fq_ledger_create(fq_ledger **out, const fq_ledger_opts *o)
+{
+    *out = NULL;
+    if (!lg_opts_valid(o))
+        return FQ_EINVAL;
+    fq_ledger *l = calloc(1, sizeof *l);
+    if (!l)
+        return FQ_ENOMEM;
+    l->o = *o;
+    uint64_t seed = o->hash_key[0] ^ o->hash_key[1];
+    if (fq_u64map_create(&l->by_seq, FQ_U64MAP_KEY_OFFSET(lg_run, seq_node, seq), 1024, seed) ||
+        fq_u64map_create(&l->by_key, FQ_U64MAP_KEY_OFFSET(lg_run, key_node, key), 1024, seed) ||
+        fq_u64map_create(&l->done, FQ_U64MAP_KEY_OFFSET(lg_done, node, key), 1024, seed)) {
+        fq_ledger_destroy(l);
+        return FQ_ENOMEM;
+    }
+    l->fresh = true;
+    *out = l;
+    return FQ_OK;
+}
+
+fq_status fq_ledger_set_opts(fq_ledger *l, const fq_ledger_opts *o)
+{
+    if (!lg_opts_valid(o))
+        return FQ_EINVAL;
+    fq_ledger_opts keep = l->o;
+    l->o = *o;
+    l->o.sched = keep.sched;
+    l->o.est = keep.est;
+    l->o.tenant = keep.tenant;
+    l->o.tenant_arg = keep.tenant_arg;
+    l->o.alloc = keep.alloc;
+    memcpy(l->o.hash_key, keep.hash_key, sizeof l->o.hash_key);
+    return FQ_OK;
+}
+
+void fq_ledger_destroy(fq_ledger *l)
+{
+    if (!l)
+        return;
+    /* Bodies are held only by runs whose submit is unacked: in by_seq. */
+    if (l->by_seq) {
+        for (fq_u64map_node *n = fq_u64map_first(l->by_seq); n; n = fq_u64map_next(l->by_seq, n)) {
+            lg_run *x = FQ_U64MAP_ENTRY(n, lg_run, seq_node);
+            lg_free(l, x->body, (size_t)x->hdr_len + x->body_len);
+        }
+    }
+    lg_graves_free(l);
+    free(l->graves);
+    fq_u64map_destroy(l->by_seq, NULL);
+    fq_u64map_destroy(l->by_key, NULL);
+    fq_u64map_destroy(l->done, NULL);
+    for (size_t i = 0; i < 2; i++) {
+        free(l->bat[i].runs);
+        free(l->bat[i].dones);
+        fq_jbatch_free(&l->bat[i].jb);
+    }
+    for (size_t i = 0; i < l->nchunks; i++)
+        free(l->chunks[i]);
+    free(l->chunks);
+    free(l->later);
+    free(l->acts);
+    free(l);
+}
+
+/* ---- what it holds ----------------------------------------------------- */
+
+const fq_ledger_counters *fq_ledger_counters_get(const fq_ledger *l)
+{
+    return &l->c;
+}
+
+void fq_ledger_stats_get(fq_ledger_stats *out, const fq_ledger *l)
+{
+    *out = (fq_ledger_stats){
+        .held = l->held,
+        .index_only = l->index_only,
+        .buffered_bytes = l->buffered_bytes,
+        .completed_remembered = fq_u64map_count(l->done),
+        .expired_remembered = l->nexp,
+        .debtors = l->debtors,
+        .fetch_paused = l->fetch_paused,
+        .journal_full = l->journal_full,
+        .fenced = l->fenced,
+        .dispatch_stalled = l->stalled,
+        .journal_stalled = l->jstalled,
+        .settled = !l->cur && !l->sent && !l->dirty && !l->nlater,
+    };
+}

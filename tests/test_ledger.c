@@ -1,0 +1,833 @@
+/* test_ledger.c -- the run ledger driven in virtual time: admission, dispatch, PubAcks, completions, crashes. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "drr.h"
+#include "estimate.h"
+#include "journal.h"
+#include "ledger.h"
+#include "msg.h"
+
+/*
+ * A world: the ledger, its scheduler and estimator, its tenants, and a
+ * shell that performs nothing but records what the ledger asks for, so
+ * each test plays JetStream by hand: it answers PubAcks, reads bodies and
+ * stores the journal's batches (decoded, to rebuild from after a crash).
+ */
+
+#define MAX_TENANTS 8
+#define MAX_SEEN 256
+#define MAX_RECS 512
+
+typedef struct tenant {
+    char id[FQ_TENANT_MAX + 1];
+    fq_ledger_tenant lt;
+} tenant;
+
+typedef struct world {
+    fq_ledger *l;
+    fq_sched *s;
+    fq_est *e;
+    fq_ledger_opts o;
+    tenant t[MAX_TENANTS];
+    size_t nt;
+    bool refuse_unknown;
+    uint64_t now;
+    int64_t now_ms;
+    /* What the last drain saw. */
+    fq_ledger_act acts[MAX_SEEN];
+    char sentences[MAX_SEEN][400];
+    char texts[MAX_SEEN][4096];
+    size_t nacts;
+    /* The journal as stored: records and when. */
+    fq_jrec recs[MAX_RECS];
+    int64_t rec_ms[MAX_RECS];
+    size_t nrecs;
+} world;
+
+static fq_ledger_tenant *tenant_of(void *arg, const char *id, size_t len,
+                                   enum fq_ledger_tenant_use use, fq_status *why)
+{
+    world *w = arg;
+    for (size_t i = 0; i < w->nt; i++)
+        if (strlen(w->t[i].id) == len && memcmp(w->t[i].id, id, len) == 0)
+            return &w->t[i].lt;
+    if (use == FQ_LEDGER_TENANT_FIND) {
+        *why = FQ_ENOTFOUND;
+        return NULL;
+    }
+    if (w->refuse_unknown || w->nt == MAX_TENANTS) {
+        *why = FQ_EUNKNOWN;
+        return NULL;
+    }
+    tenant *t = &w->t[w->nt];
+    memcpy(t->id, id, len);
+    t->id[len] = '\0';
+    fq_tenant_policy p = {.weight = 1};
+    fq_tenant *ft = NULL;
+    if ((*why = fq_sched_tenant(&ft, w->s, id, len, &p)) != FQ_OK)
+        return NULL;
+    fq_ledger_tenant_init(&t->lt, ft, t->id);
+    w->nt++;
+    return &t->lt;
+}
+
+/* Build (or rebuild after a crash) the ledger and its scheduler. */
+static void world_boot(world *w)
+{
+    fq_sched_opts so = {.quantum = 100, .max_est_tokens = 100000, .max_in_flight = 4};
+    w->o = (fq_ledger_opts){.est = w->e, .tenant = tenant_of, .tenant_arg = w,
+                            .hash_key = {1, 2}, .submit_created_ms = 1700000000000,
+                            .max_buffered_runs = 100, .max_buffered_bytes = 1 << 20,
+                            .run_timeout_ms = 1000, .keep_done_ms = 5000,
+                            .debt_forget_ms = 60000, .max_expired = 100,
+                            .journal_room = 1 << 20};
+    fq_ledger_sched_opts(&so, &w->o);
+    assert_int_equal(fq_sched_create(&w->s, &so), FQ_OK);
+    w->o.sched = w->s;
+    w->nt = 0;
+    assert_int_equal(fq_ledger_create(&w->l, &w->o), FQ_OK);
+}
+
+static world *world_new(void)
+{
+    world *w = calloc(1, sizeof *w);
+    assert_non_null(w);
+    fq_est_opts eo;
+    fq_est_opts_init(&eo);
+    eo.default_tokens = 100;
+    eo.max_tokens = 100000;
+    assert_int_equal(fq_est_create(&w->e, &eo), FQ_OK);
+    w->now = 1000;
+    w->now_ms = 1800000000000;
+    world_boot(w);
+    return w;
+}
+
+/* A crash: every bit of memory gone but the journal (and the estimator,
+ * which is no part of the ledger's state). */
+static void world_crash(world *w)
+{
+    fq_ledger_destroy(w->l);
+    fq_sched_destroy(w->s);
+    world_boot(w);
+}
+
+static void world_free(world *w)
+{
+    fq_ledger_destroy(w->l);
+    fq_sched_destroy(w->s);
+    fq_est_destroy(w->e);
+    free(w);
+}
+
+static void tick_time(world *w, uint64_t ms)
+{
+    w->now += ms;
+    w->now_ms += (int64_t)ms;
+}
+
+/* Take every action out, copying what points into the ledger. */
+static void drain(world *w)
+{
+    w->nacts = 0;
+    const fq_ledger_act *a;
+    while ((a = fq_ledger_next(w->l))) {
+        assert_true(w->nacts < MAX_SEEN);
+        size_t i = w->nacts++;
+        w->acts[i] = *a;
+        if (a->sentence) {
+            snprintf(w->sentences[i], sizeof w->sentences[i], "%s", a->sentence);
+            w->acts[i].sentence = w->sentences[i];
+        }
+        if (a->type == FQ_LACT_JOURNAL) {
+            assert_true(a->len < sizeof w->texts[i]);
+            memcpy(w->texts[i], a->text, a->len);
+            w->acts[i].text = w->texts[i];
+        }
+        if (a->type == FQ_LACT_DISPATCH) {
+            /* Nats-Msg-Id first, then the tenant and the run id. */
+            assert_string_equal(a->hdrs[0].name, "Nats-Msg-Id");
+            char want[256];
+            snprintf(want, sizeof want, "%s/%s", a->tenant, a->run_id);
+            assert_string_equal(a->hdrs[0].value, want);
+            /* The body as handed in. */
+            assert_true(a->raw.body_len > 0);
+            snprintf(w->texts[i], sizeof w->texts[i], "%.*s", (int)a->raw.body_len,
+                     (const char *)a->raw.body);
+        }
+    }
+}
+
+static size_t count(const world *w, enum fq_ledger_act_type type)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < w->nacts; i++)
+        n += w->acts[i].type == type;
+    return n;
+}
+
+static const fq_ledger_act *find(const world *w, enum fq_ledger_act_type type, size_t nth)
+{
+    for (size_t i = 0; i < w->nacts; i++)
+        if (w->acts[i].type == type && nth-- == 0)
+            return &w->acts[i];
+    return NULL;
+}
+
+/* Whether the last drain acked seq on cons. */
+static bool acked(const world *w, enum fq_ledger_cons cons, uint64_t seq)
+{
+    for (size_t i = 0; i < w->nacts; i++)
+        if (w->acts[i].type == FQ_LACT_ACK && w->acts[i].cons == cons && w->acts[i].ack.sseq == seq)
+            return true;
+    return false;
+}
+
+static void submit_full(world *w, const char *tenant, uint64_t seq, const char *run_id,
+                        uint32_t est, uint32_t delivered)
+{
+    fq_submit sub = {.est_tokens = est};
+    snprintf(sub.run_id, sizeof sub.run_id, "%s", run_id);
+    static char body[64];
+    snprintf(body, sizeof body, "{\"seq\":%llu}", (unsigned long long)seq);
+    fq_ledger_submit s = {.ack = {.sseq = seq, .cseq = seq, .delivered = delivered},
+                          .ts_ms = w->now_ms, .tenant = tenant, .status = FQ_OK, .sub = &sub,
+                          .size = 300, .subject = "fair.submit.x",
+                          .raw = {.body = body, .body_len = strlen(body)}};
+    fq_ledger_submit_in(w->l, &s, w->now, w->now_ms);
+    drain(w);
+}
+
+static void submit(world *w, const char *tenant, uint64_t seq, const char *run_id, uint32_t est)
+{
+    submit_full(w, tenant, seq, run_id, est, 1);
+}
+
+static void complete_full(world *w, const char *tenant, uint64_t dseq, const char *run_id,
+                          uint64_t actual, uint32_t delivered)
+{
+    fq_completion c = {.actual_tokens = actual, .status = FQ_DONE_OK};
+    snprintf(c.run_id, sizeof c.run_id, "%s", run_id);
+    fq_ledger_done d = {.ack = {.sseq = dseq, .cseq = dseq, .delivered = delivered},
+                        .tenant = tenant, .status = FQ_OK, .c = &c, .subject = "fair.done.x",
+                        .raw = {.body = "{}", .body_len = 2}};
+    fq_ledger_done_in(w->l, &d, w->now, w->now_ms);
+    drain(w);
+}
+
+static void complete(world *w, const char *tenant, uint64_t dseq, const char *run_id,
+                     uint64_t actual)
+{
+    complete_full(w, tenant, dseq, run_id, actual, 1);
+}
+
+/* Dispatch, then flush the turn's journal batch. */
+static void turn(world *w)
+{
+    fq_ledger_tick(w->l, w->now, w->now_ms);
+    fq_ledger_dispatch(w->l, 1000, w->now, w->now_ms);
+    fq_ledger_flush(w->l, w->now, w->now_ms);
+    drain(w);
+}
+
+static uint64_t jseq_next = 100;
+
+static void cb_add(void *arg, const fq_jrec *r)
+{
+    world *w = arg;
+    assert_true(w->nrecs < MAX_RECS);
+    w->rec_ms[w->nrecs] = w->now_ms;
+    w->recs[w->nrecs++] = *r;
+}
+
+/* JetStream stores the journal batch of action a: its records become part
+ * of the stored journal; the PubAck's actions are drained. */
+static void store_journal(world *w, const fq_ledger_act *a)
+{
+    assert_int_equal(a->type, FQ_LACT_JOURNAL);
+    char text[4096];
+    size_t len = a->len;
+    memcpy(text, a->text, len);
+    uint64_t token = a->token;
+    fq_jcounts jc = {0};
+    assert_int_equal(fq_journal_decode(text, len, cb_add, w, &jc), FQ_OK);
+    assert_int_equal(jc.invalid + jc.unknown, 0);
+    fq_ledger_puback(w->l, token, FQ_LEDGER_PUB_STORED, 0, jseq_next++, w->now, w->now_ms);
+    drain(w);
+}
+
+static bool puback(world *w, uint64_t token, enum fq_ledger_pub outcome, int js_err)
+{
+    bool retry = fq_ledger_puback(w->l, token, outcome, js_err, 1, w->now, w->now_ms);
+    drain(w);
+    return retry;
+}
+
+/* Rebuild from the stored journal, as at a start. */
+static void recover(world *w)
+{
+    fq_ledger_journal_marked(w->l, jseq_next++);
+    for (size_t i = 0; i < w->nrecs; i++)
+        fq_ledger_recover_record(w->l, &w->recs[i], w->rec_ms[i], w->now_ms);
+    fq_ledger_recovered(w->l, w->now, w->now_ms);
+    drain(w);
+}
+
+static int64_t deficit(world *w, const char *tenant)
+{
+    fq_tenant *t = fq_sched_find(w->s, tenant, strlen(tenant));
+    assert_non_null(t);
+    fq_tenant_info ti;
+    fq_tenant_info_get(t, &ti);
+    return ti.deficit;
+}
+
+/* ---- admission and dispatch -------------------------------------------- */
+
+/* A submit is acked only once both its dispatch and its flight record are
+ * stored, in either order; its body goes out as it came. */
+static void test_submit_acked_after_dispatch_and_record(void **state)
+{
+    (void)state;
+    world *w = world_new();
+    fq_ledger_journal_marked(w->l, 1);
+    submit(w, "a", 10, "r1", 50);
+    assert_int_equal(w->nacts, 0);
+    submit(w, "a", 11, "r2", 50);
+    turn(w);
+    assert_int_equal(count(w, FQ_LACT_DISPATCH), 2);
+    const fq_ledger_act *d = find(w, FQ_LACT_DISPATCH, 0);
+    assert_int_equal(d->seq, 10);
+    assert_string_equal(w->texts[d - w->acts], "{\"seq\":10}");
+    uint64_t d1 = d->token, d2 = find(w, FQ_LACT_DISPATCH, 1)->token;
+    fq_ledger_act j = *find(w, FQ_LACT_JOURNAL, 0);
+    char jt[4096];
+    memcpy(jt, j.text, j.len);
+    j.text = jt;
+    assert_int_equal(j.expect_seq, 1);
+    assert_int_equal(count(w, FQ_LACT_ACK), 0);
+    /* r1: dispatch first, then the batch; r2: the other way round. */
+    puback(w, d1, FQ_LEDGER_PUB_STORED, 0);
+    assert_int_equal(count(w, FQ_LACT_ACK), 0);
+    store_journal(w, &j);
+    assert_true(acked(w, FQ_LEDGER_SUBMIT, 10));
+    assert_false(acked(w, FQ_LEDGER_SUBMIT, 11));
+    puback(w, d2, FQ_LEDGER_PUB_DUPLICATE, 0);
+    assert_true(acked(w, FQ_LEDGER_SUBMIT, 11));
+    assert_int_equal(fq_ledger_counters_get(w->l)->dispatch_duplicates, 1);
+    assert_int_equal(w->nrecs, 2);
+    assert_int_equal(w->recs[0].type, FQ_JREC_FLIGHT);
+    assert_string_equal(w->recs[0].run_id, "r1");
+    fq_ledger_stats st;
+    fq_ledger_stats_get(&st, w->l);
+    assert_int_equal(st.held, 0);
+    assert_int_equal(st.buffered_bytes, 0);
+    world_free(w);
+}
+
+/* A redelivery of a held submit is not queued twice; a second run with the
+ * same id is refused with a reason; an unknown tenant is refused when such
+ * tenants are; a submit the caller found invalid is refused as it says. */
+static void test_duplicates_and_refusals(void **state)
+{
+    (void)state;
+    world *w = world_new();
+    fq_ledger_journal_marked(w->l, 1);
+    submit(w, "a", 10, "r1", 50);
+    submit_full(w, "a", 10, "r1", 50, 2);
+    assert_int_equal(w->nacts, 0);
+    assert_int_equal(fq_ledger_counters_get(w->l)->redelivered, 1);
+    submit(w, "a", 11, "r1", 50);
+    const fq_ledger_act *r = find(w, FQ_LACT_REFUSE, 0);
+    assert_non_null(r);
+    assert_int_equal(r->code, FQ_EEXIST);
+    assert_string_equal(r->tenant, "a");
+    assert_non_null(strstr(r->sentence, "run_id r1 is held"));
+    assert_int_equal(r->ack.sseq, 11);
+    puback(w, r->token, FQ_LEDGER_PUB_STORED, 0);
+    assert_true(acked(w, FQ_LEDGER_SUBMIT, 11));
+    w->refuse_unknown = true;
+    submit(w, "b", 12, "r9", 50);
+    r = find(w, FQ_LACT_REFUSE, 0);
+    assert_int_equal(r->code, FQ_EUNKNOWN);
+    assert_non_null(strstr(r->sentence, "tenant b is not configured"));
+    /* A refusal JetStream will not store is acked all the same. */
+    assert_false(puback(w, r->token, FQ_LEDGER_PUB_ERROR, 10077));
+    assert_true(acked(w, FQ_LEDGER_SUBMIT, 12));
+    fq_ledger_submit bad = {.ack = {.sseq = 13, .delivered = 1}, .tenant = NULL,
+                            .status = FQ_EINVAL, .subject = "fair.submit.a.b",
+                            .raw = {.body = "x", .body_len = 1}};
+    fq_ledger_submit_in(w->l, &bad, w->now, w->now_ms);
+    drain(w);
+    r = find(w, FQ_LACT_REFUSE, 0);
+    assert_null(r->tenant);
+    assert_string_equal(r->subject, "fair.submit.a.b");
+    /* A refusal whose publish failed unanswered is the caller's to retry. */
+    assert_true(puback(w, r->token, FQ_LEDGER_PUB_FAILED, 0));
+    assert_int_equal(count(w, FQ_LACT_ACK), 0);
+    const fq_ledger_counters *c = fq_ledger_counters_get(w->l);
+    assert_int_equal(c->invalid_subject, 1);
+    assert_int_equal(c->rejected[FQ_EEXIST], 1);
+    assert_int_equal(c->rejected[FQ_EUNKNOWN], 1);
+    assert_int_equal(c->rejected[FQ_EINVAL], 1);
+    world_free(w);
+}
+
+/* Past max_buffered_runs fetching pauses, and resumes once a dispatch is
+ * settled; past max_buffered_bytes a run keeps no body and is read back by
+ * sequence for its dispatch. */
+static void test_limits_and_bodies_read_back(void **state)
+{
+    (void)state;
+    world *w = world_new();
+    w->o.max_buffered_runs = 2;
+    w->o.max_buffered_bytes = 300;      /* one run's dispatch */
+    assert_int_equal(fq_ledger_set_opts(w->l, &w->o), FQ_OK);
+    fq_ledger_journal_marked(w->l, 1);
+    submit(w, "a", 10, "r1", 50);
+    assert_int_equal(w->nacts, 0);
+    submit(w, "a", 11, "r2", 50);
+    const fq_ledger_act *p = find(w, FQ_LACT_PAUSE, 0);
+    assert_non_null(p);
+    assert_true(p->paused);
+    assert_int_equal(p->cons, FQ_LEDGER_SUBMIT);
+    fq_ledger_stats st;
+    fq_ledger_stats_get(&st, w->l);
+    assert_int_equal(st.index_only, 1);
+    assert_int_equal(st.buffered_bytes, 300);
+    turn(w);
+    /* r1 goes out; r2's body must be read first. */
+    assert_int_equal(count(w, FQ_LACT_DISPATCH), 1);
+    const fq_ledger_act *rd = find(w, FQ_LACT_READ, 0);
+    assert_non_null(rd);
+    assert_int_equal(rd->seq, 11);
+    uint64_t t1 = find(w, FQ_LACT_DISPATCH, 0)->token;
+    fq_ledger_act j = *find(w, FQ_LACT_JOURNAL, 0);
+    char jt[4096];
+    memcpy(jt, j.text, j.len);
+    j.text = jt;
+    fq_submit sub = {.est_tokens = 50};
+    strcpy(sub.run_id, "r2");
+    const char body[] = "{\"read\":1}";
+    fq_ledger_bytes raw = {.body = body, .body_len = sizeof body - 1};
+    fq_ledger_body(w->l, 11, FQ_OK, &raw, &sub, w->now, w->now_ms);
+    drain(w);
+    const fq_ledger_act *d = find(w, FQ_LACT_DISPATCH, 0);
+    assert_non_null(d);
+    assert_string_equal(d->run_id, "r2");
+    assert_string_equal(w->texts[d - w->acts], "{\"read\":1}");
+    uint64_t t2 = d->token;
+    puback(w, t1, FQ_LEDGER_PUB_STORED, 0);
+    store_journal(w, &j);
+    assert_true(acked(w, FQ_LEDGER_SUBMIT, 10));
+    p = find(w, FQ_LACT_PAUSE, 0);
+    assert_non_null(p);
+    assert_false(p->paused);
+    puback(w, t2, FQ_LEDGER_PUB_STORED, 0);
+    fq_ledger_flush(w->l, w->now, w->now_ms);
+    drain(w);
+    store_journal(w, find(w, FQ_LACT_JOURNAL, 0));
+    assert_true(acked(w, FQ_LEDGER_SUBMIT, 11));
+    fq_ledger_stats_get(&st, w->l);
+    assert_int_equal(st.held, 0);
+    assert_int_equal(st.index_only, 0);
+    assert_int_equal(st.buffered_bytes, 0);
+    assert_int_equal(fq_ledger_counters_get(w->l)->body_reads, 1);
+    world_free(w);
+}
+
+/* A dispatch that fails is queued again and its tenant parked; the batch
+ * of that attempt acks nothing; the next attempt, once the parking is
+ * over, acks the submit once. A body gone from the stream drops the run. */
+static void test_dispatch_failure_requeues_and_parks(void **state)
+{
+    (void)state;
+    world *w = world_new();
+    fq_ledger_journal_marked(w->l, 1);
+    submit(w, "a", 10, "r1", 50);
+    turn(w);
+    uint64_t tok = find(w, FQ_LACT_DISPATCH, 0)->token;
+    fq_ledger_act j = *find(w, FQ_LACT_JOURNAL, 0);
+    char jt[4096];
+    memcpy(jt, j.text, j.len);
+    j.text = jt;
+    assert_false(puback(w, tok, FQ_LEDGER_PUB_ERROR, 10047));
+    const fq_ledger_act *n = find(w, FQ_LACT_NOTE, 0);
+    assert_int_equal(n->note, FQ_LNOTE_DISPATCH_FAILED);
+    assert_int_equal(n->n, FQ_LEDGER_RETRY_MS);
+    store_journal(w, &j);
+    assert_int_equal(count(w, FQ_LACT_ACK), 0);
+    turn(w);
+    assert_int_equal(count(w, FQ_LACT_DISPATCH), 0);   /* parked */
+    tick_time(w, FQ_LEDGER_RETRY_MS);
+    turn(w);
+    assert_int_equal(count(w, FQ_LACT_DISPATCH), 1);
+    tok = find(w, FQ_LACT_DISPATCH, 0)->token;
+    store_journal(w, find(w, FQ_LACT_JOURNAL, 0));
+    puback(w, tok, FQ_LEDGER_PUB_STORED, 0);
+    assert_true(acked(w, FQ_LEDGER_SUBMIT, 10));
+    assert_int_equal(fq_ledger_counters_get(w->l)->dispatch_failures, 1);
+    /* A run whose body vanished from the stream is dropped, refunded. */
+    w->o.max_buffered_bytes = 0;
+    fq_ledger_set_opts(w->l, &w->o);
+    int64_t before = deficit(w, "a");
+    submit(w, "a", 20, "r2", 50);
+    turn(w);
+    assert_int_equal(find(w, FQ_LACT_READ, 0)->seq, 20);
+    fq_ledger_body(w->l, 20, FQ_ENOTFOUND, NULL, NULL, w->now, w->now_ms);
+    drain(w);
+    assert_int_equal(find(w, FQ_LACT_NOTE, 0)->note, FQ_LNOTE_BODY_LOST);
+    assert_int_equal(deficit(w, "a"), before);
+    fq_ledger_stats st;
+    fq_ledger_stats_get(&st, w->l);
+    assert_int_equal(st.held, 0);
+    world_free(w);
+}
+
+/* A run whose lease runs out while its body is read is queued again when
+ * the body comes, and read again at its next turn; nothing is journalled
+ * for it meanwhile. */
+static void test_lease_ends_while_reading(void **state)
+{
+    (void)state;
+    world *w = world_new();
+    w->o.max_buffered_bytes = 0;
+    fq_ledger_set_opts(w->l, &w->o);
+    fq_ledger_journal_marked(w->l, 1);
+    submit(w, "a", 10, "r1", 50);
+    turn(w);
+    assert_int_equal(find(w, FQ_LACT_READ, 0)->seq, 10);
+    tick_time(w, 1000);
+    turn(w);
+    assert_int_equal(count(w, FQ_LACT_JOURNAL), 0);
+    fq_submit sub = {.est_tokens = 50};
+    strcpy(sub.run_id, "r1");
+    fq_ledger_bytes raw = {.body = "{}", .body_len = 2};
+    fq_ledger_body(w->l, 10, FQ_OK, &raw, &sub, w->now, w->now_ms);
+    drain(w);
+    assert_int_equal(count(w, FQ_LACT_DISPATCH), 0);
+    turn(w);
+    assert_int_equal(find(w, FQ_LACT_READ, 0)->seq, 10);
+    fq_ledger_body(w->l, 10, FQ_OK, &raw, &sub, w->now, w->now_ms);
+    drain(w);
+    assert_int_equal(count(w, FQ_LACT_DISPATCH), 1);
+    world_free(w);
+}
+
+/* ---- completions --------------------------------------------------------- */
+
+/* A run dispatched and fully settled, for completion tests. */
+static void dispatched(world *w, const char *tenant, uint64_t seq, const char *run_id,
+                       uint32_t est)
+{
+    submit(w, tenant, seq, run_id, est);
+    turn(w);
+    const fq_ledger_act *d = find(w, FQ_LACT_DISPATCH, 0);
+    assert_non_null(d);
+    uint64_t tok = d->token;
+    store_journal(w, find(w, FQ_LACT_JOURNAL, 0));
+    puback(w, tok, FQ_LEDGER_PUB_STORED, 0);
+    assert_true(acked(w, FQ_LEDGER_SUBMIT, seq));
+}
+
+/* One completion reconciles once; the same again is a duplicate, acked
+ * without a change; one for no run fairq remembers is refused; a late one
+ * after the lease ran out still reconciles, once. Each is acked only once
+ * its done record is stored. */
+static void test_completions_reconcile_once(void **state)
+{
+    (void)state;
+    world *w = world_new();
+    fq_ledger_journal_marked(w->l, 1);
+    dispatched(w, "a", 10, "r1", 100);
+    int64_t d0 = deficit(w, "a");
+    complete(w, "a", 500, "r1", 300);
+    const fq_ledger_act *rc = find(w, FQ_LACT_RECONCILED, 0);
+    assert_non_null(rc);
+    assert_false(rc->late);
+    assert_int_equal(rc->actual, 300);
+    assert_int_equal(deficit(w, "a"), d0 - 200);
+    assert_false(acked(w, FQ_LEDGER_DONE, 500));
+    fq_ledger_flush(w->l, w->now, w->now_ms);
+    drain(w);
+    store_journal(w, find(w, FQ_LACT_JOURNAL, 0));
+    assert_true(acked(w, FQ_LEDGER_DONE, 500));
+    complete(w, "a", 501, "r1", 300);
+    assert_true(acked(w, FQ_LEDGER_DONE, 501));
+    assert_int_equal(count(w, FQ_LACT_RECONCILED), 0);
+    assert_int_equal(deficit(w, "a"), d0 - 200);
+    complete(w, "a", 502, "nope", 300);
+    const fq_ledger_act *r = find(w, FQ_LACT_REFUSE, 0);
+    assert_non_null(r);
+    assert_int_equal(r->cons, FQ_LEDGER_DONE);
+    assert_null(r->tenant);
+    assert_non_null(strstr(r->sentence, "run_id nope is no run of tenant a"));
+    /* Another tenant's completion of a's run: unknown too. */
+    complete(w, "b", 503, "r1", 1);
+    assert_non_null(find(w, FQ_LACT_REFUSE, 0));
+    /* Late: its lease (1000 ms) ran out first. */
+    dispatched(w, "a", 11, "r2", 100);
+    tick_time(w, 1000);
+    turn(w);
+    assert_int_equal(find(w, FQ_LACT_NOTE, 0)->note, FQ_LNOTE_EXPIRED);
+    int64_t d1 = deficit(w, "a");
+    complete(w, "a", 504, "r2", 100);
+    rc = find(w, FQ_LACT_RECONCILED, 0);
+    assert_non_null(rc);
+    assert_true(rc->late);
+    complete(w, "a", 505, "r2", 100);
+    assert_int_equal(count(w, FQ_LACT_RECONCILED), 0);
+    assert_int_equal(deficit(w, "a"), d1);
+    const fq_ledger_counters *c = fq_ledger_counters_get(w->l);
+    assert_int_equal(c->completions, 1);
+    assert_int_equal(c->completions_unheld, 1);
+    assert_int_equal(c->completions_duplicate, 2);
+    assert_int_equal(c->completions_unknown, 2);
+    assert_int_equal(c->expired, 1);
+    world_free(w);
+}
+
+/* A completion of a run still queued waits (a nak) up to its tenth
+ * delivery, then is refused; the run is dispatched as if nothing came. A
+ * late completion after the expired run is forgotten is unknown. */
+static void test_completion_deferred_then_forgotten(void **state)
+{
+    (void)state;
+    world *w = world_new();
+    fq_ledger_journal_marked(w->l, 1);
+    submit(w, "a", 10, "r1", 100);
+    complete_full(w, "a", 600, "r1", 100, 3);
+    const fq_ledger_act *n = find(w, FQ_LACT_NAK, 0);
+    assert_non_null(n);
+    assert_int_equal(n->delay_ms, FQ_LEDGER_DONE_DEFER_MS);
+    assert_int_equal(n->ack.cseq, 600);
+    complete_full(w, "a", 600, "r1", 100, FQ_LEDGER_DONE_DEFER_MAX);
+    assert_non_null(strstr(find(w, FQ_LACT_REFUSE, 0)->sentence, "is queued"));
+    turn(w);
+    assert_int_equal(count(w, FQ_LACT_DISPATCH), 1);
+    /* Expired, then forgotten keep_done_ms (5000) after its lease's end. */
+    tick_time(w, 1000);
+    turn(w);
+    tick_time(w, 5000);
+    turn(w);
+    fq_ledger_stats st;
+    fq_ledger_stats_get(&st, w->l);
+    assert_int_equal(st.expired_remembered, 0);
+    complete(w, "a", 601, "r1", 100);
+    assert_non_null(find(w, FQ_LACT_REFUSE, 0));
+    assert_int_equal(fq_ledger_counters_get(w->l)->completions_unknown, 1);
+    world_free(w);
+}
+
+/* ---- the lease ---------------------------------------------------------- */
+
+/* While the lease is not fresh nothing is acked, naked, dispatched or
+ * journalled; the acks held are sent in order once it is fresh again. */
+static void test_acks_held_while_not_fresh(void **state)
+{
+    (void)state;
+    world *w = world_new();
+    fq_ledger_journal_marked(w->l, 1);
+    submit(w, "a", 10, "r1", 50);
+    submit(w, "a", 11, "r1", 50);       /* refused: a duplicate */
+    uint64_t rtok = find(w, FQ_LACT_REFUSE, 0)->token;
+    fq_ledger_set_fresh(w->l, false);
+    turn(w);
+    assert_int_equal(count(w, FQ_LACT_DISPATCH), 0);
+    assert_int_equal(count(w, FQ_LACT_JOURNAL), 0);
+    puback(w, rtok, FQ_LEDGER_PUB_STORED, 0);
+    assert_int_equal(count(w, FQ_LACT_ACK), 0);
+    complete_full(w, "a", 700, "r1", 1, 2);     /* queued: would be naked */
+    assert_int_equal(count(w, FQ_LACT_NAK), 0);
+    fq_ledger_set_fresh(w->l, true);
+    turn(w);
+    assert_true(acked(w, FQ_LEDGER_SUBMIT, 11));
+    assert_int_equal(count(w, FQ_LACT_DISPATCH), 1);
+    /* An ack the caller could not send is held and sent again. */
+    const fq_ledger_act *a = find(w, FQ_LACT_ACK, 0);
+    fq_ledger_ack_failed(w->l, a);
+    fq_ledger_tick(w->l, w->now, w->now_ms);
+    drain(w);
+    assert_true(acked(w, FQ_LEDGER_SUBMIT, 11));
+    world_free(w);
+}
+
+/* The journal refusing a batch for its expected last sequence means another
+ * leader wrote: fenced, nothing more is sent. A batch that fails otherwise
+ * is sent again as it was after the retry delay. */
+static void test_journal_retry_and_fence(void **state)
+{
+    (void)state;
+    world *w = world_new();
+    fq_ledger_journal_marked(w->l, 7);
+    submit(w, "a", 10, "r1", 50);
+    turn(w);
+    fq_ledger_act j = *find(w, FQ_LACT_JOURNAL, 0);
+    assert_int_equal(j.expect_seq, 7);
+    assert_false(puback(w, j.token, FQ_LEDGER_PUB_FAILED, 0));
+    turn(w);
+    assert_int_equal(count(w, FQ_LACT_JOURNAL), 0);
+    tick_time(w, FQ_LEDGER_RETRY_MS);
+    turn(w);
+    const fq_ledger_act *again = find(w, FQ_LACT_JOURNAL, 0);
+    assert_non_null(again);
+    assert_int_equal(again->token, j.token);
+    assert_int_equal(again->expect_seq, 7);
+    puback(w, j.token, FQ_LEDGER_PUB_ERROR, FQ_LEDGER_ERR_WRONG_LAST);
+    assert_int_equal(find(w, FQ_LACT_NOTE, 0)->note, FQ_LNOTE_FENCED);
+    submit(w, "a", 11, "r2", 50);
+    turn(w);
+    assert_int_equal(count(w, FQ_LACT_DISPATCH), 0);
+    assert_int_equal(count(w, FQ_LACT_JOURNAL), 0);
+    fq_ledger_stats st;
+    fq_ledger_stats_get(&st, w->l);
+    assert_true(st.fenced);
+    world_free(w);
+}
+
+/* ---- crashes ------------------------------------------------------------ */
+
+/* A crash at any point loses nothing: rebuilt from the stored journal, the
+ * run in flight is back in the window (not dispatched again, not charged
+ * twice) and its completion reconciles once; its submit, delivered again
+ * since its ack was lost, is published again under its Nats-Msg-Id; a
+ * completed run's submit delivered again is acked as done; a completion
+ * repeated after the crash is a duplicate; a tenant's debt is its last
+ * journalled one. */
+static void test_crash_and_rebuild(void **state)
+{
+    (void)state;
+    world *w = world_new();
+    fq_ledger_journal_marked(w->l, 1);
+    dispatched(w, "a", 10, "r1", 100);     /* completed before the crash */
+    complete(w, "a", 800, "r1", 1000);     /* overran: a debt */
+    fq_ledger_flush(w->l, w->now, w->now_ms);
+    drain(w);
+    store_journal(w, find(w, FQ_LACT_JOURNAL, 0));
+    int64_t debt = deficit(w, "a");
+    assert_true(debt < 0);
+    bool debt_rec = false;
+    for (size_t i = 0; i < w->nrecs; i++)
+        debt_rec |= w->recs[i].type == FQ_JREC_DEBT && w->recs[i].deficit == debt;
+    assert_true(debt_rec);
+    /* r2 in flight, its dispatch stored, its ack lost in the crash. */
+    submit(w, "b", 11, "r2", 100);
+    turn(w);
+    store_journal(w, find(w, FQ_LACT_JOURNAL, 0));
+    /* r3 queued, never dispatched. */
+    w->o.max_buffered_runs = 100;
+    tick_time(w, 10);
+    world_crash(w);
+    recover(w);
+    assert_int_equal(deficit(w, "a"), debt);
+    fq_sched_stats ss;
+    fq_sched_stats_get(w->s, &ss);
+    assert_int_equal(ss.in_flight, 1);
+    assert_int_equal(fq_ledger_counters_get(w->l)->adopted, 1);
+    /* JetStream delivers every unacked submit again to the new term. */
+    submit(w, "b", 11, "r2", 100);
+    const fq_ledger_act *d = find(w, FQ_LACT_DISPATCH, 0);
+    assert_non_null(d);
+    assert_string_equal(d->run_id, "r2");
+    uint64_t tok = d->token;
+    puback(w, tok, FQ_LEDGER_PUB_DUPLICATE, 0);
+    assert_true(acked(w, FQ_LEDGER_SUBMIT, 11));
+    submit(w, "a", 10, "r1", 100);
+    assert_true(acked(w, FQ_LEDGER_SUBMIT, 10));
+    assert_int_equal(fq_ledger_counters_get(w->l)->duplicates_acked, 1);
+    int64_t b0 = deficit(w, "b");
+    complete(w, "b", 801, "r2", 150);
+    assert_non_null(find(w, FQ_LACT_RECONCILED, 0));
+    assert_int_equal(deficit(w, "b"), b0 - 50);
+    complete(w, "b", 802, "r2", 150);
+    assert_int_equal(count(w, FQ_LACT_RECONCILED), 0);
+    complete(w, "a", 803, "r1", 1000);
+    assert_int_equal(count(w, FQ_LACT_RECONCILED), 0);
+    assert_true(acked(w, FQ_LEDGER_DONE, 803));
+    fq_ledger_flush(w->l, w->now, w->now_ms);
+    drain(w);
+    store_journal(w, find(w, FQ_LACT_JOURNAL, 0));
+    /* A second crash: r2 is completed now, a's debt as before. */
+    world_crash(w);
+    recover(w);
+    fq_sched_stats_get(w->s, &ss);
+    assert_int_equal(ss.in_flight, 0);
+    assert_int_equal(deficit(w, "a"), debt);
+    complete(w, "b", 804, "r2", 150);
+    assert_int_equal(count(w, FQ_LACT_RECONCILED), 0);
+    assert_int_equal(fq_ledger_counters_get(w->l)->completions_duplicate, 1);
+    world_free(w);
+}
+
+/* A run dispatched before a crash whose lease ran out while no proxy ran
+ * counts as expired from its lease's end: a late completion reconciles it
+ * once; runs past the window's limits are taken as expired. */
+static void test_rebuild_expired_and_past_the_window(void **state)
+{
+    (void)state;
+    world *w = world_new();
+    fq_ledger_journal_marked(w->l, 1);
+    for (uint64_t i = 0; i < 4; i++) {
+        char id[16];
+        snprintf(id, sizeof id, "r%llu", (unsigned long long)i);
+        submit(w, "a", 10 + i, id, 10);
+    }
+    turn(w);
+    assert_int_equal(count(w, FQ_LACT_DISPATCH), 4);
+    store_journal(w, find(w, FQ_LACT_JOURNAL, 0));
+    world_crash(w);
+    /* The window now holds 2. */
+    fq_sched_opts so = {.quantum = 100, .max_est_tokens = 100000, .max_in_flight = 2};
+    fq_ledger_sched_opts(&so, &w->o);
+    assert_int_equal(fq_sched_set_opts(w->s, &so), FQ_OK);
+    recover(w);
+    const fq_ledger_counters *c = fq_ledger_counters_get(w->l);
+    assert_int_equal(c->adopted, 2);
+    assert_int_equal(c->adopt_overflow, 2);
+    fq_ledger_stats st;
+    fq_ledger_stats_get(&st, w->l);
+    assert_int_equal(st.expired_remembered, 2);
+    complete(w, "a", 900, "r3", 10);
+    assert_true(find(w, FQ_LACT_RECONCILED, 0)->late);
+    /* Long after: the rest expire and are read back as expired. */
+    fq_ledger_flush(w->l, w->now, w->now_ms);
+    drain(w);
+    store_journal(w, find(w, FQ_LACT_JOURNAL, 0));
+    tick_time(w, 2000);
+    world_crash(w);
+    recover(w);
+    fq_ledger_stats_get(&st, w->l);
+    assert_int_equal(st.expired_remembered, 3);
+    complete(w, "a", 901, "r0", 10);
+    assert_true(find(w, FQ_LACT_RECONCILED, 0)->late);
+    complete(w, "a", 902, "r3", 10);
+    assert_int_equal(count(w, FQ_LACT_RECONCILED), 0);
+    world_free(w);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_submit_acked_after_dispatch_and_record),
+        cmocka_unit_test(test_duplicates_and_refusals),
+        cmocka_unit_test(test_limits_and_bodies_read_back),
+        cmocka_unit_test(test_dispatch_failure_requeues_and_parks),
+        cmocka_unit_test(test_lease_ends_while_reading),
+        cmocka_unit_test(test_completions_reconcile_once),
+        cmocka_unit_test(test_completion_deferred_then_forgotten),
+        cmocka_unit_test(test_acks_held_while_not_fresh),
+        cmocka_unit_test(test_journal_retry_and_fence),
+        cmocka_unit_test(test_crash_and_rebuild),
+        cmocka_unit_test(test_rebuild_expired_and_past_the_window),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
