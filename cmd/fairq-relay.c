@@ -39,7 +39,7 @@ typedef struct relay_cfg {
 static fqc_pub_errors relay_pub_errors = {.prog = "fairq-relay", .what = "a dispatch publish"};
 
 /* Where dispatch messages are built; the main thread's alone. */
-static fq_nio_buf relay_scratch;
+static fq_buf relay_scratch;
 
 /* Build the dispatch message of one submit message: the body byte for
  * byte, the headers of the wire contract. */

@@ -180,7 +180,7 @@ struct fq_nio {
     uint64_t pubs_mask;
     uint64_t pub_head, pub_tail;    /* next publish id; oldest maybe unsettled */
     int64_t pubs_live;
-    fq_nio_buf scratch;         /* a message being built; owner thread only */
+    fq_buf scratch;         /* a message being built; owner thread only */
 
     nio_consumer cons[NIO_MAX_CONSUMERS];
     nio_sub subs[NIO_MAX_SUBS];
@@ -1589,18 +1589,10 @@ static void nio_quote(char *out, size_t cap, const char *name)
 
 /* Append s (len bytes) to b; CR and LF become spaces when clean, as
  * nats.c's header encoder makes them. */
-static bool nio_buf_put(fq_nio_buf *b, const char *s, size_t len, bool clean)
+static bool nio_buf_put(fq_buf *b, const char *s, size_t len, bool clean)
 {
-    if (b->len + len > b->cap) {
-        size_t cap = b->cap ? b->cap : 4096;
-        while (cap < b->len + len)
-            cap *= 2;
-        char *p = realloc(b->p, cap);
-        if (!p)
-            return false;
-        b->p = p;
-        b->cap = cap;
-    }
+    if (fq_buf_reserve(b, len) != FQ_OK)
+        return false;
     char *d = b->p + b->len;
     memcpy(d, s, len);
     if (clean)
@@ -1611,7 +1603,7 @@ static bool nio_buf_put(fq_nio_buf *b, const char *s, size_t len, bool clean)
     return true;
 }
 
-static bool nio_buf_hdr(fq_nio_buf *b, const char *key, const char *val)
+static bool nio_buf_hdr(fq_buf *b, const char *key, const char *val)
 {
     return nio_buf_put(b, key, strlen(key), true) && nio_buf_put(b, ": ", 2, false) &&
            nio_buf_put(b, val, strlen(val), true) && nio_buf_put(b, "\r\n", 2, false);
@@ -1653,7 +1645,7 @@ static natsStatus nio_keys(natsMsg *m, const char ***keys, int *nk)
  * NULL: all but Nats-*) are counted into *carried and, when lines is not
  * NULL, written to it as a publish writes them. NATS_NO_MEMORY: lines could
  * not grow. */
-static natsStatus nio_carry_walk(size_t *carried, fq_nio_buf *lines, char *bad, natsMsg *m,
+static natsStatus nio_carry_walk(size_t *carried, fq_buf *lines, char *bad, natsMsg *m,
                                  const fq_nio_out *o)
 {
     const char **keys = NULL;
@@ -1760,7 +1752,7 @@ fq_status fq_nio_out_size(fq_nio_size *out, const fq_nio_out *o)
     return s == NATS_OK ? FQ_OK : FQ_EINVAL;
 }
 
-fq_status fq_nio_msg_carry_lines(fq_nio_buf *out, char bad[160], const fq_nio_msg *m)
+fq_status fq_nio_msg_carry_lines(fq_buf *out, char bad[160], const fq_nio_msg *m)
 {
     size_t carried = 0;
     out->len = 0;
@@ -1778,7 +1770,7 @@ natsStatus natsMsg_create(natsMsg **m, const char *subj, int subj_len, const cha
 /* o as a message with reply (or none): the header block written once, by
  * hand, in b, instead of a header map of allocations per header that
  * nats.c would build, encode and free. */
-static natsStatus nio_msg_build(natsMsg **m, fq_nio_buf *b, const fq_nio_out *o,
+static natsStatus nio_msg_build(natsMsg **m, fq_buf *b, const fq_nio_out *o,
                                 const char *reply)
 {
     static const char line[] = NIO_STATUS_LINE;
@@ -1894,7 +1886,7 @@ static natsStatus nio_carry_lines(natsMsg *m, const fq_nio_out *o)
 
 /* o as a message with reply (or none), its headers set through nats.c's
  * header map. */
-static natsStatus nio_msg_build(natsMsg **m, fq_nio_buf *b, const fq_nio_out *o,
+static natsStatus nio_msg_build(natsMsg **m, fq_buf *b, const fq_nio_out *o,
                                 const char *reply)
 {
     (void)b;
@@ -1928,7 +1920,7 @@ fq_status fq_nio_publish(fq_nio *n, const fq_nio_out *o, uint64_t token)
     return r;
 }
 
-fq_status fq_nio_natsmsg_create(void **out, const fq_nio_out *o, fq_nio_buf *scratch)
+fq_status fq_nio_natsmsg_create(void **out, const fq_nio_out *o, fq_buf *scratch)
 {
     natsMsg *m = NULL;
     natsStatus s = nio_msg_build(&m, scratch, o, NULL);

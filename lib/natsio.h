@@ -34,6 +34,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "buf.h"
 #include "fq.h"
 
 typedef struct fq_nio fq_nio;
@@ -144,12 +145,6 @@ typedef struct fq_nio_event {
     int err_code;               /* PUBACK: JetStream error code, 0 if none */
 } fq_nio_event;
 
-/* A growing byte buffer; zero-initialised, its memory freed with free(p). */
-typedef struct fq_nio_buf {
-    char *p;
-    size_t len, cap;
-} fq_nio_buf;
-
 /* A header to set on an outgoing message. */
 typedef struct fq_nio_hdr {
     const char *key;
@@ -217,7 +212,7 @@ fq_status fq_nio_out_size(fq_nio_size *out, const fq_nio_out *o);
  * reused from call to call). FQ_EINVAL, with
  * bad saying why as fq_nio_out_size would, when a header is unfit to carry
  * (m's headers are read and checked in the same one pass); FQ_ENOMEM. */
-fq_status fq_nio_msg_carry_lines(fq_nio_buf *out, char bad[160], const fq_nio_msg *m);
+fq_status fq_nio_msg_carry_lines(fq_buf *out, char bad[160], const fq_nio_msg *m);
 
 /* Connect (reconnecting forever once connected) and open JetStream.
  * FQ_EIO with the reason in err when no server can be reached now; the
@@ -384,7 +379,7 @@ void fq_nio_msg_destroy(fq_nio_msg *m);
 /* Build o as a nats.c message (a natsMsg *, no reply subject) the way
  * fq_nio_publish builds its messages, using scratch as working space. For
  * programs that publish through nats.c directly: the baseline relay. */
-fq_status fq_nio_natsmsg_create(void **out, const fq_nio_out *o, fq_nio_buf *scratch);
+fq_status fq_nio_natsmsg_create(void **out, const fq_nio_out *o, fq_buf *scratch);
 /* A reader of a durable pull consumer that sends its pull requests by hand
  * (natsio.c's quirks say why not natsSubscription_Fetch): one subscription
  * on <inbox>.*, each request with its own reply subject <inbox>.<number>,

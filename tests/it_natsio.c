@@ -345,7 +345,7 @@ static void test_carry_lines_fetched_and_read_back(void **state)
     assert_int_equal(ev.source, 3);
     /* no more from it: the tests after this one wait for any message */
     fq_nio_consume_pause(f->n, 3, true);
-    fq_nio_buf got = {0}, back = {0};
+    fq_buf got = {0}, back = {0};
     char bad[160];
     assert_int_equal(fq_nio_msg_carry_lines(&got, bad, ev.msg), FQ_OK);
     char kept[sizeof body];

@@ -140,7 +140,7 @@ static void check_built(const fq_nio_out *o, size_t want_carried)
     assert_string_equal(sz.bad, "");
     assert_int_equal(sz.carried, want_carried);
     assert_int_equal(sz.header, fq_nio_header_bytes(o->hdrs, o->n_hdrs, want_carried));
-    fq_nio_buf b = {0};
+    fq_buf b = {0};
     void *m = NULL;
     assert_int_equal(fq_nio_natsmsg_create(&m, o, &b), FQ_OK);
     assert_int_equal(b.len, sz.total);
@@ -241,7 +241,7 @@ static void test_unfit_headers(void **state)
  * and body), as a malloc'd copy of *len bytes. */
 static char *built(const fq_nio_out *o, size_t *len)
 {
-    fq_nio_buf b = {0};
+    fq_buf b = {0};
     void *m = NULL;
     assert_int_equal(fq_nio_natsmsg_create(&m, o, &b), FQ_OK);
     fq_nio_natsmsg_free(m);
@@ -254,7 +254,7 @@ static char *built(const fq_nio_out *o, size_t *len)
  * publish sets itself), and sized alike. */
 static void check_lines_same(fq_nio_msg *c, const char *body, const fq_nio_hdr *own, size_t n_own)
 {
-    fq_nio_buf lines = {0};
+    fq_buf lines = {0};
     char bad[160];
     assert_int_equal(fq_nio_msg_carry_lines(&lines, bad, c), FQ_OK);
     assert_string_equal(bad, "");
@@ -309,7 +309,7 @@ static void test_carry_lines(void **state)
                         "Folded: x\r\n y\r\n"
                         "\r\n",
                         "the body");
-    fq_nio_buf lines = {0};
+    fq_buf lines = {0};
     char bad[160];
     assert_int_equal(fq_nio_msg_carry_lines(&lines, bad, c), FQ_OK);
     /* every line but Nats-Msg-Id's, as a publish writes them, in the
@@ -333,7 +333,7 @@ static void test_carry_lines(void **state)
                            "Nats-Sequence: 7\r\nNats-Time-Stamp: 2026-12-04T00:00:00Z\r\n"
                            "\r\n",
                            "the body");
-    lines = (fq_nio_buf){0};
+    lines = (fq_buf){0};
     assert_int_equal(fq_nio_msg_carry_lines(&lines, bad, more), FQ_OK);
     assert_int_equal(lines.len, sizeof want - 1);
     assert_memory_equal(lines.p, want, sizeof want - 1);
@@ -348,7 +348,7 @@ static void test_carry_lines(void **state)
     check_lines_same(c, "xy", own, 2);
     fq_nio_natsmsg_free(c);
     c = raw("NATS/1.0\r\nNats-Msg-Id: x\r\n\r\n", "xy");
-    lines = (fq_nio_buf){0};
+    lines = (fq_buf){0};
     assert_int_equal(fq_nio_msg_carry_lines(&lines, bad, c), FQ_OK);
     assert_int_equal(lines.len, 0);
     free(lines.p);
@@ -377,7 +377,7 @@ static void test_carry_lines_unfit(void **state)
         fq_nio_natsmsg_free(c);
         /* a fresh message: nats.c reads a block it cannot parse once */
         c = raw(blocks[i], "b");
-        fq_nio_buf lines = {0};
+        fq_buf lines = {0};
         char bad[160];
         assert_int_equal(fq_nio_msg_carry_lines(&lines, bad, c), FQ_EINVAL);
         assert_string_equal(bad, sz.bad);
@@ -391,7 +391,7 @@ static void test_carry_lines_unfit(void **state)
                         .carry_lines = junk[i], .carry_len = strlen(junk[i])};
         fq_nio_size sz;
         assert_int_equal(fq_nio_out_size(&sz, &o), FQ_EINVAL);
-        fq_nio_buf b = {0};
+        fq_buf b = {0};
         void *m = NULL;
         assert_int_equal(fq_nio_natsmsg_create(&m, &o, &b), FQ_EINVAL);
         assert_null(m);
