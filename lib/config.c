@@ -1,4 +1,4 @@
-/* config.c -- fairq's YAML configuration: a libcyaml schema, then validation and defaults. */
+/* config.c -- fairq's YAML configuration: one declaration of its settings, which load, validation, describe and the restart diff walk. */
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -16,12 +16,22 @@
 /*
  * Principles
  *
- * - Load, then validate. libcyaml maps the document onto raw structs in
+ * - One declaration. Every setting is one row of cfg_fields: its key, its
+ *   member of fq_config, how it is read (range, default, words, the check
+ *   of its text) and what it is (restart-only, secret, how it is shown).
+ *   libcyaml's schema is built from those rows, validation reads them in
+ *   order, describe shows them in order, and the restart diff and reload
+ *   compare and keep those marked CFG_RESTART: a setting added there is
+ *   loaded, checked, shown and diffed, and cannot be forgotten by one.
+ * - Load, then validate. libcyaml maps the document onto a raw struct in
  *   which every key is optional and every scalar is a string; a separate
  *   pass checks required keys, parses numbers strictly, checks ranges and
  *   cross references, and fills in defaults. Integers are not left to
  *   libcyaml 1.3 because it reads "1.5" as 1 and "010" as 8, and a struct
  *   of plain integers cannot tell an absent key from a zero.
+ * - Settings in file order, so that the first error is the first one a
+ *   reader of the file meets. Checks across settings run right after the
+ *   last setting they read (the row's `then`).
  * - Every error names file, line, column and key path: lib/yamlerr.c
  *   captures libcyaml's errors and places them, and the validation errors,
  *   by key path.
@@ -29,40 +39,9 @@
  *   URL's user information) never leave this module as text.
  */
 
-/* The document as libcyaml loads it: NULL is an absent key. */
-typedef struct raw_tls {
-    char *ca, *cert, *key;
-} raw_tls;
+/* ---- The document as libcyaml loads it ---- */
 
-typedef struct raw_nats {
-    char *url, *creds, *user, *password, *nkey, *nkey_seed, *inbox_prefix;
-    raw_tls *tls;
-} raw_nats;
-
-typedef struct raw_subjects {
-    char *submit, *dispatch, *done, *rejected, *admin, *runs;
-} raw_subjects;
-
-typedef struct raw_streams {
-    char *submit, *dispatch, *done, *rejected, *runs, *durable, *lease_bucket,
-        *tenants_bucket, *replicas, *duplicate_window_ms, *dispatch_max_age_ms,
-        *rejected_max_age_ms, *submit_max_msgs_per_tenant, *submit_max_bytes,
-        *rejected_max_msgs_per_tenant, *rejected_max_bytes;
-} raw_streams;
-
-typedef struct raw_scheduler {
-    char *quantum_tokens, *default_plan, *unknown_tenants, *max_est_tokens,
-        *max_wait_ms, *debt_forget_ms;
-} raw_scheduler;
-
-typedef struct raw_window {
-    char *max_in_flight, *max_in_flight_tokens, *run_timeout_ms;
-} raw_window;
-
-typedef struct raw_limits {
-    char *max_buffered_runs, *max_buffered_bytes;
-} raw_limits;
-
+/* The entries of the lists: NULL is an absent key. */
 typedef struct raw_plan {
     char *name, *weight, *max_in_flight, *max_pending;
 } raw_plan;
@@ -75,116 +54,22 @@ typedef struct raw_workflow {
     char *name, *tokens;
 } raw_workflow;
 
-typedef struct raw_estimates {
-    char *default_tokens;
-    raw_workflow *workflows;
-    unsigned workflows_count;
-} raw_estimates;
+#define CFG_FIELDS_MAX 64       /* rows of cfg_fields */
 
-typedef struct raw_http {
-    char *listen, *probe_listen, *max_tenant_series;
-} raw_http;
-
-typedef struct raw_log {
-    char *level, *format, *queue_age_warn_ms;
-} raw_log;
-
+/* Every scalar setting as a string, in the slot of its row (NULL: absent),
+ * and the lists as libcyaml loads them. */
 typedef struct raw_config {
-    raw_nats *nats;
-    raw_subjects *subjects;
-    raw_streams *streams;
-    raw_scheduler *scheduler;
-    raw_window *window;
-    raw_limits *limits;
+    char *text[CFG_FIELDS_MAX];
     raw_plan *plans;
     unsigned plans_count;
     raw_tenant *tenants;
     unsigned tenants_count;
-    raw_estimates *estimates;
-    raw_http *http;
-    raw_log *log;
+    raw_workflow *workflows;
+    unsigned workflows_count;
 } raw_config;
 
-/* The schema, bottom-up. */
 #define CFG_STR(key, st, m) \
     CYAML_FIELD_STRING_PTR(key, CYAML_FLAG_OPTIONAL, st, m, 0, CYAML_UNLIMITED)
-#define CFG_MAP(key, st, m, fields) \
-    CYAML_FIELD_MAPPING_PTR(key, CYAML_FLAG_OPTIONAL, st, m, fields)
-#define CFG_SEQ(key, st, m, entry) \
-    CYAML_FIELD_SEQUENCE(key, CYAML_FLAG_POINTER | CYAML_FLAG_OPTIONAL, st, m, \
-                         entry, 0, CYAML_UNLIMITED)
-
-static const cyaml_schema_field_t tls_fields[] = {
-    CFG_STR("ca", raw_tls, ca),
-    CFG_STR("cert", raw_tls, cert),
-    CFG_STR("key", raw_tls, key),
-    CYAML_FIELD_END
-};
-
-static const cyaml_schema_field_t nats_fields[] = {
-    CFG_STR("url", raw_nats, url),
-    CFG_STR("creds", raw_nats, creds),
-    CFG_MAP("tls", raw_nats, tls, tls_fields),
-    CFG_STR("user", raw_nats, user),
-    CFG_STR("password", raw_nats, password),
-    CFG_STR("nkey", raw_nats, nkey),
-    CFG_STR("nkey_seed", raw_nats, nkey_seed),
-    CFG_STR("inbox_prefix", raw_nats, inbox_prefix),
-    CYAML_FIELD_END
-};
-
-static const cyaml_schema_field_t subjects_fields[] = {
-    CFG_STR("submit", raw_subjects, submit),
-    CFG_STR("dispatch", raw_subjects, dispatch),
-    CFG_STR("done", raw_subjects, done),
-    CFG_STR("rejected", raw_subjects, rejected),
-    CFG_STR("admin", raw_subjects, admin),
-    CFG_STR("runs", raw_subjects, runs),
-    CYAML_FIELD_END
-};
-
-static const cyaml_schema_field_t streams_fields[] = {
-    CFG_STR("submit", raw_streams, submit),
-    CFG_STR("dispatch", raw_streams, dispatch),
-    CFG_STR("done", raw_streams, done),
-    CFG_STR("rejected", raw_streams, rejected),
-    CFG_STR("runs", raw_streams, runs),
-    CFG_STR("durable", raw_streams, durable),
-    CFG_STR("lease_bucket", raw_streams, lease_bucket),
-    CFG_STR("tenants_bucket", raw_streams, tenants_bucket),
-    CFG_STR("replicas", raw_streams, replicas),
-    CFG_STR("duplicate_window_ms", raw_streams, duplicate_window_ms),
-    CFG_STR("dispatch_max_age_ms", raw_streams, dispatch_max_age_ms),
-    CFG_STR("rejected_max_age_ms", raw_streams, rejected_max_age_ms),
-    CFG_STR("submit_max_msgs_per_tenant", raw_streams, submit_max_msgs_per_tenant),
-    CFG_STR("submit_max_bytes", raw_streams, submit_max_bytes),
-    CFG_STR("rejected_max_msgs_per_tenant", raw_streams, rejected_max_msgs_per_tenant),
-    CFG_STR("rejected_max_bytes", raw_streams, rejected_max_bytes),
-    CYAML_FIELD_END
-};
-
-static const cyaml_schema_field_t scheduler_fields[] = {
-    CFG_STR("quantum_tokens", raw_scheduler, quantum_tokens),
-    CFG_STR("default_plan", raw_scheduler, default_plan),
-    CFG_STR("unknown_tenants", raw_scheduler, unknown_tenants),
-    CFG_STR("max_est_tokens", raw_scheduler, max_est_tokens),
-    CFG_STR("max_wait_ms", raw_scheduler, max_wait_ms),
-    CFG_STR("debt_forget_ms", raw_scheduler, debt_forget_ms),
-    CYAML_FIELD_END
-};
-
-static const cyaml_schema_field_t window_fields[] = {
-    CFG_STR("max_in_flight", raw_window, max_in_flight),
-    CFG_STR("max_in_flight_tokens", raw_window, max_in_flight_tokens),
-    CFG_STR("run_timeout_ms", raw_window, run_timeout_ms),
-    CYAML_FIELD_END
-};
-
-static const cyaml_schema_field_t limits_fields[] = {
-    CFG_STR("max_buffered_runs", raw_limits, max_buffered_runs),
-    CFG_STR("max_buffered_bytes", raw_limits, max_buffered_bytes),
-    CYAML_FIELD_END
-};
 
 static const cyaml_schema_field_t plan_fields[] = {
     CFG_STR("name", raw_plan, name),
@@ -218,45 +103,6 @@ static const cyaml_schema_value_t workflow_entry = {
     CYAML_VALUE_MAPPING(CYAML_FLAG_DEFAULT, raw_workflow, workflow_fields),
 };
 
-static const cyaml_schema_field_t estimates_fields[] = {
-    CFG_STR("default_tokens", raw_estimates, default_tokens),
-    CFG_SEQ("workflows", raw_estimates, workflows, &workflow_entry),
-    CYAML_FIELD_END
-};
-
-static const cyaml_schema_field_t http_fields[] = {
-    CFG_STR("listen", raw_http, listen),
-    CFG_STR("probe_listen", raw_http, probe_listen),
-    CFG_STR("max_tenant_series", raw_http, max_tenant_series),
-    CYAML_FIELD_END
-};
-
-static const cyaml_schema_field_t log_fields[] = {
-    CFG_STR("level", raw_log, level),
-    CFG_STR("format", raw_log, format),
-    CFG_STR("queue_age_warn_ms", raw_log, queue_age_warn_ms),
-    CYAML_FIELD_END
-};
-
-static const cyaml_schema_field_t config_fields[] = {
-    CFG_MAP("nats", raw_config, nats, nats_fields),
-    CFG_MAP("subjects", raw_config, subjects, subjects_fields),
-    CFG_MAP("streams", raw_config, streams, streams_fields),
-    CFG_MAP("scheduler", raw_config, scheduler, scheduler_fields),
-    CFG_MAP("window", raw_config, window, window_fields),
-    CFG_MAP("limits", raw_config, limits, limits_fields),
-    CFG_SEQ("plans", raw_config, plans, &plan_entry),
-    CFG_SEQ("tenants", raw_config, tenants, &tenant_entry),
-    CFG_MAP("estimates", raw_config, estimates, estimates_fields),
-    CFG_MAP("http", raw_config, http, http_fields),
-    CFG_MAP("log", raw_config, log, log_fields),
-    CYAML_FIELD_END
-};
-
-static const cyaml_schema_value_t config_schema = {
-    CYAML_VALUE_MAPPING(CYAML_FLAG_POINTER, raw_config, config_fields),
-};
-
 /* ---- Error messages that name file, line, column and key path ---- */
 
 /* Where a config comes from, and where its errors go. */
@@ -266,6 +112,7 @@ typedef struct cfg_ctx {
     size_t len;
     char *err;                  /* the one error message */
     size_t errlen;
+    const cyaml_schema_value_t *schema; /* the one it is loaded with */
 } cfg_ctx;
 
 /* Write "name:line:col: path: reason" (parts that are unknown left out). */
@@ -293,109 +140,7 @@ static fq_status cfg_fail(const cfg_ctx *v, const char *prefix, const char *key,
     return FQ_EINVAL;
 }
 
-/* The mapping fields of the schema at path, or NULL. */
-static const cyaml_schema_field_t *cfg_schema_at(const char *path)
-{
-    fq_yerr_step st[FQ_YERR_STEPS];
-    size_t n = fq_yerr_steps(st, path, FQ_YERR_STEPS);
-    const cyaml_schema_value_t *val = &config_schema;
-    for (size_t i = 0; i < n && val; i++) {
-        if (!st[i].key) {
-            val = val->type == CYAML_SEQUENCE ? val->sequence.entry : NULL;
-            continue;
-        }
-        const cyaml_schema_field_t *f = val->type == CYAML_MAPPING ? val->mapping.fields : NULL;
-        while (f && f->key && (strlen(f->key) != st[i].klen ||
-                               memcmp(f->key, st[i].key, st[i].klen) != 0))
-            f++;
-        val = f && f->key ? &f->value : NULL;
-    }
-    return val && val->type == CYAML_MAPPING ? val->mapping.fields : NULL;
-}
-
-/* libcyaml's names for what it expected and what it found, in words. */
-static const char *cfg_kind(const char *what)
-{
-    if (strncmp(what, "MAPPING", 7) == 0)
-        return "a mapping";
-    if (strncmp(what, "SEQUENCE", 8) == 0)
-        return "a list";
-    return "a single value";
-}
-
-/* Check that the source is well-formed YAML and one document, before
- * libcyaml reads it: libyaml places a syntax error exactly, where libcyaml
- * only names the enclosing key, and libcyaml would silently ignore every
- * document after the first. */
-static fq_status cfg_scan(const cfg_ctx *v)
-{
-    yaml_parser_t p;
-    yaml_event_t e;
-    unsigned docs = 0;
-    fq_status s = FQ_OK;
-    if (!yaml_parser_initialize(&p))
-        return FQ_ENOMEM;
-    yaml_parser_set_input_string(&p, (const unsigned char *)v->yaml, v->len);
-    for (;;) {
-        if (!yaml_parser_parse(&p, &e)) {
-            char reason[256];
-            snprintf(reason, sizeof(reason), "YAML syntax: %s%s%s",
-                     p.problem ? p.problem : "invalid document",
-                     p.context ? " " : "", p.context ? p.context : "");
-            cfg_message(v, NULL, p.problem_mark.line + 1, p.problem_mark.column + 1,
-                        reason);
-            s = FQ_EINVAL;
-            break;
-        }
-        yaml_event_type_t t = e.type;
-        yaml_mark_t m = e.start_mark;
-        yaml_event_delete(&e);
-        if (t == YAML_DOCUMENT_START_EVENT && ++docs == 2) {
-            cfg_message(v, NULL, m.line + 1, m.column + 1,
-                        "a second YAML document: the config is one document");
-            s = FQ_EINVAL;
-            break;
-        }
-        if (t == YAML_STREAM_END_EVENT || t == YAML_NO_EVENT)
-            break;
-    }
-    yaml_parser_delete(&p);
-    return s;
-}
-
-/* Turn what libcyaml logged into one message in v->err. */
-static void cfg_load_error(const cfg_ctx *v, const fq_yerr_log *l, cyaml_err_t err)
-{
-    char path[FQ_YERR_PATH_MAX], reason[512], key[256], expected[32], got[32];
-    size_t line, col;
-    bool twice = strncmp(l->reason, "Mapping field already seen", 26) == 0;
-    fq_yerr_place(l, v->yaml, v->len, twice ? 2 : 1, path, sizeof(path), key, sizeof(key),
-                  &line, &col);
-    if (key[0]) {
-        char known[384] = "";
-        size_t k = 0;
-        char at[FQ_YERR_PATH_MAX];          /* the mapping the key is unknown in */
-        size_t plen = strlen(path) - strlen(key);
-        snprintf(at, sizeof(at), "%.*s", (int)(plen ? plen - 1 : 0), path);
-        const cyaml_schema_field_t *f = cfg_schema_at(at);
-        for (; f && f->key && k < sizeof(known); f++)
-            k += snprintf(known + k, sizeof(known) - k, "%s%s", k ? ", " : "", f->key);
-        snprintf(reason, sizeof(reason), "unknown key (known here: %s)", known);
-    } else if (twice) {
-        snprintf(reason, sizeof(reason), "key given twice");
-    } else if (sscanf(l->reason, "Expecting %31s got event: %31s", expected, got) == 2) {
-        snprintf(reason, sizeof(reason), "expected %s, got %s",
-                 cfg_kind(expected), cfg_kind(got));
-    } else if (err == CYAML_ERR_ALIAS) {
-        snprintf(reason, sizeof(reason), "YAML aliases (*name) are not supported");
-    } else {
-        snprintf(reason, sizeof(reason), "%s",
-                 l->reason[0] ? l->reason : cyaml_strerror(err));
-    }
-    cfg_message(v, path, line, col, reason);
-}
-
-/* ---- Validation and defaults ---- */
+/* ---- Reading values ---- */
 
 #define CFG_IFOK(s, call) do { if ((s) == FQ_OK) (s) = (call); } while (0)
 
@@ -437,12 +182,10 @@ static fq_status cfg_u32(const cfg_ctx *v, const char *prefix, const char *key,
     return st;
 }
 
-/* A copy of s, or of def when s is absent; "" is stored as NULL when
- * empty_is_none (an optional path). */
-static fq_status cfg_str(const char *s, const char *def, bool empty_is_none, char **out)
+/* A copy of s; NULL, and "" when empty_is_none (an optional path), are
+ * stored as NULL. */
+static fq_status cfg_str(const char *s, bool empty_is_none, char **out)
 {
-    if (!s)
-        s = def;
     if (!s || (empty_is_none && !*s)) {
         *out = NULL;
         return FQ_OK;
@@ -528,87 +271,6 @@ static bool cfg_listen_valid(const char *s)
     return port >= 1 && port <= 65535 && !strpbrk(s, " \t");
 }
 
-static fq_status cfg_nats(fq_config *c, const raw_nats *r, const cfg_ctx *v)
-{
-    const raw_tls *t = r->tls ? r->tls : &(raw_tls){0};
-    fq_status s = FQ_OK;
-    if (!r->url || !*r->url)
-        return cfg_fail(v, "nats", "url", "required (e.g. nats://127.0.0.1:4222)");
-    if (strpbrk(r->url, "\t\r\n"))
-        return cfg_fail(v, "nats", "url", "must be on one line, without tabs");
-    bool cert = t->cert && *t->cert, key = t->key && *t->key;
-    if (cert != key)
-        return cfg_fail(v, "nats.tls", cert ? "key" : "cert",
-                        "required with nats.tls.%s: cert and key go together",
-                        cert ? "cert" : "key");
-    bool user = r->user && *r->user, password = r->password && *r->password;
-    if (user != password)
-        return cfg_fail(v, "nats", user ? "password" : "user",
-                        "required with nats.%s: user and password go together",
-                        user ? "user" : "password");
-    bool nkey = r->nkey && *r->nkey, seed = r->nkey_seed && *r->nkey_seed;
-    if (nkey != seed)
-        return cfg_fail(v, "nats", nkey ? "nkey_seed" : "nkey",
-                        "required with nats.%s: the public key and its seed file go together",
-                        nkey ? "nkey" : "nkey_seed");
-    if (nkey && (strlen(r->nkey) != 56 || r->nkey[0] != 'U' ||
-                 strspn(r->nkey, "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567") != 56))
-        return cfg_fail(v, "nats", "nkey", "not a user's public nkey: 56 characters of base32"
-                        " beginning with U (the seed, SU..., goes in a file named by nkey_seed)");
-    if ((r->creds && *r->creds) + user + nkey > 1)
-        return cfg_fail(v, "nats", user ? "user" : "nkey",
-                        "one way to authenticate: creds, user and password, or nkey");
-    const char *inbox = r->inbox_prefix ? r->inbox_prefix : FQ_INBOX_PREFIX;
-    if (!cfg_subject_valid(inbox) || strlen(inbox) > 64)
-        return cfg_fail(v, "nats", "inbox_prefix", "'%s' is not an inbox prefix: 1 to 64"
-                        " characters of dot-separated tokens, none empty, without white space"
-                        " or wildcards", inbox);
-    CFG_IFOK(s, cfg_str(r->url, NULL, false, &c->nats.url));
-    CFG_IFOK(s, cfg_str(r->creds, NULL, true, &c->nats.creds));
-    CFG_IFOK(s, cfg_str(r->user, NULL, true, &c->nats.user));
-    CFG_IFOK(s, cfg_str(r->password, NULL, true, &c->nats.password));
-    CFG_IFOK(s, cfg_str(r->nkey, NULL, true, &c->nats.nkey));
-    CFG_IFOK(s, cfg_str(r->nkey_seed, NULL, true, &c->nats.nkey_seed));
-    CFG_IFOK(s, cfg_str(inbox, NULL, false, &c->nats.inbox_prefix));
-    CFG_IFOK(s, cfg_str(t->ca, NULL, true, &c->nats.tls_ca));
-    CFG_IFOK(s, cfg_str(t->cert, NULL, true, &c->nats.tls_cert));
-    CFG_IFOK(s, cfg_str(t->key, NULL, true, &c->nats.tls_key));
-    return s;
-}
-
-static fq_status cfg_subjects(fq_config *c, const raw_subjects *r, const cfg_ctx *v)
-{
-    static const char *const keys[] = {"submit", "dispatch", "done", "rejected", "admin",
-                                       "runs"};
-    const char *given[] = {r->submit, r->dispatch, r->done, r->rejected, r->admin, r->runs};
-    const char *defs[] = {FQ_SUBJECT_SUBMIT, FQ_SUBJECT_DISPATCH, FQ_SUBJECT_DONE,
-                          FQ_SUBJECT_REJECTED, FQ_SUBJECT_ADMIN, FQ_SUBJECT_RUNS};
-    char **out[] = {&c->subjects.submit, &c->subjects.dispatch, &c->subjects.done,
-                    &c->subjects.rejected, &c->subjects.admin, &c->subjects.runs};
-    const size_t n = sizeof(keys) / sizeof(keys[0]);
-    fq_status s = FQ_OK;
-    for (size_t i = 0; i < n && s == FQ_OK; i++) {
-        const char *subj = given[i] ? given[i] : defs[i];
-        if (!cfg_subject_valid(subj))
-            return cfg_fail(v, "subjects", keys[i], "'%s' is not a subject: dot-separated"
-                            " tokens, none empty, without white space or wildcards", subj);
-        for (size_t j = 0; j < i; j++)
-            if (strcmp(subj, *out[j]) == 0)
-                return cfg_fail(v, "subjects", keys[i], "'%s' is subjects.%s already",
-                                subj, keys[j]);
-        s = cfg_str(subj, NULL, false, out[i]);
-    }
-    /* The dispatch and journal streams must not overlap the per-tenant
-     * streams (submit, done, rejected: indexes 0, 2, 3). */
-    static const size_t single[] = {1, 5}, tenant[] = {0, 2, 3};
-    for (size_t i = 0; i < 2 && s == FQ_OK; i++)
-        for (size_t j = 0; j < 3; j++)
-            if (cfg_subject_under(*out[single[i]], *out[tenant[j]]))
-                return cfg_fail(v, "subjects", keys[single[i]], "'%s' falls under "
-                                "subjects.%s.*", *out[single[i]], keys[tenant[j]]);
-    return s;
-}
-
 /* A stream or consumer name as JetStream takes it: 1 to FQ_CONFIG_NAME_MAX
  * printable characters, none of them white space, '.', '*', '>' (they
  * would break the API subjects the name goes into) or a path separator
@@ -622,144 +284,6 @@ static bool cfg_stream_name_valid(const char *s)
         if ((unsigned char)*s <= ' ' || (unsigned char)*s >= 0x7f || strchr(".*>/\\", *s))
             return false;
     return true;
-}
-
-static fq_status cfg_streams(fq_config *c, const raw_streams *r, const cfg_ctx *v)
-{
-    /* The names in file order, each of a kind: a stream, the durable
-     * consumer, a bucket. Two streams (or buckets) of one name would be one
-     * with two sets of settings. */
-    enum { STREAM, DURABLE, BUCKET };
-    static const char *const keys[] = {"submit", "dispatch", "done", "rejected", "runs",
-                                       "durable", "lease_bucket", "tenants_bucket"};
-    static const int kind[] = {STREAM, STREAM, STREAM, STREAM, STREAM, DURABLE, BUCKET,
-                               BUCKET};
-    static const char *const defs[] = {
-        FQ_DEFAULT_STREAM_SUBMIT, FQ_DEFAULT_STREAM_DISPATCH, FQ_DEFAULT_STREAM_DONE,
-        FQ_DEFAULT_STREAM_REJECTED, FQ_DEFAULT_STREAM_RUNS, FQ_DEFAULT_DURABLE,
-        FQ_DEFAULT_LEASE_BUCKET, FQ_DEFAULT_TENANTS_BUCKET};
-    const char *given[] = {r->submit, r->dispatch, r->done, r->rejected, r->runs,
-                           r->durable, r->lease_bucket, r->tenants_bucket};
-    char **out[] = {&c->streams.submit, &c->streams.dispatch, &c->streams.done,
-                    &c->streams.rejected, &c->streams.runs, &c->streams.durable,
-                    &c->streams.lease_bucket, &c->streams.tenants_bucket};
-    fq_status s = FQ_OK;
-    for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]) && s == FQ_OK; i++) {
-        const char *name = given[i] ? given[i] : defs[i];
-        if (kind[i] != BUCKET && !cfg_stream_name_valid(name))
-            return cfg_fail(v, "streams", keys[i], "'%s' is not a JetStream name: 1 to %d "
-                            "printable characters without white space, '.', '*', '>', "
-                            "'/' or '\\'", name, FQ_CONFIG_NAME_MAX);
-        if (kind[i] == BUCKET && !fq_name_valid(name, strlen(name)))
-            return cfg_fail(v, "streams", keys[i], "'%s' is not a bucket name: 1 to 64 of "
-                            "[A-Za-z0-9_-]", name);
-        for (size_t j = 0; j < i; j++)
-            if (kind[j] == kind[i] && kind[i] != DURABLE && strcmp(name, *out[j]) == 0)
-                return cfg_fail(v, "streams", keys[i], "'%s' is streams.%s already",
-                                name, keys[j]);
-        s = cfg_str(name, NULL, false, out[i]);
-    }
-    c->streams.replicas = 1;
-    c->streams.duplicate_window_ms = FQ_DEFAULT_DUPLICATE_WINDOW_MS;
-    c->streams.rejected_max_age_ms = FQ_DEFAULT_REJECTED_MAX_AGE_MS;
-    c->streams.dispatch_max_age_ms = 0;     /* cfg_build fills it in from the window */
-    CFG_IFOK(s, cfg_u32(v, "streams", "replicas", r->replicas, 1, 5, &c->streams.replicas));
-    CFG_IFOK(s, cfg_u64(v, "streams", "duplicate_window_ms", r->duplicate_window_ms, 1000,
-                        FQ_MAX_DUPLICATE_WINDOW_MS, &c->streams.duplicate_window_ms));
-    CFG_IFOK(s, cfg_u64(v, "streams", "dispatch_max_age_ms", r->dispatch_max_age_ms, 1000,
-                        FQ_CONFIG_MAX_MS, &c->streams.dispatch_max_age_ms));
-    /* protocol.md, "Why FAIR_DISPATCH is not a work queue": after a server
-     * restart, de-duplication knows only the ids of the messages the stream
-     * still holds, so it must hold them for the whole window. */
-    if (s == FQ_OK && r->dispatch_max_age_ms &&
-        c->streams.dispatch_max_age_ms < c->streams.duplicate_window_ms)
-        return cfg_fail(v, "streams", "dispatch_max_age_ms", "must be >= "
-                        "streams.duplicate_window_ms (%llu): after a server restart only "
-                        "the messages still held de-duplicate a retried dispatch",
-                        (unsigned long long)c->streams.duplicate_window_ms);
-    CFG_IFOK(s, cfg_u64(v, "streams", "rejected_max_age_ms", r->rejected_max_age_ms, 1000,
-                        FQ_CONFIG_MAX_MS, &c->streams.rejected_max_age_ms));
-    /* Storage limits (0: none), as JetStream takes them: signed 64 bits. */
-    c->streams.submit_max_msgs_per_tenant = FQ_DEFAULT_SUBMIT_MAX_MSGS_PER_TENANT;
-    c->streams.submit_max_bytes = FQ_DEFAULT_SUBMIT_MAX_BYTES;
-    c->streams.rejected_max_msgs_per_tenant = FQ_DEFAULT_REJECTED_MAX_MSGS_PER_TENANT;
-    c->streams.rejected_max_bytes = FQ_DEFAULT_REJECTED_MAX_BYTES;
-    CFG_IFOK(s, cfg_u64(v, "streams", "submit_max_msgs_per_tenant",
-                        r->submit_max_msgs_per_tenant, 0, INT64_MAX,
-                        &c->streams.submit_max_msgs_per_tenant));
-    CFG_IFOK(s, cfg_u64(v, "streams", "submit_max_bytes", r->submit_max_bytes, 0, INT64_MAX,
-                        &c->streams.submit_max_bytes));
-    CFG_IFOK(s, cfg_u64(v, "streams", "rejected_max_msgs_per_tenant",
-                        r->rejected_max_msgs_per_tenant, 0, INT64_MAX,
-                        &c->streams.rejected_max_msgs_per_tenant));
-    CFG_IFOK(s, cfg_u64(v, "streams", "rejected_max_bytes", r->rejected_max_bytes, 0,
-                        INT64_MAX, &c->streams.rejected_max_bytes));
-    return s;
-}
-
-/* FAIR_DISPATCH's default max age: twice the longer of the duplicate window
- * and the run timeout, at least an hour, so that a dispatch outlives both
- * its de-duplication and its lease with room to spare. */
-static uint64_t cfg_dispatch_age(const fq_config *c)
-{
-    uint64_t keep = c->streams.duplicate_window_ms > c->window.run_timeout_ms
-                        ? c->streams.duplicate_window_ms : c->window.run_timeout_ms;
-    uint64_t age = 2 * keep;
-    return age > 3600000 ? age : 3600000;
-}
-
-static fq_status cfg_scheduler(fq_config *c, const raw_scheduler *r, const cfg_ctx *v)
-{
-    static const char *const policies[] = {"admit", "reject", NULL};
-    int reject = 0;
-    fq_status s = FQ_OK;
-    c->scheduler.quantum_tokens = 1000;
-    c->scheduler.max_est_tokens = 1000000;
-    c->scheduler.max_wait_ms = 0;
-    c->scheduler.debt_forget_ms = FQ_DEFAULT_DEBT_FORGET_MS;
-    CFG_IFOK(s, cfg_u32(v, "scheduler", "quantum_tokens", r->quantum_tokens, 1,
-                        FQ_POLICY_MAX_QUANTUM, &c->scheduler.quantum_tokens));
-    CFG_IFOK(s, cfg_word(v, "scheduler", "unknown_tenants", r->unknown_tenants,
-                         policies, &reject));
-    CFG_IFOK(s, cfg_u32(v, "scheduler", "max_est_tokens", r->max_est_tokens, 1,
-                        UINT32_MAX, &c->scheduler.max_est_tokens));
-    CFG_IFOK(s, cfg_u64(v, "scheduler", "max_wait_ms", r->max_wait_ms, 0,
-                        FQ_CONFIG_MAX_MS, &c->scheduler.max_wait_ms));
-    CFG_IFOK(s, cfg_u64(v, "scheduler", "debt_forget_ms", r->debt_forget_ms, 1000,
-                        FQ_CONFIG_MAX_MS, &c->scheduler.debt_forget_ms));
-    if (s == FQ_OK && !r->default_plan)
-        return cfg_fail(v, "scheduler", "default_plan", "required (the plan of "
-                        "tenants that are not listed)");
-    CFG_IFOK(s, cfg_str(r->default_plan, NULL, false, &c->scheduler.default_plan));
-    c->scheduler.reject_unknown = reject == 1;
-    return s;
-}
-
-static fq_status cfg_window(fq_config *c, const raw_window *r, const cfg_ctx *v)
-{
-    fq_status s = FQ_OK;
-    c->window.max_in_flight = 64;
-    c->window.max_in_flight_tokens = 0;
-    c->window.run_timeout_ms = 600000;
-    CFG_IFOK(s, cfg_u32(v, "window", "max_in_flight", r->max_in_flight, 1,
-                        UINT32_MAX, &c->window.max_in_flight));
-    CFG_IFOK(s, cfg_u64(v, "window", "max_in_flight_tokens", r->max_in_flight_tokens,
-                        0, UINT64_MAX, &c->window.max_in_flight_tokens));
-    CFG_IFOK(s, cfg_u64(v, "window", "run_timeout_ms", r->run_timeout_ms, 1,
-                        FQ_CONFIG_MAX_MS, &c->window.run_timeout_ms));
-    return s;
-}
-
-static fq_status cfg_limits(fq_config *c, const raw_limits *r, const cfg_ctx *v)
-{
-    fq_status s = FQ_OK;
-    c->limits.max_buffered_runs = 1000000;
-    c->limits.max_buffered_bytes = 256u << 20;
-    CFG_IFOK(s, cfg_u64(v, "limits", "max_buffered_runs", r->max_buffered_runs, 1,
-                        UINT64_MAX, &c->limits.max_buffered_runs));
-    CFG_IFOK(s, cfg_u64(v, "limits", "max_buffered_bytes", r->max_buffered_bytes, 1,
-                        UINT64_MAX, &c->limits.max_buffered_bytes));
-    return s;
 }
 
 /* weight, max_in_flight and max_pending at prefix: a plan and a tenant entry
@@ -877,14 +401,12 @@ static fq_status cfg_tenants(fq_config *c, const raw_config *r, const cfg_ctx *v
     return s;
 }
 
-static fq_status cfg_estimates(fq_config *c, const raw_estimates *r, const cfg_ctx *v)
+
+static fq_status cfg_workflows(fq_config *c, const raw_config *r, const cfg_ctx *v)
 {
     uint32_t max = c->scheduler.max_est_tokens;
     fq_status s = FQ_OK;
-    c->estimates.default_tokens = max < 1000 ? max : 1000;
-    CFG_IFOK(s, cfg_u32(v, "estimates", "default_tokens", r->default_tokens, 1, max,
-                        &c->estimates.default_tokens));
-    if (s != FQ_OK || r->workflows_count == 0)
+    if (r->workflows_count == 0)
         return s;
     c->estimates.workflows = calloc(r->workflows_count, sizeof(*c->estimates.workflows));
     if (!c->estimates.workflows)
@@ -910,63 +432,598 @@ static fq_status cfg_estimates(fq_config *c, const raw_estimates *r, const cfg_c
     return s;
 }
 
-static fq_status cfg_misc(fq_config *c, const raw_config *r, const cfg_ctx *v)
+/* ---- Checks across settings, each run after the last setting it reads ---- */
+
+/* The ways to authenticate, after nats.*: pairs go together, one way only. */
+static fq_status cfg_nats_auth(fq_config *c, const raw_config *r, const cfg_ctx *v)
 {
-    static const char *const levels[] = {"debug", "info", "warn", "error", NULL};
-    static const char *const formats[] = {"logfmt", "json", NULL};
-    const raw_http *h = r->http ? r->http : &(raw_http){0};
-    const raw_log *l = r->log ? r->log : &(raw_log){0};
-    int level = 1, format = 0;
-    fq_status s = FQ_OK;
-    if (h->listen && !cfg_listen_valid(h->listen))
-        return cfg_fail(v, "http", "listen", "'%s' is not host:port (port 1 to "
-                        "65535), or \"\" to disable", h->listen);
-    if (h->probe_listen && !cfg_listen_valid(h->probe_listen))
-        return cfg_fail(v, "http", "probe_listen", "'%s' is not host:port (port 1 to "
-                        "65535), or \"\" for none", h->probe_listen);
-    c->http.max_tenant_series = FQ_METRICS_MAX_TENANT_SERIES;
-    c->log.queue_age_warn_ms = FQ_DEFAULT_QUEUE_AGE_WARN_MS;
-    CFG_IFOK(s, cfg_u32(v, "http", "max_tenant_series", h->max_tenant_series, 1,
-                        FQ_CONFIG_MAX_TENANT_SERIES, &c->http.max_tenant_series));
-    CFG_IFOK(s, cfg_word(v, "log", "level", l->level, levels, &level));
-    CFG_IFOK(s, cfg_word(v, "log", "format", l->format, formats, &format));
-    CFG_IFOK(s, cfg_u64(v, "log", "queue_age_warn_ms", l->queue_age_warn_ms, 1,
-                        FQ_CONFIG_MAX_MS, &c->log.queue_age_warn_ms));
-    CFG_IFOK(s, cfg_str(h->listen, "127.0.0.1:9464", false, &c->http.listen));
-    CFG_IFOK(s, cfg_str(h->probe_listen, "", false, &c->http.probe_listen));
-    CFG_IFOK(s, cfg_str(levels[level], NULL, false, &c->log.level));
-    CFG_IFOK(s, cfg_str(formats[format], NULL, false, &c->log.format));
+    (void)r;
+    bool cert = c->nats.tls_cert, key = c->nats.tls_key;
+    if (cert != key)
+        return cfg_fail(v, "nats.tls", cert ? "key" : "cert",
+                        "required with nats.tls.%s: cert and key go together",
+                        cert ? "cert" : "key");
+    bool user = c->nats.user, password = c->nats.password;
+    if (user != password)
+        return cfg_fail(v, "nats", user ? "password" : "user",
+                        "required with nats.%s: user and password go together",
+                        user ? "user" : "password");
+    const char *nk = c->nats.nkey;
+    bool nkey = nk, seed = c->nats.nkey_seed;
+    if (nkey != seed)
+        return cfg_fail(v, "nats", nkey ? "nkey_seed" : "nkey",
+                        "required with nats.%s: the public key and its seed file go together",
+                        nkey ? "nkey" : "nkey_seed");
+    if (nkey && (strlen(nk) != 56 || nk[0] != 'U' ||
+                 strspn(nk, "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567") != 56))
+        return cfg_fail(v, "nats", "nkey", "not a user's public nkey: 56 characters of base32"
+                        " beginning with U (the seed, SU..., goes in a file named by nkey_seed)");
+    if ((c->nats.creds != NULL) + user + nkey > 1)
+        return cfg_fail(v, "nats", user ? "user" : "nkey",
+                        "one way to authenticate: creds, user and password, or nkey");
+    return FQ_OK;
+}
+
+/* After subjects.*: the dispatch and journal streams must not overlap the
+ * per-tenant streams (submit, done, rejected). */
+static fq_status cfg_subjects_apart(fq_config *c, const raw_config *r, const cfg_ctx *v)
+{
+    (void)r;
+    const struct {
+        const char *key, *subject;
+    } single[] = {{"dispatch", c->subjects.dispatch}, {"runs", c->subjects.runs}},
+      tenant[] = {{"submit", c->subjects.submit}, {"done", c->subjects.done},
+                  {"rejected", c->subjects.rejected}};
+    for (size_t i = 0; i < 2; i++)
+        for (size_t j = 0; j < 3; j++)
+            if (cfg_subject_under(single[i].subject, tenant[j].subject))
+                return cfg_fail(v, "subjects", single[i].key, "'%s' falls under "
+                                "subjects.%s.*", single[i].subject, tenant[j].key);
+    return FQ_OK;
+}
+
+/* After streams.dispatch_max_age_ms, if given (protocol.md, "Why
+ * FAIR_DISPATCH is not a work queue"): after a server restart,
+ * de-duplication knows only the ids of the messages the stream still holds,
+ * so it must hold them for the whole window. */
+static fq_status cfg_dispatch_age_check(fq_config *c, const raw_config *r, const cfg_ctx *v)
+{
+    (void)r;
+    if (c->streams.dispatch_max_age_ms &&
+        c->streams.dispatch_max_age_ms < c->streams.duplicate_window_ms)
+        return cfg_fail(v, "streams", "dispatch_max_age_ms", "must be >= "
+                        "streams.duplicate_window_ms (%llu): after a server restart only "
+                        "the messages still held de-duplicate a retried dispatch",
+                        (unsigned long long)c->streams.duplicate_window_ms);
+    return FQ_OK;
+}
+
+/* After window.*: FAIR_DISPATCH's default max age, twice the longer of the
+ * duplicate window and the run timeout, at least an hour, so that a
+ * dispatch outlives both its de-duplication and its lease with room to
+ * spare. */
+static fq_status cfg_dispatch_age(fq_config *c, const raw_config *r, const cfg_ctx *v)
+{
+    (void)r, (void)v;
+    uint64_t keep = c->streams.duplicate_window_ms > c->window.run_timeout_ms
+                        ? c->streams.duplicate_window_ms : c->window.run_timeout_ms;
+    uint64_t age = 2 * keep > 3600000 ? 2 * keep : 3600000;
+    if (!c->streams.dispatch_max_age_ms)
+        c->streams.dispatch_max_age_ms = age;
+    return FQ_OK;
+}
+
+/* After plans: the default plan is one of them. */
+static fq_status cfg_default_plan_known(fq_config *c, const raw_config *r, const cfg_ctx *v)
+{
+    (void)r;
+    if (cfg_plan_index(c, c->scheduler.default_plan) < 0)
+        return cfg_fail(v, "scheduler", "default_plan", "no plan named '%s' in plans",
+                        c->scheduler.default_plan);
+    return FQ_OK;
+}
+
+static bool cfg_one_line(const char *s)
+{
+    return !strpbrk(s, "\t\r\n");
+}
+
+static bool cfg_inbox_valid(const char *s)
+{
+    return cfg_subject_valid(s) && strlen(s) <= 64;
+}
+
+static bool cfg_bucket_valid(const char *s)
+{
+    return fq_name_valid(s, strlen(s));
+}
+
+/* ---- The declaration ---- */
+
+typedef struct cfg_out cfg_out;
+static void cfg_show_plans(cfg_out *o, const fq_config *c);
+
+/* How a setting's text is read, kept and shown. */
+typedef enum cfg_type {
+    CFG_TEXT,                   /* a string: as given, or its default */
+    CFG_NUM,                    /* a whole number, into a uint32_t or uint64_t */
+    CFG_WORD,                   /* one of words, kept as a string */
+    CFG_BOOL,                   /* one of two words, kept as a bool: the second */
+    CFG_LIST,                   /* entries of their own, read by `read` */
+} cfg_type;
+
+/* What a setting is. */
+enum {
+    CFG_RESTART = 1 << 0,       /* a change applies only at a restart: the diff
+                                   names it and a reload keeps the value in force */
+    CFG_SECRET = 1 << 1,        /* shown as "set" */
+    CFG_EMPTY_NONE = 1 << 2,    /* "" is kept as NULL, none, like an absent key */
+    CFG_URL = 1 << 3,           /* shown with each URL's user information as *** */
+    CFG_ZERO_NONE = 1 << 4,     /* 0 (no limit) is shown as "none" */
+    CFG_EMPTY_OFF = 1 << 5,     /* "" is shown as "off" */
+    CFG_EMPTY_HIDE = 1 << 6,    /* "" is not shown */
+};
+
+/* Names that must differ from the others of their kind. */
+enum { CFG_UNIQUE_NONE, CFG_UNIQUE_SUBJECT, CFG_UNIQUE_STREAM, CFG_UNIQUE_BUCKET };
+
+typedef fq_status (*cfg_step_fn)(fq_config *c, const raw_config *r, const cfg_ctx *v);
+
+/* One setting. */
+typedef struct cfg_field {
+    const char *key;            /* its path in the file: "streams.replicas" */
+    cfg_type type;
+    unsigned flags;             /* CFG_RESTART, CFG_SECRET, ... */
+    size_t off, size;           /* its member of fq_config */
+    const char *def;            /* TEXT: the default; NULL: none */
+    uint64_t num;               /* NUM: the default; WORD, BOOL: the default's index */
+    uint64_t min, max;          /* NUM: the range */
+    size_t cap;                 /* NUM: offset of a uint32_t setting read before,
+                                   which caps its range and default; 0: none */
+    const char *required;       /* TEXT: what an absent key (or with
+                                   CFG_EMPTY_NONE an empty one) is told */
+    bool (*valid)(const char *s); /* TEXT: a check of the text, or NULL */
+    const char *invalid;        /* its message: a format of the text ('%s') */
+    int unique;                 /* TEXT: a CFG_UNIQUE_* group, or none */
+    const char *const *words;   /* WORD, BOOL: the words, NULL-terminated */
+    cfg_step_fn read;           /* LIST: reads the entries */
+    size_t count_off, elem;     /* LIST: its count (a size_t) and entry size */
+    size_t raw_off, raw_count_off; /* LIST: its place in raw_config */
+    const cyaml_schema_value_t *entry; /* LIST: libcyaml's entry schema */
+    void (*show)(cfg_out *o, const fq_config *c); /* LIST: its value; NULL: the count */
+    cfg_step_fn then;           /* a check after it, of it and of what came before */
+} cfg_field;
+
+#define CFG_AT(m) .off = offsetof(fq_config, m), .size = sizeof(((fq_config *)0)->m)
+#define CFG_LIST_AT(m, n, raw) CFG_AT(m), .count_off = offsetof(fq_config, n), \
+    .elem = sizeof(*((fq_config *)0)->m), .raw_off = offsetof(raw_config, raw), \
+    .raw_count_off = offsetof(raw_config, raw##_count)
+#define CFG_XSTR(x) CFG_XSTR_(x)
+#define CFG_XSTR_(x) #x
+
+static const char *const cfg_admit_reject[] = {"admit", "reject", NULL};
+static const char *const cfg_levels[] = {"debug", "info", "warn", "error", NULL};
+static const char *const cfg_formats[] = {"logfmt", "json", NULL};
+
+#define CFG_SUBJECT .valid = cfg_subject_valid, .unique = CFG_UNIQUE_SUBJECT, \
+    .invalid = "'%s' is not a subject: dot-separated tokens, none empty, without white " \
+               "space or wildcards"
+#define CFG_STREAM_NAME .valid = cfg_stream_name_valid, \
+    .invalid = "'%s' is not a JetStream name: 1 to " CFG_XSTR(FQ_CONFIG_NAME_MAX) \
+               " printable characters without white space, '.', '*', '>', '/' or '\\'"
+#define CFG_STREAM CFG_STREAM_NAME, .unique = CFG_UNIQUE_STREAM
+#define CFG_BUCKET .valid = cfg_bucket_valid, .unique = CFG_UNIQUE_BUCKET, \
+    .invalid = "'%s' is not a bucket name: 1 to 64 of [A-Za-z0-9_-]"
+#define CFG_MS(lo) .min = (lo), .max = FQ_CONFIG_MAX_MS
+#define CFG_OPT (CFG_RESTART | CFG_EMPTY_NONE)
+
+/* Every setting, in file order (README.md, config/fairq.yaml). */
+static const cfg_field cfg_fields[] = {
+    {"nats.url", CFG_TEXT, CFG_OPT | CFG_URL, CFG_AT(nats.url),
+     .required = "required (e.g. nats://127.0.0.1:4222)", .valid = cfg_one_line,
+     .invalid = "must be on one line, without tabs"},
+    {"nats.creds", CFG_TEXT, CFG_OPT | CFG_SECRET, CFG_AT(nats.creds)},
+    {"nats.tls.ca", CFG_TEXT, CFG_OPT, CFG_AT(nats.tls_ca)},
+    {"nats.tls.cert", CFG_TEXT, CFG_OPT, CFG_AT(nats.tls_cert)},
+    {"nats.tls.key", CFG_TEXT, CFG_OPT | CFG_SECRET, CFG_AT(nats.tls_key)},
+    {"nats.user", CFG_TEXT, CFG_OPT, CFG_AT(nats.user)},
+    {"nats.password", CFG_TEXT, CFG_OPT | CFG_SECRET, CFG_AT(nats.password)},
+    {"nats.nkey", CFG_TEXT, CFG_OPT, CFG_AT(nats.nkey)},
+    {"nats.nkey_seed", CFG_TEXT, CFG_OPT | CFG_SECRET, CFG_AT(nats.nkey_seed)},
+    {"nats.inbox_prefix", CFG_TEXT, CFG_RESTART, CFG_AT(nats.inbox_prefix),
+     .def = FQ_INBOX_PREFIX, .valid = cfg_inbox_valid,
+     .invalid = "'%s' is not an inbox prefix: 1 to 64 characters of dot-separated tokens,"
+                " none empty, without white space or wildcards",
+     .then = cfg_nats_auth},
+    {"subjects.submit", CFG_TEXT, CFG_RESTART, CFG_AT(subjects.submit),
+     .def = FQ_SUBJECT_SUBMIT, CFG_SUBJECT},
+    {"subjects.dispatch", CFG_TEXT, CFG_RESTART, CFG_AT(subjects.dispatch),
+     .def = FQ_SUBJECT_DISPATCH, CFG_SUBJECT},
+    {"subjects.done", CFG_TEXT, CFG_RESTART, CFG_AT(subjects.done),
+     .def = FQ_SUBJECT_DONE, CFG_SUBJECT},
+    {"subjects.rejected", CFG_TEXT, CFG_RESTART, CFG_AT(subjects.rejected),
+     .def = FQ_SUBJECT_REJECTED, CFG_SUBJECT},
+    {"subjects.admin", CFG_TEXT, CFG_RESTART, CFG_AT(subjects.admin),
+     .def = FQ_SUBJECT_ADMIN, CFG_SUBJECT},
+    {"subjects.runs", CFG_TEXT, CFG_RESTART, CFG_AT(subjects.runs),
+     .def = FQ_SUBJECT_RUNS, CFG_SUBJECT, .then = cfg_subjects_apart},
+    /* Two streams (or buckets) of one name would be one with two sets of
+     * settings; the durable consumer is on two streams by design. */
+    {"streams.submit", CFG_TEXT, CFG_RESTART, CFG_AT(streams.submit),
+     .def = FQ_DEFAULT_STREAM_SUBMIT, CFG_STREAM},
+    {"streams.dispatch", CFG_TEXT, CFG_RESTART, CFG_AT(streams.dispatch),
+     .def = FQ_DEFAULT_STREAM_DISPATCH, CFG_STREAM},
+    {"streams.done", CFG_TEXT, CFG_RESTART, CFG_AT(streams.done),
+     .def = FQ_DEFAULT_STREAM_DONE, CFG_STREAM},
+    {"streams.rejected", CFG_TEXT, CFG_RESTART, CFG_AT(streams.rejected),
+     .def = FQ_DEFAULT_STREAM_REJECTED, CFG_STREAM},
+    {"streams.runs", CFG_TEXT, CFG_RESTART, CFG_AT(streams.runs),
+     .def = FQ_DEFAULT_STREAM_RUNS, CFG_STREAM},
+    {"streams.durable", CFG_TEXT, CFG_RESTART, CFG_AT(streams.durable),
+     .def = FQ_DEFAULT_DURABLE, CFG_STREAM_NAME},
+    {"streams.lease_bucket", CFG_TEXT, CFG_RESTART, CFG_AT(streams.lease_bucket),
+     .def = FQ_DEFAULT_LEASE_BUCKET, CFG_BUCKET},
+    {"streams.tenants_bucket", CFG_TEXT, CFG_RESTART, CFG_AT(streams.tenants_bucket),
+     .def = FQ_DEFAULT_TENANTS_BUCKET, CFG_BUCKET},
+    {"streams.replicas", CFG_NUM, CFG_RESTART, CFG_AT(streams.replicas),
+     .num = 1, .min = 1, .max = 5},
+    {"streams.duplicate_window_ms", CFG_NUM, CFG_RESTART, CFG_AT(streams.duplicate_window_ms),
+     .num = FQ_DEFAULT_DUPLICATE_WINDOW_MS, .min = 1000, .max = FQ_MAX_DUPLICATE_WINDOW_MS},
+    /* 0 until window.run_timeout_ms is read: cfg_dispatch_age */
+    {"streams.dispatch_max_age_ms", CFG_NUM, CFG_RESTART, CFG_AT(streams.dispatch_max_age_ms),
+     .num = 0, CFG_MS(1000), .then = cfg_dispatch_age_check},
+    {"streams.rejected_max_age_ms", CFG_NUM, CFG_RESTART, CFG_AT(streams.rejected_max_age_ms),
+     .num = FQ_DEFAULT_REJECTED_MAX_AGE_MS, CFG_MS(1000)},
+    /* Storage limits (0: none), as JetStream takes them: signed 64 bits. */
+    {"streams.submit_max_msgs_per_tenant", CFG_NUM, CFG_RESTART | CFG_ZERO_NONE,
+     CFG_AT(streams.submit_max_msgs_per_tenant),
+     .num = FQ_DEFAULT_SUBMIT_MAX_MSGS_PER_TENANT, .max = INT64_MAX},
+    {"streams.submit_max_bytes", CFG_NUM, CFG_RESTART | CFG_ZERO_NONE,
+     CFG_AT(streams.submit_max_bytes), .num = FQ_DEFAULT_SUBMIT_MAX_BYTES, .max = INT64_MAX},
+    {"streams.rejected_max_msgs_per_tenant", CFG_NUM, CFG_RESTART | CFG_ZERO_NONE,
+     CFG_AT(streams.rejected_max_msgs_per_tenant),
+     .num = FQ_DEFAULT_REJECTED_MAX_MSGS_PER_TENANT, .max = INT64_MAX},
+    {"streams.rejected_max_bytes", CFG_NUM, CFG_RESTART | CFG_ZERO_NONE,
+     CFG_AT(streams.rejected_max_bytes), .num = FQ_DEFAULT_REJECTED_MAX_BYTES, .max = INT64_MAX},
+    {"scheduler.quantum_tokens", CFG_NUM, 0, CFG_AT(scheduler.quantum_tokens),
+     .num = 1000, .min = 1, .max = FQ_POLICY_MAX_QUANTUM},
+    {"scheduler.default_plan", CFG_TEXT, 0, CFG_AT(scheduler.default_plan),
+     .required = "required (the plan of tenants that are not listed)"},
+    {"scheduler.unknown_tenants", CFG_BOOL, 0, CFG_AT(scheduler.reject_unknown),
+     .words = cfg_admit_reject},
+    /* The estimator is built once, with the estimate bounds. */
+    {"scheduler.max_est_tokens", CFG_NUM, CFG_RESTART, CFG_AT(scheduler.max_est_tokens),
+     .num = 1000000, .min = 1, .max = UINT32_MAX},
+    {"scheduler.max_wait_ms", CFG_NUM, CFG_ZERO_NONE, CFG_AT(scheduler.max_wait_ms),
+     .num = 0, CFG_MS(0)},
+    {"scheduler.debt_forget_ms", CFG_NUM, 0, CFG_AT(scheduler.debt_forget_ms),
+     .num = FQ_DEFAULT_DEBT_FORGET_MS, CFG_MS(1000)},
+    {"window.max_in_flight", CFG_NUM, 0, CFG_AT(window.max_in_flight),
+     .num = 64, .min = 1, .max = UINT32_MAX},
+    {"window.max_in_flight_tokens", CFG_NUM, CFG_ZERO_NONE, CFG_AT(window.max_in_flight_tokens),
+     .num = 0, .max = UINT64_MAX},
+    /* The journal's max age follows it, set at start. */
+    {"window.run_timeout_ms", CFG_NUM, CFG_RESTART, CFG_AT(window.run_timeout_ms),
+     .num = 600000, CFG_MS(1), .then = cfg_dispatch_age},
+    {"limits.max_buffered_runs", CFG_NUM, 0, CFG_AT(limits.max_buffered_runs),
+     .num = 1000000, .min = 1, .max = UINT64_MAX},
+    {"limits.max_buffered_bytes", CFG_NUM, 0, CFG_AT(limits.max_buffered_bytes),
+     .num = 256u << 20, .min = 1, .max = UINT64_MAX},
+    {"plans", CFG_LIST, 0, CFG_LIST_AT(plans, n_plans, plans), .entry = &plan_entry,
+     .read = cfg_plans, .show = cfg_show_plans, .then = cfg_default_plan_known},
+    {"tenants", CFG_LIST, 0, CFG_LIST_AT(tenants, n_tenants, tenants), .entry = &tenant_entry,
+     .read = cfg_tenants},
+    {"estimates.default_tokens", CFG_NUM, CFG_RESTART, CFG_AT(estimates.default_tokens),
+     .num = 1000, .min = 1, .max = UINT32_MAX,
+     .cap = offsetof(fq_config, scheduler.max_est_tokens)},
+    {"estimates.workflows", CFG_LIST, 0,
+     CFG_LIST_AT(estimates.workflows, estimates.n_workflows, workflows),
+     .entry = &workflow_entry, .read = cfg_workflows},
+    {"http.listen", CFG_TEXT, CFG_RESTART | CFG_EMPTY_OFF, CFG_AT(http.listen),
+     .def = "127.0.0.1:9464", .valid = cfg_listen_valid,
+     .invalid = "'%s' is not host:port (port 1 to 65535), or \"\" to disable"},
+    {"http.probe_listen", CFG_TEXT, CFG_RESTART | CFG_EMPTY_HIDE, CFG_AT(http.probe_listen),
+     .def = "", .valid = cfg_listen_valid,
+     .invalid = "'%s' is not host:port (port 1 to 65535), or \"\" for none"},
+    {"http.max_tenant_series", CFG_NUM, CFG_RESTART, CFG_AT(http.max_tenant_series),
+     .num = FQ_METRICS_MAX_TENANT_SERIES, .min = 1, .max = FQ_CONFIG_MAX_TENANT_SERIES},
+    {"log.level", CFG_WORD, 0, CFG_AT(log.level), .num = 1, .words = cfg_levels},
+    {"log.format", CFG_WORD, 0, CFG_AT(log.format), .num = 0, .words = cfg_formats},
+    {"log.queue_age_warn_ms", CFG_NUM, 0, CFG_AT(log.queue_age_warn_ms),
+     .num = FQ_DEFAULT_QUEUE_AGE_WARN_MS, CFG_MS(1)},
+};
+#define CFG_N_FIELDS (sizeof(cfg_fields) / sizeof(cfg_fields[0]))
+_Static_assert(CFG_N_FIELDS <= CFG_FIELDS_MAX, "raw_config.text holds every setting");
+
+/* The member of c that field i is kept in. */
+static void *cfg_at(const fq_config *c, size_t i)
+{
+    return (char *)(uintptr_t)c + cfg_fields[i].off;
+}
+
+static const char *cfg_text_of(const fq_config *c, size_t i)
+{
+    const char *s;
+    memcpy(&s, cfg_at(c, i), sizeof(s));
     return s;
 }
 
+/* A NUM or BOOL member, widened to 64 bits. */
+static uint64_t cfg_num_of(const void *at, size_t size)
+{
+    uint32_t v32;
+    uint64_t v64;
+    bool b;
+    if (size == sizeof(b)) {
+        memcpy(&b, at, sizeof(b));
+        return b;
+    }
+    if (size == sizeof(v32)) {
+        memcpy(&v32, at, sizeof(v32));
+        return v32;
+    }
+    memcpy(&v64, at, sizeof(v64));
+    return v64;
+}
+
+static void cfg_num_put(void *at, size_t size, uint64_t n)
+{
+    uint32_t v32 = (uint32_t)n;
+    bool b = n != 0;
+    memcpy(at, size == sizeof(b) ? (void *)&b : size == sizeof(v32) ? (void *)&v32 : (void *)&n,
+           size);
+}
+
+/* Read setting i from r into c: its default when absent. */
+static fq_status cfg_read(fq_config *c, const raw_config *r, const cfg_ctx *v, size_t i)
+{
+    const cfg_field *f = &cfg_fields[i];
+    const char *s = r->text[i];
+    void *at = cfg_at(c, i);
+    if (f->type == CFG_LIST)
+        return f->read(c, r, v);
+    if (f->type == CFG_NUM) {
+        uint64_t n = f->num, max = f->max;
+        if (f->cap) {
+            uint64_t cap = cfg_num_of((const char *)c + f->cap, sizeof(uint32_t));
+            max = max < cap ? max : cap;
+            n = n < cap ? n : cap;
+        }
+        fq_status st = cfg_u64(v, NULL, f->key, s, f->min, max, &n);
+        cfg_num_put(at, f->size, n);
+        return st;
+    }
+    if (f->type == CFG_WORD || f->type == CFG_BOOL) {
+        int k = (int)f->num;
+        fq_status st = cfg_word(v, NULL, f->key, s, f->words, &k);
+        if (st == FQ_OK && f->type == CFG_BOOL)
+            cfg_num_put(at, f->size, (uint64_t)k);
+        else if (st == FQ_OK)
+            st = cfg_str(f->words[k], false, at);
+        return st;
+    }
+    if (f->required && (!s || (!*s && (f->flags & CFG_EMPTY_NONE))))
+        return cfg_fail(v, NULL, f->key, "%s", f->required);
+    if (!s)
+        s = f->def;
+    if (s && f->valid && !f->valid(s))
+        return cfg_fail(v, NULL, f->key, f->invalid, s);
+    for (size_t j = 0; s && f->unique && j < i; j++)
+        if (cfg_fields[j].unique == f->unique && strcmp(s, cfg_text_of(c, j)) == 0)
+            return cfg_fail(v, NULL, f->key, "'%s' is %s already", s, cfg_fields[j].key);
+    return cfg_str(s, f->flags & CFG_EMPTY_NONE, at);
+}
+
 /* Fill c from r, checking everything; on error c is left for the caller to
- * free. Sections in file order, so that the first error is the first one a
- * reader of the file meets. */
+ * free. */
 static fq_status cfg_build(fq_config *c, const raw_config *r, const cfg_ctx *v)
 {
     fq_status s = FQ_OK;
-    CFG_IFOK(s, cfg_nats(c, r->nats ? r->nats : &(raw_nats){0}, v));
-    CFG_IFOK(s, cfg_subjects(c, r->subjects ? r->subjects : &(raw_subjects){0}, v));
-    CFG_IFOK(s, cfg_streams(c, r->streams ? r->streams : &(raw_streams){0}, v));
-    CFG_IFOK(s, cfg_scheduler(c, r->scheduler ? r->scheduler : &(raw_scheduler){0}, v));
-    CFG_IFOK(s, cfg_window(c, r->window ? r->window : &(raw_window){0}, v));
-    if (s == FQ_OK && !c->streams.dispatch_max_age_ms)
-        c->streams.dispatch_max_age_ms = cfg_dispatch_age(c);
-    CFG_IFOK(s, cfg_limits(c, r->limits ? r->limits : &(raw_limits){0}, v));
-    CFG_IFOK(s, cfg_plans(c, r, v));
-    if (s == FQ_OK && cfg_plan_index(c, c->scheduler.default_plan) < 0)
-        return cfg_fail(v, "scheduler", "default_plan", "no plan named '%s' in plans",
-                        c->scheduler.default_plan);
-    CFG_IFOK(s, cfg_tenants(c, r, v));
-    CFG_IFOK(s, cfg_estimates(c, r->estimates ? r->estimates : &(raw_estimates){0}, v));
-    CFG_IFOK(s, cfg_misc(c, r, v));
+    for (size_t i = 0; i < CFG_N_FIELDS && s == FQ_OK; i++) {
+        s = cfg_read(c, r, v, i);
+        if (s == FQ_OK && cfg_fields[i].then)
+            s = cfg_fields[i].then(c, r, v);
+    }
     return s;
 }
+
+/* ---- libcyaml's schema, built from the declaration ---- */
+
+#define CFG_MAPS_MAX 16         /* the root and the sections the keys name */
+
+/* Each section of the keys is a mapping, in the order of its first key,
+ * placed at offset 0 of raw_config (not a struct of its own): its scalars
+ * are strings in their rows' slots, its lists libcyaml's sequences of the
+ * entry schemas above. */
+typedef struct cfg_schema {
+    cyaml_schema_field_t fields[CFG_FIELDS_MAX + 2 * CFG_MAPS_MAX];
+    size_t n_fields;
+    char names[CFG_MAPS_MAX][32]; /* the sections' keys */
+    size_t n_names;
+    cyaml_schema_value_t root;
+} cfg_schema;
+
+/* The mapping of the keys under prefix (plen bytes: "" or "nats."), after
+ * those of its sections; NULL if the schema has no room. */
+static const cyaml_schema_field_t *cfg_schema_map(cfg_schema *s, const char *prefix,
+                                                  size_t plen)
+{
+    cyaml_schema_field_t mine[CFG_FIELDS_MAX];
+    size_t n = 0;
+    for (size_t i = 0; i < CFG_N_FIELDS; i++) {
+        const cfg_field *f = &cfg_fields[i];
+        if (strncmp(f->key, prefix, plen) != 0)
+            continue;
+        const char *key = f->key + plen, *dot = strchr(key, '.');
+        if (f->type == CFG_LIST && !dot) {
+            mine[n++] = (cyaml_schema_field_t){
+                .key = key, .data_offset = (uint32_t)f->raw_off,
+                .count_offset = (uint32_t)f->raw_count_off, .count_size = sizeof(unsigned),
+                .value = {.type = CYAML_SEQUENCE,
+                          .flags = CYAML_FLAG_POINTER | CYAML_FLAG_OPTIONAL,
+                          .data_size = f->entry->data_size,
+                          .sequence = {.entry = f->entry, .min = 0, .max = CYAML_UNLIMITED}}};
+        } else if (!dot) {
+            mine[n++] = (cyaml_schema_field_t){
+                .key = key, .data_offset = (uint32_t)(offsetof(raw_config, text) +
+                                                      i * sizeof(char *)),
+                .value = {CYAML_VALUE_STRING(CYAML_FLAG_POINTER | CYAML_FLAG_OPTIONAL, char *,
+                                             0, CYAML_UNLIMITED)}};
+        } else {
+            size_t klen = (size_t)(dot - key), j = 0;
+            while (j < n && !(mine[j].value.type == CYAML_MAPPING &&
+                              strncmp(mine[j].key, key, klen) == 0 && !mine[j].key[klen]))
+                j++;
+            if (j < n)
+                continue;       /* a section seen already */
+            if (s->n_names == CFG_MAPS_MAX || klen >= sizeof(s->names[0]))
+                return NULL;
+            char *name = s->names[s->n_names++];
+            memcpy(name, key, klen);
+            name[klen] = '\0';
+            const cyaml_schema_field_t *sub = cfg_schema_map(s, f->key, plen + klen + 1);
+            if (!sub)
+                return NULL;
+            mine[n++] = (cyaml_schema_field_t){
+                .key = name, .data_offset = 0,
+                .value = {.type = CYAML_MAPPING, .flags = CYAML_FLAG_OPTIONAL,
+                          .data_size = sizeof(raw_config), .mapping = {.fields = sub}}};
+        }
+    }
+    if (s->n_fields + n + 1 > sizeof(s->fields) / sizeof(s->fields[0]))
+        return NULL;
+    cyaml_schema_field_t *out = &s->fields[s->n_fields];
+    memcpy(out, mine, n * sizeof(*out));
+    out[n] = (cyaml_schema_field_t)CYAML_FIELD_END;
+    s->n_fields += n + 1;
+    return out;
+}
+
+/* The schema of the whole document into s; false if the declaration does
+ * not hold together (a number wider than its member, more rows or sections
+ * than CFG_FIELDS_MAX or CFG_MAPS_MAX allow). */
+static bool cfg_schema_build(cfg_schema *s)
+{
+    memset(s, 0, sizeof(*s));
+    for (size_t i = 0; i < CFG_N_FIELDS; i++)   /* a number must fit its member */
+        if (cfg_fields[i].type == CFG_NUM && cfg_fields[i].size < sizeof(uint64_t) &&
+            cfg_fields[i].max > UINT32_MAX)
+            return false;
+    const cyaml_schema_field_t *top = cfg_schema_map(s, "", 0);
+    s->root = (cyaml_schema_value_t){
+        CYAML_VALUE_MAPPING(CYAML_FLAG_POINTER, raw_config, top)};
+    return top != NULL;
+}
+
+/* The mapping fields of the schema at path, or NULL. */
+static const cyaml_schema_field_t *cfg_schema_at(const cyaml_schema_value_t *val,
+                                                 const char *path)
+{
+    fq_yerr_step st[FQ_YERR_STEPS];
+    size_t n = fq_yerr_steps(st, path, FQ_YERR_STEPS);
+    for (size_t i = 0; i < n && val; i++) {
+        if (!st[i].key) {
+            val = val->type == CYAML_SEQUENCE ? val->sequence.entry : NULL;
+            continue;
+        }
+        const cyaml_schema_field_t *f = val->type == CYAML_MAPPING ? val->mapping.fields : NULL;
+        while (f && f->key && (strlen(f->key) != st[i].klen ||
+                               memcmp(f->key, st[i].key, st[i].klen) != 0))
+            f++;
+        val = f && f->key ? &f->value : NULL;
+    }
+    return val && val->type == CYAML_MAPPING ? val->mapping.fields : NULL;
+}
+/* libcyaml's names for what it expected and what it found, in words. */
+static const char *cfg_kind(const char *what)
+{
+    if (strncmp(what, "MAPPING", 7) == 0)
+        return "a mapping";
+    if (strncmp(what, "SEQUENCE", 8) == 0)
+        return "a list";
+    return "a single value";
+}
+
+/* Check that the source is well-formed YAML and one document, before
+ * libcyaml reads it: libyaml places a syntax error exactly, where libcyaml
+ * only names the enclosing key, and libcyaml would silently ignore every
+ * document after the first. */
+static fq_status cfg_scan(const cfg_ctx *v)
+{
+    yaml_parser_t p;
+    yaml_event_t e;
+    unsigned docs = 0;
+    fq_status s = FQ_OK;
+    if (!yaml_parser_initialize(&p))
+        return FQ_ENOMEM;
+    yaml_parser_set_input_string(&p, (const unsigned char *)v->yaml, v->len);
+    for (;;) {
+        if (!yaml_parser_parse(&p, &e)) {
+            char reason[256];
+            snprintf(reason, sizeof(reason), "YAML syntax: %s%s%s",
+                     p.problem ? p.problem : "invalid document",
+                     p.context ? " " : "", p.context ? p.context : "");
+            cfg_message(v, NULL, p.problem_mark.line + 1, p.problem_mark.column + 1,
+                        reason);
+            s = FQ_EINVAL;
+            break;
+        }
+        yaml_event_type_t t = e.type;
+        yaml_mark_t m = e.start_mark;
+        yaml_event_delete(&e);
+        if (t == YAML_DOCUMENT_START_EVENT && ++docs == 2) {
+            cfg_message(v, NULL, m.line + 1, m.column + 1,
+                        "a second YAML document: the config is one document");
+            s = FQ_EINVAL;
+            break;
+        }
+        if (t == YAML_STREAM_END_EVENT || t == YAML_NO_EVENT)
+            break;
+    }
+    yaml_parser_delete(&p);
+    return s;
+}
+
+/* Turn what libcyaml logged into one message in v->err. */
+static void cfg_load_error(const cfg_ctx *v, const fq_yerr_log *l, cyaml_err_t err)
+{
+    char path[FQ_YERR_PATH_MAX], reason[512], key[256], expected[32], got[32];
+    size_t line, col;
+    bool twice = strncmp(l->reason, "Mapping field already seen", 26) == 0;
+    fq_yerr_place(l, v->yaml, v->len, twice ? 2 : 1, path, sizeof(path), key, sizeof(key),
+                  &line, &col);
+    if (key[0]) {
+        char known[384] = "";
+        size_t k = 0;
+        char at[FQ_YERR_PATH_MAX];          /* the mapping the key is unknown in */
+        size_t plen = strlen(path) - strlen(key);
+        snprintf(at, sizeof(at), "%.*s", (int)(plen ? plen - 1 : 0), path);
+        const cyaml_schema_field_t *f = cfg_schema_at(v->schema, at);
+        for (; f && f->key && k < sizeof(known); f++)
+            k += snprintf(known + k, sizeof(known) - k, "%s%s", k ? ", " : "", f->key);
+        snprintf(reason, sizeof(reason), "unknown key (known here: %s)", known);
+    } else if (twice) {
+        snprintf(reason, sizeof(reason), "key given twice");
+    } else if (sscanf(l->reason, "Expecting %31s got event: %31s", expected, got) == 2) {
+        snprintf(reason, sizeof(reason), "expected %s, got %s",
+                 cfg_kind(expected), cfg_kind(got));
+    } else if (err == CYAML_ERR_ALIAS) {
+        snprintf(reason, sizeof(reason), "YAML aliases (*name) are not supported");
+    } else {
+        snprintf(reason, sizeof(reason), "%s",
+                 l->reason[0] ? l->reason : cyaml_strerror(err));
+    }
+    cfg_message(v, path, line, col, reason);
+}
+
+
+/* ---- Load ---- */
 
 fq_status fq_config_parse(fq_config *out, const char *name, const char *yaml,
                           size_t len, char *err, size_t errlen)
 {
-    cfg_ctx v = {name, yaml, len, err, errlen};
+    cfg_schema schema;
+    cfg_ctx v = {name, yaml, len, err, errlen, &schema.root};
     fq_yerr_log log;
     memset(&log, 0, sizeof(log));
     const cyaml_config_t cy = {
@@ -977,10 +1034,15 @@ fq_status fq_config_parse(fq_config *out, const char *name, const char *yaml,
         .flags = CYAML_CFG_NO_ALIAS,
     };
     raw_config *raw = NULL;
+    if (!cfg_schema_build(&schema)) {
+        cfg_message(&v, NULL, 0, 0, "internal error: the declaration of the settings does "
+                    "not hold together");
+        return FQ_EINVAL;
+    }
     fq_status s = cfg_scan(&v);
     if (s != FQ_OK)
         return s;
-    cyaml_err_t ce = cyaml_load_data((const uint8_t *)yaml, len, &cy, &config_schema,
+    cyaml_err_t ce = cyaml_load_data((const uint8_t *)yaml, len, &cy, &schema.root,
                                      (cyaml_data_t **)&raw, NULL);
     if (ce == CYAML_ERR_OOM) {
         cfg_message(&v, NULL, 0, 0, "out of memory");
@@ -994,7 +1056,7 @@ fq_status fq_config_parse(fq_config *out, const char *name, const char *yaml,
     memset(&c, 0, sizeof(c));
     s = cfg_build(&c, raw ? raw : &(raw_config){0}, &v);
     if (raw)
-        cyaml_free(&cy, &config_schema, raw, 0);
+        cyaml_free(&cy, &schema.root, raw, 0);
     if (s == FQ_ENOMEM)
         cfg_message(&v, NULL, 0, 0, "out of memory");
     if (s != FQ_OK) {
@@ -1007,7 +1069,7 @@ fq_status fq_config_parse(fq_config *out, const char *name, const char *yaml,
 
 fq_status fq_config_load(fq_config *out, const char *path, char *err, size_t errlen)
 {
-    cfg_ctx v = {path, NULL, 0, err, errlen};
+    cfg_ctx v = {path, NULL, 0, err, errlen, NULL};
     FILE *f = fopen(path, "rb");
     if (!f) {
         cfg_message(&v, NULL, 0, 0, strerror(errno));
@@ -1033,70 +1095,58 @@ fq_status fq_config_load(fq_config *out, const char *path, char *err, size_t err
     return s;
 }
 
-/* Every string of a config, as offsets: what free and copy walk. */
-static const size_t cfg_strings[] = {
-    offsetof(fq_config, nats.url), offsetof(fq_config, nats.creds),
-    offsetof(fq_config, nats.tls_ca), offsetof(fq_config, nats.tls_cert),
-    offsetof(fq_config, nats.tls_key), offsetof(fq_config, nats.user),
-    offsetof(fq_config, nats.password), offsetof(fq_config, nats.nkey),
-    offsetof(fq_config, nats.nkey_seed), offsetof(fq_config, nats.inbox_prefix),
-    offsetof(fq_config, subjects.submit),
-    offsetof(fq_config, subjects.dispatch), offsetof(fq_config, subjects.done),
-    offsetof(fq_config, subjects.rejected), offsetof(fq_config, subjects.admin),
-    offsetof(fq_config, subjects.runs), offsetof(fq_config, streams.submit),
-    offsetof(fq_config, streams.dispatch), offsetof(fq_config, streams.done),
-    offsetof(fq_config, streams.rejected), offsetof(fq_config, streams.runs),
-    offsetof(fq_config, streams.durable), offsetof(fq_config, streams.lease_bucket),
-    offsetof(fq_config, streams.tenants_bucket), offsetof(fq_config, scheduler.default_plan),
-    offsetof(fq_config, http.listen), offsetof(fq_config, http.probe_listen),
-    offsetof(fq_config, log.level),
-    offsetof(fq_config, log.format),
-};
-#define CFG_N_STRINGS (sizeof(cfg_strings) / sizeof(cfg_strings[0]))
 
-static char **cfg_string_at(fq_config *c, size_t i)
+/* True for the settings kept as strings, which free and copy walk. */
+static bool cfg_is_text(size_t i)
 {
-    return (char **)(void *)((char *)c + cfg_strings[i]);
+    return cfg_fields[i].type == CFG_TEXT || cfg_fields[i].type == CFG_WORD;
+}
+
+/* A list's count. */
+static size_t cfg_count_of(const fq_config *c, size_t i)
+{
+    size_t n;
+    memcpy(&n, (const char *)c + cfg_fields[i].count_off, sizeof(n));
+    return n;
 }
 
 void fq_config_free(fq_config *c)
 {
     if (!c)
         return;
-    for (size_t i = 0; i < CFG_N_STRINGS; i++)
-        free(*cfg_string_at(c, i));
-    free(c->estimates.workflows);
-    free(c->tenants);
-    free(c->plans);
+    for (size_t i = 0; i < CFG_N_FIELDS; i++) {
+        void *p;
+        if (!cfg_is_text(i) && cfg_fields[i].type != CFG_LIST)
+            continue;
+        memcpy(&p, cfg_at(c, i), sizeof(p));
+        free(p);
+    }
     memset(c, 0, sizeof(*c));
-}
-
-/* A copy of n elements of size sz at src, or NULL (also for none). */
-static void *cfg_memdup(const void *src, size_t n, size_t sz, bool *ok)
-{
-    if (!n)
-        return NULL;
-    void *d = malloc(n * sz);
-    if (d)
-        memcpy(d, src, n * sz);
-    else
-        *ok = false;
-    return d;
 }
 
 fq_status fq_config_copy(fq_config *dst, const fq_config *src)
 {
     fq_config d = *src;
     bool ok = true;
-    for (size_t i = 0; i < CFG_N_STRINGS; i++) {
-        char **f = cfg_string_at(&d, i);   /* a copy or NULL, never src's */
-        if (*f && !(*f = strdup(*f)))
-            ok = false;
+    for (size_t i = 0; i < CFG_N_FIELDS; i++) {
+        void *p = NULL;     /* a copy or NULL, never src's */
+        if (cfg_is_text(i)) {
+            const char *s = cfg_text_of(src, i);
+            if (s && !(p = strdup(s)))
+                ok = false;
+        } else if (cfg_fields[i].type == CFG_LIST) {
+            size_t n = cfg_count_of(src, i) * cfg_fields[i].elem;
+            const void *from;
+            memcpy(&from, cfg_at(src, i), sizeof(from));
+            if (n && !(p = malloc(n)))
+                ok = false;
+            else if (n)
+                memcpy(p, from, n);
+        } else {
+            continue;
+        }
+        memcpy(cfg_at(&d, i), &p, sizeof(p));
     }
-    d.estimates.workflows = cfg_memdup(src->estimates.workflows, src->estimates.n_workflows,
-                                       sizeof(*d.estimates.workflows), &ok);
-    d.plans = cfg_memdup(src->plans, src->n_plans, sizeof(*d.plans), &ok);
-    d.tenants = cfg_memdup(src->tenants, src->n_tenants, sizeof(*d.tenants), &ok);
     *dst = d;
     if (ok)
         return FQ_OK;
@@ -1202,19 +1252,11 @@ static void cfg_put_url(cfg_out *o, const char *url)
     cfg_put_value(o, tmp);
 }
 
-/* "none", or the value (or "set" for a secret). */
-static void cfg_put_opt(cfg_out *o, const char *key, const char *val, bool secret)
-{
-    cfg_put(o, " %s=", key);
-    cfg_put_value(o, !val ? "none" : secret ? "set" : val);
-}
 
-static void cfg_put_limit(cfg_out *o, const char *key, uint64_t val)
+static void cfg_show_plans(cfg_out *o, const fq_config *c)
 {
-    if (val)
-        cfg_put(o, " %s=%llu", key, (unsigned long long)val);
-    else
-        cfg_put(o, " %s=none", key);
+    for (size_t i = 0; i < c->n_plans; i++)
+        cfg_put(o, "%s%s:%u", i ? "," : "", c->plans[i].name, c->plans[i].weight);
 }
 
 size_t fq_config_describe(const fq_config *c, char *buf, size_t cap)
@@ -1222,143 +1264,38 @@ size_t fq_config_describe(const fq_config *c, char *buf, size_t cap)
     cfg_out o = {buf, cap, 0};
     if (cap)
         buf[0] = '\0';
-    cfg_put(&o, "nats.url=");
-    cfg_put_url(&o, c->nats.url ? c->nats.url : "");
-    cfg_put_opt(&o, "nats.creds", c->nats.creds, true);
-    cfg_put_opt(&o, "nats.tls.ca", c->nats.tls_ca, false);
-    cfg_put_opt(&o, "nats.tls.cert", c->nats.tls_cert, false);
-    cfg_put_opt(&o, "nats.tls.key", c->nats.tls_key, true);
-    cfg_put_opt(&o, "nats.user", c->nats.user, false);
-    cfg_put_opt(&o, "nats.password", c->nats.password, true);
-    cfg_put_opt(&o, "nats.nkey", c->nats.nkey, false);
-    cfg_put_opt(&o, "nats.nkey_seed", c->nats.nkey_seed, true);
-    cfg_put_opt(&o, "nats.inbox_prefix", c->nats.inbox_prefix, false);
-    cfg_put_opt(&o, "subjects.submit", c->subjects.submit, false);
-    cfg_put_opt(&o, "subjects.dispatch", c->subjects.dispatch, false);
-    cfg_put_opt(&o, "subjects.done", c->subjects.done, false);
-    cfg_put_opt(&o, "subjects.rejected", c->subjects.rejected, false);
-    cfg_put_opt(&o, "subjects.admin", c->subjects.admin, false);
-    cfg_put_opt(&o, "subjects.runs", c->subjects.runs, false);
-    cfg_put_opt(&o, "streams.submit", c->streams.submit, false);
-    cfg_put_opt(&o, "streams.dispatch", c->streams.dispatch, false);
-    cfg_put_opt(&o, "streams.done", c->streams.done, false);
-    cfg_put_opt(&o, "streams.rejected", c->streams.rejected, false);
-    cfg_put_opt(&o, "streams.runs", c->streams.runs, false);
-    cfg_put_opt(&o, "streams.durable", c->streams.durable, false);
-    cfg_put_opt(&o, "streams.lease_bucket", c->streams.lease_bucket, false);
-    cfg_put_opt(&o, "streams.tenants_bucket", c->streams.tenants_bucket, false);
-    cfg_put(&o, " streams.replicas=%u streams.duplicate_window_ms=%llu"
-            " streams.dispatch_max_age_ms=%llu streams.rejected_max_age_ms=%llu",
-            c->streams.replicas, (unsigned long long)c->streams.duplicate_window_ms,
-            (unsigned long long)c->streams.dispatch_max_age_ms,
-            (unsigned long long)c->streams.rejected_max_age_ms);
-    cfg_put_limit(&o, "streams.submit_max_msgs_per_tenant",
-                  c->streams.submit_max_msgs_per_tenant);
-    cfg_put_limit(&o, "streams.submit_max_bytes", c->streams.submit_max_bytes);
-    cfg_put_limit(&o, "streams.rejected_max_msgs_per_tenant",
-                  c->streams.rejected_max_msgs_per_tenant);
-    cfg_put_limit(&o, "streams.rejected_max_bytes", c->streams.rejected_max_bytes);
-    cfg_put(&o, " scheduler.quantum_tokens=%u", c->scheduler.quantum_tokens);
-    cfg_put_opt(&o, "scheduler.default_plan", c->scheduler.default_plan, false);
-    cfg_put(&o, " scheduler.unknown_tenants=%s",
-            c->scheduler.reject_unknown ? "reject" : "admit");
-    cfg_put(&o, " scheduler.max_est_tokens=%u", c->scheduler.max_est_tokens);
-    cfg_put_limit(&o, "scheduler.max_wait_ms", c->scheduler.max_wait_ms);
-    cfg_put(&o, " scheduler.debt_forget_ms=%llu",
-            (unsigned long long)c->scheduler.debt_forget_ms);
-    cfg_put(&o, " window.max_in_flight=%u", c->window.max_in_flight);
-    cfg_put_limit(&o, "window.max_in_flight_tokens", c->window.max_in_flight_tokens);
-    cfg_put(&o, " window.run_timeout_ms=%llu",
-            (unsigned long long)c->window.run_timeout_ms);
-    cfg_put(&o, " limits.max_buffered_runs=%llu limits.max_buffered_bytes=%llu",
-            (unsigned long long)c->limits.max_buffered_runs,
-            (unsigned long long)c->limits.max_buffered_bytes);
-    cfg_put(&o, " plans=");
-    for (size_t i = 0; i < c->n_plans; i++)
-        cfg_put(&o, "%s%s:%u", i ? "," : "", c->plans[i].name, c->plans[i].weight);
-    cfg_put(&o, " tenants=%zu", c->n_tenants);
-    cfg_put(&o, " estimates.default_tokens=%u estimates.workflows=%zu",
-            c->estimates.default_tokens, c->estimates.n_workflows);
-    cfg_put(&o, " http.listen=");
-    cfg_put_value(&o, c->http.listen && *c->http.listen ? c->http.listen : "off");
-    if (c->http.probe_listen && *c->http.probe_listen) {
-        cfg_put(&o, " http.probe_listen=");
-        cfg_put_value(&o, c->http.probe_listen);
+    for (size_t i = 0; i < CFG_N_FIELDS; i++) {
+        const cfg_field *f = &cfg_fields[i];
+        const char *s = cfg_is_text(i) ? cfg_text_of(c, i) : NULL;
+        if ((f->flags & CFG_EMPTY_HIDE) && (!s || !*s))
+            continue;
+        cfg_put(&o, "%s%s=", i ? " " : "", f->key);
+        if (f->type == CFG_LIST && f->show)
+            f->show(&o, c);
+        else if (f->type == CFG_LIST)
+            cfg_put(&o, "%zu", cfg_count_of(c, i));
+        else if (f->type == CFG_BOOL)
+            cfg_put(&o, "%s", f->words[cfg_num_of(cfg_at(c, i), f->size) != 0]);
+        else if (f->type == CFG_NUM && (f->flags & CFG_ZERO_NONE) &&
+                 !cfg_num_of(cfg_at(c, i), f->size))
+            cfg_put(&o, "none");
+        else if (f->type == CFG_NUM)
+            cfg_put(&o, "%llu", (unsigned long long)cfg_num_of(cfg_at(c, i), f->size));
+        else if (f->flags & CFG_URL)
+            cfg_put_url(&o, s ? s : "");
+        else if ((f->flags & CFG_EMPTY_OFF) && (!s || !*s))
+            cfg_put(&o, "off");
+        else
+            cfg_put_value(&o, !s ? "none" : f->flags & CFG_SECRET ? "set" : s);
     }
-    cfg_put(&o, " http.max_tenant_series=%u", c->http.max_tenant_series);
-    cfg_put_opt(&o, "log.level", c->log.level, false);
-    cfg_put_opt(&o, "log.format", c->log.format, false);
-    cfg_put(&o, " log.queue_age_warn_ms=%llu", (unsigned long long)c->log.queue_age_warn_ms);
     return o.len;
 }
 
-/* The settings that only a restart applies, as offsets of their strings. */
-static const struct {
-    const char *key;
-    size_t off;
-} cfg_restart_strs[] = {
-    {"nats.url", offsetof(fq_config, nats.url)},
-    {"nats.creds", offsetof(fq_config, nats.creds)},
-    {"nats.tls.ca", offsetof(fq_config, nats.tls_ca)},
-    {"nats.tls.cert", offsetof(fq_config, nats.tls_cert)},
-    {"nats.tls.key", offsetof(fq_config, nats.tls_key)},
-    {"nats.user", offsetof(fq_config, nats.user)},
-    {"nats.password", offsetof(fq_config, nats.password)},
-    {"nats.nkey", offsetof(fq_config, nats.nkey)},
-    {"nats.nkey_seed", offsetof(fq_config, nats.nkey_seed)},
-    {"nats.inbox_prefix", offsetof(fq_config, nats.inbox_prefix)},
-    {"subjects.submit", offsetof(fq_config, subjects.submit)},
-    {"subjects.dispatch", offsetof(fq_config, subjects.dispatch)},
-    {"subjects.done", offsetof(fq_config, subjects.done)},
-    {"subjects.rejected", offsetof(fq_config, subjects.rejected)},
-    {"subjects.admin", offsetof(fq_config, subjects.admin)},
-    {"subjects.runs", offsetof(fq_config, subjects.runs)},
-    {"streams.submit", offsetof(fq_config, streams.submit)},
-    {"streams.dispatch", offsetof(fq_config, streams.dispatch)},
-    {"streams.done", offsetof(fq_config, streams.done)},
-    {"streams.rejected", offsetof(fq_config, streams.rejected)},
-    {"streams.runs", offsetof(fq_config, streams.runs)},
-    {"streams.durable", offsetof(fq_config, streams.durable)},
-    {"streams.lease_bucket", offsetof(fq_config, streams.lease_bucket)},
-    {"streams.tenants_bucket", offsetof(fq_config, streams.tenants_bucket)},
-    {"http.listen", offsetof(fq_config, http.listen)},
-    {"http.probe_listen", offsetof(fq_config, http.probe_listen)},
-};
-
-/* ... and the numbers, each widened to 64 bits. */
-static uint64_t cfg_u64_of(const void *p, size_t size)
+void fq_config_keep_restart(fq_config *c, const fq_config *old)
 {
-    if (size == sizeof(uint32_t)) {
-        uint32_t v;
-        memcpy(&v, p, sizeof(v));
-        return v;
-    }
-    uint64_t v;
-    memcpy(&v, p, sizeof(v));
-    return v;
-}
-
-#define CFG_NUM(key, field) {key, offsetof(fq_config, field), sizeof(((fq_config *)0)->field)}
-static const struct {
-    const char *key;
-    size_t off, size;
-} cfg_restart_nums[] = {
-    CFG_NUM("streams.replicas", streams.replicas),
-    CFG_NUM("streams.duplicate_window_ms", streams.duplicate_window_ms),
-    CFG_NUM("streams.dispatch_max_age_ms", streams.dispatch_max_age_ms),
-    CFG_NUM("streams.rejected_max_age_ms", streams.rejected_max_age_ms),
-    CFG_NUM("streams.submit_max_msgs_per_tenant", streams.submit_max_msgs_per_tenant),
-    CFG_NUM("streams.submit_max_bytes", streams.submit_max_bytes),
-    CFG_NUM("streams.rejected_max_msgs_per_tenant", streams.rejected_max_msgs_per_tenant),
-    CFG_NUM("streams.rejected_max_bytes", streams.rejected_max_bytes),
-    CFG_NUM("http.max_tenant_series", http.max_tenant_series),
-};
-
-static const char *cfg_str_at(const fq_config *c, size_t off)
-{
-    const char *s;
-    memcpy(&s, (const char *)c + off, sizeof(s));
-    return s ? s : "";
+    for (size_t i = 0; i < CFG_N_FIELDS; i++)
+        if (cfg_fields[i].flags & CFG_RESTART)
+            memcpy(cfg_at(c, i), cfg_at(old, i), cfg_fields[i].size);
 }
 
 size_t fq_config_diff_restart(const fq_config *old, const fq_config *new,
@@ -1368,17 +1305,18 @@ size_t fq_config_diff_restart(const fq_config *old, const fq_config *new,
     size_t n = 0;
     if (cap)
         buf[0] = '\0';
-    for (size_t i = 0; i < sizeof(cfg_restart_strs) / sizeof(cfg_restart_strs[0]); i++) {
-        if (strcmp(cfg_str_at(old, cfg_restart_strs[i].off),
-                   cfg_str_at(new, cfg_restart_strs[i].off)) == 0)
+    for (size_t i = 0; i < CFG_N_FIELDS; i++) {
+        const cfg_field *f = &cfg_fields[i];
+        if (!(f->flags & CFG_RESTART))
             continue;
-        cfg_put(&o, "%s%s", n++ ? "," : "", cfg_restart_strs[i].key);
-    }
-    for (size_t i = 0; i < sizeof(cfg_restart_nums) / sizeof(cfg_restart_nums[0]); i++) {
-        size_t off = cfg_restart_nums[i].off, size = cfg_restart_nums[i].size;
-        if (cfg_u64_of((const char *)old + off, size) == cfg_u64_of((const char *)new + off, size))
+        if (cfg_is_text(i)) {
+            const char *a = cfg_text_of(old, i), *b = cfg_text_of(new, i);
+            if (strcmp(a ? a : "", b ? b : "") == 0)
+                continue;
+        } else if (cfg_num_of(cfg_at(old, i), f->size) == cfg_num_of(cfg_at(new, i), f->size)) {
             continue;
-        cfg_put(&o, "%s%s", n++ ? "," : "", cfg_restart_nums[i].key);
+        }
+        cfg_put(&o, "%s%s", n++ ? "," : "", f->key);
     }
     return n;
 }

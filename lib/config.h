@@ -159,11 +159,15 @@ size_t fq_config_describe(const fq_config *c, char *buf, size_t cap);
 fq_status fq_config_copy(fq_config *dst, const fq_config *src);
 
 /* The settings that differ between old and new but only take effect at a
- * restart (nats.*, subjects.*, streams.*, http.listen, http.probe_listen,
- * http.max_tenant_series), as a comma-separated list of key names (never
- * their values) in buf, truncated to cap as snprintf does. Returns how many
- * differ. */
+ * restart (nats.*, subjects.*, streams.*, scheduler.max_est_tokens,
+ * window.run_timeout_ms, estimates.default_tokens and http.*), as a
+ * comma-separated list of key names (never their values) in file order in
+ * buf, truncated to cap as snprintf does. Returns how many differ. */
 size_t fq_config_diff_restart(const fq_config *old, const fq_config *new,
                               char *buf, size_t cap);
+
+/* Put the settings of old that only a restart applies (those
+ * fq_config_diff_restart compares) into c, shallow: strings are shared. */
+void fq_config_keep_restart(fq_config *c, const fq_config *old);
 
 #endif

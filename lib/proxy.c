@@ -2497,20 +2497,6 @@ static fq_sched_opts px_sched_opts(const fq_config *c)
                            .max_expired = 0};
 }
 
-/* Settings read only at start, besides those fq_config_diff_restart
- * lists: the estimator is built once with the estimate bounds, and the
- * journal's max age follows run_timeout_ms. Shallow: strings are shared. */
-static void px_keep_restart_settings(fq_config *c, const fq_config *old)
-{
-    c->nats = old->nats;
-    c->subjects = old->subjects;
-    c->streams = old->streams;
-    c->http = old->http;
-    c->scheduler.max_est_tokens = old->scheduler.max_est_tokens;
-    c->estimates.default_tokens = old->estimates.default_tokens;
-    c->window.run_timeout_ms = old->window.run_timeout_ms;
-}
-
 /* Put nc in force, keeping the settings only a restart applies as they are,
  * strings included: the NATS adapter holds on to the stream and durable
  * names its consumers were started with. Takes nc's memory. */
@@ -2518,30 +2504,10 @@ static void px_config_replace(fq_proxy *p, fq_config *nc)
 {
     fq_config old = p->cfg;
     p->cfg = *nc;
-    px_keep_restart_settings(&p->cfg, &old);
-    px_keep_restart_settings(&old, nc);    /* what p->cfg no longer uses */
+    fq_config_keep_restart(&p->cfg, &old);
+    fq_config_keep_restart(&old, nc);      /* what p->cfg no longer uses */
     fq_config_free(&old);
     memset(nc, 0, sizeof *nc);
-}
-
-static void px_list_add(char *buf, size_t cap, const char *item)
-{
-    size_t len = strlen(buf);
-    if (len < cap)
-        snprintf(buf + len, cap - len, "%s%s", len ? "," : "", item);
-}
-
-/* The settings of c that differ from those in force but only a restart
- * applies, comma-separated. */
-static void px_restart_list(const fq_proxy *p, const fq_config *c, char *buf, size_t cap)
-{
-    fq_config_diff_restart(&p->cfg, c, buf, cap);
-    if (c->scheduler.max_est_tokens != p->cfg.scheduler.max_est_tokens)
-        px_list_add(buf, cap, "scheduler.max_est_tokens");
-    if (c->estimates.default_tokens != p->cfg.estimates.default_tokens)
-        px_list_add(buf, cap, "estimates.default_tokens");
-    if (c->window.run_timeout_ms != p->cfg.window.run_timeout_ms)
-        px_list_add(buf, cap, "window.run_timeout_ms");
 }
 
 /* Give the policy np the overrides in force. An override naming a plan np
@@ -2561,7 +2527,7 @@ static fq_status px_reload_try(fq_proxy *p, char *restart, size_t rcap, char *er
     fq_log_level lv = FQ_LOG_INFO;
     fq_log_format lf = FQ_LOG_LOGFMT;
     fq_config merged = nc;
-    px_keep_restart_settings(&merged, &p->cfg);
+    fq_config_keep_restart(&merged, &p->cfg);
     fq_sched_opts so = px_sched_opts(&merged);
     if (s == FQ_OK && (s = fq_config_policy(&np, &nc)) != FQ_OK)
         snprintf(err, errlen, "cannot build the policy: %s", fq_status_text(s));
@@ -2581,7 +2547,7 @@ static fq_status px_reload_try(fq_proxy *p, char *restart, size_t rcap, char *er
         fq_config_free(&nc);
         return s;
     }
-    px_restart_list(p, &nc, restart, rcap);
+    fq_config_diff_restart(&p->cfg, &nc, restart, rcap);
     for (size_t i = 0; i < nc.estimates.n_workflows; i++)
         fq_est_set_workflow(p->est, nc.estimates.workflows[i].name,
                             nc.estimates.workflows[i].tokens);

@@ -17,6 +17,31 @@
              "plans:\n"                              \
              "  - name: free\n"
 
+/* A config that sets every setting, none to its default or with a space. */
+#define FULL \
+    "nats:\n" \
+    "  url: nats://a:4222\n" \
+    "  tls: {ca: ca.pem, cert: c.pem, key: k.pem}\n" \
+    "  user: u\n" \
+    "  password: pw\n" \
+    "  inbox_prefix: _IN.x\n" \
+    "subjects: {submit: s.in, dispatch: s.work, done: s.done, rejected: s.rej, admin: s.adm," \
+    " runs: s.journal}\n" \
+    "streams: {submit: B1, dispatch: B2, done: B3, rejected: B4, runs: B5, durable: b," \
+    " lease_bucket: l, tenants_bucket: t, replicas: 3, duplicate_window_ms: 120000," \
+    " dispatch_max_age_ms: 130000, rejected_max_age_ms: 86400000," \
+    " submit_max_msgs_per_tenant: 500, submit_max_bytes: 7, rejected_max_msgs_per_tenant: 9," \
+    " rejected_max_bytes: 1024}\n" \
+    "scheduler: {quantum_tokens: 2000, default_plan: basic, unknown_tenants: reject," \
+    " max_est_tokens: 50000, max_wait_ms: 30000, debt_forget_ms: 7200000}\n" \
+    "window: {max_in_flight: 8, max_in_flight_tokens: 100000, run_timeout_ms: 5000}\n" \
+    "limits: {max_buffered_runs: 10, max_buffered_bytes: 4096}\n" \
+    "plans: [{name: basic, weight: 2}]\n" \
+    "tenants: [{id: t1}]\n" \
+    "estimates: {default_tokens: 700, workflows: [{name: w, tokens: 1200}]}\n" \
+    "http: {listen: \"127.0.0.1:1\", probe_listen: \"127.0.0.1:2\", max_tenant_series: 5}\n" \
+    "log: {level: debug, format: json, queue_age_warn_ms: 5}\n"
+
 static fq_status parse(fq_config *c, const char *yaml, char *err, size_t errlen)
 {
     memset(c, 0, sizeof(*c));
@@ -685,8 +710,8 @@ static void test_diff_restart(void **state)
         "plans: [{name: free}]\n"
         "http: {listen: \"\"}\n");
     assert_int_equal(fq_config_diff_restart(&a, &b, buf, sizeof(buf)), 6);
-    assert_string_equal(buf, "nats.url,nats.creds,nats.inbox_prefix,subjects.submit,http.listen,"
-                        "streams.replicas");
+    assert_string_equal(buf, "nats.url,nats.creds,nats.inbox_prefix,subjects.submit,"
+                        "streams.replicas,http.listen");     /* in file order */
     assert_null(strstr(buf, "secret"));
     /* A short buffer truncates the list, not the count. */
     assert_int_equal(fq_config_diff_restart(&b, &a, buf, 9), 6);
@@ -720,8 +745,119 @@ static void test_diff_restart(void **state)
                         "streams.dispatch_max_age_ms,streams.rejected_max_age_ms,"
                         "streams.submit_max_msgs_per_tenant,streams.submit_max_bytes,"
                         "streams.rejected_max_msgs_per_tenant,streams.rejected_max_bytes");
+    fq_config_free(&b);
+
+    /* The estimator is built once with the estimate bounds, and the
+     * journal's max age follows the run timeout: those take a restart too. */
+    parse_ok(&b, "nats: {url: \"nats://127.0.0.1:4222\"}\n"
+                 "scheduler: {default_plan: free, max_est_tokens: 5000, quantum_tokens: 7}\n"
+                 "window: {run_timeout_ms: 5000, max_in_flight: 9}\n"
+                 "plans: [{name: free}]\n"
+                 "estimates: {default_tokens: 900}\n");
+    assert_int_equal(fq_config_diff_restart(&a, &b, buf, sizeof(buf)), 3);
+    assert_string_equal(buf, "scheduler.max_est_tokens,window.run_timeout_ms,"
+                        "estimates.default_tokens");
     fq_config_free(&a);
     fq_config_free(&b);
+}
+
+/* What a reload keeps (fq_config_keep_restart) is what the diff compares:
+ * a config given every restart-only setting of another differs from it in
+ * none, and keeps its own live settings. */
+static void test_keep_restart(void **state)
+{
+    (void)state;
+    fq_config a, b;
+    char buf[1024];
+    parse_ok(&a, BASE "window: {max_in_flight: 4}\n");
+    parse_ok(&b, FULL);
+    /* all 38 but creds, nkey and nkey_seed, which neither sets */
+    assert_int_equal(fq_config_diff_restart(&a, &b, buf, sizeof(buf)), 35);
+    fq_config kept = b;
+    fq_config_keep_restart(&kept, &a);
+    assert_int_equal(fq_config_diff_restart(&a, &kept, buf, sizeof(buf)), 0);
+    assert_string_equal(buf, "");
+    assert_ptr_equal(kept.nats.url, a.nats.url);            /* shallow */
+    assert_int_equal(kept.window.max_in_flight, 8);         /* b's, live */
+    assert_string_equal(kept.log.level, "debug");
+    assert_true(kept.scheduler.reject_unknown);
+    assert_int_equal(kept.scheduler.max_est_tokens, a.scheduler.max_est_tokens);
+    fq_config_free(&a);
+    fq_config_free(&b);
+}
+
+/* The keys "known here" lists at path (the error message of an unknown key
+ * there), appended to keys as full paths; a key that is a section of its
+ * own is followed into. Returns how many it found. */
+static size_t schema_keys(const char *path, char keys[][64], size_t n, size_t max)
+{
+    char yaml[512], err[1024];
+    fq_config c;
+    size_t depth = 0;
+    int k = 0;                  /* libcyaml refuses the key before validation */
+    for (const char *p = path; *p; depth++) {   /* path as nested flow mappings */
+        size_t len = strcspn(p, ".");
+        k += snprintf(yaml + k, sizeof(yaml) - (size_t)k, "%.*s: {", (int)len, p);
+        p += len + (p[len] == '.');
+    }
+    k += snprintf(yaml + k, sizeof(yaml) - (size_t)k, "zz_unknown: 1");
+    for (size_t d = 0; d < depth; d++)
+        k += snprintf(yaml + k, sizeof(yaml) - (size_t)k, "}");
+    snprintf(yaml + k, sizeof(yaml) - (size_t)k, "\n");
+    if (parse(&c, yaml, err, sizeof(err)) == FQ_OK) {
+        fq_config_free(&c);
+        return n;
+    }
+    const char *list = strstr(err, "(known here: ");
+    if (!list)
+        return n;               /* a list of entries or a scalar, not a section */
+    list += strlen("(known here: ");
+    while (*list && *list != ')' && n < max) {
+        size_t len = strcspn(list, ",)");
+        char key[64];
+        snprintf(key, sizeof(key), "%s%s%.*s", path, *path ? "." : "", (int)len, list);
+        size_t before = n;
+        n = schema_keys(key, keys, n, max);
+        if (n == before)        /* a setting, not a section */
+            snprintf(keys[n++], sizeof(keys[0]), "%s", key);
+        list += len;
+        list += strspn(list, ", ");
+    }
+    return n;
+}
+
+/* libcyaml's schema and describe walk the same settings: every key the
+ * loader takes is shown by describe, and every key describe shows is one
+ * the loader takes. */
+static void test_schema_and_describe_agree(void **state)
+{
+    (void)state;
+    static char keys[128][64];
+    size_t n = schema_keys("", keys, 0, 128);
+    assert_true(n > 40);
+    fq_config c;
+    static char line[8192];
+    parse_ok(&c, FULL);
+    fq_config_describe(&c, line, sizeof(line));
+    fq_config_free(&c);
+    size_t shown = 0;
+    for (const char *p = line; *p; shown++) {
+        size_t klen = strcspn(p, "=");
+        bool known = false;
+        for (size_t i = 0; i < n && !known; i++)
+            known = strlen(keys[i]) == klen && strncmp(keys[i], p, klen) == 0;
+        if (!known)
+            fail_msg("describe shows %.*s, which the loader does not take", (int)klen, p);
+        p += strcspn(p, " ");   /* FULL has no value with a space */
+        p += *p == ' ';
+    }
+    for (size_t i = 0; i < n; i++) {
+        char want[80];
+        snprintf(want, sizeof(want), " %s=", keys[i]);
+        if (strncmp(line, want + 1, strlen(want + 1)) != 0 && !strstr(line, want))
+            fail_msg("the loader takes %s, which describe does not show", keys[i]);
+    }
+    assert_int_equal(shown, n);
 }
 
 /* FAIR_DISPATCH's max age follows the duplicate window and the run timeout
@@ -801,6 +937,8 @@ int main(void)
         cmocka_unit_test(test_describe_hides_secrets),
         cmocka_unit_test(test_ops_keys),
         cmocka_unit_test(test_diff_restart),
+        cmocka_unit_test(test_keep_restart),
+        cmocka_unit_test(test_schema_and_describe_agree),
         cmocka_unit_test(test_dispatch_max_age),
         cmocka_unit_test(test_copy),
     };
