@@ -139,6 +139,11 @@ natsStatus fqc_connect(natsConnection **nc, jsCtx **js, const char *url,
     if (s == NATS_OK) s = natsOptions_SetErrorHandler(o, fqc_on_async_error, (void *)name);
     if (s == NATS_OK && fqc_inbox_prefix)
         s = natsOptions_SetCustomInboxPrefix(o, fqc_inbox_prefix);
+    /* A credentials file (a user JWT and its seed) for servers in operator
+     * mode: $FAIRQ_NATS_CREDS, so that no secret is on the command line. */
+    const char *creds = getenv("FAIRQ_NATS_CREDS");
+    if (s == NATS_OK && creds && *creds)
+        s = natsOptions_SetUserCredentialsFromFiles(o, creds, NULL);
     if (s == NATS_OK) s = natsConnection_Connect(nc, o);
     if (s == NATS_OK) s = natsConnection_JetStream(js, *nc, jo);
     if (s != NATS_OK) {

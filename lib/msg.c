@@ -1067,6 +1067,63 @@ fq_status fq_stats_req_parse(fq_stats_req *out, const void *body, size_t len, ch
     return st;
 }
 
+/* A string member of a JWT's claims into dst (cut to fit); "" if absent. */
+static bool fq_jwt_str(char *dst, size_t cap, const cJSON *obj, const char *name)
+{
+    const cJSON *e = cJSON_GetObjectItemCaseSensitive(obj, name);
+    dst[0] = '\0';
+    if (!e)
+        return true;
+    if (!cJSON_IsString(e))
+        return false;
+    snprintf(dst, cap, "%s", e->valuestring);
+    return true;
+}
+
+/* A time member of a JWT's claims (Unix seconds); 0 if absent. */
+static bool fq_jwt_time(int64_t *dst, const cJSON *obj, const char *name)
+{
+    const cJSON *e = cJSON_GetObjectItemCaseSensitive(obj, name);
+    *dst = 0;
+    if (!e)
+        return true;
+    double v = cJSON_IsNumber(e) ? e->valuedouble : -1;
+    if (v < 0 || v > 1e15 || v != (double)(int64_t)v)
+        return false;
+    *dst = (int64_t)v;
+    return true;
+}
+
+fq_status fq_jwt_claims_parse(fq_jwt_claims *out, const void *json, size_t len, char *err,
+                              size_t errlen)
+{
+    const char *why;
+    bool nul_top;
+    fq_status st = FQ_OK;
+    *out = (fq_jwt_claims){0};
+    cJSON *root = fq_msg_object(json, len, &nul_top, &why);
+    if (!root)
+        st = fq_msg_fail(err, errlen, "its claims are not a JSON object (%s)", why);
+    else if (!fq_jwt_str(out->sub, sizeof out->sub, root, "sub") || !out->sub[0] ||
+             !fq_jwt_str(out->iss, sizeof out->iss, root, "iss") || !out->iss[0])
+        st = fq_msg_fail(err, errlen, "its claims lack \"sub\" or \"iss\"");
+    else if (!fq_jwt_str(out->name, sizeof out->name, root, "name"))
+        st = fq_msg_fail(err, errlen, "its \"name\" is not a string");
+    else if (!fq_jwt_time(&out->exp, root, "exp") || !fq_jwt_time(&out->nbf, root, "nbf"))
+        st = fq_msg_fail(err, errlen, "its \"exp\" or \"nbf\" is not a time in seconds");
+    else {
+        const cJSON *nats = cJSON_GetObjectItemCaseSensitive(root, "nats");
+        if (nats && (!cJSON_IsObject(nats) || !fq_jwt_str(out->type, sizeof out->type, nats,
+                                                           "type")))
+            st = fq_msg_fail(err, errlen, "its \"nats\" claims are not an object with a "
+                             "string \"type\"");
+    }
+    fq_msg_release(root);
+    if (st != FQ_OK)
+        *out = (fq_jwt_claims){0};
+    return st;
+}
+
 /* The JSON writer. */
 
 void fq_json_init(fq_json *w, char *buf, size_t cap)

@@ -157,6 +157,25 @@ typedef struct fq_stats_req {
 fq_status fq_stats_req_parse(fq_stats_req *out, const void *body, size_t len, char *err,
                              size_t errlen);
 
+/* The claims of a NATS JWT (nats-io/jwt v2) that say whose it is, who
+ * signed it and when it is valid: read from a credentials file to say why
+ * a server refused it (lib/creds.c). */
+typedef struct fq_jwt_claims {
+    char sub[64];               /* the subject's public nkey ("U..." for a user) */
+    char iss[64];               /* the signer's public nkey (an account's "A...") */
+    char name[64];              /* its name, cut to fit; "" if none */
+    char type[16];              /* nats.type: "user", "account", ...; "" if none */
+    int64_t exp;                /* expires at, Unix seconds; 0: never */
+    int64_t nbf;                /* not valid before, Unix seconds; 0: at once */
+} fq_jwt_claims;
+
+/* Read the claims from json[0..len) (a JWT's decoded payload, not
+ * NUL-terminated): a JSON object whose sub and iss are strings and exp and
+ * nbf, if present, non-negative integers. On FQ_EINVAL *out is zeroed and
+ * err holds the reason. */
+fq_status fq_jwt_claims_parse(fq_jwt_claims *out, const void *json, size_t len, char *err,
+                              size_t errlen);
+
 /* A JSON writer over the caller's buffer, for replies (fair.admin.stats,
  * admin errors): no allocation, commas tracked, strings escaped (invalid
  * UTF-8 becomes U+FFFD, so the text is always valid JSON). Calls out of

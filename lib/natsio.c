@@ -1,5 +1,6 @@
 /* natsio.c -- fairq's one NATS adapter: connection, streams, pull consumers, async publishes, KV. */
 #include "natsio.h"
+#include "creds.h"
 #include "names.h"
 
 #include <errno.h>
@@ -626,6 +627,17 @@ static natsStatus nio_inbox(const fq_nio *n, char *buf, size_t cap)
     return k > 0 && (size_t)k < cap ? NATS_OK : NATS_ERR;
 }
 
+/* " (nats.creds: <why the server may refuse it>)" into out. */
+static void nio_creds_why(char *out, size_t cap, const char *path)
+{
+    char why[400];
+    if (fq_creds_check(why, sizeof why, path, (int64_t)time(NULL)) == FQ_OK)
+        snprintf(out, cap, " (nats.creds holds %s: the server does not accept it: the account "
+                 "revoked this user, or the server does not trust the account that signed it)", why);
+    else
+        snprintf(out, cap, " (nats.creds: %s)", why);
+}
+
 static char *nio_strdup(const char *s)
 {
     return s ? strdup(s) : NULL;
@@ -768,6 +780,11 @@ fq_status fq_nio_create(fq_nio **out, const fq_nio_opts *o, char *err, size_t er
             snprintf(err + k, errlen - k, " (the server closed the TLS connection: it may refuse "
                      "this client's certificate, nats.tls.cert: none, expired, or signed by a CA "
                      "it does not trust)");
+        /* nats-server refuses every bad user JWT with the same words; say
+         * what the credentials file shows, or that the rest is the
+         * server's to tell. */
+        if (k + 1 < errlen && n->creds && s == NATS_CONNECTION_AUTH_FAILED)
+            nio_creds_why(err + k, errlen - k, n->creds);
         fq_nio_destroy(n);
         return FQ_EIO;
     }

@@ -7,6 +7,8 @@ pkgs=(build-essential cmake pkg-config
       libcmocka-dev libnats-dev nats-server libcjson-dev libcyaml-dev libyaml-dev
       libmicrohttpd-dev python3 python3-yaml python3-prometheus-client
       gnuplot-nox prometheus openssl
+      libssl-dev            # libcrypto: a credentials file's seed checked (lib/creds.c)
+      python3-cryptography  # tests: nkeys, JWTs and credentials files (tests/support/nkey.py)
       clang libclang-rt-14-dev)   # make fuzz: clang only recommends its runtimes
 
 missing=()

@@ -1,15 +1,17 @@
 #!/usr/bin/python3
-"""auth_test.py -- fairq-proxy connects over TLS with verification both ways and authenticates by password or nkey, through its config keys, against a real nats-server.
+"""auth_test.py -- fairq-proxy connects over TLS with verification both ways and authenticates by password, nkey or credentials file, through its config keys, against a real nats-server.
 
 The test makes its own CA, server and client certificates with openssl
 (3.0), an expired server certificate (`openssl ca` with dates in the past)
 and a second CA that signed nothing of the server's; a user nkey with
-openssl too (tests/support/nkey.py). Each case starts fairq-proxy on a
+python3-cryptography (tests/support/nkey.py). Each case starts fairq-proxy on a
 config that says nats.tls.*, nats.user/password or nats.nkey/nkey_seed with
 a plain nats:// URL (no credentials in it), and reads its log: "fairq-proxy
 running" when it is let in, else the reason it is refused, which must say
 why in words an operator can act on.
 """
+import base64
+import json
 import os
 import shutil
 import signal
@@ -92,7 +94,61 @@ class Auth(unittest.TestCase):
         with open(cls.seed_file, "w") as f:
             f.write(seed + "\n")
         os.chmod(cls.seed_file, 0o600)
+        cls.make_operator(d)
         cls.server = None
+
+    @classmethod
+    def make_operator(cls, d):
+        """Keys, JWTs and credentials files of an operator-mode server:
+        cls.operator_auth (its config's auth part) and cls.creds[name]."""
+        now = int(time.time())
+        op = nkey.KeyPair(nkey.PREFIX_OPERATOR)
+        system = nkey.KeyPair(nkey.PREFIX_ACCOUNT)
+        fairq = nkey.KeyPair(nkey.PREFIX_ACCOUNT)
+        stranger = nkey.KeyPair(nkey.PREFIX_ACCOUNT)     # no JWT of it on the server
+        users = {n: nkey.KeyPair(nkey.PREFIX_USER)
+                 for n in ("fairq", "producer", "worker", "expired", "revoked", "other")}
+        jwts = {
+            "fairq": nkey.user_jwt(fairq, users["fairq"].public, "fairq"),
+            "producer": nkey.user_jwt(fairq, users["producer"].public, "producer"),
+            "worker": nkey.user_jwt(fairq, users["worker"].public, "worker"),
+            "expired": nkey.user_jwt(fairq, users["expired"].public, "fairq",
+                                     issued_at=now - 7200, expires=now - 3600),
+            "revoked": nkey.user_jwt(fairq, users["revoked"].public, "fairq", issued_at=now - 60),
+            "stranger": nkey.user_jwt(stranger, users["fairq"].public, "fairq"),
+        }
+        cls.creds = {}
+        for name, jwt in jwts.items():
+            cls.creds[name] = cls.write_creds(d, name, jwt, users.get(name, users["fairq"]).seed)
+        # The proxy's JWT with the seed of another user.
+        cls.creds["wrong-seed"] = cls.write_creds(d, "wrong-seed", jwts["fairq"],
+                                                  users["other"].seed)
+        # The proxy's JWT with its claims altered (its name): the signature fails.
+        head, claims, sig = jwts["fairq"].split(".")
+        forged = base64.urlsafe_b64decode(claims + "=" * (-len(claims) % 4)).replace(
+            b'"name":"fairq"', b'"name":"admin"')
+        cls.creds["altered"] = cls.write_creds(d, "altered", ".".join(
+            [head, base64.urlsafe_b64encode(forged).decode().rstrip("="), sig]),
+            users["fairq"].seed)
+        accounts = {
+            system.public: nkey.account_jwt(op, system, "SYS", jetstream=False),
+            # every JWT of "revoked" issued up to now is refused
+            fairq.public: nkey.account_jwt(op, fairq, "FAIRQ",
+                                           revocations={users["revoked"].public: now}),
+        }
+        cls.operator_auth = (f"operator: {nkey.operator_jwt(op)}\n"
+                             f"system_account: {system.public}\n"
+                             "resolver: MEMORY\n"
+                             "resolver_preload: {\n" +
+                             "".join(f"  {k}: {v}\n" for k, v in accounts.items()) + "}\n")
+
+    @staticmethod
+    def write_creds(d, name, jwt, seed):
+        path = os.path.join(d, f"{name}.creds")
+        with open(path, "w") as f:
+            f.write(nkey.creds(jwt, seed))
+        os.chmod(path, 0o600)
+        return path
 
     @classmethod
     def tearDownClass(cls):
@@ -103,7 +159,8 @@ class Auth(unittest.TestCase):
 
     # ---- a nats-server with TLS (client certificates verified) and users ----
 
-    def start_server(self, cert="server"):
+    def start_server(self, cert="server", auth=None):
+        """A nats-server with TLS and users, or with auth (text, not TLS)."""
         self.stop_server()
         d = self.dir
         self.port = free_port()
@@ -111,7 +168,8 @@ class Auth(unittest.TestCase):
         with open(conf, "w") as f:
             f.write(f"""listen: 127.0.0.1:{self.port}
 jetstream {{ store_dir: "{d}/store-{self.port}" }}
-tls {{
+""")
+            f.write(auth if auth else f"""tls {{
   cert_file: "{d}/{cert}.pem"
   key_file: "{d}/{cert}.key"
   ca_file: "{d}/ca.pem"
@@ -143,10 +201,11 @@ authorization {{
 
     # ---- the proxy on a config of its own ----
 
-    def run_proxy(self, nats_yaml, until, timeout=15):
+    def run_proxy(self, nats_yaml, until, timeout=15, then=None):
         """Start fairq-proxy with the nats: mapping nats_yaml (indented
         lines) on a plain nats:// URL, until its log holds one of the texts
-        in until; stop it and return the log."""
+        in until; call then() if given, while it runs; stop it and return
+        the log."""
         d = self.dir
         cfg = os.path.join(d, "fairq.yaml")
         with open(cfg, "w") as f:
@@ -164,6 +223,8 @@ authorization {{
                 if any(u in text for u in until):
                     break
                 time.sleep(0.05)
+            if then:
+                then()
         finally:
             if p.poll() is None:
                 p.send_signal(signal.SIGTERM)
@@ -247,6 +308,87 @@ authorization {{
         self.assertIn("the server closed the TLS connection: it may refuse this client's", log)
         with open(self.server_log) as f:
             self.assertIn("certificate has expired", f.read())
+
+    # ---- credentials files, on a server in operator mode ----
+
+    def client(self, creds, *args):
+        """Run an example client with creds (FAIRQ_NATS_CREDS); its output."""
+        env = dict(os.environ, FAIRQ_NATS_CREDS=creds)
+        p = subprocess.run([os.path.join(BUILD, args[0]), "--nats",
+                            f"nats://127.0.0.1:{self.port}", *args[1:]],
+                           env=env, capture_output=True, text=True, timeout=30)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        return p.stdout
+
+    def test_creds_connect_and_serve_a_run(self):
+        self.start_server(auth=self.operator_auth)
+        stats = {}
+
+        def serve():
+            self.client(self.creds["producer"], "fairq-producer", "--tenant", "acme",
+                        "--est", "700")
+            self.client(self.creds["worker"], "fairq-worker", "--deliver", "all",
+                        "--count", "1", "--tokens-per-sec", "0")
+            # the completion reaches the proxy after the worker's PubAck
+            for _ in range(100):
+                out = self.client(self.creds["producer"], "fairq-admin", "stats")
+                stats.update(json.loads(out[out.index("{"):]))
+                if stats["tenants"] and stats["tenants"][0]["completed_runs"] == 1:
+                    break
+                time.sleep(0.05)
+
+        log = self.run_proxy(f"  creds: {self.creds['fairq']}\n",
+                             ["fairq-proxy running", "cannot reach NATS"], then=serve)
+        self.assertIn("fairq-proxy running", log)
+        self.assertIn("nats.creds=set", log)
+        with open(self.creds["fairq"]) as f:
+            seed = [line for line in f if line.startswith("SU")][0].strip()
+        self.assertNotIn(seed, log)      # the seed is never logged
+        acme = stats["tenants"][0]
+        self.assertEqual((acme["tenant"], acme["dispatched_runs"], acme["completed_runs"]),
+                         ("acme", 1, 1))
+        self.assertEqual(acme["dispatched_tokens"], 700)
+
+    def refused(self, creds):
+        """The proxy's log on creds: refused, never ready, the reason given."""
+        log = self.run_proxy(f"  creds: {self.creds[creds]}\n",
+                             ["fairq-proxy running", "cannot reach NATS"])
+        self.assertNotIn("fairq-proxy running", log)
+        self.assertIn("Authorization Violation", log)
+        return log
+
+    def test_an_expired_user_jwt_is_refused(self):
+        self.start_server(auth=self.operator_auth)
+        self.assertRegex(self.refused("expired"),
+                         r"\(nats.creds: its user JWT \(U[A-Z2-7]{55}\) expired at "
+                         r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ: issue the user a new one\)")
+
+    def test_a_seed_that_is_not_the_jwts_key_is_refused(self):
+        self.start_server(auth=self.operator_auth)
+        self.assertRegex(self.refused("wrong-seed"),
+                         r"\(nats.creds: its nkey seed is not the key of its user JWT: the "
+                         r"seed's public key is U[A-Z2-7]{55}, the JWT is for U[A-Z2-7]{55}")
+
+    def test_an_altered_user_jwt_is_refused(self):
+        self.start_server(auth=self.operator_auth)
+        self.assertRegex(self.refused("altered"),
+                         r"\(nats.creds: its user JWT \(U[A-Z2-7]{55}\) is not signed by the "
+                         r"key it names as its issuer \(A[A-Z2-7]{55}\)")
+
+    def test_a_revoked_user_is_refused(self):
+        self.start_server(auth=self.operator_auth)
+        log = self.refused("revoked")
+        self.assertRegex(log, r"nats.creds holds user fairq \(U[A-Z2-7]{55}\) signed by "
+                              r"A[A-Z2-7]{55}, expires never, its seed matching: the server does "
+                              r"not accept it: the account revoked this user, or the server does "
+                              r"not trust the account that signed it")
+        with open(self.server_log) as f:
+            self.assertIn("authentication error", f.read())
+
+    def test_a_user_of_an_unknown_account_is_refused(self):
+        self.start_server(auth=self.operator_auth)
+        self.assertIn("the server does not trust the account that signed it",
+                      self.refused("stranger"))
 
 
 if __name__ == "__main__":
