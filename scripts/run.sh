@@ -49,7 +49,7 @@ if [ -z "${FAIRQ_NATS_URL:-}" ]; then
   export FAIRQ_NATS_URL="nats://127.0.0.1:$port"
   echo "run.sh: nats-server with JetStream at $FAIRQ_NATS_URL on config/nats-server.conf, data in .nats-data/ (log: .nats-data/nats.log)" >&2
   echo "run.sh: clients connect as their role, with its demo password and inbox, e.g." >&2
-  echo "  build/fairq-worker --nats nats://admin:admin-demo-password@127.0.0.1:$port --inbox-prefix _INBOX_admin --create-only --deliver all   # the pool's durable, once" >&2
+  echo "  build/fairq-worker --nats nats://provisioner:provisioner-demo-password@127.0.0.1:$port --inbox-prefix _INBOX_provisioner --create-only --deliver all   # the pool's durable, once" >&2
   echo "  build/fairq-worker --nats nats://worker:worker-demo-password@127.0.0.1:$port --inbox-prefix _INBOX_worker --api-prefix JS.FAIRQ.API" >&2
   echo "  build/fairq-producer --nats nats://acme:acme-demo-password@127.0.0.1:$port --inbox-prefix _INBOX_acme --tenant acme" >&2
   echo "  build/fairq-admin --nats nats://admin:admin-demo-password@127.0.0.1:$port --inbox-prefix _INBOX_admin stats" >&2

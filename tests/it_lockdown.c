@@ -201,14 +201,21 @@ static const char *lk_url(const natstest *srv, const char *user, char *buf, size
     return buf;
 }
 
-/* The worker pool's durable, made by the admin from the stream's first run
- * (a worker may not create consumers). */
+/* A worker pool's durable, made by the provisioner from the stream's first
+ * run (a worker may not create consumers). */
+static void lk_create_pool(const natstest *srv, const char *durable)
+{
+    char prov[160];
+    lk_url(srv, "provisioner", prov, sizeof prov);
+    assert_int_equal(lk_run(srv, (const char *const[]){"fairq-worker", "--nats", prov,
+        "--inbox-prefix", "_INBOX_provisioner", "--deliver", "all", "--durable", durable,
+        "--create-only", NULL}), 0);
+}
+
+/* The default pool's durable, fairq-workers. */
 static void lk_create_durable(const natstest *srv)
 {
-    char admin[160];
-    lk_url(srv, "admin", admin, sizeof admin);
-    assert_int_equal(lk_run(srv, (const char *const[]){"fairq-worker", "--nats", admin,
-        "--inbox-prefix", "_INBOX_admin", "--deliver", "all", "--create-only", NULL}), 0);
+    lk_create_pool(srv, "fairq-workers");
 }
 
 static int setup(void **state)
@@ -412,7 +419,7 @@ static void test_a_producer_reply_reaches_nothing_of_fairq(void **state)
                          NATS_OK);
     assert_null(m);
     jsStreamInfo *si = NULL;
-    assert_int_equal(js_GetStreamInfo(&si, ad->js, "KV_fairq_tenants", NULL, &jerr), NATS_OK);
+    assert_int_equal(js_GetStreamInfo(&si, q->js, "KV_fairq_tenants", NULL, &jerr), NATS_OK);
     assert_int_equal(si->State.Msgs, 0);
     jsStreamInfo_Destroy(si);
     assert_int_equal(q->n, 0);
@@ -567,9 +574,179 @@ static void test_a_worker_stream_captures_nothing_of_fairq(void **state)
     lk_close(w);
 }
 
-/* A copy of the shipped config at path with text (its first mention;
- * NULL: none) blanked out. */
-static void lk_conf_without(const fixture *f, const char *path, const char *text)
+/* Two worker pools, each a durable the provisioner made and a user of its
+ * own: each takes every run, and neither may pull, ack or claim from the
+ * other's durable and bucket, nor read the other's inbox. */
+static void test_two_pools_each_do_their_own_work(void **state)
+{
+    fixture *f = *state;
+    char acme[160], worker[160], batch[160];
+    lk_url(f->srv, "acme", acme, sizeof acme);
+    lk_url(f->srv, "worker", worker, sizeof worker);
+    lk_url(f->srv, "worker-batch", batch, sizeof batch);
+    lk_proxy_start(&f->px, f->srv, "proxy", "_INBOX_fairq", "");
+    assert_int_equal(pt_log_wait(&f->px, "fairq-proxy running", 15000), 0);
+    assert_int_equal(lk_run(f->srv, (const char *const[]){"fairq-producer", "--nats", acme,
+        "--inbox-prefix", "_INBOX_acme", "--tenant", "acme", "--count", "2", NULL}), 0);
+    lk_create_pool(f->srv, "fairq-workers");
+    lk_create_pool(f->srv, "batch");
+    /* each pool works both runs, its claims in its own bucket */
+    assert_int_equal(lk_run(f->srv, (const char *const[]){"fairq-worker", "--nats", worker,
+        "--inbox-prefix", "_INBOX_worker", "--api-prefix", "JS.FAIRQ.API", "--tokens-per-sec",
+        "0", "--count", "2", NULL}), 0);
+    assert_int_equal(lk_run(f->srv, (const char *const[]){"fairq-worker", "--nats", batch,
+        "--inbox-prefix", "_INBOX_worker-batch", "--api-prefix", "JS.FAIRQ.API", "--durable",
+        "batch", "--tokens-per-sec", "0", "--count", "2", NULL}), 0);
+    lk_client *w = lk_connect(f->srv, "worker");
+    lk_client *b = lk_connect(f->srv, "worker-batch");
+    const char *const buckets[] = {"KV_fairq_claims_fairq-workers", "KV_fairq_claims_batch"};
+    for (int i = 0; i < 2; i++) {
+        jsStreamInfo *si = NULL;
+        jsErrCode jerr = 0;
+        assert_int_equal(js_GetStreamInfo(&si, i ? b->js : w->js, buckets[i], NULL, &jerr),
+                         NATS_OK);
+        assert_int_equal(si->State.Msgs, 2);
+        jsStreamInfo_Destroy(si);
+    }
+    /* as batch, the default pool's durable is refused */
+    assert_int_not_equal(lk_run(f->srv, (const char *const[]){"fairq-worker", "--nats", batch,
+        "--inbox-prefix", "_INBOX_worker-batch", "--api-prefix", "JS.FAIRQ.API",
+        "--tokens-per-sec", "0", "--count", "1", NULL}), 0);
+    lk_assert_publish_denied(b, (const char *const[]){
+        "JS.FAIRQ.API.CONSUMER.MSG.NEXT.FAIR_DISPATCH.fairq-workers",
+        "JS.FAIRQ.API.CONSUMER.INFO.FAIR_DISPATCH.fairq-workers",
+        "$JS.ACK.FAIR_DISPATCH.fairq-workers.1.1.1.1.1.1",
+        "$KV.fairq_claims_fairq-workers.x",
+        "$JS.API.STREAM.CREATE.KV_fairq_claims_fairq-workers",
+        "$JS.API.DIRECT.GET.KV_fairq_claims_fairq-workers.x",
+        NULL});
+    lk_assert_subscribe_denied(b, (const char *const[]){"_INBOX_worker.>", NULL});
+    lk_assert_publish_denied(w, (const char *const[]){
+        "JS.FAIRQ.API.CONSUMER.MSG.NEXT.FAIR_DISPATCH.batch",
+        "$JS.ACK.FAIR_DISPATCH.batch.1.1.1.1.1.1",
+        "$KV.fairq_claims_batch.x",
+        NULL});
+    lk_assert_subscribe_denied(w, (const char *const[]){"_INBOX_worker-batch.>", NULL});
+    assert_int_equal(lk_proxy_violations(f), 0);
+    lk_close(b);
+    lk_close(w);
+}
+
+/* The operator does what fairq-admin does, watches and reads refusals, and
+ * nothing else: no consumer (a push consumer delivers anywhere in FAIRQ),
+ * no write to a stream or bucket of fairq's. */
+static void test_the_admin_is_confined_to_the_admin_plane(void **state)
+{
+    fixture *f = *state;
+    char acme[160];
+    lk_url(f->srv, "acme", acme, sizeof acme);
+    lk_proxy_start(&f->px, f->srv, "proxy", "_INBOX_fairq", "");
+    assert_int_equal(pt_log_wait(&f->px, "fairq-proxy running", 15000), 0);
+    lk_client *ad = lk_connect(f->srv, "admin");
+    natsSubscription *refusals = NULL;
+    assert_int_equal(natsConnection_SubscribeSync(&refusals, ad->nc, "fair.rejected.*"), NATS_OK);
+    assert_int_equal(natsConnection_Flush(ad->nc), NATS_OK);
+    assert_int_equal(lk_run(f->srv, (const char *const[]){"fairq-producer", "--nats", acme,
+        "--inbox-prefix", "_INBOX_acme", "--tenant", "acme", "--est", "2000000", NULL}), 0);
+    natsMsg *m = NULL;
+    assert_int_equal(natsSubscription_NextMsg(&m, refusals, 10000), NATS_OK);
+    assert_string_equal(natsMsg_GetSubject(m), "fair.rejected.acme");
+    natsMsg_Destroy(m);
+    natsSubscription_Destroy(refusals);
+    /* the stored refusal, read by its sequence through FAIRQ's API */
+    jsCtx *fjs = NULL;
+    jsOptions jo;
+    jsOptions_Init(&jo);
+    jo.Prefix = "JS.FAIRQ.API";
+    jo.Wait = 5000;
+    assert_int_equal(natsConnection_JetStream(&fjs, ad->nc, &jo), NATS_OK);
+    jsErrCode jerr = 0;
+    m = NULL;
+    assert_int_equal(js_GetMsg(&m, fjs, "FAIR_REJECTED", 1, NULL, &jerr), NATS_OK);
+    assert_string_equal(natsMsg_GetSubject(m), "fair.rejected.acme");
+    natsMsg_Destroy(m);
+    assert_int_equal(ad->n, 0);
+    /* no push consumer on FAIR_DISPATCH */
+    jsConsumerConfig cc;
+    jsConsumerInfo *ci = NULL;
+    jsConsumerConfig_Init(&cc);
+    cc.Durable = "stolen";
+    cc.DeliverSubject = "fair.submit.globex";
+    cc.AckPolicy = js_AckNone;
+    jo.Wait = 1000;
+    assert_int_not_equal(js_AddConsumer(&ci, fjs, "FAIR_DISPATCH", &cc, &jo, NULL), NATS_OK);
+    assert_null(ci);
+    assert_true(lk_denied(ad, "Publish",
+                          "JS.FAIRQ.API.CONSUMER.DURABLE.CREATE.FAIR_DISPATCH.stolen"));
+    jsCtx_Destroy(fjs);
+    lk_assert_publish_denied(ad, (const char *const[]){
+        "$JS.API.CONSUMER.DURABLE.CREATE.FAIR_DISPATCH.x",
+        "$JS.API.CONSUMER.CREATE.FAIR_DISPATCH.x",
+        "$JS.API.CONSUMER.CREATE.FAIR_REJECTED",
+        "$JS.API.CONSUMER.CREATE.KV_fairq_tenants",
+        "$KV.fairq_tenants.acme",               /* overrides: fair.admin.tenant.set */
+        "$KV.fairq_lease.leader",
+        "fair.submit.acme",
+        "fair.dispatch",
+        "fair.done.acme",
+        "fairq.runs",
+        "$JS.API.DIRECT.GET.FAIR_SUBMIT",
+        "$JS.API.STREAM.MSG.GET.FAIR_SUBMIT",
+        NULL});
+    lk_assert_subscribe_denied(ad, (const char *const[]){"_INBOX_fairq.>", "_INBOX_acme.>",
+                                                         "fair.submit.>", "fair.dispatch", NULL});
+    /* FAIR_DISPATCH has no consumer */
+    lk_client *q = lk_connect(f->srv, "fairq");
+    assert_int_not_equal(js_GetConsumerInfo(&ci, q->js, "FAIR_DISPATCH", "stolen", NULL, &jerr),
+                         NATS_OK);
+    lk_close(q);
+    lk_close(ad);
+}
+
+/* An admin request whose reply names fairq's state: the proxy answers any
+ * reply it is sent (allow_responses), so with the admin a user of FAIRQ
+ * the answer to stats went onto the lease (the leader stopped) or was
+ * stored as a submit of globex's. From its own account the reply stays
+ * there: nothing of fairq's is written, and the proxy still leads. */
+static void test_an_admin_reply_reaches_nothing_of_fairq(void **state)
+{
+    fixture *f = *state;
+    lk_proxy_start(&f->px, f->srv, "proxy", "_INBOX_fairq", "");
+    assert_int_equal(pt_log_wait(&f->px, "fairq-proxy running", 15000), 0);
+    lk_client *ad = lk_connect(f->srv, "admin");
+    const char *const replies[] = {"$KV.fairq_lease.leader", "fair.submit.globex", "fairq.runs",
+                                   NULL};
+    for (size_t i = 0; replies[i]; i++)
+        assert_int_equal(natsConnection_PublishRequestString(ad->nc, "fair.admin.stats",
+                                                             replies[i], "{}"), NATS_OK);
+    /* Its next answer comes after the proxy has answered those. */
+    natsMsg *r = NULL;
+    assert_int_equal(natsConnection_RequestString(&r, ad->nc, "fair.admin.stats", "{}", 5000),
+                     NATS_OK);
+    natsMsg_Destroy(r);
+    assert_int_equal(ad->n, 0);
+    lk_client *q = lk_connect(f->srv, "fairq");
+    natsMsg *m = NULL;
+    jsErrCode jerr = 0;
+    assert_int_equal(js_GetLastMsg(&m, q->js, "KV_fairq_lease", "$KV.fairq_lease.leader", NULL,
+                                   &jerr), NATS_OK);
+    assert_null(strstr(natsMsg_GetData(m), "\"overall\""));
+    natsMsg_Destroy(m);
+    m = NULL;
+    assert_int_not_equal(js_GetLastMsg(&m, q->js, "FAIR_SUBMIT", "fair.submit.globex", NULL, &jerr),
+                         NATS_OK);
+    assert_null(m);
+    assert_int_equal(pt_log_count(&f->px, "lost"), 0);
+    assert_int_equal(pt_log_count(&f->px, "leader lease acquired"), 1);
+    assert_true(nt_proc_alive(&f->px.proc));
+    lk_close(q);
+    lk_close(ad);
+}
+
+/* A copy of the shipped config at path with text (its first mention after
+ * the first of after, e.g. "user: fairq"; NULL: none) blanked out. */
+static void lk_conf_without(const fixture *f, const char *path, const char *after,
+                            const char *text)
 {
     FILE *in = fopen(f->conf, "r");
     assert_non_null(in);
@@ -578,7 +755,9 @@ static void lk_conf_without(const fixture *f, const char *path, const char *text
     fclose(in);
     buf[len] = '\0';
     if (text) {
-        char *at = strstr(buf, text);
+        char *from = after ? strstr(buf, after) : buf;
+        assert_non_null(from);
+        char *at = strstr(from, text);
         assert_non_null(at);
         memset(at, ' ', strlen(text));
     }
@@ -595,11 +774,10 @@ static void lk_conf_without(const fixture *f, const char *path, const char *text
 static void test_a_missing_permission_fails_start(void **state)
 {
     fixture *f = *state;
-    /* The shipped config without $JS.API.STREAM.NAMES for fairq (its first
-     * mention is in fairq's block). */
+    /* The shipped config without $JS.API.STREAM.NAMES for fairq. */
     char conf[600];
     snprintf(conf, sizeof conf, "%s/no-names.conf", natstest_dir(f->srv));
-    lk_conf_without(f, conf, "\"$JS.API.STREAM.NAMES\",");
+    lk_conf_without(f, conf, "user: fairq", "\"$JS.API.STREAM.NAMES\",");
     assert_int_equal(natstest_start(&f->srv2, (const char *const[]){"-c", conf, NULL}), 0);
     lk_proxy_start(&f->px, f->srv2, "proxy-no-names", "_INBOX_fairq", "");
     assert_int_equal(nt_proc_wait(&f->px.proc, 20000), 0);
@@ -625,7 +803,7 @@ static void test_a_permission_lost_later_is_logged(void **state)
     fixture *f = *state;
     char conf[600], acme[160], globex[160];
     snprintf(conf, sizeof conf, "%s/served.conf", natstest_dir(f->srv));
-    lk_conf_without(f, conf, NULL);
+    lk_conf_without(f, conf, NULL, NULL);
     /* A server of its own on that copy, which lives in f->srv's directory. */
     assert_int_equal(natstest_start(&f->srv2, (const char *const[]){"-c", conf, NULL}), 0);
     lk_url(f->srv2, "acme", acme, sizeof acme);
@@ -634,7 +812,7 @@ static void test_a_permission_lost_later_is_logged(void **state)
     assert_int_equal(pt_log_wait(&f->px, "fairq-proxy running", 15000), 0);
     assert_int_equal(lk_run(f->srv2, (const char *const[]){"fairq-producer", "--nats", globex,
         "--inbox-prefix", "_INBOX_globex", "--tenant", "globex", NULL}), 0);
-    lk_conf_without(f, conf, "\"fair.rejected.*\",");
+    lk_conf_without(f, conf, "user: fairq", "\"fair.rejected.*\",");
     /* A reload compares the store directory too: the file must name the
      * one -sd gave. */
     FILE *c = fopen(conf, "a");
@@ -679,6 +857,11 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(test_a_worker_cannot_redirect_dispatches, setup, teardown),
         cmocka_unit_test_setup_teardown(test_a_worker_stream_captures_nothing_of_fairq, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_two_pools_each_do_their_own_work, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_the_admin_is_confined_to_the_admin_plane, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_an_admin_reply_reaches_nothing_of_fairq, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_a_missing_permission_fails_start, setup, teardown),
         cmocka_unit_test_setup_teardown(test_a_permission_lost_later_is_logged, setup, teardown),
