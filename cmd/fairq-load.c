@@ -543,7 +543,7 @@ static void load_proxy_stats(load *l, const char *snapshot, bool settle)
     cJSON *root;
     natsStatus s;
 
-    snprintf(subject, sizeof subject, "%s.stats", l->cfg.admin_prefix);
+    snprintf(subject, sizeof subject, "%s." FQ_ADMIN_STATS, l->cfg.admin_prefix);
     for (;;) {
         at = (double)(fqc_mono_ns() - l->t0_ns) / 1e9;
         s = natsConnection_RequestString(&reply, l->wnc, subject, "", 5000);

@@ -22,6 +22,12 @@
 #define FQ_SUBJECT_ADMIN "fair.admin"       /* + ".stats", ".reload", ... */
 #define FQ_SUBJECT_RUNS "fairq.runs"        /* the journal's one subject */
 
+/* The admin requests, each on FQ_SUBJECT_ADMIN + "." + its name. */
+#define FQ_ADMIN_STATS "stats"
+#define FQ_ADMIN_RELOAD "reload"
+#define FQ_ADMIN_TENANT_GET "tenant.get"
+#define FQ_ADMIN_TENANT_SET "tenant.set"
+
 /* nats.c's own inbox prefix (nats.inbox_prefix, a client's --inbox-prefix). */
 #define FQ_INBOX_PREFIX "_INBOX"
 
