@@ -13,6 +13,9 @@
  *    the field they read and how folded tenants combine (sum, max, or not
  *    at all where a sum would mean nothing, like a deficit). Rendering and
  *    folding both walk that table.
+ *  - The proxy's values as a whole are described once too (fq_overall_rows):
+ *    field, stats key, family, type and help, so that the stats reply and
+ *    /metrics, which both walk it, cannot drift apart.
  *  - Cardinality is bounded by construction: the first max_tenant_series
  *    tenants of the snapshot get their own series, every later one is
  *    added into a row tenant="_other" of its plan. Plans come from the
@@ -471,21 +474,6 @@ static void render_rejected(fq_buf *b, const fq_metrics_scratch *sc)
     }
 }
 
-/* Every refused run by reason, whether or not a tenant counts it too. */
-static void render_rejected_all(fq_buf *b, const fq_metrics_overall *a)
-{
-    static const char name[] = "fairq_rejected_runs_total";
-    put_header(b, name, "counter",
-               "Runs refused to the rejected subject, by reason: those of tenants fairq does not know too.");
-    for (size_t r = 0; r < FQ__COUNT; r++) {
-        if (a->rejected_runs[r] == 0)
-            continue;
-        fq_buf_printf(b, "%s{reason=\"%s\"} ", name, fq_status_code((fq_status)r));
-        put_u64(b, a->rejected_runs[r]);
-        fq_buf_putc(b, '\n');
-    }
-}
-
 static void render_latency(fq_buf *b, const fq_metrics_scratch *sc)
 {
     static const char name[] = "fairq_tenant_submit_to_dispatch_seconds";
@@ -528,7 +516,6 @@ static void render_one(fq_buf *b, const char *name, const char *type, const char
 
 #define GAUGE_U(name, help, v) render_one(b, name, "gauge", help, 0, (v), false)
 #define GAUGE_D(name, help, v) render_one(b, name, "gauge", help, (v), 0, true)
-#define COUNTER(name, help, v) render_one(b, name, "counter", help, 0, (v), false)
 
 static const char *const ready_names[FQ_READY__COUNT] = {
     [FQ_READY_OK] = "ready", [FQ_READY_STANDBY] = "standby", [FQ_READY_STARTING] = "starting",
@@ -543,26 +530,186 @@ const char *fq_ready_reason_name(enum fq_ready_reason r)
 }
 
 
-static void render_completions(fq_buf *b, const fq_metrics_overall *a)
-{
-    static const char name[] = "fairq_completions_total";
-    static const char *const outcome[FQ_COMPLETION__COUNT] = {
-        [FQ_COMPLETION_HELD] = "held", [FQ_COMPLETION_UNHELD] = "unheld",
-        [FQ_COMPLETION_DUPLICATE] = "duplicate", [FQ_COMPLETION_INVALID] = "invalid",
-        [FQ_COMPLETION_UNKNOWN] = "unknown"};
-    put_header(b, name, "counter",
-               "Completions by outcome: held and unheld reconciled, the rest changed nothing.");
-    for (int i = 0; i < FQ_COMPLETION__COUNT; i++) {
-        fq_buf_printf(b, "%s{outcome=\"%s\"} ", name, outcome[i]);
-        put_u64(b, a->completions[i]);
-        fq_buf_putc(b, '\n');
-    }
-}
-
 /* 0 means unlimited in the config: +Inf says so to a dashboard. */
 static double capacity(uint64_t v)
 {
     return v ? (double)v : INFINITY;
+}
+
+/* ---- the proxy as a whole ---- */
+
+#define OV(kind, field, stats_key, metric, label, help) \
+    {FQ_OV_##kind, offsetof(fq_metrics_overall, field), stats_key, metric, label, help}
+#define OUTCOME(o) "outcome=\"" o "\""
+
+/* In the order /metrics writes them; a row without a metric is for the
+ * stats reply only. */
+const fq_overall_row fq_overall_rows[] = {
+    OV(GAUGE, in_flight_runs, "in_flight", "fairq_in_flight_runs", NULL,
+       "Runs dispatched and holding a window slot."),
+    OV(GAUGE, in_flight_tokens, "in_flight_tokens", "fairq_in_flight_tokens", NULL,
+       "Estimated tokens of the runs in flight."),
+    OV(GAUGE, queued_runs, "queued_runs", NULL, NULL, "Runs queued, every tenant's."),
+    OV(GAUGE, queued_tokens, "queued_tokens", NULL, NULL, "Estimated tokens of the queued runs."),
+    OV(GAUGE, tenants, "tenants", NULL, NULL, "Tenants the scheduler knows."),
+    OV(GAUGE, active_tenants, "active_tenants", NULL, NULL, "Tenants with queued runs."),
+    OV(CAPACITY, window_runs, "window_max_in_flight", "fairq_window_capacity_runs", NULL,
+       "window.max_in_flight; +Inf when unlimited."),
+    OV(CAPACITY, window_tokens, "window_max_in_flight_tokens", "fairq_window_capacity_tokens",
+       NULL, "window.max_in_flight_tokens; +Inf when unlimited."),
+    OV(COUNTER, expired_leases, "expired", "fairq_expired_leases_total", NULL,
+       "Runs whose lease expired with no completion, freeing their slot."),
+    OV(GAUGE, buffered_runs, "buffered_runs", "fairq_buffered_runs", NULL,
+       "Runs held in memory (with their body or as an index entry)."),
+    OV(GAUGE, buffered_bytes, "buffered_bytes", "fairq_buffered_bytes", NULL,
+       "Bytes of run bodies held in memory."),
+    OV(FLAG, fetch_paused, "fetch_paused", "fairq_fetch_paused", NULL,
+       "1 while fetching from the submit stream is paused at limits.max_buffered_runs."),
+    OV(COUNTER, fetch_pauses, "fetch_pauses", "fairq_fetch_pauses_total", NULL,
+       "Times fetching paused at limits.max_buffered_runs."),
+    OV(FLAG, nats_connected, "nats_connected", "fairq_nats_connected", NULL,
+       "1 while connected to NATS."),
+    OV(COUNTER, nats_reconnects, "reconnects", "fairq_nats_reconnects_total", NULL,
+       "Reconnections to NATS."),
+    OV(COUNTER, config_reloads, "config_reloads", "fairq_config_reloads_total", NULL,
+       "Config reloads that took effect."),
+    OV(COUNTER, config_reload_failures, "config_reload_failures",
+       "fairq_config_reload_failures_total", NULL,
+       "Config reloads refused (invalid file); the old config stayed."),
+    OV(COUNTER, invalid_subject_runs, "invalid_subject", "fairq_invalid_subject_runs_total", NULL,
+       "Runs refused because their subject names no valid tenant."),
+    OV(REASONS, rejected_runs, "rejected", "fairq_rejected_runs_total", NULL,
+       "Runs refused to the rejected subject, by reason: those of tenants fairq does not know too."),
+    OV(FLAG, lease_held, "leader", "fairq_dispatch_lease_held", NULL,
+       "1 while this proxy holds the dispatcher lease; 0 while it waits for another."),
+    OV(RATE, dispatch_rate, "dispatch_rate", NULL, NULL, "Runs dispatched a second, smoothed."),
+    OV(RATE, dispatch_token_rate, "dispatch_token_rate", NULL, NULL,
+       "Estimated tokens dispatched a second, smoothed."),
+    OV(RATE, completion_rate, "completion_rate", NULL, NULL, "Completions a second, smoothed."),
+    OV(RATE, actual_token_rate, "actual_token_rate", NULL, NULL,
+       "Actual tokens reported a second, smoothed."),
+    OV(COUNTER, submitted_runs, "submitted", "fairq_submitted_runs_total", NULL,
+       "Runs fetched from the submit stream, first delivery."),
+    OV(COUNTER, redelivered_runs, "redelivered", "fairq_redelivered_runs_total", NULL,
+       "Runs delivered again while held (a consumer reset); not queued twice."),
+    OV(COUNTER, duplicates_acked, "duplicates_acked", "fairq_duplicates_acked_total", NULL,
+       "Submits acked without a dispatch: dispatched before a restart, their ack lost."),
+    OV(COUNTER, dispatched_runs, "dispatched", NULL, NULL, "Runs dispatched."),
+    OV(COUNTER, dispatch_duplicates, "dispatch_duplicates", "fairq_dispatch_duplicates_total",
+       NULL, "Dispatches the dispatch stream de-duplicated: they had reached the workers before."),
+    OV(COUNTER, adopted_runs, "adopted", "fairq_adopted_runs_total", NULL,
+       "Runs in flight read back from the journal at start, holding window slots."),
+    OV(COUNTER, journal_refused_records, "journal_refused", "fairq_journal_refused_records_total",
+       NULL, "Journal records refused when read back at start: not valid, or of a type not known."),
+    OV(COUNTER, debts_forgiven, "debts_forgiven", "fairq_debts_forgiven_total", NULL,
+       "Tenants' debts forgiven after scheduler.debt_forget_ms holding nothing."),
+    OV(COUNTER, expired_forgotten_early, "expired_forgotten_early",
+       "fairq_expired_forgotten_early_total", NULL,
+       "Expired runs forgotten before their time, past the 100,000 remembered: a late "
+       "completion for one changes nothing."),
+    OV(GAUGE, index_only_runs, "index_only_runs", "fairq_index_only_runs", NULL,
+       "Runs held without their body (past limits.max_buffered_bytes)."),
+    OV(COUNTER, body_reads, "body_reads", "fairq_body_reads_total", NULL,
+       "Bodies read back from the submit stream at dispatch."),
+    OV(COUNTER, body_lost, "body_lost", "fairq_body_lost_total", NULL,
+       "Runs whose body was gone from the submit stream at dispatch (purged): not sent."),
+    OV(COUNTER, completions[FQ_COMPLETION_HELD], "completions", "fairq_completions_total",
+       OUTCOME("held"),
+       "Completions by outcome: held and unheld reconciled, the rest changed nothing."),
+    OV(COUNTER, completions[FQ_COMPLETION_UNHELD], "completions_unheld",
+       "fairq_completions_total", OUTCOME("unheld"), NULL),
+    OV(COUNTER, completions[FQ_COMPLETION_DUPLICATE], "completions_duplicate",
+       "fairq_completions_total", OUTCOME("duplicate"), NULL),
+    OV(COUNTER, completions[FQ_COMPLETION_INVALID], "completions_invalid",
+       "fairq_completions_total", OUTCOME("invalid"), NULL),
+    OV(COUNTER, completions[FQ_COMPLETION_UNKNOWN], "completions_unknown",
+       "fairq_completions_total", OUTCOME("unknown"), NULL),
+    OV(COUNTER, completion_copies_skipped, "completion_copies_skipped",
+       "fairq_completion_copies_skipped_total", NULL,
+       "Invalid or unknown completions acked without a copy to the rejected subject, "
+       "past 100 a second."),
+    OV(COUNTER, completions_deferred, "completions_deferred", "fairq_completions_deferred_total",
+       NULL, "Completions naked to be looked at again in 500 ms, their run queued, not in "
+       "flight yet."),
+    OV(COUNTER, publish_failures, "publish_failures", "fairq_publish_failures_total", NULL,
+       "Publishes (dispatch, refusal, journal) that failed and were retried."),
+    OV(COUNTER, dispatch_failures, "dispatch_failures", "fairq_dispatch_failures_total", NULL,
+       "Dispatches the dispatch stream did not store (a full store, a timeout): the run "
+       "was queued again and its tenant parked."),
+    OV(GAUGE, parked_tenants, "parked_tenants", "fairq_parked_tenants", NULL,
+       "Tenants out of the rotation for a while after a failed dispatch."),
+    OV(FLAG, dispatch_stalled, "dispatch_stalled", "fairq_dispatch_stalled", NULL,
+       "1 while publishes to the dispatch stream keep failing: not dispatching, not ready."),
+    OV(COUNTER, refusals_unstored, "refusals_unstored", "fairq_refusals_unstored_total", NULL,
+       "Refusals the rejected stream (or the account) would not store; their runs "
+       "were acked all the same."),
+    OV(COUNTER, overrides_refused, "overrides_refused", "fairq_overrides_refused_total", NULL,
+       "Values in the overrides bucket refused as invalid; the policy stayed."),
+    OV(COUNTER, admin_reply_failures, "admin_reply_failures", "fairq_admin_reply_failures_total",
+       NULL, "Admin replies that could not be sent."),
+    OV(COUNTER, admin_requests_busy, "admin_requests_busy", "fairq_admin_requests_busy_total",
+       NULL, "Admin requests answered busy: over their rate, or too many waiting."),
+    OV(COUNTER, admin_requests_no_reply, "admin_requests_no_reply",
+       "fairq_admin_requests_no_reply_total", NULL,
+       "Admin requests without a reply subject, dropped unread."),
+    OV(COUNTER, admin_requests_too_long, "admin_requests_too_long",
+       "fairq_admin_requests_too_long_total", NULL,
+       "Admin requests whose body passed 4096 bytes, refused unread."),
+    OV(GAUGE, max_payload, "max_payload", "fairq_nats_max_payload_bytes", NULL,
+       "The server's max_payload; a run is accepted when its dispatch fits it."),
+};
+const size_t fq_overall_nrows = sizeof fq_overall_rows / sizeof fq_overall_rows[0];
+
+uint64_t fq_overall_u64(const fq_overall_row *r, const fq_metrics_overall *a)
+{
+    const char *v = (const char *)a + r->off;
+    uint64_t sum = 0;
+    switch (r->kind) {
+    case FQ_OV_FLAG:
+        return *(const bool *)(const void *)v;
+    case FQ_OV_RATE:
+        return (uint64_t)*(const double *)(const void *)v;
+    case FQ_OV_REASONS:
+        for (size_t i = 0; i < FQ__COUNT; i++)
+            sum += ((const uint64_t *)(const void *)v)[i];
+        return sum;
+    default:
+        return *(const uint64_t *)(const void *)v;
+    }
+}
+
+double fq_overall_rate(const fq_overall_row *r, const fq_metrics_overall *a)
+{
+    if (r->kind == FQ_OV_RATE)
+        return *(const double *)(const void *)((const char *)a + r->off);
+    return (double)fq_overall_u64(r, a);
+}
+
+/* A row's samples: by reason, labelled, or one. */
+static void render_row(fq_buf *b, const fq_overall_row *r, const fq_metrics_overall *a)
+{
+    if (r->kind == FQ_OV_REASONS) {
+        const uint64_t *v = (const uint64_t *)(const void *)((const char *)a + r->off);
+        for (size_t i = 0; i < FQ__COUNT; i++) {
+            if (v[i] == 0)
+                continue;   /* no zero series for every reason */
+            fq_buf_printf(b, "%s{reason=\"%s\"} ", r->metric, fq_status_code((fq_status)i));
+            put_u64(b, v[i]);
+            fq_buf_putc(b, '\n');
+        }
+        return;
+    }
+    fq_buf_puts(b, r->metric);
+    if (r->label)
+        fq_buf_printf(b, "{%s}", r->label);
+    fq_buf_putc(b, ' ');
+    if (r->kind == FQ_OV_CAPACITY)
+        put_f64(b, capacity(fq_overall_u64(r, a)));
+    else if (r->kind == FQ_OV_RATE)
+        put_f64(b, fq_overall_rate(r, a));
+    else
+        put_u64(b, fq_overall_u64(r, a));
+    fq_buf_putc(b, '\n');
 }
 
 static void render_overall(fq_buf *b, fq_metrics_snapshot *s)
@@ -575,6 +722,7 @@ static void render_overall(fq_buf *b, fq_metrics_snapshot *s)
 
     put_header(b, "fairq_build_info", "gauge", "fairq's version, as a label; always 1.");
     fq_buf_printf(b, "fairq_build_info{version=\"%s\"} 1\n", FAIRQ_VERSION);
+    /* What the snapshot's tenants say, rather than the proxy's counts. */
     GAUGE_U("fairq_tenants", "Tenants the scheduler knows.", s->n_tenants + s->n_folded);
     GAUGE_U("fairq_tenants_active", "Tenants with queued runs.", active);
     GAUGE_U("fairq_tenants_folded",
@@ -583,102 +731,18 @@ static void render_overall(fq_buf *b, fq_metrics_snapshot *s)
     GAUGE_D("fairq_queue_age_skew_seconds",
             "Oldest queued run's age of the most delayed tenant minus the median of that age over tenants with queued work; 0 with fewer than two.",
             fq_metrics_queue_age_skew(s));
-    GAUGE_U("fairq_in_flight_runs", "Runs dispatched and holding a window slot.", a->in_flight_runs);
-    GAUGE_U("fairq_in_flight_tokens", "Estimated tokens of the runs in flight.", a->in_flight_tokens);
-    GAUGE_D("fairq_window_capacity_runs", "window.max_in_flight; +Inf when unlimited.",
-            capacity(a->window_runs));
-    GAUGE_D("fairq_window_capacity_tokens", "window.max_in_flight_tokens; +Inf when unlimited.",
-            capacity(a->window_tokens));
-    COUNTER("fairq_expired_leases_total",
-            "Runs whose lease expired with no completion, freeing their slot.", a->expired_leases);
-    GAUGE_U("fairq_buffered_runs", "Runs held in memory (with their body or as an index entry).",
-            a->buffered_runs);
-    GAUGE_U("fairq_buffered_bytes", "Bytes of run bodies held in memory.", a->buffered_bytes);
-    GAUGE_U("fairq_fetch_paused",
-            "1 while fetching from the submit stream is paused at limits.max_buffered_runs.",
-            a->fetch_paused);
-    COUNTER("fairq_fetch_pauses_total", "Times fetching paused at limits.max_buffered_runs.",
-            a->fetch_pauses);
-    GAUGE_U("fairq_nats_connected", "1 while connected to NATS.", a->nats_connected);
-    COUNTER("fairq_nats_reconnects_total", "Reconnections to NATS.", a->nats_reconnects);
-    COUNTER("fairq_config_reloads_total", "Config reloads that took effect.", a->config_reloads);
-    COUNTER("fairq_config_reload_failures_total",
-            "Config reloads refused (invalid file); the old config stayed.", a->config_reload_failures);
-    COUNTER("fairq_invalid_subject_runs_total",
-            "Runs refused because their subject names no valid tenant.", a->invalid_subject_runs);
-    render_rejected_all(b, a);
-    GAUGE_U("fairq_dispatch_lease_held",
-            "1 while this proxy holds the dispatcher lease; 0 while it waits for another.",
-            a->lease_held);
-    COUNTER("fairq_submitted_runs_total", "Runs fetched from the submit stream, first delivery.",
-            a->submitted_runs);
-    COUNTER("fairq_redelivered_runs_total",
-            "Runs delivered again while held (a consumer reset); not queued twice.",
-            a->redelivered_runs);
-    COUNTER("fairq_duplicates_acked_total",
-            "Submits acked without a dispatch: dispatched before a restart, their ack lost.",
-            a->duplicates_acked);
-    COUNTER("fairq_dispatch_duplicates_total",
-            "Dispatches the dispatch stream de-duplicated: they had reached the workers before.",
-            a->dispatch_duplicates);
-    COUNTER("fairq_adopted_runs_total",
-            "Runs in flight read back from the journal at start, holding window slots.",
-            a->adopted_runs);
-    COUNTER("fairq_journal_refused_records_total",
-            "Journal records refused when read back at start: not valid, or of a type not known.",
-            a->journal_refused_records);
-    COUNTER("fairq_debts_forgiven_total",
-            "Tenants' debts forgiven after scheduler.debt_forget_ms holding nothing.",
-            a->debts_forgiven);
-    COUNTER("fairq_expired_forgotten_early_total",
-            "Expired runs forgotten before their time, past the 100,000 remembered: a late "
-            "completion for one changes nothing.", a->expired_forgotten_early);
-    GAUGE_U("fairq_index_only_runs",
-            "Runs held without their body (past limits.max_buffered_bytes).", a->index_only_runs);
-    COUNTER("fairq_body_reads_total", "Bodies read back from the submit stream at dispatch.",
-            a->body_reads);
-    COUNTER("fairq_body_lost_total",
-            "Runs whose body was gone from the submit stream at dispatch (purged): not sent.",
-            a->body_lost);
-    render_completions(b, a);
-    COUNTER("fairq_completion_copies_skipped_total",
-            "Invalid or unknown completions acked without a copy to the rejected subject, "
-            "past 100 a second.", a->completion_copies_skipped);
-    COUNTER("fairq_completions_deferred_total",
-            "Completions naked to be looked at again in 500 ms, their run queued, not in "
-            "flight yet.", a->completions_deferred);
-    COUNTER("fairq_publish_failures_total",
-            "Publishes (dispatch, refusal, journal) that failed and were retried.",
-            a->publish_failures);
-    COUNTER("fairq_dispatch_failures_total",
-            "Dispatches the dispatch stream did not store (a full store, a timeout): the run "
-            "was queued again and its tenant parked.", a->dispatch_failures);
-    GAUGE_U("fairq_parked_tenants",
-            "Tenants out of the rotation for a while after a failed dispatch.", a->parked_tenants);
-    GAUGE_U("fairq_dispatch_stalled",
-            "1 while publishes to the dispatch stream keep failing: not dispatching, not ready.",
-            a->dispatch_stalled);
-    COUNTER("fairq_refusals_unstored_total",
-            "Refusals the rejected stream (or the account) would not store; their runs "
-            "were acked all the same.",
-            a->refusals_unstored);
-    COUNTER("fairq_overrides_refused_total",
-            "Values in the overrides bucket refused as invalid; the policy stayed.",
-            a->overrides_refused);
-    COUNTER("fairq_admin_reply_failures_total", "Admin replies that could not be sent.",
-            a->admin_reply_failures);
-    COUNTER("fairq_admin_requests_busy_total",
-            "Admin requests answered busy: over their rate, or too many waiting.",
-            a->admin_requests_busy);
-    COUNTER("fairq_admin_requests_no_reply_total",
-            "Admin requests without a reply subject, dropped unread.",
-            a->admin_requests_no_reply);
-    COUNTER("fairq_admin_requests_too_long_total",
-            "Admin requests whose body passed 4096 bytes, refused unread.",
-            a->admin_requests_too_long);
-    GAUGE_U("fairq_nats_max_payload_bytes",
-            "The server's max_payload; a run is accepted when its dispatch fits it.",
-            a->max_payload);
+    const char *family = "";
+    for (size_t i = 0; i < fq_overall_nrows; i++) {
+        const fq_overall_row *r = &fq_overall_rows[i];
+        if (!r->metric)
+            continue;
+        if (strcmp(r->metric, family) != 0) {
+            bool counter = r->kind == FQ_OV_COUNTER || r->kind == FQ_OV_REASONS;
+            put_header(b, r->metric, counter ? "counter" : "gauge", r->help);
+            family = r->metric;
+        }
+        render_row(b, r, a);
+    }
 }
 
 /* One series per reason, 1 for the one /readyz gives now, so an alert

@@ -100,10 +100,15 @@ const char *fq_ready_reason_name(enum fq_ready_reason r);
  * write the server confirmed; 0 when not leading). */
 void fq_metrics_render_ready(fq_buf *out, enum fq_ready_reason r, uint64_t lease_age_ms);
 
-/* The proxy as a whole. */
+/* The proxy as a whole. Every field has one row in fq_overall_rows
+ * (lib/metrics.c), which names it for the stats reply and for /metrics. */
 typedef struct fq_metrics_overall {
     uint64_t in_flight_runs;
     uint64_t in_flight_tokens;
+    uint64_t queued_runs;           /* every tenant's */
+    uint64_t queued_tokens;         /* estimates of the queued runs */
+    uint64_t tenants;               /* tenants the scheduler knows */
+    uint64_t active_tenants;        /* of which with queued runs */
     uint64_t window_runs;           /* capacity; 0: unlimited */
     uint64_t window_tokens;         /* capacity; 0: unlimited */
     uint64_t expired_leases;        /* counter */
@@ -119,10 +124,15 @@ typedef struct fq_metrics_overall {
     uint64_t rejected_runs[FQ__COUNT]; /* counters: every refused run by reason
                                        (fq_status), tenant known or not */
     bool lease_held;                /* this proxy is the dispatcher */
+    double dispatch_rate;           /* runs a second, smoothed */
+    double dispatch_token_rate;     /* estimated tokens dispatched a second, smoothed */
+    double completion_rate;         /* completions a second, smoothed */
+    double actual_token_rate;       /* actual tokens reported a second, smoothed */
     uint64_t submitted_runs;        /* counter: runs fetched (first delivery) */
     uint64_t redelivered_runs;      /* counter: deliveries of runs held already */
     uint64_t duplicates_acked;      /* counter: submits acked with no dispatch,
                                        dispatched before a restart */
+    uint64_t dispatched_runs;       /* counter: runs dispatched */
     uint64_t dispatch_duplicates;   /* counter: dispatches JetStream de-duplicated */
     uint64_t adopted_runs;          /* counter: runs in flight read back at start */
     uint64_t journal_refused_records; /* counter: journal records refused at start
@@ -153,6 +163,39 @@ typedef struct fq_metrics_overall {
                                        refused unread */
     uint64_t max_payload;           /* the server's, in bytes; 0: not known yet */
 } fq_metrics_overall;
+
+/* How a value of fq_metrics_overall is stored and written. */
+enum fq_overall_kind {
+    FQ_OV_COUNTER = 0,  /* uint64_t: a counter */
+    FQ_OV_GAUGE,        /* uint64_t: a gauge */
+    FQ_OV_FLAG,         /* bool: a gauge of 0 or 1; true or false in the stats */
+    FQ_OV_CAPACITY,     /* uint64_t, 0 for unlimited: a gauge, +Inf when 0 */
+    FQ_OV_RATE,         /* double: a gauge */
+    FQ_OV_REASONS,      /* uint64_t[FQ__COUNT] by fq_status: a counter labelled
+                           reason (those not 0); their sum in the stats */
+};
+
+/* One value of the proxy as a whole, spelled once: where it is, its key
+ * in the stats reply's "overall" object, its Prometheus family, the
+ * family's type (from kind) and help. Both the stats reply and
+ * fq_metrics_render walk fq_overall_rows. */
+typedef struct fq_overall_row {
+    enum fq_overall_kind kind;
+    size_t off;                 /* of the value in fq_metrics_overall */
+    const char *stats_key;      /* NULL: not in the stats reply */
+    const char *metric;         /* NULL: not in /metrics */
+    const char *label;          /* the sample's label pair, as written (outcome="held");
+                                   NULL: none. Rows of one family follow each other,
+                                   and the first one's help is the family's */
+    const char *help;
+} fq_overall_row;
+
+extern const fq_overall_row fq_overall_rows[];
+extern const size_t fq_overall_nrows;
+/* The row's value in a: a count or gauge; REASONS: their sum; FLAG: 0 or 1;
+ * RATE: the rate rounded down (fq_overall_rate has it whole). */
+uint64_t fq_overall_u64(const fq_overall_row *r, const fq_metrics_overall *a);
+double fq_overall_rate(const fq_overall_row *r, const fq_metrics_overall *a);
 
 typedef struct fq_metrics_scratch fq_metrics_scratch;
 

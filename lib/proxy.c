@@ -2247,79 +2247,73 @@ static void px_stats_tenant(fq_json *w, fq_proxy *p, const px_tenant *pt, uint64
 
 #define PX_KV(w, k, v) (fq_json_key((w), (k)), fq_json_int((w), (int64_t)(v)))
 
-static void px_stats_overall(fq_json *w, fq_proxy *p)
+/* The proxy as a whole now, for the stats reply and the metrics snapshot. */
+static void px_overall(fq_metrics_overall *a, fq_proxy *p)
 {
     fq_sched_stats ss;
     fq_sched_stats_get(p->sched, &ss);
-    fq_json_key(w, "overall");
-    fq_json_begin_object(w);
-    PX_KV(w, "window_max_in_flight", p->cfg.window.max_in_flight);
-    PX_KV(w, "window_max_in_flight_tokens", p->cfg.window.max_in_flight_tokens);
-    PX_KV(w, "in_flight", ss.in_flight);
-    PX_KV(w, "in_flight_tokens", ss.in_flight_tokens);
-    PX_KV(w, "queued_runs", ss.queued);
-    PX_KV(w, "queued_tokens", ss.queued_tokens);
-    PX_KV(w, "tenants", ss.tenants);
-    PX_KV(w, "active_tenants", ss.active);
-    PX_KV(w, "buffered_runs", p->held);
-    PX_KV(w, "buffered_bytes", p->buffered_bytes);
-    PX_KV(w, "index_only_runs", p->index_only);
-    fq_json_key(w, "fetch_paused");
-    fq_json_bool(w, p->fetch_paused);
-    fq_json_key(w, "leader");
-    fq_json_bool(w, p->leader);
-    fq_json_key(w, "nats_connected");
-    fq_json_bool(w, p->connected);
-    fq_json_key(w, "dispatch_rate");
-    fq_json_double(w, p->rate_runs);
-    fq_json_key(w, "dispatch_token_rate");
-    fq_json_double(w, p->rate_tokens);
-    fq_json_key(w, "completion_rate");
-    fq_json_double(w, p->rate_completed);
-    fq_json_key(w, "actual_token_rate");
-    fq_json_double(w, p->rate_actual);
-    PX_KV(w, "submitted", p->c.submitted);
-    PX_KV(w, "redelivered", p->c.redelivered);
-    uint64_t rejected = 0;
-    for (int s = 1; s < FQ__COUNT; s++)
-        rejected += p->c.rejected[s];
-    PX_KV(w, "rejected", rejected);
-    PX_KV(w, "invalid_subject", p->c.invalid_subject);
-    PX_KV(w, "duplicates_acked", p->c.duplicates_acked);
-    PX_KV(w, "dispatched", p->c.dispatched);
-    PX_KV(w, "dispatch_duplicates", p->c.dispatch_duplicates);
-    PX_KV(w, "adopted", p->c.adopted);
-    PX_KV(w, "journal_refused", p->c.journal_refused);
-    PX_KV(w, "debts_forgiven", p->c.debts_forgiven);
-    PX_KV(w, "expired_forgotten_early", p->c.expired_forgotten_early);
-    PX_KV(w, "body_reads", p->c.body_reads);
-    PX_KV(w, "body_lost", p->c.body_lost);
-    PX_KV(w, "completions", p->c.completions);
-    PX_KV(w, "completions_unheld", p->c.completions_unheld);
-    PX_KV(w, "completions_duplicate", p->c.completions_duplicate);
-    PX_KV(w, "completions_invalid", p->c.completions_invalid);
-    PX_KV(w, "completions_unknown", p->c.completions_unknown);
-    PX_KV(w, "completion_copies_skipped", p->c.completion_copies_skipped);
-    PX_KV(w, "completions_deferred", p->c.completions_deferred);
-    PX_KV(w, "expired", p->c.expired);
-    PX_KV(w, "publish_failures", p->c.pub_failures);
-    PX_KV(w, "dispatch_failures", p->c.dispatch_failures);
-    PX_KV(w, "parked_tenants", ss.parked);
-    fq_json_key(w, "dispatch_stalled");
-    fq_json_bool(w, atomic_load(&p->stalled) != 0);
-    PX_KV(w, "refusals_unstored", p->c.refusals_unstored);
-    PX_KV(w, "fetch_pauses", p->c.fetch_pauses);
-    PX_KV(w, "reconnects", p->c.reconnects);
-    PX_KV(w, "config_reloads", p->c.reloads);
-    PX_KV(w, "config_reload_failures", p->c.reload_failures);
-    PX_KV(w, "overrides_refused", p->c.overrides_refused);
-    PX_KV(w, "admin_reply_failures", p->c.reply_failures);
     fq_nio_sub_stats ns;
     fq_nio_sub_stats_get(&ns, p->nio, PX_SUB_ADMIN);
-    PX_KV(w, "admin_requests_busy", p->c.admin_busy + ns.busy);
-    PX_KV(w, "admin_requests_no_reply", ns.no_reply);
-    PX_KV(w, "admin_requests_too_long", p->c.admin_too_long);
-    PX_KV(w, "max_payload", p->max_payload);
+    *a = (fq_metrics_overall){
+        .in_flight_runs = ss.in_flight, .in_flight_tokens = ss.in_flight_tokens,
+        .queued_runs = ss.queued, .queued_tokens = ss.queued_tokens, .tenants = ss.tenants,
+        .active_tenants = ss.active, .window_runs = p->cfg.window.max_in_flight,
+        .window_tokens = p->cfg.window.max_in_flight_tokens,
+        .expired_leases = p->c.expired, .buffered_runs = p->held,
+        .buffered_bytes = p->buffered_bytes, .fetch_paused = p->fetch_paused,
+        .fetch_pauses = p->c.fetch_pauses, .nats_connected = p->connected,
+        .nats_reconnects = p->c.reconnects, .invalid_subject_runs = p->c.invalid_subject,
+        .config_reloads = p->c.reloads, .config_reload_failures = p->c.reload_failures,
+        .lease_held = p->leader, .dispatch_rate = p->rate_runs,
+        .dispatch_token_rate = p->rate_tokens, .completion_rate = p->rate_completed,
+        .actual_token_rate = p->rate_actual, .submitted_runs = p->c.submitted,
+        .redelivered_runs = p->c.redelivered, .duplicates_acked = p->c.duplicates_acked,
+        .dispatched_runs = p->c.dispatched,
+        .dispatch_duplicates = p->c.dispatch_duplicates, .adopted_runs = p->c.adopted,
+        .journal_refused_records = p->c.journal_refused,
+        .debts_forgiven = p->c.debts_forgiven,
+        .expired_forgotten_early = p->c.expired_forgotten_early,
+        .completion_copies_skipped = p->c.completion_copies_skipped,
+        .completions_deferred = p->c.completions_deferred,
+        .index_only_runs = p->index_only, .body_reads = p->c.body_reads,
+        .body_lost = p->c.body_lost,
+        .completions = {[FQ_COMPLETION_HELD] = p->c.completions,
+                        [FQ_COMPLETION_UNHELD] = p->c.completions_unheld,
+                        [FQ_COMPLETION_DUPLICATE] = p->c.completions_duplicate,
+                        [FQ_COMPLETION_INVALID] = p->c.completions_invalid,
+                        [FQ_COMPLETION_UNKNOWN] = p->c.completions_unknown},
+        .publish_failures = p->c.pub_failures, .refusals_unstored = p->c.refusals_unstored,
+        .overrides_refused = p->c.overrides_refused,
+        .dispatch_failures = p->c.dispatch_failures, .parked_tenants = ss.parked,
+        .dispatch_stalled = atomic_load(&p->stalled) != 0,
+        .admin_reply_failures = p->c.reply_failures,
+        .admin_requests_busy = p->c.admin_busy + ns.busy,
+        .admin_requests_no_reply = ns.no_reply,
+        .admin_requests_too_long = p->c.admin_too_long,
+        .max_payload = p->max_payload > 0 ? (uint64_t)p->max_payload : 0};
+    memcpy(a->rejected_runs, p->c.rejected, sizeof a->rejected_runs);
+}
+
+/* The overall section of the stats reply: every row of fq_overall_rows
+ * with a stats key. */
+static void px_stats_overall(fq_json *w, fq_proxy *p)
+{
+    fq_metrics_overall a;
+    px_overall(&a, p);
+    fq_json_key(w, "overall");
+    fq_json_begin_object(w);
+    for (size_t i = 0; i < fq_overall_nrows; i++) {
+        const fq_overall_row *r = &fq_overall_rows[i];
+        if (!r->stats_key)
+            continue;
+        fq_json_key(w, r->stats_key);
+        if (r->kind == FQ_OV_FLAG)
+            fq_json_bool(w, fq_overall_u64(r, &a) != 0);
+        else if (r->kind == FQ_OV_RATE)
+            fq_json_double(w, fq_overall_rate(r, &a));
+        else
+            fq_json_int(w, (int64_t)fq_overall_u64(r, &a));
+    }
     fq_json_end_object(w);
 }
 
@@ -2876,44 +2870,7 @@ static void px_metrics_tenant(fq_proxy *p, const px_tenant *t, const fq_tenant_i
 static void px_metrics_publish(fq_proxy *p)
 {
     fq_metrics_snapshot *sn = p->snap_fill;
-    fq_sched_stats ss;
-    fq_sched_stats_get(p->sched, &ss);
-    fq_nio_sub_stats ns;
-    fq_nio_sub_stats_get(&ns, p->nio, PX_SUB_ADMIN);
-    sn->all = (fq_metrics_overall){
-        .in_flight_runs = ss.in_flight, .in_flight_tokens = ss.in_flight_tokens,
-        .window_runs = p->cfg.window.max_in_flight,
-        .window_tokens = p->cfg.window.max_in_flight_tokens,
-        .expired_leases = p->c.expired, .buffered_runs = p->held,
-        .buffered_bytes = p->buffered_bytes, .fetch_paused = p->fetch_paused,
-        .fetch_pauses = p->c.fetch_pauses, .nats_connected = p->connected,
-        .nats_reconnects = p->c.reconnects, .invalid_subject_runs = p->c.invalid_subject,
-        .config_reloads = p->c.reloads, .config_reload_failures = p->c.reload_failures,
-        .lease_held = p->leader, .submitted_runs = p->c.submitted,
-        .redelivered_runs = p->c.redelivered, .duplicates_acked = p->c.duplicates_acked,
-        .dispatch_duplicates = p->c.dispatch_duplicates, .adopted_runs = p->c.adopted,
-        .journal_refused_records = p->c.journal_refused,
-        .debts_forgiven = p->c.debts_forgiven,
-        .expired_forgotten_early = p->c.expired_forgotten_early,
-        .completion_copies_skipped = p->c.completion_copies_skipped,
-        .completions_deferred = p->c.completions_deferred,
-        .index_only_runs = p->index_only, .body_reads = p->c.body_reads,
-        .body_lost = p->c.body_lost,
-        .completions = {[FQ_COMPLETION_HELD] = p->c.completions,
-                        [FQ_COMPLETION_UNHELD] = p->c.completions_unheld,
-                        [FQ_COMPLETION_DUPLICATE] = p->c.completions_duplicate,
-                        [FQ_COMPLETION_INVALID] = p->c.completions_invalid,
-                        [FQ_COMPLETION_UNKNOWN] = p->c.completions_unknown},
-        .publish_failures = p->c.pub_failures, .refusals_unstored = p->c.refusals_unstored,
-        .overrides_refused = p->c.overrides_refused,
-        .dispatch_failures = p->c.dispatch_failures, .parked_tenants = ss.parked,
-        .dispatch_stalled = atomic_load(&p->stalled) != 0,
-        .admin_reply_failures = p->c.reply_failures,
-        .admin_requests_busy = p->c.admin_busy + ns.busy,
-        .admin_requests_no_reply = ns.no_reply,
-        .admin_requests_too_long = p->c.admin_too_long,
-        .max_payload = p->max_payload > 0 ? (uint64_t)p->max_payload : 0};
-    memcpy(sn->all.rejected_runs, p->c.rejected, sizeof sn->all.rejected_runs);
+    px_overall(&sn->all, p);
     pthread_mutex_lock(&p->snap_mu);
     p->snap_fill = p->snap;
     p->snap = sn;

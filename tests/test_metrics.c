@@ -529,6 +529,85 @@ static void test_sample(void **state)
     fq_metrics_snapshot_destroy(s);
 }
 
+/* Every byte of fq_metrics_overall belongs to one row of fq_overall_rows
+ * (a field added without its row fails here), no stats key or labelled
+ * sample is written twice, and a family's rows follow each other. */
+static void test_overall_table_covers_every_field(void **state)
+{
+    (void)state;
+    unsigned char owner[sizeof(fq_metrics_overall)];
+    memset(owner, 0, sizeof owner);
+    for (size_t i = 0; i < fq_overall_nrows; i++) {
+        const fq_overall_row *r = &fq_overall_rows[i];
+        size_t size = r->kind == FQ_OV_FLAG ? sizeof(bool)
+                      : r->kind == FQ_OV_REASONS ? FQ__COUNT * sizeof(uint64_t) : 8;
+        assert_true(r->off + size <= sizeof owner);
+        for (size_t k = 0; k < size; k++) {
+            assert_int_equal(owner[r->off + k], 0);
+            owner[r->off + k] = 1;
+        }
+        assert_true(r->stats_key || r->metric);
+        for (size_t j = 0; j < i; j++) {
+            const fq_overall_row *q = &fq_overall_rows[j];
+            if (r->stats_key && q->stats_key)
+                assert_string_not_equal(r->stats_key, q->stats_key);
+            if (r->metric && q->metric && strcmp(r->metric, q->metric) == 0) {
+                /* the same family: right after its previous row, each
+                 * sample labelled differently */
+                assert_true(r->label && q->label);
+                assert_string_not_equal(r->label, q->label);
+                const fq_overall_row *prev = NULL;
+                for (size_t k = i; k-- > 0 && !prev;)
+                    if (fq_overall_rows[k].metric)
+                        prev = &fq_overall_rows[k];
+                assert_string_equal(prev->metric, r->metric);
+            }
+        }
+        if (r->metric && (!r->label || i == 0 || !fq_overall_rows[i - 1].metric ||
+                          strcmp(fq_overall_rows[i - 1].metric, r->metric) != 0))
+            assert_non_null(r->help);
+    }
+    /* What no row covers is padding after a flag, shorter than a word. */
+    for (size_t k = 0; k < sizeof owner;) {
+        size_t run = 0;
+        while (k + run < sizeof owner && !owner[k + run])
+            run++;
+        assert_true(run < 8);
+        k += run ? run : 1;
+    }
+}
+
+/* A client-visible name that was spelled two ways keeps both, in one row:
+ * the stats key publish_failures and the family fairq_publish_failures_total
+ * read the same value. */
+static void test_overall_names_kept(void **state)
+{
+    (void)state;
+    static const char *const pairs[][2] = {
+        {"publish_failures", "fairq_publish_failures_total"},
+        {"expired", "fairq_expired_leases_total"},
+        {"reconnects", "fairq_nats_reconnects_total"},
+        {"leader", "fairq_dispatch_lease_held"},
+        {"window_max_in_flight", "fairq_window_capacity_runs"},
+        {"completions", "fairq_completions_total"},
+        {"rejected", "fairq_rejected_runs_total"},
+    };
+    fq_metrics_overall a;
+    memset(&a, 0, sizeof a);
+    a.publish_failures = 7;
+    for (size_t p = 0; p < sizeof pairs / sizeof pairs[0]; p++) {
+        const fq_overall_row *found = NULL;
+        for (size_t i = 0; i < fq_overall_nrows && !found; i++)
+            if (fq_overall_rows[i].stats_key &&
+                strcmp(fq_overall_rows[i].stats_key, pairs[p][0]) == 0)
+                found = &fq_overall_rows[i];
+        assert_non_null(found);
+        assert_string_equal(found->metric, pairs[p][1]);
+        if (p == 0)
+            assert_int_equal(fq_overall_u64(found, &a), 7);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -541,6 +620,8 @@ int main(void)
         cmocka_unit_test(test_skew),
         cmocka_unit_test(test_set_info),
         cmocka_unit_test(test_sample),
+        cmocka_unit_test(test_overall_table_covers_every_field),
+        cmocka_unit_test(test_overall_names_kept),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
