@@ -103,12 +103,6 @@ static const fq_family fq_tenant_families[] = {
 };
 #define N_TENANT_FAMILIES (sizeof fq_tenant_families / sizeof fq_tenant_families[0])
 
-static const char *const fq_source_names[] = {
-    [FQ_SRC_DEFAULT] = "default",
-    [FQ_SRC_CONFIG] = "config",
-    [FQ_SRC_OVERRIDE] = "override",
-};
-
 /* ---- snapshot ---- */
 
 struct fq_metrics_scratch {
@@ -453,9 +447,7 @@ static void render_weight(fq_buf *b, const fq_metrics_scratch *sc)
                "Weight in force (quantum = base quantum x weight); source is default, config or override. Not folded.");
     for (size_t i = 0; i < sc->n_named; i++) {
         const fq_metrics_tenant *r = sc->rows[i];
-        unsigned src = (unsigned)r->source;
-        put_sample_u64(b, name, "", r, "source",
-                       src <= FQ_SRC_OVERRIDE ? fq_source_names[src] : "unknown", r->weight);
+        put_sample_u64(b, name, "", r, "source", fq_policy_source_name(r->source), r->weight);
     }
 }
 

@@ -219,3 +219,11 @@ void fq_policy_foreach_override(const fq_policy *p,
          n = fq_strmap_next(p->overrides, n))
         cb(arg, &((const pol_tenant *)n)->e);
 }
+
+const char *fq_policy_source_name(enum fq_policy_source s)
+{
+    static const char *const names[] = {
+        [FQ_SRC_DEFAULT] = "default", [FQ_SRC_CONFIG] = "config", [FQ_SRC_OVERRIDE] = "override",
+    };
+    return (unsigned)s <= FQ_SRC_OVERRIDE ? names[s] : "unknown";
+}

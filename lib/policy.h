@@ -26,6 +26,10 @@ enum fq_policy_source {
     FQ_SRC_OVERRIDE,        /* a runtime override (admin request or KV) */
 };
 
+/* The source's name ("default", "config", "override"; "unknown" past them),
+ * as the stats reply and the metrics' source label say it. */
+const char *fq_policy_source_name(enum fq_policy_source s);
+
 /* A plan. Its name follows the tenant id rule (1 to 64 of [A-Za-z0-9_-]),
  * since it appears in subjects, KV values and metric labels. */
 typedef struct fq_plan {

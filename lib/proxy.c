@@ -18,6 +18,7 @@
 #include "drr.h"
 #include "estimate.h"
 #include "http.h"
+#include "admin.h"
 #include "journal.h"
 #include "lease.h"
 #include "log.h"
@@ -104,35 +105,7 @@
 #define PX_SWEEP_SLICE 512          /* tenants a sweep visits per turn of the loop at most */
 #define PX_RENDER_ROUND (1u << 20)  /* a scrape's copy of the text: its size rounded up to this */
 #define PX_HTTP_NICE 10             /* the HTTP thread's nice value, from its first render */
-#define PX_ADMIN_QUEUED 64          /* admin requests waiting for the loop; past it natsio
-                                       answers busy, so a turn sees at most this many */
-#define PX_STATS_PAGE_MAX 500       /* tenants in one stats reply at most */
 #define PX_REFUSAL_LOGS 20          /* "run refused" lines a second at most, all tenants */
-#define PX_ADMIN_BODY_MAX 4096      /* an admin request's body, at most: refused unread past it */
-
-/* Admin work that costs the loop more than a reply, rate limited each by a
- * bucket: its burst bounds what one turn of the loop does, its rate what a
- * second does. A request over it is answered busy at once. */
-enum px_admin_kind {
-    PX_ADMIN_STATS,     /* a page walks the tenants up to the last with queued
-                           runs: about 5 ms at 50,000 with a run queued each */
-    PX_ADMIN_RELOAD,    /* reads and checks the config file */
-    PX_ADMIN_SET,       /* a KV write, waited for */
-    PX_ADMIN__COUNT
-};
-static const struct {
-    const char *name;           /* the request, as in the busy reply */
-    uint32_t rate, burst;       /* a second; at once */
-} px_admin_limits[PX_ADMIN__COUNT] = {
-    [PX_ADMIN_STATS] = {"stats", 5, 1},
-    [PX_ADMIN_RELOAD] = {"reload", 2, 2},
-    [PX_ADMIN_SET] = {"tenant.set", 20, 5},
-};
-
-/* natsio's answer to a request past PX_ADMIN_QUEUED waiting. */
-static const char px_busy_queued[] =
-    "{\"ok\":false,\"busy\":true,\"retry_ms\":100,"
-    "\"error\":\"busy: too many admin requests are waiting; retry later\"}";
 
 /* Publish tokens: kind in the top four bits, a stream sequence below. */
 enum px_token {
@@ -263,10 +236,7 @@ typedef struct px_counters {
     uint64_t dispatched, dispatch_duplicates, body_reads, body_lost;
     uint64_t completions, completions_unheld, completions_duplicate, completions_invalid;
     uint64_t completions_unknown, expired, pub_failures, fetch_pauses, reconnects;
-    uint64_t adopted, reloads, reload_failures, overrides_refused, reply_failures;
-    uint64_t admin_too_long;        /* admin requests past PX_ADMIN_BODY_MAX, refused unread */
-    uint64_t admin_busy;            /* admin requests refused here for their rate
-                                       (natsio counts those refused on arrival) */
+    uint64_t adopted, reloads, reload_failures, overrides_refused;
     uint64_t adopt_overflow;        /* flight records read back past the window: expired */
     uint64_t journal_refused;       /* journal records refused at start: invalid or unknown */
     uint64_t dispatch_failures;     /* dispatches that could not be stored, run requeued */
@@ -352,7 +322,7 @@ struct fq_proxy {
     fq_proxy_ops ops;           /* the loader; bucket and threshold below */
     atomic_bool reload_asked;   /* set by fq_proxy_reload (a signal handler) */
     fq_ovr_set *ovr;            /* the overrides bucket as we know it (lib/overrides.c) */
-    fq_bucket admin_rate[PX_ADMIN__COUNT]; /* admin work allowed, by kind */
+    fq_admin *admin;            /* the admin plane (lib/admin.c) */
 
     /* Metrics and probes. Three snapshots change hands: the loop fills
      * one over a sweep's pass, and swaps it for the waiting one at the
@@ -746,10 +716,6 @@ static void px_tenant_apply(fq_proxy *p, px_tenant *t)
 }
 
 /* ---- runtime overrides ------------------------------------------------- */
-
-static const char *const px_source_name[] = {
-    [FQ_SRC_DEFAULT] = "default", [FQ_SRC_CONFIG] = "config", [FQ_SRC_OVERRIDE] = "override",
-};
 
 static void px_ovr_log(const fq_tenant_entry *e, uint64_t rev, const char *from)
 {
@@ -2196,56 +2162,7 @@ static void px_expire(fq_proxy *p)
                FQ_UINT("forgotten", early), FQ_UINT("remembered", PX_EXPIRED_MAX));
 }
 
-/* ---- stats ---------------------------------------------------------------- */
-
-static void px_stats_tenant(fq_json *w, fq_proxy *p, const px_tenant *pt, uint64_t now)
-{
-    fq_tenant_info ti;
-    fq_tenant_info_get(pt->t, &ti);
-    fq_json_begin_object(w);
-    fq_json_key(w, "tenant");
-    fq_json_string(w, pt->id);
-    fq_json_key(w, "plan");
-    fq_json_string(w, pt->plan);
-    fq_json_key(w, "source");
-    fq_json_string(w, px_source_name[pt->source]);
-    fq_json_key(w, "weight");
-    fq_json_int(w, ti.weight);
-    fq_json_key(w, "queued_runs");
-    fq_json_int(w, ti.queued);
-    fq_json_key(w, "queued_tokens");
-    fq_json_int(w, (int64_t)ti.queued_tokens);
-    fq_json_key(w, "in_flight");
-    fq_json_int(w, ti.in_flight);
-    fq_json_key(w, "deficit");
-    fq_json_int(w, ti.deficit);
-    fq_json_key(w, "oldest_queued_age_ms");
-    fq_json_int(w, ti.queued && now > ti.oldest_enqueued ? (int64_t)(now - ti.oldest_enqueued) : 0);
-    fq_json_key(w, "dispatched_runs");
-    fq_json_int(w, (int64_t)ti.dispatched);
-    fq_json_key(w, "dispatched_tokens");
-    fq_json_int(w, (int64_t)ti.charged_tokens);
-    fq_json_key(w, "actual_tokens");
-    fq_json_int(w, (int64_t)ti.actual_tokens);
-    fq_json_key(w, "completed_runs");
-    fq_json_int(w, (int64_t)pt->completed);
-    fq_json_key(w, "expired_runs");
-    fq_json_int(w, (int64_t)ti.expired);
-    fq_json_key(w, "estimate_error");
-    fq_json_double(w, fq_est_error(p->est, pt->id));
-    fq_json_key(w, "rejected");
-    fq_json_begin_object(w);
-    for (int s = 1; s < FQ__COUNT; s++) {
-        if (pt->rejected[s]) {
-            fq_json_key(w, fq_status_code((fq_status)s));
-            fq_json_int(w, (int64_t)pt->rejected[s]);
-        }
-    }
-    fq_json_end_object(w);
-    fq_json_end_object(w);
-}
-
-#define PX_KV(w, k, v) (fq_json_key((w), (k)), fq_json_int((w), (int64_t)(v)))
+/* ---- the proxy as a whole -------------------------------------------- */
 
 /* The proxy as a whole now, for the stats reply and the metrics snapshot. */
 static void px_overall(fq_metrics_overall *a, fq_proxy *p)
@@ -2254,6 +2171,7 @@ static void px_overall(fq_metrics_overall *a, fq_proxy *p)
     fq_sched_stats_get(p->sched, &ss);
     fq_nio_sub_stats ns;
     fq_nio_sub_stats_get(&ns, p->nio, PX_SUB_ADMIN);
+    const fq_admin_counters *ac = fq_admin_counters_get(p->admin);
     *a = (fq_metrics_overall){
         .in_flight_runs = ss.in_flight, .in_flight_tokens = ss.in_flight_tokens,
         .queued_runs = ss.queued, .queued_tokens = ss.queued_tokens, .tenants = ss.tenants,
@@ -2286,197 +2204,12 @@ static void px_overall(fq_metrics_overall *a, fq_proxy *p)
         .overrides_refused = p->c.overrides_refused,
         .dispatch_failures = p->c.dispatch_failures, .parked_tenants = ss.parked,
         .dispatch_stalled = atomic_load(&p->stalled) != 0,
-        .admin_reply_failures = p->c.reply_failures,
-        .admin_requests_busy = p->c.admin_busy + ns.busy,
+        .admin_reply_failures = ac->reply_failures,
+        .admin_requests_busy = ac->busy + ns.busy,
         .admin_requests_no_reply = ns.no_reply,
-        .admin_requests_too_long = p->c.admin_too_long,
+        .admin_requests_too_long = ac->too_long,
         .max_payload = p->max_payload > 0 ? (uint64_t)p->max_payload : 0};
     memcpy(a->rejected_runs, p->c.rejected, sizeof a->rejected_runs);
-}
-
-/* The overall section of the stats reply: every row of fq_overall_rows
- * with a stats key. */
-static void px_stats_overall(fq_json *w, fq_proxy *p)
-{
-    fq_metrics_overall a;
-    px_overall(&a, p);
-    fq_json_key(w, "overall");
-    fq_json_begin_object(w);
-    for (size_t i = 0; i < fq_overall_nrows; i++) {
-        const fq_overall_row *r = &fq_overall_rows[i];
-        if (!r->stats_key)
-            continue;
-        fq_json_key(w, r->stats_key);
-        if (r->kind == FQ_OV_FLAG)
-            fq_json_bool(w, fq_overall_u64(r, &a) != 0);
-        else if (r->kind == FQ_OV_RATE)
-            fq_json_double(w, fq_overall_rate(r, &a));
-        else
-            fq_json_int(w, (int64_t)fq_overall_u64(r, &a));
-    }
-    fq_json_end_object(w);
-}
-
-/* A tenant with the keys it is ranked by, taken once per request. */
-typedef struct px_stats_row {
-    const px_tenant *t;
-    uint64_t queued_tokens;
-    uint64_t oldest;            /* monotonic ms of its oldest queued run; UINT64_MAX: none */
-} px_stats_row;
-
-/* Tenants with queued runs: most queued tokens first, then the oldest
- * queued run, then by id, so that a page boundary is well defined for a
- * given state. */
-static int px_stats_cmp(const void *a, const void *b)
-{
-    const px_stats_row *x = a, *y = b;
-    if (x->queued_tokens != y->queued_tokens)
-        return x->queued_tokens > y->queued_tokens ? -1 : 1;
-    if (x->oldest != y->oldest)
-        return x->oldest < y->oldest ? -1 : 1;
-    return strcmp(x->t->id, y->t->id);
-}
-
-/* Keep r among the k best rows of the heap h[0..*n), whose root ranks
- * last, so that it is the one a better row replaces. */
-static void px_stats_keep(px_stats_row *h, size_t *n, size_t k, const px_stats_row *r)
-{
-    size_t i;
-    if (*n < k) {
-        for (i = (*n)++; i > 0 && px_stats_cmp(&h[(i - 1) / 2], r) < 0; i = (i - 1) / 2)
-            h[i] = h[(i - 1) / 2];
-        h[i] = *r;
-        return;
-    }
-    if (!k || px_stats_cmp(r, &h[0]) >= 0)
-        return;
-    for (i = 0;;) {
-        size_t c = 2 * i + 1;
-        if (c >= *n)
-            break;
-        if (c + 1 < *n && px_stats_cmp(&h[c + 1], &h[c]) > 0)
-            c++;
-        if (px_stats_cmp(&h[c], r) <= 0)
-            break;
-        h[i] = h[c];
-        i = c;
-    }
-    h[i] = *r;
-}
-
-/* The first k rows of the ranking: the tenants with queued runs in
- * px_stats_cmp's order, then those without, in the order fairq first saw
- * them (a tenant forgotten and seen again goes last). One walk over the
- * tenants, which stops once it has seen every tenant with queued runs (the
- * scheduler counts them) and the idle rows the page needs: with most
- * tenants idle a page near the top costs its own rows, not a walk of them
- * all (at 200,000 idle tenants, 16 ms a page). The idle ones are not
- * compared at all, and when
- * k is small against the queued ones (a page near the top) each is ranked
- * against a heap of k instead of sorting them all. *n rows (at least k
- * when there are k tenants) in a malloc'd array, NULL when *n is 0;
- * FQ_ENOMEM leaves nothing allocated. */
-static fq_status px_stats_rows(px_stats_row **out, size_t *n, fq_proxy *p,
-                               const fq_stats_req *r, size_t k)
-{
-    *out = NULL;
-    *n = 0;
-    if (r->tenant[0]) {
-        px_tenant *t = px_tenant_find(p, r->tenant, strlen(r->tenant));
-        if (!t)
-            return FQ_OK;
-        if (!(*out = malloc(sizeof **out)))
-            return FQ_ENOMEM;
-        (*out)[(*n)++] = (px_stats_row){.t = t};
-        return FQ_OK;
-    }
-    size_t nt = fq_strmap_count(p->tenants);
-    if (k > nt)
-        k = nt;
-    if (!k)
-        return FQ_OK;
-    fq_sched_stats ss;
-    fq_sched_stats_get(p->sched, &ss);
-    /* A heap pays off while k is well below the queued tenants; past
-     * that, sorting them all costs less. Queued rows at [0, nq_cap), idle
-     * ones after them, up to k. */
-    bool heap = (uint64_t)k * 4 < ss.active;
-    size_t nq_cap = heap ? k : ss.active;
-    px_stats_row *rows = malloc((nq_cap + k) * sizeof *rows), *idle = rows + nq_cap;
-    if (!rows)
-        return FQ_ENOMEM;
-    size_t nq = 0, ni = 0, seen_q = 0;
-    size_t want_i = k > ss.active ? k - ss.active : 0;     /* idle rows after the queued */
-    for (px_tenant *t = px_tenant_next(p, NULL); t && (seen_q < ss.active || ni < want_i);
-         t = px_tenant_next(p, t)) {
-        fq_tenant_info ti;
-        fq_tenant_info_get(t->t, &ti);
-        px_stats_row row = {t, ti.queued_tokens, ti.queued ? ti.oldest_enqueued : UINT64_MAX};
-        seen_q += ti.queued > 0;
-        if (!ti.queued) {
-            if (ni < want_i)
-                idle[ni++] = row;
-        } else if (heap) {
-            px_stats_keep(rows, &nq, k, &row);
-        } else if (nq < nq_cap) {
-            rows[nq++] = row;
-        }
-    }
-    qsort(rows, nq, sizeof *rows, px_stats_cmp);
-    memmove(rows + nq, idle, ni * sizeof *rows);
-    *out = rows;
-    *n = nq + ni;
-    return FQ_OK;
-}
-
-/* Room left after the tenants for the members that close the reply. */
-#define PX_STATS_TAIL 160
-
-/* The stats reply into buf of cap bytes, which bounds it (the server's
- * max_payload less a margin): the overall section, then the selected
- * tenants from r->offset on, as many as fit, r->limit allows and
- * PX_STATS_PAGE_MAX bounds, and how many were left out. *len: its length. */
-static fq_status px_stats_json(fq_proxy *p, const fq_stats_req *r, char *buf, size_t cap,
-                               size_t *len)
-{
-    px_stats_row *rows;
-    size_t n, limit = r->limit < PX_STATS_PAGE_MAX ? r->limit : PX_STATS_PAGE_MAX;
-    size_t total = r->tenant[0] ? 0 : fq_strmap_count(p->tenants);
-    fq_status s = px_stats_rows(&rows, &n, p, r,
-                                r->offset < total ? r->offset + limit : 0);
-    if (s != FQ_OK)
-        return s;
-    if (r->tenant[0])
-        total = n;
-    uint64_t now = fq_nio_mono_ms();
-    fq_json w;
-    fq_json_init(&w, buf, cap);
-    fq_json_begin_object(&w);
-    px_stats_overall(&w, p);
-    PX_KV(&w, "tenants_total", fq_strmap_count(p->tenants));
-    PX_KV(&w, "offset", r->offset);
-    fq_json_key(&w, "tenants");
-    fq_json_begin_array(&w);
-    size_t i = r->offset < total ? r->offset : total, shown = 0;
-    for (; i < n && shown < limit; i++, shown++) {
-        /* The writer is a plain value over buf: a copy taken before a
-         * tenant is a checkpoint to fall back to when it does not fit. */
-        fq_json mark = w;
-        px_stats_tenant(&w, p, rows[i].t, now);
-        if (w.len + PX_STATS_TAIL >= cap) {
-            w = mark;
-            break;
-        }
-    }
-    fq_json_end_array(&w);
-    PX_KV(&w, "tenants_returned", shown);
-    fq_json_key(&w, "truncated");
-    fq_json_bool(&w, i < total);
-    if (i < total)
-        PX_KV(&w, "next_offset", i);
-    fq_json_end_object(&w);
-    free(rows);
-    return fq_json_finish(&w, len);
 }
 
 /* ---- configuration and reload ------------------------------------------- */
@@ -2579,261 +2312,89 @@ static fq_status px_reload(fq_proxy *p, const char *trigger, char *restart, size
     return s;
 }
 
-/* ---- admin requests --------------------------------------------------------- */
+/* ---- admin requests: lib/admin.c, through these ------------------------- */
 
-#define PX_REPLY_MAX 4096
-
-/* Send a reply; a failed publish (the requester sees only a timeout) is
- * counted, and logged once a second at most. */
-static void px_reply_send(fq_proxy *p, const fq_nio_msg *req, const char *data, size_t len)
+static const void *px_admin_tenant_next(void *arg, const void *t)
 {
-    fq_status s = fq_nio_reply(p->nio, req, data, len);
-    if (s == FQ_OK)
+    return px_tenant_next(arg, t);
+}
+
+static const void *px_admin_tenant_find(void *arg, const char *id)
+{
+    return px_tenant_find(arg, id, strlen(id));
+}
+
+static void px_admin_tenant_view(void *arg, const void *t, bool full, fq_admin_tenant *out)
+{
+    fq_proxy *p = arg;
+    const px_tenant *pt = t;
+    fq_tenant_info_get(pt->t, &out->info);
+    out->id = pt->id;
+    if (!full)
         return;
-    p->c.reply_failures++;
-    if (px_warn_ok(p, "admin reply"))
-        fq_log(FQ_LOG_ERROR, "admin reply not sent", FQ_STR("subject", fq_nio_msg_subject(req)),
-               FQ_INT("bytes", (int64_t)len), FQ_STR("reason", fq_status_text(s)),
-               FQ_UINT("failures", p->c.reply_failures));
+    out->plan = pt->plan;
+    out->source = pt->source;
+    out->rejected = pt->rejected;
+    out->completed = pt->completed;
+    out->estimate_error = fq_est_error(p->est, pt->id);
 }
 
-/* Start an admin reply in w over buf[0..cap): an object whose first member
- * is "ok". */
-static void px_reply_begin(fq_json *w, char *buf, size_t cap, bool ok)
+static void px_admin_overall(void *arg, fq_metrics_overall *out)
 {
-    fq_json_init(w, buf, cap);
-    fq_json_begin_object(w);
-    fq_json_key(w, "ok");
-    fq_json_bool(w, ok);
+    px_overall(out, arg);
 }
 
-static void px_reply(fq_proxy *p, const fq_nio_msg *req, fq_json *w)
+static const fq_policy *px_admin_policy(void *arg)
 {
-    static const char bad[] = "{\"ok\":false,\"error\":\"the reply did not fit\"}";
-    size_t len = 0;
-    if (fq_json_finish(w, &len) == FQ_OK)
-        px_reply_send(p, req, w->buf, len);
-    else
-        px_reply_send(p, req, bad, sizeof bad - 1);
+    return ((fq_proxy *)arg)->policy;
 }
 
-static void px_reply_error(fq_proxy *p, const fq_nio_msg *req, const char *why)
+static bool px_admin_fresh(void *arg)
 {
-    char buf[PX_REPLY_MAX];
-    fq_json w;
-    px_reply_begin(&w, buf, sizeof buf, false);
-    fq_json_key(&w, "error");
-    fq_json_string(&w, why);
-    fq_json_end_object(&w);
-    px_reply(p, req, &w);
+    return px_fresh(arg);
 }
 
-/* Take a token for admin work of kind. With none left, answer busy, with
- * how long until one is, and count it: a cheap reply instead of the work. */
-static bool px_admin_allow(fq_proxy *p, const fq_nio_msg *req, enum px_admin_kind kind)
+static fq_status px_admin_reply(void *arg, const void *req, const char *data, size_t len)
 {
-    uint64_t wait = 0;
-    if (fq_bucket_take(&p->admin_rate[kind], fq_nio_mono_ms(), &wait))
-        return true;
-    p->c.admin_busy++;
-    char buf[512], why[160];
-    fq_json w;
-    snprintf(why, sizeof why, "busy: at most %u %s requests a second; retry in %llu ms",
-             px_admin_limits[kind].rate, px_admin_limits[kind].name, (unsigned long long)wait);
-    px_reply_begin(&w, buf, sizeof buf, false);
-    fq_json_key(&w, "busy");
-    fq_json_bool(&w, true);
-    PX_KV(&w, "retry_ms", wait);
-    fq_json_key(&w, "error");
-    fq_json_string(&w, why);
-    fq_json_end_object(&w);
-    px_reply(p, req, &w);
-    return false;
+    return fq_nio_reply(((fq_proxy *)arg)->nio, req, data, len);
 }
 
-/* Room kept under max_payload for what the reply carries besides the body. */
-#define PX_REPLY_MARGIN 512
-
-static void px_admin_stats(fq_proxy *p, const fq_nio_msg *req)
+static fq_status px_admin_reload(void *arg, char *restart, size_t rcap, char *err, size_t errlen)
 {
-    fq_stats_req r;
-    char err[256];
-    if (fq_stats_req_parse(&r, fq_nio_msg_data(req), fq_nio_msg_len(req), err, sizeof err)
-        != FQ_OK) {
-        px_reply_error(p, req, err);
-        return;
-    }
-    /* The overall section alone, or one tenant, costs what a reply does. */
-    if (!r.tenant[0] && r.limit && !px_admin_allow(p, req, PX_ADMIN_STATS))
-        return;
-    size_t mp = p->max_payload > 0 ? (size_t)p->max_payload : 0, len = 0;
-    size_t cap = mp > 2 * PX_REPLY_MARGIN ? mp - PX_REPLY_MARGIN : mp / 2;
-    char *buf = malloc(cap);
-    fq_status s = buf ? px_stats_json(p, &r, buf, cap, &len) : FQ_ENOMEM;
-    if (s == FQ_OK)
-        px_reply_send(p, req, buf, len);
-    else
-        px_reply_error(p, req, fq_status_text(s));
-    free(buf);
+    return px_reload(arg, "admin request", restart, rcap, err, errlen);
 }
 
-static void px_admin_reload(fq_proxy *p, const fq_nio_msg *req)
+/* Write w into the overrides bucket, compare-and-set against the revision
+ * it expects (a delete when it sets nothing), then put it in force here:
+ * the tenant follows from its next visit. */
+static fq_status px_ovr_write(void *arg, const fq_ovr_write *w, char *err, size_t errlen)
 {
-    char restart[512], err[1024];
-    if (!px_admin_allow(p, req, PX_ADMIN_RELOAD))
-        return;
-    if (px_reload(p, "admin request", restart, sizeof restart, err, sizeof err) != FQ_OK) {
-        px_reply_error(p, req, err);
-        return;
-    }
-    char buf[PX_REPLY_MAX];
-    fq_json w;
-    px_reply_begin(&w, buf, sizeof buf, true);
-    fq_json_key(&w, "restart_needed");
-    fq_json_begin_array(&w);
-    for (char *k = restart, *end; *k; k = *end ? end + 1 : end) {
-        end = strchr(k, ',');
-        if (!end)
-            end = k + strlen(k);
-        fq_json_stringn(&w, k, (size_t)(end - k));
-    }
-    fq_json_end_array(&w);
-    fq_json_key(&w, "reloads");
-    fq_json_int(&w, (int64_t)p->c.reloads);
-    fq_json_end_object(&w);
-    px_reply(p, req, &w);
-}
-
-/* A tenant's policy in force, field by field, which layer set it, and its
- * override. */
-static void px_admin_tenant_reply(fq_proxy *p, const fq_nio_msg *req, const char *tenant)
-{
-    fq_policy_resolved pr;
-    fq_status s = fq_policy_resolve(&pr, p->policy, tenant);
-    if (s != FQ_OK) {
-        char why[256];
-        snprintf(why, sizeof why, "%s", s == FQ_EUNKNOWN
-                 ? "the tenant is listed nowhere and scheduler.unknown_tenants is reject"
-                 : fq_status_text(s));
-        px_reply_error(p, req, why);
-        return;
-    }
-    const fq_tenant_entry *o = fq_ovr_find(p->ovr, tenant, NULL);
-    char buf[PX_REPLY_MAX];
-    fq_json w;
-    px_reply_begin(&w, buf, sizeof buf, true);
-    fq_json_key(&w, "tenant");
-    fq_json_string(&w, tenant);
-    fq_json_key(&w, "plan");
-    fq_json_string(&w, pr.plan);
-    PX_KV(&w, "weight", pr.p.weight);
-    PX_KV(&w, "max_in_flight", pr.p.max_in_flight);
-    PX_KV(&w, "max_pending", pr.p.max_pending);
-    fq_json_key(&w, "source");
-    fq_json_string(&w, px_source_name[pr.source]);
-    fq_json_key(&w, "override");
-    if (o)
-        fq_ovr_entry_json(&w, o);
-    else
-        fq_json_null(&w);
-    fq_json_end_object(&w);
-    px_reply(p, req, &w);
-}
-
-static void px_admin_get(fq_proxy *p, const fq_nio_msg *req)
-{
-    fq_override_patch pt;
-    char err[256];
-    if (fq_override_patch_parse(&pt, fq_nio_msg_data(req), fq_nio_msg_len(req), FQ_PATCH_GET,
-                                FQ_POLICY_MAX_WEIGHT, err, sizeof err) != FQ_OK)
-        px_reply_error(p, req, err);
-    else
-        px_admin_tenant_reply(p, req, pt.tenant);
-}
-
-/* Write w into the bucket, compare-and-set against the revision it
- * expects (a delete when it sets nothing). *rev: the new revision. */
-static fq_status px_ovr_store(fq_proxy *p, const fq_ovr_write *w, uint64_t *rev)
-{
+    fq_proxy *p = arg;
     const char *bucket = p->cfg.streams.tenants_bucket;
-    if (w->del)
-        return fq_nio_kv_delete(rev, p->nio, bucket, w->e.id, w->expect);
-    if (!w->expect)
-        return fq_nio_kv_create(rev, p->nio, bucket, w->e.id, w->value, w->len);
-    return fq_nio_kv_update(rev, p->nio, bucket, w->e.id, w->value, w->len, w->expect);
-}
-
-/* Change a tenant's override: validated, stored in the bucket, then put in
- * force here (the watch's echo of it changes nothing). */
-static void px_admin_set(fq_proxy *p, const fq_nio_msg *req)
-{
-    fq_override_patch pt;
-    fq_ovr_write w;
-    char err[512];
-    if (fq_override_patch_parse(&pt, fq_nio_msg_data(req), fq_nio_msg_len(req), FQ_PATCH_SET,
-                                FQ_POLICY_MAX_WEIGHT, err, sizeof err) != FQ_OK ||
-        fq_ovr_plan(&w, p->ovr, p->policy, &pt, err, sizeof err) != FQ_OK) {
-        px_reply_error(p, req, err);
-        return;
-    }
-    if (w.changes && !px_fresh(p)) {
-        px_reply_error(p, req, "this proxy cannot renew its leader lease now and changes "
-                       "nothing until it does: retry");
-        return;
-    }
-    if (w.changes) {
-        if (!px_admin_allow(p, req, PX_ADMIN_SET))
-            return;
-        uint64_t rev = 0;
-        fq_status s = px_ovr_store(p, &w, &rev);
-        if (s == FQ_EEXIST)
-            snprintf(err, sizeof err, "the tenant's override changed in the bucket meanwhile: "
-                     "read it again (tenant.get) and retry");
-        else if (s != FQ_OK)
-            snprintf(err, sizeof err, "cannot write to the overrides bucket %s: %s",
-                     p->cfg.streams.tenants_bucket, fq_status_text(s));
-        if (s != FQ_OK || fq_ovr_stored(p->ovr, p->policy, &w, rev, err, sizeof err) != FQ_OK) {
-            px_reply_error(p, req, err);
-            return;
-        }
-        px_tenant *t = px_tenant_find(p, w.e.id, strlen(w.e.id));
-        if (t)
-            px_tenant_apply(p, t);
-        px_ovr_log(&w.e, rev, "admin request");
-    }
-    px_admin_tenant_reply(p, req, pt.tenant);
+    uint64_t rev = 0;
+    fq_status s = w->del ? fq_nio_kv_delete(&rev, p->nio, bucket, w->e.id, w->expect)
+                  : !w->expect ? fq_nio_kv_create(&rev, p->nio, bucket, w->e.id, w->value, w->len)
+                  : fq_nio_kv_update(&rev, p->nio, bucket, w->e.id, w->value, w->len, w->expect);
+    if (s == FQ_EEXIST)
+        snprintf(err, errlen, "the tenant's override changed in the bucket meanwhile: "
+                 "read it again (tenant.get) and retry");
+    else if (s != FQ_OK)
+        snprintf(err, errlen, "cannot write to the overrides bucket %s: %s", bucket,
+                 fq_status_text(s));
+    if (s != FQ_OK || (s = fq_ovr_stored(p->ovr, p->policy, w, rev, err, errlen)) != FQ_OK)
+        return s;
+    px_tenant *t = px_tenant_find(p, w->e.id, strlen(w->e.id));
+    if (t)
+        px_tenant_apply(p, t);
+    px_ovr_log(&w->e, rev, "admin request");
+    return FQ_OK;
 }
 
 /* Requests on <admin>.>. Only the leader subscribes. */
 static void px_on_request(fq_proxy *p, fq_nio_event *ev)
 {
-    static const struct {
-        const char *name;
-        void (*fn)(fq_proxy *p, const fq_nio_msg *req);
-    } routes[] = {
-        {"stats", px_admin_stats},
-        {"reload", px_admin_reload},
-        {"tenant.get", px_admin_get},
-        {"tenant.set", px_admin_set},
-    };
-    const char *subj = fq_nio_msg_subject(ev->msg), *admin = p->cfg.subjects.admin;
-    size_t pl = strlen(admin), i = 0;
-    const char *what = strncmp(subj, admin, pl) == 0 && subj[pl] == '.' ? subj + pl + 1 : "";
-    while (i < sizeof routes / sizeof routes[0] && strcmp(what, routes[i].name) != 0)
-        i++;
-    if (fq_nio_msg_len(ev->msg) > PX_ADMIN_BODY_MAX) {
-        /* Parsed on the loop, and a valid body is small: a long one is
-         * refused before any work, whatever it asks. */
-        char why[128];
-        snprintf(why, sizeof why, "the request body is %zu bytes; admin requests take at "
-                 "most %d bytes", fq_nio_msg_len(ev->msg), PX_ADMIN_BODY_MAX);
-        p->c.admin_too_long++;
-        px_reply_error(p, ev->msg, why);
-    } else if (i < sizeof routes / sizeof routes[0])
-        routes[i].fn(p, ev->msg);
-    else
-        px_reply_error(p, ev->msg, "unknown admin request: the subjects are <admin>.stats, "
-                       "<admin>.reload, <admin>.tenant.get and <admin>.tenant.set");
+    fq_admin_request(p->admin, fq_nio_msg_subject(ev->msg), fq_nio_msg_data(ev->msg),
+                     fq_nio_msg_len(ev->msg), ev->msg, fq_nio_mono_ms());
     fq_nio_msg_drop(p->nio, ev->msg);
 }
 
@@ -3681,8 +3242,8 @@ static fq_status px_start_consumers(fq_proxy *p)
         s = fq_nio_consume(p->nio, PX_CONS_DONE, &dc);
     p->consuming = s == FQ_OK;
     if (s == FQ_OK)
-        s = fq_nio_subscribe(p->nio, PX_SUB_ADMIN, p->admin_filter, PX_ADMIN_QUEUED,
-                             px_busy_queued);
+        s = fq_nio_subscribe(p->nio, PX_SUB_ADMIN, p->admin_filter, FQ_ADMIN_QUEUED,
+                             fq_admin_busy_queued);
     /* Once the proxy says it runs, the server has its admin subscription:
      * a request sent then gets an answer, not "no responders". A loaded
      * machine can take seconds to answer the flush: say so if it did not. */
@@ -3961,6 +3522,13 @@ fq_status fq_proxy_create(fq_proxy **out, const fq_config *cfg, char *err, size_
                              p->hash_key[0]);
     if (s == FQ_OK)
         s = fq_ovr_create(&p->ovr, p->hash_key[1]);
+    fq_admin_ops ao = {.arg = p, .tenant_next = px_admin_tenant_next,
+                       .tenant_find = px_admin_tenant_find, .tenant_view = px_admin_tenant_view,
+                       .overall = px_admin_overall, .policy = px_admin_policy,
+                       .fresh = px_admin_fresh, .reply = px_admin_reply,
+                       .reload = px_admin_reload, .ovr_write = px_ovr_write};
+    if (s == FQ_OK)
+        s = fq_admin_create(&p->admin, cfg->subjects.admin, p->ovr, &ao, fq_nio_mono_ms());
     if (s == FQ_OK)
         s = fq_config_policy(&p->policy, cfg);
     fq_sched_opts so = px_sched_opts(cfg);
@@ -3987,8 +3555,6 @@ fq_status fq_proxy_create(fq_proxy **out, const fq_config *cfg, char *err, size_
     p->text_gen = UINT64_MAX;
     pthread_mutex_init(&p->snap_mu, NULL);
     pthread_mutex_init(&p->holder_mu, NULL);
-    for (int k = 0; k < PX_ADMIN__COUNT; k++)
-        fq_bucket_init(&p->admin_rate[k], px_admin_limits[k].rate, px_admin_limits[k].burst, 0);
     fq_bucket_init(&p->refusal_logs, PX_REFUSAL_LOGS, PX_REFUSAL_LOGS, 0);
     if (s == FQ_OK && !(p->ev = calloc(PX_EVENTS, sizeof *p->ev)))
         s = FQ_ENOMEM;
@@ -4059,6 +3625,7 @@ void fq_proxy_destroy(fq_proxy *p)
     free(p->chunks);
     free(p->ev);
     fq_log_limiter_destroy(p->lim);
+    fq_admin_destroy(p->admin);
     fq_ovr_destroy(p->ovr);
     fq_metrics_snapshot_destroy(p->snap_fill);
     fq_metrics_snapshot_destroy(p->snap);

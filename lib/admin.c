@@ -1,0 +1,553 @@
+/* admin.c -- the admin plane: requests on <admin>.>, their rate limits, and the stats reply. */
+#include "admin.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+#include "msg.h"
+
+/*
+ * Principles
+ *
+ * - Every body is untrusted and parsed through lib/msg.c; a request that
+ *   cannot be served gets a JSON error with the reason, never silence.
+ * - Work that costs the loop more than a reply is rate limited by a
+ *   bucket per kind: its burst bounds what one turn does, its rate what a
+ *   second does; over it the request is answered busy at once, with how
+ *   long to wait.
+ * - A stats page costs its own rows, not a walk of every tenant: the walk
+ *   stops once it has seen every tenant with queued runs and the idle rows
+ *   the page needs.
+ * - The proxy's state is read through fq_admin_ops only; what this module
+ *   counts is its own.
+ */
+
+#define AD_REPLY_MAX 4096
+#define AD_REPLY_MARGIN 512         /* room under max_payload for what a reply carries
+                                       besides its body */
+#define AD_STATS_TAIL 160           /* room after the tenants for what closes the reply */
+
+/* Admin work that costs the loop more than a reply, rate limited each by a
+ * bucket. */
+enum ad_kind {
+    AD_STATS,           /* a page walks the tenants up to the last with queued
+                           runs: about 5 ms at 50,000 with a run queued each */
+    AD_RELOAD,          /* reads and checks the config file */
+    AD_SET,             /* a KV write, waited for */
+    AD__COUNT
+};
+static const struct {
+    const char *name;           /* the request, as in the busy reply */
+    uint32_t rate, burst;       /* a second; at once */
+} ad_limits[AD__COUNT] = {
+    [AD_STATS] = {"stats", 5, 1},
+    [AD_RELOAD] = {"reload", 2, 2},
+    [AD_SET] = {"tenant.set", 20, 5},
+};
+
+const char fq_admin_busy_queued[] =
+    "{\"ok\":false,\"busy\":true,\"retry_ms\":100,"
+    "\"error\":\"busy: too many admin requests are waiting; retry later\"}";
+
+struct fq_admin {
+    char prefix[256];           /* the admin subject */
+    const fq_ovr_set *ovr;      /* the overrides, the proxy's */
+    fq_admin_ops ops;
+    fq_bucket rate[AD__COUNT];  /* admin work allowed, by kind */
+    fq_bucket reply_warn;       /* "admin reply not sent" lines, one a second */
+    fq_admin_counters c;
+};
+
+#define AD_KV(w, k, v) (fq_json_key((w), (k)), fq_json_int((w), (int64_t)(v)))
+
+fq_status fq_admin_create(fq_admin **out, const char *prefix, const fq_ovr_set *ovr,
+                          const fq_admin_ops *ops, uint64_t now)
+{
+    *out = NULL;
+    if (strlen(prefix) >= sizeof((fq_admin *)0)->prefix)
+        return FQ_EINVAL;
+    fq_admin *a = calloc(1, sizeof *a);
+    if (!a)
+        return FQ_ENOMEM;
+    snprintf(a->prefix, sizeof a->prefix, "%s", prefix);
+    a->ovr = ovr;
+    a->ops = *ops;
+    for (int k = 0; k < AD__COUNT; k++)
+        fq_bucket_init(&a->rate[k], ad_limits[k].rate, ad_limits[k].burst, now);
+    fq_bucket_init(&a->reply_warn, 1, 1, now);
+    *out = a;
+    return FQ_OK;
+}
+
+void fq_admin_destroy(fq_admin *a)
+{
+    free(a);
+}
+
+const fq_admin_counters *fq_admin_counters_get(const fq_admin *a)
+{
+    return &a->c;
+}
+
+/* ---- replies ------------------------------------------------------------- */
+
+/* Send a reply; a failed publish (the requester sees only a timeout) is
+ * counted, and logged once a second at most. */
+static void ad_send(fq_admin *a, const void *req, const char *subject, const char *data,
+                    size_t len, uint64_t now)
+{
+    fq_status s = a->ops.reply(a->ops.arg, req, data, len);
+    if (s == FQ_OK)
+        return;
+    a->c.reply_failures++;
+    if (fq_bucket_take(&a->reply_warn, now, NULL))
+        fq_log(FQ_LOG_ERROR, "admin reply not sent", FQ_STR("subject", subject),
+               FQ_INT("bytes", (int64_t)len), FQ_STR("reason", fq_status_text(s)),
+               FQ_UINT("failures", a->c.reply_failures));
+}
+
+/* A request being answered. */
+typedef struct ad_req {
+    fq_admin *a;
+    const char *subject;
+    const void *body;
+    size_t len;
+    const void *req;            /* the proxy's handle */
+    uint64_t now;
+} ad_req;
+
+/* Start a reply in w over buf[0..cap): an object whose first member is "ok". */
+static void ad_begin(fq_json *w, char *buf, size_t cap, bool ok)
+{
+    fq_json_init(w, buf, cap);
+    fq_json_begin_object(w);
+    fq_json_key(w, "ok");
+    fq_json_bool(w, ok);
+}
+
+static void ad_reply(const ad_req *q, fq_json *w)
+{
+    static const char bad[] = "{\"ok\":false,\"error\":\"the reply did not fit\"}";
+    size_t len = 0;
+    if (fq_json_finish(w, &len) == FQ_OK)
+        ad_send(q->a, q->req, q->subject, w->buf, len, q->now);
+    else
+        ad_send(q->a, q->req, q->subject, bad, sizeof bad - 1, q->now);
+}
+
+static void ad_error(const ad_req *q, const char *why)
+{
+    char buf[AD_REPLY_MAX];
+    fq_json w;
+    ad_begin(&w, buf, sizeof buf, false);
+    fq_json_key(&w, "error");
+    fq_json_string(&w, why);
+    fq_json_end_object(&w);
+    ad_reply(q, &w);
+}
+
+/* Take a token for admin work of kind. With none left, answer busy, with
+ * how long until one is, and count it: a cheap reply instead of the work. */
+static bool ad_allow(const ad_req *q, enum ad_kind kind)
+{
+    uint64_t wait = 0;
+    if (fq_bucket_take(&q->a->rate[kind], q->now, &wait))
+        return true;
+    q->a->c.busy++;
+    char buf[512], why[160];
+    fq_json w;
+    snprintf(why, sizeof why, "busy: at most %u %s requests a second; retry in %llu ms",
+             ad_limits[kind].rate, ad_limits[kind].name, (unsigned long long)wait);
+    ad_begin(&w, buf, sizeof buf, false);
+    fq_json_key(&w, "busy");
+    fq_json_bool(&w, true);
+    AD_KV(&w, "retry_ms", wait);
+    fq_json_key(&w, "error");
+    fq_json_string(&w, why);
+    fq_json_end_object(&w);
+    ad_reply(q, &w);
+    return false;
+}
+
+/* ---- stats ---------------------------------------------------------------- */
+
+static void ad_stats_tenant(fq_json *w, const fq_admin_tenant *t, uint64_t now)
+{
+    const fq_tenant_info *ti = &t->info;
+    fq_json_begin_object(w);
+    fq_json_key(w, "tenant");
+    fq_json_string(w, t->id);
+    fq_json_key(w, "plan");
+    fq_json_string(w, t->plan);
+    fq_json_key(w, "source");
+    fq_json_string(w, fq_policy_source_name(t->source));
+    AD_KV(w, "weight", ti->weight);
+    AD_KV(w, "queued_runs", ti->queued);
+    AD_KV(w, "queued_tokens", ti->queued_tokens);
+    AD_KV(w, "in_flight", ti->in_flight);
+    AD_KV(w, "deficit", ti->deficit);
+    AD_KV(w, "oldest_queued_age_ms",
+          ti->queued && now > ti->oldest_enqueued ? now - ti->oldest_enqueued : 0);
+    AD_KV(w, "dispatched_runs", ti->dispatched);
+    AD_KV(w, "dispatched_tokens", ti->charged_tokens);
+    AD_KV(w, "actual_tokens", ti->actual_tokens);
+    AD_KV(w, "completed_runs", t->completed);
+    AD_KV(w, "expired_runs", ti->expired);
+    fq_json_key(w, "estimate_error");
+    fq_json_double(w, t->estimate_error);
+    fq_json_key(w, "rejected");
+    fq_json_begin_object(w);
+    for (int s = 1; s < FQ__COUNT; s++)
+        if (t->rejected[s])
+            AD_KV(w, fq_status_code((fq_status)s), t->rejected[s]);
+    fq_json_end_object(w);
+    fq_json_end_object(w);
+}
+
+/* The overall section: every row of fq_overall_rows with a stats key. */
+static void ad_stats_overall(fq_json *w, const fq_metrics_overall *a)
+{
+    fq_json_key(w, "overall");
+    fq_json_begin_object(w);
+    for (size_t i = 0; i < fq_overall_nrows; i++) {
+        const fq_overall_row *r = &fq_overall_rows[i];
+        if (!r->stats_key)
+            continue;
+        fq_json_key(w, r->stats_key);
+        if (r->kind == FQ_OV_FLAG)
+            fq_json_bool(w, fq_overall_u64(r, a) != 0);
+        else if (r->kind == FQ_OV_RATE)
+            fq_json_double(w, fq_overall_rate(r, a));
+        else
+            fq_json_int(w, (int64_t)fq_overall_u64(r, a));
+    }
+    fq_json_end_object(w);
+}
+
+/* A tenant with the keys it is ranked by, taken once per request. */
+typedef struct ad_row {
+    const void *t;
+    const char *id;
+    uint64_t queued_tokens;
+    uint64_t oldest;            /* monotonic ms of its oldest queued run; UINT64_MAX: none */
+} ad_row;
+
+/* Tenants with queued runs: most queued tokens first, then the oldest
+ * queued run, then by id, so that a page boundary is well defined for a
+ * given state. */
+static int ad_row_cmp(const void *a, const void *b)
+{
+    const ad_row *x = a, *y = b;
+    if (x->queued_tokens != y->queued_tokens)
+        return x->queued_tokens > y->queued_tokens ? -1 : 1;
+    if (x->oldest != y->oldest)
+        return x->oldest < y->oldest ? -1 : 1;
+    return strcmp(x->id, y->id);
+}
+
+/* Keep r among the k best rows of the heap h[0..*n), whose root ranks
+ * last, so that it is the one a better row replaces. */
+static void ad_row_keep(ad_row *h, size_t *n, size_t k, const ad_row *r)
+{
+    size_t i;
+    if (*n < k) {
+        for (i = (*n)++; i > 0 && ad_row_cmp(&h[(i - 1) / 2], r) < 0; i = (i - 1) / 2)
+            h[i] = h[(i - 1) / 2];
+        h[i] = *r;
+        return;
+    }
+    if (!k || ad_row_cmp(r, &h[0]) >= 0)
+        return;
+    for (i = 0;;) {
+        size_t c = 2 * i + 1;
+        if (c >= *n)
+            break;
+        if (c + 1 < *n && ad_row_cmp(&h[c + 1], &h[c]) > 0)
+            c++;
+        if (ad_row_cmp(&h[c], r) <= 0)
+            break;
+        h[i] = h[c];
+        i = c;
+    }
+    h[i] = *r;
+}
+
+/* The first k rows of the ranking: the tenants with queued runs in
+ * ad_row_cmp's order, then those without, in the order fairq first saw
+ * them (a tenant forgotten and seen again goes last). One walk over the
+ * tenants, which stops once it has seen every tenant with queued runs
+ * (active of them) and the idle rows the page needs: with most tenants
+ * idle a page near the top costs its own rows, not a walk of them all (at
+ * 200,000 idle tenants, 16 ms a page). The idle ones are not compared at
+ * all, and when k is small against the queued ones (a page near the top)
+ * each is ranked against a heap of k instead of sorting them all. *n rows
+ * (at least k when there are k tenants, of nt) in a malloc'd array, NULL
+ * when *n is 0; FQ_ENOMEM leaves nothing allocated. */
+static fq_status ad_rows(ad_row **out, size_t *n, const fq_admin *a, size_t k, size_t nt,
+                         size_t active)
+{
+    *out = NULL;
+    *n = 0;
+    if (k > nt)
+        k = nt;
+    if (!k)
+        return FQ_OK;
+    /* A heap pays off while k is well below the queued tenants; past
+     * that, sorting them all costs less. Queued rows at [0, nq_cap), idle
+     * ones after them, up to k. */
+    bool heap = (uint64_t)k * 4 < active;
+    size_t nq_cap = heap ? k : active;
+    ad_row *rows = malloc((nq_cap + k) * sizeof *rows), *idle = rows + nq_cap;
+    if (!rows)
+        return FQ_ENOMEM;
+    size_t nq = 0, ni = 0, seen_q = 0;
+    size_t want_i = k > active ? k - active : 0;     /* idle rows after the queued */
+    const fq_admin_ops *o = &a->ops;
+    for (const void *t = o->tenant_next(o->arg, NULL); t && (seen_q < active || ni < want_i);
+         t = o->tenant_next(o->arg, t)) {
+        fq_admin_tenant v;
+        o->tenant_view(o->arg, t, false, &v);
+        const fq_tenant_info *ti = &v.info;
+        ad_row row = {t, v.id, ti->queued_tokens, ti->queued ? ti->oldest_enqueued : UINT64_MAX};
+        seen_q += ti->queued > 0;
+        if (!ti->queued) {
+            if (ni < want_i)
+                idle[ni++] = row;
+        } else if (heap) {
+            ad_row_keep(rows, &nq, k, &row);
+        } else if (nq < nq_cap) {
+            rows[nq++] = row;
+        }
+    }
+    qsort(rows, nq, sizeof *rows, ad_row_cmp);
+    memmove(rows + nq, idle, ni * sizeof *rows);
+    *out = rows;
+    *n = nq + ni;
+    return FQ_OK;
+}
+
+/* The rows a request selects: its one tenant, or the ranking's first k. */
+static fq_status ad_select(ad_row **out, size_t *n, const fq_admin *a, const fq_stats_req *r,
+                           size_t k, const fq_metrics_overall *all)
+{
+    if (!r->tenant[0])
+        return ad_rows(out, n, a, k, all->tenants, all->active_tenants);
+    *out = NULL;
+    *n = 0;
+    const void *t = a->ops.tenant_find(a->ops.arg, r->tenant);
+    if (!t)
+        return FQ_OK;
+    if (!(*out = malloc(sizeof **out)))
+        return FQ_ENOMEM;
+    (*out)[(*n)++] = (ad_row){.t = t};
+    return FQ_OK;
+}
+
+fq_status fq_admin_stats_json(fq_admin *a, const fq_stats_req *r, char *buf, size_t cap,
+                              size_t *len, uint64_t now)
+{
+    fq_metrics_overall all;
+    a->ops.overall(a->ops.arg, &all);
+    ad_row *rows;
+    size_t n, limit = r->limit < FQ_ADMIN_STATS_PAGE_MAX ? r->limit : FQ_ADMIN_STATS_PAGE_MAX;
+    size_t total = r->tenant[0] ? 0 : all.tenants;
+    fq_status s = ad_select(&rows, &n, a, r, r->offset < total ? r->offset + limit : 0, &all);
+    if (s != FQ_OK)
+        return s;
+    if (r->tenant[0])
+        total = n;
+    fq_json w;
+    fq_json_init(&w, buf, cap);
+    fq_json_begin_object(&w);
+    ad_stats_overall(&w, &all);
+    AD_KV(&w, "tenants_total", all.tenants);
+    AD_KV(&w, "offset", r->offset);
+    fq_json_key(&w, "tenants");
+    fq_json_begin_array(&w);
+    size_t i = r->offset < total ? r->offset : total, shown = 0;
+    for (; i < n && shown < limit; i++, shown++) {
+        /* The writer is a plain value over buf: a copy taken before a
+         * tenant is a checkpoint to fall back to when it does not fit. */
+        fq_json mark = w;
+        fq_admin_tenant v;
+        a->ops.tenant_view(a->ops.arg, rows[i].t, true, &v);
+        ad_stats_tenant(&w, &v, now);
+        if (w.len + AD_STATS_TAIL >= cap) {
+            w = mark;
+            break;
+        }
+    }
+    fq_json_end_array(&w);
+    AD_KV(&w, "tenants_returned", shown);
+    fq_json_key(&w, "truncated");
+    fq_json_bool(&w, i < total);
+    if (i < total)
+        AD_KV(&w, "next_offset", i);
+    fq_json_end_object(&w);
+    free(rows);
+    return fq_json_finish(&w, len);
+}
+
+/* ---- the requests ----------------------------------------------------------- */
+
+static void ad_stats(const ad_req *q)
+{
+    fq_stats_req r;
+    char err[256];
+    if (fq_stats_req_parse(&r, q->body, q->len, err, sizeof err) != FQ_OK) {
+        ad_error(q, err);
+        return;
+    }
+    /* The overall section alone, or one tenant, costs what a reply does. */
+    if (!r.tenant[0] && r.limit && !ad_allow(q, AD_STATS))
+        return;
+    /* The reply is bounded by the server's max_payload, less a margin. */
+    fq_metrics_overall all;
+    q->a->ops.overall(q->a->ops.arg, &all);
+    size_t mp = (size_t)all.max_payload, len = 0;
+    size_t cap = mp > 2 * AD_REPLY_MARGIN ? mp - AD_REPLY_MARGIN : mp / 2;
+    char *buf = malloc(cap);
+    fq_status s = buf ? fq_admin_stats_json(q->a, &r, buf, cap, &len, q->now) : FQ_ENOMEM;
+    if (s == FQ_OK)
+        ad_send(q->a, q->req, q->subject, buf, len, q->now);
+    else
+        ad_error(q, fq_status_text(s));
+    free(buf);
+}
+
+static void ad_reload(const ad_req *q)
+{
+    char restart[512], err[1024];
+    if (!ad_allow(q, AD_RELOAD))
+        return;
+    if (q->a->ops.reload(q->a->ops.arg, restart, sizeof restart, err, sizeof err) != FQ_OK) {
+        ad_error(q, err);
+        return;
+    }
+    fq_metrics_overall all;
+    q->a->ops.overall(q->a->ops.arg, &all);
+    char buf[AD_REPLY_MAX];
+    fq_json w;
+    ad_begin(&w, buf, sizeof buf, true);
+    fq_json_key(&w, "restart_needed");
+    fq_json_begin_array(&w);
+    for (char *k = restart, *end; *k; k = *end ? end + 1 : end) {
+        end = strchr(k, ',');
+        if (!end)
+            end = k + strlen(k);
+        fq_json_stringn(&w, k, (size_t)(end - k));
+    }
+    fq_json_end_array(&w);
+    AD_KV(&w, "reloads", all.config_reloads);
+    fq_json_end_object(&w);
+    ad_reply(q, &w);
+}
+
+/* A tenant's policy in force, field by field, which layer set it, and its
+ * override. */
+static void ad_tenant_reply(const ad_req *q, const char *tenant)
+{
+    fq_policy_resolved pr;
+    fq_status s = fq_policy_resolve(&pr, q->a->ops.policy(q->a->ops.arg), tenant);
+    if (s != FQ_OK) {
+        ad_error(q, s == FQ_EUNKNOWN
+                 ? "the tenant is listed nowhere and scheduler.unknown_tenants is reject"
+                 : fq_status_text(s));
+        return;
+    }
+    const fq_tenant_entry *o = fq_ovr_find(q->a->ovr, tenant, NULL);
+    char buf[AD_REPLY_MAX];
+    fq_json w;
+    ad_begin(&w, buf, sizeof buf, true);
+    fq_json_key(&w, "tenant");
+    fq_json_string(&w, tenant);
+    fq_json_key(&w, "plan");
+    fq_json_string(&w, pr.plan);
+    AD_KV(&w, "weight", pr.p.weight);
+    AD_KV(&w, "max_in_flight", pr.p.max_in_flight);
+    AD_KV(&w, "max_pending", pr.p.max_pending);
+    fq_json_key(&w, "source");
+    fq_json_string(&w, fq_policy_source_name(pr.source));
+    fq_json_key(&w, "override");
+    if (o)
+        fq_ovr_entry_json(&w, o);
+    else
+        fq_json_null(&w);
+    fq_json_end_object(&w);
+    ad_reply(q, &w);
+}
+
+static void ad_get(const ad_req *q)
+{
+    fq_override_patch pt;
+    char err[256];
+    if (fq_override_patch_parse(&pt, q->body, q->len, FQ_PATCH_GET, FQ_POLICY_MAX_WEIGHT, err,
+                                sizeof err) != FQ_OK)
+        ad_error(q, err);
+    else
+        ad_tenant_reply(q, pt.tenant);
+}
+
+/* Change a tenant's override: validated, stored in the bucket and put in
+ * force by the proxy (the watch's echo of it changes nothing). */
+static void ad_set(const ad_req *q)
+{
+    const fq_admin_ops *o = &q->a->ops;
+    fq_override_patch pt;
+    fq_ovr_write w;
+    char err[512];
+    if (fq_override_patch_parse(&pt, q->body, q->len, FQ_PATCH_SET, FQ_POLICY_MAX_WEIGHT, err,
+                                sizeof err) != FQ_OK ||
+        fq_ovr_plan(&w, q->a->ovr, o->policy(o->arg), &pt, err, sizeof err) != FQ_OK) {
+        ad_error(q, err);
+        return;
+    }
+    if (w.changes && !o->fresh(o->arg)) {
+        ad_error(q, "this proxy cannot renew its leader lease now and changes nothing until "
+                 "it does: retry");
+        return;
+    }
+    if (w.changes && !ad_allow(q, AD_SET))
+        return;
+    if (w.changes && o->ovr_write(o->arg, &w, err, sizeof err) != FQ_OK) {
+        ad_error(q, err);
+        return;
+    }
+    ad_tenant_reply(q, pt.tenant);
+}
+
+void fq_admin_request(fq_admin *a, const char *subject, const void *body, size_t len,
+                      const void *req, uint64_t now)
+{
+    static const struct {
+        const char *name;
+        void (*fn)(const ad_req *q);
+    } routes[] = {
+        {"stats", ad_stats},
+        {"reload", ad_reload},
+        {"tenant.get", ad_get},
+        {"tenant.set", ad_set},
+    };
+    ad_req q = {a, subject, body, len, req, now};
+    size_t pl = strlen(a->prefix), i = 0;
+    const char *what = strncmp(subject, a->prefix, pl) == 0 && subject[pl] == '.'
+                       ? subject + pl + 1 : "";
+    while (i < sizeof routes / sizeof routes[0] && strcmp(what, routes[i].name) != 0)
+        i++;
+    if (len > FQ_ADMIN_BODY_MAX) {
+        /* Parsed on the loop, and a valid body is small: a long one is
+         * refused before any work, whatever it asks. */
+        char why[128];
+        snprintf(why, sizeof why, "the request body is %zu bytes; admin requests take at "
+                 "most %d bytes", len, FQ_ADMIN_BODY_MAX);
+        a->c.too_long++;
+        ad_error(&q, why);
+    } else if (i < sizeof routes / sizeof routes[0]) {
+        routes[i].fn(&q);
+    } else {
+        ad_error(&q, "unknown admin request: the subjects are <admin>.stats, <admin>.reload, "
+                 "<admin>.tenant.get and <admin>.tenant.set");
+    }
+}

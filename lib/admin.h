@@ -1,0 +1,101 @@
+/* admin.h -- the admin plane: requests on <admin>.>, their rate limits, and the stats reply. */
+#ifndef FQ_ADMIN_H
+#define FQ_ADMIN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "drr.h"
+#include "fq.h"
+#include "metrics.h"
+#include "overrides.h"
+#include "policy.h"
+
+/*
+ * The proxy hands each request (subject, body, an opaque handle) to
+ * fq_admin_request on its loop; the module routes it, parses it through
+ * lib/msg.c, rate limits the costly ones, builds the reply and sends it
+ * through the proxy's reply callback. It reads the proxy's tenants and
+ * counters only through fq_admin_ops, and keeps its own state: the rate
+ * buckets and its counters. Time is an argument (monotonic ms).
+ */
+
+#define FQ_ADMIN_QUEUED 64          /* admin requests waiting for the loop; past it natsio
+                                       answers busy (fq_admin_busy_queued), so a turn
+                                       sees at most this many */
+#define FQ_ADMIN_BODY_MAX 4096      /* an admin request's body, at most: refused unread past it */
+#define FQ_ADMIN_STATS_PAGE_MAX 500 /* tenants in one stats reply at most */
+
+/* natsio's answer to a request past FQ_ADMIN_QUEUED waiting. */
+extern const char fq_admin_busy_queued[];
+
+/* A tenant as the stats reply shows it. Strings are valid until the loop
+ * next changes its tenants. */
+typedef struct fq_admin_tenant {
+    const char *id;
+    const char *plan;
+    enum fq_policy_source source;   /* which layer set its policy */
+    fq_tenant_info info;            /* the scheduler's view */
+    const uint64_t *rejected;       /* refused runs by reason, [FQ__COUNT] */
+    uint64_t completed;             /* completions reconciled */
+    double estimate_error;          /* actual / estimated; NaN: not known */
+} fq_admin_tenant;
+
+/* What the module reads of the proxy, and the work only the proxy does. */
+typedef struct fq_admin_ops {
+    void *arg;                      /* every callback's first argument */
+    /* The tenant after t in creation order (NULL: the first), or NULL. */
+    const void *(*tenant_next)(void *arg, const void *t);
+    /* The tenant named id, or NULL. */
+    const void *(*tenant_find)(void *arg, const char *id);
+    /* t's view: id and info only unless full. */
+    void (*tenant_view)(void *arg, const void *t, bool full, fq_admin_tenant *out);
+    /* The proxy as a whole now (its admin_* counters from fq_admin_counters). */
+    void (*overall)(void *arg, fq_metrics_overall *out);
+    /* The policy in force. */
+    const fq_policy *(*policy)(void *arg);
+    /* The lease is fresh: a change may be made. */
+    bool (*fresh)(void *arg);
+    /* Send data as the reply to req. */
+    fq_status (*reply)(void *arg, const void *req, const char *data, size_t len);
+    /* Read the config again (FQ_OK: the settings only a restart applies in
+     * restart, comma-separated; else err says why). */
+    fq_status (*reload)(void *arg, char *restart, size_t rcap, char *err, size_t errlen);
+    /* Write w into the overrides bucket, compare-and-set, and put it in
+     * force (fq_ovr_stored); else err says why. */
+    fq_status (*ovr_write)(void *arg, const fq_ovr_write *w, char *err, size_t errlen);
+} fq_admin_ops;
+
+/* What the module counts (monotonic). */
+typedef struct fq_admin_counters {
+    uint64_t busy;                  /* requests answered busy for their rate (natsio
+                                       counts those refused on arrival) */
+    uint64_t too_long;              /* requests past FQ_ADMIN_BODY_MAX, refused unread */
+    uint64_t reply_failures;        /* replies not sent */
+} fq_admin_counters;
+
+typedef struct fq_admin fq_admin;
+
+/* prefix: the admin subject (requests are <prefix>.stats, ...); ovr: the
+ * overrides, read for tenant.get and tenant.set; now: monotonic ms. */
+fq_status fq_admin_create(fq_admin **out, const char *prefix, const fq_ovr_set *ovr,
+                          const fq_admin_ops *ops, uint64_t now);
+/* Safe on NULL. */
+void fq_admin_destroy(fq_admin *a);
+
+/* Answer one request on subject with body[0..len); req is the proxy's
+ * handle of it, passed back to ops->reply. */
+void fq_admin_request(fq_admin *a, const char *subject, const void *body, size_t len,
+                      const void *req, uint64_t now);
+
+const fq_admin_counters *fq_admin_counters_get(const fq_admin *a);
+
+/* The stats reply for r into buf of cap bytes, which bounds it: the
+ * overall section, then the selected tenants from r->offset on, as many
+ * as fit, r->limit allows and FQ_ADMIN_STATS_PAGE_MAX bounds, and how
+ * many were left out. *len: its length. now: monotonic ms. */
+fq_status fq_admin_stats_json(fq_admin *a, const fq_stats_req *r, char *buf, size_t cap,
+                              size_t *len, uint64_t now);
+
+#endif

@@ -1,0 +1,346 @@
+/* test_admin.c -- unit tests of the admin plane: routing, refusals, rate limits in virtual time, stats pages, tenant.set. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cjson/cJSON.h>
+#include <cmocka.h>
+
+#include "admin.h"
+
+#define NT 6
+
+/* The proxy as the module sees it: tenants, counters, and what it did. */
+/* A tenant of the fake proxy. */
+typedef struct frow {
+    char id[16];
+    fq_tenant_info info;
+    uint64_t rejected[FQ__COUNT];
+} frow;
+
+typedef struct fake {
+    frow t[NT];
+    size_t nt;
+    fq_metrics_overall all;
+    fq_policy *pol;
+    fq_ovr_set *ovr;
+    bool fresh;
+    int writes, reloads;
+    char reply[65536];          /* the last reply */
+    int replies;
+    fq_admin *a;
+} fake;
+
+static const void *f_next(void *arg, const void *t)
+{
+    fake *f = arg;
+    size_t i = t ? (size_t)((const frow *)t - f->t) + 1 : 0;
+    return i < f->nt ? &f->t[i] : NULL;
+}
+
+static const void *f_find(void *arg, const char *id)
+{
+    fake *f = arg;
+    for (size_t i = 0; i < f->nt; i++)
+        if (strcmp(f->t[i].id, id) == 0)
+            return &f->t[i];
+    return NULL;
+}
+
+static void f_view(void *arg, const void *t, bool full, fq_admin_tenant *out)
+{
+    (void)arg;
+    const frow *r = t;
+    memset(out, 0, sizeof *out);
+    out->id = r->id;
+    out->info = r->info;
+    if (full) {
+        out->plan = "free";
+        out->source = FQ_SRC_DEFAULT;
+        out->rejected = r->rejected;
+        out->completed = 1;
+        out->estimate_error = 1.0;
+    }
+}
+
+static void f_overall(void *arg, fq_metrics_overall *out)
+{
+    fake *f = arg;
+    *out = f->all;
+    const fq_admin_counters *c = fq_admin_counters_get(f->a);
+    out->admin_requests_busy = c->busy;
+    out->admin_requests_too_long = c->too_long;
+}
+
+static const fq_policy *f_policy(void *arg)
+{
+    return ((fake *)arg)->pol;
+}
+
+static bool f_fresh(void *arg)
+{
+    return ((fake *)arg)->fresh;
+}
+
+static fq_status f_reply(void *arg, const void *req, const char *data, size_t len)
+{
+    fake *f = arg;
+    (void)req;
+    assert_true(len < sizeof f->reply);
+    memcpy(f->reply, data, len);
+    f->reply[len] = '\0';
+    f->replies++;
+    return FQ_OK;
+}
+
+static fq_status f_reload(void *arg, char *restart, size_t rcap, char *err, size_t errlen)
+{
+    fake *f = arg;
+    (void)err;
+    (void)errlen;
+    f->reloads++;
+    f->all.config_reloads++;
+    snprintf(restart, rcap, "nats.url,http.listen");
+    return FQ_OK;
+}
+
+static fq_status f_write(void *arg, const fq_ovr_write *w, char *err, size_t errlen)
+{
+    fake *f = arg;
+    f->writes++;
+    return fq_ovr_stored(f->ovr, f->pol, w, (uint64_t)(10 + f->writes), err, errlen);
+}
+
+static int setup(void **state)
+{
+    fake *f = calloc(1, sizeof *f);
+    assert_non_null(f);
+    assert_int_equal(fq_policy_create(&f->pol, "free", false, 0), FQ_OK);
+    fq_plan pl[] = {{"free", 1, 0, 0}, {"pro", 3, 0, 0}};
+    for (size_t i = 0; i < 2; i++)
+        assert_int_equal(fq_policy_set_plan(f->pol, &pl[i]), FQ_OK);
+    assert_int_equal(fq_ovr_create(&f->ovr, 7), FQ_OK);
+    /* t0..t5 in creation order; t1, t3 and t4 have queued runs. */
+    static const uint64_t queued_tokens[NT] = {0, 500, 0, 900, 500, 0};
+    static const uint64_t oldest[NT] = {0, 20, 0, 30, 10, 0};
+    f->nt = NT;
+    for (size_t i = 0; i < NT; i++) {
+        snprintf(f->t[i].id, sizeof f->t[i].id, "t%zu", i);
+        f->t[i].info.queued_tokens = queued_tokens[i];
+        f->t[i].info.queued = queued_tokens[i] ? 1 : 0;
+        f->t[i].info.oldest_enqueued = oldest[i];
+        f->t[i].info.weight = 1;
+    }
+    f->all.tenants = NT;
+    f->all.active_tenants = 3;
+    f->all.max_payload = 1 << 20;
+    f->all.publish_failures = 7;
+    f->fresh = true;
+    fq_admin_ops ops = {.arg = f, .tenant_next = f_next, .tenant_find = f_find,
+                        .tenant_view = f_view, .overall = f_overall, .policy = f_policy,
+                        .fresh = f_fresh, .reply = f_reply, .reload = f_reload,
+                        .ovr_write = f_write};
+    assert_int_equal(fq_admin_create(&f->a, "fair.admin", f->ovr, &ops, 0), FQ_OK);
+    *state = f;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    fake *f = *state;
+    fq_admin_destroy(f->a);
+    fq_ovr_destroy(f->ovr);
+    fq_policy_destroy(f->pol);
+    free(f);
+    return 0;
+}
+
+/* Send a request at now; the reply, parsed (the caller deletes it). */
+static cJSON *ask(fake *f, const char *what, const char *body, uint64_t now)
+{
+    char subj[64];
+    snprintf(subj, sizeof subj, "fair.admin.%s", what);
+    int before = f->replies;
+    fq_admin_request(f->a, subj, body, strlen(body), NULL, now);
+    assert_int_equal(f->replies, before + 1);
+    cJSON *j = cJSON_Parse(f->reply);
+    assert_non_null(j);
+    return j;
+}
+
+static bool ok_of(const cJSON *j)
+{
+    return cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(j, "ok"));
+}
+
+static const char *str_of(const cJSON *j, const char *k)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, k);
+    return cJSON_IsString(v) ? v->valuestring : "";
+}
+
+static double num_of(const cJSON *j, const char *k)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, k);
+    assert_true(cJSON_IsNumber(v));
+    return v->valuedouble;
+}
+
+/* A page: queued tenants by queued tokens, then the oldest run, then idle
+ * ones in creation order; pages continue where the last one stopped. */
+static void test_stats_pages(void **state)
+{
+    fake *f = *state;
+    static const char *const order[] = {"t3", "t4", "t1", "t0", "t2", "t5"};
+    size_t seen = 0;
+    uint64_t now = 1000;
+    for (int off = 0; off < NT; off += 4, now += 1000) {
+        char body[64];
+        snprintf(body, sizeof body, "{\"limit\":4,\"offset\":%d}", off);
+        cJSON *j = ask(f, "stats", body, now);
+        const cJSON *ts = cJSON_GetObjectItemCaseSensitive(j, "tenants");
+        const cJSON *t;
+        cJSON_ArrayForEach(t, ts)
+            assert_string_equal(str_of(t, "tenant"), order[seen++]);
+        assert_int_equal(num_of(j, "tenants_total"), NT);
+        assert_int_equal(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(j, "truncated")),
+                         off == 0);
+        const cJSON *all = cJSON_GetObjectItemCaseSensitive(j, "overall");
+        assert_int_equal(num_of(all, "publish_failures"), 7);
+        assert_int_equal(num_of(all, "tenants"), NT);
+        cJSON_Delete(j);
+    }
+    assert_int_equal(seen, NT);
+    /* One tenant, and one not known. */
+    cJSON *j = ask(f, "stats", "{\"tenant\":\"t4\"}", now);
+    assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(j, "tenants")), 1);
+    cJSON_Delete(j);
+    j = ask(f, "stats", "{\"tenant\":\"nobody\"}", now);
+    assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(j, "tenants")), 0);
+    cJSON_Delete(j);
+}
+
+/* A reply is bounded by max_payload: fewer tenants, and where to go on. */
+static void test_stats_fit_max_payload(void **state)
+{
+    fake *f = *state;
+    f->all.max_payload = 3000;
+    cJSON *j = ask(f, "stats", "", 0);
+    int shown = cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(j, "tenants"));
+    assert_true(shown >= 1 && shown < NT);
+    assert_true(strlen(f->reply) < 3000);
+    assert_true(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(j, "truncated")));
+    assert_int_equal(num_of(j, "next_offset"), shown);
+    cJSON_Delete(j);
+}
+
+/* A stats page is one at once and five a second: the next is busy with how
+ * long to wait, and allowed once that has passed. The overall section
+ * alone is never limited. */
+static void test_stats_rate_limited(void **state)
+{
+    fake *f = *state;
+    cJSON *j = ask(f, "stats", "{\"limit\":2}", 5000);
+    assert_true(cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(j, "overall")));
+    cJSON_Delete(j);
+    j = ask(f, "stats", "{\"limit\":2}", 5000);
+    assert_false(ok_of(j));
+    assert_true(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(j, "busy")));
+    double wait = num_of(j, "retry_ms");
+    assert_true(wait > 0 && wait <= 200);
+    cJSON_Delete(j);
+    j = ask(f, "stats", "{\"limit\":0}", 5000);
+    assert_true(cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(j, "overall")));
+    cJSON_Delete(j);
+    j = ask(f, "stats", "{\"limit\":2}", 5000 + (uint64_t)wait);
+    assert_true(cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(j, "overall")));
+    cJSON_Delete(j);
+    assert_int_equal(fq_admin_counters_get(f->a)->busy, 1);
+}
+
+/* Refusals: a long body unread, a body that is not a request, an unknown
+ * subject; each with a reason. */
+static void test_refusals(void **state)
+{
+    fake *f = *state;
+    char big[FQ_ADMIN_BODY_MAX + 2];
+    memset(big, ' ', sizeof big - 1);
+    big[sizeof big - 1] = '\0';
+    cJSON *j = ask(f, "stats", big, 0);
+    assert_false(ok_of(j));
+    assert_non_null(strstr(str_of(j, "error"), "at most 4096 bytes"));
+    cJSON_Delete(j);
+    assert_int_equal(fq_admin_counters_get(f->a)->too_long, 1);
+    j = ask(f, "stats", "{\"limit\":\"x\"}", 0);
+    assert_false(ok_of(j));
+    assert_non_null(strstr(str_of(j, "error"), "limit"));
+    cJSON_Delete(j);
+    j = ask(f, "nonsense", "", 0);
+    assert_non_null(strstr(str_of(j, "error"), "unknown admin request"));
+    cJSON_Delete(j);
+    j = ask(f, "tenant.get", "{}", 0);
+    assert_false(ok_of(j));
+    cJSON_Delete(j);
+}
+
+/* tenant.set writes through the proxy and replies as tenant.get; nothing
+ * is written while the lease is not fresh, or when nothing changes. */
+static void test_tenant_set(void **state)
+{
+    fake *f = *state;
+    f->fresh = false;
+    cJSON *j = ask(f, "tenant.set", "{\"tenant\":\"t1\",\"plan\":\"pro\"}", 0);
+    assert_false(ok_of(j));
+    assert_non_null(strstr(str_of(j, "error"), "leader lease"));
+    cJSON_Delete(j);
+    assert_int_equal(f->writes, 0);
+    f->fresh = true;
+    j = ask(f, "tenant.set", "{\"tenant\":\"t1\",\"plan\":\"pro\"}", 0);
+    assert_true(ok_of(j));
+    assert_string_equal(str_of(j, "plan"), "pro");
+    assert_int_equal(num_of(j, "weight"), 3);
+    assert_string_equal(str_of(j, "source"), "override");
+    cJSON_Delete(j);
+    assert_int_equal(f->writes, 1);
+    j = ask(f, "tenant.set", "{\"tenant\":\"t1\",\"plan\":\"pro\"}", 0);
+    assert_true(ok_of(j));
+    cJSON_Delete(j);
+    assert_int_equal(f->writes, 1);
+    j = ask(f, "tenant.set", "{\"tenant\":\"t1\",\"plan\":\"gold\"}", 0);
+    assert_non_null(strstr(str_of(j, "error"), "gold is not defined"));
+    cJSON_Delete(j);
+    j = ask(f, "tenant.get", "{\"tenant\":\"t2\"}", 0);
+    assert_true(cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(j, "override")));
+    assert_string_equal(str_of(j, "source"), "default");
+    cJSON_Delete(j);
+}
+
+/* reload says what only a restart applies, and the reloads so far. */
+static void test_reload(void **state)
+{
+    fake *f = *state;
+    cJSON *j = ask(f, "reload", "", 0);
+    assert_true(ok_of(j));
+    const cJSON *rn = cJSON_GetObjectItemCaseSensitive(j, "restart_needed");
+    assert_int_equal(cJSON_GetArraySize(rn), 2);
+    assert_string_equal(cJSON_GetArrayItem(rn, 1)->valuestring, "http.listen");
+    assert_int_equal(num_of(j, "reloads"), 1);
+    cJSON_Delete(j);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_stats_pages, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_stats_fit_max_payload, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_stats_rate_limited, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_refusals, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_tenant_set, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_reload, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
