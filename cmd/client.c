@@ -474,14 +474,8 @@ int fqc_costs_pick(const fqc_costs *c, double u)
 
 fq_status fqc_samples_add(fqc_samples *s, int64_t us)
 {
-    if (s->n == s->cap) {
-        size_t cap = s->cap ? s->cap * 2 : 1024;
-        uint32_t *v = realloc(s->v, cap * sizeof *v);
-        if (!v)
-            return FQ_ENOMEM;
-        s->v = v;
-        s->cap = cap;
-    }
+    if (fq_grow(&s->v, &s->cap, s->n + 1, sizeof *s->v) != FQ_OK)
+        return FQ_ENOMEM;
     s->v[s->n++] = us < 0 ? 0 : us > (int64_t)UINT32_MAX ? UINT32_MAX : (uint32_t)us;
     return FQ_OK;
 }

@@ -119,14 +119,8 @@ struct fq_sched {
 static fq_run *run_alloc(fq_sched *s)
 {
     if (!s->free_runs) {
-        if (s->nchunks == s->chunks_cap) {
-            size_t cap = s->chunks_cap ? s->chunks_cap * 2 : 16;
-            void **c = realloc(s->chunks, cap * sizeof(*c));
-            if (!c)
-                return NULL;
-            s->chunks = c;
-            s->chunks_cap = cap;
-        }
+        if (fq_grow(&s->chunks, &s->chunks_cap, s->nchunks + 1, sizeof(*s->chunks)) != FQ_OK)
+            return NULL;
         fq_run *chunk = calloc(FQ_POOL_CHUNK, sizeof(*chunk));
         if (!chunk)
             return NULL;

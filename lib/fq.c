@@ -1,6 +1,8 @@
 /* fq.c -- status codes, the tenant id rule and small helpers shared by every fairq module. */
 #include "fq.h"
 
+#include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 static const struct {
@@ -141,4 +143,24 @@ bool fq_bucket_take(fq_bucket *b, uint64_t now, uint64_t *wait_ms)
     if (wait_ms)
         *wait_ms = (1000 - b->milli + b->rate - 1) / b->rate;
     return false;
+}
+
+fq_status fq_grow(void *arrp, size_t *cap, size_t need, size_t size)
+{
+    if (need <= *cap)
+        return FQ_OK;
+    size_t n = *cap ? *cap : 16;
+    while (n < need) {
+        if (n > SIZE_MAX / 2)
+            return FQ_ENOMEM;
+        n *= 2;
+    }
+    if (size && n > SIZE_MAX / size)
+        return FQ_ENOMEM;
+    void *q = realloc(*(void **)arrp, n * size);
+    if (!q)
+        return FQ_ENOMEM;
+    *(void **)arrp = q;
+    *cap = n;
+    return FQ_OK;
 }

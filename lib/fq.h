@@ -63,6 +63,11 @@ size_t fq_u64_dec(char *out, uint64_t v);
  * copy. */
 size_t fq_str_copy(char *dst, size_t cap, const char *src);
 
+/* Grow the array *(T **)arrp of *cap elements of size bytes so that it
+ * holds need, doubling from 16: amortised O(1) per element appended.
+ * FQ_ENOMEM (also when need * size would overflow): nothing changed. */
+fq_status fq_grow(void *arrp, size_t *cap, size_t need, size_t size);
+
 /* SipHash-2-4 of data[0..len) under the 128-bit key (k0, k1): a keyed hash
  * that whoever chooses the data cannot make collide without the key, for
  * tables whose keys come from clients and whose matches are decided on the

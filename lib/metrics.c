@@ -151,22 +151,6 @@ void fq_metrics_snapshot_clear(fq_metrics_snapshot *s)
     s->n_tenants = s->n_folded_rows = s->n_folded = s->n_folded_ages = 0;
 }
 
-/* Grow *p (of *cap elements of size) to hold need; nothing changes on error. */
-static fq_status grow(void *p, size_t *cap, size_t need, size_t size)
-{
-    if (need <= *cap)
-        return FQ_OK;
-    size_t n = *cap ? *cap : 16;
-    while (n < need)
-        n *= 2;
-    void *q = realloc(*(void **)p, n * size);
-    if (!q)
-        return FQ_ENOMEM;
-    *(void **)p = q;
-    *cap = n;
-    return FQ_OK;
-}
-
 static void tenant_zero(fq_metrics_tenant *m)
 {
     memset(m, 0, sizeof *m);
@@ -175,7 +159,7 @@ static void tenant_zero(fq_metrics_tenant *m)
 
 fq_metrics_tenant *fq_metrics_snapshot_add(fq_metrics_snapshot *s)
 {
-    if (grow(&s->tenants, &s->cap_tenants, s->n_tenants + 1, sizeof *s->tenants) != FQ_OK)
+    if (fq_grow(&s->tenants, &s->cap_tenants, s->n_tenants + 1, sizeof *s->tenants) != FQ_OK)
         return NULL;
     fq_metrics_tenant *m = &s->tenants[s->n_tenants++];
     tenant_zero(m);
@@ -232,7 +216,7 @@ static fq_metrics_tenant *other_row(fq_metrics_tenant **rows, size_t *n, size_t 
     for (size_t i = *n; i-- > 0;)
         if (strcmp((*rows)[i].plan, plan) == 0)
             return &(*rows)[i];
-    if (grow(rows, cap, *n + 1, sizeof **rows) != FQ_OK)
+    if (fq_grow(rows, cap, *n + 1, sizeof **rows) != FQ_OK)
         return NULL;
     fq_metrics_tenant *o = &(*rows)[(*n)++];
     tenant_zero(o);
@@ -243,7 +227,7 @@ static fq_metrics_tenant *other_row(fq_metrics_tenant **rows, size_t *n, size_t 
 
 fq_status fq_metrics_snapshot_fold(fq_metrics_snapshot *s, const fq_metrics_tenant *m)
 {
-    if (m->queued_runs > 0 && grow(&s->folded_ages, &s->cap_folded_ages,
+    if (m->queued_runs > 0 && fq_grow(&s->folded_ages, &s->cap_folded_ages,
                                    s->n_folded_ages + 1, sizeof *s->folded_ages) != FQ_OK)
         return FQ_ENOMEM;
     fq_metrics_tenant *o = other_row(&s->folded, &s->n_folded_rows, &s->cap_folded_rows, m->plan);
@@ -275,7 +259,7 @@ static fq_status fold(fq_metrics_snapshot *s)
     for (size_t i = 0; i < s->n_tenants; i++) {
         const fq_metrics_tenant *t = &s->tenants[i];
         if (sc->n_named < s->max_tenant_series && strcmp(t->tenant, FQ_METRICS_OTHER) != 0) {
-            if (grow(&sc->rows, &sc->cap_rows, sc->n_named + 1, sizeof *sc->rows) != FQ_OK)
+            if (fq_grow(&sc->rows, &sc->cap_rows, sc->n_named + 1, sizeof *sc->rows) != FQ_OK)
                 return FQ_ENOMEM;
             sc->rows[sc->n_named++] = t;
             continue;
@@ -286,7 +270,7 @@ static fq_status fold(fq_metrics_snapshot *s)
         fold_into(o, t);
         sc->folded++;
     }
-    if (grow(&sc->rows, &sc->cap_rows, sc->n_named + sc->n_other, sizeof *sc->rows) != FQ_OK)
+    if (fq_grow(&sc->rows, &sc->cap_rows, sc->n_named + sc->n_other, sizeof *sc->rows) != FQ_OK)
         return FQ_ENOMEM;
     for (size_t i = 0; i < sc->n_other; i++)
         sc->rows[sc->n_named + i] = &sc->other[i];
@@ -307,7 +291,7 @@ double fq_metrics_queue_age_skew(fq_metrics_snapshot *s)
     fq_metrics_scratch *sc = s->scratch;
     size_t n = 0;
 
-    if (grow(&sc->ages, &sc->cap_ages, s->n_tenants + s->n_folded_ages, sizeof *sc->ages) != FQ_OK)
+    if (fq_grow(&sc->ages, &sc->cap_ages, s->n_tenants + s->n_folded_ages, sizeof *sc->ages) != FQ_OK)
         return NAN;
     for (size_t i = 0; i < s->n_tenants; i++)
         if (s->tenants[i].queued_runs > 0)

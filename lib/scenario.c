@@ -520,14 +520,8 @@ typedef struct gen_buf {
 
 static int gen_push(gen_buf *b, const gen_run *g)
 {
-    if (b->n == b->cap) {
-        size_t cap = b->cap ? b->cap * 2 : 1024;
-        gen_run *v = realloc(b->v, cap * sizeof(*v));
-        if (!v)
-            return -1;
-        b->v = v;
-        b->cap = cap;
-    }
+    if (fq_grow(&b->v, &b->cap, b->n + 1, sizeof(*b->v)) != FQ_OK)
+        return -1;
     b->v[b->n++] = *g;
     return 0;
 }
@@ -917,19 +911,6 @@ static void trace_free(trace *t)
     free(t->runs.v);
 }
 
-static int grow(void **v, size_t *cap, size_t n, size_t size)
-{
-    if (n < *cap)
-        return 0;
-    size_t nc = *cap ? *cap * 2 : 16;
-    void *nv = realloc(*v, nc * size);
-    if (!nv)
-        return -1;
-    *v = nv;
-    *cap = nc;
-    return 0;
-}
-
 /* Split line at commas into at most max fields; returns the count, or -1
  * if there are more or a field is quoted. */
 static int split(char *line, char **f, int max)
@@ -973,7 +954,7 @@ static long trace_tenant(trace *t, const fq_scenario *sc, const char *id, const 
             return (long)i;
         }
     }
-    if (grow((void **)&t->tenants, &t->cap_tenants, t->n_tenants, sizeof(*t->tenants))) {
+    if (fq_grow(&t->tenants, &t->cap_tenants, t->n_tenants + 1, sizeof(*t->tenants)) != FQ_OK) {
         *why = "out of memory";
         return -1;
     }
@@ -1012,8 +993,8 @@ static long trace_workflow(trace *t, const char *name)
     for (size_t i = 0; i < t->n_workflows; i++)
         if (strcmp(t->workflows[i], name) == 0)
             return (long)i;
-    if (grow((void **)&t->workflows, &t->cap_workflows, t->n_workflows,
-             sizeof(*t->workflows)))
+    if (fq_grow(&t->workflows, &t->cap_workflows, t->n_workflows + 1,
+                sizeof(*t->workflows)) != FQ_OK)
         return -1;
     snprintf(t->workflows[t->n_workflows], FQ_WORKFLOW_MAX + 1, "%s", name);
     return (long)t->n_workflows++;

@@ -4,6 +4,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <cmocka.h>
@@ -124,6 +125,33 @@ static void test_bucket(void **state)
     assert_int_equal(took, 3 + 10);
 }
 
+/* fq_grow keeps what the array held, grows only when asked for more than
+ * it has, and refuses a size that would overflow without touching it. */
+static void test_grow(void **state)
+{
+    (void)state;
+    uint32_t *v = NULL;
+    size_t cap = 0;
+    for (uint32_t i = 0; i < 1000; i++) {
+        assert_int_equal(fq_grow(&v, &cap, i + 1, sizeof *v), FQ_OK);
+        assert_true(cap >= i + 1);
+        v[i] = i * 7;
+    }
+    for (uint32_t i = 0; i < 1000; i++)
+        assert_int_equal(v[i], i * 7);
+    uint32_t *same = v;
+    size_t had = cap;
+    assert_int_equal(fq_grow(&v, &cap, had, sizeof *v), FQ_OK);
+    assert_ptr_equal(v, same);
+    assert_int_equal(cap, had);
+    assert_int_equal(fq_grow(&v, &cap, SIZE_MAX / 2, sizeof *v), FQ_ENOMEM);
+    assert_int_equal(fq_grow(&v, &cap, SIZE_MAX, 1), FQ_ENOMEM);
+    assert_ptr_equal(v, same);
+    assert_int_equal(cap, had);
+    assert_int_equal(v[999], 999 * 7);
+    free(v);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -132,6 +160,7 @@ int main(void)
         cmocka_unit_test(test_str_copy),
         cmocka_unit_test(test_siphash_reference_vectors),
         cmocka_unit_test(test_bucket),
+        cmocka_unit_test(test_grow),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
