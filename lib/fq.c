@@ -164,3 +164,11 @@ fq_status fq_grow(void *arrp, size_t *cap, size_t need, size_t size)
     *cap = n;
     return FQ_OK;
 }
+
+uint64_t fq_fnv1a(const char *s)
+{
+    uint64_t h = 1469598103934665603ULL;
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++)
+        h = (h ^ *p) * 1099511628211ULL;
+    return h;
+}

@@ -68,6 +68,13 @@ size_t fq_str_copy(char *dst, size_t cap, const char *src);
  * FQ_ENOMEM (also when need * size would overflow): nothing changed. */
 fq_status fq_grow(void *arrp, size_t *cap, size_t need, size_t size);
 
+/* FNV-1a of the string s, from the basis 1469598103934665603 (one digit
+ * short of the published one: the scenario generator's seeds always used
+ * it, and kept, every seed draws what it drew before). Fast and unkeyed:
+ * for seeds and lossy caches, never for a table whose keys clients choose
+ * (fq_siphash). */
+uint64_t fq_fnv1a(const char *s);
+
 /* SipHash-2-4 of data[0..len) under the 128-bit key (k0, k1): a keyed hash
  * that whoever chooses the data cannot make collide without the key, for
  * tables whose keys come from clients and whose matches are decided on the

@@ -325,20 +325,11 @@ void fq_log_limiter_destroy(fq_log_limiter *l)
     free(l);
 }
 
-/* FNV-1a: keys are short tenant ids; this is not exposed to collisions an
- * attacker could profit from, since a collision only logs early. */
-static uint64_t limiter_hash(const char *key)
-{
-    uint64_t h = 14695981039346656037ULL;
-    for (const unsigned char *p = (const unsigned char *)key; *p; p++)
-        h = (h ^ *p) * 1099511628211ULL;
-    return h;
-}
-
 bool fq_log_limiter_allow(fq_log_limiter *l, const char *key, uint64_t now,
                           uint64_t *suppressed)
 {
-    uint64_t h = limiter_hash(key);
+    /* Unkeyed: a collision an attacker could plan only logs early. */
+    uint64_t h = fq_fnv1a(key);
     fq_limit_slot *s = &l->slot[h & l->mask];
     uint64_t refused = 0;
 

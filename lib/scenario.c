@@ -470,10 +470,7 @@ static double rng_unit(uint64_t *st)
 /* The stream of process k of tenant id. */
 static uint64_t rng_stream(uint64_t seed, const char *id, unsigned k)
 {
-    uint64_t h = 1469598103934665603ULL;    /* FNV-1a of the id */
-    for (const char *p = id; *p; p++)
-        h = (h ^ (unsigned char)*p) * 1099511628211ULL;
-    uint64_t st = seed ^ h;
+    uint64_t st = seed ^ fq_fnv1a(id);
     st = rng_next(&st) ^ ((uint64_t)k << 32);
     return rng_next(&st);
 }

@@ -152,6 +152,16 @@ static void test_grow(void **state)
     free(v);
 }
 
+/* fq_fnv1a is the seeds' hash of old, value for value: a change would
+ * change every generated scenario. */
+static void test_fnv1a(void **state)
+{
+    (void)state;
+    assert_true(fq_fnv1a("") == 1469598103934665603ULL);
+    assert_true(fq_fnv1a("acme") == 0xc758f1ba579a8409ULL);
+    assert_true(fq_fnv1a("acme") != fq_fnv1a("acmf"));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -161,6 +171,7 @@ int main(void)
         cmocka_unit_test(test_siphash_reference_vectors),
         cmocka_unit_test(test_bucket),
         cmocka_unit_test(test_grow),
+        cmocka_unit_test(test_fnv1a),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
