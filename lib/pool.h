@@ -10,9 +10,10 @@
 /*
  * A pool hands out blocks of up to max bytes (its largest request, e.g. the
  * server's max_payload plus what a caller keeps beside it) from slabs, each
- * slab cut into blocks of one size class. Classes are spaced eight to a
- * doubling (16, 32, ... 128, 144, 160, ... 256, 288, ...), so a block wastes
- * at most an eighth of its size (at most 15 bytes up to 128). A block
+ * slab cut into blocks of one size class. Classes are multiples of 16 up to
+ * 256, then spaced sixteen to a doubling (272, 288, ... 512, 544, ...), so
+ * a block wastes at most a sixteenth of its size (at most 15 bytes up to
+ * 256). A block
  * freed goes back to its slab's free list, and the next request of its class
  * takes it: once a working set is reached, allocating and freeing call no
  * malloc. A slab that empties is given back to malloc unless it is the only
