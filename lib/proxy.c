@@ -27,6 +27,7 @@
 #include "natsio.h"
 #include "overrides.h"
 #include "policy.h"
+#include "pool.h"
 #include "strmap.h"
 #include "sweep.h"
 
@@ -52,7 +53,10 @@
  *   a run keeps only its index entry and its body is read back by sequence
  *   when it is dispatched; past max_buffered_runs fetching stops.
  * - The hot path allocates no memory of its own per run once the pools have
- *   grown to the working set (nats.c allocates its messages).
+ *   grown to the working set (nats.c allocates its messages). A body kept
+ *   in memory is copied at ingest, with the few fields dispatch needs, into
+ *   one block of a size-class pool (lib/pool.h), and nats.c's message (its
+ *   struct, reply subject, header map and block) is given back at once.
  * - Policy changes (a reload, an override) apply from each tenant's next
  *   visit and never touch a queued or in-flight run: a queue stays whole
  *   and in order even when its new limits are lower than what it holds.
@@ -136,6 +140,22 @@ typedef struct px_names {
     struct px_names *next;      /* free list */
 } px_names;
 
+/* A queued run's submit kept in memory: one block of the bodies' pool,
+ * the fields dispatch needs and then the submit's bytes. */
+typedef struct px_body {
+    uint32_t lines;             /* bytes of the producer's headers, as carried lines */
+    uint32_t len;               /* bytes of the body */
+    uint32_t declared;          /* the producer's est_tokens, 0 if none */
+    uint8_t run_id_len;         /* bytes of the run id; 0 once the run has its names */
+    uint8_t workflow_len;       /* bytes of the workflow */
+    char bytes[];               /* run id, workflow, lines (fq_nio_msg_carry_lines), body */
+} px_body;
+
+/* The largest block: fields, names, a header block JetStream would store,
+ * and the largest max_payload a server may have (64 MiB). */
+#define PX_BODY_MAX (offsetof(px_body, bytes) + 2 * UINT8_MAX + FQ_NIO_MAX_HEADER_BYTES + \
+                     ((size_t)64 << 20))
+
 /* The proxy's own view of a tenant: the scheduler's handle and counters the
  * scheduler does not keep. */
 typedef struct px_tenant {
@@ -169,7 +189,7 @@ typedef struct px_tenant {
 /* A run the proxy holds. */
 typedef struct px_run {
     uint64_t seq;               /* submit stream sequence: the scheduler's id */
-    fq_nio_msg *msg;            /* the submit while queued in memory; NULL: index only */
+    px_body *body;              /* the submit while queued in memory; NULL: index only */
     struct px_run *seq_next;    /* sequence index chain; free list */
     struct px_run *key_next;    /* run-key index chain */
     struct px_run *exp_next;    /* expired FIFO */
@@ -270,6 +290,9 @@ struct fq_proxy {
     px_doneset done;
     px_run *run_free;           /* pools */
     px_names *names_free;
+    fq_pool *bodies;            /* px_body blocks */
+    fq_buf carry;               /* the carried header lines of the submit being taken in */
+    bool carry_ok;              /* ... are there (else out of memory: not kept) */
     void **chunks;              /* every pool chunk, for destroy */
     size_t nchunks, chunks_cap;
     px_run *exp_head, *exp_tail;
@@ -465,15 +488,63 @@ static px_names *px_names_alloc(fq_proxy *p)
     return n;
 }
 
+static size_t px_body_bytes(const px_body *b)
+{
+    return offsetof(px_body, bytes) + b->run_id_len + b->workflow_len + b->lines + b->len;
+}
+
+static const char *px_body_lines(const px_body *b)
+{
+    return b->bytes + b->run_id_len + b->workflow_len;
+}
+
+static const char *px_body_data(const px_body *b)
+{
+    return px_body_lines(b) + b->lines;
+}
+
+/* Keep run_id, workflow, declared, the carried header lines lines[0..nl)
+ * and the body data[0..len) as x's body. false: out of memory, or too large
+ * for the pool (the run is then read back by sequence). */
+static bool px_body_keep(fq_proxy *p, px_run *x, const char *run_id, const char *workflow,
+                         uint32_t declared, const char *lines, size_t nl, const void *data,
+                         size_t len)
+{
+    size_t rl = strlen(run_id), wl = strlen(workflow);     /* both bounded */
+    if (nl > UINT32_MAX || len > UINT32_MAX)
+        return false;
+    px_body *b = fq_pool_alloc(p->bodies, offsetof(px_body, bytes) + rl + wl + nl + len);
+    if (!b)
+        return false;
+    b->lines = (uint32_t)nl;
+    b->len = (uint32_t)len;
+    b->declared = declared;
+    b->run_id_len = (uint8_t)rl;
+    b->workflow_len = (uint8_t)wl;
+    memcpy(b->bytes, run_id, rl);
+    memcpy(b->bytes + rl, workflow, wl);
+    if (nl)
+        memcpy(b->bytes + rl + wl, lines, nl);
+    if (len)
+        memcpy(b->bytes + rl + wl + nl, data, len);
+    x->body = b;
+    return true;
+}
+
+static void px_body_drop(fq_proxy *p, px_run *x)
+{
+    if (x->body) {
+        fq_pool_free(p->bodies, x->body, px_body_bytes(x->body));
+        x->body = NULL;
+    }
+}
+
 /* Free x once no index, list or pending publish refers to it. */
 static void px_maybe_free(fq_proxy *p, px_run *x)
 {
     if (x->in_seq || x->in_key || x->in_exp || x->pending)
         return;
-    if (x->msg) {
-        fq_nio_msg_drop(p->nio, x->msg);
-        x->msg = NULL;
-    }
+    px_body_drop(p, x);
     if (x->names) {
         x->names->next = p->names_free;
         p->names_free = x->names;
@@ -553,13 +624,24 @@ static px_run *px_find_seq(fq_proxy *p, uint64_t seq)
 /* The run of key (tenant, run_id), hash h: queued (from ingest) or
  * dispatched. A queued run whose body is not in memory has no names: it
  * is matched by tenant and hash. */
+/* Whether x's run id is run_id, as far as x knows it (a run read back by
+ * sequence has only its key's hash until its dispatch). */
+static bool px_run_id_is(const px_run *x, const char *run_id)
+{
+    if (x->names)
+        return strcmp(x->names->run_id, run_id) == 0;
+    if (x->body && x->body->run_id_len)
+        return strlen(run_id) == x->body->run_id_len &&
+               memcmp(x->body->bytes, run_id, x->body->run_id_len) == 0;
+    return true;
+}
+
 static px_run *px_find_key(fq_proxy *p, const char *tenant, const char *run_id, uint64_t h)
 {
     if (!p->by_key.nb)
         return NULL;
     for (px_run *x = p->by_key.b[(size_t)(h >> 20) & (p->by_key.nb - 1)]; x; x = x->key_next)
-        if (x->key_hash == h && strcmp(x->pt->id, tenant) == 0 &&
-            (!x->names || strcmp(x->names->run_id, run_id) == 0))
+        if (x->key_hash == h && strcmp(x->pt->id, tenant) == 0 && px_run_id_is(x, run_id))
             return x;
     return NULL;
 }
@@ -804,16 +886,18 @@ static fq_status px_publish(fq_proxy *p, const fq_nio_out *o, uint64_t token)
 /* Refuse a run (counted by the caller) or a completion: publish it to <rejected>.<tenant>
  * with its body and headers, Fair-Error "code: sentence" and, for a subject
  * without a valid tenant, Fair-Subject. The message is acked once the
- * refusal is stored (token). */
-static void px_refuse(fq_proxy *p, const fq_nio_msg *m, const char *tenant, fq_status why,
-                      const char *sentence, uint64_t token)
+ * refusal is stored (token). src: the message as it came (its subject,
+ * body, and its headers to carry: carry, or carry_lines of a kept body). */
+static void px_refuse_src(fq_proxy *p, const fq_nio_out *src, const char *tenant,
+                          fq_status why, const char *sentence, uint64_t token)
 {
     char subj[FQ_TENANT_MAX + 256], err[512];
     snprintf(subj, sizeof subj, "%s.%s", p->cfg.subjects.rejected, tenant ? tenant : "_invalid");
     snprintf(err, sizeof err, "%s: %s", fq_status_code(why), sentence);
-    fq_nio_hdr h[2] = {{FQ_HDR_ERROR, err}, {FQ_HDR_SUBJECT, fq_nio_msg_subject(m)}};
-    fq_nio_out o = {.subject = subj, .data = fq_nio_msg_data(m), .len = fq_nio_msg_len(m),
-                    .hdrs = h, .n_hdrs = tenant ? 1 : 2, .carry = m};
+    fq_nio_hdr h[2] = {{FQ_HDR_ERROR, err}, {FQ_HDR_SUBJECT, src->subject}};
+    fq_nio_out o = {.subject = subj, .data = src->data, .len = src->len, .hdrs = h,
+                    .n_hdrs = tenant ? 1 : 2, .carry = src->carry,
+                    .carry_lines = src->carry_lines, .carry_len = src->carry_len};
     /* A completion refused for its length is copied without its body:
      * anyone may send them, and its copy need not be longer than a short
      * one's. */
@@ -831,6 +915,7 @@ static void px_refuse(fq_proxy *p, const fq_nio_msg *m, const char *tenant, fq_s
     if (fq_nio_out_size(&sz, &o) != FQ_OK || sz.header > FQ_NIO_MAX_HEADER_BYTES ||
         sz.total > room) {
         o.carry = NULL;
+        o.carry_len = 0;
         bool body = fq_nio_header_bytes(h, o.n_hdrs, 0) + o.len <= room;
         if (!body)
             o.len = 0;
@@ -839,10 +924,11 @@ static void px_refuse(fq_proxy *p, const fq_nio_msg *m, const char *tenant, fq_s
                  body ? "" : " and body");
     }
     fq_status s = px_publish(p, &o, token);
-    if ((s == FQ_ETOOBIG || s == FQ_EINVAL) && o.carry) {
+    if ((s == FQ_ETOOBIG || s == FQ_EINVAL) && (o.carry || o.carry_len)) {
         /* The server's limit shrank since, or a header could not be read
          * after all: without the headers, then without the body. */
         o.carry = NULL;
+        o.carry_len = 0;
         size_t k = strlen(err);
         snprintf(err + k, sizeof err - k, " (refused without the run's headers)");
         s = px_publish(p, &o, token);
@@ -868,12 +954,20 @@ static void px_refuse(fq_proxy *p, const fq_nio_msg *m, const char *tenant, fq_s
     if (px_warn_ok(p, tenant ? tenant : "_invalid") &&
         fq_bucket_take(&p->refusal_logs, fq_nio_mono_ms(), NULL)) {
         fq_log(FQ_LOG_INFO, "run refused", FQ_STR("tenant", tenant ? tenant : "_invalid"),
-               FQ_STR("subject", fq_nio_msg_subject(m)), FQ_STR("error", err),
+               FQ_STR("subject", src->subject), FQ_STR("error", err),
                FQ_UINT("unlogged_before", p->refusals_unlogged));
         p->refusals_unlogged = 0;
     } else {
         p->refusals_unlogged++;
     }
+}
+
+static void px_refuse(fq_proxy *p, const fq_nio_msg *m, const char *tenant, fq_status why,
+                      const char *sentence, uint64_t token)
+{
+    fq_nio_out src = {.subject = fq_nio_msg_subject(m), .data = fq_nio_msg_data(m),
+                      .len = fq_nio_msg_len(m), .carry = m};
+    px_refuse_src(p, &src, tenant, why, sentence, token);
 }
 
 /* Count a refused run (why) overall and on its tenant pt or, when pt is
@@ -1322,8 +1416,9 @@ static void px_dispatch_hdrs(px_dhdrs *d, const char *tenant, const char *run_id
 
 /* Whether the dispatch of submit m as run run_id would be stored: its
  * producer's headers fit to carry, its header block within JetStream's
- * limit and the whole within max_payload. One pass over m's headers; on
- * FQ_OK *size is the dispatch's bytes, else err says why. */
+ * limit and the whole within max_payload. One pass over m's headers, which
+ * leaves them in p->carry as lines to carry; on FQ_OK *size is the
+ * dispatch's bytes, else err says why. */
 static fq_status px_dispatch_fits(size_t *size, fq_proxy *p, const fq_nio_msg *m,
                                   const char *tenant, const char *run_id, const char *workflow,
                                   char *err, size_t errlen)
@@ -1331,9 +1426,24 @@ static fq_status px_dispatch_fits(size_t *size, fq_proxy *p, const fq_nio_msg *m
     px_dhdrs d;
     px_dispatch_hdrs(&d, tenant, run_id, workflow, UINT64_MAX, UINT64_MAX, UINT64_MAX);
     fq_nio_out o = {.subject = p->cfg.subjects.dispatch, .len = fq_nio_msg_len(m), .hdrs = d.h,
-                    .n_hdrs = d.n, .carry = m};
+                    .n_hdrs = d.n};
     fq_nio_size sz;
     *size = 0;
+    /* Its headers as they will be carried (p->carry), checked on the way:
+     * what a kept body holds instead of the message. */
+    char bad[160];
+    fq_status s = fq_nio_msg_carry_lines(&p->carry, bad, m);
+    p->carry_ok = s == FQ_OK;
+    if (s == FQ_EINVAL) {
+        snprintf(err, errlen, "%s", bad);
+        return FQ_EINVAL;
+    }
+    if (p->carry_ok) {
+        o.carry_lines = p->carry.p;
+        o.carry_len = p->carry.len;
+    } else {
+        o.carry = m;    /* out of memory: sized from the message, read back later */
+    }
     if (fq_nio_out_size(&sz, &o) != FQ_OK) {
         snprintf(err, errlen, "%s", sz.bad);
         return FQ_EINVAL;
@@ -1535,17 +1645,17 @@ static void px_on_submit(fq_proxy *p, fq_nio_event *ev)
     /* By key from now on: a second run with its id is refused at once, and
      * a completion for it (a worker's bug) is told from an unheld one. */
     px_key_add(p, x);
-    if (p->buffered_bytes + x->size <= p->cfg.limits.max_buffered_bytes) {
-        x->msg = m;
+    /* Kept with what dispatch needs of its parse, so that it need not read
+     * the body again; the message goes back to nats.c either way. */
+    if (p->buffered_bytes + x->size <= p->cfg.limits.max_buffered_bytes && p->carry_ok &&
+        px_body_keep(p, x, run_id, sub.workflow, sub.est_tokens, p->carry.p, p->carry.len,
+                     fq_nio_msg_data(m), fq_nio_msg_len(m))) {
         x->retained = true;
         p->buffered_bytes += x->size;
-        /* Parsed once: dispatch need not read the body again. */
-        if ((x->names = px_names_alloc(p)))
-            px_names_set(p, x->names, &sub, seq);
     } else {
         p->index_only++;
-        fq_nio_msg_drop(p->nio, m);
     }
+    fq_nio_msg_drop(p->nio, m);
     px_pause_check(p);
 }
 
@@ -1559,10 +1669,7 @@ static void px_release_body(fq_proxy *p, px_run *x)
     } else {
         p->index_only--;
     }
-    if (x->msg) {
-        fq_nio_msg_drop(p->nio, x->msg);
-        x->msg = NULL;
-    }
+    px_body_drop(p, x);
 }
 
 /* Run x, just taken by the scheduler, leaves fairq without reaching the
@@ -1581,8 +1688,8 @@ static void px_drop_dispatched(fq_proxy *p, px_run *x)
     px_pause_check(p);
 }
 
-/* The names of run x: kept since ingest while its body is in memory, else
- * read from m (its body read back). NULL when out of memory. */
+/* The names of run x: from its body while that is in memory (kept at
+ * ingest), else read from m (its body read back). NULL when out of memory. */
 static px_names *px_names_of(fq_proxy *p, px_run *x, const fq_nio_msg *m)
 {
     if (x->names)
@@ -1590,6 +1697,16 @@ static px_names *px_names_of(fq_proxy *p, px_run *x, const fq_nio_msg *m)
     px_names *nm = px_names_alloc(p);
     if (!nm)
         return NULL;
+    if (x->body) {
+        const px_body *b = x->body;
+        memcpy(nm->run_id, b->bytes, b->run_id_len);
+        nm->run_id[b->run_id_len] = '\0';
+        memcpy(nm->workflow, b->bytes + b->run_id_len, b->workflow_len);
+        nm->workflow[b->workflow_len] = '\0';
+        nm->declared = b->declared;
+        x->names = nm;
+        return nm;
+    }
     fq_submit sub;
     fq_submit_headers h;
     px_submit_headers(&h, m);
@@ -1663,16 +1780,20 @@ static bool px_dispatch_failed(fq_proxy *p, uint64_t seq, fq_nio_event *ev)
         return false;
     x->state = PX_QUEUED;
     x->pending--;
-    if (ev->msg) {
-        /* What failed is the body and headers the next attempt needs:
-         * built from it, the dispatch is the same. */
-        x->msg = ev->msg;
-        ev->msg = NULL;
+    /* What failed is the body and headers the next attempt needs: built
+     * from it, the dispatch is the same (fairq's own headers in it are set
+     * anew). Its names are x's already. */
+    char bad[160];
+    if (ev->msg && fq_nio_msg_carry_lines(&p->carry, bad, ev->msg) == FQ_OK &&
+        px_body_keep(p, x, "", "", 0, p->carry.p, p->carry.len, fq_nio_msg_data(ev->msg),
+                     fq_nio_msg_len(ev->msg))) {
         x->retained = true;
         p->buffered_bytes += x->size;
     } else {
         p->index_only++;
     }
+    fq_nio_msg_drop(p->nio, ev->msg);
+    ev->msg = NULL;
     px_requeue(p, x, now, ev->err_code);
     return true;
 }
@@ -1681,8 +1802,8 @@ static bool px_dispatch_failed(fq_proxy *p, uint64_t seq, fq_nio_event *ev)
  * false when NATS cannot take it now (x is back at the head of its queue). */
 static bool px_dispatch_one(fq_proxy *p, px_run *x)
 {
-    fq_nio_msg *m = x->msg, *read = NULL;
-    if (!m) {
+    fq_nio_msg *read = NULL;
+    if (!x->body) {
         fq_status s = fq_nio_get(&read, p->nio, p->cfg.streams.submit, x->seq);
         p->c.body_reads++;
         if (s == FQ_ENOTFOUND) {
@@ -1697,9 +1818,19 @@ static bool px_dispatch_one(fq_proxy *p, px_run *x)
             px_requeue(p, x, fq_nio_mono_ms(), 0);
             return false;
         }
-        m = read;
     }
-    px_names *nm = px_names_of(p, x, m);
+    /* The submit as kept, or as read back: the same bytes go out. */
+    char subj[FQ_TENANT_MAX + 256];
+    fq_nio_out src;
+    if (x->body) {
+        snprintf(subj, sizeof subj, "%s.%s", p->cfg.subjects.submit, x->pt->id);
+        src = (fq_nio_out){.subject = subj, .data = px_body_data(x->body), .len = x->body->len,
+                           .carry_lines = px_body_lines(x->body), .carry_len = x->body->lines};
+    } else {
+        src = (fq_nio_out){.subject = fq_nio_msg_subject(read), .data = fq_nio_msg_data(read),
+                           .len = fq_nio_msg_len(read), .carry = read};
+    }
+    px_names *nm = px_names_of(p, x, read);
     if (!nm) {
         fq_nio_msg_drop(p->nio, read);
         px_requeue(p, x, fq_nio_mono_ms(), 0);
@@ -1712,7 +1843,7 @@ static bool px_dispatch_one(fq_proxy *p, px_run *x)
         char why[256];
         snprintf(why, sizeof why, "run_id %s was dispatched already", nm->run_id);
         px_count_refusal(p, x->pt, NULL, FQ_EEXIST);
-        px_refuse(p, m, x->pt->id, FQ_EEXIST, why, TK_MAKE(TK_REJECT, x->seq));
+        px_refuse_src(p, &src, x->pt->id, FQ_EEXIST, why, TK_MAKE(TK_REJECT, x->seq));
         fq_nio_msg_drop(p->nio, read);
         px_drop_dispatched(p, x);
         return true;
@@ -1722,8 +1853,10 @@ static bool px_dispatch_one(fq_proxy *p, px_run *x)
     px_dispatch_hdrs(&dh, x->pt->id, nm->run_id, nm->workflow, x->est,
                      x->submitted_ms > 0 ? (uint64_t)x->submitted_ms : 0,
                      now_ms > 0 ? (uint64_t)now_ms : 0);
-    fq_nio_out o = {.subject = p->cfg.subjects.dispatch, .data = fq_nio_msg_data(m),
-                    .len = fq_nio_msg_len(m), .hdrs = dh.h, .n_hdrs = dh.n, .carry = m};
+    fq_nio_out o = src;
+    o.subject = p->cfg.subjects.dispatch;
+    o.hdrs = dh.h;
+    o.n_hdrs = dh.n;
     fq_status s = px_publish(p, &o, TK_MAKE(TK_DISPATCH, x->seq));
     if (s == FQ_EINVAL || s == FQ_ETOOBIG) {
         /* It can never be sent (admitted before the server's max_payload
@@ -1733,7 +1866,7 @@ static bool px_dispatch_one(fq_proxy *p, px_run *x)
                  s == FQ_ETOOBIG ? "it exceeds the server's max_payload"
                                  : "its headers cannot be read");
         px_count_refusal(p, x->pt, NULL, s);
-        px_refuse(p, m, x->pt->id, s, why, TK_MAKE(TK_REJECT, x->seq));
+        px_refuse_src(p, &src, x->pt->id, s, why, TK_MAKE(TK_REJECT, x->seq));
         fq_nio_msg_drop(p->nio, read);
         px_drop_dispatched(p, x);
         return true;
@@ -3547,6 +3680,8 @@ fq_status fq_proxy_create(fq_proxy **out, const fq_config *cfg, char *err, size_
     if (s == FQ_OK)
         s = fq_log_limiter_create(&p->lim, 1024, 1000);
     if (s == FQ_OK)
+        s = fq_pool_create(&p->bodies, PX_BODY_MAX);
+    if (s == FQ_OK)
         s = fq_proxy_set_ops(p, &(fq_proxy_ops){0});
     fq_sweep_init(&p->sweep, PX_SWEEP_MS);
     fq_metrics_snapshot **sns[] = {&p->snap_fill, &p->snap, &p->snap_render};
@@ -3612,10 +3747,8 @@ void fq_proxy_destroy(fq_proxy *p)
         }
     }
     fq_jbatch_free(&p->jb);
-    /* Held bodies: every run is in some pool chunk; msg is NULL when free. */
-    for (size_t i = 0; i < p->by_seq.nb; i++)
-        for (px_run *x = p->by_seq.b[i]; x; x = x->seq_next)
-            fq_nio_msg_destroy(x->msg);
+    fq_pool_destroy(p->bodies);     /* held bodies */
+    fq_buf_free(&p->carry);
     fq_strmap_destroy(p->tenants, px_tenant_release);
     free(p->by_seq.b);
     free(p->by_key.b);

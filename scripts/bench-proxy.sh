@@ -20,8 +20,10 @@
 #               index entries (max_buffered_bytes 1 MiB).
 #
 # With BASELINE=PATH, a second fairq-proxy binary joins the throughput
-# phase as impl=base (relay, proxy, base, relay, ...), so that a change to
+# phase as impl=base (relay, proxy, base, relay, ...), and the memory phase
+# (proxy, then base, with bodies and then index only), so that a change to
 # the proxy is measured against the commit before it in the same run.
+# PHASES (default "throughput latency memory") picks the phases to run.
 #
 # Every phase gets a nats-server of its own (scripts/nats-up.sh, the same
 # binary and flags, a fresh store), so no phase inherits another's streams,
@@ -46,6 +48,8 @@ CONFIG=${CONFIG:-$root/config/bench.yaml}
 # Another fairq-proxy binary (an older commit's, say) to measure in the
 # throughput phase too, as impl=base, alternating with the other two.
 BASELINE=${BASELINE:-}
+PHASES=${PHASES:-throughput latency memory}
+has_phase() { case " $PHASES " in *" $1 "*) return 0 ;; esac; return 1; }
 
 for b in fairq-proxy fairq-relay fairq-load; do
     [ -x "$bin/$b" ] || { echo "bench: $bin/$b is missing: build first (make build)" >&2; exit 1; }
@@ -75,7 +79,8 @@ field() {
 }
 median() { sort -g | awk '{ v[NR] = $1 } END { if (NR) print (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2) }'; }
 
-# Start a fresh server and IMPL (relay, proxy, or a proxy config file).
+# Start a fresh server and IMPL (relay, proxy, or a proxy config file, run
+# by the proxy binary $2 if given).
 start() {
     "$here/nats-down.sh" "$tmp/nats" 2>/dev/null || true
     rm -rf "$tmp/nats"
@@ -84,7 +89,7 @@ start() {
     relay) "$bin/fairq-relay" --nats "$url" >"$tmp/impl.log" 2>&1 & ;;
     proxy) "$bin/fairq-proxy" -c "$CONFIG" --nats "$url" >"$tmp/impl.log" 2>&1 & ;;
     base) "$BASELINE" -c "$CONFIG" --nats "$url" >"$tmp/impl.log" 2>&1 & ;;
-    *) "$bin/fairq-proxy" -c "$1" --nats "$url" >"$tmp/impl.log" 2>&1 & ;;
+    *) "${2:-$bin/fairq-proxy}" -c "$1" --nats "$url" >"$tmp/impl.log" 2>&1 & ;;
     esac
     impl_pid=$!
 }
@@ -148,10 +153,12 @@ ctx_per_run() {
 hz=$(getconf CLK_TCK)
 cpu_ms() { awk -v hz="$hz" '{ sub(/.*\) /, ""); print int(($12 + $13) * 1000 / hz) }' "/proc/$1/stat"; }
 
-# RSS growth of the proxy while it fetches MEM_RUNS runs and no worker runs.
+# RSS growth of the proxy (or the binary $3, impl=base) while it fetches
+# MEM_RUNS runs and no worker runs.
 memory() {
-    local cfg=$1 label=$2 before after last stable=0
-    start "$cfg"
+    local cfg=$1 label=$2 before after last stable=0 impl=proxy
+    [ -z "${3:-}" ] || impl=base
+    start "$cfg" "${3:-}"
     sleep 3
     before=$(rss_kb)
     "$bin/fairq-load" --nats "$url" --rate 0 --count "$MEM_RUNS" --duration 0 --workers 0 \
@@ -166,7 +173,7 @@ memory() {
         [ "$stable" -ge 6 ] && break
     done
     stop_impl
-    echo "bench phase=memory buffering=$label runs=$MEM_RUNS body_bytes=$BODY rss_before_kb=$before" \
+    echo "bench phase=memory impl=$impl buffering=$label runs=$MEM_RUNS body_bytes=$BODY rss_before_kb=$before" \
         "rss_after_kb=$after bytes_per_run=$(( (after - before) * 1024 / MEM_RUNS ))"
 }
 
@@ -175,7 +182,7 @@ echo "bench: $(nproc) cores; nats-server $(nats-server --version | awk '{print $
      "body_bytes=$BODY max_outstanding=$MAX_OUT rate_low=$RATE_LOW mem_runs=$MEM_RUNS"
 
 thr_impls="relay proxy${BASELINE:+ base}"
-for n in $(seq 1 "$RUNS"); do
+has_phase throughput && for n in $(seq 1 "$RUNS"); do
     for impl in $thr_impls; do
         load thr "$impl" "$n" --rate 0 --duration "$DURATION" --workers "$WORKERS" \
             --max-outstanding "$MAX_OUT" --warmup 2
@@ -188,7 +195,7 @@ for n in $(seq 1 "$RUNS"); do
              "dispatched_more=$(field "$f" runs dispatched_more)"
     done
 done
-for n in $(seq 1 "$RUNS"); do
+has_phase latency && for n in $(seq 1 "$RUNS"); do
     for impl in relay proxy; do
         load lat "$impl" "$n" --rate "$RATE_LOW" --duration "$LAT_SECS" --workers 16 --send-asap
         f=$tmp/lat-$impl-$n.out
@@ -199,12 +206,23 @@ for n in $(seq 1 "$RUNS"); do
 done
 
 # The memory phase holds runs buffered, not in flight: a window of 64.
-sed 's/^\( *max_in_flight:\).*/\1 64/' "$CONFIG" >"$tmp/mem-full.yaml"
-{ cat "$tmp/mem-full.yaml"; printf 'limits:\n  max_buffered_bytes: 1048576\n'; } >"$tmp/mem-index.yaml"
-memory "$tmp/mem-full.yaml" bodies | tee "$tmp/mem.txt"
-memory "$tmp/mem-index.yaml" index | tee -a "$tmp/mem.txt"
+if has_phase memory; then
+    sed 's/^\( *max_in_flight:\).*/\1 64/' "$CONFIG" >"$tmp/mem-full.yaml"
+    { cat "$tmp/mem-full.yaml"; printf 'limits:\n  max_buffered_bytes: 1048576\n'; } >"$tmp/mem-index.yaml"
+    memory "$tmp/mem-full.yaml" bodies | tee "$tmp/mem.txt"
+    memory "$tmp/mem-index.yaml" index | tee -a "$tmp/mem.txt"
+    if [ -n "$BASELINE" ]; then
+        memory "$tmp/mem-full.yaml" bodies "$BASELINE" | tee -a "$tmp/mem.txt"
+        memory "$tmp/mem-index.yaml" index "$BASELINE" | tee -a "$tmp/mem.txt"
+    fi
+fi
 
+# bytes_per_run of the memory line of impl and buffering.
+mem_of() {
+    awk -v i="impl=$1" -v b="buffering=$2" '$0 ~ i" " && $0 ~ b" " { for (k = 1; k <= NF; k++) if ($k ~ /^bytes_per_run=/) { sub(/.*=/, "", $k); print $k } }' "$tmp/mem.txt"
+}
 med() { for n in $(seq 1 "$RUNS"); do field "$tmp/$1-$2-$n.out" "$3" "$4"; done | median; }
+has_phase throughput && {
 relay_thr=$(med thr relay throughput steady_per_s)
 proxy_thr=$(med thr proxy throughput steady_per_s)
 # Each proxy run against the relay run just before it: drift on a shared
@@ -232,9 +250,15 @@ for impl in $thr_impls; do
          "us_per_run_server=$(for n in $(seq 1 "$RUNS"); do per_run "$tmp/thr-$impl-$n.out" server_ms; echo; done | median)" \
          "ctx_per_run_$impl=$(for n in $(seq 1 "$RUNS"); do ctx_per_run "$tmp/thr-$impl-$n.out"; echo; done | median)"
 done
-for impl in relay proxy; do
+}
+has_phase latency && for impl in relay proxy; do
     echo "bench summary latency_impl=$impl rate=$RATE_LOW p50_ms=$(med lat "$impl" latency dispatch_p50_ms)" \
          "p99_ms=$(med lat "$impl" latency dispatch_p99_ms) target_p99_ms=2"
 done
-echo "bench summary memory_bodies_bytes_per_run=$(field "$tmp/mem.txt" bench bytes_per_run)" \
-     "memory_index_bytes_per_run=$(awk '/buffering=index/ { for (i = 1; i <= NF; i++) if ($i ~ /^bytes_per_run=/) { sub(/.*=/, "", $i); print $i } }' "$tmp/mem.txt")"
+has_phase memory && {
+echo "bench summary memory_bodies_bytes_per_run=$(mem_of proxy bodies)" \
+     "memory_index_bytes_per_run=$(mem_of proxy index)"
+[ -z "$BASELINE" ] || echo "bench summary memory_bodies_bytes_per_run_base=$(mem_of base bodies)" \
+     "memory_index_bytes_per_run_base=$(mem_of base index)"
+}
+true

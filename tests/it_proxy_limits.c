@@ -484,6 +484,172 @@ static void test_headers_carried(void **state)
     natsMsg_Destroy(m);
 }
 
+/* ---- (e) the bytes of a dispatch, its body kept or read back ----------- */
+
+static const char *const bytes_yaml =
+    "scheduler:\n  default_plan: free\n"
+    "plans:\n  - name: free\n    weight: 1\n";
+
+static int setup_bytes_kept(void **state)
+{
+    return start(state, bytes_yaml, NULL);
+}
+
+/* No body fits in memory: each is read back by sequence at its dispatch. */
+static int setup_bytes_read(void **state)
+{
+    char yaml[512];
+    snprintf(yaml, sizeof yaml, "%slimits:\n  max_buffered_bytes: 1\n", bytes_yaml);
+    return start(state, yaml, NULL);
+}
+
+/* Standard base64, as the stream API writes it, into out (n bytes). */
+static char *b64_decode(const char *in, size_t *n)
+{
+    static const char abc[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    size_t len = strlen(in);
+    char *out = malloc(len / 4 * 3 + 1);
+    assert_non_null(out);
+    uint32_t acc = 0;
+    int bits = 0;
+    *n = 0;
+    for (size_t i = 0; i < len && in[i] != '='; i++) {
+        const char *at = strchr(abc, in[i]);
+        assert_non_null(at);
+        acc = acc << 6 | (uint32_t)(at - abc);
+        if ((bits += 6) >= 8) {
+            bits -= 8;
+            out[(*n)++] = (char)(acc >> bits & 0xff);
+        }
+    }
+    return out;
+}
+
+/* Message seq of stream as the server stores it: its header block and
+ * body, byte for byte (the stream API's answer, not a client's parse). */
+static void stored(pf_fixture *f, const char *stream, uint64_t seq, char **hdr, size_t *hlen,
+                   char **body, size_t *blen)
+{
+    char subj[128], req[64];
+    snprintf(subj, sizeof subj, "$JS.API.STREAM.MSG.GET.%s", stream);
+    snprintf(req, sizeof req, "{\"seq\":%llu}", (unsigned long long)seq);
+    natsMsg *r = NULL;
+    assert_int_equal(natsConnection_Request(&r, f->c.nc, subj, req, (int)strlen(req), 5000),
+                     NATS_OK);
+    cJSON *j = cJSON_ParseWithLength(natsMsg_GetData(r), (size_t)natsMsg_GetDataLength(r));
+    cJSON *m = cJSON_GetObjectItemCaseSensitive(j, "message");
+    assert_non_null(m);
+    cJSON *h = cJSON_GetObjectItemCaseSensitive(m, "hdrs");
+    cJSON *d = cJSON_GetObjectItemCaseSensitive(m, "data");
+    *hdr = b64_decode(cJSON_IsString(h) ? h->valuestring : "", hlen);
+    *body = b64_decode(cJSON_IsString(d) ? d->valuestring : "", blen);
+    cJSON_Delete(j);
+    natsMsg_Destroy(r);
+}
+
+/* Whether a header line (at p, up to its colon) is one fairq sets on a
+ * dispatch or one named Nats-*: those a dispatch does not carry. */
+static bool not_carried(const char *p)
+{
+    static const char *const own[] = {"Nats-", "Fair-Tenant:", "Fair-Run-Id:",
+                                      "Fair-Est-Tokens:", "Fair-Submitted-At:",
+                                      "Fair-Dispatched-At:", "Fair-Workflow:"};
+    for (size_t i = 0; i < sizeof own / sizeof *own; i++)
+        if (strncasecmp(p, own[i], strlen(own[i])) == 0)
+            return true;
+    return false;
+}
+
+/* A dispatch carries the producer's headers byte for byte as it sent them
+ * (but Nats-* and those fairq sets), in its order, after fairq's own, and
+ * its body byte for byte: the same whether the body was kept in memory or
+ * read back by sequence. The producer's block is what the server stored
+ * of the same message sent to a stream of its own. */
+/* The producer's headers of test_headers_carried but Nats-Expected-Stream,
+ * so that a stream of another name stores them too. */
+static const char *const bytes_hdrs[] = {
+    "X-Trace", "abc",
+    "X-Multi", "1",
+    "X-Multi", "2",
+    "Nats-Custom", "n",
+    "Fair-Tenant", "forged",
+    "Fair-Submitted-At", "1",
+    "Fair-Priority", "high",
+    "Fair-Error", "forged",
+    "x-lower", "v a l u e",
+    NULL,
+};
+
+static void check_dispatch_bytes(pf_fixture *f, double body_reads)
+{
+    jsStreamConfig sc;
+    jsStreamConfig_Init(&sc);
+    const char *subjects[] = {"copy.>"};
+    sc.Name = "COPY";
+    sc.Subjects = subjects;
+    sc.SubjectsLen = 1;
+    sc.Storage = js_MemoryStorage;
+    assert_int_equal(js_AddStream(NULL, f->c.js, &sc, NULL, NULL), NATS_OK);
+    const char run[] = "{\"run_id\":\"b-1\",\"workflow\":\"w\",\"est_tokens\":40,"
+                       "\"input\":\"\\u00e9 \\\\ bytes\"}";
+    assert_int_equal(pt_submit(&f->c, "=copy.a", run, strlen(run), bytes_hdrs), 0);
+    char *want_h, *want_b;
+    size_t want_hl, want_bl;
+    stored(f, "COPY", 1, &want_h, &want_hl, &want_b, &want_bl);
+    assert_int_equal(want_bl, strlen(run));
+    /* the lines a dispatch carries, as the producer wrote them */
+    char *carried = malloc(want_hl + 1);
+    assert_non_null(carried);
+    size_t cl = 0;
+    assert_true(want_hl > 12);
+    for (const char *p = want_h + 10, *end = want_h + want_hl - 2, *nl; p < end; p = nl + 1) {
+        nl = memchr(p, '\n', (size_t)(end - p));
+        assert_non_null(nl);
+        if (!not_carried(p)) {
+            memcpy(carried + cl, p, (size_t)(nl + 1 - p));
+            cl += (size_t)(nl + 1 - p);
+        }
+    }
+    assert_true(cl > 0);
+
+    assert_int_equal(pt_submit(&f->c, "a", run, strlen(run), bytes_hdrs), 0);
+    pf_wait_msgs(f, "FAIR_DISPATCH", 1);
+    char *got_h, *got_b;
+    size_t got_hl, got_bl;
+    stored(f, "FAIR_DISPATCH", 1, &got_h, &got_hl, &got_b, &got_bl);
+    /* "NATS/1.0", Nats-Msg-Id first, fairq's six others, then the carried
+     * lines and the blank line */
+    const char first[] = "NATS/1.0\r\nNats-Msg-Id: a/b-1\r\n";
+    assert_true(got_hl > sizeof first);
+    assert_memory_equal(got_h, first, sizeof first - 1);
+    const char *p = got_h + sizeof first - 1;
+    for (int i = 0; i < 6; i++) {
+        assert_memory_equal(p, "Fair-", 5);
+        p = memchr(p, '\n', (size_t)(got_h + got_hl - p)) + 1;
+    }
+    assert_int_equal((size_t)(got_h + got_hl - p), cl + 2);
+    assert_memory_equal(p, carried, cl);
+    assert_memory_equal(p + cl, "\r\n", 2);
+    assert_int_equal(got_bl, want_bl);
+    assert_memory_equal(got_b, want_b, want_bl);
+    free(want_h);
+    free(want_b);
+    free(got_h);
+    free(got_b);
+    free(carried);
+    metric_is(f, "fairq_body_reads_total", body_reads);
+}
+
+static void test_dispatch_bytes_kept(void **state)
+{
+    check_dispatch_bytes(*state, 0);
+}
+
+static void test_dispatch_bytes_read(void **state)
+{
+    check_dispatch_bytes(*state, 1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -492,6 +658,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_run_timeout_frees_slot, setup_timeout, teardown),
         cmocka_unit_test_setup_teardown(test_token_window, setup_tokens, teardown),
         cmocka_unit_test_setup_teardown(test_headers_carried, setup_headers, teardown),
+        cmocka_unit_test_setup_teardown(test_dispatch_bytes_kept, setup_bytes_kept, teardown),
+        cmocka_unit_test_setup_teardown(test_dispatch_bytes_read, setup_bytes_read, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
