@@ -2,23 +2,21 @@
 #include "proxy.h"
 
 #include <inttypes.h>
-#include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
-#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <cjson/cJSON.h>
 
+#include "admin.h"
 #include "drr.h"
 #include "estimate.h"
 #include "http.h"
-#include "admin.h"
 #include "journal.h"
 #include "lease.h"
 #include "log.h"
@@ -28,6 +26,7 @@
 #include "overrides.h"
 #include "policy.h"
 #include "pool.h"
+#include "probes.h"
 #include "strmap.h"
 #include "sweep.h"
 
@@ -107,8 +106,6 @@
 #define PX_LIGHT_LOAD 16            /* events a turn below which writes are flushed at once */
 #define PX_SWEEP_MS 1000            /* a sweep of every tenant begins this often */
 #define PX_SWEEP_SLICE 512          /* tenants a sweep visits per turn of the loop at most */
-#define PX_RENDER_ROUND (1u << 20)  /* a scrape's copy of the text: its size rounded up to this */
-#define PX_HTTP_NICE 10             /* the HTTP thread's nice value, from its first render */
 #define PX_REFUSAL_LOGS 20          /* "run refused" lines a second at most, all tenants */
 
 /* Publish tokens: kind in the top four bits, a stream sequence below. */
@@ -347,46 +344,13 @@ struct fq_proxy {
     fq_ovr_set *ovr;            /* the overrides bucket as we know it (lib/overrides.c) */
     fq_admin *admin;            /* the admin plane (lib/admin.c) */
 
-    /* Metrics and probes. Three snapshots change hands: the loop fills
-     * one over a sweep's pass, and swaps it for the waiting one at the
-     * pass's end; a render swaps the waiting one for its own if newer.
-     * Neither holds the lock longer than a swap. */
     fq_http *http;
-    fq_metrics_snapshot *snap_fill; /* the loop's, being filled */
-    pthread_mutex_t snap_mu;    /* guards snap and snap_gen */
-    fq_metrics_snapshot *snap;  /* the newest whole one, waiting */
-    uint64_t snap_gen;          /* passes published; snap is the newest */
-    fq_metrics_snapshot *snap_render; /* the HTTP thread's from here down */
-    uint64_t render_gen;        /* the pass snap_render holds */
-    fq_buf render_text;         /* its text, served again until a newer pass */
-    uint64_t text_gen;          /* the pass render_text is of; UINT64_MAX: none */
-    bool http_niced;            /* the HTTP thread runs at PX_HTTP_NICE */
-    atomic_int phase;           /* enum px_phase, for /readyz */
-    atomic_int stalled;         /* dispatches keep failing: their last js_err + 1; 0: not */
+    fq_probes *probes;          /* metrics snapshots and readiness (lib/probes.c) */
     uint64_t fail_since;        /* monotonic ms dispatches began to fail; 0: they succeed */
-    atomic_int jstalled;        /* journal batches keep failing: their last js_err + 1 */
     uint64_t jfail_since;       /* monotonic ms journal batches began to fail; 0: they succeed */
-    atomic_uint_fast64_t fresh_until;   /* the lease's fresh end, for /readyz; 0: not leading */
-    atomic_uint_fast64_t lease_sent;    /* send time of its last confirmed write; 0: none */
-    pthread_mutex_t holder_mu;  /* guards holder: /readyz reads it on the HTTP threads */
-    char holder[FQ_LEASE_ID_MAX + 1];   /* standing by: who holds the lease; "": not known */
     bool consumer_ok[2];        /* PX_CONS_*: the last (re)creation succeeded */
     bool served;                /* both consumers were made once: start is over */
     bool denied_fatal;          /* NATS refused a permission before that */
-};
-
-/* What the proxy is doing, as /readyz reports it. */
-enum px_phase { PH_CONNECTING = 0, PH_STREAMS, PH_STANDBY, PH_RECOVERING, PH_SERVING,
-                PH_CONSUMERS, PH_DISCONNECTED, PH_STOPPING };
-static const char *const px_phase_text[] = {
-    [PH_CONNECTING] = "connecting to NATS",
-    [PH_STREAMS] = "checking the streams",
-    [PH_STANDBY] = "standing by: another proxy holds the leader lease",
-    [PH_RECOVERING] = "reading the runs journal back",
-    [PH_SERVING] = "ready",
-    [PH_CONSUMERS] = "creating the consumers on FAIR_SUBMIT and FAIR_DONE",
-    [PH_DISCONNECTED] = "disconnected from NATS",
-    [PH_STOPPING] = "stopping",
 };
 
 /* ---- small helpers ------------------------------------------------------ */
@@ -1745,7 +1709,7 @@ static void px_dispatching_again(fq_proxy *p)
 {
     if (!p->fail_since)
         return;
-    if (atomic_exchange(&p->stalled, 0))
+    if (fq_probes_stall(p->probes, FQ_STALL_DISPATCH, false, 0))
         fq_log(FQ_LOG_INFO, "dispatching again",
                FQ_UINT("failed_for_ms", fq_nio_mono_ms() - p->fail_since));
     p->fail_since = 0;
@@ -1765,7 +1729,7 @@ static bool px_dispatch_failed(fq_proxy *p, uint64_t seq, fq_nio_event *ev)
     if (!p->fail_since)
         p->fail_since = now;
     if (now - p->fail_since >= PX_STALL_MS) {
-        bool first = !atomic_exchange(&p->stalled, ev->err_code + 1);
+        bool first = !fq_probes_stall(p->probes, FQ_STALL_DISPATCH, true, ev->err_code);
         if (px_warn_ok(p, "not dispatching") || first) {
             fq_sched_stats ss;
             fq_sched_stats_get(p->sched, &ss);
@@ -1935,7 +1899,8 @@ static void px_journal_failed(fq_proxy *p, int js_err)
     uint64_t now = fq_nio_mono_ms();
     if (!p->jfail_since)
         p->jfail_since = now;
-    if (now - p->jfail_since >= PX_STALL_MS && !atomic_exchange(&p->jstalled, js_err + 1))
+    if (now - p->jfail_since >= PX_STALL_MS &&
+        !fq_probes_stall(p->probes, FQ_STALL_JOURNAL, true, js_err))
         fq_log(FQ_LOG_ERROR, "the runs journal refuses our batches; nothing is settled until it "
                "stores them", FQ_STR("stream", p->cfg.streams.runs), FQ_INT("js_err", js_err),
                FQ_UINT("failing_for_ms", now - p->jfail_since));
@@ -2013,7 +1978,7 @@ static void px_on_puback(fq_proxy *p, fq_nio_event *ev)
         if (!b)
             return;
         p->jseq = ev->seq;
-        if (p->jfail_since && atomic_exchange(&p->jstalled, 0))
+        if (p->jfail_since && fq_probes_stall(p->probes, FQ_STALL_JOURNAL, false, 0))
             fq_log(FQ_LOG_INFO, "the runs journal stores our batches again",
                    FQ_UINT("failed_for_ms", fq_nio_mono_ms() - p->jfail_since));
         p->jfail_since = 0;
@@ -2336,7 +2301,7 @@ static void px_overall(fq_metrics_overall *a, fq_proxy *p)
         .publish_failures = p->c.pub_failures, .refusals_unstored = p->c.refusals_unstored,
         .overrides_refused = p->c.overrides_refused,
         .dispatch_failures = p->c.dispatch_failures, .parked_tenants = ss.parked,
-        .dispatch_stalled = atomic_load(&p->stalled) != 0,
+        .dispatch_stalled = fq_probes_stalled(p->probes, FQ_STALL_DISPATCH),
         .admin_reply_failures = ac->reply_failures,
         .admin_requests_busy = ac->busy + ns.busy,
         .admin_requests_no_reply = ns.no_reply,
@@ -2540,7 +2505,7 @@ static void px_on_request(fq_proxy *p, fq_nio_event *ev)
 static void px_metrics_tenant(fq_proxy *p, const px_tenant *t, const fq_tenant_info *ti,
                               uint64_t now)
 {
-    fq_metrics_snapshot *sn = p->snap_fill;
+    fq_metrics_snapshot *sn = fq_probes_filling(p->probes);
     fq_metrics_tenant folded, *m = &folded;
     if (sn->n_tenants < sn->max_tenant_series) {
         if (!(m = fq_metrics_snapshot_add(sn)))
@@ -2563,143 +2528,21 @@ static void px_metrics_tenant(fq_proxy *p, const px_tenant *t, const fq_tenant_i
  * then becomes the waiting one. */
 static void px_metrics_publish(fq_proxy *p)
 {
-    fq_metrics_snapshot *sn = p->snap_fill;
-    px_overall(&sn->all, p);
-    pthread_mutex_lock(&p->snap_mu);
-    p->snap_fill = p->snap;
-    p->snap = sn;
-    p->snap_gen++;
-    pthread_mutex_unlock(&p->snap_mu);
+    px_overall(&fq_probes_filling(p->probes)->all, p);
+    fq_probes_publish(p->probes);
 }
 
-/* On the HTTP thread: take the newest snapshot if one came since the last
- * render, and render it once; scrapes until the next pass get the same
- * text, so a scrape loop costs one render a pass and copies besides. */
-static enum fq_ready_reason px_ready_state(fq_proxy *p, char *why, size_t whylen);
-
-static fq_status px_metrics_render(fq_buf *out, void *arg)
+static void px_phase(fq_proxy *p, enum fq_phase ph)
 {
-    fq_proxy *p = arg;
-#ifdef __linux__
-    /* A scrape of 50,000 tenants copies tens of megabytes: on two cores,
-     * scrapes back to back would take CPU the loop needs to dispatch.
-     * Linux keeps a nice value per thread, and who 0 is the calling one:
-     * this thread alone yields to the loop. */
-    if (!p->http_niced) {
-        p->http_niced = true;
-        if (setpriority(PRIO_PROCESS, 0, PX_HTTP_NICE) != 0)
-            fq_log(FQ_LOG_DEBUG, "cannot lower the HTTP thread's priority");
-    }
-#endif
-    pthread_mutex_lock(&p->snap_mu);
-    if (p->render_gen != p->snap_gen) {
-        fq_metrics_snapshot *sn = p->snap_render;
-        p->snap_render = p->snap;
-        p->snap = sn;
-        p->render_gen = p->snap_gen;
-    }
-    pthread_mutex_unlock(&p->snap_mu);
-    if (p->text_gen != p->render_gen) {
-        fq_buf_reset(&p->render_text);
-        if (fq_metrics_render(&p->render_text, p->snap_render) != FQ_OK) {
-            p->text_gen = UINT64_MAX;
-            return FQ_ENOMEM;
-        }
-        p->text_gen = p->render_gen;
-    }
-    /* The copy's buffer is sized to the text (rounded to PX_RENDER_ROUND),
-     * not grown by doubling: past 32 MiB glibc maps a buffer afresh and
-     * unmaps it when freed, every scrape, and each of its page faults and
-     * the unmap take the process's memory map lock, which the loop's own
-     * faults then wait on. Below it, the next scrape reuses the freed one. */
-    size_t need = out->len + p->render_text.len + 1;
-    if (need > out->cap) {
-        need = (need + PX_RENDER_ROUND - 1) / PX_RENDER_ROUND * PX_RENDER_ROUND;
-        char *q = realloc(out->p, need);
-        if (!q)
-            return FQ_ENOMEM;
-        out->p = q;
-        out->cap = need;
-    }
-    fq_buf_append(out, p->render_text.p, p->render_text.len);
-    char why[256];
-    uint64_t sent = atomic_load(&p->lease_sent), now = fq_nio_mono_ms();
-    fq_metrics_render_ready(out, px_ready_state(p, why, sizeof why),
-                            sent && now > sent ? now - sent : 0);
-    return out->failed ? FQ_ENOMEM : FQ_OK;
-}
-
-/* Why /readyz answers as it does, and what it says (why; "" for ready).
- * Reads only atomics, and the holder under its own lock: it runs on the
- * HTTP threads. A standby is a healthy sidecar doing its job: ready, so
- * that an orchestrator does not take its pod down. A leader is not ready
- * while its lease is not fresh (it changes nothing then: a hung server, a
- * partition) or a store refuses its writes. */
-static enum fq_ready_reason px_ready_state(fq_proxy *p, char *why, size_t whylen)
-{
-    static const enum fq_ready_reason of_phase[] = {
-        [PH_CONNECTING] = FQ_READY_STARTING, [PH_STREAMS] = FQ_READY_STARTING,
-        [PH_STANDBY] = FQ_READY_STANDBY, [PH_RECOVERING] = FQ_READY_RECOVERING,
-        [PH_SERVING] = FQ_READY_OK, [PH_CONSUMERS] = FQ_READY_CONSUMERS,
-        [PH_DISCONNECTED] = FQ_READY_DISCONNECTED, [PH_STOPPING] = FQ_READY_STOPPING};
-    int ph = atomic_load(&p->phase), stalled = atomic_load(&p->stalled);
-    int jstalled = atomic_load(&p->jstalled);
-    uint64_t until = atomic_load(&p->fresh_until), sent = atomic_load(&p->lease_sent);
-    uint64_t now = fq_nio_mono_ms();
-    why[0] = '\0';
-    if (ph == PH_STANDBY) {
-        pthread_mutex_lock(&p->holder_mu);
-        if (p->holder[0])
-            snprintf(why, whylen, "standby: %s holds the leader lease", p->holder);
-        pthread_mutex_unlock(&p->holder_mu);
-        if (why[0])
-            return FQ_READY_STANDBY;
-        snprintf(why, whylen, "standing by: cannot read the leader lease");
-        return FQ_READY_STARTING;
-    }
-    if (ph != PH_SERVING && ph != PH_CONSUMERS && ph != PH_DISCONNECTED) {
-        snprintf(why, whylen, "%s", px_phase_text[ph]);
-        return of_phase[ph];
-    }
-    if (now >= until) {
-        snprintf(why, whylen, "cannot renew the leader lease: last renewed %" PRIu64
-                 " ms ago; changing nothing until it is", sent && now > sent ? now - sent : 0);
-        return FQ_READY_LEASE_STALE;
-    }
-    if (ph != PH_SERVING) {
-        snprintf(why, whylen, "%s", px_phase_text[ph]);
-        return of_phase[ph];
-    }
-    if (stalled) {
-        snprintf(why, whylen, "not dispatching: publishes to the dispatch stream keep failing "
-                 "(js_err %d)", stalled - 1);
-        return FQ_READY_DISPATCH_STALLED;
-    }
-    if (jstalled) {
-        snprintf(why, whylen, "the runs journal refuses writes (js_err %d): no run or "
-                 "completion is settled", jstalled - 1);
-        return FQ_READY_JOURNAL_STALLED;
-    }
-    return FQ_READY_OK;
-}
-
-static bool px_ready(char *why, size_t whylen, void *arg)
-{
-    enum fq_ready_reason r = px_ready_state(arg, why, whylen);
-    return r == FQ_READY_OK || r == FQ_READY_STANDBY;
-}
-
-static void px_phase(fq_proxy *p, enum px_phase ph)
-{
-    atomic_store(&p->phase, (int)ph);
+    fq_probes_phase(p->probes, ph);
 }
 
 /* The leader is ready while connected with both consumers in place. */
 static void px_phase_leader(fq_proxy *p)
 {
-    px_phase(p, !p->connected ? PH_DISCONNECTED
-                : p->consumer_ok[PX_CONS_SUBMIT] && p->consumer_ok[PX_CONS_DONE] ? PH_SERVING
-                : PH_CONSUMERS);
+    px_phase(p, !p->connected ? FQ_PHASE_DISCONNECTED
+                : p->consumer_ok[PX_CONS_SUBMIT] && p->consumer_ok[PX_CONS_DONE] ? FQ_PHASE_SERVING
+                : FQ_PHASE_CONSUMERS);
 }
 
 /* Warn about a tenant whose oldest queued run has waited longer than the
@@ -2799,7 +2642,7 @@ static void px_sweep(fq_proxy *p, uint64_t now)
         p->sweep_warned = 0;
         p->sweep_unwarned = 0;
         if (p->http)
-            fq_metrics_snapshot_clear(p->snap_fill);
+            fq_metrics_snapshot_clear(fq_probes_filling(p->probes));
     }
     if (!fq_sweep_running(&p->sweep))
         return;
@@ -2882,13 +2725,9 @@ static void px_lease_fence(fq_proxy *p)
 {
     uint64_t until = p->fenced ? 0 : fq_lease_fresh_until(&p->lease);
     fq_nio_fence(p->nio, until);
-    atomic_store(&p->fresh_until, until);
-    atomic_store(&p->lease_sent, p->lease.state == FQ_LEASE_LEADING ? p->lease.confirmed_sent : 0);
-    if (p->lease.state == FQ_LEASE_STANDBY) {
-        pthread_mutex_lock(&p->holder_mu);
-        memcpy(p->holder, p->lease.holder, sizeof p->holder);
-        pthread_mutex_unlock(&p->holder_mu);
-    }
+    fq_probes_lease(p->probes, until,
+                    p->lease.state == FQ_LEASE_LEADING ? p->lease.confirmed_sent : 0,
+                    p->lease.state == FQ_LEASE_STANDBY ? p->lease.holder : NULL);
 }
 
 /* Renew the lease when due, without waiting. Returns false once it is
@@ -3462,7 +3301,7 @@ static bool px_become_leader(fq_proxy *p)
             next_log = now + PX_STANDBY_LOG_MS;
         }
         if (p->http && now >= next_snap) {
-            fq_metrics_snapshot_clear(p->snap_fill);
+            fq_metrics_snapshot_clear(fq_probes_filling(p->probes));
             px_metrics_publish(p);
             next_snap = now + 1000;
         }
@@ -3509,7 +3348,8 @@ static bool px_finish(fq_proxy *p, uint64_t t0)
 static fq_status px_http_start(fq_proxy *p)
 {
     fq_http_opts ho = {.listen = p->cfg.http.listen, .probe_listen = p->cfg.http.probe_listen,
-                       .metrics = px_metrics_render, .ready = px_ready, .arg = p};
+                       .metrics = fq_probes_metrics, .ready = fq_probes_ready,
+                       .arg = p->probes};
     char err[256];
     fq_status s = fq_http_start(&p->http, &ho, err, sizeof err);
     if (s != FQ_OK)
@@ -3529,16 +3369,16 @@ static fq_status px_start(fq_proxy *p, int *rc)
     *rc = FQ_PROXY_EXIT_FATAL;
     if (px_http_start(p) != FQ_OK)
         return FQ_EIO;
-    px_phase(p, PH_CONNECTING);
+    px_phase(p, FQ_PHASE_CONNECTING);
     fq_status s = px_connect(p);
     if (s == FQ_OK) {
         p->connected = true;
         p->max_payload = fq_nio_max_payload(p->nio);
-        px_phase(p, PH_STREAMS);
+        px_phase(p, FQ_PHASE_STREAMS);
         s = px_streams(p);
     }
     if (s == FQ_OK) {
-        px_phase(p, PH_STANDBY);
+        px_phase(p, FQ_PHASE_STANDBY);
         s = px_become_leader(p) ? FQ_OK : FQ_EIO;
     }
     if (s == FQ_OK) {
@@ -3548,7 +3388,7 @@ static fq_status px_start(fq_proxy *p, int *rc)
         s = px_overrides_start(p);
     }
     if (s == FQ_OK) {
-        px_phase(p, PH_RECOVERING);
+        px_phase(p, FQ_PHASE_RECOVERING);
         if (!px_journal_mark(p))
             s = FQ_EIO;
         while (s == FQ_OK && (s = px_recover(p)) == FQ_EIO && !px_denied_at_start(p) &&
@@ -3612,7 +3452,7 @@ int fq_proxy_run(fq_proxy *p)
         if (busy < PX_LIGHT_LOAD && p->c.dispatched != sent)
             fq_nio_flush(p->nio, 2);
     }
-    px_phase(p, PH_STOPPING);
+    px_phase(p, FQ_PHASE_STOPPING);
     uint64_t t0 = atomic_load(&p->stop_at);
     /* Unsettled means NATS does not answer: a release or a flush would
      * wait out their time for nothing. */
@@ -3684,12 +3524,8 @@ fq_status fq_proxy_create(fq_proxy **out, const fq_config *cfg, char *err, size_
     if (s == FQ_OK)
         s = fq_proxy_set_ops(p, &(fq_proxy_ops){0});
     fq_sweep_init(&p->sweep, PX_SWEEP_MS);
-    fq_metrics_snapshot **sns[] = {&p->snap_fill, &p->snap, &p->snap_render};
-    for (size_t i = 0; s == FQ_OK && i < 3; i++)
-        s = fq_metrics_snapshot_create(sns[i], p->cfg.http.max_tenant_series);
-    p->text_gen = UINT64_MAX;
-    pthread_mutex_init(&p->snap_mu, NULL);
-    pthread_mutex_init(&p->holder_mu, NULL);
+    if (s == FQ_OK)
+        s = fq_probes_create(&p->probes, p->cfg.http.max_tenant_series, fq_nio_mono_ms);
     fq_bucket_init(&p->refusal_logs, PX_REFUSAL_LOGS, PX_REFUSAL_LOGS, 0);
     if (s == FQ_OK && !(p->ev = calloc(PX_EVENTS, sizeof *p->ev)))
         s = FQ_ENOMEM;
@@ -3760,12 +3596,7 @@ void fq_proxy_destroy(fq_proxy *p)
     fq_log_limiter_destroy(p->lim);
     fq_admin_destroy(p->admin);
     fq_ovr_destroy(p->ovr);
-    fq_metrics_snapshot_destroy(p->snap_fill);
-    fq_metrics_snapshot_destroy(p->snap);
-    fq_metrics_snapshot_destroy(p->snap_render);
-    fq_buf_free(&p->render_text);
-    pthread_mutex_destroy(&p->snap_mu);
-    pthread_mutex_destroy(&p->holder_mu);
+    fq_probes_destroy(p->probes);
     fq_est_destroy(p->est);
     fq_sched_destroy(p->sched);
     fq_policy_destroy(p->policy);
