@@ -7,6 +7,7 @@
 
 #include "log.h"
 #include "msg.h"
+#include "names.h"
 
 /*
  * Principles
@@ -42,9 +43,9 @@ static const struct {
     const char *name;           /* the request, as in the busy reply */
     uint32_t rate, burst;       /* a second; at once */
 } ad_limits[AD__COUNT] = {
-    [AD_STATS] = {"stats", 5, 1},
-    [AD_RELOAD] = {"reload", 2, 2},
-    [AD_SET] = {"tenant.set", 20, 5},
+    [AD_STATS] = {FQ_ADMIN_STATS, 5, 1},
+    [AD_RELOAD] = {FQ_ADMIN_RELOAD, 2, 2},
+    [AD_SET] = {FQ_ADMIN_TENANT_SET, 20, 5},
 };
 
 const char fq_admin_busy_queued[] =
@@ -525,10 +526,10 @@ void fq_admin_request(fq_admin *a, const char *subject, const void *body, size_t
         const char *name;
         void (*fn)(const ad_req *q);
     } routes[] = {
-        {"stats", ad_stats},
-        {"reload", ad_reload},
-        {"tenant.get", ad_get},
-        {"tenant.set", ad_set},
+        {FQ_ADMIN_STATS, ad_stats},
+        {FQ_ADMIN_RELOAD, ad_reload},
+        {FQ_ADMIN_TENANT_GET, ad_get},
+        {FQ_ADMIN_TENANT_SET, ad_set},
     };
     ad_req q = {a, subject, body, len, req, now};
     size_t pl = strlen(a->prefix), i = 0;
