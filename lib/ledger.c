@@ -972,6 +972,17 @@ static void lg_resend(fq_ledger *l, lg_run *x, const fq_ledger_submit *s)
     lg_pause_check(l);
 }
 
+/* The publish of a redelivery (lg_resend) failed: the run stays as it was,
+ * and its submit, naked, comes again later. */
+static void lg_unresend(fq_ledger *l, lg_run *x)
+{
+    x->resent = false;
+    l->held--;
+    lg_seq_del(l, x);
+    lg_nak(l, FQ_LEDGER_SUBMIT, &x->ack, FQ_LEDGER_PARK_MAX_MS);
+    lg_pause_check(l);
+}
+
 void fq_ledger_submit_in(fq_ledger *l, const fq_ledger_submit *s, uint64_t now, int64_t now_ms)
 {
     l->now = now;
@@ -1344,9 +1355,16 @@ static bool lg_dispatch_failed(fq_ledger *l, uint64_t seq, int js_err)
     if (!x || (x->state != LG_FLIGHT && x->state != LG_EXPIRED) ||
         !fq_sched_run(l->o.sched, seq))
         return false;
-    lg_state(l, x, LG_QUEUED);
     x->pending--;
-    x->resent = false;
+    if (x->resent) {
+        /* A redelivery published again: it was dispatched before (the
+         * journal says so, or this process acked it and the submit came
+         * again before the ack reached the server), so the run stays where
+         * it is; the submit is naked, and JetStream delivers it again. */
+        lg_unresend(l, x);
+        return true;
+    }
+    lg_state(l, x, LG_QUEUED);
     lg_requeue(l, x, js_err);
     return true;
 }
@@ -1452,12 +1470,7 @@ void fq_ledger_unsent(fq_ledger *l, const fq_ledger_act *a, fq_status st, uint64
         return;
     x->pending--;
     if (x->resent) {
-        /* A redelivery published again: JetStream delivers it again later. */
-        x->resent = false;
-        l->held--;
-        lg_seq_del(l, x);
-        lg_nak(l, FQ_LEDGER_SUBMIT, &x->ack, FQ_LEDGER_PARK_MAX_MS);
-        lg_pause_check(l);
+        lg_unresend(l, x);
         return;
     }
     if (!fq_sched_run(l->o.sched, x->seq))
