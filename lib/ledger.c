@@ -283,13 +283,13 @@ static uint64_t lg_key(const fq_ledger *l, const char *tenant, const char *run_i
 
 /* The run id a run goes by: the producer's, or one derived from the submit
  * stream (its creation time keeps ids apart if the stream is recreated). */
-static void lg_run_id(char *out, size_t cap, const fq_ledger *l, const fq_submit *sub,
-                      uint64_t seq)
+void fq_ledger_run_id(char *out, const fq_ledger *l, const fq_submit *sub, uint64_t seq)
 {
     if (sub->run_id[0])
-        snprintf(out, cap, "%s", sub->run_id);
+        snprintf(out, FQ_RUN_ID_MAX + 1, "%s", sub->run_id);
     else
-        snprintf(out, cap, "fq-%" PRId64 "-%" PRIu64, l->o.submit_created_ms / 1000, seq);
+        snprintf(out, FQ_RUN_ID_MAX + 1, "fq-%" PRId64 "-%" PRIu64,
+                 l->o.submit_created_ms / 1000, seq);
 }
 
 /* ---- pools --------------------------------------------------------------- */
@@ -557,8 +557,10 @@ static void lg_nak(fq_ledger *l, enum fq_ledger_cons cons, const fq_ledger_ackre
 
 void fq_ledger_ack_failed(fq_ledger *l, const fq_ledger_act *a)
 {
-    if (a->type == FQ_LACT_ACK)
-        lg_hold(l, a->cons, &a->ack);
+    if (a->type == FQ_LACT_ACK) {
+        fq_ledger_ackref ack = a->ack;  /* a may live in the list */
+        lg_hold(l, a->cons, &ack);
+    }
 }
 
 static void lg_acks_later(fq_ledger *l)
@@ -605,6 +607,7 @@ static void lg_pause_check(fq_ledger *l)
     if (full != l->fetch_paused) {
         l->fetch_paused = full;
         if (full) {
+            l->c.fetch_pauses++;
             fq_ledger_act *a = lg_note(l, FQ_LNOTE_FETCH_PAUSED);
             if (a)
                 a->n = l->held;
@@ -929,7 +932,7 @@ static bool lg_overloaded(const fq_ledger *l, const fq_ledger_tenant *lt, uint32
 
 static void lg_names_set(const fq_ledger *l, lg_names *nm, const fq_submit *sub, uint64_t seq)
 {
-    lg_run_id(nm->run_id, sizeof nm->run_id, l, sub, seq);
+    fq_ledger_run_id(nm->run_id, l, sub, seq);
     memcpy(nm->workflow, sub->workflow, sizeof nm->workflow);
     nm->declared = sub->est_tokens;
 }
@@ -1012,7 +1015,7 @@ void fq_ledger_submit_in(fq_ledger *l, const fq_ledger_submit *s, uint64_t now, 
     uint64_t key = 0;
     fq_ledger_tenant *lt = NULL;
     if (st == FQ_OK) {
-        lg_run_id(run_id, sizeof run_id, l, s->sub, seq);
+        fq_ledger_run_id(run_id, l, s->sub, seq);
         key = lg_key(l, s->tenant, run_id);
         bool same = false, seen = lg_seen(l, s->tenant, run_id, key, seq, &same);
         /* This very submit, dispatched already by the journal's account
@@ -1379,8 +1382,9 @@ bool fq_ledger_puback(fq_ledger *l, uint64_t token, enum fq_ledger_pub outcome, 
     bool ok = outcome == FQ_LEDGER_PUB_STORED || outcome == FQ_LEDGER_PUB_DUPLICATE;
     if (kind == FQ_LTK_JOURNAL && outcome == FQ_LEDGER_PUB_ERROR &&
         js_err == FQ_LEDGER_ERR_WRONG_LAST) {
-        if (!l->fenced)
-            lg_note(l, FQ_LNOTE_FENCED);
+        fq_ledger_act *a = l->fenced ? NULL : lg_note(l, FQ_LNOTE_FENCED);
+        if (a)
+            a->n = l->jseq;
         l->fenced = true;
         return false;
     }
@@ -1452,9 +1456,11 @@ bool fq_ledger_puback(fq_ledger *l, uint64_t token, enum fq_ledger_pub outcome, 
     return false;
 }
 
-void fq_ledger_unsent(fq_ledger *l, const fq_ledger_act *a, fq_status st, uint64_t now,
+void fq_ledger_unsent(fq_ledger *l, const fq_ledger_act *act, fq_status st, uint64_t now,
                       int64_t now_ms)
 {
+    fq_ledger_act copy = *act;      /* act may live in the list, which may grow here */
+    const fq_ledger_act *a = &copy;
     l->now = now;
     l->now_ms = now_ms;
     l->c.pub_failures++;
@@ -1929,6 +1935,8 @@ fq_status fq_ledger_set_opts(fq_ledger *l, const fq_ledger_opts *o)
     l->o.tenant_arg = keep.tenant_arg;
     l->o.alloc = keep.alloc;
     memcpy(l->o.hash_key, keep.hash_key, sizeof l->o.hash_key);
+    lg_pause_check(l);          /* a new max_buffered_runs may pause or resume */
+    lg_journal_check(l);
     return FQ_OK;
 }
 
@@ -1982,6 +1990,6 @@ void fq_ledger_stats_get(fq_ledger_stats *out, const fq_ledger *l)
         .fenced = l->fenced,
         .dispatch_stalled = l->stalled,
         .journal_stalled = l->jstalled,
-        .settled = !l->cur && !l->sent && !l->dirty && !l->nlater,
+        .settled = !l->cur && !l->dirty && !(l->sent && l->sent->retry_at),
     };
 }

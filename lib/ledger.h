@@ -102,6 +102,12 @@ void fq_ledger_dispatch_hdrs(fq_ledger_dhdrs *d, const char *tenant, const char 
                              const char *workflow, uint64_t est, uint64_t submitted_ms,
                              uint64_t dispatched_ms);
 
+/* The run id submit seq goes by: the producer's (sub->run_id), or one
+ * derived from the submit stream's creation and seq. out holds
+ * FQ_RUN_ID_MAX + 1 bytes. For the caller's sizing of a dispatch at
+ * admission, which must name the run as the dispatch will. */
+void fq_ledger_run_id(char *out, const fq_ledger *l, const fq_submit *sub, uint64_t seq);
+
 /* Per tenant, what the ledger keeps: embedded in the caller's tenant
  * record, initialised by fq_ledger_tenant_init, and untouched by the
  * caller afterwards except through the functions here. */
@@ -233,7 +239,8 @@ enum fq_ledger_note {
     FQ_LNOTE_DISPATCH_AGAIN,/* dispatches are stored again: n = ms they failed */
     FQ_LNOTE_JOURNAL_STALLED, /* journal batches fail for FQ_LEDGER_STALL_MS: js_err, n */
     FQ_LNOTE_JOURNAL_AGAIN, /* the journal stores batches again: n */
-    FQ_LNOTE_FENCED,        /* the journal refused a batch: another leads; stop */
+    FQ_LNOTE_FENCED,        /* the journal refused a batch: another leads; stop.
+                               n: the sequence the batch expected */
     FQ_LNOTE_BODY_LOST,     /* a held run vanished from FAIR_SUBMIT: tenant, seq */
     FQ_LNOTE_FETCH_PAUSED,  /* max_buffered_runs reached: n = held */
     FQ_LNOTE_EXPIRED_EARLY, /* expired runs forgotten past max_expired: n */
@@ -404,6 +411,7 @@ typedef struct fq_ledger_counters {
     uint64_t completions_unknown, completion_copies_skipped, completions_deferred;
     uint64_t expired, expired_forgotten_early, adopted, adopt_overflow;
     uint64_t dispatch_failures, refusals_unstored, debts_forgiven, pub_failures;
+    uint64_t fetch_pauses;      /* times fetching paused for max_buffered_runs */
 } fq_ledger_counters;
 
 typedef struct fq_ledger_stats {
@@ -418,7 +426,8 @@ typedef struct fq_ledger_stats {
     bool fenced;                /* another leader wrote the journal */
     bool dispatch_stalled;      /* dispatches fail for FQ_LEDGER_STALL_MS */
     bool journal_stalled;       /* batches fail for FQ_LEDGER_STALL_MS */
-    bool settled;               /* nothing unsent: no batch, debt or ack waiting */
+    bool settled;               /* nothing left to send: no batch or debt record unsent
+                                   (a batch in flight is the caller's to wait for) */
 } fq_ledger_stats;
 
 const fq_ledger_counters *fq_ledger_counters_get(const fq_ledger *l);
