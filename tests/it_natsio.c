@@ -449,6 +449,58 @@ static void test_fetch_ack_get_and_recreate(void **state)
  * one delivered and never saw acked comes to the new one at once, in stream
  * order, and the old holder's acks change nothing. Past its fence an
  * adapter acks nothing. */
+/* The pull reader that the fetch threads and the example clients share
+ * takes as a run only a JetStream delivery: a message sent to its inbox
+ * with a reply subject of its own, queued or arriving during a request, is
+ * dropped (the fetch thread counted any message with a reply). */
+static void test_pull_reader_takes_only_deliveries(void **state)
+{
+    fixture *f = *state;
+    static const fq_nio_stream pulls = {.name = "PULLS", .subject = "pulls.*",
+                                        .retention = FQ_NIO_WORKQUEUE, .replicas = 1};
+    char warn[512];
+    assert_int_equal(fq_nio_stream_ensure(f->n, &pulls, warn, sizeof warn), FQ_OK);
+    natsConnection *nc = NULL;
+    jsCtx *js = NULL;
+    assert_int_equal(natsConnection_ConnectTo(&nc, natstest_url(f->srv)), NATS_OK);
+    assert_int_equal(natsConnection_JetStream(&js, nc, NULL), NATS_OK);
+    jsConsumerConfig cc;
+    jsConsumerConfig_Init(&cc);
+    cc.Durable = "reader";
+    cc.AckPolicy = js_AckExplicit;
+    jsConsumerInfo *ci = NULL;
+    assert_int_equal(js_AddConsumer(&ci, js, "PULLS", &cc, NULL, NULL), NATS_OK);
+    jsConsumerInfo_Destroy(ci);
+    fq_nio_pull p;
+    int ns = 0;
+    assert_int_equal(fq_nio_pull_open(&p, nc, "pullbox", NULL, "PULLS", "reader", &ns), FQ_OK);
+    assert_int_equal(js_Publish(NULL, js, "pulls.a", "run", 3, NULL, NULL), NATS_OK);
+    /* forged: on the inbox, with a reply, before and between requests */
+    assert_int_equal(natsConnection_PublishRequestString(nc, "pullbox.1", "forged.reply", "x"),
+                     NATS_OK);
+    assert_int_equal(natsConnection_Flush(nc), NATS_OK);
+    void *got[4] = {0};
+    assert_int_equal(fq_nio_pull_queued(&p, got, 4), 0);
+    int count = 0;
+    assert_int_equal(fq_nio_pull_request(&p, got, 4, true, 2000, &count, &ns), FQ_OK);
+    assert_int_equal(count, 1);
+    assert_memory_equal(natsMsg_GetData(got[0]), "run", 3);
+    assert_int_equal(strncmp(natsMsg_GetReply(got[0]), "$JS.ACK.", 8), 0);
+    natsMsg_Destroy(got[0]);
+    assert_int_equal(natsConnection_PublishRequestString(nc, "pullbox.2", "forged.reply", "y"),
+                     NATS_OK);
+    assert_int_equal(js_Publish(NULL, js, "pulls.b", "two", 3, NULL, NULL), NATS_OK);
+    count = 0;
+    assert_int_equal(fq_nio_pull_request(&p, got, 1, false, 2000, &count, &ns), FQ_OK);
+    assert_int_equal(count, 1);
+    assert_memory_equal(natsMsg_GetData(got[0]), "two", 3);
+    natsMsg_Destroy(got[0]);
+    fq_nio_pull_close(&p);
+    fq_nio_pull_close(&p);      /* safe twice */
+    jsCtx_Destroy(js);
+    natsConnection_Destroy(nc);
+}
+
 static void test_term_consumers_fence_the_old_term(void **state)
 {
     fixture *f = *state;
@@ -725,6 +777,7 @@ int main(void)
         cmocka_unit_test(test_term_consumers_fence_the_old_term),
         cmocka_unit_test(test_term_consumers_spare_a_later_term),
         cmocka_unit_test(test_fetch_ack_get_and_recreate),
+        cmocka_unit_test(test_pull_reader_takes_only_deliveries),
         cmocka_unit_test(test_kv_watch),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
