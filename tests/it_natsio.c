@@ -449,6 +449,25 @@ static void test_fetch_ack_get_and_recreate(void **state)
  * one delivered and never saw acked comes to the new one at once, in stream
  * order, and the old holder's acks change nothing. Past its fence an
  * adapter acks nothing. */
+/* Make stream st through the adapter, then, as a client of its own (nc and
+ * js, the caller's to destroy), a durable pull consumer on it. */
+static void client_consumer(fixture *f, const fq_nio_stream *st, const char *durable,
+                            natsConnection **nc, jsCtx **js)
+{
+    char warn[512];
+    assert_int_equal(fq_nio_stream_ensure(f->n, st, warn, sizeof warn), FQ_OK);
+    assert_int_equal(natsConnection_ConnectTo(nc, natstest_url(f->srv)), NATS_OK);
+    assert_int_equal(natsConnection_JetStream(js, *nc, NULL), NATS_OK);
+    jsConsumerConfig cc;
+    jsConsumerConfig_Init(&cc);
+    cc.Durable = durable;
+    cc.AckPolicy = js_AckExplicit;
+    cc.FilterSubject = st->subject;
+    jsConsumerInfo *ci = NULL;
+    assert_int_equal(js_AddConsumer(&ci, *js, st->name, &cc, NULL, NULL), NATS_OK);
+    jsConsumerInfo_Destroy(ci);
+}
+
 /* The pull reader that the fetch threads and the example clients share
  * takes as a run only a JetStream delivery: a message sent to its inbox
  * with a reply subject of its own, queued or arriving during a request, is
@@ -458,19 +477,9 @@ static void test_pull_reader_takes_only_deliveries(void **state)
     fixture *f = *state;
     static const fq_nio_stream pulls = {.name = "PULLS", .subject = "pulls.*",
                                         .retention = FQ_NIO_WORKQUEUE, .replicas = 1};
-    char warn[512];
-    assert_int_equal(fq_nio_stream_ensure(f->n, &pulls, warn, sizeof warn), FQ_OK);
     natsConnection *nc = NULL;
     jsCtx *js = NULL;
-    assert_int_equal(natsConnection_ConnectTo(&nc, natstest_url(f->srv)), NATS_OK);
-    assert_int_equal(natsConnection_JetStream(&js, nc, NULL), NATS_OK);
-    jsConsumerConfig cc;
-    jsConsumerConfig_Init(&cc);
-    cc.Durable = "reader";
-    cc.AckPolicy = js_AckExplicit;
-    jsConsumerInfo *ci = NULL;
-    assert_int_equal(js_AddConsumer(&ci, js, "PULLS", &cc, NULL, NULL), NATS_OK);
-    jsConsumerInfo_Destroy(ci);
+    client_consumer(f, &pulls, "reader", &nc, &js);
     fq_nio_pull p;
     int ns = 0;
     assert_int_equal(fq_nio_pull_open(&p, nc, "pullbox", NULL, "PULLS", "reader", &ns), FQ_OK);
@@ -583,20 +592,9 @@ static void test_term_consumers_spare_a_later_term(void **state)
     fixture *f = *state;
     fq_nio_stream ts = {.name = "TERMS_LATER", .subject = "later.*",
                         .retention = FQ_NIO_WORKQUEUE, .replicas = 1};
-    char warn[256];
-    assert_int_equal(fq_nio_stream_ensure(f->n, &ts, warn, sizeof warn), FQ_OK);
     natsConnection *nc = NULL;
     jsCtx *js = NULL;
-    assert_int_equal(natsConnection_ConnectTo(&nc, natstest_url(f->srv)), NATS_OK);
-    assert_int_equal(natsConnection_JetStream(&js, nc, NULL), NATS_OK);
-    jsConsumerConfig cc;
-    jsConsumerConfig_Init(&cc);
-    cc.Durable = "late-9";
-    cc.AckPolicy = js_AckExplicit;
-    cc.FilterSubject = "later.*";
-    jsConsumerInfo *ci = NULL;
-    assert_int_equal(js_AddConsumer(&ci, js, "TERMS_LATER", &cc, NULL, NULL), NATS_OK);
-    jsConsumerInfo_Destroy(ci);
+    client_consumer(f, &ts, "late-9", &nc, &js);
     /* On an adapter of its own, whose fetch thread keeps trying. */
     fq_nio *n2 = NULL;
     char err[256];
