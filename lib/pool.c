@@ -182,6 +182,7 @@ static pool_slab *pool_slab_new(fq_pool *p, pool_class *c)
     s->carved = 0;
     p->st.reserved += c->slab_bytes;
     p->st.slabs++;
+    p->st.made++;
     return s;
 }
 
@@ -231,8 +232,9 @@ void fq_pool_free(fq_pool *p, void *block, size_t size)
     p->st.used -= c->size;
     p->st.requested -= size;
     p->st.blocks--;
-    /* An empty slab goes back to malloc when another of its class has room:
-     * the last one with room stays, so that the next request costs no malloc. */
+    /* An empty slab goes back to the system when another of its class has
+     * room: the last one with room stays, so that the next request maps
+     * nothing. */
     if (s->used == 0 && (c->room != s || s->next)) {
         pool_unlink(&c->room, s);
         pool_unmap(c, s);

@@ -16,10 +16,10 @@
  * 256). A block
  * freed goes back to its slab's free list, and the next request of its class
  * takes it: once a working set is reached, allocating and freeing call no
- * malloc. A slab that empties is given back to malloc unless it is the only
- * one of its class with room, so a burst's memory is returned once it
- * drains, and a pool that hovers at a slab's edge does not malloc and free
- * the same slab in turn.
+ * malloc. A slab that empties is given back to the system unless it is
+ * the only one of its class with room, so a burst's memory is returned
+ * once it drains, and a pool that hovers at a slab's edge does not make and
+ * give back the same slab in turn.
  *
  * Blocks are aligned to 16 bytes. The caller frees a block with the size it
  * asked for (a sized free, as C23's free_sized): the pool keeps no header
@@ -37,6 +37,7 @@ typedef struct fq_pool_stats {
     size_t requested;           /* what was asked for those blocks (used - requested: rounding) */
     size_t blocks;              /* blocks handed out */
     size_t slabs;               /* slabs held */
+    uint64_t made;              /* slabs made so far: each one malloc or mapping */
 } fq_pool_stats;
 
 /* A pool for blocks of 1 to max bytes (max at least 1, at most 1 GiB).

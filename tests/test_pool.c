@@ -186,6 +186,35 @@ static void test_warm_churn_reserves_nothing(void **state)
     fq_pool_destroy(p);
 }
 
+/* A queue of blocks, each freed in the order it was taken (runs dispatched
+ * in turn): once warm, no slab is made or given back. */
+static void test_fifo_makes_no_slab(void **state)
+{
+    (void)state;
+    enum { LIVE = 1000, STEPS = 100000 };
+    fq_pool *p = pool_new(1 << 20);
+    void *q[LIVE];
+    for (int i = 0; i < LIVE; i++)
+        assert_non_null(q[i] = fq_pool_alloc(p, 541));
+    for (int s = 0; s < LIVE; s++) {
+        fq_pool_free(p, q[s % LIVE], 541);
+        q[s % LIVE] = fq_pool_alloc(p, 541);
+    }
+    fq_pool_stats warm = stats(p);
+    for (int s = 0; s < STEPS; s++) {
+        fq_pool_free(p, q[s % LIVE], 541);
+        assert_non_null(q[s % LIVE] = fq_pool_alloc(p, 541));
+    }
+    fq_pool_stats st = stats(p);
+    assert_int_equal(st.made, warm.made);
+    assert_int_equal(st.slabs, warm.slabs);
+    /* 120 blocks of 544 to a 64 KiB slab: 9 slabs hold the queue */
+    assert_true(st.slabs <= LIVE / 120 + 2);
+    for (int i = 0; i < LIVE; i++)
+        fq_pool_free(p, q[i], 541);
+    fq_pool_destroy(p);
+}
+
 /* The same block comes back for the same class: a free list, no malloc. */
 static void test_free_then_alloc_reuses(void **state)
 {
@@ -257,6 +286,7 @@ int main(void)
         cmocka_unit_test(test_blocks_are_disjoint),
         cmocka_unit_test(test_warm_churn_reserves_nothing),
         cmocka_unit_test(test_free_then_alloc_reuses),
+        cmocka_unit_test(test_fifo_makes_no_slab),
         cmocka_unit_test(test_drained_burst_is_returned),
         cmocka_unit_test(test_destroy_with_live_blocks),
     };
