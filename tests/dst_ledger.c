@@ -468,6 +468,8 @@ struct dst_world {
     uint64_t n_lost_forgotten;  /* see oracle_submit_acked */
     uint64_t n_late_again;      /* see oracle_stored */
     uint64_t n_lost_forged;     /* see oracle_submit_acked */
+    uint64_t n_fenced;          /* a lone proxy's batch refused: its own earlier one, stored
+                                   after its PubAck was given up, under another term's id */
     bool forgot_early;          /* a ledger forgot expired runs past max_expired */
 };
 
@@ -1027,8 +1029,10 @@ static size_t px_drain(dst_world *w, dst_proxy *p)
                 if (w->watch && a->run_id && w->seq_sub[w->watch] &&
                     strcmp(a->run_id, w->subs[w->seq_sub[w->watch] - 1].run_id) == 0)
                     TRACE(w, "proxy %d note %d on %s", p->ix, a->note, a->run_id);
-                if (a->note == FQ_LNOTE_FENCED)
+                if (a->note == FQ_LNOTE_FENCED) {
                     p->exiting = true;
+                    w->n_fenced += w->c.proxies == 1;
+                }
                 if (a->note == FQ_LNOTE_DISPATCH_FAILED)
                     w->n_dispatch_failed++;
                 if (a->note == FQ_LNOTE_DISPATCH_FAILED && w->c.calm)
@@ -1238,6 +1242,8 @@ static void px_undefer(dst_world *w, dst_proxy *p)
         sj_msg_unref(p->held[i].d.msg);
         i++;
     }
+    if (!i)
+        return;
     memmove(p->held, p->held + i, (p->nheld - i) * sizeof *p->held);
     p->nheld -= i;
 }
@@ -1648,7 +1654,7 @@ static void px_recover(dst_world *w, dst_proxy *p)
 static void check_debts(dst_world *w, dst_proxy *p)
 {
     for (int i = 0; i < w->c.tenants; i++) {
-        char id[8];
+        char id[16];
         snprintf(id, sizeof id, "t%d", i);
         fq_tenant *t = fq_sched_find(p->sched, id, strlen(id));
         int64_t got = 0;
@@ -2362,11 +2368,12 @@ static uint64_t world_run(uint64_t seed, uint64_t steps, bool trace, bool verbos
                "%zu submits, %" PRIu64 " dispatched, %" PRIu64 " refusals, %" PRIu64
                " reconciled, %" PRIu64 " crashes, %" PRIu64 " server restarts, %" PRIu64
                " takeovers, %" PRIu64 " dispatches failed, %" PRIu64 " refused then dispatched, %" PRIu64
-               " lost to early forgetting, %" PRIu64 " dispatched again past the window, %" PRIu64 " lost to forged completions\n",
+               " lost to early forgetting, %" PRIu64 " dispatched again past the window, %" PRIu64 " lost to forged completions, %" PRIu64
+               " lone proxies fenced\n",
                seed, n, n - start, w->c.calm ? "calm" : "faults", w->c.proxies, w->nsubs,
                w->n_dispatch, w->n_refused, w->n_reconciled, w->n_crashes, w->n_restarts,
                w->n_takeovers, w->n_dispatch_failed, w->n_redecided, w->n_lost_forgotten,
-               w->n_late_again, w->n_lost_forged);
+               w->n_late_again, w->n_lost_forged, w->n_fenced);
     if (verbose && w->c.calm)
         printf("  fairness: worst gap %.2f of the bound over %" PRIu64 " pair checks\n",
                w->worst, w->pair_checks);
