@@ -1714,7 +1714,11 @@ static lg_run *lg_load_run(fq_ledger *l, const fq_jrec *r, uint64_t h)
 {
     fq_status why = FQ_OK;
     fq_ledger_tenant *lt = NULL;
-    if (lg_done_find(l, h) ||
+    /* Completed already: this run, not an earlier one of the same run id
+     * (reused once that was forgotten), whose done record says nothing
+     * of this one. */
+    const lg_done *d = lg_done_find(l, h);
+    if ((d && (!r->seq || d->seq == r->seq)) ||
         !(lt = l->o.tenant(l->o.tenant_arg, r->tenant, strlen(r->tenant), FQ_LEDGER_TENANT_RECORD,
                             &why)))
         return NULL;

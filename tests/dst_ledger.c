@@ -2401,6 +2401,10 @@ int main(int argc, char **argv)
                    published again; that publish failed, and the run, acked,
                    was queued again, its body gone: dropped, its run id
                    forgotten, and a later run with that id lost to Nats-Msg-Id */
+        1124,   /* read back, a flight record was ignored because an earlier run of
+                   its run id (reused once that one was forgotten) had a done
+                   record: the run in flight forgotten, a third with that id was
+                   admitted and lost to Nats-Msg-Id */
     };
     uint64_t total = env_u64("DST_TOTAL", 1000000), done = 0, first = env_u64("DST_FIRST", 1);
     uint64_t worlds = 0;
