@@ -77,9 +77,10 @@
  * - a run whose dispatch a leader stored and whose flight record it never
  *   stored is queued again by the next leader; if it waits there past the
  *   duplicate window, it is stored a second time;
- * - a submit reusing the run id of a run whose expired record the ledger
- *   forgot early (past max_expired) is admitted, and its dispatch taken for
- *   the other's by Nats-Msg-Id: acked, never delivered;
+ * - a run whose expired record the ledger forgot early (past max_expired)
+ *   is as unknown as a new one: a submit reusing its run id is admitted,
+ *   its dispatch taken for the other's by Nats-Msg-Id (acked, never
+ *   delivered), and its own submit, delivered again, is dispatched again;
  * - a forged completion (a worker's bug) for a run read back from a flight
  *   record whose dispatch had failed marks it completed, and its submit,
  *   come again, is acked undelivered.
@@ -622,7 +623,7 @@ static void oracle_stored(dst_world *w, const dst_proxy *p, const sj_puback *a)
     if (strcmp(a->stream, DST_DISPATCH) == 0 || strcmp(a->stream, DST_REJECTED) == 0) {
         sj_msg *m = sj_get(w->js, a->stream, a->seq);
         uint64_t n = hdr_u64(m, "X-Dst-Pub");
-        if (n && n <= w->nsubs && w->subs[n - 1].seq == w->watch)
+        if (w->watch && n && n <= w->nsubs && w->subs[n - 1].seq == w->watch)
             TRACE(w, "%s stores submit %" PRIu64 " (from proxy %d)", a->stream, w->watch,
                   p ? p->ix : -1);
         bool dispatch = strcmp(a->stream, DST_DISPATCH) == 0;
@@ -641,6 +642,13 @@ static void oracle_stored(dst_world *w, const dst_proxy *p, const sj_puback *a)
                      * waited there past the duplicate window. A gap of the
                      * design (docs/protocol.md section 8), counted. */
                     w->n_late_again++;
+                } else if (s->dispatched > 1 && w->forgot_early &&
+                           srv_now(w) - s->first_dispatch >= (int64_t)w->c.dup_window_ms) {
+                    /* Its run was forgotten early (past max_expired), and its
+                     * submit, delivered again (an ack lost), was taken for a
+                     * new run: dispatched again past the window. Counted with
+                     * the other losses to early forgetting. */
+                    w->n_lost_forgotten++;
                 } else if (s->dispatched > 1) {
                     dst_fail(w, "submit %" PRIu64 " (pub %" PRIu64 ", run %s) was stored in %s "
                              "twice, %" PRId64 " ms apart: dispatched twice", s->seq, n, s->run_id,
@@ -1026,9 +1034,10 @@ static size_t px_drain(dst_world *w, dst_proxy *p)
                 oracle_reconciled(w, p, a);
                 break;
             case FQ_LACT_NOTE:
-                if (w->watch && a->run_id && w->seq_sub[w->watch] &&
-                    strcmp(a->run_id, w->subs[w->seq_sub[w->watch] - 1].run_id) == 0)
-                    TRACE(w, "proxy %d note %d on %s", p->ix, a->note, a->run_id);
+                if (w->watch && a->run_id && sub_of_seq(w, w->watch) &&
+                    strcmp(a->run_id, sub_of_seq(w, w->watch)->run_id) == 0)
+                    TRACE(w, "proxy %d note %d on %s (js_err %d)", p->ix, a->note, a->run_id,
+                          a->js_err);
                 if (a->note == FQ_LNOTE_FENCED) {
                     p->exiting = true;
                     w->n_fenced += w->c.proxies == 1;
@@ -1713,7 +1722,8 @@ static void oracle_reconciled(dst_world *w, dst_proxy *p, const fq_ledger_act *a
     uint64_t inc = ((uint64_t)p->ix << 32) | p->incarnation;
     int64_t half = (int64_t)w->c.keep_ms / 2;
     w->n_reconciled++;
-    if (w->watch && strcmp(a->run_id, w->subs[w->seq_sub[w->watch] - 1].run_id) == 0)
+    const dst_sub *ws = w->watch ? sub_of_seq(w, w->watch) : NULL;
+    if (ws && strcmp(a->run_id, ws->run_id) == 0)
         TRACE(w, "proxy %d reconciles %s (actual %" PRIu64 "%s)", p->ix, k->key, a->actual,
               a->late ? ", late" : "");
     /* A done record stored before this process read the journal back is
