@@ -1358,15 +1358,16 @@ static bool lg_dispatch_failed(fq_ledger *l, uint64_t seq, int js_err)
     if (!x || (x->state != LG_FLIGHT && x->state != LG_EXPIRED) ||
         !fq_sched_run(l->o.sched, seq))
         return false;
-    x->pending--;
     if (x->resent) {
         /* A redelivery published again: it was dispatched before (the
          * journal says so, or this process acked it and the submit came
          * again before the ack reached the server), so the run stays where
-         * it is; the submit is naked, and JetStream delivers it again. */
-        lg_unresend(l, x);
-        return true;
+         * it is and the caller publishes it again until it is stored, then
+         * acks it. Not a nak: one not sent while the lease is not fresh
+         * would leave the submit to its hour of AckWait. */
+        return false;
     }
+    x->pending--;
     lg_state(l, x, LG_QUEUED);
     lg_requeue(l, x, js_err);
     return true;

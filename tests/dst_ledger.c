@@ -1287,6 +1287,10 @@ static void px_settle(dst_world *w, dst_proxy *p, uint64_t token, dst_pub *pub,
         TRACE(w, "proxy %d journal batch %llu (%s): %s err %d seq %" PRIu64, p->ix,
               (unsigned long long)FQ_LEDGER_TOKEN_VAL(token), pub->nh > 1 ? pub->vals[1] : "", failed ? "failed"
               : a->duplicate ? "duplicate" : "answered", a->err, a->seq);
+    if (w->watch && FQ_LEDGER_TOKEN_KIND(token) == FQ_LTK_DISPATCH &&
+        FQ_LEDGER_TOKEN_VAL(token) == w->watch)
+        TRACE(w, "proxy %d: the dispatch of submit %" PRIu64 " %s (err %d%s)", p->ix, w->watch,
+              failed ? "failed" : "answered", a->err, a->duplicate ? ", duplicate" : "");
     enum fq_ledger_pub out = failed ? FQ_LEDGER_PUB_FAILED
                              : a->err ? FQ_LEDGER_PUB_ERROR
                              : a->duplicate ? FQ_LEDGER_PUB_DUPLICATE
@@ -2411,6 +2415,9 @@ int main(int argc, char **argv)
                    published again; that publish failed, and the run, acked,
                    was queued again, its body gone: dropped, its run id
                    forgotten, and a later run with that id lost to Nats-Msg-Id */
+        1296,   /* the same, fixed first with a nak: not sent while the lease was
+                   not fresh, it left the submit to its hour of AckWait; it came
+                   back with its run forgotten and was dispatched again */
         1124,   /* read back, a flight record was ignored because an earlier run of
                    its run id (reused once that one was forgotten) had a done
                    record: the run in flight forgotten, a third with that id was
