@@ -403,6 +403,8 @@ typedef struct dst_sub {
     bool lost_forgotten;        /* see oracle_submit_acked */
     bool lost_forged;           /* see oracle_submit_acked */
     int64_t first_dispatch;     /* server ms its first dispatch was stored */
+    uint64_t first_inc;         /* the process that stored it (px_inc) */
+    bool first_journalled;      /* that process stored its flight record too */
     bool refused_state;         /* refused for the state of the moment (full, duplicate):
                                    a crash before its ack lets the next leader decide again */
     bool acked;                 /* removed from FAIR_SUBMIT by an ack */
@@ -447,6 +449,8 @@ struct dst_world {
     size_t cap_seq;
     /* the journal as stored */
     uint8_t *flight_seq;        /* by submit seq: a flight record was stored */
+    uint64_t *flight_inc;       /* by submit seq: the process that stored the first one */
+    uint64_t jinc;              /* the process whose journal batch is being read */
     uint8_t *done_by_seq;       /* by submit seq: a done record was stored */
     size_t cap_jseq;
     int64_t debt[DST_TENANTS_MAX + 1];  /* the last debt record stored; 0: none */
@@ -551,10 +555,25 @@ static void jseq_room(dst_world *w, uint64_t seq)
     while (cap <= seq)
         cap *= 2;
     w->flight_seq = dst_xrealloc(w->flight_seq, cap);
+    w->flight_inc = dst_xrealloc(w->flight_inc, cap * sizeof *w->flight_inc);
+    memset(w->flight_inc + w->cap_jseq, 0, (cap - w->cap_jseq) * sizeof *w->flight_inc);
     w->done_by_seq = dst_xrealloc(w->done_by_seq, cap);
     memset(w->flight_seq + w->cap_jseq, 0, cap - w->cap_jseq);
     memset(w->done_by_seq + w->cap_jseq, 0, cap - w->cap_jseq);
     w->cap_jseq = cap;
+}
+
+/* A proxy process's identity: its index and incarnation. */
+static uint64_t px_inc(const dst_proxy *p)
+{
+    return p ? ((uint64_t)(p->ix + 1) << 32) | p->incarnation : 0;
+}
+
+static dst_sub *sub_of_seq(dst_world *w, uint64_t seq)
+{
+    if (seq >= w->cap_seq || !w->seq_sub[seq])
+        return NULL;
+    return &w->subs[w->seq_sub[seq] - 1];
 }
 
 /* A journal record the server stored. */
@@ -562,12 +581,17 @@ static void oracle_jrec(void *arg, const fq_jrec *r)
 {
     dst_world *w = arg;
     switch (r->type) {
-    case FQ_JREC_FLIGHT:
+    case FQ_JREC_FLIGHT: {
+        dst_sub *s = sub_of_seq(w, r->seq);
+        if (s && s->dispatched && s->first_inc == w->jinc)
+            s->first_journalled = true;
         if (r->seq == w->watch)
             TRACE(w, "journal: flight record of submit %" PRIu64 " stored", r->seq);
         jseq_room(w, r->seq);
         w->flight_seq[r->seq] = 1;
+        w->flight_inc[r->seq] = w->jinc;
         return;
+    }
     case FQ_JREC_EXPIRED:
         if (r->seq == w->watch)
             TRACE(w, "journal: expired record of submit %" PRIu64 " stored", r->seq);
@@ -635,7 +659,7 @@ static void oracle_stored(dst_world *w, const dst_proxy *p, const sj_puback *a)
                 if (p && !holds_lease(w, p))
                     s->stale_dispatch = true;
                 jseq_room(w, s->seq);
-                if (s->dispatched > 1 && !w->flight_seq[s->seq] &&
+                if (s->dispatched > 1 && !s->first_journalled &&
                     srv_now(w) - s->first_dispatch >= (int64_t)w->c.dup_window_ms) {
                     /* A leader stored its dispatch and died before its flight
                      * record was; the next one queued the run again, and it
@@ -654,8 +678,11 @@ static void oracle_stored(dst_world *w, const dst_proxy *p, const sj_puback *a)
                              "twice, %" PRId64 " ms apart: dispatched twice", s->seq, n, s->run_id,
                              DST_DISPATCH, srv_now(w) - s->first_dispatch);
                 }
-                if (s->dispatched == 1)
+                if (s->dispatched == 1) {
                     s->first_dispatch = srv_now(w);
+                    s->first_inc = px_inc(p);
+                    s->first_journalled = w->flight_seq[s->seq] && w->flight_inc[s->seq] == s->first_inc;
+                }
                 if (s->kind != K_VALID)
                     dst_fail(w, "pub %" PRIu64 " (kind %d) was dispatched; it must be refused",
                              n, s->kind);
@@ -684,6 +711,7 @@ static void oracle_stored(dst_world *w, const dst_proxy *p, const sj_puback *a)
     if (strcmp(a->stream, DST_RUNS) == 0) {
         sj_msg *m = sj_get(w->js, DST_RUNS, a->seq);
         fq_jcounts jc = {0};
+        w->jinc = px_inc(p);
         fq_journal_decode(m->data, m->len, oracle_jrec, w, &jc);
         if (jc.invalid || jc.unknown)
             dst_fail(w, "the ledger wrote a journal batch that does not read back: %s", jc.why);
@@ -691,12 +719,6 @@ static void oracle_stored(dst_world *w, const dst_proxy *p, const sj_puback *a)
     }
 }
 
-static dst_sub *sub_of_seq(dst_world *w, uint64_t seq)
-{
-    if (seq >= w->cap_seq || !w->seq_sub[seq])
-        return NULL;
-    return &w->subs[w->seq_sub[seq] - 1];
-}
 
 /* An ack removed submit seq from FAIR_SUBMIT: what it became must be stored. */
 static void oracle_submit_acked(dst_world *w, uint64_t seq)
@@ -2272,6 +2294,7 @@ static void world_free(dst_world *w)
     free(w->subs);
     free(w->seq_sub);
     free(w->flight_seq);
+    free(w->flight_inc);
     free(w->done_by_seq);
     free(w->jobs);
     sj_destroy(w->js);
