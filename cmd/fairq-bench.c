@@ -19,6 +19,11 @@
 #define QUANTUM 1000
 #define MIXED (-1.0)
 
+/* Policy features turned on for every tenant (--features), so that each
+ * knob's cost per dispatch is measured against the core without it. */
+enum { FEAT_BURST = 1 };
+static unsigned features;
+
 static uint64_t rng = 1;
 static uint64_t rnd(void)
 {
@@ -62,6 +67,10 @@ static result run_drr(uint32_t n, double ratio, uint64_t ops)
         die("cannot create the scheduler");
     fq_tenant **t = malloc(n * sizeof(*t));
     fq_tenant_policy p = {.weight = 1};
+    if (features & FEAT_BURST) {    /* every tenant may burst; none is alone */
+        p.max_in_flight = 2;
+        p.burst_in_flight = 8;
+    }
     uint64_t id = 1;
     for (uint32_t i = 0; i < n; i++) {
         char name[16];
@@ -287,11 +296,15 @@ static void bench_msgs(uint64_t n, int repeat)
 
 static void usage(void)
 {
-    puts("usage: fairq-bench [--repeat N] [--ops N] [--quick] [--msg]\n"
+    puts("usage: fairq-bench [--repeat N] [--ops N] [--quick] [--tenants N] [--features LIST]\n"
+         "       fairq-bench --msg [--repeat N] [--ops N]\n"
          "  Prints one line per case: impl, tenants, ratio (run cost / quantum),\n"
          "  median ns per dispatch (enqueue + dispatch + complete) and list visits\n"
          "  per dispatch, for fairq's DRR and the design card's listing (card).\n"
-         "  --quick runs 10 and 1,000 tenants only, for a smoke test.\n"
+         "  --quick runs 10 and 1,000 tenants only, for a smoke test; --tenants N\n"
+         "  runs N tenants only.\n"
+         "  --features burst gives every tenant a burstable cap (max_in_flight 2,\n"
+         "  burst_in_flight 8), to measure the feature's cost per dispatch.\n"
          "  --msg instead times the proxy's parse of a submit body and a completion\n"
          "  (--ops parses per run), with cJSON's memory from malloc and from the arena.");
 }
@@ -299,6 +312,7 @@ static void usage(void)
 int main(int argc, char **argv)
 {
     int repeat = 3, quick = 0, msg = 0;
+    uint32_t only = 0;
     uint64_t ops = 1000000;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--repeat") == 0 && i + 1 < argc)
@@ -309,6 +323,18 @@ int main(int argc, char **argv)
             quick = 1;
         else if (strcmp(argv[i], "--msg") == 0)
             msg = 1;
+        else if (strcmp(argv[i], "--tenants") == 0 && i + 1 < argc)
+            only = (uint32_t)strtoul(argv[++i], NULL, 10);
+        else if (strcmp(argv[i], "--features") == 0 && i + 1 < argc) {
+            for (char *w = strtok(argv[++i], ","); w; w = strtok(NULL, ",")) {
+                if (strcmp(w, "burst") == 0)
+                    features |= FEAT_BURST;
+                else {
+                    fprintf(stderr, "fairq-bench: --features: unknown '%s' (burst)\n", w);
+                    return 2;
+                }
+            }
+        }
         else {
             usage();
             return strcmp(argv[i], "--help") == 0 ? 0 : 2;
@@ -329,6 +355,8 @@ int main(int argc, char **argv)
            fq_sched_tenant_bytes(), fq_sched_run_bytes());
     for (size_t i = 0; i < nt; i++)
         for (size_t j = 0; j < sizeof(ratios) / sizeof(ratios[0]); j++) {
+            if (only && tenants[i] != only)
+                continue;
             bench_case("drr", tenants[i], ratios[j], ops, repeat);
             bench_case("card", tenants[i], ratios[j], ops, repeat);
         }

@@ -469,6 +469,8 @@ static void ad_tenant_reply(const ad_req *q, const char *tenant)
     AD_KV(&w, "weight", pr.p.weight);
     AD_KV(&w, "max_in_flight", pr.p.max_in_flight);
     AD_KV(&w, "max_pending", pr.p.max_pending);
+    if (pr.p.burst_in_flight)
+        AD_KV(&w, "burst_in_flight", pr.p.burst_in_flight);
     fq_json_key(&w, "source");
     fq_json_string(&w, fq_policy_source_name(pr.source));
     fq_json_key(&w, "override");

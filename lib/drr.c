@@ -32,7 +32,14 @@
  *    idle tenant lifts its deficit at most to zero. (This refines the design
  *    card's "reset the deficit when a queue goes empty" on purpose.)
  *  - A tenant at its max_in_flight leaves the rotation without being granted
- *    anything, and rejoins when a completion frees a slot.
+ *    anything, and rejoins when a completion frees a slot. A burstable cap
+ *    (burst_in_flight above max_in_flight) lets a tenant run up to its
+ *    burst while no other tenant has queued runs; once one has, the tenant
+ *    leaves the rotation at its next visit if it holds max_in_flight or
+ *    more, and gives slots back only as its runs complete (nothing is
+ *    preempted or reserved). The count of tenants with queued runs, kept
+ *    anyway, decides it in O(1); the capped are listed so that the one left
+ *    when the others' queues empty is found in O(1) too.
  *  - Runs come from a pool grown in chunks, so the hot path does not call
  *    malloc per run once the pool has grown to the working set.
  *  - A tenant whose dispatch failed is parked: out of the rotation until a
@@ -62,8 +69,9 @@
 #define FQ_WHEEL_WORDS (FQ_WHEEL_SLOTS / 64)
 
 struct fq_tenant {
-    fq_tenant *next;            /* ACTIVE: active list; WAITING in the wheel: its slot */
-    fq_tenant *prev;            /* WAITING in the wheel: its slot */
+    fq_tenant *next;            /* ACTIVE: active list; WAITING in the wheel: its slot;
+                                   CAPPED: the capped list */
+    fq_tenant *prev;            /* WAITING in the wheel: its slot; CAPPED: the capped list */
     fq_run *qhead, *qtail;      /* FIFO of queued runs */
     int64_t deficit;            /* tokens it may still send; < 0 is debt */
     uint64_t round;             /* ACTIVE: round it is served in;
@@ -95,6 +103,7 @@ struct wheel_slot {
 struct fq_sched {
     fq_sched_opts o;
     fq_tenant *head, *tail;     /* active list, ordered by round */
+    fq_tenant *capped;          /* CAPPED tenants, linked by next and prev */
     uint64_t round;             /* the round being served */
     uint32_t nwheel;            /* debtors in the wheel */
     struct heap_ent *heap;      /* debtors beyond the wheel, earliest at [0] */
@@ -509,16 +518,50 @@ static uint64_t next_wake(const fq_sched *s)
     return s->nheap && s->heap[0].wake < w ? s->heap[0].wake : w;
 }
 
-static int at_cap(const fq_tenant *t)
+/* The cap in force for t: its max_in_flight while another tenant has
+ * queued runs (s->active counts the tenants with queued runs, t among them
+ * if it has any), else its burst_in_flight where that is larger. */
+static uint32_t cap_of(const fq_sched *s, const fq_tenant *t)
 {
-    return t->pol.max_in_flight && t->in_flight >= t->pol.max_in_flight;
+    uint32_t cap = t->pol.max_in_flight;
+    if (cap && t->pol.burst_in_flight > cap && s->active <= (t->queued ? 1u : 0u))
+        return t->pol.burst_in_flight;
+    return cap;
 }
 
-/* A slot of t was freed: a capped tenant with work rejoins the rotation. */
+static int at_cap(const fq_sched *s, const fq_tenant *t)
+{
+    uint32_t cap = cap_of(s, t);
+    return cap && t->in_flight >= cap;
+}
+
+/* t leaves the rotation at its cap. The capped are listed (by next and
+ * prev, which no other state uses then) so that the one left when the
+ * others' queues empty can be given its burst back without a search. */
+static void cap_enter(fq_sched *s, fq_tenant *t)
+{
+    t->state = FQ_T_CAPPED;
+    t->prev = NULL;
+    t->next = s->capped;
+    if (s->capped)
+        s->capped->prev = t;
+    s->capped = t;
+}
+
+/* A slot of t was freed, its cap rose, or the others' queues emptied: a
+ * capped tenant with work rejoins the rotation. */
 static void uncap(fq_sched *s, fq_tenant *t)
 {
-    if (t->state == FQ_T_CAPPED && !at_cap(t))
-        schedule(s, t, join_round(s));
+    if (t->state != FQ_T_CAPPED || at_cap(s, t))
+        return;
+    if (t->prev)
+        t->prev->next = t->next;
+    else
+        s->capped = t->next;
+    if (t->next)
+        t->next->prev = t->prev;
+    t->next = t->prev = NULL;
+    schedule(s, t, join_round(s));
 }
 
 /* ---- tenant table ------------------------------------------------------ */
@@ -729,6 +772,10 @@ static void queue_add_tokens(fq_sched *s, fq_tenant *t, int dir, uint32_t est)
         if (--t->queued == 0) {
             s->active--;
             s->active_weight -= t->pol.weight;
+            /* No other tenant has queued runs now: the one capped (the
+             * capped all have queued runs) may burst. */
+            if (s->active == 1 && s->capped)
+                uncap(s, s->capped);
         }
         t->queued_tokens -= est;
         s->queued--;
@@ -779,9 +826,9 @@ static void after_send(fq_sched *s, fq_tenant *t)
         t->state = FQ_T_IDLE;
         if (t->deficit > 0 && !s->o.keep_idle_credit)
             t->deficit = 0;
-    } else if (at_cap(t)) {
+    } else if (at_cap(s, t)) {
         active_pop(s);
-        t->state = FQ_T_CAPPED;
+        cap_enter(s, t);
     } else if (t->deficit <= 0) {
         active_pop(s);
         schedule(s, t, t->round + 1);
@@ -807,8 +854,8 @@ static void unpark(fq_sched *s, uint64_t now)
             t->state = FQ_T_IDLE;
             if (t->deficit > 0 && !s->o.keep_idle_credit)
                 t->deficit = 0;
-        } else if (at_cap(t)) {
-            t->state = FQ_T_CAPPED;
+        } else if (at_cap(s, t)) {
+            cap_enter(s, t);
         } else {
             schedule(s, t, join_round(s));
         }
@@ -839,9 +886,10 @@ fq_run *fq_sched_dispatch(fq_sched *s, uint64_t now)
             park_push(s, t);
             continue;
         }
-        if (at_cap(t)) {                /* its cap was lowered while active */
+        if (at_cap(s, t)) {             /* its cap was lowered while active,
+                                           or others queued while it burst */
             active_pop(s);
-            t->state = FQ_T_CAPPED;
+            cap_enter(s, t);
             continue;
         }
         if (t->deficit <= 0) {          /* reconciliation put it in debt */
@@ -959,7 +1007,7 @@ fq_status fq_sched_adopt(fq_run **out, fq_sched *s, fq_tenant *t, uint64_t id,
         *out = NULL;
     if (fq_window_find(&s->win, id))
         return FQ_EEXIST;
-    if (!fq_window_fits(&s->win, charge_of(s, est)) || at_cap(t))
+    if (!fq_window_fits(&s->win, charge_of(s, est)) || at_cap(s, t))
         return FQ_EFULL;
     fq_run *r = run_alloc(s);
     if (!r)

@@ -18,6 +18,9 @@ typedef struct fq_tenant_policy {
     uint32_t weight;            /* quantum = base quantum x weight; 1..FQ_SCHED_MAX_WEIGHT */
     uint32_t max_in_flight;     /* per-tenant concurrency cap; 0 = none */
     uint32_t max_pending;       /* queued runs allowed; 0 = none */
+    uint32_t burst_in_flight;   /* the cap while no other tenant has queued
+                                   runs, where above max_in_flight (which must
+                                   be set); 0 = none: max_in_flight always */
 } fq_tenant_policy;
 
 /* Limits that keep quantum x weight, and so every deficit, far from
@@ -46,7 +49,9 @@ enum fq_tenant_state {
     FQ_T_IDLE = 0,      /* nothing queued */
     FQ_T_ACTIVE,        /* on the active list, in the rotation */
     FQ_T_WAITING,       /* in debt: waits outside the rotation for its round */
-    FQ_T_CAPPED,        /* at max_in_flight: out of the rotation */
+    FQ_T_CAPPED,        /* at its cap (max_in_flight, or burst_in_flight
+                           while no other tenant has queued runs): out of
+                           the rotation */
     FQ_T_PARKED,        /* parked (fq_sched_park): out of the rotation until a time */
 };
 

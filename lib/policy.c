@@ -200,6 +200,8 @@ fq_status fq_policy_resolve(fq_policy_resolved *out, const fq_policy *p,
                                    te ? te->max_pending : 0,
                                    plan->max_pending ? plan->max_pending
                                                      : p->default_max_pending);
+    out->p.burst_in_flight = pol_first(ov ? ov->burst_in_flight : 0,
+                                       te ? te->burst_in_flight : 0, plan->burst_in_flight);
     out->plan = plan->name;
     out->source = ov ? FQ_SRC_OVERRIDE : te ? FQ_SRC_CONFIG : FQ_SRC_DEFAULT;
     return FQ_OK;

@@ -37,18 +37,22 @@ typedef struct fq_plan {
     uint32_t weight;            /* 1 .. FQ_POLICY_MAX_WEIGHT */
     uint32_t max_in_flight;     /* 0 = none */
     uint32_t max_pending;       /* 0 = the policy default */
+    uint32_t burst_in_flight;   /* the cap while no other tenant has queued
+                                   runs, where above max_in_flight; 0 = none */
 } fq_plan;
 
 /* A tenant entry, used both for the config's tenants and for overrides.
  * Every field that is empty or 0 is "not set at this layer": plan "" is the
- * layer below's plan (finally the default plan); weight, max_in_flight and
- * max_pending of 0 take the layer below's value, finally the plan's. */
+ * layer below's plan (finally the default plan); weight, max_in_flight,
+ * max_pending and burst_in_flight of 0 take the layer below's value,
+ * finally the plan's. */
 typedef struct fq_tenant_entry {
     char id[FQ_TENANT_MAX + 1];
     char plan[FQ_TENANT_MAX + 1];
     uint32_t weight;
     uint32_t max_in_flight;
     uint32_t max_pending;
+    uint32_t burst_in_flight;
 } fq_tenant_entry;
 
 typedef struct fq_policy_resolved {

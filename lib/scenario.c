@@ -73,6 +73,7 @@ struct scn_tenant {
     double error;               /* actual = error x declared; 0: 1 */
     uint32_t max_pending;       /* 0: the plan's, then the scenario's */
     uint32_t max_in_flight;     /* 0: the plan's, then the scenario's cap */
+    uint32_t burst_in_flight;   /* 0: the plan's */
     struct scn_arrival *arrivals;
     unsigned arrivals_count;
     struct scn_period *idle;
@@ -84,6 +85,7 @@ struct scn_plan {
     uint32_t weight;
     uint32_t max_pending;
     uint32_t max_in_flight;
+    uint32_t burst_in_flight;
 };
 
 struct scn_estimator {
@@ -181,6 +183,7 @@ static const cyaml_schema_field_t tenant_fields[] = {
     CYAML_FIELD_FLOAT("error", OPT, struct scn_tenant, error),
     CYAML_FIELD_UINT("max_pending", OPT, struct scn_tenant, max_pending),
     CYAML_FIELD_UINT("max_in_flight", OPT, struct scn_tenant, max_in_flight),
+    CYAML_FIELD_UINT("burst_in_flight", OPT, struct scn_tenant, burst_in_flight),
     CYAML_FIELD_SEQUENCE("arrivals", CYAML_FLAG_POINTER, struct scn_tenant, arrivals,
                          &arrival_schema, 1, CYAML_UNLIMITED),
     CYAML_FIELD_SEQUENCE("idle", CYAML_FLAG_POINTER | OPT, struct scn_tenant, idle,
@@ -196,6 +199,7 @@ static const cyaml_schema_field_t plan_fields[] = {
     CYAML_FIELD_UINT("weight", CYAML_FLAG_DEFAULT, struct scn_plan, weight),
     CYAML_FIELD_UINT("max_pending", OPT, struct scn_plan, max_pending),
     CYAML_FIELD_UINT("max_in_flight", OPT, struct scn_plan, max_in_flight),
+    CYAML_FIELD_UINT("burst_in_flight", OPT, struct scn_plan, burst_in_flight),
     CYAML_FIELD_END
 };
 static const cyaml_schema_value_t plan_schema = {
@@ -711,6 +715,8 @@ static fq_status build_tenants(fq_scenario *sc, const struct fq_scenario_spec *s
                            : p && p->max_pending ? p->max_pending : s->max_pending;
             t->max_in_flight = st->max_in_flight ? st->max_in_flight
                              : p && p->max_in_flight ? p->max_in_flight : s->cap_in_flight;
+            t->burst_in_flight = st->burst_in_flight ? st->burst_in_flight
+                               : p ? p->burst_in_flight : 0;
         }
     }
     return FQ_OK;
@@ -769,6 +775,7 @@ static fq_status build(fq_scenario **out, struct fq_scenario_spec *s, const char
         p->weight = s->plans[i].weight;
         p->max_pending = s->plans[i].max_pending;
         p->max_in_flight = s->plans[i].max_in_flight;
+        p->burst_in_flight = s->plans[i].burst_in_flight;
     }
     for (unsigned i = 0; i < s->workflows_count; i++)
         snprintf(sc->workflows[sc->n_workflows++], FQ_WORKFLOW_MAX + 1, "%s",
@@ -981,6 +988,7 @@ static long trace_tenant(trace *t, const fq_scenario *sc, const char *id, const 
             nt->max_pending = p->max_pending;
         if (p->max_in_flight)
             nt->max_in_flight = p->max_in_flight;
+        nt->burst_in_flight = p->burst_in_flight;
     }
     return (long)t->n_tenants++;
 }

@@ -29,6 +29,8 @@ typedef struct fq_scenario_tenant {
     uint32_t weight;            /* quantum multiplier, >= 1 */
     uint32_t max_pending;       /* admission limit in queued runs; 0 = none */
     uint32_t max_in_flight;     /* the cap policy's per-tenant cap; 0 = none */
+    uint32_t burst_in_flight;   /* drr-burst: the cap while no other tenant
+                                   has queued runs; 0 = none */
 } fq_scenario_tenant;
 
 /* A plan as stated in the scenario: what a tenant of the plan gets. */
@@ -37,6 +39,7 @@ typedef struct fq_scenario_plan {
     uint32_t weight;            /* >= 1 */
     uint32_t max_pending;       /* 0: the scenario's max_pending */
     uint32_t max_in_flight;     /* 0: the scenario's cap_in_flight */
+    uint32_t burst_in_flight;   /* 0: none */
 } fq_scenario_plan;
 
 /* One run submitted by a producer. */

@@ -43,6 +43,8 @@ typedef struct policy_def {
     bool learn;                 /* the estimator sees actuals */
     bool correct;               /* declared estimates corrected by history */
     bool idle_reset;            /* credit dropped when a queue goes empty */
+    bool tenant_cap;            /* drr: each tenant's max_in_flight applies */
+    bool burst;                 /* drr: and its burst_in_flight */
 } policy_def;
 
 static const policy_def policies[FQ_SIM__NPOLICIES] = {
@@ -61,6 +63,11 @@ static const policy_def policies[FQ_SIM__NPOLICIES] = {
                                   ENG_DRR, false, true, true, false, true},
     [FQ_SIM_DRR_NO_IDLE_RESET] = {"drr-no-idle-reset", "drr keeping credit when a queue empties",
                                   ENG_DRR, false, true, true, true, false},
+    [FQ_SIM_DRR_CAP] = {"drr-cap", "drr with each tenant's max_in_flight as a hard cap",
+                        ENG_DRR, false, true, true, true, true, true, false},
+    [FQ_SIM_DRR_BURST] = {"drr-burst", "drr-cap binding only while another tenant has "
+                          "queued runs, burst_in_flight otherwise",
+                          ENG_DRR, false, true, true, true, true, true, true},
 };
 
 const char *fq_sim_policy_name(enum fq_sim_policy p)
@@ -85,7 +92,8 @@ fq_status fq_sim_policy_parse(enum fq_sim_policy *out, size_t *n, const char *li
             p++;
         if (p == FQ_SIM__NPOLICIES) {
             snprintf(err, errlen, "unknown policy '%.*s' (fifo, rr, cap, drr, "
-                     "drr-no-reconcile, drr-no-correction, drr-no-idle-reset or all)",
+                     "drr-no-reconcile, drr-no-correction, drr-no-idle-reset, drr-cap, "
+                     "drr-burst or all)",
                      (int)len, w);
             *n = 0;
             return FQ_EINVAL;
@@ -645,6 +653,10 @@ static fq_status sim_engines(sim *s)
     for (size_t k = 0; k < sc->n_tenants; k++) {
         const fq_scenario_tenant *t = &sc->tenants[k];
         fq_tenant_policy p = {.weight = t->weight, .max_pending = t->max_pending};
+        if (s->pd->tenant_cap)
+            p.max_in_flight = t->max_in_flight;
+        if (s->pd->burst)
+            p.burst_in_flight = t->burst_in_flight;
         if ((st = fq_sched_tenant(&s->t[k].ft, s->sched, t->id, strlen(t->id), &p)) != FQ_OK)
             return st;
     }

@@ -45,7 +45,8 @@ class SimCli(unittest.TestCase):
         for s in doc["scenarios"]:
             self.assertEqual([p["policy"] for p in s["policies"]],
                              ["fifo", "rr", "cap", "drr", "drr-no-reconcile",
-                              "drr-no-correction", "drr-no-idle-reset"])
+                              "drr-no-correction", "drr-no-idle-reset", "drr-cap",
+                              "drr-burst"])
             for p in s["policies"]:
                 o = p["overall"]
                 self.assertEqual(o["submitted"], o["completed"] + o["rejected"] + o["left"])

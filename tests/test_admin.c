@@ -120,7 +120,7 @@ static int setup(void **state)
     fake *f = calloc(1, sizeof *f);
     assert_non_null(f);
     assert_int_equal(fq_policy_create(&f->pol, "free", false, 0), FQ_OK);
-    fq_plan pl[] = {{"free", 1, 0, 0}, {"pro", 3, 0, 0}};
+    fq_plan pl[] = {{.name = "free", .weight = 1}, {.name = "pro", .weight = 3}};
     for (size_t i = 0; i < 2; i++)
         assert_int_equal(fq_policy_set_plan(f->pol, &pl[i]), FQ_OK);
     assert_int_equal(fq_ovr_create(&f->ovr, 7), FQ_OK);

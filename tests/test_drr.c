@@ -450,6 +450,78 @@ static void test_tenant_cap_leaves_rotation(void **state)
     fq_sched_destroy(s);
 }
 
+/* A burstable cap: max_in_flight binds only while another tenant has
+ * queued runs, burst_in_flight otherwise; slots come back as runs
+ * complete, none is taken back. */
+static void test_burst_cap_binds_only_under_contention(void **state)
+{
+    (void)state;
+    fq_sched *s = mk(10, 0, 0);
+    fq_tenant_policy pa = {.weight = 1, .max_in_flight = 2, .burst_in_flight = 8};
+    fq_tenant *a = NULL, *b = ten(s, "b", 1, 0, 0);
+    assert_int_equal(fq_sched_tenant(&a, s, "a", 1, &pa), FQ_OK);
+    fq_run *ra[8];
+    for (int i = 0; i < 20; i++)
+        enq(s, a, 100);
+    /* alone: a runs up to its burst, not its cap, and then waits capped */
+    for (int i = 0; i < 8; i++) {
+        ra[i] = fq_sched_dispatch(s, 0);
+        assert_ptr_equal(ra[i]->tenant, a);
+    }
+    assert_null(fq_sched_dispatch(s, 0));
+    assert_int_equal(info(a).state, FQ_T_CAPPED);
+    /* b arrives: a keeps its 8 (no preemption), b takes the free slots */
+    fq_run *rb[5];
+    for (int i = 0; i < 5; i++)
+        enq(s, b, 100);
+    for (int i = 0; i < 2; i++)
+        assert_ptr_equal((rb[i] = fq_sched_dispatch(s, 0))->tenant, b);
+    assert_null(fq_sched_dispatch(s, 0));       /* the window is full */
+    assert_int_equal(info(a).in_flight, 8);
+    /* a's completions give its slots to b while b has queued runs */
+    for (int i = 0; i < 3; i++) {
+        done(s, ra[i], 100);
+        assert_int_equal(info(a).state, FQ_T_CAPPED);
+        assert_ptr_equal((rb[2 + i] = fq_sched_dispatch(s, 0))->tenant, b);
+    }
+    /* b's queue is empty: a may burst again into the slots that free */
+    assert_int_equal(info(a).state, FQ_T_ACTIVE);
+    done(s, rb[0], 100);
+    assert_ptr_equal(fq_sched_dispatch(s, 0)->tenant, a);
+    assert_int_equal(info(a).in_flight, 6);
+    /* b queues again while a is at 6: a is capped at its next visit and
+     * comes back only below max_in_flight while b still has work */
+    for (int i = 0; i < 20; i++)
+        enq(s, b, 100);
+    for (int i = 1; i < 5; i++)
+        done(s, rb[i], 100);
+    for (int i = 0; i < 4; i++)
+        assert_ptr_equal(fq_sched_dispatch(s, 0)->tenant, b);
+    assert_int_equal(info(a).state, FQ_T_CAPPED);
+    assert_int_equal(info(a).in_flight, 6);
+    fq_sched_destroy(s);
+}
+
+/* A tenant that finds another queued never bursts past max_in_flight. */
+static void test_burst_cap_not_when_others_queue(void **state)
+{
+    (void)state;
+    fq_sched *s = mk(0, 0, 0);
+    fq_tenant_policy pa = {.weight = 1, .max_in_flight = 2, .burst_in_flight = 8};
+    fq_tenant *a = NULL, *b = ten(s, "b", 1, 1, 0);
+    assert_int_equal(fq_sched_tenant(&a, s, "a", 1, &pa), FQ_OK);
+    for (int i = 0; i < 10; i++) {
+        enq(s, a, 100);
+        enq(s, b, 100);
+    }
+    int na = 0, nb = 0;
+    for (fq_run *r; (r = fq_sched_dispatch(s, 0));)
+        r->tenant == a ? na++ : nb++;
+    assert_int_equal(na, 2);
+    assert_int_equal(nb, 1);
+    fq_sched_destroy(s);
+}
+
 static void test_window_runs_and_tokens(void **state)
 {
     (void)state;
@@ -1555,6 +1627,8 @@ int main(void)
         cmocka_unit_test(test_reconciliation_evens_actual_spend),
         cmocka_unit_test(test_max_pending_refuses_whole),
         cmocka_unit_test(test_tenant_cap_leaves_rotation),
+        cmocka_unit_test(test_burst_cap_binds_only_under_contention),
+        cmocka_unit_test(test_burst_cap_not_when_others_queue),
         cmocka_unit_test(test_window_runs_and_tokens),
         cmocka_unit_test(test_lease_expiry_and_late_completion),
         cmocka_unit_test(test_expired_records_are_bounded),

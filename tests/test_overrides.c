@@ -19,7 +19,7 @@ static int setup(void **state)
 {
     static fixture f;
     assert_int_equal(fq_policy_create(&f.pol, "free", false, 0), FQ_OK);
-    fq_plan pl[] = {{"free", 1, 0, 0}, {"pro", 3, 0, 500}};
+    fq_plan pl[] = {{.name = "free", .weight = 1}, {.name = "pro", .weight = 3, .max_pending = 500}};
     for (size_t i = 0; i < 2; i++)
         assert_int_equal(fq_policy_set_plan(f.pol, &pl[i]), FQ_OK);
     assert_int_equal(fq_ovr_create(&f.s, 42), FQ_OK);
@@ -193,7 +193,7 @@ static void test_carry(void **state)
     assert_int_equal(put(f, "acme", "{\"plan\":\"pro\"}", 1, 1), FQ_OVR_CHANGED);
     fq_policy *np = NULL;
     assert_int_equal(fq_policy_create(&np, "free", false, 0), FQ_OK);
-    fq_plan free_plan = {"free", 1, 0, 0}, pro = {"pro", 2, 0, 0};
+    fq_plan free_plan = {.name = "free", .weight = 1}, pro = {.name = "pro", .weight = 2};
     assert_int_equal(fq_policy_set_plan(np, &free_plan), FQ_OK);
     char err[512] = "";
     assert_int_equal(fq_ovr_carry(f->s, np, "fairq_tenants", err, sizeof err), FQ_ENOTFOUND);

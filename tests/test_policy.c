@@ -320,6 +320,32 @@ static void test_foreach_override_visits_each_once(void **state)
     fq_policy_destroy(p);
 }
 
+/* The burstable cap and the token rate resolve like the other knobs:
+ * override over config entry over plan; unset everywhere is 0 (off). */
+static void test_policy_knobs_resolve_by_layer(void **state)
+{
+    (void)state;
+    fq_policy *p = three_plans(false);
+    fq_plan burst = plan("burst", 1, 2, 0);
+    burst.burst_in_flight = 8;
+    assert_int_equal(fq_policy_set_plan(p, &burst), FQ_OK);
+    assert_int_equal(resolve_ok(p, "nobody").p.burst_in_flight, 0);
+    fq_tenant_entry a = entry("a", "burst", 0, 0, 0);
+    assert_int_equal(fq_policy_set_tenant(p, &a), FQ_OK);
+    assert_int_equal(resolve_ok(p, "a").p.burst_in_flight, 8);
+    assert_int_equal(resolve_ok(p, "a").p.max_in_flight, 2);
+    a.burst_in_flight = 4;
+    assert_int_equal(fq_policy_set_tenant(p, &a), FQ_OK);
+    assert_int_equal(resolve_ok(p, "a").p.burst_in_flight, 4);
+    fq_tenant_entry o = entry("a", "", 0, 0, 0);
+    o.burst_in_flight = 16;
+    assert_int_equal(fq_policy_set_override(p, &o), FQ_OK);
+    assert_int_equal(resolve_ok(p, "a").p.burst_in_flight, 16);
+    assert_int_equal(fq_policy_clear_override(p, "a"), FQ_OK);
+    assert_int_equal(resolve_ok(p, "a").p.burst_in_flight, 4);
+    fq_policy_destroy(p);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -334,6 +360,7 @@ int main(void)
         cmocka_unit_test(test_replacing_a_plan_applies_to_its_tenants),
         cmocka_unit_test(test_many_entries),
         cmocka_unit_test(test_foreach_override_visits_each_once),
+        cmocka_unit_test(test_policy_knobs_resolve_by_layer),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
