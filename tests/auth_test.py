@@ -223,7 +223,7 @@ authorization {{
                 if any(u in text for u in until):
                     break
                 time.sleep(0.05)
-            if then:
+            if then and any(u in text for u in until):
                 then()
         finally:
             if p.poll() is None:
@@ -246,11 +246,18 @@ authorization {{
         self.assertNotIn(PASSWORD, log)     # the password is never logged
         self.assertIn("nats.password=set", log)
 
+    # nats-server 2.9.10 now and then refuses a valid nkey signature of a
+    # fresh connection ("authentication error - Nkey U..." in its log; once
+    # in about 15 runs of this file, with a load average of 8; the same key
+    # pair connected 200 times of 200 on its own): a case that must be let
+    # in waits for the proxy's retry (1 s later) rather than failing on the
+    # first refusal, and a client is run again after one.
+    LET_IN = ["fairq-proxy running"]
+
     def test_tls_with_an_nkey(self):
         self.start_server()
         log = self.run_proxy(self.tls_yaml() + f"  nkey: {self.nkey_public}\n"
-                             f"  nkey_seed: {self.seed_file}\n",
-                             ["fairq-proxy running", "cannot reach NATS"])
+                             f"  nkey_seed: {self.seed_file}\n", self.LET_IN)
         self.assertIn("fairq-proxy running", log)
         self.assertIn("nats.nkey_seed=set", log)     # the server knows no password for it
 
@@ -314,9 +321,12 @@ authorization {{
     def client(self, creds, *args):
         """Run an example client with creds (FAIRQ_NATS_CREDS); its output."""
         env = dict(os.environ, FAIRQ_NATS_CREDS=creds)
-        p = subprocess.run([os.path.join(BUILD, args[0]), "--nats",
-                            f"nats://127.0.0.1:{self.port}", *args[1:]],
-                           env=env, capture_output=True, text=True, timeout=30)
+        for _ in range(3):      # see LET_IN
+            p = subprocess.run([os.path.join(BUILD, args[0]), "--nats",
+                                f"nats://127.0.0.1:{self.port}", *args[1:]],
+                               env=env, capture_output=True, text=True, timeout=30)
+            if "Authorization Violation" not in p.stderr:
+                break
         self.assertEqual(p.returncode, 0, p.stderr)
         return p.stdout
 
@@ -337,8 +347,7 @@ authorization {{
                     break
                 time.sleep(0.05)
 
-        log = self.run_proxy(f"  creds: {self.creds['fairq']}\n",
-                             ["fairq-proxy running", "cannot reach NATS"], then=serve)
+        log = self.run_proxy(f"  creds: {self.creds['fairq']}\n", self.LET_IN, then=serve)
         self.assertIn("fairq-proxy running", log)
         self.assertIn("nats.creds=set", log)
         with open(self.creds["fairq"]) as f:
