@@ -814,6 +814,70 @@ static void test_rebuild_expired_and_past_the_window(void **state)
     world_free(w);
 }
 
+/* A submit delivered again after the ledger acked it (the consumer made
+ * again before the ack reached the server) is published again under its
+ * Nats-Msg-Id; if that publish fails, it is published again as it was,
+ * and the run stays in flight: never queued again, since its submit is
+ * acked already (dst_ledger seeds 654 and 1296). */
+static void test_redelivery_published_again_fails(void **state)
+{
+    (void)state;
+    world *w = world_new();
+    fq_ledger_journal_marked(w->l, 1);
+    dispatched(w, "a", 10, "r1", 50);
+    submit(w, "a", 10, "r1", 50);               /* the redelivery */
+    const fq_ledger_act *d = find(w, FQ_LACT_DISPATCH, 0);
+    assert_non_null(d);
+    uint64_t tok = d->token;
+    assert_true(puback(w, tok, FQ_LEDGER_PUB_FAILED, 0));   /* publish it again */
+    assert_int_equal(count(w, FQ_LACT_NOTE), 0);
+    assert_int_equal(count(w, FQ_LACT_NAK), 0);
+    const fq_run *r = fq_sched_run(w->s, 10);
+    assert_non_null(r);
+    assert_int_equal(r->state, FQ_RUN_FLIGHT);
+    tick_time(w, FQ_LEDGER_PARK_MAX_MS);
+    turn(w);
+    assert_int_equal(count(w, FQ_LACT_DISPATCH), 0);
+    assert_int_equal(count(w, FQ_LACT_READ), 0);
+    assert_false(puback(w, tok, FQ_LEDGER_PUB_DUPLICATE, 0));
+    assert_true(acked(w, FQ_LEDGER_SUBMIT, 10));
+    submit(w, "a", 11, "r1", 50);               /* its run id, still in flight */
+    assert_int_equal(find(w, FQ_LACT_REFUSE, 0)->code, FQ_EEXIST);
+    world_free(w);
+}
+
+/* Read back, an earlier run's done record does not hide a later run that
+ * reuses its run id (allowed once the first was forgotten): the later one
+ * is taken in, in flight (dst_ledger seed 1124). */
+static void test_rebuild_run_id_reused(void **state)
+{
+    (void)state;
+    world *w = world_new();
+    fq_jrec f1 = {.type = FQ_JREC_FLIGHT, .tenant = "a", .run_id = "r1", .est = 50, .seq = 10,
+                  .at_ms = w->now_ms};
+    fq_jrec d1 = {.type = FQ_JREC_DONE, .tenant = "a", .run_id = "r1", .seq = 10,
+                  .at_ms = w->now_ms};
+    fq_jrec f2 = f1;
+    f2.seq = 20;
+    f2.at_ms = w->now_ms + 200;
+    w->recs[0] = f1;
+    w->recs[1] = d1;
+    w->recs[2] = f2;
+    for (size_t i = 0; i < 3; i++)
+        w->rec_ms[i] = w->now_ms + (int64_t)i * 100;
+    w->nrecs = 3;
+    tick_time(w, 300);
+    world_crash(w);
+    recover(w);
+    assert_null(fq_sched_run(w->s, 10));
+    const fq_run *r = fq_sched_run(w->s, 20);
+    assert_non_null(r);
+    assert_int_equal(r->state, FQ_RUN_FLIGHT);
+    submit(w, "a", 30, "r1", 50);               /* a third with its run id */
+    assert_int_equal(find(w, FQ_LACT_REFUSE, 0)->code, FQ_EEXIST);
+    world_free(w);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -828,6 +892,8 @@ int main(void)
         cmocka_unit_test(test_journal_retry_and_fence),
         cmocka_unit_test(test_crash_and_rebuild),
         cmocka_unit_test(test_rebuild_expired_and_past_the_window),
+        cmocka_unit_test(test_redelivery_published_again_fails),
+        cmocka_unit_test(test_rebuild_run_id_reused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
