@@ -63,7 +63,8 @@
  * - right after the journal is read back, each tenant's deficit is its last
  *   debt record's;
  * - the window never dispatches while at or above its limits (a run
- *   larger than the token window goes alone), nor a tenant at its cap;
+ *   larger than the token window goes alone), nor a tenant at the cap in
+ *   force (its burst_in_flight while no other tenant has queued runs);
  *   reloads lower and raise them, adoption fills up to them;
  * - in calm worlds (no faults, actual = estimate), every pair of tenants
  *   backlogged together stays within tests/test_drr.c's bound of weighted
@@ -150,6 +151,9 @@ typedef struct dst_cfg {
     int tenants;                /* t0..t<n-1> are configured */
     uint32_t weight[DST_TENANTS_MAX];
     uint32_t cap[DST_TENANTS_MAX];      /* max_in_flight per tenant; 0: none */
+    uint32_t burst[DST_TENANTS_MAX];    /* burst_in_flight: the cap while no other tenant
+                                           has queued runs; 0: none (cap_bursts) */
+    uint64_t seed;                      /* the world's: cap_bursts draws nothing */
     uint32_t max_pending;       /* per tenant; 0: none */
     uint32_t quantum, max_est;
     uint32_t max_in_flight;
@@ -383,6 +387,7 @@ typedef struct dst_proxy {
     uint32_t win_runs;          /* the window then, counted up by each dispatch */
     uint64_t win_tokens;
     uint32_t win_tenant[DST_TENANTS_MAX];
+    uint32_t win_queued[DST_TENANTS_MAX];
     fq_ledger_opts lopts;       /* as made: a reload applies the scheduler's part again */
 } dst_proxy;
 
@@ -1540,6 +1545,7 @@ static fq_ledger_tenant *px_tenant(void *arg, const char *id, size_t len,
     if (t->used)
         return &t->lt;
     fq_tenant_policy pol = {.weight = w->c.weight[ix], .max_in_flight = w->c.cap[ix],
+                            .burst_in_flight = w->c.burst[ix],
                             .max_pending = w->c.max_pending};
     fq_tenant *st = NULL;
     if (fq_sched_tenant(&st, p->sched, name, len, &pol) != FQ_OK) {
@@ -1727,6 +1733,7 @@ static void dispatch_begin(dst_proxy *p)
         if (p->ten[i].used)
             fq_tenant_info_get(p->ten[i].lt.t, &ti);
         p->win_tenant[i] = ti.in_flight;
+        p->win_queued[i] = ti.queued;
     }
     p->dispatching = true;
 }
@@ -1741,9 +1748,16 @@ static void check_window(dst_world *w, dst_proxy *p, int t, uint32_t est)
         dst_fail(w, "proxy %d dispatched %u tokens onto %" PRIu64 " in flight in %u runs; the "
                  "window is %" PRIu64, p->ix, est, p->win_tokens, p->win_runs,
                  w->c.max_in_flight_tokens);
-    if (w->c.cap[t] && p->win_tenant[t] >= w->c.cap[t])
-        dst_fail(w, "proxy %d dispatched tenant t%d's run with %u in flight; its cap is %u",
-                 p->ix, t, p->win_tenant[t], w->c.cap[t]);
+    bool others = false;
+    for (int i = 0; i < w->c.tenants; i++)
+        others |= i != t && p->win_queued[i] > 0;
+    uint32_t cap = !others && w->c.burst[t] ? w->c.burst[t] : w->c.cap[t];
+    if (cap && p->win_tenant[t] >= cap)
+        dst_fail(w, "proxy %d dispatched tenant t%d's run with %u in flight; its cap in force "
+                 "is %u (%s)", p->ix, t, p->win_tenant[t], cap,
+                 others ? "others wait" : "no other tenant waits");
+    if (p->win_queued[t])
+        p->win_queued[t]--;
     p->win_runs++;
     p->win_tokens += est;
     p->win_tenant[t]++;
@@ -2133,6 +2147,7 @@ static void server_restart(dst_world *w)
 }
 
 static void reload(dst_world *w);
+static void cap_bursts(dst_cfg *c);
 
 static void fault(dst_world *w)
 {
@@ -2208,6 +2223,7 @@ static void reload(dst_world *w)
     for (int i = 0; i < c->tenants; i++)
         if (dst_rng_chance(r, 1, 3))
             c->cap[i] = dst_rng_chance(r, 1, 2) ? (uint32_t)dst_rng_in(r, 1, 3) : 0;
+    cap_bursts(c);
     for (int i = 0; i < c->proxies; i++) {
         dst_proxy *p = &w->px[i];
         if (p->phase == PH_DOWN)
@@ -2223,6 +2239,7 @@ static void reload(dst_world *w)
             if (!p->ten[t].used)
                 continue;
             fq_tenant_policy pol = {.weight = c->weight[t], .max_in_flight = c->cap[t],
+                                    .burst_in_flight = c->burst[t],
                                     .max_pending = c->max_pending};
             if (fq_tenant_set_policy(p->sched, p->ten[t].lt.t, &pol) != FQ_OK)
                 dst_fail(w, "fq_tenant_set_policy");
@@ -2277,6 +2294,16 @@ static void cfg_draw(dst_cfg *c, dst_rng *r, uint64_t steps)
     c->quiet_at = steps * 4 / 5;
 }
 
+/* Burstable caps, derived rather than drawn (the worlds' draws stay as they
+ * were): every other capped tenant may burst a little past its cap while
+ * no other tenant has queued runs. */
+static void cap_bursts(dst_cfg *c)
+{
+    for (int i = 0; i < c->tenants; i++)
+        c->burst[i] = c->cap[i] && (c->seed + (uint64_t)i) % 2 ? c->cap[i] + 1 + c->weight[i] % 3
+                                                               : 0;
+}
+
 static uint64_t env_u64(const char *name, uint64_t dflt)
 {
     const char *v = getenv(name);
@@ -2304,6 +2331,8 @@ static void world_init(dst_world *w, uint64_t seed, uint64_t steps, bool trace)
     w->watch = env_u64("DST_WATCH", 0);
     dst_rng_seed(&w->rng, seed);
     cfg_draw(&w->c, &w->rng, steps);
+    w->c.seed = seed;
+    cap_bursts(&w->c);
     if (trace)
         cfg_print(&w->c);
     w->nkb = 4096;
