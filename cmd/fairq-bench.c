@@ -21,7 +21,7 @@
 
 /* Policy features turned on for every tenant (--features), so that each
  * knob's cost per dispatch is measured against the core without it. */
-enum { FEAT_BURST = 1 };
+enum { FEAT_BURST = 1, FEAT_RATE = 2 };
 static unsigned features;
 
 static uint64_t rng = 1;
@@ -71,6 +71,9 @@ static result run_drr(uint32_t n, double ratio, uint64_t ops)
         p.max_in_flight = 2;
         p.burst_in_flight = 8;
     }
+    if (features & FEAT_RATE)       /* charged and checked, never binding: the
+                                       benchmark's clock stands still */
+        p.tokens_per_minute = UINT32_MAX;
     uint64_t id = 1;
     for (uint32_t i = 0; i < n; i++) {
         char name[16];
@@ -304,7 +307,8 @@ static void usage(void)
          "  --quick runs 10 and 1,000 tenants only, for a smoke test; --tenants N\n"
          "  runs N tenants only.\n"
          "  --features burst gives every tenant a burstable cap (max_in_flight 2,\n"
-         "  burst_in_flight 8), to measure the feature's cost per dispatch.\n"
+         "  burst_in_flight 8), rate a token rate (charged at every dispatch and\n"
+         "  completion, never binding), to measure each feature's cost per dispatch.\n"
          "  --msg instead times the proxy's parse of a submit body and a completion\n"
          "  (--ops parses per run), with cJSON's memory from malloc and from the arena.");
 }
@@ -329,8 +333,11 @@ int main(int argc, char **argv)
             for (char *w = strtok(argv[++i], ","); w; w = strtok(NULL, ",")) {
                 if (strcmp(w, "burst") == 0)
                     features |= FEAT_BURST;
+                else if (strcmp(w, "rate") == 0)
+                    features |= FEAT_RATE;
                 else {
-                    fprintf(stderr, "fairq-bench: --features: unknown '%s' (burst)\n", w);
+                    fprintf(stderr, "fairq-bench: --features: unknown '%s' (burst, rate)\n",
+                            w);
                     return 2;
                 }
             }

@@ -196,6 +196,8 @@ static void ad_stats_tenant(fq_json *w, const fq_admin_tenant *t, uint64_t now)
     AD_KV(w, "actual_tokens", ti->actual_tokens);
     AD_KV(w, "completed_runs", t->completed);
     AD_KV(w, "expired_runs", ti->expired);
+    if (ti->rate_until)     /* with a token rate: how long until it may send */
+        AD_KV(w, "rate_wait_ms", ti->rate_until > now ? ti->rate_until - now : 0);
     fq_json_key(w, "estimate_error");
     fq_json_double(w, t->estimate_error);
     fq_json_key(w, "rejected");
@@ -471,6 +473,8 @@ static void ad_tenant_reply(const ad_req *q, const char *tenant)
     AD_KV(&w, "max_pending", pr.p.max_pending);
     if (pr.p.burst_in_flight)
         AD_KV(&w, "burst_in_flight", pr.p.burst_in_flight);
+    if (pr.p.tokens_per_minute)
+        AD_KV(&w, "tokens_per_minute", pr.p.tokens_per_minute);
     fq_json_key(&w, "source");
     fq_json_string(&w, fq_policy_source_name(pr.source));
     fq_json_key(&w, "override");

@@ -43,11 +43,12 @@
 
 /* The entries of the lists: NULL is an absent key. */
 typedef struct raw_plan {
-    char *name, *weight, *max_in_flight, *max_pending, *burst_in_flight;
+    char *name, *weight, *max_in_flight, *max_pending, *burst_in_flight, *tokens_per_minute;
 } raw_plan;
 
 typedef struct raw_tenant {
-    char *id, *plan, *weight, *max_in_flight, *max_pending, *burst_in_flight;
+    char *id, *plan, *weight, *max_in_flight, *max_pending, *burst_in_flight,
+        *tokens_per_minute;
 } raw_tenant;
 
 typedef struct raw_workflow {
@@ -77,6 +78,7 @@ static const cyaml_schema_field_t plan_fields[] = {
     CFG_STR("max_in_flight", raw_plan, max_in_flight),
     CFG_STR("max_pending", raw_plan, max_pending),
     CFG_STR("burst_in_flight", raw_plan, burst_in_flight),
+    CFG_STR("tokens_per_minute", raw_plan, tokens_per_minute),
     CYAML_FIELD_END
 };
 static const cyaml_schema_value_t plan_entry = {
@@ -90,6 +92,7 @@ static const cyaml_schema_field_t tenant_fields[] = {
     CFG_STR("max_in_flight", raw_tenant, max_in_flight),
     CFG_STR("max_pending", raw_tenant, max_pending),
     CFG_STR("burst_in_flight", raw_tenant, burst_in_flight),
+    CFG_STR("tokens_per_minute", raw_tenant, tokens_per_minute),
     CYAML_FIELD_END
 };
 static const cyaml_schema_value_t tenant_entry = {
@@ -288,18 +291,19 @@ static bool cfg_stream_name_valid(const char *s)
     return true;
 }
 
-/* weight, max_in_flight, max_pending and burst_in_flight at prefix: a plan
- * and a tenant entry carry the same four, with the same ranges. Absent
- * leaves the default. */
+/* weight, max_in_flight, max_pending, burst_in_flight and tokens_per_minute
+ * at prefix. Absent leaves the default. */
 static fq_status cfg_caps(const cfg_ctx *v, const char *prefix, const char *weight,
                           const char *max_in_flight, const char *max_pending,
-                          const char *burst_in_flight,
-                          uint32_t *w, uint32_t *mif, uint32_t *mp, uint32_t *burst)
+                          const char *burst_in_flight, const char *tokens_per_minute,
+                          uint32_t *w, uint32_t *mif, uint32_t *mp, uint32_t *burst,
+                          uint32_t *tpm)
 {
     fq_status s = cfg_u32(v, prefix, "weight", weight, 1, FQ_POLICY_MAX_WEIGHT, w);
     CFG_IFOK(s, cfg_u32(v, prefix, "max_in_flight", max_in_flight, 1, UINT32_MAX, mif));
     CFG_IFOK(s, cfg_u32(v, prefix, "max_pending", max_pending, 1, UINT32_MAX, mp));
     CFG_IFOK(s, cfg_u32(v, prefix, "burst_in_flight", burst_in_flight, 1, UINT32_MAX, burst));
+    CFG_IFOK(s, cfg_u32(v, prefix, "tokens_per_minute", tokens_per_minute, 1, UINT32_MAX, tpm));
     return s;
 }
 
@@ -361,8 +365,9 @@ static fq_status cfg_plans(fq_config *c, const raw_config *r, const cfg_ctx *v)
         p->weight = 1;
         CFG_IFOK(s, cfg_name(v, at, "name", rp->name, false, p->name));
         CFG_IFOK(s, cfg_caps(v, at, rp->weight, rp->max_in_flight, rp->max_pending,
-                             rp->burst_in_flight, &p->weight, &p->max_in_flight,
-                             &p->max_pending, &p->burst_in_flight));
+                             rp->burst_in_flight, rp->tokens_per_minute, &p->weight,
+                             &p->max_in_flight, &p->max_pending, &p->burst_in_flight,
+                             &p->tokens_per_minute));
         if (s == FQ_OK && p->burst_in_flight && p->burst_in_flight <= p->max_in_flight)
             s = cfg_fail(v, at, "burst_in_flight", "must be above max_in_flight (%u), or left "
                          "out", (unsigned)p->max_in_flight);
@@ -406,8 +411,9 @@ static fq_status cfg_tenants(fq_config *c, const raw_config *r, const cfg_ctx *v
             memcpy(t->plan, rt->plan, strlen(rt->plan) + 1);   /* a plan's name fits */
         }
         CFG_IFOK(s, cfg_caps(v, at, rt->weight, rt->max_in_flight, rt->max_pending,
-                             rt->burst_in_flight, &t->weight, &t->max_in_flight,
-                             &t->max_pending, &t->burst_in_flight));
+                             rt->burst_in_flight, rt->tokens_per_minute, &t->weight,
+                             &t->max_in_flight, &t->max_pending, &t->burst_in_flight,
+                             &t->tokens_per_minute));
     }
     CFG_IFOK(s, cfg_unique(v, "tenants", "id", r->tenants, r->tenants_count,
                            sizeof(raw_tenant), offsetof(raw_tenant, id)));

@@ -52,6 +52,13 @@
  *    mark is checked when the tenant reaches the head of the list, so
  *    parking is O(1) wherever the tenant is; the parked wait in a heap by
  *    time, O(log n), and rejoin behind the tenants in the rotation.
+ *  - A token rate (tokens_per_minute) is a guardrail, not the fairness: a
+ *    GCRA per tenant, its theoretical arrival time (TAT) advanced by each
+ *    charge at the rate and corrected by reconciliation, with a minute's
+ *    tokens of burst. A tenant whose TAT is more than a minute ahead of now
+ *    is parked (the same heap by time as fq_sched_park) until it is not:
+ *    checked after each of its dispatches and when it reaches the head of
+ *    the list, so it costs no visits while it waits.
  */
 #include "drr.h"
 
@@ -88,6 +95,10 @@ struct fq_tenant {
     uint64_t actual;
     uint64_t expired;
     uint64_t park_until;        /* not served before this time (the caller's unit) */
+    int64_t rate_at;            /* token rate (GCRA): the time from which it may
+                                   send again, its theoretical arrival time
+                                   less a minute of burst, in 1/FQ_RATE_SCALE
+                                   of the caller's unit */
     uint32_t requeued;          /* runs at the head of the FIFO back from the window */
     fq_run *rq_last;            /* the last of them, in dispatch order */
     fq_strmap_node node;        /* in the tenant table, keyed by id */
@@ -564,6 +575,58 @@ static void uncap(fq_sched *s, fq_tenant *t)
     schedule(s, t, join_round(s));
 }
 
+/* ---- token rates: a GCRA per tenant ------------------------------------ */
+
+#define FQ_RATE_SCALE 1024      /* rate_at's resolution: 1/1024 of the time unit */
+#define FQ_RATE_NEVER (INT64_MIN / 4)   /* rate_at of a tenant that owes nothing */
+#define FQ_RATE_MAX (INT64_MAX / 4)
+
+static int64_t tau_of(const fq_sched *s)
+{
+    return (int64_t)(s->o.minute ? s->o.minute : 60000) * FQ_RATE_SCALE;
+}
+
+/* rate_at units that tokens take at t's rate (t has one), saturating. */
+static int64_t rate_cost(const fq_sched *s, const fq_tenant *t, uint64_t tokens)
+{
+    double c = (double)tokens * (double)tau_of(s) / (double)t->pol.tokens_per_minute;
+    return c >= (double)FQ_RATE_MAX ? FQ_RATE_MAX : (int64_t)c;
+}
+
+static int64_t rate_add(int64_t at, int64_t c)
+{
+    at += c;
+    return at > FQ_RATE_MAX ? FQ_RATE_MAX : at < FQ_RATE_NEVER ? FQ_RATE_NEVER : at;
+}
+
+/* The time before which t may not send for its rate; 0 if none. */
+static uint64_t rate_until(const fq_tenant *t)
+{
+    if (!t->pol.tokens_per_minute || t->rate_at <= 0)
+        return 0;
+    return ((uint64_t)t->rate_at + FQ_RATE_SCALE - 1) / FQ_RATE_SCALE;
+}
+
+/* Charge tokens sent at now to t's rate: a tenant that owed nothing has a
+ * minute's tokens of burst before it. */
+static void rate_charge(const fq_sched *s, fq_tenant *t, uint64_t tokens, uint64_t now)
+{
+    if (!t->pol.tokens_per_minute)
+        return;
+    int64_t floor = (int64_t)now * FQ_RATE_SCALE - tau_of(s);
+    t->rate_at = rate_add(t->rate_at > floor ? t->rate_at : floor, rate_cost(s, t, tokens));
+}
+
+/* Correct t's rate by delta = estimate - actual: an overrun is charged, a
+ * refund given back. */
+static void rate_correct(const fq_sched *s, fq_tenant *t, int64_t delta)
+{
+    if (!t->pol.tokens_per_minute || !delta)
+        return;
+    int64_t c = rate_cost(s, t, delta < 0 ? (uint64_t)-delta : (uint64_t)delta);
+    t->rate_at = rate_add(t->rate_at, delta < 0 ? c : -c);
+}
+
 /* ---- tenant table ------------------------------------------------------ */
 
 static fq_tenant *tenant_of(fq_strmap_node *n)
@@ -701,6 +764,7 @@ fq_status fq_sched_tenant(fq_tenant **out, fq_sched *s, const char *id, size_t l
     memcpy(t->id, id, len);
     t->pol = *p;
     t->state = FQ_T_IDLE;
+    t->rate_at = FQ_RATE_NEVER;
     fq_strmap_insert_hashed(s->tenants, &t->node, len, h);
     *out = t;
     return FQ_OK;
@@ -754,6 +818,7 @@ void fq_tenant_info_get(const fq_tenant *t, fq_tenant_info *out)
         .actual_tokens = t->actual,
         .expired = t->expired,
     };
+    out->rate_until = rate_until(t);
 }
 
 /* ---- queueing ---------------------------------------------------------- */
@@ -817,15 +882,21 @@ fq_status fq_sched_enqueue(fq_run **out, fq_sched *s, fq_tenant *t, uint64_t id,
 
 /* ---- dispatch ---------------------------------------------------------- */
 
-/* After t (at the head of the list) sent a run: it stays at the head while
- * its credit lasts, else leaves for idleness, its cap, or the next round. */
-static void after_send(fq_sched *s, fq_tenant *t)
+/* After t (at the head of the list) sent a run at now: it stays at the
+ * head while its credit lasts, else leaves for idleness, its cap, its rate,
+ * or the next round. */
+static void after_send(fq_sched *s, fq_tenant *t, uint64_t now)
 {
+    uint64_t until;
     if (!t->qhead) {
         active_pop(s);
         t->state = FQ_T_IDLE;
         if (t->deficit > 0 && !s->o.keep_idle_credit)
             t->deficit = 0;
+    } else if ((until = rate_until(t)) > now) {
+        active_pop(s);
+        fq_sched_park(s, t, until);
+        park_push(s, t);
     } else if (at_cap(s, t)) {
         active_pop(s);
         cap_enter(s, t);
@@ -881,6 +952,9 @@ fq_run *fq_sched_dispatch(fq_sched *s, uint64_t now)
             t = s->head;
         }
         s->visits++;
+        uint64_t until = rate_until(t);
+        if (until > now)                /* over its rate since it joined */
+            fq_sched_park(s, t, until);
         if (t->park_until > now) {      /* parked since it joined */
             active_pop(s);
             park_push(s, t);
@@ -911,7 +985,8 @@ fq_run *fq_sched_dispatch(fq_sched *s, uint64_t now)
         t->dispatched++;
         t->charged += r->est;
         s->dispatched++;
-        after_send(s, t);
+        rate_charge(s, t, r->est, now);
+        after_send(s, t, now);
         return r;
     }
 }
@@ -952,8 +1027,10 @@ static int64_t delta_of(uint32_t est, uint64_t actual)
 
 void fq_tenant_reconcile(fq_sched *s, fq_tenant *t, uint32_t est, uint64_t actual)
 {
+    int64_t delta = delta_of(charge_of(s, est), actual);
     t->actual += actual;
-    reconcile(s, t, delta_of(charge_of(s, est), actual));
+    reconcile(s, t, delta);
+    rate_correct(s, t, delta);
 }
 
 /* A run left the window: its tenant's slot is free. */
@@ -975,7 +1052,9 @@ fq_status fq_sched_complete(fq_done *out, fq_sched *s, uint64_t id, uint64_t act
                          .expired = !held_slot};
     fq_window_remove(&s->win, r);
     t->actual += actual;
-    reconcile(s, t, delta_of(r->est, actual));
+    int64_t delta = delta_of(r->est, actual);
+    reconcile(s, t, delta);
+    rate_correct(s, t, delta);
     if (held_slot)
         slot_freed(s, t);
     else
@@ -1069,6 +1148,7 @@ fq_status fq_sched_cancel(fq_sched *s, uint64_t id)
         return FQ_ENOTFOUND;
     fq_tenant *t = undispatch(s, r);
     reconcile(s, t, r->est);
+    rate_correct(s, t, r->est);
     uncap(s, t);
     run_free(s, r);
     return FQ_OK;
@@ -1087,6 +1167,7 @@ fq_status fq_sched_requeue(fq_sched *s, uint64_t id)
         return FQ_ENOTFOUND;
     fq_tenant *t = undispatch(s, r);
     deficit_add(t, r->est);
+    rate_correct(s, t, r->est);
     r->state = FQ_RUN_QUEUED;
     /* Runs back from the window lead the queue in the order of their ids
      * (the order they were queued in: see fq_sched_requeue), whatever
@@ -1140,6 +1221,11 @@ size_t fq_sched_expire(fq_sched *s, uint64_t now,
     return n;
 }
 
+uint64_t fq_sched_next_unpark(const fq_sched *s)
+{
+    return s->npark ? s->park[0].wake : UINT64_MAX;
+}
+
 uint64_t fq_sched_next_deadline(const fq_sched *s)
 {
     return fq_window_next_deadline(&s->win);
@@ -1159,6 +1245,17 @@ uint64_t fq_sched_tokens_ahead(const fq_sched *s, const fq_tenant *t, uint32_t e
     uint64_t bound = mine * w / t->pol.weight;
     uint64_t all = s->queued_tokens + charge_of(s, est);
     return bound < all ? bound : all;
+}
+
+uint64_t fq_sched_rate_wait(const fq_sched *s, const fq_tenant *t, uint32_t est, uint64_t now)
+{
+    (void)est;      /* the run waits for the runs before it, not for itself */
+    if (!t->pol.tokens_per_minute)
+        return 0;
+    int64_t n = (int64_t)now * FQ_RATE_SCALE, floor = n - tau_of(s);
+    int64_t at = rate_add(t->rate_at > floor ? t->rate_at : floor,
+                          rate_cost(s, t, t->queued_tokens));
+    return at > n ? (uint64_t)(at - n + FQ_RATE_SCALE - 1) / FQ_RATE_SCALE : 0;
 }
 
 void fq_sched_stats_get(const fq_sched *s, fq_sched_stats *out)

@@ -21,6 +21,8 @@ typedef struct fq_tenant_policy {
     uint32_t burst_in_flight;   /* the cap while no other tenant has queued
                                    runs, where above max_in_flight (which must
                                    be set); 0 = none: max_in_flight always */
+    uint32_t tokens_per_minute; /* token rate (GCRA, a minute's tokens of
+                                   burst); 0 = none */
 } fq_tenant_policy;
 
 /* Limits that keep quantum x weight, and so every deficit, far from
@@ -37,6 +39,8 @@ typedef struct fq_sched_opts {
     uint32_t max_expired;       /* expired runs remembered for late completions */
     uint64_t expired_keep;      /* ... for this long past their lease's end at most
                                    (the run_timeout unit); 0: no limit but max_expired */
+    uint64_t minute;            /* the caller's time units in a minute, for
+                                   token rates; 0: 60,000 (milliseconds) */
     bool keep_idle_credit;      /* no idle reset: only for the simulator's
                                    comparison of what the reset is worth */
     uint64_t seed;              /* of the tenant table's hash, read at create
@@ -52,7 +56,8 @@ enum fq_tenant_state {
     FQ_T_CAPPED,        /* at its cap (max_in_flight, or burst_in_flight
                            while no other tenant has queued runs): out of
                            the rotation */
-    FQ_T_PARKED,        /* parked (fq_sched_park): out of the rotation until a time */
+    FQ_T_PARKED,        /* parked (fq_sched_park, or over its token rate):
+                           out of the rotation until a time */
 };
 
 /* A read-only view of a tenant, for stats and tests. */
@@ -69,6 +74,8 @@ typedef struct fq_tenant_info {
     uint64_t charged_tokens;    /* estimates charged, total */
     uint64_t actual_tokens;     /* actual tokens reported, total */
     uint64_t expired;           /* leases that expired */
+    uint64_t rate_until;        /* with a token rate: the time (dispatch's
+                                   unit) before which it may not send; 0 if none */
 } fq_tenant_info;
 
 /* What a completion returns to the caller (the run is freed by then). */
@@ -223,6 +230,10 @@ enum fq_expiry {
 size_t fq_sched_expire(fq_sched *s, uint64_t now,
                        void (*cb)(void *arg, const fq_run *r, enum fq_expiry what),
                        void *arg);
+/* The earliest time a parked tenant (fq_sched_park, or over its token
+ * rate) may rejoin, or UINT64_MAX if none is parked: a caller that sleeps
+ * between events (the simulator) wakes then. */
+uint64_t fq_sched_next_unpark(const fq_sched *s);
 #ifdef FQ_TESTING   /* tests only: no program calls it */
 /* The earliest lease deadline, or UINT64_MAX if none. */
 uint64_t fq_sched_next_deadline(const fq_sched *s);
@@ -236,6 +247,11 @@ fq_run *fq_sched_run(fq_sched *s, uint64_t id);
  * an O(1) upper bound, min(all queued tokens, (t's queued + est) x total
  * active weight / t's weight). Admission control divides it by throughput. */
 uint64_t fq_sched_tokens_ahead(const fq_sched *s, const fq_tenant *t, uint32_t est);
+
+/* With a token rate: how long (dispatch's unit) a run of est tokens newly
+ * queued by t would wait for its rate alone, behind t's queued runs, from
+ * now; 0 without a rate. Admission control counts it against max_wait. */
+uint64_t fq_sched_rate_wait(const fq_sched *s, const fq_tenant *t, uint32_t est, uint64_t now);
 
 void fq_sched_stats_get(const fq_sched *s, fq_sched_stats *out);
 #ifdef FQ_TESTING   /* tests only: no program calls it */

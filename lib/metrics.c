@@ -88,6 +88,10 @@ static const fq_family fq_tenant_families[] = {
     {"fairq_tenant_oldest_queued_age_seconds", "gauge",
      "Age of the tenant's oldest queued run; 0 when nothing is queued. Folded as the maximum.",
      OFF(oldest_age_seconds), K_F64, FOLD_MAX},
+    {"fairq_tenant_rate_wait_seconds", "gauge",
+     "Time until the tenant's token rate (tokens_per_minute) lets it send again; 0 when it "
+     "may, or has no rate. Folded as the maximum.",
+     OFF(rate_wait_seconds), K_F64, FOLD_MAX},
     {"fairq_tenant_dispatched_runs_total", "counter",
      "Runs dispatched to the workers.",
      OFF(dispatched_runs), K_U64, FOLD_SUM},
@@ -177,6 +181,8 @@ void fq_metrics_tenant_set_info(fq_metrics_tenant *m, const fq_tenant_info *ti,
     m->deficit_tokens = ti->deficit;
     m->oldest_age_seconds = ti->queued && now > ti->oldest_enqueued
         ? (double)(now - ti->oldest_enqueued) * unit_seconds : 0.0;
+    m->rate_wait_seconds = ti->rate_until > now
+        ? (double)(ti->rate_until - now) * unit_seconds : 0.0;
     m->dispatched_runs = ti->dispatched;
     m->charged_tokens = ti->charged_tokens;
     m->actual_tokens = ti->actual_tokens;

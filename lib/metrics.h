@@ -53,6 +53,7 @@ typedef struct fq_metrics_tenant {
     uint64_t in_flight_runs;
     int64_t deficit_tokens;         /* negative: in debt */
     double oldest_age_seconds;      /* oldest queued run; 0 if none */
+    double rate_wait_seconds;       /* until its token rate lets it send; 0 if it may */
     uint64_t dispatched_runs;       /* counters from here on */
     uint64_t charged_tokens;        /* estimates charged at dispatch */
     uint64_t actual_tokens;         /* reported by completions */

@@ -918,17 +918,18 @@ size_t fq_completion_format(char *buf, size_t cap, const fq_completion *c)
 /* Override patches. The order of the names is the order of the FQ_OVR_*
  * bits; tenant comes last. */
 static const char *const fq_ovr_names[] = {"plan", "weight", "max_in_flight",
-                                           "max_pending", "burst_in_flight", "tenant"};
+                                           "max_pending", "burst_in_flight",
+                                           "tokens_per_minute", "tenant"};
 #define FQ_OVR_NAMES (sizeof fq_ovr_names / sizeof fq_ovr_names[0])
 
 /* One field of those a patch may change: null removes it, a value sets it. */
 static fq_status fq_override_field(fq_override_patch *out, size_t k, const cJSON *item,
                                    uint32_t max_weight, char *err, size_t errlen)
 {
-    static const uint64_t lo[] = {0, 1, 1, 1, 1};
-    uint64_t hi[] = {0, max_weight, UINT32_MAX, UINT32_MAX, UINT32_MAX}, v = 0;
+    static const uint64_t lo[] = {0, 1, 1, 1, 1, 1};
+    uint64_t hi[] = {0, max_weight, UINT32_MAX, UINT32_MAX, UINT32_MAX, UINT32_MAX}, v = 0;
     uint32_t *dst[] = {NULL, &out->weight, &out->max_in_flight, &out->max_pending,
-                       &out->burst_in_flight};
+                       &out->burst_in_flight, &out->tokens_per_minute};
     fq_status st;
 
     if (cJSON_IsNull(item)) {
@@ -964,8 +965,8 @@ static fq_status fq_override_fields(fq_override_patch *out, const cJSON *root,
             ;
         if (k == FQ_OVR_NAMES)
             return fq_msg_fail(err, errlen, "the body has an unknown field; it takes only "
-                               "tenant, plan, weight, max_in_flight, max_pending and "
-                               "burst_in_flight");
+                               "tenant, plan, weight, max_in_flight, max_pending, "
+                               "burst_in_flight and tokens_per_minute");
         if (it[k])
             return fq_msg_fail(err, errlen, "%s: given twice in the body", fq_ovr_names[k]);
         it[k] = c;
@@ -990,7 +991,8 @@ static fq_status fq_override_fields(fq_override_patch *out, const cJSON *root,
             return st;
     if (!out->set && !out->removed)
         return fq_msg_fail(err, errlen, "the body changes nothing: give plan, weight, "
-                           "max_in_flight, max_pending or burst_in_flight (null removes one)");
+                           "max_in_flight, max_pending, burst_in_flight or tokens_per_minute "
+                           "(null removes one)");
     return FQ_OK;
 }
 

@@ -114,7 +114,8 @@ size_t fq_completion_format(char *buf, size_t cap, const fq_completion *c);
 #define FQ_OVR_MAX_IN_FLIGHT 4u
 #define FQ_OVR_MAX_PENDING 8u
 #define FQ_OVR_BURST_IN_FLIGHT 16u
-#define FQ_OVR_ALL 31u
+#define FQ_OVR_TOKENS_PER_MINUTE 32u
+#define FQ_OVR_ALL 63u
 
 typedef struct fq_override_patch {
     char tenant[FQ_TENANT_MAX + 1];     /* "" if the body names none */
@@ -123,6 +124,7 @@ typedef struct fq_override_patch {
     uint32_t max_in_flight;             /* >= 1 */
     uint32_t max_pending;               /* >= 1 */
     uint32_t burst_in_flight;           /* >= 1 */
+    uint32_t tokens_per_minute;         /* >= 1 */
     unsigned set;                       /* FQ_OVR_* fields given a value */
     unsigned removed;                   /* FQ_OVR_* fields given as null */
 } fq_override_patch;
@@ -136,8 +138,8 @@ enum fq_patch_kind {
 
 /* Read an override patch of kind from body[0..len) (not NUL-terminated). It
  * must be a JSON object whose members are only tenant (a valid tenant id),
- * plan, weight (1..max_weight), max_in_flight, max_pending and
- * burst_in_flight (1..2^32-1),
+ * plan, weight (1..max_weight), max_in_flight, max_pending,
+ * burst_in_flight and tokens_per_minute (1..2^32-1),
  * as kind requires. On FQ_EINVAL *out is zeroed and err holds a sentence
  * naming the field and the reason (never quoting the client). */
 fq_status fq_override_patch_parse(fq_override_patch *out, const void *body, size_t len,

@@ -94,14 +94,15 @@ void fq_ovr_destroy(fq_ovr_set *s)
 bool fq_ovr_entry_empty(const fq_tenant_entry *e)
 {
     return !e->plan[0] && !e->weight && !e->max_in_flight && !e->max_pending &&
-           !e->burst_in_flight;
+           !e->burst_in_flight && !e->tokens_per_minute;
 }
 
 static bool ovr_entry_equal(const fq_tenant_entry *a, const fq_tenant_entry *b)
 {
     return strcmp(a->plan, b->plan) == 0 && a->weight == b->weight &&
            a->max_in_flight == b->max_in_flight && a->max_pending == b->max_pending &&
-           a->burst_in_flight == b->burst_in_flight;
+           a->burst_in_flight == b->burst_in_flight &&
+           a->tokens_per_minute == b->tokens_per_minute;
 }
 
 static void ovr_patch_field(uint32_t *dst, uint32_t v, const fq_override_patch *pt, unsigned bit)
@@ -123,6 +124,8 @@ static void ovr_patch_apply(fq_tenant_entry *e, const fq_override_patch *pt)
     ovr_patch_field(&e->max_in_flight, pt->max_in_flight, pt, FQ_OVR_MAX_IN_FLIGHT);
     ovr_patch_field(&e->max_pending, pt->max_pending, pt, FQ_OVR_MAX_PENDING);
     ovr_patch_field(&e->burst_in_flight, pt->burst_in_flight, pt, FQ_OVR_BURST_IN_FLIGHT);
+    ovr_patch_field(&e->tokens_per_minute, pt->tokens_per_minute, pt,
+                    FQ_OVR_TOKENS_PER_MINUTE);
 }
 
 void fq_ovr_entry_json(fq_json *w, const fq_tenant_entry *e)
@@ -132,8 +135,10 @@ void fq_ovr_entry_json(fq_json *w, const fq_tenant_entry *e)
         fq_json_key(w, "plan");
         fq_json_string(w, e->plan);
     }
-    const char *keys[] = {"weight", "max_in_flight", "max_pending", "burst_in_flight"};
-    uint32_t vals[] = {e->weight, e->max_in_flight, e->max_pending, e->burst_in_flight};
+    const char *keys[] = {"weight", "max_in_flight", "max_pending", "burst_in_flight",
+                          "tokens_per_minute"};
+    uint32_t vals[] = {e->weight, e->max_in_flight, e->max_pending, e->burst_in_flight,
+                       e->tokens_per_minute};
     for (size_t i = 0; i < sizeof vals / sizeof vals[0]; i++) {
         if (vals[i]) {
             fq_json_key(w, keys[i]);

@@ -202,6 +202,9 @@ fq_status fq_policy_resolve(fq_policy_resolved *out, const fq_policy *p,
                                                      : p->default_max_pending);
     out->p.burst_in_flight = pol_first(ov ? ov->burst_in_flight : 0,
                                        te ? te->burst_in_flight : 0, plan->burst_in_flight);
+    out->p.tokens_per_minute = pol_first(ov ? ov->tokens_per_minute : 0,
+                                         te ? te->tokens_per_minute : 0,
+                                         plan->tokens_per_minute);
     out->plan = plan->name;
     out->source = ov ? FQ_SRC_OVERRIDE : te ? FQ_SRC_CONFIG : FQ_SRC_DEFAULT;
     return FQ_OK;

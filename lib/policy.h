@@ -39,12 +39,13 @@ typedef struct fq_plan {
     uint32_t max_pending;       /* 0 = the policy default */
     uint32_t burst_in_flight;   /* the cap while no other tenant has queued
                                    runs, where above max_in_flight; 0 = none */
+    uint32_t tokens_per_minute; /* a tenant's token rate; 0 = none */
 } fq_plan;
 
 /* A tenant entry, used both for the config's tenants and for overrides.
  * Every field that is empty or 0 is "not set at this layer": plan "" is the
  * layer below's plan (finally the default plan); weight, max_in_flight,
- * max_pending and burst_in_flight of 0 take the layer below's value,
+ * max_pending, burst_in_flight and tokens_per_minute of 0 take the layer below's value,
  * finally the plan's. */
 typedef struct fq_tenant_entry {
     char id[FQ_TENANT_MAX + 1];
@@ -53,6 +54,7 @@ typedef struct fq_tenant_entry {
     uint32_t max_in_flight;
     uint32_t max_pending;
     uint32_t burst_in_flight;
+    uint32_t tokens_per_minute;
 } fq_tenant_entry;
 
 typedef struct fq_policy_resolved {

@@ -74,6 +74,7 @@ struct scn_tenant {
     uint32_t max_pending;       /* 0: the plan's, then the scenario's */
     uint32_t max_in_flight;     /* 0: the plan's, then the scenario's cap */
     uint32_t burst_in_flight;   /* 0: the plan's */
+    uint32_t tokens_per_minute; /* 0: the plan's */
     struct scn_arrival *arrivals;
     unsigned arrivals_count;
     struct scn_period *idle;
@@ -86,6 +87,7 @@ struct scn_plan {
     uint32_t max_pending;
     uint32_t max_in_flight;
     uint32_t burst_in_flight;
+    uint32_t tokens_per_minute;
 };
 
 struct scn_estimator {
@@ -184,6 +186,7 @@ static const cyaml_schema_field_t tenant_fields[] = {
     CYAML_FIELD_UINT("max_pending", OPT, struct scn_tenant, max_pending),
     CYAML_FIELD_UINT("max_in_flight", OPT, struct scn_tenant, max_in_flight),
     CYAML_FIELD_UINT("burst_in_flight", OPT, struct scn_tenant, burst_in_flight),
+    CYAML_FIELD_UINT("tokens_per_minute", OPT, struct scn_tenant, tokens_per_minute),
     CYAML_FIELD_SEQUENCE("arrivals", CYAML_FLAG_POINTER, struct scn_tenant, arrivals,
                          &arrival_schema, 1, CYAML_UNLIMITED),
     CYAML_FIELD_SEQUENCE("idle", CYAML_FLAG_POINTER | OPT, struct scn_tenant, idle,
@@ -200,6 +203,7 @@ static const cyaml_schema_field_t plan_fields[] = {
     CYAML_FIELD_UINT("max_pending", OPT, struct scn_plan, max_pending),
     CYAML_FIELD_UINT("max_in_flight", OPT, struct scn_plan, max_in_flight),
     CYAML_FIELD_UINT("burst_in_flight", OPT, struct scn_plan, burst_in_flight),
+    CYAML_FIELD_UINT("tokens_per_minute", OPT, struct scn_plan, tokens_per_minute),
     CYAML_FIELD_END
 };
 static const cyaml_schema_value_t plan_schema = {
@@ -717,6 +721,8 @@ static fq_status build_tenants(fq_scenario *sc, const struct fq_scenario_spec *s
                              : p && p->max_in_flight ? p->max_in_flight : s->cap_in_flight;
             t->burst_in_flight = st->burst_in_flight ? st->burst_in_flight
                                : p ? p->burst_in_flight : 0;
+            t->tokens_per_minute = st->tokens_per_minute ? st->tokens_per_minute
+                                 : p ? p->tokens_per_minute : 0;
         }
     }
     return FQ_OK;
@@ -776,6 +782,7 @@ static fq_status build(fq_scenario **out, struct fq_scenario_spec *s, const char
         p->max_pending = s->plans[i].max_pending;
         p->max_in_flight = s->plans[i].max_in_flight;
         p->burst_in_flight = s->plans[i].burst_in_flight;
+        p->tokens_per_minute = s->plans[i].tokens_per_minute;
     }
     for (unsigned i = 0; i < s->workflows_count; i++)
         snprintf(sc->workflows[sc->n_workflows++], FQ_WORKFLOW_MAX + 1, "%s",
@@ -989,6 +996,7 @@ static long trace_tenant(trace *t, const fq_scenario *sc, const char *id, const 
         if (p->max_in_flight)
             nt->max_in_flight = p->max_in_flight;
         nt->burst_in_flight = p->burst_in_flight;
+        nt->tokens_per_minute = p->tokens_per_minute;
     }
     return (long)t->n_tenants++;
 }

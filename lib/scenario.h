@@ -31,6 +31,7 @@ typedef struct fq_scenario_tenant {
     uint32_t max_in_flight;     /* the cap policy's per-tenant cap; 0 = none */
     uint32_t burst_in_flight;   /* drr-burst: the cap while no other tenant
                                    has queued runs; 0 = none */
+    uint32_t tokens_per_minute; /* drr-rate: its token rate; 0 = none */
 } fq_scenario_tenant;
 
 /* A plan as stated in the scenario: what a tenant of the plan gets. */
@@ -40,6 +41,7 @@ typedef struct fq_scenario_plan {
     uint32_t max_pending;       /* 0: the scenario's max_pending */
     uint32_t max_in_flight;     /* 0: the scenario's cap_in_flight */
     uint32_t burst_in_flight;   /* 0: none */
+    uint32_t tokens_per_minute; /* 0: none */
 } fq_scenario_plan;
 
 /* One run submitted by a producer. */

@@ -45,6 +45,7 @@ typedef struct policy_def {
     bool idle_reset;            /* credit dropped when a queue goes empty */
     bool tenant_cap;            /* drr: each tenant's max_in_flight applies */
     bool burst;                 /* drr: and its burst_in_flight */
+    bool rate;                  /* drr: each tenant's tokens_per_minute applies */
 } policy_def;
 
 static const policy_def policies[FQ_SIM__NPOLICIES] = {
@@ -68,6 +69,8 @@ static const policy_def policies[FQ_SIM__NPOLICIES] = {
     [FQ_SIM_DRR_BURST] = {"drr-burst", "drr-cap binding only while another tenant has "
                           "queued runs, burst_in_flight otherwise",
                           ENG_DRR, false, true, true, true, true, true, true},
+    [FQ_SIM_DRR_RATE] = {"drr-rate", "drr with each tenant's tokens_per_minute (GCRA)",
+                         ENG_DRR, false, true, true, true, true, false, false, true},
 };
 
 const char *fq_sim_policy_name(enum fq_sim_policy p)
@@ -93,7 +96,7 @@ fq_status fq_sim_policy_parse(enum fq_sim_policy *out, size_t *n, const char *li
         if (p == FQ_SIM__NPOLICIES) {
             snprintf(err, errlen, "unknown policy '%.*s' (fifo, rr, cap, drr, "
                      "drr-no-reconcile, drr-no-correction, drr-no-idle-reset, drr-cap, "
-                     "drr-burst or all)",
+                     "drr-burst, drr-rate or all)",
                      (int)len, w);
             *n = 0;
             return FQ_EINVAL;
@@ -427,6 +430,12 @@ static uint64_t next_event(const sim *s)
         if (at < next)
             next = at;
     }
+    /* A tenant over its token rate rejoins at a time of its own. */
+    if (s->sched && s->queued && s->in_flight < s->nslots) {
+        uint64_t at = fq_sched_next_unpark(s->sched);
+        if (at < next)
+            next = at > s->now ? at : s->now + 1;
+    }
     if (next != UINT64_MAX && s->now < s->res->window && s->res->window < next)
         next = s->res->window;
     return next;
@@ -657,6 +666,8 @@ static fq_status sim_engines(sim *s)
             p.max_in_flight = t->max_in_flight;
         if (s->pd->burst)
             p.burst_in_flight = t->burst_in_flight;
+        if (s->pd->rate)
+            p.tokens_per_minute = t->tokens_per_minute;
         if ((st = fq_sched_tenant(&s->t[k].ft, s->sched, t->id, strlen(t->id), &p)) != FQ_OK)
             return st;
     }

@@ -21,6 +21,7 @@ enum fq_sim_policy {
     FQ_SIM_DRR_NO_IDLE_RESET,   /* credit kept when a queue goes empty */
     FQ_SIM_DRR_CAP,             /* drr with each tenant's max_in_flight as a hard cap */
     FQ_SIM_DRR_BURST,           /* drr-cap, with burst_in_flight while no other queues */
+    FQ_SIM_DRR_RATE,            /* drr with each tenant's tokens_per_minute */
     FQ_SIM__NPOLICIES
 };
 

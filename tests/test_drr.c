@@ -522,6 +522,70 @@ static void test_burst_cap_not_when_others_queue(void **state)
     fq_sched_destroy(s);
 }
 
+/* A token rate: a minute's tokens of burst, then one run per
+ * tokens / rate; a tenant over its rate is parked by time, costs no visits
+ * while it waits, is corrected by reconciliation and is never refused. */
+static void test_token_rate_parks_by_time(void **state)
+{
+    (void)state;
+    fq_sched *s = mk(0, 0, 0);      /* time in ms: a minute is 60,000 */
+    fq_tenant_policy pa = {.weight = 1, .tokens_per_minute = 6000};
+    fq_tenant *a = NULL, *b = ten(s, "b", 1, 0, 0);
+    assert_int_equal(fq_sched_tenant(&a, s, "a", 1, &pa), FQ_OK);
+    for (int i = 0; i < 20; i++)
+        enq(s, a, 1000);
+    /* a minute's 6,000 tokens of burst, and the run that crosses it */
+    fq_run *last = NULL;
+    for (int i = 0; i < 7; i++) {
+        last = fq_sched_dispatch(s, 0);
+        assert_ptr_equal(last->tenant, a);
+    }
+    assert_null(fq_sched_dispatch(s, 0));
+    assert_int_equal(info(a).state, FQ_T_PARKED);
+    assert_int_equal(info(a).rate_until, 10000);     /* 1,000 tokens at 100 a second */
+    assert_int_equal(fq_sched_next_unpark(s), 10000);
+    /* waiting costs no visits; b is served meanwhile */
+    fq_sched_stats st0, st1;
+    fq_sched_stats_get(s, &st0);
+    assert_null(fq_sched_dispatch(s, 5000));
+    enq(s, b, 1000);
+    assert_ptr_equal(fq_sched_dispatch(s, 5000)->tenant, b);
+    assert_null(fq_sched_dispatch(s, 9999));
+    fq_sched_stats_get(s, &st1);
+    assert_int_equal(st1.visits - st0.visits, 1);
+    /* the admission estimate counts the rate: 13 runs queued before a new one */
+    assert_int_equal(fq_sched_rate_wait(s, a, 1000, 5000), 5000 + 13 * 10000);
+    /* its time comes: one run, then parked again */
+    assert_ptr_equal(fq_sched_dispatch(s, 10000)->tenant, a);
+    assert_null(fq_sched_dispatch(s, 10000));
+    assert_int_equal(info(a).rate_until, 20000);
+    /* an overrun found by reconciliation pushes its time back: 2,000
+     * tokens more at 100 a second */
+    done(s, last, 3000);
+    assert_int_equal(info(a).rate_until, 40000);
+    assert_null(fq_sched_dispatch(s, 39999));
+    assert_ptr_equal(fq_sched_dispatch(s, 40000)->tenant, a);
+    /* never refused for its rate */
+    assert_int_equal(fq_sched_enqueue(NULL, s, a, next_id++, 1000, NULL, 40000), FQ_OK);
+    fq_sched_destroy(s);
+}
+
+/* Without a rate nothing changes: no parking, no rate time. */
+static void test_token_rate_off_changes_nothing(void **state)
+{
+    (void)state;
+    fq_sched *s = mk(0, 0, 0);
+    fq_tenant *a = ten(s, "a", 1, 0, 0);
+    for (int i = 0; i < 100; i++)
+        enq(s, a, 1000);
+    for (int i = 0; i < 100; i++)
+        assert_non_null(fq_sched_dispatch(s, 0));
+    assert_int_equal(info(a).rate_until, 0);
+    assert_int_equal(fq_sched_rate_wait(s, a, 1000, 0), 0);
+    assert_int_equal(fq_sched_next_unpark(s), UINT64_MAX);
+    fq_sched_destroy(s);
+}
+
 static void test_window_runs_and_tokens(void **state)
 {
     (void)state;
@@ -1629,6 +1693,8 @@ int main(void)
         cmocka_unit_test(test_tenant_cap_leaves_rotation),
         cmocka_unit_test(test_burst_cap_binds_only_under_contention),
         cmocka_unit_test(test_burst_cap_not_when_others_queue),
+        cmocka_unit_test(test_token_rate_parks_by_time),
+        cmocka_unit_test(test_token_rate_off_changes_nothing),
         cmocka_unit_test(test_window_runs_and_tokens),
         cmocka_unit_test(test_lease_expiry_and_late_completion),
         cmocka_unit_test(test_expired_records_are_bounded),

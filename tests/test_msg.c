@@ -1165,9 +1165,10 @@ static void test_override_patch_fields(void **state)
 
     assert_int_equal(patch(&p, "{\"tenant\":\"acme\",\"plan\":\"gold\",\"weight\":1000,"
                                "\"max_in_flight\":8,\"max_pending\":4294967295,"
-                               "\"burst_in_flight\":16}",
+                               "\"burst_in_flight\":16,\"tokens_per_minute\":90000}",
                            FQ_PATCH_SET, err), FQ_OK);
     assert_int_equal(p.burst_in_flight, 16);
+    assert_int_equal(p.tokens_per_minute, 90000);
     assert_string_equal(p.tenant, "acme");
     assert_string_equal(p.plan, "gold");
     assert_int_equal(p.weight, 1000);

@@ -343,6 +343,15 @@ static void test_policy_knobs_resolve_by_layer(void **state)
     assert_int_equal(resolve_ok(p, "a").p.burst_in_flight, 16);
     assert_int_equal(fq_policy_clear_override(p, "a"), FQ_OK);
     assert_int_equal(resolve_ok(p, "a").p.burst_in_flight, 4);
+    /* tokens_per_minute the same way */
+    assert_int_equal(resolve_ok(p, "a").p.tokens_per_minute, 0);
+    burst.tokens_per_minute = 60000;
+    assert_int_equal(fq_policy_set_plan(p, &burst), FQ_OK);
+    assert_int_equal(resolve_ok(p, "a").p.tokens_per_minute, 60000);
+    o.tokens_per_minute = 1000;
+    assert_int_equal(fq_policy_set_override(p, &o), FQ_OK);
+    assert_int_equal(resolve_ok(p, "a").p.tokens_per_minute, 1000);
+    assert_int_equal(resolve_ok(p, "a").p.burst_in_flight, 16);
     fq_policy_destroy(p);
 }
 
