@@ -69,6 +69,8 @@ typedef struct lg_run {
     bool indexed;               /* held without its body, counted in index_only */
     bool reading;               /* a READ of its body is asked for */
     bool resent;                /* its dispatch was published again for a redelivery */
+    bool stored;                /* its dispatch's PubAck came in this process: a redelivery
+                                   of its settled submit (an ack lost) is acked again */
     bool read_expired;          /* read back: an expired record (submitted_ms: its expiry) */
     struct lg_run *next;        /* free list; the recovery's list */
 } lg_run;
@@ -404,6 +406,8 @@ static void lg_state(fq_ledger *l, lg_run *x, enum lg_state st)
 {
     l->nexp += (st == LG_EXPIRED) - (x->state == LG_EXPIRED);
     x->state = (uint8_t)st;
+    if (st == LG_QUEUED)
+        x->stored = false;      /* queued again: its next dispatch is another */
 }
 
 /* ---- indexes ------------------------------------------------------------- */
@@ -1023,6 +1027,15 @@ void fq_ledger_submit_in(fq_ledger *l, const fq_ledger_submit *s, uint64_t now, 
         lg_run *x = seen && same ? lg_find_key(l, s->tenant, run_id, key) : NULL;
         if (x && (x->in_seq || (x->state != LG_FLIGHT && x->state != LG_EXPIRED)))
             x = NULL;
+        if (x && x->stored) {
+            /* This process saw its dispatch and its flight record stored and
+             * acked it; the ack was lost (the consumer made again before it
+             * came). Published again, past the duplicate window, it would
+             * reach the workers twice. */
+            l->c.redelivered++;
+            lg_ack(l, FQ_LEDGER_SUBMIT, &s->ack);
+            return;
+        }
         if (x && fq_sched_run(l->o.sched, x->seq)) {
             lg_resend(l, x, s);
             return;
@@ -1423,6 +1436,7 @@ bool fq_ledger_puback(fq_ledger *l, uint64_t token, enum fq_ledger_pub outcome, 
         lg_dispatching_again(l);
         lg_unhold(l, x);    /* the dispatch is stored: its body is no longer needed */
         x->resent = false;
+        x->stored = true;
         lg_settled(l, x);
         return false;
     }

@@ -814,17 +814,37 @@ static void test_rebuild_expired_and_past_the_window(void **state)
     world_free(w);
 }
 
-/* A submit delivered again after the ledger acked it (the consumer made
- * again before the ack reached the server) is published again under its
- * Nats-Msg-Id; if that publish fails, it is published again as it was,
- * and the run stays in flight: never queued again, since its submit is
- * acked already (dst_ledger seeds 654 and 1296). */
-static void test_redelivery_published_again_fails(void **state)
+/* A submit delivered again after this process acked it (the consumer made
+ * again before the ack reached the server) is acked again, not published
+ * again: past the duplicate window a second dispatch would reach the
+ * workers twice (dst_ledger seed 201). */
+static void test_redelivery_of_an_acked_run(void **state)
 {
     (void)state;
     world *w = world_new();
     fq_ledger_journal_marked(w->l, 1);
     dispatched(w, "a", 10, "r1", 50);
+    tick_time(w, 100000);
+    submit(w, "a", 10, "r1", 50);               /* the redelivery, much later */
+    assert_int_equal(count(w, FQ_LACT_DISPATCH), 0);
+    assert_true(acked(w, FQ_LEDGER_SUBMIT, 10));
+    world_free(w);
+}
+
+/* Read back after a crash, a run whose submit comes again is published
+ * again under its Nats-Msg-Id (was it stored? the journal cannot say); if
+ * that publish fails, it is published again as it was, and the run stays
+ * in flight: never queued again, nor naked (dst_ledger seeds 654, 1296). */
+static void test_redelivery_published_again_fails(void **state)
+{
+    (void)state;
+    world *w = world_new();
+    fq_ledger_journal_marked(w->l, 1);
+    submit(w, "a", 10, "r1", 50);
+    turn(w);
+    store_journal(w, find(w, FQ_LACT_JOURNAL, 0));  /* its flight record, then a crash */
+    world_crash(w);
+    recover(w);
     submit(w, "a", 10, "r1", 50);               /* the redelivery */
     const fq_ledger_act *d = find(w, FQ_LACT_DISPATCH, 0);
     assert_non_null(d);
@@ -892,6 +912,7 @@ int main(void)
         cmocka_unit_test(test_journal_retry_and_fence),
         cmocka_unit_test(test_crash_and_rebuild),
         cmocka_unit_test(test_rebuild_expired_and_past_the_window),
+        cmocka_unit_test(test_redelivery_of_an_acked_run),
         cmocka_unit_test(test_redelivery_published_again_fails),
         cmocka_unit_test(test_rebuild_run_id_reused),
     };
