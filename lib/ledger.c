@@ -168,19 +168,10 @@ struct fq_ledger {
 
 /* ---- helpers ------------------------------------------------------------- */
 
-static bool lg_grow(void **v, size_t *cap, size_t need, size_t size)
+/* Room for need elements in *arr (fq_grow). */
+static bool lg_grow(void *arr, size_t *cap, size_t need, size_t size)
 {
-    if (need <= *cap)
-        return true;
-    size_t c = *cap ? *cap * 2 : 64;
-    while (c < need)
-        c *= 2;
-    void *n = realloc(*v, c * size);
-    if (!n)
-        return false;
-    *v = n;
-    *cap = c;
-    return true;
+    return fq_grow(arr, cap, need, size) == FQ_OK;
 }
 
 /* A new action at the list's tail, zeroed but for its type; NULL when out
@@ -188,7 +179,7 @@ static bool lg_grow(void **v, size_t *cap, size_t need, size_t size)
  * a publish is retried by whoever waits for it). */
 static fq_ledger_act *lg_act_new(fq_ledger *l, enum fq_ledger_act_type type)
 {
-    if (!lg_grow((void **)&l->acts, &l->acts_cap, l->nacts + 1, sizeof *l->acts))
+    if (!lg_grow(&l->acts, &l->acts_cap, l->nacts + 1, sizeof *l->acts))
         return NULL;
     lg_act *x = &l->acts[l->nacts++];
     memset(&x->a, 0, sizeof x->a);
@@ -298,7 +289,7 @@ void fq_ledger_run_id(char *out, const fq_ledger *l, const fq_submit *sub, uint6
 
 static bool lg_chunk_keep(fq_ledger *l, void *chunk)
 {
-    if (!chunk || !lg_grow((void **)&l->chunks, &l->chunks_cap, l->nchunks + 1, sizeof(void *))) {
+    if (!chunk || !lg_grow(&l->chunks, &l->chunks_cap, l->nchunks + 1, sizeof(void *))) {
         free(chunk);
         return false;
     }
@@ -377,7 +368,7 @@ static void lg_body_drop(fq_ledger *l, lg_run *x)
     size_t size = (size_t)x->hdr_len + x->body_len;
     if (!x->body)
         ;
-    else if (lg_grow((void **)&l->graves, &l->graves_cap, l->ngraves + 1, sizeof *l->graves))
+    else if (lg_grow(&l->graves, &l->graves_cap, l->ngraves + 1, sizeof *l->graves))
         l->graves[l->ngraves++] = (lg_grave){x->body, size};
     else
         lg_free(l, x->body, size);  /* out of memory: no action points at it, but for a
@@ -517,7 +508,7 @@ static void lg_done_forget(fq_ledger *l, int64_t now_ms)
 
 static void lg_hold(fq_ledger *l, enum fq_ledger_cons cons, const fq_ledger_ackref *a)
 {
-    if (!lg_grow((void **)&l->later, &l->later_cap, l->nlater + 1, sizeof *l->later))
+    if (!lg_grow(&l->later, &l->later_cap, l->nlater + 1, sizeof *l->later))
         return;     /* out of memory: a lost ack costs a redelivery, de-duplicated */
     l->later[l->nlater++] = (lg_later){cons, *a};
 }
@@ -657,7 +648,7 @@ static bool lg_journal_run(fq_ledger *l, lg_run *x, enum fq_jrec_type type, int6
 static void lg_journal_flight(fq_ledger *l, lg_run *x, int64_t now_ms)
 {
     if (!lg_journal_run(l, x, FQ_JREC_FLIGHT, now_ms) ||
-        !lg_grow((void **)&l->cur->runs, &l->cur->cap_runs, l->cur->nruns + 1, sizeof(lg_run *)))
+        !lg_grow(&l->cur->runs, &l->cur->cap_runs, l->cur->nruns + 1, sizeof(lg_run *)))
         return;     /* out of memory: it will not be adopted after a restart */
     l->cur->runs[l->cur->nruns++] = x;
     x->pending++;
@@ -1533,7 +1524,7 @@ static void lg_mark_done(fq_ledger *l, lg_run *x, const fq_ledger_ackref *done_a
     snprintf(r.tenant, sizeof r.tenant, "%s", x->lt->id);
     memcpy(r.run_id, x->names->run_id, sizeof r.run_id);
     if (!lg_journal_add(l, &r) ||
-        !lg_grow((void **)&l->cur->dones, &l->cur->cap_dones, l->cur->ndones + 1,
+        !lg_grow(&l->cur->dones, &l->cur->cap_dones, l->cur->ndones + 1,
                  sizeof(uint64_t))) {
         lg_ack(l, FQ_LEDGER_DONE, done_ack);    /* reconciled; only its record is lost */
         return;
