@@ -74,9 +74,10 @@
  * Four outcomes are the design's known gaps, not the ledger's mistakes;
  * each is told precisely, counted and printed rather than failed:
  *
- * - a state-dependent refusal (full, duplicate, overload) whose ack a
- *   crash lost is decided again by the next leader, which may dispatch the
- *   run: refused and dispatched;
+ * - a state-dependent refusal (full, duplicate, overload) whose ack was
+ *   lost (a crash, the lease lost before the PubAck came) is decided again
+ *   by the next leader, which may dispatch the run: refused and dispatched
+ *   (70 times in the default million steps);
  * - a run whose dispatch a leader stored and whose flight record it never
  *   stored is queued again by the next leader; if it waits there past the
  *   duplicate window, it is stored a second time;
@@ -2478,8 +2479,10 @@ static void check_outcomes(dst_world *w)
         if (s->dispatched && s->refused && !s->stale_dispatch && !s->refused_state)
             dst_fail(w, "submit %" PRIu64 " (run %s) was both dispatched and refused", s->seq,
                      s->run_id);
-        if (s->dispatched && s->refused)
+        if (s->dispatched && s->refused) {
             w->n_redecided++;
+            TRACE(w, "submit %" PRIu64 " (run %s) was refused, then dispatched", s->seq, s->run_id);
+        }
         if (s->kind != K_VALID && !s->refused)
             dst_fail(w, "submit %" PRIu64 " of kind %d was not refused", s->seq, s->kind);
     }
