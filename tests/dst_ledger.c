@@ -454,6 +454,8 @@ struct dst_world {
     sj *js;
     dst_proxy px[DST_PROXIES];
     bool quiet;
+    int64_t quiet_t;            /* world ms the faults stopped */
+    uint64_t quiet_step;
     int trace;                  /* DST_TRACE: 1 the story, 2 every delivery too */
     /* store full: publishes to these streams are refused (10023) */
     int64_t full_dispatch, full_runs;   /* world ms until which they are */
@@ -2266,6 +2268,8 @@ static void reload(dst_world *w)
 static void faults_stop(dst_world *w)
 {
     w->quiet = true;
+    w->quiet_t = w->t;
+    w->quiet_step = w->step;
     w->full_dispatch = w->full_runs = 0;
     for (int i = 0; i < w->c.proxies; i++) {
         dst_proxy *p = &w->px[i];
@@ -2502,23 +2506,29 @@ static uint64_t world_run(uint64_t seed, uint64_t steps, bool trace, bool verbos
         faults_stop(w);
     /* Liveness: once faults stop, everything ends within a bounded number
      * of steps. */
+    /* Bounded in steps and in virtual time: 20 minutes, a third of the
+     * submit consumer's AckWait, so a run stuck behind a dead proxy's
+     * consumer (or a nak not sent) cannot pass by waiting out its hour. */
     uint64_t left = 0, bound = 200000, start = w->step;
+    const int64_t bound_ms = 20 * 60 * 1000;
     while (!drained(w, &left)) {
-        if (w->step - start > bound)
-            dst_fail(w, "liveness: %" PRIu64 " steps after the faults stopped, %" PRIu64
-                     " submits, completions and worker jobs are left (%" PRIu64 " submits)",
-                     w->step - start, left, sj_msgs(w->js, DST_SUBMIT));
+        if (w->step - start > bound || w->t - w->quiet_t > bound_ms)
+            dst_fail(w, "liveness: %" PRIu64 " steps and %" PRId64 " s after the faults stopped, "
+                     "%" PRIu64 " submits, completions and worker jobs are left (%" PRIu64
+                     " submits)", w->step - w->quiet_step, (w->t - w->quiet_t) / 1000, left,
+                     sj_msgs(w->js, DST_SUBMIT));
         world_step(w);
     }
     check_outcomes(w);
     uint64_t n = w->step;
     if (verbose)
-        printf("seed %" PRIu64 ": %" PRIu64 " steps (%" PRIu64 " to drain), %s, %d proxies, "
+        printf("seed %" PRIu64 ": %" PRIu64 " steps (%" PRIu64 " to drain, %" PRId64 " s after "
+               "the faults stopped), %s, %d proxies, "
                "%zu submits, %" PRIu64 " dispatched, %" PRIu64 " refusals, %" PRIu64
                " reconciled, %" PRIu64 " crashes, %" PRIu64 " server restarts, %" PRIu64
                " takeovers, %" PRIu64 " dispatches failed, %" PRIu64 " refused then dispatched, %" PRIu64
                " lost to early forgetting, %" PRIu64 " dispatched again past the window, %" PRIu64 " lost to forged completions\n",
-               seed, n, n - start, w->c.calm ? "calm" : "faults", w->c.proxies, w->nsubs,
+               seed, n, n - start, (w->t - w->quiet_t) / 1000, w->c.calm ? "calm" : "faults", w->c.proxies, w->nsubs,
                w->n_dispatch, w->n_refused, w->n_reconciled, w->n_crashes, w->n_restarts,
                w->n_takeovers, w->n_dispatch_failed, w->n_redecided, w->n_lost_forgotten,
                w->n_late_again, w->n_lost_forged);
