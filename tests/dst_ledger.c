@@ -105,6 +105,8 @@
 #define DST_PUB_TIMEOUT 2000        /* a PubAck not come by then: failed (nats.c's wait) */
 #define DST_KV_TIMEOUT 2000         /* a KV request's */
 #define DST_MAX_PUBS 64             /* publishes awaiting their PubAck before dispatch waits */
+#define DST_RECONNECT_BUF 8         /* messages nats.c buffers while disconnected, past which
+                                       a publish fails at once */
 #define DST_BATCH 16                /* a pull asks for this many */
 #define DST_SUBMIT_ACK_WAIT (3600LL * 1000)
 #define DST_DONE_ACK_WAIT 60000
@@ -355,6 +357,7 @@ typedef struct dst_proxy {
     int64_t paused_until;       /* world ms: frozen (SIGSTOP) until then */
     int64_t mono_skew, wall_skew;   /* its clocks: world ms plus these */
     int64_t stall_start, stall_end; /* its monotonic clock stood still then (a suspend) */
+    int64_t pubs_refused_until; /* world ms: nats.c refuses its publishes at once until then */
     /* the connection */
     bool connected;
     int64_t reconnect_at;       /* world ms, while not connected */
@@ -386,6 +389,7 @@ typedef struct dst_proxy {
     int64_t recovered_at;       /* server ms it read the journal back */
     int watch_state;            /* DST_WATCH's run in its scheduler: fq_run state, -1 none */
     bool dispatching;           /* in fq_ledger_dispatch and the drain after it */
+    bool unsent;                /* a dispatch could not be queued: no more this turn */
     uint32_t win_runs;          /* the window then, counted up by each dispatch */
     uint64_t win_tokens;
     uint32_t win_tenant[DST_TENANTS_MAX];
@@ -907,9 +911,15 @@ static void px_send(dst_proxy *p, dst_op *o)
 
 
 /* Publish pub (taken over) with the ledger's or the shell's token; its
- * PubAck, or its timeout, settles it. */
-static void px_publish(dst_world *w, dst_proxy *p, uint64_t token, dst_pub *pub)
+ * PubAck, or its timeout, settles it. FQ_EIO: not even queued, and pub
+ * is still the caller's. */
+static fq_status px_publish(dst_world *w, dst_proxy *p, uint64_t token, dst_pub *pub)
 {
+    if ((!p->connected && p->up.n >= DST_RECONNECT_BUF) || w->t < p->pubs_refused_until) {
+        /* nats.c's reconnect buffer is full, or it refuses publishes for a
+         * while: not even queued (pub stays the caller's). */
+        return FQ_EIO;
+    }
     DST_GROW(p->pend, p->npend, p->cap_pend);
     dst_pending *e = &p->pend[p->npend++];
     e->id = ++w->pub_ids;
@@ -919,6 +929,7 @@ static void px_publish(dst_world *w, dst_proxy *p, uint64_t token, dst_pub *pub)
     dst_op o = {.type = OP_PUB, .id = e->id, .pub = *pub};
     memset(pub, 0, sizeof *pub);
     px_send(p, &o);
+    return FQ_OK;
 }
 
 /* The producer's headers of a raw block "NATS/1.0\r\nK: V\r\n...\r\n\r\n",
@@ -995,8 +1006,10 @@ static size_t px_drain(dst_world *w, dst_proxy *p)
     sj_msg *held = NULL;        /* the body read back, until its actions are drained */
     static char block[4096];
     for (;;) {
-        const fq_ledger_act *a;
-        while ((a = fq_ledger_next(p->L))) {
+        const fq_ledger_act *next;
+        while ((next = fq_ledger_next(p->L))) {
+            fq_ledger_act act = *next;  /* the list may grow while it is performed */
+            const fq_ledger_act *a = &act;
             dst_pub pub = {0};
             carry_ctx cc = {.pub = &pub};
             switch (a->type) {
@@ -1010,7 +1023,12 @@ static size_t px_drain(dst_world *w, dst_proxy *p)
                 if (a->raw.hdr_len)
                     raw_headers(a->raw.hdr, a->raw.hdr_len, carry_one, &cc);
                 pub_body(&pub, a->raw.body, a->raw.body_len);
-                px_publish(w, p, a->token, &pub);
+                if (px_publish(w, p, a->token, &pub) != FQ_OK) {
+                    /* The ledger queues it again; no more go this turn. */
+                    pub_free(&pub);
+                    p->unsent = true;
+                    fq_ledger_unsent(p->L, a, FQ_EIO, px_mono(w, p), px_unix(w, p));
+                }
                 break;
             case FQ_LACT_REFUSE: {
                 char subj[128], err[600];
@@ -1027,7 +1045,10 @@ static size_t px_drain(dst_world *w, dst_proxy *p)
                 if (a->raw.hdr_len)
                     raw_headers(a->raw.hdr, a->raw.hdr_len, carry_one, &cc);
                 pub_body(&pub, a->raw.body, a->raw.body_len);
-                px_publish(w, p, a->token, &pub);
+                if (px_publish(w, p, a->token, &pub) != FQ_OK) {   /* left for its redelivery */
+                    pub_free(&pub);
+                    fq_ledger_unsent(p->L, a, FQ_EIO, px_mono(w, p), px_unix(w, p));
+                }
                 break;
             }
             case FQ_LACT_JOURNAL: {
@@ -1045,7 +1066,10 @@ static size_t px_drain(dst_world *w, dst_proxy *p)
                 pub_hdr(&pub, "Nats-Msg-Id", p->jmsgid);
                 pub_hdr(&pub, "Nats-Expected-Last-Sequence", exp);
                 pub_body(&pub, a->text, a->len);
-                px_publish(w, p, a->token, &pub);
+                if (px_publish(w, p, a->token, &pub) != FQ_OK) {   /* sent again later */
+                    pub_free(&pub);
+                    fq_ledger_unsent(p->L, a, FQ_EIO, px_mono(w, p), px_unix(w, p));
+                }
                 break;
             }
             case FQ_LACT_ACK:
@@ -1394,10 +1418,10 @@ static void px_retry_due(dst_world *w, dst_proxy *p)
     size_t k = 0;
     for (size_t i = 0; i < p->nretry; i++) {
         dst_retry *r = &p->retry[i];
-        if (r->at <= now) {
-            px_publish(w, p, r->token, &r->pub);
+        if (r->at <= now && px_publish(w, p, r->token, &r->pub) == FQ_OK)
             continue;
-        }
+        if (r->at <= now)
+            r->at = now + FQ_LEDGER_RETRY_MS;   /* not queued: tried again later */
         p->retry[k++] = *r;
     }
     p->nretry = k;
@@ -1901,8 +1925,8 @@ static void px_turn(dst_world *w, dst_proxy *p)
             dst_pub pub = {.subject = dst_strdup("fairq.runs")};
             static const char mark[] = "{\"v\":1,\"entries\":[]}";
             pub_body(&pub, mark, sizeof mark - 1);
-            px_publish(w, p, TK_MARK, &pub);
-            p->mark_sent = true;
+            p->mark_sent = px_publish(w, p, TK_MARK, &pub) == FQ_OK;
+            pub_free(&pub);     /* not queued: sent again at a later turn */
         }
         return;
     case PH_RECOVERING:
@@ -1926,9 +1950,10 @@ static void px_turn(dst_world *w, dst_proxy *p)
             size_t budget = p->npend < DST_MAX_PUBS ? DST_MAX_PUBS - p->npend : 0;
             dispatch_begin(p);
             fq_ledger_dispatch(p->L, budget, px_mono(w, p), px_unix(w, p));
+            p->unsent = false;
             size_t reads = px_drain(w, p);
             p->dispatching = false;
-            if (!reads)
+            if (!reads || p->unsent)
                 break;
         }
     }
@@ -2168,7 +2193,10 @@ static void fault(dst_world *w)
 {
     dst_rng *r = &w->rng;
     dst_proxy *p = any_proxy(w);
-    switch (dst_rng_below(r, 13)) {
+    switch (dst_rng_below(r, 14)) {
+    case 13:
+        p->pubs_refused_until = w->t + (int64_t)dst_rng_in(r, 100, 3000);
+        break;
     case 12:
         reload(w);
         break;
@@ -2275,6 +2303,7 @@ static void faults_stop(dst_world *w)
         dst_proxy *p = &w->px[i];
         p->partitioned_until = 0;
         p->paused_until = 0;
+        p->pubs_refused_until = 0;
         if (p->stall_end && w->t < p->stall_end)
             p->stall_end = w->t;
     }
