@@ -80,7 +80,9 @@
  *   (70 times in the default million steps);
  * - a run whose dispatch a leader stored and whose flight record it never
  *   stored is queued again by the next leader; if it waits there past the
- *   duplicate window, it is stored a second time;
+ *   duplicate window, it is stored a second time; so is a completed run
+ *   whose submit's ack was lost and came back after its completed id was
+ *   forgotten;
  * - a run whose expired record the ledger forgot early (past max_expired)
  *   is as unknown as a new one: a submit reusing its run id is admitted,
  *   its dispatch taken for the other's by Nats-Msg-Id (acked, never
@@ -658,6 +660,24 @@ static bool holds_lease(dst_world *w, const dst_proxy *p)
            strcmp(v, p->lease_id) == 0;
 }
 
+/* Whether s's run completed and its done record is older than the ledger
+ * remembers completed ids (keep_done_ms, with a second for the clocks). */
+static bool done_forgotten(dst_world *w, const dst_sub *s)
+{
+    char t[16];
+    if (s->tenant < 0 || !w->done_by_seq[s->seq])
+        return false;
+    snprintf(t, sizeof t, "t%d", s->tenant);
+    char rid[64];
+    if (s->run_id[0])
+        snprintf(rid, sizeof rid, "%s", s->run_id);
+    else
+        snprintf(rid, sizeof rid, "fq-%lld-%" PRIu64, (long long)(DST_CREATED_MS / 1000), s->seq);
+    const dst_key *k = key_get(w, t, rid);
+    return k->done_stored && k->done_seq == s->seq &&
+           srv_now(w) - k->done_stored >= (int64_t)w->c.keep_ms - 1000;
+}
+
 /* What the server stored, as it stores it. */
 static void oracle_stored(dst_world *w, const dst_proxy *p, const sj_puback *a)
 {
@@ -684,6 +704,13 @@ static void oracle_stored(dst_world *w, const dst_proxy *p, const sj_puback *a)
                      * record was; the next one queued the run again, and it
                      * waited there past the duplicate window. A gap of the
                      * design (docs/protocol.md section 8), counted. */
+                    w->n_late_again++;
+                } else if (s->dispatched > 1 && done_forgotten(w, s) &&
+                           srv_now(w) - s->first_dispatch >= (int64_t)w->c.dup_window_ms) {
+                    /* It completed, its submit's ack was lost (the consumer made
+                     * again), and the submit came back after its done record was
+                     * forgotten (keep_done_ms after the completion): a new run,
+                     * past the window. The same gap, counted with it. */
                     w->n_late_again++;
                 } else if (s->dispatched > 1 && w->forgot_early &&
                            srv_now(w) - s->first_dispatch >= (int64_t)w->c.dup_window_ms) {
