@@ -17,8 +17,10 @@
  *    one's Nats-Expected-Last-Sequence is this one's PubAck. What a batch
  *    settles (dispatched runs' submits, completions' acks) waits for it.
  *  - Nothing allocates per run once the pools, the tables and the action
- *    list have grown to the working set; bodies come from the caller's
- *    allocator (size-class pools).
+ *    list have grown to the working set; a kept submit is one block of the
+ *    caller's allocator (size-class pools): its run id and workflow, its
+ *    producer's header lines and its body. Names of their own (the names
+ *    pool) only from dispatch on, when the block goes.
  *  - No I/O and no clock: time comes in with each input.
  */
 #include "ledger.h"
@@ -55,9 +57,13 @@ typedef struct lg_run {
     fq_u64map_node seq_node;    /* by sequence, while its submit is unacked */
     fq_u64map_node key_node;    /* by run key, from admission to completion */
     fq_ledger_tenant *lt;
-    lg_names *names;            /* from dispatch on; from admission if its body is kept */
-    unsigned char *body;        /* header block then body, one block; NULL: index only */
+    lg_names *names;            /* from dispatch on (while queued, a kept body's block
+                                   holds them) */
+    unsigned char *body;        /* one block: run id, workflow, header lines, body;
+                                   NULL: index only */
     uint32_t hdr_len, body_len;
+    uint8_t id_len, wf_len;     /* bytes of the run id and the workflow in the block */
+    uint32_t declared;          /* the producer's est_tokens, 0 if none: kept with the block */
     fq_ledger_ackref ack;       /* its submit's last delivery */
     int64_t submitted_ms;       /* JetStream's timestamp of the submit */
     uint32_t size;              /* bytes of its dispatch: what a kept body counts */
@@ -361,11 +367,24 @@ static void lg_free(fq_ledger *l, void *p, size_t n)
         free(p);
 }
 
+/* Bytes of x's block. */
+static size_t lg_block_size(const lg_run *x)
+{
+    return (size_t)x->id_len + x->wf_len + x->hdr_len + x->body_len;
+}
+
+/* x's kept bytes as a dispatch carries them. */
+static fq_ledger_bytes lg_block_bytes(const lg_run *x)
+{
+    const unsigned char *h = x->body + x->id_len + x->wf_len;
+    return (fq_ledger_bytes){h, x->hdr_len, h + x->hdr_len, x->body_len};
+}
+
 /* Give back x's body block, if it has one, once the actions that may
  * point at it are drained. */
 static void lg_body_drop(fq_ledger *l, lg_run *x)
 {
-    size_t size = (size_t)x->hdr_len + x->body_len;
+    size_t size = lg_block_size(x);
     if (!x->body)
         ;
     else if (lg_grow(&l->graves, &l->graves_cap, l->ngraves + 1, sizeof *l->graves))
@@ -376,6 +395,7 @@ static void lg_body_drop(fq_ledger *l, lg_run *x)
                                        goes wrong, never its dispatch) */
     x->body = NULL;
     x->hdr_len = x->body_len = 0;
+    x->id_len = x->wf_len = 0;
 }
 
 /* Free x once no index and no pending publish refers to it. */
@@ -409,14 +429,24 @@ static lg_run *lg_find_seq(const fq_ledger *l, uint64_t seq)
     return n ? FQ_U64MAP_ENTRY(n, lg_run, seq_node) : NULL;
 }
 
-/* The run of key (tenant, run_id), hash h: queued or dispatched. A queued
- * run whose body is not in memory has no names: it is matched by tenant
- * and hash. */
+/* Whether x goes by run_id: its names, else its kept block's; a queued
+ * run whose body is not in memory has neither, and is matched by tenant
+ * and hash alone. */
+static bool lg_is_run_id(const lg_run *x, const char *run_id)
+{
+    if (x->names)
+        return strcmp(x->names->run_id, run_id) == 0;
+    if (!x->body)
+        return true;
+    return strlen(run_id) == x->id_len && memcmp(x->body, run_id, x->id_len) == 0;
+}
+
+/* The run of key (tenant, run_id), hash h: queued or dispatched. */
 static lg_run *lg_find_key(const fq_ledger *l, const char *tenant, const char *run_id, uint64_t h)
 {
     for (fq_u64map_node *n = fq_u64map_find(l->by_key, h); n; n = fq_u64map_find_next(l->by_key, n)) {
         lg_run *x = FQ_U64MAP_ENTRY(n, lg_run, key_node);
-        if (strcmp(x->lt->id, tenant) == 0 && (!x->names || strcmp(x->names->run_id, run_id) == 0))
+        if (strcmp(x->lt->id, tenant) == 0 && lg_is_run_id(x, run_id))
             return x;
     }
     return NULL;
@@ -1106,29 +1136,28 @@ void fq_ledger_submit_in(fq_ledger *l, const fq_ledger_submit *s, uint64_t now, 
     /* By key from now on: a second run with its id is refused at once, and
      * a completion for it (a worker's bug) is told from an unheld one. */
     lg_key_add(l, x);
-    size_t bytes = s->raw.hdr_len + s->raw.body_len;
-    bool keep = l->buffered_bytes + x->size <= l->o.max_buffered_bytes && bytes <= UINT32_MAX;
-    if (keep)
-        keep = (x->names = lg_names_alloc(l)) != NULL;
-    if (keep && bytes)
-        keep = (x->body = lg_alloc(l, bytes)) != NULL;
-    if (keep) {
+    /* Kept in one block with what dispatch needs of its parse: its run
+     * id and workflow (the few fields beside it are in x). */
+    size_t id_len = strlen(run_id), wf_len = strnlen(s->sub->workflow, FQ_WORKFLOW_MAX);
+    size_t bytes = id_len + wf_len + s->raw.hdr_len + s->raw.body_len;
+    if (l->buffered_bytes + x->size <= l->o.max_buffered_bytes &&
+        s->raw.hdr_len <= UINT32_MAX && s->raw.body_len <= UINT32_MAX &&
+        (x->body = lg_alloc(l, bytes))) {
+        unsigned char *b = x->body;
+        memcpy(b, run_id, id_len);
+        memcpy(b + id_len, s->sub->workflow, wf_len);
         if (s->raw.hdr_len)
-            memcpy(x->body, s->raw.hdr, s->raw.hdr_len);
+            memcpy(b + id_len + wf_len, s->raw.hdr, s->raw.hdr_len);
         if (s->raw.body_len)
-            memcpy(x->body + s->raw.hdr_len, s->raw.body, s->raw.body_len);
+            memcpy(b + id_len + wf_len + s->raw.hdr_len, s->raw.body, s->raw.body_len);
+        x->id_len = (uint8_t)id_len;
+        x->wf_len = (uint8_t)wf_len;
         x->hdr_len = (uint32_t)s->raw.hdr_len;
         x->body_len = (uint32_t)s->raw.body_len;
+        x->declared = s->sub->est_tokens;
         x->retained = true;
         l->buffered_bytes += x->size;
-        /* Parsed once: dispatch need not read the body again. */
-        lg_names_set(l, x->names, s->sub, seq);
     } else {
-        if (x->names) {
-            x->names->next = l->names_free;
-            l->names_free = x->names;
-            x->names = NULL;
-        }
         x->indexed = true;
         l->index_only++;
     }
@@ -1236,7 +1265,21 @@ static bool lg_dispatch_one(fq_ledger *l, lg_run *x)
         a->tenant = x->lt->id;
         return false;
     }
-    fq_ledger_bytes raw = {x->body, x->hdr_len, x->body + x->hdr_len, x->body_len};
+    /* Parsed once, at admission: its names come from its block. */
+    if (!x->names) {
+        lg_names *nm = lg_names_alloc(l);
+        if (!nm) {
+            lg_requeue(l, x, 0);
+            return false;
+        }
+        memcpy(nm->run_id, x->body, x->id_len);
+        nm->run_id[x->id_len] = '\0';
+        memcpy(nm->workflow, x->body + x->id_len, x->wf_len);
+        nm->workflow[x->wf_len] = '\0';
+        nm->declared = x->declared;
+        x->names = nm;
+    }
+    fq_ledger_bytes raw = lg_block_bytes(x);
     lg_dispatch_send(l, x, &raw);
     return true;
 }
@@ -1958,7 +2001,7 @@ void fq_ledger_destroy(fq_ledger *l)
     if (l->by_seq) {
         for (fq_u64map_node *n = fq_u64map_first(l->by_seq); n; n = fq_u64map_next(l->by_seq, n)) {
             lg_run *x = FQ_U64MAP_ENTRY(n, lg_run, seq_node);
-            lg_free(l, x->body, (size_t)x->hdr_len + x->body_len);
+            lg_free(l, x->body, lg_block_size(x));
         }
     }
     lg_graves_free(l);
