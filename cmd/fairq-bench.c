@@ -14,6 +14,7 @@
 #include "cardrr.h"
 #include "drr.h"
 #include "msg.h"
+#include "policy.h"
 #include "../tests/fuzz/submit_ref.h"
 
 #define QUANTUM 1000
@@ -21,7 +22,7 @@
 
 /* Policy features turned on for every tenant (--features), so that each
  * knob's cost per dispatch is measured against the core without it. */
-enum { FEAT_BURST = 1, FEAT_RATE = 2 };
+enum { FEAT_BURST = 1, FEAT_RATE = 2, FEAT_PRICED = 4 };
 static unsigned features;
 
 static uint64_t rng = 1;
@@ -93,10 +94,15 @@ static result run_drr(uint32_t n, double ratio, uint64_t ops)
     fq_sched_stats a, b;
     fq_sched_stats_get(s, &a);
     double t0 = now_ns();
+    fq_prices prices = {1, 1, 1};   /* the cost is the estimate: the arithmetic alone */
     for (uint64_t i = 0; i < ops; i++) {
         fq_run *r = fq_sched_dispatch(s, 0);
         fq_tenant *owner = r->tenant;
-        fq_sched_complete(NULL, s, r->id, r->est);
+        if (features & FEAT_PRICED)     /* what the ledger does per completion */
+            fq_sched_complete_priced(NULL, s, r->id, r->est,
+                                     fq_price_cost(&prices, r->est - r->est / 5, r->est / 5, 0));
+        else
+            fq_sched_complete(NULL, s, r->id, r->est);
         fq_sched_enqueue(NULL, s, owner, id++, cost(ratio), NULL, 0);
     }
     double t1 = now_ns();
@@ -308,7 +314,8 @@ static void usage(void)
          "  runs N tenants only.\n"
          "  --features burst gives every tenant a burstable cap (max_in_flight 2,\n"
          "  burst_in_flight 8), rate a token rate (charged at every dispatch and\n"
-         "  completion, never binding), to measure each feature's cost per dispatch.\n"
+         "  completion, never binding), priced completions priced by token kind, to\n"
+         "  measure each feature's cost per dispatch.\n"
          "  --msg instead times the proxy's parse of a submit body and a completion\n"
          "  (--ops parses per run), with cJSON's memory from malloc and from the arena.");
 }
@@ -335,8 +342,10 @@ int main(int argc, char **argv)
                     features |= FEAT_BURST;
                 else if (strcmp(w, "rate") == 0)
                     features |= FEAT_RATE;
+                else if (strcmp(w, "priced") == 0)
+                    features |= FEAT_PRICED;
                 else {
-                    fprintf(stderr, "fairq-bench: --features: unknown '%s' (burst, rate)\n",
+                    fprintf(stderr, "fairq-bench: --features: unknown '%s' (burst, rate, priced)\n",
                             w);
                     return 2;
                 }

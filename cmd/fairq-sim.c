@@ -16,7 +16,7 @@ static void usage(FILE *f)
         "runs, tokens served against the weighted fair share, waits and rejections.\n"
         "  -p, --policy LIST     all (default), or a comma list of: fifo, rr, cap, drr,\n"
         "                        drr-no-reconcile, drr-no-correction, drr-no-idle-reset,\n"
-        "                        drr-cap, drr-burst, drr-rate\n"
+        "                        drr-cap, drr-burst, drr-rate, drr-priced\n"
         "  -f, --format FMT      table (default), csv or json\n"
         "  -s, --seed N          generate the runs from seed N instead of the scenario's\n"
         "  -t, --trace FILE      replay a trace CSV with the scenario's capacity and plans\n"

@@ -194,6 +194,7 @@ static void ad_stats_tenant(fq_json *w, const fq_admin_tenant *t, uint64_t now)
     AD_KV(w, "dispatched_runs", ti->dispatched);
     AD_KV(w, "dispatched_tokens", ti->charged_tokens);
     AD_KV(w, "actual_tokens", ti->actual_tokens);
+    AD_KV(w, "priced_tokens", ti->priced_tokens);
     AD_KV(w, "completed_runs", t->completed);
     AD_KV(w, "expired_runs", ti->expired);
     if (ti->rate_until)     /* with a token rate: how long until it may send */
@@ -475,6 +476,11 @@ static void ad_tenant_reply(const ad_req *q, const char *tenant)
         AD_KV(&w, "burst_in_flight", pr.p.burst_in_flight);
     if (pr.p.tokens_per_minute)
         AD_KV(&w, "tokens_per_minute", pr.p.tokens_per_minute);
+    if (pr.prices.input != 1 || pr.prices.output != 1 || pr.prices.cached != 1) {
+        AD_KV(&w, "price_input", pr.prices.input);
+        AD_KV(&w, "price_output", pr.prices.output);
+        AD_KV(&w, "price_cached", pr.prices.cached);
+    }
     fq_json_key(&w, "source");
     fq_json_string(&w, fq_policy_source_name(pr.source));
     fq_json_key(&w, "override");

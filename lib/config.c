@@ -44,11 +44,13 @@
 /* The entries of the lists: NULL is an absent key. */
 typedef struct raw_plan {
     char *name, *weight, *max_in_flight, *max_pending, *burst_in_flight, *tokens_per_minute;
+    char *price_input, *price_output, *price_cached;
 } raw_plan;
 
 typedef struct raw_tenant {
     char *id, *plan, *weight, *max_in_flight, *max_pending, *burst_in_flight,
         *tokens_per_minute;
+    char *price_input, *price_output, *price_cached;
 } raw_tenant;
 
 typedef struct raw_workflow {
@@ -79,6 +81,9 @@ static const cyaml_schema_field_t plan_fields[] = {
     CFG_STR("max_pending", raw_plan, max_pending),
     CFG_STR("burst_in_flight", raw_plan, burst_in_flight),
     CFG_STR("tokens_per_minute", raw_plan, tokens_per_minute),
+    CFG_STR("price_input", raw_plan, price_input),
+    CFG_STR("price_output", raw_plan, price_output),
+    CFG_STR("price_cached", raw_plan, price_cached),
     CYAML_FIELD_END
 };
 static const cyaml_schema_value_t plan_entry = {
@@ -93,6 +98,9 @@ static const cyaml_schema_field_t tenant_fields[] = {
     CFG_STR("max_pending", raw_tenant, max_pending),
     CFG_STR("burst_in_flight", raw_tenant, burst_in_flight),
     CFG_STR("tokens_per_minute", raw_tenant, tokens_per_minute),
+    CFG_STR("price_input", raw_tenant, price_input),
+    CFG_STR("price_output", raw_tenant, price_output),
+    CFG_STR("price_cached", raw_tenant, price_cached),
     CYAML_FIELD_END
 };
 static const cyaml_schema_value_t tenant_entry = {
@@ -307,6 +315,16 @@ static fq_status cfg_caps(const cfg_ctx *v, const char *prefix, const char *weig
     return s;
 }
 
+/* The prices of token kinds at prefix, for a plan and a tenant entry alike. */
+static fq_status cfg_prices(const cfg_ctx *v, const char *prefix, const char *input,
+                            const char *output, const char *cached, fq_prices *p)
+{
+    fq_status s = cfg_u32(v, prefix, "price_input", input, 1, FQ_POLICY_MAX_PRICE, &p->input);
+    CFG_IFOK(s, cfg_u32(v, prefix, "price_output", output, 1, FQ_POLICY_MAX_PRICE, &p->output));
+    CFG_IFOK(s, cfg_u32(v, prefix, "price_cached", cached, 1, FQ_POLICY_MAX_PRICE, &p->cached));
+    return s;
+}
+
 /* Report the first name given twice among n entries of a sequence, each
  * entry `stride` bytes with its name a char * at `off`. */
 typedef struct cfg_named {
@@ -368,6 +386,8 @@ static fq_status cfg_plans(fq_config *c, const raw_config *r, const cfg_ctx *v)
                              rp->burst_in_flight, rp->tokens_per_minute, &p->weight,
                              &p->max_in_flight, &p->max_pending, &p->burst_in_flight,
                              &p->tokens_per_minute));
+        CFG_IFOK(s, cfg_prices(v, at, rp->price_input, rp->price_output, rp->price_cached,
+                               &p->prices));
         if (s == FQ_OK && p->burst_in_flight && p->burst_in_flight <= p->max_in_flight)
             s = cfg_fail(v, at, "burst_in_flight", "must be above max_in_flight (%u), or left "
                          "out", (unsigned)p->max_in_flight);
@@ -414,6 +434,8 @@ static fq_status cfg_tenants(fq_config *c, const raw_config *r, const cfg_ctx *v
                              rt->burst_in_flight, rt->tokens_per_minute, &t->weight,
                              &t->max_in_flight, &t->max_pending, &t->burst_in_flight,
                              &t->tokens_per_minute));
+        CFG_IFOK(s, cfg_prices(v, at, rt->price_input, rt->price_output, rt->price_cached,
+                               &t->prices));
     }
     CFG_IFOK(s, cfg_unique(v, "tenants", "id", r->tenants, r->tenants_count,
                            sizeof(raw_tenant), offsetof(raw_tenant, id)));

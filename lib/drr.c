@@ -93,6 +93,7 @@ struct fq_tenant {
     uint64_t dispatched;        /* counters for stats */
     uint64_t charged;
     uint64_t actual;
+    uint64_t priced;
     uint64_t expired;
     uint64_t park_until;        /* not served before this time (the caller's unit) */
     int64_t rate_at;            /* token rate (GCRA): the time from which it may
@@ -816,6 +817,7 @@ void fq_tenant_info_get(const fq_tenant *t, fq_tenant_info *out)
         .dispatched = t->dispatched,
         .charged_tokens = t->charged,
         .actual_tokens = t->actual,
+        .priced_tokens = t->priced,
         .expired = t->expired,
     };
     out->rate_until = rate_until(t);
@@ -1027,8 +1029,15 @@ static int64_t delta_of(uint32_t est, uint64_t actual)
 
 void fq_tenant_reconcile(fq_sched *s, fq_tenant *t, uint32_t est, uint64_t actual)
 {
-    int64_t delta = delta_of(charge_of(s, est), actual);
+    fq_tenant_reconcile_priced(s, t, est, actual, actual);
+}
+
+void fq_tenant_reconcile_priced(fq_sched *s, fq_tenant *t, uint32_t est, uint64_t actual,
+                                uint64_t cost)
+{
+    int64_t delta = delta_of(charge_of(s, est), cost);
     t->actual += actual;
+    t->priced += cost;
     reconcile(s, t, delta);
     rate_correct(s, t, delta);
 }
@@ -1042,6 +1051,12 @@ static void slot_freed(fq_sched *s, fq_tenant *t)
 
 fq_status fq_sched_complete(fq_done *out, fq_sched *s, uint64_t id, uint64_t actual)
 {
+    return fq_sched_complete_priced(out, s, id, actual, actual);
+}
+
+fq_status fq_sched_complete_priced(fq_done *out, fq_sched *s, uint64_t id, uint64_t actual,
+                                   uint64_t cost)
+{
     fq_run *r = fq_window_find(&s->win, id);
     if (!r)
         return FQ_ENOTFOUND;
@@ -1052,7 +1067,8 @@ fq_status fq_sched_complete(fq_done *out, fq_sched *s, uint64_t id, uint64_t act
                          .expired = !held_slot};
     fq_window_remove(&s->win, r);
     t->actual += actual;
-    int64_t delta = delta_of(r->est, actual);
+    t->priced += cost;
+    int64_t delta = delta_of(r->est, cost);
     reconcile(s, t, delta);
     rate_correct(s, t, delta);
     if (held_slot)

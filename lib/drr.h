@@ -73,6 +73,8 @@ typedef struct fq_tenant_info {
     uint64_t dispatched;        /* runs, total */
     uint64_t charged_tokens;    /* estimates charged, total */
     uint64_t actual_tokens;     /* actual tokens reported, total */
+    uint64_t priced_tokens;     /* their priced cost, reconciled, total (the
+                                   actual tokens where nothing is priced) */
     uint64_t expired;           /* leases that expired */
     uint64_t rate_until;        /* with a token rate: the time (dispatch's
                                    unit) before which it may not send; 0 if none */
@@ -148,10 +150,16 @@ fq_run *fq_sched_dispatch(fq_sched *s, uint64_t now);
  * (actual capped at FQ_ACTUAL_MAX_FACTOR x est) and free the slot. FQ_ENOTFOUND if the run is not held (never dispatched,
  * completed already, or forgotten): nothing changes. */
 fq_status fq_sched_complete(fq_done *out, fq_sched *s, uint64_t id, uint64_t actual);
+/* The same for a run whose completion priced its token kinds: actual is
+ * counted as reported, cost (in the estimates' unit) is reconciled. */
+fq_status fq_sched_complete_priced(fq_done *out, fq_sched *s, uint64_t id, uint64_t actual,
+                                   uint64_t cost);
 
 /* Reconcile a run the scheduler does not hold (dispatched before a restart)
  * from the estimate that was charged for it. The caller ensures once. */
 void fq_tenant_reconcile(fq_sched *s, fq_tenant *t, uint32_t est, uint64_t actual);
+void fq_tenant_reconcile_priced(fq_sched *s, fq_tenant *t, uint32_t est, uint64_t actual,
+                                uint64_t cost);
 
 /* Set the deficit of a tenant that holds nothing (idle, no run queued, in
  * flight or expired awaiting its completion) to debt: its debt read back

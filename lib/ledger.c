@@ -949,6 +949,8 @@ static bool lg_seen(const fq_ledger *l, const char *tenant, const char *run_id, 
 
 static bool lg_overloaded(const fq_ledger *l, const fq_ledger_tenant *lt, uint32_t est)
 {
+    if (l->o.max_wait_ms && fq_sched_rate_wait(l->o.sched, lt->t, est, l->now) > l->o.max_wait_ms)
+        return true;    /* its token rate alone holds it longer */
     if (!l->o.max_wait_ms || l->rate_tokens <= 0.0)
         return false;
     double ahead = (double)fq_sched_tokens_ahead(l->o.sched, lt->t, est);
@@ -1653,8 +1655,12 @@ void fq_ledger_done_in(fq_ledger *l, const fq_ledger_done *d, uint64_t now, int6
         return;
     }
     bool late = x->state != LG_FLIGHT;
-    if (fq_sched_complete(NULL, l->o.sched, x->seq, d->c->actual_tokens) != FQ_OK)
-        fq_tenant_reconcile(l->o.sched, x->lt->t, x->est, d->c->actual_tokens);
+    /* Kinds reported price the run; actual_tokens alone is its cost. */
+    uint64_t cost = d->c->kinds ? fq_price_cost(&x->lt->prices, d->c->input_tokens,
+                                                d->c->output_tokens, d->c->cached_tokens)
+                                : d->c->actual_tokens;
+    if (fq_sched_complete_priced(NULL, l->o.sched, x->seq, d->c->actual_tokens, cost) != FQ_OK)
+        fq_tenant_reconcile_priced(l->o.sched, x->lt->t, x->est, d->c->actual_tokens, cost);
     if (late)
         l->c.completions_unheld++;
     else
@@ -1662,7 +1668,7 @@ void fq_ledger_done_in(fq_ledger *l, const fq_ledger_done *d, uint64_t now, int6
     lg_debt_touch(l, x->lt);
     if (d->c->status == FQ_DONE_OK)
         fq_est_observe(l->o.est, x->lt->id, x->names->workflow, x->names->declared, x->est,
-                       d->c->actual_tokens);
+                       cost);
     fq_ledger_act *a = lg_act_new(l, FQ_LACT_RECONCILED);
     if (a) {
         a->lt = x->lt;

@@ -11,6 +11,7 @@
 #include "fq.h"
 #include "journal.h"
 #include "msg.h"
+#include "policy.h"
 
 /*
  * The ledger holds every run fairq has taken from FAIR_SUBMIT and not yet
@@ -123,6 +124,9 @@ typedef struct fq_ledger_tenant {
     bool debt_listed;           /* on the debtors' list */
     struct fq_ledger_tenant *dirty_next;            /* tenants reconciled this turn */
     struct fq_ledger_tenant *debt_prev, *debt_next; /* debtors, by debt_due */
+    fq_prices prices;           /* of its token kinds (the caller's, from its
+                                   policy): a completion that reports kinds
+                                   is reconciled at its priced cost */
 } fq_ledger_tenant;
 
 void fq_ledger_tenant_init(fq_ledger_tenant *lt, fq_tenant *t, const char *id);

@@ -101,6 +101,10 @@ static const fq_family fq_tenant_families[] = {
     {"fairq_tenant_actual_tokens_total", "counter",
      "Actual tokens reported by the tenant's completions.",
      OFF(actual_tokens), K_U64, FOLD_SUM},
+    {"fairq_tenant_priced_tokens_total", "counter",
+     "Priced cost of the tenant's completions as reconciled: token kinds at their prices, in "
+     "input tokens' worth; the actual tokens where a completion reports no kinds.",
+     OFF(priced_tokens), K_U64, FOLD_SUM},
     {"fairq_tenant_estimate_error_ratio", "gauge",
      "Actual over estimated tokens of the tenant's recent completions; 1 is exact. Not folded.",
      OFF(estimate_error), K_F64, FOLD_NONE},
@@ -186,6 +190,7 @@ void fq_metrics_tenant_set_info(fq_metrics_tenant *m, const fq_tenant_info *ti,
     m->dispatched_runs = ti->dispatched;
     m->charged_tokens = ti->charged_tokens;
     m->actual_tokens = ti->actual_tokens;
+    m->priced_tokens = ti->priced_tokens;
 }
 
 /* ---- folding ---- */

@@ -57,6 +57,7 @@ typedef struct fq_metrics_tenant {
     uint64_t dispatched_runs;       /* counters from here on */
     uint64_t charged_tokens;        /* estimates charged at dispatch */
     uint64_t actual_tokens;         /* reported by completions */
+    uint64_t priced_tokens;         /* their priced cost, reconciled */
     uint64_t rejected[FQ__COUNT];   /* refused runs by reason (fq_status) */
     double estimate_error;          /* actual / charged; NaN: not known */
     fq_hist submit_to_dispatch;

@@ -829,13 +829,14 @@ static fq_status fq_completion_fields(fq_completion *out, const cJSON *root,
                                       uint32_t max_est, char *err, size_t errlen)
 {
     static const char *const names[] = {"run_id", "actual_tokens", "status",
-                                        "est_tokens", "workflow"};
-    const cJSON *it[5];
-    uint64_t v = 0;
+                                        "est_tokens", "workflow", "input_tokens",
+                                        "output_tokens", "cached_tokens"};
+    const cJSON *it[8];
+    uint64_t v = 0, *kind[] = {&out->input_tokens, &out->output_tokens, &out->cached_tokens};
     fq_status st;
     size_t k;
 
-    if ((st = fq_msg_members(it, names, 5, root, err, errlen)) != FQ_OK)
+    if ((st = fq_msg_members(it, names, 8, root, err, errlen)) != FQ_OK)
         return st;
     for (k = 0; k < 3; k++)
         if (!it[k])
@@ -860,6 +861,16 @@ static fq_status fq_completion_fields(fq_completion *out, const cJSON *root,
     if (it[4] && (st = fq_msg_name_item(out->workflow, FQ_WORKFLOW_MAX, it[4],
                                         "workflow", err, errlen)) != FQ_OK)
         return st;
+    for (k = 0; k < 3; k++) {
+        if (it[5 + k] && (st = fq_msg_uint_item(kind[k], it[5 + k], 0,
+                                                FQ_MAX_ACTUAL_TOKENS(max_est), names[5 + k],
+                                                err, errlen)) != FQ_OK)
+            return st;
+        out->kinds |= it[5 + k] != NULL;
+    }
+    if (out->cached_tokens > out->input_tokens)
+        return fq_msg_fail(err, errlen, "cached_tokens: more than input_tokens, which "
+                           "counts the cached ones too");
     return FQ_OK;
 }
 
@@ -911,6 +922,14 @@ size_t fq_completion_format(char *buf, size_t cap, const fq_completion *c)
         fq_json_key(&w, "workflow");
         fq_json_stringn(&w, c->workflow, strnlen(c->workflow, sizeof c->workflow));
     }
+    if (c->kinds) {
+        fq_json_key(&w, "input_tokens");
+        fq_json_int(&w, (int64_t)c->input_tokens);
+        fq_json_key(&w, "output_tokens");
+        fq_json_int(&w, (int64_t)c->output_tokens);
+        fq_json_key(&w, "cached_tokens");
+        fq_json_int(&w, (int64_t)c->cached_tokens);
+    }
     fq_json_end_object(&w);
     return fq_json_finish(&w, &len) == FQ_OK ? len : 0;
 }
@@ -919,17 +938,20 @@ size_t fq_completion_format(char *buf, size_t cap, const fq_completion *c)
  * bits; tenant comes last. */
 static const char *const fq_ovr_names[] = {"plan", "weight", "max_in_flight",
                                            "max_pending", "burst_in_flight",
-                                           "tokens_per_minute", "tenant"};
+                                           "tokens_per_minute", "price_input",
+                                           "price_output", "price_cached", "tenant"};
 #define FQ_OVR_NAMES (sizeof fq_ovr_names / sizeof fq_ovr_names[0])
 
 /* One field of those a patch may change: null removes it, a value sets it. */
 static fq_status fq_override_field(fq_override_patch *out, size_t k, const cJSON *item,
                                    uint32_t max_weight, char *err, size_t errlen)
 {
-    static const uint64_t lo[] = {0, 1, 1, 1, 1, 1};
-    uint64_t hi[] = {0, max_weight, UINT32_MAX, UINT32_MAX, UINT32_MAX, UINT32_MAX}, v = 0;
+    static const uint64_t lo[] = {0, 1, 1, 1, 1, 1, 1, 1, 1};
+    uint64_t hi[] = {0, max_weight, UINT32_MAX, UINT32_MAX, UINT32_MAX, UINT32_MAX,
+                     FQ_PRICE_MAX, FQ_PRICE_MAX, FQ_PRICE_MAX}, v = 0;
     uint32_t *dst[] = {NULL, &out->weight, &out->max_in_flight, &out->max_pending,
-                       &out->burst_in_flight, &out->tokens_per_minute};
+                       &out->burst_in_flight, &out->tokens_per_minute, &out->price_input,
+                       &out->price_output, &out->price_cached};
     fq_status st;
 
     if (cJSON_IsNull(item)) {
@@ -966,7 +988,8 @@ static fq_status fq_override_fields(fq_override_patch *out, const cJSON *root,
         if (k == FQ_OVR_NAMES)
             return fq_msg_fail(err, errlen, "the body has an unknown field; it takes only "
                                "tenant, plan, weight, max_in_flight, max_pending, "
-                               "burst_in_flight and tokens_per_minute");
+                               "burst_in_flight, tokens_per_minute, price_input, "
+                               "price_output and price_cached");
         if (it[k])
             return fq_msg_fail(err, errlen, "%s: given twice in the body", fq_ovr_names[k]);
         it[k] = c;
@@ -991,8 +1014,8 @@ static fq_status fq_override_fields(fq_override_patch *out, const cJSON *root,
             return st;
     if (!out->set && !out->removed)
         return fq_msg_fail(err, errlen, "the body changes nothing: give plan, weight, "
-                           "max_in_flight, max_pending, burst_in_flight or tokens_per_minute "
-                           "(null removes one)");
+                           "max_in_flight, max_pending, burst_in_flight, tokens_per_minute, "
+                           "price_input, price_output or price_cached (null removes one)");
     return FQ_OK;
 }
 

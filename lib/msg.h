@@ -72,6 +72,11 @@ typedef struct fq_completion {
     enum fq_done_status status;
     uint32_t est_tokens;                /* echoed; 0 if absent */
     char workflow[FQ_WORKFLOW_MAX + 1]; /* echoed; "" if absent */
+    bool kinds;                         /* input, output or cached tokens given:
+                                           they price the run (docs/policy.md) */
+    uint64_t input_tokens;              /* every input token, cached ones included */
+    uint64_t output_tokens;
+    uint64_t cached_tokens;             /* of input_tokens, those read from a cache */
 } fq_completion;
 
 /* The largest actual_tokens a completion may report: FQ_ACTUAL_OVER_MAX_EST
@@ -92,8 +97,10 @@ typedef struct fq_completion {
  * JSON object with a valid run_id,
  * actual_tokens (integer 0..FQ_MAX_ACTUAL_TOKENS(max_est)) and status
  * ("ok", "error" or "cancelled"), or an echoed est_tokens (1..max_est) or
- * workflow is invalid, or one of these is given twice; *out then holds
- * zeroes. Other fields are ignored. */
+ * workflow is invalid, or input_tokens, output_tokens or cached_tokens
+ * (each 0..FQ_MAX_ACTUAL_TOKENS(max_est); cached_tokens at most
+ * input_tokens, which counts them) is, or one of these is given twice;
+ * *out then holds zeroes. Other fields are ignored. */
 fq_status fq_completion_parse(fq_completion *out, const void *body, size_t len,
                               uint32_t max_est, char *err, size_t errlen);
 
@@ -109,13 +116,19 @@ size_t fq_completion_format(char *buf, size_t cap, const fq_completion *c);
  * applies again), a field left out is kept. The same object, without nulls,
  * is what the overrides bucket stores under the tenant's id.
  */
+/* The largest price of a token kind (lib/policy's FQ_POLICY_MAX_PRICE). */
+#define FQ_PRICE_MAX 1000000u
+
 #define FQ_OVR_PLAN 1u
 #define FQ_OVR_WEIGHT 2u
 #define FQ_OVR_MAX_IN_FLIGHT 4u
 #define FQ_OVR_MAX_PENDING 8u
 #define FQ_OVR_BURST_IN_FLIGHT 16u
 #define FQ_OVR_TOKENS_PER_MINUTE 32u
-#define FQ_OVR_ALL 63u
+#define FQ_OVR_PRICE_INPUT 64u
+#define FQ_OVR_PRICE_OUTPUT 128u
+#define FQ_OVR_PRICE_CACHED 256u
+#define FQ_OVR_ALL 511u
 
 typedef struct fq_override_patch {
     char tenant[FQ_TENANT_MAX + 1];     /* "" if the body names none */
@@ -125,6 +138,9 @@ typedef struct fq_override_patch {
     uint32_t max_pending;               /* >= 1 */
     uint32_t burst_in_flight;           /* >= 1 */
     uint32_t tokens_per_minute;         /* >= 1 */
+    uint32_t price_input;               /* 1..1,000,000 */
+    uint32_t price_output;              /* 1..1,000,000 */
+    uint32_t price_cached;              /* 1..1,000,000 */
     unsigned set;                       /* FQ_OVR_* fields given a value */
     unsigned removed;                   /* FQ_OVR_* fields given as null */
 } fq_override_patch;
@@ -139,7 +155,8 @@ enum fq_patch_kind {
 /* Read an override patch of kind from body[0..len) (not NUL-terminated). It
  * must be a JSON object whose members are only tenant (a valid tenant id),
  * plan, weight (1..max_weight), max_in_flight, max_pending,
- * burst_in_flight and tokens_per_minute (1..2^32-1),
+ * burst_in_flight and tokens_per_minute (1..2^32-1), price_input,
+ * price_output and price_cached (1..1,000,000),
  * as kind requires. On FQ_EINVAL *out is zeroed and err holds a sentence
  * naming the field and the reason (never quoting the client). */
 fq_status fq_override_patch_parse(fq_override_patch *out, const void *body, size_t len,

@@ -7,6 +7,8 @@
 
 #include "strmap.h"
 
+_Static_assert(FQ_PRICE_MAX == FQ_POLICY_MAX_PRICE, "one bound for prices");
+
 /*
  * Principles
  *
@@ -94,7 +96,8 @@ void fq_ovr_destroy(fq_ovr_set *s)
 bool fq_ovr_entry_empty(const fq_tenant_entry *e)
 {
     return !e->plan[0] && !e->weight && !e->max_in_flight && !e->max_pending &&
-           !e->burst_in_flight && !e->tokens_per_minute;
+           !e->burst_in_flight && !e->tokens_per_minute && !e->prices.input &&
+           !e->prices.output && !e->prices.cached;
 }
 
 static bool ovr_entry_equal(const fq_tenant_entry *a, const fq_tenant_entry *b)
@@ -102,7 +105,8 @@ static bool ovr_entry_equal(const fq_tenant_entry *a, const fq_tenant_entry *b)
     return strcmp(a->plan, b->plan) == 0 && a->weight == b->weight &&
            a->max_in_flight == b->max_in_flight && a->max_pending == b->max_pending &&
            a->burst_in_flight == b->burst_in_flight &&
-           a->tokens_per_minute == b->tokens_per_minute;
+           a->tokens_per_minute == b->tokens_per_minute &&
+           memcmp(&a->prices, &b->prices, sizeof a->prices) == 0;
 }
 
 static void ovr_patch_field(uint32_t *dst, uint32_t v, const fq_override_patch *pt, unsigned bit)
@@ -126,6 +130,9 @@ static void ovr_patch_apply(fq_tenant_entry *e, const fq_override_patch *pt)
     ovr_patch_field(&e->burst_in_flight, pt->burst_in_flight, pt, FQ_OVR_BURST_IN_FLIGHT);
     ovr_patch_field(&e->tokens_per_minute, pt->tokens_per_minute, pt,
                     FQ_OVR_TOKENS_PER_MINUTE);
+    ovr_patch_field(&e->prices.input, pt->price_input, pt, FQ_OVR_PRICE_INPUT);
+    ovr_patch_field(&e->prices.output, pt->price_output, pt, FQ_OVR_PRICE_OUTPUT);
+    ovr_patch_field(&e->prices.cached, pt->price_cached, pt, FQ_OVR_PRICE_CACHED);
 }
 
 void fq_ovr_entry_json(fq_json *w, const fq_tenant_entry *e)
@@ -136,9 +143,10 @@ void fq_ovr_entry_json(fq_json *w, const fq_tenant_entry *e)
         fq_json_string(w, e->plan);
     }
     const char *keys[] = {"weight", "max_in_flight", "max_pending", "burst_in_flight",
-                          "tokens_per_minute"};
+                          "tokens_per_minute", "price_input", "price_output", "price_cached"};
     uint32_t vals[] = {e->weight, e->max_in_flight, e->max_pending, e->burst_in_flight,
-                       e->tokens_per_minute};
+                       e->tokens_per_minute, e->prices.input, e->prices.output,
+                       e->prices.cached};
     for (size_t i = 0; i < sizeof vals / sizeof vals[0]; i++) {
         if (vals[i]) {
             fq_json_key(w, keys[i]);

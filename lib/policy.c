@@ -69,6 +69,25 @@ static bool pol_weight_valid(uint32_t w)
     return w <= FQ_POLICY_MAX_WEIGHT;
 }
 
+/* Each price 0 ("not set") or 1 .. FQ_POLICY_MAX_PRICE. */
+static bool pol_prices_valid(const fq_prices *p)
+{
+    return p->input <= FQ_POLICY_MAX_PRICE && p->output <= FQ_POLICY_MAX_PRICE &&
+           p->cached <= FQ_POLICY_MAX_PRICE;
+}
+
+uint64_t fq_price_cost(const fq_prices *p, uint64_t input, uint64_t output, uint64_t cached)
+{
+    uint64_t pi = p->input ? p->input : 1, po = p->output ? p->output : 1;
+    uint64_t pc = p->cached ? p->cached : 1;
+    if (cached > input)
+        cached = input;
+    /* Kinds are bounded by the completion's parse (2^32 x 100 at most) and
+     * prices by FQ_POLICY_MAX_PRICE, so the sum fits in 64 bits. */
+    uint64_t sum = (input - cached) * pi + cached * pc + output * po;
+    return sum / pi + (sum % pi != 0);
+}
+
 fq_status fq_policy_create(fq_policy **out, const char *default_plan,
                            bool reject_unknown, uint32_t default_max_pending)
 {
@@ -108,7 +127,7 @@ void fq_policy_destroy(fq_policy *p)
 fq_status fq_policy_set_plan(fq_policy *p, const fq_plan *plan)
 {
     if (!pol_name_valid(plan->name, false) || plan->weight == 0 ||
-        !pol_weight_valid(plan->weight))
+        !pol_weight_valid(plan->weight) || !pol_prices_valid(&plan->prices))
         return FQ_EINVAL;
     pol_plan *n = (pol_plan *)pol_find(p->plans, plan->name);
     if (n) {
@@ -125,7 +144,8 @@ fq_status fq_policy_set_plan(fq_policy *p, const fq_plan *plan)
 /* Add or replace a tenant entry in one layer, after checking it. */
 static fq_status pol_set_entry(fq_policy *p, fq_strmap *t, const fq_tenant_entry *e)
 {
-    if (!pol_name_valid(e->id, true) || !pol_weight_valid(e->weight))
+    if (!pol_name_valid(e->id, true) || !pol_weight_valid(e->weight) ||
+        !pol_prices_valid(&e->prices))
         return FQ_EINVAL;
     if (e->plan[0]) {
         if (!pol_name_valid(e->plan, false))
@@ -205,6 +225,12 @@ fq_status fq_policy_resolve(fq_policy_resolved *out, const fq_policy *p,
     out->p.tokens_per_minute = pol_first(ov ? ov->tokens_per_minute : 0,
                                          te ? te->tokens_per_minute : 0,
                                          plan->tokens_per_minute);
+    out->prices.input = pol_first(ov ? ov->prices.input : 0, te ? te->prices.input : 0,
+                                  plan->prices.input ? plan->prices.input : 1);
+    out->prices.output = pol_first(ov ? ov->prices.output : 0, te ? te->prices.output : 0,
+                                   plan->prices.output ? plan->prices.output : 1);
+    out->prices.cached = pol_first(ov ? ov->prices.cached : 0, te ? te->prices.cached : 0,
+                                   plan->prices.cached ? plan->prices.cached : 1);
     out->plan = plan->name;
     out->source = ov ? FQ_SRC_OVERRIDE : te ? FQ_SRC_CONFIG : FQ_SRC_DEFAULT;
     return FQ_OK;

@@ -19,6 +19,22 @@ typedef struct fq_policy fq_policy;
 #define FQ_POLICY_MAX_WEIGHT FQ_SCHED_MAX_WEIGHT
 #define FQ_POLICY_MAX_QUANTUM FQ_SCHED_MAX_QUANTUM
 
+/* Prices of token kinds, relative to one another: a run's priced cost is
+ * in input tokens' worth (docs/policy.md). Each 1 .. FQ_POLICY_MAX_PRICE;
+ * 0 in a plan or entry is "not set at this layer", finally 1. */
+#define FQ_POLICY_MAX_PRICE 1000000u
+typedef struct fq_prices {
+    uint32_t input, output, cached;
+} fq_prices;
+
+/* A run's priced cost from the kinds its completion reported: input tokens
+ * (cached ones included) less the cached, at the input price, plus the
+ * cached at theirs and the output at theirs, over the input price, rounded
+ * up. cached above input is taken as every input token cached (msg refuses
+ * such a completion).
+ * With every price 1 it is input + output. */
+uint64_t fq_price_cost(const fq_prices *p, uint64_t input, uint64_t output, uint64_t cached);
+
 /* Which layer set a tenant's effective policy, for stats and metrics. */
 enum fq_policy_source {
     FQ_SRC_DEFAULT = 0,     /* the default plan: tenant not listed */
@@ -40,6 +56,7 @@ typedef struct fq_plan {
     uint32_t burst_in_flight;   /* the cap while no other tenant has queued
                                    runs, where above max_in_flight; 0 = none */
     uint32_t tokens_per_minute; /* a tenant's token rate; 0 = none */
+    fq_prices prices;           /* of token kinds; 0: 1 */
 } fq_plan;
 
 /* A tenant entry, used both for the config's tenants and for overrides.
@@ -55,10 +72,12 @@ typedef struct fq_tenant_entry {
     uint32_t max_pending;
     uint32_t burst_in_flight;
     uint32_t tokens_per_minute;
+    fq_prices prices;
 } fq_tenant_entry;
 
 typedef struct fq_policy_resolved {
     fq_tenant_policy p;
+    fq_prices prices;           /* each kind's, 1 where no layer sets one */
     const char *plan;           /* plan name, valid until the policy is destroyed */
     enum fq_policy_source source;   /* the highest layer that lists the tenant */
 } fq_policy_resolved;

@@ -291,6 +291,7 @@ static fq_status px_tenant_get(px_tenant **out, fq_proxy *p, const char *id, siz
     snprintf(t->plan, sizeof t->plan, "%s", pr.plan ? pr.plan : "");
     t->source = pr.source;
     fq_ledger_tenant_init(&t->lt, t->t, t->id);
+    t->lt.prices = pr.prices;
     fq_sweep_append(&p->sweep, &t->later);
     fq_strmap_insert(p->tenants, &t->node, len);
     *out = t;
@@ -310,6 +311,7 @@ static void px_tenant_apply(fq_proxy *p, px_tenant *t)
         return;
     snprintf(t->plan, sizeof t->plan, "%s", pr.plan ? pr.plan : "");
     t->source = pr.source;
+    t->lt.prices = pr.prices;
 }
 
 /* ---- runtime overrides ------------------------------------------------- */

@@ -75,6 +75,7 @@ struct scn_tenant {
     uint32_t max_in_flight;     /* 0: the plan's, then the scenario's cap */
     uint32_t burst_in_flight;   /* 0: the plan's */
     uint32_t tokens_per_minute; /* 0: the plan's */
+    double output_share;        /* of each run's tokens, output tokens; 0: none */
     struct scn_arrival *arrivals;
     unsigned arrivals_count;
     struct scn_period *idle;
@@ -88,6 +89,7 @@ struct scn_plan {
     uint32_t max_in_flight;
     uint32_t burst_in_flight;
     uint32_t tokens_per_minute;
+    uint32_t price_input, price_output, price_cached;
 };
 
 struct scn_estimator {
@@ -187,6 +189,7 @@ static const cyaml_schema_field_t tenant_fields[] = {
     CYAML_FIELD_UINT("max_in_flight", OPT, struct scn_tenant, max_in_flight),
     CYAML_FIELD_UINT("burst_in_flight", OPT, struct scn_tenant, burst_in_flight),
     CYAML_FIELD_UINT("tokens_per_minute", OPT, struct scn_tenant, tokens_per_minute),
+    CYAML_FIELD_FLOAT("output_share", OPT, struct scn_tenant, output_share),
     CYAML_FIELD_SEQUENCE("arrivals", CYAML_FLAG_POINTER, struct scn_tenant, arrivals,
                          &arrival_schema, 1, CYAML_UNLIMITED),
     CYAML_FIELD_SEQUENCE("idle", CYAML_FLAG_POINTER | OPT, struct scn_tenant, idle,
@@ -204,6 +207,9 @@ static const cyaml_schema_field_t plan_fields[] = {
     CYAML_FIELD_UINT("max_in_flight", OPT, struct scn_plan, max_in_flight),
     CYAML_FIELD_UINT("burst_in_flight", OPT, struct scn_plan, burst_in_flight),
     CYAML_FIELD_UINT("tokens_per_minute", OPT, struct scn_plan, tokens_per_minute),
+    CYAML_FIELD_UINT("price_input", OPT, struct scn_plan, price_input),
+    CYAML_FIELD_UINT("price_output", OPT, struct scn_plan, price_output),
+    CYAML_FIELD_UINT("price_cached", OPT, struct scn_plan, price_cached),
     CYAML_FIELD_END
 };
 static const cyaml_schema_value_t plan_schema = {
@@ -376,6 +382,8 @@ static fq_status check_tenant(const struct fq_scenario_spec *s, unsigned i, doub
         why = "replicas must be at most 10000";
     else if (!isfinite(t->error) || t->error < 0 || t->error > 1000)
         why = "error (actual / declared) must be above 0 and at most 1000";
+    else if (!isfinite(t->output_share) || t->output_share < 0 || t->output_share > 1)
+        why = "output_share must be from 0 to 1";
     if (why)
         return fail(err, errlen, "%s: tenant %s: %s", where, t->id, why);
     for (unsigned k = 0; k < t->idle_count; k++) {
@@ -723,6 +731,9 @@ static fq_status build_tenants(fq_scenario *sc, const struct fq_scenario_spec *s
                                : p ? p->burst_in_flight : 0;
             t->tokens_per_minute = st->tokens_per_minute ? st->tokens_per_minute
                                  : p ? p->tokens_per_minute : 0;
+            t->output_share = st->output_share;
+            if (p)
+                t->prices = (fq_prices){p->price_input, p->price_output, p->price_cached};
         }
     }
     return FQ_OK;
@@ -783,6 +794,8 @@ static fq_status build(fq_scenario **out, struct fq_scenario_spec *s, const char
         p->max_in_flight = s->plans[i].max_in_flight;
         p->burst_in_flight = s->plans[i].burst_in_flight;
         p->tokens_per_minute = s->plans[i].tokens_per_minute;
+        p->prices = (fq_prices){s->plans[i].price_input, s->plans[i].price_output,
+                                s->plans[i].price_cached};
     }
     for (unsigned i = 0; i < s->workflows_count; i++)
         snprintf(sc->workflows[sc->n_workflows++], FQ_WORKFLOW_MAX + 1, "%s",
@@ -997,6 +1010,7 @@ static long trace_tenant(trace *t, const fq_scenario *sc, const char *id, const 
             nt->max_in_flight = p->max_in_flight;
         nt->burst_in_flight = p->burst_in_flight;
         nt->tokens_per_minute = p->tokens_per_minute;
+        nt->prices = p->prices;
     }
     return (long)t->n_tenants++;
 }

@@ -8,6 +8,7 @@
 #include <stdio.h>
 
 #include "fq.h"
+#include "policy.h"
 
 /*
  * A scenario file names tenants (plan, weight), their arrival processes
@@ -32,6 +33,9 @@ typedef struct fq_scenario_tenant {
     uint32_t burst_in_flight;   /* drr-burst: the cap while no other tenant
                                    has queued runs; 0 = none */
     uint32_t tokens_per_minute; /* drr-rate: its token rate; 0 = none */
+    double output_share;        /* of each run's actual tokens, output ones;
+                                   the rest are input (none cached) */
+    fq_prices prices;           /* drr-priced: its plan's; 0: 1 */
 } fq_scenario_tenant;
 
 /* A plan as stated in the scenario: what a tenant of the plan gets. */
@@ -42,6 +46,7 @@ typedef struct fq_scenario_plan {
     uint32_t max_in_flight;     /* 0: the scenario's cap_in_flight */
     uint32_t burst_in_flight;   /* 0: none */
     uint32_t tokens_per_minute; /* 0: none */
+    fq_prices prices;           /* 0: 1 */
 } fq_scenario_plan;
 
 /* One run submitted by a producer. */

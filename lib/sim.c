@@ -46,6 +46,7 @@ typedef struct policy_def {
     bool tenant_cap;            /* drr: each tenant's max_in_flight applies */
     bool burst;                 /* drr: and its burst_in_flight */
     bool rate;                  /* drr: each tenant's tokens_per_minute applies */
+    bool priced;                /* drr: costs are priced by token kind */
 } policy_def;
 
 static const policy_def policies[FQ_SIM__NPOLICIES] = {
@@ -71,6 +72,9 @@ static const policy_def policies[FQ_SIM__NPOLICIES] = {
                           ENG_DRR, false, true, true, true, true, true, true},
     [FQ_SIM_DRR_RATE] = {"drr-rate", "drr with each tenant's tokens_per_minute (GCRA)",
                          ENG_DRR, false, true, true, true, true, false, false, true},
+    [FQ_SIM_DRR_PRICED] = {"drr-priced", "drr reconciling each run's priced cost: input and "
+                           "output tokens at their plan's prices",
+                           ENG_DRR, false, true, true, true, true, false, false, false, true},
 };
 
 const char *fq_sim_policy_name(enum fq_sim_policy p)
@@ -96,7 +100,7 @@ fq_status fq_sim_policy_parse(enum fq_sim_policy *out, size_t *n, const char *li
         if (p == FQ_SIM__NPOLICIES) {
             snprintf(err, errlen, "unknown policy '%.*s' (fifo, rr, cap, drr, "
                      "drr-no-reconcile, drr-no-correction, drr-no-idle-reset, drr-cap, "
-                     "drr-burst, drr-rate or all)",
+                     "drr-burst, drr-rate, drr-priced or all)",
                      (int)len, w);
             *n = 0;
             return FQ_EINVAL;
@@ -299,18 +303,34 @@ static uint32_t engine_next(sim *s)
     }
 }
 
+/* A run's cost at its tenant's prices: its actual tokens split into output
+ * (the tenant's output_share) and input. */
+static double priced_factor(const fq_scenario_tenant *t)
+{
+    double pi = t->prices.input ? t->prices.input : 1;
+    double po = t->prices.output ? t->prices.output : 1;
+    return (1 - t->output_share) + t->output_share * po / pi;
+}
+
+static uint64_t priced(const fq_scenario_tenant *t, uint32_t actual)
+{
+    uint64_t out = (uint64_t)llround(actual * t->output_share);
+    return fq_price_cost(&t->prices, actual - out, out, 0);
+}
+
 static void engine_complete(sim *s, uint32_t i)
 {
     const fq_scenario_run *r = &s->sc->runs[i];
     uint32_t charged = s->runs[i].charged;
-    uint64_t actual = s->pd->reconcile ? r->actual : charged;
+    uint64_t spent = s->pd->priced ? priced(&s->sc->tenants[r->tenant], r->actual) : r->actual;
+    uint64_t actual = s->pd->reconcile ? spent : charged;
     if (s->pd->engine == ENG_DRR)
         fq_sched_complete(NULL, s->sched, i, actual);
     else if (s->pd->engine == ENG_RR && s->pd->reconcile)
         fq_cardrr_reconcile(s->rr, r->tenant, charged, actual);
     if (s->pd->learn)
         fq_est_observe(s->est, s->sc->tenants[r->tenant].id, s->sc->workflows[r->workflow],
-                       r->est, charged, r->actual);
+                       r->est, charged, spent);
 }
 
 /* ---- events ------------------------------------------------------------ */
@@ -409,8 +429,11 @@ static void advance(sim *s, uint64_t to)
         sim_slot *sl = &s->slots[k];
         double done = rate * dt < sl->remaining ? rate * dt : sl->remaining;
         sl->remaining -= done;
-        if (in_window)
-            s->res->tenants[s->sc->runs[sl->run].tenant].served += done;
+        if (in_window) {
+            uint32_t k = s->sc->runs[sl->run].tenant;
+            s->res->tenants[k].served += done;
+            s->res->tenants[k].served_priced += done * priced_factor(&s->sc->tenants[k]);
+        }
     }
     s->now = to;
 }
@@ -787,6 +810,15 @@ static int64_t worst_first(const fq_sim_result *r)
     return w;
 }
 
+/* Whether any tenant's runs are priced otherwise than by their tokens. */
+static bool priced_scenario(const fq_scenario *sc)
+{
+    for (size_t k = 0; k < sc->n_tenants; k++)
+        if (priced_factor(&sc->tenants[k]) != 1.0)
+            return true;
+    return false;
+}
+
 static void table_policy(FILE *f, const fq_scenario *sc, const fq_sim_result *r)
 {
     char a[16], b[16], c[16], d[16];
@@ -803,6 +835,16 @@ static void table_policy(FILE *f, const fq_scenario *sc, const fq_sim_result *r)
                 t->fair > 0 ? t->share / t->fair : 0, dur(a, sizeof(a), (double)t->wait_p50),
                 dur(b, sizeof(b), (double)t->wait_p99), dur(c, sizeof(c), (double)t->wait_max),
                 dur(d, sizeof(d), (double)t->first_wait), t->ahead, t->backlogged ? " *" : "");
+    }
+    if (priced_scenario(sc)) {  /* only where prices or kinds are stated */
+        double all = 0;
+        for (size_t k = 0; k < r->n_tenants; k++)
+            all += r->tenants[k].served_priced;
+        fprintf(f, "  priced cost share:");
+        for (size_t k = 0; k < r->n_tenants; k++)
+            fprintf(f, " %s %.1f%%", sc->tenants[k].id,
+                    all > 0 ? 100 * r->tenants[k].served_priced / all : 0.0);
+        fprintf(f, "\n");
     }
     fprintf(f, "  all: %" PRIu64 " runs, %" PRIu64 " done, %" PRIu64 " rejected, %" PRIu64
             " left | %.1f tok/s, %.1f runs/min | utilization %.1f%% | Jain %.3f over %" PRIu32

@@ -22,6 +22,7 @@ enum fq_sim_policy {
     FQ_SIM_DRR_CAP,             /* drr with each tenant's max_in_flight as a hard cap */
     FQ_SIM_DRR_BURST,           /* drr-cap, with burst_in_flight while no other queues */
     FQ_SIM_DRR_RATE,            /* drr with each tenant's tokens_per_minute */
+    FQ_SIM_DRR_PRICED,          /* drr reconciling priced costs of token kinds */
     FQ_SIM__NPOLICIES
 };
 
@@ -42,6 +43,7 @@ typedef struct fq_sim_tenant_stats {
     uint64_t queued_end;        /* still queued when the horizon stopped it */
     uint64_t demand;            /* tokens submitted within the window */
     double served;              /* tokens processed within the window */
+    double served_priced;       /* their priced cost (docs/policy.md) */
     double share;               /* served / everyone's served */
     double fair;                /* weighted max-min fair share of that service */
     bool backlogged;            /* wanted more than its fair share */

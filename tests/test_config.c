@@ -221,7 +221,7 @@ static void test_values_are_read(void **state)
         "limits: {max_buffered_runs: 10, max_buffered_bytes: 4096}\n"
         "plans:\n"
         "  - {name: basic, weight: 2, max_in_flight: 4, max_pending: 100, burst_in_flight: 9,\n"
-        "     tokens_per_minute: 90000}\n"
+        "     tokens_per_minute: 90000, price_input: 10, price_output: 40, price_cached: 1}\n"
         "  - {name: gold, weight: 7}\n"
         "tenants:\n"
         "  - {id: t1, plan: gold, weight: 9, max_in_flight: 3, max_pending: 5}\n"
@@ -268,6 +268,7 @@ static void test_values_are_read(void **state)
     assert_int_equal(c.plans[0].max_pending, 100);
     assert_int_equal(c.plans[0].burst_in_flight, 9);
     assert_int_equal(c.plans[0].tokens_per_minute, 90000);
+    assert_int_equal(c.plans[0].prices.output, 40);
     assert_int_equal(c.plans[1].weight, 7);
     assert_int_equal(c.n_tenants, 2);
     assert_string_equal(c.tenants[0].plan, "gold");
@@ -305,7 +306,8 @@ static const struct {
      "window, limits, plans, tenants, estimates, http, log)"},
     {BASE "  - name: pro\n    wieght: 3\n",
      "t.yaml:6:5: plans[1].wieght: unknown key (known here: name, weight, "
-     "max_in_flight, max_pending, burst_in_flight, tokens_per_minute)"},
+     "max_in_flight, max_pending, burst_in_flight, tokens_per_minute, price_input, "
+     "price_output, price_cached)"},
     /* After a nested mapping that holds a key of the same name. */
     {"nats:\n  url: x\n  tls:\n    ca: a\n  ca: b\n",
      "t.yaml:5:3: nats.ca: unknown key (known here: url, creds, tls, user, password, nkey, nkey_seed, inbox_prefix)"},
@@ -362,6 +364,8 @@ static const struct {
      "t.yaml:5:19: tenants[0].max_pending: must be >= 1"},
     {BASE "  - {name: b, max_in_flight: 4, burst_in_flight: 4}\n",
      "t.yaml:5:33: plans[1].burst_in_flight: must be above max_in_flight (4), or left out"},
+    {BASE "tenants: [{id: t, price_output: 1000001}]\n",
+     "t.yaml:5:19: tenants[0].price_output: must be <= 1000000"},
     {BASE "tenants: [{id: t, tokens_per_minute: 0}]\n",
      "t.yaml:5:19: tenants[0].tokens_per_minute: must be >= 1"},
     {BASE "  - {name: b, burst_in_flight: 4}\n",

@@ -586,6 +586,32 @@ static void test_token_rate_off_changes_nothing(void **state)
     fq_sched_destroy(s);
 }
 
+/* A priced completion: its cost is reconciled, its tokens counted as
+ * reported; the plain completion is both. */
+static void test_priced_completion_reconciles_cost(void **state)
+{
+    (void)state;
+    fq_sched *s = mk(0, 0, 0);
+    fq_tenant *a = ten(s, "a", 1, 0, 0);
+    enq(s, a, 500);
+    enq(s, a, 500);
+    fq_run *r1 = fq_sched_dispatch(s, 0), *r2 = fq_sched_dispatch(s, 0);
+    assert_int_equal(info(a).deficit, 0);       /* 1,000 granted, 1,000 charged */
+    assert_int_equal(fq_sched_complete_priced(NULL, s, r1->id, 500, 2000), FQ_OK);
+    assert_int_equal(info(a).deficit, -1500);
+    assert_int_equal(info(a).actual_tokens, 500);
+    assert_int_equal(info(a).priced_tokens, 2000);
+    done(s, r2, 500);
+    assert_int_equal(info(a).deficit, -1500);
+    assert_int_equal(info(a).actual_tokens, 1000);
+    assert_int_equal(info(a).priced_tokens, 2500);
+    fq_tenant_reconcile_priced(s, a, 500, 100, 900);
+    assert_int_equal(info(a).deficit, -1900);
+    assert_int_equal(info(a).actual_tokens, 1100);
+    assert_int_equal(info(a).priced_tokens, 3400);
+    fq_sched_destroy(s);
+}
+
 static void test_window_runs_and_tokens(void **state)
 {
     (void)state;
@@ -1695,6 +1721,7 @@ int main(void)
         cmocka_unit_test(test_burst_cap_not_when_others_queue),
         cmocka_unit_test(test_token_rate_parks_by_time),
         cmocka_unit_test(test_token_rate_off_changes_nothing),
+        cmocka_unit_test(test_priced_completion_reconciles_cost),
         cmocka_unit_test(test_window_runs_and_tokens),
         cmocka_unit_test(test_lease_expiry_and_late_completion),
         cmocka_unit_test(test_expired_records_are_bounded),

@@ -734,6 +734,21 @@ static void test_completion_valid(void **state)
     assert_int_equal(c.status, FQ_DONE_ERROR);
     assert_true(c.actual_tokens == FQ_MAX_ACTUAL_TOKENS(MAX_EST));
     assert_true(FQ_MAX_ACTUAL_TOKENS(MAX_EST) == 100 * (uint64_t)MAX_EST);
+    assert_false(c.kinds);
+
+    /* Token kinds beside actual_tokens, for priced costs. */
+    assert_int_equal(completion(&c, "{\"run_id\":\"x\",\"actual_tokens\":1500,"
+                                    "\"status\":\"ok\",\"input_tokens\":1000,"
+                                    "\"output_tokens\":500,\"cached_tokens\":400}", err), FQ_OK);
+    assert_true(c.kinds);
+    assert_int_equal(c.input_tokens, 1000);
+    assert_int_equal(c.output_tokens, 500);
+    assert_int_equal(c.cached_tokens, 400);
+    assert_int_equal(completion(&c, "{\"run_id\":\"x\",\"actual_tokens\":9,"
+                                    "\"status\":\"ok\",\"output_tokens\":9}", err), FQ_OK);
+    assert_true(c.kinds);
+    assert_int_equal(c.input_tokens, 0);
+    assert_int_equal(c.output_tokens, 9);
 }
 
 static void refuse_completion_n(const char *body, size_t len, const char *field)
@@ -838,6 +853,21 @@ static void test_completion_bad_fields(void **state)
                       "workflow");
     refuse_completion("{\"run_id\":\"r\",\"actual_tokens\":5,\"status\":\"ok\",\"run_id\":\"s\"}",
                       "run_id");
+
+    /* Token kinds: whole numbers within the actual_tokens bound, given
+     * once, cached ones among the input ones. */
+    refuse_completion("{\"run_id\":\"r\",\"actual_tokens\":5,\"status\":\"ok\","
+                      "\"input_tokens\":-1}", "input_tokens");
+    refuse_completion("{\"run_id\":\"r\",\"actual_tokens\":5,\"status\":\"ok\","
+                      "\"output_tokens\":2.5}", "output_tokens");
+    refuse_completion("{\"run_id\":\"r\",\"actual_tokens\":5,\"status\":\"ok\","
+                      "\"output_tokens\":10000001}", "output_tokens");
+    refuse_completion("{\"run_id\":\"r\",\"actual_tokens\":5,\"status\":\"ok\","
+                      "\"cached_tokens\":\"3\"}", "cached_tokens");
+    refuse_completion("{\"run_id\":\"r\",\"actual_tokens\":5,\"status\":\"ok\","
+                      "\"input_tokens\":3,\"cached_tokens\":4}", "cached_tokens");
+    refuse_completion("{\"run_id\":\"r\",\"actual_tokens\":5,\"status\":\"ok\","
+                      "\"input_tokens\":3,\"input_tokens\":3}", "input_tokens");
 }
 
 static void round_trip(const fq_completion *in)
@@ -854,6 +884,10 @@ static void round_trip(const fq_completion *in)
     assert_int_equal(out.status, in->status);
     assert_int_equal(out.est_tokens, in->est_tokens);
     assert_string_equal(out.workflow, in->workflow);
+    assert_int_equal(out.kinds, in->kinds);
+    assert_true(out.input_tokens == in->input_tokens);
+    assert_true(out.output_tokens == in->output_tokens);
+    assert_true(out.cached_tokens == in->cached_tokens);
 }
 
 static void test_completion_round_trip(void **state)
@@ -869,6 +903,10 @@ static void test_completion_round_trip(void **state)
     c = (fq_completion){.actual_tokens = 0, .status = FQ_DONE_ERROR, .est_tokens = 1};
     memset(c.run_id, '~', FQ_RUN_ID_MAX);
     memset(c.workflow, '!', FQ_WORKFLOW_MAX);
+    round_trip(&c);
+    c = (fq_completion){.run_id = "k", .actual_tokens = 10, .status = FQ_DONE_OK,
+                        .kinds = true, .input_tokens = 7, .output_tokens = 3,
+                        .cached_tokens = 7};
     round_trip(&c);
 }
 
@@ -1165,8 +1203,10 @@ static void test_override_patch_fields(void **state)
 
     assert_int_equal(patch(&p, "{\"tenant\":\"acme\",\"plan\":\"gold\",\"weight\":1000,"
                                "\"max_in_flight\":8,\"max_pending\":4294967295,"
-                               "\"burst_in_flight\":16,\"tokens_per_minute\":90000}",
+                               "\"burst_in_flight\":16,\"tokens_per_minute\":90000,"
+                               "\"price_input\":1,\"price_output\":4,\"price_cached\":1}",
                            FQ_PATCH_SET, err), FQ_OK);
+    assert_int_equal(p.price_output, 4);
     assert_int_equal(p.burst_in_flight, 16);
     assert_int_equal(p.tokens_per_minute, 90000);
     assert_string_equal(p.tenant, "acme");

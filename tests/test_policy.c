@@ -355,6 +355,41 @@ static void test_policy_knobs_resolve_by_layer(void **state)
     fq_policy_destroy(p);
 }
 
+/* Priced costs: in input tokens' worth, cached tokens counted among the
+ * input ones and priced apart, rounded up; every price 1 is input + output. */
+static void test_price_cost(void **state)
+{
+    (void)state;
+    fq_prices one = {1, 1, 1}, unset = {0, 0, 0}, p = {10, 40, 1};
+    assert_int_equal(fq_price_cost(&one, 1000, 500, 400), 1500);
+    assert_int_equal(fq_price_cost(&unset, 1000, 500, 400), 1500);
+    /* 600 x 10 + 400 x 1 + 500 x 40 = 26,400 over 10 */
+    assert_int_equal(fq_price_cost(&p, 1000, 500, 400), 2640);
+    assert_int_equal(fq_price_cost(&p, 0, 0, 0), 0);
+    assert_int_equal(fq_price_cost(&p, 1, 0, 1), 1);        /* 0.1, rounded up */
+    assert_int_equal(fq_price_cost(&p, 5, 0, 9), 1);        /* cached past input: all cached */
+    /* the largest kinds a completion may report and the largest prices fit */
+    fq_prices big = {1, FQ_POLICY_MAX_PRICE, FQ_POLICY_MAX_PRICE};
+    uint64_t most = (uint64_t)UINT32_MAX * 100;
+    assert_true(fq_price_cost(&big, most, most, most) == most * FQ_POLICY_MAX_PRICE * 2);
+    /* prices resolve like the other fields, 1 where unset */
+    fq_policy *pol = three_plans(false);
+    assert_int_equal(resolve_ok(pol, "x").prices.output, 1);
+    fq_plan m = plan("metered", 1, 0, 0);
+    m.prices = (fq_prices){.input = 2, .output = 8};
+    assert_int_equal(fq_policy_set_plan(pol, &m), FQ_OK);
+    fq_tenant_entry e = entry("x", "metered", 0, 0, 0);
+    e.prices.cached = 1;
+    assert_int_equal(fq_policy_set_tenant(pol, &e), FQ_OK);
+    fq_prices r = resolve_ok(pol, "x").prices;
+    assert_int_equal(r.input, 2);
+    assert_int_equal(r.output, 8);
+    assert_int_equal(r.cached, 1);
+    m.prices.output = FQ_POLICY_MAX_PRICE + 1;
+    assert_int_equal(fq_policy_set_plan(pol, &m), FQ_EINVAL);
+    fq_policy_destroy(pol);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -370,6 +405,7 @@ int main(void)
         cmocka_unit_test(test_many_entries),
         cmocka_unit_test(test_foreach_override_visits_each_once),
         cmocka_unit_test(test_policy_knobs_resolve_by_layer),
+        cmocka_unit_test(test_price_cost),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,147 @@
+/* it_proxy_policy.c -- docs/policy.md's knobs through the live proxy: a burstable cap, a token rate with the overload estimate, and a completion's priced token kinds. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "proxyfixture.h"
+
+/* No workers: dispatched runs stay in flight until a test completes them. */
+static const char yaml_burst[] =
+    "scheduler:\n  default_plan: free\n"
+    "plans:\n  - {name: free, weight: 1, max_in_flight: 1, burst_in_flight: 3}\n";
+
+static const char yaml_rate[] =
+    "scheduler:\n  default_plan: free\n  max_wait_ms: 1000\n"
+    "plans:\n  - {name: free, weight: 1, tokens_per_minute: 1000}\n";
+
+static const char yaml_priced[] =
+    "scheduler:\n  default_plan: free\n"
+    "plans:\n  - {name: free, weight: 1, price_input: 1, price_output: 4}\n";
+
+static int setup_burst(void **state) { return pf_setup(state, yaml_burst, NULL); }
+static int setup_rate(void **state) { return pf_setup(state, yaml_rate, NULL); }
+static int setup_priced(void **state) { return pf_setup(state, yaml_priced, NULL); }
+
+static int teardown(void **state)
+{
+    assert_int_equal(pf_teardown(state, true), 0);
+    return 0;
+}
+
+/* The stats of tenant, parsed (the one entry of its tenants array). */
+static cJSON *tenant_stats(pf_fixture *f, const char *tenant, cJSON **whole)
+{
+    char req[64];
+    snprintf(req, sizeof req, "{\"tenant\":\"%s\"}", tenant);
+    *whole = pf_stats(f, req, NULL);
+    cJSON *ts = cJSON_GetObjectItemCaseSensitive(*whole, "tenants");
+    return cJSON_GetArrayItem(ts, 0);
+}
+
+/* Poll tenant's stats until key reaches want, up to 10 s; its last value. */
+static long wait_for(pf_fixture *f, const char *tenant, const char *key, long want)
+{
+    long v = -1;
+    for (long long end = nt_now_ms() + 10000; nt_now_ms() < end; nt_sleep_ms(20)) {
+        cJSON *whole, *t = tenant_stats(f, tenant, &whole);
+        const cJSON *n = cJSON_GetObjectItemCaseSensitive(t, key);
+        v = cJSON_IsNumber(n) ? (long)n->valuedouble : -1;
+        cJSON_Delete(whole);
+        if (v == want)
+            break;
+    }
+    return v;
+}
+
+static void submit(pf_fixture *f, const char *tenant, int id, int est)
+{
+    char body[96];
+    int n = snprintf(body, sizeof body, "{\"run_id\":\"%s-%d\",\"est_tokens\":%d}", tenant, id,
+                     est);
+    assert_int_equal(pt_submit(&f->c, tenant, body, (size_t)n, NULL), 0);
+}
+
+/* Alone, a tenant runs up to its burst, not its cap. Another tenant that
+ * queues then is served, at its own cap of 1 since a has queued runs, and
+ * a keeps its 3 in flight (no preemption) and gets no more. */
+static void test_burst_alone_then_shared(void **state)
+{
+    pf_fixture *f = *state;
+    for (int i = 0; i < 6; i++)
+        submit(f, "a", i, 100);
+    assert_int_equal(wait_for(f, "a", "in_flight", 3), 3);
+    submit(f, "b", 0, 100);
+    submit(f, "b", 1, 100);
+    assert_int_equal(wait_for(f, "b", "in_flight", 1), 1);
+    assert_int_equal(wait_for(f, "b", "queued_runs", 1), 1);
+    assert_int_equal(wait_for(f, "a", "in_flight", 3), 3);
+    assert_int_equal(wait_for(f, "a", "queued_runs", 3), 3);
+    /* a completion of a's gives its slot to no one of a's while b waits:
+     * a is above its cap of 1; b is at its own */
+    pf_publish(f, "fair.done.a", "{\"run_id\":\"a-0\",\"actual_tokens\":100,\"status\":\"ok\"}");
+    assert_int_equal(wait_for(f, "a", "in_flight", 2), 2);
+    assert_int_equal(wait_for(f, "a", "queued_runs", 3), 3);
+}
+
+/* Two runs of a minute's 1,000 tokens go (the minute's burst and the run
+ * that crosses it); the rate alone would hold a third a minute, past
+ * max_wait_ms, so it is refused as overload, and the stats say how long
+ * the tenant waits. */
+static void test_rate_counts_in_overload(void **state)
+{
+    pf_fixture *f = *state;
+    for (int i = 0; i < 3; i++)
+        submit(f, "a", i, 1000);
+    assert_int_equal(wait_for(f, "a", "in_flight", 2), 2);
+    long wait = -1, over = -1;
+    for (long long end = nt_now_ms() + 10000; nt_now_ms() < end && over != 1; nt_sleep_ms(20)) {
+        cJSON *whole, *t = tenant_stats(f, "a", &whole);
+        const cJSON *rej = cJSON_GetObjectItemCaseSensitive(t, "rejected");
+        const cJSON *o = cJSON_GetObjectItemCaseSensitive(rej, "overload");
+        over = cJSON_IsNumber(o) ? (long)o->valuedouble : 0;
+        wait = pf_num(t, "rate_wait_ms");
+        cJSON_Delete(whole);
+    }
+    assert_int_equal(over, 1);
+    assert_true(wait > 50000 && wait <= 60000);
+    assert_int_equal(wait_for(f, "a", "queued_runs", 0), 0);
+}
+
+/* A completion that reports token kinds is reconciled at its priced cost;
+ * the stats keep the tokens as reported too. */
+static void test_priced_completion(void **state)
+{
+    pf_fixture *f = *state;
+    submit(f, "a", 0, 1000);
+    submit(f, "b", 0, 1000);
+    assert_int_equal(wait_for(f, "a", "in_flight", 1), 1);
+    assert_int_equal(wait_for(f, "b", "in_flight", 1), 1);
+    pf_publish(f, "fair.done.a", "{\"run_id\":\"a-0\",\"actual_tokens\":1000,\"status\":\"ok\","
+                                 "\"input_tokens\":600,\"output_tokens\":400}");
+    pf_publish(f, "fair.done.b", "{\"run_id\":\"b-0\",\"actual_tokens\":1000,\"status\":\"ok\"}");
+    /* 600 input + 400 output at four times: 2,200 */
+    assert_int_equal(wait_for(f, "a", "priced_tokens", 2200), 2200);
+    assert_int_equal(wait_for(f, "a", "actual_tokens", 1000), 1000);
+    /* actual_tokens alone is its cost, as before */
+    assert_int_equal(wait_for(f, "b", "priced_tokens", 1000), 1000);
+    /* the debt is the priced overrun: 2,200 - 1,000 charged */
+    cJSON *whole, *t = tenant_stats(f, "a", &whole);
+    assert_int_equal(pf_num(t, "deficit"), -1200);
+    cJSON_Delete(whole);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_burst_alone_then_shared, setup_burst, teardown),
+        cmocka_unit_test_setup_teardown(test_rate_counts_in_overload, setup_rate, teardown),
+        cmocka_unit_test_setup_teardown(test_priced_completion, setup_priced, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
