@@ -18,9 +18,9 @@
  *   bucket per kind: its burst bounds what one turn does, its rate what a
  *   second does; over it the request is answered busy at once, with how
  *   long to wait.
- * - A stats page costs its own rows, not a walk of every tenant: the walk
- *   stops once it has seen every tenant with queued runs and the idle rows
- *   the page needs.
+ * - A stats page costs its own rows, not a walk of the tenants before it:
+ *   the scheduler keeps them ranked (fq_sched_rank_at), so the first row
+ *   at any offset is found in O(log n) and each next one in O(1).
  * - The proxy's state is read through fq_admin_ops only; what this module
  *   counts is its own.
  */
@@ -33,8 +33,8 @@
 /* Admin work that costs the loop more than a reply, rate limited each by a
  * bucket. */
 enum ad_kind {
-    AD_STATS,           /* a page walks the tenants up to the last with queued
-                           runs: about 5 ms at 50,000 with a run queued each */
+    AD_STATS,           /* a page writes up to 500 rows (FQ_ADMIN_STATS_PAGE_MAX),
+                           up to max_payload of JSON */
     AD_RELOAD,          /* reads and checks the config file */
     AD_SET,             /* a KV write, waited for */
     AD__COUNT
@@ -230,138 +230,19 @@ static void ad_stats_overall(fq_json *w, const fq_metrics_overall *a)
     fq_json_end_object(w);
 }
 
-/* A tenant with the keys it is ranked by, taken once per request. */
-typedef struct ad_row {
-    const void *t;
-    const char *id;
-    uint64_t queued_tokens;
-    uint64_t oldest;            /* monotonic ms of its oldest queued run; UINT64_MAX: none */
-} ad_row;
-
-/* Tenants with queued runs: most queued tokens first, then the oldest
- * queued run, then by id, so that a page boundary is well defined for a
- * given state. */
-static int ad_row_cmp(const void *a, const void *b)
-{
-    const ad_row *x = a, *y = b;
-    if (x->queued_tokens != y->queued_tokens)
-        return x->queued_tokens > y->queued_tokens ? -1 : 1;
-    if (x->oldest != y->oldest)
-        return x->oldest < y->oldest ? -1 : 1;
-    return strcmp(x->id, y->id);
-}
-
-/* Keep r among the k best rows of the heap h[0..*n), whose root ranks
- * last, so that it is the one a better row replaces. */
-static void ad_row_keep(ad_row *h, size_t *n, size_t k, const ad_row *r)
-{
-    size_t i;
-    if (*n < k) {
-        for (i = (*n)++; i > 0 && ad_row_cmp(&h[(i - 1) / 2], r) < 0; i = (i - 1) / 2)
-            h[i] = h[(i - 1) / 2];
-        h[i] = *r;
-        return;
-    }
-    if (!k || ad_row_cmp(r, &h[0]) >= 0)
-        return;
-    for (i = 0;;) {
-        size_t c = 2 * i + 1;
-        if (c >= *n)
-            break;
-        if (c + 1 < *n && ad_row_cmp(&h[c + 1], &h[c]) > 0)
-            c++;
-        if (ad_row_cmp(&h[c], r) <= 0)
-            break;
-        h[i] = h[c];
-        i = c;
-    }
-    h[i] = *r;
-}
-
-/* The first k rows of the ranking: the tenants with queued runs in
- * ad_row_cmp's order, then those without, in the order fairq first saw
- * them (a tenant forgotten and seen again goes last). One walk over the
- * tenants, which stops once it has seen every tenant with queued runs
- * (active of them) and the idle rows the page needs: with most tenants
- * idle a page near the top costs its own rows, not a walk of them all (at
- * 200,000 idle tenants, 16 ms a page). The idle ones are not compared at
- * all, and when k is small against the queued ones (a page near the top)
- * each is ranked against a heap of k instead of sorting them all. *n rows
- * (at least k when there are k tenants, of nt) in a malloc'd array, NULL
- * when *n is 0; FQ_ENOMEM leaves nothing allocated. */
-static fq_status ad_rows(ad_row **out, size_t *n, const fq_admin *a, size_t k, size_t nt,
-                         size_t active)
-{
-    *out = NULL;
-    *n = 0;
-    if (k > nt)
-        k = nt;
-    if (!k)
-        return FQ_OK;
-    /* A heap pays off while k is well below the queued tenants; past
-     * that, sorting them all costs less. Queued rows at [0, nq_cap), idle
-     * ones after them, up to k. */
-    bool heap = (uint64_t)k * 4 < active;
-    size_t nq_cap = heap ? k : active;
-    ad_row *rows = malloc((nq_cap + k) * sizeof *rows), *idle = rows + nq_cap;
-    if (!rows)
-        return FQ_ENOMEM;
-    size_t nq = 0, ni = 0, seen_q = 0;
-    size_t want_i = k > active ? k - active : 0;     /* idle rows after the queued */
-    const fq_admin_ops *o = &a->ops;
-    for (const void *t = o->tenant_next(o->arg, NULL); t && (seen_q < active || ni < want_i);
-         t = o->tenant_next(o->arg, t)) {
-        fq_admin_tenant v;
-        o->tenant_view(o->arg, t, false, &v);
-        const fq_tenant_info *ti = &v.info;
-        ad_row row = {t, v.id, ti->queued_tokens, ti->queued ? ti->oldest_enqueued : UINT64_MAX};
-        seen_q += ti->queued > 0;
-        if (!ti->queued) {
-            if (ni < want_i)
-                idle[ni++] = row;
-        } else if (heap) {
-            ad_row_keep(rows, &nq, k, &row);
-        } else if (nq < nq_cap) {
-            rows[nq++] = row;
-        }
-    }
-    qsort(rows, nq, sizeof *rows, ad_row_cmp);
-    memmove(rows + nq, idle, ni * sizeof *rows);
-    *out = rows;
-    *n = nq + ni;
-    return FQ_OK;
-}
-
-/* The rows a request selects: its one tenant, or the ranking's first k. */
-static fq_status ad_select(ad_row **out, size_t *n, const fq_admin *a, const fq_stats_req *r,
-                           size_t k, const fq_metrics_overall *all)
-{
-    if (!r->tenant[0])
-        return ad_rows(out, n, a, k, all->tenants, all->active_tenants);
-    *out = NULL;
-    *n = 0;
-    const void *t = a->ops.tenant_find(a->ops.arg, r->tenant);
-    if (!t)
-        return FQ_OK;
-    if (!(*out = malloc(sizeof **out)))
-        return FQ_ENOMEM;
-    (*out)[(*n)++] = (ad_row){.t = t};
-    return FQ_OK;
-}
-
 fq_status fq_admin_stats_json(fq_admin *a, const fq_stats_req *r, char *buf, size_t cap,
                               size_t *len, uint64_t now)
 {
+    const fq_admin_ops *o = &a->ops;
     fq_metrics_overall all;
-    a->ops.overall(a->ops.arg, &all);
-    ad_row *rows;
-    size_t n, limit = r->limit < FQ_ADMIN_STATS_PAGE_MAX ? r->limit : FQ_ADMIN_STATS_PAGE_MAX;
-    size_t total = r->tenant[0] ? 0 : all.tenants;
-    fq_status s = ad_select(&rows, &n, a, r, r->offset < total ? r->offset + limit : 0, &all);
-    if (s != FQ_OK)
-        return s;
-    if (r->tenant[0])
-        total = n;
+    o->overall(o->arg, &all);
+    size_t limit = r->limit < FQ_ADMIN_STATS_PAGE_MAX ? r->limit : FQ_ADMIN_STATS_PAGE_MAX;
+    /* One tenant, or the ranking from offset on: found in O(log n), then
+     * each row after it in O(1). */
+    const void *one = r->tenant[0] ? o->tenant_find(o->arg, r->tenant) : NULL;
+    size_t total = r->tenant[0] ? one != NULL : all.tenants;
+    size_t i = r->offset < total ? r->offset : total, shown = 0;
+    const void *t = i == total || !limit ? NULL : one ? one : o->tenant_at(o->arg, i);
     fq_json w;
     fq_json_init(&w, buf, cap);
     fq_json_begin_object(&w);
@@ -370,18 +251,18 @@ fq_status fq_admin_stats_json(fq_admin *a, const fq_stats_req *r, char *buf, siz
     AD_KV(&w, "offset", r->offset);
     fq_json_key(&w, "tenants");
     fq_json_begin_array(&w);
-    size_t i = r->offset < total ? r->offset : total, shown = 0;
-    for (; i < n && shown < limit; i++, shown++) {
+    for (; t && shown < limit; i++, shown++) {
         /* The writer is a plain value over buf: a copy taken before a
          * tenant is a checkpoint to fall back to when it does not fit. */
         fq_json mark = w;
         fq_admin_tenant v;
-        a->ops.tenant_view(a->ops.arg, rows[i].t, true, &v);
+        o->tenant_view(o->arg, t, true, &v);
         ad_stats_tenant(&w, &v, now);
         if (w.len + AD_STATS_TAIL >= cap) {
             w = mark;
             break;
         }
+        t = one ? NULL : o->tenant_after(o->arg, t);
     }
     fq_json_end_array(&w);
     AD_KV(&w, "tenants_returned", shown);
@@ -390,7 +271,6 @@ fq_status fq_admin_stats_json(fq_admin *a, const fq_stats_req *r, char *buf, siz
     if (i < total)
         AD_KV(&w, "next_offset", i);
     fq_json_end_object(&w);
-    free(rows);
     return fq_json_finish(&w, len);
 }
 

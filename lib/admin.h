@@ -45,8 +45,14 @@ typedef struct fq_admin_tenant {
 /* What the module reads of the proxy, and the work only the proxy does. */
 typedef struct fq_admin_ops {
     void *arg;                      /* every callback's first argument */
-    /* The tenant after t in creation order (NULL: the first), or NULL. */
-    const void *(*tenant_next)(void *arg, const void *t);
+    /* The tenant at position i of the stats ranking, or NULL past the last:
+     * those with queued runs by queued tokens (most first), then their
+     * oldest queued run (oldest first), then by id; then the idle ones in
+     * the order fairq first saw them (fq_sched_rank_at). O(log n). */
+    const void *(*tenant_at)(void *arg, size_t i);
+    /* The tenant after t (from tenant_at or tenant_after) in the ranking,
+     * or NULL. O(1) amortised. */
+    const void *(*tenant_after)(void *arg, const void *t);
     /* The tenant named id, or NULL. */
     const void *(*tenant_find)(void *arg, const char *id);
     /* t's view: id and info only unless full. */

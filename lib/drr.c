@@ -59,12 +59,20 @@
  *    is parked (the same heap by time as fq_sched_park) until it is not:
  *    checked after each of its dispatches and when it reaches the head of
  *    the list, so it costs no visits while it waits.
+ *  - The stats ranking (tenants with queued runs by queued tokens, then
+ *    their oldest run, then id; the idle after them in creation order) is
+ *    an order-statistic tree (lib/rank), so a page at any offset costs
+ *    O(log n) plus its rows. Dispatch does not pay for it: a change to a
+ *    tenant's queue only marks the tenant, O(1), and fq_sched_rank_sync,
+ *    called once a turn by the caller, puts each marked tenant back in
+ *    place once, O(log n), however many of its runs came and went.
  */
 #include "drr.h"
 
 #include <stdlib.h>
 #include <string.h>
 
+#include "rank.h"
 #include "strmap.h"
 #include "window.h"
 
@@ -102,6 +110,14 @@ struct fq_tenant {
                                    of the caller's unit */
     uint32_t requeued;          /* runs at the head of the FIFO back from the window */
     fq_run *rq_last;            /* the last of them, in dispatch order */
+    fq_tenant *rk_next;         /* on the list of tenants to rank again (beside
+                                   park_until, in a line dispatch reads anyway) */
+    fq_tenant **rk_pprev;       /* what points to it there; NULL: not on it */
+    uint64_t seq;               /* creation order among the scheduler's tenants */
+    fq_rank_node rank;          /* in the stats ranking once synced (size 0: not in it) */
+    uint64_t rk_tokens;         /* the key it is ranked by: queued tokens then (0: idle,
+                                   as every queued run is charged at least 1) */
+    uint64_t rk_oldest;         /* ... and its head run's enqueue time then */
     fq_strmap_node node;        /* in the tenant table, keyed by id */
     char id[FQ_TENANT_MAX + 1];
 };
@@ -131,6 +147,9 @@ struct fq_sched {
     uint64_t active_weight;     /* their weights summed */
     uint64_t queued, queued_tokens;
     uint64_t visits, dispatched, expired, wakeups;
+    uint64_t next_seq;          /* the next tenant's creation order */
+    fq_rank rank;               /* every tenant synced, in the stats order (rank_cmp) */
+    fq_tenant *rk_changed;      /* tenants whose rank key may have changed since */
     uint64_t wheel_bits[FQ_WHEEL_WORDS]; /* which wheel slots are non-empty */
     struct wheel_slot wheel[FQ_WHEEL_SLOTS]; /* debtors waking in round r, at r % slots */
 };
@@ -659,6 +678,77 @@ static fq_status tenant_reserve(fq_sched *s)
     return fq_strmap_reserve(s->tenants);
 }
 
+/* ---- the stats ranking ------------------------------------------------- */
+
+/* Tenants with queued runs first, by queued tokens (most first), then the
+ * age of their head run (oldest first), then by id; then the idle ones in
+ * creation order. Reads only the key stored at the tenant's last sync. */
+static int rank_cmp(const fq_rank_node *a, const fq_rank_node *b)
+{
+    const fq_tenant *x = FQ_RANK_ENTRY(a, fq_tenant, rank);
+    const fq_tenant *y = FQ_RANK_ENTRY(b, fq_tenant, rank);
+    if (!x->rk_tokens || !y->rk_tokens) {
+        if (x->rk_tokens || y->rk_tokens)
+            return x->rk_tokens ? -1 : 1;
+        return x->seq < y->seq ? -1 : 1;
+    }
+    if (x->rk_tokens != y->rk_tokens)
+        return x->rk_tokens > y->rk_tokens ? -1 : 1;
+    if (x->rk_oldest != y->rk_oldest)
+        return x->rk_oldest < y->rk_oldest ? -1 : 1;
+    return strcmp(x->id, y->id);
+}
+
+/* t's queue changed: rank it again at the next sync. O(1). */
+static void rank_mark(fq_sched *s, fq_tenant *t)
+{
+    if (t->rk_pprev)
+        return;
+    t->rk_next = s->rk_changed;
+    if (t->rk_next)
+        t->rk_next->rk_pprev = &t->rk_next;
+    s->rk_changed = t;
+    t->rk_pprev = &s->rk_changed;
+}
+
+static void rank_unmark(fq_tenant *t)
+{
+    *t->rk_pprev = t->rk_next;
+    if (t->rk_next)
+        t->rk_next->rk_pprev = t->rk_pprev;
+    t->rk_next = NULL;
+    t->rk_pprev = NULL;
+}
+
+void fq_sched_rank_sync(fq_sched *s)
+{
+    for (fq_tenant *t; (t = s->rk_changed);) {
+        rank_unmark(t);
+        uint64_t tokens = t->queued_tokens, oldest = t->qhead ? t->qhead->t : 0;
+        if (t->rank.size && tokens == t->rk_tokens && oldest == t->rk_oldest)
+            continue;
+        if (t->rank.size)
+            fq_rank_remove(&s->rank, &t->rank);
+        t->rk_tokens = tokens;
+        t->rk_oldest = oldest;
+        fq_rank_insert(&s->rank, &t->rank);
+    }
+}
+
+fq_tenant *fq_sched_rank_at(fq_sched *s, size_t i)
+{
+    fq_sched_rank_sync(s);
+    fq_rank_node *n = fq_rank_at(&s->rank, i);
+    return n ? FQ_RANK_ENTRY(n, fq_tenant, rank) : NULL;
+}
+
+fq_tenant *fq_sched_rank_next(fq_sched *s, const fq_tenant *t)
+{
+    fq_sched_rank_sync(s);
+    fq_rank_node *n = t->rank.size ? fq_rank_next(&t->rank) : NULL;
+    return n ? FQ_RANK_ENTRY(n, fq_tenant, rank) : NULL;
+}
+
 /* ---- lifecycle --------------------------------------------------------- */
 
 static int opts_valid(const fq_sched_opts *o)
@@ -687,6 +777,7 @@ fq_status fq_sched_create(fq_sched **out, const fq_sched_opts *o)
     }
     fq_window_set_keep(&s->win, o->expired_keep);
     s->heap_cap = FQ_TENANT_MIN_BUCKETS;
+    fq_rank_init(&s->rank, rank_cmp, o->seed);
     *out = s;
     return FQ_OK;
 }
@@ -766,6 +857,8 @@ fq_status fq_sched_tenant(fq_tenant **out, fq_sched *s, const char *id, size_t l
     t->pol = *p;
     t->state = FQ_T_IDLE;
     t->rate_at = FQ_RATE_NEVER;
+    t->seq = s->next_seq++;
+    rank_mark(s, t);
     fq_strmap_insert_hashed(s->tenants, &t->node, len, h);
     *out = t;
     return FQ_OK;
@@ -798,6 +891,10 @@ fq_status fq_sched_tenant_remove(fq_sched *s, fq_tenant *t)
      * tenant's is at most zero. */
     if (t->state != FQ_T_IDLE || t->queued || t->in_flight || t->expired_held || t->deficit)
         return FQ_EEXIST;
+    if (t->rk_pprev)
+        rank_unmark(t);
+    if (t->rank.size)
+        fq_rank_remove(&s->rank, &t->rank);
     fq_strmap_remove(s->tenants, &t->node);
     free(t);
     return FQ_OK;
@@ -825,8 +922,11 @@ void fq_tenant_info_get(const fq_tenant *t, fq_tenant_info *out)
 
 /* ---- queueing ---------------------------------------------------------- */
 
+/* Every change to a tenant's queue comes through here: its runs, tokens
+ * or head run (the stats ranking's key). */
 static void queue_add_tokens(fq_sched *s, fq_tenant *t, int dir, uint32_t est)
 {
+    rank_mark(s, t);
     if (dir > 0) {
         if (t->queued++ == 0) {
             s->active++;

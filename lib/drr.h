@@ -260,6 +260,20 @@ uint64_t fq_sched_tokens_ahead(const fq_sched *s, const fq_tenant *t, uint32_t e
  * queued by t would wait for its rate alone, behind t's queued runs, from
  * now; 0 without a rate. Admission control counts it against max_wait. */
 uint64_t fq_sched_rate_wait(const fq_sched *s, const fq_tenant *t, uint32_t est, uint64_t now);
+/* The stats ranking of every tenant: those with queued runs first, by
+ * queued tokens (most first), then the enqueue time of their head run
+ * (oldest first), then by id; then those with nothing queued, in the order
+ * they were created (a tenant removed and created again goes last). A
+ * change to a queue only marks its tenant; fq_sched_rank_sync puts the
+ * marked ones in place, O(log n) each, and the caller calls it once a turn
+ * so that what waits for a page stays small. */
+void fq_sched_rank_sync(fq_sched *s);
+/* The tenant at position i (0: the first) of the ranking, synced first, or
+ * NULL past the last. O(log n). */
+fq_tenant *fq_sched_rank_at(fq_sched *s, size_t i);
+/* The tenant after t in the ranking, or NULL after the last; t came from
+ * fq_sched_rank_at or _next with no change to s since. O(1) amortised. */
+fq_tenant *fq_sched_rank_next(fq_sched *s, const fq_tenant *t);
 
 void fq_sched_stats_get(const fq_sched *s, fq_sched_stats *out);
 #ifdef FQ_TESTING   /* tests only: no program calls it */

@@ -1157,9 +1157,27 @@ static fq_status px_reload(fq_proxy *p, const char *trigger, char *restart, size
 
 /* ---- admin requests: lib/admin.c, through these ------------------------- */
 
-static const void *px_admin_tenant_next(void *arg, const void *t)
+/* The proxy's tenant of a scheduler's tenant: each is made with the other
+ * (px_tenant_get) and forgotten with it (px_forget_idle). */
+static const px_tenant *px_tenant_of_sched(fq_proxy *p, const fq_tenant *ft)
 {
-    return px_tenant_next(arg, t);
+    if (!ft)
+        return NULL;
+    fq_tenant_info ti;
+    fq_tenant_info_get(ft, &ti);
+    return px_tenant_find(p, ti.id, strlen(ti.id));
+}
+
+static const void *px_admin_tenant_at(void *arg, size_t i)
+{
+    fq_proxy *p = arg;
+    return px_tenant_of_sched(p, fq_sched_rank_at(p->sched, i));
+}
+
+static const void *px_admin_tenant_after(void *arg, const void *t)
+{
+    fq_proxy *p = arg;
+    return px_tenant_of_sched(p, fq_sched_rank_next(p->sched, ((const px_tenant *)t)->t));
 }
 
 static const void *px_admin_tenant_find(void *arg, const char *id)
@@ -2082,6 +2100,8 @@ int fq_proxy_run(fq_proxy *p)
          * Under load the batching is worth more than the wait. */
         if (busy < PX_LIGHT_LOAD && lc->dispatched != sent)
             fq_nio_flush(p->nio, 2);
+        /* The turn's changed queues, ranked once each for stats pages. */
+        fq_sched_rank_sync(p->sched);
     }
     px_phase(p, FQ_PHASE_STOPPING);
     uint64_t t0 = atomic_load(&p->stop_at);
@@ -2170,7 +2190,8 @@ fq_status fq_proxy_create(fq_proxy **out, const fq_config *cfg, char *err, size_
                              p->hash_key[0]);
     if (s == FQ_OK)
         s = fq_ovr_create(&p->ovr, p->hash_key[1]);
-    fq_admin_ops ao = {.arg = p, .tenant_next = px_admin_tenant_next,
+    fq_admin_ops ao = {.arg = p, .tenant_at = px_admin_tenant_at,
+                       .tenant_after = px_admin_tenant_after,
                        .tenant_find = px_admin_tenant_find, .tenant_view = px_admin_tenant_view,
                        .overall = px_admin_overall, .policy = px_admin_policy,
                        .fresh = px_admin_fresh, .reply = px_admin_reply,

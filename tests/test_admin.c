@@ -23,8 +23,10 @@ typedef struct frow {
 } frow;
 
 typedef struct fake {
-    frow t[NT];
+    frow t[NT];                 /* in creation order */
     size_t nt;
+    size_t rank[NT];            /* the ranking, as the scheduler keeps it: indexes of t */
+    int at_calls, after_calls;  /* lookups of the ranking */
     fq_metrics_overall all;
     fq_policy *pol;
     fq_ovr_set *ovr;
@@ -35,11 +37,22 @@ typedef struct fake {
     fq_admin *a;
 } fake;
 
-static const void *f_next(void *arg, const void *t)
+static const void *f_at(void *arg, size_t i)
 {
     fake *f = arg;
-    size_t i = t ? (size_t)((const frow *)t - f->t) + 1 : 0;
-    return i < f->nt ? &f->t[i] : NULL;
+    f->at_calls++;
+    return i < f->nt ? &f->t[f->rank[i]] : NULL;
+}
+
+static const void *f_after(void *arg, const void *t)
+{
+    fake *f = arg;
+    f->after_calls++;
+    size_t i = 0;
+    while (i < f->nt && &f->t[f->rank[i]] != t)
+        i++;
+    assert_true(i < f->nt);
+    return i + 1 < f->nt ? &f->t[f->rank[i + 1]] : NULL;
 }
 
 static const void *f_find(void *arg, const char *id)
@@ -124,7 +137,9 @@ static int setup(void **state)
     for (size_t i = 0; i < 2; i++)
         assert_int_equal(fq_policy_set_plan(f->pol, &pl[i]), FQ_OK);
     assert_int_equal(fq_ovr_create(&f->ovr, 7), FQ_OK);
-    /* t0..t5 in creation order; t1, t3 and t4 have queued runs. */
+    /* t0..t5 in creation order; t1, t3 and t4 have queued runs, and rank
+     * first (lib/drr.c ranks them: test_drr). */
+    static const size_t rank[NT] = {3, 4, 1, 0, 2, 5};
     static const uint64_t queued_tokens[NT] = {0, 500, 0, 900, 500, 0};
     static const uint64_t oldest[NT] = {0, 20, 0, 30, 10, 0};
     f->nt = NT;
@@ -134,13 +149,14 @@ static int setup(void **state)
         f->t[i].info.queued = queued_tokens[i] ? 1 : 0;
         f->t[i].info.oldest_enqueued = oldest[i];
         f->t[i].info.weight = 1;
+        f->rank[i] = rank[i];
     }
     f->all.tenants = NT;
     f->all.active_tenants = 3;
     f->all.max_payload = 1 << 20;
     f->all.publish_failures = 7;
     f->fresh = true;
-    fq_admin_ops ops = {.arg = f, .tenant_next = f_next, .tenant_find = f_find,
+    fq_admin_ops ops = {.arg = f, .tenant_at = f_at, .tenant_after = f_after, .tenant_find = f_find,
                         .tenant_view = f_view, .overall = f_overall, .policy = f_policy,
                         .fresh = f_fresh, .reply = f_reply, .reload = f_reload,
                         .ovr_write = f_write};
@@ -190,8 +206,9 @@ static double num_of(const cJSON *j, const char *k)
     return v->valuedouble;
 }
 
-/* A page: queued tenants by queued tokens, then the oldest run, then idle
- * ones in creation order; pages continue where the last one stopped. */
+/* A page: the tenants in the scheduler's ranking; pages continue where the
+ * last one stopped, and each finds its first row once, not by walking the
+ * rows before it. */
 static void test_stats_pages(void **state)
 {
     fake *f = *state;
@@ -206,6 +223,9 @@ static void test_stats_pages(void **state)
         const cJSON *t;
         cJSON_ArrayForEach(t, ts)
             assert_string_equal(str_of(t, "tenant"), order[seen++]);
+        assert_int_equal(f->at_calls, 1);
+        assert_true(f->after_calls <= 4);
+        f->at_calls = f->after_calls = 0;
         assert_int_equal(num_of(j, "tenants_total"), NT);
         assert_int_equal(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(j, "truncated")),
                          off == 0);

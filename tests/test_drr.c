@@ -1704,6 +1704,116 @@ static void test_keep_idle_credit_banks(void **state)
     fq_sched_destroy(s);
 }
 
+/* ---- the stats ranking ------------------------------------------------- */
+
+/* A tenant as the reference ranks it. */
+typedef struct rank_ref {
+    fq_tenant *t;
+    fq_tenant_info i;
+    uint64_t born;              /* creation order, as the test made them */
+} rank_ref;
+
+/* What drr.h promises: queued first, by tokens (most first), then the head
+ * run's enqueue time, then id; the idle by creation. */
+static int rank_ref_cmp(const void *a, const void *b)
+{
+    const rank_ref *x = a, *y = b;
+    if (!x->i.queued != !y->i.queued)
+        return x->i.queued ? -1 : 1;
+    if (!x->i.queued)
+        return x->born < y->born ? -1 : 1;
+    if (x->i.queued_tokens != y->i.queued_tokens)
+        return x->i.queued_tokens > y->i.queued_tokens ? -1 : 1;
+    if (x->i.oldest_enqueued != y->i.oldest_enqueued)
+        return x->i.oldest_enqueued < y->i.oldest_enqueued ? -1 : 1;
+    return strcmp(x->i.id, y->i.id);
+}
+
+/* The ranking walked from position from, and every position looked up,
+ * agree with a sort of the tenants' views. */
+static void assert_ranking(fq_sched *s, fq_tenant **t, const uint64_t *born, size_t n)
+{
+    rank_ref ref[64];
+    assert_true(n <= 64);
+    for (size_t i = 0; i < n; i++)
+        ref[i] = (rank_ref){t[i], info(t[i]), born[i]};
+    qsort(ref, n, sizeof *ref, rank_ref_cmp);
+    size_t from = (size_t)rnd_in(0, n);
+    fq_tenant *w = fq_sched_rank_at(s, from);
+    for (size_t i = 0; i < n; i++) {
+        assert_ptr_equal(fq_sched_rank_at(s, i), ref[i].t);
+        if (i >= from) {
+            assert_ptr_equal(w, ref[i].t);
+            w = fq_sched_rank_next(s, w);
+        }
+    }
+    assert_null(w);
+    assert_null(fq_sched_rank_at(s, n));
+}
+
+/* Through enqueues, dispatches, completions, requeues, tenants forgotten
+ * and made again (last in creation order), with ties in tokens and in
+ * time, the ranking is synced only now and then (several changes to one
+ * tenant between syncs, as in a turn of the proxy's loop) and always
+ * agrees with the reference. */
+static void test_rank_follows_the_queues(void **state)
+{
+    (void)state;
+    enum { RT = 40, STEPS = 6000 };
+    rng_state = 11;
+    fq_sched *s = mk(8, 0, 0);
+    fq_tenant *t[RT];
+    uint64_t born[RT], nborn = 0, flight[8], now = 1;
+    size_t nflight = 0;
+    for (int i = 0; i < RT; i++) {
+        t[i] = ten_i(s, "r", i, (uint32_t)rnd_in(1, 3), 0);
+        born[i] = nborn++;
+    }
+    assert_ranking(s, t, born, RT);
+    for (int step = 0; step < STEPS; step++) {
+        int k = (int)rnd_in(0, RT - 1);
+        now += rnd_in(0, 1);
+        switch (rnd_in(0, 5)) {
+        case 0:
+        case 1:
+            assert_int_equal(fq_sched_enqueue(NULL, s, t[k], next_id++, (uint32_t)rnd_in(1, 4),
+                                              NULL, now), FQ_OK);
+            break;
+        case 2: {
+            fq_run *r = fq_sched_dispatch(s, now);
+            if (r)
+                flight[nflight++] = r->id;
+            break;
+        }
+        case 3:
+        case 4:
+            if (nflight) {
+                size_t j = (size_t)rnd_in(0, nflight - 1);
+                fq_run *r = fq_sched_run(s, flight[j]);
+                if (rnd_in(0, 1))
+                    assert_int_equal(fq_sched_complete(NULL, s, flight[j], r->est), FQ_OK);
+                else
+                    assert_int_equal(fq_sched_requeue(s, flight[j]), FQ_OK);
+                flight[j] = flight[--nflight];
+            }
+            break;
+        default: {
+            char id[16];
+            snprintf(id, sizeof id, "r%d", k);
+            if (fq_sched_tenant_remove(s, t[k]) == FQ_OK) {
+                t[k] = ten(s, id, 1, 0, 0);
+                born[k] = nborn++;
+            }
+        }
+        }
+        if (rnd_in(0, 7) == 0)
+            assert_ranking(s, t, born, RT);
+    }
+    assert_true(nborn > RT);    /* some were forgotten and came back */
+    assert_ranking(s, t, born, RT);
+    fq_sched_destroy(s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1753,6 +1863,7 @@ int main(void)
         cmocka_unit_test(test_debt_life),
         cmocka_unit_test(test_absurd_actual_is_bounded),
         cmocka_unit_test(test_keep_idle_credit_banks),
+        cmocka_unit_test(test_rank_follows_the_queues),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
