@@ -63,9 +63,10 @@
  *    their oldest run, then id; the idle after them in creation order) is
  *    an order-statistic tree (lib/rank), so a page at any offset costs
  *    O(log n) plus its rows. Dispatch does not pay for it: a change to a
- *    tenant's queue only marks the tenant, O(1), and fq_sched_rank_sync,
- *    called once a turn by the caller, puts each marked tenant back in
- *    place once, O(log n), however many of its runs came and went.
+ *    tenant's queue only marks the tenant, O(1), and fq_sched_rank_sync
+ *    puts each marked tenant back in place once, O(log n), however many
+ *    of its runs came and went: when a page asks, or when the caller's
+ *    turn ends with more marked than a page should wait for.
  */
 #include "drr.h"
 
@@ -150,6 +151,7 @@ struct fq_sched {
     uint64_t next_seq;          /* the next tenant's creation order */
     fq_rank rank;               /* every tenant synced, in the stats order (rank_cmp) */
     fq_tenant *rk_changed;      /* tenants whose rank key may have changed since */
+    size_t nchanged;            /* ... how many */
     uint64_t wheel_bits[FQ_WHEEL_WORDS]; /* which wheel slots are non-empty */
     struct wheel_slot wheel[FQ_WHEEL_SLOTS]; /* debtors waking in round r, at r % slots */
 };
@@ -709,10 +711,12 @@ static void rank_mark(fq_sched *s, fq_tenant *t)
         t->rk_next->rk_pprev = &t->rk_next;
     s->rk_changed = t;
     t->rk_pprev = &s->rk_changed;
+    s->nchanged++;
 }
 
-static void rank_unmark(fq_tenant *t)
+static void rank_unmark(fq_sched *s, fq_tenant *t)
 {
+    s->nchanged--;
     *t->rk_pprev = t->rk_next;
     if (t->rk_next)
         t->rk_next->rk_pprev = t->rk_pprev;
@@ -720,10 +724,12 @@ static void rank_unmark(fq_tenant *t)
     t->rk_pprev = NULL;
 }
 
-void fq_sched_rank_sync(fq_sched *s)
+void fq_sched_rank_sync(fq_sched *s, size_t backlog)
 {
+    if (s->nchanged <= backlog)
+        return;
     for (fq_tenant *t; (t = s->rk_changed);) {
-        rank_unmark(t);
+        rank_unmark(s, t);
         uint64_t tokens = t->queued_tokens, oldest = t->qhead ? t->qhead->t : 0;
         if (t->rank.size && tokens == t->rk_tokens && oldest == t->rk_oldest)
             continue;
@@ -737,14 +743,14 @@ void fq_sched_rank_sync(fq_sched *s)
 
 fq_tenant *fq_sched_rank_at(fq_sched *s, size_t i)
 {
-    fq_sched_rank_sync(s);
+    fq_sched_rank_sync(s, 0);
     fq_rank_node *n = fq_rank_at(&s->rank, i);
     return n ? FQ_RANK_ENTRY(n, fq_tenant, rank) : NULL;
 }
 
 fq_tenant *fq_sched_rank_next(fq_sched *s, const fq_tenant *t)
 {
-    fq_sched_rank_sync(s);
+    fq_sched_rank_sync(s, 0);
     fq_rank_node *n = t->rank.size ? fq_rank_next(&t->rank) : NULL;
     return n ? FQ_RANK_ENTRY(n, fq_tenant, rank) : NULL;
 }
@@ -892,7 +898,7 @@ fq_status fq_sched_tenant_remove(fq_sched *s, fq_tenant *t)
     if (t->state != FQ_T_IDLE || t->queued || t->in_flight || t->expired_held || t->deficit)
         return FQ_EEXIST;
     if (t->rk_pprev)
-        rank_unmark(t);
+        rank_unmark(s, t);
     if (t->rank.size)
         fq_rank_remove(&s->rank, &t->rank);
     fq_strmap_remove(s->tenants, &t->node);

@@ -264,10 +264,12 @@ uint64_t fq_sched_rate_wait(const fq_sched *s, const fq_tenant *t, uint32_t est,
  * queued tokens (most first), then the enqueue time of their head run
  * (oldest first), then by id; then those with nothing queued, in the order
  * they were created (a tenant removed and created again goes last). A
- * change to a queue only marks its tenant; fq_sched_rank_sync puts the
- * marked ones in place, O(log n) each, and the caller calls it once a turn
- * so that what waits for a page stays small. */
-void fq_sched_rank_sync(fq_sched *s);
+ * change to a queue only marks its tenant, O(1). fq_sched_rank_sync puts
+ * every marked tenant in place, O(log n) each, once more than backlog are
+ * marked (0: whenever one is): a caller that calls it once a turn with a
+ * small backlog bounds what a page waits for, and pays nothing while only
+ * a few tenants change (their marks coalesce until a page asks). */
+void fq_sched_rank_sync(fq_sched *s, size_t backlog);
 /* The tenant at position i (0: the first) of the ranking, synced first, or
  * NULL past the last. O(log n). */
 fq_tenant *fq_sched_rank_at(fq_sched *s, size_t i);

@@ -100,6 +100,10 @@
 #define PX_LIGHT_LOAD 16            /* events a turn below which writes are flushed at once */
 #define PX_SWEEP_MS 1000            /* a sweep of every tenant begins this often */
 #define PX_SWEEP_SLICE 512          /* tenants a sweep visits per turn of the loop at most */
+#define PX_RANK_BACKLOG 256         /* tenants whose queues changed left out of the stats
+                                       order until a page asks for it: a page ranks at most
+                                       these and a turn's, and dispatch ranks none while
+                                       only a few tenants are busy */
 #define PX_REFUSAL_LOGS 20          /* "run refused" lines a second at most, all tenants */
 
 /* Publish tokens: kind in the top four bits, a value below. The ledger's
@@ -2100,8 +2104,8 @@ int fq_proxy_run(fq_proxy *p)
          * Under load the batching is worth more than the wait. */
         if (busy < PX_LIGHT_LOAD && lc->dispatched != sent)
             fq_nio_flush(p->nio, 2);
-        /* The turn's changed queues, ranked once each for stats pages. */
-        fq_sched_rank_sync(p->sched);
+        /* Changed queues ranked for stats pages once many wait. */
+        fq_sched_rank_sync(p->sched, PX_RANK_BACKLOG);
     }
     px_phase(p, FQ_PHASE_STOPPING);
     uint64_t t0 = atomic_load(&p->stop_at);

@@ -4,7 +4,8 @@
 # For each state, a nats-server of its own (scripts/nats-up.sh, a fresh
 # store), fairq-proxy on it, TENANTS tenants with one run each submitted by
 # fairq-load (no workers), then `fairq-admin --time TIMES stats BODY` for the
-# overall section alone, the first page of 500 and a page at offset 40,000:
+# overall section alone, the first page of 500, a page at offset 40,000 and
+# the page nine tenths of the way down the tenants known:
 # the median, least and most round trip of the answered requests. A stats
 # request is served on the proxy's loop, so its round trip (less about a
 # millisecond of transport, the overall section's) is what it held dispatch.
@@ -46,14 +47,17 @@ measure() {
     proxy_pid=$!
     "$bin/fairq-admin" --nats "$url" stats '{"limit":0}' >/dev/null 2>&1 ||
         { sleep 1; "$bin/fairq-admin" --nats "$url" stats '{"limit":0}' >/dev/null; }
-    "$bin/fairq-load" --nats "$url" --tenants "$TENANTS" --count "$TENANTS" --rate 0 \
+    "$bin/fairq-load" --nats "$url" --tenants "$TENANTS" --count "$TENANTS" --in-turn --rate 0 \
         --workers 0 --drain 0 --max-outstanding 0 --body-size 64 >/dev/null
     for _ in $(seq 1 300); do
         "$bin/fairq-admin" --nats "$url" stats '{"limit":0}' | grep -q "\"submitted\":$TENANTS," && break
         sleep 0.2
     done
-    for body in '{"limit":0}' '{"limit":500}' '{"offset":40000,"limit":500}'; do
-        printf 'impl=%s state=%s tenants=%s request=%s ' "$impl" "$state" "$TENANTS" "$body"
+    known=$("$bin/fairq-admin" --nats "$url" stats '{"limit":0}' |
+        sed -n 's/.*"tenants_total":\([0-9]*\).*/\1/p')
+    for body in '{"limit":0}' '{"limit":500}' '{"offset":40000,"limit":500}' \
+        "{\"offset\":$((known * 9 / 10)),\"limit\":500}"; do
+        printf 'impl=%s state=%s tenants=%s known=%s request=%s ' "$impl" "$state" "$TENANTS" "$known" "$body"
         "$bin/fairq-admin" --nats "$url" --time "$TIMES" stats "$body" 2>&1 >/dev/null |
             sed 's/.*round trip //'
     done
