@@ -1520,8 +1520,14 @@ void fq_ledger_unsent(fq_ledger *l, const fq_ledger_act *act, fq_status st, uint
             l->sent->retry_at = now + FQ_LEDGER_RETRY_MS;
         return;
     }
+    if (a->type == FQ_LACT_REFUSE) {
+        /* Left unacked, and naked so that it comes back soon: the next
+         * consumer reset may be an hour of AckWait away. */
+        lg_nak(l, a->cons, &a->ack, FQ_LEDGER_PARK_MAX_MS);
+        return;
+    }
     if (a->type != FQ_LACT_DISPATCH)
-        return;     /* a refusal: left unacked, it comes back on the next consumer reset */
+        return;
     lg_run *x = lg_find_seq(l, a->seq);
     if (!x || (x->state != LG_FLIGHT && x->state != LG_EXPIRED))
         return;

@@ -1037,6 +1037,9 @@ static size_t px_drain(dst_world *w, dst_proxy *p)
         while ((next = fq_ledger_next(p->L))) {
             fq_ledger_act act = *next;  /* the list may grow while it is performed */
             const fq_ledger_act *a = &act;
+            if (w->watch && (a->seq == w->watch || a->ack.sseq == w->watch))
+                TRACE(w, "proxy %d: action %d on submit %" PRIu64 " (cons %d, code %d)", p->ix,
+                      a->type, w->watch, a->cons, a->code);
             dst_pub pub = {0};
             carry_ctx cc = {.pub = &pub};
             switch (a->type) {
@@ -2568,11 +2571,16 @@ static uint64_t world_run(uint64_t seed, uint64_t steps, bool trace, bool verbos
     uint64_t left = 0, bound = 200000, start = w->step;
     const int64_t bound_ms = 20 * 60 * 1000;
     while (!drained(w, &left)) {
-        if (w->step - start > bound || w->t - w->quiet_t > bound_ms)
+        if (w->step - start > bound || w->t - w->quiet_t > bound_ms) {
+            const sj_msg *m = sj_next(w->js, DST_SUBMIT, 0);
+            const sj_msg *d = sj_next(w->js, DST_DONE, 0);
             dst_fail(w, "liveness: %" PRIu64 " steps and %" PRId64 " s after the faults stopped, "
                      "%" PRIu64 " submits, completions and worker jobs are left (%" PRIu64
-                     " submits)", w->step - w->quiet_step, (w->t - w->quiet_t) / 1000, left,
-                     sj_msgs(w->js, DST_SUBMIT));
+                     " submits, the first %" PRIu64 "; %" PRIu64 " completions, the first %"
+                     PRIu64 ")", w->step - w->quiet_step, (w->t - w->quiet_t) / 1000, left,
+                     sj_msgs(w->js, DST_SUBMIT), m ? m->seq : 0, sj_msgs(w->js, DST_DONE),
+                     d ? d->seq : 0);
+        }
         world_step(w);
     }
     check_outcomes(w);
@@ -2613,9 +2621,9 @@ int main(int argc, char **argv)
      * test of tests/test_ledger.c), then worlds 1, 2, ... until a million
      * steps or more are done. */
     static const uint64_t found[] = {
-        201,    /* a submit whose ack was lost (its consumer made again) came back
-                   past the duplicate window; the ledger, which had seen its
-                   dispatch stored, published it again: dispatched twice */
+        71,     /* a refusal nats.c would not even queue left its submit unacked,
+                   waiting for a consumer reset that never came: its hour of
+                   AckWait outlived the liveness bound */
     };
     uint64_t total = env_u64("DST_TOTAL", 1000000), done = 0, first = env_u64("DST_FIRST", 1);
     uint64_t worlds = 0;

@@ -866,6 +866,31 @@ static void test_redelivery_published_again_fails(void **state)
     world_free(w);
 }
 
+/* A refusal the caller could not even queue leaves its submit unacked and
+ * naks it, so that it comes back soon rather than after its consumer's
+ * AckWait (dst_ledger seed 71: an hour, with no consumer reset to come). */
+static void test_refusal_unsent_is_naked(void **state)
+{
+    (void)state;
+    world *w = world_new();
+    fq_ledger_journal_marked(w->l, 1);
+    fq_ledger_submit s = {.ack = {.sseq = 10, .cseq = 3, .delivered = 1}, .ts_ms = w->now_ms,
+                          .tenant = "a", .status = FQ_EINVAL, .error = "a bad field",
+                          .subject = "fair.submit.a", .raw = {.body = "{}", .body_len = 2}};
+    fq_ledger_submit_in(w->l, &s, w->now, w->now_ms);
+    drain(w);
+    fq_ledger_act refuse = *find(w, FQ_LACT_REFUSE, 0);
+    fq_ledger_unsent(w->l, &refuse, FQ_EIO, w->now, w->now_ms);
+    drain(w);
+    const fq_ledger_act *n = find(w, FQ_LACT_NAK, 0);
+    assert_non_null(n);
+    assert_int_equal(n->cons, FQ_LEDGER_SUBMIT);
+    assert_int_equal(n->ack.sseq, 10);
+    assert_int_equal(n->ack.cseq, 3);
+    assert_int_equal(count(w, FQ_LACT_ACK), 0);
+    world_free(w);
+}
+
 /* Read back, an earlier run's done record does not hide a later run that
  * reuses its run id (allowed once the first was forgotten): the later one
  * is taken in, in flight (dst_ledger seed 1124). */
@@ -915,6 +940,7 @@ int main(void)
         cmocka_unit_test(test_redelivery_of_an_acked_run),
         cmocka_unit_test(test_redelivery_published_again_fails),
         cmocka_unit_test(test_rebuild_run_id_reused),
+        cmocka_unit_test(test_refusal_unsent_is_naked),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
