@@ -19,6 +19,7 @@
 #include "http.h"
 #include "journal.h"
 #include "ledger.h"
+#include "leader.h"
 #include "lease.h"
 #include "log.h"
 #include "metrics.h"
@@ -85,9 +86,6 @@
 #define PX_STOP_RELEASE_MS 500      /* the lease release's PubAck */
 #define PX_STOP_FLUSH_MS 500        /* the acks written before the close */
 #define PX_LEASE_RELEASE 1          /* TK_LEASE value of the release (renewals: 0) */
-#define PX_LEASE_MARGIN_MS 500      /* fresh ends this long before the TTL: lib/lease.h */
-#define PX_LEASE_RENEW_MS 1000      /* a renewal a second: two may fail before it is stale */
-#define PX_LEASE_RETRY_MS 500       /* a standby reads the key twice a second */
 #define PX_SUBMIT_ACK_WAIT_MS (3600LL * 1000)  /* px_start_consumers says why */
 #define PX_FETCH_BATCH 256          /* deliveries one pull request asks for at most */
 #define PX_DONE_MAX_ACK_PENDING 100000  /* completions delivered and not yet acked, at most */
@@ -195,11 +193,9 @@ struct fq_proxy {
     bool fenced;                /* the server refused our journal batch: another leads */
 
     char lease_id[128];
-    fq_lease lease;             /* the leader lease; lib/lease.c decides, we do its I/O */
+    fq_leader *ld;              /* the leader lease and its I/O (lib/leader.c); from connect */
     uint64_t term;              /* the term we lead in: our consumers' names carry it */
     bool consuming;             /* the consumers are started */
-    bool stale;                 /* leading but not fresh: changing nothing (logged once) */
-    bool releasing;             /* the release at a stop awaits its PubAck */
     fq_nio_event *held_ev;      /* deliveries that came while not fresh, in order */
     size_t nheld_ev, held_ev_cap;
     uint64_t next_second;       /* monotonic ms of the next rate sample */
@@ -430,7 +426,7 @@ static px_tenant *px_tenant_of_lt(fq_ledger_tenant *lt)
  * consumer change and admin write is gated on it. */
 static bool px_fresh(const fq_proxy *p)
 {
-    return !p->fenced && fq_lease_fresh(&p->lease, fq_nio_mono_ms());
+    return p->ld && fq_leader_fresh(p->ld, fq_nio_mono_ms());
 }
 
 /* A publish carries the producer's headers: the message itself (m), or the
@@ -671,6 +667,7 @@ static void px_note(fq_proxy *p, const fq_ledger_act *a)
                "wrote it; changing nothing more, stopping", FQ_UINT("term", p->term),
                FQ_UINT("expected_last_seq", a->n));
         p->fenced = true;
+        fq_leader_fence(p->ld);
         return;
     case FQ_LNOTE_BODY_LOST:
         fq_log(FQ_LOG_ERROR, "a held run vanished from the submit stream",
@@ -883,17 +880,15 @@ static void px_dispatch(fq_proxy *p)
 
 /* ---- PubAcks ------------------------------------------------------------- */
 
-static void px_on_lease(fq_proxy *p, const fq_nio_event *ev);
-
 static void px_on_puback(fq_proxy *p, fq_nio_event *ev)
 {
-    if (p->pubs)
-        p->pubs--;
     int kind = TK_KIND(ev->token);
     if (kind == TK_LEASE) {
-        px_on_lease(p, ev);
+        fq_leader_on_puback(p->ld, ev);     /* not among p->pubs */
         return;
     }
+    if (p->pubs)
+        p->pubs--;
     if (kind == TK_JMARK) {
         p->jmark_sent = false;
         p->jmarked = ev->status == FQ_OK;
@@ -1430,15 +1425,14 @@ static void px_sweep(fq_proxy *p, uint64_t now)
     }
 }
 
-/* ---- the leader lease ----------------------------------------------------- */
-
-static void px_lease_fence(fq_proxy *p);
+/* ---- the leader lease: lib/leader.c, through this ---------------------- */
 
 /* We lead from term: the consumers carry it in their names. A new term
  * while serving means the key aged out and we took it back: the consumers
  * are made again under the new name, which deletes the old term's. */
-static void px_lease_lead(fq_proxy *p, uint64_t term)
+static void px_lease_lead(void *arg, uint64_t term)
 {
+    fq_proxy *p = arg;
     p->term = term;
     if (!p->consuming)
         return;
@@ -1448,87 +1442,6 @@ static void px_lease_lead(fq_proxy *p, uint64_t term)
            FQ_UINT("term", term));
 }
 
-/* Do what the lease asks (lib/lease.c decides). Reads, and the writes that
- * follow them, wait for the server; a renewal (async) does not, and its
- * PubAck settles it in px_on_lease. */
-static void px_lease_act(fq_proxy *p, fq_lease_step *s, bool async)
-{
-    const char *bucket = p->cfg.streams.lease_bucket, *key = p->lease.key;
-    for (;;) {
-        if (s->lead)
-            px_lease_lead(p, s->term);
-        if (s->lost)
-            fq_log(FQ_LOG_ERROR, "lost the leader lease to another proxy; stopping",
-                   FQ_STR("holder", p->lease.holder), FQ_UINT("term", p->term));
-        uint64_t rev = 0;
-        fq_status st = FQ_EIO;
-        if (s->op == FQ_LEASE_OP_NONE)
-            break;
-        if (s->op == FQ_LEASE_OP_GET) {
-            char v[FQ_LEASE_ID_MAX + 1] = "";
-            st = fq_nio_kv_get(v, sizeof v, &rev, p->nio, bucket, key);
-            fq_lease_on_get(s, &p->lease, fq_nio_mono_ms(), st, v, rev);
-            async = false;
-            continue;
-        }
-        if (s->op == FQ_LEASE_OP_CREATE) {
-            st = fq_nio_kv_create(&rev, p->nio, bucket, key, s->value, strlen(s->value));
-        } else if (!async) {
-            st = fq_nio_kv_update(&rev, p->nio, bucket, key, s->value, strlen(s->value),
-                                  s->expect);
-        } else if (fq_nio_kv_update_async(p->nio, bucket, key, s->value, strlen(s->value),
-                                          s->expect, TK_MAKE(TK_LEASE, 0)) == FQ_OK) {
-            p->pubs++;
-            break;
-        }
-        fq_lease_on_write(s, &p->lease, fq_nio_mono_ms(), st, rev);
-    }
-    px_lease_fence(p);
-}
-
-/* natsio leaves the consumers alone from the end of freshness on; the
- * probes read it too. */
-static void px_lease_fence(fq_proxy *p)
-{
-    uint64_t until = p->fenced ? 0 : fq_lease_fresh_until(&p->lease);
-    fq_nio_fence(p->nio, until);
-    fq_probes_lease(p->probes, until,
-                    p->lease.state == FQ_LEASE_LEADING ? p->lease.confirmed_sent : 0,
-                    p->lease.state == FQ_LEASE_STANDBY ? p->lease.holder : NULL);
-}
-
-/* Renew the lease when due, without waiting. Returns false once it is
- * lost. Logs once when it stops being fresh, and when it is again. */
-static bool px_lease_renew(fq_proxy *p, uint64_t now)
-{
-    if (p->connected) {
-        fq_lease_step s;
-        fq_lease_tick(&s, &p->lease, now);
-        px_lease_act(p, &s, true);
-    }
-    bool fresh = fq_lease_fresh(&p->lease, fq_nio_mono_ms());
-    if (fresh == p->stale && p->lease.state == FQ_LEASE_LEADING) {
-        p->stale = !fresh;
-        fq_log(fresh ? FQ_LOG_INFO : FQ_LOG_WARN,
-               fresh ? "leader lease renewed; serving again"
-                     : "cannot renew the leader lease; changing nothing until it is",
-               FQ_UINT("lease_age_ms", fq_lease_age(&p->lease, now)));
-    }
-    return p->lease.state != FQ_LEASE_LOST;
-}
-
-static void px_on_lease(fq_proxy *p, const fq_nio_event *ev)
-{
-    if (TK_VAL(ev->token) == PX_LEASE_RELEASE)
-        p->releasing = false;   /* failed or not: the lease ages out anyway */
-    fq_nio_msg_drop(p->nio, ev->msg);
-    fq_status st = ev->status == FQ_OK ? FQ_OK
-                   : ev->err_code == FQ_NIO_ERR_WRONG_LAST ? FQ_EEXIST : FQ_EIO;
-    fq_lease_step s;
-    fq_lease_on_write(&s, &p->lease, fq_nio_mono_ms(), st, ev->seq);
-    px_lease_act(p, &s, false);
-}
-
 static size_t px_drain(fq_proxy *p, int timeout_ms);
 
 /* Hand the lease back at a stop, so that a standby takes over at once,
@@ -1536,17 +1449,9 @@ static size_t px_drain(fq_proxy *p, int timeout_ms);
  * out within FQ_LEASE_TTL_MS all the same. */
 static void px_lease_release(fq_proxy *p, uint64_t until)
 {
-    fq_lease_step s;
-    fq_lease_release(&s, &p->lease, fq_nio_mono_ms());
-    px_lease_fence(p);
-    if (s.op != FQ_LEASE_OP_UPDATE ||
-        fq_nio_kv_update_async(p->nio, p->cfg.streams.lease_bucket, p->lease.key, s.value,
-                               strlen(s.value), s.expect,
-                               TK_MAKE(TK_LEASE, PX_LEASE_RELEASE)) != FQ_OK)
+    if (!fq_leader_release(p->ld))
         return;
-    p->pubs++;
-    p->releasing = true;
-    while (p->releasing && fq_nio_mono_ms() < until)
+    while (fq_leader_releasing(p->ld) && fq_nio_mono_ms() < until)
         px_drain(p, 10);
 }
 
@@ -1590,6 +1495,20 @@ static bool px_sleep_unless_stopped(fq_proxy *p, int ms)
     return !atomic_load(&p->stop);
 }
 
+/* The leader lease's wiring, once there is a connection to do its I/O. */
+static fq_status px_leader_create(fq_proxy *p)
+{
+    fq_leader_opts lo = {.bucket = p->cfg.streams.lease_bucket, .id = p->lease_id,
+                         .ttl_ms = FQ_LEASE_TTL_MS, .renew_token = TK_MAKE(TK_LEASE, 0),
+                         .release_token = TK_MAKE(TK_LEASE, PX_LEASE_RELEASE),
+                         .lead = px_lease_lead, .arg = p};
+    fq_status s = fq_leader_create(&p->ld, p->nio, p->probes, &lo);
+    if (s != FQ_OK)
+        fq_log(FQ_LOG_ERROR, "cannot take part in the leader lease", FQ_STR("id", p->lease_id),
+               FQ_STR("bucket", p->cfg.streams.lease_bucket), FQ_STR("reason", fq_status_text(s)));
+    return s;
+}
+
 static fq_status px_connect(fq_proxy *p)
 {
     fq_nio_opts o = {.url = p->cfg.nats.url, .creds = p->cfg.nats.creds,
@@ -1601,7 +1520,7 @@ static fq_status px_connect(fq_proxy *p)
     char err[512];
     for (int attempt = 0;; attempt++) {
         if (fq_nio_create(&p->nio, &o, err, sizeof err) == FQ_OK)
-            return FQ_OK;
+            return px_leader_create(p);
         if (attempt == 0 || px_warn_ok(p, "connect"))
             fq_log(FQ_LOG_WARN, "cannot reach NATS; retrying", FQ_STR("reason", err));
         if (!px_sleep_unless_stopped(p, 1000))
@@ -1698,9 +1617,7 @@ static void px_load_cb(void *arg, const void *data, size_t len, int64_t ts_ms)
     fq_journal_decode(data, len, px_load_rec, L, &L->counts);
     /* A long read back must not cost the lease: it is renewed as due,
      * waiting for each renewal (no event is handled meanwhile). */
-    fq_lease_step s;
-    fq_lease_tick(&s, &L->p->lease, fq_nio_mono_ms());
-    px_lease_act(L->p, &s, false);
+    fq_leader_step(L->p->ld, fq_nio_mono_ms());
 }
 
 /* Rebuild the in-flight window, the expired runs, the completed set and
@@ -1885,7 +1802,7 @@ static fq_status px_overrides_start(fq_proxy *p)
            !atomic_load(&p->stop)) {
         fq_http_heartbeat(p->http);
         px_drain(p, PX_POLL_MS);
-        px_lease_renew(p, fq_nio_mono_ms());
+        fq_leader_renew(p->ld, fq_nio_mono_ms(), p->connected);
     }
     size_t live = fq_ovr_in_force(p->ovr);
     if (px_denied_at_start(p))
@@ -1912,8 +1829,8 @@ static bool px_journal_mark(fq_proxy *p)
             p->jmark_sent = px_publish(p, &o, TK_MAKE(TK_JMARK, 0)) == FQ_OK;
         }
         px_drain(p, PX_POLL_MS);
-        px_lease_renew(p, fq_nio_mono_ms());
-        if (p->lease.state == FQ_LEASE_LOST || px_denied_at_start(p))
+        fq_leader_renew(p->ld, fq_nio_mono_ms(), p->connected);
+        if (fq_leader_lease(p->ld)->state == FQ_LEASE_LOST || px_denied_at_start(p))
             return false;
     }
     return p->jmarked;
@@ -1927,20 +1844,19 @@ static bool px_journal_mark(fq_proxy *p)
 static bool px_become_leader(fq_proxy *p)
 {
     for (uint64_t next_log = 0, next_snap = 0;;) {
-        fq_lease_step s;
         uint64_t now = fq_nio_mono_ms();
-        fq_lease_tick(&s, &p->lease, now);
-        px_lease_act(p, &s, false);
-        if (p->lease.state == FQ_LEASE_LEADING)
+        const fq_lease *ls = fq_leader_lease(p->ld);
+        fq_leader_step(p->ld, now);
+        if (ls->state == FQ_LEASE_LEADING)
             return true;
         if (px_denied_at_start(p))
             return false;
         if (now >= next_log) {
             fq_log(FQ_LOG_WARN,
-                   p->lease.holder[0] ? "standing by: another proxy holds the leader lease on "
-                                        "these streams; taking over when it stops renewing it"
-                                      : "standing by: cannot read the leader lease",
-                   FQ_STR("holder", p->lease.holder), FQ_UINT("lease_ttl_ms", FQ_LEASE_TTL_MS));
+                   ls->holder[0] ? "standing by: another proxy holds the leader lease on "
+                                   "these streams; taking over when it stops renewing it"
+                                 : "standing by: cannot read the leader lease",
+                   FQ_STR("holder", ls->holder), FQ_UINT("lease_ttl_ms", FQ_LEASE_TTL_MS));
             next_log = now + PX_STANDBY_LOG_MS;
         }
         if (p->http && now >= next_snap) {
@@ -1970,12 +1886,12 @@ static bool px_finish(fq_proxy *p, uint64_t t0)
     fq_ledger_stats ls;
     for (;;) {
         fq_ledger_stats_get(&ls, p->ledger);
-        if (p->pubs <= (p->lease.op == FQ_LEASE_OP_UPDATE) && !p->nretry && ls.settled)
+        if (!p->pubs && !p->nretry && ls.settled)
             break;
         uint64_t now = fq_nio_mono_ms();
         offline = p->connected ? 0 : offline ? offline : now;
         if (now >= end || (offline && now >= offline + PX_STOP_OFFLINE_MS) ||
-            p->lease.state == FQ_LEASE_LOST)
+            fq_leader_lease(p->ld)->state == FQ_LEASE_LOST)
             break;
         px_ledger_fresh(p);
         fq_ledger_flush(p->ledger, now, fq_nio_unix_ms());
@@ -1984,7 +1900,7 @@ static bool px_finish(fq_proxy *p, uint64_t t0)
         px_retry_due(p);
     }
     fq_ledger_stats_get(&ls, p->ledger);
-    if (p->pubs <= (p->lease.op == FQ_LEASE_OP_UPDATE) && !p->nretry && ls.settled)
+    if (!p->pubs && !p->nretry && ls.settled)
         return true;
     /* Retrying: ours, and a journal batch the ledger sends again. */
     fq_log(FQ_LOG_WARN, "stopping with publishes unsettled; JetStream keeps their runs",
@@ -2045,11 +1961,11 @@ static fq_status px_start(fq_proxy *p, int *rc)
                px_sleep_unless_stopped(p, 1000))
             ;
     }
-    if (s == FQ_OK && p->lease.state != FQ_LEASE_LEADING)
+    if (s == FQ_OK && fq_leader_lease(p->ld)->state != FQ_LEASE_LEADING)
         s = FQ_EIO;     /* lost while starting: exit 3 */
     if (s == FQ_OK && (s = px_start_consumers(p)) != FQ_OK)
         fq_log(FQ_LOG_ERROR, "cannot start consuming");
-    if (p->lease.state == FQ_LEASE_LOST)
+    if (p->ld && fq_leader_lease(p->ld)->state == FQ_LEASE_LOST)
         *rc = FQ_PROXY_EXIT_LEASE_LOST;
     if (atomic_load(&p->stop))
         *rc = FQ_PROXY_EXIT_OK;
@@ -2077,7 +1993,7 @@ int fq_proxy_run(fq_proxy *p)
             px_reload(p, "signal", restart, sizeof restart, err, sizeof err);
         }
         fq_http_heartbeat(p->http);
-        if (!px_lease_renew(p, now) || p->fenced) {
+        if (!fq_leader_renew(p->ld, now, p->connected) || p->fenced) {
             rc = FQ_PROXY_EXIT_LEASE_LOST;
             break;
         }
@@ -2245,14 +2161,6 @@ fq_status fq_proxy_create(fq_proxy **out, const fq_config *cfg, char *err, size_
     gethostname(host, sizeof host - 1);
     snprintf(p->lease_id, sizeof p->lease_id, "%s:%ld:%" PRId64, host, (long)getpid(),
              fq_nio_unix_ms());
-    fq_lease_opts lo = {.ttl_ms = FQ_LEASE_TTL_MS, .margin_ms = PX_LEASE_MARGIN_MS,
-                        .renew_ms = PX_LEASE_RENEW_MS, .retry_ms = PX_LEASE_RETRY_MS};
-    if (fq_lease_init(&p->lease, "leader", p->lease_id, &lo) != FQ_OK) {
-        snprintf(err, errlen, "cannot build the proxy: the lease id %s is too long", p->lease_id);
-        fq_proxy_destroy(p);
-        *out = NULL;
-        return FQ_EINVAL;
-    }
     *out = p;
     return FQ_OK;
 }
@@ -2268,6 +2176,7 @@ void fq_proxy_destroy(fq_proxy *p)
     if (!p)
         return;
     fq_http_stop(p->http);     /* its thread reads the snapshot */
+    fq_leader_destroy(p->ld);
     fq_nio_destroy(p->nio);
     for (size_t i = 0; i < p->nretry; i++)
         fq_nio_msg_destroy(p->retry[i].msg);
