@@ -1,6 +1,7 @@
 /* admin.c -- the admin plane: requests on <admin>.>, their rate limits, and the stats reply. */
 #include "admin.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -174,9 +175,17 @@ static bool ad_allow(const ad_req *q, enum ad_kind kind)
 
 /* ---- stats ---------------------------------------------------------------- */
 
+/* A tenant's values: its identity and weight, every row of fq_tenant_rows
+ * with a stats key (the same values /metrics has), its token rate's wait
+ * when it has one, and its refusals by reason. */
 static void ad_stats_tenant(fq_json *w, const fq_admin_tenant *t, uint64_t now)
 {
     const fq_tenant_info *ti = &t->info;
+    fq_metrics_tenant m;
+    memset(&m, 0, sizeof m);
+    fq_metrics_tenant_set_info(&m, ti, now, 1e-3);
+    m.completed_runs = t->completed;
+    m.estimate_error = t->estimate_error;
     fq_json_begin_object(w);
     fq_json_key(w, "tenant");
     fq_json_string(w, t->id);
@@ -185,22 +194,23 @@ static void ad_stats_tenant(fq_json *w, const fq_admin_tenant *t, uint64_t now)
     fq_json_key(w, "source");
     fq_json_string(w, fq_policy_source_name(t->source));
     AD_KV(w, "weight", ti->weight);
-    AD_KV(w, "queued_runs", ti->queued);
-    AD_KV(w, "queued_tokens", ti->queued_tokens);
-    AD_KV(w, "in_flight", ti->in_flight);
-    AD_KV(w, "deficit", ti->deficit);
-    AD_KV(w, "oldest_queued_age_ms",
-          ti->queued && now > ti->oldest_enqueued ? now - ti->oldest_enqueued : 0);
-    AD_KV(w, "dispatched_runs", ti->dispatched);
-    AD_KV(w, "dispatched_tokens", ti->charged_tokens);
-    AD_KV(w, "actual_tokens", ti->actual_tokens);
-    AD_KV(w, "priced_tokens", ti->priced_tokens);
-    AD_KV(w, "completed_runs", t->completed);
-    AD_KV(w, "expired_runs", ti->expired);
+    for (size_t i = 0; i < fq_tenant_nrows; i++) {
+        const fq_tenant_row *r = &fq_tenant_rows[i];
+        const void *v = (const char *)&m + r->off;
+        if (!r->stats_key)
+            continue;
+        fq_json_key(w, r->stats_key);
+        if (r->kind == FQ_TV_U64)
+            fq_json_int(w, (int64_t)*(const uint64_t *)v);
+        else if (r->kind == FQ_TV_I64)
+            fq_json_int(w, *(const int64_t *)v);
+        else if (r->stats_scale > 0)
+            fq_json_int(w, llround(*(const double *)v * r->stats_scale));
+        else
+            fq_json_double(w, *(const double *)v);
+    }
     if (ti->rate_until)     /* with a token rate: how long until it may send */
         AD_KV(w, "rate_wait_ms", ti->rate_until > now ? ti->rate_until - now : 0);
-    fq_json_key(w, "estimate_error");
-    fq_json_double(w, t->estimate_error);
     fq_json_key(w, "rejected");
     fq_json_begin_object(w);
     for (int s = 1; s < FQ__COUNT; s++)

@@ -58,58 +58,54 @@ static void hist_merge(fq_hist *into, const fq_hist *h)
 
 /* ---- the per-tenant families ---- */
 
-enum fq_kind { K_U64, K_I64, K_F64 };
-enum fq_fold { FOLD_SUM, FOLD_MAX, FOLD_NONE };
-
-typedef struct fq_family {
-    const char *name;
-    const char *type;
-    const char *help;
-    size_t off;             /* of the value in fq_metrics_tenant */
-    enum fq_kind kind;
-    enum fq_fold fold;      /* how tenants folded into _other combine */
-} fq_family;
-
 #define OFF(field) offsetof(fq_metrics_tenant, field)
 
-static const fq_family fq_tenant_families[] = {
+/* In the order /metrics writes them; a row without a family is for the
+ * stats reply only, one without a stats key for /metrics only. */
+const fq_tenant_row fq_tenant_rows[] = {
     {"fairq_tenant_queued_runs", "gauge",
      "Runs queued in the tenant's virtual queue, not yet dispatched.",
-     OFF(queued_runs), K_U64, FOLD_SUM},
+     OFF(queued_runs), FQ_TV_U64, FQ_FOLD_SUM, "queued_runs", 0},
     {"fairq_tenant_queued_tokens", "gauge",
      "Estimated tokens of the tenant's queued runs.",
-     OFF(queued_tokens), K_U64, FOLD_SUM},
+     OFF(queued_tokens), FQ_TV_U64, FQ_FOLD_SUM, "queued_tokens", 0},
     {"fairq_tenant_in_flight_runs", "gauge",
      "The tenant's runs dispatched and holding a window slot.",
-     OFF(in_flight_runs), K_U64, FOLD_SUM},
+     OFF(in_flight_runs), FQ_TV_U64, FQ_FOLD_SUM, "in_flight", 0},
     {"fairq_tenant_deficit_tokens", "gauge",
      "DRR deficit: tokens the tenant may still spend this round; negative is debt. Not folded.",
-     OFF(deficit_tokens), K_I64, FOLD_NONE},
+     OFF(deficit_tokens), FQ_TV_I64, FQ_FOLD_NONE, "deficit", 0},
     {"fairq_tenant_oldest_queued_age_seconds", "gauge",
      "Age of the tenant's oldest queued run; 0 when nothing is queued. Folded as the maximum.",
-     OFF(oldest_age_seconds), K_F64, FOLD_MAX},
+     OFF(oldest_age_seconds), FQ_TV_F64, FQ_FOLD_MAX, "oldest_queued_age_ms",
+     1000},
     {"fairq_tenant_rate_wait_seconds", "gauge",
      "Time until the tenant's token rate (tokens_per_minute) lets it send again; 0 when it "
      "may, or has no rate. Folded as the maximum.",
-     OFF(rate_wait_seconds), K_F64, FOLD_MAX},
+     OFF(rate_wait_seconds), FQ_TV_F64, FQ_FOLD_MAX, NULL, 0},   /* stats: admin.c, only
+                                                                    for a tenant with a rate */
     {"fairq_tenant_dispatched_runs_total", "counter",
      "Runs dispatched to the workers.",
-     OFF(dispatched_runs), K_U64, FOLD_SUM},
+     OFF(dispatched_runs), FQ_TV_U64, FQ_FOLD_SUM, "dispatched_runs", 0},
     {"fairq_tenant_charged_tokens_total", "counter",
      "Estimated tokens charged to the tenant's deficit at dispatch.",
-     OFF(charged_tokens), K_U64, FOLD_SUM},
+     OFF(charged_tokens), FQ_TV_U64, FQ_FOLD_SUM, "dispatched_tokens", 0},
     {"fairq_tenant_actual_tokens_total", "counter",
      "Actual tokens reported by the tenant's completions.",
-     OFF(actual_tokens), K_U64, FOLD_SUM},
+     OFF(actual_tokens), FQ_TV_U64, FQ_FOLD_SUM, "actual_tokens", 0},
     {"fairq_tenant_priced_tokens_total", "counter",
      "Priced cost of the tenant's completions as reconciled: token kinds at their prices, in "
      "input tokens' worth; the actual tokens where a completion reports no kinds.",
-     OFF(priced_tokens), K_U64, FOLD_SUM},
+     OFF(priced_tokens), FQ_TV_U64, FQ_FOLD_SUM, "priced_tokens", 0},
     {"fairq_tenant_estimate_error_ratio", "gauge",
      "Actual over estimated tokens of the tenant's recent completions; 1 is exact. Not folded.",
-     OFF(estimate_error), K_F64, FOLD_NONE},
+     OFF(estimate_error), FQ_TV_F64, FQ_FOLD_NONE, "estimate_error", 0},
+    {NULL, "counter", "Completions reconciled.", OFF(completed_runs), FQ_TV_U64, FQ_FOLD_SUM,
+     "completed_runs", 0},
+    {NULL, "counter", "Leases that expired.", OFF(expired_runs), FQ_TV_U64, FQ_FOLD_SUM,
+     "expired_runs", 0},
 };
-#define N_TENANT_FAMILIES (sizeof fq_tenant_families / sizeof fq_tenant_families[0])
+const size_t fq_tenant_nrows = sizeof fq_tenant_rows / sizeof fq_tenant_rows[0];
 
 /* ---- snapshot ---- */
 
@@ -191,6 +187,7 @@ void fq_metrics_tenant_set_info(fq_metrics_tenant *m, const fq_tenant_info *ti,
     m->charged_tokens = ti->charged_tokens;
     m->actual_tokens = ti->actual_tokens;
     m->priced_tokens = ti->priced_tokens;
+    m->expired_runs = ti->expired;
 }
 
 /* ---- folding ---- */
@@ -198,21 +195,21 @@ void fq_metrics_tenant_set_info(fq_metrics_tenant *m, const fq_tenant_info *ti,
 /* The same sum-or-max for each kind, at its own type. */
 #define FOLD_AS(T) do { \
         T *d = (T *)(void *)dst, v = *(const T *)(const void *)src; \
-        *d = f->fold == FOLD_SUM ? *d + v : (v > *d ? v : *d); \
+        *d = f->fold == FQ_FOLD_SUM ? *d + v : (v > *d ? v : *d); \
     } while (0)
 
 static void fold_into(fq_metrics_tenant *o, const fq_metrics_tenant *t)
 {
-    for (size_t i = 0; i < N_TENANT_FAMILIES; i++) {
-        const fq_family *f = &fq_tenant_families[i];
+    for (size_t i = 0; i < fq_tenant_nrows; i++) {
+        const fq_tenant_row *f = &fq_tenant_rows[i];
         char *dst = (char *)o + f->off;
         const char *src = (const char *)t + f->off;
-        if (f->fold == FOLD_NONE)
+        if (f->fold == FQ_FOLD_NONE)
             continue;
         switch (f->kind) {
-        case K_U64: FOLD_AS(uint64_t); break;
-        case K_I64: FOLD_AS(int64_t); break;
-        case K_F64: FOLD_AS(double); break;
+        case FQ_TV_U64: FOLD_AS(uint64_t); break;
+        case FQ_TV_I64: FOLD_AS(int64_t); break;
+        case FQ_TV_F64: FOLD_AS(double); break;
         }
     }
     for (size_t r = 0; r < FQ__COUNT; r++)
@@ -414,21 +411,23 @@ static void put_header(fq_buf *b, const char *name, const char *type, const char
     fq_buf_printf(b, "\n# TYPE %s %s\n", name, type);
 }
 
-static void render_family(fq_buf *b, const fq_metrics_scratch *sc, const fq_family *f)
+static void render_family(fq_buf *b, const fq_metrics_scratch *sc, const fq_tenant_row *f)
 {
+    if (!f->name)
+        return;     /* the stats reply's only */
     put_header(b, f->name, f->type, f->help);
     for (size_t i = 0; i < sc->n_rows; i++) {
         const fq_metrics_tenant *r = sc->rows[i];
         const void *v = (const char *)r + f->off;
-        if (f->fold == FOLD_NONE && i >= sc->n_named)
+        if (f->fold == FQ_FOLD_NONE && i >= sc->n_named)
             continue;
-        if (f->kind == K_F64 && isnan(*(const double *)v))
+        if (f->kind == FQ_TV_F64 && isnan(*(const double *)v))
             continue;   /* not known: no sample rather than a NaN */
         put_series(b, f->name, "", r, NULL, NULL);
         switch (f->kind) {
-        case K_U64: put_u64(b, *(const uint64_t *)v); break;
-        case K_I64: fq_buf_printf(b, "%" PRId64, *(const int64_t *)v); break;
-        case K_F64: put_f64(b, *(const double *)v); break;
+        case FQ_TV_U64: put_u64(b, *(const uint64_t *)v); break;
+        case FQ_TV_I64: fq_buf_printf(b, "%" PRId64, *(const int64_t *)v); break;
+        case FQ_TV_F64: put_f64(b, *(const double *)v); break;
         }
         fq_buf_putc(b, '\n');
     }
@@ -752,8 +751,8 @@ fq_status fq_metrics_render(fq_buf *out, fq_metrics_snapshot *s)
 {
     if (fold(s) != FQ_OK)
         return FQ_ENOMEM;
-    for (size_t i = 0; i < N_TENANT_FAMILIES; i++)
-        render_family(out, s->scratch, &fq_tenant_families[i]);
+    for (size_t i = 0; i < fq_tenant_nrows; i++)
+        render_family(out, s->scratch, &fq_tenant_rows[i]);
     render_weight(out, s->scratch);
     render_rejected(out, s->scratch);
     render_latency(out, s->scratch);

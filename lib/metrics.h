@@ -58,10 +58,36 @@ typedef struct fq_metrics_tenant {
     uint64_t charged_tokens;        /* estimates charged at dispatch */
     uint64_t actual_tokens;         /* reported by completions */
     uint64_t priced_tokens;         /* their priced cost, reconciled */
+    uint64_t completed_runs;        /* completions reconciled */
+    uint64_t expired_runs;          /* leases that expired */
     uint64_t rejected[FQ__COUNT];   /* refused runs by reason (fq_status) */
     double estimate_error;          /* actual / charged; NaN: not known */
     fq_hist submit_to_dispatch;
 } fq_metrics_tenant;
+
+/* How a per-tenant value is stored, and how tenants folded into _other
+ * combine. */
+enum fq_tenant_kind { FQ_TV_U64, FQ_TV_I64, FQ_TV_F64 };
+enum fq_tenant_fold { FQ_FOLD_SUM, FQ_FOLD_MAX, FQ_FOLD_NONE };
+
+/* One per-tenant value, spelled once: its Prometheus family (type, help),
+ * where it is in fq_metrics_tenant, how folded tenants combine, and its
+ * key in a tenant of the stats reply. Both fq_metrics_render and the
+ * stats reply walk fq_tenant_rows; the weight (labelled by source), the
+ * refusals (by reason) and the latency histogram are written apart. */
+typedef struct fq_tenant_row {
+    const char *name;           /* the family; NULL: the stats reply only */
+    const char *type;
+    const char *help;
+    size_t off;                 /* of the value in fq_metrics_tenant */
+    enum fq_tenant_kind kind;
+    enum fq_tenant_fold fold;
+    const char *stats_key;      /* NULL: /metrics only */
+    double stats_scale;         /* FQ_TV_F64: the stats reply has the value times
+                                   this, rounded (seconds as ms); 0: as it is */
+} fq_tenant_row;
+extern const fq_tenant_row fq_tenant_rows[];
+extern const size_t fq_tenant_nrows;
 
 /* What became of a completion (label outcome of fairq_completions_total). */
 enum fq_metrics_completion {

@@ -244,6 +244,32 @@ static void test_stats_pages(void **state)
     cJSON_Delete(j);
 }
 
+/* A tenant's values come from the one table /metrics walks too, under
+ * their stats keys: charged tokens as dispatched_tokens, the oldest run's
+ * age in whole ms. */
+static void test_stats_tenant_values(void **state)
+{
+    fake *f = *state;
+    f->t[3].info.charged_tokens = 1234;
+    f->t[3].info.deficit = -50;
+    f->t[3].info.expired = 2;
+    f->t[3].info.in_flight = 4;
+    cJSON *j = ask(f, "stats", "{\"tenant\":\"t3\"}", 1000);
+    const cJSON *t = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(j, "tenants"), 0);
+    assert_non_null(t);
+    assert_int_equal(num_of(t, "dispatched_tokens"), 1234);
+    assert_int_equal(num_of(t, "deficit"), -50);
+    assert_int_equal(num_of(t, "expired_runs"), 2);
+    assert_int_equal(num_of(t, "in_flight"), 4);
+    assert_int_equal(num_of(t, "queued_tokens"), 900);
+    assert_int_equal(num_of(t, "oldest_queued_age_ms"), 970);
+    assert_int_equal(num_of(t, "completed_runs"), 1);
+    assert_int_equal(num_of(t, "estimate_error"), 1);
+    assert_int_equal(num_of(t, "weight"), 1);
+    assert_null(cJSON_GetObjectItemCaseSensitive(t, "rate_wait_ms"));
+    cJSON_Delete(j);
+}
+
 /* A reply is bounded by max_payload: fewer tenants, and where to go on. */
 static void test_stats_fit_max_payload(void **state)
 {
@@ -356,6 +382,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_stats_pages, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_stats_tenant_values, setup, teardown),
         cmocka_unit_test_setup_teardown(test_stats_fit_max_payload, setup, teardown),
         cmocka_unit_test_setup_teardown(test_stats_rate_limited, setup, teardown),
         cmocka_unit_test_setup_teardown(test_refusals, setup, teardown),

@@ -608,6 +608,39 @@ static void test_overall_names_kept(void **state)
     }
 }
 
+/* The per-tenant table: every row is a family, a stats key or both, no
+ * stats key twice, and the names clients know stay paired in one row. */
+static void test_tenant_table(void **state)
+{
+    (void)state;
+    static const char *const pairs[][2] = {
+        {"dispatched_tokens", "fairq_tenant_charged_tokens_total"},
+        {"in_flight", "fairq_tenant_in_flight_runs"},
+        {"deficit", "fairq_tenant_deficit_tokens"},
+        {"oldest_queued_age_ms", "fairq_tenant_oldest_queued_age_seconds"},
+        {"estimate_error", "fairq_tenant_estimate_error_ratio"},
+    };
+    size_t paired = 0;
+    for (size_t i = 0; i < fq_tenant_nrows; i++) {
+        const fq_tenant_row *r = &fq_tenant_rows[i];
+        assert_true(r->name || r->stats_key);
+        assert_true(r->off < sizeof(fq_metrics_tenant));
+        if (r->name)
+            assert_non_null(r->help);
+        for (size_t j = 0; j < i && r->stats_key; j++)
+            if (fq_tenant_rows[j].stats_key)
+                assert_string_not_equal(fq_tenant_rows[j].stats_key, r->stats_key);
+        for (size_t k = 0; k < sizeof pairs / sizeof pairs[0]; k++) {
+            if (r->stats_key && strcmp(r->stats_key, pairs[k][0]) == 0) {
+                assert_non_null(r->name);
+                assert_string_equal(r->name, pairs[k][1]);
+                paired++;
+            }
+        }
+    }
+    assert_int_equal(paired, sizeof pairs / sizeof pairs[0]);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -622,6 +655,7 @@ int main(void)
         cmocka_unit_test(test_sample),
         cmocka_unit_test(test_overall_table_covers_every_field),
         cmocka_unit_test(test_overall_names_kept),
+        cmocka_unit_test(test_tenant_table),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
