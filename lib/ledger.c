@@ -54,7 +54,10 @@ typedef struct lg_names {
 typedef struct lg_run {
     uint64_t seq;               /* submit stream sequence (or synthetic): the scheduler's id */
     uint64_t key;               /* the run key's keyed hash */
-    fq_u64map_node seq_node;    /* by sequence, while its submit is unacked */
+    union {
+        fq_u64map_node seq_node;    /* by sequence, while its submit is unacked */
+        struct lg_run *next;    /* free list; the runs read back, until taken in */
+    };
     fq_u64map_node key_node;    /* by run key, from admission to completion */
     fq_ledger_tenant *lt;
     lg_names *names;            /* from dispatch on (while queued, a kept body's block
@@ -62,24 +65,36 @@ typedef struct lg_run {
     unsigned char *body;        /* one block: run id, workflow, header lines, body;
                                    NULL: index only */
     uint32_t hdr_len, body_len;
-    uint8_t id_len, wf_len;     /* bytes of the run id and the workflow in the block */
     uint32_t declared;          /* the producer's est_tokens, 0 if none: kept with the block */
-    fq_ledger_ackref ack;       /* its submit's last delivery */
+    uint32_t delivered;         /* its submit's last delivery: delivery count */
+    uint64_t cseq;              /* ... and consumer sequence */
     int64_t submitted_ms;       /* JetStream's timestamp of the submit */
     uint32_t size;              /* bytes of its dispatch: what a kept body counts */
     uint32_t est;               /* tokens charged */
+    uint8_t id_len, wf_len;     /* bytes of the run id and the workflow in the block */
     uint8_t state;              /* enum lg_state */
     uint8_t pending;            /* publishes to settle before its submit is acked */
-    bool in_seq, in_key;
-    bool retained;              /* its body kept, counted in buffered_bytes */
-    bool indexed;               /* held without its body, counted in index_only */
-    bool reading;               /* a READ of its body is asked for */
-    bool resent;                /* its dispatch was published again for a redelivery */
-    bool stored;                /* its dispatch's PubAck came in this process: a redelivery
+    bool in_seq : 1, in_key : 1;
+    bool retained : 1;          /* its body kept, counted in buffered_bytes */
+    bool indexed : 1;           /* held without its body, counted in index_only */
+    bool reading : 1;           /* a READ of its body is asked for */
+    bool resent : 1;            /* its dispatch was published again for a redelivery */
+    bool stored : 1;            /* its dispatch's PubAck came in this process: a redelivery
                                    of its settled submit (an ack lost) is acked again */
-    bool read_expired;          /* read back: an expired record (submitted_ms: its expiry) */
-    struct lg_run *next;        /* free list; the recovery's list */
+    bool read_expired : 1;      /* read back: an expired record (submitted_ms: its expiry) */
 } lg_run;
+
+/* The delivery of x's submit an ack or a nak names. */
+static fq_ledger_ackref lg_ackref(const lg_run *x)
+{
+    return (fq_ledger_ackref){.sseq = x->seq, .cseq = x->cseq, .delivered = x->delivered};
+}
+
+static void lg_delivery(lg_run *x, const fq_ledger_ackref *a)
+{
+    x->cseq = a->cseq;
+    x->delivered = a->delivered;
+}
 
 /* A run key completed recently: a completion repeated, or the same run
  * submitted again, within the duplicate window changes nothing. */
@@ -988,7 +1003,7 @@ static fq_ledger_act *lg_dispatch_act(fq_ledger *l, lg_run *x, const fq_ledger_b
  * JetStream stores it once either way, and the PubAck acks the submit. */
 static void lg_resend(fq_ledger *l, lg_run *x, const fq_ledger_submit *s)
 {
-    x->ack = s->ack;
+    lg_delivery(x, &s->ack);
     x->submitted_ms = s->ts_ms;
     if (!lg_seq_add(l, x) || !lg_dispatch_act(l, x, &s->raw)) {
         /* Not now: JetStream delivers it again in a while. */
@@ -1009,7 +1024,8 @@ static void lg_unresend(fq_ledger *l, lg_run *x)
     x->resent = false;
     l->held--;
     lg_seq_del(l, x);
-    lg_nak(l, FQ_LEDGER_SUBMIT, &x->ack, FQ_LEDGER_PARK_MAX_MS);
+    fq_ledger_ackref ack = lg_ackref(x);
+    lg_nak(l, FQ_LEDGER_SUBMIT, &ack, FQ_LEDGER_PARK_MAX_MS);
     lg_pause_check(l);
 }
 
@@ -1021,7 +1037,7 @@ void fq_ledger_submit_in(fq_ledger *l, const fq_ledger_submit *s, uint64_t now, 
     lg_run *held = lg_find_seq(l, seq);
     if (held) {
         /* Delivered again (a consumer reset): it is queued already. */
-        held->ack = s->ack;
+        lg_delivery(held, &s->ack);
         l->c.redelivered++;
         return;
     }
@@ -1106,7 +1122,7 @@ void fq_ledger_submit_in(fq_ledger *l, const fq_ledger_submit *s, uint64_t now, 
         x = lg_run_alloc(l);
         if (x)
             *x = (lg_run){.seq = seq, .lt = lt, .key = key, .submitted_ms = s->ts_ms, .est = est,
-                          .ack = s->ack, .state = LG_QUEUED, .size = s->size};
+                          .cseq = s->ack.cseq, .delivered = s->ack.delivered, .state = LG_QUEUED, .size = s->size};
         if (!x || !lg_seq_add(l, x))
             st = FQ_ENOMEM;
         else
@@ -1233,7 +1249,8 @@ static void lg_dispatch_send(fq_ledger *l, lg_run *x, const fq_ledger_bytes *raw
          * admission (out of memory): it is refused. */
         char why[256];
         snprintf(why, sizeof why, "run_id %s was dispatched already", x->names->run_id);
-        lg_refuse_run(l, &x->ack, x->lt, x->lt->id, NULL, FQ_EEXIST, why, raw);
+        fq_ledger_ackref ack = lg_ackref(x);
+        lg_refuse_run(l, &ack, x->lt, x->lt->id, NULL, FQ_EEXIST, why, raw);
         lg_drop_dispatched(l, x);
         return;
     }
@@ -1363,7 +1380,8 @@ static void lg_settled(fq_ledger *l, lg_run *x)
         lg_maybe_free(l, x);
         return;
     }
-    lg_ack(l, FQ_LEDGER_SUBMIT, &x->ack);
+    fq_ledger_ackref ack = lg_ackref(x);
+    lg_ack(l, FQ_LEDGER_SUBMIT, &ack);
     l->held--;
     lg_seq_del(l, x);
     lg_maybe_free(l, x);
@@ -1549,7 +1567,8 @@ void fq_ledger_unsent(fq_ledger *l, const fq_ledger_act *act, fq_status st, uint
                  st == FQ_ETOOBIG ? "it exceeds the server's max_payload"
                                   : "its headers cannot be read");
         l->c.dispatched -= l->c.dispatched > 0;
-        lg_refuse_run(l, &x->ack, x->lt, x->lt->id, NULL, st, why, &a->raw);
+        fq_ledger_ackref ack = lg_ackref(x);
+        lg_refuse_run(l, &ack, x->lt, x->lt->id, NULL, st, why, &a->raw);
         lg_drop_dispatched(l, x);
         return;
     }
