@@ -1,4 +1,4 @@
-/* fairq-admin.c -- one admin request to the running fairq-proxy (stats, reload, tenant.get, tenant.set), for hosts without the nats CLI. */
+/* fairq-admin.c -- one admin request to the running fairq-proxy (stats, reload, tenant.get, tenant.set, explain), for hosts without the nats CLI. */
 #include <getopt.h>
 
 #include "client.h"
@@ -9,6 +9,7 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "usage: " PROG " [--nats URL] [--admin PREFIX] [--time N] REQUEST [BODY]\n"
+            "       " PROG " [--nats URL] [--explain PREFIX] explain TENANT [RUN-ID]\n"
             "\n"
             "Sends one request to <admin>.REQUEST and prints the proxy's JSON reply.\n"
             "\n"
@@ -17,9 +18,14 @@ static void usage(FILE *f)
             "  tenant.get '{\"tenant\":\"acme\"}'          a tenant's policy and where it comes from\n"
             "  tenant.set '{\"tenant\":\"acme\",\"weight\":5}' change its override (a merge\n"
             "                                          patch: null removes a field)\n"
+            "  explain acme [run-7]                    why a run of acme (or a run acme\n"
+            "                                          submits now) waits: asked on\n"
+            "                                          <explain>.acme, which a tenant's own\n"
+            "                                          NATS user may ask too\n"
             "\n"
             "  --nats URL      NATS server URL (default $FAIRQ_NATS_URL, else %s)\n"
             "  --admin PREFIX  the proxy's subjects.admin (default " FQ_SUBJECT_ADMIN ")\n"
+            "  --explain PREFIX  the proxy's subjects.explain (default " FQ_SUBJECT_EXPLAIN ")\n"
             FQC_INBOX_PREFIX_HELP
             "  --time N        send it N times and print on stderr the round trips of\n"
             "                  the answered ones (median, least, most), in ms\n"
@@ -65,12 +71,13 @@ static int cmp_i64(const void *a, const void *b)
 
 int main(int argc, char **argv)
 {
-    const char *url = NULL, *admin = FQ_SUBJECT_ADMIN;
+    const char *url = NULL, *admin = FQ_SUBJECT_ADMIN, *explain = FQ_SUBJECT_EXPLAIN;
     long times = 1;
-    enum { OPT_NATS = 256, OPT_ADMIN, OPT_TIME, OPT_INBOX };
+    enum { OPT_NATS = 256, OPT_ADMIN, OPT_TIME, OPT_INBOX, OPT_EXPLAIN };
     static const struct option longopts[] = {
         {"nats", required_argument, NULL, OPT_NATS},
         {"admin", required_argument, NULL, OPT_ADMIN},
+        {"explain", required_argument, NULL, OPT_EXPLAIN},
         {"time", required_argument, NULL, OPT_TIME},
         {"inbox-prefix", required_argument, NULL, OPT_INBOX},
         {"help", no_argument, NULL, 'h'},
@@ -82,6 +89,7 @@ int main(int argc, char **argv)
         switch (opt) {
         case OPT_NATS: url = optarg; break;
         case OPT_ADMIN: admin = optarg; break;
+        case OPT_EXPLAIN: explain = optarg; break;
         case OPT_INBOX:
             if (!fqc_inbox_prefix_set(PROG, optarg))
                 return 2;
@@ -97,13 +105,34 @@ int main(int argc, char **argv)
         default: usage(stderr); return 2;
         }
     }
-    if (optind >= argc || argc - optind > 2) {
+    bool is_explain = optind < argc && strcmp(argv[optind], "explain") == 0;
+    if (optind >= argc || argc - optind > 2 + is_explain || (is_explain && argc - optind < 2)) {
         usage(stderr);
         return 2;
     }
     const char *request = argv[optind], *body = optind + 1 < argc ? argv[optind + 1] : "";
-    char subject[512];
+    char subject[512], ebody[FQ_RUN_ID_MAX * 6 + 32] = "";
     snprintf(subject, sizeof subject, "%s.%s", admin, request);
+    if (is_explain) {
+        /* explain TENANT [RUN-ID]: the tenant is the subject's last token,
+         * the run id the body's one field (escaped: the proxy says what
+         * it thinks of it). */
+        snprintf(subject, sizeof subject, "%s.%s", explain, argv[optind + 1]);
+        body = ebody;
+        if (optind + 2 < argc) {
+            fq_json w;
+            size_t n = 0;
+            fq_json_init(&w, ebody, sizeof ebody);
+            fq_json_begin_object(&w);
+            fq_json_key(&w, "run_id");
+            fq_json_string(&w, argv[optind + 2]);
+            fq_json_end_object(&w);
+            if (fq_json_finish(&w, &n) != FQ_OK) {
+                fprintf(stderr, PROG ": explain: the run id is too long\n");
+                return 2;
+            }
+        }
+    }
     natsConnection *nc = NULL;
     jsCtx *js = NULL;
     natsStatus s = fqc_connect(&nc, &js, fqc_url(url), PROG, NULL, false);

@@ -38,6 +38,7 @@ enum ad_kind {
                            up to max_payload of JSON */
     AD_RELOAD,          /* reads and checks the config file */
     AD_SET,             /* a KV write, waited for */
+    AD_EXPLAIN,         /* lookups in O(1), but any producer may ask */
     AD__COUNT
 };
 static const struct {
@@ -47,6 +48,7 @@ static const struct {
     [AD_STATS] = {FQ_ADMIN_STATS, 5, 1},
     [AD_RELOAD] = {FQ_ADMIN_RELOAD, 2, 2},
     [AD_SET] = {FQ_ADMIN_TENANT_SET, 20, 5},
+    [AD_EXPLAIN] = {"explain", 50, 10},
 };
 
 const char fq_admin_busy_queued[] =
@@ -282,6 +284,194 @@ fq_status fq_admin_stats_json(fq_admin *a, const fq_stats_req *r, char *buf, siz
         AD_KV(&w, "next_offset", i);
     fq_json_end_object(&w);
     return fq_json_finish(&w, len);
+}
+
+/* ---- explain ---------------------------------------------------------------- */
+
+static const char *ad_state_name(enum fq_tenant_state st)
+{
+    switch (st) {
+    case FQ_T_ACTIVE: return "active";
+    case FQ_T_WAITING: return "waiting";
+    case FQ_T_CAPPED: return "capped";
+    case FQ_T_PARKED: return "parked";
+    default: return "idle";
+    }
+}
+
+/* What holds a queued run (or a run submitted now) of e's tenant, the first
+ * that applies, as a sentence into why. */
+static void ad_explain_why(char *why, size_t cap, const fq_explain *e, uint32_t in_force,
+                           bool window_full, uint64_t now)
+{
+    const fq_tenant_info *ti = &e->info;
+    const char *run = e->run_id[0] ? "the run" : "a run submitted now";
+    if (!e->known || (!e->run_id[0] && !ti->queued && ti->state == FQ_T_IDLE &&
+                      (!in_force || ti->in_flight < in_force) && !window_full &&
+                      ti->deficit >= 0 && e->rate_wait_ms == 0))
+        snprintf(why, cap, "nothing holds the tenant: %s goes at the next dispatch", run);
+    else if (ti->state == FQ_T_CAPPED || (in_force && ti->in_flight >= in_force))
+        snprintf(why, cap, "the tenant has %u runs in flight, its cap (%s): %s waits for one "
+                 "of them to complete", ti->in_flight,
+                 in_force == e->policy.max_in_flight ? "max_in_flight" : "burst_in_flight", run);
+    else if (e->rate_wait_ms || (ti->state == FQ_T_PARKED && ti->rate_until > now))
+        snprintf(why, cap, "the tenant is over its token rate (%u tokens a minute): %s may "
+                 "go in %llu ms", e->policy.tokens_per_minute, run,
+                 (unsigned long long)e->rate_wait_ms);
+    else if (ti->state == FQ_T_PARKED)
+        snprintf(why, cap, "the tenant is parked after a failed dispatch: %s waits until "
+                 "its parking ends", run);
+    else if (ti->state == FQ_T_WAITING)
+        snprintf(why, cap, "the tenant is in debt (%lld tokens, its runs cost more than their "
+                 "estimates): %s waits for the rounds that repay it", (long long)-ti->deficit,
+                 run);
+    else if (window_full)
+        snprintf(why, cap, "the in-flight window is full: %s waits for a completion", run);
+    else
+        snprintf(why, cap, "the tenant is in the rotation: at most %llu tokens of it and the "
+                 "other active tenants go before %s", (unsigned long long)e->tokens_ahead, run);
+}
+
+fq_status fq_admin_explain_json(char *buf, size_t cap, size_t *len, const fq_explain *e,
+                                uint64_t now)
+{
+    const fq_tenant_info *ti = &e->info;
+    const fq_tenant_policy *pol = &e->policy;
+    /* The cap in force: burst_in_flight while no other tenant has queued runs. */
+    bool bursting = pol->burst_in_flight > pol->max_in_flight && pol->max_in_flight &&
+                    e->others_queued == 0;
+    uint32_t in_force = bursting ? pol->burst_in_flight : pol->max_in_flight;
+    bool window_full = (e->window_max_runs && e->window_runs >= e->window_max_runs) ||
+                       (e->window_max_tokens && e->window_tokens >= e->window_max_tokens);
+    bool waits = e->where == FQ_LW_QUEUED;
+    fq_json w;
+    ad_begin(&w, buf, cap, true);
+    fq_json_key(&w, "tenant");
+    fq_json_string(&w, e->tenant);
+    if (e->run_id[0]) {
+        fq_json_key(&w, "run_id");
+        fq_json_string(&w, e->run_id);
+        fq_json_key(&w, "where");
+        fq_json_string(&w, fq_ledger_where_name(e->where));
+        if (e->est)
+            AD_KV(&w, "est_tokens", e->est);
+    }
+    fq_json_key(&w, "known");
+    fq_json_bool(&w, e->known);
+    if (e->known) {
+        fq_json_key(&w, "state");
+        fq_json_string(&w, ad_state_name(ti->state));
+        AD_KV(&w, "weight", ti->weight);
+        AD_KV(&w, "queued_runs", ti->queued);
+        AD_KV(&w, "queued_tokens", ti->queued_tokens);
+        /* Within a tenant runs leave in submit order: a queued run waits
+         * behind at most its tenant's other queued runs, a new one behind
+         * all of them (a bound, not a position: finding it is a walk). */
+        if (waits)
+            AD_KV(&w, "runs_ahead_at_most",
+                  e->run_id[0] ? (ti->queued ? ti->queued - 1 : 0) : ti->queued);
+        AD_KV(&w, "in_flight", ti->in_flight);
+        AD_KV(&w, "deficit", ti->deficit);
+        AD_KV(&w, "debt", ti->deficit < 0 ? -ti->deficit : 0);
+    }
+    if (pol->max_in_flight) {
+        fq_json_key(&w, "cap");
+        fq_json_begin_object(&w);
+        AD_KV(&w, "max_in_flight", pol->max_in_flight);
+        if (pol->burst_in_flight)
+            AD_KV(&w, "burst_in_flight", pol->burst_in_flight);
+        AD_KV(&w, "in_force", in_force);
+        fq_json_key(&w, "bursting");
+        fq_json_bool(&w, bursting);
+        fq_json_key(&w, "at_cap");
+        fq_json_bool(&w, e->known && ti->in_flight >= in_force);
+        fq_json_end_object(&w);
+    }
+    if (pol->tokens_per_minute) {
+        AD_KV(&w, "tokens_per_minute", pol->tokens_per_minute);
+        AD_KV(&w, "rate_wait_ms", e->rate_wait_ms);
+    }
+    fq_json_key(&w, "window");
+    fq_json_begin_object(&w);
+    AD_KV(&w, "in_flight_runs", e->window_runs);
+    AD_KV(&w, "max_runs", e->window_max_runs);
+    AD_KV(&w, "in_flight_tokens", e->window_tokens);
+    AD_KV(&w, "max_tokens", e->window_max_tokens);
+    fq_json_key(&w, "full");
+    fq_json_bool(&w, window_full);
+    fq_json_end_object(&w);
+    fq_json_key(&w, "drain_tokens_per_sec");
+    fq_json_double(&w, e->drain_tokens_per_sec);
+    if (waits) {
+        AD_KV(&w, "tokens_ahead_at_most", e->tokens_ahead);
+        fq_json_key(&w, "estimated_wait_ms");
+        if (e->wait_known || e->wait_ms)
+            fq_json_int(&w, (int64_t)(e->wait_ms > INT64_MAX ? INT64_MAX : e->wait_ms));
+        else
+            fq_json_null(&w);
+    }
+    char why[320];
+    switch (e->where) {
+    case FQ_LW_UNKNOWN:
+        snprintf(why, sizeof why, "fairq holds no such run of the tenant: not submitted yet, "
+                 "refused (see its refusals), or completed before fairq last forgot it");
+        break;
+    case FQ_LW_IN_FLIGHT:
+        snprintf(why, sizeof why, "dispatched: a worker has it");
+        break;
+    case FQ_LW_EXPIRED:
+        snprintf(why, sizeof why, "dispatched, and its lease ran out before a completion: a "
+                 "late completion still counts");
+        break;
+    case FQ_LW_DONE:
+        snprintf(why, sizeof why, "completed");
+        break;
+    default:
+        ad_explain_why(why, sizeof why, e, in_force, window_full, now);
+    }
+    fq_json_key(&w, "why");
+    fq_json_string(&w, why);
+    fq_json_end_object(&w);
+    return fq_json_finish(&w, len);
+}
+
+void fq_admin_explain(fq_admin *a, const char *explain, const char *subject, const void *body,
+                      size_t len, const void *req, uint64_t now)
+{
+    ad_req q = {a, subject, body, len, req, now};
+    size_t pl = strlen(explain);
+    const char *tenant = strncmp(subject, explain, pl) == 0 && subject[pl] == '.'
+                         ? subject + pl + 1 : "";
+    fq_explain_req r;
+    char err[256];
+    if (len > FQ_ADMIN_BODY_MAX) {
+        snprintf(err, sizeof err, "the request body is %zu bytes; explain requests take at "
+                 "most %d bytes", len, FQ_ADMIN_BODY_MAX);
+        a->c.too_long++;
+        ad_error(&q, err);
+        return;
+    }
+    if (!fq_tenant_id_valid(tenant, strlen(tenant))) {
+        ad_error(&q, "the subject names no valid tenant: explain requests go to "
+                 "<explain>.<tenant>");
+        return;
+    }
+    if (fq_explain_req_parse(&r, body, len, err, sizeof err) != FQ_OK) {
+        ad_error(&q, err);
+        return;
+    }
+    if (!ad_allow(&q, AD_EXPLAIN))
+        return;
+    fq_explain e = {.tenant = tenant, .run_id = r.run_id};
+    a->ops.explain(a->ops.arg, tenant, r.run_id, &e, now);
+    e.tenant = tenant;
+    e.run_id = r.run_id;
+    char buf[AD_REPLY_MAX];
+    size_t n = 0;
+    if (fq_admin_explain_json(buf, sizeof buf, &n, &e, now) == FQ_OK)
+        ad_send(a, req, subject, buf, n, now);
+    else
+        ad_error(&q, "the reply did not fit");
 }
 
 /* ---- the requests ----------------------------------------------------------- */

@@ -8,6 +8,7 @@
 
 #include "drr.h"
 #include "fq.h"
+#include "ledger.h"
 #include "metrics.h"
 #include "overrides.h"
 #include "policy.h"
@@ -42,6 +43,29 @@ typedef struct fq_admin_tenant {
     double estimate_error;          /* actual / estimated; NaN: not known */
 } fq_admin_tenant;
 
+/* What an explain reply (<explain>.<tenant>) is built from: the proxy's
+ * facts about a tenant and, if asked, one of its runs, each read in O(1)
+ * (no walk of a queue or of the tenants). */
+typedef struct fq_explain {
+    const char *tenant;
+    const char *run_id;             /* "": the tenant as a whole (a run submitted now) */
+    bool known;                     /* the scheduler knows the tenant: info holds */
+    fq_tenant_info info;            /* the scheduler's view of it */
+    fq_tenant_policy policy;        /* its policy in force (caps, rate) */
+    uint32_t others_queued;         /* other tenants with queued runs: its
+                                       burst_in_flight applies only at 0 */
+    enum fq_ledger_where where;     /* the run's; FQ_LW_QUEUED for the tenant */
+    uint32_t est;                   /* the run's charged tokens (0: the tenant) */
+    uint64_t tokens_ahead;          /* tokens served before it, at most (fq_sched_tokens_ahead) */
+    uint64_t rate_wait_ms;          /* its token rate alone holds it this long */
+    uint64_t wait_ms;               /* its estimated wait (fq_ledger_wait_ms) */
+    bool wait_known;                /* a drain rate is known (else wait_ms is the
+                                       rate's wait alone) */
+    double drain_tokens_per_sec;    /* recent dispatch rate, tokens a second */
+    uint32_t window_runs, window_max_runs;      /* in flight, limit (0: none) */
+    uint64_t window_tokens, window_max_tokens;  /* in flight, limit (0: none) */
+} fq_explain;
+
 /* What the module reads of the proxy, and the work only the proxy does. */
 typedef struct fq_admin_ops {
     void *arg;                      /* every callback's first argument */
@@ -71,6 +95,10 @@ typedef struct fq_admin_ops {
     /* Write w into the overrides bucket, compare-and-set, and put it in
      * force (fq_ovr_stored); else err says why. */
     fq_status (*ovr_write)(void *arg, const fq_ovr_write *w, char *err, size_t errlen);
+    /* Fill out with what the proxy knows of tenant and, unless run_id is
+     * "", of its run run_id, both valid; out->tenant and run_id are set. */
+    void (*explain)(void *arg, const char *tenant, const char *run_id, fq_explain *out,
+                    uint64_t now);
 } fq_admin_ops;
 
 /* What the module counts (monotonic). */
@@ -94,6 +122,18 @@ void fq_admin_destroy(fq_admin *a);
  * handle of it, passed back to ops->reply. */
 void fq_admin_request(fq_admin *a, const char *subject, const void *body, size_t len,
                       const void *req, uint64_t now);
+
+/* Answer one explain request: subject is <explain>.<tenant>, explain its
+ * prefix (subjects.explain). Rate limited like the admin plane's costly
+ * requests, with its own bucket. */
+void fq_admin_explain(fq_admin *a, const char *explain, const char *subject, const void *body,
+                      size_t len, const void *req, uint64_t now);
+
+/* The explain reply for e into buf of cap bytes: where the run is, its
+ * tenant's state, the window's, what holds it (a sentence), and its
+ * estimated wait. *len: its length. Pure: no I/O, e alone. now: monotonic ms. */
+fq_status fq_admin_explain_json(char *buf, size_t cap, size_t *len, const fq_explain *e,
+                                uint64_t now);
 
 const fq_admin_counters *fq_admin_counters_get(const fq_admin *a);
 

@@ -686,6 +686,8 @@ static const cfg_field cfg_fields[] = {
      .def = FQ_SUBJECT_REJECTED, CFG_SUBJECT},
     {"subjects.admin", CFG_TEXT, CFG_RESTART, CFG_AT(subjects.admin),
      .def = FQ_SUBJECT_ADMIN, CFG_SUBJECT},
+    {"subjects.explain", CFG_TEXT, CFG_RESTART, CFG_AT(subjects.explain),
+     .def = FQ_SUBJECT_EXPLAIN, CFG_SUBJECT},
     {"subjects.runs", CFG_TEXT, CFG_RESTART, CFG_AT(subjects.runs),
      .def = FQ_SUBJECT_RUNS, CFG_SUBJECT, .then = cfg_subjects_apart},
     /* Two streams (or buckets) of one name would be one with two sets of

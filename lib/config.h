@@ -38,6 +38,7 @@ typedef struct fq_config {
         char *done;                 /* FQ_SUBJECT_DONE */
         char *rejected;             /* FQ_SUBJECT_REJECTED */
         char *admin;                /* FQ_SUBJECT_ADMIN */
+        char *explain;              /* FQ_SUBJECT_EXPLAIN: + "." + tenant */
         char *runs;                 /* FQ_SUBJECT_RUNS: the journal's one subject */
     } subjects;
     /* What fairq keeps in JetStream. Stream and consumer names are 1 to

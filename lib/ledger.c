@@ -932,12 +932,12 @@ static fq_ledger_act *lg_refuse(fq_ledger *l, enum fq_ledger_cons cons, const fq
 }
 
 /* Refuse a run (why, sentence) and count it. */
-static void lg_refuse_run(fq_ledger *l, const fq_ledger_ackref *ack, fq_ledger_tenant *lt,
-                          const char *tenant, const char *subject, fq_status why,
+static fq_ledger_act *lg_refuse_run(fq_ledger *l, const fq_ledger_ackref *ack,
+                                    fq_ledger_tenant *lt, const char *tenant, const char *subject, fq_status why,
                           const char *sentence, const fq_ledger_bytes *raw)
 {
     l->c.rejected[why]++;
-    lg_refuse(l, FQ_LEDGER_SUBMIT, ack, lt, tenant, subject, why, sentence, raw);
+    return lg_refuse(l, FQ_LEDGER_SUBMIT, ack, lt, tenant, subject, why, sentence, raw);
 }
 
 /* ---- admission ----------------------------------------------------------- */
@@ -962,14 +962,27 @@ static bool lg_seen(const fq_ledger *l, const char *tenant, const char *run_id, 
     return false;
 }
 
-static bool lg_overloaded(const fq_ledger *l, const fq_ledger_tenant *lt, uint32_t est)
+uint64_t fq_ledger_wait_ms(const fq_ledger *l, const fq_ledger_tenant *lt, uint32_t est,
+                           uint64_t now, bool *known)
 {
-    if (l->o.max_wait_ms && fq_sched_rate_wait(l->o.sched, lt->t, est, l->now) > l->o.max_wait_ms)
-        return true;    /* its token rate alone holds it longer */
-    if (!l->o.max_wait_ms || l->rate_tokens <= 0.0)
-        return false;
-    double ahead = (double)fq_sched_tokens_ahead(l->o.sched, lt->t, est);
-    return ahead * 1000.0 / l->rate_tokens > (double)l->o.max_wait_ms;
+    uint64_t rate = fq_sched_rate_wait(l->o.sched, lt->t, est, now);
+    *known = l->rate_tokens > 0.0;
+    if (!*known)
+        return rate;
+    double ms = (double)fq_sched_tokens_ahead(l->o.sched, lt->t, est) * 1000.0 / l->rate_tokens;
+    uint64_t drain = ms >= 1.8e19 ? UINT64_MAX : (uint64_t)ms;
+    return drain > rate ? drain : rate;
+}
+
+/* Whether a run of est tokens would wait past max_wait_ms; *wait: its
+ * estimated wait. While no drain rate is known only the token rate's wait
+ * counts. */
+static bool lg_overloaded(const fq_ledger *l, const fq_ledger_tenant *lt, uint32_t est,
+                          uint64_t *wait)
+{
+    bool known;
+    *wait = l->o.max_wait_ms ? fq_ledger_wait_ms(l, lt, est, l->now, &known) : 0;
+    return l->o.max_wait_ms && *wait > l->o.max_wait_ms;
 }
 
 static void lg_names_set(const fq_ledger *l, lg_names *nm, const fq_submit *sub, uint64_t seq)
@@ -1109,12 +1122,13 @@ void fq_ledger_submit_in(fq_ledger *l, const fq_ledger_submit *s, uint64_t now, 
             snprintf(err, sizeof err, "%s", fq_status_text(st));
     }
     uint32_t est = 0;
+    uint64_t wait = 0;
     if (st == FQ_OK) {
         est = fq_est_charge(l->o.est, s->tenant, s->sub->workflow, s->sub->est_tokens);
-        if (lg_overloaded(l, lt, est)) {
+        if (lg_overloaded(l, lt, est, &wait)) {
             st = FQ_EOVERLOAD;
-            snprintf(err, sizeof err, "the estimated wait exceeds scheduler.max_wait_ms (%"
-                     PRIu64 " ms)", l->o.max_wait_ms);
+            snprintf(err, sizeof err, "the estimated wait of %" PRIu64 " ms exceeds "
+                     "scheduler.max_wait_ms (%" PRIu64 " ms)", wait, l->o.max_wait_ms);
         }
     }
     lg_run *x = NULL;
@@ -1147,7 +1161,9 @@ void fq_ledger_submit_in(fq_ledger *l, const fq_ledger_submit *s, uint64_t now, 
         }
     }
     if (st != FQ_OK) {
-        lg_refuse_run(l, &s->ack, lt, s->tenant, s->subject, st, err, &s->raw);
+        fq_ledger_act *a = lg_refuse_run(l, &s->ack, lt, s->tenant, s->subject, st, err, &s->raw);
+        if (a && st == FQ_EOVERLOAD)
+            a->wait_ms = wait;
         return;
     }
     l->held++;
@@ -2054,6 +2070,32 @@ void fq_ledger_destroy(fq_ledger *l)
 }
 
 /* ---- what it holds ----------------------------------------------------- */
+
+const char *fq_ledger_where_name(enum fq_ledger_where w)
+{
+    static const char *const names[] = {
+        [FQ_LW_UNKNOWN] = "unknown", [FQ_LW_QUEUED] = "queued", [FQ_LW_IN_FLIGHT] = "in_flight",
+        [FQ_LW_EXPIRED] = "expired", [FQ_LW_DONE] = "done",
+    };
+    return (unsigned)w < sizeof names / sizeof names[0] ? names[w] : "unknown";
+}
+
+enum fq_ledger_where fq_ledger_run_where(const fq_ledger *l, const char *tenant,
+                                         const char *run_id, uint32_t *est)
+{
+    uint64_t h = lg_key(l, tenant, run_id);
+    const lg_run *x = lg_find_key(l, tenant, run_id, h);
+    *est = 0;
+    if (!x)
+        return lg_done_find(l, h) ? FQ_LW_DONE : FQ_LW_UNKNOWN;
+    *est = x->est;
+    switch (x->state) {
+    case LG_QUEUED: return FQ_LW_QUEUED;
+    case LG_FLIGHT: return FQ_LW_IN_FLIGHT;
+    case LG_EXPIRED: return FQ_LW_EXPIRED;
+    default: return FQ_LW_DONE;
+    }
+}
 
 const fq_ledger_counters *fq_ledger_counters_get(const fq_ledger *l)
 {

@@ -264,6 +264,8 @@ typedef struct fq_ledger_act {
     const char *workflow;       /* DISPATCH, RECONCILED: "" if none */
     fq_status code;             /* REFUSE: why (fq_status_code in Fair-Error) */
     const char *sentence;       /* REFUSE: the sentence after the code */
+    uint64_t wait_ms;           /* REFUSE for overload: the estimated wait refused
+                                   (Fair-Wait-Ms) */
     const char *subject;        /* REFUSE of a message just handed in: its subject, for
                                    Fair-Subject when tenant is NULL; else NULL */
     fq_ledger_bytes raw;        /* DISPATCH, REFUSE: the producer's headers and body */
@@ -433,6 +435,30 @@ typedef struct fq_ledger_stats {
     bool settled;               /* nothing left to send: no batch or debt record unsent
                                    (a batch in flight is the caller's to wait for) */
 } fq_ledger_stats;
+
+/* Where a run is, for <explain>.<tenant>. */
+enum fq_ledger_where {
+    FQ_LW_UNKNOWN = 0,  /* not held, nor completed within the duplicate window */
+    FQ_LW_QUEUED,       /* in its tenant's queue */
+    FQ_LW_IN_FLIGHT,    /* dispatched, holding a window slot */
+    FQ_LW_EXPIRED,      /* its lease ran out; a late completion still counts */
+    FQ_LW_DONE,         /* completed (or refused after it was held) recently */
+};
+const char *fq_ledger_where_name(enum fq_ledger_where w);
+
+/* Where run run_id of tenant is; *est: the tokens charged for it while held
+ * (0 otherwise). By the run-key index: O(1). */
+enum fq_ledger_where fq_ledger_run_where(const fq_ledger *l, const char *tenant,
+                                         const char *run_id, uint32_t *est);
+
+/* The estimated wait (ms) of a run of est tokens queued by lt now behind
+ * its tenant's queued runs: the tokens deficit round robin serves before it
+ * (fq_sched_tokens_ahead) at the admission's drain rate, or its tenant's
+ * token rate alone (fq_sched_rate_wait) where longer. *known: a drain rate
+ * is known (else the token rate's wait alone). Admission refuses past
+ * max_wait_ms by it. */
+uint64_t fq_ledger_wait_ms(const fq_ledger *l, const fq_ledger_tenant *lt, uint32_t est,
+                           uint64_t now, bool *known);
 
 const fq_ledger_counters *fq_ledger_counters_get(const fq_ledger *l);
 void fq_ledger_stats_get(fq_ledger_stats *out, const fq_ledger *l);

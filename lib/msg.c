@@ -1094,6 +1094,46 @@ fq_status fq_stats_req_parse(fq_stats_req *out, const void *body, size_t len, ch
     return st;
 }
 
+fq_status fq_explain_req_parse(fq_explain_req *out, const void *body, size_t len, char *err,
+                               size_t errlen)
+{
+    const unsigned char *p = body;
+    size_t i = 0;
+    *out = (fq_explain_req){0};
+    while (i < len && fq_json_space(p[i]))
+        i++;
+    if (i == len)
+        return FQ_OK;
+    const char *why;
+    bool nul_top;
+    cJSON *root = fq_msg_object(body, len, &nul_top, &why);
+    fq_status st = FQ_OK;
+    if (!root)
+        st = fq_msg_fail(err, errlen, "the request body must be empty or a JSON object with "
+                         "\"run_id\" (%s)", why);
+    else if (nul_top)
+        st = fq_msg_fail(err, errlen, "the body holds a \\u0000 escape in a top-level "
+                         "string, which fairq cannot read faithfully");
+    const cJSON *e, *fields = st == FQ_OK ? root : NULL;
+    cJSON_ArrayForEach(e, fields) {
+        if (strcmp(e->string, "run_id") != 0)
+            st = fq_msg_fail(err, errlen, "an explain request may hold only \"run_id\"; it "
+                             "has another field");
+        else if (!cJSON_IsString(e) ||
+                 !fq_msg_name_valid(e->valuestring, strlen(e->valuestring), FQ_RUN_ID_MAX))
+            st = fq_msg_fail(err, errlen, "run_id: must be a string of 1 to %d printable "
+                             "ASCII bytes without spaces", FQ_RUN_ID_MAX);
+        else
+            snprintf(out->run_id, sizeof out->run_id, "%s", e->valuestring);
+        if (st != FQ_OK)
+            break;
+    }
+    fq_msg_release(root);
+    if (st != FQ_OK)
+        *out = (fq_explain_req){0};
+    return st;
+}
+
 /* A string member of a JWT's claims into dst (cut to fit); "" if absent. */
 static bool fq_jwt_str(char *dst, size_t cap, const cJSON *obj, const char *name)
 {

@@ -17,6 +17,7 @@
 #define FQ_HDR_DISPATCHED_AT "Fair-Dispatched-At"
 #define FQ_HDR_ERROR "Fair-Error"
 #define FQ_HDR_SUBJECT "Fair-Subject"
+#define FQ_HDR_WAIT_MS "Fair-Wait-Ms"   /* an overload refusal's estimated wait */
 
 /* Whether parses here take cJSON's memory from a per-thread arena (the
  * default) or from malloc, the same outcome either way; for benchmarks, set
@@ -178,6 +179,19 @@ typedef struct fq_stats_req {
  * quoting the client). */
 fq_status fq_stats_req_parse(fq_stats_req *out, const void *body, size_t len, char *err,
                              size_t errlen);
+
+/* What an explain request (<explain>.<tenant>) asks about: one run of the
+ * tenant, or the tenant as a whole. */
+typedef struct fq_explain_req {
+    char run_id[FQ_RUN_ID_MAX + 1];     /* "": the tenant */
+} fq_explain_req;
+
+/* Read an explain request from body[0..len) (not NUL-terminated): empty or
+ * blank, or a JSON object with at most "run_id" (obeying
+ * fq_msg_name_valid), and nothing else. On FQ_EINVAL err holds a sentence
+ * naming the field and the reason (never quoting the client). */
+fq_status fq_explain_req_parse(fq_explain_req *out, const void *body, size_t len, char *err,
+                               size_t errlen);
 
 /* The claims of a NATS JWT (nats-io/jwt v2) that say whose it is, who
  * signed it and when it is valid: read from a credentials file to say why

@@ -20,6 +20,9 @@
 #define FQ_SUBJECT_DONE "fair.done"         /* workers report actual spend */
 #define FQ_SUBJECT_REJECTED "fair.rejected" /* refusals, with their reason */
 #define FQ_SUBJECT_ADMIN "fair.admin"       /* + ".stats", ".reload", ... */
+#define FQ_SUBJECT_EXPLAIN "fair.explain"   /* + "." + tenant: why a run waits; a
+                                               subject per tenant, so that NATS
+                                               permissions give each its own */
 #define FQ_SUBJECT_RUNS "fairq.runs"        /* the journal's one subject */
 
 /* The admin requests, each on FQ_SUBJECT_ADMIN + "." + its name. */

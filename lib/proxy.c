@@ -71,6 +71,7 @@
 #define PX_CONS_SUBMIT 0
 #define PX_CONS_DONE 1
 #define PX_SUB_ADMIN 0              /* <admin>.> */
+#define PX_SUB_EXPLAIN 1            /* <explain>.* */
 #define PX_WATCH_TENANTS 0          /* the overrides bucket */
 #define PX_KV_SYNC_WAIT_MS 5000     /* at start, longest wait for the overrides */
 #define PX_EVENTS 1024              /* events drained per poll */
@@ -164,6 +165,7 @@ struct fq_proxy {
     atomic_uint_fast64_t stop_at; /* monotonic ms of the first fq_proxy_stop; 0: none */
 
     char submit_filter[256], done_filter[256], rejected_filter[256], admin_filter[256];
+    char explain_filter[256];   /* <explain>.* */
     int64_t submit_created_ms;  /* FAIR_SUBMIT's creation: part of derived run ids */
     int64_t max_payload;
     uint64_t hash_key[2];       /* px_hash's key, drawn at create */
@@ -454,9 +456,15 @@ static void px_refuse(fq_proxy *p, const fq_ledger_act *a)
     const char *subject = a->subject ? a->subject : from;
     if (a->cons == FQ_LEDGER_SUBMIT)
         px_count_refusal(p, px_tenant_of_lt(a->lt), tenant, a->code);
-    fq_nio_hdr h[2] = {{FQ_HDR_ERROR, err}, {FQ_HDR_SUBJECT, subject}};
+    /* An overload refusal says the wait it was refused for in a header too. */
+    char wait[24];
+    snprintf(wait, sizeof wait, "%" PRIu64, a->wait_ms);
+    fq_nio_hdr h[3] = {{FQ_HDR_ERROR, err}, {FQ_HDR_SUBJECT, subject}};
+    size_t nh = tenant ? 1 : 2;
+    if (a->code == FQ_EOVERLOAD)
+        h[nh++] = (fq_nio_hdr){FQ_HDR_WAIT_MS, wait};
     fq_nio_out o = {.subject = subj, .data = a->raw.body, .len = a->raw.body_len,
-                    .hdrs = h, .n_hdrs = tenant ? 1 : 2};
+                    .hdrs = h, .n_hdrs = nh};
     if (p->cur_msg)
         o.carry = p->cur_msg;
     else
@@ -1002,8 +1010,11 @@ static void px_overall(fq_metrics_overall *a, fq_proxy *p)
 {
     fq_sched_stats ss;
     fq_sched_stats_get(p->sched, &ss);
-    fq_nio_sub_stats ns;
+    fq_nio_sub_stats ns, xs;
     fq_nio_sub_stats_get(&ns, p->nio, PX_SUB_ADMIN);
+    fq_nio_sub_stats_get(&xs, p->nio, PX_SUB_EXPLAIN);
+    ns.busy += xs.busy;
+    ns.no_reply += xs.no_reply;
     const fq_admin_counters *ac = fq_admin_counters_get(p->admin);
     const fq_ledger_counters *lc = fq_ledger_counters_get(p->ledger);
     fq_ledger_stats ls;
@@ -1250,11 +1261,48 @@ static fq_status px_ovr_write(void *arg, const fq_ovr_write *w, char *err, size_
     return FQ_OK;
 }
 
-/* Requests on <admin>.>. Only the leader subscribes. */
+/* What <explain>.<tenant> tells of tenant and its run run_id: each fact
+ * read in O(1), from the scheduler, the ledger and the window. */
+static void px_admin_explain(void *arg, const char *tenant, const char *run_id, fq_explain *out,
+                             uint64_t now)
+{
+    fq_proxy *p = arg;
+    const px_tenant *pt = px_tenant_find(p, tenant, strlen(tenant));
+    fq_sched_stats ss;
+    fq_sched_stats_get(p->sched, &ss);
+    out->where = run_id[0] ? fq_ledger_run_where(p->ledger, tenant, run_id, &out->est)
+                 : FQ_LW_QUEUED;
+    out->drain_tokens_per_sec = p->rate_tokens;
+    out->window_runs = ss.in_flight;
+    out->window_tokens = ss.in_flight_tokens;
+    out->window_max_runs = p->cfg.window.max_in_flight;
+    out->window_max_tokens = p->cfg.window.max_in_flight_tokens;
+    fq_policy_resolved pr;
+    if (fq_policy_resolve(&pr, p->policy, tenant) == FQ_OK)
+        out->policy = pr.p;
+    if (!pt)
+        return;
+    out->known = true;
+    fq_tenant_info_get(pt->t, &out->info);
+    out->others_queued = ss.active - (out->info.queued > 0);
+    /* A queued run's own tokens are among its tenant's queued ones; a run
+     * submitted now is counted without its own. Both bounds from above. */
+    const uint32_t est = 0;
+    out->tokens_ahead = fq_sched_tokens_ahead(p->sched, pt->t, est);
+    out->rate_wait_ms = fq_sched_rate_wait(p->sched, pt->t, est, now);
+    out->wait_ms = fq_ledger_wait_ms(p->ledger, &pt->lt, est, now, &out->wait_known);
+}
+
+/* Requests on <admin>.> and <explain>.*. Only the leader subscribes. */
 static void px_on_request(fq_proxy *p, fq_nio_event *ev)
 {
-    fq_admin_request(p->admin, fq_nio_msg_subject(ev->msg), fq_nio_msg_data(ev->msg),
-                     fq_nio_msg_len(ev->msg), ev->msg, fq_nio_mono_ms());
+    if (ev->source == PX_SUB_EXPLAIN)
+        fq_admin_explain(p->admin, p->cfg.subjects.explain, fq_nio_msg_subject(ev->msg),
+                         fq_nio_msg_data(ev->msg), fq_nio_msg_len(ev->msg), ev->msg,
+                         fq_nio_mono_ms());
+    else
+        fq_admin_request(p->admin, fq_nio_msg_subject(ev->msg), fq_nio_msg_data(ev->msg),
+                         fq_nio_msg_len(ev->msg), ev->msg, fq_nio_mono_ms());
     fq_nio_msg_drop(p->nio, ev->msg);
 }
 
@@ -1776,6 +1824,9 @@ static fq_status px_start_consumers(fq_proxy *p)
     if (s == FQ_OK)
         s = fq_nio_subscribe(p->nio, PX_SUB_ADMIN, p->admin_filter, FQ_ADMIN_QUEUED,
                              fq_admin_busy_queued);
+    if (s == FQ_OK)
+        s = fq_nio_subscribe(p->nio, PX_SUB_EXPLAIN, p->explain_filter, FQ_ADMIN_QUEUED,
+                             fq_admin_busy_queued);
     /* Once the proxy says it runs, the server has its admin subscription:
      * a request sent then gets an answer, not "no responders". A loaded
      * machine can take seconds to answer the flush: say so if it did not. */
@@ -2115,7 +2166,8 @@ fq_status fq_proxy_create(fq_proxy **out, const fq_config *cfg, char *err, size_
                        .tenant_find = px_admin_tenant_find, .tenant_view = px_admin_tenant_view,
                        .overall = px_admin_overall, .policy = px_admin_policy,
                        .fresh = px_admin_fresh, .reply = px_admin_reply,
-                       .reload = px_admin_reload, .ovr_write = px_ovr_write};
+                       .reload = px_admin_reload, .ovr_write = px_ovr_write,
+                       .explain = px_admin_explain};
     if (s == FQ_OK)
         s = fq_admin_create(&p->admin, cfg->subjects.admin, p->ovr, &ao, fq_nio_mono_ms());
     if (s == FQ_OK)
@@ -2157,6 +2209,7 @@ fq_status fq_proxy_create(fq_proxy **out, const fq_config *cfg, char *err, size_
     snprintf(p->done_filter, sizeof p->done_filter, "%s.*", cfg->subjects.done);
     snprintf(p->rejected_filter, sizeof p->rejected_filter, "%s.*", cfg->subjects.rejected);
     snprintf(p->admin_filter, sizeof p->admin_filter, "%s.>", cfg->subjects.admin);
+    snprintf(p->explain_filter, sizeof p->explain_filter, "%s.*", cfg->subjects.explain);
     char host[64] = "host";
     gethostname(host, sizeof host - 1);
     snprintf(p->lease_id, sizeof p->lease_id, "%s:%ld:%" PRId64, host, (long)getpid(),

@@ -291,6 +291,9 @@ static void test_every_role_does_its_work(void **state)
     assert_int_equal(lk_run(f->srv, (const char *const[]){"fairq-admin", "--nats", admin,
         "--inbox-prefix", "_INBOX_admin", "reload", NULL}), 0);
     assert_int_equal(pt_log_wait(&f->px, "config reloaded", 5000), 0);
+    /* The operator asks why any tenant's run waits. */
+    assert_int_equal(lk_run(f->srv, (const char *const[]){"fairq-admin", "--nats", admin,
+        "--inbox-prefix", "_INBOX_admin", "explain", "globex", "r1", NULL}), 0);
     assert_int_equal(lk_proxy_violations(f), 0);
     lk_close(a);
 
@@ -328,7 +331,16 @@ static void test_a_producer_is_confined_to_its_tenant(void **state)
     assert_string_equal(pa->Stream, "FAIR_SUBMIT");
     jsPubAck_Destroy(pa);
     assert_int_equal(a->n, 0);
+    /* It may ask why its own runs wait, through its own explain subject. */
+    natsMsg *x = NULL;
+    assert_int_equal(natsConnection_RequestString(&x, a->nc, "fair.explain.acme",
+                                                  "{\"run_id\":\"own\"}", 5000), NATS_OK);
+    assert_non_null(strstr(natsMsg_GetData(x), "{\"ok\":true,\"tenant\":\"acme\",\"run_id\":\"own\""));
+    natsMsg_Destroy(x);
+    assert_int_equal(a->n, 0);
     lk_assert_publish_denied(a, (const char *const[]){
+        "fair.explain.globex",                  /* why another tenant's runs wait */
+        "fair.explain.initech",
         "fair.submit.globex",                   /* another tenant's runs */
         "fair.submit.acme.x",                   /* a 4-token submit subject */
         "fair.done.acme",                       /* a completion */

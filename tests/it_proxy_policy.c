@@ -111,6 +111,31 @@ static void test_rate_counts_in_overload(void **state)
     assert_int_equal(over, 1);
     assert_true(wait > 50000 && wait <= 60000);
     assert_int_equal(wait_for(f, "a", "queued_runs", 0), 0);
+    /* The refusal states the wait it was refused for, in its sentence and
+     * in Fair-Wait-Ms: the rate's, about a minute, past max_wait_ms. */
+    pf_wait_msgs(f, "FAIR_REJECTED", 1);
+    pt_msg *m = NULL;
+    size_t n = 0;
+    assert_int_equal(pt_stream_read(&f->c, "FAIR_REJECTED", &m, &n), 0);
+    assert_int_equal(n, 1);
+    long hdr = strtol(m[0].wait_ms, NULL, 10);
+    assert_true(hdr > 50000 && hdr <= 60000);
+    char want[160];
+    snprintf(want, sizeof want, "overload: the estimated wait of %ld ms exceeds "
+             "scheduler.max_wait_ms (1000 ms)", hdr);
+    assert_string_equal(m[0].error, want);
+    pt_msgs_free(m, n);
+    /* Explained: a run a submits now waits for its rate. */
+    char *r = pt_request(&f->c, "fair.explain.a", "", NULL);
+    assert_non_null(r);
+    cJSON *j = cJSON_Parse(r);
+    assert_non_null(j);
+    assert_true(pf_num(j, "rate_wait_ms") > 50000);
+    assert_true(pf_num(j, "estimated_wait_ms") >= pf_num(j, "rate_wait_ms"));
+    assert_non_null(strstr(cJSON_GetObjectItemCaseSensitive(j, "why")->valuestring,
+                           "over its token rate"));
+    cJSON_Delete(j);
+    free(r);
 }
 
 /* A completion that reports token kinds is reconciled at its priced cost;

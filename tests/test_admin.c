@@ -32,6 +32,8 @@ typedef struct fake {
     fq_ovr_set *ovr;
     bool fresh;
     int writes, reloads;
+    fq_explain ex;              /* what the proxy knows, for explain */
+    int explains;               /* explain lookups made */
     char reply[65536];          /* the last reply */
     int replies;
     fq_admin *a;
@@ -128,6 +130,17 @@ static fq_status f_write(void *arg, const fq_ovr_write *w, char *err, size_t err
     return fq_ovr_stored(f->ovr, f->pol, w, (uint64_t)(10 + f->writes), err, errlen);
 }
 
+static void f_explain(void *arg, const char *tenant, const char *run_id, fq_explain *out,
+                      uint64_t now)
+{
+    fake *f = arg;
+    (void)now;
+    f->explains++;
+    *out = f->ex;
+    out->tenant = tenant;
+    out->run_id = run_id;
+}
+
 static int setup(void **state)
 {
     fake *f = calloc(1, sizeof *f);
@@ -159,7 +172,7 @@ static int setup(void **state)
     fq_admin_ops ops = {.arg = f, .tenant_at = f_at, .tenant_after = f_after, .tenant_find = f_find,
                         .tenant_view = f_view, .overall = f_overall, .policy = f_policy,
                         .fresh = f_fresh, .reply = f_reply, .reload = f_reload,
-                        .ovr_write = f_write};
+                        .ovr_write = f_write, .explain = f_explain};
     assert_int_equal(fq_admin_create(&f->a, "fair.admin", f->ovr, &ops, 0), FQ_OK);
     *state = f;
     return 0;
@@ -333,6 +346,176 @@ static void test_refusals(void **state)
     cJSON_Delete(j);
 }
 
+/* The explain reply of e at now, parsed. */
+static cJSON *explain_json(const fq_explain *e, uint64_t now)
+{
+    char buf[4096];
+    size_t len = 0;
+    assert_int_equal(fq_admin_explain_json(buf, sizeof buf, &len, e, now), FQ_OK);
+    assert_int_equal(strlen(buf), len);
+    cJSON *j = cJSON_Parse(buf);
+    assert_non_null(j);
+    return j;
+}
+
+/* A queued run of a tenant with 5 queued: where it is, the bound of runs
+ * and tokens ahead, and the first thing that holds it, as the tenant's
+ * state and the window change. */
+static void test_explain_answer(void **state)
+{
+    (void)state;
+    fq_explain e = {.tenant = "acme", .run_id = "r7", .known = true, .where = FQ_LW_QUEUED,
+                    .est = 300, .tokens_ahead = 4200, .wait_ms = 2100, .wait_known = true,
+                    .drain_tokens_per_sec = 2000.0, .window_runs = 3, .window_max_runs = 8,
+                    .window_tokens = 900, .policy = {.weight = 2, .max_in_flight = 2,
+                                                     .burst_in_flight = 4}};
+    e.info = (fq_tenant_info){.id = "acme", .state = FQ_T_ACTIVE, .weight = 2, .deficit = 150,
+                              .queued = 5, .queued_tokens = 1500, .in_flight = 1};
+    e.others_queued = 1;
+    cJSON *j = explain_json(&e, 1000);
+    assert_true(ok_of(j));
+    assert_string_equal(str_of(j, "where"), "queued");
+    assert_string_equal(str_of(j, "state"), "active");
+    assert_int_equal(num_of(j, "runs_ahead_at_most"), 4);
+    assert_int_equal(num_of(j, "tokens_ahead_at_most"), 4200);
+    assert_int_equal(num_of(j, "estimated_wait_ms"), 2100);
+    assert_int_equal(num_of(j, "debt"), 0);
+    const cJSON *cap = cJSON_GetObjectItemCaseSensitive(j, "cap");
+    assert_int_equal(num_of(cap, "in_force"), 2);       /* another tenant has queued runs */
+    assert_false(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(cap, "bursting")));
+    assert_non_null(strstr(str_of(j, "why"), "in the rotation: at most 4200 tokens"));
+    cJSON_Delete(j);
+
+    /* Alone, its burst is in force; at it, the cap is what holds it. */
+    e.others_queued = 0;
+    e.info.in_flight = 4;
+    e.info.state = FQ_T_CAPPED;
+    j = explain_json(&e, 1000);
+    cap = cJSON_GetObjectItemCaseSensitive(j, "cap");
+    assert_int_equal(num_of(cap, "in_force"), 4);
+    assert_true(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(cap, "at_cap")));
+    assert_non_null(strstr(str_of(j, "why"), "4 runs in flight, its cap (burst_in_flight)"));
+    cJSON_Delete(j);
+
+    /* Under its cap, in debt. */
+    e.info.in_flight = 0;
+    e.info.state = FQ_T_WAITING;
+    e.info.deficit = -700;
+    j = explain_json(&e, 1000);
+    assert_int_equal(num_of(j, "debt"), 700);
+    assert_non_null(strstr(str_of(j, "why"), "in debt (700 tokens"));
+    cJSON_Delete(j);
+
+    /* Over its token rate. */
+    e.policy.tokens_per_minute = 6000;
+    e.rate_wait_ms = 9000;
+    e.info.state = FQ_T_PARKED;
+    e.info.rate_until = 10000;
+    j = explain_json(&e, 1000);
+    assert_int_equal(num_of(j, "rate_wait_ms"), 9000);
+    assert_non_null(strstr(str_of(j, "why"), "over its token rate (6000 tokens a minute)"));
+    cJSON_Delete(j);
+
+    /* In the rotation, the window full. */
+    e.rate_wait_ms = 0;
+    e.info.rate_until = 0;
+    e.info.state = FQ_T_ACTIVE;
+    e.info.deficit = 0;
+    e.window_runs = 8;
+    j = explain_json(&e, 1000);
+    assert_true(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(
+        cJSON_GetObjectItemCaseSensitive(j, "window"), "full")));
+    assert_non_null(strstr(str_of(j, "why"), "window is full"));
+    cJSON_Delete(j);
+
+    /* No drain rate yet: the wait is not known. */
+    e.wait_known = false;
+    e.wait_ms = 0;
+    j = explain_json(&e, 1000);
+    assert_true(cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(j, "estimated_wait_ms")));
+    cJSON_Delete(j);
+
+    /* A run dispatched, or unknown: no wait, no bound ahead. */
+    e.where = FQ_LW_IN_FLIGHT;
+    j = explain_json(&e, 1000);
+    assert_string_equal(str_of(j, "where"), "in_flight");
+    assert_null(cJSON_GetObjectItemCaseSensitive(j, "estimated_wait_ms"));
+    assert_null(cJSON_GetObjectItemCaseSensitive(j, "runs_ahead_at_most"));
+    cJSON_Delete(j);
+    e.where = FQ_LW_UNKNOWN;
+    j = explain_json(&e, 1000);
+    assert_non_null(strstr(str_of(j, "why"), "holds no such run"));
+    cJSON_Delete(j);
+
+    /* The tenant as a whole: a new run waits behind all 5. */
+    e.run_id = "";
+    e.where = FQ_LW_QUEUED;
+    j = explain_json(&e, 1000);
+    assert_null(cJSON_GetObjectItemCaseSensitive(j, "run_id"));
+    assert_int_equal(num_of(j, "runs_ahead_at_most"), 5);
+    cJSON_Delete(j);
+}
+
+/* Send an explain request on subject at now; the reply, parsed. */
+static cJSON *ask_explain(fake *f, const char *subject, const char *body, uint64_t now)
+{
+    int before = f->replies;
+    fq_admin_explain(f->a, "fair.explain", subject, body, strlen(body), NULL, now);
+    assert_int_equal(f->replies, before + 1);
+    cJSON *j = cJSON_Parse(f->reply);
+    assert_non_null(j);
+    return j;
+}
+
+/* The subject names the tenant, the body at most a run id; anything else
+ * is refused with a reason and costs no lookup; past the burst, busy. */
+static void test_explain_requests(void **state)
+{
+    fake *f = *state;
+    f->ex.known = true;
+    f->ex.where = FQ_LW_IN_FLIGHT;
+    cJSON *j = ask_explain(f, "fair.explain.acme", "{\"run_id\":\"r-1\"}", 0);
+    assert_true(ok_of(j));
+    assert_string_equal(str_of(j, "tenant"), "acme");
+    assert_string_equal(str_of(j, "run_id"), "r-1");
+    cJSON_Delete(j);
+    static const struct {
+        const char *subject, *body, *why;
+    } bad[] = {
+        {"fair.explain._invalid", "", "names no valid tenant"},
+        {"fair.explain", "", "names no valid tenant"},
+        {"fair.explain.acme", "{\"run_id\":\"a b\"}", "run_id: must be"},
+        {"fair.explain.acme", "{\"run_id\":\"\"}", "run_id: must be"},
+        {"fair.explain.acme", "{\"limit\":1}", "may hold only"},
+        {"fair.explain.acme", "\"r-1\"", "must be empty or a JSON object"},
+        {"fair.explain.acme", "{\"run_id\":\"a\\u0000b\"}", "u0000"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        j = ask_explain(f, bad[i].subject, bad[i].body, 0);
+        assert_false(ok_of(j));
+        assert_non_null(strstr(str_of(j, "error"), bad[i].why));
+        cJSON_Delete(j);
+    }
+    assert_int_equal(f->explains, 1);
+    /* The burst of 10, one used: 9 more at once, then busy until a token
+     * comes back (50 a second: 20 ms). */
+    for (int i = 0; i < 9; i++) {
+        j = ask_explain(f, "fair.explain.acme", "", 0);
+        assert_true(ok_of(j));
+        cJSON_Delete(j);
+    }
+    j = ask_explain(f, "fair.explain.acme", "", 0);
+    assert_true(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(j, "busy")));
+    double wait = num_of(j, "retry_ms");
+    assert_true(wait > 0 && wait <= 20);
+    cJSON_Delete(j);
+    j = ask_explain(f, "fair.explain.acme", "", (uint64_t)wait);
+    assert_true(ok_of(j));
+    cJSON_Delete(j);
+    assert_int_equal(f->explains, 11);
+    assert_int_equal(fq_admin_counters_get(f->a)->busy, 1);
+}
+
 /* tenant.set writes through the proxy and replies as tenant.get; nothing
  * is written while the lease is not fresh, or when nothing changes. */
 static void test_tenant_set(void **state)
@@ -386,6 +569,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_stats_fit_max_payload, setup, teardown),
         cmocka_unit_test_setup_teardown(test_stats_rate_limited, setup, teardown),
         cmocka_unit_test_setup_teardown(test_refusals, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_explain_answer, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_explain_requests, setup, teardown),
         cmocka_unit_test_setup_teardown(test_tenant_set, setup, teardown),
         cmocka_unit_test_setup_teardown(test_reload, setup, teardown),
     };
