@@ -199,7 +199,9 @@ fq_status fq_ledger_create(fq_ledger **out, const fq_ledger_opts *o);
  * rebuild it too). Safe on NULL. */
 void fq_ledger_destroy(fq_ledger *l);
 /* Apply changed options (a reload, a new max_payload): limits, times and
- * journal_room; sched, est, tenant, alloc and hash_key are kept as made. */
+ * journal_room; sched, est, tenant, alloc and hash_key are kept as made.
+ * New limits may pause or resume fetching: PAUSE actions to drain. The
+ * scheduler's own options (fq_ledger_sched_opts) are the caller's to set. */
 fq_status fq_ledger_set_opts(fq_ledger *l, const fq_ledger_opts *o);
 
 /* ---- actions ------------------------------------------------------------ */
