@@ -30,6 +30,9 @@
 #define AD_REPLY_MARGIN 512         /* room under max_payload for what a reply carries
                                        besides its body */
 #define AD_STATS_TAIL 160           /* room after the tenants for what closes the reply */
+#define AD_EXPLAIN_SLOTS 256        /* explain buckets, a tenant's by its id's hash */
+#define AD_EXPLAIN_TENANT_RATE 5    /* explain requests a second for one tenant's slot */
+#define AD_EXPLAIN_TENANT_BURST 3
 
 /* Admin work that costs the loop more than a reply, rate limited each by a
  * bucket. */
@@ -61,6 +64,10 @@ struct fq_admin {
     fq_admin_ops ops;
     fq_bucket rate[AD__COUNT];  /* admin work allowed, by kind */
     fq_bucket reply_warn;       /* "admin reply not sent" lines, one a second */
+    fq_bucket explain[AD_EXPLAIN_SLOTS]; /* explain requests by tenant slot: one tenant
+                                   asking as fast as it can leaves the others
+                                   most of AD_EXPLAIN's rate (a tenant cannot
+                                   choose its slot: NATS gives it its subject) */
     fq_admin_counters c;
 };
 
@@ -81,6 +88,8 @@ fq_status fq_admin_create(fq_admin **out, const char *prefix, const fq_ovr_set *
     for (int k = 0; k < AD__COUNT; k++)
         fq_bucket_init(&a->rate[k], ad_limits[k].rate, ad_limits[k].burst, now);
     fq_bucket_init(&a->reply_warn, 1, 1, now);
+    for (size_t i = 0; i < AD_EXPLAIN_SLOTS; i++)
+        fq_bucket_init(&a->explain[i], AD_EXPLAIN_TENANT_RATE, AD_EXPLAIN_TENANT_BURST, now);
     *out = a;
     return FQ_OK;
 }
@@ -152,18 +161,20 @@ static void ad_error(const ad_req *q, const char *why)
     ad_reply(q, &w);
 }
 
-/* Take a token for admin work of kind. With none left, answer busy, with
+/* Take a token of bucket b, which allows rate requests of name a second
+ * (for what: "" or " for one tenant"). With none left, answer busy, with
  * how long until one is, and count it: a cheap reply instead of the work. */
-static bool ad_allow(const ad_req *q, enum ad_kind kind)
+static bool ad_take(const ad_req *q, fq_bucket *b, uint32_t rate, const char *name,
+                    const char *what)
 {
     uint64_t wait = 0;
-    if (fq_bucket_take(&q->a->rate[kind], q->now, &wait))
+    if (fq_bucket_take(b, q->now, &wait))
         return true;
     q->a->c.busy++;
     char buf[512], why[160];
     fq_json w;
-    snprintf(why, sizeof why, "busy: at most %u %s requests a second; retry in %llu ms",
-             ad_limits[kind].rate, ad_limits[kind].name, (unsigned long long)wait);
+    snprintf(why, sizeof why, "busy: at most %u %s requests a second%s; retry in %llu ms",
+             rate, name, what, (unsigned long long)wait);
     ad_begin(&w, buf, sizeof buf, false);
     fq_json_key(&w, "busy");
     fq_json_bool(&w, true);
@@ -173,6 +184,12 @@ static bool ad_allow(const ad_req *q, enum ad_kind kind)
     fq_json_end_object(&w);
     ad_reply(q, &w);
     return false;
+}
+
+/* Take a token for admin work of kind (ad_take). */
+static bool ad_allow(const ad_req *q, enum ad_kind kind)
+{
+    return ad_take(q, &q->a->rate[kind], ad_limits[kind].rate, ad_limits[kind].name, "");
 }
 
 /* ---- stats ---------------------------------------------------------------- */
@@ -311,8 +328,8 @@ static void ad_explain_why(char *why, size_t cap, const fq_explain *e, uint32_t 
                       ti->deficit >= 0 && e->rate_wait_ms == 0))
         snprintf(why, cap, "nothing holds the tenant: %s goes at the next dispatch", run);
     else if (ti->state == FQ_T_CAPPED || (in_force && ti->in_flight >= in_force))
-        snprintf(why, cap, "the tenant has %u runs in flight, its cap (%s): %s waits for one "
-                 "of them to complete", ti->in_flight,
+        snprintf(why, cap, "the tenant has %u run%s in flight, its cap (%s): %s waits for one "
+                 "of them to complete", ti->in_flight, ti->in_flight == 1 ? "" : "s",
                  in_force == e->policy.max_in_flight ? "max_in_flight" : "burst_in_flight", run);
     else if (e->rate_wait_ms || (ti->state == FQ_T_PARKED && ti->rate_until > now))
         snprintf(why, cap, "the tenant is over its token rate (%u tokens a minute): %s may "
@@ -460,7 +477,9 @@ void fq_admin_explain(fq_admin *a, const char *explain, const char *subject, con
         ad_error(&q, err);
         return;
     }
-    if (!ad_allow(&q, AD_EXPLAIN))
+    fq_bucket *slot = &a->explain[fq_fnv1a(tenant) % AD_EXPLAIN_SLOTS];
+    if (!ad_take(&q, slot, AD_EXPLAIN_TENANT_RATE, "explain", " for one tenant") ||
+        !ad_allow(&q, AD_EXPLAIN))
         return;
     fq_explain e = {.tenant = tenant, .run_id = r.run_id};
     a->ops.explain(a->ops.arg, tenant, r.run_id, &e, now);

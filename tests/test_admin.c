@@ -497,23 +497,36 @@ static void test_explain_requests(void **state)
         cJSON_Delete(j);
     }
     assert_int_equal(f->explains, 1);
-    /* The burst of 10, one used: 9 more at once, then busy until a token
-     * comes back (50 a second: 20 ms). */
-    for (int i = 0; i < 9; i++) {
+    /* A tenant's own burst is 3, one used: 2 more at once, then busy for
+     * it (5 a second: 200 ms), not for the others. */
+    for (int i = 0; i < 2; i++) {
         j = ask_explain(f, "fair.explain.acme", "", 0);
         assert_true(ok_of(j));
         cJSON_Delete(j);
     }
     j = ask_explain(f, "fair.explain.acme", "", 0);
     assert_true(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(j, "busy")));
+    assert_non_null(strstr(str_of(j, "error"), "a second for one tenant"));
     double wait = num_of(j, "retry_ms");
-    assert_true(wait > 0 && wait <= 20);
+    assert_true(wait > 0 && wait <= 200);
+    cJSON_Delete(j);
+    /* The others share the burst of 10 over all: 7 left. */
+    char subject[64];
+    for (int i = 0; i < 7; i++) {
+        snprintf(subject, sizeof subject, "fair.explain.b%d", i);
+        j = ask_explain(f, subject, "", 0);
+        assert_true(ok_of(j));
+        cJSON_Delete(j);
+    }
+    j = ask_explain(f, "fair.explain.c", "", 0);
+    assert_true(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(j, "busy")));
+    assert_null(strstr(str_of(j, "error"), "for one tenant"));
     cJSON_Delete(j);
     j = ask_explain(f, "fair.explain.acme", "", (uint64_t)wait);
     assert_true(ok_of(j));
     cJSON_Delete(j);
     assert_int_equal(f->explains, 11);
-    assert_int_equal(fq_admin_counters_get(f->a)->busy, 1);
+    assert_int_equal(fq_admin_counters_get(f->a)->busy, 2);
 }
 
 /* tenant.set writes through the proxy and replies as tenant.get; nothing
