@@ -22,8 +22,18 @@
 
 /* Policy features turned on for every tenant (--features), so that each
  * knob's cost per dispatch is measured against the core without it. */
-enum { FEAT_BURST = 1, FEAT_RATE = 2, FEAT_PRICED = 4 };
+enum { FEAT_BURST = 1, FEAT_RATE = 2, FEAT_PRICED = 4, FEAT_CLASS = 8 };
 static unsigned features;
+
+/* Queue a run; with classes, every other one interactive (class 0), so
+ * that half the runs are queued before their tenant's batch runs. */
+static void bench_enqueue(fq_sched *s, fq_tenant *t, uint64_t id, uint32_t est)
+{
+    if (features & FEAT_CLASS)
+        fq_sched_enqueue_class(NULL, s, t, id, (uint32_t)(id & 1), est, NULL, 0);
+    else
+        fq_sched_enqueue(NULL, s, t, id, est, NULL, 0);
+}
 
 static uint64_t rng = 1;
 static uint64_t rnd(void)
@@ -62,7 +72,8 @@ static int die(const char *what)
 
 static result run_drr(uint32_t n, double ratio, uint64_t ops)
 {
-    fq_sched_opts o = {.quantum = QUANTUM, .max_est_tokens = 100 * QUANTUM};
+    fq_sched_opts o = {.quantum = QUANTUM, .max_est_tokens = 100 * QUANTUM,
+                       .nclasses = features & FEAT_CLASS ? 2 : 0};
     fq_sched *s;
     if (fq_sched_create(&s, &o) != FQ_OK)
         die("cannot create the scheduler");
@@ -82,14 +93,14 @@ static result run_drr(uint32_t n, double ratio, uint64_t ops)
         if (fq_sched_tenant(&t[i], s, name, (size_t)len, &p) != FQ_OK)
             die("cannot create a tenant");
         for (int k = 0; k < 2; k++)
-            fq_sched_enqueue(NULL, s, t[i], id++, cost(ratio), NULL, 0);
+            bench_enqueue(s, t[i], id++, cost(ratio));
     }
     /* warm up: the run pool and the window's hash reach their size */
     for (uint64_t i = 0; i < ops / 10; i++) {
         fq_run *r = fq_sched_dispatch(s, 0);
         fq_tenant *owner = r->tenant;
         fq_sched_complete(NULL, s, r->id, r->est);
-        fq_sched_enqueue(NULL, s, owner, id++, cost(ratio), NULL, 0);
+        bench_enqueue(s, owner, id++, cost(ratio));
     }
     fq_sched_stats a, b;
     fq_sched_stats_get(s, &a);
@@ -103,7 +114,7 @@ static result run_drr(uint32_t n, double ratio, uint64_t ops)
                                      fq_price_cost(&prices, r->est - r->est / 5, r->est / 5, 0));
         else
             fq_sched_complete(NULL, s, r->id, r->est);
-        fq_sched_enqueue(NULL, s, owner, id++, cost(ratio), NULL, 0);
+        bench_enqueue(s, owner, id++, cost(ratio));
     }
     double t1 = now_ns();
     fq_sched_stats_get(s, &b);
@@ -314,8 +325,9 @@ static void usage(void)
          "  runs N tenants only.\n"
          "  --features burst gives every tenant a burstable cap (max_in_flight 2,\n"
          "  burst_in_flight 8), rate a token rate (charged at every dispatch and\n"
-         "  completion, never binding), priced completions priced by token kind, to\n"
-         "  measure each feature's cost per dispatch.\n"
+         "  completion, never binding), priced completions priced by token kind,\n"
+         "  class two priority classes (every other run interactive), to measure\n"
+         "  each feature's cost per dispatch.\n"
          "  --msg instead times the proxy's parse of a submit body and a completion\n"
          "  (--ops parses per run), with cJSON's memory from malloc and from the arena.");
 }
@@ -344,8 +356,10 @@ int main(int argc, char **argv)
                     features |= FEAT_RATE;
                 else if (strcmp(w, "priced") == 0)
                     features |= FEAT_PRICED;
+                else if (strcmp(w, "class") == 0)
+                    features |= FEAT_CLASS;
                 else {
-                    fprintf(stderr, "fairq-bench: --features: unknown '%s' (burst, rate, priced)\n",
+                    fprintf(stderr, "fairq-bench: --features: unknown '%s' (burst, rate, priced, class)\n",
                             w);
                     return 2;
                 }

@@ -579,6 +579,12 @@ static bool cfg_bucket_valid(const char *s)
     return fq_name_valid(s, strlen(s));
 }
 
+static bool cfg_classes_valid(const char *s)
+{
+    fq_classes c;
+    return fq_classes_parse(&c, s) == FQ_OK;
+}
+
 /* ---- The declaration ---- */
 
 typedef struct cfg_out cfg_out;
@@ -741,6 +747,13 @@ static const cfg_field cfg_fields[] = {
      .num = 0, CFG_MS(0)},
     {"scheduler.debt_forget_ms", CFG_NUM, 0, CFG_AT(scheduler.debt_forget_ms),
      .num = FQ_DEFAULT_DEBT_FORGET_MS, CFG_MS(1000)},
+    /* Queued runs are ordered by class: a new order applies at a restart. */
+    {"scheduler.classes", CFG_TEXT, CFG_OPT, CFG_AT(scheduler.classes),
+     .valid = cfg_classes_valid,
+     .invalid = "'%s' is not a list of priority classes, highest first: 2 to "
+                CFG_XSTR(FQ_SCHED_MAX_CLASSES) " distinct names of 1 to "
+                CFG_XSTR(FQ_CLASS_MAX) " of [A-Za-z0-9_-], each with an optional "
+                ":max_pending, separated by commas"},
     {"window.max_in_flight", CFG_NUM, 0, CFG_AT(window.max_in_flight),
      .num = 64, .min = 1, .max = UINT32_MAX},
     {"window.max_in_flight_tokens", CFG_NUM, CFG_ZERO_NONE, CFG_AT(window.max_in_flight_tokens),

@@ -79,6 +79,10 @@ typedef struct fq_config {
         uint64_t debt_forget_ms;    /* a tenant idle this long since its debt last
                                        changed has it forgiven; default
                                        FQ_DEFAULT_DEBT_FORGET_MS, 1 s to FQ_CONFIG_MAX_MS */
+        char *classes;              /* priority classes within a tenant, highest
+                                       first, as fq_classes_parse reads them
+                                       ("interactive:100,batch"); NULL: none.
+                                       Restart only */
     } scheduler;
     struct {
         uint32_t max_in_flight;     /* default 64 */

@@ -40,6 +40,13 @@
  *    preempted or reserved). The count of tenants with queued runs, kept
  *    anyway, decides it in O(1); the capped are listed so that the one left
  *    when the others' queues empty is found in O(1) too.
+ *  - Priority classes (nclasses > 1) order runs within a tenant only: its
+ *    FIFO is kept as segments, the runs back from the window, then class
+ *    0's, class 1's, ..., with the last run of each class known, so a run
+ *    is queued after its class's last (O(nclasses) to find the segment
+ *    when its own is empty) and dispatch still takes the head, O(1). The
+ *    tenant's deficit, quantum and caps are untouched: a tenant's
+ *    high-class runs spend its own share, never its neighbours'.
  *  - Runs come from a pool grown in chunks, so the hot path does not call
  *    malloc per run once the pool has grown to the working set.
  *  - A tenant whose dispatch failed is parked: out of the rotation until a
@@ -119,8 +126,18 @@ struct fq_tenant {
     uint64_t rk_tokens;         /* the key it is ranked by: queued tokens then (0: idle,
                                    as every queued run is charged at least 1) */
     uint64_t rk_oldest;         /* ... and its head run's enqueue time then */
+    struct tenant_classes *cl;  /* with classes: in the same allocation, after
+                                   the tenant; NULL without */
     fq_strmap_node node;        /* in the tenant table, keyed by id */
     char id[FQ_TENANT_MAX + 1];
+};
+
+/* A tenant's priority classes: its FIFO holds the runs back from the
+ * window, then class 0's, class 1's, ... */
+struct tenant_classes {
+    fq_run *tail[FQ_SCHED_MAX_CLASSES]; /* the last run queued in each class (not
+                                   back from the window); NULL: none */
+    uint32_t queued[FQ_SCHED_MAX_CLASSES]; /* runs queued in each */
 };
 
 /* The debtors that wake in one round, in filing order, linked by next and
@@ -760,7 +777,7 @@ fq_tenant *fq_sched_rank_next(fq_sched *s, const fq_tenant *t)
 static int opts_valid(const fq_sched_opts *o)
 {
     return o && o->quantum >= 1 && o->quantum <= FQ_SCHED_MAX_QUANTUM &&
-           o->max_est_tokens >= 1;
+           o->max_est_tokens >= 1 && o->nclasses <= FQ_SCHED_MAX_CLASSES;
 }
 
 fq_status fq_sched_create(fq_sched **out, const fq_sched_opts *o)
@@ -820,7 +837,9 @@ fq_status fq_sched_set_opts(fq_sched *s, const fq_sched_opts *o)
         waiting[k++] = s->heap[i].t;
     for (uint32_t i = 0; i < n; i++)
         settle(s, waiting[i]);
+    uint32_t nclasses = s->o.nclasses;
     s->o = *o;
+    s->o.nclasses = nclasses;   /* read at create only */
     fq_window_set_limits(&s->win, o->max_in_flight, o->max_in_flight_tokens,
                          o->run_timeout, o->max_expired);
     fq_window_set_keep(&s->win, o->expired_keep);
@@ -857,8 +876,12 @@ fq_status fq_sched_tenant(fq_tenant **out, fq_sched *s, const char *id, size_t l
     }
     if (!policy_valid(p))
         return FQ_EINVAL;
-    if (tenant_reserve(s) != FQ_OK || !(t = calloc(1, sizeof(*t))))
+    bool classes = s->o.nclasses > 1;
+    if (tenant_reserve(s) != FQ_OK ||
+        !(t = calloc(1, sizeof(*t) + (classes ? sizeof(struct tenant_classes) : 0))))
         return FQ_ENOMEM;
+    if (classes)
+        t->cl = (struct tenant_classes *)(t + 1);
     memcpy(t->id, id, len);
     t->pol = *p;
     t->state = FQ_T_IDLE;
@@ -924,6 +947,8 @@ void fq_tenant_info_get(const fq_tenant *t, fq_tenant_info *out)
         .expired = t->expired,
     };
     out->rate_until = rate_until(t);
+    if (t->cl)
+        memcpy(out->class_queued, t->cl->queued, sizeof out->class_queued);
 }
 
 /* ---- queueing ---------------------------------------------------------- */
@@ -966,20 +991,50 @@ static uint32_t charge_of(const fq_sched *s, uint32_t est)
 fq_status fq_sched_enqueue(fq_run **out, fq_sched *s, fq_tenant *t, uint64_t id,
                            uint32_t est, void *handle, uint64_t now)
 {
+    return fq_sched_enqueue_class(out, s, t, id, s->o.nclasses > 1 ? s->o.nclasses - 1 : 0,
+                                  est, handle, now);
+}
+
+fq_status fq_sched_enqueue_class(fq_run **out, fq_sched *s, fq_tenant *t, uint64_t id,
+                                 uint32_t cls, uint32_t est, void *handle, uint64_t now)
+{
+    bool classes = s->o.nclasses > 1;
     if (out)
         *out = NULL;
+    if (cls >= (classes ? s->o.nclasses : 1))
+        return FQ_EINVAL;
     if (t->pol.max_pending && t->queued >= t->pol.max_pending)
+        return FQ_EFULL;
+    if (classes && s->o.class_max_pending[cls] &&
+        t->cl->queued[cls] >= s->o.class_max_pending[cls])
         return FQ_EFULL;
     fq_run *r = run_alloc(s);
     if (!r)
         return FQ_ENOMEM;
     *r = (fq_run){.tenant = t, .handle = handle, .id = id, .t = now,
-                  .est = charge_of(s, est), .state = FQ_RUN_QUEUED};
-    if (t->qtail)
-        t->qtail->next = r;
-    else
-        t->qhead = r;
-    t->qtail = r;
+                  .est = charge_of(s, est), .state = FQ_RUN_QUEUED, .cls = (uint16_t)cls};
+    if (!classes) {
+        if (t->qtail)
+            t->qtail->next = r;
+        else
+            t->qhead = r;
+        t->qtail = r;
+    } else {
+        /* After the last run of its class, or of the nearest higher class
+         * queued, or of the runs back from the window; else first. */
+        fq_run *after = NULL;
+        for (uint32_t c = cls + 1; c-- > 0 && !after;)
+            after = t->cl->tail[c];
+        if (!after && t->requeued)
+            after = t->rq_last;
+        fq_run **at = after ? &after->next : &t->qhead;
+        r->next = *at;
+        *at = r;
+        if (!r->next)
+            t->qtail = r;
+        t->cl->tail[cls] = r;
+        t->cl->queued[cls]++;
+    }
     queue_add_tokens(s, t, +1, r->est);
     if (t->state == FQ_T_IDLE)
         schedule(s, t, join_round(s));
@@ -1085,6 +1140,11 @@ fq_run *fq_sched_dispatch(fq_sched *s, uint64_t now)
         t->qhead = rest;        /* the window relinked r */
         if (!t->qhead)
             t->qtail = NULL;
+        if (t->cl) {
+            t->cl->queued[r->cls]--;
+            if (t->cl->tail[r->cls] == r)
+                t->cl->tail[r->cls] = NULL;
+        }
         if (t->requeued && !--t->requeued)
             t->rq_last = NULL;
         queue_add_tokens(s, t, -1, r->est);
@@ -1309,6 +1369,8 @@ fq_status fq_sched_requeue(fq_sched *s, uint64_t id)
     if (!t->rq_last || requeue_before(t->rq_last, r))
         t->rq_last = r;
     t->requeued++;
+    if (t->cl)
+        t->cl->queued[r->cls]++;
     queue_add_tokens(s, t, +1, r->est);
     if (t->state == FQ_T_IDLE)
         schedule(s, t, join_round(s));

@@ -29,6 +29,8 @@ typedef struct fq_tenant_policy {
  * int64 overflow (their product is at most 10^15). */
 #define FQ_SCHED_MAX_WEIGHT 1000000u
 #define FQ_SCHED_MAX_QUANTUM 1000000000u
+/* Priority classes within a tenant, at most. */
+#define FQ_SCHED_MAX_CLASSES 4
 
 typedef struct fq_sched_opts {
     uint32_t quantum;           /* base quantum in tokens; 1..FQ_SCHED_MAX_QUANTUM */
@@ -41,6 +43,12 @@ typedef struct fq_sched_opts {
                                    (the run_timeout unit); 0: no limit but max_expired */
     uint64_t minute;            /* the caller's time units in a minute, for
                                    token rates; 0: 60,000 (milliseconds) */
+    uint32_t nclasses;          /* priority classes within a tenant, 0 or 1:
+                                   none; read at create only (the order of
+                                   queued runs depends on it) */
+    uint32_t class_max_pending[FQ_SCHED_MAX_CLASSES]; /* queued runs of a tenant
+                                   in each class; 0 = none (the tenant's
+                                   max_pending still applies to all) */
     bool keep_idle_credit;      /* no idle reset: only for the simulator's
                                    comparison of what the reset is worth */
     uint64_t seed;              /* of the tenant table's hash, read at create
@@ -67,6 +75,8 @@ typedef struct fq_tenant_info {
     uint32_t weight;
     int64_t deficit;            /* signed: debt is negative */
     uint32_t queued;            /* runs */
+    uint32_t class_queued[FQ_SCHED_MAX_CLASSES]; /* ... in each priority class
+                                   (with classes configured; else 0) */
     uint64_t queued_tokens;
     uint32_t in_flight;         /* runs holding a window slot */
     uint64_t oldest_enqueued;   /* enqueue time of the head run; 0 if none */
@@ -135,6 +145,18 @@ void fq_tenant_info_get(const fq_tenant *t, fq_tenant_info *out);
  * added. On success *out (if given) is the queued run. */
 fq_status fq_sched_enqueue(fq_run **out, fq_sched *s, fq_tenant *t, uint64_t id,
                            uint32_t est, void *handle, uint64_t now);
+
+/* The same, in priority class cls (0: the highest; < nclasses): within its
+ * tenant the run goes after the tenant's queued runs of classes 0..cls and
+ * before those of lower classes, so a tenant's next run is the oldest of its
+ * highest class queued (strict priority; runs back from the window by
+ * fq_sched_requeue still lead). Across tenants nothing changes: a run of any
+ * class spends its tenant's deficit. O(nclasses) at most. FQ_EINVAL: cls out
+ * of range; FQ_EFULL: the tenant has max_pending queued, or
+ * class_max_pending[cls] of that class. fq_sched_enqueue queues in class
+ * nclasses - 1 (the lowest), or 0 without classes. */
+fq_status fq_sched_enqueue_class(fq_run **out, fq_sched *s, fq_tenant *t, uint64_t id,
+                                 uint32_t cls, uint32_t est, void *handle, uint64_t now);
 
 /* Pick the next run by DRR and move it into the in-flight window with a
  * lease until now + run_timeout. NULL if nothing is queued, the window is

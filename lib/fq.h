@@ -31,6 +31,7 @@ const char *fq_status_text(fq_status s);
 #define FQ_TENANT_MAX 64        /* bytes in a tenant id */
 #define FQ_WORKFLOW_MAX 64      /* bytes in a workflow name */
 #define FQ_RUN_ID_MAX 128       /* bytes in a run id */
+#define FQ_CLASS_MAX 32         /* bytes in a priority class's name */
 
 /* Names (tenant ids, plan names, bucket names) are 1 to 64 of
  * [A-Za-z0-9_-]. Returns 1 if s[0..len) is one. */

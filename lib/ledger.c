@@ -1112,6 +1112,28 @@ void fq_ledger_submit_in(fq_ledger *l, const fq_ledger_submit *s, uint64_t now, 
             snprintf(err, sizeof err, "run_id %s is held or was dispatched already", run_id);
         }
     }
+    /* Its class, where classes are configured (else it is not read): one
+     * given must be one of them, none is the lowest. */
+    uint32_t cls = 0;
+    const fq_classes *cl = &l->o.classes;
+    if (st == FQ_OK && cl->n) {
+        int c = (int)cl->n - 1;
+        if (s->sub->cls_err[0]) {
+            st = FQ_EINVAL;
+            snprintf(err, sizeof err, "%s", s->sub->cls_err);
+        } else if (s->sub->cls[0] &&
+                   (c = fq_classes_find(cl, s->sub->cls, strlen(s->sub->cls))) < 0) {
+            st = FQ_EINVAL;
+            int n = snprintf(err, sizeof err, "class: %s is not one of the classes (",
+                             s->sub->cls);
+            for (uint32_t i = 0; i < cl->n && n > 0 && (size_t)n < sizeof err; i++)
+                n += snprintf(err + n, sizeof err - (size_t)n, "%s%s", i ? ", " : "",
+                              cl->name[i]);
+            if (n > 0 && (size_t)n < sizeof err)
+                snprintf(err + n, sizeof err - (size_t)n, ")");
+        }
+        cls = (uint32_t)(c < 0 ? 0 : c);
+    }
     if (st == FQ_OK) {
         fq_status why = FQ_ENOMEM;
         lt = l->o.tenant(l->o.tenant_arg, s->tenant, tlen, FQ_LEDGER_TENANT_ADMIT, &why);
@@ -1140,13 +1162,19 @@ void fq_ledger_submit_in(fq_ledger *l, const fq_ledger_submit *s, uint64_t now, 
         if (!x || !lg_seq_add(l, x))
             st = FQ_ENOMEM;
         else
-            st = fq_sched_enqueue(NULL, l->o.sched, lt->t, seq, est, x, now);
+            st = fq_sched_enqueue_class(NULL, l->o.sched, lt->t, seq, cls, est, x, now);
         if (st != FQ_OK && x) {
             lg_seq_del(l, x);
             lg_maybe_free(l, x);
             x = NULL;
         }
-        if (st == FQ_EFULL) {
+        fq_tenant_info ti;
+        if (st == FQ_EFULL && cl->n && cl->max_pending[cls] &&
+            (fq_tenant_info_get(lt->t, &ti), ti.class_queued[cls] >= cl->max_pending[cls])) {
+            snprintf(err, sizeof err, "tenant %s has its max_pending runs of class %s (%"
+                     PRIu32 ") queued already", s->tenant, cl->name[cls],
+                     cl->max_pending[cls]);
+        } else if (st == FQ_EFULL) {
             snprintf(err, sizeof err, "tenant %s has its max_pending runs queued already",
                      s->tenant);
         } else if (st == FQ_ENOMEM) {
@@ -1994,6 +2022,8 @@ void fq_ledger_sched_opts(fq_sched_opts *o, const fq_ledger_opts *lo)
     o->run_timeout = lo->run_timeout_ms;
     o->max_expired = lo->max_expired;
     o->expired_keep = lo->keep_done_ms;
+    o->nclasses = lo->classes.n;
+    memcpy(o->class_max_pending, lo->classes.max_pending, sizeof o->class_max_pending);
 }
 
 static bool lg_opts_valid(const fq_ledger_opts *o)

@@ -172,6 +172,8 @@ typedef struct fq_ledger_opts {
     uint64_t debt_forget_ms;    /* a debt of a tenant holding nothing is forgiven after it */
     uint64_t max_wait_ms;       /* admission: refuse past this estimated wait; 0: never */
     uint32_t max_expired;       /* expired runs remembered at most */
+    fq_classes classes;         /* priority classes within a tenant (n 0: none):
+                                   a submit's class is judged against them */
     size_t journal_room;        /* bytes of an unsent batch past which fetching and
                                    dispatching wait (half of max_payload) */
 } fq_ledger_opts;

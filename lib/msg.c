@@ -400,7 +400,13 @@ static fq_status fq_msg_uint_text(uint64_t *dst, const char *s, uint64_t lo,
 
 enum fq_scan_type { FQ_SCAN_ABSENT, FQ_SCAN_STRING, FQ_SCAN_NUMBER, FQ_SCAN_OTHER };
 
-/* Where one of the four fields' value is in the body. */
+/* The fields read: run_id, workflow, est_tokens, tenant, and class, which
+ * is read only where priority classes are configured, so that a body's
+ * class (unread before classes existed) refuses nothing here. */
+#define FQ_SCAN_FIELDS 5
+#define FQ_SCAN_CLASS 4
+
+/* Where one of the fields' value is in the body. */
 typedef struct fq_scan_field {
     enum fq_scan_type type;     /* ABSENT also for null */
     const unsigned char *s;     /* a string's content or a number's text */
@@ -605,20 +611,22 @@ static size_t fq_scan_space(const unsigned char *p, size_t n, size_t i)
 }
 
 /* Read p[0..n) (p[0] is '{') as fq_msg_object would, without a tree: NULL
- * if it is a JSON object, else why not. f[0..4) get the values of the
- * members named names[]; *dup the first of them given twice (-1 if none). */
+ * if it is a JSON object, else why not. f[0..FQ_SCAN_FIELDS) get the values
+ * of the members named names[]; *dup the first of them but class given
+ * twice (-1 if none); *cls_twice whether class was. */
 static const char *fq_scan_object(const unsigned char *p, size_t n,
                                   const char *const *names, fq_scan_field *f,
-                                  int *dup, bool *nul_top)
+                                  int *dup, bool *cls_twice, bool *nul_top)
 {
     unsigned char is_obj[FQ_SCAN_DEPTH / 8 + 1] = {0};
-    bool seen[4] = {false};
+    bool seen[FQ_SCAN_FIELDS] = {false};
     size_t i = 0, depth = 0;
     int field = -1;     /* the member of the top-level object being read */
     const char *why;
     const unsigned char *s, *e;
 
     *dup = -1;
+    *cls_twice = false;
     *nul_top = false;
     for (;;) {
         /* a value */
@@ -701,11 +709,13 @@ key:
         if (depth == 1) {
             char k[12];
             fq_scan_unescape(k, sizeof k, s, e);
-            for (int m = 0; m < 4; m++) {
+            for (int m = 0; m < FQ_SCAN_FIELDS; m++) {
                 if (strcmp(k, names[m]) != 0)
                     continue;
-                if (seen[m] && *dup < 0)
+                if (seen[m] && m != FQ_SCAN_CLASS && *dup < 0)
                     *dup = m;
+                if (seen[m] && m == FQ_SCAN_CLASS)
+                    *cls_twice = true;
                 seen[m] = true;
                 f[m].type = FQ_SCAN_ABSENT;
                 field = m;
@@ -719,7 +729,7 @@ key:
 }
 
 static fq_status fq_submit_body(fq_submit *out, const fq_scan_field *f, const char *tenant,
-                                uint32_t max_est, char *err, size_t errlen)
+                                bool cls_twice, uint32_t max_est, char *err, size_t errlen)
 {
     char v[FQ_RUN_ID_MAX + 2];
     fq_status st;
@@ -759,6 +769,15 @@ static fq_status fq_submit_body(fq_submit *out, const fq_scan_field *f, const ch
                                PRIu32 ", got %.15g", max_est, d);
         out->est_tokens = (uint32_t)d;
     }
+    if (cls_twice) {
+        fq_msg_fail(out->cls_err, sizeof out->cls_err, "class: given twice in the body");
+    } else if (f[FQ_SCAN_CLASS].type && f[FQ_SCAN_CLASS].type != FQ_SCAN_STRING) {
+        fq_msg_fail(out->cls_err, sizeof out->cls_err, "class: must be a string");
+    } else if (f[FQ_SCAN_CLASS].type) {
+        fq_scan_unescape(v, FQ_CLASS_MAX + 2, f[FQ_SCAN_CLASS].s,
+                         f[FQ_SCAN_CLASS].s + f[FQ_SCAN_CLASS].len);
+        fq_msg_name(out->cls, FQ_CLASS_MAX, v, "class", out->cls_err, sizeof out->cls_err);
+    }
     if (f[3].type && f[3].type != FQ_SCAN_STRING)
         return fq_msg_fail(err, errlen, "tenant: must be a string");
     if (f[3].type) {
@@ -782,6 +801,11 @@ static fq_status fq_submit_hdrs(fq_submit *out, const fq_submit_headers *h,
     if (h->workflow && (st = fq_msg_name(out->workflow, FQ_WORKFLOW_MAX, h->workflow,
                                          FQ_HDR_WORKFLOW " header", err, errlen)) != FQ_OK)
         return st;
+    if (h->cls) {
+        out->cls[0] = out->cls_err[0] = '\0';
+        fq_msg_name(out->cls, FQ_CLASS_MAX, h->cls, FQ_HDR_CLASS " header", out->cls_err,
+                    sizeof out->cls_err);
+    }
     if (h->est_tokens) {
         if ((st = fq_msg_uint_text(&est, h->est_tokens, 1, max_est,
                                    FQ_HDR_EST_TOKENS " header", err, errlen)) != FQ_OK)
@@ -795,11 +819,12 @@ fq_status fq_submit_parse(fq_submit *out, const char *tenant, const void *body,
                           size_t len, const fq_submit_headers *h,
                           uint32_t max_est, char *err, size_t errlen)
 {
-    static const char *const names[] = {"run_id", "workflow", "est_tokens", "tenant"};
+    static const char *const names[] = {"run_id", "workflow", "est_tokens", "tenant",
+                                        "class"};
     const unsigned char *p = body;
-    fq_scan_field f[4] = {{0}};
+    fq_scan_field f[FQ_SCAN_FIELDS] = {{0}};
     size_t i = 0;
-    bool nul_top = false;
+    bool nul_top = false, cls_twice = false;
     int dup = -1;
     fq_status st = FQ_OK;
 
@@ -807,7 +832,7 @@ fq_status fq_submit_parse(fq_submit *out, const char *tenant, const void *body,
     while (i < len && fq_json_space(p[i]))
         i++;
     out->opaque = i == len || p[i] != '{' ||
-                  fq_scan_object(p + i, len - i, names, f, &dup, &nul_top) != NULL;
+                  fq_scan_object(p + i, len - i, names, f, &dup, &cls_twice, &nul_top) != NULL;
     if (out->opaque)
         ;
     else if (nul_top)
@@ -816,7 +841,7 @@ fq_status fq_submit_parse(fq_submit *out, const char *tenant, const void *body,
     else if (dup >= 0)
         st = fq_msg_fail(err, errlen, "%s: given twice in the body", names[dup]);
     else
-        st = fq_submit_body(out, f, tenant, max_est, err, errlen);
+        st = fq_submit_body(out, f, tenant, cls_twice, max_est, err, errlen);
     /* The body is read first so that a valid header overwrites its value. */
     if (st == FQ_OK && h)
         st = fq_submit_hdrs(out, h, max_est, err, errlen);

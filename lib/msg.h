@@ -13,6 +13,7 @@
 #define FQ_HDR_RUN_ID "Fair-Run-Id"
 #define FQ_HDR_WORKFLOW "Fair-Workflow"
 #define FQ_HDR_EST_TOKENS "Fair-Est-Tokens"
+#define FQ_HDR_CLASS "Fair-Class"
 #define FQ_HDR_SUBMITTED_AT "Fair-Submitted-At"
 #define FQ_HDR_DISPATCHED_AT "Fair-Dispatched-At"
 #define FQ_HDR_ERROR "Fair-Error"
@@ -39,6 +40,12 @@ typedef struct fq_submit {
     char workflow[FQ_WORKFLOW_MAX + 1]; /* "" if absent */
     uint32_t est_tokens;                /* 0 if absent */
     bool opaque;                        /* the body is not a JSON object */
+    char cls[FQ_CLASS_MAX + 1];         /* its priority class; "" if absent or bad */
+    char cls_err[160];                  /* "" or why the class given is not a
+                                           name (fq_msg_name_valid, at most
+                                           FQ_CLASS_MAX): a sentence naming the
+                                           field, for the caller to refuse with
+                                           where classes are configured */
 } fq_submit;
 
 /* Header values as the NATS adapter found them (NUL-terminated, as nats.c
@@ -47,6 +54,7 @@ typedef struct fq_submit_headers {
     const char *run_id;                 /* Fair-Run-Id */
     const char *workflow;               /* Fair-Workflow */
     const char *est_tokens;             /* Fair-Est-Tokens: digits only */
+    const char *cls;                    /* Fair-Class */
 } fq_submit_headers;
 
 /* Read the submit fields of body[0..len) (not NUL-terminated; body may be
@@ -55,7 +63,9 @@ typedef struct fq_submit_headers {
  * type, empty, invalid UTF-8) is opaque: its fields are defaults. In a JSON
  * object, run_id and workflow are strings obeying fq_msg_name_valid,
  * est_tokens an integral number in [1, max_est], and a tenant field must
- * equal tenant; other fields are ignored, null counts as absent. Every field
+ * equal tenant; other fields are ignored, null counts as absent. class (the
+ * body's or the Fair-Class header's) refuses nothing here: it is read into
+ * cls, or why not into cls_err, for the caller to judge. Every other field
  * present, in the body or the headers, must be valid; where both give one,
  * the header wins. On FQ_OK *out holds the fields. On FQ_EINVAL (a field
  * present but invalid, or given twice) *out holds defaults and err a

@@ -258,3 +258,58 @@ const char *fq_policy_source_name(enum fq_policy_source s)
     };
     return (unsigned)s <= FQ_SRC_OVERRIDE ? names[s] : "unknown";
 }
+
+/* ---- priority classes ---- */
+
+fq_status fq_classes_parse(fq_classes *out, const char *text)
+{
+    memset(out, 0, sizeof *out);
+    if (!text || !*text)
+        return FQ_OK;
+    fq_classes c = {0};
+    const char *p = text;
+    for (;;) {
+        while (*p == ' ')
+            p++;
+        size_t n = strspn(p, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-");
+        if (n == 0 || n > FQ_CLASS_MAX || c.n == FQ_SCHED_MAX_CLASSES ||
+            fq_classes_find(&c, p, n) >= 0)
+            return FQ_EINVAL;
+        memcpy(c.name[c.n], p, n);
+        p += n;
+        while (*p == ' ')
+            p++;
+        if (*p == ':') {
+            p++;
+            while (*p == ' ')
+                p++;
+            uint64_t v = 0;
+            size_t d = 0;
+            for (; p[d] >= '0' && p[d] <= '9' && v <= UINT32_MAX; d++)
+                v = v * 10 + (uint64_t)(p[d] - '0');
+            if (d == 0 || v < 1 || v > UINT32_MAX)
+                return FQ_EINVAL;
+            c.max_pending[c.n] = (uint32_t)v;
+            p += d;
+            while (*p == ' ')
+                p++;
+        }
+        c.n++;
+        if (*p == '\0')
+            break;
+        if (*p++ != ',')
+            return FQ_EINVAL;
+    }
+    if (c.n < 2)
+        return FQ_EINVAL;
+    *out = c;
+    return FQ_OK;
+}
+
+int fq_classes_find(const fq_classes *c, const char *name, size_t len)
+{
+    for (uint32_t i = 0; i < c->n; i++)
+        if (strlen(c->name[i]) == len && memcmp(c->name[i], name, len) == 0)
+            return (int)i;
+    return -1;
+}

@@ -27,6 +27,23 @@ typedef struct fq_prices {
     uint32_t input, output, cached;
 } fq_prices;
 
+/* Priority classes within a tenant (scheduler.classes, docs/policy.md):
+ * names, highest first, each with its own max_pending per tenant. A run
+ * naming none is in the last (lowest). */
+typedef struct fq_classes {
+    uint32_t n;                 /* 0: none configured; else 2..FQ_SCHED_MAX_CLASSES */
+    char name[FQ_SCHED_MAX_CLASSES][FQ_CLASS_MAX + 1]; /* [A-Za-z0-9_-], distinct */
+    uint32_t max_pending[FQ_SCHED_MAX_CLASSES]; /* per tenant; 0: none */
+} fq_classes;
+
+/* Read text, "name[:max_pending],..." (2 to FQ_SCHED_MAX_CLASSES names of 1
+ * to FQ_CLASS_MAX of [A-Za-z0-9_-], distinct, highest first, max_pending
+ * 1..2^32-1, blanks around the parts allowed); NULL or "" is none. FQ_EINVAL
+ * on anything else: *out is then none. */
+fq_status fq_classes_parse(fq_classes *out, const char *text);
+/* The index of the class named name[0..len), or -1 if none is so named. */
+int fq_classes_find(const fq_classes *c, const char *name, size_t len);
+
 /* A run's priced cost from the kinds its completion reported: input tokens
  * (cached ones included) less the cached, at the input price, plus the
  * cached at theirs and the output at theirs, over the input price, rounded

@@ -772,6 +772,7 @@ static void px_submit_headers(fq_submit_headers *h, const fq_nio_msg *m)
     h->run_id = px_header(m, FQ_HDR_RUN_ID);
     h->workflow = px_header(m, FQ_HDR_WORKFLOW);
     h->est_tokens = px_header(m, FQ_HDR_EST_TOKENS);
+    h->cls = px_header(m, FQ_HDR_CLASS);
 }
 
 /* Whether the dispatch of a submit (body of len bytes, its producer's
@@ -1061,15 +1062,26 @@ static void px_overall(fq_metrics_overall *a, fq_proxy *p)
 
 /* ---- configuration and reload ------------------------------------------- */
 
+/* scheduler.classes, checked when the config was loaded. */
+static fq_classes px_classes(const fq_config *c)
+{
+    fq_classes cl;
+    fq_classes_parse(&cl, c->scheduler.classes);
+    return cl;
+}
+
 static fq_sched_opts px_sched_opts(const fq_config *c)
 {
-    return (fq_sched_opts){.quantum = c->scheduler.quantum_tokens,
-                           .max_est_tokens = c->scheduler.max_est_tokens,
-                           .max_in_flight = c->window.max_in_flight,
-                           .max_in_flight_tokens = c->window.max_in_flight_tokens,
-                           .run_timeout = c->window.run_timeout_ms,
-                           .max_expired = PX_EXPIRED_MAX,
-                           .expired_keep = px_keep_done_of(c)};
+    fq_classes cl = px_classes(c);
+    fq_sched_opts o = {.quantum = c->scheduler.quantum_tokens,
+                       .max_est_tokens = c->scheduler.max_est_tokens,
+                       .max_in_flight = c->window.max_in_flight,
+                       .max_in_flight_tokens = c->window.max_in_flight_tokens,
+                       .run_timeout = c->window.run_timeout_ms,
+                       .max_expired = PX_EXPIRED_MAX,
+                       .expired_keep = px_keep_done_of(c), .nclasses = cl.n};
+    memcpy(o.class_max_pending, cl.max_pending, sizeof o.class_max_pending);
+    return o;
 }
 
 /* The ledger's options as the config and the server's max_payload say. */
@@ -2141,7 +2153,7 @@ static fq_ledger_opts px_ledger_opts(fq_proxy *p)
         .max_buffered_bytes = c->limits.max_buffered_bytes,
         .run_timeout_ms = c->window.run_timeout_ms, .keep_done_ms = px_keep_done_ms(p),
         .debt_forget_ms = c->scheduler.debt_forget_ms, .max_wait_ms = c->scheduler.max_wait_ms,
-        .max_expired = PX_EXPIRED_MAX,
+        .max_expired = PX_EXPIRED_MAX, .classes = px_classes(c),
         /* Half of max_payload: what was fetched already still fits. */
         .journal_room = p->max_payload > 0 ? (size_t)p->max_payload / 2 : 512 * 1024};
 }

@@ -25,7 +25,9 @@ typedef struct fq_run {
     uint64_t t;                 /* queued: enqueue time; in flight: dispatch time;
                                    expired: when its lease ended */
     uint32_t est;               /* estimate charged, capped at max_est_tokens */
-    uint32_t state;             /* enum fq_run_state */
+    uint16_t state;             /* enum fq_run_state */
+    uint16_t cls;               /* its priority class within its tenant (0: the
+                                   highest; 0 when no classes are configured) */
 } fq_run;
 
 #endif

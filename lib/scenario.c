@@ -46,10 +46,14 @@ struct scn_cost {
     double sigma;               /* lognormal: standard deviation of ln(cost) */
 };
 
+/* A workflow's priority class within its tenant (drr-class); absent: batch. */
+enum scn_class { SCN_CLASS_BATCH = 0, SCN_CLASS_INTERACTIVE };
+
 struct scn_workflow {
     char *name;
     struct scn_cost cost;
     enum scn_estimate estimate; /* whether producers declare est_tokens */
+    enum scn_class cls;         /* its runs' priority class within their tenant */
 };
 
 struct scn_arrival {
@@ -130,6 +134,9 @@ static const cyaml_strval_t dist_names[] = {
 static const cyaml_strval_t estimate_names[] = {
     {"declared", SCN_EST_DECLARED}, {"none", SCN_EST_NONE},
 };
+static const cyaml_strval_t class_names[] = {
+    {"batch", SCN_CLASS_BATCH}, {"interactive", SCN_CLASS_INTERACTIVE},
+};
 static const cyaml_strval_t kind_names[] = {
     {"constant", SCN_CONSTANT}, {"poisson", SCN_POISSON}, {"burst", SCN_BURST},
 };
@@ -149,6 +156,8 @@ static const cyaml_schema_field_t workflow_fields[] = {
     CYAML_FIELD_MAPPING("cost", CYAML_FLAG_DEFAULT, struct scn_workflow, cost, cost_fields),
     CYAML_FIELD_ENUM("estimate", OPT | CYAML_FLAG_STRICT, struct scn_workflow, estimate,
                      estimate_names, CYAML_ARRAY_LEN(estimate_names)),
+    CYAML_FIELD_ENUM("class", OPT | CYAML_FLAG_STRICT, struct scn_workflow, cls,
+                     class_names, CYAML_ARRAY_LEN(class_names)),
     CYAML_FIELD_END
 };
 static const cyaml_schema_value_t workflow_schema = {
@@ -602,7 +611,8 @@ static int gen_process(gen_buf *b, const struct fq_scenario_spec *s, const fq_sc
             .r = {.at = (uint64_t)llround(t * 1000.0), .tenant = tenant,
                   .workflow = (uint32_t)wf,
                   .est = w->estimate == SCN_EST_NONE ? 0 : cost,
-                  .actual = clamp_tokens(cost * error, 1, SCN_MAX_TOKENS)},
+                  .actual = clamp_tokens(cost * error, 1, SCN_MAX_TOKENS),
+                  .interactive = w->cls == SCN_CLASS_INTERACTIVE},
             .process = k, .seq = i,
         };
         if (gen_push(b, &g) != 0)

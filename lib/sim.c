@@ -47,6 +47,7 @@ typedef struct policy_def {
     bool burst;                 /* drr: and its burst_in_flight */
     bool rate;                  /* drr: each tenant's tokens_per_minute applies */
     bool priced;                /* drr: costs are priced by token kind */
+    bool classes;               /* drr: interactive runs before batch, per tenant */
 } policy_def;
 
 static const policy_def policies[FQ_SIM__NPOLICIES] = {
@@ -75,6 +76,10 @@ static const policy_def policies[FQ_SIM__NPOLICIES] = {
     [FQ_SIM_DRR_PRICED] = {"drr-priced", "drr reconciling each run's priced cost: input and "
                            "output tokens at their plan's prices",
                            ENG_DRR, false, true, true, true, true, false, false, false, true},
+    [FQ_SIM_DRR_CLASS] = {"drr-class", "drr with priority classes within a tenant: its "
+                          "interactive runs before its batch runs",
+                          ENG_DRR, false, true, true, true, true, false, false, false, false,
+                          true},
 };
 
 const char *fq_sim_policy_name(enum fq_sim_policy p)
@@ -100,7 +105,7 @@ fq_status fq_sim_policy_parse(enum fq_sim_policy *out, size_t *n, const char *li
         if (p == FQ_SIM__NPOLICIES) {
             snprintf(err, errlen, "unknown policy '%.*s' (fifo, rr, cap, drr, "
                      "drr-no-reconcile, drr-no-correction, drr-no-idle-reset, drr-cap, "
-                     "drr-burst, drr-rate, drr-priced or all)",
+                     "drr-burst, drr-rate, drr-priced, drr-class or all)",
                      (int)len, w);
             *n = 0;
             return FQ_EINVAL;
@@ -267,7 +272,8 @@ static int drr_enqueue(sim *s, uint32_t i)
     const fq_scenario_run *r = &s->sc->runs[i];
     sim_tenant *t = &s->t[r->tenant];
     fq_run *fr;
-    if (fq_sched_enqueue(&fr, s->sched, t->ft, i, s->runs[i].charged, NULL, s->now) != FQ_OK)
+    if (fq_sched_enqueue_class(&fr, s->sched, t->ft, i, s->pd->classes && !r->interactive,
+                               s->runs[i].charged, NULL, s->now) != FQ_OK)
         return 0;
     s->runs[i].charged = fr->est;
     return 1;
@@ -678,7 +684,7 @@ static fq_status sim_engines(sim *s)
     fq_sched_opts o = {
         .quantum = sc->quantum, .max_est_tokens = sc->max_est, .max_in_flight = s->nslots,
         .max_in_flight_tokens = sc->capacity.max_in_flight_tokens,
-        .keep_idle_credit = !s->pd->idle_reset,
+        .keep_idle_credit = !s->pd->idle_reset, .nclasses = s->pd->classes ? 2 : 0,
     };
     if ((st = fq_sched_create(&s->sched, &o)) != FQ_OK)
         return st;
@@ -819,6 +825,38 @@ static bool priced_scenario(const fq_scenario *sc)
     return false;
 }
 
+/* Whether any run is interactive. */
+static bool class_scenario(const fq_scenario *sc)
+{
+    for (size_t i = 0; i < sc->n_runs; i++)
+        if (sc->runs[i].interactive)
+            return true;
+    return false;
+}
+
+/* Waits of the interactive runs and of the batch runs, apart. */
+static void class_waits(FILE *f, const fq_scenario *sc, const fq_sim_result *r)
+{
+    static const char *const names[2] = {"interactive", "batch"};
+    uint64_t *w = malloc(sc->n_runs * sizeof(*w));
+    if (!w)
+        return;
+    fprintf(f, "  class waits:");
+    for (uint32_t c = 0; c < 2; c++) {
+        size_t n = 0;
+        for (size_t i = 0; i < sc->n_runs; i++)
+            if (sc->runs[i].interactive == !c && r->runs[i].dispatched != UINT64_MAX)
+                w[n++] = r->runs[i].dispatched - sc->runs[i].at;
+        qsort(w, n, sizeof(*w), cmp_u64);
+        char a[16], b[16];
+        fprintf(f, " %s %zu runs p50 %s max %s%s", names[c], n,
+                dur(a, sizeof(a), n ? (double)w[n / 2] : 0),
+                dur(b, sizeof(b), n ? (double)w[n - 1] : 0), c ? "" : ";");
+    }
+    fprintf(f, "\n");
+    free(w);
+}
+
 static void table_policy(FILE *f, const fq_scenario *sc, const fq_sim_result *r)
 {
     char a[16], b[16], c[16], d[16];
@@ -836,6 +874,8 @@ static void table_policy(FILE *f, const fq_scenario *sc, const fq_sim_result *r)
                 dur(b, sizeof(b), (double)t->wait_p99), dur(c, sizeof(c), (double)t->wait_max),
                 dur(d, sizeof(d), (double)t->first_wait), t->ahead, t->backlogged ? " *" : "");
     }
+    if (class_scenario(sc))     /* only where a workflow is interactive */
+        class_waits(f, sc, r);
     if (priced_scenario(sc)) {  /* only where prices or kinds are stated */
         double all = 0;
         for (size_t k = 0; k < r->n_tenants; k++)

@@ -1,4 +1,4 @@
-/* it_proxy_policy.c -- docs/policy.md's knobs through the live proxy: a burstable cap, a token rate with the overload estimate, and a completion's priced token kinds. */
+/* it_proxy_policy.c -- docs/policy.md's knobs through the live proxy: a burstable cap, a token rate with the overload estimate, a completion's priced token kinds, and priority classes within a tenant. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -24,9 +24,16 @@ static const char yaml_priced[] =
     "scheduler:\n  default_plan: free\n"
     "plans:\n  - {name: free, weight: 1, price_input: 1, price_output: 4}\n";
 
+/* One slot, so that the order of dispatch shows. */
+static const char yaml_classes[] =
+    "scheduler:\n  default_plan: free\n  classes: \"interactive:2, batch\"\n"
+    "window: {max_in_flight: 1}\n"
+    "plans:\n  - {name: free, weight: 1}\n";
+
 static int setup_burst(void **state) { return pf_setup(state, yaml_burst, NULL); }
 static int setup_rate(void **state) { return pf_setup(state, yaml_rate, NULL); }
 static int setup_priced(void **state) { return pf_setup(state, yaml_priced, NULL); }
+static int setup_classes(void **state) { return pf_setup(state, yaml_classes, NULL); }
 
 static int teardown(void **state)
 {
@@ -161,12 +168,74 @@ static void test_priced_completion(void **state)
     cJSON_Delete(whole);
 }
 
+/* A tenant's runs refused with code, polled until want (up to 10 s). */
+static long wait_rejected(pf_fixture *f, const char *tenant, const char *code, long want)
+{
+    long v = -1;
+    for (long long end = nt_now_ms() + 10000; nt_now_ms() < end; nt_sleep_ms(20)) {
+        cJSON *whole, *t = tenant_stats(f, tenant, &whole);
+        const cJSON *rej = cJSON_GetObjectItemCaseSensitive(t, "rejected");
+        const cJSON *n = cJSON_GetObjectItemCaseSensitive(rej, code);
+        v = cJSON_IsNumber(n) ? (long)n->valuedouble : 0;
+        cJSON_Delete(whole);
+        if (v == want)
+            break;
+    }
+    return v;
+}
+
+static void done(pf_fixture *f, const char *run_id)
+{
+    char body[128];
+    snprintf(body, sizeof body, "{\"run_id\":\"%s\",\"actual_tokens\":100,\"status\":\"ok\"}",
+             run_id);
+    pf_publish(f, "fair.done.a", body);
+}
+
+/* Interactive runs (by body field and by header) leave before the nine
+ * batch runs queued before them; a third is past its class's max_pending
+ * of 2, and a class not configured is refused. */
+static void test_class_goes_first(void **state)
+{
+    pf_fixture *f = *state;
+    for (int i = 0; i < 10; i++)
+        submit(f, "a", i, 100);
+    assert_int_equal(wait_for(f, "a", "in_flight", 1), 1);
+    const char *i0 = "{\"run_id\":\"a-i0\",\"est_tokens\":100,\"class\":\"interactive\"}";
+    assert_int_equal(pt_submit(&f->c, "a", i0, strlen(i0), NULL), 0);
+    const char *hdrs[] = {"Fair-Class", "interactive", NULL};
+    const char *i1 = "{\"run_id\":\"a-i1\",\"est_tokens\":100}";
+    assert_int_equal(pt_submit(&f->c, "a", i1, strlen(i1), hdrs), 0);
+    const char *i2 = "{\"run_id\":\"a-i2\",\"est_tokens\":100}";
+    assert_int_equal(pt_submit(&f->c, "a", i2, strlen(i2), hdrs), 0);
+    const char *bad = "{\"run_id\":\"a-x\",\"class\":\"urgent\"}";
+    assert_int_equal(pt_submit(&f->c, "a", bad, strlen(bad), NULL), 0);
+    assert_int_equal(wait_rejected(f, "a", "tenant_full", 1), 1);
+    assert_int_equal(wait_rejected(f, "a", "invalid", 1), 1);
+    assert_int_equal(wait_for(f, "a", "queued_runs", 11), 11);
+    /* each completion frees the one slot: the interactive runs go next,
+     * so their completions reconcile (a queued run's would wait) */
+    done(f, "a-0");
+    assert_int_equal(wait_for(f, "a", "completed_runs", 1), 1);
+    assert_int_equal(wait_for(f, "a", "queued_runs", 10), 10);
+    done(f, "a-i0");
+    assert_int_equal(wait_for(f, "a", "completed_runs", 2), 2);
+    assert_int_equal(wait_for(f, "a", "queued_runs", 9), 9);
+    done(f, "a-i1");
+    assert_int_equal(wait_for(f, "a", "completed_runs", 3), 3);
+    /* then the batch runs, in order */
+    assert_int_equal(wait_for(f, "a", "queued_runs", 8), 8);
+    done(f, "a-1");
+    assert_int_equal(wait_for(f, "a", "completed_runs", 4), 4);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_burst_alone_then_shared, setup_burst, teardown),
         cmocka_unit_test_setup_teardown(test_rate_counts_in_overload, setup_rate, teardown),
         cmocka_unit_test_setup_teardown(test_priced_completion, setup_priced, teardown),
+        cmocka_unit_test_setup_teardown(test_class_goes_first, setup_classes, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

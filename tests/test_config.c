@@ -217,6 +217,7 @@ static void test_values_are_read(void **state)
         "  max_est_tokens: 50000\n"
         "  max_wait_ms: 30000\n"
         "  debt_forget_ms: 7200000\n"
+        "  classes: \"interactive:100, batch\"\n"
         "window: {max_in_flight: 8, max_in_flight_tokens: 100000, run_timeout_ms: 5000}\n"
         "limits: {max_buffered_runs: 10, max_buffered_bytes: 4096}\n"
         "plans:\n"
@@ -232,6 +233,15 @@ static void test_values_are_read(void **state)
         "http: {listen: \"\"}\n"
         "log: {level: debug, format: json}\n");
     assert_string_equal(c.nats.url, "nats://a:4222,nats://b:4222");
+    assert_string_equal(c.scheduler.classes, "interactive:100, batch");
+    fq_classes cl;
+    assert_int_equal(fq_classes_parse(&cl, c.scheduler.classes), FQ_OK);
+    assert_int_equal(cl.n, 2);
+    assert_string_equal(cl.name[1], "batch");
+    assert_int_equal(cl.max_pending[0], 100);
+    assert_int_equal(cl.max_pending[1], 0);
+    assert_int_equal(fq_classes_find(&cl, "batch", 5), 1);
+    assert_int_equal(fq_classes_find(&cl, "batc", 4), -1);
     assert_string_equal(c.nats.creds, "/run/x.creds");
     assert_string_equal(c.nats.tls_key, "k.pem");
     assert_string_equal(c.subjects.dispatch, "s.work");
@@ -372,6 +382,10 @@ static const struct {
      "t.yaml:5:15: plans[1].burst_in_flight: needs max_in_flight: without a cap there is "
      "nothing to burst past"},
     {BASE "streams: {replicas: 6}\n", "t.yaml:5:11: streams.replicas: must be <= 5"},
+    {"nats: {url: n}\nscheduler: {default_plan: free, classes: \"a,b,a\"}\nplans: [{name: free}]\n",
+     "t.yaml:2:33: scheduler.classes: 'a,b,a' is not a list of priority classes, highest "
+     "first: 2 to 4 distinct names of 1 to 32 of [A-Za-z0-9_-], each with an optional "
+     ":max_pending, separated by commas"},
     {BASE "streams: {replicas: 0}\n", "t.yaml:5:11: streams.replicas: must be >= 1"},
     {"nats: {url: n}\nscheduler: {default_plan: free, quantum_tokens: 0}\nplans: [{name: free}]\n",
      "t.yaml:2:33: scheduler.quantum_tokens: must be >= 1"},

@@ -1814,6 +1814,140 @@ static void test_rank_follows_the_queues(void **state)
     fq_sched_destroy(s);
 }
 
+/* Priority classes: within a tenant, its highest class queued leaves first
+ * (FIFO within a class); across tenants nothing changes. The same arrivals
+ * and completions, with random classes, on a scheduler without classes and
+ * one with: the tenants are served in the same sequence, run for run, and
+ * each tenant's runs leave in class order. */
+static fq_sched *mk_classes(uint32_t n, const uint32_t *maxp)
+{
+    fq_sched_opts o = {.quantum = Q, .max_est_tokens = 1000000, .max_in_flight = 8,
+                       .max_expired = 16, .nclasses = n};
+    for (uint32_t c = 0; maxp && c < n; c++)
+        o.class_max_pending[c] = maxp[c];
+    return mk_opts(&o);
+}
+
+static void test_classes_order_within_a_tenant_only(void **state)
+{
+    (void)state;
+    enum { T = 5, N = 4000 };
+    fq_sched *plain = mk(8, 0, 0), *cls = mk_classes(3, NULL);
+    fq_tenant *tp[T], *tc[T];
+    for (int i = 0; i < T; i++) {
+        tp[i] = ten_i(plain, "t", i, (uint32_t)(i % 3 + 1), 0);
+        tc[i] = ten_i(cls, "t", i, (uint32_t)(i % 3 + 1), 0);
+    }
+    /* the reference: each tenant's queued ids per class, in order */
+    static uint64_t q[T][3][N];
+    size_t qh[T][3] = {{0}}, qt[T][3] = {{0}};
+    uint64_t cls_of[N + 1];
+    uint64_t id = 1;
+    rng_state = 17;
+    size_t sent = 0;
+    for (int step = 0; step < 3 * N && id <= N; step++) {
+        if (rnd() % 3) {
+            int i = (int)rnd_in(0, T - 1);
+            /* one cost per tenant, so that which of its runs leaves
+             * first does not change its deficit */
+            uint32_t c = (uint32_t)rnd_in(0, 2), est = (uint32_t)(700 * i + 300);
+            assert_int_equal(fq_sched_enqueue(NULL, plain, tp[i], id, est, NULL, 0), FQ_OK);
+            assert_int_equal(fq_sched_enqueue_class(NULL, cls, tc[i], id, c, est, NULL, 0), FQ_OK);
+            cls_of[id] = c;
+            q[i][c][qt[i][c]++] = id++;
+        } else {
+            fq_run *a = fq_sched_dispatch(plain, 0), *b = fq_sched_dispatch(cls, 0);
+            assert_int_equal(a == NULL, b == NULL);
+            if (!a)
+                continue;
+            assert_string_equal(info(a->tenant).id, info(b->tenant).id);
+            int i = atoi(info(b->tenant).id + 1);
+            uint32_t c = 0;
+            while (qh[i][c] == qt[i][c])
+                c++;
+            assert_int_equal(b->id, q[i][c][qh[i][c]++]);
+            assert_int_equal(cls_of[b->id], c);
+            /* both complete what they sent, at the cost the first was charged */
+            uint64_t actual = a->est;
+            assert_int_equal(fq_sched_complete(NULL, plain, a->id, actual), FQ_OK);
+            assert_int_equal(fq_sched_complete(NULL, cls, b->id, actual), FQ_OK);
+            sent++;
+        }
+    }
+    assert_true(sent > N / 3);
+    fq_sched_destroy(plain);
+    fq_sched_destroy(cls);
+}
+
+/* A tenant's interactive run waits behind none of its own 900 batch runs,
+ * and takes its tenant's turn, not a neighbour's. */
+static void test_class_jumps_its_tenants_backlog(void **state)
+{
+    (void)state;
+    fq_sched *s = mk_classes(2, NULL);
+    fq_tenant *a = ten(s, "a", 1, 0, 0), *b = ten(s, "b", 1, 0, 0);
+    for (int i = 0; i < 900; i++) {
+        assert_int_equal(fq_sched_enqueue(NULL, s, a, next_id++, Q, NULL, 0), FQ_OK);
+        assert_int_equal(fq_sched_enqueue(NULL, s, b, next_id++, Q, NULL, 0), FQ_OK);
+    }
+    fq_run *r = fq_sched_dispatch(s, 0);
+    assert_ptr_equal(r->tenant, a);     /* a's turn, one batch run */
+    done(s, r, Q);
+    uint64_t urgent = next_id++;
+    assert_int_equal(fq_sched_enqueue_class(NULL, s, a, urgent, 0, Q, NULL, 1), FQ_OK);
+    r = fq_sched_dispatch(s, 1);
+    assert_ptr_equal(r->tenant, b);     /* b's turn is b's */
+    done(s, r, Q);
+    r = fq_sched_dispatch(s, 2);
+    assert_int_equal(r->id, urgent);    /* a's next turn: before its 899 */
+    done(s, r, Q);
+    for (int i = 0; i < 100; i++) {
+        r = fq_sched_dispatch(s, 3);
+        assert_ptr_equal(r->tenant, i % 2 ? a : b);
+        done(s, r, Q);
+    }
+    /* a's one turn more is the first, before b's */
+    assert_int_equal(info(a).dispatched, info(b).dispatched + 1);
+    fq_sched_destroy(s);
+}
+
+/* Each class has its own max_pending, under the tenant's; a class out of
+ * range is refused; runs back from the window still lead. */
+static void test_class_max_pending_and_requeue(void **state)
+{
+    (void)state;
+    uint32_t maxp[2] = {2, 0};
+    fq_sched *s = mk_classes(2, maxp);
+    fq_tenant *a = ten(s, "a", 1, 0, 5);
+    assert_int_equal(fq_sched_enqueue_class(NULL, s, a, 1, 1, 10, NULL, 0), FQ_OK);
+    assert_int_equal(fq_sched_enqueue_class(NULL, s, a, 2, 0, 10, NULL, 0), FQ_OK);
+    assert_int_equal(fq_sched_enqueue_class(NULL, s, a, 3, 0, 10, NULL, 0), FQ_OK);
+    assert_int_equal(fq_sched_enqueue_class(NULL, s, a, 4, 0, 10, NULL, 0), FQ_EFULL);
+    assert_int_equal(fq_sched_enqueue_class(NULL, s, a, 4, 2, 10, NULL, 0), FQ_EINVAL);
+    assert_int_equal(fq_sched_enqueue(NULL, s, a, 4, 10, NULL, 0), FQ_OK);     /* class 1 */
+    assert_int_equal(fq_sched_enqueue(NULL, s, a, 5, 10, NULL, 0), FQ_OK);
+    assert_int_equal(fq_sched_enqueue(NULL, s, a, 6, 10, NULL, 0), FQ_EFULL); /* tenant's 5 */
+    assert_int_equal(info(a).queued, 5);
+    assert_int_equal(fq_sched_dispatch(s, 0)->id, 2);
+    assert_int_equal(fq_sched_enqueue_class(NULL, s, a, 6, 0, 10, NULL, 0), FQ_OK);
+    assert_int_equal(fq_sched_dispatch(s, 0)->id, 3);
+    /* 2 and 3 fail: they lead, then class 0's 6, then class 1 */
+    assert_int_equal(fq_sched_requeue(s, 3), FQ_OK);
+    assert_int_equal(fq_sched_requeue(s, 2), FQ_OK);
+    assert_int_equal(fq_sched_enqueue_class(NULL, s, a, 7, 1, 10, NULL, 0), FQ_EFULL);
+    assert_int_equal(fq_sched_dispatch(s, 0)->id, 2);
+    assert_int_equal(fq_sched_enqueue_class(NULL, s, a, 8, 0, 10, NULL, 0), FQ_EFULL);
+    uint64_t want[] = {3, 6, 1, 4, 5};
+    for (size_t i = 0; i < 5; i++)
+        assert_int_equal(fq_sched_dispatch(s, 0)->id, want[i]);
+    assert_null(fq_sched_dispatch(s, 0));
+    assert_int_equal(fq_sched_enqueue_class(NULL, s, a, 9, 1, 10, NULL, 0), FQ_OK);
+    assert_int_equal(fq_sched_enqueue_class(NULL, s, a, 10, 0, 10, NULL, 0), FQ_OK);
+    assert_int_equal(fq_sched_dispatch(s, 0)->id, 10);
+    assert_int_equal(fq_sched_dispatch(s, 0)->id, 9);
+    fq_sched_destroy(s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1826,6 +1960,9 @@ int main(void)
         cmocka_unit_test(test_refund_to_idle_tenant_is_not_banked),
         cmocka_unit_test(test_reconciliation_evens_actual_spend),
         cmocka_unit_test(test_max_pending_refuses_whole),
+        cmocka_unit_test(test_classes_order_within_a_tenant_only),
+        cmocka_unit_test(test_class_jumps_its_tenants_backlog),
+        cmocka_unit_test(test_class_max_pending_and_requeue),
         cmocka_unit_test(test_tenant_cap_leaves_rotation),
         cmocka_unit_test(test_burst_cap_binds_only_under_contention),
         cmocka_unit_test(test_burst_cap_not_when_others_queue),

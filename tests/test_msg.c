@@ -590,6 +590,44 @@ static void test_submit_duplicate_fields(void **state)
     refuse_submit("{\"tenant\":\"acme\",\"tenant\":\"acme\"}", "tenant");
 }
 
+
+/* A class is read, or why not, and refuses nothing here: where classes are
+ * not configured it is not read at all (the ledger judges it). */
+static void test_submit_class_read_not_judged(void **state)
+{
+    fq_submit s;
+    char err[256];
+    const char *body = "{\"class\":\"interactive\",\"est_tokens\":5}";
+
+    (void)state;
+    assert_int_equal(submit_n(&s, body, strlen(body), NULL, err), FQ_OK);
+    assert_string_equal(s.cls, "interactive");
+    assert_string_equal(s.cls_err, "");
+    fq_submit_headers h = {.cls = "batch"};
+    assert_int_equal(submit_n(&s, body, strlen(body), &h, err), FQ_OK);
+    assert_string_equal(s.cls, "batch");
+    /* a bad header class is noted, even over a good body one */
+    h = (fq_submit_headers){.cls = "bad class"};
+    assert_int_equal(submit_n(&s, body, strlen(body), &h, err), FQ_OK);
+    assert_string_equal(s.cls, "");
+    assert_true(strncmp(s.cls_err, "Fair-Class header: ", 19) == 0);
+    const char *bad[] = {"{\"class\":5}", "{\"class\":\"a\",\"class\":\"a\"}",
+                         "{\"class\":\"123456789012345678901234567890123\"}",
+                         "{\"class\":[\"x\"]}"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        assert_int_equal(submit_n(&s, bad[i], strlen(bad[i]), NULL, err), FQ_OK);
+        assert_string_equal(s.cls, "");
+        assert_true(strncmp(s.cls_err, "class: ", 7) == 0);
+    }
+    /* a class given twice is not a refusal, nor does it hide one */
+    const char *twice = "{\"class\":\"a\",\"class\":\"b\",\"workflow\":\"w\",\"workflow\":\"w\"}";
+    assert_refused(submit_n(&s, twice, strlen(twice), NULL, err), err, "workflow");
+    body = "{\"class\":null}";
+    assert_int_equal(submit_n(&s, body, strlen(body), NULL, err), FQ_OK);
+    assert_string_equal(s.cls, "");
+    assert_string_equal(s.cls_err, "");
+}
+
 /* Submit headers. */
 
 static void test_headers_win_over_body(void **state)
@@ -1344,6 +1382,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_submit_fields_read),
+        cmocka_unit_test(test_submit_class_read_not_judged),
         cmocka_unit_test(test_submit_bounds_accepted),
         cmocka_unit_test(test_submit_opaque_bodies),
         cmocka_unit_test(test_submit_scanner_as_cjson),

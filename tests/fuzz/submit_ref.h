@@ -88,6 +88,7 @@ typedef struct ref_result {
     bool opaque;
     fq_submit s;
     char field[16];     /* the field an error names: its sentence up to ':' */
+    bool cls_bad;       /* a class given, but twice or not a name */
 } ref_result;
 
 static void ref_fail(ref_result *r, const char *field)
@@ -114,7 +115,8 @@ static void ref_parse(ref_result *r, const unsigned char *p, size_t len, const c
     const char *end = NULL;
     size_t i = 0;
     bool nul = false, seen[4] = {false};
-    const cJSON *it[4] = {NULL};
+    const cJSON *it[4] = {NULL}, *cls = NULL;
+    int ncls = 0;
 
     memset(r, 0, sizeof *r);
     r->opaque = true;
@@ -139,6 +141,10 @@ static void ref_parse(ref_result *r, const unsigned char *p, size_t len, const c
         goto out;
     }
     for (const cJSON *c = root->child; c; c = c->next) {
+        if (strcmp(c->string, "class") == 0) {
+            ncls++;
+            cls = cJSON_IsNull(c) ? NULL : c;
+        }
         for (size_t k = 0; k < 4; k++) {
             if (strcmp(c->string, names[k]) != 0)
                 continue;
@@ -166,8 +172,13 @@ static void ref_parse(ref_result *r, const unsigned char *p, size_t len, const c
         }
         r->s.est_tokens = (uint32_t)v;
     }
-    if (it[3] && (!cJSON_IsString(it[3]) || strcmp(it[3]->valuestring, tenant) != 0))
+    if (it[3] && (!cJSON_IsString(it[3]) || strcmp(it[3]->valuestring, tenant) != 0)) {
         ref_fail(r, "tenant");
+        goto out;
+    }
+    /* class: read or noted bad, never a refusal */
+    if (ncls > 1 || (cls && !ref_name(r->s.cls, FQ_CLASS_MAX, cls)))
+        r->cls_bad = true;
 out:
     cJSON_Delete(root);
     if (r->st != FQ_OK)
