@@ -9,6 +9,7 @@
 
 #include "drr.h"
 #include "estimate.h"
+#include "fq.h"
 #include "journal.h"
 #include "lease.h"
 #include "ledger.h"
@@ -547,10 +548,7 @@ static dst_key *key_get(dst_world *w, const char *tenant, const char *run_id)
 {
     char k[sizeof ((dst_key *)0)->key];
     snprintf(k, sizeof k, "%s/%s", tenant, run_id);
-    uint64_t h = 1469598103934665603ULL;
-    for (const char *s = k; *s; s++)
-        h = (h ^ (unsigned char)*s) * 1099511628211ULL;
-    size_t b = h % w->nkb;
+    size_t b = fq_fnv1a(k) % w->nkb;
     for (dst_key *e = w->keys[b]; e; e = e->next)
         if (strcmp(e->key, k) == 0)
             return e;

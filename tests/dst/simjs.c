@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fq.h"
+
 /*
  * Principles
  *
@@ -58,19 +60,11 @@ typedef struct sj_map {
     size_t nb, n;
 } sj_map;
 
-static uint64_t sj_hash(const char *s)
-{
-    uint64_t h = 1469598103934665603ULL;
-    for (; *s; s++)
-        h = (h ^ (unsigned char)*s) * 1099511628211ULL;
-    return h;
-}
-
 static sj_ent *sj_map_find(const sj_map *m, const char *key)
 {
     if (!m->nb)
         return NULL;
-    for (sj_ent *e = m->b[sj_hash(key) & (m->nb - 1)]; e; e = e->next)
+    for (sj_ent *e = m->b[fq_fnv1a(key) & (m->nb - 1)]; e; e = e->next)
         if (strcmp(e->key, key) == 0)
             return e;
     return NULL;
@@ -87,7 +81,7 @@ static sj_ent *sj_map_put(sj_map *m, const char *key)
         for (size_t i = 0; i < m->nb; i++)
             for (sj_ent *x = m->b[i], *nx; x; x = nx) {
                 nx = x->next;
-                size_t k = sj_hash(x->key) & (nb - 1);
+                size_t k = fq_fnv1a(x->key) & (nb - 1);
                 x->next = b[k];
                 b[k] = x;
             }
@@ -97,7 +91,7 @@ static sj_ent *sj_map_put(sj_map *m, const char *key)
     }
     e = sj_xalloc(sizeof *e);
     e->key = sj_xstrdup(key);
-    size_t k = sj_hash(key) & (m->nb - 1);
+    size_t k = fq_fnv1a(key) & (m->nb - 1);
     e->next = m->b[k];
     m->b[k] = e;
     m->n++;
