@@ -11,6 +11,7 @@
 #include "config.h"
 #include "buf.h"
 #include "metrics.h"
+#include "partition.h"
 #include "yamlerr.h"
 
 /*
@@ -264,11 +265,21 @@ static bool cfg_subject_valid(const char *s)
 }
 
 /* True if subject is prefix + "." + one token: a tenant subject under prefix. */
-static bool cfg_subject_under(const char *subject, const char *prefix)
+/* Whether subject is prefix and tokens more tokens (what <prefix>.* or
+ * <prefix>.*.* captures). */
+static bool cfg_subject_under(const char *subject, const char *prefix, uint32_t tokens)
 {
     size_t n = strlen(prefix);
-    return strncmp(subject, prefix, n) == 0 && subject[n] == '.' &&
-           !strchr(subject + n + 1, '.');
+    if (strncmp(subject, prefix, n) != 0)
+        return false;
+    const char *s = subject + n;
+    for (uint32_t i = 0; i < tokens; i++) {
+        if (*s != '.')
+            return false;
+        const char *dot = strchr(s + 1, '.');
+        s = dot ? dot : s + strlen(s);
+    }
+    return !*s;
 }
 
 /* host:port with a port of 1 to 65535, or "" (disabled). */
@@ -516,10 +527,14 @@ static fq_status cfg_subjects_apart(fq_config *c, const raw_config *r, const cfg
       tenant[] = {{"submit", c->subjects.submit}, {"done", c->subjects.done},
                   {"rejected", c->subjects.rejected}};
     for (size_t i = 0; i < 2; i++)
-        for (size_t j = 0; j < 3; j++)
-            if (cfg_subject_under(single[i].subject, tenant[j].subject))
+        for (size_t j = 0; j < 3; j++) {
+            /* with partitions, submit and done capture <subject>.*.* */
+            uint32_t tokens = j < 2 && c->partitions > 1 ? 2 : 1;
+            if (cfg_subject_under(single[i].subject, tenant[j].subject, tokens))
                 return cfg_fail(v, "subjects", single[i].key, "'%s' falls under "
-                                "subjects.%s.*", single[i].subject, tenant[j].key);
+                                "subjects.%s%s", single[i].subject, tenant[j].key,
+                                tokens == 2 ? ".*.*" : ".*");
+        }
     return FQ_OK;
 }
 
@@ -682,6 +697,10 @@ static const cfg_field cfg_fields[] = {
      .invalid = "'%s' is not an inbox prefix: 1 to 64 characters of dot-separated tokens,"
                 " none empty, without white space or wildcards",
      .then = cfg_nats_auth},
+    /* Fixed for the deployment's life: a tenant's partition is a function
+     * of P (docs/partitions.md says how to change it, by draining). */
+    {"partitions", CFG_NUM, CFG_RESTART, CFG_AT(partitions), .num = 1, .min = 1,
+     .max = FQ_PARTITIONS_MAX},
     {"subjects.submit", CFG_TEXT, CFG_RESTART, CFG_AT(subjects.submit),
      .def = FQ_SUBJECT_SUBMIT, CFG_SUBJECT},
     {"subjects.dispatch", CFG_TEXT, CFG_RESTART, CFG_AT(subjects.dispatch),

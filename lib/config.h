@@ -32,6 +32,11 @@ typedef struct fq_config {
         char *inbox_prefix;         /* every inbox the proxy makes is under it;
                                        default FQ_INBOX_PREFIX (nats.c's) */
     } nats;
+    uint32_t partitions;            /* P, the tenants' partitions: 1 (default, no
+                                       mapping) to FQ_PARTITIONS_MAX; with P > 1 the
+                                       server maps <submit>.<tenant> and
+                                       <done>.<tenant> to <...>.<k>.<tenant>
+                                       (lib/partition.h, docs/partitions.md) */
     struct {
         char *submit;               /* FQ_SUBJECT_SUBMIT (producers add .<tenant>) */
         char *dispatch;             /* FQ_SUBJECT_DISPATCH */

@@ -26,6 +26,7 @@
 #include "msg.h"
 #include "natsio.h"
 #include "overrides.h"
+#include "partition.h"
 #include "policy.h"
 #include "pool.h"
 #include "probes.h"
@@ -748,14 +749,14 @@ static void px_actions(fq_proxy *p)
 
 /* ---- ingest ----------------------------------------------------------- */
 
-/* The subject's last token, if it follows prefix and a dot. */
-static const char *px_subject_tenant(const char *subject, const char *prefix, size_t *len)
+/* The subject's tenant token (lib/partition.h: its last, and with
+ * partitions the partition token before it must be the tenant's); NULL
+ * with err saying why. */
+static const char *px_subject_tenant(const fq_proxy *p, const char *subject, const char *prefix,
+                                     size_t *len, char *err, size_t errlen)
 {
-    size_t pl = strlen(prefix);
-    if (strncmp(subject, prefix, pl) != 0 || subject[pl] != '.')
-        return NULL;
-    const char *t = strrchr(subject, '.') + 1;
-    *len = strlen(t);
+    const char *t = NULL;
+    fq_partition_tenant(&t, len, subject, prefix, p->cfg.partitions, err, errlen);
     return t;
 }
 
@@ -823,10 +824,14 @@ static void px_on_submit(fq_proxy *p, fq_nio_event *ev)
                            .ts_ms = ev->ts_ms, .subject = subject, .status = FQ_OK,
                            .raw = {.body = fq_nio_msg_data(m), .body_len = fq_nio_msg_len(m)}};
     size_t tlen = 0;
-    const char *tid = px_subject_tenant(subject, p->cfg.subjects.submit, &tlen);
     char tenant[FQ_TENANT_MAX + 1], err[256], run_id[FQ_RUN_ID_MAX + 1];
+    const char *tid = px_subject_tenant(p, subject, p->cfg.subjects.submit, &tlen, err,
+                                        sizeof err);
     fq_submit sub;
-    if (!tid || !fq_tenant_id_valid(tid, tlen)) {
+    if (!tid) {
+        in.status = FQ_EINVAL;  /* counted as an invalid subject, refused with err */
+        in.error = err;
+    } else if (!fq_tenant_id_valid(tid, tlen)) {
         in.status = FQ_EINVAL;
         in.error = "the subject's last token is not a tenant id (" FQ_TENANT_RULE ")";
     } else {
@@ -979,15 +984,18 @@ static void px_on_done(fq_proxy *p, fq_nio_event *ev)
 {
     fq_nio_msg *m = ev->msg;
     size_t tlen = 0;
-    const char *tid = px_subject_tenant(fq_nio_msg_subject(m), p->cfg.subjects.done, &tlen);
     char tenant[FQ_TENANT_MAX + 1], err[320];
+    const char *tid = px_subject_tenant(p, fq_nio_msg_subject(m), p->cfg.subjects.done, &tlen,
+                                        err, sizeof err);
     fq_completion c;
     fq_ledger_done in = {.ack = {.sseq = ev->ack.sseq, .cseq = ev->ack.cseq,
                                  .delivered = ev->ack.delivered},
                          .status = FQ_EINVAL, .error = err, .c = &c,
                          .subject = fq_nio_msg_subject(m),
                          .raw = {.body = fq_nio_msg_data(m), .body_len = fq_nio_msg_len(m)}};
-    if (!tid || !fq_tenant_id_valid(tid, tlen)) {
+    if (!tid) {
+        /* err says why: a partition token that is not the tenant's */
+    } else if (!fq_tenant_id_valid(tid, tlen)) {
         snprintf(err, sizeof err, "the completion's subject has no valid tenant as its last token");
     } else {
         memcpy(tenant, tid, tlen);     /* tid points into m */
@@ -2217,8 +2225,10 @@ fq_status fq_proxy_create(fq_proxy **out, const fq_config *cfg, char *err, size_
         fq_proxy_destroy(p);
         return s;
     }
-    snprintf(p->submit_filter, sizeof p->submit_filter, "%s.*", cfg->subjects.submit);
-    snprintf(p->done_filter, sizeof p->done_filter, "%s.*", cfg->subjects.done);
+    /* with partitions, the server maps <submit>.<tenant> to <submit>.<k>.<tenant> */
+    const char *tail = cfg->partitions > 1 ? "*.*" : "*";
+    snprintf(p->submit_filter, sizeof p->submit_filter, "%s.%s", cfg->subjects.submit, tail);
+    snprintf(p->done_filter, sizeof p->done_filter, "%s.%s", cfg->subjects.done, tail);
     snprintf(p->rejected_filter, sizeof p->rejected_filter, "%s.*", cfg->subjects.rejected);
     snprintf(p->admin_filter, sizeof p->admin_filter, "%s.>", cfg->subjects.admin);
     snprintf(p->explain_filter, sizeof p->explain_filter, "%s.*", cfg->subjects.explain);

@@ -25,6 +25,7 @@
     "  user: u\n" \
     "  password: pw\n" \
     "  inbox_prefix: _IN.x\n" \
+    "partitions: 16\n" \
     "subjects: {submit: s.in, dispatch: s.work, done: s.done, rejected: s.rej, admin: s.adm," \
     " runs: s.journal}\n" \
     "streams: {submit: B1, dispatch: B2, done: B3, rejected: B4, runs: B5, durable: b," \
@@ -139,6 +140,7 @@ static void test_defaults(void **state)
     assert_string_equal(c.streams.lease_bucket, "fairq_lease");
     assert_string_equal(c.streams.tenants_bucket, "fairq_tenants");
     assert_int_equal(c.streams.replicas, 1);
+    assert_int_equal(c.partitions, 1);      /* no mapping: as before partitions */
     assert_int_equal(c.streams.duplicate_window_ms, 600000);
     /* max(1 h, 2 x max(duplicate window, run timeout)) */
     assert_int_equal(c.streams.dispatch_max_age_ms, 3600000);
@@ -312,7 +314,7 @@ static const struct {
 } bad_cases[] = {
     /* Unknown keys: placed at the key itself, with the keys allowed there. */
     {BASE "bogus: 1\n",
-     "t.yaml:5:1: bogus: unknown key (known here: nats, subjects, streams, scheduler, "
+     "t.yaml:5:1: bogus: unknown key (known here: nats, partitions, subjects, streams, scheduler, "
      "window, limits, plans, tenants, estimates, http, log)"},
     {BASE "  - name: pro\n    wieght: 3\n",
      "t.yaml:6:5: plans[1].wieght: unknown key (known here: name, weight, "
@@ -524,6 +526,16 @@ static const struct {
      "t.yaml:5:12: subjects.dispatch: 'fair.submit.work' falls under subjects.submit.*"},
     {BASE "subjects: {runs: fair.done.runs}\n",
      "t.yaml:5:12: subjects.runs: 'fair.done.runs' falls under subjects.done.*"},
+    /* With partitions, FAIR_SUBMIT and FAIR_DONE capture <subject>.*.* */
+    {BASE "partitions: 16\nsubjects: {dispatch: fair.submit.3.work}\n",
+     "t.yaml:6:12: subjects.dispatch: 'fair.submit.3.work' falls under subjects.submit.*.*"},
+    {BASE "partitions: 2\nsubjects: {runs: fair.done.0.runs}\n",
+     "t.yaml:6:12: subjects.runs: 'fair.done.0.runs' falls under subjects.done.*.*"},
+    {BASE "partitions: 2\nsubjects: {runs: fair.rejected.runs}\n",
+     "t.yaml:6:12: subjects.runs: 'fair.rejected.runs' falls under subjects.rejected.*"},
+    {BASE "partitions: 0\n", "t.yaml:5:1: partitions: must be >= 1"},
+    {BASE "partitions: 1025\n", "t.yaml:5:1: partitions: must be <= 1024"},
+    {BASE "partitions: many\n", "t.yaml:5:1: partitions: 'many' is not a whole number (digits only, no sign, fraction or leading zero)"},
     {BASE "subjects: {runs: fair.dispatch}\n",
      "t.yaml:5:12: subjects.runs: 'fair.dispatch' is subjects.dispatch already"},
     {BASE "http: {listen: localhost}\n",
@@ -732,17 +744,18 @@ static void test_diff_restart(void **state)
 
     parse_ok(&b,
         "nats: {url: \"nats://u:secret@other:4222\", creds: x.creds, inbox_prefix: _IN_x}\n"
+        "partitions: 8\n"
         "subjects: {submit: in.submit}\n"
         "streams: {replicas: 3}\n"
         "scheduler: {default_plan: free}\n"
         "plans: [{name: free}]\n"
         "http: {listen: \"\"}\n");
-    assert_int_equal(fq_config_diff_restart(&a, &b, buf, sizeof(buf)), 6);
-    assert_string_equal(buf, "nats.url,nats.creds,nats.inbox_prefix,subjects.submit,"
-                        "streams.replicas,http.listen");     /* in file order */
+    assert_int_equal(fq_config_diff_restart(&a, &b, buf, sizeof(buf)), 7);
+    assert_string_equal(buf, "nats.url,nats.creds,nats.inbox_prefix,partitions,"
+                        "subjects.submit,streams.replicas,http.listen");  /* in file order */
     assert_null(strstr(buf, "secret"));
     /* A short buffer truncates the list, not the count. */
-    assert_int_equal(fq_config_diff_restart(&b, &a, buf, 9), 6);
+    assert_int_equal(fq_config_diff_restart(&b, &a, buf, 9), 7);
     assert_string_equal(buf, "nats.url");
     fq_config_free(&b);
 
@@ -799,8 +812,8 @@ static void test_keep_restart(void **state)
     char buf[1024];
     parse_ok(&a, BASE "window: {max_in_flight: 4}\n");
     parse_ok(&b, FULL);
-    /* all 38 but creds, nkey and nkey_seed, which neither sets */
-    assert_int_equal(fq_config_diff_restart(&a, &b, buf, sizeof(buf)), 35);
+    /* all 39 but creds, nkey and nkey_seed, which neither sets */
+    assert_int_equal(fq_config_diff_restart(&a, &b, buf, sizeof(buf)), 36);
     fq_config kept = b;
     fq_config_keep_restart(&kept, &a);
     assert_int_equal(fq_config_diff_restart(&a, &kept, buf, sizeof(buf)), 0);

@@ -13,9 +13,15 @@
 
 int pf_setup(void **state, const char *yaml_body, const pt_worker_opts *wo)
 {
+    return pf_setup_server(state, NULL, yaml_body, wo);
+}
+
+int pf_setup_server(void **state, const char *const *server_args, const char *yaml_body,
+                    const pt_worker_opts *wo)
+{
     pf_fixture *f = calloc(1, sizeof *f);
     *state = f;
-    if (!f || natstest_start(&f->srv, NULL) != 0 ||
+    if (!f || natstest_start(&f->srv, server_args) != 0 ||
         pt_proxy_start(&f->px, f->srv, "proxy", yaml_body) != 0 ||
         pt_log_wait(&f->px, "fairq-proxy running", 15000) != 0 || pt_connect(&f->c, f->srv) != 0)
         return -1;

@@ -26,6 +26,10 @@ typedef struct pf_fixture {
  * client, and start workers with wo (none if wo is NULL). *state is the
  * fixture, also when it fails (-1), so that the teardown frees it. */
 int pf_setup(void **state, const char *yaml_body, const pt_worker_opts *wo);
+/* The same with server_args appended to nats-server's command line
+ * (natstest_start's extra_args: {"-c", file} for a config of its own). */
+int pf_setup_server(void **state, const char *const *server_args, const char *yaml_body,
+                    const pt_worker_opts *wo);
 
 /* A cmocka teardown's work: stop the workers, then the proxy if it still
  * runs (asserting first that it does, if must_run), the client and the

@@ -1,0 +1,128 @@
+/* it_proxy_partitions.c -- fairq with partitions: the server maps tenants' subjects, fairq serves them, and refuses a partition token that is not the tenant's. */
+/*
+ * One nats-server whose account maps fair.submit.* and fair.done.* through
+ * {{partition(16,1)}} (docs/partitions.md), and a proxy configured with
+ * partitions: 16. Producers and workers keep their 3-token subjects: runs
+ * are served end to end. Whoever may publish a 4-token subject itself can
+ * name any partition (on this open server anyone can; the shipped
+ * permissions forbid it, tests/it_lockdown.c): fairq recomputes the
+ * server's partition and refuses a submit or completion whose partition
+ * token is not its tenant's, with a reason, counted.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "proxyfixture.h"
+
+static const char yaml[] =
+    "partitions: 16\n"
+    "scheduler:\n  default_plan: free\n"
+    "window:\n  max_in_flight: 4\n"
+    "plans:\n  - name: free\n";
+
+static char dir[] = "/tmp/fairq-it-partitions-XXXXXX";
+static char conf[256];
+
+static int setup(void **state)
+{
+    if (!mkdtemp(dir))
+        return -1;
+    snprintf(conf, sizeof conf, "%s/mapping.conf", dir);
+    FILE *f = fopen(conf, "w");
+    if (!f)
+        return -1;
+    fprintf(f, "mappings {\n"
+               "  \"fair.submit.*\": \"fair.submit.{{partition(16,1)}}.{{wildcard(1)}}\"\n"
+               "  \"fair.done.*\": \"fair.done.{{partition(16,1)}}.{{wildcard(1)}}\"\n"
+               "}\n");
+    fclose(f);
+    pt_worker_opts wo = {.concurrency = 4, .service_ms = 1};
+    return pf_setup_server(state, (const char *const[]){"-c", conf, NULL}, yaml, &wo);
+}
+
+static int teardown(void **state)
+{
+    assert_int_equal(pf_teardown(state, true), 0);
+    remove(conf);
+    rmdir(dir);
+    return 0;
+}
+
+/* The stats reply once overall.key is at least want, waiting up to 20 s. */
+static cJSON *stats_when(pf_fixture *f, const char *key, long want)
+{
+    long long end = nt_now_ms() + 20000;
+    for (;;) {
+        cJSON *j = pf_stats(f, "", NULL);
+        if (pf_overall(j, key) >= want)
+            return j;
+        cJSON_Delete(j);
+        if (nt_now_ms() > end)
+            fail_msg("overall.%s did not reach %ld", key, want);
+        nt_sleep_ms(20);
+    }
+}
+
+static void test_partitioned_runs_served_forged_token_refused(void **state)
+{
+    pf_fixture *f = *state;
+    /* Producers and workers on their usual subjects: the server maps them. */
+    pf_submit_runs(f, 0, 40, 8);
+    assert_int_equal(pt_worker_wait_completed(f->w, 40, 20000), 0);
+    pf_assert_each_dispatched_once(f, 40);
+    cJSON_Delete(stats_when(f, "completions", 40));
+
+    /* acme is partition 15 of 16: a submit published on partition 3 */
+    const char forged[] = "{\"run_id\":\"forged-1\"}";
+    assert_int_equal(pt_submit(&f->c, "=fair.submit.3.acme", forged, strlen(forged), NULL), 0);
+    cJSON *j = stats_when(f, "invalid_subject", 1);
+    assert_int_equal(pf_overall(j, "invalid_subject"), 1);
+    cJSON_Delete(j);
+    pf_wait_msgs(f, "FAIR_REJECTED", 1);
+    pt_msg *r = NULL;
+    size_t nr = 0;
+    assert_int_equal(pt_stream_read(&f->c, "FAIR_REJECTED", &r, &nr), 0);
+    assert_int_equal(nr, 1);
+    assert_string_equal(r[0].subject, "fair.rejected._invalid");
+    assert_string_equal(r[0].fsubject, "fair.submit.3.acme");
+    assert_non_null(strstr(r[0].error, "partition 15 of 16"));
+    pt_msgs_free(r, nr);
+
+    /* A completion forged the same way is refused and counted; it would
+     * otherwise reach a second owner of acme once partitions are owned. */
+    pf_publish(f, "fair.done.3.acme",
+               "{\"run_id\":\"r-0\",\"actual_tokens\":1,\"status\":\"ok\"}");
+    j = stats_when(f, "completions_invalid", 1);
+    assert_int_equal(pf_overall(j, "completions_invalid"), 1);
+    assert_int_equal(pf_overall(j, "completions"), 40);
+    cJSON_Delete(j);
+    pf_wait_msgs(f, "FAIR_REJECTED", 2);
+    assert_int_equal(pt_stream_read(&f->c, "FAIR_REJECTED", &r, &nr), 0);
+    assert_int_equal(nr, 2);
+    assert_non_null(strstr(r[1].error, "partition 15 of 16"));
+    pt_msgs_free(r, nr);
+
+    /* The forged run was never dispatched; acme's own runs are served. */
+    assert_int_equal(pt_submit(&f->c, "acme", "{\"run_id\":\"a-1\"}", 16, NULL), 0);
+    assert_int_equal(pt_worker_wait_completed(f->w, 41, 20000), 0);
+    size_t n = pt_worker_received(f->w);
+    for (size_t i = 0; i < n; i++)
+        assert_string_not_equal(pt_worker_seen(f->w, i).run_id, "forged-1");
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_partitioned_runs_served_forged_token_refused, setup,
+                                        teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
