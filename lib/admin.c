@@ -381,9 +381,10 @@ fq_status fq_admin_explain_json(char *buf, size_t cap, size_t *len, const fq_exp
         AD_KV(&w, "weight", ti->weight);
         AD_KV(&w, "queued_runs", ti->queued);
         AD_KV(&w, "queued_tokens", ti->queued_tokens);
-        /* Within a tenant runs leave in submit order: a queued run waits
-         * behind at most its tenant's other queued runs, a new one behind
-         * all of them (a bound, not a position: finding it is a walk). */
+        /* A queued run waits behind at most its tenant's other queued
+         * runs (within a tenant and class runs leave in submit order, and
+         * a lower class waits for a higher), a new one behind all of them:
+         * a bound, not a position, which only a walk would find. */
         if (waits)
             AD_KV(&w, "runs_ahead_at_most",
                   e->run_id[0] ? (ti->queued ? ti->queued - 1 : 0) : ti->queued);
