@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include <cmocka.h>
+#include <cjson/cJSON.h>
 
 #include "proxytest.h"
 
@@ -856,6 +857,74 @@ static void test_a_permission_lost_later_is_logged(void **state)
     assert_int_equal(pt_proxy_kill(&f->px), 0);
 }
 
+/* With partitions on (the shipped config's include uncommented, fairq's
+ * partitions: 16): producers and workers on their usual subjects are
+ * served through the server's mapping, and neither may publish a 4-token
+ * subject, which would name a partition itself. */
+static void test_partitions_served_and_confined(void **state)
+{
+    fixture *f = *state;
+    char conf[600], part[600], src[600], acme[160], globex[160], worker[160];
+    snprintf(conf, sizeof conf, "%s/partitioned.conf", natstest_dir(f->srv));
+    lk_conf_without(f, conf, "#include \"nats-partitions.conf\"", "#");
+    /* the included file, next to the copy that includes it */
+    snprintf(src, sizeof src, "%.*s/nats-partitions.conf",
+             (int)(strrchr(f->conf, '/') - f->conf), f->conf);
+    snprintf(part, sizeof part, "%s/nats-partitions.conf", natstest_dir(f->srv));
+    FILE *in = fopen(src, "r"), *out = fopen(part, "w");
+    assert_non_null(in);
+    assert_non_null(out);
+    char buf[4096];
+    for (size_t n; (n = fread(buf, 1, sizeof buf, in)) > 0;)
+        fwrite(buf, 1, n, out);
+    fclose(in);
+    fclose(out);
+    assert_int_equal(natstest_start(&f->srv2, (const char *const[]){"-c", conf, NULL}), 0);
+    lk_url(f->srv2, "acme", acme, sizeof acme);
+    lk_url(f->srv2, "globex", globex, sizeof globex);
+    lk_url(f->srv2, "worker", worker, sizeof worker);
+    lk_proxy_start(&f->px, f->srv2, "proxy", "_INBOX_fairq", "partitions: 16\n");
+    assert_int_equal(pt_log_wait(&f->px, "fairq-proxy running", 15000), 0);
+    assert_int_equal(lk_run(f->srv2, (const char *const[]){"fairq-producer", "--nats", acme,
+        "--inbox-prefix", "_INBOX_acme", "--tenant", "acme", "--count", "3", NULL}), 0);
+    assert_int_equal(lk_run(f->srv2, (const char *const[]){"fairq-producer", "--nats", globex,
+        "--inbox-prefix", "_INBOX_globex", "--tenant", "globex", "--count", "2", NULL}), 0);
+    lk_create_durable(f->srv2);
+    assert_int_equal(lk_run(f->srv2, (const char *const[]){"fairq-worker", "--nats", worker,
+        "--inbox-prefix", "_INBOX_worker", "--api-prefix", "JS.FAIRQ.API", "--tokens-per-sec",
+        "0", "--count", "5", NULL}), 0);
+    /* every completion, mapped like its run, reconciled; none refused */
+    lk_client *adm = lk_connect(f->srv2, "admin");
+    cJSON *j = NULL;
+    for (long long end = nt_now_ms() + 10000; nt_now_ms() < end; nt_sleep_ms(50)) {
+        natsMsg *r = NULL;
+        cJSON_Delete(j);
+        j = NULL;
+        if (natsConnection_RequestString(&r, adm->nc, "fair.admin.stats", "", 5000) != NATS_OK)
+            continue;
+        j = cJSON_Parse(natsMsg_GetData(r));
+        natsMsg_Destroy(r);
+        const cJSON *o = cJSON_GetObjectItem(j, "overall");
+        if (cJSON_GetNumberValue(cJSON_GetObjectItem(o, "completions")) >= 5)
+            break;
+    }
+    const cJSON *o = cJSON_GetObjectItem(j, "overall");
+    assert_int_equal((long)cJSON_GetNumberValue(cJSON_GetObjectItem(o, "completions")), 5);
+    assert_int_equal((long)cJSON_GetNumberValue(cJSON_GetObjectItem(o, "invalid_subject")), 0);
+    assert_int_equal((long)cJSON_GetNumberValue(cJSON_GetObjectItem(o, "completions_invalid")),
+                     0);
+    cJSON_Delete(j);
+    lk_close(adm);
+    /* acme is partition 15 of 16 */
+    lk_client *a = lk_connect(f->srv2, "acme");
+    lk_assert_publish_denied(a, (const char *const[]){"fair.submit.15.acme",
+                                                     "fair.submit.3.acme", NULL});
+    lk_close(a);
+    lk_client *w = lk_connect(f->srv2, "worker");
+    lk_assert_publish_denied(w, (const char *const[]){"fair.done.3.acme", NULL});
+    lk_close(w);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -877,6 +946,7 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(test_a_missing_permission_fails_start, setup, teardown),
         cmocka_unit_test_setup_teardown(test_a_permission_lost_later_is_logged, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_partitions_served_and_confined, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
