@@ -62,16 +62,12 @@ typedef struct lg_run {
     fq_ledger_tenant *lt;
     lg_names *names;            /* from dispatch on (while queued, a kept body's block
                                    holds them) */
-    unsigned char *body;        /* one block: run id, workflow, header lines, body;
-                                   NULL: index only */
-    uint32_t hdr_len, body_len;
-    uint32_t declared;          /* the producer's est_tokens, 0 if none: kept with the block */
+    unsigned char *body;        /* one block (lg_block, then its run id, workflow, header
+                                   lines and body); NULL: index only */
     uint32_t delivered;         /* its submit's last delivery: delivery count */
     uint64_t cseq;              /* ... and consumer sequence */
     int64_t submitted_ms;       /* JetStream's timestamp of the submit */
-    uint32_t size;              /* bytes of its dispatch: what a kept body counts */
     uint32_t est;               /* tokens charged */
-    uint8_t id_len, wf_len;     /* bytes of the run id and the workflow in the block */
     uint8_t state;              /* enum lg_state */
     uint8_t pending;            /* publishes to settle before its submit is acked */
     bool in_seq : 1, in_key : 1;
@@ -83,6 +79,19 @@ typedef struct lg_run {
                                    of its settled submit (an ack lost) is acked again */
     bool read_expired : 1;      /* read back: an expired record (submitted_ms: its expiry) */
 } lg_run;
+
+/* What a kept body's block begins with: the fields only a kept body needs,
+ * so that a run held without its body (index only) does not carry them
+ * (its record is 88 bytes, not 104). */
+typedef struct lg_block {
+    uint32_t size;              /* bytes of its dispatch: what a kept body counts */
+    uint32_t hdr_len, body_len;
+    uint32_t declared;          /* the producer's est_tokens, 0 if none */
+    uint8_t id_len, wf_len;     /* bytes of the run id and the workflow after this */
+} lg_block;
+
+_Static_assert(sizeof(void *) != 8 || sizeof(lg_run) <= 88,
+               "a run held index only costs its record: keep it within 88 bytes");
 
 /* The delivery of x's submit an ack or a nak names. */
 static fq_ledger_ackref lg_ackref(const lg_run *x)
@@ -382,17 +391,25 @@ static void lg_free(fq_ledger *l, void *p, size_t n)
         free(p);
 }
 
-/* Bytes of x's block. */
+/* The fields at the front of x's block, which x has. */
+static const lg_block *lg_blk(const lg_run *x)
+{
+    return (const lg_block *)(const void *)x->body;
+}
+
+/* Bytes of x's block; 0: none. */
 static size_t lg_block_size(const lg_run *x)
 {
-    return (size_t)x->id_len + x->wf_len + x->hdr_len + x->body_len;
+    const lg_block *b = lg_blk(x);
+    return b ? sizeof *b + b->id_len + b->wf_len + b->hdr_len + b->body_len : 0;
 }
 
 /* x's kept bytes as a dispatch carries them. */
 static fq_ledger_bytes lg_block_bytes(const lg_run *x)
 {
-    const unsigned char *h = x->body + x->id_len + x->wf_len;
-    return (fq_ledger_bytes){h, x->hdr_len, h + x->hdr_len, x->body_len};
+    const lg_block *b = lg_blk(x);
+    const unsigned char *h = x->body + sizeof *b + b->id_len + b->wf_len;
+    return (fq_ledger_bytes){h, b->hdr_len, h + b->hdr_len, b->body_len};
 }
 
 /* Give back x's body block, if it has one, once the actions that may
@@ -409,8 +426,6 @@ static void lg_body_drop(fq_ledger *l, lg_run *x)
                                        refusal of the run just dropped (its copy then
                                        goes wrong, never its dispatch) */
     x->body = NULL;
-    x->hdr_len = x->body_len = 0;
-    x->id_len = x->wf_len = 0;
 }
 
 /* Free x once no index and no pending publish refers to it. */
@@ -453,7 +468,8 @@ static bool lg_is_run_id(const lg_run *x, const char *run_id)
         return strcmp(x->names->run_id, run_id) == 0;
     if (!x->body)
         return true;
-    return strlen(run_id) == x->id_len && memcmp(x->body, run_id, x->id_len) == 0;
+    const lg_block *b = lg_blk(x);
+    return strlen(run_id) == b->id_len && memcmp(b + 1, run_id, b->id_len) == 0;
 }
 
 /* The run of key (tenant, run_id), hash h: queued or dispatched. */
@@ -1158,7 +1174,7 @@ void fq_ledger_submit_in(fq_ledger *l, const fq_ledger_submit *s, uint64_t now, 
         x = lg_run_alloc(l);
         if (x)
             *x = (lg_run){.seq = seq, .lt = lt, .key = key, .submitted_ms = s->ts_ms, .est = est,
-                          .cseq = s->ack.cseq, .delivered = s->ack.delivered, .state = LG_QUEUED, .size = s->size};
+                          .cseq = s->ack.cseq, .delivered = s->ack.delivered, .state = LG_QUEUED};
         if (!x || !lg_seq_add(l, x))
             st = FQ_ENOMEM;
         else
@@ -1201,24 +1217,23 @@ void fq_ledger_submit_in(fq_ledger *l, const fq_ledger_submit *s, uint64_t now, 
     /* Kept in one block with what dispatch needs of its parse: its run
      * id and workflow (the few fields beside it are in x). */
     size_t id_len = strlen(run_id), wf_len = strnlen(s->sub->workflow, FQ_WORKFLOW_MAX);
-    size_t bytes = id_len + wf_len + s->raw.hdr_len + s->raw.body_len;
-    if (l->buffered_bytes + x->size <= l->o.max_buffered_bytes &&
+    size_t bytes = sizeof(lg_block) + id_len + wf_len + s->raw.hdr_len + s->raw.body_len;
+    if (l->buffered_bytes + s->size <= l->o.max_buffered_bytes &&
         s->raw.hdr_len <= UINT32_MAX && s->raw.body_len <= UINT32_MAX &&
         (x->body = lg_alloc(l, bytes))) {
-        unsigned char *b = x->body;
+        *(lg_block *)(void *)x->body = (lg_block){
+            .size = (uint32_t)s->size, .hdr_len = (uint32_t)s->raw.hdr_len,
+            .body_len = (uint32_t)s->raw.body_len, .declared = s->sub->est_tokens,
+            .id_len = (uint8_t)id_len, .wf_len = (uint8_t)wf_len};
+        unsigned char *b = x->body + sizeof(lg_block);
         memcpy(b, run_id, id_len);
         memcpy(b + id_len, s->sub->workflow, wf_len);
         if (s->raw.hdr_len)
             memcpy(b + id_len + wf_len, s->raw.hdr, s->raw.hdr_len);
         if (s->raw.body_len)
             memcpy(b + id_len + wf_len + s->raw.hdr_len, s->raw.body, s->raw.body_len);
-        x->id_len = (uint8_t)id_len;
-        x->wf_len = (uint8_t)wf_len;
-        x->hdr_len = (uint32_t)s->raw.hdr_len;
-        x->body_len = (uint32_t)s->raw.body_len;
-        x->declared = s->sub->est_tokens;
         x->retained = true;
-        l->buffered_bytes += x->size;
+        l->buffered_bytes += s->size;
     } else {
         x->indexed = true;
         l->index_only++;
@@ -1233,7 +1248,7 @@ void fq_ledger_submit_in(fq_ledger *l, const fq_ledger_submit *s, uint64_t now, 
 static void lg_unhold(fq_ledger *l, lg_run *x)
 {
     if (x->retained) {
-        l->buffered_bytes -= x->size;
+        l->buffered_bytes -= lg_blk(x)->size;
         x->retained = false;
         lg_body_drop(l, x);
     }
@@ -1335,11 +1350,13 @@ static bool lg_dispatch_one(fq_ledger *l, lg_run *x)
             lg_requeue(l, x, 0);
             return false;
         }
-        memcpy(nm->run_id, x->body, x->id_len);
-        nm->run_id[x->id_len] = '\0';
-        memcpy(nm->workflow, x->body + x->id_len, x->wf_len);
-        nm->workflow[x->wf_len] = '\0';
-        nm->declared = x->declared;
+        const lg_block *b = lg_blk(x);
+        const char *id = (const char *)(b + 1);
+        memcpy(nm->run_id, id, b->id_len);
+        nm->run_id[b->id_len] = '\0';
+        memcpy(nm->workflow, id + b->id_len, b->wf_len);
+        nm->workflow[b->wf_len] = '\0';
+        nm->declared = b->declared;
         x->names = nm;
     }
     fq_ledger_bytes raw = lg_block_bytes(x);

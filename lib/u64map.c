@@ -2,9 +2,12 @@
  *
  * Principles:
  *  - lib/strmap's layout for integers: a power-of-two number of chains that
- *    doubles when the nodes would outnumber them, never shrinks, and grows
- *    in a step of its own (fq_u64map_reserve) before a link that cannot
- *    fail.
+ *    doubles when the nodes would be more than twice as many, never shrinks,
+ *    and grows in a step of its own (fq_u64map_reserve) before a link that
+ *    cannot fail. Chains hold one to two nodes on average once grown: the
+ *    chains cost 4 to 8 bytes a node, not 8 to 16 (the ledger holds two
+ *    tables of every run buffered), and a lookup walks one node more at
+ *    most on average, of keys that the hash spreads evenly.
  *  - The chain is picked by Fibonacci hashing of the key xor the seed: the
  *    keys it serves are either sequential (stream sequences), which the
  *    multiply spreads, or already keyed hashes (run keys), which nothing
@@ -96,7 +99,7 @@ fq_u64map_node *fq_u64map_find_next(const fq_u64map *m, const fq_u64map_node *n)
 
 fq_status fq_u64map_reserve(fq_u64map *m)
 {
-    if (m->n <= m->mask)
+    if (m->n < 2 * (m->mask + 1))
         return FQ_OK;
     size_t nb = (m->mask + 1) * 2;
     fq_u64map_node **slot = calloc(nb, sizeof(*slot));

@@ -41,8 +41,8 @@ typedef struct fq_u64map fq_u64map;
 
 /* Create an empty table. key_offset: where a node's key lies from the node
  * (FQ_U64MAP_KEY_OFFSET). slots: the first number of chains, rounded up to
- * a power of two (at least 1); a table that never holds more nodes than
- * slots never grows. seed: mixed into the hash (0: the same layout every
+ * a power of two (at least 1); a table that never holds more than twice as
+ * many nodes as chains never grows. seed: mixed into the hash (0: the same layout every
  * run). On error (FQ_ENOMEM) *out is NULL. */
 fq_status fq_u64map_create(fq_u64map **out, ptrdiff_t key_offset, size_t slots, uint64_t seed);
 
@@ -55,8 +55,8 @@ fq_u64map_node *fq_u64map_find(const fq_u64map *m, uint64_t key);
 /* The next node after n (which the table holds) with n's key, or NULL. */
 fq_u64map_node *fq_u64map_find_next(const fq_u64map *m, const fq_u64map_node *n);
 
-/* Make room for one more node, doubling the chains when the nodes would
- * outnumber them. FQ_ENOMEM if that fails; the table is unchanged then and
+/* Make room for one more node, doubling the chains when the nodes would be
+ * more than twice as many. FQ_ENOMEM if that fails; the table is unchanged then and
  * still works. */
 fq_status fq_u64map_reserve(fq_u64map *m);
 
