@@ -50,37 +50,45 @@ typedef struct policy_def {
     bool classes;               /* drr: interactive runs before batch, per tenant */
 } policy_def;
 
+/* Designated fields: a flag a policy does not name is off, so adding one
+ * touches only the policies that turn it on. */
+#define DRR_BASE .engine = ENG_DRR, .reconcile = true, .learn = true, .correct = true, \
+                 .idle_reset = true
 static const policy_def policies[FQ_SIM__NPOLICIES] = {
     [FQ_SIM_FIFO] = {"fifo", "one FIFO queue for every tenant",
-                     ENG_FIFO, false, false, true, true, true},
+                     .engine = ENG_FIFO, .learn = true, .correct = true, .idle_reset = true},
     [FQ_SIM_RR] = {"rr", "the design card's listing: a quantum per visit, one run per visit",
-                   ENG_RR, false, true, true, true, true},
+                   .engine = ENG_RR, .reconcile = true, .learn = true, .correct = true,
+                   .idle_reset = true},
     [FQ_SIM_CAP] = {"cap", "FIFO with a hard per-tenant concurrency cap",
-                    ENG_FIFO, true, false, true, true, true},
+                    .engine = ENG_FIFO, .cap = true, .learn = true, .correct = true,
+                    .idle_reset = true},
     [FQ_SIM_DRR] = {"drr", "fairq: token DRR, reconciled, estimates corrected, idle reset",
-                    ENG_DRR, false, true, true, true, true},
+                    DRR_BASE},
     [FQ_SIM_DRR_NO_RECONCILE] = {"drr-no-reconcile", "drr charging estimates, actuals ignored",
-                                 ENG_DRR, false, false, false, true, true},
+                                 .engine = ENG_DRR, .correct = true, .idle_reset = true},
     [FQ_SIM_DRR_NO_CORRECTION] = {"drr-no-correction",
                                   "drr charging declared estimates as declared, reconciled",
-                                  ENG_DRR, false, true, true, false, true},
+                                  .engine = ENG_DRR, .reconcile = true, .learn = true,
+                                  .idle_reset = true},
     [FQ_SIM_DRR_NO_IDLE_RESET] = {"drr-no-idle-reset", "drr keeping credit when a queue empties",
-                                  ENG_DRR, false, true, true, true, false},
+                                  .engine = ENG_DRR, .reconcile = true, .learn = true,
+                                  .correct = true},
     [FQ_SIM_DRR_CAP] = {"drr-cap", "drr with each tenant's max_in_flight as a hard cap",
-                        ENG_DRR, false, true, true, true, true, true, false},
+                        DRR_BASE, .tenant_cap = true},
     [FQ_SIM_DRR_BURST] = {"drr-burst", "drr-cap binding only while another tenant has "
                           "queued runs, burst_in_flight otherwise",
-                          ENG_DRR, false, true, true, true, true, true, true},
+                          DRR_BASE, .tenant_cap = true, .burst = true},
     [FQ_SIM_DRR_RATE] = {"drr-rate", "drr with each tenant's tokens_per_minute (GCRA)",
-                         ENG_DRR, false, true, true, true, true, false, false, true},
+                         DRR_BASE, .rate = true},
     [FQ_SIM_DRR_PRICED] = {"drr-priced", "drr reconciling each run's priced cost: input and "
                            "output tokens at their plan's prices",
-                           ENG_DRR, false, true, true, true, true, false, false, false, true},
+                           DRR_BASE, .priced = true},
     [FQ_SIM_DRR_CLASS] = {"drr-class", "drr with priority classes within a tenant: its "
                           "interactive runs before its batch runs",
-                          ENG_DRR, false, true, true, true, true, false, false, false, false,
-                          true},
+                          DRR_BASE, .classes = true},
 };
+#undef DRR_BASE
 
 const char *fq_sim_policy_name(enum fq_sim_policy p)
 {
