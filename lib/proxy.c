@@ -1078,17 +1078,25 @@ static fq_classes px_classes(const fq_config *c)
     return cl;
 }
 
+/* What the ledger and its scheduler must agree on, as config c says: the
+ * scheduler takes it through fq_ledger_sched_opts, not a copy of its own. */
+static void px_ledger_shared(fq_ledger_opts *lo, const fq_config *c)
+{
+    lo->run_timeout_ms = c->window.run_timeout_ms;
+    lo->keep_done_ms = px_keep_done_of(c);
+    lo->max_expired = PX_EXPIRED_MAX;
+    lo->classes = px_classes(c);
+}
+
 static fq_sched_opts px_sched_opts(const fq_config *c)
 {
-    fq_classes cl = px_classes(c);
     fq_sched_opts o = {.quantum = c->scheduler.quantum_tokens,
                        .max_est_tokens = c->scheduler.max_est_tokens,
                        .max_in_flight = c->window.max_in_flight,
-                       .max_in_flight_tokens = c->window.max_in_flight_tokens,
-                       .run_timeout = c->window.run_timeout_ms,
-                       .max_expired = PX_EXPIRED_MAX,
-                       .expired_keep = px_keep_done_of(c), .nclasses = cl.n};
-    memcpy(o.class_max_pending, cl.max_pending, sizeof o.class_max_pending);
+                       .max_in_flight_tokens = c->window.max_in_flight_tokens};
+    fq_ledger_opts lo = {0};
+    px_ledger_shared(&lo, c);
+    fq_ledger_sched_opts(&o, &lo);
     return o;
 }
 
@@ -2152,18 +2160,18 @@ static void px_body_free(void *arg, void *block, size_t size)
 static fq_ledger_opts px_ledger_opts(fq_proxy *p)
 {
     const fq_config *c = &p->cfg;
-    return (fq_ledger_opts){
+    fq_ledger_opts lo = {
         .sched = p->sched, .est = p->est, .tenant = px_ledger_tenant, .tenant_arg = p,
         .alloc = {px_body_alloc, px_body_free, p->bodies},
         .hash_key = {p->hash_key[0], p->hash_key[1]},
         .submit_created_ms = p->submit_created_ms,
         .max_buffered_runs = c->limits.max_buffered_runs,
         .max_buffered_bytes = c->limits.max_buffered_bytes,
-        .run_timeout_ms = c->window.run_timeout_ms, .keep_done_ms = px_keep_done_ms(p),
         .debt_forget_ms = c->scheduler.debt_forget_ms, .max_wait_ms = c->scheduler.max_wait_ms,
-        .max_expired = PX_EXPIRED_MAX, .classes = px_classes(c),
         /* Half of max_payload: what was fetched already still fits. */
         .journal_room = p->max_payload > 0 ? (size_t)p->max_payload / 2 : 512 * 1024};
+    px_ledger_shared(&lo, c);
+    return lo;
 }
 
 fq_status fq_proxy_create(fq_proxy **out, const fq_config *cfg, char *err, size_t errlen)
