@@ -643,10 +643,39 @@ static char *nio_strdup(const char *s)
     return s ? strdup(s) : NULL;
 }
 
+#define NIO_MAX_URLS 16           /* servers in a comma-separated nats.url */
+
+/* nats.url: one URL, or a comma-separated list of a cluster's nodes.
+ * nats.c 3.4.1 given such a list by natsOptions_SetURL connects to none of
+ * them ("No server available", measured against nats-server 2.9.10, one
+ * node or three); natsOptions_SetServers takes the list. */
+static natsStatus nio_set_url(natsOptions *o, const char *url)
+{
+    if (!strchr(url, ','))
+        return natsOptions_SetURL(o, url);
+    char *copy = strdup(url);
+    if (!copy)
+        return NATS_NO_MEMORY;
+    const char *list[NIO_MAX_URLS];
+    int n = 0;
+    for (char *p = copy, *next; p && n < NIO_MAX_URLS; p = next) {
+        next = strchr(p, ',');
+        if (next)
+            *next++ = '\0';
+        while (*p == ' ')
+            p++;
+        if (*p)
+            list[n++] = p;
+    }
+    natsStatus s = n ? natsOptions_SetServers(o, list, n) : NATS_INVALID_ARG;
+    free(copy);
+    return s;
+}
+
 static natsStatus nio_set_options(fq_nio *n)
 {
     natsOptions *o = n->nopts;
-    natsStatus s = natsOptions_SetURL(o, n->url);
+    natsStatus s = nio_set_url(o, n->url);
     if (s == NATS_OK && n->name)
         s = natsOptions_SetName(o, n->name);
     if (s == NATS_OK && n->creds)

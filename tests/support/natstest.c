@@ -39,9 +39,7 @@ void nt_sleep_ms(int ms)
     nanosleep(&ts, NULL);
 }
 
-/* A loopback port nobody listens on now. The kernel picks it; the tiny race
- * until nats-server binds it is acceptable in a test. */
-static int nt_free_port(void)
+int nt_free_port(void)
 {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     if (fd < 0)

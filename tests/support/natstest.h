@@ -72,6 +72,10 @@ int nt_proc_exit_code(const nt_proc *p);
 /* FAIRQ_BUILD_DIR/name, or "./name" without it, written into buf. */
 const char *nt_build_path(char *buf, size_t cap, const char *name);
 
+/* A loopback port nobody listens on now, or -1. The kernel picks it; the
+ * tiny race until a server binds it is acceptable in a test. */
+int nt_free_port(void);
+
 /* Monotonic milliseconds, for test deadlines (never for assertions). */
 long long nt_now_ms(void);
 /* Sleep ms milliseconds: to pace a test, or between polls of a condition. */

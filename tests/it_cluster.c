@@ -1,0 +1,114 @@
+/* it_cluster.c -- fairq on a 3-node JetStream cluster: streams replicated on every node, runs served end to end. */
+/*
+ * The fixture the scale-out work (issue 16) builds on: three nats-server
+ * nodes routed on loopback (tests/support/natscluster.h), fairq-proxy
+ * given all three URLs and streams.replicas: 3, one partition. Producers
+ * and workers connect to different nodes than the proxy's first.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "natscluster.h"
+#include "proxyfixture.h"
+
+static const char yaml[] =
+    "streams:\n  replicas: 3\n"
+    "scheduler:\n  default_plan: free\n"
+    "window:\n  max_in_flight: 8\n"
+    "plans:\n  - name: free\n";
+
+typedef struct cl_fixture {
+    natscluster *cl;
+    pf_fixture f;
+} cl_fixture;
+
+/* Stop what x started; whether the proxy still ran, and its exit code. */
+static bool cl_stop(cl_fixture *x, int *code)
+{
+    pt_worker_stop(x->f.w);
+    bool alive = x->f.px.proc.pid && nt_proc_alive(&x->f.px.proc);
+    *code = alive ? pt_proxy_stop(&x->f.px) : 0;
+    pt_close(&x->f.c);
+    natscluster_destroy(x->cl);
+    free(x);
+    return alive;
+}
+
+static int setup(void **state)
+{
+    cl_fixture *x = calloc(1, sizeof *x);
+    *state = NULL;
+    if (!x)
+        return -1;
+    pt_worker_opts wo = {.concurrency = 4, .service_ms = 1};
+    int code;
+    if (natscluster_start(&x->cl, NULL) != 0 ||
+        pt_proxy_start_url(&x->f.px, natscluster_node(x->cl, 0), natscluster_urls(x->cl),
+                           "proxy", yaml) != 0 ||
+        pt_log_wait(&x->f.px, "fairq-proxy running", 30000) != 0 ||
+        pt_connect(&x->f.c, natscluster_node(x->cl, 1)) != 0 ||
+        pt_worker_start(&x->f.w, natscluster_node(x->cl, 2), &wo) != 0) {
+        /* cmocka runs no teardown after a failed setup */
+        cl_stop(x, &code);
+        return -1;
+    }
+    x->f.srv = natscluster_node(x->cl, 1);  /* the client's node */
+    *state = x;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    int code = 0;
+    bool alive = *state && cl_stop(*state, &code);
+    assert_true(alive);
+    assert_int_equal(code, 0);
+    return 0;
+}
+
+static void test_runs_served_on_a_cluster(void **state)
+{
+    cl_fixture *x = *state;
+    pf_fixture *f = &x->f;
+    /* Every stream fairq made is on all three nodes. */
+    static const char *const streams[] = {"FAIR_SUBMIT", "FAIR_DISPATCH", "FAIR_DONE",
+                                          "FAIR_REJECTED", "FAIRQ_RUNS"};
+    for (size_t i = 0; i < sizeof streams / sizeof streams[0]; i++) {
+        jsStreamInfo *si = NULL;
+        jsErrCode jerr = 0;
+        assert_int_equal(js_GetStreamInfo(&si, f->c.js, streams[i], NULL, &jerr), NATS_OK);
+        assert_int_equal(si->Config->Replicas, 3);
+        assert_non_null(si->Cluster);
+        assert_non_null(si->Cluster->Leader);
+        assert_int_equal(si->Cluster->ReplicasLen, 2);  /* besides the leader */
+        jsStreamInfo_Destroy(si);
+    }
+    pf_submit_runs(f, 0, 60, 6);
+    assert_int_equal(pt_worker_wait_completed(f->w, 60, 30000), 0);
+    pf_assert_each_dispatched_once(f, 60);
+    pf_wait_empty(f, "FAIR_SUBMIT");
+    cJSON *j = NULL;
+    for (long long end = nt_now_ms() + 20000; nt_now_ms() < end; nt_sleep_ms(20)) {
+        cJSON_Delete(j);
+        j = pf_stats(f, "", NULL);
+        if (pf_overall(j, "completions") >= 60)
+            break;
+    }
+    assert_int_equal(pf_overall(j, "completions"), 60);
+    cJSON_Delete(j);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_runs_served_on_a_cluster, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
