@@ -21,6 +21,16 @@
  *    caller's allocator (size-class pools): its run id and workflow, its
  *    producer's header lines and its body. Names of their own (the names
  *    pool) only from dispatch on, when the block goes.
+ *  - A completion of a run not held yet is refused (counted, copied), and
+ *    remembered unacked (by run key, FQ_LEDGER_EARLY_MAX at most, for
+ *    keep_done_ms): a leader before us may have dispatched the run without
+ *    storing its flight record, and a worker's completion can reach us
+ *    before the run's submit does. It is applied only if that run's
+ *    dispatch comes back a Nats-Msg-Id duplicate (an earlier leader really
+ *    dispatched it), and acked with its done record; acked unapplied once
+ *    the run's dispatch is stored as new, or its time or room runs out: a
+ *    forged one pre-completes no future run. Unacked, it comes back to the
+ *    next leader if we die first.
  *  - No I/O and no clock: time comes in with each input.
  */
 #include "ledger.h"
@@ -33,6 +43,8 @@
 #include "u64map.h"
 
 #define LG_POOL_CHUNK 1024
+#define LG_TOKEN_HELD (1ULL << 59)  /* in a refused completion's token: acked by its early
+                                       completion, not by the copy's PubAck */
 
 enum lg_state {
     LG_QUEUED = 1,      /* in its tenant's queue */
@@ -115,6 +127,20 @@ typedef struct lg_done {
     struct lg_done *next;       /* FIFO by until_ms; free list */
 } lg_done;
 
+/* A completion that came before its run was held (see the principles):
+ * what it reported, until its run's dispatch tells whether it counts. */
+typedef struct lg_early {
+    uint64_t key;               /* the run key's hash */
+    uint64_t actual, input, output, cached;    /* tokens reported */
+    bool kinds;                 /* input, output, cached given: they price it */
+    uint8_t status;             /* enum fq_done_status */
+    fq_ledger_ackref ack;       /* its delivery, held unacked */
+    int64_t until_ms;           /* unix ms from which it is forgotten (acked);
+                                   INT64_MIN: taken, out of the map */
+    fq_u64map_node node;
+    struct lg_early *next;      /* FIFO by arrival; free list */
+} lg_early;
+
 /* A journal batch: the records of the turns since the last one sent, and
  * what waits for it to be stored. */
 typedef struct lg_batch {
@@ -151,6 +177,8 @@ typedef struct lg_act {
 struct fq_ledger {
     fq_ledger_opts o;
     fq_u64map *by_seq, *by_key, *done;
+    fq_u64map *early;           /* lg_early by run key */
+    lg_early *early_free, *early_head, *early_tail;
     lg_run *run_free;
     lg_names *names_free;
     lg_done *done_free, *done_head, *done_tail;
@@ -232,6 +260,7 @@ static fq_ledger_act *lg_note(fq_ledger *l, enum fq_ledger_note note)
 }
 
 static void lg_free(fq_ledger *l, void *p, size_t n);
+static void lg_ack(fq_ledger *l, enum fq_ledger_cons cons, const fq_ledger_ackref *a);
 
 static void lg_graves_free(fq_ledger *l)
 {
@@ -374,6 +403,22 @@ static lg_done *lg_done_alloc(fq_ledger *l)
     lg_done *d = l->done_free;
     l->done_free = d->next;
     return d;
+}
+
+static lg_early *lg_early_alloc(fq_ledger *l)
+{
+    if (!l->early_free) {
+        lg_early *c = calloc(LG_POOL_CHUNK, sizeof *c);
+        if (!lg_chunk_keep(l, c))
+            return NULL;
+        for (size_t i = 0; i < LG_POOL_CHUNK; i++) {
+            c[i].next = l->early_free;
+            l->early_free = &c[i];
+        }
+    }
+    lg_early *e = l->early_free;
+    l->early_free = e->next;
+    return e;
 }
 
 static void *lg_alloc(fq_ledger *l, size_t n)
@@ -563,6 +608,74 @@ static void lg_done_forget(fq_ledger *l, int64_t now_ms)
         d->next = l->done_free;
         l->done_free = d;
     }
+}
+
+/* ---- completions that came before their run --------------------------- */
+
+/* Take the oldest early completion out of the FIFO; unless
+ * lg_early_take took it already, out of the map too, and acked unapplied. */
+static void lg_early_drop_head(fq_ledger *l)
+{
+    lg_early *e = l->early_head;
+    l->early_head = e->next;
+    if (!l->early_head)
+        l->early_tail = NULL;
+    if (e->until_ms != INT64_MIN) {
+        fq_u64map_remove(l->early, &e->node);
+        lg_ack(l, FQ_LEDGER_DONE, &e->ack);
+    }
+    e->next = l->early_free;
+    l->early_free = e;
+}
+
+static lg_early *lg_early_find(const fq_ledger *l, uint64_t h)
+{
+    fq_u64map_node *n = fq_u64map_find(l->early, h);
+    return n ? FQ_U64MAP_ENTRY(n, lg_early, node) : NULL;
+}
+
+/* Remember completion c (delivery ack) of run key h, which came before
+ * its run, unacked; the oldest is acked and forgotten past
+ * FQ_LEDGER_EARLY_MAX (a flood of forged ones holds no more memory, nor
+ * more of the done consumer's MaxAckPending). false: not remembered (one
+ * for h is already, or no memory): the caller acks it. */
+static bool lg_early_add(fq_ledger *l, uint64_t h, const fq_completion *c,
+                         const fq_ledger_ackref *ack)
+{
+    lg_early *e;
+    if (lg_early_find(l, h))
+        return false;
+    while (l->early_head && fq_u64map_count(l->early) >= FQ_LEDGER_EARLY_MAX)
+        lg_early_drop_head(l);
+    if (fq_u64map_reserve(l->early) != FQ_OK || !(e = lg_early_alloc(l)))
+        return false;
+    *e = (lg_early){.key = h, .actual = c->actual_tokens, .input = c->input_tokens,
+                    .output = c->output_tokens, .cached = c->cached_tokens, .kinds = c->kinds,
+                    .status = (uint8_t)c->status, .ack = *ack,
+                    .until_ms = l->now_ms + (int64_t)l->o.keep_done_ms};
+    fq_u64map_insert(l->early, &e->node);
+    if (l->early_tail)
+        l->early_tail->next = e;
+    else
+        l->early_head = e;
+    l->early_tail = e;
+    l->c.completions_early++;
+    return true;
+}
+
+/* Take e out of the map: the caller applies or acks it. It stays valid
+ * until lg_early_forget reaches it in the FIFO. */
+static void lg_early_take(fq_ledger *l, lg_early *e)
+{
+    fq_u64map_remove(l->early, &e->node);
+    e->until_ms = INT64_MIN;
+}
+
+/* Forget the early completions whose time has come (and those taken). */
+static void lg_early_forget(fq_ledger *l, int64_t now_ms)
+{
+    while (l->early_head && l->early_head->until_ms <= now_ms)
+        lg_early_drop_head(l);
 }
 
 /* ---- acks ---------------------------------------------------------------- */
@@ -1429,6 +1542,9 @@ size_t fq_ledger_dispatch(fq_ledger *l, size_t budget, uint64_t now, int64_t now
 
 /* ---- PubAcks ------------------------------------------------------------- */
 
+static void lg_reconcile(fq_ledger *l, lg_run *x, const fq_completion *c,
+                         const fq_ledger_ackref *done_ack);
+
 /* One of the publishes a dispatched run's ack waits for has settled. */
 static void lg_settled(fq_ledger *l, lg_run *x)
 {
@@ -1526,7 +1642,8 @@ bool fq_ledger_puback(fq_ledger *l, uint64_t token, enum fq_ledger_pub outcome, 
         fq_ledger_act *a = lg_note(l, FQ_LNOTE_REFUSAL_UNSTORED);
         if (a)
             a->js_err = js_err;
-        lg_ack_seq(l, kind == FQ_LTK_REJECT ? FQ_LEDGER_SUBMIT : FQ_LEDGER_DONE, v, 1);
+        if (!(v & LG_TOKEN_HELD))
+            lg_ack_seq(l, kind == FQ_LTK_REJECT ? FQ_LEDGER_SUBMIT : FQ_LEDGER_DONE, v, 1);
         return false;
     }
     if (!ok) {
@@ -1547,6 +1664,21 @@ bool fq_ledger_puback(fq_ledger *l, uint64_t token, enum fq_ledger_pub outcome, 
             return false;
         if (outcome == FQ_LEDGER_PUB_DUPLICATE)
             l->c.dispatch_duplicates++;     /* it reached the workers before a restart */
+        /* A completion that came before the run was held counts only if an
+         * earlier leader really dispatched it: not for a dispatch stored new. */
+        lg_early *e = x->in_key ? lg_early_find(l, x->key) : NULL;
+        if (e) {
+            lg_early_take(l, e);
+            if (outcome == FQ_LEDGER_PUB_DUPLICATE && x->state != LG_DONE) {
+                fq_completion c = {.actual_tokens = e->actual, .input_tokens = e->input,
+                                   .output_tokens = e->output, .cached_tokens = e->cached,
+                                   .kinds = e->kinds, .status = (enum fq_done_status)e->status};
+                l->c.completions_early_applied++;
+                lg_reconcile(l, x, &c, &e->ack);
+            } else {
+                lg_ack(l, FQ_LEDGER_DONE, &e->ack);
+            }
+        }
         x->lt->fails = 0;
         lg_dispatching_again(l);
         lg_unhold(l, x);    /* the dispatch is stored: its body is no longer needed */
@@ -1580,7 +1712,8 @@ bool fq_ledger_puback(fq_ledger *l, uint64_t token, enum fq_ledger_pub outcome, 
         lg_ack_seq(l, FQ_LEDGER_SUBMIT, v, 1);
         return false;
     case FQ_LTK_DONE_REJECT:
-        lg_ack_seq(l, FQ_LEDGER_DONE, v, 1);
+        if (!(v & LG_TOKEN_HELD))
+            lg_ack_seq(l, FQ_LEDGER_DONE, v, 1);
         return false;
     }
     return false;
@@ -1663,10 +1796,21 @@ static void lg_mark_done(fq_ledger *l, lg_run *x, const fq_ledger_ackref *done_a
     l->cur->dones[l->cur->ndones++] = done_ack->sseq;
 }
 
+/* Whether a journal batch not yet stored acks completion sseq. */
+static bool lg_done_pending(const fq_ledger *l, uint64_t sseq)
+{
+    for (size_t b = 0; b < 2; b++)
+        for (size_t i = 0; i < l->bat[b].ndones; i++)
+            if (l->bat[b].dones[i] == sseq)
+                return true;
+    return false;
+}
+
 /* Refuse completion d for the reason err: a copy to <rejected>._invalid,
  * acked once stored. Past FQ_LEDGER_DONE_COPIES_PER_SEC copies in a second
- * the rest are acked at once without one. */
-static void lg_refuse_done(fq_ledger *l, const fq_ledger_done *d, const char *err)
+ * the rest are acked at once without one. held: it is remembered as early,
+ * and acked when that is decided, not here. */
+static void lg_refuse_done(fq_ledger *l, const fq_ledger_done *d, const char *err, bool held)
 {
     uint64_t sec = l->now / 1000;
     if (sec != l->done_copy_sec) {
@@ -1675,20 +1819,61 @@ static void lg_refuse_done(fq_ledger *l, const fq_ledger_done *d, const char *er
     }
     if (l->done_copies >= FQ_LEDGER_DONE_COPIES_PER_SEC) {
         l->c.completion_copies_skipped++;
-        lg_ack(l, FQ_LEDGER_DONE, &d->ack);
+        if (!held)
+            lg_ack(l, FQ_LEDGER_DONE, &d->ack);
         return;
     }
     l->done_copies++;
     char why[400];
     snprintf(why, sizeof why, "invalid completion: %s", err);
-    lg_refuse(l, FQ_LEDGER_DONE, &d->ack, NULL, NULL, d->subject, FQ_EINVAL, why, &d->raw);
+    fq_ledger_act *a = lg_refuse(l, FQ_LEDGER_DONE, &d->ack, NULL, NULL, d->subject, FQ_EINVAL,
+                                 why, &d->raw);
+    if (a && held)      /* its copy's PubAck acks nothing: the early completion holds it */
+        a->token = FQ_LEDGER_TOKEN(FQ_LTK_DONE_REJECT, d->ack.sseq | LG_TOKEN_HELD);
+}
+
+/* Reconcile x, dispatched, with what its completion reported; done_ack:
+ * the completion's delivery, acked once its done record is stored. */
+static void lg_reconcile(fq_ledger *l, lg_run *x, const fq_completion *c,
+                         const fq_ledger_ackref *done_ack)
+{
+    bool late = x->state != LG_FLIGHT;
+    /* Kinds reported price the run; actual_tokens alone is its cost. */
+    uint64_t cost = c->kinds ? fq_price_cost(&x->lt->prices, c->input_tokens,
+                                             c->output_tokens, c->cached_tokens)
+                             : c->actual_tokens;
+    if (fq_sched_complete_priced(NULL, l->o.sched, x->seq, c->actual_tokens, cost) != FQ_OK)
+        fq_tenant_reconcile_priced(l->o.sched, x->lt->t, x->est, c->actual_tokens, cost);
+    if (late)
+        l->c.completions_unheld++;
+    else
+        l->c.completions++;
+    lg_debt_touch(l, x->lt);
+    if (c->status == FQ_DONE_OK)
+        fq_est_observe(l->o.est, x->lt->id, x->names->workflow, x->names->declared, x->est,
+                       cost);
+    fq_ledger_act *a = lg_act_new(l, FQ_LACT_RECONCILED);
+    if (a) {
+        a->lt = x->lt;
+        a->tenant = x->lt->id;
+        a->run_id = x->names->run_id;
+        a->workflow = x->names->workflow;
+        a->est = x->est;
+        a->actual = c->actual_tokens;
+        a->late = late;
+    }
+    lg_state(l, x, LG_DONE);
+    lg_mark_done(l, x, done_ack);
+    lg_key_del(l, x);
+    lg_maybe_free(l, x);
 }
 
 /*
  * A completion counts only for a run fairq dispatched and still remembers,
  * on that run's tenant's subject: in flight, or expired within
  * keep_done_ms. Anything else changes no deficit, creates no tenant and
- * records no run id: counted as unknown and refused. A completion of a
+ * records no run id: counted as unknown and refused (and remembered as
+ * early, until its run's dispatch says whether it counts). A completion of a
  * queued run waits (a nak) until the run is in flight, up to its
  * FQ_LEDGER_DONE_DEFER_MAX-th delivery: a leader before us may have
  * dispatched it unrecorded, and our dispatch of it is de-duplicated.
@@ -1710,26 +1895,45 @@ void fq_ledger_done_in(fq_ledger *l, const fq_ledger_done *d, uint64_t now, int6
     if (st == FQ_OK) {
         h = lg_key(l, d->tenant, d->c->run_id);
         x = lg_find_key(l, d->tenant, d->c->run_id, h);
+        lg_early *e = lg_early_find(l, h);
+        if (e && e->ack.sseq == d->ack.sseq) {
+            /* Held as early, delivered again: held on, until its run's
+             * dispatch is answered. */
+            if (!x || x->state == LG_QUEUED) {
+                e->ack = d->ack;
+                return;
+            }
+            lg_early_take(l, e);
+        }
     }
     if (x && x->state == LG_QUEUED && d->ack.delivered < FQ_LEDGER_DONE_DEFER_MAX) {
         l->c.completions_deferred++;
         lg_nak(l, FQ_LEDGER_DONE, &d->ack, FQ_LEDGER_DONE_DEFER_MS);
         return;
     }
+    bool held = false;
     if (x && x->state == LG_QUEUED) {
         /* A worker's bug: a run not dispatched has not run. It stays
-         * queued and is dispatched as if nothing came. */
+         * queued and is dispatched as if nothing came. Or a leader before
+         * us dispatched it, and our dispatch is still to come (retried
+         * through a full store, say): held as early, applied only if that
+         * dispatch is answered duplicate. */
         st = FQ_EINVAL;
         snprintf(err, sizeof err, "run_id %s is queued, not dispatched yet", d->c->run_id);
+        held = lg_early_add(l, h, d->c, &d->ack);
     }
     if (st != FQ_OK) {
         l->c.completions_invalid++;
-        lg_refuse_done(l, d, err);
+        lg_refuse_done(l, d, err, held);
         return;
     }
     if (!x && lg_done_find(l, h)) {
         l->c.completions_duplicate++;
-        lg_ack(l, FQ_LEDGER_DONE, &d->ack);
+        /* The same completion delivered again (its consumer made again)
+         * while its done record waits for its batch: that batch acks it.
+         * Acked now, it would be lost with the batch to a crash. */
+        if (!lg_done_pending(l, d->ack.sseq))
+            lg_ack(l, FQ_LEDGER_DONE, &d->ack);
         return;
     }
     if (!x) {
@@ -1737,38 +1941,10 @@ void fq_ledger_done_in(fq_ledger *l, const fq_ledger_done *d, uint64_t now, int6
         snprintf(err, sizeof err, "run_id %s is no run of tenant %s that fairq dispatched "
                  "and remembers (in flight, or expired within %" PRIu64 " ms)", d->c->run_id,
                  d->tenant, l->o.keep_done_ms);
-        lg_refuse_done(l, d, err);
+        lg_refuse_done(l, d, err, lg_early_add(l, h, d->c, &d->ack));
         return;
     }
-    bool late = x->state != LG_FLIGHT;
-    /* Kinds reported price the run; actual_tokens alone is its cost. */
-    uint64_t cost = d->c->kinds ? fq_price_cost(&x->lt->prices, d->c->input_tokens,
-                                                d->c->output_tokens, d->c->cached_tokens)
-                                : d->c->actual_tokens;
-    if (fq_sched_complete_priced(NULL, l->o.sched, x->seq, d->c->actual_tokens, cost) != FQ_OK)
-        fq_tenant_reconcile_priced(l->o.sched, x->lt->t, x->est, d->c->actual_tokens, cost);
-    if (late)
-        l->c.completions_unheld++;
-    else
-        l->c.completions++;
-    lg_debt_touch(l, x->lt);
-    if (d->c->status == FQ_DONE_OK)
-        fq_est_observe(l->o.est, x->lt->id, x->names->workflow, x->names->declared, x->est,
-                       cost);
-    fq_ledger_act *a = lg_act_new(l, FQ_LACT_RECONCILED);
-    if (a) {
-        a->lt = x->lt;
-        a->tenant = x->lt->id;
-        a->run_id = x->names->run_id;
-        a->workflow = x->names->workflow;
-        a->est = x->est;
-        a->actual = d->c->actual_tokens;
-        a->late = late;
-    }
-    lg_state(l, x, LG_DONE);
-    lg_mark_done(l, x, &d->ack);
-    lg_key_del(l, x);
-    lg_maybe_free(l, x);
+    lg_reconcile(l, x, d->c, &d->ack);
 }
 
 /* ---- leases that ran out ------------------------------------------------- */
@@ -1828,6 +2004,7 @@ void fq_ledger_tick(fq_ledger *l, uint64_t now, int64_t now_ms)
             a->n = e.early;
     }
     lg_done_forget(l, now_ms);
+    lg_early_forget(l, now_ms);
     lg_acks_later(l);
 }
 
@@ -2061,7 +2238,8 @@ fq_status fq_ledger_create(fq_ledger **out, const fq_ledger_opts *o)
     uint64_t seed = o->hash_key[0] ^ o->hash_key[1];
     if (fq_u64map_create(&l->by_seq, FQ_U64MAP_KEY_OFFSET(lg_run, seq_node, seq), 1024, seed) ||
         fq_u64map_create(&l->by_key, FQ_U64MAP_KEY_OFFSET(lg_run, key_node, key), 1024, seed) ||
-        fq_u64map_create(&l->done, FQ_U64MAP_KEY_OFFSET(lg_done, node, key), 1024, seed)) {
+        fq_u64map_create(&l->done, FQ_U64MAP_KEY_OFFSET(lg_done, node, key), 1024, seed) ||
+        fq_u64map_create(&l->early, FQ_U64MAP_KEY_OFFSET(lg_early, node, key), 64, seed)) {
         fq_ledger_destroy(l);
         return FQ_ENOMEM;
     }
@@ -2103,6 +2281,7 @@ void fq_ledger_destroy(fq_ledger *l)
     fq_u64map_destroy(l->by_seq, NULL);
     fq_u64map_destroy(l->by_key, NULL);
     fq_u64map_destroy(l->done, NULL);
+    fq_u64map_destroy(l->early, NULL);
     for (size_t i = 0; i < 2; i++) {
         free(l->bat[i].runs);
         free(l->bat[i].dones);

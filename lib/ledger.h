@@ -186,6 +186,7 @@ typedef struct fq_ledger_opts {
 #define FQ_LEDGER_DONE_COPIES_PER_SEC 100   /* refused completions copied a second */
 #define FQ_LEDGER_DONE_DEFER_MS 500     /* a deferred completion comes back after this */
 #define FQ_LEDGER_DONE_DEFER_MAX 10     /* ... until its 10th delivery, then it is decided */
+#define FQ_LEDGER_EARLY_MAX 10000      /* completions before their run remembered at most */
 #define FQ_LEDGER_DEBT_PER_TURN 256     /* debt records refreshed or forgiven a tick at most */
 #define FQ_LEDGER_SYNTH_ID (1ULL << 62) /* scheduler ids of runs read back without a sequence */
 
@@ -350,7 +351,11 @@ typedef struct fq_ledger_done {
  * remembered), defer it while its run is queued (a nak, up to
  * FQ_LEDGER_DONE_DEFER_MAX deliveries), ack a duplicate, refuse the rest
  * (a copy to <rejected>._invalid, FQ_LEDGER_DONE_COPIES_PER_SEC a second,
- * acked without a copy past that). */
+ * acked without a copy past that). One of a run not held yet is also
+ * remembered (FQ_LEDGER_EARLY_MAX at most, for keep_done_ms): if that
+ * run's dispatch comes back a duplicate (a leader before dispatched it
+ * without its flight record stored), it is reconciled then; a dispatch
+ * stored new forgets it. */
 void fq_ledger_done_in(fq_ledger *l, const fq_ledger_done *d, uint64_t now, int64_t now_ms);
 
 /* What became of a publish of the ledger's. */
@@ -419,6 +424,9 @@ typedef struct fq_ledger_counters {
     uint64_t dispatched, dispatch_duplicates, body_reads, body_lost;
     uint64_t completions, completions_unheld, completions_duplicate, completions_invalid;
     uint64_t completions_unknown, completion_copies_skipped, completions_deferred;
+    uint64_t completions_early;         /* unknown ones remembered: their run may come */
+    uint64_t completions_early_applied; /* ... reconciled when its dispatch came back a
+                                           duplicate: an earlier leader dispatched it */
     uint64_t expired, expired_forgotten_early, adopted, adopt_overflow;
     uint64_t dispatch_failures, refusals_unstored, debts_forgiven, pub_failures;
     uint64_t fetch_pauses;      /* times fetching paused for max_buffered_runs */

@@ -617,6 +617,10 @@ const fq_overall_row fq_overall_rows[] = {
     OV(COUNTER, completions_deferred, "completions_deferred", "fairq_completions_deferred_total",
        NULL, "Completions naked to be looked at again in 500 ms, their run queued, not in "
        "flight yet."),
+    OV(COUNTER, completions_early_applied, "completions_early_applied",
+       "fairq_completions_early_applied_total", NULL,
+       "Completions held before their run was in flight, reconciled when its dispatch came "
+       "back a duplicate: an earlier leader had dispatched it."),
     OV(COUNTER, publish_failures, "publish_failures", "fairq_publish_failures_total", NULL,
        "Publishes (dispatch, refusal, journal) that failed and were retried."),
     OV(COUNTER, dispatch_failures, "dispatch_failures", "fairq_dispatch_failures_total", NULL,

@@ -172,6 +172,8 @@ typedef struct fq_metrics_overall {
                                        acked without a copy, past 100 a second */
     uint64_t completions_deferred;  /* counter: completions naked to be looked at again,
                                        their run not in flight yet (protocol.md, 3) */
+    uint64_t completions_early_applied; /* counter: completions held before their run was
+                                       in flight, reconciled on its duplicate dispatch */
     uint64_t index_only_runs;       /* held without their body in memory */
     uint64_t body_reads;            /* counter: bodies read back at dispatch */
     uint64_t body_lost;             /* counter: bodies gone from the stream */

@@ -1049,6 +1049,7 @@ static void px_overall(fq_metrics_overall *a, fq_proxy *p)
         .expired_forgotten_early = lc->expired_forgotten_early,
         .completion_copies_skipped = lc->completion_copies_skipped,
         .completions_deferred = lc->completions_deferred,
+        .completions_early_applied = lc->completions_early_applied,
         .index_only_runs = ls.index_only, .body_reads = lc->body_reads,
         .body_lost = lc->body_lost,
         .completions = {[FQ_COMPLETION_HELD] = lc->completions,

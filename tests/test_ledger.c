@@ -923,6 +923,153 @@ static void test_rebuild_run_id_reused(void **state)
     world_free(w);
 }
 
+/* A completion that comes before its run is held (a leader before this
+ * one dispatched the run without its flight record stored, and the worker
+ * was quick) is refused and held unacked; when the run's dispatch comes
+ * back a duplicate it is reconciled once, and acked with its done record
+ * (dst_ledger seed 5: it was acked as unknown, and the run held a slot
+ * until its lease ran out, never reconciled). Delivered again while held,
+ * it is neither counted nor copied again. */
+static void test_early_completion_applied_on_duplicate(void **state)
+{
+    (void)state;
+    world *w = world_new();
+    fq_ledger_journal_marked(w->l, 1);
+    complete(w, "a", 700, "r1", 300);
+    const fq_ledger_act *r = find(w, FQ_LACT_REFUSE, 0);
+    assert_non_null(r);
+    assert_non_null(strstr(r->sentence, "run_id r1 is no run of tenant a"));
+    assert_false(puback(w, r->token, FQ_LEDGER_PUB_STORED, 0));
+    assert_false(acked(w, FQ_LEDGER_DONE, 700));        /* held */
+    complete_full(w, "a", 700, "r1", 300, 2);           /* its redelivery */
+    assert_int_equal(w->nacts, 0);
+    assert_int_equal(fq_ledger_counters_get(w->l)->completions_unknown, 1);
+    submit(w, "a", 10, "r1", 100);
+    turn(w);
+    const fq_ledger_act *d = find(w, FQ_LACT_DISPATCH, 0);
+    assert_non_null(d);
+    uint64_t tok = d->token;
+    store_journal(w, find(w, FQ_LACT_JOURNAL, 0));
+    int64_t d0 = deficit(w, "a");
+    puback(w, tok, FQ_LEDGER_PUB_DUPLICATE, 0);
+    const fq_ledger_act *rc = find(w, FQ_LACT_RECONCILED, 0);
+    assert_non_null(rc);
+    assert_int_equal(rc->actual, 300);
+    assert_int_equal(deficit(w, "a"), d0 - 200);
+    assert_true(acked(w, FQ_LEDGER_SUBMIT, 10));
+    assert_false(acked(w, FQ_LEDGER_DONE, 700));        /* not before its done record */
+    fq_ledger_flush(w->l, w->now, w->now_ms);
+    drain(w);
+    store_journal(w, find(w, FQ_LACT_JOURNAL, 0));
+    assert_true(acked(w, FQ_LEDGER_DONE, 700));
+    size_t dones = 0;
+    for (size_t i = 0; i < w->nrecs; i++)
+        dones += w->recs[i].type == FQ_JREC_DONE && w->recs[i].seq == 10;
+    assert_int_equal(dones, 1);
+    complete(w, "a", 701, "r1", 300);                   /* the worker's second copy */
+    assert_int_equal(count(w, FQ_LACT_RECONCILED), 0);
+    assert_true(acked(w, FQ_LEDGER_DONE, 701));
+    const fq_ledger_counters *c = fq_ledger_counters_get(w->l);
+    assert_int_equal(c->completions_early, 1);
+    assert_int_equal(c->completions_early_applied, 1);
+    assert_int_equal(c->completions, 1);
+    world_free(w);
+}
+
+/* A forged completion for a run id not submitted yet never completes the
+ * run that comes later with it: that run's dispatch is stored new, and
+ * the forgery is acked unapplied; the worker's own completion reconciles
+ * it. A completion of a queued run held past its deferral is the same. */
+static void test_early_completion_forged_not_applied(void **state)
+{
+    (void)state;
+    world *w = world_new();
+    fq_ledger_journal_marked(w->l, 1);
+    complete(w, "a", 700, "r1", 1);
+    submit(w, "a", 10, "r1", 100);
+    complete_full(w, "a", 700, "r1", 1, 3);             /* held: no nak, no refusal */
+    assert_int_equal(w->nacts, 0);
+    turn(w);
+    uint64_t tok = find(w, FQ_LACT_DISPATCH, 0)->token;
+    store_journal(w, find(w, FQ_LACT_JOURNAL, 0));
+    int64_t d0 = deficit(w, "a");
+    puback(w, tok, FQ_LEDGER_PUB_STORED, 0);
+    assert_int_equal(count(w, FQ_LACT_RECONCILED), 0);
+    assert_true(acked(w, FQ_LEDGER_DONE, 700));
+    assert_int_equal(deficit(w, "a"), d0);
+    complete(w, "a", 701, "r1", 100);
+    assert_non_null(find(w, FQ_LACT_RECONCILED, 0));
+    /* Queued, its deferral over: held, then acked unapplied. */
+    submit(w, "a", 11, "r2", 100);
+    complete_full(w, "a", 702, "r2", 1, FQ_LEDGER_DONE_DEFER_MAX);
+    assert_non_null(strstr(find(w, FQ_LACT_REFUSE, 0)->sentence, "is queued"));
+    assert_false(acked(w, FQ_LEDGER_DONE, 702));
+    turn(w);
+    tok = find(w, FQ_LACT_DISPATCH, 0)->token;
+    puback(w, tok, FQ_LEDGER_PUB_STORED, 0);
+    assert_true(acked(w, FQ_LEDGER_DONE, 702));
+    assert_int_equal(count(w, FQ_LACT_RECONCILED), 0);
+    assert_int_equal(fq_ledger_counters_get(w->l)->completions_early_applied, 0);
+    world_free(w);
+}
+
+/* Early completions are bounded: past FQ_LEDGER_EARLY_MAX the oldest is
+ * acked and forgotten, and each is acked keep_done_ms after it came. */
+static void test_early_completions_bounded(void **state)
+{
+    (void)state;
+    world *w = world_new();
+    fq_ledger_journal_marked(w->l, 1);
+    complete(w, "a", 900, "x1", 1);
+    complete(w, "b", 901, "x2", 1);
+    tick_time(w, w->o.keep_done_ms - 1);
+    fq_ledger_tick(w->l, w->now, w->now_ms);
+    drain(w);
+    assert_int_equal(count(w, FQ_LACT_ACK), 0);
+    tick_time(w, 1);
+    fq_ledger_tick(w->l, w->now, w->now_ms);
+    drain(w);
+    assert_int_equal(count(w, FQ_LACT_ACK), 2);
+    assert_true(acked(w, FQ_LEDGER_DONE, 900) && acked(w, FQ_LEDGER_DONE, 901));
+    for (uint64_t i = 0; i < FQ_LEDGER_EARLY_MAX; i++) {
+        char id[32];
+        snprintf(id, sizeof id, "f%llu", (unsigned long long)i);
+        complete(w, "a", 1000 + i, id, 1);
+        assert_int_equal(count(w, FQ_LACT_ACK), 0);
+    }
+    complete(w, "a", 1000 + FQ_LEDGER_EARLY_MAX, "one-more", 1);
+    assert_int_equal(count(w, FQ_LACT_ACK), 1);
+    assert_true(acked(w, FQ_LEDGER_DONE, 1000));
+    fq_ledger_stats st;
+    fq_ledger_stats_get(&st, w->l);
+    assert_int_equal(fq_ledger_counters_get(w->l)->completions_early, FQ_LEDGER_EARLY_MAX + 3);
+    world_free(w);
+}
+
+/* The same completion delivered again (its consumer made again) while its
+ * done record waits for its batch is not acked: the batch acks it, and a
+ * crash before then brings it back (dst_ledger seed 8, once the early
+ * completions were held: acked as a duplicate, it was lost with the
+ * batch). */
+static void test_completion_again_while_its_record_waits(void **state)
+{
+    (void)state;
+    world *w = world_new();
+    fq_ledger_journal_marked(w->l, 1);
+    dispatched(w, "a", 10, "r1", 100);
+    complete(w, "a", 500, "r1", 300);
+    assert_non_null(find(w, FQ_LACT_RECONCILED, 0));
+    complete(w, "a", 500, "r1", 300);
+    assert_int_equal(count(w, FQ_LACT_ACK), 0);
+    fq_ledger_flush(w->l, w->now, w->now_ms);
+    drain(w);
+    store_journal(w, find(w, FQ_LACT_JOURNAL, 0));
+    assert_true(acked(w, FQ_LEDGER_DONE, 500));
+    complete(w, "a", 500, "r1", 300);                   /* stored now: acked */
+    assert_true(acked(w, FQ_LEDGER_DONE, 500));
+    world_free(w);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -941,6 +1088,10 @@ int main(void)
         cmocka_unit_test(test_redelivery_published_again_fails),
         cmocka_unit_test(test_rebuild_run_id_reused),
         cmocka_unit_test(test_refusal_unsent_is_naked),
+        cmocka_unit_test(test_early_completion_applied_on_duplicate),
+        cmocka_unit_test(test_early_completion_forged_not_applied),
+        cmocka_unit_test(test_early_completions_bounded),
+        cmocka_unit_test(test_completion_again_while_its_record_waits),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

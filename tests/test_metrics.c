@@ -187,6 +187,7 @@ static void test_values_and_labels(void **state)
     s->all.expired_forgotten_early = 67;
     s->all.completion_copies_skipped = 68;
     s->all.completions_deferred = 171;
+    s->all.completions_early_applied = 172;
     s->all.admin_requests_too_long = 69;
     s->all.index_only_runs = 300;
     s->all.body_reads = 310;
@@ -257,6 +258,7 @@ static void test_values_and_labels(void **state)
     assert_true(value_of(t, "fairq_expired_forgotten_early_total") == 67);
     assert_true(value_of(t, "fairq_completion_copies_skipped_total") == 68);
     assert_true(value_of(t, "fairq_completions_deferred_total") == 171);
+    assert_true(value_of(t, "fairq_completions_early_applied_total") == 172);
     assert_true(value_of(t, "fairq_admin_requests_too_long_total") == 69);
     assert_true(value_of(t, "fairq_index_only_runs") == 300);
     assert_true(value_of(t, "fairq_body_reads_total") == 310);
