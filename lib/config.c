@@ -10,6 +10,7 @@
 
 #include "config.h"
 #include "buf.h"
+#include "lease.h"
 #include "metrics.h"
 #include "partition.h"
 #include "yamlerr.h"
@@ -731,6 +732,8 @@ static const cfg_field cfg_fields[] = {
      .def = FQ_DEFAULT_DURABLE, CFG_STREAM_NAME},
     {"streams.lease_bucket", CFG_TEXT, CFG_RESTART, CFG_AT(streams.lease_bucket),
      .def = FQ_DEFAULT_LEASE_BUCKET, CFG_BUCKET},
+    {"streams.lease_ttl_ms", CFG_NUM, CFG_RESTART, CFG_AT(streams.lease_ttl_ms),
+     .num = FQ_LEASE_TTL_DEFAULT_MS, .min = FQ_LEASE_TTL_MIN_MS, .max = FQ_LEASE_TTL_MAX_MS},
     {"streams.tenants_bucket", CFG_TEXT, CFG_RESTART, CFG_AT(streams.tenants_bucket),
      .def = FQ_DEFAULT_TENANTS_BUCKET, CFG_BUCKET},
     {"streams.replicas", CFG_NUM, CFG_RESTART, CFG_AT(streams.replicas),

@@ -58,6 +58,8 @@ typedef struct fq_config {
         char *durable;              /* FQ_DEFAULT_DURABLE: the proxy's consumer
                                        on submit and on done */
         char *lease_bucket;         /* FQ_DEFAULT_LEASE_BUCKET: the leader lease */
+        uint64_t lease_ttl_ms;      /* its TTL: a silent holder loses it after this,
+                                       FQ_LEASE_TTL_DEFAULT_MS, 1 s to 1 min */
         char *tenants_bucket;       /* FQ_DEFAULT_TENANTS_BUCKET: runtime overrides */
         uint32_t replicas;          /* of every stream and bucket, 1 to 5, default 1 */
         uint64_t duplicate_window_ms; /* dispatch de-duplication, default

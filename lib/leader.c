@@ -36,8 +36,8 @@ fq_status fq_leader_create(fq_leader **out, fq_nio *nio, fq_probes *probes,
     fq_leader *l = calloc(1, sizeof *l);
     if (!l)
         return FQ_ENOMEM;
-    fq_lease_opts lo = {.ttl_ms = o->ttl_ms, .margin_ms = FQ_LEADER_MARGIN_MS,
-                        .renew_ms = FQ_LEADER_RENEW_MS, .retry_ms = FQ_LEADER_RETRY_MS};
+    fq_lease_opts lo;
+    fq_lease_opts_for(&lo, o->ttl_ms);  /* renewal, margin and retry in the TTL's ratios */
     if (fq_lease_init(&l->lease, "leader", o->id, &lo) != FQ_OK) {
         free(l);
         return FQ_EINVAL;

@@ -21,10 +21,6 @@
  * and was taken back) is handed to the caller, whose consumers carry it.
  */
 
-#define FQ_LEADER_MARGIN_MS 500     /* fresh ends this long before the TTL: lib/lease.h */
-#define FQ_LEADER_RENEW_MS 1000     /* a renewal a second: two may fail before it is stale */
-#define FQ_LEADER_RETRY_MS 500      /* a standby reads the key twice a second */
-
 typedef struct fq_leader fq_leader;
 
 typedef struct fq_leader_opts {

@@ -20,6 +20,12 @@
 
 #include <string.h>
 
+void fq_lease_opts_for(fq_lease_opts *o, uint64_t ttl_ms)
+{
+    *o = (fq_lease_opts){.ttl_ms = ttl_ms, .margin_ms = ttl_ms / 6, .renew_ms = ttl_ms / 3,
+                         .retry_ms = ttl_ms / 6};
+}
+
 fq_status fq_lease_init(fq_lease *l, const char *key, const char *id, const fq_lease_opts *o)
 {
     if (!key || !id || strlen(key) > FQ_LEASE_KEY_MAX || !*key || strlen(id) > FQ_LEASE_ID_MAX ||

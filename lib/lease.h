@@ -48,6 +48,9 @@
  */
 
 #define FQ_LEASE_RELEASED "released"    /* the value a holder leaves at a graceful stop */
+#define FQ_LEASE_TTL_DEFAULT_MS 3000    /* streams.lease_ttl_ms: a silent holder loses it after */
+#define FQ_LEASE_TTL_MIN_MS 1000        /* ... its range: a margin of 166 ms at least */
+#define FQ_LEASE_TTL_MAX_MS 60000       /* ... and a takeover within a minute at most */
 #define FQ_LEASE_KEY_MAX 64
 #define FQ_LEASE_ID_MAX 128
 
@@ -97,6 +100,12 @@ typedef struct fq_lease {
     bool recheck;               /* LEADING: a renewal was refused; read the key next */
     uint64_t next_at;           /* monotonic ms before which the next read waits */
 } fq_lease;
+
+/* The options of a lease of ttl_ms, the others in the ratios of the 3 s
+ * lease they were measured for: a renewal every third of it (two may fail
+ * before it is stale), fresh until a sixth of it before its end (500 ms),
+ * a standby's read every sixth of it. */
+void fq_lease_opts_for(fq_lease_opts *o, uint64_t ttl_ms);
 
 /* Start as a standby for key (at most FQ_LEASE_KEY_MAX bytes) with our id
  * (at most FQ_LEASE_ID_MAX bytes, not FQ_LEASE_RELEASED). FQ_EINVAL when

@@ -2049,6 +2049,23 @@ fq_status fq_nio_kv_ensure(fq_nio *n, const char *bucket, uint64_t ttl_ms, int64
     return FQ_OK;
 }
 
+fq_status fq_nio_kv_ttl(uint64_t *ttl_ms, fq_nio *n, const char *bucket)
+{
+    kvStore *kv = NULL;
+    kvStatus *st = NULL;
+    *ttl_ms = 0;
+    if (nio_kv_open(&kv, n, bucket) != FQ_OK)
+        return FQ_EIO;
+    natsStatus s = kvStore_Status(&st, kv);
+    if (s == NATS_OK) {
+        int64_t ns = kvStatus_TTL(st);     /* the stream's MaxAge, in ns */
+        *ttl_ms = ns > 0 ? (uint64_t)ns / NIO_NS_PER_MS : 0;
+    }
+    kvStatus_Destroy(st);
+    kvStore_Destroy(kv);
+    return s == NATS_OK ? FQ_OK : FQ_EIO;
+}
+
 static fq_status nio_kv_status(natsStatus s, jsErrCode jerr)
 {
     if (s == NATS_OK)

@@ -1523,7 +1523,7 @@ static size_t px_drain(fq_proxy *p, int timeout_ms);
 
 /* Hand the lease back at a stop, so that a standby takes over at once,
  * waiting for the PubAck until `until` at most: unanswered, the lease ages
- * out within FQ_LEASE_TTL_MS all the same. */
+ * out within streams.lease_ttl_ms all the same. */
 static void px_lease_release(fq_proxy *p, uint64_t until)
 {
     if (!fq_leader_release(p->ld))
@@ -1576,7 +1576,8 @@ static bool px_sleep_unless_stopped(fq_proxy *p, int ms)
 static fq_status px_leader_create(fq_proxy *p)
 {
     fq_leader_opts lo = {.bucket = p->cfg.streams.lease_bucket, .id = p->lease_id,
-                         .ttl_ms = FQ_LEASE_TTL_MS, .renew_token = TK_MAKE(TK_LEASE, 0),
+                         .ttl_ms = p->cfg.streams.lease_ttl_ms,
+                         .renew_token = TK_MAKE(TK_LEASE, 0),
                          .release_token = TK_MAKE(TK_LEASE, PX_LEASE_RELEASE),
                          .lead = px_lease_lead, .arg = p};
     fq_status s = fq_leader_create(&p->ld, p->nio, p->probes, &lo);
@@ -1662,13 +1663,29 @@ static fq_status px_streams(fq_proxy *p)
         return FQ_EIO;
     fq_ledger_opts lo = px_ledger_opts(p);     /* derived run ids need the creation */
     fq_ledger_set_opts(p->ledger, &lo);
-    if (fq_nio_kv_ensure(p->nio, c->streams.lease_bucket, FQ_LEASE_TTL_MS, 0, 0, rep, warn,
-                         sizeof warn) != FQ_OK) {
+    if (fq_nio_kv_ensure(p->nio, c->streams.lease_bucket, c->streams.lease_ttl_ms, 0, 0, rep,
+                         warn, sizeof warn) != FQ_OK) {
         if (px_denied_at_start(p))
             return FQ_EINVAL;
         fq_log(FQ_LOG_ERROR, "cannot create the lease bucket",
                FQ_STR("bucket", c->streams.lease_bucket), FQ_STR("reason", warn));
         return FQ_EIO;
+    }
+    /* A bucket made before keeps its TTL. Freshness counts on the key
+     * living lease_ttl_ms: a bucket that ages keys out sooner would let a
+     * standby take the lease while we still act on it. */
+    uint64_t ttl = 0;
+    if (fq_nio_kv_ttl(&ttl, p->nio, c->streams.lease_bucket) != FQ_OK) {
+        fq_log(FQ_LOG_ERROR, "cannot read the lease bucket's TTL",
+               FQ_STR("bucket", c->streams.lease_bucket));
+        return FQ_EIO;
+    }
+    if (ttl != c->streams.lease_ttl_ms) {
+        fq_log(FQ_LOG_ERROR, "the lease bucket's TTL is not streams.lease_ttl_ms: stop every "
+               "proxy, delete the bucket (it holds only the lease), and start them with one "
+               "lease_ttl_ms", FQ_STR("bucket", c->streams.lease_bucket),
+               FQ_UINT("bucket_ttl_ms", ttl), FQ_UINT("lease_ttl_ms", c->streams.lease_ttl_ms));
+        return FQ_EINVAL;
     }
     return FQ_OK;
 }
@@ -1936,7 +1953,7 @@ static bool px_become_leader(fq_proxy *p)
                    ls->holder[0] ? "standing by: another proxy holds the leader lease on "
                                    "these streams; taking over when it stops renewing it"
                                  : "standing by: cannot read the leader lease",
-                   FQ_STR("holder", ls->holder), FQ_UINT("lease_ttl_ms", FQ_LEASE_TTL_MS));
+                   FQ_STR("holder", ls->holder), FQ_UINT("lease_ttl_ms", p->cfg.streams.lease_ttl_ms));
             next_log = now + PX_STANDBY_LOG_MS;
         }
         if (p->http && now >= next_snap) {

@@ -13,7 +13,6 @@ typedef struct fq_proxy fq_proxy;
 
 /* Stream, consumer and bucket names and the streams' limits come from
  * the config (streams.*); these are fixed. */
-#define FQ_LEASE_TTL_MS 3000u           /* a silent holder loses the lease after this */
 #define FQ_PROXY_STOP_MS 10000u         /* a graceful stop, from the signal to the exit */
 #define FQ_QUEUE_AGE_WARN_EVERY_MS 60000u /* ... at most once per tenant per this */
 #define FQ_QUEUE_AGE_WARN_LINES 10u     /* ... and for this many tenants a second at most,

@@ -118,7 +118,7 @@ static void test_take_standby_renew_fence_release(void **state)
 
     /* A renewal does not wait; its PubAck confirms a later send. */
     uint64_t sent = fq_leader_lease(a->l)->confirmed_sent;
-    uint64_t due = fq_nio_mono_ms() + FQ_LEADER_RENEW_MS;
+    uint64_t due = fq_nio_mono_ms() + fq_leader_lease(a->l)->o.renew_ms;
     assert_true(fq_leader_renew(a->l, due, true));
     settle(a, RENEW_TOKEN);
     assert_true(fq_leader_lease(a->l)->confirmed_sent > sent);
@@ -138,7 +138,7 @@ static void test_take_standby_renew_fence_release(void **state)
     assert_true(fq_leader_releasing(a->l));
     settle(a, RELEASE_TOKEN);
     assert_false(fq_leader_releasing(a->l));
-    fq_leader_step(b->l, fq_nio_mono_ms() + FQ_LEADER_RETRY_MS);    /* its next read is due */
+    fq_leader_step(b->l, fq_nio_mono_ms() + fq_leader_lease(b->l)->o.retry_ms); /* its read */
     assert_int_equal(fq_leader_lease(b->l)->state, FQ_LEASE_LEADING);
     assert_int_equal(b->leads, 1);
     assert_true(b->term > a->term);

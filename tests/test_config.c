@@ -138,6 +138,7 @@ static void test_defaults(void **state)
     assert_string_equal(c.streams.runs, "FAIRQ_RUNS");
     assert_string_equal(c.streams.durable, "fairq");
     assert_string_equal(c.streams.lease_bucket, "fairq_lease");
+    assert_int_equal(c.streams.lease_ttl_ms, 3000);
     assert_string_equal(c.streams.tenants_bucket, "fairq_tenants");
     assert_int_equal(c.streams.replicas, 1);
     assert_int_equal(c.partitions, 1);      /* no mapping: as before partitions */
@@ -203,6 +204,7 @@ static void test_values_are_read(void **state)
         "  runs: B_RUNS\n"
         "  durable: b-proxy\n"
         "  lease_bucket: b_lease\n"
+        "  lease_ttl_ms: 10000\n"
         "  tenants_bucket: b_tenants\n"
         "  replicas: 3\n"
         "  duplicate_window_ms: 120000\n"
@@ -256,6 +258,7 @@ static void test_values_are_read(void **state)
     assert_string_equal(c.streams.runs, "B_RUNS");
     assert_string_equal(c.streams.durable, "b-proxy");
     assert_string_equal(c.streams.lease_bucket, "b_lease");
+    assert_int_equal(c.streams.lease_ttl_ms, 10000);
     assert_string_equal(c.streams.tenants_bucket, "b_tenants");
     assert_int_equal(c.streams.replicas, 3);
     assert_int_equal(c.streams.duplicate_window_ms, 120000);
@@ -388,6 +391,9 @@ static const struct {
      "t.yaml:2:33: scheduler.classes: 'a,b,a' is not a list of priority classes, highest "
      "first: 2 to 4 distinct names of 1 to 32 of [A-Za-z0-9_-], each with an optional "
      ":max_pending, separated by commas"},
+    {BASE "streams: {lease_ttl_ms: 999}\n", "t.yaml:5:11: streams.lease_ttl_ms: must be >= 1000"},
+    {BASE "streams: {lease_ttl_ms: 60001}\n",
+     "t.yaml:5:11: streams.lease_ttl_ms: must be <= 60000"},
     {BASE "streams: {replicas: 0}\n", "t.yaml:5:11: streams.replicas: must be >= 1"},
     {"nats: {url: n}\nscheduler: {default_plan: free, quantum_tokens: 0}\nplans: [{name: free}]\n",
      "t.yaml:2:33: scheduler.quantum_tokens: must be >= 1"},
@@ -507,7 +513,7 @@ static const struct {
      "sign, fraction or leading zero)"},
     {BASE "streams: {lease: fairq_lease}\n",
      "t.yaml:5:11: streams.lease: unknown key (known here: submit, dispatch, done, rejected, "
-     "runs, durable, lease_bucket, tenants_bucket, replicas, duplicate_window_ms, "
+     "runs, durable, lease_bucket, lease_ttl_ms, tenants_bucket, replicas, duplicate_window_ms, "
      "dispatch_max_age_ms, rejected_max_age_ms, submit_max_msgs_per_tenant, "
      "submit_max_bytes, rejected_max_msgs_per_tenant, rejected_max_bytes)"},
     {"nats: {url: n}\nscheduler: {default_plan: free, unknown_tenants: deny}\n"
@@ -774,15 +780,16 @@ static void test_diff_restart(void **state)
     /* Every stream setting takes a restart: the streams exist already. */
     parse_ok(&b, BASE "subjects: {runs: other.runs}\n"
                  "streams: {submit: S, dispatch: D, done: F, rejected: R, runs: J,"
-                 " durable: d, lease_bucket: l, tenants_bucket: t, duplicate_window_ms: 60000,"
+                 " durable: d, lease_bucket: l, lease_ttl_ms: 6000, tenants_bucket: t,"
+                 " duplicate_window_ms: 60000,"
                  " dispatch_max_age_ms: 60000, rejected_max_age_ms: 60000,"
                  " submit_max_msgs_per_tenant: 1, submit_max_bytes: 1,"
                  " rejected_max_msgs_per_tenant: 1, rejected_max_bytes: 1}\n");
     char all[1024];
-    assert_int_equal(fq_config_diff_restart(&a, &b, all, sizeof(all)), 16);
+    assert_int_equal(fq_config_diff_restart(&a, &b, all, sizeof(all)), 17);
     assert_string_equal(all, "subjects.runs,streams.submit,streams.dispatch,streams.done,"
                         "streams.rejected,streams.runs,streams.durable,streams.lease_bucket,"
-                        "streams.tenants_bucket,streams.duplicate_window_ms,"
+                        "streams.lease_ttl_ms,streams.tenants_bucket,streams.duplicate_window_ms,"
                         "streams.dispatch_max_age_ms,streams.rejected_max_age_ms,"
                         "streams.submit_max_msgs_per_tenant,streams.submit_max_bytes,"
                         "streams.rejected_max_msgs_per_tenant,streams.rejected_max_bytes");
@@ -917,7 +924,7 @@ static void test_dispatch_max_age(void **state)
     assert_non_null(strstr(buf, " streams.submit=FAIR_SUBMIT streams.dispatch=FAIR_DISPATCH"
                             " streams.done=FAIR_DONE streams.rejected=FAIR_REJECTED"
                             " streams.runs=FAIRQ_RUNS streams.durable=fairq"
-                            " streams.lease_bucket=fairq_lease"
+                            " streams.lease_bucket=fairq_lease streams.lease_ttl_ms=3000"
                             " streams.tenants_bucket=fairq_tenants streams.replicas=1"
                             " streams.duplicate_window_ms=3600000"
                             " streams.dispatch_max_age_ms=7200000"

@@ -17,6 +17,41 @@
 static const fq_lease_opts opts = {.ttl_ms = TTL, .margin_ms = MARGIN, .renew_ms = RENEW,
                                    .retry_ms = RETRY};
 
+/* The options of a TTL (streams.lease_ttl_ms) keep the 3 s lease's
+ * ratios: the default is exactly the lease measured, and a 10 s lease
+ * renews every 3.3 s, is fresh until 1.66 s before its end, and a standby
+ * reads every 1.66 s; the shortest allowed still has a margin and a
+ * renewal that may fail twice before it is stale. */
+static void test_opts_for_a_ttl(void **state)
+{
+    (void)state;
+    fq_lease_opts o;
+    fq_lease_opts_for(&o, FQ_LEASE_TTL_DEFAULT_MS);
+    assert_memory_equal(&o, &opts, sizeof o);
+    fq_lease_opts_for(&o, 10000);
+    assert_int_equal(o.ttl_ms, 10000);
+    assert_int_equal(o.renew_ms, 3333);
+    assert_int_equal(o.margin_ms, 1666);
+    assert_int_equal(o.retry_ms, 1666);
+    fq_lease l;
+    assert_int_equal(fq_lease_init(&l, "leader", "me", &o), FQ_OK);
+    fq_lease_step s;
+    fq_lease_tick(&s, &l, 1000);
+    fq_lease_on_get(&s, &l, 1001, FQ_ENOTFOUND, NULL, 0);
+    fq_lease_on_write(&s, &l, 1002, FQ_OK, 5);      /* the create, sent at 1001 */
+    assert_true(s.lead);
+    assert_true(fq_lease_fresh(&l, 1001 + 10000 - 1666 - 1));
+    assert_false(fq_lease_fresh(&l, 1001 + 10000 - 1666));
+    fq_lease_tick(&s, &l, 1001 + 3333 - 1);
+    assert_int_equal(s.op, FQ_LEASE_OP_NONE);
+    fq_lease_tick(&s, &l, 1001 + 3333);
+    assert_int_equal(s.op, FQ_LEASE_OP_UPDATE);
+    fq_lease_opts_for(&o, FQ_LEASE_TTL_MIN_MS);
+    assert_true(o.margin_ms > 0 && o.margin_ms < o.ttl_ms);
+    assert_true(o.ttl_ms - o.margin_ms > 2 * o.renew_ms);
+    assert_int_equal(fq_lease_init(&l, "leader", "me", &o), FQ_OK);
+}
+
 /* A standby at t that finds the key absent and takes it with revision rev. */
 static void take(fq_lease *l, uint64_t t, uint64_t rev)
 {
@@ -266,6 +301,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_init_refuses_what_cannot_work),
+        cmocka_unit_test(test_opts_for_a_ttl),
         cmocka_unit_test(test_fresh_from_the_send_time),
         cmocka_unit_test(test_renewals),
         cmocka_unit_test(test_renewal_answered_after_the_ttl),
