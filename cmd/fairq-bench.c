@@ -22,15 +22,18 @@
 
 /* Policy features turned on for every tenant (--features), so that each
  * knob's cost per dispatch is measured against the core without it. */
-enum { FEAT_BURST = 1, FEAT_RATE = 2, FEAT_PRICED = 4, FEAT_CLASS = 8 };
+enum { FEAT_BURST = 1, FEAT_RATE = 2, FEAT_PRICED = 4, FEAT_CLASS = 8, FEAT_SUB = 16 };
 static unsigned features;
 
 /* Queue a run; with classes, every other one interactive (class 0), so
  * that half the runs are queued before their tenant's batch runs. */
 static void bench_enqueue(fq_sched *s, fq_tenant *t, uint64_t id, uint32_t est)
 {
+    static const char subs[] = "abcd";
     if (features & FEAT_CLASS)
         fq_sched_enqueue_class(NULL, s, t, id, (uint32_t)(id & 1), est, NULL, 0);
+    else if (features & FEAT_SUB)
+        fq_sched_enqueue_sub(NULL, s, t, &subs[id & 3], 1, id, est, NULL, 0);
     else
         fq_sched_enqueue(NULL, s, t, id, est, NULL, 0);
 }
@@ -73,7 +76,8 @@ static int die(const char *what)
 static result run_drr(uint32_t n, double ratio, uint64_t ops)
 {
     fq_sched_opts o = {.quantum = QUANTUM, .max_est_tokens = 100 * QUANTUM,
-                       .nclasses = features & FEAT_CLASS ? 2 : 0};
+                       .nclasses = features & FEAT_CLASS ? 2 : 0,
+                       .max_subtenants = features & FEAT_SUB ? 64 : 0};
     fq_sched *s;
     if (fq_sched_create(&s, &o) != FQ_OK)
         die("cannot create the scheduler");
@@ -326,8 +330,9 @@ static void usage(void)
          "  --features burst gives every tenant a burstable cap (max_in_flight 2,\n"
          "  burst_in_flight 8), rate a token rate (charged at every dispatch and\n"
          "  completion, never binding), priced completions priced by token kind,\n"
-         "  class two priority classes (every other run interactive), to measure\n"
-         "  each feature's cost per dispatch.\n"
+         "  class two priority classes (every other run interactive), sub four\n"
+         "  sub-tenants a tenant (its runs in turn), to measure each feature's cost\n"
+         "  per dispatch.\n"
          "  --msg instead times the proxy's parse of a submit body and a completion\n"
          "  (--ops parses per run), with cJSON's memory from malloc and from the arena.");
 }
@@ -358,8 +363,10 @@ int main(int argc, char **argv)
                     features |= FEAT_PRICED;
                 else if (strcmp(w, "class") == 0)
                     features |= FEAT_CLASS;
+                else if (strcmp(w, "sub") == 0)
+                    features |= FEAT_SUB;
                 else {
-                    fprintf(stderr, "fairq-bench: --features: unknown '%s' (burst, rate, priced, class)\n",
+                    fprintf(stderr, "fairq-bench: --features: unknown '%s' (burst, rate, priced, class, sub)\n",
                             w);
                     return 2;
                 }

@@ -128,6 +128,9 @@ struct fq_tenant {
     uint64_t rk_oldest;         /* ... and its head run's enqueue time then */
     struct tenant_classes *cl;  /* with classes: in the same allocation, after
                                    the tenant; NULL without */
+    struct tenant_subs *sb;     /* with sub-tenants: in the same allocation; NULL
+                                   without. The FIFO then holds only runs back
+                                   from the window; the rest are the subs' */
     fq_strmap_node node;        /* in the tenant table, keyed by id */
     char id[FQ_TENANT_MAX + 1];
 };
@@ -138,6 +141,33 @@ struct tenant_classes {
     fq_run *tail[FQ_SCHED_MAX_CLASSES]; /* the last run queued in each class (not
                                    back from the window); NULL: none */
     uint32_t queued[FQ_SCHED_MAX_CLASSES]; /* runs queued in each */
+};
+
+/* A sub-tenant: its runs, and its place in its tenant's fair queuing. */
+typedef struct fq_sub {
+    fq_run *qhead, *qtail;      /* its FIFO */
+    uint32_t queued;
+    uint32_t heap_at;           /* active: its index in the tenant's heap */
+    uint64_t start;             /* active: its head run's start tag */
+    uint64_t vfinish;           /* the end tag of its last run sent */
+    uint64_t seq;               /* activation order: ties go to the earlier */
+    struct fq_sub *inext;       /* idle and remembered: the tenant's idle FIFO */
+    struct fq_sub **ipprev;     /* ... what points to it there; NULL: not on it */
+    fq_tenant *t;
+    fq_strmap_node node;        /* in the scheduler's table, keyed by "tenant/sub" */
+    char key[FQ_TENANT_MAX + 2 + FQ_SCHED_SUB_MAX];
+} fq_sub;
+
+/* A tenant's sub-tenants. */
+struct tenant_subs {
+    fq_sub **heap;              /* the active, least start tag at [0] */
+    uint32_t nheap;
+    size_t heap_cap;
+    uint32_t known;             /* sub-tenants in the table, overflow included */
+    uint64_t vtime;             /* start tag of the last run sent */
+    uint64_t seq;               /* activations so far */
+    fq_sub *idle, **idle_tail;  /* idle ones still remembered, oldest first */
+    fq_sub *overflow;           /* where new ones past max_subtenants go */
 };
 
 /* The debtors that wake in one round, in filing order, linked by next and
@@ -157,6 +187,8 @@ struct fq_sched {
     struct heap_ent *park;      /* parked tenants, by the time they may return; heap_cap */
     uint32_t npark;
     fq_strmap *tenants;         /* tenant table, by id */
+    fq_strmap *subs;            /* sub-tenants, by "tenant/sub"; NULL without */
+    fq_sub *free_subs;          /* forgotten ones, kept for the next (by inext) */
     fq_window win;
     fq_run *free_runs;          /* pool free list */
     void **chunks;              /* pool chunks, freed on destroy */
@@ -200,6 +232,119 @@ static void run_free(fq_sched *s, fq_run *r)
     r->handle = NULL;
     r->next = s->free_runs;
     s->free_runs = r;
+}
+
+/* ---- sub-tenants: start-time fair queuing within a tenant ------------- */
+
+/* t's next run: one back from the window first, else its sub-tenants' or
+ * its FIFO's head. */
+static fq_run *head_run(const fq_tenant *t)
+{
+    if (t->qhead || !t->sb)
+        return t->qhead;
+    return t->sb->nheap ? t->sb->heap[0]->qhead : NULL;
+}
+
+static bool sub_before(const fq_sub *a, const fq_sub *b)
+{
+    return a->start < b->start || (a->start == b->start && a->seq < b->seq);
+}
+
+static void sub_put(struct tenant_subs *sb, uint32_t i, fq_sub *u)
+{
+    sb->heap[i] = u;
+    u->heap_at = i;
+}
+
+static void sub_sift_up(struct tenant_subs *sb, uint32_t i)
+{
+    fq_sub *u = sb->heap[i];
+    while (i > 0 && sub_before(u, sb->heap[(i - 1) / 2])) {
+        sub_put(sb, i, sb->heap[(i - 1) / 2]);
+        i = (i - 1) / 2;
+    }
+    sub_put(sb, i, u);
+}
+
+static void sub_sift_down(struct tenant_subs *sb, uint32_t i)
+{
+    fq_sub *u = sb->heap[i];
+    for (;;) {
+        uint32_t c = 2 * i + 1;
+        if (c >= sb->nheap)
+            break;
+        if (c + 1 < sb->nheap && sub_before(sb->heap[c + 1], sb->heap[c]))
+            c++;
+        if (!sub_before(sb->heap[c], u))
+            break;
+        sub_put(sb, i, sb->heap[c]);
+        i = c;
+    }
+    sub_put(sb, i, u);
+}
+
+static void sub_idle_push(struct tenant_subs *sb, fq_sub *u)
+{
+    u->inext = NULL;
+    u->ipprev = sb->idle_tail;
+    *sb->idle_tail = u;
+    sb->idle_tail = &u->inext;
+}
+
+static void sub_idle_remove(struct tenant_subs *sb, fq_sub *u)
+{
+    *u->ipprev = u->inext;
+    if (u->inext)
+        u->inext->ipprev = u->ipprev;
+    else
+        sb->idle_tail = u->ipprev;
+    u->ipprev = NULL;
+}
+
+/* Forget an idle sub-tenant: it comes back as new, at the virtual time. */
+static void sub_forget(fq_sched *s, struct tenant_subs *sb, fq_sub *u)
+{
+    if (u->ipprev)
+        sub_idle_remove(sb, u);
+    if (sb->overflow == u)
+        sb->overflow = NULL;
+    fq_strmap_remove(s->subs, &u->node);
+    sb->known--;
+    u->inext = s->free_subs;    /* no allocation per sub-tenant coming back */
+    s->free_subs = u;
+}
+
+static void sub_release(fq_strmap_node *n)
+{
+    free(FQ_STRMAP_ENTRY(n, fq_sub, node));
+}
+
+/* The head run r of t's first sub-tenant was sent; rest follows it. */
+static void sub_sent(fq_sched *s, fq_tenant *t, const fq_run *r, fq_run *rest)
+{
+    struct tenant_subs *sb = t->sb;
+    fq_sub *u = sb->heap[0];
+    u->qhead = rest;
+    if (!rest)
+        u->qtail = NULL;
+    sb->vtime = u->start;
+    u->vfinish = u->start + r->est;
+    if (--u->queued) {
+        u->start = u->vfinish;
+        sub_sift_down(sb, 0);
+    } else {
+        fq_sub *last = sb->heap[--sb->nheap];
+        if (sb->nheap) {
+            sub_put(sb, 0, last);
+            sub_sift_down(sb, 0);
+        }
+        sub_idle_push(sb, u);
+    }
+    /* An idle one the virtual time has passed is owed nothing and owes
+     * nothing: forgotten, one a dispatch, oldest first. */
+    fq_sub *o = sb->idle;
+    if (o && o->vfinish <= sb->vtime)
+        sub_forget(s, sb, o);
 }
 
 /* ---- debt heap: debtors beyond the wheel, keyed by their wake round ----- */
@@ -675,7 +820,10 @@ static fq_tenant *tenant_of(fq_strmap_node *n)
 
 static void tenant_free(fq_strmap_node *n)
 {
-    free(tenant_of(n));
+    fq_tenant *t = tenant_of(n);
+    if (t->sb)
+        free(t->sb->heap);
+    free(t);
 }
 
 /* Make room for one more tenant in the table and the heap, which holds at
@@ -747,7 +895,8 @@ void fq_sched_rank_sync(fq_sched *s, size_t backlog)
         return;
     for (fq_tenant *t; (t = s->rk_changed);) {
         rank_unmark(s, t);
-        uint64_t tokens = t->queued_tokens, oldest = t->qhead ? t->qhead->t : 0;
+        const fq_run *h = head_run(t);
+        uint64_t tokens = t->queued_tokens, oldest = h ? h->t : 0;
         if (t->rank.size && tokens == t->rk_tokens && oldest == t->rk_oldest)
             continue;
         if (t->rank.size)
@@ -777,7 +926,8 @@ fq_tenant *fq_sched_rank_next(fq_sched *s, const fq_tenant *t)
 static int opts_valid(const fq_sched_opts *o)
 {
     return o && o->quantum >= 1 && o->quantum <= FQ_SCHED_MAX_QUANTUM &&
-           o->max_est_tokens >= 1 && o->nclasses <= FQ_SCHED_MAX_CLASSES;
+           o->max_est_tokens >= 1 && o->nclasses <= FQ_SCHED_MAX_CLASSES &&
+           !(o->nclasses > 1 && o->max_subtenants);
 }
 
 fq_status fq_sched_create(fq_sched **out, const fq_sched_opts *o)
@@ -794,7 +944,10 @@ fq_status fq_sched_create(fq_sched **out, const fq_sched_opts *o)
     if (fq_strmap_create(&s->tenants, FQ_STRMAP_KEY_OFFSET(fq_tenant, node, id),
                          FQ_TENANT_MIN_BUCKETS, o->seed) != FQ_OK || !s->heap || !s->park ||
         fq_window_init(&s->win, o->max_in_flight, o->max_in_flight_tokens,
-                       o->run_timeout, o->max_expired) != FQ_OK) {
+                       o->run_timeout, o->max_expired) != FQ_OK ||
+        (o->max_subtenants &&
+         fq_strmap_create(&s->subs, FQ_STRMAP_KEY_OFFSET(fq_sub, node, key),
+                          FQ_TENANT_MIN_BUCKETS, o->seed) != FQ_OK)) {
         fq_sched_destroy(s);
         return FQ_ENOMEM;
     }
@@ -809,6 +962,12 @@ void fq_sched_destroy(fq_sched *s)
 {
     if (!s)
         return;
+    if (s->subs)
+        fq_strmap_destroy(s->subs, sub_release);
+    for (fq_sub *u = s->free_subs, *next; u; u = next) {
+        next = u->inext;
+        free(u);
+    }
     fq_strmap_destroy(s->tenants, tenant_free);
     for (size_t i = 0; i < s->nchunks; i++)
         free(s->chunks[i]);
@@ -837,9 +996,10 @@ fq_status fq_sched_set_opts(fq_sched *s, const fq_sched_opts *o)
         waiting[k++] = s->heap[i].t;
     for (uint32_t i = 0; i < n; i++)
         settle(s, waiting[i]);
-    uint32_t nclasses = s->o.nclasses;
+    uint32_t nclasses = s->o.nclasses, max_subtenants = s->o.max_subtenants;
     s->o = *o;
     s->o.nclasses = nclasses;   /* read at create only */
+    s->o.max_subtenants = max_subtenants;
     fq_window_set_limits(&s->win, o->max_in_flight, o->max_in_flight_tokens,
                          o->run_timeout, o->max_expired);
     fq_window_set_keep(&s->win, o->expired_keep);
@@ -877,11 +1037,16 @@ fq_status fq_sched_tenant(fq_tenant **out, fq_sched *s, const char *id, size_t l
     if (!policy_valid(p))
         return FQ_EINVAL;
     bool classes = s->o.nclasses > 1;
-    if (tenant_reserve(s) != FQ_OK ||
-        !(t = calloc(1, sizeof(*t) + (classes ? sizeof(struct tenant_classes) : 0))))
+    size_t extra = classes ? sizeof(struct tenant_classes)
+                   : s->subs ? sizeof(struct tenant_subs) : 0;
+    if (tenant_reserve(s) != FQ_OK || !(t = calloc(1, sizeof(*t) + extra)))
         return FQ_ENOMEM;
     if (classes)
         t->cl = (struct tenant_classes *)(t + 1);
+    else if (s->subs) {
+        t->sb = (struct tenant_subs *)(t + 1);
+        t->sb->idle_tail = &t->sb->idle;
+    }
     memcpy(t->id, id, len);
     t->pol = *p;
     t->state = FQ_T_IDLE;
@@ -924,8 +1089,10 @@ fq_status fq_sched_tenant_remove(fq_sched *s, fq_tenant *t)
         rank_unmark(s, t);
     if (t->rank.size)
         fq_rank_remove(&s->rank, &t->rank);
+    while (t->sb && t->sb->idle)
+        sub_forget(s, t->sb, t->sb->idle);
     fq_strmap_remove(s->tenants, &t->node);
-    free(t);
+    tenant_free(&t->node);
     return FQ_OK;
 }
 
@@ -939,7 +1106,7 @@ void fq_tenant_info_get(const fq_tenant *t, fq_tenant_info *out)
         .queued = t->queued,
         .queued_tokens = t->queued_tokens,
         .in_flight = t->in_flight,
-        .oldest_enqueued = t->qhead ? t->qhead->t : 0,
+        .oldest_enqueued = head_run(t) ? head_run(t)->t : 0,
         .dispatched = t->dispatched,
         .charged_tokens = t->charged,
         .actual_tokens = t->actual,
@@ -949,6 +1116,10 @@ void fq_tenant_info_get(const fq_tenant *t, fq_tenant_info *out)
     out->rate_until = rate_until(t);
     if (t->cl)
         memcpy(out->class_queued, t->cl->queued, sizeof out->class_queued);
+    if (t->sb) {
+        out->subtenants = t->sb->known;
+        out->active_subtenants = t->sb->nheap;
+    }
 }
 
 /* ---- queueing ---------------------------------------------------------- */
@@ -999,6 +1170,8 @@ fq_status fq_sched_enqueue_class(fq_run **out, fq_sched *s, fq_tenant *t, uint64
                                  uint32_t cls, uint32_t est, void *handle, uint64_t now)
 {
     bool classes = s->o.nclasses > 1;
+    if (t->sb)
+        return cls ? FQ_EINVAL : fq_sched_enqueue_sub(out, s, t, "", 0, id, est, handle, now);
     if (out)
         *out = NULL;
     if (cls >= (classes ? s->o.nclasses : 1))
@@ -1043,6 +1216,101 @@ fq_status fq_sched_enqueue_class(fq_run **out, fq_sched *s, fq_tenant *t, uint64
     return FQ_OK;
 }
 
+/* The sub-tenant of t named sub[0..len), made if new (the overflow one
+ * past max_subtenants); NULL: no memory. */
+static fq_sub *sub_of(fq_sched *s, fq_tenant *t, const char *sub, size_t len)
+{
+    struct tenant_subs *sb = t->sb;
+    char key[FQ_TENANT_MAX + 2 + FQ_SCHED_SUB_MAX];
+    size_t tl = strlen(t->id);
+    memcpy(key, t->id, tl);
+    key[tl] = '/';
+    memcpy(key + tl + 1, sub, len);
+    key[tl + 1 + len] = '\0';
+    uint32_t h = fq_strmap_hash(s->subs, key, tl + 1 + len);
+    fq_strmap_node *n = fq_strmap_find_hashed(s->subs, key, tl + 1 + len, h);
+    if (n)
+        return FQ_STRMAP_ENTRY(n, fq_sub, node);
+    bool over = sb->known - (sb->overflow != NULL) >= s->o.max_subtenants;
+    if (over) {
+        if (sb->overflow)
+            return sb->overflow;
+        /* a name no producer's can be: they are printable */
+        key[tl] = '\x1f';
+        key[tl + 1] = '\0';
+        len = 0;
+        h = fq_strmap_hash(s->subs, key, tl + 1);
+    }
+    fq_sub *u = s->free_subs;
+    if (u)
+        s->free_subs = u->inext;
+    else if (!(u = malloc(sizeof(*u))))
+        return NULL;
+    if (fq_strmap_reserve(s->subs) != FQ_OK) {
+        u->inext = s->free_subs;
+        s->free_subs = u;
+        return NULL;
+    }
+    memset(u, 0, offsetof(fq_sub, key));
+    memcpy(u->key, key, tl + 2 + len);
+    u->t = t;
+    fq_strmap_insert_hashed(s->subs, &u->node, tl + 1 + len, h);
+    sb->known++;
+    if (over)
+        sb->overflow = u;
+    return u;
+}
+
+fq_status fq_sched_enqueue_sub(fq_run **out, fq_sched *s, fq_tenant *t, const char *sub,
+                               size_t len, uint64_t id, uint32_t est, void *handle,
+                               uint64_t now)
+{
+    if (!t->sb)
+        return fq_sched_enqueue(out, s, t, id, est, handle, now);
+    if (out)
+        *out = NULL;
+    if (len > FQ_SCHED_SUB_MAX)
+        return FQ_EINVAL;
+    for (size_t i = 0; i < len; i++)
+        if (sub[i] < 0x21 || sub[i] > 0x7e)
+            return FQ_EINVAL;
+    if (t->pol.max_pending && t->queued >= t->pol.max_pending)
+        return FQ_EFULL;
+    struct tenant_subs *sb = t->sb;
+    if (sb->nheap == sb->heap_cap &&
+        fq_grow(&sb->heap, &sb->heap_cap, sb->nheap + 1, sizeof(*sb->heap)) != FQ_OK)
+        return FQ_ENOMEM;
+    fq_sub *u = sub_of(s, t, sub, len);
+    fq_run *r = u ? run_alloc(s) : NULL;
+    if (!r) {
+        if (u && !u->queued && !u->ipprev)
+            sub_idle_push(sb, u);   /* forgotten in turn */
+        return FQ_ENOMEM;
+    }
+    *r = (fq_run){.tenant = t, .handle = handle, .id = id, .t = now,
+                  .est = charge_of(s, est), .state = FQ_RUN_QUEUED};
+    if (u->qtail)
+        u->qtail->next = r;
+    else
+        u->qhead = r;
+    u->qtail = r;
+    if (u->queued++ == 0) {
+        if (u->ipprev)
+            sub_idle_remove(sb, u);
+        u->start = u->vfinish > sb->vtime ? u->vfinish : sb->vtime;
+        u->seq = sb->seq++;
+        sb->nheap++;
+        sub_put(sb, sb->nheap - 1, u);
+        sub_sift_up(sb, sb->nheap - 1);
+    }
+    queue_add_tokens(s, t, +1, r->est);
+    if (t->state == FQ_T_IDLE)
+        schedule(s, t, join_round(s));
+    if (out)
+        *out = r;
+    return FQ_OK;
+}
+
 /* ---- dispatch ---------------------------------------------------------- */
 
 /* After t (at the head of the list) sent a run at now: it stays at the
@@ -1051,7 +1319,7 @@ fq_status fq_sched_enqueue_class(fq_run **out, fq_sched *s, fq_tenant *t, uint64
 static void after_send(fq_sched *s, fq_tenant *t, uint64_t now)
 {
     uint64_t until;
-    if (!t->qhead) {
+    if (!t->queued) {
         active_pop(s);
         t->state = FQ_T_IDLE;
         if (t->deficit > 0 && !s->o.keep_idle_credit)
@@ -1084,7 +1352,7 @@ static void unpark(fq_sched *s, uint64_t now)
         fq_tenant *t = park_pop(s);
         if (t->park_until > now) {
             park_push(s, t);
-        } else if (!t->qhead) {
+        } else if (!t->queued) {
             t->state = FQ_T_IDLE;
             if (t->deficit > 0 && !s->o.keep_idle_credit)
                 t->deficit = 0;
@@ -1134,12 +1402,16 @@ fq_run *fq_sched_dispatch(fq_sched *s, uint64_t now)
             schedule(s, t, t->round + 1);
             continue;
         }
-        fq_run *r = t->qhead, *rest = r->next;
+        fq_run *r = head_run(t), *rest = r->next;
         if (!fq_window_fits(&s->win, r->est) || fq_window_add(&s->win, r, now) != FQ_OK)
             return NULL;
-        t->qhead = rest;        /* the window relinked r */
-        if (!t->qhead)
-            t->qtail = NULL;
+        if (r != t->qhead) {    /* a sub-tenant's */
+            sub_sent(s, t, r, rest);
+        } else {
+            t->qhead = rest;    /* the window relinked r */
+            if (!t->qhead)
+                t->qtail = NULL;
+        }
         if (t->cl) {
             t->cl->queued[r->cls]--;
             if (t->cl->tail[r->cls] == r)

@@ -43,6 +43,10 @@ typedef struct fq_sched_opts {
                                    (the run_timeout unit); 0: no limit but max_expired */
     uint64_t minute;            /* the caller's time units in a minute, for
                                    token rates; 0: 60,000 (milliseconds) */
+    uint32_t max_subtenants;    /* sub-tenants a tenant's runs are shared fairly
+                                   among (start-time fair queuing in tokens);
+                                   past it, new ones share one; 0: none (read
+                                   at create only; not with nclasses) */
     uint32_t nclasses;          /* priority classes within a tenant, 0 or 1:
                                    none; read at create only (the order of
                                    queued runs depends on it) */
@@ -77,6 +81,8 @@ typedef struct fq_tenant_info {
     uint32_t queued;            /* runs */
     uint32_t class_queued[FQ_SCHED_MAX_CLASSES]; /* ... in each priority class
                                    (with classes configured; else 0) */
+    uint32_t subtenants;        /* sub-tenants known (with max_subtenants) */
+    uint32_t active_subtenants; /* ... of them with queued runs */
     uint64_t queued_tokens;
     uint32_t in_flight;         /* runs holding a window slot */
     uint64_t oldest_enqueued;   /* enqueue time of the head run; 0 if none */
@@ -157,6 +163,24 @@ fq_status fq_sched_enqueue(fq_run **out, fq_sched *s, fq_tenant *t, uint64_t id,
  * nclasses - 1 (the lowest), or 0 without classes. */
 fq_status fq_sched_enqueue_class(fq_run **out, fq_sched *s, fq_tenant *t, uint64_t id,
                                  uint32_t cls, uint32_t est, void *handle, uint64_t now);
+
+/* Sub-tenants (max_subtenants > 0). The longest name of one. */
+#define FQ_SCHED_SUB_MAX 64
+/* The same, as a run of t's sub-tenant sub[0..len) (len 0: the tenant's
+ * runs that name none, one sub-tenant of their own). Among a tenant's
+ * active sub-tenants its runs are shared by start-time fair queuing in
+ * estimated tokens: a sub-tenant's next run is tagged with the later of the
+ * tenant's virtual time and the end of its previous run, and the least tag
+ * goes, so a sub-tenant that starts queuing is served at the tenant's next
+ * turn whatever another has queued. It divides the tenant's share, never
+ * enlarges it: the tenant's deficit, quantum and caps are charged as
+ * without sub-tenants. A tenant knows at most max_subtenants (active, or
+ * idle and still owed or owing); runs of new ones past that share one
+ * overflow sub-tenant. O(log active sub-tenants) per enqueue and dispatch.
+ * Without sub-tenants (max_subtenants 0) the sub-tenant is ignored. */
+fq_status fq_sched_enqueue_sub(fq_run **out, fq_sched *s, fq_tenant *t, const char *sub,
+                               size_t len, uint64_t id, uint32_t est, void *handle,
+                               uint64_t now);
 
 /* Pick the next run by DRR and move it into the in-flight window with a
  * lease until now + run_timeout. NULL if nothing is queued, the window is

@@ -63,6 +63,9 @@ struct scn_arrival {
     double start_s, end_s;      /* constant, poisson: window (end 0: duration); burst: start */
     uint32_t count;             /* burst: runs */
     double duration_s;          /* burst: spread evenly over this */
+    uint32_t subtenant;         /* drr-sub: its runs' sub-tenants are numbered
+                                   from subtenant + 1 ... */
+    uint32_t subtenants;        /* ... this many, in turn; 0: none */
 };
 
 struct scn_period {
@@ -173,6 +176,8 @@ static const cyaml_schema_field_t arrival_fields[] = {
     CYAML_FIELD_FLOAT("end_s", OPT, struct scn_arrival, end_s),
     CYAML_FIELD_UINT("count", OPT, struct scn_arrival, count),
     CYAML_FIELD_FLOAT("duration_s", OPT, struct scn_arrival, duration_s),
+    CYAML_FIELD_UINT("subtenant", OPT, struct scn_arrival, subtenant),
+    CYAML_FIELD_UINT("subtenants", OPT, struct scn_arrival, subtenants),
     CYAML_FIELD_END
 };
 static const cyaml_schema_value_t arrival_schema = {
@@ -612,7 +617,8 @@ static int gen_process(gen_buf *b, const struct fq_scenario_spec *s, const fq_sc
                   .workflow = (uint32_t)wf,
                   .est = w->estimate == SCN_EST_NONE ? 0 : cost,
                   .actual = clamp_tokens(cost * error, 1, SCN_MAX_TOKENS),
-                  .interactive = w->cls == SCN_CLASS_INTERACTIVE},
+                  .interactive = w->cls == SCN_CLASS_INTERACTIVE,
+                  .sub = a->subtenants ? a->subtenant + 1 + i % a->subtenants : 0},
             .process = k, .seq = i,
         };
         if (gen_push(b, &g) != 0)

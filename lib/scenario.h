@@ -58,6 +58,7 @@ typedef struct fq_scenario_run {
     uint32_t actual;            /* tokens the run really costs, >= 1 */
     uint32_t interactive;       /* drr-class: 1 if its workflow's runs go before
                                    its tenant's batch runs (0, as in a trace) */
+    uint32_t sub;               /* drr-sub: its sub-tenant's number; 0: none */
 } fq_scenario_run;
 
 /* The workers. Exactly one of workers and tokens_per_s is set. */

@@ -34,6 +34,9 @@
 
 enum engine { ENG_FIFO, ENG_RR, ENG_DRR };
 
+/* Sub-tenants a tenant knows under drr-sub. */
+#define FQ_SIM_MAX_SUBTENANTS 10000
+
 typedef struct policy_def {
     const char *name;
     const char *text;
@@ -48,6 +51,7 @@ typedef struct policy_def {
     bool rate;                  /* drr: each tenant's tokens_per_minute applies */
     bool priced;                /* drr: costs are priced by token kind */
     bool classes;               /* drr: interactive runs before batch, per tenant */
+    bool subs;                  /* drr: sub-tenants share their tenant's turns */
 } policy_def;
 
 /* Designated fields: a flag a policy does not name is off, so adding one
@@ -87,6 +91,9 @@ static const policy_def policies[FQ_SIM__NPOLICIES] = {
     [FQ_SIM_DRR_CLASS] = {"drr-class", "drr with priority classes within a tenant: its "
                           "interactive runs before its batch runs",
                           DRR_BASE, .classes = true},
+    [FQ_SIM_DRR_SUB] = {"drr-sub", "drr with sub-tenants: a tenant's turns shared fairly "
+                        "among its active sub-tenants",
+                        DRR_BASE, .subs = true},
 };
 #undef DRR_BASE
 
@@ -113,7 +120,7 @@ fq_status fq_sim_policy_parse(enum fq_sim_policy *out, size_t *n, const char *li
         if (p == FQ_SIM__NPOLICIES) {
             snprintf(err, errlen, "unknown policy '%.*s' (fifo, rr, cap, drr, "
                      "drr-no-reconcile, drr-no-correction, drr-no-idle-reset, drr-cap, "
-                     "drr-burst, drr-rate, drr-priced, drr-class or all)",
+                     "drr-burst, drr-rate, drr-priced, drr-class, drr-sub or all)",
                      (int)len, w);
             *n = 0;
             return FQ_EINVAL;
@@ -280,8 +287,13 @@ static int drr_enqueue(sim *s, uint32_t i)
     const fq_scenario_run *r = &s->sc->runs[i];
     sim_tenant *t = &s->t[r->tenant];
     fq_run *fr;
-    if (fq_sched_enqueue_class(&fr, s->sched, t->ft, i, s->pd->classes && !r->interactive,
-                               s->runs[i].charged, NULL, s->now) != FQ_OK)
+    char sub[16];
+    int len = r->sub ? snprintf(sub, sizeof sub, "s%" PRIu32, r->sub) : 0;
+    if (s->pd->subs ? fq_sched_enqueue_sub(&fr, s->sched, t->ft, sub, (size_t)len, i,
+                                            s->runs[i].charged, NULL, s->now) != FQ_OK
+                    : fq_sched_enqueue_class(&fr, s->sched, t->ft, i,
+                                             s->pd->classes && !r->interactive,
+                                             s->runs[i].charged, NULL, s->now) != FQ_OK)
         return 0;
     s->runs[i].charged = fr->est;
     return 1;
@@ -693,6 +705,7 @@ static fq_status sim_engines(sim *s)
         .quantum = sc->quantum, .max_est_tokens = sc->max_est, .max_in_flight = s->nslots,
         .max_in_flight_tokens = sc->capacity.max_in_flight_tokens,
         .keep_idle_credit = !s->pd->idle_reset, .nclasses = s->pd->classes ? 2 : 0,
+        .max_subtenants = s->pd->subs ? FQ_SIM_MAX_SUBTENANTS : 0,
     };
     if ((st = fq_sched_create(&s->sched, &o)) != FQ_OK)
         return st;
@@ -842,6 +855,40 @@ static bool class_scenario(const fq_scenario *sc)
     return false;
 }
 
+/* Per tenant whose runs name sub-tenants: its sub-tenants' first runs'
+ * waits (each sub-tenant's earliest run). */
+static void sub_first_waits(FILE *f, const fq_scenario *sc, const fq_sim_result *r)
+{
+    uint32_t maxsub = 0;
+    for (size_t i = 0; i < sc->n_runs; i++)
+        maxsub = sc->runs[i].sub > maxsub ? sc->runs[i].sub : maxsub;
+    if (!maxsub)
+        return;
+    unsigned char *seen = calloc(sc->n_tenants * ((size_t)maxsub + 1), 1);
+    uint64_t *w = malloc(((size_t)maxsub + 1) * sizeof(*w));
+    for (size_t k = 0; seen && w && k < sc->n_tenants; k++) {
+        size_t n = 0;
+        for (size_t i = 0; i < sc->n_runs; i++) {
+            const fq_scenario_run *sr = &sc->runs[i];
+            unsigned char *at = &seen[k * ((size_t)maxsub + 1) + sr->sub];
+            if (sr->tenant != k || !sr->sub || *at)
+                continue;
+            *at = 1;
+            w[n++] = r->runs[i].dispatched == UINT64_MAX ? UINT64_MAX
+                                                          : r->runs[i].dispatched - sr->at;
+        }
+        if (!n)
+            continue;
+        qsort(w, n, sizeof(*w), cmp_u64);
+        char a[16], b[16];
+        fprintf(f, "  sub-tenants of %s: %zu, first runs' wait p50 %s max %s\n",
+                sc->tenants[k].id, n, dur(a, sizeof(a), (double)w[n / 2]),
+                w[n - 1] == UINT64_MAX ? "never" : dur(b, sizeof(b), (double)w[n - 1]));
+    }
+    free(seen);
+    free(w);
+}
+
 /* Waits of the interactive runs and of the batch runs, apart. */
 static void class_waits(FILE *f, const fq_scenario *sc, const fq_sim_result *r)
 {
@@ -884,6 +931,7 @@ static void table_policy(FILE *f, const fq_scenario *sc, const fq_sim_result *r)
     }
     if (class_scenario(sc))     /* only where a workflow is interactive */
         class_waits(f, sc, r);
+    sub_first_waits(f, sc, r);  /* only where runs name sub-tenants */
     if (priced_scenario(sc)) {  /* only where prices or kinds are stated */
         double all = 0;
         for (size_t k = 0; k < r->n_tenants; k++)

@@ -24,6 +24,7 @@ enum fq_sim_policy {
     FQ_SIM_DRR_RATE,            /* drr with each tenant's tokens_per_minute */
     FQ_SIM_DRR_PRICED,          /* drr reconciling priced costs of token kinds */
     FQ_SIM_DRR_CLASS,           /* drr with priority classes within a tenant */
+    FQ_SIM_DRR_SUB,             /* drr with sub-tenants sharing their tenant's turn */
     FQ_SIM__NPOLICIES
 };
 

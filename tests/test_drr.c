@@ -1948,6 +1948,135 @@ static void test_class_max_pending_and_requeue(void **state)
     fq_sched_destroy(s);
 }
 
+/* Sub-tenants: a user flooding its tenant with 900 runs delays none of
+ * its colleagues' first runs past the tenant's next turn; the tenant's
+ * share is what it was; new ones past the cap share one; idle ones are
+ * forgotten. */
+static fq_sched *mk_subs(uint32_t max_subs)
+{
+    fq_sched_opts o = {.quantum = Q, .max_est_tokens = 1000000, .max_in_flight = 0,
+                       .max_expired = 16, .max_subtenants = max_subs};
+    return mk_opts(&o);
+}
+
+static uint64_t enq_sub(fq_sched *s, fq_tenant *t, const char *sub, uint32_t est)
+{
+    uint64_t id = next_id++;
+    assert_int_equal(fq_sched_enqueue_sub(NULL, s, t, sub, strlen(sub), id, est, NULL, 0),
+                     FQ_OK);
+    return id;
+}
+
+static void test_subtenant_flood_delays_no_first_run(void **state)
+{
+    (void)state;
+    fq_sched *s = mk_subs(64);
+    fq_tenant *a = ten(s, "a", 1, 0, 0), *b = ten(s, "b", 1, 0, 0);
+    for (int i = 0; i < 900; i++)
+        enq_sub(s, a, "flood", Q);
+    enq(s, b, Q);
+    fq_run *r = fq_sched_dispatch(s, 0);
+    assert_ptr_equal(r->tenant, a);     /* flood's first */
+    done(s, r, Q);
+    uint64_t first[5];
+    char name[8];
+    for (int u = 0; u < 5; u++) {
+        snprintf(name, sizeof name, "u%d", u);
+        first[u] = enq_sub(s, a, name, Q);
+        enq(s, b, Q);
+    }
+    /* a's next five turns are its colleagues', one each, in order */
+    for (int u = 0; u < 5; u++) {
+        r = fq_sched_dispatch(s, 1);
+        assert_ptr_equal(r->tenant, b);
+        done(s, r, Q);
+        r = fq_sched_dispatch(s, 1);
+        assert_int_equal(r->id, first[u]);
+        done(s, r, Q);
+    }
+    fq_tenant_info i = info(a);
+    assert_int_equal(i.subtenants, 6);
+    assert_int_equal(i.active_subtenants, 1);
+    assert_int_equal(i.dispatched, info(b).dispatched + 1);   /* a went first */
+    fq_sched_destroy(s);
+}
+
+static void test_subtenants_divide_a_share(void **state)
+{
+    (void)state;
+    fq_sched *s = mk_subs(64);
+    fq_tenant *many = ten(s, "many", 1, 0, 0), *one = ten(s, "one", 1, 0, 0);
+    char name[8];
+    rng_state = 5;
+    for (int k = 0; k < 20; k++) {
+        for (int u = 0; u < 50; u++) {
+            snprintf(name, sizeof name, "u%d", u);
+            enq_sub(s, many, name, (uint32_t)rnd_in(100, 3000));
+        }
+        for (int u = 0; u < 50; u++)
+            enq_sub(s, one, "solo", (uint32_t)rnd_in(100, 3000));
+    }
+    uint64_t tok[2] = {0, 0}, per[50] = {0};
+    for (int n = 0; n < 1500; n++) {
+        fq_run *r = fq_sched_dispatch(s, 0);
+        bool m = r->tenant == many;
+        tok[m] += r->est;
+        if (m) {
+            /* whose: ids were given u0..u49 then solo's 50, in rounds of 100 */
+            per[(r->id - 1) % 100] += r->est;
+        }
+        done(s, r, r->est);
+    }
+    /* tenants: equal tokens, within a quantum and a run */
+    uint64_t gap = tok[0] > tok[1] ? tok[0] - tok[1] : tok[1] - tok[0];
+    assert_true(gap <= Q + 3000);
+    /* users of many: equal tokens, within a run or two */
+    uint64_t lo = UINT64_MAX, hi = 0;
+    for (int u = 0; u < 50; u++) {
+        lo = per[u] < lo ? per[u] : lo;
+        hi = per[u] > hi ? per[u] : hi;
+    }
+    assert_true(hi - lo <= 2 * 3000);
+    fq_sched_destroy(s);
+}
+
+static void test_subtenants_capped_and_forgotten(void **state)
+{
+    (void)state;
+    fq_sched *s = mk_subs(2);
+    fq_tenant *a = ten(s, "a", 1, 0, 0);
+    enq_sub(s, a, "x", Q);
+    enq_sub(s, a, "y", Q);
+    enq_sub(s, a, "z", Q);      /* past the cap: the overflow one */
+    enq_sub(s, a, "w", Q);      /* ... shared */
+    assert_int_equal(info(a).subtenants, 3);
+    assert_int_equal(info(a).active_subtenants, 3);
+    assert_int_equal(fq_sched_enqueue_sub(NULL, s, a, "b d", 3, 99, Q, NULL, 0), FQ_EINVAL);
+    /* a run back from the window leads */
+    fq_run *r = fq_sched_dispatch(s, 0);
+    uint64_t back = r->id;
+    assert_int_equal(fq_sched_requeue(s, back), FQ_OK);
+    assert_int_equal(fq_sched_dispatch(s, 0)->id, back);
+    done(s, fq_sched_run(s, back), Q);
+    for (int k = 0; k < 3; k++)
+        done(s, fq_sched_dispatch(s, 0), Q);
+    assert_null(fq_sched_dispatch(s, 0));
+    assert_int_equal(info(a).queued, 0);
+    assert_int_equal(info(a).active_subtenants, 0);
+    /* more runs of one: the others are forgotten as the virtual time passes */
+    for (int k = 0; k < 4; k++)
+        enq_sub(s, a, "x", Q);
+    for (int k = 0; k < 4; k++)
+        done(s, fq_sched_dispatch(s, 0), Q);
+    assert_int_equal(info(a).subtenants, 1);
+    /* a tenant forgotten forgets its sub-tenants (ASan sees any leak) */
+    assert_int_equal(fq_sched_tenant_remove(s, a), FQ_OK);
+    fq_sched_opts bad = {.quantum = Q, .max_est_tokens = 1, .nclasses = 2, .max_subtenants = 1};
+    fq_sched *no = NULL;
+    assert_int_equal(fq_sched_create(&no, &bad), FQ_EINVAL);
+    fq_sched_destroy(s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1963,6 +2092,9 @@ int main(void)
         cmocka_unit_test(test_classes_order_within_a_tenant_only),
         cmocka_unit_test(test_class_jumps_its_tenants_backlog),
         cmocka_unit_test(test_class_max_pending_and_requeue),
+        cmocka_unit_test(test_subtenant_flood_delays_no_first_run),
+        cmocka_unit_test(test_subtenants_divide_a_share),
+        cmocka_unit_test(test_subtenants_capped_and_forgotten),
         cmocka_unit_test(test_tenant_cap_leaves_rotation),
         cmocka_unit_test(test_burst_cap_binds_only_under_contention),
         cmocka_unit_test(test_burst_cap_not_when_others_queue),
