@@ -2720,9 +2720,9 @@ int main(int argc, char **argv)
         71,     /* a refusal nats.c would not even queue left its submit unacked,
                    waiting for a consumer reset that never came: its hour of
                    AckWait outlived the liveness bound */
-        38,     /* fences a stale leader's journal batch with flight records in it:
-                   a ledger that settled such a batch anyway acked a submit
-                   whose flight record was never stored (step 7024) */
+        38,     /* takeovers under load: as drawn then, it caught a ledger that
+                   settled a batch the journal refused for another leader's
+                   write (step 7024) */
     };
     uint64_t total = env_u64("DST_TOTAL", 1000000), done = 0, first = env_u64("DST_FIRST", 1);
     uint64_t worlds = 0;
