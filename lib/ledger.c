@@ -154,6 +154,17 @@ typedef struct lg_batch {
     uint64_t retry_at;          /* monotonic ms it is sent again after a failure; 0: not */
 } lg_batch;
 
+/* A run given back to FAIR_SUBMIT (over its tenant's share, or behind
+ * one that was), awaited in its tenant's order. */
+typedef struct fq_ledger_back {
+    uint64_t seq;               /* its submit's sequence */
+    fq_u64map_node node;        /* by sequence */
+    fq_ledger_ackref ack;       /* its last delivery: asking it back naks that */
+    uint64_t recalled_at;       /* monotonic ms it was last asked back; 0: not since */
+    uint32_t tries;             /* asked back without coming, in a row */
+    struct fq_ledger_back *next;/* its tenant's next, by sequence; free list */
+} lg_back;
+
 /* An ack held back while not fresh (or refused by the caller's natsio). */
 typedef struct lg_later {
     enum fq_ledger_cons cons;
@@ -208,6 +219,11 @@ struct fq_ledger {
     size_t ngraves, graves_cap;
 
     uint64_t held, index_only, buffered_bytes;
+    uint64_t holders;           /* tenants holding submits (held > 0) */
+    fq_u64map *back;            /* runs given back, by sequence */
+    lg_back *back_free;
+    fq_ledger_tenant *gate_head, *gate_tail;    /* tenants with runs given back */
+    uint64_t ngates;            /* those tenants */
     uint64_t nexp;              /* runs in state LG_EXPIRED */
     bool fetch_paused;
     bool paused[2];             /* as last told: FQ_LEDGER_SUBMIT, FQ_LEDGER_DONE */
@@ -785,6 +801,232 @@ static void lg_pause_check(fq_ledger *l)
     lg_pause(l, FQ_LEDGER_SUBMIT, l->fetch_paused || l->journal_full);
 }
 
+/* ---- the buffer shared ---------------------------------------------------- */
+
+/* One submit more (or less) held, of tenant lt. */
+static void lg_held(fq_ledger *l, fq_ledger_tenant *lt, bool more)
+{
+    if (more) {
+        l->held++;
+        l->holders += lt->held++ == 0;
+    } else {
+        l->held--;
+        l->holders -= --lt->held == 0;
+    }
+}
+
+/* Past this many held the buffer is shared: three quarters of
+ * max_buffered_runs, the last quarter kept for tenants under their share. */
+static uint64_t lg_fill_line(const fq_ledger *l)
+{
+    return l->o.max_buffered_runs - l->o.max_buffered_runs / 4;
+}
+
+/* Past the fill line a tenant that holds runs is admitted (under its
+ * share) only up to half way to max_buffered_runs: the rest is for tenants
+ * that hold nothing, however the others' runs came in below the line. */
+static uint64_t lg_holders_line(const fq_ledger *l)
+{
+    uint64_t line = lg_fill_line(l);
+    return line + (l->o.max_buffered_runs - line + 1) / 2;
+}
+
+/* lt's share of a full buffer: the fill line divided among the tenants
+ * holding runs (lt among them), at least FQ_LEDGER_SHARE_FLOOR. */
+static uint64_t lg_share(const fq_ledger *l, const fq_ledger_tenant *lt)
+{
+    uint64_t n = l->holders + (lt->held == 0);
+    uint64_t share = lg_fill_line(l) / n;
+    return share > FQ_LEDGER_SHARE_FLOOR ? share : FQ_LEDGER_SHARE_FLOOR;
+}
+
+/* Whether a submit of lt is held now: below the fill line, or under its
+ * share and, if it holds any, below the holders' line. */
+static bool lg_under_share(const fq_ledger *l, const fq_ledger_tenant *lt)
+{
+    if (l->held < lg_fill_line(l))
+        return true;
+    uint64_t cap = lt->held ? lg_holders_line(l) : l->o.max_buffered_runs;
+    return lt->held < lg_share(l, lt) && l->held < cap;
+}
+
+/* Runs lt may be given now: up to the fill line, or up to its share. */
+static uint64_t lg_room(const fq_ledger *l, const fq_ledger_tenant *lt)
+{
+    uint64_t line = lg_fill_line(l), share = lg_share(l, lt);
+    uint64_t cap = lt->held ? lg_holders_line(l) : l->o.max_buffered_runs;
+    uint64_t room = l->held < line ? line - l->held : 0;
+    if (share > lt->held && l->held < cap) {
+        uint64_t r = share - lt->held < cap - l->held ? share - lt->held : cap - l->held;
+        room = r > room ? r : room;
+    }
+    return room;
+}
+
+static void lg_gate_link(fq_ledger *l, fq_ledger_tenant *lt)
+{
+    l->ngates++;
+    lt->gate_next = NULL;
+    lt->gate_prev = l->gate_tail;
+    if (l->gate_tail)
+        l->gate_tail->gate_next = lt;
+    else
+        l->gate_head = lt;
+    l->gate_tail = lt;
+}
+
+static void lg_gate_unlink(fq_ledger *l, fq_ledger_tenant *lt)
+{
+    l->ngates--;
+    if (lt->gate_prev)
+        lt->gate_prev->gate_next = lt->gate_next;
+    else
+        l->gate_head = lt->gate_next;
+    if (lt->gate_next)
+        lt->gate_next->gate_prev = lt->gate_prev;
+    else
+        l->gate_tail = lt->gate_prev;
+    lt->gate_prev = lt->gate_next = NULL;
+}
+
+static lg_back *lg_back_find(const fq_ledger *l, uint64_t seq)
+{
+    fq_u64map_node *n = fq_u64map_find(l->back, seq);
+    return n ? FQ_U64MAP_ENTRY(n, lg_back, node) : NULL;
+}
+
+/* Remember run seq of lt as given back, in its place by sequence (a new
+ * one is the last: the stream is fetched in order). NULL: no memory. */
+static lg_back *lg_back_add(fq_ledger *l, fq_ledger_tenant *lt, uint64_t seq)
+{
+    if (!l->back_free) {
+        lg_back *c = calloc(LG_POOL_CHUNK, sizeof *c);
+        if (!lg_chunk_keep(l, c))
+            return NULL;
+        for (size_t i = 0; i < LG_POOL_CHUNK; i++) {
+            c[i].next = l->back_free;
+            l->back_free = &c[i];
+        }
+    }
+    if (fq_u64map_reserve(l->back) != FQ_OK)
+        return NULL;
+    lg_back *b = l->back_free;
+    l->back_free = b->next;
+    *b = (lg_back){.seq = seq};
+    fq_u64map_insert(l->back, &b->node);
+    if (!lt->back_head) {
+        lt->back_head = lt->back_tail = b;
+        lg_gate_link(l, lt);
+    } else if (seq > lt->back_tail->seq) {
+        lt->back_tail->next = b;
+        lt->back_tail = b;
+    } else if (seq < lt->back_head->seq) {
+        b->next = lt->back_head;
+        lt->back_head = b;
+    } else {
+        /* Between (naked before for another reason): rare, walked. */
+        lg_back *p = lt->back_head;
+        while (p->next && p->next->seq < seq)
+            p = p->next;
+        b->next = p->next;
+        p->next = b;
+    }
+    lt->back++;
+    return b;
+}
+
+/* lt's first run given back is admitted, or lost. */
+static void lg_back_pop(fq_ledger *l, fq_ledger_tenant *lt)
+{
+    lg_back *b = lt->back_head;
+    lt->back_head = b->next;
+    if (!lt->back_head) {
+        lt->back_tail = NULL;
+        lg_gate_unlink(l, lt);
+    }
+    lt->back--;
+    fq_u64map_remove(l->back, &b->node);
+    b->next = l->back_free;
+    l->back_free = b;
+}
+
+/* The delay of a run given back: FQ_LEDGER_BACK_MS, doubling with each
+ * delivery up to FQ_LEDGER_BACK_MAX_MS. What brings it back sooner is a
+ * recall, once its tenant has room. */
+static uint32_t lg_back_delay(uint32_t delivered)
+{
+    uint32_t k = delivered > 1 ? delivered - 1 : 0;
+    uint64_t d = (uint64_t)FQ_LEDGER_BACK_MS << (k < 8 ? k : 8);
+    return d < FQ_LEDGER_BACK_MAX_MS ? (uint32_t)d : FQ_LEDGER_BACK_MAX_MS;
+}
+
+/* Whether submit a of tenant lt is given back rather than held: it comes
+ * after a run of lt given back and not yet admitted, or the buffer is
+ * past its fill line and lt holds its share (or holds runs and the buffer
+ * is past the holders' line). lt's first run given back,
+ * come again with room, is admitted (and forgotten here). */
+static bool lg_give_back(fq_ledger *l, fq_ledger_tenant *lt, const fq_ledger_ackref *a)
+{
+    lg_back *head = lt->back_head;
+    if (head && a->sseq < head->seq)
+        return false;           /* before all of them: in its place */
+    bool over = !lg_under_share(l, lt);
+    if (!over && (!head || a->sseq == head->seq)) {
+        if (head)
+            lg_back_pop(l, lt);
+        return false;
+    }
+    lg_back *b = head ? lg_back_find(l, a->sseq) : NULL;
+    if (!b)
+        b = lg_back_add(l, lt, a->sseq);
+    if (b) {
+        b->ack = *a;
+        b->recalled_at = 0;
+        b->tries = 0;
+    }
+    /* Without memory to remember it, it is given back all the same: its
+     * order is then kept only if it comes before lt's later runs. */
+    l->c.given_back++;
+    lg_nak(l, FQ_LEDGER_SUBMIT, a, lg_back_delay(a->delivered));
+    return true;
+}
+
+/* Ask back, in order, the runs given back of tenants that have room now
+ * (a nak without delay: redelivered at once, before new messages, in the
+ * order of the naks), FQ_LEDGER_GATES_PER_TURN tenants a tick in turn. A
+ * first one asked FQ_LEDGER_RECALL_TRIES times without coming is gone
+ * from the stream (purged): forgotten, so that the others move on. */
+static void lg_recall(fq_ledger *l)
+{
+    if (!l->fresh || l->paused[FQ_LEDGER_SUBMIT])
+        return;
+    uint64_t todo = l->ngates < FQ_LEDGER_GATES_PER_TURN ? l->ngates : FQ_LEDGER_GATES_PER_TURN;
+    for (uint64_t k = 0; k < todo && l->gate_head; k++) {
+        fq_ledger_tenant *lt = l->gate_head;
+        lg_gate_unlink(l, lt);
+        lg_back *h = lt->back_head;
+        while (h && h->tries >= FQ_LEDGER_RECALL_TRIES &&
+               l->now - h->recalled_at >= FQ_LEDGER_RECALL_AGAIN_MS) {
+            l->c.given_back_lost++;
+            lg_back_pop(l, lt);
+            h = lt->back_head;
+        }
+        if (!lt->back_head)
+            continue;           /* unlinked by the pop */
+        uint64_t room = lg_room(l, lt);
+        uint32_t n = 0;
+        for (lg_back *b = lt->back_head; b && n < room && n < FQ_LEDGER_RECALL_MAX; b = b->next, n++) {
+            if (b->recalled_at && l->now - b->recalled_at < FQ_LEDGER_RECALL_AGAIN_MS)
+                continue;
+            b->recalled_at = l->now ? l->now : 1;
+            b->tries++;
+            l->c.recalled++;
+            lg_nak(l, FQ_LEDGER_SUBMIT, &b->ack, 0);
+        }
+        lg_gate_link(l, lt);
+    }
+}
+
 /* ---- the journal --------------------------------------------------------- */
 
 /* The batch being written, begun when none is. */
@@ -1155,7 +1397,7 @@ static void lg_resend(fq_ledger *l, lg_run *x, const fq_ledger_submit *s)
     }
     x->resent = true;
     x->pending++;
-    l->held++;
+    lg_held(l, x->lt, true);
     lg_pause_check(l);
 }
 
@@ -1164,7 +1406,7 @@ static void lg_resend(fq_ledger *l, lg_run *x, const fq_ledger_submit *s)
 static void lg_unresend(fq_ledger *l, lg_run *x)
 {
     x->resent = false;
-    l->held--;
+    lg_held(l, x->lt, false);
     lg_seq_del(l, x);
     fq_ledger_ackref ack = lg_ackref(x);
     lg_nak(l, FQ_LEDGER_SUBMIT, &ack, FQ_LEDGER_PARK_MAX_MS);
@@ -1272,6 +1514,8 @@ void fq_ledger_submit_in(fq_ledger *l, const fq_ledger_submit *s, uint64_t now, 
         else if (!lt)
             snprintf(err, sizeof err, "%s", fq_status_text(st));
     }
+    if (st == FQ_OK && lg_give_back(l, lt, &s->ack))
+        return;
     uint32_t est = 0;
     uint64_t wait = 0;
     if (st == FQ_OK) {
@@ -1323,7 +1567,7 @@ void fq_ledger_submit_in(fq_ledger *l, const fq_ledger_submit *s, uint64_t now, 
             a->wait_ms = wait;
         return;
     }
-    l->held++;
+    lg_held(l, lt, true);
     /* By key from now on: a second run with its id is refused at once, and
      * a completion for it (a worker's bug) is told from an unheld one. */
     lg_key_add(l, x);
@@ -1380,7 +1624,7 @@ static void lg_drop_dispatched(fq_ledger *l, lg_run *x)
     fq_sched_cancel(l->o.sched, x->seq);
     lg_state(l, x, LG_DONE);
     lg_unhold(l, x);
-    l->held--;
+    lg_held(l, x->lt, false);
     lg_seq_del(l, x);
     lg_key_del(l, x);
     lg_maybe_free(l, x);
@@ -1497,7 +1741,7 @@ void fq_ledger_body(fq_ledger *l, uint64_t seq, fq_status st, const fq_ledger_by
         /* ... and it was forgotten since: its submit is left unacked, to
          * come back as new. */
         lg_unhold(l, x);
-        l->held--;
+        lg_held(l, x->lt, false);
         lg_seq_del(l, x);
         lg_maybe_free(l, x);
         lg_pause_check(l);
@@ -1559,7 +1803,7 @@ static void lg_settled(fq_ledger *l, lg_run *x)
     }
     fq_ledger_ackref ack = lg_ackref(x);
     lg_ack(l, FQ_LEDGER_SUBMIT, &ack);
-    l->held--;
+    lg_held(l, x->lt, false);
     lg_seq_del(l, x);
     lg_maybe_free(l, x);
     lg_pause_check(l);
@@ -2006,6 +2250,7 @@ void fq_ledger_tick(fq_ledger *l, uint64_t now, int64_t now_ms)
     lg_done_forget(l, now_ms);
     lg_early_forget(l, now_ms);
     lg_acks_later(l);
+    lg_recall(l);
 }
 
 void fq_ledger_flush(fq_ledger *l, uint64_t now, int64_t now_ms)
@@ -2208,7 +2453,7 @@ void fq_ledger_tenant_init(fq_ledger_tenant *lt, fq_tenant *t, const char *id)
 
 bool fq_ledger_tenant_busy(const fq_ledger_tenant *lt)
 {
-    return lt->keyed || lt->debt_listed || lt->debt_dirty;
+    return lt->keyed || lt->back || lt->debt_listed || lt->debt_dirty;
 }
 
 void fq_ledger_sched_opts(fq_sched_opts *o, const fq_ledger_opts *lo)
@@ -2239,7 +2484,8 @@ fq_status fq_ledger_create(fq_ledger **out, const fq_ledger_opts *o)
     if (fq_u64map_create(&l->by_seq, FQ_U64MAP_KEY_OFFSET(lg_run, seq_node, seq), 1024, seed) ||
         fq_u64map_create(&l->by_key, FQ_U64MAP_KEY_OFFSET(lg_run, key_node, key), 1024, seed) ||
         fq_u64map_create(&l->done, FQ_U64MAP_KEY_OFFSET(lg_done, node, key), 1024, seed) ||
-        fq_u64map_create(&l->early, FQ_U64MAP_KEY_OFFSET(lg_early, node, key), 64, seed)) {
+        fq_u64map_create(&l->early, FQ_U64MAP_KEY_OFFSET(lg_early, node, key), 64, seed) ||
+        fq_u64map_create(&l->back, FQ_U64MAP_KEY_OFFSET(lg_back, node, seq), 64, seed)) {
         fq_ledger_destroy(l);
         return FQ_ENOMEM;
     }
@@ -2282,6 +2528,7 @@ void fq_ledger_destroy(fq_ledger *l)
     fq_u64map_destroy(l->by_key, NULL);
     fq_u64map_destroy(l->done, NULL);
     fq_u64map_destroy(l->early, NULL);
+    fq_u64map_destroy(l->back, NULL);
     for (size_t i = 0; i < 2; i++) {
         free(l->bat[i].runs);
         free(l->bat[i].dones);
@@ -2337,6 +2584,7 @@ void fq_ledger_stats_get(fq_ledger_stats *out, const fq_ledger *l)
         .completed_remembered = fq_u64map_count(l->done),
         .expired_remembered = l->nexp,
         .debtors = l->debtors,
+        .given_back = fq_u64map_count(l->back),
         .fetch_paused = l->fetch_paused,
         .journal_full = l->journal_full,
         .fenced = l->fenced,

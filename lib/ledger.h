@@ -127,6 +127,10 @@ typedef struct fq_ledger_tenant {
     fq_prices prices;           /* of its token kinds (the caller's, from its
                                    policy): a completion that reports kinds
                                    is reconciled at its priced cost */
+    uint32_t held;              /* its submits held: its part of the buffer */
+    uint32_t back;              /* its runs given back to FAIR_SUBMIT, awaited */
+    struct fq_ledger_back *back_head, *back_tail;   /* those, by sequence */
+    struct fq_ledger_tenant *gate_prev, *gate_next; /* tenants with runs given back */
 } fq_ledger_tenant;
 
 void fq_ledger_tenant_init(fq_ledger_tenant *lt, fq_tenant *t, const char *id);
@@ -189,6 +193,25 @@ typedef struct fq_ledger_opts {
 #define FQ_LEDGER_EARLY_MAX 10000      /* completions before their run remembered at most */
 #define FQ_LEDGER_DEBT_PER_TURN 256     /* debt records refreshed or forgiven a tick at most */
 #define FQ_LEDGER_SYNTH_ID (1ULL << 62) /* scheduler ids of runs read back without a sequence */
+/* The buffer shared (docs/protocol.md section 8): past three quarters of
+ * max_buffered_runs (the fill line), a submit of a tenant holding its share
+ * or more (the fill line divided among the tenants holding runs, itself
+ * included, at least FQ_LEDGER_SHARE_FLOOR), or holding any once half the
+ * last quarter is taken, is given back to FAIR_SUBMIT (a nak with a delay)
+ * so that the runs behind it in the stream are fetched; the rest of the
+ * last quarter is for tenants that hold nothing. A tenant's runs are admitted in submit
+ * order: one given back holds back its later ones, which are given back
+ * too until it is admitted. Once a tenant has room again its runs given
+ * back are asked back (a nak without delay: the server redelivers naks
+ * before new messages, in the order of the naks). */
+#define FQ_LEDGER_SHARE_FLOOR 1         /* runs any tenant may hold in a full buffer */
+#define FQ_LEDGER_BACK_MS 10000         /* a run given back comes again after this, ... */
+#define FQ_LEDGER_BACK_MAX_MS 120000    /* ... doubling with each delivery up to this */
+#define FQ_LEDGER_BACK_MAX 65536        /* runs given back at once (MaxAckPending's part) */
+#define FQ_LEDGER_RECALL_MAX 64         /* a tenant's runs asked back at once */
+#define FQ_LEDGER_RECALL_AGAIN_MS 1000  /* asked back and not come: asked again after this */
+#define FQ_LEDGER_RECALL_TRIES 5        /* ... this many times, then the first is lost */
+#define FQ_LEDGER_GATES_PER_TURN 64     /* tenants with runs given back looked at a tick */
 
 /* The scheduler options the ledger needs (expired runs remembered and for
  * how long), set into o, which holds the rest. */
@@ -430,6 +453,9 @@ typedef struct fq_ledger_counters {
     uint64_t expired, expired_forgotten_early, adopted, adopt_overflow;
     uint64_t dispatch_failures, refusals_unstored, debts_forgiven, pub_failures;
     uint64_t fetch_pauses;      /* times fetching paused for max_buffered_runs */
+    uint64_t given_back;        /* submits given back to FAIR_SUBMIT: over their share */
+    uint64_t recalled;          /* given back and asked back: room came */
+    uint64_t given_back_lost;   /* given back and never came again (purged): forgotten */
 } fq_ledger_counters;
 
 typedef struct fq_ledger_stats {
@@ -439,6 +465,7 @@ typedef struct fq_ledger_stats {
     uint64_t completed_remembered; /* run keys in the completed set */
     uint64_t expired_remembered;/* expired runs awaiting a late completion */
     uint64_t debtors;           /* tenants with a live debt record */
+    uint64_t given_back;        /* runs given back now, awaited in order */
     bool fetch_paused;          /* max_buffered_runs reached */
     bool journal_full;          /* the unsent batch is full */
     bool fenced;                /* another leader wrote the journal */

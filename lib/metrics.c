@@ -553,6 +553,12 @@ const fq_overall_row fq_overall_rows[] = {
        "1 while fetching from the submit stream is paused at limits.max_buffered_runs."),
     OV(COUNTER, fetch_pauses, "fetch_pauses", "fairq_fetch_pauses_total", NULL,
        "Times fetching paused at limits.max_buffered_runs."),
+    OV(GAUGE, given_back_runs, "given_back_runs", "fairq_given_back_runs", NULL,
+       "Runs given back to the submit stream (over their tenant's share of a full buffer, "
+       "or behind one that was), awaited in order."),
+    OV(COUNTER, given_back, "given_back", "fairq_given_back_runs_total", NULL,
+       "Submits given back to the submit stream instead of held: their tenant held its share "
+       "of a full buffer, or a run of its given back came before them."),
     OV(FLAG, nats_connected, "nats_connected", "fairq_nats_connected", NULL,
        "1 while connected to NATS."),
     OV(COUNTER, nats_reconnects, "reconnects", "fairq_nats_reconnects_total", NULL,

@@ -144,6 +144,8 @@ typedef struct fq_metrics_overall {
     uint64_t buffered_bytes;        /* bodies held in memory */
     bool fetch_paused;              /* at max_buffered_runs: not fetching */
     uint64_t fetch_pauses;          /* counter: times fetching paused */
+    uint64_t given_back_runs;       /* given back to the submit stream now, awaited */
+    uint64_t given_back;            /* counter: submits given back over their share */
     bool nats_connected;
     uint64_t nats_reconnects;       /* counter */
     uint64_t config_reloads;        /* counter: reloads that took effect */

@@ -53,7 +53,9 @@
  *   lease. The proxy keeps nothing on disk.
  * - Memory is bounded without giving up FIFO order: past max_buffered_bytes
  *   a run keeps only its index entry and its body is read back by sequence
- *   when it is dispatched; past max_buffered_runs fetching stops.
+ *   when it is dispatched; past three quarters of max_buffered_runs a
+ *   tenant holding its share has its submits given back to the stream
+ *   (the ledger's buffer shared), past max_buffered_runs fetching stops.
  * - The hot path allocates no memory of its own per run once the pools have
  *   grown to the working set (nats.c allocates its messages). A body kept
  *   in memory is copied at ingest, with the few fields dispatch needs, into
@@ -1035,7 +1037,8 @@ static void px_overall(fq_metrics_overall *a, fq_proxy *p)
         .window_tokens = p->cfg.window.max_in_flight_tokens,
         .expired_leases = lc->expired, .buffered_runs = ls.held,
         .buffered_bytes = ls.buffered_bytes, .fetch_paused = ls.fetch_paused,
-        .fetch_pauses = lc->fetch_pauses, .nats_connected = p->connected,
+        .fetch_pauses = lc->fetch_pauses, .given_back_runs = ls.given_back,
+        .given_back = lc->given_back, .nats_connected = p->connected,
         .nats_reconnects = p->c.reconnects, .invalid_subject_runs = lc->invalid_subject,
         .config_reloads = p->c.reloads, .config_reload_failures = p->c.reload_failures,
         .lease_held = p->leader, .dispatch_rate = p->rate_runs,
@@ -1846,8 +1849,13 @@ static size_t px_drain(fq_proxy *p, int timeout_ms)
 
 static fq_status px_start_consumers(fq_proxy *p)
 {
-    /* MaxAckPending bounds what the server hands over beyond what we hold. */
-    int64_t pend = (int64_t)p->cfg.limits.max_buffered_runs + PX_MAX_PUBS;
+    /* MaxAckPending bounds what the server hands over beyond what we hold
+     * and what we gave back (a nak with a delay keeps a run pending): past
+     * it the server sends only redeliveries, so the runs given back are
+     * bounded by it. */
+    uint64_t back = p->cfg.limits.max_buffered_runs < FQ_LEDGER_BACK_MAX
+                        ? p->cfg.limits.max_buffered_runs : FQ_LEDGER_BACK_MAX;
+    int64_t pend = (int64_t)(p->cfg.limits.max_buffered_runs + back) + PX_MAX_PUBS;
     /* Named <durable>-<term>: making them deletes every other term's, which
      * returns what a dead or fenced leader held to these at once, and makes
      * the server refuse that leader's pulls and acks. AckWait then matters

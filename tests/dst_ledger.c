@@ -515,6 +515,9 @@ struct dst_world {
     uint64_t n_dispatch, n_refused, n_completions, n_crashes, n_restarts, n_takeovers;
     uint64_t n_reconciled, n_dispatch_failed;
     uint64_t n_redecided;       /* refused, then dispatched (see check_outcomes) */
+    uint64_t n_given_back;      /* submits given back over their share (the buffer shared) */
+    uint64_t n_quiet_in_full;   /* a quiet tenant's submit admitted into a full buffer */
+    uint64_t last_disp[DST_TENANTS_MAX];    /* calm worlds: each tenant's last dispatch's seq */
     uint64_t n_lost_forgotten;  /* see oracle_submit_acked */
     uint64_t n_late_again;      /* see oracle_stored */
     uint64_t n_lost_forged;     /* see oracle_submit_acked */
@@ -880,7 +883,11 @@ static int srv_make_consumer(dst_world *w, int cons, uint64_t term, char *name, 
         sj_consumer_delete(w->js, stream, del[i]);
     snprintf(name, cap, "%s-%" PRIu64, DST_DURABLE, term);
     sj_consumer_delete(w->js, stream, name);
-    uint64_t pend = cons == FQ_LEDGER_SUBMIT ? w->c.max_buffered_runs + DST_MAX_PUBS : 100000;
+    /* As lib/proxy.c: what it holds, what it gives back, its publishes. */
+    uint64_t back = w->c.max_buffered_runs < FQ_LEDGER_BACK_MAX ? w->c.max_buffered_runs
+                                                                : FQ_LEDGER_BACK_MAX;
+    uint64_t pend = cons == FQ_LEDGER_SUBMIT ? w->c.max_buffered_runs + back + DST_MAX_PUBS
+                                             : 100000;
     return sj_consumer_add(w->js, stream, name, NULL,
                            cons == FQ_LEDGER_SUBMIT ? DST_SUBMIT_ACK_WAIT : DST_DONE_ACK_WAIT,
                            pend);
@@ -1331,7 +1338,24 @@ static void px_hand_in(dst_world *w, dst_proxy *p, int cons, const sj_delivery *
         if (d->sseq == w->watch || (w->watch && w->trace > 1))
             TRACE(w, "proxy %d (%s) takes submit %" PRIu64 " delivered %u (%s)", p->ix,
                   p->lease_id, d->sseq, d->delivered, p->cons[0].name);
+        /* A tenant that holds nothing and has nothing given back is never
+         * given back, however full the buffer: the runs of a quiet tenant
+         * behind a loud one's are admitted. */
+        int ix = s.tenant ? tenant_ix(w, s.tenant) : -1;
+        const fq_ledger_tenant *lt = ix >= 0 && p->ten[ix].used ? &p->ten[ix].lt : NULL;
+        bool quiet = s.sub && (!lt || (!lt->held && !lt->back));
+        fq_ledger_stats st;
+        fq_ledger_stats_get(&st, p->L);
+        bool full = st.held >= w->c.max_buffered_runs - w->c.max_buffered_runs / 4;
+        uint64_t back0 = fq_ledger_counters_get(p->L)->given_back;
         fq_ledger_submit_in(p->L, &s, px_mono(w, p), px_unix(w, p));
+        uint64_t back = fq_ledger_counters_get(p->L)->given_back - back0;
+        w->n_given_back += back;
+        if (quiet && back)
+            dst_fail(w, "submit %" PRIu64 " of %s, which holds nothing, was given back",
+                     d->sseq, s.tenant);
+        if (quiet && full && ix >= 0 && p->ten[ix].used && p->ten[ix].lt.held)
+            w->n_quiet_in_full++;
     } else {
         const char *tid = subject_tenant(m->subject, "fair.done", &tlen);
         fq_completion c;
@@ -1877,6 +1901,14 @@ static void oracle_dispatch_act(dst_world *w, dst_proxy *p, const fq_ledger_act 
         dst_fail(w, "a dispatch of tenant %s, which the config does not list",
                  a->tenant ? a->tenant : "(none)");
     w->served[t] += a->est;
+    /* A tenant's runs leave in submit order (protocol.md section 2), the
+     * buffer shared or not: checked where nothing fails or restarts. */
+    if (w->c.calm) {
+        if (a->seq <= w->last_disp[t])
+            dst_fail(w, "tenant %s's submit %" PRIu64 " dispatched after its submit %" PRIu64,
+                     a->tenant, a->seq, w->last_disp[t]);
+        w->last_disp[t] = a->seq;
+    }
     if (p->dispatching)
         check_window(w, p, t, a->est);
     TRACE(w, "proxy %d dispatches %s/%s est %u (seq %" PRIu64 ")", p->ix, a->tenant, a->run_id,
@@ -2063,6 +2095,11 @@ static void produce(dst_world *w)
     if (!w->c.calm && dst_rng_chance(r, 1, 3))
         t = 0;      /* one tenant floods */
     uint64_t n = w->nsubs + 1;
+    /* Half the calm worlds (by seed, no draw: the others stay as drawn):
+     * t0 and t1 flood, two submits of three, so that they fill the buffer
+     * and the other tenants' runs come behind theirs in the stream. */
+    if (w->c.calm && (w->c.seed & 1) && n % 3 != 2)
+        t = (int)(n % 3);
     DST_GROW(w->subs, w->nsubs, w->cap_subs);
     dst_sub *s = &w->subs[w->nsubs++];
     memset(s, 0, sizeof *s);
@@ -2687,11 +2724,12 @@ static uint64_t world_run(uint64_t seed, uint64_t steps, bool trace, bool verbos
                "%zu submits, %" PRIu64 " dispatched, %" PRIu64 " refusals, %" PRIu64
                " reconciled, %" PRIu64 " crashes, %" PRIu64 " server restarts, %" PRIu64
                " takeovers, %" PRIu64 " dispatches failed, %" PRIu64 " refused then dispatched, %" PRIu64
-               " lost to early forgetting, %" PRIu64 " dispatched again past the window, %" PRIu64 " lost to forged completions, %" PRIu64 " completions lost to a failed attempt's flight record\n",
+               " lost to early forgetting, %" PRIu64 " dispatched again past the window, %" PRIu64 " lost to forged completions, %" PRIu64 " completions lost to a failed attempt's flight record, %" PRIu64 " given back, %" PRIu64 " quiet admitted into a full buffer\n",
                seed, n, n - start, (w->t - w->quiet_t) / 1000, w->c.calm ? "calm" : "faults", w->c.proxies, w->nsubs,
                w->n_dispatch, w->n_refused, w->n_reconciled, w->n_crashes, w->n_restarts,
                w->n_takeovers, w->n_dispatch_failed, w->n_redecided, w->n_lost_forgotten,
-               w->n_late_again, w->n_lost_forged, w->n_lost_unheld);
+               w->n_late_again, w->n_lost_forged, w->n_lost_unheld, w->n_given_back,
+               w->n_quiet_in_full);
     if (verbose && w->c.calm)
         printf("  fairness: worst gap %.2f of the bound over %" PRIu64 " pair checks\n",
                w->worst, w->pair_checks);

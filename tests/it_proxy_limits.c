@@ -1,4 +1,4 @@
-/* it_proxy_limits.c -- the limits end to end: the buffer's fetch pause, run timeouts, the token window, and the headers a dispatch carries. */
+/* it_proxy_limits.c -- the limits end to end: the buffer shared, run timeouts, the token window, and the headers a dispatch carries. */
 /*
  * Each behaviour was built and counted in stats, but no test had driven it
  * through a real server. Over-long names and reserved tenants are among the
@@ -140,76 +140,145 @@ static void submit_buf_runs(pf_fixture *f, int from, int n, bool one_at_a_time)
     assert_int_equal(pt_submit_flush(&f->c), 0);
 }
 
-/* Past max_buffered_runs the proxy stops fetching and says so; JetStream
- * keeps the rest; once workers complete, every run is dispatched once and
- * each tenant's in submit order. */
-static void test_fetch_pauses_past_max_buffered_runs(void **state)
+/* The fill line of BUF_LIMIT: past it the buffer is shared. */
+#define BUF_FILL (BUF_LIMIT - BUF_LIMIT / 4)
+/* ... and half way from there to BUF_LIMIT: tenants that hold runs stop. */
+#define BUF_HOLDERS (BUF_FILL + (BUF_LIMIT - BUF_FILL + 1) / 2)
+
+/* Each tenant's runs left FAIR_DISPATCH in submit order (r-<n>, n up):
+ * tenant_of gives a tenant's index from its id. */
+static void assert_order_per_tenant(pf_fixture *f, int (*tenant_of)(const char *id), int tenants)
 {
-    pf_fixture *f = *state;
-    /* A first third, one at a time: the window fills, then the buffer. */
-    submit_buf_runs(f, 0, BUF_RUNS / 3, true);
-    /* Paused with the window full and its dispatches stored. (While they
-     * wait for their PubAcks they count as held too: fetching may pause and
-     * resume once before this.) */
-    cJSON *j = NULL;
-    for (long long end = nt_now_ms() + 20000;; nt_sleep_ms(20)) {
-        j = pf_stats(f, "", NULL);
-        if (overall_true(j, "fetch_paused") && pf_overall(j, "in_flight") == BUF_WINDOW &&
-            pf_overall(j, "buffered_runs") == pf_overall(j, "queued_runs"))
-            break;
-        cJSON_Delete(j);
-        if (nt_now_ms() > end)
-            fail_msg("fetching did not pause with the window full");
-    }
-    assert_true(pf_overall(j, "fetch_pauses") >= 1);
-    /* The limit stops the next fetch; what the fetch thread had taken
-     * before the proxy counted it is held too. */
-    long held = pf_overall(j, "buffered_runs");
-    assert_in_range(held, BUF_LIMIT, BUF_RUNS / 3 - BUF_WINDOW);
-    cJSON_Delete(j);
-
-    /* A second third while paused: a pull under way when fetching paused
-     * (it waits up to 500 ms for the first run to come) may still take a
-     * burst of these; then no pull is made, so the last third stays in
-     * JetStream, all of it. */
-    submit_buf_runs(f, BUF_RUNS / 3, BUF_RUNS / 3, false);
-    nt_sleep_ms(1000);
-    j = pf_stats(f, "", NULL);
-    long held2 = pf_overall(j, "buffered_runs");
-    cJSON_Delete(j);
-    submit_buf_runs(f, 2 * (BUF_RUNS / 3), BUF_RUNS - 2 * (BUF_RUNS / 3), false);
-    nt_sleep_ms(1000);
-    j = pf_stats(f, "", NULL);
-    assert_true(overall_true(j, "fetch_paused"));
-    long held3 = pf_overall(j, "buffered_runs");
-    fprintf(stderr, "limits: held %ld, %ld, then %ld, of %d runs at a limit of %d, "
-            "%ld in flight\n", held, held2, held3, BUF_RUNS, BUF_LIMIT, pf_overall(j, "in_flight"));
-    assert_int_equal(held3, held2);
-    assert_int_equal(pf_overall(j, "in_flight"), BUF_WINDOW);
-    cJSON_Delete(j);
-    submit_holds(f, BUF_RUNS - BUF_WINDOW);
-    metric_is(f, "fairq_fetch_paused", 1);
-    metric_is(f, "fairq_buffered_runs", (double)held3);
-    assert_int_equal(pt_stream_last(&f->c, "FAIR_DISPATCH"), BUF_WINDOW);
-
-    pt_worker_hold(f->w, false);
-    assert_int_equal(pt_worker_wait_completed(f->w, BUF_RUNS, 30000), 0);
-    pf_assert_each_dispatched_once(f, BUF_RUNS);
     pt_msg *m = NULL;
     size_t k = 0;
-    int last[BUF_TENANTS] = {-1, -1, -1};
+    int last[8] = {-1, -1, -1, -1, -1, -1, -1, -1};
+    assert_true(tenants <= 8);
     assert_int_equal(pt_stream_read(&f->c, "FAIR_DISPATCH", &m, &k), 0);
     for (size_t i = 0; i < k; i++) {
-        int id = atoi(m[i].run_id + 2), t = atoi(m[i].tenant + 1);
+        int id = atoi(m[i].run_id + 2), t = tenant_of(m[i].tenant);
+        assert_true(t >= 0 && t < tenants);
         if (id <= last[t])
             fail_msg("%s left before %s's r-%d", m[i].run_id, m[i].tenant, last[t]);
         last[t] = id;
     }
     pt_msgs_free(m, k);
-    j = stats_when(f, "buffered_runs", 0);
+}
+
+/* The stats reply once the window is full and the buffer holds from its
+ * fill line to half way past it (tenants holding runs go no further), with
+ * the rest of the n runs submitted given back, waiting up to 20 s. */
+static cJSON *buffer_when(pf_fixture *f, long n)
+{
+    for (long long end = nt_now_ms() + 20000;; nt_sleep_ms(20)) {
+        cJSON *j = pf_stats(f, "", NULL);
+        long held = pf_overall(j, "buffered_runs"), back = pf_overall(j, "given_back_runs");
+        if (held >= BUF_FILL && held <= BUF_HOLDERS && pf_overall(j, "queued_runs") == held &&
+            held + back == n - BUF_WINDOW && pf_overall(j, "in_flight") == BUF_WINDOW)
+            return j;
+        if (nt_now_ms() > end)
+            fail_msg("the buffer holds %ld (%ld queued) and %ld are given back, %ld in flight, "
+                     "of %ld", held, pf_overall(j, "queued_runs"), back,
+                     pf_overall(j, "in_flight"), n);
+        cJSON_Delete(j);
+    }
+}
+
+static int buf_tenant(const char *id)
+{
+    return atoi(id + 1);
+}
+
+/* Past three quarters of max_buffered_runs each tenant holds its share and
+ * its further submits are given back to FAIR_SUBMIT (a nak with a delay):
+ * the proxy keeps fetching, holds no more, and says so; JetStream keeps
+ * the rest; once workers complete, every run is dispatched once and each
+ * tenant's in submit order. */
+static void test_buffer_shared_past_its_fill_line(void **state)
+{
+    pf_fixture *f = *state;
+    /* A first third, one at a time: the window fills, then the buffer. */
+    submit_buf_runs(f, 0, BUF_RUNS / 3, true);
+    cJSON *j = buffer_when(f, BUF_RUNS / 3);
+    long held = pf_overall(j, "buffered_runs");
+    assert_true(pf_overall(j, "given_back") >= BUF_RUNS / 3 - BUF_WINDOW - held);
     assert_false(overall_true(j, "fetch_paused"));
     cJSON_Delete(j);
+
+    /* The other two thirds: every one given back, none held. */
+    submit_buf_runs(f, BUF_RUNS / 3, BUF_RUNS - BUF_RUNS / 3, false);
+    j = buffer_when(f, BUF_RUNS);
+    fprintf(stderr, "limits: held %ld, %ld given back, %ld in flight, of %d runs at a limit "
+            "of %d\n", pf_overall(j, "buffered_runs"), pf_overall(j, "given_back_runs"),
+            pf_overall(j, "in_flight"), BUF_RUNS, BUF_LIMIT);
+    /* Fetched past the first third: every run taken is held or given back. */
+    long held2 = pf_overall(j, "buffered_runs");
+    assert_false(overall_true(j, "fetch_paused"));
+    cJSON_Delete(j);
+    submit_holds(f, BUF_RUNS - BUF_WINDOW);
+    metric_is(f, "fairq_buffered_runs", (double)held2);
+    metric_is(f, "fairq_given_back_runs", (double)(BUF_RUNS - BUF_WINDOW - held2));
     metric_is(f, "fairq_fetch_paused", 0);
+    assert_int_equal(pt_stream_last(&f->c, "FAIR_DISPATCH"), BUF_WINDOW);
+
+    /* Room: what was given back is asked back, in order. */
+    pt_worker_hold(f->w, false);
+    assert_int_equal(pt_worker_wait_completed(f->w, BUF_RUNS, 30000), 0);
+    pf_assert_each_dispatched_once(f, BUF_RUNS);
+    assert_order_per_tenant(f, buf_tenant, BUF_TENANTS);
+    j = stats_when(f, "buffered_runs", 0);
+    assert_int_equal(pf_overall(j, "given_back_runs"), 0);
+    cJSON_Delete(j);
+}
+
+static int loud_or_quiet(const char *id)
+{
+    return strcmp(id, "la") == 0 ? 0 : strcmp(id, "lb") == 0 ? 1 : strcmp(id, "q") == 0 ? 2 : -1;
+}
+
+/* Two loud tenants fill the buffer with FAIR_SUBMIT full of their runs
+ * behind; a third tenant's run, behind all of theirs in the stream, is
+ * fetched and held at once, and dispatched within the first rounds once
+ * the window has room, not after theirs; every run is dispatched once, each
+ * tenant's in order. */
+static void test_quiet_tenant_behind_loud_ones(void **state)
+{
+    pf_fixture *f = *state;
+    enum { LOUD = 2 * BUF_RUNS / 3 };
+    for (int i = 0; i < LOUD; i++) {
+        char body[64];
+        snprintf(body, sizeof body, "{\"run_id\":\"r-%d\"}", i);
+        assert_int_equal(pt_submit_async(&f->c, i % 2 ? "lb" : "la", body, strlen(body), NULL), 0);
+    }
+    assert_int_equal(pt_submit_flush(&f->c), 0);
+    cJSON *j = buffer_when(f, LOUD);
+    long held = pf_overall(j, "buffered_runs");
+    cJSON_Delete(j);
+    char body[64];
+    snprintf(body, sizeof body, "{\"run_id\":\"r-%d\"}", LOUD);
+    assert_int_equal(pt_submit(&f->c, "q", body, strlen(body), NULL), 0);
+    /* Held at once, past the fill line. */
+    j = stats_when(f, "queued_runs", held + 1);
+    assert_int_equal(pf_overall(j, "buffered_runs"), held + 1);
+    cJSON_Delete(j);
+
+    pt_worker_hold(f->w, false);
+    assert_int_equal(pt_worker_wait_completed(f->w, LOUD + 1, 30000), 0);
+    pf_assert_each_dispatched_once(f, LOUD + 1);
+    assert_order_per_tenant(f, loud_or_quiet, 3);
+    /* q's run left with the first round after the window's first runs. */
+    pt_msg *m = NULL;
+    size_t k = 0, at = k;
+    assert_int_equal(pt_stream_read(&f->c, "FAIR_DISPATCH", &m, &k), 0);
+    for (size_t i = 0; i < k; i++)
+        if (strcmp(m[i].tenant, "q") == 0)
+            at = i;
+    pt_msgs_free(m, k);
+    fprintf(stderr, "limits: q's run was dispatch %zu of %zu\n", at + 1, k);
+    /* Within two rounds of the three tenants after the window's first
+     * runs (behind all of theirs, it would have been the last). */
+    assert_true(at < BUF_WINDOW + 6);
+    j = stats_when(f, "given_back_runs", 0);
+    cJSON_Delete(j);
 }
 
 /* ---- (b) window.run_timeout_ms ------------------------------------------ */
@@ -653,7 +722,9 @@ static void test_dispatch_bytes_read(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_fetch_pauses_past_max_buffered_runs, setup_buffer,
+        cmocka_unit_test_setup_teardown(test_buffer_shared_past_its_fill_line, setup_buffer,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_quiet_tenant_behind_loud_ones, setup_buffer,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_run_timeout_frees_slot, setup_timeout, teardown),
         cmocka_unit_test_setup_teardown(test_token_window, setup_tokens, teardown),

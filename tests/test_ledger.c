@@ -445,6 +445,196 @@ static void test_limits_and_bodies_read_back(void **state)
     world_free(w);
 }
 
+/* The submit of delivery cseq of run seq, delivered the n-th time. */
+static void submit_again(world *w, const char *tenant, uint64_t seq, const char *run_id,
+                         uint64_t cseq, uint32_t delivered)
+{
+    fq_submit sub = {.est_tokens = 50};
+    snprintf(sub.run_id, sizeof sub.run_id, "%s", run_id);
+    fq_ledger_submit s = {.ack = {.sseq = seq, .cseq = cseq, .delivered = delivered},
+                          .ts_ms = w->now_ms, .tenant = tenant, .status = FQ_OK, .sub = &sub,
+                          .size = 300, .subject = "fair.submit.x",
+                          .raw = {.body = "{}", .body_len = 2}};
+    fq_ledger_submit_in(w->l, &s, w->now, w->now_ms);
+    drain(w);
+}
+
+/* Whether the last drain naked seq (its delivery cseq) after delay_ms. */
+static bool naked(const world *w, uint64_t seq, uint64_t cseq, uint32_t delay_ms)
+{
+    for (size_t i = 0; i < w->nacts; i++)
+        if (w->acts[i].type == FQ_LACT_NAK && w->acts[i].cons == FQ_LEDGER_SUBMIT &&
+            w->acts[i].ack.sseq == seq && w->acts[i].ack.cseq == cseq &&
+            w->acts[i].delay_ms == delay_ms)
+            return true;
+    return false;
+}
+
+static uint64_t given_back_now(const world *w)
+{
+    fq_ledger_stats st;
+    fq_ledger_stats_get(&st, w->l);
+    return st.given_back;
+}
+
+/* Past three quarters of max_buffered_runs, a tenant at its share has its
+ * submits given back (a nak with a delay) and a tenant under it is still
+ * admitted; a tenant's runs behind one given back are given back too,
+ * whatever room there is, until it is admitted; once there is room they
+ * are asked back in order (naks without delay, with their last delivery)
+ * and admitted in order as they come. */
+static void test_buffer_shared(void **state)
+{
+    (void)state;
+    world *w = world_new();
+    w->o.max_buffered_runs = 8;         /* shared past 6 */
+    assert_int_equal(fq_ledger_set_opts(w->l, &w->o), FQ_OK);
+    fq_ledger_journal_marked(w->l, 1);
+    char id[16];
+    for (uint64_t seq = 1; seq <= 6; seq++) {
+        snprintf(id, sizeof id, "r%llu", (unsigned long long)seq);
+        submit(w, seq % 2 ? "a" : "b", seq, id, 50);
+        assert_int_equal(count(w, FQ_LACT_NAK), 0);
+    }
+    /* a and b hold 3 each, their share of 6: given back, 10 s. */
+    submit(w, "a", 7, "r7", 50);
+    assert_true(naked(w, 7, 7, FQ_LEDGER_BACK_MS));
+    submit(w, "b", 8, "r8", 50);
+    assert_true(naked(w, 8, 8, FQ_LEDGER_BACK_MS));
+    submit(w, "a", 9, "r9", 50);
+    assert_true(naked(w, 9, 9, FQ_LEDGER_BACK_MS));
+    /* q, behind them in the stream, holds nothing: admitted (its share of
+     * three holders is 2), into the last quarter. */
+    submit(w, "q", 10, "r10", 50);
+    assert_int_equal(count(w, FQ_LACT_NAK), 0);
+    fq_ledger_stats st;
+    fq_ledger_stats_get(&st, w->l);
+    assert_int_equal(st.held, 7);
+    assert_int_equal(st.given_back, 3);
+    /* q's second run: q holds runs now, and the buffer is at the holders'
+    * line (7, half way to 8): given back, its third behind it too. */
+    submit(w, "q", 11, "r11", 50);
+    assert_true(naked(w, 11, 11, FQ_LEDGER_BACK_MS));
+    submit(w, "q", 12, "r12", 50);
+    assert_true(naked(w, 12, 12, FQ_LEDGER_BACK_MS));
+    /* r7 comes back after its delay, still over: given back for longer. */
+    tick_time(w, FQ_LEDGER_BACK_MS);
+    submit_again(w, "a", 7, "r7", 20, 2);
+    assert_true(naked(w, 7, 20, 2 * FQ_LEDGER_BACK_MS));
+    /* No room: nothing is asked back. */
+    fq_ledger_tick(w->l, w->now, w->now_ms);
+    drain(w);
+    assert_int_equal(count(w, FQ_LACT_NAK), 0);
+
+    /* Room (a reload: 100 runs, shared past 75). r9 comes before r7: not
+     * admitted ahead of it. */
+    w->o.max_buffered_runs = 100;
+    assert_int_equal(fq_ledger_set_opts(w->l, &w->o), FQ_OK);
+    drain(w);
+    submit_again(w, "a", 9, "r9", 21, 2);
+    assert_true(naked(w, 9, 21, 2 * FQ_LEDGER_BACK_MS));
+    assert_int_equal(given_back_now(w), 5);
+    /* Asked back: each tenant's in order, with its last delivery. */
+    fq_ledger_tick(w->l, w->now, w->now_ms);
+    drain(w);
+    assert_int_equal(count(w, FQ_LACT_NAK), 5);
+    size_t i7 = 5, i9 = 5, i11 = 5, i12 = 5;
+    for (size_t i = 0; i < 5; i++) {
+        uint64_t q = find(w, FQ_LACT_NAK, i)->ack.sseq;
+        i7 = q == 7 ? i : i7;
+        i9 = q == 9 ? i : i9;
+        i11 = q == 11 ? i : i11;
+        i12 = q == 12 ? i : i12;
+    }
+    assert_true(i7 < i9 && i9 < 5 && i11 < i12 && i12 < 5);
+    assert_true(naked(w, 7, 20, 0) && naked(w, 9, 21, 0) && naked(w, 8, 8, 0) &&
+                naked(w, 11, 11, 0) && naked(w, 12, 12, 0));
+    /* Asked again only after FQ_LEDGER_RECALL_AGAIN_MS. */
+    fq_ledger_tick(w->l, w->now, w->now_ms);
+    drain(w);
+    assert_int_equal(count(w, FQ_LACT_NAK), 0);
+    /* They come in the order asked: admitted. */
+    submit_again(w, "b", 8, "r8", 30, 2);
+    submit_again(w, "q", 11, "r11", 34, 2);
+    submit_again(w, "q", 12, "r12", 31, 2);
+    submit_again(w, "a", 7, "r7", 32, 3);
+    submit_again(w, "a", 9, "r9", 33, 3);
+    fq_ledger_stats_get(&st, w->l);
+    assert_int_equal(st.held, 12);
+    assert_int_equal(st.given_back, 0);
+    assert_int_equal(fq_ledger_counters_get(w->l)->given_back, 7);
+    assert_int_equal(fq_ledger_counters_get(w->l)->recalled, 5);
+    /* a's runs leave in submit order. */
+    uint64_t last = 0;
+    for (int k = 0; k < 8; k++) {
+        turn(w);
+        char t[MAX_SEEN][FQ_TENANT_MAX + 1], r[MAX_SEEN][FQ_RUN_ID_MAX + 1];
+        uint64_t sq[MAX_SEEN];
+        size_t n = 0;
+        for (size_t i = 0; i < w->nacts; i++) {
+            const fq_ledger_act *d = &w->acts[i];
+            if (d->type != FQ_LACT_DISPATCH)
+                continue;
+            snprintf(t[n], sizeof t[n], "%s", d->tenant);
+            snprintf(r[n], sizeof r[n], "%s", d->run_id);
+            sq[n++] = d->seq;
+        }
+        for (size_t i = 0; i < n; i++) {
+            if (strcmp(t[i], "a") == 0) {
+                assert_true(sq[i] > last);
+                last = sq[i];
+            }
+            complete(w, t[i], 1000 + sq[i], r[i], 50);
+        }
+    }
+    assert_int_equal(last, 9);
+    world_free(w);
+}
+
+/* A run given back that never comes again (purged from the stream) holds
+ * its tenant's later runs back only until it has been asked back
+ * FQ_LEDGER_RECALL_TRIES times: then it is forgotten and the next one is
+ * admitted. */
+static void test_buffer_shared_run_lost(void **state)
+{
+    (void)state;
+    world *w = world_new();
+    w->o.max_buffered_runs = 4;         /* shared past 3 */
+    assert_int_equal(fq_ledger_set_opts(w->l, &w->o), FQ_OK);
+    fq_ledger_journal_marked(w->l, 1);
+    submit(w, "a", 1, "r1", 50);
+    submit(w, "a", 2, "r2", 50);
+    submit(w, "a", 3, "r3", 50);
+    submit(w, "a", 4, "r4", 50);
+    assert_true(naked(w, 4, 4, FQ_LEDGER_BACK_MS));
+    submit(w, "a", 5, "r5", 50);
+    assert_true(naked(w, 5, 5, FQ_LEDGER_BACK_MS));
+    w->o.max_buffered_runs = 100;
+    assert_int_equal(fq_ledger_set_opts(w->l, &w->o), FQ_OK);
+    drain(w);
+    for (int k = 0; k < FQ_LEDGER_RECALL_TRIES; k++) {
+        fq_ledger_tick(w->l, w->now, w->now_ms);
+        drain(w);
+        assert_true(naked(w, 4, 4, 0));
+        /* r5 comes; r4 does not: r5 waits for it. */
+        submit_again(w, "a", 5, "r5", 10 + (uint64_t)k, 2 + (uint32_t)k);
+        uint64_t delay = (uint64_t)FQ_LEDGER_BACK_MS << (1 + k);
+        assert_true(naked(w, 5, 10 + (uint64_t)k,
+                          delay < FQ_LEDGER_BACK_MAX_MS ? (uint32_t)delay : FQ_LEDGER_BACK_MAX_MS));
+        tick_time(w, FQ_LEDGER_RECALL_AGAIN_MS);
+    }
+    assert_int_equal(given_back_now(w), 2);
+    fq_ledger_tick(w->l, w->now, w->now_ms);
+    drain(w);
+    assert_int_equal(fq_ledger_counters_get(w->l)->given_back_lost, 1);
+    assert_true(naked(w, 5, 10 + FQ_LEDGER_RECALL_TRIES - 1, 0));
+    submit_again(w, "a", 5, "r5", 40, 9);
+    assert_int_equal(count(w, FQ_LACT_NAK), 0);
+    assert_int_equal(given_back_now(w), 0);
+    assert_true(fq_ledger_tenant_busy(&w->t[0].lt));
+    world_free(w);
+}
+
 /* A dispatch that fails is queued again and its tenant parked; the batch
  * of that attempt acks nothing; the next attempt, once the parking is
  * over, acks the submit once. A body gone from the stream drops the run. */
@@ -1076,6 +1266,8 @@ int main(void)
         cmocka_unit_test(test_submit_acked_after_dispatch_and_record),
         cmocka_unit_test(test_duplicates_and_refusals),
         cmocka_unit_test(test_limits_and_bodies_read_back),
+        cmocka_unit_test(test_buffer_shared),
+        cmocka_unit_test(test_buffer_shared_run_lost),
         cmocka_unit_test(test_dispatch_failure_requeues_and_parks),
         cmocka_unit_test(test_lease_ends_while_reading),
         cmocka_unit_test(test_completions_reconcile_once),
