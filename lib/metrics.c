@@ -559,6 +559,9 @@ const fq_overall_row fq_overall_rows[] = {
     OV(COUNTER, given_back, "given_back", "fairq_given_back_runs_total", NULL,
        "Submits given back to the submit stream instead of held: their tenant held its share "
        "of a full buffer, or a run of its given back came before them."),
+    OV(COUNTER, given_back_lost, "given_back_lost", "fairq_given_back_lost_runs_total", NULL,
+       "Runs given back that never came again when asked back (purged from the submit "
+       "stream): forgotten, so that their tenant's later runs move on."),
     OV(FLAG, nats_connected, "nats_connected", "fairq_nats_connected", NULL,
        "1 while connected to NATS."),
     OV(COUNTER, nats_reconnects, "reconnects", "fairq_nats_reconnects_total", NULL,

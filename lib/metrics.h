@@ -146,6 +146,7 @@ typedef struct fq_metrics_overall {
     uint64_t fetch_pauses;          /* counter: times fetching paused */
     uint64_t given_back_runs;       /* given back to the submit stream now, awaited */
     uint64_t given_back;            /* counter: submits given back over their share */
+    uint64_t given_back_lost;       /* counter: given back, never came again: forgotten */
     bool nats_connected;
     uint64_t nats_reconnects;       /* counter */
     uint64_t config_reloads;        /* counter: reloads that took effect */

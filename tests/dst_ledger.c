@@ -73,7 +73,10 @@
  *   reloads lower and raise them, adoption fills up to them;
  * - in calm worlds (no faults, actual = estimate), every pair of tenants
  *   backlogged together stays within tests/test_drr.c's bound of weighted
- *   service, 3Q + M/w_i + M/w_j.
+ *   service, 3Q + M/w_i + M/w_j;
+ * - the buffer shared: a tenant holding nothing, with nothing given back,
+ *   is never given back; in calm worlds a tenant's runs are dispatched in
+ *   submit order.
  *
  * Five outcomes are the design's known gaps, not the ledger's mistakes;
  * each is told precisely, counted and printed rather than failed:

@@ -45,7 +45,7 @@ static size_t count_lines(const char *text, const char *prefix)
 static void assert_well_formed(const char *text)
 {
     char family[128] = "", type[16] = "";
-    char seen[64][128];
+    char seen[128][128];
     size_t nseen = 0;
     const char *p = text;
 
@@ -57,7 +57,7 @@ static void assert_well_formed(const char *text)
             assert_int_equal(sscanf(p + 7, "%127s", family), 1);
             for (size_t i = 0; i < nseen; i++)
                 assert_string_not_equal(seen[i], family);
-            assert_true(nseen < 64);
+            assert_true(nseen < 128);
             strcpy(seen[nseen++], family);
             const char *t = eol + 1;
             char tname[128];
