@@ -553,7 +553,7 @@ const fq_overall_row fq_overall_rows[] = {
        "1 while fetching from the submit stream is paused at limits.max_buffered_runs."),
     OV(COUNTER, fetch_pauses, "fetch_pauses", "fairq_fetch_pauses_total", NULL,
        "Times fetching paused at limits.max_buffered_runs."),
-    OV(GAUGE, given_back_runs, "given_back_runs", "fairq_given_back_runs", NULL,
+    OV(GAUGE, given_back_runs, "given_back_runs", "fairq_given_back_awaited_runs", NULL,
        "Runs given back to the submit stream (over their tenant's share of a full buffer, "
        "or behind one that was), awaited in order."),
     OV(COUNTER, given_back, "given_back", "fairq_given_back_runs_total", NULL,

@@ -216,7 +216,7 @@ static void test_buffer_shared_past_its_fill_line(void **state)
     cJSON_Delete(j);
     submit_holds(f, BUF_RUNS - BUF_WINDOW);
     metric_is(f, "fairq_buffered_runs", (double)held2);
-    metric_is(f, "fairq_given_back_runs", (double)(BUF_RUNS - BUF_WINDOW - held2));
+    metric_is(f, "fairq_given_back_awaited_runs", (double)(BUF_RUNS - BUF_WINDOW - held2));
     metric_is(f, "fairq_fetch_paused", 0);
     assert_int_equal(pt_stream_last(&f->c, "FAIR_DISPATCH"), BUF_WINDOW);
 
