@@ -162,6 +162,7 @@ typedef struct fq_ledger_back {
     fq_ledger_ackref ack;       /* its last delivery: asking it back naks that */
     uint64_t recalled_at;       /* monotonic ms it was last asked back; 0: not since */
     uint32_t tries;             /* asked back without coming, in a row */
+    bool owed;                  /* given back while not fresh: its nak is still to send */
     struct fq_ledger_back *next;/* its tenant's next, by sequence; free list */
 } lg_back;
 
@@ -224,6 +225,7 @@ struct fq_ledger {
     lg_back *back_free;
     fq_ledger_tenant *gate_head, *gate_tail;    /* tenants with runs given back */
     uint64_t ngates;            /* those tenants */
+    bool back_owed;             /* a run was given back while not fresh: naks to send */
     uint64_t nexp;              /* runs in state LG_EXPIRED */
     bool fetch_paused;
     bool paused[2];             /* as last told: FQ_LEDGER_SUBMIT, FQ_LEDGER_DONE */
@@ -983,6 +985,10 @@ static bool lg_give_back(fq_ledger *l, fq_ledger_tenant *lt, const fq_ledger_ack
         b->ack = *a;
         b->recalled_at = 0;
         b->tries = 0;
+        /* Its nak is not sent while not fresh: sent once fresh again, or it
+         * would come back only after its AckWait (an hour). */
+        b->owed = !l->fresh;
+        l->back_owed |= b->owed;
     }
     /* Without memory to remember it, it is given back all the same: its
      * order is then kept only if it comes before lt's later runs. */
@@ -998,12 +1004,21 @@ static bool lg_give_back(fq_ledger *l, fq_ledger_tenant *lt, const fq_ledger_ack
  * from the stream (purged): forgotten, so that the others move on. */
 static void lg_recall(fq_ledger *l)
 {
+    if (l->fresh && l->back_owed) {
+        /* Rare (the lease was not fresh): every run given back is walked. */
+        for (fq_ledger_tenant *lt = l->gate_head; lt; lt = lt->gate_next)
+            for (lg_back *b = lt->back_head; b; b = b->next)
+                if (b->owed) {
+                    b->owed = false;
+                    lg_nak(l, FQ_LEDGER_SUBMIT, &b->ack, lg_back_delay(b->ack.delivered));
+                }
+        l->back_owed = false;
+    }
     if (!l->fresh || l->paused[FQ_LEDGER_SUBMIT])
         return;
     uint64_t todo = l->ngates < FQ_LEDGER_GATES_PER_TURN ? l->ngates : FQ_LEDGER_GATES_PER_TURN;
     for (uint64_t k = 0; k < todo && l->gate_head; k++) {
         fq_ledger_tenant *lt = l->gate_head;
-        lg_gate_unlink(l, lt);
         lg_back *h = lt->back_head;
         while (h && h->tries >= FQ_LEDGER_RECALL_TRIES &&
                l->now - h->recalled_at >= FQ_LEDGER_RECALL_AGAIN_MS) {
@@ -1012,7 +1027,7 @@ static void lg_recall(fq_ledger *l)
             h = lt->back_head;
         }
         if (!lt->back_head)
-            continue;           /* unlinked by the pop */
+            continue;           /* unlinked by its last pop */
         uint64_t room = lg_room(l, lt);
         uint32_t n = 0;
         for (lg_back *b = lt->back_head; b && n < room && n < FQ_LEDGER_RECALL_MAX; b = b->next, n++) {
@@ -1023,6 +1038,8 @@ static void lg_recall(fq_ledger *l)
             l->c.recalled++;
             lg_nak(l, FQ_LEDGER_SUBMIT, &b->ack, 0);
         }
+        /* Its turn is over: to the tail. */
+        lg_gate_unlink(l, lt);
         lg_gate_link(l, lt);
     }
 }

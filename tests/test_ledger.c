@@ -635,6 +635,71 @@ static void test_buffer_shared_run_lost(void **state)
     world_free(w);
 }
 
+/* Two tenants whose only runs given back never come again: each is
+ * forgotten in its turn, the one whose list empties first leaving the
+ * other's turn intact. */
+static void test_buffer_shared_two_lost(void **state)
+{
+    (void)state;
+    world *w = world_new();
+    w->o.max_buffered_runs = 4;         /* shared past 3 */
+    assert_int_equal(fq_ledger_set_opts(w->l, &w->o), FQ_OK);
+    fq_ledger_journal_marked(w->l, 1);
+    submit(w, "a", 1, "r1", 50);
+    submit(w, "a", 2, "r2", 50);
+    submit(w, "b", 3, "r3", 50);
+    submit(w, "a", 4, "r4", 50);        /* a holds 2, its share of 3 is 1 */
+    assert_true(naked(w, 4, 4, FQ_LEDGER_BACK_MS));
+    submit(w, "b", 5, "r5", 50);        /* b holds 1 */
+    assert_true(naked(w, 5, 5, FQ_LEDGER_BACK_MS));
+    w->o.max_buffered_runs = 100;
+    assert_int_equal(fq_ledger_set_opts(w->l, &w->o), FQ_OK);
+    drain(w);
+    for (int k = 0; k < FQ_LEDGER_RECALL_TRIES; k++) {
+        fq_ledger_tick(w->l, w->now, w->now_ms);
+        drain(w);
+        assert_true(naked(w, 4, 4, 0) && naked(w, 5, 5, 0));
+        tick_time(w, FQ_LEDGER_RECALL_AGAIN_MS);
+    }
+    fq_ledger_tick(w->l, w->now, w->now_ms);
+    drain(w);
+    assert_int_equal(fq_ledger_counters_get(w->l)->given_back_lost, 2);
+    assert_int_equal(given_back_now(w), 0);
+    /* Both are free to be held again. */
+    submit(w, "b", 6, "r6", 50);
+    submit(w, "a", 7, "r7", 50);
+    assert_int_equal(count(w, FQ_LACT_NAK), 0);
+    world_free(w);
+}
+
+/* A run given back while the lease is not fresh is naked once it is fresh
+ * again, not left to its AckWait (an hour). */
+static void test_buffer_shared_not_fresh(void **state)
+{
+    (void)state;
+    world *w = world_new();
+    w->o.max_buffered_runs = 2;         /* shared past 2 */
+    assert_int_equal(fq_ledger_set_opts(w->l, &w->o), FQ_OK);
+    fq_ledger_journal_marked(w->l, 1);
+    submit(w, "a", 1, "r1", 50);
+    submit(w, "a", 2, "r2", 50);
+    fq_ledger_set_fresh(w->l, false);
+    submit(w, "a", 3, "r3", 50);
+    assert_int_equal(count(w, FQ_LACT_NAK), 0);
+    assert_int_equal(given_back_now(w), 1);
+    fq_ledger_tick(w->l, w->now, w->now_ms);
+    drain(w);
+    assert_int_equal(count(w, FQ_LACT_NAK), 0);
+    fq_ledger_set_fresh(w->l, true);
+    fq_ledger_tick(w->l, w->now, w->now_ms);
+    drain(w);
+    assert_true(naked(w, 3, 3, FQ_LEDGER_BACK_MS));
+    fq_ledger_tick(w->l, w->now, w->now_ms);
+    drain(w);
+    assert_int_equal(count(w, FQ_LACT_NAK), 0);
+    world_free(w);
+}
+
 /* A dispatch that fails is queued again and its tenant parked; the batch
  * of that attempt acks nothing; the next attempt, once the parking is
  * over, acks the submit once. A body gone from the stream drops the run. */
@@ -1268,6 +1333,8 @@ int main(void)
         cmocka_unit_test(test_limits_and_bodies_read_back),
         cmocka_unit_test(test_buffer_shared),
         cmocka_unit_test(test_buffer_shared_run_lost),
+        cmocka_unit_test(test_buffer_shared_two_lost),
+        cmocka_unit_test(test_buffer_shared_not_fresh),
         cmocka_unit_test(test_dispatch_failure_requeues_and_parks),
         cmocka_unit_test(test_lease_ends_while_reading),
         cmocka_unit_test(test_completions_reconcile_once),
