@@ -1680,11 +1680,12 @@ static fq_status px_streams(fq_proxy *p)
      * standby take the lease while we still act on it. */
     uint64_t ttl = 0;
     if (fq_nio_kv_ttl(&ttl, p->nio, c->streams.lease_bucket) != FQ_OK) {
-        fq_log(FQ_LOG_ERROR, "cannot read the lease bucket's TTL",
-               FQ_STR("bucket", c->streams.lease_bucket));
-        return FQ_EIO;
-    }
-    if (ttl != c->streams.lease_ttl_ms) {
+        /* Not an answer (a cluster electing the bucket's leader, say): the
+         * bucket was just made or opened; the fences of section 7 hold
+         * whatever its TTL. */
+        fq_log(FQ_LOG_WARN, "cannot read the lease bucket's TTL to compare it with "
+               "streams.lease_ttl_ms", FQ_STR("bucket", c->streams.lease_bucket));
+    } else if (ttl != c->streams.lease_ttl_ms) {
         fq_log(FQ_LOG_ERROR, "the lease bucket's TTL is not streams.lease_ttl_ms: stop every "
                "proxy, delete the bucket (it holds only the lease), and start them with one "
                "lease_ttl_ms", FQ_STR("bucket", c->streams.lease_bucket),

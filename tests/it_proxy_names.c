@@ -273,10 +273,39 @@ static void test_two_proxies_apart(void **state)
     free(r);
 }
 
+/* streams.lease_ttl_ms makes the lease bucket with that TTL; a proxy whose
+ * setting differs from the bucket's stops at start, saying both: a key
+ * aging out sooner than it counts on would let a standby take the lease
+ * while it still acts. */
+static void test_lease_ttl_of_the_bucket(void **state)
+{
+    fixture *f = *state;
+    char yaml[512];
+    snprintf(yaml, sizeof yaml, "%sstreams: {lease_ttl_ms: 6000}\n", a_yaml);
+    assert_int_equal(pt_proxy_start(&f->a, f->srv, "a", yaml), 0);
+    assert_int_equal(pt_log_wait(&f->a, "fairq-proxy running", 15000), 0);
+    assert_int_equal(pt_log_count(&f->a, " streams.lease_ttl_ms=6000 "), 1);
+    jsStreamInfo *si = NULL;
+    assert_int_equal(js_GetStreamInfo(&si, f->c.js, "KV_fairq_lease", NULL, NULL), NATS_OK);
+    assert_int_equal(si->Config->MaxAge, 6000LL * 1000000);
+    jsStreamInfo_Destroy(si);
+    assert_int_equal(pt_proxy_stop(&f->a), 0);
+    f->a.proc.pid = 0;
+    /* The default, 3 s, against the bucket's 6 s. */
+    assert_int_equal(pt_proxy_start(&f->b, f->srv, "b", a_yaml), 0);
+    assert_int_equal(pt_log_wait(&f->b, "the lease bucket's TTL is not streams.lease_ttl_ms",
+                                 15000), 0);
+    assert_int_equal(pt_log_count(&f->b, "bucket_ttl_ms=6000"), 1);
+    assert_int_equal(pt_log_count(&f->b, "fairq-proxy running"), 0);
+    assert_int_not_equal(pt_proxy_stop(&f->b), 0);     /* it stopped by itself, failing */
+    f->b.proc.pid = 0;
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_two_proxies_apart, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_lease_ttl_of_the_bucket, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
