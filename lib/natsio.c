@@ -88,6 +88,9 @@
 #define NIO_CLOSED_WAIT_MS 1000     /* longest wait for the closed callback */
 #define NIO_PULL_WAIT_MS 500        /* a pull request waits this long for a run, at most */
 #define NIO_IDLE_POLL_MS 20         /* a paused or disconnected thread looks again after this */
+#define NIO_BACKLOG_BATCHES 2       /* a consumer pulls no more while this many batches of its
+                                       deliveries wait for the owner */
+#define NIO_BACKLOG_POLL_MS 2       /* ... and looks again after this */
 #define NIO_RECREATE_RETRY_MS 500   /* a consumer or watch not made is tried again after this */
 #define NIO_FETCH_RETRY_MS 100      /* a failed pull is tried again after this */
 #define NIO_WATCH_WAIT_MS 250       /* a watch waits this long for a change between looks
@@ -109,6 +112,8 @@ typedef struct nio_consumer {
     uint64_t generation;        /* connection generation the consumer was made in */
     atomic_uint_fast64_t term;  /* the term its name must carry (set by the owner) */
     uint64_t made_term;         /* the term of the consumer made; fetch thread only */
+    size_t queued;              /* MSG events in the queue: while the owner is behind, nats.c's
+                                   messages wait there, a KiB each; under n->mu */
 } nio_consumer;
 
 /* A core subscription whose messages become REQUEST events. */
@@ -334,6 +339,8 @@ size_t fq_nio_poll(fq_nio *n, fq_nio_event *ev, size_t cap, int timeout_ms)
         n->q_len--;
         if (ev[k].type == FQ_NIO_EV_REQUEST)
             n->subs[ev[k].source].queued--;
+        else if (ev[k].type == FQ_NIO_EV_MSG)
+            n->cons[ev[k].source].queued--;
     }
     /* Take the PubAck replies over whole: the PubAck thread refills an
      * empty array while the owner destroys them. */
@@ -1178,10 +1185,12 @@ static void nio_deliver(nio_consumer *c, int count)
     pthread_mutex_lock(&n->mu);
     for (int i = 0; i < count; i++) {
         fq_nio_event ev = {.type = FQ_NIO_EV_MSG, .source = c->id, .msg = (fq_nio_msg *)c->got[i]};
-        if (nio_parse_reply(natsMsg_GetReply(c->got[i]), &ev.ack, &ev.ts_ms))
-            nio_push_locked(n, &ev);
+        if (nio_parse_reply(natsMsg_GetReply(c->got[i]), &ev.ack, &ev.ts_ms) &&
+            nio_push_locked(n, &ev))
+            c->queued++;
         else
-            natsMsg_Destroy(c->got[i]);     /* not a JetStream delivery */
+            natsMsg_Destroy(c->got[i]);     /* not a JetStream delivery, or no memory:
+                                               redelivered after AckWait */
         c->got[i] = NULL;
     }
     pthread_mutex_unlock(&n->mu);
@@ -1300,6 +1309,16 @@ fq_status fq_nio_pull_request(fq_nio_pull *p, void **out, int want, bool no_wait
  * batch would hold a lone run until the batch filled or expired. */
 static fq_status nio_fetch_once(nio_consumer *c, bool *busy)
 {
+    /* The owner is behind: what more we pull would only wait in the queue
+     * (the runs fetched while a proxy buffers would cost their messages
+     * on top of what it keeps of them). */
+    pthread_mutex_lock(&c->n->mu);
+    bool behind = c->queued >= NIO_BACKLOG_BATCHES * (size_t)c->cfg.batch;
+    pthread_mutex_unlock(&c->n->mu);
+    if (behind) {
+        nio_sleep_ms(NIO_BACKLOG_POLL_MS);
+        return FQ_OK;
+    }
     int count = fq_nio_pull_queued(&c->pull, (void **)c->got, c->cfg.batch);
     fq_status s = FQ_OK;
     /* A pull asks for nothing past the fence. */

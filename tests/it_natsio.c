@@ -472,6 +472,53 @@ static void client_consumer(fixture *f, const fq_nio_stream *st, const char *dur
  * takes as a run only a JetStream delivery: a message sent to its inbox
  * with a reply subject of its own, queued or arriving during a request, is
  * dropped (the fetch thread counted any message with a reply). */
+/* A consumer pulls no more while its owner is behind: with 200 runs in
+ * the stream and nobody polling, the queue holds at most two batches and
+ * the one pulled last (nats.c's message of each, a KiB apiece when a
+ * proxy buffers, waits there); polling again, all 200 come. */
+static void test_fetch_waits_for_a_slow_owner(void **state)
+{
+    fixture *f = *state;
+    enum { N = 200, BATCH = 8, ID = 1 };
+    fq_nio_stream st = {.name = "AHEAD", .subject = "ahead.*", .retention = FQ_NIO_LIMITS,
+                        .max_age_ms = 120000, .replicas = 1, .allow_direct = true};
+    char warn[256];
+    assert_int_equal(fq_nio_stream_ensure(f->n, &st, warn, sizeof warn), FQ_OK);
+    for (int i = 0; i < N; i++)
+        publish(f->n, "ahead.a", "run", NULL, 1000 + (uint64_t)i);
+    fq_nio_event ev;
+    for (int acked = 0; acked < N; acked++) {
+        assert_true(wait_event(f->n, FQ_NIO_EV_PUBACK, &ev, 5000));
+        assert_int_equal(ev.status, FQ_OK);
+    }
+    fq_nio_consumer c = {.stream = "AHEAD", .durable = "ahead", .filter = "ahead.a",
+                         .max_ack_pending = 1000, .ack_wait_ms = 60000, .batch = BATCH};
+    assert_int_equal(fq_nio_consume(f->n, ID, &c), FQ_OK);
+    assert_true(wait_event(f->n, FQ_NIO_EV_MSG, &ev, 5000));
+    fq_nio_msg_drop(f->n, ev.msg);
+    int got = 1, queued = 0;
+    nt_sleep_ms(500);           /* the owner busy elsewhere: the fetch thread runs on */
+    fq_nio_event evs[N];
+    for (size_t k; (k = fq_nio_poll(f->n, evs, N, 0)) > 0;) {
+        for (size_t i = 0; i < k; i++) {
+            queued += evs[i].type == FQ_NIO_EV_MSG && evs[i].source == ID;
+            fq_nio_msg_drop(f->n, evs[i].msg);
+        }
+    }
+    assert_true(queued > 0);
+    assert_true(queued < 3 * BATCH);
+    got += queued;
+    for (long long end = nt_now_ms() + 10000; got < N && nt_now_ms() < end;) {
+        size_t k = fq_nio_poll(f->n, evs, N, 50);
+        for (size_t i = 0; i < k; i++) {
+            got += evs[i].type == FQ_NIO_EV_MSG && evs[i].source == ID;
+            fq_nio_msg_drop(f->n, evs[i].msg);
+        }
+    }
+    assert_int_equal(got, N);
+    fq_nio_consume_pause(f->n, ID, true);
+}
+
 static void test_pull_reader_takes_only_deliveries(void **state)
 {
     fixture *f = *state;
@@ -775,6 +822,7 @@ int main(void)
         cmocka_unit_test(test_term_consumers_fence_the_old_term),
         cmocka_unit_test(test_term_consumers_spare_a_later_term),
         cmocka_unit_test(test_fetch_ack_get_and_recreate),
+        cmocka_unit_test(test_fetch_waits_for_a_slow_owner),
         cmocka_unit_test(test_pull_reader_takes_only_deliveries),
         cmocka_unit_test(test_kv_watch),
     };
