@@ -843,13 +843,14 @@ static uint64_t lg_share(const fq_ledger *l, const fq_ledger_tenant *lt)
 }
 
 /* Whether a submit of lt is held now: below the fill line, or under its
- * share and, if it holds any, below the holders' line. */
+ * share and, if it holds any, below the holders' line. A tenant holding
+ * nothing is held however full the buffer, even at max_buffered_runs
+ * (fetching paused, what was fetched before arriving): one run each. */
 static bool lg_under_share(const fq_ledger *l, const fq_ledger_tenant *lt)
 {
-    if (l->held < lg_fill_line(l))
+    if (l->held < lg_fill_line(l) || !lt->held)
         return true;
-    uint64_t cap = lt->held ? lg_holders_line(l) : l->o.max_buffered_runs;
-    return lt->held < lg_share(l, lt) && l->held < cap;
+    return lt->held < lg_share(l, lt) && l->held < lg_holders_line(l);
 }
 
 /* Runs lt may be given now: up to the fill line, or up to its share. */

@@ -672,6 +672,36 @@ static void test_buffer_shared_two_lost(void **state)
     world_free(w);
 }
 
+/* A tenant that holds nothing is held however full the buffer: at
+ * max_buffered_runs (fetching paused, a delivery fetched before, or a run
+ * given back and forgotten, arriving) it is held past the limit, not given
+ * back (dst_ledger seed 23 step 38418). */
+static void test_buffer_shared_quiet_at_limit(void **state)
+{
+    (void)state;
+    world *w = world_new();
+    w->o.max_buffered_runs = 4;         /* shared past 3, holders to 4 */
+    assert_int_equal(fq_ledger_set_opts(w->l, &w->o), FQ_OK);
+    fq_ledger_journal_marked(w->l, 1);
+    submit(w, "a", 1, "r1", 50);
+    submit(w, "a", 2, "r2", 50);
+    submit(w, "b", 3, "r3", 50);
+    submit(w, "c", 4, "r4", 50);        /* holds nothing: held, to the limit */
+    assert_int_equal(count(w, FQ_LACT_NAK), 0);
+    fq_ledger_stats st;
+    fq_ledger_stats_get(&st, w->l);
+    assert_int_equal(st.held, 4);
+    assert_true(st.fetch_paused);
+    submit(w, "d", 5, "r5", 50);        /* holds nothing: held past it */
+    assert_int_equal(count(w, FQ_LACT_NAK), 0);
+    submit(w, "d", 6, "r6", 50);        /* holds one now: given back */
+    assert_true(naked(w, 6, 6, FQ_LEDGER_BACK_MS));
+    fq_ledger_stats_get(&st, w->l);
+    assert_int_equal(st.held, 5);
+    assert_int_equal(st.given_back, 1);
+    world_free(w);
+}
+
 /* A run given back while the lease is not fresh is naked once it is fresh
  * again, not left to its AckWait (an hour). */
 static void test_buffer_shared_not_fresh(void **state)
@@ -1335,6 +1365,7 @@ int main(void)
         cmocka_unit_test(test_buffer_shared_run_lost),
         cmocka_unit_test(test_buffer_shared_two_lost),
         cmocka_unit_test(test_buffer_shared_not_fresh),
+        cmocka_unit_test(test_buffer_shared_quiet_at_limit),
         cmocka_unit_test(test_dispatch_failure_requeues_and_parks),
         cmocka_unit_test(test_lease_ends_while_reading),
         cmocka_unit_test(test_completions_reconcile_once),
