@@ -1067,26 +1067,42 @@ fq_status fq_override_patch_parse(fq_override_patch *out, const void *body, size
     return st;
 }
 
-fq_status fq_stats_req_parse(fq_stats_req *out, const void *body, size_t len, char *err,
-                             size_t errlen)
+/* An admin request's body into *root: FQ_OK with *root NULL when it is empty
+ * (only white space: every field takes its default), FQ_OK with the tree
+ * when it is a JSON object fairq can read faithfully, else the refusal,
+ * naming the fields the request may hold (fields), with *root NULL. */
+static fq_status fq_msg_request(cJSON **root, const void *body, size_t len,
+                                const char *fields, char *err, size_t errlen)
 {
     const unsigned char *p = body;
     size_t i = 0;
-    *out = (fq_stats_req){.limit = SIZE_MAX};
+    *root = NULL;
     while (i < len && fq_json_space(p[i]))
         i++;
     if (i == len)
         return FQ_OK;
     const char *why;
     bool nul_top;
-    cJSON *root = fq_msg_object(body, len, &nul_top, &why);
-    fq_status st = FQ_OK;
-    if (!root)
-        st = fq_msg_fail(err, errlen, "the request body must be empty or a JSON object with "
-                         "\"tenant\", or \"limit\" and \"offset\" (%s)", why);
-    else if (nul_top)
-        st = fq_msg_fail(err, errlen, "the body holds a \\u0000 escape in a top-level "
-                         "string, which fairq cannot read faithfully");
+    *root = fq_msg_object(body, len, &nul_top, &why);
+    if (!*root)
+        return fq_msg_fail(err, errlen, "the request body must be empty or a JSON object "
+                           "with %s (%s)", fields, why);
+    if (nul_top) {
+        fq_msg_release(*root);
+        *root = NULL;
+        return fq_msg_fail(err, errlen, "the body holds a \\u0000 escape in a top-level "
+                           "string, which fairq cannot read faithfully");
+    }
+    return FQ_OK;
+}
+
+fq_status fq_stats_req_parse(fq_stats_req *out, const void *body, size_t len, char *err,
+                             size_t errlen)
+{
+    *out = (fq_stats_req){.limit = SIZE_MAX};
+    cJSON *root;
+    fq_status st = fq_msg_request(&root, body, len,
+                                  "\"tenant\", or \"limit\" and \"offset\"", err, errlen);
     const cJSON *e, *fields = st == FQ_OK ? root : NULL;
     cJSON_ArrayForEach(e, fields) {
         bool is_limit = strcmp(e->string, "limit") == 0;
@@ -1122,23 +1138,9 @@ fq_status fq_stats_req_parse(fq_stats_req *out, const void *body, size_t len, ch
 fq_status fq_explain_req_parse(fq_explain_req *out, const void *body, size_t len, char *err,
                                size_t errlen)
 {
-    const unsigned char *p = body;
-    size_t i = 0;
     *out = (fq_explain_req){0};
-    while (i < len && fq_json_space(p[i]))
-        i++;
-    if (i == len)
-        return FQ_OK;
-    const char *why;
-    bool nul_top;
-    cJSON *root = fq_msg_object(body, len, &nul_top, &why);
-    fq_status st = FQ_OK;
-    if (!root)
-        st = fq_msg_fail(err, errlen, "the request body must be empty or a JSON object with "
-                         "\"run_id\" (%s)", why);
-    else if (nul_top)
-        st = fq_msg_fail(err, errlen, "the body holds a \\u0000 escape in a top-level "
-                         "string, which fairq cannot read faithfully");
+    cJSON *root;
+    fq_status st = fq_msg_request(&root, body, len, "\"run_id\"", err, errlen);
     const cJSON *e, *fields = st == FQ_OK ? root : NULL;
     cJSON_ArrayForEach(e, fields) {
         if (strcmp(e->string, "run_id") != 0)
