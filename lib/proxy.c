@@ -443,6 +443,112 @@ static void px_carry_none(fq_nio_out *o)
     o->carry_len = 0;
 }
 
+/* A refusal as it goes out: its subject, headers and error sentence, and
+ * the message built from them (o points into the rest, so it is filled in
+ * place and never copied). */
+typedef struct {
+    char subj[FQ_TENANT_MAX + 256];     /* <rejected>.<tenant> */
+    char err[512];                      /* Fair-Error: "code: sentence", and what was left out */
+    char from[FQ_TENANT_MAX + 256];     /* a held run's submit subject */
+    char wait[24];                      /* Fair-Wait-Ms of an overload refusal */
+    const char *subject;                /* the subject refused (Fair-Subject, the log line) */
+    fq_nio_hdr h[3];                    /* Fair-Error, Fair-Subject, Fair-Wait-Ms as they apply */
+    fq_nio_out o;                       /* the publish */
+} px_refusal;
+
+/* Build the refusal of a (pure): the message refused is the delivery
+ * handed in, or a held run's submit. A refusal that could never be stored
+ * would leave its submit to come back for ever: it goes without the
+ * producer's headers when they are unfit or too long, and without the body
+ * too when that is too long, as the sentence says. */
+static void px_refusal_build(px_refusal *r, const fq_proxy *p, const fq_ledger_act *a)
+{
+    const char *tenant = a->tenant;
+    snprintf(r->subj, sizeof r->subj, "%s.%s", p->cfg.subjects.rejected,
+             tenant ? tenant : "_invalid");
+    snprintf(r->err, sizeof r->err, "%s: %s", fq_status_code(a->code), a->sentence);
+    snprintf(r->from, sizeof r->from, "%s.%s", p->cfg.subjects.submit, tenant ? tenant : "");
+    r->subject = a->subject ? a->subject : r->from;
+    /* An overload refusal says the wait it was refused for in a header too. */
+    snprintf(r->wait, sizeof r->wait, "%" PRIu64, a->wait_ms);
+    r->h[0] = (fq_nio_hdr){FQ_HDR_ERROR, r->err};
+    r->h[1] = (fq_nio_hdr){FQ_HDR_SUBJECT, r->subject};
+    size_t nh = tenant ? 1 : 2;
+    if (a->code == FQ_EOVERLOAD)
+        r->h[nh++] = (fq_nio_hdr){FQ_HDR_WAIT_MS, r->wait};
+    r->o = (fq_nio_out){.subject = r->subj, .data = a->raw.body, .len = a->raw.body_len,
+                        .hdrs = r->h, .n_hdrs = nh};
+    if (p->cur_msg)
+        r->o.carry = p->cur_msg;
+    else
+        r->o.carry_lines = a->raw.hdr, r->o.carry_len = a->raw.hdr_len;
+    /* A completion refused for its length is copied without its body:
+     * anyone may send them, and its copy need not be longer than a short
+     * one's. */
+    if (a->cons == FQ_LEDGER_DONE && r->o.len > FQ_COMPLETION_MAX_BYTES) {
+        r->o.len = 0;
+        size_t k = strlen(r->err);
+        snprintf(r->err + k, sizeof r->err - k, " (copied without its body)");
+    }
+    fq_nio_size sz;
+    size_t room = p->max_payload > 0 ? (size_t)p->max_payload : SIZE_MAX;
+    if (fq_nio_out_size(&sz, &r->o) != FQ_OK || sz.header > FQ_NIO_MAX_HEADER_BYTES ||
+        sz.total > room) {
+        px_carry_none(&r->o);
+        bool body = fq_nio_header_bytes(r->h, r->o.n_hdrs, 0) + r->o.len <= room;
+        if (!body)
+            r->o.len = 0;
+        size_t k = strlen(r->err);
+        snprintf(r->err + k, sizeof r->err - k, " (refused without the run's headers%s)",
+                 body ? "" : " and body");
+    }
+}
+
+/* Publish a refusal built, acked once stored (a's token). The server's
+ * limit may have shrunk since, or a header could not be read after all:
+ * then it goes again without the headers, then without the body. */
+static void px_refusal_send(fq_proxy *p, px_refusal *r, const fq_ledger_act *a)
+{
+    fq_status s = px_publish(p, &r->o, a->token);
+    if ((s == FQ_ETOOBIG || s == FQ_EINVAL) && (r->o.carry || r->o.carry_len)) {
+        px_carry_none(&r->o);
+        size_t k = strlen(r->err);
+        snprintf(r->err + k, sizeof r->err - k, " (refused without the run's headers)");
+        s = px_publish(p, &r->o, a->token);
+    }
+    if (s == FQ_ETOOBIG && r->o.len) {
+        r->o.len = 0;
+        char *at = strstr(r->err, " (refused without the run's headers)");
+        if (at)
+            *at = '\0';
+        size_t k = strlen(r->err);
+        snprintf(r->err + k, sizeof r->err - k, " (refused without the run's headers and body)");
+        s = px_publish(p, &r->o, a->token);
+    }
+    if (s != FQ_OK) {
+        /* Not even queued: left unacked, it comes back on the next
+         * consumer reset. */
+        fq_ledger_unsent(p->ledger, a, s, fq_nio_mono_ms(), fq_nio_unix_ms());
+    }
+}
+
+/* A line a tenant a second, and PX_REFUSAL_LOGS a second over all: a
+ * flood of runs to as many new tenant ids writes no line each. */
+static void px_refusal_log(fq_proxy *p, const char *tenant, const px_refusal *r)
+{
+    if (!fq_log_enabled(FQ_LOG_INFO))
+        return;
+    if (px_warn_ok(p, tenant ? tenant : "_invalid") &&
+        fq_bucket_take(&p->refusal_logs, fq_nio_mono_ms(), NULL)) {
+        fq_log(FQ_LOG_INFO, "run refused", FQ_STR("tenant", tenant ? tenant : "_invalid"),
+               FQ_STR("subject", r->subject), FQ_STR("error", r->err),
+               FQ_UINT("unlogged_before", p->refusals_unlogged));
+        p->refusals_unlogged = 0;
+    } else {
+        p->refusals_unlogged++;
+    }
+}
+
 /* Refuse a run or a completion (a REFUSE action): publish it to
  * <rejected>.<tenant> with its body and headers, Fair-Error "code:
  * sentence" and, for a subject without a valid tenant, Fair-Subject. The
@@ -450,88 +556,12 @@ static void px_carry_none(fq_nio_out *o)
  * is counted on its tenant. */
 static void px_refuse(fq_proxy *p, const fq_ledger_act *a)
 {
-    const char *tenant = a->tenant;
-    char subj[FQ_TENANT_MAX + 256], err[512], from[FQ_TENANT_MAX + 256];
-    snprintf(subj, sizeof subj, "%s.%s", p->cfg.subjects.rejected, tenant ? tenant : "_invalid");
-    snprintf(err, sizeof err, "%s: %s", fq_status_code(a->code), a->sentence);
-    /* The message refused: the delivery handed in, or a held run's submit. */
-    snprintf(from, sizeof from, "%s.%s", p->cfg.subjects.submit, tenant ? tenant : "");
-    const char *subject = a->subject ? a->subject : from;
     if (a->cons == FQ_LEDGER_SUBMIT)
-        px_count_refusal(p, px_tenant_of_lt(a->lt), tenant, a->code);
-    /* An overload refusal says the wait it was refused for in a header too. */
-    char wait[24];
-    snprintf(wait, sizeof wait, "%" PRIu64, a->wait_ms);
-    fq_nio_hdr h[3] = {{FQ_HDR_ERROR, err}, {FQ_HDR_SUBJECT, subject}};
-    size_t nh = tenant ? 1 : 2;
-    if (a->code == FQ_EOVERLOAD)
-        h[nh++] = (fq_nio_hdr){FQ_HDR_WAIT_MS, wait};
-    fq_nio_out o = {.subject = subj, .data = a->raw.body, .len = a->raw.body_len,
-                    .hdrs = h, .n_hdrs = nh};
-    if (p->cur_msg)
-        o.carry = p->cur_msg;
-    else
-        o.carry_lines = a->raw.hdr, o.carry_len = a->raw.hdr_len;
-    /* A completion refused for its length is copied without its body:
-     * anyone may send them, and its copy need not be longer than a short
-     * one's. */
-    if (a->cons == FQ_LEDGER_DONE && o.len > FQ_COMPLETION_MAX_BYTES) {
-        o.len = 0;
-        size_t k = strlen(err);
-        snprintf(err + k, sizeof err - k, " (copied without its body)");
-    }
-    /* A refusal that could never be stored would leave its submit to come
-     * back for ever: it goes without the producer's headers when they are
-     * unfit or too long, and without the body too when that is too long,
-     * as the sentence says. */
-    fq_nio_size sz;
-    size_t room = p->max_payload > 0 ? (size_t)p->max_payload : SIZE_MAX;
-    if (fq_nio_out_size(&sz, &o) != FQ_OK || sz.header > FQ_NIO_MAX_HEADER_BYTES ||
-        sz.total > room) {
-        px_carry_none(&o);
-        bool body = fq_nio_header_bytes(h, o.n_hdrs, 0) + o.len <= room;
-        if (!body)
-            o.len = 0;
-        size_t k = strlen(err);
-        snprintf(err + k, sizeof err - k, " (refused without the run's headers%s)",
-                 body ? "" : " and body");
-    }
-    fq_status s = px_publish(p, &o, a->token);
-    if ((s == FQ_ETOOBIG || s == FQ_EINVAL) && (o.carry || o.carry_len)) {
-        /* The server's limit shrank since, or a header could not be read
-         * after all: without the headers, then without the body. */
-        px_carry_none(&o);
-        size_t k = strlen(err);
-        snprintf(err + k, sizeof err - k, " (refused without the run's headers)");
-        s = px_publish(p, &o, a->token);
-    }
-    if (s == FQ_ETOOBIG && o.len) {
-        o.len = 0;
-        char *at = strstr(err, " (refused without the run's headers)");
-        if (at)
-            *at = '\0';
-        size_t k = strlen(err);
-        snprintf(err + k, sizeof err - k, " (refused without the run's headers and body)");
-        s = px_publish(p, &o, a->token);
-    }
-    if (s != FQ_OK) {
-        /* Not even queued: left unacked, it comes back on the next
-         * consumer reset. */
-        fq_ledger_unsent(p->ledger, a, s, fq_nio_mono_ms(), fq_nio_unix_ms());
-    }
-    if (!fq_log_enabled(FQ_LOG_INFO))
-        return;
-    /* A line a tenant a second, and PX_REFUSAL_LOGS a second over all: a
-     * flood of runs to as many new tenant ids writes no line each. */
-    if (px_warn_ok(p, tenant ? tenant : "_invalid") &&
-        fq_bucket_take(&p->refusal_logs, fq_nio_mono_ms(), NULL)) {
-        fq_log(FQ_LOG_INFO, "run refused", FQ_STR("tenant", tenant ? tenant : "_invalid"),
-               FQ_STR("subject", subject), FQ_STR("error", err),
-               FQ_UINT("unlogged_before", p->refusals_unlogged));
-        p->refusals_unlogged = 0;
-    } else {
-        p->refusals_unlogged++;
-    }
+        px_count_refusal(p, px_tenant_of_lt(a->lt), a->tenant, a->code);
+    px_refusal r;
+    px_refusal_build(&r, p, a);
+    px_refusal_send(p, &r, a);
+    px_refusal_log(p, a->tenant, &r);
 }
 
 /* ---- the ledger's actions ------------------------------------------------ */
