@@ -661,7 +661,53 @@ static void px_read_body(fq_proxy *p, const fq_ledger_act *a)
     fq_nio_msg_drop(p->nio, m);
 }
 
-static void px_note(fq_proxy *p, const fq_ledger_act *a)
+/* A note on the proxy's health: a stream that keeps refusing our
+ * publishes, or stores them again, moves the probes; a fenced term stops
+ * us. Whether a was one. */
+static bool px_note_health(fq_proxy *p, const fq_ledger_act *a)
+{
+    switch (a->note) {
+    case FQ_LNOTE_DISPATCH_STALLED: {
+        bool first = !fq_probes_stall(p->probes, FQ_STALL_DISPATCH, true, a->js_err);
+        if (px_warn_ok(p, "not dispatching") || first) {
+            fq_sched_stats ss;
+            fq_sched_stats_get(p->sched, &ss);
+            fq_log(FQ_LOG_ERROR, "not dispatching: publishes to the dispatch stream keep failing",
+                   FQ_STR("stream", p->cfg.streams.dispatch), FQ_INT("js_err", a->js_err),
+                   FQ_UINT("failing_for_ms", a->n), FQ_UINT("tenants_parked", ss.parked));
+        }
+        return true;
+    }
+    case FQ_LNOTE_DISPATCH_AGAIN:
+        fq_probes_stall(p->probes, FQ_STALL_DISPATCH, false, 0);
+        fq_log(FQ_LOG_INFO, "dispatching again", FQ_UINT("failed_for_ms", a->n));
+        return true;
+    case FQ_LNOTE_JOURNAL_STALLED:
+        fq_probes_stall(p->probes, FQ_STALL_JOURNAL, true, a->js_err);
+        fq_log(FQ_LOG_ERROR, "the runs journal refuses our batches; nothing is settled until it "
+               "stores them", FQ_STR("stream", p->cfg.streams.runs), FQ_INT("js_err", a->js_err),
+               FQ_UINT("failing_for_ms", a->n));
+        return true;
+    case FQ_LNOTE_JOURNAL_AGAIN:
+        fq_probes_stall(p->probes, FQ_STALL_JOURNAL, false, 0);
+        fq_log(FQ_LOG_INFO, "the runs journal stores our batches again",
+               FQ_UINT("failed_for_ms", a->n));
+        return true;
+    case FQ_LNOTE_FENCED:
+        fq_log(FQ_LOG_ERROR, "the runs journal refused our batch: another proxy leads and "
+               "wrote it; changing nothing more, stopping", FQ_UINT("term", p->term),
+               FQ_UINT("expected_last_seq", a->n));
+        p->fenced = true;
+        fq_leader_fence(p->ld);
+        return true;
+    default:
+        return false;
+    }
+}
+
+/* A note on one run or on the buffer: a line, rate-limited where a
+ * tenant could cause many. */
+static void px_note_run(fq_proxy *p, const fq_ledger_act *a)
 {
     switch (a->note) {
     case FQ_LNOTE_EXPIRED:
@@ -676,39 +722,6 @@ static void px_note(fq_proxy *p, const fq_ledger_act *a)
                    FQ_STR("tenant", a->tenant), FQ_STR("run_id", a->run_id),
                    FQ_INT("js_err", a->js_err), FQ_UINT("parked_ms", a->n),
                    FQ_UINT("failures_in_a_row", a->n2));
-        return;
-    case FQ_LNOTE_DISPATCH_STALLED: {
-        bool first = !fq_probes_stall(p->probes, FQ_STALL_DISPATCH, true, a->js_err);
-        if (px_warn_ok(p, "not dispatching") || first) {
-            fq_sched_stats ss;
-            fq_sched_stats_get(p->sched, &ss);
-            fq_log(FQ_LOG_ERROR, "not dispatching: publishes to the dispatch stream keep failing",
-                   FQ_STR("stream", p->cfg.streams.dispatch), FQ_INT("js_err", a->js_err),
-                   FQ_UINT("failing_for_ms", a->n), FQ_UINT("tenants_parked", ss.parked));
-        }
-        return;
-    }
-    case FQ_LNOTE_DISPATCH_AGAIN:
-        fq_probes_stall(p->probes, FQ_STALL_DISPATCH, false, 0);
-        fq_log(FQ_LOG_INFO, "dispatching again", FQ_UINT("failed_for_ms", a->n));
-        return;
-    case FQ_LNOTE_JOURNAL_STALLED:
-        fq_probes_stall(p->probes, FQ_STALL_JOURNAL, true, a->js_err);
-        fq_log(FQ_LOG_ERROR, "the runs journal refuses our batches; nothing is settled until it "
-               "stores them", FQ_STR("stream", p->cfg.streams.runs), FQ_INT("js_err", a->js_err),
-               FQ_UINT("failing_for_ms", a->n));
-        return;
-    case FQ_LNOTE_JOURNAL_AGAIN:
-        fq_probes_stall(p->probes, FQ_STALL_JOURNAL, false, 0);
-        fq_log(FQ_LOG_INFO, "the runs journal stores our batches again",
-               FQ_UINT("failed_for_ms", a->n));
-        return;
-    case FQ_LNOTE_FENCED:
-        fq_log(FQ_LOG_ERROR, "the runs journal refused our batch: another proxy leads and "
-               "wrote it; changing nothing more, stopping", FQ_UINT("term", p->term),
-               FQ_UINT("expected_last_seq", a->n));
-        p->fenced = true;
-        fq_leader_fence(p->ld);
         return;
     case FQ_LNOTE_BODY_LOST:
         fq_log(FQ_LOG_ERROR, "a held run vanished from the submit stream",
@@ -732,7 +745,17 @@ static void px_note(fq_proxy *p, const fq_ledger_act *a)
     case FQ_LNOTE_NO_MEMORY:
         fq_log(FQ_LOG_ERROR, "out of memory holding a run", FQ_STR("tenant", a->tenant));
         return;
+    default:
+        return;
     }
+}
+
+/* The ledger's NOTE action: what it saw, logged, and the probes or the
+ * fence moved where it says our health changed. */
+static void px_note(fq_proxy *p, const fq_ledger_act *a)
+{
+    if (!px_note_health(p, a))
+        px_note_run(p, a);
 }
 
 /* Perform the ledger's actions, in order, until none is left. */
