@@ -1663,7 +1663,10 @@ static fq_status px_connect(fq_proxy *p)
     }
 }
 
-static fq_status px_streams(fq_proxy *p)
+#define PX_NSTREAMS 5    /* submit, dispatch, done, rejected, runs */
+
+/* The streams fairq needs, as the configuration asks (pure). */
+static void px_stream_specs(fq_nio_stream out[PX_NSTREAMS], const fq_proxy *p)
 {
     const fq_config *c = &p->cfg;
     uint32_t rep = c->streams.replicas;
@@ -1674,7 +1677,7 @@ static fq_status px_streams(fq_proxy *p)
      * section 6). FAIR_SUBMIT refuses what is past its limits, so the
      * producer's PubAck says so and no run is deleted unseen; FAIR_REJECTED
      * keeps each tenant's newest refusals, which only inform. */
-    const fq_nio_stream streams[] = {
+    const fq_nio_stream streams[PX_NSTREAMS] = {
         {.name = c->streams.submit, .subject = p->submit_filter, .retention = FQ_NIO_WORKQUEUE,
          .replicas = rep, .allow_direct = true,
          .max_msgs_per_subject = (int64_t)c->streams.submit_max_msgs_per_tenant,
@@ -1691,35 +1694,40 @@ static fq_status px_streams(fq_proxy *p)
         {.name = c->streams.runs, .subject = c->subjects.runs, .retention = FQ_NIO_LIMITS,
          .max_age_ms = px_keep_done_ms(p) + PX_JOURNAL_AGE_SLACK_MS, .replicas = rep},
     };
+    memcpy(out, streams, sizeof streams);
+}
+
+/* Make or check one stream, retrying while the server is not ready:
+ * FQ_OK, or the status start stops with (logged). */
+static fq_status px_stream_ensure(fq_proxy *p, const fq_nio_stream *st)
+{
     char warn[1024];
-    /* The server has answered the connection's subscriptions (its PubAck
-     * inbox) by now: one it refused fails start here, not at a timeout. */
-    fq_nio_flush(p->nio, 2000);
-    if (px_denied_at_start(p))
-        return FQ_EINVAL;
-    for (size_t i = 0; i < sizeof streams / sizeof streams[0]; i++) {
-        fq_status s;
-        while ((s = fq_nio_stream_ensure(p->nio, &streams[i], warn, sizeof warn)) == FQ_EIO) {
-            if (px_denied_at_start(p))
-                return FQ_EINVAL;
-            fq_log(FQ_LOG_WARN, "stream not ready; retrying", FQ_STR("stream", streams[i].name),
-                   FQ_STR("reason", warn));
-            if (!px_sleep_unless_stopped(p, 1000))
-                return FQ_EIO;
-        }
-        if (s != FQ_OK) {
-            fq_log(FQ_LOG_ERROR, "stream cannot serve", FQ_STR("stream", streams[i].name),
-                   FQ_STR("reason", warn));
-            return s;
-        }
-        if (warn[0])
-            fq_log(FQ_LOG_WARN, "stream differs from what fairq expects",
-                   FQ_STR("stream", streams[i].name), FQ_STR("differences", warn));
+    fq_status s;
+    while ((s = fq_nio_stream_ensure(p->nio, st, warn, sizeof warn)) == FQ_EIO) {
+        if (px_denied_at_start(p))
+            return FQ_EINVAL;
+        fq_log(FQ_LOG_WARN, "stream not ready; retrying", FQ_STR("stream", st->name),
+               FQ_STR("reason", warn));
+        if (!px_sleep_unless_stopped(p, 1000))
+            return FQ_EIO;
     }
-    if (fq_nio_stream_created(&p->submit_created_ms, p->nio, c->streams.submit) != FQ_OK)
-        return FQ_EIO;
-    fq_ledger_opts lo = px_ledger_opts(p);     /* derived run ids need the creation */
-    fq_ledger_set_opts(p->ledger, &lo);
+    if (s != FQ_OK) {
+        fq_log(FQ_LOG_ERROR, "stream cannot serve", FQ_STR("stream", st->name),
+               FQ_STR("reason", warn));
+        return s;
+    }
+    if (warn[0])
+        fq_log(FQ_LOG_WARN, "stream differs from what fairq expects",
+               FQ_STR("stream", st->name), FQ_STR("differences", warn));
+    return FQ_OK;
+}
+
+/* Make or open the lease bucket, and check its TTL is lease_ttl_ms. */
+static fq_status px_lease_bucket(fq_proxy *p)
+{
+    const fq_config *c = &p->cfg;
+    uint32_t rep = c->streams.replicas;
+    char warn[1024];
     if (fq_nio_kv_ensure(p->nio, c->streams.lease_bucket, c->streams.lease_ttl_ms, 0, 0, rep,
                          warn, sizeof warn) != FQ_OK) {
         if (px_denied_at_start(p))
@@ -1746,6 +1754,29 @@ static fq_status px_streams(fq_proxy *p)
         return FQ_EINVAL;
     }
     return FQ_OK;
+}
+
+/* At start: the streams made or checked, then the lease bucket. */
+static fq_status px_streams(fq_proxy *p)
+{
+    const fq_config *c = &p->cfg;
+    fq_nio_stream streams[PX_NSTREAMS];
+    px_stream_specs(streams, p);
+    /* The server has answered the connection's subscriptions (its PubAck
+     * inbox) by now: one it refused fails start here, not at a timeout. */
+    fq_nio_flush(p->nio, 2000);
+    if (px_denied_at_start(p))
+        return FQ_EINVAL;
+    for (size_t i = 0; i < PX_NSTREAMS; i++) {
+        fq_status s = px_stream_ensure(p, &streams[i]);
+        if (s != FQ_OK)
+            return s;
+    }
+    if (fq_nio_stream_created(&p->submit_created_ms, p->nio, c->streams.submit) != FQ_OK)
+        return FQ_EIO;
+    fq_ledger_opts lo = px_ledger_opts(p);     /* derived run ids need the creation */
+    fq_ledger_set_opts(p->ledger, &lo);
+    return px_lease_bucket(p);
 }
 
 /* The runs journal read back at start. */
