@@ -2163,57 +2163,55 @@ static fq_status px_start(fq_proxy *p, int *rc)
     return atomic_load(&p->stop) ? FQ_EIO : s;
 }
 
-int fq_proxy_run(fq_proxy *p)
+/* One turn of the loop: what came in drained, then the lease renewed, the
+ * ledger ticked, retries, rates and sweeps, a dispatch and the journal
+ * flushed. False, with the exit code in rc, when the proxy must stop. */
+static bool px_turn(fq_proxy *p, const fq_ledger_counters *lc, int *rc)
 {
-    int rc;
-    if (px_start(p, &rc) != FQ_OK)
-        return rc;
-    px_phase_leader(p);
-    fq_log(FQ_LOG_INFO, "fairq-proxy running", FQ_STR("submit", p->submit_filter),
-           FQ_STR("dispatch", p->cfg.subjects.dispatch),
-           FQ_INT("max_payload", p->max_payload));
-    rc = FQ_PROXY_EXIT_OK;
-    const fq_ledger_counters *lc = fq_ledger_counters_get(p->ledger);
-    while (!atomic_load(&p->stop)) {
-        size_t busy = px_drain(p, fq_sweep_running(&p->sweep) ? 0 : PX_POLL_MS);
-        uint64_t sent = lc->dispatched;
-        uint64_t now = fq_nio_mono_ms();
-        int64_t now_ms = fq_nio_unix_ms();
-        if (atomic_exchange(&p->reload_asked, false)) {
-            char restart[512], err[1024];
-            px_reload(p, "signal", restart, sizeof restart, err, sizeof err);
-        }
-        fq_http_heartbeat(p->http);
-        if (!fq_leader_renew(p->ld, now, p->connected) || p->fenced) {
-            rc = FQ_PROXY_EXIT_LEASE_LOST;
-            break;
-        }
-        if (p->denied_fatal) {
-            px_denied_at_start(p);
-            rc = FQ_PROXY_EXIT_FATAL;
-            break;
-        }
-        px_ledger_fresh(p);
-        fq_ledger_tick(p->ledger, now, now_ms);
-        px_actions(p);
-        px_retry_due(p);
-        px_rates(p, now);
-        fq_ledger_set_rate(p->ledger, p->rate_tokens);
-        px_sweep(p, now);
-        px_undefer(p);
-        px_ledger_fresh(p);
-        if (p->connected && px_fresh(p))
-            px_dispatch(p);
-        fq_ledger_flush(p->ledger, now, now_ms);
-        px_actions(p);
-        /* Under light load, send now what nats.c would hold a millisecond
-         * to batch: latency from submit to dispatch is then a round trip.
-         * Under load the batching is worth more than the wait. */
-        if (busy < PX_LIGHT_LOAD && lc->dispatched != sent)
-            fq_nio_flush(p->nio, 2);
-        /* Changed queues ranked for stats pages once many wait. */
-        fq_sched_rank_sync(p->sched, PX_RANK_BACKLOG);
+    size_t busy = px_drain(p, fq_sweep_running(&p->sweep) ? 0 : PX_POLL_MS);
+    uint64_t sent = lc->dispatched;
+    uint64_t now = fq_nio_mono_ms();
+    int64_t now_ms = fq_nio_unix_ms();
+    if (atomic_exchange(&p->reload_asked, false)) {
+        char restart[512], err[1024];
+        px_reload(p, "signal", restart, sizeof restart, err, sizeof err);
     }
+    fq_http_heartbeat(p->http);
+    if (!fq_leader_renew(p->ld, now, p->connected) || p->fenced) {
+        *rc = FQ_PROXY_EXIT_LEASE_LOST;
+        return false;
+    }
+    if (p->denied_fatal) {
+        px_denied_at_start(p);
+        *rc = FQ_PROXY_EXIT_FATAL;
+        return false;
+    }
+    px_ledger_fresh(p);
+    fq_ledger_tick(p->ledger, now, now_ms);
+    px_actions(p);
+    px_retry_due(p);
+    px_rates(p, now);
+    fq_ledger_set_rate(p->ledger, p->rate_tokens);
+    px_sweep(p, now);
+    px_undefer(p);
+    px_ledger_fresh(p);
+    if (p->connected && px_fresh(p))
+        px_dispatch(p);
+    fq_ledger_flush(p->ledger, now, now_ms);
+    px_actions(p);
+    /* Under light load, send now what nats.c would hold a millisecond
+     * to batch: latency from submit to dispatch is then a round trip.
+     * Under load the batching is worth more than the wait. */
+    if (busy < PX_LIGHT_LOAD && lc->dispatched != sent)
+        fq_nio_flush(p->nio, 2);
+    /* Changed queues ranked for stats pages once many wait. */
+    fq_sched_rank_sync(p->sched, PX_RANK_BACKLOG);
+    return true;
+}
+
+/* Stopping: what is in flight settled, the lease given up, NATS closed. */
+static void px_stopped(fq_proxy *p, const fq_ledger_counters *lc, int rc)
+{
     px_phase(p, FQ_PHASE_STOPPING);
     uint64_t t0 = atomic_load(&p->stop_at);
     /* Unsettled means NATS does not answer: a release or a flush would
@@ -2227,6 +2225,22 @@ int fq_proxy_run(fq_proxy *p)
     fq_log(FQ_LOG_INFO, "fairq-proxy stopped", FQ_UINT("dispatched", lc->dispatched),
            FQ_UINT("held_for_next_start", ls.held),
            FQ_UINT("stop_ms", t0 ? fq_nio_mono_ms() - t0 : 0));
+}
+
+int fq_proxy_run(fq_proxy *p)
+{
+    int rc;
+    if (px_start(p, &rc) != FQ_OK)
+        return rc;
+    px_phase_leader(p);
+    fq_log(FQ_LOG_INFO, "fairq-proxy running", FQ_STR("submit", p->submit_filter),
+           FQ_STR("dispatch", p->cfg.subjects.dispatch),
+           FQ_INT("max_payload", p->max_payload));
+    rc = FQ_PROXY_EXIT_OK;
+    const fq_ledger_counters *lc = fq_ledger_counters_get(p->ledger);
+    while (!atomic_load(&p->stop) && px_turn(p, lc, &rc))
+        continue;
+    px_stopped(p, lc, rc);
     return rc;
 }
 
