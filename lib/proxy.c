@@ -2300,14 +2300,32 @@ static fq_ledger_opts px_ledger_opts(fq_proxy *p)
     return lo;
 }
 
-fq_status fq_proxy_create(fq_proxy **out, const fq_config *cfg, char *err, size_t errlen)
+/* The decisions' state machines: the policy, the scheduler and the
+ * estimator with its workflows. */
+static fq_status px_create_scheduling(fq_proxy *p, const fq_config *cfg)
 {
-    *out = NULL;
-    fq_proxy *p = calloc(1, sizeof *p);
-    if (!p)
-        return FQ_ENOMEM;
-    px_hash_key(p->hash_key);
-    fq_status s = fq_config_copy(&p->cfg, cfg);
+    fq_status s = fq_config_policy(&p->policy, cfg);
+    fq_sched_opts so = px_sched_opts(cfg);
+    so.seed = p->hash_key[1] ^ p->hash_key[0];  /* tenant ids come from clients */
+    if (s == FQ_OK)
+        s = fq_sched_create(&p->sched, &so);
+    fq_est_opts eo;
+    fq_est_opts_init(&eo);
+    eo.default_tokens = cfg->estimates.default_tokens;
+    eo.max_tokens = cfg->scheduler.max_est_tokens;
+    if (s == FQ_OK)
+        s = fq_est_create(&p->est, &eo);
+    for (size_t i = 0; s == FQ_OK && i < cfg->estimates.n_workflows; i++)
+        s = fq_est_set_workflow(p->est, cfg->estimates.workflows[i].name,
+                                cfg->estimates.workflows[i].tokens);
+    return s;
+}
+
+/* What the proxy owns, built in turn; the first failure stops it, and
+ * fq_proxy_destroy frees what was built. */
+static fq_status px_create_parts(fq_proxy *p, const fq_config *cfg)
+{
+    fq_status s = FQ_OK;
     /* Seeded from px_hash's key, as the tables were before strmap: clients
      * choose tenant ids, so they must not be able to plan the chains. */
     if (s == FQ_OK)
@@ -2325,20 +2343,7 @@ fq_status fq_proxy_create(fq_proxy **out, const fq_config *cfg, char *err, size_
     if (s == FQ_OK)
         s = fq_admin_create(&p->admin, cfg->subjects.admin, p->ovr, &ao, fq_nio_mono_ms());
     if (s == FQ_OK)
-        s = fq_config_policy(&p->policy, cfg);
-    fq_sched_opts so = px_sched_opts(cfg);
-    so.seed = p->hash_key[1] ^ p->hash_key[0];  /* tenant ids come from clients */
-    if (s == FQ_OK)
-        s = fq_sched_create(&p->sched, &so);
-    fq_est_opts eo;
-    fq_est_opts_init(&eo);
-    eo.default_tokens = cfg->estimates.default_tokens;
-    eo.max_tokens = cfg->scheduler.max_est_tokens;
-    if (s == FQ_OK)
-        s = fq_est_create(&p->est, &eo);
-    for (size_t i = 0; s == FQ_OK && i < cfg->estimates.n_workflows; i++)
-        s = fq_est_set_workflow(p->est, cfg->estimates.workflows[i].name,
-                                cfg->estimates.workflows[i].tokens);
+        s = px_create_scheduling(p, cfg);
     if (s == FQ_OK)
         s = fq_log_limiter_create(&p->lim, 1024, 1000);
     if (s == FQ_OK)
@@ -2354,11 +2359,12 @@ fq_status fq_proxy_create(fq_proxy **out, const fq_config *cfg, char *err, size_
     fq_bucket_init(&p->refusal_logs, PX_REFUSAL_LOGS, PX_REFUSAL_LOGS, 0);
     if (s == FQ_OK && !(p->ev = calloc(PX_EVENTS, sizeof *p->ev)))
         s = FQ_ENOMEM;
-    if (s != FQ_OK) {
-        snprintf(err, errlen, "cannot build the proxy: %s", fq_status_text(s));
-        fq_proxy_destroy(p);
-        return s;
-    }
+    return s;
+}
+
+/* The subjects consumed and the lease holder's id, from the configuration. */
+static void px_create_names(fq_proxy *p, const fq_config *cfg)
+{
     /* with partitions, the server maps <submit>.<tenant> to <submit>.<k>.<tenant> */
     const char *tail = cfg->partitions > 1 ? "*.*" : "*";
     snprintf(p->submit_filter, sizeof p->submit_filter, "%s.%s", cfg->subjects.submit, tail);
@@ -2370,6 +2376,24 @@ fq_status fq_proxy_create(fq_proxy **out, const fq_config *cfg, char *err, size_
     gethostname(host, sizeof host - 1);
     snprintf(p->lease_id, sizeof p->lease_id, "%s:%ld:%" PRId64, host, (long)getpid(),
              fq_nio_unix_ms());
+}
+
+fq_status fq_proxy_create(fq_proxy **out, const fq_config *cfg, char *err, size_t errlen)
+{
+    *out = NULL;
+    fq_proxy *p = calloc(1, sizeof *p);
+    if (!p)
+        return FQ_ENOMEM;
+    px_hash_key(p->hash_key);
+    fq_status s = fq_config_copy(&p->cfg, cfg);
+    if (s == FQ_OK)
+        s = px_create_parts(p, cfg);
+    if (s != FQ_OK) {
+        snprintf(err, errlen, "cannot build the proxy: %s", fq_status_text(s));
+        fq_proxy_destroy(p);
+        return s;
+    }
+    px_create_names(p, cfg);
     *out = p;
     return FQ_OK;
 }
