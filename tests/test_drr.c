@@ -1979,7 +1979,7 @@ static void test_subtenant_flood_delays_no_first_run(void **state)
     assert_ptr_equal(r->tenant, a);     /* flood's first */
     done(s, r, Q);
     uint64_t first[5];
-    char name[8];
+    char name[16];       /* "u" and any int: -O1 (make asan) checks the width */
     for (int u = 0; u < 5; u++) {
         snprintf(name, sizeof name, "u%d", u);
         first[u] = enq_sub(s, a, name, Q);
@@ -2006,7 +2006,7 @@ static void test_subtenants_divide_a_share(void **state)
     (void)state;
     fq_sched *s = mk_subs(64);
     fq_tenant *many = ten(s, "many", 1, 0, 0), *one = ten(s, "one", 1, 0, 0);
-    char name[8];
+    char name[16];       /* "u" and any int: -O1 (make asan) checks the width */
     rng_state = 5;
     for (int k = 0; k < 20; k++) {
         for (int u = 0; u < 50; u++) {
