@@ -64,46 +64,41 @@ static uint16_t creds_crc16(const unsigned char *p, size_t n)
     return crc;
 }
 
-/* RFC 4648 base32 without padding, s[0..n) into out; its length, or 0. */
-static size_t creds_base32(unsigned char *out, size_t cap, const char *s, size_t n)
+/* s[0..n) in an unpadded RFC 4648 alphabet of 2^width letters (base32: 5,
+ * base64url: 6) into out; its length, or SIZE_MAX for a letter not in the
+ * alphabet or an out too small. */
+static size_t creds_decode(unsigned char *out, size_t cap, const char *s, size_t n,
+                           const char *alphabet, int width)
 {
     uint32_t acc = 0;
     int bits = 0;
     size_t k = 0;
     for (size_t i = 0; i < n; i++) {
-        const char *a = "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567";
-        const char *at = s[i] ? strchr(a, s[i]) : NULL;
-        if (!at)
-            return 0;
-        acc = acc << 5 | (uint32_t)(at - a);
-        if ((bits += 5) >= 8) {
-            if (k == cap)
-                return 0;
-            out[k++] = (unsigned char)(acc >> (bits -= 8));
-        }
-    }
-    return k;
-}
-
-/* base64url without padding, s[0..n) into out; its length, or SIZE_MAX. */
-static size_t creds_base64url(unsigned char *out, size_t cap, const char *s, size_t n)
-{
-    uint32_t acc = 0;
-    int bits = 0;
-    size_t k = 0;
-    for (size_t i = 0; i < n; i++) {
-        const char *a = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
-        const char *at = s[i] ? strchr(a, s[i]) : NULL;
+        const char *at = s[i] ? strchr(alphabet, s[i]) : NULL;
         if (!at)
             return SIZE_MAX;
-        acc = acc << 6 | (uint32_t)(at - a);
-        if ((bits += 6) >= 8) {
+        acc = acc << width | (uint32_t)(at - alphabet);
+        if ((bits += width) >= 8) {
             if (k == cap)
                 return SIZE_MAX;
             out[k++] = (unsigned char)(acc >> (bits -= 8));
         }
     }
     return k;
+}
+
+/* RFC 4648 base32 without padding, s[0..n) into out; its length, or 0. */
+static size_t creds_base32(unsigned char *out, size_t cap, const char *s, size_t n)
+{
+    size_t k = creds_decode(out, cap, s, n, "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567", 5);
+    return k == SIZE_MAX ? 0 : k;
+}
+
+/* base64url without padding, s[0..n) into out; its length, or SIZE_MAX. */
+static size_t creds_base64url(unsigned char *out, size_t cap, const char *s, size_t n)
+{
+    return creds_decode(out, cap, s, n,
+                        "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_", 6);
 }
 
 /* A public nkey of prefix for raw, into out (57 bytes with the NUL). */
