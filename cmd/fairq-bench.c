@@ -82,7 +82,7 @@ static result run_drr(uint32_t n, double ratio, uint64_t ops)
     if (fq_sched_create(&s, &o) != FQ_OK)
         die("cannot create the scheduler");
     fq_tenant **t = malloc(n * sizeof(*t));
-    fq_tenant_policy p = {.weight = 1};
+    fq_tenant_policy p = {.weight = 1, .max_subtenants = features & FEAT_SUB ? 64 : 0};
     if (features & FEAT_BURST) {    /* every tenant may burst; none is alone */
         p.max_in_flight = 2;
         p.burst_in_flight = 8;

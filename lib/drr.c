@@ -1170,7 +1170,7 @@ fq_status fq_sched_enqueue_class(fq_run **out, fq_sched *s, fq_tenant *t, uint64
                                  uint32_t cls, uint32_t est, void *handle, uint64_t now)
 {
     bool classes = s->o.nclasses > 1;
-    if (t->sb)
+    if (t->sb && (t->pol.max_subtenants || t->sb->nheap))
         return cls ? FQ_EINVAL : fq_sched_enqueue_sub(out, s, t, "", 0, id, est, handle, now);
     if (out)
         *out = NULL;
@@ -1231,7 +1231,9 @@ static fq_sub *sub_of(fq_sched *s, fq_tenant *t, const char *sub, size_t len)
     fq_strmap_node *n = fq_strmap_find_hashed(s->subs, key, tl + 1 + len, h);
     if (n)
         return FQ_STRMAP_ENTRY(n, fq_sub, node);
-    bool over = sb->known - (sb->overflow != NULL) >= s->o.max_subtenants;
+    uint32_t cap = t->pol.max_subtenants < s->o.max_subtenants ? t->pol.max_subtenants
+                                                                : s->o.max_subtenants;
+    bool over = sb->known - (sb->overflow != NULL) >= cap;
     if (over) {
         if (sb->overflow)
             return sb->overflow;
@@ -1265,8 +1267,8 @@ fq_status fq_sched_enqueue_sub(fq_run **out, fq_sched *s, fq_tenant *t, const ch
                                size_t len, uint64_t id, uint32_t est, void *handle,
                                uint64_t now)
 {
-    if (!t->sb)
-        return fq_sched_enqueue(out, s, t, id, est, handle, now);
+    if (!t->sb || (!t->pol.max_subtenants && !t->sb->nheap))
+        return fq_sched_enqueue(out, s, t, id, est, handle, now);  /* its FIFO */
     if (out)
         *out = NULL;
     if (len > FQ_SCHED_SUB_MAX)

@@ -23,6 +23,9 @@ typedef struct fq_tenant_policy {
                                    be set); 0 = none: max_in_flight always */
     uint32_t tokens_per_minute; /* token rate (GCRA, a minute's tokens of
                                    burst); 0 = none */
+    uint32_t max_subtenants;    /* sub-tenants its runs are shared among, at
+                                   most the scheduler's max_subtenants; 0 =
+                                   none: its runs one FIFO, names ignored */
 } fq_tenant_policy;
 
 /* Limits that keep quantum x weight, and so every deficit, far from
@@ -44,9 +47,10 @@ typedef struct fq_sched_opts {
     uint64_t minute;            /* the caller's time units in a minute, for
                                    token rates; 0: 60,000 (milliseconds) */
     uint32_t max_subtenants;    /* sub-tenants a tenant's runs are shared fairly
-                                   among (start-time fair queuing in tokens);
-                                   past it, new ones share one; 0: none (read
-                                   at create only; not with nclasses) */
+                                   among (start-time fair queuing in tokens),
+                                   at most, whatever its policy says; past its
+                                   cap, new ones share one; 0: none (read at
+                                   create only; not with nclasses) */
     uint32_t nclasses;          /* priority classes within a tenant, 0 or 1:
                                    none; read at create only (the order of
                                    queued runs depends on it) */
@@ -177,7 +181,13 @@ fq_status fq_sched_enqueue_class(fq_run **out, fq_sched *s, fq_tenant *t, uint64
  * without sub-tenants. A tenant knows at most max_subtenants (active, or
  * idle and still owed or owing); runs of new ones past that share one
  * overflow sub-tenant. O(log active sub-tenants) per enqueue and dispatch.
- * Without sub-tenants (max_subtenants 0) the sub-tenant is ignored. */
+ * The cap is the lower of the scheduler's max_subtenants and the tenant
+ * policy's, read at each enqueue: a lower one takes new sub-tenants to the
+ * overflow one, and known ones keep their place until forgotten. Without
+ * sub-tenants (either max_subtenants 0) the sub-tenant is ignored and the
+ * run joins the tenant's FIFO, unless runs of its sub-tenants are still
+ * queued (its cap was lowered to 0): then it joins its sub-tenant if known,
+ * else the overflow one, until they have left. */
 fq_status fq_sched_enqueue_sub(fq_run **out, fq_sched *s, fq_tenant *t, const char *sub,
                                size_t len, uint64_t id, uint32_t est, void *handle,
                                uint64_t now);

@@ -711,7 +711,8 @@ static fq_status sim_engines(sim *s)
         return st;
     for (size_t k = 0; k < sc->n_tenants; k++) {
         const fq_scenario_tenant *t = &sc->tenants[k];
-        fq_tenant_policy p = {.weight = t->weight, .max_pending = t->max_pending};
+        fq_tenant_policy p = {.weight = t->weight, .max_pending = t->max_pending,
+                              .max_subtenants = s->pd->subs ? FQ_SIM_MAX_SUBTENANTS : 0};
         if (s->pd->tenant_cap)
             p.max_in_flight = t->max_in_flight;
         if (s->pd->burst)

@@ -46,7 +46,9 @@ static fq_sched *mk(uint32_t max_in_flight, uint64_t max_tokens, uint64_t timeou
 
 static fq_tenant *ten(fq_sched *s, const char *id, uint32_t weight, uint32_t cap, uint32_t pending)
 {
-    fq_tenant_policy p = {.weight = weight, .max_in_flight = cap, .max_pending = pending};
+    /* sub-tenants as many as the scheduler allows (none without) */
+    fq_tenant_policy p = {.weight = weight, .max_in_flight = cap, .max_pending = pending,
+                          .max_subtenants = UINT32_MAX};
     fq_tenant *t = NULL;
     assert_int_equal(fq_sched_tenant(&t, s, id, strlen(id), &p), FQ_OK);
     return t;
@@ -2077,6 +2079,58 @@ static void test_subtenants_capped_and_forgotten(void **state)
     fq_sched_destroy(s);
 }
 
+/* A tenant's own cap: the lower of its policy's and the scheduler's; 0 is
+ * none (one FIFO, names ignored, as without sub-tenants); lowered to 0
+ * while its sub-tenants have runs queued, they leave before the FIFO's. */
+static void test_subtenants_tenant_cap(void **state)
+{
+    (void)state;
+    fq_sched *s = mk_subs(8);
+    fq_tenant_policy one = {.weight = 1, .max_subtenants = 1}, off = {.weight = 1};
+    fq_tenant *a = NULL, *b = NULL;
+    assert_int_equal(fq_sched_tenant(&a, s, "a", 1, &one), FQ_OK);
+    assert_int_equal(fq_sched_tenant(&b, s, "b", 1, &off), FQ_OK);
+    enq_sub(s, a, "x", Q);
+    enq_sub(s, a, "y", Q);      /* past a's cap of 1: the overflow one */
+    enq_sub(s, a, "z", Q);
+    assert_int_equal(info(a).subtenants, 2);
+    /* b has none: its runs are one FIFO, whatever they name */
+    uint64_t fifo[3] = {enq_sub(s, b, "p", Q), enq_sub(s, b, "q", Q), enq_sub(s, b, "p", Q)};
+    assert_int_equal(info(b).subtenants, 0);
+    for (int k = 0; k < 3; k++) {
+        fq_run *r = fq_sched_dispatch(s, 0);
+        if (r->tenant == a) {
+            done(s, r, Q);
+            r = fq_sched_dispatch(s, 0);
+        }
+        assert_int_equal(r->id, fifo[k]);
+        done(s, r, Q);
+    }
+    /* a's cap lowered to 0 with its sub-tenants' runs queued: x's two
+     * stay x's, "w" the overflow one's, and they leave before a's next
+     * runs, which join its FIFO once they are gone */
+    while (info(a).queued)
+        done(s, fq_sched_dispatch(s, 0), Q);
+    uint64_t x1 = enq_sub(s, a, "x", Q), x2 = enq_sub(s, a, "x", Q);
+    assert_int_equal(fq_tenant_set_policy(s, a, &off), FQ_OK);
+    uint64_t w = enq_sub(s, a, "w", Q);
+    assert_int_equal(info(a).active_subtenants, 2);
+    uint64_t got[3];
+    for (int k = 0; k < 3; k++) {
+        fq_run *r = fq_sched_dispatch(s, 0);
+        got[k] = r->id;
+        done(s, r, Q);
+    }
+    /* w did not join the FIFO, which would have led: x's first goes first */
+    assert_int_equal(got[0], x1);
+    assert_true((got[1] == x2 && got[2] == w) || (got[1] == w && got[2] == x2));
+    uint64_t f1 = enq_sub(s, a, "v", Q), f2 = enq_sub(s, a, "x", Q);
+    assert_int_equal(info(a).active_subtenants, 0);
+    assert_int_equal(fq_sched_dispatch(s, 0)->id, f1);
+    assert_int_equal(fq_sched_dispatch(s, 0)->id, f2);
+    fq_sched_destroy(s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -2095,6 +2149,7 @@ int main(void)
         cmocka_unit_test(test_subtenant_flood_delays_no_first_run),
         cmocka_unit_test(test_subtenants_divide_a_share),
         cmocka_unit_test(test_subtenants_capped_and_forgotten),
+        cmocka_unit_test(test_subtenants_tenant_cap),
         cmocka_unit_test(test_tenant_cap_leaves_rotation),
         cmocka_unit_test(test_burst_cap_binds_only_under_contention),
         cmocka_unit_test(test_burst_cap_not_when_others_queue),
