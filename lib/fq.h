@@ -32,6 +32,8 @@ const char *fq_status_text(fq_status s);
 #define FQ_WORKFLOW_MAX 64      /* bytes in a workflow name */
 #define FQ_RUN_ID_MAX 128       /* bytes in a run id */
 #define FQ_CLASS_MAX 32         /* bytes in a priority class's name */
+#define FQ_SUBTENANT_MAX 64     /* bytes in a sub-tenant's name (Fair-Subtenant) */
+#define FQ_MAX_SUBTENANTS 10000u /* the most a plan or override lets a tenant know */
 
 /* Names (tenant ids, plan names, bucket names) are 1 to 64 of
  * [A-Za-z0-9_-]. Returns 1 if s[0..len) is one. */

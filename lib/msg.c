@@ -402,9 +402,10 @@ enum fq_scan_type { FQ_SCAN_ABSENT, FQ_SCAN_STRING, FQ_SCAN_NUMBER, FQ_SCAN_OTHE
 
 /* The fields read: run_id, workflow, est_tokens, tenant, and class, which
  * is read only where priority classes are configured, so that a body's
- * class (unread before classes existed) refuses nothing here. */
-#define FQ_SCAN_FIELDS 5
+ * class (unread before classes existed) refuses nothing here; subtenant. */
+#define FQ_SCAN_FIELDS 6
 #define FQ_SCAN_CLASS 4
+#define FQ_SCAN_SUBTENANT 5
 
 /* Where one of the fields' value is in the body. */
 typedef struct fq_scan_field {
@@ -786,6 +787,17 @@ static fq_status fq_submit_body(fq_submit *out, const fq_scan_field *f, const ch
             return fq_msg_fail(err, errlen, "tenant: the body names another tenant "
                                "than the subject's (%s)", tenant);
     }
+    const fq_scan_field *u = &f[FQ_SCAN_SUBTENANT];
+    out->subtenant_refused = u->type != FQ_SCAN_ABSENT;
+    if (u->type && u->type != FQ_SCAN_STRING)
+        return fq_msg_fail(err, errlen, "subtenant: must be a string");
+    if (u->type) {
+        fq_scan_unescape(v, FQ_SUBTENANT_MAX + 2, u->s, u->s + u->len);
+        if ((st = fq_msg_name(out->subtenant, FQ_SUBTENANT_MAX, v, "subtenant", err,
+                              errlen)) != FQ_OK)
+            return st;
+    }
+    out->subtenant_refused = false;
     return FQ_OK;
 }
 
@@ -806,6 +818,20 @@ static fq_status fq_submit_hdrs(fq_submit *out, const fq_submit_headers *h,
         fq_msg_name(out->cls, FQ_CLASS_MAX, h->cls, FQ_HDR_CLASS " header", out->cls_err,
                     sizeof out->cls_err);
     }
+    if (h->subtenant) {
+        /* The claim divides its tenant's share: two that differ are
+         * refused rather than one believed. */
+        char u[FQ_SUBTENANT_MAX + 1];
+        out->subtenant_refused = true;
+        if ((st = fq_msg_name(u, FQ_SUBTENANT_MAX, h->subtenant,
+                              FQ_HDR_SUBTENANT " header", err, errlen)) != FQ_OK)
+            return st;
+        if (out->subtenant[0] && strcmp(out->subtenant, u) != 0)
+            return fq_msg_fail(err, errlen, FQ_HDR_SUBTENANT " header: names another "
+                               "sub-tenant than the body's subtenant field");
+        memcpy(out->subtenant, u, sizeof u);
+        out->subtenant_refused = false;
+    }
     if (h->est_tokens) {
         if ((st = fq_msg_uint_text(&est, h->est_tokens, 1, max_est,
                                    FQ_HDR_EST_TOKENS " header", err, errlen)) != FQ_OK)
@@ -820,7 +846,7 @@ fq_status fq_submit_parse(fq_submit *out, const char *tenant, const void *body,
                           uint32_t max_est, char *err, size_t errlen)
 {
     static const char *const names[] = {"run_id", "workflow", "est_tokens", "tenant",
-                                        "class"};
+                                        "class", "subtenant"};
     const unsigned char *p = body;
     fq_scan_field f[FQ_SCAN_FIELDS] = {{0}};
     size_t i = 0;
@@ -838,15 +864,20 @@ fq_status fq_submit_parse(fq_submit *out, const char *tenant, const void *body,
     else if (nul_top)
         st = fq_msg_fail(err, errlen, "body: a top-level string holds a \\u0000 "
                          "escape, which fairq cannot read faithfully");
-    else if (dup >= 0)
+    else if (dup >= 0) {
         st = fq_msg_fail(err, errlen, "%s: given twice in the body", names[dup]);
+        out->subtenant_refused = dup == FQ_SCAN_SUBTENANT;
+    }
     else
         st = fq_submit_body(out, f, tenant, cls_twice, max_est, err, errlen);
     /* The body is read first so that a valid header overwrites its value. */
     if (st == FQ_OK && h)
         st = fq_submit_hdrs(out, h, max_est, err, errlen);
-    if (st != FQ_OK)
+    if (st != FQ_OK) {
+        bool refused = out->subtenant_refused;
         memset(out, 0, sizeof *out);
+        out->subtenant_refused = refused;
+    }
     return st;
 }
 
@@ -964,19 +995,20 @@ size_t fq_completion_format(char *buf, size_t cap, const fq_completion *c)
 static const char *const fq_ovr_names[] = {"plan", "weight", "max_in_flight",
                                            "max_pending", "burst_in_flight",
                                            "tokens_per_minute", "price_input",
-                                           "price_output", "price_cached", "tenant"};
+                                           "price_output", "price_cached",
+                                           "max_subtenants", "tenant"};
 #define FQ_OVR_NAMES (sizeof fq_ovr_names / sizeof fq_ovr_names[0])
 
 /* One field of those a patch may change: null removes it, a value sets it. */
 static fq_status fq_override_field(fq_override_patch *out, size_t k, const cJSON *item,
                                    uint32_t max_weight, char *err, size_t errlen)
 {
-    static const uint64_t lo[] = {0, 1, 1, 1, 1, 1, 1, 1, 1};
+    static const uint64_t lo[] = {0, 1, 1, 1, 1, 1, 1, 1, 1, 1};
     uint64_t hi[] = {0, max_weight, UINT32_MAX, UINT32_MAX, UINT32_MAX, UINT32_MAX,
-                     FQ_PRICE_MAX, FQ_PRICE_MAX, FQ_PRICE_MAX}, v = 0;
+                     FQ_PRICE_MAX, FQ_PRICE_MAX, FQ_PRICE_MAX, FQ_MAX_SUBTENANTS}, v = 0;
     uint32_t *dst[] = {NULL, &out->weight, &out->max_in_flight, &out->max_pending,
                        &out->burst_in_flight, &out->tokens_per_minute, &out->price_input,
-                       &out->price_output, &out->price_cached};
+                       &out->price_output, &out->price_cached, &out->max_subtenants};
     fq_status st;
 
     if (cJSON_IsNull(item)) {
@@ -1014,7 +1046,7 @@ static fq_status fq_override_fields(fq_override_patch *out, const cJSON *root,
             return fq_msg_fail(err, errlen, "the body has an unknown field; it takes only "
                                "tenant, plan, weight, max_in_flight, max_pending, "
                                "burst_in_flight, tokens_per_minute, price_input, "
-                               "price_output and price_cached");
+                               "price_output, price_cached and max_subtenants");
         if (it[k])
             return fq_msg_fail(err, errlen, "%s: given twice in the body", fq_ovr_names[k]);
         it[k] = c;
@@ -1040,7 +1072,8 @@ static fq_status fq_override_fields(fq_override_patch *out, const cJSON *root,
     if (!out->set && !out->removed)
         return fq_msg_fail(err, errlen, "the body changes nothing: give plan, weight, "
                            "max_in_flight, max_pending, burst_in_flight, tokens_per_minute, "
-                           "price_input, price_output or price_cached (null removes one)");
+                           "price_input, price_output, price_cached or max_subtenants (null "
+                           "removes one)");
     return FQ_OK;
 }
 

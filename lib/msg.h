@@ -14,6 +14,7 @@
 #define FQ_HDR_WORKFLOW "Fair-Workflow"
 #define FQ_HDR_EST_TOKENS "Fair-Est-Tokens"
 #define FQ_HDR_CLASS "Fair-Class"
+#define FQ_HDR_SUBTENANT "Fair-Subtenant"
 #define FQ_HDR_SUBMITTED_AT "Fair-Submitted-At"
 #define FQ_HDR_DISPATCHED_AT "Fair-Dispatched-At"
 #define FQ_HDR_ERROR "Fair-Error"
@@ -46,6 +47,9 @@ typedef struct fq_submit {
                                            FQ_CLASS_MAX): a sentence naming the
                                            field, for the caller to refuse with
                                            where classes are configured */
+    char subtenant[FQ_SUBTENANT_MAX + 1]; /* the sub-tenant it claims; "" if none */
+    bool subtenant_refused;             /* FQ_EINVAL was for the sub-tenant claim
+                                           (kept when *out is reset to defaults) */
 } fq_submit;
 
 /* Header values as the NATS adapter found them (NUL-terminated, as nats.c
@@ -55,6 +59,7 @@ typedef struct fq_submit_headers {
     const char *workflow;               /* Fair-Workflow */
     const char *est_tokens;             /* Fair-Est-Tokens: digits only */
     const char *cls;                    /* Fair-Class */
+    const char *subtenant;              /* Fair-Subtenant */
 } fq_submit_headers;
 
 /* Read the submit fields of body[0..len) (not NUL-terminated; body may be
@@ -67,9 +72,12 @@ typedef struct fq_submit_headers {
  * body's or the Fair-Class header's) refuses nothing here: it is read into
  * cls, or why not into cls_err, for the caller to judge. Every other field
  * present, in the body or the headers, must be valid; where both give one,
- * the header wins. On FQ_OK *out holds the fields. On FQ_EINVAL (a field
- * present but invalid, or given twice) *out holds defaults and err a
- * sentence naming the field and the reason, safe to put in a header. */
+ * the header wins, but for the sub-tenant (the body's subtenant, the
+ * Fair-Subtenant header, a name obeying fq_msg_name_valid of at most
+ * FQ_SUBTENANT_MAX): where both give one they must be the same. On FQ_OK
+ * *out holds the fields. On FQ_EINVAL (a field present but invalid, or given
+ * twice, or the sub-tenants differ) *out holds defaults and err a sentence
+ * naming the field and the reason, safe to put in a header. */
 fq_status fq_submit_parse(fq_submit *out, const char *tenant, const void *body,
                           size_t len, const fq_submit_headers *h,
                           uint32_t max_est, char *err, size_t errlen);
@@ -139,7 +147,8 @@ size_t fq_completion_format(char *buf, size_t cap, const fq_completion *c);
 #define FQ_OVR_PRICE_INPUT 64u
 #define FQ_OVR_PRICE_OUTPUT 128u
 #define FQ_OVR_PRICE_CACHED 256u
-#define FQ_OVR_ALL 511u
+#define FQ_OVR_MAX_SUBTENANTS 512u
+#define FQ_OVR_ALL 1023u
 
 typedef struct fq_override_patch {
     char tenant[FQ_TENANT_MAX + 1];     /* "" if the body names none */
@@ -152,6 +161,7 @@ typedef struct fq_override_patch {
     uint32_t price_input;               /* 1..1,000,000 */
     uint32_t price_output;              /* 1..1,000,000 */
     uint32_t price_cached;              /* 1..1,000,000 */
+    uint32_t max_subtenants;            /* 1..FQ_MAX_SUBTENANTS */
     unsigned set;                       /* FQ_OVR_* fields given a value */
     unsigned removed;                   /* FQ_OVR_* fields given as null */
 } fq_override_patch;
@@ -167,7 +177,8 @@ enum fq_patch_kind {
  * must be a JSON object whose members are only tenant (a valid tenant id),
  * plan, weight (1..max_weight), max_in_flight, max_pending,
  * burst_in_flight and tokens_per_minute (1..2^32-1), price_input,
- * price_output and price_cached (1..1,000,000),
+ * price_output and price_cached (1..1,000,000), max_subtenants
+ * (1..FQ_MAX_SUBTENANTS),
  * as kind requires. On FQ_EINVAL *out is zeroed and err holds a sentence
  * naming the field and the reason (never quoting the client). */
 fq_status fq_override_patch_parse(fq_override_patch *out, const void *body, size_t len,

@@ -97,7 +97,7 @@ bool fq_ovr_entry_empty(const fq_tenant_entry *e)
 {
     return !e->plan[0] && !e->weight && !e->max_in_flight && !e->max_pending &&
            !e->burst_in_flight && !e->tokens_per_minute && !e->prices.input &&
-           !e->prices.output && !e->prices.cached;
+           !e->prices.output && !e->prices.cached && !e->max_subtenants;
 }
 
 static bool ovr_entry_equal(const fq_tenant_entry *a, const fq_tenant_entry *b)
@@ -106,6 +106,7 @@ static bool ovr_entry_equal(const fq_tenant_entry *a, const fq_tenant_entry *b)
            a->max_in_flight == b->max_in_flight && a->max_pending == b->max_pending &&
            a->burst_in_flight == b->burst_in_flight &&
            a->tokens_per_minute == b->tokens_per_minute &&
+           a->max_subtenants == b->max_subtenants &&
            memcmp(&a->prices, &b->prices, sizeof a->prices) == 0;
 }
 
@@ -133,6 +134,7 @@ static void ovr_patch_apply(fq_tenant_entry *e, const fq_override_patch *pt)
     ovr_patch_field(&e->prices.input, pt->price_input, pt, FQ_OVR_PRICE_INPUT);
     ovr_patch_field(&e->prices.output, pt->price_output, pt, FQ_OVR_PRICE_OUTPUT);
     ovr_patch_field(&e->prices.cached, pt->price_cached, pt, FQ_OVR_PRICE_CACHED);
+    ovr_patch_field(&e->max_subtenants, pt->max_subtenants, pt, FQ_OVR_MAX_SUBTENANTS);
 }
 
 void fq_ovr_entry_json(fq_json *w, const fq_tenant_entry *e)
@@ -143,10 +145,11 @@ void fq_ovr_entry_json(fq_json *w, const fq_tenant_entry *e)
         fq_json_string(w, e->plan);
     }
     const char *keys[] = {"weight", "max_in_flight", "max_pending", "burst_in_flight",
-                          "tokens_per_minute", "price_input", "price_output", "price_cached"};
+                          "tokens_per_minute", "price_input", "price_output", "price_cached",
+                          "max_subtenants"};
     uint32_t vals[] = {e->weight, e->max_in_flight, e->max_pending, e->burst_in_flight,
                        e->tokens_per_minute, e->prices.input, e->prices.output,
-                       e->prices.cached};
+                       e->prices.cached, e->max_subtenants};
     for (size_t i = 0; i < sizeof vals / sizeof vals[0]; i++) {
         if (vals[i]) {
             fq_json_key(w, keys[i]);

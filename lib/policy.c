@@ -127,7 +127,8 @@ void fq_policy_destroy(fq_policy *p)
 fq_status fq_policy_set_plan(fq_policy *p, const fq_plan *plan)
 {
     if (!pol_name_valid(plan->name, false) || plan->weight == 0 ||
-        !pol_weight_valid(plan->weight) || !pol_prices_valid(&plan->prices))
+        !pol_weight_valid(plan->weight) || !pol_prices_valid(&plan->prices) ||
+        plan->max_subtenants > FQ_POLICY_MAX_SUBTENANTS)
         return FQ_EINVAL;
     pol_plan *n = (pol_plan *)pol_find(p->plans, plan->name);
     if (n) {
@@ -145,7 +146,7 @@ fq_status fq_policy_set_plan(fq_policy *p, const fq_plan *plan)
 static fq_status pol_set_entry(fq_policy *p, fq_strmap *t, const fq_tenant_entry *e)
 {
     if (!pol_name_valid(e->id, true) || !pol_weight_valid(e->weight) ||
-        !pol_prices_valid(&e->prices))
+        !pol_prices_valid(&e->prices) || e->max_subtenants > FQ_POLICY_MAX_SUBTENANTS)
         return FQ_EINVAL;
     if (e->plan[0]) {
         if (!pol_name_valid(e->plan, false))
@@ -225,6 +226,8 @@ fq_status fq_policy_resolve(fq_policy_resolved *out, const fq_policy *p,
     out->p.tokens_per_minute = pol_first(ov ? ov->tokens_per_minute : 0,
                                          te ? te->tokens_per_minute : 0,
                                          plan->tokens_per_minute);
+    out->p.max_subtenants = pol_first(ov ? ov->max_subtenants : 0,
+                                      te ? te->max_subtenants : 0, plan->max_subtenants);
     out->prices.input = pol_first(ov ? ov->prices.input : 0, te ? te->prices.input : 0,
                                   plan->prices.input ? plan->prices.input : 1);
     out->prices.output = pol_first(ov ? ov->prices.output : 0, te ? te->prices.output : 0,

@@ -23,6 +23,10 @@ typedef struct fq_policy fq_policy;
  * in input tokens' worth (docs/policy.md). Each 1 .. FQ_POLICY_MAX_PRICE;
  * 0 in a plan or entry is "not set at this layer", finally 1. */
 #define FQ_POLICY_MAX_PRICE 1000000u
+/* The most sub-tenants a plan, tenant or override may let a tenant know
+ * (the scheduler's own bound in the proxy). */
+#define FQ_POLICY_MAX_SUBTENANTS FQ_MAX_SUBTENANTS
+
 typedef struct fq_prices {
     uint32_t input, output, cached;
 } fq_prices;
@@ -73,14 +77,16 @@ typedef struct fq_plan {
     uint32_t burst_in_flight;   /* the cap while no other tenant has queued
                                    runs, where above max_in_flight; 0 = none */
     uint32_t tokens_per_minute; /* a tenant's token rate; 0 = none */
+    uint32_t max_subtenants;    /* sub-tenants a tenant's runs are shared among,
+                                   at most FQ_POLICY_MAX_SUBTENANTS; 0 = none */
     fq_prices prices;           /* of token kinds; 0: 1 */
 } fq_plan;
 
 /* A tenant entry, used both for the config's tenants and for overrides.
  * Every field that is empty or 0 is "not set at this layer": plan "" is the
  * layer below's plan (finally the default plan); weight, max_in_flight,
- * max_pending, burst_in_flight and tokens_per_minute of 0 take the layer below's value,
- * finally the plan's. */
+ * max_pending, burst_in_flight, tokens_per_minute and max_subtenants of 0
+ * take the layer below's value, finally the plan's. */
 typedef struct fq_tenant_entry {
     char id[FQ_TENANT_MAX + 1];
     char plan[FQ_TENANT_MAX + 1];
@@ -89,6 +95,7 @@ typedef struct fq_tenant_entry {
     uint32_t max_pending;
     uint32_t burst_in_flight;
     uint32_t tokens_per_minute;
+    uint32_t max_subtenants;
     fq_prices prices;
 } fq_tenant_entry;
 

@@ -829,6 +829,7 @@ static void px_submit_headers(fq_submit_headers *h, const fq_nio_msg *m)
     h->workflow = px_header(m, FQ_HDR_WORKFLOW);
     h->est_tokens = px_header(m, FQ_HDR_EST_TOKENS);
     h->cls = px_header(m, FQ_HDR_CLASS);
+    h->subtenant = px_header(m, FQ_HDR_SUBTENANT);
 }
 
 /* Whether the dispatch of a submit (body of len bytes, its producer's
@@ -1155,6 +1156,11 @@ static fq_sched_opts px_sched_opts(const fq_config *c)
     fq_ledger_opts lo = {0};
     px_ledger_shared(&lo, c);
     fq_ledger_sched_opts(&o, &lo);
+    /* Sub-tenants as many as any plan or override may allow: each tenant's
+     * own cap (0: none, its runs one FIFO) is its policy's, so plans and
+     * overrides change it without a restart. Not with classes (config.c
+     * refuses a max_subtenants with them). */
+    o.max_subtenants = o.nclasses > 1 ? 0 : FQ_POLICY_MAX_SUBTENANTS;
     return o;
 }
 

@@ -310,6 +310,38 @@ static void test_values_are_read(void **state)
     fq_config_free(&c);
 }
 
+/* max_subtenants: per plan (0 or absent: none), per tenant entry, and per
+ * override, each layer over the one below. */
+static void test_max_subtenants_layers(void **state)
+{
+    (void)state;
+    fq_config c;
+    char err[256];
+    const char *yaml = "nats: {url: n}\nscheduler: {default_plan: free}\n"
+                       "plans: [{name: free}, {name: team, max_subtenants: 50},\n"
+                       "        {name: off, max_subtenants: 0}]\n"
+                       "tenants: [{id: big, plan: team}, {id: capped, plan: team, "
+                       "max_subtenants: 3}, {id: own, max_subtenants: 7}]\n";
+    assert_int_equal(parse(&c, yaml, err, sizeof err), FQ_OK);
+    fq_policy *p = NULL;
+    fq_policy_resolved r;
+    assert_int_equal(fq_config_policy(&p, &c), FQ_OK);
+    const struct { const char *t; uint32_t want; } cases[] = {
+        {"anyone", 0}, {"big", 50}, {"capped", 3}, {"own", 7}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        assert_int_equal(fq_policy_resolve(&r, p, cases[i].t), FQ_OK);
+        assert_int_equal(r.p.max_subtenants, cases[i].want);
+    }
+    fq_tenant_entry e = {.id = "big", .max_subtenants = 9};
+    assert_int_equal(fq_policy_set_override(p, &e), FQ_OK);
+    assert_int_equal(fq_policy_resolve(&r, p, "big"), FQ_OK);
+    assert_int_equal(r.p.max_subtenants, 9);
+    e.max_subtenants = FQ_POLICY_MAX_SUBTENANTS + 1;
+    assert_int_equal(fq_policy_set_override(p, &e), FQ_EINVAL);
+    fq_policy_destroy(p);
+    fq_config_free(&c);
+}
+
 /* Each bad document, and the one message it must give, position included. */
 static const struct {
     const char *yaml;
@@ -322,7 +354,7 @@ static const struct {
     {BASE "  - name: pro\n    wieght: 3\n",
      "t.yaml:6:5: plans[1].wieght: unknown key (known here: name, weight, "
      "max_in_flight, max_pending, burst_in_flight, tokens_per_minute, price_input, "
-     "price_output, price_cached)"},
+     "price_output, price_cached, max_subtenants)"},
     /* After a nested mapping that holds a key of the same name. */
     {"nats:\n  url: x\n  tls:\n    ca: a\n  ca: b\n",
      "t.yaml:5:3: nats.ca: unknown key (known here: url, creds, tls, user, password, nkey, nkey_seed, inbox_prefix)"},
@@ -383,6 +415,14 @@ static const struct {
      "t.yaml:5:19: tenants[0].price_output: must be <= 1000000"},
     {BASE "tenants: [{id: t, tokens_per_minute: 0}]\n",
      "t.yaml:5:19: tenants[0].tokens_per_minute: must be >= 1"},
+    {BASE "  - {name: b, max_subtenants: 10001}\n",
+     "t.yaml:5:15: plans[1].max_subtenants: must be <= 10000"},
+    {BASE "tenants: [{id: t, max_subtenants: 0}]\n",
+     "t.yaml:5:19: tenants[0].max_subtenants: must be >= 1"},
+    {"nats: {url: n}\nscheduler: {default_plan: free, classes: \"a,b\"}\n"
+     "plans: [{name: free, max_subtenants: 5}]\n",
+     "t.yaml:3:22: plans[0].max_subtenants: not with scheduler.classes: a tenant's runs are "
+     "divided by class or by sub-tenant, not both"},
     {BASE "  - {name: b, burst_in_flight: 4}\n",
      "t.yaml:5:15: plans[1].burst_in_flight: needs max_in_flight: without a cap there is "
      "nothing to burst past"},
@@ -977,6 +1017,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_shipped_config_loads),
         cmocka_unit_test(test_defaults),
+        cmocka_unit_test(test_max_subtenants_layers),
         cmocka_unit_test(test_values_are_read),
         cmocka_unit_test(test_errors),
         cmocka_unit_test(test_unknown_key_variants),

@@ -628,6 +628,56 @@ static void test_submit_class_read_not_judged(void **state)
     assert_string_equal(s.cls_err, "");
 }
 
+/* A sub-tenant, from the body or the Fair-Subtenant header: a name of at
+ * most FQ_SUBTENANT_MAX, and where both give one, the same; a refusal for
+ * it says so (for the proxy's count). */
+static void test_submit_subtenant(void **state)
+{
+    fq_submit s;
+    char err[256];
+    const char *body = "{\"subtenant\":\"user-7\",\"est_tokens\":5}";
+
+    (void)state;
+    assert_int_equal(submit_n(&s, body, strlen(body), NULL, err), FQ_OK);
+    assert_string_equal(s.subtenant, "user-7");
+    fq_submit_headers h = {.subtenant = "user-7"};
+    assert_int_equal(submit_n(&s, body, strlen(body), &h, err), FQ_OK);
+    assert_string_equal(s.subtenant, "user-7");
+    assert_int_equal(submit_n(&s, "{}", 2, &h, err), FQ_OK);
+    assert_string_equal(s.subtenant, "user-7");
+    assert_int_equal(submit_n(&s, "not json", 8, &h, err), FQ_OK);   /* opaque too */
+    assert_string_equal(s.subtenant, "user-7");
+    assert_false(s.subtenant_refused);
+    /* header and body disagree: refused, not one of them believed */
+    h = (fq_submit_headers){.subtenant = "user-8"};
+    assert_refused(submit_n(&s, body, strlen(body), &h, err), err, "Fair-Subtenant header");
+    assert_non_null(strstr(err, "another sub-tenant"));
+    assert_string_equal(s.subtenant, "");
+    assert_true(s.subtenant_refused);
+    h = (fq_submit_headers){.subtenant = "two words"};
+    assert_refused(submit_n(&s, "{}", 2, &h, err), err, "Fair-Subtenant header");
+    assert_true(s.subtenant_refused);
+    const char *bad[] = {"{\"subtenant\":5}", "{\"subtenant\":\"a\",\"subtenant\":\"a\"}",
+                         "{\"subtenant\":\"\"}", "{\"subtenant\":\"a\\nb\"}",
+                         "{\"subtenant\":\"12345678901234567890123456789012345678901234567890"
+                         "12345678901234567\"}"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        assert_refused(submit_n(&s, bad[i], strlen(bad[i]), NULL, err), err, "subtenant: ");
+        assert_true(s.subtenant_refused);
+        assert_defaults(&s);
+    }
+    /* 64 bytes is the longest; null is absent; another field's refusal is not its */
+    body = "{\"subtenant\":\"1234567890123456789012345678901234567890123456789012345678901234\"}";
+    assert_int_equal(submit_n(&s, body, strlen(body), NULL, err), FQ_OK);
+    assert_int_equal(strlen(s.subtenant), FQ_SUBTENANT_MAX);
+    body = "{\"subtenant\":null}";
+    assert_int_equal(submit_n(&s, body, strlen(body), NULL, err), FQ_OK);
+    assert_string_equal(s.subtenant, "");
+    body = "{\"subtenant\":\"u\",\"est_tokens\":0}";
+    assert_refused(submit_n(&s, body, strlen(body), NULL, err), err, "est_tokens");
+    assert_false(s.subtenant_refused);
+}
+
 /* Submit headers. */
 
 static void test_headers_win_over_body(void **state)
@@ -1242,9 +1292,11 @@ static void test_override_patch_fields(void **state)
     assert_int_equal(patch(&p, "{\"tenant\":\"acme\",\"plan\":\"gold\",\"weight\":1000,"
                                "\"max_in_flight\":8,\"max_pending\":4294967295,"
                                "\"burst_in_flight\":16,\"tokens_per_minute\":90000,"
-                               "\"price_input\":1,\"price_output\":4,\"price_cached\":1}",
+                               "\"price_input\":1,\"price_output\":4,\"price_cached\":1,"
+                               "\"max_subtenants\":10000}",
                            FQ_PATCH_SET, err), FQ_OK);
     assert_int_equal(p.price_output, 4);
+    assert_int_equal(p.max_subtenants, 10000);
     assert_int_equal(p.burst_in_flight, 16);
     assert_int_equal(p.tokens_per_minute, 90000);
     assert_string_equal(p.tenant, "acme");
@@ -1254,6 +1306,12 @@ static void test_override_patch_fields(void **state)
     assert_int_equal(p.max_pending, 4294967295u);
     assert_int_equal(p.set, FQ_OVR_ALL);
     assert_int_equal(p.removed, 0);
+
+    assert_int_equal(patch(&p, "{\"tenant\":\"a\",\"max_subtenants\":10001}", FQ_PATCH_SET,
+                           err), FQ_EINVAL);
+    assert_non_null(strstr(err, "max_subtenants"));
+    assert_int_equal(patch(&p, "{\"tenant\":\"a\",\"max_subtenants\":0}", FQ_PATCH_SET, err),
+                     FQ_EINVAL);
 
     /* A merge patch: null removes a field, absent keeps it. */
     assert_int_equal(patch(&p, "{\"tenant\":\"a\",\"weight\":null,\"max_pending\":3}",
@@ -1383,6 +1441,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_submit_fields_read),
         cmocka_unit_test(test_submit_class_read_not_judged),
+        cmocka_unit_test(test_submit_subtenant),
         cmocka_unit_test(test_submit_bounds_accepted),
         cmocka_unit_test(test_submit_opaque_bodies),
         cmocka_unit_test(test_submit_scanner_as_cjson),

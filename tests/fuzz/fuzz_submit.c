@@ -1,9 +1,10 @@
 /* fuzz_submit.c -- fq_submit_parse: a run request on fair.submit.<tenant>,
  * its body and its Fair-Run-Id, Fair-Workflow, Fair-Est-Tokens and Fair-Class
- * headers.
+ * and Fair-Subtenant headers.
  *
- * Input: a byte of flags, then the value of each header its bits 0 to 2 and
- * 6 give (run id, workflow, estimate, class) up to a NUL, then the body. Bit 3 passes an
+ * Input: a byte of flags, then the value of each header its bits 0 to 2, 6
+ * and 7 give (run id, workflow, estimate, class, sub-tenant) up to a NUL,
+ * then the body. Bit 3 passes an
  * empty body as NULL (as nats.c may), bit 4 parses without cJSON's arena,
  * bit 5 lowers max_est to 1000.
  *
@@ -52,6 +53,7 @@ static void check_reference(const void *body, size_t len, uint32_t max_est)
         FUZZ_CHECK(s.est_tokens == r.s.est_tokens);
         FUZZ_CHECK(strcmp(s.cls, r.s.cls) == 0);
         FUZZ_CHECK(!s.cls_err[0] == !r.cls_bad);
+        FUZZ_CHECK(strcmp(s.subtenant, r.s.subtenant) == 0);
     } else {
         size_t n = strlen(r.field);
         FUZZ_CHECK(strncmp(err, r.field, n) == 0 && err[n] == ':');
@@ -64,13 +66,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         return 0;
     unsigned flags = data[0];
     const uint8_t *p = data + 1, *end = data + size;
-    char *v[4] = {NULL, NULL, NULL, NULL};
+    char *v[5] = {NULL, NULL, NULL, NULL, NULL};
     for (int i = 0; i < 3; i++)
         if (flags & (1u << i))
             v[i] = next_value(&p, end);
     if (flags & 64)
         v[3] = next_value(&p, end);
-    fq_submit_headers h = {.run_id = v[0], .workflow = v[1], .est_tokens = v[2], .cls = v[3]};
+    if (flags & 128)
+        v[4] = next_value(&p, end);
+    fq_submit_headers h = {.run_id = v[0], .workflow = v[1], .est_tokens = v[2], .cls = v[3],
+                           .subtenant = v[4]};
     size_t len = (size_t)(end - p);
     void *body = NULL;
     if (len || !(flags & 8)) {
@@ -83,7 +88,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
     fq_submit s;
     char err[256] = "";
-    fq_status st = fq_submit_parse(&s, TENANT, body, len, (flags & 71) ? &h : NULL, max_est,
+    fq_status st = fq_submit_parse(&s, TENANT, body, len, (flags & 199) ? &h : NULL, max_est,
                                    err, sizeof err);
     if (st == FQ_OK) {
         FUZZ_CHECK(name_ok(s.run_id, FQ_RUN_ID_MAX));
@@ -93,6 +98,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         FUZZ_CHECK(!s.cls[0] || !s.cls_err[0]);
         FUZZ_CHECK(!s.cls_err[0] || fuzz_sentence_ok(s.cls_err, sizeof s.cls_err));
         FUZZ_CHECK(!s.opaque || (!s.est_tokens || v[2]));
+        FUZZ_CHECK(name_ok(s.subtenant, FQ_SUBTENANT_MAX));
+        FUZZ_CHECK(!s.opaque || !s.subtenant[0] || v[4]);
     } else {
         FUZZ_CHECK(st == FQ_EINVAL);
         FUZZ_CHECK(fuzz_sentence_ok(err, sizeof err));
@@ -101,7 +108,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     check_reference(body, len, max_est);
     fq_msg_set_arena(true);
     free(body);
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < 5; i++)
         free(v[i]);
     return 0;
 }

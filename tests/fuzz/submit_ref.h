@@ -111,11 +111,12 @@ static bool ref_name(char *dst, size_t max, const cJSON *it)
 static void ref_parse(ref_result *r, const unsigned char *p, size_t len, const char *tenant,
                       uint32_t max_est)
 {
-    static const char *const names[] = {"run_id", "workflow", "est_tokens", "tenant"};
+    static const char *const names[] = {"run_id", "workflow", "est_tokens", "tenant",
+                                        "subtenant"};
     const char *end = NULL;
     size_t i = 0;
-    bool nul = false, seen[4] = {false};
-    const cJSON *it[4] = {NULL}, *cls = NULL;
+    bool nul = false, seen[5] = {false};
+    const cJSON *it[5] = {NULL}, *cls = NULL;
     int ncls = 0;
 
     memset(r, 0, sizeof *r);
@@ -145,7 +146,7 @@ static void ref_parse(ref_result *r, const unsigned char *p, size_t len, const c
             ncls++;
             cls = cJSON_IsNull(c) ? NULL : c;
         }
-        for (size_t k = 0; k < 4; k++) {
+        for (size_t k = 0; k < 5; k++) {
             if (strcmp(c->string, names[k]) != 0)
                 continue;
             if (seen[k]) {
@@ -174,6 +175,10 @@ static void ref_parse(ref_result *r, const unsigned char *p, size_t len, const c
     }
     if (it[3] && (!cJSON_IsString(it[3]) || strcmp(it[3]->valuestring, tenant) != 0)) {
         ref_fail(r, "tenant");
+        goto out;
+    }
+    if (it[4] && !ref_name(r->s.subtenant, FQ_SUBTENANT_MAX, it[4])) {
+        ref_fail(r, "subtenant");
         goto out;
     }
     /* class: read or noted bad, never a refusal */
