@@ -1425,3 +1425,98 @@ fq_status fq_json_finish(fq_json *w, size_t *len)
         w->buf[st == FQ_OK ? w->len : 0] = '\0';
     return st;
 }
+
+/* Heartbeats. The order of the names is the order read into the fields
+ * below; every one is required. */
+static const char *const fq_beat_names[] = {"id", "weight", "queued_runs", "queued_tokens",
+                                            "runs", "tokens", "borrowed_runs",
+                                            "borrowed_tokens"};
+#define FQ_BEAT_NAMES (sizeof fq_beat_names / sizeof fq_beat_names[0])
+
+static fq_status fq_share_beat_fields(fq_share_beat *out, const cJSON *root, char *err,
+                                      size_t errlen)
+{
+    const cJSON *it[FQ_BEAT_NAMES];
+    uint64_t v[FQ_BEAT_NAMES] = {0};
+    size_t known = 0;
+    fq_status st;
+
+    if ((st = fq_msg_members(it, fq_beat_names, FQ_BEAT_NAMES, root, err, errlen)) != FQ_OK)
+        return st;
+    for (const cJSON *c = root->child; c; c = c->next)
+        known++;
+    for (size_t k = 0; k < FQ_BEAT_NAMES; k++) {
+        if (!it[k])
+            return fq_msg_fail(err, errlen, "heartbeat: %s: missing (or null)",
+                               fq_beat_names[k]);
+        known--;
+    }
+    if (known)
+        return fq_msg_fail(err, errlen, "heartbeat: holds a field other than id, weight, "
+                           "queued_runs, queued_tokens, runs, tokens, borrowed_runs and "
+                           "borrowed_tokens");
+    if ((st = fq_msg_name_item(out->id, FQ_SHARE_ID_MAX, it[0], "heartbeat: id", err,
+                               errlen)) != FQ_OK)
+        return st;
+    for (size_t k = 1; k < FQ_BEAT_NAMES; k++) {
+        bool runs = k == 4 || k == 6;
+        if ((st = fq_msg_uint_item(&v[k], it[k], 0, runs ? UINT32_MAX : FQ_SHARE_MAX_VALUE,
+                                   fq_beat_names[k], err, errlen)) != FQ_OK)
+            return st;
+    }
+    if (v[6] > v[4] || v[7] > v[5])
+        return fq_msg_fail(err, errlen, "heartbeat: borrows more than it holds in flight");
+    out->weight = v[1];
+    out->queued_runs = v[2];
+    out->queued_tokens = v[3];
+    out->runs = (uint32_t)v[4];
+    out->tokens = v[5];
+    out->borrowed_runs = (uint32_t)v[6];
+    out->borrowed_tokens = v[7];
+    return FQ_OK;
+}
+
+fq_status fq_share_beat_parse(fq_share_beat *out, const void *body, size_t len, char *err,
+                              size_t errlen)
+{
+    const char *why;
+    bool nul_top;
+    fq_status st;
+
+    memset(out, 0, sizeof *out);
+    if (len > FQ_SHARE_BEAT_MAX_BYTES)
+        return fq_msg_fail(err, errlen, "heartbeat: its body is %zu bytes, at most %d", len,
+                           FQ_SHARE_BEAT_MAX_BYTES);
+    cJSON *root = fq_msg_object(body, len, &nul_top, &why);
+    if (!root)
+        st = fq_msg_fail(err, errlen, "heartbeat: not a JSON object (%s)", why);
+    else if (nul_top)
+        st = fq_msg_fail(err, errlen, "heartbeat: a top-level string holds a \\u0000 "
+                         "escape, which fairq cannot read faithfully");
+    else
+        st = fq_share_beat_fields(out, root, err, errlen);
+    fq_msg_release(root);
+    if (st != FQ_OK)
+        memset(out, 0, sizeof *out);
+    return st;
+}
+
+size_t fq_share_beat_format(char *buf, size_t cap, const fq_share_beat *b)
+{
+    const uint64_t v[FQ_BEAT_NAMES] = {0, b->weight, b->queued_runs, b->queued_tokens,
+                                       b->runs, b->tokens, b->borrowed_runs,
+                                       b->borrowed_tokens};
+    fq_json w;
+    size_t len;
+
+    fq_json_init(&w, buf, cap);
+    fq_json_begin_object(&w);
+    fq_json_key(&w, "id");
+    fq_json_stringn(&w, b->id, strnlen(b->id, sizeof b->id));
+    for (size_t k = 1; k < FQ_BEAT_NAMES; k++) {
+        fq_json_key(&w, fq_beat_names[k]);
+        fq_json_int(&w, (int64_t)(v[k] < FQ_SHARE_MAX_VALUE ? v[k] : FQ_SHARE_MAX_VALUE));
+    }
+    fq_json_end_object(&w);
+    return fq_json_finish(&w, &len) == FQ_OK ? len : 0;
+}

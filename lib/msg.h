@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "fq.h"
+#include "share.h"
 
 /* Header names of the wire contract (docs/protocol.md). */
 #define FQ_HDR_TENANT "Fair-Tenant"
@@ -232,6 +233,22 @@ typedef struct fq_jwt_claims {
  * err holds the reason. */
 fq_status fq_jwt_claims_parse(fq_jwt_claims *out, const void *json, size_t len, char *err,
                               size_t errlen);
+
+/* A replica's heartbeat (lib/share), on the heartbeat subject: a JSON
+ * object of id (a replica id: printable ASCII without spaces, 1 to
+ * FQ_SHARE_ID_MAX bytes), weight, queued_runs, queued_tokens, tokens and
+ * borrowed_tokens (integers 0..FQ_SHARE_MAX_VALUE), runs and borrowed_runs
+ * (0..2^32-1; borrowed at most runs, borrowed_tokens at most tokens), all
+ * required, none twice, nothing else. Whoever may publish on the subject is
+ * heard, so a heartbeat is refused unread past FQ_SHARE_BEAT_MAX_BYTES.
+ * On FQ_EINVAL *out is zeroed and err holds a sentence naming the field and
+ * the reason (never quoting the sender). */
+#define FQ_SHARE_BEAT_MAX_BYTES 1024
+fq_status fq_share_beat_parse(fq_share_beat *out, const void *body, size_t len, char *err,
+                              size_t errlen);
+/* Write a heartbeat's body. Returns the length written (a NUL follows), or 0
+ * if it did not fit. */
+size_t fq_share_beat_format(char *buf, size_t cap, const fq_share_beat *b);
 
 /* A JSON writer over the caller's buffer, for replies (fair.admin.stats,
  * admin errors): no allocation, commas tracked, strings escaped (invalid

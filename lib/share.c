@@ -1,0 +1,343 @@
+/* share.c -- one fairness across replicas: each replica's share of the global in-flight window, from heartbeats.
+ *
+ * Principles:
+ *  - No I/O and no clock: the caller hands in the beats it heard and the
+ *    time, and publishes the beat computed here (lib/proxy over lib/natsio;
+ *    the simulator in virtual time).
+ *  - The same arithmetic in every replica over the same beats, so shares
+ *    add up to the window; where the beats differ (one period of lag), the
+ *    room rule and the reserve bound what that costs (docs/scaling.md).
+ *  - A replica's share follows the weight of its backlogged tenants, the
+ *    within-replica DRR then splits it by weight: a tenant gets what one
+ *    proxy would give it, whichever replica owns it. Shares are capped at
+ *    what a replica can use (held + queued), so a replica with one queued
+ *    run does not hold half the window idle.
+ *  - Losing heartbeats never widens a window: a silent peer keeps its last
+ *    beat until forgotten, a replica that does not hear itself keeps its
+ *    last limits (or an equal split), and a starting one takes the reserve.
+ *  - Memory is allocated at create only (peers and scratch for max_peers).
+ */
+#include "share.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "strmap.h"
+
+#define NEVER UINT64_MAX
+
+typedef struct peer {
+    fq_strmap_node node;        /* in peers, keyed by b.id */
+    fq_share_beat b;            /* its last beat */
+    uint64_t heard;             /* when */
+    uint32_t next_free;         /* free list, by index; UINT32_MAX: end */
+    bool used;
+} peer;
+
+/* One replica in a split, with what it holds and wants in one dimension. */
+typedef struct ent {
+    const char *id;
+    uint64_t w;                 /* backlogged weight */
+    uint64_t held;              /* in flight */
+    uint64_t borrowed;          /* of held, on the reserve */
+    uint64_t demand;            /* held + queued */
+    double x;                   /* its share, fractional */
+    double key;                 /* sort key */
+    uint64_t alloc;             /* its share, whole */
+    bool me;
+} ent;
+
+struct fq_share {
+    fq_share_opts o;            /* with defaults filled in */
+    char id[FQ_SHARE_ID_MAX + 1];
+    peer *peers;                /* max_peers slots */
+    uint32_t free_head;         /* first free slot; UINT32_MAX: none */
+    fq_strmap *map;             /* id -> peer */
+    ent *ents;                  /* scratch: max_peers + 1 */
+    uint64_t created;           /* time of create */
+    uint64_t self_heard;        /* last time its own beat came back; NEVER */
+    fq_share_stats st;
+};
+
+/* A replica id travels in a heartbeat's JSON and in logs: 1 to
+ * FQ_SHARE_ID_MAX bytes of printable ASCII without spaces, the rule of
+ * lib/msg's fq_msg_name_valid, which the codec applies to heard ids (the
+ * core does not link the JSON adapter). */
+static bool id_valid(const char *id, size_t len)
+{
+    if (!len || len > FQ_SHARE_ID_MAX)
+        return false;
+    for (size_t i = 0; i < len; i++)
+        if ((unsigned char)id[i] < 0x21 || (unsigned char)id[i] > 0x7e)
+            return false;
+    return true;
+}
+
+fq_status fq_share_create(fq_share **out, const fq_share_opts *o, const char *id,
+                          uint64_t now)
+{
+    *out = NULL;
+    size_t len = strlen(id);
+    if (!o->period || !id_valid(id, len))
+        return FQ_EINVAL;
+    fq_share *s = calloc(1, sizeof(*s));
+    if (!s)
+        return FQ_ENOMEM;
+    s->o = *o;
+    if (!s->o.max_age)
+        s->o.max_age = 3 * o->period;
+    if (!s->o.forget)
+        s->o.forget = 50 * o->period;
+    if (!s->o.max_peers)
+        s->o.max_peers = 1024;
+    memcpy(s->id, id, len + 1);
+    s->created = now;
+    s->self_heard = NEVER;
+    s->peers = calloc(s->o.max_peers, sizeof(*s->peers));
+    s->ents = calloc((size_t)s->o.max_peers + 1, sizeof(*s->ents));
+    if (!s->peers || !s->ents ||
+        fq_strmap_create(&s->map, FQ_STRMAP_KEY_OFFSET(peer, node, b.id), s->o.max_peers,
+                         0) != FQ_OK) {
+        fq_share_destroy(s);
+        return FQ_ENOMEM;
+    }
+    for (uint32_t i = 0; i < s->o.max_peers; i++)
+        s->peers[i].next_free = i + 1 < s->o.max_peers ? i + 1 : UINT32_MAX;
+    s->free_head = 0;
+    *out = s;
+    return FQ_OK;
+}
+
+void fq_share_destroy(fq_share *s)
+{
+    if (!s)
+        return;
+    fq_strmap_destroy(s->map, NULL);
+    free(s->peers);
+    free(s->ents);
+    free(s);
+}
+
+fq_status fq_share_heard(fq_share *s, const fq_share_beat *b, uint64_t now)
+{
+    size_t len = strnlen(b->id, sizeof b->id);
+    if (len == strlen(s->id) && memcmp(b->id, s->id, len) == 0) {
+        s->self_heard = now;
+        s->st.beats++;
+        return FQ_OK;
+    }
+    fq_strmap_node *n = fq_strmap_find(s->map, b->id, len);
+    peer *p;
+    if (n) {
+        p = FQ_STRMAP_ENTRY(n, peer, node);
+    } else {
+        if (s->free_head == UINT32_MAX) {
+            s->st.refused++;
+            return FQ_EFULL;
+        }
+        p = &s->peers[s->free_head];
+        s->free_head = p->next_free;
+        p->used = true;
+        memcpy(p->b.id, b->id, len + 1);
+        fq_strmap_insert(s->map, &p->node, len);    /* never grows: sized at create */
+        s->st.peers++;
+    }
+    char keep[FQ_SHARE_ID_MAX + 1];
+    memcpy(keep, p->b.id, sizeof keep);
+    p->b = *b;
+    memcpy(p->b.id, keep, sizeof keep);     /* the key stays as linked */
+    p->heard = now;
+    s->st.beats++;
+    return FQ_OK;
+}
+
+static void forget(fq_share *s, peer *p)
+{
+    fq_strmap_remove(s->map, &p->node);
+    p->used = false;
+    p->next_free = s->free_head;
+    s->free_head = (uint32_t)(p - s->peers);
+    s->st.peers--;
+    s->st.forgotten++;
+}
+
+static int by_level(const void *a, const void *b)
+{
+    const ent *x = a, *y = b;
+    return x->key < y->key ? -1 : x->key > y->key;
+}
+
+/* Largest fraction first, then by id: every replica breaks ties alike. */
+static int by_fraction(const void *a, const void *b)
+{
+    const ent *x = a, *y = b;
+    if (x->key != y->key)
+        return x->key > y->key ? -1 : 1;
+    return strcmp(x->id, y->id);
+}
+
+/* Split a window of g among e[0..n) (docs in share.h); returns the share of
+ * the entry marked me. */
+static uint64_t split(ent *e, size_t n, uint64_t g)
+{
+    uint64_t fixed = 0, wsum = 0;
+    size_t nb = 0;
+    /* idle replicas keep what they hold; the backlogged go first in the
+     * array, by demand per weight */
+    for (size_t i = 0; i < n; i++) {
+        if (!e[i].w) {
+            e[i].alloc = e[i].held;
+            fixed += e[i].held;
+            e[i].key = INFINITY;
+        } else {
+            wsum += e[i].w;
+            e[i].key = (double)e[i].demand / (double)e[i].w;
+            nb++;
+        }
+    }
+    qsort(e, n, sizeof(*e), by_level);
+    uint64_t rest = g > fixed ? g - fixed : 0;
+    double left = (double)rest, wl = (double)wsum;
+    size_t k = 0;
+    for (; k < nb; k++) {       /* water-fill: the smallest demands first */
+        double lvl = left / wl;
+        if ((double)e[k].demand > lvl * (double)e[k].w)
+            break;
+        e[k].x = (double)e[k].demand;
+        left -= e[k].x;
+        wl -= (double)e[k].w;
+    }
+    for (size_t i = k; i < nb; i++)
+        e[i].x = left * (double)e[i].w / wl;
+    if (k == nb && nb) {        /* all satisfied: what is left, by weight */
+        for (size_t i = 0; i < nb; i++)
+            e[i].x += left * (double)e[i].w / (double)wsum;
+    }
+    uint64_t sum = 0;
+    for (size_t i = 0; i < nb; i++) {
+        double f = floor(e[i].x + 1e-9);
+        e[i].alloc = f < (double)rest ? (uint64_t)f : rest;
+        e[i].key = e[i].x - f;
+        sum += e[i].alloc;
+    }
+    if (nb && sum < rest) {
+        qsort(e, nb, sizeof(*e), by_fraction);
+        for (size_t i = 0; i < nb && sum < rest; i++, sum++)
+            e[i].alloc++;
+    }
+    for (size_t i = 0; i < n; i++)
+        if (e[i].me)
+            return e[i].alloc;
+    return 0;
+}
+
+/* One dimension: the limit and what of the reserve this replica holds. */
+static uint64_t dimension(fq_share *s, size_t n, uint64_t g, uint64_t reserve,
+                          uint64_t *share, uint64_t *borrowed)
+{
+    ent *e = s->ents;
+    uint64_t others_in = 0, others_borrowed = 0, held = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (e[i].me) {
+            held = e[i].held;
+            continue;
+        }
+        uint64_t b = e[i].borrowed < e[i].held ? e[i].borrowed : e[i].held;
+        others_in += e[i].held - b;
+        others_borrowed += e[i].borrowed;
+    }
+    *share = split(e, n, g);
+    uint64_t room = g > others_in ? g - others_in : 0;
+    uint64_t free_res = reserve > others_borrowed ? reserve - others_borrowed : 0;
+    uint64_t over = held > room ? held - room : 0;
+    *borrowed = over < free_res ? over : free_res;
+    return *share < room + free_res ? *share : room + free_res;
+}
+
+/* Fill the scratch entries for the runs (tokens false) or tokens. */
+static size_t entries(fq_share *s, const fq_share_local *me, uint64_t mine_borrowed,
+                      bool tokens)
+{
+    ent *e = s->ents;
+    size_t n = 0;
+    e[n++] = (ent){.id = s->id, .w = me->weight, .me = true,
+                   .held = tokens ? me->tokens : me->runs,
+                   .borrowed = mine_borrowed,
+                   .demand = tokens ? me->tokens + me->queued_tokens
+                                    : me->runs + me->queued_runs};
+    for (uint32_t i = 0; i < s->o.max_peers; i++) {
+        const peer *p = &s->peers[i];
+        if (!p->used)
+            continue;
+        const fq_share_beat *b = &p->b;
+        e[n++] = (ent){.id = b->id, .w = b->weight,
+                       .held = tokens ? b->tokens : b->runs,
+                       .borrowed = tokens ? b->borrowed_tokens : b->borrowed_runs,
+                       .demand = tokens ? b->tokens + b->queued_tokens
+                                        : b->runs + b->queued_runs};
+    }
+    return n;
+}
+
+void fq_share_tick(fq_share_limits *out, fq_share_beat *beat, fq_share *s,
+                   const fq_share_local *me, uint64_t now)
+{
+    bool heard = s->self_heard != NEVER && now - s->self_heard <= s->o.max_age;
+    bool starting = s->self_heard == NEVER || now < s->created + s->o.max_age;
+    uint32_t live = 0;
+    for (uint32_t i = 0; i < s->o.max_peers; i++) {
+        peer *p = &s->peers[i];
+        if (!p->used)
+            continue;
+        uint64_t age = now > p->heard ? now - p->heard : 0;
+        if (heard && age > s->o.forget)
+            forget(s, p);
+        else if (age <= s->o.max_age)
+            live++;
+    }
+    s->st.live = live;
+    s->st.deaf = !heard || starting;
+
+    fq_share_limits l = {FQ_SHARE_UNLIMITED, FQ_SHARE_UNLIMITED, FQ_SHARE_UNLIMITED,
+                         FQ_SHARE_UNLIMITED};
+    uint64_t br = 0, bt = 0;
+    if (s->o.max_runs) {
+        size_t n = entries(s, me, 0, false);
+        l.runs = dimension(s, n, s->o.max_runs, s->o.reserve_runs, &l.share_runs, &br);
+    }
+    if (s->o.max_tokens) {
+        size_t n = entries(s, me, 0, true);
+        l.tokens = dimension(s, n, s->o.max_tokens, s->o.reserve_tokens, &l.share_tokens,
+                             &bt);
+    }
+    if (starting) {
+        /* it knows nothing of the others yet: the reserve, at least a run */
+        uint64_t r = s->o.reserve_runs ? s->o.reserve_runs : 1;
+        uint64_t t = s->o.reserve_tokens ? s->o.reserve_tokens : 1;
+        l.runs = l.runs < r ? l.runs : r;
+        l.tokens = l.tokens < t ? l.tokens : t;
+    } else if (!heard) {
+        /* cut off: the others may be taking their shares as they last
+         * said, or more; it takes an equal split at most */
+        uint64_t n = (uint64_t)s->st.peers + 1;
+        if (s->o.max_runs && l.runs > s->o.max_runs / n)
+            l.runs = s->o.max_runs / n;
+        if (s->o.max_tokens && l.tokens > s->o.max_tokens / n)
+            l.tokens = s->o.max_tokens / n;
+    }
+    if (out)
+        *out = l;
+    if (beat) {
+        *beat = (fq_share_beat){.weight = me->weight, .queued_runs = me->queued_runs,
+                                .queued_tokens = me->queued_tokens, .runs = me->runs,
+                                .tokens = me->tokens, .borrowed_runs = (uint32_t)br,
+                                .borrowed_tokens = bt};
+        memcpy(beat->id, s->id, sizeof beat->id);
+    }
+}
+
+void fq_share_stats_get(fq_share_stats *out, const fq_share *s)
+{
+    *out = s->st;
+}
