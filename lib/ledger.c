@@ -2131,6 +2131,10 @@ static void lg_reconcile(fq_ledger *l, lg_run *x, const fq_completion *c,
 }
 
 /*
+ * A completion is taken as a decision, then its effects: lg_done_judge
+ * reads the ledger and changes nothing, saying what the completion is;
+ * lg_done_apply carries it out.
+ *
  * A completion counts only for a run fairq dispatched and still remembers,
  * on that run's tenant's subject: in flight, or expired within
  * keep_done_ms. Anything else changes no deficit, creates no tenant and
@@ -2140,73 +2144,127 @@ static void lg_reconcile(fq_ledger *l, lg_run *x, const fq_completion *c,
  * FQ_LEDGER_DONE_DEFER_MAX-th delivery: a leader before us may have
  * dispatched it unrecorded, and our dispatch of it is de-duplicated.
  */
-void fq_ledger_done_in(fq_ledger *l, const fq_ledger_done *d, uint64_t now, int64_t now_ms)
+
+/* What a completion becomes. */
+enum lg_done_take {
+    LG_DONE_HOLD_ON = 1,        /* held as early and delivered again, its run not
+                                   dispatched yet: held on, until its dispatch is answered */
+    LG_DONE_DEFER,              /* its run is queued: a nak, it comes again */
+    LG_DONE_INVALID,            /* refused: not parsed, or no tenant in its subject */
+    LG_DONE_QUEUED,             /* its run still queued past its deferral: refused, and
+                                   held as early */
+    LG_DONE_DUPLICATE,          /* its run completed already */
+    LG_DONE_UNKNOWN,            /* no run fairq holds: refused, and held as early */
+    LG_DONE_RECONCILE,          /* reconciles its run */
+};
+
+/* The verdict on a completion. */
+typedef struct lg_done_verdict {
+    enum lg_done_take take;
+    lg_run *x;                  /* RECONCILE: its run */
+    lg_early *e;                /* HOLD_ON: the early completion it is; RECONCILE: one of
+                                   this very delivery, taken out of the early ones first */
+    uint64_t key;               /* its run key's hash */
+    char sentence[400];         /* INVALID, QUEUED, UNKNOWN: why it is refused */
+} lg_done_verdict;
+
+/* What completion d is. Changes nothing. */
+static void lg_done_judge(lg_done_verdict *v, const fq_ledger *l, const fq_ledger_done *d)
 {
-    l->now = now;
-    l->now_ms = now_ms;
-    char err[400];
-    fq_status st = d->status;
-    if (!d->tenant && st == FQ_OK)
-        st = FQ_EINVAL;
-    snprintf(err, sizeof err, "%s",
-             st == FQ_OK ? ""
-             : d->error  ? d->error
-                         : "the completion's subject has no valid tenant as its last token");
-    uint64_t h = 0;
-    lg_run *x = NULL;
-    if (st == FQ_OK) {
-        h = lg_key(l, d->tenant, d->c->run_id);
-        x = lg_find_key(l, d->tenant, d->c->run_id, h);
-        lg_early *e = lg_early_find(l, h);
-        if (e && e->ack.sseq == d->ack.sseq) {
-            /* Held as early, delivered again: held on, until its run's
-             * dispatch is answered. */
-            if (!x || x->state == LG_QUEUED) {
-                e->ack = d->ack;
-                return;
-            }
-            lg_early_take(l, e);
-        }
-    }
-    if (x && x->state == LG_QUEUED && d->ack.delivered < FQ_LEDGER_DONE_DEFER_MAX) {
-        l->c.completions_deferred++;
-        lg_nak(l, FQ_LEDGER_DONE, &d->ack, FQ_LEDGER_DONE_DEFER_MS);
+    v->x = NULL;
+    v->e = NULL;
+    v->key = 0;
+    if (d->status != FQ_OK || !d->tenant) {
+        v->take = LG_DONE_INVALID;
+        snprintf(v->sentence, sizeof v->sentence, "%s",
+                 d->error ? d->error
+                          : "the completion's subject has no valid tenant as its last token");
         return;
     }
-    bool held = false;
-    if (x && x->state == LG_QUEUED) {
+    const char *run_id = d->c->run_id;
+    v->key = lg_key(l, d->tenant, run_id);
+    lg_run *x = lg_find_key(l, d->tenant, run_id, v->key);
+    bool queued = x && x->state == LG_QUEUED;
+    lg_early *e = lg_early_find(l, v->key);
+    if (e && e->ack.sseq == d->ack.sseq) {
+        v->e = e;
+        if (!x || queued) {
+            v->take = LG_DONE_HOLD_ON;
+            return;
+        }
+    }
+    if (queued && d->ack.delivered < FQ_LEDGER_DONE_DEFER_MAX) {
+        v->take = LG_DONE_DEFER;
+    } else if (queued) {
         /* A worker's bug: a run not dispatched has not run. It stays
          * queued and is dispatched as if nothing came. Or a leader before
          * us dispatched it, and our dispatch is still to come (retried
          * through a full store, say): held as early, applied only if that
          * dispatch is answered duplicate. */
-        st = FQ_EINVAL;
-        snprintf(err, sizeof err, "run_id %s is queued, not dispatched yet", d->c->run_id);
-        held = lg_early_add(l, h, d->c, &d->ack);
+        v->take = LG_DONE_QUEUED;
+        snprintf(v->sentence, sizeof v->sentence, "run_id %s is queued, not dispatched yet",
+                 run_id);
+    } else if (!x && lg_done_find(l, v->key)) {
+        v->take = LG_DONE_DUPLICATE;
+    } else if (!x) {
+        v->take = LG_DONE_UNKNOWN;
+        snprintf(v->sentence, sizeof v->sentence, "run_id %s is no run of tenant %s that "
+                 "fairq dispatched and remembers (in flight, or expired within %" PRIu64
+                 " ms)", run_id, d->tenant, l->o.keep_done_ms);
+    } else {
+        v->take = LG_DONE_RECONCILE;
+        v->x = x;
     }
-    if (st != FQ_OK) {
+}
+
+/* Carry out verdict v on completion d. */
+static void lg_done_apply(fq_ledger *l, const fq_ledger_done *d, const lg_done_verdict *v)
+{
+    switch (v->take) {
+    case LG_DONE_HOLD_ON:
+        v->e->ack = d->ack;
+        break;
+    case LG_DONE_DEFER:
+        l->c.completions_deferred++;
+        lg_nak(l, FQ_LEDGER_DONE, &d->ack, FQ_LEDGER_DONE_DEFER_MS);
+        break;
+    case LG_DONE_INVALID:
         l->c.completions_invalid++;
-        lg_refuse_done(l, d, err, held);
-        return;
+        lg_refuse_done(l, d, v->sentence, false);
+        break;
+    case LG_DONE_QUEUED: {
+        bool held = lg_early_add(l, v->key, d->c, &d->ack);
+        l->c.completions_invalid++;
+        lg_refuse_done(l, d, v->sentence, held);
+        break;
     }
-    if (!x && lg_done_find(l, h)) {
+    case LG_DONE_DUPLICATE:
         l->c.completions_duplicate++;
         /* The same completion delivered again (its consumer made again)
          * while its done record waits for its batch: that batch acks it.
          * Acked now, it would be lost with the batch to a crash. */
         if (!lg_done_pending(l, d->ack.sseq))
             lg_ack(l, FQ_LEDGER_DONE, &d->ack);
-        return;
-    }
-    if (!x) {
+        break;
+    case LG_DONE_UNKNOWN:
         l->c.completions_unknown++;
-        snprintf(err, sizeof err, "run_id %s is no run of tenant %s that fairq dispatched "
-                 "and remembers (in flight, or expired within %" PRIu64 " ms)", d->c->run_id,
-                 d->tenant, l->o.keep_done_ms);
-        lg_refuse_done(l, d, err, lg_early_add(l, h, d->c, &d->ack));
-        return;
+        lg_refuse_done(l, d, v->sentence, lg_early_add(l, v->key, d->c, &d->ack));
+        break;
+    case LG_DONE_RECONCILE:
+        if (v->e)
+            lg_early_take(l, v->e);
+        lg_reconcile(l, v->x, d->c, &d->ack);
+        break;
     }
-    lg_reconcile(l, x, d->c, &d->ack);
+}
+
+void fq_ledger_done_in(fq_ledger *l, const fq_ledger_done *d, uint64_t now, int64_t now_ms)
+{
+    l->now = now;
+    l->now_ms = now_ms;
+    lg_done_verdict v;
+    lg_done_judge(&v, l, d);
+    lg_done_apply(l, d, &v);
 }
 
 /* ---- leases that ran out ------------------------------------------------- */
