@@ -1694,6 +1694,15 @@ fq_run *fq_sched_run(fq_sched *s, uint64_t id)
     return fq_window_find(&s->win, id);
 }
 
+fq_status fq_sched_redispatched(fq_sched *s, uint64_t id, uint64_t now)
+{
+    fq_run *r = fq_window_find(&s->win, id);
+    if (!r)
+        return FQ_ENOTFOUND;
+    fq_window_restart(&s->win, r, now);
+    return FQ_OK;
+}
+
 /* ---- introspection ----------------------------------------------------- */
 
 uint64_t fq_sched_tokens_ahead(const fq_sched *s, const fq_tenant *t, uint32_t est)

@@ -261,6 +261,14 @@ fq_status fq_sched_adopt_expired(fq_run **out, fq_sched *s, fq_tenant *t, uint64
  * its lease's end if it had expired). */
 fq_status fq_sched_requeue(fq_sched *s, uint64_t id);
 
+/* A run in the window (in flight, or expired) whose dispatch reached the
+ * workers only at now: a run read back after a restart from the record of
+ * an attempt that had failed, sent again and stored new. Its lease runs
+ * from now; expired, it keeps no slot (the window's limits hold) and is
+ * remembered as if its lease ended now. Its charge is unchanged.
+ * FQ_ENOTFOUND if it is not in the window. */
+fq_status fq_sched_redispatched(fq_sched *s, uint64_t id, uint64_t now);
+
 /* Keep t out of the rotation until now >= until (in dispatch's time
  * unit), after one of its dispatches failed: its queue stays whole and in
  * order, its deficit and its runs in flight are kept, and the others are

@@ -1941,6 +1941,17 @@ bool fq_ledger_puback(fq_ledger *l, uint64_t token, enum fq_ledger_pub outcome, 
                 lg_ack(l, FQ_LEDGER_DONE, &e->ack);
             }
         }
+        if (x->resent && outcome == FQ_LEDGER_PUB_STORED && x->state != LG_DONE &&
+            fq_sched_redispatched(l->o.sched, x->seq, now) == FQ_OK) {
+            /* Read back from a flight record, sent again and stored new: the
+             * attempt that record told of never reached the workers, this
+             * one did, now. Its lease runs from now and a flight record of
+             * now says so (its submit's ack waits for it too): else the run
+             * would expire, and be forgotten, by the failed attempt's time
+             * while a worker has it, and its completion be unknown. */
+            l->c.redispatched++;
+            lg_journal_flight(l, x, now_ms);
+        }
         x->lt->fails = 0;
         lg_dispatching_again(l);
         lg_unhold(l, x);    /* the dispatch is stored: its body is no longer needed */
@@ -2417,8 +2428,14 @@ void fq_ledger_recover_record(fq_ledger *l, const fq_jrec *r, int64_t stored_ms,
     lg_run *x = lg_find_key(l, r->tenant, r->run_id, h);
     switch (r->type) {
     case FQ_JREC_FLIGHT:
-        if (!x)
+        if (!x) {
             lg_load_run(l, r, h);
+        } else if (x->seq == r->seq) {
+            /* Its dispatch again, later (an attempt before it had failed):
+             * in flight from this one. */
+            x->read_expired = false;
+            x->submitted_ms = r->at_ms;
+        }
         return;
     case FQ_JREC_EXPIRED:
         /* Its flight record may have aged out before this one. */

@@ -445,6 +445,8 @@ typedef struct fq_ledger_counters {
     uint64_t submitted, redelivered, invalid_subject, duplicates_acked;
     uint64_t rejected[FQ__COUNT];   /* refused runs by reason */
     uint64_t dispatched, dispatch_duplicates, body_reads, body_lost;
+    uint64_t redispatched;      /* read back, sent again and stored new: the attempt its
+                                   flight record told of had failed; its lease restarts */
     uint64_t completions, completions_unheld, completions_duplicate, completions_invalid;
     uint64_t completions_unknown, completion_copies_skipped, completions_deferred;
     uint64_t completions_early;         /* unknown ones remembered: their run may come */

@@ -185,6 +185,15 @@ void fq_window_remove(fq_window *w, fq_run *r)
     }
 }
 
+void fq_window_restart(fq_window *w, fq_run *r, uint64_t now)
+{
+    fq_run **head = r->state == FQ_RUN_FLIGHT ? &w->lease_head : &w->exp_head;
+    fq_run **tail = r->state == FQ_RUN_FLIGHT ? &w->lease_tail : &w->exp_tail;
+    list_unlink(head, tail, r);
+    r->t = now;
+    list_append(head, tail, r);
+}
+
 fq_run *fq_window_expire_one(fq_window *w, uint64_t now)
 {
     fq_run *r = w->lease_head;

@@ -58,6 +58,12 @@ fq_run *fq_window_find(const fq_window *w, uint64_t id);
 /* Take a run out of the window, freeing its slot if it held one. */
 void fq_window_remove(fq_window *w, fq_run *r);
 
+/* Start r's time again at now (a run whose dispatch reached the workers
+ * only now): a FLIGHT run's lease runs from now, an EXPIRED run is
+ * remembered as if its lease ended now. It goes to the end of its list,
+ * which stays in the order of its times since now is the latest. */
+void fq_window_restart(fq_window *w, fq_run *r, uint64_t now);
+
 /* Take in a run whose lease ended at expired_at, as EXPIRED (a run read
  * back after a restart): r->t becomes expired_at. It is listed after the
  * EXPIRED runs held. FQ_ENOMEM if the hash could not grow; nothing is

@@ -78,7 +78,7 @@
  *   is never given back; in calm worlds a tenant's runs are dispatched in
  *   submit order.
  *
- * Five outcomes are the design's known gaps, not the ledger's mistakes;
+ * Four outcomes are the design's known gaps, not the ledger's mistakes;
  * each is told precisely, counted and printed rather than failed:
  *
  * - a state-dependent refusal (full, duplicate, overload) whose ack was
@@ -98,11 +98,7 @@
  * - a forged completion (a worker's bug), or one of an earlier submit with
  *   its run id, for a run read back from a flight record whose dispatch
  *   had failed marks it completed, and its submit, come again, is acked
- *   undelivered;
- * - a run read back from the flight record of an attempt whose publish
- *   failed expires by that record's time and is forgotten keep_done_ms
- *   after, though its submit, come again, was dispatched for real later: a
- *   completion after that is unknown.
+ *   undelivered.
  */
 
 #define DST_TENANTS_MAX 6
@@ -524,7 +520,6 @@ struct dst_world {
     uint64_t n_lost_forgotten;  /* see oracle_submit_acked */
     uint64_t n_late_again;      /* see oracle_stored */
     uint64_t n_lost_forged;     /* see oracle_submit_acked */
-    uint64_t n_lost_unheld;     /* see check_outcomes */
     bool forgot_early;          /* a ledger forgot expired runs past max_expired */
 };
 
@@ -2670,20 +2665,12 @@ static void check_outcomes(dst_world *w)
         if (s->kind != K_VALID && !s->refused)
             dst_fail(w, "submit %" PRIu64 " of kind %d was not refused", s->seq, s->kind);
         jseq_room(w, s->seq);
-        if (s->worker_done && !w->done_by_seq[s->seq] && s->flight_first) {
-            /* A flight record of an attempt whose publish failed was read
-             * back after a restart: the run, adopted, expired by that
-             * record's time and was forgotten keep_done_ms after, though
-             * its submit, come again, was dispatched for real later (its
-             * publish stored new): a completion past that is unknown. A
-             * gap of the ledger, counted (docs/dst.md). */
-            w->n_lost_unheld++;
-            TRACE(w, "submit %" PRIu64 " (run %s): forgotten by its failed attempt's flight "
-                  "record's time; its completion came after", s->seq, s->run_id);
-        } else if (s->worker_done && !w->forgot_early && !s->lost_forgotten &&
-                   !s->lost_forged && !w->done_by_seq[s->seq])
+        if (s->worker_done && !w->forgot_early && !s->lost_forgotten &&
+            !s->lost_forged && !w->done_by_seq[s->seq])
             dst_fail(w, "submit %" PRIu64 " (run %s) was completed by the worker given its "
-                     "dispatch, and never reconciled: no done record of it", s->seq, s->run_id);
+                     "dispatch, and never reconciled: no done record of it%s", s->seq, s->run_id,
+                     s->flight_first ? " (a flight record of it was stored before its dispatch "
+                                       "was: an attempt whose publish failed)" : "");
     }
 }
 
@@ -2727,11 +2714,11 @@ static uint64_t world_run(uint64_t seed, uint64_t steps, bool trace, bool verbos
                "%zu submits, %" PRIu64 " dispatched, %" PRIu64 " refusals, %" PRIu64
                " reconciled, %" PRIu64 " crashes, %" PRIu64 " server restarts, %" PRIu64
                " takeovers, %" PRIu64 " dispatches failed, %" PRIu64 " refused then dispatched, %" PRIu64
-               " lost to early forgetting, %" PRIu64 " dispatched again past the window, %" PRIu64 " lost to forged completions, %" PRIu64 " completions lost to a failed attempt's flight record, %" PRIu64 " given back, %" PRIu64 " quiet admitted into a full buffer\n",
+               " lost to early forgetting, %" PRIu64 " dispatched again past the window, %" PRIu64 " lost to forged completions, %" PRIu64 " given back, %" PRIu64 " quiet admitted into a full buffer\n",
                seed, n, n - start, (w->t - w->quiet_t) / 1000, w->c.calm ? "calm" : "faults", w->c.proxies, w->nsubs,
                w->n_dispatch, w->n_refused, w->n_reconciled, w->n_crashes, w->n_restarts,
                w->n_takeovers, w->n_dispatch_failed, w->n_redecided, w->n_lost_forgotten,
-               w->n_late_again, w->n_lost_forged, w->n_lost_unheld, w->n_given_back,
+               w->n_late_again, w->n_lost_forged, w->n_given_back,
                w->n_quiet_in_full);
     if (verbose && w->c.calm)
         printf("  fairness: worst gap %.2f of the bound over %" PRIu64 " pair checks\n",

@@ -1151,6 +1151,53 @@ static void test_redelivery_published_again_fails(void **state)
     world_free(w);
 }
 
+/* Read back from the flight record of an attempt whose publish had
+ * failed, a run whose submit comes again is sent again and stored new: it
+ * reaches the workers now, so its lease runs from now, a flight record of
+ * now says so (the submit's ack waits for it), and a completion within
+ * keep_done_ms of it reconciles, here and after a crash (dst_ledger: it
+ * expired, and was forgotten, by the failed attempt's time, and a
+ * worker's completion was unknown). */
+static void test_redelivery_stored_new_restarts_its_lease(void **state)
+{
+    (void)state;
+    world *w = world_new();
+    fq_ledger_journal_marked(w->l, 1);
+    submit(w, "a", 10, "r1", 50);
+    turn(w);
+    uint64_t tok = find(w, FQ_LACT_DISPATCH, 0)->token;
+    store_journal(w, find(w, FQ_LACT_JOURNAL, 0));  /* its flight record ... */
+    assert_false(puback(w, tok, FQ_LEDGER_PUB_ERROR, 10023));  /* ... its dispatch not */
+    world_crash(w);
+    recover(w);
+    tick_time(w, 1500);                         /* its lease from the record ran out */
+    turn(w);
+    store_journal(w, find(w, FQ_LACT_JOURNAL, 0));  /* its expired record */
+    tick_time(w, 2000);
+    submit(w, "a", 10, "r1", 50);               /* its submit, come again */
+    tok = find(w, FQ_LACT_DISPATCH, 0)->token;
+    assert_false(puback(w, tok, FQ_LEDGER_PUB_STORED, 0));     /* new: it had not gone */
+    assert_false(acked(w, FQ_LEDGER_SUBMIT, 10));
+    fq_ledger_flush(w->l, w->now, w->now_ms);
+    drain(w);
+    store_journal(w, find(w, FQ_LACT_JOURNAL, 0));  /* its flight record of now */
+    assert_true(acked(w, FQ_LEDGER_SUBMIT, 10));
+    assert_int_equal(w->recs[w->nrecs - 1].type, FQ_JREC_FLIGHT);
+    assert_int_equal(w->recs[w->nrecs - 1].at_ms, w->now_ms);
+    /* Past the failed attempt's lease and keep_done_ms (5 s), within this
+     * dispatch's: a crash, then its completion. */
+    tick_time(w, 3000);
+    turn(w);
+    world_crash(w);
+    recover(w);
+    const fq_run *r = fq_sched_run(w->s, 10);
+    assert_non_null(r);
+    assert_int_equal(r->state, FQ_RUN_EXPIRED);
+    complete(w, "a", 800, "r1", 60);
+    assert_non_null(find(w, FQ_LACT_RECONCILED, 0));
+    world_free(w);
+}
+
 /* A refusal the caller could not even queue leaves its submit unacked and
  * naks it, so that it comes back soon rather than after its consumer's
  * AckWait (dst_ledger seed 71: an hour, with no consumer reset to come). */
@@ -1377,6 +1424,7 @@ int main(void)
         cmocka_unit_test(test_redelivery_of_an_acked_run),
         cmocka_unit_test(test_redelivery_published_again_fails),
         cmocka_unit_test(test_rebuild_run_id_reused),
+        cmocka_unit_test(test_redelivery_stored_new_restarts_its_lease),
         cmocka_unit_test(test_refusal_unsent_is_naked),
         cmocka_unit_test(test_early_completion_applied_on_duplicate),
         cmocka_unit_test(test_early_completion_forged_not_applied),
