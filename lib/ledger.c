@@ -58,6 +58,7 @@ enum lg_state {
 typedef struct lg_names {
     char run_id[FQ_RUN_ID_MAX + 1];
     char workflow[FQ_WORKFLOW_MAX + 1];
+    char subtenant[FQ_SUBTENANT_MAX + 1]; /* its dispatch's Fair-Subtenant; "" if none */
     uint32_t declared;          /* the producer's est_tokens, 0 if none */
     struct lg_names *next;      /* free list */
 } lg_names;
@@ -100,6 +101,7 @@ typedef struct lg_block {
     uint32_t hdr_len, body_len;
     uint32_t declared;          /* the producer's est_tokens, 0 if none */
     uint8_t id_len, wf_len;     /* bytes of the run id and the workflow after this */
+    uint8_t sub_len;            /* ... and of the sub-tenant after them */
 } lg_block;
 
 _Static_assert(sizeof(void *) != 8 || sizeof(lg_run) <= 88,
@@ -296,7 +298,8 @@ const fq_ledger_act *fq_ledger_next(fq_ledger *l)
     }
     lg_act *x = &l->acts[l->next_act++];
     if (x->a.type == FQ_LACT_DISPATCH) {
-        fq_ledger_dispatch_hdrs(&x->d, x->a.tenant, x->a.run_id, x->a.workflow, x->a.est,
+        fq_ledger_dispatch_hdrs(&x->d, x->a.tenant, x->a.run_id, x->a.workflow,
+                                x->a.subtenant, x->a.est,
                                 x->a.submitted_ms > 0 ? (uint64_t)x->a.submitted_ms : 0,
                                 x->a.dispatched_ms > 0 ? (uint64_t)x->a.dispatched_ms : 0);
         x->a.hdrs = x->d.h;
@@ -314,8 +317,8 @@ bool fq_ledger_token_ours(uint64_t token)
 }
 
 void fq_ledger_dispatch_hdrs(fq_ledger_dhdrs *d, const char *tenant, const char *run_id,
-                             const char *workflow, uint64_t est, uint64_t submitted_ms,
-                             uint64_t dispatched_ms)
+                             const char *workflow, const char *subtenant, uint64_t est,
+                             uint64_t submitted_ms, uint64_t dispatched_ms)
 {
     fq_u64_dec(d->est, est);
     fq_u64_dec(d->sat, submitted_ms);
@@ -331,8 +334,11 @@ void fq_ledger_dispatch_hdrs(fq_ledger_dhdrs *d, const char *tenant, const char 
     d->h[3] = (fq_ledger_hdr){FQ_HDR_EST_TOKENS, d->est};
     d->h[4] = (fq_ledger_hdr){FQ_HDR_SUBMITTED_AT, d->sat};
     d->h[5] = (fq_ledger_hdr){FQ_HDR_DISPATCHED_AT, d->dat};
-    d->h[6] = (fq_ledger_hdr){FQ_HDR_WORKFLOW, workflow};
-    d->n = workflow[0] ? 7 : 6;
+    d->n = 6;
+    if (workflow[0])
+        d->h[d->n++] = (fq_ledger_hdr){FQ_HDR_WORKFLOW, workflow};
+    if (subtenant[0])
+        d->h[d->n++] = (fq_ledger_hdr){FQ_HDR_SUBTENANT, subtenant};
 }
 
 /* The hash of (tenant, run_id) under the ledger's key, never 0. The
@@ -464,14 +470,14 @@ static const lg_block *lg_blk(const lg_run *x)
 static size_t lg_block_size(const lg_run *x)
 {
     const lg_block *b = lg_blk(x);
-    return b ? sizeof *b + b->id_len + b->wf_len + b->hdr_len + b->body_len : 0;
+    return b ? sizeof *b + b->id_len + b->wf_len + b->sub_len + b->hdr_len + b->body_len : 0;
 }
 
 /* x's kept bytes as a dispatch carries them. */
 static fq_ledger_bytes lg_block_bytes(const lg_run *x)
 {
     const lg_block *b = lg_blk(x);
-    const unsigned char *h = x->body + sizeof *b + b->id_len + b->wf_len;
+    const unsigned char *h = x->body + sizeof *b + b->id_len + b->wf_len + b->sub_len;
     return (fq_ledger_bytes){h, b->hdr_len, h + b->hdr_len, b->body_len};
 }
 
@@ -1378,6 +1384,7 @@ static void lg_names_set(const fq_ledger *l, lg_names *nm, const fq_submit *sub,
 {
     fq_ledger_run_id(nm->run_id, l, sub, seq);
     memcpy(nm->workflow, sub->workflow, sizeof nm->workflow);
+    memcpy(nm->subtenant, sub->subtenant, sizeof nm->subtenant);
     nm->declared = sub->est_tokens;
 }
 
@@ -1392,6 +1399,7 @@ static fq_ledger_act *lg_dispatch_act(fq_ledger *l, lg_run *x, const fq_ledger_b
     a->tenant = x->lt->id;
     a->run_id = x->names->run_id;
     a->workflow = x->names->workflow;
+    a->subtenant = x->names->subtenant;
     a->est = x->est;
     a->submitted_ms = x->submitted_ms;
     a->dispatched_ms = l->now_ms;
@@ -1552,8 +1560,11 @@ void fq_ledger_submit_in(fq_ledger *l, const fq_ledger_submit *s, uint64_t now, 
                           .cseq = s->ack.cseq, .delivered = s->ack.delivered, .state = LG_QUEUED};
         if (!x || !lg_seq_add(l, x))
             st = FQ_ENOMEM;
-        else
+        else if (cl->n)
             st = fq_sched_enqueue_class(NULL, l->o.sched, lt->t, seq, cls, est, x, now);
+        else    /* its tenant's share divided among its sub-tenants, if it has any */
+            st = fq_sched_enqueue_sub(NULL, l->o.sched, lt->t, s->sub->subtenant,
+                                      strlen(s->sub->subtenant), seq, est, x, now);
         if (st != FQ_OK && x) {
             lg_seq_del(l, x);
             lg_maybe_free(l, x);
@@ -1590,23 +1601,27 @@ void fq_ledger_submit_in(fq_ledger *l, const fq_ledger_submit *s, uint64_t now, 
      * a completion for it (a worker's bug) is told from an unheld one. */
     lg_key_add(l, x);
     /* Kept in one block with what dispatch needs of its parse: its run
-     * id and workflow (the few fields beside it are in x). */
+     * id, workflow and sub-tenant (the few fields beside it are in x). */
     size_t id_len = strlen(run_id), wf_len = strnlen(s->sub->workflow, FQ_WORKFLOW_MAX);
-    size_t bytes = sizeof(lg_block) + id_len + wf_len + s->raw.hdr_len + s->raw.body_len;
+    size_t sub_len = strnlen(s->sub->subtenant, FQ_SUBTENANT_MAX);
+    size_t bytes = sizeof(lg_block) + id_len + wf_len + sub_len + s->raw.hdr_len +
+                   s->raw.body_len;
     if (l->buffered_bytes + s->size <= l->o.max_buffered_bytes &&
         s->raw.hdr_len <= UINT32_MAX && s->raw.body_len <= UINT32_MAX &&
         (x->body = lg_alloc(l, bytes))) {
         *(lg_block *)(void *)x->body = (lg_block){
             .size = (uint32_t)s->size, .hdr_len = (uint32_t)s->raw.hdr_len,
             .body_len = (uint32_t)s->raw.body_len, .declared = s->sub->est_tokens,
-            .id_len = (uint8_t)id_len, .wf_len = (uint8_t)wf_len};
+            .id_len = (uint8_t)id_len, .wf_len = (uint8_t)wf_len, .sub_len = (uint8_t)sub_len};
         unsigned char *b = x->body + sizeof(lg_block);
         memcpy(b, run_id, id_len);
         memcpy(b + id_len, s->sub->workflow, wf_len);
+        memcpy(b + id_len + wf_len, s->sub->subtenant, sub_len);
+        b += id_len + wf_len + sub_len;
         if (s->raw.hdr_len)
-            memcpy(b + id_len + wf_len, s->raw.hdr, s->raw.hdr_len);
+            memcpy(b, s->raw.hdr, s->raw.hdr_len);
         if (s->raw.body_len)
-            memcpy(b + id_len + wf_len + s->raw.hdr_len, s->raw.body, s->raw.body_len);
+            memcpy(b + s->raw.hdr_len, s->raw.body, s->raw.body_len);
         x->retained = true;
         l->buffered_bytes += s->size;
     } else {
@@ -1731,6 +1746,8 @@ static bool lg_dispatch_one(fq_ledger *l, lg_run *x)
         nm->run_id[b->id_len] = '\0';
         memcpy(nm->workflow, id + b->id_len, b->wf_len);
         nm->workflow[b->wf_len] = '\0';
+        memcpy(nm->subtenant, id + b->id_len + b->wf_len, b->sub_len);
+        nm->subtenant[b->sub_len] = '\0';
         nm->declared = b->declared;
         x->names = nm;
     }

@@ -82,13 +82,15 @@ typedef struct fq_ledger_hdr {
     const char *name, *value;
 } fq_ledger_hdr;
 
-#define FQ_LEDGER_DISPATCH_HDRS 7
+#define FQ_LEDGER_DISPATCH_HDRS 8
 
 /* The headers fairq sets on a dispatch, and the text of their values:
  * Nats-Msg-Id (tenant/run_id, first, since JetStream reads a header where
  * its name first occurs and a producer's value may hold the text),
  * Fair-Tenant, Fair-Run-Id, Fair-Est-Tokens, Fair-Submitted-At,
- * Fair-Dispatched-At, and Fair-Workflow unless workflow is "". */
+ * Fair-Dispatched-At, Fair-Workflow unless workflow is "", and
+ * Fair-Subtenant unless subtenant is "" (the producer's claim, validated,
+ * from its header or its body, so that workers find it in one place). */
 typedef struct fq_ledger_dhdrs {
     char est[FQ_U64_DEC_MAX], sat[FQ_U64_DEC_MAX], dat[FQ_U64_DEC_MAX];
     char msgid[FQ_TENANT_MAX + FQ_RUN_ID_MAX + 2];
@@ -100,8 +102,8 @@ typedef struct fq_ledger_dhdrs {
  * UINT64_MAX for the numbers it cannot know yet; the ledger's dispatch
  * actions carry the real ones. */
 void fq_ledger_dispatch_hdrs(fq_ledger_dhdrs *d, const char *tenant, const char *run_id,
-                             const char *workflow, uint64_t est, uint64_t submitted_ms,
-                             uint64_t dispatched_ms);
+                             const char *workflow, const char *subtenant, uint64_t est,
+                             uint64_t submitted_ms, uint64_t dispatched_ms);
 
 /* The run id submit seq goes by: the producer's (sub->run_id), or one
  * derived from the submit stream's creation and seq. out holds
@@ -290,6 +292,7 @@ typedef struct fq_ledger_act {
     const char *tenant;         /* the tenant id; REFUSE: NULL for <rejected>._invalid */
     const char *run_id;         /* DISPATCH, EXPIRED, DISPATCH_FAILED, RECONCILED */
     const char *workflow;       /* DISPATCH, RECONCILED: "" if none */
+    const char *subtenant;      /* DISPATCH: "" if none */
     fq_status code;             /* REFUSE: why (fq_status_code in Fair-Error) */
     const char *sentence;       /* REFUSE: the sentence after the code */
     uint64_t wait_ms;           /* REFUSE for overload: the estimated wait refused

@@ -573,6 +573,9 @@ const fq_overall_row fq_overall_rows[] = {
        "Config reloads refused (invalid file); the old config stayed."),
     OV(COUNTER, invalid_subject_runs, "invalid_subject", "fairq_invalid_subject_runs_total", NULL,
        "Runs refused because their subject names no valid tenant."),
+    OV(COUNTER, subtenant_refused, "subtenant_refused", "fairq_subtenant_refused_runs_total",
+       NULL, "Runs refused for their sub-tenant claim (Fair-Subtenant or subtenant): not a "
+       "name, or header and body naming two; counted in the rejected runs too."),
     OV(REASONS, rejected_runs, "rejected", "fairq_rejected_runs_total", NULL,
        "Runs refused to the rejected subject, by reason: those of tenants fairq does not know too."),
     OV(FLAG, lease_held, "leader", "fairq_dispatch_lease_held", NULL,

@@ -156,6 +156,7 @@ typedef struct px_retry {
 typedef struct px_counters {
     uint64_t reconnects, reloads, reload_failures, overrides_refused;
     uint64_t journal_refused;       /* journal records refused at start: invalid or unknown */
+    uint64_t subtenant_refused;     /* submits refused for their sub-tenant claim */
 } px_counters;
 
 struct fq_proxy {
@@ -837,11 +838,12 @@ static void px_submit_headers(fq_submit_headers *h, const fq_nio_msg *m)
  * its header block within JetStream's limit and the whole within
  * max_payload. On FQ_OK *size is the dispatch's bytes, else err says why. */
 static fq_status px_dispatch_fits(size_t *size, fq_proxy *p, size_t len, const char *tenant,
-                                  const char *run_id, const char *workflow, char *err,
+                                  const char *run_id, const fq_submit *sub, char *err,
                                   size_t errlen)
 {
     fq_ledger_dhdrs d;
-    fq_ledger_dispatch_hdrs(&d, tenant, run_id, workflow, UINT64_MAX, UINT64_MAX, UINT64_MAX);
+    fq_ledger_dispatch_hdrs(&d, tenant, run_id, sub->workflow, sub->subtenant, UINT64_MAX,
+                            UINT64_MAX, UINT64_MAX);
     fq_nio_hdr h[FQ_LEDGER_DISPATCH_HDRS];
     for (size_t i = 0; i < d.n; i++)
         h[i] = (fq_nio_hdr){d.h[i].name, d.h[i].value};
@@ -900,6 +902,7 @@ static void px_on_submit(fq_proxy *p, fq_nio_event *ev)
                                     p->cfg.scheduler.max_est_tokens, err, sizeof err);
         in.sub = &sub;
         in.error = err;
+        p->c.subtenant_refused += in.status != FQ_OK && sub.subtenant_refused;
     }
     if (in.status == FQ_OK) {
         char bad[160];
@@ -921,7 +924,7 @@ static void px_on_submit(fq_proxy *p, fq_nio_event *ev)
          * its dispatch, where it would block its tenant for ever. */
         size_t size = 0;
         fq_ledger_run_id(run_id, p->ledger, &sub, seq);
-        in.status = px_dispatch_fits(&size, p, fq_nio_msg_len(m), tenant, run_id, sub.workflow,
+        in.status = px_dispatch_fits(&size, p, fq_nio_msg_len(m), tenant, run_id, &sub,
                                      err, sizeof err);
         in.size = (uint32_t)size;
         in.raw.hdr = p->carry.p;
@@ -1117,6 +1120,7 @@ static void px_overall(fq_metrics_overall *a, fq_proxy *p)
                         [FQ_COMPLETION_UNKNOWN] = lc->completions_unknown},
         .publish_failures = lc->pub_failures, .refusals_unstored = lc->refusals_unstored,
         .overrides_refused = p->c.overrides_refused,
+        .subtenant_refused = p->c.subtenant_refused,
         .dispatch_failures = lc->dispatch_failures, .parked_tenants = ss.parked,
         .dispatch_stalled = fq_probes_stalled(p->probes, FQ_STALL_DISPATCH),
         .admin_reply_failures = ac->reply_failures,

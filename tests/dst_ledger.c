@@ -1310,8 +1310,8 @@ static void px_hand_in(dst_world *w, dst_proxy *p, int cons, const sj_delivery *
                     snprintf(run_id, sizeof run_id, "fq-%lld-%" PRIu64,
                              (long long)(DST_CREATED_MS / 1000), d->sseq);
                 fq_ledger_dhdrs dh;
-                fq_ledger_dispatch_hdrs(&dh, tenant, run_id, sub.workflow, UINT64_MAX, UINT64_MAX,
-                                        UINT64_MAX);
+                fq_ledger_dispatch_hdrs(&dh, tenant, run_id, sub.workflow, sub.subtenant,
+                                        UINT64_MAX, UINT64_MAX, UINT64_MAX);
                 fit_ctx fc = {.own = dh.h, .nown = dh.n};
                 size_t own = 0;
                 for (size_t i = 0; i < dh.n; i++)

@@ -40,6 +40,7 @@ typedef struct world {
     tenant t[MAX_TENANTS];
     size_t nt;
     bool refuse_unknown;
+    uint32_t subs;              /* sub-tenants a tenant may have (at boot) */
     uint64_t now;
     int64_t now_ms;
     /* What the last drain saw. */
@@ -71,7 +72,7 @@ static fq_ledger_tenant *tenant_of(void *arg, const char *id, size_t len,
     tenant *t = &w->t[w->nt];
     memcpy(t->id, id, len);
     t->id[len] = '\0';
-    fq_tenant_policy p = {.weight = 1};
+    fq_tenant_policy p = {.weight = 1, .max_subtenants = w->subs};
     fq_tenant *ft = NULL;
     if ((*why = fq_sched_tenant(&ft, w->s, id, len, &p)) != FQ_OK)
         return NULL;
@@ -91,6 +92,7 @@ static void world_boot(world *w)
                             .debt_forget_ms = 60000, .max_expired = 100,
                             .journal_room = 1 << 20};
     fq_ledger_sched_opts(&so, &w->o);
+    so.max_subtenants = w->subs;
     assert_int_equal(fq_sched_create(&w->s, &so), FQ_OK);
     w->o.sched = w->s;
     w->nt = 0;
@@ -385,6 +387,78 @@ static void test_duplicates_and_refusals(void **state)
 /* Past max_buffered_runs fetching pauses, and resumes once a dispatch is
  * settled; past max_buffered_bytes a run keeps no body and is read back by
  * sequence for its dispatch. */
+/* A run's sub-tenant: the scheduler divides its tenant's turns by it, and
+ * its dispatch carries it in Fair-Subtenant, whether its body was kept or
+ * read back. */
+static const char *dispatch_hdr(const fq_ledger_act *a, const char *name)
+{
+    for (size_t i = 0; i < a->n_hdrs; i++)
+        if (strcmp(a->hdrs[i].name, name) == 0)
+            return a->hdrs[i].value;
+    return NULL;
+}
+
+static void submit_sub(world *w, uint64_t seq, const char *run_id, const char *sub_name)
+{
+    fq_submit sub = {.est_tokens = 50};
+    snprintf(sub.run_id, sizeof sub.run_id, "%s", run_id);
+    snprintf(sub.subtenant, sizeof sub.subtenant, "%s", sub_name);
+    fq_ledger_submit s = {.ack = {.sseq = seq, .cseq = seq, .delivered = 1},
+                          .ts_ms = w->now_ms, .tenant = "a", .status = FQ_OK, .sub = &sub,
+                          .size = 300, .subject = "fair.submit.a",
+                          .raw = {.body = "{}", .body_len = 2}};
+    fq_ledger_submit_in(w->l, &s, w->now, w->now_ms);
+    drain(w);
+}
+
+static void test_subtenant_scheduled_and_dispatched(void **state)
+{
+    (void)state;
+    world *w = world_new();
+    w->subs = 8;
+    world_crash(w);
+    fq_ledger_journal_marked(w->l, 1);
+    for (uint64_t k = 0; k < 6; k++) {
+        char id[8];
+        snprintf(id, sizeof id, "f%d", (int)k);
+        submit_sub(w, 10 + k, id, "flood");
+    }
+    submit_sub(w, 20, "c1", "colleague");
+    turn(w);
+    /* the colleague's first run goes second, not seventh */
+    assert_int_equal(count(w, FQ_LACT_DISPATCH), 4);
+    const fq_ledger_act *d = find(w, FQ_LACT_DISPATCH, 1);
+    assert_string_equal(d->run_id, "c1");
+    assert_string_equal(dispatch_hdr(d, "Fair-Subtenant"), "colleague");
+    assert_string_equal(dispatch_hdr(find(w, FQ_LACT_DISPATCH, 0), "Fair-Subtenant"), "flood");
+    world_free(w);
+
+    /* read back: the sub-tenant comes from the body's parse */
+    w = world_new();
+    w->subs = 8;
+    world_crash(w);
+    w->o.max_buffered_bytes = 300;      /* one run's dispatch */
+    assert_int_equal(fq_ledger_set_opts(w->l, &w->o), FQ_OK);
+    fq_ledger_journal_marked(w->l, 1);
+    submit_sub(w, 10, "k1", "");
+    submit_sub(w, 11, "late1", "late");
+    turn(w);
+    assert_null(dispatch_hdr(find(w, FQ_LACT_DISPATCH, 0), "Fair-Subtenant"));
+    const fq_ledger_act *rd = find(w, FQ_LACT_READ, 0);
+    assert_non_null(rd);
+    assert_int_equal(rd->seq, 11);
+    fq_submit sub = {.est_tokens = 50};
+    strcpy(sub.run_id, "late1");
+    strcpy(sub.subtenant, "late");
+    fq_ledger_bytes raw = {.body = "{}", .body_len = 2};
+    fq_ledger_body(w->l, 11, FQ_OK, &raw, &sub, w->now, w->now_ms);
+    drain(w);
+    d = find(w, FQ_LACT_DISPATCH, 0);
+    assert_non_null(d);
+    assert_string_equal(dispatch_hdr(d, "Fair-Subtenant"), "late");
+    world_free(w);
+}
+
 static void test_limits_and_bodies_read_back(void **state)
 {
     (void)state;
@@ -1407,6 +1481,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_submit_acked_after_dispatch_and_record),
         cmocka_unit_test(test_duplicates_and_refusals),
+        cmocka_unit_test(test_subtenant_scheduled_and_dispatched),
         cmocka_unit_test(test_limits_and_bodies_read_back),
         cmocka_unit_test(test_buffer_shared),
         cmocka_unit_test(test_buffer_shared_run_lost),
