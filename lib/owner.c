@@ -1,0 +1,631 @@
+/* owner.c -- which partitions this replica owns: a registry of live replicas, a lease per partition, balanced assignment, planned moves one at a time.
+ *
+ * Principles (owner.h says what the keys are and why):
+ *  - Decisions only, as lib/lease.c, whose leases this drives one per key:
+ *    the caller performs every read and write and reports its outcome;
+ *    time is the caller's monotonic milliseconds.
+ *  - Safety is the leases': a partition is acted on only while its lease
+ *    is fresh, and the keys' compare-and-set lets one replica hold a key.
+ *    The views (registry, holders) only steer who tries what, so views
+ *    that disagree for a while cost a refused write, never two owners.
+ *  - A lease stale past the TTL is a partition lost: its key may have aged
+ *    out and been taken, so what we knew of it is not to be trusted; if it
+ *    is still ours to take, it is taken again in a new term and adopted.
+ *  - The assignment is recomputed only when the live set changes, and a
+ *    replica only tries the keys assigned to it, so a stable deployment
+ *    does one renewal per key every ttl/3 and nothing else.
+ */
+#include "owner.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define OW_NONE UINT32_MAX      /* no replica assigned (none live) */
+
+typedef struct ow_slot {
+    fq_lease lease;             /* lib/lease.c's state of this key */
+    int32_t part;               /* 0..P-1, FQ_OWNER_DUTY or FQ_OWNER_REGISTRY */
+    bool owned;                 /* GAINED said and no LOST since */
+    bool handing;               /* a planned LOST said: released once handed */
+    bool handed;                /* the caller settled it: release when no op is out */
+    bool drop;                  /* lost: a standby again once no op is out */
+    bool gate;                  /* at the last tick: ours to take and free in the view */
+    uint64_t polled;            /* when we last read the key */
+    char vholder[FQ_OWNER_ID_MAX + 1];  /* the view: its holder, "" when free */
+    uint64_t vseen;             /* when the watch last delivered it; 0 never */
+} ow_slot;
+
+typedef struct ow_replica {
+    char id[FQ_OWNER_ID_MAX + 1];       /* a registry key's id */
+    uint64_t seen;              /* when its key was last delivered */
+    bool gone;                  /* released or deleted */
+} ow_replica;
+
+struct fq_owner {
+    uint32_t parts;             /* P */
+    uint32_t nslots;            /* P = 1: 1 ("leader"); else P, the duty, the registry */
+    uint64_t ttl;               /* the bucket's max age */
+    char id[FQ_OWNER_ID_MAX + 1];       /* ours */
+    ow_slot *slots;
+    ow_replica reg[FQ_OWNER_REPLICAS_MAX];  /* the registry as the watch delivered it */
+    size_t nreg;
+    char live[FQ_OWNER_REPLICAS_MAX + 1][FQ_OWNER_ID_MAX + 1];  /* live ids, sorted */
+    uint32_t nlive;
+    uint32_t self;              /* our index in live; OW_NONE when not registered */
+    uint32_t *target;           /* per partition: an index in live, or OW_NONE */
+    bool synced;                /* the watch delivered every key once */
+    bool stopping;              /* fq_owner_stop: take nothing, release everything */
+    fq_owner_act *q;            /* actions not yet drained */
+    size_t qcap, qlen, qpos;
+    fq_owner_stats st;
+};
+
+bool fq_owner_id_valid(const char *id)
+{
+    size_t n = id ? strlen(id) : 0;
+    if (!n || n > FQ_OWNER_ID_MAX || strcmp(id, FQ_LEASE_RELEASED) == 0)
+        return false;
+    for (size_t i = 0; i < n; i++) {
+        char c = id[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '-' || c == '_'))
+            return false;
+    }
+    return true;
+}
+
+static uint32_t ow_slot_of(const fq_owner *o, int32_t part)
+{
+    if (part >= 0)
+        return (uint32_t)part < o->parts ? (uint32_t)part : OW_NONE;
+    if (part == FQ_OWNER_DUTY)
+        return o->parts == 1 ? 0 : o->parts;
+    if (part == FQ_OWNER_REGISTRY && o->parts > 1)
+        return o->parts + 1;
+    return OW_NONE;
+}
+
+static fq_status ow_slot_init(fq_owner *o, ow_slot *s)
+{
+    fq_lease_opts lo;
+    fq_lease_opts_for(&lo, o->ttl);
+    char key[FQ_LEASE_KEY_MAX + 1];
+    if (s->part >= 0 && o->parts > 1)
+        snprintf(key, sizeof key, "p.%d", (int)s->part);
+    else if (s->part == FQ_OWNER_REGISTRY)
+        snprintf(key, sizeof key, "r.%s", o->id);
+    else
+        snprintf(key, sizeof key, "%s", FQ_OWNER_KEY_DUTY);
+    s->owned = s->handing = s->handed = s->drop = s->gate = false;
+    return fq_lease_init(&s->lease, key, o->id, &lo);
+}
+
+fq_status fq_owner_create(fq_owner **out, uint32_t partitions, const char *id, uint64_t ttl_ms)
+{
+    *out = NULL;
+    if (!partitions || partitions > 1024 || !fq_owner_id_valid(id) ||
+        ttl_ms < FQ_LEASE_TTL_MIN_MS)
+        return FQ_EINVAL;
+    fq_owner *o = calloc(1, sizeof *o);
+    if (!o)
+        return FQ_ENOMEM;
+    o->parts = partitions;
+    o->nslots = partitions == 1 ? 1 : partitions + 2;
+    o->ttl = ttl_ms;
+    snprintf(o->id, sizeof o->id, "%s", id);
+    o->self = OW_NONE;
+    o->qcap = 3 * (size_t)o->nslots + 16;
+    o->slots = calloc(o->nslots, sizeof *o->slots);
+    o->target = malloc(partitions * sizeof *o->target);
+    o->q = calloc(o->qcap, sizeof *o->q);
+    if (!o->slots || !o->target || !o->q) {
+        fq_owner_destroy(o);
+        return FQ_ENOMEM;
+    }
+    for (uint32_t i = 0; i < o->nslots; i++) {
+        ow_slot *s = &o->slots[i];
+        s->part = i < partitions ? (int32_t)i : i == partitions ? FQ_OWNER_DUTY : FQ_OWNER_REGISTRY;
+        ow_slot_init(o, s);
+    }
+    for (uint32_t k = 0; k < partitions; k++)
+        o->target[k] = OW_NONE;
+    *out = o;
+    return FQ_OK;
+}
+
+void fq_owner_destroy(fq_owner *o)
+{
+    if (!o)
+        return;
+    free(o->slots);
+    free(o->target);
+    free(o->q);
+    free(o);
+}
+
+/* The caller drains after every call, and a call queues at most two
+ * actions a slot (an operation and a GAINED or LOST), so qcap holds them. */
+static fq_owner_act *ow_push(fq_owner *o, enum fq_owner_kind kind, const ow_slot *s)
+{
+    if (o->qlen == o->qcap)
+        return NULL;
+    fq_owner_act *a = &o->q[o->qlen++];
+    *a = (fq_owner_act){.kind = kind, .slot = (uint32_t)(s - o->slots), .part = s->part};
+    return a;
+}
+
+bool fq_owner_next(fq_owner_act *a, fq_owner *o)
+{
+    if (o->qpos == o->qlen) {
+        o->qpos = o->qlen = 0;
+        return false;
+    }
+    *a = o->q[o->qpos++];
+    return true;
+}
+
+static void ow_lost(fq_owner *o, ow_slot *s, bool planned)
+{
+    if (s->owned && s->part != FQ_OWNER_REGISTRY) {
+        fq_owner_act *a = ow_push(o, FQ_OWNER_LOST, s);
+        if (a)
+            a->planned = planned;
+        if (s->part >= 0) {
+            o->st.lost++;
+            o->st.moves += planned;
+        }
+    }
+    s->owned = false;
+}
+
+/* What a lease step asks, as actions. */
+static void ow_step(fq_owner *o, ow_slot *s, const fq_lease_step *ls, uint64_t now)
+{
+    if (ls->lead && s->part != FQ_OWNER_REGISTRY) {
+        fq_owner_act *a = ow_push(o, FQ_OWNER_GAINED, s);
+        if (a) {
+            a->term = ls->term;
+            a->again = s->owned;
+        }
+        if (s->part >= 0 && !s->owned)
+            o->st.gained++;
+    }
+    if (ls->lead)
+        s->owned = true;
+    if (ls->lost) {
+        ow_lost(o, s, false);
+        s->drop = true;
+    }
+    if (ls->op == FQ_LEASE_OP_NONE)
+        return;
+    enum fq_owner_kind k = ls->op == FQ_LEASE_OP_GET      ? FQ_OWNER_GET
+                           : ls->op == FQ_LEASE_OP_CREATE ? FQ_OWNER_CREATE
+                                                          : FQ_OWNER_UPDATE;
+    fq_owner_act *a = ow_push(o, k, s);
+    if (!a)
+        return;
+    a->key = s->lease.key;
+    a->value = ls->value;
+    a->expect = ls->expect;
+    a->renewal = k == FQ_OWNER_UPDATE && s->lease.state == FQ_LEASE_LEADING &&
+                 !s->lease.taking && !s->lease.releasing;
+    if (k == FQ_OWNER_GET)
+        s->polled = now;
+}
+
+static int ow_cmp_id(const void *a, const void *b)
+{
+    return strcmp(a, b);
+}
+
+typedef struct ow_pair {
+    uint64_t score;             /* rendezvous: replica i's score for partition k */
+    uint32_t k, i;
+} ow_pair;
+
+static int ow_cmp_pair(const void *a, const void *b)
+{
+    const ow_pair *x = a, *y = b;
+    if (x->score != y->score)
+        return x->score > y->score ? -1 : 1;
+    return x->k != y->k ? (x->k < y->k ? -1 : 1) : (x->i < y->i ? -1 : x->i > y->i);
+}
+
+static uint64_t ow_hash(uint64_t k0, const char *id)
+{
+    return fq_siphash(k0, 0x6f776e6572ull /* "owner" */, id, strlen(id));
+}
+
+/* The balanced assignment of partitions to the live replicas: capacities
+ * of floor(P/n) and ceil(P/n), the ceil to the P mod n replicas whose ids
+ * hash lowest; then every (partition, replica) pair by score, highest
+ * first, each partition to the first replica with room. */
+static void ow_assign(fq_owner *o)
+{
+    uint32_t n = o->nlive, P = o->parts;
+    for (uint32_t k = 0; k < P; k++)
+        o->target[k] = OW_NONE;
+    if (!n)
+        return;
+    uint32_t cap[FQ_OWNER_REPLICAS_MAX + 1];
+    uint64_t h[FQ_OWNER_REPLICAS_MAX + 1];
+    for (uint32_t i = 0; i < n; i++) {
+        h[i] = ow_hash(UINT64_MAX, o->live[i]);
+        cap[i] = P / n;
+    }
+    for (uint32_t extra = 0; extra < P % n; extra++) {
+        uint32_t best = OW_NONE;
+        for (uint32_t i = 0; i < n; i++)
+            if (cap[i] == P / n && (best == OW_NONE || h[i] < h[best]))
+                best = i;
+        cap[best]++;
+    }
+    ow_pair *pairs = malloc((size_t)P * n * sizeof *pairs);
+    if (!pairs) {
+        o->nlive = 0;   /* computed again at the next tick */
+        return;
+    }
+    size_t np = 0;
+    for (uint32_t k = 0; k < P; k++)
+        for (uint32_t i = 0; i < n; i++)
+            pairs[np++] = (ow_pair){ow_hash(k, o->live[i]), k, i};
+    qsort(pairs, np, sizeof *pairs, ow_cmp_pair);
+    for (size_t j = 0; j < np; j++)
+        if (o->target[pairs[j].k] == OW_NONE && cap[pairs[j].i]) {
+            o->target[pairs[j].k] = pairs[j].i;
+            cap[pairs[j].i]--;
+        }
+    free(pairs);
+}
+
+static bool ow_registered(const fq_owner *o)
+{
+    return o->parts == 1 || o->slots[o->parts + 1].lease.state == FQ_LEASE_LEADING;
+}
+
+/* The live set at now: us once registered, and every replica whose key
+ * was delivered less than a TTL ago and not released; the assignment
+ * again when it changed. */
+static void ow_live(fq_owner *o, uint64_t now)
+{
+    char ids[FQ_OWNER_REPLICAS_MAX + 1][FQ_OWNER_ID_MAX + 1];
+    uint32_t n = 0;
+    if (ow_registered(o) && o->synced && !o->stopping)
+        memcpy(ids[n++], o->id, sizeof o->id);
+    for (size_t i = 0; i < o->nreg; i++) {
+        const ow_replica *r = &o->reg[i];
+        if (!r->gone && now < r->seen + o->ttl && strcmp(r->id, o->id) != 0)
+            memcpy(ids[n++], r->id, sizeof r->id);
+    }
+    qsort(ids, n, sizeof ids[0], ow_cmp_id);
+    if (n == o->nlive && memcmp(ids, o->live, n * sizeof ids[0]) == 0)
+        return;
+    memcpy(o->live, ids, n * sizeof ids[0]);
+    o->nlive = n;
+    o->self = OW_NONE;
+    for (uint32_t i = 0; i < n; i++)
+        if (strcmp(ids[i], o->id) == 0)
+            o->self = i;
+    ow_assign(o);
+}
+
+/* Ours to try: the duty by anyone registered, a partition by the replica
+ * it is assigned to; with P = 1 the one key by anyone. */
+static bool ow_wanted(const fq_owner *o, const ow_slot *s)
+{
+    if (o->stopping)
+        return false;
+    if (o->parts == 1)
+        return true;
+    if (!o->synced || !ow_registered(o))
+        return false;
+    if (s->part == FQ_OWNER_DUTY)
+        return true;
+    return o->self != OW_NONE && o->target[s->part] == o->self;
+}
+
+static bool ow_view_free(const fq_owner *o, const ow_slot *s, uint64_t now)
+{
+    return !s->vholder[0] || now >= s->vseen + o->ttl;
+}
+
+/* Who holds partition k: us while our lease holds it, else the view's
+ * holder, "" when free. */
+static const char *ow_holder(const fq_owner *o, uint32_t k, uint64_t now)
+{
+    const ow_slot *s = &o->slots[k];
+    if (s->lease.state == FQ_LEASE_LEADING)
+        return o->id;
+    /* our id in a key we do not hold: an earlier run of ours, about to be
+     * taken back */
+    return ow_view_free(o, s, now) || strcmp(s->vholder, o->id) == 0 ? "" : s->vholder;
+}
+
+/* One planned move at a time, deployment-wide: the lowest-numbered
+ * partition whose holder is not its assigned replica moves, if we hold
+ * it; if a lower one is between owners, nothing moves yet. */
+static void ow_move(fq_owner *o, uint64_t now)
+{
+    if (o->parts == 1 || !o->synced || o->self == OW_NONE || o->stopping)
+        return;
+    for (uint32_t k = 0; k < o->parts; k++) {
+        const ow_slot *s = &o->slots[k];
+        if (s->handing || (s->lease.state == FQ_LEASE_LOST && s->lease.op != FQ_LEASE_OP_NONE))
+            return;     /* ours under way: its release not sent or answered */
+    }
+    for (uint32_t k = 0; k < o->parts; k++) {
+        uint32_t t = o->target[k];
+        if (t == OW_NONE || strcmp(ow_holder(o, k, now), o->live[t]) == 0)
+            continue;
+        ow_slot *s = &o->slots[k];
+        if (t != o->self && s->owned && s->lease.state == FQ_LEASE_LEADING) {
+            ow_lost(o, s, true);
+            s->handing = true;
+        }
+        return;
+    }
+}
+
+/* A stop: the registry key goes once every partition's release is sent. */
+static bool ow_partitions_released(const fq_owner *o)
+{
+    for (uint32_t i = 0; i < o->nslots; i++) {
+        const ow_slot *s = &o->slots[i];
+        if (s->part != FQ_OWNER_REGISTRY && (s->handing || s->lease.state == FQ_LEASE_LEADING))
+            return false;
+    }
+    return true;
+}
+
+static void ow_tick_slot(fq_owner *o, ow_slot *s, uint64_t now)
+{
+    fq_lease *l = &s->lease;
+    fq_lease_step ls;
+    if (s->drop || (l->state == FQ_LEASE_LOST && !s->handing)) {
+        if (l->op == FQ_LEASE_OP_NONE) {
+            ow_slot_init(o, s);
+            s->polled = now;    /* a fresh read waits for the view, or a TTL */
+        }
+        return;
+    }
+    if (s->handing) {
+        if (s->handed && l->op == FQ_LEASE_OP_NONE) {
+            s->handing = s->handed = false;
+            fq_lease_release(&ls, l, now);
+            ow_step(o, s, &ls, now);
+        } else if (l->state == FQ_LEASE_LEADING) {
+            fq_lease_tick(&ls, l, now);         /* renewed while the caller settles it */
+            ow_step(o, s, &ls, now);
+        }
+        return;
+    }
+    if (s->part == FQ_OWNER_REGISTRY) {
+        if (o->stopping && l->state == FQ_LEASE_LEADING) {
+            if (ow_partitions_released(o) && l->op == FQ_LEASE_OP_NONE) {
+                fq_lease_release(&ls, l, now);
+                ow_step(o, s, &ls, now);
+            }
+            return;
+        }
+        if (!o->stopping) {
+            fq_lease_tick(&ls, l, now);
+            ow_step(o, s, &ls, now);
+        }
+        return;
+    }
+    if (l->state == FQ_LEASE_LEADING) {
+        if (s->owned && now >= l->confirmed_sent + o->ttl) {
+            /* Stale past the TTL: the key may be another's by now. */
+            ow_lost(o, s, false);
+            s->drop = true;
+            return;
+        }
+        fq_lease_tick(&ls, l, now);
+        ow_step(o, s, &ls, now);
+        return;
+    }
+    bool gate = ow_wanted(o, s) &&
+                (o->parts == 1 || ow_view_free(o, s, now) || now >= s->polled + o->ttl);
+    if (gate && !s->gate)
+        l->next_at = 0;         /* just became ours to take: read it now */
+    s->gate = gate;
+    if (gate) {
+        fq_lease_tick(&ls, l, now);
+        ow_step(o, s, &ls, now);
+    }
+}
+
+void fq_owner_tick(fq_owner *o, uint64_t now)
+{
+    if (o->parts > 1)
+        ow_tick_slot(o, &o->slots[o->parts + 1], now);      /* registered first */
+    if (o->parts > 1)
+        ow_live(o, now);
+    for (uint32_t i = 0; i <= o->parts && i < o->nslots; i++)
+        ow_tick_slot(o, &o->slots[i], now);
+    ow_move(o, now);
+}
+
+void fq_owner_on_get(fq_owner *o, uint32_t slot, uint64_t now, fq_status st, const char *value,
+                     uint64_t rev)
+{
+    if (slot >= o->nslots)
+        return;
+    ow_slot *s = &o->slots[slot];
+    fq_lease_step ls;
+    fq_lease_on_get(&ls, &s->lease, now, st, value ? value : "", rev);
+    ow_step(o, s, &ls, now);
+}
+
+void fq_owner_on_write(fq_owner *o, uint32_t slot, uint64_t now, fq_status st, uint64_t rev)
+{
+    if (slot >= o->nslots)
+        return;
+    ow_slot *s = &o->slots[slot];
+    fq_lease *l = &s->lease;
+    bool renewal = l->op == FQ_LEASE_OP_UPDATE && l->state == FQ_LEASE_LEADING && !l->taking;
+    uint64_t sent = l->op_sent;
+    fq_lease_step ls;
+    fq_lease_on_write(&ls, l, now, st, rev);
+    if (renewal && st == FQ_OK && s->part >= 0) {
+        uint64_t ms = now > sent ? now - sent : 0;
+        o->st.renewals++;
+        o->st.renew_ms_last = ms;
+        o->st.renew_ms_sum += ms;
+        if (ms > o->st.renew_ms_max)
+            o->st.renew_ms_max = ms;
+    }
+    ow_step(o, s, &ls, now);
+}
+
+static void ow_copy_id(char *dst, const char *v)
+{
+    size_t n = strlen(v);
+    if (n > FQ_OWNER_ID_MAX)
+        n = FQ_OWNER_ID_MAX;
+    memcpy(dst, v, n);
+    dst[n] = '\0';
+}
+
+void fq_owner_on_key(fq_owner *o, uint64_t now, const char *key, const char *value,
+                     uint64_t age_ms)
+{
+    /* when it was written, by our clock; at least 1, 0 being never */
+    uint64_t seen = now - (age_ms < o->ttl ? age_ms : o->ttl);
+    seen = now > seen && seen ? seen : now;
+    bool freed = !value || !*value || strcmp(value, FQ_LEASE_RELEASED) == 0;
+    if (o->parts == 1 || !key)
+        return;
+    if (strncmp(key, "r.", 2) == 0) {
+        const char *id = key + 2;
+        if (!fq_owner_id_valid(id))
+            return;
+        ow_replica *r = NULL;
+        for (size_t i = 0; i < o->nreg && !r; i++)
+            if (strcmp(o->reg[i].id, id) == 0)
+                r = &o->reg[i];
+        for (size_t i = 0; i < o->nreg && !r; i++)      /* a gone one's place */
+            if (o->reg[i].gone || now >= o->reg[i].seen + o->ttl)
+                r = &o->reg[i];
+        if (!r && o->nreg < FQ_OWNER_REPLICAS_MAX)
+            r = &o->reg[o->nreg++];
+        if (!r)
+            return;
+        snprintf(r->id, sizeof r->id, "%s", id);
+        r->seen = seen;
+        r->gone = freed;
+        return;
+    }
+    ow_slot *s = NULL;
+    if (strcmp(key, FQ_OWNER_KEY_DUTY) == 0) {
+        s = &o->slots[o->parts];
+    } else if (key[0] == 'p' && key[1] == '.' && key[2] >= '0' && key[2] <= '9') {
+        char *end;
+        unsigned long k = strtoul(key + 2, &end, 10);
+        if (*end || k >= o->parts || (key[2] == '0' && key[3]))
+            return;
+        s = &o->slots[k];
+    }
+    if (!s)
+        return;
+    if (freed)
+        s->vholder[0] = '\0';
+    else
+        ow_copy_id(s->vholder, value);
+    s->vseen = seen;
+    if (freed && s->lease.state == FQ_LEASE_STANDBY)
+        s->lease.next_at = 0;   /* released: whoever it is assigned to reads it now */
+}
+
+void fq_owner_synced(fq_owner *o)
+{
+    o->synced = true;
+}
+
+void fq_owner_handoff(fq_owner *o, int32_t part)
+{
+    uint32_t i = ow_slot_of(o, part);
+    if (i != OW_NONE && o->slots[i].handing)
+        o->slots[i].handed = true;
+}
+
+void fq_owner_stop(fq_owner *o, uint64_t now)
+{
+    (void)now;
+    if (o->stopping)
+        return;
+    o->stopping = true;
+    for (uint32_t i = 0; i < o->nslots; i++) {
+        ow_slot *s = &o->slots[i];
+        if (s->part == FQ_OWNER_REGISTRY || s->handing || !s->owned ||
+            s->lease.state != FQ_LEASE_LEADING)
+            continue;
+        bool duty = s->part == FQ_OWNER_DUTY;
+        ow_lost(o, s, true);
+        s->handing = true;
+        s->handed = duty;       /* nothing to settle for the duty */
+    }
+}
+
+bool fq_owner_stopped(const fq_owner *o)
+{
+    if (!o->stopping)
+        return false;
+    for (uint32_t i = 0; i < o->nslots; i++) {
+        const ow_slot *s = &o->slots[i];
+        if (s->handing || s->lease.state == FQ_LEASE_LEADING || s->lease.op != FQ_LEASE_OP_NONE)
+            return false;
+    }
+    return true;
+}
+
+bool fq_owner_fresh(const fq_owner *o, int32_t part, uint64_t now)
+{
+    uint32_t i = ow_slot_of(o, part);
+    return i != OW_NONE && !o->slots[i].drop && fq_lease_fresh(&o->slots[i].lease, now);
+}
+
+uint64_t fq_owner_term(const fq_owner *o, int32_t part)
+{
+    uint32_t i = ow_slot_of(o, part);
+    return i != OW_NONE && o->slots[i].lease.state == FQ_LEASE_LEADING ? o->slots[i].lease.term
+                                                                        : 0;
+}
+
+const char *fq_owner_assigned(const fq_owner *o, int32_t part)
+{
+    if (part < 0 || (uint32_t)part >= o->parts || o->parts == 1)
+        return o->parts == 1 && part == 0 ? o->id : "";
+    uint32_t t = o->target[part];
+    return t == OW_NONE ? "" : o->live[t];
+}
+
+const fq_lease *fq_owner_lease(const fq_owner *o, int32_t part)
+{
+    uint32_t i = ow_slot_of(o, part);
+    return i == OW_NONE ? NULL : &o->slots[i].lease;
+}
+
+uint32_t fq_owner_partitions(const fq_owner *o)
+{
+    return o->parts;
+}
+
+const char *fq_owner_id(const fq_owner *o)
+{
+    return o->id;
+}
+
+void fq_owner_stats_get(fq_owner_stats *s, const fq_owner *o)
+{
+    *s = o->st;
+    s->owned = s->assigned = 0;
+    for (uint32_t k = 0; k < o->parts; k++) {
+        s->owned += o->slots[k].owned;
+        s->assigned += o->self != OW_NONE && o->target[k] == o->self;
+    }
+    if (o->parts == 1)
+        s->assigned = 1;
+    s->live = o->parts == 1 ? 1 : o->nlive;
+}

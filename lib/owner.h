@@ -1,0 +1,170 @@
+/* owner.h -- which partitions this replica owns: a registry of live replicas, a lease per partition, balanced assignment, planned moves one at a time. */
+#ifndef FQ_OWNER_H
+#define FQ_OWNER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "fq.h"
+#include "lease.h"
+
+/*
+ * Several fairq-proxy replicas share a deployment's P partitions
+ * (docs/partitions.md). Every key lives in the lease bucket, whose max age
+ * is streams.lease_ttl_ms (on nats-server 2.9.10 every key of a bucket
+ * shares it, so one TTL serves them all):
+ *
+ *   r.<id>   the registry: one key per live replica, its value its id,
+ *            held and renewed as a lib/lease.c lease (a renewal every
+ *            ttl/3, 1 s of the default 3 s); a replica whose key has not
+ *            been seen renewed for ttl_ms is dead to the others, and one
+ *            that wrote "released" (a graceful stop) is gone at once.
+ *   p.<k>    the ownership key of partition k (0 <= k < P): a lib/lease.c
+ *            lease, compare-and-set, renewed every ttl/3, released on a
+ *            stop, taken over when its owner stops renewing it. The
+ *            revision that took it is the owner's term, which names the
+ *            partition's consumers.
+ *   leader   the deployment-wide duties, held by one replica at a time:
+ *            the admin and explain requests, and anything else that must
+ *            happen once per deployment rather than once per partition.
+ *            With P = 1 it is also partition 0's key, so a P = 1
+ *            deployment is exactly today's leader and standby: no
+ *            registry, no moves, the first to take the key keeps it.
+ *
+ * Assignment: every replica computes, from the same registry, the same
+ * balanced assignment of partitions to live replicas: each replica gets
+ * floor(P/n) or ceil(P/n) partitions (the ceil going to those whose id
+ * hashes lowest), and within those capacities each partition goes to the
+ * replica that scores it highest (rendezvous hashing: a keyed hash of the
+ * id and k), taken in order of score over all pairs, so a replica that
+ * joins or leaves moves few partitions. A replica only tries to take the
+ * partitions assigned to it, and only once the key is free in its view
+ * (released, or not seen renewed for ttl_ms) or ttl_ms since it last
+ * looked; safety never rests on the views agreeing, only on the keys'
+ * compare-and-set.
+ *
+ * Moves. A partition whose owner is alive but is not its assigned
+ * replica (one joined, say) is moved on purpose, one at a time across the
+ * deployment: only the lowest-numbered misplaced partition moves, and
+ * only while no other is between owners (a released key not yet taken is
+ * misplaced too, and lower ones first), so each step pauses one
+ * partition, and the others go on dispatching. Its owner says LOST with
+ * planned set, the caller settles the partition (gives back what it holds
+ * for it) and calls fq_owner_handoff; the key is then written "released",
+ * and the assigned replica, which sees that in its view, takes it at
+ * once. The partitions of a replica that died are free as soon as their
+ * keys age out, and every survivor takes those assigned to it at once.
+ *
+ * No I/O and no clock, as lib/lease.c: the caller performs the actions
+ * (key reads and writes), hands each outcome back with the slot it
+ * concerns, feeds in what a watch of the bucket delivers
+ * (fq_owner_on_key), and drains the actions after every call.
+ */
+
+#define FQ_OWNER_ID_MAX 48              /* a replica id: 1 to this many bytes (r.<id> is a key) */
+#define FQ_OWNER_REPLICAS_MAX 256       /* replicas a registry view keeps */
+#define FQ_OWNER_DUTY (-1)              /* GAINED, LOST: the deployment-wide key */
+#define FQ_OWNER_REGISTRY (-2)          /* an action on our registry key */
+#define FQ_OWNER_KEY_DUTY "leader"
+
+enum fq_owner_kind {
+    FQ_OWNER_GET = 1,           /* read key: fq_owner_on_get */
+    FQ_OWNER_CREATE,            /* write value only if the key holds none: fq_owner_on_write */
+    FQ_OWNER_UPDATE,            /* write value only if key's revision is still expect: on_write */
+    FQ_OWNER_GAINED,            /* part is ours from term on: adopt it */
+    FQ_OWNER_LOST,              /* part is not ours any more: stop acting on it */
+};
+
+typedef struct fq_owner_act {
+    enum fq_owner_kind kind;
+    uint32_t slot;              /* the key's slot, handed back with the outcome */
+    int32_t part;               /* 0..P-1, FQ_OWNER_DUTY or FQ_OWNER_REGISTRY */
+    const char *key;            /* GET, CREATE, UPDATE: the key (valid until the next call) */
+    const char *value;          /* CREATE, UPDATE: what to write */
+    uint64_t expect;            /* UPDATE: the revision the key must still have */
+    uint64_t term;              /* GAINED: the revision that took the key */
+    bool renewal;               /* UPDATE: a renewal of a key we hold (may go without waiting) */
+    bool planned;               /* LOST: on purpose (a move, a stop): settle, then handoff */
+    bool again;                 /* GAINED: ours already; its key aged out and was taken back */
+} fq_owner_act;
+
+typedef struct fq_owner_stats {
+    uint32_t owned;             /* partitions we hold now */
+    uint32_t live;              /* replicas alive in our view (us included once registered) */
+    uint32_t assigned;          /* partitions the assignment gives us */
+    uint64_t gained;            /* partitions taken, since start */
+    uint64_t lost;              /* partitions given up or lost, since start */
+    uint64_t moves;             /* of those, handed over on purpose */
+    uint64_t renewals;          /* renewals confirmed */
+    uint64_t renew_ms_last;     /* the last confirmed renewal's round trip */
+    uint64_t renew_ms_max;      /* the longest since start */
+    uint64_t renew_ms_sum;      /* their sum (a mean with renewals) */
+} fq_owner_stats;
+
+typedef struct fq_owner fq_owner;
+
+/* Whether id can be a replica id: 1 to FQ_OWNER_ID_MAX bytes of letters,
+ * digits, '-' and '_' (it is part of a key), not "released". */
+bool fq_owner_id_valid(const char *id);
+
+/* partitions P (1..FQ_PARTITIONS_MAX), our id (fq_owner_id_valid), the
+ * bucket's ttl_ms. FQ_EINVAL when out of range, FQ_ENOMEM. */
+fq_status fq_owner_create(fq_owner **out, uint32_t partitions, const char *id, uint64_t ttl_ms);
+/* Safe on NULL. */
+void fq_owner_destroy(fq_owner *o);
+
+/* What to do at now: registration, renewals, reads of keys assigned to us
+ * and free, a planned move, losses of keys stale past ttl_ms, releases at
+ * a stop. Then drain with fq_owner_next. */
+void fq_owner_tick(fq_owner *o, uint64_t now);
+/* The next action, oldest first; false when none. Drain after every call. */
+bool fq_owner_next(fq_owner_act *a, fq_owner *o);
+
+/* The outcome of a GET of slot sent at its send time: FQ_OK with value and
+ * rev, FQ_ENOTFOUND, or another status (no answer). */
+void fq_owner_on_get(fq_owner *o, uint32_t slot, uint64_t now, fq_status st, const char *value,
+                     uint64_t rev);
+/* The outcome of a CREATE or UPDATE of slot: FQ_OK with its revision,
+ * FQ_EEXIST (the key held a value, or its revision moved), or another
+ * status (no answer; natsio gives up on a PubAck after its timeout). */
+void fq_owner_on_write(fq_owner *o, uint32_t slot, uint64_t now, fq_status st, uint64_t rev);
+
+/* A key's value as a watch of the bucket delivered it at now, written
+ * age_ms before (the server's time of the write against our wall clock,
+ * 0 when not known): value NULL or "" for a delete or purge. The age
+ * matters for what a watch delivers when it starts: a dead replica's key
+ * written 2.9 s ago is dead in 0.1 s, not in a TTL. A wrong age costs a
+ * refused write or a late takeover, never two owners. Keys not ours to
+ * read are ignored. */
+void fq_owner_on_key(fq_owner *o, uint64_t now, const char *key, const char *value,
+                     uint64_t age_ms);
+/* The watch has delivered every key once: from now on the views count,
+ * and partitions are assigned and taken. (P = 1 needs no watch.) */
+void fq_owner_synced(fq_owner *o);
+
+/* The caller settled partition part after a planned LOST: its key is
+ * released at the next tick. */
+void fq_owner_handoff(fq_owner *o, int32_t part);
+/* A graceful stop: every partition owned is LOST with planned set (hand
+ * each off), the duty key released, the registry key released once every
+ * partition's key is; nothing is taken from now on. */
+void fq_owner_stop(fq_owner *o, uint64_t now);
+/* Stopping and every release answered (or nothing held). */
+bool fq_owner_stopped(const fq_owner *o);
+
+/* Whether we hold part (0..P-1, or FQ_OWNER_DUTY) and its lease is fresh
+ * at now (lib/lease.h): what gates every change to it. */
+bool fq_owner_fresh(const fq_owner *o, int32_t part, uint64_t now);
+/* The term we hold part from; 0 when not held. */
+uint64_t fq_owner_term(const fq_owner *o, int32_t part);
+/* The replica the assignment gives part to, in our view ("" before it is
+ * computed). */
+const char *fq_owner_assigned(const fq_owner *o, int32_t part);
+/* The lease of part (state, holder last read), or NULL. */
+const fq_lease *fq_owner_lease(const fq_owner *o, int32_t part);
+uint32_t fq_owner_partitions(const fq_owner *o);
+const char *fq_owner_id(const fq_owner *o);
+void fq_owner_stats_get(fq_owner_stats *s, const fq_owner *o);
+
+#endif

@@ -1,0 +1,910 @@
+/* test_owner.c -- partition ownership in virtual time: the registry, balanced assignment, planned moves one at a time, takeover after a death, and a seeded simulation of replicas joining, dying, freezing and jumping their clocks. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <inttypes.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "lease.h"
+#include "owner.h"
+
+#define TTL 3000
+
+/* ---- a simulated world: a KV bucket, its watch, replicas ----------------
+ *
+ * The bucket is nats-server's as lib/owner.c sees it: keys with a value and
+ * a revision from one counter, aged out TTL after their last write by the
+ * server's clock (no event for that, as on 2.9.10), create only when
+ * absent, update only on the revision. Every operation reaches the server
+ * 1 to 40 ms after it was sent, and its answer comes 1 to 40 ms later;
+ * every write reaches every replica's watch, in order, 1 to 30 ms after it
+ * was applied. A replica runs a turn every 10 ms; its clock is the world's
+ * plus an offset that a jump moves forward. A frozen replica does
+ * nothing, and what comes for it waits until it runs again; what it sent
+ * before still reaches the server. A dead replica's answers are lost.
+ */
+
+#define SW_KEYS 1100
+#define SW_REPS 8
+#define SW_EVENTS 8192
+
+typedef struct sw_key {
+    char key[80];
+    char val[64];
+    uint64_t rev;
+    uint64_t stored;            /* world ms of its last write */
+    bool used;
+    bool stop_release;          /* "released" written by a replica stopping */
+} sw_key;
+
+enum sw_ev_kind { EV_APPLY, EV_REPLY, EV_WATCH, EV_SYNCED, EV_HANDOFF };
+
+typedef struct sw_ev {
+    uint64_t at;
+    enum sw_ev_kind kind;
+    int r, gen;
+    uint32_t slot;
+    int32_t part;
+    enum fq_owner_kind op;
+    char key[80];
+    char val[64];
+    uint64_t expect;
+    fq_status st;
+    uint64_t rev;
+    bool stopping;              /* APPLY: sent by a replica stopping */
+    uint64_t stored;            /* WATCH: when the server wrote it */
+} sw_ev;
+
+enum sw_rep_state { R_OFF, R_RUN, R_FROZEN, R_STOPPING };
+
+typedef struct sw_rep {
+    fq_owner *o;
+    char id[32];
+    int gen;
+    enum sw_rep_state state;
+    uint64_t off;               /* local clock = world + off */
+    uint64_t frozen_until;
+    uint64_t stop_deadline;
+    uint64_t last_watch;        /* the watch delivers in order */
+    bool owned[1024];           /* what GAINED and LOST said */
+    uint64_t gains;
+} sw_rep;
+
+typedef struct sw_world {
+    uint64_t seed0, seed, now, rev;
+    uint32_t parts;
+    sw_key keys[SW_KEYS];
+    sw_ev *ev;
+    size_t nev;
+    sw_rep rep[SW_REPS];
+    int nextid;
+    /* checks */
+    uint64_t disturbed_until;   /* no check of moves or pauses before */
+    uint64_t last_event;
+    uint64_t death_at, death_deadline;
+    bool death_check;
+    bool death_parts[1024];
+    uint64_t owned_since[1024]; /* when a running replica was last seen fresh for k */
+    uint64_t max_moving, takeovers_checked, balance_checked, moves;
+} sw_world;
+
+static bool sw_trace;  /* OWNER_TRACE set: say what happens */
+
+static uint64_t sw_rand(sw_world *w)
+{
+    uint64_t z = (w->seed += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static uint64_t sw_between(sw_world *w, uint64_t lo, uint64_t hi)
+{
+    return lo + sw_rand(w) % (hi - lo + 1);
+}
+
+static void sw_push(sw_world *w, const sw_ev *e)
+{
+    assert_true(w->nev < SW_EVENTS);
+    size_t i = w->nev;
+    while (i > 0 && w->ev[i - 1].at > e->at) {
+        w->ev[i] = w->ev[i - 1];
+        i--;
+    }
+    w->ev[i] = *e;
+    w->nev++;
+}
+
+static sw_key *sw_find(sw_world *w, const char *key, bool make)
+{
+    for (int i = 0; i < SW_KEYS; i++)
+        if (w->keys[i].used && strcmp(w->keys[i].key, key) == 0)
+            return &w->keys[i];
+    if (!make)
+        return NULL;
+    for (int i = 0; i < SW_KEYS; i++)
+        if (!w->keys[i].used) {
+            memset(&w->keys[i], 0, sizeof w->keys[i]);
+            w->keys[i].used = true;
+            snprintf(w->keys[i].key, sizeof w->keys[i].key, "%s", key);
+            return &w->keys[i];
+        }
+    fail();
+    return NULL;
+}
+
+static bool sw_present(const sw_world *w, const sw_key *k)
+{
+    return k && k->used && k->val[0] && w->now < k->stored + TTL;
+}
+
+static uint64_t sw_local(const sw_world *w, int r)
+{
+    return w->now + w->rep[r].off;
+}
+
+static bool sw_alive(const sw_rep *p)
+{
+    return p->state == R_RUN || p->state == R_FROZEN || p->state == R_STOPPING;
+}
+
+/* The owner's actions: operations go to the server, GAINED and LOST are
+ * kept, a planned LOST is settled and handed off 0 to 200 ms later. */
+static void sw_drain(sw_world *w, int r)
+{
+    sw_rep *p = &w->rep[r];
+    fq_owner_act a;
+    while (fq_owner_next(&a, p->o)) {
+        sw_ev e = {.r = r, .gen = p->gen, .slot = a.slot, .part = a.part, .op = a.kind};
+        switch (a.kind) {
+        case FQ_OWNER_GET:
+        case FQ_OWNER_CREATE:
+        case FQ_OWNER_UPDATE:
+            e.kind = EV_APPLY;
+            e.at = w->now + sw_between(w, 1, 40);
+            snprintf(e.key, sizeof e.key, "%s", a.key);
+            snprintf(e.val, sizeof e.val, "%s", a.value ? a.value : "");
+            e.expect = a.expect;
+            e.stopping = p->state == R_STOPPING;
+            sw_push(w, &e);
+            break;
+        case FQ_OWNER_GAINED:
+            if (sw_trace)
+                print_message("%" PRIu64 " %s gained %d term %" PRIu64 "%s\n", w->now, p->id,
+                              a.part, a.term, a.again ? " again" : "");
+            if (a.part >= 0) {
+                assert_true(a.term > 0);
+                if (!a.again)
+                    assert_false(p->owned[a.part]);
+                p->owned[a.part] = true;
+                p->gains++;
+            }
+            break;
+        case FQ_OWNER_LOST:
+            if (sw_trace)
+                print_message("%" PRIu64 " %s lost %d%s\n", w->now, p->id, a.part,
+                              a.planned ? " planned" : "");
+            if (sw_trace)
+                for (uint32_t k = 0; k < w->parts; k++)
+                    print_message("   %u: assigned %s lease %d holder %s\n", k,
+                                  fq_owner_assigned(p->o, (int32_t)k),
+                                  (int)fq_owner_lease(p->o, (int32_t)k)->state,
+                                  fq_owner_lease(p->o, (int32_t)k)->holder);
+            if (a.part >= 0) {
+                assert_true(p->owned[a.part]);
+                p->owned[a.part] = false;
+            }
+            if (a.planned) {
+                e.kind = EV_HANDOFF;
+                e.at = w->now + sw_between(w, 0, 200);
+                sw_push(w, &e);
+            }
+            break;
+        }
+    }
+}
+
+static void sw_apply(sw_world *w, sw_ev *e)
+{
+    sw_key *k = sw_find(w, e->key, e->op != FQ_OWNER_GET);
+    bool present = sw_present(w, k);
+    sw_ev rep = *e;
+    rep.kind = EV_REPLY;
+    rep.at = w->now + sw_between(w, 1, 40);
+    rep.val[0] = '\0';
+    if (e->op == FQ_OWNER_GET) {
+        rep.st = present ? FQ_OK : FQ_ENOTFOUND;
+        if (present) {
+            snprintf(rep.val, sizeof rep.val, "%s", k->val);
+            rep.rev = k->rev;
+        }
+    } else {
+        bool ok = e->op == FQ_OWNER_CREATE ? !present : present && k->rev == e->expect;
+        rep.st = ok ? FQ_OK : FQ_EEXIST;
+        if (ok) {
+            snprintf(k->val, sizeof k->val, "%s", e->val);
+            k->rev = ++w->rev;
+            k->stored = w->now;
+            k->stop_release = e->stopping && strcmp(e->val, FQ_LEASE_RELEASED) == 0;
+            rep.rev = k->rev;
+            for (int r = 0; r < SW_REPS; r++) {
+                sw_rep *p = &w->rep[r];
+                if (!sw_alive(p))
+                    continue;
+                sw_ev we = {.kind = EV_WATCH, .r = r, .gen = p->gen, .stored = w->now};
+                we.at = w->now + sw_between(w, 1, 30);
+                if (we.at < p->last_watch)
+                    we.at = p->last_watch;
+                p->last_watch = we.at;
+                snprintf(we.key, sizeof we.key, "%s", k->key);
+                snprintf(we.val, sizeof we.val, "%s", k->val);
+                sw_push(w, &we);
+            }
+        }
+    }
+    sw_push(w, &rep);
+}
+
+static void sw_event(sw_world *w, sw_ev *e)
+{
+    if (e->kind == EV_APPLY) {
+        sw_apply(w, e);     /* sent: it reaches the server, dead sender or not */
+        return;
+    }
+    sw_rep *p = &w->rep[e->r];
+    if (p->gen != e->gen || !sw_alive(p))
+        return;
+    uint64_t now = sw_local(w, e->r);
+    switch (e->kind) {
+    case EV_REPLY:
+        if (e->op == FQ_OWNER_GET)
+            fq_owner_on_get(p->o, e->slot, now, e->st, e->val, e->rev);
+        else
+            fq_owner_on_write(p->o, e->slot, now, e->st, e->rev);
+        break;
+    case EV_WATCH:
+        fq_owner_on_key(p->o, now, e->key, e->val, w->now - e->stored);
+        break;
+    case EV_SYNCED:
+        fq_owner_synced(p->o);
+        break;
+    case EV_HANDOFF:
+        fq_owner_handoff(p->o, e->part);
+        break;
+    default:
+        break;
+    }
+    sw_drain(w, e->r);
+}
+
+/* Everything due now, in order; what is for a frozen replica waits. */
+static void sw_events(sw_world *w)
+{
+    static sw_ev due[SW_EVENTS];
+    size_t nd = 0, out = 0;
+    for (size_t i = 0; i < w->nev; i++) {
+        const sw_ev *e = &w->ev[i];
+        if (e->at > w->now || (e->kind != EV_APPLY && w->rep[e->r].state == R_FROZEN))
+            w->ev[out++] = *e;
+        else
+            due[nd++] = *e;
+    }
+    w->nev = out;
+    for (size_t i = 0; i < nd; i++)
+        sw_event(w, &due[i]);
+}
+
+static void sw_join(sw_world *w)
+{
+    int r = -1;
+    for (int i = 0; i < SW_REPS && r < 0; i++)
+        if (w->rep[i].state == R_OFF)
+            r = i;
+    if (r < 0)
+        return;
+    sw_rep *p = &w->rep[r];
+    int gen = p->gen + 1;
+    memset(p, 0, sizeof *p);
+    p->gen = gen;
+    p->state = R_RUN;
+    p->off = sw_between(w, 0, 100000);
+    snprintf(p->id, sizeof p->id, "rep-%d", w->nextid++);
+    assert_int_equal(fq_owner_create(&p->o, w->parts, p->id, TTL), FQ_OK);
+    /* the watch: every key as it stands, then synced */
+    uint64_t at = w->now + 1;
+    for (int i = 0; i < SW_KEYS; i++) {
+        sw_key *k = &w->keys[i];
+        if (!sw_present(w, k))
+            continue;
+        sw_ev we = {.kind = EV_WATCH, .r = r, .gen = gen, .at = at, .stored = k->stored};
+        snprintf(we.key, sizeof we.key, "%s", k->key);
+        snprintf(we.val, sizeof we.val, "%s", k->val);
+        sw_push(w, &we);
+    }
+    p->last_watch = at + 1;
+    sw_push(w, &(sw_ev){.kind = EV_SYNCED, .r = r, .gen = gen, .at = at + 1});
+}
+
+static int sw_running(const sw_world *w)
+{
+    int n = 0;
+    for (int r = 0; r < SW_REPS; r++)
+        n += w->rep[r].state == R_RUN;
+    return n;
+}
+
+static void sw_kill(sw_world *w, int r)
+{
+    sw_rep *p = &w->rep[r];
+    w->death_check = true;
+    w->death_at = w->now;
+    w->death_deadline = w->now + TTL + 1000;
+    for (uint32_t k = 0; k < w->parts; k++)
+        w->death_parts[k] = fq_owner_fresh(p->o, (int32_t)k, sw_local(w, r));
+    fq_owner_destroy(p->o);
+    p->o = NULL;
+    p->state = R_OFF;
+}
+
+static int sw_pick(sw_world *w, enum sw_rep_state st)
+{
+    int c[SW_REPS], n = 0;
+    for (int r = 0; r < SW_REPS; r++)
+        if (w->rep[r].state == st)
+            c[n++] = r;
+    return n ? c[sw_rand(w) % (uint64_t)n] : -1;
+}
+
+/* A fault or a change, at random. */
+static void sw_disturb(sw_world *w, bool faults)
+{
+    uint64_t what = sw_rand(w) % (faults ? 6 : 2);
+    int running = sw_running(w);
+    int r = sw_pick(w, R_RUN);
+    if (sw_trace)
+        print_message("%" PRIu64 " event %d on %s (running %d)\n", w->now, (int)what,
+                      r >= 0 ? w->rep[r].id : "-", running);
+    if (what == 0 && running < 5) {
+        sw_join(w);
+        return;     /* a join is no fault: moves and pauses stay checked */
+    }
+    if (r < 0 || running < 2)
+        return;
+    if (what == 1) {
+        fq_owner_stop(w->rep[r].o, sw_local(w, r));
+        w->rep[r].state = R_STOPPING;
+        w->rep[r].stop_deadline = w->now + 2000;
+        sw_drain(w, r);
+    } else if (what == 2 || what == 3) {
+        sw_kill(w, r);
+    } else if (what == 4) {
+        w->rep[r].state = R_FROZEN;
+        w->rep[r].frozen_until = w->now + sw_between(w, 500, 8000);
+        w->death_check = false;
+    } else {
+        w->rep[r].off += sw_between(w, 200, 6000);
+        w->death_check = false;
+    }
+    w->disturbed_until = w->now + 3 * TTL;
+}
+
+/* What each replica thinks of partition k, when a check fails. */
+static void sw_dump(sw_world *w, uint32_t k)
+{
+    for (int r = 0; r < SW_REPS; r++) {
+        sw_rep *p = &w->rep[r];
+        if (!p->o)
+            continue;
+        const fq_lease *l = fq_owner_lease(p->o, (int32_t)k);
+        fq_owner_stats st;
+        fq_owner_stats_get(&st, p->o);
+        print_message("%s state %d: assigned %s, lease %d op %d holder '%s', live %u\n", p->id,
+                      (int)p->state, fq_owner_assigned(p->o, (int32_t)k), (int)l->state,
+                      (int)l->op, l->holder, st.live);
+    }
+    char key[16];
+    snprintf(key, sizeof key, "p.%u", k);
+    sw_key *sk = sw_find(w, key, false);
+    if (sk)
+        print_message("server: '%s' rev %" PRIu64 " stored %" PRIu64 "\n", sk->val, sk->rev,
+                      sk->stored);
+}
+
+/* Whether the server holds k for a running replica. */
+static bool sw_holder_running(const sw_world *w, const sw_key *k)
+{
+    if (!sw_present(w, k))
+        return false;
+    for (int r = 0; r < SW_REPS; r++)
+        if (w->rep[r].state == R_RUN && strcmp(w->rep[r].id, k->val) == 0)
+            return true;
+    return false;
+}
+
+/* The invariants, at every world millisecond. */
+static void sw_check(sw_world *w)
+{
+    uint32_t P = w->parts, unowned = 0;
+    uint64_t moving = 0;
+    for (uint32_t k = 0; k < P; k++) {
+        char key[16];
+        if (P == 1)
+            snprintf(key, sizeof key, "leader");
+        else
+            snprintf(key, sizeof key, "p.%u", k);
+        sw_key *sk = sw_find(w, key, false);
+        int fresh = 0;
+        for (int r = 0; r < SW_REPS; r++) {
+            sw_rep *p = &w->rep[r];
+            if (p->state != R_RUN && p->state != R_STOPPING)
+                continue;
+            if (!fq_owner_fresh(p->o, (int32_t)k, sw_local(w, r)))
+                continue;
+            fresh++;
+            /* fresh: the server holds the key in our name */
+            if (!sw_present(w, sk) || strcmp(sk->val, p->id) != 0)
+                fail_msg("seed %" PRIu64 " t %" PRIu64 ": %s fresh for partition %u, the server "
+                         "says '%s'", w->seed0, w->now, p->id, k, sk ? sk->val : "");
+        }
+        if (fresh > 1)
+            fail_msg("seed %" PRIu64 " t %" PRIu64 ": %d fresh owners of partition %u",
+                     w->seed0, w->now, fresh, k);
+        if (fresh)
+            w->owned_since[k] = w->now;
+        else if (!sw_holder_running(w, sk))
+            unowned++;  /* a taker whose write the server applied is on its way */
+        if (sw_present(w, sk) && strcmp(sk->val, FQ_LEASE_RELEASED) == 0 && !sk->stop_release)
+            moving++;
+    }
+    if (moving > w->max_moving && w->now >= w->disturbed_until)
+        w->max_moving = moving;
+    if (w->now >= w->disturbed_until && P > 1) {
+        if (moving > 1)
+            fail_msg("seed %" PRIu64 " t %" PRIu64 ": %" PRIu64 " planned moves at once",
+                     w->seed0, w->now, moving);
+        if (unowned > 1 && sw_trace)
+            for (uint32_t k = 0; k < P; k++)
+                sw_dump(w, k);
+        if (unowned > 1)
+            fail_msg("seed %" PRIu64 " t %" PRIu64 ": %u partitions without an owner with "
+                     "no fault", w->seed0, w->now, unowned);
+    }
+    if (w->death_check && w->now >= w->death_deadline) {
+        for (uint32_t k = 0; k < P; k++)
+            if (w->death_parts[k] && w->owned_since[k] <= w->death_at) {
+                sw_dump(w, k);
+                fail_msg("seed %" PRIu64 ": partition %u of a replica killed at %" PRIu64
+                         " not owned again by %" PRIu64, w->seed0, k, w->death_at, w->now);
+            }
+        w->death_check = false;
+        w->takeovers_checked++;
+    }
+}
+
+/* Once stable: every partition owned, each running replica within one of
+ * an even share. */
+static void sw_check_balance(sw_world *w)
+{
+    uint32_t P = w->parts, n = 0, cnt[SW_REPS] = {0};
+    for (int r = 0; r < SW_REPS; r++) {
+        sw_rep *p = &w->rep[r];
+        if (p->state != R_RUN)
+            continue;
+        n++;
+        for (uint32_t k = 0; k < P; k++)
+            if (fq_owner_fresh(p->o, (int32_t)k, sw_local(w, r))) {
+                assert_true(p->owned[k]);
+                cnt[r]++;
+            }
+    }
+    if (!n)
+        return;
+    uint32_t total = 0, lo = P == 1 ? 0 : P / n, hi = P == 1 ? 1 : (P + n - 1) / n;
+    for (int r = 0; r < SW_REPS; r++) {
+        if (w->rep[r].state != R_RUN)
+            continue;
+        total += cnt[r];
+        if (cnt[r] < lo || cnt[r] > hi)
+            fail_msg("seed %" PRIu64 " t %" PRIu64 ": %s owns %u of %u partitions over %u "
+                     "replicas", w->seed0, w->now, w->rep[r].id, cnt[r], P, n);
+    }
+    if (total != P)
+        fail_msg("seed %" PRIu64 " t %" PRIu64 ": %u of %u partitions owned", w->seed0, w->now,
+                 total, P);
+    w->balance_checked++;
+}
+
+static void sw_step(sw_world *w)
+{
+    w->now++;
+    for (int r = 0; r < SW_REPS; r++) {
+        sw_rep *p = &w->rep[r];
+        if (p->state == R_FROZEN && w->now >= p->frozen_until)
+            p->state = R_RUN;
+        if (p->state == R_STOPPING && (fq_owner_stopped(p->o) || w->now >= p->stop_deadline)) {
+            fq_owner_destroy(p->o);
+            p->o = NULL;
+            p->state = R_OFF;
+        }
+    }
+    sw_events(w);
+    for (int r = 0; r < SW_REPS; r++) {
+        sw_rep *p = &w->rep[r];
+        if ((p->state == R_RUN || p->state == R_STOPPING) && (w->now + (uint64_t)r * 3) % 10 == 0) {
+            fq_owner_tick(p->o, sw_local(w, r));
+            sw_drain(w, r);
+        }
+    }
+    sw_check(w);
+}
+
+static void sw_init(sw_world *w, uint64_t seed, uint32_t parts)
+{
+    memset(w, 0, sizeof *w);
+    w->seed0 = w->seed = seed;
+    w->parts = parts;
+    w->now = 1000;
+    w->ev = calloc(SW_EVENTS, sizeof *w->ev);
+    assert_non_null(w->ev);
+}
+
+static void sw_free(sw_world *w)
+{
+    for (int r = 0; r < SW_REPS; r++)
+        fq_owner_destroy(w->rep[r].o);
+    free(w->ev);
+}
+
+static void sw_run(sw_world *w, uint64_t ms)
+{
+    for (uint64_t end = w->now + ms; w->now < end;)
+        sw_step(w);
+}
+
+static uint32_t sw_owned(sw_world *w, int r)
+{
+    uint32_t n = 0;
+    for (uint32_t k = 0; k < w->parts; k++)
+        n += w->rep[r].state == R_RUN && fq_owner_fresh(w->rep[r].o, (int32_t)k, sw_local(w, r));
+    return n;
+}
+
+/* ---- tests --------------------------------------------------------------- */
+
+static void test_id_valid(void **state)
+{
+    (void)state;
+    assert_true(fq_owner_id_valid("fairq-0"));
+    assert_true(fq_owner_id_valid("A_b-9"));
+    assert_false(fq_owner_id_valid(""));
+    assert_false(fq_owner_id_valid(NULL));
+    assert_false(fq_owner_id_valid("released"));
+    assert_false(fq_owner_id_valid("a.b"));     /* a key's token separator */
+    assert_false(fq_owner_id_valid("a b"));
+    assert_false(fq_owner_id_valid("host:1"));
+    char longid[FQ_OWNER_ID_MAX + 2];
+    memset(longid, 'x', sizeof longid - 1);
+    longid[sizeof longid - 1] = '\0';
+    assert_false(fq_owner_id_valid(longid));
+    longid[FQ_OWNER_ID_MAX] = '\0';
+    assert_true(fq_owner_id_valid(longid));
+    fq_owner *o;
+    assert_int_equal(fq_owner_create(&o, 0, "a", TTL), FQ_EINVAL);
+    assert_int_equal(fq_owner_create(&o, 1025, "a", TTL), FQ_EINVAL);
+    assert_int_equal(fq_owner_create(&o, 4, "a.b", TTL), FQ_EINVAL);
+    assert_int_equal(fq_owner_create(&o, 4, "a", 10), FQ_EINVAL);
+    fq_owner_destroy(NULL);
+}
+
+/* P = 1 is today's leader lease: the key "leader", no registry, no watch
+ * needed, the first to take it keeps it; a second replica stands by and
+ * takes over once the first stops renewing. */
+static void test_p1_is_the_leader_key(void **state)
+{
+    (void)state;
+    fq_owner *o;
+    assert_int_equal(fq_owner_create(&o, 1, "one", TTL), FQ_OK);
+    fq_owner_tick(o, 100);
+    fq_owner_act a;
+    assert_true(fq_owner_next(&a, o));
+    assert_int_equal(a.kind, FQ_OWNER_GET);
+    assert_string_equal(a.key, "leader");
+    assert_false(fq_owner_next(&a, o));
+    fq_owner_on_get(o, a.slot, 101, FQ_ENOTFOUND, NULL, 0);
+    assert_true(fq_owner_next(&a, o));
+    assert_int_equal(a.kind, FQ_OWNER_CREATE);
+    assert_string_equal(a.value, "one");
+    fq_owner_on_write(o, a.slot, 102, FQ_OK, 7);
+    assert_true(fq_owner_next(&a, o));
+    assert_int_equal(a.kind, FQ_OWNER_GAINED);
+    assert_int_equal(a.part, 0);
+    assert_int_equal(a.term, 7);
+    assert_false(a.again);
+    assert_true(fq_owner_fresh(o, 0, 102));
+    assert_true(fq_owner_fresh(o, FQ_OWNER_DUTY, 102));
+    assert_int_equal(fq_owner_term(o, 0), 7);
+    /* a renewal a third of the TTL after the create was sent */
+    fq_owner_tick(o, 101 + TTL / 3 - 1);
+    assert_false(fq_owner_next(&a, o));
+    fq_owner_tick(o, 101 + TTL / 3);
+    assert_true(fq_owner_next(&a, o));
+    assert_int_equal(a.kind, FQ_OWNER_UPDATE);
+    assert_true(a.renewal);
+    assert_int_equal(a.expect, 7);
+    fq_owner_on_write(o, a.slot, 101 + TTL / 3 + 4, FQ_OK, 9);
+    assert_false(fq_owner_next(&a, o));
+    fq_owner_stats st;
+    fq_owner_stats_get(&st, o);
+    assert_int_equal(st.owned, 1);
+    assert_int_equal(st.renewals, 1);
+    assert_int_equal(st.renew_ms_last, 4);
+    /* a stop: LOST, planned; released once handed off */
+    fq_owner_stop(o, 2000);
+    assert_true(fq_owner_next(&a, o));
+    assert_int_equal(a.kind, FQ_OWNER_LOST);
+    assert_true(a.planned);
+    fq_owner_tick(o, 2001);
+    assert_false(fq_owner_next(&a, o));     /* not yet settled */
+    assert_true(fq_owner_fresh(o, 0, 2001)); /* the caller settles while fresh */
+    fq_owner_handoff(o, 0);
+    fq_owner_tick(o, 2002);
+    assert_true(fq_owner_next(&a, o));
+    assert_int_equal(a.kind, FQ_OWNER_UPDATE);
+    assert_string_equal(a.value, FQ_LEASE_RELEASED);
+    assert_int_equal(a.expect, 9);
+    assert_false(fq_owner_fresh(o, 0, 2002));
+    assert_false(fq_owner_stopped(o));
+    fq_owner_on_write(o, a.slot, 2003, FQ_OK, 10);
+    assert_true(fq_owner_stopped(o));
+    fq_owner_destroy(o);
+}
+
+/* Three replicas share P = 8 as 3, 3, 2; the registry keys and the
+ * partition keys are the ones owner.h names. */
+static void test_three_share_eight(void **state)
+{
+    (void)state;
+    sw_world w;
+    sw_init(&w, 7, 8);
+    for (int i = 0; i < 3; i++)
+        sw_join(&w);
+    w.disturbed_until = w.now + 3 * TTL;
+    sw_run(&w, 3 * TTL);
+    sw_check_balance(&w);
+    uint32_t a = sw_owned(&w, 0), b = sw_owned(&w, 1), c = sw_owned(&w, 2);
+    assert_int_equal(a + b + c, 8);
+    assert_true(a >= 2 && a <= 3 && b >= 2 && b <= 3 && c >= 2 && c <= 3);
+    assert_non_null(sw_find(&w, "r.rep-0", false));
+    assert_non_null(sw_find(&w, "p.7", false));
+    assert_non_null(sw_find(&w, "leader", false));
+    /* one duty holder */
+    int duty = 0;
+    for (int r = 0; r < 3; r++)
+        duty += fq_owner_fresh(w.rep[r].o, FQ_OWNER_DUTY, sw_local(&w, r));
+    assert_int_equal(duty, 1);
+    /* every replica computes the same assignment */
+    for (int32_t k = 0; k < 8; k++) {
+        assert_string_equal(fq_owner_assigned(w.rep[0].o, k), fq_owner_assigned(w.rep[1].o, k));
+        assert_string_equal(fq_owner_assigned(w.rep[0].o, k), fq_owner_assigned(w.rep[2].o, k));
+    }
+    sw_free(&w);
+}
+
+/* A fourth replica joins: it takes its share one partition at a time (the
+ * world checks at most one planned move under way and at most one
+ * partition without an owner, every millisecond), and each partition
+ * that moves was handed over (released) rather than left to age out. */
+static void test_join_moves_one_at_a_time(void **state)
+{
+    (void)state;
+    sw_world w;
+    sw_init(&w, 11, 16);
+    for (int i = 0; i < 3; i++)
+        sw_join(&w);
+    w.disturbed_until = w.now + 3 * TTL;
+    sw_run(&w, 3 * TTL);
+    sw_check_balance(&w);
+    fq_owner_stats st;
+    uint64_t moves0 = 0;
+    for (int r = 0; r < 3; r++) {
+        fq_owner_stats_get(&st, w.rep[r].o);
+        moves0 += st.moves;
+    }
+    uint64_t t0 = w.now;
+    sw_join(&w);
+    uint64_t first = 0, last = 0;
+    uint32_t had = 0;
+    while (w.now < t0 + 10000) {
+        sw_step(&w);
+        uint32_t n = sw_owned(&w, 3);
+        if (n > had) {
+            assert_int_equal(n, had + 1);   /* one at a time */
+            first = first ? first : w.now;
+            last = w.now;
+            had = n;
+        }
+    }
+    assert_int_equal(had, 4);
+    assert_true(first > t0 && last < t0 + 5000);     /* each step a handover, not a TTL */
+    assert_int_equal(w.max_moving, 1);
+    sw_check_balance(&w);
+    fq_owner_stats_get(&st, w.rep[3].o);
+    assert_int_equal(st.gained, 4);
+    assert_int_equal(st.owned, 4);
+    assert_int_equal(st.live, 4);
+    uint64_t moves = 0;
+    for (int r = 0; r < 3; r++) {
+        fq_owner_stats_get(&st, w.rep[r].o);
+        moves += st.moves;
+    }
+    assert_int_equal(moves - moves0, 4);
+    sw_free(&w);
+}
+
+/* kill -9 of one of three: every partition it owned is owned again
+ * within TTL + 1 s (the world checks it), all taken at once rather than
+ * one at a time, and the survivors share P evenly. */
+static void test_death_takeover(void **state)
+{
+    (void)state;
+    sw_world w;
+    sw_init(&w, 23, 8);
+    for (int i = 0; i < 3; i++)
+        sw_join(&w);
+    w.disturbed_until = w.now + 3 * TTL;
+    sw_run(&w, 3 * TTL);
+    sw_check_balance(&w);
+    uint32_t had = sw_owned(&w, 1);
+    assert_true(had >= 2);
+    sw_kill(&w, 1);
+    w.disturbed_until = w.now + 3 * TTL;
+    uint64_t t0 = w.now, all = 0;
+    while (w.now < t0 + TTL + 1000) {
+        sw_step(&w);
+        if (!all && sw_owned(&w, 0) + sw_owned(&w, 2) == 8)
+            all = w.now;
+    }
+    assert_int_equal(w.takeovers_checked, 1);
+    assert_true(all > t0 + TTL - 1000);     /* not before its keys aged out */
+    sw_run(&w, 3 * TTL);
+    sw_check_balance(&w);
+    sw_free(&w);
+}
+
+/* A graceful stop hands every partition over at once (released, not aged
+ * out): owned again long before a TTL. */
+static void test_stop_releases(void **state)
+{
+    (void)state;
+    sw_world w;
+    sw_init(&w, 31, 8);
+    for (int i = 0; i < 2; i++)
+        sw_join(&w);
+    w.disturbed_until = w.now + 3 * TTL;
+    sw_run(&w, 3 * TTL);
+    sw_check_balance(&w);
+    fq_owner_stop(w.rep[0].o, sw_local(&w, 0));
+    w.rep[0].state = R_STOPPING;
+    w.rep[0].stop_deadline = w.now + 2000;
+    sw_drain(&w, 0);
+    w.disturbed_until = w.now + 3 * TTL;
+    uint64_t t0 = w.now;
+    while (w.rep[0].state != R_OFF)
+        sw_step(&w);
+    assert_true(w.now < t0 + 1000);     /* every release answered */
+    sw_key *reg = sw_find(&w, "r.rep-0", false);
+    assert_non_null(reg);
+    assert_string_equal(reg->val, FQ_LEASE_RELEASED);
+    while (sw_owned(&w, 1) < 8 && w.now < t0 + TTL)
+        sw_step(&w);
+    assert_true(w.now < t0 + 1500);
+    assert_true(fq_owner_fresh(w.rep[1].o, FQ_OWNER_DUTY, sw_local(&w, 1)));
+    sw_free(&w);
+}
+
+/* A replica frozen past its TTL comes back: it says LOST for what it
+ * held, is never fresh for a key another took, registers again, and
+ * gets its share back by planned moves. */
+static void test_freeze_past_ttl(void **state)
+{
+    (void)state;
+    sw_world w;
+    sw_init(&w, 41, 8);
+    for (int i = 0; i < 2; i++)
+        sw_join(&w);
+    w.disturbed_until = w.now + 3 * TTL;
+    sw_run(&w, 3 * TTL);
+    sw_check_balance(&w);
+    w.rep[0].state = R_FROZEN;
+    w.rep[0].frozen_until = w.now + 2 * TTL;
+    w.disturbed_until = w.now + 5 * TTL;
+    sw_run(&w, 2 * TTL - 1);
+    assert_int_equal(sw_owned(&w, 1), 8);
+    sw_run(&w, 6 * TTL);
+    sw_check_balance(&w);
+    assert_int_equal(sw_owned(&w, 0), 4);
+    fq_owner_stats st;
+    fq_owner_stats_get(&st, w.rep[0].o);
+    assert_int_equal(st.lost, 4);
+    assert_int_equal(st.gained, 8);
+    sw_free(&w);
+}
+
+/* The seeded simulation: replicas join, stop, die, freeze and jump their
+ * clocks at random for 90 s, then stay quiet for 20 s; every millisecond
+ * no two fresh owners of a partition and the server agrees with each;
+ * with no fault for 3 TTLs, at most one planned move under way and at
+ * most one partition without an owner; a dead replica's partitions owned
+ * again within TTL + 1 s; after 15 s of quiet, balanced within one.
+ * OWNER_SEED=<n> replays one world, OWNER_SEEDS=<k> runs k. */
+static void sim_one(uint64_t seed, uint32_t parts)
+{
+    sw_world w;
+    sw_init(&w, seed, parts);
+    sw_join(&w);
+    sw_join(&w);
+    w.disturbed_until = w.now + 3 * TTL;
+    uint64_t end = w.now + 90000, next = w.now + 5000;
+    while (w.now < end) {
+        sw_step(&w);
+        if (w.now >= next) {
+            if (w.now >= w.last_event + 15000)
+                sw_check_balance(&w);
+            sw_disturb(&w, true);
+            if (sw_running(&w) == 0)
+                sw_join(&w);
+            w.last_event = w.now;
+            next = w.now + sw_between(&w, 1000, 16000);
+        }
+    }
+    while (sw_running(&w) < 2)
+        sw_join(&w);
+    w.disturbed_until = w.now + 3 * TTL;
+    sw_run(&w, 20000);
+    sw_check_balance(&w);
+    sw_free(&w);
+}
+
+/* P by seed: uneven (5), even (8), larger (16); 1000 and up P = 1. */
+static uint32_t sim_parts(uint64_t seed)
+{
+    return seed >= 1000 ? 1 : seed % 3 == 0 ? 5 : seed % 3 == 1 ? 8 : 16;
+}
+
+static void test_simulation(void **state)
+{
+    (void)state;
+    const char *one = getenv("OWNER_SEED"), *many = getenv("OWNER_SEEDS");
+    sw_trace = getenv("OWNER_TRACE") != NULL;
+    if (one) {
+        uint64_t s = strtoull(one, NULL, 10);
+        sim_one(s, sim_parts(s));
+        return;
+    }
+    uint64_t n = many ? strtoull(many, NULL, 10) : 24;
+    for (uint64_t s = 1; s <= n; s++) {
+        sim_one(s, sim_parts(s));
+    }
+    sim_one(1000, sim_parts(1000));
+    sim_one(1001, sim_parts(1001));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_id_valid),
+        cmocka_unit_test(test_p1_is_the_leader_key),
+        cmocka_unit_test(test_three_share_eight),
+        cmocka_unit_test(test_join_moves_one_at_a_time),
+        cmocka_unit_test(test_death_takeover),
+        cmocka_unit_test(test_stop_releases),
+        cmocka_unit_test(test_freeze_past_ttl),
+        cmocka_unit_test(test_simulation),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
