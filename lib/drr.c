@@ -1366,6 +1366,27 @@ static void unpark(fq_sched *s, uint64_t now)
     }
 }
 
+/* Take r, t's head run (head_run), out of t's queue; rest was its next
+ * before anything relinked it. */
+static void dequeue_head(fq_sched *s, fq_tenant *t, const fq_run *r, fq_run *rest)
+{
+    if (r != t->qhead) {        /* a sub-tenant's */
+        sub_sent(s, t, r, rest);
+    } else {
+        t->qhead = rest;
+        if (!t->qhead)
+            t->qtail = NULL;
+    }
+    if (t->cl) {
+        t->cl->queued[r->cls]--;
+        if (t->cl->tail[r->cls] == r)
+            t->cl->tail[r->cls] = NULL;
+    }
+    if (t->requeued && !--t->requeued)
+        t->rq_last = NULL;
+    queue_add_tokens(s, t, -1, r->est);
+}
+
 fq_run *fq_sched_dispatch(fq_sched *s, uint64_t now)
 {
     if (s->npark)
@@ -1407,21 +1428,7 @@ fq_run *fq_sched_dispatch(fq_sched *s, uint64_t now)
         fq_run *r = head_run(t), *rest = r->next;
         if (!fq_window_fits(&s->win, r->est) || fq_window_add(&s->win, r, now) != FQ_OK)
             return NULL;
-        if (r != t->qhead) {    /* a sub-tenant's */
-            sub_sent(s, t, r, rest);
-        } else {
-            t->qhead = rest;    /* the window relinked r */
-            if (!t->qhead)
-                t->qtail = NULL;
-        }
-        if (t->cl) {
-            t->cl->queued[r->cls]--;
-            if (t->cl->tail[r->cls] == r)
-                t->cl->tail[r->cls] = NULL;
-        }
-        if (t->requeued && !--t->requeued)
-            t->rq_last = NULL;
-        queue_add_tokens(s, t, -1, r->est);
+        dequeue_head(s, t, r, rest);    /* the window relinked r: rest was read before */
         t->deficit -= r->est;
         t->in_flight++;
         t->dispatched++;
@@ -1608,6 +1615,119 @@ fq_status fq_sched_cancel(fq_sched *s, uint64_t id)
     uncap(s, t);
     run_free(s, r);
     return FQ_OK;
+}
+
+fq_status fq_sched_forget(fq_sched *s, uint64_t id)
+{
+    fq_run *r = fq_window_find(&s->win, id);
+    if (!r)
+        return FQ_ENOTFOUND;
+    fq_tenant *t = r->tenant;
+    if (r->state == FQ_RUN_FLIGHT)
+        t->in_flight--;
+    else
+        t->expired_held--;
+    fq_window_remove(&s->win, r);
+    uncap(s, t);
+    run_free(s, r);
+    return FQ_OK;
+}
+
+/* The tenants fq_sched_clear empties that are on the active list or in the
+ * park heap (where they cannot be unlinked in O(1)) leave them here, in
+ * one pass over each, idle. */
+static void clear_prune(fq_sched *s)
+{
+    fq_tenant *prev = NULL;
+    for (fq_tenant *t = s->head, *nx; t; t = nx) {
+        nx = t->next;
+        if (t->queued) {
+            prev = t;
+            continue;
+        }
+        if (prev)
+            prev->next = nx;
+        else
+            s->head = nx;
+        t->next = NULL;
+        t->state = FQ_T_IDLE;
+    }
+    s->tail = prev;
+    uint32_t kept = 0;
+    for (uint32_t i = 0; i < s->npark; i++) {
+        fq_tenant *t = s->park[i].t;
+        if (t->queued)
+            s->park[kept++] = s->park[i];
+        else
+            t->state = FQ_T_IDLE;
+    }
+    s->npark = kept;
+    /* Heapify what is left, by time. */
+    for (uint32_t i = kept / 2; i-- > 0;) {
+        heap_ent e = s->park[i];
+        uint32_t j = i;
+        for (;;) {
+            uint32_t c = 2 * j + 1;
+            if (c >= kept)
+                break;
+            if (c + 1 < kept && s->park[c + 1].wake < s->park[c].wake)
+                c++;
+            if (s->park[c].wake >= e.wake)
+                break;
+            s->park[j] = s->park[c];
+            j = c;
+        }
+        s->park[j] = e;
+    }
+}
+
+size_t fq_sched_clear(fq_sched *s, bool (*which)(void *arg, const fq_tenant *t),
+                      void (*cb)(void *arg, const fq_run *r), void *arg)
+{
+    size_t n = 0;
+    bool prune = false;
+    for (fq_strmap_node *nd = fq_strmap_first(s->tenants); nd;
+         nd = fq_strmap_next(s->tenants, nd)) {
+        fq_tenant *t = tenant_of(nd);
+        if (!which(arg, t))
+            continue;
+        while (t->queued) {
+            fq_run *r = head_run(t), *rest = r->next;
+            dequeue_head(s, t, r, rest);
+            if (cb)
+                cb(arg, r);
+            run_free(s, r);
+            n++;
+        }
+        t->deficit = 0;
+        t->rate_at = FQ_RATE_NEVER;
+        t->park_until = 0;
+        switch (t->state) {
+        case FQ_T_WAITING:
+            wait_remove(s, t);
+            t->state = FQ_T_IDLE;
+            break;
+        case FQ_T_CAPPED:
+            if (t->prev)
+                t->prev->next = t->next;
+            else
+                s->capped = t->next;
+            if (t->next)
+                t->next->prev = t->prev;
+            t->next = t->prev = NULL;
+            t->state = FQ_T_IDLE;
+            break;
+        case FQ_T_ACTIVE:
+        case FQ_T_PARKED:
+            prune = true;
+            break;
+        default:
+            break;
+        }
+    }
+    if (prune)
+        clear_prune(s);
+    return n;
 }
 
 /* Whether run a was queued before run b. */

@@ -285,6 +285,23 @@ void fq_sched_park(fq_sched *s, fq_tenant *t, uint64_t until);
  * not in flight: nothing changes. */
 fq_status fq_sched_cancel(fq_sched *s, uint64_t id);
 
+/* Let go of a dispatched run (in flight, or expired) that another
+ * scheduler now answers for (its partition moved to another replica): it
+ * leaves the window, its slot freed, with no charge refunded or
+ * reconciled. FQ_ENOTFOUND if it is not in the window. */
+fq_status fq_sched_forget(fq_sched *s, uint64_t id);
+
+/* Let go of every tenant which(arg, t) picks (their partition moved):
+ * each queued run, in the order dispatch would take it, is shown to cb (if
+ * given) and freed, and the tenant is left idle with a deficit of zero
+ * (its debt is its journal's, read back by the next owner; credit is
+ * dropped as when a queue empties), no token rate owed and not parked.
+ * Its dispatched runs are the caller's to forget first (fq_sched_forget).
+ * Returns the queued runs freed. O(tenants + active + parked): for a
+ * handover, not the hot path. */
+size_t fq_sched_clear(fq_sched *s, bool (*which)(void *arg, const fq_tenant *t),
+                      void (*cb)(void *arg, const fq_run *r), void *arg);
+
 /* What fq_sched_expire tells its callback about a run. */
 enum fq_expiry {
     FQ_EXPIRY_LEASE = 1,    /* its lease ended: its slot is free, it is remembered */

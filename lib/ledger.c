@@ -40,11 +40,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "partition.h"
 #include "u64map.h"
 
 #define LG_POOL_CHUNK 1024
 #define LG_TOKEN_HELD (1ULL << 59)  /* in a refused completion's token: acked by its early
                                        completion, not by the copy's PubAck */
+#define LG_TOKEN_PART_SHIFT 48      /* a refusal's or a batch's token: its partition in bits
+                                       48 to 58, the sequence or batch id below */
+#define LG_TOKEN_LOW ((1ULL << LG_TOKEN_PART_SHIFT) - 1)
 
 enum lg_state {
     LG_QUEUED = 1,      /* in its tenant's queue */
@@ -78,6 +82,7 @@ typedef struct lg_run {
     unsigned char *body;        /* one block (lg_block, then its run id, workflow, header
                                    lines and body); NULL: index only */
     uint32_t delivered;         /* its submit's last delivery: delivery count */
+    uint16_t part;              /* its tenant's partition (set when indexed) */
     uint64_t cseq;              /* ... and consumer sequence */
     int64_t submitted_ms;       /* JetStream's timestamp of the submit */
     uint32_t est;               /* tokens charged */
@@ -110,7 +115,8 @@ _Static_assert(sizeof(void *) != 8 || sizeof(lg_run) <= 88,
 /* The delivery of x's submit an ack or a nak names. */
 static fq_ledger_ackref lg_ackref(const lg_run *x)
 {
-    return (fq_ledger_ackref){.sseq = x->seq, .cseq = x->cseq, .delivered = x->delivered};
+    return (fq_ledger_ackref){.sseq = x->seq, .cseq = x->cseq, .delivered = x->delivered,
+                              .part = x->part};
 }
 
 static void lg_delivery(lg_run *x, const fq_ledger_ackref *a)
@@ -125,6 +131,7 @@ typedef struct lg_done {
     uint64_t key;               /* the run key's hash */
     uint64_t seq;               /* the submit it came from */
     int64_t until_ms;           /* unix ms from which it may be forgotten */
+    uint32_t part;              /* its tenant's partition */
     fq_u64map_node node;
     struct lg_done *next;       /* FIFO by until_ms; free list */
 } lg_done;
@@ -155,6 +162,30 @@ typedef struct lg_batch {
     bool sent;                  /* published, awaiting its PubAck */
     uint64_t retry_at;          /* monotonic ms it is sent again after a failure; 0: not */
 } lg_batch;
+
+enum lg_part_state {
+    LG_PART_FREE = 0,   /* not ours */
+    LG_PART_LOADING,    /* adopted, its journal being read back */
+    LG_PART_OWNED,      /* ours: its submits and completions are taken */
+};
+
+/* A partition: the unit of ownership (docs/partitions.md), with a journal
+ * subject of its own, its batches, its fence and its marker. */
+typedef struct lg_part {
+    lg_batch bat[2];            /* the one being written and the one in flight */
+    lg_batch *cur, *sent;       /* NULL: none */
+    uint64_t jseq;              /* its journal subject's last sequence: the next batch
+                                   expects it */
+    uint64_t term;              /* the term it was adopted at */
+    uint64_t jfail_since;       /* monotonic ms its batches began failing; 0: not */
+    uint32_t gone;              /* runs let go at its release whose dispatch is unanswered */
+    uint8_t state;              /* enum lg_part_state */
+    bool jmarked;               /* its term's marker is stored: jseq is known */
+    bool fenced;                /* another owner wrote its journal */
+    bool full;                  /* its unsent batch is as large as one may be */
+    bool jstalled;              /* its batches fail for FQ_LEDGER_STALL_MS */
+    bool listed;                /* on the list of partitions with a batch unsent or unanswered */
+} lg_part;
 
 /* A run given back to FAIR_SUBMIT (over its tenant's share, or behind
  * one that was), awaited in its tenant's order. */
@@ -199,13 +230,18 @@ struct fq_ledger {
     void **chunks;              /* every pool chunk, for destroy */
     size_t nchunks, chunks_cap;
 
-    lg_batch bat[2];            /* the one being written and the one in flight */
-    lg_batch *cur, *sent;       /* NULL: none */
+    lg_part *parts;             /* the deployment's partitions, owned or not */
+    uint32_t nparts;
+    uint32_t *jlist;            /* partitions with a batch unsent or unanswered */
+    uint32_t njlist;
+    lg_part *jlast;             /* the partition last appended to; NULL: none */
+    uint32_t nfenced, nfull, njstalled; /* partitions fenced, full, stalled */
     uint64_t bat_next;          /* next batch id */
-    uint64_t jseq;              /* the journal's last sequence: the next batch expects it */
-    bool jmarked;               /* our term's marker is stored: jseq is known */
-    bool fenced;
-    bool journal_full;
+    bool journal_full;          /* some partition's unsent batch is full */
+    fq_u64map *gone;            /* runs let go with their partition whose dispatch is
+                                   unanswered, by sequence */
+    lg_run **scratch;           /* a release's runs */
+    size_t nscratch, scratch_cap;
 
     fq_ledger_tenant *dirty;    /* tenants reconciled this turn */
     fq_ledger_tenant *debt_head, *debt_tail;
@@ -232,8 +268,8 @@ struct fq_ledger {
     bool fetch_paused;
     bool paused[2];             /* as last told: FQ_LEDGER_SUBMIT, FQ_LEDGER_DONE */
     double rate_tokens;
-    uint64_t fail_since, jfail_since;   /* monotonic ms failures began; 0: none */
-    bool stalled, jstalled;
+    uint64_t fail_since;        /* monotonic ms dispatch failures began; 0: none */
+    bool stalled;
     uint64_t done_copy_sec;     /* monotonic second of the copies below */
     uint32_t done_copies;
     uint64_t synth;             /* next synthetic id */
@@ -355,6 +391,44 @@ static uint64_t lg_key(const fq_ledger *l, const char *tenant, const char *run_i
     memcpy(k + tl + 1, run_id, rl);
     uint64_t h = fq_siphash(l->o.hash_key[0], l->o.hash_key[1], k, tl + 1 + rl);
     return h ? h : 1;
+}
+
+/* ---- partitions -------------------------------------------------------- */
+
+uint32_t fq_ledger_part_of(const fq_ledger *l, const char *tenant)
+{
+    return l->nparts > 1 ? fq_partition_of(tenant, strnlen(tenant, FQ_TENANT_MAX), l->nparts)
+                         : 0;
+}
+
+/* lt's partition, computed once. */
+static uint32_t lg_lt_part(const fq_ledger *l, fq_ledger_tenant *lt)
+{
+    if (l->nparts <= 1)
+        return 0;
+    if (!lt->part1)
+        lt->part1 = fq_ledger_part_of(l, lt->id) + 1;
+    return lt->part1 - 1;
+}
+
+static lg_part *lg_pp(fq_ledger *l, fq_ledger_tenant *lt)
+{
+    return &l->parts[lg_lt_part(l, lt)];
+}
+
+static bool lg_unowned(fq_ledger *l, const char *tenant, const fq_ledger_ackref *ack);
+static bool lg_reading(const fq_ledger *l, uint32_t part);
+static bool lg_gone_answered(fq_ledger *l, uint64_t seq);
+
+/* A token of a refusal or a batch: its partition beside v. */
+static uint64_t lg_token(int kind, uint32_t part, uint64_t v)
+{
+    return FQ_LEDGER_TOKEN(kind, ((uint64_t)part << LG_TOKEN_PART_SHIFT) | (v & LG_TOKEN_LOW));
+}
+
+static uint32_t lg_token_part(uint64_t v)
+{
+    return (uint32_t)((v & ~LG_TOKEN_HELD) >> LG_TOKEN_PART_SHIFT);
 }
 
 /* The run id a run goes by: the producer's, or one derived from the submit
@@ -554,6 +628,7 @@ static lg_run *lg_find_key(const fq_ledger *l, const char *tenant, const char *r
 
 static bool lg_seq_add(fq_ledger *l, lg_run *x)
 {
+    x->part = (uint16_t)lg_lt_part(l, x->lt);
     if (fq_u64map_reserve(l->by_seq) != FQ_OK)
         return false;
     fq_u64map_insert(l->by_seq, &x->seq_node);
@@ -572,6 +647,7 @@ static void lg_seq_del(fq_ledger *l, lg_run *x)
 /* Index x by its key, unless out of memory. */
 static void lg_key_add(fq_ledger *l, lg_run *x)
 {
+    x->part = (uint16_t)lg_lt_part(l, x->lt);
     if (fq_u64map_reserve(l->by_key) != FQ_OK)
         return;
     fq_u64map_insert(l->by_key, &x->key_node);
@@ -599,7 +675,7 @@ static lg_done *lg_done_find(const fq_ledger *l, uint64_t h)
 /* Remember key h (of submit seq) as completed until until_ms. Out of
  * memory it is not remembered: a duplicate may then be dispatched again,
  * and JetStream's de-duplication still stops it within its window. */
-static void lg_done_add(fq_ledger *l, uint64_t h, uint64_t seq, int64_t until_ms)
+static void lg_done_add(fq_ledger *l, uint64_t h, uint64_t seq, int64_t until_ms, uint32_t part)
 {
     lg_done *d = lg_done_find(l, h);
     if (d) {
@@ -611,7 +687,7 @@ static void lg_done_add(fq_ledger *l, uint64_t h, uint64_t seq, int64_t until_ms
     }
     if (fq_u64map_reserve(l->done) != FQ_OK || !(d = lg_done_alloc(l)))
         return;
-    *d = (lg_done){.key = h, .seq = seq, .until_ms = until_ms};
+    *d = (lg_done){.key = h, .seq = seq, .until_ms = until_ms, .part = part};
     fq_u64map_insert(l->done, &d->node);
     if (l->done_tail)
         l->done_tail->next = d;
@@ -727,10 +803,16 @@ static void lg_ack(fq_ledger *l, enum fq_ledger_cons cons, const fq_ledger_ackre
     }
 }
 
-static void lg_ack_seq(fq_ledger *l, enum fq_ledger_cons cons, uint64_t seq, uint32_t delivered)
+static void lg_ack_seq(fq_ledger *l, enum fq_ledger_cons cons, uint64_t seq, uint32_t part)
 {
-    fq_ledger_ackref a = {.sseq = seq, .delivered = delivered ? delivered : 1};
+    fq_ledger_ackref a = {.sseq = seq, .delivered = 1, .part = part};
     lg_ack(l, cons, &a);
+}
+
+/* Ack the message a refusal's token v names. */
+static void lg_ack_token(fq_ledger *l, enum fq_ledger_cons cons, uint64_t v)
+{
+    lg_ack_seq(l, cons, v & LG_TOKEN_LOW, lg_token_part(v));
 }
 
 /* A nak changes shared state like an ack: only while fresh. Not sent, the
@@ -1053,24 +1135,41 @@ static void lg_recall(fq_ledger *l)
 
 /* ---- the journal --------------------------------------------------------- */
 
-/* The batch being written, begun when none is. */
-static lg_batch *lg_batch_cur(fq_ledger *l)
+static void lg_settled(fq_ledger *l, lg_run *x);
+
+/* List pp among the partitions with a batch unsent or unanswered. */
+static void lg_jlist_add(fq_ledger *l, lg_part *pp)
 {
-    if (l->cur)
-        return l->cur;
-    lg_batch *b = &l->bat[0] == l->sent ? &l->bat[1] : &l->bat[0];
+    if (pp->listed)
+        return;
+    pp->listed = true;
+    l->jlist[l->njlist++] = (uint32_t)(pp - l->parts);
+}
+
+/* The batch being written in pp, begun when none is. */
+static lg_batch *lg_batch_cur(fq_ledger *l, lg_part *pp)
+{
+    if (pp->cur)
+        return pp->cur;
+    lg_batch *b = &pp->bat[0] == pp->sent ? &pp->bat[1] : &pp->bat[0];
     b->id = l->bat_next++;
     b->nruns = b->ndones = 0;
     b->sent = false;
     b->retry_at = 0;
     fq_jbatch_clear(&b->jb);
-    l->cur = b;
+    pp->cur = b;
+    lg_jlist_add(l, pp);
     return b;
 }
 
-static bool lg_journal_add(fq_ledger *l, const fq_jrec *r)
+/* Append r to pp's batch; false (nothing appended) out of memory, or if pp
+ * is not ours. */
+static bool lg_journal_add(fq_ledger *l, lg_part *pp, const fq_jrec *r)
 {
-    return fq_jbatch_append(&lg_batch_cur(l)->jb, r) == FQ_OK;
+    if (pp->state == LG_PART_FREE)
+        return false;
+    l->jlast = pp;
+    return fq_jbatch_append(&lg_batch_cur(l, pp)->jb, r) == FQ_OK;
 }
 
 /* Append run x's record of type (flight or expired) at at_ms. */
@@ -1081,27 +1180,33 @@ static bool lg_journal_run(fq_ledger *l, lg_run *x, enum fq_jrec_type type, int6
     snprintf(r.tenant, sizeof r.tenant, "%s", x->lt->id);
     memcpy(r.run_id, x->names->run_id, sizeof r.run_id);
     memcpy(r.workflow, x->names->workflow, sizeof r.workflow);
-    return lg_journal_add(l, &r);
+    return lg_journal_add(l, &l->parts[x->part], &r);
 }
 
 /* The flight record of x, dispatched just now; its submit ack waits for it. */
 static void lg_journal_flight(fq_ledger *l, lg_run *x, int64_t now_ms)
 {
+    lg_part *pp = &l->parts[x->part];
     if (!lg_journal_run(l, x, FQ_JREC_FLIGHT, now_ms) ||
-        !lg_grow(&l->cur->runs, &l->cur->cap_runs, l->cur->nruns + 1, sizeof(lg_run *)))
+        !lg_grow(&pp->cur->runs, &pp->cur->cap_runs, pp->cur->nruns + 1, sizeof(lg_run *)))
         return;     /* out of memory: it will not be adopted after a restart */
-    l->cur->runs[l->cur->nruns++] = x;
+    pp->cur->runs[pp->cur->nruns++] = x;
     x->pending++;
 }
 
-/* Pause fetching while the unsent batch is as large as one may be, and
- * resume after. */
-static void lg_journal_check(fq_ledger *l)
+/* Pause fetching while some partition's unsent batch is as large as one
+ * may be, and resume after. */
+static void lg_journal_check_part(fq_ledger *l, lg_part *pp)
 {
     size_t len = 0;
-    if (l->cur)
-        fq_jbatch_text(&l->cur->jb, &len);
-    bool full = len >= l->o.journal_room;
+    if (pp->cur)
+        fq_jbatch_text(&pp->cur->jb, &len);
+    bool full = len >= l->o.journal_room && pp->state != LG_PART_FREE;
+    if (full != pp->full) {
+        pp->full = full;
+        l->nfull += full ? 1 : (uint32_t)-1;
+    }
+    full = l->nfull > 0;
     if (full != l->journal_full) {
         l->journal_full = full;
         lg_pause(l, FQ_LEDGER_SUBMIT, full || l->fetch_paused);
@@ -1109,7 +1214,22 @@ static void lg_journal_check(fq_ledger *l)
     }
 }
 
-static void lg_journal_emit(fq_ledger *l, lg_batch *b)
+/* ... of the partition last appended to (a dispatch's). */
+static void lg_journal_check(fq_ledger *l)
+{
+    if (l->jlast)
+        lg_journal_check_part(l, l->jlast);
+}
+
+/* ... of every partition with a batch (journal_room changed). */
+static void lg_journal_check_all(fq_ledger *l)
+{
+    for (uint32_t i = 0; i < l->njlist; i++)
+        lg_journal_check_part(l, &l->parts[l->jlist[i]]);
+    lg_journal_check(l);
+}
+
+static void lg_journal_emit(fq_ledger *l, lg_part *pp, lg_batch *b)
 {
     size_t len = 0;
     const char *text = fq_jbatch_text(&b->jb, &len);
@@ -1118,58 +1238,142 @@ static void lg_journal_emit(fq_ledger *l, lg_batch *b)
         b->retry_at = l->now + FQ_LEDGER_RETRY_MS;
         return;
     }
-    a->token = FQ_LEDGER_TOKEN(FQ_LTK_JOURNAL, b->id);
+    uint32_t part = (uint32_t)(pp - l->parts);
+    a->token = lg_token(FQ_LTK_JOURNAL, part, b->id);
     a->text = text;
     a->len = len;
     a->batch = b->id;
-    a->expect_seq = l->jseq;
+    a->expect_seq = pp->jseq;
+    a->part = part;
+    a->term = pp->term;
     b->retry_at = 0;
 }
 
-/* Send the current batch once the one before it is stored, expecting that
+/* Send pp's current batch once the one before it is stored, expecting that
  * one's sequence; send again the one in flight when its retry is due. */
-static void lg_journal_flush(fq_ledger *l)
+static void lg_journal_flush_part(fq_ledger *l, lg_part *pp)
 {
-    if (!l->fresh || l->fenced || !l->jmarked)
+    if (!l->fresh || pp->fenced || !pp->jmarked || pp->state != LG_PART_OWNED)
         return;
-    if (l->sent) {
-        if (l->sent->retry_at && l->sent->retry_at <= l->now)
-            lg_journal_emit(l, l->sent);
+    if (pp->sent) {
+        if (pp->sent->retry_at && pp->sent->retry_at <= l->now)
+            lg_journal_emit(l, pp, pp->sent);
         return;
     }
     size_t len = 0;
-    if (!l->cur || !fq_jbatch_text(&l->cur->jb, &len))
+    if (!pp->cur || !fq_jbatch_text(&pp->cur->jb, &len))
         return;
-    lg_batch *b = l->cur;
-    l->cur = NULL;
-    l->sent = b;
+    lg_batch *b = pp->cur;
+    pp->cur = NULL;
+    pp->sent = b;
     b->sent = true;
-    lg_journal_emit(l, b);
+    lg_journal_emit(l, pp, b);
+}
+
+/* Flush every listed partition; one with nothing unsent or unanswered
+ * leaves the list. */
+static void lg_journal_flush(fq_ledger *l)
+{
+    for (uint32_t i = 0; i < l->njlist;) {
+        lg_part *pp = &l->parts[l->jlist[i]];
+        lg_journal_flush_part(l, pp);
+        lg_journal_check_part(l, pp);
+        if (pp->cur || pp->sent) {
+            i++;
+            continue;
+        }
+        pp->listed = false;
+        l->jlist[i] = l->jlist[--l->njlist];
+    }
+}
+
+void fq_ledger_part_marked(fq_ledger *l, uint32_t part, uint64_t seq)
+{
+    if (part >= l->nparts)
+        return;
+    l->parts[part].jseq = seq;
+    l->parts[part].jmarked = true;
 }
 
 void fq_ledger_journal_marked(fq_ledger *l, uint64_t seq)
 {
-    l->jseq = seq;
-    l->jmarked = true;
+    fq_ledger_part_marked(l, 0, seq);
 }
 
-/* A journal batch was not stored (a full store, a timeout): it is sent
- * again as it was. Failing for FQ_LEDGER_STALL_MS, the journal is stalled:
- * no submit or completion is settled meanwhile. */
-static void lg_journal_failed(fq_ledger *l, int js_err)
+/* A journal batch of pp was not stored (a full store, a timeout): it is
+ * sent again as it was. Failing for FQ_LEDGER_STALL_MS, the journal is
+ * stalled: no submit or completion of pp is settled meanwhile. */
+static void lg_journal_failed(fq_ledger *l, lg_part *pp, int js_err)
 {
-    if (!l->jfail_since)
-        l->jfail_since = l->now;
-    if (l->sent)
-        l->sent->retry_at = l->now + FQ_LEDGER_RETRY_MS;
-    if (l->now - l->jfail_since >= FQ_LEDGER_STALL_MS && !l->jstalled) {
-        l->jstalled = true;
+    if (!pp->jfail_since)
+        pp->jfail_since = l->now;
+    if (pp->sent)
+        pp->sent->retry_at = l->now + FQ_LEDGER_RETRY_MS;
+    if (l->now - pp->jfail_since >= FQ_LEDGER_STALL_MS && !pp->jstalled) {
+        pp->jstalled = true;
+        if (l->njstalled++)
+            return;     /* noted as stalled already, for another partition */
         fq_ledger_act *a = lg_note(l, FQ_LNOTE_JOURNAL_STALLED);
         if (a) {
             a->js_err = js_err;
-            a->n = l->now - l->jfail_since;
+            a->n = l->now - pp->jfail_since;
+            a->part = (uint32_t)(pp - l->parts);
         }
     }
+}
+
+/* pp's batches are stored again (or pp is let go): the journal is no
+ * longer stalled once no partition's is. */
+static void lg_journal_again(fq_ledger *l, lg_part *pp)
+{
+    if (pp->jstalled && !--l->njstalled) {
+        fq_ledger_act *a = lg_note(l, FQ_LNOTE_JOURNAL_AGAIN);
+        if (a)
+            a->n = l->now - pp->jfail_since;
+    }
+    pp->jstalled = false;
+    pp->jfail_since = 0;
+}
+
+/* The answer to journal batch v (its token's value). */
+static void lg_journal_answer(fq_ledger *l, uint64_t v, enum fq_ledger_pub outcome, int js_err,
+                              uint64_t seq)
+{
+    uint32_t part = lg_token_part(v);
+    if (part >= l->nparts)
+        return;
+    lg_part *pp = &l->parts[part];
+    lg_batch *b = pp->sent;
+    bool mine = b && b->id == (v & LG_TOKEN_LOW) && pp->state != LG_PART_FREE;
+    if (outcome == FQ_LEDGER_PUB_ERROR && js_err == FQ_LEDGER_ERR_WRONG_LAST) {
+        if (pp->state == LG_PART_FREE || pp->fenced)
+            return;
+        fq_ledger_act *a = lg_note(l, FQ_LNOTE_FENCED);
+        if (a) {
+            a->n = pp->jseq;
+            a->part = part;
+        }
+        pp->fenced = true;
+        l->nfenced++;
+        return;
+    }
+    if (outcome != FQ_LEDGER_PUB_STORED && outcome != FQ_LEDGER_PUB_DUPLICATE) {
+        l->c.pub_failures++;
+        if (mine)
+            lg_journal_failed(l, pp, js_err);
+        return;
+    }
+    if (!mine)
+        return;
+    pp->jseq = seq;
+    lg_journal_again(l, pp);
+    pp->sent = NULL;
+    b->sent = false;
+    for (size_t i = 0; i < b->nruns; i++)
+        lg_settled(l, b->runs[i]);
+    for (size_t i = 0; i < b->ndones; i++)
+        lg_ack_seq(l, FQ_LEDGER_DONE, b->dones[i], part);
+    b->nruns = b->ndones = 0;
 }
 
 /* ---- debts in the journal ------------------------------------------------ */
@@ -1232,7 +1436,7 @@ static void lg_debt_write(fq_ledger *l, fq_ledger_tenant *t, int64_t debt)
     fq_jrec r = {.type = FQ_JREC_DEBT, .deficit = debt,
                  .at_ms = t->debt_at_ms > 0 ? t->debt_at_ms : 0};
     snprintf(r.tenant, sizeof r.tenant, "%s", t->id);
-    if (!lg_journal_add(l, &r)) {
+    if (!lg_journal_add(l, lg_pp(l, t), &r)) {
         lg_debt_link(l, t, l->now + FQ_LEDGER_RETRY_MS);
         return;
     }
@@ -1312,8 +1516,8 @@ static fq_ledger_act *lg_refuse(fq_ledger *l, enum fq_ledger_cons cons, const fq
     fq_ledger_act *a = lg_act_new(l, FQ_LACT_REFUSE);
     if (!a)
         return NULL;
-    a->token = FQ_LEDGER_TOKEN(cons == FQ_LEDGER_SUBMIT ? FQ_LTK_REJECT : FQ_LTK_DONE_REJECT,
-                               ack->sseq);
+    a->token = lg_token(cons == FQ_LEDGER_SUBMIT ? FQ_LTK_REJECT : FQ_LTK_DONE_REJECT,
+                        ack->part, ack->sseq);
     a->cons = cons;
     a->ack = *ack;
     a->lt = lt;
@@ -1443,6 +1647,8 @@ void fq_ledger_submit_in(fq_ledger *l, const fq_ledger_submit *s, uint64_t now, 
 {
     l->now = now;
     l->now_ms = now_ms;
+    if (lg_unowned(l, s->tenant, &s->ack))
+        return;
     uint64_t seq = s->ack.sseq;
     lg_run *held = lg_find_seq(l, seq);
     if (held) {
@@ -1808,7 +2014,7 @@ size_t fq_ledger_dispatch(fq_ledger *l, size_t budget, uint64_t now, int64_t now
     l->now = now;
     l->now_ms = now_ms;
     uint64_t before = l->c.dispatched;
-    while (l->c.dispatched - before < budget && l->fresh && !l->fenced && !l->journal_full) {
+    while (l->c.dispatched - before < budget && l->fresh && !l->nfenced && !l->journal_full) {
         fq_run *r = fq_sched_dispatch(l->o.sched, now);
         if (!r)
             break;
@@ -1904,14 +2110,12 @@ bool fq_ledger_puback(fq_ledger *l, uint64_t token, enum fq_ledger_pub outcome, 
     int kind = FQ_LEDGER_TOKEN_KIND(token);
     uint64_t v = FQ_LEDGER_TOKEN_VAL(token);
     bool ok = outcome == FQ_LEDGER_PUB_STORED || outcome == FQ_LEDGER_PUB_DUPLICATE;
-    if (kind == FQ_LTK_JOURNAL && outcome == FQ_LEDGER_PUB_ERROR &&
-        js_err == FQ_LEDGER_ERR_WRONG_LAST) {
-        fq_ledger_act *a = l->fenced ? NULL : lg_note(l, FQ_LNOTE_FENCED);
-        if (a)
-            a->n = l->jseq;
-        l->fenced = true;
+    if (kind == FQ_LTK_JOURNAL) {
+        lg_journal_answer(l, v, outcome, js_err, seq);
         return false;
     }
+    if (kind == FQ_LTK_DISPATCH && lg_gone_answered(l, v))
+        return false;
     if (outcome == FQ_LEDGER_PUB_ERROR && js_err &&
         (kind == FQ_LTK_REJECT || kind == FQ_LTK_DONE_REJECT)) {
         /* JetStream answered and will not store it (a limit of the rejected
@@ -1922,18 +2126,13 @@ bool fq_ledger_puback(fq_ledger *l, uint64_t token, enum fq_ledger_pub outcome, 
         if (a)
             a->js_err = js_err;
         if (!(v & LG_TOKEN_HELD))
-            lg_ack_seq(l, kind == FQ_LTK_REJECT ? FQ_LEDGER_SUBMIT : FQ_LEDGER_DONE, v, 1);
+            lg_ack_token(l, kind == FQ_LTK_REJECT ? FQ_LEDGER_SUBMIT : FQ_LEDGER_DONE, v);
         return false;
     }
     if (!ok) {
         l->c.pub_failures++;
         if (kind == FQ_LTK_DISPATCH)
             return !lg_dispatch_failed(l, v, js_err);
-        if (kind == FQ_LTK_JOURNAL) {
-            if (l->sent && l->sent->id == v)
-                lg_journal_failed(l, js_err);
-            return false;
-        }
         return true;
     }
     switch (kind) {
@@ -1977,33 +2176,12 @@ bool fq_ledger_puback(fq_ledger *l, uint64_t token, enum fq_ledger_pub outcome, 
         lg_settled(l, x);
         return false;
     }
-    case FQ_LTK_JOURNAL: {
-        lg_batch *b = l->sent;
-        if (!b || b->id != v)
-            return false;
-        l->jseq = seq;
-        if (l->jfail_since && l->jstalled) {
-            fq_ledger_act *a = lg_note(l, FQ_LNOTE_JOURNAL_AGAIN);
-            if (a)
-                a->n = now - l->jfail_since;
-        }
-        l->jstalled = false;
-        l->jfail_since = 0;
-        l->sent = NULL;
-        b->sent = false;
-        for (size_t i = 0; i < b->nruns; i++)
-            lg_settled(l, b->runs[i]);
-        for (size_t i = 0; i < b->ndones; i++)
-            lg_ack_seq(l, FQ_LEDGER_DONE, b->dones[i], 1);
-        b->nruns = b->ndones = 0;
-        return false;
-    }
     case FQ_LTK_REJECT:
-        lg_ack_seq(l, FQ_LEDGER_SUBMIT, v, 1);
+        lg_ack_token(l, FQ_LEDGER_SUBMIT, v);
         return false;
     case FQ_LTK_DONE_REJECT:
         if (!(v & LG_TOKEN_HELD))
-            lg_ack_seq(l, FQ_LEDGER_DONE, v, 1);
+            lg_ack_token(l, FQ_LEDGER_DONE, v);
         return false;
     }
     return false;
@@ -2018,8 +2196,9 @@ void fq_ledger_unsent(fq_ledger *l, const fq_ledger_act *act, fq_status st, uint
     l->now_ms = now_ms;
     l->c.pub_failures++;
     if (a->type == FQ_LACT_JOURNAL) {
-        if (l->sent && l->sent->id == a->batch)
-            l->sent->retry_at = now + FQ_LEDGER_RETRY_MS;
+        lg_part *pp = a->part < l->nparts ? &l->parts[a->part] : NULL;
+        if (pp && pp->sent && pp->sent->id == a->batch)
+            pp->sent->retry_at = now + FQ_LEDGER_RETRY_MS;
         return;
     }
     if (a->type == FQ_LACT_REFUSE) {
@@ -2028,7 +2207,7 @@ void fq_ledger_unsent(fq_ledger *l, const fq_ledger_act *act, fq_status st, uint
         lg_nak(l, a->cons, &a->ack, FQ_LEDGER_PARK_MAX_MS);
         return;
     }
-    if (a->type != FQ_LACT_DISPATCH)
+    if (a->type != FQ_LACT_DISPATCH || lg_gone_answered(l, a->seq))
         return;
     lg_run *x = lg_find_seq(l, a->seq);
     if (!x || (x->state != LG_FLIGHT && x->state != LG_EXPIRED))
@@ -2072,26 +2251,29 @@ void fq_ledger_unsent(fq_ledger *l, const fq_ledger_act *act, fq_status st, uint
  * completion is acked once its record is stored. */
 static void lg_mark_done(fq_ledger *l, lg_run *x, const fq_ledger_ackref *done_ack)
 {
-    lg_done_add(l, x->key, x->seq, l->now_ms + (int64_t)l->o.keep_done_ms);
+    lg_done_add(l, x->key, x->seq, l->now_ms + (int64_t)l->o.keep_done_ms, x->part);
     fq_jrec r = {.type = FQ_JREC_DONE, .seq = x->seq < FQ_LEDGER_SYNTH_ID ? x->seq : 0,
                  .at_ms = l->now_ms > 0 ? l->now_ms : 0};
     snprintf(r.tenant, sizeof r.tenant, "%s", x->lt->id);
     memcpy(r.run_id, x->names->run_id, sizeof r.run_id);
-    if (!lg_journal_add(l, &r) ||
-        !lg_grow(&l->cur->dones, &l->cur->cap_dones, l->cur->ndones + 1,
+    lg_part *pp = &l->parts[x->part];
+    if (!lg_journal_add(l, pp, &r) ||
+        !lg_grow(&pp->cur->dones, &pp->cur->cap_dones, pp->cur->ndones + 1,
                  sizeof(uint64_t))) {
         lg_ack(l, FQ_LEDGER_DONE, done_ack);    /* reconciled; only its record is lost */
         return;
     }
-    l->cur->dones[l->cur->ndones++] = done_ack->sseq;
+    pp->cur->dones[pp->cur->ndones++] = done_ack->sseq;
 }
 
-/* Whether a journal batch not yet stored acks completion sseq. */
-static bool lg_done_pending(const fq_ledger *l, uint64_t sseq)
+/* Whether a journal batch of partition part not yet stored acks
+ * completion sseq. */
+static bool lg_done_pending(const fq_ledger *l, uint32_t part, uint64_t sseq)
 {
+    const lg_part *pp = &l->parts[part < l->nparts ? part : 0];
     for (size_t b = 0; b < 2; b++)
-        for (size_t i = 0; i < l->bat[b].ndones; i++)
-            if (l->bat[b].dones[i] == sseq)
+        for (size_t i = 0; i < pp->bat[b].ndones; i++)
+            if (pp->bat[b].dones[i] == sseq)
                 return true;
     return false;
 }
@@ -2119,7 +2301,7 @@ static void lg_refuse_done(fq_ledger *l, const fq_ledger_done *d, const char *er
     fq_ledger_act *a = lg_refuse(l, FQ_LEDGER_DONE, &d->ack, NULL, NULL, d->subject, FQ_EINVAL,
                                  why, &d->raw);
     if (a && held)      /* its copy's PubAck acks nothing: the early completion holds it */
-        a->token = FQ_LEDGER_TOKEN(FQ_LTK_DONE_REJECT, d->ack.sseq | LG_TOKEN_HELD);
+        a->token = lg_token(FQ_LTK_DONE_REJECT, d->ack.part, d->ack.sseq) | LG_TOKEN_HELD;
 }
 
 /* Reconcile x, dispatched, with what its completion reported; done_ack:
@@ -2271,7 +2453,7 @@ static void lg_done_apply(fq_ledger *l, const fq_ledger_done *d, const lg_done_v
         /* The same completion delivered again (its consumer made again)
          * while its done record waits for its batch: that batch acks it.
          * Acked now, it would be lost with the batch to a crash. */
-        if (!lg_done_pending(l, d->ack.sseq))
+        if (!lg_done_pending(l, d->ack.part, d->ack.sseq))
             lg_ack(l, FQ_LEDGER_DONE, &d->ack);
         break;
     case LG_DONE_UNKNOWN:
@@ -2290,6 +2472,8 @@ void fq_ledger_done_in(fq_ledger *l, const fq_ledger_done *d, uint64_t now, int6
 {
     l->now = now;
     l->now_ms = now_ms;
+    if (lg_unowned(l, d->tenant, &d->ack))
+        return;
     lg_done_verdict v;
     lg_done_judge(&v, l, d);
     lg_done_apply(l, d, &v);
@@ -2437,6 +2621,11 @@ static void lg_load_debt(fq_ledger *l, const fq_jrec *r, int64_t now_ms)
 void fq_ledger_recover_record(fq_ledger *l, const fq_jrec *r, int64_t stored_ms, int64_t now_ms)
 {
     l->now_ms = now_ms;
+    uint32_t part = fq_ledger_part_of(l, r->tenant);
+    if (!lg_reading(l, part)) {
+        l->c.records_foreign++;
+        return;
+    }
     if (r->type == FQ_JREC_DEBT) {
         lg_load_debt(l, r, now_ms);
         return;
@@ -2469,7 +2658,7 @@ void fq_ledger_recover_record(fq_ledger *l, const fq_jrec *r, int64_t stored_ms,
          * makes no run id look used. */
         if (!x && !r->seq)
             return;
-        lg_done_add(l, h, r->seq, stored_ms + (int64_t)l->o.keep_done_ms);
+        lg_done_add(l, h, r->seq, stored_ms + (int64_t)l->o.keep_done_ms, part);
         if (x) {
             lg_key_del(l, x);
             x->state = LG_DONE;             /* never taken in: not counted */
@@ -2527,6 +2716,9 @@ void fq_ledger_recovered(fq_ledger *l, uint64_t now, int64_t now_ms)
 {
     l->now = now;
     l->now_ms = now_ms;
+    for (uint32_t k = 0; k < l->nparts; k++)
+        if (l->parts[k].state == LG_PART_LOADING)
+            l->parts[k].state = LG_PART_OWNED;
     uint64_t timeout = l->o.run_timeout_ms;
     for (lg_run *x = l->loaded, *nx; x; x = nx) {
         nx = x->next;
@@ -2554,6 +2746,294 @@ void fq_ledger_recovered(fq_ledger *l, uint64_t now, int64_t now_ms)
     l->loaded = l->loaded_tail = NULL;
 }
 
+/* ---- partitions adopted and released -------------------------------------- */
+
+/* Whether records of partition part are read back now: it is adopted and
+ * not owned yet, or (one partition) owned from the start. */
+static bool lg_reading(const fq_ledger *l, uint32_t part)
+{
+    const lg_part *pp = &l->parts[part];
+    return pp->state == LG_PART_LOADING || (l->nparts == 1 && pp->state == LG_PART_OWNED);
+}
+
+/* Whether a delivery of tenant (NULL: no valid one, then its delivery's
+ * partition) is of a partition not owned: dropped unanswered, counted.
+ * Its consumer is being let go, and the next owner's gets it. */
+static bool lg_unowned(fq_ledger *l, const char *tenant, const fq_ledger_ackref *ack)
+{
+    uint32_t part = l->nparts == 1 ? 0 : tenant ? fq_ledger_part_of(l, tenant) : ack->part;
+    if (part < l->nparts && l->parts[part].state == LG_PART_OWNED)
+        return false;
+    l->c.unowned++;
+    return true;
+}
+
+/* The answer to the dispatch of submit seq, of a run let go with its
+ * partition: counted off, and the run freed once none is awaited. */
+static bool lg_gone_answered(fq_ledger *l, uint64_t seq)
+{
+    fq_u64map_node *n = fq_u64map_count(l->gone) ? fq_u64map_find(l->gone, seq) : NULL;
+    if (!n)
+        return false;
+    lg_run *x = FQ_U64MAP_ENTRY(n, lg_run, seq_node);
+    if (x->pending && --x->pending)
+        return true;
+    fq_u64map_remove(l->gone, n);
+    l->parts[x->part].gone--;
+    lg_maybe_free(l, x);
+    return true;
+}
+
+fq_status fq_ledger_adopt(fq_ledger *l, uint32_t part, uint64_t term)
+{
+    if (part >= l->nparts)
+        return FQ_EINVAL;
+    lg_part *pp = &l->parts[part];
+    if (pp->state != LG_PART_FREE || pp->gone)
+        return FQ_EEXIST;
+    pp->jseq = 0;
+    pp->jmarked = false;
+    pp->term = term;
+    pp->state = LG_PART_LOADING;
+    l->c.parts_adopted++;
+    return FQ_OK;
+}
+
+bool fq_ledger_owns(const fq_ledger *l, uint32_t part)
+{
+    return part < l->nparts && l->parts[part].state == LG_PART_OWNED;
+}
+
+/* What a release walks: the partition and its runs. */
+typedef struct lg_releasing {
+    fq_ledger *l;
+    uint32_t part;
+    uint64_t naked;             /* queued runs naked */
+} lg_releasing;
+
+static bool lg_release_which(void *arg, const fq_tenant *t)
+{
+    lg_releasing *r = arg;
+    fq_tenant_info ti;
+    fq_tenant_info_get(t, &ti);
+    return fq_ledger_part_of(r->l, ti.id) == r->part;
+}
+
+/* A queued run of the partition let go: its submit naked, to come to the
+ * next owner at once; each tenant's in its queue's order. */
+static void lg_release_queued(void *arg, const fq_run *run)
+{
+    lg_releasing *r = arg;
+    lg_run *x = run->handle;
+    if (x->in_seq) {
+        fq_ledger_ackref ack = lg_ackref(x);
+        lg_nak(r->l, FQ_LEDGER_SUBMIT, &ack, 0);
+    }
+    r->naked++;
+    if (!x->in_seq && !x->in_key) {     /* not among those the release walks */
+        lg_state(r->l, x, LG_DONE);
+        lg_maybe_free(r->l, x);
+    }
+}
+
+/* Collect into l->scratch the runs of part that the indexes hold; false
+ * out of memory. */
+static bool lg_release_collect(fq_ledger *l, uint32_t part)
+{
+    l->nscratch = 0;
+    for (fq_u64map_node *n = fq_u64map_first(l->by_seq); n; n = fq_u64map_next(l->by_seq, n)) {
+        lg_run *x = FQ_U64MAP_ENTRY(n, lg_run, seq_node);
+        if (x->part != part)
+            continue;
+        if (!lg_grow(&l->scratch, &l->scratch_cap, l->nscratch + 1, sizeof *l->scratch))
+            return false;
+        l->scratch[l->nscratch++] = x;
+    }
+    for (fq_u64map_node *n = fq_u64map_first(l->by_key); n; n = fq_u64map_next(l->by_key, n)) {
+        lg_run *x = FQ_U64MAP_ENTRY(n, lg_run, key_node);
+        if (x->part != part || x->in_seq)
+            continue;
+        if (!lg_grow(&l->scratch, &l->scratch_cap, l->nscratch + 1, sizeof *l->scratch))
+            return false;
+        l->scratch[l->nscratch++] = x;
+    }
+    return true;
+}
+
+/* Drop part's tenants from the lists the ledger keeps of tenants: those
+ * reconciled this turn, the debtors, those with runs given back. */
+static void lg_release_tenants(fq_ledger *l, uint32_t part)
+{
+    fq_ledger_tenant **pt = &l->dirty;
+    while (*pt) {
+        fq_ledger_tenant *t = *pt;
+        if (lg_lt_part(l, t) == part) {
+            *pt = t->dirty_next;
+            t->dirty_next = NULL;
+            t->debt_dirty = false;
+        } else {
+            pt = &t->dirty_next;
+        }
+    }
+    for (fq_ledger_tenant *t = l->debt_head, *nx; t; t = nx) {
+        nx = t->debt_next;
+        if (lg_lt_part(l, t) == part) {
+            lg_debt_unlink(l, t);
+            t->debt_written = 0;
+            t->debt_at_ms = 0;
+        }
+    }
+    for (fq_ledger_tenant *t = l->gate_head, *nx; t; t = nx) {
+        nx = t->gate_next;
+        if (lg_lt_part(l, t) == part)
+            while (t->back_head)
+                lg_back_pop(l, t);  /* naked already: the next owner's consumer has them */
+    }
+}
+
+/* Drop what part holds of deliveries: acks held back, early completions
+ * (unacked), and its done ids. */
+static void lg_release_deliveries(fq_ledger *l, uint32_t part)
+{
+    size_t kept = 0;
+    for (size_t i = 0; i < l->nlater; i++)
+        if (l->later[i].a.part != part)
+            l->later[kept++] = l->later[i];
+    l->nlater = kept;
+    for (lg_early *e = l->early_head; e; e = e->next)
+        if (e->until_ms != INT64_MIN && e->ack.part == part)
+            lg_early_take(l, e);
+    lg_done *prev = NULL;
+    for (lg_done *d = l->done_head, *nx; d; d = nx) {
+        nx = d->next;
+        if (d->part != part) {
+            prev = d;
+            continue;
+        }
+        if (prev)
+            prev->next = nx;
+        else
+            l->done_head = nx;
+        fq_u64map_remove(l->done, &d->node);
+        d->next = l->done_free;
+        l->done_free = d;
+    }
+    l->done_tail = prev;
+}
+
+/* Drop part's journal: its batches unsent or unanswered, and its state. */
+static void lg_release_journal(fq_ledger *l, lg_part *pp)
+{
+    for (size_t b = 0; b < 2; b++) {
+        lg_batch *bt = &pp->bat[b];
+        for (size_t i = 0; i < bt->nruns; i++) {
+            lg_run *x = bt->runs[i];
+            x->pending--;
+            if (!x->in_seq && !x->in_key)
+                lg_maybe_free(l, x);
+        }
+        bt->nruns = bt->ndones = 0;
+        bt->sent = false;
+        bt->retry_at = 0;
+        fq_jbatch_clear(&bt->jb);
+    }
+    pp->cur = pp->sent = NULL;
+    if (pp->fenced) {
+        pp->fenced = false;
+        l->nfenced--;
+    }
+    lg_journal_again(l, pp);
+    pp->state = LG_PART_FREE;
+    pp->jmarked = false;
+    lg_journal_check_part(l, pp);
+    if (l->jlast == pp)
+        l->jlast = NULL;
+}
+
+void fq_ledger_release(fq_ledger *l, uint32_t part, uint64_t now, int64_t now_ms)
+{
+    l->now = now;
+    l->now_ms = now_ms;
+    if (part >= l->nparts || l->parts[part].state == LG_PART_FREE)
+        return;
+    lg_part *pp = &l->parts[part];
+    lg_release_journal(l, pp);
+    /* Runs read back and not taken in yet (let go while being read). */
+    lg_run **at = &l->loaded;
+    l->loaded_tail = NULL;
+    while (*at) {
+        lg_run *x = *at;
+        if (x->part == part) {
+            *at = x->next;
+            x->next = NULL;
+            lg_unload(l, x);
+        } else {
+            l->loaded_tail = x;
+            at = &x->next;
+        }
+    }
+    lg_releasing r = {l, part, 0};
+    uint64_t let_go = 0;
+    if (!lg_release_collect(l, part))
+        l->nscratch = 0;    /* out of memory: its runs stay held until they settle */
+    for (size_t i = 0; i < l->nscratch; i++) {
+        lg_run *x = l->scratch[i];
+        x->reading = false;
+        if (fq_sched_forget(l->o.sched, x->seq) == FQ_OK)
+            let_go++;
+    }
+    fq_sched_clear(l->o.sched, lg_release_which, lg_release_queued, &r);
+    for (size_t i = 0; i < l->nscratch; i++) {
+        lg_run *x = l->scratch[i];
+        lg_state(l, x, LG_DONE);
+        if (x->in_seq) {
+            lg_unhold(l, x);
+            lg_held(l, x->lt, false);
+            lg_seq_del(l, x);
+        }
+        lg_key_del(l, x);
+        x->resent = false;
+        if (!x->pending) {
+            lg_maybe_free(l, x);
+        } else if (fq_u64map_reserve(l->gone) == FQ_OK) {
+            /* Its dispatch is unanswered: freed when it is. */
+            fq_u64map_insert(l->gone, &x->seq_node);
+            pp->gone++;
+        } else {
+            x->pending = 0;     /* out of memory: its answer finds nothing */
+            lg_maybe_free(l, x);
+        }
+    }
+    l->nscratch = 0;
+    lg_release_tenants(l, part);
+    lg_release_deliveries(l, part);
+    lg_pause_check(l);
+    l->c.parts_released++;
+    l->c.released_queued += r.naked;
+    l->c.released_dispatched += let_go;
+    fq_ledger_act *a = lg_note(l, FQ_LNOTE_PART_RELEASED);
+    if (a) {
+        a->part = part;
+        a->n = r.naked;
+        a->n2 = let_go;
+    }
+}
+
+void fq_ledger_part_stats_get(fq_ledger_part_stats *out, const fq_ledger *l, uint32_t part)
+{
+    *out = (fq_ledger_part_stats){0};
+    if (part >= l->nparts)
+        return;
+    const lg_part *pp = &l->parts[part];
+    bool dirty = false;
+    for (const fq_ledger_tenant *t = l->dirty; t && !dirty; t = t->dirty_next)
+        dirty = t->part1 ? t->part1 - 1 == part : l->nparts == 1;
+    *out = (fq_ledger_part_stats){
+        .owned = pp->state == LG_PART_OWNED, .loading = pp->state == LG_PART_LOADING,
+        .fenced = pp->fenced, .settled = !pp->cur && !pp->sent && !dirty, .term = pp->term,
+        .expect_seq = pp->jseq};
+}
+
 /* ---- create and destroy -------------------------------------------------- */
 
 void fq_ledger_tenant_init(fq_ledger_tenant *lt, fq_tenant *t, const char *id)
@@ -2578,7 +3058,7 @@ void fq_ledger_sched_opts(fq_sched_opts *o, const fq_ledger_opts *lo)
 static bool lg_opts_valid(const fq_ledger_opts *o)
 {
     return o->sched && o->est && o->tenant && o->max_buffered_runs >= 1 &&
-           (!o->alloc.alloc) == (!o->alloc.free);
+           (!o->alloc.alloc) == (!o->alloc.free) && o->partitions <= FQ_PARTITIONS_MAX;
 }
 
 fq_status fq_ledger_create(fq_ledger **out, const fq_ledger_opts *o)
@@ -2595,10 +3075,20 @@ fq_status fq_ledger_create(fq_ledger **out, const fq_ledger_opts *o)
         fq_u64map_create(&l->by_key, FQ_U64MAP_KEY_OFFSET(lg_run, key_node, key), 1024, seed) ||
         fq_u64map_create(&l->done, FQ_U64MAP_KEY_OFFSET(lg_done, node, key), 1024, seed) ||
         fq_u64map_create(&l->early, FQ_U64MAP_KEY_OFFSET(lg_early, node, key), 64, seed) ||
-        fq_u64map_create(&l->back, FQ_U64MAP_KEY_OFFSET(lg_back, node, seq), 64, seed)) {
+        fq_u64map_create(&l->back, FQ_U64MAP_KEY_OFFSET(lg_back, node, seq), 64, seed) ||
+        fq_u64map_create(&l->gone, FQ_U64MAP_KEY_OFFSET(lg_run, seq_node, seq), 64, seed)) {
         fq_ledger_destroy(l);
         return FQ_ENOMEM;
     }
+    l->nparts = o->partitions > 1 ? o->partitions : 1;
+    l->parts = calloc(l->nparts, sizeof *l->parts);
+    l->jlist = calloc(l->nparts, sizeof *l->jlist);
+    if (!l->parts || !l->jlist) {
+        fq_ledger_destroy(l);
+        return FQ_ENOMEM;
+    }
+    if (l->nparts == 1)
+        l->parts[0].state = LG_PART_OWNED;     /* one partition: ours from the start */
     l->fresh = true;
     *out = l;
     return FQ_OK;
@@ -2616,8 +3106,9 @@ fq_status fq_ledger_set_opts(fq_ledger *l, const fq_ledger_opts *o)
     l->o.tenant_arg = keep.tenant_arg;
     l->o.alloc = keep.alloc;
     memcpy(l->o.hash_key, keep.hash_key, sizeof l->o.hash_key);
+    l->o.partitions = keep.partitions;
     lg_pause_check(l);          /* a new max_buffered_runs may pause or resume */
-    lg_journal_check(l);
+    lg_journal_check_all(l);
     return FQ_OK;
 }
 
@@ -2639,11 +3130,17 @@ void fq_ledger_destroy(fq_ledger *l)
     fq_u64map_destroy(l->done, NULL);
     fq_u64map_destroy(l->early, NULL);
     fq_u64map_destroy(l->back, NULL);
-    for (size_t i = 0; i < 2; i++) {
-        free(l->bat[i].runs);
-        free(l->bat[i].dones);
-        fq_jbatch_free(&l->bat[i].jb);
+    fq_u64map_destroy(l->gone, NULL);
+    for (uint32_t k = 0; l->parts && k < l->nparts; k++) {
+        for (size_t i = 0; i < 2; i++) {
+            free(l->parts[k].bat[i].runs);
+            free(l->parts[k].bat[i].dones);
+            fq_jbatch_free(&l->parts[k].bat[i].jb);
+        }
     }
+    free(l->parts);
+    free(l->jlist);
+    free(l->scratch);
     for (size_t i = 0; i < l->nchunks; i++)
         free(l->chunks[i]);
     free(l->chunks);
@@ -2687,6 +3184,11 @@ const fq_ledger_counters *fq_ledger_counters_get(const fq_ledger *l)
 
 void fq_ledger_stats_get(fq_ledger_stats *out, const fq_ledger *l)
 {
+    bool unsent = false;
+    for (uint32_t i = 0; i < l->njlist && !unsent; i++) {
+        const lg_part *pp = &l->parts[l->jlist[i]];
+        unsent = pp->cur || (pp->sent && pp->sent->retry_at);
+    }
     *out = (fq_ledger_stats){
         .held = l->held,
         .index_only = l->index_only,
@@ -2697,9 +3199,9 @@ void fq_ledger_stats_get(fq_ledger_stats *out, const fq_ledger *l)
         .given_back = fq_u64map_count(l->back),
         .fetch_paused = l->fetch_paused,
         .journal_full = l->journal_full,
-        .fenced = l->fenced,
+        .fenced = l->nfenced > 0,
         .dispatch_stalled = l->stalled,
-        .journal_stalled = l->jstalled,
-        .settled = !l->cur && !l->dirty && !(l->sent && l->sent->retry_at),
+        .journal_stalled = l->njstalled > 0,
+        .settled = !unsent && !l->dirty,
     };
 }

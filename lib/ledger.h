@@ -66,6 +66,8 @@ typedef struct fq_ledger_ackref {
     uint64_t sseq;              /* stream sequence */
     uint64_t cseq;              /* consumer sequence of this delivery (naks need it) */
     uint32_t delivered;         /* delivery count, >= 1 */
+    uint32_t part;              /* the partition whose consumer delivered it, and is
+                                   acked or naked (0 with one partition) */
 } fq_ledger_ackref;
 
 /* A message's bytes as they came: the producer's raw NATS header block
@@ -133,6 +135,7 @@ typedef struct fq_ledger_tenant {
     uint32_t back;              /* its runs given back to FAIR_SUBMIT, awaited */
     struct fq_ledger_back *back_head, *back_tail;   /* those, by sequence */
     struct fq_ledger_tenant *gate_prev, *gate_next; /* tenants with runs given back */
+    uint32_t part1;             /* its partition + 1, once the ledger computed it; 0: not yet */
 } fq_ledger_tenant;
 
 void fq_ledger_tenant_init(fq_ledger_tenant *lt, fq_tenant *t, const char *id);
@@ -182,6 +185,11 @@ typedef struct fq_ledger_opts {
                                    a submit's class is judged against them */
     size_t journal_room;        /* bytes of an unsent batch past which fetching and
                                    dispatching wait (half of max_payload) */
+    uint32_t partitions;        /* the deployment's P (docs/partitions.md): each partition
+                                   has its own journal, fence and owner. 0 or 1: one,
+                                   owned from the start (the journal as before
+                                   partitions); above 1, none is owned until adopted
+                                   (fq_ledger_adopt). Read at create only. */
 } fq_ledger_opts;
 
 /* Limits of the ledger's own (the proxy's constants of before). */
@@ -280,6 +288,8 @@ enum fq_ledger_note {
     FQ_LNOTE_EXPIRED_EARLY, /* expired runs forgotten past max_expired: n */
     FQ_LNOTE_REFUSAL_UNSTORED, /* a refusal was not stored, its message acked: js_err */
     FQ_LNOTE_NO_MEMORY,     /* a run was left in JetStream for lack of memory: tenant */
+    FQ_LNOTE_PART_RELEASED, /* a partition was let go: part; n = its queued runs naked,
+                               n2 = its dispatched runs let go */
 };
 
 typedef struct fq_ledger_act {
@@ -305,7 +315,13 @@ typedef struct fq_ledger_act {
     const char *text;           /* JOURNAL: the batch */
     size_t len;
     uint64_t batch;             /* JOURNAL: its id (for its Nats-Msg-Id) */
-    uint64_t expect_seq;        /* JOURNAL: Nats-Expected-Last-Sequence */
+    uint64_t expect_seq;        /* JOURNAL: the last sequence of its partition's journal
+                                   subject (Nats-Expected-Last-Subject-Sequence; with one
+                                   partition, the stream's: Nats-Expected-Last-Sequence) */
+    uint32_t part;              /* JOURNAL: its partition (its subject: the journal's,
+                                   with one partition; else <journal>.<part>);
+                                   FENCED, JOURNAL_STALLED, PART_RELEASED: the partition */
+    uint64_t term;              /* JOURNAL: the term its partition was adopted at */
     uint32_t delay_ms;          /* NAK */
     bool paused;                /* PAUSE */
     uint32_t est;               /* DISPATCH, RECONCILED: tokens charged */
@@ -430,17 +446,81 @@ void fq_ledger_set_rate(fq_ledger *l, double tokens_per_sec);
 /* ---- the journal at start or takeover ------------------------------------ */
 
 /* Our term's marker is stored at seq: the first batch expects it. Until
- * then no batch is sent. */
+ * then no batch is sent. With one partition: fq_ledger_part_marked(l, 0, seq). */
 void fq_ledger_journal_marked(fq_ledger *l, uint64_t seq);
 
 /* Rebuild from the journal: each valid record read back, in order, with
  * the time its message was stored (unix ms); then fq_ledger_recovered.
- * Only before the first submit or completion. */
+ * Only before the first submit or completion (of the partition adopted:
+ * a record of a partition not being read back is refused and counted). */
 void fq_ledger_recover_record(fq_ledger *l, const fq_jrec *r, int64_t stored_ms,
                               int64_t now_ms);
 /* Put the runs read back into the window (up to its limits and each
- * tenant's cap; the rest count as expired) or among the expired. */
+ * tenant's cap; the rest count as expired) or among the expired; the
+ * partitions adopted are owned from now on. */
 void fq_ledger_recovered(fq_ledger *l, uint64_t now, int64_t now_ms);
+
+/* ---- partitions ---------------------------------------------------------- */
+
+/*
+ * A deployment has P partitions (opts.partitions); a tenant lives in one,
+ * fq_partition_of its id (lib/partition.h), and a replica owns a set of
+ * them. The ledger keeps one scheduler over the tenants of every partition
+ * it owns (one deficit round robin), but each partition has its own
+ * journal subject, its own batches and Nats-Expected-Last-Subject-Sequence
+ * fence, its own marker and its own read-back, so a new owner rebuilds only
+ * that partition. With P = 1 the one partition is owned from the start and
+ * journals on the journal's one subject, as before partitions existed.
+ *
+ * Taking a partition over: fq_ledger_adopt(k, term); its marker stored at
+ * seq, fq_ledger_part_marked(k, seq); the records of its journal subject
+ * read back, in order, through fq_ledger_recover_record (records of other
+ * partitions are refused and counted); then fq_ledger_recovered, after
+ * which its submits and completions are taken. Its flight records, done
+ * ids and debts come back as at a restart: a tenant's debt survives the
+ * handover; its positive credit does not (as when it goes idle).
+ *
+ * Letting one go: fq_ledger_release(k). Its queued runs are naked (without
+ * delay, each tenant's in its queue's order), its dispatched runs leave the
+ * window uncharged, its tenants are left idle with a deficit of zero, its
+ * done ids, given-back runs, early completions and held acks are dropped,
+ * and its unsent journal records are dropped unsent: nothing is lost, for
+ * whatever was not stored left its submit or completion unacked, and the
+ * next owner reads the journal back. Deliveries of a partition not owned
+ * are dropped unanswered (counted as unowned).
+ */
+
+/* The partition of tenant (a valid id): 0 with one partition. */
+uint32_t fq_ledger_part_of(const fq_ledger *l, const char *tenant);
+
+/* Begin owning partition part at term (its lease's): FQ_OK; FQ_EINVAL, part
+ * out of range; FQ_EEXIST, owned already, or publishes of its last release
+ * are still unanswered (adopt it once they are). */
+fq_status fq_ledger_adopt(fq_ledger *l, uint32_t part, uint64_t term);
+
+/* Partition part's marker (an empty batch on its journal subject, with no
+ * expectation) is stored at seq: its first batch expects it. Until then
+ * none of its batches is sent. */
+void fq_ledger_part_marked(fq_ledger *l, uint32_t part, uint64_t seq);
+
+/* Let partition part go (above): its actions follow, a PART_RELEASED note
+ * last. Nothing if it is not owned. */
+void fq_ledger_release(fq_ledger *l, uint32_t part, uint64_t now, int64_t now_ms);
+
+/* Whether partition part is owned (adopted and read back). */
+bool fq_ledger_owns(const fq_ledger *l, uint32_t part);
+
+/* One partition's journal, for the caller's handover and metrics. */
+typedef struct fq_ledger_part_stats {
+    bool owned;                 /* adopted and read back */
+    bool loading;               /* adopted, being read back */
+    bool fenced;                /* another owner wrote its journal */
+    bool settled;               /* no record of it unsent or awaiting its PubAck: a
+                                   planned release loses nothing to read back again */
+    uint64_t term;              /* the term it was adopted at */
+    uint64_t expect_seq;        /* the sequence its next batch expects */
+} fq_ledger_part_stats;
+void fq_ledger_part_stats_get(fq_ledger_part_stats *out, const fq_ledger *l, uint32_t part);
 
 /* ---- what it holds ----------------------------------------------------- */
 
@@ -461,6 +541,11 @@ typedef struct fq_ledger_counters {
     uint64_t given_back;        /* submits given back to FAIR_SUBMIT: over their share */
     uint64_t recalled;          /* given back and asked back: room came */
     uint64_t given_back_lost;   /* given back and never came again (purged): forgotten */
+    uint64_t parts_adopted, parts_released; /* partitions taken over and let go */
+    uint64_t released_queued;   /* queued runs naked when their partition was let go */
+    uint64_t released_dispatched; /* dispatched runs let go with their partition */
+    uint64_t unowned;           /* deliveries of a partition not owned: dropped unanswered */
+    uint64_t records_foreign;   /* journal records read back of a partition not being read */
 } fq_ledger_counters;
 
 typedef struct fq_ledger_stats {

@@ -15,6 +15,7 @@
 #include "journal.h"
 #include "ledger.h"
 #include "msg.h"
+#include "partition.h"
 
 /*
  * A world: the ledger, its scheduler and estimator, its tenants, and a
@@ -51,7 +52,10 @@ typedef struct world {
     /* The journal as stored: records and when. */
     fq_jrec recs[MAX_RECS];
     int64_t rec_ms[MAX_RECS];
+    uint32_t rec_part[MAX_RECS];    /* the partition whose journal subject holds it */
     size_t nrecs;
+    uint32_t parts;                 /* the deployment's P (0: one) */
+    uint32_t storing;               /* the partition of the batch being stored */
 } world;
 
 static fq_ledger_tenant *tenant_of(void *arg, const char *id, size_t len,
@@ -90,7 +94,7 @@ static void world_boot(world *w)
                             .max_buffered_runs = 100, .max_buffered_bytes = 1 << 20,
                             .run_timeout_ms = 1000, .keep_done_ms = 5000,
                             .debt_forget_ms = 60000, .max_expired = 100,
-                            .journal_room = 1 << 20};
+                            .journal_room = 1 << 20, .partitions = w->parts};
     fq_ledger_sched_opts(&so, &w->o);
     so.max_subtenants = w->subs;
     assert_int_equal(fq_sched_create(&w->s, &so), FQ_OK);
@@ -99,10 +103,12 @@ static void world_boot(world *w)
     assert_int_equal(fq_ledger_create(&w->l, &w->o), FQ_OK);
 }
 
-static world *world_new(void)
+/* A world of a deployment of parts partitions (0: one). */
+static world *world_new_parts(uint32_t parts)
 {
     world *w = calloc(1, sizeof *w);
     assert_non_null(w);
+    w->parts = parts;
     fq_est_opts eo;
     fq_est_opts_init(&eo);
     eo.default_tokens = 100;
@@ -112,6 +118,11 @@ static world *world_new(void)
     w->now_ms = 1800000000000;
     world_boot(w);
     return w;
+}
+
+static world *world_new(void)
+{
+    return world_new_parts(0);
 }
 
 /* A crash: every bit of memory gone but the journal (and the estimator,
@@ -248,6 +259,7 @@ static void cb_add(void *arg, const fq_jrec *r)
     world *w = arg;
     assert_true(w->nrecs < MAX_RECS);
     w->rec_ms[w->nrecs] = w->now_ms;
+    w->rec_part[w->nrecs] = w->storing;
     w->recs[w->nrecs++] = *r;
 }
 
@@ -260,6 +272,7 @@ static void store_journal(world *w, const fq_ledger_act *a)
     size_t len = a->len;
     memcpy(text, a->text, len);
     uint64_t token = a->token;
+    w->storing = a->part;
     fq_jcounts jc = {0};
     assert_int_equal(fq_journal_decode(text, len, cb_add, w, &jc), FQ_OK);
     assert_int_equal(jc.invalid + jc.unknown, 0);
@@ -1476,6 +1489,304 @@ static void test_completion_again_while_its_record_waits(void **state)
     world_free(w);
 }
 
+/* ---- partitions ---------------------------------------------------------- */
+
+/* A tenant id of partition part of parts: "<prefix><n>", the first n. */
+static const char *tenant_in(char *buf, size_t cap, const char *prefix, uint32_t part,
+                             uint32_t parts)
+{
+    for (unsigned n = 0;; n++) {
+        snprintf(buf, cap, "%s%u", prefix, n);
+        if (fq_partition_of(buf, strlen(buf), parts) == part)
+            return buf;
+    }
+}
+
+/* Replica w takes partition part over at term from the journal stored by
+ * from (every partition's records fed, as a careless caller might: those
+ * of other partitions are refused), its marker at mark. */
+static void adopt_from(world *w, const world *from, uint32_t part, uint64_t term, uint64_t mark)
+{
+    assert_int_equal(fq_ledger_adopt(w->l, part, term), FQ_OK);
+    assert_int_equal(fq_ledger_adopt(w->l, part, term), FQ_EEXIST);
+    fq_ledger_part_marked(w->l, part, mark);
+    for (size_t i = 0; i < from->nrecs; i++)
+        fq_ledger_recover_record(w->l, &from->recs[i], from->rec_ms[i], w->now_ms);
+    assert_false(fq_ledger_owns(w->l, part));
+    fq_ledger_recovered(w->l, w->now, w->now_ms);
+    assert_true(fq_ledger_owns(w->l, part));
+    drain(w);
+}
+
+static const fq_ledger_tenant *lt_of(const world *w, const char *id)
+{
+    for (size_t i = 0; i < w->nt; i++)
+        if (strcmp(w->t[i].id, id) == 0)
+            return &w->t[i].lt;
+    return NULL;
+}
+
+/* A partition goes from replica A to replica B and back: each journals it
+ * on its own subject at its own term, with its own fence; deliveries of a
+ * partition not owned are dropped unanswered; the run in flight at the
+ * handover is adopted by B, not dispatched again, and its completion is
+ * reconciled once, by B; the partition released, A holds nothing of its
+ * tenants, which may be forgotten. */
+static void test_part_adopt_release_round_trip(void **state)
+{
+    (void)state;
+    enum { P = 4 };
+    world *a = world_new_parts(P), *b = world_new_parts(P);
+    char x[16], y[16];
+    tenant_in(x, sizeof x, "x", 1, P);
+    tenant_in(y, sizeof y, "y", 2, P);
+    assert_int_equal(fq_ledger_part_of(a->l, x), 1);
+    /* Nothing is owned before it is adopted: dropped, unanswered. */
+    assert_false(fq_ledger_owns(a->l, 0));
+    submit(a, x, 10, "r1", 50);
+    assert_int_equal(a->nacts, 0);
+    assert_int_equal(fq_ledger_counters_get(a->l)->unowned, 1);
+    assert_int_equal(fq_ledger_adopt(a->l, P, 1), FQ_EINVAL);
+    adopt_from(a, a, 1, 7, 40);
+    submit(a, x, 10, "r1", 50);
+    submit(a, y, 11, "r2", 50);            /* partition 2: not ours */
+    assert_int_equal(fq_ledger_counters_get(a->l)->unowned, 2);
+    turn(a);
+    assert_int_equal(count(a, FQ_LACT_DISPATCH), 1);
+    const fq_ledger_act *j = find(a, FQ_LACT_JOURNAL, 0);
+    assert_non_null(j);
+    assert_int_equal(j->part, 1);
+    assert_int_equal(j->term, 7);
+    assert_int_equal(j->expect_seq, 40);
+    fq_ledger_act jc = *j;
+    uint64_t dtok = find(a, FQ_LACT_DISPATCH, 0)->token;
+    store_journal(a, &jc);
+    puback(a, dtok, FQ_LEDGER_PUB_STORED, 0);
+    assert_true(acked(a, FQ_LEDGER_SUBMIT, 10));
+    assert_int_equal(a->acts[0].ack.part, 1);
+    fq_ledger_part_stats ps;
+    fq_ledger_part_stats_get(&ps, a->l, 1);
+    assert_true(ps.owned && ps.settled);
+    assert_int_equal(ps.expect_seq, jseq_next - 1);
+    /* A lets partition 1 go: r1 in flight leaves its window uncharged. */
+    fq_ledger_release(a->l, 1, a->now, a->now_ms);
+    drain(a);
+    const fq_ledger_act *n = find(a, FQ_LACT_NOTE, 0);
+    assert_non_null(n);
+    assert_int_equal(n->note, FQ_LNOTE_PART_RELEASED);
+    assert_int_equal(n->part, 1);
+    assert_int_equal(n->n2, 1);
+    assert_false(fq_ledger_owns(a->l, 1));
+    assert_false(fq_ledger_tenant_busy(lt_of(a, x)));
+    assert_int_equal(deficit(a, x), 0);
+    fq_sched_stats ss;
+    fq_sched_stats_get(a->s, &ss);
+    assert_int_equal(ss.in_flight, 0);
+    assert_int_equal(fq_sched_tenant_remove(a->s, fq_sched_find(a->s, x, strlen(x))), FQ_OK);
+    complete(a, x, 500, "r1", 50);
+    assert_int_equal(a->nacts, 0);
+    /* B takes it over from the journal: r1 is in flight there. */
+    a->recs[a->nrecs] = (fq_jrec){.type = FQ_JREC_DEBT, .deficit = -5};
+    snprintf(a->recs[a->nrecs].tenant, sizeof a->recs[0].tenant, "%s", y);
+    a->rec_part[a->nrecs] = 2;
+    a->rec_ms[a->nrecs++] = a->now_ms;
+    adopt_from(b, a, 1, 8, 60);
+    assert_int_equal(fq_ledger_counters_get(b->l)->records_foreign, 1);
+    assert_int_equal(fq_ledger_counters_get(b->l)->adopted, 1);
+    assert_null(lt_of(b, y));               /* partition 2's record made no tenant */
+    submit(b, x, 10, "r1", 50);             /* its submit, come again: published again */
+    assert_int_equal(count(b, FQ_LACT_DISPATCH), 1);
+    complete(b, x, 500, "r1", 50);
+    assert_int_equal(fq_ledger_counters_get(b->l)->completions, 1);
+    complete(b, x, 500, "r1", 50);
+    assert_int_equal(fq_ledger_counters_get(b->l)->completions, 1);
+    turn(b);
+    j = find(b, FQ_LACT_JOURNAL, 0);
+    assert_non_null(j);
+    assert_int_equal(j->part, 1);
+    assert_int_equal(j->term, 8);
+    assert_int_equal(j->expect_seq, 60);
+    world_free(a);
+    world_free(b);
+}
+
+/* A tenant's debt survives its partition's handover: B reads back the
+ * debt A journalled on the partition's subject; A, having let it go,
+ * keeps none of it (nor any credit) and may forget the tenant. */
+static void test_part_debt_across_handover(void **state)
+{
+    (void)state;
+    enum { P = 4 };
+    world *a = world_new_parts(P), *b = world_new_parts(P);
+    char x[16];
+    tenant_in(x, sizeof x, "x", 3, P);
+    adopt_from(a, a, 3, 1, 10);
+    submit(a, x, 10, "r1", 50);
+    turn(a);
+    fq_ledger_act jc = *find(a, FQ_LACT_JOURNAL, 0);
+    uint64_t dtok = find(a, FQ_LACT_DISPATCH, 0)->token;
+    store_journal(a, &jc);
+    puback(a, dtok, FQ_LEDGER_PUB_STORED, 0);
+    complete(a, x, 700, "r1", 5000);       /* overran: a debt */
+    int64_t debt = deficit(a, x);
+    assert_true(debt < 0);
+    turn(a);
+    jc = *find(a, FQ_LACT_JOURNAL, 0);
+    assert_int_equal(jc.part, 3);
+    store_journal(a, &jc);
+    assert_int_equal(a->recs[a->nrecs - 1].type, FQ_JREC_DEBT);
+    assert_int_equal(a->rec_part[a->nrecs - 1], 3);
+    fq_ledger_release(a->l, 3, a->now, a->now_ms);
+    drain(a);
+    assert_int_equal(deficit(a, x), 0);
+    assert_false(fq_ledger_tenant_busy(lt_of(a, x)));
+    fq_ledger_stats st;
+    fq_ledger_stats_get(&st, a->l);
+    assert_int_equal(st.debtors, 0);
+    assert_int_equal(st.completed_remembered, 0);
+    adopt_from(b, a, 3, 2, 20);
+    assert_int_equal(deficit(b, x), debt);
+    fq_ledger_stats_get(&st, b->l);
+    assert_int_equal(st.debtors, 1);
+    assert_int_equal(st.completed_remembered, 1);
+    /* And back to A: the debt B journals is A's again. */
+    b->now_ms += 1;
+    complete(b, x, 700, "r1", 5000);        /* a duplicate: nothing changes */
+    assert_int_equal(fq_ledger_counters_get(b->l)->completions_duplicate, 1);
+    fq_ledger_release(b->l, 3, b->now, b->now_ms);
+    drain(b);
+    adopt_from(a, a, 3, 3, 30);
+    assert_int_equal(deficit(a, x), debt);
+    world_free(a);
+    world_free(b);
+}
+
+/* Letting a partition go naks its queued runs, each tenant's in its
+ * queue's order, at once (its next owner takes them); its runs in flight
+ * are let go unanswered; another partition's runs stay queued and are
+ * dispatched as room comes. */
+static void test_part_release_naks_queued_in_order(void **state)
+{
+    (void)state;
+    enum { P = 4 };
+    world *a = world_new_parts(P);
+    char x[16], z[16], o[16];
+    tenant_in(x, sizeof x, "x", 2, P);
+    tenant_in(z, sizeof z, "z", 2, P);
+    tenant_in(o, sizeof o, "o", 0, P);
+    adopt_from(a, a, 2, 1, 10);
+    adopt_from(a, a, 0, 1, 11);
+    /* The window holds 4: x's two first and z's two, then the rest queue. */
+    uint64_t seq = 100;
+    const char *order[] = {x, z, x, z, x, o, z, x, o, z};
+    for (size_t i = 0; i < sizeof order / sizeof *order; i++) {
+        char rid[16];
+        snprintf(rid, sizeof rid, "r%llu", (unsigned long long)seq);
+        submit(a, order[i], seq++, rid, 50);
+        if (i == 3) {
+            turn(a);
+            assert_int_equal(count(a, FQ_LACT_DISPATCH), 4);
+        }
+    }
+    fq_ledger_release(a->l, 2, a->now, a->now_ms);
+    drain(a);
+    /* x queued 104, 107; z 106, 109: naked without delay, per tenant in order. */
+    uint64_t last_x = 0, last_z = 0;
+    size_t naks = 0;
+    for (size_t i = 0; i < a->nacts; i++) {
+        const fq_ledger_act *n = &a->acts[i];
+        assert_int_not_equal(n->type, FQ_LACT_ACK);
+        if (n->type != FQ_LACT_NAK)
+            continue;
+        naks++;
+        assert_int_equal(n->delay_ms, 0);
+        assert_int_equal(n->ack.part, 2);
+        bool is_x = n->ack.sseq == 104 || n->ack.sseq == 107;
+        uint64_t *last = is_x ? &last_x : &last_z;
+        assert_true(n->ack.sseq > *last);
+        *last = n->ack.sseq;
+    }
+    assert_int_equal(naks, 4);
+    assert_int_equal(last_x, 107);
+    assert_int_equal(last_z, 109);
+    assert_int_equal(fq_ledger_counters_get(a->l)->released_queued, 4);
+    assert_int_equal(fq_ledger_counters_get(a->l)->released_dispatched, 4);
+    fq_ledger_stats st;
+    fq_ledger_stats_get(&st, a->l);
+    assert_int_equal(st.held, 2);           /* o's two */
+    /* Their dispatches' PubAcks come after: nothing to do, and the
+     * partition can be adopted again once none is awaited. */
+    assert_int_equal(fq_ledger_adopt(a->l, 2, 2), FQ_EEXIST);
+    for (uint64_t s = 100; s < 104; s++)
+        assert_false(puback(a, FQ_LEDGER_TOKEN(FQ_LTK_DISPATCH, s), FQ_LEDGER_PUB_STORED, 0));
+    assert_int_equal(a->nacts, 0);
+    assert_int_equal(fq_ledger_adopt(a->l, 2, 2), FQ_OK);
+    turn(a);
+    assert_int_equal(count(a, FQ_LACT_DISPATCH), 2);
+    assert_int_equal(find(a, FQ_LACT_DISPATCH, 0)->lt, lt_of(a, o));
+    world_free(a);
+}
+
+/* Each partition's journal is fenced on its own: a batch of partition 1
+ * refused (another owner wrote its subject) stops dispatch until partition
+ * 1 is let go, while partition 2's batches go on expecting its own last
+ * sequence. */
+static void test_part_journal_fenced_per_partition(void **state)
+{
+    (void)state;
+    enum { P = 4 };
+    world *a = world_new_parts(P);
+    char x[16], y[16];
+    tenant_in(x, sizeof x, "x", 1, P);
+    tenant_in(y, sizeof y, "y", 2, P);
+    adopt_from(a, a, 1, 5, 70);
+    adopt_from(a, a, 2, 6, 80);
+    submit(a, x, 10, "r1", 50);
+    submit(a, y, 11, "r2", 50);
+    turn(a);
+    assert_int_equal(count(a, FQ_LACT_JOURNAL), 2);
+    fq_ledger_act j1 = *find(a, FQ_LACT_JOURNAL, 0), j2 = *find(a, FQ_LACT_JOURNAL, 1);
+    if (j1.part != 1) {
+        fq_ledger_act t = j1;
+        j1 = j2;
+        j2 = t;
+    }
+    assert_int_equal(j1.part, 1);
+    assert_int_equal(j1.expect_seq, 70);
+    assert_int_equal(j1.term, 5);
+    assert_int_equal(j2.part, 2);
+    assert_int_equal(j2.expect_seq, 80);
+    assert_int_equal(j2.term, 6);
+    assert_int_not_equal(j1.token, j2.token);
+    puback(a, j1.token, FQ_LEDGER_PUB_ERROR, FQ_LEDGER_ERR_WRONG_LAST);
+    const fq_ledger_act *n = find(a, FQ_LACT_NOTE, 0);
+    assert_int_equal(n->note, FQ_LNOTE_FENCED);
+    assert_int_equal(n->part, 1);
+    fq_ledger_part_stats ps;
+    fq_ledger_part_stats_get(&ps, a->l, 1);
+    assert_true(ps.fenced);
+    fq_ledger_part_stats_get(&ps, a->l, 2);
+    assert_false(ps.fenced);
+    /* Partition 2's batch is answered; its next expects that answer. */
+    fq_ledger_puback(a->l, j2.token, FQ_LEDGER_PUB_STORED, 0, 81, a->now, a->now_ms);
+    drain(a);
+    submit(a, y, 12, "r3", 50);
+    turn(a);
+    assert_int_equal(count(a, FQ_LACT_DISPATCH), 0);    /* fenced: nothing dispatched */
+    fq_ledger_release(a->l, 1, a->now, a->now_ms);
+    drain(a);
+    fq_ledger_stats st;
+    fq_ledger_stats_get(&st, a->l);
+    assert_false(st.fenced);
+    turn(a);
+    assert_int_equal(count(a, FQ_LACT_DISPATCH), 1);
+    const fq_ledger_act *j = find(a, FQ_LACT_JOURNAL, 0);
+    assert_non_null(j);
+    assert_int_equal(j->part, 2);
+    assert_int_equal(j->expect_seq, 81);
+    world_free(a);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1505,6 +1816,10 @@ int main(void)
         cmocka_unit_test(test_early_completion_forged_not_applied),
         cmocka_unit_test(test_early_completions_bounded),
         cmocka_unit_test(test_completion_again_while_its_record_waits),
+        cmocka_unit_test(test_part_adopt_release_round_trip),
+        cmocka_unit_test(test_part_debt_across_handover),
+        cmocka_unit_test(test_part_release_naks_queued_in_order),
+        cmocka_unit_test(test_part_journal_fenced_per_partition),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
