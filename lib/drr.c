@@ -978,6 +978,14 @@ void fq_sched_destroy(fq_sched *s)
     free(s);
 }
 
+void fq_sched_set_window(fq_sched *s, uint32_t max_in_flight, uint64_t max_in_flight_tokens)
+{
+    s->o.max_in_flight = max_in_flight;
+    s->o.max_in_flight_tokens = max_in_flight_tokens;
+    fq_window_set_limits(&s->win, max_in_flight, max_in_flight_tokens, s->o.run_timeout,
+                         s->o.max_expired);
+}
+
 fq_status fq_sched_set_opts(fq_sched *s, const fq_sched_opts *o)
 {
     if (!opts_valid(o))
@@ -1860,6 +1868,7 @@ void fq_sched_stats_get(const fq_sched *s, fq_sched_stats *out)
         .in_flight_tokens = s->win.tokens,
         .round = s->round,
         .parked = s->npark,
+        .active_weight = s->active_weight,
     };
 }
 

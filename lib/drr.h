@@ -121,6 +121,8 @@ typedef struct fq_sched_stats {
     uint64_t in_flight_tokens;
     uint64_t round;             /* current DRR round */
     uint32_t parked;            /* tenants out of the rotation until a time */
+    uint64_t active_weight;     /* the weights of the tenants with queued runs,
+                                   summed (a replica's heartbeat, lib/share) */
 } fq_sched_stats;
 
 /* Create a scheduler. On error *out is NULL and the status says why. */
@@ -130,6 +132,12 @@ void fq_sched_destroy(fq_sched *s);
 /* Change the window, quantum and charge cap at run time; queued and
  * in-flight runs are kept; new quanta apply from each tenant's next grant. */
 fq_status fq_sched_set_opts(fq_sched *s, const fq_sched_opts *o);
+
+/* Change only the window (0: unlimited), as lib/share does every heartbeat
+ * period: runs in flight are kept, and a window that shrank below them only
+ * stops dispatch until they complete. O(1), no allocation; the limits
+ * apply until the next call or fq_sched_set_opts. */
+void fq_sched_set_window(fq_sched *s, uint32_t max_in_flight, uint64_t max_in_flight_tokens);
 
 /* Find the tenant named id, creating it with policy p when it is new (p is
  * ignored for a known tenant). On error *out is NULL and nothing changed. */

@@ -83,6 +83,7 @@ struct scn_tenant {
     uint32_t burst_in_flight;   /* 0: the plan's */
     uint32_t tokens_per_minute; /* 0: the plan's */
     double output_share;        /* of each run's tokens, output tokens; 0: none */
+    uint32_t proxy;             /* drr-replicas: 1..proxies.count; 0: by partition */
     struct scn_arrival *arrivals;
     unsigned arrivals_count;
     struct scn_period *idle;
@@ -116,6 +117,7 @@ struct fq_scenario_spec {
     uint32_t max_pending;
     uint32_t cap_in_flight;
     fq_scenario_capacity capacity;
+    fq_scenario_proxies proxies;
     struct scn_estimator estimator;
     struct scn_plan *plans;
     unsigned plans_count;
@@ -204,6 +206,7 @@ static const cyaml_schema_field_t tenant_fields[] = {
     CYAML_FIELD_UINT("burst_in_flight", OPT, struct scn_tenant, burst_in_flight),
     CYAML_FIELD_UINT("tokens_per_minute", OPT, struct scn_tenant, tokens_per_minute),
     CYAML_FIELD_FLOAT("output_share", OPT, struct scn_tenant, output_share),
+    CYAML_FIELD_UINT("proxy", OPT, struct scn_tenant, proxy),
     CYAML_FIELD_SEQUENCE("arrivals", CYAML_FLAG_POINTER, struct scn_tenant, arrivals,
                          &arrival_schema, 1, CYAML_UNLIMITED),
     CYAML_FIELD_SEQUENCE("idle", CYAML_FLAG_POINTER | OPT, struct scn_tenant, idle,
@@ -239,6 +242,14 @@ static const cyaml_schema_field_t capacity_fields[] = {
     CYAML_FIELD_END
 };
 
+static const cyaml_schema_field_t proxies_fields[] = {
+    CYAML_FIELD_UINT("count", OPT, fq_scenario_proxies, count),
+    CYAML_FIELD_UINT("heartbeat_ms", OPT, fq_scenario_proxies, heartbeat_ms),
+    CYAML_FIELD_UINT("reserve_runs", OPT, fq_scenario_proxies, reserve_runs),
+    CYAML_FIELD_UINT("reserve_tokens", OPT, fq_scenario_proxies, reserve_tokens),
+    CYAML_FIELD_END
+};
+
 static const cyaml_schema_field_t estimator_fields[] = {
     CYAML_FIELD_UINT("default_tokens", OPT, struct scn_estimator, default_tokens),
     CYAML_FIELD_UINT("min_samples", OPT, struct scn_estimator, min_samples),
@@ -258,6 +269,7 @@ static const cyaml_schema_field_t spec_fields[] = {
     CYAML_FIELD_UINT("cap_in_flight", OPT, struct fq_scenario_spec, cap_in_flight),
     CYAML_FIELD_MAPPING("capacity", CYAML_FLAG_DEFAULT, struct fq_scenario_spec, capacity,
                         capacity_fields),
+    CYAML_FIELD_MAPPING("proxies", OPT, struct fq_scenario_spec, proxies, proxies_fields),
     CYAML_FIELD_MAPPING("estimator", OPT, struct fq_scenario_spec, estimator, estimator_fields),
     CYAML_FIELD_SEQUENCE("plans", CYAML_FLAG_POINTER | OPT, struct fq_scenario_spec, plans,
                          &plan_schema, 0, CYAML_UNLIMITED),
@@ -398,6 +410,8 @@ static fq_status check_tenant(const struct fq_scenario_spec *s, unsigned i, doub
         why = "error (actual / declared) must be above 0 and at most 1000";
     else if (!isfinite(t->output_share) || t->output_share < 0 || t->output_share > 1)
         why = "output_share must be from 0 to 1";
+    else if (t->proxy > (s->proxies.count ? s->proxies.count : 1))
+        why = "proxy must be at most proxies.count (0: by partition)";
     if (why)
         return fail(err, errlen, "%s: tenant %s: %s", where, t->id, why);
     for (unsigned k = 0; k < t->idle_count; k++) {
@@ -454,6 +468,10 @@ static fq_status validate(const struct fq_scenario_spec *s, char *err, size_t er
         return fail(err, errlen, "%s: quantum_tokens must be at most 1000000000", where);
     if (check_capacity(&s->capacity, err, errlen, where) != FQ_OK)
         return FQ_EINVAL;
+    if (s->proxies.count > 1000 || s->proxies.heartbeat_ms > 60000 ||
+        s->proxies.reserve_runs > 100000)
+        return fail(err, errlen, "%s: proxies: count at most 1000, heartbeat_ms at most "
+                    "60000, reserve_runs at most 100000", where);
     for (unsigned i = 0; i < s->plans_count; i++) {
         const struct scn_plan *p = &s->plans[i];
         if (!fq_name_valid(p->name, strlen(p->name)) || p->weight < 1 ||
@@ -748,6 +766,7 @@ static fq_status build_tenants(fq_scenario *sc, const struct fq_scenario_spec *s
             t->tokens_per_minute = st->tokens_per_minute ? st->tokens_per_minute
                                  : p ? p->tokens_per_minute : 0;
             t->output_share = st->output_share;
+            t->proxy = st->proxy;
             if (p)
                 t->prices = (fq_prices){p->price_input, p->price_output, p->price_cached};
         }
@@ -790,6 +809,7 @@ static fq_status build(fq_scenario **out, struct fq_scenario_spec *s, const char
     sc->max_pending = s->max_pending;
     sc->cap_in_flight = s->cap_in_flight;
     sc->capacity = s->capacity;
+    sc->proxies = s->proxies;
     if (sc->capacity.workers)
         sc->capacity.max_in_flight = sc->capacity.workers;
     if (s->estimator.default_tokens)

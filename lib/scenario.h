@@ -36,6 +36,9 @@ typedef struct fq_scenario_tenant {
     double output_share;        /* of each run's actual tokens, output ones;
                                    the rest are input (none cached) */
     fq_prices prices;           /* drr-priced: its plan's; 0: 1 */
+    uint32_t proxy;             /* drr-replicas: the replica that owns it, 1 to
+                                   proxies.count; 0: by the server's partition
+                                   function over proxies.count */
 } fq_scenario_tenant;
 
 /* A plan as stated in the scenario: what a tenant of the plan gets. */
@@ -70,6 +73,16 @@ typedef struct fq_scenario_capacity {
     uint64_t max_in_flight_tokens; /* window in tokens; 0 = none */
 } fq_scenario_capacity;
 
+/* drr-replicas: fairq replicas, each a DRR over the tenants it owns, their
+ * windows split by lib/share from heartbeats (docs/scaling.md). */
+typedef struct fq_scenario_proxies {
+    uint32_t count;             /* replicas; 0 or 1: one proxy */
+    uint32_t heartbeat_ms;      /* heartbeat period; 0: 100 */
+    uint32_t reserve_runs;      /* the shared reserve; 0: 1 */
+    uint64_t reserve_tokens;    /* ... in tokens (with max_in_flight_tokens);
+                                   0: the token window / the run window */
+} fq_scenario_proxies;
+
 typedef struct fq_scenario_spec fq_scenario_spec;
 
 typedef struct fq_scenario {
@@ -83,6 +96,7 @@ typedef struct fq_scenario {
     uint32_t max_pending;       /* for tenants whose plan says none; 0 = none */
     uint32_t cap_in_flight;     /* the cap policy's cap where no plan says */
     fq_scenario_capacity capacity;
+    fq_scenario_proxies proxies;
     struct {
         uint32_t default_tokens;    /* charged when nothing is known */
         uint32_t min_samples;       /* completions before history is trusted */

@@ -233,7 +233,7 @@ static uint64_t split(ent *e, size_t n, uint64_t g)
 }
 
 /* One dimension: the limit and what of the reserve this replica holds. */
-static uint64_t dimension(fq_share *s, size_t n, uint64_t g, uint64_t reserve,
+static uint64_t dimension(fq_share *s, size_t n, uint64_t g, uint64_t reserve, bool idle,
                           uint64_t *share, uint64_t *borrowed)
 {
     ent *e = s->ents;
@@ -252,18 +252,18 @@ static uint64_t dimension(fq_share *s, size_t n, uint64_t g, uint64_t reserve,
     uint64_t free_res = reserve > others_borrowed ? reserve - others_borrowed : 0;
     uint64_t over = held > room ? held - room : 0;
     *borrowed = over < free_res ? over : free_res;
+    if (idle)   /* what it holds, and what arrives before its next tick from the reserve */
+        return (held < room ? held : room) + free_res;
     return *share < room + free_res ? *share : room + free_res;
 }
 
 /* Fill the scratch entries for the runs (tokens false) or tokens. */
-static size_t entries(fq_share *s, const fq_share_local *me, uint64_t mine_borrowed,
-                      bool tokens)
+static size_t entries(fq_share *s, const fq_share_local *me, bool tokens)
 {
     ent *e = s->ents;
     size_t n = 0;
     e[n++] = (ent){.id = s->id, .w = me->weight, .me = true,
                    .held = tokens ? me->tokens : me->runs,
-                   .borrowed = mine_borrowed,
                    .demand = tokens ? me->tokens + me->queued_tokens
                                     : me->runs + me->queued_runs};
     for (uint32_t i = 0; i < s->o.max_peers; i++) {
@@ -303,15 +303,25 @@ void fq_share_tick(fq_share_limits *out, fq_share_beat *beat, fq_share *s,
                          FQ_SHARE_UNLIMITED};
     uint64_t br = 0, bt = 0;
     if (s->o.max_runs) {
-        size_t n = entries(s, me, 0, false);
-        l.runs = dimension(s, n, s->o.max_runs, s->o.reserve_runs, &l.share_runs, &br);
+        size_t n = entries(s, me, false);
+        l.runs = dimension(s, n, s->o.max_runs, s->o.reserve_runs, !me->weight, &l.share_runs,
+                           &br);
+
     }
     if (s->o.max_tokens) {
-        size_t n = entries(s, me, 0, true);
-        l.tokens = dimension(s, n, s->o.max_tokens, s->o.reserve_tokens, &l.share_tokens,
-                             &bt);
+        size_t n = entries(s, me, true);
+        l.tokens = dimension(s, n, s->o.max_tokens, s->o.reserve_tokens, !me->weight,
+                             &l.share_tokens, &bt);
+
     }
-    if (starting) {
+    if (!starting && heard && !s->st.peers) {
+        /* alone, and hearing itself: the whole window, as without shares */
+        l = (fq_share_limits){s->o.max_runs ? s->o.max_runs : FQ_SHARE_UNLIMITED,
+                              s->o.max_tokens ? s->o.max_tokens : FQ_SHARE_UNLIMITED,
+                              s->o.max_runs ? s->o.max_runs : FQ_SHARE_UNLIMITED,
+                              s->o.max_tokens ? s->o.max_tokens : FQ_SHARE_UNLIMITED};
+        br = bt = 0;
+    } else if (starting) {
         /* it knows nothing of the others yet: the reserve, at least a run */
         uint64_t r = s->o.reserve_runs ? s->o.reserve_runs : 1;
         uint64_t t = s->o.reserve_tokens ? s->o.reserve_tokens : 1;

@@ -114,7 +114,11 @@ fq_status fq_share_heard(fq_share *s, const fq_share_beat *b, uint64_t now);
  * they add up to the window. A replica's limit is its share, but no more
  * than the room the others leave (the window less what they hold outside
  * the reserve) plus what of the reserve they do not hold: the reserve lets
- * a replica whose share grew dispatch before the others have drained.
+ * a replica whose share grew dispatch before the others have drained. A
+ * replica with no queued runs keeps what it holds and may add the reserve
+ * left free, so that a run queued before its next tick goes at once. A
+ * replica that knows no other (and hears itself) has the whole window, as
+ * one proxy without shares.
  * Silent peers count with their last beat until they are forgotten; a
  * replica that has not heard its own beat within max_age (cut off) takes
  * no more than an equal split of the window among the replicas it knows,

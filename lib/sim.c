@@ -16,6 +16,12 @@
  *  - Fairness is measured over a window, the scenario's duration, in which
  *    tenants may be backlogged; the simulation goes on past it until every
  *    run is served (or the horizon), so every run's wait is counted.
+ *  - drr-replicas runs the scenario's proxies as replicas: each a scheduler
+ *    over the tenants it owns, its window set every heartbeat period from
+ *    lib/share (the real one) over the beats all replicas published, each
+ *    replica ticking at its own phase. Their dispatches share the workers
+ *    through one FIFO (the dispatch subject), so a window overshot by the
+ *    reserve shows as runs waiting for a worker. With one proxy it is drr.
  */
 #include "sim.h"
 
@@ -27,6 +33,8 @@
 #include "cardrr.h"
 #include "drr.h"
 #include "estimate.h"
+#include "partition.h"
+#include "share.h"
 
 #define NONE UINT32_MAX
 
@@ -52,6 +60,7 @@ typedef struct policy_def {
     bool priced;                /* drr: costs are priced by token kind */
     bool classes;               /* drr: interactive runs before batch, per tenant */
     bool subs;                  /* drr: sub-tenants share their tenant's turns */
+    bool replicas;              /* drr: the scenario's proxies, windows by lib/share */
 } policy_def;
 
 /* Designated fields: a flag a policy does not name is off, so adding one
@@ -94,6 +103,9 @@ static const policy_def policies[FQ_SIM__NPOLICIES] = {
     [FQ_SIM_DRR_SUB] = {"drr-sub", "drr with sub-tenants: a tenant's turns shared fairly "
                         "among its active sub-tenants",
                         DRR_BASE, .subs = true},
+    [FQ_SIM_DRR_REPLICAS] = {"drr-replicas", "drr on the scenario's proxies as replicas, "
+                             "each over its tenants, windows shared by heartbeats",
+                             DRR_BASE, .replicas = true},
 };
 #undef DRR_BASE
 
@@ -120,7 +132,7 @@ fq_status fq_sim_policy_parse(enum fq_sim_policy *out, size_t *n, const char *li
         if (p == FQ_SIM__NPOLICIES) {
             snprintf(err, errlen, "unknown policy '%.*s' (fifo, rr, cap, drr, "
                      "drr-no-reconcile, drr-no-correction, drr-no-idle-reset, drr-cap, "
-                     "drr-burst, drr-rate, drr-priced, drr-class, drr-sub or all)",
+                     "drr-burst, drr-rate, drr-priced, drr-class, drr-sub, drr-replicas or all)",
                      (int)len, w);
             *n = 0;
             return FQ_EINVAL;
@@ -163,9 +175,18 @@ typedef struct sim_tenant {
     uint32_t in_flight;
     uint32_t cap;               /* cap: most runs in flight */
     fq_tenant *ft;              /* drr: the scheduler's tenant */
+    uint32_t rep;               /* drr: the replica that owns it (0: the one) */
     double busy_v;              /* the GPS clock when its busy period began */
     double busy_sent;           /* tokens dispatched in that busy period */
 } sim_tenant;
+
+/* A replica: its scheduler and, under drr-replicas, its share. */
+typedef struct sim_rep {
+    fq_sched *sched;
+    fq_share *share;            /* drr-replicas */
+    uint64_t next_tick;         /* its next heartbeat, ms */
+    bool closed;                /* its share is no run now */
+} sim_rep;
 
 typedef struct sim {
     const fq_scenario *sc;
@@ -180,7 +201,12 @@ typedef struct sim {
     size_t next_arrival;        /* index of the next run to arrive */
     size_t fifo_pos;            /* fifo: no run before it is queued */
     uint64_t queued;
-    fq_sched *sched;            /* drr */
+    sim_rep *rep;               /* drr: the replicas (one but under drr-replicas) */
+    uint32_t nrep;
+    uint32_t rep_first;         /* drr-replicas: who dispatches first, in turn */
+    uint32_t *wq;               /* drr-replicas: dispatched runs awaiting a worker, FIFO */
+    fq_share_beat *beats;       /* drr-replicas: those published at one instant */
+    size_t wq_head, wq_len;
     fq_cardrr *rr;              /* rr */
     fq_cardrr_run *rr_runs;
     fq_est *est;
@@ -289,9 +315,10 @@ static int drr_enqueue(sim *s, uint32_t i)
     fq_run *fr;
     char sub[16];
     int len = r->sub ? snprintf(sub, sizeof sub, "s%" PRIu32, r->sub) : 0;
-    if (s->pd->subs ? fq_sched_enqueue_sub(&fr, s->sched, t->ft, sub, (size_t)len, i,
+    fq_sched *sc = s->rep[t->rep].sched;
+    if (s->pd->subs ? fq_sched_enqueue_sub(&fr, sc, t->ft, sub, (size_t)len, i,
                                             s->runs[i].charged, NULL, s->now) != FQ_OK
-                    : fq_sched_enqueue_class(&fr, s->sched, t->ft, i,
+                    : fq_sched_enqueue_class(&fr, sc, t->ft, i,
                                              s->pd->classes && !r->interactive,
                                              s->runs[i].charged, NULL, s->now) != FQ_OK)
         return 0;
@@ -301,7 +328,7 @@ static int drr_enqueue(sim *s, uint32_t i)
 
 static uint32_t drr_next(sim *s)
 {
-    fq_run *r = fq_sched_dispatch(s->sched, s->now);
+    fq_run *r = fq_sched_dispatch(s->rep[0].sched, s->now);
     return r ? (uint32_t)r->id : NONE;
 }
 
@@ -351,7 +378,7 @@ static void engine_complete(sim *s, uint32_t i)
     uint64_t spent = s->pd->priced ? priced(&s->sc->tenants[r->tenant], r->actual) : r->actual;
     uint64_t actual = s->pd->reconcile ? spent : charged;
     if (s->pd->engine == ENG_DRR)
-        fq_sched_complete(NULL, s->sched, i, actual);
+        fq_sched_complete(NULL, s->rep[s->t[r->tenant].rep].sched, i, actual);
     else if (s->pd->engine == ENG_RR && s->pd->reconcile)
         fq_cardrr_reconcile(s->rr, r->tenant, charged, actual);
     if (s->pd->learn)
@@ -408,8 +435,39 @@ static void start(sim *s, uint32_t i)
     s->slots[s->in_flight++] = (sim_slot){.run = i, .start = s->now, .remaining = r->actual};
 }
 
+/* drr-replicas: every replica dispatches what its window allows, one run
+ * each in turn, onto the workers' FIFO; free workers take from it. */
+static void dispatch_replicas(sim *s)
+{
+    for (bool more = true; more;) {
+        more = false;
+        for (uint32_t k = 0; k < s->nrep; k++) {
+            sim_rep *rp = &s->rep[(s->rep_first + k) % s->nrep];
+            fq_run *r = rp->closed ? NULL : fq_sched_dispatch(rp->sched, s->now);
+            if (r) {
+                s->wq[(s->wq_head + s->wq_len++) % s->sc->n_runs] = (uint32_t)r->id;
+                more = true;
+            }
+        }
+    }
+    s->rep_first = (s->rep_first + 1) % s->nrep;
+    uint64_t out = s->in_flight + s->wq_len;
+    if (out > s->res->peak_in_flight)
+        s->res->peak_in_flight = out;
+    while (s->in_flight < s->nslots && s->wq_len) {
+        uint32_t i = s->wq[s->wq_head];
+        s->wq_head = (s->wq_head + 1) % s->sc->n_runs;
+        s->wq_len--;
+        start(s, i);
+    }
+}
+
 static void dispatch(sim *s)
 {
+    if (s->nrep > 1) {
+        dispatch_replicas(s);
+        return;
+    }
     while (s->in_flight < s->nslots && s->queued) {
         uint32_t i = engine_next(s);
         if (i == NONE)
@@ -480,14 +538,51 @@ static uint64_t next_event(const sim *s)
             next = at;
     }
     /* A tenant over its token rate rejoins at a time of its own. */
-    if (s->sched && s->queued && s->in_flight < s->nslots) {
-        uint64_t at = fq_sched_next_unpark(s->sched);
+    for (uint32_t k = 0; s->rep && s->queued && s->in_flight < s->nslots && k < s->nrep; k++) {
+        uint64_t at = fq_sched_next_unpark(s->rep[k].sched);
         if (at < next)
             next = at > s->now ? at : s->now + 1;
     }
+    /* Replicas beat while anything is left to happen. */
+    if (s->nrep > 1 && next != UINT64_MAX)
+        for (uint32_t k = 0; k < s->nrep; k++)
+            if (s->rep[k].next_tick < next)
+                next = s->rep[k].next_tick;
     if (next != UINT64_MAX && s->now < s->res->window && s->res->window < next)
         next = s->res->window;
     return next;
+}
+
+/* drr-replicas: the replicas whose heartbeat is due compute their windows
+ * from what they heard and publish; every replica, each itself included,
+ * hears the beats at once (the period is the lag that matters). */
+static void beat(sim *s)
+{
+    if (s->nrep <= 1)
+        return;
+    uint32_t n = 0;
+    uint64_t period = s->sc->proxies.heartbeat_ms ? s->sc->proxies.heartbeat_ms : 100;
+    for (uint32_t k = 0; k < s->nrep; k++) {
+        sim_rep *rp = &s->rep[k];
+        if (rp->next_tick > s->now)
+            continue;
+        rp->next_tick += period;
+        fq_sched_stats st;
+        fq_sched_stats_get(rp->sched, &st);
+        fq_share_local me = {.weight = st.active_weight, .queued_runs = st.queued,
+                             .queued_tokens = st.queued_tokens, .runs = st.in_flight,
+                             .tokens = st.in_flight_tokens};
+        fq_share_limits l;
+        fq_share_tick(&l, &s->beats[n++], rp->share, &me, s->now);
+        rp->closed = !l.runs || !l.tokens;
+        fq_sched_set_window(rp->sched,
+                            l.runs == FQ_SHARE_UNLIMITED ? 0
+                            : l.runs > UINT32_MAX ? UINT32_MAX : (uint32_t)l.runs,
+                            l.tokens == FQ_SHARE_UNLIMITED ? 0 : l.tokens);
+    }
+    for (uint32_t b = 0; b < n; b++)
+        for (uint32_t j = 0; j < s->nrep; j++)
+            fq_share_heard(s->rep[j].share, &s->beats[b], s->now);
 }
 
 /* Until nothing more can happen, or the horizon: there, runs that end are
@@ -501,6 +596,7 @@ static void loop(sim *s)
             break;
         while (s->next_arrival < sc->n_runs && sc->runs[s->next_arrival].at <= s->now)
             admit(s, (uint32_t)s->next_arrival++);
+        beat(s);
         dispatch(s);
         uint64_t next = next_event(s);
         if (next == UINT64_MAX)
@@ -667,6 +763,40 @@ void fq_sim_result_free(fq_sim_result *r)
     free(r);
 }
 
+/* The replica (0-based) that owns tenant t among n: its proxy, else the
+ * server's partition function over n. */
+static uint32_t replica_of(const fq_scenario_tenant *t, uint32_t n)
+{
+    return n <= 1 ? 0 : t->proxy ? t->proxy - 1 : fq_partition_of(t->id, strlen(t->id), n);
+}
+
+/* drr-replicas: each replica's share state, "r1" .. "rN", their heartbeats
+ * spread over the period; the window is the simulation's. */
+static fq_status sim_shares(sim *s)
+{
+    const fq_scenario_proxies *px = &s->sc->proxies;
+    uint64_t period = px->heartbeat_ms ? px->heartbeat_ms : 100;
+    uint64_t tokens = s->sc->capacity.max_in_flight_tokens;
+    fq_share_opts so = {.max_runs = s->nslots, .max_tokens = tokens,
+                        .reserve_runs = px->reserve_runs ? px->reserve_runs : 1,
+                        .reserve_tokens = px->reserve_tokens ? px->reserve_tokens
+                                        : (tokens + s->nslots - 1) / s->nslots,
+                        .period = period};
+    s->wq = malloc(s->sc->n_runs * sizeof(*s->wq));
+    s->beats = malloc(s->nrep * sizeof(*s->beats));
+    if (!s->wq || !s->beats)
+        return FQ_ENOMEM;
+    for (uint32_t k = 0; k < s->nrep; k++) {
+        char id[16];
+        snprintf(id, sizeof id, "r%" PRIu32, k + 1);
+        fq_status st = fq_share_create(&s->rep[k].share, &so, id, 0);
+        if (st != FQ_OK)
+            return st;
+        s->rep[k].next_tick = period * k / s->nrep;
+    }
+    return FQ_OK;
+}
+
 static fq_status sim_engines(sim *s)
 {
     const fq_scenario *sc = s->sc;
@@ -701,13 +831,20 @@ static fq_status sim_engines(sim *s)
     }
     if (s->pd->engine != ENG_DRR)
         return FQ_OK;
+    s->nrep = s->pd->replicas && sc->proxies.count > 1 ? sc->proxies.count : 1;
+    s->rep = calloc(s->nrep, sizeof(*s->rep));
+    if (!s->rep)
+        return FQ_ENOMEM;
     fq_sched_opts o = {
         .quantum = sc->quantum, .max_est_tokens = sc->max_est, .max_in_flight = s->nslots,
         .max_in_flight_tokens = sc->capacity.max_in_flight_tokens,
         .keep_idle_credit = !s->pd->idle_reset, .nclasses = s->pd->classes ? 2 : 0,
         .max_subtenants = s->pd->subs ? FQ_SIM_MAX_SUBTENANTS : 0,
     };
-    if ((st = fq_sched_create(&s->sched, &o)) != FQ_OK)
+    for (uint32_t k = 0; k < s->nrep; k++)
+        if ((st = fq_sched_create(&s->rep[k].sched, &o)) != FQ_OK)
+            return st;
+    if (s->nrep > 1 && (st = sim_shares(s)) != FQ_OK)
         return st;
     for (size_t k = 0; k < sc->n_tenants; k++) {
         const fq_scenario_tenant *t = &sc->tenants[k];
@@ -719,7 +856,9 @@ static fq_status sim_engines(sim *s)
             p.burst_in_flight = t->burst_in_flight;
         if (s->pd->rate)
             p.tokens_per_minute = t->tokens_per_minute;
-        if ((st = fq_sched_tenant(&s->t[k].ft, s->sched, t->id, strlen(t->id), &p)) != FQ_OK)
+        s->t[k].rep = replica_of(t, s->nrep);
+        if ((st = fq_sched_tenant(&s->t[k].ft, s->rep[s->t[k].rep].sched, t->id, strlen(t->id),
+                                  &p)) != FQ_OK)
             return st;
     }
     return FQ_OK;
@@ -753,12 +892,20 @@ static fq_status sim_init(sim *s, const fq_scenario *sc, enum fq_sim_policy p)
                                                                   : fair_cap) : 0;
         s->res->tenants[k].first_wait = -2;     /* not seen yet */
     }
-    return sim_engines(s);
+    fq_status st = sim_engines(s);
+    s->res->replicas = s->nrep ? s->nrep : 1;
+    return st;
 }
 
 static void sim_fini(sim *s)
 {
-    fq_sched_destroy(s->sched);
+    for (uint32_t k = 0; s->rep && k < s->nrep; k++) {
+        fq_sched_destroy(s->rep[k].sched);
+        fq_share_destroy(s->rep[k].share);
+    }
+    free(s->rep);
+    free(s->wq);
+    free(s->beats);
     fq_cardrr_destroy(s->rr);
     fq_est_destroy(s->est);
     free(s->rr_runs);
@@ -950,6 +1097,25 @@ static void table_policy(FILE *f, const fq_scenario *sc, const fq_sim_result *r)
             r->runs_per_min, 100 * r->utilization, r->jain, r->n_backlogged,
             dur(a, sizeof(a), r->idle_queued_s * 1000), dur(b, sizeof(b), r->service_ms),
             dur(c, sizeof(c), (double)r->end));
+    if (r->replicas > 1) {      /* drr-replicas: what each replica's tenants got */
+        const fq_scenario_proxies *px = &sc->proxies;
+        double all = 0;
+        for (size_t k = 0; k < r->n_tenants; k++)
+            all += r->tenants[k].served;
+        fprintf(f, "  replicas: %" PRIu32 ", heartbeat %" PRIu32 "ms, reserve %" PRIu32
+                " run%s; tokens served by replica:", r->replicas,
+                px->heartbeat_ms ? px->heartbeat_ms : 100,
+                px->reserve_runs ? px->reserve_runs : 1, px->reserve_runs > 1 ? "s" : "");
+        for (uint32_t q = 0; q < r->replicas; q++) {
+            double mine = 0;
+            for (size_t k = 0; k < r->n_tenants; k++)
+                if (replica_of(&sc->tenants[k], r->replicas) == q)
+                    mine += r->tenants[k].served;
+            fprintf(f, " r%" PRIu32 " %.1f%%", q + 1, all > 0 ? 100 * mine / all : 0.0);
+        }
+        fprintf(f, "; peak in flight %" PRIu64 " (window %" PRIu32 ")\n", r->peak_in_flight,
+                sc->capacity.max_in_flight);
+    }
 }
 
 static void table_summary(FILE *f, fq_sim_result *const *rs, size_t n)

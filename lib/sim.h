@@ -25,6 +25,7 @@ enum fq_sim_policy {
     FQ_SIM_DRR_PRICED,          /* drr reconciling priced costs of token kinds */
     FQ_SIM_DRR_CLASS,           /* drr with priority classes within a tenant */
     FQ_SIM_DRR_SUB,             /* drr with sub-tenants sharing their tenant's turn */
+    FQ_SIM_DRR_REPLICAS,        /* drr on the scenario's proxies, windows by lib/share */
     FQ_SIM__NPOLICIES
 };
 
@@ -79,6 +80,10 @@ typedef struct fq_sim_result {
                                    tenants; 1 when fewer than two */
     uint32_t n_backlogged;
     double service_ms;          /* mean service time of a completed run */
+    uint32_t replicas;          /* drr-replicas: how many; else 1 */
+    uint64_t peak_in_flight;    /* drr-replicas: most runs dispatched and not
+                                   completed at once (the window overshot by
+                                   what exceeds capacity.max_in_flight) */
 } fq_sim_result;
 
 /* Simulate the scenario's runs under policy p. Deterministic: the same

@@ -46,7 +46,8 @@ class SimCli(unittest.TestCase):
             self.assertEqual([p["policy"] for p in s["policies"]],
                              ["fifo", "rr", "cap", "drr", "drr-no-reconcile",
                               "drr-no-correction", "drr-no-idle-reset", "drr-cap",
-                              "drr-burst", "drr-rate", "drr-priced", "drr-class", "drr-sub"])
+                              "drr-burst", "drr-rate", "drr-priced", "drr-class", "drr-sub",
+                              "drr-replicas"])
             for p in s["policies"]:
                 o = p["overall"]
                 self.assertEqual(o["submitted"], o["completed"] + o["rejected"] + o["left"])

@@ -101,6 +101,26 @@ static void test_alone_starts_small_then_takes_the_window(void **state)
     destroy(r, 1);
 }
 
+/* Alone (after it has heard itself and listened), a replica has the whole
+ * window whatever it holds or wants: one proxy with shares on is one proxy
+ * without. With a peer, an idle replica may add the reserve at once. */
+static void test_alone_has_the_whole_window_even_idle(void **state)
+{
+    (void)state;
+    rep r[2] = {{.s = mk("a", 10, 50000, 1, 1000, 0), .me = backlog(0, 0, 0)},
+                {.s = mk("b", 10, 50000, 1, 1000, 0), .me = backlog(1, 10, 100)}};
+    for (uint64_t t = 0; t <= 4 * P; t += P)
+        period(r, 1, t);
+    assert_int_equal(r[0].lim.runs, 10);
+    assert_int_equal(r[0].lim.tokens, 50000);
+    for (uint64_t t = 5 * P; t <= 9 * P; t += P)
+        period(r, 2, t);
+    assert_int_equal(r[0].lim.runs, 1);        /* b holds the window: the reserve */
+    assert_int_equal(r[0].lim.tokens, 1000);
+    assert_int_equal(r[1].lim.runs, 10);
+    destroy(r, 2);
+}
+
 /* An unlimited dimension is not split. */
 static void test_unlimited_dimension_is_not_split(void **state)
 {
@@ -294,7 +314,7 @@ static void test_deaf_replica_never_takes_the_whole_window(void **state)
     r[1].me = backlog(0, 0, 0);
     period(r, 2, t);
     settle(r, 2, t);
-    assert_int_equal(r[0].lim.runs, 0);
+    assert_int_equal(r[0].lim.runs, 1);    /* what it holds and the reserve */
     /* a goes deaf, then its tenants queue: alone in its view it would take
      * the window, but it takes an equal split of two */
     r[0].me = backlog(1, 0, 100);
@@ -370,7 +390,8 @@ static void test_random_shares_add_up(void **state)
             sum += r[i].lim.share_runs;
             wsum += r[i].me.weight;
             demand += r[i].me.queued_runs;
-            assert_true(r[i].lim.runs <= r[i].lim.share_runs);
+            /* an idle replica holds nothing here: the reserve at most */
+            assert_true(r[i].lim.runs <= r[i].lim.share_runs + !r[i].me.weight);
             if (!r[i].me.weight)
                 assert_int_equal(r[i].lim.share_runs, 0);
         }
@@ -458,6 +479,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_create_refuses_bad_ids_and_period),
         cmocka_unit_test(test_alone_starts_small_then_takes_the_window),
+        cmocka_unit_test(test_alone_has_the_whole_window_even_idle),
         cmocka_unit_test(test_unlimited_dimension_is_not_split),
         cmocka_unit_test(test_shares_follow_backlogged_weight),
         cmocka_unit_test(test_shares_are_capped_by_demand),

@@ -404,6 +404,81 @@ static void test_policy_names(void **state)
     assert_null(fq_sim_policy_name(FQ_SIM__NPOLICIES));
 }
 
+/* ---- one fairness across replicas (issue 16 point 4) -------------------- */
+
+/* Each tenant's token share under drr-replicas is within 10% of what one
+ * proxy (drr) gives it on the same traffic, and the window is exceeded by
+ * at most the reserve raced by both replicas (2 x 1 run). */
+static void shares_match_one_proxy(const char *name)
+{
+    fq_scenario *sc = load(name);
+    fq_sim_result *one = run(sc, FQ_SIM_DRR), *reps = run(sc, FQ_SIM_DRR_REPLICAS);
+    assert_int_equal(reps->replicas, 2);
+    for (size_t k = 0; k < sc->n_tenants; k++) {
+        double a = one->tenants[k].share, b = reps->tenants[k].share;
+        print_message("%s %s: one proxy %.1f%%, replicas %.1f%%\n", name, sc->tenants[k].id,
+                      100 * a, 100 * b);
+        assert_true(one->tenants[k].backlogged && reps->tenants[k].backlogged);
+        assert_true(fabs(b - a) <= 0.10 * a);
+    }
+    assert_true(reps->peak_in_flight <= sc->capacity.max_in_flight + 2);
+    assert_true(reps->utilization > one->utilization - 0.01);
+    fq_sim_result_free(one);
+    fq_sim_result_free(reps);
+    fq_scenario_free(sc);
+}
+
+static void test_replicas_equal_weights(void **state)
+{
+    (void)state;
+    shares_match_one_proxy("replicas-equal");
+}
+
+static void test_replicas_costs_50x(void **state)
+{
+    (void)state;
+    shares_match_one_proxy("replicas-costs-50x");
+}
+
+/* 3:1 weights on two replicas give 3:1 within 10%, as one proxy does. */
+static void test_replicas_weights(void **state)
+{
+    (void)state;
+    shares_match_one_proxy("replicas-weights");
+    fq_scenario *sc = load("replicas-weights");
+    fq_sim_result *r = run(sc, FQ_SIM_DRR_REPLICAS);
+    double ratio = tenant(sc, r, "big")->served / tenant(sc, r, "small")->served;
+    print_message("replicas-weights: big / small = %.3f\n", ratio);
+    assert_true(fabs(ratio - 3.0) <= 0.3);
+    fq_sim_result_free(r);
+    fq_scenario_free(sc);
+}
+
+/* Tuesday's flood on one replica, the small accounts on the other: each
+ * small account's first run waits no longer than behind one proxy, within
+ * one service time. */
+static void test_replicas_tuesday_first_runs(void **state)
+{
+    (void)state;
+    fq_scenario *sc = load("replicas-tuesday");
+    fq_sim_result *one = run(sc, FQ_SIM_DRR), *reps = run(sc, FQ_SIM_DRR_REPLICAS);
+    for (size_t k = 0; k < sc->n_tenants; k++) {
+        if (strncmp(sc->tenants[k].id, "small", 5) != 0)
+            continue;
+        int64_t a = one->tenants[k].first_wait, b = reps->tenants[k].first_wait;
+        assert_true(a >= 0 && b >= 0);
+        if ((double)b > (double)a + one->service_ms)
+            fail_msg("%s: first run waited %" PRId64 " ms across replicas, %" PRId64
+                     " ms behind one proxy (service %.0f ms)", sc->tenants[k].id, b, a,
+                     one->service_ms);
+    }
+    /* and A still gets what the others leave */
+    assert_true(fabs(reps->utilization - one->utilization) < 0.01);
+    fq_sim_result_free(one);
+    fq_sim_result_free(reps);
+    fq_scenario_free(sc);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -419,6 +494,10 @@ int main(void)
         cmocka_unit_test(test_capacity_models),
         cmocka_unit_test(test_horizon),
         cmocka_unit_test(test_policy_names),
+        cmocka_unit_test(test_replicas_equal_weights),
+        cmocka_unit_test(test_replicas_costs_50x),
+        cmocka_unit_test(test_replicas_weights),
+        cmocka_unit_test(test_replicas_tuesday_first_runs),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
