@@ -2,6 +2,7 @@
 #include "natsio.h"
 #include "creds.h"
 #include "names.h"
+#include "pullplan.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -28,6 +29,11 @@
  *   with what it has, or with the first message to come) to a plain
  *   subscription, each with its own reply subject so that an earlier
  *   request's end status is told apart; it counts what it took itself.
+ * - A pull delivery comes with the stream's subject, not the request's
+ *   reply subject (only the subscription it arrives on says which request
+ *   it answers). One subscription serves every consumer here, so a
+ *   delivery is told apart by the stream and consumer its ack subject
+ *   names; statuses (404, 408, 409) do come on the request's reply subject.
  * - MaxAckPending -1 makes pulls time out: callers give a finite value.
  * - js_PublishMsgAsync is not used. Its PubAck handler gets the published
  *   natsMsg, not a token, so it needs a map from address to token under a
@@ -80,7 +86,6 @@
  *   timeouts and jsPubOptions.MaxWait are milliseconds.
  */
 
-#define NIO_MAX_CONSUMERS 4
 #define NIO_MAX_SUBS 4
 #define NIO_MAX_WATCHES 2
 #define NIO_NS_PER_MS 1000000LL
@@ -88,33 +93,68 @@
 #define NIO_CLOSED_WAIT_MS 1000     /* longest wait for the closed callback */
 #define NIO_PULL_WAIT_MS 500        /* a pull request waits this long for a run, at most */
 #define NIO_IDLE_POLL_MS 20         /* a paused or disconnected thread looks again after this */
-#define NIO_BACKLOG_BATCHES 2       /* a consumer pulls no more while this many batches of its
-                                       deliveries wait for the owner */
-#define NIO_BACKLOG_POLL_MS 2       /* ... and looks again after this */
+#define NIO_BACKLOG_POLL_MS 2       /* a consumer held back (behind, or out of budget) is looked
+                                       at again after this */
+#define NIO_BUDGET_BATCHES 4        /* batches of the largest that all consumers hold at most,
+                                       open and waiting for the owner (lib/pullplan.h) */
+#define NIO_NAME_CAP 128            /* a stream's or a consumer's name, NUL included */
+#define NIO_SUBJECT_CAP 320         /* a filter or an API subject, NUL included */
+#define NIO_TAB 1024                /* consumers' lookup table: a power of 2, 4 x the most */
+#define NIO_READ_MAX 256            /* messages the fetch thread reads and hands over at once */
 #define NIO_RECREATE_RETRY_MS 500   /* a consumer or watch not made is tried again after this */
 #define NIO_FETCH_RETRY_MS 100      /* a failed pull is tried again after this */
 #define NIO_WATCH_WAIT_MS 250       /* a watch waits this long for a change between looks
                                        at the connection; a failed one is made again after it */
 
-/* A durable pull consumer and the thread that fetches for it. */
+/* What the owner wants a consumer to be (fq_nio_consume, _term, _stop):
+ * copied whole by the fetch thread when it makes the consumer. */
+typedef struct nio_cwant {
+    bool on;                    /* consume; false: stopped */
+    bool del;                   /* stopped: delete it on the server too */
+    char stream[NIO_NAME_CAP], durable[NIO_NAME_CAP], filter[NIO_SUBJECT_CAP];
+    int64_t max_ack_pending, ack_wait_ms;
+    int batch;
+    uint64_t term;
+} nio_cwant;
+
+/* A durable pull consumer, served by the one fetch thread. */
 typedef struct nio_consumer {
-    fq_nio *n;
-    int id;
-    fq_nio_consumer cfg;        /* strings owned by the caller */
-    fq_nio_pull pull;           /* this consumer generation's reader; fetch thread only */
-    char name[160];             /* <durable>-<term>, or <durable>: fetch thread only */
-    char ack[320];              /* $JS.ACK.<stream>.<name>. : acks' subjects begin so; owner only */
-    size_t ack_len;
-    natsMsg **got;              /* cfg.batch slots for one pull; fetch thread only */
-    pthread_t thread;
-    bool started;
-    atomic_bool paused;
-    uint64_t generation;        /* connection generation the consumer was made in */
-    atomic_uint_fast64_t term;  /* the term its name must carry (set by the owner) */
-    uint64_t made_term;         /* the term of the consumer made; fetch thread only */
+    nio_cwant want;             /* under n->mu */
+    uint64_t version;           /* bumped by every change of want; under n->mu */
     size_t queued;              /* MSG events in the queue: while the owner is behind, nats.c's
                                    messages wait there, a KiB each; under n->mu */
+    atomic_bool paused;
+    char ack[320];              /* $JS.ACK.<stream>.<name>. : acks' subjects begin so; owner only */
+    size_t ack_len;
+    /* The fetch thread's own. */
+    nio_cwant made;             /* what was made (or deleted) last */
+    bool live;                  /* made, and not stopped since */
+    uint64_t made_version;      /* the version of want that made is */
+    uint64_t made_gen;          /* the connection generation it was made in */
+    uint64_t retry_at;          /* monotonic ms: a failed make or delete is tried again then */
+    char name[NIO_NAME_CAP];    /* <durable>-<term>, or <durable> */
+    char key[2 * NIO_NAME_CAP]; /* <stream>.<name>: how its deliveries' ack subjects name it */
+    char next[NIO_SUBJECT_CAP]; /* $JS.API.CONSUMER.MSG.NEXT.<stream>.<name> */
+    uint64_t request;           /* the number of its latest pull request */
+    uint64_t request_end;       /* monotonic ms after which that request is taken as over */
 } nio_consumer;
+
+/* The one thread that fetches for every consumer: it sends each consumer's
+ * pull requests (lib/pullplan.h decides whose and how many) and reads
+ * every delivery and every status from one subscription. */
+typedef struct nio_fetch {
+    pthread_t thread;
+    bool started;
+    natsSubscription *sub;      /* <inbox>.>: what the server sends for every request */
+    char inbox[128];            /* requests' reply subjects are <inbox>.<id>.<number> */
+    size_t inbox_len;
+    size_t cursor;              /* fq_pull_plan's round robin */
+    atomic_int used;            /* consumers 0..used-1 have been started once (set by the owner) */
+    fq_pull_cons plan[FQ_NIO_MAX_CONSUMERS];
+    fq_pull_req reqs[FQ_NIO_MAX_CONSUMERS];
+    int16_t tab[NIO_TAB];       /* by hash of key: 1 + consumer id, 0 empty (live ones) */
+    fq_nio_event evs[NIO_READ_MAX]; /* the deliveries read in one turn */
+} nio_fetch;
 
 /* A core subscription whose messages become REQUEST events. */
 typedef struct nio_sub {
@@ -188,7 +228,9 @@ struct fq_nio {
     int64_t pubs_live;
     fq_buf scratch;         /* a message being built; owner thread only */
 
-    nio_consumer cons[NIO_MAX_CONSUMERS];
+    nio_consumer cons[FQ_NIO_MAX_CONSUMERS];
+    nio_fetch fetch;
+    uint64_t fetch_requests;    /* pull requests sent: each one's number; fetch thread only */
     nio_sub subs[NIO_MAX_SUBS];
     nio_watch watches[NIO_MAX_WATCHES];
 };
@@ -780,8 +822,6 @@ fq_status fq_nio_create(fq_nio **out, const fq_nio_opts *o, char *err, size_t er
     n->nkey = nio_strdup(o->nkey);
     n->nkey_seed = nio_strdup(o->nkey_seed);
     n->inbox_prefix = nio_strdup(o->inbox_prefix);
-    for (int i = 0; i < NIO_MAX_CONSUMERS; i++)
-        n->cons[i] = (nio_consumer){.n = n, .id = i};
     for (int i = 0; i < NIO_MAX_SUBS; i++)
         n->subs[i] = (nio_sub){.n = n, .id = i};
     for (int i = 0; i < NIO_MAX_WATCHES; i++)
@@ -836,12 +876,9 @@ void fq_nio_destroy(fq_nio *n)
         return;
     /* Closed first, so that no thread joined below waits on the server. */
     fq_nio_close(n, NIO_FLUSH_MS);
-    for (int i = 0; i < NIO_MAX_CONSUMERS; i++) {
-        if (n->cons[i].started)
-            pthread_join(n->cons[i].thread, NULL);
-        fq_nio_pull_close(&n->cons[i].pull);
-        free(n->cons[i].got);
-    }
+    if (n->fetch.started)
+        pthread_join(n->fetch.thread, NULL);
+    natsSubscription_Destroy(n->fetch.sub);
     for (int i = 0; i < NIO_MAX_SUBS; i++)
         natsSubscription_Destroy(n->subs[i].sub);
     natsSubscription_Destroy(n->acks);
@@ -1036,7 +1073,8 @@ fq_status fq_nio_stream_created(int64_t *out, fq_nio *n, const char *stream)
 /* The delivery facts in a JetStream reply subject, v1
  * ($JS.ACK.<stream>.<consumer>.<dc>.<sseq>.<cseq>.<ts>.<pending>) or v2
  * ($JS.ACK.<domain>.<hash>.<stream>.<consumer>.<dc>.<sseq>.<cseq>.<ts>.<pending>.<rand>). */
-static bool nio_parse_reply(const char *r, fq_nio_ackref *a, int64_t *ts_ms)
+static bool nio_parse_reply(const char *r, fq_nio_ackref *a, int64_t *ts_ms, const char **key,
+                            size_t *key_len)
 {
     if (!r || strncmp(r, "$JS.ACK.", 8) != 0)
         return false;
@@ -1059,6 +1097,9 @@ static bool nio_parse_reply(const char *r, fq_nio_ackref *a, int64_t *ts_ms)
     a->cseq = cseq;
     a->delivered = (uint32_t)dc;
     *ts_ms = (int64_t)(ts / (uint64_t)NIO_NS_PER_MS);
+    /* "<stream>.<consumer>", which names the consumer it came from */
+    *key = tok[base - 2];
+    *key_len = (size_t)(tok[base] - tok[base - 2] - 1);
     return true;
 }
 
@@ -1111,24 +1152,24 @@ static bool nio_not_found(natsStatus s, jsErrCode jerr)
  * while it was making its consumers (frozen, or its request answered
  * after a partition) would otherwise delete the live leader's, which then
  * pulls from nothing; its own is then refused by the work queue. */
-static natsStatus nio_delete_other_terms(nio_consumer *c, uint64_t term, bool *newer)
+static natsStatus nio_delete_other_terms(fq_nio *n, nio_consumer *c, uint64_t term,
+                                         bool *newer)
 {
-    fq_nio *n = c->n;
     jsConsumerNamesList *l = NULL;
     jsErrCode jerr = 0;
-    natsStatus s = js_ConsumerNames(&l, n->js, c->cfg.stream, NULL, &jerr);
+    natsStatus s = js_ConsumerNames(&l, n->js, c->made.stream, NULL, &jerr);
     *newer = false;
     if (nio_not_found(s, jerr))
         return NATS_OK;     /* no consumer at all */
     for (int i = 0; s == NATS_OK && i < l->Count; i++) {
         uint64_t t;
-        if (!nio_term_name(l->List[i], c->cfg.durable, &t) || t == term)
+        if (!nio_term_name(l->List[i], c->made.durable, &t) || t == term)
             continue;
         if (t > term) {
             *newer = true;
             continue;
         }
-        s = js_DeleteConsumer(n->js, c->cfg.stream, l->List[i], NULL, &jerr);
+        s = js_DeleteConsumer(n->js, c->made.stream, l->List[i], NULL, &jerr);
         if (nio_not_found(s, jerr))
             s = NATS_OK;
     }
@@ -1136,65 +1177,43 @@ static natsStatus nio_delete_other_terms(nio_consumer *c, uint64_t term, bool *n
     return s;
 }
 
-/* Delete the consumer and create it afresh, so everything it had delivered
- * and not seen acked is delivered again now, and read it through a new
- * inbox, so that nothing sent for an earlier request is taken for ours.
- * Named for the term the owner set: the consumers of other terms are
- * deleted first. Fetch thread only. */
-static natsStatus nio_consumer_recreate(nio_consumer *c, uint64_t term, bool *newer)
+/* Delete c's consumer (as made) and create it afresh, so everything it had
+ * delivered and not seen acked is delivered again now. Named for the term
+ * the owner set: the consumers of earlier terms are deleted first. Fetch
+ * thread only. */
+static natsStatus nio_consumer_recreate(fq_nio *n, nio_consumer *c, bool *newer)
 {
-    fq_nio *n = c->n;
-    fq_nio_pull_close(&c->pull);
-    nio_consumer_name(c->name, sizeof c->name, c->cfg.durable, term);
+    uint64_t term = c->made.term;
+    char name[sizeof c->name], key[sizeof c->key], next[sizeof c->next];
+    nio_consumer_name(name, sizeof name, c->made.durable, term);
+    int k1 = snprintf(key, sizeof key, "%s.%s", c->made.stream, name);
+    int k2 = snprintf(next, sizeof next, "$JS.API.CONSUMER.MSG.NEXT.%s.%s", c->made.stream, name);
+    if (k1 < 0 || (size_t)k1 >= sizeof key || k2 < 0 || (size_t)k2 >= sizeof next)
+        return NATS_INVALID_ARG;    /* fq_nio_consume checked the lengths */
+    memcpy(c->name, name, sizeof name);
+    memcpy(c->key, key, sizeof key);
+    memcpy(c->next, next, sizeof next);
     jsErrCode jerr = 0;
     *newer = false;
-    natsStatus s = term ? nio_delete_other_terms(c, term, newer) : NATS_OK;
+    natsStatus s = term ? nio_delete_other_terms(n, c, term, newer) : NATS_OK;
     if (s != NATS_OK)
         return s;
-    s = js_DeleteConsumer(n->js, c->cfg.stream, c->name, NULL, &jerr);
+    s = js_DeleteConsumer(n->js, c->made.stream, c->name, NULL, &jerr);
     if (s != NATS_OK && !nio_not_found(s, jerr))
         return s;
     jsConsumerConfig cc;
     jsConsumerConfig_Init(&cc);
     cc.Durable = c->name;
     cc.AckPolicy = js_AckExplicit;
-    cc.AckWait = c->cfg.ack_wait_ms * NIO_NS_PER_MS;
-    cc.MaxAckPending = c->cfg.max_ack_pending;
+    cc.AckWait = c->made.ack_wait_ms * NIO_NS_PER_MS;
+    cc.MaxAckPending = c->made.max_ack_pending;
     cc.MaxDeliver = -1;
     cc.DeliverPolicy = js_DeliverAll;
-    cc.FilterSubject = c->cfg.filter;
+    cc.FilterSubject = c->made.filter[0] ? c->made.filter : NULL;
     jsConsumerInfo *ci = NULL;
-    s = js_AddConsumer(&ci, n->js, c->cfg.stream, &cc, NULL, &jerr);
+    s = js_AddConsumer(&ci, n->js, c->made.stream, &cc, NULL, &jerr);
     jsConsumerInfo_Destroy(ci);
-    if (s != NATS_OK)
-        return s;
-    char inbox[sizeof c->pull.inbox];
-    s = nio_inbox(n, inbox, sizeof inbox);
-    if (s != NATS_OK)
-        return s;
-    int ns = NATS_ERR;
-    if (fq_nio_pull_open(&c->pull, n->nc, inbox, NULL, c->cfg.stream, c->name, &ns) != FQ_OK)
-        return (natsStatus)ns;
-    return NATS_OK;
-}
-
-/* Hand the deliveries in got[0..count) to the owner in one lock. */
-static void nio_deliver(nio_consumer *c, int count)
-{
-    fq_nio *n = c->n;
-    pthread_mutex_lock(&n->mu);
-    for (int i = 0; i < count; i++) {
-        fq_nio_event ev = {.type = FQ_NIO_EV_MSG, .source = c->id, .msg = (fq_nio_msg *)c->got[i]};
-        if (nio_parse_reply(natsMsg_GetReply(c->got[i]), &ev.ack, &ev.ts_ms) &&
-            nio_push_locked(n, &ev))
-            c->queued++;
-        else
-            natsMsg_Destroy(c->got[i]);     /* not a JetStream delivery, or no memory:
-                                               redelivered after AckWait */
-        c->got[i] = NULL;
-    }
-    pthread_mutex_unlock(&n->mu);
-    pthread_cond_signal(&n->cv);
+    return s;
 }
 
 /* A JetStream delivery carries its ack subject as reply; the server's
@@ -1304,103 +1323,375 @@ fq_status fq_nio_pull_request(fq_nio_pull *p, void **out, int want, bool no_wait
     return FQ_EIO;
 }
 
-/* One fetch: a full batch of what is there now; after one that found
- * nothing, a wait for a single run, since a waiting request for a whole
- * batch would hold a lone run until the batch filled or expired. */
-static fq_status nio_fetch_once(nio_consumer *c, bool *busy)
+/* ---- the fetch thread ------------------------------------------------------ */
+
+/* FNV-1a of a consumer's key, for the lookup table. */
+static uint32_t nio_key_hash(const char *k, size_t len)
 {
-    /* The owner is behind: what more we pull would only wait in the queue
-     * (the runs fetched while a proxy buffers would cost their messages
-     * on top of what it keeps of them). */
-    pthread_mutex_lock(&c->n->mu);
-    bool behind = c->queued >= NIO_BACKLOG_BATCHES * (size_t)c->cfg.batch;
-    pthread_mutex_unlock(&c->n->mu);
-    if (behind) {
-        nio_sleep_ms(NIO_BACKLOG_POLL_MS);
-        return FQ_OK;
+    uint32_t h = 2166136261u;
+    for (size_t i = 0; i < len; i++)
+        h = (h ^ (unsigned char)k[i]) * 16777619u;
+    return h;
+}
+
+/* The table of live consumers by key, rebuilt whenever one is made or
+ * stopped (rarely), so that a delivery finds its consumer in one probe or
+ * two whatever their number. Fetch thread only. */
+static void nio_tab_rebuild(fq_nio *n, int used)
+{
+    nio_fetch *f = &n->fetch;
+    memset(f->tab, 0, sizeof f->tab);
+    for (int i = 0; i < used; i++) {
+        if (!n->cons[i].live)
+            continue;
+        uint32_t h = nio_key_hash(n->cons[i].key, strlen(n->cons[i].key)) & (NIO_TAB - 1);
+        while (f->tab[h])
+            h = (h + 1) & (NIO_TAB - 1);
+        f->tab[h] = (int16_t)(i + 1);
     }
-    int count = fq_nio_pull_queued(&c->pull, (void **)c->got, c->cfg.batch);
-    fq_status s = FQ_OK;
+}
+
+/* The live consumer whose key is key[0..len), or -1. */
+static int nio_tab_find(const fq_nio *n, const char *key, size_t len)
+{
+    const nio_fetch *f = &n->fetch;
+    for (uint32_t h = nio_key_hash(key, len) & (NIO_TAB - 1); f->tab[h];
+         h = (h + 1) & (NIO_TAB - 1)) {
+        const char *k = n->cons[f->tab[h] - 1].key;
+        if (strncmp(k, key, len) == 0 && !k[len])
+            return f->tab[h] - 1;
+    }
+    return -1;
+}
+
+/* Bring consumer c to what its owner wants: make it (again after each
+ * reconnect, and under a new term's name), or stop it and delete it on the
+ * server. The API calls are made here, one consumer at a time; the others'
+ * deliveries wait in the subscription meanwhile. True when c's liveness
+ * changed. Fetch thread only. */
+static bool nio_reconcile_one(fq_nio *n, int id, uint64_t gen, uint64_t now)
+{
+    nio_consumer *c = &n->cons[id];
+    pthread_mutex_lock(&n->mu);
+    uint64_t version = c->version;
+    nio_cwant w = c->want;
+    pthread_mutex_unlock(&n->mu);
+    bool due = version != c->made_version || (w.on && c->made_gen != gen);
+    if (!due || now < c->retry_at)
+        return false;
+    bool was = c->live;
+    c->live = false;
+    fq_pull_reset(&n->fetch.plan[id]);
+    if (!w.on) {
+        /* Stopped: the consumer made last is deleted if the owner asks, so
+         * that what it held unacked is delivered again to whoever consumes
+         * the subjects next. */
+        jsErrCode jerr = 0;
+        natsStatus s = w.del && c->name[0]
+                           ? js_DeleteConsumer(n->js, c->made.stream, c->name, NULL, &jerr)
+                           : NATS_OK;
+        if (s != NATS_OK && !nio_not_found(s, jerr)) {
+            c->retry_at = now + NIO_RECREATE_RETRY_MS;
+            return was;
+        }
+        c->name[0] = '\0';
+        c->made = w;
+        c->made_version = version;
+        return was;
+    }
+    c->made = w;
+    bool newer = false;
+    natsStatus s = nio_consumer_recreate(n, c, &newer);
+    fq_nio_event ev = {.type = FQ_NIO_EV_CONSUMER, .source = id,
+                       .status = s == NATS_OK ? FQ_OK : newer ? FQ_EEXIST : FQ_EIO};
+    if (s != NATS_OK) {
+        c->retry_at = now + NIO_RECREATE_RETRY_MS;
+    } else {
+        c->live = true;
+        c->made_version = version;
+        c->made_gen = gen;
+        c->retry_at = 0;
+    }
+    nio_push(n, &ev);
+    return true;
+}
+
+/* Send the pull requests lib/pullplan.h grants now. True when a consumer
+ * that may pull was held back (behind, out of budget, or to retry): it is
+ * looked at again soon. */
+static bool nio_fetch_requests(fq_nio *n, int used, uint64_t now)
+{
+    nio_fetch *f = &n->fetch;
+    uint64_t until = atomic_load(&n->fence_until);
+    uint32_t most = 1;
+    pthread_mutex_lock(&n->mu);
+    for (int i = 0; i < used; i++)
+        f->plan[i].queued = (uint32_t)n->cons[i].queued;
+    pthread_mutex_unlock(&n->mu);
+    for (int i = 0; i < used; i++) {
+        nio_consumer *c = &n->cons[i];
+        f->plan[i].ready = c->live && !atomic_load(&c->paused);
+        f->plan[i].batch = (uint32_t)c->made.batch;
+        if (f->plan[i].ready && f->plan[i].batch > most)
+            most = f->plan[i].batch;
+    }
+    size_t k = fq_pull_plan(f->reqs, (size_t)used, f->plan, (size_t)used, &f->cursor,
+                            (uint64_t)NIO_BUDGET_BATCHES * most, now);
     /* A pull asks for nothing past the fence. */
-    uint64_t now = fq_nio_mono_ms(), until = atomic_load(&c->n->fence_until);
     int64_t wait = until - now < NIO_PULL_WAIT_MS ? (int64_t)(until - now) : NIO_PULL_WAIT_MS;
-    if (count == 0 && now < until)
-        s = fq_nio_pull_request(&c->pull, (void **)c->got, *busy ? c->cfg.batch : 1, *busy, wait,
-                                &count, NULL);
-    *busy = count > 0;
-    if (count)
-        nio_deliver(c, count);
-    return s;
+    for (size_t j = 0; j < k; j++) {
+        int id = (int)f->reqs[j].cons;
+        nio_consumer *c = &n->cons[id];
+        char reply[sizeof f->inbox + 2 * FQ_U64_DEC_MAX + 4], req[96];
+        c->request = ++n->fetch_requests;
+        snprintf(reply, sizeof reply, "%s.%d.%" PRIu64, f->inbox, id, c->request);
+        snprintf(req, sizeof req, "{\"batch\":%" PRIu32 ",\"expires\":%" PRId64 "}",
+                 f->reqs[j].want, (int64_t)(wait * NIO_NS_PER_MS));
+        /* The server ends the request at its expiry; waiting a little
+         * longer for that end keeps its runs from a next request's count. */
+        c->request_end = now + (uint64_t)wait + 100;
+        if (natsConnection_PublishRequestString(n->nc, c->next, reply, req) != NATS_OK)
+            fq_pull_failed(&f->plan[id], now + NIO_FETCH_RETRY_MS);
+    }
+    for (int i = 0; i < used; i++)
+        if (f->plan[i].ready && !f->plan[i].open)
+            return true;
+    return false;
+}
+
+/* Take one message read from the subscription: a delivery is kept in
+ * f->evs for its live consumer (found by the consumer its ack subject
+ * names: a stopped one's, or an earlier term's, is dropped); a status ends
+ * or fails the request it answers. */
+static void nio_fetch_take(fq_nio *n, natsMsg *m, int *count)
+{
+    nio_fetch *f = &n->fetch;
+    fq_nio_event ev = {.type = FQ_NIO_EV_MSG, .msg = (fq_nio_msg *)m};
+    const char *key = NULL;
+    size_t key_len = 0;
+    if (nio_parse_reply(natsMsg_GetReply(m), &ev.ack, &ev.ts_ms, &key, &key_len)) {
+        ev.source = nio_tab_find(n, key, key_len);
+        if (ev.source < 0) {
+            natsMsg_Destroy(m);
+            return;
+        }
+        fq_pull_cons *pc = &f->plan[ev.source];
+        fq_pull_took(pc);
+        if (fq_pull_filled(pc))
+            fq_pull_ended(pc);
+        f->evs[(*count)++] = ev;
+        return;
+    }
+    /* A status comes on <inbox>.<id>.<number>: that request's end (404,
+     * 408) or refusal (409) stops it; heartbeats and earlier requests'
+     * ends do not. */
+    const char *subj = natsMsg_GetSubject(m), *status = NULL;
+    uint64_t id = 0, num = 0;
+    const char *p = strncmp(subj, f->inbox, f->inbox_len) == 0 && subj[f->inbox_len] == '.'
+                        ? nio_num(subj + f->inbox_len + 1, NULL, FQ_NIO_MAX_CONSUMERS - 1, &id)
+                        : NULL;
+    if (p && *p == '.')
+        p = nio_num(p + 1, NULL, UINT64_MAX, &num);
+    else
+        p = NULL;
+    if (p && !*p && n->cons[id].request == num && f->plan[id].open) {
+        natsMsgHeader_Get(m, "Status", &status);
+        if (status && strncmp(status, "409", 3) == 0)
+            fq_pull_failed(&f->plan[id], fq_nio_mono_ms() + NIO_FETCH_RETRY_MS);
+        else if (status && strncmp(status, "100", 3) != 0)
+            fq_pull_ended(&f->plan[id]);
+    }
+    natsMsg_Destroy(m);
+}
+
+/* Read what the server sent, waiting up to wait_ms for the first, and
+ * hand the deliveries to the owner in one lock: each only while its
+ * consumer is as it was made (the owner stops one, or names it for a new
+ * term, under the same lock). */
+static void nio_fetch_read(fq_nio *n, int wait_ms)
+{
+    nio_fetch *f = &n->fetch;
+    natsMsg *m = NULL;
+    if (natsSubscription_NextMsg(&m, f->sub, wait_ms) != NATS_OK)
+        return;
+    int pending = 0, count = 0;
+    natsSubscription_GetPending(f->sub, &pending, NULL);
+    for (;;) {
+        nio_fetch_take(n, m, &count);
+        m = NULL;
+        if (count == NIO_READ_MAX || pending-- <= 0 ||
+            natsSubscription_NextMsg(&m, f->sub, 1) != NATS_OK)
+            break;
+    }
+    if (!count)
+        return;
+    pthread_mutex_lock(&n->mu);
+    for (int i = 0; i < count; i++) {
+        nio_consumer *c = &n->cons[f->evs[i].source];
+        if (c->live && c->version == c->made_version && nio_push_locked(n, &f->evs[i]))
+            c->queued++;
+        else
+            natsMsg_Destroy((natsMsg *)f->evs[i].msg);  /* stopped meanwhile, or no memory:
+                                                           delivered again */
+    }
+    pthread_mutex_unlock(&n->mu);
+    pthread_cond_signal(&n->cv);
 }
 
 static void *nio_fetch_main(void *arg)
 {
-    nio_consumer *c = arg;
-    fq_nio *n = c->n;
-    bool busy = true;
-    c->generation = UINT64_MAX;
+    fq_nio *n = arg;
+    nio_fetch *f = &n->fetch;
     while (!atomic_load(&n->stopping)) {
-        if (atomic_load(&c->paused) || !atomic_load(&n->connected) || nio_fenced(n)) {
+        if (!atomic_load(&n->connected) || nio_fenced(n)) {
             nio_sleep_ms(NIO_IDLE_POLL_MS);
             continue;
         }
-        uint64_t gen = atomic_load(&n->generation), term = atomic_load(&c->term);
-        if (c->generation != gen || c->made_term != term) {
-            bool newer = false;
-            natsStatus s = nio_consumer_recreate(c, term, &newer);
-            if (s != NATS_OK) {
-                fq_nio_event ev = {.type = FQ_NIO_EV_CONSUMER, .source = c->id,
-                                   .status = newer ? FQ_EEXIST : FQ_EIO};
-                nio_push(n, &ev);
-                nio_sleep_ms(NIO_RECREATE_RETRY_MS);
-                continue;
-            }
-            c->generation = gen;
-            c->made_term = term;
-            busy = true;
-            fq_nio_event ev = {.type = FQ_NIO_EV_CONSUMER, .source = c->id, .status = FQ_OK};
-            nio_push(n, &ev);
-        }
-        if (nio_fetch_once(c, &busy) != FQ_OK) {
-            nio_sleep_ms(NIO_FETCH_RETRY_MS);
-        }
+        int used = atomic_load(&f->used);
+        uint64_t gen = atomic_load(&n->generation), now = fq_nio_mono_ms();
+        bool changed = false;
+        for (int i = 0; i < used && !atomic_load(&n->stopping) && !nio_fenced(n); i++)
+            changed |= nio_reconcile_one(n, i, gen, now);
+        if (changed)
+            nio_tab_rebuild(n, used);
+        bool held = nio_fetch_requests(n, used, fq_nio_mono_ms());
+        nio_fetch_read(n, held ? NIO_BACKLOG_POLL_MS : NIO_IDLE_POLL_MS);
+        /* A request whose end never came (lost in a reconnect) is over. */
+        now = fq_nio_mono_ms();
+        for (int i = 0; i < used; i++)
+            if (f->plan[i].open && now >= n->cons[i].request_end)
+                fq_pull_ended(&f->plan[i]);
     }
     return NULL;
 }
 
+/* The fetch thread and its subscription, at the first consumer. Owner. */
+static fq_status nio_fetch_start(fq_nio *n)
+{
+    nio_fetch *f = &n->fetch;
+    if (f->started)
+        return FQ_OK;
+    char wildcard[sizeof f->inbox + 2];
+    if (nio_inbox(n, f->inbox, sizeof f->inbox - 2) != NATS_OK)
+        return FQ_EIO;
+    f->inbox_len = strlen(f->inbox);
+    snprintf(wildcard, sizeof wildcard, "%s.>", f->inbox);
+    natsStatus s = natsConnection_SubscribeSync(&f->sub, n->nc, wildcard);
+    if (s == NATS_OK)
+        s = natsSubscription_SetPendingLimits(f->sub, -1, -1);
+    if (s != NATS_OK) {
+        natsSubscription_Destroy(f->sub);
+        f->sub = NULL;
+        return FQ_EIO;
+    }
+    if (pthread_create(&f->thread, NULL, nio_fetch_main, n) != 0)
+        return FQ_ENOMEM;
+    f->started = true;
+    return FQ_OK;
+}
+
+/* Copy src into dst (cap bytes): false when it does not fit. */
+static bool nio_copy(char *dst, size_t cap, const char *src)
+{
+    size_t len = src ? strlen(src) : 0;
+    if (len >= cap)
+        return false;
+    memcpy(dst, src ? src : "", len + 1);
+    return true;
+}
+
+/* Acks' subject prefix for c named for term: false when a name built from
+ * w does not fit (the consumer's, its key, its API subject). Owner. */
+static bool nio_ack_prefix(nio_consumer *c, const nio_cwant *w, uint64_t term)
+{
+    char name[NIO_NAME_CAP + FQ_U64_DEC_MAX + 2];
+    nio_consumer_name(name, sizeof name, w->durable, term);
+    size_t len = strlen(name);
+    if (len >= NIO_NAME_CAP || strlen(w->stream) + len + 32 >= NIO_SUBJECT_CAP)
+        return false;
+    int k = snprintf(c->ack, sizeof c->ack, "$JS.ACK.%s.%s.", w->stream, name);
+    if (k < 0 || (size_t)k >= sizeof c->ack)
+        return false;
+    c->ack_len = (size_t)k;
+    return true;
+}
+
 fq_status fq_nio_consume(fq_nio *n, int id, const fq_nio_consumer *cfg)
 {
-    if (id < 0 || id >= NIO_MAX_CONSUMERS || n->cons[id].started || cfg->batch < 1 ||
-        cfg->max_ack_pending < 1)
+    if (id < 0 || id >= FQ_NIO_MAX_CONSUMERS || cfg->batch < 1 || cfg->max_ack_pending < 1)
         return FQ_EINVAL;
     nio_consumer *c = &n->cons[id];
-    c->cfg = *cfg;
-    if (fq_nio_consume_term(n, id, cfg->term) != FQ_OK)
+    nio_cwant w = {.on = true, .max_ack_pending = cfg->max_ack_pending,
+                   .ack_wait_ms = cfg->ack_wait_ms, .batch = cfg->batch, .term = cfg->term};
+    if (!cfg->stream || !cfg->durable || !nio_copy(w.stream, sizeof w.stream, cfg->stream) ||
+        !nio_copy(w.durable, sizeof w.durable, cfg->durable) ||
+        !nio_copy(w.filter, sizeof w.filter, cfg->filter))
         return FQ_EINVAL;
-    c->got = calloc((size_t)cfg->batch, sizeof *c->got);
+    pthread_mutex_lock(&n->mu);
+    bool on = c->want.on;
+    pthread_mutex_unlock(&n->mu);
+    if (on || !nio_ack_prefix(c, &w, w.term))
+        return FQ_EINVAL;
+    fq_status s = nio_fetch_start(n);
+    if (s != FQ_OK)
+        return s;
     atomic_store(&c->paused, false);
-    if (!c->got || pthread_create(&c->thread, NULL, nio_fetch_main, c) != 0) {
-        free(c->got);
-        c->got = NULL;
-        return FQ_ENOMEM;
-    }
-    c->started = true;
+    pthread_mutex_lock(&n->mu);
+    c->want = w;
+    c->version++;
+    pthread_mutex_unlock(&n->mu);
+    if (atomic_load(&n->fetch.used) <= id)
+        atomic_store(&n->fetch.used, id + 1);
     return FQ_OK;
 }
 
 fq_status fq_nio_consume_term(fq_nio *n, int id, uint64_t term)
 {
-    if (id < 0 || id >= NIO_MAX_CONSUMERS || !n->cons[id].cfg.durable)
+    if (id < 0 || id >= FQ_NIO_MAX_CONSUMERS)
         return FQ_EINVAL;
     nio_consumer *c = &n->cons[id];
-    char name[sizeof c->name];
-    nio_consumer_name(name, sizeof name, c->cfg.durable, term);
-    int k = snprintf(c->ack, sizeof c->ack, "$JS.ACK.%s.%s.", c->cfg.stream, name);
-    if (k < 0 || (size_t)k >= sizeof c->ack || strlen(name) + 1 >= sizeof c->name)
+    pthread_mutex_lock(&n->mu);
+    nio_cwant w = c->want;
+    pthread_mutex_unlock(&n->mu);
+    if (!w.on || !nio_ack_prefix(c, &w, term))
         return FQ_EINVAL;
-    c->ack_len = (size_t)k;
-    atomic_store(&c->term, term);
+    pthread_mutex_lock(&n->mu);
+    c->want.term = term;
+    c->version++;
+    pthread_mutex_unlock(&n->mu);
     return FQ_OK;
+}
+
+/* Drop the MSG events of consumer id still queued. Under mu. */
+static void nio_purge_locked(fq_nio *n, int id)
+{
+    size_t kept = 0;
+    for (size_t i = 0; i < n->q_len; i++) {
+        fq_nio_event ev = n->q[(n->q_head + i) % n->q_cap];
+        if (ev.type == FQ_NIO_EV_MSG && ev.source == id)
+            natsMsg_Destroy((natsMsg *)ev.msg);
+        else
+            n->q[(n->q_head + kept++) % n->q_cap] = ev;
+    }
+    n->q_len = kept;
+    n->cons[id].queued = 0;
+}
+
+fq_status fq_nio_consume_stop(fq_nio *n, int id, bool del)
+{
+    if (id < 0 || id >= FQ_NIO_MAX_CONSUMERS)
+        return FQ_EINVAL;
+    nio_consumer *c = &n->cons[id];
+    pthread_mutex_lock(&n->mu);
+    bool on = c->want.on;
+    if (on) {
+        c->want.on = false;
+        c->want.del = del;
+        c->version++;
+        nio_purge_locked(n, id);
+    }
+    pthread_mutex_unlock(&n->mu);
+    return on ? FQ_OK : FQ_EINVAL;
 }
 
 void fq_nio_fence(fq_nio *n, uint64_t until)
@@ -1410,14 +1701,14 @@ void fq_nio_fence(fq_nio *n, uint64_t until)
 
 void fq_nio_consume_pause(fq_nio *n, int id, bool paused)
 {
-    if (id >= 0 && id < NIO_MAX_CONSUMERS)
+    if (id >= 0 && id < FQ_NIO_MAX_CONSUMERS)
         atomic_store(&n->cons[id].paused, paused);
 }
 
 /* Two acks a run: the subject is put together without snprintf. */
 static fq_status nio_ack_send(fq_nio *n, int id, const fq_nio_ackref *a, const char *body)
 {
-    if (id < 0 || id >= NIO_MAX_CONSUMERS || !n->cons[id].ack_len)
+    if (id < 0 || id >= FQ_NIO_MAX_CONSUMERS || !n->cons[id].ack_len)
         return FQ_EINVAL;
     if (nio_fenced(n))
         return FQ_EIO;
@@ -1482,7 +1773,9 @@ fq_status fq_nio_stream_scan(fq_nio *n, const char *stream,
             break;
         fq_nio_ackref a;
         int64_t ts = 0;
-        if (nio_parse_reply(natsMsg_GetReply(m), &a, &ts)) {
+        const char *key;
+        size_t key_len;
+        if (nio_parse_reply(natsMsg_GetReply(m), &a, &ts, &key, &key_len)) {
             seq = a.sseq;
             cb(arg, natsMsg_GetData(m) ? natsMsg_GetData(m) : "",
                (size_t)natsMsg_GetDataLength(m), ts);

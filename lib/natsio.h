@@ -16,10 +16,16 @@
  *   caller can retry it as is (same Nats-Msg-Id, so JetStream de-duplicates).
  *   The owner thread, the one that polls, is the only one that publishes:
  *   what is pending is its own, without a lock.
- * - A pull consumer is fed by a thread of its own (nats.c 3.4.1 has no
- *   asynchronous pull). It is deleted and recreated when the thread starts
- *   and after every reconnect, so that whatever was fetched and not acked is
- *   delivered again at once instead of after the ack wait.
+ * - Every pull consumer is fed by one fetch thread (nats.c 3.4.1 has no
+ *   asynchronous pull, and a thread per consumer does not scale to two
+ *   consumers per partition): it sends each consumer's pull requests, with
+ *   an expiry, replies to one subscription, and tells the deliveries apart
+ *   by the consumer their ack subject names. lib/pullplan.h decides who
+ *   pulls and for how much, so that a flooded consumer cannot starve a
+ *   quiet one. Consumers are added and stopped at run time; a consumer is
+ *   deleted and recreated when it is added and after every reconnect, so
+ *   that whatever was fetched and not acked is delivered again at once
+ *   instead of after the ack wait.
  * - A watched key-value bucket is read by a thread of its own too, which
  *   hands each change over as an event, and watches afresh after every
  *   reconnect (each watch an epoch), saying when it has delivered what the
@@ -83,7 +89,15 @@ typedef struct fq_nio_stream {
 } fq_nio_stream;
 #define FQ_NIO_ERR_STREAM_LIMIT 10077   /* JetStream: a limit of the stream refused a publish */
 
-/* A durable pull consumer fed by a fetch thread. */
+/* Consumers one fq_nio serves at most, on its one fetch thread: two per
+ * partition a replica owns, for 126 partitions, and a few more. The bound
+ * is the cost of a reconnect: each consumer is then made again, three
+ * JetStream API calls in a row on the fetch thread (a few ms each on one
+ * server, a replicated proposal each on a cluster), during which nothing
+ * is fetched; and each is server state (and a Raft group on a cluster). */
+#define FQ_NIO_MAX_CONSUMERS 256
+
+/* A durable pull consumer served by the fetch thread. */
 typedef struct fq_nio_consumer {
     const char *stream;
     const char *durable;
@@ -258,10 +272,19 @@ fq_status fq_nio_stream_scan(fq_nio *n, const char *stream,
                              void (*cb)(void *arg, const void *data, size_t len, int64_t ts_ms),
                              void *arg);
 
-/* Start consumer id (0..3) on its own fetch thread; its messages arrive as
- * FQ_NIO_EV_MSG with source = id. The consumer is deleted and recreated
- * first, and again after each reconnect. c's strings must outlive n. */
+/* Start consumer id (0..FQ_NIO_MAX_CONSUMERS - 1) on the fetch thread;
+ * its messages arrive as FQ_NIO_EV_MSG with source = id. The consumer is
+ * deleted and recreated first, and again after each reconnect, each time
+ * followed by FQ_NIO_EV_CONSUMER. c's strings are copied. FQ_EINVAL when
+ * id consumes already (stop it first), or a name is too long. Owner. */
 fq_status fq_nio_consume(fq_nio *n, int id, const fq_nio_consumer *c);
+/* Stop consumer id: nothing more is fetched for it and its deliveries
+ * still queued are dropped (none arrives after this returns, until id is
+ * started again). With del, the fetch thread deletes it on the server, so
+ * that what it held unacked goes at once to whoever consumes its subjects
+ * next. Acks still go to its name. FQ_EINVAL if it was not consuming.
+ * Owner. */
+fq_status fq_nio_consume_stop(fq_nio *n, int id, bool del);
 /* Name consumer id for term from now on: its fetch thread deletes the
  * stream's consumers named durable or durable-<n> for any n < term (never
  * a later term's: see FQ_NIO_EV_CONSUMER), then makes durable-term, and

@@ -4,6 +4,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <cmocka.h>
@@ -806,6 +807,243 @@ static void test_kv_bounds(void **state)
     assert_int_equal(fq_nio_kv_create(&rev, f->n, "it_bounded", "b", big, sizeof big), FQ_EIO);
 }
 
+/* ---- many consumers on one fetch thread ---------------------------------- */
+
+/* Publish count runs to subj through f's adapter and wait for every PubAck. */
+static void publish_acked(fixture *f, const char *subj, int count)
+{
+    static uint64_t token = 1u << 20;
+    for (int i = 0; i < count; i++)
+        publish(f->n, subj, "run", NULL, token++);
+    fq_nio_event ev;
+    for (int i = 0; i < count; i++) {
+        assert_true(wait_event(f->n, FQ_NIO_EV_PUBACK, &ev, 5000));
+        assert_int_equal(ev.status, FQ_OK);
+    }
+}
+
+/* A stream partitioned as fairq's are, <prefix>.<k>.<tenant>, and an
+ * adapter of its own to consume it (the caller destroys it). */
+static fq_nio *parts_setup(fixture *f, const char *stream, const char *prefix)
+{
+    char subject[64], warn[256], err[256];
+    snprintf(subject, sizeof subject, "%s.*.*", prefix);
+    fq_nio_stream st = {.name = stream, .subject = subject, .retention = FQ_NIO_WORKQUEUE,
+                        .replicas = 1};
+    assert_int_equal(fq_nio_stream_ensure(f->n, &st, warn, sizeof warn), FQ_OK);
+    fq_nio *n = NULL;
+    fq_nio_opts o = {.url = natstest_url(f->srv), .name = "it_natsio_parts"};
+    assert_int_equal(fq_nio_create(&n, &o, err, sizeof err), FQ_OK);
+    return n;
+}
+
+/* Consumer id of n on partition k of <prefix>, named <prefix>-p<k>. */
+static void parts_consume(fq_nio *n, int id, const char *stream, const char *prefix, int k,
+                          int batch)
+{
+    char durable[64], filter[64];
+    snprintf(durable, sizeof durable, "%s-p%d", prefix, k);
+    snprintf(filter, sizeof filter, "%s.%d.*", prefix, k);
+    fq_nio_consumer c = {.stream = stream, .durable = durable, .filter = filter,
+                         .max_ack_pending = 100000, .ack_wait_ms = 600000, .batch = batch};
+    assert_int_equal(fq_nio_consume(n, id, &c), FQ_OK);
+}
+
+/* The partition of a delivery's subject <prefix>.<k>.<tenant>. */
+static int parts_of(const fq_nio_msg *m)
+{
+    const char *dot = strchr(fq_nio_msg_subject(m), '.');
+    return dot ? atoi(dot + 1) : -1;
+}
+
+/* 32 consumers on one fetch thread, each filtered to its partition: every
+ * run of every partition comes, once, from its own consumer. */
+static void test_many_consumers_one_thread(void **state)
+{
+    fixture *f = *state;
+    enum { P = 32, EACH = 20 };
+    fq_nio *n = parts_setup(f, "MANY", "many");
+    char subj[32];
+    for (int k = 0; k < P; k++) {
+        snprintf(subj, sizeof subj, "many.%d.t%d", k, k);
+        publish_acked(f, subj, EACH);
+        parts_consume(n, 100 + k, "MANY", "many", k, 8);
+    }
+    int got[P] = {0}, made = 0, total = 0;
+    fq_nio_event evs[256];
+    for (long long end = nt_now_ms() + 20000; total < P * EACH && nt_now_ms() < end;) {
+        size_t k = fq_nio_poll(n, evs, 256, 50);
+        for (size_t i = 0; i < k; i++) {
+            if (evs[i].type == FQ_NIO_EV_CONSUMER) {
+                assert_int_equal(evs[i].status, FQ_OK);
+                made++;
+            }
+            if (evs[i].type != FQ_NIO_EV_MSG)
+                continue;
+            int part = parts_of(evs[i].msg);
+            assert_int_equal(evs[i].source, 100 + part);     /* tagged with its consumer */
+            got[part]++;
+            total++;
+            assert_int_equal(fq_nio_ack(n, evs[i].source, &evs[i].ack), FQ_OK);
+            fq_nio_msg_drop(n, evs[i].msg);
+        }
+    }
+    assert_int_equal(made, P);
+    for (int k = 0; k < P; k++)
+        assert_int_equal(got[k], EACH);
+    /* Nothing comes twice. */
+    size_t k = fq_nio_poll(n, evs, 256, 300);
+    for (size_t i = 0; i < k; i++) {
+        assert_int_not_equal(evs[i].type, FQ_NIO_EV_MSG);
+        fq_nio_msg_destroy(evs[i].msg);
+    }
+    fq_nio_destroy(n);
+}
+
+/* Under load, one consumer is stopped and another added: after the stop
+ * nothing of the stopped one arrives (what was queued is dropped), and it
+ * is deleted on the server; the added one gets all its runs; the others
+ * lose nothing. Started again, the stopped one gets what it had not acked,
+ * so that every run of its partition comes (one acked just before the
+ * delete may come again: the server takes acks in after it). */
+static void test_consumers_added_and_removed_under_load(void **state)
+{
+    fixture *f = *state;
+    enum { P = 8, EACH = 300, GONE = 3, ADDED = 8 };
+    fq_nio *n = parts_setup(f, "LOAD", "load");
+    char subj[32];
+    for (int k = 0; k <= ADDED; k++) {
+        snprintf(subj, sizeof subj, "load.%d.t", k);
+        publish_acked(f, subj, EACH);
+    }
+    for (int k = 0; k < P; k++)
+        parts_consume(n, k, "LOAD", "load", k, 16);
+    int acked[P + 1] = {0}, total = 0;
+    static bool seen[(P + 1) * EACH + 1];
+    bool stopped = false;
+    fq_nio_event evs[64];
+    /* Slowly: 64 events a poll, so that every consumer still has runs to
+     * come when the change is made. */
+    for (long long end = nt_now_ms() + 20000; total < (P + 1) * EACH && nt_now_ms() < end;) {
+        size_t k = fq_nio_poll(n, evs, 64, 50);
+        for (size_t i = 0; i < k; i++) {
+            if (evs[i].type != FQ_NIO_EV_MSG)
+                continue;
+            int part = parts_of(evs[i].msg);
+            assert_int_equal(evs[i].source, part);
+            assert_false(stopped && part == GONE);
+            acked[part]++;
+            total++;
+            assert_true(evs[i].ack.sseq <= (P + 1) * EACH);
+            seen[evs[i].ack.sseq] = true;
+            assert_int_equal(fq_nio_ack(n, part, &evs[i].ack), FQ_OK);
+            fq_nio_msg_drop(n, evs[i].msg);
+        }
+        if (!stopped && acked[GONE] >= 10) {
+            assert_true(acked[GONE] < EACH);
+            for (int j = 0; j < P; j++)
+                if (j != GONE)
+                    assert_true(acked[j] < EACH);       /* under load */
+            assert_int_equal(fq_nio_consume_stop(n, GONE, true), FQ_OK);
+            assert_int_equal(fq_nio_consume_stop(n, GONE, true), FQ_EINVAL);
+            parts_consume(n, ADDED, "LOAD", "load", ADDED, 16);
+            stopped = true;
+            total += EACH - acked[GONE];    /* not coming */
+        }
+    }
+    assert_true(stopped);
+    for (int k = 0; k <= ADDED; k++)
+        if (k != GONE)
+            assert_int_equal(acked[k], EACH);
+    /* The stopped consumer is deleted on the server. */
+    assert_int_equal(fq_nio_flush(n, 5000), FQ_OK);
+    natsConnection *nc = NULL;
+    jsCtx *js = NULL;
+    assert_int_equal(natsConnection_ConnectTo(&nc, natstest_url(f->srv)), NATS_OK);
+    assert_int_equal(natsConnection_JetStream(&js, nc, NULL), NATS_OK);
+    bool gone = false;
+    for (long long end = nt_now_ms() + 5000; !gone && nt_now_ms() < end; nt_sleep_ms(50)) {
+        jsConsumerInfo *ci = NULL;
+        jsErrCode jerr = 0;
+        gone = js_GetConsumerInfo(&ci, js, "LOAD", "load-p3", NULL, &jerr) == NATS_NOT_FOUND;
+        jsConsumerInfo_Destroy(ci);
+    }
+    assert_true(gone);
+    jsCtx_Destroy(js);
+    natsConnection_Destroy(nc);
+    /* Started again: the rest of its partition, each run once. */
+    int before = acked[GONE];
+    parts_consume(n, GONE, "LOAD", "load", GONE, 16);
+    for (long long end = nt_now_ms() + 10000; acked[GONE] < EACH && nt_now_ms() < end;) {
+        size_t k = fq_nio_poll(n, evs, 64, 50);
+        for (size_t i = 0; i < k; i++) {
+            if (evs[i].type != FQ_NIO_EV_MSG)
+                continue;
+            assert_int_equal(evs[i].source, GONE);
+            assert_true(evs[i].ack.sseq <= (P + 1) * EACH);
+            acked[GONE] += !seen[evs[i].ack.sseq];
+            seen[evs[i].ack.sseq] = true;
+            assert_int_equal(fq_nio_ack(n, GONE, &evs[i].ack), FQ_OK);
+            fq_nio_msg_drop(n, evs[i].msg);
+        }
+    }
+    assert_true(before < EACH);
+    assert_int_equal(acked[GONE], EACH);
+    size_t k = fq_nio_poll(n, evs, 64, 300);
+    for (size_t i = 0; i < k; i++) {
+        assert_int_not_equal(evs[i].type, FQ_NIO_EV_MSG);
+        fq_nio_msg_destroy(evs[i].msg);
+    }
+    fq_nio_destroy(n);
+}
+
+/* A flooded consumer does not starve a quiet one on the same thread: with
+ * thousands of runs of the flooded partition waiting, a run published to
+ * the quiet partition comes after at most a few batches of the flood,
+ * not after the flood. */
+static void test_flood_does_not_starve_quiet(void **state)
+{
+    fixture *f = *state;
+    enum { FLOOD = 3000, BATCH = 16 };
+    fq_nio *n = parts_setup(f, "FLOOD", "flood");
+    publish_acked(f, "flood.0.loud", FLOOD);
+    parts_consume(n, 0, "FLOOD", "flood", 0, BATCH);
+    parts_consume(n, 1, "FLOOD", "flood", 1, BATCH);
+    fq_nio_event evs[8];
+    int loud = 0, loud_before = -1, made = 0;
+    /* The flood is under way, both consumers made: then the quiet run. */
+    while (made < 2 || loud < 2 * BATCH) {
+        size_t k = fq_nio_poll(n, evs, 1, 5000);
+        assert_int_equal(k, 1);
+        made += evs[0].type == FQ_NIO_EV_CONSUMER;
+        if (evs[0].type == FQ_NIO_EV_MSG) {
+            assert_int_equal(evs[0].source, 0);
+            loud++;
+            fq_nio_msg_drop(n, evs[0].msg);
+        }
+    }
+    publish_acked(f, "flood.1.quiet", 1);
+    for (long long end = nt_now_ms() + 10000; loud_before < 0 && nt_now_ms() < end;) {
+        /* a slow owner: a few events at a time */
+        size_t k = fq_nio_poll(n, evs, 8, 50);
+        for (size_t i = 0; i < k; i++) {
+            if (evs[i].type != FQ_NIO_EV_MSG)
+                continue;
+            if (evs[i].source == 1)
+                loud_before = loud;
+            else
+                loud++;
+            fq_nio_msg_drop(n, evs[i].msg);
+        }
+    }
+    assert_true(loud_before >= 2 * BATCH);
+    /* What was queued and in flight for the flood when the quiet run was
+     * published: at most three batches (two waiting for the owner, one
+     * open), and a batch granted meanwhile. */
+    assert_true(loud_before - 2 * BATCH <= 4 * BATCH);
+    fq_nio_destroy(n);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -825,6 +1063,9 @@ int main(void)
         cmocka_unit_test(test_fetch_waits_for_a_slow_owner),
         cmocka_unit_test(test_pull_reader_takes_only_deliveries),
         cmocka_unit_test(test_kv_watch),
+        cmocka_unit_test(test_many_consumers_one_thread),
+        cmocka_unit_test(test_consumers_added_and_removed_under_load),
+        cmocka_unit_test(test_flood_does_not_starve_quiet),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

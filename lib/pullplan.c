@@ -1,0 +1,80 @@
+/* pullplan.c -- which pull consumers of one fetch thread ask next, and for how many (pullplan.h). */
+#include "pullplan.h"
+
+size_t fq_pull_plan(fq_pull_req *out, size_t cap, fq_pull_cons *c, size_t n, size_t *cursor,
+                    uint64_t budget, uint64_t now)
+{
+    if (!n)
+        return 0;
+    uint64_t used = 0;
+    for (size_t i = 0; i < n; i++)
+        used += (uint64_t)c[i].queued + c[i].asked;
+    size_t start = *cursor < n ? *cursor : 0, k = 0, next = start;
+    bool left_out = false;
+    for (size_t j = 0; j < n && k < cap; j++) {
+        size_t i = (start + j) % n;
+        fq_pull_cons *x = &c[i];
+        if (!x->ready || x->open || now < x->retry_at ||
+            x->queued >= (uint64_t)FQ_PULL_BACKLOG_BATCHES * x->batch)
+            continue;
+        uint32_t want = x->busy ? x->batch : 1;
+        if (x->busy) {
+            if (used + want > budget) {
+                /* what is left, if anything: a smaller batch now beats none */
+                want = used < budget ? (uint32_t)(budget - used) : 0;
+                if (!want) {
+                    if (!left_out)
+                        next = i;   /* first in the next turn */
+                    left_out = true;
+                    continue;
+                }
+            }
+            used += want;
+            if (!left_out)
+                next = (i + 1) % n;
+        }
+        x->open = true;
+        x->asked = want;
+        x->got = 0;
+        out[k++] = (fq_pull_req){.cons = (uint32_t)i, .want = want};
+    }
+    *cursor = next;
+    return k;
+}
+
+void fq_pull_took(fq_pull_cons *c)
+{
+    if (c->asked)
+        c->asked--;
+    c->got++;
+}
+
+bool fq_pull_filled(const fq_pull_cons *c)
+{
+    return c->open && !c->asked;
+}
+
+void fq_pull_ended(fq_pull_cons *c)
+{
+    c->busy = c->got > 0;
+    c->open = false;
+    c->asked = 0;
+    c->got = 0;
+}
+
+void fq_pull_failed(fq_pull_cons *c, uint64_t retry_at)
+{
+    c->open = false;
+    c->asked = 0;
+    c->got = 0;
+    c->retry_at = retry_at;
+}
+
+void fq_pull_reset(fq_pull_cons *c)
+{
+    c->open = false;
+    c->asked = 0;
+    c->got = 0;
+    c->busy = true;
+    c->retry_at = 0;
+}

@@ -1,0 +1,187 @@
+/* test_pullplan.c -- who of many pull consumers on one fetch thread asks next, and for how many, in virtual time. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "pullplan.h"
+
+#define N 8
+
+static void init(fq_pull_cons *c, size_t n, uint32_t batch, bool busy)
+{
+    memset(c, 0, n * sizeof *c);
+    for (size_t i = 0; i < n; i++) {
+        c[i].ready = true;
+        c[i].batch = batch;
+        c[i].busy = busy;
+    }
+}
+
+/* The server answers request r with k deliveries, then ends it. */
+static void answer(fq_pull_cons *c, uint32_t k)
+{
+    for (uint32_t i = 0; i < k; i++) {
+        fq_pull_took(c);
+        if (fq_pull_filled(c))
+            fq_pull_ended(c);
+    }
+    if (c->open)
+        fq_pull_ended(c);     /* expired with less */
+}
+
+/* Idle consumers ask for one message each, whatever the budget: none waits
+ * for it to start pulling. Busy ones ask for a batch; none asks twice. */
+static void test_idle_ask_one_busy_a_batch(void **state)
+{
+    (void)state;
+    fq_pull_cons c[N];
+    fq_pull_req r[N];
+    size_t cur = 0;
+    init(c, N, 64, false);
+    c[3].busy = true;
+    size_t k = fq_pull_plan(r, N, c, N, &cur, 0, 0);
+    assert_int_equal(k, N - 1);     /* the busy one finds no budget */
+    for (size_t i = 0; i < k; i++) {
+        assert_int_not_equal(r[i].cons, 3);
+        assert_int_equal(r[i].want, 1);
+        assert_true(c[r[i].cons].open);
+    }
+    assert_int_equal(cur, 3);       /* first in the next turn */
+    assert_int_equal(fq_pull_plan(r, N, c, N, &cur, 1000, 0), 1);
+    assert_int_equal(r[0].cons, 3);
+    assert_int_equal(r[0].want, 64);
+    assert_int_equal(fq_pull_plan(r, N, c, N, &cur, 1000, 0), 0);
+    /* An idle consumer's one message makes it busy: a batch next. */
+    answer(&c[5], 1);
+    assert_true(c[5].busy);
+    assert_int_equal(fq_pull_plan(r, N, c, N, &cur, 1000, 0), 1);
+    assert_int_equal(r[0].cons, 5);
+    assert_int_equal(r[0].want, 64);
+    /* A request that brought nothing makes it idle again. */
+    answer(&c[5], 0);
+    assert_false(c[5].busy);
+    assert_int_equal(fq_pull_plan(r, N, c, N, &cur, 1000, 0), 1);
+    assert_int_equal(r[0].want, 1);
+}
+
+/* A consumer pulls no more while two of its batches wait for the owner,
+ * nor while it is not ready (paused, not made), nor before its retry. */
+static void test_behind_paused_retry(void **state)
+{
+    (void)state;
+    fq_pull_cons c[3];
+    fq_pull_req r[3];
+    size_t cur = 0;
+    init(c, 3, 10, true);
+    c[0].queued = 2 * 10;
+    c[1].ready = false;
+    fq_pull_failed(&c[2], 500);
+    assert_int_equal(fq_pull_plan(r, 3, c, 3, &cur, 1000, 499), 0);
+    c[0].queued = 2 * 10 - 1;
+    assert_int_equal(fq_pull_plan(r, 3, c, 3, &cur, 1000, 500), 2);
+    assert_int_equal(r[0].cons, 0);
+    assert_int_equal(r[1].cons, 2);
+    assert_false(c[1].open);
+}
+
+/* Busy consumers share the budget in round robin: with room for one batch
+ * at a time, each of eight flooded consumers is served once in every
+ * eight turns, in order, and never twice before the others. */
+static void test_budget_round_robin(void **state)
+{
+    (void)state;
+    fq_pull_cons c[N];
+    fq_pull_req r[N];
+    size_t cur = 0;
+    int served[N] = {0};
+    init(c, N, 100, true);
+    for (int turn = 0; turn < 8 * N; turn++) {
+        size_t k = fq_pull_plan(r, N, c, N, &cur, 100, (uint64_t)turn);
+        assert_int_equal(k, 1);
+        assert_int_equal(r[0].cons, (uint32_t)(turn % N));
+        assert_int_equal(r[0].want, 100);
+        served[r[0].cons]++;
+        answer(&c[r[0].cons], 100);     /* still flooded: busy */
+    }
+    for (int i = 0; i < N; i++)
+        assert_int_equal(served[i], 8);
+}
+
+/* What waits for the owner counts against the budget: the rest of it is
+ * granted as a smaller batch rather than nothing. */
+static void test_budget_counts_queued(void **state)
+{
+    (void)state;
+    fq_pull_cons c[2];
+    fq_pull_req r[2];
+    size_t cur = 0;
+    init(c, 2, 100, true);
+    c[0].queued = 150;
+    assert_int_equal(fq_pull_plan(r, 2, c, 2, &cur, 200, 0), 1);
+    assert_int_equal(r[0].cons, 0);
+    assert_int_equal(r[0].want, 50);
+    assert_int_equal(cur, 1);
+    assert_int_equal(fq_pull_plan(r, 2, c, 2, &cur, 200, 0), 0);
+    assert_int_equal(cur, 1);
+}
+
+/* A flooded consumer does not starve a quiet one: however much of the
+ * budget the flooded one holds (two batches waiting for the owner, one
+ * open), the quiet one has a request open after every turn, a one-message
+ * request while idle and a batch after it got something. */
+static void test_flood_does_not_starve_quiet(void **state)
+{
+    (void)state;
+    fq_pull_cons c[2];
+    fq_pull_req r[2];
+    size_t cur = 0;
+    init(c, 2, 256, false);
+    c[0].busy = true;   /* flooded */
+    int batches = 0;
+    for (int turn = 0; turn < 100; turn++) {
+        c[0].queued = 2 * 256 - 1 - (uint32_t)(turn % 2); /* the owner is always behind */
+        fq_pull_plan(r, 2, c, 2, &cur, 4 * 256, (uint64_t)turn);
+        assert_true(c[1].open);
+        batches += c[1].asked == 256;
+        if (c[0].open)
+            answer(&c[0], c[0].asked);
+        /* a quiet message now and then; the request otherwise expires */
+        answer(&c[1], turn % 10 == 0 ? 1 : 0);
+    }
+    assert_int_equal(batches, 10);
+}
+
+/* A late delivery, for a request already over, counts but takes nothing
+ * from the next request; a reset consumer starts busy with nothing open. */
+static void test_late_and_reset(void **state)
+{
+    (void)state;
+    fq_pull_cons c;
+    init(&c, 1, 8, false);
+    fq_pull_took(&c);
+    assert_int_equal(c.asked, 0);
+    assert_false(fq_pull_filled(&c));
+    c.open = true;
+    c.asked = 3;
+    fq_pull_reset(&c);
+    assert_false(c.open);
+    assert_int_equal(c.asked, 0);
+    assert_true(c.busy);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_idle_ask_one_busy_a_batch),
+        cmocka_unit_test(test_behind_paused_retry),
+        cmocka_unit_test(test_budget_round_robin),
+        cmocka_unit_test(test_budget_counts_queued),
+        cmocka_unit_test(test_flood_does_not_starve_quiet),
+        cmocka_unit_test(test_late_and_reset),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
