@@ -72,6 +72,8 @@ bool fq_jrec_valid(const fq_jrec *r, const char **why)
         w = "df: a debt is -2^62 to 0, and only a debt record has one";
     else if (r->at_ms < 0 || r->at_ms > FQ_JOURNAL_MAX_INT)
         w = "at: a time is 0 to 2^53 ms";
+    else if (r->unconfirmed && r->type != FQ_JREC_DONE)
+        w = "u: only a done record is unconfirmed";
     if (why)
         *why = w;
     return !w;
@@ -122,6 +124,10 @@ fq_status fq_jbatch_append(fq_jbatch *b, const fq_jrec *r)
     }
     fq_json_key(&w, "at");
     fq_json_int(&w, r->at_ms);
+    if (r->unconfirmed) {
+        fq_json_key(&w, "u");
+        fq_json_bool(&w, true);
+    }
     fq_json_end_object(&w);
     size_t len = 0;
     if (fq_json_finish(&w, &len) != FQ_OK)
@@ -164,10 +170,10 @@ void fq_jbatch_free(fq_jbatch *b)
 
 /* ---- reading ------------------------------------------------------------ */
 
-enum { JR_ST, JR_T, JR_R, JR_W, JR_E, JR_D, JR_S, JR_DF, JR_AT, JR__N };
+enum { JR_ST, JR_T, JR_R, JR_W, JR_E, JR_D, JR_S, JR_DF, JR_AT, JR_U, JR__N };
 static const char *const jr_member[JR__N] = {
     [JR_ST] = "st", [JR_T] = "t", [JR_R] = "r", [JR_W] = "w", [JR_E] = "e",
-    [JR_D] = "d", [JR_S] = "s", [JR_DF] = "df", [JR_AT] = "at",
+    [JR_D] = "d", [JR_S] = "s", [JR_DF] = "df", [JR_AT] = "at", [JR_U] = "u",
 };
 
 /* Which members each type must have (bit JR_*) and may have. */
@@ -180,7 +186,7 @@ static const unsigned jr_required[] = {
 };
 static const unsigned jr_allowed[] = {
     [FQ_JREC_FLIGHT] = 1u << JR_W,
-    [FQ_JREC_DONE] = 0,
+    [FQ_JREC_DONE] = 1u << JR_U,
     [FQ_JREC_DEBT] = 0,
     [FQ_JREC_EXPIRED] = 1u << JR_W,
 };
@@ -302,6 +308,11 @@ static bool jr_entry(fq_jrec *r, const cJSON *e, bool *unknown, const char **why
         *why = "at: not an integer from 0 to 2^53";
         return false;
     }
+    if (m[JR_U] && !cJSON_IsBool(m[JR_U])) {
+        *why = "u: not true or false";
+        return false;
+    }
+    r->unconfirmed = m[JR_U] && cJSON_IsTrue(m[JR_U]);
     return fq_jrec_valid(r, why);
 }
 

@@ -18,11 +18,12 @@
  * with records
  *
  *   {"st":"flight","t":tenant,"r":run_id,"w":workflow,"e":est,"d":declared,"s":seq,"at":ms}
- *   {"st":"done","t":tenant,"r":run_id,"s":seq,"at":ms}
+ *   {"st":"done","t":tenant,"r":run_id,"s":seq,"at":ms[,"u":true]}
  *   {"st":"debt","t":tenant,"df":deficit,"at":ms}
  *   {"st":"expired", the members of flight}
  *
- * ("w" is left out when there is no workflow). Whatever is read back was
+ * ("w" is left out when there is no workflow; "u", unconfirmed, is there
+ * only when the run completed before its dispatch was seen stored). Whatever is read back was
  * stored by a NATS client, perhaps not fairq: the decoder trusts nothing,
  * checks every field's type and range, and refuses (and counts) a record
  * that fails, and any record type it does not know. The writer checks the
@@ -58,6 +59,10 @@ typedef struct fq_jrec {
     int64_t at_ms;                      /* unix ms, 0..2^53: the dispatch (flight), the
                                            completion (done), the debt's last change (debt),
                                            the lease's end (expired) */
+    bool unconfirmed;                   /* done: the run completed before its dispatch was
+                                           seen stored (read back, or its PubAck still to
+                                           come): its submit, come again, is published again
+                                           under its Nats-Msg-Id, not taken as done */
 } fq_jrec;
 
 /* Whether r obeys the rules above; if not, why (a static sentence). */

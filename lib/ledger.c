@@ -132,6 +132,11 @@ typedef struct lg_done {
     uint64_t seq;               /* the submit it came from */
     int64_t until_ms;           /* unix ms from which it may be forgotten */
     uint32_t part;              /* its tenant's partition */
+    bool unconfirmed;           /* it completed before its dispatch was seen stored (read
+                                   back, or its PubAck still to come): the completion may
+                                   be forged, or of an earlier submit of its run id, so its
+                                   submit, come again, is published again under its
+                                   Nats-Msg-Id rather than taken as done */
     fq_u64map_node node;
     struct lg_done *next;       /* FIFO by until_ms; free list */
 } lg_done;
@@ -672,22 +677,26 @@ static lg_done *lg_done_find(const fq_ledger *l, uint64_t h)
     return n ? FQ_U64MAP_ENTRY(n, lg_done, node) : NULL;
 }
 
-/* Remember key h (of submit seq) as completed until until_ms. Out of
- * memory it is not remembered: a duplicate may then be dispatched again,
- * and JetStream's de-duplication still stops it within its window. */
-static void lg_done_add(fq_ledger *l, uint64_t h, uint64_t seq, int64_t until_ms, uint32_t part)
+/* Remember key h (of submit seq, partition part) as completed until
+ * until_ms, its dispatch unconfirmed or not. Out of memory it is not
+ * remembered: a duplicate may then be dispatched again, and JetStream's
+ * de-duplication still stops it within its window. */
+static void lg_done_add(fq_ledger *l, uint64_t h, uint64_t seq, int64_t until_ms, uint32_t part,
+                        bool unconfirmed)
 {
     lg_done *d = lg_done_find(l, h);
     if (d) {
         /* Kept in its place in the FIFO: remembered longer is harmless. */
         d->seq = seq;
+        d->unconfirmed = unconfirmed;
         if (until_ms > d->until_ms)
             d->until_ms = until_ms;
         return;
     }
     if (fq_u64map_reserve(l->done) != FQ_OK || !(d = lg_done_alloc(l)))
         return;
-    *d = (lg_done){.key = h, .seq = seq, .until_ms = until_ms, .part = part};
+    *d = (lg_done){.key = h, .seq = seq, .until_ms = until_ms, .part = part,
+                   .unconfirmed = unconfirmed};
     fq_u64map_insert(l->done, &d->node);
     if (l->done_tail)
         l->done_tail->next = d;
@@ -1643,6 +1652,38 @@ static void lg_unresend(fq_ledger *l, lg_run *x)
     lg_pause_check(l);
 }
 
+/* The submit s of a run completed before its dispatch was seen stored
+ * came again (key: its run key). Its completion may be forged, or of an
+ * earlier submit with its run id, and its dispatch may have failed: it is
+ * published again under its Nats-Msg-Id, as lg_resend does, and acked on
+ * the PubAck, a duplicate (it had reached the workers) or stored now (it
+ * reaches them now, once). false: not unconfirmed, or no memory (acked as
+ * done, as before). */
+static bool lg_resend_done(fq_ledger *l, const fq_ledger_submit *s, uint64_t key)
+{
+    lg_done *d = lg_done_find(l, key);
+    fq_status why = FQ_OK;
+    fq_ledger_tenant *lt;
+    lg_run *x;
+    if (!d || !d->unconfirmed ||
+        !(lt = l->o.tenant(l->o.tenant_arg, s->tenant, strlen(s->tenant),
+                           FQ_LEDGER_TENANT_RECORD, &why)) ||
+        !(x = lg_run_alloc(l)))
+        return false;
+    *x = (lg_run){.seq = s->ack.sseq, .lt = lt, .key = key, .submitted_ms = s->ts_ms,
+                  .cseq = s->ack.cseq, .delivered = s->ack.delivered, .state = LG_DONE};
+    if (!(x->names = lg_names_alloc(l))) {
+        lg_maybe_free(l, x);
+        return false;
+    }
+    lg_names_set(l, x->names, s->sub, x->seq);
+    l->c.done_unconfirmed_resent++;
+    lg_resend(l, x, s);
+    if (!x->resent)
+        lg_maybe_free(l, x);    /* not now: naked */
+    return true;
+}
+
 void fq_ledger_submit_in(fq_ledger *l, const fq_ledger_submit *s, uint64_t now, int64_t now_ms)
 {
     l->now = now;
@@ -1704,6 +1745,8 @@ void fq_ledger_submit_in(fq_ledger *l, const fq_ledger_submit *s, uint64_t now, 
             lg_maybe_free(l, x);
             seen = false;
         }
+        if (seen && same && lg_resend_done(l, s, key))
+            return;
         if (seen && same) {
             /* Completed before a restart, its ack lost: done already. */
             l->c.duplicates_acked++;
@@ -2142,6 +2185,7 @@ bool fq_ledger_puback(fq_ledger *l, uint64_t token, enum fq_ledger_pub outcome, 
             return false;
         if (outcome == FQ_LEDGER_PUB_DUPLICATE)
             l->c.dispatch_duplicates++;     /* it reached the workers before a restart */
+        x->stored = true;   /* before an early completion's done record, which says so */
         /* A completion that came before the run was held counts only if an
          * earlier leader really dispatched it: not for a dispatch stored new. */
         lg_early *e = x->in_key ? lg_early_find(l, x->key) : NULL;
@@ -2168,11 +2212,13 @@ bool fq_ledger_puback(fq_ledger *l, uint64_t token, enum fq_ledger_pub outcome, 
             l->c.redispatched++;
             lg_journal_flight(l, x, now_ms);
         }
+        lg_done *dn = x->state == LG_DONE ? lg_done_find(l, x->key) : NULL;
+        if (dn && dn->seq == x->seq)
+            dn->unconfirmed = false;    /* completed, and its dispatch is stored */
         x->lt->fails = 0;
         lg_dispatching_again(l);
         lg_unhold(l, x);    /* the dispatch is stored: its body is no longer needed */
         x->resent = false;
-        x->stored = true;
         lg_settled(l, x);
         return false;
     }
@@ -2210,6 +2256,13 @@ void fq_ledger_unsent(fq_ledger *l, const fq_ledger_act *act, fq_status st, uint
     if (a->type != FQ_LACT_DISPATCH || lg_gone_answered(l, a->seq))
         return;
     lg_run *x = lg_find_seq(l, a->seq);
+    if (x && x->state == LG_DONE && x->resent) {
+        /* A completed run's, published again (lg_resend_done). */
+        x->pending--;
+        lg_unresend(l, x);
+        lg_maybe_free(l, x);
+        return;
+    }
     if (!x || (x->state != LG_FLIGHT && x->state != LG_EXPIRED))
         return;
     x->pending--;
@@ -2251,9 +2304,10 @@ void fq_ledger_unsent(fq_ledger *l, const fq_ledger_act *act, fq_status st, uint
  * completion is acked once its record is stored. */
 static void lg_mark_done(fq_ledger *l, lg_run *x, const fq_ledger_ackref *done_ack)
 {
-    lg_done_add(l, x->key, x->seq, l->now_ms + (int64_t)l->o.keep_done_ms, x->part);
+    lg_done_add(l, x->key, x->seq, l->now_ms + (int64_t)l->o.keep_done_ms, x->part,
+                !x->stored);
     fq_jrec r = {.type = FQ_JREC_DONE, .seq = x->seq < FQ_LEDGER_SYNTH_ID ? x->seq : 0,
-                 .at_ms = l->now_ms > 0 ? l->now_ms : 0};
+                 .at_ms = l->now_ms > 0 ? l->now_ms : 0, .unconfirmed = !x->stored};
     snprintf(r.tenant, sizeof r.tenant, "%s", x->lt->id);
     memcpy(r.run_id, x->names->run_id, sizeof r.run_id);
     lg_part *pp = &l->parts[x->part];
@@ -2658,7 +2712,8 @@ void fq_ledger_recover_record(fq_ledger *l, const fq_jrec *r, int64_t stored_ms,
          * makes no run id look used. */
         if (!x && !r->seq)
             return;
-        lg_done_add(l, h, r->seq, stored_ms + (int64_t)l->o.keep_done_ms, part);
+        lg_done_add(l, h, r->seq, stored_ms + (int64_t)l->o.keep_done_ms, part,
+                    r->unconfirmed);
         if (x) {
             lg_key_del(l, x);
             x->state = LG_DONE;             /* never taken in: not counted */

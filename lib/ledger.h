@@ -530,6 +530,8 @@ typedef struct fq_ledger_counters {
     uint64_t dispatched, dispatch_duplicates, body_reads, body_lost;
     uint64_t redispatched;      /* read back, sent again and stored new: the attempt its
                                    flight record told of had failed; its lease restarts */
+    uint64_t done_unconfirmed_resent;   /* submits of runs completed before their dispatch
+                                           was seen stored, come again: published again */
     uint64_t completions, completions_unheld, completions_duplicate, completions_invalid;
     uint64_t completions_unknown, completion_copies_skipped, completions_deferred;
     uint64_t completions_early;         /* unknown ones remembered: their run may come */

@@ -78,7 +78,7 @@
  *   is never given back; in calm worlds a tenant's runs are dispatched in
  *   submit order.
  *
- * Four outcomes are the design's known gaps, not the ledger's mistakes;
+ * Three outcomes are the design's known gaps, not the ledger's mistakes;
  * each is told precisely, counted and printed rather than failed:
  *
  * - a state-dependent refusal (full, duplicate, overload) whose ack was
@@ -94,11 +94,7 @@
  * - a run whose expired record the ledger forgot early (past max_expired)
  *   is as unknown as a new one: a submit reusing its run id is admitted,
  *   its dispatch taken for the other's by Nats-Msg-Id (acked, never
- *   delivered), and its own submit, delivered again, is dispatched again;
- * - a forged completion (a worker's bug), or one of an earlier submit with
- *   its run id, for a run read back from a flight record whose dispatch
- *   had failed marks it completed, and its submit, come again, is acked
- *   undelivered.
+ *   delivered), and its own submit, delivered again, is dispatched again.
  */
 
 #define DST_TENANTS_MAX 6
@@ -431,7 +427,6 @@ typedef struct dst_sub {
     bool stale_dispatch;        /* a dispatch stored from a proxy not holding the lease */
     bool reused;                /* its run id is another publish's too */
     bool lost_forgotten;        /* see oracle_submit_acked */
-    bool lost_forged;           /* see oracle_submit_acked */
     int64_t first_dispatch;     /* server ms its first dispatch was stored */
     uint64_t first_inc;         /* the process that stored it (px_inc) */
     bool first_journalled;      /* that process stored its flight record too */
@@ -519,7 +514,6 @@ struct dst_world {
     uint64_t last_disp[DST_TENANTS_MAX];    /* calm worlds: each tenant's last dispatch's seq */
     uint64_t n_lost_forgotten;  /* see oracle_submit_acked */
     uint64_t n_late_again;      /* see oracle_stored */
-    uint64_t n_lost_forged;     /* see oracle_submit_acked */
     bool forgot_early;          /* a ledger forgot expired runs past max_expired */
 };
 
@@ -810,20 +804,11 @@ static void oracle_submit_acked(dst_world *w, uint64_t seq)
     if (done && !s->dispatched && !s->refused && s->tenant >= 0) {
         char t[16];
         snprintf(t, sizeof t, "t%d", s->tenant);
-        if (key_get(w, t, s->run_id)->forged || s->reused) {
-            /* A forged completion, or a worker's of another submit with
-             * its run id (an old dispatch delivered again after the
-             * workers' durable was reset), reconciled the run read back
-             * from a flight record whose dispatch had failed; its submit,
-             * come again, was taken as completed. Counted: see the
-             * report. */
-            w->n_lost_forged++;
-            s->lost_forged = true;
-            s->acked = true;
-            return;
-        }
-        dst_fail(w, "submit %" PRIu64 " (run %s) acked as completed; it was never dispatched",
-                 seq, s->run_id);
+        dst_fail(w, "submit %" PRIu64 " (run %s) acked as completed; it was never dispatched%s",
+                 seq, s->run_id,
+                 key_get(w, t, s->run_id)->forged ? " (a forged completion of its run id came)"
+                 : s->reused                      ? " (its run id is another submit's too)"
+                                                  : "");
     }
     if (!dispatched && !s->refused && !done)
         dst_fail(w, "submit %" PRIu64 " (run %s, kind %d) acked before what it became was "
@@ -2652,7 +2637,7 @@ static void check_outcomes(dst_world *w)
         dst_sub *s = &w->subs[i];
         if (!s->seq)
             continue;
-        if (!s->dispatched && !s->refused && !s->lost_forgotten && !s->lost_forged)
+        if (!s->dispatched && !s->refused && !s->lost_forgotten)
             dst_fail(w, "submit %" PRIu64 " (pub %zu, run %s, kind %d) is gone from %s, neither "
                      "dispatched nor refused: lost", s->seq, i + 1, s->run_id, s->kind, DST_SUBMIT);
         if (s->dispatched && s->refused && !s->stale_dispatch && !s->refused_state)
@@ -2666,7 +2651,7 @@ static void check_outcomes(dst_world *w)
             dst_fail(w, "submit %" PRIu64 " of kind %d was not refused", s->seq, s->kind);
         jseq_room(w, s->seq);
         if (s->worker_done && !w->forgot_early && !s->lost_forgotten &&
-            !s->lost_forged && !w->done_by_seq[s->seq])
+            !w->done_by_seq[s->seq])
             dst_fail(w, "submit %" PRIu64 " (run %s) was completed by the worker given its "
                      "dispatch, and never reconciled: no done record of it%s", s->seq, s->run_id,
                      s->flight_first ? " (a flight record of it was stored before its dispatch "
@@ -2714,11 +2699,11 @@ static uint64_t world_run(uint64_t seed, uint64_t steps, bool trace, bool verbos
                "%zu submits, %" PRIu64 " dispatched, %" PRIu64 " refusals, %" PRIu64
                " reconciled, %" PRIu64 " crashes, %" PRIu64 " server restarts, %" PRIu64
                " takeovers, %" PRIu64 " dispatches failed, %" PRIu64 " refused then dispatched, %" PRIu64
-               " lost to early forgetting, %" PRIu64 " dispatched again past the window, %" PRIu64 " lost to forged completions, %" PRIu64 " given back, %" PRIu64 " quiet admitted into a full buffer\n",
+               " lost to early forgetting, %" PRIu64 " dispatched again past the window, %" PRIu64 " given back, %" PRIu64 " quiet admitted into a full buffer\n",
                seed, n, n - start, (w->t - w->quiet_t) / 1000, w->c.calm ? "calm" : "faults", w->c.proxies, w->nsubs,
                w->n_dispatch, w->n_refused, w->n_reconciled, w->n_crashes, w->n_restarts,
                w->n_takeovers, w->n_dispatch_failed, w->n_redecided, w->n_lost_forgotten,
-               w->n_late_again, w->n_lost_forged, w->n_given_back,
+               w->n_late_again, w->n_given_back,
                w->n_quiet_in_full);
     if (verbose && w->c.calm)
         printf("  fairness: worst gap %.2f of the bound over %" PRIu64 " pair checks\n",

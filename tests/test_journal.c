@@ -65,6 +65,7 @@ static void assert_rec_equal(const fq_jrec *a, const fq_jrec *b)
     assert_int_equal(a->seq, b->seq);
     assert_int_equal(a->deficit, b->deficit);
     assert_int_equal(a->at_ms, b->at_ms);
+    assert_int_equal(a->unconfirmed, b->unconfirmed);
 }
 
 /* Every type, with the extremes of every field, reads back as written, in
@@ -72,7 +73,7 @@ static void assert_rec_equal(const fq_jrec *a, const fq_jrec *b)
 static void test_round_trip(void **state)
 {
     (void)state;
-    fq_jrec in[7];
+    fq_jrec in[8];
     in[0] = flight("acme", "r-1", 1, 0);
     in[1] = flight("globex_2-b", "run/with:odd~chars", UINT32_MAX, (uint64_t)FQ_JOURNAL_MAX_INT);
     in[1].declared = UINT32_MAX;
@@ -91,6 +92,8 @@ static void test_round_trip(void **state)
     in[6] = flight("acme", "r-2", 300, 12);               /* its lease ran out */
     in[6].type = FQ_JREC_EXPIRED;
     snprintf(in[6].workflow, sizeof in[6].workflow, "sum");
+    in[7] = in[2];                                      /* completed before its dispatch */
+    in[7].unconfirmed = true;                           /* was seen stored */
 
     fq_jbatch b = {0};
     size_t len = 0;
@@ -103,18 +106,20 @@ static void test_round_trip(void **state)
     fq_jcounts c = {0};
     assert_int_equal(decode(&g, &c, text, len), FQ_OK);
     assert_int_equal(g.n, 3);
-    for (int i = 3; i < 7; i++)
+    for (int i = 3; i < 8; i++)
         assert_int_equal(fq_jbatch_append(&b, &in[i]), FQ_OK);
     text = fq_jbatch_text(&b, &len);
     g.n = 0;
     c = (fq_jcounts){0};
     assert_int_equal(decode(&g, &c, text, len), FQ_OK);
-    assert_int_equal(g.n, 7);
-    assert_int_equal(c.records, 7);
+    assert_int_equal(g.n, 8);
+    assert_int_equal(c.records, 8);
     assert_int_equal(c.invalid + c.unknown, 0);
     assert_string_equal(c.why, "");
-    for (int i = 0; i < 7; i++)
+    for (int i = 0; i < 8; i++)
         assert_rec_equal(&g.r[i], &in[i]);
+    assert_non_null(strstr(text, "\"u\":true"));     /* once: only where it is set */
+    assert_null(strstr(strstr(text, "\"u\":true") + 1, "\"u\":"));
     /* a new batch starts empty */
     fq_jbatch_clear(&b);
     assert_null(fq_jbatch_text(&b, &len));
@@ -134,7 +139,7 @@ static void test_writer_refuses_invalid(void **state)
 {
     (void)state;
     fq_jbatch b = {0};
-    fq_jrec bad[9];
+    fq_jrec bad[10];
     bad[0] = flight("acme", "r", 0, 1);                 /* est 0 */
     bad[1] = flight("bad tenant", "r", 1, 1);
     bad[2] = flight("_invalid", "r", 1, 1);             /* reserved */
@@ -149,6 +154,8 @@ static void test_writer_refuses_invalid(void **state)
     bad[7].type = (enum fq_jrec_type)9;
     bad[8] = flight("acme", "r", 1, 1);
     bad[8].at_ms = -1;
+    bad[9] = flight("acme", "r", 1, 1);                 /* only a done record is */
+    bad[9].unconfirmed = true;                          /* unconfirmed */
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         const char *why = NULL;
         assert_false(fq_jrec_valid(&bad[i], &why));
@@ -184,6 +191,9 @@ static void test_forged_records_refused(void **state)
         /* a member given twice, or one its type does not have */
         "{\"st\":\"done\",\"t\":\"acme\",\"r\":\"r-1\",\"r\":\"r-2\",\"s\":1,\"at\":1}",
         "{\"st\":\"done\",\"t\":\"acme\",\"r\":\"r-1\",\"s\":1,\"at\":1,\"df\":-5}",
+        "{\"st\":\"flight\",\"t\":\"acme\",\"r\":\"r-1\",\"e\":5,\"d\":0,\"s\":1,\"at\":1,\"u\":true}",
+        "{\"st\":\"done\",\"t\":\"acme\",\"r\":\"r-1\",\"s\":1,\"at\":1,\"u\":1}",
+        "{\"st\":\"done\",\"t\":\"acme\",\"r\":\"r-1\",\"s\":1,\"at\":1,\"u\":\"true\"}",
         /* names */
         "{\"st\":\"done\",\"t\":\"a b\",\"r\":\"r-1\",\"s\":1,\"at\":1}",
         "{\"st\":\"done\",\"t\":\"_other\",\"r\":\"r-1\",\"s\":1,\"at\":1}",

@@ -1285,6 +1285,61 @@ static void test_redelivery_stored_new_restarts_its_lease(void **state)
     world_free(w);
 }
 
+/* A completion of a run read back from the flight record of an attempt
+ * whose publish had failed (forged, or a worker's of an earlier submit
+ * with its run id) reconciles it, but its done record says its dispatch
+ * was never seen stored: its submit, come again, also after a crash, is
+ * published again under its Nats-Msg-Id and acked on the PubAck, not
+ * acked as done (dst_ledger: acked undelivered). */
+static void test_completed_unconfirmed_published_again(void **state)
+{
+    (void)state;
+    world *w = world_new();
+    fq_ledger_journal_marked(w->l, 1);
+    submit(w, "a", 10, "r1", 50);
+    turn(w);
+    uint64_t tok = find(w, FQ_LACT_DISPATCH, 0)->token;
+    store_journal(w, find(w, FQ_LACT_JOURNAL, 0));  /* its flight record ... */
+    assert_false(puback(w, tok, FQ_LEDGER_PUB_ERROR, 10023));  /* ... its dispatch not */
+    world_crash(w);
+    recover(w);
+    complete(w, "a", 800, "r1", 60);            /* not of this dispatch: there was none */
+    assert_non_null(find(w, FQ_LACT_RECONCILED, 0));
+    fq_ledger_flush(w->l, w->now, w->now_ms);
+    drain(w);
+    store_journal(w, find(w, FQ_LACT_JOURNAL, 0));
+    const fq_jrec *done = NULL;
+    for (size_t i = 0; i < w->nrecs; i++)
+        if (w->recs[i].type == FQ_JREC_DONE)
+            done = &w->recs[i];
+    assert_non_null(done);
+    assert_true(done->unconfirmed);
+    for (int crash = 0; crash < 2; crash++) {
+        if (crash) {
+            world_crash(w);
+            recover(w);
+        }
+        submit_full(w, "a", 10, "r1", 50, 2 + (uint32_t)crash);    /* its submit, again */
+        assert_false(acked(w, FQ_LEDGER_SUBMIT, 10));
+        const fq_ledger_act *d = find(w, FQ_LACT_DISPATCH, 0);
+        assert_non_null(d);
+        assert_string_equal(d->run_id, "r1");
+        tok = d->token;
+        assert_true(puback(w, tok, FQ_LEDGER_PUB_FAILED, 0));  /* sent again as it was */
+        assert_false(acked(w, FQ_LEDGER_SUBMIT, 10));
+        assert_false(puback(w, tok, crash ? FQ_LEDGER_PUB_DUPLICATE : FQ_LEDGER_PUB_STORED, 0));
+        assert_true(acked(w, FQ_LEDGER_SUBMIT, 10));
+    }
+    /* Its dispatch seen stored, it is done: come again, acked as such. */
+    submit_full(w, "a", 10, "r1", 50, 4);
+    assert_true(acked(w, FQ_LEDGER_SUBMIT, 10));
+    assert_int_equal(count(w, FQ_LACT_DISPATCH), 0);
+    fq_ledger_stats st;
+    fq_ledger_stats_get(&st, w->l);
+    assert_int_equal(st.held, 0);
+    world_free(w);
+}
+
 /* A refusal the caller could not even queue leaves its submit unacked and
  * naks it, so that it comes back soon rather than after its consumer's
  * AckWait (dst_ledger seed 71: an hour, with no consumer reset to come). */
@@ -1811,6 +1866,7 @@ int main(void)
         cmocka_unit_test(test_redelivery_published_again_fails),
         cmocka_unit_test(test_rebuild_run_id_reused),
         cmocka_unit_test(test_redelivery_stored_new_restarts_its_lease),
+        cmocka_unit_test(test_completed_unconfirmed_published_again),
         cmocka_unit_test(test_refusal_unsent_is_naked),
         cmocka_unit_test(test_early_completion_applied_on_duplicate),
         cmocka_unit_test(test_early_completion_forged_not_applied),
