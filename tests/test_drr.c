@@ -2131,6 +2131,97 @@ static void test_subtenants_tenant_cap(void **state)
     fq_sched_destroy(s);
 }
 
+/* ---- tenants let go (their partition moved) ------------------------------ */
+
+typedef struct clear_seen {
+    fq_tenant *let_go[4];
+    uint64_t last[4];           /* per tenant let go: the last run id seen */
+    size_t runs;
+} clear_seen;
+
+static int clear_ix(const clear_seen *c, const fq_tenant *t)
+{
+    for (int i = 0; i < 4; i++)
+        if (c->let_go[i] == t)
+            return i;
+    return -1;
+}
+
+static bool clear_which(void *arg, const fq_tenant *t)
+{
+    return clear_ix(arg, t) >= 0;
+}
+
+static void clear_run(void *arg, const fq_run *r)
+{
+    clear_seen *c = arg;
+    int i = clear_ix(c, r->tenant);
+    assert_true(i >= 0);
+    assert_true(r->id > c->last[i]);    /* each tenant's in its queue's order */
+    c->last[i] = r->id;
+    c->runs++;
+}
+
+/* Tenants let go wherever they are (in the rotation, waiting in debt, at
+ * their cap, parked) leave it idle with nothing queued and no deficit; their
+ * dispatched runs forgotten, they can be removed; the tenant kept is served
+ * as before, alone. */
+static void test_clear_tenants_let_go(void **state)
+{
+    (void)state;
+    fq_sched *s = mk(6, 0, 0);
+    fq_tenant *a = ten(s, "a", 1, 0, 0), *b = ten(s, "b", 1, 0, 0), *c = ten(s, "c", 1, 1, 0);
+    fq_tenant *d = ten(s, "d", 1, 0, 0), *e = ten(s, "e", 2, 0, 0);
+    assert_int_equal(fq_tenant_set_debt(s, b, -40 * (int64_t)Q), FQ_OK);
+    fq_tenant *all[] = {a, b, c, d, e};
+    for (int k = 0; k < 4; k++)
+        for (int i = 0; i < 5; i++)
+            enq(s, all[i], 400);
+    fq_run *sent[6];
+    size_t n = 0;
+    for (fq_run *r; n < 3 && (r = fq_sched_dispatch(s, 1));)
+        sent[n++] = r;
+    fq_sched_park(s, d, 1000000);
+    for (fq_run *r; n < 6 && (r = fq_sched_dispatch(s, 2));)
+        sent[n++] = r;
+    assert_int_equal(info(b).state, FQ_T_WAITING);
+    assert_int_equal(info(c).state, FQ_T_CAPPED);
+    assert_int_equal(info(d).state, FQ_T_PARKED);
+    assert_int_equal(info(a).state, FQ_T_ACTIVE);
+    /* Their dispatched runs first, then the tenants. */
+    uint64_t kept_in_flight = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (sent[i]->tenant == e) {
+            kept_in_flight++;
+            continue;
+        }
+        assert_int_equal(fq_sched_forget(s, sent[i]->id), FQ_OK);
+    }
+    clear_seen cs = {.let_go = {a, b, c, d}};
+    size_t freed = fq_sched_clear(s, clear_which, clear_run, &cs);
+    assert_int_equal(freed, cs.runs);
+    fq_sched_stats st;
+    fq_sched_stats_get(s, &st);
+    assert_int_equal(st.in_flight, kept_in_flight);
+    assert_int_equal(st.queued, 4 - kept_in_flight);
+    assert_int_equal(freed + n - kept_in_flight, 16);
+    for (int i = 0; i < 4; i++) {
+        fq_tenant_info ti = info(all[i]);
+        assert_int_equal(ti.state, FQ_T_IDLE);
+        assert_int_equal(ti.queued, 0);
+        assert_int_equal(ti.deficit, 0);
+        assert_int_equal(ti.in_flight, 0);
+        assert_int_equal(fq_sched_tenant_remove(s, all[i]), FQ_OK);
+    }
+    /* e alone, served to its end; the rounds and lists hold no one let go. */
+    size_t more = 0;
+    for (fq_run *r; (r = fq_sched_dispatch(s, 3)); more++)
+        assert_ptr_equal(r->tenant, e);
+    assert_int_equal(more, 4 - kept_in_flight);
+    assert_int_equal(fq_sched_forget(s, 999999), FQ_ENOTFOUND);
+    fq_sched_destroy(s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -2188,6 +2279,7 @@ int main(void)
         cmocka_unit_test(test_absurd_actual_is_bounded),
         cmocka_unit_test(test_keep_idle_credit_banks),
         cmocka_unit_test(test_rank_follows_the_queues),
+        cmocka_unit_test(test_clear_tenants_let_go),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
