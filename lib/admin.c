@@ -230,6 +230,26 @@ static void ad_stats_tenant(fq_json *w, const fq_admin_tenant *t, uint64_t now)
     }
     if (ti->rate_until)     /* with a token rate: how long until it may send */
         AD_KV(w, "rate_wait_ms", ti->rate_until > now ? ti->rate_until - now : 0);
+    if (ti->subtenants) {   /* names only for one tenant, and a few: never a label */
+        AD_KV(w, "subtenants", ti->subtenants);
+        AD_KV(w, "active_subtenants", ti->active_subtenants);
+    }
+    if (t->n_top_subs) {
+        fq_json_key(w, "top_subtenants");
+        fq_json_begin_array(w);
+        for (size_t i = 0; i < t->n_top_subs; i++) {
+            fq_json_begin_object(w);
+            fq_json_key(w, "subtenant");
+            fq_json_string(w, t->top_subs[i].name);
+            if (t->top_subs[i].overflow) {
+                fq_json_key(w, "overflow");
+                fq_json_bool(w, true);
+            }
+            AD_KV(w, "queued_runs", t->top_subs[i].queued);
+            fq_json_end_object(w);
+        }
+        fq_json_end_array(w);
+    }
     fq_json_key(w, "rejected");
     fq_json_begin_object(w);
     for (int s = 1; s < FQ__COUNT; s++)
@@ -285,7 +305,11 @@ fq_status fq_admin_stats_json(fq_admin *a, const fq_stats_req *r, char *buf, siz
          * tenant is a checkpoint to fall back to when it does not fit. */
         fq_json mark = w;
         fq_admin_tenant v;
+        fq_sub_info top[FQ_ADMIN_TOP_SUBTENANTS];
         o->tenant_view(o->arg, t, true, &v);
+        v.top_subs = top;
+        v.n_top_subs = one && o->tenant_subs ? o->tenant_subs(o->arg, t, top, sizeof top /
+                                                              sizeof top[0]) : 0;
         ad_stats_tenant(&w, &v, now);
         if (w.len + AD_STATS_TAIL >= cap) {
             w = mark;
@@ -372,6 +396,10 @@ fq_status fq_admin_explain_json(char *buf, size_t cap, size_t *len, const fq_exp
         fq_json_string(&w, fq_ledger_where_name(e->where));
         if (e->est)
             AD_KV(&w, "est_tokens", e->est);
+        if (e->subtenant[0]) {
+            fq_json_key(&w, "subtenant");
+            fq_json_string(&w, e->subtenant);
+        }
     }
     fq_json_key(&w, "known");
     fq_json_bool(&w, e->known);
@@ -391,6 +419,23 @@ fq_status fq_admin_explain_json(char *buf, size_t cap, size_t *len, const fq_exp
         AD_KV(&w, "in_flight", ti->in_flight);
         AD_KV(&w, "deficit", ti->deficit);
         AD_KV(&w, "debt", ti->deficit < 0 ? -ti->deficit : 0);
+    }
+    if (e->known && e->sub_known) {
+        /* Its sub-tenant's place: behind at most its sub-tenant's other
+         * queued runs, and a turn of each other active sub-tenant before
+         * each of its own (a bound, as the tenant's). */
+        fq_json_key(&w, "subtenant_position");
+        fq_json_begin_object(&w);
+        if (e->sub.overflow) {
+            fq_json_key(&w, "overflow");
+            fq_json_bool(&w, true);
+        }
+        AD_KV(&w, "queued_runs", e->sub.queued);
+        if (waits)
+            AD_KV(&w, "runs_ahead_at_most", e->sub.queued ? e->sub.queued - 1 : 0);
+        AD_KV(&w, "active_subtenants", ti->active_subtenants);
+        AD_KV(&w, "others_active", ti->active_subtenants - (e->sub.queued > 0));
+        fq_json_end_object(&w);
     }
     if (pol->max_in_flight) {
         fq_json_key(&w, "cap");

@@ -27,6 +27,7 @@
                                        sees at most this many */
 #define FQ_ADMIN_BODY_MAX 4096      /* an admin request's body, at most: refused unread past it */
 #define FQ_ADMIN_STATS_PAGE_MAX 500 /* tenants in one stats reply at most */
+#define FQ_ADMIN_TOP_SUBTENANTS 5   /* sub-tenants a stats reply about one tenant lists */
 
 /* natsio's answer to a request past FQ_ADMIN_QUEUED waiting. */
 extern const char fq_admin_busy_queued[];
@@ -41,6 +42,9 @@ typedef struct fq_admin_tenant {
     const uint64_t *rejected;       /* refused runs by reason, [FQ__COUNT] */
     uint64_t completed;             /* completions reconciled */
     double estimate_error;          /* actual / estimated; NaN: not known */
+    const fq_sub_info *top_subs;    /* its sub-tenants with the most queued, most
+                                       first (a reply about it alone); NULL: none */
+    size_t n_top_subs;
 } fq_admin_tenant;
 
 /* What an explain reply (<explain>.<tenant>) is built from: the proxy's
@@ -64,6 +68,9 @@ typedef struct fq_explain {
     double drain_tokens_per_sec;    /* recent dispatch rate, tokens a second */
     uint32_t window_runs, window_max_runs;      /* in flight, limit (0: none) */
     uint64_t window_tokens, window_max_tokens;  /* in flight, limit (0: none) */
+    bool sub_known;                 /* the run's sub-tenant is known: sub holds */
+    fq_sub_info sub;                /* ... the one its runs join (overflow past the cap) */
+    char subtenant[FQ_SUBTENANT_MAX + 1]; /* the sub-tenant the run claims ("" none) */
 } fq_explain;
 
 /* What the module reads of the proxy, and the work only the proxy does. */
@@ -81,6 +88,9 @@ typedef struct fq_admin_ops {
     const void *(*tenant_find)(void *arg, const char *id);
     /* t's view: id and info only unless full. */
     void (*tenant_view)(void *arg, const void *t, bool full, fq_admin_tenant *out);
+    /* Up to n of t's sub-tenants with the most queued runs, most first
+     * (fq_sched_sub_top); how many. NULL: none shown. */
+    size_t (*tenant_subs)(void *arg, const void *t, fq_sub_info *out, size_t n);
     /* The proxy as a whole now (its admin_* counters from fq_admin_counters). */
     void (*overall)(void *arg, fq_metrics_overall *out);
     /* The policy in force. */

@@ -77,6 +77,7 @@
  */
 #include "drr.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -1319,6 +1320,51 @@ fq_status fq_sched_enqueue_sub(fq_run **out, fq_sched *s, fq_tenant *t, const ch
     if (out)
         *out = r;
     return FQ_OK;
+}
+
+static void sub_info_of(fq_sub_info *out, const fq_tenant *t, const fq_sub *u)
+{
+    size_t tl = strlen(t->id);
+    out->overflow = u->key[tl] != '/';
+    snprintf(out->name, sizeof out->name, "%s", out->overflow ? "" : u->key + tl + 1);
+    out->queued = u->queued;
+}
+
+fq_status fq_sched_sub_info(fq_sub_info *out, const fq_sched *s, const fq_tenant *t,
+                            const char *sub, size_t len)
+{
+    memset(out, 0, sizeof *out);
+    if (!t->sb || len > FQ_SCHED_SUB_MAX)
+        return FQ_ENOTFOUND;
+    char key[FQ_TENANT_MAX + 2 + FQ_SCHED_SUB_MAX];
+    size_t tl = strlen(t->id);
+    memcpy(key, t->id, tl);
+    key[tl] = '/';
+    memcpy(key + tl + 1, sub, len);
+    fq_strmap_node *n = fq_strmap_find(s->subs, key, tl + 1 + len);
+    const fq_sub *u = n ? FQ_STRMAP_ENTRY(n, fq_sub, node) : t->sb->overflow;
+    if (!u)
+        return FQ_ENOTFOUND;
+    sub_info_of(out, t, u);
+    return FQ_OK;
+}
+
+size_t fq_sched_sub_top(fq_sub_info *out, size_t n, const fq_sched *s, const fq_tenant *t)
+{
+    (void)s;
+    size_t k = 0;
+    for (uint32_t i = 0; t->sb && n && i < t->sb->nheap; i++) {
+        const fq_sub *u = t->sb->heap[i];
+        if (k == n && u->queued <= out[k - 1].queued)
+            continue;
+        size_t at = k < n ? k++ : k - 1;   /* the last, or the one pushed out */
+        while (at > 0 && out[at - 1].queued < u->queued) {
+            out[at] = out[at - 1];
+            at--;
+        }
+        sub_info_of(&out[at], t, u);
+    }
+    return k;
 }
 
 /* ---- dispatch ---------------------------------------------------------- */

@@ -200,6 +200,23 @@ fq_status fq_sched_enqueue_sub(fq_run **out, fq_sched *s, fq_tenant *t, const ch
                                size_t len, uint64_t id, uint32_t est, void *handle,
                                uint64_t now);
 
+/* A sub-tenant as stats and explain show it. */
+typedef struct fq_sub_info {
+    char name[FQ_SCHED_SUB_MAX + 1]; /* "": the runs that name none, or the overflow one */
+    bool overflow;              /* the one that new sub-tenants past the cap share */
+    uint32_t queued;            /* runs queued */
+} fq_sub_info;
+
+/* The sub-tenant of t that runs naming sub[0..len) join now: the one so
+ * named, else the overflow one where new ones go there. FQ_ENOTFOUND if it
+ * has none (not known, or t has no sub-tenants). O(1). */
+fq_status fq_sched_sub_info(fq_sub_info *out, const fq_sched *s, const fq_tenant *t,
+                            const char *sub, size_t len);
+/* Up to n of t's sub-tenants with queued runs, those with the most first
+ * (ties in no set order); returns how many. O(active sub-tenants x n):
+ * for an admin request about one tenant, not a hot path. */
+size_t fq_sched_sub_top(fq_sub_info *out, size_t n, const fq_sched *s, const fq_tenant *t);
+
 /* Pick the next run by DRR and move it into the in-flight window with a
  * lease until now + run_timeout. NULL if nothing is queued, the window is
  * full, or every tenant with work is at its cap. The run stays valid until

@@ -3232,6 +3232,21 @@ enum fq_ledger_where fq_ledger_run_where(const fq_ledger *l, const char *tenant,
     }
 }
 
+bool fq_ledger_run_subtenant(char *out, const fq_ledger *l, const char *tenant,
+                             const char *run_id)
+{
+    const lg_run *x = lg_find_key(l, tenant, run_id, lg_key(l, tenant, run_id));
+    const lg_block *b = x && !x->names ? lg_blk(x) : NULL;
+    out[0] = '\0';
+    if (x && x->names)
+        memcpy(out, x->names->subtenant, sizeof x->names->subtenant);
+    else if (b) {
+        memcpy(out, (const char *)(b + 1) + b->id_len + b->wf_len, b->sub_len);
+        out[b->sub_len] = '\0';
+    }
+    return x && (x->names || b);
+}
+
 const fq_ledger_counters *fq_ledger_counters_get(const fq_ledger *l)
 {
     return &l->c;

@@ -591,6 +591,12 @@ enum fq_ledger_where fq_ledger_run_where(const fq_ledger *l, const char *tenant,
 uint64_t fq_ledger_wait_ms(const fq_ledger *l, const fq_ledger_tenant *lt, uint32_t est,
                            uint64_t now, bool *known);
 
+/* The sub-tenant run run_id of tenant claims, into out (FQ_SUBTENANT_MAX +
+ * 1 bytes; "" for none): false if not known here (not held, or queued with
+ * its body not in memory). O(1). */
+bool fq_ledger_run_subtenant(char *out, const fq_ledger *l, const char *tenant,
+                             const char *run_id);
+
 const fq_ledger_counters *fq_ledger_counters_get(const fq_ledger *l);
 void fq_ledger_stats_get(fq_ledger_stats *out, const fq_ledger *l);
 

@@ -1306,6 +1306,11 @@ static void px_admin_tenant_view(void *arg, const void *t, bool full, fq_admin_t
     out->estimate_error = fq_est_error(p->est, pt->id);
 }
 
+static size_t px_admin_tenant_subs(void *arg, const void *t, fq_sub_info *out, size_t n)
+{
+    return fq_sched_sub_top(out, n, ((fq_proxy *)arg)->sched, ((const px_tenant *)t)->t);
+}
+
 static void px_admin_overall(void *arg, fq_metrics_overall *out)
 {
     px_overall(out, arg);
@@ -1387,6 +1392,9 @@ static void px_admin_explain(void *arg, const char *tenant, const char *run_id, 
     out->tokens_ahead = fq_sched_tokens_ahead(p->sched, pt->t, est);
     out->rate_wait_ms = fq_sched_rate_wait(p->sched, pt->t, est, now);
     out->wait_ms = fq_ledger_wait_ms(p->ledger, &pt->lt, est, now, &out->wait_known);
+    if (run_id[0] && fq_ledger_run_subtenant(out->subtenant, p->ledger, tenant, run_id))
+        out->sub_known = fq_sched_sub_info(&out->sub, p->sched, pt->t, out->subtenant,
+                                           strlen(out->subtenant)) == FQ_OK;
 }
 
 /* Requests on <admin>.> and <explain>.*. Only the leader subscribes. */
@@ -2346,6 +2354,7 @@ static fq_status px_create_parts(fq_proxy *p, const fq_config *cfg)
     fq_admin_ops ao = {.arg = p, .tenant_at = px_admin_tenant_at,
                        .tenant_after = px_admin_tenant_after,
                        .tenant_find = px_admin_tenant_find, .tenant_view = px_admin_tenant_view,
+                       .tenant_subs = px_admin_tenant_subs,
                        .overall = px_admin_overall, .policy = px_admin_policy,
                        .fresh = px_admin_fresh, .reply = px_admin_reply,
                        .reload = px_admin_reload, .ovr_write = px_ovr_write,

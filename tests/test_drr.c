@@ -2222,6 +2222,42 @@ static void test_clear_tenants_let_go(void **state)
     fq_sched_destroy(s);
 }
 
+/* What stats and explain read of sub-tenants: one by name (the overflow
+ * one past the cap), and the few with the most queued. */
+static void test_subtenants_info_and_top(void **state)
+{
+    (void)state;
+    fq_sched *s = mk_subs(3);
+    fq_tenant *a = ten(s, "a", 1, 0, 0), *b = ten(s, "b", 1, 0, 0);
+    for (int k = 0; k < 5; k++)
+        enq_sub(s, a, "x", Q);
+    enq_sub(s, a, "y", Q);
+    for (int k = 0; k < 3; k++)
+        enq_sub(s, a, "", Q);
+    enq_sub(s, a, "p", Q);      /* past the cap of 3: the overflow one */
+    enq_sub(s, a, "q", Q);
+    fq_sub_info i, top[3];
+    assert_int_equal(fq_sched_sub_info(&i, s, a, "x", 1), FQ_OK);
+    assert_string_equal(i.name, "x");
+    assert_int_equal(i.queued, 5);
+    assert_false(i.overflow);
+    assert_int_equal(fq_sched_sub_info(&i, s, a, "zz", 2), FQ_OK);   /* would join it */
+    assert_true(i.overflow);
+    assert_int_equal(i.queued, 2);
+    assert_int_equal(fq_sched_sub_info(&i, s, b, "x", 1), FQ_ENOTFOUND);
+    assert_int_equal(fq_sched_sub_top(top, 3, s, a), 3);
+    assert_string_equal(top[0].name, "x");
+    assert_int_equal(top[0].queued, 5);
+    assert_int_equal(top[1].queued, 3);
+    assert_false(top[1].overflow);   /* the runs naming none */
+    assert_int_equal(top[2].queued, 2);
+    assert_true(top[2].overflow);
+    assert_int_equal(fq_sched_sub_top(top, 1, s, a), 1);
+    assert_int_equal(top[0].queued, 5);
+    assert_int_equal(fq_sched_sub_top(top, 3, s, b), 0);
+    fq_sched_destroy(s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -2241,6 +2277,7 @@ int main(void)
         cmocka_unit_test(test_subtenants_divide_a_share),
         cmocka_unit_test(test_subtenants_capped_and_forgotten),
         cmocka_unit_test(test_subtenants_tenant_cap),
+        cmocka_unit_test(test_subtenants_info_and_top),
         cmocka_unit_test(test_tenant_cap_leaves_rotation),
         cmocka_unit_test(test_burst_cap_binds_only_under_contention),
         cmocka_unit_test(test_burst_cap_not_when_others_queue),

@@ -259,6 +259,7 @@ static void pt_fill(pt_msg *o, natsMsg *m, uint64_t seq)
     pt_hdr(m, "Fair-Error", o->error, sizeof o->error);
     pt_hdr(m, "Fair-Subject", o->fsubject, sizeof o->fsubject);
     pt_hdr(m, "Fair-Wait-Ms", o->wait_ms, sizeof o->wait_ms);
+    pt_hdr(m, "Fair-Subtenant", o->subtenant, sizeof o->subtenant);
     char num[32];
     pt_hdr(m, "Fair-Est-Tokens", num, sizeof num);
     o->est = (uint32_t)strtoul(num, NULL, 10);

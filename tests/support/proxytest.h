@@ -91,6 +91,7 @@ typedef struct pt_msg {
     char error[512];            /* Fair-Error */
     char fsubject[256];         /* Fair-Subject */
     char wait_ms[24];           /* Fair-Wait-Ms */
+    char subtenant[72];         /* Fair-Subtenant */
     uint32_t est;               /* Fair-Est-Tokens */
     int64_t submitted_at, dispatched_at;
     char *data;                 /* malloc'd copy of the body */
