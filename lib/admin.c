@@ -621,6 +621,8 @@ static void ad_tenant_reply(const ad_req *q, const char *tenant)
         AD_KV(&w, "burst_in_flight", pr.p.burst_in_flight);
     if (pr.p.tokens_per_minute)
         AD_KV(&w, "tokens_per_minute", pr.p.tokens_per_minute);
+    if (pr.p.max_subtenants)
+        AD_KV(&w, "max_subtenants", pr.p.max_subtenants);
     if (pr.prices.input != 1 || pr.prices.output != 1 || pr.prices.cached != 1) {
         AD_KV(&w, "price_input", pr.prices.input);
         AD_KV(&w, "price_output", pr.prices.output);

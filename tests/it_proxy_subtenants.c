@@ -219,6 +219,20 @@ static void test_bad_claims_refused(void **state)
     assert_int_equal(pf_overall(j, "subtenant_refused"), 3);
     cJSON_Delete(j);
     assert_int_equal(pt_stream_last(&f->c, "FAIR_DISPATCH"), 0);
+    /* the cap in force, from the plan, and from an override */
+    char *r = pt_request(&f->c, "fair.admin.tenant.get", "{\"tenant\":\"big\"}", NULL);
+    assert_non_null(r);
+    j = cJSON_Parse(r);
+    assert_int_equal(pf_num(j, "max_subtenants"), 16);
+    cJSON_Delete(j);
+    free(r);
+    r = pt_request(&f->c, "fair.admin.tenant.set", "{\"tenant\":\"big\",\"max_subtenants\":2}",
+                   NULL);
+    assert_non_null(r);
+    j = cJSON_Parse(r);
+    assert_int_equal(pf_num(j, "max_subtenants"), 2);
+    cJSON_Delete(j);
+    free(r);
 }
 
 int main(void)
