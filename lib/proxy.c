@@ -869,72 +869,91 @@ static fq_status px_dispatch_fits(size_t *size, fq_proxy *p, size_t len, const c
     return FQ_OK;
 }
 
+/* What submit m's subject and fields say, into in: its tenant (into
+ * tenant), its fields (into *sub), or why it is refused (in->status, the
+ * sentence in err). */
+static void px_submit_parse(fq_ledger_submit *in, fq_submit *sub, char *tenant, char *err,
+                            size_t errlen, fq_proxy *p, const fq_nio_msg *m)
+{
+    size_t tlen = 0;
+    const char *tid = px_subject_tenant(p, in->subject, p->cfg.subjects.submit, &tlen, err,
+                                        errlen);
+    if (!tid) {
+        in->status = FQ_EINVAL; /* counted as an invalid subject, refused with err */
+        in->error = err;
+        return;
+    }
+    if (!fq_tenant_id_valid(tid, tlen)) {
+        in->status = FQ_EINVAL;
+        in->error = "the subject's last token is not a tenant id (" FQ_TENANT_RULE ")";
+        return;
+    }
+    memcpy(tenant, tid, tlen);
+    tenant[tlen] = '\0';
+    in->tenant = tenant;
+    fq_submit_headers h;
+    px_submit_headers(&h, m);
+    in->status = fq_submit_parse(sub, tenant, fq_nio_msg_data(m), fq_nio_msg_len(m), &h,
+                                 p->cfg.scheduler.max_est_tokens, err, errlen);
+    in->sub = sub;
+    in->error = err;
+}
+
+/* Submit m, parsed into in: its producer's header lines carried (into
+ * p->carry) and its dispatch sized, or why it is refused (in->status, err).
+ * What can never be dispatched is refused now, not found out at its
+ * dispatch, where it would block its tenant for ever. false: no memory for
+ * its header lines, not a client's fault: it is left in JetStream. */
+static bool px_submit_fits(fq_ledger_submit *in, char *err, size_t errlen, fq_proxy *p,
+                           fq_nio_msg *m, const fq_submit *sub)
+{
+    if (in->status != FQ_OK)
+        return true;
+    char bad[160];
+    fq_status s = fq_nio_msg_carry_lines(&p->carry, bad, m);
+    if (s == FQ_ENOMEM)
+        return false;
+    if (s != FQ_OK) {
+        in->status = FQ_EINVAL;
+        snprintf(err, errlen, "%s", bad);
+        return true;
+    }
+    size_t size = 0;
+    char run_id[FQ_RUN_ID_MAX + 1];
+    fq_ledger_run_id(run_id, p->ledger, sub, in->ack.sseq);
+    in->status = px_dispatch_fits(&size, p, fq_nio_msg_len(m), in->tenant, run_id, sub, err,
+                                  errlen);
+    in->size = (uint32_t)size;
+    in->raw.hdr = p->carry.p;
+    in->raw.hdr_len = p->carry.len;
+    return true;
+}
+
 /* A submit: what can never be dispatched (no tenant in its subject, a body
  * or headers that do not parse, a dispatch too large) is found here, where
  * the message is, and the ledger decides the rest. */
 static void px_on_submit(fq_proxy *p, fq_nio_event *ev)
 {
     fq_nio_msg *m = ev->msg;
-    uint64_t seq = ev->ack.sseq;
-    const char *subject = fq_nio_msg_subject(m);
-    fq_ledger_submit in = {.ack = {.sseq = seq, .cseq = ev->ack.cseq,
+    fq_ledger_submit in = {.ack = {.sseq = ev->ack.sseq, .cseq = ev->ack.cseq,
                                    .delivered = ev->ack.delivered},
-                           .ts_ms = ev->ts_ms, .subject = subject, .status = FQ_OK,
+                           .ts_ms = ev->ts_ms, .subject = fq_nio_msg_subject(m),
+                           .status = FQ_OK,
                            .raw = {.body = fq_nio_msg_data(m), .body_len = fq_nio_msg_len(m)}};
-    size_t tlen = 0;
-    char tenant[FQ_TENANT_MAX + 1], err[256], run_id[FQ_RUN_ID_MAX + 1];
-    const char *tid = px_subject_tenant(p, subject, p->cfg.subjects.submit, &tlen, err,
-                                        sizeof err);
+    char tenant[FQ_TENANT_MAX + 1], err[256];
     fq_submit sub;
-    if (!tid) {
-        in.status = FQ_EINVAL;  /* counted as an invalid subject, refused with err */
-        in.error = err;
-    } else if (!fq_tenant_id_valid(tid, tlen)) {
-        in.status = FQ_EINVAL;
-        in.error = "the subject's last token is not a tenant id (" FQ_TENANT_RULE ")";
+    px_submit_parse(&in, &sub, tenant, err, sizeof err, p, m);
+    p->c.subtenant_refused += in.sub && in.status != FQ_OK && sub.subtenant_refused;
+    if (!px_submit_fits(&in, err, sizeof err, p, m, &sub)) {
+        if (px_fresh(p))
+            fq_nio_nak(p->nio, PX_CONS_SUBMIT, &ev->ack, FQ_LEDGER_PARK_MAX_MS);
     } else {
-        memcpy(tenant, tid, tlen);
-        tenant[tlen] = '\0';
-        in.tenant = tenant;
-        fq_submit_headers h;
-        px_submit_headers(&h, m);
-        in.status = fq_submit_parse(&sub, tenant, fq_nio_msg_data(m), fq_nio_msg_len(m), &h,
-                                    p->cfg.scheduler.max_est_tokens, err, sizeof err);
-        in.sub = &sub;
-        in.error = err;
-        p->c.subtenant_refused += in.status != FQ_OK && sub.subtenant_refused;
+        px_ledger_fresh(p);
+        fq_ledger_submit_in(p->ledger, &in, fq_nio_mono_ms(), fq_nio_unix_ms());
+        p->cur_msg = m;
+        px_actions(p);
+        p->cur_msg = NULL;
     }
-    if (in.status == FQ_OK) {
-        char bad[160];
-        fq_status s = fq_nio_msg_carry_lines(&p->carry, bad, m);
-        if (s == FQ_ENOMEM) {
-            /* Not a client's fault: left in JetStream for later. */
-            if (px_fresh(p))
-                fq_nio_nak(p->nio, PX_CONS_SUBMIT, &ev->ack, FQ_LEDGER_PARK_MAX_MS);
-            fq_nio_msg_drop(p->nio, m);
-            return;
-        }
-        if (s != FQ_OK) {
-            in.status = FQ_EINVAL;
-            snprintf(err, sizeof err, "%s", bad);
-        }
-    }
-    if (in.status == FQ_OK) {
-        /* What can never be dispatched is refused now, not found out at
-         * its dispatch, where it would block its tenant for ever. */
-        size_t size = 0;
-        fq_ledger_run_id(run_id, p->ledger, &sub, seq);
-        in.status = px_dispatch_fits(&size, p, fq_nio_msg_len(m), tenant, run_id, &sub,
-                                     err, sizeof err);
-        in.size = (uint32_t)size;
-        in.raw.hdr = p->carry.p;
-        in.raw.hdr_len = p->carry.len;
-    }
-    px_ledger_fresh(p);
-    fq_ledger_submit_in(p->ledger, &in, fq_nio_mono_ms(), fq_nio_unix_ms());
-    p->cur_msg = m;
-    px_actions(p);
-    p->cur_msg = NULL;
     fq_nio_msg_drop(p->nio, m);
 }
 
