@@ -36,6 +36,7 @@
 #include "ledger.h"
 
 #include <inttypes.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1060,23 +1061,31 @@ static uint32_t lg_back_delay(uint32_t delivered)
     return d < FQ_LEDGER_BACK_MAX_MS ? (uint32_t)d : FQ_LEDGER_BACK_MAX_MS;
 }
 
-/* Whether submit a of tenant lt is given back rather than held: it comes
- * after a run of lt given back and not yet admitted, or the buffer is
+/* Whether submit sseq of tenant lt is given back rather than held: it
+ * comes after a run of lt given back and not yet admitted, or the buffer is
  * past its fill line and lt holds its share (or holds runs and the buffer
- * is past the holders' line). lt's first run given back,
- * come again with room, is admitted (and forgotten here). */
-static bool lg_give_back(fq_ledger *l, fq_ledger_tenant *lt, const fq_ledger_ackref *a)
+ * is past the holders' line). Changes nothing. */
+static bool lg_gives_back(const fq_ledger *l, const fq_ledger_tenant *lt, uint64_t sseq)
 {
-    lg_back *head = lt->back_head;
-    if (head && a->sseq < head->seq)
+    const lg_back *head = lt->back_head;
+    if (head && sseq < head->seq)
         return false;           /* before all of them: in its place */
-    bool over = !lg_under_share(l, lt);
-    if (!over && (!head || a->sseq == head->seq)) {
-        if (head)
-            lg_back_pop(l, lt);
-        return false;
-    }
-    lg_back *b = head ? lg_back_find(l, a->sseq) : NULL;
+    return !lg_under_share(l, lt) || (head && sseq != head->seq);
+}
+
+/* Submit sseq of lt is not given back: if it is lt's first run given
+ * back, come again with room, it is admitted and awaited no longer. */
+static void lg_back_came(fq_ledger *l, fq_ledger_tenant *lt, uint64_t sseq)
+{
+    if (lt->back_head && lt->back_head->seq == sseq)
+        lg_back_pop(l, lt);
+}
+
+/* Give submit a of lt back to FAIR_SUBMIT (a nak with a delay), awaited
+ * in its place among lt's runs given back. */
+static void lg_give_back(fq_ledger *l, fq_ledger_tenant *lt, const fq_ledger_ackref *a)
+{
+    lg_back *b = lt->back_head ? lg_back_find(l, a->sseq) : NULL;
     if (!b)
         b = lg_back_add(l, lt, a->sseq);
     if (b) {
@@ -1092,7 +1101,6 @@ static bool lg_give_back(fq_ledger *l, fq_ledger_tenant *lt, const fq_ledger_ack
      * order is then kept only if it comes before lt's later runs. */
     l->c.given_back++;
     lg_nak(l, FQ_LEDGER_SUBMIT, a, lg_back_delay(a->delivered));
-    return true;
 }
 
 /* Ask back, in order, the runs given back of tenants that have room now
@@ -1684,200 +1692,383 @@ static bool lg_resend_done(fq_ledger *l, const fq_ledger_submit *s, uint64_t key
     return true;
 }
 
+/*
+ * A submit is taken as a decision, then its effects. lg_submit_judge reads
+ * the ledger and changes nothing: it says what the submit is before its
+ * tenant is looked up (a redelivery, a run dispatched or completed before,
+ * a refusal, or a run to admit). For one to admit, the tenant is looked
+ * up (the caller's callback may create it) and lg_admit_judge, again
+ * changing nothing, says whether it is given back, refused for its wait,
+ * or queued; lg_submit_apply carries the verdict out.
+ */
+
+/* What a submit becomes. */
+enum lg_take {
+    LG_TAKE_REDELIVERED = 1,    /* held already: delivered again (a consumer reset) */
+    LG_TAKE_ACK_AGAIN,          /* its dispatch was stored in this process; its ack lost */
+    LG_TAKE_RESEND,             /* dispatched by the journal's account: published again */
+    LG_TAKE_DONE,               /* completed before a restart, its ack lost */
+    LG_TAKE_REFUSE,             /* refused: code and sentence */
+    LG_TAKE_ADMIT,              /* a run to admit, its tenant permitting */
+    LG_TAKE_GIVE_BACK,          /* over its tenant's share: given back to FAIR_SUBMIT */
+    LG_TAKE_QUEUE,              /* queued: held, indexed, its body kept if it fits */
+    LG_TAKE_NO_MEMORY,          /* not queued for lack of memory: left in JetStream */
+};
+
+/* The verdict on a submit. */
+typedef struct lg_verdict {
+    enum lg_take take;
+    lg_run *x;                  /* REDELIVERED, RESEND: its run; QUEUE: the run queued */
+    lg_run *stale;              /* a record of this very submit that the scheduler no
+                                   longer holds: forgotten, the submit taken afresh */
+    bool bad_subject;           /* REFUSE: the subject names no tenant */
+    fq_status code;             /* REFUSE: why */
+    char sentence[400];         /* REFUSE: the sentence after the code */
+    uint64_t wait;              /* REFUSE for overload: the estimated wait */
+    char run_id[FQ_RUN_ID_MAX + 1];    /* from ADMIT on: the run id it goes by */
+    uint64_t key;               /* ... its run key's hash */
+    uint32_t cls;               /* ... its priority class */
+    uint32_t est;               /* QUEUE: tokens charged */
+} lg_verdict;
+
+/* Make v a refusal for code with the sentence fmt. true, for returning. */
+__attribute__((format(printf, 3, 4)))
+static bool lg_refusal(lg_verdict *v, fq_status code, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(v->sentence, sizeof v->sentence, fmt, ap);
+    va_end(ap);
+    v->take = LG_TAKE_REFUSE;
+    v->code = code;
+    return true;
+}
+
+/* Whether v's run key was seen before: true with the verdict when it
+ * decides the submit (this very submit dispatched or completed before,
+ * or another submit's run id); false when the submit is new, v->stale set
+ * if a record of it is to be forgotten first. */
+static bool lg_judge_seen(lg_verdict *v, const fq_ledger *l, const fq_ledger_submit *s)
+{
+    uint64_t seq = s->ack.sseq;
+    bool same = false, seen = lg_seen(l, s->tenant, v->run_id, v->key, seq, &same);
+    /* This very submit, dispatched already by the journal's account (the
+     * proxy restarted, or the submit's ack was lost). */
+    lg_run *x = seen && same ? lg_find_key(l, s->tenant, v->run_id, v->key) : NULL;
+    if (x && (x->in_seq || (x->state != LG_FLIGHT && x->state != LG_EXPIRED)))
+        x = NULL;
+    if (x && x->stored) {
+        /* This process saw its dispatch and its flight record stored and
+         * acked it; the ack was lost (the consumer made again before it
+         * came). Published again, past the duplicate window, it would
+         * reach the workers twice. */
+        v->take = LG_TAKE_ACK_AGAIN;
+        return true;
+    }
+    if (x && fq_sched_run(l->o.sched, x->seq)) {
+        v->take = LG_TAKE_RESEND;
+        v->x = x;
+        return true;
+    }
+    if (x) {
+        /* The scheduler holds nothing of it: admitted afresh, in its place
+         * among its tenant's runs (sent again, JetStream stores it once). */
+        v->stale = x;
+        return false;
+    }
+    if (seen && same) {
+        v->take = LG_TAKE_DONE;     /* completed before a restart, its ack lost */
+        return true;
+    }
+    if (seen)
+        return lg_refusal(v, FQ_EEXIST, "run_id %s is held or was dispatched already",
+                          v->run_id);
+    return false;
+}
+
+/* Its class, where classes are configured (else it is not read): one
+ * given must be one of them, none is the lowest. true: refused. */
+static bool lg_judge_class(lg_verdict *v, const fq_ledger *l, const fq_submit *sub)
+{
+    const fq_classes *cl = &l->o.classes;
+    if (!cl->n)
+        return false;
+    int c = (int)cl->n - 1;
+    if (sub->cls_err[0])
+        return lg_refusal(v, FQ_EINVAL, "%s", sub->cls_err);
+    if (sub->cls[0] && (c = fq_classes_find(cl, sub->cls, strlen(sub->cls))) < 0) {
+        char names[300];
+        size_t n = 0;
+        names[0] = '\0';
+        for (uint32_t i = 0; i < cl->n && n < sizeof names; i++)
+            n += (size_t)snprintf(names + n, sizeof names - n, "%s%s", i ? ", " : "",
+                                  cl->name[i]);
+        return lg_refusal(v, FQ_EINVAL, "class: %s is not one of the classes (%s)", sub->cls,
+                          names);
+    }
+    v->cls = (uint32_t)c;
+    return false;
+}
+
+/* What submit s is before its tenant is looked up. Changes nothing. */
+static void lg_submit_judge(lg_verdict *v, const fq_ledger *l, const fq_ledger_submit *s)
+{
+    v->take = LG_TAKE_ADMIT;
+    v->x = v->stale = NULL;
+    v->bad_subject = false;
+    v->wait = 0;
+    if ((v->x = lg_find_seq(l, s->ack.sseq))) {
+        v->take = LG_TAKE_REDELIVERED;  /* a consumer reset: it is queued already */
+        return;
+    }
+    if (!s->tenant) {
+        v->bad_subject = true;
+        lg_refusal(v, FQ_EINVAL, "%s",
+                   s->error ? s->error
+                            : "the subject's last token is not a tenant id (" FQ_TENANT_RULE ")");
+        return;
+    }
+    if (s->status != FQ_OK) {
+        lg_refusal(v, s->status, "%s", s->error ? s->error : "");
+        return;
+    }
+    fq_ledger_run_id(v->run_id, l, s->sub, s->ack.sseq);
+    v->key = lg_key(l, s->tenant, v->run_id);
+    if (lg_judge_seen(v, l, s) || lg_judge_class(v, l, s->sub))
+        return;
+}
+
+/* The tenant of a run to admit (created if new and allowed: the caller's
+ * callback); NULL with v made a refusal when there is none. */
+static fq_ledger_tenant *lg_admit_tenant(fq_ledger *l, lg_verdict *v, const fq_ledger_submit *s)
+{
+    fq_status why = FQ_ENOMEM;
+    fq_ledger_tenant *lt = l->o.tenant(l->o.tenant_arg, s->tenant,
+                                       strnlen(s->tenant, FQ_TENANT_MAX + 1),
+                                       FQ_LEDGER_TENANT_ADMIT, &why);
+    if (lt)
+        return lt;
+    if (why == FQ_EUNKNOWN)
+        lg_refusal(v, why, "tenant %s is not configured and unknown tenants are rejected",
+                   s->tenant);
+    else
+        lg_refusal(v, why, "%s", fq_status_text(why));
+    return NULL;
+}
+
+/* With its estimate charged: refused past max_wait_ms, else queued.
+ * Changes nothing. */
+static void lg_admit_judge(lg_verdict *v, const fq_ledger *l, const fq_ledger_tenant *lt)
+{
+    if (lg_overloaded(l, lt, v->est, &v->wait))
+        lg_refusal(v, FQ_EOVERLOAD, "the estimated wait of %" PRIu64 " ms exceeds "
+                   "scheduler.max_wait_ms (%" PRIu64 " ms)", v->wait, l->o.max_wait_ms);
+    else
+        v->take = LG_TAKE_QUEUE;
+}
+
+/* Admission of the run of v (ADMIT) with its tenant, which it returns
+ * (NULL: none, v refused): given back over its share; else, as its first
+ * run given back if it is one, it is no longer awaited, and its estimate
+ * is charged (the estimator marks what it used: not for a run given back)
+ * and judged. */
+static fq_ledger_tenant *lg_admission(fq_ledger *l, lg_verdict *v, const fq_ledger_submit *s)
+{
+    fq_ledger_tenant *lt = lg_admit_tenant(l, v, s);
+    if (!lt)
+        return NULL;
+    if (lg_gives_back(l, lt, s->ack.sseq)) {
+        v->take = LG_TAKE_GIVE_BACK;
+        return lt;
+    }
+    lg_back_came(l, lt, s->ack.sseq);
+    v->est = fq_est_charge(l->o.est, s->tenant, s->sub->workflow, s->sub->est_tokens);
+    lg_admit_judge(v, l, lt);
+    return lt;
+}
+
+/* The refusal of v (QUEUE) when its tenant has max_pending runs queued,
+ * of its class or in all. */
+static void lg_full_refusal(lg_verdict *v, const fq_ledger *l, const fq_ledger_tenant *lt,
+                            const char *tenant)
+{
+    const fq_classes *cl = &l->o.classes;
+    fq_tenant_info ti;
+    if (cl->n && cl->max_pending[v->cls] &&
+        (fq_tenant_info_get(lt->t, &ti), ti.class_queued[v->cls] >= cl->max_pending[v->cls]))
+        lg_refusal(v, FQ_EFULL, "tenant %s has its max_pending runs of class %s (%" PRIu32
+                   ") queued already", tenant, cl->name[v->cls], cl->max_pending[v->cls]);
+    else
+        lg_refusal(v, FQ_EFULL, "tenant %s has its max_pending runs queued already", tenant);
+}
+
+/* Queue the run of v (QUEUE) of tenant lt: its record, indexed by
+ * sequence, into the scheduler in its class (v->x). The scheduler has the
+ * last word: v becomes a refusal (max_pending) or NO_MEMORY. */
+static void lg_enqueue(fq_ledger *l, lg_verdict *v, fq_ledger_tenant *lt,
+                       const fq_ledger_submit *s)
+{
+    fq_status st;
+    uint64_t seq = s->ack.sseq;
+    lg_run *x = lg_run_alloc(l);
+    if (x)
+        *x = (lg_run){.seq = seq, .lt = lt, .key = v->key, .submitted_ms = s->ts_ms,
+                      .est = v->est, .cseq = s->ack.cseq, .delivered = s->ack.delivered,
+                      .state = LG_QUEUED};
+    if (!x || !lg_seq_add(l, x))
+        st = FQ_ENOMEM;
+    else if (l->o.classes.n)
+        st = fq_sched_enqueue_class(NULL, l->o.sched, lt->t, seq, v->cls, v->est, x, l->now);
+    else    /* its tenant's share divided among its sub-tenants, if it has any */
+        st = fq_sched_enqueue_sub(NULL, l->o.sched, lt->t, s->sub->subtenant,
+                                  strlen(s->sub->subtenant), seq, v->est, x, l->now);
+    if (st == FQ_OK) {
+        v->x = x;
+        return;
+    }
+    if (x) {
+        lg_seq_del(l, x);
+        lg_maybe_free(l, x);
+    }
+    if (st == FQ_EFULL)
+        lg_full_refusal(v, l, lt, s->tenant);
+    else if (st == FQ_ENOMEM)
+        v->take = LG_TAKE_NO_MEMORY;
+    else
+        lg_refusal(v, st, "%s", "");
+}
+
+/* Keep x's submit in one block with what dispatch needs of its parse, its
+ * run id, workflow and sub-tenant (the few fields beside it are in x), if
+ * it fits max_buffered_bytes; else x is held index only and read back. */
+static void lg_keep_body(fq_ledger *l, lg_run *x, const char *run_id, const fq_ledger_submit *s)
+{
+    size_t id_len = strlen(run_id), wf_len = strnlen(s->sub->workflow, FQ_WORKFLOW_MAX);
+    size_t sub_len = strnlen(s->sub->subtenant, FQ_SUBTENANT_MAX);
+    size_t bytes = sizeof(lg_block) + id_len + wf_len + sub_len + s->raw.hdr_len +
+                   s->raw.body_len;
+    if (l->buffered_bytes + s->size > l->o.max_buffered_bytes ||
+        s->raw.hdr_len > UINT32_MAX || s->raw.body_len > UINT32_MAX ||
+        !(x->body = lg_alloc(l, bytes))) {
+        x->indexed = true;
+        l->index_only++;
+        return;
+    }
+    *(lg_block *)(void *)x->body = (lg_block){
+        .size = (uint32_t)s->size, .hdr_len = (uint32_t)s->raw.hdr_len,
+        .body_len = (uint32_t)s->raw.body_len, .declared = s->sub->est_tokens,
+        .id_len = (uint8_t)id_len, .wf_len = (uint8_t)wf_len, .sub_len = (uint8_t)sub_len};
+    unsigned char *b = x->body + sizeof(lg_block);
+    memcpy(b, run_id, id_len);
+    memcpy(b + id_len, s->sub->workflow, wf_len);
+    memcpy(b + id_len + wf_len, s->sub->subtenant, sub_len);
+    b += id_len + wf_len + sub_len;
+    if (s->raw.hdr_len)
+        memcpy(b, s->raw.hdr, s->raw.hdr_len);
+    if (s->raw.body_len)
+        memcpy(b + s->raw.hdr_len, s->raw.body, s->raw.body_len);
+    x->retained = true;
+    l->buffered_bytes += s->size;
+}
+
+/* Run x, queued, is held: by key from now on, so that a second run with
+ * its id is refused at once and a completion for it (a worker's bug) is
+ * told from an unheld one. */
+static void lg_admitted(fq_ledger *l, lg_run *x, const char *run_id, const fq_ledger_submit *s)
+{
+    lg_held(l, x->lt, true);
+    lg_key_add(l, x);
+    lg_keep_body(l, x, run_id, s);
+    lg_pause_check(l);
+}
+
+/* A record of a submit that came again and that the scheduler no longer
+ * holds: forgotten, the submit is taken afresh. */
+static void lg_forget_stale(fq_ledger *l, lg_run *x)
+{
+    lg_key_del(l, x);
+    lg_state(l, x, LG_DONE);
+    lg_maybe_free(l, x);
+}
+
+static void lg_submit_refuse(fq_ledger *l, const fq_ledger_submit *s, const lg_verdict *v,
+                             fq_ledger_tenant *lt)
+{
+    if (v->bad_subject)
+        l->c.invalid_subject++;
+    fq_ledger_act *a = lg_refuse_run(l, &s->ack, lt, v->bad_subject ? NULL : s->tenant,
+                                     s->subject, v->code, v->sentence, &s->raw);
+    if (a && v->code == FQ_EOVERLOAD)
+        a->wait_ms = v->wait;
+}
+
+/* Not a client's fault: the submit is left in JetStream for later. */
+static void lg_no_memory(fq_ledger *l, fq_ledger_tenant *lt, const fq_ledger_ackref *ack)
+{
+    fq_ledger_act *a = lg_note(l, FQ_LNOTE_NO_MEMORY);
+    if (a) {
+        a->lt = lt;
+        a->tenant = lt->id;
+    }
+    lg_nak(l, FQ_LEDGER_SUBMIT, ack, FQ_LEDGER_PARK_MAX_MS);
+}
+
+/* Carry out verdict v on submit s (lt: its tenant, once looked up). */
+static void lg_submit_apply(fq_ledger *l, const fq_ledger_submit *s, const lg_verdict *v,
+                            fq_ledger_tenant *lt)
+{
+    if (v->take == LG_TAKE_REDELIVERED) {
+        lg_delivery(v->x, &s->ack);
+        l->c.redelivered++;
+        return;
+    }
+    l->c.submitted++;
+    switch (v->take) {
+    case LG_TAKE_ACK_AGAIN:
+        l->c.redelivered++;
+        lg_ack(l, FQ_LEDGER_SUBMIT, &s->ack);
+        break;
+    case LG_TAKE_RESEND:
+        lg_resend(l, v->x, s);
+        break;
+    case LG_TAKE_DONE:
+        if (lg_resend_done(l, s, v->key))
+            break;              /* its dispatch not seen stored: published again */
+        l->c.duplicates_acked++;
+        lg_ack(l, FQ_LEDGER_SUBMIT, &s->ack);
+        break;
+    case LG_TAKE_REFUSE:
+        lg_submit_refuse(l, s, v, lt);
+        break;
+    case LG_TAKE_GIVE_BACK:
+        lg_give_back(l, lt, &s->ack);
+        break;
+    case LG_TAKE_NO_MEMORY:
+        lg_no_memory(l, lt, &s->ack);
+        break;
+    case LG_TAKE_QUEUE:
+        lg_admitted(l, v->x, v->run_id, s);
+        break;
+    case LG_TAKE_REDELIVERED:
+    case LG_TAKE_ADMIT:         /* decided before it reaches here */
+        break;
+    }
+}
+
 void fq_ledger_submit_in(fq_ledger *l, const fq_ledger_submit *s, uint64_t now, int64_t now_ms)
 {
     l->now = now;
     l->now_ms = now_ms;
     if (lg_unowned(l, s->tenant, &s->ack))
         return;
-    uint64_t seq = s->ack.sseq;
-    lg_run *held = lg_find_seq(l, seq);
-    if (held) {
-        /* Delivered again (a consumer reset): it is queued already. */
-        lg_delivery(held, &s->ack);
-        l->c.redelivered++;
-        return;
-    }
-    l->c.submitted++;
-    if (!s->tenant) {
-        l->c.invalid_subject++;
-        lg_refuse_run(l, &s->ack, NULL, NULL, s->subject, FQ_EINVAL,
-                      s->error ? s->error
-                               : "the subject's last token is not a tenant id (" FQ_TENANT_RULE ")",
-                      &s->raw);
-        return;
-    }
-    fq_status st = s->status;
-    char err[400];
-    snprintf(err, sizeof err, "%s", st != FQ_OK && s->error ? s->error : "");
-    size_t tlen = strnlen(s->tenant, FQ_TENANT_MAX + 1);
-    char run_id[FQ_RUN_ID_MAX + 1];
-    uint64_t key = 0;
-    fq_ledger_tenant *lt = NULL;
-    if (st == FQ_OK) {
-        fq_ledger_run_id(run_id, l, s->sub, seq);
-        key = lg_key(l, s->tenant, run_id);
-        bool same = false, seen = lg_seen(l, s->tenant, run_id, key, seq, &same);
-        /* This very submit, dispatched already by the journal's account
-         * (the proxy restarted, or the submit's ack was lost). */
-        lg_run *x = seen && same ? lg_find_key(l, s->tenant, run_id, key) : NULL;
-        if (x && (x->in_seq || (x->state != LG_FLIGHT && x->state != LG_EXPIRED)))
-            x = NULL;
-        if (x && x->stored) {
-            /* This process saw its dispatch and its flight record stored and
-             * acked it; the ack was lost (the consumer made again before it
-             * came). Published again, past the duplicate window, it would
-             * reach the workers twice. */
-            l->c.redelivered++;
-            lg_ack(l, FQ_LEDGER_SUBMIT, &s->ack);
-            return;
-        }
-        if (x && fq_sched_run(l->o.sched, x->seq)) {
-            lg_resend(l, x, s);
-            return;
-        }
-        if (x) {
-            /* The scheduler holds nothing of it: admitted afresh, in its
-             * place among its tenant's runs (sent again, JetStream stores
-             * it once). */
-            lg_key_del(l, x);
-            lg_state(l, x, LG_DONE);
-            lg_maybe_free(l, x);
-            seen = false;
-        }
-        if (seen && same && lg_resend_done(l, s, key))
-            return;
-        if (seen && same) {
-            /* Completed before a restart, its ack lost: done already. */
-            l->c.duplicates_acked++;
-            lg_ack(l, FQ_LEDGER_SUBMIT, &s->ack);
-            return;
-        }
-        if (seen) {
-            st = FQ_EEXIST;
-            snprintf(err, sizeof err, "run_id %s is held or was dispatched already", run_id);
-        }
-    }
-    /* Its class, where classes are configured (else it is not read): one
-     * given must be one of them, none is the lowest. */
-    uint32_t cls = 0;
-    const fq_classes *cl = &l->o.classes;
-    if (st == FQ_OK && cl->n) {
-        int c = (int)cl->n - 1;
-        if (s->sub->cls_err[0]) {
-            st = FQ_EINVAL;
-            snprintf(err, sizeof err, "%s", s->sub->cls_err);
-        } else if (s->sub->cls[0] &&
-                   (c = fq_classes_find(cl, s->sub->cls, strlen(s->sub->cls))) < 0) {
-            st = FQ_EINVAL;
-            int n = snprintf(err, sizeof err, "class: %s is not one of the classes (",
-                             s->sub->cls);
-            for (uint32_t i = 0; i < cl->n && n > 0 && (size_t)n < sizeof err; i++)
-                n += snprintf(err + n, sizeof err - (size_t)n, "%s%s", i ? ", " : "",
-                              cl->name[i]);
-            if (n > 0 && (size_t)n < sizeof err)
-                snprintf(err + n, sizeof err - (size_t)n, ")");
-        }
-        cls = (uint32_t)(c < 0 ? 0 : c);
-    }
-    if (st == FQ_OK) {
-        fq_status why = FQ_ENOMEM;
-        lt = l->o.tenant(l->o.tenant_arg, s->tenant, tlen, FQ_LEDGER_TENANT_ADMIT, &why);
-        if (!lt && (st = why) == FQ_EUNKNOWN)
-            snprintf(err, sizeof err, "tenant %s is not configured and unknown tenants are "
-                     "rejected", s->tenant);
-        else if (!lt)
-            snprintf(err, sizeof err, "%s", fq_status_text(st));
-    }
-    if (st == FQ_OK && lg_give_back(l, lt, &s->ack))
-        return;
-    uint32_t est = 0;
-    uint64_t wait = 0;
-    if (st == FQ_OK) {
-        est = fq_est_charge(l->o.est, s->tenant, s->sub->workflow, s->sub->est_tokens);
-        if (lg_overloaded(l, lt, est, &wait)) {
-            st = FQ_EOVERLOAD;
-            snprintf(err, sizeof err, "the estimated wait of %" PRIu64 " ms exceeds "
-                     "scheduler.max_wait_ms (%" PRIu64 " ms)", wait, l->o.max_wait_ms);
-        }
-    }
-    lg_run *x = NULL;
-    if (st == FQ_OK) {
-        x = lg_run_alloc(l);
-        if (x)
-            *x = (lg_run){.seq = seq, .lt = lt, .key = key, .submitted_ms = s->ts_ms, .est = est,
-                          .cseq = s->ack.cseq, .delivered = s->ack.delivered, .state = LG_QUEUED};
-        if (!x || !lg_seq_add(l, x))
-            st = FQ_ENOMEM;
-        else if (cl->n)
-            st = fq_sched_enqueue_class(NULL, l->o.sched, lt->t, seq, cls, est, x, now);
-        else    /* its tenant's share divided among its sub-tenants, if it has any */
-            st = fq_sched_enqueue_sub(NULL, l->o.sched, lt->t, s->sub->subtenant,
-                                      strlen(s->sub->subtenant), seq, est, x, now);
-        if (st != FQ_OK && x) {
-            lg_seq_del(l, x);
-            lg_maybe_free(l, x);
-            x = NULL;
-        }
-        fq_tenant_info ti;
-        if (st == FQ_EFULL && cl->n && cl->max_pending[cls] &&
-            (fq_tenant_info_get(lt->t, &ti), ti.class_queued[cls] >= cl->max_pending[cls])) {
-            snprintf(err, sizeof err, "tenant %s has its max_pending runs of class %s (%"
-                     PRIu32 ") queued already", s->tenant, cl->name[cls],
-                     cl->max_pending[cls]);
-        } else if (st == FQ_EFULL) {
-            snprintf(err, sizeof err, "tenant %s has its max_pending runs queued already",
-                     s->tenant);
-        } else if (st == FQ_ENOMEM) {
-            /* Not a client's fault: leave it in JetStream for later. */
-            fq_ledger_act *a = lg_note(l, FQ_LNOTE_NO_MEMORY);
-            if (a) {
-                a->lt = lt;
-                a->tenant = lt->id;
-            }
-            lg_nak(l, FQ_LEDGER_SUBMIT, &s->ack, FQ_LEDGER_PARK_MAX_MS);
-            return;
-        }
-    }
-    if (st != FQ_OK) {
-        fq_ledger_act *a = lg_refuse_run(l, &s->ack, lt, s->tenant, s->subject, st, err, &s->raw);
-        if (a && st == FQ_EOVERLOAD)
-            a->wait_ms = wait;
-        return;
-    }
-    lg_held(l, lt, true);
-    /* By key from now on: a second run with its id is refused at once, and
-     * a completion for it (a worker's bug) is told from an unheld one. */
-    lg_key_add(l, x);
-    /* Kept in one block with what dispatch needs of its parse: its run
-     * id, workflow and sub-tenant (the few fields beside it are in x). */
-    size_t id_len = strlen(run_id), wf_len = strnlen(s->sub->workflow, FQ_WORKFLOW_MAX);
-    size_t sub_len = strnlen(s->sub->subtenant, FQ_SUBTENANT_MAX);
-    size_t bytes = sizeof(lg_block) + id_len + wf_len + sub_len + s->raw.hdr_len +
-                   s->raw.body_len;
-    if (l->buffered_bytes + s->size <= l->o.max_buffered_bytes &&
-        s->raw.hdr_len <= UINT32_MAX && s->raw.body_len <= UINT32_MAX &&
-        (x->body = lg_alloc(l, bytes))) {
-        *(lg_block *)(void *)x->body = (lg_block){
-            .size = (uint32_t)s->size, .hdr_len = (uint32_t)s->raw.hdr_len,
-            .body_len = (uint32_t)s->raw.body_len, .declared = s->sub->est_tokens,
-            .id_len = (uint8_t)id_len, .wf_len = (uint8_t)wf_len, .sub_len = (uint8_t)sub_len};
-        unsigned char *b = x->body + sizeof(lg_block);
-        memcpy(b, run_id, id_len);
-        memcpy(b + id_len, s->sub->workflow, wf_len);
-        memcpy(b + id_len + wf_len, s->sub->subtenant, sub_len);
-        b += id_len + wf_len + sub_len;
-        if (s->raw.hdr_len)
-            memcpy(b, s->raw.hdr, s->raw.hdr_len);
-        if (s->raw.body_len)
-            memcpy(b + s->raw.hdr_len, s->raw.body, s->raw.body_len);
-        x->retained = true;
-        l->buffered_bytes += s->size;
-    } else {
-        x->indexed = true;
-        l->index_only++;
-    }
-    lg_pause_check(l);
+    lg_verdict v;
+    lg_submit_judge(&v, l, s);
+    if (v.stale)
+        lg_forget_stale(l, v.stale);
+    fq_ledger_tenant *lt = v.take == LG_TAKE_ADMIT ? lg_admission(l, &v, s) : NULL;
+    if (v.take == LG_TAKE_QUEUE)
+        lg_enqueue(l, &v, lt, s);
+    lg_submit_apply(l, s, &v, lt);
 }
 
 /* ---- dispatch ------------------------------------------------------------ */
