@@ -425,6 +425,8 @@ static lg_part *lg_pp(fq_ledger *l, fq_ledger_tenant *lt)
 static bool lg_unowned(fq_ledger *l, const char *tenant, const fq_ledger_ackref *ack);
 static bool lg_reading(const fq_ledger *l, uint32_t part);
 static bool lg_gone_answered(fq_ledger *l, uint64_t seq);
+static lg_run *lg_gone_find(const fq_ledger *l, uint64_t seq);
+static void lg_gone_settle(fq_ledger *l, lg_run *x);
 
 /* A token of a refusal or a batch: its partition beside v. */
 static uint64_t lg_token(int kind, uint32_t part, uint64_t v)
@@ -2336,92 +2338,172 @@ static bool lg_dispatch_failed(fq_ledger *l, uint64_t seq, int js_err)
     return true;
 }
 
+/*
+ * A PubAck is taken as a decision, then its effects: lg_puback_judge reads
+ * the ledger and changes nothing, saying what the outcome of a publish
+ * settles; lg_puback_apply carries it out.
+ */
+
+/* What the outcome of one of the ledger's publishes settles. */
+enum lg_settle {
+    LG_SETTLE_NOTHING = 1,      /* what it was for is no longer awaited */
+    LG_SETTLE_JOURNAL,          /* a journal batch's: its partition's journal decides */
+    LG_SETTLE_GONE,             /* a dispatch of a run let go with its partition */
+    LG_SETTLE_UNSTORED,         /* a refusal JetStream answered it will not store */
+    LG_SETTLE_DISPATCH_FAILED,  /* a dispatch not stored */
+    LG_SETTLE_RETRY,            /* a refusal not answered: published again as it was */
+    LG_SETTLE_DISPATCHED,       /* a dispatch stored, new or a duplicate */
+    LG_SETTLE_ACK,              /* a refusal stored: its message is acked */
+};
+
+/* The verdict on a PubAck. */
+typedef struct lg_settle_verdict {
+    enum lg_settle what;
+    bool failed;                /* the publish failed (counted) */
+    bool ack;                   /* UNSTORED, ACK: a message to ack (not one that an early
+                                   completion holds) */
+    enum fq_ledger_cons cons;   /* ... whose */
+    lg_run *x;                  /* GONE, DISPATCHED: its run */
+} lg_settle_verdict;
+
+/* What the outcome of the publish of token settles. Changes nothing. */
+static void lg_puback_judge(lg_settle_verdict *v, const fq_ledger *l, uint64_t token,
+                            enum fq_ledger_pub outcome, int js_err)
+{
+    int kind = FQ_LEDGER_TOKEN_KIND(token);
+    uint64_t val = FQ_LEDGER_TOKEN_VAL(token);
+    bool refusal = kind == FQ_LTK_REJECT || kind == FQ_LTK_DONE_REJECT;
+    *v = (lg_settle_verdict){.what = LG_SETTLE_NOTHING,
+                             .cons = kind == FQ_LTK_REJECT ? FQ_LEDGER_SUBMIT : FQ_LEDGER_DONE};
+    if (kind == FQ_LTK_JOURNAL) {
+        v->what = LG_SETTLE_JOURNAL;
+    } else if (kind == FQ_LTK_DISPATCH && (v->x = lg_gone_find(l, val))) {
+        v->what = LG_SETTLE_GONE;
+    } else if (outcome == FQ_LEDGER_PUB_ERROR && js_err && refusal) {
+        /* JetStream answered and will not store it (a limit of the rejected
+         * stream or of the account). A refusal only informs: retried, it
+         * would be refused again, for ever, while its run stayed unacked. */
+        v->what = LG_SETTLE_UNSTORED;
+        v->ack = !(val & LG_TOKEN_HELD);
+    } else if (outcome != FQ_LEDGER_PUB_STORED && outcome != FQ_LEDGER_PUB_DUPLICATE) {
+        v->failed = true;
+        v->what = kind == FQ_LTK_DISPATCH ? LG_SETTLE_DISPATCH_FAILED : LG_SETTLE_RETRY;
+    } else if (kind == FQ_LTK_DISPATCH) {
+        v->x = lg_find_seq(l, val);
+        if (v->x && v->x->state != LG_QUEUED)
+            v->what = LG_SETTLE_DISPATCHED;
+    } else if (refusal) {
+        v->what = LG_SETTLE_ACK;
+        v->ack = kind == FQ_LTK_REJECT || !(val & LG_TOKEN_HELD);
+    }
+}
+
+/* A completion that came before run x was held counts only if an earlier
+ * leader really dispatched it (its dispatch came back a duplicate), not
+ * for a dispatch stored new: applied, or acked unapplied. */
+static void lg_early_settle(fq_ledger *l, lg_run *x, bool duplicate)
+{
+    lg_early *e = x->in_key ? lg_early_find(l, x->key) : NULL;
+    if (!e)
+        return;
+    lg_early_take(l, e);
+    if (duplicate && x->state != LG_DONE) {
+        fq_completion c = {.actual_tokens = e->actual, .input_tokens = e->input,
+                           .output_tokens = e->output, .cached_tokens = e->cached,
+                           .kinds = e->kinds, .status = (enum fq_done_status)e->status};
+        l->c.completions_early_applied++;
+        lg_reconcile(l, x, &c, &e->ack);
+    } else {
+        lg_ack(l, FQ_LEDGER_DONE, &e->ack);
+    }
+}
+
+/* Run x's dispatch is stored (duplicate: stored before, it reached the
+ * workers before a restart): its body is no longer needed, its tenant's
+ * failures in a row end, and its submit's ack waits for one publish less. */
+static void lg_dispatch_stored(fq_ledger *l, lg_run *x, bool duplicate)
+{
+    if (duplicate)
+        l->c.dispatch_duplicates++;
+    x->stored = true;   /* before an early completion's done record, which says so */
+    lg_early_settle(l, x, duplicate);
+    if (x->resent && !duplicate && x->state != LG_DONE &&
+        fq_sched_redispatched(l->o.sched, x->seq, l->now) == FQ_OK) {
+        /* Read back from a flight record, sent again and stored new: the
+         * attempt that record told of never reached the workers, this
+         * one did, now. Its lease runs from now and a flight record of
+         * now says so (its submit's ack waits for it too): else the run
+         * would expire, and be forgotten, by the failed attempt's time
+         * while a worker has it, and its completion be unknown. */
+        l->c.redispatched++;
+        lg_journal_flight(l, x, l->now_ms);
+    }
+    lg_done *dn = x->state == LG_DONE ? lg_done_find(l, x->key) : NULL;
+    if (dn && dn->seq == x->seq)
+        dn->unconfirmed = false;    /* completed, and its dispatch is stored */
+    x->lt->fails = 0;
+    lg_dispatching_again(l);
+    lg_unhold(l, x);
+    x->resent = false;
+    lg_settled(l, x);
+}
+
+/* A refusal JetStream will not store: counted, noted, its message acked
+ * all the same (unless an early completion holds it). */
+static void lg_refusal_unstored(fq_ledger *l, const lg_settle_verdict *v, uint64_t val,
+                                int js_err)
+{
+    l->c.refusals_unstored++;
+    fq_ledger_act *a = lg_note(l, FQ_LNOTE_REFUSAL_UNSTORED);
+    if (a)
+        a->js_err = js_err;
+    if (v->ack)
+        lg_ack_token(l, v->cons, val);
+}
+
+/* Carry out verdict v on the outcome of the publish of token; returns
+ * whether the caller publishes it again. */
+static bool lg_puback_apply(fq_ledger *l, const lg_settle_verdict *v, uint64_t token,
+                            enum fq_ledger_pub outcome, int js_err, uint64_t seq)
+{
+    uint64_t val = FQ_LEDGER_TOKEN_VAL(token);
+    if (v->failed)
+        l->c.pub_failures++;
+    switch (v->what) {
+    case LG_SETTLE_JOURNAL:
+        lg_journal_answer(l, val, outcome, js_err, seq);
+        break;
+    case LG_SETTLE_GONE:
+        lg_gone_settle(l, v->x);
+        break;
+    case LG_SETTLE_UNSTORED:
+        lg_refusal_unstored(l, v, val, js_err);
+        break;
+    case LG_SETTLE_DISPATCH_FAILED:
+        return !lg_dispatch_failed(l, val, js_err);
+    case LG_SETTLE_RETRY:
+        return true;
+    case LG_SETTLE_DISPATCHED:
+        lg_dispatch_stored(l, v->x, outcome == FQ_LEDGER_PUB_DUPLICATE);
+        break;
+    case LG_SETTLE_ACK:
+        if (v->ack)
+            lg_ack_token(l, v->cons, val);
+        break;
+    case LG_SETTLE_NOTHING:
+        break;
+    }
+    return false;
+}
+
 bool fq_ledger_puback(fq_ledger *l, uint64_t token, enum fq_ledger_pub outcome, int js_err,
                       uint64_t seq, uint64_t now, int64_t now_ms)
 {
     l->now = now;
     l->now_ms = now_ms;
-    int kind = FQ_LEDGER_TOKEN_KIND(token);
-    uint64_t v = FQ_LEDGER_TOKEN_VAL(token);
-    bool ok = outcome == FQ_LEDGER_PUB_STORED || outcome == FQ_LEDGER_PUB_DUPLICATE;
-    if (kind == FQ_LTK_JOURNAL) {
-        lg_journal_answer(l, v, outcome, js_err, seq);
-        return false;
-    }
-    if (kind == FQ_LTK_DISPATCH && lg_gone_answered(l, v))
-        return false;
-    if (outcome == FQ_LEDGER_PUB_ERROR && js_err &&
-        (kind == FQ_LTK_REJECT || kind == FQ_LTK_DONE_REJECT)) {
-        /* JetStream answered and will not store it (a limit of the rejected
-         * stream or of the account). A refusal only informs: retried, it
-         * would be refused again, for ever, while its run stayed unacked. */
-        l->c.refusals_unstored++;
-        fq_ledger_act *a = lg_note(l, FQ_LNOTE_REFUSAL_UNSTORED);
-        if (a)
-            a->js_err = js_err;
-        if (!(v & LG_TOKEN_HELD))
-            lg_ack_token(l, kind == FQ_LTK_REJECT ? FQ_LEDGER_SUBMIT : FQ_LEDGER_DONE, v);
-        return false;
-    }
-    if (!ok) {
-        l->c.pub_failures++;
-        if (kind == FQ_LTK_DISPATCH)
-            return !lg_dispatch_failed(l, v, js_err);
-        return true;
-    }
-    switch (kind) {
-    case FQ_LTK_DISPATCH: {
-        lg_run *x = lg_find_seq(l, v);
-        if (!x || x->state == LG_QUEUED)
-            return false;
-        if (outcome == FQ_LEDGER_PUB_DUPLICATE)
-            l->c.dispatch_duplicates++;     /* it reached the workers before a restart */
-        x->stored = true;   /* before an early completion's done record, which says so */
-        /* A completion that came before the run was held counts only if an
-         * earlier leader really dispatched it: not for a dispatch stored new. */
-        lg_early *e = x->in_key ? lg_early_find(l, x->key) : NULL;
-        if (e) {
-            lg_early_take(l, e);
-            if (outcome == FQ_LEDGER_PUB_DUPLICATE && x->state != LG_DONE) {
-                fq_completion c = {.actual_tokens = e->actual, .input_tokens = e->input,
-                                   .output_tokens = e->output, .cached_tokens = e->cached,
-                                   .kinds = e->kinds, .status = (enum fq_done_status)e->status};
-                l->c.completions_early_applied++;
-                lg_reconcile(l, x, &c, &e->ack);
-            } else {
-                lg_ack(l, FQ_LEDGER_DONE, &e->ack);
-            }
-        }
-        if (x->resent && outcome == FQ_LEDGER_PUB_STORED && x->state != LG_DONE &&
-            fq_sched_redispatched(l->o.sched, x->seq, now) == FQ_OK) {
-            /* Read back from a flight record, sent again and stored new: the
-             * attempt that record told of never reached the workers, this
-             * one did, now. Its lease runs from now and a flight record of
-             * now says so (its submit's ack waits for it too): else the run
-             * would expire, and be forgotten, by the failed attempt's time
-             * while a worker has it, and its completion be unknown. */
-            l->c.redispatched++;
-            lg_journal_flight(l, x, now_ms);
-        }
-        lg_done *dn = x->state == LG_DONE ? lg_done_find(l, x->key) : NULL;
-        if (dn && dn->seq == x->seq)
-            dn->unconfirmed = false;    /* completed, and its dispatch is stored */
-        x->lt->fails = 0;
-        lg_dispatching_again(l);
-        lg_unhold(l, x);    /* the dispatch is stored: its body is no longer needed */
-        x->resent = false;
-        lg_settled(l, x);
-        return false;
-    }
-    case FQ_LTK_REJECT:
-        lg_ack_token(l, FQ_LEDGER_SUBMIT, v);
-        return false;
-    case FQ_LTK_DONE_REJECT:
-        if (!(v & LG_TOKEN_HELD))
-            lg_ack_token(l, FQ_LEDGER_DONE, v);
-        return false;
-    }
-    return false;
+    lg_settle_verdict v;
+    lg_puback_judge(&v, l, token, outcome, js_err);
+    return lg_puback_apply(l, &v, token, outcome, js_err, seq);
 }
 
 void fq_ledger_unsent(fq_ledger *l, const fq_ledger_act *act, fq_status st, uint64_t now,
@@ -3014,20 +3096,33 @@ static bool lg_unowned(fq_ledger *l, const char *tenant, const fq_ledger_ackref 
     return true;
 }
 
-/* The answer to the dispatch of submit seq, of a run let go with its
- * partition: counted off, and the run freed once none is awaited. */
-static bool lg_gone_answered(fq_ledger *l, uint64_t seq)
+/* The run let go with its partition whose dispatch was submit seq's, or
+ * NULL. */
+static lg_run *lg_gone_find(const fq_ledger *l, uint64_t seq)
 {
     fq_u64map_node *n = fq_u64map_count(l->gone) ? fq_u64map_find(l->gone, seq) : NULL;
-    if (!n)
-        return false;
-    lg_run *x = FQ_U64MAP_ENTRY(n, lg_run, seq_node);
+    return n ? FQ_U64MAP_ENTRY(n, lg_run, seq_node) : NULL;
+}
+
+/* The answer to the dispatch of x, a run let go with its partition:
+ * counted off, and the run freed once none is awaited. */
+static void lg_gone_settle(fq_ledger *l, lg_run *x)
+{
     if (x->pending && --x->pending)
-        return true;
-    fq_u64map_remove(l->gone, n);
+        return;
+    fq_u64map_remove(l->gone, &x->seq_node);
     l->parts[x->part].gone--;
     lg_maybe_free(l, x);
-    return true;
+}
+
+/* Whether seq's dispatch was of a run let go with its partition: its
+ * answer is settled so. */
+static bool lg_gone_answered(fq_ledger *l, uint64_t seq)
+{
+    lg_run *x = lg_gone_find(l, seq);
+    if (x)
+        lg_gone_settle(l, x);
+    return x != NULL;
 }
 
 fq_status fq_ledger_adopt(fq_ledger *l, uint32_t part, uint64_t term)
