@@ -11,6 +11,7 @@
 #include "config.h"
 #include "buf.h"
 #include "lease.h"
+#include "owner.h"
 #include "metrics.h"
 #include "partition.h"
 #include "yamlerr.h"
@@ -721,6 +722,11 @@ static const cfg_field cfg_fields[] = {
      * of P (docs/partitions.md says how to change it, by draining). */
     {"partitions", CFG_NUM, CFG_RESTART, CFG_AT(partitions), .num = 1, .min = 1,
      .max = FQ_PARTITIONS_MAX},
+    /* Part of a key of the lease bucket (r.<id>), and every replica's
+     * must differ: two of one id would take each other's keys. */
+    {"replica_id", CFG_TEXT, CFG_OPT, CFG_AT(replica_id), .valid = fq_owner_id_valid,
+     .invalid = "'%s' is not a replica id: 1 to 48 letters, digits, '-' or '_', not "
+                "'released'"},
     {"subjects.submit", CFG_TEXT, CFG_RESTART, CFG_AT(subjects.submit),
      .def = FQ_SUBJECT_SUBMIT, CFG_SUBJECT},
     {"subjects.dispatch", CFG_TEXT, CFG_RESTART, CFG_AT(subjects.dispatch),

@@ -32,6 +32,9 @@ typedef struct fq_config {
         char *inbox_prefix;         /* every inbox the proxy makes is under it;
                                        default FQ_INBOX_PREFIX (nats.c's) */
     } nats;
+    char *replica_id;               /* this replica's id among those sharing the
+                                       partitions (lib/owner.h); NULL: made at start
+                                       from host, pid and time */
     uint32_t partitions;            /* P, the tenants' partitions: 1 (default, no
                                        mapping) to FQ_PARTITIONS_MAX; with P > 1 the
                                        server maps <submit>.<tenant> and

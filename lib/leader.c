@@ -1,4 +1,4 @@
-/* leader.c -- the leader lease's I/O: lib/lease.c decides, this does what it asks through natsio and says what follows. */
+/* leader.c -- the ownership keys' I/O: lib/owner.c decides (the leader key, or a deployment's partitions), this does what it asks through natsio and says what follows. */
 #include "leader.h"
 
 #include <stdio.h>
@@ -10,42 +10,46 @@
 /*
  * Principles
  *
- * - Decisions are lib/lease.c's; this file only performs its steps and
- *   hands each outcome back with the time its request was sent.
+ * - Decisions are lib/owner.c's (and its leases' lib/lease.c's); this file
+ *   only performs its actions, one helper for every key, and hands each
+ *   outcome back with the slot it concerns.
  * - After every step the fence follows: natsio stops touching the
- *   consumers, and /readyz says not ready, from the end of freshness on.
+ *   consumers, and /readyz says not ready, from the end of freshness on
+ *   (with P > 1, of the first partition held to go stale).
  */
 
 struct fq_leader {
-    fq_lease lease;             /* lib/lease.c's state */
+    fq_owner *own;              /* lib/owner.c's state */
     fq_nio *nio;                /* the caller's */
     fq_probes *probes;          /* the caller's */
     char bucket[256];           /* the lease bucket */
-    fq_leader_opts o;           /* tokens and the lead callback (bucket, id: not kept) */
+    fq_leader_opts o;           /* tokens, watch and callbacks (bucket, id: not kept) */
     bool fenced;                /* another wrote what only the leader writes */
     bool stale;                 /* leading but not fresh (logged once) */
-    bool releasing;             /* the release at a stop awaits its PubAck */
+    bool watching;              /* P > 1: the bucket's watch started */
+    bool stopping;              /* fq_leader_release was called */
 };
 
 fq_status fq_leader_create(fq_leader **out, fq_nio *nio, fq_probes *probes,
                            const fq_leader_opts *o)
 {
     *out = NULL;
+    uint32_t parts = o->partitions ? o->partitions : 1;
     if (strlen(o->bucket) >= sizeof((fq_leader *)0)->bucket)
         return FQ_EINVAL;
     fq_leader *l = calloc(1, sizeof *l);
     if (!l)
         return FQ_ENOMEM;
-    fq_lease_opts lo;
-    fq_lease_opts_for(&lo, o->ttl_ms);  /* renewal, margin and retry in the TTL's ratios */
-    if (fq_lease_init(&l->lease, "leader", o->id, &lo) != FQ_OK) {
+    fq_status s = fq_owner_create(&l->own, parts, o->id, o->ttl_ms);
+    if (s != FQ_OK) {
         free(l);
-        return FQ_EINVAL;
+        return s;
     }
     l->nio = nio;
     l->probes = probes;
     snprintf(l->bucket, sizeof l->bucket, "%s", o->bucket);
     l->o = *o;
+    l->o.partitions = parts;
     l->o.bucket = l->o.id = NULL;
     *out = l;
     return FQ_OK;
@@ -53,28 +57,57 @@ fq_status fq_leader_create(fq_leader **out, fq_nio *nio, fq_probes *probes,
 
 void fq_leader_destroy(fq_leader *l)
 {
+    if (!l)
+        return;
+    fq_owner_destroy(l->own);
     free(l);
 }
 
 const fq_lease *fq_leader_lease(const fq_leader *l)
 {
-    return &l->lease;
+    return fq_owner_lease(l->own, FQ_OWNER_DUTY);
+}
+
+const fq_owner *fq_leader_owner(const fq_leader *l)
+{
+    return l->own;
 }
 
 bool fq_leader_fresh(const fq_leader *l, uint64_t now)
 {
-    return !l->fenced && fq_lease_fresh(&l->lease, now);
+    return !l->fenced && fq_owner_fresh(l->own, FQ_OWNER_DUTY, now);
 }
 
-/* natsio leaves the consumers alone from the end of freshness on; the
- * probes read it too. */
+bool fq_leader_part_fresh(const fq_leader *l, int32_t part, uint64_t now)
+{
+    return !l->fenced && fq_owner_fresh(l->own, part, now);
+}
+
+/* natsio leaves the consumers alone from the end of freshness on (with
+ * P > 1, of the partition held whose freshness ends first); the probes
+ * read it too. */
 static void ld_fence(fq_leader *l)
 {
-    const fq_lease *s = &l->lease;
-    uint64_t until = l->fenced ? 0 : fq_lease_fresh_until(s);
+    const fq_lease *s = fq_leader_lease(l);
+    uint64_t until = 0, sent = 0;
+    if (l->o.partitions == 1) {
+        until = fq_lease_fresh_until(s);
+        sent = s->state == FQ_LEASE_LEADING ? s->confirmed_sent : 0;
+    } else {
+        for (uint32_t k = 0; k < l->o.partitions; k++) {
+            const fq_lease *p = fq_owner_lease(l->own, (int32_t)k);
+            uint64_t u = fq_lease_fresh_until(p);
+            if (p->state == FQ_LEASE_LEADING && (!until || u < until)) {
+                until = u;
+                sent = p->confirmed_sent;
+            }
+        }
+    }
+    if (l->fenced)
+        until = 0;
     fq_nio_fence(l->nio, until);
-    fq_probes_lease(l->probes, until, s->state == FQ_LEASE_LEADING ? s->confirmed_sent : 0,
-                    s->state == FQ_LEASE_STANDBY ? s->holder : NULL);
+    fq_probes_lease(l->probes, until, sent,
+                    s->state == FQ_LEASE_STANDBY && l->o.partitions == 1 ? s->holder : NULL);
 }
 
 void fq_leader_fence(fq_leader *l)
@@ -82,91 +115,158 @@ void fq_leader_fence(fq_leader *l)
     l->fenced = true;
 }
 
-/* Do what the lease asks. Reads, and the writes that follow them, wait for
- * the server; a renewal (async) does not, and its PubAck settles it in
- * fq_leader_on_puback. */
-static void ld_act(fq_leader *l, fq_lease_step *s, bool async)
+/* One key operation through natsio: a read or write waited for and its
+ * outcome handed back, or (async) a write sent with its slot's token,
+ * whose PubAck comes to fq_leader_on_puback. */
+static void ld_op(fq_leader *l, const fq_owner_act *a, bool async)
 {
-    const char *key = l->lease.key;
-    for (;;) {
-        if (s->lead && l->o.lead)
-            l->o.lead(l->o.arg, s->term);
-        if (s->lost)
-            fq_log(FQ_LOG_ERROR, "lost the leader lease to another proxy; stopping",
-                   FQ_STR("holder", l->lease.holder), FQ_UINT("term", l->lease.term));
-        uint64_t rev = 0;
-        fq_status st = FQ_EIO;
-        if (s->op == FQ_LEASE_OP_NONE)
+    fq_nio *n = l->nio;
+    uint64_t rev = 0;
+    fq_status st = FQ_EIO;
+    if (a->kind == FQ_OWNER_GET) {
+        char v[FQ_LEASE_ID_MAX + 1] = "";
+        st = fq_nio_kv_get(v, sizeof v, &rev, n, l->bucket, a->key);
+        fq_owner_on_get(l->own, a->slot, fq_nio_mono_ms(), st, v, rev);
+        return;
+    }
+    size_t len = strlen(a->value);
+    bool release = strcmp(a->value, FQ_LEASE_RELEASED) == 0;
+    if (a->kind == FQ_OWNER_CREATE) {
+        st = fq_nio_kv_create(&rev, n, l->bucket, a->key, a->value, len);
+    } else if (!async || !(a->renewal || release)) {
+        st = fq_nio_kv_update(&rev, n, l->bucket, a->key, a->value, len, a->expect);
+    } else {
+        uint64_t token = l->o.renew_token + 2 * (uint64_t)a->slot + release;
+        if (fq_nio_kv_update_async(n, l->bucket, a->key, a->value, len, a->expect, token) ==
+            FQ_OK)
+            return;
+    }
+    fq_owner_on_write(l->own, a->slot, fq_nio_mono_ms(), st, rev);
+}
+
+/* Do what the state machine asks, until it asks nothing more; reads, and
+ * the writes that follow them, wait for the server; with async a renewal
+ * or a release does not. */
+static void ld_act(fq_leader *l, bool async)
+{
+    fq_owner_act a;
+    while (fq_owner_next(&a, l->own)) {
+        const fq_lease *ls = fq_owner_lease(l->own, a.part);
+        switch (a.kind) {
+        case FQ_OWNER_GAINED:
+            if (l->o.partitions > 1)
+                fq_log(FQ_LOG_INFO, a.part == FQ_OWNER_DUTY
+                                        ? "took the deployment's leader key"
+                                        : "took a partition",
+                       FQ_INT("partition", a.part), FQ_UINT("term", a.term),
+                       FQ_STR("again", a.again ? "yes" : "no"));
+            if (l->o.gained)
+                l->o.gained(l->o.arg, a.part, a.term, a.again);
             break;
-        if (s->op == FQ_LEASE_OP_GET) {
-            char v[FQ_LEASE_ID_MAX + 1] = "";
-            st = fq_nio_kv_get(v, sizeof v, &rev, l->nio, l->bucket, key);
-            fq_lease_on_get(s, &l->lease, fq_nio_mono_ms(), st, v, rev);
-            async = false;
-            continue;
+        case FQ_OWNER_LOST:
+            if (l->o.partitions == 1 && !a.planned)
+                fq_log(FQ_LOG_ERROR, "lost the leader lease to another proxy; stopping",
+                       FQ_STR("holder", ls->holder), FQ_UINT("term", ls->term));
+            else if (l->o.partitions > 1)
+                fq_log(a.planned ? FQ_LOG_INFO : FQ_LOG_WARN,
+                       a.part == FQ_OWNER_DUTY ? "gave up the deployment's leader key"
+                       : a.planned             ? "handing a partition over"
+                                               : "lost a partition",
+                       FQ_INT("partition", a.part), FQ_STR("holder", ls->holder));
+            if (l->o.lost && l->o.partitions > 1)
+                l->o.lost(l->o.arg, a.part, a.planned);
+            break;
+        default:
+            ld_op(l, &a, async);
+            break;
         }
-        if (s->op == FQ_LEASE_OP_CREATE)
-            st = fq_nio_kv_create(&rev, l->nio, l->bucket, key, s->value, strlen(s->value));
-        else if (!async)
-            st = fq_nio_kv_update(&rev, l->nio, l->bucket, key, s->value, strlen(s->value),
-                                  s->expect);
-        else if (fq_nio_kv_update_async(l->nio, l->bucket, key, s->value, strlen(s->value),
-                                        s->expect, l->o.renew_token) == FQ_OK)
-            break;
-        fq_lease_on_write(s, &l->lease, fq_nio_mono_ms(), st, rev);
     }
     ld_fence(l);
 }
 
+/* P > 1: the bucket watched once it exists (the caller made it first). */
+static void ld_watch(fq_leader *l)
+{
+    if (l->o.partitions > 1 && !l->watching)
+        l->watching = fq_nio_kv_watch(l->nio, l->o.watch, l->bucket) == FQ_OK;
+}
+
 void fq_leader_step(fq_leader *l, uint64_t now)
 {
-    fq_lease_step s;
-    fq_lease_tick(&s, &l->lease, now);
-    ld_act(l, &s, false);
+    ld_watch(l);
+    fq_owner_tick(l->own, now);
+    ld_act(l, false);
 }
 
 bool fq_leader_renew(fq_leader *l, uint64_t now, bool connected)
 {
     if (connected) {
-        fq_lease_step s;
-        fq_lease_tick(&s, &l->lease, now);
-        ld_act(l, &s, true);
+        ld_watch(l);
+        fq_owner_tick(l->own, now);
+        ld_act(l, true);
     }
-    bool fresh = fq_lease_fresh(&l->lease, fq_nio_mono_ms());
-    if (fresh == l->stale && l->lease.state == FQ_LEASE_LEADING) {
+    const fq_lease *s = fq_leader_lease(l);
+    bool fresh = fq_lease_fresh(s, fq_nio_mono_ms());
+    if (fresh == l->stale && s->state == FQ_LEASE_LEADING) {
         l->stale = !fresh;
         fq_log(fresh ? FQ_LOG_INFO : FQ_LOG_WARN,
                fresh ? "leader lease renewed; serving again"
                      : "cannot renew the leader lease; changing nothing until it is",
-               FQ_UINT("lease_age_ms", fq_lease_age(&l->lease, now)));
+               FQ_UINT("lease_age_ms", fq_lease_age(s, now)));
     }
-    return l->lease.state != FQ_LEASE_LOST;
+    return s->state != FQ_LEASE_LOST || l->o.partitions > 1;
 }
 
 void fq_leader_on_puback(fq_leader *l, const fq_nio_event *ev)
 {
-    if (ev->token == l->o.release_token)
-        l->releasing = false;   /* failed or not: the lease ages out anyway */
     fq_nio_msg_drop(l->nio, ev->msg);
+    uint64_t v = ev->token - l->o.renew_token;
     fq_status st = ev->status == FQ_OK ? FQ_OK
                    : ev->err_code == FQ_NIO_ERR_WRONG_LAST ? FQ_EEXIST : FQ_EIO;
-    fq_lease_step s;
-    fq_lease_on_write(&s, &l->lease, fq_nio_mono_ms(), st, ev->seq);
-    ld_act(l, &s, false);
+    fq_owner_on_write(l->own, (uint32_t)(v / 2), fq_nio_mono_ms(), st, ev->seq);
+    if (fq_leader_releasing(l))
+        fq_owner_tick(l->own, fq_nio_mono_ms());    /* the releases that waited for it */
+    ld_act(l, fq_leader_releasing(l));
+}
+
+void fq_leader_on_kv(fq_leader *l, const fq_nio_event *ev)
+{
+    if (ev->type == FQ_NIO_EV_KV_SYNCED) {
+        fq_owner_synced(l->own);
+        return;
+    }
+    const fq_nio_kv_entry *e = ev->kv;
+    if (!e)
+        return;
+    int64_t age = e->created_ms ? fq_nio_unix_ms() - e->created_ms : 0;
+    fq_owner_on_key(l->own, fq_nio_mono_ms(), e->key, e->deleted ? NULL : e->value,
+                    age > 0 ? (uint64_t)age : 0);
+    fq_nio_kv_entry_destroy(ev->kv);
+}
+
+void fq_leader_handoff(fq_leader *l, int32_t part)
+{
+    fq_owner_handoff(l->own, part);
 }
 
 bool fq_leader_release(fq_leader *l)
 {
-    fq_lease_step s;
-    fq_lease_release(&s, &l->lease, fq_nio_mono_ms());
-    ld_fence(l);
-    l->releasing = s.op == FQ_LEASE_OP_UPDATE &&
-                   fq_nio_kv_update_async(l->nio, l->bucket, l->lease.key, s.value,
-                                          strlen(s.value), s.expect, l->o.release_token) == FQ_OK;
-    return l->releasing;
+    uint64_t now = fq_nio_mono_ms();
+    l->stopping = true;
+    fq_owner_stop(l->own, now);
+    fq_owner_act a;
+    /* The caller settled everything before: every key handed off at once. */
+    while (fq_owner_next(&a, l->own))
+        if (a.kind == FQ_OWNER_LOST)
+            fq_owner_handoff(l->own, a.part);
+    fq_owner_tick(l->own, now);         /* the partitions' and the leader key's */
+    ld_act(l, true);
+    fq_owner_tick(l->own, now);         /* then the registry's */
+    ld_act(l, true);
+    return fq_leader_releasing(l);
 }
 
 bool fq_leader_releasing(const fq_leader *l)
 {
-    return l->releasing;
+    return l->stopping && !fq_owner_stopped(l->own);
 }

@@ -1,4 +1,4 @@
-/* leader.h -- the leader lease's I/O: lib/lease.c decides, this does what it asks through natsio and says what follows. */
+/* leader.h -- the ownership keys' I/O: lib/owner.c decides (the leader key, or a deployment's partitions), this does what it asks through natsio and says what follows. */
 #ifndef FQ_LEADER_H
 #define FQ_LEADER_H
 
@@ -9,57 +9,81 @@
 #include "fq.h"
 #include "lease.h"
 #include "natsio.h"
+#include "owner.h"
 #include "probes.h"
 
 /*
- * The proxy leads while it holds one key of the lease bucket (lib/lease.h
- * says how). This module owns that lease and performs its steps: reads
- * and the writes that follow them wait for the server, a renewal does not
- * (its PubAck comes back to fq_leader_on_puback). After each step it sets
- * natsio's fence (the consumers are left alone from the end of freshness
- * on) and what the probes say of the lease. A new term (the key aged out
- * and was taken back) is handed to the caller, whose consumers carry it.
+ * A proxy holds keys of the lease bucket (lib/owner.h says which and
+ * how): with P = 1 the one key "leader", as it always did; with P > 1 a
+ * registry key, the keys of the partitions assigned to it and, for one
+ * replica, the deployment-wide "leader" key. This module owns that state
+ * machine and performs its actions: reads, and the writes that follow
+ * them, wait for the server; a renewal or a release does not (its PubAck
+ * comes back to fq_leader_on_puback). With P > 1 it watches the bucket
+ * (the caller hands the watch's events to fq_leader_on_kv). After each
+ * step it sets natsio's fence (the consumers are left alone from the end
+ * of freshness on) and what the probes say of the lease. A partition
+ * taken (or a new term of the leader key) and a partition given up are
+ * handed to the caller, whose consumers carry the term.
  */
 
 typedef struct fq_leader fq_leader;
 
 typedef struct fq_leader_opts {
     const char *bucket;         /* the lease bucket (copied) */
-    const char *id;             /* our value in the key (at most FQ_LEASE_ID_MAX bytes) */
-    uint64_t ttl_ms;            /* the bucket's: a silent holder loses the lease after it */
-    uint64_t renew_token;       /* the PubAck token of a renewal */
-    uint64_t release_token;     /* ... of the release at a stop */
-    /* We lead from term (the first time, or again after the key aged out). */
-    void (*lead)(void *arg, uint64_t term);
+    const char *id;             /* our value in the keys (fq_owner_id_valid) */
+    uint32_t partitions;        /* P; 0 is 1 */
+    uint64_t ttl_ms;            /* the bucket's: a silent holder loses a key after it */
+    uint64_t renew_token;       /* PubAck tokens: renew_token + 2 * slot for a renewal of a
+                                   key, one more for its release; 2 * P + 4 in all */
+    int watch;                  /* P > 1: the natsio watch id for the bucket */
+    /* part is ours from term (P = 1: part 0, the leader key; again: ours
+     * already, its key aged out and taken back in a new term). */
+    void (*gained)(void *arg, int32_t part, uint64_t term, bool again);
+    /* part is not ours any more (P > 1 only; with P = 1 the lease says
+     * LOST). planned: a move; settle it, then fq_leader_handoff. */
+    void (*lost)(void *arg, int32_t part, bool planned);
     void *arg;
 } fq_leader_opts;
 
-/* nio and probes are the caller's and outlive it. FQ_EINVAL: the id is
- * too long. */
+/* nio and probes are the caller's and outlive it. FQ_EINVAL: the id does
+ * not fit, or P is out of range. */
 fq_status fq_leader_create(fq_leader **out, fq_nio *nio, fq_probes *probes,
                            const fq_leader_opts *o);
 /* Safe on NULL. */
 void fq_leader_destroy(fq_leader *l);
 
-/* The lease as it stands (state, term, holder, op under way). */
+/* The leader key's lease as it stands (state, term, holder, op under
+ * way): with P = 1 the proxy's, with P > 1 the deployment-wide duties'. */
 const fq_lease *fq_leader_lease(const fq_leader *l);
-/* Fresh at now: leading, not fenced, its last confirmed write recent. */
+/* The state machine, for its views and counters. */
+const fq_owner *fq_leader_owner(const fq_leader *l);
+/* Fresh at now: the leader key held, not fenced, its last confirmed
+ * write recent. */
 bool fq_leader_fresh(const fq_leader *l, uint64_t now);
+/* The same for partition part (P = 1: part 0 is the leader key). */
+bool fq_leader_part_fresh(const fq_leader *l, int32_t part, uint64_t now);
 /* Another proxy wrote what only the leader writes (the journal): not
  * fresh from now on, whatever the lease says; natsio and the probes are
  * told at the next step (the caller's loop renews right after). */
 void fq_leader_fence(fq_leader *l);
 
-/* Whatever the lease asks at now, waited for (taking it, a renewal while
+/* Whatever the keys ask at now, waited for (taking them, a renewal while
  * reading the journal back). */
 void fq_leader_step(fq_leader *l, uint64_t now);
 /* Renew when due at now, without waiting (only when connected). Logs once
- * when it stops being fresh, and when it is again. False once lost. */
+ * when the leader key stops being fresh, and when it is again. False once
+ * the leader key is lost (P = 1). */
 bool fq_leader_renew(fq_leader *l, uint64_t now, bool connected);
-/* A PubAck of renew_token or release_token (ev->msg is dropped). */
+/* A PubAck of one of our tokens (ev->msg is dropped). */
 void fq_leader_on_puback(fq_leader *l, const fq_nio_event *ev);
-/* Hand the lease back at a stop, so that a standby takes over at once:
- * true while its PubAck is awaited (fq_leader_releasing). */
+/* An event of the bucket's watch (FQ_NIO_EV_KV, whose entry is freed, or
+ * FQ_NIO_EV_KV_SYNCED). */
+void fq_leader_on_kv(fq_leader *l, const fq_nio_event *ev);
+/* The caller settled part after a planned loss: its key is released. */
+void fq_leader_handoff(fq_leader *l, int32_t part);
+/* Hand every key back at a stop, so that others take over at once: true
+ * while their PubAcks are awaited (fq_leader_releasing). */
 bool fq_leader_release(fq_leader *l);
 bool fq_leader_releasing(const fq_leader *l);
 

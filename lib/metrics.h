@@ -155,6 +155,10 @@ typedef struct fq_metrics_overall {
     uint64_t rejected_runs[FQ__COUNT]; /* counters: every refused run by reason
                                        (fq_status), tenant known or not */
     bool lease_held;                /* this proxy is the dispatcher */
+    uint64_t partitions_owned;      /* partitions whose ownership key we hold (lib/owner.h) */
+    uint64_t partition_handovers;   /* counter: partitions taken or given up */
+    double lease_renew_seconds;     /* the last confirmed renewal's round trip */
+    double lease_renew_max_seconds; /* the longest since start */
     double dispatch_rate;           /* runs a second, smoothed */
     double dispatch_token_rate;     /* estimated tokens dispatched a second, smoothed */
     double completion_rate;         /* completions a second, smoothed */

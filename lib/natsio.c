@@ -2491,7 +2491,8 @@ static fq_nio_kv_entry *nio_kv_entry(kvEntry *ke, uint64_t epoch)
         memcpy(v, kvEntry_Value(ke), vlen);
     v[vlen] = '\0';
     *e = (fq_nio_kv_entry){.key = k, .value = v, .len = vlen, .rev = kvEntry_Revision(ke),
-                           .epoch = epoch, .deleted = del};
+                           .epoch = epoch, .deleted = del,
+                           .created_ms = kvEntry_Created(ke) / 1000000};
     return e;
 }
 

@@ -141,6 +141,7 @@ typedef struct fq_nio_kv_entry {
     uint64_t rev;               /* the bucket's revision of this change */
     uint64_t epoch;             /* the watch it came from: 1, 2, ... one per (re)start */
     bool deleted;               /* a delete or purge marker */
+    int64_t created_ms;         /* when the server stored it, by its wall clock (unix ms) */
 } fq_nio_kv_entry;
 void fq_nio_kv_entry_destroy(fq_nio_kv_entry *e);
 

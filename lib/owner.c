@@ -8,9 +8,12 @@
  *    is fresh, and the keys' compare-and-set lets one replica hold a key.
  *    The views (registry, holders) only steer who tries what, so views
  *    that disagree for a while cost a refused write, never two owners.
- *  - A lease stale past the TTL is a partition lost: its key may have aged
- *    out and been taken, so what we knew of it is not to be trusted; if it
- *    is still ours to take, it is taken again in a new term and adopted.
+ *  - With P > 1, a lease stale past the TTL is a partition lost: its key
+ *    may have aged out and been taken, so what we knew of it is not to be
+ *    trusted; if it is still ours to take, it is taken again in a new term
+ *    and adopted. With P = 1 the lease is today's leader lease, unchanged:
+ *    stale, it renews when it can (in a new term if the key aged out
+ *    meanwhile), and lost to another holder it is lost for good.
  *  - The assignment is recomputed only when the live set changes, and a
  *    replica only tries the keys assigned to it, so a stable deployment
  *    does one renewal per key every ttl/3 and nothing else.
@@ -73,6 +76,37 @@ bool fq_owner_id_valid(const char *id)
             return false;
     }
     return true;
+}
+
+void fq_owner_id_make(char *out, const char *host, long pid, int64_t unix_ms)
+{
+    size_t n = 0;
+    for (; host && host[n] && n < 20; n++) {
+        char c = host[n];
+        bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                  c == '_';
+        out[n] = ok ? c : '-';
+    }
+    if (!n)
+        out[n++] = 'h';
+    out[n++] = '-';
+    char d[24];
+    snprintf(d, sizeof d, "%ld", pid < 0 ? -pid : pid);
+    if (strlen(d) > 10)
+        d[10] = '\0';   /* pids have at most 10 digits */
+    memcpy(out + n, d, strlen(d));
+    n += strlen(d);
+    out[n++] = '-';
+    char t[16];
+    size_t k = 0;
+    uint64_t v = unix_ms < 0 ? 0 : (uint64_t)unix_ms;
+    do {
+        t[k++] = "0123456789abcdefghijklmnopqrstuvwxyz"[v % 36];
+        v /= 36;
+    } while (v && k < sizeof t);
+    while (k)
+        out[n++] = t[--k];
+    out[n] = '\0';
 }
 
 static uint32_t ow_slot_of(const fq_owner *o, int32_t part)
@@ -383,6 +417,8 @@ static void ow_tick_slot(fq_owner *o, ow_slot *s, uint64_t now)
     fq_lease *l = &s->lease;
     fq_lease_step ls;
     if (s->drop || (l->state == FQ_LEASE_LOST && !s->handing)) {
+        if (o->parts == 1)
+            return;     /* lost for good, as the one leader lease always was */
         if (l->op == FQ_LEASE_OP_NONE) {
             ow_slot_init(o, s);
             s->polled = now;    /* a fresh read waits for the view, or a TTL */
@@ -415,7 +451,7 @@ static void ow_tick_slot(fq_owner *o, ow_slot *s, uint64_t now)
         return;
     }
     if (l->state == FQ_LEASE_LEADING) {
-        if (s->owned && now >= l->confirmed_sent + o->ttl) {
+        if (o->parts > 1 && s->owned && now >= l->confirmed_sent + o->ttl) {
             /* Stale past the TTL: the key may be another's by now. */
             ow_lost(o, s, false);
             s->drop = true;

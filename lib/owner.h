@@ -30,7 +30,9 @@
  *            happen once per deployment rather than once per partition.
  *            With P = 1 it is also partition 0's key, so a P = 1
  *            deployment is exactly today's leader and standby: no
- *            registry, no moves, the first to take the key keeps it.
+ *            registry, no moves, the first to take the key keeps it, and
+ *            a holder that finds another's id in it has lost it for good
+ *            (its lease stays FQ_LEASE_LOST: the proxy stops).
  *
  * Assignment: every replica computes, from the same registry, the same
  * balanced assignment of partitions to live replicas: each replica gets
@@ -107,6 +109,12 @@ typedef struct fq_owner fq_owner;
 /* Whether id can be a replica id: 1 to FQ_OWNER_ID_MAX bytes of letters,
  * digits, '-' and '_' (it is part of a key), not "released". */
 bool fq_owner_id_valid(const char *id);
+
+/* A replica id for a process that was given none: host (its characters
+ * outside fq_owner_id_valid's made '-', at most 20 of them), pid and the
+ * start time in base 36, e.g. "worker-3-4121-mj1z8k0q". Into out, at least
+ * FQ_OWNER_ID_MAX + 1 bytes; always valid. */
+void fq_owner_id_make(char *out, const char *host, long pid, int64_t unix_ms);
 
 /* partitions P (1..FQ_PARTITIONS_MAX), our id (fq_owner_id_valid), the
  * bucket's ttl_ms. FQ_EINVAL when out of range, FQ_ENOMEM. */

@@ -89,7 +89,6 @@
 #define PX_STOP_OFFLINE_MS 1000     /* ... cut short once NATS is unreachable this long */
 #define PX_STOP_RELEASE_MS 500      /* the lease release's PubAck */
 #define PX_STOP_FLUSH_MS 500        /* the acks written before the close */
-#define PX_LEASE_RELEASE 1          /* TK_LEASE value of the release (renewals: 0) */
 #define PX_SUBMIT_ACK_WAIT_MS (3600LL * 1000)  /* px_start_consumers says why */
 #define PX_FETCH_BATCH 256          /* deliveries one pull request asks for at most */
 #define PX_DONE_MAX_ACK_PENDING 100000  /* completions delivered and not yet acked, at most */
@@ -1106,6 +1105,9 @@ static void px_overall(fq_metrics_overall *a, fq_proxy *p)
     const fq_ledger_counters *lc = fq_ledger_counters_get(p->ledger);
     fq_ledger_stats ls;
     fq_ledger_stats_get(&ls, p->ledger);
+    fq_owner_stats os = {0};
+    if (p->ld)
+        fq_owner_stats_get(&os, fq_leader_owner(p->ld));
     *a = (fq_metrics_overall){
         .in_flight_runs = ss.in_flight, .in_flight_tokens = ss.in_flight_tokens,
         .queued_runs = ss.queued, .queued_tokens = ss.queued_tokens, .tenants = ss.tenants,
@@ -1119,6 +1121,9 @@ static void px_overall(fq_metrics_overall *a, fq_proxy *p)
         .nats_reconnects = p->c.reconnects, .invalid_subject_runs = lc->invalid_subject,
         .config_reloads = p->c.reloads, .config_reload_failures = p->c.reload_failures,
         .lease_held = p->leader, .dispatch_rate = p->rate_runs,
+        .partitions_owned = os.owned, .partition_handovers = os.gained + os.lost,
+        .lease_renew_seconds = (double)os.renew_ms_last / 1000.0,
+        .lease_renew_max_seconds = (double)os.renew_ms_max / 1000.0,
         .dispatch_token_rate = p->rate_tokens, .completion_rate = p->rate_completed,
         .actual_token_rate = p->rate_actual, .submitted_runs = lc->submitted,
         .redelivered_runs = lc->redelivered, .duplicates_acked = lc->duplicates_acked,
@@ -1601,8 +1606,10 @@ static void px_sweep(fq_proxy *p, uint64_t now)
 /* We lead from term: the consumers carry it in their names. A new term
  * while serving means the key aged out and we took it back: the consumers
  * are made again under the new name, which deletes the old term's. */
-static void px_lease_lead(void *arg, uint64_t term)
+static void px_lease_lead(void *arg, int32_t part, uint64_t term, bool again)
 {
+    (void)part;
+    (void)again;
     fq_proxy *p = arg;
     p->term = term;
     if (!p->consuming)
@@ -1672,8 +1679,7 @@ static fq_status px_leader_create(fq_proxy *p)
     fq_leader_opts lo = {.bucket = p->cfg.streams.lease_bucket, .id = p->lease_id,
                          .ttl_ms = p->cfg.streams.lease_ttl_ms,
                          .renew_token = TK_MAKE(TK_LEASE, 0),
-                         .release_token = TK_MAKE(TK_LEASE, PX_LEASE_RELEASE),
-                         .lead = px_lease_lead, .arg = p};
+                         .gained = px_lease_lead, .arg = p};
     fq_status s = fq_leader_create(&p->ld, p->nio, p->probes, &lo);
     if (s != FQ_OK)
         fq_log(FQ_LOG_ERROR, "cannot take part in the leader lease", FQ_STR("id", p->lease_id),
@@ -2412,8 +2418,10 @@ static void px_create_names(fq_proxy *p, const fq_config *cfg)
     snprintf(p->explain_filter, sizeof p->explain_filter, "%s.*", cfg->subjects.explain);
     char host[64] = "host";
     gethostname(host, sizeof host - 1);
-    snprintf(p->lease_id, sizeof p->lease_id, "%s:%ld:%" PRId64, host, (long)getpid(),
-             fq_nio_unix_ms());
+    if (cfg->replica_id)
+        snprintf(p->lease_id, sizeof p->lease_id, "%s", cfg->replica_id);
+    else
+        fq_owner_id_make(p->lease_id, host, (long)getpid(), fq_nio_unix_ms());
 }
 
 fq_status fq_proxy_create(fq_proxy **out, const fq_config *cfg, char *err, size_t errlen)

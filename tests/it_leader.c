@@ -1,4 +1,4 @@
-/* it_leader.c -- the leader lease's I/O against a real nats-server: taking it, standing by, renewing, fencing, handing it back. */
+/* it_leader.c -- the ownership keys' I/O against a real nats-server: the leader lease taken, stood by, renewed, fenced and handed back; replicas sharing partitions, a kill -9, a join. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -12,7 +12,7 @@
 #include "natstest.h"
 
 #define RENEW_TOKEN 101
-#define RELEASE_TOKEN 102
+#define RELEASE_TOKEN 102       /* RENEW_TOKEN + 1: the leader key's release */
 #define BUCKET "it_lease"
 
 /* One proxy's part: its connection, probes and leader. */
@@ -29,8 +29,10 @@ typedef struct fixture {
     side s[2];
 } fixture;
 
-static void on_lead(void *arg, uint64_t term)
+static void on_lead(void *arg, int32_t part, uint64_t term, bool again)
 {
+    (void)again;
+    assert_int_equal(part, 0);
     side *s = arg;
     s->term = term;
     s->leads++;
@@ -51,8 +53,7 @@ static int setup(void **state)
             fq_probes_create(&s->pr, 0, fq_nio_mono_ms) != FQ_OK)
             return -1;
         fq_leader_opts lo = {.bucket = BUCKET, .id = ids[i], .ttl_ms = 3000,
-                             .renew_token = RENEW_TOKEN, .release_token = RELEASE_TOKEN,
-                             .lead = on_lead, .arg = s};
+                             .renew_token = RENEW_TOKEN, .gained = on_lead, .arg = s};
         if (fq_leader_create(&s->l, s->n, s->pr, &lo) != FQ_OK)
             return -1;
     }
@@ -144,10 +145,184 @@ static void test_take_standby_renew_fence_release(void **state)
     assert_true(b->term > a->term);
 }
 
+/* ---- replicas sharing P partitions ------------------------------------- */
+
+#define PARTS 8
+#define PBUCKET "it_parts"
+#define NREP 4
+
+typedef struct replica {
+    fq_nio *n;
+    fq_probes *pr;
+    fq_leader *l;
+    bool live;
+    bool owned[PARTS];          /* as gained and lost said */
+    int gains;
+} replica;
+
+static void rep_gained(void *arg, int32_t part, uint64_t term, bool again)
+{
+    replica *r = arg;
+    assert_true(term > 0);
+    if (part < 0)
+        return;
+    assert_true(again || !r->owned[part]);
+    r->owned[part] = true;
+    r->gains++;
+}
+
+static void rep_lost(void *arg, int32_t part, bool planned)
+{
+    replica *r = arg;
+    if (part >= 0)
+        r->owned[part] = false;
+    if (planned)
+        fq_leader_handoff(r->l, part);  /* nothing to settle here */
+}
+
+static void rep_start(replica *r, const char *url, const char *id)
+{
+    memset(r, 0, sizeof *r);
+    fq_nio_opts o = {.url = url, .name = id, .pub_wait_ms = 2000};
+    char err[256];
+    assert_int_equal(fq_nio_create(&r->n, &o, err, sizeof err), FQ_OK);
+    assert_int_equal(fq_probes_create(&r->pr, 0, fq_nio_mono_ms), FQ_OK);
+    fq_leader_opts lo = {.bucket = PBUCKET, .id = id, .partitions = PARTS, .ttl_ms = 3000,
+                         .renew_token = RENEW_TOKEN, .watch = 0, .gained = rep_gained,
+                         .lost = rep_lost, .arg = r};
+    assert_int_equal(fq_leader_create(&r->l, r->n, r->pr, &lo), FQ_OK);
+    r->live = true;
+}
+
+/* kill -9: the connection closed, nothing handed back. */
+static void rep_kill(replica *r)
+{
+    fq_leader_destroy(r->l);
+    fq_nio_destroy(r->n);
+    fq_probes_destroy(r->pr);
+    memset(r, 0, sizeof *r);
+}
+
+/* One turn of every live replica: its events, then its keys renewed. */
+static void reps_turn(replica *rs)
+{
+    for (int i = 0; i < NREP; i++) {
+        replica *r = &rs[i];
+        if (!r->live)
+            continue;
+        fq_nio_event ev[16];
+        size_t k = fq_nio_poll(r->n, ev, 16, 2);
+        for (size_t j = 0; j < k; j++) {
+            if (ev[j].type == FQ_NIO_EV_PUBACK)
+                fq_leader_on_puback(r->l, &ev[j]);
+            else if (ev[j].type == FQ_NIO_EV_KV || ev[j].type == FQ_NIO_EV_KV_SYNCED)
+                fq_leader_on_kv(r->l, &ev[j]);
+            else
+                fq_nio_msg_drop(r->n, ev[j].msg);
+        }
+        fq_leader_renew(r->l, fq_nio_mono_ms(), true);
+    }
+}
+
+/* Partitions a fresh owner holds, per replica, and in all. */
+static int reps_owned(replica *rs, int counts[NREP])
+{
+    int total = 0;
+    uint64_t now = fq_nio_mono_ms();
+    for (int i = 0; i < NREP; i++) {
+        counts[i] = 0;
+        for (int k = 0; k < PARTS && rs[i].live; k++)
+            counts[i] += fq_leader_part_fresh(rs[i].l, k, now);
+        total += counts[i];
+    }
+    return total;
+}
+
+static bool reps_balanced(replica *rs)
+{
+    int c[NREP], n = 0, lo = PARTS, hi = 0;
+    if (reps_owned(rs, c) != PARTS)
+        return false;
+    for (int i = 0; i < NREP; i++) {
+        if (!rs[i].live)
+            continue;
+        n++;
+        lo = c[i] < lo ? c[i] : lo;
+        hi = c[i] > hi ? c[i] : hi;
+    }
+    return n && hi - lo <= 1;
+}
+
+/* Three replicas share 8 partitions 3, 3, 2; kill -9 of one, and the two
+ * left own all 8 within the TTL and a second; a fourth joins and takes
+ * its share one partition at a time while the others keep theirs. */
+static void test_replicas_share_partitions(void **state)
+{
+    fixture *f = *state;
+    char err[256];
+    assert_int_equal(fq_nio_kv_ensure(f->s[0].n, PBUCKET, 3000, 0, 0, 1, err, sizeof err),
+                     FQ_OK);
+    static replica rs[NREP];
+    const char *url = natstest_url(f->srv);
+    rep_start(&rs[0], url, "rep-a");
+    rep_start(&rs[1], url, "rep-b");
+    rep_start(&rs[2], url, "rep-c");
+    long long end = nt_now_ms() + 15000;
+    while (!reps_balanced(rs) && nt_now_ms() < end)
+        reps_turn(rs);
+    assert_true(reps_balanced(rs));
+    int c[NREP];
+    reps_owned(rs, c);
+    print_message("shared: %d %d %d\n", c[0], c[1], c[2]);
+    int duty = 0;
+    for (int i = 0; i < 3; i++)
+        duty += fq_leader_fresh(rs[i].l, fq_nio_mono_ms());
+    assert_int_equal(duty, 1);
+
+    /* kill -9 of one that owns partitions */
+    int victim = c[2] ? 2 : 1;
+    long long t0 = nt_now_ms(), back = 0;
+    rep_kill(&rs[victim]);
+    end = t0 + 10000;
+    while (nt_now_ms() < end && !back) {
+        reps_turn(rs);
+        if (reps_owned(rs, c) == PARTS)
+            back = nt_now_ms();
+    }
+    print_message("owned again %lld ms after the kill\n", back - t0);
+    assert_true(back > 0);
+    assert_true(back - t0 <= 3000 + 1000);
+    while (!reps_balanced(rs) && nt_now_ms() < end)
+        reps_turn(rs);
+    assert_true(reps_balanced(rs));
+
+    /* a joiner takes its share one partition at a time, and at most one
+     * partition is without a fresh owner meanwhile */
+    rep_start(&rs[3], url, "rep-d");
+    end = nt_now_ms() + 15000;
+    int had = 0, worst = 0;
+    while (!reps_balanced(rs) && nt_now_ms() < end) {
+        reps_turn(rs);
+        int total = reps_owned(rs, c);
+        assert_true(c[3] <= had + 1);
+        had = c[3];
+        worst = PARTS - total > worst ? PARTS - total : worst;
+    }
+    assert_true(reps_balanced(rs));
+    assert_true(c[3] >= 2);
+    assert_true(worst <= 1);
+    print_message("joined: %d %d %d %d, at most %d without an owner\n", c[0], c[1], c[2],
+                  c[3], worst);
+    for (int i = 0; i < NREP; i++)
+        if (rs[i].live)
+            rep_kill(&rs[i]);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_take_standby_renew_fence_release),
+        cmocka_unit_test(test_replicas_share_partitions),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

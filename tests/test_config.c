@@ -26,6 +26,7 @@
     "  password: pw\n" \
     "  inbox_prefix: _IN.x\n" \
     "partitions: 16\n" \
+    "replica_id: fairq-0\n" \
     "subjects: {submit: s.in, dispatch: s.work, done: s.done, rejected: s.rej, admin: s.adm," \
     " runs: s.journal}\n" \
     "streams: {submit: B1, dispatch: B2, done: B3, rejected: B4, runs: B5, durable: b," \
@@ -142,6 +143,7 @@ static void test_defaults(void **state)
     assert_string_equal(c.streams.tenants_bucket, "fairq_tenants");
     assert_int_equal(c.streams.replicas, 1);
     assert_int_equal(c.partitions, 1);      /* no mapping: as before partitions */
+    assert_null(c.replica_id);              /* made at start */
     assert_int_equal(c.streams.duplicate_window_ms, 600000);
     /* max(1 h, 2 x max(duplicate window, run timeout)) */
     assert_int_equal(c.streams.dispatch_max_age_ms, 3600000);
@@ -349,7 +351,8 @@ static const struct {
 } bad_cases[] = {
     /* Unknown keys: placed at the key itself, with the keys allowed there. */
     {BASE "bogus: 1\n",
-     "t.yaml:5:1: bogus: unknown key (known here: nats, partitions, subjects, streams, scheduler, "
+     "t.yaml:5:1: bogus: unknown key (known here: nats, partitions, replica_id, subjects, streams, "
+     "scheduler, "
      "window, limits, plans, tenants, estimates, http, log)"},
     {BASE "  - name: pro\n    wieght: 3\n",
      "t.yaml:6:5: plans[1].wieght: unknown key (known here: name, weight, "
@@ -580,6 +583,11 @@ static const struct {
     {BASE "partitions: 2\nsubjects: {runs: fair.rejected.runs}\n",
      "t.yaml:6:12: subjects.runs: 'fair.rejected.runs' falls under subjects.rejected.*"},
     {BASE "partitions: 0\n", "t.yaml:5:1: partitions: must be >= 1"},
+    /* a replica id is part of a key: r.<id> */
+    {BASE "replica_id: a.b\n", "t.yaml:5:1: replica_id: 'a.b' is not a replica id: 1 to 48 "
+     "letters, digits, '-' or '_', not 'released'"},
+    {BASE "replica_id: released\n", "t.yaml:5:1: replica_id: 'released' is not a replica id: "
+     "1 to 48 letters, digits, '-' or '_', not 'released'"},
     {BASE "partitions: 1025\n", "t.yaml:5:1: partitions: must be <= 1024"},
     {BASE "partitions: many\n", "t.yaml:5:1: partitions: 'many' is not a whole number (digits only, no sign, fraction or leading zero)"},
     {BASE "subjects: {runs: fair.dispatch}\n",
@@ -859,8 +867,8 @@ static void test_keep_restart(void **state)
     char buf[1024];
     parse_ok(&a, BASE "window: {max_in_flight: 4}\n");
     parse_ok(&b, FULL);
-    /* all 39 but creds, nkey and nkey_seed, which neither sets */
-    assert_int_equal(fq_config_diff_restart(&a, &b, buf, sizeof(buf)), 36);
+    /* all 40 but creds, nkey and nkey_seed, which neither sets */
+    assert_int_equal(fq_config_diff_restart(&a, &b, buf, sizeof(buf)), 37);
     fq_config kept = b;
     fq_config_keep_restart(&kept, &a);
     assert_int_equal(fq_config_diff_restart(&a, &kept, buf, sizeof(buf)), 0);

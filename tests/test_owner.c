@@ -73,6 +73,7 @@ typedef struct sw_rep {
     uint64_t last_watch;        /* the watch delivers in order */
     bool owned[1024];           /* what GAINED and LOST said */
     uint64_t gains;
+    bool exits;                 /* P = 1: lost the leader key, exits */
 } sw_rep;
 
 typedef struct sw_world {
@@ -199,6 +200,8 @@ static void sw_drain(sw_world *w, int r)
                 assert_true(p->owned[a.part]);
                 p->owned[a.part] = false;
             }
+            if (w->parts == 1 && !a.planned)
+                p->exits = true;    /* the proxy stops; another is started */
             if (a.planned) {
                 e.kind = EV_HANDOFF;
                 e.at = w->now + sw_between(w, 0, 200);
@@ -535,6 +538,15 @@ static void sw_step(sw_world *w)
     sw_events(w);
     for (int r = 0; r < SW_REPS; r++) {
         sw_rep *p = &w->rep[r];
+        if (p->o && p->exits) {
+            fq_owner_destroy(p->o);
+            p->o = NULL;
+            p->state = R_OFF;
+            sw_join(w);
+        }
+    }
+    for (int r = 0; r < SW_REPS; r++) {
+        sw_rep *p = &w->rep[r];
         if ((p->state == R_RUN || p->state == R_STOPPING) && (w->now + (uint64_t)r * 3) % 10 == 0) {
             fq_owner_tick(p->o, sw_local(w, r));
             sw_drain(w, r);
@@ -593,6 +605,16 @@ static void test_id_valid(void **state)
     assert_false(fq_owner_id_valid(longid));
     longid[FQ_OWNER_ID_MAX] = '\0';
     assert_true(fq_owner_id_valid(longid));
+    /* made ids are valid whatever the host name */
+    char made[FQ_OWNER_ID_MAX + 1];
+    fq_owner_id_make(made, "worker-3.example", 4121, 1764892800000);
+    assert_string_equal(made, "worker-3-example-4121-mis3ls00");
+    assert_true(fq_owner_id_valid(made));
+    fq_owner_id_make(made, "a:b c\xc3\xa9-very-long-host-name-of-many-letters", 2147483647,
+                     INT64_MAX);
+    assert_true(fq_owner_id_valid(made));
+    fq_owner_id_make(made, "", 1, 0);
+    assert_string_equal(made, "h-1-0");
     fq_owner *o;
     assert_int_equal(fq_owner_create(&o, 0, "a", TTL), FQ_EINVAL);
     assert_int_equal(fq_owner_create(&o, 1025, "a", TTL), FQ_EINVAL);
@@ -661,6 +683,45 @@ static void test_p1_is_the_leader_key(void **state)
     assert_false(fq_owner_stopped(o));
     fq_owner_on_write(o, a.slot, 2003, FQ_OK, 10);
     assert_true(fq_owner_stopped(o));
+    fq_owner_destroy(o);
+}
+
+/* P = 1: a holder whose renewal is refused and that then finds another's
+ * id in the key has lost it for good, as the leader lease always had;
+ * with P > 1 the same slot would stand by to take it again. */
+static void test_p1_lost_for_good(void **state)
+{
+    (void)state;
+    fq_owner *o;
+    assert_int_equal(fq_owner_create(&o, 1, "one", TTL), FQ_OK);
+    fq_owner_act a;
+    fq_owner_tick(o, 100);
+    assert_true(fq_owner_next(&a, o));
+    fq_owner_on_get(o, a.slot, 101, FQ_ENOTFOUND, NULL, 0);
+    assert_true(fq_owner_next(&a, o));
+    fq_owner_on_write(o, a.slot, 102, FQ_OK, 7);
+    while (fq_owner_next(&a, o))
+        ;
+    fq_owner_tick(o, 101 + TTL / 3);
+    assert_true(fq_owner_next(&a, o));
+    assert_int_equal(a.kind, FQ_OWNER_UPDATE);
+    fq_owner_on_write(o, a.slot, 101 + TTL / 3 + 1, FQ_EEXIST, 0);
+    assert_false(fq_owner_next(&a, o));
+    fq_owner_tick(o, 101 + TTL / 3 + 2);
+    assert_true(fq_owner_next(&a, o));
+    assert_int_equal(a.kind, FQ_OWNER_GET);     /* read again: our own late write? */
+    fq_owner_on_get(o, a.slot, 101 + TTL / 3 + 3, FQ_OK, "two", 9);
+    assert_true(fq_owner_next(&a, o));
+    assert_int_equal(a.kind, FQ_OWNER_LOST);
+    assert_false(a.planned);
+    assert_false(fq_owner_next(&a, o));
+    assert_int_equal(fq_owner_lease(o, 0)->state, FQ_LEASE_LOST);
+    assert_string_equal(fq_owner_lease(o, 0)->holder, "two");
+    for (uint64_t t = 2000; t < 20000; t += 100) {
+        fq_owner_tick(o, t);
+        assert_false(fq_owner_next(&a, o));
+        assert_false(fq_owner_fresh(o, 0, t));
+    }
     fq_owner_destroy(o);
 }
 
@@ -899,6 +960,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_id_valid),
         cmocka_unit_test(test_p1_is_the_leader_key),
+        cmocka_unit_test(test_p1_lost_for_good),
         cmocka_unit_test(test_three_share_eight),
         cmocka_unit_test(test_join_moves_one_at_a_time),
         cmocka_unit_test(test_death_takeover),
