@@ -71,8 +71,10 @@
  *   undo each other.
  */
 
-#define PX_CONS_SUBMIT 0
-#define PX_CONS_DONE 1
+#define PX_CONS_SUBMIT 0            /* natsio's consumer ids: partition k's are */
+#define PX_CONS_DONE 1              /* PX_CONS_ID(PX_CONS_*, k) */
+#define PX_CONS_ID(kind, k) ((kind) + 2 * (int)(k))
+#define PX_PARTS_MAX (FQ_NIO_MAX_CONSUMERS / 2) /* partitions one proxy owns at most */
 #define PX_SUB_ADMIN 0              /* <admin>.> */
 #define PX_SUB_EXPLAIN 1            /* <explain>.* */
 #define PX_WATCH_TENANTS 0          /* the overrides bucket */
@@ -169,6 +171,7 @@ struct fq_proxy {
 
     char submit_filter[256], done_filter[256], rejected_filter[256], admin_filter[256];
     char explain_filter[256];   /* <explain>.* */
+    char runs_filter[256];      /* the journal's subjects: <runs>, or <runs>.* with partitions */
     int64_t submit_created_ms;  /* FAIR_SUBMIT's creation: part of derived run ids */
     int64_t max_payload;
     uint64_t hash_key[2];       /* px_hash's key, drawn at create */
@@ -191,8 +194,10 @@ struct fq_proxy {
 
     uint64_t pubs;              /* our publishes awaiting PubAck */
     bool leader, connected;
-    bool jmarked;               /* our term's marker is stored (the ledger knows its seq) */
-    bool jmark_sent;            /* ... and is in flight */
+    bool jmarked;               /* our term's markers are stored (the ledger knows their seqs) */
+    uint32_t jmarks;            /* partitions whose marker is stored (P > 1: one each) */
+    uint32_t jmark_sent;        /* markers in flight */
+    bool part_marked[PX_PARTS_MAX]; /* partition k's marker is stored */
     char jmsgid[FQ_LEASE_ID_MAX + 2 * FQ_U64_DEC_MAX + 4]; /* the batch in flight's Msg-Id */
     uint64_t jmsgid_batch;      /* ... and its batch id ("": none yet) */
     bool fenced;                /* the server refused our journal batch: another leads */
@@ -218,12 +223,20 @@ struct fq_proxy {
 
     fq_http *http;
     fq_probes *probes;          /* metrics snapshots and readiness (lib/probes.c) */
-    bool consumer_ok[2];        /* PX_CONS_*: the last (re)creation succeeded */
+    bool consumer_ok[FQ_NIO_MAX_CONSUMERS]; /* by natsio id: its last (re)creation succeeded */
+    uint64_t part_term[PX_PARTS_MAX];  /* the term partition k's consumers carry; 0: not ours */
+    bool fetch_paused[2];       /* PX_CONS_*: the ledger paused fetching (every partition's) */
     bool served;                /* both consumers were made once: start is over */
     bool denied_fatal;          /* NATS refused a permission before that */
 };
 
 /* ---- small helpers ------------------------------------------------------ */
+
+/* The partitions of the deployment (P). */
+static uint32_t px_parts(const fq_proxy *p)
+{
+    return p->cfg.partitions > 1 ? p->cfg.partitions : 1;
+}
 
 /* The run keys' hash key (lib/ledger.h): from the kernel's random source, or, should that fail,
  * from what differs between processes and runs. */
@@ -609,6 +622,15 @@ static void px_dispatch_send(fq_proxy *p, const fq_ledger_act *a)
     fq_hist_observe(&pt->wait, waited > 0 ? (uint64_t)waited * 1000 : 0);
 }
 
+/* Partition k's journal subject: <runs>.<k>, or <runs> with P = 1. */
+static void px_journal_subject(char *out, size_t cap, const fq_proxy *p, uint32_t k)
+{
+    if (px_parts(p) > 1)
+        snprintf(out, cap, "%s.%" PRIu32, p->cfg.subjects.runs, k);
+    else
+        snprintf(out, cap, "%s", p->cfg.subjects.runs);
+}
+
 /* A journal batch, under the Nats-Msg-Id of its first sending: sent again
  * after a lost PubAck, perhaps in a later term, it must be the duplicate
  * JetStream recognises, not a write that the expectation refuses. */
@@ -616,6 +638,22 @@ static void px_journal_send(fq_proxy *p, const fq_ledger_act *a)
 {
     char exp[FQ_U64_DEC_MAX];
     fq_u64_dec(exp, a->expect_seq);
+    if (px_parts(p) > 1) {
+        /* Partition a->part's subject, fenced on it alone; the Msg-Id
+         * names the partition and the term it was adopted at, which a
+         * batch sent again keeps. */
+        char subject[320], msgid[sizeof p->jmsgid + FQ_U64_DEC_MAX + 2];
+        px_journal_subject(subject, sizeof subject, p, a->part);
+        snprintf(msgid, sizeof msgid, "%s/p%" PRIu32 "/%" PRIu64 "/%" PRIu64, p->lease_id,
+                 a->part, a->term, a->batch);
+        fq_nio_hdr h[2] = {{"Nats-Msg-Id", msgid}, {"Nats-Expected-Last-Subject-Sequence", exp}};
+        fq_nio_out o = {.subject = subject, .data = a->text, .len = a->len, .hdrs = h,
+                        .n_hdrs = 2};
+        fq_status s = px_publish(p, &o, a->token);
+        if (s != FQ_OK)
+            fq_ledger_unsent(p->ledger, a, s, fq_nio_mono_ms(), fq_nio_unix_ms());
+        return;
+    }
     if (!p->jmsgid[0] || p->jmsgid_batch != a->batch) {
         snprintf(p->jmsgid, sizeof p->jmsgid, "%s/%" PRIu64 "/%" PRIu64, p->lease_id, p->term,
                  a->batch);
@@ -758,6 +796,16 @@ static void px_note(fq_proxy *p, const fq_ledger_act *a)
         px_note_run(p, a);
 }
 
+/* Pause or resume fetching on the consumers of kind (PX_CONS_*) of every
+ * partition we own, and of those we gain later. */
+static void px_pause(fq_proxy *p, int kind, bool paused)
+{
+    p->fetch_paused[kind] = paused;
+    for (uint32_t k = 0; k < px_parts(p) && k < PX_PARTS_MAX; k++)
+        if (p->part_term[k])
+            fq_nio_consume_pause(p->nio, PX_CONS_ID(kind, k), paused);
+}
+
 /* Perform the ledger's actions, in order, until none is left. */
 static void px_actions(fq_proxy *p)
 {
@@ -776,14 +824,15 @@ static void px_actions(fq_proxy *p)
             px_journal_send(p, &a);
             break;
         case FQ_LACT_ACK:
-            if (fq_nio_ack(p->nio, a.cons, &ref) != FQ_OK)
+            /* to the consumer that delivered it: its partition's */
+            if (fq_nio_ack(p->nio, PX_CONS_ID(a.cons, a.ack.part), &ref) != FQ_OK)
                 fq_ledger_ack_failed(p->ledger, &a);
             break;
         case FQ_LACT_NAK:
-            fq_nio_nak(p->nio, a.cons, &ref, a.delay_ms);
+            fq_nio_nak(p->nio, PX_CONS_ID(a.cons, a.ack.part), &ref, a.delay_ms);
             break;
         case FQ_LACT_PAUSE:
-            fq_nio_consume_pause(p->nio, a.cons, a.paused);
+            px_pause(p, a.cons, a.paused);
             break;
         case FQ_LACT_READ:
             px_read_body(p, &a);
@@ -935,7 +984,8 @@ static void px_on_submit(fq_proxy *p, fq_nio_event *ev)
 {
     fq_nio_msg *m = ev->msg;
     fq_ledger_submit in = {.ack = {.sseq = ev->ack.sseq, .cseq = ev->ack.cseq,
-                                   .delivered = ev->ack.delivered},
+                                   .delivered = ev->ack.delivered,
+                                   .part = (uint32_t)ev->source / 2},
                            .ts_ms = ev->ts_ms, .subject = fq_nio_msg_subject(m),
                            .status = FQ_OK,
                            .raw = {.body = fq_nio_msg_data(m), .body_len = fq_nio_msg_len(m)}};
@@ -945,7 +995,7 @@ static void px_on_submit(fq_proxy *p, fq_nio_event *ev)
     p->c.subtenant_refused += in.sub && in.status != FQ_OK && sub.subtenant_refused;
     if (!px_submit_fits(&in, err, sizeof err, p, m, &sub)) {
         if (px_fresh(p))
-            fq_nio_nak(p->nio, PX_CONS_SUBMIT, &ev->ack, FQ_LEDGER_PARK_MAX_MS);
+            fq_nio_nak(p->nio, ev->source, &ev->ack, FQ_LEDGER_PARK_MAX_MS);
     } else {
         px_ledger_fresh(p);
         fq_ledger_submit_in(p->ledger, &in, fq_nio_mono_ms(), fq_nio_unix_ms());
@@ -981,11 +1031,19 @@ static void px_on_puback(fq_proxy *p, fq_nio_event *ev)
     if (p->pubs)
         p->pubs--;
     if (kind == TK_JMARK) {
-        p->jmark_sent = false;
-        p->jmarked = ev->status == FQ_OK;
-        if (p->jmarked)
-            fq_ledger_journal_marked(p->ledger, ev->seq);
-        else if (px_warn_ok(p, "journal marker"))
+        uint32_t k = (uint32_t)TK_VAL(ev->token);
+        if (p->jmark_sent)
+            p->jmark_sent--;
+        if (ev->status == FQ_OK && k < PX_PARTS_MAX && !p->part_marked[k]) {
+            p->part_marked[k] = true;
+            p->jmarks++;
+            if (px_parts(p) > 1)
+                fq_ledger_part_marked(p->ledger, k, ev->seq);
+            else
+                fq_ledger_journal_marked(p->ledger, ev->seq);
+        }
+        p->jmarked = p->jmarks == px_parts(p);
+        if (ev->status != FQ_OK && px_warn_ok(p, "journal marker"))
             fq_log(FQ_LOG_WARN, "cannot store the journal's term marker; not serving until it "
                    "is stored", FQ_STR("stream", p->cfg.streams.runs),
                    FQ_INT("js_err", ev->err_code));
@@ -1066,7 +1124,8 @@ static void px_on_done(fq_proxy *p, fq_nio_event *ev)
                                         err, sizeof err);
     fq_completion c;
     fq_ledger_done in = {.ack = {.sseq = ev->ack.sseq, .cseq = ev->ack.cseq,
-                                 .delivered = ev->ack.delivered},
+                                 .delivered = ev->ack.delivered,
+                                 .part = (uint32_t)ev->source / 2},
                          .status = FQ_EINVAL, .error = err, .c = &c,
                          .subject = fq_nio_msg_subject(m),
                          .raw = {.body = fq_nio_msg_data(m), .body_len = fq_nio_msg_len(m)}};
@@ -1475,12 +1534,28 @@ static void px_phase(fq_proxy *p, enum fq_phase ph)
     fq_probes_phase(p->probes, ph);
 }
 
-/* The leader is ready while connected with both consumers in place. */
+/* Whether every partition we own has both its consumers in place (and we
+ * own one at least). */
+static bool px_consumers_ok(const fq_proxy *p)
+{
+    bool any = false;
+    for (uint32_t k = 0; k < px_parts(p) && k < PX_PARTS_MAX; k++) {
+        if (!p->part_term[k])
+            continue;
+        if (!p->consumer_ok[PX_CONS_ID(PX_CONS_SUBMIT, k)] ||
+            !p->consumer_ok[PX_CONS_ID(PX_CONS_DONE, k)])
+            return false;
+        any = true;
+    }
+    return any;
+}
+
+/* The leader is ready while connected with the consumers of every
+ * partition it owns in place. */
 static void px_phase_leader(fq_proxy *p)
 {
     px_phase(p, !p->connected ? FQ_PHASE_DISCONNECTED
-                : p->consumer_ok[PX_CONS_SUBMIT] && p->consumer_ok[PX_CONS_DONE] ? FQ_PHASE_SERVING
-                : FQ_PHASE_CONSUMERS);
+                : px_consumers_ok(p) ? FQ_PHASE_SERVING : FQ_PHASE_CONSUMERS);
 }
 
 /* Warn about a tenant whose oldest queued run has waited longer than the
@@ -1601,6 +1676,102 @@ static void px_sweep(fq_proxy *p, uint64_t now)
     }
 }
 
+/* ---- partitions owned: their consumers ----------------------------------- */
+
+/*
+ * Each partition we own has its own two pull consumers, on FAIR_SUBMIT and
+ * FAIR_DONE, filtered to it (<submit>.<k>.*, <done>.<k>.*) and named for
+ * the term we own it in, <durable>-p<k>-<term>: making them deletes the
+ * consumers of k's earlier terms, which returns what a stale owner held to
+ * ours and makes the server refuse its pulls and acks (natsio.h,
+ * fq_nio_consume_term). With P = 1 the one pair is <durable>-<term> on
+ * <submit>.* and <done>.*, as before partitions. All of them are served by
+ * natsio's one fetch thread, natsio consumer ids PX_CONS_ID(kind, k), so a
+ * delivery's partition is its consumer's id / 2, and the ledger's acks name
+ * it (fq_ledger_ackref.part).
+ */
+
+/* Partition k is ours from term: its consumers are made, filtered to it
+ * and named for term, or, ours already, named for the new term. The
+ * ownership of partitions calls it for each one gained; today the leader
+ * gains every partition at its term. FQ_EINVAL: k is past P or past what
+ * one proxy can own (PX_PARTS_MAX). */
+static fq_status px_part_gain(fq_proxy *p, uint32_t k, uint64_t term)
+{
+    if (k >= px_parts(p) || k >= PX_PARTS_MAX || !term)
+        return FQ_EINVAL;
+    int sid = PX_CONS_ID(PX_CONS_SUBMIT, k), did = PX_CONS_ID(PX_CONS_DONE, k);
+    if (p->part_term[k]) {
+        p->part_term[k] = term;
+        fq_nio_consume_term(p->nio, sid, term);
+        fq_nio_consume_term(p->nio, did, term);
+        return FQ_OK;
+    }
+    char durable[160], submit[320], done[320];
+    if (px_parts(p) > 1) {
+        snprintf(durable, sizeof durable, "%s-p%" PRIu32, p->cfg.streams.durable, k);
+        snprintf(submit, sizeof submit, "%s.%" PRIu32 ".*", p->cfg.subjects.submit, k);
+        snprintf(done, sizeof done, "%s.%" PRIu32 ".*", p->cfg.subjects.done, k);
+    } else {
+        snprintf(durable, sizeof durable, "%s", p->cfg.streams.durable);
+        snprintf(submit, sizeof submit, "%s", p->submit_filter);
+        snprintf(done, sizeof done, "%s", p->done_filter);
+    }
+    /* MaxAckPending bounds what the server hands over beyond what we hold
+     * and what we gave back (a nak with a delay keeps a run pending): past
+     * it the server sends only redeliveries, so the runs given back are
+     * bounded by it. */
+    uint64_t back = p->cfg.limits.max_buffered_runs < FQ_LEDGER_BACK_MAX
+                        ? p->cfg.limits.max_buffered_runs : FQ_LEDGER_BACK_MAX;
+    int64_t pend = (int64_t)(p->cfg.limits.max_buffered_runs + back) + PX_MAX_PUBS;
+    /* AckWait then matters only within our own term: a submit is held
+     * unacked while it is queued, so an AckWait shorter than a queue's wait
+     * only costs a redelivery that is recognised by its sequence (an hour of
+     * backlog, once an hour); what we drop without acking (out of memory)
+     * comes back within it. No longer a day: a dead proxy's runs no longer
+     * wait for it. */
+    fq_nio_consumer sc = {.stream = p->cfg.streams.submit, .durable = durable, .filter = submit,
+                          .max_ack_pending = pend, .ack_wait_ms = PX_SUBMIT_ACK_WAIT_MS,
+                          .batch = PX_FETCH_BATCH, .term = term};
+    fq_nio_consumer dc = {.stream = p->cfg.streams.done, .durable = durable, .filter = done,
+                          .max_ack_pending = PX_DONE_MAX_ACK_PENDING,
+                          .ack_wait_ms = PX_DONE_ACK_WAIT_MS, .batch = PX_FETCH_BATCH,
+                          .term = term};
+    fq_status s = fq_nio_consume(p->nio, sid, &sc);
+    if (s == FQ_OK && (s = fq_nio_consume(p->nio, did, &dc)) != FQ_OK)
+        fq_nio_consume_stop(p->nio, sid, false);
+    if (s != FQ_OK)
+        return s;
+    p->consumer_ok[sid] = p->consumer_ok[did] = false;
+    p->part_term[k] = term;
+    fq_nio_consume_pause(p->nio, sid, p->fetch_paused[PX_CONS_SUBMIT]);
+    fq_nio_consume_pause(p->nio, did, p->fetch_paused[PX_CONS_DONE]);
+    return FQ_OK;
+}
+
+/* Partition k is not ours any more: its consumers stop fetching and are
+ * deleted on the server (what they held unacked goes to k's next owner at
+ * once), and their deliveries not yet handled are dropped unanswered. The
+ * ledger lets the partition go on its own (fq_ledger_release). */
+static void px_part_lose(fq_proxy *p, uint32_t k)
+{
+    if (k >= PX_PARTS_MAX || !p->part_term[k])
+        return;
+    int sid = PX_CONS_ID(PX_CONS_SUBMIT, k), did = PX_CONS_ID(PX_CONS_DONE, k);
+    fq_nio_consume_stop(p->nio, sid, true);
+    fq_nio_consume_stop(p->nio, did, true);
+    p->part_term[k] = 0;
+    p->consumer_ok[sid] = p->consumer_ok[did] = false;
+    size_t kept = 0;
+    for (size_t i = 0; i < p->nheld_ev; i++) {
+        if (p->held_ev[i].source == sid || p->held_ev[i].source == did)
+            fq_nio_msg_drop(p->nio, p->held_ev[i].msg);
+        else
+            p->held_ev[kept++] = p->held_ev[i];
+    }
+    p->nheld_ev = kept;
+}
+
 /* ---- the leader lease: lib/leader.c, through this ---------------------- */
 
 /* We lead from term: the consumers carry it in their names. A new term
@@ -1614,8 +1785,9 @@ static void px_lease_lead(void *arg, int32_t part, uint64_t term, bool again)
     p->term = term;
     if (!p->consuming)
         return;
-    fq_nio_consume_term(p->nio, PX_CONS_SUBMIT, term);
-    fq_nio_consume_term(p->nio, PX_CONS_DONE, term);
+    for (uint32_t k = 0; k < px_parts(p) && k < PX_PARTS_MAX; k++)
+        if (p->part_term[k])
+            px_part_gain(p, k, term);
     fq_log(FQ_LOG_WARN, "leader lease taken again in a new term after it aged out",
            FQ_UINT("term", term));
 }
@@ -1734,7 +1906,7 @@ static void px_stream_specs(fq_nio_stream out[PX_NSTREAMS], const fq_proxy *p)
          .max_age_ms = c->streams.rejected_max_age_ms, .replicas = rep,
          .max_msgs_per_subject = (int64_t)c->streams.rejected_max_msgs_per_tenant,
          .max_bytes = (int64_t)c->streams.rejected_max_bytes},
-        {.name = c->streams.runs, .subject = c->subjects.runs, .retention = FQ_NIO_LIMITS,
+        {.name = c->streams.runs, .subject = p->runs_filter, .retention = FQ_NIO_LIMITS,
          .max_age_ms = px_keep_done_ms(p) + PX_JOURNAL_AGE_SLACK_MS, .replicas = rep},
     };
     memcpy(out, streams, sizeof streams);
@@ -1893,7 +2065,7 @@ static bool px_defer(fq_proxy *p, fq_nio_event *ev)
 
 static void px_on_delivery(fq_proxy *p, fq_nio_event *ev)
 {
-    if (ev->source == PX_CONS_SUBMIT)
+    if (ev->source % 2 == PX_CONS_SUBMIT)
         px_on_submit(p, ev);
     else
         px_on_done(p, ev);
@@ -1940,9 +2112,9 @@ static void px_on_event(fq_proxy *p, fq_nio_event *ev)
                FQ_INT("max_payload", p->max_payload));
         break;
     case FQ_NIO_EV_CONSUMER:
-        p->consumer_ok[ev->source == PX_CONS_DONE ? PX_CONS_DONE : PX_CONS_SUBMIT] =
-            ev->status == FQ_OK;
-        p->served |= p->consumer_ok[PX_CONS_SUBMIT] && p->consumer_ok[PX_CONS_DONE];
+        if (ev->source >= 0 && ev->source < FQ_NIO_MAX_CONSUMERS)
+            p->consumer_ok[ev->source] = ev->status == FQ_OK;
+        p->served |= px_consumers_ok(p);
         if (p->leader)
             px_phase_leader(p);
         if (ev->status != FQ_OK && px_warn_ok(p, "consumer"))
@@ -1951,8 +2123,9 @@ static void px_on_event(fq_proxy *p, fq_nio_event *ev)
                          "proxy leads, or the lease bucket was deleted: then delete that "
                          "consumer by hand); retrying"
                        : "cannot create a consumer; retrying",
-                   FQ_STR("stream", ev->source == PX_CONS_SUBMIT ? p->cfg.streams.submit
-                                                                  : p->cfg.streams.done),
+                   FQ_STR("stream", ev->source % 2 == PX_CONS_SUBMIT ? p->cfg.streams.submit
+                                                                      : p->cfg.streams.done),
+                   FQ_INT("partition", ev->source / 2),
                    FQ_UINT("term", p->term));
         break;
     case FQ_NIO_EV_KV:
@@ -1978,31 +2151,10 @@ static size_t px_drain(fq_proxy *p, int timeout_ms)
 
 static fq_status px_start_consumers(fq_proxy *p)
 {
-    /* MaxAckPending bounds what the server hands over beyond what we hold
-     * and what we gave back (a nak with a delay keeps a run pending): past
-     * it the server sends only redeliveries, so the runs given back are
-     * bounded by it. */
-    uint64_t back = p->cfg.limits.max_buffered_runs < FQ_LEDGER_BACK_MAX
-                        ? p->cfg.limits.max_buffered_runs : FQ_LEDGER_BACK_MAX;
-    int64_t pend = (int64_t)(p->cfg.limits.max_buffered_runs + back) + PX_MAX_PUBS;
-    /* Named <durable>-<term>: making them deletes every other term's, which
-     * returns what a dead or fenced leader held to these at once, and makes
-     * the server refuse that leader's pulls and acks. AckWait then matters
-     * only within our own term: a submit is held unacked while it is
-     * queued, so an AckWait shorter than a queue's wait only costs a
-     * redelivery that is recognised by its sequence (an hour of backlog,
-     * once an hour); what we drop without acking (out of memory) comes back
-     * within it. No longer a day: a dead proxy's runs no longer wait for it. */
-    fq_nio_consumer sc = {.stream = p->cfg.streams.submit, .durable = p->cfg.streams.durable,
-                          .filter = p->submit_filter, .max_ack_pending = pend,
-                          .ack_wait_ms = PX_SUBMIT_ACK_WAIT_MS, .batch = PX_FETCH_BATCH, .term = p->term};
-    fq_nio_consumer dc = {.stream = p->cfg.streams.done, .durable = p->cfg.streams.durable,
-                          .filter = p->done_filter, .max_ack_pending = PX_DONE_MAX_ACK_PENDING,
-                          .ack_wait_ms = PX_DONE_ACK_WAIT_MS, .batch = PX_FETCH_BATCH,
-                          .term = p->term};
-    fq_status s = fq_nio_consume(p->nio, PX_CONS_SUBMIT, &sc);
-    if (s == FQ_OK)
-        s = fq_nio_consume(p->nio, PX_CONS_DONE, &dc);
+    /* One proxy leads every partition, in its term. */
+    fq_status s = FQ_OK;
+    for (uint32_t k = 0; s == FQ_OK && k < px_parts(p); k++)
+        s = px_part_gain(p, k, p->term);
     p->consuming = s == FQ_OK;
     if (s == FQ_OK)
         s = fq_nio_subscribe(p->nio, PX_SUB_ADMIN, p->admin_filter, FQ_ADMIN_QUEUED,
@@ -2052,15 +2204,22 @@ static fq_status px_overrides_start(fq_proxy *p)
 
 /* Store our term's marker in the journal (an empty batch, with no
  * expectation), so that a stale leader's next batch is refused, and learn
- * the sequence our first batch expects. False if stopped first. */
+ * the sequence our first batch expects. With P > 1, every partition is
+ * adopted at our term first, and each has its marker on its own subject
+ * <runs>.<k> (lib/ledger.h, partitions). False if stopped first. */
 static bool px_journal_mark(fq_proxy *p)
 {
     static const char mark[] = "{\"v\":1,\"entries\":[]}";
+    for (uint32_t k = 0; px_parts(p) > 1 && k < px_parts(p); k++)
+        fq_ledger_adopt(p->ledger, k, p->term);     /* FQ_EEXIST: adopted already */
     while (!p->jmarked && !atomic_load(&p->stop)) {
         fq_http_heartbeat(p->http);
-        if (!p->jmark_sent && px_fresh(p)) {
-            fq_nio_out o = {.subject = p->cfg.subjects.runs, .data = mark, .len = sizeof mark - 1};
-            p->jmark_sent = px_publish(p, &o, TK_MAKE(TK_JMARK, 0)) == FQ_OK;
+        for (uint32_t k = 0; !p->jmark_sent && px_fresh(p) && k < px_parts(p); k++) {
+            char subject[320];
+            px_journal_subject(subject, sizeof subject, p, k);
+            fq_nio_out o = {.subject = subject, .data = mark, .len = sizeof mark - 1};
+            if (!p->part_marked[k] && px_publish(p, &o, TK_MAKE(TK_JMARK, k)) == FQ_OK)
+                p->jmark_sent++;
         }
         px_drain(p, PX_POLL_MS);
         fq_leader_renew(p->ld, fq_nio_mono_ms(), p->connected);
@@ -2112,8 +2271,8 @@ static bool px_become_leader(fq_proxy *p)
  * when everything settled. */
 static bool px_finish(fq_proxy *p, uint64_t t0)
 {
-    fq_nio_consume_pause(p->nio, PX_CONS_SUBMIT, true);
-    fq_nio_consume_pause(p->nio, PX_CONS_DONE, true);
+    px_pause(p, PX_CONS_SUBMIT, true);
+    px_pause(p, PX_CONS_DONE, true);
     uint64_t end = t0 + PX_STOP_PUBACK_MS, offline = 0;
     /* A lease renewal under way acks nothing: not waited for. Without the
      * lease nothing may settle: no wait. */
@@ -2219,6 +2378,7 @@ static bool px_turn(fq_proxy *p, const fq_ledger_counters *lc, int *rc)
         char restart[512], err[1024];
         px_reload(p, "signal", restart, sizeof restart, err, sizeof err);
     }
+
     fq_http_heartbeat(p->http);
     if (!fq_leader_renew(p->ld, now, p->connected) || p->fenced) {
         *rc = FQ_PROXY_EXIT_LEASE_LOST;
@@ -2256,6 +2416,11 @@ static bool px_turn(fq_proxy *p, const fq_ledger_counters *lc, int *rc)
 static void px_stopped(fq_proxy *p, const fq_ledger_counters *lc, int rc)
 {
     px_phase(p, FQ_PHASE_STOPPING);
+    /* The lease lost, every partition is: nothing more is fetched (natsio
+     * deletes nothing past the fence; the next owner's consumers delete
+     * ours). */
+    for (uint32_t k = 0; rc == FQ_PROXY_EXIT_LEASE_LOST && k < PX_PARTS_MAX; k++)
+        px_part_lose(p, k);
     uint64_t t0 = atomic_load(&p->stop_at);
     /* Unsettled means NATS does not answer: a release or a flush would
      * wait out their time for nothing. */
@@ -2337,6 +2502,7 @@ static fq_ledger_opts px_ledger_opts(fq_proxy *p)
         .max_buffered_runs = c->limits.max_buffered_runs,
         .max_buffered_bytes = c->limits.max_buffered_bytes,
         .debt_forget_ms = c->scheduler.debt_forget_ms, .max_wait_ms = c->scheduler.max_wait_ms,
+        .partitions = c->partitions,
         /* Half of max_payload: what was fetched already still fits. */
         .journal_room = p->max_payload > 0 ? (size_t)p->max_payload / 2 : 512 * 1024};
     px_ledger_shared(&lo, c);
@@ -2413,6 +2579,9 @@ static void px_create_names(fq_proxy *p, const fq_config *cfg)
     const char *tail = cfg->partitions > 1 ? "*.*" : "*";
     snprintf(p->submit_filter, sizeof p->submit_filter, "%s.%s", cfg->subjects.submit, tail);
     snprintf(p->done_filter, sizeof p->done_filter, "%s.%s", cfg->subjects.done, tail);
+    /* with partitions, each has its own journal subject <runs>.<k> */
+    snprintf(p->runs_filter, sizeof p->runs_filter, "%s%s", cfg->subjects.runs,
+             cfg->partitions > 1 ? ".*" : "");
     snprintf(p->rejected_filter, sizeof p->rejected_filter, "%s.*", cfg->subjects.rejected);
     snprintf(p->admin_filter, sizeof p->admin_filter, "%s.>", cfg->subjects.admin);
     snprintf(p->explain_filter, sizeof p->explain_filter, "%s.*", cfg->subjects.explain);
@@ -2431,6 +2600,14 @@ fq_status fq_proxy_create(fq_proxy **out, const fq_config *cfg, char *err, size_
     if (!p)
         return FQ_ENOMEM;
     px_hash_key(p->hash_key);
+    if (cfg->partitions > PX_PARTS_MAX) {
+        /* today one proxy owns every partition, two consumers each */
+        snprintf(err, errlen, "cannot build the proxy: partitions: %" PRIu32 " is more than one "
+                 "proxy can own (%d: two consumers each, FQ_NIO_MAX_CONSUMERS)",
+                 cfg->partitions, PX_PARTS_MAX);
+        free(p);
+        return FQ_EINVAL;
+    }
     fq_status s = fq_config_copy(&p->cfg, cfg);
     if (s == FQ_OK)
         s = px_create_parts(p, cfg);

@@ -7,7 +7,9 @@
  * name any partition (on this open server anyone can; the shipped
  * permissions forbid it, tests/it_lockdown.c): fairq recomputes the
  * server's partition and refuses a submit or completion whose partition
- * token is not its tenant's, with a reason, counted.
+ * token is not its tenant's, with a reason, counted. The proxy owns every
+ * partition: a consumer pair per partition, each delivery acked on the
+ * consumer it came from.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -56,6 +58,48 @@ static int teardown(void **state)
     return 0;
 }
 
+/* stream's consumers are one per partition, fairq-p<k>-<term>, filtered to
+ * <prefix>.<k>.*, all of one term, none with a delivery left unacked.
+ * (nats-server 2.9.10 counts a work-queue message acked on every consumer
+ * once any consumer of the stream acks it, measured: only naks tell a
+ * misrouted ack apart.) */
+static void assert_consumer_per_partition(pf_fixture *f, const char *stream, const char *prefix)
+{
+    jsConsumerNamesList *l = NULL;
+    assert_int_equal(js_ConsumerNames(&l, f->c.js, stream, NULL, NULL), NATS_OK);
+    assert_int_equal(l->Count, 16);
+    bool seen[16] = {false};
+    unsigned long long term0 = 0;
+    for (int i = 0; i < l->Count; i++) {
+        unsigned k = 99;
+        unsigned long long term = 0;
+        int end = 0;
+        assert_int_equal(sscanf(l->List[i], "fairq-p%u-%llu%n", &k, &term, &end), 2);
+        assert_int_equal(end, (int)strlen(l->List[i]));
+        assert_true(k < 16 && !seen[k] && term > 0);
+        assert_true(!term0 || term == term0);
+        seen[k] = true;
+        term0 = term;
+        char filter[64];
+        snprintf(filter, sizeof filter, "%s.%u.*", prefix, k);
+        jsConsumerInfo *ci = NULL;
+        int pending = -1;
+        for (long long end_ms = nt_now_ms() + 10000; pending && nt_now_ms() < end_ms;) {
+            jsConsumerInfo_Destroy(ci);
+            ci = NULL;
+            assert_int_equal(js_GetConsumerInfo(&ci, f->c.js, stream, l->List[i], NULL, NULL),
+                             NATS_OK);
+            pending = (int)ci->NumAckPending;
+            if (pending)
+                nt_sleep_ms(50);
+        }
+        assert_string_equal(ci->Config->FilterSubject, filter);
+        assert_int_equal(pending, 0);
+        jsConsumerInfo_Destroy(ci);
+    }
+    jsConsumerNamesList_Destroy(l);
+}
+
 /* The stats reply once overall.key is at least want, waiting up to 20 s. */
 static cJSON *stats_when(pf_fixture *f, const char *key, long want)
 {
@@ -79,6 +123,10 @@ static void test_partitioned_runs_served_forged_token_refused(void **state)
     assert_int_equal(pt_worker_wait_completed(f->w, 40, 20000), 0);
     pf_assert_each_dispatched_once(f, 40);
     cJSON_Delete(stats_when(f, "completions", 40));
+    /* One consumer pair per partition, every delivery acked where it came
+     * from, on natsio's one fetch thread. */
+    assert_consumer_per_partition(f, "FAIR_SUBMIT", "fair.submit");
+    assert_consumer_per_partition(f, "FAIR_DONE", "fair.done");
 
     /* acme is partition 15 of 16: a submit published on partition 3 */
     const char forged[] = "{\"run_id\":\"forged-1\"}";
