@@ -30,10 +30,9 @@ static unsigned features;
 static void bench_enqueue(fq_sched *s, fq_tenant *t, uint64_t id, uint32_t est)
 {
     static const char subs[] = "abcd";
-    if (features & FEAT_CLASS)
-        fq_sched_enqueue_class(NULL, s, t, id, (uint32_t)(id & 1), est, NULL, 0);
-    else if (features & FEAT_SUB)
-        fq_sched_enqueue_sub(NULL, s, t, &subs[id & 3], 1, id, est, NULL, 0);
+    if (features & (FEAT_CLASS | FEAT_SUB))
+        fq_sched_enqueue_sub(NULL, s, t, &subs[id & 3], features & FEAT_SUB ? 1 : 0,
+                             features & FEAT_CLASS ? (uint32_t)(id & 1) : 0, id, est, NULL, 0);
     else
         fq_sched_enqueue(NULL, s, t, id, est, NULL, 0);
 }

@@ -332,17 +332,12 @@ static fq_status cfg_caps(const cfg_ctx *v, const char *prefix, const char *weig
 
 /* max_subtenants at prefix: min (a plan's 0 is none, as the key left out;
  * an entry's would be "not set", so it starts at 1) to
- * FQ_POLICY_MAX_SUBTENANTS, not with priority classes (the scheduler has
- * one or the other). */
-static fq_status cfg_subtenants(const cfg_ctx *v, const fq_config *c, const char *prefix,
+ * FQ_POLICY_MAX_SUBTENANTS; with priority classes too, a tenant's runs are
+ * divided by class first, then among its sub-tenants within a class. */
+static fq_status cfg_subtenants(const cfg_ctx *v, const char *prefix,
                                 const char *text, uint32_t min, uint32_t *out)
 {
-    fq_status s = cfg_u32(v, prefix, "max_subtenants", text, min, FQ_POLICY_MAX_SUBTENANTS,
-                          out);
-    if (s == FQ_OK && *out && c->scheduler.classes)
-        s = cfg_fail(v, prefix, "max_subtenants", "not with scheduler.classes: a tenant's "
-                     "runs are divided by class or by sub-tenant, not both");
-    return s;
+    return cfg_u32(v, prefix, "max_subtenants", text, min, FQ_POLICY_MAX_SUBTENANTS, out);
 }
 
 /* The prices of token kinds at prefix, for a plan and a tenant entry alike. */
@@ -418,7 +413,7 @@ static fq_status cfg_plans(fq_config *c, const raw_config *r, const cfg_ctx *v)
                              &p->tokens_per_minute));
         CFG_IFOK(s, cfg_prices(v, at, rp->price_input, rp->price_output, rp->price_cached,
                                &p->prices));
-        CFG_IFOK(s, cfg_subtenants(v, c, at, rp->max_subtenants, 0, &p->max_subtenants));
+        CFG_IFOK(s, cfg_subtenants(v, at, rp->max_subtenants, 0, &p->max_subtenants));
         if (s == FQ_OK && p->burst_in_flight && p->burst_in_flight <= p->max_in_flight)
             s = cfg_fail(v, at, "burst_in_flight", "must be above max_in_flight (%u), or left "
                          "out", (unsigned)p->max_in_flight);
@@ -467,7 +462,7 @@ static fq_status cfg_tenants(fq_config *c, const raw_config *r, const cfg_ctx *v
                              &t->tokens_per_minute));
         CFG_IFOK(s, cfg_prices(v, at, rt->price_input, rt->price_output, rt->price_cached,
                                &t->prices));
-        CFG_IFOK(s, cfg_subtenants(v, c, at, rt->max_subtenants, 1, &t->max_subtenants));
+        CFG_IFOK(s, cfg_subtenants(v, at, rt->max_subtenants, 1, &t->max_subtenants));
     }
     CFG_IFOK(s, cfg_unique(v, "tenants", "id", r->tenants, r->tenants_count,
                            sizeof(raw_tenant), offsetof(raw_tenant, id)));

@@ -40,13 +40,20 @@
  *    preempted or reserved). The count of tenants with queued runs, kept
  *    anyway, decides it in O(1); the capped are listed so that the one left
  *    when the others' queues empty is found in O(1) too.
- *  - Priority classes (nclasses > 1) order runs within a tenant only: its
- *    FIFO is kept as segments, the runs back from the window, then class
- *    0's, class 1's, ..., with the last run of each class known, so a run
- *    is queued after its class's last (O(nclasses) to find the segment
- *    when its own is empty) and dispatch still takes the head, O(1). The
- *    tenant's deficit, quantum and caps are untouched: a tenant's
- *    high-class runs spend its own share, never its neighbours'.
+ *  - Priority classes (nclasses > 1) and sub-tenants (max_subtenants)
+ *    order runs within a tenant only, classes first: a tenant's runs are
+ *    kept in lanes, one per sub-tenant and class; its next run is of its
+ *    highest class with queued runs (strict) or of the class whose turn it
+ *    is by DRR at class weights (weighted, per tenant policy), and within
+ *    the class of the sub-tenant at the head of the class's DRR in tokens
+ *    (fq_codel's new and old lists: one that starts queuing goes first,
+ *    unless it was served in the round under way). Both levels grant
+ *    quanta of the largest estimate queued since the lanes were last
+ *    empty, so one grant clears any debt a run leaves: O(1) per
+ *    enqueue and dispatch, no empty visits. A sub-tenant is found in a
+ *    per-tenant index of at most max_subtenants. The tenant's deficit,
+ *    quantum and caps are untouched: its high-class runs and its users
+ *    spend its own share, never its neighbours'.
  *  - Runs come from a pool grown in chunks, so the hot path does not call
  *    malloc per run once the pool has grown to the working set.
  *  - A tenant whose dispatch failed is parked: out of the rotation until a
@@ -77,7 +84,6 @@
  */
 #include "drr.h"
 
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -127,48 +133,75 @@ struct fq_tenant {
     uint64_t rk_tokens;         /* the key it is ranked by: queued tokens then (0: idle,
                                    as every queued run is charged at least 1) */
     uint64_t rk_oldest;         /* ... and its head run's enqueue time then */
-    struct tenant_classes *cl;  /* with classes: in the same allocation, after
-                                   the tenant; NULL without */
-    struct tenant_subs *sb;     /* with sub-tenants: in the same allocation; NULL
-                                   without. The FIFO then holds only runs back
-                                   from the window; the rest are the subs' */
+    struct tenant_lanes *x;     /* with classes or sub-tenants: in the same
+                                   allocation, after the tenant; NULL without.
+                                   The FIFO then holds only runs back from the
+                                   window; the rest are in x's lanes */
     fq_strmap_node node;        /* in the tenant table, keyed by id */
     char id[FQ_TENANT_MAX + 1];
 };
 
-/* A tenant's priority classes: its FIFO holds the runs back from the
- * window, then class 0's, class 1's, ... */
-struct tenant_classes {
-    fq_run *tail[FQ_SCHED_MAX_CLASSES]; /* the last run queued in each class (not
-                                   back from the window); NULL: none */
-    uint32_t queued[FQ_SCHED_MAX_CLASSES]; /* runs queued in each */
-};
-
-/* A sub-tenant: its runs, and its place in its tenant's fair queuing. */
-typedef struct fq_sub {
+/* One sub-tenant's runs of one class, and its place in its class's DRR
+ * over the tenant's active sub-tenants (fq_codel's two lists: a lane that
+ * starts queuing goes on the new list, served before the old one, and
+ * moves to the old list's tail once it has spent its quantum). */
+typedef struct fq_lane {
     fq_run *qhead, *qtail;      /* its FIFO */
-    uint32_t queued;
-    uint32_t heap_at;           /* active: its index in the tenant's heap */
-    uint64_t start;             /* active: its head run's start tag */
-    uint64_t vfinish;           /* the end tag of its last run sent */
-    uint64_t seq;               /* activation order: ties go to the earlier */
-    struct fq_sub *inext;       /* idle and remembered: the tenant's idle FIFO */
-    struct fq_sub **ipprev;     /* ... what points to it there; NULL: not on it */
-    fq_tenant *t;
-    fq_strmap_node node;        /* in the scheduler's table, keyed by "tenant/sub" */
-    char key[FQ_TENANT_MAX + 2 + FQ_SCHED_SUB_MAX];
+    struct fq_lane *next;       /* on its class's new or old list */
+    int64_t deficit;            /* tokens it may still send in its turn */
+    uint64_t round;             /* on the old list: the class's round it is
+                                   served in; idle: 1 + the round it was
+                                   last served in (0: never), so that one
+                                   coming back in that round owes its turn */
+    uint32_t queued;            /* runs in its FIFO */
+    uint32_t on;                /* LANE_IDLE, LANE_NEW or LANE_OLD */
+} fq_lane;
+
+enum { LANE_IDLE = 0, LANE_NEW, LANE_OLD };
+
+/* A sub-tenant: a lane per class, then its name (sub_name), so that
+ * with one class what dispatch reads is one cache line. */
+typedef struct fq_sub {
+    uint32_t hash;              /* of its name, in its tenant's index */
+    uint32_t queued;            /* runs over its lanes */
+    uint8_t len;                /* bytes of its name */
+    uint8_t named;              /* 1: in the index (not the default nor the overflow) */
+    fq_lane lane[];             /* one per class (one without classes); forgotten,
+                                   lane[0].next links the free list */
 } fq_sub;
 
-/* A tenant's sub-tenants. */
-struct tenant_subs {
-    fq_sub **heap;              /* the active, least start tag at [0] */
-    uint32_t nheap;
-    size_t heap_cap;
-    uint32_t known;             /* sub-tenants in the table, overflow included */
-    uint64_t vtime;             /* start tag of the last run sent */
-    uint64_t seq;               /* activations so far */
-    fq_sub *idle, **idle_tail;  /* idle ones still remembered, oldest first */
-    fq_sub *overflow;           /* where new ones past max_subtenants go */
+/* A class of a tenant: its active lanes and its turn among the classes. */
+struct class_ring {
+    fq_lane *newh, *newt;       /* lanes that started queuing, not yet served a quantum */
+    fq_lane *oldh, *oldt;       /* the rest of the active ones, by round */
+    uint64_t round;             /* the round being served on the old list */
+    int64_t deficit;            /* weighted classes: what it may still send in its turn */
+    uint32_t queued;            /* runs of this class queued, those back from
+                                   the window included (class_max_pending) */
+    uint32_t lanes;             /* lanes on its lists */
+};
+
+/* A tenant's classes and sub-tenants. */
+struct tenant_lanes {
+    uint64_t hwm;               /* the largest estimate queued in a lane since
+                                   they were last all empty: the quantum of
+                                   both levels, so one grant clears any debt
+                                   and no visit is empty */
+    uint32_t mask;              /* classes with active lanes */
+    uint32_t cur;               /* weighted classes: the class whose turn it is */
+    uint32_t nrings;            /* classes (1 without) */
+    uint32_t known;             /* named and overflow sub-tenants remembered */
+    uint32_t active;            /* sub-tenants with runs in their lanes, the
+                                   default one (the runs naming none) included */
+    uint32_t idle;              /* known ones with none */
+    uint32_t index_cap;         /* slots of index, a power of two, at most half full */
+    fq_sub **index;             /* the named ones, open addressing by hash; NULL: none yet */
+    uint64_t scanned;           /* the sum of the rings' rounds when a search for
+                                   an idle one to forget last found none */
+    fq_sub *overflow;           /* where new ones past max_subtenants go; NULL: none now */
+    fq_sub *dflt;               /* the runs that name no sub-tenant (every run
+                                   without sub-tenants), after the rings */
+    struct class_ring ring[];   /* one per class (one without classes) */
 };
 
 /* The debtors that wake in one round, in filing order, linked by next and
@@ -188,8 +221,8 @@ struct fq_sched {
     struct heap_ent *park;      /* parked tenants, by the time they may return; heap_cap */
     uint32_t npark;
     fq_strmap *tenants;         /* tenant table, by id */
-    fq_strmap *subs;            /* sub-tenants, by "tenant/sub"; NULL without */
-    fq_sub *free_subs;          /* forgotten ones, kept for the next (by inext) */
+    uint32_t nclasses;          /* classes of a tenant's lanes: 1 without classes */
+    fq_sub *free_subs;          /* forgotten ones, kept for the next (by lane[0].next) */
     fq_window win;
     fq_run *free_runs;          /* pool free list */
     void **chunks;              /* pool chunks, freed on destroy */
@@ -235,117 +268,356 @@ static void run_free(fq_sched *s, fq_run *r)
     s->free_runs = r;
 }
 
-/* ---- sub-tenants: start-time fair queuing within a tenant ------------- */
+/* ---- classes and sub-tenants: the lanes within a tenant ----------------
+ *
+ * A tenant's runs (but those back from the window, which lead its FIFO)
+ * are kept in lanes, one per sub-tenant and class. Its next run is of the
+ * highest class with queued runs (strict), or of the class whose turn it
+ * is in DRR over its classes by class weight (weighted); within the class,
+ * of the lane at the head of the class's new list, else of its old list:
+ * DRR in tokens over the class's active sub-tenants, each granted the same
+ * quantum per turn. Both quanta are the largest estimate queued since the
+ * lanes were last empty (times the class weight), so one grant always
+ * clears a turn's debt: O(1) per dispatch, no empty visits. */
 
-/* t's next run: one back from the window first, else its sub-tenants' or
- * its FIFO's head. */
+/* The quantum of both levels within a tenant: the largest estimate queued
+ * since its lanes were last empty, so that a turn is about one run of the
+ * largest (a colleague's first run waits behind at most that of each
+ * sub-tenant ahead of it) and one grant clears what any run overdrew. */
+static uint64_t lane_quantum(const struct tenant_lanes *x)
+{
+    return x->hwm ? x->hwm : 1;
+}
+
+static bool classes_weighted(const fq_tenant *t)
+{
+    return t->pol.class_weight[0] != 0;
+}
+
+/* The first class with active lanes at or after c, cyclically; mask != 0. */
+static uint32_t class_from(uint32_t mask, uint32_t c)
+{
+    uint32_t hi = mask & (~0u << c);
+    return (uint32_t)__builtin_ctz(hi ? hi : mask);
+}
+
+/* The class t's next run is of; its lanes are not all empty. */
+static uint32_t class_pick(const fq_tenant *t)
+{
+    const struct tenant_lanes *x = t->x;
+    return classes_weighted(t) ? class_from(x->mask, x->cur)
+                               : (uint32_t)__builtin_ctz(x->mask);
+}
+
+static fq_lane *lane_pick(const struct class_ring *g)
+{
+    return g->newh ? g->newh : g->oldh;
+}
+
+/* t's next run: one back from the window first, else its lanes'. */
 static fq_run *head_run(const fq_tenant *t)
 {
-    if (t->qhead || !t->sb)
+    if (t->qhead || !t->x || !t->x->mask)
         return t->qhead;
-    return t->sb->nheap ? t->sb->heap[0]->qhead : NULL;
+    return lane_pick(&t->x->ring[class_pick(t)])->qhead;
 }
 
-static bool sub_before(const fq_sub *a, const fq_sub *b)
+static size_t sub_size(const fq_sched *s)
 {
-    return a->start < b->start || (a->start == b->start && a->seq < b->seq);
+    return sizeof(fq_sub) + s->nclasses * sizeof(fq_lane) + FQ_SCHED_SUB_MAX;
 }
 
-static void sub_put(struct tenant_subs *sb, uint32_t i, fq_sub *u)
+static char *sub_name(const struct tenant_lanes *x, fq_sub *u)
 {
-    sb->heap[i] = u;
-    u->heap_at = i;
+    return (char *)&u->lane[x->nrings];
 }
 
-static void sub_sift_up(struct tenant_subs *sb, uint32_t i)
+static fq_sub *sub_of_lane(fq_lane *l, uint32_t c)
 {
-    fq_sub *u = sb->heap[i];
-    while (i > 0 && sub_before(u, sb->heap[(i - 1) / 2])) {
-        sub_put(sb, i, sb->heap[(i - 1) / 2]);
-        i = (i - 1) / 2;
+    return (fq_sub *)(void *)((char *)(l - c) - offsetof(fq_sub, lane));
+}
+
+/* A seeded multiplicative hash: cheap on short names. A tenant's index
+ * holds at most max_subtenants, so even collisions planned by a producer
+ * cost at most that many probes, and only on its own tenant's submits. */
+static uint32_t sub_hash(const fq_sched *s, const char *k, size_t len)
+{
+    uint64_t h = (s->o.seed ^ 0x9E3779B97F4A7C15ULL) + len;
+    while (len) {
+        uint64_t w = 0;
+        size_t n = len < 8 ? len : 8;
+        memcpy(&w, k, n);
+        h = (h ^ w) * 0xBF58476D1CE4E5B9ULL;
+        h ^= h >> 31;
+        k += n;
+        len -= n;
     }
-    sub_put(sb, i, u);
+    h *= 0x94D049BB133111EBULL;
+    return (uint32_t)(h ^ (h >> 32));
 }
 
-static void sub_sift_down(struct tenant_subs *sb, uint32_t i)
+static fq_sub *index_find(const struct tenant_lanes *x, const char *k, size_t len, uint32_t h)
 {
-    fq_sub *u = sb->heap[i];
-    for (;;) {
-        uint32_t c = 2 * i + 1;
-        if (c >= sb->nheap)
-            break;
-        if (c + 1 < sb->nheap && sub_before(sb->heap[c + 1], sb->heap[c]))
-            c++;
-        if (!sub_before(sb->heap[c], u))
-            break;
-        sub_put(sb, i, sb->heap[c]);
-        i = c;
+    if (!x->index)
+        return NULL;
+    uint32_t m = x->index_cap - 1;
+    for (uint32_t i = h & m; x->index[i]; i = (i + 1) & m) {
+        fq_sub *u = x->index[i];
+        if (u->hash == h && u->len == len && memcmp(sub_name(x, u), k, len) == 0)
+            return u;
     }
-    sub_put(sb, i, u);
+    return NULL;
 }
 
-static void sub_idle_push(struct tenant_subs *sb, fq_sub *u)
+static void index_put(fq_sub **slots, uint32_t cap, fq_sub *u)
 {
-    u->inext = NULL;
-    u->ipprev = sb->idle_tail;
-    *sb->idle_tail = u;
-    sb->idle_tail = &u->inext;
+    uint32_t i = u->hash & (cap - 1);
+    while (slots[i])
+        i = (i + 1) & (cap - 1);
+    slots[i] = u;
 }
 
-static void sub_idle_remove(struct tenant_subs *sb, fq_sub *u)
+/* Room for one more named sub-tenant, the index at most half full. */
+static fq_status index_reserve(struct tenant_lanes *x)
 {
-    *u->ipprev = u->inext;
-    if (u->inext)
-        u->inext->ipprev = u->ipprev;
+    if (2 * (x->known + 1) <= x->index_cap)
+        return FQ_OK;
+    uint32_t cap = x->index_cap ? 2 * x->index_cap : 8;
+    fq_sub **slots = calloc(cap, sizeof(*slots));
+    if (!slots)
+        return FQ_ENOMEM;
+    for (uint32_t i = 0; i < x->index_cap; i++)
+        if (x->index[i])
+            index_put(slots, cap, x->index[i]);
+    free(x->index);
+    x->index = slots;
+    x->index_cap = cap;
+    return FQ_OK;
+}
+
+/* Unlink slot i's, shifting back the entries after it that probed past it. */
+static void index_remove_at(struct tenant_lanes *x, uint32_t i)
+{
+    uint32_t m = x->index_cap - 1;
+    x->index[i] = NULL;
+    for (uint32_t j = (i + 1) & m; x->index[j]; j = (j + 1) & m) {
+        uint32_t home = x->index[j]->hash & m;
+        /* it stays if its home lies cyclically in (i, j] */
+        if (((j - home) & m) < ((j - i) & m))
+            continue;
+        x->index[i] = x->index[j];
+        x->index[j] = NULL;
+        i = j;
+    }
+}
+
+/* Whether an idle sub-tenant was served in a round of one of its classes
+ * that is not over: coming back, it owes the rest of that round its turn. */
+static bool sub_owes(const struct tenant_lanes *x, const fq_sub *u)
+{
+    for (uint32_t c = 0; c < x->nrings; c++)
+        if (u->lane[c].round == x->ring[c].round + 1)
+            return true;
+    return false;
+}
+
+/* Forget an idle sub-tenant (the overflow one, or the index's at slot i):
+ * it comes back as new. */
+static void sub_forget(fq_sched *s, struct tenant_lanes *x, fq_sub *u, uint32_t i)
+{
+    if (u->named)
+        index_remove_at(x, i);
     else
-        sb->idle_tail = u->ipprev;
-    u->ipprev = NULL;
-}
-
-/* Forget an idle sub-tenant: it comes back as new, at the virtual time. */
-static void sub_forget(fq_sched *s, struct tenant_subs *sb, fq_sub *u)
-{
-    if (u->ipprev)
-        sub_idle_remove(sb, u);
-    if (sb->overflow == u)
-        sb->overflow = NULL;
-    fq_strmap_remove(s->subs, &u->node);
-    sb->known--;
-    u->inext = s->free_subs;    /* no allocation per sub-tenant coming back */
+        x->overflow = NULL;
+    x->known--;
+    x->idle--;
+    /* kept for the next: no allocation per sub-tenant coming back */
+    u->lane[0].next = s->free_subs ? &s->free_subs->lane[0] : NULL;
     s->free_subs = u;
 }
 
-static void sub_release(fq_strmap_node *n)
+/* Forget the idle sub-tenants that owe no turn (every idle one when all
+ * is false), in one pass over the index: O(max_subtenants), paid when a
+ * tenant's lanes empty or a new one finds the cap reached, and then not
+ * again until a round has passed. */
+static void sub_forget_idle(fq_sched *s, struct tenant_lanes *x, bool all)
 {
-    free(FQ_STRMAP_ENTRY(n, fq_sub, node));
+    uint64_t stamp = 0;
+    for (uint32_t c = 0; c < x->nrings; c++)
+        stamp += x->ring[c].round;
+    if (!all && x->scanned == stamp)
+        return;
+    uint32_t before = x->known;
+    if (x->overflow && !x->overflow->queued && (all || !sub_owes(x, x->overflow)))
+        sub_forget(s, x, x->overflow, 0);
+    for (uint32_t i = 0; x->idle && i < x->index_cap;) {
+        fq_sub *u = x->index[i];
+        if (u && !u->queued && (all || !sub_owes(x, u)))
+            sub_forget(s, x, u, i);     /* slot i may hold another now */
+        else
+            i++;
+    }
+    x->scanned = x->known < before ? UINT64_MAX : stamp;
+    if (!x->known) {    /* so the next pass is as short as the next working set */
+        free(x->index);
+        x->index = NULL;
+        x->index_cap = 0;
+    }
 }
 
-/* The head run r of t's first sub-tenant was sent; rest follows it. */
-static void sub_sent(fq_sched *s, fq_tenant *t, const fq_run *r, fq_run *rest)
+/* The sub-tenant of t named sub[0..len), made if new (the overflow one
+ * past max_subtenants); the default one for len 0 or without sub-tenants.
+ * NULL: no memory. */
+static fq_sub *sub_of(fq_sched *s, fq_tenant *t, const char *sub, size_t len)
 {
-    struct tenant_subs *sb = t->sb;
-    fq_sub *u = sb->heap[0];
-    u->qhead = rest;
-    if (!rest)
-        u->qtail = NULL;
-    sb->vtime = u->start;
-    u->vfinish = u->start + r->est;
-    if (--u->queued) {
-        u->start = u->vfinish;
-        sub_sift_down(sb, 0);
+    struct tenant_lanes *x = t->x;
+    uint32_t cap = t->pol.max_subtenants < s->o.max_subtenants ? t->pol.max_subtenants
+                                                                : s->o.max_subtenants;
+    if (!len || !cap)
+        return x->dflt;
+    uint32_t h = sub_hash(s, sub, len);
+    fq_sub *u = index_find(x, sub, len, h);
+    if (u)
+        return u;
+    /* at the cap, the idle ones that owe no turn make room */
+    if (x->known - (x->overflow != NULL) >= cap && x->idle)
+        sub_forget_idle(s, x, false);
+    bool over = x->known - (x->overflow != NULL) >= cap;
+    if (over && x->overflow)
+        return x->overflow;
+    if (!over && index_reserve(x) != FQ_OK)
+        return NULL;
+    if ((u = s->free_subs))
+        s->free_subs = u->lane[0].next ? sub_of_lane(u->lane[0].next, 0) : NULL;
+    else if (!(u = malloc(sub_size(s))))
+        return NULL;
+    memset(u, 0, sizeof(*u) + x->nrings * sizeof(fq_lane));
+    if (over) {
+        x->overflow = u;
     } else {
-        fq_sub *last = sb->heap[--sb->nheap];
-        if (sb->nheap) {
-            sub_put(sb, 0, last);
-            sub_sift_down(sb, 0);
-        }
-        sub_idle_push(sb, u);
+        u->named = 1;
+        u->hash = h;
+        u->len = (uint8_t)len;
+        memcpy(sub_name(x, u), sub, len);
+        index_put(x->index, x->index_cap, u);
     }
-    /* An idle one the virtual time has passed is owed nothing and owes
-     * nothing: forgotten, one a dispatch, oldest first. */
-    fq_sub *o = sb->idle;
-    if (o && o->vfinish <= sb->vtime)
-        sub_forget(s, sb, o);
+    x->known++;
+    x->idle++;          /* until its run is queued */
+    return u;
+}
+
+static void lane_push(fq_lane **h, fq_lane **tl, fq_lane *l)
+{
+    l->next = NULL;
+    if (*tl)
+        (*tl)->next = l;
+    else
+        *h = l;
+    *tl = l;
+}
+
+/* Queue r in u's lane of class c. */
+static void lane_add(struct tenant_lanes *x, fq_sub *u, uint32_t c, fq_run *r)
+{
+    struct class_ring *g = &x->ring[c];
+    fq_lane *l = &u->lane[c];
+    if (l->qtail)
+        l->qtail->next = r;
+    else
+        l->qhead = r;
+    l->qtail = r;
+    if (r->est > x->hwm)
+        x->hwm = r->est;
+    g->queued++;
+    if (u->queued++ == 0) {
+        x->active++;
+        x->idle -= u != x->dflt;
+    }
+    if (l->queued++)
+        return;
+    /* It starts queuing: on the new list, served at its class's next turn
+     * with a fresh quantum; or, served in this round already, on the old
+     * list behind the round, with what it had left of its turn. */
+    uint64_t q = lane_quantum(x);
+    if (l->round && l->round == g->round + 1) {
+        l->deficit = (l->deficit < 0 ? l->deficit : 0) + (int64_t)q;
+        l->round = g->round + 1;
+        l->on = LANE_OLD;
+        lane_push(&g->oldh, &g->oldt, l);
+    } else {
+        l->deficit = (int64_t)q;
+        l->on = LANE_NEW;
+        lane_push(&g->newh, &g->newt, l);
+    }
+    if (g->lanes++ == 0)
+        x->mask |= 1u << c;
+}
+
+/* The head run r of t's lane l of class c (its class's pick) was sent;
+ * rest follows it there. */
+static void lane_sent(fq_sched *s, fq_tenant *t, uint32_t c, fq_lane *l, const fq_run *r,
+                      fq_run *rest)
+{
+    struct tenant_lanes *x = t->x;
+    struct class_ring *g = &x->ring[c];
+    fq_sub *u = sub_of_lane(l, c);
+    uint64_t q = lane_quantum(x);
+    bool weighted = classes_weighted(t);
+    if (weighted && g->deficit <= 0) {  /* its class's turn begins */
+        uint32_t w = t->pol.class_weight[c];
+        g->deficit += (int64_t)(q * (w ? w : 1));
+        x->cur = c;
+    }
+    l->qhead = rest;
+    if (!rest)
+        l->qtail = NULL;
+    l->deficit -= r->est;
+    if (weighted)
+        g->deficit -= r->est;
+    g->queued--;
+    if (l->on == LANE_OLD && l->round > g->round)
+        g->round = l->round;    /* the old list's next round begins */
+    bool empty = --l->queued == 0;
+    if (empty || l->deficit <= 0) {     /* it leaves the head */
+        if (l->on == LANE_NEW) {
+            g->newh = l->next;
+            if (!g->newh)
+                g->newt = NULL;
+        } else {
+            g->oldh = l->next;
+            if (!g->oldh)
+                g->oldt = NULL;
+        }
+        if (empty) {
+            l->on = LANE_IDLE;
+            l->round = g->round + 1;    /* served in this round */
+        } else {                        /* its turn is spent: the next round's */
+            l->deficit += (int64_t)q;
+            l->round = g->round + 1;
+            l->on = LANE_OLD;
+            lane_push(&g->oldh, &g->oldt, l);
+        }
+    }
+    if (empty && --g->lanes == 0) {
+        /* The round goes on: one served in it that comes back still owes
+         * the rest of it to those that start queuing meanwhile. */
+        x->mask &= ~(1u << c);
+        g->deficit = 0;
+        if (!x->mask)
+            x->hwm = 0;
+    }
+    if (weighted && x->mask && (!(x->mask & (1u << c)) || g->deficit <= 0))
+        x->cur = class_from(x->mask, c + 1 < s->nclasses ? c + 1 : 0);
+    if (--u->queued == 0) {
+        x->active--;
+        x->idle += u != x->dflt;
+    }
+    /* With its lanes empty the idle that owe no turn are forgotten. While
+     * some lane has runs they are kept (up to the cap, where those that
+     * owe nothing make room for new ones), so that users coming and going
+     * cost no allocation and no search. */
+    if (!x->mask && x->idle)
+        sub_forget_idle(s, x, false);
 }
 
 /* ---- debt heap: debtors beyond the wheel, keyed by their wake round ----- */
@@ -633,7 +905,7 @@ static void wake(fq_sched *s, fq_tenant *t, uint64_t r)
     s->wakeups++;
     /* Its head run is sent when it reaches the head of the list; with many
      * tenants that run has long left the cache, so start loading it now. */
-    __builtin_prefetch(t->qhead);
+    __builtin_prefetch(t->qhead ? (void *)t->qhead : (void *)t->x);
     active_push(s, t, r);
 }
 
@@ -822,8 +1094,12 @@ static fq_tenant *tenant_of(fq_strmap_node *n)
 static void tenant_free(fq_strmap_node *n)
 {
     fq_tenant *t = tenant_of(n);
-    if (t->sb)
-        free(t->sb->heap);
+    if (t->x) {
+        for (uint32_t i = 0; i < t->x->index_cap; i++)
+            free(t->x->index[i]);
+        free(t->x->overflow);
+        free(t->x->index);
+    }
     free(t);
 }
 
@@ -927,8 +1203,7 @@ fq_tenant *fq_sched_rank_next(fq_sched *s, const fq_tenant *t)
 static int opts_valid(const fq_sched_opts *o)
 {
     return o && o->quantum >= 1 && o->quantum <= FQ_SCHED_MAX_QUANTUM &&
-           o->max_est_tokens >= 1 && o->nclasses <= FQ_SCHED_MAX_CLASSES &&
-           !(o->nclasses > 1 && o->max_subtenants);
+           o->max_est_tokens >= 1 && o->nclasses <= FQ_SCHED_MAX_CLASSES;
 }
 
 fq_status fq_sched_create(fq_sched **out, const fq_sched_opts *o)
@@ -945,15 +1220,13 @@ fq_status fq_sched_create(fq_sched **out, const fq_sched_opts *o)
     if (fq_strmap_create(&s->tenants, FQ_STRMAP_KEY_OFFSET(fq_tenant, node, id),
                          FQ_TENANT_MIN_BUCKETS, o->seed) != FQ_OK || !s->heap || !s->park ||
         fq_window_init(&s->win, o->max_in_flight, o->max_in_flight_tokens,
-                       o->run_timeout, o->max_expired) != FQ_OK ||
-        (o->max_subtenants &&
-         fq_strmap_create(&s->subs, FQ_STRMAP_KEY_OFFSET(fq_sub, node, key),
-                          FQ_TENANT_MIN_BUCKETS, o->seed) != FQ_OK)) {
+                       o->run_timeout, o->max_expired) != FQ_OK) {
         fq_sched_destroy(s);
         return FQ_ENOMEM;
     }
     fq_window_set_keep(&s->win, o->expired_keep);
     s->heap_cap = FQ_TENANT_MIN_BUCKETS;
+    s->nclasses = o->nclasses > 1 ? o->nclasses : 1;
     fq_rank_init(&s->rank, rank_cmp, o->seed);
     *out = s;
     return FQ_OK;
@@ -963,10 +1236,8 @@ void fq_sched_destroy(fq_sched *s)
 {
     if (!s)
         return;
-    if (s->subs)
-        fq_strmap_destroy(s->subs, sub_release);
     for (fq_sub *u = s->free_subs, *next; u; u = next) {
-        next = u->inext;
+        next = u->lane[0].next ? sub_of_lane(u->lane[0].next, 0) : NULL;
         free(u);
     }
     fq_strmap_destroy(s->tenants, tenant_free);
@@ -1023,7 +1294,12 @@ fq_status fq_sched_set_opts(fq_sched *s, const fq_sched_opts *o)
 
 static int policy_valid(const fq_tenant_policy *p)
 {
-    return p && p->weight >= 1 && p->weight <= FQ_SCHED_MAX_WEIGHT;
+    if (!p || p->weight < 1 || p->weight > FQ_SCHED_MAX_WEIGHT)
+        return 0;
+    for (int c = 0; c < FQ_SCHED_MAX_CLASSES; c++)
+        if (p->class_weight[c] > FQ_SCHED_MAX_CLASS_WEIGHT)
+            return 0;
+    return 1;
 }
 
 fq_tenant *fq_sched_find(fq_sched *s, const char *id, size_t len)
@@ -1045,16 +1321,16 @@ fq_status fq_sched_tenant(fq_tenant **out, fq_sched *s, const char *id, size_t l
     }
     if (!policy_valid(p))
         return FQ_EINVAL;
-    bool classes = s->o.nclasses > 1;
-    size_t extra = classes ? sizeof(struct tenant_classes)
-                   : s->subs ? sizeof(struct tenant_subs) : 0;
-    if (tenant_reserve(s) != FQ_OK || !(t = calloc(1, sizeof(*t) + extra)))
+    bool lanes = s->o.nclasses > 1 || s->o.max_subtenants;
+    size_t rings = sizeof(struct tenant_lanes) + s->nclasses * sizeof(struct class_ring);
+    if (tenant_reserve(s) != FQ_OK ||
+        !(t = calloc(1, sizeof(*t) + (lanes ? rings + sizeof(fq_sub) +
+                                       s->nclasses * sizeof(fq_lane) : 0))))
         return FQ_ENOMEM;
-    if (classes)
-        t->cl = (struct tenant_classes *)(t + 1);
-    else if (s->subs) {
-        t->sb = (struct tenant_subs *)(t + 1);
-        t->sb->idle_tail = &t->sb->idle;
+    if (lanes) {
+        t->x = (struct tenant_lanes *)(t + 1);
+        t->x->nrings = s->nclasses;
+        t->x->dflt = (fq_sub *)(void *)((char *)t->x + rings);
     }
     memcpy(t->id, id, len);
     t->pol = *p;
@@ -1098,8 +1374,8 @@ fq_status fq_sched_tenant_remove(fq_sched *s, fq_tenant *t)
         rank_unmark(s, t);
     if (t->rank.size)
         fq_rank_remove(&s->rank, &t->rank);
-    while (t->sb && t->sb->idle)
-        sub_forget(s, t->sb, t->sb->idle);
+    if (t->x && t->x->idle)
+        sub_forget_idle(s, t->x, true);
     fq_strmap_remove(s->tenants, &t->node);
     tenant_free(&t->node);
     return FQ_OK;
@@ -1123,11 +1399,11 @@ void fq_tenant_info_get(const fq_tenant *t, fq_tenant_info *out)
         .expired = t->expired,
     };
     out->rate_until = rate_until(t);
-    if (t->cl)
-        memcpy(out->class_queued, t->cl->queued, sizeof out->class_queued);
-    if (t->sb) {
-        out->subtenants = t->sb->known;
-        out->active_subtenants = t->sb->nheap;
+    if (t->x) {
+        for (uint32_t c = 0; t->x->nrings > 1 && c < t->x->nrings; c++)
+            out->class_queued[c] = t->x->ring[c].queued;
+        out->subtenants = t->x->known;
+        out->active_subtenants = t->x->active;
     }
 }
 
@@ -1171,51 +1447,56 @@ static uint32_t charge_of(const fq_sched *s, uint32_t est)
 fq_status fq_sched_enqueue(fq_run **out, fq_sched *s, fq_tenant *t, uint64_t id,
                            uint32_t est, void *handle, uint64_t now)
 {
-    return fq_sched_enqueue_class(out, s, t, id, s->o.nclasses > 1 ? s->o.nclasses - 1 : 0,
-                                  est, handle, now);
+    return fq_sched_enqueue_sub(out, s, t, "", 0, s->nclasses - 1, id, est, handle, now);
 }
 
 fq_status fq_sched_enqueue_class(fq_run **out, fq_sched *s, fq_tenant *t, uint64_t id,
                                  uint32_t cls, uint32_t est, void *handle, uint64_t now)
 {
-    bool classes = s->o.nclasses > 1;
-    if (t->sb && (t->pol.max_subtenants || t->sb->nheap))
-        return cls ? FQ_EINVAL : fq_sched_enqueue_sub(out, s, t, "", 0, id, est, handle, now);
+    return fq_sched_enqueue_sub(out, s, t, "", 0, cls, id, est, handle, now);
+}
+
+fq_status fq_sched_enqueue_sub(fq_run **out, fq_sched *s, fq_tenant *t, const char *sub,
+                               size_t len, uint32_t cls, uint64_t id, uint32_t est,
+                               void *handle, uint64_t now)
+{
     if (out)
         *out = NULL;
-    if (cls >= (classes ? s->o.nclasses : 1))
+    if (cls >= s->nclasses)
         return FQ_EINVAL;
+    if (s->o.max_subtenants && t->pol.max_subtenants) {
+        if (len > FQ_SCHED_SUB_MAX)
+            return FQ_EINVAL;
+        for (size_t i = 0; i < len; i++)
+            if (sub[i] < 0x21 || sub[i] > 0x7e)
+                return FQ_EINVAL;
+    }
     if (t->pol.max_pending && t->queued >= t->pol.max_pending)
         return FQ_EFULL;
-    if (classes && s->o.class_max_pending[cls] &&
-        t->cl->queued[cls] >= s->o.class_max_pending[cls])
+    struct tenant_lanes *x = t->x;
+    if (s->o.nclasses > 1 && s->o.class_max_pending[cls] &&
+        x->ring[cls].queued >= s->o.class_max_pending[cls])
         return FQ_EFULL;
-    fq_run *r = run_alloc(s);
+    /* In lanes with classes, a cap of sub-tenants, or runs there still;
+     * else the tenant's FIFO, exactly as without either. */
+    bool lanes = x && (s->nclasses > 1 || (s->o.max_subtenants && t->pol.max_subtenants) ||
+                       x->mask);
+    fq_sub *u = lanes ? sub_of(s, t, sub, len) : NULL;
+    fq_run *r = !lanes || u ? run_alloc(s) : NULL;
     if (!r)
-        return FQ_ENOMEM;
+        return FQ_ENOMEM;       /* a sub-tenant made for it stays idle: forgotten in turn */
     *r = (fq_run){.tenant = t, .handle = handle, .id = id, .t = now,
                   .est = charge_of(s, est), .state = FQ_RUN_QUEUED, .cls = (uint16_t)cls};
-    if (!classes) {
+    if (lanes) {
+        lane_add(x, u, cls, r);
+    } else {
         if (t->qtail)
             t->qtail->next = r;
         else
             t->qhead = r;
         t->qtail = r;
-    } else {
-        /* After the last run of its class, or of the nearest higher class
-         * queued, or of the runs back from the window; else first. */
-        fq_run *after = NULL;
-        for (uint32_t c = cls + 1; c-- > 0 && !after;)
-            after = t->cl->tail[c];
-        if (!after && t->requeued)
-            after = t->rq_last;
-        fq_run **at = after ? &after->next : &t->qhead;
-        r->next = *at;
-        *at = r;
-        if (!r->next)
-            t->qtail = r;
-        t->cl->tail[cls] = r;
-        t->cl->queued[cls]++;
+        if (x)
+            x->ring[cls].queued++;
     }
     queue_add_tokens(s, t, +1, r->est);
     if (t->state == FQ_T_IDLE)
@@ -1225,108 +1506,12 @@ fq_status fq_sched_enqueue_class(fq_run **out, fq_sched *s, fq_tenant *t, uint64
     return FQ_OK;
 }
 
-/* The sub-tenant of t named sub[0..len), made if new (the overflow one
- * past max_subtenants); NULL: no memory. */
-static fq_sub *sub_of(fq_sched *s, fq_tenant *t, const char *sub, size_t len)
+static void sub_info_of(fq_sub_info *out, const struct tenant_lanes *x, fq_sub *u)
 {
-    struct tenant_subs *sb = t->sb;
-    char key[FQ_TENANT_MAX + 2 + FQ_SCHED_SUB_MAX];
-    size_t tl = strlen(t->id);
-    memcpy(key, t->id, tl);
-    key[tl] = '/';
-    memcpy(key + tl + 1, sub, len);
-    key[tl + 1 + len] = '\0';
-    uint32_t h = fq_strmap_hash(s->subs, key, tl + 1 + len);
-    fq_strmap_node *n = fq_strmap_find_hashed(s->subs, key, tl + 1 + len, h);
-    if (n)
-        return FQ_STRMAP_ENTRY(n, fq_sub, node);
-    uint32_t cap = t->pol.max_subtenants < s->o.max_subtenants ? t->pol.max_subtenants
-                                                                : s->o.max_subtenants;
-    bool over = sb->known - (sb->overflow != NULL) >= cap;
-    if (over) {
-        if (sb->overflow)
-            return sb->overflow;
-        /* a name no producer's can be: they are printable */
-        key[tl] = '\x1f';
-        key[tl + 1] = '\0';
-        len = 0;
-        h = fq_strmap_hash(s->subs, key, tl + 1);
-    }
-    fq_sub *u = s->free_subs;
-    if (u)
-        s->free_subs = u->inext;
-    else if (!(u = malloc(sizeof(*u))))
-        return NULL;
-    if (fq_strmap_reserve(s->subs) != FQ_OK) {
-        u->inext = s->free_subs;
-        s->free_subs = u;
-        return NULL;
-    }
-    memset(u, 0, offsetof(fq_sub, key));
-    memcpy(u->key, key, tl + 2 + len);
-    u->t = t;
-    fq_strmap_insert_hashed(s->subs, &u->node, tl + 1 + len, h);
-    sb->known++;
-    if (over)
-        sb->overflow = u;
-    return u;
-}
-
-fq_status fq_sched_enqueue_sub(fq_run **out, fq_sched *s, fq_tenant *t, const char *sub,
-                               size_t len, uint64_t id, uint32_t est, void *handle,
-                               uint64_t now)
-{
-    if (!t->sb || (!t->pol.max_subtenants && !t->sb->nheap))
-        return fq_sched_enqueue(out, s, t, id, est, handle, now);  /* its FIFO */
-    if (out)
-        *out = NULL;
-    if (len > FQ_SCHED_SUB_MAX)
-        return FQ_EINVAL;
-    for (size_t i = 0; i < len; i++)
-        if (sub[i] < 0x21 || sub[i] > 0x7e)
-            return FQ_EINVAL;
-    if (t->pol.max_pending && t->queued >= t->pol.max_pending)
-        return FQ_EFULL;
-    struct tenant_subs *sb = t->sb;
-    if (sb->nheap == sb->heap_cap &&
-        fq_grow(&sb->heap, &sb->heap_cap, sb->nheap + 1, sizeof(*sb->heap)) != FQ_OK)
-        return FQ_ENOMEM;
-    fq_sub *u = sub_of(s, t, sub, len);
-    fq_run *r = u ? run_alloc(s) : NULL;
-    if (!r) {
-        if (u && !u->queued && !u->ipprev)
-            sub_idle_push(sb, u);   /* forgotten in turn */
-        return FQ_ENOMEM;
-    }
-    *r = (fq_run){.tenant = t, .handle = handle, .id = id, .t = now,
-                  .est = charge_of(s, est), .state = FQ_RUN_QUEUED};
-    if (u->qtail)
-        u->qtail->next = r;
-    else
-        u->qhead = r;
-    u->qtail = r;
-    if (u->queued++ == 0) {
-        if (u->ipprev)
-            sub_idle_remove(sb, u);
-        u->start = u->vfinish > sb->vtime ? u->vfinish : sb->vtime;
-        u->seq = sb->seq++;
-        sb->nheap++;
-        sub_put(sb, sb->nheap - 1, u);
-        sub_sift_up(sb, sb->nheap - 1);
-    }
-    queue_add_tokens(s, t, +1, r->est);
-    if (t->state == FQ_T_IDLE)
-        schedule(s, t, join_round(s));
-    if (out)
-        *out = r;
-    return FQ_OK;
-}
-
-static void sub_info_of(fq_sub_info *out, const fq_tenant *t, const fq_sub *u)
-{
-    size_t tl = strlen(t->id);
-    out->overflow = u->key[tl] != '/';
-    snprintf(out->name, sizeof out->name, "%s", out->overflow ? "" : u->key + tl + 1);
+    memset(out, 0, sizeof *out);
+    out->overflow = u == x->overflow;
+    if (u->named)
+        memcpy(out->name, sub_name(x, u), u->len);
     out->queued = u->queued;
 }
 
@@ -1334,36 +1519,40 @@ fq_status fq_sched_sub_info(fq_sub_info *out, const fq_sched *s, const fq_tenant
                             const char *sub, size_t len)
 {
     memset(out, 0, sizeof *out);
-    if (!t->sb || len > FQ_SCHED_SUB_MAX)
+    struct tenant_lanes *x = t->x;
+    if (!x || !s->o.max_subtenants || len > FQ_SCHED_SUB_MAX)
         return FQ_ENOTFOUND;
-    char key[FQ_TENANT_MAX + 2 + FQ_SCHED_SUB_MAX];
-    size_t tl = strlen(t->id);
-    memcpy(key, t->id, tl);
-    key[tl] = '/';
-    memcpy(key + tl + 1, sub, len);
-    fq_strmap_node *n = fq_strmap_find(s->subs, key, tl + 1 + len);
-    const fq_sub *u = n ? FQ_STRMAP_ENTRY(n, fq_sub, node) : t->sb->overflow;
-    if (!u)
+    fq_sub *u = len ? index_find(x, sub, len, sub_hash(s, sub, len)) : x->dflt;
+    if (!u && !(u = x->overflow))
         return FQ_ENOTFOUND;
-    sub_info_of(out, t, u);
+    sub_info_of(out, x, u);
     return FQ_OK;
+}
+
+/* Put u in out[0..*k) of at most n, by queued runs, most first. */
+static void sub_top_add(fq_sub_info *out, size_t n, size_t *k, const struct tenant_lanes *x,
+                        fq_sub *u)
+{
+    if (!u || !u->queued || (*k == n && u->queued <= out[*k - 1].queued))
+        return;
+    size_t at = *k < n ? (*k)++ : *k - 1;   /* the last, or the one pushed out */
+    while (at > 0 && out[at - 1].queued < u->queued) {
+        out[at] = out[at - 1];
+        at--;
+    }
+    sub_info_of(&out[at], x, u);
 }
 
 size_t fq_sched_sub_top(fq_sub_info *out, size_t n, const fq_sched *s, const fq_tenant *t)
 {
-    (void)s;
     size_t k = 0;
-    for (uint32_t i = 0; t->sb && n && i < t->sb->nheap; i++) {
-        const fq_sub *u = t->sb->heap[i];
-        if (k == n && u->queued <= out[k - 1].queued)
-            continue;
-        size_t at = k < n ? k++ : k - 1;   /* the last, or the one pushed out */
-        while (at > 0 && out[at - 1].queued < u->queued) {
-            out[at] = out[at - 1];
-            at--;
-        }
-        sub_info_of(&out[at], t, u);
-    }
+    struct tenant_lanes *x = t->x;
+    if (!x || !n || !s->o.max_subtenants)
+        return 0;
+    sub_top_add(out, n, &k, x, x->dflt);
+    sub_top_add(out, n, &k, x, x->overflow);
+    for (uint32_t i = 0; i < x->index_cap; i++)
+        sub_top_add(out, n, &k, x, x->index[i]);
     return k;
 }
 
@@ -1424,20 +1613,18 @@ static void unpark(fq_sched *s, uint64_t now)
  * before anything relinked it. */
 static void dequeue_head(fq_sched *s, fq_tenant *t, const fq_run *r, fq_run *rest)
 {
-    if (r != t->qhead) {        /* a sub-tenant's */
-        sub_sent(s, t, r, rest);
+    if (r != t->qhead) {        /* its lanes' */
+        uint32_t c = class_pick(t);
+        lane_sent(s, t, c, lane_pick(&t->x->ring[c]), r, rest);
     } else {
         t->qhead = rest;
         if (!t->qhead)
             t->qtail = NULL;
+        if (t->x)
+            t->x->ring[r->cls].queued--;
+        if (t->requeued && !--t->requeued)
+            t->rq_last = NULL;
     }
-    if (t->cl) {
-        t->cl->queued[r->cls]--;
-        if (t->cl->tail[r->cls] == r)
-            t->cl->tail[r->cls] = NULL;
-    }
-    if (t->requeued && !--t->requeued)
-        t->rq_last = NULL;
     queue_add_tokens(s, t, -1, r->est);
 }
 
@@ -1817,8 +2004,8 @@ fq_status fq_sched_requeue(fq_sched *s, uint64_t id)
     if (!t->rq_last || requeue_before(t->rq_last, r))
         t->rq_last = r;
     t->requeued++;
-    if (t->cl)
-        t->cl->queued[r->cls]++;
+    if (t->x)
+        t->x->ring[r->cls].queued++;
     queue_add_tokens(s, t, +1, r->est);
     if (t->state == FQ_T_IDLE)
         schedule(s, t, join_round(s));

@@ -12,6 +12,11 @@
 typedef struct fq_sched fq_sched;
 typedef struct fq_tenant fq_tenant;
 
+/* Priority classes within a tenant, at most. */
+#define FQ_SCHED_MAX_CLASSES 4
+/* The largest weight of a class within its tenant. */
+#define FQ_SCHED_MAX_CLASS_WEIGHT 1000u
+
 /* A tenant's policy as the scheduler applies it (lib/policy resolves it
  * from plans and overrides). */
 typedef struct fq_tenant_policy {
@@ -26,14 +31,17 @@ typedef struct fq_tenant_policy {
     uint32_t max_subtenants;    /* sub-tenants its runs are shared among, at
                                    most the scheduler's max_subtenants; 0 =
                                    none: its runs one FIFO, names ignored */
+    uint16_t class_weight[FQ_SCHED_MAX_CLASSES]; /* with classes: [0] 0 =
+                                   strict priority; else DRR in tokens over
+                                   the tenant's classes, class c's quantum
+                                   times class_weight[c] (at most
+                                   FQ_SCHED_MAX_CLASS_WEIGHT; 0 as 1) */
 } fq_tenant_policy;
 
 /* Limits that keep quantum x weight, and so every deficit, far from
  * int64 overflow (their product is at most 10^15). */
 #define FQ_SCHED_MAX_WEIGHT 1000000u
 #define FQ_SCHED_MAX_QUANTUM 1000000000u
-/* Priority classes within a tenant, at most. */
-#define FQ_SCHED_MAX_CLASSES 4
 
 typedef struct fq_sched_opts {
     uint32_t quantum;           /* base quantum in tokens; 1..FQ_SCHED_MAX_QUANTUM */
@@ -47,13 +55,14 @@ typedef struct fq_sched_opts {
     uint64_t minute;            /* the caller's time units in a minute, for
                                    token rates; 0: 60,000 (milliseconds) */
     uint32_t max_subtenants;    /* sub-tenants a tenant's runs are shared fairly
-                                   among (start-time fair queuing in tokens),
+                                   among (DRR in tokens, within each class),
                                    at most, whatever its policy says; past its
                                    cap, new ones share one; 0: none (read at
-                                   create only; not with nclasses) */
+                                   create only) */
     uint32_t nclasses;          /* priority classes within a tenant, 0 or 1:
                                    none; read at create only (the order of
-                                   queued runs depends on it) */
+                                   queued runs depends on it); with
+                                   max_subtenants too, classes first */
     uint32_t class_max_pending[FQ_SCHED_MAX_CLASSES]; /* queued runs of a tenant
                                    in each class; 0 = none (the tenant's
                                    max_pending still applies to all) */
@@ -164,41 +173,44 @@ void fq_tenant_info_get(const fq_tenant *t, fq_tenant_info *out);
 fq_status fq_sched_enqueue(fq_run **out, fq_sched *s, fq_tenant *t, uint64_t id,
                            uint32_t est, void *handle, uint64_t now);
 
-/* The same, in priority class cls (0: the highest; < nclasses): within its
- * tenant the run goes after the tenant's queued runs of classes 0..cls and
- * before those of lower classes, so a tenant's next run is the oldest of its
- * highest class queued (strict priority; runs back from the window by
- * fq_sched_requeue still lead). Across tenants nothing changes: a run of any
- * class spends its tenant's deficit. O(nclasses) at most. FQ_EINVAL: cls out
- * of range; FQ_EFULL: the tenant has max_pending queued, or
- * class_max_pending[cls] of that class. fq_sched_enqueue queues in class
- * nclasses - 1 (the lowest), or 0 without classes. */
-fq_status fq_sched_enqueue_class(fq_run **out, fq_sched *s, fq_tenant *t, uint64_t id,
-                                 uint32_t cls, uint32_t est, void *handle, uint64_t now);
-
+/* The same, in priority class cls (0: the highest; < nclasses), as a run
+ * of t's sub-tenant sub[0..len) (len 0: the tenant's runs that name none,
+ * one sub-tenant of their own; sub is ignored without sub-tenants). Within
+ * its tenant a run leaves after the runs back from the window
+ * (fq_sched_requeue), then:
+ *  - by class: the highest class with queued runs goes first (strict, the
+ *    tenant policy's class_weight[0] 0), or the classes take turns by DRR
+ *    in tokens at their class weights (weighted);
+ *  - within the class, by sub-tenant: DRR in estimated tokens over the
+ *    class's active sub-tenants, each granted the same quantum a turn (the
+ *    largest estimate queued in the tenant since its lanes were last
+ *    empty; a class's turn is that times its weight), and one that starts
+ *    queuing is served at its class's next turn, before those that have
+ *    had a turn (fq_codel's new list), unless it was served in the current
+ *    round already; within one sub-tenant and class, in submit order.
+ * So an interactive run of any of a tenant's users leaves before that
+ * tenant's batch runs, and one user's flood delays a colleague's first run
+ * by at most one run (one quantum) of each sub-tenant ahead of it. Across
+ * tenants nothing changes: a run of any class or sub-tenant spends its
+ * tenant's deficit, so classes and sub-tenants divide its share, never
+ * enlarge it.
+ * A tenant knows at most max_subtenants sub-tenants, the lower of the
+ * scheduler's and its policy's, read at each enqueue (active, or idle
+ * while the tenant has runs queued or while it owes a turn); runs of new ones past that share one
+ * overflow sub-tenant. With either max_subtenants 0 the name is ignored:
+ * the run is the tenant's that name none (runs of sub-tenants known
+ * before its cap was lowered to 0 keep their place and leave in turn).
+ * O(1) per enqueue and dispatch: the sub-tenant is found in a per-tenant
+ * index of at most max_subtenants.
+ * FQ_EINVAL: cls out of range, or (with sub-tenants) a name longer than
+ * FQ_SCHED_SUB_MAX or with a byte outside 0x21..0x7e; FQ_EFULL: the tenant
+ * has max_pending queued, or class_max_pending[cls] of that class; nothing
+ * is added. */
+fq_status fq_sched_enqueue_sub(fq_run **out, fq_sched *s, fq_tenant *t, const char *sub,
+                               size_t len, uint32_t cls, uint64_t id, uint32_t est,
+                               void *handle, uint64_t now);
 /* Sub-tenants (max_subtenants > 0). The longest name of one. */
 #define FQ_SCHED_SUB_MAX 64
-/* The same, as a run of t's sub-tenant sub[0..len) (len 0: the tenant's
- * runs that name none, one sub-tenant of their own). Among a tenant's
- * active sub-tenants its runs are shared by start-time fair queuing in
- * estimated tokens: a sub-tenant's next run is tagged with the later of the
- * tenant's virtual time and the end of its previous run, and the least tag
- * goes, so a sub-tenant that starts queuing is served at the tenant's next
- * turn whatever another has queued. It divides the tenant's share, never
- * enlarges it: the tenant's deficit, quantum and caps are charged as
- * without sub-tenants. A tenant knows at most max_subtenants (active, or
- * idle and still owed or owing); runs of new ones past that share one
- * overflow sub-tenant. O(log active sub-tenants) per enqueue and dispatch.
- * The cap is the lower of the scheduler's max_subtenants and the tenant
- * policy's, read at each enqueue: a lower one takes new sub-tenants to the
- * overflow one, and known ones keep their place until forgotten. Without
- * sub-tenants (either max_subtenants 0) the sub-tenant is ignored and the
- * run joins the tenant's FIFO, unless runs of its sub-tenants are still
- * queued (its cap was lowered to 0): then it joins its sub-tenant if known,
- * else the overflow one, until they have left. */
-fq_status fq_sched_enqueue_sub(fq_run **out, fq_sched *s, fq_tenant *t, const char *sub,
-                               size_t len, uint64_t id, uint32_t est, void *handle,
-                               uint64_t now);
 
 /* A sub-tenant as stats and explain show it. */
 typedef struct fq_sub_info {
@@ -208,14 +220,20 @@ typedef struct fq_sub_info {
 } fq_sub_info;
 
 /* The sub-tenant of t that runs naming sub[0..len) join now: the one so
- * named, else the overflow one where new ones go there. FQ_ENOTFOUND if it
- * has none (not known, or t has no sub-tenants). O(1). */
+ * named (len 0: the runs that name none), else the overflow one where new
+ * ones go there. FQ_ENOTFOUND if it has none (not known, or t has no
+ * sub-tenants). O(1). */
 fq_status fq_sched_sub_info(fq_sub_info *out, const fq_sched *s, const fq_tenant *t,
                             const char *sub, size_t len);
 /* Up to n of t's sub-tenants with queued runs, those with the most first
- * (ties in no set order); returns how many. O(active sub-tenants x n):
- * for an admin request about one tenant, not a hot path. */
+ * (ties in no set order); returns how many. O(max_subtenants x n): for an
+ * admin request about one tenant, not a hot path. */
 size_t fq_sched_sub_top(fq_sub_info *out, size_t n, const fq_sched *s, const fq_tenant *t);
+
+/* fq_sched_enqueue_sub with no sub-tenant. fq_sched_enqueue queues in
+ * class nclasses - 1 (the lowest), or 0 without classes. */
+fq_status fq_sched_enqueue_class(fq_run **out, fq_sched *s, fq_tenant *t, uint64_t id,
+                                 uint32_t cls, uint32_t est, void *handle, uint64_t now);
 
 /* Pick the next run by DRR and move it into the in-flight window with a
  * lease until now + run_timeout. NULL if nothing is queued, the window is

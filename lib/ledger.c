@@ -1793,6 +1793,7 @@ static bool lg_judge_seen(lg_verdict *v, const fq_ledger *l, const fq_ledger_sub
 static bool lg_judge_class(lg_verdict *v, const fq_ledger *l, const fq_submit *sub)
 {
     const fq_classes *cl = &l->o.classes;
+    v->cls = 0;         /* the one class there is without classes */
     if (!cl->n)
         return false;
     int c = (int)cl->n - 1;
@@ -1919,11 +1920,10 @@ static void lg_enqueue(fq_ledger *l, lg_verdict *v, fq_ledger_tenant *lt,
                       .state = LG_QUEUED};
     if (!x || !lg_seq_add(l, x))
         st = FQ_ENOMEM;
-    else if (l->o.classes.n)
-        st = fq_sched_enqueue_class(NULL, l->o.sched, lt->t, seq, v->cls, v->est, x, l->now);
-    else    /* its tenant's share divided among its sub-tenants, if it has any */
+    else    /* its tenant's share divided by class, then among its
+               sub-tenants, if it has any */
         st = fq_sched_enqueue_sub(NULL, l->o.sched, lt->t, s->sub->subtenant,
-                                  strlen(s->sub->subtenant), seq, v->est, x, l->now);
+                                  strlen(s->sub->subtenant), v->cls, seq, v->est, x, l->now);
     if (st == FQ_OK) {
         v->x = x;
         return;

@@ -228,6 +228,10 @@ fq_status fq_policy_resolve(fq_policy_resolved *out, const fq_policy *p,
                                          plan->tokens_per_minute);
     out->p.max_subtenants = pol_first(ov ? ov->max_subtenants : 0,
                                       te ? te->max_subtenants : 0, plan->max_subtenants);
+    const fq_class_weights *cw = ov && ov->class_weights.set ? &ov->class_weights
+                               : te && te->class_weights.set ? &te->class_weights
+                                                             : &plan->class_weights;
+    memcpy(out->p.class_weight, cw->w, sizeof out->p.class_weight);
     out->prices.input = pol_first(ov ? ov->prices.input : 0, te ? te->prices.input : 0,
                                   plan->prices.input ? plan->prices.input : 1);
     out->prices.output = pol_first(ov ? ov->prices.output : 0, te ? te->prices.output : 0,

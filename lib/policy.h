@@ -48,6 +48,15 @@ fq_status fq_classes_parse(fq_classes *out, const char *text);
 /* The index of the class named name[0..len), or -1 if none is so named. */
 int fq_classes_find(const fq_classes *c, const char *name, size_t len);
 
+/* How a tenant's classes share its turns: strict priority (the highest
+ * class with queued runs first), or DRR in tokens at a weight per class.
+ * In a plan or entry, set 0 is "not set at this layer" (finally strict). */
+typedef struct fq_class_weights {
+    bool set;                   /* set at this layer */
+    uint16_t w[FQ_SCHED_MAX_CLASSES]; /* [0] 0: strict; else each class's
+                                   weight, 1 .. FQ_SCHED_MAX_CLASS_WEIGHT */
+} fq_class_weights;
+
 /* A run's priced cost from the kinds its completion reported: input tokens
  * (cached ones included) less the cached, at the input price, plus the
  * cached at theirs and the output at theirs, over the input price, rounded
@@ -80,6 +89,7 @@ typedef struct fq_plan {
     uint32_t max_subtenants;    /* sub-tenants a tenant's runs are shared among,
                                    at most FQ_POLICY_MAX_SUBTENANTS; 0 = none */
     fq_prices prices;           /* of token kinds; 0: 1 */
+    fq_class_weights class_weights; /* not set: strict */
 } fq_plan;
 
 /* A tenant entry, used both for the config's tenants and for overrides.
@@ -97,6 +107,7 @@ typedef struct fq_tenant_entry {
     uint32_t tokens_per_minute;
     uint32_t max_subtenants;
     fq_prices prices;
+    fq_class_weights class_weights; /* set: this layer's, over the layer below's */
 } fq_tenant_entry;
 
 typedef struct fq_policy_resolved {

@@ -1245,9 +1245,9 @@ static fq_sched_opts px_sched_opts(const fq_config *c)
     fq_ledger_sched_opts(&o, &lo);
     /* Sub-tenants as many as any plan or override may allow: each tenant's
      * own cap (0: none, its runs one FIFO) is its policy's, so plans and
-     * overrides change it without a restart. Not with classes (config.c
-     * refuses a max_subtenants with them). */
-    o.max_subtenants = o.nclasses > 1 ? 0 : FQ_POLICY_MAX_SUBTENANTS;
+     * overrides change it without a restart. With classes too, classes
+     * first, then sub-tenants within a class. */
+    o.max_subtenants = FQ_POLICY_MAX_SUBTENANTS;
     return o;
 }
 

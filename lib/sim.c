@@ -316,11 +316,9 @@ static int drr_enqueue(sim *s, uint32_t i)
     char sub[16];
     int len = r->sub ? snprintf(sub, sizeof sub, "s%" PRIu32, r->sub) : 0;
     fq_sched *sc = s->rep[t->rep].sched;
-    if (s->pd->subs ? fq_sched_enqueue_sub(&fr, sc, t->ft, sub, (size_t)len, i,
-                                            s->runs[i].charged, NULL, s->now) != FQ_OK
-                    : fq_sched_enqueue_class(&fr, sc, t->ft, i,
-                                             s->pd->classes && !r->interactive,
-                                             s->runs[i].charged, NULL, s->now) != FQ_OK)
+    if (fq_sched_enqueue_sub(&fr, sc, t->ft, sub, s->pd->subs ? (size_t)len : 0,
+                             s->pd->classes && !r->interactive, i, s->runs[i].charged, NULL,
+                             s->now) != FQ_OK)
         return 0;
     s->runs[i].charged = fr->est;
     return 1;

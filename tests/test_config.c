@@ -422,10 +422,6 @@ static const struct {
      "t.yaml:5:15: plans[1].max_subtenants: must be <= 10000"},
     {BASE "tenants: [{id: t, max_subtenants: 0}]\n",
      "t.yaml:5:19: tenants[0].max_subtenants: must be >= 1"},
-    {"nats: {url: n}\nscheduler: {default_plan: free, classes: \"a,b\"}\n"
-     "plans: [{name: free, max_subtenants: 5}]\n",
-     "t.yaml:3:22: plans[0].max_subtenants: not with scheduler.classes: a tenant's runs are "
-     "divided by class or by sub-tenant, not both"},
     {BASE "  - {name: b, burst_in_flight: 4}\n",
      "t.yaml:5:15: plans[1].burst_in_flight: needs max_in_flight: without a cap there is "
      "nothing to burst past"},

@@ -1964,7 +1964,7 @@ static fq_sched *mk_subs(uint32_t max_subs)
 static uint64_t enq_sub(fq_sched *s, fq_tenant *t, const char *sub, uint32_t est)
 {
     uint64_t id = next_id++;
-    assert_int_equal(fq_sched_enqueue_sub(NULL, s, t, sub, strlen(sub), id, est, NULL, 0),
+    assert_int_equal(fq_sched_enqueue_sub(NULL, s, t, sub, strlen(sub), 0, id, est, NULL, 0),
                      FQ_OK);
     return id;
 }
@@ -2053,7 +2053,7 @@ static void test_subtenants_capped_and_forgotten(void **state)
     enq_sub(s, a, "w", Q);      /* ... shared */
     assert_int_equal(info(a).subtenants, 3);
     assert_int_equal(info(a).active_subtenants, 3);
-    assert_int_equal(fq_sched_enqueue_sub(NULL, s, a, "b d", 3, 99, Q, NULL, 0), FQ_EINVAL);
+    assert_int_equal(fq_sched_enqueue_sub(NULL, s, a, "b d", 3, 0, 99, Q, NULL, 0), FQ_EINVAL);
     /* a run back from the window leads */
     fq_run *r = fq_sched_dispatch(s, 0);
     uint64_t back = r->id;
@@ -2065,17 +2065,148 @@ static void test_subtenants_capped_and_forgotten(void **state)
     assert_null(fq_sched_dispatch(s, 0));
     assert_int_equal(info(a).queued, 0);
     assert_int_equal(info(a).active_subtenants, 0);
-    /* more runs of one: the others are forgotten as the virtual time passes */
-    for (int k = 0; k < 4; k++)
-        enq_sub(s, a, "x", Q);
-    for (int k = 0; k < 4; k++)
-        done(s, fq_sched_dispatch(s, 0), Q);
+    /* with nothing queued those that owe no turn are forgotten; the
+     * overflow one, served last in the round under way, owes the rest */
     assert_int_equal(info(a).subtenants, 1);
+    /* while some have runs the idle are kept up to the cap; there the
+     * idle ones that owe no turn make room */
+    fq_tenant *c = ten(s, "c", 1, 0, 0);
+    for (int k = 0; k < 3; k++)
+        enq_sub(s, c, "x", Q);
+    enq_sub(s, c, "y", Q);
+    done(s, fq_sched_dispatch(s, 0), Q);        /* x's */
+    done(s, fq_sched_dispatch(s, 0), Q);        /* y's: y idle, owes its round */
+    assert_int_equal(info(c).subtenants, 2);
+    enq_sub(s, c, "v", Q);                      /* y owes: v overflows */
+    assert_int_equal(info(c).subtenants, 3);
+    done(s, fq_sched_dispatch(s, 0), Q);        /* the overflow's (new) */
+    done(s, fq_sched_dispatch(s, 0), Q);        /* x's: the next round */
+    enq_sub(s, c, "w", Q);                      /* y owes nothing now: w takes its place */
+    assert_int_equal(info(c).subtenants, 2);    /* x and w: y and the overflow, idle
+                                                   and owing nothing, forgotten */
+    done(s, fq_sched_dispatch(s, 0), Q);        /* w's */
+    done(s, fq_sched_dispatch(s, 0), Q);        /* x's, its last: the next round */
+    assert_int_equal(info(c).subtenants, 1);    /* x owes the rest of it */
+    assert_int_equal(fq_sched_tenant_remove(s, c), FQ_OK);
+    enq_sub(s, a, "x", Q);
     /* a tenant forgotten forgets its sub-tenants (ASan sees any leak) */
+    done(s, fq_sched_dispatch(s, 0), Q);
     assert_int_equal(fq_sched_tenant_remove(s, a), FQ_OK);
-    fq_sched_opts bad = {.quantum = Q, .max_est_tokens = 1, .nclasses = 2, .max_subtenants = 1};
-    fq_sched *no = NULL;
-    assert_int_equal(fq_sched_create(&no, &bad), FQ_EINVAL);
+    fq_sched_destroy(s);
+}
+
+/* A sub-tenant served on the new list that comes back in the same round
+ * waits behind the old list: a closed loop of one run at a time cannot
+ * keep its colleagues waiting by going idle between its runs. */
+static void test_subtenant_coming_back_owes_its_round(void **state)
+{
+    (void)state;
+    fq_sched *s = mk_subs(64);
+    fq_tenant *a = ten(s, "a", 1, 0, 0);
+    uint64_t p[3];
+    for (int k = 0; k < 3; k++)
+        p[k] = enq_sub(s, a, "p", Q);
+    fq_run *r = fq_sched_dispatch(s, 0);
+    assert_int_equal(r->id, p[0]);      /* p spent its quantum: the old list */
+    done(s, r, Q);
+    uint64_t x = enq_sub(s, a, "x", Q);
+    r = fq_sched_dispatch(s, 0);
+    assert_int_equal(r->id, x);         /* new: before p */
+    done(s, r, Q);
+    x = enq_sub(s, a, "x", Q);          /* back in the same round */
+    r = fq_sched_dispatch(s, 0);
+    assert_int_equal(r->id, p[1]);      /* p's turn first */
+    done(s, r, Q);
+    r = fq_sched_dispatch(s, 0);
+    assert_int_equal(r->id, x);
+    done(s, r, Q);
+    assert_int_equal(info(a).subtenants, 2);
+    fq_sched_destroy(s);
+}
+
+/* Classes and sub-tenants together: classes first, then sub-tenants
+ * within a class. An interactive run of any user of a tenant leaves before
+ * that tenant's batch runs; within each class the users share by tokens;
+ * the tenant's share is what it is without either. */
+static void test_classes_then_subtenants(void **state)
+{
+    (void)state;
+    fq_sched_opts o = {.quantum = Q, .max_est_tokens = 1000000, .max_expired = 16,
+                       .nclasses = 2, .max_subtenants = 8};
+    fq_sched *s = mk_opts(&o);
+    fq_tenant *a = ten(s, "a", 1, 0, 0), *b = ten(s, "b", 1, 0, 0);
+    for (int k = 0; k < 50; k++) {
+        assert_int_equal(fq_sched_enqueue_sub(NULL, s, a, "flood", 5, 1, next_id++, Q, NULL, 0),
+                         FQ_OK);
+        enq(s, b, Q);
+    }
+    uint64_t i1 = next_id++, i2 = next_id++, i3 = next_id++;
+    assert_int_equal(fq_sched_enqueue_sub(NULL, s, a, "u1", 2, 0, i1, Q, NULL, 0), FQ_OK);
+    assert_int_equal(fq_sched_enqueue_sub(NULL, s, a, "u1", 2, 0, i2, Q, NULL, 0), FQ_OK);
+    assert_int_equal(fq_sched_enqueue_sub(NULL, s, a, "u2", 2, 0, i3, Q, NULL, 0), FQ_OK);
+    assert_int_equal(info(a).class_queued[0], 3);
+    assert_int_equal(info(a).active_subtenants, 3);
+    /* a's turns: the interactive runs first, u1's and u2's in turn; b's
+     * turns between them are b's */
+    uint64_t want[] = {i1, i3, i2};
+    for (int k = 0; k < 3; k++) {
+        fq_run *r = fq_sched_dispatch(s, 0);
+        assert_int_equal(r->id, want[k]);
+        done(s, r, Q);
+        r = fq_sched_dispatch(s, 0);
+        assert_ptr_equal(r->tenant, b);
+        done(s, r, Q);
+    }
+    fq_run *r = fq_sched_dispatch(s, 0);
+    assert_int_equal(r->cls, 1);        /* then flood's batch */
+    assert_int_equal(info(a).dispatched, info(b).dispatched + 1);
+    fq_sched_destroy(s);
+}
+
+/* Weighted classes (a tenant policy's class_weight): within the tenant
+ * both classes are served, by tokens at their weights; strict serves the
+ * higher first. Either way the tenant's share across tenants is the same. */
+static void test_weighted_classes(void **state)
+{
+    (void)state;
+    fq_sched *s = mk_classes(2, NULL);
+    fq_tenant_policy w = {.weight = 1, .class_weight = {3, 1}};
+    fq_tenant *a = NULL, *b = ten(s, "b", 1, 0, 0);
+    assert_int_equal(fq_sched_tenant(&a, s, "a", 1, &w), FQ_OK);
+    rng_state = 3;
+    for (int k = 0; k < 400; k++) {
+        assert_int_equal(fq_sched_enqueue_class(NULL, s, a, next_id++, (uint32_t)(k & 1),
+                                                (uint32_t)rnd_in(100, 2000), NULL, 0), FQ_OK);
+        enq(s, b, 1000);
+    }
+    uint64_t tok[2] = {0, 0}, ta = 0, tb = 0;
+    for (int n = 0; n < 300; n++) {
+        fq_run *r = fq_sched_dispatch(s, 0);
+        if (r->tenant == a) {
+            tok[r->cls] += r->est;
+            ta += r->est;
+        } else {
+            tb += r->est;
+        }
+        done(s, r, r->est);
+    }
+    assert_true(tok[1] > 0);
+    /* 3:1 within two quanta of the largest run */
+    assert_true(tok[0] + 2 * 2000 * 4 >= 3 * tok[1] && tok[0] <= 3 * tok[1] + 2 * 2000 * 4);
+    assert_true((ta > tb ? ta - tb : tb - ta) <= Q + 2000);
+    /* back to strict: interactive runs only, while a has them */
+    w.class_weight[0] = 0;
+    assert_int_equal(fq_tenant_set_policy(s, a, &w), FQ_OK);
+    uint64_t before = tok[1];
+    for (int n = 0; n < 40; n++) {
+        fq_run *r = fq_sched_dispatch(s, 0);
+        if (r->tenant == a)
+            tok[r->cls] += r->est;
+        done(s, r, r->est);
+    }
+    assert_int_equal(tok[1], before);
+    w.class_weight[1] = FQ_SCHED_MAX_CLASS_WEIGHT + 1;
+    assert_int_equal(fq_tenant_set_policy(s, a, &w), FQ_EINVAL);
     fq_sched_destroy(s);
 }
 
@@ -2107,8 +2238,9 @@ static void test_subtenants_tenant_cap(void **state)
         done(s, r, Q);
     }
     /* a's cap lowered to 0 with its sub-tenants' runs queued: x's two
-     * stay x's, "w" the overflow one's, and they leave before a's next
-     * runs, which join its FIFO once they are gone */
+     * stay x's, and "w" is a run that names none (a sub-tenant of its
+     * own), sharing a's turns with x's until they are gone; then a's runs
+     * join its FIFO */
     while (info(a).queued)
         done(s, fq_sched_dispatch(s, 0), Q);
     uint64_t x1 = enq_sub(s, a, "x", Q), x2 = enq_sub(s, a, "x", Q);
@@ -2227,14 +2359,14 @@ static void test_clear_tenants_let_go(void **state)
 static void test_subtenants_info_and_top(void **state)
 {
     (void)state;
-    fq_sched *s = mk_subs(3);
+    fq_sched *s = mk_subs(2);
     fq_tenant *a = ten(s, "a", 1, 0, 0), *b = ten(s, "b", 1, 0, 0);
     for (int k = 0; k < 5; k++)
         enq_sub(s, a, "x", Q);
     enq_sub(s, a, "y", Q);
     for (int k = 0; k < 3; k++)
-        enq_sub(s, a, "", Q);
-    enq_sub(s, a, "p", Q);      /* past the cap of 3: the overflow one */
+        enq_sub(s, a, "", Q);   /* the runs naming none: not one of the cap's */
+    enq_sub(s, a, "p", Q);      /* past the cap of 2: the overflow one */
     enq_sub(s, a, "q", Q);
     fq_sub_info i, top[3];
     assert_int_equal(fq_sched_sub_info(&i, s, a, "x", 1), FQ_OK);
@@ -2250,6 +2382,7 @@ static void test_subtenants_info_and_top(void **state)
     assert_int_equal(top[0].queued, 5);
     assert_int_equal(top[1].queued, 3);
     assert_false(top[1].overflow);   /* the runs naming none */
+    assert_string_equal(top[1].name, "");
     assert_int_equal(top[2].queued, 2);
     assert_true(top[2].overflow);
     assert_int_equal(fq_sched_sub_top(top, 1, s, a), 1);
@@ -2278,6 +2411,9 @@ int main(void)
         cmocka_unit_test(test_subtenants_capped_and_forgotten),
         cmocka_unit_test(test_subtenants_tenant_cap),
         cmocka_unit_test(test_subtenants_info_and_top),
+        cmocka_unit_test(test_subtenant_coming_back_owes_its_round),
+        cmocka_unit_test(test_classes_then_subtenants),
+        cmocka_unit_test(test_weighted_classes),
         cmocka_unit_test(test_tenant_cap_leaves_rotation),
         cmocka_unit_test(test_burst_cap_binds_only_under_contention),
         cmocka_unit_test(test_burst_cap_not_when_others_queue),
