@@ -34,6 +34,7 @@ typedef struct fake {
     int writes, reloads;
     fq_explain ex;              /* what the proxy knows, for explain */
     int explains;               /* explain lookups made */
+    int subs_calls;             /* sub-tenant listings asked */
     char reply[65536];          /* the last reply */
     int replies;
     fq_admin *a;
@@ -130,6 +131,19 @@ static fq_status f_write(void *arg, const fq_ovr_write *w, char *err, size_t err
     return fq_ovr_stored(f->ovr, f->pol, w, (uint64_t)(10 + f->writes), err, errlen);
 }
 
+/* Every tenant has the same three sub-tenants with queued runs. */
+static size_t f_subs(void *arg, const void *t, fq_sub_info *out, size_t n)
+{
+    fake *f = arg;
+    (void)t;
+    f->subs_calls++;
+    const fq_sub_info all[] = {{.name = "u1", .queued = 9}, {.name = "u2", .queued = 4},
+                               {.overflow = true, .queued = 2}};
+    size_t k = n < 3 ? n : 3;
+    memcpy(out, all, k * sizeof *out);
+    return k;
+}
+
 static void f_explain(void *arg, const char *tenant, const char *run_id, fq_explain *out,
                       uint64_t now)
 {
@@ -172,7 +186,7 @@ static int setup(void **state)
     fq_admin_ops ops = {.arg = f, .tenant_at = f_at, .tenant_after = f_after, .tenant_find = f_find,
                         .tenant_view = f_view, .overall = f_overall, .policy = f_policy,
                         .fresh = f_fresh, .reply = f_reply, .reload = f_reload,
-                        .ovr_write = f_write, .explain = f_explain};
+                        .ovr_write = f_write, .explain = f_explain, .tenant_subs = f_subs};
     assert_int_equal(fq_admin_create(&f->a, "fair.admin", f->ovr, &ops, 0), FQ_OK);
     *state = f;
     return 0;
@@ -456,6 +470,60 @@ static void test_explain_answer(void **state)
     cJSON_Delete(j);
 }
 
+/* Sub-tenants: counted for every tenant that has some, listed (the few
+ * with most queued) only in a reply about one tenant; a run placed in its
+ * sub-tenant by explain. */
+static void test_subtenants_shown(void **state)
+{
+    fake *f = *state;
+    f->t[3].info.subtenants = 3;
+    f->t[3].info.active_subtenants = 3;
+    cJSON *j = ask(f, "stats", "", 1000);
+    assert_int_equal(f->subs_calls, 0);
+    const cJSON *t3 = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(j, "tenants"), 0);
+    assert_string_equal(str_of(t3, "tenant"), "t3");
+    assert_int_equal(num_of(t3, "subtenants"), 3);
+    assert_null(cJSON_GetObjectItemCaseSensitive(t3, "top_subtenants"));
+    const cJSON *t4 = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(j, "tenants"), 1);
+    assert_null(cJSON_GetObjectItemCaseSensitive(t4, "subtenants"));
+    cJSON_Delete(j);
+    j = ask(f, "stats", "{\"tenant\":\"t3\"}", 2000);
+    assert_int_equal(f->subs_calls, 1);
+    t3 = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(j, "tenants"), 0);
+    const cJSON *top = cJSON_GetObjectItemCaseSensitive(t3, "top_subtenants");
+    assert_int_equal(cJSON_GetArraySize(top), 3);
+    assert_string_equal(str_of(cJSON_GetArrayItem(top, 0), "subtenant"), "u1");
+    assert_int_equal(num_of(cJSON_GetArrayItem(top, 0), "queued_runs"), 9);
+    assert_true(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(top, 2),
+                                                              "overflow")));
+    cJSON_Delete(j);
+
+    fq_explain e = {.tenant = "acme", .run_id = "r7", .known = true, .where = FQ_LW_QUEUED,
+                    .sub_known = true, .subtenant = "zed",
+                    .sub = {.overflow = true, .queued = 6}};
+    e.info = (fq_tenant_info){.id = "acme", .state = FQ_T_ACTIVE, .weight = 1, .queued = 20,
+                              .subtenants = 4, .active_subtenants = 4};
+    j = explain_json(&e, 1000);
+    assert_string_equal(str_of(j, "subtenant"), "zed");
+    const cJSON *pos = cJSON_GetObjectItemCaseSensitive(j, "subtenant_position");
+    assert_true(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(pos, "overflow")));
+    assert_int_equal(num_of(pos, "queued_runs"), 6);
+    assert_int_equal(num_of(pos, "runs_ahead_at_most"), 5);
+    assert_int_equal(num_of(pos, "others_active"), 3);
+    cJSON_Delete(j);
+    e.where = FQ_LW_IN_FLIGHT;      /* in flight: no place in a queue */
+    j = explain_json(&e, 1000);
+    pos = cJSON_GetObjectItemCaseSensitive(j, "subtenant_position");
+    assert_null(cJSON_GetObjectItemCaseSensitive(pos, "runs_ahead_at_most"));
+    cJSON_Delete(j);
+    e.sub_known = false;            /* its body not in memory: not placed */
+    e.subtenant[0] = '\0';
+    j = explain_json(&e, 1000);
+    assert_null(cJSON_GetObjectItemCaseSensitive(j, "subtenant_position"));
+    assert_null(cJSON_GetObjectItemCaseSensitive(j, "subtenant"));
+    cJSON_Delete(j);
+}
+
 /* Send an explain request on subject at now; the reply, parsed. */
 static cJSON *ask_explain(fake *f, const char *subject, const char *body, uint64_t now)
 {
@@ -583,6 +651,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_stats_rate_limited, setup, teardown),
         cmocka_unit_test_setup_teardown(test_refusals, setup, teardown),
         cmocka_unit_test_setup_teardown(test_explain_answer, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_subtenants_shown, setup, teardown),
         cmocka_unit_test_setup_teardown(test_explain_requests, setup, teardown),
         cmocka_unit_test_setup_teardown(test_tenant_set, setup, teardown),
         cmocka_unit_test_setup_teardown(test_reload, setup, teardown),
