@@ -539,10 +539,11 @@ static fq_status cfg_subjects_apart(fq_config *c, const raw_config *r, const cfg
     (void)r;
     const struct {
         const char *key, *subject;
-    } single[] = {{"dispatch", c->subjects.dispatch}, {"runs", c->subjects.runs}},
+    } single[] = {{"dispatch", c->subjects.dispatch}, {"runs", c->subjects.runs},
+                  {"share", c->subjects.share}},
       tenant[] = {{"submit", c->subjects.submit}, {"done", c->subjects.done},
                   {"rejected", c->subjects.rejected}};
-    for (size_t i = 0; i < 2; i++)
+    for (size_t i = 0; i < 3; i++)
         for (size_t j = 0; j < 3; j++) {
             /* with partitions, submit and done capture <subject>.*.* */
             uint32_t tokens = j < 2 && c->partitions > 1 ? 2 : 1;
@@ -680,6 +681,7 @@ typedef struct cfg_field {
 #define CFG_XSTR_(x) #x
 
 static const char *const cfg_admit_reject[] = {"admit", "reject", NULL};
+static const char *const cfg_off_on[] = {"off", "on", NULL};
 static const char *const cfg_levels[] = {"debug", "info", "warn", "error", NULL};
 static const char *const cfg_formats[] = {"logfmt", "json", NULL};
 
@@ -735,7 +737,9 @@ static const cfg_field cfg_fields[] = {
     {"subjects.explain", CFG_TEXT, CFG_RESTART, CFG_AT(subjects.explain),
      .def = FQ_SUBJECT_EXPLAIN, CFG_SUBJECT},
     {"subjects.runs", CFG_TEXT, CFG_RESTART, CFG_AT(subjects.runs),
-     .def = FQ_SUBJECT_RUNS, CFG_SUBJECT, .then = cfg_subjects_apart},
+     .def = FQ_SUBJECT_RUNS, CFG_SUBJECT},
+    {"subjects.share", CFG_TEXT, CFG_RESTART, CFG_AT(subjects.share),
+     .def = FQ_SUBJECT_SHARE, CFG_SUBJECT, .then = cfg_subjects_apart},
     /* Two streams (or buckets) of one name would be one with two sets of
      * settings; the durable consumer is on two streams by design. */
     {"streams.submit", CFG_TEXT, CFG_RESTART, CFG_AT(streams.submit),
@@ -803,6 +807,11 @@ static const cfg_field cfg_fields[] = {
     /* The journal's max age follows it, set at start. */
     {"window.run_timeout_ms", CFG_NUM, CFG_RESTART, CFG_AT(window.run_timeout_ms),
      .num = 600000, CFG_MS(1), .then = cfg_dispatch_age},
+    {"window.share", CFG_BOOL, CFG_RESTART, CFG_AT(window.share), .words = cfg_off_on},
+    {"window.share_reserve_runs", CFG_NUM, 0, CFG_AT(window.share_reserve_runs),
+     .num = 1, .min = 1, .max = UINT32_MAX},
+    {"window.share_reserve_tokens", CFG_NUM, 0, CFG_AT(window.share_reserve_tokens),
+     .num = 0, .max = UINT64_MAX},
     {"limits.max_buffered_runs", CFG_NUM, 0, CFG_AT(limits.max_buffered_runs),
      .num = 1000000, .min = 1, .max = UINT64_MAX},
     {"limits.max_buffered_bytes", CFG_NUM, 0, CFG_AT(limits.max_buffered_bytes),

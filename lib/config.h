@@ -48,6 +48,7 @@ typedef struct fq_config {
         char *admin;                /* FQ_SUBJECT_ADMIN */
         char *explain;              /* FQ_SUBJECT_EXPLAIN: + "." + tenant */
         char *runs;                 /* FQ_SUBJECT_RUNS: the journal's one subject */
+        char *share;                /* FQ_SUBJECT_SHARE: replicas' heartbeats */
     } subjects;
     /* What fairq keeps in JetStream. Stream and consumer names are 1 to
      * FQ_CONFIG_NAME_MAX printable characters without '.', '*', '>', '/',
@@ -98,6 +99,12 @@ typedef struct fq_config {
         uint32_t max_in_flight;     /* default 64 */
         uint64_t max_in_flight_tokens; /* 0: no limit (default) */
         uint64_t run_timeout_ms;    /* default 600000; 1 to FQ_CONFIG_MAX_MS */
+        bool share;                 /* split the window across replicas by
+                                       heartbeats (lib/share, docs/scaling.md);
+                                       default off. Restart only */
+        uint32_t share_reserve_runs; /* the shared reserve; default 1, >= 1 */
+        uint64_t share_reserve_tokens; /* ... in tokens; 0: max_in_flight_tokens /
+                                       max_in_flight, rounded up (default) */
     } window;
     struct {
         uint64_t max_buffered_runs; /* default 1,000,000 */

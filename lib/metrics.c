@@ -543,6 +543,17 @@ const fq_overall_row fq_overall_rows[] = {
        "window.max_in_flight; +Inf when unlimited."),
     OV(CAPACITY, window_tokens, "window_max_in_flight_tokens", "fairq_window_capacity_tokens",
        NULL, "window.max_in_flight_tokens; +Inf when unlimited."),
+    OV(CAPACITY, share_runs, "share_max_in_flight", "fairq_window_share_runs", NULL,
+       "With window.share on, this replica's part of window.max_in_flight now "
+       "(docs/scaling.md); +Inf when not shared."),
+    OV(CAPACITY, share_tokens, "share_max_in_flight_tokens", "fairq_window_share_tokens", NULL,
+       "With window.share on, this replica's part of window.max_in_flight_tokens now; "
+       "+Inf when not shared or unlimited."),
+    OV(GAUGE, share_peers, "share_peers", "fairq_share_peers", NULL,
+       "Other replicas whose heartbeat was heard within the last three periods."),
+    OV(COUNTER, share_refused, "share_heartbeats_refused", "fairq_share_heartbeats_refused_total",
+       NULL, "Heartbeats refused (invalid, or from one replica too many) or dropped "
+       "(too many waiting)."),
     OV(COUNTER, expired_leases, "expired", "fairq_expired_leases_total", NULL,
        "Runs whose lease expired with no completion, freeing their slot."),
     OV(GAUGE, buffered_runs, "buffered_runs", "fairq_buffered_runs", NULL,

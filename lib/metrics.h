@@ -139,6 +139,13 @@ typedef struct fq_metrics_overall {
     uint64_t active_tenants;        /* of which with queued runs */
     uint64_t window_runs;           /* capacity; 0: unlimited */
     uint64_t window_tokens;         /* capacity; 0: unlimited */
+    uint64_t share_runs;            /* window.share: this replica's window now;
+                                       0: not shared (the window applies) */
+    uint64_t share_tokens;          /* ... in tokens; 0: not shared or unlimited */
+    uint64_t share_peers;           /* window.share: other replicas heard lately */
+    uint64_t share_refused;         /* counter: heartbeats refused (invalid, or
+                                       one replica too many) or dropped (too many
+                                       waiting) */
     uint64_t expired_leases;        /* counter */
     uint64_t buffered_runs;         /* held in memory, body or index only */
     uint64_t buffered_bytes;        /* bodies held in memory */

@@ -24,6 +24,8 @@
                                                subject per tenant, so that NATS
                                                permissions give each its own */
 #define FQ_SUBJECT_RUNS "fairq.runs"        /* the journal's one subject */
+#define FQ_SUBJECT_SHARE "fairq.share"      /* replicas' heartbeats (window.share):
+                                               core NATS, not stored */
 
 /* The admin requests, each on FQ_SUBJECT_ADMIN + "." + its name. */
 #define FQ_ADMIN_STATS "stats"

@@ -163,6 +163,7 @@ typedef struct nio_sub {
     natsSubscription *sub;
     size_t max_queued;          /* requests waiting for the owner at most; 0: no bound */
     const char *busy_reply;     /* the answer past max_queued (the caller's); NULL: none */
+    bool plain;                 /* fq_nio_listen: messages without a reply are taken */
     size_t queued;              /* REQUEST events in the queue; under n->mu */
     atomic_uint_fast64_t no_reply; /* requests dropped: no reply subject */
     atomic_uint_fast64_t busy;  /* requests answered busy_reply: no room */
@@ -1797,7 +1798,7 @@ static void nio_on_request(natsConnection *nc, natsSubscription *sub, natsMsg *m
     nio_sub *ns = closure;
     fq_nio *n = ns->n;
     const char *reply = natsMsg_GetReply(msg);
-    if (!reply || !*reply) {
+    if ((!reply || !*reply) && !ns->plain) {
         atomic_fetch_add(&ns->no_reply, 1);
         natsMsg_Destroy(msg);
         return;
@@ -1813,7 +1814,7 @@ static void nio_on_request(natsConnection *nc, natsSubscription *sub, natsMsg *m
         return;
     }
     atomic_fetch_add(&ns->busy, 1);
-    if (ns->busy_reply)
+    if (ns->busy_reply && reply && *reply)
         natsConnection_PublishString(nc, reply, ns->busy_reply);
     natsMsg_Destroy(msg);
 }
@@ -1833,6 +1834,22 @@ fq_status fq_nio_subscribe(fq_nio *n, int id, const char *subject, size_t max_qu
     return FQ_OK;
 }
 
+fq_status fq_nio_listen(fq_nio *n, int id, const char *subject, size_t max_queued)
+{
+    if (id < 0 || id >= NIO_MAX_SUBS || n->subs[id].sub)
+        return FQ_EINVAL;
+    n->subs[id].plain = true;
+    return fq_nio_subscribe(n, id, subject, max_queued, NULL);
+}
+
+fq_status fq_nio_core_publish(fq_nio *n, const char *subject, const void *data, size_t len)
+{
+    natsStatus s = natsConnection_Publish(n->nc, subject, data, (int)len);
+    if (s == NATS_OK)
+        return FQ_OK;
+    return s == NATS_MAX_PAYLOAD ? FQ_ETOOBIG : FQ_EIO;
+}
+
 void fq_nio_sub_stats_get(fq_nio_sub_stats *out, fq_nio *n, int id)
 {
     *out = (fq_nio_sub_stats){0};
@@ -1849,6 +1866,7 @@ fq_status fq_nio_unsubscribe(fq_nio *n, int id)
     natsSubscription_Unsubscribe(n->subs[id].sub);
     natsSubscription_Destroy(n->subs[id].sub);
     n->subs[id].sub = NULL;
+    n->subs[id].plain = false;
     return FQ_OK;
 }
 

@@ -316,6 +316,17 @@ fq_status fq_nio_nak(fq_nio *n, int id, const fq_nio_ackref *a, int64_t delay_ms
 fq_status fq_nio_subscribe(fq_nio *n, int id, const char *subject, size_t max_queued,
                            const char *busy_reply);
 
+/* Core subscription whose messages, replies or not, arrive as
+ * FQ_NIO_EV_REQUEST with source = id (heartbeats: lib/share): with
+ * max_queued of this subscription waiting in the event queue already, a
+ * new one is dropped on arrival and counted as busy. max_queued 0: no
+ * bound. */
+fq_status fq_nio_listen(fq_nio *n, int id, const char *subject, size_t max_queued);
+/* Core NATS publish of data[0..len) on subject: not stored, no PubAck.
+ * FQ_ETOOBIG past max_payload, FQ_EIO if the connection refused it. Owner
+ * thread. */
+fq_status fq_nio_core_publish(fq_nio *n, const char *subject, const void *data, size_t len);
+
 /* What a subscription refused on arrival, since it was made. */
 typedef struct fq_nio_sub_stats {
     uint64_t no_reply;          /* dropped: no reply subject */

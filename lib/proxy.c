@@ -30,6 +30,7 @@
 #include "policy.h"
 #include "pool.h"
 #include "probes.h"
+#include "share.h"
 #include "strmap.h"
 #include "sweep.h"
 
@@ -77,6 +78,9 @@
 #define PX_PARTS_MAX (FQ_NIO_MAX_CONSUMERS / 2) /* partitions one proxy owns at most */
 #define PX_SUB_ADMIN 0              /* <admin>.> */
 #define PX_SUB_EXPLAIN 1            /* <explain>.* */
+#define PX_SUB_SHARE 2              /* <share>: replicas' heartbeats (window.share) */
+#define PX_SHARE_PERIOD_MS 100      /* a heartbeat at least this often (issue 16) */
+#define PX_SHARE_QUEUED 4096        /* heartbeats waiting at most: 100 replicas' for 4 s */
 #define PX_WATCH_TENANTS 0          /* the overrides bucket */
 #define PX_KV_SYNC_WAIT_MS 5000     /* at start, longest wait for the overrides */
 #define PX_EVENTS 1024              /* events drained per poll */
@@ -158,6 +162,7 @@ typedef struct px_counters {
     uint64_t reconnects, reloads, reload_failures, overrides_refused;
     uint64_t journal_refused;       /* journal records refused at start: invalid or unknown */
     uint64_t subtenant_refused;     /* submits refused for their sub-tenant claim */
+    uint64_t share_refused;         /* heartbeats refused: invalid, or a peer too many */
 } px_counters;
 
 struct fq_proxy {
@@ -166,6 +171,11 @@ struct fq_proxy {
     fq_sched *sched;
     fq_est *est;
     fq_nio *nio;
+    fq_share *share;            /* window.share: this replica's part of the window;
+                                   NULL: the window is not shared */
+    fq_share_limits share_lim;  /* ... as the last tick set it */
+    uint64_t share_next;        /* monotonic ms of the next heartbeat */
+    bool share_closed;          /* its part is no run (or no token) now: no dispatch */
     atomic_bool stop;
     atomic_uint_fast64_t stop_at; /* monotonic ms of the first fq_proxy_stop; 0: none */
 
@@ -1150,6 +1160,117 @@ static void px_on_done(fq_proxy *p, fq_nio_event *ev)
 
 /* ---- the proxy as a whole -------------------------------------------- */
 
+/* ---- one window across replicas (lib/share, docs/scaling.md) ------------ */
+
+/* This replica's id in heartbeats: its lease id (owner16's replica id when
+ * replicas own partitions), or a hash of it if longer than an id may be. */
+static void px_share_id(char out[FQ_SHARE_ID_MAX + 1], const char *lease_id)
+{
+    if (strlen(lease_id) <= FQ_SHARE_ID_MAX)
+        snprintf(out, FQ_SHARE_ID_MAX + 1, "%s", lease_id);
+    else
+        snprintf(out, FQ_SHARE_ID_MAX + 1, "fairq-%016" PRIx64, fq_fnv1a(lease_id));
+}
+
+/* The reserve in tokens: as configured, else one average run's share of
+ * the token window. */
+static uint64_t px_share_reserve_tokens(const fq_config *c)
+{
+    uint64_t t = c->window.max_in_flight_tokens, r = c->window.max_in_flight;
+    if (c->window.share_reserve_tokens)
+        return c->window.share_reserve_tokens;
+    return t && r ? (t + r - 1) / r : 0;
+}
+
+/* With window.share on: listen to the heartbeats, the first beat at the
+ * next turn. Off, nothing changes: the window is the config's. */
+static fq_status px_share_start(fq_proxy *p)
+{
+    if (!p->cfg.window.share)
+        return FQ_OK;
+    char id[FQ_SHARE_ID_MAX + 1];
+    px_share_id(id, p->lease_id);
+    fq_share_opts so = {.max_runs = p->cfg.window.max_in_flight,
+                        .max_tokens = p->cfg.window.max_in_flight_tokens,
+                        .reserve_runs = p->cfg.window.share_reserve_runs,
+                        .reserve_tokens = px_share_reserve_tokens(&p->cfg),
+                        .period = PX_SHARE_PERIOD_MS};
+    fq_status s = fq_share_create(&p->share, &so, id, fq_nio_mono_ms());
+    if (s == FQ_OK)
+        s = fq_nio_listen(p->nio, PX_SUB_SHARE, p->cfg.subjects.share, PX_SHARE_QUEUED);
+    p->share_next = 0;
+    return s;
+}
+
+/* Every period: this replica's part of the window from what it heard,
+ * applied to the scheduler, and its heartbeat published. */
+static void px_share_tick(fq_proxy *p, uint64_t now)
+{
+    if (!p->share || now < p->share_next)
+        return;
+    p->share_next = now + PX_SHARE_PERIOD_MS;
+    fq_share_set_window(p->share, p->cfg.window.max_in_flight,
+                        p->cfg.window.max_in_flight_tokens, p->cfg.window.share_reserve_runs,
+                        px_share_reserve_tokens(&p->cfg));
+    fq_sched_stats ss;
+    fq_sched_stats_get(p->sched, &ss);
+    fq_share_local me = {.weight = ss.active_weight, .queued_runs = ss.queued,
+                         .queued_tokens = ss.queued_tokens, .runs = ss.in_flight,
+                         .tokens = ss.in_flight_tokens};
+    fq_share_beat b;
+    fq_share_tick(&p->share_lim, &b, p->share, &me, now);
+    const fq_share_limits *l = &p->share_lim;
+    p->share_closed = !l->runs || !l->tokens;
+    /* 0 is no limit to the scheduler: closed, it keeps one and is not asked */
+    uint32_t runs = l->runs == FQ_SHARE_UNLIMITED ? 0 : l->runs ? (uint32_t)l->runs : 1;
+    fq_sched_set_window(p->sched, runs,
+                        l->tokens == FQ_SHARE_UNLIMITED ? 0 : l->tokens ? l->tokens : 1);
+    char buf[FQ_SHARE_BEAT_MAX_BYTES];
+    size_t n = fq_share_beat_format(buf, sizeof buf, &b);
+    if (n && p->connected &&
+        fq_nio_core_publish(p->nio, p->cfg.subjects.share, buf, n) != FQ_OK &&
+        px_warn_ok(p, "heartbeat"))
+        fq_log(FQ_LOG_WARN, "cannot publish the heartbeat",
+               FQ_STR("subject", p->cfg.subjects.share));
+}
+
+/* A heartbeat heard: anyone allowed on the subject may send one, so it is
+ * read as untrusted, refused with its reason (logged at a bounded rate)
+ * and counted. The caller drops the message. */
+static void px_on_beat(fq_proxy *p, fq_nio_event *ev)
+{
+    fq_share_beat b;
+    char err[256];
+    if (fq_share_beat_parse(&b, fq_nio_msg_data(ev->msg), fq_nio_msg_len(ev->msg), err,
+                            sizeof err) != FQ_OK) {
+        p->c.share_refused++;
+        if (px_warn_ok(p, "heartbeat refused"))
+            fq_log(FQ_LOG_WARN, "heartbeat refused", FQ_STR("subject", p->cfg.subjects.share),
+                   FQ_STR("reason", err));
+    } else if (fq_share_heard(p->share, &b, fq_nio_mono_ms()) != FQ_OK) {
+        p->c.share_refused++;
+        if (px_warn_ok(p, "heartbeat refused"))
+            fq_log(FQ_LOG_WARN, "heartbeat refused: no room for another replica",
+                   FQ_STR("id", b.id));
+    }
+}
+
+static uint64_t px_share_peers(fq_proxy *p)
+{
+    fq_share_stats st = {0};
+    if (p->share)
+        fq_share_stats_get(&st, p->share);
+    return st.live;
+}
+
+/* Heartbeats dropped on arrival, too many waiting. */
+static uint64_t px_share_dropped(fq_proxy *p)
+{
+    fq_nio_sub_stats st;
+    fq_nio_sub_stats_get(&st, p->nio, PX_SUB_SHARE);
+    return st.busy;
+}
+
 /* The proxy as a whole now, for the stats reply and the metrics snapshot. */
 static void px_overall(fq_metrics_overall *a, fq_proxy *p)
 {
@@ -1204,6 +1325,12 @@ static void px_overall(fq_metrics_overall *a, fq_proxy *p)
         .publish_failures = lc->pub_failures, .refusals_unstored = lc->refusals_unstored,
         .overrides_refused = p->c.overrides_refused,
         .subtenant_refused = p->c.subtenant_refused,
+        .share_runs = p->share && p->share_lim.runs != FQ_SHARE_UNLIMITED ? p->share_lim.runs
+                                                                           : 0,
+        .share_tokens = p->share && p->share_lim.tokens != FQ_SHARE_UNLIMITED
+                        ? p->share_lim.tokens : 0,
+        .share_peers = px_share_peers(p),
+        .share_refused = p->c.share_refused + px_share_dropped(p),
         .dispatch_failures = lc->dispatch_failures, .parked_tenants = ss.parked,
         .dispatch_stalled = fq_probes_stalled(p->probes, FQ_STALL_DISPATCH),
         .admin_reply_failures = ac->reply_failures,
@@ -1483,7 +1610,9 @@ static void px_admin_explain(void *arg, const char *tenant, const char *run_id, 
 /* Requests on <admin>.> and <explain>.*. Only the leader subscribes. */
 static void px_on_request(fq_proxy *p, fq_nio_event *ev)
 {
-    if (ev->source == PX_SUB_EXPLAIN)
+    if (ev->source == PX_SUB_SHARE)
+        px_on_beat(p, ev);
+    else if (ev->source == PX_SUB_EXPLAIN)
         fq_admin_explain(p->admin, p->cfg.subjects.explain, fq_nio_msg_subject(ev->msg),
                          fq_nio_msg_data(ev->msg), fq_nio_msg_len(ev->msg), ev->msg,
                          fq_nio_mono_ms());
@@ -2162,6 +2291,8 @@ static fq_status px_start_consumers(fq_proxy *p)
     if (s == FQ_OK)
         s = fq_nio_subscribe(p->nio, PX_SUB_EXPLAIN, p->explain_filter, FQ_ADMIN_QUEUED,
                              fq_admin_busy_queued);
+    if (s == FQ_OK)
+        s = px_share_start(p);
     /* Once the proxy says it runs, the server has its admin subscription:
      * a request sent then gets an answer, not "no responders". A loaded
      * machine can take seconds to answer the flush: say so if it did not. */
@@ -2398,7 +2529,8 @@ static bool px_turn(fq_proxy *p, const fq_ledger_counters *lc, int *rc)
     px_sweep(p, now);
     px_undefer(p);
     px_ledger_fresh(p);
-    if (p->connected && px_fresh(p))
+    px_share_tick(p, now);
+    if (p->connected && px_fresh(p) && !p->share_closed)
         px_dispatch(p);
     fq_ledger_flush(p->ledger, now, now_ms);
     px_actions(p);
@@ -2634,6 +2766,7 @@ void fq_proxy_destroy(fq_proxy *p)
     fq_http_stop(p->http);     /* its thread reads the snapshot */
     fq_leader_destroy(p->ld);
     fq_nio_destroy(p->nio);
+    fq_share_destroy(p->share);
     for (size_t i = 0; i < p->nretry; i++)
         fq_nio_msg_destroy(p->retry[i].msg);
     free(p->retry);

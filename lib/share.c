@@ -119,6 +119,15 @@ void fq_share_destroy(fq_share *s)
     free(s);
 }
 
+void fq_share_set_window(fq_share *s, uint32_t max_runs, uint64_t max_tokens,
+                         uint32_t reserve_runs, uint64_t reserve_tokens)
+{
+    s->o.max_runs = max_runs;
+    s->o.max_tokens = max_tokens;
+    s->o.reserve_runs = reserve_runs;
+    s->o.reserve_tokens = reserve_tokens;
+}
+
 fq_status fq_share_heard(fq_share *s, const fq_share_beat *b, uint64_t now)
 {
     size_t len = strnlen(b->id, sizeof b->id);

@@ -97,6 +97,11 @@ fq_status fq_share_create(fq_share **out, const fq_share_opts *o, const char *id
 /* Safe on NULL. */
 void fq_share_destroy(fq_share *s);
 
+/* Change the window and the reserve (a reload); the next tick splits the
+ * new one. */
+void fq_share_set_window(fq_share *s, uint32_t max_runs, uint64_t max_tokens,
+                         uint32_t reserve_runs, uint64_t reserve_tokens);
+
 /* Take in a heartbeat heard at now (the caller has validated it: lib/msg's
  * fq_share_beat_parse). Its own beat tells the replica it is heard. A beat
  * replaces the peer's last. FQ_EFULL: a new peer and max_peers are known
