@@ -1162,8 +1162,8 @@ static void px_on_done(fq_proxy *p, fq_nio_event *ev)
 
 /* ---- one window across replicas (lib/share, docs/scaling.md) ------------ */
 
-/* This replica's id in heartbeats: its lease id (owner16's replica id when
- * replicas own partitions), or a hash of it if longer than an id may be. */
+/* This replica's id in heartbeats: its replica id (replica_id, else the
+ * one made at start), or a hash of it if longer than a heartbeat's id. */
 static void px_share_id(char out[FQ_SHARE_ID_MAX + 1], const char *lease_id)
 {
     if (strlen(lease_id) <= FQ_SHARE_ID_MAX)

@@ -408,12 +408,12 @@ static void test_policy_names(void **state)
 
 /* Each tenant's token share under drr-replicas is within 10% of what one
  * proxy (drr) gives it on the same traffic, and the window is exceeded by
- * at most the reserve raced by both replicas (2 x 1 run). */
+ * at most the reserve raced by every replica (count x 1 run). */
 static void shares_match_one_proxy(const char *name)
 {
     fq_scenario *sc = load(name);
     fq_sim_result *one = run(sc, FQ_SIM_DRR), *reps = run(sc, FQ_SIM_DRR_REPLICAS);
-    assert_int_equal(reps->replicas, 2);
+    assert_int_equal(reps->replicas, sc->proxies.count);
     for (size_t k = 0; k < sc->n_tenants; k++) {
         double a = one->tenants[k].share, b = reps->tenants[k].share;
         print_message("%s %s: one proxy %.1f%%, replicas %.1f%%\n", name, sc->tenants[k].id,
@@ -421,7 +421,7 @@ static void shares_match_one_proxy(const char *name)
         assert_true(one->tenants[k].backlogged && reps->tenants[k].backlogged);
         assert_true(fabs(b - a) <= 0.10 * a);
     }
-    assert_true(reps->peak_in_flight <= sc->capacity.max_in_flight + 2);
+    assert_true(reps->peak_in_flight <= sc->capacity.max_in_flight + sc->proxies.count);
     assert_true(reps->utilization > one->utilization - 0.01);
     fq_sim_result_free(one);
     fq_sim_result_free(reps);
@@ -432,6 +432,13 @@ static void test_replicas_equal_weights(void **state)
 {
     (void)state;
     shares_match_one_proxy("replicas-equal");
+}
+
+/* Three replicas, one of them with two tenants: weights 1, 2, 2, 3. */
+static void test_replicas_three(void **state)
+{
+    (void)state;
+    shares_match_one_proxy("replicas-three");
 }
 
 static void test_replicas_costs_50x(void **state)
@@ -496,6 +503,7 @@ int main(void)
         cmocka_unit_test(test_policy_names),
         cmocka_unit_test(test_replicas_equal_weights),
         cmocka_unit_test(test_replicas_costs_50x),
+        cmocka_unit_test(test_replicas_three),
         cmocka_unit_test(test_replicas_weights),
         cmocka_unit_test(test_replicas_tuesday_first_runs),
     };
