@@ -1202,6 +1202,17 @@ static fq_status px_share_start(fq_proxy *p)
     return s;
 }
 
+/* The scheduler's window is this replica's part as the last tick set it. */
+static void px_share_apply(fq_proxy *p)
+{
+    const fq_share_limits *l = &p->share_lim;
+    p->share_closed = !l->runs || !l->tokens;
+    /* 0 is no limit to the scheduler: closed, it keeps one and is not asked */
+    uint32_t runs = l->runs == FQ_SHARE_UNLIMITED ? 0 : l->runs ? (uint32_t)l->runs : 1;
+    fq_sched_set_window(p->sched, runs,
+                        l->tokens == FQ_SHARE_UNLIMITED ? 0 : l->tokens ? l->tokens : 1);
+}
+
 /* Every period: this replica's part of the window from what it heard,
  * applied to the scheduler, and its heartbeat published. */
 static void px_share_tick(fq_proxy *p, uint64_t now)
@@ -1219,12 +1230,7 @@ static void px_share_tick(fq_proxy *p, uint64_t now)
                          .tokens = ss.in_flight_tokens};
     fq_share_beat b;
     fq_share_tick(&p->share_lim, &b, p->share, &me, now);
-    const fq_share_limits *l = &p->share_lim;
-    p->share_closed = !l->runs || !l->tokens;
-    /* 0 is no limit to the scheduler: closed, it keeps one and is not asked */
-    uint32_t runs = l->runs == FQ_SHARE_UNLIMITED ? 0 : l->runs ? (uint32_t)l->runs : 1;
-    fq_sched_set_window(p->sched, runs,
-                        l->tokens == FQ_SHARE_UNLIMITED ? 0 : l->tokens ? l->tokens : 1);
+    px_share_apply(p);
     char buf[FQ_SHARE_BEAT_MAX_BYTES];
     size_t n = fq_share_beat_format(buf, sizeof buf, &b);
     if (n && p->connected &&
@@ -1443,6 +1449,12 @@ static fq_status px_reload_try(fq_proxy *p, char *restart, size_t rcap, char *er
     fq_log_set(lv, lf);
     fq_ledger_opts lo = px_ledger_opts(p);
     fq_ledger_set_opts(p->ledger, &lo);
+    /* the scheduler took the config's window: this replica's part again,
+     * and a new split of the new window at the next turn */
+    if (p->share) {
+        px_share_apply(p);
+        p->share_next = 0;
+    }
     px_actions(p);
     return FQ_OK;
 }
@@ -1588,6 +1600,13 @@ static void px_admin_explain(void *arg, const char *tenant, const char *run_id, 
     out->window_tokens = ss.in_flight_tokens;
     out->window_max_runs = p->cfg.window.max_in_flight;
     out->window_max_tokens = p->cfg.window.max_in_flight_tokens;
+    /* the window this replica may fill is its part (shown while it is one
+     * run or more: a part of none reads as no limit here) */
+    const fq_share_limits *l = &p->share_lim;
+    if (p->share && l->runs && l->runs < UINT32_MAX)
+        out->window_max_runs = (uint32_t)l->runs;
+    if (p->share && l->tokens && l->tokens != FQ_SHARE_UNLIMITED)
+        out->window_max_tokens = l->tokens;
     fq_policy_resolved pr;
     if (fq_policy_resolve(&pr, p->policy, tenant) == FQ_OK)
         out->policy = pr.p;

@@ -121,6 +121,12 @@ static void test_peer_beats_set_the_proxy_part(void **state)
     cJSON *j = pf_stats(f, "", NULL);
     assert_int_equal(pf_overall(j, "in_flight"), 1);
     cJSON_Delete(j);
+    /* why t0's runs wait: this replica's part of the window is full */
+    char *r = pt_request(&f->c, "fair.explain.t0", "", NULL);
+    assert_non_null(r);
+    if (!strstr(r, "the in-flight window is full"))
+        fail_msg("explain says %s", r);
+    free(r);
     peer_beats(f, 1, 100, 0);                   /* drained: half each */
     overall_becomes(f, "share_max_in_flight", WINDOW / 2);
     overall_becomes(f, "in_flight", WINDOW / 2);
