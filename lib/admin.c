@@ -623,6 +623,14 @@ static void ad_tenant_reply(const ad_req *q, const char *tenant)
         AD_KV(&w, "tokens_per_minute", pr.p.tokens_per_minute);
     if (pr.p.max_subtenants)
         AD_KV(&w, "max_subtenants", pr.p.max_subtenants);
+    if (pr.p.class_weight[0]) {     /* weighted classes; strict is not listed */
+        fq_class_weights cw = {.set = true};
+        char text[48];
+        memcpy(cw.w, pr.p.class_weight, sizeof cw.w);
+        fq_class_weights_format(text, sizeof text, &cw);
+        fq_json_key(&w, "class_weights");
+        fq_json_string(&w, text);
+    }
     if (pr.prices.input != 1 || pr.prices.output != 1 || pr.prices.cached != 1) {
         AD_KV(&w, "price_input", pr.prices.input);
         AD_KV(&w, "price_output", pr.prices.output);

@@ -47,13 +47,13 @@
 /* The entries of the lists: NULL is an absent key. */
 typedef struct raw_plan {
     char *name, *weight, *max_in_flight, *max_pending, *burst_in_flight, *tokens_per_minute;
-    char *price_input, *price_output, *price_cached, *max_subtenants;
+    char *price_input, *price_output, *price_cached, *max_subtenants, *class_weights;
 } raw_plan;
 
 typedef struct raw_tenant {
     char *id, *plan, *weight, *max_in_flight, *max_pending, *burst_in_flight,
         *tokens_per_minute;
-    char *price_input, *price_output, *price_cached, *max_subtenants;
+    char *price_input, *price_output, *price_cached, *max_subtenants, *class_weights;
 } raw_tenant;
 
 typedef struct raw_workflow {
@@ -88,6 +88,7 @@ static const cyaml_schema_field_t plan_fields[] = {
     CFG_STR("price_output", raw_plan, price_output),
     CFG_STR("price_cached", raw_plan, price_cached),
     CFG_STR("max_subtenants", raw_plan, max_subtenants),
+    CFG_STR("class_weights", raw_plan, class_weights),
     CYAML_FIELD_END
 };
 static const cyaml_schema_value_t plan_entry = {
@@ -106,6 +107,7 @@ static const cyaml_schema_field_t tenant_fields[] = {
     CFG_STR("price_output", raw_tenant, price_output),
     CFG_STR("price_cached", raw_tenant, price_cached),
     CFG_STR("max_subtenants", raw_tenant, max_subtenants),
+    CFG_STR("class_weights", raw_tenant, class_weights),
     CYAML_FIELD_END
 };
 static const cyaml_schema_value_t tenant_entry = {
@@ -340,6 +342,24 @@ static fq_status cfg_subtenants(const cfg_ctx *v, const char *prefix,
     return cfg_u32(v, prefix, "max_subtenants", text, min, FQ_POLICY_MAX_SUBTENANTS, out);
 }
 
+/* class_weights at prefix: "strict", or one weight per class of
+ * scheduler.classes, highest first. */
+static fq_status cfg_class_weights(const cfg_ctx *v, const fq_config *c, const char *prefix,
+                                   const char *text, fq_class_weights *out)
+{
+    fq_classes cl;
+    if (!text)
+        return FQ_OK;
+    if (fq_classes_parse(&cl, c->scheduler.classes) != FQ_OK || !cl.n)
+        return cfg_fail(v, prefix, "class_weights", "needs scheduler.classes");
+    if (fq_class_weights_parse(out, text) != FQ_OK || !*text ||
+        (fq_class_weights_count(out) && fq_class_weights_count(out) != cl.n))
+        return cfg_fail(v, prefix, "class_weights", "must be \"strict\" or one weight of 1 "
+                        "to %u per class of scheduler.classes (%u), highest first, as in "
+                        "\"3, 1\"", FQ_SCHED_MAX_CLASS_WEIGHT, (unsigned)cl.n);
+    return FQ_OK;
+}
+
 /* The prices of token kinds at prefix, for a plan and a tenant entry alike. */
 static fq_status cfg_prices(const cfg_ctx *v, const char *prefix, const char *input,
                             const char *output, const char *cached, fq_prices *p)
@@ -414,6 +434,7 @@ static fq_status cfg_plans(fq_config *c, const raw_config *r, const cfg_ctx *v)
         CFG_IFOK(s, cfg_prices(v, at, rp->price_input, rp->price_output, rp->price_cached,
                                &p->prices));
         CFG_IFOK(s, cfg_subtenants(v, at, rp->max_subtenants, 0, &p->max_subtenants));
+        CFG_IFOK(s, cfg_class_weights(v, c, at, rp->class_weights, &p->class_weights));
         if (s == FQ_OK && p->burst_in_flight && p->burst_in_flight <= p->max_in_flight)
             s = cfg_fail(v, at, "burst_in_flight", "must be above max_in_flight (%u), or left "
                          "out", (unsigned)p->max_in_flight);
@@ -463,6 +484,7 @@ static fq_status cfg_tenants(fq_config *c, const raw_config *r, const cfg_ctx *v
         CFG_IFOK(s, cfg_prices(v, at, rt->price_input, rt->price_output, rt->price_cached,
                                &t->prices));
         CFG_IFOK(s, cfg_subtenants(v, at, rt->max_subtenants, 1, &t->max_subtenants));
+        CFG_IFOK(s, cfg_class_weights(v, c, at, rt->class_weights, &t->class_weights));
     }
     CFG_IFOK(s, cfg_unique(v, "tenants", "id", r->tenants, r->tenants_count,
                            sizeof(raw_tenant), offsetof(raw_tenant, id)));
@@ -1266,6 +1288,9 @@ fq_status fq_config_policy(fq_policy **out, const fq_config *c)
     fq_policy *p;
     fq_status s = fq_policy_create(&p, c->scheduler.default_plan,
                                    c->scheduler.reject_unknown, FQ_DEFAULT_MAX_PENDING);
+    fq_classes cl;
+    if (s == FQ_OK && fq_classes_parse(&cl, c->scheduler.classes) == FQ_OK)
+        fq_policy_set_nclasses(p, cl.n);
     for (size_t i = 0; i < c->n_plans; i++)
         CFG_IFOK(s, fq_policy_set_plan(p, &c->plans[i]));
     for (size_t i = 0; i < c->n_tenants; i++)

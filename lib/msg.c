@@ -996,7 +996,7 @@ static const char *const fq_ovr_names[] = {"plan", "weight", "max_in_flight",
                                            "max_pending", "burst_in_flight",
                                            "tokens_per_minute", "price_input",
                                            "price_output", "price_cached",
-                                           "max_subtenants", "tenant"};
+                                           "max_subtenants", "class_weights", "tenant"};
 #define FQ_OVR_NAMES (sizeof fq_ovr_names / sizeof fq_ovr_names[0])
 
 /* One field of those a patch may change: null removes it, a value sets it. */
@@ -1021,6 +1021,12 @@ static fq_status fq_override_field(fq_override_patch *out, size_t k, const cJSON
             return fq_msg_fail(err, errlen, "plan: must be a plan name, 1 to %d of "
                                "[A-Za-z0-9_-], or null", FQ_TENANT_MAX);
         memcpy(out->plan, item->valuestring, strlen(item->valuestring) + 1);
+    } else if (k == 10) {
+        if (!cJSON_IsString(item) || !item->valuestring[0] ||
+            fq_class_weights_parse(&out->class_weights, item->valuestring) != FQ_OK)
+            return fq_msg_fail(err, errlen, "class_weights: must be \"strict\", or one "
+                               "weight of 1 to %u per class, highest first (\"3, 1\"), "
+                               "or null", FQ_SCHED_MAX_CLASS_WEIGHT);
     } else {
         if ((st = fq_msg_uint_item(&v, item, lo[k], hi[k], fq_ovr_names[k], err,
                                    errlen)) != FQ_OK)
@@ -1046,7 +1052,8 @@ static fq_status fq_override_fields(fq_override_patch *out, const cJSON *root,
             return fq_msg_fail(err, errlen, "the body has an unknown field; it takes only "
                                "tenant, plan, weight, max_in_flight, max_pending, "
                                "burst_in_flight, tokens_per_minute, price_input, "
-                               "price_output, price_cached and max_subtenants");
+                               "price_output, price_cached, max_subtenants and "
+                               "class_weights");
         if (it[k])
             return fq_msg_fail(err, errlen, "%s: given twice in the body", fq_ovr_names[k]);
         it[k] = c;
@@ -1072,7 +1079,8 @@ static fq_status fq_override_fields(fq_override_patch *out, const cJSON *root,
     if (!out->set && !out->removed)
         return fq_msg_fail(err, errlen, "the body changes nothing: give plan, weight, "
                            "max_in_flight, max_pending, burst_in_flight, tokens_per_minute, "
-                           "price_input, price_output, price_cached or max_subtenants (null "
+                           "price_input, price_output, price_cached, max_subtenants or "
+                           "class_weights (null "
                            "removes one)");
     return FQ_OK;
 }

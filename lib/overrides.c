@@ -97,7 +97,8 @@ bool fq_ovr_entry_empty(const fq_tenant_entry *e)
 {
     return !e->plan[0] && !e->weight && !e->max_in_flight && !e->max_pending &&
            !e->burst_in_flight && !e->tokens_per_minute && !e->prices.input &&
-           !e->prices.output && !e->prices.cached && !e->max_subtenants;
+           !e->prices.output && !e->prices.cached && !e->max_subtenants &&
+           !e->class_weights.set;
 }
 
 static bool ovr_entry_equal(const fq_tenant_entry *a, const fq_tenant_entry *b)
@@ -107,7 +108,9 @@ static bool ovr_entry_equal(const fq_tenant_entry *a, const fq_tenant_entry *b)
            a->burst_in_flight == b->burst_in_flight &&
            a->tokens_per_minute == b->tokens_per_minute &&
            a->max_subtenants == b->max_subtenants &&
-           memcmp(&a->prices, &b->prices, sizeof a->prices) == 0;
+           memcmp(&a->prices, &b->prices, sizeof a->prices) == 0 &&
+           a->class_weights.set == b->class_weights.set &&
+           memcmp(a->class_weights.w, b->class_weights.w, sizeof a->class_weights.w) == 0;
 }
 
 static void ovr_patch_field(uint32_t *dst, uint32_t v, const fq_override_patch *pt, unsigned bit)
@@ -135,6 +138,10 @@ static void ovr_patch_apply(fq_tenant_entry *e, const fq_override_patch *pt)
     ovr_patch_field(&e->prices.output, pt->price_output, pt, FQ_OVR_PRICE_OUTPUT);
     ovr_patch_field(&e->prices.cached, pt->price_cached, pt, FQ_OVR_PRICE_CACHED);
     ovr_patch_field(&e->max_subtenants, pt->max_subtenants, pt, FQ_OVR_MAX_SUBTENANTS);
+    if (pt->set & FQ_OVR_CLASS_WEIGHTS)
+        e->class_weights = pt->class_weights;
+    else if (pt->removed & FQ_OVR_CLASS_WEIGHTS)
+        memset(&e->class_weights, 0, sizeof e->class_weights);
 }
 
 void fq_ovr_entry_json(fq_json *w, const fq_tenant_entry *e)
@@ -156,6 +163,12 @@ void fq_ovr_entry_json(fq_json *w, const fq_tenant_entry *e)
             fq_json_int(w, vals[i]);
         }
     }
+    if (e->class_weights.set) {
+        char cw[48];
+        fq_class_weights_format(cw, sizeof cw, &e->class_weights);
+        fq_json_key(w, "class_weights");
+        fq_json_string(w, cw);
+    }
     fq_json_end_object(w);
 }
 
@@ -165,6 +178,11 @@ static fq_status ovr_apply(fq_policy *pol, ovr_rec *o, const fq_tenant_entry *ne
                            size_t errlen)
 {
     fq_status s = FQ_OK;
+    if (!fq_policy_class_weights_fit(pol, &ne->class_weights)) {
+        snprintf(err, errlen, "class_weights: give one weight per class configured in "
+                 "scheduler.classes, or \"strict\"");
+        return FQ_EINVAL;
+    }
     if (fq_ovr_entry_empty(ne))
         fq_policy_clear_override(pol, o->e.id);   /* FQ_ENOTFOUND: it had none */
     else if ((s = fq_policy_set_override(pol, ne)) == FQ_ENOTFOUND)

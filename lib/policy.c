@@ -1,4 +1,5 @@
 /* policy.c -- plans, tenants and runtime overrides, resolved in O(1) per tenant. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -39,6 +40,7 @@ struct fq_policy {
     char default_plan[FQ_TENANT_MAX + 1];
     bool reject_unknown;        /* tenants listed nowhere are refused */
     uint32_t default_max_pending;   /* where no layer sets max_pending */
+    uint32_t nclasses;          /* priority classes configured; 0: none */
 };
 
 #define POL_MIN_SLOTS 16
@@ -128,7 +130,8 @@ fq_status fq_policy_set_plan(fq_policy *p, const fq_plan *plan)
 {
     if (!pol_name_valid(plan->name, false) || plan->weight == 0 ||
         !pol_weight_valid(plan->weight) || !pol_prices_valid(&plan->prices) ||
-        plan->max_subtenants > FQ_POLICY_MAX_SUBTENANTS)
+        plan->max_subtenants > FQ_POLICY_MAX_SUBTENANTS ||
+        !fq_policy_class_weights_fit(p, &plan->class_weights))
         return FQ_EINVAL;
     pol_plan *n = (pol_plan *)pol_find(p->plans, plan->name);
     if (n) {
@@ -146,7 +149,8 @@ fq_status fq_policy_set_plan(fq_policy *p, const fq_plan *plan)
 static fq_status pol_set_entry(fq_policy *p, fq_strmap *t, const fq_tenant_entry *e)
 {
     if (!pol_name_valid(e->id, true) || !pol_weight_valid(e->weight) ||
-        !pol_prices_valid(&e->prices) || e->max_subtenants > FQ_POLICY_MAX_SUBTENANTS)
+        !pol_prices_valid(&e->prices) || e->max_subtenants > FQ_POLICY_MAX_SUBTENANTS ||
+        !fq_policy_class_weights_fit(p, &e->class_weights))
         return FQ_EINVAL;
     if (e->plan[0]) {
         if (!pol_name_valid(e->plan, false))
@@ -267,6 +271,77 @@ const char *fq_policy_source_name(enum fq_policy_source s)
 }
 
 /* ---- priority classes ---- */
+
+fq_status fq_class_weights_parse(fq_class_weights *out, const char *text)
+{
+    memset(out, 0, sizeof *out);
+    if (!text || !*text)
+        return FQ_OK;
+    fq_class_weights cw = {.set = true};
+    const char *p = text + strspn(text, " ");
+    if (strncmp(p, "strict", 6) == 0 && p[6 + strspn(p + 6, " ")] == '\0') {
+        *out = cw;
+        return FQ_OK;
+    }
+    uint32_t n = 0;
+    for (;;) {
+        p += strspn(p, " ");
+        uint64_t v = 0;
+        size_t d = 0;
+        for (; p[d] >= '0' && p[d] <= '9' && v <= FQ_SCHED_MAX_CLASS_WEIGHT; d++)
+            v = v * 10 + (uint64_t)(p[d] - '0');
+        if (d == 0 || v < 1 || v > FQ_SCHED_MAX_CLASS_WEIGHT || n == FQ_SCHED_MAX_CLASSES)
+            return FQ_EINVAL;
+        cw.w[n++] = (uint16_t)v;
+        p += d;
+        p += strspn(p, " ");
+        if (*p == '\0')
+            break;
+        if (*p++ != ',')
+            return FQ_EINVAL;
+    }
+    if (n < 2)
+        return FQ_EINVAL;
+    *out = cw;
+    return FQ_OK;
+}
+
+uint32_t fq_class_weights_count(const fq_class_weights *cw)
+{
+    uint32_t n = 0;
+    while (n < FQ_SCHED_MAX_CLASSES && cw->w[n])
+        n++;
+    return n;
+}
+
+void fq_class_weights_format(char *buf, size_t cap, const fq_class_weights *cw)
+{
+    size_t len = 0;
+    buf[0] = '\0';
+    if (!cw->set)
+        return;
+    if (!cw->w[0]) {
+        snprintf(buf, cap, "strict");
+        return;
+    }
+    for (uint32_t c = 0; c < fq_class_weights_count(cw) && len < cap; c++) {
+        int k = snprintf(buf + len, cap - len, "%s%u", c ? "," : "", (unsigned)cw->w[c]);
+        if (k < 0)
+            break;
+        len += (size_t)k;
+    }
+}
+
+void fq_policy_set_nclasses(fq_policy *p, uint32_t n)
+{
+    p->nclasses = n;
+}
+
+bool fq_policy_class_weights_fit(const fq_policy *p, const fq_class_weights *cw)
+{
+    uint32_t n = fq_class_weights_count(cw);
+    return n == 0 || n == p->nclasses;
+}
 
 fq_status fq_classes_parse(fq_classes *out, const char *text)
 {

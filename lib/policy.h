@@ -57,6 +57,17 @@ typedef struct fq_class_weights {
                                    weight, 1 .. FQ_SCHED_MAX_CLASS_WEIGHT */
 } fq_class_weights;
 
+/* Read text: "strict", or one weight per class, highest class first
+ * ("3, 1": 2 to FQ_SCHED_MAX_CLASSES weights of 1 to
+ * FQ_SCHED_MAX_CLASS_WEIGHT, separated by commas, blanks around them
+ * allowed); NULL or "" is not set. FQ_EINVAL on anything else: *out is
+ * then not set. */
+fq_status fq_class_weights_parse(fq_class_weights *out, const char *text);
+/* Its weights (0: strict or not set). */
+uint32_t fq_class_weights_count(const fq_class_weights *cw);
+/* It as text ("strict", "3,1") in buf[0..cap), "" when not set. */
+void fq_class_weights_format(char *buf, size_t cap, const fq_class_weights *cw);
+
 /* A run's priced cost from the kinds its completion reported: input tokens
  * (cached ones included) less the cached, at the input price, plus the
  * cached at theirs and the output at theirs, over the input price, rounded
@@ -145,6 +156,12 @@ fq_status fq_policy_clear_override(fq_policy *p, const char *tenant);
  * exist. On error *out is untouched. */
 fq_status fq_policy_resolve(fq_policy_resolved *out, const fq_policy *p,
                             const char *tenant);
+
+/* The priority classes configured (scheduler.classes; 0: none), which
+ * class weights must match. */
+void fq_policy_set_nclasses(fq_policy *p, uint32_t n);
+/* Whether cw may be set: not set, strict, or one weight per class. */
+bool fq_policy_class_weights_fit(const fq_policy *p, const fq_class_weights *cw);
 
 /* The plan named name, or NULL. Valid until the policy is destroyed. */
 const fq_plan *fq_policy_plan(const fq_policy *p, const char *name);

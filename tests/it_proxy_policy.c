@@ -229,6 +229,49 @@ static void test_class_goes_first(void **state)
     assert_int_equal(wait_for(f, "a", "completed_runs", 4), 4);
 }
 
+/* Classes weighted per tenant through the overrides bucket: at 1:1 a
+ * tenant's batch runs take turns with its interactive ones instead of
+ * waiting for them all (strict, the config's default); weights that do not
+ * fit the classes are refused with the reason. */
+static void test_class_weights_by_override(void **state)
+{
+    pf_fixture *f = *state;
+    char *r = pt_request(&f->c, "fair.admin.tenant.set",
+                         "{\"tenant\":\"a\",\"class_weights\":\"3,2,1\"}", NULL);
+    assert_non_null(r);
+    assert_non_null(strstr(r, "class_weights"));
+    assert_null(strstr(r, "\"override\""));      /* refused: nothing in force */
+    free(r);
+    r = pt_request(&f->c, "fair.admin.tenant.set",
+                   "{\"tenant\":\"a\",\"class_weights\":\"1, 1\"}", NULL);
+    assert_non_null(r);
+    cJSON *j = cJSON_Parse(r);
+    const cJSON *cw = cJSON_GetObjectItemCaseSensitive(j, "class_weights");
+    assert_true(cJSON_IsString(cw));
+    assert_string_equal(cw->valuestring, "1,1");
+    cJSON_Delete(j);
+    free(r);
+    for (int i = 0; i < 4; i++)
+        submit(f, "a", i, 100);
+    assert_int_equal(wait_for(f, "a", "in_flight", 1), 1);
+    for (int i = 0; i < 2; i++) {
+        char body[96];
+        int n = snprintf(body, sizeof body, "{\"run_id\":\"a-i%d\",\"est_tokens\":100,"
+                         "\"class\":\"interactive\"}", i);
+        assert_int_equal(pt_submit(&f->c, "a", body, (size_t)n, NULL), 0);
+    }
+    assert_int_equal(wait_for(f, "a", "queued_runs", 5), 5);
+    /* each completion frees the one slot; a completion of a run not sent
+     * would wait, so each count says which run went: batch had the turn
+     * when the interactive runs came (DRR: they join behind it), then the
+     * classes alternate (strict would send a-i0 and a-i1 second and third) */
+    const char *order[] = {"a-0", "a-1", "a-i0", "a-2", "a-i1"};
+    for (int k = 0; k < 5; k++) {
+        done(f, order[k]);
+        assert_int_equal(wait_for(f, "a", "completed_runs", k + 1), k + 1);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -236,6 +279,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_rate_counts_in_overload, setup_rate, teardown),
         cmocka_unit_test_setup_teardown(test_priced_completion, setup_priced, teardown),
         cmocka_unit_test_setup_teardown(test_class_goes_first, setup_classes, teardown),
+        cmocka_unit_test_setup_teardown(test_class_weights_by_override, setup_classes, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

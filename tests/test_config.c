@@ -357,7 +357,7 @@ static const struct {
     {BASE "  - name: pro\n    wieght: 3\n",
      "t.yaml:6:5: plans[1].wieght: unknown key (known here: name, weight, "
      "max_in_flight, max_pending, burst_in_flight, tokens_per_minute, price_input, "
-     "price_output, price_cached, max_subtenants)"},
+     "price_output, price_cached, max_subtenants, class_weights)"},
     /* After a nested mapping that holds a key of the same name. */
     {"nats:\n  url: x\n  tls:\n    ca: a\n  ca: b\n",
      "t.yaml:5:3: nats.ca: unknown key (known here: url, creds, tls, user, password, nkey, nkey_seed, inbox_prefix)"},
@@ -418,6 +418,16 @@ static const struct {
      "t.yaml:5:19: tenants[0].price_output: must be <= 1000000"},
     {BASE "tenants: [{id: t, tokens_per_minute: 0}]\n",
      "t.yaml:5:19: tenants[0].tokens_per_minute: must be >= 1"},
+    {BASE "  - {name: b, class_weights: \"3,1\"}\n",
+     "t.yaml:5:15: plans[1].class_weights: needs scheduler.classes"},
+    {"nats: {url: n}\nscheduler: {default_plan: free, classes: \"a,b\"}\n"
+     "plans: [{name: free, class_weights: \"3,2,1\"}]\n",
+     "t.yaml:3:22: plans[0].class_weights: must be \"strict\" or one weight of 1 to 1000 per "
+     "class of scheduler.classes (2), highest first, as in \"3, 1\""},
+    {"nats: {url: n}\nscheduler: {default_plan: free, classes: \"a,b\"}\n"
+     "plans: [{name: free}]\ntenants: [{id: t, class_weights: \"1001, 1\"}]\n",
+     "t.yaml:4:19: tenants[0].class_weights: must be \"strict\" or one weight of 1 to 1000 "
+     "per class of scheduler.classes (2), highest first, as in \"3, 1\""},
     {BASE "  - {name: b, max_subtenants: 10001}\n",
      "t.yaml:5:15: plans[1].max_subtenants: must be <= 10000"},
     {BASE "tenants: [{id: t, max_subtenants: 0}]\n",

@@ -1293,8 +1293,11 @@ static void test_override_patch_fields(void **state)
                                "\"max_in_flight\":8,\"max_pending\":4294967295,"
                                "\"burst_in_flight\":16,\"tokens_per_minute\":90000,"
                                "\"price_input\":1,\"price_output\":4,\"price_cached\":1,"
-                               "\"max_subtenants\":10000}",
+                               "\"max_subtenants\":10000,\"class_weights\":\"3, 1\"}",
                            FQ_PATCH_SET, err), FQ_OK);
+    assert_true(p.class_weights.set);
+    assert_int_equal(p.class_weights.w[0], 3);
+    assert_int_equal(p.class_weights.w[1], 1);
     assert_int_equal(p.price_output, 4);
     assert_int_equal(p.max_subtenants, 10000);
     assert_int_equal(p.burst_in_flight, 16);
@@ -1307,6 +1310,17 @@ static void test_override_patch_fields(void **state)
     assert_int_equal(p.set, FQ_OVR_ALL);
     assert_int_equal(p.removed, 0);
 
+    assert_int_equal(patch(&p, "{\"tenant\":\"a\",\"class_weights\":\"strict\"}",
+                           FQ_PATCH_SET, err), FQ_OK);
+    assert_true(p.class_weights.set);
+    assert_int_equal(p.class_weights.w[0], 0);
+    assert_int_equal(patch(&p, "{\"tenant\":\"a\",\"class_weights\":\"3\"}", FQ_PATCH_SET,
+                           err), FQ_EINVAL);
+    assert_non_null(strstr(err, "class_weights"));
+    assert_int_equal(patch(&p, "{\"tenant\":\"a\",\"class_weights\":\"2,0\"}",
+                           FQ_PATCH_SET, err), FQ_EINVAL);
+    assert_int_equal(patch(&p, "{\"tenant\":\"a\",\"class_weights\":5}", FQ_PATCH_SET,
+                           err), FQ_EINVAL);
     assert_int_equal(patch(&p, "{\"tenant\":\"a\",\"max_subtenants\":10001}", FQ_PATCH_SET,
                            err), FQ_EINVAL);
     assert_non_null(strstr(err, "max_subtenants"));

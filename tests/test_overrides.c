@@ -84,11 +84,19 @@ static void test_refusals(void **state)
     assert_int_equal(put(f, "acme", "{\"plan\":\"gold\"}", 5, 1), FQ_OVR_REFUSED);
     assert_int_equal(put(f, "acme", "{\"tenant\":\"other\",\"weight\":2}", 6, 1), FQ_OVR_REFUSED);
     assert_int_equal(weight_of(f, "acme"), 4);
+    /* class weights must fit the classes configured (none here) */
+    assert_int_equal(put(f, "acme", "{\"class_weights\":\"3,1\"}", 7, 1), FQ_OVR_REFUSED);
+    fq_policy_set_nclasses(f->pol, 2);
+    assert_int_equal(put(f, "acme", "{\"class_weights\":\"3,1\"}", 8, 1), FQ_OVR_CHANGED);
+    fq_policy_resolved pr;
+    assert_int_equal(fq_policy_resolve(&pr, f->pol, "acme"), FQ_OK);
+    assert_int_equal(pr.p.class_weight[0], 3);
+    fq_policy_set_nclasses(f->pol, 0);
     fq_override_patch pt = {.tenant = "acme", .weight = 7, .set = FQ_OVR_WEIGHT};
     fq_ovr_write w;
     assert_int_equal(fq_ovr_plan(&w, f->s, f->pol, &pt, err, sizeof err), FQ_OK);
     assert_true(w.changes);
-    assert_int_equal(w.expect, 6);
+    assert_int_equal(w.expect, 8);
 }
 
 /* A deleted key is forgotten once the watch delivers its deletion, so the

@@ -352,6 +352,28 @@ static void test_policy_knobs_resolve_by_layer(void **state)
     assert_int_equal(fq_policy_set_override(p, &o), FQ_OK);
     assert_int_equal(resolve_ok(p, "a").p.tokens_per_minute, 1000);
     assert_int_equal(resolve_ok(p, "a").p.burst_in_flight, 16);
+    /* class weights: strict unless a layer sets them; an override's
+     * "strict" beats a weighted plan; they must fit the classes */
+    fq_policy_set_nclasses(p, 2);
+    assert_int_equal(resolve_ok(p, "a").p.class_weight[0], 0);
+    assert_int_equal(fq_class_weights_parse(&burst.class_weights, " 3 ,1 "), FQ_OK);
+    assert_int_equal(fq_policy_set_plan(p, &burst), FQ_OK);
+    assert_int_equal(resolve_ok(p, "a").p.class_weight[0], 3);
+    assert_int_equal(resolve_ok(p, "a").p.class_weight[1], 1);
+    assert_int_equal(fq_class_weights_parse(&o.class_weights, "strict"), FQ_OK);
+    assert_int_equal(fq_policy_set_override(p, &o), FQ_OK);
+    assert_int_equal(resolve_ok(p, "a").p.class_weight[0], 0);
+    assert_int_equal(fq_class_weights_parse(&o.class_weights, "1,2,3"), FQ_OK);
+    assert_int_equal(fq_policy_set_override(p, &o), FQ_EINVAL);     /* 3 weights, 2 classes */
+    char text[48];
+    fq_class_weights_format(text, sizeof text, &burst.class_weights);
+    assert_string_equal(text, "3,1");
+    fq_class_weights none;
+    assert_int_equal(fq_class_weights_parse(&none, ""), FQ_OK);
+    assert_false(none.set);
+    const char *bad[] = {"3", "0,1", "1001,1", "1,2,3,4,5", "3;1", "strict,1", "1,,2"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        assert_int_equal(fq_class_weights_parse(&none, bad[i]), FQ_EINVAL);
     fq_policy_destroy(p);
 }
 
