@@ -33,11 +33,18 @@ static const char *const jr_type_name[] = {
     [FQ_JREC_DONE] = "done",
     [FQ_JREC_DEBT] = "debt",
     [FQ_JREC_EXPIRED] = "expired",
+    [FQ_JREC_REFUSED] = "refused",
 };
 
 static bool jr_type_known(int t)
 {
-    return t >= FQ_JREC_FLIGHT && t <= FQ_JREC_EXPIRED;
+    return t >= FQ_JREC_FLIGHT && t <= FQ_JREC_REFUSED;
+}
+
+/* The refusals a refused record may hold: those that depend on the moment. */
+static bool jr_refusal_valid(fq_status s)
+{
+    return s == FQ_EEXIST || s == FQ_EFULL || s == FQ_EOVERLOAD;
 }
 
 /* A record of a run with its charge: flight, or expired. */
@@ -59,14 +66,17 @@ bool fq_jrec_valid(const fq_jrec *r, const char **why)
     else if (has_run && !fq_msg_name_valid(r->run_id, rl, FQ_RUN_ID_MAX))
         w = "r: not a valid run id";
     else if (!has_run && rl)
-        w = "r: a debt record has no run";
+        w = "r: a debt or refused record has no run";
     else if (wl && (!jr_charged(r->type) || !fq_msg_name_valid(r->workflow, wl,
                                                                 FQ_WORKFLOW_MAX)))
         w = "w: not a valid workflow name";
     else if (jr_charged(r->type) ? r->est < 1 : r->est || r->declared)
         w = "e: a flight or expired record's estimate is 1 to 2^32-1, other records have none";
-    else if (r->seq > (uint64_t)FQ_JOURNAL_MAX_INT || (!has_run && r->seq))
-        w = "s: a sequence is 0 to 2^53, and a debt record has none";
+    else if (r->seq > (uint64_t)FQ_JOURNAL_MAX_INT || (r->type == FQ_JREC_DEBT && r->seq) ||
+             (r->type == FQ_JREC_REFUSED && !r->seq))
+        w = "s: a sequence is 0 to 2^53, a debt record has none, a refused record one from 1";
+    else if (r->type == FQ_JREC_REFUSED ? !jr_refusal_valid(r->refusal) : r->refusal != FQ_OK)
+        w = "c: a refused record's is duplicate, tenant_full or overload; other records have none";
     else if (r->deficit > 0 || r->deficit < FQ_JOURNAL_MIN_DEFICIT ||
              (r->type != FQ_JREC_DEBT && r->deficit))
         w = "df: a debt is -2^62 to 0, and only a debt record has one";
@@ -121,6 +131,12 @@ fq_status fq_jbatch_append(fq_jbatch *b, const fq_jrec *r)
         fq_json_key(&w, "df");
         fq_json_int(&w, r->deficit);
         break;
+    case FQ_JREC_REFUSED:
+        fq_json_key(&w, "s");
+        fq_json_int(&w, (int64_t)r->seq);
+        fq_json_key(&w, "c");
+        fq_json_string(&w, fq_status_code(r->refusal));
+        break;
     }
     fq_json_key(&w, "at");
     fq_json_int(&w, r->at_ms);
@@ -170,10 +186,10 @@ void fq_jbatch_free(fq_jbatch *b)
 
 /* ---- reading ------------------------------------------------------------ */
 
-enum { JR_ST, JR_T, JR_R, JR_W, JR_E, JR_D, JR_S, JR_DF, JR_AT, JR_U, JR__N };
+enum { JR_ST, JR_T, JR_R, JR_W, JR_E, JR_D, JR_S, JR_DF, JR_AT, JR_U, JR_C, JR__N };
 static const char *const jr_member[JR__N] = {
     [JR_ST] = "st", [JR_T] = "t", [JR_R] = "r", [JR_W] = "w", [JR_E] = "e",
-    [JR_D] = "d", [JR_S] = "s", [JR_DF] = "df", [JR_AT] = "at", [JR_U] = "u",
+    [JR_D] = "d", [JR_S] = "s", [JR_DF] = "df", [JR_AT] = "at", [JR_U] = "u", [JR_C] = "c",
 };
 
 /* Which members each type must have (bit JR_*) and may have. */
@@ -183,12 +199,14 @@ static const unsigned jr_required[] = {
     [FQ_JREC_DEBT] = 1u << JR_T | 1u << JR_DF | 1u << JR_AT,
     [FQ_JREC_EXPIRED] = 1u << JR_T | 1u << JR_R | 1u << JR_E | 1u << JR_D | 1u << JR_S |
                         1u << JR_AT,
+    [FQ_JREC_REFUSED] = 1u << JR_T | 1u << JR_S | 1u << JR_C | 1u << JR_AT,
 };
 static const unsigned jr_allowed[] = {
     [FQ_JREC_FLIGHT] = 1u << JR_W,
     [FQ_JREC_DONE] = 1u << JR_U,
     [FQ_JREC_DEBT] = 0,
     [FQ_JREC_EXPIRED] = 1u << JR_W,
+    [FQ_JREC_REFUSED] = 0,
 };
 
 static void jr_refuse(fq_jcounts *c, bool unknown, const char *why)
@@ -253,7 +271,7 @@ static bool jr_entry(fq_jrec *r, const cJSON *e, bool *unknown, const char **why
         *why = "st: missing or not a string";
         return false;
     }
-    for (int t = FQ_JREC_FLIGHT; t <= FQ_JREC_EXPIRED; t++)
+    for (int t = FQ_JREC_FLIGHT; t <= FQ_JREC_REFUSED; t++)
         if (strcmp(m[JR_ST]->valuestring, jr_type_name[t]) == 0)
             r->type = (enum fq_jrec_type)t;
     if (!r->type) {
@@ -307,6 +325,17 @@ static bool jr_entry(fq_jrec *r, const cJSON *e, bool *unknown, const char **why
     if (!jr_int(&r->at_ms, m[JR_AT], 0, FQ_JOURNAL_MAX_INT)) {
         *why = "at: not an integer from 0 to 2^53";
         return false;
+    }
+    if (m[JR_C]) {
+        static const fq_status refusals[] = {FQ_EEXIST, FQ_EFULL, FQ_EOVERLOAD};
+        for (size_t i = 0; i < sizeof refusals / sizeof *refusals; i++)
+            if (cJSON_IsString(m[JR_C]) &&
+                strcmp(m[JR_C]->valuestring, fq_status_code(refusals[i])) == 0)
+                r->refusal = refusals[i];
+        if (r->refusal == FQ_OK) {
+            *why = "c: not duplicate, tenant_full or overload";
+            return false;
+        }
     }
     if (m[JR_U] && !cJSON_IsBool(m[JR_U])) {
         *why = "u: not true or false";

@@ -21,6 +21,7 @@
  *   {"st":"done","t":tenant,"r":run_id,"s":seq,"at":ms[,"u":true]}
  *   {"st":"debt","t":tenant,"df":deficit,"at":ms}
  *   {"st":"expired", the members of flight}
+ *   {"st":"refused","t":tenant,"s":seq,"c":code,"at":ms}
  *
  * ("w" is left out when there is no workflow; "u", unconfirmed, is there
  * only when the run completed before its dispatch was seen stored). Whatever is read back was
@@ -37,6 +38,8 @@ enum fq_jrec_type {
     FQ_JREC_DEBT,       /* a tenant's debt, as of its last change */
     FQ_JREC_EXPIRED,    /* a run's lease ran out: a late completion may still
                            reconcile it; the fields of its flight record */
+    FQ_JREC_REFUSED,    /* a submit refused for the state of the moment: delivered
+                           again, it is refused again, not decided anew */
 };
 
 /* Limits of the numeric fields. Every integer is at most 2^53, so JSON's
@@ -59,6 +62,9 @@ typedef struct fq_jrec {
     int64_t at_ms;                      /* unix ms, 0..2^53: the dispatch (flight), the
                                            completion (done), the debt's last change (debt),
                                            the lease's end (expired) */
+    fq_status refusal;                  /* refused: why, FQ_EEXIST (duplicate), FQ_EFULL
+                                           (tenant_full) or FQ_EOVERLOAD (overload),
+                                           written as its code; FQ_OK in other records */
     bool unconfirmed;                   /* done: the run completed before its dispatch was
                                            seen stored (read back, or its PubAck still to
                                            come): its submit, come again, is published again

@@ -9,7 +9,11 @@
  *    by run key.
  *  - A submit is acked only once what it became is stored: its dispatch
  *    and its flight record (two PubAcks, counted in pending), or its
- *    refusal. Runs are indexed by submit sequence while their submit is
+ * *    refusal. A refusal for the state of the moment (duplicate, full,
+ *    overload) is a decision kept: its refused record is stored first,
+ *    then the refusal goes out (from a copy), and a submit delivered again
+ *    is refused again by that record, never decided anew and dispatched.
+ *    Runs are indexed by submit sequence while their submit is
  *    unacked (a redelivery of a held run is not queued twice) and by run
  *    key from admission to completion (completions and duplicate ids find
  *    them).
@@ -97,6 +101,8 @@ typedef struct lg_run {
     bool stored : 1;            /* its dispatch's PubAck came in this process: a redelivery
                                    of its settled submit (an ack lost) is acked again */
     bool read_expired : 1;      /* read back: an expired record (submitted_ms: its expiry) */
+    bool refusing : 1;          /* refused for the moment's state: its refusal goes out once
+                                   its refused record is stored (body: an lg_kept_refusal) */
 } lg_run;
 
 /* What a kept body's block begins with: the fields only a kept body needs,
@@ -109,6 +115,28 @@ typedef struct lg_block {
     uint8_t id_len, wf_len;     /* bytes of the run id and the workflow after this */
     uint8_t sub_len;            /* ... and of the sub-tenant after them */
 } lg_block;
+
+/* What a refusal waiting for its refused record keeps (a refusing run's
+ * body): the refusal as it will go out, then its sentence (NUL-ended),
+ * the producer's header lines and the body. */
+typedef struct lg_kept_refusal {
+    uint32_t hdr_len, body_len;
+    uint16_t text_len;          /* the sentence's bytes, its NUL not counted */
+    uint8_t code;               /* fq_status */
+    uint64_t wait_ms;           /* an overload's estimated wait (Fair-Wait-Ms) */
+} lg_kept_refusal;
+
+/* A submit refused for the state of the moment (duplicate, tenant_full,
+ * overload), remembered with its refused record: delivered again (its ack
+ * lost), it is refused again, not decided anew. */
+typedef struct lg_refused {
+    uint64_t seq;               /* the submit */
+    int64_t until_ms;           /* unix ms from which it is forgotten */
+    uint32_t part;              /* its tenant's partition */
+    fq_status code;
+    fq_u64map_node node;
+    struct lg_refused *next;    /* FIFO by until_ms; free list */
+} lg_refused;
 
 _Static_assert(sizeof(void *) != 8 || sizeof(lg_run) <= 88,
                "a run held index only costs its record: keep it within 88 bytes");
@@ -230,6 +258,8 @@ struct fq_ledger {
     fq_u64map *by_seq, *by_key, *done;
     fq_u64map *early;           /* lg_early by run key */
     lg_early *early_free, *early_head, *early_tail;
+    fq_u64map *refused;         /* lg_refused by submit sequence */
+    lg_refused *refused_free, *refused_head, *refused_tail;
     lg_run *run_free;
     lg_names *names_free;
     lg_done *done_free, *done_head, *done_tail;
@@ -527,6 +557,22 @@ static lg_early *lg_early_alloc(fq_ledger *l)
     return e;
 }
 
+static lg_refused *lg_refused_alloc(fq_ledger *l)
+{
+    if (!l->refused_free) {
+        lg_refused *c = calloc(LG_POOL_CHUNK, sizeof *c);
+        if (!lg_chunk_keep(l, c))
+            return NULL;
+        for (size_t i = 0; i < LG_POOL_CHUNK; i++) {
+            c[i].next = l->refused_free;
+            l->refused_free = &c[i];
+        }
+    }
+    lg_refused *r = l->refused_free;
+    l->refused_free = r->next;
+    return r;
+}
+
 static void *lg_alloc(fq_ledger *l, size_t n)
 {
     return l->o.alloc.alloc ? l->o.alloc.alloc(l->o.alloc.arg, n) : malloc(n);
@@ -551,6 +597,10 @@ static const lg_block *lg_blk(const lg_run *x)
 /* Bytes of x's block; 0: none. */
 static size_t lg_block_size(const lg_run *x)
 {
+    if (x->refusing && x->body) {
+        const lg_kept_refusal *f = (const lg_kept_refusal *)(const void *)x->body;
+        return sizeof *f + f->text_len + 1u + f->hdr_len + f->body_len;
+    }
     const lg_block *b = lg_blk(x);
     return b ? sizeof *b + b->id_len + b->wf_len + b->sub_len + b->hdr_len + b->body_len : 0;
 }
@@ -788,6 +838,60 @@ static void lg_early_forget(fq_ledger *l, int64_t now_ms)
 {
     while (l->early_head && l->early_head->until_ms <= now_ms)
         lg_early_drop_head(l);
+}
+
+/* ---- submits refused for the state of the moment ------------------------ */
+
+static lg_refused *lg_refused_find(const fq_ledger *l, uint64_t seq)
+{
+    fq_u64map_node *n = fq_u64map_find(l->refused, seq);
+    return n ? FQ_U64MAP_ENTRY(n, lg_refused, node) : NULL;
+}
+
+static void lg_refused_drop_head(fq_ledger *l)
+{
+    lg_refused *r = l->refused_head;
+    l->refused_head = r->next;
+    if (!l->refused_head)
+        l->refused_tail = NULL;
+    fq_u64map_remove(l->refused, &r->node);
+    r->next = l->refused_free;
+    l->refused_free = r;
+}
+
+/* Remember submit seq (partition part) as refused for code until
+ * until_ms; past FQ_LEDGER_REFUSED_MAX the oldest is forgotten (counted),
+ * and out of memory it is not remembered: delivered again, it is then
+ * decided anew. */
+static void lg_refused_add(fq_ledger *l, uint64_t seq, fq_status code, uint32_t part,
+                           int64_t until_ms)
+{
+    lg_refused *r = lg_refused_find(l, seq);
+    if (r) {
+        r->code = code;
+        if (until_ms > r->until_ms)
+            r->until_ms = until_ms;
+        return;
+    }
+    while (l->refused_head && fq_u64map_count(l->refused) >= FQ_LEDGER_REFUSED_MAX) {
+        lg_refused_drop_head(l);
+        l->c.refusals_forgotten_early++;
+    }
+    if (fq_u64map_reserve(l->refused) != FQ_OK || !(r = lg_refused_alloc(l)))
+        return;
+    *r = (lg_refused){.seq = seq, .until_ms = until_ms, .part = part, .code = code};
+    fq_u64map_insert(l->refused, &r->node);
+    if (l->refused_tail)
+        l->refused_tail->next = r;
+    else
+        l->refused_head = r;
+    l->refused_tail = r;
+}
+
+static void lg_refused_forget(fq_ledger *l, int64_t now_ms)
+{
+    while (l->refused_head && l->refused_head->until_ms <= now_ms)
+        lg_refused_drop_head(l);
 }
 
 /* ---- acks ---------------------------------------------------------------- */
@@ -1715,6 +1819,8 @@ enum lg_take {
     LG_TAKE_GIVE_BACK,          /* over its tenant's share: given back to FAIR_SUBMIT */
     LG_TAKE_QUEUE,              /* queued: held, indexed, its body kept if it fits */
     LG_TAKE_NO_MEMORY,          /* not queued for lack of memory: left in JetStream */
+    LG_TAKE_REFUSE_AGAIN,       /* refused for the moment's state before (its refused
+                                   record), its ack lost: refused again, code as then */
 };
 
 /* The verdict on a submit. */
@@ -1822,6 +1928,15 @@ static void lg_submit_judge(lg_verdict *v, const fq_ledger *l, const fq_ledger_s
     v->wait = 0;
     if ((v->x = lg_find_seq(l, s->ack.sseq))) {
         v->take = LG_TAKE_REDELIVERED;  /* a consumer reset: it is queued already */
+        return;
+    }
+    const lg_refused *rf = s->tenant ? lg_refused_find(l, s->ack.sseq) : NULL;
+    if (rf) {
+        /* The decision is kept, not made again: made again, it might
+         * dispatch a run the client was told is refused. */
+        lg_refusal(v, rf->code, "refused already when first delivered (%s); the decision "
+                   "is kept, not made again", fq_status_code(rf->code));
+        v->take = LG_TAKE_REFUSE_AGAIN;
         return;
     }
     if (!s->tenant) {
@@ -1993,9 +2108,98 @@ static void lg_forget_stale(fq_ledger *l, lg_run *x)
     lg_maybe_free(l, x);
 }
 
+/* Refuse submit s for why (duplicate, tenant_full, overload: the state of
+ * the moment), durably: its refused record goes into the journal first and
+ * the refusal (sentence, wait_ms) is published once that record is stored,
+ * from a copy kept meanwhile; its submit is acked on the refusal's PubAck.
+ * A next leader that gets the submit again (its ack lost) reads the
+ * record and refuses it again instead of deciding anew, which might
+ * dispatch it. false: not kept (its tenant not known, no memory): refused
+ * at once, as any refusal. */
+static bool lg_refuse_kept(fq_ledger *l, const fq_ledger_submit *s, fq_ledger_tenant *lt,
+                           fq_status why, const char *sentence, uint64_t wait_ms)
+{
+    fq_status st = FQ_OK;
+    size_t tl = strnlen(sentence, UINT16_MAX - 1);
+    if (s->raw.hdr_len > UINT32_MAX || s->raw.body_len > UINT32_MAX ||
+        (!lt && !(lt = l->o.tenant(l->o.tenant_arg, s->tenant, strlen(s->tenant),
+                                   FQ_LEDGER_TENANT_RECORD, &st))))
+        return false;
+    size_t size = sizeof(lg_kept_refusal) + tl + 1 + s->raw.hdr_len + s->raw.body_len;
+    lg_run *x = lg_run_alloc(l);
+    if (!x)
+        return false;
+    *x = (lg_run){.seq = s->ack.sseq, .lt = lt, .cseq = s->ack.cseq,
+                  .delivered = s->ack.delivered, .submitted_ms = s->ts_ms, .state = LG_DONE};
+    if (!lg_seq_add(l, x) || !(x->body = lg_alloc(l, size))) {
+        lg_seq_del(l, x);
+        lg_maybe_free(l, x);
+        return false;
+    }
+    x->refusing = true;
+    lg_kept_refusal *f = (lg_kept_refusal *)(void *)x->body;
+    *f = (lg_kept_refusal){.hdr_len = (uint32_t)s->raw.hdr_len,
+                           .body_len = (uint32_t)s->raw.body_len, .text_len = (uint16_t)tl,
+                           .code = (uint8_t)why, .wait_ms = wait_ms};
+    unsigned char *b = x->body + sizeof *f;
+    memcpy(b, sentence, tl);
+    b[tl] = '\0';
+    if (s->raw.hdr_len)
+        memcpy(b + tl + 1, s->raw.hdr, s->raw.hdr_len);
+    if (s->raw.body_len)
+        memcpy(b + tl + 1 + s->raw.hdr_len, s->raw.body, s->raw.body_len);
+    fq_jrec r = {.type = FQ_JREC_REFUSED, .seq = x->seq, .refusal = why,
+                 .at_ms = l->now_ms > 0 ? l->now_ms : 0};
+    snprintf(r.tenant, sizeof r.tenant, "%s", lt->id);
+    lg_part *pp = &l->parts[x->part];
+    if (!lg_journal_add(l, pp, &r) ||
+        !lg_grow(&pp->cur->runs, &pp->cur->cap_runs, pp->cur->nruns + 1, sizeof(lg_run *))) {
+        lg_seq_del(l, x);
+        lg_maybe_free(l, x);
+        return false;
+    }
+    pp->cur->runs[pp->cur->nruns++] = x;
+    x->pending++;
+    l->c.rejected[why]++;
+    lg_refused_add(l, x->seq, why, x->part, l->now_ms + (int64_t)l->o.keep_done_ms);
+    lg_held(l, lt, true);
+    lg_pause_check(l);
+    return true;
+}
+
+/* Refusing x's record is stored: its refusal goes out, from the copy, and
+ * its PubAck acks the submit. */
+static void lg_refusal_send(fq_ledger *l, lg_run *x)
+{
+    const lg_kept_refusal *f = (const lg_kept_refusal *)(const void *)x->body;
+    const unsigned char *b = x->body + sizeof *f;
+    fq_ledger_bytes raw = {b + f->text_len + 1, f->hdr_len, b + f->text_len + 1 + f->hdr_len,
+                           f->body_len};
+    fq_ledger_ackref ack = lg_ackref(x);
+    fq_ledger_act *a = lg_refuse(l, FQ_LEDGER_SUBMIT, &ack, x->lt, x->lt->id, NULL,
+                                 (fq_status)f->code, (const char *)b, &raw);
+    if (a) {
+        a->wait_ms = f->wait_ms;
+        x->pending++;
+    }
+    lg_body_drop(l, x);     /* freed once the actions are drained */
+    if (a)
+        return;
+    /* No memory for the action: let it come again, to be refused again. */
+    lg_held(l, x->lt, false);
+    lg_seq_del(l, x);
+    lg_maybe_free(l, x);
+    lg_nak(l, FQ_LEDGER_SUBMIT, &ack, FQ_LEDGER_PARK_MAX_MS);
+    lg_pause_check(l);
+}
+
 static void lg_submit_refuse(fq_ledger *l, const fq_ledger_submit *s, const lg_verdict *v,
                              fq_ledger_tenant *lt)
 {
+    if ((v->code == FQ_EEXIST || v->code == FQ_EFULL || v->code == FQ_EOVERLOAD) &&
+        !v->bad_subject &&
+        lg_refuse_kept(l, s, lt, v->code, v->sentence, v->code == FQ_EOVERLOAD ? v->wait : 0))
+        return;
     if (v->bad_subject)
         l->c.invalid_subject++;
     fq_ledger_act *a = lg_refuse_run(l, &s->ack, lt, v->bad_subject ? NULL : s->tenant,
@@ -2022,6 +2226,13 @@ static void lg_submit_apply(fq_ledger *l, const fq_ledger_submit *s, const lg_ve
     if (v->take == LG_TAKE_REDELIVERED) {
         lg_delivery(v->x, &s->ack);
         l->c.redelivered++;
+        return;
+    }
+    if (v->take == LG_TAKE_REFUSE_AGAIN) {
+        l->c.redelivered++;
+        l->c.refusals_repeated++;
+        lg_refuse(l, FQ_LEDGER_SUBMIT, &s->ack, NULL, s->tenant, s->subject, v->code,
+                  v->sentence, &s->raw);
         return;
     }
     l->c.submitted++;
@@ -2052,6 +2263,7 @@ static void lg_submit_apply(fq_ledger *l, const fq_ledger_submit *s, const lg_ve
         lg_admitted(l, v->x, v->run_id, s);
         break;
     case LG_TAKE_REDELIVERED:
+    case LG_TAKE_REFUSE_AGAIN:
     case LG_TAKE_ADMIT:         /* decided before it reaches here */
         break;
     }
@@ -2274,6 +2486,10 @@ static void lg_settled(fq_ledger *l, lg_run *x)
      * since (its refusal acks its submit). */
     if (--x->pending || x->state == LG_QUEUED)
         return;
+    if (x->refusing && x->body && x->in_seq) {
+        lg_refusal_send(l, x);      /* its refused record is stored */
+        return;
+    }
     if (!x->in_seq) {
         lg_maybe_free(l, x);
         return;
@@ -2363,7 +2579,8 @@ typedef struct lg_settle_verdict {
     bool ack;                   /* UNSTORED, ACK: a message to ack (not one that an early
                                    completion holds) */
     enum fq_ledger_cons cons;   /* ... whose */
-    lg_run *x;                  /* GONE, DISPATCHED: its run */
+    lg_run *x;                  /* GONE, DISPATCHED: its run; ACK, UNSTORED: a kept
+                                   refusal's run, which settles instead of an ack */
 } lg_settle_verdict;
 
 /* What the outcome of the publish of token settles. Changes nothing. */
@@ -2395,6 +2612,15 @@ static void lg_puback_judge(lg_settle_verdict *v, const fq_ledger *l, uint64_t t
     } else if (refusal) {
         v->what = LG_SETTLE_ACK;
         v->ack = kind == FQ_LTK_REJECT || !(val & LG_TOKEN_HELD);
+    }
+    if ((v->what == LG_SETTLE_ACK || v->what == LG_SETTLE_UNSTORED) && kind == FQ_LTK_REJECT) {
+        /* A kept refusal's: its run settles (it acks the submit), or was
+         * let go with its partition. */
+        lg_run *x = lg_find_seq(l, val & LG_TOKEN_LOW);
+        if (x && x->refusing && !x->body)
+            v->x = x;
+        else if (!x && (x = lg_gone_find(l, val & LG_TOKEN_LOW)) && x->refusing)
+            v->what = LG_SETTLE_GONE, v->x = x;
     }
 }
 
@@ -2457,7 +2683,9 @@ static void lg_refusal_unstored(fq_ledger *l, const lg_settle_verdict *v, uint64
     fq_ledger_act *a = lg_note(l, FQ_LNOTE_REFUSAL_UNSTORED);
     if (a)
         a->js_err = js_err;
-    if (v->ack)
+    if (v->x)
+        lg_settled(l, v->x);
+    else if (v->ack)
         lg_ack_token(l, v->cons, val);
 }
 
@@ -2487,7 +2715,9 @@ static bool lg_puback_apply(fq_ledger *l, const lg_settle_verdict *v, uint64_t t
         lg_dispatch_stored(l, v->x, outcome == FQ_LEDGER_PUB_DUPLICATE);
         break;
     case LG_SETTLE_ACK:
-        if (v->ack)
+        if (v->x)
+            lg_settled(l, v->x);    /* a kept refusal's run: it acks the submit */
+        else if (v->ack)
             lg_ack_token(l, v->cons, val);
         break;
     case LG_SETTLE_NOTHING:
@@ -2522,7 +2752,16 @@ void fq_ledger_unsent(fq_ledger *l, const fq_ledger_act *act, fq_status st, uint
     }
     if (a->type == FQ_LACT_REFUSE) {
         /* Left unacked, and naked so that it comes back soon: the next
-         * consumer reset may be an hour of AckWait away. */
+         * consumer reset may be an hour of AckWait away. A kept refusal's
+         * run is let go: come again, it is refused again (its record). */
+        lg_run *x = a->cons == FQ_LEDGER_SUBMIT ? lg_find_seq(l, a->ack.sseq) : NULL;
+        if (x && x->refusing && !x->body) {
+            x->pending--;
+            lg_held(l, x->lt, false);
+            lg_seq_del(l, x);
+            lg_maybe_free(l, x);
+            lg_pause_check(l);
+        }
         lg_nak(l, a->cons, &a->ack, FQ_LEDGER_PARK_MAX_MS);
         return;
     }
@@ -2864,6 +3103,7 @@ void fq_ledger_tick(fq_ledger *l, uint64_t now, int64_t now_ms)
     }
     lg_done_forget(l, now_ms);
     lg_early_forget(l, now_ms);
+    lg_refused_forget(l, now_ms);
     lg_acks_later(l);
     lg_recall(l);
 }
@@ -2991,6 +3231,9 @@ void fq_ledger_recover_record(fq_ledger *l, const fq_jrec *r, int64_t stored_ms,
             lg_key_del(l, x);
             x->state = LG_DONE;             /* never taken in: not counted */
         }
+        return;
+    case FQ_JREC_REFUSED:
+        lg_refused_add(l, r->seq, r->refusal, part, stored_ms + (int64_t)l->o.keep_done_ms);
         return;
     case FQ_JREC_DEBT:
         return;
@@ -3260,6 +3503,22 @@ static void lg_release_deliveries(fq_ledger *l, uint32_t part)
         l->done_free = d;
     }
     l->done_tail = prev;
+    lg_refused *rprev = NULL;
+    for (lg_refused *r = l->refused_head, *nx; r; r = nx) {
+        nx = r->next;
+        if (r->part != part) {
+            rprev = r;
+            continue;
+        }
+        if (rprev)
+            rprev->next = nx;
+        else
+            l->refused_head = nx;
+        fq_u64map_remove(l->refused, &r->node);
+        r->next = l->refused_free;
+        l->refused_free = r;
+    }
+    l->refused_tail = rprev;
 }
 
 /* Drop part's journal: its batches unsent or unanswered, and its state. */
@@ -3416,6 +3675,7 @@ fq_status fq_ledger_create(fq_ledger **out, const fq_ledger_opts *o)
         fq_u64map_create(&l->by_key, FQ_U64MAP_KEY_OFFSET(lg_run, key_node, key), 1024, seed) ||
         fq_u64map_create(&l->done, FQ_U64MAP_KEY_OFFSET(lg_done, node, key), 1024, seed) ||
         fq_u64map_create(&l->early, FQ_U64MAP_KEY_OFFSET(lg_early, node, key), 64, seed) ||
+        fq_u64map_create(&l->refused, FQ_U64MAP_KEY_OFFSET(lg_refused, node, seq), 64, seed) ||
         fq_u64map_create(&l->back, FQ_U64MAP_KEY_OFFSET(lg_back, node, seq), 64, seed) ||
         fq_u64map_create(&l->gone, FQ_U64MAP_KEY_OFFSET(lg_run, seq_node, seq), 64, seed)) {
         fq_ledger_destroy(l);
@@ -3470,6 +3730,7 @@ void fq_ledger_destroy(fq_ledger *l)
     fq_u64map_destroy(l->by_key, NULL);
     fq_u64map_destroy(l->done, NULL);
     fq_u64map_destroy(l->early, NULL);
+    fq_u64map_destroy(l->refused, NULL);
     fq_u64map_destroy(l->back, NULL);
     fq_u64map_destroy(l->gone, NULL);
     for (uint32_t k = 0; l->parts && k < l->nparts; k++) {

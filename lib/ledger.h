@@ -25,7 +25,9 @@
  * docs/protocol.md section 8 states the guarantees it keeps:
  *
  *  - a submit is acked only once what it became is stored: its dispatch
- *    and its flight record (two PubAcks), or its refusal;
+ *    and its flight record (two PubAcks), or its refusal (one for the
+ *    state of the moment after its refused record, which a redelivery
+ *    then repeats instead of deciding anew);
  *  - a completion reconciles its run's charge at most once, late or not,
  *    across restarts (the journal's done records);
  *  - a tenant's debt survives a restart as its last debt record.
@@ -200,6 +202,8 @@ typedef struct fq_ledger_opts {
 #define FQ_LEDGER_DONE_COPIES_PER_SEC 100   /* refused completions copied a second */
 #define FQ_LEDGER_DONE_DEFER_MS 500     /* a deferred completion comes back after this */
 #define FQ_LEDGER_DONE_DEFER_MAX 10     /* ... until its 10th delivery, then it is decided */
+#define FQ_LEDGER_REFUSED_MAX 100000   /* submits refused for the moment's state remembered
+                                          at most (for keep_done_ms) */
 #define FQ_LEDGER_EARLY_MAX 10000      /* completions before their run remembered at most */
 #define FQ_LEDGER_DEBT_PER_TURN 256     /* debt records refreshed or forgiven a tick at most */
 #define FQ_LEDGER_SYNTH_ID (1ULL << 62) /* scheduler ids of runs read back without a sequence */
@@ -532,6 +536,10 @@ typedef struct fq_ledger_counters {
                                    flight record told of had failed; its lease restarts */
     uint64_t done_unconfirmed_resent;   /* submits of runs completed before their dispatch
                                            was seen stored, come again: published again */
+    uint64_t refusals_repeated; /* submits refused for the moment's state, come again:
+                                   refused again by their refused record */
+    uint64_t refusals_forgotten_early;  /* refused submits forgotten past
+                                           FQ_LEDGER_REFUSED_MAX */
     uint64_t completions, completions_unheld, completions_duplicate, completions_invalid;
     uint64_t completions_unknown, completion_copies_skipped, completions_deferred;
     uint64_t completions_early;         /* unknown ones remembered: their run may come */

@@ -78,19 +78,17 @@
  *   is never given back; in calm worlds a tenant's runs are dispatched in
  *   submit order.
  *
- * Three outcomes are the design's known gaps, not the ledger's mistakes;
+ * Two outcomes are the design's known gaps, not the ledger's mistakes;
  * each is told precisely, counted and printed rather than failed:
  *
- * - a state-dependent refusal (full, duplicate, overload) whose ack was
- *   lost (a crash, the lease lost before the PubAck came) is decided again
- *   by the next leader, which may dispatch the run: refused and dispatched
- *   (70 times in the default million steps);
  * - a run whose dispatch a leader stored and whose flight record it never
  *   stored is queued again by the next leader, or whose dispatch's PubAck
  *   did not come in time (stored all the same) by its own; if it waits
  *   there past the duplicate window, it is stored a second time; so is a completed run
  *   whose submit's ack was lost and came back after its completed id was
- *   forgotten;
+ *   forgotten (and a completion of its first dispatch that came before
+ *   the run was held is not reconciled; or the next to get its submit
+ *   refuses it for the state of the moment: dispatched and refused);
  * - a run whose expired record the ledger forgot early (past max_expired)
  *   is as unknown as a new one: a submit reusing its run id is admitted,
  *   its dispatch taken for the other's by Nats-Msg-Id (acked, never
@@ -427,6 +425,7 @@ typedef struct dst_sub {
     bool stale_dispatch;        /* a dispatch stored from a proxy not holding the lease */
     bool reused;                /* its run id is another publish's too */
     bool lost_forgotten;        /* see oracle_submit_acked */
+    bool late_again;            /* stored again past the duplicate window (see oracle_stored) */
     int64_t first_dispatch;     /* server ms its first dispatch was stored */
     uint64_t first_inc;         /* the process that stored it (px_inc) */
     bool first_journalled;      /* that process stored its flight record too */
@@ -655,6 +654,11 @@ static void oracle_jrec(void *arg, const fq_jrec *r)
             w->debt[t] = r->deficit;
         return;
     }
+    case FQ_JREC_REFUSED:
+        if (r->seq == w->watch)
+            TRACE(w, "journal: refused record of submit %" PRIu64 " stored (%s)", r->seq,
+                  fq_status_code(r->refusal));
+        return;
     }
 }
 
@@ -719,8 +723,11 @@ static void oracle_stored(dst_world *w, const dst_proxy *p, const sj_puback *a)
                      * record was, or gave up its PubAck (stored all the same);
                      * the run was queued again and waited there past the
                      * duplicate window. A gap of the design (docs/protocol.md
-                     * section 8), counted. */
+                     * section 8), counted. Its second dispatch stored new, a
+                     * completion of the first that came before the run was
+                     * held is acked unapplied: not reconciled, the same gap. */
                     w->n_late_again++;
+                    s->late_again = true;
                 } else if (s->dispatched > 1 && done_forgotten(w, s) &&
                            srv_now(w) - s->first_dispatch >= (int64_t)w->c.dup_window_ms) {
                     /* It completed, its submit's ack was lost (the consumer made
@@ -2640,9 +2647,15 @@ static void check_outcomes(dst_world *w)
         if (!s->dispatched && !s->refused && !s->lost_forgotten)
             dst_fail(w, "submit %" PRIu64 " (pub %zu, run %s, kind %d) is gone from %s, neither "
                      "dispatched nor refused: lost", s->seq, i + 1, s->run_id, s->kind, DST_SUBMIT);
-        if (s->dispatched && s->refused && !s->stale_dispatch && !s->refused_state)
-            dst_fail(w, "submit %" PRIu64 " (run %s) was both dispatched and refused", s->seq,
-                     s->run_id);
+        /* A dispatch stored unknown to every ledger (its flight record never
+         * stored, or its PubAck given up) is the first gap of the design
+         * below: the next to get its submit may refuse it for the state of
+         * the moment (its run id another's, say). */
+        bool unknown = s->refused_state && (!s->first_journalled || s->puback_given_up);
+        if (s->dispatched && s->refused && !s->stale_dispatch && !unknown)
+            dst_fail(w, "submit %" PRIu64 " (run %s) was both dispatched and refused%s", s->seq,
+                     s->run_id, s->refused_state ? " (for the state of the moment: full, "
+                                                   "duplicate or overload)" : "");
         if (s->dispatched && s->refused) {
             w->n_redecided++;
             TRACE(w, "submit %" PRIu64 " (run %s) was refused, then dispatched", s->seq, s->run_id);
@@ -2650,7 +2663,7 @@ static void check_outcomes(dst_world *w)
         if (s->kind != K_VALID && !s->refused)
             dst_fail(w, "submit %" PRIu64 " of kind %d was not refused", s->seq, s->kind);
         jseq_room(w, s->seq);
-        if (s->worker_done && !w->forgot_early && !s->lost_forgotten &&
+        if (s->worker_done && !w->forgot_early && !s->lost_forgotten && !s->late_again &&
             !w->done_by_seq[s->seq])
             dst_fail(w, "submit %" PRIu64 " (run %s) was completed by the worker given its "
                      "dispatch, and never reconciled: no done record of it%s", s->seq, s->run_id,

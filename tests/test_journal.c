@@ -66,6 +66,7 @@ static void assert_rec_equal(const fq_jrec *a, const fq_jrec *b)
     assert_int_equal(a->deficit, b->deficit);
     assert_int_equal(a->at_ms, b->at_ms);
     assert_int_equal(a->unconfirmed, b->unconfirmed);
+    assert_int_equal(a->refusal, b->refusal);
 }
 
 /* Every type, with the extremes of every field, reads back as written, in
@@ -73,7 +74,7 @@ static void assert_rec_equal(const fq_jrec *a, const fq_jrec *b)
 static void test_round_trip(void **state)
 {
     (void)state;
-    fq_jrec in[8];
+    fq_jrec in[11];
     in[0] = flight("acme", "r-1", 1, 0);
     in[1] = flight("globex_2-b", "run/with:odd~chars", UINT32_MAX, (uint64_t)FQ_JOURNAL_MAX_INT);
     in[1].declared = UINT32_MAX;
@@ -94,6 +95,12 @@ static void test_round_trip(void **state)
     snprintf(in[6].workflow, sizeof in[6].workflow, "sum");
     in[7] = in[2];                                      /* completed before its dispatch */
     in[7].unconfirmed = true;                           /* was seen stored */
+    static const fq_status refusals[] = {FQ_EEXIST, FQ_EFULL, FQ_EOVERLOAD};
+    for (int i = 0; i < 3; i++) {                       /* refused for the moment's state */
+        in[8 + i] = (fq_jrec){.type = FQ_JREC_REFUSED, .refusal = refusals[i],
+                              .seq = i ? (uint64_t)FQ_JOURNAL_MAX_INT : 1, .at_ms = 7};
+        snprintf(in[8 + i].tenant, sizeof in[8 + i].tenant, "acme");
+    }
 
     fq_jbatch b = {0};
     size_t len = 0;
@@ -106,18 +113,20 @@ static void test_round_trip(void **state)
     fq_jcounts c = {0};
     assert_int_equal(decode(&g, &c, text, len), FQ_OK);
     assert_int_equal(g.n, 3);
-    for (int i = 3; i < 8; i++)
+    for (int i = 3; i < 11; i++)
         assert_int_equal(fq_jbatch_append(&b, &in[i]), FQ_OK);
     text = fq_jbatch_text(&b, &len);
     g.n = 0;
     c = (fq_jcounts){0};
     assert_int_equal(decode(&g, &c, text, len), FQ_OK);
-    assert_int_equal(g.n, 8);
-    assert_int_equal(c.records, 8);
+    assert_int_equal(g.n, 11);
+    assert_int_equal(c.records, 11);
     assert_int_equal(c.invalid + c.unknown, 0);
     assert_string_equal(c.why, "");
-    for (int i = 0; i < 8; i++)
+    for (int i = 0; i < 11; i++)
         assert_rec_equal(&g.r[i], &in[i]);
+    assert_non_null(strstr(text, "\"st\":\"refused\",\"t\":\"acme\",\"s\":1,"
+                                 "\"c\":\"duplicate\",\"at\":7"));
     assert_non_null(strstr(text, "\"u\":true"));     /* once: only where it is set */
     assert_null(strstr(strstr(text, "\"u\":true") + 1, "\"u\":"));
     /* a new batch starts empty */
@@ -139,7 +148,7 @@ static void test_writer_refuses_invalid(void **state)
 {
     (void)state;
     fq_jbatch b = {0};
-    fq_jrec bad[10];
+    fq_jrec bad[14];
     bad[0] = flight("acme", "r", 0, 1);                 /* est 0 */
     bad[1] = flight("bad tenant", "r", 1, 1);
     bad[2] = flight("_invalid", "r", 1, 1);             /* reserved */
@@ -156,6 +165,16 @@ static void test_writer_refuses_invalid(void **state)
     bad[8].at_ms = -1;
     bad[9] = flight("acme", "r", 1, 1);                 /* only a done record is */
     bad[9].unconfirmed = true;                          /* unconfirmed */
+    bad[10] = (fq_jrec){.type = FQ_JREC_REFUSED, .refusal = FQ_EINVAL, .seq = 1};
+    snprintf(bad[10].tenant, sizeof bad[10].tenant, "acme");    /* not of the moment */
+    bad[11] = bad[10];
+    bad[11].refusal = FQ_EFULL;
+    bad[11].seq = 0;                                    /* a refusal is of a submit */
+    bad[12] = bad[11];
+    bad[12].seq = 1;
+    snprintf(bad[12].run_id, sizeof bad[12].run_id, "r");     /* it names no run */
+    bad[13] = flight("acme", "r", 1, 1);
+    bad[13].refusal = FQ_EFULL;                         /* only a refused record has one */
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         const char *why = NULL;
         assert_false(fq_jrec_valid(&bad[i], &why));
@@ -194,6 +213,13 @@ static void test_forged_records_refused(void **state)
         "{\"st\":\"flight\",\"t\":\"acme\",\"r\":\"r-1\",\"e\":5,\"d\":0,\"s\":1,\"at\":1,\"u\":true}",
         "{\"st\":\"done\",\"t\":\"acme\",\"r\":\"r-1\",\"s\":1,\"at\":1,\"u\":1}",
         "{\"st\":\"done\",\"t\":\"acme\",\"r\":\"r-1\",\"s\":1,\"at\":1,\"u\":\"true\"}",
+        /* refused records */
+        "{\"st\":\"refused\",\"t\":\"acme\",\"s\":1,\"c\":\"invalid\",\"at\":1}",
+        "{\"st\":\"refused\",\"t\":\"acme\",\"s\":1,\"c\":3,\"at\":1}",
+        "{\"st\":\"refused\",\"t\":\"acme\",\"s\":1,\"at\":1}",
+        "{\"st\":\"refused\",\"t\":\"acme\",\"s\":0,\"c\":\"overload\",\"at\":1}",
+        "{\"st\":\"refused\",\"t\":\"acme\",\"r\":\"r-1\",\"s\":1,\"c\":\"overload\",\"at\":1}",
+        "{\"st\":\"done\",\"t\":\"acme\",\"r\":\"r-1\",\"s\":1,\"c\":\"overload\",\"at\":1}",
         /* names */
         "{\"st\":\"done\",\"t\":\"a b\",\"r\":\"r-1\",\"s\":1,\"at\":1}",
         "{\"st\":\"done\",\"t\":\"_other\",\"r\":\"r-1\",\"s\":1,\"at\":1}",

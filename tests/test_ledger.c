@@ -287,6 +287,18 @@ static bool puback(world *w, uint64_t token, enum fq_ledger_pub outcome, int js_
     return retry;
 }
 
+/* Flush the turn's journal batch and store it: a refusal for the state of
+ * the moment (duplicate, tenant_full, overload) goes out once its refused
+ * record is, and is in the drain of that PubAck. */
+static void store_turn(world *w)
+{
+    fq_ledger_flush(w->l, w->now, w->now_ms);
+    drain(w);
+    const fq_ledger_act *j = find(w, FQ_LACT_JOURNAL, 0);
+    assert_non_null(j);
+    store_journal(w, j);
+}
+
 /* Rebuild from the stored journal, as at a start. */
 static void recover(world *w)
 {
@@ -362,6 +374,8 @@ static void test_duplicates_and_refusals(void **state)
     assert_int_equal(w->nacts, 0);
     assert_int_equal(fq_ledger_counters_get(w->l)->redelivered, 1);
     submit(w, "a", 11, "r1", 50);
+    assert_null(find(w, FQ_LACT_REFUSE, 0));    /* not before its refused record */
+    store_turn(w);
     const fq_ledger_act *r = find(w, FQ_LACT_REFUSE, 0);
     assert_non_null(r);
     assert_int_equal(r->code, FQ_EEXIST);
@@ -1011,6 +1025,7 @@ static void test_acks_held_while_not_fresh(void **state)
     fq_ledger_journal_marked(w->l, 1);
     submit(w, "a", 10, "r1", 50);
     submit(w, "a", 11, "r1", 50);       /* refused: a duplicate */
+    store_turn(w);
     uint64_t rtok = find(w, FQ_LACT_REFUSE, 0)->token;
     fq_ledger_set_fresh(w->l, false);
     turn(w);
@@ -1231,9 +1246,11 @@ static void test_redelivery_published_again_fails(void **state)
     turn(w);
     assert_int_equal(count(w, FQ_LACT_DISPATCH), 0);
     assert_int_equal(count(w, FQ_LACT_READ), 0);
+    store_journal(w, find(w, FQ_LACT_JOURNAL, 0));  /* its expired record */
     assert_false(puback(w, tok, FQ_LEDGER_PUB_DUPLICATE, 0));
     assert_true(acked(w, FQ_LEDGER_SUBMIT, 10));
     submit(w, "a", 11, "r1", 50);               /* its run id, still in flight */
+    store_turn(w);
     assert_int_equal(find(w, FQ_LACT_REFUSE, 0)->code, FQ_EEXIST);
     world_free(w);
 }
@@ -1340,6 +1357,62 @@ static void test_completed_unconfirmed_published_again(void **state)
     world_free(w);
 }
 
+/* A refusal for the state of the moment (here a duplicate run id) is a
+ * decision kept: its refused record is stored before the refusal goes
+ * out, and the submit, delivered again (its ack lost), is refused again,
+ * in this process and after a crash, though deciding anew would admit it
+ * now (dst_ledger: refused, and dispatched by the next leader). */
+static void test_refusal_of_the_moment_kept(void **state)
+{
+    (void)state;
+    world *w = world_new();
+    fq_ledger_journal_marked(w->l, 1);
+    submit(w, "a", 10, "r1", 50);
+    submit(w, "a", 11, "r1", 50);               /* a duplicate, for now */
+    assert_int_equal(count(w, FQ_LACT_REFUSE), 0);
+    assert_false(acked(w, FQ_LEDGER_SUBMIT, 11));
+    store_turn(w);
+    const fq_jrec *rec = &w->recs[w->nrecs - 1];
+    assert_int_equal(rec->type, FQ_JREC_REFUSED);
+    assert_int_equal(rec->seq, 11);
+    assert_int_equal(rec->refusal, FQ_EEXIST);
+    const fq_ledger_act *r = find(w, FQ_LACT_REFUSE, 0);
+    assert_non_null(r);
+    assert_int_equal(r->code, FQ_EEXIST);
+    assert_non_null(strstr(r->sentence, "run_id r1 is held"));
+    assert_string_equal(r->tenant, "a");
+    assert_int_equal(r->raw.body_len, strlen("{\"seq\":11}"));
+    assert_memory_equal(r->raw.body, "{\"seq\":11}", r->raw.body_len);
+    assert_false(acked(w, FQ_LEDGER_SUBMIT, 11));
+    puback(w, r->token, FQ_LEDGER_PUB_STORED, 0);
+    assert_true(acked(w, FQ_LEDGER_SUBMIT, 11));
+    /* Its ack lost: delivered again, refused again at once. */
+    submit_full(w, "a", 11, "r1", 50, 2);
+    r = find(w, FQ_LACT_REFUSE, 0);
+    assert_non_null(r);
+    assert_int_equal(r->code, FQ_EEXIST);
+    puback(w, r->token, FQ_LEDGER_PUB_STORED, 0);
+    assert_true(acked(w, FQ_LEDGER_SUBMIT, 11));
+    /* A crash: the run it was a duplicate of is not held now, and would
+     * admit it; its record says it was refused. */
+    world_crash(w);
+    recover(w);
+    submit_full(w, "a", 11, "r1", 50, 3);
+    r = find(w, FQ_LACT_REFUSE, 0);
+    assert_non_null(r);
+    assert_int_equal(r->code, FQ_EEXIST);
+    assert_non_null(strstr(r->sentence, "refused already"));
+    puback(w, r->token, FQ_LEDGER_PUB_STORED, 0);
+    assert_true(acked(w, FQ_LEDGER_SUBMIT, 11));
+    turn(w);
+    assert_int_equal(count(w, FQ_LACT_DISPATCH), 0);
+    assert_int_equal(fq_ledger_counters_get(w->l)->refusals_repeated, 1);
+    fq_ledger_stats st;
+    fq_ledger_stats_get(&st, w->l);
+    assert_int_equal(st.held, 0);
+    world_free(w);
+}
+
 /* A refusal the caller could not even queue leaves its submit unacked and
  * naks it, so that it comes back soon rather than after its consumer's
  * AckWait (dst_ledger seed 71: an hour, with no consumer reset to come). */
@@ -1393,6 +1466,7 @@ static void test_rebuild_run_id_reused(void **state)
     assert_non_null(r);
     assert_int_equal(r->state, FQ_RUN_FLIGHT);
     submit(w, "a", 30, "r1", 50);               /* a third with its run id */
+    store_turn(w);
     assert_int_equal(find(w, FQ_LACT_REFUSE, 0)->code, FQ_EEXIST);
     world_free(w);
 }
@@ -1867,6 +1941,7 @@ int main(void)
         cmocka_unit_test(test_rebuild_run_id_reused),
         cmocka_unit_test(test_redelivery_stored_new_restarts_its_lease),
         cmocka_unit_test(test_completed_unconfirmed_published_again),
+        cmocka_unit_test(test_refusal_of_the_moment_kept),
         cmocka_unit_test(test_refusal_unsent_is_naked),
         cmocka_unit_test(test_early_completion_applied_on_duplicate),
         cmocka_unit_test(test_early_completion_forged_not_applied),
