@@ -1446,8 +1446,11 @@ static bool nio_fetch_requests(fq_nio *n, int used, uint64_t now)
         char reply[sizeof f->inbox + 2 * FQ_U64_DEC_MAX + 4], req[96];
         c->request = ++n->fetch_requests;
         snprintf(reply, sizeof reply, "%s.%d.%" PRIu64, f->inbox, id, c->request);
-        snprintf(req, sizeof req, "{\"batch\":%" PRIu32 ",\"expires\":%" PRId64 "}",
-                 f->reqs[j].want, (int64_t)(wait * NIO_NS_PER_MS));
+        /* A batch takes what is there now (nats-server 2.9 answers at once,
+         * then ends the request); one message waits for the next to come. */
+        snprintf(req, sizeof req, "{\"batch\":%" PRIu32 ",\"expires\":%" PRId64 "%s}",
+                 f->reqs[j].want, (int64_t)(wait * NIO_NS_PER_MS),
+                 f->reqs[j].want > 1 ? ",\"no_wait\":true" : "");
         /* The server ends the request at its expiry; waiting a little
          * longer for that end keeps its runs from a next request's count. */
         c->request_end = now + (uint64_t)wait + 100;

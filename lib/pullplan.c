@@ -6,9 +6,10 @@ size_t fq_pull_plan(fq_pull_req *out, size_t cap, fq_pull_cons *c, size_t n, siz
 {
     if (!n)
         return 0;
+    /* What batches hold: one-message requests are outside the budget. */
     uint64_t used = 0;
     for (size_t i = 0; i < n; i++)
-        used += (uint64_t)c[i].queued + c[i].asked;
+        used += (uint64_t)c[i].queued + (c[i].granted > 1 ? c[i].asked : 0);
     size_t start = *cursor < n ? *cursor : 0, k = 0, next = start;
     bool left_out = false;
     for (size_t j = 0; j < n && k < cap; j++) {
@@ -18,23 +19,23 @@ size_t fq_pull_plan(fq_pull_req *out, size_t cap, fq_pull_cons *c, size_t n, siz
             x->queued >= (uint64_t)FQ_PULL_BACKLOG_BATCHES * x->batch)
             continue;
         uint32_t want = x->busy ? x->batch : 1;
-        if (x->busy) {
-            if (used + want > budget) {
-                /* what is left, if anything: a smaller batch now beats none */
-                want = used < budget ? (uint32_t)(budget - used) : 0;
-                if (!want) {
-                    if (!left_out)
-                        next = i;   /* first in the next turn */
-                    left_out = true;
-                    continue;
-                }
+        if (want > 1) {
+            /* what is left of the budget, if anything: a smaller batch now
+             * beats none; none left, one message, and first in the next
+             * turn: a busy consumer is never without a request open */
+            if (used + want > budget)
+                want = used < budget ? (uint32_t)(budget - used) : 1;
+            if (want > 1) {
+                used += want;
+                if (!left_out)
+                    next = (i + 1) % n;
+            } else if (!left_out) {
+                next = i;
+                left_out = true;
             }
-            used += want;
-            if (!left_out)
-                next = (i + 1) % n;
         }
         x->open = true;
-        x->asked = want;
+        x->asked = x->granted = want;
         x->got = 0;
         out[k++] = (fq_pull_req){.cons = (uint32_t)i, .want = want};
     }
@@ -58,14 +59,14 @@ void fq_pull_ended(fq_pull_cons *c)
 {
     c->busy = c->got > 0;
     c->open = false;
-    c->asked = 0;
+    c->asked = c->granted = 0;
     c->got = 0;
 }
 
 void fq_pull_failed(fq_pull_cons *c, uint64_t retry_at)
 {
     c->open = false;
-    c->asked = 0;
+    c->asked = c->granted = 0;
     c->got = 0;
     c->retry_at = retry_at;
 }
@@ -73,7 +74,7 @@ void fq_pull_failed(fq_pull_cons *c, uint64_t retry_at)
 void fq_pull_reset(fq_pull_cons *c)
 {
     c->open = false;
-    c->asked = 0;
+    c->asked = c->granted = 0;
     c->got = 0;
     c->busy = true;
     c->retry_at = 0;
