@@ -25,6 +25,13 @@
 # the proxy is measured against the commit before it in the same run.
 # PHASES (default "throughput latency memory") picks the phases to run.
 #
+# With PARTITIONS=P (> 1), the same proxy configured with partitions: P
+# joins the throughput and latency phases as impl=parts (relay, proxy,
+# parts, ...), on a server that maps tenants' subjects to P partitions as
+# config/nats-partitions.conf does, its streams made for P: one replica
+# owning every partition, 2P consumers on natsio's one fetch thread,
+# against the same proxy with P = 1 in the same run.
+#
 # Every phase gets a nats-server of its own (scripts/nats-up.sh, the same
 # binary and flags, a fresh store), so no phase inherits another's streams,
 # consumers or files. The medians of the runs are printed last; the raw
@@ -49,6 +56,7 @@ CONFIG=${CONFIG:-$root/config/bench.yaml}
 # throughput phase too, as impl=base, alternating with the other two.
 BASELINE=${BASELINE:-}
 PHASES=${PHASES:-throughput latency memory}
+PARTITIONS=${PARTITIONS:-}
 has_phase() { case " $PHASES " in *" $1 "*) return 0 ;; esac; return 1; }
 
 for b in fairq-proxy fairq-relay fairq-load; do
@@ -84,11 +92,14 @@ median() { sort -g | awk '{ v[NR] = $1 } END { if (NR) print (NR % 2 ? v[(NR + 1
 start() {
     "$here/nats-down.sh" "$tmp/nats" 2>/dev/null || true
     rm -rf "$tmp/nats"
-    url=$("$here/nats-up.sh" "$tmp/nats")
+    local srv_args=()
+    [ "$1" != parts ] || srv_args=(-c "$tmp/mapping.conf")
+    url=$("$here/nats-up.sh" "$tmp/nats" "${srv_args[@]}")
     case $1 in
     relay) "$bin/fairq-relay" --nats "$url" >"$tmp/impl.log" 2>&1 & ;;
     proxy) "$bin/fairq-proxy" -c "$CONFIG" --nats "$url" >"$tmp/impl.log" 2>&1 & ;;
     base) "$BASELINE" -c "$CONFIG" --nats "$url" >"$tmp/impl.log" 2>&1 & ;;
+    parts) "$bin/fairq-proxy" -c "$tmp/parts.yaml" --nats "$url" >"$tmp/impl.log" 2>&1 & ;;
     *) "${2:-$bin/fairq-proxy}" -c "$1" --nats "$url" >"$tmp/impl.log" 2>&1 & ;;
     esac
     impl_pid=$!
@@ -181,7 +192,13 @@ echo "bench: $(nproc) cores; nats-server $(nats-server --version | awk '{print $
      "runs=$RUNS duration_s=$DURATION tenants=$TENANTS costs=$COSTS workers=$WORKERS" \
      "body_bytes=$BODY max_outstanding=$MAX_OUT rate_low=$RATE_LOW mem_runs=$MEM_RUNS"
 
-thr_impls="relay proxy${BASELINE:+ base}"
+if [ -n "$PARTITIONS" ]; then
+    { cat "$CONFIG"; printf 'partitions: %s\n' "$PARTITIONS"; } >"$tmp/parts.yaml"
+    sed "s/partition(16,1)/partition($PARTITIONS,1)/" "$root/config/nats-partitions.conf" \
+        >"$tmp/mapping.conf"
+fi
+thr_impls="relay proxy${BASELINE:+ base}${PARTITIONS:+ parts}"
+lat_impls="relay proxy${PARTITIONS:+ parts}"
 has_phase throughput && for n in $(seq 1 "$RUNS"); do
     for impl in $thr_impls; do
         load thr "$impl" "$n" --rate 0 --duration "$DURATION" --workers "$WORKERS" \
@@ -196,7 +213,7 @@ has_phase throughput && for n in $(seq 1 "$RUNS"); do
     done
 done
 has_phase latency && for n in $(seq 1 "$RUNS"); do
-    for impl in relay proxy; do
+    for impl in $lat_impls; do
         load lat "$impl" "$n" --rate "$RATE_LOW" --duration "$LAT_SECS" --workers 16 --send-asap
         f=$tmp/lat-$impl-$n.out
         echo "bench phase=latency impl=$impl run=$n rate=$RATE_LOW" \
@@ -251,10 +268,28 @@ for impl in $thr_impls; do
          "ctx_per_run_$impl=$(for n in $(seq 1 "$RUNS"); do ctx_per_run "$tmp/thr-$impl-$n.out"; echo; done | median)"
 done
 }
-has_phase latency && for impl in relay proxy; do
+has_phase latency && for impl in $lat_impls; do
     echo "bench summary latency_impl=$impl rate=$RATE_LOW p50_ms=$(med lat "$impl" latency dispatch_p50_ms)" \
          "p99_ms=$(med lat "$impl" latency dispatch_p99_ms) target_p99_ms=2"
 done
+# P partitions against P = 1: each parts run against the proxy run just
+# before it, and the medians.
+[ -n "$PARTITIONS" ] && {
+has_phase throughput && echo "bench summary partitions=$PARTITIONS" \
+    "throughput_p1=$(med thr proxy throughput steady_per_s)" \
+    "throughput_p$PARTITIONS=$(med thr parts throughput steady_per_s)" \
+    "ratio_pairs=$(for n in $(seq 1 "$RUNS"); do
+        awk -v p="$(field "$tmp/thr-parts-$n.out" throughput steady_per_s)" \
+            -v r="$(field "$tmp/thr-proxy-$n.out" throughput steady_per_s)" 'BEGIN { print r ? p / r : 0 }'
+    done | median | xargs printf '%.2f')"
+has_phase latency && echo "bench summary partitions=$PARTITIONS" \
+    "p99_ms_p1=$(med lat proxy latency dispatch_p99_ms)" \
+    "p99_ms_p$PARTITIONS=$(med lat parts latency dispatch_p99_ms)" \
+    "p99_ratio_pairs=$(for n in $(seq 1 "$RUNS"); do
+        awk -v p="$(field "$tmp/lat-parts-$n.out" latency dispatch_p99_ms)" \
+            -v r="$(field "$tmp/lat-proxy-$n.out" latency dispatch_p99_ms)" 'BEGIN { print r ? p / r : 0 }'
+    done | median | xargs printf '%.2f')"
+}
 has_phase memory && {
 echo "bench summary memory_bodies_bytes_per_run=$(mem_of proxy bodies)" \
      "memory_index_bytes_per_run=$(mem_of proxy index)"
