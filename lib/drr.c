@@ -103,6 +103,10 @@ struct fq_tenant {
                                    CAPPED: the capped list */
     fq_tenant *prev;            /* WAITING in the wheel: its slot; CAPPED: the capped list */
     fq_run *qhead, *qtail;      /* FIFO of queued runs */
+    struct fq_lane *hl;         /* with lanes: the one its next run is from
+                                   (NULL: they are empty), and that run, kept
+                                   so that a wake loads it ahead (head_run) */
+    fq_run *hr;
     int64_t deficit;            /* tokens it may still send; < 0 is debt */
     uint64_t round;             /* ACTIVE: round it is served in;
                                    WAITING: round one quantum would have served it */
@@ -166,6 +170,8 @@ typedef struct fq_sub {
     uint32_t queued;            /* runs over its lanes */
     uint8_t len;                /* bytes of its name */
     uint8_t named;              /* 1: in the index (not the default nor the overflow) */
+    uint64_t head;              /* its name's first 8 bytes, zero padded: most
+                                   names are compared without another line */
     fq_lane lane[];             /* one per class (one without classes); forgotten,
                                    lane[0].next links the free list */
 } fq_sub;
@@ -179,6 +185,13 @@ struct class_ring {
     uint32_t queued;            /* runs of this class queued, those back from
                                    the window included (class_max_pending) */
     uint32_t lanes;             /* lanes on its lists */
+};
+
+/* A slot of a tenant's index of sub-tenants: the hash beside the pointer,
+ * so that probing past others reads no sub-tenant. */
+struct sub_slot {
+    uint32_t hash;
+    fq_sub *u;                  /* NULL: free */
 };
 
 /* A tenant's classes and sub-tenants. */
@@ -195,7 +208,7 @@ struct tenant_lanes {
                                    default one (the runs naming none) included */
     uint32_t idle;              /* known ones with none */
     uint32_t index_cap;         /* slots of index, a power of two, at most half full */
-    fq_sub **index;             /* the named ones, open addressing by hash; NULL: none yet */
+    struct sub_slot *index;     /* the named ones, open addressing by hash; NULL: none yet */
     uint64_t scanned;           /* the sum of the rings' rounds when a search for
                                    an idle one to forget last found none */
     fq_sub *overflow;           /* where new ones past max_subtenants go; NULL: none now */
@@ -314,12 +327,17 @@ static fq_lane *lane_pick(const struct class_ring *g)
     return g->newh ? g->newh : g->oldh;
 }
 
+/* Put t's head lane and run in the tenant, after its lanes changed. */
+static void lanes_repick(fq_tenant *t)
+{
+    t->hl = t->x->mask ? lane_pick(&t->x->ring[class_pick(t)]) : NULL;
+    t->hr = t->hl ? t->hl->qhead : NULL;
+}
+
 /* t's next run: one back from the window first, else its lanes'. */
 static fq_run *head_run(const fq_tenant *t)
 {
-    if (t->qhead || !t->x || !t->x->mask)
-        return t->qhead;
-    return lane_pick(&t->x->ring[class_pick(t)])->qhead;
+    return t->qhead || !t->hl ? t->qhead : t->hr;
 }
 
 static size_t sub_size(const fq_sched *s)
@@ -356,25 +374,34 @@ static uint32_t sub_hash(const fq_sched *s, const char *k, size_t len)
     return (uint32_t)(h ^ (h >> 32));
 }
 
+static uint64_t name_head(const char *k, size_t len)
+{
+    uint64_t w = 0;
+    memcpy(&w, k, len < 8 ? len : 8);
+    return w;
+}
+
 static fq_sub *index_find(const struct tenant_lanes *x, const char *k, size_t len, uint32_t h)
 {
     if (!x->index)
         return NULL;
     uint32_t m = x->index_cap - 1;
-    for (uint32_t i = h & m; x->index[i]; i = (i + 1) & m) {
-        fq_sub *u = x->index[i];
-        if (u->hash == h && u->len == len && memcmp(sub_name(x, u), k, len) == 0)
+    uint64_t head = name_head(k, len);
+    for (uint32_t i = h & m; x->index[i].u; i = (i + 1) & m) {
+        fq_sub *u = x->index[i].u;
+        if (x->index[i].hash == h && u->len == len && u->head == head &&
+            (len <= 8 || memcmp(sub_name(x, u) + 8, k + 8, len - 8) == 0))
             return u;
     }
     return NULL;
 }
 
-static void index_put(fq_sub **slots, uint32_t cap, fq_sub *u)
+static void index_put(struct sub_slot *slots, uint32_t cap, fq_sub *u)
 {
     uint32_t i = u->hash & (cap - 1);
-    while (slots[i])
+    while (slots[i].u)
         i = (i + 1) & (cap - 1);
-    slots[i] = u;
+    slots[i] = (struct sub_slot){u->hash, u};
 }
 
 /* Room for one more named sub-tenant, the index at most half full. */
@@ -383,12 +410,12 @@ static fq_status index_reserve(struct tenant_lanes *x)
     if (2 * (x->known + 1) <= x->index_cap)
         return FQ_OK;
     uint32_t cap = x->index_cap ? 2 * x->index_cap : 8;
-    fq_sub **slots = calloc(cap, sizeof(*slots));
+    struct sub_slot *slots = calloc(cap, sizeof(*slots));
     if (!slots)
         return FQ_ENOMEM;
     for (uint32_t i = 0; i < x->index_cap; i++)
-        if (x->index[i])
-            index_put(slots, cap, x->index[i]);
+        if (x->index[i].u)
+            index_put(slots, cap, x->index[i].u);
     free(x->index);
     x->index = slots;
     x->index_cap = cap;
@@ -399,14 +426,14 @@ static fq_status index_reserve(struct tenant_lanes *x)
 static void index_remove_at(struct tenant_lanes *x, uint32_t i)
 {
     uint32_t m = x->index_cap - 1;
-    x->index[i] = NULL;
-    for (uint32_t j = (i + 1) & m; x->index[j]; j = (j + 1) & m) {
-        uint32_t home = x->index[j]->hash & m;
+    x->index[i].u = NULL;
+    for (uint32_t j = (i + 1) & m; x->index[j].u; j = (j + 1) & m) {
+        uint32_t home = x->index[j].hash & m;
         /* it stays if its home lies cyclically in (i, j] */
         if (((j - home) & m) < ((j - i) & m))
             continue;
         x->index[i] = x->index[j];
-        x->index[j] = NULL;
+        x->index[j].u = NULL;
         i = j;
     }
 }
@@ -451,7 +478,7 @@ static void sub_forget_idle(fq_sched *s, struct tenant_lanes *x, bool all)
     if (x->overflow && !x->overflow->queued && (all || !sub_owes(x, x->overflow)))
         sub_forget(s, x, x->overflow, 0);
     for (uint32_t i = 0; x->idle && i < x->index_cap;) {
-        fq_sub *u = x->index[i];
+        fq_sub *u = x->index[i].u;
         if (u && !u->queued && (all || !sub_owes(x, u)))
             sub_forget(s, x, u, i);     /* slot i may hold another now */
         else
@@ -498,6 +525,7 @@ static fq_sub *sub_of(fq_sched *s, fq_tenant *t, const char *sub, size_t len)
         u->named = 1;
         u->hash = h;
         u->len = (uint8_t)len;
+        u->head = name_head(sub, len);
         memcpy(sub_name(x, u), sub, len);
         index_put(x->index, x->index_cap, u);
     }
@@ -905,7 +933,8 @@ static void wake(fq_sched *s, fq_tenant *t, uint64_t r)
     s->wakeups++;
     /* Its head run is sent when it reaches the head of the list; with many
      * tenants that run has long left the cache, so start loading it now. */
-    __builtin_prefetch(t->qhead ? (void *)t->qhead : (void *)t->x);
+    __builtin_prefetch(t->qhead ? t->qhead : t->hr);
+    __builtin_prefetch(t->hl);
     active_push(s, t, r);
 }
 
@@ -1096,7 +1125,7 @@ static void tenant_free(fq_strmap_node *n)
     fq_tenant *t = tenant_of(n);
     if (t->x) {
         for (uint32_t i = 0; i < t->x->index_cap; i++)
-            free(t->x->index[i]);
+            free(t->x->index[i].u);
         free(t->x->overflow);
         free(t->x->index);
     }
@@ -1359,6 +1388,8 @@ fq_status fq_tenant_set_policy(fq_sched *s, fq_tenant *t, const fq_tenant_policy
         rekey(s, t);
     else
         uncap(s, t);
+    if (t->x)           /* strict and weighted classes pick apart */
+        lanes_repick(t);
     return FQ_OK;
 }
 
@@ -1489,6 +1520,12 @@ fq_status fq_sched_enqueue_sub(fq_run **out, fq_sched *s, fq_tenant *t, const ch
                   .est = charge_of(s, est), .state = FQ_RUN_QUEUED, .cls = (uint16_t)cls};
     if (lanes) {
         lane_add(x, u, cls, r);
+        /* The head lane changes only to this one, which is hot. */
+        fq_lane *hl = lane_pick(&x->ring[class_pick(t)]);
+        if (hl != t->hl) {
+            t->hl = hl;
+            t->hr = hl->qhead;
+        }
     } else {
         if (t->qtail)
             t->qtail->next = r;
@@ -1552,7 +1589,7 @@ size_t fq_sched_sub_top(fq_sub_info *out, size_t n, const fq_sched *s, const fq_
     sub_top_add(out, n, &k, x, x->dflt);
     sub_top_add(out, n, &k, x, x->overflow);
     for (uint32_t i = 0; i < x->index_cap; i++)
-        sub_top_add(out, n, &k, x, x->index[i]);
+        sub_top_add(out, n, &k, x, x->index[i].u);
     return k;
 }
 
@@ -1614,8 +1651,8 @@ static void unpark(fq_sched *s, uint64_t now)
 static void dequeue_head(fq_sched *s, fq_tenant *t, const fq_run *r, fq_run *rest)
 {
     if (r != t->qhead) {        /* its lanes' */
-        uint32_t c = class_pick(t);
-        lane_sent(s, t, c, lane_pick(&t->x->ring[c]), r, rest);
+        lane_sent(s, t, r->cls, t->hl, r, rest);
+        lanes_repick(t);
     } else {
         t->qhead = rest;
         if (!t->qhead)
