@@ -682,8 +682,10 @@ static int cmp_level(const void *a, const void *b)
 
 /* Weighted max-min fair shares of the service delivered in the window:
  * tenants that asked for less than their weighted part get what they asked
- * for, and the rest is split by weight among the others, the backlogged. */
-static fq_status fair_shares(const fq_scenario *sc, fq_sim_result *res)
+ * for, and the rest is split by weight among the others, the backlogged.
+ * In raw tokens, or (priced) in priced cost: each tenant's service and
+ * demand at its prices. */
+static fq_status fair_shares_in(const fq_scenario *sc, fq_sim_result *res, bool priced)
 {
     size_t nt = sc->n_tenants;
     level *idx = malloc((nt ? nt : 1) * sizeof(*idx));
@@ -691,37 +693,56 @@ static fq_status fair_shares(const fq_scenario *sc, fq_sim_result *res)
         return FQ_ENOMEM;
     double total = 0, wsum = 0;
     for (size_t k = 0; k < nt; k++) {
-        idx[k] = (level){(double)res->tenants[k].demand / sc->tenants[k].weight, k};
-        total += res->tenants[k].served;
-        if (res->tenants[k].demand)
+        const fq_sim_tenant_stats *st = &res->tenants[k];
+        double f = priced ? priced_factor(&sc->tenants[k]) : 1;
+        idx[k] = (level){(double)st->demand * f / sc->tenants[k].weight, k};
+        total += priced ? st->served_priced : st->served;
+        if (st->demand)
             wsum += sc->tenants[k].weight;
     }
     qsort(idx, nt, sizeof(*idx), cmp_level);
     double left = total;
     double sx = 0, sxx = 0;
+    uint32_t nb = 0;
     for (size_t n = 0; n < nt; n++) {
         size_t k = idx[n].k;
         fq_sim_tenant_stats *st = &res->tenants[k];
         double w = sc->tenants[k].weight;
         if (!st->demand)
             continue;
+        double demand = (double)st->demand * (priced ? priced_factor(&sc->tenants[k]) : 1);
+        double served = priced ? st->served_priced : st->served;
         double level = wsum > 0 ? left / wsum : 0;
-        double fair = (double)st->demand <= level * w ? (double)st->demand : level * w;
+        double fair = demand <= level * w ? demand : level * w;
         left -= fair;
         wsum -= w;
-        st->share = total > 0 ? st->served / total : 0;
-        st->fair = total > 0 ? fair / total : 0;
-        st->backlogged = (double)st->demand > fair + 0.5;
-        if (st->backlogged) {
-            double x = st->served / w;
+        *(priced ? &st->share_priced : &st->share) = total > 0 ? served / total : 0;
+        *(priced ? &st->fair_priced : &st->fair) = total > 0 ? fair / total : 0;
+        bool backlogged = demand > fair + 0.5;
+        if (!priced)
+            st->backlogged = backlogged;
+        if (backlogged) {
+            double x = served / w;
             sx += x;
             sxx += x * x;
-            res->n_backlogged++;
+            nb++;
         }
     }
-    res->jain = res->n_backlogged >= 2 && sxx > 0 ? sx * sx / (res->n_backlogged * sxx) : 1.0;
+    double jain = nb >= 2 && sxx > 0 ? sx * sx / (nb * sxx) : 1.0;
+    if (priced) {
+        res->jain_priced = jain;
+    } else {
+        res->jain = jain;
+        res->n_backlogged = nb;
+    }
     free(idx);
     return FQ_OK;
+}
+
+static fq_status fair_shares(const fq_scenario *sc, fq_sim_result *res)
+{
+    fq_status st = fair_shares_in(sc, res, false);
+    return st == FQ_OK ? fair_shares_in(sc, res, true) : st;
 }
 
 static fq_status finish(sim *s)
@@ -1079,14 +1100,15 @@ static void table_policy(FILE *f, const fq_scenario *sc, const fq_sim_result *r)
         class_waits(f, sc, r);
     sub_first_waits(f, sc, r);  /* only where runs name sub-tenants */
     if (priced_scenario(sc)) {  /* only where prices or kinds are stated */
-        double all = 0;
-        for (size_t k = 0; k < r->n_tenants; k++)
-            all += r->tenants[k].served_priced;
-        fprintf(f, "  priced cost share:");
-        for (size_t k = 0; k < r->n_tenants; k++)
-            fprintf(f, " %s %.1f%%", sc->tenants[k].id,
-                    all > 0 ? 100 * r->tenants[k].served_priced / all : 0.0);
-        fprintf(f, "\n");
+        fprintf(f, "  in priced cost (input tokens' worth):\n");
+        for (size_t k = 0; k < r->n_tenants; k++) {
+            const fq_sim_tenant_stats *t = &r->tenants[k];
+            fprintf(f, "  %-16s %-12s %5s %7s %6s %12.0f %6.1f%% %6.1f%% %6.2f\n",
+                    sc->tenants[k].id, "", "", "", "", t->served_priced,
+                    100 * t->share_priced, 100 * t->fair_priced,
+                    t->fair_priced > 0 ? t->share_priced / t->fair_priced : 0);
+        }
+        fprintf(f, "  Jain in priced cost %.3f\n", r->jain_priced);
     }
     fprintf(f, "  all: %" PRIu64 " runs, %" PRIu64 " done, %" PRIu64 " rejected, %" PRIu64
             " left | %.1f tok/s, %.1f runs/min | utilization %.1f%% | Jain %.3f over %" PRIu32

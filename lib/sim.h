@@ -50,6 +50,8 @@ typedef struct fq_sim_tenant_stats {
     double share;               /* served / everyone's served */
     double fair;                /* weighted max-min fair share of that service */
     bool backlogged;            /* wanted more than its fair share */
+    double share_priced;        /* the same two in priced cost: served_priced / */
+    double fair_priced;         /* everyone's, and the fair share of that */
     uint64_t wait_p50, wait_p99, wait_max;  /* submit to dispatch */
     int64_t first_wait;         /* of its first run; -1 if never dispatched */
     double ahead;               /* most tokens dispatched ahead of its weighted
@@ -79,6 +81,7 @@ typedef struct fq_sim_result {
     double jain;                /* Jain's index of served/weight over backlogged
                                    tenants; 1 when fewer than two */
     uint32_t n_backlogged;
+    double jain_priced;         /* the same over priced cost (docs/policy.md) */
     double service_ms;          /* mean service time of a completed run */
     uint32_t replicas;          /* drr-replicas: how many; else 1 */
     uint64_t peak_in_flight;    /* drr-replicas: most runs dispatched and not

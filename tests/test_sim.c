@@ -127,6 +127,28 @@ static void test_costs_50x(void **state)
     fq_scenario_free(sc);
 }
 
+/* Two tenants with equal tokens, a 1:4 output mix: reconciled in raw
+ * tokens they get equal tokens and unequal cost; at priced cost, equal
+ * cost. The priced columns (share, fair, Jain) say so in priced cost. */
+static void test_priced_shares(void **state)
+{
+    (void)state;
+    fq_scenario *sc = load("priced");
+    fq_sim_result *drr = run(sc, FQ_SIM_DRR), *pr = run(sc, FQ_SIM_DRR_PRICED);
+    const fq_sim_tenant_stats *chat = tenant(sc, drr, "chat");
+    if (!(fabs(chat->share - 0.5) < 0.02 && chat->share_priced < 0.4))
+        fail_msg("drr: chat's tokens %.4f, cost %.4f", chat->share, chat->share_priced);
+    assert_true(fabs(chat->fair_priced - 0.5) < 0.01);
+    assert_true(drr->jain_priced < 0.95);
+    chat = tenant(sc, pr, "chat");
+    if (!(fabs(chat->share_priced - 0.5) < 0.02 && chat->share > 0.6))
+        fail_msg("drr-priced: chat's tokens %.4f, cost %.4f", chat->share, chat->share_priced);
+    assert_true(pr->jain_priced > 0.99);
+    fq_sim_result_free(drr);
+    fq_sim_result_free(pr);
+    fq_scenario_free(sc);
+}
+
 /* A tenant whose runs cost 3x what it declares: about 3x an honest peer's
  * actual tokens without reconciliation, the peer's share with it. */
 static void test_over_runner(void **state)
@@ -491,6 +513,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_tuesday),
         cmocka_unit_test(test_costs_50x),
+        cmocka_unit_test(test_priced_shares),
         cmocka_unit_test(test_over_runner),
         cmocka_unit_test(test_enterprise),
         cmocka_unit_test(test_idle_returner),
