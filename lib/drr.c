@@ -55,7 +55,10 @@
  *    quantum and caps are untouched: its high-class runs and its users
  *    spend its own share, never its neighbours'.
  *  - Runs come from a pool grown in chunks, so the hot path does not call
- *    malloc per run once the pool has grown to the working set.
+ *    malloc per run once the pool has grown to the working set; or, with
+ *    caller_runs, they are records the caller embeds in its own record of
+ *    a run (the ledger's), handed over as each is taken in, so that a run
+ *    is one record, not the caller's and the scheduler's side by side.
  *  - A tenant whose dispatch failed is parked: out of the rotation until a
  *    time the caller gives, its queue whole and in order, its deficit kept,
  *    so that what stops one tenant's run never stops the others. Parking is
@@ -238,6 +241,8 @@ struct fq_sched {
     fq_sub *free_subs;          /* forgotten ones, kept for the next (by lane[0].next) */
     fq_window win;
     fq_run *free_runs;          /* pool free list */
+    bool caller_runs;           /* runs are the caller's records: no pool */
+    fq_run *given;              /* ... the one handed over for the next run taken in */
     void **chunks;              /* pool chunks, freed on destroy */
     size_t nchunks, chunks_cap;
     uint32_t active;            /* tenants with queued runs */
@@ -256,6 +261,11 @@ struct fq_sched {
 
 static fq_run *run_alloc(fq_sched *s)
 {
+    if (s->caller_runs) {
+        fq_run *r = s->given;
+        s->given = NULL;
+        return r;
+    }
     if (!s->free_runs) {
         if (fq_grow(&s->chunks, &s->chunks_cap, s->nchunks + 1, sizeof(*s->chunks)) != FQ_OK)
             return NULL;
@@ -275,6 +285,8 @@ static fq_run *run_alloc(fq_sched *s)
 
 static void run_free(fq_sched *s, fq_run *r)
 {
+    if (s->caller_runs)
+        return;                 /* the caller's record: it reuses it */
     r->state = FQ_RUN_FREE;
     r->handle = NULL;
     r->next = s->free_runs;
@@ -1244,6 +1256,7 @@ fq_status fq_sched_create(fq_sched **out, const fq_sched_opts *o)
     if (!s)
         return FQ_ENOMEM;
     s->o = *o;
+    s->caller_runs = o->caller_runs;
     s->heap = calloc(FQ_TENANT_MIN_BUCKETS, sizeof(*s->heap));
     s->park = calloc(FQ_TENANT_MIN_BUCKETS, sizeof(*s->park));
     if (fq_strmap_create(&s->tenants, FQ_STRMAP_KEY_OFFSET(fq_tenant, node, id),
@@ -1663,6 +1676,11 @@ static void dequeue_head(fq_sched *s, fq_tenant *t, const fq_run *r, fq_run *res
             t->rq_last = NULL;
     }
     queue_add_tokens(s, t, -1, r->est);
+}
+
+void fq_sched_give_run(fq_sched *s, fq_run *r)
+{
+    s->given = r;
 }
 
 fq_run *fq_sched_dispatch(fq_sched *s, uint64_t now)

@@ -68,6 +68,8 @@ typedef struct fq_sched_opts {
                                    max_pending still applies to all) */
     bool keep_idle_credit;      /* no idle reset: only for the simulator's
                                    comparison of what the reset is worth */
+    bool caller_runs;           /* runs are the caller's records (fq_sched_give_run):
+                                   none is allocated or freed here; read at create only */
     uint64_t seed;              /* of the tenant table's hash, read at create
                                    only: random where clients choose tenant
                                    ids (the proxy), 0 in tests and the simulator */
@@ -234,6 +236,15 @@ size_t fq_sched_sub_top(fq_sub_info *out, size_t n, const fq_sched *s, const fq_
  * class nclasses - 1 (the lowest), or 0 without classes. */
 fq_status fq_sched_enqueue_class(fq_run **out, fq_sched *s, fq_tenant *t, uint64_t id,
                                  uint32_t cls, uint32_t est, void *handle, uint64_t now);
+
+/* With caller_runs, the caller embeds an fq_run in its own record of each
+ * run, so that a run is one record, one allocation, and hands it over
+ * before each call that takes a run in (fq_sched_enqueue*, fq_sched_adopt*):
+ * that call makes r its run (r is the scheduler's from then on until the
+ * run is completed, cancelled, forgotten or evicted; its handle, if the
+ * caller wants one, is what the call is given). A call that fails leaves r
+ * the caller's, and the next hand-over replaces it. */
+void fq_sched_give_run(fq_sched *s, fq_run *r);
 
 /* Pick the next run by DRR and move it into the in-flight window with a
  * lease until now + run_timeout. NULL if nothing is queued, the window is

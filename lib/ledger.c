@@ -6,7 +6,9 @@
  *    ends and when an expired run is forgotten; the ledger keeps only what
  *    the core does not: the run's names, its body or its sequence, the
  *    publishes its submit's ack waits for, and the indexes by sequence and
- *    by run key.
+ *    by run key. A run is one record: the ledger's lg_run embeds the
+ *    scheduler's fq_run (caller_runs), handed over as the run is queued or
+ *    adopted, so its sequence is the scheduler's id, not a copy of it.
  *  - A submit is acked only once what it became is stored: its dispatch
  *    and its flight record (two PubAcks, counted in pending), or its
  * *    refusal. A refusal for the state of the moment (duplicate, full,
@@ -74,7 +76,9 @@ typedef struct lg_names {
 
 /* A run the ledger holds. */
 typedef struct lg_run {
-    uint64_t seq;               /* submit stream sequence (or synthetic): the scheduler's id */
+    fq_run run;                 /* the scheduler's record of it (handed over as it is
+                                   queued or adopted: one record a run); run.id is its
+                                   submit stream sequence (or synthetic), set here first */
     uint64_t key;               /* the run key's keyed hash */
     union {
         fq_u64map_node seq_node;    /* by sequence, while its submit is unacked */
@@ -138,13 +142,14 @@ typedef struct lg_refused {
     struct lg_refused *next;    /* FIFO by until_ms; free list */
 } lg_refused;
 
-_Static_assert(sizeof(void *) != 8 || sizeof(lg_run) <= 88,
-               "a run held index only costs its record: keep it within 88 bytes");
+_Static_assert(sizeof(void *) != 8 || sizeof(lg_run) <= 144,
+               "a run held index only costs its record, the scheduler's in it: keep it "
+               "within 144 bytes");
 
 /* The delivery of x's submit an ack or a nak names. */
 static fq_ledger_ackref lg_ackref(const lg_run *x)
 {
-    return (fq_ledger_ackref){.sseq = x->seq, .cseq = x->cseq, .delivered = x->delivered,
+    return (fq_ledger_ackref){.sseq = x->run.id, .cseq = x->cseq, .delivered = x->delivered,
                               .part = x->part};
 }
 
@@ -1299,7 +1304,7 @@ static bool lg_journal_add(fq_ledger *l, lg_part *pp, const fq_jrec *r)
 static bool lg_journal_run(fq_ledger *l, lg_run *x, enum fq_jrec_type type, int64_t at_ms)
 {
     fq_jrec r = {.type = type, .est = x->est, .declared = x->names->declared,
-                 .seq = x->seq < FQ_LEDGER_SYNTH_ID ? x->seq : 0, .at_ms = at_ms > 0 ? at_ms : 0};
+                 .seq = x->run.id < FQ_LEDGER_SYNTH_ID ? x->run.id : 0, .at_ms = at_ms > 0 ? at_ms : 0};
     snprintf(r.tenant, sizeof r.tenant, "%s", x->lt->id);
     memcpy(r.run_id, x->names->run_id, sizeof r.run_id);
     memcpy(r.workflow, x->names->workflow, sizeof r.workflow);
@@ -1673,7 +1678,7 @@ static bool lg_seen(const fq_ledger *l, const char *tenant, const char *run_id, 
 {
     lg_run *x = lg_find_key(l, tenant, run_id, h);
     if (x) {
-        *same = x->seq == seq;
+        *same = x->run.id == seq;
         return true;
     }
     const lg_done *d = lg_done_find(l, h);
@@ -1720,8 +1725,8 @@ static fq_ledger_act *lg_dispatch_act(fq_ledger *l, lg_run *x, const fq_ledger_b
     fq_ledger_act *a = lg_act_new(l, FQ_LACT_DISPATCH);
     if (!a)
         return NULL;
-    a->token = FQ_LEDGER_TOKEN(FQ_LTK_DISPATCH, x->seq);
-    a->seq = x->seq;
+    a->token = FQ_LEDGER_TOKEN(FQ_LTK_DISPATCH, x->run.id);
+    a->seq = x->run.id;
     a->lt = x->lt;
     a->tenant = x->lt->id;
     a->run_id = x->names->run_id;
@@ -1784,13 +1789,13 @@ static bool lg_resend_done(fq_ledger *l, const fq_ledger_submit *s, uint64_t key
                            FQ_LEDGER_TENANT_RECORD, &why)) ||
         !(x = lg_run_alloc(l)))
         return false;
-    *x = (lg_run){.seq = s->ack.sseq, .lt = lt, .key = key, .submitted_ms = s->ts_ms,
+    *x = (lg_run){.run.id = s->ack.sseq, .lt = lt, .key = key, .submitted_ms = s->ts_ms,
                   .cseq = s->ack.cseq, .delivered = s->ack.delivered, .state = LG_DONE};
     if (!(x->names = lg_names_alloc(l))) {
         lg_maybe_free(l, x);
         return false;
     }
-    lg_names_set(l, x->names, s->sub, x->seq);
+    lg_names_set(l, x->names, s->sub, x->run.id);
     l->c.done_unconfirmed_resent++;
     lg_resend(l, x, s);
     if (!x->resent)
@@ -1873,7 +1878,7 @@ static bool lg_judge_seen(lg_verdict *v, const fq_ledger *l, const fq_ledger_sub
         v->take = LG_TAKE_ACK_AGAIN;
         return true;
     }
-    if (x && fq_sched_run(l->o.sched, x->seq)) {
+    if (x && fq_sched_run(l->o.sched, x->run.id)) {
         v->take = LG_TAKE_RESEND;
         v->x = x;
         return true;
@@ -2030,15 +2035,18 @@ static void lg_enqueue(fq_ledger *l, lg_verdict *v, fq_ledger_tenant *lt,
     uint64_t seq = s->ack.sseq;
     lg_run *x = lg_run_alloc(l);
     if (x)
-        *x = (lg_run){.seq = seq, .lt = lt, .key = v->key, .submitted_ms = s->ts_ms,
+        *x = (lg_run){.run.id = seq, .lt = lt, .key = v->key, .submitted_ms = s->ts_ms,
                       .est = v->est, .cseq = s->ack.cseq, .delivered = s->ack.delivered,
                       .state = LG_QUEUED};
-    if (!x || !lg_seq_add(l, x))
+    if (!x || !lg_seq_add(l, x)) {
         st = FQ_ENOMEM;
-    else    /* its tenant's share divided by class, then among its
-               sub-tenants, if it has any */
+    } else {
+        fq_sched_give_run(l->o.sched, &x->run);     /* one record a run: x's */
+        /* its tenant's share divided by class, then among its sub-tenants,
+         * if it has any */
         st = fq_sched_enqueue_sub(NULL, l->o.sched, lt->t, s->sub->subtenant,
                                   strlen(s->sub->subtenant), v->cls, seq, v->est, x, l->now);
+    }
     if (st == FQ_OK) {
         v->x = x;
         return;
@@ -2129,7 +2137,7 @@ static bool lg_refuse_kept(fq_ledger *l, const fq_ledger_submit *s, fq_ledger_te
     lg_run *x = lg_run_alloc(l);
     if (!x)
         return false;
-    *x = (lg_run){.seq = s->ack.sseq, .lt = lt, .cseq = s->ack.cseq,
+    *x = (lg_run){.run.id = s->ack.sseq, .lt = lt, .cseq = s->ack.cseq,
                   .delivered = s->ack.delivered, .submitted_ms = s->ts_ms, .state = LG_DONE};
     if (!lg_seq_add(l, x) || !(x->body = lg_alloc(l, size))) {
         lg_seq_del(l, x);
@@ -2148,7 +2156,7 @@ static bool lg_refuse_kept(fq_ledger *l, const fq_ledger_submit *s, fq_ledger_te
         memcpy(b + tl + 1, s->raw.hdr, s->raw.hdr_len);
     if (s->raw.body_len)
         memcpy(b + tl + 1 + s->raw.hdr_len, s->raw.body, s->raw.body_len);
-    fq_jrec r = {.type = FQ_JREC_REFUSED, .seq = x->seq, .refusal = why,
+    fq_jrec r = {.type = FQ_JREC_REFUSED, .seq = x->run.id, .refusal = why,
                  .at_ms = l->now_ms > 0 ? l->now_ms : 0};
     snprintf(r.tenant, sizeof r.tenant, "%s", lt->id);
     lg_part *pp = &l->parts[x->part];
@@ -2161,7 +2169,7 @@ static bool lg_refuse_kept(fq_ledger *l, const fq_ledger_submit *s, fq_ledger_te
     pp->cur->runs[pp->cur->nruns++] = x;
     x->pending++;
     l->c.rejected[why]++;
-    lg_refused_add(l, x->seq, why, x->part, l->now_ms + (int64_t)l->o.keep_done_ms);
+    lg_refused_add(l, x->run.id, why, x->part, l->now_ms + (int64_t)l->o.keep_done_ms);
     lg_held(l, lt, true);
     lg_pause_check(l);
     return true;
@@ -2308,7 +2316,7 @@ static void lg_unhold(fq_ledger *l, lg_run *x)
  * forgotten. Its submit is acked by whoever stored why. */
 static void lg_drop_dispatched(fq_ledger *l, lg_run *x)
 {
-    fq_sched_cancel(l->o.sched, x->seq);
+    fq_sched_cancel(l->o.sched, x->run.id);
     lg_state(l, x, LG_DONE);
     lg_unhold(l, x);
     lg_held(l, x->lt, false);
@@ -2325,7 +2333,7 @@ static void lg_drop_dispatched(fq_ledger *l, lg_run *x)
 static void lg_requeue(fq_ledger *l, lg_run *x, int js_err)
 {
     fq_ledger_tenant *lt = x->lt;
-    fq_sched_requeue(l->o.sched, x->seq);
+    fq_sched_requeue(l->o.sched, x->run.id);
     uint32_t k = lt->fails < 16 ? lt->fails : 16;
     uint64_t wait = (uint64_t)FQ_LEDGER_RETRY_MS << k;
     if (wait > FQ_LEDGER_PARK_MAX_MS)
@@ -2347,7 +2355,7 @@ static void lg_requeue(fq_ledger *l, lg_run *x, int js_err)
 static void lg_dispatch_send(fq_ledger *l, lg_run *x, const fq_ledger_bytes *raw)
 {
     bool same = false;
-    if (!x->in_key && lg_seen(l, x->lt->id, x->names->run_id, x->key, x->seq, &same)) {
+    if (!x->in_key && lg_seen(l, x->lt->id, x->names->run_id, x->key, x->run.id, &same)) {
         /* Two queued runs with one run id, the second not indexed at
          * admission (out of memory): it is refused. */
         char why[256];
@@ -2382,7 +2390,7 @@ static bool lg_dispatch_one(fq_ledger *l, lg_run *x)
             lg_requeue(l, x, 0);
             return false;
         }
-        a->seq = x->seq;
+        a->seq = x->run.id;
         a->lt = x->lt;
         a->tenant = x->lt->id;
         return false;
@@ -2423,7 +2431,7 @@ void fq_ledger_body(fq_ledger *l, uint64_t seq, fq_status st, const fq_ledger_by
         /* Its lease ran out while its body was read: queued again as it
          * was, to be read at its next turn. */
         lg_state(l, x, LG_QUEUED);
-        fq_sched_requeue(l->o.sched, x->seq);
+        fq_sched_requeue(l->o.sched, x->run.id);
         return;
     }
     if (x->state == LG_DONE) {
@@ -2449,7 +2457,7 @@ void fq_ledger_body(fq_ledger *l, uint64_t seq, fq_status st, const fq_ledger_by
         return;
     }
     if (st == FQ_OK && !x->names && (x->names = lg_names_alloc(l)))
-        lg_names_set(l, x->names, sub, x->seq);
+        lg_names_set(l, x->names, sub, x->run.id);
     if (st != FQ_OK || !x->names) {
         lg_requeue(l, x, 0);
         return;
@@ -2654,7 +2662,7 @@ static void lg_dispatch_stored(fq_ledger *l, lg_run *x, bool duplicate)
     x->stored = true;   /* before an early completion's done record, which says so */
     lg_early_settle(l, x, duplicate);
     if (x->resent && !duplicate && x->state != LG_DONE &&
-        fq_sched_redispatched(l->o.sched, x->seq, l->now) == FQ_OK) {
+        fq_sched_redispatched(l->o.sched, x->run.id, l->now) == FQ_OK) {
         /* Read back from a flight record, sent again and stored new: the
          * attempt that record told of never reached the workers, this
          * one did, now. Its lease runs from now and a flight record of
@@ -2665,7 +2673,7 @@ static void lg_dispatch_stored(fq_ledger *l, lg_run *x, bool duplicate)
         lg_journal_flight(l, x, l->now_ms);
     }
     lg_done *dn = x->state == LG_DONE ? lg_done_find(l, x->key) : NULL;
-    if (dn && dn->seq == x->seq)
+    if (dn && dn->seq == x->run.id)
         dn->unconfirmed = false;    /* completed, and its dispatch is stored */
     x->lt->fails = 0;
     lg_dispatching_again(l);
@@ -2782,7 +2790,7 @@ void fq_ledger_unsent(fq_ledger *l, const fq_ledger_act *act, fq_status st, uint
         lg_unresend(l, x);
         return;
     }
-    if (!fq_sched_run(l->o.sched, x->seq))
+    if (!fq_sched_run(l->o.sched, x->run.id))
         return;
     lg_state(l, x, LG_QUEUED);
     if (st == FQ_ETOOBIG || st == FQ_EINVAL) {
@@ -2807,7 +2815,7 @@ void fq_ledger_unsent(fq_ledger *l, const fq_ledger_act *act, fq_status st, uint
     if (st == FQ_ENOMEM)
         lg_requeue(l, x, 0);
     else
-        fq_sched_requeue(l->o.sched, x->seq);
+        fq_sched_requeue(l->o.sched, x->run.id);
 }
 
 /* ---- completions ------------------------------------------------------- */
@@ -2816,9 +2824,9 @@ void fq_ledger_unsent(fq_ledger *l, const fq_ledger_act *act, fq_status st, uint
  * completion is acked once its record is stored. */
 static void lg_mark_done(fq_ledger *l, lg_run *x, const fq_ledger_ackref *done_ack)
 {
-    lg_done_add(l, x->key, x->seq, l->now_ms + (int64_t)l->o.keep_done_ms, x->part,
+    lg_done_add(l, x->key, x->run.id, l->now_ms + (int64_t)l->o.keep_done_ms, x->part,
                 !x->stored);
-    fq_jrec r = {.type = FQ_JREC_DONE, .seq = x->seq < FQ_LEDGER_SYNTH_ID ? x->seq : 0,
+    fq_jrec r = {.type = FQ_JREC_DONE, .seq = x->run.id < FQ_LEDGER_SYNTH_ID ? x->run.id : 0,
                  .at_ms = l->now_ms > 0 ? l->now_ms : 0, .unconfirmed = !x->stored};
     snprintf(r.tenant, sizeof r.tenant, "%s", x->lt->id);
     memcpy(r.run_id, x->names->run_id, sizeof r.run_id);
@@ -2880,7 +2888,7 @@ static void lg_reconcile(fq_ledger *l, lg_run *x, const fq_completion *c,
     uint64_t cost = c->kinds ? fq_price_cost(&x->lt->prices, c->input_tokens,
                                              c->output_tokens, c->cached_tokens)
                              : c->actual_tokens;
-    if (fq_sched_complete_priced(NULL, l->o.sched, x->seq, c->actual_tokens, cost) != FQ_OK)
+    if (fq_sched_complete_priced(NULL, l->o.sched, x->run.id, c->actual_tokens, cost) != FQ_OK)
         fq_tenant_reconcile_priced(l->o.sched, x->lt->t, x->est, c->actual_tokens, cost);
     if (late)
         l->c.completions_unheld++;
@@ -3150,7 +3158,7 @@ static lg_run *lg_load_run(fq_ledger *l, const fq_jrec *r, uint64_t h)
     memcpy(nm->run_id, r->run_id, sizeof nm->run_id);
     memcpy(nm->workflow, r->workflow, sizeof nm->workflow);
     nm->declared = r->declared;
-    *x = (lg_run){.seq = r->seq ? r->seq : FQ_LEDGER_SYNTH_ID + l->synth++, .lt = lt,
+    *x = (lg_run){.run.id = r->seq ? r->seq : FQ_LEDGER_SYNTH_ID + l->synth++, .lt = lt,
                   .names = nm, .key = h, .submitted_ms = r->at_ms, .est = r->est,
                   .state = LG_FLIGHT};
     lg_key_add(l, x);
@@ -3203,7 +3211,7 @@ void fq_ledger_recover_record(fq_ledger *l, const fq_jrec *r, int64_t stored_ms,
     case FQ_JREC_FLIGHT:
         if (!x) {
             lg_load_run(l, r, h);
-        } else if (x->seq == r->seq) {
+        } else if (x->run.id == r->seq) {
             /* Its dispatch again, later (an attempt before it had failed):
              * in flight from this one. */
             x->read_expired = false;
@@ -3254,7 +3262,8 @@ static void lg_unload(fq_ledger *l, lg_run *x)
 static bool lg_adopt_expired(fq_ledger *l, lg_run *x, int64_t expired_ms)
 {
     uint64_t ago = l->now_ms > expired_ms ? (uint64_t)(l->now_ms - expired_ms) : 0;
-    if (fq_sched_adopt_expired(NULL, l->o.sched, x->lt->t, x->seq, x->est, x,
+    fq_sched_give_run(l->o.sched, &x->run);
+    if (fq_sched_adopt_expired(NULL, l->o.sched, x->lt->t, x->run.id, x->est, x,
                                l->now > ago ? l->now - ago : 0) == FQ_OK)
         return true;
     lg_unload(l, x);
@@ -3268,7 +3277,8 @@ static bool lg_adopt_expired(fq_ledger *l, lg_run *x, int64_t expired_ms)
  * and a late completion still reconciles it once. */
 static void lg_adopt_one(fq_ledger *l, lg_run *x, uint64_t age)
 {
-    fq_status s = fq_sched_adopt(NULL, l->o.sched, x->lt->t, x->seq, x->est, x,
+    fq_sched_give_run(l->o.sched, &x->run);
+    fq_status s = fq_sched_adopt(NULL, l->o.sched, x->lt->t, x->run.id, x->est, x,
                                  l->now > age ? l->now - age : 0);
     if (s == FQ_OK) {
         l->c.adopted++;
@@ -3579,7 +3589,7 @@ void fq_ledger_release(fq_ledger *l, uint32_t part, uint64_t now, int64_t now_ms
     for (size_t i = 0; i < l->nscratch; i++) {
         lg_run *x = l->scratch[i];
         x->reading = false;
-        if (fq_sched_forget(l->o.sched, x->seq) == FQ_OK)
+        if (fq_sched_forget(l->o.sched, x->run.id) == FQ_OK)
             let_go++;
     }
     fq_sched_clear(l->o.sched, lg_release_which, lg_release_queued, &r);
@@ -3648,6 +3658,7 @@ bool fq_ledger_tenant_busy(const fq_ledger_tenant *lt)
 
 void fq_ledger_sched_opts(fq_sched_opts *o, const fq_ledger_opts *lo)
 {
+    o->caller_runs = true;      /* a run's record is the ledger's lg_run */
     o->run_timeout = lo->run_timeout_ms;
     o->max_expired = lo->max_expired;
     o->expired_keep = lo->keep_done_ms;
@@ -3671,13 +3682,13 @@ fq_status fq_ledger_create(fq_ledger **out, const fq_ledger_opts *o)
         return FQ_ENOMEM;
     l->o = *o;
     uint64_t seed = o->hash_key[0] ^ o->hash_key[1];
-    if (fq_u64map_create(&l->by_seq, FQ_U64MAP_KEY_OFFSET(lg_run, seq_node, seq), 1024, seed) ||
+    if (fq_u64map_create(&l->by_seq, FQ_U64MAP_KEY_OFFSET(lg_run, seq_node, run.id), 1024, seed) ||
         fq_u64map_create(&l->by_key, FQ_U64MAP_KEY_OFFSET(lg_run, key_node, key), 1024, seed) ||
         fq_u64map_create(&l->done, FQ_U64MAP_KEY_OFFSET(lg_done, node, key), 1024, seed) ||
         fq_u64map_create(&l->early, FQ_U64MAP_KEY_OFFSET(lg_early, node, key), 64, seed) ||
         fq_u64map_create(&l->refused, FQ_U64MAP_KEY_OFFSET(lg_refused, node, seq), 64, seed) ||
         fq_u64map_create(&l->back, FQ_U64MAP_KEY_OFFSET(lg_back, node, seq), 64, seed) ||
-        fq_u64map_create(&l->gone, FQ_U64MAP_KEY_OFFSET(lg_run, seq_node, seq), 64, seed)) {
+        fq_u64map_create(&l->gone, FQ_U64MAP_KEY_OFFSET(lg_run, seq_node, run.id), 64, seed)) {
         fq_ledger_destroy(l);
         return FQ_ENOMEM;
     }

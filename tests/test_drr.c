@@ -2391,6 +2391,80 @@ static void test_subtenants_info_and_top(void **state)
     fq_sched_destroy(s);
 }
 
+/* Runs in the caller's records (caller_runs): each run taken in is the
+ * record handed over, the scheduler allocates none, and a record it lets
+ * go (completed, cancelled, evicted) or refused stays the caller's as it
+ * was left: nothing written into it after. */
+typedef struct caller_rec {
+    fq_run run;                 /* the scheduler's while it holds the run */
+    uint64_t tag;               /* the caller's own */
+} caller_rec;
+
+static void on_evict(void *arg, const fq_run *r, enum fq_expiry what)
+{
+    if (what == FQ_EXPIRY_EVICTED)
+        *(const fq_run **)arg = r;
+}
+
+static void test_caller_runs(void **state)
+{
+    (void)state;
+    fq_sched_opts o = {.quantum = Q, .max_est_tokens = 1000000, .max_in_flight = 4,
+                       .run_timeout = 100, .max_expired = 1, .caller_runs = true};
+    fq_sched *s = mk_opts(&o);
+    fq_tenant *a = ten(s, "a", 1, 0, 2);
+    caller_rec rec[4];
+    memset(rec, 0, sizeof rec);
+    for (int i = 0; i < 4; i++)
+        rec[i].tag = 100 + (uint64_t)i;
+    fq_run *r = NULL;
+    /* Nothing handed over: none is allocated. */
+    assert_int_equal(fq_sched_enqueue(&r, s, a, 1, 10, &rec[0], 0), FQ_ENOMEM);
+    fq_sched_give_run(s, &rec[0].run);
+    assert_int_equal(fq_sched_enqueue(&r, s, a, 1, 10, &rec[0], 0), FQ_OK);
+    assert_ptr_equal(r, &rec[0].run);
+    fq_sched_give_run(s, &rec[1].run);
+    assert_int_equal(fq_sched_enqueue(&r, s, a, 2, 20, &rec[1], 0), FQ_OK);
+    assert_ptr_equal(r, &rec[1].run);
+    /* Refused (max_pending 2): the record handed over is not taken. */
+    rec[2].run.id = 77;
+    fq_sched_give_run(s, &rec[2].run);
+    assert_int_equal(fq_sched_enqueue(&r, s, a, 3, 30, &rec[2], 0), FQ_EFULL);
+    assert_int_equal(rec[2].run.id, 77);
+    /* Dispatched in order, the records themselves. */
+    fq_run *d0 = fq_sched_dispatch(s, 1), *d1 = fq_sched_dispatch(s, 1);
+    assert_ptr_equal(d0, &rec[0].run);
+    assert_ptr_equal(d1, &rec[1].run);
+    assert_ptr_equal(fq_sched_run(s, 2), &rec[1].run);
+    /* Completed: let go, and never written again (no free list reuses it). */
+    assert_int_equal(fq_sched_complete(NULL, s, 1, 10), FQ_OK);
+    assert_null(fq_sched_run(s, 1));
+    caller_rec done = rec[0];
+    /* Adopted into a record handed over; the lease of id 2 runs out, and
+     * past max_expired it is evicted: the callback sees the record. */
+    fq_sched_give_run(s, &rec[3].run);
+    assert_int_equal(fq_sched_adopt(&r, s, a, 4, 40, &rec[3], 50), FQ_OK);
+    assert_ptr_equal(r, &rec[3].run);
+    const fq_run *evicted = NULL;
+    fq_sched_expire(s, 101, on_evict, &evicted);
+    assert_null(evicted);
+    fq_sched_expire(s, 151, on_evict, &evicted);
+    assert_ptr_equal(evicted, &rec[1].run);
+    caller_rec gone = rec[1];
+    /* More runs taken in, dispatched and completed: the records let go
+     * stay as they were left. */
+    fq_sched_give_run(s, &rec[2].run);
+    assert_int_equal(fq_sched_enqueue(&r, s, a, 3, 30, &rec[2], 200), FQ_OK);
+    assert_ptr_equal(fq_sched_dispatch(s, 200), &rec[2].run);
+    assert_int_equal(fq_sched_complete(NULL, s, 3, 30), FQ_OK);
+    assert_int_equal(fq_sched_enqueue(&r, s, a, 5, 50, &rec[2], 200), FQ_ENOMEM);
+    assert_memory_equal(&rec[0], &done, sizeof done);
+    assert_memory_equal(&rec[1], &gone, sizeof gone);
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(rec[i].tag, 100 + (uint64_t)i);
+    fq_sched_destroy(s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -2453,6 +2527,7 @@ int main(void)
         cmocka_unit_test(test_keep_idle_credit_banks),
         cmocka_unit_test(test_rank_follows_the_queues),
         cmocka_unit_test(test_clear_tenants_let_go),
+        cmocka_unit_test(test_caller_runs),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
