@@ -2529,7 +2529,7 @@ static void lg_dispatching_again(fq_ledger *l)
  * meanwhile), and its tenant parked. false: the scheduler no longer holds
  * the run (its expired record was forgotten), and the publish is the
  * caller's to retry as it was. */
-static bool lg_dispatch_failed(fq_ledger *l, uint64_t seq, int js_err)
+static bool lg_dispatch_failed(fq_ledger *l, uint64_t seq, int js_err, bool answered)
 {
     l->c.dispatch_failures++;
     if (!l->fail_since)
@@ -2554,6 +2554,15 @@ static bool lg_dispatch_failed(fq_ledger *l, uint64_t seq, int js_err)
          * it is and the caller publishes it again until it is stored, then
          * acks it. Not a nak: one not sent while the lease is not fresh
          * would leave the submit to its hour of AckWait. */
+        return false;
+    }
+    if (!answered) {
+        /* No answer (a PubAck timed out, the connection dropped): it may
+         * be stored. Queued again, it could wait past the duplicate window
+         * and be stored a second time; so it stays in flight and the
+         * caller publishes it again as it was, under its Nats-Msg-Id,
+         * until JetStream answers (stored, or a duplicate). */
+        l->c.dispatch_unanswered++;
         return false;
     }
     x->pending--;
@@ -2716,7 +2725,7 @@ static bool lg_puback_apply(fq_ledger *l, const lg_settle_verdict *v, uint64_t t
         lg_refusal_unstored(l, v, val, js_err);
         break;
     case LG_SETTLE_DISPATCH_FAILED:
-        return !lg_dispatch_failed(l, val, js_err);
+        return !lg_dispatch_failed(l, val, js_err, outcome == FQ_LEDGER_PUB_ERROR);
     case LG_SETTLE_RETRY:
         return true;
     case LG_SETTLE_DISPATCHED:

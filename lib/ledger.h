@@ -536,6 +536,8 @@ typedef struct fq_ledger_counters {
                                    flight record told of had failed; its lease restarts */
     uint64_t done_unconfirmed_resent;   /* submits of runs completed before their dispatch
                                            was seen stored, come again: published again */
+    uint64_t dispatch_unanswered;   /* dispatches whose PubAck did not come: published
+                                       again as they were, not queued again */
     uint64_t refusals_repeated; /* submits refused for the moment's state, come again:
                                    refused again by their refused record */
     uint64_t refusals_forgotten_early;  /* refused submits forgotten past

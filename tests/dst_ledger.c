@@ -82,9 +82,8 @@
  * each is told precisely, counted and printed rather than failed:
  *
  * - a run whose dispatch a leader stored and whose flight record it never
- *   stored is queued again by the next leader, or whose dispatch's PubAck
- *   did not come in time (stored all the same) by its own; if it waits
- *   there past the duplicate window, it is stored a second time; so is a completed run
+ *   stored is queued again by the next leader; if it waits there past the
+ *   duplicate window, it is stored a second time; so is a completed run
  *   whose submit's ack was lost and came back after its completed id was
  *   forgotten (and a completion of its first dispatch that came before
  *   the run was held is not reconciled; or the next to get its submit
@@ -429,8 +428,6 @@ typedef struct dst_sub {
     int64_t first_dispatch;     /* server ms its first dispatch was stored */
     uint64_t first_inc;         /* the process that stored it (px_inc) */
     bool first_journalled;      /* that process stored its flight record too */
-    bool puback_given_up;       /* a dispatch's PubAck did not come in time: the ledger
-                                   cannot know it was stored */
     bool refused_state;         /* refused for the state of the moment (full, duplicate):
                                    a crash before its ack lets the next leader decide again */
     bool acked;                 /* removed from FAIR_SUBMIT by an ack */
@@ -717,11 +714,10 @@ static void oracle_stored(dst_world *w, const dst_proxy *p, const sj_puback *a)
                 if (p && !holds_lease(w, p))
                     s->stale_dispatch = true;
                 jseq_room(w, s->seq);
-                if (s->dispatched > 1 && (!s->first_journalled || s->puback_given_up) &&
+                if (s->dispatched > 1 && !s->first_journalled &&
                     srv_now(w) - s->first_dispatch >= (int64_t)w->c.dup_window_ms) {
                     /* A leader stored its dispatch and died before its flight
-                     * record was, or gave up its PubAck (stored all the same);
-                     * the run was queued again and waited there past the
+                     * record was; the run was queued again and waited there past the
                      * duplicate window. A gap of the design (docs/protocol.md
                      * section 8), counted. Its second dispatch stored new, a
                      * completion of the first that came before the run was
@@ -1439,11 +1435,6 @@ static void px_settle(dst_world *w, dst_proxy *p, uint64_t token, dst_pub *pub,
         FQ_LEDGER_TOKEN_VAL(token) == w->watch)
         TRACE(w, "proxy %d: the dispatch of submit %" PRIu64 " %s (err %d%s)", p->ix, w->watch,
               failed ? "failed" : "answered", a->err, a->duplicate ? ", duplicate" : "");
-    if (failed && FQ_LEDGER_TOKEN_KIND(token) == FQ_LTK_DISPATCH) {
-        dst_sub *ds = sub_of_seq(w, FQ_LEDGER_TOKEN_VAL(token));
-        if (ds)
-            ds->puback_given_up = true;
-    }
     enum fq_ledger_pub out = failed ? FQ_LEDGER_PUB_FAILED
                              : a->err ? FQ_LEDGER_PUB_ERROR
                              : a->duplicate ? FQ_LEDGER_PUB_DUPLICATE
@@ -2648,10 +2639,10 @@ static void check_outcomes(dst_world *w)
             dst_fail(w, "submit %" PRIu64 " (pub %zu, run %s, kind %d) is gone from %s, neither "
                      "dispatched nor refused: lost", s->seq, i + 1, s->run_id, s->kind, DST_SUBMIT);
         /* A dispatch stored unknown to every ledger (its flight record never
-         * stored, or its PubAck given up) is the first gap of the design
+         * stored) is the first gap of the design
          * below: the next to get its submit may refuse it for the state of
          * the moment (its run id another's, say). */
-        bool unknown = s->refused_state && (!s->first_journalled || s->puback_given_up);
+        bool unknown = s->refused_state && !s->first_journalled;
         if (s->dispatched && s->refused && !s->stale_dispatch && !unknown)
             dst_fail(w, "submit %" PRIu64 " (run %s) was both dispatched and refused%s", s->seq,
                      s->run_id, s->refused_state ? " (for the state of the moment: full, "

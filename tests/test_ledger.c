@@ -879,6 +879,38 @@ static void test_dispatch_failure_requeues_and_parks(void **state)
     world_free(w);
 }
 
+/* A dispatch whose PubAck does not come (a timeout, a dropped connection)
+ * may be stored: the run stays in flight and the caller publishes it again
+ * as it was, under its Nats-Msg-Id, until JetStream answers; it is never
+ * queued again, where it could wait past the duplicate window and reach
+ * the workers twice (dst_ledger: a run queued again behind a debt was
+ * stored twice). JetStream's answer of an error is a dispatch not stored:
+ * queued again, as above. */
+static void test_dispatch_unanswered_published_again(void **state)
+{
+    (void)state;
+    world *w = world_new();
+    fq_ledger_journal_marked(w->l, 1);
+    submit(w, "a", 10, "r1", 50);
+    turn(w);
+    uint64_t tok = find(w, FQ_LACT_DISPATCH, 0)->token;
+    store_journal(w, find(w, FQ_LACT_JOURNAL, 0));
+    assert_true(puback(w, tok, FQ_LEDGER_PUB_FAILED, 0));  /* published again as it was */
+    assert_int_equal(count(w, FQ_LACT_NOTE), 0);
+    const fq_run *r = fq_sched_run(w->s, 10);
+    assert_non_null(r);
+    assert_int_equal(r->state, FQ_RUN_FLIGHT);
+    tick_time(w, FQ_LEDGER_PARK_MAX_MS);
+    turn(w);
+    assert_int_equal(count(w, FQ_LACT_DISPATCH), 0);    /* not dispatched anew */
+    assert_false(acked(w, FQ_LEDGER_SUBMIT, 10));
+    assert_true(puback(w, tok, FQ_LEDGER_PUB_FAILED, 0));
+    assert_false(puback(w, tok, FQ_LEDGER_PUB_DUPLICATE, 0));  /* it was stored */
+    assert_true(acked(w, FQ_LEDGER_SUBMIT, 10));
+    assert_int_equal(fq_ledger_counters_get(w->l)->dispatch_unanswered, 2);
+    world_free(w);
+}
+
 /* A run whose lease runs out while its body is read is queued again when
  * the body comes, and read again at its next turn; nothing is journalled
  * for it meanwhile. */
@@ -1929,6 +1961,7 @@ int main(void)
         cmocka_unit_test(test_buffer_shared_not_fresh),
         cmocka_unit_test(test_buffer_shared_quiet_at_limit),
         cmocka_unit_test(test_dispatch_failure_requeues_and_parks),
+        cmocka_unit_test(test_dispatch_unanswered_published_again),
         cmocka_unit_test(test_lease_ends_while_reading),
         cmocka_unit_test(test_completions_reconcile_once),
         cmocka_unit_test(test_completion_deferred_then_forgotten),
