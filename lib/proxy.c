@@ -1225,9 +1225,12 @@ static void px_share_tick(fq_proxy *p, uint64_t now)
                         px_share_reserve_tokens(&p->cfg));
     fq_sched_stats ss;
     fq_sched_stats_get(p->sched, &ss);
+    /* the round from the wall clock, one number for every replica at once */
+    int64_t unix_ms = fq_nio_unix_ms();
     fq_share_local me = {.weight = ss.active_weight, .queued_runs = ss.queued,
                          .queued_tokens = ss.queued_tokens, .runs = ss.in_flight,
-                         .tokens = ss.in_flight_tokens};
+                         .tokens = ss.in_flight_tokens,
+                         .round = unix_ms > 0 ? (uint64_t)unix_ms / PX_SHARE_PERIOD_MS : 0};
     fq_share_beat b;
     fq_share_tick(&p->share_lim, &b, p->share, &me, now);
     px_share_apply(p);

@@ -186,9 +186,36 @@ static int by_fraction(const void *a, const void *b)
     return strcmp(x->id, y->id);
 }
 
+static int by_id(const void *a, const void *b)
+{
+    return strcmp(((const ent *)a)->id, ((const ent *)b)->id);
+}
+
+/* Whole shares of the backlogged e[0..nb), whose fractional shares add up
+ * to rest: systematic rounding, by id, at an offset that moves each round
+ * (the golden ratio's multiples, spread evenly) and is the same in every
+ * replica that round. Each share is its fraction rounded down or up, up
+ * with the probability of its fraction over the rounds, and they add up to
+ * rest at every round. */
+static void split_round(ent *e, size_t nb, uint64_t rest, uint64_t round)
+{
+    qsort(e, nb, sizeof(*e), by_id);
+    double theta = fmod((double)(round % 1000003) * 0.6180339887498949, 1.0);
+    double c = theta;
+    uint64_t sum = 0;
+    for (size_t i = 0; i < nb; i++) {
+        double lo = floor(c + 1e-9);
+        c += e[i].x;
+        double hi = floor(c + 1e-9);
+        uint64_t a = hi > lo ? (uint64_t)(hi - lo) : 0;
+        e[i].alloc = sum + a <= rest ? a : rest - sum;
+        sum += e[i].alloc;
+    }
+}
+
 /* Split a window of g among e[0..n) (docs in share.h); returns the share of
  * the entry marked me. */
-static uint64_t split(ent *e, size_t n, uint64_t g)
+static uint64_t split(ent *e, size_t n, uint64_t g, uint64_t round)
 {
     uint64_t fixed = 0, wsum = 0;
     size_t nb = 0;
@@ -224,6 +251,10 @@ static uint64_t split(ent *e, size_t n, uint64_t g)
             e[i].x += left * (double)e[i].w / (double)wsum;
     }
     uint64_t sum = 0;
+    if (nb && round) {
+        split_round(e, nb, rest, round);
+        nb = 0;     /* done */
+    }
     for (size_t i = 0; i < nb; i++) {
         double f = floor(e[i].x + 1e-9);
         e[i].alloc = f < (double)rest ? (uint64_t)f : rest;
@@ -243,7 +274,7 @@ static uint64_t split(ent *e, size_t n, uint64_t g)
 
 /* One dimension: the limit and what of the reserve this replica holds. */
 static uint64_t dimension(fq_share *s, size_t n, uint64_t g, uint64_t reserve, bool idle,
-                          uint64_t *share, uint64_t *borrowed)
+                          uint64_t round, uint64_t *share, uint64_t *borrowed)
 {
     ent *e = s->ents;
     uint64_t others_in = 0, others_borrowed = 0, held = 0;
@@ -256,7 +287,7 @@ static uint64_t dimension(fq_share *s, size_t n, uint64_t g, uint64_t reserve, b
         others_in += e[i].held - b;
         others_borrowed += e[i].borrowed;
     }
-    *share = split(e, n, g);
+    *share = split(e, n, g, round);
     uint64_t room = g > others_in ? g - others_in : 0;
     uint64_t free_res = reserve > others_borrowed ? reserve - others_borrowed : 0;
     uint64_t over = held > room ? held - room : 0;
@@ -313,14 +344,14 @@ void fq_share_tick(fq_share_limits *out, fq_share_beat *beat, fq_share *s,
     uint64_t br = 0, bt = 0;
     if (s->o.max_runs) {
         size_t n = entries(s, me, false);
-        l.runs = dimension(s, n, s->o.max_runs, s->o.reserve_runs, !me->weight, &l.share_runs,
-                           &br);
+        l.runs = dimension(s, n, s->o.max_runs, s->o.reserve_runs, !me->weight, me->round,
+                           &l.share_runs, &br);
 
     }
     if (s->o.max_tokens) {
         size_t n = entries(s, me, true);
         l.tokens = dimension(s, n, s->o.max_tokens, s->o.reserve_tokens, !me->weight,
-                             &l.share_tokens, &bt);
+                             me->round, &l.share_tokens, &bt);
 
     }
     if (!starting && heard && !s->st.peers) {

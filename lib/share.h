@@ -60,6 +60,10 @@ typedef struct fq_share_local {
     uint64_t queued_tokens;
     uint32_t runs;              /* in flight */
     uint64_t tokens;
+    uint64_t round;             /* the heartbeat round: one number for every
+                                   replica at one moment (wall-clock time /
+                                   period), which moves which shares round up;
+                                   0: by fraction, then id, always alike */
 } fq_share_local;
 
 /* This replica's window. FQ_SHARE_UNLIMITED where the global window is
@@ -115,8 +119,11 @@ fq_status fq_share_heard(fq_share *s, const fq_share_beat *b, uint64_t now);
  * no queued runs, as much as they hold; the rest is water-filled over the
  * others by weight, each capped at what it holds plus what it has queued,
  * and what none of them can use is split by weight; the shares are rounded
- * down and the remainders go to the largest fractions (ties by id), so that
- * they add up to the window. A replica's limit is its share, but no more
+ * so that they add up to the window: with a round, each down or up by
+ * systematic rounding at an offset of that round (over the rounds, a share
+ * of 7.5 runs is 7 half the time and 8 the other half, where a fixed rule
+ * would give one replica the half run for good); without, down, and the
+ * remainders to the largest fractions (ties by id). A replica's limit is its share, but no more
  * than the room the others leave (the window less what they hold outside
  * the reserve) plus what of the reserve they do not hold: the reserve lets
  * a replica whose share grew dispatch before the others have drained. A

@@ -569,7 +569,7 @@ static void beat(sim *s)
         fq_sched_stats_get(rp->sched, &st);
         fq_share_local me = {.weight = st.active_weight, .queued_runs = st.queued,
                              .queued_tokens = st.queued_tokens, .runs = st.in_flight,
-                             .tokens = st.in_flight_tokens};
+                             .tokens = st.in_flight_tokens, .round = s->now / period + 1};
         fq_share_limits l;
         fq_share_tick(&l, &s->beats[n++], rp->share, &me, s->now);
         rp->closed = !l.runs || !l.tokens;

@@ -159,6 +159,38 @@ static void test_shares_follow_backlogged_weight(void **state)
     destroy(r, 2);
 }
 
+/* With a round, shares round down or up by turns, the same way in every
+ * replica: they add up to the window at every round, and over the rounds
+ * each holds its fraction (3:1 of 10 runs: 7.5 and 2.5), where rounding
+ * by fraction and id gives "a" 8 of 10 for good. */
+static void test_rounds_spread_the_remainder(void **state)
+{
+    (void)state;
+    rep r[2] = {{.s = mk("a", 10, 0, 0, 0, 0), .me = backlog(3, 0, 1000)},
+                {.s = mk("b", 10, 0, 0, 0, 0), .me = backlog(1, 0, 1000)}};
+    uint64_t t = 0;
+    for (; t <= 4 * P; t += P)
+        period(r, 2, t);
+    uint64_t sum[2] = {0, 0};
+    enum { ROUNDS = 1000 };
+    for (uint64_t k = 1; k <= ROUNDS; k++, t += P) {
+        for (int i = 0; i < 2; i++) {
+            r[i].me.round = k;
+            fq_share_tick(&r[i].lim, NULL, r[i].s, &r[i].me, t);
+            assert_true(r[i].lim.share_runs == (i ? 2 : 7) ||
+                        r[i].lim.share_runs == (i ? 3 : 8));
+            sum[i] += r[i].lim.share_runs;
+        }
+        assert_int_equal(r[0].lim.share_runs + r[1].lim.share_runs, 10);
+        for (int i = 0; i < 2; i++)
+            for (int j = 0; j < 2; j++)
+                fq_share_heard(r[j].s, &r[i].beat, t);
+    }
+    assert_true(llabs((long long)sum[0] - 7500) <= 10);
+    assert_true(llabs((long long)sum[1] - 2500) <= 10);
+    destroy(r, 2);
+}
+
 /* Shares are capped at what a replica can use: one with one queued run
  * does not hold half the window idle; one with none keeps what it holds. */
 static void test_shares_are_capped_by_demand(void **state)
@@ -483,6 +515,7 @@ int main(void)
         cmocka_unit_test(test_unlimited_dimension_is_not_split),
         cmocka_unit_test(test_shares_follow_backlogged_weight),
         cmocka_unit_test(test_shares_are_capped_by_demand),
+        cmocka_unit_test(test_rounds_spread_the_remainder),
         cmocka_unit_test(test_newcomer_borrows_the_reserve_while_the_holder_drains),
         cmocka_unit_test(test_reserve_held_by_another_is_not_borrowed),
         cmocka_unit_test(test_silent_peer_keeps_its_share_until_forgotten),
