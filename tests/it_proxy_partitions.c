@@ -8,8 +8,8 @@
  * permissions forbid it, tests/it_lockdown.c): fairq recomputes the
  * server's partition and refuses a submit or completion whose partition
  * token is not its tenant's, with a reason, counted. The proxy owns every
- * partition: a consumer pair per partition, each delivery acked on the
- * consumer it came from.
+ * partition: a consumer pair per partition, each delivery acked and naked
+ * on the consumer it came from.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -33,8 +33,10 @@ static const char yaml[] =
 static char dir[] = "/tmp/fairq-it-partitions-XXXXXX";
 static char conf[256];
 
-static int setup(void **state)
+/* The server's config: the mapping of 16 partitions. */
+static int write_mapping(void)
 {
+    memcpy(dir + sizeof dir - 7, "XXXXXX", 6);     /* the template again, for each test */
     if (!mkdtemp(dir))
         return -1;
     snprintf(conf, sizeof conf, "%s/mapping.conf", dir);
@@ -46,6 +48,13 @@ static int setup(void **state)
                "  \"fair.done.*\": \"fair.done.{{partition(16,1)}}.{{wildcard(1)}}\"\n"
                "}\n");
     fclose(f);
+    return 0;
+}
+
+static int setup(void **state)
+{
+    if (write_mapping() != 0)
+        return -1;
     pt_worker_opts wo = {.concurrency = 4, .service_ms = 1};
     return pf_setup_server(state, (const char *const[]){"-c", conf, NULL}, yaml, &wo);
 }
@@ -61,8 +70,8 @@ static int teardown(void **state)
 /* stream's consumers are one per partition, fairq-p<k>-<term>, filtered to
  * <prefix>.<k>.*, all of one term, none with a delivery left unacked.
  * (nats-server 2.9.10 counts a work-queue message acked on every consumer
- * once any consumer of the stream acks it, measured: only naks tell a
- * misrouted ack apart.) */
+ * once any consumer of the stream acks it, measured: naks tell a misrouted
+ * one apart, test_given_back_runs_come_again.) */
 static void assert_consumer_per_partition(pf_fixture *f, const char *stream, const char *prefix)
 {
     jsConsumerNamesList *l = NULL;
@@ -166,11 +175,52 @@ static void test_partitioned_runs_served_forged_token_refused(void **state)
         assert_string_not_equal(pt_worker_seen(f->w, i).run_id, "forged-1");
 }
 
+/* A small buffer: runs past it are given back to FAIR_SUBMIT (a nak with
+ * a delay) and asked back once there is room (a nak without): naks that
+ * must reach the consumer that delivered, the partition's. */
+static const char yaml_small[] =
+    "partitions: 16\n"
+    "scheduler:\n  default_plan: free\n"
+    "window:\n  max_in_flight: 3\n"
+    "limits:\n  max_buffered_runs: 6\n"
+    "plans:\n  - name: free\n";
+
+static int setup_small(void **state)
+{
+    if (write_mapping() != 0)
+        return -1;
+    pt_worker_opts wo = {.concurrency = 6, .service_ms = 1};
+    if (pf_setup_server(state, (const char *const[]){"-c", conf, NULL}, yaml_small, &wo) != 0)
+        return -1;
+    pt_worker_hold(((pf_fixture *)*state)->w, true);
+    return 0;
+}
+
+/* Runs of t0, t1 and t2 (partitions 9, 6 and 3 of 16) past the buffer are
+ * given back and come again once the workers make room: every run is
+ * dispatched once. A nak sent to another partition's consumer would be
+ * dropped by the server, and the run would wait out its hour of AckWait. */
+static void test_given_back_runs_come_again(void **state)
+{
+    pf_fixture *f = *state;
+    enum { RUNS = 30 };
+    pf_submit_runs(f, 0, RUNS, 3);
+    cJSON *j = stats_when(f, "given_back", RUNS / 2);
+    cJSON_Delete(j);
+    pt_worker_hold(f->w, false);
+    assert_int_equal(pt_worker_wait_completed(f->w, RUNS, 30000), 0);
+    pf_assert_each_dispatched_once(f, RUNS);
+    j = stats_when(f, "completions", RUNS);
+    assert_int_equal(pf_overall(j, "given_back_runs"), 0);
+    cJSON_Delete(j);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_partitioned_runs_served_forged_token_refused, setup,
                                         teardown),
+        cmocka_unit_test_setup_teardown(test_given_back_runs_come_again, setup_small, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
