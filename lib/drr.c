@@ -160,16 +160,15 @@ typedef struct fq_lane {
                                    served in; idle: 1 + the round it was
                                    last served in (0: never), so that one
                                    coming back in that round owes its turn */
-    uint32_t queued;            /* runs in its FIFO */
-    uint32_t on;                /* LANE_IDLE, LANE_NEW or LANE_OLD */
+    uint32_t queued;            /* runs in its FIFO; 0: on no list. Which list
+                                   it is on shows from its class's heads: the
+                                   one served is at one of them */
 } fq_lane;
 
-enum { LANE_IDLE = 0, LANE_NEW, LANE_OLD };
-
 /* A sub-tenant: a lane per class, then its name (sub_name), so that
- * with one class what dispatch reads is one cache line. */
+ * with one class what enqueue and dispatch read of it is 64 bytes (its
+ * hash is in its tenant's index). */
 typedef struct fq_sub {
-    uint32_t hash;              /* of its name, in its tenant's index */
     uint32_t queued;            /* runs over its lanes */
     uint8_t len;                /* bytes of its name */
     uint8_t named;              /* 1: in the index (not the default nor the overflow) */
@@ -352,6 +351,7 @@ static fq_run *head_run(const fq_tenant *t)
     return t->qhead || !t->hl ? t->qhead : t->hr;
 }
 
+/* A named sub-tenant's bytes: its header and first lane are 64. */
 static size_t sub_size(const fq_sched *s)
 {
     return sizeof(fq_sub) + s->nclasses * sizeof(fq_lane) + FQ_SCHED_SUB_MAX;
@@ -367,25 +367,6 @@ static fq_sub *sub_of_lane(fq_lane *l, uint32_t c)
     return (fq_sub *)(void *)((char *)(l - c) - offsetof(fq_sub, lane));
 }
 
-/* A seeded multiplicative hash: cheap on short names. A tenant's index
- * holds at most max_subtenants, so even collisions planned by a producer
- * cost at most that many probes, and only on its own tenant's submits. */
-static uint32_t sub_hash(const fq_sched *s, const char *k, size_t len)
-{
-    uint64_t h = (s->o.seed ^ 0x9E3779B97F4A7C15ULL) + len;
-    while (len) {
-        uint64_t w = 0;
-        size_t n = len < 8 ? len : 8;
-        memcpy(&w, k, n);
-        h = (h ^ w) * 0xBF58476D1CE4E5B9ULL;
-        h ^= h >> 31;
-        k += n;
-        len -= n;
-    }
-    h *= 0x94D049BB133111EBULL;
-    return (uint32_t)(h ^ (h >> 32));
-}
-
 static uint64_t name_head(const char *k, size_t len)
 {
     uint64_t w = 0;
@@ -393,12 +374,28 @@ static uint64_t name_head(const char *k, size_t len)
     return w;
 }
 
-static fq_sub *index_find(const struct tenant_lanes *x, const char *k, size_t len, uint32_t h)
+/* A seeded multiplicative hash: cheap on short names (head is the first
+ * 8 bytes, name_head). A tenant's index holds at most max_subtenants, so
+ * even collisions planned by a producer cost at most that many probes, and
+ * only on its own tenant's submits. */
+static inline uint32_t sub_hash(const fq_sched *s, uint64_t head, const char *k, size_t len)
+{
+    uint64_t h = (((s->o.seed ^ 0x9E3779B97F4A7C15ULL) + len) ^ head) * 0xBF58476D1CE4E5B9ULL;
+    for (size_t i = 8; i < len; i += 8) {
+        h ^= h >> 31;
+        h = (h ^ name_head(k + i, len - i)) * 0xBF58476D1CE4E5B9ULL;
+    }
+    h ^= h >> 29;
+    h *= 0x94D049BB133111EBULL;
+    return (uint32_t)(h ^ (h >> 32));
+}
+
+static fq_sub *index_find(const struct tenant_lanes *x, const char *k, size_t len,
+                          uint64_t head, uint32_t h)
 {
     if (!x->index)
         return NULL;
     uint32_t m = x->index_cap - 1;
-    uint64_t head = name_head(k, len);
     for (uint32_t i = h & m; x->index[i].u; i = (i + 1) & m) {
         fq_sub *u = x->index[i].u;
         if (x->index[i].hash == h && u->len == len && u->head == head &&
@@ -408,12 +405,12 @@ static fq_sub *index_find(const struct tenant_lanes *x, const char *k, size_t le
     return NULL;
 }
 
-static void index_put(struct sub_slot *slots, uint32_t cap, fq_sub *u)
+static void index_put(struct sub_slot *slots, uint32_t cap, struct sub_slot e)
 {
-    uint32_t i = u->hash & (cap - 1);
+    uint32_t i = e.hash & (cap - 1);
     while (slots[i].u)
         i = (i + 1) & (cap - 1);
-    slots[i] = (struct sub_slot){u->hash, u};
+    slots[i] = e;
 }
 
 /* Room for one more named sub-tenant, the index at most half full. */
@@ -427,7 +424,7 @@ static fq_status index_reserve(struct tenant_lanes *x)
         return FQ_ENOMEM;
     for (uint32_t i = 0; i < x->index_cap; i++)
         if (x->index[i].u)
-            index_put(slots, cap, x->index[i].u);
+            index_put(slots, cap, x->index[i]);
     free(x->index);
     x->index = slots;
     x->index_cap = cap;
@@ -514,8 +511,9 @@ static fq_sub *sub_of(fq_sched *s, fq_tenant *t, const char *sub, size_t len)
                                                                 : s->o.max_subtenants;
     if (!len || !cap)
         return x->dflt;
-    uint32_t h = sub_hash(s, sub, len);
-    fq_sub *u = index_find(x, sub, len, h);
+    uint64_t head = name_head(sub, len);
+    uint32_t h = sub_hash(s, head, sub, len);
+    fq_sub *u = index_find(x, sub, len, head, h);
     if (u)
         return u;
     /* at the cap, the idle ones that owe no turn make room */
@@ -535,11 +533,10 @@ static fq_sub *sub_of(fq_sched *s, fq_tenant *t, const char *sub, size_t len)
         x->overflow = u;
     } else {
         u->named = 1;
-        u->hash = h;
         u->len = (uint8_t)len;
-        u->head = name_head(sub, len);
+        u->head = head;
         memcpy(sub_name(x, u), sub, len);
-        index_put(x->index, x->index_cap, u);
+        index_put(x->index, x->index_cap, (struct sub_slot){h, u});
     }
     x->known++;
     x->idle++;          /* until its run is queued */
@@ -582,11 +579,9 @@ static void lane_add(struct tenant_lanes *x, fq_sub *u, uint32_t c, fq_run *r)
     if (l->round && l->round == g->round + 1) {
         l->deficit = (l->deficit < 0 ? l->deficit : 0) + (int64_t)q;
         l->round = g->round + 1;
-        l->on = LANE_OLD;
         lane_push(&g->oldh, &g->oldt, l);
     } else {
         l->deficit = (int64_t)q;
-        l->on = LANE_NEW;
         lane_push(&g->newh, &g->newt, l);
     }
     if (g->lanes++ == 0)
@@ -615,11 +610,12 @@ static void lane_sent(fq_sched *s, fq_tenant *t, uint32_t c, fq_lane *l, const f
     if (weighted)
         g->deficit -= r->est;
     g->queued--;
-    if (l->on == LANE_OLD && l->round > g->round)
+    bool from_new = g->newh == l;
+    if (!from_new && l->round > g->round)
         g->round = l->round;    /* the old list's next round begins */
     bool empty = --l->queued == 0;
     if (empty || l->deficit <= 0) {     /* it leaves the head */
-        if (l->on == LANE_NEW) {
+        if (from_new) {
             g->newh = l->next;
             if (!g->newh)
                 g->newt = NULL;
@@ -628,13 +624,10 @@ static void lane_sent(fq_sched *s, fq_tenant *t, uint32_t c, fq_lane *l, const f
             if (!g->oldh)
                 g->oldt = NULL;
         }
-        if (empty) {
-            l->on = LANE_IDLE;
-            l->round = g->round + 1;    /* served in this round */
-        } else {                        /* its turn is spent: the next round's */
+        l->round = g->round + 1;        /* served in this round; or, its turn
+                                           spent, on the old list for the next */
+        if (!empty) {
             l->deficit += (int64_t)q;
-            l->round = g->round + 1;
-            l->on = LANE_OLD;
             lane_push(&g->oldh, &g->oldt, l);
         }
     }
@@ -1572,7 +1565,8 @@ fq_status fq_sched_sub_info(fq_sub_info *out, const fq_sched *s, const fq_tenant
     struct tenant_lanes *x = t->x;
     if (!x || !s->o.max_subtenants || len > FQ_SCHED_SUB_MAX)
         return FQ_ENOTFOUND;
-    fq_sub *u = len ? index_find(x, sub, len, sub_hash(s, sub, len)) : x->dflt;
+    uint64_t head = name_head(sub, len);
+    fq_sub *u = len ? index_find(x, sub, len, head, sub_hash(s, head, sub, len)) : x->dflt;
     if (!u && !(u = x->overflow))
         return FQ_ENOTFOUND;
     sub_info_of(out, x, u);
