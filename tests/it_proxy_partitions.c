@@ -204,7 +204,14 @@ static void test_given_back_runs_come_again(void **state)
 {
     pf_fixture *f = *state;
     enum { RUNS = 30 };
-    pf_submit_runs(f, 0, RUNS, 3);
+    /* One at a time, so that the buffer fills before the next comes: a
+     * burst can fill it at once and pause fetching instead. */
+    for (int i = 0; i < RUNS; i++) {
+        char tenant[8], body[32];
+        snprintf(tenant, sizeof tenant, "t%d", i % 3);
+        snprintf(body, sizeof body, "{\"run_id\":\"r-%d\"}", i);
+        assert_int_equal(pt_submit(&f->c, tenant, body, strlen(body), NULL), 0);
+    }
     cJSON *j = stats_when(f, "given_back", RUNS / 2);
     cJSON_Delete(j);
     pt_worker_hold(f->w, false);
