@@ -459,7 +459,6 @@ static lg_part *lg_pp(fq_ledger *l, fq_ledger_tenant *lt)
 
 static bool lg_unowned(fq_ledger *l, const char *tenant, const fq_ledger_ackref *ack);
 static bool lg_reading(const fq_ledger *l, uint32_t part);
-static bool lg_gone_answered(fq_ledger *l, uint64_t seq);
 static lg_run *lg_gone_find(const fq_ledger *l, uint64_t seq);
 static void lg_gone_settle(fq_ledger *l, lg_run *x);
 
@@ -2753,78 +2752,165 @@ bool fq_ledger_puback(fq_ledger *l, uint64_t token, enum fq_ledger_pub outcome, 
     return lg_puback_apply(l, &v, token, outcome, js_err, seq);
 }
 
+/*
+ * An action the caller could not even queue is taken as a decision, then
+ * its effects: lg_unsent_judge reads the ledger and changes nothing,
+ * saying what is left to do; lg_unsent_apply does it.
+ */
+
+/* What an action not sent leaves to do. */
+enum lg_unsent {
+    LG_UNSENT_NOTHING = 1,      /* what it was for is no longer awaited */
+    LG_UNSENT_JOURNAL,          /* the batch in flight: sent again after a while */
+    LG_UNSENT_REFUSAL,          /* a refusal: its message naked to come again (a kept
+                                   refusal's run let go: refused again from its record) */
+    LG_UNSENT_GONE,             /* a dispatch of a run let go with its partition */
+    LG_UNSENT_DONE_RESENT,      /* a completed run's dispatch published again: given up */
+    LG_UNSENT_RESENT,           /* a redelivery's dispatch published again: given up */
+    LG_UNSENT_UNHELD,           /* a dispatch of a run the scheduler no longer holds */
+    LG_UNSENT_UNSENDABLE,       /* a dispatch that can never be sent: refused */
+    LG_UNSENT_REQUEUE,          /* a dispatch NATS cannot take now: queued again */
+};
+
+/* The verdict on an action not sent. */
+typedef struct lg_unsent_verdict {
+    enum lg_unsent what;
+    lg_run *x;                  /* its run: REFUSAL (a kept refusal's, or NULL), GONE and
+                                   the dispatches' */
+    lg_batch *b;                /* JOURNAL: the batch */
+} lg_unsent_verdict;
+
+/* What action a, which the caller could not queue (st: why), leaves to
+ * do. Changes nothing. */
+static void lg_unsent_judge(lg_unsent_verdict *v, const fq_ledger *l, const fq_ledger_act *a,
+                            fq_status st)
+{
+    *v = (lg_unsent_verdict){.what = LG_UNSENT_NOTHING};
+    if (a->type == FQ_LACT_JOURNAL) {
+        const lg_part *pp = a->part < l->nparts ? &l->parts[a->part] : NULL;
+        if (pp && pp->sent && pp->sent->id == a->batch) {
+            v->what = LG_UNSENT_JOURNAL;
+            v->b = pp->sent;
+        }
+        return;
+    }
+    if (a->type == FQ_LACT_REFUSE) {
+        lg_run *x = a->cons == FQ_LEDGER_SUBMIT ? lg_find_seq(l, a->ack.sseq) : NULL;
+        v->what = LG_UNSENT_REFUSAL;
+        v->x = x && x->refusing && !x->body ? x : NULL;
+        return;
+    }
+    if (a->type != FQ_LACT_DISPATCH)
+        return;
+    if ((v->x = lg_gone_find(l, a->seq))) {
+        v->what = LG_UNSENT_GONE;
+        return;
+    }
+    lg_run *x = v->x = lg_find_seq(l, a->seq);
+    if (x && x->state == LG_DONE && x->resent)
+        v->what = LG_UNSENT_DONE_RESENT;    /* published again by lg_resend_done */
+    else if (!x || (x->state != LG_FLIGHT && x->state != LG_EXPIRED))
+        v->what = LG_UNSENT_NOTHING;
+    else if (x->resent)
+        v->what = LG_UNSENT_RESENT;
+    else if (!fq_sched_run(l->o.sched, x->run.id))
+        v->what = LG_UNSENT_UNHELD;
+    else if (st == FQ_ETOOBIG || st == FQ_EINVAL)
+        v->what = LG_UNSENT_UNSENDABLE;
+    else
+        v->what = LG_UNSENT_REQUEUE;
+}
+
+/* A kept refusal's run whose refusal was not sent: let go; its submit,
+ * come again, is refused again from its refused record. */
+static void lg_refusing_unsent(fq_ledger *l, lg_run *x)
+{
+    x->pending--;
+    lg_held(l, x->lt, false);
+    lg_seq_del(l, x);
+    lg_maybe_free(l, x);
+    lg_pause_check(l);
+}
+
+/* Run x's dispatch can never be sent (admitted before the server's
+ * max_payload shrank, say, st): refused, as admission would refuse it now.
+ * Its flight record stays in the batch: adopted after a restart, it holds
+ * a slot until its lease ends. */
+static void lg_unsendable(fq_ledger *l, lg_run *x, fq_status st, const fq_ledger_bytes *raw)
+{
+    char why[256];
+    snprintf(why, sizeof why, "its dispatch cannot be sent: %s",
+             st == FQ_ETOOBIG ? "it exceeds the server's max_payload"
+                              : "its headers cannot be read");
+    l->c.dispatched -= l->c.dispatched > 0;
+    fq_ledger_ackref ack = lg_ackref(x);
+    lg_refuse_run(l, &ack, x->lt, x->lt->id, NULL, st, why, raw);
+    lg_drop_dispatched(l, x);
+}
+
+/* Carry out verdict v on action a, not sent (st). */
+static void lg_unsent_apply(fq_ledger *l, const lg_unsent_verdict *v, const fq_ledger_act *a,
+                            fq_status st)
+{
+    lg_run *x = v->x;
+    switch (v->what) {
+    case LG_UNSENT_JOURNAL:
+        v->b->retry_at = l->now + FQ_LEDGER_RETRY_MS;
+        break;
+    case LG_UNSENT_REFUSAL:
+        /* Left unacked, and naked so that it comes back soon: the next
+         * consumer reset may be an hour of AckWait away. */
+        if (x)
+            lg_refusing_unsent(l, x);
+        lg_nak(l, a->cons, &a->ack, FQ_LEDGER_PARK_MAX_MS);
+        break;
+    case LG_UNSENT_GONE:
+        lg_gone_settle(l, x);
+        break;
+    case LG_UNSENT_DONE_RESENT:
+        x->pending--;
+        lg_unresend(l, x);
+        lg_maybe_free(l, x);
+        break;
+    case LG_UNSENT_RESENT:
+        x->pending--;
+        lg_unresend(l, x);
+        break;
+    case LG_UNSENT_UNHELD:
+        x->pending--;
+        break;
+    case LG_UNSENT_UNSENDABLE:
+        x->pending--;
+        lg_state(l, x, LG_QUEUED);
+        lg_unsendable(l, x, st, &a->raw);
+        break;
+    case LG_UNSENT_REQUEUE:
+        /* NATS cannot take a publish now (disconnected, or too many
+         * pending): the next turn tries again in the same order. Out of
+         * memory parks the tenant. */
+        x->pending--;
+        lg_state(l, x, LG_QUEUED);
+        l->c.dispatched -= l->c.dispatched > 0;
+        if (st == FQ_ENOMEM)
+            lg_requeue(l, x, 0);
+        else
+            fq_sched_requeue(l->o.sched, x->run.id);
+        break;
+    case LG_UNSENT_NOTHING:
+        break;
+    }
+}
+
 void fq_ledger_unsent(fq_ledger *l, const fq_ledger_act *act, fq_status st, uint64_t now,
                       int64_t now_ms)
 {
     fq_ledger_act copy = *act;      /* act may live in the list, which may grow here */
-    const fq_ledger_act *a = &copy;
     l->now = now;
     l->now_ms = now_ms;
     l->c.pub_failures++;
-    if (a->type == FQ_LACT_JOURNAL) {
-        lg_part *pp = a->part < l->nparts ? &l->parts[a->part] : NULL;
-        if (pp && pp->sent && pp->sent->id == a->batch)
-            pp->sent->retry_at = now + FQ_LEDGER_RETRY_MS;
-        return;
-    }
-    if (a->type == FQ_LACT_REFUSE) {
-        /* Left unacked, and naked so that it comes back soon: the next
-         * consumer reset may be an hour of AckWait away. A kept refusal's
-         * run is let go: come again, it is refused again (its record). */
-        lg_run *x = a->cons == FQ_LEDGER_SUBMIT ? lg_find_seq(l, a->ack.sseq) : NULL;
-        if (x && x->refusing && !x->body) {
-            x->pending--;
-            lg_held(l, x->lt, false);
-            lg_seq_del(l, x);
-            lg_maybe_free(l, x);
-            lg_pause_check(l);
-        }
-        lg_nak(l, a->cons, &a->ack, FQ_LEDGER_PARK_MAX_MS);
-        return;
-    }
-    if (a->type != FQ_LACT_DISPATCH || lg_gone_answered(l, a->seq))
-        return;
-    lg_run *x = lg_find_seq(l, a->seq);
-    if (x && x->state == LG_DONE && x->resent) {
-        /* A completed run's, published again (lg_resend_done). */
-        x->pending--;
-        lg_unresend(l, x);
-        lg_maybe_free(l, x);
-        return;
-    }
-    if (!x || (x->state != LG_FLIGHT && x->state != LG_EXPIRED))
-        return;
-    x->pending--;
-    if (x->resent) {
-        lg_unresend(l, x);
-        return;
-    }
-    if (!fq_sched_run(l->o.sched, x->run.id))
-        return;
-    lg_state(l, x, LG_QUEUED);
-    if (st == FQ_ETOOBIG || st == FQ_EINVAL) {
-        /* It can never be sent (admitted before the server's max_payload
-         * shrank, say): refused, as admission would refuse it now. Its
-         * flight record stays in the batch: adopted after a restart, it
-         * holds a slot until its lease ends. */
-        char why[256];
-        snprintf(why, sizeof why, "its dispatch cannot be sent: %s",
-                 st == FQ_ETOOBIG ? "it exceeds the server's max_payload"
-                                  : "its headers cannot be read");
-        l->c.dispatched -= l->c.dispatched > 0;
-        fq_ledger_ackref ack = lg_ackref(x);
-        lg_refuse_run(l, &ack, x->lt, x->lt->id, NULL, st, why, &a->raw);
-        lg_drop_dispatched(l, x);
-        return;
-    }
-    /* NATS cannot take a publish now (disconnected, or too many pending):
-     * the next turn tries again in the same order. Out of memory parks the
-     * tenant. */
-    l->c.dispatched -= l->c.dispatched > 0;
-    if (st == FQ_ENOMEM)
-        lg_requeue(l, x, 0);
-    else
-        fq_sched_requeue(l->o.sched, x->run.id);
+    lg_unsent_verdict v;
+    lg_unsent_judge(&v, l, &copy, st);
+    lg_unsent_apply(l, &v, &copy, st);
 }
 
 /* ---- completions ------------------------------------------------------- */
@@ -3375,16 +3461,6 @@ static void lg_gone_settle(fq_ledger *l, lg_run *x)
     fq_u64map_remove(l->gone, &x->seq_node);
     l->parts[x->part].gone--;
     lg_maybe_free(l, x);
-}
-
-/* Whether seq's dispatch was of a run let go with its partition: its
- * answer is settled so. */
-static bool lg_gone_answered(fq_ledger *l, uint64_t seq)
-{
-    lg_run *x = lg_gone_find(l, seq);
-    if (x)
-        lg_gone_settle(l, x);
-    return x != NULL;
 }
 
 fq_status fq_ledger_adopt(fq_ledger *l, uint32_t part, uint64_t term)
