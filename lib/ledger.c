@@ -900,8 +900,17 @@ static void lg_refused_forget(fq_ledger *l, int64_t now_ms)
 
 /* ---- acks ---------------------------------------------------------------- */
 
+/* Whether partition part was let go (or is none of the deployment's): its
+ * consumer is gone, and what it delivered is the next owner's to answer. */
+static bool lg_let_go(const fq_ledger *l, uint32_t part)
+{
+    return part >= l->nparts || l->parts[part].state == LG_PART_FREE;
+}
+
 static void lg_hold(fq_ledger *l, enum fq_ledger_cons cons, const fq_ledger_ackref *a)
 {
+    if (lg_let_go(l, a->part))
+        return;
     if (!lg_grow(&l->later, &l->later_cap, l->nlater + 1, sizeof *l->later))
         return;     /* out of memory: a lost ack costs a redelivery, de-duplicated */
     l->later[l->nlater++] = (lg_later){cons, *a};
@@ -912,6 +921,8 @@ static void lg_hold(fq_ledger *l, enum fq_ledger_cons cons, const fq_ledger_ackr
  * journal says it was handled. */
 static void lg_ack(fq_ledger *l, enum fq_ledger_cons cons, const fq_ledger_ackref *a)
 {
+    if (lg_let_go(l, a->part))
+        return;
     if (l->nlater || !l->fresh) {
         lg_hold(l, cons, a);
         return;
@@ -940,7 +951,7 @@ static void lg_ack_token(fq_ledger *l, enum fq_ledger_cons cons, uint64_t v)
 static void lg_nak(fq_ledger *l, enum fq_ledger_cons cons, const fq_ledger_ackref *a,
                    uint32_t delay_ms)
 {
-    if (!l->fresh)
+    if (!l->fresh || lg_let_go(l, a->part))
         return;
     fq_ledger_act *x = lg_act_new(l, FQ_LACT_NAK);
     if (x) {
@@ -2612,6 +2623,9 @@ static void lg_puback_judge(lg_settle_verdict *v, const fq_ledger *l, uint64_t t
         v->what = LG_SETTLE_JOURNAL;
     } else if (kind == FQ_LTK_DISPATCH && (v->x = lg_gone_find(l, val))) {
         v->what = LG_SETTLE_GONE;
+    } else if (refusal && lg_let_go(l, lg_token_part(val))) {
+        /* A refusal of a partition let go: its message is the next owner's
+         * to decide, not to be sent again from here, nor acked. */
     } else if (outcome == FQ_LEDGER_PUB_ERROR && js_err && refusal) {
         /* JetStream answered and will not store it (a limit of the rejected
          * stream or of the account). A refusal only informs: retried, it
@@ -3638,9 +3652,7 @@ static void lg_release_journal(fq_ledger *l, lg_part *pp)
         l->nfenced--;
     }
     lg_journal_again(l, pp);
-    pp->state = LG_PART_FREE;
     pp->jmarked = false;
-    lg_journal_check_part(l, pp);
     if (l->jlast == pp)
         l->jlast = NULL;
 }
@@ -3702,6 +3714,10 @@ void fq_ledger_release(fq_ledger *l, uint32_t part, uint64_t now, int64_t now_ms
     l->nscratch = 0;
     lg_release_tenants(l, part);
     lg_release_deliveries(l, part);
+    /* Let go only now: its naks above went to its consumer; from here on
+     * nothing is acked, naked or journalled for it. */
+    pp->state = LG_PART_FREE;
+    lg_journal_check_part(l, pp);
     lg_pause_check(l);
     l->c.parts_released++;
     l->c.released_queued += r.naked;

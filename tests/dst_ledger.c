@@ -14,6 +14,7 @@
 #include "lease.h"
 #include "ledger.h"
 #include "msg.h"
+#include "partition.h"
 
 #include "dst/rng.h"
 #include "dst/simjs.h"
@@ -34,6 +35,13 @@
  *   come back in order. A partition holds both directions (the connection
  *   survives, and what was held arrives late); a disconnection loses both,
  *   and the proxy reconnects and makes its consumers again, as natsio does.
+ * - Partitioned worlds (issue 16; a third of those with two proxies, by
+ *   seed): P partitions, each with an ownership key the driver keeps as
+ *   lib/owner does (aged out unrenewed, given to the live proxy owning
+ *   fewest, moved one at a time by planned moves), its own journal
+ *   subject, marker, fence and read-back, and its own consumers named by
+ *   its term; both proxies serve at once, each adopting and releasing
+ *   partitions in its ledger (docs/dst.md).
  * - Faults are drawn for most of a run, then stop: the last part checks
  *   liveness, every run dispatched or refused within a bounded number of
  *   steps.
@@ -96,6 +104,10 @@
 
 #define DST_TENANTS_MAX 6
 #define DST_PROXIES 2
+#define DST_PARTS_MAX 4             /* partitioned worlds: P from 2 to this */
+#define DST_VIEW_MS 1000            /* a partitioned world's proxy renews its view this often */
+#define DST_VIEW_FRESH 2500         /* ... which is fresh this long (the lease's ttl less its
+                                       margin): past it, it acts on no partition */
 #define DST_DURABLE "fairq"
 #define DST_WORKERS "workers"
 #define DST_SUBMIT "FAIR_SUBMIT"
@@ -171,6 +183,8 @@ typedef struct dst_cfg {
     uint32_t max_expired;
     int64_t max_payload;
     int proxies;
+    uint32_t parts;             /* P: above 1, each proxy owns some partitions, moved between
+                                   them (planned, or taken from one that died) */
     bool calm;                  /* no faults, actual = est: the fairness bound is checked */
     uint64_t steps, quiet_at;   /* faults stop at quiet_at */
 } dst_cfg;
@@ -198,7 +212,8 @@ typedef struct dst_op {
     char name[64];              /* ACK, NAK, FETCH: the consumer's name */
     uint64_t sseq, cseq;        /* ACK, NAK */
     int64_t delay;              /* NAK */
-    uint64_t term;              /* CONS */
+    uint64_t term;              /* CONS; FETCH (partitioned worlds) */
+    uint32_t part;              /* CONS, FETCH: the consumer's partition (partitioned worlds) */
     uint64_t gen;               /* CONS, FETCH: the connection's generation */
     enum dst_kv_op kv;          /* KV */
     char value[FQ_LEASE_ID_MAX + 1];
@@ -214,6 +229,7 @@ typedef struct dst_resp {
     sj_puback ack;              /* PUBACK (ack.stream is static in the server) */
     int cons;                   /* DELIV, CONS */
     uint64_t gen, term;         /* DELIV, CONS */
+    uint32_t part;              /* DELIV, CONS: the consumer's partition */
     sj_delivery *dl;            /* DELIV */
     size_t ndl;
     int err;                    /* CONS, KV */
@@ -343,6 +359,7 @@ typedef struct dst_retry {
 /* A delivery handed to a proxy, held while it is not fresh. */
 typedef struct dst_held {
     int cons;
+    uint32_t part;
     sj_delivery d;
 } dst_held;
 
@@ -352,6 +369,27 @@ typedef struct dst_consumer {
     bool made, creating, fetching;
     bool paused;                /* the ledger's PAUSE */
 } dst_consumer;
+
+/* A partition as a proxy of a partitioned world sees it. */
+enum dst_pphase {
+    PP_NONE = 0,        /* not ours */
+    PP_MARKING,         /* ours: storing its marker on its journal subject */
+    PP_RECOVERING,      /* ours: reading its journal subject back */
+    PP_SERVING,
+};
+
+typedef struct dst_part {
+    enum dst_pphase phase;
+    uint64_t term;              /* the term it was given at */
+    uint64_t mark_seq;          /* its marker's sequence, once stored */
+    uint64_t tenure;            /* the proxy's takeovers so far, this one's number */
+    int64_t recovered_at;       /* server ms its journal subject was read back */
+    bool mark_sent;
+    bool lost;                  /* its journal was fenced: let go at the end of the turn */
+    dst_consumer cons[2];       /* named <durable>-<k>-<term>, filtered to the partition */
+    char jmsgid[FQ_LEASE_ID_MAX + 64];
+    uint64_t jmsgid_batch;
+} dst_part;
 
 typedef struct dst_proxy {
     int ix;
@@ -401,6 +439,10 @@ typedef struct dst_proxy {
     fq_ledger_opts lopts;       /* as made: a reload applies the scheduler's part again */
     char jmsgid[FQ_LEASE_ID_MAX + 64];  /* the journal batch's id at its first sending */
     uint64_t jmsgid_batch;      /* ... of this batch */
+    /* partitioned worlds: its partitions, and its view of who owns them */
+    dst_part part[DST_PARTS_MAX];
+    uint64_t view_at;           /* mono ms it last read the assignment; 0: never */
+    uint64_t tenures;           /* partitions taken over by this process */
 } dst_proxy;
 
 /* ---- the oracle's records -------------------------------------------------------- */
@@ -511,6 +553,18 @@ struct dst_world {
     uint64_t n_lost_forgotten;  /* see oracle_submit_acked */
     uint64_t n_late_again;      /* see oracle_stored */
     bool forgot_early;          /* a ledger forgot expired runs past max_expired */
+    /* partitioned worlds: the owners' keys as the server keeps them (lib/owner's
+       leases, modelled: a key ages out DST_LEASE_TTL after its owner's last renewal) */
+    int owner[DST_PARTS_MAX];   /* the proxy that owns each partition; -1: none */
+    uint64_t owner_inc[DST_PARTS_MAX];  /* ... its incarnation (a restarted one is another) */
+    uint64_t pterm[DST_PARTS_MAX];  /* ... in this term */
+    int64_t renewed[DST_PARTS_MAX]; /* server ms its owner last renewed its key */
+    bool giving[DST_PARTS_MAX]; /* a planned move: its owner lets it go at its next renewal */
+    int gave[DST_PARTS_MAX];    /* the proxy that last let it go in a planned move; -1: none */
+    int64_t heard[DST_PROXIES]; /* server ms each proxy last renewed its view */
+    uint64_t terms;
+    int64_t next_move;          /* world ms of the next planned move at the earliest */
+    uint64_t n_moves, n_part_takeovers, n_part_released;
 };
 
 static void dst_fail(dst_world *w, const char *fmt, ...)
@@ -577,6 +631,23 @@ static int tenant_ix(const dst_world *w, const char *id)
     if (id[0] == 't' && id[1] >= '0' && id[1] < '0' + w->c.tenants && !id[2])
         return id[1] - '0';
     return -1;
+}
+
+/* A tenant's partition (0 in a world of one). */
+static uint32_t part_of(const dst_world *w, const char *tenant)
+{
+    return w->c.parts > 1 ? fq_partition_of(tenant, strlen(tenant), w->c.parts) : 0;
+}
+
+/* The subject a tenant's message is stored under: prefix.<tenant>, or, with
+ * partitions, prefix.<k>.<tenant> as the server's mapping makes it. */
+static void subj_of(char *out, size_t cap, const dst_world *w, const char *prefix,
+                    const char *tenant)
+{
+    if (w->c.parts > 1)
+        snprintf(out, cap, "%s.%u.%s", prefix, part_of(w, tenant), tenant);
+    else
+        snprintf(out, cap, "%s.%s", prefix, tenant);
 }
 
 static void jseq_room(dst_world *w, uint64_t seq)
@@ -667,9 +738,16 @@ static uint64_t hdr_u64(const sj_msg *m, const char *key)
     return strtoull(v, NULL, 10);
 }
 
-/* Whether the proxy publishing now holds the lease by the server's key. */
-static bool holds_lease(dst_world *w, const dst_proxy *p)
+/* Whether the proxy publishing now holds the lease by the server's key
+ * (partitioned worlds: the key of s's tenant's partition). */
+static bool holds_lease(dst_world *w, const dst_proxy *p, const dst_sub *s)
 {
+    if (w->c.parts > 1) {
+        char t[16];
+        snprintf(t, sizeof t, "t%d", s->tenant);
+        uint32_t k = part_of(w, t);
+        return s->tenant >= 0 && w->owner[k] == p->ix && !w->giving[k];
+    }
     char v[FQ_LEASE_ID_MAX + 1];
     uint64_t rev;
     return sj_kv_get(w->js, DST_LEASE_BUCKET, DST_LEASE_KEY, v, sizeof v, &rev) == 0 &&
@@ -711,7 +789,7 @@ static void oracle_stored(dst_world *w, const dst_proxy *p, const sj_puback *a)
             if (dispatch) {
                 w->n_dispatch++;
                 s->dispatched++;
-                if (p && !holds_lease(w, p))
+                if (p && !holds_lease(w, p, s))
                     s->stale_dispatch = true;
                 jseq_room(w, s->seq);
                 if (s->dispatched > 1 && !s->first_journalled &&
@@ -832,7 +910,7 @@ static sj_puback srv_publish(dst_world *w, dst_proxy *p, const dst_pub *pub)
     sj_pub sp = {.subject = pub->subject, .hdrs = h, .nhdrs = nh, .data = pub->data,
                  .len = pub->len};
     if ((w->t < w->full_dispatch && strcmp(pub->subject, "fair.dispatch") == 0) ||
-        (w->t < w->full_runs && strcmp(pub->subject, "fairq.runs") == 0))
+        (w->t < w->full_runs && strncmp(pub->subject, "fairq.runs", 10) == 0))
         return (sj_puback){.err = SJ_ERR_STORE_FULL};
     sj_puback a = sj_publish(w->js, &sp);
     oracle_stored(w, p, &a);
@@ -845,17 +923,23 @@ static const char *cons_stream(int cons)
 }
 
 /* natsio's making of a consumer for term: earlier terms' deleted, never a
- * later one's; its own deleted and made afresh. */
-static int srv_make_consumer(dst_world *w, int cons, uint64_t term, char *name, size_t cap)
+ * later one's; its own deleted and made afresh. Partitioned worlds: one per
+ * partition, <durable>-<k>-<term>, filtered to it. */
+static int srv_make_consumer(dst_world *w, int cons, uint32_t part, uint64_t term, char *name,
+                             size_t cap)
 {
     const char *stream = cons_stream(cons);
     const char *names[64];
     size_t n = sj_consumer_names(w->js, stream, names, 64);
-    char del[64][64];
+    char del[64][64], prefix[32];
     size_t nd = 0;
+    if (w->c.parts > 1)
+        snprintf(prefix, sizeof prefix, "%s-%u", DST_DURABLE, part);
+    else
+        snprintf(prefix, sizeof prefix, "%s", DST_DURABLE);
     for (size_t i = 0; i < n && i < 64; i++) {
-        size_t dl = strlen(DST_DURABLE);
-        if (strncmp(names[i], DST_DURABLE, dl) != 0)
+        size_t dl = strlen(prefix);
+        if (strncmp(names[i], prefix, dl) != 0)
             continue;
         uint64_t t = 0;
         if (names[i][dl] == '-')
@@ -867,14 +951,18 @@ static int srv_make_consumer(dst_world *w, int cons, uint64_t term, char *name, 
     }
     for (size_t i = 0; i < nd; i++)
         sj_consumer_delete(w->js, stream, del[i]);
-    snprintf(name, cap, "%s-%" PRIu64, DST_DURABLE, term);
+    snprintf(name, cap, "%s-%" PRIu64, prefix, term);
+    char filter[64] = "";
+    if (w->c.parts > 1)
+        snprintf(filter, sizeof filter, "%s.%u.*",
+                 cons == FQ_LEDGER_SUBMIT ? "fair.submit" : "fair.done", part);
     sj_consumer_delete(w->js, stream, name);
     /* As lib/proxy.c: what it holds, what it gives back, its publishes. */
     uint64_t back = w->c.max_buffered_runs < FQ_LEDGER_BACK_MAX ? w->c.max_buffered_runs
                                                                 : FQ_LEDGER_BACK_MAX;
     uint64_t pend = cons == FQ_LEDGER_SUBMIT ? w->c.max_buffered_runs + back + DST_MAX_PUBS
                                              : 100000;
-    return sj_consumer_add(w->js, stream, name, NULL,
+    return sj_consumer_add(w->js, stream, name, filter[0] ? filter : NULL,
                            cons == FQ_LEDGER_SUBMIT ? DST_SUBMIT_ACK_WAIT : DST_DONE_ACK_WAIT,
                            pend);
 }
@@ -910,6 +998,8 @@ static void srv_apply(dst_world *w, dst_proxy *p, dst_op *o)
         r.type = RS_DELIV;
         r.cons = o->cons;
         r.gen = o->gen;
+        r.part = o->part;
+        r.term = o->term;
         r.dl = dst_xalloc(DST_BATCH * sizeof *r.dl);
         r.ndl = sj_fetch(w->js, cons_stream(o->cons), o->name, DST_BATCH, r.dl);
         fifo_push(&p->down, &r);
@@ -919,8 +1009,9 @@ static void srv_apply(dst_world *w, dst_proxy *p, dst_op *o)
         r.cons = o->cons;
         r.gen = o->gen;
         r.term = o->term;
+        r.part = o->part;
         char name[64];
-        int err = srv_make_consumer(w, o->cons, o->term, name, sizeof name);
+        int err = srv_make_consumer(w, o->cons, o->part, o->term, name, sizeof name);
         r.err = err;
         fifo_push(&p->down, &r);
         break;
@@ -1038,6 +1129,7 @@ static void pub_body(dst_pub *pub, const void *data, size_t len)
 }
 
 static void px_exit(dst_world *w, dst_proxy *p, const char *why);
+static uint64_t px_fresh_until(const dst_world *w, const dst_proxy *p);
 static fq_status submit_fields(dst_world *w, const sj_msg *m, fq_submit *sub);
 static void oracle_reconciled(dst_world *w, dst_proxy *p, const fq_ledger_act *a);
 static void worker_completion_in(dst_world *w, uint64_t dseq);
@@ -1105,15 +1197,22 @@ static size_t px_drain(dst_world *w, dst_proxy *p)
                  * a lost PubAck, perhaps in a later term, it is the duplicate
                  * JetStream recognises, not a write its expectation refuses. */
                 char exp[32];
-                if (!p->jmsgid[0] || p->jmsgid_batch != a->batch) {
-                    snprintf(p->jmsgid, sizeof p->jmsgid, "%s/%" PRIu64 "/%" PRIu64,
-                             p->lease_id, p->term, a->batch);
-                    p->jmsgid_batch = a->batch;
+                bool parted = w->c.parts > 1;
+                /* Partitioned: each partition's own subject, id and fence. */
+                char *jid = parted ? p->part[a->part].jmsgid : p->jmsgid;
+                uint64_t *jbatch = parted ? &p->part[a->part].jmsgid_batch : &p->jmsgid_batch;
+                if (!jid[0] || *jbatch != a->batch) {
+                    snprintf(jid, sizeof p->jmsgid, "%s/%" PRIu64 "/%" PRIu64,
+                             p->lease_id, parted ? a->term : p->term, a->batch);
+                    *jbatch = a->batch;
                 }
                 snprintf(exp, sizeof exp, "%" PRIu64, a->expect_seq);
-                pub.subject = dst_strdup("fairq.runs");
-                pub_hdr(&pub, "Nats-Msg-Id", p->jmsgid);
-                pub_hdr(&pub, "Nats-Expected-Last-Sequence", exp);
+                char subj[32];
+                snprintf(subj, sizeof subj, parted ? "fairq.runs.%u" : "fairq.runs", a->part);
+                pub.subject = dst_strdup(subj);
+                pub_hdr(&pub, "Nats-Msg-Id", jid);
+                pub_hdr(&pub, parted ? "Nats-Expected-Last-Subject-Sequence"
+                                     : "Nats-Expected-Last-Sequence", exp);
                 pub_body(&pub, a->text, a->len);
                 if (px_publish(w, p, a->token, &pub) != FQ_OK) {   /* sent again later */
                     pub_free(&pub);
@@ -1127,15 +1226,20 @@ static size_t px_drain(dst_world *w, dst_proxy *p)
                     TRACE(w, "proxy %d %ss submit %" PRIu64, p->ix,
                           a->type == FQ_LACT_ACK ? "ack" : "nak", a->ack.sseq);
                 /* natsio refuses acks and naks past the lease's fence; a nak
-                 * not sent needs nothing (AckWait brings it back). */
-                if (px_mono(w, p) >= fq_lease_fresh_until(&p->lease) || !p->cons[a->cons].name[0]) {
+                 * not sent needs nothing (AckWait brings it back). Partitioned:
+                 * the consumer of the delivery's partition; one let go is gone. */
+                const dst_consumer *dc = w->c.parts > 1 ? &p->part[a->ack.part].cons[a->cons]
+                                                        : &p->cons[a->cons];
+                if (w->c.parts > 1 && p->part[a->ack.part].phase != PP_SERVING)
+                    break;
+                if (px_mono(w, p) >= px_fresh_until(w, p) || !dc->name[0]) {
                     if (a->type == FQ_LACT_ACK)
                         fq_ledger_ack_failed(p->L, a);
                     break;
                 }
                 dst_op o = {.type = a->type == FQ_LACT_ACK ? OP_ACK : OP_NAK, .cons = a->cons,
                             .sseq = a->ack.sseq, .cseq = a->ack.cseq, .delay = a->delay_ms};
-                snprintf(o.name, sizeof o.name, "%s", p->cons[a->cons].name);
+                snprintf(o.name, sizeof o.name, "%s", dc->name);
                 px_send(p, &o);
                 break;
             }
@@ -1160,7 +1264,10 @@ static size_t px_drain(dst_world *w, dst_proxy *p)
                     if (w->c.proxies == 1)
                         dst_fail(w, "proxy %d (%s), alone, was fenced by the journal", p->ix,
                                  p->lease_id);
-                    p->exiting = true;
+                    if (w->c.parts > 1)
+                        p->part[a->part].lost = true;   /* that partition only */
+                    else
+                        p->exiting = true;
                 }
                 if (a->note == FQ_LNOTE_DISPATCH_FAILED)
                     w->n_dispatch_failed++;
@@ -1202,6 +1309,20 @@ static const char *subject_tenant(const char *subject, const char *prefix, size_
         return NULL;
     const char *t = strrchr(subject, '.') + 1;
     *len = strlen(t);
+    return t;
+}
+
+/* The tenant token of a subject of FAIR_SUBMIT or FAIR_DONE, as the proxy
+ * reads it: partitioned, its partition token checked (lib/partition.c). */
+static const char *hand_tenant(const dst_world *w, const char *subject, const char *prefix,
+                               size_t *len)
+{
+    if (w->c.parts <= 1)
+        return subject_tenant(subject, prefix, len);
+    const char *t = NULL;
+    char err[160];
+    if (fq_partition_tenant(&t, len, subject, prefix, w->c.parts, err, sizeof err) != FQ_OK)
+        return NULL;
     return t;
 }
 
@@ -1248,7 +1369,7 @@ static fq_status submit_fields(dst_world *w, const sj_msg *m, fq_submit *sub)
 {
     size_t tlen = 0;
     char tenant[FQ_TENANT_MAX + 1] = "", err[320];
-    const char *tid = subject_tenant(m->subject, "fair.submit", &tlen);
+    const char *tid = hand_tenant(w, m->subject, "fair.submit", &tlen);
     if (!tid || !fq_tenant_id_valid(tid, tlen))
         return FQ_EINVAL;
     memcpy(tenant, tid, tlen);
@@ -1261,18 +1382,19 @@ static fq_status submit_fields(dst_world *w, const sj_msg *m, fq_submit *sub)
     return fq_submit_parse(sub, tenant, m->data, m->len, &h, w->c.max_est, err, sizeof err);
 }
 
-static void px_hand_in(dst_world *w, dst_proxy *p, int cons, const sj_delivery *d)
+static void px_hand_in(dst_world *w, dst_proxy *p, int cons, uint32_t part, const sj_delivery *d)
 {
     const sj_msg *m = d->msg;
     char block[4096];
     int k = m->hdrs[0] ? snprintf(block, sizeof block, "NATS/1.0\r\n%s\r\n", m->hdrs) : 0;
     fq_ledger_bytes raw = {.hdr = block, .hdr_len = k > 0 ? (size_t)k : 0, .body = m->data,
                            .body_len = m->len};
-    fq_ledger_ackref ack = {.sseq = d->sseq, .cseq = d->cseq, .delivered = d->delivered};
+    fq_ledger_ackref ack = {.sseq = d->sseq, .cseq = d->cseq, .delivered = d->delivered,
+                            .part = part};
     size_t tlen = 0;
     char tenant[FQ_TENANT_MAX + 1] = "", err[320] = "";
     if (cons == FQ_LEDGER_SUBMIT) {
-        const char *tid = subject_tenant(m->subject, "fair.submit", &tlen);
+        const char *tid = hand_tenant(w, m->subject, "fair.submit", &tlen);
         fq_ledger_submit s = {.ack = ack, .ts_ms = m->ts_ms, .subject = m->subject, .raw = raw,
                               .status = FQ_EINVAL, .error = err};
         fq_submit sub;
@@ -1343,7 +1465,7 @@ static void px_hand_in(dst_world *w, dst_proxy *p, int cons, const sj_delivery *
         if (quiet && full && ix >= 0 && p->ten[ix].used && p->ten[ix].lt.held)
             w->n_quiet_in_full++;
     } else {
-        const char *tid = subject_tenant(m->subject, "fair.done", &tlen);
+        const char *tid = hand_tenant(w, m->subject, "fair.done", &tlen);
         fq_completion c;
         fq_ledger_done dn = {.ack = ack, .subject = m->subject, .raw = raw, .status = FQ_EINVAL,
                              .error = err};
@@ -1369,29 +1491,44 @@ static void px_hand_in(dst_world *w, dst_proxy *p, int cons, const sj_delivery *
     px_drain(w, p);
 }
 
+/* The end of the proxy's fresh spell by its clock: its lease's, or in a
+ * partitioned world its view's (renewed every DST_VIEW_MS). */
+static uint64_t px_fresh_until(const dst_world *w, const dst_proxy *p)
+{
+    if (w->c.parts > 1)
+        return p->view_at ? p->view_at + DST_VIEW_FRESH : 0;
+    return fq_lease_fresh_until(&p->lease);
+}
+
 static bool px_fresh(const dst_world *w, const dst_proxy *p)
 {
+    if (w->c.parts > 1)
+        return p->phase == PH_SERVING && !p->exiting && px_mono(w, p) >= p->view_at &&
+               px_mono(w, p) < px_fresh_until(w, p);
     return p->phase == PH_SERVING && !p->exiting && fq_lease_fresh(&p->lease, px_mono(w, p));
 }
 
 /* A delivery comes: handed in while fresh and nothing is held before it,
- * else held aside, in order (px_defer). */
-static void px_delivery(dst_world *w, dst_proxy *p, int cons, sj_delivery *d)
+ * else held aside, in order (px_defer). One of a partition let go since is
+ * dropped: its consumer is gone. */
+static void px_delivery(dst_world *w, dst_proxy *p, int cons, uint32_t part, sj_delivery *d)
 {
     if (!p->nheld && px_fresh(w, p)) {
-        px_hand_in(w, p, cons, d);
+        if (w->c.parts <= 1 || p->part[part].phase == PP_SERVING)
+            px_hand_in(w, p, cons, part, d);
         sj_msg_unref(d->msg);
         return;
     }
     DST_GROW(p->held, p->nheld, p->cap_held);
-    p->held[p->nheld++] = (dst_held){cons, *d};
+    p->held[p->nheld++] = (dst_held){cons, part, *d};
 }
 
 static void px_undefer(dst_world *w, dst_proxy *p)
 {
     size_t i = 0;
     while (i < p->nheld && px_fresh(w, p)) {
-        px_hand_in(w, p, p->held[i].cons, &p->held[i].d);
+        if (w->c.parts <= 1 || p->part[p->held[i].part].phase == PP_SERVING)
+            px_hand_in(w, p, p->held[i].cons, p->held[i].part, &p->held[i].d);
         sj_msg_unref(p->held[i].d.msg);
         i++;
     }
@@ -1418,9 +1555,29 @@ static void px_marker(dst_world *w, dst_proxy *p, const sj_puback *a, bool faile
     TRACE(w, "proxy %d term %" PRIu64 " marked the journal at %" PRIu64, p->ix, p->term, a->seq);
 }
 
+/* Partitioned worlds: the outcome of partition v % 8's marker in term v / 8. */
+static void px_part_marker(dst_world *w, dst_proxy *p, uint64_t v, const sj_puback *a,
+                           bool failed)
+{
+    dst_part *pp = &p->part[v % 8];
+    if (pp->term != v / 8 || pp->phase != PP_MARKING)
+        return;
+    pp->mark_sent = false;
+    if (failed || a->err)
+        return;     /* sent again at a later turn */
+    pp->mark_seq = a->seq;
+    pp->phase = PP_RECOVERING;
+    TRACE(w, "proxy %d marked partition %u's journal at %" PRIu64 " (term %" PRIu64 ")", p->ix,
+          (unsigned)(v % 8), a->seq, pp->term);
+}
+
 static void px_settle(dst_world *w, dst_proxy *p, uint64_t token, dst_pub *pub,
                       const sj_puback *a, bool failed)
 {
+    if (w->c.parts > 1 && FQ_LEDGER_TOKEN_KIND(token) == FQ_LTK_CALLER + 1) {
+        px_part_marker(w, p, FQ_LEDGER_TOKEN_VAL(token), a, failed);
+        return;
+    }
     if (token == TK_MARK) {
         px_marker(w, p, a, failed);
         return;
@@ -1572,10 +1729,16 @@ static void px_lease_turn(dst_world *w, dst_proxy *p)
 
 /* natsio's fetch threads: the consumer made for the term and connection,
  * then one pull at a time, while not paused and before the fence. */
+static void px_part_consumers(dst_world *w, dst_proxy *p);
+
 static void px_consumers(dst_world *w, dst_proxy *p)
 {
-    if (p->phase != PH_SERVING || !p->connected || px_mono(w, p) >= fq_lease_fresh_until(&p->lease))
+    if (p->phase != PH_SERVING || !p->connected || px_mono(w, p) >= px_fresh_until(w, p))
         return;
+    if (w->c.parts > 1) {
+        px_part_consumers(w, p);
+        return;
+    }
     for (int i = 0; i < 2; i++) {
         dst_consumer *c = &p->cons[i];
         if (c->creating || c->fetching)
@@ -1595,8 +1758,40 @@ static void px_consumers(dst_world *w, dst_proxy *p)
     }
 }
 
+/* Partitioned worlds: each partition served has its own pair, named by its
+ * term and filtered to it. */
+static void px_part_consumers(dst_world *w, dst_proxy *p)
+{
+    for (uint32_t k = 0; k < w->c.parts; k++) {
+        dst_part *pp = &p->part[k];
+        if (pp->phase != PP_SERVING)
+            continue;
+        for (int i = 0; i < 2; i++) {
+            dst_consumer *c = &pp->cons[i];
+            if (c->creating || c->fetching)
+                continue;
+            if (!c->made || c->made_gen != p->gen || c->made_term != pp->term) {
+                dst_op o = {.type = OP_CONS, .cons = i, .term = pp->term, .part = k,
+                            .gen = p->gen};
+                c->creating = true;
+                px_send(p, &o);
+                continue;
+            }
+            if (c->paused)
+                continue;
+            dst_op o = {.type = OP_FETCH, .cons = i, .gen = p->gen, .part = k,
+                        .term = pp->term};
+            snprintf(o.name, sizeof o.name, "%s", c->name);
+            c->fetching = true;
+            px_send(p, &o);
+        }
+    }
+}
+
 static void px_on_resp(dst_world *w, dst_proxy *p, dst_resp *r)
 {
+    bool parted = w->c.parts > 1;
+    dst_part *rp = parted && r->part < DST_PARTS_MAX ? &p->part[r->part] : NULL;
     switch (r->type) {
     case RS_PUBACK:
         px_on_puback(w, p, r);
@@ -1605,30 +1800,38 @@ static void px_on_resp(dst_world *w, dst_proxy *p, dst_resp *r)
         px_on_kv(w, p, r, false);
         break;
     case RS_CONS: {
-        dst_consumer *c = &p->cons[r->cons];
+        dst_consumer *c = parted ? &rp->cons[r->cons] : &p->cons[r->cons];
+        if (parted && rp->term != r->term)
+            break;          /* for a term of the partition let go since */
         c->creating = false;
-        if (r->err == 0 && r->gen == p->gen && r->term == p->term) {
+        if (r->err == 0 && r->gen == p->gen && r->term == (parted ? rp->term : p->term)) {
             c->made = true;
             c->made_gen = r->gen;
             c->made_term = r->term;
         }
         break;
     }
-    case RS_DELIV:
-        p->cons[r->cons].fetching = false;
+    case RS_DELIV: {
+        bool stale = parted && (rp->term != r->term || rp->phase != PP_SERVING);
+        if (!parted)
+            p->cons[r->cons].fetching = false;
+        else if (rp->term == r->term)
+            rp->cons[r->cons].fetching = false;
         for (size_t i = 0; i < r->ndl; i++) {
             sj_delivery d = r->dl[i];
             r->dl[i].msg = NULL;
-            if (r->gen != p->gen || !p->L) {
-                sj_msg_unref(d.msg);    /* a request of an earlier connection */
+            if (r->gen != p->gen || !p->L || stale) {
+                sj_msg_unref(d.msg);    /* a request of an earlier connection, or of a
+                                           partition let go */
                 continue;
             }
-            px_delivery(w, p, r->cons, &d);
+            px_delivery(w, p, r->cons, r->part, &d);
         }
         free(r->dl);
         r->dl = NULL;
         r->ndl = 0;
         break;
+    }
     }
     resp_free(r);
 }
@@ -1681,6 +1884,8 @@ static void px_start(dst_world *w, dst_proxy *p)
     p->reconciled = 0;
     p->jmsgid[0] = '\0';
     memset(p->cons, 0, sizeof p->cons);
+    memset(p->part, 0, sizeof p->part);
+    p->view_at = 0;
     memset(p->ten, 0, sizeof p->ten);
     snprintf(p->lease_id, sizeof p->lease_id, "p%d-%" PRIu64, p->ix, p->incarnation);
     fq_lease_opts lo = {.ttl_ms = DST_LEASE_TTL, .margin_ms = 500, .renew_ms = 1000,
@@ -1704,6 +1909,7 @@ static void px_start(dst_world *w, dst_proxy *p)
         .max_buffered_bytes = w->c.max_buffered_bytes, .run_timeout_ms = w->c.run_timeout_ms,
         .keep_done_ms = w->c.keep_ms, .debt_forget_ms = w->c.debt_forget_ms,
         .max_expired = w->c.max_expired, .journal_room = (size_t)w->c.max_payload / 2,
+        .partitions = w->c.parts,
     };
     fq_sched_opts so = {.quantum = w->c.quantum, .max_est_tokens = w->c.max_est,
                         .max_in_flight = w->c.max_in_flight,
@@ -1732,8 +1938,11 @@ static void px_disconnect(dst_world *w, dst_proxy *p, int64_t for_ms)
         resp_free(&r);
     p->connected = false;
     p->reconnect_at = w->t + for_ms;
-    for (int i = 0; i < 2; i++)
+    for (int i = 0; i < 2; i++) {
         p->cons[i].creating = p->cons[i].fetching = false;
+        for (uint32_t k = 0; k < DST_PARTS_MAX; k++)
+            p->part[k].cons[i].creating = p->part[k].cons[i].fetching = false;
+    }
 }
 
 /* The process ends (a crash, or an exit after losing the lease): its
@@ -1776,7 +1985,7 @@ static void px_exit(dst_world *w, dst_proxy *p, const char *why)
     px_stop(w, p, false);
 }
 
-static void check_debts(dst_world *w, dst_proxy *p);
+static void check_debts(dst_world *w, dst_proxy *p, int part);
 
 typedef struct rec_ctx {
     dst_proxy *p;
@@ -1801,21 +2010,201 @@ static void px_recover(dst_world *w, dst_proxy *p)
     }
     fq_ledger_recovered(p->L, px_mono(w, p), px_unix(w, p));
     p->recovered_at = srv_now(w);
-    check_debts(w, p);
+    check_debts(w, p, -1);
     px_drain(w, p);
     p->phase = PH_SERVING;
     TRACE(w, "proxy %d recovered; serving", p->ix);
 }
 
+/* ---- partitioned worlds: partitions taken over and let go ----------------------------- */
+
+/* Partition k is ours from term: its marker first, then its read-back. */
+static void px_part_begin(dst_world *w, dst_proxy *p, uint32_t k, uint64_t term)
+{
+    dst_part *pp = &p->part[k];
+    memset(pp, 0, sizeof *pp);
+    pp->phase = PP_MARKING;
+    pp->term = term;
+    pp->tenure = ++p->tenures;
+    for (int c = 0; c < 2; c++)
+        snprintf(pp->cons[c].name, sizeof pp->cons[c].name, "%s-%u-%" PRIu64, DST_DURABLE, k,
+                 term);
+    w->n_part_takeovers++;
+    TRACE(w, "proxy %d takes partition %u over in term %" PRIu64, p->ix, k, term);
+}
+
+/* Partition k is ours no more (moved, its key aged out, or its journal
+ * fenced): the ledger lets it go, its naks go to its consumer, and the
+ * consumer is dropped. */
+static void px_part_release(dst_world *w, dst_proxy *p, uint32_t k)
+{
+    dst_part *pp = &p->part[k];
+    if (pp->phase == PP_NONE)
+        return;
+    fq_ledger_release(p->L, k, px_mono(w, p), px_unix(w, p));
+    px_drain(w, p);
+    memset(pp, 0, sizeof *pp);
+    w->n_part_released++;
+    TRACE(w, "proxy %d lets partition %u go", p->ix, k);
+}
+
+/* Read partition k's journal subject back (a filtered read of the stream,
+ * waited for), then serve it. Not yet if the ledger still awaits answers
+ * to publishes of its last release of k. */
+static void px_part_recover(dst_world *w, dst_proxy *p, uint32_t k)
+{
+    dst_part *pp = &p->part[k];
+    if (fq_ledger_adopt(p->L, k, pp->term) != FQ_OK)
+        return;
+    fq_ledger_part_marked(p->L, k, pp->mark_seq);
+    char subj[32];
+    snprintf(subj, sizeof subj, "fairq.runs.%u", k);
+    rec_ctx c = {.p = p, .now_ms = px_unix(w, p)};
+    uint64_t after = 0;
+    for (const sj_msg *m; (m = sj_next(w->js, DST_RUNS, after)); after = m->seq) {
+        if (strcmp(m->subject, subj) != 0)
+            continue;
+        fq_jcounts jc = {0};
+        c.stored_ms = m->ts_ms;
+        fq_journal_decode(m->data, m->len, px_recover_rec, &c, &jc);
+    }
+    fq_ledger_recovered(p->L, px_mono(w, p), px_unix(w, p));
+    if (fq_ledger_counters_get(p->L)->records_foreign)
+        dst_fail(w, "proxy %d read partition %u's subject back and found another's records",
+                 p->ix, k);
+    pp->recovered_at = srv_now(w);
+    check_debts(w, p, (int)k);
+    px_drain(w, p);
+    pp->phase = PP_SERVING;
+    TRACE(w, "proxy %d recovered partition %u; serving it", p->ix, k);
+}
+
+/* The proxy renews its keys and reads the assignment (lib/owner's part,
+ * modelled as one round trip while its link passes, every DST_VIEW_MS):
+ * it lets go what is no longer its own (or what a planned move asks it
+ * to), and takes over what was given to it. */
+static void px_view(dst_world *w, dst_proxy *p)
+{
+    uint64_t now = px_mono(w, p);
+    if (!link_passes(w, p) || (p->view_at && now >= p->view_at && now < p->view_at + DST_VIEW_MS))
+        return;
+    p->view_at = now ? now : 1;
+    w->heard[p->ix] = srv_now(w);
+    if (p->phase == PH_STANDBY)
+        p->phase = PH_SERVING;
+    for (uint32_t k = 0; k < w->c.parts; k++) {
+        dst_part *pp = &p->part[k];
+        bool mine = w->owner[k] == p->ix && w->owner_inc[k] == p->incarnation;
+        if (mine && w->giving[k]) {
+            px_part_release(w, p, k);
+            w->gave[k] = p->ix;
+            w->owner[k] = -1;
+            w->giving[k] = false;
+            w->n_moves++;
+            continue;
+        }
+        if (mine)
+            w->renewed[k] = srv_now(w);
+        if (pp->phase != PP_NONE && (!mine || pp->term != w->pterm[k]))
+            px_part_release(w, p, k);
+        if (mine && pp->phase == PP_NONE)
+            px_part_begin(w, p, k, w->pterm[k]);
+    }
+}
+
+/* Markers and read-backs of the partitions being taken over. */
+static void px_parts_turn(dst_world *w, dst_proxy *p)
+{
+    bool fresh = px_fresh(w, p);
+    for (uint32_t k = 0; k < w->c.parts; k++) {
+        dst_part *pp = &p->part[k];
+        if (pp->phase == PP_MARKING && !pp->mark_sent && p->connected && fresh) {
+            char subj[32];
+            snprintf(subj, sizeof subj, "fairq.runs.%u", k);
+            dst_pub pub = {.subject = dst_strdup(subj)};
+            static const char mark[] = "{\"v\":1,\"entries\":[]}";
+            pub_body(&pub, mark, sizeof mark - 1);
+            pp->mark_sent = px_publish(w, p, FQ_LEDGER_TOKEN(FQ_LTK_CALLER + 1,
+                                                             pp->term * 8 + k), &pub) == FQ_OK;
+            pub_free(&pub);
+        } else if (pp->phase == PP_RECOVERING && link_passes(w, p) && fresh) {
+            px_part_recover(w, p, k);
+        }
+    }
+}
+
+/* The partitions' keys as the server keeps them: one whose owner stopped
+ * renewing it ages out after DST_LEASE_TTL; one without an owner goes to
+ * the live proxy owning fewest (a new term); a planned move now and then,
+ * one partition at a time, to balance them, or (while faults are drawn)
+ * although they are. */
+static void assign(dst_world *w)
+{
+    int64_t now = srv_now(w);
+    int count[DST_PROXIES] = {0};
+    bool live[DST_PROXIES];
+    for (int i = 0; i < w->c.proxies; i++)
+        live[i] = w->px[i].phase != PH_DOWN && w->px[i].view_at &&
+                  now - w->heard[i] < DST_LEASE_TTL / 2;
+    bool moving = false;
+    for (uint32_t k = 0; k < w->c.parts; k++) {
+        if (w->owner[k] >= 0 && now - w->renewed[k] > DST_LEASE_TTL) {
+            TRACE(w, "partition %u's key aged out (proxy %d's)", k, w->owner[k]);
+            w->owner[k] = -1;
+            w->giving[k] = false;
+        }
+        if (w->owner[k] >= 0)
+            count[w->owner[k]]++;
+        moving |= w->giving[k];
+    }
+    for (uint32_t k = 0; k < w->c.parts; k++) {
+        if (w->owner[k] >= 0)
+            continue;
+        /* The live proxy owning fewest; of two, not the one that gave it up. */
+        int best = -1;
+        for (int i = 0; i < w->c.proxies; i++)
+            if (live[i] && (best < 0 || count[i] < count[best] ||
+                            (count[i] == count[best] && best == w->gave[k])))
+                best = i;
+        if (best < 0)
+            continue;
+        w->owner[k] = best;
+        w->gave[k] = -1;
+        w->owner_inc[k] = w->px[best].incarnation;
+        w->pterm[k] = ++w->terms;
+        w->renewed[k] = now;
+        count[best]++;
+    }
+    if (moving || w->t < w->next_move || w->c.proxies < 2 || !live[0] || !live[1])
+        return;
+    int from = count[0] > count[1] + 1 ? 0 : count[1] > count[0] + 1 ? 1 : -1;
+    if (from < 0 && !w->quiet && dst_rng_chance(&w->rng, 1, 2))
+        from = (int)dst_rng_below(&w->rng, 2);
+    w->next_move = w->t + (int64_t)dst_rng_in(&w->rng, 10000, 40000);
+    if (from < 0 || !count[from])
+        return;
+    uint64_t nth = dst_rng_below(&w->rng, (uint64_t)count[from]);
+    for (uint32_t k = 0; k < w->c.parts; k++)
+        if (w->owner[k] == from && nth-- == 0) {
+            w->giving[k] = true;
+            TRACE(w, "a planned move: proxy %d gives partition %u up", from, k);
+            break;
+        }
+}
+
 /* ---- invariants on the ledger's own state ---------------------------------------------- */
 
 /* Right after the read-back, each tenant's deficit is its last debt
- * record's (0 if none): a debt survives a crash, and a credit does not. */
-static void check_debts(dst_world *w, dst_proxy *p)
+ * record's (0 if none): a debt survives a crash, and a credit does not.
+ * part >= 0: the tenants of the partition just taken over, whose debts
+ * survive the handover so. */
+static void check_debts(dst_world *w, dst_proxy *p, int part)
 {
     for (int i = 0; i < w->c.tenants; i++) {
         char id[16];
         snprintf(id, sizeof id, "t%d", i);
+        if (part >= 0 && part_of(w, id) != (uint32_t)part)
+            continue;
         fq_tenant *t = fq_sched_find(p->sched, id, strlen(id));
         int64_t got = 0;
         if (t) {
@@ -1824,8 +2213,9 @@ static void check_debts(dst_world *w, dst_proxy *p)
             got = ti.deficit;
         }
         if (got != w->debt[i])
-            dst_fail(w, "proxy %d read the journal back: tenant %s's deficit is %" PRId64
-                     ", its last debt record says %" PRId64, p->ix, id, got, w->debt[i]);
+            dst_fail(w, "proxy %d read the journal back%s: tenant %s's deficit is %" PRId64
+                     ", its last debt record says %" PRId64, p->ix,
+                     part >= 0 ? " at a partition's handover" : "", id, got, w->debt[i]);
     }
 }
 
@@ -1904,6 +2294,14 @@ static void oracle_reconciled(dst_world *w, dst_proxy *p, const fq_ledger_act *a
     dst_key *k = key_get(w, a->tenant, a->run_id);
     uint64_t inc = ((uint64_t)p->ix << 32) | p->incarnation;
     int64_t half = (int64_t)w->c.keep_ms / 2;
+    int64_t recovered_at = p->recovered_at;
+    if (w->c.parts > 1) {
+        /* What a process remembers of a partition lasts while it owns it:
+         * one tenure of it is as one process. */
+        const dst_part *pp = &p->part[part_of(w, a->tenant)];
+        inc = ((uint64_t)(p->ix + 1) << 56) | (p->incarnation << 32) | pp->tenure;
+        recovered_at = pp->recovered_at;
+    }
     w->n_reconciled++;
     const dst_sub *ws = w->watch ? sub_of_seq(w, w->watch) : NULL;
     if (ws && strcmp(a->run_id, ws->run_id) == 0)
@@ -1912,7 +2310,7 @@ static void oracle_reconciled(dst_world *w, dst_proxy *p, const fq_ledger_act *a
     /* A done record stored before this process read the journal back is
      * one it knows: its completion is a duplicate. (One stored after, by
      * another leader, fences this one's next batch instead.) */
-    if (k->done_stored && k->done_stored <= p->recovered_at && srv_now(w) - k->done_stored < half)
+    if (k->done_stored && k->done_stored <= recovered_at && srv_now(w) - k->done_stored < half)
         dst_fail(w, "proxy %d (%s) reconciled %s again, %" PRId64 " ms after its done record "
                  "was stored, before it read the journal back", p->ix, p->lease_id, k->key,
                  srv_now(w) - k->done_stored);
@@ -1991,7 +2389,10 @@ static void px_turn(dst_world *w, dst_proxy *p)
             px_on_resp(w, p, &r);
     }
     px_timeouts(w, p);
-    px_lease_turn(w, p);
+    if (w->c.parts > 1)
+        px_view(w, p);
+    else
+        px_lease_turn(w, p);
     if (p->exiting) {
         px_exit(w, p, p->lease.state == FQ_LEASE_LOST ? "the lease is another's" : "fenced");
         return;
@@ -2017,6 +2418,8 @@ static void px_turn(dst_world *w, dst_proxy *p)
     case PH_SERVING:
         break;
     }
+    if (w->c.parts > 1)
+        px_parts_turn(w, p);
     bool fresh = px_fresh(w, p);
     fq_ledger_set_fresh(p->L, fresh);
     px_drain(w, p);
@@ -2042,6 +2445,9 @@ static void px_turn(dst_world *w, dst_proxy *p)
         return;
     fq_ledger_flush(p->L, px_mono(w, p), px_unix(w, p));
     px_drain(w, p);
+    for (uint32_t k = 0; w->c.parts > 1 && k < w->c.parts; k++)
+        if (p->part[k].lost)
+            px_part_release(w, p, k);   /* fenced: another owns it now */
     if (w->watch) {
         const fq_run *wr = fq_sched_run(p->sched, w->watch);
         int st = wr ? (int)wr->state : -1;
@@ -2087,7 +2493,9 @@ static void produce(dst_world *w)
     s->kind = K_VALID;
     s->tenant = t;
     char subject[64], body[16384], nonce[24], rid[48] = "";
-    snprintf(subject, sizeof subject, "fair.submit.t%d", t);
+    char tid[16];
+    snprintf(tid, sizeof tid, "t%d", t);
+    subj_of(subject, sizeof subject, w, "fair.submit", tid);
     snprintf(nonce, sizeof nonce, "%" PRIu64, n);
     sj_hdr h[4];
     size_t nh = 0;
@@ -2142,12 +2550,12 @@ static void produce(dst_world *w)
     } else if (roll < 98) {
         s->kind = K_BAD_SUBJECT;
         s->tenant = -1;
-        snprintf(subject, sizeof subject, "fair.submit._invalid");
+        subj_of(subject, sizeof subject, w, "fair.submit", "_invalid");
         len = snprintf(body, sizeof body, "{}");
     } else {
         s->kind = K_UNKNOWN_TENANT;
         s->tenant = -1;
-        snprintf(subject, sizeof subject, "fair.submit.zz");
+        subj_of(subject, sizeof subject, w, "fair.submit", "zz");
         len = snprintf(body, sizeof body, "{}");
     }
     snprintf(s->run_id, sizeof s->run_id, "%s", rid);
@@ -2242,7 +2650,7 @@ static void worker_step(dst_world *w)
             status = "error";
         j.due = w->t + delay;
         j.genuine = actual <= FQ_MAX_ACTUAL_TOKENS(w->c.max_est);
-        snprintf(j.subject, sizeof j.subject, "fair.done.%s", tenant);
+        subj_of(j.subject, sizeof j.subject, w, "fair.done", tenant);
         snprintf(j.body, sizeof j.body,
                  "{\"run_id\":\"%s\",\"actual_tokens\":%" PRIu64 ",\"status\":\"%s\"}", run,
                  actual, status);
@@ -2255,8 +2663,8 @@ static void worker_step(dst_world *w)
          * once they stop). */
         dst_job j = {.due = w->t, .copies = 1};
         uint64_t k = dst_rng_below(r, 3);
-        snprintf(j.subject, sizeof j.subject, "fair.done.%s",
-                 k == 2 ? "_invalid" : k == 1 ? "zz" : "t0");
+        subj_of(j.subject, sizeof j.subject, w, "fair.done",
+                k == 2 ? "_invalid" : k == 1 ? "zz" : "t0");
         if (dst_rng_chance(r, 1, 2))
             snprintf(j.body, sizeof j.body,
                      "{\"run_id\":\"nope-%" PRIu64 "\",\"actual_tokens\":5,\"status\":\"ok\"}",
@@ -2506,6 +2914,17 @@ static void world_init(dst_world *w, uint64_t seed, uint64_t steps, bool trace)
     dst_rng_seed(&w->rng, seed);
     cfg_draw(&w->c, &w->rng, steps);
     w->c.seed = seed;
+    /* A third of the worlds of two proxies are partitioned (by seed, no
+     * draw: the others stay as drawn): P from 2 to DST_PARTS_MAX. */
+    w->c.parts = 1;
+    if (w->c.proxies == 2 && seed % 3 == 2)
+        w->c.parts = 2 + (uint32_t)(seed / 3 % (DST_PARTS_MAX - 1));
+    if (getenv("DST_PARTS") && w->c.proxies == 2)
+        w->c.parts = (uint32_t)env_u64("DST_PARTS", 1);
+    if (w->c.parts < 1 || w->c.parts > DST_PARTS_MAX)
+        w->c.parts = 1;
+    for (int k = 0; k < DST_PARTS_MAX; k++)
+        w->owner[k] = w->gave[k] = -1;
     cap_bursts(&w->c);
     if (trace)
         cfg_print(&w->c);
@@ -2518,15 +2937,19 @@ static void world_init(dst_world *w, uint64_t seed, uint64_t steps, bool trace)
     sj_set_now(w->js, srv_now(w));
     uint64_t longest = w->c.dup_window_ms > w->c.run_timeout_ms ? w->c.dup_window_ms
                                                                 : w->c.run_timeout_ms;
+    bool parted = w->c.parts > 1;
     sj_stream_cfg st[] = {
-        {.name = DST_SUBMIT, .subjects = "fair.submit.*", .retention = SJ_WORKQUEUE,
+        {.name = DST_SUBMIT, .subjects = parted ? "fair.submit.*.*" : "fair.submit.*",
+         .retention = SJ_WORKQUEUE,
          .duplicate_window_ms = w->c.dup_window_ms, .max_msgs_per_subject = 1000},
         {.name = DST_DISPATCH, .subjects = "fair.dispatch", .retention = SJ_LIMITS,
          .duplicate_window_ms = w->c.dup_window_ms, .max_age_ms = 2 * longest},
-        {.name = DST_DONE, .subjects = "fair.done.*", .retention = SJ_WORKQUEUE,
+        {.name = DST_DONE, .subjects = parted ? "fair.done.*.*" : "fair.done.*",
+         .retention = SJ_WORKQUEUE,
          .duplicate_window_ms = w->c.dup_window_ms},
         {.name = DST_REJECTED, .subjects = "fair.rejected.*", .retention = SJ_LIMITS},
-        {.name = DST_RUNS, .subjects = "fairq.runs", .retention = SJ_LIMITS,
+        {.name = DST_RUNS, .subjects = parted ? "fairq.runs.*" : "fairq.runs",
+         .retention = SJ_LIMITS,
          .duplicate_window_ms = w->c.dup_window_ms, .max_age_ms = w->c.keep_ms + 60000},
     };
     for (size_t i = 0; i < sizeof st / sizeof *st; i++)
@@ -2581,6 +3004,8 @@ static void world_step(dst_world *w)
                  : (int64_t)dst_rng_in(r, 50, 300);
     w->t += dt;
     sj_set_now(w->js, srv_now(w));
+    if (w->c.parts > 1)
+        assign(w);
     for (int i = 0; i < w->c.proxies; i++) {
         dst_proxy *p = &w->px[i];
         if (p->phase == PH_DOWN && w->t >= p->restart_at)
@@ -2600,6 +3025,16 @@ static void world_step(dst_world *w)
                   p->term, p->cons[0].made, p->cons[0].creating, p->cons[0].fetching,
                   p->cons[1].made, p->cons[1].creating, p->cons[1].fetching, p->up.n, p->down.n,
                   p->npend, p->nheld);
+            for (uint32_t k = 0; w->c.parts > 1 && k < w->c.parts; k++) {
+                const dst_part *pp = &p->part[k];
+                TRACE(w, "proxy %d partition %u: phase %d term %" PRIu64 " (key: proxy %d term %"
+                      PRIu64 "%s) cons %d%d%d%d/%d%d%d%d fresh %d", i, k, pp->phase, pp->term,
+                      w->owner[k], w->pterm[k], w->giving[k] ? ", giving" : "",
+                      pp->cons[0].made, pp->cons[0].creating, pp->cons[0].fetching,
+                      pp->cons[0].paused, pp->cons[1].made, pp->cons[1].creating,
+                      pp->cons[1].fetching, pp->cons[1].paused,
+                      p->phase != PH_DOWN && px_fresh(w, p));
+            }
         }
     uint64_t e = dst_rng_below(r, 1000);
     bool backlog = sj_msgs(w->js, DST_SUBMIT) > (w->c.calm ? 400 : 150);
@@ -2699,12 +3134,15 @@ static uint64_t world_run(uint64_t seed, uint64_t steps, bool trace, bool verbos
     uint64_t n = w->step;
     if (verbose)
         printf("seed %" PRIu64 ": %" PRIu64 " steps (%" PRIu64 " to drain, %" PRId64 " s after "
-               "the faults stopped), %s, %d proxies, "
+               "the faults stopped), %s, %d proxies, %u partitions (%" PRIu64 " taken over, %"
+               PRIu64 " let go, %" PRIu64 " planned moves), "
                "%zu submits, %" PRIu64 " dispatched, %" PRIu64 " refusals, %" PRIu64
                " reconciled, %" PRIu64 " crashes, %" PRIu64 " server restarts, %" PRIu64
                " takeovers, %" PRIu64 " dispatches failed, %" PRIu64 " refused then dispatched, %" PRIu64
                " lost to early forgetting, %" PRIu64 " dispatched again past the window, %" PRIu64 " given back, %" PRIu64 " quiet admitted into a full buffer\n",
-               seed, n, n - start, (w->t - w->quiet_t) / 1000, w->c.calm ? "calm" : "faults", w->c.proxies, w->nsubs,
+               seed, n, n - start, (w->t - w->quiet_t) / 1000, w->c.calm ? "calm" : "faults",
+               w->c.proxies, w->c.parts, w->n_part_takeovers, w->n_part_released, w->n_moves,
+               w->nsubs,
                w->n_dispatch, w->n_refused, w->n_reconciled, w->n_crashes, w->n_restarts,
                w->n_takeovers, w->n_dispatch_failed, w->n_redecided, w->n_lost_forgotten,
                w->n_late_again, w->n_given_back,

@@ -212,7 +212,9 @@ static void submit_full(world *w, const char *tenant, uint64_t seq, const char *
     snprintf(sub.run_id, sizeof sub.run_id, "%s", run_id);
     static char body[64];
     snprintf(body, sizeof body, "{\"seq\":%llu}", (unsigned long long)seq);
-    fq_ledger_submit s = {.ack = {.sseq = seq, .cseq = seq, .delivered = delivered},
+    /* Delivered by the consumer of the tenant's partition. */
+    uint32_t part = tenant ? fq_ledger_part_of(w->l, tenant) : 0;
+    fq_ledger_submit s = {.ack = {.sseq = seq, .cseq = seq, .delivered = delivered, .part = part},
                           .ts_ms = w->now_ms, .tenant = tenant, .status = FQ_OK, .sub = &sub,
                           .size = 300, .subject = "fair.submit.x",
                           .raw = {.body = body, .body_len = strlen(body)}};
@@ -230,7 +232,8 @@ static void complete_full(world *w, const char *tenant, uint64_t dseq, const cha
 {
     fq_completion c = {.actual_tokens = actual, .status = FQ_DONE_OK};
     snprintf(c.run_id, sizeof c.run_id, "%s", run_id);
-    fq_ledger_done d = {.ack = {.sseq = dseq, .cseq = dseq, .delivered = delivered},
+    uint32_t part = tenant ? fq_ledger_part_of(w->l, tenant) : 0;
+    fq_ledger_done d = {.ack = {.sseq = dseq, .cseq = dseq, .delivered = delivered, .part = part},
                         .tenant = tenant, .status = FQ_OK, .c = &c, .subject = "fair.done.x",
                         .raw = {.body = "{}", .body_len = 2}};
     fq_ledger_done_in(w->l, &d, w->now, w->now_ms);
@@ -1948,6 +1951,47 @@ static void test_part_journal_fenced_per_partition(void **state)
     world_free(a);
 }
 
+/* A refusal of a partition let go is not published again, nor its message
+ * acked: the next owner decides it; nor is an ack held back while not
+ * fresh sent to the consumer of a partition let go since. */
+static void test_part_released_refusal_not_retried(void **state)
+{
+    (void)state;
+    enum { P = 4 };
+    world *a = world_new_parts(P);
+    char x[16], y[16];
+    tenant_in(x, sizeof x, "x", 1, P);
+    tenant_in(y, sizeof y, "y", 2, P);
+    adopt_from(a, a, 1, 1, 10);
+    adopt_from(a, a, 2, 1, 11);
+    a->refuse_unknown = true;
+    submit(a, x, 10, "r1", 50);             /* unknown tenant: refused */
+    const fq_ledger_act *r = find(a, FQ_LACT_REFUSE, 0);
+    assert_non_null(r);
+    uint64_t tok = r->token;
+    assert_true(puback(a, tok, FQ_LEDGER_PUB_FAILED, 0));   /* owned: sent again */
+    a->refuse_unknown = false;
+    submit(a, y, 20, "r2", 50);
+    turn(a);
+    fq_ledger_act jc = *find(a, FQ_LACT_JOURNAL, 0);
+    uint64_t dtok = find(a, FQ_LACT_DISPATCH, 0)->token;
+    fq_ledger_set_fresh(a->l, false);
+    store_journal(a, &jc);
+    puback(a, dtok, FQ_LEDGER_PUB_STORED, 0);
+    assert_int_equal(count(a, FQ_LACT_ACK), 0);             /* held: not fresh */
+    fq_ledger_release(a->l, 1, a->now, a->now_ms);
+    fq_ledger_release(a->l, 2, a->now, a->now_ms);
+    drain(a);
+    fq_ledger_set_fresh(a->l, true);
+    assert_false(puback(a, tok, FQ_LEDGER_PUB_FAILED, 0));
+    assert_int_equal(a->nacts, 0);
+    puback(a, tok, FQ_LEDGER_PUB_STORED, 0);
+    assert_int_equal(a->nacts, 0);
+    turn(a);
+    assert_int_equal(count(a, FQ_LACT_ACK), 0);             /* the held ack: dropped */
+    world_free(a);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1984,6 +2028,7 @@ int main(void)
         cmocka_unit_test(test_part_debt_across_handover),
         cmocka_unit_test(test_part_release_naks_queued_in_order),
         cmocka_unit_test(test_part_journal_fenced_per_partition),
+        cmocka_unit_test(test_part_released_refusal_not_retried),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
