@@ -1244,7 +1244,10 @@ static size_t px_drain(dst_world *w, dst_proxy *p)
                 break;
             }
             case FQ_LACT_PAUSE:
+                /* Partitioned: every partition's consumer of that kind. */
                 p->cons[a->cons].paused = a->paused;
+                for (uint32_t k = 0; k < DST_PARTS_MAX; k++)
+                    p->part[k].cons[a->cons].paused = a->paused;
                 break;
             case FQ_LACT_READ:
                 if (nreads < 64)
@@ -2026,9 +2029,11 @@ static void px_part_begin(dst_world *w, dst_proxy *p, uint32_t k, uint64_t term)
     pp->phase = PP_MARKING;
     pp->term = term;
     pp->tenure = ++p->tenures;
-    for (int c = 0; c < 2; c++)
+    for (int c = 0; c < 2; c++) {
         snprintf(pp->cons[c].name, sizeof pp->cons[c].name, "%s-%u-%" PRIu64, DST_DURABLE, k,
                  term);
+        pp->cons[c].paused = p->cons[c].paused;     /* the ledger's pause, as it stands */
+    }
     w->n_part_takeovers++;
     TRACE(w, "proxy %d takes partition %u over in term %" PRIu64, p->ix, k, term);
 }
@@ -3047,7 +3052,10 @@ static void world_step(dst_world *w)
         if (w->c.calm)
             net_step(w, p, SIZE_MAX);   /* a calm world's server answers at once */
     } else if (e < 800) {
-        net_step(w, any_proxy(w), (size_t)dst_rng_in(r, 1, 8));
+        /* Partitioned worlds: both proxies' links are busy, not one, and
+         * share these steps: each carries as much as a lone leader's. */
+        size_t n = (size_t)dst_rng_in(r, 1, 8);
+        net_step(w, any_proxy(w), w->c.parts > 1 ? 2 * n : n);
     } else if (e < 990) {
         worker_step(w);
     } else if (!w->quiet && !w->c.calm && dst_rng_chance(r, 1, 8)) {
