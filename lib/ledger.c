@@ -2625,7 +2625,14 @@ static void lg_puback_judge(lg_settle_verdict *v, const fq_ledger *l, uint64_t t
         v->what = LG_SETTLE_GONE;
     } else if (refusal && lg_let_go(l, lg_token_part(val))) {
         /* A refusal of a partition let go: its message is the next owner's
-         * to decide, not to be sent again from here, nor acked. */
+         * to decide, not to be sent again from here, nor acked; a kept
+         * refusal's run let go with it is freed on this answer. */
+        lg_run *x = kind == FQ_LTK_REJECT ? lg_gone_find(l, val & LG_TOKEN_LOW) : NULL;
+        if (x && x->refusing) {
+            v->what = LG_SETTLE_GONE;
+            v->x = x;
+        }
+        return;
     } else if (outcome == FQ_LEDGER_PUB_ERROR && js_err && refusal) {
         /* JetStream answered and will not store it (a limit of the rejected
          * stream or of the account). A refusal only informs: retried, it

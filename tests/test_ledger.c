@@ -1992,6 +1992,41 @@ static void test_part_released_refusal_not_retried(void **state)
     world_free(a);
 }
 
+/* A kept refusal (a duplicate run id: the state of the moment) published
+ * when its partition is let go holds the partition until its answer comes,
+ * whatever it is: then it can be adopted again. */
+static void test_part_released_kept_refusal_answered(void **state)
+{
+    (void)state;
+    enum { P = 4 };
+    world *a = world_new_parts(P);
+    char x[16];
+    tenant_in(x, sizeof x, "x", 3, P);
+    adopt_from(a, a, 3, 1, 10);
+    submit(a, x, 10, "r1", 50);
+    submit(a, x, 11, "r1", 50);             /* the same run id: refused, kept */
+    turn(a);
+    const fq_ledger_act *j = NULL;
+    for (size_t i = 0; i < a->nacts; i++)
+        if (a->acts[i].type == FQ_LACT_JOURNAL)
+            j = &a->acts[i];
+    assert_non_null(j);
+    fq_ledger_act jc = *j;
+    uint64_t dtok = find(a, FQ_LACT_DISPATCH, 0)->token;   /* r1's, unanswered */
+    store_journal(a, &jc);
+    const fq_ledger_act *r = find(a, FQ_LACT_REFUSE, 0);
+    assert_non_null(r);
+    uint64_t tok = r->token;
+    fq_ledger_release(a->l, 3, a->now, a->now_ms);
+    drain(a);
+    assert_false(puback(a, dtok, FQ_LEDGER_PUB_FAILED, 0));
+    assert_int_equal(fq_ledger_adopt(a->l, 3, 2), FQ_EEXIST);  /* the refusal's awaited */
+    assert_false(puback(a, tok, FQ_LEDGER_PUB_FAILED, 0));
+    assert_int_equal(a->nacts, 0);
+    assert_int_equal(fq_ledger_adopt(a->l, 3, 2), FQ_OK);
+    world_free(a);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -2029,6 +2064,7 @@ int main(void)
         cmocka_unit_test(test_part_release_naks_queued_in_order),
         cmocka_unit_test(test_part_journal_fenced_per_partition),
         cmocka_unit_test(test_part_released_refusal_not_retried),
+        cmocka_unit_test(test_part_released_kept_refusal_answered),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
