@@ -333,6 +333,7 @@ struct pt_worker {
     natsSubscription *sub;
     pthread_t thread;
     pthread_mutex_t mu;         /* guards seen, counts, hold */
+    pthread_mutex_t completing; /* held while completions are sent: a hold waits for it */
     pt_seen *seen;
     size_t nseen, cap;
     size_t completed;
@@ -444,13 +445,12 @@ static void pt_receive(pt_worker *w, natsMsg *m)
 
 static void pt_complete_due(pt_worker *w)
 {
+    pthread_mutex_lock(&w->completing);
     pthread_mutex_lock(&w->mu);
     bool hold = w->hold;
     pthread_mutex_unlock(&w->mu);
-    if (hold)
-        return;
     long long now = nt_now_ms();
-    for (int i = 0; i < w->njobs;) {
+    for (int i = 0; !hold && i < w->njobs;) {
         if (w->jobs[i].due <= now) {
             pt_complete(w, &w->jobs[i]);
             w->jobs[i] = w->jobs[--w->njobs];
@@ -458,6 +458,7 @@ static void pt_complete_due(pt_worker *w)
             i++;
         }
     }
+    pthread_mutex_unlock(&w->completing);
 }
 
 static int pt_worker_subscribe(pt_worker *w)
@@ -523,6 +524,7 @@ int pt_worker_start(pt_worker **out, const natstest *srv, const pt_worker_opts *
         w->o.concurrency = 1;
     w->jobs = calloc((size_t)w->o.concurrency, sizeof *w->jobs);
     pthread_mutex_init(&w->mu, NULL);
+    pthread_mutex_init(&w->completing, NULL);
     if (!w->jobs || pt_connect(&w->c, srv) != 0 ||
         pthread_create(&w->thread, NULL, pt_worker_main, w) != 0) {
         free(w->jobs);
@@ -549,6 +551,7 @@ void pt_worker_stop(pt_worker *w)
     free(w->seen);
     free(w->jobs);
     pthread_mutex_destroy(&w->mu);
+    pthread_mutex_destroy(&w->completing);
     free(w);
 }
 
@@ -578,9 +581,11 @@ pt_seen pt_worker_seen(pt_worker *w, size_t i)
 
 void pt_worker_hold(pt_worker *w, bool hold)
 {
+    pthread_mutex_lock(&w->completing);     /* after the completions being sent */
     pthread_mutex_lock(&w->mu);
     w->hold = hold;
     pthread_mutex_unlock(&w->mu);
+    pthread_mutex_unlock(&w->completing);
 }
 
 int pt_worker_wait_completed(pt_worker *w, size_t n, int timeout_ms)

@@ -141,7 +141,10 @@ size_t pt_worker_received(pt_worker *w);
 size_t pt_worker_completed(pt_worker *w);
 /* Copy of the i-th reception. */
 pt_seen pt_worker_seen(pt_worker *w, size_t i);
-/* Hold (true) or release runs: while held nothing is completed. */
+/* Hold (true) or release runs: while held nothing is completed. A hold
+ * returns once no completion is being sent: those sent before it (each
+ * counted in pt_worker_completed once its PubAck came) are all there are
+ * until the release. */
 void pt_worker_hold(pt_worker *w, bool hold);
 /* Wait until completed >= n, up to timeout_ms. */
 int pt_worker_wait_completed(pt_worker *w, size_t n, int timeout_ms);
