@@ -796,6 +796,54 @@ static natsStatus nio_acks_start(fq_nio *n)
     return s;
 }
 
+/* Connect n as its options say: options, connection, JetStream, the
+ * PubAck subscription. *what: the step that failed. */
+static natsStatus nio_connect(fq_nio *n, const char **what)
+{
+    *what = "nats options";
+    natsStatus s = natsOptions_Create(&n->nopts);
+    if (s == NATS_OK)
+        s = nio_set_options(n);
+    if (s == NATS_OK) {
+        *what = "connect";
+        s = natsConnection_Connect(&n->nc, n->nopts);
+    }
+    if (s == NATS_OK) {
+        jsOptions jo;
+        jsOptions_Init(&jo);
+        jo.Wait = n->o.api_wait_ms;
+        *what = "jetstream";
+        s = natsConnection_JetStream(&n->js, n->nc, &jo);
+    }
+    if (s == NATS_OK) {
+        *what = "puback subscription";
+        s = nio_acks_start(n);
+    }
+    return s;
+}
+
+/* Why connecting failed at what (s), into err: nats.c's words, and what
+ * they leave out where the options tell it. */
+static void nio_connect_why(char *err, size_t errlen, const fq_nio *n, const char *what,
+                            natsStatus s)
+{
+    nio_errtext(err, errlen, what, s);
+    /* A server that refuses the client's certificate (none, expired, or of
+     * a CA it does not trust) closes the connection once the handshake is
+     * over, and nats.c reports only the missing PONG. */
+    size_t k = err ? strlen(err) : 0;
+    if (k + 1 < errlen && (n->tls_ca || n->tls_cert) &&
+        (s == NATS_PROTOCOL_ERROR || s == NATS_CONNECTION_CLOSED))
+        snprintf(err + k, errlen - k, " (the server closed the TLS connection: it may refuse "
+                 "this client's certificate, nats.tls.cert: none, expired, or signed by a CA "
+                 "it does not trust)");
+    /* nats-server refuses every bad user JWT with the same words; say what
+     * the credentials file shows, or that the rest is the server's to
+     * tell. */
+    if (k + 1 < errlen && n->creds && s == NATS_CONNECTION_AUTH_FAILED)
+        nio_creds_why(err + k, errlen - k, n->creds);
+}
+
 fq_status fq_nio_create(fq_nio **out, const fq_nio_opts *o, char *err, size_t errlen)
 {
     *out = NULL;
@@ -827,41 +875,10 @@ fq_status fq_nio_create(fq_nio **out, const fq_nio_opts *o, char *err, size_t er
         n->subs[i] = (nio_sub){.n = n, .id = i};
     for (int i = 0; i < NIO_MAX_WATCHES; i++)
         n->watches[i] = (nio_watch){.n = n, .id = i};
-    const char *what = "nats options";
-    natsStatus s = natsOptions_Create(&n->nopts);
-    if (s == NATS_OK)
-        s = nio_set_options(n);
-    if (s == NATS_OK) {
-        what = "connect";
-        s = natsConnection_Connect(&n->nc, n->nopts);
-    }
-    if (s == NATS_OK) {
-        jsOptions jo;
-        jsOptions_Init(&jo);
-        jo.Wait = n->o.api_wait_ms;
-        what = "jetstream";
-        s = natsConnection_JetStream(&n->js, n->nc, &jo);
-    }
-    if (s == NATS_OK) {
-        what = "puback subscription";
-        s = nio_acks_start(n);
-    }
+    const char *what;
+    natsStatus s = nio_connect(n, &what);
     if (s != NATS_OK) {
-        nio_errtext(err, errlen, what, s);
-        /* A server that refuses the client's certificate (none, expired,
-         * or of a CA it does not trust) closes the connection once the
-         * handshake is over, and nats.c reports only the missing PONG. */
-        size_t k = err ? strlen(err) : 0;
-        if (k + 1 < errlen && (n->tls_ca || n->tls_cert) &&
-            (s == NATS_PROTOCOL_ERROR || s == NATS_CONNECTION_CLOSED))
-            snprintf(err + k, errlen - k, " (the server closed the TLS connection: it may refuse "
-                     "this client's certificate, nats.tls.cert: none, expired, or signed by a CA "
-                     "it does not trust)");
-        /* nats-server refuses every bad user JWT with the same words; say
-         * what the credentials file shows, or that the rest is the
-         * server's to tell. */
-        if (k + 1 < errlen && n->creds && s == NATS_CONNECTION_AUTH_FAILED)
-            nio_creds_why(err + k, errlen - k, n->creds);
+        nio_connect_why(err, errlen, n, what, s);
         fq_nio_destroy(n);
         return FQ_EIO;
     }
