@@ -939,7 +939,11 @@ static void wake(fq_sched *s, fq_tenant *t, uint64_t r)
     /* Its head run is sent when it reaches the head of the list; with many
      * tenants that run has long left the cache, so start loading it now. */
     __builtin_prefetch(t->qhead ? t->qhead : t->hr);
-    __builtin_prefetch(t->hl);
+    if (t->hl) {        /* and its lanes' state: the mask, the class's lists */
+        __builtin_prefetch(t->hl);
+        __builtin_prefetch(t->x);
+        __builtin_prefetch(&t->x->ring[t->hr->cls]);
+    }
     active_push(s, t, r);
 }
 
