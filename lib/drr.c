@@ -189,6 +189,10 @@ struct class_ring {
     uint32_t lanes;             /* lanes on its lists */
 };
 
+/* Slots of a tenant's index kept with the tenant: up to 4 named sub-tenants
+ * are found without reading another allocation. */
+#define FQ_SUB_SMALL 8u
+
 /* A slot of a tenant's index of sub-tenants: the hash beside the pointer,
  * so that probing past others reads no sub-tenant. */
 struct sub_slot {
@@ -210,12 +214,15 @@ struct tenant_lanes {
                                    default one (the runs naming none) included */
     uint32_t idle;              /* known ones with none */
     uint32_t index_cap;         /* slots of index, a power of two, at most half full */
-    struct sub_slot *index;     /* the named ones, open addressing by hash; NULL: none yet */
+    struct sub_slot *index;     /* the named ones, open addressing by hash: small
+                                   up to FQ_SUB_SMALL slots, then on the heap */
     uint64_t scanned;           /* the sum of the rings' rounds when a search for
                                    an idle one to forget last found none */
     fq_sub *overflow;           /* where new ones past max_subtenants go; NULL: none now */
     fq_sub *dflt;               /* the runs that name no sub-tenant (every run
                                    without sub-tenants), after the rings */
+    struct sub_slot small[FQ_SUB_SMALL]; /* the index of the first few, in the
+                                   tenant's allocation: no line of its own */
     struct class_ring ring[];   /* one per class (one without classes) */
 };
 
@@ -418,14 +425,22 @@ static fq_status index_reserve(struct tenant_lanes *x)
 {
     if (2 * (x->known + 1) <= x->index_cap)
         return FQ_OK;
-    uint32_t cap = x->index_cap ? 2 * x->index_cap : 8;
+    if (!x->index_cap) {
+        x->index = x->small;
+        x->index_cap = FQ_SUB_SMALL;
+        return FQ_OK;
+    }
+    uint32_t cap = 2 * x->index_cap;
     struct sub_slot *slots = calloc(cap, sizeof(*slots));
     if (!slots)
         return FQ_ENOMEM;
     for (uint32_t i = 0; i < x->index_cap; i++)
         if (x->index[i].u)
             index_put(slots, cap, x->index[i]);
-    free(x->index);
+    if (x->index == x->small)
+        memset(x->small, 0, sizeof x->small);
+    else
+        free(x->index);
     x->index = slots;
     x->index_cap = cap;
     return FQ_OK;
@@ -494,7 +509,8 @@ static void sub_forget_idle(fq_sched *s, struct tenant_lanes *x, bool all)
             i++;
     }
     x->scanned = x->known < before ? UINT64_MAX : stamp;
-    if (!x->known) {    /* so the next pass is as short as the next working set */
+    if (!x->known && x->index != x->small) {   /* so the next pass is as short
+                                                  as the next working set */
         free(x->index);
         x->index = NULL;
         x->index_cap = 0;
@@ -1136,7 +1152,8 @@ static void tenant_free(fq_strmap_node *n)
         for (uint32_t i = 0; i < t->x->index_cap; i++)
             free(t->x->index[i].u);
         free(t->x->overflow);
-        free(t->x->index);
+        if (t->x->index != t->x->small)
+            free(t->x->index);
     }
     free(t);
 }
