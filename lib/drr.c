@@ -110,6 +110,10 @@ struct fq_tenant {
                                    (NULL: they are empty), and that run, kept
                                    so that a wake loads it ahead (head_run) */
     fq_run *hr;
+    struct tenant_lanes *x;     /* with classes or sub-tenants: in the same
+                                   allocation, after the tenant; NULL without.
+                                   The FIFO then holds only runs back from the
+                                   window; the rest are in x's lanes */
     int64_t deficit;            /* tokens it may still send; < 0 is debt */
     uint64_t round;             /* ACTIVE: round it is served in;
                                    WAITING: round one quantum would have served it */
@@ -140,10 +144,6 @@ struct fq_tenant {
     uint64_t rk_tokens;         /* the key it is ranked by: queued tokens then (0: idle,
                                    as every queued run is charged at least 1) */
     uint64_t rk_oldest;         /* ... and its head run's enqueue time then */
-    struct tenant_lanes *x;     /* with classes or sub-tenants: in the same
-                                   allocation, after the tenant; NULL without.
-                                   The FIFO then holds only runs back from the
-                                   window; the rest are in x's lanes */
     fq_strmap_node node;        /* in the tenant table, keyed by id */
     char id[FQ_TENANT_MAX + 1];
 };
@@ -221,8 +221,8 @@ struct tenant_lanes {
     fq_sub *overflow;           /* where new ones past max_subtenants go; NULL: none now */
     fq_sub *dflt;               /* the runs that name no sub-tenant (every run
                                    without sub-tenants), after the rings */
-    struct sub_slot small[FQ_SUB_SMALL]; /* the index of the first few, in the
-                                   tenant's allocation: no line of its own */
+    struct sub_slot *small;     /* FQ_SUB_SMALL slots after dflt, in the tenant's
+                                   allocation: the index of the first few */
     struct class_ring ring[];   /* one per class (one without classes) */
 };
 
@@ -438,7 +438,7 @@ static fq_status index_reserve(struct tenant_lanes *x)
         if (x->index[i].u)
             index_put(slots, cap, x->index[i]);
     if (x->index == x->small)
-        memset(x->small, 0, sizeof x->small);
+        memset(x->small, 0, FQ_SUB_SMALL * sizeof(*x->small));
     else
         free(x->index);
     x->index = slots;
@@ -1378,15 +1378,19 @@ fq_status fq_sched_tenant(fq_tenant **out, fq_sched *s, const char *id, size_t l
     if (!policy_valid(p))
         return FQ_EINVAL;
     bool lanes = s->o.nclasses > 1 || s->o.max_subtenants;
+    /* With lanes: their state, the default sub-tenant, then the small
+     * index, which only named sub-tenants use, last. */
     size_t rings = sizeof(struct tenant_lanes) + s->nclasses * sizeof(struct class_ring);
+    size_t dflt = sizeof(fq_sub) + s->nclasses * sizeof(fq_lane);
     if (tenant_reserve(s) != FQ_OK ||
-        !(t = calloc(1, sizeof(*t) + (lanes ? rings + sizeof(fq_sub) +
-                                       s->nclasses * sizeof(fq_lane) : 0))))
+        !(t = calloc(1, sizeof(*t) + (lanes ? rings + dflt +
+                                       FQ_SUB_SMALL * sizeof(struct sub_slot) : 0))))
         return FQ_ENOMEM;
     if (lanes) {
         t->x = (struct tenant_lanes *)(t + 1);
         t->x->nrings = s->nclasses;
         t->x->dflt = (fq_sub *)(void *)((char *)t->x + rings);
+        t->x->small = (struct sub_slot *)(void *)((char *)t->x->dflt + dflt);
     }
     memcpy(t->id, id, len);
     t->pol = *p;
