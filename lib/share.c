@@ -283,9 +283,13 @@ static uint64_t dimension(fq_share *s, size_t n, uint64_t g, uint64_t reserve, b
             held = e[i].held;
             continue;
         }
+        /* What a peer says it holds on the reserve is believed up to the
+         * reserve: a beat saying more (a peer configured with a larger
+         * reserve, or a bad beat) would widen the room past the window. */
         uint64_t b = e[i].borrowed < e[i].held ? e[i].borrowed : e[i].held;
+        b = b < reserve ? b : reserve;
         others_in += e[i].held - b;
-        others_borrowed += e[i].borrowed;
+        others_borrowed += b;
     }
     *share = split(e, n, g, round);
     uint64_t room = g > others_in ? g - others_in : 0;

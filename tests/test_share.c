@@ -362,6 +362,28 @@ static void test_deaf_replica_never_takes_the_whole_window(void **state)
     destroy(r, 2);
 }
 
+/* A peer's beat saying it holds more on the reserve than the reserve (a
+ * peer configured with a larger one, or a bad beat) is believed up to the
+ * reserve: all replicas together stay within the window plus the reserve
+ * once per replica (docs/scaling.md's overshoot), whatever it says. */
+static void test_borrowed_past_the_reserve_not_believed(void **state)
+{
+    (void)state;
+    rep r[1] = {{.s = mk("a", 10, 0, 1, 0, 0), .me = backlog(5, 0, 100)}};
+    for (uint64_t t = 0; t <= 4 * P; t += P)
+        period(r, 1, t);
+    assert_int_equal(r[0].lim.runs, 10);           /* alone: the window */
+    fq_share_beat b = {.id = "b", .weight = 1, .queued_runs = 100, .runs = 10,
+                       .borrowed_runs = 3};        /* the whole window, 3 "on the reserve" */
+    assert_int_equal(fq_share_heard(r[0].s, &b, 4 * P), FQ_OK);
+    settle(r, 1, 4 * P);
+    /* b holds 10 of 10 + 1 (1 believed on the reserve): a has the room
+     * left, 1 run; believing 3 it had 3, and the two held 13 */
+    assert_int_equal(r[0].lim.runs, 1);
+    assert_int_equal(r[0].beat.borrowed_runs, 0);
+    destroy(r, 1);
+}
+
 static void test_peer_table_is_bounded(void **state)
 {
     (void)state;
@@ -520,6 +542,7 @@ int main(void)
         cmocka_unit_test(test_reserve_held_by_another_is_not_borrowed),
         cmocka_unit_test(test_silent_peer_keeps_its_share_until_forgotten),
         cmocka_unit_test(test_deaf_replica_never_takes_the_whole_window),
+        cmocka_unit_test(test_borrowed_past_the_reserve_not_believed),
         cmocka_unit_test(test_peer_table_is_bounded),
         cmocka_unit_test(test_random_shares_add_up),
         cmocka_unit_test(test_beat_round_trip),
