@@ -83,6 +83,18 @@ bool fq_leader_part_fresh(const fq_leader *l, int32_t part, uint64_t now)
     return !l->fenced && fq_owner_fresh(l->own, part, now);
 }
 
+bool fq_leader_parts_fresh(const fq_leader *l, uint64_t now)
+{
+    if (l->fenced)
+        return false;
+    for (uint32_t k = 0; k < l->o.partitions; k++) {
+        const fq_lease *p = fq_owner_lease(l->own, (int32_t)k);
+        if (p->state == FQ_LEASE_LEADING && !fq_lease_fresh(p, now))
+            return false;
+    }
+    return true;
+}
+
 /* natsio leaves the consumers alone from the end of freshness on (with
  * P > 1, of the partition held whose freshness ends first); the probes
  * read it too. */

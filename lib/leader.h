@@ -63,6 +63,9 @@ const fq_owner *fq_leader_owner(const fq_leader *l);
 bool fq_leader_fresh(const fq_leader *l, uint64_t now);
 /* The same for partition part (P = 1: part 0 is the leader key). */
 bool fq_leader_part_fresh(const fq_leader *l, int32_t part, uint64_t now);
+/* P > 1: not fenced and every partition key we hold fresh (true when we
+ * hold none): what natsio's fence says too. */
+bool fq_leader_parts_fresh(const fq_leader *l, uint64_t now);
 /* Another proxy wrote what only the leader writes (the journal): not
  * fresh from now on, whatever the lease says; natsio and the probes are
  * told at the next step (the caller's loop renews right after). */

@@ -334,9 +334,8 @@ typedef struct fq_nio_sub_stats {
 } fq_nio_sub_stats;
 /* Safe from any thread; zeros for a NULL n. */
 void fq_nio_sub_stats_get(fq_nio_sub_stats *out, fq_nio *n, int id);
-#ifdef FQ_TESTING   /* tests only: no program calls it */
+/* End subscription id (it may be subscribed again). FQ_EINVAL if none. */
 fq_status fq_nio_unsubscribe(fq_nio *n, int id);
-#endif
 /* Reply to a request (core NATS publish to its reply subject). FQ_EINVAL:
  * the request has no reply subject; FQ_ETOOBIG: len exceeds max_payload;
  * FQ_EIO: the publish failed otherwise. */

@@ -82,6 +82,7 @@
 #define PX_SHARE_PERIOD_MS 100      /* a heartbeat at least this often (issue 16) */
 #define PX_SHARE_QUEUED 4096        /* heartbeats waiting at most: 100 replicas' for 4 s */
 #define PX_WATCH_TENANTS 0          /* the overrides bucket */
+#define PX_WATCH_LEASES 1           /* P > 1: the lease bucket, who owns what (lib/owner.h) */
 #define PX_KV_SYNC_WAIT_MS 5000     /* at start, longest wait for the overrides */
 #define PX_EVENTS 1024              /* events drained per poll */
 #define PX_POLL_MS 50               /* longest sleep between housekeeping */
@@ -235,6 +236,14 @@ struct fq_proxy {
     fq_probes *probes;          /* metrics snapshots and readiness (lib/probes.c) */
     bool consumer_ok[FQ_NIO_MAX_CONSUMERS]; /* by natsio id: its last (re)creation succeeded */
     uint64_t part_term[PX_PARTS_MAX];  /* the term partition k's consumers carry; 0: not ours */
+    /* P > 1, what the ownership said, done at the next turn (px_parts_apply) */
+    uint64_t part_want[PX_PARTS_MAX];  /* gained at this term, not adopted yet; 0: none */
+    uint64_t part_loading[PX_PARTS_MAX]; /* adopted at this term: marker, then read back */
+    bool part_drop[PX_PARTS_MAX];      /* lost: to let go */
+    bool part_planned[PX_PARTS_MAX];   /* ... on purpose: its key handed off once settled */
+    bool part_handing[PX_PARTS_MAX];   /* let go: hand its key off once its journal settled */
+    int duty_want;                     /* the leader key: 1 gained, -1 lost, 0 as it was */
+    bool duty;                         /* we hold it: the admin requests are answered here */
     bool fetch_paused[2];       /* PX_CONS_*: the ledger paused fetching (every partition's) */
     bool served;                /* both consumers were made once: start is over */
     bool denied_fatal;          /* NATS refused a permission before that */
@@ -454,6 +463,8 @@ static px_tenant *px_tenant_of_lt(fq_ledger_tenant *lt)
  * consumer change and admin write is gated on it. */
 static bool px_fresh(const fq_proxy *p)
 {
+    if (p->ld && px_parts(p) > 1)   /* every partition we hold */
+        return fq_leader_parts_fresh(p->ld, fq_nio_mono_ms());
     return p->ld && fq_leader_fresh(p->ld, fq_nio_mono_ms());
 }
 
@@ -1930,9 +1941,20 @@ static void px_part_lose(fq_proxy *p, uint32_t k)
  * are made again under the new name, which deletes the old term's. */
 static void px_lease_lead(void *arg, int32_t part, uint64_t term, bool again)
 {
-    (void)part;
-    (void)again;
     fq_proxy *p = arg;
+    if (px_parts(p) > 1) {
+        /* A partition (or the leader key) is ours: taken up at the next
+         * turn (px_parts_apply), not here, inside the lease's own step. A
+         * partition taken again after its key aged out may have had
+         * another owner meanwhile: let go and adopted anew. */
+        if (part == FQ_OWNER_DUTY) {
+            p->duty_want = 1;
+        } else if (part >= 0 && (uint32_t)part < PX_PARTS_MAX) {
+            p->part_drop[part] |= again;
+            p->part_want[part] = term;
+        }
+        return;
+    }
     p->term = term;
     if (!p->consuming)
         return;
@@ -1944,6 +1966,20 @@ static void px_lease_lead(void *arg, int32_t part, uint64_t term, bool again)
 }
 
 static size_t px_drain(fq_proxy *p, int timeout_ms);
+
+/* P > 1: a partition (or the leader key) is not ours any more; let go at
+ * the next turn, and, planned, its key handed off once settled. */
+static void px_lease_lost(void *arg, int32_t part, bool planned)
+{
+    fq_proxy *p = arg;
+    if (part == FQ_OWNER_DUTY) {
+        p->duty_want = -1;
+    } else if (part >= 0 && (uint32_t)part < PX_PARTS_MAX) {
+        p->part_want[part] = 0;
+        p->part_drop[part] = true;
+        p->part_planned[part] = planned;
+    }
+}
 
 /* Hand the lease back at a stop, so that a standby takes over at once,
  * waiting for the PubAck until `until` at most: unanswered, the lease ages
@@ -2001,8 +2037,9 @@ static fq_status px_leader_create(fq_proxy *p)
 {
     fq_leader_opts lo = {.bucket = p->cfg.streams.lease_bucket, .id = p->lease_id,
                          .ttl_ms = p->cfg.streams.lease_ttl_ms,
-                         .renew_token = TK_MAKE(TK_LEASE, 0),
-                         .gained = px_lease_lead, .arg = p};
+                         .renew_token = TK_MAKE(TK_LEASE, 0), .partitions = px_parts(p),
+                         .watch = PX_WATCH_LEASES, .gained = px_lease_lead,
+                         .lost = px_lease_lost, .arg = p};
     fq_status s = fq_leader_create(&p->ld, p->nio, p->probes, &lo);
     if (s != FQ_OK)
         fq_log(FQ_LOG_ERROR, "cannot take part in the leader lease", FQ_STR("id", p->lease_id),
@@ -2280,10 +2317,16 @@ static void px_on_event(fq_proxy *p, fq_nio_event *ev)
                    FQ_UINT("term", p->term));
         break;
     case FQ_NIO_EV_KV:
-        px_on_kv(p, ev->kv);
+        if (ev->source == PX_WATCH_LEASES)
+            fq_leader_on_kv(p->ld, ev);
+        else
+            px_on_kv(p, ev->kv);
         break;
     case FQ_NIO_EV_KV_SYNCED:
-        px_on_kv_synced(p, ev->seq);
+        if (ev->source == PX_WATCH_LEASES)
+            fq_leader_on_kv(p->ld, ev);
+        else
+            px_on_kv_synced(p, ev->seq);
         break;
     case FQ_NIO_EV_DENIED:
         px_on_denied(p);
@@ -2302,6 +2345,10 @@ static size_t px_drain(fq_proxy *p, int timeout_ms)
 
 static fq_status px_start_consumers(fq_proxy *p)
 {
+    if (px_parts(p) > 1) {
+        p->consuming = true;    /* each partition's as it is gained */
+        return FQ_OK;
+    }
     /* One proxy leads every partition, in its term. */
     fq_status s = FQ_OK;
     for (uint32_t k = 0; s == FQ_OK && k < px_parts(p); k++)
@@ -2380,6 +2427,116 @@ static bool px_journal_mark(fq_proxy *p)
             return false;
     }
     return p->jmarked;
+}
+
+/* ---- P > 1: partitions gained and lost (lib/owner.h) -------------------- */
+
+/*
+ * The ownership (lib/leader.c) says which partitions are ours; its
+ * callbacks only note it, and each turn does what follows, in this order:
+ *  - a partition lost is let go: the ledger releases it (its queued runs
+ *    naked, in each tenant's order, to its consumers while they still
+ *    exist), then its consumers are stopped and deleted (what they held
+ *    goes to the next owner's at once); lost on purpose, its key is handed
+ *    off once the ledger says its journal is settled (nothing unsent or
+ *    unanswered), so the next owner reads back all of it;
+ *  - a partition gained is adopted by the ledger at its term, its marker
+ *    stored on its journal subject (fencing an earlier owner's batches);
+ *    once every adopted partition's marker is, the journal is read back
+ *    (the ledger takes the records of the partitions it is loading), and
+ *    then each gets its consumers, named by its term;
+ *  - the leader key gained, the admin and explain requests are answered
+ *    here; lost, no longer.
+ */
+
+static fq_status px_recover(fq_proxy *p);
+
+static void px_duty_apply(fq_proxy *p)
+{
+    int want = p->duty_want;
+    p->duty_want = 0;
+    if (want > 0 && !p->duty) {
+        p->duty = fq_nio_subscribe(p->nio, PX_SUB_ADMIN, p->admin_filter, FQ_ADMIN_QUEUED,
+                                   fq_admin_busy_queued) == FQ_OK &&
+                  fq_nio_subscribe(p->nio, PX_SUB_EXPLAIN, p->explain_filter, FQ_ADMIN_QUEUED,
+                                   fq_admin_busy_queued) == FQ_OK;
+        if (!p->duty)
+            p->duty_want = 1;   /* again at the next turn */
+    } else if (want < 0 && p->duty) {
+        fq_nio_unsubscribe(p->nio, PX_SUB_ADMIN);
+        fq_nio_unsubscribe(p->nio, PX_SUB_EXPLAIN);
+        p->duty = false;
+    }
+}
+
+/* Partition k let go: the ledger's part, then its consumers. */
+static void px_part_drop(fq_proxy *p, uint32_t k)
+{
+    p->part_drop[k] = false;
+    fq_ledger_release(p->ledger, k, fq_nio_mono_ms(), fq_nio_unix_ms());
+    px_actions(p);
+    px_part_lose(p, k);
+    if (p->part_marked[k]) {
+        p->part_marked[k] = false;
+        p->jmarks--;
+    }
+    p->part_loading[k] = 0;
+    p->part_handing[k] = p->part_planned[k];
+    p->part_planned[k] = false;
+}
+
+static void px_parts_apply(fq_proxy *p)
+{
+    static const char mark[] = "{\"v\":1,\"entries\":[]}";
+    uint32_t P = px_parts(p) < PX_PARTS_MAX ? px_parts(p) : PX_PARTS_MAX;
+    bool loading = false, unmarked = false;
+    px_duty_apply(p);
+    for (uint32_t k = 0; k < P; k++) {
+        if (p->part_drop[k])
+            px_part_drop(p, k);
+        if (p->part_handing[k]) {
+            fq_ledger_part_stats ps;
+            fq_ledger_part_stats_get(&ps, p->ledger, k);
+            if (ps.settled) {
+                p->part_handing[k] = false;
+                fq_leader_handoff(p->ld, (int32_t)k);
+            }
+        }
+        if (p->part_want[k] && !p->part_handing[k] &&
+            fq_ledger_adopt(p->ledger, k, p->part_want[k]) == FQ_OK) {
+            p->part_loading[k] = p->part_want[k];
+            p->part_want[k] = 0;
+        }
+        loading |= p->part_loading[k] != 0;
+        unmarked |= p->part_loading[k] && !p->part_marked[k];
+    }
+    if (!loading || !px_fresh(p))
+        return;
+    if (unmarked) {
+        /* each partition's marker, once (again if its PubAck failed) */
+        for (uint32_t k = 0; !p->jmark_sent && k < P; k++) {
+            if (!p->part_loading[k] || p->part_marked[k])
+                continue;
+            char subject[320];
+            px_journal_subject(subject, sizeof subject, p, k);
+            fq_nio_out o = {.subject = subject, .data = mark, .len = sizeof mark - 1};
+            if (px_publish(p, &o, TK_MAKE(TK_JMARK, k)) == FQ_OK)
+                p->jmark_sent++;
+        }
+        return;
+    }
+    if (px_recover(p) != FQ_OK)
+        return;     /* read again at the next turn */
+    for (uint32_t k = 0; k < P; k++) {
+        if (!p->part_loading[k])
+            continue;
+        if (px_part_gain(p, k, p->part_loading[k]) != FQ_OK)
+            fq_log(FQ_LOG_ERROR, "cannot consume a partition taken", FQ_INT("partition", (int)k));
+        else
+            fq_log(FQ_LOG_INFO, "consuming a partition", FQ_INT("partition", (int)k),
+                   FQ_UINT("term", p->part_loading[k]));
+        p->part_loading[k] = 0;
+    }
 }
 
 /* Wait until we hold the lease; false if stopped first. A standby changes
@@ -2489,17 +2646,25 @@ static fq_status px_start(fq_proxy *p, int *rc)
         px_phase(p, FQ_PHASE_STREAMS);
         s = px_streams(p);
     }
-    if (s == FQ_OK) {
+    if (s == FQ_OK && px_parts(p) > 1) {
+        /* Replicas share the partitions: each serves those it gains as
+         * they come (px_parts_apply), none waits for the leader key. */
+        fq_leader_step(p->ld, fq_nio_mono_ms());
+    } else if (s == FQ_OK) {
         px_phase(p, FQ_PHASE_STANDBY);
         s = px_become_leader(p) ? FQ_OK : FQ_EIO;
     }
     if (s == FQ_OK) {
         p->leader = true;
-        fq_log(FQ_LOG_INFO, "leader lease acquired", FQ_STR("id", p->lease_id),
-               FQ_UINT("term", p->term));
+        if (px_parts(p) == 1)
+            fq_log(FQ_LOG_INFO, "leader lease acquired", FQ_STR("id", p->lease_id),
+                   FQ_UINT("term", p->term));
+        else
+            fq_log(FQ_LOG_INFO, "sharing the partitions with the other replicas",
+                   FQ_STR("replica_id", p->lease_id), FQ_UINT("partitions", px_parts(p)));
         s = px_overrides_start(p);
     }
-    if (s == FQ_OK) {
+    if (s == FQ_OK && px_parts(p) == 1) {
         px_phase(p, FQ_PHASE_RECOVERING);
         if (!px_journal_mark(p))
             s = FQ_EIO;
@@ -2507,7 +2672,7 @@ static fq_status px_start(fq_proxy *p, int *rc)
                px_sleep_unless_stopped(p, 1000))
             ;
     }
-    if (s == FQ_OK && fq_leader_lease(p->ld)->state != FQ_LEASE_LEADING)
+    if (s == FQ_OK && px_parts(p) == 1 && fq_leader_lease(p->ld)->state != FQ_LEASE_LEADING)
         s = FQ_EIO;     /* lost while starting: exit 3 */
     if (s == FQ_OK && (s = px_start_consumers(p)) != FQ_OK)
         fq_log(FQ_LOG_ERROR, "cannot start consuming");
@@ -2537,6 +2702,8 @@ static bool px_turn(fq_proxy *p, const fq_ledger_counters *lc, int *rc)
         *rc = FQ_PROXY_EXIT_LEASE_LOST;
         return false;
     }
+    if (px_parts(p) > 1)
+        px_parts_apply(p);
     if (p->denied_fatal) {
         px_denied_at_start(p);
         *rc = FQ_PROXY_EXIT_FATAL;
