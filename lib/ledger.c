@@ -3203,9 +3203,19 @@ static void lg_on_expiry(void *arg, const fq_run *r, enum fq_expiry what)
         return;
     }
     /* Forgotten: a late completion for it is unknown, as for any run
-     * fairq does not remember. */
-    if (r->t <= l->now && l->now - r->t < l->o.keep_done_ms)
+     * fairq does not remember. Forgotten early (past max_expired), its run
+     * key is kept among the completed ones until it would have been
+     * forgotten: a submit reusing its run id is refused, not admitted and
+     * its dispatch taken for this one's by Nats-Msg-Id, and its own
+     * submit, come again, is not dispatched anew. Its late completion is
+     * then a duplicate: not reconciled, its charge stays as estimated. */
+    if (r->t <= l->now && l->now - r->t < l->o.keep_done_ms) {
         e->early++;
+        if (x->state == LG_EXPIRED)
+            lg_done_add(l, x->key, x->run.id,
+                        l->now_ms + (int64_t)(l->o.keep_done_ms - (l->now - r->t)), x->part,
+                        !x->stored);
+    }
     if (x->state == LG_EXPIRED) {
         lg_key_del(l, x);
         lg_state(l, x, LG_DONE);

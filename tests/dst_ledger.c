@@ -86,8 +86,8 @@
  *   is never given back; in calm worlds a tenant's runs are dispatched in
  *   submit order.
  *
- * Two outcomes are the design's known gaps, not the ledger's mistakes;
- * each is told precisely, counted and printed rather than failed:
+ * One outcome is the design's known gap, not the ledger's mistake; it is
+ * told precisely, counted and printed rather than failed:
  *
  * - a run whose dispatch a leader stored and whose flight record it never
  *   stored is queued again by the next leader; if it waits there past the
@@ -95,11 +95,12 @@
  *   whose submit's ack was lost and came back after its completed id was
  *   forgotten (and a completion of its first dispatch that came before
  *   the run was held is not reconciled; or the next to get its submit
- *   refuses it for the state of the moment: dispatched and refused);
- * - a run whose expired record the ledger forgot early (past max_expired)
- *   is as unknown as a new one: a submit reusing its run id is admitted,
- *   its dispatch taken for the other's by Nats-Msg-Id (acked, never
- *   delivered), and its own submit, delivered again, is dispatched again.
+ *   refuses it for the state of the moment: dispatched and refused).
+ *
+ * A run whose expired record the ledger forgot early (past max_expired)
+ * keeps its run key among the completed ones, but its late completion is
+ * not reconciled: the reconciliation check skips a world that forgot runs
+ * early.
  */
 
 #define DST_TENANTS_MAX 6
@@ -465,7 +466,6 @@ typedef struct dst_sub {
     uint32_t refused;           /* FAIR_REJECTED copies stored */
     bool stale_dispatch;        /* a dispatch stored from a proxy not holding the lease */
     bool reused;                /* its run id is another publish's too */
-    bool lost_forgotten;        /* see oracle_submit_acked */
     bool late_again;            /* stored again past the duplicate window (see oracle_stored) */
     int64_t first_dispatch;     /* server ms its first dispatch was stored */
     uint64_t first_inc;         /* the process that stored it (px_inc) */
@@ -550,7 +550,6 @@ struct dst_world {
     uint64_t n_given_back;      /* submits given back over their share (the buffer shared) */
     uint64_t n_quiet_in_full;   /* a quiet tenant's submit admitted into a full buffer */
     uint64_t last_disp[DST_TENANTS_MAX];    /* calm worlds: each tenant's last dispatch's seq */
-    uint64_t n_lost_forgotten;  /* see oracle_submit_acked */
     uint64_t n_late_again;      /* see oracle_stored */
     bool forgot_early;          /* a ledger forgot expired runs past max_expired */
     /* partitioned worlds: the owners' keys as the server keeps them (lib/owner's
@@ -809,13 +808,6 @@ static void oracle_stored(dst_world *w, const dst_proxy *p, const sj_puback *a)
                      * forgotten (keep_done_ms after the completion): a new run,
                      * past the window. The same gap, counted with it. */
                     w->n_late_again++;
-                } else if (s->dispatched > 1 && w->forgot_early &&
-                           srv_now(w) - s->first_dispatch >= (int64_t)w->c.dup_window_ms) {
-                    /* Its run was forgotten early (past max_expired), and its
-                     * submit, delivered again (an ack lost), was taken for a
-                     * new run: dispatched again past the window. Counted with
-                     * the other losses to early forgetting. */
-                    w->n_lost_forgotten++;
                 } else if (s->dispatched > 1) {
                     dst_fail(w, "submit %" PRIu64 " (pub %" PRIu64 ", run %s) was stored in %s "
                              "twice, %" PRId64 " ms apart: dispatched twice", s->seq, n, s->run_id,
@@ -873,15 +865,6 @@ static void oracle_submit_acked(dst_world *w, uint64_t seq)
     jseq_room(w, seq);
     bool dispatched = s->dispatched && w->flight_seq[seq];
     bool done = w->done_by_seq[seq];
-    if (!s->dispatched && w->flight_seq[seq] && s->reused && w->forgot_early) {
-        /* Its run id was another run's, whose expired record the ledger
-         * forgot early (past max_expired): admitted, its dispatch was taken
-         * for the other's by Nats-Msg-Id. A known limit, counted. */
-        w->n_lost_forgotten++;
-        s->lost_forgotten = true;
-        s->acked = true;
-        return;
-    }
     if (done && !s->dispatched && !s->refused && s->tenant >= 0) {
         char t[16];
         snprintf(t, sizeof t, "t%d", s->tenant);
@@ -3078,7 +3061,7 @@ static void check_outcomes(dst_world *w)
         dst_sub *s = &w->subs[i];
         if (!s->seq)
             continue;
-        if (!s->dispatched && !s->refused && !s->lost_forgotten)
+        if (!s->dispatched && !s->refused)
             dst_fail(w, "submit %" PRIu64 " (pub %zu, run %s, kind %d) is gone from %s, neither "
                      "dispatched nor refused: lost", s->seq, i + 1, s->run_id, s->kind, DST_SUBMIT);
         /* A dispatch stored unknown to every ledger (its flight record never
@@ -3097,7 +3080,7 @@ static void check_outcomes(dst_world *w)
         if (s->kind != K_VALID && !s->refused)
             dst_fail(w, "submit %" PRIu64 " of kind %d was not refused", s->seq, s->kind);
         jseq_room(w, s->seq);
-        if (s->worker_done && !w->forgot_early && !s->lost_forgotten && !s->late_again &&
+        if (s->worker_done && !w->forgot_early && !s->late_again &&
             !w->done_by_seq[s->seq])
             dst_fail(w, "submit %" PRIu64 " (run %s) was completed by the worker given its "
                      "dispatch, and never reconciled: no done record of it%s", s->seq, s->run_id,
@@ -3147,12 +3130,12 @@ static uint64_t world_run(uint64_t seed, uint64_t steps, bool trace, bool verbos
                "%zu submits, %" PRIu64 " dispatched, %" PRIu64 " refusals, %" PRIu64
                " reconciled, %" PRIu64 " crashes, %" PRIu64 " server restarts, %" PRIu64
                " takeovers, %" PRIu64 " dispatches failed, %" PRIu64 " refused then dispatched, %" PRIu64
-               " lost to early forgetting, %" PRIu64 " dispatched again past the window, %" PRIu64 " given back, %" PRIu64 " quiet admitted into a full buffer\n",
+               " dispatched again past the window, %" PRIu64 " given back, %" PRIu64 " quiet admitted into a full buffer\n",
                seed, n, n - start, (w->t - w->quiet_t) / 1000, w->c.calm ? "calm" : "faults",
                w->c.proxies, w->c.parts, w->n_part_takeovers, w->n_part_released, w->n_moves,
                w->nsubs,
                w->n_dispatch, w->n_refused, w->n_reconciled, w->n_crashes, w->n_restarts,
-               w->n_takeovers, w->n_dispatch_failed, w->n_redecided, w->n_lost_forgotten,
+               w->n_takeovers, w->n_dispatch_failed, w->n_redecided,
                w->n_late_again, w->n_given_back,
                w->n_quiet_in_full);
     if (verbose && w->c.calm)

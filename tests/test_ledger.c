@@ -1448,6 +1448,40 @@ static void test_refusal_of_the_moment_kept(void **state)
     world_free(w);
 }
 
+/* An expired run forgotten early (past max_expired) keeps its run key
+ * among the completed ones until it would have been forgotten: a submit
+ * reusing its run id is refused as a duplicate, not admitted and taken
+ * for it by Nats-Msg-Id, and its own submit, come again, is acked, not
+ * dispatched anew (dst_ledger: acked undelivered, and dispatched twice). */
+static void test_forgotten_early_still_seen(void **state)
+{
+    (void)state;
+    world *w = world_new();
+    fq_ledger_journal_marked(w->l, 1);
+    w->o.max_expired = 1;
+    assert_int_equal(fq_ledger_set_opts(w->l, &w->o), FQ_OK);
+    fq_sched_opts so = {.quantum = 100, .max_est_tokens = 100000, .max_in_flight = 4};
+    fq_ledger_sched_opts(&so, &w->o);
+    assert_int_equal(fq_sched_set_opts(w->s, &so), FQ_OK);
+    dispatched(w, "a", 10, "r1", 50);
+    dispatched(w, "a", 11, "r2", 50);
+    tick_time(w, 1500);                         /* both leases ran out: one too many */
+    turn(w);
+    assert_int_equal(fq_ledger_counters_get(w->l)->expired_forgotten_early, 1);
+    store_journal(w, find(w, FQ_LACT_JOURNAL, 0));
+    submit(w, "a", 20, "r1", 50);               /* its run id again, within the window */
+    assert_int_equal(count(w, FQ_LACT_REFUSE) + count(w, FQ_LACT_DISPATCH), 0);
+    store_turn(w);
+    const fq_ledger_act *r = find(w, FQ_LACT_REFUSE, 0);
+    assert_non_null(r);
+    assert_int_equal(r->code, FQ_EEXIST);
+    submit_full(w, "a", 10, "r1", 50, 2);       /* its own submit, its ack lost */
+    assert_true(acked(w, FQ_LEDGER_SUBMIT, 10));
+    turn(w);
+    assert_int_equal(count(w, FQ_LACT_DISPATCH), 0);
+    world_free(w);
+}
+
 /* A refusal the caller could not even queue leaves its submit unacked and
  * naks it, so that it comes back soon rather than after its consumer's
  * AckWait (dst_ledger seed 71: an hour, with no consumer reset to come). */
@@ -2054,6 +2088,7 @@ int main(void)
         cmocka_unit_test(test_redelivery_stored_new_restarts_its_lease),
         cmocka_unit_test(test_completed_unconfirmed_published_again),
         cmocka_unit_test(test_refusal_of_the_moment_kept),
+        cmocka_unit_test(test_forgotten_early_still_seen),
         cmocka_unit_test(test_refusal_unsent_is_naked),
         cmocka_unit_test(test_early_completion_applied_on_duplicate),
         cmocka_unit_test(test_early_completion_forged_not_applied),
