@@ -1045,6 +1045,15 @@ static fq_status nio_stream_compare(const jsStreamConfig *have, const jsStreamCo
     return FQ_OK;
 }
 
+/* A JetStream error that a cluster gives while it is not ready, rather than
+ * a refusal of what was asked: too few peers known or online to place the
+ * replicas (a node down, or one the meta leader has not heard from yet
+ * just after the cluster formed), or JetStream busy electing. */
+static bool nio_cluster_not_ready(jsErrCode jerr)
+{
+    return jerr == JSClusterNoPeersErr || jerr == JSClusterNotAvailErr;
+}
+
 fq_status fq_nio_stream_ensure(fq_nio *n, const fq_nio_stream *s, char *warn, size_t warnlen)
 {
     if (warn && warnlen)
@@ -1061,7 +1070,7 @@ fq_status fq_nio_stream_ensure(fq_nio *n, const fq_nio_stream *s, char *warn, si
         jsStreamInfo_Destroy(si);
         if (st != NATS_OK) {
             nio_errtext(warn, warnlen, s->name, st);
-            return jerr ? FQ_EINVAL : FQ_EIO;
+            return jerr && !nio_cluster_not_ready(jerr) ? FQ_EINVAL : FQ_EIO;
         }
         return FQ_OK;
     }

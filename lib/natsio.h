@@ -262,7 +262,9 @@ int64_t fq_nio_max_payload(const fq_nio *n);
 /* Create the stream, or compare it with s. FQ_OK when it exists or was
  * made; differences that matter are described in warn (empty when none).
  * FQ_EINVAL when the stream cannot serve (its subjects do not cover
- * s->subject); FQ_EIO when the server did not answer. */
+ * s->subject); FQ_EIO when the server did not answer, or a cluster is not
+ * ready to place it (no suitable peers for its replicas: a node down or
+ * not yet known; JetStream unavailable): both pass, so retry. */
 fq_status fq_nio_stream_ensure(fq_nio *n, const fq_nio_stream *s, char *warn, size_t warnlen);
 /* The stream's creation time (unix ms), stable until it is recreated. */
 fq_status fq_nio_stream_created(int64_t *out, fq_nio *n, const char *stream);

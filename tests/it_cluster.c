@@ -41,6 +41,28 @@ static bool cl_stop(cl_fixture *x, int *code)
     return alive;
 }
 
+/* Until the proxy says it runs, or it exits (its last log lines printed:
+ * a start that failed is a failure now, not a wait for a line that will
+ * never come). The deadline is a safety net; progress is the log. */
+static int cl_wait_running(pt_proxy *px, int timeout_ms)
+{
+    for (long long end = nt_now_ms() + timeout_ms; nt_now_ms() < end; nt_sleep_ms(20)) {
+        if (pt_log_count(px, "fairq-proxy running") > 0)
+            return 0;
+        if (!nt_proc_alive(&px->proc)) {
+            fprintf(stderr, "it_cluster: the proxy exited while starting; its log:\n");
+            char cmd[600];
+            snprintf(cmd, sizeof cmd, "tail -n 5 %s >&2", px->log);
+            if (system(cmd) != 0)
+                fprintf(stderr, "it_cluster: cannot show %s\n", px->log);
+            return -1;
+        }
+    }
+    fprintf(stderr, "it_cluster: \"fairq-proxy running\" not in %s after %d ms\n", px->log,
+            timeout_ms);
+    return -1;
+}
+
 static int setup(void **state)
 {
     cl_fixture *x = calloc(1, sizeof *x);
@@ -52,7 +74,7 @@ static int setup(void **state)
     if (natscluster_start(&x->cl, NULL) != 0 ||
         pt_proxy_start_url(&x->f.px, natscluster_node(x->cl, 0), natscluster_urls(x->cl),
                            "proxy", yaml) != 0 ||
-        pt_log_wait(&x->f.px, "fairq-proxy running", 30000) != 0 ||
+        cl_wait_running(&x->f.px, 60000) != 0 ||
         pt_connect(&x->f.c, natscluster_node(x->cl, 1)) != 0 ||
         pt_worker_start(&x->f.w, natscluster_node(x->cl, 2), &wo) != 0) {
         /* cmocka runs no teardown after a failed setup */
@@ -105,10 +127,58 @@ static void test_runs_served_on_a_cluster(void **state)
     cJSON_Delete(j);
 }
 
+/* A node down (or one the meta leader has not heard from yet, as on a
+ * loaded machine just after the cluster formed): JetStream cannot place
+ * three replicas and says "no suitable peers for placement". That is a
+ * cluster not ready, not a configuration fairq cannot serve: the proxy
+ * waits, saying why, and starts once the node is back (it exited with
+ * "stream cannot serve" at once, and it_cluster failed when the cluster
+ * had formed but a peer was not yet known). */
+typedef struct cl_bare {
+    natscluster *cl;
+    pt_proxy px;
+} cl_bare;
+
+static int setup_bare(void **state)
+{
+    cl_bare *b = calloc(1, sizeof *b);
+    *state = b;
+    return b && natscluster_start(&b->cl, NULL) == 0 ? 0 : -1;
+}
+
+static int teardown_bare(void **state)
+{
+    cl_bare *b = *state;
+    if (b && b->px.proc.pid && nt_proc_alive(&b->px.proc))
+        pt_proxy_stop(&b->px);
+    if (b)
+        natscluster_destroy(b->cl);
+    free(b);
+    return 0;
+}
+
+static void test_start_waits_for_a_node_down(void **state)
+{
+    cl_bare *b = *state;
+    assert_int_equal(natstest_stop(natscluster_node(b->cl, 2)), 0);
+    assert_int_equal(pt_proxy_start_url(&b->px, natscluster_node(b->cl, 0),
+                                        natscluster_urls(b->cl), "proxy", yaml),
+                     0);
+    assert_int_equal(pt_log_wait(&b->px, "no suitable peers for placement", 30000), 0);
+    assert_int_equal(pt_log_wait(&b->px, "stream not ready; retrying", 5000), 0);
+    assert_true(nt_proc_alive(&b->px.proc));
+    assert_int_equal(natstest_restart(natscluster_node(b->cl, 2)), 0);
+    assert_int_equal(cl_wait_running(&b->px, 60000), 0);
+    assert_int_equal(pt_log_count(&b->px, "stream cannot serve"), 0);
+    assert_int_equal(pt_proxy_stop(&b->px), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_runs_served_on_a_cluster, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_start_waits_for_a_node_down, setup_bare,
+                                        teardown_bare),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
