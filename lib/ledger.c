@@ -1940,7 +1940,9 @@ static void lg_submit_judge(lg_verdict *v, const fq_ledger *l, const fq_ledger_s
     v->take = LG_TAKE_ADMIT;
     v->x = v->stale = NULL;
     v->bad_subject = false;
-    v->wait = 0;
+    v->code = FQ_OK;
+    v->wait = v->key = 0;
+    v->cls = v->est = 0;
     if ((v->x = lg_find_seq(l, s->ack.sseq))) {
         v->take = LG_TAKE_REDELIVERED;  /* a consumer reset: it is queued already */
         return;
@@ -1967,8 +1969,8 @@ static void lg_submit_judge(lg_verdict *v, const fq_ledger *l, const fq_ledger_s
     }
     fq_ledger_run_id(v->run_id, l, s->sub, s->ack.sseq);
     v->key = lg_key(l, s->tenant, v->run_id);
-    if (lg_judge_seen(v, l, s) || lg_judge_class(v, l, s->sub))
-        return;
+    if (!lg_judge_seen(v, l, s))
+        lg_judge_class(v, l, s->sub);
 }
 
 /* The tenant of a run to admit (created if new and allowed: the caller's
