@@ -654,6 +654,34 @@ const fq_overall_row fq_overall_rows[] = {
        "fairq_completions_early_applied_total", NULL,
        "Completions held before their run was in flight, reconciled when its dispatch came "
        "back a duplicate: an earlier leader had dispatched it."),
+    OV(COUNTER, redispatched, "redispatched", "fairq_redispatched_runs_total", NULL,
+       "Runs read back from the journal whose dispatch, sent again, was stored new: the "
+       "attempt their flight record told of had failed; their lease restarted."),
+    OV(COUNTER, done_unconfirmed_resent, "done_unconfirmed_resent",
+       "fairq_done_unconfirmed_resent_runs_total", NULL,
+       "Submits delivered again of runs that completed before their dispatch was seen "
+       "stored: published again under their Nats-Msg-Id."),
+    OV(COUNTER, dispatch_unanswered, "dispatch_unanswered", "fairq_dispatch_unanswered_total",
+       NULL, "Dispatches whose PubAck did not come (a timeout, a connection dropped): "
+       "published again as they were, not queued again."),
+    OV(COUNTER, refusals_repeated, "refusals_repeated", "fairq_refusals_repeated_total", NULL,
+       "Submits refused for the state of the moment delivered again: refused again as "
+       "their journalled refusal says, not decided anew."),
+    OV(COUNTER, unowned, "unowned", "fairq_unowned_deliveries_total", NULL,
+       "Submits and completions of a partition this replica does not own: dropped "
+       "unanswered, for its owner."),
+    OV(COUNTER, records_foreign, "records_foreign", "fairq_journal_foreign_records_total",
+       NULL, "Journal records read back for another partition than the one being adopted: "
+       "refused."),
+    OV(COUNTER, parts_adopted, "partitions_adopted", "fairq_partitions_adopted_total", NULL,
+       "Partitions the ledger adopted (read their journal back and took their runs)."),
+    OV(COUNTER, parts_released, "partitions_released", "fairq_partitions_released_total",
+       NULL, "Partitions the ledger let go (lease lost or handed over)."),
+    OV(COUNTER, released_queued, "released_queued", "fairq_released_runs_total",
+       "state=\"queued\"", "Runs let go with their partition: queued ones naked to the "
+       "submit stream in each tenant's order, dispatched ones leaving the window uncharged."),
+    OV(COUNTER, released_dispatched, "released_dispatched", "fairq_released_runs_total",
+       "state=\"dispatched\"", NULL),
     OV(COUNTER, publish_failures, "publish_failures", "fairq_publish_failures_total", NULL,
        "Publishes (dispatch, refusal, journal) that failed and were retried."),
     OV(COUNTER, dispatch_failures, "dispatch_failures", "fairq_dispatch_failures_total", NULL,

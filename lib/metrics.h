@@ -188,6 +188,22 @@ typedef struct fq_metrics_overall {
                                        their run not in flight yet (protocol.md, 3) */
     uint64_t completions_early_applied; /* counter: completions held before their run was
                                        in flight, reconciled on its duplicate dispatch */
+    uint64_t redispatched;          /* counter: runs read back sent again and stored new:
+                                       the attempt their flight record told of had failed */
+    uint64_t done_unconfirmed_resent; /* counter: submits of runs completed before their
+                                       dispatch was seen stored, come again: sent again */
+    uint64_t dispatch_unanswered;   /* counter: dispatches whose PubAck did not come,
+                                       published again as they were */
+    uint64_t refusals_repeated;     /* counter: submits refused for the moment's state, come
+                                       again: refused again by their refused record */
+    uint64_t unowned;               /* counter: deliveries of a partition not owned, dropped
+                                       unanswered */
+    uint64_t records_foreign;       /* counter: journal records read back of another
+                                       partition than the one being read */
+    uint64_t parts_adopted;         /* counter: partitions the ledger adopted */
+    uint64_t parts_released;        /* counter: partitions the ledger let go */
+    uint64_t released_queued;       /* counter: queued runs naked, their partition let go */
+    uint64_t released_dispatched;   /* counter: dispatched runs let go with their partition */
     uint64_t index_only_runs;       /* held without their body in memory */
     uint64_t body_reads;            /* counter: bodies read back at dispatch */
     uint64_t body_lost;             /* counter: bodies gone from the stream */
