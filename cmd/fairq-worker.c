@@ -27,7 +27,10 @@
  *   acked and skipped; one claimed by a worker still working it too, unless
  *   JetStream delivered it again itself (delivery count above 1: its holder
  *   stopped extending the ack wait, so it died or lost the server), when it
- *   is taken over by a compare-and-set on the claim. The bucket's TTL is
+ *   is taken over by a compare-and-set on the claim. Skipping a claim
+ *   "working" holds only if its holder works the run: a claim that failed
+ *   (perhaps stored, its PubAck lost) is asked again until it is known
+ *   whose it is, never handed back unclaimed. The bucket's TTL is
  *   FAIR_DISPATCH's max age, so a claim lasts as long as the run can come
  *   back. On by default: an example is copied, and the copy should not run
  *   an hour of work again after a server crash; --no-claim turns it off.
@@ -51,7 +54,7 @@ static const char *prog = "fairq-worker";
 #define WORKER_PULL_WAIT_MS 1000    /* a pull waits this long for a run */
 #define WORKER_ERROR_PAUSE_MS 500   /* after a failed pull, a pause before the next */
 #define WORKER_RETRY_MS 500         /* a completion or claim mark not stored is sent again after this */
-#define WORKER_CLAIM_PAUSE_MS 250   /* a run whose claim failed is handed back after this */
+#define WORKER_CLAIM_PAUSE_MS 250   /* a claim that failed is asked again after this */
 #define WORKER_CLAIM_PREFIX "fairq_claims_"  /* + the durable: the default claim bucket */
 #define WORKER_BUCKET_CHARS "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-"
 /* A claim key: the tenant (64), '/', and a run id of 128 bytes each
@@ -276,7 +279,7 @@ enum worker_claim_verdict { CLAIM_WORK, CLAIM_SKIP, CLAIM_ERROR };
 static enum worker_claim_verdict worker_claim(worker_claims *wc, natsMsg *m, const char *key,
                                               char *seen, size_t seenlen)
 {
-    char mine[sizeof wc->owner + 16];
+    char mine[sizeof wc->owner + 16], what[WORKER_CLAIM_KEY_MAX + 32];
     jsMsgMetaData *meta = NULL;
     kvEntry *e = NULL;
     jsErrCode jerr = 0;
@@ -289,12 +292,14 @@ static enum worker_claim_verdict worker_claim(worker_claims *wc, natsMsg *m, con
     if (s == NATS_OK)
         return CLAIM_WORK;
     if (jerr != JSStreamWrongLastSequenceErr) {
-        fqc_perror(prog, "claiming the run", s);
+        snprintf(what, sizeof what, "claiming the run %s", key);
+        fqc_perror(prog, what, s);
         return CLAIM_ERROR;
     }
     s = kvStore_Get(&e, wc->kv, key);
     if (s != NATS_OK) {
-        fqc_perror(prog, "reading the run's claim", s);
+        snprintf(what, sizeof what, "reading the claim of %s", key);
+        fqc_perror(prog, what, s);
         return CLAIM_ERROR;
     }
     snprintf(seen, seenlen, "%.*s", kvEntry_ValueLen(e), (const char *)kvEntry_Value(e));
@@ -304,9 +309,8 @@ static enum worker_claim_verdict worker_claim(worker_claims *wc, natsMsg *m, con
     if (!done && natsMsg_GetMetaData(&meta, m) == NATS_OK)
         delivered = meta->NumDelivered;
     jsMsgMetaData_Destroy(meta);
-    /* Our own claim "working" is stale: this worker works one run at a
-     * time, and it is not this one (a claim stored whose PubAck the crash
-     * lost, the run then handed back). */
+    /* Our own claim "working" is this run's: this worker works one run at
+     * a time (a claim stored whose PubAck the crash lost, asked again). */
     if (done || (delivered < 2 && strcmp(seen, mine) != 0))
         return CLAIM_SKIP;
     jerr = 0;
@@ -319,7 +323,8 @@ static enum worker_claim_verdict worker_claim(worker_claims *wc, natsMsg *m, con
     }
     if (jerr == JSStreamWrongLastSequenceErr) /* another worker took it over first */
         return CLAIM_SKIP;
-    fqc_perror(prog, "taking over the run's claim", s);
+    snprintf(what, sizeof what, "taking over the claim of %s", key);
+    fqc_perror(prog, what, s);
     return CLAIM_ERROR;
 }
 
@@ -383,14 +388,22 @@ static int worker_run(jsCtx *js, fqc_pull *pull, const worker_cfg *c, worker_cla
         return 0;
     }
     if (wc->kv) {
+        enum worker_claim_verdict v;
         worker_claim_key(key, tenant, run_id);
-        switch (worker_claim(wc, m, key, seen, sizeof seen)) {
+        /* A claim that failed may be stored all the same (a server killed
+         * after storing it, before its PubAck): asked again, after a pause
+         * so that a server away does not make a loop of it, until it is
+         * known whose it is. Handed back instead, it would be "working" in
+         * our name while no one works it, and a reset durable's delivery
+         * (count 1) to another worker skips it: a run its pool never
+         * completes. */
+        while ((v = worker_claim(wc, m, key, seen, sizeof seen)) == CLAIM_ERROR &&
+               !fqc_stopping())
+            fqc_sleep_until(fqc_mono_ns() + WORKER_CLAIM_PAUSE_MS * FQC_NS_PER_MS);
+        switch (v) {
         case CLAIM_WORK: break;
         case CLAIM_SKIP: worker_skipped(wc, pull, m, key, seen); return 0;
-        case CLAIM_ERROR:
-            /* Unclaimed, so unworked: handed back, after a pause so that
-             * a server away does not make a loop of it. */
-            fqc_sleep_until(fqc_mono_ns() + WORKER_CLAIM_PAUSE_MS * FQC_NS_PER_MS);
+        case CLAIM_ERROR: /* stopping: handed back, its claim perhaps ours */
             fqc_ack(pull, m, "-NAK");
             return -1;
         }
