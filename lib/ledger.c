@@ -135,11 +135,11 @@ typedef struct lg_kept_refusal {
  * lost), it is refused again, not decided anew. */
 typedef struct lg_refused {
     uint64_t seq;               /* the submit */
-    int64_t until_ms;           /* unix ms from which it is forgotten */
+    int64_t until;              /* monotonic ms from which it is forgotten */
     uint32_t part;              /* its tenant's partition */
     fq_status code;
     fq_u64map_node node;
-    struct lg_refused *next;    /* FIFO by until_ms; free list */
+    struct lg_refused *next;    /* FIFO by until; free list */
 } lg_refused;
 
 _Static_assert(sizeof(void *) != 8 || sizeof(lg_run) <= 144,
@@ -164,7 +164,10 @@ static void lg_delivery(lg_run *x, const fq_ledger_ackref *a)
 typedef struct lg_done {
     uint64_t key;               /* the run key's hash */
     uint64_t seq;               /* the submit it came from */
-    int64_t until_ms;           /* unix ms from which it may be forgotten */
+    int64_t until;              /* monotonic ms from which it may be forgotten: not the
+                                   wall clock, which a step forward would make forget it
+                                   while JetStream (by the server's clock) still
+                                   de-duplicates its run's Nats-Msg-Id */
     uint32_t part;              /* its tenant's partition */
     bool unconfirmed;           /* it completed before its dispatch was seen stored (read
                                    back, or its PubAck still to come): the completion may
@@ -172,7 +175,7 @@ typedef struct lg_done {
                                    submit, come again, is published again under its
                                    Nats-Msg-Id rather than taken as done */
     fq_u64map_node node;
-    struct lg_done *next;       /* FIFO by until_ms; free list */
+    struct lg_done *next;       /* FIFO by until; free list */
 } lg_done;
 
 /* A completion that came before its run was held (see the principles):
@@ -183,7 +186,7 @@ typedef struct lg_early {
     bool kinds;                 /* input, output, cached given: they price it */
     uint8_t status;             /* enum fq_done_status */
     fq_ledger_ackref ack;       /* its delivery, held unacked */
-    int64_t until_ms;           /* unix ms from which it is forgotten (acked);
+    int64_t until;              /* monotonic ms from which it is forgotten (acked);
                                    INT64_MIN: taken, out of the map */
     fq_u64map_node node;
     struct lg_early *next;      /* FIFO by arrival; free list */
@@ -728,6 +731,26 @@ static void lg_key_del(fq_ledger *l, lg_run *x)
 
 /* ---- the set of completed run keys ------------------------------------- */
 
+/* Until when (monotonic ms) what is remembered now for keep_done_ms is:
+ * completed ids, refusals, early completions. Not by the wall clock: a step
+ * of it forward would forget a completed id while JetStream, by the
+ * server's clock, still de-duplicates its run's Nats-Msg-Id, and a submit
+ * reusing the id would be admitted, its dispatch answered a duplicate and
+ * acked undelivered. */
+static int64_t lg_keep_until(const fq_ledger *l)
+{
+    return (int64_t)(l->now + l->o.keep_done_ms);
+}
+
+/* The same for a record read back, stored at stored_ms (the server's unix
+ * ms): what is left of its keep_done_ms by the wall clock now, from now on
+ * the monotonic clock (the one reading of the two clocks against each
+ * other, at read-back). */
+static int64_t lg_stored_until(const fq_ledger *l, int64_t stored_ms)
+{
+    return (int64_t)l->now + (stored_ms + (int64_t)l->o.keep_done_ms - l->now_ms);
+}
+
 static lg_done *lg_done_find(const fq_ledger *l, uint64_t h)
 {
     fq_u64map_node *n = fq_u64map_find(l->done, h);
@@ -735,10 +758,10 @@ static lg_done *lg_done_find(const fq_ledger *l, uint64_t h)
 }
 
 /* Remember key h (of submit seq, partition part) as completed until
- * until_ms, its dispatch unconfirmed or not. Out of memory it is not
+ * until (monotonic ms), its dispatch unconfirmed or not. Out of memory it is not
  * remembered: a duplicate may then be dispatched again, and JetStream's
  * de-duplication still stops it within its window. */
-static void lg_done_add(fq_ledger *l, uint64_t h, uint64_t seq, int64_t until_ms, uint32_t part,
+static void lg_done_add(fq_ledger *l, uint64_t h, uint64_t seq, int64_t until, uint32_t part,
                         bool unconfirmed)
 {
     lg_done *d = lg_done_find(l, h);
@@ -746,13 +769,13 @@ static void lg_done_add(fq_ledger *l, uint64_t h, uint64_t seq, int64_t until_ms
         /* Kept in its place in the FIFO: remembered longer is harmless. */
         d->seq = seq;
         d->unconfirmed = unconfirmed;
-        if (until_ms > d->until_ms)
-            d->until_ms = until_ms;
+        if (until > d->until)
+            d->until = until;
         return;
     }
     if (fq_u64map_reserve(l->done) != FQ_OK || !(d = lg_done_alloc(l)))
         return;
-    *d = (lg_done){.key = h, .seq = seq, .until_ms = until_ms, .part = part,
+    *d = (lg_done){.key = h, .seq = seq, .until = until, .part = part,
                    .unconfirmed = unconfirmed};
     fq_u64map_insert(l->done, &d->node);
     if (l->done_tail)
@@ -763,9 +786,9 @@ static void lg_done_add(fq_ledger *l, uint64_t h, uint64_t seq, int64_t until_ms
 }
 
 /* Forget the completed keys whose time has come, oldest first. */
-static void lg_done_forget(fq_ledger *l, int64_t now_ms)
+static void lg_done_forget(fq_ledger *l, int64_t now)
 {
-    while (l->done_head && l->done_head->until_ms <= now_ms) {
+    while (l->done_head && l->done_head->until <= now) {
         lg_done *d = l->done_head;
         l->done_head = d->next;
         if (!l->done_head)
@@ -786,7 +809,7 @@ static void lg_early_drop_head(fq_ledger *l)
     l->early_head = e->next;
     if (!l->early_head)
         l->early_tail = NULL;
-    if (e->until_ms != INT64_MIN) {
+    if (e->until != INT64_MIN) {
         fq_u64map_remove(l->early, &e->node);
         lg_ack(l, FQ_LEDGER_DONE, &e->ack);
     }
@@ -818,7 +841,7 @@ static bool lg_early_add(fq_ledger *l, uint64_t h, const fq_completion *c,
     *e = (lg_early){.key = h, .actual = c->actual_tokens, .input = c->input_tokens,
                     .output = c->output_tokens, .cached = c->cached_tokens, .kinds = c->kinds,
                     .status = (uint8_t)c->status, .ack = *ack,
-                    .until_ms = l->now_ms + (int64_t)l->o.keep_done_ms};
+                    .until = lg_keep_until(l)};
     fq_u64map_insert(l->early, &e->node);
     if (l->early_tail)
         l->early_tail->next = e;
@@ -834,13 +857,13 @@ static bool lg_early_add(fq_ledger *l, uint64_t h, const fq_completion *c,
 static void lg_early_take(fq_ledger *l, lg_early *e)
 {
     fq_u64map_remove(l->early, &e->node);
-    e->until_ms = INT64_MIN;
+    e->until = INT64_MIN;
 }
 
 /* Forget the early completions whose time has come (and those taken). */
-static void lg_early_forget(fq_ledger *l, int64_t now_ms)
+static void lg_early_forget(fq_ledger *l, int64_t now)
 {
-    while (l->early_head && l->early_head->until_ms <= now_ms)
+    while (l->early_head && l->early_head->until <= now)
         lg_early_drop_head(l);
 }
 
@@ -864,17 +887,17 @@ static void lg_refused_drop_head(fq_ledger *l)
 }
 
 /* Remember submit seq (partition part) as refused for code until
- * until_ms; past FQ_LEDGER_REFUSED_MAX the oldest is forgotten (counted),
+ * until (monotonic ms); past FQ_LEDGER_REFUSED_MAX the oldest is forgotten (counted),
  * and out of memory it is not remembered: delivered again, it is then
  * decided anew. */
 static void lg_refused_add(fq_ledger *l, uint64_t seq, fq_status code, uint32_t part,
-                           int64_t until_ms)
+                           int64_t until)
 {
     lg_refused *r = lg_refused_find(l, seq);
     if (r) {
         r->code = code;
-        if (until_ms > r->until_ms)
-            r->until_ms = until_ms;
+        if (until > r->until)
+            r->until = until;
         return;
     }
     while (l->refused_head && fq_u64map_count(l->refused) >= FQ_LEDGER_REFUSED_MAX) {
@@ -883,7 +906,7 @@ static void lg_refused_add(fq_ledger *l, uint64_t seq, fq_status code, uint32_t 
     }
     if (fq_u64map_reserve(l->refused) != FQ_OK || !(r = lg_refused_alloc(l)))
         return;
-    *r = (lg_refused){.seq = seq, .until_ms = until_ms, .part = part, .code = code};
+    *r = (lg_refused){.seq = seq, .until = until, .part = part, .code = code};
     fq_u64map_insert(l->refused, &r->node);
     if (l->refused_tail)
         l->refused_tail->next = r;
@@ -892,9 +915,9 @@ static void lg_refused_add(fq_ledger *l, uint64_t seq, fq_status code, uint32_t 
     l->refused_tail = r;
 }
 
-static void lg_refused_forget(fq_ledger *l, int64_t now_ms)
+static void lg_refused_forget(fq_ledger *l, int64_t now)
 {
-    while (l->refused_head && l->refused_head->until_ms <= now_ms)
+    while (l->refused_head && l->refused_head->until <= now)
         lg_refused_drop_head(l);
 }
 
@@ -2181,7 +2204,7 @@ static bool lg_refuse_kept(fq_ledger *l, const fq_ledger_submit *s, fq_ledger_te
     pp->cur->runs[pp->cur->nruns++] = x;
     x->pending++;
     l->c.rejected[why]++;
-    lg_refused_add(l, x->run.id, why, x->part, l->now_ms + (int64_t)l->o.keep_done_ms);
+    lg_refused_add(l, x->run.id, why, x->part, lg_keep_until(l));
     lg_held(l, lt, true);
     lg_pause_check(l);
     return true;
@@ -2942,7 +2965,7 @@ void fq_ledger_unsent(fq_ledger *l, const fq_ledger_act *act, fq_status st, uint
  * completion is acked once its record is stored. */
 static void lg_mark_done(fq_ledger *l, lg_run *x, const fq_ledger_ackref *done_ack)
 {
-    lg_done_add(l, x->key, x->run.id, l->now_ms + (int64_t)l->o.keep_done_ms, x->part,
+    lg_done_add(l, x->key, x->run.id, lg_keep_until(l), x->part,
                 !x->stored);
     fq_jrec r = {.type = FQ_JREC_DONE, .seq = x->run.id < FQ_LEDGER_SYNTH_ID ? x->run.id : 0,
                  .at_ms = l->now_ms > 0 ? l->now_ms : 0, .unconfirmed = !x->stored};
@@ -3214,8 +3237,7 @@ static void lg_on_expiry(void *arg, const fq_run *r, enum fq_expiry what)
     if (r->t <= l->now && l->now - r->t < l->o.keep_done_ms) {
         e->early++;
         if (x->state == LG_EXPIRED)
-            lg_done_add(l, x->key, x->run.id,
-                        l->now_ms + (int64_t)(l->o.keep_done_ms - (l->now - r->t)), x->part,
+            lg_done_add(l, x->key, x->run.id, (int64_t)(r->t + l->o.keep_done_ms), x->part,
                         !x->stored);
     }
     if (x->state == LG_EXPIRED) {
@@ -3237,9 +3259,9 @@ void fq_ledger_tick(fq_ledger *l, uint64_t now, int64_t now_ms)
         if (a)
             a->n = e.early;
     }
-    lg_done_forget(l, now_ms);
-    lg_early_forget(l, now_ms);
-    lg_refused_forget(l, now_ms);
+    lg_done_forget(l, (int64_t)now);
+    lg_early_forget(l, (int64_t)now);
+    lg_refused_forget(l, (int64_t)now);
     lg_acks_later(l);
     lg_recall(l);
 }
@@ -3321,8 +3343,10 @@ static void lg_load_debt(fq_ledger *l, const fq_jrec *r, int64_t now_ms)
         lg_debt_unlink(l, lt);
 }
 
-void fq_ledger_recover_record(fq_ledger *l, const fq_jrec *r, int64_t stored_ms, int64_t now_ms)
+void fq_ledger_recover_record(fq_ledger *l, const fq_jrec *r, int64_t stored_ms, uint64_t now,
+                              int64_t now_ms)
 {
+    l->now = now;
     l->now_ms = now_ms;
     uint32_t part = fq_ledger_part_of(l, r->tenant);
     if (!lg_reading(l, part)) {
@@ -3361,15 +3385,14 @@ void fq_ledger_recover_record(fq_ledger *l, const fq_jrec *r, int64_t stored_ms,
          * makes no run id look used. */
         if (!x && !r->seq)
             return;
-        lg_done_add(l, h, r->seq, stored_ms + (int64_t)l->o.keep_done_ms, part,
-                    r->unconfirmed);
+        lg_done_add(l, h, r->seq, lg_stored_until(l, stored_ms), part, r->unconfirmed);
         if (x) {
             lg_key_del(l, x);
             x->state = LG_DONE;             /* never taken in: not counted */
         }
         return;
     case FQ_JREC_REFUSED:
-        lg_refused_add(l, r->seq, r->refusal, part, stored_ms + (int64_t)l->o.keep_done_ms);
+        lg_refused_add(l, r->seq, r->refusal, part, lg_stored_until(l, stored_ms));
         return;
     case FQ_JREC_DEBT:
         return;
@@ -3613,7 +3636,7 @@ static void lg_release_deliveries(fq_ledger *l, uint32_t part)
             l->later[kept++] = l->later[i];
     l->nlater = kept;
     for (lg_early *e = l->early_head; e; e = e->next)
-        if (e->until_ms != INT64_MIN && e->ack.part == part)
+        if (e->until != INT64_MIN && e->ack.part == part)
             lg_early_take(l, e);
     lg_done *prev = NULL;
     for (lg_done *d = l->done_head, *nx; d; d = nx) {

@@ -454,10 +454,13 @@ void fq_ledger_set_rate(fq_ledger *l, double tokens_per_sec);
 void fq_ledger_journal_marked(fq_ledger *l, uint64_t seq);
 
 /* Rebuild from the journal: each valid record read back, in order, with
- * the time its message was stored (unix ms); then fq_ledger_recovered.
+ * the time its message was stored (unix ms) and the clocks of the
+ * read-back's start (now monotonic, now_ms unix: what a record is
+ * remembered for is counted on the monotonic clock from then on); then
+ * fq_ledger_recovered.
  * Only before the first submit or completion (of the partition adopted:
  * a record of a partition not being read back is refused and counted). */
-void fq_ledger_recover_record(fq_ledger *l, const fq_jrec *r, int64_t stored_ms,
+void fq_ledger_recover_record(fq_ledger *l, const fq_jrec *r, int64_t stored_ms, uint64_t now,
                               int64_t now_ms);
 /* Put the runs read back into the window (up to its limits and each
  * tenant's cap; the rest count as expired) or among the expired; the

@@ -2193,14 +2193,15 @@ static fq_status px_streams(fq_proxy *p)
 typedef struct px_loaded {
     fq_proxy *p;
     int64_t ts_ms;              /* the message being read was stored then (unix ms) */
-    int64_t now_ms;
+    uint64_t now;               /* the read-back's start (monotonic ms) */
+    int64_t now_ms;             /* ... unix ms, read at the same moment */
     fq_jcounts counts;          /* records read and refused */
 } px_loaded;
 
 static void px_load_rec(void *arg, const fq_jrec *r)
 {
     px_loaded *L = arg;
-    fq_ledger_recover_record(L->p->ledger, r, L->ts_ms, L->now_ms);
+    fq_ledger_recover_record(L->p->ledger, r, L->ts_ms, L->now, L->now_ms);
 }
 
 static void px_load_cb(void *arg, const void *data, size_t len, int64_t ts_ms)
@@ -2219,7 +2220,7 @@ static void px_load_cb(void *arg, const void *data, size_t len, int64_t ts_ms)
  * the restart. */
 static fq_status px_recover(fq_proxy *p)
 {
-    px_loaded L = {.p = p, .now_ms = fq_nio_unix_ms()};
+    px_loaded L = {.p = p, .now = fq_nio_mono_ms(), .now_ms = fq_nio_unix_ms()};
     fq_status s = fq_nio_stream_scan(p->nio, p->cfg.streams.runs, px_load_cb, &L);
     if (s != FQ_OK)
         return s;

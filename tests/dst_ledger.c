@@ -1976,18 +1976,19 @@ static void check_debts(dst_world *w, dst_proxy *p, int part);
 typedef struct rec_ctx {
     dst_proxy *p;
     int64_t stored_ms, now_ms;
+    uint64_t now;
 } rec_ctx;
 
 static void px_recover_rec(void *arg, const fq_jrec *r)
 {
     rec_ctx *c = arg;
-    fq_ledger_recover_record(c->p->L, r, c->stored_ms, c->now_ms);
+    fq_ledger_recover_record(c->p->L, r, c->stored_ms, c->now, c->now_ms);
 }
 
 /* Read the journal back whole (fq_nio_stream_scan, waited for). */
 static void px_recover(dst_world *w, dst_proxy *p)
 {
-    rec_ctx c = {.p = p, .now_ms = px_unix(w, p)};
+    rec_ctx c = {.p = p, .now = px_mono(w, p), .now_ms = px_unix(w, p)};
     uint64_t after = 0;
     for (const sj_msg *m; (m = sj_next(w->js, DST_RUNS, after)); after = m->seq) {
         fq_jcounts jc = {0};
@@ -2047,7 +2048,7 @@ static void px_part_recover(dst_world *w, dst_proxy *p, uint32_t k)
     fq_ledger_part_marked(p->L, k, pp->mark_seq);
     char subj[32];
     snprintf(subj, sizeof subj, "fairq.runs.%u", k);
-    rec_ctx c = {.p = p, .now_ms = px_unix(w, p)};
+    rec_ctx c = {.p = p, .now = px_mono(w, p), .now_ms = px_unix(w, p)};
     uint64_t after = 0;
     for (const sj_msg *m; (m = sj_next(w->js, DST_RUNS, after)); after = m->seq) {
         if (strcmp(m->subject, subj) != 0)

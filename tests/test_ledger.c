@@ -307,7 +307,7 @@ static void recover(world *w)
 {
     fq_ledger_journal_marked(w->l, jseq_next++);
     for (size_t i = 0; i < w->nrecs; i++)
-        fq_ledger_recover_record(w->l, &w->recs[i], w->rec_ms[i], w->now_ms);
+        fq_ledger_recover_record(w->l, &w->recs[i], w->rec_ms[i], w->now, w->now_ms);
     fq_ledger_recovered(w->l, w->now, w->now_ms);
     drain(w);
 }
@@ -1482,6 +1482,43 @@ static void test_forgotten_early_still_seen(void **state)
     world_free(w);
 }
 
+/* A completed run id is remembered for keep_done_ms by the monotonic
+ * clock: a step of the wall clock forward past it forgets nothing, so a
+ * submit reusing the id within JetStream's duplicate window (kept by the
+ * server's clock) is refused, not admitted and its dispatch answered a
+ * duplicate, acked undelivered (dst_ledger seed 255 in an earlier world
+ * draw: the proxy's wall clock stepped forward). Read back, the record's
+ * remaining time is counted from the read-back on the monotonic clock too. */
+static void test_done_forgotten_by_the_monotonic_clock(void **state)
+{
+    (void)state;
+    world *w = world_new();
+    fq_ledger_journal_marked(w->l, 1);
+    dispatched(w, "a", 10, "r1", 50);
+    complete(w, "a", 500, "r1", 50);
+    fq_ledger_flush(w->l, w->now, w->now_ms);
+    drain(w);
+    store_journal(w, find(w, FQ_LACT_JOURNAL, 0));
+    assert_true(acked(w, FQ_LEDGER_DONE, 500));
+    w->now_ms += 60000;                         /* the wall clock steps a minute forward */
+    tick_time(w, 100);
+    turn(w);
+    submit(w, "a", 20, "r1", 50);               /* its run id again, 100 ms later */
+    store_turn(w);
+    const fq_ledger_act *r = find(w, FQ_LACT_REFUSE, 0);
+    assert_non_null(r);
+    assert_int_equal(r->code, FQ_EEXIST);
+    assert_int_equal(count(w, FQ_LACT_DISPATCH), 0);
+    /* Its keep_done_ms (5 s) on the monotonic clock: then forgotten. */
+    tick_time(w, 5000);
+    turn(w);
+    submit(w, "a", 30, "r1", 50);
+    turn(w);
+    assert_null(find(w, FQ_LACT_REFUSE, 0));
+    assert_int_equal(count(w, FQ_LACT_DISPATCH), 1);
+    world_free(w);
+}
+
 /* A refusal the caller could not even queue leaves its submit unacked and
  * naks it, so that it comes back soon rather than after its consumer's
  * AckWait (dst_ledger seed 71: an hour, with no consumer reset to come). */
@@ -1709,7 +1746,7 @@ static void adopt_from(world *w, const world *from, uint32_t part, uint64_t term
     assert_int_equal(fq_ledger_adopt(w->l, part, term), FQ_EEXIST);
     fq_ledger_part_marked(w->l, part, mark);
     for (size_t i = 0; i < from->nrecs; i++)
-        fq_ledger_recover_record(w->l, &from->recs[i], from->rec_ms[i], w->now_ms);
+        fq_ledger_recover_record(w->l, &from->recs[i], from->rec_ms[i], w->now, w->now_ms);
     assert_false(fq_ledger_owns(w->l, part));
     fq_ledger_recovered(w->l, w->now, w->now_ms);
     assert_true(fq_ledger_owns(w->l, part));
@@ -2089,6 +2126,7 @@ int main(void)
         cmocka_unit_test(test_completed_unconfirmed_published_again),
         cmocka_unit_test(test_refusal_of_the_moment_kept),
         cmocka_unit_test(test_forgotten_early_still_seen),
+        cmocka_unit_test(test_done_forgotten_by_the_monotonic_clock),
         cmocka_unit_test(test_refusal_unsent_is_naked),
         cmocka_unit_test(test_early_completion_applied_on_duplicate),
         cmocka_unit_test(test_early_completion_forged_not_applied),
