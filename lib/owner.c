@@ -216,6 +216,18 @@ static void ow_lost(fq_owner *o, ow_slot *s, bool planned)
 /* What a lease step asks, as actions. */
 static void ow_step(fq_owner *o, ow_slot *s, const fq_lease_step *ls, uint64_t now)
 {
+    /* A late answer to what was sent before LOST was said may take the
+     * key (it aged out meanwhile): a slot dropped (a standby again at the
+     * next tick) or being handed off (released once the caller settled
+     * it). Not a partition gained, or it would be let go without a LOST;
+     * a dropped slot's standby reads the key, ours, and takes it in a new
+     * term, and a handed-off one releases it. */
+    if (ls->lead && (s->drop || s->handing)) {
+        fq_lease_step quiet = *ls;
+        quiet.lead = false;
+        ow_step(o, s, &quiet, now);
+        return;
+    }
     if (ls->lead && s->part != FQ_OWNER_REGISTRY) {
         fq_owner_act *a = ow_push(o, FQ_OWNER_GAINED, s);
         if (a) {
