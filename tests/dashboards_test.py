@@ -345,7 +345,12 @@ class LiveMetrics(unittest.TestCase):
         status, body = cls.get(cls.prom_url + "/api/v1/" + path + "?" + urllib.parse.urlencode(params))
         if not body:
             return "unreachable", None
-        j = json.loads(body)
+        try:
+            j = json.loads(body)
+        except ValueError:
+            # Until it is ready Prometheus answers its API in plain text
+            # (503, "Service Unavailable"): no answer yet.
+            return "unreachable", None
         return j["status"], j.get("data") if j["status"] == "success" else j.get("error")
 
     @classmethod
