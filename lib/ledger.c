@@ -381,7 +381,8 @@ const fq_ledger_act *fq_ledger_next(fq_ledger *l)
         fq_ledger_dispatch_hdrs(&x->d, x->a.tenant, x->a.run_id, x->a.workflow,
                                 x->a.subtenant, x->a.est,
                                 x->a.submitted_ms > 0 ? (uint64_t)x->a.submitted_ms : 0,
-                                x->a.dispatched_ms > 0 ? (uint64_t)x->a.dispatched_ms : 0);
+                                x->a.dispatched_ms > 0 ? (uint64_t)x->a.dispatched_ms : 0,
+                                x->a.possible_dup);
         x->a.hdrs = x->d.h;
         x->a.n_hdrs = x->d.n;
     }
@@ -398,7 +399,7 @@ bool fq_ledger_token_ours(uint64_t token)
 
 void fq_ledger_dispatch_hdrs(fq_ledger_dhdrs *d, const char *tenant, const char *run_id,
                              const char *workflow, const char *subtenant, uint64_t est,
-                             uint64_t submitted_ms, uint64_t dispatched_ms)
+                             uint64_t submitted_ms, uint64_t dispatched_ms, bool possible_dup)
 {
     fq_u64_dec(d->est, est);
     fq_u64_dec(d->sat, submitted_ms);
@@ -419,6 +420,8 @@ void fq_ledger_dispatch_hdrs(fq_ledger_dhdrs *d, const char *tenant, const char 
         d->h[d->n++] = (fq_ledger_hdr){FQ_HDR_WORKFLOW, workflow};
     if (subtenant[0])
         d->h[d->n++] = (fq_ledger_hdr){FQ_HDR_SUBTENANT, subtenant};
+    if (possible_dup)
+        d->h[d->n++] = (fq_ledger_hdr){FQ_HDR_POSSIBLE_DUPLICATE, "true"};
 }
 
 /* The hash of (tenant, run_id) under the ledger's key, never 0. The
@@ -1772,19 +1775,41 @@ static fq_ledger_act *lg_dispatch_act(fq_ledger *l, lg_run *x, const fq_ledger_b
     return a;
 }
 
+/* Whether a dispatch sent again now, whose first may have been stored as
+ * early as since_ms (unix ms), may be past JetStream's duplicate window:
+ * then it is marked Fair-Possible-Duplicate. FQ_LEDGER_CLOCK_MARGIN_MS
+ * early rather than late, for the proxy's and the server's clocks. */
+static bool lg_past_window(const fq_ledger *l, int64_t since_ms)
+{
+    uint64_t w = l->o.dup_window_ms ? l->o.dup_window_ms : l->o.keep_done_ms;
+    return l->now_ms + FQ_LEDGER_CLOCK_MARGIN_MS - since_ms >= (int64_t)w;
+}
+
 /* The submit s of run x, which the journal says was dispatched before a
  * restart, came again: its ack was lost, or its dispatch was never stored.
  * Which one is not known, so it is published again under its Nats-Msg-Id:
- * JetStream stores it once either way, and the PubAck acks the submit. */
+ * JetStream stores it once either way within the duplicate window, and the
+ * PubAck acks the submit. Past the window (from its flight record's time,
+ * which its first store cannot precede, or else its submit's) JetStream
+ * may store it twice: it is sent all the same (it may never have reached
+ * the workers), marked a possible duplicate, and counted. */
 static void lg_resend(fq_ledger *l, lg_run *x, const fq_ledger_submit *s)
 {
+    int64_t since = s->ts_ms;
+    if (x->state == LG_FLIGHT && !x->read_expired && x->submitted_ms > since)
+        since = x->submitted_ms;
     lg_delivery(x, &s->ack);
     x->submitted_ms = s->ts_ms;
-    if (!lg_seq_add(l, x) || !lg_dispatch_act(l, x, &s->raw)) {
+    fq_ledger_act *a = NULL;
+    if (!lg_seq_add(l, x) || !(a = lg_dispatch_act(l, x, &s->raw))) {
         /* Not now: JetStream delivers it again in a while. */
         lg_seq_del(l, x);
         lg_nak(l, FQ_LEDGER_SUBMIT, &s->ack, FQ_LEDGER_PARK_MAX_MS);
         return;
+    }
+    if (lg_past_window(l, since)) {
+        a->possible_dup = true;
+        l->c.possible_duplicates++;
     }
     x->resent = true;
     x->pending++;

@@ -86,7 +86,7 @@ typedef struct fq_ledger_hdr {
     const char *name, *value;
 } fq_ledger_hdr;
 
-#define FQ_LEDGER_DISPATCH_HDRS 8
+#define FQ_LEDGER_DISPATCH_HDRS 9
 
 /* The headers fairq sets on a dispatch, and the text of their values:
  * Nats-Msg-Id (tenant/run_id, first, since JetStream reads a header where
@@ -94,7 +94,9 @@ typedef struct fq_ledger_hdr {
  * Fair-Tenant, Fair-Run-Id, Fair-Est-Tokens, Fair-Submitted-At,
  * Fair-Dispatched-At, Fair-Workflow unless workflow is "", and
  * Fair-Subtenant unless subtenant is "" (the producer's claim, validated,
- * from its header or its body, so that workers find it in one place). */
+ * from its header or its body, so that workers find it in one place), and
+ * Fair-Possible-Duplicate: true when possible_dup (a run sent again whose
+ * first dispatch may be older than the duplicate window). */
 typedef struct fq_ledger_dhdrs {
     char est[FQ_U64_DEC_MAX], sat[FQ_U64_DEC_MAX], dat[FQ_U64_DEC_MAX];
     char msgid[FQ_TENANT_MAX + FQ_RUN_ID_MAX + 2];
@@ -103,11 +105,12 @@ typedef struct fq_ledger_dhdrs {
 } fq_ledger_dhdrs;
 
 /* Fill d for run run_id of tenant. Admission sizes a dispatch with
- * UINT64_MAX for the numbers it cannot know yet; the ledger's dispatch
+ * UINT64_MAX for the numbers it cannot know yet, and possible_dup true (a
+ * dispatch sent again may carry that header); the ledger's dispatch
  * actions carry the real ones. */
 void fq_ledger_dispatch_hdrs(fq_ledger_dhdrs *d, const char *tenant, const char *run_id,
                              const char *workflow, const char *subtenant, uint64_t est,
-                             uint64_t submitted_ms, uint64_t dispatched_ms);
+                             uint64_t submitted_ms, uint64_t dispatched_ms, bool possible_dup);
 
 /* The run id submit seq goes by: the producer's (sub->run_id), or one
  * derived from the submit stream's creation and seq. out holds
@@ -180,6 +183,7 @@ typedef struct fq_ledger_opts {
     uint64_t run_timeout_ms;    /* the lease; as the scheduler's run_timeout */
     uint64_t keep_done_ms;      /* completed ids and expired runs are remembered this long:
                                    max(duplicate window, run_timeout_ms) */
+    uint64_t dup_window_ms;     /* FAIR_DISPATCH's duplicate window; 0: keep_done_ms */
     uint64_t debt_forget_ms;    /* a debt of a tenant holding nothing is forgiven after it */
     uint64_t max_wait_ms;       /* admission: refuse past this estimated wait; 0: never */
     uint32_t max_expired;       /* expired runs remembered at most */
@@ -198,6 +202,9 @@ typedef struct fq_ledger_opts {
 #define FQ_LEDGER_RETRY_MS 250          /* first parking after a failed dispatch */
 #define FQ_LEDGER_PARK_MAX_MS 5000      /* longest parking; a nak's delay when not now */
 #define FQ_LEDGER_STALL_MS 1000         /* dispatches or batches failing this long: stalled */
+#define FQ_LEDGER_CLOCK_MARGIN_MS 2000  /* a dispatch sent again is marked a possible duplicate
+                                           this much before the duplicate window may end, for
+                                           the proxy's clock against the server's */
 #define FQ_LEDGER_EXPIRED_MAX 100000    /* expired runs remembered at most, by default */
 #define FQ_LEDGER_DONE_COPIES_PER_SEC 100   /* refused completions copied a second */
 #define FQ_LEDGER_DONE_DEFER_MS 500     /* a deferred completion comes back after this */
@@ -331,6 +338,8 @@ typedef struct fq_ledger_act {
     uint32_t est;               /* DISPATCH, RECONCILED: tokens charged */
     int64_t submitted_ms;       /* DISPATCH: JetStream's time of the submit */
     int64_t dispatched_ms;      /* DISPATCH */
+    bool possible_dup;          /* DISPATCH: sent again, its first dispatch perhaps older
+                                   than the duplicate window (Fair-Possible-Duplicate) */
     uint64_t actual;            /* RECONCILED: the tokens reported */
     bool late;                  /* RECONCILED: its lease had run out */
     enum fq_ledger_note note;   /* NOTE */
@@ -543,6 +552,8 @@ typedef struct fq_ledger_counters {
                                        again as they were, not queued again */
     uint64_t refusals_repeated; /* submits refused for the moment's state, come again:
                                    refused again by their refused record */
+    uint64_t possible_duplicates;   /* dispatches sent again past the duplicate window of
+                                       their first, marked Fair-Possible-Duplicate */
     uint64_t refusals_forgotten_early;  /* refused submits forgotten past
                                            FQ_LEDGER_REFUSED_MAX */
     uint64_t completions, completions_unheld, completions_duplicate, completions_invalid;

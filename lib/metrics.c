@@ -667,6 +667,10 @@ const fq_overall_row fq_overall_rows[] = {
     OV(COUNTER, refusals_repeated, "refusals_repeated", "fairq_refusals_repeated_total", NULL,
        "Submits refused for the state of the moment delivered again: refused again as "
        "their journalled refusal says, not decided anew."),
+    OV(COUNTER, possible_duplicates, "possible_duplicates",
+       "fairq_possible_duplicate_dispatches_total", NULL,
+       "Dispatches sent again (a run read back, its submit delivered again) when their first "
+       "may be older than the duplicate window: marked Fair-Possible-Duplicate."),
     OV(COUNTER, unowned, "unowned", "fairq_unowned_deliveries_total", NULL,
        "Submits and completions of a partition this replica does not own: dropped "
        "unanswered, for its owner."),

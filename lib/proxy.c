@@ -912,7 +912,7 @@ static fq_status px_dispatch_fits(size_t *size, fq_proxy *p, size_t len, const c
 {
     fq_ledger_dhdrs d;
     fq_ledger_dispatch_hdrs(&d, tenant, run_id, sub->workflow, sub->subtenant, UINT64_MAX,
-                            UINT64_MAX, UINT64_MAX);
+                            UINT64_MAX, UINT64_MAX, true);
     fq_nio_hdr h[FQ_LEDGER_DISPATCH_HDRS];
     for (size_t i = 0; i < d.n; i++)
         h[i] = (fq_nio_hdr){d.h[i].name, d.h[i].value};
@@ -1339,6 +1339,7 @@ static void px_overall(fq_metrics_overall *a, fq_proxy *p)
         .done_unconfirmed_resent = lc->done_unconfirmed_resent,
         .dispatch_unanswered = lc->dispatch_unanswered,
         .refusals_repeated = lc->refusals_repeated, .unowned = lc->unowned,
+        .possible_duplicates = lc->possible_duplicates,
         .records_foreign = lc->records_foreign, .parts_adopted = lc->parts_adopted,
         .parts_released = lc->parts_released, .released_queued = lc->released_queued,
         .released_dispatched = lc->released_dispatched,
@@ -1384,6 +1385,7 @@ static void px_ledger_shared(fq_ledger_opts *lo, const fq_config *c)
 {
     lo->run_timeout_ms = c->window.run_timeout_ms;
     lo->keep_done_ms = px_keep_done_of(c);
+    lo->dup_window_ms = c->streams.duplicate_window_ms;
     lo->max_expired = PX_EXPIRED_MAX;
     lo->classes = px_classes(c);
 }

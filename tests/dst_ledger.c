@@ -551,6 +551,7 @@ struct dst_world {
     uint64_t n_quiet_in_full;   /* a quiet tenant's submit admitted into a full buffer */
     uint64_t last_disp[DST_TENANTS_MAX];    /* calm worlds: each tenant's last dispatch's seq */
     uint64_t n_late_again;      /* see oracle_stored */
+    uint64_t n_marked;          /* stored again past the window, Fair-Possible-Duplicate */
     bool forgot_early;          /* a ledger forgot expired runs past max_expired */
     /* partitioned worlds: the owners' keys as the server keeps them (lib/owner's
        leases, modelled: a key ages out DST_LEASE_TTL after its owner's last renewal) */
@@ -791,7 +792,17 @@ static void oracle_stored(dst_world *w, const dst_proxy *p, const sj_puback *a)
                 if (p && !holds_lease(w, p, s))
                     s->stale_dispatch = true;
                 jseq_room(w, s->seq);
-                if (s->dispatched > 1 && !s->first_journalled &&
+                char pd[8] = "";
+                bool marked = sj_msg_header(m, FQ_HDR_POSSIBLE_DUPLICATE, pd, sizeof pd) &&
+                              strcmp(pd, "true") == 0;
+                if (s->dispatched > 1 && marked &&
+                    srv_now(w) - s->first_dispatch >= (int64_t)w->c.dup_window_ms) {
+                    /* Sent again by a ledger that knew of its first dispatch
+                     * and that the window may have passed: marked a possible
+                     * duplicate, as docs/protocol.md section 8 says (workers'
+                     * claims absorb it). Unmarked, it fails below. */
+                    w->n_marked++;
+                } else if (s->dispatched > 1 && !s->first_journalled &&
                     srv_now(w) - s->first_dispatch >= (int64_t)w->c.dup_window_ms) {
                     /* A leader stored its dispatch and died before its flight
                      * record was; the run was queued again and waited there past the
@@ -1407,7 +1418,7 @@ static void px_hand_in(dst_world *w, dst_proxy *p, int cons, uint32_t part, cons
                              (long long)(DST_CREATED_MS / 1000), d->sseq);
                 fq_ledger_dhdrs dh;
                 fq_ledger_dispatch_hdrs(&dh, tenant, run_id, sub.workflow, sub.subtenant,
-                                        UINT64_MAX, UINT64_MAX, UINT64_MAX);
+                                        UINT64_MAX, UINT64_MAX, UINT64_MAX, true);
                 fit_ctx fc = {.own = dh.h, .nown = dh.n};
                 size_t own = 0;
                 for (size_t i = 0; i < dh.n; i++)
@@ -1893,7 +1904,8 @@ static void px_start(dst_world *w, dst_proxy *p)
         .hash_key = {dst_rng_next(&w->rng), dst_rng_next(&w->rng)},
         .submit_created_ms = DST_CREATED_MS, .max_buffered_runs = w->c.max_buffered_runs,
         .max_buffered_bytes = w->c.max_buffered_bytes, .run_timeout_ms = w->c.run_timeout_ms,
-        .keep_done_ms = w->c.keep_ms, .debt_forget_ms = w->c.debt_forget_ms,
+        .keep_done_ms = w->c.keep_ms, .dup_window_ms = w->c.dup_window_ms,
+        .debt_forget_ms = w->c.debt_forget_ms,
         .max_expired = w->c.max_expired, .journal_room = (size_t)w->c.max_payload / 2,
         .partitions = w->c.parts,
     };
@@ -3131,13 +3143,14 @@ static uint64_t world_run(uint64_t seed, uint64_t steps, bool trace, bool verbos
                "%zu submits, %" PRIu64 " dispatched, %" PRIu64 " refusals, %" PRIu64
                " reconciled, %" PRIu64 " crashes, %" PRIu64 " server restarts, %" PRIu64
                " takeovers, %" PRIu64 " dispatches failed, %" PRIu64 " refused then dispatched, %" PRIu64
-               " dispatched again past the window, %" PRIu64 " given back, %" PRIu64 " quiet admitted into a full buffer\n",
+               " dispatched again past the window, %" PRIu64 " marked possible duplicates, %" PRIu64
+               " given back, %" PRIu64 " quiet admitted into a full buffer\n",
                seed, n, n - start, (w->t - w->quiet_t) / 1000, w->c.calm ? "calm" : "faults",
                w->c.proxies, w->c.parts, w->n_part_takeovers, w->n_part_released, w->n_moves,
                w->nsubs,
                w->n_dispatch, w->n_refused, w->n_reconciled, w->n_crashes, w->n_restarts,
                w->n_takeovers, w->n_dispatch_failed, w->n_redecided,
-               w->n_late_again, w->n_given_back,
+               w->n_late_again, w->n_marked, w->n_given_back,
                w->n_quiet_in_full);
     if (verbose && w->c.calm)
         printf("  fairness: worst gap %.2f of the bound over %" PRIu64 " pair checks\n",

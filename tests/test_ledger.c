@@ -1337,6 +1337,55 @@ static void test_redelivery_stored_new_restarts_its_lease(void **state)
     world_free(w);
 }
 
+/* The submit of run_id (seq) delivered again, stored by JetStream at ts_ms. */
+static void submit_stored_at(world *w, uint64_t seq, const char *run_id, int64_t ts_ms)
+{
+    fq_submit sub = {.est_tokens = 50};
+    snprintf(sub.run_id, sizeof sub.run_id, "%s", run_id);
+    fq_ledger_submit s = {.ack = {.sseq = seq, .cseq = seq, .delivered = 2}, .ts_ms = ts_ms,
+                          .tenant = "a", .status = FQ_OK, .sub = &sub, .size = 300,
+                          .subject = "fair.submit.a", .raw = {.body = "{}", .body_len = 2}};
+    fq_ledger_submit_in(w->l, &s, w->now, w->now_ms);
+    drain(w);
+}
+
+/* Read back with their flight records and no answer to their dispatch,
+ * two runs' submits come again: the one within the duplicate window
+ * (keep_done_ms, 5 s, here) of its flight record is published again under
+ * its Nats-Msg-Id as it was; the one whose flight record is older than the
+ * window less FQ_LEDGER_CLOCK_MARGIN_MS may be stored twice, and is marked
+ * Fair-Possible-Duplicate and counted. */
+static void test_resent_past_the_window_marked(void **state)
+{
+    (void)state;
+    world *w = world_new();
+    fq_ledger_journal_marked(w->l, 1);
+    int64_t t0 = w->now_ms;
+    submit(w, "a", 10, "r1", 50);
+    submit(w, "a", 11, "r2", 50);
+    turn(w);
+    assert_int_equal(count(w, FQ_LACT_DISPATCH), 2);
+    store_journal(w, find(w, FQ_LACT_JOURNAL, 0));  /* their flight records; no PubAcks */
+    world_crash(w);
+    recover(w);
+    tick_time(w, 500);
+    submit_stored_at(w, 10, "r1", t0);
+    const fq_ledger_act *d = find(w, FQ_LACT_DISPATCH, 0);
+    assert_non_null(d);
+    assert_false(d->possible_dup);
+    assert_null(dispatch_hdr(d, FQ_HDR_POSSIBLE_DUPLICATE));
+    assert_string_equal(dispatch_hdr(d, "Nats-Msg-Id"), "a/r1");
+    tick_time(w, 2500);                         /* 3 s: within 2 s of the window's end */
+    submit_stored_at(w, 11, "r2", t0);
+    d = find(w, FQ_LACT_DISPATCH, 0);
+    assert_non_null(d);
+    assert_true(d->possible_dup);
+    assert_string_equal(dispatch_hdr(d, FQ_HDR_POSSIBLE_DUPLICATE), "true");
+    assert_string_equal(dispatch_hdr(d, "Nats-Msg-Id"), "a/r2");
+    assert_int_equal(fq_ledger_counters_get(w->l)->possible_duplicates, 1);
+    world_free(w);
+}
+
 /* A completion of a run read back from the flight record of an attempt
  * whose publish had failed (forged, or a worker's of an earlier submit
  * with its run id) reconciles it, but its done record says its dispatch
@@ -2127,6 +2176,7 @@ int main(void)
         cmocka_unit_test(test_refusal_of_the_moment_kept),
         cmocka_unit_test(test_forgotten_early_still_seen),
         cmocka_unit_test(test_done_forgotten_by_the_monotonic_clock),
+        cmocka_unit_test(test_resent_past_the_window_marked),
         cmocka_unit_test(test_refusal_unsent_is_naked),
         cmocka_unit_test(test_early_completion_applied_on_duplicate),
         cmocka_unit_test(test_early_completion_forged_not_applied),

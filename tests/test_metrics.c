@@ -193,6 +193,7 @@ static void test_values_and_labels(void **state)
     s->all.dispatch_unanswered = 175;
     s->all.refusals_repeated = 176;
     s->all.unowned = 177;
+    s->all.possible_duplicates = 183;
     s->all.records_foreign = 178;
     s->all.parts_adopted = 179;
     s->all.parts_released = 180;
@@ -274,6 +275,7 @@ static void test_values_and_labels(void **state)
     assert_true(value_of(t, "fairq_dispatch_unanswered_total") == 175);
     assert_true(value_of(t, "fairq_refusals_repeated_total") == 176);
     assert_true(value_of(t, "fairq_unowned_deliveries_total") == 177);
+    assert_true(value_of(t, "fairq_possible_duplicate_dispatches_total") == 183);
     assert_true(value_of(t, "fairq_journal_foreign_records_total") == 178);
     assert_true(value_of(t, "fairq_partitions_adopted_total") == 179);
     assert_true(value_of(t, "fairq_partitions_released_total") == 180);
