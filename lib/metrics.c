@@ -596,6 +596,13 @@ const fq_overall_row fq_overall_rows[] = {
        "leads)."),
     OV(COUNTER, partition_handovers, "partition_handovers", "fairq_partition_handovers_total",
        NULL, "Partitions this replica took or gave up: moves, stops, takeovers, losses."),
+    OV(COUNTER, partitions_fenced, "partitions_fenced", "fairq_partitions_fenced_total", NULL,
+       "Partitions let go at once because their journal refused this replica's batch: "
+       "another replica owns them now. The others are served on."),
+    OV(COUNTER, handovers_unsettled, "partition_handovers_unsettled",
+       "fairq_partition_handovers_unsettled_total", NULL,
+       "Planned moves handed off before the partition's journal settled (2 s): its next "
+       "owner does again what was not stored."),
     OV(RATE, lease_renew_seconds, "lease_renew_seconds", "fairq_lease_renew_seconds", NULL,
        "Round trip of the last ownership key renewal the server confirmed."),
     OV(RATE, lease_renew_max_seconds, "lease_renew_max_seconds",

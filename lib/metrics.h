@@ -164,6 +164,8 @@ typedef struct fq_metrics_overall {
     bool lease_held;                /* this proxy is the dispatcher */
     uint64_t partitions_owned;      /* partitions whose ownership key we hold (lib/owner.h) */
     uint64_t partition_handovers;   /* counter: partitions taken or given up */
+    uint64_t partitions_fenced;     /* counter: let go when their journal fenced us */
+    uint64_t handovers_unsettled;   /* counter: planned moves handed off unsettled */
     double lease_renew_seconds;     /* the last confirmed renewal's round trip */
     double lease_renew_max_seconds; /* the longest since start */
     double dispatch_rate;           /* runs a second, smoothed */

@@ -649,6 +649,13 @@ const char *fq_owner_assigned(const fq_owner *o, int32_t part)
     return t == OW_NONE ? "" : o->live[t];
 }
 
+const char *fq_owner_holder(const fq_owner *o, int32_t part, uint64_t now)
+{
+    if (part < 0 || (uint32_t)part >= o->parts || o->parts == 1)
+        return "";
+    return ow_holder(o, (uint32_t)part, now);
+}
+
 const fq_lease *fq_owner_lease(const fq_owner *o, int32_t part)
 {
     uint32_t i = ow_slot_of(o, part);

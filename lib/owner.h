@@ -169,6 +169,10 @@ uint64_t fq_owner_term(const fq_owner *o, int32_t part);
 /* The replica the assignment gives part to, in our view ("" before it is
  * computed). */
 const char *fq_owner_assigned(const fq_owner *o, int32_t part);
+/* The replica holding partition part at now in our view: our id while we
+ * hold it, "" when free or not known (a view lags a handover by a watch's
+ * delivery: the admin plane forwards a tenant's requests by it). */
+const char *fq_owner_holder(const fq_owner *o, int32_t part, uint64_t now);
 /* The lease of part (state, holder last read), or NULL. */
 const fq_lease *fq_owner_lease(const fq_owner *o, int32_t part);
 uint32_t fq_owner_partitions(const fq_owner *o);

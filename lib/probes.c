@@ -54,8 +54,9 @@ struct fq_probes {
     atomic_int stalled[FQ_STALL__COUNT]; /* the last js_err + 1 of failing writes; 0: not */
     atomic_uint_fast64_t fresh_until;   /* the lease's fresh end; 0: not leading */
     atomic_uint_fast64_t lease_sent;    /* send time of its last confirmed write; 0: none */
-    pthread_mutex_t holder_mu;  /* guards holder */
+    pthread_mutex_t holder_mu;  /* guards holder and owners */
     char holder[FQ_LEASE_ID_MAX + 1];   /* standing by: who holds the lease; "": not known */
+    char owners[512];           /* partitions, none ours: who holds them; "": not known */
 };
 
 fq_status fq_probes_create(fq_probes **out, size_t max_tenant_series, uint64_t (*now_ms)(void))
@@ -136,6 +137,13 @@ void fq_probes_lease(fq_probes *pr, uint64_t fresh_until, uint64_t sent, const c
     pthread_mutex_unlock(&pr->holder_mu);
 }
 
+void fq_probes_owners(fq_probes *pr, const char *owners)
+{
+    pthread_mutex_lock(&pr->holder_mu);
+    snprintf(pr->owners, sizeof pr->owners, "%s", owners);
+    pthread_mutex_unlock(&pr->holder_mu);
+}
+
 /* ---- the HTTP threads' side ---- */
 
 /* Take the newest snapshot if one came since the last render, and render
@@ -200,11 +208,14 @@ fq_status fq_probes_metrics(fq_buf *out, void *arg)
     return out->failed ? FQ_ENOMEM : FQ_OK;
 }
 
-/* Standing by: who leads, if the lease could be read. */
+/* Standing by: who leads, if the lease could be read; with partitions, who
+ * holds them. */
 static enum fq_ready_reason pr_standby(fq_probes *pr, char *why, size_t whylen)
 {
     pthread_mutex_lock(&pr->holder_mu);
-    if (pr->holder[0])
+    if (pr->owners[0])
+        snprintf(why, whylen, "standby: owns no partition; %s", pr->owners);
+    else if (pr->holder[0])
         snprintf(why, whylen, "standby: %s holds the leader lease", pr->holder);
     pthread_mutex_unlock(&pr->holder_mu);
     if (why[0])

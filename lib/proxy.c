@@ -96,6 +96,7 @@
 #define PX_STOP_OFFLINE_MS 1000     /* ... cut short once NATS is unreachable this long */
 #define PX_STOP_RELEASE_MS 500      /* the lease release's PubAck */
 #define PX_STOP_FLUSH_MS 500        /* the acks written before the close */
+#define PX_HANDOVER_SETTLE_MS 2000  /* a planned move waits this long at most for its journal */
 #define PX_SUBMIT_ACK_WAIT_MS (3600LL * 1000)  /* px_start_consumers says why */
 #define PX_FETCH_BATCH 256          /* deliveries one pull request asks for at most */
 #define PX_DONE_MAX_ACK_PENDING 100000  /* completions delivered and not yet acked, at most */
@@ -164,6 +165,8 @@ typedef struct px_counters {
     uint64_t journal_refused;       /* journal records refused at start: invalid or unknown */
     uint64_t subtenant_refused;     /* submits refused for their sub-tenant claim */
     uint64_t share_refused;         /* heartbeats refused: invalid, or a peer too many */
+    uint64_t parts_fenced;          /* partitions let go because their journal fenced us */
+    uint64_t handovers_unsettled;   /* planned moves whose journal did not settle in time */
 } px_counters;
 
 struct fq_proxy {
@@ -240,8 +243,10 @@ struct fq_proxy {
     uint64_t part_want[PX_PARTS_MAX];  /* gained at this term, not adopted yet; 0: none */
     uint64_t part_loading[PX_PARTS_MAX]; /* adopted at this term: marker, then read back */
     bool part_drop[PX_PARTS_MAX];      /* lost: to let go */
-    bool part_planned[PX_PARTS_MAX];   /* ... on purpose: its key handed off once settled */
-    bool part_handing[PX_PARTS_MAX];   /* let go: hand its key off once its journal settled */
+    bool part_planned[PX_PARTS_MAX];   /* ... on purpose: settled first, then its key handed off */
+    uint64_t part_settle_until[PX_PARTS_MAX]; /* settling for a planned move until (mono ms):
+                                           its submits not fetched; 0: not settling */
+    uint64_t owners_next;              /* mono ms: the standby's phase and owners looked at */
     int duty_want;                     /* the leader key: 1 gained, -1 lost, 0 as it was */
     bool duty;                         /* we hold it: the admin requests are answered here */
     bool fetch_paused[2];       /* PX_CONS_*: the ledger paused fetching (every partition's) */
@@ -753,6 +758,18 @@ static bool px_note_health(fq_proxy *p, const fq_ledger_act *a)
                FQ_UINT("failed_for_ms", a->n));
         return true;
     case FQ_LNOTE_FENCED:
+        if (px_parts(p) > 1 && a->part < PX_PARTS_MAX) {
+            /* Another owner wrote this partition's journal: only this one
+             * is lost, let go at the next turn as a lost lease is; the
+             * others are ours still. */
+            fq_log(FQ_LOG_ERROR, "a partition's journal refused our batch: another replica "
+                   "owns it now; letting it go", FQ_INT("partition", (int)a->part),
+                   FQ_UINT("expected_last_seq", a->n));
+            p->c.parts_fenced++;
+            p->part_drop[a->part] = true;
+            p->part_planned[a->part] = false;
+            return true;
+        }
         fq_log(FQ_LOG_ERROR, "the runs journal refused our batch: another proxy leads and "
                "wrote it; changing nothing more, stopping", FQ_UINT("term", p->term),
                FQ_UINT("expected_last_seq", a->n));
@@ -823,7 +840,7 @@ static void px_pause(fq_proxy *p, int kind, bool paused)
 {
     p->fetch_paused[kind] = paused;
     for (uint32_t k = 0; k < px_parts(p) && k < PX_PARTS_MAX; k++)
-        if (p->part_term[k])
+        if (p->part_term[k] && !(kind == PX_CONS_SUBMIT && p->part_settle_until[k]))
             fq_nio_consume_pause(p->nio, PX_CONS_ID(kind, k), paused);
 }
 
@@ -1322,6 +1339,7 @@ static void px_overall(fq_metrics_overall *a, fq_proxy *p)
         .config_reloads = p->c.reloads, .config_reload_failures = p->c.reload_failures,
         .lease_held = p->leader, .dispatch_rate = p->rate_runs,
         .partitions_owned = os.owned, .partition_handovers = os.gained + os.lost,
+        .partitions_fenced = p->c.parts_fenced, .handovers_unsettled = p->c.handovers_unsettled,
         .lease_renew_seconds = (double)os.renew_ms_last / 1000.0,
         .lease_renew_max_seconds = (double)os.renew_ms_max / 1000.0,
         .dispatch_token_rate = p->rate_tokens, .completion_rate = p->rate_completed,
@@ -1721,10 +1739,57 @@ static bool px_consumers_ok(const fq_proxy *p)
     return any;
 }
 
+/* With partitions: whether we own none, nor are taking or letting one go. */
+static bool px_owns_none(const fq_proxy *p)
+{
+    for (uint32_t k = 0; k < px_parts(p) && k < PX_PARTS_MAX; k++)
+        if (p->part_term[k] || p->part_want[k] || p->part_loading[k] || p->part_drop[k])
+            return false;
+    return true;
+}
+
+/* Who holds the partitions in our view, for a standby's /readyz: "the 8
+ * partitions are held by rep-a (3), rep-b (5)". "" before any is seen. */
+static void px_owners_text(char *out, size_t cap, fq_proxy *p)
+{
+    const fq_owner *o = fq_leader_owner(p->ld);
+    uint64_t now = fq_nio_mono_ms();
+    uint32_t P = px_parts(p), held = 0;
+    size_t len = (size_t)snprintf(out, cap, "the %" PRIu32 " partitions are held by", P);
+    /* each holder once, counted at its first partition: P x holders */
+    for (uint32_t k = 0; k < P && len < cap; k++) {
+        const char *h = fq_owner_holder(o, (int32_t)k, now);
+        bool first = h[0] != '\0';
+        for (uint32_t j = 0; j < k && first; j++)
+            first = strcmp(fq_owner_holder(o, (int32_t)j, now), h) != 0;
+        if (!first)
+            continue;
+        uint32_t n = 0;
+        for (uint32_t j = k; j < P; j++)
+            n += strcmp(fq_owner_holder(o, (int32_t)j, now), h) == 0;
+        held += n;
+        len += (size_t)snprintf(out + len, cap - len, "%s %s (%" PRIu32 ")", held > n ? "," : "",
+                                h, n);
+    }
+    if (!held)
+        out[0] = '\0';
+    else if (held < P && len < cap)
+        snprintf(out + len, cap - len, "; %" PRIu32 " not held", P - held);
+}
+
 /* The leader is ready while connected with the consumers of every
- * partition it owns in place. */
+ * partition it owns in place. With partitions, a replica that owns none
+ * stands by, ready (a healthy sidecar doing its job): its /readyz says who
+ * holds them. */
 static void px_phase_leader(fq_proxy *p)
 {
+    if (p->connected && px_parts(p) > 1 && p->ld && px_owns_none(p)) {
+        char owners[512];
+        px_owners_text(owners, sizeof owners, p);
+        fq_probes_owners(p->probes, owners);
+        px_phase(p, FQ_PHASE_STANDBY);
+        return;
+    }
     px_phase(p, !p->connected ? FQ_PHASE_DISCONNECTED
                 : px_consumers_ok(p) ? FQ_PHASE_SERVING : FQ_PHASE_CONSUMERS);
 }
@@ -1960,6 +2025,7 @@ static void px_lease_lead(void *arg, int32_t part, uint64_t term, bool again)
             p->duty_want = 1;
         } else if (part >= 0 && (uint32_t)part < PX_PARTS_MAX) {
             p->part_drop[part] |= again;
+            p->part_planned[part] &= !again;
             p->part_want[part] = term;
         }
         return;
@@ -2479,10 +2545,42 @@ static void px_duty_apply(fq_proxy *p)
     }
 }
 
-/* Partition k let go: the ledger's part, then its consumers. */
+/* A planned move of partition k settles first: its submits are no longer
+ * fetched, its completions and PubAcks still served, until the ledger says
+ * its journal is settled (every record stored and answered), so that the
+ * next owner reads back all of it (its latest debts too), or until
+ * PX_HANDOVER_SETTLE_MS passed (what is unsent then stays unacked for the
+ * next owner). True while it waits. */
+static bool px_part_settling(fq_proxy *p, uint32_t k, uint64_t now)
+{
+    if (!p->part_planned[k] || !p->part_term[k])
+        return false;
+    if (!p->part_settle_until[k]) {
+        p->part_settle_until[k] = now + PX_HANDOVER_SETTLE_MS;
+        fq_nio_consume_pause(p->nio, PX_CONS_ID(PX_CONS_SUBMIT, k), true);
+        return true;
+    }
+    fq_ledger_part_stats ps;
+    fq_ledger_part_stats_get(&ps, p->ledger, k);
+    bool settled = ps.settled || ps.fenced || !ps.owned;
+    if (!settled && now < p->part_settle_until[k])
+        return true;
+    p->c.handovers_unsettled += !settled;
+    fq_log(settled ? FQ_LOG_INFO : FQ_LOG_WARN,
+           settled ? "a partition's journal settled for its move; handing it over"
+                   : "a partition's journal did not settle for its move in time; handing it "
+                     "over, its next owner does again what was not stored",
+           FQ_INT("partition", (int)k), FQ_BOOL("settled", settled),
+           FQ_UINT("waited_ms", now + PX_HANDOVER_SETTLE_MS - p->part_settle_until[k]));
+    return false;
+}
+
+/* Partition k let go: the ledger's part, then its consumers, then, on a
+ * planned move, its key handed off. */
 static void px_part_drop(fq_proxy *p, uint32_t k)
 {
     p->part_drop[k] = false;
+    p->part_settle_until[k] = 0;
     fq_ledger_release(p->ledger, k, fq_nio_mono_ms(), fq_nio_unix_ms());
     px_actions(p);
     px_part_lose(p, k);
@@ -2491,8 +2589,11 @@ static void px_part_drop(fq_proxy *p, uint32_t k)
         p->jmarks--;
     }
     p->part_loading[k] = 0;
-    p->part_handing[k] = p->part_planned[k];
+    if (p->part_planned[k])
+        fq_leader_handoff(p->ld, (int32_t)k);
     p->part_planned[k] = false;
+    if (p->leader)
+        px_phase_leader(p);
 }
 
 static void px_parts_apply(fq_proxy *p)
@@ -2501,18 +2602,16 @@ static void px_parts_apply(fq_proxy *p)
     uint32_t P = px_parts(p) < PX_PARTS_MAX ? px_parts(p) : PX_PARTS_MAX;
     bool loading = false, unmarked = false;
     px_duty_apply(p);
+    uint64_t now = fq_nio_mono_ms();
+    if (now >= p->owners_next) {
+        /* a standby's word on who holds what, kept current */
+        p->owners_next = now + 1000;
+        px_phase_leader(p);
+    }
     for (uint32_t k = 0; k < P; k++) {
-        if (p->part_drop[k])
+        if (p->part_drop[k] && !px_part_settling(p, k, now))
             px_part_drop(p, k);
-        if (p->part_handing[k]) {
-            fq_ledger_part_stats ps;
-            fq_ledger_part_stats_get(&ps, p->ledger, k);
-            if (ps.settled) {
-                p->part_handing[k] = false;
-                fq_leader_handoff(p->ld, (int32_t)k);
-            }
-        }
-        if (p->part_want[k] && !p->part_handing[k] &&
+        if (p->part_want[k] && !p->part_drop[k] &&
             fq_ledger_adopt(p->ledger, k, p->part_want[k]) == FQ_OK) {
             p->part_loading[k] = p->part_want[k];
             p->part_want[k] = 0;

@@ -17,13 +17,15 @@
 
 #include <cmocka.h>
 
+#include "opstest.h"
+#include "partition.h"
 #include "proxyfixture.h"
 
 #define P 8
 #define TTL_MS 3000
 
 static const char yaml_fmt[] =
-    "partitions: 8\n"
+    "partitions: %d\n"
     "replica_id: %s\n"
     "scheduler:\n  default_plan: free\n"
     "window:\n  max_in_flight: 8\n"
@@ -32,24 +34,41 @@ static const char yaml_fmt[] =
 static char dir[] = "/tmp/fairq-it-replicas-XXXXXX";
 static char conf[256];
 static pt_proxy more[3];        /* rep-b, rep-c, rep-d; the fixture's proxy is rep-a */
+static int parts = P;           /* the deployment's, for the next setup */
+
+/* The debtors' runs overrun their estimate: each ends in debt. */
+static uint64_t actual_of(void *arg, const char *tenant, uint32_t est)
+{
+    (void)arg;
+    return tenant[0] == 'd' ? est + 7000 : est;
+}
 
 static int setup(void **state)
 {
+    strcpy(dir, "/tmp/fairq-it-replicas-XXXXXX");
     if (!mkdtemp(dir))
         return -1;
+    setenv("FAIRQ_HTTP_LISTEN", "127.0.0.1:0", 1);     /* every replica's probes */
     snprintf(conf, sizeof conf, "%s/mapping.conf", dir);
     FILE *f = fopen(conf, "w");
     if (!f)
         return -1;
     fprintf(f, "mappings {\n"
-               "  \"fair.submit.*\": \"fair.submit.{{partition(8,1)}}.{{wildcard(1)}}\"\n"
-               "  \"fair.done.*\": \"fair.done.{{partition(8,1)}}.{{wildcard(1)}}\"\n"
-               "}\n");
+               "  \"fair.submit.*\": \"fair.submit.{{partition(%d,1)}}.{{wildcard(1)}}\"\n"
+               "  \"fair.done.*\": \"fair.done.{{partition(%d,1)}}.{{wildcard(1)}}\"\n"
+               "}\n", parts, parts);
     fclose(f);
     char yaml[512];
-    snprintf(yaml, sizeof yaml, yaml_fmt, "rep-a");
-    pt_worker_opts wo = {.concurrency = 8, .service_ms = 1};
+    snprintf(yaml, sizeof yaml, yaml_fmt, parts, "rep-a");
+    pt_worker_opts wo = {.concurrency = 8, .service_ms = 1, .actual = actual_of};
     return pf_setup_server(state, (const char *const[]){"-c", conf, NULL}, yaml, &wo);
+}
+
+/* Two partitions for three replicas: one owns none. */
+static int setup_two(void **state)
+{
+    parts = 2;          /* back to P at the teardown */
+    return setup(state);
 }
 
 static int teardown(void **state)
@@ -58,6 +77,8 @@ static int teardown(void **state)
         if (nt_proc_alive(&more[i].proc))
             pt_proxy_stop(&more[i]);
     pf_teardown(state, false);
+    unsetenv("FAIRQ_HTTP_LISTEN");
+    parts = P;
     remove(conf);
     rmdir(dir);
     return 0;
@@ -66,7 +87,7 @@ static int teardown(void **state)
 static void start(pt_proxy *px, pf_fixture *f, const char *id)
 {
     char yaml[512];
-    snprintf(yaml, sizeof yaml, yaml_fmt, id);
+    snprintf(yaml, sizeof yaml, yaml_fmt, parts, id);
     assert_int_equal(pt_proxy_start(px, f->srv, id, yaml), 0);
     assert_int_equal(pt_log_wait(px, "fairq-proxy running", 15000), 0);
 }
@@ -184,6 +205,51 @@ static void moves_read(moves *m)
     }
 }
 
+/* The value of /metrics line `name` (the whole series name, with its
+ * labels) of the replica on port; false if it has none now. */
+static bool metric_of(int port, const char *name, long long *out)
+{
+    int status = 0;
+    char *body = NULL;
+    bool ok = false;
+    if (ot_http_get(port, "/metrics", &status, &body) == 0 && status == 200 && body) {
+        size_t len = strlen(name);
+        for (const char *at = body; (at = strstr(at, name)) != NULL; at += len)
+            if ((at == body || at[-1] == '\n') && at[len] == ' ') {
+                *out = atoll(at + len + 1);
+                ok = true;
+                break;
+            }
+    }
+    if (!ok && getenv("IT_REPLICAS_TRACE"))
+        print_message("%s not in: %s\n", name, body ? body : "(none)");
+    free(body);
+    return ok;
+}
+
+/* Debtor d<n> of partition k: the first such name. */
+static void debtor_of(char *out, size_t cap, int k)
+{
+    for (int n = 0;; n++) {
+        snprintf(out, cap, "d%d", n);
+        if (fq_partition_of(out, strlen(out), P) == (uint32_t)k)
+            return;
+    }
+}
+
+/* Tenant's deficit at the replica on port, once its series shows a debt,
+ * waited for up to 5 s (a snapshot a second); false if none came. */
+static bool debt_at(int port, const char *tenant, long long *out)
+{
+    char name[128];
+    snprintf(name, sizeof name, "fairq_tenant_deficit_tokens{tenant=\"%s\",plan=\"free\"}",
+             tenant);
+    for (long long end = nt_now_ms() + 5000; nt_now_ms() < end; nt_sleep_ms(100))
+        if (metric_of(port, name, out) && *out < 0)
+            return true;
+    return false;
+}
+
 static void test_replicas_share_take_over_and_join(void **state)
 {
     pf_fixture *f = *state;
@@ -226,6 +292,26 @@ static void test_replicas_share_take_over_and_join(void **state)
     wait_shared(f, two, 2, 10000);
     serve(f, 40, 40, 40);
 
+    /* A debtor in each partition (runs r-160 to r-175), each ending in
+     * debt, as its owner (rep-a or rep-b) reconciled it. */
+    int port[4] = {ot_http_port(&f->px, 5000), ot_http_port(&more[0], 5000), 0, 0};
+    assert_true(port[0] > 0 && port[1] > 0);
+    char debtor[P][16];
+    long long debt[P];
+    owners(f, own, seq);
+    for (int k = 0; k < P; k++) {
+        debtor_of(debtor[k], sizeof debtor[k], k);
+        for (int i = 0; i < 2; i++) {
+            char body[64];
+            snprintf(body, sizeof body, "{\"run_id\":\"r-%d\"}", 160 + 2 * k + i);
+            assert_int_equal(pt_submit_async(&f->c, debtor[k], body, strlen(body), NULL), 0);
+        }
+    }
+    assert_int_equal(pt_submit_flush(&f->c), 0);
+    assert_int_equal(pt_worker_wait_completed(f->w, 80 + 2 * P, 20000), 0);
+    for (int k = 0; k < P; k++)
+        assert_true(debt_at(port[strcmp(own[k], "rep-a") == 0 ? 0 : 1], debtor[k], &debt[k]));
+
     /* rep-d joins under load: it takes its share, nothing lost or doubled */
     pf_submit_runs(f, 80, 40, 16);
     moves mv;
@@ -233,13 +319,35 @@ static void test_replicas_share_take_over_and_join(void **state)
     start(&more[2], f, "rep-d");
     const char *joined[] = {"rep-a", "rep-b", "rep-d"};
     wait_shared(f, joined, 3, 15000);
-    assert_int_equal(pt_worker_wait_completed(f->w, 120, 20000), 0);
-    serve(f, 120, 40, 120);
+    assert_int_equal(pt_worker_wait_completed(f->w, 120 + 2 * P, 20000), 0);
+    serve(f, 120, 40, 120 + 2 * P);
     owners(f, own, seq);
     print_message("joined: a %d, b %d, d %d\n", count(own, "rep-a"), count(own, "rep-b"),
                   count(own, "rep-d"));
     pf_wait_empty(f, "FAIR_SUBMIT");
-    pf_assert_each_dispatched_once(f, 160);
+    pf_assert_each_dispatched_once(f, 160 + 2 * P);
+    /* Each debt survived its partition's planned move: rep-d has the
+     * debt the old owner reconciled; each old owner settled its journal
+     * before it handed a partition over. */
+    port[3] = ot_http_port(&more[2], 5000);
+    assert_true(port[3] > 0);
+    for (int k = 0; k < P; k++) {
+        if (strcmp(own[k], "rep-d") != 0)
+            continue;
+        long long now = 0;
+        assert_true(debt_at(port[3], debtor[k], &now));
+        print_message("partition %d moved to rep-d: %s's debt %lld, was %lld\n", k, debtor[k],
+                      now, debt[k]);
+        assert_true(now == debt[k]);
+    }
+    long long unsettled = -1;
+    for (int i = 0; i < 2; i++) {
+        assert_true(metric_of(port[i], "fairq_partition_handovers_unsettled_total", &unsettled));
+        assert_true(unsettled == 0);
+    }
+    assert_true(pt_log_count(&f->px, "journal settled for its move") +
+                    pt_log_count(&more[0], "journal settled for its move") >=
+                count(own, "rep-d"));
     /* the joiner's share came by handovers, one at a time */
     moves_read(&mv);
     print_message("%d planned moves, at most %d at once\n", mv.count, mv.most);
@@ -248,10 +356,113 @@ static void test_replicas_share_take_over_and_join(void **state)
     natsSubscription_Destroy(mv.sub);
 }
 
+/* /readyz of the replica on port: its status, and whether its body holds text. */
+static bool readyz(int port, int want_status, const char *text)
+{
+    int status = 0;
+    char *body = NULL;
+    bool ok = ot_http_get(port, "/readyz", &status, &body) == 0 && status == want_status &&
+              body && strstr(body, text);
+    if (!ok && getenv("IT_REPLICAS_TRACE"))
+        print_message("/readyz: %d %s\n", status, body ? body : "");
+    free(body);
+    return ok;
+}
+
+/* With more replicas than partitions, one owns none: it is a standby, ready
+ * (issue 12 point 4), saying who holds the partitions; fairq_ready says so
+ * too. Once an owner dies it takes that partition and serves. */
+static void test_replica_owning_none_is_a_ready_standby(void **state)
+{
+    pf_fixture *f = *state;
+    pt_proxy *px[3] = {&f->px, &more[0], &more[1]};
+    const char *ids[3] = {"rep-a", "rep-b", "rep-c"};
+    start(&more[0], f, "rep-b");
+    start(&more[1], f, "rep-c");
+    int port[3];
+    for (int i = 0; i < 3; i++)
+        assert_true((port[i] = ot_http_port(px[i], 5000)) > 0);
+    /* once the moves are over, the replica that owns none says so */
+    char own[P][64], text[256];
+    uint64_t seq[P];
+    int idle = -1;
+    bool ok = false;
+    for (long long end = nt_now_ms() + 15000; !ok && nt_now_ms() < end; nt_sleep_ms(100)) {
+        owners(f, own, seq);
+        idle = -1;
+        for (int i = 0; i < 3 && own[0][0] && own[1][0]; i++)
+            if (count(own, ids[i]) == 0)
+                idle = i;
+        snprintf(text, sizeof text, "standby: owns no partition; the 2 partitions are held "
+                 "by %s (1), %s (1)", own[0], own[1]);
+        ok = idle >= 0 && readyz(port[idle], 200, text);
+    }
+    assert_true(ok);
+    long long v = 0;
+    assert_true(metric_of(port[idle], "fairq_ready{reason=\"standby\"}", &v) && v == 1);
+    assert_true(metric_of(port[idle], "fairq_ready{reason=\"consumers\"}", &v) && v == 0);
+    /* partition 0's owner dies: the standby takes a partition, and serves */
+    for (int i = 0; i < 3; i++)
+        if (strcmp(own[0], ids[i]) == 0)
+            assert_int_equal(pt_proxy_kill(px[i]), 0);
+    ok = false;
+    for (long long end = nt_now_ms() + TTL_MS + 5000; !ok && nt_now_ms() < end; nt_sleep_ms(100))
+        ok = readyz(port[idle], 200, "ready") && !readyz(port[idle], 200, "standby");
+    assert_true(ok);
+}
+
+/* With P > 1, a journal batch refused (another wrote the partition's
+ * journal) lets that partition go, at once, and only it: the replica keeps
+ * serving the others instead of exiting, and counts it. */
+static void test_fenced_partition_let_go_alone(void **state)
+{
+    pf_fixture *f = *state;
+    const char *one[] = {"rep-a"};
+    wait_shared(f, one, 1, 15000);
+    int port = ot_http_port(&f->px, 5000);
+    assert_true(port > 0);
+    /* partition 3 served (adopted, read back, consumed), then another
+     * writer's marker on its journal subject, then a run of it */
+    char fenced[16], body[64];
+    debtor_of(fenced, sizeof fenced, 3);
+    for (int i = 0; i < 2; i++) {
+        if (i)
+            pf_publish(f, "fairq.runs.3", "{\"v\":1,\"entries\":[]}");
+        snprintf(body, sizeof body, "{\"run_id\":\"r-%d\"}", 1000 + i);
+        assert_int_equal(pt_submit_async(&f->c, fenced, body, strlen(body), NULL), 0);
+        assert_int_equal(pt_submit_flush(&f->c), 0);
+        if (!i)
+            assert_int_equal(pt_worker_wait_completed(f->w, 1, 20000), 0);
+    }
+    assert_int_equal(pt_log_wait(&f->px, "a partition's journal refused our batch", 10000), 0);
+    long long v = 0;
+    bool ok = false;
+    for (long long end = nt_now_ms() + 5000; !ok && nt_now_ms() < end; nt_sleep_ms(100))
+        ok = metric_of(port, "fairq_partitions_fenced_total", &v) && v == 1;
+    assert_true(ok);
+    /* the other partitions' tenants are served on, by the same process */
+    int n = 0;
+    for (int i = 0; n < 12; i++) {
+        char tenant[16];
+        snprintf(tenant, sizeof tenant, "t%d", i);
+        if (fq_partition_of(tenant, strlen(tenant), P) == 3)
+            continue;
+        snprintf(body, sizeof body, "{\"run_id\":\"r-%d\"}", n++);
+        assert_int_equal(pt_submit_async(&f->c, tenant, body, strlen(body), NULL), 0);
+    }
+    assert_int_equal(pt_submit_flush(&f->c), 0);
+    assert_int_equal(pt_worker_wait_completed(f->w, 13, 20000), 0);
+    assert_true(nt_proc_alive(&f->px.proc));
+    assert_int_equal(pt_log_count(&f->px, "another proxy leads and wrote it"), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_replicas_share_take_over_and_join, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_replica_owning_none_is_a_ready_standby, setup_two,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_fenced_partition_let_go_alone, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

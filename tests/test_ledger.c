@@ -1945,6 +1945,78 @@ static void test_part_debt_across_handover(void **state)
     world_free(b);
 }
 
+/* Two runs of x (partition 2 of 4) dispatched by w, which owns it from
+ * term 1; r1's overrun reconciled and its debt stored; r2's overrun
+ * reconciled, its done record and debt not yet in a batch. Returns the
+ * debt stored before r2's, and the debt now in *now. */
+static int64_t two_debts(world *w, const char *x, int64_t *now)
+{
+    adopt_from(w, w, 2, 1, 10);
+    dispatched(w, x, 10, "r1", 50);
+    dispatched(w, x, 11, "r2", 50);
+    complete(w, x, 700, "r1", 5000);
+    fq_ledger_flush(w->l, w->now, w->now_ms);
+    drain(w);
+    store_journal(w, find(w, FQ_LACT_JOURNAL, 0));
+    int64_t stored = deficit(w, x);
+    complete(w, x, 701, "r2", 5000);
+    *now = deficit(w, x);
+    assert_true(*now < stored);
+    return stored;
+}
+
+/* A planned move (lib/proxy.c) lets the partition's journal settle before
+ * it releases it: the debt of the last completion reconciled is then
+ * stored, and its next owner reads it back. Released at once instead (as
+ * at a death or a lost lease, where it cannot be helped), that record is
+ * dropped unsent, and the next owner starts the tenant from the debt
+ * before it (issue 16, the handover's order). */
+static void test_part_planned_release_after_settle(void **state)
+{
+    (void)state;
+    enum { P = 4 };
+    char x[16];
+    tenant_in(x, sizeof x, "x", 2, P);
+    fq_ledger_part_stats ps;
+    /* Released at once: the last debt is lost to the next owner. */
+    world *a = world_new_parts(P), *b = world_new_parts(P);
+    int64_t debt = 0, stored = two_debts(a, x, &debt);
+    fq_ledger_part_stats_get(&ps, a->l, 2);
+    assert_false(ps.settled);
+    fq_ledger_release(a->l, 2, a->now, a->now_ms);
+    drain(a);
+    fq_ledger_part_stats_get(&ps, a->l, 2);
+    assert_true(ps.settled);            /* at once: nothing is waited for after a release */
+    adopt_from(b, a, 2, 2, 20);
+    assert_int_equal(deficit(b, x), stored);
+    world_free(a);
+    world_free(b);
+    /* Settled first: flushed, stored, then released; the next owner has it. */
+    a = world_new_parts(P);
+    b = world_new_parts(P);
+    assert_int_equal(two_debts(a, x, &debt), stored);
+    fq_ledger_flush(a->l, a->now, a->now_ms);
+    drain(a);
+    const fq_ledger_act *j = find(a, FQ_LACT_JOURNAL, 0);
+    assert_non_null(j);
+    fq_ledger_part_stats_get(&ps, a->l, 2);
+    assert_false(ps.settled);           /* sent, not answered yet */
+    size_t before = a->nrecs;
+    store_journal(a, j);
+    fq_ledger_part_stats_get(&ps, a->l, 2);
+    assert_true(ps.settled);
+    assert_int_equal(a->recs[a->nrecs - 1].type, FQ_JREC_DEBT);
+    assert_int_equal(a->recs[a->nrecs - 1].deficit, debt);
+    assert_true(a->nrecs > before);
+    fq_ledger_release(a->l, 2, a->now, a->now_ms);
+    drain(a);
+    assert_int_equal(count(a, FQ_LACT_JOURNAL), 0);
+    adopt_from(b, a, 2, 2, 20);
+    assert_int_equal(deficit(b, x), debt);
+    world_free(a);
+    world_free(b);
+}
+
 /* Letting a partition go naks its queued runs, each tenant's in its
  * queue's order, at once (its next owner takes them); its runs in flight
  * are let go unanswered; another partition's runs stay queued and are
@@ -2184,6 +2256,7 @@ int main(void)
         cmocka_unit_test(test_completion_again_while_its_record_waits),
         cmocka_unit_test(test_part_adopt_release_round_trip),
         cmocka_unit_test(test_part_debt_across_handover),
+        cmocka_unit_test(test_part_planned_release_after_settle),
         cmocka_unit_test(test_part_release_naks_queued_in_order),
         cmocka_unit_test(test_part_journal_fenced_per_partition),
         cmocka_unit_test(test_part_released_refusal_not_retried),

@@ -52,6 +52,14 @@ static void test_readiness(void **state)
     assert_string_equal(why, "standby: other:1 holds the leader lease");
     char text[256];
     assert_true(fq_probes_ready(text, sizeof text, pr));
+    /* With partitions, owning none: a standby, ready, saying who holds
+     * them (issue 12 point 4); with its lease not fresh, as it holds none. */
+    fq_probes_owners(pr, "the 8 partitions are held by rep-a (4), rep-b (4)");
+    assert_int_equal(ready_at(pr, 1000, why), FQ_READY_STANDBY);
+    assert_string_equal(why, "standby: owns no partition; the 8 partitions are held by "
+                             "rep-a (4), rep-b (4)");
+    assert_true(fq_probes_ready(text, sizeof text, pr));
+    fq_probes_owners(pr, "");
     /* Leading: ready while fresh, not once the lease is stale. */
     fq_probes_phase(pr, FQ_PHASE_SERVING);
     fq_probes_lease(pr, 3500, 1000, NULL);
