@@ -2206,13 +2206,17 @@ static fq_status px_lease_bucket(fq_proxy *p)
     const fq_config *c = &p->cfg;
     uint32_t rep = c->streams.replicas;
     char warn[1024];
-    if (fq_nio_kv_ensure(p->nio, c->streams.lease_bucket, c->streams.lease_ttl_ms, 0, 0, rep,
-                         warn, sizeof warn) != FQ_OK) {
+    /* Retried as the streams are: a cluster that cannot place its
+     * replicas yet (a node down or not yet known) is not ready, not a
+     * bucket that cannot be made. */
+    while (fq_nio_kv_ensure(p->nio, c->streams.lease_bucket, c->streams.lease_ttl_ms, 0, 0,
+                            rep, warn, sizeof warn) != FQ_OK) {
         if (px_denied_at_start(p))
             return FQ_EINVAL;
-        fq_log(FQ_LOG_ERROR, "cannot create the lease bucket",
+        fq_log(FQ_LOG_WARN, "lease bucket not ready; retrying",
                FQ_STR("bucket", c->streams.lease_bucket), FQ_STR("reason", warn));
-        return FQ_EIO;
+        if (!px_sleep_unless_stopped(p, 1000))
+            return FQ_EIO;
     }
     /* A bucket made before keeps its TTL. Freshness counts on the key
      * living lease_ttl_ms: a bucket that ages keys out sooner would let a

@@ -44,10 +44,10 @@ static bool cl_stop(cl_fixture *x, int *code)
 /* Until the proxy says it runs, or it exits (its last log lines printed:
  * a start that failed is a failure now, not a wait for a line that will
  * never come). The deadline is a safety net; progress is the log. */
-static int cl_wait_running(pt_proxy *px, int timeout_ms)
+static int cl_wait_running_n(pt_proxy *px, int n, int timeout_ms)
 {
     for (long long end = nt_now_ms() + timeout_ms; nt_now_ms() < end; nt_sleep_ms(20)) {
-        if (pt_log_count(px, "fairq-proxy running") > 0)
+        if (pt_log_count(px, "fairq-proxy running") >= n)
             return 0;
         if (!nt_proc_alive(&px->proc)) {
             fprintf(stderr, "it_cluster: the proxy exited while starting; its log:\n");
@@ -58,9 +58,14 @@ static int cl_wait_running(pt_proxy *px, int timeout_ms)
             return -1;
         }
     }
-    fprintf(stderr, "it_cluster: \"fairq-proxy running\" not in %s after %d ms\n", px->log,
-            timeout_ms);
+    fprintf(stderr, "it_cluster: \"fairq-proxy running\" not %d times in %s after %d ms\n", n,
+            px->log, timeout_ms);
     return -1;
+}
+
+static int cl_wait_running(pt_proxy *px, int timeout_ms)
+{
+    return cl_wait_running_n(px, 1, timeout_ms);
 }
 
 static int setup(void **state)
@@ -173,11 +178,42 @@ static void test_start_waits_for_a_node_down(void **state)
     assert_int_equal(pt_proxy_stop(&b->px), 0);
 }
 
+/* The same for the lease bucket, made after the streams: with the streams
+ * there (a proxy ran before) and the bucket gone, a node down leaves the
+ * bucket unplaceable while every stream serves. The proxy waits, saying
+ * why, and starts once the node is back (it exited with "cannot create
+ * the lease bucket"). */
+static void test_start_waits_for_the_lease_bucket(void **state)
+{
+    cl_bare *b = *state;
+    assert_int_equal(pt_proxy_start_url(&b->px, natscluster_node(b->cl, 0),
+                                        natscluster_urls(b->cl), "proxy", yaml),
+                     0);
+    assert_int_equal(cl_wait_running(&b->px, 60000), 0);
+    assert_int_equal(pt_proxy_stop(&b->px), 0);
+    pt_client c;
+    assert_int_equal(pt_connect(&c, natscluster_node(b->cl, 0)), 0);
+    assert_int_equal(js_DeleteKeyValue(c.js, "fairq_lease"), NATS_OK);
+    pt_close(&c);
+    assert_int_equal(natstest_stop(natscluster_node(b->cl, 2)), 0);
+    assert_int_equal(pt_proxy_start_url(&b->px, natscluster_node(b->cl, 0),
+                                        natscluster_urls(b->cl), "proxy", yaml),
+                     0);
+    assert_int_equal(pt_log_wait(&b->px, "lease bucket not ready; retrying", 30000), 0);
+    assert_true(nt_proc_alive(&b->px.proc));
+    assert_int_equal(natstest_restart(natscluster_node(b->cl, 2)), 0);
+    assert_int_equal(cl_wait_running_n(&b->px, 2, 60000), 0);
+    assert_int_equal(pt_log_count(&b->px, "cannot create the lease bucket"), 0);
+    assert_int_equal(pt_proxy_stop(&b->px), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_runs_served_on_a_cluster, setup, teardown),
         cmocka_unit_test_setup_teardown(test_start_waits_for_a_node_down, setup_bare,
+                                        teardown_bare),
+        cmocka_unit_test_setup_teardown(test_start_waits_for_the_lease_bucket, setup_bare,
                                         teardown_bare),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
