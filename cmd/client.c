@@ -214,7 +214,7 @@ static int fqc_stream_ensure(jsCtx *js, const char *prog, jsStreamConfig *cfg)
     return -1;
 }
 
-int fqc_streams_ensure(jsCtx *js, const char *prog)
+int fqc_streams_ensure(jsCtx *js, const char *prog, int replicas)
 {
     const char *submit[] = {FQ_SUBJECT_SUBMIT ".*"};
     const char *dispatch[] = {FQ_SUBJECT_DISPATCH};
@@ -226,7 +226,7 @@ int fqc_streams_ensure(jsCtx *js, const char *prog)
     for (int i = 0; i < 4; i++) {
         jsStreamConfig_Init(&c[i]);
         c[i].Storage = js_FileStorage;
-        c[i].Replicas = 1;
+        c[i].Replicas = replicas;
     }
     c[0].Name = FQ_DEFAULT_STREAM_SUBMIT;
     c[0].Subjects = submit;

@@ -125,8 +125,9 @@ int fqc_streams_require(jsCtx *js, const char *prog, const char *const *names, s
  * px_streams owns this configuration: change it there first, then here).
  * FAIR_DISPATCH keeps limits retention for an hour, so a Nats-Msg-Id it saw
  * survives a server restart; FAIR_SUBMIT and FAIR_REJECTED carry the
- * default per-tenant storage bounds. Returns 0 on success. */
-int fqc_streams_ensure(jsCtx *js, const char *prog);
+ * default per-tenant storage bounds, each with replicas copies (1 to 5, as
+ * streams.replicas). Returns 0 on success. */
+int fqc_streams_ensure(jsCtx *js, const char *prog, int replicas);
 
 /* A reader of a durable pull consumer: natsio's (natsio.h says how). */
 typedef struct fqc_pull {

@@ -33,6 +33,7 @@ typedef struct relay_cfg {
     const char *dispatch;       /* where runs go */
     int batch;                  /* most runs per fetch */
     uint32_t default_est;       /* Fair-Est-Tokens when the producer gave none */
+    int replicas;               /* of the streams it creates (a cluster's benchmark: 3) */
 } relay_cfg;
 
 /* Publish errors the library reported since the batch began. */
@@ -164,7 +165,7 @@ static void relay_usage(FILE *f)
 {
     fprintf(f,
             "usage: %s [--nats URL] [--stream NAME] [--durable NAME] [--dispatch SUBJECT]\n"
-            "                   [--batch N] [--default-est N]\n"
+            "                   [--batch N] [--default-est N] [--replicas N]\n"
             "Relays runs from the submit stream (default " FQ_DEFAULT_STREAM_SUBMIT ") to the dispatch\n"
             "subject (default " FQ_SUBJECT_DISPATCH ") in arrival order, with no scheduling: the\n"
             "baseline fairq-proxy is benchmarked against, and the demo's plain FIFO.\n"
@@ -172,6 +173,7 @@ static void relay_usage(FILE *f)
             "  --nats URL         server (default $FAIRQ_NATS_URL, else " FQC_DEFAULT_URL ")\n"
             "  --batch N          runs per fetch, 1 to 4096 (default 256)\n"
             "  --default-est N    Fair-Est-Tokens when a run declares none (default 1000)\n"
+            "  --replicas N       replicas of the streams it creates, 1 to 5 (default 1)\n"
             FQC_INBOX_PREFIX_HELP,
             prog);
 }
@@ -182,14 +184,15 @@ static int relay_parse(relay_cfg *cfg, int argc, char **argv)
         {"nats", required_argument, NULL, 'n'},    {"stream", required_argument, NULL, 's'},
         {"durable", required_argument, NULL, 'd'}, {"dispatch", required_argument, NULL, 'D'},
         {"batch", required_argument, NULL, 'b'},   {"default-est", required_argument, NULL, 'e'},
-        {"inbox-prefix", required_argument, NULL, 'I'},
+        {"inbox-prefix", required_argument, NULL, 'I'}, {"replicas", required_argument, NULL, 'r'},
         {"help", no_argument, NULL, 'h'},          {NULL, 0, NULL, 0},
     };
     uint64_t v;
     int c;
 
     *cfg = (relay_cfg){.stream = FQ_DEFAULT_STREAM_SUBMIT, .durable = "fairq-relay",
-                       .dispatch = FQ_SUBJECT_DISPATCH, .batch = 256, .default_est = 1000};
+                       .dispatch = FQ_SUBJECT_DISPATCH, .batch = 256, .default_est = 1000,
+                       .replicas = 1};
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (c) {
         case 'n': cfg->url = optarg; break;
@@ -206,6 +209,11 @@ static int relay_parse(relay_cfg *cfg, int argc, char **argv)
                 goto bad;
             cfg->default_est = (uint32_t)v;
             break;
+        case 'r':
+            if (!fqc_parse_u64(optarg, 1, 5, &v))
+                goto bad;
+            cfg->replicas = (int)v;
+            break;
         case 'I':
             if (!fqc_inbox_prefix_set(prog, optarg))
                 return -1;
@@ -221,7 +229,7 @@ static int relay_parse(relay_cfg *cfg, int argc, char **argv)
     return 0;
 bad:
     fprintf(stderr, "%s: --%s: '%s' is not an integer in range (see --help)\n", prog,
-            c == 'b' ? "batch" : "default-est", optarg);
+            c == 'b' ? "batch" : c == 'r' ? "replicas" : "default-est", optarg);
     return -1;
 }
 
@@ -254,7 +262,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "%s: out of memory\n", prog);
         goto out;
     }
-    if (fqc_streams_ensure(js, prog) != 0 || relay_subscribe(&pull, nc, js, &cfg) != 0)
+    if (fqc_streams_ensure(js, prog, cfg.replicas) != 0 || relay_subscribe(&pull, nc, js, &cfg) != 0)
         goto out;
     fprintf(stderr, "%s: relaying %s to %s\n", prog, cfg.stream, cfg.dispatch);
     t0 = fqc_mono_ns();

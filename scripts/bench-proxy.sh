@@ -40,6 +40,7 @@ set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(dirname "$here")
+. "$here/bench-lib.sh"
 bin=$(cd "${1:-$root/build}" && pwd)
 RUNS=${RUNS:-3}
 DURATION=${DURATION:-10}
@@ -72,20 +73,11 @@ cleanup() {
     rm -rf "$tmp"
 }
 stop_impl() {
-    [ -n "$impl_pid" ] || return 0
-    kill -TERM "$impl_pid" 2>/dev/null || true
-    for _ in $(seq 1 100); do kill -0 "$impl_pid" 2>/dev/null || break; sleep 0.1; done
-    kill -9 "$impl_pid" 2>/dev/null || true
-    wait "$impl_pid" 2>/dev/null || true
+    stop_pid "$impl_pid"
     impl_pid=""
 }
 trap cleanup EXIT
 
-# The value of key on the first line of file whose first word is prefix.
-field() {
-    awk -v p="$2" -v k="$3" '$1 == p { for (i = 2; i <= NF; i++) { split($i, kv, "="); if (kv[1] == k) { print kv[2]; exit } } }' "$1"
-}
-median() { sort -g | awk '{ v[NR] = $1 } END { if (NR) print (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2) }'; }
 
 # Start a fresh server and IMPL (relay, proxy, or a proxy config file, run
 # by the proxy binary $2 if given).
@@ -151,18 +143,10 @@ rss_kb() { awk '/^VmRSS:/ { print $2 }' "/proc/$impl_pid/status"; }
 per_run() {
     awk -v ms="$(field "$1" cpu "$2")" -v n="$(field "$1" runs submitted)" 'BEGIN { printf "%.1f", n ? ms * 1000 / n : 0 }'
 }
-# Context switches of all a process's threads so far: each is a thread put
-# to sleep and woken again, which costs CPU time of its own.
-ctx_switches() {
-    cat /proc/"$1"/task/*/status 2>/dev/null | awk '/_ctxt_switches:/ { s += $2 } END { print s + 0 }'
-}
 # Context switches per submitted run of the dispatcher, from a load report.
 ctx_per_run() {
     awk -v c="$(field "$1" cpu impl_ctx)" -v n="$(field "$1" runs submitted)" 'BEGIN { printf "%.2f", n ? c / n : 0 }'
 }
-# CPU time (user + system) a process has used so far, in milliseconds.
-hz=$(getconf CLK_TCK)
-cpu_ms() { awk -v hz="$hz" '{ sub(/.*\) /, ""); print int(($12 + $13) * 1000 / hz) }' "/proc/$1/stat"; }
 
 # RSS growth of the proxy (or the binary $3, impl=base) while it fetches
 # MEM_RUNS runs and no worker runs.

@@ -26,6 +26,7 @@ set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(dirname "$here")
+. "$here/bench-lib.sh"
 bin=$(cd "${1:-$root/build}" && pwd)
 RUNS=${RUNS:-1}
 TENANTS=${TENANTS:-200000}
@@ -56,11 +57,7 @@ cleanup() {
     rm -rf "$tmp"
 }
 stop_impl() {
-    [ -n "$impl_pid" ] || return 0
-    kill -TERM "$impl_pid" 2>/dev/null || true
-    for _ in $(seq 1 100); do kill -0 "$impl_pid" 2>/dev/null || break; sleep 0.1; done
-    kill -9 "$impl_pid" 2>/dev/null || true
-    wait "$impl_pid" 2>/dev/null || true
+    stop_pid "$impl_pid"
     impl_pid=""
 }
 stop_scrapes() {
@@ -71,12 +68,6 @@ stop_scrapes() {
 }
 trap cleanup EXIT
 
-field() {
-    awk -v p="$2" -v k="$3" '$1 == p { for (i = 2; i <= NF; i++) { split($i, kv, "="); if (kv[1] == k) { print kv[2]; exit } } }' "$1"
-}
-median() { sort -g | awk '{ v[NR] = $1 } END { if (NR) print (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2) }'; }
-hz=$(getconf CLK_TCK)
-cpu_ms() { awk -v hz="$hz" '{ sub(/.*\) /, ""); print int(($12 + $13) * 1000 / hz) }' "/proc/$1/stat"; }
 rss_kb() { awk '/^VmRSS:/ { print $2 }' "/proc/$impl_pid/status"; }
 
 # A fresh server and IMPL (proxy or base), serving /metrics on a free port.
