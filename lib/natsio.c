@@ -1777,25 +1777,40 @@ fq_status fq_nio_nak(fq_nio *n, int id, const fq_nio_ackref *a, int64_t delay_ms
     return nio_ack_send(n, id, a, body);
 }
 
-fq_status fq_nio_stream_scan(fq_nio *n, const char *stream,
-                             void (*cb)(void *arg, const void *data, size_t len, int64_t ts_ms),
-                             void *arg)
+/* Read stream (subject NULL: whole; else that subject only) up to its last
+ * message now, in order, through an ordered consumer. */
+static fq_status nio_scan(fq_nio *n, const char *stream, const char *subject,
+                          void (*cb)(void *arg, const void *data, size_t len, int64_t ts_ms),
+                          void *arg)
 {
     jsStreamInfo *si = NULL;
     natsStatus s = js_GetStreamInfo(&si, n->js, stream, NULL, NULL);
     if (s != NATS_OK)
         return s == NATS_NOT_FOUND ? FQ_ENOTFOUND : FQ_EIO;
     uint64_t last = si->State.LastSeq, msgs = si->State.Msgs;
-    const char *subj = si->Config->SubjectsLen ? si->Config->Subjects[0] : ">";
+    char subj[512];
+    snprintf(subj, sizeof subj, "%s",
+             subject ? subject : si->Config->SubjectsLen ? si->Config->Subjects[0] : ">");
+    jsStreamInfo_Destroy(si);
+    if (subject && msgs) {
+        /* the subject's own last message bounds the read */
+        natsMsg *lm = NULL;
+        jsErrCode jerr = 0;
+        s = js_GetLastMsg(&lm, n->js, stream, subject, NULL, &jerr);
+        last = s == NATS_OK ? natsMsg_GetSequence(lm) : 0;
+        msgs = last;
+        natsMsg_Destroy(lm);
+        if (s == NATS_NOT_FOUND)
+            s = NATS_OK;    /* nothing on it */
+    }
     natsSubscription *sub = NULL;
     jsSubOptions so;
     jsSubOptions_Init(&so);
     so.Stream = stream;
     so.Ordered = true;
     so.Config.DeliverPolicy = js_DeliverAll;
-    if (msgs)
+    if (s == NATS_OK && msgs)
         s = js_SubscribeSync(&sub, n->js, subj, NULL, &so, NULL);
-    jsStreamInfo_Destroy(si);
     for (uint64_t seq = 0; s == NATS_OK && msgs && seq < last;) {
         natsMsg *m = NULL;
         s = natsSubscription_NextMsg(&m, sub, n->o.api_wait_ms);
@@ -1814,6 +1829,20 @@ fq_status fq_nio_stream_scan(fq_nio *n, const char *stream,
     }
     natsSubscription_Destroy(sub);
     return s == NATS_OK ? FQ_OK : FQ_EIO;
+}
+
+fq_status fq_nio_stream_scan(fq_nio *n, const char *stream,
+                             void (*cb)(void *arg, const void *data, size_t len, int64_t ts_ms),
+                             void *arg)
+{
+    return nio_scan(n, stream, NULL, cb, arg);
+}
+
+fq_status fq_nio_subject_scan(fq_nio *n, const char *stream, const char *subject,
+                              void (*cb)(void *arg, const void *data, size_t len, int64_t ts_ms),
+                              void *arg)
+{
+    return nio_scan(n, stream, subject, cb, arg);
 }
 
 /* ---- core subscriptions -------------------------------------------------- */

@@ -274,6 +274,12 @@ fq_status fq_nio_stream_created(int64_t *out, fq_nio *n, const char *stream);
 fq_status fq_nio_stream_scan(fq_nio *n, const char *stream,
                              void (*cb)(void *arg, const void *data, size_t len, int64_t ts_ms),
                              void *arg);
+/* The same for the messages of one subject of stream only (an ordered
+ * consumer filtered to it, up to its last message when the call began), so
+ * that reading one subject costs what it holds, not what the stream does. */
+fq_status fq_nio_subject_scan(fq_nio *n, const char *stream, const char *subject,
+                              void (*cb)(void *arg, const void *data, size_t len, int64_t ts_ms),
+                              void *arg);
 
 /* Start consumer id (0..FQ_NIO_MAX_CONSUMERS - 1) on the fetch thread;
  * its messages arrive as FQ_NIO_EV_MSG with source = id. The consumer is

@@ -2289,11 +2289,21 @@ static void px_load_cb(void *arg, const void *data, size_t len, int64_t ts_ms)
 /* Rebuild the in-flight window, the expired runs, the completed set and
  * the debts from the runs journal (the ledger decides), so the window does
  * not start from zero while workers are busy with runs dispatched before
- * the restart. */
+ * the restart. With P > 1, only the journal subjects of the partitions
+ * being taken are read, each on its own: a takeover costs what they hold,
+ * not what the deployment's journal does. */
 static fq_status px_recover(fq_proxy *p)
 {
     px_loaded L = {.p = p, .now = fq_nio_mono_ms(), .now_ms = fq_nio_unix_ms()};
-    fq_status s = fq_nio_stream_scan(p->nio, p->cfg.streams.runs, px_load_cb, &L);
+    fq_status s = FQ_OK;
+    if (px_parts(p) == 1)
+        s = fq_nio_stream_scan(p->nio, p->cfg.streams.runs, px_load_cb, &L);
+    for (uint32_t k = 0; px_parts(p) > 1 && s == FQ_OK && k < PX_PARTS_MAX; k++) {
+        char subject[320];
+        px_journal_subject(subject, sizeof subject, p, k);
+        if (p->part_loading[k])
+            s = fq_nio_subject_scan(p->nio, p->cfg.streams.runs, subject, px_load_cb, &L);
+    }
     if (s != FQ_OK)
         return s;
     fq_ledger_recovered(p->ledger, fq_nio_mono_ms(), fq_nio_unix_ms());

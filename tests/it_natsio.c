@@ -704,6 +704,108 @@ static void test_stream_scan(void **state)
     assert_int_equal(fq_nio_stream_scan(f->n, "NOPE", scan_cb, &seen), FQ_ENOTFOUND);
 }
 
+/* What a scan of the journal-like stream JLOG saw: bodies "<k>:<i>". */
+typedef struct jscan {
+    int want;                   /* the subject's k; -1: any */
+    uint64_t n;
+    int last_i[16];             /* per k, the last i seen (order within a subject) */
+    bool foreign, unordered;
+} jscan;
+
+static void jscan_cb(void *arg, const void *data, size_t len, int64_t ts_ms)
+{
+    (void)ts_ms;
+    jscan *s = arg;
+    int k = -1, i = -1;
+    char b[32];
+    snprintf(b, sizeof b, "%.*s", (int)len, (const char *)data);
+    if (sscanf(b, "%d:%d", &k, &i) != 2 || k < 0 || k >= 16) {
+        s->foreign = true;
+        return;
+    }
+    s->foreign |= s->want >= 0 && k != s->want;
+    s->unordered |= i != s->last_i[k] + 1;
+    s->last_i[k] = i;
+    s->n++;
+}
+
+static jscan jscan_run(fixture *f, int want)
+{
+    jscan s = {.want = want};
+    for (int k = 0; k < 16; k++)
+        s.last_i[k] = -1;
+    char subj[32];
+    snprintf(subj, sizeof subj, "jlog.%d", want);
+    assert_int_equal(want < 0 ? fq_nio_stream_scan(f->n, "JLOG", jscan_cb, &s)
+                              : fq_nio_subject_scan(f->n, "JLOG", subj, jscan_cb, &s),
+                     FQ_OK);
+    assert_false(s.foreign);
+    assert_false(s.unordered);
+    return s;
+}
+
+static int cmp_ll(const void *a, const void *b)
+{
+    long long x = *(const long long *)a, y = *(const long long *)b;
+    return (x > y) - (x < y);
+}
+
+/* One subject of a stream read alone (a partition's journal subject, as a
+ * takeover reads it): only its messages, all of them, in order; a subject
+ * with none reads nothing. With FAIRQ_BENCH_SCAN=N (messages per subject)
+ * it times the whole stream's read against one subject's, alternating,
+ * and prints the medians. */
+static void test_subject_scan(void **state)
+{
+    fixture *f = *state;
+    fq_nio_stream js = {.name = "JLOG", .subject = "jlog.*", .retention = FQ_NIO_LIMITS,
+                        .replicas = 1};
+    char warn[256];
+    assert_int_equal(fq_nio_stream_ensure(f->n, &js, warn, sizeof warn), FQ_OK);
+    const char *env = getenv("FAIRQ_BENCH_SCAN");
+    int per = env ? atoi(env) : 100, parts = 16;
+    assert_true(per > 0);
+    for (int i = 0; i < per; i++) {
+        for (int k = 0; k < parts; k++) {
+            char subj[32], body[32];
+            snprintf(subj, sizeof subj, "jlog.%d", k);
+            snprintf(body, sizeof body, "%d:%d", k, i);
+            publish(f->n, subj, body, NULL, 300);
+        }
+        for (int k = 0; k < parts; k++) {
+            fq_nio_event ev;
+            assert_true(wait_event(f->n, FQ_NIO_EV_PUBACK, &ev, 5000));
+            assert_int_equal(ev.status, FQ_OK);
+        }
+    }
+    assert_int_equal(jscan_run(f, 5).n, (uint64_t)per);
+    assert_int_equal(jscan_run(f, 15).n, (uint64_t)per);
+    assert_int_equal(jscan_run(f, -1).n, (uint64_t)(per * parts));
+    jscan none = {.want = 3};
+    assert_int_equal(fq_nio_subject_scan(f->n, "JLOG", "jlog.x", jscan_cb, &none), FQ_OK);
+    assert_int_equal(none.n, 0);
+    assert_int_equal(fq_nio_subject_scan(f->n, "NOPE", "nope.1", jscan_cb, &none),
+                     FQ_ENOTFOUND);
+    if (!env)
+        return;
+    enum { ROUNDS = 5 };
+    long long whole[ROUNDS], one[ROUNDS];
+    for (int r = 0; r < ROUNDS; r++) {
+        long long t0 = nt_now_ms();
+        jscan_run(f, -1);
+        long long t1 = nt_now_ms();
+        jscan_run(f, r % parts);
+        whole[r] = t1 - t0;
+        one[r] = nt_now_ms() - t1;
+    }
+    qsort(whole, ROUNDS, sizeof whole[0], cmp_ll);
+    qsort(one, ROUNDS, sizeof one[0], cmp_ll);
+    print_message("scan of %d messages on %d subjects: whole stream median %lld ms, one "
+                  "subject (%d messages) median %lld ms, ratio %.1f\n", per * parts, parts,
+                  whole[ROUNDS / 2], per, one[ROUNDS / 2],
+                  one[ROUNDS / 2] ? (double)whole[ROUNDS / 2] / (double)one[ROUNDS / 2] : 0.0);
+}
+
 static void test_kv_lease_primitives(void **state)
 {
     fixture *f = *state;
@@ -1057,6 +1159,7 @@ int main(void)
         cmocka_unit_test(test_kv_lease_primitives),
         cmocka_unit_test(test_kv_bounds),
         cmocka_unit_test(test_stream_scan),
+        cmocka_unit_test(test_subject_scan),
         cmocka_unit_test(test_term_consumers_fence_the_old_term),
         cmocka_unit_test(test_term_consumers_spare_a_later_term),
         cmocka_unit_test(test_fetch_ack_get_and_recreate),

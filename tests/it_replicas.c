@@ -340,6 +340,11 @@ static void test_replicas_share_take_over_and_join(void **state)
                       now, debt[k]);
         assert_true(now == debt[k]);
     }
+    /* each takeover read its partition's journal subject alone: no record
+     * of another partition was read back (the whole journal was, before) */
+    long long foreign = -1;
+    assert_true(metric_of(port[3], "fairq_journal_foreign_records_total", &foreign));
+    assert_true(foreign == 0);
     long long unsettled = -1;
     for (int i = 0; i < 2; i++) {
         assert_true(metric_of(port[i], "fairq_partition_handovers_unsettled_total", &unsettled));
