@@ -121,7 +121,8 @@ for pool in $pools; do
         sleep 0.1
     done
     missing=$(comm -23 "$tmp/sent" "$tmp/done.$pool" | wc -l)
-    [ "$missing" -eq 0 ] || fail "pool $pool never completed $missing of the $sent acked runs"
+    [ "$missing" -eq 0 ] || fail "pool $pool never completed $missing of the $sent acked runs" \
+        "($(comm -23 "$tmp/sent" "$tmp/done.$pool" | head -3 | tr '\n' ' '))"
 done
 sleep 1  # the replays are over by now; let a straggler show
 # Stopped, each worker says how many runs it skipped for their claims.
