@@ -1788,20 +1788,26 @@ static fq_status nio_scan(fq_nio *n, const char *stream, const char *subject,
     if (s != NATS_OK)
         return s == NATS_NOT_FOUND ? FQ_ENOTFOUND : FQ_EIO;
     uint64_t last = si->State.LastSeq, msgs = si->State.Msgs;
-    char subj[512];
-    snprintf(subj, sizeof subj, "%s",
-             subject ? subject : si->Config->SubjectsLen ? si->Config->Subjects[0] : ">");
+    char subj[512], whole[512];
+    snprintf(whole, sizeof whole, "%s", si->Config->SubjectsLen ? si->Config->Subjects[0] : ">");
+    snprintf(subj, sizeof subj, "%s", subject ? subject : whole);
     jsStreamInfo_Destroy(si);
     if (subject && msgs) {
         /* the subject's own last message bounds the read */
         natsMsg *lm = NULL;
         jsErrCode jerr = 0;
         s = js_GetLastMsg(&lm, n->js, stream, subject, NULL, &jerr);
-        last = s == NATS_OK ? natsMsg_GetSequence(lm) : 0;
-        msgs = last;
+        if (s == NATS_OK || s == NATS_NOT_FOUND) {
+            last = s == NATS_OK ? natsMsg_GetSequence(lm) : 0;   /* 0: nothing on it */
+            msgs = last;
+            s = NATS_OK;
+        } else {
+            /* not answered: the whole stream is read, up to its last,
+             * and the caller takes what it needs of it */
+            snprintf(subj, sizeof subj, "%s", whole);
+            s = NATS_OK;
+        }
         natsMsg_Destroy(lm);
-        if (s == NATS_NOT_FOUND)
-            s = NATS_OK;    /* nothing on it */
     }
     natsSubscription *sub = NULL;
     jsSubOptions so;
