@@ -2,14 +2,15 @@
 #include <getopt.h>
 
 #include "client.h"
+#include "owner.h"
 
 #define PROG "fairq-admin"
 
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: " PROG " [--nats URL] [--admin PREFIX] [--time N] REQUEST [BODY]\n"
-            "       " PROG " [--nats URL] [--explain PREFIX] explain TENANT [RUN-ID]\n"
+            "usage: " PROG " [--nats URL] [--admin PREFIX] [--replica ID] [--time N] REQUEST [BODY]\n"
+            "       " PROG " [--nats URL] [--explain PREFIX] [--replica ID] explain TENANT [RUN-ID]\n"
             "\n"
             "Sends one request to <admin>.REQUEST and prints the proxy's JSON reply.\n"
             "\n"
@@ -26,6 +27,11 @@ static void usage(FILE *f)
             "  --nats URL      NATS server URL (default $FAIRQ_NATS_URL, else %s)\n"
             "  --admin PREFIX  the proxy's subjects.admin (default " FQ_SUBJECT_ADMIN ")\n"
             "  --explain PREFIX  the proxy's subjects.explain (default " FQ_SUBJECT_EXPLAIN ")\n"
+            "  --replica ID    with partitions, ask the replica ID itself, on\n"
+            "                  <admin>.replica.ID.REQUEST (explain: .explain.TENANT), where\n"
+            "                  a reload reloads that replica alone; without it, one\n"
+            "                  replica answers (a reload reloads every replica, a\n"
+            "                  tenant's stats and explain come from its partition's owner)\n"
             FQC_INBOX_PREFIX_HELP
             "  --time N        send it N times and print on stderr the round trips of\n"
             "                  the answered ones (median, least, most), in ms\n"
@@ -72,12 +78,14 @@ static int cmp_i64(const void *a, const void *b)
 int main(int argc, char **argv)
 {
     const char *url = NULL, *admin = FQ_SUBJECT_ADMIN, *explain = FQ_SUBJECT_EXPLAIN;
+    const char *replica = NULL;
     long times = 1;
-    enum { OPT_NATS = 256, OPT_ADMIN, OPT_TIME, OPT_INBOX, OPT_EXPLAIN };
+    enum { OPT_NATS = 256, OPT_ADMIN, OPT_TIME, OPT_INBOX, OPT_EXPLAIN, OPT_REPLICA };
     static const struct option longopts[] = {
         {"nats", required_argument, NULL, OPT_NATS},
         {"admin", required_argument, NULL, OPT_ADMIN},
         {"explain", required_argument, NULL, OPT_EXPLAIN},
+        {"replica", required_argument, NULL, OPT_REPLICA},
         {"time", required_argument, NULL, OPT_TIME},
         {"inbox-prefix", required_argument, NULL, OPT_INBOX},
         {"help", no_argument, NULL, 'h'},
@@ -90,6 +98,13 @@ int main(int argc, char **argv)
         case OPT_NATS: url = optarg; break;
         case OPT_ADMIN: admin = optarg; break;
         case OPT_EXPLAIN: explain = optarg; break;
+        case OPT_REPLICA:
+            if (!fq_owner_id_valid(optarg)) {
+                fprintf(stderr, PROG ": --replica: '%s' is not a replica id\n", optarg);
+                return 2;
+            }
+            replica = optarg;
+            break;
         case OPT_INBOX:
             if (!fqc_inbox_prefix_set(PROG, optarg))
                 return 2;
@@ -112,12 +127,18 @@ int main(int argc, char **argv)
     }
     const char *request = argv[optind], *body = optind + 1 < argc ? argv[optind + 1] : "";
     char subject[512], ebody[FQ_RUN_ID_MAX * 6 + 32] = "";
-    snprintf(subject, sizeof subject, "%s.%s", admin, request);
+    char prefix[300];
+    if (replica)    /* the replica's own subjects, explain's among them */
+        snprintf(prefix, sizeof prefix, "%s.replica.%s", admin, replica);
+    snprintf(subject, sizeof subject, "%s.%s", replica ? prefix : admin, request);
     if (is_explain) {
         /* explain TENANT [RUN-ID]: the tenant is the subject's last token,
          * the run id the body's one field (escaped: the proxy says what
          * it thinks of it). */
-        snprintf(subject, sizeof subject, "%s.%s", explain, argv[optind + 1]);
+        if (replica)
+            snprintf(subject, sizeof subject, "%s.explain.%s", prefix, argv[optind + 1]);
+        else
+            snprintf(subject, sizeof subject, "%s.%s", explain, argv[optind + 1]);
         body = ebody;
         if (optind + 2 < argc) {
             fq_json w;

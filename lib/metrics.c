@@ -554,6 +554,9 @@ const fq_overall_row fq_overall_rows[] = {
     OV(COUNTER, share_refused, "share_heartbeats_refused", "fairq_share_heartbeats_refused_total",
        NULL, "Heartbeats refused (invalid, or from one replica too many) or dropped "
        "(too many waiting)."),
+    OV(COUNTER, admin_forwarded, "admin_forwarded", "fairq_admin_forwarded_requests_total", NULL,
+       "Admin and explain requests about a tenant handed on to the replica holding its "
+       "partition."),
     OV(COUNTER, expired_leases, "expired", "fairq_expired_leases_total", NULL,
        "Runs whose lease expired with no completion, freeing their slot."),
     OV(GAUGE, buffered_runs, "buffered_runs", "fairq_buffered_runs", NULL,

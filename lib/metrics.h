@@ -146,6 +146,9 @@ typedef struct fq_metrics_overall {
     uint64_t share_refused;         /* counter: heartbeats refused (invalid, or
                                        one replica too many) or dropped (too many
                                        waiting) */
+    uint64_t admin_forwarded;       /* counter: P > 1, admin and explain requests
+                                       handed on to the replica holding their
+                                       tenant's partition */
     uint64_t expired_leases;        /* counter */
     uint64_t buffered_runs;         /* held in memory, body or index only */
     uint64_t buffered_bytes;        /* bodies held in memory */

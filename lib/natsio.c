@@ -86,7 +86,7 @@
  *   timeouts and jsPubOptions.MaxWait are milliseconds.
  */
 
-#define NIO_MAX_SUBS 4
+#define NIO_MAX_SUBS 6
 #define NIO_MAX_WATCHES 2
 #define NIO_NS_PER_MS 1000000LL
 #define NIO_FLUSH_MS 1000           /* fq_nio_destroy's flush, when not closed before */
@@ -1886,12 +1886,20 @@ static void nio_on_request(natsConnection *nc, natsSubscription *sub, natsMsg *m
 fq_status fq_nio_subscribe(fq_nio *n, int id, const char *subject, size_t max_queued,
                            const char *busy_reply)
 {
+    return fq_nio_subscribe_queue(n, id, subject, NULL, max_queued, busy_reply);
+}
+
+fq_status fq_nio_subscribe_queue(fq_nio *n, int id, const char *subject, const char *queue,
+                                 size_t max_queued, const char *busy_reply)
+{
     if (id < 0 || id >= NIO_MAX_SUBS || n->subs[id].sub)
         return FQ_EINVAL;
     n->subs[id].max_queued = max_queued;
     n->subs[id].busy_reply = busy_reply;
-    natsStatus s = natsConnection_Subscribe(&n->subs[id].sub, n->nc, subject, nio_on_request,
-                                            &n->subs[id]);
+    natsStatus s = queue ? natsConnection_QueueSubscribe(&n->subs[id].sub, n->nc, subject, queue,
+                                                         nio_on_request, &n->subs[id])
+                         : natsConnection_Subscribe(&n->subs[id].sub, n->nc, subject,
+                                                    nio_on_request, &n->subs[id]);
     if (s != NATS_OK) {
         return FQ_EIO;
     }
@@ -1943,6 +1951,17 @@ fq_status fq_nio_reply(fq_nio *n, const fq_nio_msg *req, const void *data, size_
     if (s == NATS_OK)
         return FQ_OK;
     return s == NATS_MAX_PAYLOAD ? FQ_ETOOBIG : FQ_EIO;
+}
+
+fq_status fq_nio_forward(fq_nio *n, const fq_nio_msg *req, const char *subject)
+{
+    natsMsg *m = (natsMsg *)req;
+    const char *reply = natsMsg_GetReply(m);
+    if (!reply || !*reply)
+        return FQ_EINVAL;
+    natsStatus s = natsConnection_PublishRequest(n->nc, subject, reply, natsMsg_GetData(m),
+                                                 natsMsg_GetDataLength(m));
+    return s == NATS_OK ? FQ_OK : FQ_EIO;
 }
 
 /* ---- publishes ----------------------------------------------------------- */

@@ -323,6 +323,10 @@ fq_status fq_nio_nak(fq_nio *n, int id, const fq_nio_ackref *a, int64_t delay_ms
  * no bound. */
 fq_status fq_nio_subscribe(fq_nio *n, int id, const char *subject, size_t max_queued,
                            const char *busy_reply);
+/* The same in queue group queue: each request goes to one member of the
+ * group, whichever connection (replica) that is. */
+fq_status fq_nio_subscribe_queue(fq_nio *n, int id, const char *subject, const char *queue,
+                                 size_t max_queued, const char *busy_reply);
 
 /* Core subscription whose messages, replies or not, arrive as
  * FQ_NIO_EV_REQUEST with source = id (heartbeats: lib/share): with
@@ -348,6 +352,11 @@ fq_status fq_nio_unsubscribe(fq_nio *n, int id);
  * the request has no reply subject; FQ_ETOOBIG: len exceeds max_payload;
  * FQ_EIO: the publish failed otherwise. */
 fq_status fq_nio_reply(fq_nio *n, const fq_nio_msg *req, const void *data, size_t len);
+/* Hand a request on to subject, its body as it came and its reply subject
+ * the requester's, so that whoever answers it there answers the requester
+ * directly. FQ_EINVAL: the request has no reply subject; FQ_EIO: the
+ * publish failed. */
+fq_status fq_nio_forward(fq_nio *n, const fq_nio_msg *req, const char *subject);
 
 /* Asynchronous JetStream publish; the outcome comes as FQ_NIO_EV_PUBACK
  * with token, a failure after pub_wait_ms without a PubAck. FQ_EIO if it

@@ -79,6 +79,9 @@
 #define PX_SUB_ADMIN 0              /* <admin>.> */
 #define PX_SUB_EXPLAIN 1            /* <explain>.* */
 #define PX_SUB_SHARE 2              /* <share>: replicas' heartbeats (window.share) */
+#define PX_SUB_REPLICA 3            /* P > 1: <admin>.replica.<id>.>, this replica's own */
+#define PX_SUB_RELOAD 4             /* P > 1: <admin>.reload, on every replica (deployment-wide) */
+#define PX_ADMIN_QUEUE "fairq-admin" /* P > 1: the queue group of <admin>.> and <explain>.* */
 #define PX_SHARE_PERIOD_MS 100      /* a heartbeat at least this often (issue 16) */
 #define PX_SHARE_QUEUED 4096        /* heartbeats waiting at most: 100 replicas' for 4 s */
 #define PX_WATCH_TENANTS 0          /* the overrides bucket */
@@ -162,6 +165,7 @@ typedef struct px_retry {
  * (fq_ledger_counters), the admin plane's lib/admin.c's. */
 typedef struct px_counters {
     uint64_t reconnects, reloads, reload_failures, overrides_refused;
+    uint64_t admin_forwarded;   /* P > 1: requests handed on to a tenant's holder */
     uint64_t journal_refused;       /* journal records refused at start: invalid or unknown */
     uint64_t subtenant_refused;     /* submits refused for their sub-tenant claim */
     uint64_t share_refused;         /* heartbeats refused: invalid, or a peer too many */
@@ -185,6 +189,7 @@ struct fq_proxy {
 
     char submit_filter[256], done_filter[256], rejected_filter[256], admin_filter[256];
     char explain_filter[256];   /* <explain>.* */
+    char replica_prefix[256];   /* P > 1: <admin>.replica.<id>, this replica's admin subjects */
     char runs_filter[256];      /* the journal's subjects: <runs>, or <runs>.* with partitions */
     int64_t submit_created_ms;  /* FAIR_SUBMIT's creation: part of derived run ids */
     int64_t max_payload;
@@ -1377,6 +1382,7 @@ static void px_overall(fq_metrics_overall *a, fq_proxy *p)
                         ? p->share_lim.tokens : 0,
         .share_peers = px_share_peers(p),
         .share_refused = p->c.share_refused + px_share_dropped(p),
+        .admin_forwarded = p->c.admin_forwarded,
         .dispatch_failures = lc->dispatch_failures, .parked_tenants = ss.parked,
         .dispatch_stalled = fq_probes_stalled(p->probes, FQ_STALL_DISPATCH),
         .admin_reply_failures = ac->reply_failures,
@@ -1667,11 +1673,79 @@ static void px_admin_explain(void *arg, const char *tenant, const char *run_id, 
                                            strlen(out->subtenant)) == FQ_OK;
 }
 
-/* Requests on <admin>.> and <explain>.*. Only the leader subscribes. */
+/* P > 1: a request about tenant[0..len) handed on to the replica that
+ * holds its partition, at <admin>.replica.<holder>.<what>, if that is not
+ * us and we know who; whether it was. */
+static bool px_admin_forward(fq_proxy *p, const fq_nio_msg *m, const char *tenant, size_t len,
+                             const char *what)
+{
+    if (!fq_tenant_id_valid(tenant, len))
+        return false;   /* answered here, with the refusal's reason */
+    uint32_t k = fq_partition_of(tenant, len, px_parts(p));
+    const char *h = fq_owner_holder(fq_leader_owner(p->ld), (int32_t)k, fq_nio_mono_ms());
+    if (!h[0] || strcmp(h, p->lease_id) == 0)
+        return false;
+    char subject[512];
+    snprintf(subject, sizeof subject, "%s.replica.%s.%s", p->cfg.subjects.admin, h, what);
+    if (fq_nio_forward(p->nio, m, subject) != FQ_OK)
+        return false;
+    p->c.admin_forwarded++;
+    return true;
+}
+
+/* P > 1: what the admin plane across replicas (px_admin_start) does with a
+ * request before the admin module sees it; true if that is all: dropped
+ * (<admin>.reload and <admin>.replica.* reach their own subscriptions
+ * too), forwarded to a tenant's holder, or answered as this replica's own
+ * request. */
+static bool px_admin_route(fq_proxy *p, const fq_nio_event *ev)
+{
+    const char *subject = fq_nio_msg_subject(ev->msg);
+    const char *body = fq_nio_msg_data(ev->msg);
+    size_t blen = fq_nio_msg_len(ev->msg), al = strlen(p->cfg.subjects.admin);
+    uint64_t now = fq_nio_mono_ms();
+    char buf[512];
+    if (ev->source == PX_SUB_REPLICA) {
+        /* <admin>.replica.<id>.<rest>: answered here, as <rest> */
+        size_t pl = strlen(p->replica_prefix);
+        const char *rest = strlen(subject) > pl + 1 ? subject + pl + 1 : "";
+        if (strncmp(rest, "explain.", 8) == 0) {
+            snprintf(buf, sizeof buf, "%s.%s", p->cfg.subjects.explain, rest + 8);
+            fq_admin_explain(p->admin, p->cfg.subjects.explain, buf, body, blen, ev->msg, now);
+        } else {
+            snprintf(buf, sizeof buf, "%s.%s", p->cfg.subjects.admin, rest);
+            fq_admin_request(p->admin, buf, body, blen, ev->msg, now);
+        }
+        return true;
+    }
+    if (ev->source == PX_SUB_EXPLAIN) {
+        size_t el = strlen(p->cfg.subjects.explain);
+        const char *tenant = strlen(subject) > el + 1 ? subject + el + 1 : "";
+        snprintf(buf, sizeof buf, "explain.%s", tenant);
+        return px_admin_forward(p, ev->msg, tenant, strlen(tenant), buf);
+    }
+    if (ev->source != PX_SUB_ADMIN || strncmp(subject, p->cfg.subjects.admin, al) != 0 ||
+        subject[al] != '.')
+        return false;
+    const char *what = subject + al + 1;
+    if (strcmp(what, "reload") == 0 || strncmp(what, "replica.", 8) == 0)
+        return true;
+    fq_stats_req q;
+    char err[160];
+    if (strcmp(what, "stats") == 0 &&
+        fq_stats_req_parse(&q, body, blen, err, sizeof err) == FQ_OK && q.tenant[0])
+        return px_admin_forward(p, ev->msg, q.tenant, strlen(q.tenant), "stats");
+    return false;
+}
+
+/* Requests on <admin>.> and <explain>.*: only the leader subscribes with
+ * P = 1; every replica with P > 1 (px_admin_start). */
 static void px_on_request(fq_proxy *p, fq_nio_event *ev)
 {
     if (ev->source == PX_SUB_SHARE)
         px_on_beat(p, ev);
+    else if (px_parts(p) > 1 && px_admin_route(p, ev))
+        ;   /* dropped, forwarded or answered */
     else if (ev->source == PX_SUB_EXPLAIN)
         fq_admin_explain(p->admin, p->cfg.subjects.explain, fq_nio_msg_subject(ev->msg),
                          fq_nio_msg_data(ev->msg), fq_nio_msg_len(ev->msg), ev->msg,
@@ -2433,11 +2507,46 @@ static size_t px_drain(fq_proxy *p, int timeout_ms)
     return n;
 }
 
+/*
+ * P > 1: the admin plane across replicas. Every replica subscribes to
+ * <admin>.> and <explain>.* in one queue group, so that one of them
+ * answers each request; to <admin>.replica.<id>.>, its own subjects (any
+ * request as <admin>.replica.<id>.<request>, explain as
+ * <admin>.replica.<id>.explain.<tenant>); and to <admin>.reload outside the
+ * group, so that a reload there reaches every replica (the requester reads
+ * the first answer; each replica logs its own). A request about one
+ * tenant (explain, stats of a tenant) that reaches a replica not holding
+ * the tenant's partition is forwarded to the holder's own subject with
+ * the requester's reply subject, and the holder answers the requester.
+ */
+static fq_status px_admin_start(fq_proxy *p)
+{
+    char own[300], reload[300];
+    snprintf(own, sizeof own, "%s.>", p->replica_prefix);
+    snprintf(reload, sizeof reload, "%s.reload", p->cfg.subjects.admin);
+    fq_status s = fq_nio_subscribe_queue(p->nio, PX_SUB_ADMIN, p->admin_filter, PX_ADMIN_QUEUE,
+                                         FQ_ADMIN_QUEUED, fq_admin_busy_queued);
+    if (s == FQ_OK)
+        s = fq_nio_subscribe_queue(p->nio, PX_SUB_EXPLAIN, p->explain_filter, PX_ADMIN_QUEUE,
+                                   FQ_ADMIN_QUEUED, fq_admin_busy_queued);
+    if (s == FQ_OK)
+        s = fq_nio_subscribe(p->nio, PX_SUB_REPLICA, own, FQ_ADMIN_QUEUED, fq_admin_busy_queued);
+    if (s == FQ_OK)
+        s = fq_nio_subscribe(p->nio, PX_SUB_RELOAD, reload, FQ_ADMIN_QUEUED,
+                             fq_admin_busy_queued);
+    return s;
+}
+
 static fq_status px_start_consumers(fq_proxy *p)
 {
     if (px_parts(p) > 1) {
         p->consuming = true;    /* each partition's as it is gained */
-        return FQ_OK;
+        fq_status s = px_admin_start(p);
+        if (s == FQ_OK)
+            s = px_share_start(p);
+        if (s == FQ_OK && fq_nio_flush(p->nio, 5000) != FQ_OK)
+            fq_log(FQ_LOG_WARN, "the server has not confirmed the admin subscription within 5 s");
+        return s;
     }
     /* One proxy leads every partition, in its term. */
     fq_status s = FQ_OK;
@@ -2541,22 +2650,13 @@ static bool px_journal_mark(fq_proxy *p)
 
 static fq_status px_recover(fq_proxy *p);
 
+/* The leader key is held or not; it carries no request of its own: every
+ * replica answers the admin plane (px_admin_start). */
 static void px_duty_apply(fq_proxy *p)
 {
-    int want = p->duty_want;
+    if (p->duty_want)
+        p->duty = p->duty_want > 0;
     p->duty_want = 0;
-    if (want > 0 && !p->duty) {
-        p->duty = fq_nio_subscribe(p->nio, PX_SUB_ADMIN, p->admin_filter, FQ_ADMIN_QUEUED,
-                                   fq_admin_busy_queued) == FQ_OK &&
-                  fq_nio_subscribe(p->nio, PX_SUB_EXPLAIN, p->explain_filter, FQ_ADMIN_QUEUED,
-                                   fq_admin_busy_queued) == FQ_OK;
-        if (!p->duty)
-            p->duty_want = 1;   /* again at the next turn */
-    } else if (want < 0 && p->duty) {
-        fq_nio_unsubscribe(p->nio, PX_SUB_ADMIN);
-        fq_nio_unsubscribe(p->nio, PX_SUB_EXPLAIN);
-        p->duty = false;
-    }
 }
 
 /* A planned move of partition k settles first: its submits are no longer
@@ -3035,6 +3135,8 @@ static void px_create_names(fq_proxy *p, const fq_config *cfg)
         snprintf(p->lease_id, sizeof p->lease_id, "%s", cfg->replica_id);
     else
         fq_owner_id_make(p->lease_id, host, (long)getpid(), fq_nio_unix_ms());
+    snprintf(p->replica_prefix, sizeof p->replica_prefix, "%s.replica.%s", cfg->subjects.admin,
+             p->lease_id);
 }
 
 fq_status fq_proxy_create(fq_proxy **out, const fq_config *cfg, char *err, size_t errlen)

@@ -753,6 +753,19 @@ static void test_three_share_eight(void **state)
         assert_string_equal(fq_owner_assigned(w.rep[0].o, k), fq_owner_assigned(w.rep[1].o, k));
         assert_string_equal(fq_owner_assigned(w.rep[0].o, k), fq_owner_assigned(w.rep[2].o, k));
     }
+    /* every replica knows who holds each partition (the admin plane
+     * forwards a tenant's requests by it): the one whose term it is */
+    for (int32_t k = 0; k < 8; k++) {
+        int holder = -1;
+        for (int r = 0; r < 3; r++)
+            if (fq_owner_term(w.rep[r].o, k))
+                holder = r;
+        assert_true(holder >= 0);
+        for (int r = 0; r < 3; r++)
+            assert_string_equal(fq_owner_holder(w.rep[r].o, k, sw_local(&w, r)),
+                                w.rep[holder].id);
+    }
+    assert_string_equal(fq_owner_holder(w.rep[0].o, 8, sw_local(&w, 0)), "");
     sw_free(&w);
 }
 

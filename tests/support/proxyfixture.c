@@ -141,3 +141,62 @@ void pf_wait_empty(pf_fixture *f, const char *stream)
     }
     fail_msg("%s still holds %llu messages", stream, (unsigned long long)have);
 }
+
+void pf_owners(pt_client *c, const char *bucket, int parts, char (*own)[PF_ID_MAX])
+{
+    memset(own, 0, (size_t)parts * PF_ID_MAX);
+    char stream[128], prefix[160];
+    snprintf(stream, sizeof stream, "KV_%s", bucket);
+    int plen = snprintf(prefix, sizeof prefix, "$KV.%s.p.", bucket);
+    pt_msg *m = NULL;
+    size_t n = 0;
+    assert_int_equal(pt_stream_read(c, stream, &m, &n), 0);
+    for (size_t i = 0; i < n; i++) {
+        int k = -1;
+        if (strncmp(m[i].subject, prefix, (size_t)plen) != 0 ||
+            sscanf(m[i].subject + plen, "%d", &k) != 1 || k < 0 || k >= parts)
+            continue;
+        snprintf(own[k], PF_ID_MAX, "%.*s", (int)m[i].len, m[i].data ? m[i].data : "");
+        if (strcmp(own[k], "released") == 0)
+            own[k][0] = '\0';
+    }
+    pt_msgs_free(m, n);
+}
+
+int pf_owned_by(char (*own)[PF_ID_MAX], int parts, const char *id)
+{
+    int c = 0;
+    for (int k = 0; k < parts; k++)
+        c += strcmp(own[k], id) == 0;
+    return c;
+}
+
+int pf_wait_shared(pt_client *c, const char *bucket, int parts, const char *const *ids, int n,
+                   int timeout_ms)
+{
+    char (*own)[PF_ID_MAX] = calloc((size_t)parts, PF_ID_MAX);
+    assert_non_null(own);
+    long long end = nt_now_ms() + timeout_ms;
+    for (;;) {
+        pf_owners(c, bucket, parts, own);
+        int total = 0, lo = parts, hi = 0;
+        for (int i = 0; i < n; i++) {
+            int k = pf_owned_by(own, parts, ids[i]);
+            total += k;
+            lo = k < lo ? k : lo;
+            hi = k > hi ? k : hi;
+        }
+        if (total == parts && hi - lo <= 1)
+            break;
+        if (nt_now_ms() > end) {
+            for (int k = 0; k < parts; k++)
+                print_message("p.%d: '%s'\n", k, own[k]);
+            free(own);
+            print_message("the %d partitions are not shared by %d replicas\n", parts, n);
+            return -1;
+        }
+        nt_sleep_ms(50);
+    }
+    free(own);
+    return 0;
+}

@@ -64,4 +64,17 @@ void pf_wait_msgs(pf_fixture *f, const char *stream, uint64_t n);
  * the lease is not fresh), so a worker may complete the run first. */
 void pf_wait_empty(pf_fixture *f, const char *stream);
 
+/* Partitions' owners, as an operator reads them from the lease bucket
+ * (the stream KV_<bucket>: each p.<k> key's last value is its owner's
+ * replica id): own[k] for k < parts, "" for none or released. */
+#define PF_ID_MAX 64
+void pf_owners(pt_client *c, const char *bucket, int parts, char (*own)[PF_ID_MAX]);
+/* How many of own[0 .. parts-1] are id. */
+int pf_owned_by(char (*own)[PF_ID_MAX], int parts, const char *id);
+/* Wait until the n replicas ids own every one of the parts partitions,
+ * each within one of the others' count; -1 after timeout_ms, having
+ * printed who owns what. */
+int pf_wait_shared(pt_client *c, const char *bucket, int parts, const char *const *ids, int n,
+                   int timeout_ms);
+
 #endif

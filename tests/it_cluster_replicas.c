@@ -1,0 +1,592 @@
+/* it_cluster_replicas.c -- three fairq replicas on a 3-node JetStream cluster under a flood: a replica killed, frozen past its lease, a server node killed, a fourth replica joining, every replica restarted in turn; every run dispatched once and reconciled once. */
+/*
+ * One world for every case, in order (issue 16 point 5): three
+ * nats-server nodes routed on loopback (tests/support/natscluster.h), each
+ * mapping fair.submit.* and fair.done.* to P = 8 partitions as
+ * config/nats-partitions.conf does; fairq-proxy replicas rep-a, rep-b and
+ * rep-c with partitions: 8, streams.replicas: 3 (every stream and bucket
+ * on all three nodes) and every node's URL; a producer thread submitting
+ * a steady flood from 24 tenants on node 1, and simulated workers on
+ * node 2 completing each run. Each case ends with the whole history
+ * checked: every run r-0 .. r-(n-1) submitted so far is stored once in
+ * FAIR_DISPATCH, and has one done record in the journal FAIRQ_RUNS (each
+ * completion reconciled once, whichever replica owned its tenant then);
+ * the workers' own redeliveries are printed, not counted as dispatches.
+ * Bounds come from the config: a lease's TTL plus a second for a takeover,
+ * a second of silence at most for a partition not moving during a join.
+ */
+#include <cjson/cJSON.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "natscluster.h"
+#include "partition.h"
+#include "proxyfixture.h"
+
+#define P 8                 /* partitions */
+#define TTL_MS 3000         /* streams.lease_ttl_ms, the default */
+#define TENANTS 24
+#define RATE 100            /* runs a second the producer submits */
+#define REPLICAS 4          /* rep-a .. rep-d; rep-d joins later */
+#define BUCKET "fairq_lease"
+#define PAUSE_MAX_MS 1000   /* longest silence of a partition not moving in a join */
+
+static const char yaml_fmt[] =
+    "partitions: 8\n"
+    "replica_id: %s\n"
+    "streams:\n  replicas: 3\n"
+    "scheduler:\n  default_plan: free\n"
+    "window:\n  max_in_flight: 8\n"
+    "plans:\n  - name: free\n";
+
+static const char mapping[] =
+    "mappings {\n"
+    "  \"fair.submit.*\": \"fair.submit.{{partition(8,1)}}.{{wildcard(1)}}\"\n"
+    "  \"fair.done.*\": \"fair.done.{{partition(8,1)}}.{{wildcard(1)}}\"\n"
+    "}\n";
+
+static const char *const ids[REPLICAS] = {"rep-a", "rep-b", "rep-c", "rep-d"};
+
+/* The producer: a steady flood on a connection of its own. */
+typedef struct load {
+    pt_client c;
+    pthread_t th;
+    atomic_bool stop;
+    atomic_int next;            /* runs r-0 .. r-(next-1) were submitted (PubAck'd) */
+    atomic_int failed;          /* submits given up on */
+    bool running;
+} load;
+
+static struct world {
+    natscluster *cl;
+    pt_proxy px[REPLICAS];
+    bool started[REPLICAS];
+    pf_fixture f;               /* c on node 1, w on node 2; f.px unused */
+    load ld;
+} W;
+
+/* ---- the flood ------------------------------------------------------- */
+
+static void *load_main(void *arg)
+{
+    load *l = arg;
+    long long t0 = nt_now_ms();
+    long long sent = 0;
+    while (!atomic_load(&l->stop)) {
+        /* RATE a second, in steps of 10 ms (pacing, not waiting for anything) */
+        long long due = (nt_now_ms() - t0) * RATE / 1000;
+        for (; sent < due && !atomic_load(&l->stop); sent++) {
+            int i = atomic_load(&l->next);
+            char tenant[16], body[64], id[32];
+            snprintf(tenant, sizeof tenant, "t%d", i % TENANTS);
+            snprintf(id, sizeof id, "r-%d", i);
+            snprintf(body, sizeof body, "{\"run_id\":\"%s\"}", id);
+            /* a node dying may leave a submit's PubAck lost: sent again
+             * under the same Nats-Msg-Id, which JetStream stores once, as
+             * a careful producer does */
+            const char *hdrs[] = {"Nats-Msg-Id", id, NULL};
+            long long end = nt_now_ms() + 20000;
+            while (pt_submit(&l->c, tenant, body, strlen(body), hdrs) != 0) {
+                if (nt_now_ms() > end) {
+                    atomic_fetch_add(&l->failed, 1);
+                    break;
+                }
+                nt_sleep_ms(100);
+            }
+            atomic_fetch_add(&l->next, 1);
+        }
+        nt_sleep_ms(10);
+    }
+    return NULL;
+}
+
+static int load_stop(void);
+
+static void load_start(void)
+{
+    if (W.ld.running)      /* left running by a case that failed */
+        load_stop();
+    atomic_store(&W.ld.stop, false);
+    assert_int_equal(pthread_create(&W.ld.th, NULL, load_main, &W.ld), 0);
+    W.ld.running = true;
+}
+
+/* Stop the flood; the runs submitted. */
+static int load_stop(void)
+{
+    if (W.ld.running) {
+        atomic_store(&W.ld.stop, true);
+        pthread_join(W.ld.th, NULL);
+        W.ld.running = false;
+    }
+    assert_int_equal(atomic_load(&W.ld.failed), 0);
+    return atomic_load(&W.ld.next);
+}
+
+/* Wait until the flood has submitted n runs more than now. */
+static void load_wait(int n)
+{
+    int want = atomic_load(&W.ld.next) + n;
+    long long end = nt_now_ms() + 30000;
+    while (atomic_load(&W.ld.next) < want) {
+        assert_true(nt_now_ms() < end);
+        nt_sleep_ms(10);
+    }
+}
+
+/* ---- checks ---------------------------------------------------------- */
+
+/* Done records per run in the journal (FAIRQ_RUNS, every partition's
+ * subject): done[i] for run r-i, i < n; the total of them. */
+static int journal_done(int n, unsigned char *done)
+{
+    memset(done, 0, (size_t)n);
+    pt_msg *m = NULL;
+    size_t k = 0;
+    assert_int_equal(pt_stream_read(&W.f.c, "FAIRQ_RUNS", &m, &k), 0);
+    int total = 0;
+    for (size_t i = 0; i < k; i++) {
+        cJSON *j = cJSON_ParseWithLength(m[i].data, m[i].len);
+        const cJSON *e;
+        cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(j, "entries"))
+        {
+            const char *st = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(e, "st"));
+            const char *r = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(e, "r"));
+            int id = -1;
+            if (!st || !r || strcmp(st, "done") != 0 || sscanf(r, "r-%d", &id) != 1)
+                continue;
+            assert_true(id >= 0 && id < n);
+            if (done[id]++)
+                fail_msg("run r-%d reconciled twice (two done records)", id);
+            total++;
+        }
+        cJSON_Delete(j);
+    }
+    pt_msgs_free(m, k);
+    return total;
+}
+
+/* Wait until FAIR_SUBMIT is empty (every submit acked by its owner), up
+ * to 20 s; if it is not, say what is left and where each consumer is. */
+static void submit_drained(void)
+{
+    uint64_t left = 0;
+    for (long long end = nt_now_ms() + 20000; nt_now_ms() < end; nt_sleep_ms(50)) {
+        jsStreamInfo *si = NULL;
+        if (js_GetStreamInfo(&si, W.f.c.js, "FAIR_SUBMIT", NULL, NULL) != NATS_OK)
+            continue;
+        left = si->State.Msgs;
+        jsStreamInfo_Destroy(si);
+        if (!left)
+            return;
+    }
+    pt_msg *m = NULL;
+    size_t k = 0;
+    if (pt_stream_read(&W.f.c, "FAIR_SUBMIT", &m, &k) == 0)
+        for (size_t i = 0; i < k; i++)
+            print_message("left: seq %llu %s %s\n", (unsigned long long)m[i].seq, m[i].subject,
+                          m[i].run_id[0] ? m[i].run_id : m[i].data);
+    pt_msgs_free(m, k);
+    jsConsumerInfoList *cl = NULL;
+    if (js_Consumers(&cl, W.f.c.js, "FAIR_SUBMIT", NULL, NULL) == NATS_OK)
+        for (int i = 0; i < cl->Count; i++) {
+            const jsConsumerInfo *ci = cl->List[i];
+            print_message("consumer %s (%s): pending %llu, unacked %lld, delivered up to %llu, "
+                          "acked up to %llu\n",
+                          ci->Name, ci->Config->FilterSubject ? ci->Config->FilterSubject : "",
+                          (unsigned long long)ci->NumPending, (long long)ci->NumAckPending,
+                          (unsigned long long)ci->Delivered.Stream,
+                          (unsigned long long)ci->AckFloor.Stream);
+        }
+    jsConsumerInfoList_Destroy(cl);
+    fail_msg("FAIR_SUBMIT still holds %llu messages", (unsigned long long)left);
+}
+
+/* Stop the flood and check the whole history: every run completed,
+ * stored once in FAIR_DISPATCH, reconciled once; n the runs so far. */
+static int all_once(const char *what)
+{
+    int n = load_stop();
+    assert_int_equal(pt_worker_wait_completed(W.f.w, (size_t)n, 60000), 0);
+    submit_drained();
+    pf_assert_each_dispatched_once(&W.f, n);
+    unsigned char *done = malloc((size_t)n);
+    assert_non_null(done);
+    int got = 0;
+    for (long long end = nt_now_ms() + 20000; (got = journal_done(n, done)) < n;
+         nt_sleep_ms(50))
+        if (nt_now_ms() > end)
+            break;
+    for (int i = 0; i < n && got < n; i++)
+        if (!done[i])
+            fail_msg("run r-%d has no done record", i);
+    free(done);
+    size_t rx = pt_worker_received(W.f.w), cx = pt_worker_completed(W.f.w);
+    print_message("%s: %d runs, each dispatched once and reconciled once; workers' redeliveries "
+                  "%zu\n",
+                  what, n, rx - cx);
+    return n;
+}
+
+/* ---- the replicas ---------------------------------------------------- */
+
+static int start(int i)
+{
+    char yaml[512];
+    snprintf(yaml, sizeof yaml, yaml_fmt, ids[i]);
+    /* every node's URL (nats.c picks among them at random) */
+    if (pt_proxy_start_url(&W.px[i], natscluster_node(W.cl, i % NC_NODES), natscluster_urls(W.cl),
+                           ids[i], yaml) != 0 ||
+        pt_log_wait(&W.px[i], "fairq-proxy running", 30000) != 0)
+        return -1;
+    W.started[i] = true;
+    return 0;
+}
+
+static void owners(char (*own)[PF_ID_MAX])
+{
+    pf_owners(&W.f.c, BUCKET, P, own);
+}
+
+/* Wait until the replicas who[0 .. n-1] share the partitions; if they do
+ * not, print what each replica's log says of its partitions, and fail. */
+static void wait_shared(int n, const int *who)
+{
+    const char *names[REPLICAS];
+    for (int i = 0; i < n; i++)
+        names[i] = ids[who[i]];
+    if (pf_wait_shared(&W.f.c, BUCKET, P, names, n, 20000) == 0)
+        return;
+    for (int i = 0; i < REPLICAS; i++) {
+        FILE *f = W.started[i] ? fopen(W.px[i].log, "r") : NULL;
+        char line[2048];
+        while (f && fgets(line, sizeof line, f))
+            if (strstr(line, "partition") || strstr(line, "replica") || strstr(line, "lease"))
+                print_message("%s: %s", ids[i], line);
+        if (f)
+            fclose(f);
+    }
+    fail_msg("the partitions are not shared by %d replicas", n);
+}
+
+/* Wait until no partition is id's and every one is owned; the time it
+ * took from t0. */
+static long long wait_taken_from(const char *id, long long t0, int timeout_ms)
+{
+    char own[P][PF_ID_MAX];
+    for (;;) {
+        owners(own);
+        bool all = true;
+        for (int k = 0; k < P; k++)
+            all &= own[k][0] && strcmp(own[k], id) != 0;
+        if (all)
+            return nt_now_ms() - t0;
+        if (nt_now_ms() > t0 + timeout_ms)
+            return -1;
+        nt_sleep_ms(20);
+    }
+}
+
+/* The producer's JetStream context waits 2 s for a PubAck, not the
+ * fixture's 30: a submit whose PubAck a dying node lost is sent again
+ * soon. */
+static int load_js(pt_client *c)
+{
+    jsOptions o;
+    jsOptions_Init(&o);
+    o.Wait = 2000;
+    jsCtx_Destroy(c->js);
+    c->js = NULL;
+    return natsConnection_JetStream(&c->js, c->nc, &o) == NATS_OK ? 0 : -1;
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    pt_worker_opts wo = {.concurrency = 16, .service_ms = 20};
+    if (natscluster_start(&W.cl, mapping) != 0)
+        return -1;
+    for (int i = 0; i < 3; i++)
+        if (start(i) != 0)
+            return -1;
+    W.f.srv = natscluster_node(W.cl, 1);
+    if (pt_connect(&W.f.c, natscluster_node(W.cl, 1)) != 0 ||
+        pt_connect(&W.ld.c, natscluster_node(W.cl, 1)) != 0 ||
+        load_js(&W.ld.c) != 0 ||
+        pt_worker_start(&W.f.w, natscluster_node(W.cl, 2), &wo) != 0)
+        return -1;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    if (W.ld.running) {
+        atomic_store(&W.ld.stop, true);
+        pthread_join(W.ld.th, NULL);
+    }
+    pt_worker_stop(W.f.w);
+    for (int i = 0; i < REPLICAS; i++)
+        if (W.started[i] && nt_proc_alive(&W.px[i].proc)) {
+            kill(W.px[i].proc.pid, SIGCONT);
+            pt_proxy_stop(&W.px[i]);
+        }
+    pt_close(&W.ld.c);
+    pt_close(&W.f.c);
+    natscluster_destroy(W.cl);
+    return 0;
+}
+
+/* ---- the cases, in order, on the one world --------------------------- */
+
+/* A request's reply, parsed; fails the test without one. */
+static cJSON *ask(const char *subject, const char *body)
+{
+    char *r = pt_request(&W.f.c, subject, body, NULL);
+    assert_non_null(r);
+    cJSON *j = cJSON_Parse(r);
+    if (!j)
+        fail_msg("%s: not JSON: %s", subject, r);
+    free(r);
+    return j;
+}
+
+/* The stats of tenant t as the replica asked answers them (subject
+ * <admin>.stats, or <admin>.replica.<id>.stats): its completed runs, -1
+ * if that replica does not know the tenant. */
+static long tenant_completed(const char *subject, const char *t)
+{
+    char body[64];
+    snprintf(body, sizeof body, "{\"tenant\":\"%s\"}", t);
+    cJSON *j = ask(subject, body);
+    long n = -1;
+    if (pf_num(j, "tenants_returned") == 1)
+        n = pf_num(cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(j, "tenants"), 0),
+                   "completed_runs");
+    cJSON_Delete(j);
+    return n;
+}
+
+/* The admin plane across replicas: any replica answers; a tenant's stats
+ * and explain come from the replica owning its partition, whichever
+ * replica the queue group picks; <admin>.reload reloads every replica,
+ * <admin>.replica.<id>.reload that one alone. */
+static void test_admin_any_replica(void **state)
+{
+    (void)state;
+    wait_shared(3, (const int[]){0, 1, 2});
+    load_start();
+    load_wait(RATE);
+    int n = all_once("before the admin requests");
+    char own[P][PF_ID_MAX];
+    owners(own);
+    for (int t = 0; t < 8; t++) {
+        char tenant[16], subject[128];
+        snprintf(tenant, sizeof tenant, "t%d", t);
+        const char *owner = own[fq_partition_of(tenant, strlen(tenant), P)];
+        long runs = n / TENANTS + (t < n % TENANTS);    /* runs r-i with i % TENANTS == t */
+        for (int i = 0; i < 3; i++) {
+            snprintf(subject, sizeof subject, "fair.admin.replica.%s.stats", ids[i]);
+            long c = tenant_completed(subject, tenant);
+            if (strcmp(ids[i], owner) == 0)
+                assert_int_equal(c, runs);      /* the owner knows it all */
+            else
+                assert_int_equal(c, -1);        /* the others not at all */
+        }
+        /* asked of whichever replica the group picks: the owner's answer */
+        assert_int_equal(tenant_completed("fair.admin.stats", tenant), runs);
+        snprintf(subject, sizeof subject, "fair.explain.%s", tenant);
+        cJSON *x = ask(subject, "");
+        assert_true(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(x, "known")));
+        cJSON_Delete(x);
+    }
+    long forwarded = 0;
+    for (int i = 0; i < 3; i++) {
+        char subject[128];
+        snprintf(subject, sizeof subject, "fair.admin.replica.%s.stats", ids[i]);
+        cJSON *j = ask(subject, "{\"limit\":0}");
+        forwarded += pf_overall(j, "admin_forwarded");
+        cJSON_Delete(j);
+    }
+    print_message("16 requests about a tenant, %ld forwarded to its owner\n", forwarded);
+    assert_true(forwarded > 0);
+    /* reload: deployment-wide, then one replica's */
+    int before[3];
+    for (int i = 0; i < 3; i++)
+        before[i] = pt_log_count(&W.px[i], "config reloaded");
+    cJSON *r = ask("fair.admin.reload", "");
+    assert_true(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(r, "ok")));
+    cJSON_Delete(r);
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(pt_log_wait_n(&W.px[i], "config reloaded", before[i] + 1, 10000), 0);
+    r = ask("fair.admin.replica.rep-b.reload", "");
+    assert_true(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(r, "ok")));
+    cJSON_Delete(r);
+    assert_int_equal(pt_log_count(&W.px[1], "config reloaded"), before[1] + 2);
+    assert_int_equal(pt_log_count(&W.px[0], "config reloaded"), before[0] + 1);
+    assert_int_equal(pt_log_count(&W.px[2], "config reloaded"), before[2] + 1);
+}
+
+/* kill -9 of rep-c mid-flood: its partitions owned again within the TTL
+ * and a second; nothing lost, nothing doubled. */
+static void test_replica_killed(void **state)
+{
+    (void)state;
+    load_start();
+    load_wait(RATE);                    /* a second of flood under way */
+    char own[P][PF_ID_MAX];
+    owners(own);
+    assert_true(pf_owned_by(own, P, "rep-c") >= 2);
+    long long t0 = nt_now_ms();
+    assert_int_equal(pt_proxy_kill(&W.px[2]), 0);
+    long long took = wait_taken_from("rep-c", t0, TTL_MS + 10000);
+    print_message("rep-c's partitions owned again %lld ms after kill -9 (bound %d)\n", took,
+                  TTL_MS + 1000);
+    assert_true(took >= 0);
+    assert_true(took <= TTL_MS + 1000);
+    wait_shared(2, (const int[]){0, 1});
+    load_wait(RATE);
+    all_once("kill -9 of a replica");
+    /* back for the next cases */
+    assert_int_equal(pt_proxy_restart(&W.px[2]), 0);
+    assert_int_equal(pt_log_wait_n(&W.px[2], "fairq-proxy running", 2, 30000), 0);
+    wait_shared(3, (const int[]){0, 1, 2});
+}
+
+/* SIGSTOP of rep-b past its lease, then SIGCONT: the others take its
+ * partitions; resumed, it can fetch, ack and append for none of them:
+ * nothing dispatched twice, nothing lost. */
+static void test_replica_frozen(void **state)
+{
+    (void)state;
+    load_start();
+    load_wait(RATE);
+    long long t0 = nt_now_ms();
+    assert_int_equal(kill(W.px[1].proc.pid, SIGSTOP), 0);
+    long long took = wait_taken_from("rep-b", t0, TTL_MS + 10000);
+    print_message("frozen rep-b's partitions owned again %lld ms after SIGSTOP\n", took);
+    assert_true(took >= 0 && took <= TTL_MS + 1000);
+    load_wait(RATE / 2);                /* runs of its former partitions served by others */
+    assert_int_equal(kill(W.px[1].proc.pid, SIGCONT), 0);
+    load_wait(RATE);
+    all_once("SIGSTOP past the lease, then SIGCONT");
+    /* resumed, it either rejoins or has left (exit 3, its lease lost):
+     * started again then */
+    if (!nt_proc_alive(&W.px[1].proc)) {
+        print_message("rep-b exited %d when resumed\n", nt_proc_exit_code(&W.px[1].proc));
+        assert_int_equal(pt_proxy_restart(&W.px[1]), 0);
+        assert_int_equal(pt_log_wait_n(&W.px[1], "fairq-proxy running", 2, 30000), 0);
+    }
+    wait_shared(3, (const int[]){0, 1, 2});
+}
+
+/* kill -9 of nats-server node 0 mid-flood, and its restart: the replicas
+ * connected to it reconnect to the others, the streams (3 replicas) keep
+ * a quorum; nothing lost or doubled. */
+static void test_server_node_killed(void **state)
+{
+    (void)state;
+    load_start();
+    load_wait(RATE);
+    natstest *n0 = natscluster_node(W.cl, 0);
+    assert_int_equal(natstest_kill(n0), 0);
+    load_wait(2 * RATE);
+    assert_int_equal(natstest_restart(n0), 0);
+    load_wait(RATE);
+    all_once("kill -9 of a server node and its restart");
+    wait_shared(3, (const int[]){0, 1, 2});
+}
+
+/* The partition of each run the workers received from index from on, and
+ * when; the longest silence of partition k between t0 and t1 (ms). */
+static long long longest_silence(size_t from, int k, long long t0, long long t1)
+{
+    long long last = t0, gap = 0;
+    size_t n = pt_worker_received(W.f.w);
+    for (size_t i = from; i < n; i++) {
+        pt_seen s = pt_worker_seen(W.f.w, i);
+        if (s.at_ms < t0 || s.at_ms > t1 ||
+            (int)fq_partition_of(s.tenant, strlen(s.tenant), P) != k)
+            continue;
+        gap = s.at_ms - last > gap ? s.at_ms - last : gap;
+        last = s.at_ms;
+    }
+    return t1 - last > gap ? t1 - last : gap;
+}
+
+/* rep-d joins under load: it takes its share by planned moves, and a
+ * partition that does not move is never silent for more than a second. */
+static void test_replica_joins(void **state)
+{
+    (void)state;
+    char before[P][PF_ID_MAX], after[P][PF_ID_MAX];
+    load_start();
+    load_wait(RATE);
+    owners(before);
+    size_t from = pt_worker_received(W.f.w);
+    long long t0 = nt_now_ms();
+    assert_int_equal(start(3), 0);
+    wait_shared(4, (const int[]){0, 1, 2, 3});
+    long long t1 = nt_now_ms();
+    owners(after);
+    long long worst = 0;
+    int kept = 0;
+    for (int k = 0; k < P; k++) {
+        if (strcmp(before[k], after[k]) != 0)
+            continue;
+        kept++;
+        long long g = longest_silence(from, k, t0, t1);
+        worst = g > worst ? g : worst;
+    }
+    print_message("rep-d took %d partitions in %lld ms; the %d that stayed were silent %lld ms "
+                  "at most\n",
+                  pf_owned_by(after, P, "rep-d"), t1 - t0, kept, worst);
+    assert_true(pf_owned_by(after, P, "rep-d") >= P / 4);
+    assert_true(kept > 0);
+    assert_true(worst <= PAUSE_MAX_MS);
+    all_once("a fourth replica joining");
+}
+
+/* Every replica stopped (SIGTERM) and started again, one after the other,
+ * each waited for until the partitions are shared again: under load,
+ * nothing lost or doubled. */
+static void test_rolling_restart(void **state)
+{
+    (void)state;
+    const int all[] = {0, 1, 2, 3};
+    load_start();
+    for (int i = 0; i < REPLICAS; i++) {
+        load_wait(RATE / 2);
+        int runs = pt_log_count(&W.px[i], "fairq-proxy running");
+        print_message("restarting %s\n", ids[i]);
+        assert_int_equal(pt_proxy_stop(&W.px[i]), 0);
+        assert_int_equal(pt_proxy_restart(&W.px[i]), 0);
+        assert_int_equal(pt_log_wait_n(&W.px[i], "fairq-proxy running", runs + 1, 30000), 0);
+        wait_shared(REPLICAS, all);
+    }
+    load_wait(RATE / 2);
+    all_once("a rolling restart");
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_admin_any_replica),
+        cmocka_unit_test(test_replica_killed),
+        cmocka_unit_test(test_replica_frozen),
+        cmocka_unit_test(test_server_node_killed),
+        cmocka_unit_test(test_replica_joins),
+        cmocka_unit_test(test_rolling_restart),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
