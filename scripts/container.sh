@@ -4,6 +4,7 @@
 #
 #   scripts/container.sh test     everything below, then the checks; leaves nothing running (make container-test)
 #   scripts/container.sh images   the engine, the base images and the fairq image only (then run compose yourself)
+#   scripts/container.sh cluster  the images, then docker-compose.cluster.yml's check alone (part of test)
 #
 # The engine is docker.io's dockerd (20.10) with docker-compose (1.29.2), the
 # reference because it runs healthchecks and honours depends_on conditions
@@ -20,6 +21,8 @@
 # runs as uid 10001, fairq-admin works inside, SIGTERM ends it with exit 0
 # before the stop timeout), then docker-compose.yml (the small tenants are
 # served while acme floods; `down -v` leaves no container, network or volume),
+# then docker-compose.cluster.yml (3 nodes, 3 replicas sharing 16 partitions:
+# all served, all partitions owned, a replica killed and its partitions taken),
 # then the whole build and the unit tests on a bare bookworm with only what
 # scripts/install-deps.sh installs (scripts/container/bookworm.Dockerfile).
 # Whatever happens, everything it made is removed on exit but the images.
@@ -27,7 +30,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 mode=${1:-test}
-case "$mode" in test|images) ;; *) echo "usage: $0 [test|images]" >&2; exit 2 ;; esac
+case "$mode" in test|images|cluster) ;; *) echo "usage: $0 [test|images|cluster]" >&2; exit 2 ;; esac
 
 CACHE=${FAIRQ_CONTAINER_CACHE:-/var/cache/fairq-containers}
 DOCKER=/usr/bin/docker            # docker.io's client, whatever else is on PATH
@@ -35,6 +38,8 @@ COMPOSE=/usr/bin/docker-compose
 IMAGE=fairq:local                 # the name docker-compose.yml builds and runs
 NATS_IMAGE=fairq-nats:2.9.10
 PROJECT=fairqtest                 # the compose project and the prefix of every name made here
+CLUSTER=${PROJECT}c               # docker-compose.cluster.yml's project
+CLUSTER_FILE=docker-compose.cluster.yml
 STOP_TIMEOUT=15                   # docker stop's grace, as compose's stop_grace_period
 
 t_start=$(date +%s)
@@ -65,6 +70,7 @@ cleanup() {
   set +e
   if [ -S /var/run/docker.sock ] && $DOCKER info >/dev/null 2>&1; then
     FAIRQ_NATS_IMAGE=$NATS_IMAGE $COMPOSE -p "$PROJECT" down -v --remove-orphans >/dev/null 2>&1
+    FAIRQ_NATS_IMAGE=$NATS_IMAGE $COMPOSE -f "$CLUSTER_FILE" -p "$CLUSTER" down -v --remove-orphans >/dev/null 2>&1
     ids=$($DOCKER ps -aq --filter "name=^${PROJECT}")
     [ -n "$ids" ] && $DOCKER rm -f $ids >/dev/null 2>&1
     $DOCKER network ls -q --filter "name=^${PROJECT}" | xargs -r $DOCKER network rm >/dev/null 2>&1
@@ -189,6 +195,71 @@ say "image $IMAGE: $(($($DOCKER image inspect -f '{{.Size}}' "$IMAGE") / 1000000
 
 ip_of() { $DOCKER inspect -f '{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}' "$1"; }
 
+# ---- docker-compose.cluster.yml: 3 nats-server nodes, 3 fairq replicas sharing 16 partitions ----
+cluster_check() {
+  say "docker-compose -f $CLUSTER_FILE -p $CLUSTER up -d"
+  FAIRQ_NATS_IMAGE=$NATS_IMAGE FAIRQ_NATS_PORT=$(scripts/free-port.sh) \
+    $COMPOSE -f "$CLUSTER_FILE" -p "$CLUSTER" up -d --no-build 2>&1 | sed 's/^/  /' >&2
+  local reps=(fairq-1 fairq-2 fairq-3) ids=() ips=() r h
+  for r in "${reps[@]}"; do ids+=("$($COMPOSE -f "$CLUSTER_FILE" -p "$CLUSTER" ps -q "$r")"); done
+  for i in 0 1 2; do
+    h=""
+    for _ in $(seq 1 90); do
+      h=$($DOCKER inspect -f '{{.State.Health.Status}}' "${ids[$i]}")
+      [ "$h" = healthy ] && break
+      sleep 1
+    done
+    [ "$h" = healthy ] || { $DOCKER logs "${ids[$i]}" 2>&1 | tail -20 >&2; fail "${reps[$i]}: $h"; }
+    ips+=("$(ip_of "${ids[$i]}")")
+  done
+  say "ok: the three replicas are healthy"
+  # a series summed over the replicas given by index (its tenant's owner has it)
+  sum() { # sum NAME TENANT|"" INDEX...
+    local n=$1 t=$2 i v=0; shift 2
+    for i in "$@"; do
+      v=$((v + $(curl -s "http://${ips[$i]}:9464/metrics" |
+        awk -v n="$n" -v t="tenant=\"$t\"" '($1 == n || ($1 ~ "^" n "\\{" && index($1, t))) { v = $2 } END { print v + 0 }')))
+    done
+    echo "$v"
+  }
+  local served=0 g i a owned
+  for _ in $(seq 1 120); do
+    g=$(sum fairq_tenant_dispatched_runs_total globex 0 1 2)
+    i=$(sum fairq_tenant_dispatched_runs_total initech 0 1 2)
+    if [ "$g" = 5 ] && [ "$i" = 5 ]; then served=1; break; fi
+    sleep 1
+  done
+  a=$(sum fairq_tenant_queued_runs acme 0 1 2)
+  [ "$served" = 1 ] || { $COMPOSE -f "$CLUSTER_FILE" -p "$CLUSTER" logs --tail 20 >&2; fail "globex $g, initech $i runs dispatched of 5 each"; }
+  say "ok: globex 5/5 and initech 5/5 runs dispatched while acme has $a queued"
+  owned=()
+  for r in 0 1 2; do owned+=("$(sum fairq_partitions_owned "" "$r")"); done
+  [ $((owned[0] + owned[1] + owned[2])) = 16 ] && [ "${owned[0]}" -gt 0 ] && [ "${owned[1]}" -gt 0 ] &&
+    [ "${owned[2]}" -gt 0 ] || fail "partitions owned: ${owned[*]} (16 shared by 3 expected)"
+  say "ok: the 16 partitions shared ${owned[*]}"
+  # kill -9 of a replica: the two left own all 16 again within the lease TTL and a second
+  local t0 t1 both=0
+  t0=$(date +%s.%N)
+  $DOCKER kill -s KILL "${ids[2]}" >/dev/null
+  for _ in $(seq 1 100); do
+    [ "$(sum fairq_partitions_owned "" 0 1)" = 16 ] && { both=1; break; }
+    sleep 0.1
+  done
+  t1=$(date +%s.%N)
+  [ "$both" = 1 ] || fail "the two replicas left own $(sum fairq_partitions_owned "" 0 1) of 16 partitions"
+  say "ok: kill -9 of fairq-3: the two left own the 16 partitions $(python3 -c "print(f'{$t1 - $t0:.1f}')") s later (TTL 3 s)"
+  $COMPOSE -f "$CLUSTER_FILE" -p "$CLUSTER" ps >&2
+  say "docker-compose -f $CLUSTER_FILE -p $CLUSTER down -v"
+  $COMPOSE -f "$CLUSTER_FILE" -p "$CLUSTER" down -v 2>&1 | sed 's/^/  /' >&2
+  local left
+  left=$( { $DOCKER ps -aq --filter "label=com.docker.compose.project=$CLUSTER"
+            $DOCKER network ls -q --filter "label=com.docker.compose.project=$CLUSTER"
+            $DOCKER volume ls -q --filter "label=com.docker.compose.project=$CLUSTER"; } | wc -l)
+  [ "$left" = 0 ] || fail "down -v left $left containers, networks or volumes"
+  say "ok: down -v left no container, network or volume"
+}
+[ "$mode" = cluster ] && { cluster_check; say "cluster checks passed"; exit 0; }
+
 # ---- 1. the image beside NATS ----
 say "the image beside NATS"
 net=${PROJECT}_net
@@ -279,6 +350,8 @@ left=$( { $DOCKER ps -aq --filter "label=com.docker.compose.project=$PROJECT"
           $DOCKER volume ls -q --filter "label=com.docker.compose.project=$PROJECT"; } | wc -l)
 [ "$left" = 0 ] || fail "down -v left $left containers, networks or volumes"
 say "ok: down -v left no container, network or volume"
+
+cluster_check
 
 # ---- 3. a bare bookworm with only what install-deps.sh installs: the whole build, the unit tests ----
 say "bare bookworm: scripts/install-deps.sh, the whole build, ctest -L unit"
