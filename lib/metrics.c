@@ -611,6 +611,9 @@ const fq_overall_row fq_overall_rows[] = {
     OV(RATE, lease_renew_max_seconds, "lease_renew_max_seconds",
        "fairq_lease_renew_max_seconds", NULL,
        "Longest round trip of an ownership key renewal since start."),
+    OV(PARTS, parts, "partition_queued_runs", "fairq_partition_queued_runs", NULL,
+       "Runs queued in memory by the tenants of each partition this replica owns (at the "
+       "last pass over the tenants)."),
     OV(RATE, dispatch_rate, "dispatch_rate", NULL, NULL, "Runs dispatched a second, smoothed."),
     OV(RATE, dispatch_token_rate, "dispatch_token_rate", NULL, NULL,
        "Estimated tokens dispatched a second, smoothed."),
@@ -738,6 +741,11 @@ uint64_t fq_overall_u64(const fq_overall_row *r, const fq_metrics_overall *a)
         for (size_t i = 0; i < FQ__COUNT; i++)
             sum += ((const uint64_t *)(const void *)v)[i];
         return sum;
+    case FQ_OV_PARTS:
+        for (size_t i = 0; i < FQ_METRICS_PARTS; i++)
+            sum += ((const fq_metrics_parts *)(const void *)v)->owned[i]
+                   ? ((const fq_metrics_parts *)(const void *)v)->queued[i] : 0;
+        return sum;
     default:
         return *(const uint64_t *)(const void *)v;
     }
@@ -760,6 +768,17 @@ static void render_row(fq_buf *b, const fq_overall_row *r, const fq_metrics_over
                 continue;   /* no zero series for every reason */
             fq_buf_printf(b, "%s{reason=\"%s\"} ", r->metric, fq_status_code((fq_status)i));
             put_u64(b, v[i]);
+            fq_buf_putc(b, '\n');
+        }
+        return;
+    }
+    if (r->kind == FQ_OV_PARTS) {
+        const fq_metrics_parts *v = (const void *)((const char *)a + r->off);
+        for (size_t k = 0; k < FQ_METRICS_PARTS; k++) {
+            if (!v->owned[k])
+                continue;   /* a series per partition owned, at most 128 */
+            fq_buf_printf(b, "%s{partition=\"%zu\"} ", r->metric, k);
+            put_u64(b, v->queued[k]);
             fq_buf_putc(b, '\n');
         }
         return;

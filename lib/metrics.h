@@ -128,6 +128,17 @@ const char *fq_ready_reason_name(enum fq_ready_reason r);
  * write the server confirmed; 0 when not leading). */
 void fq_metrics_render_ready(fq_buf *out, enum fq_ready_reason r, uint64_t lease_age_ms);
 
+/* Partitions labelled at most: a replica owns no more (lib/proxy.c's
+ * PX_PARTS_MAX, natsio's consumers; docs/partitions.md), so the series of
+ * fairq_partition_queued_runs are bounded by 128 whatever P is. */
+#define FQ_METRICS_PARTS 128
+
+/* Each partition's backlog, for the partitions this replica owns. */
+typedef struct fq_metrics_parts {
+    uint64_t queued[FQ_METRICS_PARTS]; /* runs queued in memory, its tenants' */
+    bool owned[FQ_METRICS_PARTS];   /* owned: a series of its own */
+} fq_metrics_parts;
+
 /* The proxy as a whole. Every field has one row in fq_overall_rows
  * (lib/metrics.c), which names it for the stats reply and for /metrics. */
 typedef struct fq_metrics_overall {
@@ -230,6 +241,7 @@ typedef struct fq_metrics_overall {
     uint64_t admin_requests_too_long; /* counter: admin requests past 4 KiB of body,
                                        refused unread */
     uint64_t max_payload;           /* the server's, in bytes; 0: not known yet */
+    fq_metrics_parts parts;         /* gauge by partition owned; their sum in the stats */
 } fq_metrics_overall;
 
 /* How a value of fq_metrics_overall is stored and written. */
@@ -241,6 +253,8 @@ enum fq_overall_kind {
     FQ_OV_RATE,         /* double: a gauge */
     FQ_OV_REASONS,      /* uint64_t[FQ__COUNT] by fq_status: a counter labelled
                            reason (those not 0); their sum in the stats */
+    FQ_OV_PARTS,        /* fq_metrics_parts: a gauge labelled partition (those
+                           owned); their sum in the stats */
 };
 
 /* One value of the proxy as a whole, spelled once: where it is, its key

@@ -244,6 +244,8 @@ struct fq_proxy {
     fq_probes *probes;          /* metrics snapshots and readiness (lib/probes.c) */
     bool consumer_ok[FQ_NIO_MAX_CONSUMERS]; /* by natsio id: its last (re)creation succeeded */
     uint64_t part_term[PX_PARTS_MAX];  /* the term partition k's consumers carry; 0: not ours */
+    uint64_t part_fill[PX_PARTS_MAX];  /* runs queued by partition, summed by the pass under way */
+    uint64_t part_queued[PX_PARTS_MAX]; /* ... by the last pass done (fairq_partition_queued_runs) */
     /* P > 1, what the ownership said, done at the next turn (px_parts_apply) */
     uint64_t part_want[PX_PARTS_MAX];  /* gained at this term, not adopted yet; 0: none */
     uint64_t part_loading[PX_PARTS_MAX]; /* adopted at this term: marker, then read back */
@@ -1391,6 +1393,11 @@ static void px_overall(fq_metrics_overall *a, fq_proxy *p)
         .admin_requests_too_long = ac->too_long,
         .max_payload = p->max_payload > 0 ? (uint64_t)p->max_payload : 0};
     memcpy(a->rejected_runs, lc->rejected, sizeof a->rejected_runs);
+    _Static_assert(PX_PARTS_MAX <= FQ_METRICS_PARTS, "a series for every partition owned");
+    for (uint32_t k = 0; k < px_parts(p) && k < PX_PARTS_MAX; k++) {
+        a->parts.owned[k] = p->part_term[k] != 0;
+        a->parts.queued[k] = p->part_queued[k];
+    }
 }
 
 /* ---- configuration and reload ------------------------------------------- */
@@ -1773,6 +1780,9 @@ static void px_metrics_tenant(fq_proxy *p, const px_tenant *t, const fq_tenant_i
     } else {
         memset(m, 0, sizeof *m);
     }
+    uint32_t k = fq_ledger_part_of(p->ledger, t->id);
+    if (k < PX_PARTS_MAX)
+        p->part_fill[k] += ti->queued;
     fq_metrics_tenant_set_info(m, ti, now, 1e-3);
     fq_str_copy(m->plan, sizeof m->plan, t->plan);
     m->source = t->source;
@@ -1788,6 +1798,8 @@ static void px_metrics_tenant(fq_proxy *p, const px_tenant *t, const fq_tenant_i
  * then becomes the waiting one. */
 static void px_metrics_publish(fq_proxy *p)
 {
+    memcpy(p->part_queued, p->part_fill, sizeof p->part_queued);
+    memset(p->part_fill, 0, sizeof p->part_fill);
     px_overall(&fq_probes_filling(p->probes)->all, p);
     fq_probes_publish(p->probes);
 }

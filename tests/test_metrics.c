@@ -564,7 +564,8 @@ static void test_overall_table_covers_every_field(void **state)
     for (size_t i = 0; i < fq_overall_nrows; i++) {
         const fq_overall_row *r = &fq_overall_rows[i];
         size_t size = r->kind == FQ_OV_FLAG ? sizeof(bool)
-                      : r->kind == FQ_OV_REASONS ? FQ__COUNT * sizeof(uint64_t) : 8;
+                      : r->kind == FQ_OV_REASONS ? FQ__COUNT * sizeof(uint64_t)
+                      : r->kind == FQ_OV_PARTS ? sizeof(fq_metrics_parts) : 8;
         assert_true(r->off + size <= sizeof owner);
         for (size_t k = 0; k < size; k++) {
             assert_int_equal(owner[r->off + k], 0);
@@ -599,6 +600,29 @@ static void test_overall_table_covers_every_field(void **state)
         assert_true(run < 8);
         k += run ? run : 1;
     }
+}
+
+/* Each partition owned has its backlog series, labelled partition; the
+ * others none (at most 128 series whatever P is); the stats sum them. */
+static void test_partition_backlog(void **state)
+{
+    (void)state;
+    fq_metrics_snapshot *s = NULL;
+    assert_int_equal(fq_metrics_snapshot_create(&s, 10), FQ_OK);
+    s->all.parts.owned[3] = s->all.parts.owned[127] = true;
+    s->all.parts.queued[3] = 5;
+    s->all.parts.queued[4] = 9;     /* not owned: not shown */
+    char *out = render(s);
+    assert_non_null(strstr(out, "# TYPE fairq_partition_queued_runs gauge\n"));
+    assert_non_null(strstr(out, "\nfairq_partition_queued_runs{partition=\"3\"} 5\n"));
+    assert_non_null(strstr(out, "\nfairq_partition_queued_runs{partition=\"127\"} 0\n"));
+    assert_null(strstr(out, "partition=\"4\""));
+    assert_null(strstr(out, "partition=\"0\""));
+    for (size_t i = 0; i < fq_overall_nrows; i++)
+        if (fq_overall_rows[i].kind == FQ_OV_PARTS)
+            assert_int_equal(fq_overall_u64(&fq_overall_rows[i], &s->all), 5);
+    free(out);
+    fq_metrics_snapshot_destroy(s);
 }
 
 /* A client-visible name that was spelled two ways keeps both, in one row:
@@ -679,6 +703,7 @@ int main(void)
         cmocka_unit_test(test_sample),
         cmocka_unit_test(test_overall_table_covers_every_field),
         cmocka_unit_test(test_overall_names_kept),
+        cmocka_unit_test(test_partition_backlog),
         cmocka_unit_test(test_tenant_table),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
