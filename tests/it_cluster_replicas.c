@@ -176,20 +176,9 @@ static int journal_done(int n, unsigned char *done)
     return total;
 }
 
-/* Wait until FAIR_SUBMIT is empty (every submit acked by its owner), up
- * to 20 s; if it is not, say what is left and where each consumer is. */
-static void submit_drained(void)
+/* What FAIR_SUBMIT holds and where each of its consumers is. */
+static void submit_dump(void)
 {
-    uint64_t left = 0;
-    for (long long end = nt_now_ms() + 20000; nt_now_ms() < end; nt_sleep_ms(50)) {
-        jsStreamInfo *si = NULL;
-        if (js_GetStreamInfo(&si, W.f.c.js, "FAIR_SUBMIT", NULL, NULL) != NATS_OK)
-            continue;
-        left = si->State.Msgs;
-        jsStreamInfo_Destroy(si);
-        if (!left)
-            return;
-    }
     pt_msg *m = NULL;
     size_t k = 0;
     if (pt_stream_read(&W.f.c, "FAIR_SUBMIT", &m, &k) == 0)
@@ -209,7 +198,58 @@ static void submit_drained(void)
                           (unsigned long long)ci->AckFloor.Stream);
         }
     jsConsumerInfoList_Destroy(cl);
+}
+
+/* Wait until FAIR_SUBMIT is empty (every submit acked by its owner), up
+ * to 20 s; if it is not, say what is left and where each consumer is. */
+static void submit_drained(void)
+{
+    uint64_t left = 0;
+    for (long long end = nt_now_ms() + 20000; nt_now_ms() < end; nt_sleep_ms(50)) {
+        jsStreamInfo *si = NULL;
+        if (js_GetStreamInfo(&si, W.f.c.js, "FAIR_SUBMIT", NULL, NULL) != NATS_OK)
+            continue;
+        left = si->State.Msgs;
+        jsStreamInfo_Destroy(si);
+        if (!left)
+            return;
+    }
+    submit_dump();
     fail_msg("FAIR_SUBMIT still holds %llu messages", (unsigned long long)left);
+}
+
+/* Runs not all completed: say which were not dispatched, what FAIR_SUBMIT
+ * holds, and what the replicas warned of, then fail. */
+static void stuck(int n)
+{
+    pt_msg *m = NULL;
+    size_t k = 0;
+    char *seen = calloc((size_t)n, 1);
+    assert_non_null(seen);
+    if (pt_stream_read(&W.f.c, "FAIR_DISPATCH", &m, &k) == 0)
+        for (size_t i = 0; i < k; i++) {
+            int id = -1;
+            if (sscanf(m[i].run_id, "r-%d", &id) == 1 && id >= 0 && id < n)
+                seen[id] = 1;
+        }
+    pt_msgs_free(m, k);
+    int missing = 0;
+    for (int i = 0; i < n; i++)
+        if (!seen[i] && missing++ < 20)
+            print_message("not dispatched: r-%d (t%d)\n", i, i % TENANTS);
+    print_message("%d runs not dispatched, %zu dispatches stored\n", missing, k);
+    free(seen);
+    submit_dump();
+    for (int i = 0; i < REPLICAS; i++) {
+        FILE *f = W.started[i] ? fopen(W.px[i].log, "r") : NULL;
+        char line[2048];
+        while (f && fgets(line, sizeof line, f))
+            if (strstr(line, "level=warn") || strstr(line, "level=error"))
+                print_message("%s: %s", ids[i], line);
+        if (f)
+            fclose(f);
+    }
+    fail_msg("%zu of %d runs completed", pt_worker_completed(W.f.w), n);
 }
 
 /* Stop the flood and check the whole history: every run completed,
@@ -217,7 +257,8 @@ static void submit_drained(void)
 static int all_once(const char *what)
 {
     int n = load_stop();
-    assert_int_equal(pt_worker_wait_completed(W.f.w, (size_t)n, 60000), 0);
+    if (pt_worker_wait_completed(W.f.w, (size_t)n, 60000) != 0)
+        stuck(n);
     submit_drained();
     pf_assert_each_dispatched_once(&W.f, n);
     unsigned char *done = malloc((size_t)n);
