@@ -34,7 +34,8 @@
 #include "proxyfixture.h"
 
 #define P 8                 /* partitions */
-#define TTL_MS 3000         /* streams.lease_ttl_ms, the default */
+#define TTL_MS 6000         /* streams.lease_ttl_ms: twice the default, as leases renewed on 2
+                               loaded cores with 3 servers and 4 replicas need */
 #define TENANTS 24
 #define RATE 100            /* runs a second the producer submits */
 #define REPLICAS 4          /* rep-a .. rep-d; rep-d joins later */
@@ -44,7 +45,7 @@
 static const char yaml_fmt[] =
     "partitions: 8\n"
     "replica_id: %s\n"
-    "streams:\n  replicas: 3\n"
+    "streams:\n  replicas: 3\n  lease_ttl_ms: 6000\n"
     "scheduler:\n  default_plan: free\n"
     "window:\n  max_in_flight: 8\n"
     "plans:\n  - name: free\n";
