@@ -423,7 +423,7 @@ static void test_random_shares_add_up(void **state)
     for (int round = 0; round < 300; round++) {
         uint32_t g = (uint32_t)(1 + rnd(64));
         rep r[N];
-        char id[8];
+        char id[16];   /* fits any int: -O1 warns otherwise */
         for (int i = 0; i < N; i++) {
             snprintf(id, sizeof id, "r%d", i);
             r[i].s = mk(id, g, 0, 1, 0, 0);
