@@ -1095,12 +1095,9 @@ static void cap_enter(fq_sched *s, fq_tenant *t)
     s->capped = t;
 }
 
-/* A slot of t was freed, its cap rose, or the others' queues emptied: a
- * capped tenant with work rejoins the rotation. */
-static void uncap(fq_sched *s, fq_tenant *t)
+/* t off the list of capped tenants (its state is FQ_T_CAPPED). */
+static void capped_remove(fq_sched *s, fq_tenant *t)
 {
-    if (t->state != FQ_T_CAPPED || at_cap(s, t))
-        return;
     if (t->prev)
         t->prev->next = t->next;
     else
@@ -1108,6 +1105,15 @@ static void uncap(fq_sched *s, fq_tenant *t)
     if (t->next)
         t->next->prev = t->prev;
     t->next = t->prev = NULL;
+}
+
+/* A slot of t was freed, its cap rose, or the others' queues emptied: a
+ * capped tenant with work rejoins the rotation. */
+static void uncap(fq_sched *s, fq_tenant *t)
+{
+    if (t->state != FQ_T_CAPPED || at_cap(s, t))
+        return;
+    capped_remove(s, t);
     schedule(s, t, join_round(s));
 }
 
@@ -2049,13 +2055,7 @@ size_t fq_sched_clear(fq_sched *s, bool (*which)(void *arg, const fq_tenant *t),
             t->state = FQ_T_IDLE;
             break;
         case FQ_T_CAPPED:
-            if (t->prev)
-                t->prev->next = t->next;
-            else
-                s->capped = t->next;
-            if (t->next)
-                t->next->prev = t->prev;
-            t->next = t->prev = NULL;
+            capped_remove(s, t);
             t->state = FQ_T_IDLE;
             break;
         case FQ_T_ACTIVE:
