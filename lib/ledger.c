@@ -3874,6 +3874,11 @@ fq_status fq_ledger_create(fq_ledger **out, const fq_ledger_opts *o)
     return FQ_OK;
 }
 
+fq_status fq_ledger_opts_check(const fq_ledger_opts *o)
+{
+    return lg_opts_valid(o) ? FQ_OK : FQ_EINVAL;
+}
+
 fq_status fq_ledger_set_opts(fq_ledger *l, const fq_ledger_opts *o)
 {
     if (!lg_opts_valid(o))

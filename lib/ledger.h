@@ -250,6 +250,9 @@ void fq_ledger_destroy(fq_ledger *l);
  * New limits may pause or resume fetching: PAUSE actions to drain. The
  * scheduler's own options (fq_ledger_sched_opts) are the caller's to set. */
 fq_status fq_ledger_set_opts(fq_ledger *l, const fq_ledger_opts *o);
+/* FQ_OK if fq_ledger_set_opts would take o, FQ_EINVAL if not; changes
+ * nothing, so that a caller can refuse a change before making any of it. */
+fq_status fq_ledger_opts_check(const fq_ledger_opts *o);
 
 /* ---- actions ------------------------------------------------------------ */
 

@@ -1439,8 +1439,8 @@ static fq_sched_opts px_sched_opts(const fq_config *c)
     return o;
 }
 
-/* The ledger's options as the config and the server's max_payload say. */
-static fq_ledger_opts px_ledger_opts(fq_proxy *p);
+/* The ledger's options as config c and the server's max_payload say. */
+static fq_ledger_opts px_ledger_opts(fq_proxy *p, const fq_config *c);
 
 /* Put nc in force, keeping the settings only a restart applies as they are,
  * strings included: the NATS adapter holds on to the stream and durable
@@ -1474,6 +1474,10 @@ static fq_status px_reload_try(fq_proxy *p, char *restart, size_t rcap, char *er
     fq_config merged = nc;
     fq_config_keep_restart(&merged, &p->cfg);
     fq_sched_opts so = px_sched_opts(&merged);
+    fq_ledger_opts lo = px_ledger_opts(p, &merged);
+    if (s == FQ_OK && (s = fq_ledger_opts_check(&lo)) != FQ_OK)
+        snprintf(err, errlen, "the run ledger cannot take these limits (limits.*, window.*): %s",
+                 fq_status_text(s));
     if (s == FQ_OK && (s = fq_config_policy(&np, &nc)) != FQ_OK)
         snprintf(err, errlen, "cannot build the policy: %s", fq_status_text(s));
     if (s == FQ_OK)
@@ -1502,8 +1506,7 @@ static fq_status px_reload_try(fq_proxy *p, char *restart, size_t rcap, char *er
     for (px_tenant *t = px_tenant_next(p, NULL); t; t = px_tenant_next(p, t))
         px_tenant_apply(p, t);
     fq_log_set(lv, lf);
-    fq_ledger_opts lo = px_ledger_opts(p);
-    fq_ledger_set_opts(p->ledger, &lo);
+    (void)fq_ledger_set_opts(p->ledger, &lo);  /* checked above: it cannot fail */
     /* the scheduler took the config's window: this replica's part again,
      * and a new split of the new window at the next turn */
     if (p->share) {
@@ -2343,7 +2346,7 @@ static fq_status px_streams(fq_proxy *p)
     }
     if (fq_nio_stream_created(&p->submit_created_ms, p->nio, c->streams.submit) != FQ_OK)
         return FQ_EIO;
-    fq_ledger_opts lo = px_ledger_opts(p);     /* derived run ids need the creation */
+    fq_ledger_opts lo = px_ledger_opts(p, &p->cfg);     /* derived run ids need the creation */
     fq_ledger_set_opts(p->ledger, &lo);
     return px_lease_bucket(p);
 }
@@ -2469,7 +2472,7 @@ static void px_on_event(fq_proxy *p, fq_nio_event *ev)
             p->c.reconnects++;
             /* Admission sizes runs against the server's limit of now. */
             p->max_payload = fq_nio_max_payload(p->nio);
-            fq_ledger_opts lo = px_ledger_opts(p);
+            fq_ledger_opts lo = px_ledger_opts(p, &p->cfg);
             fq_ledger_set_opts(p->ledger, &lo);
         }
         fq_log(ev->connected ? FQ_LOG_INFO : FQ_LOG_WARN,
@@ -3048,9 +3051,8 @@ static void px_body_free(void *arg, void *block, size_t size)
     fq_pool_free(arg, block, size);
 }
 
-static fq_ledger_opts px_ledger_opts(fq_proxy *p)
+static fq_ledger_opts px_ledger_opts(fq_proxy *p, const fq_config *c)
 {
-    const fq_config *c = &p->cfg;
     fq_ledger_opts lo = {
         .sched = p->sched, .est = p->est, .tenant = px_ledger_tenant, .tenant_arg = p,
         .alloc = {px_body_alloc, px_body_free, p->bodies},
@@ -3115,7 +3117,7 @@ static fq_status px_create_parts(fq_proxy *p, const fq_config *cfg)
         s = fq_log_limiter_create(&p->lim, 1024, 1000);
     if (s == FQ_OK)
         s = fq_pool_create(&p->bodies, PX_BODY_MAX);
-    fq_ledger_opts ledger_opts = px_ledger_opts(p);
+    fq_ledger_opts ledger_opts = px_ledger_opts(p, &p->cfg);
     if (s == FQ_OK)
         s = fq_ledger_create(&p->ledger, &ledger_opts);
     if (s == FQ_OK)
