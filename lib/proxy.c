@@ -2585,26 +2585,46 @@ static fq_status px_start_consumers(fq_proxy *p)
     return s;
 }
 
+/* One turn of waiting at start with the leader lease held (P = 1): its
+ * renewals answered and sent, the health probe told we are not hanging. */
+static void px_start_turn(fq_proxy *p)
+{
+    fq_http_heartbeat(p->http);
+    px_drain(p, PX_POLL_MS);
+    fq_leader_renew(p->ld, fq_nio_mono_ms(), p->connected);
+}
+
 /* Read the overrides bucket whole before the first dispatch, then keep
- * watching it. Without it the proxy still serves, on the config alone,
- * unless NATS refused a permission (FQ_EINVAL: start fails). */
+ * watching it. A bucket not made is retried each second, as the streams
+ * and the lease bucket are (a cluster that cannot place its replicas yet,
+ * a node down or not yet known, is not ready; gave up, overrides stayed
+ * off until a restart), unless NATS refused a permission (FQ_EINVAL:
+ * start fails). A watch that cannot start leaves the proxy serving on the
+ * config alone. */
 static fq_status px_overrides_start(fq_proxy *p)
 {
     char why[512] = "";
-    if (fq_nio_kv_ensure(p->nio, p->cfg.streams.tenants_bucket, 0, FQ_OVR_BUCKET_MAX_BYTES,
-                         FQ_OVR_VALUE_MAX, p->cfg.streams.replicas, why, sizeof why) != FQ_OK ||
-        fq_nio_kv_watch(p->nio, PX_WATCH_TENANTS, p->cfg.streams.tenants_bucket) != FQ_OK) {
-        fq_log(FQ_LOG_ERROR, "cannot watch the overrides bucket; overrides are off until a restart",
+    while (fq_nio_kv_ensure(p->nio, p->cfg.streams.tenants_bucket, 0, FQ_OVR_BUCKET_MAX_BYTES,
+                            FQ_OVR_VALUE_MAX, p->cfg.streams.replicas, why, sizeof why) != FQ_OK) {
+        if (px_denied_at_start(p))
+            return FQ_EINVAL;
+        fq_log(FQ_LOG_WARN, "overrides bucket not ready; retrying",
                FQ_STR("bucket", p->cfg.streams.tenants_bucket), FQ_STR("reason", why));
+        uint64_t again = fq_nio_mono_ms() + 1000;
+        while (fq_nio_mono_ms() < again && !atomic_load(&p->stop))
+            px_start_turn(p);
+        if (atomic_load(&p->stop))
+            return FQ_EIO;
+    }
+    if (fq_nio_kv_watch(p->nio, PX_WATCH_TENANTS, p->cfg.streams.tenants_bucket) != FQ_OK) {
+        fq_log(FQ_LOG_ERROR, "cannot watch the overrides bucket; overrides are off until a restart",
+               FQ_STR("bucket", p->cfg.streams.tenants_bucket));
         return px_denied_at_start(p) ? FQ_EINVAL : FQ_OK;
     }
     uint64_t end = fq_nio_mono_ms() + PX_KV_SYNC_WAIT_MS;
     while (!fq_ovr_synced(p->ovr) && !p->denied_fatal && fq_nio_mono_ms() < end &&
-           !atomic_load(&p->stop)) {
-        fq_http_heartbeat(p->http);
-        px_drain(p, PX_POLL_MS);
-        fq_leader_renew(p->ld, fq_nio_mono_ms(), p->connected);
-    }
+           !atomic_load(&p->stop))
+        px_start_turn(p);
     size_t live = fq_ovr_in_force(p->ovr);
     if (px_denied_at_start(p))
         return FQ_EINVAL;

@@ -207,6 +207,39 @@ static void test_start_waits_for_the_lease_bucket(void **state)
     assert_int_equal(pt_proxy_stop(&b->px), 0);
 }
 
+/* The same for the overrides bucket, made once the lease is held: with
+ * the streams and the lease bucket there and the overrides bucket gone, a
+ * node down leaves it unplaceable. The proxy waits, saying why, keeping
+ * its lease, and watches the bucket once the node is back (it gave up at
+ * the first failure: "overrides are off until a restart"). */
+static void test_start_waits_for_the_overrides_bucket(void **state)
+{
+    cl_bare *b = *state;
+    assert_int_equal(pt_proxy_start_url(&b->px, natscluster_node(b->cl, 0),
+                                        natscluster_urls(b->cl), "proxy", yaml),
+                     0);
+    assert_int_equal(cl_wait_running(&b->px, 60000), 0);
+    assert_int_equal(pt_proxy_stop(&b->px), 0);
+    pt_client c;
+    assert_int_equal(pt_connect(&c, natscluster_node(b->cl, 0)), 0);
+    assert_int_equal(js_DeleteKeyValue(c.js, "fairq_tenants"), NATS_OK);
+    assert_int_equal(natstest_stop(natscluster_node(b->cl, 2)), 0);
+    assert_int_equal(pt_proxy_start_url(&b->px, natscluster_node(b->cl, 0),
+                                        natscluster_urls(b->cl), "proxy", yaml),
+                     0);
+    assert_int_equal(pt_log_wait(&b->px, "overrides bucket not ready; retrying", 30000), 0);
+    assert_true(nt_proc_alive(&b->px.proc));
+    assert_int_equal(natstest_restart(natscluster_node(b->cl, 2)), 0);
+    assert_int_equal(cl_wait_running_n(&b->px, 2, 60000), 0);
+    assert_int_equal(pt_log_count(&b->px, "overrides are off"), 0);
+    assert_int_equal(pt_log_wait_n(&b->px, "overrides read", 2, 10000), 0);
+    kvStore *kv = NULL;
+    assert_int_equal(js_KeyValue(&kv, c.js, "fairq_tenants"), NATS_OK);   /* made */
+    kvStore_Destroy(kv);
+    pt_close(&c);
+    assert_int_equal(pt_proxy_stop(&b->px), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -214,6 +247,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_start_waits_for_a_node_down, setup_bare,
                                         teardown_bare),
         cmocka_unit_test_setup_teardown(test_start_waits_for_the_lease_bucket, setup_bare,
+                                        teardown_bare),
+        cmocka_unit_test_setup_teardown(test_start_waits_for_the_overrides_bucket, setup_bare,
                                         teardown_bare),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
