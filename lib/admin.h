@@ -139,11 +139,13 @@ void fq_admin_request(fq_admin *a, const char *subject, const void *body, size_t
 void fq_admin_explain(fq_admin *a, const char *explain, const char *subject, const void *body,
                       size_t len, const void *req, uint64_t now);
 
+#ifdef FQ_TESTING   /* tests only: no program calls it */
 /* The explain reply for e into buf of cap bytes: where the run is, its
  * tenant's state, the window's, what holds it (a sentence), and its
  * estimated wait. *len: its length. Pure: no I/O, e alone. now: monotonic ms. */
 fq_status fq_admin_explain_json(char *buf, size_t cap, size_t *len, const fq_explain *e,
                                 uint64_t now);
+#endif
 
 const fq_admin_counters *fq_admin_counters_get(const fq_admin *a);
 

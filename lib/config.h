@@ -160,9 +160,11 @@ typedef struct fq_config {
  * keys given twice, a plan, tenant or workflow named twice, a tenant on an
  * unknown plan and values that are not what their key takes are errors. */
 fq_status fq_config_load(fq_config *out, const char *path, char *err, size_t errlen);
+#ifdef FQ_TESTING   /* tests only: no program calls it */
 /* The same from a string in memory (name is used in messages). */
 fq_status fq_config_parse(fq_config *out, const char *name, const char *yaml,
                           size_t len, char *err, size_t errlen);
+#endif
 /* Safe on a zeroed config; leaves it zeroed. */
 void fq_config_free(fq_config *c);
 

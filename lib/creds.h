@@ -22,7 +22,9 @@
  * seed into why. */
 fq_status fq_creds_check(char *why, size_t cap, const char *path, int64_t now);
 
+#ifdef FQ_TESTING   /* tests only: no program calls it */
 /* The same checks on text, the file's content (NUL-terminated). */
 fq_status fq_creds_check_text(char *why, size_t cap, const char *text, int64_t now);
+#endif
 
 #endif

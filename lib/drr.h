@@ -232,10 +232,12 @@ fq_status fq_sched_sub_info(fq_sub_info *out, const fq_sched *s, const fq_tenant
  * admin request about one tenant, not a hot path. */
 size_t fq_sched_sub_top(fq_sub_info *out, size_t n, const fq_sched *s, const fq_tenant *t);
 
+#ifdef FQ_TESTING   /* tests only: no program calls it */
 /* fq_sched_enqueue_sub with no sub-tenant. fq_sched_enqueue queues in
  * class nclasses - 1 (the lowest), or 0 without classes. */
 fq_status fq_sched_enqueue_class(fq_run **out, fq_sched *s, fq_tenant *t, uint64_t id,
                                  uint32_t cls, uint32_t est, void *handle, uint64_t now);
+#endif
 
 /* With caller_runs, the caller embeds an fq_run in its own record of each
  * run, so that a run is one record, one allocation, and hands it over
@@ -265,9 +267,11 @@ fq_status fq_sched_complete(fq_done *out, fq_sched *s, uint64_t id, uint64_t act
 fq_status fq_sched_complete_priced(fq_done *out, fq_sched *s, uint64_t id, uint64_t actual,
                                    uint64_t cost);
 
+#ifdef FQ_TESTING   /* tests only: no program calls it */
 /* Reconcile a run the scheduler does not hold (dispatched before a restart)
  * from the estimate that was charged for it. The caller ensures once. */
 void fq_tenant_reconcile(fq_sched *s, fq_tenant *t, uint32_t est, uint64_t actual);
+#endif
 void fq_tenant_reconcile_priced(fq_sched *s, fq_tenant *t, uint32_t est, uint64_t actual,
                                 uint64_t cost);
 

@@ -71,8 +71,10 @@ typedef struct fq_jrec {
                                            under its Nats-Msg-Id, not taken as done */
 } fq_jrec;
 
+#ifdef FQ_TESTING   /* tests only: no program calls it */
 /* Whether r obeys the rules above; if not, why (a static sentence). */
 bool fq_jrec_valid(const fq_jrec *r, const char **why);
+#endif
 
 /* A batch being written: the text of one message. */
 typedef struct fq_jbatch {

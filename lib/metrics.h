@@ -26,7 +26,9 @@
 
 /* Submit-to-dispatch latency: fixed buckets from 1 ms to 1 h. */
 #define FQ_HIST_BUCKETS 20
+#ifdef FQ_TESTING   /* tests only: no program calls it */
 extern const uint64_t fq_hist_bounds_us[FQ_HIST_BUCKETS];
+#endif
 
 /* A histogram accumulator: fixed size, no allocation per observation. Not
  * locked: update it where the tenant's other state is updated. */
@@ -38,8 +40,10 @@ typedef struct fq_hist {
 
 /* Count one observation of us microseconds. */
 void fq_hist_observe(fq_hist *h, uint64_t us);
+#ifdef FQ_TESTING   /* tests only: no program calls it */
 /* Observations counted so far. */
 uint64_t fq_hist_count(const fq_hist *h);
+#endif
 
 /* One tenant's values. Strings are copied in, so a snapshot holds no
  * pointer into the proxy's live state. */
@@ -324,6 +328,7 @@ fq_status fq_metrics_snapshot_fold(fq_metrics_snapshot *s, const fq_metrics_tena
 void fq_metrics_tenant_set_info(fq_metrics_tenant *m, const fq_tenant_info *ti,
                                 uint64_t now, double unit_seconds);
 
+#ifdef FQ_TESTING   /* tests only: no program calls it */
 /* The queue-age skew across tenants, in seconds: the oldest queued run's
  * age of the most delayed tenant minus the median of the same age over
  * every tenant with queued work; 0 with fewer than two such tenants. A
@@ -332,6 +337,7 @@ void fq_metrics_tenant_set_info(fq_metrics_tenant *m, const fq_tenant_info *ti,
  * sets an alert on. Large skew means a few tenants are backlogged while the
  * typical one is not: under FIFO, everyone would wait behind them. */
 double fq_metrics_queue_age_skew(fq_metrics_snapshot *s);
+#endif
 
 /* Append the text exposition (format 0.0.4) of s to out. FQ_ENOMEM if out
  * could not grow; out then holds a partial text to discard. */

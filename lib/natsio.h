@@ -202,10 +202,12 @@ typedef struct fq_nio_size {
  * per header (CR and LF in them become blanks), "\r\n"; 0 when there is no
  * line at all. Pure: what fq_nio_out_size and every publish write. */
 size_t fq_nio_header_bytes(const fq_nio_hdr *hdrs, size_t n, size_t carried);
+#ifdef FQ_TESTING   /* tests only: no program calls it */
 /* Whether s[0..len) is a header name a header block can carry as it is
  * written: a token (RFC 9110: 1 or more visible ASCII bytes, no delimiter
  * of "(),/:;<=>?@[\]{} and no blank). */
 bool fq_nio_header_name_valid(const char *s, size_t len);
+#endif
 /* The size of the message fq_nio_publish would build for o, read in one
  * pass over o->carry's headers, which are checked on the way: FQ_EINVAL,
  * with out->bad naming the first unfit header (quoted safely) and why,
@@ -346,8 +348,10 @@ typedef struct fq_nio_sub_stats {
 } fq_nio_sub_stats;
 /* Safe from any thread; zeros for a NULL n. */
 void fq_nio_sub_stats_get(fq_nio_sub_stats *out, fq_nio *n, int id);
+#ifdef FQ_TESTING   /* tests only: no program calls it */
 /* End subscription id (it may be subscribed again). FQ_EINVAL if none. */
 fq_status fq_nio_unsubscribe(fq_nio *n, int id);
+#endif
 /* Reply to a request (core NATS publish to its reply subject). FQ_EINVAL:
  * the request has no reply subject; FQ_ETOOBIG: len exceeds max_payload;
  * FQ_EIO: the publish failed otherwise. */
@@ -376,10 +380,10 @@ fq_status fq_nio_flush(fq_nio *n, int timeout_ms);
 #ifdef FQ_TESTING   /* tests only: no program calls it */
 /* Publishes still waiting for their PubAck. */
 int64_t fq_nio_pending_pubs(const fq_nio *n);
-#endif
 /* Read a JetStream PubAck reply's data into ev's status, seq, duplicate and
  * err_code (FQ_EIO and 0 for anything that is not a PubAck). For tests. */
 void fq_nio_parse_puback(fq_nio_event *ev, const void *data, size_t len);
+#endif
 
 /* Read message seq of stream (a direct get when the stream allows it).
  * FQ_ENOTFOUND if the stream no longer has it. */

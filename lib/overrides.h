@@ -82,7 +82,9 @@ bool fq_ovr_synced(const fq_ovr_set *s);
 const fq_tenant_entry *fq_ovr_find(const fq_ovr_set *s, const char *tenant, uint64_t *rev);
 /* Overrides in force; records kept (those plus deletions not yet echoed). */
 size_t fq_ovr_in_force(const fq_ovr_set *s);
+#ifdef FQ_TESTING   /* tests only: no program calls it */
 size_t fq_ovr_records(const fq_ovr_set *s);
+#endif
 
 /* Give the policy np (built from a reloaded config) the overrides in
  * force. One naming a plan np lacks refuses the reload (err says which,

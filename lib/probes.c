@@ -170,44 +170,6 @@ static fq_status pr_text(fq_probes *pr)
     return FQ_OK;
 }
 
-fq_status fq_probes_metrics(fq_buf *out, void *arg)
-{
-    fq_probes *pr = arg;
-#ifdef __linux__
-    /* A scrape of 50,000 tenants copies tens of megabytes: on two cores,
-     * scrapes back to back would take CPU the loop needs to dispatch.
-     * Linux keeps a nice value per thread, and who 0 is the calling one:
-     * this thread alone yields to the loop. */
-    if (!pr->niced) {
-        pr->niced = true;
-        if (setpriority(PRIO_PROCESS, 0, PR_HTTP_NICE) != 0)
-            fq_log(FQ_LOG_DEBUG, "cannot lower the HTTP thread's priority");
-    }
-#endif
-    if (pr_text(pr) != FQ_OK)
-        return FQ_ENOMEM;
-    /* The copy's buffer is sized to the text (rounded to PR_RENDER_ROUND),
-     * not grown by doubling: past 32 MiB glibc maps a buffer afresh and
-     * unmaps it when freed, every scrape, and each of its page faults and
-     * the unmap take the process's memory map lock, which the loop's own
-     * faults then wait on. Below it, the next scrape reuses the freed one. */
-    size_t need = out->len + pr->text.len + 1;
-    if (need > out->cap) {
-        need = (need + PR_RENDER_ROUND - 1) / PR_RENDER_ROUND * PR_RENDER_ROUND;
-        char *q = realloc(out->p, need);
-        if (!q)
-            return FQ_ENOMEM;
-        out->p = q;
-        out->cap = need;
-    }
-    fq_buf_append(out, pr->text.p, pr->text.len);
-    char why[256];
-    uint64_t sent = atomic_load(&pr->lease_sent), now = pr->now_ms();
-    fq_metrics_render_ready(out, fq_probes_ready_state(pr, now, why, sizeof why),
-                            sent && now > sent ? now - sent : 0);
-    return out->failed ? FQ_ENOMEM : FQ_OK;
-}
-
 /* Standing by: who leads, if the lease could be read; with partitions, who
  * holds them. */
 static enum fq_ready_reason pr_standby(fq_probes *pr, char *why, size_t whylen)
@@ -262,6 +224,44 @@ enum fq_ready_reason fq_probes_ready_state(fq_probes *pr, uint64_t now, char *wh
         return FQ_READY_JOURNAL_STALLED;
     }
     return FQ_READY_OK;
+}
+
+fq_status fq_probes_metrics(fq_buf *out, void *arg)
+{
+    fq_probes *pr = arg;
+#ifdef __linux__
+    /* A scrape of 50,000 tenants copies tens of megabytes: on two cores,
+     * scrapes back to back would take CPU the loop needs to dispatch.
+     * Linux keeps a nice value per thread, and who 0 is the calling one:
+     * this thread alone yields to the loop. */
+    if (!pr->niced) {
+        pr->niced = true;
+        if (setpriority(PRIO_PROCESS, 0, PR_HTTP_NICE) != 0)
+            fq_log(FQ_LOG_DEBUG, "cannot lower the HTTP thread's priority");
+    }
+#endif
+    if (pr_text(pr) != FQ_OK)
+        return FQ_ENOMEM;
+    /* The copy's buffer is sized to the text (rounded to PR_RENDER_ROUND),
+     * not grown by doubling: past 32 MiB glibc maps a buffer afresh and
+     * unmaps it when freed, every scrape, and each of its page faults and
+     * the unmap take the process's memory map lock, which the loop's own
+     * faults then wait on. Below it, the next scrape reuses the freed one. */
+    size_t need = out->len + pr->text.len + 1;
+    if (need > out->cap) {
+        need = (need + PR_RENDER_ROUND - 1) / PR_RENDER_ROUND * PR_RENDER_ROUND;
+        char *q = realloc(out->p, need);
+        if (!q)
+            return FQ_ENOMEM;
+        out->p = q;
+        out->cap = need;
+    }
+    fq_buf_append(out, pr->text.p, pr->text.len);
+    char why[256];
+    uint64_t sent = atomic_load(&pr->lease_sent), now = pr->now_ms();
+    fq_metrics_render_ready(out, fq_probes_ready_state(pr, now, why, sizeof why),
+                            sent && now > sent ? now - sent : 0);
+    return out->failed ? FQ_ENOMEM : FQ_OK;
 }
 
 bool fq_probes_ready(char *why, size_t whylen, void *arg)

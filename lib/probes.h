@@ -74,9 +74,11 @@ void fq_probes_owners(fq_probes *pr, const char *owners);
 fq_status fq_probes_metrics(fq_buf *out, void *arg);
 /* /readyz: ready (a standby too); why says why not, or who leads. */
 bool fq_probes_ready(char *why, size_t whylen, void *arg);
+#ifdef FQ_TESTING   /* tests only: no program calls it */
 /* Why /readyz answers as it does at now, and what it says (why; "" for
  * ready). */
 enum fq_ready_reason fq_probes_ready_state(fq_probes *pr, uint64_t now, char *why,
                                            size_t whylen);
+#endif
 
 #endif

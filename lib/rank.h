@@ -51,13 +51,17 @@ void fq_rank_init(fq_rank *r, fq_rank_cmp cmp, uint64_t seed);
 void fq_rank_insert(fq_rank *r, fq_rank_node *x);
 /* Take x, which is in r, out. Compares nothing. O(log n). */
 void fq_rank_remove(fq_rank *r, fq_rank_node *x);
+#ifdef FQ_TESTING   /* tests only: no program calls it */
 /* Elements in the ranking. */
 size_t fq_rank_size(const fq_rank *r);
+#endif
 /* The element at position i (0: the first), or NULL past the last. O(log n). */
 fq_rank_node *fq_rank_at(const fq_rank *r, size_t i);
 /* The element after x, or NULL if x is the last. O(1) amortised over a walk. */
 fq_rank_node *fq_rank_next(const fq_rank_node *x);
+#ifdef FQ_TESTING   /* tests only: no program calls it */
 /* x's position. O(log n). */
 size_t fq_rank_index(const fq_rank_node *x);
+#endif
 
 #endif

@@ -117,9 +117,11 @@ typedef struct fq_scenario {
  * returns FQ_EINVAL (FQ_EIO, FQ_ENOMEM), writes "file:line:col: reason" or
  * "file: where: reason" into err, and leaves *out NULL. */
 fq_status fq_scenario_load(fq_scenario **out, const char *path, char *err, size_t errlen);
+#ifdef FQ_TESTING   /* tests only: no program calls it */
 /* The same from YAML in memory; name is used in messages. */
 fq_status fq_scenario_parse(fq_scenario **out, const char *name, const char *yaml,
                             size_t len, char *err, size_t errlen);
+#endif
 
 /* Generate the runs again from another seed. On error nothing is changed.
  * FQ_EINVAL for a scenario read from a trace (it has no processes). */
@@ -143,7 +145,9 @@ fq_status fq_scenario_write_trace(FILE *f, const fq_scenario *sc);
 /* Safe on NULL. */
 void fq_scenario_free(fq_scenario *sc);
 
+#ifdef FQ_TESTING   /* tests only: no program calls it */
 /* Index of the tenant named id, or -1. */
 long fq_scenario_tenant_index(const fq_scenario *sc, const char *id);
+#endif
 
 #endif

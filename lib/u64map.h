@@ -70,8 +70,10 @@ void fq_u64map_remove(fq_u64map *m, fq_u64map_node *n);
 
 /* Nodes held. */
 size_t fq_u64map_count(const fq_u64map *m);
+#ifdef FQ_TESTING   /* tests only: no program calls it */
 /* Bytes of the table itself (its struct and chains), not of the nodes. */
 size_t fq_u64map_bytes(const fq_u64map *m);
+#endif
 
 /* Iteration, in no particular order: for (n = fq_u64map_first(m); n;
  * n = fq_u64map_next(m, n)). The table must not change meanwhile, except
