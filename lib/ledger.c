@@ -48,9 +48,10 @@
 #include <string.h>
 
 #include "partition.h"
+#include "pool.h"
 #include "u64map.h"
 
-#define LG_POOL_CHUNK 1024
+#define LG_POOL_CHUNK 1024         /* records a pool chunk holds */
 #define LG_TOKEN_HELD (1ULL << 59)  /* in a refused completion's token: acked by its early
                                        completion, not by the copy's PubAck */
 #define LG_TOKEN_PART_SHIFT 48      /* a refusal's or a batch's token: its partition in bits
@@ -71,7 +72,8 @@ typedef struct lg_names {
     char workflow[FQ_WORKFLOW_MAX + 1];
     char subtenant[FQ_SUBTENANT_MAX + 1]; /* its dispatch's Fair-Subtenant; "" if none */
     uint32_t declared;          /* the producer's est_tokens, 0 if none */
-    struct lg_names *next;      /* free list */
+    struct lg_names *dead;      /* given up: freed once the actions that may point at its
+                                   names are drained */
 } lg_names;
 
 /* A run the ledger holds. */
@@ -82,7 +84,7 @@ typedef struct lg_run {
     uint64_t key;               /* the run key's keyed hash */
     union {
         fq_u64map_node seq_node;    /* by sequence, while its submit is unacked */
-        struct lg_run *next;    /* free list; the runs read back, until taken in */
+        struct lg_run *next;    /* the runs read back, until taken in */
     };
     fq_u64map_node key_node;    /* by run key, from admission to completion */
     fq_ledger_tenant *lt;
@@ -139,7 +141,7 @@ typedef struct lg_refused {
     uint32_t part;              /* its tenant's partition */
     fq_status code;
     fq_u64map_node node;
-    struct lg_refused *next;    /* FIFO by until; free list */
+    struct lg_refused *next;    /* FIFO by until */
 } lg_refused;
 
 _Static_assert(sizeof(void *) != 8 || sizeof(lg_run) <= 144,
@@ -175,7 +177,7 @@ typedef struct lg_done {
                                    submit, come again, is published again under its
                                    Nats-Msg-Id rather than taken as done */
     fq_u64map_node node;
-    struct lg_done *next;       /* FIFO by until; free list */
+    struct lg_done *next;       /* FIFO by until */
 } lg_done;
 
 /* A completion that came before its run was held (see the principles):
@@ -189,7 +191,7 @@ typedef struct lg_early {
     int64_t until;              /* monotonic ms from which it is forgotten (acked);
                                    INT64_MIN: taken, out of the map */
     fq_u64map_node node;
-    struct lg_early *next;      /* FIFO by arrival; free list */
+    struct lg_early *next;      /* FIFO by arrival */
 } lg_early;
 
 /* A journal batch: the records of the turns since the last one sent, and
@@ -238,7 +240,7 @@ typedef struct fq_ledger_back {
     uint64_t recalled_at;       /* monotonic ms it was last asked back; 0: not since */
     uint32_t tries;             /* asked back without coming, in a row */
     bool owed;                  /* given back while not fresh: its nak is still to send */
-    struct fq_ledger_back *next;/* its tenant's next, by sequence; free list */
+    struct fq_ledger_back *next;/* its tenant's next, by sequence */
 } lg_back;
 
 /* An ack held back while not fresh (or refused by the caller's natsio). */
@@ -265,14 +267,11 @@ struct fq_ledger {
     fq_ledger_opts o;
     fq_u64map *by_seq, *by_key, *done;
     fq_u64map *early;           /* lg_early by run key */
-    lg_early *early_free, *early_head, *early_tail;
+    lg_early *early_head, *early_tail;
     fq_u64map *refused;         /* lg_refused by submit sequence */
-    lg_refused *refused_free, *refused_head, *refused_tail;
-    lg_run *run_free;
-    lg_names *names_free;
-    lg_done *done_free, *done_head, *done_tail;
-    void **chunks;              /* every pool chunk, for destroy */
-    size_t nchunks, chunks_cap;
+    lg_refused *refused_head, *refused_tail;
+    lg_done *done_head, *done_tail;
+    fq_opool run_pool, names_pool, done_pool, early_pool, refused_pool, back_pool;
 
     lg_part *parts;             /* the deployment's partitions, owned or not */
     uint32_t nparts;
@@ -300,11 +299,11 @@ struct fq_ledger {
     lg_grave *graves;           /* bodies given up while actions may still point at them:
                                    freed once the actions are drained */
     size_t ngraves, graves_cap;
+    lg_names *names_dead;       /* names given up likewise */
 
     uint64_t held, index_only, buffered_bytes;
     uint64_t holders;           /* tenants holding submits (held > 0) */
     fq_u64map *back;            /* runs given back, by sequence */
-    lg_back *back_free;
     fq_ledger_tenant *gate_head, *gate_tail;    /* tenants with runs given back */
     uint64_t ngates;            /* those tenants */
     bool back_owed;             /* a run was given back while not fresh: naks to send */
@@ -367,6 +366,11 @@ static void lg_graves_free(fq_ledger *l)
     for (size_t i = 0; i < l->ngraves; i++)
         lg_free(l, l->graves[i].block, l->graves[i].size);
     l->ngraves = 0;
+    for (lg_names *n = l->names_dead, *nx; n; n = nx) {
+        nx = n->dead;
+        fq_opool_free(&l->names_pool, n);
+    }
+    l->names_dead = NULL;
 }
 
 const fq_ledger_act *fq_ledger_next(fq_ledger *l)
@@ -492,95 +496,12 @@ void fq_ledger_run_id(char *out, const fq_ledger *l, const fq_submit *sub, uint6
 
 /* ---- pools --------------------------------------------------------------- */
 
-static bool lg_chunk_keep(fq_ledger *l, void *chunk)
-{
-    if (!chunk || !lg_grow(&l->chunks, &l->chunks_cap, l->nchunks + 1, sizeof(void *))) {
-        free(chunk);
-        return false;
-    }
-    l->chunks[l->nchunks++] = chunk;
-    return true;
-}
-
 static lg_run *lg_run_alloc(fq_ledger *l)
 {
-    if (!l->run_free) {
-        lg_run *c = calloc(LG_POOL_CHUNK, sizeof *c);
-        if (!lg_chunk_keep(l, c))
-            return NULL;
-        for (size_t i = 0; i < LG_POOL_CHUNK; i++) {
-            c[i].next = l->run_free;
-            l->run_free = &c[i];
-        }
-    }
-    lg_run *x = l->run_free;
-    l->run_free = x->next;
-    memset(x, 0, sizeof *x);
+    lg_run *x = fq_opool_alloc(&l->run_pool);
+    if (x)
+        memset(x, 0, sizeof *x);
     return x;
-}
-
-static lg_names *lg_names_alloc(fq_ledger *l)
-{
-    if (!l->names_free) {
-        lg_names *c = calloc(LG_POOL_CHUNK / 4, sizeof *c);
-        if (!lg_chunk_keep(l, c))
-            return NULL;
-        for (size_t i = 0; i < LG_POOL_CHUNK / 4; i++) {
-            c[i].next = l->names_free;
-            l->names_free = &c[i];
-        }
-    }
-    lg_names *n = l->names_free;
-    l->names_free = n->next;
-    return n;
-}
-
-static lg_done *lg_done_alloc(fq_ledger *l)
-{
-    if (!l->done_free) {
-        lg_done *c = calloc(LG_POOL_CHUNK, sizeof *c);
-        if (!lg_chunk_keep(l, c))
-            return NULL;
-        for (size_t i = 0; i < LG_POOL_CHUNK; i++) {
-            c[i].next = l->done_free;
-            l->done_free = &c[i];
-        }
-    }
-    lg_done *d = l->done_free;
-    l->done_free = d->next;
-    return d;
-}
-
-static lg_early *lg_early_alloc(fq_ledger *l)
-{
-    if (!l->early_free) {
-        lg_early *c = calloc(LG_POOL_CHUNK, sizeof *c);
-        if (!lg_chunk_keep(l, c))
-            return NULL;
-        for (size_t i = 0; i < LG_POOL_CHUNK; i++) {
-            c[i].next = l->early_free;
-            l->early_free = &c[i];
-        }
-    }
-    lg_early *e = l->early_free;
-    l->early_free = e->next;
-    return e;
-}
-
-static lg_refused *lg_refused_alloc(fq_ledger *l)
-{
-    if (!l->refused_free) {
-        lg_refused *c = calloc(LG_POOL_CHUNK, sizeof *c);
-        if (!lg_chunk_keep(l, c))
-            return NULL;
-        for (size_t i = 0; i < LG_POOL_CHUNK; i++) {
-            c[i].next = l->refused_free;
-            l->refused_free = &c[i];
-        }
-    }
-    lg_refused *r = l->refused_free;
-    l->refused_free = r->next;
-    return r;
 }
 
 static void *lg_alloc(fq_ledger *l, size_t n)
@@ -646,11 +567,10 @@ static void lg_maybe_free(fq_ledger *l, lg_run *x)
         return;
     lg_body_drop(l, x);
     if (x->names) {
-        x->names->next = l->names_free;
-        l->names_free = x->names;
+        x->names->dead = l->names_dead;
+        l->names_dead = x->names;
     }
-    x->next = l->run_free;
-    l->run_free = x;
+    fq_opool_free(&l->run_pool, x);
 }
 
 /* Move x to state st, counting the expired runs. */
@@ -776,7 +696,7 @@ static void lg_done_add(fq_ledger *l, uint64_t h, uint64_t seq, int64_t until, u
             d->until = until;
         return;
     }
-    if (fq_u64map_reserve(l->done) != FQ_OK || !(d = lg_done_alloc(l)))
+    if (fq_u64map_reserve(l->done) != FQ_OK || !(d = fq_opool_alloc(&l->done_pool)))
         return;
     *d = (lg_done){.key = h, .seq = seq, .until = until, .part = part,
                    .unconfirmed = unconfirmed};
@@ -797,8 +717,7 @@ static void lg_done_forget(fq_ledger *l, int64_t now)
         if (!l->done_head)
             l->done_tail = NULL;
         fq_u64map_remove(l->done, &d->node);
-        d->next = l->done_free;
-        l->done_free = d;
+        fq_opool_free(&l->done_pool, d);
     }
 }
 
@@ -816,8 +735,7 @@ static void lg_early_drop_head(fq_ledger *l)
         fq_u64map_remove(l->early, &e->node);
         lg_ack(l, FQ_LEDGER_DONE, &e->ack);
     }
-    e->next = l->early_free;
-    l->early_free = e;
+    fq_opool_free(&l->early_pool, e);
 }
 
 static lg_early *lg_early_find(const fq_ledger *l, uint64_t h)
@@ -839,7 +757,7 @@ static bool lg_early_add(fq_ledger *l, uint64_t h, const fq_completion *c,
         return false;
     while (l->early_head && fq_u64map_count(l->early) >= FQ_LEDGER_EARLY_MAX)
         lg_early_drop_head(l);
-    if (fq_u64map_reserve(l->early) != FQ_OK || !(e = lg_early_alloc(l)))
+    if (fq_u64map_reserve(l->early) != FQ_OK || !(e = fq_opool_alloc(&l->early_pool)))
         return false;
     *e = (lg_early){.key = h, .actual = c->actual_tokens, .input = c->input_tokens,
                     .output = c->output_tokens, .cached = c->cached_tokens, .kinds = c->kinds,
@@ -885,8 +803,7 @@ static void lg_refused_drop_head(fq_ledger *l)
     if (!l->refused_head)
         l->refused_tail = NULL;
     fq_u64map_remove(l->refused, &r->node);
-    r->next = l->refused_free;
-    l->refused_free = r;
+    fq_opool_free(&l->refused_pool, r);
 }
 
 /* Remember submit seq (partition part) as refused for code until
@@ -907,7 +824,7 @@ static void lg_refused_add(fq_ledger *l, uint64_t seq, fq_status code, uint32_t 
         lg_refused_drop_head(l);
         l->c.refusals_forgotten_early++;
     }
-    if (fq_u64map_reserve(l->refused) != FQ_OK || !(r = lg_refused_alloc(l)))
+    if (fq_u64map_reserve(l->refused) != FQ_OK || !(r = fq_opool_alloc(&l->refused_pool)))
         return;
     *r = (lg_refused){.seq = seq, .until = until, .part = part, .code = code};
     fq_u64map_insert(l->refused, &r->node);
@@ -1147,19 +1064,9 @@ static lg_back *lg_back_find(const fq_ledger *l, uint64_t seq)
  * one is the last: the stream is fetched in order). NULL: no memory. */
 static lg_back *lg_back_add(fq_ledger *l, fq_ledger_tenant *lt, uint64_t seq)
 {
-    if (!l->back_free) {
-        lg_back *c = calloc(LG_POOL_CHUNK, sizeof *c);
-        if (!lg_chunk_keep(l, c))
-            return NULL;
-        for (size_t i = 0; i < LG_POOL_CHUNK; i++) {
-            c[i].next = l->back_free;
-            l->back_free = &c[i];
-        }
-    }
-    if (fq_u64map_reserve(l->back) != FQ_OK)
+    lg_back *b;
+    if (fq_u64map_reserve(l->back) != FQ_OK || !(b = fq_opool_alloc(&l->back_pool)))
         return NULL;
-    lg_back *b = l->back_free;
-    l->back_free = b->next;
     *b = (lg_back){.seq = seq};
     fq_u64map_insert(l->back, &b->node);
     if (!lt->back_head) {
@@ -1194,8 +1101,7 @@ static void lg_back_pop(fq_ledger *l, fq_ledger_tenant *lt)
     }
     lt->back--;
     fq_u64map_remove(l->back, &b->node);
-    b->next = l->back_free;
-    l->back_free = b;
+    fq_opool_free(&l->back_pool, b);
 }
 
 /* The delay of a run given back: FQ_LEDGER_BACK_MS, doubling with each
@@ -1849,7 +1755,7 @@ static bool lg_resend_done(fq_ledger *l, const fq_ledger_submit *s, uint64_t key
         return false;
     *x = (lg_run){.run.id = s->ack.sseq, .lt = lt, .key = key, .submitted_ms = s->ts_ms,
                   .cseq = s->ack.cseq, .delivered = s->ack.delivered, .state = LG_DONE};
-    if (!(x->names = lg_names_alloc(l))) {
+    if (!(x->names = fq_opool_alloc(&l->names_pool))) {
         lg_maybe_free(l, x);
         return false;
     }
@@ -2457,7 +2363,7 @@ static bool lg_dispatch_one(fq_ledger *l, lg_run *x)
     }
     /* Parsed once, at admission: its names come from its block. */
     if (!x->names) {
-        lg_names *nm = lg_names_alloc(l);
+        lg_names *nm = fq_opool_alloc(&l->names_pool);
         if (!nm) {
             lg_requeue(l, x, 0);
             return false;
@@ -2516,7 +2422,7 @@ void fq_ledger_body(fq_ledger *l, uint64_t seq, fq_status st, const fq_ledger_by
         lg_drop_dispatched(l, x);
         return;
     }
-    if (st == FQ_OK && !x->names && (x->names = lg_names_alloc(l)))
+    if (st == FQ_OK && !x->names && (x->names = fq_opool_alloc(&l->names_pool)))
         lg_names_set(l, x->names, sub, x->run.id);
     if (st != FQ_OK || !x->names) {
         lg_requeue(l, x, 0);
@@ -3324,7 +3230,7 @@ static lg_run *lg_load_run(fq_ledger *l, const fq_jrec *r, uint64_t h)
                             &why)))
         return NULL;
     lg_run *x = lg_run_alloc(l);
-    lg_names *nm = x ? lg_names_alloc(l) : NULL;
+    lg_names *nm = x ? fq_opool_alloc(&l->names_pool) : NULL;
     if (!nm) {
         if (x)
             lg_maybe_free(l, x);
@@ -3675,8 +3581,7 @@ static void lg_release_deliveries(fq_ledger *l, uint32_t part)
         else
             l->done_head = nx;
         fq_u64map_remove(l->done, &d->node);
-        d->next = l->done_free;
-        l->done_free = d;
+        fq_opool_free(&l->done_pool, d);
     }
     l->done_tail = prev;
     lg_refused *rprev = NULL;
@@ -3691,8 +3596,7 @@ static void lg_release_deliveries(fq_ledger *l, uint32_t part)
         else
             l->refused_head = nx;
         fq_u64map_remove(l->refused, &r->node);
-        r->next = l->refused_free;
-        l->refused_free = r;
+        fq_opool_free(&l->refused_pool, r);
     }
     l->refused_tail = rprev;
 }
@@ -3849,6 +3753,12 @@ fq_status fq_ledger_create(fq_ledger **out, const fq_ledger_opts *o)
     if (!l)
         return FQ_ENOMEM;
     l->o = *o;
+    FQ_OPOOL_INIT(&l->run_pool, lg_run, LG_POOL_CHUNK);
+    FQ_OPOOL_INIT(&l->names_pool, lg_names, LG_POOL_CHUNK / 4);
+    FQ_OPOOL_INIT(&l->done_pool, lg_done, LG_POOL_CHUNK);
+    FQ_OPOOL_INIT(&l->early_pool, lg_early, LG_POOL_CHUNK);
+    FQ_OPOOL_INIT(&l->refused_pool, lg_refused, LG_POOL_CHUNK);
+    FQ_OPOOL_INIT(&l->back_pool, lg_back, LG_POOL_CHUNK);
     uint64_t seed = o->hash_key[0] ^ o->hash_key[1];
     if (fq_u64map_create(&l->by_seq, FQ_U64MAP_KEY_OFFSET(lg_run, seq_node, run.id), 1024, seed) ||
         fq_u64map_create(&l->by_key, FQ_U64MAP_KEY_OFFSET(lg_run, key_node, key), 1024, seed) ||
@@ -3927,9 +3837,12 @@ void fq_ledger_destroy(fq_ledger *l)
     free(l->parts);
     free(l->jlist);
     free(l->scratch);
-    for (size_t i = 0; i < l->nchunks; i++)
-        free(l->chunks[i]);
-    free(l->chunks);
+    fq_opool_fini(&l->run_pool);
+    fq_opool_fini(&l->names_pool);
+    fq_opool_fini(&l->done_pool);
+    fq_opool_fini(&l->early_pool);
+    fq_opool_fini(&l->refused_pool);
+    fq_opool_fini(&l->back_pool);
     free(l->later);
     free(l->acts);
     free(l);

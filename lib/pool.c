@@ -1,4 +1,4 @@
-/* pool.c -- size-class byte pools.
+/* pool.c -- size-class byte pools, and object pools of one type.
  *
  * Principles:
  *  - A slab serves one class. A slab of several blocks is a power of two of
@@ -17,6 +17,11 @@
  *    it hands out and an empty slab can be given back whole.
  *  - A class lists its slabs with room (taken from first) and its full ones,
  *    both doubly linked, so every step is O(1).
+ *  - An object pool is the same idea for one size without the classes: a
+ *    record freed goes to the front of the free list and is the next one
+ *    handed out (warm in the cache); its chunks are never given back before
+ *    fini, since the records it serves (a run's, a done id's) come and go
+ *    with the backlog, never all at once.
  */
 #define _DEFAULT_SOURCE         /* MAP_ANONYMOUS */
 #include "pool.h"
@@ -258,4 +263,71 @@ size_t fq_pool_max(const fq_pool *p)
 void fq_pool_stats_get(fq_pool_stats *out, const fq_pool *p)
 {
     *out = p->st;
+}
+
+/* ---- object pools -------------------------------------------------------- */
+
+static size_t opool_round(size_t n, size_t align)
+{
+    return (n + align - 1) & ~(align - 1);
+}
+
+void fq_opool_init(fq_opool *p, size_t size, size_t align, size_t per_chunk)
+{
+    if (align < _Alignof(void *))
+        align = _Alignof(void *);   /* a free object holds a pointer */
+    if (size < sizeof(void *))
+        size = sizeof(void *);
+    *p = (fq_opool){.size = opool_round(size, align), .per_chunk = per_chunk ? per_chunk : 1,
+                    .hdr = opool_round(sizeof(void *), align)};
+}
+
+void fq_opool_fini(fq_opool *p)
+{
+    if (!p)
+        return;
+    for (void *c = p->chunks, *nx; c; c = nx) {
+        nx = *(void **)c;
+        free(c);
+    }
+    p->chunks = p->free = NULL;
+    p->bump = p->end = NULL;
+    p->nchunks = p->used = 0;
+}
+
+void *fq_opool_alloc(fq_opool *p)
+{
+    void *o = p->free;
+    if (o) {
+        p->free = *(void **)o;
+    } else {
+        if (p->bump == p->end) {
+            char *c = malloc(p->hdr + p->size * p->per_chunk);
+            if (!c)
+                return NULL;
+            *(void **)(void *)c = p->chunks;
+            p->chunks = c;
+            p->nchunks++;
+            p->bump = c + p->hdr;
+            p->end = p->bump + p->size * p->per_chunk;
+        }
+        o = p->bump;
+        p->bump += p->size;
+    }
+    p->used++;
+    return o;
+}
+
+void fq_opool_free(fq_opool *p, void *obj)
+{
+    if (!obj)
+        return;
+    *(void **)obj = p->free;
+    p->free = obj;
+    p->used--;
+}
+
+size_t fq_opool_bytes(const fq_opool *p)
+{
+    return p->nchunks * (p->hdr + p->size * p->per_chunk);
 }

@@ -1,4 +1,4 @@
-/* pool.h -- size-class byte pools: blocks of many sizes, no malloc per block once warm. */
+/* pool.h -- size-class byte pools, and object pools of one type: no malloc per block once warm. */
 #ifndef FQ_POOL_H
 #define FQ_POOL_H
 
@@ -58,5 +58,45 @@ size_t fq_pool_class_size(const fq_pool *p, size_t size);
 /* The pool's largest request. */
 size_t fq_pool_max(const fq_pool *p);
 void fq_pool_stats_get(fq_pool_stats *out, const fq_pool *p);
+
+/*
+ * An object pool: records of one type (one size), handed out from chunks of
+ * many and recycled through a free list, for a module that keeps many small
+ * records of a few kinds (the ledger's runs, names, done ids...). A chunk's
+ * objects are cut on demand (a bump pointer), so a new chunk touches only
+ * the pages it hands out; a freed object holds the free list's link in its
+ * first bytes, so an object carries no field for it. Chunks are kept until
+ * fq_opool_fini: a pool's memory is its high-water mark, and allocating and
+ * freeing call no malloc once it is reached.
+ *
+ * Not thread-safe: one owner.
+ */
+typedef struct fq_opool {
+    size_t size;                /* bytes an object takes: its type's, rounded up to its
+                                   alignment, at least a pointer's */
+    size_t per_chunk;           /* objects a chunk holds */
+    size_t hdr;                 /* bytes before a chunk's first object (its link) */
+    void *free;                 /* objects given back, linked through their first bytes */
+    char *bump, *end;           /* the newest chunk's objects not handed out yet */
+    void *chunks;               /* every chunk, linked through its header, for fini */
+    size_t nchunks;             /* chunks made */
+    size_t used;                /* objects handed out */
+} fq_opool;
+
+/* A pool of objects of size bytes aligned to align (a power of two, at most
+ * malloc's), per_chunk (at least 1) to a chunk. Allocates nothing until the first object. */
+void fq_opool_init(fq_opool *p, size_t size, size_t align, size_t per_chunk);
+/* The same for objects of type. */
+#define FQ_OPOOL_INIT(p, type, per_chunk) \
+    fq_opool_init((p), sizeof(type), _Alignof(type), (per_chunk))
+/* Free every chunk, objects still handed out included. The pool is empty
+ * and usable again after. Safe on NULL. */
+void fq_opool_fini(fq_opool *p);
+/* An object, uninitialised; NULL when malloc failed. */
+void *fq_opool_alloc(fq_opool *p);
+/* Give back an object that fq_opool_alloc(p) returned. Safe on NULL. */
+void fq_opool_free(fq_opool *p, void *obj);
+/* Bytes of the chunks held. */
+size_t fq_opool_bytes(const fq_opool *p);
 
 #endif

@@ -277,6 +277,103 @@ static void test_destroy_with_live_blocks(void **state)
     fq_pool_destroy(p);
 }
 
+/* ---- object pools ---------------------------------------------------------- */
+
+/* A record like the ledger's: a pointer, a few fields, an odd size. */
+typedef struct orec {
+    uint64_t a;
+    void *p;
+    uint32_t b;
+    uint8_t c;
+} orec;
+
+/* Objects are disjoint, aligned to their type, cut from chunks of
+ * per_chunk (one malloc each), and a pool allocates nothing before its
+ * first object. */
+static void test_opool_disjoint(void **state)
+{
+    (void)state;
+    fq_opool p;
+    FQ_OPOOL_INIT(&p, orec, 7);
+    assert_int_equal(p.size, 24);
+    assert_int_equal(fq_opool_bytes(&p), 0);
+    enum { N = 100 };
+    orec *o[N];
+    for (int i = 0; i < N; i++) {
+        o[i] = fq_opool_alloc(&p);
+        assert_non_null(o[i]);
+        assert_int_equal((uintptr_t)o[i] % _Alignof(orec), 0);
+        *o[i] = (orec){.a = (uint64_t)i, .p = o[i], .b = (uint32_t)i * 3, .c = (uint8_t)i};
+    }
+    for (int i = 0; i < N; i++) {
+        assert_int_equal(o[i]->a, (uint64_t)i);
+        assert_ptr_equal(o[i]->p, o[i]);
+        assert_int_equal(o[i]->b, (uint32_t)i * 3);
+    }
+    assert_int_equal(p.nchunks, (N + 6) / 7);
+    assert_int_equal(p.used, N);
+    assert_int_equal(fq_opool_bytes(&p), p.nchunks * (p.hdr + 7 * p.size));
+    fq_opool_fini(&p);
+    assert_int_equal(fq_opool_bytes(&p), 0);
+    assert_int_equal(p.used, 0);
+    /* Usable again after fini. */
+    assert_non_null(fq_opool_alloc(&p));
+    fq_opool_fini(&p);
+    fq_opool_fini(NULL);
+}
+
+/* An object freed is the next one handed out, and churn below the
+ * high-water mark makes no chunk. */
+static void test_opool_reuse(void **state)
+{
+    (void)state;
+    fq_opool p;
+    FQ_OPOOL_INIT(&p, orec, 16);
+    void *live[40];
+    for (int i = 0; i < 40; i++)
+        live[i] = fq_opool_alloc(&p);
+    size_t chunks = p.nchunks;
+    fq_opool_free(&p, live[5]);
+    fq_opool_free(&p, live[9]);
+    assert_ptr_equal(fq_opool_alloc(&p), live[9]);
+    assert_ptr_equal(fq_opool_alloc(&p), live[5]);
+    uint64_t s = 42;
+    for (int k = 0; k < 100000; k++) {
+        int i = (int)(rnd(&s) % 40);
+        fq_opool_free(&p, live[i]);
+        live[i] = fq_opool_alloc(&p);
+        assert_non_null(live[i]);
+    }
+    assert_int_equal(p.nchunks, chunks);
+    assert_int_equal(p.used, 40);
+    for (int i = 0; i < 40; i++)
+        for (int j = i + 1; j < 40; j++)
+            assert_ptr_not_equal(live[i], live[j]);
+    fq_opool_free(&p, NULL);
+    assert_int_equal(p.used, 40);
+    fq_opool_fini(&p);
+}
+
+/* Sizes round up to the alignment and to a pointer (a free object holds
+ * the list's link). */
+static void test_opool_sizes(void **state)
+{
+    (void)state;
+    fq_opool p;
+    fq_opool_init(&p, 1, 1, 4);
+    assert_int_equal(p.size, sizeof(void *));
+    fq_opool_init(&p, 36, 8, 4);
+    assert_int_equal(p.size, 40);
+    fq_opool_init(&p, 36, 16, 0);
+    assert_int_equal(p.size, 48);
+    assert_int_equal(p.per_chunk, 1);
+    void *a = fq_opool_alloc(&p), *b = fq_opool_alloc(&p);
+    assert_int_equal((uintptr_t)a % 16, 0);
+    assert_int_equal((uintptr_t)b % 16, 0);
+    assert_int_equal(p.nchunks, 2);
+    fq_opool_fini(&p);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -289,6 +386,9 @@ int main(void)
         cmocka_unit_test(test_fifo_makes_no_slab),
         cmocka_unit_test(test_drained_burst_is_returned),
         cmocka_unit_test(test_destroy_with_live_blocks),
+        cmocka_unit_test(test_opool_disjoint),
+        cmocka_unit_test(test_opool_reuse),
+        cmocka_unit_test(test_opool_sizes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
