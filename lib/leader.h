@@ -85,7 +85,9 @@ void fq_leader_on_puback(fq_leader *l, const fq_nio_event *ev);
 /* An event of the bucket's watch (FQ_NIO_EV_KV, whose entry is freed, or
  * FQ_NIO_EV_KV_SYNCED). */
 void fq_leader_on_kv(fq_leader *l, const fq_nio_event *ev);
-/* The caller settled part after a planned loss: its key is released. */
+/* The caller settled part after a planned loss, or let it go on its own
+ * while its key is ours (its journal fenced): its key is released
+ * (fq_owner_handoff). */
 void fq_leader_handoff(fq_leader *l, int32_t part);
 /* Hand every key back at a stop, so that others take over at once: true
  * while their PubAcks are awaited (fq_leader_releasing). */

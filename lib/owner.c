@@ -594,8 +594,19 @@ void fq_owner_synced(fq_owner *o)
 void fq_owner_handoff(fq_owner *o, int32_t part)
 {
     uint32_t i = ow_slot_of(o, part);
-    if (i != OW_NONE && o->slots[i].handing)
-        o->slots[i].handed = true;
+    if (i == OW_NONE)
+        return;
+    ow_slot *s = &o->slots[i];
+    if (!s->handing && part >= 0 && o->parts > 1 && s->owned && !s->drop &&
+        s->lease.state == FQ_LEASE_LEADING) {
+        /* Let go by the caller on its own (its journal fenced): renewed
+         * still, it would stay ours and unserved; released, whoever it is
+         * assigned to takes it in a new term, us included. */
+        ow_lost(o, s, true);
+        s->handing = true;
+    }
+    if (s->handing)
+        s->handed = true;
 }
 
 void fq_owner_stop(fq_owner *o, uint64_t now)

@@ -151,8 +151,12 @@ void fq_owner_on_key(fq_owner *o, uint64_t now, const char *key, const char *val
  * and partitions are assigned and taken. (P = 1 needs no watch.) */
 void fq_owner_synced(fq_owner *o);
 
-/* The caller settled partition part after a planned LOST: its key is
- * released at the next tick. */
+/* The caller settled partition part after a planned LOST, or let it go
+ * on its own while we hold it (its journal fenced: another wrote it, or
+ * our own batch was stored twice): its key is released at the next tick,
+ * so that whoever it is assigned to takes it in a new term, us included.
+ * In the second case LOST, planned, is said first (the caller's view of
+ * what it holds stays the owner's), and handing it off again is harmless. */
 void fq_owner_handoff(fq_owner *o, int32_t part);
 /* A graceful stop: every partition owned is LOST with planned set (hand
  * each off), the duty key released, the registry key released once every

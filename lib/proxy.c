@@ -251,6 +251,8 @@ struct fq_proxy {
     uint64_t part_loading[PX_PARTS_MAX]; /* adopted at this term: marker, then read back */
     bool part_drop[PX_PARTS_MAX];      /* lost: to let go */
     bool part_planned[PX_PARTS_MAX];   /* ... on purpose: settled first, then its key handed off */
+    bool part_release[PX_PARTS_MAX];   /* ... fenced: its key released once let go, for its
+                                          assigned replica (us too) to take in a new term */
     uint64_t part_settle_until[PX_PARTS_MAX]; /* settling for a planned move until (mono ms):
                                            its submits not fetched; 0: not settling */
     uint64_t owners_next;              /* mono ms: the standby's phase and owners looked at */
@@ -767,14 +769,16 @@ static bool px_note_health(fq_proxy *p, const fq_ledger_act *a)
     case FQ_LNOTE_FENCED:
         if (px_parts(p) > 1 && a->part < PX_PARTS_MAX) {
             /* Another owner wrote this partition's journal: only this one
-             * is lost, let go at the next turn as a lost lease is; the
-             * others are ours still. */
+             * is lost, let go at the next turn as a lost lease is, and its
+             * key released (a planned move that was settling it is handed
+             * off all the same); the others are ours still. */
             fq_log(FQ_LOG_ERROR, "a partition's journal refused our batch: another replica "
-                   "owns it now; letting it go", FQ_INT("partition", (int)a->part),
+                   "wrote it, or a batch of ours whose answer was lost was stored; letting "
+                   "it go and releasing its key", FQ_INT("partition", (int)a->part),
                    FQ_UINT("expected_last_seq", a->n));
             p->c.parts_fenced++;
             p->part_drop[a->part] = true;
-            p->part_planned[a->part] = false;
+            p->part_release[a->part] = true;
             return true;
         }
         fq_log(FQ_LOG_ERROR, "the runs journal refused our batch: another proxy leads and "
@@ -2116,6 +2120,7 @@ static void px_lease_lead(void *arg, int32_t part, uint64_t term, bool again)
         } else if (part >= 0 && (uint32_t)part < PX_PARTS_MAX) {
             p->part_drop[part] |= again;
             p->part_planned[part] &= !again;
+            p->part_release[part] &= !again;
             p->part_want[part] = term;
         }
         return;
@@ -2739,9 +2744,11 @@ static void px_part_drop(fq_proxy *p, uint32_t k)
         p->jmarks--;
     }
     p->part_loading[k] = 0;
-    if (p->part_planned[k])
+    /* A fenced partition's key, still ours if nobody else took it, is
+     * released too: renewed, it would stay ours and unserved. */
+    if (p->part_planned[k] || p->part_release[k])
         fq_leader_handoff(p->ld, (int32_t)k);
-    p->part_planned[k] = false;
+    p->part_planned[k] = p->part_release[k] = false;
     if (p->leader)
         px_phase_leader(p);
 }

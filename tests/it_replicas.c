@@ -421,7 +421,10 @@ static void test_replica_owning_none_is_a_ready_standby(void **state)
 
 /* With P > 1, a journal batch refused (another wrote the partition's
  * journal) lets that partition go, at once, and only it: the replica keeps
- * serving the others instead of exiting, and counts it. */
+ * serving the others instead of exiting, and counts it. Nobody took the
+ * partition's key: it is released rather than renewed on, and taken again
+ * in a new term by its assigned replica (the only one), which then serves
+ * its runs again; before, the partition stayed owned and unserved. */
 static void test_fenced_partition_let_go_alone(void **state)
 {
     pf_fixture *f = *state;
@@ -448,6 +451,16 @@ static void test_fenced_partition_let_go_alone(void **state)
     for (long long end = nt_now_ms() + 5000; !ok && nt_now_ms() < end; nt_sleep_ms(100))
         ok = metric_of(port, "fairq_partitions_fenced_total", &v) && v == 1;
     assert_true(ok);
+    /* partition 3 taken again in a new term: a run of it is served */
+    snprintf(body, sizeof body, "{\"run_id\":\"r-1002\"}");
+    assert_int_equal(pt_submit_async(&f->c, fenced, body, strlen(body), NULL), 0);
+    assert_int_equal(pt_submit_flush(&f->c), 0);
+    assert_int_equal(pt_worker_wait_completed(f->w, 3, 20000), 0);
+    assert_int_equal(pt_log_count(&f->px, "took a partition\" partition=3 "), 2);
+    char own[P][64];
+    uint64_t seq[P];
+    owners(f, own, seq);
+    assert_string_equal(own[3], "rep-a");
     /* the other partitions' tenants are served on, by the same process */
     int n = 0;
     for (int i = 0; n < 12; i++) {
@@ -459,7 +472,7 @@ static void test_fenced_partition_let_go_alone(void **state)
         assert_int_equal(pt_submit_async(&f->c, tenant, body, strlen(body), NULL), 0);
     }
     assert_int_equal(pt_submit_flush(&f->c), 0);
-    assert_int_equal(pt_worker_wait_completed(f->w, 13, 20000), 0);
+    assert_int_equal(pt_worker_wait_completed(f->w, 15, 20000), 0);
     assert_true(nt_proc_alive(&f->px.proc));
     assert_int_equal(pt_log_count(&f->px, "another proxy leads and wrote it"), 0);
 }

@@ -74,6 +74,8 @@ typedef struct sw_rep {
     bool owned[1024];           /* what GAINED and LOST said */
     uint64_t gains;
     bool exits;                 /* P = 1: lost the leader key, exits */
+    bool fenced[1024];          /* let go by the caller on its own (its journal fenced),
+                                   not served until GAINED again */
 } sw_rep;
 
 typedef struct sw_world {
@@ -183,6 +185,7 @@ static void sw_drain(sw_world *w, int r)
                 if (!a.again)
                     assert_false(p->owned[a.part]);
                 p->owned[a.part] = true;
+                p->fenced[a.part] = false;
                 p->gains++;
             }
             break;
@@ -302,21 +305,16 @@ static void sw_events(sw_world *w)
         sw_event(w, &due[i]);
 }
 
-static void sw_join(sw_world *w)
+/* Replica r (off) starts as id: a new process, its own clock. */
+static void sw_start(sw_world *w, int r, const char *id)
 {
-    int r = -1;
-    for (int i = 0; i < SW_REPS && r < 0; i++)
-        if (w->rep[i].state == R_OFF)
-            r = i;
-    if (r < 0)
-        return;
     sw_rep *p = &w->rep[r];
     int gen = p->gen + 1;
     memset(p, 0, sizeof *p);
     p->gen = gen;
     p->state = R_RUN;
     p->off = sw_between(w, 0, 100000);
-    snprintf(p->id, sizeof p->id, "rep-%d", w->nextid++);
+    snprintf(p->id, sizeof p->id, "%s", id);
     assert_int_equal(fq_owner_create(&p->o, w->parts, p->id, TTL), FQ_OK);
     /* the watch: every key as it stands, then synced */
     uint64_t at = w->now + 1;
@@ -331,6 +329,20 @@ static void sw_join(sw_world *w)
     }
     p->last_watch = at + 1;
     sw_push(w, &(sw_ev){.kind = EV_SYNCED, .r = r, .gen = gen, .at = at + 1});
+}
+
+/* A new replica, under an id never used before. */
+static void sw_join(sw_world *w)
+{
+    int r = -1;
+    for (int i = 0; i < SW_REPS && r < 0; i++)
+        if (w->rep[i].state == R_OFF)
+            r = i;
+    if (r < 0)
+        return;
+    char id[32];
+    snprintf(id, sizeof id, "rep-%d", w->nextid++);
+    sw_start(w, r, id);
 }
 
 static int sw_running(const sw_world *w)
@@ -363,10 +375,26 @@ static int sw_pick(sw_world *w, enum sw_rep_state st)
     return n ? c[sw_rand(w) % (uint64_t)n] : -1;
 }
 
+/* Replica r lets a partition it serves go on its own, as the proxy does
+ * when the partition's journal refuses its batch (fenced), and hands it
+ * off; false when it serves none. */
+static bool sw_fence(sw_world *w, int r)
+{
+    sw_rep *p = &w->rep[r];
+    for (uint32_t k = 0; k < w->parts && w->parts > 1; k++)
+        if (p->owned[k] && !p->fenced[k] && fq_owner_fresh(p->o, (int32_t)k, sw_local(w, r))) {
+            p->fenced[k] = true;
+            fq_owner_handoff(p->o, (int32_t)k);
+            sw_drain(w, r);
+            return true;
+        }
+    return false;
+}
+
 /* A fault or a change, at random. */
 static void sw_disturb(sw_world *w, bool faults)
 {
-    uint64_t what = sw_rand(w) % (faults ? 6 : 2);
+    uint64_t what = sw_rand(w) % (faults ? 7 : 2);
     int running = sw_running(w);
     int r = sw_pick(w, R_RUN);
     if (sw_trace)
@@ -385,6 +413,8 @@ static void sw_disturb(sw_world *w, bool faults)
         sw_drain(w, r);
     } else if (what == 2 || what == 3) {
         sw_kill(w, r);
+    } else if (what == 6) {
+        sw_fence(w, r);
     } else if (what == 4) {
         w->rep[r].state = R_FROZEN;
         w->rep[r].frozen_until = w->now + sw_between(w, 500, 8000);
@@ -502,6 +532,10 @@ static void sw_check_balance(sw_world *w)
         for (uint32_t k = 0; k < P; k++)
             if (fq_owner_fresh(p->o, (int32_t)k, sw_local(w, r))) {
                 assert_true(p->owned[k]);
+                if (p->fenced[k])
+                    fail_msg("seed %" PRIu64 " t %" PRIu64 ": %s holds partition %u, let go "
+                             "when its journal fenced it, and serves it not", w->seed0, w->now,
+                             p->id, k);
                 cnt[r]++;
             }
     }
@@ -909,8 +943,38 @@ static void test_freeze_past_ttl(void **state)
     sw_free(&w);
 }
 
-/* The seeded simulation: replicas join, stop, die, freeze and jump their
- * clocks at random for 90 s, then stay quiet for 20 s; every millisecond
+/* A partition whose journal fenced its holder, let go by the caller
+ * on its own (no LOST said), is not left renewed and unserved: its key is
+ * released and taken again in a new term by its assigned replica (here
+ * the same one), and served again. */
+static void test_fenced_released(void **state)
+{
+    (void)state;
+    sw_world w;
+    sw_init(&w, 53, 4);
+    for (int i = 0; i < 2; i++)
+        sw_join(&w);
+    w.disturbed_until = w.now + 3 * TTL;
+    sw_run(&w, 3 * TTL);
+    sw_check_balance(&w);
+    int32_t k = -1;
+    for (int32_t j = 0; j < 4 && k < 0; j++)
+        if (w.rep[0].owned[j])
+            k = j;
+    assert_true(k >= 0);
+    uint64_t term = fq_owner_term(w.rep[0].o, k);
+    assert_true(sw_fence(&w, 0));
+    assert_true(w.rep[0].fenced[k]);
+    sw_run(&w, TTL);
+    assert_false(w.rep[0].fenced[k]);       /* GAINED again */
+    assert_true(fq_owner_fresh(w.rep[0].o, k, sw_local(&w, 0)));
+    assert_true(fq_owner_term(w.rep[0].o, k) > term);
+    sw_check_balance(&w);
+    sw_free(&w);
+}
+
+/* The seeded simulation: replicas join, stop, die, freeze, jump their
+ * clocks and have a partition's journal fenced at random for 90 s, then stay quiet for 20 s; every millisecond
  * no two fresh owners of a partition and the server agrees with each;
  * with no fault for 3 TTLs, at most one planned move under way and at
  * most one partition without an owner; a dead replica's partitions owned
@@ -1057,6 +1121,7 @@ int main(void)
         cmocka_unit_test(test_stop_releases),
         cmocka_unit_test(test_freeze_past_ttl),
         cmocka_unit_test(test_late_answer_after_lost),
+        cmocka_unit_test(test_fenced_released),
         cmocka_unit_test(test_simulation),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
