@@ -340,6 +340,29 @@ static const char *ad_state_name(enum fq_tenant_state st)
     }
 }
 
+/* What explain decides from e alone, before anything is written: the cap in
+ * force (burst_in_flight while no other tenant has queued runs), whether the
+ * window is full and whether the run waits in its queue. */
+typedef struct ad_explain_facts {
+    bool bursting;              /* burst_in_flight is the cap in force */
+    uint32_t in_force;          /* the tenant's cap in force; 0: none */
+    bool window_full;           /* at the window's run or token limit */
+    bool waits;                 /* the run (or a run submitted now) is queued */
+} ad_explain_facts;
+
+static ad_explain_facts ad_explain_decide(const fq_explain *e)
+{
+    const fq_tenant_policy *pol = &e->policy;
+    ad_explain_facts f;
+    f.bursting = pol->burst_in_flight > pol->max_in_flight && pol->max_in_flight &&
+                 e->others_queued == 0;
+    f.in_force = f.bursting ? pol->burst_in_flight : pol->max_in_flight;
+    f.window_full = (e->window_max_runs && e->window_runs >= e->window_max_runs) ||
+                    (e->window_max_tokens && e->window_tokens >= e->window_max_tokens);
+    f.waits = e->where == FQ_LW_QUEUED;
+    return f;
+}
+
 /* What holds a queued run (or a run submitted now) of e's tenant, the first
  * that applies, as a sentence into why. */
 static void ad_explain_why(char *why, size_t cap, const fq_explain *e, uint32_t in_force,
@@ -373,125 +396,136 @@ static void ad_explain_why(char *why, size_t cap, const fq_explain *e, uint32_t 
                  "other active tenants go before %s", (unsigned long long)e->tokens_ahead, run);
 }
 
+/* The run's own fields, when one was asked about. */
+static void ad_explain_run(fq_json *w, const fq_explain *e)
+{
+    if (!e->run_id[0])
+        return;
+    fq_json_key(w, "run_id");
+    fq_json_string(w, e->run_id);
+    fq_json_key(w, "where");
+    fq_json_string(w, fq_ledger_where_name(e->where));
+    if (e->est)
+        AD_KV(w, "est_tokens", e->est);
+    if (e->subtenant[0]) {
+        fq_json_key(w, "subtenant");
+        fq_json_string(w, e->subtenant);
+    }
+}
+
+/* The tenant's state and queue, and its sub-tenant's place, when known. */
+static void ad_explain_tenant(fq_json *w, const fq_explain *e, const ad_explain_facts *f)
+{
+    const fq_tenant_info *ti = &e->info;
+    fq_json_key(w, "known");
+    fq_json_bool(w, e->known);
+    if (!e->known)
+        return;
+    fq_json_key(w, "state");
+    fq_json_string(w, ad_state_name(ti->state));
+    AD_KV(w, "weight", ti->weight);
+    AD_KV(w, "queued_runs", ti->queued);
+    AD_KV(w, "queued_tokens", ti->queued_tokens);
+    /* A queued run waits behind at most its tenant's other queued
+     * runs (within a tenant and class runs leave in submit order, and
+     * a lower class waits for a higher), a new one behind all of them:
+     * a bound, not a position, which only a walk would find. */
+    if (f->waits)
+        AD_KV(w, "runs_ahead_at_most",
+              e->run_id[0] ? (ti->queued ? ti->queued - 1 : 0) : ti->queued);
+    AD_KV(w, "in_flight", ti->in_flight);
+    AD_KV(w, "deficit", ti->deficit);
+    AD_KV(w, "debt", ti->deficit < 0 ? -ti->deficit : 0);
+    if (!e->sub_known)
+        return;
+    /* Its sub-tenant's place: behind at most its sub-tenant's other
+     * queued runs, and a turn of each other active sub-tenant before
+     * each of its own (a bound, as the tenant's). */
+    fq_json_key(w, "subtenant_position");
+    fq_json_begin_object(w);
+    if (e->sub.overflow) {
+        fq_json_key(w, "overflow");
+        fq_json_bool(w, true);
+    }
+    AD_KV(w, "queued_runs", e->sub.queued);
+    if (f->waits)
+        AD_KV(w, "runs_ahead_at_most", e->sub.queued ? e->sub.queued - 1 : 0);
+    AD_KV(w, "active_subtenants", ti->active_subtenants);
+    AD_KV(w, "others_active", ti->active_subtenants - (e->sub.queued > 0));
+    fq_json_end_object(w);
+}
+
+/* The limits that may hold it: the tenant's cap and rate, the window, and
+ * the drain rate with the wait it gives. */
+static void ad_explain_limits(fq_json *w, const fq_explain *e, const ad_explain_facts *f)
+{
+    const fq_tenant_policy *pol = &e->policy;
+    if (pol->max_in_flight) {
+        fq_json_key(w, "cap");
+        fq_json_begin_object(w);
+        AD_KV(w, "max_in_flight", pol->max_in_flight);
+        if (pol->burst_in_flight)
+            AD_KV(w, "burst_in_flight", pol->burst_in_flight);
+        AD_KV(w, "in_force", f->in_force);
+        fq_json_key(w, "bursting");
+        fq_json_bool(w, f->bursting);
+        fq_json_key(w, "at_cap");
+        fq_json_bool(w, e->known && e->info.in_flight >= f->in_force);
+        fq_json_end_object(w);
+    }
+    if (pol->tokens_per_minute) {
+        AD_KV(w, "tokens_per_minute", pol->tokens_per_minute);
+        AD_KV(w, "rate_wait_ms", e->rate_wait_ms);
+    }
+    fq_json_key(w, "window");
+    fq_json_begin_object(w);
+    AD_KV(w, "in_flight_runs", e->window_runs);
+    AD_KV(w, "max_runs", e->window_max_runs);
+    AD_KV(w, "in_flight_tokens", e->window_tokens);
+    AD_KV(w, "max_tokens", e->window_max_tokens);
+    fq_json_key(w, "full");
+    fq_json_bool(w, f->window_full);
+    fq_json_end_object(w);
+    fq_json_key(w, "drain_tokens_per_sec");
+    fq_json_double(w, e->drain_tokens_per_sec);
+    if (f->waits) {
+        AD_KV(w, "tokens_ahead_at_most", e->tokens_ahead);
+        fq_json_key(w, "estimated_wait_ms");
+        if (e->wait_known || e->wait_ms)
+            fq_json_int(w, (int64_t)(e->wait_ms > INT64_MAX ? INT64_MAX : e->wait_ms));
+        else
+            fq_json_null(w);
+    }
+}
+
+/* Where the run is, said once for each place that is not a queue; a queued
+ * run (or one submitted now) is explained by what holds it. */
+static const char *const ad_where_why[] = {
+    [FQ_LW_UNKNOWN] = "fairq holds no such run of the tenant: not submitted yet, refused "
+                      "(see its refusals), or completed before fairq last forgot it",
+    [FQ_LW_IN_FLIGHT] = "dispatched: a worker has it",
+    [FQ_LW_EXPIRED] = "dispatched, and its lease ran out before a completion: a late "
+                      "completion still counts",
+    [FQ_LW_DONE] = "completed",
+};
+
 fq_status fq_admin_explain_json(char *buf, size_t cap, size_t *len, const fq_explain *e,
                                 uint64_t now)
 {
-    const fq_tenant_info *ti = &e->info;
-    const fq_tenant_policy *pol = &e->policy;
-    /* The cap in force: burst_in_flight while no other tenant has queued runs. */
-    bool bursting = pol->burst_in_flight > pol->max_in_flight && pol->max_in_flight &&
-                    e->others_queued == 0;
-    uint32_t in_force = bursting ? pol->burst_in_flight : pol->max_in_flight;
-    bool window_full = (e->window_max_runs && e->window_runs >= e->window_max_runs) ||
-                       (e->window_max_tokens && e->window_tokens >= e->window_max_tokens);
-    bool waits = e->where == FQ_LW_QUEUED;
+    ad_explain_facts f = ad_explain_decide(e);
     fq_json w;
     ad_begin(&w, buf, cap, true);
     fq_json_key(&w, "tenant");
     fq_json_string(&w, e->tenant);
-    if (e->run_id[0]) {
-        fq_json_key(&w, "run_id");
-        fq_json_string(&w, e->run_id);
-        fq_json_key(&w, "where");
-        fq_json_string(&w, fq_ledger_where_name(e->where));
-        if (e->est)
-            AD_KV(&w, "est_tokens", e->est);
-        if (e->subtenant[0]) {
-            fq_json_key(&w, "subtenant");
-            fq_json_string(&w, e->subtenant);
-        }
-    }
-    fq_json_key(&w, "known");
-    fq_json_bool(&w, e->known);
-    if (e->known) {
-        fq_json_key(&w, "state");
-        fq_json_string(&w, ad_state_name(ti->state));
-        AD_KV(&w, "weight", ti->weight);
-        AD_KV(&w, "queued_runs", ti->queued);
-        AD_KV(&w, "queued_tokens", ti->queued_tokens);
-        /* A queued run waits behind at most its tenant's other queued
-         * runs (within a tenant and class runs leave in submit order, and
-         * a lower class waits for a higher), a new one behind all of them:
-         * a bound, not a position, which only a walk would find. */
-        if (waits)
-            AD_KV(&w, "runs_ahead_at_most",
-                  e->run_id[0] ? (ti->queued ? ti->queued - 1 : 0) : ti->queued);
-        AD_KV(&w, "in_flight", ti->in_flight);
-        AD_KV(&w, "deficit", ti->deficit);
-        AD_KV(&w, "debt", ti->deficit < 0 ? -ti->deficit : 0);
-    }
-    if (e->known && e->sub_known) {
-        /* Its sub-tenant's place: behind at most its sub-tenant's other
-         * queued runs, and a turn of each other active sub-tenant before
-         * each of its own (a bound, as the tenant's). */
-        fq_json_key(&w, "subtenant_position");
-        fq_json_begin_object(&w);
-        if (e->sub.overflow) {
-            fq_json_key(&w, "overflow");
-            fq_json_bool(&w, true);
-        }
-        AD_KV(&w, "queued_runs", e->sub.queued);
-        if (waits)
-            AD_KV(&w, "runs_ahead_at_most", e->sub.queued ? e->sub.queued - 1 : 0);
-        AD_KV(&w, "active_subtenants", ti->active_subtenants);
-        AD_KV(&w, "others_active", ti->active_subtenants - (e->sub.queued > 0));
-        fq_json_end_object(&w);
-    }
-    if (pol->max_in_flight) {
-        fq_json_key(&w, "cap");
-        fq_json_begin_object(&w);
-        AD_KV(&w, "max_in_flight", pol->max_in_flight);
-        if (pol->burst_in_flight)
-            AD_KV(&w, "burst_in_flight", pol->burst_in_flight);
-        AD_KV(&w, "in_force", in_force);
-        fq_json_key(&w, "bursting");
-        fq_json_bool(&w, bursting);
-        fq_json_key(&w, "at_cap");
-        fq_json_bool(&w, e->known && ti->in_flight >= in_force);
-        fq_json_end_object(&w);
-    }
-    if (pol->tokens_per_minute) {
-        AD_KV(&w, "tokens_per_minute", pol->tokens_per_minute);
-        AD_KV(&w, "rate_wait_ms", e->rate_wait_ms);
-    }
-    fq_json_key(&w, "window");
-    fq_json_begin_object(&w);
-    AD_KV(&w, "in_flight_runs", e->window_runs);
-    AD_KV(&w, "max_runs", e->window_max_runs);
-    AD_KV(&w, "in_flight_tokens", e->window_tokens);
-    AD_KV(&w, "max_tokens", e->window_max_tokens);
-    fq_json_key(&w, "full");
-    fq_json_bool(&w, window_full);
-    fq_json_end_object(&w);
-    fq_json_key(&w, "drain_tokens_per_sec");
-    fq_json_double(&w, e->drain_tokens_per_sec);
-    if (waits) {
-        AD_KV(&w, "tokens_ahead_at_most", e->tokens_ahead);
-        fq_json_key(&w, "estimated_wait_ms");
-        if (e->wait_known || e->wait_ms)
-            fq_json_int(&w, (int64_t)(e->wait_ms > INT64_MAX ? INT64_MAX : e->wait_ms));
-        else
-            fq_json_null(&w);
-    }
+    ad_explain_run(&w, e);
+    ad_explain_tenant(&w, e, &f);
+    ad_explain_limits(&w, e, &f);
     char why[320];
-    switch (e->where) {
-    case FQ_LW_UNKNOWN:
-        snprintf(why, sizeof why, "fairq holds no such run of the tenant: not submitted yet, "
-                 "refused (see its refusals), or completed before fairq last forgot it");
-        break;
-    case FQ_LW_IN_FLIGHT:
-        snprintf(why, sizeof why, "dispatched: a worker has it");
-        break;
-    case FQ_LW_EXPIRED:
-        snprintf(why, sizeof why, "dispatched, and its lease ran out before a completion: a "
-                 "late completion still counts");
-        break;
-    case FQ_LW_DONE:
-        snprintf(why, sizeof why, "completed");
-        break;
-    default:
-        ad_explain_why(why, sizeof why, e, in_force, window_full, now);
-    }
+    size_t wi = (size_t)e->where;
+    if (wi < sizeof ad_where_why / sizeof *ad_where_why && ad_where_why[wi])
+        snprintf(why, sizeof why, "%s", ad_where_why[wi]);
+    else
+        ad_explain_why(why, sizeof why, e, f.in_force, f.window_full, now);
     fq_json_key(&w, "why");
     fq_json_string(&w, why);
     fq_json_end_object(&w);
