@@ -611,6 +611,153 @@ static size_t fq_scan_space(const unsigned char *p, size_t n, size_t i)
     return i;
 }
 
+/* fq_scan_object's reading of one body: where it is, the containers open
+ * around it, and what it found so far. */
+typedef struct fq_scanner {
+    const unsigned char *p;     /* the body */
+    size_t n;                   /* its length */
+    size_t i;                   /* the next byte to read */
+    size_t depth;               /* containers open */
+    unsigned char is_obj[FQ_SCAN_DEPTH / 8 + 1];    /* bit d: container d is an object */
+    bool seen[FQ_SCAN_FIELDS];  /* names[m] met as a top-level member */
+    int field;                  /* the top-level member whose value is next, or -1 */
+    const char *const *names;   /* the members wanted */
+    fq_scan_field *f;           /* their values */
+    int *dup;                   /* the first wanted member given twice (not class), or -1 */
+    bool *cls_twice;            /* class given twice */
+    bool *nul_top;              /* a top-level string holds a NUL */
+} fq_scanner;
+
+/* What the scanner reads next. */
+enum fq_scan_next { FQ_SCAN_VALUE, FQ_SCAN_KEY, FQ_SCAN_AFTER, FQ_SCAN_END };
+
+/* An object or array opened at c: read on to its first key or value, or
+ * past it if empty. */
+static const char *fq_scan_open(fq_scanner *sc, unsigned char c, enum fq_scan_next *next)
+{
+    if (sc->depth >= FQ_SCAN_DEPTH)
+        return "it nests too deep";
+    if (c == '{')
+        sc->is_obj[sc->depth / 8] |= (unsigned char)(1u << sc->depth % 8);
+    else
+        sc->is_obj[sc->depth / 8] &= (unsigned char)~(1u << sc->depth % 8);
+    sc->depth++;
+    sc->i = fq_scan_space(sc->p, sc->n, sc->i + 1);
+    if (sc->i < sc->n && sc->p[sc->i] == (c == '{' ? '}' : ']')) {
+        sc->depth--;
+        sc->i++;
+        *next = FQ_SCAN_AFTER;
+    } else {
+        *next = c == '{' ? FQ_SCAN_KEY : FQ_SCAN_VALUE;
+    }
+    return NULL;
+}
+
+/* A value: a wanted member's is kept (a string or number as it is, any
+ * other as FQ_SCAN_OTHER, null as absent). */
+static const char *fq_scan_value(fq_scanner *sc, enum fq_scan_next *next)
+{
+    const unsigned char *p = sc->p, *s, *e;
+    size_t n = sc->n;
+    fq_scan_field *to = sc->field >= 0 ? &sc->f[sc->field] : NULL;
+    sc->field = -1;
+    *next = FQ_SCAN_AFTER;
+    sc->i = fq_scan_space(p, n, sc->i);
+    if (sc->i == n)
+        return "it is not valid JSON";
+    unsigned char c = p[sc->i];
+    if (c == '{' || c == '[') {
+        if (to)
+            to->type = FQ_SCAN_OTHER;
+        return fq_scan_open(sc, c, next);
+    }
+    if (c == '"') {
+        const char *why = fq_scan_string(p, n, &sc->i, sc->depth == 1, sc->nul_top, &s, &e);
+        if (!why && to)
+            *to = (fq_scan_field){FQ_SCAN_STRING, s, (size_t)(e - s)};
+        return why;
+    }
+    if (c == '-' || (c >= '0' && c <= '9')) {
+        size_t k = fq_scan_number(p + sc->i, n - sc->i);
+        if (!k)
+            return "it is not valid JSON";
+        if (to)
+            *to = (fq_scan_field){FQ_SCAN_NUMBER, p + sc->i, k};
+        sc->i += k;
+        return NULL;
+    }
+    static const struct { const char *word; size_t len; bool other; } words[] = {
+        {"null", 4, false}, {"true", 4, true}, {"false", 5, true}};
+    for (size_t w = 0; w < sizeof words / sizeof *words; w++) {
+        if (n - sc->i >= words[w].len && memcmp(p + sc->i, words[w].word, words[w].len) == 0) {
+            if (to && words[w].other)
+                to->type = FQ_SCAN_OTHER;
+            sc->i += words[w].len;
+            return NULL;
+        }
+    }
+    return "it is not valid JSON";
+}
+
+/* After a value: close the containers it ends, then on to the next member
+ * or element, or to the end. */
+static const char *fq_scan_after(fq_scanner *sc, enum fq_scan_next *next)
+{
+    const unsigned char *p = sc->p;
+    size_t n = sc->n;
+    for (;;) {
+        sc->i = fq_scan_space(p, n, sc->i);
+        if (sc->depth == 0) {
+            *next = FQ_SCAN_END;
+            return sc->i == n ? NULL : "data follows the JSON object";
+        }
+        bool obj = sc->is_obj[(sc->depth - 1) / 8] >> (sc->depth - 1) % 8 & 1;
+        if (sc->i < n && p[sc->i] == (obj ? '}' : ']')) {
+            sc->depth--;
+            sc->i++;
+            continue;
+        }
+        if (sc->i == n || p[sc->i] != ',')
+            return "it is not valid JSON";
+        sc->i = fq_scan_space(p, n, sc->i + 1);
+        *next = obj ? FQ_SCAN_KEY : FQ_SCAN_VALUE;
+        return NULL;
+    }
+}
+
+/* A member's name and its colon; a top-level one among names is noted. */
+static const char *fq_scan_key(fq_scanner *sc, enum fq_scan_next *next)
+{
+    const unsigned char *p = sc->p, *s, *e;
+    size_t n = sc->n;
+    const char *why;
+    if (sc->i == n || p[sc->i] != '"')
+        return "it is not valid JSON";
+    if ((why = fq_scan_string(p, n, &sc->i, sc->depth == 1, sc->nul_top, &s, &e)))
+        return why;
+    if (sc->depth == 1) {
+        char k[12];
+        fq_scan_unescape(k, sizeof k, s, e);
+        for (int m = 0; m < FQ_SCAN_FIELDS; m++) {
+            if (strcmp(k, sc->names[m]) != 0)
+                continue;
+            if (sc->seen[m] && m != FQ_SCAN_CLASS && *sc->dup < 0)
+                *sc->dup = m;
+            if (sc->seen[m] && m == FQ_SCAN_CLASS)
+                *sc->cls_twice = true;
+            sc->seen[m] = true;
+            sc->f[m].type = FQ_SCAN_ABSENT;
+            sc->field = m;
+        }
+    }
+    sc->i = fq_scan_space(p, n, sc->i);
+    if (sc->i == n || p[sc->i] != ':')
+        return "it is not valid JSON";
+    sc->i++;
+    *next = FQ_SCAN_VALUE;
+    return NULL;
+}
+
 /* Read p[0..n) (p[0] is '{') as fq_msg_object would, without a tree: NULL
  * if it is a JSON object, else why not. f[0..FQ_SCAN_FIELDS) get the values
  * of the members named names[]; *dup the first of them but class given
@@ -619,114 +766,22 @@ static const char *fq_scan_object(const unsigned char *p, size_t n,
                                   const char *const *names, fq_scan_field *f,
                                   int *dup, bool *cls_twice, bool *nul_top)
 {
-    unsigned char is_obj[FQ_SCAN_DEPTH / 8 + 1] = {0};
-    bool seen[FQ_SCAN_FIELDS] = {false};
-    size_t i = 0, depth = 0;
-    int field = -1;     /* the member of the top-level object being read */
-    const char *why;
-    const unsigned char *s, *e;
-
+    fq_scanner sc = {.p = p, .n = n, .field = -1, .names = names, .f = f, .dup = dup,
+                     .cls_twice = cls_twice, .nul_top = nul_top};
     *dup = -1;
     *cls_twice = false;
     *nul_top = false;
-    for (;;) {
-        /* a value */
-        i = fq_scan_space(p, n, i);
-        if (i == n)
-            return "it is not valid JSON";
-        unsigned char c = p[i];
-        if (c == '{' || c == '[') {
-            if (field >= 0)
-                f[field].type = FQ_SCAN_OTHER;
-            field = -1;
-            if (depth >= FQ_SCAN_DEPTH)
-                return "it nests too deep";
-            if (c == '{')
-                is_obj[depth / 8] |= (unsigned char)(1u << depth % 8);
-            else
-                is_obj[depth / 8] &= (unsigned char)~(1u << depth % 8);
-            depth++;
-            i = fq_scan_space(p, n, i + 1);
-            if (i < n && p[i] == (c == '{' ? '}' : ']')) {
-                depth--;
-                i++;
-            } else if (c == '{') {
-                goto key;
-            } else {
-                continue;
-            }
-        } else if (c == '"') {
-            if ((why = fq_scan_string(p, n, &i, depth == 1, nul_top, &s, &e)))
-                return why;
-            if (field >= 0)
-                f[field] = (fq_scan_field){FQ_SCAN_STRING, s, (size_t)(e - s)};
-        } else if (c == '-' || (c >= '0' && c <= '9')) {
-            size_t k = fq_scan_number(p + i, n - i);
-            if (!k)
-                return "it is not valid JSON";
-            if (field >= 0)
-                f[field] = (fq_scan_field){FQ_SCAN_NUMBER, p + i, k};
-            i += k;
-        } else if (n - i >= 4 && memcmp(p + i, "null", 4) == 0) {
-            i += 4;
-        } else if (n - i >= 4 && memcmp(p + i, "true", 4) == 0) {
-            if (field >= 0)
-                f[field].type = FQ_SCAN_OTHER;
-            i += 4;
-        } else if (n - i >= 5 && memcmp(p + i, "false", 5) == 0) {
-            if (field >= 0)
-                f[field].type = FQ_SCAN_OTHER;
-            i += 5;
-        } else {
-            return "it is not valid JSON";
+    enum fq_scan_next next = FQ_SCAN_VALUE;
+    const char *why = NULL;
+    while (!why && next != FQ_SCAN_END) {
+        switch (next) {
+        case FQ_SCAN_VALUE: why = fq_scan_value(&sc, &next); break;
+        case FQ_SCAN_KEY: why = fq_scan_key(&sc, &next); break;
+        case FQ_SCAN_AFTER: why = fq_scan_after(&sc, &next); break;
+        case FQ_SCAN_END: break;
         }
-        field = -1;
-        /* after a value: close containers, or go on to the next member */
-        for (;;) {
-            if (depth == 0) {
-                i = fq_scan_space(p, n, i);
-                return i == n ? NULL : "data follows the JSON object";
-            }
-            bool obj = is_obj[(depth - 1) / 8] >> (depth - 1) % 8 & 1;
-            i = fq_scan_space(p, n, i);
-            if (i < n && p[i] == (obj ? '}' : ']')) {
-                depth--;
-                i++;
-                continue;
-            }
-            if (i == n || p[i] != ',')
-                return "it is not valid JSON";
-            i = fq_scan_space(p, n, i + 1);
-            if (!obj)
-                break;
-            goto key;
-        }
-        continue;
-key:
-        if (i == n || p[i] != '"')
-            return "it is not valid JSON";
-        if ((why = fq_scan_string(p, n, &i, depth == 1, nul_top, &s, &e)))
-            return why;
-        if (depth == 1) {
-            char k[12];
-            fq_scan_unescape(k, sizeof k, s, e);
-            for (int m = 0; m < FQ_SCAN_FIELDS; m++) {
-                if (strcmp(k, names[m]) != 0)
-                    continue;
-                if (seen[m] && m != FQ_SCAN_CLASS && *dup < 0)
-                    *dup = m;
-                if (seen[m] && m == FQ_SCAN_CLASS)
-                    *cls_twice = true;
-                seen[m] = true;
-                f[m].type = FQ_SCAN_ABSENT;
-                field = m;
-            }
-        }
-        i = fq_scan_space(p, n, i);
-        if (i == n || p[i] != ':')
-            return "it is not valid JSON";
-        i++;
     }
+    return why;
 }
 
 static fq_status fq_submit_body(fq_submit *out, const fq_scan_field *f, const char *tenant,
