@@ -3236,9 +3236,9 @@ static lg_run *lg_load_run(fq_ledger *l, const fq_jrec *r, uint64_t h)
             lg_maybe_free(l, x);
         return NULL;
     }
+    *nm = (lg_names){.declared = r->declared};  /* no sub-tenant: the journal has none */
     memcpy(nm->run_id, r->run_id, sizeof nm->run_id);
     memcpy(nm->workflow, r->workflow, sizeof nm->workflow);
-    nm->declared = r->declared;
     *x = (lg_run){.run.id = r->seq ? r->seq : FQ_LEDGER_SYNTH_ID + l->synth++, .lt = lt,
                   .names = nm, .key = h, .submitted_ms = r->at_ms, .est = r->est,
                   .state = LG_FLIGHT};

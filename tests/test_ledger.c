@@ -441,6 +441,44 @@ static void submit_sub(world *w, uint64_t seq, const char *run_id, const char *s
     drain(w);
 }
 
+/* A run read back from its flight record has no sub-tenant (the journal
+ * keeps none), whatever run's names its record held before: its submit,
+ * come again and published again, carries no Fair-Subtenant (the names of
+ * a run completed before were reused with its sub-tenant, or, in a new
+ * pool chunk, whatever the memory held; dst_ledger: a dispatch's header
+ * block garbled). */
+static void test_read_back_has_no_stale_subtenant(void **state)
+{
+    (void)state;
+    world *w = world_new();
+    w->subs = 8;
+    world_crash(w);
+    fq_ledger_journal_marked(w->l, 1);
+    submit_sub(w, 10, "r1", "u1");
+    turn(w);
+    const fq_ledger_act *d = find(w, FQ_LACT_DISPATCH, 0);
+    assert_string_equal(dispatch_hdr(d, "Fair-Subtenant"), "u1");
+    uint64_t tok = d->token;
+    store_journal(w, find(w, FQ_LACT_JOURNAL, 0));
+    assert_false(puback(w, tok, FQ_LEDGER_PUB_STORED, 0));
+    assert_true(acked(w, FQ_LEDGER_SUBMIT, 10));
+    complete(w, "a", 900, "r1", 60);            /* r1 forgotten: its names free */
+    assert_non_null(find(w, FQ_LACT_RECONCILED, 0));
+    store_turn(w);
+    /* Another leader's run, read back (one partition reads at any time). */
+    fq_jrec r = {.type = FQ_JREC_FLIGHT, .tenant = "a", .run_id = "r2", .est = 50, .seq = 11,
+                 .at_ms = w->now_ms};
+    fq_ledger_recover_record(w->l, &r, w->now_ms, w->now, w->now_ms);
+    fq_ledger_recovered(w->l, w->now, w->now_ms);
+    drain(w);
+    submit(w, "a", 11, "r2", 50);               /* its submit, come again */
+    d = find(w, FQ_LACT_DISPATCH, 0);
+    assert_non_null(d);
+    assert_string_equal(d->run_id, "r2");
+    assert_null(dispatch_hdr(d, "Fair-Subtenant"));
+    world_free(w);
+}
+
 static void test_subtenant_scheduled_and_dispatched(void **state)
 {
     (void)state;
@@ -2225,6 +2263,7 @@ int main(void)
         cmocka_unit_test(test_submit_acked_after_dispatch_and_record),
         cmocka_unit_test(test_duplicates_and_refusals),
         cmocka_unit_test(test_subtenant_scheduled_and_dispatched),
+        cmocka_unit_test(test_read_back_has_no_stale_subtenant),
         cmocka_unit_test(test_limits_and_bodies_read_back),
         cmocka_unit_test(test_buffer_shared),
         cmocka_unit_test(test_buffer_shared_run_lost),
