@@ -22,6 +22,7 @@
 
 #include <cjson/cJSON.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -243,14 +244,55 @@ static bool jr_name(char *dst, size_t max, const cJSON *v, bool tenant)
     return true;
 }
 
-/* One entry: a valid record into *r, or false and why. *unknown: refused
- * for its type alone. */
-static bool jr_entry(fq_jrec *r, const cJSON *e, bool *unknown, const char **why)
+/* The members read as they are, each range-checked, in the order they are
+ * checked: names, then numbers. A member absent here is one its type does
+ * not have (jr_required and jr_allowed said so already). */
+static const struct jr_name_member {
+    int k;                      /* JR_* */
+    size_t off, max;            /* where in fq_jrec, and its longest */
+    bool tenant;                /* a tenant id, not a run or workflow name */
+    const char *why;
+} jr_names[] = {
+    {JR_T, offsetof(fq_jrec, tenant), FQ_TENANT_MAX, true, "t: not a valid tenant id"},
+    {JR_R, offsetof(fq_jrec, run_id), FQ_RUN_ID_MAX, false, "r: not a valid run id"},
+    {JR_W, offsetof(fq_jrec, workflow), FQ_WORKFLOW_MAX, false, "w: not a valid workflow name"},
+};
+enum jr_width { JR_U32, JR_U64, JR_I64 };
+static const struct jr_num_member {
+    int k;                      /* JR_* */
+    int64_t lo, hi;             /* its range */
+    size_t off;                 /* where in fq_jrec */
+    enum jr_width width;        /* and of which type */
+    const char *why;
+} jr_nums[] = {
+    {JR_E, 1, UINT32_MAX, offsetof(fq_jrec, est), JR_U32, "e: not an integer from 1 to 2^32-1"},
+    {JR_D, 0, UINT32_MAX, offsetof(fq_jrec, declared), JR_U32,
+     "d: not an integer from 0 to 2^32-1"},
+    {JR_S, 0, FQ_JOURNAL_MAX_INT, offsetof(fq_jrec, seq), JR_U64,
+     "s: not an integer from 0 to 2^53"},
+    {JR_DF, FQ_JOURNAL_MIN_DEFICIT, 0, offsetof(fq_jrec, deficit), JR_I64,
+     "df: not an integer from -2^62 to 0"},
+    {JR_AT, 0, FQ_JOURNAL_MAX_INT, offsetof(fq_jrec, at_ms), JR_I64,
+     "at: not an integer from 0 to 2^53"},
+};
+
+/* v, checked against n's range, into its field of r. */
+static void jr_store(fq_jrec *r, const struct jr_num_member *n, int64_t v)
 {
-    const cJSON *m[JR__N] = {NULL};
-    unsigned has = 0;
-    *unknown = false;
-    *r = (fq_jrec){0};
+    char *at = (char *)r + n->off;
+    uint32_t u32 = (uint32_t)v;
+    uint64_t u64 = (uint64_t)v;
+    switch (n->width) {
+    case JR_U32: memcpy(at, &u32, sizeof u32); break;
+    case JR_U64: memcpy(at, &u64, sizeof u64); break;
+    case JR_I64: memcpy(at, &v, sizeof v); break;
+    }
+}
+
+/* e's members by JR_* into m, and which are there into *has; false and
+ * why if e is not an object or has one twice. */
+static bool jr_members(const cJSON **m, unsigned *has, const cJSON *e, const char **why)
+{
     if (!cJSON_IsObject(e)) {
         *why = "a record is not a JSON object";
         return false;
@@ -259,14 +301,21 @@ static bool jr_entry(fq_jrec *r, const cJSON *e, bool *unknown, const char **why
         for (int k = 0; k < JR__N; k++) {
             if (strcmp(c->string, jr_member[k]) != 0)
                 continue;
-            if (has & (1u << k)) {
+            if (*has & (1u << k)) {
                 *why = "a record has a member twice";
                 return false;
             }
-            has |= 1u << k;
+            *has |= 1u << k;
             m[k] = c;
         }
     }
+    return true;
+}
+
+/* r's type from st, and whether the members there are the ones it takes. */
+static bool jr_type(fq_jrec *r, const cJSON *const *m, unsigned has, bool *unknown,
+                    const char **why)
+{
     if (!cJSON_IsString(m[JR_ST])) {
         *why = "st: missing or not a string";
         return false;
@@ -284,47 +333,29 @@ static bool jr_entry(fq_jrec *r, const cJSON *e, bool *unknown, const char **why
         *why = "a record lacks a member its type needs, or has one it does not";
         return false;
     }
-    int64_t v;
-    if (!jr_name(r->tenant, FQ_TENANT_MAX, m[JR_T], true)) {
-        *why = "t: not a valid tenant id";
-        return false;
-    }
-    if (m[JR_R] && !jr_name(r->run_id, FQ_RUN_ID_MAX, m[JR_R], false)) {
-        *why = "r: not a valid run id";
-        return false;
-    }
-    if (m[JR_W] && !jr_name(r->workflow, FQ_WORKFLOW_MAX, m[JR_W], false)) {
-        *why = "w: not a valid workflow name";
-        return false;
-    }
-    if (m[JR_E]) {
-        if (!jr_int(&v, m[JR_E], 1, UINT32_MAX)) {
-            *why = "e: not an integer from 1 to 2^32-1";
+    return true;
+}
+
+/* The values of r's members, each checked. */
+static bool jr_fields(fq_jrec *r, const cJSON *const *m, const char **why)
+{
+    for (size_t i = 0; i < sizeof jr_names / sizeof *jr_names; i++) {
+        const struct jr_name_member *n = &jr_names[i];
+        if (m[n->k] && !jr_name((char *)r + n->off, n->max, m[n->k], n->tenant)) {
+            *why = n->why;
             return false;
         }
-        r->est = (uint32_t)v;
     }
-    if (m[JR_D]) {
-        if (!jr_int(&v, m[JR_D], 0, UINT32_MAX)) {
-            *why = "d: not an integer from 0 to 2^32-1";
+    for (size_t i = 0; i < sizeof jr_nums / sizeof *jr_nums; i++) {
+        const struct jr_num_member *n = &jr_nums[i];
+        int64_t v;
+        if (!m[n->k])
+            continue;
+        if (!jr_int(&v, m[n->k], n->lo, n->hi)) {
+            *why = n->why;
             return false;
         }
-        r->declared = (uint32_t)v;
-    }
-    if (m[JR_S]) {
-        if (!jr_int(&v, m[JR_S], 0, FQ_JOURNAL_MAX_INT)) {
-            *why = "s: not an integer from 0 to 2^53";
-            return false;
-        }
-        r->seq = (uint64_t)v;
-    }
-    if (m[JR_DF] && !jr_int(&r->deficit, m[JR_DF], FQ_JOURNAL_MIN_DEFICIT, 0)) {
-        *why = "df: not an integer from -2^62 to 0";
-        return false;
-    }
-    if (!jr_int(&r->at_ms, m[JR_AT], 0, FQ_JOURNAL_MAX_INT)) {
-        *why = "at: not an integer from 0 to 2^53";
-        return false;
+        jr_store(r, n, v);
     }
     if (m[JR_C]) {
         static const fq_status refusals[] = {FQ_EEXIST, FQ_EFULL, FQ_EOVERLOAD};
@@ -342,7 +373,19 @@ static bool jr_entry(fq_jrec *r, const cJSON *e, bool *unknown, const char **why
         return false;
     }
     r->unconfirmed = m[JR_U] && cJSON_IsTrue(m[JR_U]);
-    return fq_jrec_valid(r, why);
+    return true;
+}
+
+/* One entry: a valid record into *r, or false and why. *unknown: refused
+ * for its type alone. */
+static bool jr_entry(fq_jrec *r, const cJSON *e, bool *unknown, const char **why)
+{
+    const cJSON *m[JR__N] = {NULL};
+    unsigned has = 0;
+    *unknown = false;
+    *r = (fq_jrec){0};
+    return jr_members(m, &has, e, why) && jr_type(r, m, has, unknown, why) &&
+           jr_fields(r, m, why) && fq_jrec_valid(r, why);
 }
 
 fq_status fq_journal_decode(const void *data, size_t len, fq_jrec_fn fn, void *arg,
