@@ -40,6 +40,7 @@
 #include <getopt.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <unistd.h>
 
 #include "arrivals.h"
@@ -77,6 +78,8 @@ typedef struct load_cfg {
     bool verbose;               /* a progress line a second on stderr */
     bool workers_set;           /* --workers given: not the scenario's */
     bool tokens_per_sec_set;    /* --tokens-per-sec given: not the scenario's */
+    bool duration_set;          /* --duration given: not the scenario's end */
+    bool compress_set;          /* --compress given: --scenario's only */
 } load_cfg;
 
 /* One submitted run. Written by the producer before it is published (see
@@ -906,32 +909,144 @@ static int load_tenants(char ***out, uint32_t *n, const char *spec)
     return *n ? 0 : -1;
 }
 
+/* How a flag's value is read, and into what field of load_cfg. */
+enum load_kind {
+    LK_STR,                     /* the text as it is (const char *) */
+    LK_DBL,                     /* a number in [dlo, dhi] (double) */
+    LK_U64,                     /* a whole number in [ulo, uhi] (uint64_t) */
+    LK_U32,                     /* the same into a uint32_t (uhi fits) */
+    LK_TRUE,                    /* no value: the bool is set */
+    LK_OTHER,                   /* load_flag_other reads it */
+};
+
+/* One flag: its name, what it takes and sets. */
+typedef struct load_flag {
+    const char *name;
+    int val;                    /* getopt_long's: a short option, or a number of its own */
+    enum load_kind kind;
+    size_t off;                 /* its field of load_cfg (not LK_OTHER) */
+    double dlo, dhi;            /* LK_DBL's range */
+    uint64_t ulo, uhi;          /* LK_U64's and LK_U32's */
+    size_t given;               /* a bool of load_cfg set when given; 0: none */
+    bool steady;                /* a flag of the steady mix: not with --scenario */
+} load_flag;
+
+#define LF_AT(field) offsetof(load_cfg, field)
+#define LF_STR(n, v, field) {n, v, LK_STR, LF_AT(field), 0, 0, 0, 0, 0, false}
+#define LF_TRUE(n, v, field) {n, v, LK_TRUE, LF_AT(field), 0, 0, 0, 0, 0, false}
+#define LF_DBL(n, v, field, lo, hi, given, steady) \
+    {n, v, LK_DBL, LF_AT(field), lo, hi, 0, 0, given, steady}
+#define LF_U64(n, v, kind, field, lo, hi, given, steady) \
+    {n, v, kind, LF_AT(field), 0, 0, lo, hi, given, steady}
+#define LF_OTHER(n, v, steady) {n, v, LK_OTHER, 0, 0, 0, 0, 0, 0, steady}
+
+static const load_flag load_flags[] = {
+    LF_STR("nats", 'n', url),
+    LF_DBL("rate", 'r', steady.rate, 0, 1e7, 0, true),
+    LF_DBL("duration", 'd', duration_s, 0, 1e6, LF_AT(duration_set), false),
+    LF_U64("count", 'c', LK_U64, steady.count, 1, UINT64_MAX, 0, true),
+    LF_OTHER("tenants", 't', true),
+    LF_OTHER("costs", 'C', true),
+    LF_OTHER("arrivals", 'a', true),
+    LF_U64("body-size", 'b', LK_U32, body_bytes, 0, 64 << 20, 0, false),
+    LF_U64("workers", 'w', LK_U32, workers, 0, 100000, LF_AT(workers_set), false),
+    LF_DBL("tokens-per-sec", 'T', tokens_per_sec, 0, 1e12, LF_AT(tokens_per_sec_set), false),
+    LF_DBL("actual-factor", 'f', steady.actual_factor, 0, 1e6, 0, true),
+    LF_U64("max-outstanding", 'm', LK_U64, max_outstanding, 0, UINT64_MAX, 0, false),
+    LF_DBL("drain", 'D', drain_s, 0, 1e6, 0, false),
+    LF_DBL("warmup", 'W', warmup_s, 0, 1e6, 0, false),
+    LF_U64("seed", 's', LK_U64, steady.seed, 0, UINT64_MAX, LF_AT(seed_set), false),
+    LF_STR("durable", 'u', durable),
+    LF_STR("submit-prefix", 1, submit_prefix),
+    LF_STR("dispatch", 2, dispatch),
+    LF_STR("dispatch-stream", 3, dispatch_stream),
+    LF_STR("done-prefix", 4, done_prefix),
+    LF_STR("rejected-prefix", 5, rejected_prefix),
+    LF_TRUE("verbose", 'v', verbose),
+    LF_TRUE("send-asap", 6, send_asap),
+    LF_OTHER("help", 'h', false),
+    LF_STR("scenario", 7, scenario),
+    LF_DBL("compress", 8, compress, 1e-6, 1e9, LF_AT(compress_set), false),
+    LF_TRUE("proxy-stats", 9, proxy_stats),
+    LF_DBL("stats-at", 10, stats_at_s, 0, 1e6, 0, false),
+    LF_STR("admin-prefix", 11, admin_prefix),
+    {"in-turn", 12, LK_TRUE, LF_AT(steady.in_turn), 0, 0, 0, 0, 0, true},
+    LF_OTHER("inbox-prefix", 13, false),
+};
+#define LOAD_NFLAGS (sizeof load_flags / sizeof *load_flags)
+
+/* The flags that are not a field set as they are. */
+static bool load_flag_other(load_cfg *c, char **tenant_spec, const char **costs, int val,
+                            char *arg)
+{
+    switch (val) {
+    case 't': *tenant_spec = arg; return true;
+    case 'C': *costs = arg; return true;
+    case 'a':
+        c->steady.poisson = arg[0] == 'p';
+        return strcmp(arg, "const") == 0 || strcmp(arg, "poisson") == 0;
+    case 13: return fqc_inbox_prefix_set(prog, arg);
+    default: load_usage(stdout); exit(0);       /* 'h' */
+    }
+}
+
+/* Flag f with value arg into c; false if arg is not what f takes. */
+static bool load_flag_set(load_cfg *c, char **tenant_spec, const char **costs,
+                          const load_flag *f, char *arg)
+{
+    char *at = (char *)c + f->off;
+    uint64_t u;
+    bool ok = true;
+    switch (f->kind) {
+    case LK_STR: *(const char **)(void *)at = arg; break;
+    case LK_DBL: ok = fqc_parse_double(arg, f->dlo, f->dhi, (double *)(void *)at); break;
+    case LK_U64: ok = fqc_parse_u64(arg, f->ulo, f->uhi, (uint64_t *)(void *)at); break;
+    case LK_U32:
+        ok = fqc_parse_u64(arg, f->ulo, f->uhi, &u);
+        *(uint32_t *)(void *)at = (uint32_t)u;
+        break;
+    case LK_TRUE: *(bool *)(void *)at = true; break;
+    case LK_OTHER: ok = load_flag_other(c, tenant_spec, costs, f->val, arg); break;
+    }
+    if (f->given)
+        *(bool *)(void *)((char *)c + f->given) = true;
+    return ok;
+}
+
+/* What no one flag can say alone: the steady mix's flags and --compress
+ * against --scenario, and an end. -1 (said on stderr) if they disagree. */
+static int load_parse_check(load_cfg *c, const char *steady_flag)
+{
+    if (c->scenario && steady_flag) {
+        fprintf(stderr, "%s: --%s: the scenario gives the tenants, arrivals and costs\n", prog,
+                steady_flag);
+        return -1;
+    }
+    if (!c->scenario && c->compress_set) {
+        fprintf(stderr, "%s: --compress applies to --scenario only\n", prog);
+        return -1;
+    }
+    if (c->scenario && !c->duration_set)
+        c->duration_s = 0;
+    if (!c->scenario && c->duration_s == 0 && c->steady.count == 0) {
+        fprintf(stderr, "%s: --duration 0 needs --count, or it would never stop\n", prog);
+        return -1;
+    }
+    c->steady.duration_us = c->duration_s > 0 ? (int64_t)(c->duration_s * 1e6) : INT64_MAX;
+    return 0;
+}
+
 static int load_parse(load_cfg *c, char **tenant_spec, const char **costs, int argc, char **argv)
 {
-    static const struct option opts[] = {
-        {"nats", required_argument, NULL, 'n'},          {"rate", required_argument, NULL, 'r'},
-        {"duration", required_argument, NULL, 'd'},      {"count", required_argument, NULL, 'c'},
-        {"tenants", required_argument, NULL, 't'},       {"costs", required_argument, NULL, 'C'},
-        {"arrivals", required_argument, NULL, 'a'},      {"body-size", required_argument, NULL, 'b'},
-        {"workers", required_argument, NULL, 'w'},       {"tokens-per-sec", required_argument, NULL, 'T'},
-        {"actual-factor", required_argument, NULL, 'f'}, {"max-outstanding", required_argument, NULL, 'm'},
-        {"drain", required_argument, NULL, 'D'},         {"warmup", required_argument, NULL, 'W'},
-        {"seed", required_argument, NULL, 's'},          {"durable", required_argument, NULL, 'u'},
-        {"submit-prefix", required_argument, NULL, 1},   {"dispatch", required_argument, NULL, 2},
-        {"dispatch-stream", required_argument, NULL, 3}, {"done-prefix", required_argument, NULL, 4},
-        {"rejected-prefix", required_argument, NULL, 5}, {"verbose", no_argument, NULL, 'v'},
-        {"send-asap", no_argument, NULL, 6},             {"help", no_argument, NULL, 'h'},
-        {"scenario", required_argument, NULL, 7},        {"compress", required_argument, NULL, 8},
-        {"proxy-stats", no_argument, NULL, 9},           {"stats-at", required_argument, NULL, 10},
-        {"admin-prefix", required_argument, NULL, 11},   {"in-turn", no_argument, NULL, 12},
-        {"inbox-prefix", required_argument, NULL, 13},
-        {NULL, 0, NULL, 0},
-    };
+    struct option opts[LOAD_NFLAGS + 1];
+    for (size_t i = 0; i < LOAD_NFLAGS; i++)
+        opts[i] = (struct option){load_flags[i].name,
+                                  load_flags[i].kind == LK_TRUE || load_flags[i].val == 'h'
+                                      ? no_argument : required_argument,
+                                  NULL, load_flags[i].val};
+    opts[LOAD_NFLAGS] = (struct option){NULL, 0, NULL, 0};
     const char *steady_flag = NULL; /* a flag of the steady mix, given */
-    bool duration_set = false, compress_set = false;
-    uint64_t u;
     int o, idx = 0;
-    bool ok = true;
 
     *c = (load_cfg){.submit_prefix = FQ_SUBJECT_SUBMIT, .dispatch = FQ_SUBJECT_DISPATCH,
                     .dispatch_stream = FQ_DEFAULT_STREAM_DISPATCH, .done_prefix = FQ_SUBJECT_DONE,
@@ -941,80 +1056,28 @@ static int load_parse(load_cfg *c, char **tenant_spec, const char **costs, int a
     c->steady = (fql_steady_cfg){.rate = 1000, .actual_factor = 1, .seed = 1};
     *tenant_spec = "10";
     *costs = "1000";
-    while (ok && (o = getopt_long(argc, argv, "hv", opts, &idx)) != -1) {
-        if (strchr("rctCaf", o) || o == 12)
-            steady_flag = opts[idx].name;
-        switch (o) {
-        case 'n': c->url = optarg; break;
-        case 'r': ok = fqc_parse_double(optarg, 0, 1e7, &c->steady.rate); break;
-        case 'd': ok = fqc_parse_double(optarg, 0, 1e6, &c->duration_s); duration_set = true; break;
-        case 'c': ok = fqc_parse_u64(optarg, 1, UINT64_MAX, &c->steady.count); break;
-        case 't': *tenant_spec = optarg; break;
-        case 'C': *costs = optarg; break;
-        case 'a':
-            ok = strcmp(optarg, "const") == 0 || strcmp(optarg, "poisson") == 0;
-            c->steady.poisson = optarg[0] == 'p';
-            break;
-        case 'b': ok = fqc_parse_u64(optarg, 0, 64 << 20, &u); c->body_bytes = (uint32_t)u; break;
-        case 'w':
-            ok = fqc_parse_u64(optarg, 0, 100000, &u);
-            c->workers = (uint32_t)u;
-            c->workers_set = true;
-            break;
-        case 'T':
-            ok = fqc_parse_double(optarg, 0, 1e12, &c->tokens_per_sec);
-            c->tokens_per_sec_set = true;
-            break;
-        case 'f': ok = fqc_parse_double(optarg, 0, 1e6, &c->steady.actual_factor); break;
-        case 'm': ok = fqc_parse_u64(optarg, 0, UINT64_MAX, &c->max_outstanding); break;
-        case 'D': ok = fqc_parse_double(optarg, 0, 1e6, &c->drain_s); break;
-        case 'W': ok = fqc_parse_double(optarg, 0, 1e6, &c->warmup_s); break;
-        case 's': ok = fqc_parse_u64(optarg, 0, UINT64_MAX, &c->steady.seed); c->seed_set = true; break;
-        case 'u': c->durable = optarg; break;
-        case 1: c->submit_prefix = optarg; break;
-        case 2: c->dispatch = optarg; break;
-        case 3: c->dispatch_stream = optarg; break;
-        case 4: c->done_prefix = optarg; break;
-        case 5: c->rejected_prefix = optarg; break;
-        case 6: c->send_asap = true; break;
-        case 7: c->scenario = optarg; break;
-        case 8: ok = fqc_parse_double(optarg, 1e-6, 1e9, &c->compress); compress_set = true; break;
-        case 9: c->proxy_stats = true; break;
-        case 10: ok = fqc_parse_double(optarg, 0, 1e6, &c->stats_at_s); break;
-        case 11: c->admin_prefix = optarg; break;
-        case 12: c->steady.in_turn = true; break;
-        case 13: ok = fqc_inbox_prefix_set(prog, optarg); break;
-        case 'v': c->verbose = true; break;
-        case 'h': load_usage(stdout); exit(0);
-        default: load_usage(stderr); return -1;
+    while ((o = getopt_long(argc, argv, "hv", opts, &idx)) != -1) {
+        const load_flag *f = NULL;
+        for (size_t i = 0; i < LOAD_NFLAGS && !f; i++)
+            if (load_flags[i].val == o)
+                f = &load_flags[i];
+        if (!f) {
+            load_usage(stderr);
+            return -1;
         }
-        if (!ok)
-            fprintf(stderr, "%s: --%s: '%s' is not valid (see --help)\n", prog, opts[idx].name, optarg);
+        if (f->steady)
+            steady_flag = f->name;
+        if (!load_flag_set(c, tenant_spec, costs, f, optarg)) {
+            fprintf(stderr, "%s: --%s: '%s' is not valid (see --help)\n", prog, f->name, optarg);
+            return -1;
+        }
         idx = 0;
     }
-    if (!ok)
-        return -1;
     if (optind < argc) {
         fprintf(stderr, "%s: unexpected argument '%s'\n", prog, argv[optind]);
         return -1;
     }
-    if (c->scenario && steady_flag) {
-        fprintf(stderr, "%s: --%s: the scenario gives the tenants, arrivals and costs\n", prog,
-                steady_flag);
-        return -1;
-    }
-    if (!c->scenario && compress_set) {
-        fprintf(stderr, "%s: --compress applies to --scenario only\n", prog);
-        return -1;
-    }
-    if (c->scenario && !duration_set)
-        c->duration_s = 0;
-    if (!c->scenario && c->duration_s == 0 && c->steady.count == 0) {
-        fprintf(stderr, "%s: --duration 0 needs --count, or it would never stop\n", prog);
-        return -1;
-    }
-    c->steady.duration_us = c->duration_s > 0 ? (int64_t)(c->duration_s * 1e6) : INT64_MAX;
-    return 0;
+    return load_parse_check(c, steady_flag);
 }
 
 /* A run id prefix of 8 hex digits, new for each load, so that one load's
