@@ -368,63 +368,41 @@ static bool worker_work(fqc_pull *pull, natsMsg *m, double secs)
 /* Work one run through: claim, print, work, complete, mark the claim done,
  * ack. 1 if it was done, 0 if it was handed back, refused or skipped, -1
  * on a NATS error. */
-static int worker_run(jsCtx *js, fqc_pull *pull, const worker_cfg *c, worker_claims *wc, natsMsg *m)
+/* Claim the run under key: 1 to work it, else what worker_run returns (0:
+ * another worker's, skipped; -1: stopping, handed back). */
+static int worker_claim_run(worker_claims *wc, fqc_pull *pull, natsMsg *m, const char *key)
 {
-    static const char *const names[] = {"ok", "error", "cancelled"};
-    const char *tenant = fqc_hdr(m, FQ_HDR_TENANT), *run_id = fqc_hdr(m, FQ_HDR_RUN_ID);
-    const char *workflow = fqc_hdr(m, FQ_HDR_WORKFLOW);
-    fq_completion done = {.status = c->status};
-    char subject[256], body[512], key[WORKER_CLAIM_KEY_MAX + 1], seen[256] = "";
-    uint64_t est = 0;
-    double secs;
-    size_t len;
-    natsStatus s;
+    char seen[256] = "";
+    enum worker_claim_verdict v;
+    /* A claim that failed may be stored all the same (a server killed
+     * after storing it, before its PubAck): asked again, after a pause
+     * so that a server away does not make a loop of it, until it is
+     * known whose it is. Handed back instead, it would be "working" in
+     * our name while no one works it, and a reset durable's delivery
+     * (count 1) to another worker skips it: a run its pool never
+     * completes. */
+    while ((v = worker_claim(wc, m, key, seen, sizeof seen)) == CLAIM_ERROR &&
+           !fqc_stopping())
+        fqc_sleep_until(fqc_mono_ns() + WORKER_CLAIM_PAUSE_MS * FQC_NS_PER_MS);
+    switch (v) {
+    case CLAIM_WORK: return 1;
+    case CLAIM_SKIP: worker_skipped(wc, pull, m, key, seen); return 0;
+    case CLAIM_ERROR: break;    /* stopping: handed back, its claim perhaps ours */
+    }
+    fqc_ack(pull, m, "-NAK");
+    return -1;
+}
 
-    if (!tenant || !fq_tenant_id_valid(tenant, strlen(tenant)) || !run_id ||
-        !fq_msg_name_valid(run_id, strlen(run_id), FQ_RUN_ID_MAX)) {
-        fprintf(stderr, "%s: a message without a valid %s header is not a fairq run: "
-                "terminated\n", prog, tenant ? FQ_HDR_RUN_ID : FQ_HDR_TENANT);
-        fqc_ack(pull, m, "+TERM");
-        return 0;
-    }
-    if (wc->kv) {
-        enum worker_claim_verdict v;
-        worker_claim_key(key, tenant, run_id);
-        /* A claim that failed may be stored all the same (a server killed
-         * after storing it, before its PubAck): asked again, after a pause
-         * so that a server away does not make a loop of it, until it is
-         * known whose it is. Handed back instead, it would be "working" in
-         * our name while no one works it, and a reset durable's delivery
-         * (count 1) to another worker skips it: a run its pool never
-         * completes. */
-        while ((v = worker_claim(wc, m, key, seen, sizeof seen)) == CLAIM_ERROR &&
-               !fqc_stopping())
-            fqc_sleep_until(fqc_mono_ns() + WORKER_CLAIM_PAUSE_MS * FQC_NS_PER_MS);
-        switch (v) {
-        case CLAIM_WORK: break;
-        case CLAIM_SKIP: worker_skipped(wc, pull, m, key, seen); return 0;
-        case CLAIM_ERROR: /* stopping: handed back, its claim perhaps ours */
-            fqc_ack(pull, m, "-NAK");
-            return -1;
-        }
-    }
-    fqc_hdr_u64(m, FQ_HDR_EST_TOKENS, UINT32_MAX, &est);
-    /* The completion names the run and what it spent; the proxy reconciles
-     * against the charge it made, so nothing of the dispatch is echoed. */
-    done.actual_tokens = (uint64_t)llround((double)est * c->factor);
-    snprintf(done.run_id, sizeof done.run_id, "%s", run_id);
-    if (!workflow || !fq_msg_name_valid(workflow, strlen(workflow), FQ_WORKFLOW_MAX))
-        workflow = "";
-    secs = c->tokens_per_sec > 0 ? (double)done.actual_tokens / c->tokens_per_sec : 0;
-    printf("run tenant=%s run_id=%s workflow=%s est_tokens=%llu bytes=%d work_s=%.3f\n", tenant,
-           run_id, workflow, (unsigned long long)est, natsMsg_GetDataLength(m), secs);
-    fflush(stdout);
-    if (!worker_work(pull, m, secs)) {
-        fqc_ack(pull, m, "-NAK");
-        printf("handed back run_id=%s (stopping)\n", run_id);
-        return 0;
-    }
-    len = fq_completion_format(body, sizeof body, &done);
+/* Store the worked run's completion, then (with claims) mark its claim
+ * key done; each retried until stored or stopping. NATS_OK once the
+ * completion is stored. */
+static natsStatus worker_store_done(jsCtx *js, const worker_cfg *c, worker_claims *wc,
+                                    const char *tenant, const char *key,
+                                    const fq_completion *done)
+{
+    char subject[256], body[512];
+    size_t len = fq_completion_format(body, sizeof body, done);
+    natsStatus s;
     snprintf(subject, sizeof subject, "%s.%s", c->done_prefix, tenant);
     /* The run is worked: its completion is retried until stored (the
      * client reconnects by itself), not left to a redelivery that would
@@ -446,7 +424,49 @@ static int worker_run(jsCtx *js, fqc_pull *pull, const worker_cfg *c, worker_cla
             fqc_sleep_until(fqc_mono_ns() + WORKER_RETRY_MS * FQC_NS_PER_MS);
         }
     }
-    if (s != NATS_OK) {
+    return s;
+}
+
+static int worker_run(jsCtx *js, fqc_pull *pull, const worker_cfg *c, worker_claims *wc, natsMsg *m)
+{
+    static const char *const names[] = {"ok", "error", "cancelled"};
+    const char *tenant = fqc_hdr(m, FQ_HDR_TENANT), *run_id = fqc_hdr(m, FQ_HDR_RUN_ID);
+    const char *workflow = fqc_hdr(m, FQ_HDR_WORKFLOW);
+    fq_completion done = {.status = c->status};
+    char key[WORKER_CLAIM_KEY_MAX + 1] = "";
+    uint64_t est = 0;
+    int claimed;
+    natsStatus s;
+
+    if (!tenant || !fq_tenant_id_valid(tenant, strlen(tenant)) || !run_id ||
+        !fq_msg_name_valid(run_id, strlen(run_id), FQ_RUN_ID_MAX)) {
+        fprintf(stderr, "%s: a message without a valid %s header is not a fairq run: "
+                "terminated\n", prog, tenant ? FQ_HDR_RUN_ID : FQ_HDR_TENANT);
+        fqc_ack(pull, m, "+TERM");
+        return 0;
+    }
+    if (wc->kv) {
+        worker_claim_key(key, tenant, run_id);
+        if ((claimed = worker_claim_run(wc, pull, m, key)) != 1)
+            return claimed;
+    }
+    fqc_hdr_u64(m, FQ_HDR_EST_TOKENS, UINT32_MAX, &est);
+    /* The completion names the run and what it spent; the proxy reconciles
+     * against the charge it made, so nothing of the dispatch is echoed. */
+    done.actual_tokens = (uint64_t)llround((double)est * c->factor);
+    snprintf(done.run_id, sizeof done.run_id, "%s", run_id);
+    if (!workflow || !fq_msg_name_valid(workflow, strlen(workflow), FQ_WORKFLOW_MAX))
+        workflow = "";
+    double secs = c->tokens_per_sec > 0 ? (double)done.actual_tokens / c->tokens_per_sec : 0;
+    printf("run tenant=%s run_id=%s workflow=%s est_tokens=%llu bytes=%d work_s=%.3f\n", tenant,
+           run_id, workflow, (unsigned long long)est, natsMsg_GetDataLength(m), secs);
+    fflush(stdout);
+    if (!worker_work(pull, m, secs)) {
+        fqc_ack(pull, m, "-NAK");
+        printf("handed back run_id=%s (stopping)\n", run_id);
+        return 0;
+    }
+    if ((s = worker_store_done(js, c, wc, tenant, key, &done)) != NATS_OK) {
         /* Stopping, the completion unstored: the run comes back after the
          * ack wait, and its claim (ours, "working") is taken over. */
         fqc_perror(prog, "completing the run", s);
