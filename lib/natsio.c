@@ -1208,7 +1208,7 @@ static natsStatus nio_delete_other_terms(fq_nio *n, nio_consumer *c, uint64_t te
  * delivered and not seen acked is delivered again now. Named for the term
  * the owner set: the consumers of earlier terms are deleted first. Fetch
  * thread only. */
-static natsStatus nio_consumer_recreate(fq_nio *n, nio_consumer *c, bool *newer)
+static natsStatus nio_consumer_recreate(fq_nio *n, nio_consumer *c, bool *newer, int *js_err)
 {
     uint64_t term = c->made.term;
     char name[sizeof c->name], key[sizeof c->key], next[sizeof c->next];
@@ -1222,12 +1222,16 @@ static natsStatus nio_consumer_recreate(fq_nio *n, nio_consumer *c, bool *newer)
     memcpy(c->next, next, sizeof next);
     jsErrCode jerr = 0;
     *newer = false;
+    *js_err = 0;
     natsStatus s = term ? nio_delete_other_terms(n, c, term, newer) : NATS_OK;
     if (s != NATS_OK)
         return s;
     s = js_DeleteConsumer(n->js, c->made.stream, c->name, NULL, &jerr);
-    if (s != NATS_OK && !nio_not_found(s, jerr))
+    if (s != NATS_OK && !nio_not_found(s, jerr)) {
+        *js_err = (int)jerr;
         return s;
+    }
+    jerr = 0;
     jsConsumerConfig cc;
     jsConsumerConfig_Init(&cc);
     cc.Durable = c->name;
@@ -1240,6 +1244,7 @@ static natsStatus nio_consumer_recreate(fq_nio *n, nio_consumer *c, bool *newer)
     jsConsumerInfo *ci = NULL;
     s = js_AddConsumer(&ci, n->js, c->made.stream, &cc, NULL, &jerr);
     jsConsumerInfo_Destroy(ci);
+    *js_err = (int)jerr;
     return s;
 }
 
@@ -1428,9 +1433,11 @@ static bool nio_reconcile_one(fq_nio *n, int id, uint64_t gen, uint64_t now)
     }
     c->made = w;
     bool newer = false;
-    natsStatus s = nio_consumer_recreate(n, c, &newer);
+    int js_err = 0;
+    natsStatus s = nio_consumer_recreate(n, c, &newer, &js_err);
     fq_nio_event ev = {.type = FQ_NIO_EV_CONSUMER, .source = id,
-                       .status = s == NATS_OK ? FQ_OK : newer ? FQ_EEXIST : FQ_EIO};
+                       .status = s == NATS_OK ? FQ_OK : newer ? FQ_EEXIST : FQ_EIO,
+                       .err_code = s == NATS_OK ? 0 : js_err};
     if (s != NATS_OK) {
         c->retry_at = now + NIO_RECREATE_RETRY_MS;
     } else {

@@ -157,7 +157,8 @@ typedef struct fq_nio_event {
     uint64_t seq;               /* PUBACK: stream sequence stored; KV_SYNCED: epoch */
     fq_nio_ackref ack;          /* MSG */
     int64_t ts_ms;              /* MSG: the stream's timestamp, unix ms */
-    int err_code;               /* PUBACK: JetStream error code, 0 if none */
+    int err_code;               /* PUBACK, CONSUMER (not made): JetStream error code, 0 if
+                                   none */
 } fq_nio_event;
 
 /* A header to set on an outgoing message. */

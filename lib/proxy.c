@@ -90,6 +90,8 @@
 #define PX_EVENTS 1024              /* events drained per poll */
 #define PX_POLL_MS 50               /* longest sleep between housekeeping */
 #define PX_MAX_PUBS 32768           /* our publishes awaiting PubAck before dispatch waits */
+#define PX_JS_WQ_NOT_UNIQUE 10100   /* js_err: a consumer's filter overlaps another's on a
+                                       work-queue stream */
 #define PX_RETRY_MS 250             /* a failed publish is tried again after this */
 #define PX_EXPIRED_MAX FQ_LEDGER_EXPIRED_MAX /* expired runs remembered for late completions */
 /* A graceful stop fits FQ_PROXY_STOP_MS from the signal, NATS up or not:
@@ -2495,11 +2497,19 @@ static void px_on_event(fq_proxy *p, fq_nio_event *ev)
                        ? "cannot create a consumer: a later term's is on the stream (another "
                          "proxy leads, or the lease bucket was deleted: then delete that "
                          "consumer by hand); retrying"
+                   : ev->err_code == PX_JS_WQ_NOT_UNIQUE
+                       ? "cannot create a consumer: the work-queue stream says another "
+                         "consumer's filter overlaps it (if no consumer listed on the stream "
+                         "has that filter, see docs/operations.md: seen after a nats-server "
+                         "node's restart); retrying"
                        : "cannot create a consumer; retrying",
                    FQ_STR("stream", ev->source % 2 == PX_CONS_SUBMIT ? p->cfg.streams.submit
                                                                       : p->cfg.streams.done),
                    FQ_INT("partition", ev->source / 2),
-                   FQ_UINT("term", p->term));
+                   FQ_UINT("term", px_parts(p) > 1 && ev->source / 2 < PX_PARTS_MAX
+                                       ? p->part_term[ev->source / 2]
+                                       : p->term),
+                   FQ_INT("js_err", ev->err_code));
         break;
     case FQ_NIO_EV_KV:
         if (ev->source == PX_WATCH_LEASES)

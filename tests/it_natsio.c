@@ -666,6 +666,43 @@ static void test_term_consumers_spare_a_later_term(void **state)
     natsConnection_Destroy(nc);
 }
 
+/* A consumer the work queue refuses because another, of no term of
+ * ours, overlaps its filter (what a nats-server node kept of a consumer
+ * deleted while it was down, invisible to the API, did after a node's
+ * kill: a partition's consumer refused for minutes): the event says
+ * JetStream's reason (10100), so the owner can say it. It said only that
+ * the consumer was not made. */
+static void test_consumer_refused_says_why(void **state)
+{
+    fixture *f = *state;
+    fq_nio_stream ts = {.name = "OVERLAP", .subject = "overlap.*",
+                        .retention = FQ_NIO_WORKQUEUE, .replicas = 1};
+    natsConnection *nc = NULL;
+    jsCtx *js = NULL;
+    client_consumer(f, &ts, "foreign", &nc, &js);
+    fq_nio *n2 = NULL;
+    char err[256];
+    fq_nio_opts o = {.url = natstest_url(f->srv), .name = "it_natsio_overlap"};
+    assert_int_equal(fq_nio_create(&n2, &o, err, sizeof err), FQ_OK);
+    fq_nio_consumer c = {.stream = "OVERLAP", .durable = "mine", .filter = "overlap.*",
+                         .max_ack_pending = 1000, .ack_wait_ms = 60000, .batch = 64,
+                         .term = 3};
+    assert_int_equal(fq_nio_consume(n2, 0, &c), FQ_OK);
+    fq_nio_event ev;
+    assert_true(wait_event(n2, FQ_NIO_EV_CONSUMER, &ev, 5000));
+    assert_int_equal(ev.source, 0);
+    assert_int_equal(ev.status, FQ_EIO);
+    assert_int_equal(ev.err_code, 10100);  /* filtered consumer not unique on workqueue stream */
+    fq_nio_destroy(n2);
+    jsConsumerNamesList *l = NULL;
+    assert_int_equal(js_ConsumerNames(&l, js, "OVERLAP", NULL, NULL), NATS_OK);
+    assert_int_equal(l->Count, 1);
+    assert_string_equal(l->List[0], "foreign");    /* not ours to delete */
+    jsConsumerNamesList_Destroy(l);
+    jsCtx_Destroy(js);
+    natsConnection_Destroy(nc);
+}
+
 typedef struct scan_seen {
     int n;
     char bodies[8][16];
@@ -1162,6 +1199,7 @@ int main(void)
         cmocka_unit_test(test_subject_scan),
         cmocka_unit_test(test_term_consumers_fence_the_old_term),
         cmocka_unit_test(test_term_consumers_spare_a_later_term),
+        cmocka_unit_test(test_consumer_refused_says_why),
         cmocka_unit_test(test_fetch_ack_get_and_recreate),
         cmocka_unit_test(test_fetch_waits_for_a_slow_owner),
         cmocka_unit_test(test_pull_reader_takes_only_deliveries),
