@@ -23,7 +23,7 @@ struct fq_leader {
     fq_nio *nio;                /* the caller's */
     fq_probes *probes;          /* the caller's */
     char bucket[256];           /* the lease bucket */
-    fq_leader_opts o;           /* tokens, watch and callbacks (bucket, id: not kept) */
+    fq_leader_opts o;           /* tokens, watch and callbacks (bucket, id, instance: not kept) */
     bool fenced;                /* another wrote what only the leader writes */
     bool stale;                 /* leading but not fresh (logged once) */
     bool watching;              /* P > 1: the bucket's watch started */
@@ -40,7 +40,7 @@ fq_status fq_leader_create(fq_leader **out, fq_nio *nio, fq_probes *probes,
     fq_leader *l = calloc(1, sizeof *l);
     if (!l)
         return FQ_ENOMEM;
-    fq_status s = fq_owner_create(&l->own, parts, o->id, o->ttl_ms);
+    fq_status s = fq_owner_create(&l->own, parts, o->id, o->instance, o->ttl_ms);
     if (s != FQ_OK) {
         free(l);
         return s;
@@ -50,7 +50,7 @@ fq_status fq_leader_create(fq_leader **out, fq_nio *nio, fq_probes *probes,
     snprintf(l->bucket, sizeof l->bucket, "%s", o->bucket);
     l->o = *o;
     l->o.partitions = parts;
-    l->o.bucket = l->o.id = NULL;
+    l->o.bucket = l->o.id = l->o.instance = NULL;
     *out = l;
     return FQ_OK;
 }

@@ -32,6 +32,7 @@ typedef struct fq_leader fq_leader;
 typedef struct fq_leader_opts {
     const char *bucket;         /* the lease bucket (copied) */
     const char *id;             /* our value in the keys (fq_owner_id_valid) */
+    const char *instance;       /* this process's tag in r.<id> (fq_owner_create); NULL: none */
     uint32_t partitions;        /* P; 0 is 1 */
     uint64_t ttl_ms;            /* the bucket's: a silent holder loses a key after it */
     uint64_t renew_token;       /* PubAck tokens: renew_token + 2 * slot for a renewal of a

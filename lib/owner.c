@@ -57,6 +57,10 @@ struct fq_owner {
     uint32_t nlive;
     uint32_t self;              /* our index in live; OW_NONE when not registered */
     uint32_t *target;           /* per partition: an index in live, or OW_NONE */
+    char regval[FQ_LEASE_ID_MAX + 1];   /* r.<id>'s value: id@instance (id alone without one) */
+    uint64_t dup_since;         /* when r.<id> was first read under another instance; 0: not */
+    uint64_t dup_rev;           /* ... its revision then */
+    char dup[FQ_LEASE_ID_MAX + 1];      /* another instance seen renewing r.<id>; "": none */
     bool synced;                /* the watch delivered every key once */
     bool stopping;              /* fq_owner_stop: take nothing, release everything */
     fq_owner_act *q;            /* actions not yet drained */
@@ -132,14 +136,15 @@ static fq_status ow_slot_init(fq_owner *o, ow_slot *s)
     else
         snprintf(key, sizeof key, "%s", FQ_OWNER_KEY_DUTY);
     s->owned = s->handing = s->handed = s->drop = s->gate = false;
-    return fq_lease_init(&s->lease, key, o->id, &lo);
+    return fq_lease_init(&s->lease, key, s->part == FQ_OWNER_REGISTRY ? o->regval : o->id, &lo);
 }
 
-fq_status fq_owner_create(fq_owner **out, uint32_t partitions, const char *id, uint64_t ttl_ms)
+fq_status fq_owner_create(fq_owner **out, uint32_t partitions, const char *id,
+                          const char *instance, uint64_t ttl_ms)
 {
     *out = NULL;
     if (!partitions || partitions > 1024 || !fq_owner_id_valid(id) ||
-        ttl_ms < FQ_LEASE_TTL_MIN_MS)
+        ttl_ms < FQ_LEASE_TTL_MIN_MS || (instance && *instance && !fq_owner_id_valid(instance)))
         return FQ_EINVAL;
     fq_owner *o = calloc(1, sizeof *o);
     if (!o)
@@ -148,6 +153,8 @@ fq_status fq_owner_create(fq_owner **out, uint32_t partitions, const char *id, u
     o->nslots = partitions == 1 ? 1 : partitions + 2;
     o->ttl = ttl_ms;
     snprintf(o->id, sizeof o->id, "%s", id);
+    snprintf(o->regval, sizeof o->regval, "%s%s%s", id, instance && *instance ? "@" : "",
+             instance ? instance : "");
     o->self = OW_NONE;
     o->qcap = 3 * (size_t)o->nslots + 16;
     o->slots = calloc(o->nslots, sizeof *o->slots);
@@ -488,11 +495,40 @@ void fq_owner_tick(fq_owner *o, uint64_t now)
 {
     if (o->parts > 1)
         ow_tick_slot(o, &o->slots[o->parts + 1], now);      /* registered first */
+    for (uint32_t i = 0; o->parts > 1 && !o->stopping && !ow_registered(o) && i <= o->parts;
+         i++) {
+        /* Our registry key holds another instance of our id now (we were
+         * frozen past the TTL, say): it may take the keys that hold our id
+         * as its own, so nothing is ours any more. */
+        ow_slot *s = &o->slots[i];
+        if (s->owned && !s->drop) {
+            ow_lost(o, s, false);
+            s->drop = true;
+        }
+    }
     if (o->parts > 1)
         ow_live(o, now);
     for (uint32_t i = 0; i <= o->parts && i < o->nslots; i++)
         ow_tick_slot(o, &o->slots[i], now);
     ow_move(o, now);
+}
+
+/* Our registry key read: another instance of our id holds it if it is
+ * neither ours nor released. A dead one's key ages out within a TTL; one
+ * still there a TTL after we first saw it, at a revision that moved, was
+ * renewed since: a live process with our id. */
+static void ow_registry_read(fq_owner *o, uint64_t now, const char *value, uint64_t rev)
+{
+    if (!*value || strcmp(value, o->regval) == 0 || strcmp(value, FQ_LEASE_RELEASED) == 0) {
+        o->dup_since = 0;
+        return;
+    }
+    if (!o->dup_since) {
+        o->dup_since = now ? now : 1;
+        o->dup_rev = rev;
+    } else if (rev != o->dup_rev && now >= o->dup_since + o->ttl && !o->dup[0]) {
+        snprintf(o->dup, sizeof o->dup, "%s", value);
+    }
 }
 
 void fq_owner_on_get(fq_owner *o, uint32_t slot, uint64_t now, fq_status st, const char *value,
@@ -503,6 +539,10 @@ void fq_owner_on_get(fq_owner *o, uint32_t slot, uint64_t now, fq_status st, con
     ow_slot *s = &o->slots[slot];
     fq_lease_step ls;
     fq_lease_on_get(&ls, &s->lease, now, st, value ? value : "", rev);
+    if (s->part == FQ_OWNER_REGISTRY && st == FQ_OK)
+        ow_registry_read(o, now, value ? value : "", rev);
+    else if (s->part == FQ_OWNER_REGISTRY && st == FQ_ENOTFOUND)
+        o->dup_since = 0;
     ow_step(o, s, &ls, now);
 }
 
@@ -681,6 +721,11 @@ uint32_t fq_owner_partitions(const fq_owner *o)
 const char *fq_owner_id(const fq_owner *o)
 {
     return o->id;
+}
+
+const char *fq_owner_duplicate(const fq_owner *o)
+{
+    return o->dup[0] ? o->dup : NULL;
 }
 
 void fq_owner_stats_get(fq_owner_stats *s, const fq_owner *o)

@@ -15,11 +15,21 @@
  * is streams.lease_ttl_ms (on nats-server 2.9.10 every key of a bucket
  * shares it, so one TTL serves them all):
  *
- *   r.<id>   the registry: one key per live replica, its value its id,
- *            held and renewed as a lib/lease.c lease (a renewal every
- *            ttl/3, 1 s of the default 3 s); a replica whose key has not
- *            been seen renewed for ttl_ms is dead to the others, and one
- *            that wrote "released" (a graceful stop) is gone at once.
+ *   r.<id>   the registry: one key per live replica, its value
+ *            <id>@<instance> (a tag drawn at each process start), held
+ *            and renewed as a lib/lease.c lease (a renewal every ttl/3,
+ *            1 s of the default 3 s); a replica whose key has not been
+ *            seen renewed for ttl_ms is dead to the others, and one that
+ *            wrote "released" (a graceful stop) is gone at once. The
+ *            instance tells two processes given one id apart: a replica
+ *            registers only once r.<id> is free, released or its own, so
+ *            a restart waits out a dead predecessor's key (a TTL at most),
+ *            and one that finds the key renewed by another instance a TTL
+ *            after it first read it says so (fq_owner_duplicate) and never
+ *            registers; one whose key another instance took (it was frozen
+ *            past the TTL) lets every partition go. Without this both
+ *            would take the partition keys, which hold the id alone, as
+ *            their own.
  *   p.<k>    the ownership key of partition k (0 <= k < P): a lib/lease.c
  *            lease, compare-and-set, renewed every ttl/3, released on a
  *            stop, taken over when its owner stops renewing it. The
@@ -116,9 +126,12 @@ bool fq_owner_id_valid(const char *id);
  * FQ_OWNER_ID_MAX + 1 bytes; always valid. */
 void fq_owner_id_make(char *out, const char *host, long pid, int64_t unix_ms);
 
-/* partitions P (1..FQ_PARTITIONS_MAX), our id (fq_owner_id_valid), the
- * bucket's ttl_ms. FQ_EINVAL when out of range, FQ_ENOMEM. */
-fq_status fq_owner_create(fq_owner **out, uint32_t partitions, const char *id, uint64_t ttl_ms);
+/* partitions P (1..FQ_PARTITIONS_MAX), our id (fq_owner_id_valid), this
+ * process's instance tag (fq_owner_id_valid; NULL or "": none, r.<id>
+ * then holds the id alone), the bucket's ttl_ms. FQ_EINVAL when out of
+ * range, FQ_ENOMEM. */
+fq_status fq_owner_create(fq_owner **out, uint32_t partitions, const char *id,
+                          const char *instance, uint64_t ttl_ms);
 /* Safe on NULL. */
 void fq_owner_destroy(fq_owner *o);
 
@@ -181,6 +194,11 @@ const char *fq_owner_holder(const fq_owner *o, int32_t part, uint64_t now);
 const fq_lease *fq_owner_lease(const fq_owner *o, int32_t part);
 uint32_t fq_owner_partitions(const fq_owner *o);
 const char *fq_owner_id(const fq_owner *o);
+/* P > 1: the value of r.<id> (<id>@<instance>) of another live process
+ * with our id, which kept renewing it for a TTL after we first read it;
+ * NULL while none is known. We never register meanwhile: the caller stops,
+ * since the deployment has two replicas with one id. */
+const char *fq_owner_duplicate(const fq_owner *o);
 void fq_owner_stats_get(fq_owner_stats *s, const fq_owner *o);
 
 #endif

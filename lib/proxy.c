@@ -224,6 +224,7 @@ struct fq_proxy {
     bool fenced;                /* the server refused our journal batch: another leads */
 
     char lease_id[128];
+    char instance[FQ_OWNER_ID_MAX + 16]; /* this process's tag in its registry key (owner.h) */
     fq_leader *ld;              /* the leader lease and its I/O (lib/leader.c); from connect */
     uint64_t term;              /* the term we lead in: our consumers' names carry it */
     bool consuming;             /* the consumers are started */
@@ -2208,7 +2209,7 @@ static bool px_sleep_unless_stopped(fq_proxy *p, int ms)
 static fq_status px_leader_create(fq_proxy *p)
 {
     fq_leader_opts lo = {.bucket = p->cfg.streams.lease_bucket, .id = p->lease_id,
-                         .ttl_ms = p->cfg.streams.lease_ttl_ms,
+                         .instance = p->instance, .ttl_ms = p->cfg.streams.lease_ttl_ms,
                          .renew_token = TK_MAKE(TK_LEASE, 0), .partitions = px_parts(p),
                          .watch = PX_WATCH_LEASES, .gained = px_lease_lead,
                          .lost = px_lease_lost, .arg = p};
@@ -2978,6 +2979,15 @@ static bool px_turn(fq_proxy *p, const fq_ledger_counters *lc, int *rc)
         *rc = FQ_PROXY_EXIT_LEASE_LOST;
         return false;
     }
+    const char *dup = fq_owner_duplicate(fq_leader_owner(p->ld));
+    if (dup) {
+        fq_log(FQ_LOG_ERROR, "another running fairq-proxy has this replica_id: it keeps "
+               "renewing its registry key; give each replica its own replica_id (or none); "
+               "stopping", FQ_STR("replica_id", p->lease_id), FQ_STR("instance", p->instance),
+               FQ_STR("other", dup));
+        *rc = FQ_PROXY_EXIT_FATAL;
+        return false;
+    }
     if (px_parts(p) > 1)
         px_parts_apply(p);
     if (p->denied_fatal) {
@@ -3187,6 +3197,14 @@ static void px_create_names(fq_proxy *p, const fq_config *cfg)
         snprintf(p->lease_id, sizeof p->lease_id, "%s", cfg->replica_id);
     else
         fq_owner_id_make(p->lease_id, host, (long)getpid(), fq_nio_unix_ms());
+    /* the instance: where this process runs, and random bits, so that two
+     * processes given one replica_id are told apart (and found) */
+    uint64_t r[2];
+    px_hash_key(r);
+    char made[FQ_OWNER_ID_MAX + 1];
+    fq_owner_id_make(made, host, (long)getpid(), fq_nio_unix_ms());
+    snprintf(p->instance, sizeof p->instance, "%.*s-%08" PRIx32, FQ_OWNER_ID_MAX - 9, made,
+             (uint32_t)r[0]);
     snprintf(p->replica_prefix, sizeof p->replica_prefix, "%s.replica.%s", cfg->subjects.admin,
              p->lease_id);
 }

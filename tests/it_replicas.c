@@ -477,6 +477,32 @@ static void test_fenced_partition_let_go_alone(void **state)
     assert_int_equal(pt_log_count(&f->px, "another proxy leads and wrote it"), 0);
 }
 
+/* A second proxy given rep-a's replica_id: it never registers, owns
+ * nothing, and stops with a line saying why once it saw the first renew
+ * rep-a's registry key (within two TTLs); the first keeps every
+ * partition. Before, it took rep-a's registry key and partition keys as
+ * its own, and both served the same partitions. */
+static void test_duplicate_replica_id_refused(void **state)
+{
+    pf_fixture *f = *state;
+    const char *one[] = {"rep-a"};
+    wait_shared(f, one, 1, 15000);
+    char yaml[512];
+    snprintf(yaml, sizeof yaml, yaml_fmt, parts, "rep-a");
+    assert_int_equal(pt_proxy_start(&more[0], f->srv, "rep-a-twin", yaml), 0);
+    assert_int_equal(pt_log_wait(&more[0], "another running fairq-proxy has this replica_id",
+                                 2 * TTL_MS + 5000), 0);
+    assert_int_equal(nt_proc_wait(&more[0].proc, 5000), 0);
+    assert_int_equal(nt_proc_exit_code(&more[0].proc), 1);
+    assert_int_equal(pt_log_count(&more[0], "took a partition"), 0);
+    char own[P][64];
+    uint64_t seq[P];
+    owners(f, own, seq);
+    assert_int_equal(count(own, "rep-a"), P);
+    assert_int_equal(pt_log_count(&f->px, "lost a partition"), 0);
+    assert_true(nt_proc_alive(&f->px.proc));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -484,6 +510,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_replica_owning_none_is_a_ready_standby, setup_two,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_fenced_partition_let_go_alone, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_duplicate_replica_id_refused, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -86,6 +86,7 @@ typedef struct sw_world {
     size_t nev;
     sw_rep rep[SW_REPS];
     int nextid;
+    int nextinst;               /* instance tags, one per process start */
     /* checks */
     uint64_t disturbed_until;   /* no check of moves or pauses before */
     uint64_t last_event;
@@ -315,7 +316,9 @@ static void sw_start(sw_world *w, int r, const char *id)
     p->state = R_RUN;
     p->off = sw_between(w, 0, 100000);
     snprintf(p->id, sizeof p->id, "%s", id);
-    assert_int_equal(fq_owner_create(&p->o, w->parts, p->id, TTL), FQ_OK);
+    char inst[16];
+    snprintf(inst, sizeof inst, "i%d", w->nextinst++);
+    assert_int_equal(fq_owner_create(&p->o, w->parts, p->id, inst, TTL), FQ_OK);
     /* the watch: every key as it stands, then synced */
     uint64_t at = w->now + 1;
     for (int i = 0; i < SW_KEYS; i++) {
@@ -650,10 +653,10 @@ static void test_id_valid(void **state)
     fq_owner_id_make(made, "", 1, 0);
     assert_string_equal(made, "h-1-0");
     fq_owner *o;
-    assert_int_equal(fq_owner_create(&o, 0, "a", TTL), FQ_EINVAL);
-    assert_int_equal(fq_owner_create(&o, 1025, "a", TTL), FQ_EINVAL);
-    assert_int_equal(fq_owner_create(&o, 4, "a.b", TTL), FQ_EINVAL);
-    assert_int_equal(fq_owner_create(&o, 4, "a", 10), FQ_EINVAL);
+    assert_int_equal(fq_owner_create(&o, 0, "a", NULL, TTL), FQ_EINVAL);
+    assert_int_equal(fq_owner_create(&o, 1025, "a", NULL, TTL), FQ_EINVAL);
+    assert_int_equal(fq_owner_create(&o, 4, "a.b", NULL, TTL), FQ_EINVAL);
+    assert_int_equal(fq_owner_create(&o, 4, "a", NULL, 10), FQ_EINVAL);
     fq_owner_destroy(NULL);
 }
 
@@ -664,7 +667,7 @@ static void test_p1_is_the_leader_key(void **state)
 {
     (void)state;
     fq_owner *o;
-    assert_int_equal(fq_owner_create(&o, 1, "one", TTL), FQ_OK);
+    assert_int_equal(fq_owner_create(&o, 1, "one", NULL, TTL), FQ_OK);
     fq_owner_tick(o, 100);
     fq_owner_act a;
     assert_true(fq_owner_next(&a, o));
@@ -727,7 +730,7 @@ static void test_p1_lost_for_good(void **state)
 {
     (void)state;
     fq_owner *o;
-    assert_int_equal(fq_owner_create(&o, 1, "one", TTL), FQ_OK);
+    assert_int_equal(fq_owner_create(&o, 1, "one", NULL, TTL), FQ_OK);
     fq_owner_act a;
     fq_owner_tick(o, 100);
     assert_true(fq_owner_next(&a, o));
@@ -973,6 +976,58 @@ static void test_fenced_released(void **state)
     sw_free(&w);
 }
 
+/* Two processes given one replica id: the second finds r.<id> held by
+ * another instance, never registers nor takes a partition, and says so
+ * once it saw that instance renew it (a TTL after it first read it); the
+ * first keeps its partitions throughout. Without the instance tag the
+ * second took r.<id> and then every partition key holding the id as its
+ * own, and both were fresh owners. Then the first freezes past the TTL
+ * and a third process with the id registers meanwhile: the first, back,
+ * lets every partition go, and finds the other instance too. */
+static void test_duplicate_id(void **state)
+{
+    (void)state;
+    sw_world w;
+    sw_init(&w, 61, 4);
+    sw_start(&w, 0, "rep-a");
+    w.disturbed_until = w.now + 3 * TTL;
+    sw_run(&w, 3 * TTL);
+    sw_check_balance(&w);
+    sw_start(&w, 1, "rep-a");
+    uint64_t t0 = w.now, found = 0;
+    while (w.now < t0 + 4 * TTL) {
+        sw_step(&w);
+        assert_int_equal(sw_owned(&w, 0), 4);
+        assert_int_equal(sw_owned(&w, 1), 0);
+        if (!found && fq_owner_duplicate(w.rep[1].o))
+            found = w.now;
+    }
+    assert_true(found >= t0 + TTL && found <= t0 + 2 * TTL);
+    assert_non_null(strstr(fq_owner_duplicate(w.rep[1].o), "rep-a@"));
+    assert_null(fq_owner_duplicate(w.rep[0].o));
+    fq_owner_stats st;
+    fq_owner_stats_get(&st, w.rep[1].o);
+    assert_int_equal(st.gained, 0);
+    /* the duplicate stops (the proxy exits); the first freezes past the
+     * TTL, and a new process with the id takes over meanwhile */
+    fq_owner_destroy(w.rep[1].o);
+    w.rep[1].o = NULL;
+    w.rep[1].state = R_OFF;
+    w.rep[0].state = R_FROZEN;
+    w.rep[0].frozen_until = w.now + 3 * TTL;
+    w.disturbed_until = w.now + 8 * TTL;
+    sw_run(&w, TTL + 500);
+    sw_start(&w, 1, "rep-a");
+    while (w.rep[0].state == R_FROZEN)
+        sw_step(&w);
+    assert_int_equal(sw_owned(&w, 1), 4);
+    sw_run(&w, 3 * TTL);
+    assert_int_equal(sw_owned(&w, 0), 0);
+    assert_int_equal(sw_owned(&w, 1), 4);
+    assert_non_null(fq_owner_duplicate(w.rep[0].o));
+    sw_free(&w);
+}
+
 /* The seeded simulation: replicas join, stop, die, freeze, jump their
  * clocks and have a partition's journal fenced at random for 90 s, then stay quiet for 20 s; every millisecond
  * no two fresh owners of a partition and the server agrees with each;
@@ -1002,7 +1057,7 @@ static void test_late_answer_after_lost(void **state)
     (void)state;
     fq_owner *o;
     fq_owner_act a;
-    assert_int_equal(fq_owner_create(&o, 2, "one", TTL), FQ_OK);
+    assert_int_equal(fq_owner_create(&o, 2, "one", NULL, TTL), FQ_OK);
     fq_owner_tick(o, 1);
     a = next_of(o, FQ_OWNER_REGISTRY, FQ_OWNER_GET);
     fq_owner_on_get(o, a.slot, 2, FQ_ENOTFOUND, NULL, 0);
@@ -1122,6 +1177,7 @@ int main(void)
         cmocka_unit_test(test_freeze_past_ttl),
         cmocka_unit_test(test_late_answer_after_lost),
         cmocka_unit_test(test_fenced_released),
+        cmocka_unit_test(test_duplicate_id),
         cmocka_unit_test(test_simulation),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -97,7 +97,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     nkeys = 0;
     head_rev = 0;
     fq_owner *o;
-    FUZZ_CHECK(fq_owner_create(&o, P, "me", TTL) == FQ_OK);
+    FUZZ_CHECK(fq_owner_create(&o, P, "me", NULL, TTL) == FQ_OK);
     op pend[PENDING];
     size_t npend = 0;
     bool owned[8 + 1] = {0};
