@@ -1307,7 +1307,7 @@ fq_status fq_sched_create(fq_sched **out, const fq_sched_opts *o)
     if (fq_strmap_create(&s->tenants, FQ_STRMAP_KEY_OFFSET(fq_tenant, node, id),
                          FQ_TENANT_MIN_BUCKETS, o->seed) != FQ_OK || !s->heap || !s->park ||
         fq_window_init(&s->win, o->max_in_flight, o->max_in_flight_tokens,
-                       o->run_timeout, o->max_expired) != FQ_OK) {
+                       o->run_timeout, o->max_expired, !o->caller_runs) != FQ_OK) {
         fq_sched_destroy(s);
         return FQ_ENOMEM;
     }
@@ -1579,7 +1579,8 @@ fq_status fq_sched_enqueue_sub(fq_run **out, fq_sched *s, fq_tenant *t, const ch
     if (!r)
         return FQ_ENOMEM;       /* a sub-tenant made for it stays idle: forgotten in turn */
     *r = (fq_run){.tenant = t, .handle = handle, .id = id, .t = now,
-                  .est = charge_of(s, est), .state = FQ_RUN_QUEUED, .cls = (uint16_t)cls};
+                  .est = charge_of(s, est), .state = FQ_RUN_QUEUED, .cls = (uint16_t)cls,
+                  .hnode = r->hnode};   /* with caller_runs, the caller's index's */
     if (lanes) {
         lane_add(x, u, cls, r);
         /* The head lane changes only to this one, which is hot. */
@@ -1851,8 +1852,19 @@ fq_status fq_sched_complete(fq_done *out, fq_sched *s, uint64_t id, uint64_t act
 fq_status fq_sched_complete_priced(fq_done *out, fq_sched *s, uint64_t id, uint64_t actual,
                                    uint64_t cost)
 {
-    fq_run *r = fq_window_find(&s->win, id);
-    if (!r)
+    return fq_sched_complete_run(out, s, fq_window_find(&s->win, id), actual, cost);
+}
+
+/* Whether r is in the window: in flight, or expired. */
+static bool dispatched(const fq_run *r)
+{
+    return r && (r->state == FQ_RUN_FLIGHT || r->state == FQ_RUN_EXPIRED);
+}
+
+fq_status fq_sched_complete_run(fq_done *out, fq_sched *s, fq_run *r, uint64_t actual,
+                                uint64_t cost)
+{
+    if (!dispatched(r))
         return FQ_ENOTFOUND;
     fq_tenant *t = r->tenant;
     int held_slot = r->state == FQ_RUN_FLIGHT;
@@ -1901,7 +1913,8 @@ fq_status fq_sched_adopt(fq_run **out, fq_sched *s, fq_tenant *t, uint64_t id,
     fq_run *r = run_alloc(s);
     if (!r)
         return FQ_ENOMEM;
-    *r = (fq_run){.tenant = t, .handle = handle, .id = id, .est = charge_of(s, est)};
+    *r = (fq_run){.tenant = t, .handle = handle, .id = id, .est = charge_of(s, est),
+                  .hnode = r->hnode};
     if (fq_window_add(&s->win, r, dispatched_at) != FQ_OK) {
         run_free(s, r);
         return FQ_ENOMEM;
@@ -1922,7 +1935,8 @@ fq_status fq_sched_adopt_expired(fq_run **out, fq_sched *s, fq_tenant *t, uint64
     fq_run *r = run_alloc(s);
     if (!r)
         return FQ_ENOMEM;
-    *r = (fq_run){.tenant = t, .handle = handle, .id = id, .est = charge_of(s, est)};
+    *r = (fq_run){.tenant = t, .handle = handle, .id = id, .est = charge_of(s, est),
+                  .hnode = r->hnode};
     if (fq_window_add_expired(&s->win, r, expired_at) != FQ_OK) {
         run_free(s, r);
         return FQ_ENOMEM;
@@ -1953,7 +1967,11 @@ static fq_tenant *undispatch(fq_sched *s, fq_run *r)
 
 fq_status fq_sched_cancel(fq_sched *s, uint64_t id)
 {
-    fq_run *r = fq_window_find(&s->win, id);
+    return fq_sched_cancel_run(s, fq_window_find(&s->win, id));
+}
+
+fq_status fq_sched_cancel_run(fq_sched *s, fq_run *r)
+{
     if (!r || r->state != FQ_RUN_FLIGHT)
         return FQ_ENOTFOUND;
     fq_tenant *t = undispatch(s, r);
@@ -1966,8 +1984,12 @@ fq_status fq_sched_cancel(fq_sched *s, uint64_t id)
 
 fq_status fq_sched_forget(fq_sched *s, uint64_t id)
 {
-    fq_run *r = fq_window_find(&s->win, id);
-    if (!r)
+    return fq_sched_forget_run(s, fq_window_find(&s->win, id));
+}
+
+fq_status fq_sched_forget_run(fq_sched *s, fq_run *r)
+{
+    if (!dispatched(r))
         return FQ_ENOTFOUND;
     fq_tenant *t = r->tenant;
     if (r->state == FQ_RUN_FLIGHT)
@@ -2041,6 +2063,7 @@ size_t fq_sched_clear(fq_sched *s, bool (*which)(void *arg, const fq_tenant *t),
         while (t->queued) {
             fq_run *r = head_run(t), *rest = r->next;
             dequeue_head(s, t, r, rest);
+            r->state = FQ_RUN_FREE;     /* let go: a caller's record is its own again */
             if (cb)
                 cb(arg, r);
             run_free(s, r);
@@ -2079,8 +2102,12 @@ static int requeue_before(const fq_run *a, const fq_run *b)
 
 fq_status fq_sched_requeue(fq_sched *s, uint64_t id)
 {
-    fq_run *r = fq_window_find(&s->win, id);
-    if (!r)
+    return fq_sched_requeue_run(s, fq_window_find(&s->win, id));
+}
+
+fq_status fq_sched_requeue_run(fq_sched *s, fq_run *r)
+{
+    if (!dispatched(r))
         return FQ_ENOTFOUND;
     fq_tenant *t = undispatch(s, r);
     deficit_add(t, r->est);
@@ -2157,8 +2184,12 @@ fq_run *fq_sched_run(fq_sched *s, uint64_t id)
 
 fq_status fq_sched_redispatched(fq_sched *s, uint64_t id, uint64_t now)
 {
-    fq_run *r = fq_window_find(&s->win, id);
-    if (!r)
+    return fq_sched_redispatched_run(s, fq_window_find(&s->win, id), now);
+}
+
+fq_status fq_sched_redispatched_run(fq_sched *s, fq_run *r, uint64_t now)
+{
+    if (!dispatched(r))
         return FQ_ENOTFOUND;
     fq_window_restart(&s->win, r, now);
     return FQ_OK;

@@ -69,7 +69,9 @@ typedef struct fq_sched_opts {
     bool keep_idle_credit;      /* no idle reset: only for the simulator's
                                    comparison of what the reset is worth */
     bool caller_runs;           /* runs are the caller's records (fq_sched_give_run):
-                                   none is allocated or freed here; read at create only */
+                                   none is allocated or freed here, and none is indexed
+                                   by id (the caller finds its own and names them by
+                                   record: fq_sched_*_run); read at create only */
     uint64_t seed;              /* of the tenant table's hash, read at create
                                    only: random where clients choose tenant
                                    ids (the proxy), 0 in tests and the simulator */
@@ -247,6 +249,14 @@ fq_status fq_sched_enqueue_class(fq_run **out, fq_sched *s, fq_tenant *t, uint64
  * caller wants one, is what the call is given). A call that fails leaves r
  * the caller's, and the next hand-over replaces it. */
 void fq_sched_give_run(fq_sched *s, fq_run *r);
+/* Such a record's hnode is the caller's (an index of its own, by id, say):
+ * the scheduler never touches it. A run it lets go has state FQ_RUN_FREE
+ * (set as it is let go, before any callback hears of it), so the caller
+ * tells from r->state whether the scheduler holds it. The scheduler keeps
+ * no index by id then: the calls below that name a run by id find none
+ * (fq_sched_run is NULL, the others FQ_ENOTFOUND, fq_sched_adopt* do not
+ * check that the id is new); the caller names its runs by record with the
+ * fq_sched_*_run forms, which do what the id forms do. */
 
 /* Pick the next run by DRR and move it into the in-flight window with a
  * lease until now + run_timeout. NULL if nothing is queued, the window is
@@ -266,6 +276,8 @@ fq_status fq_sched_complete(fq_done *out, fq_sched *s, uint64_t id, uint64_t act
  * counted as reported, cost (in the estimates' unit) is reconciled. */
 fq_status fq_sched_complete_priced(fq_done *out, fq_sched *s, uint64_t id, uint64_t actual,
                                    uint64_t cost);
+fq_status fq_sched_complete_run(fq_done *out, fq_sched *s, fq_run *r, uint64_t actual,
+                                uint64_t cost);
 
 #ifdef FQ_TESTING   /* tests only: no program calls it */
 /* Reconcile a run the scheduler does not hold (dispatched before a restart)
@@ -318,6 +330,7 @@ fq_status fq_sched_adopt_expired(fq_run **out, fq_sched *s, fq_tenant *t, uint64
  * sequences do). Its queue age counts from its dispatch from then on (from
  * its lease's end if it had expired). */
 fq_status fq_sched_requeue(fq_sched *s, uint64_t id);
+fq_status fq_sched_requeue_run(fq_sched *s, fq_run *r);
 
 /* A run in the window (in flight, or expired) whose dispatch reached the
  * workers only at now: a run read back after a restart from the record of
@@ -326,6 +339,7 @@ fq_status fq_sched_requeue(fq_sched *s, uint64_t id);
  * remembered as if its lease ended now. Its charge is unchanged.
  * FQ_ENOTFOUND if it is not in the window. */
 fq_status fq_sched_redispatched(fq_sched *s, uint64_t id, uint64_t now);
+fq_status fq_sched_redispatched_run(fq_sched *s, fq_run *r, uint64_t now);
 
 /* Keep t out of the rotation until now >= until (in dispatch's time
  * unit), after one of its dispatches failed: its queue stays whole and in
@@ -342,12 +356,14 @@ void fq_sched_park(fq_sched *s, fq_tenant *t, uint64_t until);
  * refund) and it does not count as dispatched. FQ_ENOTFOUND if the run is
  * not in flight: nothing changes. */
 fq_status fq_sched_cancel(fq_sched *s, uint64_t id);
+fq_status fq_sched_cancel_run(fq_sched *s, fq_run *r);
 
 /* Let go of a dispatched run (in flight, or expired) that another
  * scheduler now answers for (its partition moved to another replica): it
  * leaves the window, its slot freed, with no charge refunded or
  * reconciled. FQ_ENOTFOUND if it is not in the window. */
 fq_status fq_sched_forget(fq_sched *s, uint64_t id);
+fq_status fq_sched_forget_run(fq_sched *s, fq_run *r);
 
 /* Let go of every tenant which(arg, t) picks (their partition moved):
  * each queued run, in the order dispatch would take it, is shown to cb (if

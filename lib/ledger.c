@@ -8,7 +8,10 @@
  *    publishes its submit's ack waits for, and the indexes by sequence and
  *    by run key. A run is one record: the ledger's lg_run embeds the
  *    scheduler's fq_run (caller_runs), handed over as the run is queued or
- *    adopted, so its sequence is the scheduler's id, not a copy of it.
+ *    adopted, so its sequence is the scheduler's id, not a copy of it; and
+ *    one index per key: the window keeps no index by id of its own, the
+ *    ledger's by sequence links the run through the fq_run's own node, and
+ *    the ledger names a run to the scheduler by its record.
  *  - A submit is acked only once what it became is stored: its dispatch
  *    and its flight record (two PubAcks, counted in pending), or its
  * *    refusal. A refusal for the state of the moment (duplicate, full,
@@ -80,12 +83,11 @@ typedef struct lg_names {
 typedef struct lg_run {
     fq_run run;                 /* the scheduler's record of it (handed over as it is
                                    queued or adopted: one record a run); run.id is its
-                                   submit stream sequence (or synthetic), set here first */
+                                   submit stream sequence (or synthetic), set here first;
+                                   run.hnode links it by sequence (by_seq, or gone), the
+                                   one index by sequence, which the scheduler leaves to
+                                   us; run.next the runs read back, until taken in */
     uint64_t key;               /* the run key's keyed hash */
-    union {
-        fq_u64map_node seq_node;    /* by sequence, while its submit is unacked */
-        struct lg_run *next;    /* the runs read back, until taken in */
-    };
     fq_u64map_node key_node;    /* by run key, from admission to completion */
     fq_ledger_tenant *lt;
     lg_names *names;            /* from dispatch on (while queued, a kept body's block
@@ -144,9 +146,24 @@ typedef struct lg_refused {
     struct lg_refused *next;    /* FIFO by until */
 } lg_refused;
 
-_Static_assert(sizeof(void *) != 8 || sizeof(lg_run) <= 144,
+_Static_assert(sizeof(void *) != 8 || sizeof(lg_run) <= 136,
                "a run held index only costs its record, the scheduler's in it: keep it "
-               "within 144 bytes");
+               "within 136 bytes");
+_Static_assert(offsetof(lg_run, run) == 0, "a run's fq_run is its record's start");
+
+/* The run read back after x (the loaded list links through run.next,
+ * which the scheduler uses only once x is handed over). */
+static lg_run *lg_loaded_next(const lg_run *x)
+{
+    return (lg_run *)(void *)x->run.next;
+}
+
+/* Whether the scheduler holds x in its window (in flight or expired): it
+ * sets a run's state as it takes it in and lets it go. */
+static bool lg_in_window(const lg_run *x)
+{
+    return x->run.state == FQ_RUN_FLIGHT || x->run.state == FQ_RUN_EXPIRED;
+}
 
 /* The delivery of x's submit an ack or a nak names. */
 static fq_ledger_ackref lg_ackref(const lg_run *x)
@@ -587,7 +604,7 @@ static void lg_state(fq_ledger *l, lg_run *x, enum lg_state st)
 static lg_run *lg_find_seq(const fq_ledger *l, uint64_t seq)
 {
     fq_u64map_node *n = fq_u64map_find(l->by_seq, seq);
-    return n ? FQ_U64MAP_ENTRY(n, lg_run, seq_node) : NULL;
+    return n ? FQ_U64MAP_ENTRY(n, lg_run, run.hnode) : NULL;
 }
 
 /* Whether x goes by run_id: its names, else its kept block's; a queued
@@ -619,7 +636,7 @@ static bool lg_seq_add(fq_ledger *l, lg_run *x)
     x->part = (uint16_t)lg_lt_part(l, x->lt);
     if (fq_u64map_reserve(l->by_seq) != FQ_OK)
         return false;
-    fq_u64map_insert(l->by_seq, &x->seq_node);
+    fq_u64map_insert(l->by_seq, &x->run.hnode);
     x->in_seq = true;
     return true;
 }
@@ -627,7 +644,7 @@ static bool lg_seq_add(fq_ledger *l, lg_run *x)
 static void lg_seq_del(fq_ledger *l, lg_run *x)
 {
     if (x->in_seq) {
-        fq_u64map_remove(l->by_seq, &x->seq_node);
+        fq_u64map_remove(l->by_seq, &x->run.hnode);
         x->in_seq = false;
     }
 }
@@ -1842,7 +1859,7 @@ static bool lg_judge_seen(lg_verdict *v, const fq_ledger *l, const fq_ledger_sub
         v->take = LG_TAKE_ACK_AGAIN;
         return true;
     }
-    if (x && fq_sched_run(l->o.sched, x->run.id)) {
+    if (x && lg_in_window(x)) {
         v->take = LG_TAKE_RESEND;
         v->x = x;
         return true;
@@ -2282,7 +2299,7 @@ static void lg_unhold(fq_ledger *l, lg_run *x)
  * forgotten. Its submit is acked by whoever stored why. */
 static void lg_drop_dispatched(fq_ledger *l, lg_run *x)
 {
-    fq_sched_cancel(l->o.sched, x->run.id);
+    fq_sched_cancel_run(l->o.sched, &x->run);
     lg_state(l, x, LG_DONE);
     lg_unhold(l, x);
     lg_held(l, x->lt, false);
@@ -2299,7 +2316,7 @@ static void lg_drop_dispatched(fq_ledger *l, lg_run *x)
 static void lg_requeue(fq_ledger *l, lg_run *x, int js_err)
 {
     fq_ledger_tenant *lt = x->lt;
-    fq_sched_requeue(l->o.sched, x->run.id);
+    fq_sched_requeue_run(l->o.sched, &x->run);
     uint32_t k = lt->fails < 16 ? lt->fails : 16;
     uint64_t wait = (uint64_t)FQ_LEDGER_RETRY_MS << k;
     if (wait > FQ_LEDGER_PARK_MAX_MS)
@@ -2397,7 +2414,7 @@ void fq_ledger_body(fq_ledger *l, uint64_t seq, fq_status st, const fq_ledger_by
         /* Its lease ran out while its body was read: queued again as it
          * was, to be read at its next turn. */
         lg_state(l, x, LG_QUEUED);
-        fq_sched_requeue(l->o.sched, x->run.id);
+        fq_sched_requeue_run(l->o.sched, &x->run);
         return;
     }
     if (x->state == LG_DONE) {
@@ -2511,7 +2528,7 @@ static bool lg_dispatch_failed(fq_ledger *l, uint64_t seq, int js_err, bool answ
     }
     lg_run *x = lg_find_seq(l, seq);
     if (!x || (x->state != LG_FLIGHT && x->state != LG_EXPIRED) ||
-        !fq_sched_run(l->o.sched, seq))
+        !lg_in_window(x))
         return false;
     if (x->resent) {
         /* A redelivery published again: it was dispatched before (the
@@ -2647,7 +2664,7 @@ static void lg_dispatch_stored(fq_ledger *l, lg_run *x, bool duplicate)
     x->stored = true;   /* before an early completion's done record, which says so */
     lg_early_settle(l, x, duplicate);
     if (x->resent && !duplicate && x->state != LG_DONE &&
-        fq_sched_redispatched(l->o.sched, x->run.id, l->now) == FQ_OK) {
+        fq_sched_redispatched_run(l->o.sched, &x->run, l->now) == FQ_OK) {
         /* Read back from a flight record, sent again and stored new: the
          * attempt that record told of never reached the workers, this
          * one did, now. Its lease runs from now and a flight record of
@@ -2790,7 +2807,7 @@ static void lg_unsent_judge(lg_unsent_verdict *v, const fq_ledger *l, const fq_l
         v->what = LG_UNSENT_NOTHING;
     else if (x->resent)
         v->what = LG_UNSENT_RESENT;
-    else if (!fq_sched_run(l->o.sched, x->run.id))
+    else if (!lg_in_window(x))
         v->what = LG_UNSENT_UNHELD;
     else if (st == FQ_ETOOBIG || st == FQ_EINVAL)
         v->what = LG_UNSENT_UNSENDABLE;
@@ -2871,7 +2888,7 @@ static void lg_unsent_apply(fq_ledger *l, const lg_unsent_verdict *v, const fq_l
         if (st == FQ_ENOMEM)
             lg_requeue(l, x, 0);
         else
-            fq_sched_requeue(l->o.sched, x->run.id);
+            fq_sched_requeue_run(l->o.sched, &x->run);
         break;
     case LG_UNSENT_NOTHING:
         break;
@@ -2960,7 +2977,7 @@ static void lg_reconcile(fq_ledger *l, lg_run *x, const fq_completion *c,
     uint64_t cost = c->kinds ? fq_price_cost(&x->lt->prices, c->input_tokens,
                                              c->output_tokens, c->cached_tokens)
                              : c->actual_tokens;
-    if (fq_sched_complete_priced(NULL, l->o.sched, x->run.id, c->actual_tokens, cost) != FQ_OK)
+    if (fq_sched_complete_run(NULL, l->o.sched, &x->run, c->actual_tokens, cost) != FQ_OK)
         fq_tenant_reconcile_priced(l->o.sched, x->lt->t, x->est, c->actual_tokens, cost);
     if (late)
         l->c.completions_unheld++;
@@ -3248,7 +3265,7 @@ static lg_run *lg_load_run(fq_ledger *l, const fq_jrec *r, uint64_t h)
         return NULL;
     }
     if (l->loaded_tail)
-        l->loaded_tail->next = x;
+        l->loaded_tail->run.next = &x->run;
     else
         l->loaded = x;
     l->loaded_tail = x;
@@ -3384,8 +3401,8 @@ void fq_ledger_recovered(fq_ledger *l, uint64_t now, int64_t now_ms)
             l->parts[k].state = LG_PART_OWNED;
     uint64_t timeout = l->o.run_timeout_ms;
     for (lg_run *x = l->loaded, *nx; x; x = nx) {
-        nx = x->next;
-        x->next = NULL;
+        nx = lg_loaded_next(x);
+        x->run.next = NULL;
         int64_t age = now_ms - x->submitted_ms;
         bool timed_out = timeout && age >= 0 && (uint64_t)age >= timeout;
         /* A run that expired while no proxy ran did so when its lease ran
@@ -3436,7 +3453,7 @@ static bool lg_unowned(fq_ledger *l, const char *tenant, const fq_ledger_ackref 
 static lg_run *lg_gone_find(const fq_ledger *l, uint64_t seq)
 {
     fq_u64map_node *n = fq_u64map_count(l->gone) ? fq_u64map_find(l->gone, seq) : NULL;
-    return n ? FQ_U64MAP_ENTRY(n, lg_run, seq_node) : NULL;
+    return n ? FQ_U64MAP_ENTRY(n, lg_run, run.hnode) : NULL;
 }
 
 /* The answer to the dispatch of x, a run let go with its partition:
@@ -3445,7 +3462,7 @@ static void lg_gone_settle(fq_ledger *l, lg_run *x)
 {
     if (x->pending && --x->pending)
         return;
-    fq_u64map_remove(l->gone, &x->seq_node);
+    fq_u64map_remove(l->gone, &x->run.hnode);
     l->parts[x->part].gone--;
     lg_maybe_free(l, x);
 }
@@ -3508,7 +3525,7 @@ static bool lg_release_collect(fq_ledger *l, uint32_t part)
 {
     l->nscratch = 0;
     for (fq_u64map_node *n = fq_u64map_first(l->by_seq); n; n = fq_u64map_next(l->by_seq, n)) {
-        lg_run *x = FQ_U64MAP_ENTRY(n, lg_run, seq_node);
+        lg_run *x = FQ_U64MAP_ENTRY(n, lg_run, run.hnode);
         if (x->part != part)
             continue;
         if (!lg_grow(&l->scratch, &l->scratch_cap, l->nscratch + 1, sizeof *l->scratch))
@@ -3524,6 +3541,28 @@ static bool lg_release_collect(fq_ledger *l, uint32_t part)
         l->scratch[l->nscratch++] = x;
     }
     return true;
+}
+
+/* Forget the runs of part read back and not taken in yet (let go while
+ * being read). */
+static void lg_release_loaded(fq_ledger *l, uint32_t part)
+{
+    lg_run *head = NULL, *tail = NULL;
+    for (lg_run *x = l->loaded, *nx; x; x = nx) {
+        nx = lg_loaded_next(x);
+        x->run.next = NULL;
+        if (x->part == part) {
+            lg_unload(l, x);
+            continue;
+        }
+        if (tail)
+            tail->run.next = &x->run;
+        else
+            head = x;
+        tail = x;
+    }
+    l->loaded = head;
+    l->loaded_tail = tail;
 }
 
 /* Drop part's tenants from the lists the ledger keeps of tenants: those
@@ -3636,20 +3675,7 @@ void fq_ledger_release(fq_ledger *l, uint32_t part, uint64_t now, int64_t now_ms
         return;
     lg_part *pp = &l->parts[part];
     lg_release_journal(l, pp);
-    /* Runs read back and not taken in yet (let go while being read). */
-    lg_run **at = &l->loaded;
-    l->loaded_tail = NULL;
-    while (*at) {
-        lg_run *x = *at;
-        if (x->part == part) {
-            *at = x->next;
-            x->next = NULL;
-            lg_unload(l, x);
-        } else {
-            l->loaded_tail = x;
-            at = &x->next;
-        }
-    }
+    lg_release_loaded(l, part);
     lg_releasing r = {l, part, 0};
     uint64_t let_go = 0;
     if (!lg_release_collect(l, part))
@@ -3657,7 +3683,7 @@ void fq_ledger_release(fq_ledger *l, uint32_t part, uint64_t now, int64_t now_ms
     for (size_t i = 0; i < l->nscratch; i++) {
         lg_run *x = l->scratch[i];
         x->reading = false;
-        if (fq_sched_forget(l->o.sched, x->run.id) == FQ_OK)
+        if (fq_sched_forget_run(l->o.sched, &x->run) == FQ_OK)
             let_go++;
     }
     fq_sched_clear(l->o.sched, lg_release_which, lg_release_queued, &r);
@@ -3675,7 +3701,7 @@ void fq_ledger_release(fq_ledger *l, uint32_t part, uint64_t now, int64_t now_ms
             lg_maybe_free(l, x);
         } else if (fq_u64map_reserve(l->gone) == FQ_OK) {
             /* Its dispatch is unanswered: freed when it is. */
-            fq_u64map_insert(l->gone, &x->seq_node);
+            fq_u64map_insert(l->gone, &x->run.hnode);
             pp->gone++;
         } else {
             x->pending = 0;     /* out of memory: its answer finds nothing */
@@ -3760,13 +3786,13 @@ fq_status fq_ledger_create(fq_ledger **out, const fq_ledger_opts *o)
     FQ_OPOOL_INIT(&l->refused_pool, lg_refused, LG_POOL_CHUNK);
     FQ_OPOOL_INIT(&l->back_pool, lg_back, LG_POOL_CHUNK);
     uint64_t seed = o->hash_key[0] ^ o->hash_key[1];
-    if (fq_u64map_create(&l->by_seq, FQ_U64MAP_KEY_OFFSET(lg_run, seq_node, run.id), 1024, seed) ||
+    if (fq_u64map_create(&l->by_seq, FQ_U64MAP_KEY_OFFSET(lg_run, run.hnode, run.id), 1024, seed) ||
         fq_u64map_create(&l->by_key, FQ_U64MAP_KEY_OFFSET(lg_run, key_node, key), 1024, seed) ||
         fq_u64map_create(&l->done, FQ_U64MAP_KEY_OFFSET(lg_done, node, key), 1024, seed) ||
         fq_u64map_create(&l->early, FQ_U64MAP_KEY_OFFSET(lg_early, node, key), 64, seed) ||
         fq_u64map_create(&l->refused, FQ_U64MAP_KEY_OFFSET(lg_refused, node, seq), 64, seed) ||
         fq_u64map_create(&l->back, FQ_U64MAP_KEY_OFFSET(lg_back, node, seq), 64, seed) ||
-        fq_u64map_create(&l->gone, FQ_U64MAP_KEY_OFFSET(lg_run, seq_node, run.id), 64, seed)) {
+        fq_u64map_create(&l->gone, FQ_U64MAP_KEY_OFFSET(lg_run, run.hnode, run.id), 64, seed)) {
         fq_ledger_destroy(l);
         return FQ_ENOMEM;
     }
@@ -3814,7 +3840,7 @@ void fq_ledger_destroy(fq_ledger *l)
     /* Bodies are held only by runs whose submit is unacked: in by_seq. */
     if (l->by_seq) {
         for (fq_u64map_node *n = fq_u64map_first(l->by_seq); n; n = fq_u64map_next(l->by_seq, n)) {
-            lg_run *x = FQ_U64MAP_ENTRY(n, lg_run, seq_node);
+            lg_run *x = FQ_U64MAP_ENTRY(n, lg_run, run.hnode);
             lg_free(l, x->body, lg_block_size(x));
         }
     }
@@ -3874,6 +3900,17 @@ enum fq_ledger_where fq_ledger_run_where(const fq_ledger *l, const char *tenant,
     case LG_EXPIRED: return FQ_LW_EXPIRED;
     default: return FQ_LW_DONE;
     }
+}
+
+const fq_run *fq_ledger_dispatched_run(const fq_ledger *l, uint64_t seq)
+{
+    const lg_run *x = lg_find_seq(l, seq);
+    for (fq_u64map_node *n = fq_u64map_first(l->by_key); n && !x; n = fq_u64map_next(l->by_key, n)) {
+        const lg_run *y = FQ_U64MAP_ENTRY(n, lg_run, key_node);
+        if (y->run.id == seq)
+            x = y;
+    }
+    return x && lg_in_window(x) ? &x->run : NULL;
 }
 
 bool fq_ledger_run_subtenant(char *out, const fq_ledger *l, const char *tenant,

@@ -604,6 +604,14 @@ enum fq_ledger_where {
 };
 const char *fq_ledger_where_name(enum fq_ledger_where w);
 
+#ifdef FQ_TESTING   /* tests only */
+/* The scheduler's record of the run from submit seq while it is dispatched
+ * (in flight or expired), or NULL. The ledger indexes a run by sequence
+ * only while its submit is unacked, so past that this walks every run
+ * held: for tests, not the hot path. */
+const fq_run *fq_ledger_dispatched_run(const fq_ledger *l, uint64_t seq);
+#endif
+
 /* Where run run_id of tenant is; *est: the tokens charged for it while held
  * (0 otherwise). By the run-key index: O(1). */
 enum fq_ledger_where fq_ledger_run_where(const fq_ledger *l, const char *tenant,

@@ -4,6 +4,8 @@
 
 #include <stdint.h>
 
+#include "u64map.h"
+
 struct fq_tenant;
 
 enum fq_run_state {
@@ -14,11 +16,13 @@ enum fq_run_state {
 };
 
 /* 64 bytes: the whole per-run cost of the core. Queued runs use only next;
- * the hash chain and the doubly linked lease list serve dispatched runs. */
+ * the id index and the doubly linked lease list serve dispatched runs. */
 typedef struct fq_run {
     struct fq_run *next;        /* tenant FIFO; lease list; free list */
     struct fq_run *prev;        /* lease list */
-    struct fq_run *hnext;       /* in-flight id hash chain */
+    fq_u64map_node hnode;       /* its link in the index by id: the window's; with
+                                   caller_runs (fq_sched_opts) the caller's, whose index
+                                   the core never touches (the window keeps none then) */
     struct fq_tenant *tenant;   /* owner */
     void *handle;               /* the caller's, opaque to the core */
     uint64_t id;                /* the caller's unique run key */

@@ -11,38 +11,32 @@
  *    still reconciles once. Its eviction is handed to the caller, who owns
  *    what the run's handle refers to: nothing of a run is forgotten behind
  *    the caller's back.
- *  - Lookup by id is one hash shared by FLIGHT and EXPIRED runs; it grows by
- *    doubling and never shrinks, so its cost is amortized over the runs.
+ *  - Lookup by id is one index (lib/u64map, through the run's hnode) shared
+ *    by FLIGHT and EXPIRED runs; it grows by doubling and never shrinks, so
+ *    its cost is amortized over the runs. A caller that indexes its runs
+ *    itself (the ledger, by submit sequence) has the window keep none: a run
+ *    is indexed once per key, not by the caller and the window both.
  */
 #include "window.h"
 
-#include <stdlib.h>
-
-#define FQ_WINDOW_MIN_BUCKETS 64
-
-static size_t slot_of(const fq_window *w, uint64_t id)
-{
-    /* Fibonacci hashing spreads sequential ids (stream sequences). */
-    return (size_t)((id * 0x9E3779B97F4A7C15ULL) >> 32) & (w->nbuckets - 1);
-}
+#define FQ_WINDOW_MIN_SLOTS 32
 
 fq_status fq_window_init(fq_window *w, uint32_t max_runs, uint64_t max_tokens,
-                         uint64_t timeout, uint32_t max_expired)
+                         uint64_t timeout, uint32_t max_expired, bool by_id)
 {
     *w = (fq_window){0};
-    w->buckets = calloc(FQ_WINDOW_MIN_BUCKETS, sizeof(*w->buckets));
-    if (!w->buckets)
+    /* Ids are stream sequences or the scheduler's: no seed to hide. */
+    if (by_id && fq_u64map_create(&w->by_id, FQ_U64MAP_KEY_OFFSET(fq_run, hnode, id),
+                                  FQ_WINDOW_MIN_SLOTS, 0) != FQ_OK)
         return FQ_ENOMEM;
-    w->nbuckets = FQ_WINDOW_MIN_BUCKETS;
     fq_window_set_limits(w, max_runs, max_tokens, timeout, max_expired);
     return FQ_OK;
 }
 
 void fq_window_fini(fq_window *w)
 {
-    free(w->buckets);
-    w->buckets = NULL;
-    w->nbuckets = 0;
+    fq_u64map_destroy(w->by_id, NULL);
+    w->by_id = NULL;
 }
 
 void fq_window_set_limits(fq_window *w, uint32_t max_runs, uint64_t max_tokens,
@@ -66,28 +60,6 @@ bool fq_window_fits(const fq_window *w, uint32_t est)
     if (w->max_tokens && w->runs && w->tokens + est > w->max_tokens)
         return false;
     return true;
-}
-
-static fq_status grow(fq_window *w)
-{
-    size_t n = w->nbuckets * 2;
-    fq_run **nb = calloc(n, sizeof(*nb));
-    if (!nb)
-        return FQ_ENOMEM;
-    fq_run **old = w->buckets;
-    size_t on = w->nbuckets;
-    w->buckets = nb;
-    w->nbuckets = n;
-    for (size_t i = 0; i < on; i++) {
-        for (fq_run *r = old[i], *nx; r; r = nx) {
-            nx = r->hnext;
-            size_t b = slot_of(w, r->id);
-            r->hnext = nb[b];
-            nb[b] = r;
-        }
-    }
-    free(old);
-    return FQ_OK;
 }
 
 /* Doubly linked FIFO helpers for the lease and expired lists. */
@@ -115,20 +87,19 @@ static void list_unlink(fq_run **head, fq_run **tail, fq_run *r)
     r->next = r->prev = NULL;
 }
 
-static fq_status hash_add(fq_window *w, fq_run *r)
+static fq_status index_add(fq_window *w, fq_run *r)
 {
-    if (w->held >= w->nbuckets && grow(w) != FQ_OK)
+    if (!w->by_id)
+        return FQ_OK;
+    if (fq_u64map_reserve(w->by_id) != FQ_OK)
         return FQ_ENOMEM;
-    size_t b = slot_of(w, r->id);
-    r->hnext = w->buckets[b];
-    w->buckets[b] = r;
-    w->held++;
+    fq_u64map_insert(w->by_id, &r->hnode);
     return FQ_OK;
 }
 
 fq_status fq_window_add(fq_window *w, fq_run *r, uint64_t now)
 {
-    if (hash_add(w, r) != FQ_OK)
+    if (index_add(w, r) != FQ_OK)
         return FQ_ENOMEM;
     r->state = FQ_RUN_FLIGHT;
     r->t = now;
@@ -140,7 +111,7 @@ fq_status fq_window_add(fq_window *w, fq_run *r, uint64_t now)
 
 fq_status fq_window_add_expired(fq_window *w, fq_run *r, uint64_t expired_at)
 {
-    if (hash_add(w, r) != FQ_OK)
+    if (index_add(w, r) != FQ_OK)
         return FQ_ENOMEM;
     r->state = FQ_RUN_EXPIRED;
     r->t = expired_at;
@@ -151,20 +122,8 @@ fq_status fq_window_add_expired(fq_window *w, fq_run *r, uint64_t expired_at)
 
 fq_run *fq_window_find(const fq_window *w, uint64_t id)
 {
-    for (fq_run *r = w->buckets[slot_of(w, id)]; r; r = r->hnext)
-        if (r->id == id)
-            return r;
-    return NULL;
-}
-
-static void unhash(fq_window *w, fq_run *r)
-{
-    fq_run **pp = &w->buckets[slot_of(w, r->id)];
-    while (*pp != r)
-        pp = &(*pp)->hnext;
-    *pp = r->hnext;
-    r->hnext = NULL;
-    w->held--;
+    fq_u64map_node *n = w->by_id ? fq_u64map_find(w->by_id, id) : NULL;
+    return n ? FQ_U64MAP_ENTRY(n, fq_run, hnode) : NULL;
 }
 
 static void release_slot(fq_window *w, fq_run *r)
@@ -175,7 +134,8 @@ static void release_slot(fq_window *w, fq_run *r)
 
 void fq_window_remove(fq_window *w, fq_run *r)
 {
-    unhash(w, r);
+    if (w->by_id)
+        fq_u64map_remove(w->by_id, &r->hnode);
     if (r->state == FQ_RUN_FLIGHT) {
         list_unlink(&w->lease_head, &w->lease_tail, r);
         release_slot(w, r);
@@ -183,6 +143,7 @@ void fq_window_remove(fq_window *w, fq_run *r)
         list_unlink(&w->exp_head, &w->exp_tail, r);
         w->expired--;
     }
+    r->state = FQ_RUN_FREE;
 }
 
 void fq_window_restart(fq_window *w, fq_run *r, uint64_t now)

@@ -12,7 +12,9 @@
 /* Runs are owned by the scheduler's pool; the window only links them. A run
  * in the window is FLIGHT (holds a slot, on the lease list in dispatch
  * order) or EXPIRED (slot freed, on the expired list awaiting a late
- * completion). Both are found by id through one hash. An EXPIRED run is
+ * completion). Both are found by id through one index, unless the caller
+ * indexes its runs itself (then a run has one index, the caller's, through
+ * its hnode, and the caller names runs by record). An EXPIRED run is
  * remembered until more than max_expired are held or keep has passed since
  * its lease ended, whichever is first; fq_window_evict_one hands it back
  * then, so the caller learns of each eviction as of each expiry. */
@@ -27,13 +29,14 @@ typedef struct fq_window {
     uint32_t expired;           /* EXPIRED runs held */
     fq_run *lease_head, *lease_tail;    /* FLIGHT, oldest deadline first */
     fq_run *exp_head, *exp_tail;        /* EXPIRED, oldest first */
-    fq_run **buckets;           /* id hash, power-of-two size */
-    size_t nbuckets;
-    size_t held;                /* FLIGHT + EXPIRED */
+    fq_u64map *by_id;           /* FLIGHT and EXPIRED runs by id (their hnode); NULL:
+                                   the caller indexes them */
 } fq_window;
 
+/* by_id: keep an index by id (fq_window_find); false: the caller finds its
+ * runs, and their hnode is the caller's. */
 fq_status fq_window_init(fq_window *w, uint32_t max_runs, uint64_t max_tokens,
-                         uint64_t timeout, uint32_t max_expired);
+                         uint64_t timeout, uint32_t max_expired, bool by_id);
 void fq_window_fini(fq_window *w);
 void fq_window_set_limits(fq_window *w, uint32_t max_runs, uint64_t max_tokens,
                           uint64_t timeout, uint32_t max_expired);
@@ -49,13 +52,15 @@ bool fq_window_fits(const fq_window *w, uint32_t est);
 
 /* Admit a run: it takes a slot, and r->t becomes its dispatch time (its
  * lease ends at r->t + timeout).
- * FQ_ENOMEM if the hash could not grow; nothing is changed then. */
+ * FQ_ENOMEM if the index could not grow; nothing is changed then. */
 fq_status fq_window_add(fq_window *w, fq_run *r, uint64_t now);
 
-/* The FLIGHT or EXPIRED run with this id, or NULL. */
+/* The FLIGHT or EXPIRED run with this id, or NULL (always without an
+ * index by id). */
 fq_run *fq_window_find(const fq_window *w, uint64_t id);
 
-/* Take a run out of the window, freeing its slot if it held one. */
+/* Take a run out of the window, freeing its slot if it held one; its
+ * state becomes FQ_RUN_FREE (the caller may requeue it). */
 void fq_window_remove(fq_window *w, fq_run *r);
 
 /* Start r's time again at now (a run whose dispatch reached the workers
@@ -66,7 +71,7 @@ void fq_window_restart(fq_window *w, fq_run *r, uint64_t now);
 
 /* Take in a run whose lease ended at expired_at, as EXPIRED (a run read
  * back after a restart): r->t becomes expired_at. It is listed after the
- * EXPIRED runs held. FQ_ENOMEM if the hash could not grow; nothing is
+ * EXPIRED runs held. FQ_ENOMEM if the index could not grow; nothing is
  * changed then. */
 fq_status fq_window_add_expired(fq_window *w, fq_run *r, uint64_t expired_at);
 

@@ -2450,7 +2450,7 @@ static void px_turn(dst_world *w, dst_proxy *p)
         if (p->part[k].lost)
             px_part_release(w, p, k);   /* fenced: another owns it now */
     if (w->watch) {
-        const fq_run *wr = fq_sched_run(p->sched, w->watch);
+        const fq_run *wr = fq_ledger_dispatched_run(p->L, w->watch);
         int st = wr ? (int)wr->state : -1;
         if (st != p->watch_state)
             TRACE(w, "proxy %d: the scheduler holds submit %" PRIu64 " as %d (was %d)", p->ix,

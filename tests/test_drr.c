@@ -2394,7 +2394,9 @@ static void test_subtenants_info_and_top(void **state)
 /* Runs in the caller's records (caller_runs): each run taken in is the
  * record handed over, the scheduler allocates none, and a record it lets
  * go (completed, cancelled, evicted) or refused stays the caller's as it
- * was left: nothing written into it after. */
+ * was left: nothing written into it after, its state FQ_RUN_FREE. The
+ * scheduler keeps no index by id (the caller names runs by record) and
+ * never touches a record's hnode, the caller's link in its own index. */
 typedef struct caller_rec {
     fq_run run;                 /* the scheduler's while it holds the run */
     uint64_t tag;               /* the caller's own */
@@ -2415,8 +2417,10 @@ static void test_caller_runs(void **state)
     fq_tenant *a = ten(s, "a", 1, 0, 2);
     caller_rec rec[4];
     memset(rec, 0, sizeof rec);
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < 4; i++) {
         rec[i].tag = 100 + (uint64_t)i;
+        rec[i].run.hnode.next = (fq_u64map_node *)(void *)&rec[i].tag;
+    }
     fq_run *r = NULL;
     /* Nothing handed over: none is allocated. */
     assert_int_equal(fq_sched_enqueue(&r, s, a, 1, 10, &rec[0], 0), FQ_ENOMEM);
@@ -2435,10 +2439,13 @@ static void test_caller_runs(void **state)
     fq_run *d0 = fq_sched_dispatch(s, 1), *d1 = fq_sched_dispatch(s, 1);
     assert_ptr_equal(d0, &rec[0].run);
     assert_ptr_equal(d1, &rec[1].run);
-    assert_ptr_equal(fq_sched_run(s, 2), &rec[1].run);
+    assert_int_equal(rec[1].run.state, FQ_RUN_FLIGHT);
+    assert_null(fq_sched_run(s, 2));                                /* no index by id */
+    assert_int_equal(fq_sched_complete(NULL, s, 1, 10), FQ_ENOTFOUND);
     /* Completed: let go, and never written again (no free list reuses it). */
-    assert_int_equal(fq_sched_complete(NULL, s, 1, 10), FQ_OK);
-    assert_null(fq_sched_run(s, 1));
+    assert_int_equal(fq_sched_complete_run(NULL, s, &rec[0].run, 10, 10), FQ_OK);
+    assert_int_equal(rec[0].run.state, FQ_RUN_FREE);
+    assert_int_equal(fq_sched_complete_run(NULL, s, &rec[0].run, 10, 10), FQ_ENOTFOUND);
     caller_rec done = rec[0];
     /* Adopted into a record handed over; the lease of id 2 runs out, and
      * past max_expired it is evicted: the callback sees the record. */
@@ -2450,18 +2457,21 @@ static void test_caller_runs(void **state)
     assert_null(evicted);
     fq_sched_expire(s, 151, on_evict, &evicted);
     assert_ptr_equal(evicted, &rec[1].run);
+    assert_int_equal(rec[1].run.state, FQ_RUN_FREE);
     caller_rec gone = rec[1];
     /* More runs taken in, dispatched and completed: the records let go
      * stay as they were left. */
     fq_sched_give_run(s, &rec[2].run);
     assert_int_equal(fq_sched_enqueue(&r, s, a, 3, 30, &rec[2], 200), FQ_OK);
     assert_ptr_equal(fq_sched_dispatch(s, 200), &rec[2].run);
-    assert_int_equal(fq_sched_complete(NULL, s, 3, 30), FQ_OK);
+    assert_int_equal(fq_sched_complete_run(NULL, s, &rec[2].run, 30, 30), FQ_OK);
     assert_int_equal(fq_sched_enqueue(&r, s, a, 5, 50, &rec[2], 200), FQ_ENOMEM);
     assert_memory_equal(&rec[0], &done, sizeof done);
     assert_memory_equal(&rec[1], &gone, sizeof gone);
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < 4; i++) {
         assert_int_equal(rec[i].tag, 100 + (uint64_t)i);
+        assert_ptr_equal(rec[i].run.hnode.next, &rec[i].tag);
+    }
     fq_sched_destroy(s);
 }
 

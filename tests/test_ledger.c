@@ -938,7 +938,7 @@ static void test_dispatch_unanswered_published_again(void **state)
     store_journal(w, find(w, FQ_LACT_JOURNAL, 0));
     assert_true(puback(w, tok, FQ_LEDGER_PUB_FAILED, 0));  /* published again as it was */
     assert_int_equal(count(w, FQ_LACT_NOTE), 0);
-    const fq_run *r = fq_sched_run(w->s, 10);
+    const fq_run *r = fq_ledger_dispatched_run(w->l, 10);
     assert_non_null(r);
     assert_int_equal(r->state, FQ_RUN_FLIGHT);
     tick_time(w, FQ_LEDGER_PARK_MAX_MS);
@@ -1312,7 +1312,7 @@ static void test_redelivery_published_again_fails(void **state)
     assert_true(puback(w, tok, FQ_LEDGER_PUB_FAILED, 0));   /* publish it again */
     assert_int_equal(count(w, FQ_LACT_NOTE), 0);
     assert_int_equal(count(w, FQ_LACT_NAK), 0);
-    const fq_run *r = fq_sched_run(w->s, 10);
+    const fq_run *r = fq_ledger_dispatched_run(w->l, 10);
     assert_non_null(r);
     assert_int_equal(r->state, FQ_RUN_FLIGHT);
     tick_time(w, FQ_LEDGER_PARK_MAX_MS);
@@ -1367,7 +1367,7 @@ static void test_redelivery_stored_new_restarts_its_lease(void **state)
     turn(w);
     world_crash(w);
     recover(w);
-    const fq_run *r = fq_sched_run(w->s, 10);
+    const fq_run *r = fq_ledger_dispatched_run(w->l, 10);
     assert_non_null(r);
     assert_int_equal(r->state, FQ_RUN_EXPIRED);
     complete(w, "a", 800, "r1", 60);
@@ -1654,8 +1654,8 @@ static void test_rebuild_run_id_reused(void **state)
     tick_time(w, 300);
     world_crash(w);
     recover(w);
-    assert_null(fq_sched_run(w->s, 10));
-    const fq_run *r = fq_sched_run(w->s, 20);
+    assert_null(fq_ledger_dispatched_run(w->l, 10));
+    const fq_run *r = fq_ledger_dispatched_run(w->l, 20);
     assert_non_null(r);
     assert_int_equal(r->state, FQ_RUN_FLIGHT);
     submit(w, "a", 30, "r1", 50);               /* a third with its run id */

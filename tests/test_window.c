@@ -24,7 +24,7 @@ static void test_limits_in_runs_and_tokens(void **state)
 {
     (void)state;
     fq_window w;
-    assert_int_equal(fq_window_init(&w, 2, 1000, 0, 0), FQ_OK);
+    assert_int_equal(fq_window_init(&w, 2, 1000, 0, 0, true), FQ_OK);
     fq_run *r = runs(3, 400);
     assert_true(fq_window_fits(&w, 5000));     /* empty: anything goes, alone */
     assert_int_equal(fq_window_add(&w, &r[0], 0), FQ_OK);
@@ -49,12 +49,12 @@ static void test_hash_grows_and_finds_everything(void **state)
 {
     (void)state;
     fq_window w;
-    assert_int_equal(fq_window_init(&w, 0, 0, 0, 0), FQ_OK);
+    assert_int_equal(fq_window_init(&w, 0, 0, 0, 0, true), FQ_OK);
     enum { N = 10000 };
     fq_run *r = runs(N, 1);
     for (size_t i = 0; i < N; i++)
         assert_int_equal(fq_window_add(&w, &r[i], 0), FQ_OK);
-    assert_true(w.nbuckets >= N);
+    assert_int_equal(fq_u64map_count(w.by_id), N);
     for (size_t i = 0; i < N; i++)
         assert_ptr_equal(fq_window_find(&w, r[i].id), &r[i]);
     for (size_t i = 0; i < N; i += 2)
@@ -62,6 +62,8 @@ static void test_hash_grows_and_finds_everything(void **state)
     for (size_t i = 0; i < N; i++)
         assert_true((fq_window_find(&w, r[i].id) != NULL) == (i % 2 == 1));
     assert_int_equal(w.runs, N / 2);
+    assert_int_equal(fq_u64map_count(w.by_id), N / 2);
+    assert_int_equal(r[0].state, FQ_RUN_FREE);  /* let go */
     assert_null(fq_window_find(&w, 7));
     fq_window_fini(&w);
     free(r);
@@ -71,7 +73,7 @@ static void test_leases_expire_in_order(void **state)
 {
     (void)state;
     fq_window w;
-    assert_int_equal(fq_window_init(&w, 0, 0, 100, 2), FQ_OK);
+    assert_int_equal(fq_window_init(&w, 0, 0, 100, 2, true), FQ_OK);
     fq_run *r = runs(4, 10);
     for (int i = 0; i < 4; i++)
         assert_int_equal(fq_window_add(&w, &r[i], (uint64_t)i * 10), FQ_OK);
@@ -107,7 +109,7 @@ static void test_expired_runs_are_evicted_by_age(void **state)
 {
     (void)state;
     fq_window w;
-    assert_int_equal(fq_window_init(&w, 0, 0, 100, 1000), FQ_OK);
+    assert_int_equal(fq_window_init(&w, 0, 0, 100, 1000, true), FQ_OK);
     fq_window_set_keep(&w, 50);
     fq_run *r = runs(4, 10);
     assert_int_equal(fq_window_add(&w, &r[0], 0), FQ_OK);
@@ -144,11 +146,49 @@ static void test_no_timeout_means_no_expiry(void **state)
 {
     (void)state;
     fq_window w;
-    assert_int_equal(fq_window_init(&w, 0, 0, 0, 0), FQ_OK);
+    assert_int_equal(fq_window_init(&w, 0, 0, 0, 0, true), FQ_OK);
     fq_run r = {.id = 1, .est = 5};
     assert_int_equal(fq_window_add(&w, &r, 123), FQ_OK);
     assert_null(fq_window_expire_one(&w, UINT64_MAX - 1));
     fq_window_fini(&w);
+}
+
+/* Without an index by id the window finds nothing by id and leaves every
+ * run's hnode to the caller: runs held in the caller's own index through
+ * it stay found while the window adds, expires, restarts, evicts and
+ * removes them, and a run let go says so by its state. */
+static void test_caller_indexes(void **state)
+{
+    (void)state;
+    fq_window w;
+    assert_int_equal(fq_window_init(&w, 0, 0, 100, 1, false), FQ_OK);
+    assert_null(w.by_id);
+    enum { N = 8 };
+    fq_run *r = runs(N, 1);
+    fq_u64map *mine = NULL;
+    assert_int_equal(fq_u64map_create(&mine, FQ_U64MAP_KEY_OFFSET(fq_run, hnode, id), 2, 0),
+                     FQ_OK);
+    for (size_t i = 0; i < N; i++) {
+        assert_int_equal(fq_u64map_reserve(mine), FQ_OK);
+        fq_u64map_insert(mine, &r[i].hnode);
+        assert_int_equal(fq_window_add(&w, &r[i], i < N / 2 ? 0 : 50), FQ_OK);
+    }
+    assert_null(fq_window_find(&w, r[0].id));
+    assert_int_equal(w.runs, N);
+    fq_window_restart(&w, &r[1], 10);
+    assert_ptr_equal(fq_window_expire_one(&w, 100), &r[0]);
+    assert_ptr_equal(fq_window_expire_one(&w, 100), &r[2]);
+    assert_ptr_equal(fq_window_evict_one(&w, 100), &r[0]);     /* past max_expired */
+    assert_int_equal(r[0].state, FQ_RUN_FREE);
+    assert_int_equal(r[2].state, FQ_RUN_EXPIRED);
+    fq_window_remove(&w, &r[5]);
+    assert_int_equal(r[5].state, FQ_RUN_FREE);
+    for (size_t i = 0; i < N; i++)
+        assert_ptr_equal(fq_u64map_find(mine, r[i].id), &r[i].hnode);
+    assert_int_equal(fq_u64map_count(mine), N);
+    fq_u64map_destroy(mine, NULL);
+    fq_window_fini(&w);
+    free(r);
 }
 
 int main(void)
@@ -159,6 +199,7 @@ int main(void)
         cmocka_unit_test(test_leases_expire_in_order),
         cmocka_unit_test(test_expired_runs_are_evicted_by_age),
         cmocka_unit_test(test_no_timeout_means_no_expiry),
+        cmocka_unit_test(test_caller_indexes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
