@@ -40,6 +40,19 @@
  *    the run's dispatch is stored as new, or its time or room runs out: a
  *    forged one pre-completes no future run. Unacked, it comes back to the
  *    next leader if we die first.
+ *  - Such a leader's dispatch is stored unknown to the journal, and its
+ *    submit comes to us as new. A submit stored before our submit consumer
+ *    was first made (fq_ledger_consumer_made) is inherited: a consumer
+ *    before ours may have given it to a leader before us. Its run, and a
+ *    run of ours whose dispatch went unanswered and that an error answer
+ *    to a later copy queued again, may be stored already: dispatched past
+ *    the duplicate window of its submit, it is marked
+ *    Fair-Possible-Duplicate (maybe_sent). Marked, not known: an intent
+ *    journalled before each dispatch would tell the next leader which runs
+ *    may be out, but make every dispatch wait for a journal round trip and
+ *    stop with the journal; marking costs a comparison at admission, and
+ *    marks a takeover's backlog past the window whether it went out or not
+ *    (docs/protocol.md section 8).
  *  - No I/O and no clock: time comes in with each input.
  */
 #include "ledger.h"
@@ -111,6 +124,12 @@ typedef struct lg_run {
     bool read_expired : 1;      /* read back: an expired record (submitted_ms: its expiry) */
     bool refusing : 1;          /* refused for the moment's state: its refusal goes out once
                                    its refused record is stored (body: an lg_kept_refusal) */
+    bool maybe_sent : 1;        /* a dispatch of it may be in FAIR_DISPATCH already, unknown
+                                   to us: its submit was stored before our consumer was made
+                                   (a leader before us may have stored its dispatch and died
+                                   before its flight record), or an attempt of ours went
+                                   unanswered and it was queued again since. Dispatched past
+                                   the duplicate window of its submit, it is marked */
 } lg_run;
 
 /* What a kept body's block begins with: the fields only a kept body needs,
@@ -246,6 +265,10 @@ typedef struct lg_part {
     bool full;                  /* its unsent batch is as large as one may be */
     bool jstalled;              /* its batches fail for FQ_LEDGER_STALL_MS */
     bool listed;                /* on the list of partitions with a batch unsent or unanswered */
+    int64_t inherit_before;     /* unix ms (the server's clock, the margin added) before which
+                                   a submit may have been fetched by a consumer before ours:
+                                   INT64_MAX from its adoption until its submit consumer is
+                                   first made (fq_ledger_consumer_made) */
 } lg_part;
 
 /* A run given back to FAIR_SUBMIT (over its tenant's share, or behind
@@ -2031,6 +2054,7 @@ static void lg_enqueue(fq_ledger *l, lg_verdict *v, fq_ledger_tenant *lt,
                                   strlen(s->sub->subtenant), v->cls, seq, v->est, x, l->now);
     }
     if (st == FQ_OK) {
+        x->maybe_sent = v->stale || s->ts_ms < lg_pp(l, lt)->inherit_before;
         v->x = x;
         return;
     }
@@ -2348,9 +2372,16 @@ static void lg_dispatch_send(fq_ledger *l, lg_run *x, const fq_ledger_bytes *raw
         lg_drop_dispatched(l, x);
         return;
     }
-    if (!lg_dispatch_act(l, x, raw)) {
+    fq_ledger_act *a = lg_dispatch_act(l, x, raw);
+    if (!a) {
         lg_requeue(l, x, 0);
         return;
+    }
+    if (x->maybe_sent && lg_past_window(l, x->submitted_ms)) {
+        /* A dispatch of it may be stored already, unknown to us, and its
+         * submit is older than the window: JetStream may store it twice. */
+        a->possible_dup = true;
+        l->c.possible_duplicates++;
     }
     if (!x->in_key)
         lg_key_add(l, x);
@@ -2544,8 +2575,13 @@ static bool lg_dispatch_failed(fq_ledger *l, uint64_t seq, int js_err, bool answ
          * be stored. Queued again, it could wait past the duplicate window
          * and be stored a second time; so it stays in flight and the
          * caller publishes it again as it was, under its Nats-Msg-Id,
-         * until JetStream answers (stored, or a duplicate). */
+         * until JetStream answers (stored, or a duplicate). An error
+         * answer to a copy sent again says nothing of this one (a server
+         * checks a full store before the Nats-Msg-Id in a cluster), so the
+         * run, queued again then, is marked if it goes out past the
+         * window. */
         l->c.dispatch_unanswered++;
+        x->maybe_sent = true;
         return false;
     }
     x->pending--;
@@ -3477,9 +3513,19 @@ fq_status fq_ledger_adopt(fq_ledger *l, uint32_t part, uint64_t term)
     pp->jseq = 0;
     pp->jmarked = false;
     pp->term = term;
+    pp->inherit_before = INT64_MAX;
     pp->state = LG_PART_LOADING;
     l->c.parts_adopted++;
     return FQ_OK;
+}
+
+void fq_ledger_consumer_made(fq_ledger *l, uint32_t part, int64_t now_ms)
+{
+    if (part >= l->nparts)
+        return;
+    lg_part *pp = &l->parts[part];
+    if (pp->state != LG_PART_FREE && pp->inherit_before == INT64_MAX)
+        pp->inherit_before = now_ms + FQ_LEDGER_CLOCK_MARGIN_MS;
 }
 
 bool fq_ledger_owns(const fq_ledger *l, uint32_t part)
@@ -3803,6 +3849,8 @@ fq_status fq_ledger_create(fq_ledger **out, const fq_ledger_opts *o)
         fq_ledger_destroy(l);
         return FQ_ENOMEM;
     }
+    for (uint32_t i = 0; i < l->nparts; i++)
+        l->parts[i].inherit_before = INT64_MAX;
     if (l->nparts == 1)
         l->parts[0].state = LG_PART_OWNED;     /* one partition: ours from the start */
     l->fresh = true;

@@ -95,8 +95,8 @@ typedef struct fq_ledger_hdr {
  * Fair-Dispatched-At, Fair-Workflow unless workflow is "", and
  * Fair-Subtenant unless subtenant is "" (the producer's claim, validated,
  * from its header or its body, so that workers find it in one place), and
- * Fair-Possible-Duplicate: true when possible_dup (a run sent again whose
- * first dispatch may be older than the duplicate window). */
+ * Fair-Possible-Duplicate: true when possible_dup (a run JetStream may
+ * store twice: see the action's possible_dup). */
 typedef struct fq_ledger_dhdrs {
     char est[FQ_U64_DEC_MAX], sat[FQ_U64_DEC_MAX], dat[FQ_U64_DEC_MAX];
     char msgid[FQ_TENANT_MAX + FQ_RUN_ID_MAX + 2];
@@ -341,8 +341,10 @@ typedef struct fq_ledger_act {
     uint32_t est;               /* DISPATCH, RECONCILED: tokens charged */
     int64_t submitted_ms;       /* DISPATCH: JetStream's time of the submit */
     int64_t dispatched_ms;      /* DISPATCH */
-    bool possible_dup;          /* DISPATCH: sent again, its first dispatch perhaps older
-                                   than the duplicate window (Fair-Possible-Duplicate) */
+    bool possible_dup;          /* DISPATCH: JetStream may store it twice: sent again, its
+                                   first dispatch perhaps older than the duplicate window, or
+                                   one perhaps stored unknown to us, past the window of its
+                                   submit (Fair-Possible-Duplicate) */
     uint64_t actual;            /* RECONCILED: the tokens reported */
     bool late;                  /* RECONCILED: its lease had run out */
     enum fq_ledger_note note;   /* NOTE */
@@ -526,6 +528,18 @@ void fq_ledger_part_marked(fq_ledger *l, uint32_t part, uint64_t seq);
  * last. Nothing if it is not owned. */
 void fq_ledger_release(fq_ledger *l, uint32_t part, uint64_t now, int64_t now_ms);
 
+/* Partition part's submit consumer was made at now_ms (unix): at start,
+ * at a takeover, after a reconnect. The first time since the partition
+ * was adopted (with one partition: since the ledger was made) fixes which
+ * submits are inherited: one stored before it (by the server's clock,
+ * FQ_LEDGER_CLOCK_MARGIN_MS to spare) may have been fetched by a consumer
+ * before ours, and its dispatch stored by a leader that died before its
+ * flight record was (docs/protocol.md section 8). Such a run, dispatched
+ * past the duplicate window of its submit, is marked
+ * Fair-Possible-Duplicate and counted (possible_duplicates). Until the
+ * first call every submit is inherited. */
+void fq_ledger_consumer_made(fq_ledger *l, uint32_t part, int64_t now_ms);
+
 /* Whether partition part is owned (adopted and read back). */
 bool fq_ledger_owns(const fq_ledger *l, uint32_t part);
 
@@ -555,8 +569,11 @@ typedef struct fq_ledger_counters {
                                        again as they were, not queued again */
     uint64_t refusals_repeated; /* submits refused for the moment's state, come again:
                                    refused again by their refused record */
-    uint64_t possible_duplicates;   /* dispatches sent again past the duplicate window of
-                                       their first, marked Fair-Possible-Duplicate */
+    uint64_t possible_duplicates;   /* dispatches marked Fair-Possible-Duplicate: sent again
+                                       past the duplicate window of their first, or of a run
+                                       whose dispatch may be stored unknown to us (inherited
+                                       at a takeover, or an attempt unanswered) sent past the
+                                       window of its submit */
     uint64_t refusals_forgotten_early;  /* refused submits forgotten past
                                            FQ_LEDGER_REFUSED_MAX */
     uint64_t completions, completions_unheld, completions_duplicate, completions_invalid;

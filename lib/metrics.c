@@ -682,8 +682,11 @@ const fq_overall_row fq_overall_rows[] = {
        "their journalled refusal says, not decided anew."),
     OV(COUNTER, possible_duplicates, "possible_duplicates",
        "fairq_possible_duplicate_dispatches_total", NULL,
-       "Dispatches sent again (a run read back, its submit delivered again) when their first "
-       "may be older than the duplicate window: marked Fair-Possible-Duplicate."),
+       "Dispatches that may reach the workers twice, marked Fair-Possible-Duplicate: sent again "
+       "(a run read back, its submit delivered again) when their first may be older than the "
+       "duplicate window, or of a run a dispatch of which may be stored unknown to fairq (its "
+       "submit inherited from a leader before, or an attempt unanswered and then refused) sent "
+       "past the duplicate window of its submit."),
     OV(COUNTER, unowned, "unowned", "fairq_unowned_deliveries_total", NULL,
        "Submits and completions of a partition this replica does not own: dropped "
        "unanswered, for its owner."),

@@ -216,8 +216,8 @@ typedef struct fq_metrics_overall {
                                        published again as they were */
     uint64_t refusals_repeated;     /* counter: submits refused for the moment's state, come
                                        again: refused again by their refused record */
-    uint64_t possible_duplicates;   /* counter: dispatches sent again past the duplicate
-                                       window, marked Fair-Possible-Duplicate */
+    uint64_t possible_duplicates;   /* counter: dispatches marked Fair-Possible-Duplicate
+                                       (lib/ledger.h's possible_duplicates) */
     uint64_t unowned;               /* counter: deliveries of a partition not owned, dropped
                                        unanswered */
     uint64_t records_foreign;       /* counter: journal records read back of another

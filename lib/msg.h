@@ -19,8 +19,8 @@
 #define FQ_HDR_SUBTENANT "Fair-Subtenant"
 #define FQ_HDR_SUBMITTED_AT "Fair-Submitted-At"
 #define FQ_HDR_DISPATCHED_AT "Fair-Dispatched-At"
-#define FQ_HDR_POSSIBLE_DUPLICATE "Fair-Possible-Duplicate"  /* a run sent again past the
-                                                           duplicate window */
+#define FQ_HDR_POSSIBLE_DUPLICATE "Fair-Possible-Duplicate"  /* a run JetStream may store
+                                                           twice (docs/protocol.md) */
 #define FQ_HDR_ERROR "Fair-Error"
 #define FQ_HDR_SUBJECT "Fair-Subject"
 #define FQ_HDR_WAIT_MS "Fair-Wait-Ms"   /* an overload refusal's estimated wait */

@@ -2490,6 +2490,8 @@ static void px_on_event(fq_proxy *p, fq_nio_event *ev)
     case FQ_NIO_EV_CONSUMER:
         if (ev->source >= 0 && ev->source < FQ_NIO_MAX_CONSUMERS)
             p->consumer_ok[ev->source] = ev->status == FQ_OK;
+        if (ev->status == FQ_OK && ev->source >= 0 && ev->source % 2 == PX_CONS_SUBMIT)
+            fq_ledger_consumer_made(p->ledger, (uint32_t)(ev->source / 2), fq_nio_unix_ms());
         p->served |= px_consumers_ok(p);
         if (p->leader)
             px_phase_leader(p);

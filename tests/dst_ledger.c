@@ -60,9 +60,11 @@
  * - no submit is acked before what it became is stored: when an ack
  *   removes a submit from FAIR_SUBMIT, its dispatch and its flight record,
  *   or its refusal, or (completed, its ack lost) its done record are stored;
- * - a submit's dispatch is stored once: a second store of it fails, and so
- *   does a dispatch of what must be refused, or a refusal as a duplicate of
- *   a run id no other submit has;
+ * - a submit's dispatch is stored once: a second store of it fails unless
+ *   it is past the duplicate window of the first and marked
+ *   Fair-Possible-Duplicate (a ledger that could not know whether the
+ *   first was stored); so does a dispatch of what must be refused, or a
+ *   refusal as a duplicate of a run id no other submit has;
  * - at the end, every stored submit was dispatched or refused, not both,
  *   and FAIR_SUBMIT and FAIR_DONE are empty within a bounded number of
  *   steps after the faults stop (liveness);
@@ -86,16 +88,17 @@
  *   is never given back; in calm worlds a tenant's runs are dispatched in
  *   submit order.
  *
- * One outcome is the design's known gap, not the ledger's mistake; it is
- * told precisely, counted and printed rather than failed:
+ * Outcomes that are the design's known gaps, not the ledger's mistakes,
+ * are told precisely, counted and printed rather than failed:
  *
+ * - a completed run whose submit's ack was lost and came back after its
+ *   completed id was forgotten is stored a second time, unmarked;
  * - a run whose dispatch a leader stored and whose flight record it never
- *   stored is queued again by the next leader; if it waits there past the
- *   duplicate window, it is stored a second time; so is a completed run
- *   whose submit's ack was lost and came back after its completed id was
- *   forgotten (and a completion of its first dispatch that came before
- *   the run was held is not reconciled; or the next to get its submit
- *   refuses it for the state of the moment: dispatched and refused).
+ *   stored may be refused for the state of the moment by the next to get
+ *   its submit: dispatched and refused. (Stored again by that one past
+ *   the window, it is marked: inherited.) A run stored twice, marked, is
+ *   not held to be reconciled: a completion of its first dispatch that
+ *   came before the run was held is acked unapplied.
  *
  * A run whose expired record the ledger forgot early (past max_expired)
  * keeps its run key among the completed ones, but its late completion is
@@ -797,32 +800,30 @@ static void oracle_stored(dst_world *w, const dst_proxy *p, const sj_puback *a)
                               strcmp(pd, "true") == 0;
                 if (s->dispatched > 1 && marked &&
                     srv_now(w) - s->first_dispatch >= (int64_t)w->c.dup_window_ms) {
-                    /* Sent again by a ledger that knew of its first dispatch
-                     * and that the window may have passed: marked a possible
-                     * duplicate, as docs/protocol.md section 8 says (workers'
-                     * claims absorb it). Unmarked, it fails below. */
+                    /* Sent again past the window by a ledger that knew its
+                     * first dispatch may be stored (read back; inherited from
+                     * a leader before it, which may have stored it and died
+                     * before its flight record; an attempt unanswered) and so
+                     * marked it a possible duplicate, as docs/protocol.md
+                     * section 8 says (workers' claims absorb it); unmarked, it
+                     * fails below. Its second dispatch stored new, a completion
+                     * of the first that came before the run was held is acked
+                     * unapplied: not reconciled. */
                     w->n_marked++;
-                } else if (s->dispatched > 1 && !s->first_journalled &&
-                    srv_now(w) - s->first_dispatch >= (int64_t)w->c.dup_window_ms) {
-                    /* A leader stored its dispatch and died before its flight
-                     * record was; the run was queued again and waited there past the
-                     * duplicate window. A gap of the design (docs/protocol.md
-                     * section 8), counted. Its second dispatch stored new, a
-                     * completion of the first that came before the run was
-                     * held is acked unapplied: not reconciled, the same gap. */
-                    w->n_late_again++;
                     s->late_again = true;
                 } else if (s->dispatched > 1 && done_forgotten(w, s) &&
                            srv_now(w) - s->first_dispatch >= (int64_t)w->c.dup_window_ms) {
                     /* It completed, its submit's ack was lost (the consumer made
                      * again), and the submit came back after its done record was
                      * forgotten (keep_done_ms after the completion): a new run,
-                     * past the window. The same gap, counted with it. */
+                     * past the window. A gap of the design (docs/protocol.md
+                     * section 8), counted. */
                     w->n_late_again++;
                 } else if (s->dispatched > 1) {
                     dst_fail(w, "submit %" PRIu64 " (pub %" PRIu64 ", run %s) was stored in %s "
-                             "twice, %" PRId64 " ms apart: dispatched twice", s->seq, n, s->run_id,
-                             DST_DISPATCH, srv_now(w) - s->first_dispatch);
+                             "twice, %" PRId64 " ms apart: dispatched twice%s", s->seq, n,
+                             s->run_id, DST_DISPATCH, srv_now(w) - s->first_dispatch,
+                             marked ? "" : ", the second not marked a possible duplicate");
                 }
                 if (s->dispatched == 1) {
                     s->first_dispatch = srv_now(w);
@@ -1805,6 +1806,8 @@ static void px_on_resp(dst_world *w, dst_proxy *p, dst_resp *r)
             c->made = true;
             c->made_gen = r->gen;
             c->made_term = r->term;
+            if (r->cons == FQ_LEDGER_SUBMIT && p->L)
+                fq_ledger_consumer_made(p->L, r->part, px_unix(w, p));
         }
         break;
     }
@@ -3143,7 +3146,8 @@ static uint64_t world_run(uint64_t seed, uint64_t steps, bool trace, bool verbos
                "%zu submits, %" PRIu64 " dispatched, %" PRIu64 " refusals, %" PRIu64
                " reconciled, %" PRIu64 " crashes, %" PRIu64 " server restarts, %" PRIu64
                " takeovers, %" PRIu64 " dispatches failed, %" PRIu64 " refused then dispatched, %" PRIu64
-               " dispatched again past the window, %" PRIu64 " marked possible duplicates, %" PRIu64
+               " completed and dispatched again once forgotten, %" PRIu64
+               " marked possible duplicates, %" PRIu64
                " given back, %" PRIu64 " quiet admitted into a full buffer\n",
                seed, n, n - start, (w->t - w->quiet_t) / 1000, w->c.calm ? "calm" : "faults",
                w->c.proxies, w->c.parts, w->n_part_takeovers, w->n_part_released, w->n_moves,

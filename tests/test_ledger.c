@@ -101,6 +101,8 @@ static void world_boot(world *w)
     w->o.sched = w->s;
     w->nt = 0;
     assert_int_equal(fq_ledger_create(&w->l, &w->o), FQ_OK);
+    if (!w->parts)
+        fq_ledger_consumer_made(w->l, 0, w->now_ms);    /* as the proxy makes it at start */
 }
 
 /* A world of a deployment of parts partitions (0: one). */
@@ -205,8 +207,9 @@ static bool acked(const world *w, enum fq_ledger_cons cons, uint64_t seq)
     return false;
 }
 
-static void submit_full(world *w, const char *tenant, uint64_t seq, const char *run_id,
-                        uint32_t est, uint32_t delivered)
+/* A submit JetStream stored at ts_ms, delivered now. */
+static void submit_ts(world *w, const char *tenant, uint64_t seq, const char *run_id,
+                      uint32_t est, uint32_t delivered, int64_t ts_ms)
 {
     fq_submit sub = {.est_tokens = est};
     snprintf(sub.run_id, sizeof sub.run_id, "%s", run_id);
@@ -215,11 +218,17 @@ static void submit_full(world *w, const char *tenant, uint64_t seq, const char *
     /* Delivered by the consumer of the tenant's partition. */
     uint32_t part = tenant ? fq_ledger_part_of(w->l, tenant) : 0;
     fq_ledger_submit s = {.ack = {.sseq = seq, .cseq = seq, .delivered = delivered, .part = part},
-                          .ts_ms = w->now_ms, .tenant = tenant, .status = FQ_OK, .sub = &sub,
+                          .ts_ms = ts_ms, .tenant = tenant, .status = FQ_OK, .sub = &sub,
                           .size = 300, .subject = "fair.submit.x",
                           .raw = {.body = body, .body_len = strlen(body)}};
     fq_ledger_submit_in(w->l, &s, w->now, w->now_ms);
     drain(w);
+}
+
+static void submit_full(world *w, const char *tenant, uint64_t seq, const char *run_id,
+                        uint32_t est, uint32_t delivered)
+{
+    submit_ts(w, tenant, seq, run_id, est, delivered, w->now_ms);
 }
 
 static void submit(world *w, const char *tenant, uint64_t seq, const char *run_id, uint32_t est)
@@ -949,6 +958,77 @@ static void test_dispatch_unanswered_published_again(void **state)
     assert_false(puback(w, tok, FQ_LEDGER_PUB_DUPLICATE, 0));  /* it was stored */
     assert_true(acked(w, FQ_LEDGER_SUBMIT, 10));
     assert_int_equal(fq_ledger_counters_get(w->l)->dispatch_unanswered, 2);
+    world_free(w);
+}
+
+/* An error answer (a full store) to a dispatch published again after one
+ * went unanswered says nothing of the first copy, which may be stored (a
+ * clustered server checks a full store before the Nats-Msg-Id). The run is
+ * queued again and its tenant parked, as after any error; dispatched again
+ * past the duplicate window of its submit, where JetStream may store it
+ * twice, it is marked Fair-Possible-Duplicate and counted. */
+static void test_dispatch_error_after_unanswered_marked(void **state)
+{
+    (void)state;
+    world *w = world_new();
+    fq_ledger_journal_marked(w->l, 1);
+    tick_time(w, 3000);         /* stored after the consumer was made: not inherited */
+    submit(w, "a", 10, "r1", 50);
+    turn(w);
+    const fq_ledger_act *d = find(w, FQ_LACT_DISPATCH, 0);
+    assert_false(d->possible_dup);
+    uint64_t tok = d->token;
+    store_journal(w, find(w, FQ_LACT_JOURNAL, 0));
+    assert_true(puback(w, tok, FQ_LEDGER_PUB_FAILED, 0));      /* published again */
+    assert_false(puback(w, tok, FQ_LEDGER_PUB_ERROR, 10023));  /* queued again, parked */
+    assert_int_equal(find(w, FQ_LACT_NOTE, 0)->note, FQ_LNOTE_DISPATCH_FAILED);
+    tick_time(w, FQ_LEDGER_PARK_MAX_MS);    /* past the window of its submit (5 s) */
+    turn(w);
+    d = find(w, FQ_LACT_DISPATCH, 0);
+    assert_non_null(d);
+    assert_true(d->possible_dup);
+    assert_string_equal(dispatch_hdr(d, "Fair-Possible-Duplicate"), "true");
+    assert_int_equal(fq_ledger_counters_get(w->l)->possible_duplicates, 1);
+    tok = d->token;
+    store_journal(w, find(w, FQ_LACT_JOURNAL, 0));
+    assert_false(puback(w, tok, FQ_LEDGER_PUB_STORED, 0));
+    assert_true(acked(w, FQ_LEDGER_SUBMIT, 10));
+    world_free(w);
+}
+
+/* A leader stored a run's dispatch and died before its flight record was
+ * stored: the journal the next one reads knows nothing of it. Its submit,
+ * stored before the next leader's consumer was made, is inherited: kept in
+ * its queue past the duplicate window of its submit, it is marked
+ * Fair-Possible-Duplicate when it goes out, since JetStream may store it
+ * twice; a submit stored after the consumer was made is not. */
+static void test_inherited_dispatch_marked(void **state)
+{
+    (void)state;
+    world *w = world_new();
+    fq_ledger_journal_marked(w->l, 1);
+    int64_t ts = w->now_ms;
+    submit(w, "a", 10, "r1", 50);
+    turn(w);
+    assert_int_equal(count(w, FQ_LACT_DISPATCH), 1);   /* stored; its flight record not */
+    tick_time(w, 3000);
+    world_crash(w);             /* the next leader: its consumer made now */
+    recover(w);
+    assert_int_equal(w->nrecs, 0);
+    tick_time(w, 3000);
+    submit_ts(w, "a", 10, "r1", 50, 1, ts);    /* delivered again: new to this leader */
+    submit(w, "a", 11, "r2", 50);               /* stored after its consumer was made */
+    tick_time(w, 4000);         /* both wait past the window of their submit (5 s) */
+    turn(w);
+    assert_int_equal(count(w, FQ_LACT_DISPATCH), 2);
+    const fq_ledger_act *d1 = find(w, FQ_LACT_DISPATCH, 0), *d2 = find(w, FQ_LACT_DISPATCH, 1);
+    assert_string_equal(d1->run_id, "r1");
+    assert_true(d1->possible_dup);
+    assert_string_equal(dispatch_hdr(d1, "Fair-Possible-Duplicate"), "true");
+    assert_string_equal(d2->run_id, "r2");
+    assert_false(d2->possible_dup);
+    assert_null(dispatch_hdr(d2, "Fair-Possible-Duplicate"));
+    assert_int_equal(fq_ledger_counters_get(w->l)->possible_duplicates, 1);
     world_free(w);
 }
 
@@ -2272,6 +2352,8 @@ int main(void)
         cmocka_unit_test(test_buffer_shared_quiet_at_limit),
         cmocka_unit_test(test_dispatch_failure_requeues_and_parks),
         cmocka_unit_test(test_dispatch_unanswered_published_again),
+        cmocka_unit_test(test_dispatch_error_after_unanswered_marked),
+        cmocka_unit_test(test_inherited_dispatch_marked),
         cmocka_unit_test(test_lease_ends_while_reading),
         cmocka_unit_test(test_completions_reconcile_once),
         cmocka_unit_test(test_completion_deferred_then_forgotten),
