@@ -92,8 +92,7 @@ bool fqc_inbox_prefix_set(const char *prog, const char *p)
     return true;
 }
 
-/* A new inbox under the program's prefix into buf: "<prefix>.<unique>". */
-static natsStatus fqc_inbox(char *buf, size_t cap)
+natsStatus fqc_inbox(char *buf, size_t cap)
 {
     natsInbox *inbox = NULL;
     natsStatus s = natsInbox_Create(&inbox);

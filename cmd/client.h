@@ -104,6 +104,8 @@ const char *fqc_url(const char *flag);
     "  --inbox-prefix P  inbox prefix of this client's replies (default " FQ_INBOX_PREFIX "); the\n" \
     "                   shipped server config gives each user _INBOX_<user>\n"
 bool fqc_inbox_prefix_set(const char *prog, const char *p);
+/* A new inbox under that prefix into buf: "<prefix>.<unique>". */
+natsStatus fqc_inbox(char *buf, size_t cap);
 
 /* Connect to url as name, reconnecting for ever, and make a JetStream
  * context with jo (NULL for the defaults). nats.c holds writes back for up

@@ -1,6 +1,7 @@
 /* fairq-admin.c -- one admin request to the running fairq-proxy (stats, reload, tenant.get, tenant.set, explain), for hosts without the nats CLI. */
 #include <getopt.h>
 
+#include "adminall.h"
 #include "client.h"
 #include "owner.h"
 
@@ -10,12 +11,20 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "usage: " PROG " [--nats URL] [--admin PREFIX] [--replica ID] [--time N] REQUEST [BODY]\n"
+            "       " PROG " [--nats URL] [--admin PREFIX] [--timeout MS] stats --all\n"
             "       " PROG " [--nats URL] [--explain PREFIX] [--replica ID] explain TENANT [RUN-ID]\n"
             "\n"
             "Sends one request to <admin>.REQUEST and prints the proxy's JSON reply.\n"
             "\n"
             "  stats                                   the stats snapshot\n"
-            "  reload                                  read the config file again\n"
+            "  stats --all                             every replica's overall section, asked\n"
+            "                                          of each, and the deployment's: what\n"
+            "                                          sums summed, the replicas that did not\n"
+            "                                          answer named (\"partial\":true)\n"
+            "  reload                                  read the config file again: with\n"
+            "                                          partitions every replica, each asked\n"
+            "                                          on its own subject, each answer\n"
+            "                                          printed, those that did not named\n"
             "  tenant.get '{\"tenant\":\"acme\"}'          a tenant's policy and where it comes from\n"
             "  tenant.set '{\"tenant\":\"acme\",\"weight\":5}' change its override (a merge\n"
             "                                          patch: null removes a field)\n"
@@ -27,11 +36,12 @@ static void usage(FILE *f)
             "  --nats URL      NATS server URL (default $FAIRQ_NATS_URL, else %s)\n"
             "  --admin PREFIX  the proxy's subjects.admin (default " FQ_SUBJECT_ADMIN ")\n"
             "  --explain PREFIX  the proxy's subjects.explain (default " FQ_SUBJECT_EXPLAIN ")\n"
-            "  --replica ID    with partitions, ask the replica ID itself, on\n"
-            "                  <admin>.replica.ID.REQUEST (explain: .explain.TENANT), where\n"
-            "                  a reload reloads that replica alone; without it, one\n"
-            "                  replica answers (a reload reloads every replica, a\n"
-            "                  tenant's stats and explain come from its partition's owner)\n"
+            "  --replica ID    ask the replica ID itself, on <admin>.replica.ID.REQUEST\n"
+            "                  (explain: .explain.TENANT), where a reload reloads that\n"
+            "                  replica alone; without it, one replica answers (a tenant's\n"
+            "                  stats and explain come from its partition's owner)\n"
+            "  --timeout MS    stats --all and reload: how long to wait for the\n"
+            "                  replicas' answers (default 2000)\n"
             FQC_INBOX_PREFIX_HELP
             "  --time N        send it N times and print on stderr the round trips of\n"
             "                  the answered ones (median, least, most), in ms\n"
@@ -40,7 +50,8 @@ static void usage(FILE *f)
             "retried after the wait it names, for up to five seconds.\n"
             "\n"
             "Exit status: 0 on a reply that does not say \"ok\":false, 1 when it does or\n"
-            "nothing answered (no proxy is the leader), 2 on a usage error.\n",
+            "nothing answered (no proxy is the leader), 2 on a usage error. Asked of\n"
+            "every replica, \"ok\" is false when one did not answer or said it.\n",
             FQC_DEFAULT_URL);
 }
 
@@ -48,12 +59,12 @@ static void usage(FILE *f)
  * rate-limits admin work and says when to ask again), for up to five
  * seconds of waiting; *rtt_ns is the answered request's round trip. */
 static natsStatus ask(natsMsg **reply, int64_t *rtt_ns, natsConnection *nc, const char *subject,
-                      const char *body)
+                      const char *body, int timeout_ms)
 {
     natsStatus s;
     for (int waited = 0;;) {
         int64_t t0 = fqc_mono_ns();
-        s = natsConnection_Request(reply, nc, subject, body, (int)strlen(body), 5000);
+        s = natsConnection_Request(reply, nc, subject, body, (int)strlen(body), timeout_ms);
         *rtt_ns = fqc_mono_ns() - t0;
         const char *d = s == NATS_OK ? natsMsg_GetData(*reply) : NULL;
         const char *w = d && strncmp(d, "{\"ok\":false,\"busy\":true,", 24) == 0
@@ -69,6 +80,121 @@ static natsStatus ask(natsMsg **reply, int64_t *rtt_ns, natsConnection *nc, cons
     }
 }
 
+/* Send request to each replica g names, at once, on its own subject,
+ * each with its own reply subject <inbox>.<index>; learn more replicas
+ * from the answers and ask those too, until every one named has answered
+ * or failed, or timeout_ms has passed since start_ns. */
+static void gather(fqa_all *g, natsConnection *nc, const char *admin, const char *request,
+                   const char *body, int64_t start_ns, int timeout_ms)
+{
+    char inbox[256], filter[300], subject[512], reply[300];
+    natsSubscription *sub = NULL;
+    natsStatus s = fqc_inbox(inbox, sizeof inbox);
+    snprintf(filter, sizeof filter, "%s.*", inbox);
+    if (s == NATS_OK)
+        s = natsConnection_SubscribeSync(&sub, nc, filter);
+    if (s != NATS_OK) {
+        fqc_perror(PROG, filter, s);
+        return;
+    }
+    for (;;) {
+        size_t idx;
+        const char *id;
+        while (fqa_all_next(g, &idx, &id)) {
+            snprintf(subject, sizeof subject, "%s.replica.%s.%s", admin, id, request);
+            snprintf(reply, sizeof reply, "%s.%zu", inbox, idx);
+            s = natsConnection_PublishRequestString(nc, subject, reply, body);
+            if (s != NATS_OK)
+                fqa_all_failed(g, idx, natsStatus_GetText(s));
+        }
+        int64_t left = timeout_ms - (fqc_mono_ns() - start_ns) / FQC_NS_PER_MS;
+        if (fqa_all_settled(g) || left <= 0)
+            break;
+        natsMsg *m = NULL;
+        if (natsSubscription_NextMsg(&m, sub, left) != NATS_OK)
+            break;      /* the time is up */
+        const char *tail = natsMsg_GetSubject(m) + strlen(inbox) + 1;
+        char *end;
+        idx = strtoul(tail, &end, 10);
+        if (*end)
+            ;   /* not one of ours */
+        else if (natsMsg_IsNoResponders(m))
+            fqa_all_failed(g, idx, "no responders: nothing subscribes to its subject (it "
+                           "stopped, or is not a replica of this deployment)");
+        else if (!fqa_all_answer(g, idx, natsMsg_GetData(m), (size_t)natsMsg_GetDataLength(m)))
+            fqa_all_failed(g, idx, "its answer is not a JSON object");
+        natsMsg_Destroy(m);
+    }
+    natsSubscription_Destroy(sub);
+}
+
+/* stats --all, or reload without --replica: request asked of every
+ * replica (gather), those named by a stats answer from any of them first.
+ * Prints the gathered reply; the exit status. A proxy whose answer names
+ * no replica (older than this program) gets the request once, as
+ * without --all. */
+static int ask_all(natsConnection *nc, const char *admin, const char *request, int timeout_ms)
+{
+    bool stats = strcmp(request, FQ_ADMIN_STATS) == 0;
+    const char *body = stats ? "{\"limit\":0}" : "";
+    char subject[512];
+    int64_t t0 = fqc_mono_ns(), rtt;
+    natsMsg *reply = NULL;
+    snprintf(subject, sizeof subject, "%s.%s", admin, FQ_ADMIN_STATS);
+    /* The queue group picks the first replica, maybe one that hangs: asked
+     * again, a quarter of the time at a time, while time is left. */
+    int per_try = timeout_ms >= 400 ? timeout_ms / 4 : timeout_ms;
+    natsStatus s;
+    for (int64_t left = timeout_ms;;) {
+        s = ask(&reply, &rtt, nc, subject, "{\"limit\":0}", (int)(per_try < left ? per_try : left));
+        left = timeout_ms - (fqc_mono_ns() - t0) / FQC_NS_PER_MS;
+        if (s != NATS_TIMEOUT || left <= 0)
+            break;
+    }
+    if (s != NATS_OK) {
+        fqc_perror(PROG, subject, s);
+        return 1;
+    }
+    fqa_all *g = fqa_all_create();
+    if (!g) {
+        natsMsg_Destroy(reply);
+        fprintf(stderr, PROG ": out of memory\n");
+        return 1;
+    }
+    const char *data = natsMsg_GetData(reply);
+    size_t len = (size_t)natsMsg_GetDataLength(reply);
+    bool named = stats ? fqa_all_answer(g, FQA_ANY, data, len) : fqa_all_learn(g, data, len) > 0;
+    natsMsg_Destroy(reply);
+    reply = NULL;
+    int rc = 1;
+    if (!named) {
+        fprintf(stderr, PROG ": the proxy's answer names no replica: asked once\n");
+        snprintf(subject, sizeof subject, "%s.%s", admin, request);
+        s = ask(&reply, &rtt, nc, subject, body, timeout_ms);
+        if (s == NATS_OK) {
+            data = natsMsg_GetData(reply) ? natsMsg_GetData(reply) : "";
+            printf("%.*s\n", natsMsg_GetDataLength(reply), data);
+            rc = strncmp(data, "{\"ok\":false", 11) == 0;
+        } else {
+            fqc_perror(PROG, subject, s);
+        }
+        natsMsg_Destroy(reply);
+        fqa_all_destroy(g);
+        return rc;
+    }
+    gather(g, nc, admin, request, body, t0, timeout_ms);
+    char why[64];
+    snprintf(why, sizeof why, "no answer within %d ms", timeout_ms);
+    char *out = fqa_all_json(g, stats, why);
+    if (out) {
+        printf("%s\n", out);
+        rc = strncmp(out, "{\"ok\":true", 10) != 0;
+    }
+    free(out);
+    fqa_all_destroy(g);
+    return rc;
+}
+
 static int cmp_i64(const void *a, const void *b)
 {
     int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
@@ -79,14 +205,18 @@ int main(int argc, char **argv)
 {
     const char *url = NULL, *admin = FQ_SUBJECT_ADMIN, *explain = FQ_SUBJECT_EXPLAIN;
     const char *replica = NULL;
-    long times = 1;
-    enum { OPT_NATS = 256, OPT_ADMIN, OPT_TIME, OPT_INBOX, OPT_EXPLAIN, OPT_REPLICA };
+    long times = 1, timeout_ms = 2000;
+    bool all = false;
+    enum { OPT_NATS = 256, OPT_ADMIN, OPT_TIME, OPT_INBOX, OPT_EXPLAIN, OPT_REPLICA, OPT_ALL,
+           OPT_TIMEOUT };
     static const struct option longopts[] = {
         {"nats", required_argument, NULL, OPT_NATS},
         {"admin", required_argument, NULL, OPT_ADMIN},
         {"explain", required_argument, NULL, OPT_EXPLAIN},
         {"replica", required_argument, NULL, OPT_REPLICA},
         {"time", required_argument, NULL, OPT_TIME},
+        {"all", no_argument, NULL, OPT_ALL},
+        {"timeout", required_argument, NULL, OPT_TIMEOUT},
         {"inbox-prefix", required_argument, NULL, OPT_INBOX},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
@@ -116,6 +246,14 @@ int main(int argc, char **argv)
                 return 2;
             }
             break;
+        case OPT_ALL: all = true; break;
+        case OPT_TIMEOUT:
+            timeout_ms = strtol(optarg, &end, 10);
+            if (*end || timeout_ms < 1 || timeout_ms > 600000) {
+                fprintf(stderr, PROG ": --timeout: '%s' is not ms from 1 to 600000\n", optarg);
+                return 2;
+            }
+            break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
@@ -126,6 +264,13 @@ int main(int argc, char **argv)
         return 2;
     }
     const char *request = argv[optind], *body = optind + 1 < argc ? argv[optind + 1] : "";
+    /* stats --all, and reload of the whole deployment, ask every replica */
+    bool every = !replica && times == 1 && (all || strcmp(request, FQ_ADMIN_RELOAD) == 0);
+    if (all && (strcmp(request, FQ_ADMIN_STATS) != 0 || replica || times > 1 ||
+                optind + 1 < argc)) {
+        fprintf(stderr, PROG ": --all: only stats, without a body, --replica or --time\n");
+        return 2;
+    }
     char subject[512], ebody[FQ_RUN_ID_MAX * 6 + 32] = "";
     char prefix[300];
     if (replica)    /* the replica's own subjects, explain's among them */
@@ -161,6 +306,11 @@ int main(int argc, char **argv)
         fqc_perror(PROG, "connect", s);
         return 1;
     }
+    if (every) {
+        int rc = ask_all(nc, admin, request, (int)timeout_ms);
+        fqc_disconnect(nc, js);
+        return rc;
+    }
     int64_t *rtt = calloc((size_t)times, sizeof *rtt);
     if (!rtt) {
         fprintf(stderr, PROG ": out of memory\n");
@@ -171,7 +321,7 @@ int main(int argc, char **argv)
     for (long i = 0; i < times; i++) {
         natsMsg_Destroy(reply);
         reply = NULL;
-        s = ask(&reply, &rtt[answered], nc, subject, body);
+        s = ask(&reply, &rtt[answered], nc, subject, body, 5000);
         answered += s == NATS_OK;
     }
     int rc = 1;

@@ -9,6 +9,7 @@
 #include "log.h"
 #include "msg.h"
 #include "names.h"
+#include "owner.h"
 
 /*
  * Principles
@@ -27,6 +28,8 @@
  */
 
 #define AD_REPLY_MAX 4096
+#define AD_REPLICAS_MAX (FQ_OWNER_REPLICAS_MAX * (FQ_OWNER_ID_MAX + 3)) /* the list of
+                                       replicas a reply names, at most */
 #define AD_REPLY_MARGIN 512         /* room under max_payload for what a reply carries
                                        besides its body */
 #define AD_STATS_TAIL 160           /* room after the tenants for what closes the reply */
@@ -192,6 +195,25 @@ static bool ad_allow(const ad_req *q, enum ad_kind kind)
     return ad_take(q, &q->a->rate[kind], ad_limits[kind].rate, ad_limits[kind].name, "");
 }
 
+/* The replica answering ("replica") and the replicas alive in its view
+ * ("replicas"): fairq-admin asks each of them in turn for a view of the
+ * whole deployment (stats --all, reload), and learns from every answer
+ * who else to ask. Nothing without the callbacks. */
+static void ad_replicas(fq_json *w, const fq_admin_ops *o)
+{
+    const char *id = o->replica_id ? o->replica_id(o->arg) : NULL;
+    if (!id || !o->replica_at)
+        return;
+    fq_json_key(w, "replica");
+    fq_json_string(w, id);
+    fq_json_key(w, "replicas");
+    fq_json_begin_array(w);
+    const char *r;
+    for (size_t i = 0; (r = o->replica_at(o->arg, i)) != NULL; i++)
+        fq_json_string(w, r);
+    fq_json_end_array(w);
+}
+
 /* ---- stats ---------------------------------------------------------------- */
 
 /* A tenant's values: its identity and weight, every row of fq_tenant_rows
@@ -296,6 +318,7 @@ fq_status fq_admin_stats_json(fq_admin *a, const fq_stats_req *r, char *buf, siz
     fq_json_init(&w, buf, cap);
     fq_json_begin_object(&w);
     ad_stats_overall(&w, &all);
+    ad_replicas(&w, o);
     AD_KV(&w, "tenants_total", all.tenants);
     AD_KV(&w, "offset", r->offset);
     fq_json_key(&w, "tenants");
@@ -611,9 +634,10 @@ static void ad_reload(const ad_req *q)
     }
     fq_metrics_overall all;
     q->a->ops.overall(q->a->ops.arg, &all);
-    char buf[AD_REPLY_MAX];
+    char buf[AD_REPLY_MAX + AD_REPLICAS_MAX];
     fq_json w;
     ad_begin(&w, buf, sizeof buf, true);
+    ad_replicas(&w, &q->a->ops);
     fq_json_key(&w, "restart_needed");
     fq_json_begin_array(&w);
     for (char *k = restart, *end; *k; k = *end ? end + 1 : end) {

@@ -109,6 +109,13 @@ typedef struct fq_admin_ops {
      * "", of its run run_id, both valid; out->tenant and run_id are set. */
     void (*explain)(void *arg, const char *tenant, const char *run_id, fq_explain *out,
                     uint64_t now);
+    /* This replica's id; NULL (the callback or its answer): the stats and
+     * reload replies name no replica. */
+    const char *(*replica_id)(void *arg);
+    /* The i-th replica alive in its view (its own among them), or NULL
+     * past the last: the stats and reload replies list them, so that
+     * fairq-admin can ask each (stats --all, reload). */
+    const char *(*replica_at)(void *arg, size_t i);
 } fq_admin_ops;
 
 /* What the module counts (monotonic). */

@@ -761,6 +761,17 @@ double fq_overall_rate(const fq_overall_row *r, const fq_metrics_overall *a)
     return (double)fq_overall_u64(r, a);
 }
 
+enum fq_tenant_fold fq_overall_fold(const fq_overall_row *r)
+{
+    if (r->kind == FQ_OV_CAPACITY || r->off == offsetof(fq_metrics_overall, share_peers) ||
+        r->off == offsetof(fq_metrics_overall, max_payload))
+        return FQ_FOLD_NONE;
+    if (r->off == offsetof(fq_metrics_overall, lease_renew_seconds) ||
+        r->off == offsetof(fq_metrics_overall, lease_renew_max_seconds))
+        return FQ_FOLD_MAX;
+    return FQ_FOLD_SUM;
+}
+
 /* A row's samples: by reason, labelled, or one. */
 static void render_row(fq_buf *b, const fq_overall_row *r, const fq_metrics_overall *a)
 {

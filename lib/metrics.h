@@ -282,6 +282,12 @@ extern const size_t fq_overall_nrows;
  * RATE: the rate rounded down (fq_overall_rate has it whole). */
 uint64_t fq_overall_u64(const fq_overall_row *r, const fq_metrics_overall *a);
 double fq_overall_rate(const fq_overall_row *r, const fq_metrics_overall *a);
+/* How r's values of several replicas fold into the deployment's
+ * (fairq-admin stats --all): FQ_FOLD_SUM for what each replica holds or
+ * counts of its own (a flag: how many have it set), FQ_FOLD_MAX for a
+ * round trip's latency, FQ_FOLD_NONE for what is the same everywhere or
+ * one replica's view (a capacity, share_peers, max_payload). */
+enum fq_tenant_fold fq_overall_fold(const fq_overall_row *r);
 
 typedef struct fq_metrics_scratch fq_metrics_scratch;
 

@@ -1960,12 +1960,10 @@ fq_status fq_nio_reply(fq_nio *n, const fq_nio_msg *req, const void *data, size_
     return s == NATS_MAX_PAYLOAD ? FQ_ETOOBIG : FQ_EIO;
 }
 
-fq_status fq_nio_forward(fq_nio *n, const fq_nio_msg *req, const char *subject)
+fq_status fq_nio_forward(fq_nio *n, const fq_nio_msg *req, const char *subject,
+                         const char *reply)
 {
     natsMsg *m = (natsMsg *)req;
-    const char *reply = natsMsg_GetReply(m);
-    if (!reply || !*reply)
-        return FQ_EINVAL;
     natsStatus s = natsConnection_PublishRequest(n->nc, subject, reply, natsMsg_GetData(m),
                                                  natsMsg_GetDataLength(m));
     return s == NATS_OK ? FQ_OK : FQ_EIO;

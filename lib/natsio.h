@@ -357,11 +357,13 @@ fq_status fq_nio_unsubscribe(fq_nio *n, int id);
  * the request has no reply subject; FQ_ETOOBIG: len exceeds max_payload;
  * FQ_EIO: the publish failed otherwise. */
 fq_status fq_nio_reply(fq_nio *n, const fq_nio_msg *req, const void *data, size_t len);
-/* Hand a request on to subject, its body as it came and its reply subject
- * the requester's, so that whoever answers it there answers the requester
- * directly. FQ_EINVAL: the request has no reply subject; FQ_EIO: the
- * publish failed. */
-fq_status fq_nio_forward(fq_nio *n, const fq_nio_msg *req, const char *subject);
+/* Hand a request on to subject, its body as it came, with reply subject
+ * reply: whoever answers it there answers reply, not the requester (a
+ * client may not publish with the reply subject of a service import's
+ * request, _R_.*, which the server reserves: the forwarder relays the
+ * answer). FQ_EIO: the publish failed. */
+fq_status fq_nio_forward(fq_nio *n, const fq_nio_msg *req, const char *subject,
+                         const char *reply);
 
 /* Asynchronous JetStream publish; the outcome comes as FQ_NIO_EV_PUBACK
  * with token, a failure after pub_wait_ms without a PubAck. FQ_EIO if it

@@ -728,6 +728,13 @@ const char *fq_owner_duplicate(const fq_owner *o)
     return o->dup[0] ? o->dup : NULL;
 }
 
+const char *fq_owner_live_at(const fq_owner *o, size_t i)
+{
+    if (o->parts == 1)
+        return i == 0 ? o->id : NULL;
+    return i < o->nlive ? o->live[i] : NULL;
+}
+
 void fq_owner_stats_get(fq_owner_stats *s, const fq_owner *o)
 {
     *s = o->st;

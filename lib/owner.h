@@ -199,6 +199,10 @@ const char *fq_owner_id(const fq_owner *o);
  * NULL while none is known. We never register meanwhile: the caller stops,
  * since the deployment has two replicas with one id. */
 const char *fq_owner_duplicate(const fq_owner *o);
+/* The i-th replica alive in our view (ids sorted, ours among them once
+ * registered), or NULL past the last; with P = 1 (no registry) our id
+ * alone. Valid until the next tick. */
+const char *fq_owner_live_at(const fq_owner *o, size_t i);
 void fq_owner_stats_get(fq_owner_stats *s, const fq_owner *o);
 
 #endif

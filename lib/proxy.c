@@ -81,6 +81,9 @@
 #define PX_SUB_SHARE 2              /* <share>: replicas' heartbeats (window.share) */
 #define PX_SUB_REPLICA 3            /* P > 1: <admin>.replica.<id>.>, this replica's own */
 #define PX_SUB_RELOAD 4             /* P > 1: <admin>.reload, on every replica (deployment-wide) */
+#define PX_SUB_FWD 5                /* P > 1: <fwd_prefix>.*, answers to requests handed on */
+#define PX_FWD_MAX FQ_ADMIN_QUEUED  /* requests handed on awaiting their answer, at most */
+#define PX_FWD_WAIT_MS 2000         /* ... each this long, then answered with why not */
 #define PX_ADMIN_QUEUE "fairq-admin" /* P > 1: the queue group of <admin>.> and <explain>.* */
 #define PX_SHARE_PERIOD_MS 100      /* a heartbeat at least this often (issue 16) */
 #define PX_SHARE_QUEUED 4096        /* heartbeats waiting at most: 100 replicas' for 4 s */
@@ -163,6 +166,18 @@ typedef struct px_retry {
     uint64_t at;                /* monotonic ms */
 } px_retry;
 
+/* P > 1: a request about a tenant handed on to the replica holding its
+ * partition, whose answer is relayed to the requester. Not handed on with
+ * the requester's reply subject: through a service import (the operator's
+ * account, a tenant's) that is _R_.*, which the server lets no client
+ * publish with (a "Publish Violation ... Reply"). */
+typedef struct px_fwd {
+    fq_nio_msg *req;            /* the request, held until answered; NULL: a free slot */
+    uint64_t seq;               /* its answer comes on <fwd_prefix>.<seq> */
+    uint64_t until;             /* then it is answered with why not (monotonic ms) */
+    char holder[FQ_OWNER_ID_MAX + 1]; /* the replica it was handed to */
+} px_fwd;
+
 /* Counters for stats; monotonic. The runs' are the ledger's
  * (fq_ledger_counters), the admin plane's lib/admin.c's. */
 typedef struct px_counters {
@@ -191,7 +206,11 @@ struct fq_proxy {
 
     char submit_filter[256], done_filter[256], rejected_filter[256], admin_filter[256];
     char explain_filter[256];   /* <explain>.* */
-    char replica_prefix[256];   /* P > 1: <admin>.replica.<id>, this replica's admin subjects */
+    char replica_prefix[256];   /* <admin>.replica.<id>, this replica's admin subjects */
+    char fwd_prefix[300];       /* P > 1: <inbox prefix>.fwd.<id>, answers to requests handed on */
+    px_fwd fwd[PX_FWD_MAX];     /* requests handed on, awaiting their answer */
+    uint64_t fwd_seq;           /* the last handed on */
+    size_t nfwd;                /* slots of fwd in use */
     char runs_filter[256];      /* the journal's subjects: <runs>, or <runs>.* with partitions */
     int64_t submit_created_ms;  /* FAIR_SUBMIT's creation: part of derived run ids */
     int64_t max_payload;
@@ -1623,6 +1642,21 @@ static fq_status px_admin_reload(void *arg, char *restart, size_t rcap, char *er
     return px_reload(arg, "admin request", restart, rcap, err, errlen);
 }
 
+static const char *px_admin_replica_id(void *arg)
+{
+    return ((fq_proxy *)arg)->lease_id;
+}
+
+/* The replicas alive in this one's view of the registry; with P = 1 the
+ * leader alone, the one that answers admin requests. */
+static const char *px_admin_replica_at(void *arg, size_t i)
+{
+    fq_proxy *p = arg;
+    if (!p->ld)
+        return i == 0 ? p->lease_id : NULL;
+    return fq_owner_live_at(fq_leader_owner(p->ld), i);
+}
+
 /* Write w into the overrides bucket, compare-and-set against the revision
  * it expects (a delete when it sets nothing), then put it in force here:
  * the tenant follows from its next visit. */
@@ -1693,37 +1727,123 @@ static void px_admin_explain(void *arg, const char *tenant, const char *run_id, 
 
 /* P > 1: a request about tenant[0..len) handed on to the replica that
  * holds its partition, at <admin>.replica.<holder>.<what>, if that is not
- * us and we know who; whether it was. */
-static bool px_admin_forward(fq_proxy *p, const fq_nio_msg *m, const char *tenant, size_t len,
+ * us, we know who, and fewer than PX_FWD_MAX wait: its answer comes back
+ * here and is relayed (px_fwd_answer). Whether it was; if so, *req is
+ * held (NULL). */
+static bool px_admin_forward(fq_proxy *p, fq_nio_msg **req, const char *tenant, size_t len,
                              const char *what)
 {
-    if (!fq_tenant_id_valid(tenant, len))
-        return false;   /* answered here, with the refusal's reason */
+    if (!fq_tenant_id_valid(tenant, len) || p->nfwd == PX_FWD_MAX)
+        return false;   /* answered here: with the refusal's reason, or as we know it */
     uint32_t k = fq_partition_of(tenant, len, px_parts(p));
-    const char *h = fq_owner_holder(fq_leader_owner(p->ld), (int32_t)k, fq_nio_mono_ms());
+    uint64_t now = fq_nio_mono_ms();
+    const char *h = fq_owner_holder(fq_leader_owner(p->ld), (int32_t)k, now);
     if (!h[0] || strcmp(h, p->lease_id) == 0)
         return false;
-    char subject[512];
+    px_fwd *f = p->fwd;
+    while (f->req)
+        f++;
+    char subject[512], reply[sizeof p->fwd_prefix + FQ_U64_DEC_MAX + 2];
     snprintf(subject, sizeof subject, "%s.replica.%s.%s", p->cfg.subjects.admin, h, what);
-    if (fq_nio_forward(p->nio, m, subject) != FQ_OK)
+    snprintf(reply, sizeof reply, "%s.%" PRIu64, p->fwd_prefix, p->fwd_seq + 1);
+    if (fq_nio_forward(p->nio, *req, subject, reply) != FQ_OK)
         return false;
+    *f = (px_fwd){.req = *req, .seq = ++p->fwd_seq, .until = now + PX_FWD_WAIT_MS};
+    fq_str_copy(f->holder, sizeof f->holder, h);
+    *req = NULL;
+    p->nfwd++;
     p->c.admin_forwarded++;
     return true;
 }
 
-/* P > 1: what the admin plane across replicas (px_admin_start) does with a
- * request before the admin module sees it; true if that is all: dropped
+/* Answer a request handed on with data, and let it go. */
+static void px_fwd_end(fq_proxy *p, px_fwd *f, const char *data, size_t len)
+{
+    if (fq_nio_reply(p->nio, f->req, data, len) != FQ_OK)
+        fq_log(FQ_LOG_WARN, "cannot relay the answer to a request handed on",
+               FQ_STR("holder", f->holder), FQ_INT("bytes", (int64_t)len));
+    fq_nio_msg_drop(p->nio, f->req);
+    f->req = NULL;
+    p->nfwd--;
+}
+
+/* Why a request handed on to f->holder is not answered by it: into buf. */
+static size_t px_fwd_why(char *buf, size_t cap, const fq_proxy *p, const px_fwd *f,
+                         const char *what)
+{
+    int n = snprintf(buf, cap, "{\"ok\":false,\"replica\":\"%s\",\"error\":\"the replica %s, "
+                     "which holds the tenant's partition, %s: retry\"}", p->lease_id, f->holder,
+                     what);
+    return n > 0 && (size_t)n < cap ? (size_t)n : 0;
+}
+
+/* An answer on <fwd_prefix>.<seq>: relayed to the request handed on as
+ * seq, if it still waits (an empty one is the server's "no responders":
+ * the holder is gone). */
+static void px_fwd_answer(fq_proxy *p, const fq_nio_msg *m)
+{
+    const char *subject = fq_nio_msg_subject(m);
+    size_t pl = strlen(p->fwd_prefix);
+    char *end = NULL;
+    uint64_t seq = strncmp(subject, p->fwd_prefix, pl) == 0 && subject[pl] == '.'
+                   ? strtoull(subject + pl + 1, &end, 10) : 0;
+    for (size_t i = 0; seq && end && !*end && i < PX_FWD_MAX; i++) {
+        px_fwd *f = &p->fwd[i];
+        if (!f->req || f->seq != seq)
+            continue;
+        char why[512];
+        if (fq_nio_msg_len(m))
+            px_fwd_end(p, f, fq_nio_msg_data(m), fq_nio_msg_len(m));
+        else
+            px_fwd_end(p, f, why, px_fwd_why(why, sizeof why, p, f, "has no admin subscription "
+                                             "(it stopped)"));
+        return;
+    }
+}
+
+/* Requests handed on past PX_FWD_WAIT_MS: answered with why not. */
+static void px_fwd_expire(fq_proxy *p, uint64_t now)
+{
+    for (size_t i = 0; p->nfwd && i < PX_FWD_MAX; i++) {
+        px_fwd *f = &p->fwd[i];
+        char why[512];
+        if (f->req && now >= f->until)
+            px_fwd_end(p, f, why, px_fwd_why(why, sizeof why, p, f, "did not answer within "
+                                             "2000 ms"));
+    }
+}
+
+/* What the admin plane does with a request before the admin module sees
+ * it; true if that is all. With P > 1 (px_admin_start): dropped
  * (<admin>.reload and <admin>.replica.* reach their own subscriptions
  * too), forwarded to a tenant's holder, or answered as this replica's own
- * request. */
-static bool px_admin_route(fq_proxy *p, const fq_nio_event *ev)
+ * request. With P = 1 the leader's <admin>.> has <admin>.replica.*: its
+ * own answered as such (fairq-admin asks every replica by its subject),
+ * another's dropped (a standby answers nothing). */
+static bool px_admin_route(fq_proxy *p, fq_nio_event *ev)
 {
     const char *subject = fq_nio_msg_subject(ev->msg);
     const char *body = fq_nio_msg_data(ev->msg);
     size_t blen = fq_nio_msg_len(ev->msg), al = strlen(p->cfg.subjects.admin);
     uint64_t now = fq_nio_mono_ms();
     char buf[512];
-    if (ev->source == PX_SUB_REPLICA) {
+    bool own = ev->source == PX_SUB_REPLICA;
+    if (px_parts(p) == 1 && ev->source == PX_SUB_ADMIN &&
+        strncmp(subject, p->cfg.subjects.admin, al) == 0 &&
+        strncmp(subject + al, ".replica.", 9) == 0) {
+        size_t pl = strlen(p->replica_prefix);
+        own = strncmp(subject, p->replica_prefix, pl) == 0 && subject[pl] == '.';
+        if (!own) {
+            char why[384];
+            int n = snprintf(why, sizeof why, "{\"ok\":false,\"replica\":\"%s\",\"error\":"
+                             "\"with partitions: 1 only the leader answers admin requests, "
+                             "and this is the leader, not the replica named\"}", p->lease_id);
+            if (n > 0 && (size_t)n < sizeof why)
+                fq_nio_reply(p->nio, ev->msg, why, (size_t)n);
+            return true;
+        }
+    }
+    if (own) {
         /* <admin>.replica.<id>.<rest>: answered here, as <rest> */
         size_t pl = strlen(p->replica_prefix);
         const char *rest = strlen(subject) > pl + 1 ? subject + pl + 1 : "";
@@ -1736,11 +1856,13 @@ static bool px_admin_route(fq_proxy *p, const fq_nio_event *ev)
         }
         return true;
     }
+    if (px_parts(p) == 1)
+        return false;
     if (ev->source == PX_SUB_EXPLAIN) {
         size_t el = strlen(p->cfg.subjects.explain);
         const char *tenant = strlen(subject) > el + 1 ? subject + el + 1 : "";
         snprintf(buf, sizeof buf, "explain.%s", tenant);
-        return px_admin_forward(p, ev->msg, tenant, strlen(tenant), buf);
+        return px_admin_forward(p, &ev->msg, tenant, strlen(tenant), buf);
     }
     if (ev->source != PX_SUB_ADMIN || strncmp(subject, p->cfg.subjects.admin, al) != 0 ||
         subject[al] != '.')
@@ -1752,7 +1874,7 @@ static bool px_admin_route(fq_proxy *p, const fq_nio_event *ev)
     char err[160];
     if (strcmp(what, "stats") == 0 &&
         fq_stats_req_parse(&q, body, blen, err, sizeof err) == FQ_OK && q.tenant[0])
-        return px_admin_forward(p, ev->msg, q.tenant, strlen(q.tenant), "stats");
+        return px_admin_forward(p, &ev->msg, q.tenant, strlen(q.tenant), "stats");
     return false;
 }
 
@@ -1762,8 +1884,10 @@ static void px_on_request(fq_proxy *p, fq_nio_event *ev)
 {
     if (ev->source == PX_SUB_SHARE)
         px_on_beat(p, ev);
-    else if (px_parts(p) > 1 && px_admin_route(p, ev))
-        ;   /* dropped, forwarded or answered */
+    else if (ev->source == PX_SUB_FWD)
+        px_fwd_answer(p, ev->msg);
+    else if (px_admin_route(p, ev))
+        ;   /* dropped, forwarded (and held) or answered */
     else if (ev->source == PX_SUB_EXPLAIN)
         fq_admin_explain(p->admin, p->cfg.subjects.explain, fq_nio_msg_subject(ev->msg),
                          fq_nio_msg_data(ev->msg), fq_nio_msg_len(ev->msg), ev->msg,
@@ -2550,8 +2674,10 @@ static size_t px_drain(fq_proxy *p, int timeout_ms)
  * group, so that a reload there reaches every replica (the requester reads
  * the first answer; each replica logs its own). A request about one
  * tenant (explain, stats of a tenant) that reaches a replica not holding
- * the tenant's partition is forwarded to the holder's own subject with
- * the requester's reply subject, and the holder answers the requester.
+ * the tenant's partition is handed on to the holder's own subject, and
+ * its answer, which comes back on <fwd_prefix>.<seq> (a subscription of
+ * this replica's own, under its inbox prefix), relayed to the requester
+ * (px_admin_forward says why).
  */
 static fq_status px_admin_start(fq_proxy *p)
 {
@@ -2568,6 +2694,10 @@ static fq_status px_admin_start(fq_proxy *p)
     if (s == FQ_OK)
         s = fq_nio_subscribe(p->nio, PX_SUB_RELOAD, reload, FQ_ADMIN_QUEUED,
                              fq_admin_busy_queued);
+    char fwd[sizeof p->fwd_prefix + 2];
+    snprintf(fwd, sizeof fwd, "%s.*", p->fwd_prefix);
+    if (s == FQ_OK)
+        s = fq_nio_listen(p->nio, PX_SUB_FWD, fwd, PX_FWD_MAX);
     return s;
 }
 
@@ -3007,6 +3137,7 @@ static bool px_turn(fq_proxy *p, const fq_ledger_counters *lc, int *rc)
     px_undefer(p);
     px_ledger_fresh(p);
     px_share_tick(p, now);
+    px_fwd_expire(p, now);
     if (p->connected && px_fresh(p) && !p->share_closed)
         px_dispatch(p);
     fq_ledger_flush(p->ledger, now, now_ms);
@@ -3157,7 +3288,8 @@ static fq_status px_create_parts(fq_proxy *p, const fq_config *cfg)
                        .overall = px_admin_overall, .policy = px_admin_policy,
                        .fresh = px_admin_fresh, .reply = px_admin_reply,
                        .reload = px_admin_reload, .ovr_write = px_ovr_write,
-                       .explain = px_admin_explain};
+                       .explain = px_admin_explain, .replica_id = px_admin_replica_id,
+                       .replica_at = px_admin_replica_at};
     if (s == FQ_OK)
         s = fq_admin_create(&p->admin, cfg->subjects.admin, p->ovr, &ao, fq_nio_mono_ms());
     if (s == FQ_OK)
@@ -3209,6 +3341,9 @@ static void px_create_names(fq_proxy *p, const fq_config *cfg)
              (uint32_t)r[0]);
     snprintf(p->replica_prefix, sizeof p->replica_prefix, "%s.replica.%s", cfg->subjects.admin,
              p->lease_id);
+    snprintf(p->fwd_prefix, sizeof p->fwd_prefix, "%s.fwd.%s",
+             cfg->nats.inbox_prefix && *cfg->nats.inbox_prefix ? cfg->nats.inbox_prefix : FQ_INBOX_PREFIX,
+             p->lease_id);
 }
 
 fq_status fq_proxy_create(fq_proxy **out, const fq_config *cfg, char *err, size_t errlen)
@@ -3259,6 +3394,8 @@ void fq_proxy_destroy(fq_proxy *p)
     for (size_t i = 0; i < p->nheld_ev; i++)
         fq_nio_msg_destroy(p->held_ev[i].msg);
     free(p->held_ev);
+    for (size_t i = 0; i < PX_FWD_MAX; i++)
+        fq_nio_msg_destroy(p->fwd[i].req);
     fq_ledger_destroy(p->ledger);
     fq_pool_destroy(p->bodies);     /* held bodies */
     fq_buf_free(&p->carry);

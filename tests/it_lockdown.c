@@ -1,6 +1,7 @@
 /* it_lockdown.c -- fairq on the shipped config/nats-server.conf: every role does its work, and nothing else. */
 #define _GNU_SOURCE             /* strcasestr */
 #include <setjmp.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -37,6 +38,7 @@ typedef struct lk_client {
 typedef struct fixture {
     natstest *srv;
     pt_proxy px;
+    pt_proxy px2;               /* a second replica; pid 0: none */
     char conf[512];             /* the shipped server config */
     natstest *srv2;             /* a second server, on a copy of it; NULL: none */
 } fixture;
@@ -234,6 +236,8 @@ static int teardown(void **state)
     fixture *f = *state;
     if (f->px.proc.pid)
         pt_proxy_stop(&f->px);
+    if (f->px2.proc.pid && nt_proc_alive(&f->px2.proc))
+        pt_proxy_stop(&f->px2);
     natstest_destroy(f->srv2);
     natstest_destroy(f->srv);
     free(f);
@@ -857,14 +861,11 @@ static void test_a_permission_lost_later_is_logged(void **state)
     assert_int_equal(pt_proxy_kill(&f->px), 0);
 }
 
-/* With partitions on (the shipped config's include uncommented, fairq's
- * partitions: 16): producers and workers on their usual subjects are
- * served through the server's mapping, and neither may publish a 4-token
- * subject, which would name a partition itself. */
-static void test_partitions_served_and_confined(void **state)
+/* f->srv2 on the shipped config with partitions on (its include of
+ * nats-partitions.conf uncommented). */
+static void lk_partitioned_server(fixture *f)
 {
-    fixture *f = *state;
-    char conf[600], part[600], src[600], acme[160], globex[160], worker[160];
+    char conf[600], part[600], src[600];
     snprintf(conf, sizeof conf, "%s/partitioned.conf", natstest_dir(f->srv));
     lk_conf_without(f, conf, "#include \"nats-partitions.conf\"", "#");
     /* the included file, next to the copy that includes it */
@@ -880,6 +881,17 @@ static void test_partitions_served_and_confined(void **state)
     fclose(in);
     fclose(out);
     assert_int_equal(natstest_start(&f->srv2, (const char *const[]){"-c", conf, NULL}), 0);
+}
+
+/* With partitions on (the shipped config's include uncommented, fairq's
+ * partitions: 16): producers and workers on their usual subjects are
+ * served through the server's mapping, and neither may publish a 4-token
+ * subject, which would name a partition itself. */
+static void test_partitions_served_and_confined(void **state)
+{
+    fixture *f = *state;
+    char acme[160], globex[160], worker[160];
+    lk_partitioned_server(f);
     lk_url(f->srv2, "acme", acme, sizeof acme);
     lk_url(f->srv2, "globex", globex, sizeof globex);
     lk_url(f->srv2, "worker", worker, sizeof worker);
@@ -925,6 +937,214 @@ static void test_partitions_served_and_confined(void **state)
     lk_close(w);
 }
 
+/* Run fairq-admin as the admin user of srv with args (NULL-terminated);
+ * its exit code, and the JSON line it printed parsed into *out (NULL if
+ * none). */
+static int lk_admin(const natstest *srv, const char *const *args, cJSON **out)
+{
+    const char *argv[24];
+    char bin[512], url[160], path[600];
+    size_t n = 0;
+    argv[n++] = nt_build_path(bin, sizeof bin, "fairq-admin");
+    argv[n++] = "--nats";
+    argv[n++] = lk_url(srv, "admin", url, sizeof url);
+    argv[n++] = "--inbox-prefix";
+    argv[n++] = "_INBOX_admin";
+    for (size_t i = 0; args[i] && n < 23; i++)
+        argv[n++] = args[i];
+    argv[n] = NULL;
+    snprintf(path, sizeof path, "%s/admin.out", natstest_dir(srv));
+    remove(path);
+    nt_proc p;
+    *out = NULL;
+    if (nt_proc_spawn(&p, argv, path) != 0 || nt_proc_wait(&p, 20000) != 0) {
+        nt_proc_signal_wait(&p, 9, 2000);
+        return -1;
+    }
+    FILE *f = fopen(path, "r");
+    static char line[256 * 1024];
+    while (f && !*out && fgets(line, sizeof line, f))
+        if (line[0] == '{')
+            *out = cJSON_Parse(line);
+    if (f)
+        fclose(f);
+    return nt_proc_exit_code(&p);
+}
+
+static long lk_num(const cJSON *o, const char *key)
+{
+    return (long)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(o, key));
+}
+
+/* overall.key of replica id's stats, as the admin user asks it on the
+ * replica's own subject; -1 without an answer. */
+static long lk_replica_overall(lk_client *ad, const char *id, const char *key)
+{
+    char subject[128];
+    natsMsg *r = NULL;
+    snprintf(subject, sizeof subject, "fair.admin.replica.%s.stats", id);
+    if (natsConnection_RequestString(&r, ad->nc, subject, "{\"limit\":0}", 5000) != NATS_OK)
+        return -1;
+    cJSON *j = cJSON_Parse(natsMsg_GetData(r));
+    natsMsg_Destroy(r);
+    long v = lk_num(cJSON_GetObjectItemCaseSensitive(j, "overall"), key);
+    cJSON_Delete(j);
+    return v;
+}
+
+/* Two replicas with partitions, under the shipped permissions: a request
+ * about a tenant that the queue group gives to the replica not owning
+ * its partition is forwarded to the owner (fairq may publish
+ * fair.admin.replica.>, and the owner's answer reaches the requester in
+ * the ADMIN account, or in the tenant's own through its service import):
+ * explain asked by the operator and by the tenant itself, and a tenant's
+ * stats, always answer as the owner. fairq-admin stats --all gathers both
+ * replicas (each asked on its own subject: through the service import one
+ * request gets one answer, so a broadcast would give the first only), a
+ * reload reaches both and prints both answers, and with one replica gone
+ * the gathered stats are partial, naming it. The server reports no
+ * violation by fairq. */
+static void test_partitions_admin_across_replicas(void **state)
+{
+    fixture *f = *state;
+    char acme[160], globex[160], initech[160];
+    static const char extra_fmt[] =
+        "partitions: 16\nreplica_id: %s\n"
+        /* the stopped replica stays in the registry for the last case */
+        "streams: {lease_ttl_ms: 30000}\n";
+    char extra[256];
+    lk_partitioned_server(f);
+    snprintf(extra, sizeof extra, extra_fmt, "rep-a");
+    lk_proxy_start(&f->px, f->srv2, "proxy", "_INBOX_fairq", extra);
+    assert_int_equal(pt_log_wait(&f->px, "fairq-proxy running", 15000), 0);
+    snprintf(extra, sizeof extra, extra_fmt, "rep-b");
+    lk_proxy_start(&f->px2, f->srv2, "proxy-b", "_INBOX_fairq", extra);
+    assert_int_equal(pt_log_wait(&f->px2, "fairq-proxy running", 15000), 0);
+    /* the partitions shared, 8 and 8 */
+    lk_client *ad = lk_connect(f->srv2, "admin");
+    long long end = nt_now_ms() + 30000;
+    while ((lk_replica_overall(ad, "rep-a", "partitions_owned") != 8 ||
+            lk_replica_overall(ad, "rep-b", "partitions_owned") != 8) && nt_now_ms() < end)
+        nt_sleep_ms(100);
+    assert_int_equal(lk_replica_overall(ad, "rep-a", "partitions_owned"), 8);
+    assert_int_equal(lk_replica_overall(ad, "rep-b", "partitions_owned"), 8);
+    /* runs held (no worker completes them), so that each tenant's owner
+     * knows it */
+    lk_url(f->srv2, "acme", acme, sizeof acme);
+    lk_url(f->srv2, "globex", globex, sizeof globex);
+    lk_url(f->srv2, "initech", initech, sizeof initech);
+    const char *const urls[] = {acme, globex, initech};
+    const char *const tenants[] = {"acme", "globex", "initech"};
+    for (int t = 0; t < 3; t++) {
+        char inbox[32];
+        snprintf(inbox, sizeof inbox, "_INBOX_%s", tenants[t]);
+        assert_int_equal(lk_run(f->srv2, (const char *const[]){"fairq-producer", "--nats",
+            urls[t], "--inbox-prefix", inbox, "--tenant", tenants[t], "--count", "2", NULL}), 0);
+    }
+    end = nt_now_ms() + 10000;      /* each taken by its owner */
+    for (long held = 0; held != 6 && nt_now_ms() < end; nt_sleep_ms(50)) {
+        held = 0;
+        for (int r = 0; r < 2; r++) {
+            const char *id = r ? "rep-b" : "rep-a";
+            held += lk_replica_overall(ad, id, "in_flight") +
+                    lk_replica_overall(ad, id, "queued_runs");
+        }
+    }
+    lk_client *a = lk_connect(f->srv2, "acme");
+    /* explain allows 5 requests a second for one tenant: 4 here */
+    for (int i = 0; i < 6; i++, nt_sleep_ms(500)) {
+        for (int t = 0; t < 3; t++) {
+            char subject[64], body[64];
+            natsMsg *r = NULL;
+            snprintf(subject, sizeof subject, "fair.explain.%s", tenants[t]);
+            assert_int_equal(natsConnection_RequestString(&r, ad->nc, subject, "", 5000),
+                             NATS_OK);
+            cJSON *j = cJSON_Parse(natsMsg_GetData(r));
+            natsMsg_Destroy(r);
+            assert_true(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(j, "known")));
+            assert_int_equal(lk_num(j, "queued_runs") + lk_num(j, "in_flight"), 2);
+            cJSON_Delete(j);
+            snprintf(body, sizeof body, "{\"tenant\":\"%s\"}", tenants[t]);
+            assert_int_equal(natsConnection_RequestString(&r, ad->nc, "fair.admin.stats", body,
+                                                          5000), NATS_OK);
+            j = cJSON_Parse(natsMsg_GetData(r));
+            natsMsg_Destroy(r);
+            assert_int_equal(lk_num(j, "tenants_returned"), 1);
+            cJSON_Delete(j);
+        }
+        /* acme asks of its own runs, from its own account */
+        natsMsg *r = NULL;
+        assert_int_equal(natsConnection_RequestString(&r, a->nc, "fair.explain.acme", "", 5000),
+                         NATS_OK);
+        if (!strstr(natsMsg_GetData(r), "\"known\":true"))
+            fail_msg("acme's explain: %s", natsMsg_GetData(r));
+        natsMsg_Destroy(r);
+    }
+    assert_int_equal(a->n, 0);
+    assert_int_equal(ad->n, 0);
+    lk_close(a);
+    /* some of the 42 reached the replica not owning the tenant: forwarded */
+    long forwarded = lk_replica_overall(ad, "rep-a", "admin_forwarded") +
+                     lk_replica_overall(ad, "rep-b", "admin_forwarded");
+    print_message("42 requests about a tenant, %ld forwarded to its owner\n", forwarded);
+    assert_true(forwarded > 0);
+
+    /* the deployment's stats, both replicas asked */
+    cJSON *j = NULL;
+    assert_int_equal(lk_admin(f->srv2, (const char *const[]){"stats", "--all", NULL}, &j), 0);
+    assert_non_null(j);
+    assert_true(cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(j, "partial")));
+    assert_int_equal(lk_num(j, "replicas_answered"), 2);
+    const cJSON *d = cJSON_GetObjectItemCaseSensitive(j, "deployment");
+    assert_int_equal(lk_num(d, "partitions_owned"), 16);
+    assert_int_equal(lk_num(d, "queued_runs") + lk_num(d, "in_flight"), 6);
+    assert_int_equal(lk_num(d, "nats_connected"), 2);   /* a flag: how many have it */
+    cJSON_Delete(j);
+
+    /* a reload: both replicas reload, both answers printed */
+    int before_a = pt_log_count(&f->px, "config reloaded");
+    int before_b = pt_log_count(&f->px2, "config reloaded");
+    assert_int_equal(lk_admin(f->srv2, (const char *const[]){"reload", NULL}, &j), 0);
+    assert_non_null(j);
+    const cJSON *ans = cJSON_GetObjectItemCaseSensitive(j, "answers");
+    assert_int_equal(cJSON_GetArraySize(ans), 2);
+    for (int i = 0; i < 2; i++) {
+        const cJSON *x = cJSON_GetArrayItem(ans, i);
+        assert_true(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(x, "ok")));
+        assert_string_equal(cJSON_GetObjectItemCaseSensitive(x, "replica")->valuestring,
+                            i ? "rep-b" : "rep-a");
+    }
+    cJSON_Delete(j);
+    assert_int_equal(pt_log_count(&f->px, "config reloaded"), before_a + 1);
+    assert_int_equal(pt_log_count(&f->px2, "config reloaded"), before_b + 1);
+
+    /* rep-b gone (kill -9): still in rep-a's view of the registry (its key
+     * lives a TTL), so asked, and said missing; the stats partial, exit
+     * status 1 */
+    assert_int_equal(pt_proxy_kill(&f->px2), 0);
+    assert_int_equal(lk_admin(f->srv2, (const char *const[]){"--timeout", "3000", "stats",
+                                                             "--all", NULL}, &j), 1);
+    assert_non_null(j);
+    assert_true(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(j, "partial")));
+    assert_int_equal(lk_num(j, "replicas_named"), 2);
+    assert_int_equal(lk_num(j, "replicas_answered"), 1);
+    const cJSON *m = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(j, "missing"), 0);
+    assert_string_equal(cJSON_GetObjectItemCaseSensitive(m, "replica")->valuestring, "rep-b");
+    /* (the others' <admin>.> takes its subject too, and drops it: no
+     * "no responders", the deadline says it) */
+    assert_string_equal(cJSON_GetObjectItemCaseSensitive(m, "why")->valuestring,
+                        "no answer within 3000 ms");
+    assert_int_equal(lk_num(cJSON_GetObjectItemCaseSensitive(j, "deployment"),
+                            "partitions_owned"), 8);
+    cJSON_Delete(j);
+    lk_close(ad);
+    char log[600];
+    snprintf(log, sizeof log, "%s/nats.log", natstest_dir(f->srv2));
+    assert_int_equal(lk_lines(log, (const char *const[]){"Violation", "User \"fairq\"", NULL}),
+                     0);
+    assert_int_equal(pt_log_count(&f->px, "permission"), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -947,6 +1167,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_a_missing_permission_fails_start, setup, teardown),
         cmocka_unit_test_setup_teardown(test_a_permission_lost_later_is_logged, setup, teardown),
         cmocka_unit_test_setup_teardown(test_partitions_served_and_confined, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_partitions_admin_across_replicas, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -155,6 +155,20 @@ static void f_explain(void *arg, const char *tenant, const char *run_id, fq_expl
     out->run_id = run_id;
 }
 
+/* Three replicas alive, this one rep-b. */
+static const char *f_replica_id(void *arg)
+{
+    (void)arg;
+    return "rep-b";
+}
+
+static const char *f_replica_at(void *arg, size_t i)
+{
+    static const char *const live[] = {"rep-a", "rep-b", "rep-c"};
+    (void)arg;
+    return i < 3 ? live[i] : NULL;
+}
+
 static int setup(void **state)
 {
     fake *f = calloc(1, sizeof *f);
@@ -186,7 +200,8 @@ static int setup(void **state)
     fq_admin_ops ops = {.arg = f, .tenant_at = f_at, .tenant_after = f_after, .tenant_find = f_find,
                         .tenant_view = f_view, .overall = f_overall, .policy = f_policy,
                         .fresh = f_fresh, .reply = f_reply, .reload = f_reload,
-                        .ovr_write = f_write, .explain = f_explain, .tenant_subs = f_subs};
+                        .ovr_write = f_write, .explain = f_explain, .tenant_subs = f_subs,
+                        .replica_id = f_replica_id, .replica_at = f_replica_at};
     assert_int_equal(fq_admin_create(&f->a, "fair.admin", f->ovr, &ops, 0), FQ_OK);
     *state = f;
     return 0;
@@ -642,6 +657,30 @@ static void test_reload(void **state)
     cJSON_Delete(j);
 }
 
+/* The stats and reload replies say which replica answered and which are
+ * alive in its view (fairq-admin asks each of those for stats --all and
+ * reload); the overall section alone is not rate limited, so asking every
+ * replica for it costs no busy answers. */
+static void test_replies_name_the_replicas(void **state)
+{
+    fake *f = *state;
+    for (int i = 0; i < 2; i++) {
+        cJSON *j = ask(f, i ? "reload" : "stats", i ? "" : "{\"limit\":0}", 0);
+        assert_true(i == 0 || ok_of(j));
+        assert_string_equal(str_of(j, "replica"), "rep-b");
+        const cJSON *rs = cJSON_GetObjectItemCaseSensitive(j, "replicas");
+        assert_int_equal(cJSON_GetArraySize(rs), 3);
+        assert_string_equal(cJSON_GetArrayItem(rs, 0)->valuestring, "rep-a");
+        assert_string_equal(cJSON_GetArrayItem(rs, 2)->valuestring, "rep-c");
+        cJSON_Delete(j);
+    }
+    for (int i = 0; i < 20; i++) {
+        cJSON *j = ask(f, "stats", "{\"limit\":0}", 0);
+        assert_non_null(cJSON_GetObjectItemCaseSensitive(j, "overall"));
+        cJSON_Delete(j);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -655,6 +694,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_explain_requests, setup, teardown),
         cmocka_unit_test_setup_teardown(test_tenant_set, setup, teardown),
         cmocka_unit_test_setup_teardown(test_reload, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_replies_name_the_replicas, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

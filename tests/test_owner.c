@@ -702,6 +702,8 @@ static void test_p1_is_the_leader_key(void **state)
     assert_int_equal(st.owned, 1);
     assert_int_equal(st.renewals, 1);
     assert_int_equal(st.renew_ms_last, 4);
+    assert_string_equal(fq_owner_live_at(o, 0), "one");     /* no registry: itself */
+    assert_null(fq_owner_live_at(o, 1));
     /* a stop: LOST, planned; released once handed off */
     fq_owner_stop(o, 2000);
     assert_true(fq_owner_next(&a, o));
@@ -803,6 +805,13 @@ static void test_three_share_eight(void **state)
                                 w.rep[holder].id);
     }
     assert_string_equal(fq_owner_holder(w.rep[0].o, 8, sw_local(&w, 0)), "");
+    /* every replica lists the three live ones, sorted (the admin plane's
+     * "replicas", which fairq-admin asks one by one) */
+    for (int r = 0; r < 3; r++) {
+        for (size_t i = 0; i < 3; i++)
+            assert_string_equal(fq_owner_live_at(w.rep[r].o, i), w.rep[i].id);
+        assert_null(fq_owner_live_at(w.rep[r].o, 3));
+    }
     sw_free(&w);
 }
 
@@ -884,6 +893,10 @@ static void test_death_takeover(void **state)
     assert_true(all > t0 + TTL - 1000);     /* not before its keys aged out */
     sw_run(&w, 3 * TTL);
     sw_check_balance(&w);
+    /* the dead one is no longer listed */
+    assert_string_equal(fq_owner_live_at(w.rep[0].o, 0), w.rep[0].id);
+    assert_string_equal(fq_owner_live_at(w.rep[0].o, 1), w.rep[2].id);
+    assert_null(fq_owner_live_at(w.rep[0].o, 2));
     sw_free(&w);
 }
 
