@@ -177,10 +177,10 @@ static int health(const char *url)
     return 0;
 }
 
-int main(int argc, char **argv)
+/* The command line into c and *check; -1 to exit with *rc (help, version,
+ * health or a usage error), else 0. */
+static int parse_args(cli *c, int *check, int *rc, int argc, char **argv)
 {
-    cli c = {.path = "config/fairq.yaml"};
-    int check = 0;
     enum { OPT_NATS = 256, OPT_CHECK, OPT_VERSION, OPT_HEALTH };
     static const struct option longopts[] = {
         {"config", required_argument, NULL, 'c'},
@@ -192,22 +192,57 @@ int main(int argc, char **argv)
         {NULL, 0, NULL, 0},
     };
     int opt;
+    *rc = 0;
     while ((opt = getopt_long(argc, argv, "c:h", longopts, NULL)) != -1) {
         switch (opt) {
-        case 'c': c.path = optarg; break;
-        case OPT_NATS: c.nats = optarg; break;
-        case OPT_CHECK: check = 1; break;
-        case OPT_VERSION: printf("fairq-proxy %s\n", FAIRQ_VERSION); return 0;
-        case OPT_HEALTH: return health(optarg);
-        case 'h': usage(stdout); return 0;
-        default: usage(stderr); return 2;
+        case 'c': c->path = optarg; break;
+        case OPT_NATS: c->nats = optarg; break;
+        case OPT_CHECK: *check = 1; break;
+        case OPT_VERSION: printf("fairq-proxy %s\n", FAIRQ_VERSION); return -1;
+        case OPT_HEALTH: *rc = health(optarg); return -1;
+        case 'h': usage(stdout); return -1;
+        default: usage(stderr); *rc = 2; return -1;
         }
     }
     if (optind < argc) {
         fprintf(stderr, "fairq-proxy: unexpected argument: %s\n", argv[optind]);
         usage(stderr);
-        return 2;
+        *rc = 2;
+        return -1;
     }
+    return 0;
+}
+
+/* Run p until a signal stops it, with the stop watchdog and the signal
+ * handlers in place; returns fq_proxy_run's exit code. */
+static int run_until_stopped(fq_proxy *p)
+{
+    pthread_t dog;
+    if (sem_init(&stopping, 0, 0) != 0 || pthread_create(&dog, NULL, watchdog, NULL) != 0) {
+        fprintf(stderr, "fairq-proxy: cannot start the stop watchdog\n");
+        return FQ_PROXY_EXIT_FATAL;
+    }
+    pthread_detach(dog);
+    running = p;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    int rc = fq_proxy_run(p);
+    running = NULL;
+    return rc;
+}
+
+int main(int argc, char **argv)
+{
+    cli c = {.path = "config/fairq.yaml"};
+    int check = 0, rc;
+    if (parse_args(&c, &check, &rc, argc, argv) != 0)
+        return rc;
     fq_config cfg;
     fq_proxy_ops ops = {.load = load, .load_arg = &c};
     char err[1024];
@@ -238,26 +273,7 @@ int main(int argc, char **argv)
     fq_log(FQ_LOG_INFO, "fairq-proxy starting", FQ_STR("version", FAIRQ_VERSION),
            FQ_STR("config", c.path), FQ_STR("effective", desc));
     fq_config_free(&cfg);
-
-    pthread_t dog;
-    if (sem_init(&stopping, 0, 0) != 0 || pthread_create(&dog, NULL, watchdog, NULL) != 0) {
-        fprintf(stderr, "fairq-proxy: cannot start the stop watchdog\n");
-        fq_proxy_destroy(p);
-        return 1;
-    }
-    pthread_detach(dog);
-    running = p;
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_signal;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGTERM, &sa, NULL);
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGHUP, &sa, NULL);
-    signal(SIGPIPE, SIG_IGN);
-
-    int rc = fq_proxy_run(p);
-    running = NULL;
+    rc = run_until_stopped(p);
     fq_proxy_destroy(p);
     return rc;
 }
