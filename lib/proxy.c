@@ -2583,6 +2583,54 @@ static void px_undefer(fq_proxy *p)
     p->nheld_ev -= i;
 }
 
+/* The connection lost or back. */
+static void px_on_conn(fq_proxy *p, bool connected)
+{
+    p->connected = connected;
+    if (p->leader)
+        px_phase_leader(p);
+    if (connected) {
+        p->c.reconnects++;
+        /* Admission sizes runs against the server's limit of now. */
+        p->max_payload = fq_nio_max_payload(p->nio);
+        fq_ledger_opts lo = px_ledger_opts(p, &p->cfg);
+        fq_ledger_set_opts(p->ledger, &lo);
+    }
+    fq_log(connected ? FQ_LOG_INFO : FQ_LOG_WARN,
+           connected ? "reconnected to NATS" : "disconnected from NATS",
+           FQ_INT("max_payload", p->max_payload));
+}
+
+/* A consumer made, or not (ev->status): served once each is. */
+static void px_on_consumer(fq_proxy *p, const fq_nio_event *ev)
+{
+    if (ev->source >= 0 && ev->source < FQ_NIO_MAX_CONSUMERS)
+        p->consumer_ok[ev->source] = ev->status == FQ_OK;
+    if (ev->status == FQ_OK && ev->source >= 0 && ev->source % 2 == PX_CONS_SUBMIT)
+        fq_ledger_consumer_made(p->ledger, (uint32_t)(ev->source / 2), fq_nio_unix_ms());
+    p->served |= px_consumers_ok(p);
+    if (p->leader)
+        px_phase_leader(p);
+    if (ev->status != FQ_OK && px_warn_ok(p, "consumer"))
+        fq_log(FQ_LOG_WARN, ev->status == FQ_EEXIST
+                   ? "cannot create a consumer: a later term's is on the stream (another "
+                     "proxy leads, or the lease bucket was deleted: then delete that "
+                     "consumer by hand); retrying"
+               : ev->err_code == PX_JS_WQ_NOT_UNIQUE
+                   ? "cannot create a consumer: the work-queue stream says another "
+                     "consumer's filter overlaps it (if no consumer listed on the stream "
+                     "has that filter, see docs/operations.md: seen after a nats-server "
+                     "node's restart); retrying"
+                   : "cannot create a consumer; retrying",
+               FQ_STR("stream", ev->source % 2 == PX_CONS_SUBMIT ? p->cfg.streams.submit
+                                                                  : p->cfg.streams.done),
+               FQ_INT("partition", ev->source / 2),
+               FQ_UINT("term", px_parts(p) > 1 && ev->source / 2 < PX_PARTS_MAX
+                                   ? p->part_term[ev->source / 2]
+                                   : p->term),
+               FQ_INT("js_err", ev->err_code));
+}
+
 static void px_on_event(fq_proxy *p, fq_nio_event *ev)
 {
     switch (ev->type) {
@@ -2597,46 +2645,10 @@ static void px_on_event(fq_proxy *p, fq_nio_event *ev)
         px_on_request(p, ev);
         break;
     case FQ_NIO_EV_CONN:
-        p->connected = ev->connected;
-        if (p->leader)
-            px_phase_leader(p);
-        if (ev->connected) {
-            p->c.reconnects++;
-            /* Admission sizes runs against the server's limit of now. */
-            p->max_payload = fq_nio_max_payload(p->nio);
-            fq_ledger_opts lo = px_ledger_opts(p, &p->cfg);
-            fq_ledger_set_opts(p->ledger, &lo);
-        }
-        fq_log(ev->connected ? FQ_LOG_INFO : FQ_LOG_WARN,
-               ev->connected ? "reconnected to NATS" : "disconnected from NATS",
-               FQ_INT("max_payload", p->max_payload));
+        px_on_conn(p, ev->connected);
         break;
     case FQ_NIO_EV_CONSUMER:
-        if (ev->source >= 0 && ev->source < FQ_NIO_MAX_CONSUMERS)
-            p->consumer_ok[ev->source] = ev->status == FQ_OK;
-        if (ev->status == FQ_OK && ev->source >= 0 && ev->source % 2 == PX_CONS_SUBMIT)
-            fq_ledger_consumer_made(p->ledger, (uint32_t)(ev->source / 2), fq_nio_unix_ms());
-        p->served |= px_consumers_ok(p);
-        if (p->leader)
-            px_phase_leader(p);
-        if (ev->status != FQ_OK && px_warn_ok(p, "consumer"))
-            fq_log(FQ_LOG_WARN, ev->status == FQ_EEXIST
-                       ? "cannot create a consumer: a later term's is on the stream (another "
-                         "proxy leads, or the lease bucket was deleted: then delete that "
-                         "consumer by hand); retrying"
-                   : ev->err_code == PX_JS_WQ_NOT_UNIQUE
-                       ? "cannot create a consumer: the work-queue stream says another "
-                         "consumer's filter overlaps it (if no consumer listed on the stream "
-                         "has that filter, see docs/operations.md: seen after a nats-server "
-                         "node's restart); retrying"
-                       : "cannot create a consumer; retrying",
-                   FQ_STR("stream", ev->source % 2 == PX_CONS_SUBMIT ? p->cfg.streams.submit
-                                                                      : p->cfg.streams.done),
-                   FQ_INT("partition", ev->source / 2),
-                   FQ_UINT("term", px_parts(p) > 1 && ev->source / 2 < PX_PARTS_MAX
-                                       ? p->part_term[ev->source / 2]
-                                       : p->term),
-                   FQ_INT("js_err", ev->err_code));
+        px_on_consumer(p, ev);
         break;
     case FQ_NIO_EV_KV:
         if (ev->source == PX_WATCH_LEASES)
