@@ -2231,6 +2231,39 @@ fq_status fq_nio_msg_carry_lines(fq_buf *out, char bad[160], const fq_nio_msg *m
 natsStatus natsMsg_create(natsMsg **m, const char *subj, int subj_len, const char *reply,
                           int reply_len, const char *buf, int buf_len, int hdr_len);
 
+/* One pass of the headers o carries into b: pass 0 its Nats-* ones (for a
+ * message sent again), pass 1 the others it carries; from carry's header
+ * map (its keys[0..nk)), or o's carried lines copied as they are (they
+ * were written so). *ok turns false when b cannot grow. */
+static natsStatus nio_put_carried(fq_buf *b, bool *ok, const fq_nio_out *o, int pass,
+                                  const char **keys, int nk)
+{
+    natsStatus s = NATS_OK;
+    for (int i = 0; *ok && s == NATS_OK && i < nk; i++) {
+        size_t klen = strlen(keys[i]);
+        bool nats = nio_is_nats(keys[i], klen);
+        if (pass == 0 ? !nats : nats || !nio_carried(o, keys[i], klen))
+            continue;
+        const char **vals = NULL;
+        int nv = 0;
+        s = natsMsgHeader_Values((natsMsg *)o->carry, keys[i], &vals, &nv);
+        for (int j = 0; *ok && s == NATS_OK && j < nv; j++)
+            *ok = nio_buf_hdr(b, keys[i], vals[j]);
+        free((void *)vals);
+    }
+    const char *p = NULL, *end = NULL;
+    size_t klen, len;
+    if (!o->carry && o->carry_len)
+        nio_lines_span(o, &p, &end);
+    for (; *ok && p && p < end; p += len) {
+        if (!(len = nio_line_next(p, end, &klen)))
+            return NATS_INVALID_ARG;
+        if (pass == 0 ? nio_is_nats(p, klen) : !nio_is_nats(p, klen) && nio_carried(o, p, klen))
+            *ok = nio_buf_put(b, p, len, false);
+    }
+    return s;
+}
+
 /* o as a message with reply (or none): the header block written once, by
  * hand, in b, instead of a header map of allocations per header that
  * nats.c would build, encode and free. */
@@ -2255,34 +2288,8 @@ static natsStatus nio_msg_build(natsMsg **m, fq_buf *b, const fq_nio_out *o,
         s = NATS_OK;                        /* nothing to carry */
     /* A message sent again (carry_all) keeps its Nats-* headers ahead of
      * the others for the same reason: a pass for them, then the rest. */
-    for (int pass = o->carry_all ? 0 : 1; pass < 2; pass++) {
-        for (int i = 0; ok && s == NATS_OK && i < nk; i++) {
-            size_t klen = strlen(keys[i]);
-            bool nats = nio_is_nats(keys[i], klen);
-            if (pass == 0 ? !nats : nats || !nio_carried(o, keys[i], klen))
-                continue;
-            const char **vals = NULL;
-            int nv = 0;
-            s = natsMsgHeader_Values((natsMsg *)o->carry, keys[i], &vals, &nv);
-            for (int j = 0; ok && s == NATS_OK && j < nv; j++)
-                ok = nio_buf_hdr(b, keys[i], vals[j]);
-            free((void *)vals);
-        }
-        /* Carried lines are copied as they are: they were written so. */
-        const char *p = NULL, *end = NULL;
-        size_t klen, len;
-        if (!o->carry && o->carry_len)
-            nio_lines_span(o, &p, &end);
-        for (; ok && p && p < end; p += len) {
-            if (!(len = nio_line_next(p, end, &klen)))
-                s = NATS_INVALID_ARG;
-            else if (pass == 0 ? nio_is_nats(p, klen)
-                               : !nio_is_nats(p, klen) && nio_carried(o, p, klen))
-                ok = nio_buf_put(b, p, len, false);
-            if (!len)
-                break;
-        }
-    }
+    for (int pass = o->carry_all ? 0 : 1; pass < 2 && s == NATS_OK; pass++)
+        s = nio_put_carried(b, &ok, o, pass, keys, nk);
     free((void *)keys);
     if (s != NATS_OK)
         return s;       /* a carried header lost would lose its Nats-Msg-Id */
