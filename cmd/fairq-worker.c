@@ -525,6 +525,40 @@ static void worker_usage(FILE *f)
             prog);
 }
 
+/* A flag's word and the value it stands for; a list ends with a NULL word. */
+typedef struct worker_word_of {
+    const char *word;
+    int value;
+} worker_word_of;
+
+/* The value of word in list into *v; false if it is none of them. */
+static bool worker_word(int *v, const char *word, const worker_word_of *list)
+{
+    for (; list->word; list++) {
+        if (strcmp(word, list->word) == 0) {
+            *v = list->value;
+            return true;
+        }
+    }
+    return false;
+}
+
+/* The default claim bucket (from the durable's name) once the flags are
+ * read: it must be a bucket name unless --claim-bucket or --no-claim said
+ * otherwise. 0 if ok and it is; else -1. */
+static int worker_parse_check(worker_cfg *c, bool ok)
+{
+    snprintf(c->claim_default, sizeof c->claim_default, WORKER_CLAIM_PREFIX "%s", c->durable);
+    if (ok && c->claim_bucket == c->claim_default &&
+        (strlen(c->claim_default) > 64 ||
+         strspn(c->claim_default, WORKER_BUCKET_CHARS) != strlen(c->claim_default))) {
+        fprintf(stderr, "%s: the durable's name does not make a bucket name (" WORKER_CLAIM_PREFIX
+                "<durable>, 1 to 64 of [A-Za-z0-9_-]): pass --claim-bucket or --no-claim\n", prog);
+        ok = false;
+    }
+    return ok ? 0 : -1;
+}
+
 static int worker_parse(worker_cfg *c, int argc, char **argv)
 {
     static const struct option opts[] = {
@@ -539,7 +573,11 @@ static int worker_parse(worker_cfg *c, int argc, char **argv)
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
-    int o, idx = 0;
+    static const worker_word_of statuses[] = {
+        {"ok", FQ_DONE_OK}, {"error", FQ_DONE_ERROR}, {"cancelled", FQ_DONE_CANCELLED}, {NULL, 0}};
+    static const worker_word_of delivers[] = {
+        {"new", js_DeliverNew}, {"all", js_DeliverAll}, {NULL, 0}};
+    int o, idx = 0, v;
     bool ok = true;
 
     *c = (worker_cfg){.durable = "fairq-workers", .stream = FQ_DEFAULT_STREAM_DISPATCH,
@@ -558,16 +596,13 @@ static int worker_parse(worker_cfg *c, int argc, char **argv)
         case 'f': ok = fqc_parse_double(optarg, 0, 1e6, &c->factor); break;
         case 'c': ok = fqc_parse_u64(optarg, 1, UINT64_MAX, &c->count); break;
         case 's':
-            if (strcmp(optarg, "ok") == 0) c->status = FQ_DONE_OK;
-            else if (strcmp(optarg, "error") == 0) c->status = FQ_DONE_ERROR;
-            else if (strcmp(optarg, "cancelled") == 0) c->status = FQ_DONE_CANCELLED;
-            else ok = false;
+            if ((ok = worker_word(&v, optarg, statuses)))
+                c->status = (enum fq_done_status)v;
             break;
         case 'l':
             c->deliver_given = true;
-            if (strcmp(optarg, "new") == 0) c->deliver = js_DeliverNew;
-            else if (strcmp(optarg, "all") == 0) c->deliver = js_DeliverAll;
-            else ok = false;
+            if ((ok = worker_word(&v, optarg, delivers)))
+                c->deliver = (jsDeliverPolicy)v;
             break;
         case 'I':
             if (!fqc_inbox_prefix_set(prog, optarg))
@@ -591,15 +626,7 @@ static int worker_parse(worker_cfg *c, int argc, char **argv)
         fprintf(stderr, "%s: unexpected argument '%s'\n", prog, argv[optind]);
         ok = false;
     }
-    snprintf(c->claim_default, sizeof c->claim_default, WORKER_CLAIM_PREFIX "%s", c->durable);
-    if (ok && c->claim_bucket == c->claim_default &&
-        (strlen(c->claim_default) > 64 ||
-         strspn(c->claim_default, WORKER_BUCKET_CHARS) != strlen(c->claim_default))) {
-        fprintf(stderr, "%s: the durable's name does not make a bucket name (" WORKER_CLAIM_PREFIX
-                "<durable>, 1 to 64 of [A-Za-z0-9_-]): pass --claim-bucket or --no-claim\n", prog);
-        ok = false;
-    }
-    return ok ? 0 : -1;
+    return worker_parse_check(c, ok);
 }
 
 int main(int argc, char **argv)
