@@ -111,21 +111,23 @@ static void producer_usage(FILE *f)
             prog);
 }
 
+/* The flags, for getopt_long. */
+static const struct option producer_opts[] = {
+    {"nats", required_argument, NULL, 'n'},     {"tenant", required_argument, NULL, 't'},
+    {"workflow", required_argument, NULL, 'w'}, {"est", required_argument, NULL, 'e'},
+    {"count", required_argument, NULL, 'c'},    {"body", required_argument, NULL, 'b'},
+    {"run-id", required_argument, NULL, 'r'},   {"subject-prefix", required_argument, NULL, 'p'},
+    {"inbox-prefix", required_argument, NULL, 'I'},
+    {"help", no_argument, NULL, 'h'},           {NULL, 0, NULL, 0},
+};
+
 static int producer_parse(producer_cfg *c, int argc, char **argv)
 {
-    static const struct option opts[] = {
-        {"nats", required_argument, NULL, 'n'},     {"tenant", required_argument, NULL, 't'},
-        {"workflow", required_argument, NULL, 'w'}, {"est", required_argument, NULL, 'e'},
-        {"count", required_argument, NULL, 'c'},    {"body", required_argument, NULL, 'b'},
-        {"run-id", required_argument, NULL, 'r'},   {"subject-prefix", required_argument, NULL, 'p'},
-        {"inbox-prefix", required_argument, NULL, 'I'},
-        {"help", no_argument, NULL, 'h'},           {NULL, 0, NULL, 0},
-    };
     uint64_t v;
     int o;
 
     *c = (producer_cfg){.prefix = FQ_SUBJECT_SUBMIT, .count = 1};
-    while ((o = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+    while ((o = getopt_long(argc, argv, "h", producer_opts, NULL)) != -1) {
         switch (o) {
         case 'n': c->url = optarg; break;
         case 't': c->tenant = optarg; break;

@@ -92,13 +92,49 @@ typedef struct worker_claims {
     int64_t logged_ns;          /* when that line was written (monotonic) */
 } worker_claims;
 
+/* Create the pool's durable consumer, from where --deliver says; *ci and
+ * *jerr as js_AddConsumer gives them. */
+static natsStatus worker_create_durable(jsConsumerInfo **ci, jsCtx *js, const worker_cfg *c,
+                                        jsErrCode *jerr)
+{
+    jsConsumerConfig cc;
+    natsStatus s = NATS_OK;
+    jsConsumerConfig_Init(&cc);
+    cc.Durable = c->durable;
+    cc.AckPolicy = js_AckExplicit;
+    cc.DeliverPolicy = c->deliver;
+    if (c->deliver == js_DeliverNew) {
+        /* "new" as a start sequence, the stream's next: the same runs
+         * at creation, but a durable whose state a server crash
+         * resets starts there again, not after the stream's last run,
+         * which would skip what the pool had not taken yet. */
+        jsStreamInfo *si = NULL;
+        s = js_GetStreamInfo(&si, js, c->stream, NULL, jerr);
+        if (s == NATS_OK) {
+            cc.DeliverPolicy = js_DeliverByStartSequence;
+            cc.OptStartSeq = si->State.LastSeq + 1;
+        }
+        jsStreamInfo_Destroy(si);
+    }
+    cc.FilterSubject = c->dispatch;
+    cc.AckWait = WORKER_ACK_WAIT_S * FQC_NS_PER_S;
+    cc.MaxAckPending = 10000;
+    if (s == NATS_OK)
+        s = js_AddConsumer(ci, js, c->stream, &cc, NULL, jerr);
+    if (s == NATS_OK)
+        fprintf(stderr, "%s: created the durable consumer %s on %s, %s\n", prog, c->durable,
+                c->stream, c->deliver == js_DeliverAll
+                               ? "from the stream's first run (--deliver all)"
+                               : "with the runs dispatched from now on (--deliver new)");
+    return s;
+}
+
 /* Open the shared durable consumer, creating it if missing with the start
  * policy of --deliver. An existing durable goes on from its ack floor,
  * whatever --deliver says: JetStream does not change a consumer's start. */
 static int worker_subscribe(fqc_pull *pull, natsConnection *nc, jsCtx *js, const worker_cfg *c)
 {
     const char *need[] = {c->stream};
-    jsConsumerConfig cc;
     jsConsumerInfo *ci = NULL;
     jsErrCode jerr = 0;
     natsStatus s;
@@ -107,35 +143,8 @@ static int worker_subscribe(fqc_pull *pull, natsConnection *nc, jsCtx *js, const
         return -1;
     s = js_GetConsumerInfo(&ci, js, c->stream, c->durable, NULL, &jerr);
     if (s != NATS_OK && jerr == JSConsumerNotFoundErr) {
-        s = NATS_OK;
         jerr = 0;
-        jsConsumerConfig_Init(&cc);
-        cc.Durable = c->durable;
-        cc.AckPolicy = js_AckExplicit;
-        cc.DeliverPolicy = c->deliver;
-        if (c->deliver == js_DeliverNew) {
-            /* "new" as a start sequence, the stream's next: the same runs
-             * at creation, but a durable whose state a server crash
-             * resets starts there again, not after the stream's last run,
-             * which would skip what the pool had not taken yet. */
-            jsStreamInfo *si = NULL;
-            s = js_GetStreamInfo(&si, js, c->stream, NULL, &jerr);
-            if (s == NATS_OK) {
-                cc.DeliverPolicy = js_DeliverByStartSequence;
-                cc.OptStartSeq = si->State.LastSeq + 1;
-            }
-            jsStreamInfo_Destroy(si);
-        }
-        cc.FilterSubject = c->dispatch;
-        cc.AckWait = WORKER_ACK_WAIT_S * FQC_NS_PER_S;
-        cc.MaxAckPending = 10000;
-        if (s == NATS_OK)
-            s = js_AddConsumer(&ci, js, c->stream, &cc, NULL, &jerr);
-        if (s == NATS_OK)
-            fprintf(stderr, "%s: created the durable consumer %s on %s, %s\n", prog, c->durable,
-                    c->stream, c->deliver == js_DeliverAll
-                                   ? "from the stream's first run (--deliver all)"
-                                   : "with the runs dispatched from now on (--deliver new)");
+        s = worker_create_durable(&ci, js, c, &jerr);
     } else if (s == NATS_OK && c->deliver_given) {
         fprintf(stderr, "%s: the durable consumer %s exists and goes on where it stopped; "
                 "--deliver applies to a new one only\n", prog, c->durable);
@@ -559,20 +568,22 @@ static int worker_parse_check(worker_cfg *c, bool ok)
     return ok ? 0 : -1;
 }
 
+/* The flags, for getopt_long. */
+static const struct option worker_opts[] = {
+    {"nats", required_argument, NULL, 'n'},           {"durable", required_argument, NULL, 'd'},
+    {"tokens-per-sec", required_argument, NULL, 'T'}, {"actual-factor", required_argument, NULL, 'f'},
+    {"count", required_argument, NULL, 'c'},          {"status", required_argument, NULL, 's'},
+    {"stream", required_argument, NULL, 'S'},         {"dispatch", required_argument, NULL, 'D'},
+    {"done-prefix", required_argument, NULL, 'p'},    {"deliver", required_argument, NULL, 'l'},
+    {"inbox-prefix", required_argument, NULL, 'I'},
+    {"claim-bucket", required_argument, NULL, 'k'},   {"no-claim", no_argument, NULL, 'K'},
+    {"create-only", no_argument, NULL, 'C'},          {"api-prefix", required_argument, NULL, 'A'},
+    {"help", no_argument, NULL, 'h'},
+    {NULL, 0, NULL, 0},
+};
+
 static int worker_parse(worker_cfg *c, int argc, char **argv)
 {
-    static const struct option opts[] = {
-        {"nats", required_argument, NULL, 'n'},           {"durable", required_argument, NULL, 'd'},
-        {"tokens-per-sec", required_argument, NULL, 'T'}, {"actual-factor", required_argument, NULL, 'f'},
-        {"count", required_argument, NULL, 'c'},          {"status", required_argument, NULL, 's'},
-        {"stream", required_argument, NULL, 'S'},         {"dispatch", required_argument, NULL, 'D'},
-        {"done-prefix", required_argument, NULL, 'p'},    {"deliver", required_argument, NULL, 'l'},
-        {"inbox-prefix", required_argument, NULL, 'I'},
-        {"claim-bucket", required_argument, NULL, 'k'},   {"no-claim", no_argument, NULL, 'K'},
-        {"create-only", no_argument, NULL, 'C'},          {"api-prefix", required_argument, NULL, 'A'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
-    };
     static const worker_word_of statuses[] = {
         {"ok", FQ_DONE_OK}, {"error", FQ_DONE_ERROR}, {"cancelled", FQ_DONE_CANCELLED}, {NULL, 0}};
     static const worker_word_of delivers[] = {
@@ -585,7 +596,7 @@ static int worker_parse(worker_cfg *c, int argc, char **argv)
                       .tokens_per_sec = 1000, .factor = 1, .status = FQ_DONE_OK,
                       .deliver = js_DeliverNew};
     c->claim_bucket = c->claim_default;
-    while (ok && (o = getopt_long(argc, argv, "h", opts, &idx)) != -1) {
+    while (ok && (o = getopt_long(argc, argv, "h", worker_opts, &idx)) != -1) {
         switch (o) {
         case 'n': c->url = optarg; break;
         case 'd': c->durable = optarg; break;
@@ -619,7 +630,7 @@ static int worker_parse(worker_cfg *c, int argc, char **argv)
         default: worker_usage(stderr); return -1;
         }
         if (!ok)
-            fprintf(stderr, "%s: --%s: '%s' is not valid (see --help)\n", prog, opts[idx].name, optarg);
+            fprintf(stderr, "%s: --%s: '%s' is not valid (see --help)\n", prog, worker_opts[idx].name, optarg);
         idx = 0;
     }
     if (ok && optind < argc) {
