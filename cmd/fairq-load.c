@@ -741,56 +741,34 @@ static void load_merge(fqc_samples *all, const fqc_samples *one)
         fqc_samples_add(all, one->v[i]);
 }
 
-static void load_report(load *l)
-{
-    const load_cfg *c = &l->cfg;
-    uint64_t n = atomic_load(&l->table.published), once = 0, more = 0, missing = 0, redisp = 0;
-    uint64_t rejected = 0, failed = 0, out_of_order = 0, submitted = atomic_load(&l->submitted);
-    int64_t end = l->last_done_ns ? (int64_t)l->last_done_ns : l->produce_end_ns;
-    double elapsed = (double)(end - l->t0_ns) / 1e9;
-    double produce = (double)(l->produce_end_ns - l->t0_ns) / 1e9;
-    double steady = 0;
+/* What became of the runs published, counted once the load is over. */
+typedef struct load_tally {
+    uint64_t once, more;        /* completed once, more than once */
+    uint64_t missing;           /* neither completed, refused nor failed to submit */
+    uint64_t redisp;            /* dispatched more than once */
+    uint64_t rejected, failed;  /* refused by the proxy; failed to submit */
+} load_tally;
 
+static load_tally load_count(load *l)
+{
+    load_tally k = {0};
+    uint64_t n = atomic_load(&l->table.published);
     for (uint64_t i = 0; i < n; i++) {
         load_run *r = load_run_at(l, i);
         bool rej = atomic_load(&r->rejected), fail = atomic_load(&r->submit_failed);
-        rejected += rej;
-        failed += fail;
-        once += r->completed == 1;
-        more += r->completed > 1;
-        redisp += r->dispatched > 1;
-        missing += r->completed == 0 && !rej && !fail;
+        k.rejected += rej;
+        k.failed += fail;
+        k.once += r->completed == 1;
+        k.more += r->completed > 1;
+        k.redisp += r->dispatched > 1;
+        k.missing += r->completed == 0 && !rej && !fail;
     }
-    if (l->end_ns > l->warm_ns && l->warm_ns)
-        steady = (double)(l->end_count - l->warm_count) / ((double)(l->end_ns - l->warm_ns) / 1e9);
-    printf("load tag=%s tenants=%u", l->tag, l->src->ntenants);
-    if (l->scenario)
-        printf(" scenario=%s seed=%llu runs_planned=%zu compress=%g", l->scenario->name,
-               (unsigned long long)l->scenario->seed, l->scenario->n_runs, c->compress);
-    else
-        printf(" rate=%g duration_s=%g", c->steady.rate, c->duration_s);
-    printf(" workers=%u tokens_per_sec=%g body_bytes=%u max_outstanding=%llu\n", c->workers,
-           c->tokens_per_sec, c->body_bytes, (unsigned long long)c->max_outstanding);
-    if (!c->workers) {
-        printf("runs submitted=%llu submit_errors=%llu rejected=%llu\n", (unsigned long long)submitted,
-               (unsigned long long)failed, (unsigned long long)rejected);
-        printf("throughput elapsed_s=%.3f submit_per_s=%.0f\n", produce,
-               produce > 0 ? (double)submitted / produce : 0.0);
-        return;
-    }
-    for (uint32_t t = 0; t < l->src->ntenants; t++)
-        out_of_order += l->tenants[t].out_of_order;
-    printf("runs submitted=%llu submit_errors=%llu rejected=%llu dispatched=%llu foreign=%llu "
-           "completed_once=%llu completed_more=%llu missing=%llu dispatched_more=%llu "
-           "out_of_order=%llu complete_errors=%llu\n",
-           (unsigned long long)submitted, (unsigned long long)failed, (unsigned long long)rejected,
-           (unsigned long long)l->dispatched, (unsigned long long)l->foreign,
-           (unsigned long long)once, (unsigned long long)more, (unsigned long long)missing,
-           (unsigned long long)redisp, (unsigned long long)out_of_order,
-           (unsigned long long)l->complete_errors);
-    printf("throughput elapsed_s=%.3f submit_per_s=%.0f completed_per_s=%.0f steady_per_s=%.0f\n",
-           elapsed, produce > 0 ? (double)submitted / produce : 0.0,
-           elapsed > 0 ? (double)(once + more) / elapsed : 0.0, steady);
+    return k;
+}
+
+/* The latency lines: all tenants merged ("*"), then each. */
+static void load_report_latency(load *l)
+{
     fqc_samples d = {0}, r = {0}, h = {0};
     uint64_t runs = 0;
     int64_t worst_first = 0, worst_first_receive = 0;
@@ -813,6 +791,50 @@ static void load_report(load *l)
         load_latency_line(l->src->tenants[t], lt->runs, lt->first_us, lt->first_receive_us,
                           &lt->dispatch_us, &lt->receive_us, &lt->header_ms);
     }
+}
+
+static void load_report(load *l)
+{
+    const load_cfg *c = &l->cfg;
+    load_tally k = load_count(l);
+    uint64_t out_of_order = 0, submitted = atomic_load(&l->submitted);
+    int64_t end = l->last_done_ns ? (int64_t)l->last_done_ns : l->produce_end_ns;
+    double elapsed = (double)(end - l->t0_ns) / 1e9;
+    double produce = (double)(l->produce_end_ns - l->t0_ns) / 1e9;
+    double steady = 0;
+
+    if (l->end_ns > l->warm_ns && l->warm_ns)
+        steady = (double)(l->end_count - l->warm_count) / ((double)(l->end_ns - l->warm_ns) / 1e9);
+    printf("load tag=%s tenants=%u", l->tag, l->src->ntenants);
+    if (l->scenario)
+        printf(" scenario=%s seed=%llu runs_planned=%zu compress=%g", l->scenario->name,
+               (unsigned long long)l->scenario->seed, l->scenario->n_runs, c->compress);
+    else
+        printf(" rate=%g duration_s=%g", c->steady.rate, c->duration_s);
+    printf(" workers=%u tokens_per_sec=%g body_bytes=%u max_outstanding=%llu\n", c->workers,
+           c->tokens_per_sec, c->body_bytes, (unsigned long long)c->max_outstanding);
+    if (!c->workers) {
+        printf("runs submitted=%llu submit_errors=%llu rejected=%llu\n", (unsigned long long)submitted,
+               (unsigned long long)k.failed, (unsigned long long)k.rejected);
+        printf("throughput elapsed_s=%.3f submit_per_s=%.0f\n", produce,
+               produce > 0 ? (double)submitted / produce : 0.0);
+        return;
+    }
+    for (uint32_t t = 0; t < l->src->ntenants; t++)
+        out_of_order += l->tenants[t].out_of_order;
+    printf("runs submitted=%llu submit_errors=%llu rejected=%llu dispatched=%llu foreign=%llu "
+           "completed_once=%llu completed_more=%llu missing=%llu dispatched_more=%llu "
+           "out_of_order=%llu complete_errors=%llu\n",
+           (unsigned long long)submitted, (unsigned long long)k.failed,
+           (unsigned long long)k.rejected, (unsigned long long)l->dispatched,
+           (unsigned long long)l->foreign, (unsigned long long)k.once,
+           (unsigned long long)k.more, (unsigned long long)k.missing,
+           (unsigned long long)k.redisp, (unsigned long long)out_of_order,
+           (unsigned long long)l->complete_errors);
+    printf("throughput elapsed_s=%.3f submit_per_s=%.0f completed_per_s=%.0f steady_per_s=%.0f\n",
+           elapsed, produce > 0 ? (double)submitted / produce : 0.0,
+           elapsed > 0 ? (double)(k.once + k.more) / elapsed : 0.0, steady);
+    load_report_latency(l);
 }
 
 /* Flags. */
@@ -1164,10 +1186,32 @@ static void load_destroy(load *l)
     free(l);
 }
 
+/* The arrivals: the scenario's, or the steady mix the flags give (its
+ * tenants into *tenants, *ntenants). 0, or the exit code. */
+static int load_source(load *l, char ***tenants, uint32_t *ntenants, const char *tenant_spec,
+                       const char *costs)
+{
+    char err[160];
+    if (l->cfg.scenario)
+        return load_open_scenario(l) != 0 ? 1 : 0;
+    if (!fqc_costs_parse(&l->cfg.steady.costs, costs, 1000000000u, err, sizeof err)) {
+        fprintf(stderr, "%s: --costs: %s\n", prog, err);
+        return 2;
+    }
+    if (load_tenants(tenants, ntenants, tenant_spec) != 0)
+        return 2;
+    if (fql_steady_create(&l->src, &l->cfg.steady, (const char *const *)*tenants, *ntenants) !=
+        FQ_OK) {
+        fprintf(stderr, "%s: out of memory\n", prog);
+        return 1;
+    }
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     load *l = calloc(1, sizeof *l);
-    char **tenants = NULL, *tenant_spec, err[160];
+    char **tenants = NULL, *tenant_spec;
     const char *costs;
     uint32_t ntenants = 0;
     pthread_t producer;
@@ -1181,24 +1225,10 @@ int main(int argc, char **argv)
         load_destroy(l);
         return 2;
     }
-    if (l->cfg.scenario) {
-        if (load_open_scenario(l) != 0)
-            goto out;
-    } else {
-        if (!fqc_costs_parse(&l->cfg.steady.costs, costs, 1000000000u, err, sizeof err)) {
-            fprintf(stderr, "%s: --costs: %s\n", prog, err);
-            rc = 2;
-            goto out;
-        }
-        if (load_tenants(&tenants, &ntenants, tenant_spec) != 0) {
-            rc = 2;
-            goto out;
-        }
-        if (fql_steady_create(&l->src, &l->cfg.steady, (const char *const *)tenants, ntenants) !=
-            FQ_OK) {
-            fprintf(stderr, "%s: out of memory\n", prog);
-            goto out;
-        }
+    int src_rc = load_source(l, &tenants, &ntenants, tenant_spec, costs);
+    if (src_rc != 0) {
+        rc = src_rc;
+        goto out;
     }
     fqc_catch_signals();
     load_make_tag(l->tag);
