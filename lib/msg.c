@@ -431,6 +431,46 @@ static unsigned fq_hex4(const unsigned char *s)
     return h;
 }
 
+/* The \u escape at s (a surrogate pair as one code point) as UTF-8 into
+ * b[0..*k); *adv: the escape's length. False if it is cut short, or a
+ * surrogate is not in a pair. */
+static bool fq_scan_u(unsigned char b[4], size_t *k, size_t *adv, const unsigned char *s,
+                      const unsigned char *e)
+{
+    if (e - s < 6)
+        return false;
+    unsigned long cp = fq_hex4(s + 2);
+    *adv = 6;
+    if (cp >= 0xdc00 && cp <= 0xdfff)
+        return false;
+    if (cp >= 0xd800 && cp <= 0xdbff) {
+        unsigned lo;
+        if (e - s - 6 < 6 || s[6] != '\\' || s[7] != 'u')
+            return false;
+        lo = fq_hex4(s + 8);
+        if (lo < 0xdc00 || lo > 0xdfff)
+            return false;
+        cp = 0x10000 + (((cp & 0x3ff) << 10) | (lo & 0x3ff));
+        *adv = 12;
+    }
+    if (cp < 0x80) {
+        *k = 1;
+        b[0] = (unsigned char)cp;
+    } else if (cp < 0x800) {
+        *k = 2;
+        b[0] = (unsigned char)(0xc0 | cp >> 6);
+    } else if (cp < 0x10000) {
+        *k = 3;
+        b[0] = (unsigned char)(0xe0 | cp >> 12);
+    } else {
+        *k = 4;
+        b[0] = (unsigned char)(0xf0 | cp >> 18);
+    }
+    for (size_t j = 1; j < *k; j++)
+        b[j] = (unsigned char)(0x80 | ((cp >> (6 * (*k - 1 - j))) & 0x3f));
+    return true;
+}
+
 /* Decode a string's content s[0..e) as cJSON does (e is its closing quote),
  * into dst[0..cap) if dst: up to the first NUL, as cJSON's C string ends
  * there, and at most cap - 1 bytes, NUL-terminated. Returns false where
@@ -444,7 +484,6 @@ static bool fq_scan_unescape(char *dst, size_t cap, const unsigned char *s,
     while (s < e) {
         unsigned char b[4];
         size_t k = 1, adv = 2;
-        unsigned long cp;
 
         if (*s != '\\') {
             b[0] = *s;
@@ -458,36 +497,8 @@ static bool fq_scan_unescape(char *dst, size_t cap, const unsigned char *s,
             case 't': b[0] = '\t'; break;
             case '"': case '\\': case '/': b[0] = s[1]; break;
             case 'u':
-                if (e - s < 6)
+                if (!fq_scan_u(b, &k, &adv, s, e))
                     return false;
-                cp = fq_hex4(s + 2);
-                adv = 6;
-                if (cp >= 0xdc00 && cp <= 0xdfff)
-                    return false;
-                if (cp >= 0xd800 && cp <= 0xdbff) {
-                    unsigned lo;
-                    if (e - s - 6 < 6 || s[6] != '\\' || s[7] != 'u')
-                        return false;
-                    lo = fq_hex4(s + 8);
-                    if (lo < 0xdc00 || lo > 0xdfff)
-                        return false;
-                    cp = 0x10000 + (((cp & 0x3ff) << 10) | (lo & 0x3ff));
-                    adv = 12;
-                }
-                if (cp < 0x80) {
-                    b[0] = (unsigned char)cp;
-                } else if (cp < 0x800) {
-                    k = 2;
-                    b[0] = (unsigned char)(0xc0 | cp >> 6);
-                } else if (cp < 0x10000) {
-                    k = 3;
-                    b[0] = (unsigned char)(0xe0 | cp >> 12);
-                } else {
-                    k = 4;
-                    b[0] = (unsigned char)(0xf0 | cp >> 18);
-                }
-                for (size_t j = 1; j < k; j++)
-                    b[j] = (unsigned char)(0x80 | ((cp >> (6 * (k - 1 - j))) & 0x3f));
                 break;
             default:
                 return false;
@@ -784,56 +795,64 @@ static const char *fq_scan_object(const unsigned char *p, size_t n,
     return why;
 }
 
+/* The body's member f, if there, a string naming something of at most max
+ * bytes (key says what, in err), into dst. */
+static fq_status fq_submit_name(char *dst, size_t max, const fq_scan_field *f, const char *key,
+                                char *err, size_t errlen)
+{
+    char v[FQ_RUN_ID_MAX + 2];  /* the longest name */
+    if (!f->type)
+        return FQ_OK;
+    if (f->type != FQ_SCAN_STRING)
+        return fq_msg_fail(err, errlen, "%s: must be a string", key);
+    fq_scan_unescape(v, max + 2, f->s, f->s + f->len);
+    return fq_msg_name(dst, max, v, key, err, errlen);
+}
+
+/* est_tokens, if there: an integer from 1 to max_est. */
+static fq_status fq_submit_est(fq_submit *out, const fq_scan_field *f, uint32_t max_est,
+                               char *err, size_t errlen)
+{
+    if (!f->type)
+        return FQ_OK;
+    if (f->type != FQ_SCAN_NUMBER)
+        return fq_msg_fail(err, errlen, "est_tokens: must be a number, an integer from "
+                           "1 to %" PRIu32, max_est);
+    /* strtod needs a terminated copy; one longer than 63 bytes (zeros
+     * a tenant added) is rare enough to be allocated */
+    char small[64], *num = f->len < sizeof small ? small : malloc(f->len + 1);
+    double d;
+    if (!num)
+        return fq_msg_fail(err, errlen, "est_tokens: no memory to read it");
+    memcpy(num, f->s, f->len);
+    num[f->len] = '\0';
+    d = strtod(num, NULL);
+    if (num != small)
+        free(num);
+    if (!isfinite(d) || d < 1 || d > (double)max_est || d != (double)(uint64_t)d)
+        return fq_msg_fail(err, errlen, "est_tokens: must be an integer from 1 to %"
+                           PRIu32 ", got %.15g", max_est, d);
+    out->est_tokens = (uint32_t)d;
+    return FQ_OK;
+}
+
 static fq_status fq_submit_body(fq_submit *out, const fq_scan_field *f, const char *tenant,
                                 bool cls_twice, uint32_t max_est, char *err, size_t errlen)
 {
-    char v[FQ_RUN_ID_MAX + 2];
+    char v[FQ_TENANT_MAX + 2];
     fq_status st;
 
-    if (f[0].type && f[0].type != FQ_SCAN_STRING)
-        return fq_msg_fail(err, errlen, "run_id: must be a string");
-    if (f[0].type) {
-        fq_scan_unescape(v, sizeof v, f[0].s, f[0].s + f[0].len);
-        if ((st = fq_msg_name(out->run_id, FQ_RUN_ID_MAX, v, "run_id", err, errlen)) != FQ_OK)
-            return st;
-    }
-    if (f[1].type && f[1].type != FQ_SCAN_STRING)
-        return fq_msg_fail(err, errlen, "workflow: must be a string");
-    if (f[1].type) {
-        fq_scan_unescape(v, FQ_WORKFLOW_MAX + 2, f[1].s, f[1].s + f[1].len);
-        if ((st = fq_msg_name(out->workflow, FQ_WORKFLOW_MAX, v, "workflow", err,
-                              errlen)) != FQ_OK)
-            return st;
-    }
-    if (f[2].type && f[2].type != FQ_SCAN_NUMBER)
-        return fq_msg_fail(err, errlen, "est_tokens: must be a number, an integer from "
-                           "1 to %" PRIu32, max_est);
-    if (f[2].type) {
-        /* strtod needs a terminated copy; one longer than 63 bytes (zeros
-         * a tenant added) is rare enough to be allocated */
-        char small[64], *num = f[2].len < sizeof small ? small : malloc(f[2].len + 1);
-        double d;
-        if (!num)
-            return fq_msg_fail(err, errlen, "est_tokens: no memory to read it");
-        memcpy(num, f[2].s, f[2].len);
-        num[f[2].len] = '\0';
-        d = strtod(num, NULL);
-        if (num != small)
-            free(num);
-        if (!isfinite(d) || d < 1 || d > (double)max_est || d != (double)(uint64_t)d)
-            return fq_msg_fail(err, errlen, "est_tokens: must be an integer from 1 to %"
-                               PRIu32 ", got %.15g", max_est, d);
-        out->est_tokens = (uint32_t)d;
-    }
-    if (cls_twice) {
+    if ((st = fq_submit_name(out->run_id, FQ_RUN_ID_MAX, &f[0], "run_id", err, errlen)) != FQ_OK ||
+        (st = fq_submit_name(out->workflow, FQ_WORKFLOW_MAX, &f[1], "workflow", err,
+                             errlen)) != FQ_OK ||
+        (st = fq_submit_est(out, &f[2], max_est, err, errlen)) != FQ_OK)
+        return st;
+    /* a class that cannot be read is said in cls_err, not refused here */
+    if (cls_twice)
         fq_msg_fail(out->cls_err, sizeof out->cls_err, "class: given twice in the body");
-    } else if (f[FQ_SCAN_CLASS].type && f[FQ_SCAN_CLASS].type != FQ_SCAN_STRING) {
-        fq_msg_fail(out->cls_err, sizeof out->cls_err, "class: must be a string");
-    } else if (f[FQ_SCAN_CLASS].type) {
-        fq_scan_unescape(v, FQ_CLASS_MAX + 2, f[FQ_SCAN_CLASS].s,
-                         f[FQ_SCAN_CLASS].s + f[FQ_SCAN_CLASS].len);
-        fq_msg_name(out->cls, FQ_CLASS_MAX, v, "class", out->cls_err, sizeof out->cls_err);
-    }
+    else
+        fq_submit_name(out->cls, FQ_CLASS_MAX, &f[FQ_SCAN_CLASS], "class", out->cls_err,
+                       sizeof out->cls_err);
     if (f[3].type && f[3].type != FQ_SCAN_STRING)
         return fq_msg_fail(err, errlen, "tenant: must be a string");
     if (f[3].type) {
@@ -844,14 +863,9 @@ static fq_status fq_submit_body(fq_submit *out, const fq_scan_field *f, const ch
     }
     const fq_scan_field *u = &f[FQ_SCAN_SUBTENANT];
     out->subtenant_refused = u->type != FQ_SCAN_ABSENT;
-    if (u->type && u->type != FQ_SCAN_STRING)
-        return fq_msg_fail(err, errlen, "subtenant: must be a string");
-    if (u->type) {
-        fq_scan_unescape(v, FQ_SUBTENANT_MAX + 2, u->s, u->s + u->len);
-        if ((st = fq_msg_name(out->subtenant, FQ_SUBTENANT_MAX, v, "subtenant", err,
-                              errlen)) != FQ_OK)
-            return st;
-    }
+    if ((st = fq_submit_name(out->subtenant, FQ_SUBTENANT_MAX, u, "subtenant", err,
+                             errlen)) != FQ_OK)
+        return st;
     out->subtenant_refused = false;
     return FQ_OK;
 }
