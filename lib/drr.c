@@ -107,9 +107,10 @@ struct fq_tenant {
     fq_tenant *prev;            /* WAITING in the wheel: its slot; CAPPED: the capped list */
     fq_run *qhead, *qtail;      /* FIFO of queued runs */
     struct fq_lane *hl;         /* with lanes: the one its next run is from
-                                   (NULL: they are empty), and that run, kept
-                                   so that a wake loads it ahead (head_run) */
-    fq_run *hr;
+                                   (NULL: they are empty); its run is read
+                                   only when dispatch comes to it, loaded
+                                   ahead (prefetch_ahead), so that choosing
+                                   the next lane reads no other sub-tenant */
     struct tenant_lanes *x;     /* with classes or sub-tenants: in the same
                                    allocation, after the tenant; NULL without.
                                    The FIFO then holds only runs back from the
@@ -123,6 +124,8 @@ struct fq_tenant {
     uint32_t queued;            /* runs in the FIFO */
     uint32_t in_flight;         /* runs holding a window slot */
     uint32_t expired_held;      /* runs expired and still remembered */
+    uint32_t hc;                /* with lanes: hl's class, so that its
+                                   sub-tenant is found from it (sub_of_lane) */
     uint64_t queued_tokens;     /* sum of queued estimates */
     uint64_t dispatched;        /* counters for stats */
     uint64_t charged;
@@ -345,17 +348,17 @@ static fq_lane *lane_pick(const struct class_ring *g)
     return g->newh ? g->newh : g->oldh;
 }
 
-/* Put t's head lane and run in the tenant, after its lanes changed. */
+/* Put t's head lane and its class in the tenant, after its lanes changed. */
 static void lanes_repick(fq_tenant *t)
 {
-    t->hl = t->x->mask ? lane_pick(&t->x->ring[class_pick(t)]) : NULL;
-    t->hr = t->hl ? t->hl->qhead : NULL;
+    t->hc = t->x->mask ? class_pick(t) : 0;
+    t->hl = t->x->mask ? lane_pick(&t->x->ring[t->hc]) : NULL;
 }
 
 /* t's next run: one back from the window first, else its lanes'. */
 static fq_run *head_run(const fq_tenant *t)
 {
-    return t->qhead || !t->hl ? t->qhead : t->hr;
+    return t->qhead || !t->hl ? t->qhead : t->hl->qhead;
 }
 
 /* A named sub-tenant's bytes: its header and first lane are 64. */
@@ -955,14 +958,25 @@ static void wake(fq_sched *s, fq_tenant *t, uint64_t r)
     active_push(s, t, r);
 }
 
+/* Load the lines from a up to end ahead. */
+static inline __attribute__((always_inline)) void prefetch_range(uintptr_t a, uintptr_t end)
+{
+    for (a &= ~(uintptr_t)63; a < end; a += 64)
+        __builtin_prefetch((const void *)a);
+}
+
 /* While t, at the head of the list, is served, start loading what the
- * next two visits read: with many tenants none of it is in cache any more,
- * and each line loaded only when dispatch reads it stalls dispatch. The
- * tenant after t was asked for at the previous visit, so its head run and
- * head lane can be read now; the one after it is asked for by address
- * alone (its struct up to the ranking's fields, and its lanes' state and
- * rings, which follow it). A wake cannot do this: a round's wakes come at
- * once, and at 10,000 tenants what they would load is evicted again
+ * next visits read: with many tenants none of it is in cache any more,
+ * and each line loaded only when dispatch reads it stalls dispatch. Each
+ * step reads only what was asked for at the previous visit: the tenant
+ * after t was asked for then, so its head run can be read now; the one
+ * after it is asked for by address alone (its struct up to the ranking's
+ * fields). With lanes this is one step deeper, since their head run is
+ * found through the head lane: the next tenant's head run (its head lane
+ * was asked for at the previous visit), the one after's head lane and the
+ * header of its sub-tenant, and the third's struct with its lanes' state
+ * and rings, which follow it. A wake cannot do this: a round's wakes come
+ * at once, and at 10,000 tenants what they would load is evicted again
  * before the last of them is served. Prefetches change nothing but time.
  * (Inlined by force: out of line, GCC finds the helper free of effects
  * and drops the call.) */
@@ -972,20 +986,24 @@ static inline __attribute__((always_inline)) void prefetch_ahead(const fq_sched 
     const fq_tenant *nx = t->next;
     if (!nx)
         return;
-    __builtin_prefetch(nx->qhead ? nx->qhead : nx->hr);
-    if (nx->hl) {                       /* a lane may straddle two lines */
-        __builtin_prefetch(nx->hl);
-        __builtin_prefetch((const char *)(nx->hl + 1) - 1);
-    }
+    __builtin_prefetch(head_run(nx));
     const fq_tenant *n2 = nx->next;
     if (!n2)
         return;
-    uintptr_t a = (uintptr_t)n2, end = (uintptr_t)&n2->seq;
-    if (s->o.nclasses > 1 || s->o.max_subtenants)
-        end = (uintptr_t)(n2 + 1) + sizeof(struct tenant_lanes) +
-              s->nclasses * sizeof(struct class_ring);
-    for (a &= ~(uintptr_t)63; a < end; a += 64)
-        __builtin_prefetch((const void *)a);
+    if (!(s->o.nclasses > 1 || s->o.max_subtenants)) {
+        prefetch_range((uintptr_t)n2, (uintptr_t)&n2->seq);
+        return;
+    }
+    if (n2->hl) {                       /* a lane may straddle two lines */
+        __builtin_prefetch(n2->hl);
+        __builtin_prefetch((const char *)(n2->hl + 1) - 1);
+        __builtin_prefetch(sub_of_lane(n2->hl, n2->hc));
+    }
+    const fq_tenant *n3 = n2->next;
+    if (!n3)
+        return;
+    prefetch_range((uintptr_t)n3, (uintptr_t)(n3 + 1) + sizeof(struct tenant_lanes) +
+                                      s->nclasses * sizeof(struct class_ring));
 }
 
 /* Put a tenant that has queued runs and a free slot back into service, as of
@@ -1583,11 +1601,12 @@ fq_status fq_sched_enqueue_sub(fq_run **out, fq_sched *s, fq_tenant *t, const ch
                   .hnode = r->hnode};   /* with caller_runs, the caller's index's */
     if (lanes) {
         lane_add(x, u, cls, r);
-        /* The head lane changes only to this one, which is hot. */
-        fq_lane *hl = lane_pick(&x->ring[class_pick(t)]);
+        /* The head lane changes only to this one. */
+        uint32_t hc = class_pick(t);
+        fq_lane *hl = lane_pick(&x->ring[hc]);
         if (hl != t->hl) {
             t->hl = hl;
-            t->hr = hl->qhead;
+            t->hc = hc;
         }
     } else {
         if (t->qtail)
