@@ -3713,15 +3713,37 @@ static void lg_release_journal(fq_ledger *l, lg_part *pp)
         l->jlast = NULL;
 }
 
-void fq_ledger_release(fq_ledger *l, uint32_t part, uint64_t now, int64_t now_ms)
+/* Forget x, a run of a partition let go (the scheduler let go of it
+ * already): its submit's hold, its indexes; a dispatch still unanswered
+ * keeps it in gone until its answer comes. */
+static void lg_release_forget(fq_ledger *l, lg_part *pp, lg_run *x)
 {
-    l->now = now;
-    l->now_ms = now_ms;
-    if (part >= l->nparts || l->parts[part].state == LG_PART_FREE)
-        return;
-    lg_part *pp = &l->parts[part];
-    lg_release_journal(l, pp);
-    lg_release_loaded(l, part);
+    lg_state(l, x, LG_DONE);
+    if (x->in_seq) {
+        lg_unhold(l, x);
+        lg_held(l, x->lt, false);
+        lg_seq_del(l, x);
+    }
+    lg_key_del(l, x);
+    x->resent = false;
+    if (!x->pending) {
+        lg_maybe_free(l, x);
+    } else if (fq_u64map_reserve(l->gone) == FQ_OK) {
+        /* Its dispatch is unanswered: freed when it is. */
+        fq_u64map_insert(l->gone, &x->run.hnode);
+        pp->gone++;
+    } else {
+        x->pending = 0;     /* out of memory: its answer finds nothing */
+        lg_maybe_free(l, x);
+    }
+}
+
+/* Let go of part's runs: the scheduler forgets the dispatched ones and
+ * clears the queued ones (their submits naked, counted in *naked), then
+ * the ledger forgets those its indexes hold. Returns the dispatched runs
+ * let go. */
+static uint64_t lg_release_runs(fq_ledger *l, lg_part *pp, uint32_t part, uint64_t *naked)
+{
     lg_releasing r = {l, part, 0};
     uint64_t let_go = 0;
     if (!lg_release_collect(l, part))
@@ -3733,28 +3755,37 @@ void fq_ledger_release(fq_ledger *l, uint32_t part, uint64_t now, int64_t now_ms
             let_go++;
     }
     fq_sched_clear(l->o.sched, lg_release_which, lg_release_queued, &r);
-    for (size_t i = 0; i < l->nscratch; i++) {
-        lg_run *x = l->scratch[i];
-        lg_state(l, x, LG_DONE);
-        if (x->in_seq) {
-            lg_unhold(l, x);
-            lg_held(l, x->lt, false);
-            lg_seq_del(l, x);
-        }
-        lg_key_del(l, x);
-        x->resent = false;
-        if (!x->pending) {
-            lg_maybe_free(l, x);
-        } else if (fq_u64map_reserve(l->gone) == FQ_OK) {
-            /* Its dispatch is unanswered: freed when it is. */
-            fq_u64map_insert(l->gone, &x->run.hnode);
-            pp->gone++;
-        } else {
-            x->pending = 0;     /* out of memory: its answer finds nothing */
-            lg_maybe_free(l, x);
-        }
-    }
+    for (size_t i = 0; i < l->nscratch; i++)
+        lg_release_forget(l, pp, l->scratch[i]);
     l->nscratch = 0;
+    *naked = r.naked;
+    return let_go;
+}
+
+/* Count a release of part and tell of it. */
+static void lg_released(fq_ledger *l, uint32_t part, uint64_t naked, uint64_t let_go)
+{
+    l->c.parts_released++;
+    l->c.released_queued += naked;
+    l->c.released_dispatched += let_go;
+    fq_ledger_act *a = lg_note(l, FQ_LNOTE_PART_RELEASED);
+    if (a) {
+        a->part = part;
+        a->n = naked;
+        a->n2 = let_go;
+    }
+}
+
+void fq_ledger_release(fq_ledger *l, uint32_t part, uint64_t now, int64_t now_ms)
+{
+    l->now = now;
+    l->now_ms = now_ms;
+    if (part >= l->nparts || l->parts[part].state == LG_PART_FREE)
+        return;
+    lg_part *pp = &l->parts[part];
+    lg_release_journal(l, pp);
+    lg_release_loaded(l, part);
+    uint64_t naked = 0, let_go = lg_release_runs(l, pp, part, &naked);
     lg_release_tenants(l, part);
     lg_release_deliveries(l, part);
     /* Let go only now: its naks above went to its consumer; from here on
@@ -3762,15 +3793,7 @@ void fq_ledger_release(fq_ledger *l, uint32_t part, uint64_t now, int64_t now_ms
     pp->state = LG_PART_FREE;
     lg_journal_check_part(l, pp);
     lg_pause_check(l);
-    l->c.parts_released++;
-    l->c.released_queued += r.naked;
-    l->c.released_dispatched += let_go;
-    fq_ledger_act *a = lg_note(l, FQ_LNOTE_PART_RELEASED);
-    if (a) {
-        a->part = part;
-        a->n = r.naked;
-        a->n2 = let_go;
-    }
+    lg_released(l, part, naked, let_go);
 }
 
 void fq_ledger_part_stats_get(fq_ledger_part_stats *out, const fq_ledger *l, uint32_t part)
