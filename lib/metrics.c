@@ -613,7 +613,12 @@ const fq_overall_row fq_overall_rows[] = {
        "Longest round trip of an ownership key renewal since start."),
     OV(PARTS, parts, "partition_queued_runs", "fairq_partition_queued_runs", NULL,
        "Runs queued in memory by the tenants of each partition this replica owns (at the "
-       "last pass over the tenants)."),
+       "last pass over the tenants); not those still in the submit stream: "
+       "fairq_partition_backlog_runs counts them all."),
+    OV(PARTS, parts_backlog, "partition_backlog_runs", "fairq_partition_backlog_runs", NULL,
+       "Submits of each partition this replica owns not dispatched yet: not fetched, queued "
+       "in memory, or given back (its submit consumer's num_pending plus num_ack_pending, "
+       "as the server last answered; asked about once a second)."),
     OV(RATE, dispatch_rate, "dispatch_rate", NULL, NULL, "Runs dispatched a second, smoothed."),
     OV(RATE, dispatch_token_rate, "dispatch_token_rate", NULL, NULL,
        "Estimated tokens dispatched a second, smoothed."),

@@ -134,7 +134,8 @@ void fq_metrics_render_ready(fq_buf *out, enum fq_ready_reason r, uint64_t lease
 
 /* Partitions labelled at most: a replica owns no more (lib/proxy.c's
  * PX_PARTS_MAX, natsio's consumers; docs/partitions.md), so the series of
- * fairq_partition_queued_runs are bounded by 128 whatever P is. */
+ * fairq_partition_queued_runs and _backlog_runs are bounded by 128
+ * whatever P is. */
 #define FQ_METRICS_PARTS 128
 
 /* Each partition's backlog, for the partitions this replica owns. */
@@ -246,6 +247,9 @@ typedef struct fq_metrics_overall {
                                        refused unread */
     uint64_t max_payload;           /* the server's, in bytes; 0: not known yet */
     fq_metrics_parts parts;         /* gauge by partition owned; their sum in the stats */
+    fq_metrics_parts parts_backlog; /* gauge by partition owned: in queued, its submit
+                                       consumer's num_pending + num_ack_pending; their sum
+                                       in the stats */
 } fq_metrics_overall;
 
 /* How a value of fq_metrics_overall is stored and written. */

@@ -1271,6 +1271,25 @@ fq_status fq_explain_req_parse(fq_explain_req *out, const void *body, size_t len
     return st;
 }
 
+fq_status fq_consumer_info_parse(uint64_t *pending, uint64_t *ack_pending, const void *body,
+                                 size_t len)
+{
+    bool nul = false;
+    const char *why = NULL;
+    cJSON *root = fq_msg_object(body, len, &nul, &why);
+    const cJSON *np = cJSON_GetObjectItemCaseSensitive(root, "num_pending");
+    const cJSON *ap = cJSON_GetObjectItemCaseSensitive(root, "num_ack_pending");
+    fq_status st = FQ_EINVAL;
+    if (cJSON_IsNumber(np) && cJSON_IsNumber(ap) && np->valuedouble >= 0 &&
+        ap->valuedouble >= 0 && np->valuedouble < 1e18 && ap->valuedouble < 1e18) {
+        *pending = (uint64_t)np->valuedouble;
+        *ack_pending = (uint64_t)ap->valuedouble;
+        st = FQ_OK;
+    }
+    fq_msg_release(root);
+    return st;
+}
+
 /* A string member of a JWT's claims into dst (cut to fit); "" if absent. */
 static bool fq_jwt_str(char *dst, size_t cap, const cJSON *obj, const char *name)
 {

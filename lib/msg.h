@@ -221,6 +221,13 @@ typedef struct fq_explain_req {
 fq_status fq_explain_req_parse(fq_explain_req *out, const void *body, size_t len, char *err,
                                size_t errlen);
 
+/* The counts of a JetStream consumer info answer ($JS.API.CONSUMER.INFO):
+ * messages its filter matches not delivered yet (num_pending) and
+ * delivered but not acked (num_ack_pending). FQ_EINVAL: not such an
+ * answer (an error answer, a consumer gone). */
+fq_status fq_consumer_info_parse(uint64_t *pending, uint64_t *ack_pending, const void *body,
+                                 size_t len);
+
 /* The claims of a NATS JWT (nats-io/jwt v2) that say whose it is, who
  * signed it and when it is valid: read from a credentials file to say why
  * a server refused it (lib/creds.c). */

@@ -1699,6 +1699,24 @@ fq_status fq_nio_consume_term(fq_nio *n, int id, uint64_t term)
     return FQ_OK;
 }
 
+fq_status fq_nio_consumer_info_ask(fq_nio *n, int id, const char *reply)
+{
+    if (id < 0 || id >= FQ_NIO_MAX_CONSUMERS)
+        return FQ_EINVAL;
+    pthread_mutex_lock(&n->mu);
+    nio_cwant w = n->cons[id].want;
+    pthread_mutex_unlock(&n->mu);
+    if (!w.on)
+        return FQ_EINVAL;
+    char name[NIO_NAME_CAP + FQ_U64_DEC_MAX + 1], subject[NIO_SUBJECT_CAP];
+    nio_consumer_name(name, sizeof name, w.durable, w.term);
+    int k = snprintf(subject, sizeof subject, "$JS.API.CONSUMER.INFO.%s.%s", w.stream, name);
+    if (k < 0 || (size_t)k >= sizeof subject)
+        return FQ_EINVAL;
+    natsStatus s = natsConnection_PublishRequest(n->nc, subject, reply, NULL, 0);
+    return s == NATS_OK ? FQ_OK : FQ_EIO;
+}
+
 /* Drop the MSG events of consumer id still queued. Under mu. */
 static void nio_purge_locked(fq_nio *n, int id)
 {

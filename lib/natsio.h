@@ -353,6 +353,11 @@ void fq_nio_sub_stats_get(fq_nio_sub_stats *out, fq_nio *n, int id);
 /* End subscription id (it may be subscribed again). FQ_EINVAL if none. */
 fq_status fq_nio_unsubscribe(fq_nio *n, int id);
 #endif
+/* Ask the server about consumer id (its current name: durable and
+ * term), the answer, $JS.API.CONSUMER.INFO's JSON, to come on reply, a
+ * subject the caller listens to (fq_consumer_info_parse reads its
+ * counts). Owner thread. FQ_EINVAL: not consuming; FQ_EIO: not sent. */
+fq_status fq_nio_consumer_info_ask(fq_nio *n, int id, const char *reply);
 /* Reply to a request (core NATS publish to its reply subject). FQ_EINVAL:
  * the request has no reply subject; FQ_ETOOBIG: len exceeds max_payload;
  * FQ_EIO: the publish failed otherwise. */

@@ -81,7 +81,8 @@
 #define PX_SUB_SHARE 2              /* <share>: replicas' heartbeats (window.share) */
 #define PX_SUB_REPLICA 3            /* P > 1: <admin>.replica.<id>.>, this replica's own */
 #define PX_SUB_RELOAD 4             /* P > 1: <admin>.reload, on every replica (deployment-wide) */
-#define PX_SUB_FWD 5                /* P > 1: <fwd_prefix>.*, answers to requests handed on */
+#define PX_SUB_FWD 5                /* <fwd_prefix>.*: answers to requests this replica sent,
+                                       handed on (P > 1) or consumer infos */
 #define PX_FWD_MAX FQ_ADMIN_QUEUED  /* requests handed on awaiting their answer, at most */
 #define PX_FWD_WAIT_MS 2000         /* ... each this long, then answered with why not */
 #define PX_ADMIN_QUEUE "fairq-admin" /* P > 1: the queue group of <admin>.> and <explain>.* */
@@ -207,7 +208,8 @@ struct fq_proxy {
     char submit_filter[256], done_filter[256], rejected_filter[256], admin_filter[256];
     char explain_filter[256];   /* <explain>.* */
     char replica_prefix[256];   /* <admin>.replica.<id>, this replica's admin subjects */
-    char fwd_prefix[300];       /* P > 1: <inbox prefix>.fwd.<id>, answers to requests handed on */
+    char fwd_prefix[300];       /* <inbox prefix>.fwd.<id>: answers to requests handed on
+                                   (.<seq>) and to consumer infos (.c<k>) */
     px_fwd fwd[PX_FWD_MAX];     /* requests handed on, awaiting their answer */
     uint64_t fwd_seq;           /* the last handed on */
     size_t nfwd;                /* slots of fwd in use */
@@ -268,6 +270,8 @@ struct fq_proxy {
     uint64_t part_term[PX_PARTS_MAX];  /* the term partition k's consumers carry; 0: not ours */
     uint64_t part_fill[PX_PARTS_MAX];  /* runs queued by partition, summed by the pass under way */
     uint64_t part_queued[PX_PARTS_MAX]; /* ... by the last pass done (fairq_partition_queued_runs) */
+    uint64_t part_backlog[PX_PARTS_MAX]; /* its submit consumer's num_pending + num_ack_pending,
+                                   as last answered (fairq_partition_backlog_runs) */
     /* P > 1, what the ownership said, done at the next turn (px_parts_apply) */
     uint64_t part_want[PX_PARTS_MAX];  /* gained at this term, not adopted yet; 0: none */
     uint64_t part_loading[PX_PARTS_MAX]; /* adopted at this term: marker, then read back */
@@ -1424,6 +1428,8 @@ static void px_overall(fq_metrics_overall *a, fq_proxy *p)
     for (uint32_t k = 0; k < px_parts(p) && k < PX_PARTS_MAX; k++) {
         a->parts.owned[k] = p->part_term[k] != 0;
         a->parts.queued[k] = p->part_queued[k];
+        a->parts_backlog.owned[k] = p->part_term[k] != 0;
+        a->parts_backlog.queued[k] = p->part_backlog[k];
     }
 }
 
@@ -1756,6 +1762,33 @@ static bool px_admin_forward(fq_proxy *p, fq_nio_msg **req, const char *tenant, 
     return true;
 }
 
+/* Ask each owned partition's submit consumer for its counts, once a pass
+ * over the tenants (about a second): the partition's whole backlog in FAIR_SUBMIT, which
+ * the runs held in memory (part_queued) are only part of. The answers
+ * come on <fwd_prefix>.c<k> (px_backlog_answer). */
+static void px_backlog_ask(fq_proxy *p)
+{
+    char reply[sizeof p->fwd_prefix + 16];
+    for (uint32_t k = 0; p->connected && k < px_parts(p) && k < PX_PARTS_MAX; k++) {
+        if (!p->part_term[k])
+            continue;
+        snprintf(reply, sizeof reply, "%s.c%" PRIu32, p->fwd_prefix, k);
+        fq_nio_consumer_info_ask(p->nio, PX_CONS_ID(PX_CONS_SUBMIT, k), reply);
+    }
+}
+
+/* Partition k's consumer info answered: its backlog, not yet dispatched
+ * (not delivered, or delivered and not acked). An error answer (a
+ * consumer being replaced) changes nothing. */
+static void px_backlog_answer(fq_proxy *p, uint32_t k, const fq_nio_msg *m)
+{
+    uint64_t pending = 0, unacked = 0;
+    if (k < PX_PARTS_MAX && p->part_term[k] &&
+        fq_consumer_info_parse(&pending, &unacked, fq_nio_msg_data(m), fq_nio_msg_len(m)) ==
+            FQ_OK)
+        p->part_backlog[k] = pending + unacked;
+}
+
 /* Answer a request handed on with data, and let it go. */
 static void px_fwd_end(fq_proxy *p, px_fwd *f, const char *data, size_t len)
 {
@@ -1779,14 +1812,20 @@ static size_t px_fwd_why(char *buf, size_t cap, const fq_proxy *p, const px_fwd 
 
 /* An answer on <fwd_prefix>.<seq>: relayed to the request handed on as
  * seq, if it still waits (an empty one is the server's "no responders":
- * the holder is gone). */
+ * the holder is gone); on <fwd_prefix>.c<k>: partition k's consumer info. */
 static void px_fwd_answer(fq_proxy *p, const fq_nio_msg *m)
 {
     const char *subject = fq_nio_msg_subject(m);
     size_t pl = strlen(p->fwd_prefix);
     char *end = NULL;
-    uint64_t seq = strncmp(subject, p->fwd_prefix, pl) == 0 && subject[pl] == '.'
-                   ? strtoull(subject + pl + 1, &end, 10) : 0;
+    bool ours = strncmp(subject, p->fwd_prefix, pl) == 0 && subject[pl] == '.';
+    if (ours && subject[pl + 1] == 'c') {   /* a consumer info: .c<k> */
+        unsigned long k = strtoul(subject + pl + 2, &end, 10);
+        if (!*end)
+            px_backlog_answer(p, (uint32_t)k, m);
+        return;
+    }
+    uint64_t seq = ours ? strtoull(subject + pl + 1, &end, 10) : 0;
     for (size_t i = 0; seq && end && !*end && i < PX_FWD_MAX; i++) {
         px_fwd *f = &p->fwd[i];
         if (!f->req || f->seq != seq)
@@ -1915,9 +1954,6 @@ static void px_metrics_tenant(fq_proxy *p, const px_tenant *t, const fq_tenant_i
     } else {
         memset(m, 0, sizeof *m);
     }
-    uint32_t k = fq_ledger_part_of(p->ledger, t->id);
-    if (k < PX_PARTS_MAX)
-        p->part_fill[k] += ti->queued;
     fq_metrics_tenant_set_info(m, ti, now, 1e-3);
     fq_str_copy(m->plan, sizeof m->plan, t->plan);
     m->source = t->source;
@@ -1933,8 +1969,6 @@ static void px_metrics_tenant(fq_proxy *p, const px_tenant *t, const fq_tenant_i
  * then becomes the waiting one. */
 static void px_metrics_publish(fq_proxy *p)
 {
-    memcpy(p->part_queued, p->part_fill, sizeof p->part_queued);
-    memset(p->part_fill, 0, sizeof p->part_fill);
     px_overall(&fq_probes_filling(p->probes)->all, p);
     fq_probes_publish(p->probes);
 }
@@ -2120,6 +2154,11 @@ static void px_sweep(fq_proxy *p, uint64_t now)
         fq_sweep_node *n = fq_sweep_next(&p->sweep);
         if (!n) {
             px_warn_old_queues_end(p);
+            /* each partition's queued runs and backlog for the stats too,
+             * with or without /metrics */
+            memcpy(p->part_queued, p->part_fill, sizeof p->part_queued);
+            memset(p->part_fill, 0, sizeof p->part_fill);
+            px_backlog_ask(p);
             if (p->http)
                 px_metrics_publish(p);
             return;
@@ -2128,7 +2167,12 @@ static void px_sweep(fq_proxy *p, uint64_t now)
         fq_tenant_info ti;
         fq_tenant_info_get(t->t, &ti);
         px_warn_old_queue(p, t, &ti, now);
-        if (!px_forget_idle(p, t, &ti, now) && p->http)
+        if (px_forget_idle(p, t, &ti, now))
+            continue;
+        uint32_t k = fq_ledger_part_of(p->ledger, t->id);
+        if (k < PX_PARTS_MAX)
+            p->part_fill[k] += ti.queued;
+        if (p->http)
             px_metrics_tenant(p, t, &ti, now);
     }
 }
@@ -2218,6 +2262,7 @@ static void px_part_lose(fq_proxy *p, uint32_t k)
     fq_nio_consume_stop(p->nio, sid, true);
     fq_nio_consume_stop(p->nio, did, true);
     p->part_term[k] = 0;
+    p->part_backlog[k] = 0;
     p->consumer_ok[sid] = p->consumer_ok[did] = false;
     size_t kept = 0;
     for (size_t i = 0; i < p->nheld_ev; i++) {
@@ -2677,6 +2722,15 @@ static size_t px_drain(fq_proxy *p, int timeout_ms)
     return n;
 }
 
+/* Answers to the requests this replica sends itself: requests handed on
+ * (P > 1) and its consumers' infos (px_backlog_ask). */
+static fq_status px_fwd_listen(fq_proxy *p)
+{
+    char fwd[sizeof p->fwd_prefix + 2];
+    snprintf(fwd, sizeof fwd, "%s.*", p->fwd_prefix);
+    return fq_nio_listen(p->nio, PX_SUB_FWD, fwd, PX_FWD_MAX + PX_PARTS_MAX);
+}
+
 /*
  * P > 1: the admin plane across replicas. Every replica subscribes to
  * <admin>.> and <explain>.* in one queue group, so that one of them
@@ -2706,10 +2760,8 @@ static fq_status px_admin_start(fq_proxy *p)
     if (s == FQ_OK)
         s = fq_nio_subscribe(p->nio, PX_SUB_RELOAD, reload, FQ_ADMIN_QUEUED,
                              fq_admin_busy_queued);
-    char fwd[sizeof p->fwd_prefix + 2];
-    snprintf(fwd, sizeof fwd, "%s.*", p->fwd_prefix);
     if (s == FQ_OK)
-        s = fq_nio_listen(p->nio, PX_SUB_FWD, fwd, PX_FWD_MAX);
+        s = px_fwd_listen(p);
     return s;
 }
 
@@ -2735,6 +2787,8 @@ static fq_status px_start_consumers(fq_proxy *p)
     if (s == FQ_OK)
         s = fq_nio_subscribe(p->nio, PX_SUB_EXPLAIN, p->explain_filter, FQ_ADMIN_QUEUED,
                              fq_admin_busy_queued);
+    if (s == FQ_OK)
+        s = px_fwd_listen(p);
     if (s == FQ_OK)
         s = px_share_start(p);
     /* Once the proxy says it runs, the server has its admin subscription:

@@ -234,12 +234,58 @@ static void test_given_back_runs_come_again(void **state)
     cJSON_Delete(j);
 }
 
+/* A partition's backlog is what its submit consumer has not had acked,
+ * as the server counts it: with the buffer full and fetching paused the
+ * runs held in memory (partition_queued_runs, at most max_buffered_runs)
+ * are a few of t0's, fairq_partition_backlog_runs all of them not yet
+ * dispatched; once the workers complete them it is 0. */
+static void test_partition_backlog_counts_the_stream(void **state)
+{
+    pf_fixture *f = *state;
+    enum { RUNS = 400 };
+    char body[32];
+    for (int i = 0; i < RUNS; i++) {    /* a burst: fetched in batches, then paused */
+        snprintf(body, sizeof body, "{\"run_id\":\"r-%d\"}", i);
+        assert_int_equal(pt_submit_async(&f->c, "t0", body, strlen(body), NULL), 0);
+    }
+    assert_int_equal(pt_submit_flush(&f->c), 0);
+    cJSON *j = NULL;
+    long backlog = 0, queued = 0, inflight = 0;
+    for (long long end = nt_now_ms() + 20000; nt_now_ms() < end; nt_sleep_ms(100)) {
+        cJSON_Delete(j);
+        j = pf_stats(f, "", NULL);
+        backlog = pf_overall(j, "partition_backlog_runs");
+        queued = pf_overall(j, "partition_queued_runs");
+        inflight = pf_overall(j, "in_flight");
+        if (inflight == 3 && backlog + inflight == RUNS)
+            break;
+    }
+    cJSON_Delete(j);
+    print_message("t0's partition: %ld queued in memory, a backlog of %ld, %ld in flight, of "
+                  "%d\n", queued, backlog, inflight, RUNS);
+    assert_int_equal(inflight, 3);
+    assert_int_equal(backlog, RUNS - 3);
+    assert_true(queued > 0 && queued < backlog);    /* a few held in memory */
+    pt_worker_hold(f->w, false);
+    assert_int_equal(pt_worker_wait_completed(f->w, RUNS, 60000), 0);
+    for (long long end = nt_now_ms() + 10000; nt_now_ms() < end; nt_sleep_ms(100)) {
+        j = pf_stats(f, "", NULL);
+        backlog = pf_overall(j, "partition_backlog_runs");
+        cJSON_Delete(j);
+        if (!backlog)
+            break;
+    }
+    assert_int_equal(backlog, 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_partitioned_runs_served_forged_token_refused, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_given_back_runs_come_again, setup_small, teardown),
+        cmocka_unit_test_setup_teardown(test_partition_backlog_counts_the_stream, setup_small,
+                                        teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

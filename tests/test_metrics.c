@@ -612,7 +612,12 @@ static void test_partition_backlog(void **state)
     s->all.parts.owned[3] = s->all.parts.owned[127] = true;
     s->all.parts.queued[3] = 5;
     s->all.parts.queued[4] = 9;     /* not owned: not shown */
+    s->all.parts_backlog.owned[3] = s->all.parts_backlog.owned[127] = true;
+    s->all.parts_backlog.queued[3] = 5;
+    s->all.parts_backlog.queued[127] = 40;
     char *out = render(s);
+    assert_non_null(strstr(out, "# TYPE fairq_partition_backlog_runs gauge\n"));
+    assert_non_null(strstr(out, "\nfairq_partition_backlog_runs{partition=\"127\"} 40\n"));
     assert_non_null(strstr(out, "# TYPE fairq_partition_queued_runs gauge\n"));
     assert_non_null(strstr(out, "\nfairq_partition_queued_runs{partition=\"3\"} 5\n"));
     assert_non_null(strstr(out, "\nfairq_partition_queued_runs{partition=\"127\"} 0\n"));
@@ -620,7 +625,9 @@ static void test_partition_backlog(void **state)
     assert_null(strstr(out, "partition=\"0\""));
     for (size_t i = 0; i < fq_overall_nrows; i++)
         if (fq_overall_rows[i].kind == FQ_OV_PARTS)
-            assert_int_equal(fq_overall_u64(&fq_overall_rows[i], &s->all), 5);
+            assert_int_equal(fq_overall_u64(&fq_overall_rows[i], &s->all),
+                             strcmp(fq_overall_rows[i].stats_key, "partition_backlog_runs") == 0
+                                 ? 45 : 5);
     free(out);
     fq_metrics_snapshot_destroy(s);
 }

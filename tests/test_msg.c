@@ -1450,6 +1450,31 @@ static void test_stats_request(void **state)
     assert_int_equal(stats_req(&r, long_tenant, err), FQ_EINVAL);
 }
 
+/* A consumer info answer's counts; an error answer or garbage is none. */
+static void test_consumer_info_counts(void **state)
+{
+    (void)state;
+    const char ok[] = "{\"type\":\"io.nats.jetstream.api.v1.consumer_info_response\","
+                      "\"stream_name\":\"FAIR_SUBMIT\",\"name\":\"fairq-p9-4\","
+                      "\"delivered\":{\"consumer_seq\":262,\"stream_seq\":262},"
+                      "\"num_ack_pending\":259,\"num_redelivered\":0,\"num_waiting\":1,"
+                      "\"num_pending\":138}";
+    const char err[] = "{\"type\":\"io.nats.jetstream.api.v1.consumer_info_response\","
+                       "\"error\":{\"code\":404,\"err_code\":10014,"
+                       "\"description\":\"consumer not found\"}}";
+    uint64_t pending = 1, unacked = 1;
+    assert_int_equal(fq_consumer_info_parse(&pending, &unacked, ok, sizeof ok - 1), FQ_OK);
+    assert_int_equal(pending, 138);
+    assert_int_equal(unacked, 259);
+    pending = unacked = 7;
+    assert_int_equal(fq_consumer_info_parse(&pending, &unacked, err, sizeof err - 1), FQ_EINVAL);
+    assert_int_equal(fq_consumer_info_parse(&pending, &unacked, "", 0), FQ_EINVAL);
+    const char neg[] = "{\"num_pending\":-1,\"num_ack_pending\":2}";
+    assert_int_equal(fq_consumer_info_parse(&pending, &unacked, neg, sizeof neg - 1), FQ_EINVAL);
+    assert_int_equal(pending, 7);
+    assert_int_equal(unacked, 7);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1494,6 +1519,7 @@ int main(void)
         cmocka_unit_test(test_json_overflow),
         cmocka_unit_test(test_json_misuse),
         cmocka_unit_test(test_json_depth),
+        cmocka_unit_test(test_consumer_info_counts),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
