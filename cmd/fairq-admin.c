@@ -201,12 +201,18 @@ static int cmp_i64(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-int main(int argc, char **argv)
+/* What the command line says, flags first. */
+typedef struct admin_cli {
+    const char *url, *admin, *explain;
+    const char *replica;        /* --replica, or NULL */
+    long times, timeout_ms;     /* --time, --timeout */
+    bool all;                   /* --all */
+} admin_cli;
+
+/* The flags into a; optind is then at the request. -1: exit with *rc
+ * (--help, or a usage error said). */
+static int admin_flags(admin_cli *a, int *rc, int argc, char **argv)
 {
-    const char *url = NULL, *admin = FQ_SUBJECT_ADMIN, *explain = FQ_SUBJECT_EXPLAIN;
-    const char *replica = NULL;
-    long times = 1, timeout_ms = 2000;
-    bool all = false;
     enum { OPT_NATS = 256, OPT_ADMIN, OPT_TIME, OPT_INBOX, OPT_EXPLAIN, OPT_REPLICA, OPT_ALL,
            OPT_TIMEOUT };
     static const struct option longopts[] = {
@@ -223,100 +229,90 @@ int main(int argc, char **argv)
     };
     int opt;
     char *end;
+    *rc = 2;
     while ((opt = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
         switch (opt) {
-        case OPT_NATS: url = optarg; break;
-        case OPT_ADMIN: admin = optarg; break;
-        case OPT_EXPLAIN: explain = optarg; break;
+        case OPT_NATS: a->url = optarg; break;
+        case OPT_ADMIN: a->admin = optarg; break;
+        case OPT_EXPLAIN: a->explain = optarg; break;
         case OPT_REPLICA:
             if (!fq_owner_id_valid(optarg)) {
                 fprintf(stderr, PROG ": --replica: '%s' is not a replica id\n", optarg);
-                return 2;
+                return -1;
             }
-            replica = optarg;
+            a->replica = optarg;
             break;
         case OPT_INBOX:
             if (!fqc_inbox_prefix_set(PROG, optarg))
-                return 2;
+                return -1;
             break;
         case OPT_TIME:
-            times = strtol(optarg, &end, 10);
-            if (*end || times < 1 || times > 100000) {
+            a->times = strtol(optarg, &end, 10);
+            if (*end || a->times < 1 || a->times > 100000) {
                 fprintf(stderr, PROG ": --time: '%s' is not a count from 1 to 100000\n", optarg);
-                return 2;
+                return -1;
             }
             break;
-        case OPT_ALL: all = true; break;
+        case OPT_ALL: a->all = true; break;
         case OPT_TIMEOUT:
-            timeout_ms = strtol(optarg, &end, 10);
-            if (*end || timeout_ms < 1 || timeout_ms > 600000) {
+            a->timeout_ms = strtol(optarg, &end, 10);
+            if (*end || a->timeout_ms < 1 || a->timeout_ms > 600000) {
                 fprintf(stderr, PROG ": --timeout: '%s' is not ms from 1 to 600000\n", optarg);
-                return 2;
+                return -1;
             }
             break;
-        case 'h': usage(stdout); return 0;
-        default: usage(stderr); return 2;
+        case 'h': usage(stdout); *rc = 0; return -1;
+        default: usage(stderr); return -1;
         }
     }
-    bool is_explain = optind < argc && strcmp(argv[optind], "explain") == 0;
-    if (optind >= argc || argc - optind > 2 + is_explain || (is_explain && argc - optind < 2)) {
-        usage(stderr);
-        return 2;
-    }
-    const char *request = argv[optind], *body = optind + 1 < argc ? argv[optind + 1] : "";
-    /* stats --all, and reload of the whole deployment, ask every replica */
-    bool every = !replica && times == 1 && (all || strcmp(request, FQ_ADMIN_RELOAD) == 0);
-    if (all && (strcmp(request, FQ_ADMIN_STATS) != 0 || replica || times > 1 ||
-                optind + 1 < argc)) {
-        fprintf(stderr, PROG ": --all: only stats, without a body, --replica or --time\n");
-        return 2;
-    }
-    char subject[512], ebody[FQ_RUN_ID_MAX * 6 + 32] = "";
+    return 0;
+}
+
+/* Where request goes (into subject) and what it sends (*body; explain's
+ * is written into ebody): explain TENANT [RUN-ID] asks on the tenant's
+ * subject with the run id the body's one field (escaped: the proxy says
+ * what it thinks of it). 0, or 2 when the run id does not fit. */
+static int admin_target(char *subject, size_t cap, char *ebody, size_t ecap, const char **body,
+                        const admin_cli *a, const char *request, int argc, char **argv)
+{
     char prefix[300];
-    if (replica)    /* the replica's own subjects, explain's among them */
-        snprintf(prefix, sizeof prefix, "%s.replica.%s", admin, replica);
-    snprintf(subject, sizeof subject, "%s.%s", replica ? prefix : admin, request);
-    if (is_explain) {
-        /* explain TENANT [RUN-ID]: the tenant is the subject's last token,
-         * the run id the body's one field (escaped: the proxy says what
-         * it thinks of it). */
-        if (replica)
-            snprintf(subject, sizeof subject, "%s.explain.%s", prefix, argv[optind + 1]);
-        else
-            snprintf(subject, sizeof subject, "%s.%s", explain, argv[optind + 1]);
-        body = ebody;
-        if (optind + 2 < argc) {
-            fq_json w;
-            size_t n = 0;
-            fq_json_init(&w, ebody, sizeof ebody);
-            fq_json_begin_object(&w);
-            fq_json_key(&w, "run_id");
-            fq_json_string(&w, argv[optind + 2]);
-            fq_json_end_object(&w);
-            if (fq_json_finish(&w, &n) != FQ_OK) {
-                fprintf(stderr, PROG ": explain: the run id is too long\n");
-                return 2;
-            }
+    if (a->replica)     /* the replica's own subjects, explain's among them */
+        snprintf(prefix, sizeof prefix, "%s.replica.%s", a->admin, a->replica);
+    snprintf(subject, cap, "%s.%s", a->replica ? prefix : a->admin, request);
+    if (strcmp(request, "explain") != 0)
+        return 0;
+    if (a->replica)
+        snprintf(subject, cap, "%s.explain.%s", prefix, argv[optind + 1]);
+    else
+        snprintf(subject, cap, "%s.%s", a->explain, argv[optind + 1]);
+    *body = ebody;
+    if (optind + 2 < argc) {
+        fq_json w;
+        size_t n = 0;
+        fq_json_init(&w, ebody, ecap);
+        fq_json_begin_object(&w);
+        fq_json_key(&w, "run_id");
+        fq_json_string(&w, argv[optind + 2]);
+        fq_json_end_object(&w);
+        if (fq_json_finish(&w, &n) != FQ_OK) {
+            fprintf(stderr, PROG ": explain: the run id is too long\n");
+            return 2;
         }
     }
-    natsConnection *nc = NULL;
-    jsCtx *js = NULL;
-    natsStatus s = fqc_connect(&nc, &js, fqc_url(url), PROG, NULL, false);
-    if (s != NATS_OK) {
-        fqc_perror(PROG, "connect", s);
-        return 1;
-    }
-    if (every) {
-        int rc = ask_all(nc, admin, request, (int)timeout_ms);
-        fqc_disconnect(nc, js);
-        return rc;
-    }
+    return 0;
+}
+
+/* Ask subject times times; print the last reply, and with --time the
+ * answered ones' round trips. The exit status. */
+static int ask_times(natsConnection *nc, const char *subject, const char *body, long times)
+{
     int64_t *rtt = calloc((size_t)times, sizeof *rtt);
     if (!rtt) {
         fprintf(stderr, PROG ": out of memory\n");
         return 1;
     }
     natsMsg *reply = NULL;
+    natsStatus s = NATS_OK;
     long answered = 0;
     for (long i = 0; i < times; i++) {
         natsMsg_Destroy(reply);
@@ -340,6 +336,42 @@ int main(int argc, char **argv)
     }
     free(rtt);
     natsMsg_Destroy(reply);
+    return rc;
+}
+
+int main(int argc, char **argv)
+{
+    admin_cli a = {.admin = FQ_SUBJECT_ADMIN, .explain = FQ_SUBJECT_EXPLAIN, .times = 1,
+                   .timeout_ms = 2000};
+    int rc;
+    if (admin_flags(&a, &rc, argc, argv) != 0)
+        return rc;
+    bool is_explain = optind < argc && strcmp(argv[optind], "explain") == 0;
+    if (optind >= argc || argc - optind > 2 + is_explain || (is_explain && argc - optind < 2)) {
+        usage(stderr);
+        return 2;
+    }
+    const char *request = argv[optind], *body = optind + 1 < argc ? argv[optind + 1] : "";
+    /* stats --all, and reload of the whole deployment, ask every replica */
+    bool every = !a.replica && a.times == 1 && (a.all || strcmp(request, FQ_ADMIN_RELOAD) == 0);
+    if (a.all && (strcmp(request, FQ_ADMIN_STATS) != 0 || a.replica || a.times > 1 ||
+                  optind + 1 < argc)) {
+        fprintf(stderr, PROG ": --all: only stats, without a body, --replica or --time\n");
+        return 2;
+    }
+    char subject[512], ebody[FQ_RUN_ID_MAX * 6 + 32] = "";
+    if (admin_target(subject, sizeof subject, ebody, sizeof ebody, &body, &a, request, argc,
+                     argv) != 0)
+        return 2;
+    natsConnection *nc = NULL;
+    jsCtx *js = NULL;
+    natsStatus s = fqc_connect(&nc, &js, fqc_url(a.url), PROG, NULL, false);
+    if (s != NATS_OK) {
+        fqc_perror(PROG, "connect", s);
+        return 1;
+    }
+    rc = every ? ask_all(nc, a.admin, request, (int)a.timeout_ms)
+               : ask_times(nc, subject, body, a.times);
     fqc_disconnect(nc, js);
     return rc;
 }
