@@ -92,59 +92,112 @@ bool fq_jrec_valid(const fq_jrec *r, const char **why)
 
 /* ---- writing ------------------------------------------------------------ */
 
+/* The members of a record, by JR_*: their names, which each type must
+ * have and may have, and where each is in fq_jrec. Both the writer and the
+ * reader walk these. */
+enum { JR_ST, JR_T, JR_R, JR_W, JR_E, JR_D, JR_S, JR_DF, JR_AT, JR_U, JR_C, JR__N };
+static const char *const jr_member[JR__N] = {
+    [JR_ST] = "st", [JR_T] = "t", [JR_R] = "r", [JR_W] = "w", [JR_E] = "e",
+    [JR_D] = "d", [JR_S] = "s", [JR_DF] = "df", [JR_AT] = "at", [JR_U] = "u", [JR_C] = "c",
+};
+
+/* Which members each type must have (bit JR_*) and may have. */
+static const unsigned jr_required[] = {
+    [FQ_JREC_FLIGHT] = 1u << JR_T | 1u << JR_R | 1u << JR_E | 1u << JR_D | 1u << JR_S | 1u << JR_AT,
+    [FQ_JREC_DONE] = 1u << JR_T | 1u << JR_R | 1u << JR_S | 1u << JR_AT,
+    [FQ_JREC_DEBT] = 1u << JR_T | 1u << JR_DF | 1u << JR_AT,
+    [FQ_JREC_EXPIRED] = 1u << JR_T | 1u << JR_R | 1u << JR_E | 1u << JR_D | 1u << JR_S |
+                        1u << JR_AT,
+    [FQ_JREC_REFUSED] = 1u << JR_T | 1u << JR_S | 1u << JR_C | 1u << JR_AT,
+};
+static const unsigned jr_allowed[] = {
+    [FQ_JREC_FLIGHT] = 1u << JR_W,
+    [FQ_JREC_DONE] = 1u << JR_U,
+    [FQ_JREC_DEBT] = 0,
+    [FQ_JREC_EXPIRED] = 1u << JR_W,
+    [FQ_JREC_REFUSED] = 0,
+};
+
+/* The members that are a field of fq_jrec as it is: names, then numbers,
+ * each range-checked on reading in this order. */
+static const struct jr_name_member {
+    int k;                      /* JR_* */
+    size_t off, max;            /* where in fq_jrec, and its longest */
+    bool tenant;                /* a tenant id, not a run or workflow name */
+    const char *why;
+} jr_names[] = {
+    {JR_T, offsetof(fq_jrec, tenant), FQ_TENANT_MAX, true, "t: not a valid tenant id"},
+    {JR_R, offsetof(fq_jrec, run_id), FQ_RUN_ID_MAX, false, "r: not a valid run id"},
+    {JR_W, offsetof(fq_jrec, workflow), FQ_WORKFLOW_MAX, false, "w: not a valid workflow name"},
+};
+enum jr_width { JR_U32, JR_U64, JR_I64 };
+static const struct jr_num_member {
+    int k;                      /* JR_* */
+    int64_t lo, hi;             /* its range */
+    size_t off;                 /* where in fq_jrec */
+    enum jr_width width;        /* and of which type */
+    const char *why;
+} jr_nums[] = {
+    {JR_E, 1, UINT32_MAX, offsetof(fq_jrec, est), JR_U32, "e: not an integer from 1 to 2^32-1"},
+    {JR_D, 0, UINT32_MAX, offsetof(fq_jrec, declared), JR_U32,
+     "d: not an integer from 0 to 2^32-1"},
+    {JR_S, 0, FQ_JOURNAL_MAX_INT, offsetof(fq_jrec, seq), JR_U64,
+     "s: not an integer from 0 to 2^53"},
+    {JR_DF, FQ_JOURNAL_MIN_DEFICIT, 0, offsetof(fq_jrec, deficit), JR_I64,
+     "df: not an integer from -2^62 to 0"},
+    {JR_AT, 0, FQ_JOURNAL_MAX_INT, offsetof(fq_jrec, at_ms), JR_I64,
+     "at: not an integer from 0 to 2^53"},
+};
+
+/* The members in the order they are written. */
+static const int jr_write_order[] = {JR_ST, JR_T, JR_R, JR_W, JR_E, JR_D, JR_S, JR_DF, JR_C, JR_AT,
+                                     JR_U};
+
+/* Member k of r as JSON into w. */
+static void jr_put(fq_json *w, const fq_jrec *r, int k)
+{
+    fq_json_key(w, jr_member[k]);
+    switch (k) {
+    case JR_ST: fq_json_string(w, jr_type_name[r->type]); return;
+    case JR_C: fq_json_string(w, fq_status_code(r->refusal)); return;
+    case JR_U: fq_json_bool(w, true); return;
+    }
+    for (size_t i = 0; i < sizeof jr_names / sizeof *jr_names; i++)
+        if (jr_names[i].k == k)
+            fq_json_string(w, (const char *)r + jr_names[i].off);
+    for (size_t i = 0; i < sizeof jr_nums / sizeof *jr_nums; i++) {
+        const struct jr_num_member *n = &jr_nums[i];
+        const char *at = (const char *)r + n->off;
+        uint32_t u32;
+        uint64_t u64;
+        int64_t i64;
+        if (n->k != k)
+            continue;
+        switch (n->width) {
+        case JR_U32: memcpy(&u32, at, sizeof u32); fq_json_int(w, u32); break;
+        case JR_U64: memcpy(&u64, at, sizeof u64); fq_json_int(w, (int64_t)u64); break;
+        case JR_I64: memcpy(&i64, at, sizeof i64); fq_json_int(w, i64); break;
+        }
+    }
+}
+
 static const char jr_head[] = "{\"v\":1,\"entries\":[";
 
 fq_status fq_jbatch_append(fq_jbatch *b, const fq_jrec *r)
 {
     if (!fq_jrec_valid(r, NULL))
         return FQ_EINVAL;
+    /* what its type must have, a workflow if it has one, u if set */
+    unsigned has = 1u << JR_ST | jr_required[r->type] |
+                   (r->workflow[0] ? jr_allowed[r->type] & 1u << JR_W : 0) |
+                   (r->unconfirmed ? 1u << JR_U : 0);
     char e[512];        /* the longest record is about 330 bytes */
     fq_json w;
     fq_json_init(&w, e, sizeof e);
     fq_json_begin_object(&w);
-    fq_json_key(&w, "st");
-    fq_json_string(&w, jr_type_name[r->type]);
-    fq_json_key(&w, "t");
-    fq_json_string(&w, r->tenant);
-    switch (r->type) {
-    case FQ_JREC_FLIGHT:
-    case FQ_JREC_EXPIRED:
-        fq_json_key(&w, "r");
-        fq_json_string(&w, r->run_id);
-        if (r->workflow[0]) {
-            fq_json_key(&w, "w");
-            fq_json_string(&w, r->workflow);
-        }
-        fq_json_key(&w, "e");
-        fq_json_int(&w, r->est);
-        fq_json_key(&w, "d");
-        fq_json_int(&w, r->declared);
-        fq_json_key(&w, "s");
-        fq_json_int(&w, (int64_t)r->seq);
-        break;
-    case FQ_JREC_DONE:
-        fq_json_key(&w, "r");
-        fq_json_string(&w, r->run_id);
-        fq_json_key(&w, "s");
-        fq_json_int(&w, (int64_t)r->seq);
-        break;
-    case FQ_JREC_DEBT:
-        fq_json_key(&w, "df");
-        fq_json_int(&w, r->deficit);
-        break;
-    case FQ_JREC_REFUSED:
-        fq_json_key(&w, "s");
-        fq_json_int(&w, (int64_t)r->seq);
-        fq_json_key(&w, "c");
-        fq_json_string(&w, fq_status_code(r->refusal));
-        break;
-    }
-    fq_json_key(&w, "at");
-    fq_json_int(&w, r->at_ms);
-    if (r->unconfirmed) {
-        fq_json_key(&w, "u");
-        fq_json_bool(&w, true);
-    }
+    for (size_t i = 0; i < sizeof jr_write_order / sizeof *jr_write_order; i++)
+        if (has & 1u << jr_write_order[i])
+            jr_put(&w, r, jr_write_order[i]);
     fq_json_end_object(&w);
     size_t len = 0;
     if (fq_json_finish(&w, &len) != FQ_OK)
@@ -187,29 +240,6 @@ void fq_jbatch_free(fq_jbatch *b)
 
 /* ---- reading ------------------------------------------------------------ */
 
-enum { JR_ST, JR_T, JR_R, JR_W, JR_E, JR_D, JR_S, JR_DF, JR_AT, JR_U, JR_C, JR__N };
-static const char *const jr_member[JR__N] = {
-    [JR_ST] = "st", [JR_T] = "t", [JR_R] = "r", [JR_W] = "w", [JR_E] = "e",
-    [JR_D] = "d", [JR_S] = "s", [JR_DF] = "df", [JR_AT] = "at", [JR_U] = "u", [JR_C] = "c",
-};
-
-/* Which members each type must have (bit JR_*) and may have. */
-static const unsigned jr_required[] = {
-    [FQ_JREC_FLIGHT] = 1u << JR_T | 1u << JR_R | 1u << JR_E | 1u << JR_D | 1u << JR_S | 1u << JR_AT,
-    [FQ_JREC_DONE] = 1u << JR_T | 1u << JR_R | 1u << JR_S | 1u << JR_AT,
-    [FQ_JREC_DEBT] = 1u << JR_T | 1u << JR_DF | 1u << JR_AT,
-    [FQ_JREC_EXPIRED] = 1u << JR_T | 1u << JR_R | 1u << JR_E | 1u << JR_D | 1u << JR_S |
-                        1u << JR_AT,
-    [FQ_JREC_REFUSED] = 1u << JR_T | 1u << JR_S | 1u << JR_C | 1u << JR_AT,
-};
-static const unsigned jr_allowed[] = {
-    [FQ_JREC_FLIGHT] = 1u << JR_W,
-    [FQ_JREC_DONE] = 1u << JR_U,
-    [FQ_JREC_DEBT] = 0,
-    [FQ_JREC_EXPIRED] = 1u << JR_W,
-    [FQ_JREC_REFUSED] = 0,
-};
-
 static void jr_refuse(fq_jcounts *c, bool unknown, const char *why)
 {
     if (unknown)
@@ -243,38 +273,6 @@ static bool jr_name(char *dst, size_t max, const cJSON *v, bool tenant)
     memcpy(dst, v->valuestring, len + 1);
     return true;
 }
-
-/* The members read as they are, each range-checked, in the order they are
- * checked: names, then numbers. A member absent here is one its type does
- * not have (jr_required and jr_allowed said so already). */
-static const struct jr_name_member {
-    int k;                      /* JR_* */
-    size_t off, max;            /* where in fq_jrec, and its longest */
-    bool tenant;                /* a tenant id, not a run or workflow name */
-    const char *why;
-} jr_names[] = {
-    {JR_T, offsetof(fq_jrec, tenant), FQ_TENANT_MAX, true, "t: not a valid tenant id"},
-    {JR_R, offsetof(fq_jrec, run_id), FQ_RUN_ID_MAX, false, "r: not a valid run id"},
-    {JR_W, offsetof(fq_jrec, workflow), FQ_WORKFLOW_MAX, false, "w: not a valid workflow name"},
-};
-enum jr_width { JR_U32, JR_U64, JR_I64 };
-static const struct jr_num_member {
-    int k;                      /* JR_* */
-    int64_t lo, hi;             /* its range */
-    size_t off;                 /* where in fq_jrec */
-    enum jr_width width;        /* and of which type */
-    const char *why;
-} jr_nums[] = {
-    {JR_E, 1, UINT32_MAX, offsetof(fq_jrec, est), JR_U32, "e: not an integer from 1 to 2^32-1"},
-    {JR_D, 0, UINT32_MAX, offsetof(fq_jrec, declared), JR_U32,
-     "d: not an integer from 0 to 2^32-1"},
-    {JR_S, 0, FQ_JOURNAL_MAX_INT, offsetof(fq_jrec, seq), JR_U64,
-     "s: not an integer from 0 to 2^53"},
-    {JR_DF, FQ_JOURNAL_MIN_DEFICIT, 0, offsetof(fq_jrec, deficit), JR_I64,
-     "df: not an integer from -2^62 to 0"},
-    {JR_AT, 0, FQ_JOURNAL_MAX_INT, offsetof(fq_jrec, at_ms), JR_I64,
-     "at: not an integer from 0 to 2^53"},
-};
 
 /* v, checked against n's range, into its field of r. */
 static void jr_store(fq_jrec *r, const struct jr_num_member *n, int64_t v)
