@@ -324,11 +324,10 @@ static size_t entries(fq_share *s, const fq_share_local *me, bool tokens)
     return n;
 }
 
-void fq_share_tick(fq_share_limits *out, fq_share_beat *beat, fq_share *s,
-                   const fq_share_local *me, uint64_t now)
+/* Count the peers heard within max_age, forgetting those silent past
+ * forget (only while we hear ourselves: deaf, we cannot tell who is gone). */
+static void share_count_live(fq_share *s, bool heard, uint64_t now)
 {
-    bool heard = s->self_heard != NEVER && now - s->self_heard <= s->o.max_age;
-    bool starting = s->self_heard == NEVER || now < s->created + s->o.max_age;
     uint32_t live = 0;
     for (uint32_t i = 0; i < s->o.max_peers; i++) {
         peer *p = &s->peers[i];
@@ -341,6 +340,44 @@ void fq_share_tick(fq_share_limits *out, fq_share_beat *beat, fq_share *s,
             live++;
     }
     s->st.live = live;
+}
+
+/* l bounded by what this replica knows: alone and hearing itself, the
+ * whole window; starting, the reserve; cut off, an equal split at most.
+ * *br, *bt (borrowed) are zeroed when alone. */
+static void share_bound(fq_share_limits *l, uint64_t *br, uint64_t *bt, const fq_share *s,
+                        bool heard, bool starting)
+{
+    if (!starting && heard && !s->st.peers) {
+        /* alone, and hearing itself: the whole window, as without shares */
+        *l = (fq_share_limits){s->o.max_runs ? s->o.max_runs : FQ_SHARE_UNLIMITED,
+                               s->o.max_tokens ? s->o.max_tokens : FQ_SHARE_UNLIMITED,
+                               s->o.max_runs ? s->o.max_runs : FQ_SHARE_UNLIMITED,
+                               s->o.max_tokens ? s->o.max_tokens : FQ_SHARE_UNLIMITED};
+        *br = *bt = 0;
+    } else if (starting) {
+        /* it knows nothing of the others yet: the reserve, at least a run */
+        uint64_t r = s->o.reserve_runs ? s->o.reserve_runs : 1;
+        uint64_t t = s->o.reserve_tokens ? s->o.reserve_tokens : 1;
+        l->runs = l->runs < r ? l->runs : r;
+        l->tokens = l->tokens < t ? l->tokens : t;
+    } else if (!heard) {
+        /* cut off: the others may be taking their shares as they last
+         * said, or more; it takes an equal split at most */
+        uint64_t n = (uint64_t)s->st.peers + 1;
+        if (s->o.max_runs && l->runs > s->o.max_runs / n)
+            l->runs = s->o.max_runs / n;
+        if (s->o.max_tokens && l->tokens > s->o.max_tokens / n)
+            l->tokens = s->o.max_tokens / n;
+    }
+}
+
+void fq_share_tick(fq_share_limits *out, fq_share_beat *beat, fq_share *s,
+                   const fq_share_local *me, uint64_t now)
+{
+    bool heard = s->self_heard != NEVER && now - s->self_heard <= s->o.max_age;
+    bool starting = s->self_heard == NEVER || now < s->created + s->o.max_age;
+    share_count_live(s, heard, now);
     s->st.deaf = !heard || starting;
 
     fq_share_limits l = {FQ_SHARE_UNLIMITED, FQ_SHARE_UNLIMITED, FQ_SHARE_UNLIMITED,
@@ -358,28 +395,7 @@ void fq_share_tick(fq_share_limits *out, fq_share_beat *beat, fq_share *s,
                              me->round, &l.share_tokens, &bt);
 
     }
-    if (!starting && heard && !s->st.peers) {
-        /* alone, and hearing itself: the whole window, as without shares */
-        l = (fq_share_limits){s->o.max_runs ? s->o.max_runs : FQ_SHARE_UNLIMITED,
-                              s->o.max_tokens ? s->o.max_tokens : FQ_SHARE_UNLIMITED,
-                              s->o.max_runs ? s->o.max_runs : FQ_SHARE_UNLIMITED,
-                              s->o.max_tokens ? s->o.max_tokens : FQ_SHARE_UNLIMITED};
-        br = bt = 0;
-    } else if (starting) {
-        /* it knows nothing of the others yet: the reserve, at least a run */
-        uint64_t r = s->o.reserve_runs ? s->o.reserve_runs : 1;
-        uint64_t t = s->o.reserve_tokens ? s->o.reserve_tokens : 1;
-        l.runs = l.runs < r ? l.runs : r;
-        l.tokens = l.tokens < t ? l.tokens : t;
-    } else if (!heard) {
-        /* cut off: the others may be taking their shares as they last
-         * said, or more; it takes an equal split at most */
-        uint64_t n = (uint64_t)s->st.peers + 1;
-        if (s->o.max_runs && l.runs > s->o.max_runs / n)
-            l.runs = s->o.max_runs / n;
-        if (s->o.max_tokens && l.tokens > s->o.max_tokens / n)
-            l.tokens = s->o.max_tokens / n;
-    }
+    share_bound(&l, &br, &bt, s, heard, starting);
     if (out)
         *out = l;
     if (beat) {
