@@ -1169,19 +1169,19 @@ static uint32_t *trace_order(trace *t, const fq_scenario *sc)
     return map;
 }
 
-fq_status fq_scenario_read_trace(fq_scenario *sc, FILE *f, const char *name, char *err,
-                                 size_t errlen)
+/* The trace's lines into t: a header naming the columns, then a run a
+ * row; '#' lines and blank ones skipped. NULL, or why not, with *ln the
+ * line it stopped at. */
+static const char *trace_read_lines(trace *t, fq_scenario *sc, FILE *f, unsigned *ln)
 {
-    trace t = {0};
     int col[NCOLS];
     int have_header = 0;
     char *line = NULL;
     size_t cap = 0;
     ssize_t n;
-    unsigned ln = 0;
     const char *why = NULL;
     while (!why && (n = getline(&line, &cap, f)) >= 0) {
-        ln++;
+        (*ln)++;
         while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r'))
             line[--n] = '\0';
         if (n == 0 || line[0] == '#')
@@ -1190,14 +1190,50 @@ fq_status fq_scenario_read_trace(fq_scenario *sc, FILE *f, const char *name, cha
             why = trace_header(line, col);
             have_header = 1;
         } else {
-            why = trace_row(&t, sc, line, col, ln);
+            why = trace_row(t, sc, line, col, *ln);
         }
     }
     free(line);
     if (!why && ferror(f))
         why = "read error";
-    if (!why && !t.runs.n)
+    if (!why && !t->runs.n)
         why = "no runs";
+    return why;
+}
+
+/* sc takes what t read: its runs (in runs, sorted by time, their tenants
+ * renumbered by map), tenants and workflows, in place of its own. */
+static void trace_install(fq_scenario *sc, trace *t, fq_scenario_run *runs, const uint32_t *map,
+                          const char *name)
+{
+    qsort(t->runs.v, t->runs.n, sizeof(*t->runs.v), trace_cmp);
+    for (size_t i = 0; i < t->runs.n; i++) {
+        runs[i] = t->runs.v[i].r;
+        runs[i].tenant = map[runs[i].tenant];
+    }
+    free(sc->runs);
+    free(sc->tenants);
+    free(sc->workflows);
+    spec_free(sc->spec);
+    sc->spec = NULL;
+    sc->runs = runs;
+    sc->n_runs = t->runs.n;
+    sc->tenants = t->tenants;
+    sc->n_tenants = t->n_tenants;
+    sc->workflows = t->workflows;
+    sc->n_workflows = t->n_workflows;
+    name_from_path(sc->name, sizeof(sc->name), name);
+    if (!sc->duration)
+        sc->duration = runs[t->runs.n - 1].at + 1;
+    free(t->runs.v);
+}
+
+fq_status fq_scenario_read_trace(fq_scenario *sc, FILE *f, const char *name, char *err,
+                                 size_t errlen)
+{
+    trace t = {0};
+    unsigned ln = 0;
+    const char *why = trace_read_lines(&t, sc, f, &ln);
     fq_scenario_run *runs = why ? NULL : malloc(t.runs.n * sizeof(*runs));
     if (!why && !runs)
         why = "out of memory";
@@ -1213,27 +1249,8 @@ fq_status fq_scenario_read_trace(fq_scenario *sc, FILE *f, const char *name, cha
         trace_free(&t);
         return FQ_ENOMEM;
     }
-    qsort(t.runs.v, t.runs.n, sizeof(*t.runs.v), trace_cmp);
-    for (size_t i = 0; i < t.runs.n; i++) {
-        runs[i] = t.runs.v[i].r;
-        runs[i].tenant = map[runs[i].tenant];
-    }
+    trace_install(sc, &t, runs, map, name);
     free(map);
-    free(sc->runs);
-    free(sc->tenants);
-    free(sc->workflows);
-    spec_free(sc->spec);
-    sc->spec = NULL;
-    sc->runs = runs;
-    sc->n_runs = t.runs.n;
-    sc->tenants = t.tenants;
-    sc->n_tenants = t.n_tenants;
-    sc->workflows = t.workflows;
-    sc->n_workflows = t.n_workflows;
-    name_from_path(sc->name, sizeof(sc->name), name);
-    if (!sc->duration)
-        sc->duration = runs[t.runs.n - 1].at + 1;
-    free(t.runs.v);
     return FQ_OK;
 }
 
