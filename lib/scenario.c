@@ -787,18 +787,10 @@ static int tenants_unique(const fq_scenario *sc, char *err, size_t errlen, const
     return 1;
 }
 
-static fq_status build(fq_scenario **out, struct fq_scenario_spec *s, const char *where,
-                       char *err, size_t errlen)
+/* The scenario's numbers as the spec says, defaults kept where it says
+ * nothing. */
+static void build_settings(fq_scenario *sc, const struct fq_scenario_spec *s)
 {
-    char name[FQ_SCENARIO_NAME_MAX + 1];
-    if (s->name)
-        snprintf(name, sizeof(name), "%s", s->name);
-    else
-        name_from_path(name, sizeof(name), where);
-    fq_scenario *sc = scenario_alloc(name);
-    if (!sc)
-        return FQ_ENOMEM;
-    sc->spec = s;
     sc->seed = s->seed;
     sc->duration = (uint64_t)llround(s->duration_s * 1000.0);
     sc->horizon = (uint64_t)llround(s->horizon_s * 1000.0);
@@ -817,11 +809,11 @@ static fq_status build(fq_scenario **out, struct fq_scenario_spec *s, const char
     if (s->estimator.min_samples)
         sc->estimator.min_samples = s->estimator.min_samples;
     sc->estimator.percentile = s->estimator.percentile;
-    fq_status st = FQ_ENOMEM;
-    sc->plans = calloc(s->plans_count ? s->plans_count : 1, sizeof(*sc->plans));
-    sc->workflows = calloc(s->workflows_count, sizeof(*sc->workflows));
-    if (!sc->plans || !sc->workflows || build_tenants(sc, s) != FQ_OK)
-        goto fail;
+}
+
+/* The spec's plans into sc->plans (room for them made). */
+static void build_plans(fq_scenario *sc, const struct fq_scenario_spec *s)
+{
     for (unsigned i = 0; i < s->plans_count; i++) {
         fq_scenario_plan *p = &sc->plans[sc->n_plans++];
         snprintf(p->name, sizeof(p->name), "%s", s->plans[i].name);
@@ -833,6 +825,27 @@ static fq_status build(fq_scenario **out, struct fq_scenario_spec *s, const char
         p->prices = (fq_prices){s->plans[i].price_input, s->plans[i].price_output,
                                 s->plans[i].price_cached};
     }
+}
+
+static fq_status build(fq_scenario **out, struct fq_scenario_spec *s, const char *where,
+                       char *err, size_t errlen)
+{
+    char name[FQ_SCENARIO_NAME_MAX + 1];
+    if (s->name)
+        snprintf(name, sizeof(name), "%s", s->name);
+    else
+        name_from_path(name, sizeof(name), where);
+    fq_scenario *sc = scenario_alloc(name);
+    if (!sc)
+        return FQ_ENOMEM;
+    sc->spec = s;
+    build_settings(sc, s);
+    fq_status st = FQ_ENOMEM;
+    sc->plans = calloc(s->plans_count ? s->plans_count : 1, sizeof(*sc->plans));
+    sc->workflows = calloc(s->workflows_count, sizeof(*sc->workflows));
+    if (!sc->plans || !sc->workflows || build_tenants(sc, s) != FQ_OK)
+        goto fail;
+    build_plans(sc, s);
     for (unsigned i = 0; i < s->workflows_count; i++)
         snprintf(sc->workflows[sc->n_workflows++], FQ_WORKFLOW_MAX + 1, "%s",
                  s->workflows[i].name);
