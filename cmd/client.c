@@ -395,6 +395,40 @@ const char *fqc_last_token(const char *subject)
     return dot ? dot + 1 : subject;
 }
 
+/* One entry of a cost mix, "[workflow=]tokens[:weight]" in item (which
+ * it cuts up), into c's entry c->n (not counted yet) and *w. */
+static bool fqc_cost_entry(fqc_costs *c, double *w, char *item, uint32_t max_tokens, char *err,
+                           size_t errlen)
+{
+    char *name = NULL, *tok = item, *weight, *eq;
+    uint64_t t;
+    if ((eq = strchr(item, '=')) != NULL) {
+        *eq = '\0';
+        name = item;
+        tok = eq + 1;
+        if (!fq_msg_name_valid(name, strlen(name), FQ_WORKFLOW_MAX)) {
+            snprintf(err, errlen, "cost entry %d: the workflow name is not 1 to %d printable characters",
+                     c->n + 1, FQ_WORKFLOW_MAX);
+            return false;
+        }
+    }
+    if ((weight = strchr(tok, ':')) != NULL)
+        *weight++ = '\0';
+    if (!fqc_parse_u64(tok, 1, max_tokens, &t)) {
+        snprintf(err, errlen, "cost entry %d: tokens must be an integer from 1 to %u",
+                 c->n + 1, max_tokens);
+        return false;
+    }
+    if (weight && (!fqc_parse_double(weight, 0, INFINITY, w) || *w <= 0)) {
+        snprintf(err, errlen, "cost entry %d: the weight must be a positive number", c->n + 1);
+        return false;
+    }
+    c->tokens[c->n] = (uint32_t)t;
+    if (name)
+        memcpy(c->workflow[c->n], name, strlen(name) + 1);
+    return true;
+}
+
 bool fqc_costs_parse(fqc_costs *out, const char *spec, uint32_t max_tokens,
                      char *err, size_t errlen)
 {
@@ -410,8 +444,6 @@ bool fqc_costs_parse(fqc_costs *out, const char *spec, uint32_t max_tokens,
     }
     while (*p) {
         size_t len = strcspn(p, ",");
-        char *name = NULL, *tok = item, *weight, *eq;
-        uint64_t t;
         double w = 1;
 
         if (c.n == FQC_COSTS_MAX) {
@@ -429,30 +461,8 @@ bool fqc_costs_parse(fqc_costs *out, const char *spec, uint32_t max_tokens,
             snprintf(err, errlen, "the cost mix ends with a comma");
             return false;
         }
-        if ((eq = strchr(item, '=')) != NULL) {
-            *eq = '\0';
-            name = item;
-            tok = eq + 1;
-            if (!fq_msg_name_valid(name, strlen(name), FQ_WORKFLOW_MAX)) {
-                snprintf(err, errlen, "cost entry %d: the workflow name is not 1 to %d printable characters",
-                         c.n + 1, FQ_WORKFLOW_MAX);
-                return false;
-            }
-        }
-        if ((weight = strchr(tok, ':')) != NULL)
-            *weight++ = '\0';
-        if (!fqc_parse_u64(tok, 1, max_tokens, &t)) {
-            snprintf(err, errlen, "cost entry %d: tokens must be an integer from 1 to %u",
-                     c.n + 1, max_tokens);
+        if (!fqc_cost_entry(&c, &w, item, max_tokens, err, errlen))
             return false;
-        }
-        if (weight && (!fqc_parse_double(weight, 0, INFINITY, &w) || w <= 0)) {
-            snprintf(err, errlen, "cost entry %d: the weight must be a positive number", c.n + 1);
-            return false;
-        }
-        c.tokens[c.n] = (uint32_t)t;
-        if (name)
-            memcpy(c.workflow[c.n], name, strlen(name) + 1);
         total += w;
         c.cum[c.n++] = total;
     }
