@@ -555,6 +555,8 @@ struct dst_world {
     uint64_t last_disp[DST_TENANTS_MAX];    /* calm worlds: each tenant's last dispatch's seq */
     uint64_t n_late_again;      /* see oracle_stored */
     uint64_t n_marked;          /* stored again past the window, Fair-Possible-Duplicate */
+    uint64_t n_marked_all;      /* dispatches stored marked, first or not (the marks that
+                                   turned out needless are the most of them) */
     bool forgot_early;          /* a ledger forgot expired runs past max_expired */
     /* partitioned worlds: the owners' keys as the server keeps them (lib/owner's
        leases, modelled: a key ages out DST_LEASE_TTL after its owner's last renewal) */
@@ -798,6 +800,7 @@ static void oracle_stored(dst_world *w, const dst_proxy *p, const sj_puback *a)
                 char pd[8] = "";
                 bool marked = sj_msg_header(m, FQ_HDR_POSSIBLE_DUPLICATE, pd, sizeof pd) &&
                               strcmp(pd, "true") == 0;
+                w->n_marked_all += marked;
                 if (s->dispatched > 1 && marked &&
                     srv_now(w) - s->first_dispatch >= (int64_t)w->c.dup_window_ms) {
                     /* Sent again past the window by a ledger that knew its
@@ -3147,14 +3150,14 @@ static uint64_t world_run(uint64_t seed, uint64_t steps, bool trace, bool verbos
                " reconciled, %" PRIu64 " crashes, %" PRIu64 " server restarts, %" PRIu64
                " takeovers, %" PRIu64 " dispatches failed, %" PRIu64 " refused then dispatched, %" PRIu64
                " completed and dispatched again once forgotten, %" PRIu64
-               " marked possible duplicates, %" PRIu64
+               " marked possible duplicates (of %" PRIu64 " dispatches marked), %" PRIu64
                " given back, %" PRIu64 " quiet admitted into a full buffer\n",
                seed, n, n - start, (w->t - w->quiet_t) / 1000, w->c.calm ? "calm" : "faults",
                w->c.proxies, w->c.parts, w->n_part_takeovers, w->n_part_released, w->n_moves,
                w->nsubs,
                w->n_dispatch, w->n_refused, w->n_reconciled, w->n_crashes, w->n_restarts,
                w->n_takeovers, w->n_dispatch_failed, w->n_redecided,
-               w->n_late_again, w->n_marked, w->n_given_back,
+               w->n_late_again, w->n_marked, w->n_marked_all, w->n_given_back,
                w->n_quiet_in_full);
     if (verbose && w->c.calm)
         printf("  fairness: worst gap %.2f of the bound over %" PRIu64 " pair checks\n",
