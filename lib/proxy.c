@@ -1347,6 +1347,57 @@ static uint64_t px_share_dropped(fq_proxy *p)
 }
 
 /* The proxy as a whole now, for the stats reply and the metrics snapshot. */
+/* The overall figures the run ledger keeps: its counters and its state. */
+static void px_overall_ledger(fq_metrics_overall *a, const fq_ledger *l)
+{
+    const fq_ledger_counters *lc = fq_ledger_counters_get(l);
+    fq_ledger_stats ls;
+    fq_ledger_stats_get(&ls, l);
+    a->expired_leases = lc->expired;
+    a->buffered_runs = ls.held;
+    a->buffered_bytes = ls.buffered_bytes;
+    a->fetch_paused = ls.fetch_paused;
+    a->fetch_pauses = lc->fetch_pauses;
+    a->given_back_runs = ls.given_back;
+    a->given_back = lc->given_back;
+    a->given_back_lost = lc->given_back_lost;
+    a->invalid_subject_runs = lc->invalid_subject;
+    a->submitted_runs = lc->submitted;
+    a->redelivered_runs = lc->redelivered;
+    a->duplicates_acked = lc->duplicates_acked;
+    a->dispatched_runs = lc->dispatched;
+    a->dispatch_duplicates = lc->dispatch_duplicates;
+    a->adopted_runs = lc->adopted;
+    a->debts_forgiven = lc->debts_forgiven;
+    a->expired_forgotten_early = lc->expired_forgotten_early;
+    a->completion_copies_skipped = lc->completion_copies_skipped;
+    a->completions_deferred = lc->completions_deferred;
+    a->completions_early_applied = lc->completions_early_applied;
+    a->redispatched = lc->redispatched;
+    a->done_unconfirmed_resent = lc->done_unconfirmed_resent;
+    a->dispatch_unanswered = lc->dispatch_unanswered;
+    a->refusals_repeated = lc->refusals_repeated;
+    a->unowned = lc->unowned;
+    a->possible_duplicates = lc->possible_duplicates;
+    a->records_foreign = lc->records_foreign;
+    a->parts_adopted = lc->parts_adopted;
+    a->parts_released = lc->parts_released;
+    a->released_queued = lc->released_queued;
+    a->released_dispatched = lc->released_dispatched;
+    a->index_only_runs = ls.index_only;
+    a->body_reads = lc->body_reads;
+    a->body_lost = lc->body_lost;
+    a->completions[FQ_COMPLETION_HELD] = lc->completions;
+    a->completions[FQ_COMPLETION_UNHELD] = lc->completions_unheld;
+    a->completions[FQ_COMPLETION_DUPLICATE] = lc->completions_duplicate;
+    a->completions[FQ_COMPLETION_INVALID] = lc->completions_invalid;
+    a->completions[FQ_COMPLETION_UNKNOWN] = lc->completions_unknown;
+    a->publish_failures = lc->pub_failures;
+    a->refusals_unstored = lc->refusals_unstored;
+    a->dispatch_failures = lc->dispatch_failures;
+    memcpy(a->rejected_runs, lc->rejected, sizeof a->rejected_runs);
+}
+
 static void px_overall(fq_metrics_overall *a, fq_proxy *p)
 {
     fq_sched_stats ss;
@@ -1357,9 +1408,6 @@ static void px_overall(fq_metrics_overall *a, fq_proxy *p)
     ns.busy += xs.busy;
     ns.no_reply += xs.no_reply;
     const fq_admin_counters *ac = fq_admin_counters_get(p->admin);
-    const fq_ledger_counters *lc = fq_ledger_counters_get(p->ledger);
-    fq_ledger_stats ls;
-    fq_ledger_stats_get(&ls, p->ledger);
     fq_owner_stats os = {0};
     if (p->ld)
         fq_owner_stats_get(&os, fq_leader_owner(p->ld));
@@ -1367,46 +1415,16 @@ static void px_overall(fq_metrics_overall *a, fq_proxy *p)
         .in_flight_runs = ss.in_flight, .in_flight_tokens = ss.in_flight_tokens,
         .queued_runs = ss.queued, .queued_tokens = ss.queued_tokens, .tenants = ss.tenants,
         .active_tenants = ss.active, .window_runs = p->cfg.window.max_in_flight,
-        .window_tokens = p->cfg.window.max_in_flight_tokens,
-        .expired_leases = lc->expired, .buffered_runs = ls.held,
-        .buffered_bytes = ls.buffered_bytes, .fetch_paused = ls.fetch_paused,
-        .fetch_pauses = lc->fetch_pauses, .given_back_runs = ls.given_back,
-        .given_back = lc->given_back, .given_back_lost = lc->given_back_lost,
-        .nats_connected = p->connected,
-        .nats_reconnects = p->c.reconnects, .invalid_subject_runs = lc->invalid_subject,
-        .config_reloads = p->c.reloads, .config_reload_failures = p->c.reload_failures,
-        .lease_held = p->leader, .dispatch_rate = p->rate_runs,
-        .partitions_owned = os.owned, .partition_handovers = os.gained + os.lost,
-        .partitions_fenced = p->c.parts_fenced, .handovers_unsettled = p->c.handovers_unsettled,
+        .window_tokens = p->cfg.window.max_in_flight_tokens, .nats_connected = p->connected,
+        .nats_reconnects = p->c.reconnects, .config_reloads = p->c.reloads,
+        .config_reload_failures = p->c.reload_failures, .lease_held = p->leader,
+        .dispatch_rate = p->rate_runs, .partitions_owned = os.owned,
+        .partition_handovers = os.gained + os.lost, .partitions_fenced = p->c.parts_fenced,
+        .handovers_unsettled = p->c.handovers_unsettled,
         .lease_renew_seconds = (double)os.renew_ms_last / 1000.0,
         .lease_renew_max_seconds = (double)os.renew_ms_max / 1000.0,
         .dispatch_token_rate = p->rate_tokens, .completion_rate = p->rate_completed,
-        .actual_token_rate = p->rate_actual, .submitted_runs = lc->submitted,
-        .redelivered_runs = lc->redelivered, .duplicates_acked = lc->duplicates_acked,
-        .dispatched_runs = lc->dispatched,
-        .dispatch_duplicates = lc->dispatch_duplicates, .adopted_runs = lc->adopted,
-        .journal_refused_records = p->c.journal_refused,
-        .debts_forgiven = lc->debts_forgiven,
-        .expired_forgotten_early = lc->expired_forgotten_early,
-        .completion_copies_skipped = lc->completion_copies_skipped,
-        .completions_deferred = lc->completions_deferred,
-        .completions_early_applied = lc->completions_early_applied,
-        .redispatched = lc->redispatched,
-        .done_unconfirmed_resent = lc->done_unconfirmed_resent,
-        .dispatch_unanswered = lc->dispatch_unanswered,
-        .refusals_repeated = lc->refusals_repeated, .unowned = lc->unowned,
-        .possible_duplicates = lc->possible_duplicates,
-        .records_foreign = lc->records_foreign, .parts_adopted = lc->parts_adopted,
-        .parts_released = lc->parts_released, .released_queued = lc->released_queued,
-        .released_dispatched = lc->released_dispatched,
-        .index_only_runs = ls.index_only, .body_reads = lc->body_reads,
-        .body_lost = lc->body_lost,
-        .completions = {[FQ_COMPLETION_HELD] = lc->completions,
-                        [FQ_COMPLETION_UNHELD] = lc->completions_unheld,
-                        [FQ_COMPLETION_DUPLICATE] = lc->completions_duplicate,
-                        [FQ_COMPLETION_INVALID] = lc->completions_invalid,
-                        [FQ_COMPLETION_UNKNOWN] = lc->completions_unknown},
-        .publish_failures = lc->pub_failures, .refusals_unstored = lc->refusals_unstored,
+        .actual_token_rate = p->rate_actual, .journal_refused_records = p->c.journal_refused,
         .overrides_refused = p->c.overrides_refused,
         .subtenant_refused = p->c.subtenant_refused,
         .share_runs = p->share && p->share_lim.runs != FQ_SHARE_UNLIMITED ? p->share_lim.runs
@@ -1415,15 +1433,12 @@ static void px_overall(fq_metrics_overall *a, fq_proxy *p)
                         ? p->share_lim.tokens : 0,
         .share_peers = px_share_peers(p),
         .share_refused = p->c.share_refused + px_share_dropped(p),
-        .admin_forwarded = p->c.admin_forwarded,
-        .dispatch_failures = lc->dispatch_failures, .parked_tenants = ss.parked,
+        .admin_forwarded = p->c.admin_forwarded, .parked_tenants = ss.parked,
         .dispatch_stalled = fq_probes_stalled(p->probes, FQ_STALL_DISPATCH),
-        .admin_reply_failures = ac->reply_failures,
-        .admin_requests_busy = ac->busy + ns.busy,
-        .admin_requests_no_reply = ns.no_reply,
-        .admin_requests_too_long = ac->too_long,
+        .admin_reply_failures = ac->reply_failures, .admin_requests_busy = ac->busy + ns.busy,
+        .admin_requests_no_reply = ns.no_reply, .admin_requests_too_long = ac->too_long,
         .max_payload = p->max_payload > 0 ? (uint64_t)p->max_payload : 0};
-    memcpy(a->rejected_runs, lc->rejected, sizeof a->rejected_runs);
+    px_overall_ledger(a, p->ledger);
     _Static_assert(PX_PARTS_MAX <= FQ_METRICS_PARTS, "a series for every partition owned");
     for (uint32_t k = 0; k < px_parts(p) && k < PX_PARTS_MAX; k++) {
         a->parts.owned[k] = p->part_term[k] != 0;
