@@ -216,6 +216,27 @@ static void ad_replicas(fq_json *w, const fq_admin_ops *o)
 
 /* ---- stats ---------------------------------------------------------------- */
 
+/* The tenant's sub-tenants with the most queued, if it was given them. */
+static void ad_stats_top_subs(fq_json *w, const fq_admin_tenant *t)
+{
+    if (!t->n_top_subs)
+        return;
+    fq_json_key(w, "top_subtenants");
+    fq_json_begin_array(w);
+    for (size_t i = 0; i < t->n_top_subs; i++) {
+        fq_json_begin_object(w);
+        fq_json_key(w, "subtenant");
+        fq_json_string(w, t->top_subs[i].name);
+        if (t->top_subs[i].overflow) {
+            fq_json_key(w, "overflow");
+            fq_json_bool(w, true);
+        }
+        AD_KV(w, "queued_runs", t->top_subs[i].queued);
+        fq_json_end_object(w);
+    }
+    fq_json_end_array(w);
+}
+
 /* A tenant's values: its identity and weight, every row of fq_tenant_rows
  * with a stats key (the same values /metrics has), its token rate's wait
  * when it has one, and its refusals by reason. */
@@ -256,22 +277,7 @@ static void ad_stats_tenant(fq_json *w, const fq_admin_tenant *t, uint64_t now)
         AD_KV(w, "subtenants", ti->subtenants);
         AD_KV(w, "active_subtenants", ti->active_subtenants);
     }
-    if (t->n_top_subs) {
-        fq_json_key(w, "top_subtenants");
-        fq_json_begin_array(w);
-        for (size_t i = 0; i < t->n_top_subs; i++) {
-            fq_json_begin_object(w);
-            fq_json_key(w, "subtenant");
-            fq_json_string(w, t->top_subs[i].name);
-            if (t->top_subs[i].overflow) {
-                fq_json_key(w, "overflow");
-                fq_json_bool(w, true);
-            }
-            AD_KV(w, "queued_runs", t->top_subs[i].queued);
-            fq_json_end_object(w);
-        }
-        fq_json_end_array(w);
-    }
+    ad_stats_top_subs(w, t);
     fq_json_key(w, "rejected");
     fq_json_begin_object(w);
     for (int s = 1; s < FQ__COUNT; s++)
