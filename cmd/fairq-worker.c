@@ -640,6 +640,28 @@ static int worker_parse(worker_cfg *c, int argc, char **argv)
     return worker_parse_check(c, ok);
 }
 
+/* Work the runs the pool's consumer delivers until stopped or c->count
+ * are done, then say what the claims skipped. */
+static void worker_serve(jsCtx *js, fqc_pull *pull, const worker_cfg *c, worker_claims *claims)
+{
+    uint64_t done = 0;
+    fprintf(stderr, "%s: waiting for runs on %s (consumer %s, %s%s)\n", prog, c->dispatch,
+            c->durable, c->claim_bucket ? "claims in " : "no claims",
+            c->claim_bucket ? c->claim_bucket : "");
+    while (!fqc_stopping() && (c->count == 0 || done < c->count)) {
+        natsMsg *m = NULL;
+        int n = 0;
+        if (!fqc_pull_next(pull, prog, &m, 1, WORKER_PULL_WAIT_MS, WORKER_ERROR_PAUSE_MS, &n))
+            continue;
+        if (worker_run(js, pull, c, claims, m) > 0)
+            done++;
+        natsMsg_Destroy(m);
+    }
+    if (claims->kv)
+        fprintf(stderr, "%s: claims: %llu runs skipped, claimed already; %llu taken over\n", prog,
+                (unsigned long long)claims->skipped, (unsigned long long)claims->taken_over);
+}
+
 int main(int argc, char **argv)
 {
     worker_cfg cfg;
@@ -647,7 +669,6 @@ int main(int argc, char **argv)
     jsCtx *js = NULL, *fjs = NULL;
     fqc_pull pull = {0};
     worker_claims claims = {0};
-    uint64_t done = 0;
     natsStatus s;
     int rc = 1;
 
@@ -677,21 +698,7 @@ int main(int argc, char **argv)
     }
     if (cfg.claim_bucket && worker_claims_open(&claims, js, fjs ? fjs : js, &cfg) != 0)
         goto out;
-    fprintf(stderr, "%s: waiting for runs on %s (consumer %s, %s%s)\n", prog, cfg.dispatch,
-            cfg.durable, cfg.claim_bucket ? "claims in " : "no claims",
-            cfg.claim_bucket ? cfg.claim_bucket : "");
-    while (!fqc_stopping() && (cfg.count == 0 || done < cfg.count)) {
-        natsMsg *m = NULL;
-        int n = 0;
-        if (!fqc_pull_next(&pull, prog, &m, 1, WORKER_PULL_WAIT_MS, WORKER_ERROR_PAUSE_MS, &n))
-            continue;
-        if (worker_run(js, &pull, &cfg, &claims, m) > 0)
-            done++;
-        natsMsg_Destroy(m);
-    }
-    if (claims.kv)
-        fprintf(stderr, "%s: claims: %llu runs skipped, claimed already; %llu taken over\n", prog,
-                (unsigned long long)claims.skipped, (unsigned long long)claims.taken_over);
+    worker_serve(js, &pull, &cfg, &claims);
     rc = 0;
 out:
     kvStore_Destroy(claims.kv);
