@@ -128,6 +128,23 @@ static void gather(fqa_all *g, natsConnection *nc, const char *admin, const char
     natsSubscription_Destroy(sub);
 }
 
+/* A stats reply from any replica, the one the queue group picks, maybe
+ * one that hangs: asked again, a quarter of the time at a time, while
+ * time is left of timeout_ms from t0. */
+static natsStatus ask_any(natsMsg **reply, natsConnection *nc, const char *subject, int64_t t0,
+                          int timeout_ms)
+{
+    int per_try = timeout_ms >= 400 ? timeout_ms / 4 : timeout_ms;
+    int64_t rtt;
+    natsStatus s;
+    for (int64_t left = timeout_ms;;) {
+        s = ask(reply, &rtt, nc, subject, "{\"limit\":0}", (int)(per_try < left ? per_try : left));
+        left = timeout_ms - (fqc_mono_ns() - t0) / FQC_NS_PER_MS;
+        if (s != NATS_TIMEOUT || left <= 0)
+            return s;
+    }
+}
+
 /* stats --all, or reload without --replica: request asked of every
  * replica (gather), those named by a stats answer from any of them first.
  * Prints the gathered reply; the exit status. A proxy whose answer names
@@ -141,16 +158,7 @@ static int ask_all(natsConnection *nc, const char *admin, const char *request, i
     int64_t t0 = fqc_mono_ns(), rtt;
     natsMsg *reply = NULL;
     snprintf(subject, sizeof subject, "%s.%s", admin, FQ_ADMIN_STATS);
-    /* The queue group picks the first replica, maybe one that hangs: asked
-     * again, a quarter of the time at a time, while time is left. */
-    int per_try = timeout_ms >= 400 ? timeout_ms / 4 : timeout_ms;
-    natsStatus s;
-    for (int64_t left = timeout_ms;;) {
-        s = ask(&reply, &rtt, nc, subject, "{\"limit\":0}", (int)(per_try < left ? per_try : left));
-        left = timeout_ms - (fqc_mono_ns() - t0) / FQC_NS_PER_MS;
-        if (s != NATS_TIMEOUT || left <= 0)
-            break;
-    }
+    natsStatus s = ask_any(&reply, nc, subject, t0, timeout_ms);
     if (s != NATS_OK) {
         fqc_perror(PROG, subject, s);
         return 1;
