@@ -25,17 +25,33 @@
 #               (scripts/nats-tap.py), the KV writes a second (partition
 #               lease renewals, registry renewals, the leader key) and the
 #               heartbeats a second with their bytes.
-#   fairness    point 4 live: two tenants with equal weights and equal run
-#               costs (FAIR_COST tokens), submitted in turn and kept
-#               backlogged (FAIR_OUT outstanding), a window of FAIR_WINDOW
-#               runs, FAIR_WORKERS workers at FAIR_TPS tokens a second. For
-#               each N >= 2 of REPLICAS: N replicas, the two tenants picked
-#               (by the server's partition function) in partitions owned by
-#               two different replicas, then one replica alone with the same
-#               two tenants (once for every N that picked the same two). Each tenant's tokens dispatched (Fair-Tenant,
-#               Fair-Est-Tokens of every dispatch, read by the tap) over
-#               FAIR_SECS seconds after FAIR_WARM seconds; the error is the
-#               difference of the first tenant's share from one proxy's.
+#   fairness    point 4 live, RUNS times, each case of FAIR_CASES on N
+#               replicas (each N >= 2 of REPLICAS) and then on one replica
+#               alone with the same tenants (once for every N that picked
+#               the same ones), a window of FAIR_WINDOW runs, FAIR_WORKERS
+#               workers. fairq-load replays a scenario file made here:
+#               each tenant's runs come in a burst in the first second, more
+#               than the whole window could serve, so each stays backlogged;
+#               its workers take actual_tokens / FAIR_TPS seconds a run and
+#               report actual_tokens. Tenants are picked by the server's
+#               partition function on partitions of rep-1 and rep-2.
+#                 equal    two tenants, weight 1, FAIR_COST-token runs
+#                 costs50  the same, the second's runs 50 x FAIR_COST
+#                          tokens, its burst a second later
+#                 weights  the first of weight 3 (a plan of proxy_yaml)
+#                 tuesday  a flood of 0.8 to 1.2 x FAIR_COST-token runs on
+#                          rep-1 (at FAIR_TUESDAY_TPS: about a second a
+#                          run), then FAIR_SMALL small tenants on rep-2 with
+#                          one run each, FAIR_WARM s in
+#               The tap counts the tokens the workers processed for each
+#               tenant over FAIR_SECS seconds after FAIR_WARM (a second
+#               more for costs50): each completion's actual_tokens spread
+#               over its service, a run in flight at the end from its
+#               dispatch. Reported: the first tenant's share (equal,
+#               costs50), the weight-3 tenant's tokens per the other's
+#               (weights), the small tenants' longest first wait (tuesday:
+#               submit to dispatch, fairq-load's first_ms), each beside one
+#               replica's, and medians over the runs.
 #
 # On a machine with few cores the replicas, the three nodes and the load
 # share the same cores, so absolute throughput cannot grow with replicas:
@@ -65,7 +81,9 @@ FAIR_WINDOW=${FAIR_WINDOW:-16}
 FAIR_WORKERS=${FAIR_WORKERS:-64}
 FAIR_TPS=${FAIR_TPS:-10000}
 FAIR_COST=${FAIR_COST:-1000}
-FAIR_OUT=${FAIR_OUT:-600}
+FAIR_CASES=${FAIR_CASES:-equal costs50 weights tuesday}
+FAIR_TUESDAY_TPS=${FAIR_TUESDAY_TPS:-1000}
+FAIR_SMALL=${FAIR_SMALL:-10}
 PHASES=${PHASES:-throughput fairness}
 has_phase() { case " $PHASES " in *" $1 "*) return 0 ;; esac; return 1; }
 
@@ -78,6 +96,7 @@ tmp=$(mktemp -d)
 mon=()
 impl_pids=()
 tap_pid=""
+owners_at_start=""
 cleanup() {
     stop_tap
     stop_impls
@@ -145,9 +164,14 @@ srv_cpu_ms() {
 }
 
 # The proxy's config for replica $1: $2 the window (runs), share on.
+# The tenants h1 .. h64 are on a plan of weight 3 (the fairness phase's
+# weights case picks one of them).
 proxy_yaml() {
-    sed -e "s/^\( *max_in_flight:\).*/\1 $2/" -e '/^window:/a\  share: on' "$CONFIG"
-    printf 'partitions: %s\nreplica_id: %s\nstreams:\n  replicas: 3\n' "$PARTITIONS" "$1"
+    local h
+    sed -e "s/^\( *max_in_flight:\).*/\1 $2/" -e '/^window:/a\  share: on' \
+        -e '/^plans:/a\  - name: heavy\n    weight: 3\n    max_pending: 1000000' "$CONFIG"
+    printf 'partitions: %s\nreplica_id: %s\nstreams:\n  replicas: 3\ntenants:\n' "$PARTITIONS" "$1"
+    for h in $(seq 1 64); do printf '  - id: h%s\n    plan: heavy\n' "$h"; done
 }
 
 # Start impl (relay, or rN: N replicas with window $2) on a fresh cluster,
@@ -175,7 +199,21 @@ start() {
             --workers 1 --drain 10 >"$tmp/probe.out" 2>&1 &&
             [ "$(field "$tmp/probe.out" runs completed_once)" = 1 ]; then
             [ "$impl" = relay ] && return 0
-            for _ in $(seq 1 60); do balanced "$n" && return 0; sleep 0.5; done
+            # balanced, and no key changed hands for two seconds: the
+            # planned moves are over (one may still be to come between two
+            # balanced looks)
+            local was="" same=0 now
+            for _ in $(seq 1 60); do
+                if balanced "$n"; then
+                    now=$(owners_now)
+                    if [ "$now" = "$was" ]; then same=$((same + 1)); else same=0; fi
+                    was=$now
+                    [ "$same" -lt 2 ] || { owners_at_start=$now; return 0; }
+                else
+                    was="" same=0
+                fi
+                sleep 1
+            done
             echo "bench: $impl: the partitions were not shared within 30 s; the keys' last" \
                  "writes:" $(awk '{ o[$2] = $3 } END { for (k in o) printf " p.%s=%s", k, o[k] }' \
                  "$tmp/tap.out.owners" 2>/dev/null) >&2
@@ -200,23 +238,6 @@ balanced() {
             for (id in c) { m++; if (c[id] < lo) lo = c[id]; if (c[id] > hi) hi = c[id] }
             exit !(m == n && hi - lo <= 1)
         }' "$tmp/tap.out.owners"
-}
-# The owner of partition $1, as the tap last saw it.
-owner_of() { awk -v k="$1" '$2 == k { o = $3 } END { print o }' "$tmp/tap.out.owners"; }
-# The first of the tenant ids f1, f2, ... whose partition (nats-server's
-# function: 32-bit FNV-1a of the id, modulo P) is owned by replica $1.
-tenant_on() {
-    local id k
-    for i in $(seq 1 500); do
-        id=f$i
-        k=$(python3 -c 'import sys
-h = 2166136261
-for b in sys.argv[1].encode(): h = ((h ^ b) * 16777619) & 0xffffffff
-print(h % int(sys.argv[2]))' "$id" "$PARTITIONS")
-        [ "$(owner_of "$k")" = "$1" ] && { echo "$id"; return 0; }
-    done
-    echo "bench: no tenant found on $1" >&2
-    exit 1
 }
 # Zero the tap's counts now.
 tap_reset() { kill -USR1 "$tap_pid"; sleep 0.2; }
@@ -272,49 +293,227 @@ has_phase throughput && for run in $(seq 1 "$RUNS"); do
     done
 done
 
-# One fairness measurement: impl with the tenants $2 and $3; prints the
-# first tenant's share of the tokens dispatched in the interval.
+# The fairness cases (FAIR_CASES), each a scenario file that fairq-load
+# replays: every tenant's runs submitted in the first second (a burst), far
+# more than the whole window could serve over the measurement, so that each
+# stays backlogged throughout whatever its share; workers that take
+# actual_tokens / FAIR_TPS seconds a run and report actual_tokens.
+# fair_scenario FILE DURATION_S TPS ID:COST:COUNT:START_S:SPREAD_S ...
+# (COST: tokens, or LO-HI for uniform between)
+fair_scenario() {
+    local f=$1 d=$2 tps=$3 t id cost count at spread
+    shift 3
+    {
+        printf 'name: fairness\nseed: 1\nduration_s: %s\n' "$d"
+        printf 'capacity: {workers: %s, worker_tokens_per_s: %s}\nworkflows:\n' "$FAIR_WORKERS" "$tps"
+        for t in "$@"; do echo "$t" | cut -d: -f2; done | sort -u | while read -r cost; do
+            case $cost in
+                *-*) printf '  - {name: c%s, cost: {dist: uniform, min: %s, max: %s}}\n' \
+                        "$cost" "${cost%-*}" "${cost#*-}" ;;
+                *) printf '  - {name: c%s, cost: {dist: fixed, tokens: %s}}\n' "$cost" "$cost" ;;
+            esac
+        done
+        printf 'tenants:\n'
+        for t in "$@"; do
+            IFS=: read -r id cost count at spread <<<"$t"
+            printf '  - id: %s\n    arrivals:\n' "$id"
+            printf '      - {kind: burst, workflow: c%s, start_s: %s, count: %s, duration_s: %s}\n' \
+                "$cost" "$at" "$count" "$spread"
+        done
+    } >"$f"
+}
+# Runs of COST tokens (or LO-HI) that keep a tenant backlogged for S
+# seconds even if it had the whole window to itself, at TPS tokens a
+# second a worker.
+backlog() {
+    awk -v c="${1%%-*}" -v s="$2" -v t="$3" -v g="$FAIR_WINDOW" 'BEGIN { print int(g * t / c * s * 1.2) + g + 2 }'
+}
+# Every partition's owner as the tap last saw it, "k=owner" words.
+owners_now() {
+    awk '{ o[$2] = $3 } END { for (k in o) print k "=" o[k] }' "$tmp/tap.out.owners" | sort | tr '\n' ' '
+}
+# The first $3 (default 1) tenant ids $2<i> (by the server's partition
+# function: 32-bit FNV-1a of the id, modulo P) on partitions that replica
+# $1 owns, as the tap last saw the keys; one a line.
+tenants_on() {
+    local got
+    got=$(python3 -c 'import sys
+for i in range(1, 2001):
+    t = "%s%d" % (sys.argv[1], i)
+    h = 2166136261
+    for b in t.encode(): h = ((h ^ b) * 16777619) & 0xffffffff
+    print(t, h % int(sys.argv[2]))' "$2" "$PARTITIONS" |
+        awk -v rep="$1" -v want="${3:-1}" 'NR == FNR { o[$2] = $3; next }
+            o[$2] == rep && n < want { print $1; n++ }' "$tmp/tap.out.owners" -)
+    [ "$(echo "$got" | grep -c .)" = "${3:-1}" ] || { echo "bench: too few tenants on $1" >&2; exit 1; }
+    echo "$got"
+}
+# When the interval of case $1 starts, s after the load: FAIR_WARM, a
+# second more with 50-fold costs, whose costly backlog comes a second
+# after the other. (In the other order the costly tenant's replica, alone
+# backlogged for a moment, fills the whole window with runs that take 50
+# times longer, and keeps them until they complete: the start would be
+# one of its runs' service time, docs/scaling.md "The bound", 3.)
+fair_warm() {
+    case $1 in
+        costs50) echo $((FAIR_WARM + 1)) ;;
+        *) echo "$FAIR_WARM" ;;
+    esac
+}
+# The tenants of case $1 on the replicas just started: one line of
+# ID:COST:COUNT:START_S:SPREAD_S words for fair_scenario, the measured
+# tenants first.
+fair_tenants() {
+    local a b c=$FAIR_COST span=$(($(fair_warm "$1") + FAIR_SECS))
+    case $1 in
+        equal)
+            a=$(tenants_on rep-1 f); b=$(tenants_on rep-2 f)
+            echo "$a:$c:$(backlog "$c" "$span" "$FAIR_TPS"):0:1 $b:$c:$(backlog "$c" "$span" "$FAIR_TPS"):0:1" ;;
+        costs50)
+            a=$(tenants_on rep-1 f); b=$(tenants_on rep-2 f)
+            echo "$a:$c:$(backlog "$c" "$span" "$FAIR_TPS"):0:1" \
+                 "$b:$((50 * c)):$(backlog $((50 * c)) "$span" "$FAIR_TPS"):1:1" ;;
+        weights)
+            # h<i> are on the plan of weight 3 (proxy_yaml)
+            a=$(tenants_on rep-1 h); b=$(tenants_on rep-2 f)
+            echo "$a:$c:$(backlog "$c" "$span" "$FAIR_TPS"):0:1 $b:$c:$(backlog "$c" "$span" "$FAIR_TPS"):0:1" ;;
+        tuesday)
+            # the card's Tuesday: a flood of tickets of 800 to 1,200 tokens
+            # on rep-1, then FAIR_SMALL small tenants on rep-2 with one
+            # run each, FAIR_WARM s in
+            a=$(tenants_on rep-1 f)
+            c=$((FAIR_COST * 4 / 5))-$((FAIR_COST * 6 / 5))
+            printf '%s' "$a:$c:$(backlog "$c" $((FAIR_WARM + 6)) "$FAIR_TUESDAY_TPS"):0:1"
+            for b in $(tenants_on rep-2 s "$FAIR_SMALL"); do printf ' %s' "$b:$FAIR_COST:1:$FAIR_WARM:0"; done
+            echo ;;
+        *) echo "bench: no fairness case $1" >&2; exit 1 ;;
+    esac
+}
+# One fairness measurement of case $2 on impl $1 (started), run $3, the
+# tenants $4 (fair_tenants' line): a line of key=value pairs to stdout.
 fair_run() {
-    local impl=$1 a=$2 b=$3 f=$tmp/fair-$1-$2-$3.out
-    "$bin/fairq-load" --nats "$url" --tenants "$a,$b" --in-turn --costs "$FAIR_COST" \
-        --body-size "$BODY" --rate 0 --duration $((FAIR_WARM + FAIR_SECS)) \
-        --workers "$FAIR_WORKERS" --tokens-per-sec "$FAIR_TPS" --max-outstanding "$FAIR_OUT" \
+    local impl=$1 cs=$2 run=$3 spec=$4 f=$tmp/fair-$2-$1-$3.out tps=$FAIR_TPS dur drain t id
+    if [ "$cs" = tuesday ]; then
+        tps=$FAIR_TUESDAY_TPS dur=$((FAIR_WARM + 1)) drain=4
+    else
+        # the bursts end within a second; the workers go on past the
+        # interval (a run still in flight when the tap stops counts from
+        # its dispatch)
+        dur=$(($(fair_warm "$cs") + FAIR_SECS)) drain=$(($(fair_warm "$cs") + FAIR_SECS + 1))
+    fi
+    # shellcheck disable=SC2086
+    fair_scenario "$tmp/fair-$cs.yaml" "$dur" "$tps" $spec
+    tap_reset
+    "$bin/fairq-load" --nats "$url" --scenario "$tmp/fair-$cs.yaml" --body-size "$BODY" \
+        --workers "$FAIR_WORKERS" --tokens-per-sec "$tps" --max-outstanding 0 --drain "$drain" \
         --warmup 1 >"$f" 2>"$tmp/load.err" || {
         echo "bench: fairq-load failed:" >&2; cat "$tmp/load.err" >&2; exit 1; }
+    # partitions that changed hands during the load (none expected: a
+    # move would put the tenants' runs behind a handover)
+    local moved
+    moved=$(printf '%s\n%s\n' "$owners_at_start" "$(owners_now)" | tr ' ' '\n' | grep . | sort | uniq -u |
+        cut -d= -f1 | sort -u | grep -c . || true)
     stop_tap
     stop_impls
-    local ta tb
-    ta=$(field "$tmp/tap.out" tap "tokens_$a")
-    tb=$(field "$tmp/tap.out" tap "tokens_$b")
-    echo "bench phase=fairness impl=$impl load=$(uptime_load) tenants=$a,$b" \
-         "interval_s=$FAIR_SECS tokens_$a=${ta:-0} tokens_$b=${tb:-0}" \
-         "in_flight_mean=$(field "$tmp/tap.out" tap in_flight_mean)" \
-         "in_flight_peak=$(field "$tmp/tap.out" tap in_flight_peak)" \
-         "share_$a=$(awk -v a="${ta:-0}" -v b="${tb:-0}" 'BEGIN { printf "%.4f", a + b ? a / (a + b) : 0 }')" \
-         "missing=$(field "$f" runs missing) completed_more=$(field "$f" runs completed_more)" >&2
-    awk -v a="${ta:-0}" -v b="${tb:-0}" 'BEGIN { printf "%.4f", a + b ? a / (a + b) : 0 }'
+    [ "$moved" = 0 ] || echo "bench: WARNING fairness $cs $impl run $run: $moved partitions changed hands" >&2
+    # a tenant none of whose runs was dispatched makes the measurement void
+    # (seen once at a load average of 30: one replica dispatched nothing)
+    local valid=1
+    for t in $spec; do
+        [ "$(awk -v t="${t%%:*}" '$1 == "latency" && $2 == "tenant=" t { sub(/runs=/, "", $3); print $3 }' "$f")" != 0 ] ||
+            valid=0
+    done
+    [ "$moved" = 0 ] || valid=0
+    [ "$valid" = 1 ] || echo "bench: WARNING fairness $cs $impl run $run: void (a tenant had no dispatch)" >&2
+    printf 'fair case=%s impl=%s run=%s load=%s moved=%s valid=%s in_flight_mean=%s in_flight_peak=%s' \
+        "$cs" "$impl" "$run" "$(uptime_load)" "$moved" "$valid" \
+        "$(field "$tmp/tap.out" tap in_flight_mean)" "$(field "$tmp/tap.out" tap in_flight_peak)"
+    for t in $spec; do
+        id=${t%%:*}
+        printf ' served_%s=%s tokens_%s=%s first_ms_%s=%s' "$id" "$(field "$tmp/tap.out" tap "served_$id")" \
+            "$id" "$(field "$tmp/tap.out" tap "tokens_$id")" \
+            "$id" "$(awk -v t="$id" '$1 == "latency" && $2 == "tenant=" t { sub(/first_ms=/, "", $4); print $4 }' "$f")"
+    done
+    echo
+}
+# What a measurement line $2 says for case $1 (its tenants $3): the first
+# tenant's share of the tokens served in the interval (equal, costs50),
+# its tokens per the second's (weights), the longest first wait of the
+# small tenants, ms (tuesday).
+fair_metric() {
+    local a b
+    a=$(echo "$3" | awk '{ split($1, w, ":"); print w[1] }')
+    b=$(echo "$3" | awk '{ split($2, w, ":"); print w[1] }')
+    case $1 in
+        equal|costs50)
+            echo "$2" | awk -v a="$a" -v b="$b" '{ for (i = 1; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] } }
+                END { s = v["served_" a] + v["served_" b]; printf "%.4f", s ? v["served_" a] / s : 0 }' ;;
+        weights)
+            echo "$2" | awk -v a="$a" -v b="$b" '{ for (i = 1; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] } }
+                END { printf "%.3f", v["served_" b] ? v["served_" a] / v["served_" b] : 0 }' ;;
+        tuesday)
+            echo "$2" | awk -v a="$a" '{ m = -1; for (i = 1; i <= NF; i++) { split($i, kv, "=")
+                    if (kv[1] ~ /^first_ms_/ && kv[1] != "first_ms_" a && kv[2] != "") { if (kv[2] + 0 > m) m = kv[2] + 0 } }
+                    printf "%.1f", m }' ;;
+    esac
 }
 
-fair_tap="--dispatch fair.dispatch --from $FAIR_WARM --to $((FAIR_WARM + FAIR_SECS))"
-has_phase fairness && for n in $REPLICAS; do
-    [ "$n" -ge 2 ] || continue
-    start "r$n" "$FAIR_WINDOW" "$fair_tap"
-    a=$(tenant_on rep-1)
-    b=$(tenant_on rep-2)
-    tap_reset
-    share_n=$(fair_run "r$n" "$a" "$b")
-    if [ "${one_pair:-}" != "$a,$b" ]; then
-        start r1 "$FAIR_WINDOW" "$fair_tap"
-        tap_reset
-        share_1=$(fair_run "r1" "$a" "$b")
-        one_pair=$a,$b
-    fi
-    echo "bench summary fairness replicas=$n tenants=$a(rep-1),$b(rep-2) weights=1:1" \
-         "cost_tokens=$FAIR_COST window=$FAIR_WINDOW interval_s=$FAIR_SECS" \
-         "share_$a=$share_n share_${a}_one_proxy=$share_1" \
-         "error=$(awk -v x="$share_n" -v y="$share_1" 'BEGIN { d = x - y; printf "%.4f", d < 0 ? -d : d }')" \
-         "relative_error=$(awk -v x="$share_n" -v y="$share_1" 'BEGIN { d = (x - y) / (y ? y : 1); printf "%.3f", d < 0 ? -d : d }')" \
-         "target_relative_error=0.10"
+fair_tap() {
+    local tps=$FAIR_TPS
+    [ "$1" != tuesday ] || tps=$FAIR_TUESDAY_TPS
+    echo "--dispatch fair.dispatch --from $(fair_warm "$1") --to $(($(fair_warm "$1") + FAIR_SECS)) --rate $tps"
+}
+has_phase fairness && for run in $(seq 1 "$RUNS"); do
+    for cs in $FAIR_CASES; do
+        one_spec=""
+        for n in $REPLICAS; do
+            [ "$n" -ge 2 ] || continue
+            start "r$n" "$FAIR_WINDOW" "$(fair_tap "$cs")"
+            spec=$(fair_tenants "$cs")
+            line_n=$(fair_run "r$n" "$cs" "$run" "$spec")
+            echo "bench $line_n" >&2
+            if [ "$one_spec" != "$spec" ]; then
+                start r1 "$FAIR_WINDOW" "$(fair_tap "$cs")"
+                line_1=$(fair_run r1 "$cs" "$run" "$spec")
+                echo "bench $line_1" >&2
+                one_spec=$spec
+            fi
+            m_n=$(fair_metric "$cs" "$line_n" "$spec")
+            m_1=$(fair_metric "$cs" "$line_1" "$spec")
+            valid=1
+            case "$line_n $line_1" in *valid=0*) valid=0 ;; esac
+            echo "bench phase=fairness case=$cs replicas=$n run=$run tenants=$(echo "$spec" |
+                awk '{ for (i = 1; i <= NF; i++) { split($i, w, ":"); printf "%s%s", (i > 1 ? "," : ""), w[1] } }')" \
+                 "valid=$valid value=$m_n one_proxy=$m_1" \
+                 "relative_error=$(awk -v x="$m_n" -v y="$m_1" 'BEGIN { d = (x - y) / (y ? y : 1); printf "%.3f", d < 0 ? -d : d }')" |
+                tee "$tmp/fairsum-$cs-$n-$run.line"
+        done
+    done
+done
+# Key $3 of the valid fairness lines of case $1, replicas $2, over the runs.
+fkv() {
+    cat "$tmp"/fairsum-"$1"-"$2"-*.line 2>/dev/null | grep ' valid=1 ' |
+        awk -v k="$3" '{ for (i = 1; i <= NF; i++) { split($i, kv, "="); if (kv[1] == k) print kv[2] } }'
+}
+has_phase fairness && for cs in $FAIR_CASES; do
+    for n in $REPLICAS; do
+        [ "$n" -ge 2 ] || continue
+        case $cs in
+            equal) what="first tenant's share of tokens served, equal weights and costs (one proxy: 0.5)"
+                   target="relative_error<=0.10" ;;
+            costs50) what="share of the tenant with ${FAIR_COST}-token runs, the other's 50 times larger, equal weights"
+                   target="relative_error<=0.10" ;;
+            weights) what="tokens served weight 3 : weight 1 (one proxy: 3)"
+                   target="relative_error<=0.10" ;;
+            tuesday) what="longest first wait (ms) of $FAIR_SMALL small tenants, the flood on another replica"
+                   target="value<=one_proxy+$((1000 * FAIR_COST / FAIR_TUESDAY_TPS))ms" ;;
+        esac
+        echo "bench summary fairness case=$cs replicas=$n runs=$(fkv "$cs" "$n" value | grep -c .)" \
+             "window=$FAIR_WINDOW" \
+             "interval_s=$FAIR_SECS after_s=$(fair_warm "$cs") value=$(fkv "$cs" "$n" value | median)" \
+             "one_proxy=$(fkv "$cs" "$n" one_proxy | median)" \
+             "relative_error=$(fkv "$cs" "$n" relative_error | median) target: $target; $what"
+    done
 done
 
 # Medians over the runs, each replica count against the relay run just

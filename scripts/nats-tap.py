@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""nats-tap.py URL OUT [--dispatch SUBJECT --from S --to S]: count what crosses a NATS server.
+"""nats-tap.py URL OUT [--dispatch SUBJECT --from S --to S [--rate R]]: count what crosses a NATS server.
 
 A core NATS subscriber, in the plain text protocol (no client library), for
 scripts/bench-replicas.sh. It subscribes to
@@ -15,6 +15,14 @@ scripts/bench-replicas.sh. It subscribes to
                  the completions (--done, default fair.done.>), the runs in
                  flight (dispatched less completed since the start), their
                  peak and time-weighted mean over the same interval.
+                 With --rate R (a worker's tokens a second), the tokens
+                 the workers processed for each tenant within the interval
+                 (as fairq-sim counts them, whatever the estimates said):
+                 a completed run's actual_tokens, spent over the actual / R
+                 seconds before its completion came, the part of that span
+                 within the interval (the tenant the last token of the
+                 completion's subject); a run dispatched and not completed
+                 when the tap stops, R a second from its dispatch.
 
 Each partition key's write is appended to OUT.owners as "owner K VALUE" as it
 arrives, so the caller can tell who owns what (the key's value is its
@@ -23,11 +31,32 @@ the clock that --from and --to count from). On SIGTERM (or SIGINT) it writes one
 of key=value pairs to OUT and exits: the counts, and per second over the
 time it ran.
 """
+import json
 import os
 import signal
 import socket
 import sys
 import time
+
+
+def overlap(a, b, t_from, t_to):
+    """The length of [a, b] within [t_from, t_to)."""
+    return max(0.0, min(b, t_to) - max(a, t_from))
+
+
+def serve(served, started, subj, body, now, rate, t_from, t_to):
+    """Count the part of a completed run's work that fell within [t_from, t_to)."""
+    try:
+        done = json.loads(body)
+        actual = int(done.get("actual_tokens", 0))
+        started.pop(done.get("run_id"), None)
+    except (ValueError, AttributeError, TypeError):
+        return
+    if actual <= 0:
+        return
+    start = now - actual / rate
+    tenant = subj.rsplit(".", 1)[-1]
+    served[tenant] = served.get(tenant, 0.0) + actual * overlap(start, now, t_from, t_to) / (now - start)
 
 
 def main():
@@ -40,6 +69,7 @@ def main():
     t_from = float(opts.get("--from", "0"))
     t_to = float(opts.get("--to", "1e18"))
     done = opts.get("--done", "fair.done.>")
+    rate = float(opts.get("--rate", "0"))
     host, port = url.split("//")[-1].split(",")[0].rsplit(":", 1)
     sock = socket.create_connection((host, int(port)))
     sock.sendall(b'CONNECT {"verbose":false,"pedantic":false,"headers":true,"name":"nats-tap"}\r\n'
@@ -50,6 +80,8 @@ def main():
     c = dict(kv_partition=0, kv_registry=0, kv_leader=0, kv_other=0, kv_bytes=0,
              share_msgs=0, share_bytes=0, share_wire_bytes=0)
     tenants = {}                    # tenant -> [runs, tokens] within [from, to]
+    served = {}                     # tenant -> actual tokens processed within [from, to]
+    started = {}                    # run id -> (tenant, when dispatched), not completed yet
     flight = dict(now=0, peak=0, area=0.0, at=None)     # dispatched less completed
     owners = open(out + ".owners", "a", buffering=1)
     t0 = time.monotonic()
@@ -65,6 +97,8 @@ def main():
             reset.clear()
             c = dict.fromkeys(c, 0)
             tenants.clear()
+            served.clear()
+            started.clear()
             flight = dict(now=0, peak=0, area=0.0, at=None)
             t0 = time.monotonic()
         try:
@@ -117,14 +151,19 @@ def main():
                     flight["now"] += 1 if subj == dispatch else -1
                     if t_from <= now < t_to:
                         flight["peak"] = max(flight["peak"], flight["now"])
-                    if subj == dispatch and t_from <= now < t_to:
-                        h = {}
+                    h = {}
+                    if subj == dispatch:
                         for hl in body[:hlen].split(b"\r\n")[1:]:
                             k, _, v = hl.partition(b":")
                             h[k.strip().lower()] = v.strip().decode(errors="replace")
+                        if rate > 0:
+                            started[h.get(b"fair-run-id")] = (h.get(b"fair-tenant", "?"), now)
+                    if subj == dispatch and t_from <= now < t_to:
                         t = tenants.setdefault(h.get(b"fair-tenant", "?"), [0, 0])
                         t[0] += 1
                         t[1] += int(h.get(b"fair-est-tokens", "0") or 0)
+                    elif subj != dispatch and rate > 0:
+                        serve(served, started, subj, body[hlen:], now, rate, t_from, t_to)
                 continue
             del buf[:eol + 2]
             if op == b"PING":
@@ -147,6 +186,10 @@ def main():
                  "in_flight_peak=%d" % flight["peak"]]
     for t in sorted(tenants):
         line += ["runs_%s=%d" % (t, tenants[t][0]), "tokens_%s=%d" % (t, tenants[t][1])]
+    for tenant, at in started.values():
+        served[tenant] = served.get(tenant, 0.0) + rate * overlap(at, secs, t_from, t_to)
+    for t in sorted(served):
+        line += ["served_%s=%d" % (t, round(served[t]))]
     with open(out, "w") as f:
         f.write(" ".join(line) + "\n")
     os._exit(0)
