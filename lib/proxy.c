@@ -1778,9 +1778,9 @@ static bool px_admin_forward(fq_proxy *p, fq_nio_msg **req, const char *tenant, 
 }
 
 /* Ask each owned partition's submit consumer for its counts, once a pass
- * over the tenants (about a second): the partition's whole backlog in FAIR_SUBMIT, which
- * the runs held in memory (part_queued) are only part of. The answers
- * come on <fwd_prefix>.c<k> (px_backlog_answer). */
+ * over the tenants (about a second): the partition's whole backlog in
+ * FAIR_SUBMIT, of which the runs held in memory (part_queued) are only a
+ * part. The answers come on <fwd_prefix>.c<k> (px_backlog_answer). */
 static void px_backlog_ask(fq_proxy *p)
 {
     char reply[sizeof p->fwd_prefix + 16];
@@ -1807,7 +1807,7 @@ static void px_backlog_answer(fq_proxy *p, uint32_t k, const fq_nio_msg *m)
 /* Answer a request handed on with data, and let it go. */
 static void px_fwd_end(fq_proxy *p, px_fwd *f, const char *data, size_t len)
 {
-    if (fq_nio_reply(p->nio, f->req, data, len) != FQ_OK)
+    if (fq_nio_reply(p->nio, f->req, data, len) != FQ_OK && px_warn_ok(p, "relay"))
         fq_log(FQ_LOG_WARN, "cannot relay the answer to a request handed on",
                FQ_STR("holder", f->holder), FQ_INT("bytes", (int64_t)len));
     fq_nio_msg_drop(p->nio, f->req);
@@ -1860,10 +1860,10 @@ static void px_fwd_expire(fq_proxy *p, uint64_t now)
 {
     for (size_t i = 0; p->nfwd && i < PX_FWD_MAX; i++) {
         px_fwd *f = &p->fwd[i];
-        char why[512];
+        char why[512], what[64];
+        snprintf(what, sizeof what, "did not answer within %d ms", PX_FWD_WAIT_MS);
         if (f->req && now >= f->until)
-            px_fwd_end(p, f, why, px_fwd_why(why, sizeof why, p, f, "did not answer within "
-                                             "2000 ms"));
+            px_fwd_end(p, f, why, px_fwd_why(why, sizeof why, p, f, what));
     }
 }
 
