@@ -103,6 +103,10 @@ static const policy_def policies[FQ_SIM__NPOLICIES] = {
     [FQ_SIM_DRR_SUB] = {"drr-sub", "drr with sub-tenants: a tenant's turns shared fairly "
                         "among its active sub-tenants",
                         DRR_BASE, .subs = true},
+    [FQ_SIM_DRR_CLASS_SUB] = {"drr-class-sub", "drr with classes and sub-tenants: a tenant's "
+                              "interactive runs first, its turns in each class shared fairly "
+                              "among its active sub-tenants",
+                              DRR_BASE, .classes = true, .subs = true},
     [FQ_SIM_DRR_REPLICAS] = {"drr-replicas", "drr on the scenario's proxies as replicas, "
                              "each over its tenants, windows shared by heartbeats",
                              DRR_BASE, .replicas = true},
@@ -132,7 +136,8 @@ fq_status fq_sim_policy_parse(enum fq_sim_policy *out, size_t *n, const char *li
         if (p == FQ_SIM__NPOLICIES) {
             snprintf(err, errlen, "unknown policy '%.*s' (fifo, rr, cap, drr, "
                      "drr-no-reconcile, drr-no-correction, drr-no-idle-reset, drr-cap, "
-                     "drr-burst, drr-rate, drr-priced, drr-class, drr-sub, drr-replicas or all)",
+                     "drr-burst, drr-rate, drr-priced, drr-class, drr-sub, drr-class-sub, "
+                     "drr-replicas or all)",
                      (int)len, w);
             *n = 0;
             return FQ_EINVAL;

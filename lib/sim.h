@@ -25,6 +25,7 @@ enum fq_sim_policy {
     FQ_SIM_DRR_PRICED,          /* drr reconciling priced costs of token kinds */
     FQ_SIM_DRR_CLASS,           /* drr with priority classes within a tenant */
     FQ_SIM_DRR_SUB,             /* drr with sub-tenants sharing their tenant's turn */
+    FQ_SIM_DRR_CLASS_SUB,       /* drr-class and drr-sub together: classes first */
     FQ_SIM_DRR_REPLICAS,        /* drr on the scenario's proxies, windows by lib/share */
     FQ_SIM__NPOLICIES
 };

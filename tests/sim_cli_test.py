@@ -47,7 +47,7 @@ class SimCli(unittest.TestCase):
                              ["fifo", "rr", "cap", "drr", "drr-no-reconcile",
                               "drr-no-correction", "drr-no-idle-reset", "drr-cap",
                               "drr-burst", "drr-rate", "drr-priced", "drr-class", "drr-sub",
-                              "drr-replicas"])
+                              "drr-class-sub", "drr-replicas"])
             for p in s["policies"]:
                 o = p["overall"]
                 self.assertEqual(o["submitted"], o["completed"] + o["rejected"] + o["left"])

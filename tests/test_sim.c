@@ -426,6 +426,64 @@ static void test_policy_names(void **state)
     assert_null(fq_sim_policy_name(FQ_SIM__NPOLICIES));
 }
 
+/* The longest wait of tenant k's interactive runs (interactive 1), or of
+ * the first run of each of its sub-tenants (interactive 0); UINT64_MAX if
+ * one was never dispatched. */
+static uint64_t longest_wait(const fq_scenario *sc, const fq_sim_result *r, long k,
+                             int interactive)
+{
+    uint64_t max = 0;
+    unsigned char seen[1024] = {0};
+    for (size_t i = 0; i < sc->n_runs; i++) {
+        const fq_scenario_run *sr = &sc->runs[i];
+        if ((long)sr->tenant != k)
+            continue;
+        if (interactive ? !sr->interactive : (!sr->sub || sr->sub >= sizeof(seen) || seen[sr->sub]))
+            continue;
+        if (!interactive)
+            seen[sr->sub] = 1;
+        uint64_t w = r->runs[i].dispatched == UINT64_MAX ? UINT64_MAX
+                                                         : r->runs[i].dispatched - sr->at;
+        max = w > max ? w : max;
+    }
+    return max;
+}
+
+/* Classes and sub-tenants together: with both, the flooding user's
+ * interactive runs and its colleagues' first runs each wait about a
+ * service time (10 s); with classes alone the colleagues' first runs wait
+ * behind the flood, with sub-tenants alone the interactive runs wait
+ * behind their own user's batch runs. The accounts' shares are the same
+ * under every policy. */
+static void test_classes_and_subtenants(void **state)
+{
+    (void)state;
+    fq_scenario *sc = load("classes-subtenants");
+    long big = fq_scenario_tenant_index(sc, "big");
+    assert_true(big >= 0);
+    enum fq_sim_policy ps[] = {FQ_SIM_DRR, FQ_SIM_DRR_CLASS, FQ_SIM_DRR_SUB,
+                               FQ_SIM_DRR_CLASS_SUB};
+    uint64_t inter[4], first[4];
+    for (int i = 0; i < 4; i++) {
+        fq_sim_result *r = run(sc, ps[i]);
+        inter[i] = longest_wait(sc, r, big, 1);
+        first[i] = longest_wait(sc, r, big, 0);
+        print_message("%s: interactive max %" PRIu64 " ms, sub-tenants' first runs max %" PRIu64
+                      " ms\n", fq_sim_policy_name(ps[i]), inter[i], first[i]);
+        for (size_t k = 0; k < sc->n_tenants; k++) {
+            assert_true(r->tenants[k].backlogged);
+            assert_true(fabs(r->tenants[k].share / r->tenants[k].fair - 1) < 0.02);
+        }
+        fq_sim_result_free(r);
+    }
+    const uint64_t service = 30000, flood = 10 * 60000;    /* ms */
+    assert_true(inter[0] > flood && first[0] > flood);     /* drr */
+    assert_true(inter[1] < service && first[1] > flood);   /* drr-class */
+    assert_true(inter[2] > flood && first[2] < service);   /* drr-sub */
+    assert_true(inter[3] < service && first[3] < service); /* drr-class-sub */
+    fq_scenario_free(sc);
+}
+
 /* ---- one fairness across replicas (issue 16 point 4) -------------------- */
 
 /* Each tenant's token share under drr-replicas is within 10% of what one
@@ -550,6 +608,7 @@ int main(void)
         cmocka_unit_test(test_capacity_models),
         cmocka_unit_test(test_horizon),
         cmocka_unit_test(test_policy_names),
+        cmocka_unit_test(test_classes_and_subtenants),
         cmocka_unit_test(test_replicas_equal_weights),
         cmocka_unit_test(test_replicas_costs_50x),
         cmocka_unit_test(test_replicas_three),
