@@ -1143,18 +1143,25 @@ static void table_policy(FILE *f, const fq_scenario *sc, const fq_sim_result *r)
     }
 }
 
-static void table_summary(FILE *f, fq_sim_result *const *rs, size_t n)
+/* The summary; where the scenario is priced (priced_scenario), Jain's
+ * index in priced cost too. */
+static void table_summary(FILE *f, const fq_scenario *sc, fq_sim_result *const *rs, size_t n)
 {
     char a[16], b[16], c[16], d[16], e[16];
-    fprintf(f, "\n  %-18s %8s %8s %8s %11s %6s %7s %10s %8s\n", "summary", "wait p50", "p99",
-            "max", "worst first", "Jain", "util", "idle+queue", "rejected");
+    bool priced = priced_scenario(sc);
+    fprintf(f, "\n  %-18s %8s %8s %8s %11s %6s %7s %10s %8s%s\n", "summary", "wait p50", "p99",
+            "max", "worst first", "Jain", "util", "idle+queue", "rejected",
+            priced ? "  Jain in priced cost" : "");
     for (size_t i = 0; i < n; i++) {
         const fq_sim_result *r = rs[i];
-        fprintf(f, "  %-18s %8s %8s %8s %11s %6.3f %6.1f%% %10s %8" PRIu64 "\n",
+        fprintf(f, "  %-18s %8s %8s %8s %11s %6.3f %6.1f%% %10s %8" PRIu64,
                 policies[r->policy].name, dur(a, sizeof(a), (double)r->wait_p50),
                 dur(b, sizeof(b), (double)r->wait_p99), dur(c, sizeof(c), (double)r->wait_max),
                 dur(d, sizeof(d), (double)worst_first(r)), r->jain, 100 * r->utilization,
                 dur(e, sizeof(e), r->idle_queued_s * 1000), r->rejected);
+        if (priced)
+            fprintf(f, " %20.3f", r->jain_priced);
+        fprintf(f, "\n");
     }
 }
 
@@ -1168,7 +1175,7 @@ static void table(FILE *f, const fq_scenario *sc, fq_sim_result *const *rs, size
             cap, sc->quantum);
     for (size_t i = 0; i < n; i++)
         table_policy(f, sc, rs[i]);
-    table_summary(f, rs, n);
+    table_summary(f, sc, rs, n);
     fprintf(f, "\n");
 }
 
@@ -1177,7 +1184,8 @@ static void csv_header(FILE *f)
     fprintf(f, "scenario,seed,policy,tenant,plan,weight,submitted,rejected,dispatched,completed,"
             "left,tokens_served,share,fair_share,backlogged,wait_p50_ms,wait_p99_ms,"
             "wait_max_ms,first_wait_ms,ahead_tokens,tokens_per_s,runs_per_min,utilization,"
-            "jain,idle_queued_s,service_ms,end_ms\n");
+            "jain,idle_queued_s,service_ms,end_ms,tokens_priced,share_priced,"
+            "fair_share_priced,jain_priced\n");
 }
 
 static void csv(FILE *f, const fq_scenario *sc, fq_sim_result *const *rs, size_t n)
@@ -1190,19 +1198,24 @@ static void csv(FILE *f, const fq_scenario *sc, fq_sim_result *const *rs, size_t
             const fq_scenario_tenant *tn = &sc->tenants[k];
             fprintf(f, "%s,%" PRIu64 ",%s,%s,%s,%" PRIu32 ",%" PRIu64 ",%" PRIu64 ",%" PRIu64
                     ",%" PRIu64 ",%" PRIu64 ",%.0f,%.6f,%.6f,%d,%" PRIu64 ",%" PRIu64 ",%" PRIu64
-                    ",%" PRId64 ",%.0f,,,,,,,\n", sc->name, sc->seed, pn, tn->id, tn->plan,
-                    tn->weight, t->submitted, t->rejected, t->dispatched, t->completed,
-                    t->queued_end, t->served, t->share, t->fair, t->backlogged, t->wait_p50,
-                    t->wait_p99, t->wait_max, t->first_wait, t->ahead);
+                    ",%" PRId64 ",%.0f,,,,,,,,%.0f,%.6f,%.6f,\n", sc->name, sc->seed, pn, tn->id,
+                    tn->plan, tn->weight, t->submitted, t->rejected, t->dispatched,
+                    t->completed, t->queued_end, t->served, t->share, t->fair, t->backlogged,
+                    t->wait_p50, t->wait_p99, t->wait_max, t->first_wait, t->ahead,
+                    t->served_priced, t->share_priced, t->fair_priced);
         }
+        double priced = 0;
+        for (size_t k = 0; k < r->n_tenants; k++)
+            priced += r->tenants[k].served_priced;
         double served = r->tokens_per_s * (double)r->window / 1000.0;
         fprintf(f, "%s,%" PRIu64 ",%s,*,,,%" PRIu64 ",%" PRIu64 ",%" PRIu64 ",%" PRIu64
                 ",%" PRIu64 ",%.0f,1,1,%" PRIu32 ",%" PRIu64 ",%" PRIu64 ",%" PRIu64 ",%" PRId64
-                ",,%.3f,%.3f,%.6f,%.6f,%.3f,%.1f,%" PRIu64 "\n", sc->name, sc->seed, pn,
-                r->submitted, r->rejected, r->dispatched, r->completed,
+                ",,%.3f,%.3f,%.6f,%.6f,%.3f,%.1f,%" PRIu64 ",%.0f,1,1,%.6f\n", sc->name,
+                sc->seed, pn, r->submitted, r->rejected, r->dispatched, r->completed,
                 r->queued_end + r->in_flight_end, served, r->n_backlogged, r->wait_p50,
                 r->wait_p99, r->wait_max, worst_first(r), r->tokens_per_s, r->runs_per_min,
-                r->utilization, r->jain, r->idle_queued_s, r->service_ms, r->end);
+                r->utilization, r->jain, r->idle_queued_s, r->service_ms, r->end, priced,
+                r->jain_priced);
     }
 }
 
@@ -1224,13 +1237,14 @@ static void json(FILE *f, const fq_scenario *sc, fq_sim_result *const *rs, size_
                 PRIu64 ", \"left\": %" PRIu64 ", \"wait_p50_ms\": %" PRIu64 ", \"wait_p99_ms\": %"
                 PRIu64 ", \"wait_max_ms\": %" PRIu64 ", \"worst_first_wait_ms\": %" PRId64
                 ", \"tokens_per_s\": %.3f, \"runs_per_min\": %.3f, \"utilization\": %.6f, "
-                "\"jain\": %.6f, \"backlogged\": %" PRIu32 ", \"idle_queued_s\": %.3f, "
-                "\"service_ms\": %.1f, \"end_ms\": %" PRIu64 "},\n     \"tenants\": [",
+                "\"jain\": %.6f, \"jain_priced\": %.6f, \"backlogged\": %" PRIu32
+                ", \"idle_queued_s\": %.3f, \"service_ms\": %.1f, \"end_ms\": %" PRIu64
+                "},\n     \"tenants\": [",
                 i ? "," : "", policies[r->policy].name, r->submitted, r->rejected,
                 r->dispatched, r->completed, r->queued_end + r->in_flight_end, r->wait_p50,
                 r->wait_p99, r->wait_max, worst_first(r), r->tokens_per_s, r->runs_per_min,
-                r->utilization, r->jain, r->n_backlogged, r->idle_queued_s, r->service_ms,
-                r->end);
+                r->utilization, r->jain, r->jain_priced, r->n_backlogged, r->idle_queued_s,
+                r->service_ms, r->end);
         for (size_t k = 0; k < r->n_tenants; k++) {
             const fq_sim_tenant_stats *t = &r->tenants[k];
             const fq_scenario_tenant *tn = &sc->tenants[k];
@@ -1240,10 +1254,12 @@ static void json(FILE *f, const fq_scenario *sc, fq_sim_result *const *rs, size_
                     ", \"tokens_served\": %.0f, \"share\": %.6f, \"fair_share\": %.6f, "
                     "\"backlogged\": %s, \"wait_p50_ms\": %" PRIu64 ", \"wait_p99_ms\": %" PRIu64
                     ", \"wait_max_ms\": %" PRIu64 ", \"first_wait_ms\": %" PRId64
-                    ", \"ahead_tokens\": %.0f}", k ? "," : "", tn->id, tn->plan, tn->weight,
+                    ", \"ahead_tokens\": %.0f, \"tokens_priced\": %.0f, \"share_priced\": %.6f, "
+                    "\"fair_share_priced\": %.6f}", k ? "," : "", tn->id, tn->plan, tn->weight,
                     t->submitted, t->rejected, t->dispatched, t->completed, t->queued_end,
                     t->served, t->share, t->fair, t->backlogged ? "true" : "false",
-                    t->wait_p50, t->wait_p99, t->wait_max, t->first_wait, t->ahead);
+                    t->wait_p50, t->wait_p99, t->wait_max, t->first_wait, t->ahead,
+                    t->served_priced, t->share_priced, t->fair_priced);
         }
         fprintf(f, "]}");
     }

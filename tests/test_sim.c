@@ -127,9 +127,57 @@ static void test_costs_50x(void **state)
     fq_scenario_free(sc);
 }
 
+/* rs[0..n) of sc reported in format fmt, as one string. */
+static char *report_of(const fq_scenario *sc, fq_sim_result *const *rs, size_t n,
+                       enum fq_sim_format fmt)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    assert_non_null(f);
+    fq_sim_report rep;
+    fq_sim_report_begin(&rep, f, fmt);
+    fq_sim_report_add(&rep, sc, rs, n);
+    assert_int_equal(fq_sim_report_end(&rep), FQ_OK);
+    fclose(f);
+    return buf;
+}
+
+/* The value of column col in the report CSV's row of policy and tenant. */
+static double csv_value(const char *csv, const char *policy, const char *tenant,
+                        const char *col)
+{
+    char line[4096];
+    int at = -1;
+    for (const char *p = csv; *p;) {
+        size_t n = strcspn(p, "\n");
+        snprintf(line, sizeof(line), "%.*s", (int)n, p);
+        p += n + (p[n] != 0);
+        char *f[64];
+        int nf = 0;
+        for (char *c = line, *e; nf < 64; c = e + 1) {
+            f[nf++] = c;
+            if (!(e = strchr(c, ',')))
+                break;
+            *e = 0;
+        }
+        if (at < 0) {           /* the header */
+            for (int i = 0; i < nf; i++)
+                if (strcmp(f[i], col) == 0)
+                    at = i;
+            assert_true(at >= 0);
+        } else if (nf > at && strcmp(f[2], policy) == 0 && strcmp(f[3], tenant) == 0) {
+            return strtod(f[at], NULL);
+        }
+    }
+    fail_msg("no row %s %s", policy, tenant);
+    return 0;
+}
+
 /* Two tenants with equal tokens, a 1:4 output mix: reconciled in raw
  * tokens they get equal tokens and unequal cost; at priced cost, equal
- * cost. The priced columns (share, fair, Jain) say so in priced cost. */
+ * cost. The priced columns (share, fair, Jain) say so in priced cost, in
+ * the table, its summary, the CSV and the JSON. */
 static void test_priced_shares(void **state)
 {
     (void)state;
@@ -144,6 +192,26 @@ static void test_priced_shares(void **state)
     if (!(fabs(chat->share_priced - 0.5) < 0.02 && chat->share > 0.6))
         fail_msg("drr-priced: chat's tokens %.4f, cost %.4f", chat->share, chat->share_priced);
     assert_true(pr->jain_priced > 0.99);
+    fq_sim_result *rs[2] = {drr, pr};
+    char *csv = report_of(sc, rs, 2, FQ_SIM_CSV);
+    assert_true(fabs(csv_value(csv, "drr", "chat", "share") - 0.5) < 0.02);
+    assert_true(csv_value(csv, "drr", "chat", "share_priced") < 0.4);
+    assert_true(fabs(csv_value(csv, "drr-priced", "chat", "share_priced") - 0.5) < 0.02);
+    assert_true(fabs(csv_value(csv, "drr", "chat", "fair_share_priced") - 0.5) < 0.01);
+    assert_true(csv_value(csv, "drr", "chat", "tokens_priced") >
+                csv_value(csv, "drr", "chat", "tokens_served"));
+    assert_true(csv_value(csv, "drr", "*", "jain_priced") < 0.95);
+    assert_true(csv_value(csv, "drr-priced", "*", "jain_priced") > 0.99);
+    char *js = report_of(sc, rs, 2, FQ_SIM_JSON), want[64];
+    snprintf(want, sizeof(want), "\"jain_priced\": %.6f", drr->jain_priced);
+    assert_non_null(strstr(js, want));
+    snprintf(want, sizeof(want), "\"share_priced\": %.6f", tenant(sc, drr, "chat")->share_priced);
+    assert_non_null(strstr(js, want));
+    char *tb = report_of(sc, rs, 2, FQ_SIM_TABLE);
+    assert_non_null(strstr(tb, "Jain in priced cost\n"));     /* the summary's column */
+    free(csv);
+    free(js);
+    free(tb);
     fq_sim_result_free(drr);
     fq_sim_result_free(pr);
     fq_scenario_free(sc);
