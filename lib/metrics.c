@@ -606,6 +606,14 @@ const fq_overall_row fq_overall_rows[] = {
        "fairq_partition_handovers_unsettled_total", NULL,
        "Planned moves handed off before the partition's journal settled (2 s): its next "
        "owner does again what was not stored."),
+    OV(COUNTER, submits_stranded, "submits_stranded", "fairq_submits_stranded_total", NULL,
+       "Times a partition's first stored submit stayed at or below its consumer's ack floor "
+       "over two checks (a nats-server 2.9 defect after a node's restart: never to be "
+       "delivered); its consumer was made again from that submit."),
+    OV(GAUGE, consumers_refused, "partitions_consumer_refused",
+       "fairq_partitions_consumer_refused", NULL,
+       "Owned partitions whose submit consumer the server has refused for over 30 s: their "
+       "runs wait in the stream, undispatched (docs/operations.md)."),
     OV(RATE, lease_renew_seconds, "lease_renew_seconds", "fairq_lease_renew_seconds", NULL,
        "Round trip of the last ownership key renewal the server confirmed."),
     OV(RATE, lease_renew_max_seconds, "lease_renew_max_seconds",

@@ -185,6 +185,10 @@ typedef struct fq_metrics_overall {
     uint64_t partition_handovers;   /* counter: partitions taken or given up */
     uint64_t partitions_fenced;     /* counter: let go when their journal fenced us */
     uint64_t handovers_unsettled;   /* counter: planned moves handed off unsettled */
+    uint64_t submits_stranded;      /* counter: partitions' submits found stranded below their
+                                       consumer's ack floor, and delivered again */
+    uint64_t consumers_refused;     /* partitions whose submit consumer the server has refused
+                                       for over PX_REFUSED_BOUND_MS */
     double lease_renew_seconds;     /* the last confirmed renewal's round trip */
     double lease_renew_max_seconds; /* the longest since start */
     double dispatch_rate;           /* runs a second, smoothed */

@@ -1290,6 +1290,42 @@ fq_status fq_consumer_info_parse(uint64_t *pending, uint64_t *ack_pending, const
     return st;
 }
 
+/* A member of obj's member outer (outer.name), a sequence: into *out. */
+static bool fq_msg_inner_seq(uint64_t *out, const cJSON *obj, const char *outer,
+                             const char *name)
+{
+    const cJSON *o = cJSON_GetObjectItemCaseSensitive(obj, outer);
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, name);
+    if (!cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble >= 1e18)
+        return false;
+    *out = (uint64_t)v->valuedouble;
+    return true;
+}
+
+fq_status fq_consumer_floor_parse(uint64_t *floor, const void *body, size_t len)
+{
+    bool nul = false;
+    const char *why = NULL;
+    cJSON *root = fq_msg_object(body, len, &nul, &why);
+    fq_status st = fq_msg_inner_seq(floor, root, "ack_floor", "stream_seq") ? FQ_OK : FQ_EINVAL;
+    fq_msg_release(root);
+    return st;
+}
+
+fq_status fq_msg_get_seq_parse(uint64_t *seq, const void *body, size_t len)
+{
+    bool nul = false;
+    const char *why = NULL;
+    uint64_t code = 0;
+    cJSON *root = fq_msg_object(body, len, &nul, &why);
+    fq_status st = fq_msg_inner_seq(seq, root, "message", "seq") && *seq ? FQ_OK
+                   : fq_msg_inner_seq(&code, root, "error", "err_code") && code == 10037
+                       ? FQ_ENOTFOUND
+                       : FQ_EINVAL;
+    fq_msg_release(root);
+    return st;
+}
+
 /* A string member of a JWT's claims into dst (cut to fit); "" if absent. */
 static bool fq_jwt_str(char *dst, size_t cap, const cJSON *obj, const char *name)
 {

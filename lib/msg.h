@@ -227,6 +227,14 @@ fq_status fq_explain_req_parse(fq_explain_req *out, const void *body, size_t len
  * answer (an error answer, a consumer gone). */
 fq_status fq_consumer_info_parse(uint64_t *pending, uint64_t *ack_pending, const void *body,
                                  size_t len);
+/* The stream sequence of a consumer info answer's ack floor
+ * (ack_floor.stream_seq): every message of its filter at or below it was
+ * delivered and acked. FQ_EINVAL: not such an answer. */
+fq_status fq_consumer_floor_parse(uint64_t *floor, const void *body, size_t len);
+/* The stream sequence of a STREAM.MSG.GET answer's message (message.seq).
+ * FQ_ENOTFOUND: the answer says no message matches (JetStream's 10037);
+ * FQ_EINVAL: anything else (another error, not such an answer). */
+fq_status fq_msg_get_seq_parse(uint64_t *seq, const void *body, size_t len);
 
 /* The claims of a NATS JWT (nats-io/jwt v2) that say whose it is, who
  * signed it and when it is valid: read from a credentials file to say why

@@ -1717,6 +1717,18 @@ fq_status fq_nio_consumer_info_ask(fq_nio *n, int id, const char *reply)
     return s == NATS_OK ? FQ_OK : FQ_EIO;
 }
 
+fq_status fq_nio_first_stored_ask(fq_nio *n, const char *stream, const char *filter,
+                                  const char *reply)
+{
+    char subject[NIO_SUBJECT_CAP], body[NIO_SUBJECT_CAP + 48];
+    int k = snprintf(subject, sizeof subject, "$JS.API.STREAM.MSG.GET.%s", stream);
+    int b = snprintf(body, sizeof body, "{\"seq\":1,\"next_by_subj\":\"%s\"}", filter);
+    if (k < 0 || (size_t)k >= sizeof subject || b < 0 || (size_t)b >= sizeof body)
+        return FQ_EINVAL;
+    natsStatus s = natsConnection_PublishRequest(n->nc, subject, reply, body, b);
+    return s == NATS_OK ? FQ_OK : FQ_EIO;
+}
+
 /* Drop the MSG events of consumer id still queued. Under mu. */
 static void nio_purge_locked(fq_nio *n, int id)
 {
@@ -2453,6 +2465,33 @@ fq_status fq_nio_get(fq_nio_msg **out, fq_nio *n, const char *stream, uint64_t s
     }
     *out = (fq_nio_msg *)m;
     return FQ_OK;
+}
+
+fq_status fq_nio_restore(bool *stored, fq_nio *n, const char *stream, uint64_t seq,
+                         const char *msgid)
+{
+    fq_nio_msg *got = NULL;
+    *stored = false;
+    fq_status r = fq_nio_get(&got, n, stream, seq);
+    if (r != FQ_OK)
+        return r;
+    natsMsg *old = (natsMsg *)got, *m = NULL;
+    fq_nio_hdr h[] = {{"Nats-Msg-Id", msgid}};
+    fq_nio_out o = {.subject = natsMsg_GetSubject(old), .data = natsMsg_GetData(old),
+                    .len = (size_t)natsMsg_GetDataLength(old), .hdrs = h, .n_hdrs = 1,
+                    .carry = got};
+    natsStatus s = nio_msg_build(&m, &n->scratch, &o, NULL);
+    jsPubAck *pa = NULL;
+    jsErrCode jerr = 0;
+    if (s == NATS_OK)
+        s = js_PublishMsg(&pa, n->js, m, NULL, &jerr);
+    *stored = s == NATS_OK;
+    jsPubAck_Destroy(pa);
+    natsMsg_Destroy(m);
+    natsMsg_Destroy(old);
+    if (s == NATS_OK)
+        s = js_DeleteMsg(n->js, stream, seq, NULL, &jerr);
+    return s == NATS_OK || (*stored && nio_not_found(s, jerr)) ? FQ_OK : FQ_EIO;
 }
 
 /* ---- key-value ----------------------------------------------------------- */

@@ -358,6 +358,21 @@ fq_status fq_nio_unsubscribe(fq_nio *n, int id);
  * subject the caller listens to (fq_consumer_info_parse reads its
  * counts). Owner thread. FQ_EINVAL: not consuming; FQ_EIO: not sent. */
 fq_status fq_nio_consumer_info_ask(fq_nio *n, int id, const char *reply);
+/* Ask the server for the first message stored on stream with a subject
+ * filter matches, from sequence 1: a STREAM.MSG.GET by subject, its
+ * answer's JSON to come on reply, a subject the caller listens to
+ * (fq_msg_get_seq_parse reads it). FQ_EINVAL: names too long; FQ_EIO:
+ * not sent. */
+fq_status fq_nio_first_stored_ask(fq_nio *n, const char *stream, const char *filter,
+                                  const char *reply);
+/* Store again, at the end of stream, the message stored at seq (its
+ * subject, body and headers but JetStream's, under Nats-Msg-Id msgid),
+ * then delete the one at seq: a message its consumers will never deliver
+ * (stored below their ack floor) becomes one they deliver. Synchronous:
+ * up to three round trips. FQ_ENOTFOUND: nothing at seq; FQ_EIO: not
+ * stored again, or not deleted (then *stored says whether the copy was). */
+fq_status fq_nio_restore(bool *stored, fq_nio *n, const char *stream, uint64_t seq,
+                         const char *msgid);
 /* Reply to a request (core NATS publish to its reply subject). FQ_EINVAL:
  * the request has no reply subject; FQ_ETOOBIG: len exceeds max_payload;
  * FQ_EIO: the publish failed otherwise. */

@@ -31,6 +31,7 @@
 #include "pool.h"
 #include "probes.h"
 #include "share.h"
+#include "strand.h"
 #include "strmap.h"
 #include "sweep.h"
 
@@ -92,6 +93,8 @@
 #define PX_WATCH_LEASES 1           /* P > 1: the lease bucket, who owns what (lib/owner.h) */
 #define PX_KV_SYNC_WAIT_MS 5000     /* at start, longest wait for the overrides */
 #define PX_EVENTS 1024              /* events drained per poll */
+#define PX_STRAND_CHECK_MS 10000    /* each owned partition checked for stranded submits so often */
+#define PX_REFUSED_BOUND_MS 30000   /* a submit consumer refused so long is reported */
 #define PX_POLL_MS 50               /* longest sleep between housekeeping */
 #define PX_MAX_PUBS 32768           /* our publishes awaiting PubAck before dispatch waits */
 #define PX_JS_WQ_NOT_UNIQUE 10100   /* js_err: a consumer's filter overlaps another's on a
@@ -189,6 +192,7 @@ typedef struct px_counters {
     uint64_t share_refused;         /* heartbeats refused: invalid, or a peer too many */
     uint64_t parts_fenced;          /* partitions let go because their journal fenced us */
     uint64_t handovers_unsettled;   /* planned moves whose journal did not settle in time */
+    uint64_t submits_stranded;      /* partitions' submits found stranded and delivered again */
 } px_counters;
 
 struct fq_proxy {
@@ -272,6 +276,10 @@ struct fq_proxy {
     uint64_t part_queued[PX_PARTS_MAX]; /* ... by the last pass done (fairq_partition_queued_runs) */
     uint64_t part_backlog[PX_PARTS_MAX]; /* its submit consumer's num_pending + num_ack_pending,
                                    as last answered (fairq_partition_backlog_runs) */
+    uint64_t part_floor[PX_PARTS_MAX]; /* its submit consumer's ack floor (stream sequence),
+                                   as last answered: stored at or below it is stranded */
+    fq_strand part_strand[PX_PARTS_MAX]; /* its stranded submits and refused consumer */
+    int64_t strand_check_at;    /* monotonic ms of the next check for stranded submits */
     /* P > 1, what the ownership said, done at the next turn (px_parts_apply) */
     uint64_t part_want[PX_PARTS_MAX];  /* gained at this term, not adopted yet; 0: none */
     uint64_t part_loading[PX_PARTS_MAX]; /* adopted at this term: marker, then read back */
@@ -1398,6 +1406,8 @@ static void px_overall_ledger(fq_metrics_overall *a, const fq_ledger *l)
     memcpy(a->rejected_runs, lc->rejected, sizeof a->rejected_runs);
 }
 
+static uint64_t px_refused_count(const fq_proxy *p);
+
 static void px_overall(fq_metrics_overall *a, fq_proxy *p)
 {
     fq_sched_stats ss;
@@ -1421,6 +1431,7 @@ static void px_overall(fq_metrics_overall *a, fq_proxy *p)
         .dispatch_rate = p->rate_runs, .partitions_owned = os.owned,
         .partition_handovers = os.gained + os.lost, .partitions_fenced = p->c.parts_fenced,
         .handovers_unsettled = p->c.handovers_unsettled,
+        .submits_stranded = p->c.submits_stranded, .consumers_refused = px_refused_count(p),
         .lease_renew_seconds = (double)os.renew_ms_last / 1000.0,
         .lease_renew_max_seconds = (double)os.renew_ms_max / 1000.0,
         .dispatch_token_rate = p->rate_tokens, .completion_rate = p->rate_completed,
@@ -1777,6 +1788,18 @@ static bool px_admin_forward(fq_proxy *p, fq_nio_msg **req, const char *tenant, 
     return true;
 }
 
+/* Ask for partition k's first stored submit: on <fwd_prefix>.g<k>. */
+static void px_strand_ask(fq_proxy *p, uint32_t k)
+{
+    char reply[sizeof p->fwd_prefix + 16], filter[320];
+    snprintf(reply, sizeof reply, "%s.g%" PRIu32, p->fwd_prefix, k);
+    if (px_parts(p) > 1)
+        snprintf(filter, sizeof filter, "%s.%" PRIu32 ".*", p->cfg.subjects.submit, k);
+    else
+        snprintf(filter, sizeof filter, "%s", p->submit_filter);
+    fq_nio_first_stored_ask(p->nio, p->cfg.streams.submit, filter, reply);
+}
+
 /* Ask each owned partition's submit consumer for its counts, once a pass
  * over the tenants (about a second): the partition's whole backlog in
  * FAIR_SUBMIT, of which the runs held in memory (part_queued) are only a
@@ -1790,6 +1813,65 @@ static void px_backlog_ask(fq_proxy *p)
         snprintf(reply, sizeof reply, "%s.c%" PRIu32, p->fwd_prefix, k);
         fq_nio_consumer_info_ask(p->nio, PX_CONS_ID(PX_CONS_SUBMIT, k), reply);
     }
+    int64_t now = (int64_t)fq_nio_mono_ms();
+    if (now < p->strand_check_at)
+        return;
+    p->strand_check_at = now + PX_STRAND_CHECK_MS;
+    for (uint32_t k = 0; p->connected && k < px_parts(p) && k < PX_PARTS_MAX; k++)
+        if (p->part_term[k])
+            px_strand_ask(p, k);
+}
+
+/* Partition k's first stored submit answered (0: none): stored at or
+ * below its consumer's ack floor over two checks, its consumer will never
+ * deliver it (a nats-server 2.9.10 defect after a node's restart,
+ * docs/operations.md), so it is stored again at the stream's end, where
+ * the consumer delivers it, and the original deleted; then the next is
+ * asked for at once. A run the copy repeats that was dispatched already
+ * is caught by FAIR_DISPATCH's Nats-Msg-Id (<tenant>/<run id>). An error
+ * answer changes nothing. */
+static void px_strand_answer(fq_proxy *p, uint32_t k, const fq_nio_msg *m)
+{
+    uint64_t first = 0, from = 0;
+    fq_status st = fq_msg_get_seq_parse(&first, fq_nio_msg_data(m), fq_nio_msg_len(m));
+    if (k >= PX_PARTS_MAX || !p->part_term[k] || (st != FQ_OK && st != FQ_ENOTFOUND))
+        return;
+    fq_strand *sd = &p->part_strand[k];
+    bool draining = sd->drain_floor != 0;
+    if (fq_strand_check(&from, sd, st == FQ_OK ? first : 0, p->part_floor[k]) !=
+        FQ_STRAND_STRANDED)
+        return;
+    char msgid[64];
+    bool stored = false;
+    snprintf(msgid, sizeof msgid, "fairq-restored-%" PRIu64, from);
+    fq_status r = fq_nio_restore(&stored, p->nio, p->cfg.streams.submit, from, msgid);
+    if (stored)
+        p->c.submits_stranded++;
+    if (!draining || r != FQ_OK)
+        fq_log(r == FQ_OK ? FQ_LOG_ERROR : FQ_LOG_WARN,
+               r == FQ_OK ? "a partition's submit was stored below its consumer's ack floor, "
+                            "never to be delivered (see docs/operations.md): stored again "
+                            "at the stream's end; those after it below the floor follow"
+                          : "cannot store again a submit stranded below its consumer's ack "
+                            "floor; retrying at the next check",
+               FQ_INT("partition", k), FQ_UINT("seq", from),
+               FQ_UINT("ack_floor", sd->drain_floor), FQ_UINT("term", p->part_term[k]),
+               FQ_BOOL("stored", stored));
+    if (r == FQ_OK)
+        px_strand_ask(p, k);
+    else
+        *sd = (fq_strand){.refused_since_ms = sd->refused_since_ms,
+                          .refused_reported = sd->refused_reported};
+}
+
+/* Owned partitions whose submit consumer has been refused past the bound. */
+static uint64_t px_refused_count(const fq_proxy *p)
+{
+    uint64_t n = 0;
+    int64_t now = (int64_t)fq_nio_mono_ms();
+    for (uint32_t k = 0; k < px_parts(p) && k < PX_PARTS_MAX; k++)
+        n += p->part_term[k] && fq_strand_refused(&p->part_strand[k], now, PX_REFUSED_BOUND_MS);
+    return n;
 }
 
 /* Partition k's consumer info answered: its backlog, not yet dispatched
@@ -1800,8 +1882,10 @@ static void px_backlog_answer(fq_proxy *p, uint32_t k, const fq_nio_msg *m)
     uint64_t pending = 0, unacked = 0;
     if (k < PX_PARTS_MAX && p->part_term[k] &&
         fq_consumer_info_parse(&pending, &unacked, fq_nio_msg_data(m), fq_nio_msg_len(m)) ==
-            FQ_OK)
+            FQ_OK) {
         p->part_backlog[k] = pending + unacked;
+        fq_consumer_floor_parse(&p->part_floor[k], fq_nio_msg_data(m), fq_nio_msg_len(m));
+    }
 }
 
 /* Answer a request handed on with data, and let it go. */
@@ -1838,6 +1922,12 @@ static void px_fwd_answer(fq_proxy *p, const fq_nio_msg *m)
         unsigned long k = strtoul(subject + pl + 2, &end, 10);
         if (!*end)
             px_backlog_answer(p, (uint32_t)k, m);
+        return;
+    }
+    if (ours && subject[pl + 1] == 'g') {   /* a first stored submit: .g<k> */
+        unsigned long k = strtoul(subject + pl + 2, &end, 10);
+        if (!*end)
+            px_strand_answer(p, (uint32_t)k, m);
         return;
     }
     uint64_t seq = ours ? strtoull(subject + pl + 1, &end, 10) : 0;
@@ -2278,6 +2368,8 @@ static void px_part_lose(fq_proxy *p, uint32_t k)
     fq_nio_consume_stop(p->nio, did, true);
     p->part_term[k] = 0;
     p->part_backlog[k] = 0;
+    p->part_floor[k] = 0;
+    p->part_strand[k] = (fq_strand){0};
     p->consumer_ok[sid] = p->consumer_ok[did] = false;
     size_t kept = 0;
     for (size_t i = 0; i < p->nheld_ev; i++) {
@@ -2662,12 +2754,32 @@ static void px_on_conn(fq_proxy *p, bool connected)
 }
 
 /* A consumer made, or not (ev->status): served once each is. */
+/* A partition's submit consumer made or refused: one refused past the
+ * bound is said once, as an error (its runs wait undispatched), and
+ * counted by fairq_partitions_consumer_refused until it is made. */
+static void px_refused_note(fq_proxy *p, const fq_nio_event *ev)
+{
+    int k = ev->source / 2;
+    if (ev->source < 0 || ev->source % 2 != PX_CONS_SUBMIT || k >= PX_PARTS_MAX ||
+        !p->part_term[k])
+        return;
+    if (ev->status == FQ_OK)
+        p->part_floor[k] = 0;   /* the new consumer's is read afresh */
+    if (fq_strand_consumer(&p->part_strand[k], ev->status == FQ_OK, (int64_t)fq_nio_mono_ms(),
+                           PX_REFUSED_BOUND_MS))
+        fq_log(FQ_LOG_ERROR, "a partition's submit consumer has been refused for over 30 s: "
+               "its runs wait in the stream undispatched (see docs/operations.md)",
+               FQ_INT("partition", k), FQ_UINT("term", p->part_term[k]),
+               FQ_INT("js_err", ev->err_code));
+}
+
 static void px_on_consumer(fq_proxy *p, const fq_nio_event *ev)
 {
     if (ev->source >= 0 && ev->source < FQ_NIO_MAX_CONSUMERS)
         p->consumer_ok[ev->source] = ev->status == FQ_OK;
     if (ev->status == FQ_OK && ev->source >= 0 && ev->source % 2 == PX_CONS_SUBMIT)
         fq_ledger_consumer_made(p->ledger, (uint32_t)(ev->source / 2), fq_nio_unix_ms());
+    px_refused_note(p, ev);
     p->served |= px_consumers_ok(p);
     if (p->leader)
         px_phase_leader(p);

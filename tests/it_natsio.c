@@ -10,7 +10,9 @@
 #include <cmocka.h>
 #include <nats/nats.h>
 
+#include "msg.h"
 #include "natsio.h"
+#include "strand.h"
 #include "natstest.h"
 
 #define CONS_ID 0
@@ -703,6 +705,133 @@ static void test_consumer_refused_says_why(void **state)
     natsConnection_Destroy(nc);
 }
 
+/* The next answer on sub (a request's reply): its body into buf. */
+static size_t next_answer(natsSubscription *sub, char *buf, size_t cap)
+{
+    natsMsg *m = NULL;
+    assert_int_equal(natsSubscription_NextMsg(&m, sub, 5000), NATS_OK);
+    int len = natsMsg_GetDataLength(m);
+    assert_true(len > 0 && (size_t)len < cap);
+    memcpy(buf, natsMsg_GetData(m), (size_t)len);
+    buf[len] = '\0';
+    natsMsg_Destroy(m);
+    return (size_t)len;
+}
+
+/* A consumer whose ack floor passed submits still stored on a work queue
+ * strands them, as nats-server 2.9.10 did after a node's restart
+ * (docs/operations.md): made here on purpose by a consumer of the test's
+ * own with MaxDeliver 1, whose floor passes a delivery left unacked past
+ * its AckWait while a work queue keeps the message. The first stored
+ * message by subject against the floor finds them (two checks), and each
+ * stored again is delivered by that very consumer; the originals are gone. */
+static void test_stranded_found_and_restored(void **state)
+{
+    fixture *f = *state;
+    fq_nio_stream ts = {.name = "STRAND", .subject = "strand.*.*",
+                        .retention = FQ_NIO_WORKQUEUE, .replicas = 1};
+    char err[256], buf[2048];
+    natsConnection *nc = NULL;
+    jsCtx *js = NULL;
+    natsSubscription *sub = NULL, *pull = NULL;
+    assert_int_equal(fq_nio_stream_ensure(f->n, &ts, err, sizeof err), FQ_OK);
+    assert_int_equal(natsConnection_ConnectTo(&nc, natstest_url(f->srv)), NATS_OK);
+    assert_int_equal(natsConnection_JetStream(&js, nc, NULL), NATS_OK);
+    assert_int_equal(natsConnection_SubscribeSync(&sub, nc, "strand-answer.*"), NATS_OK);
+    fq_nio *n2 = NULL;
+    fq_nio_opts o = {.url = natstest_url(f->srv), .name = "it_natsio_strand"};
+    assert_int_equal(fq_nio_create(&n2, &o, err, sizeof err), FQ_OK);
+    /* seq 1..3 of partition 1, 4 of partition 2 (5 of partition 1 later) */
+    const char *subj[] = {"strand.1.a", "strand.1.b", "strand.1.a", "strand.2.a"};
+    const char *body[] = {"r1", "r2", "r3", "r4"};
+    fq_nio_event ev;
+    for (int i = 0; i < 4; i++) {
+        publish(n2, subj[i], body[i], NULL, 300 + (uint64_t)i);
+        assert_true(wait_event(n2, FQ_NIO_EV_PUBACK, &ev, 5000));
+        assert_int_equal(ev.status, FQ_OK);
+    }
+    jsConsumerConfig cc;
+    jsConsumerConfig_Init(&cc);
+    cc.Durable = "strander";
+    cc.AckPolicy = js_AckExplicit;
+    cc.FilterSubject = "strand.1.*";
+    cc.MaxDeliver = 1;
+    cc.AckWait = 300 * 1000000LL;
+    jsConsumerInfo *ci = NULL;
+    assert_int_equal(js_AddConsumer(&ci, js, "STRAND", &cc, NULL, NULL), NATS_OK);
+    jsConsumerInfo_Destroy(ci);
+    assert_int_equal(js_PullSubscribe(&pull, js, "strand.1.*", "strander", NULL, NULL, NULL),
+                     NATS_OK);
+    natsMsgList got = {0};
+    assert_int_equal(natsSubscription_Fetch(&got, pull, 3, 2000, NULL), NATS_OK);
+    assert_int_equal(got.Count, 3);
+    natsMsgList_Destroy(&got);
+    /* past the AckWait, unacked, never to come again: the floor passes them */
+    uint64_t floor = 0, first = 0, from = 0;
+    fq_strand st = {0};
+    enum fq_strand_verdict v = FQ_STRAND_NONE;
+    for (int i = 0; i < 50 && v != FQ_STRAND_STRANDED; i++) {
+        /* a pull makes the consumer drop them past their last delivery;
+         * its floor moves at its next ack, of a submit stored after */
+        if (i == 3) {
+            publish(n2, "strand.1.c", "r5", NULL, 310);
+            assert_true(wait_event(n2, FQ_NIO_EV_PUBACK, &ev, 5000));
+        }
+        natsSubscription_Fetch(&got, pull, 1, 200, NULL);
+        for (int m = 0; m < got.Count; m++) {
+            assert_string_equal(natsMsg_GetSubject(got.Msgs[m]), "strand.1.c");
+            assert_int_equal(natsMsg_AckSync(got.Msgs[m], NULL, NULL), NATS_OK);
+        }
+        natsMsgList_Destroy(&got);
+        assert_int_equal(fq_nio_first_stored_ask(n2, "STRAND", "strand.1.*",
+                                                 "strand-answer.g"), FQ_OK);
+        size_t len = next_answer(sub, buf, sizeof buf);
+        assert_int_equal(fq_msg_get_seq_parse(&first, buf, len), FQ_OK);
+        assert_int_equal(first, 1);
+        assert_int_equal(js_GetConsumerInfo(&ci, js, "STRAND", "strander", NULL, NULL),
+                         NATS_OK);
+        floor = ci->AckFloor.Stream;
+        jsConsumerInfo_Destroy(ci);
+        v = fq_strand_check(&from, &st, first, floor);
+    }
+    assert_int_equal(v, FQ_STRAND_STRANDED);
+    assert_int_equal(from, 1);
+    assert_true(floor >= 3);
+    /* drained: each stored again, the next asked for at once */
+    for (uint64_t want = 1; want <= 3; want++) {
+        bool stored = false;
+        char msgid[32];
+        snprintf(msgid, sizeof msgid, "fairq-restored-%d", (int)from);
+        assert_int_equal(from, want);
+        assert_int_equal(fq_nio_restore(&stored, n2, "STRAND", from, msgid), FQ_OK);
+        assert_true(stored);
+        assert_int_equal(fq_nio_first_stored_ask(n2, "STRAND", "strand.1.*",
+                                                 "strand-answer.g"), FQ_OK);
+        size_t len = next_answer(sub, buf, sizeof buf);
+        assert_int_equal(fq_msg_get_seq_parse(&first, buf, len), FQ_OK);
+        v = fq_strand_check(&from, &st, first, floor);
+        assert_int_equal(v, want < 3 ? FQ_STRAND_STRANDED : FQ_STRAND_NONE);
+    }
+    /* the copies, in order and whole, from the same consumer */
+    for (int i = 0; i < 3;) {
+        assert_int_equal(natsSubscription_Fetch(&got, pull, 3 - i, 2000, NULL), NATS_OK);
+        for (int m = 0; m < got.Count; m++, i++) {
+            assert_int_equal(natsMsg_GetDataLength(got.Msgs[m]), 2);
+            assert_memory_equal(natsMsg_GetData(got.Msgs[m]), body[i], 2);
+            assert_string_equal(natsMsg_GetSubject(got.Msgs[m]), subj[i]);
+        }
+        natsMsgList_Destroy(&got);
+    }
+    fq_nio_msg *gone = NULL;
+    for (uint64_t seq = 1; seq <= 3; seq++)
+        assert_int_equal(fq_nio_get(&gone, n2, "STRAND", seq), FQ_ENOTFOUND);
+    natsSubscription_Destroy(pull);
+    fq_nio_destroy(n2);
+    natsSubscription_Destroy(sub);
+    jsCtx_Destroy(js);
+    natsConnection_Destroy(nc);
+}
+
 typedef struct scan_seen {
     int n;
     char bodies[8][16];
@@ -1200,6 +1329,7 @@ int main(void)
         cmocka_unit_test(test_term_consumers_fence_the_old_term),
         cmocka_unit_test(test_term_consumers_spare_a_later_term),
         cmocka_unit_test(test_consumer_refused_says_why),
+        cmocka_unit_test(test_stranded_found_and_restored),
         cmocka_unit_test(test_fetch_ack_get_and_recreate),
         cmocka_unit_test(test_fetch_waits_for_a_slow_owner),
         cmocka_unit_test(test_pull_reader_takes_only_deliveries),

@@ -1475,6 +1475,34 @@ static void test_consumer_info_counts(void **state)
     assert_int_equal(unacked, 7);
 }
 
+/* The ack floor of a consumer info, and the sequence of a message got by
+ * subject or JetStream's "no message found" told from other answers. */
+static void test_floor_and_msg_get(void **state)
+{
+    (void)state;
+    const char info[] = "{\"name\":\"fairq-p2-7\",\"delivered\":{\"consumer_seq\":9,"
+                        "\"stream_seq\":412},\"ack_floor\":{\"consumer_seq\":9,"
+                        "\"stream_seq\":411},\"num_pending\":0}";
+    const char nofloor[] = "{\"name\":\"x\",\"num_pending\":0}";
+    uint64_t v = 0;
+    assert_int_equal(fq_consumer_floor_parse(&v, info, sizeof info - 1), FQ_OK);
+    assert_int_equal(v, 411);
+    assert_int_equal(fq_consumer_floor_parse(&v, nofloor, sizeof nofloor - 1), FQ_EINVAL);
+    const char got[] = "{\"type\":\"io.nats.jetstream.api.v1.stream_msg_get_response\","
+                       "\"message\":{\"subject\":\"fair.submit.2.acme\",\"seq\":37,"
+                       "\"data\":\"e30=\",\"time\":\"2026-12-05T03:00:00Z\"}}";
+    const char none[] = "{\"type\":\"io.nats.jetstream.api.v1.stream_msg_get_response\","
+                        "\"error\":{\"code\":404,\"err_code\":10037,"
+                        "\"description\":\"no message found\"}}";
+    const char other[] = "{\"error\":{\"code\":503,\"err_code\":10008,"
+                         "\"description\":\"JetStream system temporarily unavailable\"}}";
+    assert_int_equal(fq_msg_get_seq_parse(&v, got, sizeof got - 1), FQ_OK);
+    assert_int_equal(v, 37);
+    assert_int_equal(fq_msg_get_seq_parse(&v, none, sizeof none - 1), FQ_ENOTFOUND);
+    assert_int_equal(fq_msg_get_seq_parse(&v, other, sizeof other - 1), FQ_EINVAL);
+    assert_int_equal(fq_msg_get_seq_parse(&v, "", 0), FQ_EINVAL);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1520,6 +1548,7 @@ int main(void)
         cmocka_unit_test(test_json_misuse),
         cmocka_unit_test(test_json_depth),
         cmocka_unit_test(test_consumer_info_counts),
+        cmocka_unit_test(test_floor_and_msg_get),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
