@@ -205,22 +205,37 @@ static void moves_read(moves *m)
     }
 }
 
-/* The value of /metrics line `name` (the whole series name, with its
- * labels) of the replica on port; false if it has none now. */
-static bool metric_of(int port, const char *name, long long *out)
+/* The value of line `name` (the whole series name, with its labels) of a
+ * /metrics body; false if it has none. */
+static bool metric_in(const char *body, const char *name, long long *out)
+{
+    size_t len = strlen(name);
+    for (const char *at = body; (at = strstr(at, name)) != NULL; at += len)
+        if ((at == body || at[-1] == '\n') && at[len] == ' ') {
+            *out = atoll(at + len + 1);
+            return true;
+        }
+    return false;
+}
+
+/* The /metrics body of the replica on port (the caller frees it); NULL if
+ * none came. */
+static char *metrics_body(int port)
 {
     int status = 0;
     char *body = NULL;
-    bool ok = false;
-    if (ot_http_get(port, "/metrics", &status, &body) == 0 && status == 200 && body) {
-        size_t len = strlen(name);
-        for (const char *at = body; (at = strstr(at, name)) != NULL; at += len)
-            if ((at == body || at[-1] == '\n') && at[len] == ' ') {
-                *out = atoll(at + len + 1);
-                ok = true;
-                break;
-            }
-    }
+    if (ot_http_get(port, "/metrics", &status, &body) == 0 && status == 200 && body)
+        return body;
+    free(body);
+    return NULL;
+}
+
+/* The value of /metrics line `name` of the replica on port; false if it
+ * has none now. */
+static bool metric_of(int port, const char *name, long long *out)
+{
+    char *body = metrics_body(port);
+    bool ok = body && metric_in(body, name, out);
     if (!ok && getenv("IT_REPLICAS_TRACE"))
         print_message("%s not in: %s\n", name, body ? body : "(none)");
     free(body);
@@ -237,16 +252,39 @@ static void debtor_of(char *out, size_t cap, int k)
     }
 }
 
-/* Tenant's deficit at the replica on port, once its series shows a debt,
- * waited for up to 5 s (a snapshot a second); false if none came. */
-static bool debt_at(int port, const char *tenant, long long *out)
+/* Tenant's series `family` at the replica's /metrics body into *out. */
+static bool tenant_metric(const char *body, const char *family, const char *tenant,
+                          long long *out)
 {
     char name[128];
-    snprintf(name, sizeof name, "fairq_tenant_deficit_tokens{tenant=\"%s\",plan=\"free\"}",
-             tenant);
-    for (long long end = nt_now_ms() + 5000; nt_now_ms() < end; nt_sleep_ms(100))
-        if (metric_of(port, name, out) && *out < 0)
+    snprintf(name, sizeof name, "%s{tenant=\"%s\",plan=\"free\"}", family, tenant);
+    return metric_in(body, name, out);
+}
+
+/* Tenant's deficit at the replica on port once each of its `runs` runs is
+ * reconciled there: its snapshot (one a second) shows them all dispatched
+ * (runs < 0: any number, for a debt read back from the journal), none
+ * queued or in flight, and a debt. A worker counts a run completed
+ * once its completion is stored, before the proxy reconciles it: a debt
+ * read then misses the runs not reconciled yet. Waited for up to 5 s;
+ * false if it did not come. */
+static bool debt_at(int port, const char *tenant, long long runs, long long *out)
+{
+    for (long long end = nt_now_ms() + 5000; nt_now_ms() < end; nt_sleep_ms(100)) {
+        char *body = metrics_body(port);
+        long long sent = -1, queued = -1, flying = -1;
+        bool ok = body &&
+                  tenant_metric(body, "fairq_tenant_dispatched_runs_total", tenant, &sent) &&
+                  tenant_metric(body, "fairq_tenant_queued_runs", tenant, &queued) &&
+                  tenant_metric(body, "fairq_tenant_in_flight_runs", tenant, &flying) &&
+                  tenant_metric(body, "fairq_tenant_deficit_tokens", tenant, out);
+        if (ok && getenv("IT_REPLICAS_TRACE"))
+            print_message("%s: dispatched %lld, queued %lld, in flight %lld, deficit %lld\n",
+                          tenant, sent, queued, flying, *out);
+        free(body);
+        if (ok && (runs < 0 || sent == runs) && queued == 0 && flying == 0 && *out < 0)
             return true;
+    }
     return false;
 }
 
@@ -310,7 +348,7 @@ static void test_replicas_share_take_over_and_join(void **state)
     assert_int_equal(pt_submit_flush(&f->c), 0);
     assert_int_equal(pt_worker_wait_completed(f->w, 80 + 2 * P, 20000), 0);
     for (int k = 0; k < P; k++)
-        assert_true(debt_at(port[strcmp(own[k], "rep-a") == 0 ? 0 : 1], debtor[k], &debt[k]));
+        assert_true(debt_at(port[strcmp(own[k], "rep-a") == 0 ? 0 : 1], debtor[k], 2, &debt[k]));
 
     /* rep-d joins under load: it takes its share, nothing lost or doubled */
     pf_submit_runs(f, 80, 40, 16);
@@ -335,7 +373,7 @@ static void test_replicas_share_take_over_and_join(void **state)
         if (strcmp(own[k], "rep-d") != 0)
             continue;
         long long now = 0;
-        assert_true(debt_at(port[3], debtor[k], &now));
+        assert_true(debt_at(port[3], debtor[k], -1, &now));
         print_message("partition %d moved to rep-d: %s's debt %lld, was %lld\n", k, debtor[k],
                       now, debt[k]);
         assert_true(now == debt[k]);
