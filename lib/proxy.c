@@ -2665,13 +2665,18 @@ static void px_load_cb(void *arg, const void *data, size_t len, int64_t ts_ms)
  * not start from zero while workers are busy with runs dispatched before
  * the restart. With P > 1, only the journal subjects of the partitions
  * being taken are read, each on its own: a takeover costs what they hold,
- * not what the deployment's journal does. */
+ * not what the deployment's journal does; first the one subject of P = 1,
+ * which a deployment that moved from P = 1 by draining keeps (usually
+ * nothing: no message on it), its records taken by the partitions being
+ * read (docs/partitions.md, "Changing P"). */
 static fq_status px_recover(fq_proxy *p)
 {
     px_loaded L = {.p = p, .now = fq_nio_mono_ms(), .now_ms = fq_nio_unix_ms()};
     fq_status s = FQ_OK;
     if (px_parts(p) == 1)
         s = fq_nio_stream_scan(p->nio, p->cfg.streams.runs, px_load_cb, &L);
+    else    /* P = 1's subject, kept after P changed: its debts, each to its tenant's partition */
+        s = fq_nio_subject_scan(p->nio, p->cfg.streams.runs, p->cfg.subjects.runs, px_load_cb, &L);
     for (uint32_t k = 0; px_parts(p) > 1 && s == FQ_OK && k < PX_PARTS_MAX; k++) {
         char subject[320];
         px_journal_subject(subject, sizeof subject, p, k);

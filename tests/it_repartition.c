@@ -1,0 +1,195 @@
+/* it_repartition.c -- a running deployment moved from P = 1 to P = 4 by draining, as docs/partitions.md ("Changing P") says: no run lost or served twice, every tenant's debt kept. */
+/*
+ * One nats-server, first without a mapping, and a proxy with P = 1 whose
+ * workers report twice the estimated tokens (every tenant that ran is left
+ * in debt). Runs are submitted, and while some are queued and some in
+ * flight the producers stop; the deployment drains (FAIR_SUBMIT and
+ * FAIR_DONE empty, nothing queued or in flight), the proxy is stopped,
+ * FAIR_SUBMIT and FAIR_DONE deleted, FAIRQ_RUNS given the subject
+ * fairq.runs.* beside fairq.runs, the server restarted with the mapping of
+ * 4 partitions, and the proxy started with partitions: 4. Each tenant's
+ * debt is then what it was (read back from fairq.runs by the partition
+ * that owns the tenant now), every run submitted before and after is
+ * stored once in FAIR_DISPATCH and has one done record.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "proxyfixture.h"
+
+#define TENANTS 8
+#define BEFORE 40       /* runs submitted at P = 1 */
+#define AFTER 16        /* runs submitted at P = 4 */
+#define PARTS 4
+
+#define YAML(parts)                                                                          \
+    "partitions: " parts "\n"                                                                \
+    "scheduler:\n  default_plan: free\n"                                                     \
+    "window:\n  max_in_flight: 4\n"                                                          \
+    "estimates:\n  default_tokens: 300\n"                                                    \
+    "plans:\n  - name: free\n"
+
+static char dir[] = "/tmp/fairq-it-repartition-XXXXXX";
+static char conf[256];
+
+/* The server's config: no mapping (P = 1), or the mapping of P partitions. */
+static int write_conf(int parts)
+{
+    FILE *f = fopen(conf, "w");
+    if (!f)
+        return -1;
+    if (parts > 1)
+        fprintf(f, "mappings {\n"
+                   "  \"fair.submit.*\": \"fair.submit.{{partition(%d,1)}}.{{wildcard(1)}}\"\n"
+                   "  \"fair.done.*\": \"fair.done.{{partition(%d,1)}}.{{wildcard(1)}}\"\n"
+                   "}\n", parts, parts);
+    else
+        fprintf(f, "# P = 1: no mapping\n");
+    fclose(f);
+    return 0;
+}
+
+/* Every run costs twice its estimate. */
+static uint64_t overrun(void *arg, const char *tenant, uint32_t est)
+{
+    (void)arg;
+    (void)tenant;
+    return 2ull * est;
+}
+
+static int setup(void **state)
+{
+    if (!mkdtemp(dir))
+        return -1;
+    snprintf(conf, sizeof conf, "%s/server.conf", dir);
+    if (write_conf(1) != 0)
+        return -1;
+    pt_worker_opts wo = {.concurrency = 2, .service_ms = 60, .actual = overrun};
+    return pf_setup_server(state, (const char *const[]){"-c", conf, NULL}, YAML("1"), &wo);
+}
+
+static int teardown(void **state)
+{
+    assert_int_equal(pf_teardown(state, true), 0);
+    remove(conf);
+    rmdir(dir);
+    return 0;
+}
+
+/* A tenant's deficit, from the stats of its owner. */
+static long deficit(pf_fixture *f, int t)
+{
+    char req[64];
+    snprintf(req, sizeof req, "{\"tenant\":\"t%d\"}", t);
+    cJSON *j = pf_stats(f, req, NULL);
+    cJSON *row = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(j, "tenants"), 0);
+    assert_non_null(row);
+    long v = pf_num(row, "deficit");
+    cJSON_Delete(j);
+    return v;
+}
+
+/* Drained: FAIR_SUBMIT and FAIR_DONE empty, nothing queued or in flight. */
+static void wait_drained(pf_fixture *f)
+{
+    pf_wait_empty(f, "FAIR_SUBMIT");
+    long busy = -1;
+    for (long long end = nt_now_ms() + 20000; busy && nt_now_ms() < end;) {
+        cJSON *j = pf_stats(f, "", NULL);
+        busy = pf_overall(j, "queued_runs") + pf_overall(j, "in_flight");
+        cJSON_Delete(j);
+        if (busy)
+            nt_sleep_ms(50);
+    }
+    assert_int_equal(busy, 0);
+    pf_wait_empty(f, "FAIR_DONE");
+}
+
+/* FAIRQ_RUNS keeps its subject and takes P > 1's beside it. */
+static void journal_add_subject(pf_fixture *f)
+{
+    jsStreamInfo *si = NULL, *up = NULL;
+    assert_int_equal(js_GetStreamInfo(&si, f->c.js, "FAIRQ_RUNS", NULL, NULL), NATS_OK);
+    assert_int_equal(si->Config->SubjectsLen, 1);
+    const char *subjects[] = {si->Config->Subjects[0], "fairq.runs.*"};
+    const char **had = si->Config->Subjects;
+    si->Config->Subjects = subjects;
+    si->Config->SubjectsLen = 2;
+    assert_int_equal(js_UpdateStream(&up, f->c.js, si->Config, NULL, NULL), NATS_OK);
+    si->Config->Subjects = had;
+    si->Config->SubjectsLen = 1;
+    jsStreamInfo_Destroy(up);
+    jsStreamInfo_Destroy(si);
+}
+
+/* Done records of the journal. */
+static int done_records(pf_fixture *f)
+{
+    pt_msg *m = NULL;
+    size_t n = 0;
+    const char *needle = "\"st\":\"done\"";
+    assert_int_equal(pt_stream_read(&f->c, "FAIRQ_RUNS", &m, &n), 0);
+    int k = 0;
+    for (size_t i = 0; i < n; i++)
+        for (const char *q = m[i].data; q && (q = strstr(q, needle)); q += strlen(needle))
+            k++;
+    pt_msgs_free(m, n);
+    return k;
+}
+
+static void test_p1_to_p4_by_draining(void **state)
+{
+    pf_fixture *f = *state;
+    pf_submit_runs(f, 0, BEFORE, TENANTS);
+    /* runs queued and in flight when the producers stop */
+    long in_flight = 0, queued = 0;
+    for (long long end = nt_now_ms() + 20000; !(in_flight && queued) && nt_now_ms() < end;) {
+        cJSON *j = pf_stats(f, "", NULL);
+        in_flight = pf_overall(j, "in_flight");
+        queued = pf_overall(j, "queued_runs");
+        cJSON_Delete(j);
+    }
+    assert_true(in_flight > 0 && queued > 0);
+    wait_drained(f);
+    long before[TENANTS];
+    for (int t = 0; t < TENANTS; t++) {
+        before[t] = deficit(f, t);
+        assert_true(before[t] < 0);
+    }
+
+    assert_int_equal(pt_proxy_stop(&f->px), 0);
+    assert_int_equal(js_DeleteStream(f->c.js, "FAIR_SUBMIT", NULL, NULL), NATS_OK);
+    assert_int_equal(js_DeleteStream(f->c.js, "FAIR_DONE", NULL, NULL), NATS_OK);
+    journal_add_subject(f);
+    assert_int_equal(write_conf(PARTS), 0);
+    assert_int_equal(natstest_restart(f->srv), 0);
+    assert_int_equal(pt_proxy_start(&f->px, f->srv, "proxy4", YAML("4")), 0);
+    assert_int_equal(pt_log_wait_n(&f->px, "consuming a partition", PARTS, 20000), 0);
+
+    for (int t = 0; t < TENANTS; t++)
+        assert_int_equal(deficit(f, t), before[t]);
+    pf_submit_runs(f, BEFORE, AFTER, TENANTS);
+    assert_int_equal(pt_worker_wait_completed(f->w, BEFORE + AFTER, 30000), 0);
+    wait_drained(f);
+    pf_assert_each_dispatched_once(f, BEFORE + AFTER);
+    assert_int_equal(done_records(f), BEFORE + AFTER);
+    cJSON *j = pf_stats(f, "", NULL);
+    assert_int_equal(pf_overall(j, "journal_refused"), 0);
+    cJSON_Delete(j);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_p1_to_p4_by_draining, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
