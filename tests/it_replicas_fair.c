@@ -155,11 +155,12 @@ static double served(pf_fixture *f, const char *tenant, long long t1, long long 
  * alone on B (wb), a window of g runs, workers of r tokens a second, the
  * shorter runs taking s seconds:
  *
- *   |S_a/wa - S_b/wb| <= r T |g_A/wa - g_B/wb| + r T (g/W) d/(s + d)
+ *   |S_a/wa - S_b/wb| <= r T |g_A/wa - g_B/wb| + r T (g/W) δ/(s + δ)
  *
- * g_X the replica's share of the window in whole runs, W = wa + wb, d the
- * turnaround of a slot (a completion to the next run at a worker), within
- * one heartbeat period p. No DRR term: each replica has one tenant.
+ * g_X the replica's share of the window in whole runs, W = wa + wb, δ (d
+ * here) the turnaround of a slot (a completion to the next run at a
+ * worker), taken as one heartbeat period p. No DRR term: each replica has
+ * one tenant.
  */
 static double bound(double T, int wa, int wb, double s)
 {
