@@ -704,7 +704,9 @@ const char *fq_owner_holder(const fq_owner *o, int32_t part, uint64_t now)
 {
     if (part < 0 || (uint32_t)part >= o->parts || o->parts == 1)
         return "";
-    return ow_holder(o, (uint32_t)part, now);
+    /* the bucket's value, untrusted: the admin plane puts it in a subject */
+    const char *h = ow_holder(o, (uint32_t)part, now);
+    return fq_owner_id_valid(h) ? h : "";
 }
 
 const fq_lease *fq_owner_lease(const fq_owner *o, int32_t part)

@@ -660,6 +660,25 @@ static void test_id_valid(void **state)
     fq_owner_destroy(NULL);
 }
 
+/* A partition key's value is read from the bucket, and the admin plane
+ * puts its holder into a subject (<admin>.replica.<holder>.stats): one that
+ * is no replica id ('.', '*', '>', spaces, line ends) is no holder. */
+static void test_holder_invalid_value(void **state)
+{
+    (void)state;
+    fq_owner *o;
+    assert_int_equal(fq_owner_create(&o, 8, "rep-0", NULL, TTL), FQ_OK);
+    fq_owner_on_key(o, 1000, "p.3", "rep-1", 0);
+    assert_string_equal(fq_owner_holder(o, 3, 1000), "rep-1");
+    const char *bad[] = {"a.b", "a b\r\nPUB x 1", "*", ">", "a\tb", "released-"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        fq_owner_on_key(o, 1000, "p.3", bad[i], 0);
+        const char *h = fq_owner_holder(o, 3, 1000);
+        assert_true(!h[0] || fq_owner_id_valid(h));
+    }
+    fq_owner_destroy(o);
+}
+
 /* P = 1 is today's leader lease: the key "leader", no registry, no watch
  * needed, the first to take it keeps it; a second replica stands by and
  * takes over once the first stops renewing. */
@@ -1252,6 +1271,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_id_valid),
+        cmocka_unit_test(test_holder_invalid_value),
         cmocka_unit_test(test_p1_is_the_leader_key),
         cmocka_unit_test(test_p1_lost_for_good),
         cmocka_unit_test(test_three_share_eight),
