@@ -162,7 +162,8 @@ static int fqa_cmp(const void *a, const void *b)
     return strcmp((*(const fqa_rep *const *)a)->id, (*(const fqa_rep *const *)b)->id);
 }
 
-char *fqa_all_json(const fqa_all *g, bool deployment, const char *missing_why)
+/* fqa_all_json's reply, as a tree (NULL: out of memory). */
+static cJSON *fqa_tree(const fqa_all *g, bool deployment, const char *missing_why)
 {
     const fqa_rep *by_id[FQA_MAX];
     size_t answered = 0;
@@ -196,6 +197,38 @@ char *fqa_all_json(const fqa_all *g, bool deployment, const char *missing_why)
     for (size_t i = 0; i < g->n; i++)
         if (by_id[i]->answer)
             cJSON_AddItemReferenceToArray(answers, by_id[i]->answer);
+    return out;
+}
+
+char *fqa_all_json(const fqa_all *g, bool deployment, const char *missing_why)
+{
+    cJSON *out = fqa_tree(g, deployment, missing_why);
+    char *text = out ? cJSON_PrintUnformatted(out) : NULL;
+    cJSON_Delete(out);
+    return text;
+}
+
+/* The deployment's count key, or -1 when no answer had it. */
+static double fqa_sum(const cJSON *out, const char *key)
+{
+    const cJSON *x = cJSON_GetObjectItemCaseSensitive(
+        cJSON_GetObjectItemCaseSensitive(out, "deployment"), key);
+    return cJSON_IsNumber(x) ? x->valuedouble : -1;
+}
+
+char *fqa_all_drained(bool *drained, const fqa_all *g, int64_t submit_msgs, int64_t done_msgs,
+                      const char *missing_why)
+{
+    *drained = false;
+    cJSON *out = fqa_tree(g, true, missing_why);
+    if (!out)
+        return NULL;
+    *drained = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(out, "ok")) &&
+               fqa_sum(out, "queued_runs") == 0 && fqa_sum(out, "in_flight") == 0 &&
+               submit_msgs == 0 && done_msgs == 0;
+    cJSON_AddBoolToObject(out, "drained", *drained);
+    cJSON_AddNumberToObject(out, "submit_msgs", (double)submit_msgs);
+    cJSON_AddNumberToObject(out, "done_msgs", (double)done_msgs);
     char *text = cJSON_PrintUnformatted(out);
     cJSON_Delete(out);
     return text;

@@ -1,4 +1,4 @@
-/* adminall.h -- one admin request asked of every replica of a deployment, the answers gathered into one reply: whom to ask, when it is complete, what sums (fairq-admin stats --all, reload). */
+/* adminall.h -- one admin request asked of every replica of a deployment, the answers gathered into one reply: whom to ask, when it is complete, what sums (fairq-admin stats --all, reload, drained). */
 #ifndef FQ_ADMINALL_H
 #define FQ_ADMINALL_H
 
@@ -19,6 +19,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "owner.h"
 
@@ -58,5 +59,16 @@ bool fqa_all_settled(const fqa_all *g);
  * as lib/metrics.c's fq_overall_fold says: summed, or the most), then
  * "answers", each replica's reply as it came, in order of id. */
 char *fqa_all_json(const fqa_all *g, bool deployment, const char *missing_why);
+
+/* Whether a deployment is drained, before its partitions change
+ * (docs/partitions.md, "Changing P"): every replica named answered its
+ * stats ("ok" of fqa_all_json), the deployment has no run queued and none
+ * in flight ("queued_runs" and "in_flight" summed, each answered), and the
+ * submit and done streams hold no message (submit_msgs and done_msgs, as
+ * the caller read them: -1 when it could not). *drained says so; the
+ * reply is fqa_all_json's with "drained", "submit_msgs" and "done_msgs"
+ * added (NULL: out of memory, and *drained false). */
+char *fqa_all_drained(bool *drained, const fqa_all *g, int64_t submit_msgs, int64_t done_msgs,
+                      const char *missing_why);
 
 #endif

@@ -1,4 +1,4 @@
-/* fairq-admin.c -- one admin request to the running fairq-proxy (stats, reload, tenant.get, tenant.set, explain), for hosts without the nats CLI. */
+/* fairq-admin.c -- one admin request to the running fairq-proxy (stats, reload, tenant.get, tenant.set, explain, drained), for hosts without the nats CLI. */
 #include <getopt.h>
 
 #include "adminall.h"
@@ -13,6 +13,7 @@ static void usage(FILE *f)
             "usage: " PROG " [--nats URL] [--admin PREFIX] [--replica ID] [--time N] REQUEST [BODY]\n"
             "       " PROG " [--nats URL] [--admin PREFIX] [--timeout MS] stats --all\n"
             "       " PROG " [--nats URL] [--explain PREFIX] [--replica ID] explain TENANT [RUN-ID]\n"
+            "       " PROG " [--nats URL] [--admin PREFIX] [--timeout MS] drained [SUBMIT DONE]\n"
             "\n"
             "Sends one request to <admin>.REQUEST and prints the proxy's JSON reply.\n"
             "\n"
@@ -28,6 +29,12 @@ static void usage(FILE *f)
             "  tenant.get '{\"tenant\":\"acme\"}'          a tenant's policy and where it comes from\n"
             "  tenant.set '{\"tenant\":\"acme\",\"weight\":5}' change its override (a merge\n"
             "                                          patch: null removes a field)\n"
+            "  drained [SUBMIT DONE]                   before partitions change: every replica's\n"
+            "                                          stats (as stats --all) and the streams\n"
+            "                                          SUBMIT and DONE (default " FQ_DEFAULT_STREAM_SUBMIT "\n"
+            "                                          and " FQ_DEFAULT_STREAM_DONE "); exit 0 only when every\n"
+            "                                          replica answered, none has a run queued\n"
+            "                                          or in flight and both streams are empty\n"
             "  explain acme [run-7]                    why a run of acme (or a run acme\n"
             "                                          submits now) waits: asked on\n"
             "                                          <explain>.acme, which a tenant's own\n"
@@ -40,7 +47,7 @@ static void usage(FILE *f)
             "                  (explain: .explain.TENANT), where a reload reloads that\n"
             "                  replica alone; without it, one replica answers (a tenant's\n"
             "                  stats and explain come from its partition's owner)\n"
-            "  --timeout MS    stats --all and reload: how long to wait for the\n"
+            "  --timeout MS    stats --all, reload and drained: how long to wait for the\n"
             "                  replicas' answers (default 2000)\n"
             FQC_INBOX_PREFIX_HELP
             "  --time N        send it N times and print on stderr the round trips of\n"
@@ -51,7 +58,8 @@ static void usage(FILE *f)
             "\n"
             "Exit status: 0 on a reply that does not say \"ok\":false, 1 when it does or\n"
             "nothing answered (no proxy is the leader), 2 on a usage error. Asked of\n"
-            "every replica, \"ok\" is false when one did not answer or said it.\n",
+            "every replica, \"ok\" is false when one did not answer or said it.\n"
+            "drained: 0 when drained, else 1 (\"drained\":false says why in its counts).\n",
             FQC_DEFAULT_URL);
 }
 
@@ -145,42 +153,60 @@ static natsStatus ask_any(natsMsg **reply, natsConnection *nc, const char *subje
     }
 }
 
-/* stats --all, or reload without --replica: request asked of every
- * replica (gather), those named by a stats answer from any of them first.
- * Prints the gathered reply; the exit status. A proxy whose answer names
- * no replica (older than this program) gets the request once, as
- * without --all. */
-static int ask_all(natsConnection *nc, const char *admin, const char *request, int timeout_ms)
+/* request asked of every replica (gather), those named by a stats answer
+ * from any of them first: the answers, or NULL when none answered (said).
+ * *named is false when that answer named no replica (a proxy older than
+ * this program): then none was asked. */
+static fqa_all *gather_all(bool *named, natsConnection *nc, const char *admin,
+                           const char *request, int timeout_ms)
 {
     bool stats = strcmp(request, FQ_ADMIN_STATS) == 0;
     const char *body = stats ? "{\"limit\":0}" : "";
     char subject[512];
-    int64_t t0 = fqc_mono_ns(), rtt;
+    int64_t t0 = fqc_mono_ns();
     natsMsg *reply = NULL;
     snprintf(subject, sizeof subject, "%s.%s", admin, FQ_ADMIN_STATS);
     natsStatus s = ask_any(&reply, nc, subject, t0, timeout_ms);
     if (s != NATS_OK) {
         fqc_perror(PROG, subject, s);
-        return 1;
+        return NULL;
     }
     fqa_all *g = fqa_all_create();
     if (!g) {
         natsMsg_Destroy(reply);
         fprintf(stderr, PROG ": out of memory\n");
-        return 1;
+        return NULL;
     }
     const char *data = natsMsg_GetData(reply);
     size_t len = (size_t)natsMsg_GetDataLength(reply);
-    bool named = stats ? fqa_all_answer(g, FQA_ANY, data, len) : fqa_all_learn(g, data, len) > 0;
+    *named = stats ? fqa_all_answer(g, FQA_ANY, data, len) : fqa_all_learn(g, data, len) > 0;
     natsMsg_Destroy(reply);
-    reply = NULL;
+    if (*named)
+        gather(g, nc, admin, request, body, t0, timeout_ms);
+    return g;
+}
+
+/* stats --all, or reload without --replica: request asked of every
+ * replica (gather_all). Prints the gathered reply; the exit status. A
+ * proxy whose answer names no replica (older than this program) gets the
+ * request once, as without --all. */
+static int ask_all(natsConnection *nc, const char *admin, const char *request, int timeout_ms)
+{
+    bool named = false;
+    fqa_all *g = gather_all(&named, nc, admin, request, timeout_ms);
+    if (!g)
+        return 1;
     int rc = 1;
     if (!named) {
+        bool stats = strcmp(request, FQ_ADMIN_STATS) == 0;
+        char subject[512];
+        int64_t rtt;
+        natsMsg *reply = NULL;
         fprintf(stderr, PROG ": the proxy's answer names no replica: asked once\n");
         snprintf(subject, sizeof subject, "%s.%s", admin, request);
-        s = ask(&reply, &rtt, nc, subject, body, timeout_ms);
+        natsStatus s = ask(&reply, &rtt, nc, subject, stats ? "{\"limit\":0}" : "", timeout_ms);
         if (s == NATS_OK) {
-            data = natsMsg_GetData(reply) ? natsMsg_GetData(reply) : "";
+            const char *data = natsMsg_GetData(reply) ? natsMsg_GetData(reply) : "";
             printf("%.*s\n", natsMsg_GetDataLength(reply), data);
             rc = strncmp(data, "{\"ok\":false", 11) == 0;
         } else {
@@ -190,10 +216,9 @@ static int ask_all(natsConnection *nc, const char *admin, const char *request, i
         fqa_all_destroy(g);
         return rc;
     }
-    gather(g, nc, admin, request, body, t0, timeout_ms);
     char why[64];
     snprintf(why, sizeof why, "no answer within %d ms", timeout_ms);
-    char *out = fqa_all_json(g, stats, why);
+    char *out = fqa_all_json(g, strcmp(request, FQ_ADMIN_STATS) == 0, why);
     if (out) {
         printf("%s\n", out);
         rc = strncmp(out, "{\"ok\":true", 10) != 0;
@@ -201,6 +226,49 @@ static int ask_all(natsConnection *nc, const char *admin, const char *request, i
     free(out);
     fqa_all_destroy(g);
     return rc;
+}
+
+/* The messages stream holds now, or -1 (said) when it cannot be read. */
+static int64_t stream_msgs(jsCtx *js, const char *stream)
+{
+    jsStreamInfo *si = NULL;
+    jsErrCode jerr = 0;
+    natsStatus s = js_GetStreamInfo(&si, js, stream, NULL, &jerr);
+    if (s != NATS_OK) {
+        fqc_perror(PROG, stream, s);
+        return -1;
+    }
+    int64_t n = (int64_t)si->State.Msgs;
+    jsStreamInfo_Destroy(si);
+    return n;
+}
+
+/* drained: every replica's stats (gather_all) and the submit and done
+ * streams' messages; prints the reply, 0 only when the deployment is
+ * drained (fqa_all_drained). */
+static int ask_drained(natsConnection *nc, jsCtx *js, const char *admin, int timeout_ms,
+                       const char *submit, const char *done)
+{
+    bool named = false;
+    fqa_all *g = gather_all(&named, nc, admin, FQ_ADMIN_STATS, timeout_ms);
+    if (!g)
+        return 1;
+    if (!named) {
+        fprintf(stderr, PROG ": the proxy's answer names no replica: drained cannot tell\n");
+        fqa_all_destroy(g);
+        return 1;
+    }
+    char why[64];
+    snprintf(why, sizeof why, "no answer within %d ms", timeout_ms);
+    bool drained = false;
+    char *out = fqa_all_drained(&drained, g, stream_msgs(js, submit), stream_msgs(js, done), why);
+    if (out)
+        printf("%s\n", out);
+    else
+        fprintf(stderr, PROG ": out of memory\n");
+    free(out);
+    fqa_all_destroy(g);
+    return drained ? 0 : 1;
 }
 
 static int cmp_i64(const void *a, const void *b)
@@ -355,7 +423,9 @@ int main(int argc, char **argv)
     if (admin_flags(&a, &rc, argc, argv) != 0)
         return rc;
     bool is_explain = optind < argc && strcmp(argv[optind], "explain") == 0;
-    if (optind >= argc || argc - optind > 2 + is_explain || (is_explain && argc - optind < 2)) {
+    bool is_drained = optind < argc && strcmp(argv[optind], "drained") == 0;
+    if (optind >= argc || argc - optind > 2 + is_explain + is_drained ||
+        (is_explain && argc - optind < 2) || (is_drained && argc - optind == 2)) {
         usage(stderr);
         return 2;
     }
@@ -367,8 +437,12 @@ int main(int argc, char **argv)
         fprintf(stderr, PROG ": --all: only stats, without a body, --replica or --time\n");
         return 2;
     }
+    if (is_drained && (a.all || a.replica || a.times > 1)) {
+        fprintf(stderr, PROG ": drained: asks every replica, without --all, --replica or --time\n");
+        return 2;
+    }
     char subject[512], ebody[FQ_RUN_ID_MAX * 6 + 32] = "";
-    if (admin_target(subject, sizeof subject, ebody, sizeof ebody, &body, &a, request, argc,
+    if (!is_drained && admin_target(subject, sizeof subject, ebody, sizeof ebody, &body, &a, request, argc,
                      argv) != 0)
         return 2;
     natsConnection *nc = NULL;
@@ -378,8 +452,13 @@ int main(int argc, char **argv)
         fqc_perror(PROG, "connect", s);
         return 1;
     }
-    rc = every ? ask_all(nc, a.admin, request, (int)a.timeout_ms)
-               : ask_times(nc, subject, body, a.times);
+    if (is_drained)
+        rc = ask_drained(nc, js, a.admin, (int)a.timeout_ms,
+                         argc - optind == 3 ? argv[optind + 1] : FQ_DEFAULT_STREAM_SUBMIT,
+                         argc - optind == 3 ? argv[optind + 2] : FQ_DEFAULT_STREAM_DONE);
+    else
+        rc = every ? ask_all(nc, a.admin, request, (int)a.timeout_ms)
+                   : ask_times(nc, subject, body, a.times);
     fqc_disconnect(nc, js);
     return rc;
 }

@@ -3,7 +3,8 @@
  * One nats-server, first without a mapping, and a proxy with P = 1 whose
  * workers report twice the estimated tokens (every tenant that ran is left
  * in debt). Runs are submitted, and while some are queued and some in
- * flight the producers stop; the deployment drains (FAIR_SUBMIT and
+ * flight the producers stop (fairq-admin drained says not drained); the
+ * deployment drains until fairq-admin drained exits 0 (FAIR_SUBMIT and
  * FAIR_DONE empty, nothing queued or in flight), the proxy is stopped,
  * FAIR_SUBMIT and FAIR_DONE deleted, FAIRQ_RUNS given the subject
  * fairq.runs.* beside fairq.runs, the server restarted with the mapping of
@@ -79,6 +80,9 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     assert_int_equal(pf_teardown(state, true), 0);
+    char log[300];
+    snprintf(log, sizeof log, "%s/admin.log", dir);
+    remove(log);
     remove(conf);
     rmdir(dir);
     return 0;
@@ -97,19 +101,33 @@ static long deficit(pf_fixture *f, int t)
     return v;
 }
 
-/* Drained: FAIR_SUBMIT and FAIR_DONE empty, nothing queued or in flight. */
+/* fairq-admin drained's exit status: 0 when FAIR_SUBMIT and FAIR_DONE are
+ * empty and no replica has a run queued or in flight. */
+static int admin_drained(pf_fixture *f)
+{
+    char bin[512], log[300];
+    snprintf(log, sizeof log, "%s/admin.log", dir);
+    const char *argv[] = {nt_build_path(bin, sizeof bin, "fairq-admin"), "--nats",
+                          natstest_url(f->srv), "drained", NULL};
+    nt_proc p = {0};
+    assert_int_equal(nt_proc_spawn(&p, argv, log), 0);
+    assert_int_equal(nt_proc_wait(&p, 20000), 0);
+    return nt_proc_exit_code(&p);
+}
+
+/* Wait until fairq-admin drained says so (step 2 of the procedure), and
+ * check that the stats and streams agree. */
 static void wait_drained(pf_fixture *f)
 {
+    int rc = -1;
+    for (long long end = nt_now_ms() + 30000; rc && nt_now_ms() < end;)
+        if ((rc = admin_drained(f)) != 0)
+            nt_sleep_ms(100);
+    assert_int_equal(rc, 0);
+    cJSON *j = pf_stats(f, "", NULL);
+    assert_int_equal(pf_overall(j, "queued_runs") + pf_overall(j, "in_flight"), 0);
+    cJSON_Delete(j);
     pf_wait_empty(f, "FAIR_SUBMIT");
-    long busy = -1;
-    for (long long end = nt_now_ms() + 20000; busy && nt_now_ms() < end;) {
-        cJSON *j = pf_stats(f, "", NULL);
-        busy = pf_overall(j, "queued_runs") + pf_overall(j, "in_flight");
-        cJSON_Delete(j);
-        if (busy)
-            nt_sleep_ms(50);
-    }
-    assert_int_equal(busy, 0);
     pf_wait_empty(f, "FAIR_DONE");
 }
 
@@ -148,6 +166,7 @@ static int done_records(pf_fixture *f)
 static void test_p1_to_p4_by_draining(void **state)
 {
     pf_fixture *f = *state;
+    pt_worker_hold(f->w, true);     /* runs in flight and queued until the check below */
     pf_submit_runs(f, 0, BEFORE, TENANTS);
     /* runs queued and in flight when the producers stop */
     long in_flight = 0, queued = 0;
@@ -158,6 +177,8 @@ static void test_p1_to_p4_by_draining(void **state)
         cJSON_Delete(j);
     }
     assert_true(in_flight > 0 && queued > 0);
+    assert_int_equal(admin_drained(f), 1);
+    pt_worker_hold(f->w, false);
     wait_drained(f);
     long before[TENANTS];
     for (int t = 0; t < TENANTS; t++) {

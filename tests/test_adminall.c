@@ -183,6 +183,51 @@ static void test_nothing_named_is_partial(void **state)
     fqa_all_destroy(g);
 }
 
+/* Two replicas' stats, each with queued and in_flight runs; the drained
+ * reply and answer for submit and done messages. */
+static bool drained_of(int queued_a, int in_flight_b, bool b_answers, int64_t submit,
+                       int64_t done)
+{
+    char b[512];
+    fqa_all *g = fqa_all_create();
+    snprintf(b, sizeof b, "{\"overall\":{\"queued_runs\":%d,\"in_flight\":0},"
+             "\"replica\":\"rep-a\",\"replicas\":[\"rep-a\",\"rep-b\"]}", queued_a);
+    assert_true(fqa_all_answer(g, FQA_ANY, b, strlen(b)));
+    size_t ib;
+    assert_string_equal(next_id(g, &ib), "rep-b");
+    snprintf(b, sizeof b, "{\"overall\":{\"queued_runs\":0,\"in_flight\":%d},"
+             "\"replica\":\"rep-b\",\"replicas\":[\"rep-a\",\"rep-b\"]}", in_flight_b);
+    if (b_answers)
+        assert_true(fqa_all_answer(g, ib, b, strlen(b)));
+    bool drained = true;
+    char *text = fqa_all_drained(&drained, g, submit, done, "no answer within 2000 ms");
+    assert_non_null(text);
+    cJSON *j = cJSON_Parse(text);
+    free(text);
+    assert_non_null(j);
+    assert_true(cJSON_IsBool(cJSON_GetObjectItemCaseSensitive(j, "drained")));
+    assert_int_equal(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(j, "drained")), drained);
+    assert_int_equal(num(j, "submit_msgs"), submit);
+    assert_int_equal(num(j, "done_msgs"), done);
+    cJSON_Delete(j);
+    fqa_all_destroy(g);
+    return drained;
+}
+
+/* Drained only with every replica answered, nothing queued or in flight
+ * on any, and both streams empty (read, not -1). */
+static void test_drained_needs_everything_empty(void **state)
+{
+    (void)state;
+    assert_true(drained_of(0, 0, true, 0, 0));
+    assert_false(drained_of(1, 0, true, 0, 0));     /* queued on rep-a */
+    assert_false(drained_of(0, 2, true, 0, 0));     /* in flight on rep-b */
+    assert_false(drained_of(0, 0, false, 0, 0));    /* rep-b did not answer */
+    assert_false(drained_of(0, 0, true, 3, 0));     /* submits in the stream */
+    assert_false(drained_of(0, 0, true, 0, 1));     /* completions not taken */
+    assert_false(drained_of(0, 0, true, -1, 0));    /* the stream not read */
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -190,6 +235,7 @@ int main(void)
         cmocka_unit_test(test_missing_replicas_said),
         cmocka_unit_test(test_reload_answers_each),
         cmocka_unit_test(test_nothing_named_is_partial),
+        cmocka_unit_test(test_drained_needs_everything_empty),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
