@@ -699,19 +699,26 @@ static void lg_key_del(fq_ledger *l, lg_run *x)
  * of it forward would forget a completed id while JetStream, by the
  * server's clock, still de-duplicates its run's Nats-Msg-Id, and a submit
  * reusing the id would be admitted, its dispatch answered a duplicate and
- * acked undelivered. */
+ * acked undelivered. FQ_LEDGER_CLOCK_MARGIN_MS longer, for what still
+ * separates our monotonic clock from the server's within one window (the
+ * rates' drift, a step back of the server's wall clock, which lengthens
+ * its window): the assumption is that those add up to less than the
+ * margin, as the lease assumes its own margin covers them (lib/lease.h). */
 static int64_t lg_keep_until(const fq_ledger *l)
 {
-    return (int64_t)(l->now + l->o.keep_done_ms);
+    return (int64_t)(l->now + l->o.keep_done_ms + FQ_LEDGER_CLOCK_MARGIN_MS);
 }
 
 /* The same for a record read back, stored at stored_ms (the server's unix
  * ms): what is left of its keep_done_ms by the wall clock now, from now on
  * the monotonic clock (the one reading of the two clocks against each
- * other, at read-back). */
+ * other, at read-back), with the same margin: it covers our wall clock
+ * ahead of the server's by less than it, less what the monotonic clocks
+ * use of it afterwards. */
 static int64_t lg_stored_until(const fq_ledger *l, int64_t stored_ms)
 {
-    return (int64_t)l->now + (stored_ms + (int64_t)l->o.keep_done_ms - l->now_ms);
+    return (int64_t)l->now + (stored_ms + (int64_t)l->o.keep_done_ms +
+                              FQ_LEDGER_CLOCK_MARGIN_MS - l->now_ms);
 }
 
 static lg_done *lg_done_find(const fq_ledger *l, uint64_t h)

@@ -203,8 +203,9 @@ typedef struct fq_ledger_opts {
 #define FQ_LEDGER_PARK_MAX_MS 5000      /* longest parking; a nak's delay when not now */
 #define FQ_LEDGER_STALL_MS 1000         /* dispatches or batches failing this long: stalled */
 #define FQ_LEDGER_CLOCK_MARGIN_MS 2000  /* a dispatch sent again is marked a possible duplicate
-                                           this much before the duplicate window may end, for
-                                           the proxy's clock against the server's */
+                                           this much before the duplicate window may end, and
+                                           what is kept for keep_done_ms is kept this much
+                                           longer, for the proxy's clock against the server's */
 #define FQ_LEDGER_EXPIRED_MAX 100000    /* expired runs remembered at most, by default */
 #define FQ_LEDGER_DONE_COPIES_PER_SEC 100   /* refused completions copied a second */
 #define FQ_LEDGER_DONE_DEFER_MS 500     /* a deferred completion comes back after this */

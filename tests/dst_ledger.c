@@ -403,6 +403,7 @@ typedef struct dst_proxy {
     int64_t paused_until;       /* world ms: frozen (SIGSTOP) until then */
     int64_t mono_skew, wall_skew;   /* its clocks: world ms plus these */
     int64_t stall_start, stall_end; /* its monotonic clock stood still then (a suspend) */
+    int64_t leap_ok_at;         /* world ms: its monotonic clock may leap again from then */
     int64_t pubs_refused_until; /* world ms: nats.c refuses its publishes at once until then */
     /* the connection */
     bool connected;
@@ -511,6 +512,7 @@ struct dst_world {
     dst_rng rng;
     int64_t t;                  /* world ms */
     int64_t server_skew;        /* the server's clock: t + this */
+    int64_t back_ok_at;         /* world ms: the server's clock may step back again from then */
     sj *js;
     dst_proxy px[DST_PROXIES];
     bool quiet;
@@ -2732,6 +2734,25 @@ static void server_restart(dst_world *w)
 static void reload(dst_world *w);
 static void cap_bursts(dst_cfg *c);
 
+/* The clocks' bound: what a real deployment is assumed to keep within
+ * FQ_LEDGER_CLOCK_MARGIN_MS (lib/ledger.c lg_keep_until). Within any
+ * clock_window, a proxy's monotonic clock leaps ahead once, by 500 ms at
+ * most, and the server's clock steps back once, by 500 ms at most; a
+ * proxy's wall clock is never more than DST_WALL_AHEAD_MAX ahead of the
+ * server's, 1,000 ms after the server steps back. (Forward, the server's
+ * clock and a proxy's wall clock step freely; a proxy's monotonic clock
+ * stands still freely: each only shortens what JetStream remembers, or
+ * lengthens what the ledger does.) Unbounded, a monotonic clock run ahead
+ * of the server's forgot a completed run id before JetStream's duplicate
+ * window of its dispatch ended (seed 1627, step 19420, as the worlds were
+ * drawn then). */
+#define DST_WALL_AHEAD_MAX 500
+
+static int64_t clock_window(const dst_world *w)
+{
+    return (int64_t)w->c.keep_ms + 2 * FQ_LEDGER_CLOCK_MARGIN_MS;
+}
+
 static void fault(dst_world *w)
 {
     dst_rng *r = &w->rng;
@@ -2768,10 +2789,21 @@ static void fault(dst_world *w)
         p->paused_until = w->t + (int64_t)dst_rng_in(r, 200, 6000);
         TRACE(w, "proxy %d frozen until %" PRId64, p->ix, p->paused_until);
         break;
-    case 6:
-        /* The server's clock steps: the lease key ages out early or late. */
-        w->server_skew += (int64_t)dst_rng_in(r, 0, 5000) - 1000;
+    case 6: {
+        /* The server's clock steps: the lease key ages out early or late.
+         * Back (which lengthens its duplicate window) within the clocks'
+         * bound (clock_bound). */
+        int64_t d = (int64_t)dst_rng_in(r, 0, 5000) - 1000;
+        if (d < 0)
+            d = w->t < w->back_ok_at ? 0 : d / 2;
+        for (int i = 0; d < 0 && i < w->c.proxies; i++)
+            if (w->px[i].wall_skew - (w->server_skew + d) > DST_WALL_AHEAD_MAX + 500)
+                d = w->px[i].wall_skew - w->server_skew - DST_WALL_AHEAD_MAX - 500;
+        if (d < 0)
+            w->back_ok_at = w->t + clock_window(w);
+        w->server_skew += d;
         break;
+    }
     case 7:
         /* The proxy's monotonic clock stands still (a suspended machine):
          * its lease looks fresh past its end. */
@@ -2782,10 +2814,20 @@ static void fault(dst_world *w)
         p->stall_start = w->t;
         p->stall_end = w->t + (int64_t)dst_rng_in(r, 200, 4000);
         break;
-    case 8:
-        p->mono_skew += (int64_t)dst_rng_in(r, 100, 5000);     /* it leaps ahead */
+    case 8: {
+        /* It leaps ahead (once a window, by half a second at most), and
+         * its wall clock steps, never more than DST_WALL_AHEAD_MAX ahead of
+         * the server's: the clocks' bound (clock_bound). */
+        int64_t leap = (int64_t)dst_rng_in(r, 100, 5000) / 10;
+        if (w->t >= p->leap_ok_at) {
+            p->mono_skew += leap;
+            p->leap_ok_at = w->t + clock_window(w);
+        }
         p->wall_skew += (int64_t)dst_rng_in(r, 0, 4000) - 2000;
+        if (p->wall_skew > w->server_skew + DST_WALL_AHEAD_MAX)
+            p->wall_skew = w->server_skew + DST_WALL_AHEAD_MAX;
         break;
+    }
     case 9:
         w->full_dispatch = w->t + (int64_t)dst_rng_in(r, 200, 15000);
         break;

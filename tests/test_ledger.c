@@ -1676,13 +1676,43 @@ static void test_done_forgotten_by_the_monotonic_clock(void **state)
     assert_non_null(r);
     assert_int_equal(r->code, FQ_EEXIST);
     assert_int_equal(count(w, FQ_LACT_DISPATCH), 0);
-    /* Its keep_done_ms (5 s) on the monotonic clock: then forgotten. */
-    tick_time(w, 5000);
+    /* Its keep_done_ms (5 s) and the clocks' margin on the monotonic
+     * clock: then forgotten. */
+    tick_time(w, 5000 + FQ_LEDGER_CLOCK_MARGIN_MS);
     turn(w);
     submit(w, "a", 30, "r1", 50);
     turn(w);
     assert_null(find(w, FQ_LACT_REFUSE, 0));
     assert_int_equal(count(w, FQ_LACT_DISPATCH), 1);
+    world_free(w);
+}
+
+/* A completed run id is remembered FQ_LEDGER_CLOCK_MARGIN_MS past
+ * keep_done_ms: our monotonic clock may run ahead of the server's, by
+ * which JetStream's duplicate window ends, and a submit reusing the id
+ * just after keep_done_ms by ours, within the window by the server's, is
+ * refused, not admitted and its dispatch answered a duplicate, acked
+ * undelivered (dst_ledger seed 1627, step 19420: the monotonic clock 6.5 s
+ * ahead, the id forgotten 3 s before the window ended). */
+static void test_done_kept_past_keep_done_by_the_clock_margin(void **state)
+{
+    (void)state;
+    world *w = world_new();
+    fq_ledger_journal_marked(w->l, 1);
+    dispatched(w, "a", 10, "r1", 50);
+    complete(w, "a", 500, "r1", 50);
+    fq_ledger_flush(w->l, w->now, w->now_ms);
+    drain(w);
+    store_journal(w, find(w, FQ_LACT_JOURNAL, 0));
+    assert_true(acked(w, FQ_LEDGER_DONE, 500));
+    tick_time(w, 5000 + FQ_LEDGER_CLOCK_MARGIN_MS - 100);   /* keep_done_ms is 5 s */
+    turn(w);
+    submit(w, "a", 20, "r1", 50);
+    store_turn(w);
+    const fq_ledger_act *r = find(w, FQ_LACT_REFUSE, 0);
+    assert_non_null(r);
+    assert_int_equal(r->code, FQ_EEXIST);
+    assert_int_equal(count(w, FQ_LACT_DISPATCH), 0);
     world_free(w);
 }
 
@@ -1835,7 +1865,8 @@ static void test_early_completion_forged_not_applied(void **state)
 }
 
 /* Early completions are bounded: past FQ_LEDGER_EARLY_MAX the oldest is
- * acked and forgotten, and each is acked keep_done_ms after it came. */
+ * acked and forgotten, and each is acked keep_done_ms (and the clocks'
+ * margin) after it came. */
 static void test_early_completions_bounded(void **state)
 {
     (void)state;
@@ -1843,7 +1874,7 @@ static void test_early_completions_bounded(void **state)
     fq_ledger_journal_marked(w->l, 1);
     complete(w, "a", 900, "x1", 1);
     complete(w, "b", 901, "x2", 1);
-    tick_time(w, w->o.keep_done_ms - 1);
+    tick_time(w, w->o.keep_done_ms + FQ_LEDGER_CLOCK_MARGIN_MS - 1);
     fq_ledger_tick(w->l, w->now, w->now_ms);
     drain(w);
     assert_int_equal(count(w, FQ_LACT_ACK), 0);
@@ -2369,6 +2400,7 @@ int main(void)
         cmocka_unit_test(test_refusal_of_the_moment_kept),
         cmocka_unit_test(test_forgotten_early_still_seen),
         cmocka_unit_test(test_done_forgotten_by_the_monotonic_clock),
+        cmocka_unit_test(test_done_kept_past_keep_done_by_the_clock_margin),
         cmocka_unit_test(test_resent_past_the_window_marked),
         cmocka_unit_test(test_refusal_unsent_is_naked),
         cmocka_unit_test(test_early_completion_applied_on_duplicate),
