@@ -307,8 +307,12 @@ static void ad_stats_overall(fq_json *w, const fq_metrics_overall *a)
     fq_json_end_object(w);
 }
 
-fq_status fq_admin_stats_json(fq_admin *a, const fq_stats_req *r, char *buf, size_t cap,
-                              size_t *len, uint64_t now)
+/* The stats reply for r into buf of cap bytes, which bounds it: the
+ * overall section, then the selected tenants from r->offset on, as many
+ * as fit, r->limit allows and FQ_ADMIN_STATS_PAGE_MAX bounds, and how
+ * many were left out. *len: its length. now: monotonic ms. */
+static fq_status ad_stats_json(fq_admin *a, const fq_stats_req *r, char *buf, size_t cap,
+                               size_t *len, uint64_t now)
 {
     const fq_admin_ops *o = &a->ops;
     fq_metrics_overall all;
@@ -621,7 +625,7 @@ static void ad_stats(const ad_req *q)
     size_t mp = (size_t)all.max_payload, len = 0;
     size_t cap = mp > 2 * AD_REPLY_MARGIN ? mp - AD_REPLY_MARGIN : mp / 2;
     char *buf = malloc(cap);
-    fq_status s = buf ? fq_admin_stats_json(q->a, &r, buf, cap, &len, q->now) : FQ_ENOMEM;
+    fq_status s = buf ? ad_stats_json(q->a, &r, buf, cap, &len, q->now) : FQ_ENOMEM;
     if (s == FQ_OK)
         ad_send(q->a, q->req, q->subject, buf, len, q->now);
     else

@@ -156,11 +156,4 @@ fq_status fq_admin_explain_json(char *buf, size_t cap, size_t *len, const fq_exp
 
 const fq_admin_counters *fq_admin_counters_get(const fq_admin *a);
 
-/* The stats reply for r into buf of cap bytes, which bounds it: the
- * overall section, then the selected tenants from r->offset on, as many
- * as fit, r->limit allows and FQ_ADMIN_STATS_PAGE_MAX bounds, and how
- * many were left out. *len: its length. now: monotonic ms. */
-fq_status fq_admin_stats_json(fq_admin *a, const fq_stats_req *r, char *buf, size_t cap,
-                              size_t *len, uint64_t now);
-
 #endif

@@ -541,8 +541,10 @@ void fq_ledger_release(fq_ledger *l, uint32_t part, uint64_t now, int64_t now_ms
  * first call every submit is inherited. */
 void fq_ledger_consumer_made(fq_ledger *l, uint32_t part, int64_t now_ms);
 
+#ifdef FQ_TESTING   /* tests only: no program calls it */
 /* Whether partition part is owned (adopted and read back). */
 bool fq_ledger_owns(const fq_ledger *l, uint32_t part);
+#endif
 
 /* One partition's journal, for the caller's handover and metrics. */
 typedef struct fq_ledger_part_stats {

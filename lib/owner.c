@@ -715,16 +715,6 @@ const fq_lease *fq_owner_lease(const fq_owner *o, int32_t part)
     return i == OW_NONE ? NULL : &o->slots[i].lease;
 }
 
-uint32_t fq_owner_partitions(const fq_owner *o)
-{
-    return o->parts;
-}
-
-const char *fq_owner_id(const fq_owner *o)
-{
-    return o->id;
-}
-
 const char *fq_owner_duplicate(const fq_owner *o)
 {
     return o->dup[0] ? o->dup : NULL;

@@ -181,19 +181,19 @@ bool fq_owner_stopped(const fq_owner *o);
 /* Whether we hold part (0..P-1, or FQ_OWNER_DUTY) and its lease is fresh
  * at now (lib/lease.h): what gates every change to it. */
 bool fq_owner_fresh(const fq_owner *o, int32_t part, uint64_t now);
+#ifdef FQ_TESTING   /* tests only: no program calls it */
 /* The term we hold part from; 0 when not held. */
 uint64_t fq_owner_term(const fq_owner *o, int32_t part);
 /* The replica the assignment gives part to, in our view ("" before it is
  * computed). */
 const char *fq_owner_assigned(const fq_owner *o, int32_t part);
+#endif
 /* The replica holding partition part at now in our view: our id while we
  * hold it, "" when free or not known (a view lags a handover by a watch's
  * delivery: the admin plane forwards a tenant's requests by it). */
 const char *fq_owner_holder(const fq_owner *o, int32_t part, uint64_t now);
 /* The lease of part (state, holder last read), or NULL. */
 const fq_lease *fq_owner_lease(const fq_owner *o, int32_t part);
-uint32_t fq_owner_partitions(const fq_owner *o);
-const char *fq_owner_id(const fq_owner *o);
 /* P > 1: the value of r.<id> (<id>@<instance>) of another live process
  * with our id, which kept renewing it for a TTL after we first read it;
  * NULL while none is known. We never register meanwhile: the caller stops,

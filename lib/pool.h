@@ -53,11 +53,13 @@ void *fq_pool_alloc(fq_pool *p, size_t size);
  * size. Safe on NULL. */
 void fq_pool_free(fq_pool *p, void *block, size_t size);
 
+#ifdef FQ_TESTING   /* tests only: no program calls it */
 /* The bytes a request of size takes (its class); 0 when out of range. */
 size_t fq_pool_class_size(const fq_pool *p, size_t size);
 /* The pool's largest request. */
 size_t fq_pool_max(const fq_pool *p);
 void fq_pool_stats_get(fq_pool_stats *out, const fq_pool *p);
+#endif
 
 /*
  * An object pool: records of one type (one size), handed out from chunks of
