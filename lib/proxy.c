@@ -2932,12 +2932,17 @@ static fq_status px_start_consumers(fq_proxy *p)
 }
 
 /* One turn of waiting at start with the leader lease held (P = 1): its
- * renewals answered and sent, the health probe told we are not hanging. */
+ * renewals answered and sent, the health probe told we are not hanging.
+ * With P > 1 the keys are not renewed: that would register us and take
+ * partitions that nothing serves until the start ends (for as long as
+ * the overrides bucket cannot be placed), which no other replica could
+ * take meanwhile. */
 static void px_start_turn(fq_proxy *p)
 {
     fq_http_heartbeat(p->http);
     px_drain(p, PX_POLL_MS);
-    fq_leader_renew(p->ld, fq_nio_mono_ms(), p->connected);
+    if (px_parts(p) == 1)
+        fq_leader_renew(p->ld, fq_nio_mono_ms(), p->connected);
 }
 
 /* Read the overrides bucket whole before the first dispatch, then keep

@@ -240,6 +240,46 @@ static void test_start_waits_for_the_overrides_bucket(void **state)
     assert_int_equal(pt_proxy_stop(&b->px), 0);
 }
 
+/* The same with partitions: while it waits for the overrides bucket, a
+ * replica takes no partition. Its start serves nothing yet: a partition
+ * it took then would be renewed and unserved for as long as the bucket
+ * cannot be placed, and no other replica could take it (it took its share
+ * and renewed it, the node down or not). */
+static void test_parts_wait_for_the_overrides_bucket_owning_none(void **state)
+{
+    static const char parts_yaml[] =
+        "replica_id: rep-a\n"
+        "partitions: 4\n"
+        "streams:\n  replicas: 3\n"
+        "scheduler:\n  default_plan: free\n"
+        "window:\n  max_in_flight: 8\n"
+        "plans:\n  - name: free\n";
+    cl_bare *b = *state;
+    assert_int_equal(pt_proxy_start_url(&b->px, natscluster_node(b->cl, 0),
+                                        natscluster_urls(b->cl), "rep-a", parts_yaml),
+                     0);
+    assert_int_equal(cl_wait_running(&b->px, 60000), 0);
+    assert_int_equal(pt_proxy_stop(&b->px), 0);
+    pt_client c;
+    assert_int_equal(pt_connect(&c, natscluster_node(b->cl, 0)), 0);
+    assert_int_equal(js_DeleteKeyValue(c.js, "fairq_tenants"), NATS_OK);
+    assert_int_equal(natstest_stop(natscluster_node(b->cl, 2)), 0);
+    assert_int_equal(pt_proxy_start_url(&b->px, natscluster_node(b->cl, 0),
+                                        natscluster_urls(b->cl), "rep-a", parts_yaml),
+                     0);
+    /* seven retries, a second each: time to wait out our registry key's last
+     * instance (a TTL, 3 s) and take all 4 */
+    assert_int_equal(pt_log_wait_n(&b->px, "overrides bucket not ready; retrying", 8, 40000), 0);
+    char own[4][PF_ID_MAX];
+    assert_int_equal(pt_log_count(&b->px, "took a partition"), 4);     /* the first run's */
+    pf_owners(&c, "fairq_lease", 4, own);
+    assert_int_equal(pf_owned_by(own, 4, "rep-a"), 0);
+    assert_int_equal(natstest_restart(natscluster_node(b->cl, 2)), 0);
+    assert_int_equal(cl_wait_running_n(&b->px, 2, 60000), 0);
+    pt_close(&c);
+    assert_int_equal(pt_proxy_stop(&b->px), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -250,6 +290,8 @@ int main(void)
                                         teardown_bare),
         cmocka_unit_test_setup_teardown(test_start_waits_for_the_overrides_bucket, setup_bare,
                                         teardown_bare),
+        cmocka_unit_test_setup_teardown(test_parts_wait_for_the_overrides_bucket_owning_none,
+                                        setup_bare, teardown_bare),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
