@@ -1354,7 +1354,6 @@ static uint64_t px_share_dropped(fq_proxy *p)
     return st.busy;
 }
 
-/* The proxy as a whole now, for the stats reply and the metrics snapshot. */
 /* The overall figures the run ledger keeps: its counters and its state. */
 static void px_overall_ledger(fq_metrics_overall *a, const fq_ledger *l)
 {
@@ -1408,6 +1407,7 @@ static void px_overall_ledger(fq_metrics_overall *a, const fq_ledger *l)
 
 static uint64_t px_refused_count(const fq_proxy *p);
 
+/* The proxy as a whole now, for the stats reply and the metrics snapshot. */
 static void px_overall(fq_metrics_overall *a, fq_proxy *p)
 {
     fq_sched_stats ss;
@@ -1513,9 +1513,10 @@ static void px_config_replace(fq_proxy *p, fq_config *nc)
     memset(nc, 0, sizeof *nc);
 }
 
-/* Give the policy np the overrides in force. An override naming a plan np
- * lacks refuses the reload: it would silently change that tenant. */
-/* Everything that can fail is done before anything changes. */
+/* Everything that can fail is done before anything changes. The new
+ * policy is given the overrides in force (fq_ovr_carry): an override
+ * naming a plan it lacks refuses the reload, as it would silently change
+ * that tenant. */
 static fq_status px_reload_try(fq_proxy *p, char *restart, size_t rcap, char *err, size_t errlen)
 {
     restart[0] = err[0] = '\0';
