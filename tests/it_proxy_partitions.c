@@ -39,16 +39,7 @@ static int write_mapping(void)
     memcpy(dir + sizeof dir - 7, "XXXXXX", 6);     /* the template again, for each test */
     if (!mkdtemp(dir))
         return -1;
-    snprintf(conf, sizeof conf, "%s/mapping.conf", dir);
-    FILE *f = fopen(conf, "w");
-    if (!f)
-        return -1;
-    fprintf(f, "mappings {\n"
-               "  \"fair.submit.*\": \"fair.submit.{{partition(16,1)}}.{{wildcard(1)}}\"\n"
-               "  \"fair.done.*\": \"fair.done.{{partition(16,1)}}.{{wildcard(1)}}\"\n"
-               "}\n");
-    fclose(f);
-    return 0;
+    return pf_write_mapping(conf, sizeof conf, dir, 16);
 }
 
 /* With partitions a replica runs before it owns any: it takes them once

@@ -49,15 +49,8 @@ static int setup(void **state)
     if (!mkdtemp(dir))
         return -1;
     setenv("FAIRQ_HTTP_LISTEN", "127.0.0.1:0", 1);     /* every replica's probes */
-    snprintf(conf, sizeof conf, "%s/mapping.conf", dir);
-    FILE *f = fopen(conf, "w");
-    if (!f)
+    if (pf_write_mapping(conf, sizeof conf, dir, parts) != 0)
         return -1;
-    fprintf(f, "mappings {\n"
-               "  \"fair.submit.*\": \"fair.submit.{{partition(%d,1)}}.{{wildcard(1)}}\"\n"
-               "  \"fair.done.*\": \"fair.done.{{partition(%d,1)}}.{{wildcard(1)}}\"\n"
-               "}\n", parts, parts);
-    fclose(f);
     char yaml[512];
     snprintf(yaml, sizeof yaml, yaml_fmt, parts, "rep-a");
     pt_worker_opts wo = {.concurrency = 8, .service_ms = 1, .actual = actual_of};

@@ -71,15 +71,8 @@ static int setup(void **state)
     strcpy(dir, "/tmp/fairq-it-fair-XXXXXX");
     if (!mkdtemp(dir))
         return -1;
-    snprintf(conf, sizeof conf, "%s/mapping.conf", dir);
-    FILE *f = fopen(conf, "w");
-    if (!f)
+    if (pf_write_mapping(conf, sizeof conf, dir, P) != 0)
         return -1;
-    fprintf(f, "mappings {\n"
-               "  \"fair.submit.*\": \"fair.submit.{{partition(%d,1)}}.{{wildcard(1)}}\"\n"
-               "  \"fair.done.*\": \"fair.done.{{partition(%d,1)}}.{{wildcard(1)}}\"\n"
-               "}\n", P, P);
-    fclose(f);
     char yaml[1024];
     replica_yaml(yaml, sizeof yaml, "rep-a");
     /* more workers than the window and its reserves: a run starts when dispatched */

@@ -142,6 +142,19 @@ void pf_wait_empty(pf_fixture *f, const char *stream)
     fail_msg("%s still holds %llu messages", stream, (unsigned long long)have);
 }
 
+int pf_write_mapping(char *conf, size_t cap, const char *dir, int parts)
+{
+    snprintf(conf, cap, "%s/mapping.conf", dir);
+    FILE *f = fopen(conf, "w");
+    if (!f)
+        return -1;
+    fprintf(f, "mappings {\n"
+               "  \"fair.submit.*\": \"fair.submit.{{partition(%d,1)}}.{{wildcard(1)}}\"\n"
+               "  \"fair.done.*\": \"fair.done.{{partition(%d,1)}}.{{wildcard(1)}}\"\n"
+               "}\n", parts, parts);
+    return fclose(f) == 0 ? 0 : -1;
+}
+
 void pf_owners(pt_client *c, const char *bucket, int parts, char (*own)[PF_ID_MAX])
 {
     memset(own, 0, (size_t)parts * PF_ID_MAX);

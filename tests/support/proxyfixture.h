@@ -64,6 +64,11 @@ void pf_wait_msgs(pf_fixture *f, const char *stream, uint64_t n);
  * the lease is not fresh), so a worker may complete the run first. */
 void pf_wait_empty(pf_fixture *f, const char *stream);
 
+/* The server's config for P partitions (docs/partitions.md's mapping of
+ * fair.submit.* and fair.done.*) written to <dir>/mapping.conf, its path
+ * into conf (cap bytes): 0, or -1 when it cannot be written. */
+int pf_write_mapping(char *conf, size_t cap, const char *dir, int parts);
+
 /* Partitions' owners, as an operator reads them from the lease bucket
  * (the stream KV_<bucket>: each p.<k> key's last value is its owner's
  * replica id): own[k] for k < parts, "" for none or released. */
