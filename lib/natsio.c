@@ -2476,8 +2476,13 @@ fq_status fq_nio_restore(bool *stored, fq_nio *n, const char *stream, uint64_t s
     if (r != FQ_OK)
         return r;
     natsMsg *old = (natsMsg *)got, *m = NULL;
+    const char *subject = natsMsg_GetSubject(old);
+    if (!subject || !*subject) {
+        natsMsg_Destroy(old);
+        return FQ_EIO;      /* never stored again where no consumer reads it */
+    }
     fq_nio_hdr h[] = {{"Nats-Msg-Id", msgid}};
-    fq_nio_out o = {.subject = natsMsg_GetSubject(old), .data = natsMsg_GetData(old),
+    fq_nio_out o = {.subject = subject, .data = natsMsg_GetData(old),
                     .len = (size_t)natsMsg_GetDataLength(old), .hdrs = h, .n_hdrs = 1,
                     .carry = got};
     natsStatus s = nio_msg_build(&m, &n->scratch, &o, NULL);

@@ -728,8 +728,10 @@ static size_t next_answer(natsSubscription *sub, char *buf, size_t cap)
 static void test_stranded_found_and_restored(void **state)
 {
     fixture *f = *state;
+    /* direct gets on, as FAIR_SUBMIT has them: a copy takes its subject
+     * from the stored message's, not from the get's reply */
     fq_nio_stream ts = {.name = "STRAND", .subject = "strand.*.*",
-                        .retention = FQ_NIO_WORKQUEUE, .replicas = 1};
+                        .retention = FQ_NIO_WORKQUEUE, .replicas = 1, .allow_direct = true};
     char err[256], buf[2048];
     natsConnection *nc = NULL;
     jsCtx *js = NULL;
