@@ -206,6 +206,7 @@ struct fq_proxy {
     fq_share_limits share_lim;  /* ... as the last tick set it */
     uint64_t share_next;        /* monotonic ms of the next heartbeat */
     bool share_closed;          /* its part is no run (or no token) now: no dispatch */
+    bool share_heard;           /* a beat heard since the limits were last set */
     atomic_bool stop;
     atomic_uint_fast64_t stop_at; /* monotonic ms of the first fq_proxy_stop; 0: none */
 
@@ -1287,18 +1288,25 @@ static void px_share_apply(fq_proxy *p)
                         l->tokens == FQ_SHARE_UNLIMITED ? 0 : l->tokens ? l->tokens : 1);
 }
 
-/* Every period: this replica's part of the window from what it heard,
- * applied to the scheduler, and its heartbeat published. */
+/* Every period, and early when its backlogged weight changed
+ * (fq_share_due): this replica's part of the window from what it heard,
+ * applied to the scheduler, and its heartbeat published. In the turn a
+ * beat was heard, the part again without a beat. */
 static void px_share_tick(fq_proxy *p, uint64_t now)
 {
-    if (!p->share || now < p->share_next)
+    if (!p->share)
         return;
-    p->share_next = now + PX_SHARE_PERIOD_MS;
+    fq_sched_stats ss;
+    fq_sched_stats_get(p->sched, &ss);
+    bool due = now >= p->share_next || fq_share_due(p->share, ss.active_weight, now);
+    if (!due && !p->share_heard)
+        return;
+    p->share_heard = false;
+    if (due)
+        p->share_next = now + PX_SHARE_PERIOD_MS;
     fq_share_set_window(p->share, p->cfg.window.max_in_flight,
                         p->cfg.window.max_in_flight_tokens, p->cfg.window.share_reserve_runs,
                         px_share_reserve_tokens(&p->cfg));
-    fq_sched_stats ss;
-    fq_sched_stats_get(p->sched, &ss);
     /* the round from the wall clock, one number for every replica at once */
     int64_t unix_ms = fq_nio_unix_ms();
     fq_share_local me = {.weight = ss.active_weight, .queued_runs = ss.queued,
@@ -1306,8 +1314,10 @@ static void px_share_tick(fq_proxy *p, uint64_t now)
                          .tokens = ss.in_flight_tokens,
                          .round = unix_ms > 0 ? (uint64_t)unix_ms / PX_SHARE_PERIOD_MS : 0};
     fq_share_beat b;
-    fq_share_tick(&p->share_lim, &b, p->share, &me, now);
+    fq_share_tick(&p->share_lim, due ? &b : NULL, p->share, &me, now);
     px_share_apply(p);
+    if (!due)
+        return;
     char buf[FQ_SHARE_BEAT_MAX_BYTES];
     size_t n = fq_share_beat_format(buf, sizeof buf, &b);
     if (n && p->connected &&
@@ -1335,6 +1345,8 @@ static void px_on_beat(fq_proxy *p, fq_nio_event *ev)
         if (px_warn_ok(p, "heartbeat refused"))
             fq_log(FQ_LOG_WARN, "heartbeat refused: no room for another replica",
                    FQ_STR("id", b.id));
+    } else {
+        p->share_heard = true;  /* taken into the limits this turn (px_share_tick) */
     }
 }
 

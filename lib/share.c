@@ -15,6 +15,10 @@
  *  - Losing heartbeats never widens a window: a silent peer keeps its last
  *    beat until forgotten, a replica that does not hear itself keeps its
  *    last limits (or an equal split), and a starting one takes the reserve.
+ *  - A change of backlogged weight is told early (fq_share_due), rate-limited
+ *    to one beat per min_gap, and a beat heard is taken in at once: a
+ *    replica's first tenant does not wait periods for the others to learn
+ *    of it and give way (docs/scaling.md).
  *  - Memory is allocated at create only (peers and scratch for max_peers).
  */
 #include "share.h"
@@ -57,6 +61,9 @@ struct fq_share {
     ent *ents;                  /* scratch: max_peers + 1 */
     uint64_t created;           /* time of create */
     uint64_t self_heard;        /* last time its own beat came back; NEVER */
+    uint64_t beat_at;           /* last time a beat was made (ticked with
+                                   one); NEVER */
+    uint64_t beat_weight;       /* ... the weight it said */
     fq_share_stats st;
 };
 
@@ -91,9 +98,12 @@ fq_status fq_share_create(fq_share **out, const fq_share_opts *o, const char *id
         s->o.forget = 50 * o->period;
     if (!s->o.max_peers)
         s->o.max_peers = 1024;
+    if (!s->o.min_gap)
+        s->o.min_gap = o->period / 4 ? o->period / 4 : 1;
     memcpy(s->id, id, len + 1);
     s->created = now;
     s->self_heard = NEVER;
+    s->beat_at = NEVER;
     s->peers = calloc(s->o.max_peers, sizeof(*s->peers));
     s->ents = calloc((size_t)s->o.max_peers + 1, sizeof(*s->ents));
     if (!s->peers || !s->ents ||
@@ -404,7 +414,17 @@ void fq_share_tick(fq_share_limits *out, fq_share_beat *beat, fq_share *s,
                                 .tokens = me->tokens, .borrowed_runs = (uint32_t)br,
                                 .borrowed_tokens = bt};
         memcpy(beat->id, s->id, sizeof beat->id);
+        s->beat_at = now;
+        s->beat_weight = me->weight;
     }
+}
+
+bool fq_share_due(const fq_share *s, uint64_t weight, uint64_t now)
+{
+    if (s->beat_at == NEVER)
+        return true;
+    uint64_t since = now > s->beat_at ? now - s->beat_at : 0;
+    return since >= s->o.period || (weight != s->beat_weight && since >= s->o.min_gap);
 }
 
 void fq_share_stats_get(fq_share_stats *out, const fq_share *s)

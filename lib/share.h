@@ -51,6 +51,10 @@ typedef struct fq_share_opts {
                                    lease timeout, after which a dead replica's
                                    partitions have a new owner */
     uint32_t max_peers;         /* other replicas remembered; 0: 1024 */
+    uint64_t min_gap;           /* an early beat (fq_share_due) comes at least
+                                   this long after the last beat; 0: a quarter
+                                   period. At most period / min_gap beats a
+                                   period, whatever the tenants do */
 } fq_share_opts;
 
 /* What this replica holds and wants, now. */
@@ -137,6 +141,15 @@ fq_status fq_share_heard(fq_share *s, const fq_share_beat *b, uint64_t now);
  * itself included, and forgets none of them meanwhile. */
 void fq_share_tick(fq_share_limits *out, fq_share_beat *beat, fq_share *s,
                    const fq_share_local *me, uint64_t now);
+
+/* Whether to publish a beat now, weight being the backlogged weight now
+ * (fq_share_local's): the first beat, a period since the last beat
+ * published (a tick given a beat), or, early, the weight differs from the
+ * last beat's and min_gap has passed since it. A tenant becoming
+ * backlogged or idle is told at once, not up to a period later; a tenant
+ * flapping makes no more than one beat per min_gap. The caller that hears
+ * a beat ticks at once (its beat NULL) to take it into its limits. */
+bool fq_share_due(const fq_share *s, uint64_t weight, uint64_t now);
 
 void fq_share_stats_get(fq_share_stats *out, const fq_share *s);
 

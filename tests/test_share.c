@@ -528,6 +528,80 @@ static void test_beat_refusals(void **state)
     refused(big, "at most 1024");
 }
 
+/* Virtual milliseconds from..to: each millisecond, every replica whose
+ * beat is due (fq_share_due) publishes it and every replica hears it;
+ * then each takes in what it heard (a tick without a beat), as the proxy
+ * does in the same turn. Returns the beats published by r[i], added to
+ * beats[i]. */
+static void run_ms(rep *r, size_t n, uint64_t from, uint64_t to, uint64_t *beats)
+{
+    for (uint64_t t = from; t < to; t++) {
+        bool heard = false;
+        for (size_t i = 0; i < n; i++) {
+            if (!fq_share_due(r[i].s, r[i].me.weight, t))
+                continue;
+            fq_share_tick(&r[i].lim, &r[i].beat, r[i].s, &r[i].me, t);
+            beats[i]++;
+            heard = true;
+            for (size_t j = 0; j < n; j++)
+                assert_int_equal(fq_share_heard(r[j].s, &r[i].beat, t), FQ_OK);
+        }
+        for (size_t i = 0; heard && i < n; i++)
+            fq_share_tick(&r[i].lim, NULL, r[i].s, &r[i].me, t);
+    }
+}
+
+/* An idle replica whose first tenant arrives tells the others within a
+ * quarter period, not at its next periodic beat, and the flooding replica
+ * gives way as soon as it hears it (issue 16 point 4: the small tenant's
+ * first wait was about 4 periods longer than behind one proxy). With no
+ * change, the beats stay one a period. */
+static void test_first_tenant_is_told_early(void **state)
+{
+    (void)state;
+    rep r[2] = {{.s = mk("a", 10, 0, 1, 0, 0), .me = backlog(1, 10, 490)},
+                {.s = mk("b", 10, 0, 1, 0, 0), .me = backlog(0, 0, 0)}};
+    uint64_t beats[2] = {0, 0};
+    run_ms(r, 2, 0, 901, beats);
+    assert_int_equal(beats[0], 10);    /* steady: one beat a period */
+    assert_int_equal(beats[1], 10);
+    assert_int_equal(r[0].lim.runs, 10);   /* a floods the whole window */
+    /* b's first tenants arrive a millisecond after b's periodic beat */
+    uint64_t t = 901;
+    r[1].me = backlog(1, 0, 50);
+    uint64_t told = 0;
+    for (uint64_t u = t; u < t + P && !told; u++) {
+        run_ms(r, 2, u, u + 1, beats);
+        if (r[0].lim.runs <= 5)
+            told = u;
+    }
+    assert_true(told);
+    assert_true(told - t <= P / 4);
+    assert_int_equal(r[0].lim.share_runs, 5);
+    assert_int_equal(r[1].lim.share_runs, 5);
+    destroy(r, 2);
+}
+
+/* A tenant flapping between backlogged and idle every millisecond makes
+ * at most one beat per quarter period: 40 a second, not 1,000. */
+static void test_flapping_tenant_beats_bounded(void **state)
+{
+    (void)state;
+    rep r[2] = {{.s = mk("a", 10, 0, 1, 0, 0), .me = backlog(1, 5, 100)},
+                {.s = mk("b", 10, 0, 1, 0, 0), .me = backlog(0, 0, 0)}};
+    uint64_t beats[2] = {0, 0};
+    run_ms(r, 2, 0, 500, beats);
+    beats[0] = beats[1] = 0;
+    for (uint64_t t = 500; t < 1500; t++) {
+        r[1].me = t % 2 ? backlog(1, 0, 1) : backlog(0, 0, 0);
+        run_ms(r, 2, t, t + 1, beats);
+    }
+    assert_true(beats[1] <= 1000 / (P / 4));
+    assert_true(beats[1] > 1000 / P);      /* early beats did happen */
+    assert_int_equal(beats[0], 1000 / P);  /* a's own weight never changed */
+    destroy(r, 2);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -547,6 +621,8 @@ int main(void)
         cmocka_unit_test(test_random_shares_add_up),
         cmocka_unit_test(test_beat_round_trip),
         cmocka_unit_test(test_beat_refusals),
+        cmocka_unit_test(test_first_tenant_is_told_early),
+        cmocka_unit_test(test_flapping_tenant_beats_bounded),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
