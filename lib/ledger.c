@@ -3526,11 +3526,13 @@ fq_status fq_ledger_adopt(fq_ledger *l, uint32_t part, uint64_t term)
     return FQ_OK;
 }
 
-void fq_ledger_consumer_made(fq_ledger *l, uint32_t part, int64_t now_ms)
+void fq_ledger_consumer_made(fq_ledger *l, uint32_t part, uint64_t term, int64_t now_ms)
 {
     if (part >= l->nparts)
         return;
     lg_part *pp = &l->parts[part];
+    if (pp->term && term != pp->term)
+        return;     /* a tenure's let go since */
     if (pp->state != LG_PART_FREE && pp->inherit_before == INT64_MAX)
         pp->inherit_before = now_ms + FQ_LEDGER_CLOCK_MARGIN_MS;
 }

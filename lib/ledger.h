@@ -538,8 +538,11 @@ void fq_ledger_release(fq_ledger *l, uint32_t part, uint64_t now, int64_t now_ms
  * flight record was (docs/protocol.md section 8). Such a run, dispatched
  * past the duplicate window of its submit, is marked
  * Fair-Possible-Duplicate and counted (possible_duplicates). Until the
- * first call every submit is inherited. */
-void fq_ledger_consumer_made(fq_ledger *l, uint32_t part, int64_t now_ms);
+ * first call every submit is inherited. term: the term the consumer is
+ * named for; an adopted partition's consumer of another term than the
+ * partition's (made in a tenure let go since, its event come late) is
+ * ignored, or it would fix the cutoff before our consumer was made. */
+void fq_ledger_consumer_made(fq_ledger *l, uint32_t part, uint64_t term, int64_t now_ms);
 
 #ifdef FQ_TESTING   /* tests only: no program calls it */
 /* Whether partition part is owned (adopted and read back). */

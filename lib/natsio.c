@@ -1435,7 +1435,7 @@ static bool nio_reconcile_one(fq_nio *n, int id, uint64_t gen, uint64_t now)
     bool newer = false;
     int js_err = 0;
     natsStatus s = nio_consumer_recreate(n, c, &newer, &js_err);
-    fq_nio_event ev = {.type = FQ_NIO_EV_CONSUMER, .source = id,
+    fq_nio_event ev = {.type = FQ_NIO_EV_CONSUMER, .source = id, .seq = w.term,
                        .status = s == NATS_OK ? FQ_OK : newer ? FQ_EEXIST : FQ_EIO,
                        .err_code = s == NATS_OK ? 0 : js_err};
     if (s != NATS_OK) {

@@ -154,7 +154,8 @@ typedef struct fq_nio_event {
     fq_status status;           /* PUBACK: FQ_OK, or FQ_EIO (error or timeout) */
     bool duplicate;             /* PUBACK: JetStream had the Nats-Msg-Id already */
     bool connected;             /* CONN */
-    uint64_t seq;               /* PUBACK: stream sequence stored; KV_SYNCED: epoch */
+    uint64_t seq;               /* PUBACK: stream sequence stored; KV_SYNCED: epoch;
+                                   CONSUMER: the term it was made for (0: none) */
     fq_nio_ackref ack;          /* MSG */
     int64_t ts_ms;              /* MSG: the stream's timestamp, unix ms */
     int err_code;               /* PUBACK, CONSUMER (not made): JetStream error code, 0 if

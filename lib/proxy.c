@@ -2796,7 +2796,8 @@ static void px_on_consumer(fq_proxy *p, const fq_nio_event *ev)
     if (ev->source >= 0 && ev->source < FQ_NIO_MAX_CONSUMERS)
         p->consumer_ok[ev->source] = ev->status == FQ_OK;
     if (ev->status == FQ_OK && ev->source >= 0 && ev->source % 2 == PX_CONS_SUBMIT)
-        fq_ledger_consumer_made(p->ledger, (uint32_t)(ev->source / 2), fq_nio_unix_ms());
+        fq_ledger_consumer_made(p->ledger, (uint32_t)(ev->source / 2), ev->seq,
+                                fq_nio_unix_ms());
     px_refused_note(p, ev);
     p->served |= px_consumers_ok(p);
     if (p->leader)

@@ -102,7 +102,7 @@ static void world_boot(world *w)
     w->nt = 0;
     assert_int_equal(fq_ledger_create(&w->l, &w->o), FQ_OK);
     if (!w->parts)
-        fq_ledger_consumer_made(w->l, 0, w->now_ms);    /* as the proxy makes it at start */
+        fq_ledger_consumer_made(w->l, 0, 0, w->now_ms);     /* as the proxy makes it at start */
 }
 
 /* A world of a deployment of parts partitions (0: one). */
@@ -2043,6 +2043,36 @@ static void test_part_adopt_release_round_trip(void **state)
     world_free(b);
 }
 
+/* A partition let go and adopted again: its consumer-made event of the
+ * earlier tenure, come late, is ignored (it carries that tenure's term), so
+ * that a submit stored before the new tenure's consumer was made is still
+ * inherited, and marked when it goes out past its duplicate window; taken
+ * as this tenure's, it fixed the cutoff early and the run went unmarked. */
+static void test_part_stale_consumer_made_ignored(void **state)
+{
+    (void)state;
+    enum { P = 2 };
+    world *w = world_new_parts(P);
+    char x[16];
+    tenant_in(x, sizeof x, "x", 1, P);
+    adopt_from(w, w, 1, 5, 40);
+    fq_ledger_consumer_made(w->l, 1, 5, w->now_ms);
+    fq_ledger_release(w->l, 1, w->now, w->now_ms);
+    drain(w);
+    tick_time(w, 1000);
+    adopt_from(w, w, 1, 7, 41);
+    fq_ledger_consumer_made(w->l, 1, 5, w->now_ms);    /* term 5's, late */
+    tick_time(w, 3000);
+    fq_ledger_consumer_made(w->l, 1, 7, w->now_ms);    /* ours, now */
+    submit_ts(w, x, 10, "r1", 50, 1, w->now_ms - 500); /* stored before it */
+    tick_time(w, 6000);                     /* past its submit's window (5 s) */
+    turn(w);
+    const fq_ledger_act *d = find(w, FQ_LACT_DISPATCH, 0);
+    assert_non_null(d);
+    assert_true(d->possible_dup);
+    world_free(w);
+}
+
 /* A tenant's debt survives its partition's handover: B reads back the
  * debt A journalled on the partition's subject; A, having let it go,
  * keeps none of it (nor any credit) and may forget the tenant. */
@@ -2401,6 +2431,7 @@ int main(void)
         cmocka_unit_test(test_forgotten_early_still_seen),
         cmocka_unit_test(test_done_forgotten_by_the_monotonic_clock),
         cmocka_unit_test(test_done_kept_past_keep_done_by_the_clock_margin),
+        cmocka_unit_test(test_part_stale_consumer_made_ignored),
         cmocka_unit_test(test_resent_past_the_window_marked),
         cmocka_unit_test(test_refusal_unsent_is_naked),
         cmocka_unit_test(test_early_completion_applied_on_duplicate),
