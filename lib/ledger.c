@@ -64,6 +64,7 @@
 #include <string.h>
 
 #include "partition.h"
+#include "kept.h"
 #include "pool.h"
 #include "u64map.h"
 
@@ -157,12 +158,9 @@ typedef struct lg_kept_refusal {
  * overload), remembered with its refused record: delivered again (its ack
  * lost), it is refused again, not decided anew. */
 typedef struct lg_refused {
-    uint64_t seq;               /* the submit */
-    int64_t until;              /* monotonic ms from which it is forgotten */
+    fq_kept_node k;             /* key: the submit's sequence; until: when it is forgotten */
     uint32_t part;              /* its tenant's partition */
     fq_status code;
-    fq_u64map_node node;
-    struct lg_refused *next;    /* FIFO by until */
 } lg_refused;
 
 _Static_assert(sizeof(void *) != 8 || sizeof(lg_run) <= 136,
@@ -200,35 +198,34 @@ static void lg_delivery(lg_run *x, const fq_ledger_ackref *a)
 /* A run key completed recently: a completion repeated, or the same run
  * submitted again, within the duplicate window changes nothing. */
 typedef struct lg_done {
-    uint64_t key;               /* the run key's hash */
+    fq_kept_node k;             /* key: the run key's hash; until: when it may be forgotten,
+                                   by the monotonic clock, not the wall clock, which a step
+                                   forward would make forget it while JetStream (by the
+                                   server's clock) still de-duplicates its run's
+                                   Nats-Msg-Id */
     uint64_t seq;               /* the submit it came from */
-    int64_t until;              /* monotonic ms from which it may be forgotten: not the
-                                   wall clock, which a step forward would make forget it
-                                   while JetStream (by the server's clock) still
-                                   de-duplicates its run's Nats-Msg-Id */
     uint32_t part;              /* its tenant's partition */
     bool unconfirmed;           /* it completed before its dispatch was seen stored (read
                                    back, or its PubAck still to come): the completion may
                                    be forged, or of an earlier submit of its run id, so its
                                    submit, come again, is published again under its
                                    Nats-Msg-Id rather than taken as done */
-    fq_u64map_node node;
-    struct lg_done *next;       /* FIFO by until */
 } lg_done;
 
 /* A completion that came before its run was held (see the principles):
  * what it reported, until its run's dispatch tells whether it counts. */
 typedef struct lg_early {
-    uint64_t key;               /* the run key's hash */
+    fq_kept_node k;             /* key: the run key's hash; until: when it is forgotten
+                                   (acked); INT64_MIN: taken, out of the map */
     uint64_t actual, input, output, cached;    /* tokens reported */
     bool kinds;                 /* input, output, cached given: they price it */
     uint8_t status;             /* enum fq_done_status */
     fq_ledger_ackref ack;       /* its delivery, held unacked */
-    int64_t until;              /* monotonic ms from which it is forgotten (acked);
-                                   INT64_MIN: taken, out of the map */
-    fq_u64map_node node;
-    struct lg_early *next;      /* FIFO by arrival */
 } lg_early;
+
+_Static_assert(offsetof(lg_done, k) == 0 && offsetof(lg_early, k) == 0 &&
+                   offsetof(lg_refused, k) == 0,
+               "a remembered record begins with its fq_kept_node");
 
 /* A journal batch: the records of the turns since the last one sent, and
  * what waits for it to be stored. */
@@ -305,13 +302,11 @@ typedef struct lg_act {
 
 struct fq_ledger {
     fq_ledger_opts o;
-    fq_u64map *by_seq, *by_key, *done;
-    fq_u64map *early;           /* lg_early by run key */
-    lg_early *early_head, *early_tail;
-    fq_u64map *refused;         /* lg_refused by submit sequence */
-    lg_refused *refused_head, *refused_tail;
-    lg_done *done_head, *done_tail;
-    fq_opool run_pool, names_pool, done_pool, early_pool, refused_pool, back_pool;
+    fq_u64map *by_seq, *by_key;
+    fq_kept done;               /* lg_done by run key */
+    fq_kept early;              /* lg_early by run key */
+    fq_kept refused;            /* lg_refused by submit sequence */
+    fq_opool run_pool, names_pool, back_pool;
 
     lg_part *parts;             /* the deployment's partitions, owned or not */
     uint32_t nparts;
@@ -723,8 +718,7 @@ static int64_t lg_stored_until(const fq_ledger *l, int64_t stored_ms)
 
 static lg_done *lg_done_find(const fq_ledger *l, uint64_t h)
 {
-    fq_u64map_node *n = fq_u64map_find(l->done, h);
-    return n ? FQ_U64MAP_ENTRY(n, lg_done, node) : NULL;
+    return (lg_done *)(void *)fq_kept_find(&l->done, h);
 }
 
 /* Remember key h (of submit seq, partition part) as completed until
@@ -739,56 +733,39 @@ static void lg_done_add(fq_ledger *l, uint64_t h, uint64_t seq, int64_t until, u
         /* Kept in its place in the FIFO: remembered longer is harmless. */
         d->seq = seq;
         d->unconfirmed = unconfirmed;
-        if (until > d->until)
-            d->until = until;
+        if (until > d->k.until)
+            d->k.until = until;
         return;
     }
-    if (fq_u64map_reserve(l->done) != FQ_OK || !(d = fq_opool_alloc(&l->done_pool)))
+    if (!(d = (lg_done *)(void *)fq_kept_add(&l->done, h, until)))
         return;
-    *d = (lg_done){.key = h, .seq = seq, .until = until, .part = part,
-                   .unconfirmed = unconfirmed};
-    fq_u64map_insert(l->done, &d->node);
-    if (l->done_tail)
-        l->done_tail->next = d;
-    else
-        l->done_head = d;
-    l->done_tail = d;
+    d->seq = seq;
+    d->part = part;
+    d->unconfirmed = unconfirmed;
 }
 
 /* Forget the completed keys whose time has come, oldest first. */
 static void lg_done_forget(fq_ledger *l, int64_t now)
 {
-    while (l->done_head && l->done_head->until <= now) {
-        lg_done *d = l->done_head;
-        l->done_head = d->next;
-        if (!l->done_head)
-            l->done_tail = NULL;
-        fq_u64map_remove(l->done, &d->node);
-        fq_opool_free(&l->done_pool, d);
-    }
+    while (fq_kept_due(&l->done, now))
+        fq_kept_drop(&l->done);
 }
 
 /* ---- completions that came before their run --------------------------- */
 
-/* Take the oldest early completion out of the FIFO; unless
- * lg_early_take took it already, out of the map too, and acked unapplied. */
+/* Forget the oldest early completion; unless lg_early_take took it
+ * already, ack it unapplied. */
 static void lg_early_drop_head(fq_ledger *l)
 {
-    lg_early *e = l->early_head;
-    l->early_head = e->next;
-    if (!l->early_head)
-        l->early_tail = NULL;
-    if (e->until != INT64_MIN) {
-        fq_u64map_remove(l->early, &e->node);
+    lg_early *e = (lg_early *)(void *)l->early.head;
+    if (e->k.until != INT64_MIN)
         lg_ack(l, FQ_LEDGER_DONE, &e->ack);
-    }
-    fq_opool_free(&l->early_pool, e);
+    fq_kept_drop(&l->early);
 }
 
 static lg_early *lg_early_find(const fq_ledger *l, uint64_t h)
 {
-    fq_u64map_node *n = fq_u64map_find(l->early, h);
-    return n ? FQ_U64MAP_ENTRY(n, lg_early, node) : NULL;
+    return (lg_early *)(void *)fq_kept_find(&l->early, h);
 }
 
 /* Remember completion c (delivery ack) of run key h, which came before
@@ -802,20 +779,17 @@ static bool lg_early_add(fq_ledger *l, uint64_t h, const fq_completion *c,
     lg_early *e;
     if (lg_early_find(l, h))
         return false;
-    while (l->early_head && fq_u64map_count(l->early) >= FQ_LEDGER_EARLY_MAX)
+    while (l->early.head && fq_kept_count(&l->early) >= FQ_LEDGER_EARLY_MAX)
         lg_early_drop_head(l);
-    if (fq_u64map_reserve(l->early) != FQ_OK || !(e = fq_opool_alloc(&l->early_pool)))
+    if (!(e = (lg_early *)(void *)fq_kept_add(&l->early, h, lg_keep_until(l))))
         return false;
-    *e = (lg_early){.key = h, .actual = c->actual_tokens, .input = c->input_tokens,
-                    .output = c->output_tokens, .cached = c->cached_tokens, .kinds = c->kinds,
-                    .status = (uint8_t)c->status, .ack = *ack,
-                    .until = lg_keep_until(l)};
-    fq_u64map_insert(l->early, &e->node);
-    if (l->early_tail)
-        l->early_tail->next = e;
-    else
-        l->early_head = e;
-    l->early_tail = e;
+    e->actual = c->actual_tokens;
+    e->input = c->input_tokens;
+    e->output = c->output_tokens;
+    e->cached = c->cached_tokens;
+    e->kinds = c->kinds;
+    e->status = (uint8_t)c->status;
+    e->ack = *ack;
     l->c.completions_early++;
     return true;
 }
@@ -824,14 +798,13 @@ static bool lg_early_add(fq_ledger *l, uint64_t h, const fq_completion *c,
  * until lg_early_forget reaches it in the FIFO. */
 static void lg_early_take(fq_ledger *l, lg_early *e)
 {
-    fq_u64map_remove(l->early, &e->node);
-    e->until = INT64_MIN;
+    fq_kept_take(&l->early, &e->k);
 }
 
 /* Forget the early completions whose time has come (and those taken). */
 static void lg_early_forget(fq_ledger *l, int64_t now)
 {
-    while (l->early_head && l->early_head->until <= now)
+    while (fq_kept_due(&l->early, now))
         lg_early_drop_head(l);
 }
 
@@ -839,18 +812,7 @@ static void lg_early_forget(fq_ledger *l, int64_t now)
 
 static lg_refused *lg_refused_find(const fq_ledger *l, uint64_t seq)
 {
-    fq_u64map_node *n = fq_u64map_find(l->refused, seq);
-    return n ? FQ_U64MAP_ENTRY(n, lg_refused, node) : NULL;
-}
-
-static void lg_refused_drop_head(fq_ledger *l)
-{
-    lg_refused *r = l->refused_head;
-    l->refused_head = r->next;
-    if (!l->refused_head)
-        l->refused_tail = NULL;
-    fq_u64map_remove(l->refused, &r->node);
-    fq_opool_free(&l->refused_pool, r);
+    return (lg_refused *)(void *)fq_kept_find(&l->refused, seq);
 }
 
 /* Remember submit seq (partition part) as refused for code until
@@ -863,29 +825,24 @@ static void lg_refused_add(fq_ledger *l, uint64_t seq, fq_status code, uint32_t 
     lg_refused *r = lg_refused_find(l, seq);
     if (r) {
         r->code = code;
-        if (until > r->until)
-            r->until = until;
+        if (until > r->k.until)
+            r->k.until = until;
         return;
     }
-    while (l->refused_head && fq_u64map_count(l->refused) >= FQ_LEDGER_REFUSED_MAX) {
-        lg_refused_drop_head(l);
+    while (l->refused.head && fq_kept_count(&l->refused) >= FQ_LEDGER_REFUSED_MAX) {
+        fq_kept_drop(&l->refused);
         l->c.refusals_forgotten_early++;
     }
-    if (fq_u64map_reserve(l->refused) != FQ_OK || !(r = fq_opool_alloc(&l->refused_pool)))
+    if (!(r = (lg_refused *)(void *)fq_kept_add(&l->refused, seq, until)))
         return;
-    *r = (lg_refused){.seq = seq, .until = until, .part = part, .code = code};
-    fq_u64map_insert(l->refused, &r->node);
-    if (l->refused_tail)
-        l->refused_tail->next = r;
-    else
-        l->refused_head = r;
-    l->refused_tail = r;
+    r->part = part;
+    r->code = code;
 }
 
 static void lg_refused_forget(fq_ledger *l, int64_t now)
 {
-    while (l->refused_head && l->refused_head->until <= now)
-        lg_refused_drop_head(l);
+    while (fq_kept_due(&l->refused, now))
+        fq_kept_drop(&l->refused);
 }
 
 /* ---- acks ---------------------------------------------------------------- */
@@ -3651,6 +3608,16 @@ static void lg_release_tenants(fq_ledger *l, uint32_t part)
     }
 }
 
+static bool lg_done_of_part(const fq_kept_node *n, const void *part)
+{
+    return ((const lg_done *)(const void *)n)->part == *(const uint32_t *)part;
+}
+
+static bool lg_refused_of_part(const fq_kept_node *n, const void *part)
+{
+    return ((const lg_refused *)(const void *)n)->part == *(const uint32_t *)part;
+}
+
 /* Drop what part holds of deliveries: acks held back, early completions
  * (unacked), and its done ids. */
 static void lg_release_deliveries(fq_ledger *l, uint32_t part)
@@ -3660,39 +3627,13 @@ static void lg_release_deliveries(fq_ledger *l, uint32_t part)
         if (l->later[i].a.part != part)
             l->later[kept++] = l->later[i];
     l->nlater = kept;
-    for (lg_early *e = l->early_head; e; e = e->next)
-        if (e->until != INT64_MIN && e->ack.part == part)
+    for (fq_kept_node *n = l->early.head; n; n = n->next) {
+        lg_early *e = (lg_early *)(void *)n;
+        if (e->k.until != INT64_MIN && e->ack.part == part)
             lg_early_take(l, e);
-    lg_done *prev = NULL;
-    for (lg_done *d = l->done_head, *nx; d; d = nx) {
-        nx = d->next;
-        if (d->part != part) {
-            prev = d;
-            continue;
-        }
-        if (prev)
-            prev->next = nx;
-        else
-            l->done_head = nx;
-        fq_u64map_remove(l->done, &d->node);
-        fq_opool_free(&l->done_pool, d);
     }
-    l->done_tail = prev;
-    lg_refused *rprev = NULL;
-    for (lg_refused *r = l->refused_head, *nx; r; r = nx) {
-        nx = r->next;
-        if (r->part != part) {
-            rprev = r;
-            continue;
-        }
-        if (rprev)
-            rprev->next = nx;
-        else
-            l->refused_head = nx;
-        fq_u64map_remove(l->refused, &r->node);
-        fq_opool_free(&l->refused_pool, r);
-    }
-    l->refused_tail = rprev;
+    fq_kept_drop_if(&l->done, lg_done_of_part, &part);
+    fq_kept_drop_if(&l->refused, lg_refused_of_part, &part);
 }
 
 /* Drop part's journal: its batches unsent or unanswered, and its state. */
@@ -3859,16 +3800,13 @@ fq_status fq_ledger_create(fq_ledger **out, const fq_ledger_opts *o)
     l->o = *o;
     FQ_OPOOL_INIT(&l->run_pool, lg_run, LG_POOL_CHUNK);
     FQ_OPOOL_INIT(&l->names_pool, lg_names, LG_POOL_CHUNK / 4);
-    FQ_OPOOL_INIT(&l->done_pool, lg_done, LG_POOL_CHUNK);
-    FQ_OPOOL_INIT(&l->early_pool, lg_early, LG_POOL_CHUNK);
-    FQ_OPOOL_INIT(&l->refused_pool, lg_refused, LG_POOL_CHUNK);
     FQ_OPOOL_INIT(&l->back_pool, lg_back, LG_POOL_CHUNK);
     uint64_t seed = o->hash_key[0] ^ o->hash_key[1];
     if (fq_u64map_create(&l->by_seq, FQ_U64MAP_KEY_OFFSET(lg_run, run.hnode, run.id), 1024, seed) ||
         fq_u64map_create(&l->by_key, FQ_U64MAP_KEY_OFFSET(lg_run, key_node, key), 1024, seed) ||
-        fq_u64map_create(&l->done, FQ_U64MAP_KEY_OFFSET(lg_done, node, key), 1024, seed) ||
-        fq_u64map_create(&l->early, FQ_U64MAP_KEY_OFFSET(lg_early, node, key), 64, seed) ||
-        fq_u64map_create(&l->refused, FQ_U64MAP_KEY_OFFSET(lg_refused, node, seq), 64, seed) ||
+        FQ_KEPT_INIT(&l->done, lg_done, 1024, seed) ||
+        FQ_KEPT_INIT(&l->early, lg_early, 64, seed) ||
+        FQ_KEPT_INIT(&l->refused, lg_refused, 64, seed) ||
         fq_u64map_create(&l->back, FQ_U64MAP_KEY_OFFSET(lg_back, node, seq), 64, seed) ||
         fq_u64map_create(&l->gone, FQ_U64MAP_KEY_OFFSET(lg_run, run.hnode, run.id), 64, seed)) {
         fq_ledger_destroy(l);
@@ -3928,9 +3866,9 @@ void fq_ledger_destroy(fq_ledger *l)
     free(l->graves);
     fq_u64map_destroy(l->by_seq, NULL);
     fq_u64map_destroy(l->by_key, NULL);
-    fq_u64map_destroy(l->done, NULL);
-    fq_u64map_destroy(l->early, NULL);
-    fq_u64map_destroy(l->refused, NULL);
+    fq_kept_fini(&l->done);
+    fq_kept_fini(&l->early);
+    fq_kept_fini(&l->refused);
     fq_u64map_destroy(l->back, NULL);
     fq_u64map_destroy(l->gone, NULL);
     for (uint32_t k = 0; l->parts && k < l->nparts; k++) {
@@ -3945,9 +3883,6 @@ void fq_ledger_destroy(fq_ledger *l)
     free(l->scratch);
     fq_opool_fini(&l->run_pool);
     fq_opool_fini(&l->names_pool);
-    fq_opool_fini(&l->done_pool);
-    fq_opool_fini(&l->early_pool);
-    fq_opool_fini(&l->refused_pool);
     fq_opool_fini(&l->back_pool);
     free(l->later);
     free(l->acts);
@@ -4024,7 +3959,7 @@ void fq_ledger_stats_get(fq_ledger_stats *out, const fq_ledger *l)
         .held = l->held,
         .index_only = l->index_only,
         .buffered_bytes = l->buffered_bytes,
-        .completed_remembered = fq_u64map_count(l->done),
+        .completed_remembered = fq_kept_count(&l->done),
         .expired_remembered = l->nexp,
         .debtors = l->debtors,
         .given_back = fq_u64map_count(l->back),
