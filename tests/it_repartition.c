@@ -10,8 +10,10 @@
  * fairq.runs.* beside fairq.runs, the server restarted with the mapping of
  * 4 partitions, and the proxy started with partitions: 4. Each tenant's
  * debt is then what it was (read back from fairq.runs by the partition
- * that owns the tenant now), every run submitted before and after is
- * stored once in FAIR_DISPATCH and has one done record.
+ * that owns the tenant now), and still once a second replica has taken
+ * its share of the partitions (asked of each tenant's owner); every run
+ * submitted before and after is stored once in FAIR_DISPATCH and has one
+ * done record.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -31,14 +33,16 @@
 #define AFTER 16        /* runs submitted at P = 4 */
 #define PARTS 4
 
-#define YAML(parts)                                                                          \
+#define YAML(parts, id)                                                                      \
     "partitions: " parts "\n"                                                                \
+    "replica_id: " id "\n"                                                                   \
     "scheduler:\n  default_plan: free\n"                                                     \
     "window:\n  max_in_flight: 4\n"                                                          \
     "estimates:\n  default_tokens: 300\n"                                                    \
     "plans:\n  - name: free\n"
 
 static char dir[] = "/tmp/fairq-it-repartition-XXXXXX";
+static pt_proxy second;         /* rep-b, started after the change */
 static char conf[256];
 
 /* The server's config: no mapping (P = 1), or the mapping of P partitions. */
@@ -74,11 +78,13 @@ static int setup(void **state)
     if (write_conf(1) != 0)
         return -1;
     pt_worker_opts wo = {.concurrency = 2, .service_ms = 60, .actual = overrun};
-    return pf_setup_server(state, (const char *const[]){"-c", conf, NULL}, YAML("1"), &wo);
+    return pf_setup_server(state, (const char *const[]){"-c", conf, NULL}, YAML("1", "rep-a"), &wo);
 }
 
 static int teardown(void **state)
 {
+    if (nt_proc_alive(&second.proc))
+        pt_proxy_stop(&second);
     assert_int_equal(pf_teardown(state, true), 0);
     char log[300];
     snprintf(log, sizeof log, "%s/admin.log", dir);
@@ -192,9 +198,16 @@ static void test_p1_to_p4_by_draining(void **state)
     journal_add_subject(f);
     assert_int_equal(write_conf(PARTS), 0);
     assert_int_equal(natstest_restart(f->srv), 0);
-    assert_int_equal(pt_proxy_start(&f->px, f->srv, "proxy4", YAML("4")), 0);
+    assert_int_equal(pt_proxy_start(&f->px, f->srv, "proxy4", YAML("4", "rep-a")), 0);
     assert_int_equal(pt_log_wait_n(&f->px, "consuming a partition", PARTS, 20000), 0);
 
+    for (int t = 0; t < TENANTS; t++)
+        assert_int_equal(deficit(f, t), before[t]);
+    /* a second replica takes its share: the debts move with their partitions */
+    assert_int_equal(pt_proxy_start(&second, f->srv, "rep-b", YAML("4", "rep-b")), 0);
+    const char *const ids[] = {"rep-a", "rep-b"};
+    assert_int_equal(pf_wait_shared(&f->c, "fairq_lease", PARTS, ids, 2, 30000), 0);
+    assert_true(pt_log_count(&second, "consuming a partition") > 0);
     for (int t = 0; t < TENANTS; t++)
         assert_int_equal(deficit(f, t), before[t]);
     pf_submit_runs(f, BEFORE, AFTER, TENANTS);
