@@ -45,21 +45,16 @@ static char dir[] = "/tmp/fairq-it-repartition-XXXXXX";
 static pt_proxy second;         /* rep-b, started after the change */
 static char conf[256];
 
-/* The server's config: no mapping (P = 1), or the mapping of P partitions. */
-static int write_conf(int parts)
+/* The server's config without a mapping (P = 1), at the path
+ * pf_write_mapping writes the mapping of P > 1 to later. */
+static int write_conf_p1(void)
 {
+    snprintf(conf, sizeof conf, "%s/mapping.conf", dir);
     FILE *f = fopen(conf, "w");
     if (!f)
         return -1;
-    if (parts > 1)
-        fprintf(f, "mappings {\n"
-                   "  \"fair.submit.*\": \"fair.submit.{{partition(%d,1)}}.{{wildcard(1)}}\"\n"
-                   "  \"fair.done.*\": \"fair.done.{{partition(%d,1)}}.{{wildcard(1)}}\"\n"
-                   "}\n", parts, parts);
-    else
-        fprintf(f, "# P = 1: no mapping\n");
-    fclose(f);
-    return 0;
+    fprintf(f, "# P = 1: no mapping\n");
+    return fclose(f) == 0 ? 0 : -1;
 }
 
 /* Every run costs twice its estimate. */
@@ -74,8 +69,7 @@ static int setup(void **state)
 {
     if (!mkdtemp(dir))
         return -1;
-    snprintf(conf, sizeof conf, "%s/server.conf", dir);
-    if (write_conf(1) != 0)
+    if (write_conf_p1() != 0)
         return -1;
     pt_worker_opts wo = {.concurrency = 2, .service_ms = 60, .actual = overrun};
     return pf_setup_server(state, (const char *const[]){"-c", conf, NULL}, YAML("1", "rep-a"), &wo);
@@ -196,7 +190,7 @@ static void test_p1_to_p4_by_draining(void **state)
     assert_int_equal(js_DeleteStream(f->c.js, "FAIR_SUBMIT", NULL, NULL), NATS_OK);
     assert_int_equal(js_DeleteStream(f->c.js, "FAIR_DONE", NULL, NULL), NATS_OK);
     journal_add_subject(f);
-    assert_int_equal(write_conf(PARTS), 0);
+    assert_int_equal(pf_write_mapping(conf, sizeof conf, dir, PARTS), 0);
     assert_int_equal(natstest_restart(f->srv), 0);
     assert_int_equal(pt_proxy_start(&f->px, f->srv, "proxy4", YAML("4", "rep-a")), 0);
     assert_int_equal(pt_log_wait_n(&f->px, "consuming a partition", PARTS, 20000), 0);
