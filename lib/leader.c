@@ -129,30 +129,47 @@ void fq_leader_fence(fq_leader *l)
 
 /* One key operation through natsio: a read or write waited for and its
  * outcome handed back, or (async) a write sent with its slot's token,
- * whose PubAck comes to fq_leader_on_puback. */
-static void ld_op(fq_leader *l, const fq_owner_act *a, bool async)
+ * whose PubAck comes to fq_leader_on_puback. A wait is the lease's
+ * margin at most: the loop that waits also renews every other key, and
+ * once one went unanswered (*down) the others of this turn are not sent
+ * (answered FQ_EIO: tried again after retry_ms), so a bucket without a
+ * leader costs the other keys one short wait, not the API's 5 s each. */
+static void ld_op(fq_leader *l, const fq_owner_act *a, bool async, bool *down)
 {
     fq_nio *n = l->nio;
     uint64_t rev = 0;
     fq_status st = FQ_EIO;
+    bool sent_async = a->kind == FQ_OWNER_UPDATE && async &&
+                      (a->renewal || strcmp(a->value, FQ_LEASE_RELEASED) == 0);
+    fq_lease_opts lo;
+    fq_lease_opts_for(&lo, l->o.ttl_ms);
+    if (!sent_async && !*down)
+        fq_nio_kv_wait(n, (int64_t)lo.margin_ms);
     if (a->kind == FQ_OWNER_GET) {
         char v[FQ_LEASE_ID_MAX + 1] = "";
-        st = fq_nio_kv_get(v, sizeof v, &rev, n, l->bucket, a->key);
+        if (!*down)
+            st = fq_nio_kv_get(v, sizeof v, &rev, n, l->bucket, a->key);
+        fq_nio_kv_wait(n, 0);
+        *down |= st != FQ_OK && st != FQ_ENOTFOUND;
         fq_owner_on_get(l->own, a->slot, fq_nio_mono_ms(), st, v, rev);
         return;
     }
     size_t len = strlen(a->value);
     bool release = strcmp(a->value, FQ_LEASE_RELEASED) == 0;
-    if (a->kind == FQ_OWNER_CREATE) {
-        st = fq_nio_kv_create(&rev, n, l->bucket, a->key, a->value, len);
-    } else if (!async || !(a->renewal || release)) {
-        st = fq_nio_kv_update(&rev, n, l->bucket, a->key, a->value, len, a->expect);
-    } else {
+    if (sent_async) {
         uint64_t token = l->o.renew_token + 2 * (uint64_t)a->slot + release;
         if (fq_nio_kv_update_async(n, l->bucket, a->key, a->value, len, a->expect, token) ==
             FQ_OK)
             return;
+    } else if (*down) {
+        /* not sent: FQ_EIO */
+    } else if (a->kind == FQ_OWNER_CREATE) {
+        st = fq_nio_kv_create(&rev, n, l->bucket, a->key, a->value, len);
+    } else {
+        st = fq_nio_kv_update(&rev, n, l->bucket, a->key, a->value, len, a->expect);
     }
+    fq_nio_kv_wait(n, 0);
+    *down |= !sent_async && st != FQ_OK && st != FQ_EEXIST;
     fq_owner_on_write(l->own, a->slot, fq_nio_mono_ms(), st, rev);
 }
 
@@ -162,6 +179,7 @@ static void ld_op(fq_leader *l, const fq_owner_act *a, bool async)
 static void ld_act(fq_leader *l, bool async)
 {
     fq_owner_act a;
+    bool down = false;
     while (fq_owner_next(&a, l->own)) {
         const fq_lease *ls = fq_owner_lease(l->own, a.part);
         switch (a.kind) {
@@ -189,7 +207,7 @@ static void ld_act(fq_leader *l, bool async)
                 l->o.lost(l->o.arg, a.part, a.planned);
             break;
         default:
-            ld_op(l, &a, async);
+            ld_op(l, &a, async, &down);
             break;
         }
     }

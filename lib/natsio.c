@@ -196,6 +196,9 @@ struct fq_nio {
     natsConnection *nc;
     natsOptions *nopts;
     jsCtx *js;
+    jsCtx *js_kv;               /* the KV calls' context made for js_kv_wait (main thread) */
+    int64_t js_kv_wait;         /* ... its wait */
+    int64_t kv_wait;            /* fq_nio_kv_wait: the KV calls' wait now; 0: js's */
     fq_nio_opts o;
     char *url, *creds, *tls_ca, *tls_cert, *tls_key, *name; /* owned copies */
     char *user, *password, *nkey, *nkey_seed, *inbox_prefix; /* owned copies */
@@ -909,6 +912,7 @@ void fq_nio_destroy(fq_nio *n)
     if (!n->close_ok)
         return;
     jsCtx_Destroy(n->js);
+    jsCtx_Destroy(n->js_kv);
     natsConnection_Destroy(n->nc);
     natsOptions_Destroy(n->nopts);
     /* Events still queued may hold messages. */
@@ -2501,9 +2505,34 @@ fq_status fq_nio_restore(bool *stored, fq_nio *n, const char *stream, uint64_t s
 
 /* ---- key-value ----------------------------------------------------------- */
 
+void fq_nio_kv_wait(fq_nio *n, int64_t ms)
+{
+    n->kv_wait = ms > 0 ? ms : 0;
+    if (!n->kv_wait || (n->js_kv && n->js_kv_wait == n->kv_wait) || !n->nc)
+        return;
+    jsCtx_Destroy(n->js_kv);
+    n->js_kv = NULL;
+    jsOptions jo;
+    jsOptions_Init(&jo);
+    jo.Wait = n->kv_wait;
+    if (natsConnection_JetStream(&n->js_kv, n->nc, &jo) == NATS_OK)
+        n->js_kv_wait = n->kv_wait;
+    else
+        n->js_kv = NULL;
+}
+
+/* The context and wait of a KV call: fq_nio_kv_wait's, else the API's. */
+static jsCtx *nio_kv_js(const fq_nio *n, int64_t *wait)
+{
+    bool own = n->kv_wait && n->js_kv;
+    if (wait)
+        *wait = own ? n->kv_wait : n->o.api_wait_ms;
+    return own ? n->js_kv : n->js;
+}
+
 static fq_status nio_kv_open(kvStore **kv, fq_nio *n, const char *bucket)
 {
-    natsStatus s = js_KeyValue(kv, n->js, bucket);
+    natsStatus s = js_KeyValue(kv, nio_kv_js(n, NULL), bucket);
     if (s != NATS_OK) {
         return s == NATS_NOT_FOUND ? FQ_ENOTFOUND : FQ_EIO;
     }
@@ -2576,7 +2605,7 @@ static fq_status nio_kv_write(uint64_t *rev, fq_nio *n, const char *bucket, cons
     jsPubOptions_Init(&po);
     po.ExpectNoMessage = last == 0;
     po.ExpectLastSubjectSeq = last;
-    po.MaxWait = n->o.api_wait_ms;
+    jsCtx *js = nio_kv_js(n, &po.MaxWait);
     jsPubAck *pa = NULL;
     jsErrCode jerr = 0;
     natsMsg *m = NULL;
@@ -2584,7 +2613,7 @@ static fq_status nio_kv_write(uint64_t *rev, fq_nio *n, const char *bucket, cons
     if (s == NATS_OK && del)
         s = natsMsgHeader_Set(m, "KV-Operation", "DEL");
     if (s == NATS_OK)
-        s = js_PublishMsg(&pa, n->js, m, &po, &jerr);
+        s = js_PublishMsg(&pa, js, m, &po, &jerr);
     natsMsg_Destroy(m);
     if (s == NATS_OK && rev)
         *rev = pa->Sequence;
@@ -2603,7 +2632,7 @@ static fq_status nio_kv_marker(uint64_t *rev, fq_nio *n, const char *bucket, con
         return FQ_EINVAL;
     natsMsg *m = NULL;
     jsErrCode jerr = 0;
-    natsStatus s = js_GetLastMsg(&m, n->js, stream, subj, NULL, &jerr);
+    natsStatus s = js_GetLastMsg(&m, nio_kv_js(n, NULL), stream, subj, NULL, &jerr);
     if (s != NATS_OK)
         return s == NATS_NOT_FOUND ? FQ_ENOTFOUND : FQ_EIO;
     const char *op = NULL;

@@ -442,6 +442,11 @@ fq_status fq_nio_kv_delete(uint64_t *rev, fq_nio *n, const char *bucket, const c
  * (0..1). After each reconnect the watch starts again in a new epoch and
  * delivers every key again. bucket is copied. */
 fq_status fq_nio_kv_watch(fq_nio *n, int id, const char *bucket);
+/* The wait of the synchronous KV calls that follow (get, create,
+ * update, delete), ms; 0: api_wait_ms. The lease's reads and takes run on
+ * the loop that renews the others: a KV stream without a leader (a node
+ * lost) must not hold it for the API's 5 s. Main thread only. */
+void fq_nio_kv_wait(fq_nio *n, int64_t ms);
 /* Read key into buf (cap bytes, NUL-terminated). FQ_ENOTFOUND if absent. */
 fq_status fq_nio_kv_get(char *buf, size_t cap, uint64_t *rev, fq_nio *n,
                         const char *bucket, const char *key);

@@ -203,25 +203,28 @@ static void rep_kill(replica *r)
     memset(r, 0, sizeof *r);
 }
 
-/* One turn of every live replica: its events, then its keys renewed. */
+/* One turn of a replica: its events, then its keys renewed. */
+static void reps_turn_one(replica *r)
+{
+    fq_nio_event ev[16];
+    size_t k = fq_nio_poll(r->n, ev, 16, 2);
+    for (size_t j = 0; j < k; j++) {
+        if (ev[j].type == FQ_NIO_EV_PUBACK)
+            fq_leader_on_puback(r->l, &ev[j]);
+        else if (ev[j].type == FQ_NIO_EV_KV || ev[j].type == FQ_NIO_EV_KV_SYNCED)
+            fq_leader_on_kv(r->l, &ev[j]);
+        else
+            fq_nio_msg_drop(r->n, ev[j].msg);
+    }
+    fq_leader_renew(r->l, fq_nio_mono_ms(), true);
+}
+
+/* One turn of every live replica. */
 static void reps_turn(replica *rs)
 {
-    for (int i = 0; i < NREP; i++) {
-        replica *r = &rs[i];
-        if (!r->live)
-            continue;
-        fq_nio_event ev[16];
-        size_t k = fq_nio_poll(r->n, ev, 16, 2);
-        for (size_t j = 0; j < k; j++) {
-            if (ev[j].type == FQ_NIO_EV_PUBACK)
-                fq_leader_on_puback(r->l, &ev[j]);
-            else if (ev[j].type == FQ_NIO_EV_KV || ev[j].type == FQ_NIO_EV_KV_SYNCED)
-                fq_leader_on_kv(r->l, &ev[j]);
-            else
-                fq_nio_msg_drop(r->n, ev[j].msg);
-        }
-        fq_leader_renew(r->l, fq_nio_mono_ms(), true);
-    }
+    for (int i = 0; i < NREP; i++)
+        if (rs[i].live)
+            reps_turn_one(&rs[i]);
 }
 
 /* Partitions a fresh owner holds, per replica, and in all. */
@@ -318,11 +321,84 @@ static void test_replicas_share_partitions(void **state)
             rep_kill(&rs[i]);
 }
 
+/* ---- one key's requests unanswered ------------------------------------- */
+
+#define HBUCKET "it_hole"
+#define HPARTS 4
+#define HOLE 3                  /* the partition whose key is black-holed: the last, as
+                                 * a turn's takes after an unanswered one are not sent */
+#define HTTL 2000
+
+/* One replica alone over 4 partitions, on a server that lets it publish
+ * nothing to partition 3's key: its take of p.3 is never answered, as when
+ * the bucket's stream has lost its leader. It takes 0, 1 and 2 and must
+ * keep them, with no loss said, across 3 TTLs of trying p.3 again every
+ * retry: a read or take waiting the API's 5 s on the loop that renews the
+ * others lost them all (a replica under a node's kill did). */
+static void test_unanswered_key_costs_the_others_nothing(void **state)
+{
+    fixture *f = *state;
+    char conf[600], err[256];
+    snprintf(conf, sizeof conf, "%s/hole.conf", natstest_dir(f->srv));
+    FILE *out = fopen(conf, "w");
+    assert_non_null(out);
+    fputs("authorization { users = [ { user: rep, password: rep, permissions: {\n"
+          "  publish: { deny: [\"$KV." HBUCKET ".p.3\"] } } } ] }\n", out);
+    fclose(out);
+    natstest *srv = NULL;
+    assert_int_equal(natstest_start(&srv, (const char *const[]){"-c", conf, NULL}), 0);
+    static replica r;
+    memset(&r, 0, sizeof r);
+    fq_nio_opts o = {.url = natstest_url(srv), .name = "rep-h", .user = "rep",
+                     .password = "rep", .pub_wait_ms = 2000};
+    assert_int_equal(fq_nio_create(&r.n, &o, err, sizeof err), FQ_OK);
+    assert_int_equal(fq_nio_kv_ensure(r.n, HBUCKET, HTTL, 0, 0, 1, err, sizeof err), FQ_OK);
+    assert_int_equal(fq_probes_create(&r.pr, 0, fq_nio_mono_ms), FQ_OK);
+    fq_leader_opts lo = {.bucket = HBUCKET, .id = "rep-h", .partitions = HPARTS,
+                         .ttl_ms = HTTL, .renew_token = RENEW_TOKEN, .watch = 0,
+                         .gained = rep_gained, .lost = rep_lost, .arg = &r};
+    assert_int_equal(fq_leader_create(&r.l, r.n, r.pr, &lo), FQ_OK);
+    r.live = true;
+
+    /* The others taken (p.3's take unanswered meanwhile). */
+    long long end = nt_now_ms() + 15000;
+    bool others = false;
+    while (!others && nt_now_ms() < end) {
+        reps_turn_one(&r);
+        others = true;
+        for (int k = 0; k < HPARTS; k++)
+            others &= k == HOLE || fq_leader_part_fresh(r.l, k, fq_nio_mono_ms());
+    }
+    assert_true(others);
+    int gains = r.gains;
+
+    /* Kept, fresh at every turn, through 3 TTLs of p.3's takes. */
+    end = nt_now_ms() + 3 * HTTL;
+    int turns = 0;
+    while (nt_now_ms() < end) {
+        reps_turn_one(&r);
+        turns++;
+        for (int k = 0; k < HPARTS; k++) {
+            if (k == HOLE)
+                continue;
+            if (!fq_leader_part_fresh(r.l, k, fq_nio_mono_ms()) || !r.owned[k])
+                fail_msg("partition %d lost after %d turns while p.%d went unanswered", k,
+                         turns, HOLE);
+        }
+    }
+    assert_false(fq_leader_part_fresh(r.l, HOLE, fq_nio_mono_ms()));
+    assert_int_equal(r.gains, gains);
+    print_message("3 partitions kept over %d turns, p.%d unanswered\n", turns, HOLE);
+    rep_kill(&r);
+    natstest_destroy(srv);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_take_standby_renew_fence_release),
         cmocka_unit_test(test_replicas_share_partitions),
+        cmocka_unit_test(test_unanswered_key_costs_the_others_nothing),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
