@@ -768,20 +768,29 @@ static lg_early *lg_early_find(const fq_ledger *l, uint64_t h)
     return (lg_early *)(void *)fq_kept_find(&l->early, h);
 }
 
-/* Remember completion c (delivery ack) of run key h, which came before
- * its run, unacked; the oldest is acked and forgotten past
- * FQ_LEDGER_EARLY_MAX (a flood of forged ones holds no more memory, nor
- * more of the done consumer's MaxAckPending). false: not remembered (one
- * for h is already, or no memory): the caller acks it. */
+/* Remember completion c (delivery ack, stored in FAIR_DONE at stored_ms,
+ * unix ms, 0: unknown) of run key h, which came before its run, unacked;
+ * the oldest is acked and forgotten past FQ_LEDGER_EARLY_MAX (a flood of
+ * forged ones holds no more memory, nor more of the done consumer's
+ * MaxAckPending). Kept keep_done_ms from its storing, not from our first
+ * sight: its run's dispatch was stored before it, so past that a dispatch
+ * of the run is stored new, never answered duplicate; and counted from
+ * each leader's own first sight, with leaders changing faster than
+ * keep_done_ms none of them was ever acked, and a worker's late completion
+ * came back behind them too late (dst_ledger seeds 859 and 1344). false:
+ * not remembered (one for h is already, or no memory): the caller acks it. */
 static bool lg_early_add(fq_ledger *l, uint64_t h, const fq_completion *c,
-                         const fq_ledger_ackref *ack)
+                         const fq_ledger_ackref *ack, int64_t stored_ms)
 {
     lg_early *e;
     if (lg_early_find(l, h))
         return false;
     while (l->early.head && fq_kept_count(&l->early) >= FQ_LEDGER_EARLY_MAX)
         lg_early_drop_head(l);
-    if (!(e = (lg_early *)(void *)fq_kept_add(&l->early, h, lg_keep_until(l))))
+    int64_t until = lg_keep_until(l);
+    if (stored_ms > 0 && lg_stored_until(l, stored_ms) < until)
+        until = lg_stored_until(l, stored_ms);
+    if (!(e = (lg_early *)(void *)fq_kept_add(&l->early, h, until)))
         return false;
     e->actual = c->actual_tokens;
     e->input = c->input_tokens;
@@ -3106,7 +3115,7 @@ static void lg_done_apply(fq_ledger *l, const fq_ledger_done *d, const lg_done_v
         lg_refuse_done(l, d, v->sentence, false);
         break;
     case LG_DONE_QUEUED: {
-        bool held = lg_early_add(l, v->key, d->c, &d->ack);
+        bool held = lg_early_add(l, v->key, d->c, &d->ack, d->ts_ms);
         l->c.completions_invalid++;
         lg_refuse_done(l, d, v->sentence, held);
         break;
@@ -3121,7 +3130,7 @@ static void lg_done_apply(fq_ledger *l, const fq_ledger_done *d, const lg_done_v
         break;
     case LG_DONE_UNKNOWN:
         l->c.completions_unknown++;
-        lg_refuse_done(l, d, v->sentence, lg_early_add(l, v->key, d->c, &d->ack));
+        lg_refuse_done(l, d, v->sentence, lg_early_add(l, v->key, d->c, &d->ack, d->ts_ms));
         break;
     case LG_DONE_RECONCILE:
         if (v->e)

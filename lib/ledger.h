@@ -406,6 +406,8 @@ typedef struct fq_ledger_done {
     const fq_completion *c;     /* status FQ_OK */
     const char *subject;        /* its subject, for a refusal's Fair-Subject */
     fq_ledger_bytes raw;        /* its bytes, for the refusal's copy (valid as above) */
+    int64_t ts_ms;              /* FAIR_DONE's timestamp of it (unix ms, the server's clock);
+                                   0: unknown */
 } fq_ledger_done;
 
 /* Take a completion: reconcile its run once (in flight, or expired and

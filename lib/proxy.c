@@ -1212,7 +1212,8 @@ static void px_on_done(fq_proxy *p, fq_nio_event *ev)
                                  .part = (uint32_t)ev->source / 2},
                          .status = FQ_EINVAL, .error = err, .c = &c,
                          .subject = fq_nio_msg_subject(m),
-                         .raw = {.body = fq_nio_msg_data(m), .body_len = fq_nio_msg_len(m)}};
+                         .raw = {.body = fq_nio_msg_data(m), .body_len = fq_nio_msg_len(m)},
+                         .ts_ms = ev->ts_ms};
     if (!tid) {
         /* err says why: a partition token that is not the tenant's */
     } else if (!fq_tenant_id_valid(tid, tlen)) {

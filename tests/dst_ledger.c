@@ -1471,7 +1471,7 @@ static void px_hand_in(dst_world *w, dst_proxy *p, int cons, uint32_t part, cons
         const char *tid = hand_tenant(w, m->subject, "fair.done", &tlen);
         fq_completion c;
         fq_ledger_done dn = {.ack = ack, .subject = m->subject, .raw = raw, .status = FQ_EINVAL,
-                             .error = err};
+                             .error = err, .ts_ms = m->ts_ms};
         if (!tid || !fq_tenant_id_valid(tid, tlen)) {
             snprintf(err, sizeof err, "the completion's subject has no valid tenant as its last "
                      "token");

@@ -2043,6 +2043,37 @@ static void test_part_adopt_release_round_trip(void **state)
     world_free(b);
 }
 
+/* A completion of a run not held, delivered again to a leader long after
+ * FAIR_DONE stored it, is held keep_done_ms (and the margin) from its
+ * storing, not from this leader's first sight: with leaders changing
+ * faster than keep_done_ms, such completions were never acked, and a
+ * worker's late completion came back behind them too late (dst_ledger
+ * seeds 859 and 1344). */
+static void test_early_completion_held_from_its_storing(void **state)
+{
+    (void)state;
+    world *w = world_new();
+    fq_ledger_journal_marked(w->l, 1);
+    fq_completion c = {.actual_tokens = 5, .status = FQ_DONE_OK};
+    snprintf(c.run_id, sizeof c.run_id, "%s", "gone");
+    fq_ledger_done d = {.ack = {.sseq = 900, .cseq = 900, .delivered = 3}, .tenant = "a",
+                        .status = FQ_OK, .c = &c, .subject = "fair.done.a",
+                        .raw = {.body = "{}", .body_len = 2},
+                        .ts_ms = w->now_ms - (int64_t)w->o.keep_done_ms};
+    fq_ledger_done_in(w->l, &d, w->now, w->now_ms);
+    drain(w);
+    assert_int_equal(count(w, FQ_LACT_ACK), 0);        /* held: its run may come */
+    tick_time(w, FQ_LEDGER_CLOCK_MARGIN_MS - 1);
+    fq_ledger_tick(w->l, w->now, w->now_ms);
+    drain(w);
+    assert_int_equal(count(w, FQ_LACT_ACK), 0);
+    tick_time(w, 1);
+    fq_ledger_tick(w->l, w->now, w->now_ms);
+    drain(w);
+    assert_true(acked(w, FQ_LEDGER_DONE, 900));
+    world_free(w);
+}
+
 /* A partition let go and adopted again: its consumer-made event of the
  * earlier tenure, come late, is ignored (it carries that tenure's term), so
  * that a submit stored before the new tenure's consumer was made is still
@@ -2432,6 +2463,7 @@ int main(void)
         cmocka_unit_test(test_done_forgotten_by_the_monotonic_clock),
         cmocka_unit_test(test_done_kept_past_keep_done_by_the_clock_margin),
         cmocka_unit_test(test_part_stale_consumer_made_ignored),
+        cmocka_unit_test(test_early_completion_held_from_its_storing),
         cmocka_unit_test(test_resent_past_the_window_marked),
         cmocka_unit_test(test_refusal_unsent_is_naked),
         cmocka_unit_test(test_early_completion_applied_on_duplicate),
