@@ -341,6 +341,32 @@ static void usage(void)
          "  (--ops parses per run), with cJSON's memory from malloc and from the arena.");
 }
 
+/* --features: the policy knobs a comma-separated list turns on, each
+ * named once here. */
+static const struct {
+    const char *name;
+    unsigned bit;
+} feature_names[] = {
+    {"burst", FEAT_BURST}, {"rate", FEAT_RATE}, {"priced", FEAT_PRICED},
+    {"class", FEAT_CLASS}, {"sub", FEAT_SUB},
+};
+
+static int bench_features(char *list)
+{
+    for (char *w = strtok(list, ","); w; w = strtok(NULL, ",")) {
+        size_t k = 0, n = sizeof feature_names / sizeof feature_names[0];
+        while (k < n && strcmp(w, feature_names[k].name) != 0)
+            k++;
+        if (k == n) {
+            fprintf(stderr, "fairq-bench: --features: unknown '%s' (burst, rate, priced, class, sub)\n",
+                    w);
+            return -1;
+        }
+        features |= feature_names[k].bit;
+    }
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     int repeat = 3, quick = 0, msg = 0;
@@ -367,23 +393,8 @@ int main(int argc, char **argv)
             }
         }
         else if (strcmp(argv[i], "--features") == 0 && i + 1 < argc) {
-            for (char *w = strtok(argv[++i], ","); w; w = strtok(NULL, ",")) {
-                if (strcmp(w, "burst") == 0)
-                    features |= FEAT_BURST;
-                else if (strcmp(w, "rate") == 0)
-                    features |= FEAT_RATE;
-                else if (strcmp(w, "priced") == 0)
-                    features |= FEAT_PRICED;
-                else if (strcmp(w, "class") == 0)
-                    features |= FEAT_CLASS;
-                else if (strcmp(w, "sub") == 0)
-                    features |= FEAT_SUB;
-                else {
-                    fprintf(stderr, "fairq-bench: --features: unknown '%s' (burst, rate, priced, class, sub)\n",
-                            w);
-                    return 2;
-                }
-            }
+            if (bench_features(argv[++i]) != 0)
+                return 2;
         }
         else {
             usage();

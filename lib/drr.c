@@ -609,6 +609,29 @@ static void lane_add(struct tenant_lanes *x, fq_sub *u, uint32_t c, fq_run *r)
 
 /* The head run r of t's lane l of class c (its class's pick) was sent;
  * rest follows it there. */
+/* Lane l, at the head of its class's new list (from_new) or old list,
+ * leaves it: emptied, or its turn spent, when it goes to the old list's
+ * tail with a quantum more for the next round. */
+static void lane_leave_head(struct class_ring *g, fq_lane *l, bool from_new, bool empty,
+                            uint64_t q)
+{
+    if (from_new) {
+        g->newh = l->next;
+        if (!g->newh)
+            g->newt = NULL;
+    } else {
+        g->oldh = l->next;
+        if (!g->oldh)
+            g->oldt = NULL;
+    }
+    l->round = g->round + 1;        /* served in this round; or, its turn
+                                       spent, on the old list for the next */
+    if (!empty) {
+        l->deficit += (int64_t)q;
+        lane_push(&g->oldh, &g->oldt, l);
+    }
+}
+
 static void lane_sent(fq_sched *s, fq_tenant *t, uint32_t c, fq_lane *l, const fq_run *r,
                       fq_run *rest)
 {
@@ -633,23 +656,8 @@ static void lane_sent(fq_sched *s, fq_tenant *t, uint32_t c, fq_lane *l, const f
     if (!from_new && l->round > g->round)
         g->round = l->round;    /* the old list's next round begins */
     bool empty = --l->queued == 0;
-    if (empty || l->deficit <= 0) {     /* it leaves the head */
-        if (from_new) {
-            g->newh = l->next;
-            if (!g->newh)
-                g->newt = NULL;
-        } else {
-            g->oldh = l->next;
-            if (!g->oldh)
-                g->oldt = NULL;
-        }
-        l->round = g->round + 1;        /* served in this round; or, its turn
-                                           spent, on the old list for the next */
-        if (!empty) {
-            l->deficit += (int64_t)q;
-            lane_push(&g->oldh, &g->oldt, l);
-        }
-    }
+    if (empty || l->deficit <= 0)
+        lane_leave_head(g, l, from_new, empty, q);
     if (empty && --g->lanes == 0) {
         /* The round goes on: one served in it that comes back still owes
          * the rest of it to those that start queuing meanwhile. */

@@ -821,6 +821,30 @@ static fq_status sim_shares(sim *s)
     return FQ_OK;
 }
 
+/* The design card's listing (lib/cardrr), the baseline policy. */
+static fq_status sim_engine_rr(sim *s)
+{
+    const fq_scenario *sc = s->sc;
+    uint32_t *w = malloc(sc->n_tenants * sizeof(*w));
+    s->rr_runs = calloc(sc->n_runs ? sc->n_runs : 1, sizeof(*s->rr_runs));
+    if (!w || !s->rr_runs) {
+        free(w);
+        return FQ_ENOMEM;
+    }
+    /* The listing's quantum x weight is 32 bits wide: refuse what
+     * would wrap, rather than sweep for ever on a quantum of 0. */
+    for (size_t k = 0; k < sc->n_tenants; k++) {
+        w[k] = sc->tenants[k].weight;
+        if ((uint64_t)sc->quantum * w[k] > UINT32_MAX) {
+            free(w);
+            return FQ_EINVAL;
+        }
+    }
+    fq_status st = fq_cardrr_create(&s->rr, (uint32_t)sc->n_tenants, sc->quantum, w);
+    free(w);
+    return st;
+}
+
 static fq_status sim_engines(sim *s)
 {
     const fq_scenario *sc = s->sc;
@@ -833,26 +857,8 @@ static fq_status sim_engines(sim *s)
     fq_status st = fq_est_create(&s->est, &eo);
     if (st != FQ_OK)
         return st;
-    if (s->pd->engine == ENG_RR) {
-        uint32_t *w = malloc(sc->n_tenants * sizeof(*w));
-        s->rr_runs = calloc(sc->n_runs ? sc->n_runs : 1, sizeof(*s->rr_runs));
-        if (!w || !s->rr_runs) {
-            free(w);
-            return FQ_ENOMEM;
-        }
-        /* The listing's quantum x weight is 32 bits wide: refuse what
-         * would wrap, rather than sweep for ever on a quantum of 0. */
-        for (size_t k = 0; k < sc->n_tenants; k++) {
-            w[k] = sc->tenants[k].weight;
-            if ((uint64_t)sc->quantum * w[k] > UINT32_MAX) {
-                free(w);
-                return FQ_EINVAL;
-            }
-        }
-        st = fq_cardrr_create(&s->rr, (uint32_t)sc->n_tenants, sc->quantum, w);
-        free(w);
-        return st;
-    }
+    if (s->pd->engine == ENG_RR)
+        return sim_engine_rr(s);
     if (s->pd->engine != ENG_DRR)
         return FQ_OK;
     s->nrep = s->pd->replicas && sc->proxies.count > 1 ? sc->proxies.count : 1;
