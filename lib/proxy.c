@@ -3087,6 +3087,7 @@ static bool px_part_settling(fq_proxy *p, uint32_t k, uint64_t now)
                    : "a partition's journal did not settle for its move in time; handing it "
                      "over, its next owner does again what was not stored",
            FQ_INT("partition", (int)k), FQ_BOOL("settled", settled),
+           FQ_BOOL("fresh", px_fresh(p)),     /* not: no journal batch was sent */
            FQ_UINT("waited_ms", now + PX_HANDOVER_SETTLE_MS - p->part_settle_until[k]));
     return false;
 }

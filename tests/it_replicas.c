@@ -358,8 +358,8 @@ static void test_replicas_share_take_over_and_join(void **state)
     pf_wait_empty(f, "FAIR_SUBMIT");
     pf_assert_each_dispatched_once(f, 160 + 2 * P);
     /* Each debt survived its partition's planned move: rep-d has the
-     * debt the old owner reconciled; each old owner settled its journal
-     * before it handed a partition over. */
+     * debt the old owner reconciled (its journal settled before the
+     * handover, or what was unstored done again by the next owner). */
     port[3] = ot_http_port(&more[2], 5000);
     assert_true(port[3] > 0);
     for (int k = 0; k < P; k++) {
@@ -376,14 +376,20 @@ static void test_replicas_share_take_over_and_join(void **state)
     long long foreign = -1;
     assert_true(metric_of(port[3], "fairq_journal_foreign_records_total", &foreign));
     assert_true(foreign == 0);
-    long long unsettled = -1;
-    for (int i = 0; i < 2; i++) {
-        assert_true(metric_of(port[i], "fairq_partition_handovers_unsettled_total", &unsettled));
-        assert_true(unsettled == 0);
-    }
-    assert_true(pt_log_count(&f->px, "journal settled for its move") +
-                    pt_log_count(&more[0], "journal settled for its move") >=
-                count(own, "rep-d"));
+    /* Each move waited for its journal to settle, or gave up after
+     * PX_HANDOVER_SETTLE_MS: a loaded machine's PubAcks can take longer,
+     * and the debts above are the next owner's all the same. The metric
+     * counts the moves that gave up. */
+    long long unsettled[2] = {-1, -1};
+    for (int i = 0; i < 2; i++)
+        assert_true(metric_of(port[i], "fairq_partition_handovers_unsettled_total",
+                              &unsettled[i]));
+    int settled = pt_log_print(&f->px, "journal settled for its move") +
+                  pt_log_print(&more[0], "journal settled for its move");
+    int gave_up = pt_log_print(&f->px, "journal did not settle for its move") +
+                  pt_log_print(&more[0], "journal did not settle for its move");
+    assert_true(settled + gave_up >= count(own, "rep-d"));
+    assert_true(unsettled[0] + unsettled[1] == gave_up);
     /* the joiner's share came by handovers, one at a time */
     moves_read(&mv);
     print_message("%d planned moves, at most %d at once\n", mv.count, mv.most);

@@ -52,7 +52,8 @@ int pt_proxy_kill(pt_proxy *px)
     return nt_proc_signal_wait(&px->proc, SIGKILL, 5000);
 }
 
-int pt_log_count(const pt_proxy *px, const char *text)
+/* Lines of px's log holding text, each also written to stderr if echo. */
+static int pt_log_lines(const pt_proxy *px, const char *text, bool echo)
 {
     FILE *f = fopen(px->log, "r");
     if (!f)
@@ -60,9 +61,23 @@ int pt_log_count(const pt_proxy *px, const char *text)
     char line[8192];
     int n = 0;
     while (fgets(line, sizeof line, f))
-        n += strstr(line, text) != NULL;
+        if (strstr(line, text)) {
+            n++;
+            if (echo)
+                fprintf(stderr, "%s: %s", px->log, line);
+        }
     fclose(f);
     return n;
+}
+
+int pt_log_count(const pt_proxy *px, const char *text)
+{
+    return pt_log_lines(px, text, false);
+}
+
+int pt_log_print(const pt_proxy *px, const char *text)
+{
+    return pt_log_lines(px, text, true);
 }
 
 int pt_log_wait_n(const pt_proxy *px, const char *text, int n, int timeout_ms)

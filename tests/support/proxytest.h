@@ -44,6 +44,8 @@ int pt_log_wait(const pt_proxy *px, const char *text, int timeout_ms);
 int pt_log_wait_n(const pt_proxy *px, const char *text, int n, int timeout_ms);
 /* Lines of the log holding text. */
 int pt_log_count(const pt_proxy *px, const char *text);
+/* The same, each line also written to stderr (what a test saw). */
+int pt_log_print(const pt_proxy *px, const char *text);
 
 /* How long a client waits for a PubAck or a JetStream API reply, and
  * keeps asking the proxy an admin request nothing answered: generous,
