@@ -49,6 +49,7 @@ typedef struct fx {
     bool submitting;
     atomic_bool stop_submit;
     atomic_int submitted;       /* runs r-0 .. r-(submitted-1), PubAcks received */
+    char submit_err[128];       /* why the submitter stopped early (read after the join) */
 } fx;
 
 static int64_t unix_ms(void)
@@ -121,8 +122,10 @@ static void *submit_main(void *arg)
 {
     fx *f = arg;
     pt_client c;
-    if (pt_connect(&c, f->srv) != 0)
+    if (pt_connect(&c, f->srv) != 0) {
+        snprintf(f->submit_err, sizeof f->submit_err, "no connection");
         return NULL;
+    }
     int i = 0;
     while (!atomic_load(&f->stop_submit) && i + 10 <= MAX_RUNS) {
         for (int k = 0; k < 10; k++, i++) {
@@ -132,8 +135,15 @@ static void *submit_main(void *arg)
             if (pt_submit_async(&c, tenant, body, strlen(body), NULL) != 0)
                 break;
         }
-        if (pt_submit_flush(&c) != 0)
+        long long t0 = nt_now_ms();
+        if (pt_submit_flush(&c) != 0) {
+            /* Runs past `submitted` may be stored all the same: what the
+             * test then checks would fail without saying why. */
+            snprintf(f->submit_err, sizeof f->submit_err,
+                     "r-%d..r-%d: the flush failed after %lld ms", atomic_load(&f->submitted),
+                     i - 1, nt_now_ms() - t0);
             break;
+        }
         atomic_store(&f->submitted, i);
         nt_sleep_ms(100);
     }
@@ -304,6 +314,8 @@ static void fault(fx *f, enum fault kind, int ms)
     atomic_store(&f->stop_submit, true);
     pthread_join(f->submitter, NULL);
     f->submitting = false;
+    if (f->submit_err[0])
+        fail_msg("the submitter stopped early: %s", f->submit_err);
     int n = atomic_load(&f->submitted);
     fprintf(stderr, "  %d runs submitted\n", n);
     assert_int_equal(pt_worker_wait_completed(f->w, (size_t)n, 30000), 0);
@@ -398,6 +410,8 @@ static void test_journal_fences_a_stale_leader(void **state)
     atomic_store(&f->stop_submit, true);
     pthread_join(f->submitter, NULL);
     f->submitting = false;
+    if (f->submit_err[0])
+        fail_msg("the submitter stopped early: %s", f->submit_err);
     int n = atomic_load(&f->submitted);
     assert_int_equal(pt_worker_wait_completed(f->w, (size_t)n, 30000), 0);
     assert_int_equal(wait_empty(f, "FAIR_SUBMIT", 10000), 0);
