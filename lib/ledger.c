@@ -334,6 +334,8 @@ struct fq_ledger {
     lg_grave *graves;           /* bodies given up while actions may still point at them:
                                    freed once the actions are drained */
     size_t ngraves, graves_cap;
+    size_t nbodies;             /* bodies held by runs: graves_cap is kept at least
+                                   ngraves + nbodies, so that burying one cannot fail */
     lg_names *names_dead;       /* names given up likewise */
 
     uint64_t held, index_only, buffered_bytes;
@@ -583,16 +585,25 @@ static fq_ledger_bytes lg_block_bytes(const lg_run *x)
  * point at it are drained. */
 static void lg_body_drop(fq_ledger *l, lg_run *x)
 {
-    size_t size = lg_block_size(x);
     if (!x->body)
-        ;
-    else if (lg_grow(&l->graves, &l->graves_cap, l->ngraves + 1, sizeof *l->graves))
-        l->graves[l->ngraves++] = (lg_grave){x->body, size};
+        return;
+    /* Room reserved when the body was taken (lg_body_room): never freed
+     * here, where a refusal's action may still point at it. The check
+     * only keeps a broken count from writing past the array. */
+    if (l->ngraves < l->graves_cap)
+        l->graves[l->ngraves++] = (lg_grave){x->body, lg_block_size(x)};
     else
-        lg_free(l, x->body, size);  /* out of memory: no action points at it, but for a
-                                       refusal of the run just dropped (its copy then
-                                       goes wrong, never its dispatch) */
+        lg_free(l, x->body, lg_block_size(x));
+    l->nbodies--;
     x->body = NULL;
+}
+
+/* Room in the graveyard for one more body, reserved before it is taken,
+ * so that lg_body_drop cannot fail (strmap's reserve, then an insert that
+ * cannot fail); false when out of memory: the body is not taken. */
+static bool lg_body_room(fq_ledger *l)
+{
+    return lg_grow(&l->graves, &l->graves_cap, l->ngraves + l->nbodies + 1, sizeof *l->graves);
 }
 
 /* Free x once no index and no pending publish refers to it. */
@@ -2053,12 +2064,13 @@ static void lg_keep_body(fq_ledger *l, lg_run *x, const char *run_id, const fq_l
     size_t bytes = sizeof(lg_block) + id_len + wf_len + sub_len + s->raw.hdr_len +
                    s->raw.body_len;
     if (l->buffered_bytes + s->size > l->o.max_buffered_bytes ||
-        s->raw.hdr_len > UINT32_MAX || s->raw.body_len > UINT32_MAX ||
+        s->raw.hdr_len > UINT32_MAX || s->raw.body_len > UINT32_MAX || !lg_body_room(l) ||
         !(x->body = lg_alloc(l, bytes))) {
         x->indexed = true;
         l->index_only++;
         return;
     }
+    l->nbodies++;
     *(lg_block *)(void *)x->body = (lg_block){
         .size = (uint32_t)s->size, .hdr_len = (uint32_t)s->raw.hdr_len,
         .body_len = (uint32_t)s->raw.body_len, .declared = s->sub->est_tokens,
@@ -2119,11 +2131,12 @@ static bool lg_refuse_kept(fq_ledger *l, const fq_ledger_submit *s, fq_ledger_te
         return false;
     *x = (lg_run){.run.id = s->ack.sseq, .lt = lt, .cseq = s->ack.cseq,
                   .delivered = s->ack.delivered, .submitted_ms = s->ts_ms, .state = LG_DONE};
-    if (!lg_seq_add(l, x) || !(x->body = lg_alloc(l, size))) {
+    if (!lg_seq_add(l, x) || !lg_body_room(l) || !(x->body = lg_alloc(l, size))) {
         lg_seq_del(l, x);
         lg_maybe_free(l, x);
         return false;
     }
+    l->nbodies++;
     x->refusing = true;
     lg_kept_refusal *f = (lg_kept_refusal *)(void *)x->body;
     *f = (lg_kept_refusal){.hdr_len = (uint32_t)s->raw.hdr_len,
