@@ -51,7 +51,12 @@
 #               costs50), the weight-3 tenant's tokens per the other's
 #               (weights), the small tenants' longest first wait (tuesday:
 #               submit to dispatch, fairq-load's first_ms), each beside one
-#               replica's, and medians over the runs.
+#               replica's, and medians over the runs. A measurement
+#               is void (left out) when a tenant had no dispatch or a
+#               partition's key changed hands (moved=) or was lost
+#               (lost=: a replica unscheduled past the lease TTL); with
+#               KEEP=1 each one's proxy logs and tap report stay in the
+#               temporary directory (fair-CASE-IMPL-RUN.out.*).
 #
 # On a machine with few cores the replicas, the three nodes and the load
 # share the same cores, so absolute throughput cannot grow with replicas:
@@ -180,7 +185,7 @@ proxy_yaml() {
 start() {
     local impl=$1 i n
     if [ "$impl" = relay ]; then cluster_up plain; else cluster_up mapped; fi
-    rm -f "$tmp/tap.out" "$tmp/tap.out.owners"
+    rm -f "$tmp/tap.out" "$tmp/tap.out.owners" "$tmp"/impl-*.log
     python3 "$here/nats-tap.py" "$url" "$tmp/tap.out" ${3:-} 2>"$tmp/tap.err" &
     tap_pid=$!
     if [ "$impl" = relay ]; then
@@ -415,18 +420,30 @@ fair_run() {
         cut -d= -f1 | sort -u | grep -c . || true)
     stop_tap
     stop_impls
+    # the proxies' logs and the tap's report of this measurement, kept (KEEP=1)
+    for t in "$tmp"/impl-*.log "$tmp/tap.out" "$tmp/tap.out.owners"; do
+        [ ! -f "$t" ] || cp "$t" "$f.${t##*/}"
+    done
     [ "$moved" = 0 ] || echo "bench: WARNING fairness $cs $impl run $run: $moved partitions changed hands" >&2
+    # leases lost: a replica not scheduled for a lease TTL (3 s) loses all
+    # its keys; taking them back keeps the same holder, so "moved" misses it,
+    # and it serves nothing until it has made its consumers again, one by one
+    local lost
+    lost=$(cat "$tmp"/impl-*.log 2>/dev/null | grep -c 'msg="lost a partition"' || true)
+    [ "$lost" = 0 ] || echo "bench: WARNING fairness $cs $impl run $run: $lost partition leases lost" \
+        "(a replica unscheduled past the lease TTL; its log: $f.impl-rep-*.log with KEEP=1)" >&2
     # a tenant none of whose runs was dispatched makes the measurement void
-    # (seen once at a load average of 30: one replica dispatched nothing)
+    # (seen at load averages of 21 and 31 on 2 cores: one replica dispatched
+    # nothing; a replica frozen past the lease TTL does that, see lost)
     local valid=1
     for t in $spec; do
         [ "$(awk -v t="${t%%:*}" '$1 == "latency" && $2 == "tenant=" t { sub(/runs=/, "", $3); print $3 }' "$f")" != 0 ] ||
             valid=0
     done
-    [ "$moved" = 0 ] || valid=0
-    [ "$valid" = 1 ] || echo "bench: WARNING fairness $cs $impl run $run: void (a tenant had no dispatch)" >&2
-    printf 'fair case=%s impl=%s run=%s load=%s moved=%s valid=%s in_flight_mean=%s in_flight_peak=%s' \
-        "$cs" "$impl" "$run" "$(uptime_load)" "$moved" "$valid" \
+    [ "$moved" = 0 ] && [ "$lost" = 0 ] || valid=0
+    [ "$valid" = 1 ] || echo "bench: WARNING fairness $cs $impl run $run: void (a tenant had no dispatch, or a lease changed hands or was lost)" >&2
+    printf 'fair case=%s impl=%s run=%s load=%s moved=%s lost=%s valid=%s in_flight_mean=%s in_flight_peak=%s' \
+        "$cs" "$impl" "$run" "$(uptime_load)" "$moved" "$lost" "$valid" \
         "$(field "$tmp/tap.out" tap in_flight_mean)" "$(field "$tmp/tap.out" tap in_flight_peak)"
     for t in $spec; do
         id=${t%%:*}
