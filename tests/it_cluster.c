@@ -178,6 +178,25 @@ static void test_start_waits_for_a_node_down(void **state)
     assert_int_equal(pt_proxy_stop(&b->px), 0);
 }
 
+/* A proxy (id, config y) run once, so that the streams and buckets
+ * exist; then bucket deleted and node 2 stopped, so that it cannot be
+ * placed again, and the proxy started anew. c is left connected to node 0. */
+static void cl_start_without_bucket(cl_bare *b, pt_client *c, const char *id, const char *y,
+                                    const char *bucket)
+{
+    assert_int_equal(pt_proxy_start_url(&b->px, natscluster_node(b->cl, 0),
+                                        natscluster_urls(b->cl), id, y),
+                     0);
+    assert_int_equal(cl_wait_running(&b->px, 60000), 0);
+    assert_int_equal(pt_proxy_stop(&b->px), 0);
+    assert_int_equal(pt_connect(c, natscluster_node(b->cl, 0)), 0);
+    assert_int_equal(js_DeleteKeyValue(c->js, bucket), NATS_OK);
+    assert_int_equal(natstest_stop(natscluster_node(b->cl, 2)), 0);
+    assert_int_equal(pt_proxy_start_url(&b->px, natscluster_node(b->cl, 0),
+                                        natscluster_urls(b->cl), id, y),
+                     0);
+}
+
 /* The same for the lease bucket, made after the streams: with the streams
  * there (a proxy ran before) and the bucket gone, a node down leaves the
  * bucket unplaceable while every stream serves. The proxy waits, saying
@@ -186,19 +205,9 @@ static void test_start_waits_for_a_node_down(void **state)
 static void test_start_waits_for_the_lease_bucket(void **state)
 {
     cl_bare *b = *state;
-    assert_int_equal(pt_proxy_start_url(&b->px, natscluster_node(b->cl, 0),
-                                        natscluster_urls(b->cl), "proxy", yaml),
-                     0);
-    assert_int_equal(cl_wait_running(&b->px, 60000), 0);
-    assert_int_equal(pt_proxy_stop(&b->px), 0);
     pt_client c;
-    assert_int_equal(pt_connect(&c, natscluster_node(b->cl, 0)), 0);
-    assert_int_equal(js_DeleteKeyValue(c.js, "fairq_lease"), NATS_OK);
+    cl_start_without_bucket(b, &c, "proxy", yaml, "fairq_lease");
     pt_close(&c);
-    assert_int_equal(natstest_stop(natscluster_node(b->cl, 2)), 0);
-    assert_int_equal(pt_proxy_start_url(&b->px, natscluster_node(b->cl, 0),
-                                        natscluster_urls(b->cl), "proxy", yaml),
-                     0);
     assert_int_equal(pt_log_wait(&b->px, "lease bucket not ready; retrying", 30000), 0);
     assert_true(nt_proc_alive(&b->px.proc));
     assert_int_equal(natstest_restart(natscluster_node(b->cl, 2)), 0);
@@ -215,18 +224,8 @@ static void test_start_waits_for_the_lease_bucket(void **state)
 static void test_start_waits_for_the_overrides_bucket(void **state)
 {
     cl_bare *b = *state;
-    assert_int_equal(pt_proxy_start_url(&b->px, natscluster_node(b->cl, 0),
-                                        natscluster_urls(b->cl), "proxy", yaml),
-                     0);
-    assert_int_equal(cl_wait_running(&b->px, 60000), 0);
-    assert_int_equal(pt_proxy_stop(&b->px), 0);
     pt_client c;
-    assert_int_equal(pt_connect(&c, natscluster_node(b->cl, 0)), 0);
-    assert_int_equal(js_DeleteKeyValue(c.js, "fairq_tenants"), NATS_OK);
-    assert_int_equal(natstest_stop(natscluster_node(b->cl, 2)), 0);
-    assert_int_equal(pt_proxy_start_url(&b->px, natscluster_node(b->cl, 0),
-                                        natscluster_urls(b->cl), "proxy", yaml),
-                     0);
+    cl_start_without_bucket(b, &c, "proxy", yaml, "fairq_tenants");
     assert_int_equal(pt_log_wait(&b->px, "overrides bucket not ready; retrying", 30000), 0);
     assert_true(nt_proc_alive(&b->px.proc));
     assert_int_equal(natstest_restart(natscluster_node(b->cl, 2)), 0);
@@ -255,18 +254,8 @@ static void test_parts_wait_for_the_overrides_bucket_owning_none(void **state)
         "window:\n  max_in_flight: 8\n"
         "plans:\n  - name: free\n";
     cl_bare *b = *state;
-    assert_int_equal(pt_proxy_start_url(&b->px, natscluster_node(b->cl, 0),
-                                        natscluster_urls(b->cl), "rep-a", parts_yaml),
-                     0);
-    assert_int_equal(cl_wait_running(&b->px, 60000), 0);
-    assert_int_equal(pt_proxy_stop(&b->px), 0);
     pt_client c;
-    assert_int_equal(pt_connect(&c, natscluster_node(b->cl, 0)), 0);
-    assert_int_equal(js_DeleteKeyValue(c.js, "fairq_tenants"), NATS_OK);
-    assert_int_equal(natstest_stop(natscluster_node(b->cl, 2)), 0);
-    assert_int_equal(pt_proxy_start_url(&b->px, natscluster_node(b->cl, 0),
-                                        natscluster_urls(b->cl), "rep-a", parts_yaml),
-                     0);
+    cl_start_without_bucket(b, &c, "rep-a", parts_yaml, "fairq_tenants");
     /* seven retries, a second each: time to wait out our registry key's last
      * instance (a TTL, 3 s) and take all 4 */
     assert_int_equal(pt_log_wait_n(&b->px, "overrides bucket not ready; retrying", 8, 40000), 0);
