@@ -189,17 +189,9 @@ static int setup_debt_forgotten(void **state)
 /* Debt records of tenant in the journal stream. */
 static int debt_records(pf_fixture *f, const char *tenant)
 {
-    pt_msg *m = NULL;
-    size_t n = 0;
     char needle[128];
     snprintf(needle, sizeof needle, "\"st\":\"debt\",\"t\":\"%s\"", tenant);
-    assert_int_equal(pt_stream_read(&f->c, "FAIRQ_RUNS", &m, &n), 0);
-    int k = 0;
-    for (size_t i = 0; i < n; i++)
-        for (const char *q = m[i].data; q && (q = strstr(q, needle)); q += strlen(needle))
-            k++;
-    pt_msgs_free(m, n);
-    return k;
+    return pf_journal_count(f, needle);
 }
 
 /* Wait until the stats say overall.key == want, up to timeout_ms; returns

@@ -151,16 +151,7 @@ static void journal_add_subject(pf_fixture *f)
 /* Done records of the journal. */
 static int done_records(pf_fixture *f)
 {
-    pt_msg *m = NULL;
-    size_t n = 0;
-    const char *needle = "\"st\":\"done\"";
-    assert_int_equal(pt_stream_read(&f->c, "FAIRQ_RUNS", &m, &n), 0);
-    int k = 0;
-    for (size_t i = 0; i < n; i++)
-        for (const char *q = m[i].data; q && (q = strstr(q, needle)); q += strlen(needle))
-            k++;
-    pt_msgs_free(m, n);
-    return k;
+    return pf_journal_count(f, "\"st\":\"done\"");
 }
 
 static void test_p1_to_p4_by_draining(void **state)

@@ -213,3 +213,16 @@ int pf_wait_shared(pt_client *c, const char *bucket, int parts, const char *cons
     free(own);
     return 0;
 }
+
+int pf_journal_count(pf_fixture *f, const char *needle)
+{
+    pt_msg *m = NULL;
+    size_t n = 0;
+    assert_int_equal(pt_stream_read(&f->c, "FAIRQ_RUNS", &m, &n), 0);
+    int k = 0;
+    for (size_t i = 0; i < n; i++)
+        for (const char *q = m[i].data; q && (q = strstr(q, needle)); q += strlen(needle))
+            k++;
+    pt_msgs_free(m, n);
+    return k;
+}

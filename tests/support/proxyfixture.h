@@ -69,6 +69,10 @@ void pf_wait_empty(pf_fixture *f, const char *stream);
  * into conf (cap bytes): 0, or -1 when it cannot be written. */
 int pf_write_mapping(char *conf, size_t cap, const char *dir, int parts);
 
+/* How many times needle occurs in the journal stream FAIRQ_RUNS, read
+ * whole (records of one kind: "\"st\":\"done\"", say). */
+int pf_journal_count(pf_fixture *f, const char *needle);
+
 /* Partitions' owners, as an operator reads them from the lease bucket
  * (the stream KV_<bucket>: each p.<k> key's last value is its owner's
  * replica id): own[k] for k < parts, "" for none or released. */
