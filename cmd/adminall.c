@@ -137,7 +137,7 @@ static void fqa_deployment(cJSON *out, const fqa_all *g)
     cJSON *d = cJSON_AddObjectToObject(out, "deployment");
     for (size_t k = 0; k < fq_overall_nrows; k++) {
         const fq_overall_row *row = &fq_overall_rows[k];
-        enum fq_tenant_fold fold = fq_overall_fold(row);
+        enum fq_tenant_fold fold = row->fold;
         if (!row->stats_key || fold == FQ_FOLD_NONE)
             continue;
         double v = 0;

@@ -56,7 +56,7 @@ bool fqa_all_settled(const fqa_all *g);
  * "replicas_answered", "missing" ([{"replica","why"}]; why is
  * missing_why for those neither answered nor failed), with deployment
  * the "deployment" section (each overall stats key of the answers folded
- * as lib/metrics.c's fq_overall_fold says: summed, or the most), then
+ * as fq_overall_rows' fold column says: summed, or the most), then
  * "answers", each replica's reply as it came, in order of id. */
 char *fqa_all_json(const fqa_all *g, bool deployment, const char *missing_why);
 

@@ -14,8 +14,9 @@
  *    at all where a sum would mean nothing, like a deficit). Rendering and
  *    folding both walk that table.
  *  - The proxy's values as a whole are described once too (fq_overall_rows):
- *    field, stats key, family, type and help, so that the stats reply and
- *    /metrics, which both walk it, cannot drift apart.
+ *    field, stats key, family, type, help and how replicas' values fold
+ *    into the deployment's, so that the stats reply, /metrics and
+ *    fairq-admin stats --all, which all walk it, cannot drift apart.
  *  - Cardinality is bounded by construction: the first max_tenant_series
  *    tenants of the snapshot get their own series, every later one is
  *    added into a row tenant="_other" of its plan. Plans come from the
@@ -524,222 +525,230 @@ static double capacity(uint64_t v)
 
 /* ---- the proxy as a whole ---- */
 
-#define OV(kind, field, stats_key, metric, label, help) \
-    {FQ_OV_##kind, offsetof(fq_metrics_overall, field), stats_key, metric, label, help}
+/* Each row says how it folds across replicas (fq_overall_row.fold): SUM,
+ * MAX or NONE, spelled in every row so that none is folded by default. */
+#define OV(kind, fold, field, stats_key, metric, label, help) \
+    {FQ_OV_##kind, offsetof(fq_metrics_overall, field), stats_key, metric, label, help, \
+     FQ_FOLD_##fold}
 #define OUTCOME(o) "outcome=\"" o "\""
 
 /* In the order /metrics writes them; a row without a metric is for the
  * stats reply only. */
 const fq_overall_row fq_overall_rows[] = {
-    OV(GAUGE, in_flight_runs, "in_flight", "fairq_in_flight_runs", NULL,
+    OV(GAUGE, SUM, in_flight_runs, "in_flight", "fairq_in_flight_runs", NULL,
        "Runs dispatched and holding a window slot."),
-    OV(GAUGE, in_flight_tokens, "in_flight_tokens", "fairq_in_flight_tokens", NULL,
+    OV(GAUGE, SUM, in_flight_tokens, "in_flight_tokens", "fairq_in_flight_tokens", NULL,
        "Estimated tokens of the runs in flight."),
-    OV(GAUGE, queued_runs, "queued_runs", NULL, NULL, "Runs queued, every tenant's."),
-    OV(GAUGE, queued_tokens, "queued_tokens", NULL, NULL, "Estimated tokens of the queued runs."),
-    OV(GAUGE, tenants, "tenants", NULL, NULL, "Tenants the scheduler knows."),
-    OV(GAUGE, active_tenants, "active_tenants", NULL, NULL, "Tenants with queued runs."),
-    OV(CAPACITY, window_runs, "window_max_in_flight", "fairq_window_capacity_runs", NULL,
+    OV(GAUGE, SUM, queued_runs, "queued_runs", NULL, NULL, "Runs queued, every tenant's."),
+    OV(GAUGE, SUM, queued_tokens, "queued_tokens", NULL, NULL,
+       "Estimated tokens of the queued runs."),
+    OV(GAUGE, SUM, tenants, "tenants", NULL, NULL, "Tenants the scheduler knows."),
+    OV(GAUGE, SUM, active_tenants, "active_tenants", NULL, NULL, "Tenants with queued runs."),
+    OV(CAPACITY, NONE, window_runs, "window_max_in_flight", "fairq_window_capacity_runs", NULL,
        "window.max_in_flight; +Inf when unlimited."),
-    OV(CAPACITY, window_tokens, "window_max_in_flight_tokens", "fairq_window_capacity_tokens",
+    OV(CAPACITY, NONE, window_tokens, "window_max_in_flight_tokens", "fairq_window_capacity_tokens",
        NULL, "window.max_in_flight_tokens; +Inf when unlimited."),
-    OV(CAPACITY, share_runs, "share_max_in_flight", "fairq_window_share_runs", NULL,
+    OV(CAPACITY, NONE, share_runs, "share_max_in_flight", "fairq_window_share_runs", NULL,
        "With window.share on, this replica's part of window.max_in_flight now "
        "(docs/scaling.md); +Inf when not shared."),
-    OV(CAPACITY, share_tokens, "share_max_in_flight_tokens", "fairq_window_share_tokens", NULL,
-       "With window.share on, this replica's part of window.max_in_flight_tokens now; "
+    OV(CAPACITY, NONE, share_tokens, "share_max_in_flight_tokens", "fairq_window_share_tokens",
+       NULL, "With window.share on, this replica's part of window.max_in_flight_tokens now; "
        "+Inf when not shared or unlimited."),
-    OV(GAUGE, share_peers, "share_peers", "fairq_share_peers", NULL,
+    OV(GAUGE, NONE, share_peers, "share_peers", "fairq_share_peers", NULL,
        "Other replicas whose heartbeat was heard within the last three periods."),
-    OV(COUNTER, share_refused, "share_heartbeats_refused", "fairq_share_heartbeats_refused_total",
-       NULL, "Heartbeats refused (invalid, or from one replica too many) or dropped "
+    OV(COUNTER, SUM, share_refused, "share_heartbeats_refused",
+       "fairq_share_heartbeats_refused_total", NULL, "Heartbeats refused (invalid, or from one replica too many) or dropped "
        "(too many waiting)."),
-    OV(COUNTER, admin_forwarded, "admin_forwarded", "fairq_admin_forwarded_requests_total", NULL,
-       "Admin and explain requests about a tenant handed on to the replica holding its "
+    OV(COUNTER, SUM, admin_forwarded, "admin_forwarded", "fairq_admin_forwarded_requests_total",
+       NULL, "Admin and explain requests about a tenant handed on to the replica holding its "
        "partition."),
-    OV(COUNTER, expired_leases, "expired", "fairq_expired_leases_total", NULL,
+    OV(COUNTER, SUM, expired_leases, "expired", "fairq_expired_leases_total", NULL,
        "Runs whose lease expired with no completion, freeing their slot."),
-    OV(GAUGE, buffered_runs, "buffered_runs", "fairq_buffered_runs", NULL,
+    OV(GAUGE, SUM, buffered_runs, "buffered_runs", "fairq_buffered_runs", NULL,
        "Runs held in memory (with their body or as an index entry)."),
-    OV(GAUGE, buffered_bytes, "buffered_bytes", "fairq_buffered_bytes", NULL,
+    OV(GAUGE, SUM, buffered_bytes, "buffered_bytes", "fairq_buffered_bytes", NULL,
        "Bytes of run bodies held in memory."),
-    OV(FLAG, fetch_paused, "fetch_paused", "fairq_fetch_paused", NULL,
+    OV(FLAG, SUM, fetch_paused, "fetch_paused", "fairq_fetch_paused", NULL,
        "1 while fetching from the submit stream is paused at limits.max_buffered_runs."),
-    OV(COUNTER, fetch_pauses, "fetch_pauses", "fairq_fetch_pauses_total", NULL,
+    OV(COUNTER, SUM, fetch_pauses, "fetch_pauses", "fairq_fetch_pauses_total", NULL,
        "Times fetching paused at limits.max_buffered_runs."),
-    OV(GAUGE, given_back_runs, "given_back_runs", "fairq_given_back_awaited_runs", NULL,
+    OV(GAUGE, SUM, given_back_runs, "given_back_runs", "fairq_given_back_awaited_runs", NULL,
        "Runs given back to the submit stream (over their tenant's share of a full buffer, "
        "or behind one that was), awaited in order."),
-    OV(COUNTER, given_back, "given_back", "fairq_given_back_runs_total", NULL,
+    OV(COUNTER, SUM, given_back, "given_back", "fairq_given_back_runs_total", NULL,
        "Submits given back to the submit stream instead of held: their tenant held its share "
        "of a full buffer, or a run of its given back came before them."),
-    OV(COUNTER, given_back_lost, "given_back_lost", "fairq_given_back_lost_runs_total", NULL,
+    OV(COUNTER, SUM, given_back_lost, "given_back_lost", "fairq_given_back_lost_runs_total", NULL,
        "Runs given back that never came again when asked back (purged from the submit "
        "stream): forgotten, so that their tenant's later runs move on."),
-    OV(FLAG, nats_connected, "nats_connected", "fairq_nats_connected", NULL,
+    OV(FLAG, SUM, nats_connected, "nats_connected", "fairq_nats_connected", NULL,
        "1 while connected to NATS."),
-    OV(COUNTER, nats_reconnects, "reconnects", "fairq_nats_reconnects_total", NULL,
+    OV(COUNTER, SUM, nats_reconnects, "reconnects", "fairq_nats_reconnects_total", NULL,
        "Reconnections to NATS."),
-    OV(COUNTER, config_reloads, "config_reloads", "fairq_config_reloads_total", NULL,
+    OV(COUNTER, SUM, config_reloads, "config_reloads", "fairq_config_reloads_total", NULL,
        "Config reloads that took effect."),
-    OV(COUNTER, config_reload_failures, "config_reload_failures",
+    OV(COUNTER, SUM, config_reload_failures, "config_reload_failures",
        "fairq_config_reload_failures_total", NULL,
        "Config reloads refused (invalid file); the old config stayed."),
-    OV(COUNTER, invalid_subject_runs, "invalid_subject", "fairq_invalid_subject_runs_total", NULL,
-       "Runs refused because their subject names no valid tenant."),
-    OV(COUNTER, subtenant_refused, "subtenant_refused", "fairq_subtenant_refused_runs_total",
+    OV(COUNTER, SUM, invalid_subject_runs, "invalid_subject", "fairq_invalid_subject_runs_total",
+       NULL, "Runs refused because their subject names no valid tenant."),
+    OV(COUNTER, SUM, subtenant_refused, "subtenant_refused", "fairq_subtenant_refused_runs_total",
        NULL, "Runs refused for their sub-tenant claim (Fair-Subtenant or subtenant): not a "
        "name, or header and body naming two; counted in the rejected runs too."),
-    OV(REASONS, rejected_runs, "rejected", "fairq_rejected_runs_total", NULL,
+    OV(REASONS, SUM, rejected_runs, "rejected", "fairq_rejected_runs_total", NULL,
        "Runs refused to the rejected subject, by reason: those of tenants fairq does not know too."),
-    OV(FLAG, lease_held, "leader", "fairq_dispatch_lease_held", NULL,
+    OV(FLAG, SUM, lease_held, "leader", "fairq_dispatch_lease_held", NULL,
        "1 while this proxy holds the dispatcher lease; 0 while it waits for another."),
-    OV(GAUGE, partitions_owned, "partitions_owned", "fairq_partitions_owned", NULL,
+    OV(GAUGE, SUM, partitions_owned, "partitions_owned", "fairq_partitions_owned", NULL,
        "Partitions whose ownership key this replica holds (with partitions: 1, 1 while it "
        "leads)."),
-    OV(COUNTER, partition_handovers, "partition_handovers", "fairq_partition_handovers_total",
+    OV(COUNTER, SUM, partition_handovers, "partition_handovers", "fairq_partition_handovers_total",
        NULL, "Partitions this replica took or gave up: moves, stops, takeovers, losses."),
-    OV(COUNTER, partitions_fenced, "partitions_fenced", "fairq_partitions_fenced_total", NULL,
+    OV(COUNTER, SUM, partitions_fenced, "partitions_fenced", "fairq_partitions_fenced_total", NULL,
        "Partitions let go at once because their journal refused this replica's batch: "
        "another replica owns them now. The others are served on."),
-    OV(COUNTER, handovers_unsettled, "partition_handovers_unsettled",
+    OV(COUNTER, SUM, handovers_unsettled, "partition_handovers_unsettled",
        "fairq_partition_handovers_unsettled_total", NULL,
        "Planned moves handed off before the partition's journal settled (2 s): its next "
        "owner does again what was not stored."),
-    OV(COUNTER, submits_stranded, "submits_stranded", "fairq_submits_stranded_total", NULL,
+    OV(COUNTER, SUM, submits_stranded, "submits_stranded", "fairq_submits_stranded_total", NULL,
        "Times a partition's first stored submit stayed at or below its consumer's ack floor "
        "over two checks (a nats-server 2.9 defect after a node's restart: never to be "
        "delivered); its consumer was made again from that submit."),
-    OV(GAUGE, consumers_refused, "partitions_consumer_refused",
+    OV(GAUGE, SUM, consumers_refused, "partitions_consumer_refused",
        "fairq_partitions_consumer_refused", NULL,
        "Owned partitions whose submit consumer the server has refused for over 30 s: their "
        "runs wait in the stream, undispatched (docs/operations.md)."),
-    OV(RATE, lease_renew_seconds, "lease_renew_seconds", "fairq_lease_renew_seconds", NULL,
+    OV(RATE, MAX, lease_renew_seconds, "lease_renew_seconds", "fairq_lease_renew_seconds", NULL,
        "Round trip of the last ownership key renewal the server confirmed."),
-    OV(RATE, lease_renew_max_seconds, "lease_renew_max_seconds",
+    OV(RATE, MAX, lease_renew_max_seconds, "lease_renew_max_seconds",
        "fairq_lease_renew_max_seconds", NULL,
        "Longest round trip of an ownership key renewal since start."),
-    OV(PARTS, parts, "partition_queued_runs", "fairq_partition_queued_runs", NULL,
+    OV(PARTS, SUM, parts, "partition_queued_runs", "fairq_partition_queued_runs", NULL,
        "Runs queued in memory by the tenants of each partition this replica owns (at the "
        "last pass over the tenants); not those still in the submit stream: "
        "fairq_partition_backlog_runs counts them all."),
-    OV(PARTS, parts_backlog, "partition_backlog_runs", "fairq_partition_backlog_runs", NULL,
+    OV(PARTS, SUM, parts_backlog, "partition_backlog_runs", "fairq_partition_backlog_runs", NULL,
        "Submits of each partition this replica owns not dispatched yet: not fetched, queued "
        "in memory, or given back (its submit consumer's num_pending plus num_ack_pending, "
        "as the server last answered; asked about once a second)."),
-    OV(RATE, dispatch_rate, "dispatch_rate", NULL, NULL, "Runs dispatched a second, smoothed."),
-    OV(RATE, dispatch_token_rate, "dispatch_token_rate", NULL, NULL,
+    OV(RATE, SUM, dispatch_rate, "dispatch_rate", NULL, NULL,
+       "Runs dispatched a second, smoothed."),
+    OV(RATE, SUM, dispatch_token_rate, "dispatch_token_rate", NULL, NULL,
        "Estimated tokens dispatched a second, smoothed."),
-    OV(RATE, completion_rate, "completion_rate", NULL, NULL, "Completions a second, smoothed."),
-    OV(RATE, actual_token_rate, "actual_token_rate", NULL, NULL,
+    OV(RATE, SUM, completion_rate, "completion_rate", NULL, NULL,
+       "Completions a second, smoothed."),
+    OV(RATE, SUM, actual_token_rate, "actual_token_rate", NULL, NULL,
        "Actual tokens reported a second, smoothed."),
-    OV(COUNTER, submitted_runs, "submitted", "fairq_submitted_runs_total", NULL,
+    OV(COUNTER, SUM, submitted_runs, "submitted", "fairq_submitted_runs_total", NULL,
        "Runs fetched from the submit stream, first delivery."),
-    OV(COUNTER, redelivered_runs, "redelivered", "fairq_redelivered_runs_total", NULL,
+    OV(COUNTER, SUM, redelivered_runs, "redelivered", "fairq_redelivered_runs_total", NULL,
        "Runs delivered again while held (a consumer reset); not queued twice."),
-    OV(COUNTER, duplicates_acked, "duplicates_acked", "fairq_duplicates_acked_total", NULL,
+    OV(COUNTER, SUM, duplicates_acked, "duplicates_acked", "fairq_duplicates_acked_total", NULL,
        "Submits acked without a dispatch: dispatched before a restart, their ack lost."),
-    OV(COUNTER, dispatched_runs, "dispatched", NULL, NULL, "Runs dispatched."),
-    OV(COUNTER, dispatch_duplicates, "dispatch_duplicates", "fairq_dispatch_duplicates_total",
+    OV(COUNTER, SUM, dispatched_runs, "dispatched", NULL, NULL, "Runs dispatched."),
+    OV(COUNTER, SUM, dispatch_duplicates, "dispatch_duplicates", "fairq_dispatch_duplicates_total",
        NULL, "Dispatches the dispatch stream de-duplicated: they had reached the workers before."),
-    OV(COUNTER, adopted_runs, "adopted", "fairq_adopted_runs_total", NULL,
+    OV(COUNTER, SUM, adopted_runs, "adopted", "fairq_adopted_runs_total", NULL,
        "Runs in flight read back from the journal at start, holding window slots."),
-    OV(COUNTER, journal_refused_records, "journal_refused", "fairq_journal_refused_records_total",
+    OV(COUNTER, SUM, journal_refused_records, "journal_refused",
+       "fairq_journal_refused_records_total",
        NULL, "Journal records refused when read back at start: not valid, or of a type not known."),
-    OV(COUNTER, debts_forgiven, "debts_forgiven", "fairq_debts_forgiven_total", NULL,
+    OV(COUNTER, SUM, debts_forgiven, "debts_forgiven", "fairq_debts_forgiven_total", NULL,
        "Tenants' debts forgiven after scheduler.debt_forget_ms holding nothing."),
-    OV(COUNTER, expired_forgotten_early, "expired_forgotten_early",
+    OV(COUNTER, SUM, expired_forgotten_early, "expired_forgotten_early",
        "fairq_expired_forgotten_early_total", NULL,
        "Expired runs forgotten before their time, past the 100,000 remembered: a late "
        "completion for one changes nothing."),
-    OV(GAUGE, index_only_runs, "index_only_runs", "fairq_index_only_runs", NULL,
+    OV(GAUGE, SUM, index_only_runs, "index_only_runs", "fairq_index_only_runs", NULL,
        "Runs held without their body (past limits.max_buffered_bytes)."),
-    OV(COUNTER, body_reads, "body_reads", "fairq_body_reads_total", NULL,
+    OV(COUNTER, SUM, body_reads, "body_reads", "fairq_body_reads_total", NULL,
        "Bodies read back from the submit stream at dispatch."),
-    OV(COUNTER, body_lost, "body_lost", "fairq_body_lost_total", NULL,
+    OV(COUNTER, SUM, body_lost, "body_lost", "fairq_body_lost_total", NULL,
        "Runs whose body was gone from the submit stream at dispatch (purged): not sent."),
-    OV(COUNTER, completions[FQ_COMPLETION_HELD], "completions", "fairq_completions_total",
+    OV(COUNTER, SUM, completions[FQ_COMPLETION_HELD], "completions", "fairq_completions_total",
        OUTCOME("held"),
        "Completions by outcome: held and unheld reconciled, the rest changed nothing."),
-    OV(COUNTER, completions[FQ_COMPLETION_UNHELD], "completions_unheld",
+    OV(COUNTER, SUM, completions[FQ_COMPLETION_UNHELD], "completions_unheld",
        "fairq_completions_total", OUTCOME("unheld"), NULL),
-    OV(COUNTER, completions[FQ_COMPLETION_DUPLICATE], "completions_duplicate",
+    OV(COUNTER, SUM, completions[FQ_COMPLETION_DUPLICATE], "completions_duplicate",
        "fairq_completions_total", OUTCOME("duplicate"), NULL),
-    OV(COUNTER, completions[FQ_COMPLETION_INVALID], "completions_invalid",
+    OV(COUNTER, SUM, completions[FQ_COMPLETION_INVALID], "completions_invalid",
        "fairq_completions_total", OUTCOME("invalid"), NULL),
-    OV(COUNTER, completions[FQ_COMPLETION_UNKNOWN], "completions_unknown",
+    OV(COUNTER, SUM, completions[FQ_COMPLETION_UNKNOWN], "completions_unknown",
        "fairq_completions_total", OUTCOME("unknown"), NULL),
-    OV(COUNTER, completion_copies_skipped, "completion_copies_skipped",
+    OV(COUNTER, SUM, completion_copies_skipped, "completion_copies_skipped",
        "fairq_completion_copies_skipped_total", NULL,
        "Invalid or unknown completions acked without a copy to the rejected subject, "
        "past 100 a second."),
-    OV(COUNTER, completions_deferred, "completions_deferred", "fairq_completions_deferred_total",
+    OV(COUNTER, SUM, completions_deferred, "completions_deferred",
+       "fairq_completions_deferred_total",
        NULL, "Completions naked to be looked at again in 500 ms, their run queued, not in "
        "flight yet."),
-    OV(COUNTER, completions_early_applied, "completions_early_applied",
+    OV(COUNTER, SUM, completions_early_applied, "completions_early_applied",
        "fairq_completions_early_applied_total", NULL,
        "Completions held before their run was in flight, reconciled when its dispatch came "
        "back a duplicate: an earlier leader had dispatched it."),
-    OV(COUNTER, redispatched, "redispatched", "fairq_redispatched_runs_total", NULL,
+    OV(COUNTER, SUM, redispatched, "redispatched", "fairq_redispatched_runs_total", NULL,
        "Runs read back from the journal whose dispatch, sent again, was stored new: the "
        "attempt their flight record told of had failed; their lease restarted."),
-    OV(COUNTER, done_unconfirmed_resent, "done_unconfirmed_resent",
+    OV(COUNTER, SUM, done_unconfirmed_resent, "done_unconfirmed_resent",
        "fairq_done_unconfirmed_resent_runs_total", NULL,
        "Submits delivered again of runs that completed before their dispatch was seen "
        "stored: published again under their Nats-Msg-Id."),
-    OV(COUNTER, dispatch_unanswered, "dispatch_unanswered", "fairq_dispatch_unanswered_total",
+    OV(COUNTER, SUM, dispatch_unanswered, "dispatch_unanswered", "fairq_dispatch_unanswered_total",
        NULL, "Dispatches whose PubAck did not come (a timeout, a connection dropped): "
        "published again as they were, not queued again."),
-    OV(COUNTER, refusals_repeated, "refusals_repeated", "fairq_refusals_repeated_total", NULL,
+    OV(COUNTER, SUM, refusals_repeated, "refusals_repeated", "fairq_refusals_repeated_total", NULL,
        "Submits refused for the state of the moment delivered again: refused again as "
        "their journalled refusal says, not decided anew."),
-    OV(COUNTER, possible_duplicates, "possible_duplicates",
+    OV(COUNTER, SUM, possible_duplicates, "possible_duplicates",
        "fairq_possible_duplicate_dispatches_total", NULL,
        "Dispatches that may reach the workers twice, marked Fair-Possible-Duplicate: sent again "
        "(a run read back, its submit delivered again) when their first may be older than the "
        "duplicate window, or of a run a dispatch of which may be stored unknown to fairq (its "
        "submit inherited from a leader before, or an attempt unanswered and then refused) sent "
        "past the duplicate window of its submit."),
-    OV(COUNTER, unowned, "unowned", "fairq_unowned_deliveries_total", NULL,
+    OV(COUNTER, SUM, unowned, "unowned", "fairq_unowned_deliveries_total", NULL,
        "Submits and completions of a partition this replica does not own: dropped "
        "unanswered, for its owner."),
-    OV(COUNTER, records_foreign, "records_foreign", "fairq_journal_foreign_records_total",
+    OV(COUNTER, SUM, records_foreign, "records_foreign", "fairq_journal_foreign_records_total",
        NULL, "Journal records read back for another partition than the one being adopted: "
        "refused."),
-    OV(COUNTER, parts_adopted, "partitions_adopted", "fairq_partitions_adopted_total", NULL,
+    OV(COUNTER, SUM, parts_adopted, "partitions_adopted", "fairq_partitions_adopted_total", NULL,
        "Partitions the ledger adopted (read their journal back and took their runs)."),
-    OV(COUNTER, parts_released, "partitions_released", "fairq_partitions_released_total",
+    OV(COUNTER, SUM, parts_released, "partitions_released", "fairq_partitions_released_total",
        NULL, "Partitions the ledger let go (lease lost or handed over)."),
-    OV(COUNTER, released_queued, "released_queued", "fairq_released_runs_total",
+    OV(COUNTER, SUM, released_queued, "released_queued", "fairq_released_runs_total",
        "state=\"queued\"", "Runs let go with their partition: queued ones naked to the "
        "submit stream in each tenant's order, dispatched ones leaving the window uncharged."),
-    OV(COUNTER, released_dispatched, "released_dispatched", "fairq_released_runs_total",
+    OV(COUNTER, SUM, released_dispatched, "released_dispatched", "fairq_released_runs_total",
        "state=\"dispatched\"", NULL),
-    OV(COUNTER, publish_failures, "publish_failures", "fairq_publish_failures_total", NULL,
+    OV(COUNTER, SUM, publish_failures, "publish_failures", "fairq_publish_failures_total", NULL,
        "Publishes (dispatch, refusal, journal) that failed and were retried."),
-    OV(COUNTER, dispatch_failures, "dispatch_failures", "fairq_dispatch_failures_total", NULL,
+    OV(COUNTER, SUM, dispatch_failures, "dispatch_failures", "fairq_dispatch_failures_total", NULL,
        "Dispatches the dispatch stream did not store (a full store, a timeout): the run "
        "was queued again and its tenant parked."),
-    OV(GAUGE, parked_tenants, "parked_tenants", "fairq_parked_tenants", NULL,
+    OV(GAUGE, SUM, parked_tenants, "parked_tenants", "fairq_parked_tenants", NULL,
        "Tenants out of the rotation for a while after a failed dispatch."),
-    OV(FLAG, dispatch_stalled, "dispatch_stalled", "fairq_dispatch_stalled", NULL,
+    OV(FLAG, SUM, dispatch_stalled, "dispatch_stalled", "fairq_dispatch_stalled", NULL,
        "1 while publishes to the dispatch stream keep failing: not dispatching, not ready."),
-    OV(COUNTER, refusals_unstored, "refusals_unstored", "fairq_refusals_unstored_total", NULL,
+    OV(COUNTER, SUM, refusals_unstored, "refusals_unstored", "fairq_refusals_unstored_total", NULL,
        "Refusals the rejected stream (or the account) would not store; their runs "
        "were acked all the same."),
-    OV(COUNTER, overrides_refused, "overrides_refused", "fairq_overrides_refused_total", NULL,
+    OV(COUNTER, SUM, overrides_refused, "overrides_refused", "fairq_overrides_refused_total", NULL,
        "Values in the overrides bucket refused as invalid; the policy stayed."),
-    OV(COUNTER, admin_reply_failures, "admin_reply_failures", "fairq_admin_reply_failures_total",
-       NULL, "Admin replies that could not be sent."),
-    OV(COUNTER, admin_requests_busy, "admin_requests_busy", "fairq_admin_requests_busy_total",
+    OV(COUNTER, SUM, admin_reply_failures, "admin_reply_failures",
+       "fairq_admin_reply_failures_total", NULL, "Admin replies that could not be sent."),
+    OV(COUNTER, SUM, admin_requests_busy, "admin_requests_busy", "fairq_admin_requests_busy_total",
        NULL, "Admin requests answered busy: over their rate, or too many waiting."),
-    OV(COUNTER, admin_requests_no_reply, "admin_requests_no_reply",
+    OV(COUNTER, SUM, admin_requests_no_reply, "admin_requests_no_reply",
        "fairq_admin_requests_no_reply_total", NULL,
        "Admin requests without a reply subject, dropped unread."),
-    OV(COUNTER, admin_requests_too_long, "admin_requests_too_long",
+    OV(COUNTER, SUM, admin_requests_too_long, "admin_requests_too_long",
        "fairq_admin_requests_too_long_total", NULL,
        "Admin requests whose body passed 4096 bytes, refused unread."),
-    OV(GAUGE, max_payload, "max_payload", "fairq_nats_max_payload_bytes", NULL,
+    OV(GAUGE, NONE, max_payload, "max_payload", "fairq_nats_max_payload_bytes", NULL,
        "The server's max_payload; a run is accepted when its dispatch fits it."),
 };
 const size_t fq_overall_nrows = sizeof fq_overall_rows / sizeof fq_overall_rows[0];
@@ -772,17 +781,6 @@ double fq_overall_rate(const fq_overall_row *r, const fq_metrics_overall *a)
     if (r->kind == FQ_OV_RATE)
         return *(const double *)(const void *)((const char *)a + r->off);
     return (double)fq_overall_u64(r, a);
-}
-
-enum fq_tenant_fold fq_overall_fold(const fq_overall_row *r)
-{
-    if (r->kind == FQ_OV_CAPACITY || r->off == offsetof(fq_metrics_overall, share_peers) ||
-        r->off == offsetof(fq_metrics_overall, max_payload))
-        return FQ_FOLD_NONE;
-    if (r->off == offsetof(fq_metrics_overall, lease_renew_seconds) ||
-        r->off == offsetof(fq_metrics_overall, lease_renew_max_seconds))
-        return FQ_FOLD_MAX;
-    return FQ_FOLD_SUM;
 }
 
 /* A row's samples: by reason, labelled, or one. */

@@ -70,9 +70,10 @@ typedef struct fq_metrics_tenant {
 } fq_metrics_tenant;
 
 /* How a per-tenant value is stored, and how tenants folded into _other
- * combine. */
+ * combine (fq_overall_row.fold: how replicas' values combine). 0 is no
+ * rule, so that a row written without one is found (tests/test_metrics). */
 enum fq_tenant_kind { FQ_TV_U64, FQ_TV_I64, FQ_TV_F64 };
-enum fq_tenant_fold { FQ_FOLD_SUM, FQ_FOLD_MAX, FQ_FOLD_NONE };
+enum fq_tenant_fold { FQ_FOLD_SUM = 1, FQ_FOLD_MAX, FQ_FOLD_NONE };
 
 /* One per-tenant value, spelled once: its Prometheus family (type, help),
  * where it is in fq_metrics_tenant, how folded tenants combine, and its
@@ -271,8 +272,9 @@ enum fq_overall_kind {
 
 /* One value of the proxy as a whole, spelled once: where it is, its key
  * in the stats reply's "overall" object, its Prometheus family, the
- * family's type (from kind) and help. Both the stats reply and
- * fq_metrics_render walk fq_overall_rows. */
+ * family's type (from kind) and help, and how it folds across replicas.
+ * The stats reply, fq_metrics_render and fairq-admin's deployment view
+ * (stats --all) walk fq_overall_rows. */
 typedef struct fq_overall_row {
     enum fq_overall_kind kind;
     size_t off;                 /* of the value in fq_metrics_overall */
@@ -282,6 +284,12 @@ typedef struct fq_overall_row {
                                    NULL: none. Rows of one family follow each other,
                                    and the first one's help is the family's */
     const char *help;
+    enum fq_tenant_fold fold;   /* how replicas' values fold into the deployment's
+                                   (fairq-admin stats --all): FQ_FOLD_SUM for what each
+                                   replica holds or counts of its own (a flag: how many
+                                   have it set), FQ_FOLD_MAX for a round trip's latency,
+                                   FQ_FOLD_NONE for what is the same everywhere or one
+                                   replica's view (a capacity, share_peers, max_payload) */
 } fq_overall_row;
 
 extern const fq_overall_row fq_overall_rows[];
@@ -290,12 +298,6 @@ extern const size_t fq_overall_nrows;
  * RATE: the rate rounded down (fq_overall_rate has it whole). */
 uint64_t fq_overall_u64(const fq_overall_row *r, const fq_metrics_overall *a);
 double fq_overall_rate(const fq_overall_row *r, const fq_metrics_overall *a);
-/* How r's values of several replicas fold into the deployment's
- * (fairq-admin stats --all): FQ_FOLD_SUM for what each replica holds or
- * counts of its own (a flag: how many have it set), FQ_FOLD_MAX for a
- * round trip's latency, FQ_FOLD_NONE for what is the same everywhere or
- * one replica's view (a capacity, share_peers, max_payload). */
-enum fq_tenant_fold fq_overall_fold(const fq_overall_row *r);
 
 typedef struct fq_metrics_scratch fq_metrics_scratch;
 

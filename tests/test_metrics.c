@@ -555,7 +555,9 @@ static void test_sample(void **state)
 
 /* Every byte of fq_metrics_overall belongs to one row of fq_overall_rows
  * (a field added without its row fails here), no stats key or labelled
- * sample is written twice, and a family's rows follow each other. */
+ * sample is written twice, a family's rows follow each other, and every
+ * row says how it folds across replicas (a row without a rule fails here):
+ * a counter summed, a capacity not folded. */
 static void test_overall_table_covers_every_field(void **state)
 {
     (void)state;
@@ -572,6 +574,11 @@ static void test_overall_table_covers_every_field(void **state)
             owner[r->off + k] = 1;
         }
         assert_true(r->stats_key || r->metric);
+        assert_true(r->fold == FQ_FOLD_SUM || r->fold == FQ_FOLD_MAX || r->fold == FQ_FOLD_NONE);
+        if (r->kind == FQ_OV_COUNTER || r->kind == FQ_OV_REASONS)
+            assert_int_equal(r->fold, FQ_FOLD_SUM);
+        if (r->kind == FQ_OV_CAPACITY)
+            assert_int_equal(r->fold, FQ_FOLD_NONE);
         for (size_t j = 0; j < i; j++) {
             const fq_overall_row *q = &fq_overall_rows[j];
             if (r->stats_key && q->stats_key)
@@ -680,6 +687,7 @@ static void test_tenant_table(void **state)
         const fq_tenant_row *r = &fq_tenant_rows[i];
         assert_true(r->name || r->stats_key);
         assert_true(r->off < sizeof(fq_metrics_tenant));
+        assert_true(r->fold == FQ_FOLD_SUM || r->fold == FQ_FOLD_MAX || r->fold == FQ_FOLD_NONE);
         if (r->name)
             assert_non_null(r->help);
         for (size_t j = 0; j < i && r->stats_key; j++)
