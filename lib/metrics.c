@@ -741,7 +741,8 @@ const fq_overall_row fq_overall_rows[] = {
     OV(COUNTER, SUM, admin_reply_failures, "admin_reply_failures",
        "fairq_admin_reply_failures_total", NULL, "Admin replies that could not be sent."),
     OV(COUNTER, SUM, admin_requests_busy, "admin_requests_busy", "fairq_admin_requests_busy_total",
-       NULL, "Admin requests answered busy: over their rate, or too many waiting."),
+       NULL, "Admin requests answered busy: over their rate, too many waiting, or (P > 1) about "
+       "a tenant held by another replica while 64 requests handed on wait for answers."),
     OV(COUNTER, SUM, admin_requests_no_reply, "admin_requests_no_reply",
        "fairq_admin_requests_no_reply_total", NULL,
        "Admin requests without a reply subject, dropped unread."),

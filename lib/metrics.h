@@ -245,7 +245,8 @@ typedef struct fq_metrics_overall {
     uint64_t subtenant_refused;     /* counter: runs refused for their sub-tenant claim */
     uint64_t admin_reply_failures;  /* counter: admin replies not sent */
     uint64_t admin_requests_busy;   /* counter: admin requests answered busy: over
-                                       their rate, or too many waiting */
+                                       their rate, too many waiting, or too many
+                                       handed on to other replicas waiting */
     uint64_t admin_requests_no_reply; /* counter: admin requests without a reply
                                        subject, dropped unread */
     uint64_t admin_requests_too_long; /* counter: admin requests past 4 KiB of body,

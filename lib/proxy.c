@@ -187,6 +187,7 @@ typedef struct px_fwd {
 typedef struct px_counters {
     uint64_t reconnects, reloads, reload_failures, overrides_refused;
     uint64_t admin_forwarded;   /* P > 1: requests handed on to a tenant's holder */
+    uint64_t admin_fwd_busy;    /* ... answered busy instead: PX_FWD_MAX waiting already */
     uint64_t journal_refused;       /* journal records refused at start: invalid or unknown */
     uint64_t subtenant_refused;     /* submits refused for their sub-tenant claim */
     uint64_t share_refused;         /* heartbeats refused: invalid, or a peer too many */
@@ -1459,7 +1460,7 @@ static void px_overall(fq_metrics_overall *a, fq_proxy *p)
         .share_refused = p->c.share_refused + px_share_dropped(p),
         .admin_forwarded = p->c.admin_forwarded, .parked_tenants = ss.parked,
         .dispatch_stalled = fq_probes_stalled(p->probes, FQ_STALL_DISPATCH),
-        .admin_reply_failures = ac->reply_failures, .admin_requests_busy = ac->busy + ns.busy,
+        .admin_reply_failures = ac->reply_failures, .admin_requests_busy = ac->busy + ns.busy + p->c.admin_fwd_busy,
         .admin_requests_no_reply = ns.no_reply, .admin_requests_too_long = ac->too_long,
         .max_payload = p->max_payload > 0 ? (uint64_t)p->max_payload : 0};
     px_overall_ledger(a, p->ledger);
@@ -1771,21 +1772,48 @@ static void px_admin_explain(void *arg, const char *tenant, const char *run_id, 
                                            strlen(out->subtenant)) == FQ_OK;
 }
 
+/* A request about a tenant held by another replica while PX_FWD_MAX are
+ * handed on already: answered busy, with when the first of them ends, and
+ * counted (fairq_admin_requests_busy_total). Answered here instead, it
+ * would read as this replica's view, which does not hold the tenant. */
+static void px_fwd_busy(fq_proxy *p, const fq_nio_msg *req, const char *holder, uint64_t now)
+{
+    uint64_t first = UINT64_MAX;
+    for (size_t i = 0; i < PX_FWD_MAX; i++)
+        if (p->fwd[i].req && p->fwd[i].until < first)
+            first = p->fwd[i].until;
+    uint64_t wait = first > now && first != UINT64_MAX ? first - now : 1;
+    char buf[512];
+    int n = snprintf(buf, sizeof buf, "{\"ok\":false,\"busy\":true,\"retry_ms\":%" PRIu64
+                     ",\"replica\":\"%s\",\"error\":\"busy: %d requests handed on to the "
+                     "replicas holding their tenants' partitions are waiting for an answer; "
+                     "the tenant's is held by %s; retry in %" PRIu64 " ms\"}", wait, p->lease_id,
+                     PX_FWD_MAX, holder, wait);
+    p->c.admin_fwd_busy++;
+    if (n > 0 && (size_t)n < sizeof buf)
+        fq_nio_reply(p->nio, req, buf, (size_t)n);
+}
+
 /* P > 1: a request about tenant[0..len) handed on to the replica that
  * holds its partition, at <admin>.replica.<holder>.<what>, if that is not
- * us, we know who, and fewer than PX_FWD_MAX wait: its answer comes back
- * here and is relayed (px_fwd_answer). Whether it was; if so, *req is
- * held (NULL). */
+ * us and we know who: its answer comes back here and is relayed
+ * (px_fwd_answer). With PX_FWD_MAX waiting already, answered busy here
+ * (px_fwd_busy). Whether it was handed on or answered; if handed on, *req
+ * is held (NULL). */
 static bool px_admin_forward(fq_proxy *p, fq_nio_msg **req, const char *tenant, size_t len,
                              const char *what)
 {
-    if (!fq_tenant_id_valid(tenant, len) || p->nfwd == PX_FWD_MAX)
-        return false;   /* answered here: with the refusal's reason, or as we know it */
+    if (!fq_tenant_id_valid(tenant, len))
+        return false;   /* answered here, with the refusal's reason */
     uint32_t k = fq_partition_of(tenant, len, px_parts(p));
     uint64_t now = fq_nio_mono_ms();
     const char *h = fq_owner_holder(fq_leader_owner(p->ld), (int32_t)k, now);
     if (!h[0] || strcmp(h, p->lease_id) == 0)
         return false;
+    if (p->nfwd == PX_FWD_MAX) {
+        px_fwd_busy(p, *req, h, now);
+        return true;
+    }
     px_fwd *f = p->fwd;
     while (f->req)
         f++;
@@ -2045,7 +2073,7 @@ static void px_on_request(fq_proxy *p, fq_nio_event *ev)
     else if (ev->source == PX_SUB_FWD)
         px_fwd_answer(p, ev->msg);
     else if (px_admin_route(p, ev))
-        ;   /* dropped, forwarded (and held) or answered */
+        ;   /* dropped, forwarded (and held), answered or answered busy */
     else if (ev->source == PX_SUB_EXPLAIN)
         fq_admin_explain(p->admin, p->cfg.subjects.explain, fq_nio_msg_subject(ev->msg),
                          fq_nio_msg_data(ev->msg), fq_nio_msg_len(ev->msg), ev->msg,

@@ -22,6 +22,7 @@
 
 #include <cmocka.h>
 
+#include "opstest.h"
 #include "proxyfixture.h"
 
 static const char yaml[] =
@@ -269,11 +270,78 @@ static void test_partition_backlog_counts_the_stream(void **state)
     assert_int_equal(backlog, 0);
 }
 
+/* A request about a tenant another replica holds, reaching a replica with
+ * 64 requests handed on and waiting already, is answered busy at once
+ * with the reason, and counted; not from this replica's own view, where
+ * the tenant is not known. The holder is a "ghost" written into acme's
+ * partition key (15 of 16) that never answers what it is handed. */
+static void test_forwards_past_64_answered_busy(void **state)
+{
+    pf_fixture *f = *state;
+    enum { REQS = 72, WAITING = 64 };
+    natsSubscription *ghost = NULL, *replies = NULL;
+    assert_int_equal(natsConnection_SubscribeSync(&ghost, f->c.nc, "fair.admin.replica.ghost.>"),
+                     NATS_OK);
+    assert_int_equal(natsConnection_SubscribeSync(&replies, f->c.nc, "_INBOX.it16.*"), NATS_OK);
+    assert_int_equal(natsSubscription_SetPendingLimits(replies, -1, -1), NATS_OK);
+    /* The ghost takes p.15: the proxy's next renewal is refused, it reads
+     * the key, and partition 15 is lost to the ghost. */
+    assert_int_equal(ot_kv_put(&f->c, "fairq_lease", "p.15", "ghost"), 0);
+    assert_int_equal(pt_log_wait(&f->px, "lost a partition", 10000), 0);
+    assert_int_equal(ot_kv_put(&f->c, "fairq_lease", "p.15", "ghost"), 0);  /* fresh: a TTL */
+    const char body[] = "{\"tenant\":\"acme\"}";
+    for (int i = 0; i < REQS; i++) {
+        char inbox[64];
+        snprintf(inbox, sizeof inbox, "_INBOX.it16.%d", i);
+        assert_int_equal(natsConnection_PublishRequestString(f->c.nc, "fair.admin.stats", inbox,
+                                                             body), NATS_OK);
+        if (i % 8 == 7) {   /* paced: within natsio's 64 queued, well within 2 s */
+            assert_int_equal(natsConnection_Flush(f->c.nc), NATS_OK);
+            nt_sleep_ms(10);
+        }
+    }
+    assert_int_equal(natsConnection_Flush(f->c.nc), NATS_OK);
+    int expired = 0, fwd_busy = 0, queued_busy = 0, other = 0;
+    for (int i = 0; i < REQS; i++) {
+        natsMsg *m = NULL;
+        assert_int_equal(natsSubscription_NextMsg(&m, replies, 10000), NATS_OK);
+        cJSON *j = cJSON_ParseWithLength(natsMsg_GetData(m), (size_t)natsMsg_GetDataLength(m));
+        const cJSON *err = cJSON_GetObjectItemCaseSensitive(j, "error");
+        const char *e = cJSON_IsString(err) ? err->valuestring : "";
+        if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(j, "busy")) &&
+            strstr(e, "handed on") && strstr(e, "held by ghost"))
+            fwd_busy++;
+        else if (strstr(e, "ghost") && strstr(e, "did not answer"))
+            expired++;
+        else if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(j, "busy")) &&
+                 strstr(e, "too many admin requests are waiting"))
+            queued_busy++;     /* natsio's bound, before the loop read them */
+        else
+            other++, print_message("not a forward's answer: %.160s\n", natsMsg_GetData(m));
+        cJSON_Delete(j);
+        natsMsg_Destroy(m);
+    }
+    print_message("%d requests: %d handed on and expired, %d busy past the forwards, %d busy "
+                  "queued, %d other\n", REQS, expired, fwd_busy, queued_busy, other);
+    /* none answered from this replica's view (an unknown tenant) */
+    assert_int_equal(other, 0);
+    assert_true(expired <= WAITING && fwd_busy >= 1);
+    assert_int_equal(expired + fwd_busy + queued_busy, REQS);
+    /* counted, and the forwards as such */
+    cJSON *j = pf_stats(f, "{\"limit\":0}", NULL);
+    assert_true(pf_overall(j, "admin_requests_busy") >= fwd_busy + queued_busy);
+    assert_true(pf_overall(j, "admin_forwarded") >= expired);
+    cJSON_Delete(j);
+    natsSubscription_Destroy(ghost);
+    natsSubscription_Destroy(replies);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_partitioned_runs_served_forged_token_refused, setup,
                                         teardown),
+        cmocka_unit_test_setup_teardown(test_forwards_past_64_answered_busy, setup, teardown),
         cmocka_unit_test_setup_teardown(test_given_back_runs_come_again, setup_small, teardown),
         cmocka_unit_test_setup_teardown(test_partition_backlog_counts_the_stream, setup_small,
                                         teardown),
