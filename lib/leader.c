@@ -133,7 +133,9 @@ void fq_leader_fence(fq_leader *l)
  * margin at most: the loop that waits also renews every other key, and
  * once one went unanswered (*down) the others of this turn are not sent
  * (answered FQ_EIO: tried again after retry_ms), so a bucket without a
- * leader costs the other keys one short wait, not the API's 5 s each. */
+ * leader costs the other keys one short wait, not the API's 5 s each.
+ * lib/owner.c puts the unanswered key last in the next turn, so a key
+ * that alone never answers does not starve the others. */
 static void ld_op(fq_leader *l, const fq_owner_act *a, bool async, bool *down)
 {
     fq_nio *n = l->nio;

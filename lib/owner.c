@@ -17,6 +17,15 @@
  *  - The assignment is recomputed only when the live set changes, and a
  *    replica only tries the keys assigned to it, so a stable deployment
  *    does one renewal per key every ttl/3 and nothing else.
+ *  - One key's silence costs the others nothing. The caller waits for a
+ *    read or a take and, once one went unanswered, sends no more that
+ *    turn (lib/leader.c: a bucket without a leader then costs one wait,
+ *    not one per key). So a turn completes each key's exchange before
+ *    the next key's (what an outcome asks is queued ahead of the turn's
+ *    other actions), and starts after the key that went unanswered first
+ *    in the last turn: a key that never answers (a permission denying it,
+ *    a slow answer) comes last, and the keys after it in a fixed order are
+ *    not starved of their reads and takes every turn.
  */
 #include "owner.h"
 
@@ -61,6 +70,8 @@ struct fq_owner {
     uint64_t dup_since;         /* when r.<id> was first read under another instance; 0: not */
     uint64_t dup_rev;           /* ... its revision then */
     char dup[FQ_LEASE_ID_MAX + 1];      /* another instance seen renewing r.<id>; "": none */
+    uint32_t from;              /* the slot a turn's partitions and duty start at */
+    bool missed;                /* an operation went unanswered since the last tick */
     bool synced;                /* the watch delivered every key once */
     bool stopping;              /* fq_owner_stop: take nothing, release everything */
     fq_owner_act *q;            /* actions not yet drained */
@@ -204,6 +215,29 @@ bool fq_owner_next(fq_owner_act *a, fq_owner *o)
     }
     *a = o->q[o->qpos++];
     return true;
+}
+
+/* What an outcome asked (the actions from index from on) goes ahead of
+ * the actions not yet drained: the caller completes one key's exchange
+ * (a read, the take that follows, GAINED) before the next key's. */
+static void ow_ahead(fq_owner *o, size_t from)
+{
+    for (size_t at = o->qpos; from < o->qlen; from++, at++) {
+        fq_owner_act a = o->q[from];
+        memmove(&o->q[at + 1], &o->q[at], (from - at) * sizeof a);
+        o->q[at] = a;
+    }
+}
+
+/* An outcome of slot: the first unanswered since the last tick makes the
+ * next turn start after it. */
+static void ow_answered(fq_owner *o, uint32_t slot, bool answered)
+{
+    uint32_t n = o->parts == 1 ? 1 : o->parts + 1;  /* the partitions and the duty */
+    if (!answered && !o->missed && slot < n) {
+        o->from = (slot + 1) % n;
+        o->missed = true;
+    }
 }
 
 static void ow_lost(fq_owner *o, ow_slot *s, bool planned)
@@ -508,8 +542,10 @@ void fq_owner_tick(fq_owner *o, uint64_t now)
     }
     if (o->parts > 1)
         ow_live(o, now);
-    for (uint32_t i = 0; i <= o->parts && i < o->nslots; i++)
-        ow_tick_slot(o, &o->slots[i], now);
+    uint32_t n = o->parts == 1 ? 1 : o->parts + 1;
+    for (uint32_t i = 0; i < n; i++)
+        ow_tick_slot(o, &o->slots[(o->from + i) % n], now);
+    o->missed = false;
     ow_move(o, now);
 }
 
@@ -537,13 +573,16 @@ void fq_owner_on_get(fq_owner *o, uint32_t slot, uint64_t now, fq_status st, con
     if (slot >= o->nslots)
         return;
     ow_slot *s = &o->slots[slot];
+    size_t q = o->qlen;
     fq_lease_step ls;
+    ow_answered(o, slot, st == FQ_OK || st == FQ_ENOTFOUND);
     fq_lease_on_get(&ls, &s->lease, now, st, value ? value : "", rev);
     if (s->part == FQ_OWNER_REGISTRY && st == FQ_OK)
         ow_registry_read(o, now, value ? value : "", rev);
     else if (s->part == FQ_OWNER_REGISTRY && st == FQ_ENOTFOUND)
         o->dup_since = 0;
     ow_step(o, s, &ls, now);
+    ow_ahead(o, q);
 }
 
 void fq_owner_on_write(fq_owner *o, uint32_t slot, uint64_t now, fq_status st, uint64_t rev)
@@ -554,7 +593,9 @@ void fq_owner_on_write(fq_owner *o, uint32_t slot, uint64_t now, fq_status st, u
     fq_lease *l = &s->lease;
     bool renewal = l->op == FQ_LEASE_OP_UPDATE && l->state == FQ_LEASE_LEADING && !l->taking;
     uint64_t sent = l->op_sent;
+    size_t q = o->qlen;
     fq_lease_step ls;
+    ow_answered(o, slot, st == FQ_OK || st == FQ_EEXIST);
     fq_lease_on_write(&ls, l, now, st, rev);
     if (renewal && st == FQ_OK && s->part >= 0) {
         uint64_t ms = now > sent ? now - sent : 0;
@@ -565,6 +606,7 @@ void fq_owner_on_write(fq_owner *o, uint32_t slot, uint64_t now, fq_status st, u
             o->st.renew_ms_max = ms;
     }
     ow_step(o, s, &ls, now);
+    ow_ahead(o, q);
 }
 
 static void ow_copy_id(char *dst, const char *v)

@@ -139,16 +139,21 @@ void fq_owner_destroy(fq_owner *o);
  * and free, a planned move, losses of keys stale past ttl_ms, releases at
  * a stop. Then drain with fq_owner_next. */
 void fq_owner_tick(fq_owner *o, uint64_t now);
-/* The next action, oldest first; false when none. Drain after every call. */
+/* The next action; false when none. Drain after every call. A tick's
+ * actions come a key after another, the turn starting after the key that
+ * went unanswered first in the last turn; what an outcome asks comes
+ * before the actions not yet drained (a key's read, then its take). */
 bool fq_owner_next(fq_owner_act *a, fq_owner *o);
 
 /* The outcome of a GET of slot sent at its send time: FQ_OK with value and
- * rev, FQ_ENOTFOUND, or another status (no answer). */
+ * rev, FQ_ENOTFOUND, or another status (no answer, or not sent: the
+ * first of those since the last tick puts its key last in the next). */
 void fq_owner_on_get(fq_owner *o, uint32_t slot, uint64_t now, fq_status st, const char *value,
                      uint64_t rev);
 /* The outcome of a CREATE or UPDATE of slot: FQ_OK with its revision,
  * FQ_EEXIST (the key held a value, or its revision moved), or another
- * status (no answer; natsio gives up on a PubAck after its timeout). */
+ * status (no answer; natsio gives up on a PubAck after its timeout; or
+ * not sent), as for fq_owner_on_get. */
 void fq_owner_on_write(fq_owner *o, uint32_t slot, uint64_t now, fq_status st, uint64_t rev);
 
 /* A key's value as a watch of the bucket delivered it at now, written

@@ -325,16 +325,18 @@ static void test_replicas_share_partitions(void **state)
 
 #define HBUCKET "it_hole"
 #define HPARTS 4
-#define HOLE 3                  /* the partition whose key is black-holed: the last, as
-                                 * a turn's takes after an unanswered one are not sent */
+#define HOLE 0                  /* the partition whose key is black-holed: the first in
+                                 * a turn until lib/owner.c puts it last */
 #define HTTL 2000
 
 /* One replica alone over 4 partitions, on a server that lets it publish
- * nothing to partition 3's key: its take of p.3 is never answered, as when
- * the bucket's stream has lost its leader. It takes 0, 1 and 2 and must
- * keep them, with no loss said, across 3 TTLs of trying p.3 again every
+ * nothing to partition 0's key, the first of a turn in a fixed order: its
+ * take of p.0 is never answered, as when the bucket's stream has lost its
+ * leader or a permission denies the key. It takes 1, 2 and 3 and must
+ * keep them, with no loss said, across 3 TTLs of trying p.0 again every
  * retry: a read or take waiting the API's 5 s on the loop that renews the
- * others lost them all (a replica under a node's kill did). */
+ * others lost them all (a replica under a node's kill did), and with p.0
+ * first in every turn the takes after it were never sent. */
 static void test_unanswered_key_costs_the_others_nothing(void **state)
 {
     fixture *f = *state;
@@ -343,7 +345,7 @@ static void test_unanswered_key_costs_the_others_nothing(void **state)
     FILE *out = fopen(conf, "w");
     assert_non_null(out);
     fputs("authorization { users = [ { user: rep, password: rep, permissions: {\n"
-          "  publish: { deny: [\"$KV." HBUCKET ".p.3\"] } } } ] }\n", out);
+          "  publish: { deny: [\"$KV." HBUCKET ".p.0\"] } } } ] }\n", out);
     fclose(out);
     natstest *srv = NULL;
     assert_int_equal(natstest_start(&srv, (const char *const[]){"-c", conf, NULL}), 0);
@@ -360,7 +362,7 @@ static void test_unanswered_key_costs_the_others_nothing(void **state)
     assert_int_equal(fq_leader_create(&r.l, r.n, r.pr, &lo), FQ_OK);
     r.live = true;
 
-    /* The others taken (p.3's take unanswered meanwhile). */
+    /* The others taken (p.0's take unanswered meanwhile). */
     long long end = nt_now_ms() + 15000;
     bool others = false;
     while (!others && nt_now_ms() < end) {
@@ -372,7 +374,7 @@ static void test_unanswered_key_costs_the_others_nothing(void **state)
     assert_true(others);
     int gains = r.gains;
 
-    /* Kept, fresh at every turn, through 3 TTLs of p.3's takes. */
+    /* Kept, fresh at every turn, through 3 TTLs of p.0's takes. */
     end = nt_now_ms() + 3 * HTTL;
     int turns = 0;
     while (nt_now_ms() < end) {
