@@ -25,7 +25,15 @@
  *   quiet one. Consumers are added and stopped at run time; a consumer is
  *   deleted and recreated when it is added and after every reconnect, so
  *   that whatever was fetched and not acked is delivered again at once
- *   instead of after the ack wait.
+ *   instead of after the ack wait. The fetch thread makes (or stops) one
+ *   consumer a turn, those due in the order their owner asked for them (a
+ *   partition's two come up together), and pulls for the ones made in
+ *   between: a replica that makes all its consumers at once (after a
+ *   reconnect, or a freeze past its lease) fetches for each as soon as it
+ *   is made, not after the last. A consumer is pulled, and its deliveries
+ *   handed over, only while it is made as its owner wants: stopped, or
+ *   named for a new term, it is not pulled from that call on until the
+ *   fetch thread has carried the change out.
  * - A watched key-value bucket is read by a thread of its own too, which
  *   hands each change over as an event, and watches afresh after every
  *   reconnect (each watch an epoch), saying when it has delivered what the
@@ -91,10 +99,11 @@ typedef struct fq_nio_stream {
 
 /* Consumers one fq_nio serves at most, on its one fetch thread: two per
  * partition a replica owns, for 126 partitions, and a few more. The bound
- * is the cost of a reconnect: each consumer is then made again, three
- * JetStream API calls in a row on the fetch thread (a few ms each on one
- * server, a replicated proposal each on a cluster), during which nothing
- * is fetched; and each is server state (and a Raft group on a cluster). */
+ * is the cost of a reconnect: each consumer is then made again, three or
+ * four JetStream API calls on the fetch thread (a few ms each on one
+ * server, a replicated proposal each on a cluster), one consumer at a
+ * time, so the last waits for all the others to be made; and each is
+ * server state (and a Raft group on a cluster). */
 #define FQ_NIO_MAX_CONSUMERS 256
 
 /* A durable pull consumer served by the fetch thread. */
@@ -301,7 +310,8 @@ fq_status fq_nio_consume_stop(fq_nio *n, int id, bool del);
 /* Name consumer id for term from now on: its fetch thread deletes the
  * stream's consumers named durable or durable-<n> for any n < term (never
  * a later term's: see FQ_NIO_EV_CONSUMER), then makes durable-term, and
- * acks go to it. Owner thread. */
+ * acks go to it. Until it is made, id is not pulled and nothing its old
+ * name delivers is handed over. Owner thread. */
 fq_status fq_nio_consume_term(fq_nio *n, int id, uint64_t term);
 /* From monotonic ms until on, consumers are left alone: no pull, no
  * consumer made or deleted, and acks and naks fail (FQ_EIO); a pull asks

@@ -1107,15 +1107,17 @@ static fq_nio *parts_setup(fixture *f, const char *stream, const char *prefix)
     return n;
 }
 
-/* Consumer id of n on partition k of <prefix>, named <prefix>-p<k>. */
+/* Consumer id of n on partition k of <prefix>, named <prefix>-p<k> (and
+ * -<term> for a term other than 0). */
 static void parts_consume(fq_nio *n, int id, const char *stream, const char *prefix, int k,
-                          int batch)
+                          int batch, uint64_t term)
 {
     char durable[64], filter[64];
     snprintf(durable, sizeof durable, "%s-p%d", prefix, k);
     snprintf(filter, sizeof filter, "%s.%d.*", prefix, k);
     fq_nio_consumer c = {.stream = stream, .durable = durable, .filter = filter,
-                         .max_ack_pending = 100000, .ack_wait_ms = 600000, .batch = batch};
+                         .max_ack_pending = 100000, .ack_wait_ms = 600000, .batch = batch,
+                         .term = term};
     assert_int_equal(fq_nio_consume(n, id, &c), FQ_OK);
 }
 
@@ -1137,7 +1139,7 @@ static void test_many_consumers_one_thread(void **state)
     for (int k = 0; k < P; k++) {
         snprintf(subj, sizeof subj, "many.%d.t%d", k, k);
         publish_acked(f, subj, EACH);
-        parts_consume(n, 100 + k, "MANY", "many", k, 8);
+        parts_consume(n, 100 + k, "MANY", "many", k, 8, 0);
     }
     int got[P] = {0}, made = 0, total = 0;
     fq_nio_event evs[256];
@@ -1187,7 +1189,7 @@ static void test_consumers_added_and_removed_under_load(void **state)
         publish_acked(f, subj, EACH);
     }
     for (int k = 0; k < P; k++)
-        parts_consume(n, k, "LOAD", "load", k, 16);
+        parts_consume(n, k, "LOAD", "load", k, 16, 0);
     int acked[P + 1] = {0}, total = 0;
     static bool seen[(P + 1) * EACH + 1];
     bool stopped = false;
@@ -1216,7 +1218,7 @@ static void test_consumers_added_and_removed_under_load(void **state)
                     assert_true(acked[j] < EACH);       /* under load */
             assert_int_equal(fq_nio_consume_stop(n, GONE, true), FQ_OK);
             assert_int_equal(fq_nio_consume_stop(n, GONE, true), FQ_EINVAL);
-            parts_consume(n, ADDED, "LOAD", "load", ADDED, 16);
+            parts_consume(n, ADDED, "LOAD", "load", ADDED, 16, 0);
             stopped = true;
             total += EACH - acked[GONE];    /* not coming */
         }
@@ -1243,7 +1245,7 @@ static void test_consumers_added_and_removed_under_load(void **state)
     natsConnection_Destroy(nc);
     /* Started again: the rest of its partition, each run once. */
     int before = acked[GONE];
-    parts_consume(n, GONE, "LOAD", "load", GONE, 16);
+    parts_consume(n, GONE, "LOAD", "load", GONE, 16, 0);
     for (long long end = nt_now_ms() + 10000; acked[GONE] < EACH && nt_now_ms() < end;) {
         size_t k = fq_nio_poll(n, evs, 64, 50);
         for (size_t i = 0; i < k; i++) {
@@ -1277,8 +1279,8 @@ static void test_flood_does_not_starve_quiet(void **state)
     enum { FLOOD = 3000, BATCH = 16 };
     fq_nio *n = parts_setup(f, "FLOOD", "flood");
     publish_acked(f, "flood.0.loud", FLOOD);
-    parts_consume(n, 0, "FLOOD", "flood", 0, BATCH);
-    parts_consume(n, 1, "FLOOD", "flood", 1, BATCH);
+    parts_consume(n, 0, "FLOOD", "flood", 0, BATCH, 0);
+    parts_consume(n, 1, "FLOOD", "flood", 1, BATCH, 0);
     fq_nio_event evs[8];
     int loud = 0, loud_before = -1, made = 0;
     /* The flood is under way, both consumers made: then the quiet run. */
@@ -1314,6 +1316,121 @@ static void test_flood_does_not_starve_quiet(void **state)
     fq_nio_destroy(n);
 }
 
+/* Poll n until count consumers are made, each in term (FQ_NIO_EV_CONSUMER,
+ * FQ_OK); other events are dropped. */
+static void parts_made(fq_nio *n, int count, uint64_t term)
+{
+    fq_nio_event ev;
+    for (int made = 0; made < count; made++) {
+        assert_true(wait_event(n, FQ_NIO_EV_CONSUMER, &ev, 10000));
+        assert_int_equal(ev.status, FQ_OK);
+        assert_int_equal(ev.seq, term);
+    }
+}
+
+/* A replica frozen past its lease names all its consumers for new terms
+ * at once (issue 16): the fetch thread makes them one at a time, in the
+ * order asked, and pulls those made while it makes the others. With 32
+ * consumers renamed, a run waiting for the first comes before the last is
+ * made (it came after all of them: 8 to 11 s on a 3-node cluster), and
+ * from the new term's consumer, once it is made. */
+static void test_renamed_consumers_pulled_as_made(void **state)
+{
+    fixture *f = *state;
+    enum { C = 32 };
+    fq_nio *n = parts_setup(f, "RENAME", "ren");
+    for (int k = 0; k < C; k++)
+        parts_consume(n, k, "RENAME", "ren", k, 8, 1);
+    parts_made(n, C, 1);
+    /* A run of partition 0, delivered in term 1 and not acked. */
+    publish_acked(f, "ren.0.t", 1);
+    fq_nio_event ev;
+    assert_true(wait_event(n, FQ_NIO_EV_MSG, &ev, 5000));
+    assert_int_equal(ev.source, 0);
+    fq_nio_msg_drop(n, ev.msg);
+    for (int k = 0; k < C; k++)
+        assert_int_equal(fq_nio_consume_term(n, k, 2), FQ_OK);
+    /* Where each event comes in the order of events: each consumer made in
+     * term 2, and the run delivered again by term 2's consumer. */
+    int made_at[C], made = 0, msg_at = 0, at = 0;
+    memset(made_at, 0, sizeof made_at);
+    for (long long end = nt_now_ms() + 20000; (made < C || !msg_at) && nt_now_ms() < end;) {
+        if (fq_nio_poll(n, &ev, 1, 50) == 0)
+            continue;
+        at++;
+        if (ev.type == FQ_NIO_EV_CONSUMER) {
+            assert_int_equal(ev.status, FQ_OK);
+            assert_int_equal(ev.seq, 2);
+            assert_int_equal(made_at[ev.source], 0);
+            made_at[ev.source] = at;
+            made++;
+        } else if (ev.type == FQ_NIO_EV_MSG) {
+            assert_int_equal(ev.source, 0);
+            assert_int_equal(msg_at, 0);
+            assert_int_equal(ev.ack.sseq, 1);
+            msg_at = at;
+            assert_int_equal(fq_nio_ack(n, 0, &ev.ack), FQ_OK);
+            fq_nio_msg_drop(n, ev.msg);
+        }
+    }
+    assert_int_equal(made, C);
+    assert_true(msg_at > made_at[0]);       /* not handed over before term 2's was made */
+    assert_true(msg_at < made_at[C - 1]);   /* nor after every consumer was made */
+    for (int k = 1; k < C; k++)
+        assert_true(made_at[k] > made_at[k - 1]);   /* in the order asked */
+    fq_nio_destroy(n);
+}
+
+/* A consumer is pulled only while it is made as its owner wants: one
+ * stopped while the fetch thread is busy making the others (its stop not
+ * carried out yet, its consumer live on the server) asks for nothing more,
+ * so a run published to its partition after the stop waits in the stream
+ * for the partition's next owner, not in a consumer nobody reads until its
+ * ack wait runs out. */
+static void test_stopped_consumer_not_pulled(void **state)
+{
+    fixture *f = *state;
+    enum { C = 32, GONE = C - 1 };
+    fq_nio *n = parts_setup(f, "STOPPED", "stp");
+    for (int k = 0; k < C; k++)
+        parts_consume(n, k, "STOPPED", "stp", k, 8, 1);
+    parts_made(n, C, 1);
+    natsConnection *nc = NULL;
+    jsCtx *js = NULL;
+    assert_int_equal(natsConnection_ConnectTo(&nc, natstest_url(f->srv)), NATS_OK);
+    assert_int_equal(natsConnection_JetStream(&js, nc, NULL), NATS_OK);
+    /* Paused, GONE sends no pull, and the one it had open expires. The
+     * server is asked only after a first pause: a pull the fetch thread
+     * decided on just before the pause may still be in nats.c's buffer. */
+    fq_nio_consume_pause(n, GONE, true);
+    jsConsumerInfo *ci = NULL;
+    bool idle = false;
+    for (long long end = nt_now_ms() + 5000; !idle && nt_now_ms() < end;) {
+        nt_sleep_ms(50);
+        assert_int_equal(js_GetConsumerInfo(&ci, js, "STOPPED", "stp-p31-1", NULL, NULL),
+                         NATS_OK);
+        idle = ci->NumWaiting == 0;
+        jsConsumerInfo_Destroy(ci);
+    }
+    assert_true(idle);
+    /* The others renamed, then GONE stopped (kept on the server) and no
+     * longer paused: it is due last. */
+    for (int k = 0; k < GONE; k++)
+        assert_int_equal(fq_nio_consume_term(n, k, 2), FQ_OK);
+    assert_int_equal(fq_nio_consume_stop(n, GONE, false), FQ_OK);
+    fq_nio_consume_pause(n, GONE, false);
+    publish_acked(f, "stp.31.t", 1);
+    parts_made(n, GONE, 2);
+    assert_int_equal(js_GetConsumerInfo(&ci, js, "STOPPED", "stp-p31-1", NULL, NULL), NATS_OK);
+    assert_int_equal(ci->NumAckPending, 0);
+    assert_int_equal(ci->Delivered.Consumer, 0);
+    assert_int_equal(ci->NumPending, 1);
+    jsConsumerInfo_Destroy(ci);
+    jsCtx_Destroy(js);
+    natsConnection_Destroy(nc);
+    fq_nio_destroy(n);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1339,6 +1456,8 @@ int main(void)
         cmocka_unit_test(test_many_consumers_one_thread),
         cmocka_unit_test(test_consumers_added_and_removed_under_load),
         cmocka_unit_test(test_flood_does_not_starve_quiet),
+        cmocka_unit_test(test_renamed_consumers_pulled_as_made),
+        cmocka_unit_test(test_stopped_consumer_not_pulled),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
