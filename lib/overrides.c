@@ -172,17 +172,24 @@ void fq_ovr_entry_json(fq_json *w, const fq_tenant_entry *e)
     fq_json_end_object(w);
 }
 
+/* Whether e's class weights fit pol's classes; if not, err says why. */
+static bool ovr_fits(const fq_policy *pol, const fq_tenant_entry *e, char *err, size_t errlen)
+{
+    if (fq_policy_class_weights_fit(pol, &e->class_weights))
+        return true;
+    snprintf(err, errlen, "class_weights: give one weight per class configured in "
+             "scheduler.classes, or \"strict\"");
+    return false;
+}
+
 /* Put ne in force as o's override in pol (none when it sets nothing). On
  * error nothing changes and err says why. */
 static fq_status ovr_apply(fq_policy *pol, ovr_rec *o, const fq_tenant_entry *ne, char *err,
                            size_t errlen)
 {
     fq_status s = FQ_OK;
-    if (!fq_policy_class_weights_fit(pol, &ne->class_weights)) {
-        snprintf(err, errlen, "class_weights: give one weight per class configured in "
-                 "scheduler.classes, or \"strict\"");
+    if (!ovr_fits(pol, ne, err, errlen))
         return FQ_EINVAL;
-    }
     if (fq_ovr_entry_empty(ne))
         fq_policy_clear_override(pol, o->e.id);   /* FQ_ENOTFOUND: it had none */
     else if ((s = fq_policy_set_override(pol, ne)) == FQ_ENOTFOUND)
@@ -333,6 +340,11 @@ fq_status fq_ovr_plan(fq_ovr_write *w, const fq_ovr_set *s, const fq_policy *pol
     w->del = fq_ovr_entry_empty(&w->e);
     if (!w->changes || w->del)
         return FQ_OK;
+    /* Refused here, not once stored: fq_ovr_stored would refuse it, with
+     * the bucket left holding it (and the next change expecting no value
+     * would find it there). */
+    if (!ovr_fits(pol, &w->e, err, errlen))
+        return FQ_EINVAL;
     fq_json j;
     fq_json_init(&j, w->value, sizeof w->value);
     fq_ovr_entry_json(&j, &w->e);

@@ -108,8 +108,9 @@ typedef struct fq_ovr_write {
 } fq_ovr_write;
 
 /* What the merge patch pt (a valid tenant.set, tenant named) writes, given
- * the plans of pol. FQ_EINVAL (err says why) when it names a plan pol
- * lacks. Changes nothing. */
+ * the plans and classes of pol. FQ_EINVAL (err says why) when it names a
+ * plan pol lacks, or the class weights it leaves do not fit pol's classes:
+ * nothing is to be written. Changes nothing. */
 fq_status fq_ovr_plan(fq_ovr_write *w, const fq_ovr_set *s, const fq_policy *pol,
                       const fq_override_patch *pt, char *err, size_t errlen);
 /* The bucket stored w at rev: put w->e in force in pol, so that the watch's

@@ -91,12 +91,38 @@ static void test_refusals(void **state)
     fq_policy_resolved pr;
     assert_int_equal(fq_policy_resolve(&pr, f->pol, "acme"), FQ_OK);
     assert_int_equal(pr.p.class_weight[0], 3);
-    fq_policy_set_nclasses(f->pol, 0);
     fq_override_patch pt = {.tenant = "acme", .weight = 7, .set = FQ_OVR_WEIGHT};
     fq_ovr_write w;
     assert_int_equal(fq_ovr_plan(&w, f->s, f->pol, &pt, err, sizeof err), FQ_OK);
     assert_true(w.changes);
     assert_int_equal(w.expect, 8);
+    fq_policy_set_nclasses(f->pol, 0);
+}
+
+/* A change whose class weights do not fit the classes is refused before
+ * anything is written: written, the bucket would hold an override no
+ * proxy puts in force, and the next change, expecting no value, would be
+ * refused as a race ("changed in the bucket meanwhile") until the watch
+ * delivered it. */
+static void test_plan_refuses_unfit_class_weights(void **state)
+{
+    fixture *f = *state;
+    char err[256] = "";
+    fq_override_patch pt = {.tenant = "acme", .set = FQ_OVR_CLASS_WEIGHTS};
+    assert_int_equal(fq_class_weights_parse(&pt.class_weights, "3,2,1"), FQ_OK);
+    fq_ovr_write w;
+    fq_policy_set_nclasses(f->pol, 2);
+    assert_int_equal(fq_ovr_plan(&w, f->s, f->pol, &pt, err, sizeof err), FQ_EINVAL);
+    assert_non_null(strstr(err, "class_weights"));
+    assert_int_equal(fq_class_weights_parse(&pt.class_weights, "1, 1"), FQ_OK);
+    assert_int_equal(fq_ovr_plan(&w, f->s, f->pol, &pt, err, sizeof err), FQ_OK);
+    assert_true(w.changes);
+    assert_int_equal(w.expect, 0);
+    assert_string_equal(w.value, "{\"class_weights\":\"1,1\"}");
+    /* without classes, no weights fit */
+    fq_policy_set_nclasses(f->pol, 0);
+    assert_int_equal(fq_ovr_plan(&w, f->s, f->pol, &pt, err, sizeof err), FQ_EINVAL);
+    assert_int_equal(fq_ovr_records(f->s), 0);
 }
 
 /* A deleted key is forgotten once the watch delivers its deletion, so the
@@ -221,6 +247,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_refusals, setup, teardown),
         cmocka_unit_test_setup_teardown(test_deleted_keys_forgotten, setup, teardown),
         cmocka_unit_test_setup_teardown(test_writes, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_plan_refuses_unfit_class_weights, setup, teardown),
         cmocka_unit_test_setup_teardown(test_synced_drops_vanished, setup, teardown),
         cmocka_unit_test_setup_teardown(test_carry, setup, teardown),
     };
