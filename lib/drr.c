@@ -224,8 +224,10 @@ struct tenant_lanes {
     fq_sub *overflow;           /* where new ones past max_subtenants go; NULL: none now */
     fq_sub *dflt;               /* the runs that name no sub-tenant (every run
                                    without sub-tenants), after the rings */
-    struct sub_slot *small;     /* FQ_SUB_SMALL slots after dflt, in the tenant's
-                                   allocation: the index of the first few */
+    struct sub_slot small[FQ_SUB_SMALL]; /* the index of the first few, with
+                                   the lanes' state that dispatch loads
+                                   ahead, so that a tenant's enqueue after its
+                                   dispatch finds it in cache */
     struct class_ring ring[];   /* one per class (one without classes) */
 };
 
@@ -377,10 +379,18 @@ static fq_sub *sub_of_lane(fq_lane *l, uint32_t c)
     return (fq_sub *)(void *)((char *)(l - c) - offsetof(fq_sub, lane));
 }
 
-static uint64_t name_head(const char *k, size_t len)
+/* A name's first 8 bytes, zero padded: one load for a long name, a short
+ * one's bytes in a loop (a copy of a length not known here is a call to
+ * memcpy, on every enqueue by name). The same bytes give the same value. */
+static inline uint64_t name_head(const char *k, size_t len)
 {
     uint64_t w = 0;
-    memcpy(&w, k, len < 8 ? len : 8);
+    if (len >= 8) {
+        memcpy(&w, k, 8);
+        return w;
+    }
+    for (size_t i = 0; i < len; i++)
+        w |= (uint64_t)(unsigned char)k[i] << (8 * i);
     return w;
 }
 
@@ -400,8 +410,8 @@ static inline uint32_t sub_hash(const fq_sched *s, uint64_t head, const char *k,
     return (uint32_t)(h ^ (h >> 32));
 }
 
-static fq_sub *index_find(const struct tenant_lanes *x, const char *k, size_t len,
-                          uint64_t head, uint32_t h)
+static inline fq_sub *index_find(const struct tenant_lanes *x, const char *k, size_t len,
+                                 uint64_t head, uint32_t h)
 {
     if (!x->index)
         return NULL;
@@ -441,7 +451,7 @@ static fq_status index_reserve(struct tenant_lanes *x)
         if (x->index[i].u)
             index_put(slots, cap, x->index[i]);
     if (x->index == x->small)
-        memset(x->small, 0, FQ_SUB_SMALL * sizeof(*x->small));
+        memset(x->small, 0, sizeof x->small);
     else
         free(x->index);
     x->index = slots;
@@ -983,9 +993,10 @@ static inline __attribute__((always_inline)) void prefetch_range(uintptr_t a, ui
  * found through the head lane: the next tenant's head run (its head lane
  * was asked for at the previous visit), the one after's head lane and the
  * header of its sub-tenant, and the third's struct with its lanes' state
- * and rings, which follow it. A wake cannot do this: a round's wakes come
- * at once, and at 10,000 tenants what they would load is evicted again
- * before the last of them is served. Prefetches change nothing but time.
+ * (the small index of its sub-tenants in it) and rings, which follow it.
+ * A wake cannot do this: a round's wakes come at once, and at 10,000
+ * tenants what they would load is evicted again before the last of them
+ * is served. Prefetches change nothing but time.
  * (Inlined by force: out of line, GCC finds the helper free of effects
  * and drops the call.) */
 static inline __attribute__((always_inline)) void prefetch_ahead(const fq_sched *s,
@@ -1435,19 +1446,17 @@ fq_status fq_sched_tenant(fq_tenant **out, fq_sched *s, const char *id, size_t l
     if (!policy_valid(p))
         return FQ_EINVAL;
     bool lanes = s->o.nclasses > 1 || s->o.max_subtenants;
-    /* With lanes: their state, the default sub-tenant, then the small
-     * index, which only named sub-tenants use, last. */
+    /* With lanes: their state (the small index in it), then the default
+     * sub-tenant. */
     size_t rings = sizeof(struct tenant_lanes) + s->nclasses * sizeof(struct class_ring);
     size_t dflt = sizeof(fq_sub) + s->nclasses * sizeof(fq_lane);
     if (tenant_reserve(s) != FQ_OK ||
-        !(t = calloc(1, sizeof(*t) + (lanes ? rings + dflt +
-                                       FQ_SUB_SMALL * sizeof(struct sub_slot) : 0))))
+        !(t = calloc(1, sizeof(*t) + (lanes ? rings + dflt : 0))))
         return FQ_ENOMEM;
     if (lanes) {
         t->x = (struct tenant_lanes *)(t + 1);
         t->x->nrings = s->nclasses;
         t->x->dflt = (fq_sub *)(void *)((char *)t->x + rings);
-        t->x->small = (struct sub_slot *)(void *)((char *)t->x->dflt + dflt);
     }
     memcpy(t->id, id, len);
     t->pol = *p;

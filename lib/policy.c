@@ -87,6 +87,8 @@ uint64_t fq_price_cost(const fq_prices *p, uint64_t input, uint64_t output, uint
     /* Kinds are bounded by the completion's parse (2^32 x 100 at most) and
      * prices by FQ_POLICY_MAX_PRICE, so the sum fits in 64 bits. */
     uint64_t sum = (input - cached) * pi + cached * pc + output * po;
+    if (pi == 1)        /* in input tokens already: no divide per completion */
+        return sum;
     return sum / pi + (sum % pi != 0);
 }
 
