@@ -587,6 +587,7 @@ static void lane_add(struct tenant_lanes *x, fq_sub *u, uint32_t c, fq_run *r)
 {
     struct class_ring *g = &x->ring[c];
     fq_lane *l = &u->lane[c];
+    r->lane = l;
     if (l->qtail)
         l->qtail->next = r;
     else
@@ -1666,6 +1667,15 @@ fq_status fq_sched_sub_info(fq_sub_info *out, const fq_sched *s, const fq_tenant
     return FQ_OK;
 }
 
+fq_status fq_sched_run_sub_info(fq_sub_info *out, const fq_sched *s, const fq_run *r)
+{
+    memset(out, 0, sizeof *out);
+    if (!s->o.max_subtenants || r->state != FQ_RUN_QUEUED || !r->lane)
+        return FQ_ENOTFOUND;
+    sub_info_of(out, r->tenant->x, sub_of_lane(r->lane, r->cls));
+    return FQ_OK;
+}
+
 /* Put u in out[0..*k) of at most n, by queued runs, most first. */
 static void sub_top_add(fq_sub_info *out, size_t n, size_t *k, const struct tenant_lanes *x,
                         fq_sub *u)
@@ -2149,6 +2159,7 @@ fq_status fq_sched_requeue_run(fq_sched *s, fq_run *r)
     deficit_add(t, r->est);
     rate_correct(s, t, r->est);
     r->state = FQ_RUN_QUEUED;
+    r->lane = NULL;             /* in the FIFO: the window's link is gone */
     /* Runs back from the window lead the queue in the order of their ids
      * (the order they were queued in: see fq_sched_requeue), whatever
      * order their failures came in; the usual case, a failure after those

@@ -229,6 +229,13 @@ typedef struct fq_sub_info {
  * sub-tenants). O(1). */
 fq_status fq_sched_sub_info(fq_sub_info *out, const fq_sched *s, const fq_tenant *t,
                             const char *sub, size_t len);
+/* The sub-tenant queued run r waits in (the one its claim joined at
+ * enqueue: named, the runs naming none, or the overflow one), found from
+ * the run, so that it is known without the run's claim (a run whose body
+ * the caller did not keep). FQ_ENOTFOUND if r is not queued in its
+ * tenant's lanes (not queued, no sub-tenants, or back from the window at
+ * the head of its tenant's queue). O(1). */
+fq_status fq_sched_run_sub_info(fq_sub_info *out, const fq_sched *s, const fq_run *r);
 /* Up to n of t's sub-tenants with queued runs, those with the most first
  * (ties in no set order); returns how many. O(max_subtenants x n): for an
  * admin request about one tenant, not a hot path. */

@@ -3965,6 +3965,12 @@ bool fq_ledger_run_subtenant(char *out, const fq_ledger *l, const char *tenant,
     return x && (x->names || b);
 }
 
+const fq_run *fq_ledger_queued_run(const fq_ledger *l, const char *tenant, const char *run_id)
+{
+    const lg_run *x = lg_find_key(l, tenant, run_id, lg_key(l, tenant, run_id));
+    return x && x->run.state == FQ_RUN_QUEUED ? &x->run : NULL;
+}
+
 const fq_ledger_counters *fq_ledger_counters_get(const fq_ledger *l)
 {
     return &l->c;

@@ -657,6 +657,11 @@ uint64_t fq_ledger_wait_ms(const fq_ledger *l, const fq_ledger_tenant *lt, uint3
 bool fq_ledger_run_subtenant(char *out, const fq_ledger *l, const char *tenant,
                              const char *run_id);
 
+/* The scheduler's record of run run_id of tenant while it is queued (its
+ * sub-tenant's lane, fq_sched_run_sub_info, whether or not its body is in
+ * memory), or NULL. By the run-key index: O(1). */
+const fq_run *fq_ledger_queued_run(const fq_ledger *l, const char *tenant, const char *run_id);
+
 const fq_ledger_counters *fq_ledger_counters_get(const fq_ledger *l);
 void fq_ledger_stats_get(fq_ledger_stats *out, const fq_ledger *l);
 

@@ -1767,9 +1767,17 @@ static void px_admin_explain(void *arg, const char *tenant, const char *run_id, 
     out->tokens_ahead = fq_sched_tokens_ahead(p->sched, pt->t, est);
     out->rate_wait_ms = fq_sched_rate_wait(p->sched, pt->t, est, now);
     out->wait_ms = fq_ledger_wait_ms(p->ledger, &pt->lt, est, now, &out->wait_known);
-    if (run_id[0] && fq_ledger_run_subtenant(out->subtenant, p->ledger, tenant, run_id))
+    const fq_run *r;
+    if (run_id[0] && fq_ledger_run_subtenant(out->subtenant, p->ledger, tenant, run_id)) {
         out->sub_known = fq_sched_sub_info(&out->sub, p->sched, pt->t, out->subtenant,
                                            strlen(out->subtenant)) == FQ_OK;
+    } else if (run_id[0] && (r = fq_ledger_queued_run(p->ledger, tenant, run_id)) &&
+               fq_sched_run_sub_info(&out->sub, p->sched, r) == FQ_OK) {
+        /* queued with its body not in memory: its claim is its lane's
+         * sub-tenant (none named where it is the overflow one) */
+        out->sub_known = true;
+        fq_str_copy(out->subtenant, sizeof out->subtenant, out->sub.name);
+    }
 }
 
 /* A request about a tenant held by another replica while PX_FWD_MAX are

@@ -15,11 +15,20 @@ enum fq_run_state {
     FQ_RUN_EXPIRED,     /* lease expired: slot freed, still awaiting completion */
 };
 
-/* 64 bytes: the whole per-run cost of the core. Queued runs use only next;
- * the id index and the doubly linked lease list serve dispatched runs. */
+struct fq_lane;
+
+/* 64 bytes: the whole per-run cost of the core. Queued runs use next (and
+ * lane); the id index and the doubly linked lease list serve dispatched
+ * runs. */
 typedef struct fq_run {
     struct fq_run *next;        /* tenant FIFO; lease list; free list */
-    struct fq_run *prev;        /* lease list */
+    union {
+        struct fq_run *prev;    /* dispatched: lease list */
+        struct fq_lane *lane;   /* queued: the lane of its sub-tenant and
+                                   class (lib/drr), so that explain finds its
+                                   sub-tenant from the run alone; NULL in its
+                                   tenant's FIFO */
+    };
     fq_u64map_node hnode;       /* its link in the index by id: the window's; with
                                    caller_runs (fq_sched_opts) the caller's, whose index
                                    the core never touches (the window keeps none then) */

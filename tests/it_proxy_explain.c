@@ -1,4 +1,4 @@
-/* it_proxy_explain.c -- fair.explain.<tenant> through the live proxy: where a run is and what holds it, hostile requests refused with a reason, requests without a reply counted, a burst answered busy. */
+/* it_proxy_explain.c -- fair.explain.<tenant> through the live proxy: where a run is and what holds it, a queued run's sub-tenant with its body not kept, hostile requests refused with a reason, requests without a reply counted, a burst answered busy. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -169,11 +169,52 @@ static void test_hostile_and_bounded(void **state)
     assert_true(busy >= 1);
 }
 
+/* Bodies not kept (max_buffered_bytes: 1, every run held index only): a
+ * queued run's sub-tenant is found from its place in the scheduler. */
+static int setup_index_only(void **state)
+{
+    return pf_setup(state,
+                    "scheduler:\n  default_plan: team\n"
+                    "plans:\n  - {name: team, weight: 1, max_in_flight: 1, max_subtenants: 1}\n"
+                    "limits:\n  max_buffered_bytes: 1\n",
+                    NULL);
+}
+
+static void test_subtenant_of_run_not_kept(void **state)
+{
+    pf_fixture *f = *state;
+    static const char *const subs[] = {"alice", "alice", "", "bob"};   /* bob: past the cap */
+    for (int i = 0; i < 4; i++) {
+        char body[64];
+        int n = snprintf(body, sizeof body, "{\"run_id\":\"s-%d\",\"est_tokens\":100}", i);
+        const char *hdrs[] = {"Fair-Subtenant", subs[i], NULL};
+        assert_int_equal(pt_submit(&f->c, "a", body, (size_t)n, subs[i][0] ? hdrs : NULL), 0);
+    }
+    wait_where(f, "s-0", "in_flight");
+    wait_where(f, "s-3", "queued");
+    cJSON *s = pf_stats(f, "{\"limit\":0}", NULL);
+    assert_true(pf_overall(s, "index_only_runs") >= 3);     /* no body, no claim kept */
+    cJSON_Delete(s);
+    cJSON *j = explain(f, "a", "{\"run_id\":\"s-1\"}");
+    assert_string_equal(str(j, "subtenant"), "alice");
+    const cJSON *pos = cJSON_GetObjectItemCaseSensitive(j, "subtenant_position");
+    assert_non_null(pos);
+    assert_int_equal(pf_num(pos, "queued_runs"), 1);
+    cJSON_Delete(j);
+    j = explain(f, "a", "{\"run_id\":\"s-3\"}");     /* in the overflow one: no name */
+    assert_null(cJSON_GetObjectItemCaseSensitive(j, "subtenant"));
+    pos = cJSON_GetObjectItemCaseSensitive(j, "subtenant_position");
+    assert_true(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(pos, "overflow")));
+    cJSON_Delete(j);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_where_and_why, setup, teardown),
         cmocka_unit_test_setup_teardown(test_hostile_and_bounded, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_subtenant_of_run_not_kept, setup_index_only,
+                                        teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -2391,6 +2391,52 @@ static void test_subtenants_info_and_top(void **state)
     fq_sched_destroy(s);
 }
 
+/* A queued run's sub-tenant from the run alone (explain, for a run whose
+ * claim the caller did not keep): its lane's, named, naming none or the
+ * overflow one, and none once the run has left its lane (dispatched, or
+ * back from the window at its tenant's head), nor without sub-tenants. */
+static void test_run_sub_info(void **state)
+{
+    (void)state;
+    fq_sched *s = mk_subs(1);
+    fq_tenant *a = ten(s, "a", 1, 0, 0);
+    fq_run *x = NULL, *x2 = NULL, *none = NULL, *over = NULL;
+    assert_int_equal(fq_sched_enqueue_sub(&x, s, a, "x", 1, 0, 1, Q, NULL, 0), FQ_OK);
+    assert_int_equal(fq_sched_enqueue_sub(&none, s, a, "", 0, 0, 2, Q, NULL, 0), FQ_OK);
+    assert_int_equal(fq_sched_enqueue_sub(&over, s, a, "past-the-cap", 12, 0, 3, Q, NULL, 0),
+                     FQ_OK);
+    assert_int_equal(fq_sched_enqueue_sub(&x2, s, a, "x", 1, 0, 4, Q, NULL, 0), FQ_OK);
+    fq_sub_info i;
+    assert_int_equal(fq_sched_run_sub_info(&i, s, x2), FQ_OK);
+    assert_string_equal(i.name, "x");
+    assert_false(i.overflow);
+    assert_int_equal(i.queued, 2);
+    assert_int_equal(fq_sched_run_sub_info(&i, s, none), FQ_OK);
+    assert_string_equal(i.name, "");
+    assert_false(i.overflow);
+    assert_int_equal(i.queued, 1);
+    assert_int_equal(fq_sched_run_sub_info(&i, s, over), FQ_OK);
+    assert_string_equal(i.name, "");
+    assert_true(i.overflow);
+    /* x leaves first (new list, in submit order): out of its lane */
+    fq_run *r = fq_sched_dispatch(s, 0);
+    assert_ptr_equal(r, x);
+    assert_int_equal(fq_sched_run_sub_info(&i, s, x), FQ_ENOTFOUND);
+    assert_int_equal(fq_sched_run_sub_info(&i, s, x2), FQ_OK);
+    assert_int_equal(i.queued, 1);
+    /* back from the window it leads its tenant's queue, in no lane */
+    assert_int_equal(fq_sched_requeue(s, x->id), FQ_OK);
+    assert_int_equal(x->state, FQ_RUN_QUEUED);
+    assert_int_equal(fq_sched_run_sub_info(&i, s, x), FQ_ENOTFOUND);
+    fq_sched_destroy(s);
+
+    s = mk_subs(0);             /* no sub-tenants: nothing to say */
+    a = ten(s, "a", 1, 0, 0);
+    assert_int_equal(fq_sched_enqueue_sub(&x, s, a, "x", 1, 0, 1, Q, NULL, 0), FQ_OK);
+    assert_int_equal(fq_sched_run_sub_info(&i, s, x), FQ_ENOTFOUND);
+    fq_sched_destroy(s);
+}
+
 /* Runs in the caller's records (caller_runs): each run taken in is the
  * record handed over, the scheduler allocates none, and a record it lets
  * go (completed, cancelled, evicted) or refused stays the caller's as it
@@ -2495,6 +2541,7 @@ int main(void)
         cmocka_unit_test(test_subtenants_capped_and_forgotten),
         cmocka_unit_test(test_subtenants_tenant_cap),
         cmocka_unit_test(test_subtenants_info_and_top),
+        cmocka_unit_test(test_run_sub_info),
         cmocka_unit_test(test_subtenant_coming_back_owes_its_round),
         cmocka_unit_test(test_classes_then_subtenants),
         cmocka_unit_test(test_weighted_classes),
