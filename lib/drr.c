@@ -2277,6 +2277,7 @@ void fq_sched_stats_get(const fq_sched *s, fq_sched_stats *out)
         .queued_tokens = s->queued_tokens,
         .in_flight = s->win.runs,
         .in_flight_tokens = s->win.tokens,
+        .expired_held = s->win.expired,
         .round = s->round,
         .parked = s->npark,
         .active_weight = s->active_weight,

@@ -132,6 +132,8 @@ typedef struct fq_sched_stats {
     uint64_t queued_tokens;
     uint32_t in_flight;         /* runs holding a window slot */
     uint64_t in_flight_tokens;
+    uint32_t expired_held;      /* runs whose lease expired, remembered for a late
+                                   completion (up to max_expired, for expired_keep) */
     uint64_t round;             /* current DRR round */
     uint32_t parked;            /* tenants out of the rotation until a time */
     uint64_t active_weight;     /* the weights of the tenants with queued runs,

@@ -2,11 +2,23 @@
  *
  * Principles:
  *  - One lifecycle per run: the scheduler (lib/drr.c, lib/window.c) knows
- *    where a run is (queued, in flight, expired) and tells us when a lease
- *    ends and when an expired run is forgotten; the ledger keeps only what
- *    the core does not: the run's names, its body or its sequence, the
- *    publishes its submit's ack waits for, and the indexes by sequence and
- *    by run key. A run is one record: the ledger's lg_run embeds the
+ *    where a run is (queued, in flight, expired, or FQ_RUN_FREE once it
+ *    lets go of it) and tells us when a lease ends and when an expired run
+ *    is forgotten; the ledger reads a run's state there and keeps no copy
+ *    of it, nor counts of its own (the window counts the expired runs). It
+ *    keeps only what the core does not know: the run's names, its body or
+ *    its sequence, the publishes its submit's ack waits for, the indexes
+ *    by sequence and by run key, and two bits of a run's life that the
+ *    core cannot see. reading: taken into the window, its body being read;
+ *    in flight to the scheduler (it hands a run over as it leaves its
+ *    queue and waits for no I/O) but queued to everyone else, since its
+ *    dispatch is not out. loaded: read back from the journal as
+ *    dispatched, not handed to the scheduler yet (it takes the runs in
+ *    once the journal is read, within its limits). Any other run the
+ *    scheduler does not hold is over (completed, refused, cancelled,
+ *    forgotten, or let go with its partition: then in gone while its
+ *    dispatch is unanswered), kept only while an index or a publish
+ *    refers to it. A run is one record: the ledger's lg_run embeds the
  *    scheduler's fq_run (caller_runs), handed over as the run is queued or
  *    adopted, so its sequence is the scheduler's id, not a copy of it; and
  *    one index per key: the window keeps no index by id of its own, the
@@ -14,7 +26,7 @@
  *    the ledger names a run to the scheduler by its record.
  *  - A submit is acked only once what it became is stored: its dispatch
  *    and its flight record (two PubAcks, counted in pending), or its
- * *    refusal. A refusal for the state of the moment (duplicate, full,
+ *    refusal. A refusal for the state of the moment (duplicate, full,
  *    overload) is a decision kept: its refused record is stored first,
  *    then the refusal goes out (from a copy), and a submit delivered again
  *    is refused again by that record, never decided anew and dispatched.
@@ -75,13 +87,6 @@
                                        48 to 58, the sequence or batch id below */
 #define LG_TOKEN_LOW ((1ULL << LG_TOKEN_PART_SHIFT) - 1)
 
-enum lg_state {
-    LG_QUEUED = 1,      /* in its tenant's queue */
-    LG_FLIGHT,          /* dispatched, holding a window slot */
-    LG_EXPIRED,         /* lease expired: slot freed, a late completion still counts */
-    LG_DONE,            /* completed or refused; freed once nothing refers to it */
-};
-
 /* What a run must remember from dispatch (or from admission, while its
  * body is kept) until it is forgotten. */
 typedef struct lg_names {
@@ -113,15 +118,17 @@ typedef struct lg_run {
     uint64_t cseq;              /* ... and consumer sequence */
     int64_t submitted_ms;       /* JetStream's timestamp of the submit */
     uint32_t est;               /* tokens charged */
-    uint8_t state;              /* enum lg_state */
     uint8_t pending;            /* publishes to settle before its submit is acked */
     bool in_seq : 1, in_key : 1;
     bool retained : 1;          /* its body kept, counted in buffered_bytes */
     bool indexed : 1;           /* held without its body, counted in index_only */
-    bool reading : 1;           /* a READ of its body is asked for */
+    bool reading : 1;           /* a READ of its body is asked for: the scheduler took it
+                                   into the window, but its dispatch is not out */
     bool resent : 1;            /* its dispatch was published again for a redelivery */
     bool stored : 1;            /* its dispatch's PubAck came in this process: a redelivery
                                    of its settled submit (an ack lost) is acked again */
+    bool loaded : 1;            /* read back from the journal as dispatched (no done record
+                                   since), not handed to the scheduler yet */
     bool read_expired : 1;      /* read back: an expired record (submitted_ms: its expiry) */
     bool refusing : 1;          /* refused for the moment's state: its refusal goes out once
                                    its refused record is stored (body: an lg_kept_refusal) */
@@ -180,6 +187,31 @@ static lg_run *lg_loaded_next(const lg_run *x)
 static bool lg_in_window(const lg_run *x)
 {
     return x->run.state == FQ_RUN_FLIGHT || x->run.state == FQ_RUN_EXPIRED;
+}
+
+/* Whether x is queued as far as anyone outside can tell: in its tenant's
+ * queue, or taken into the window while its body is read, its dispatch not
+ * out yet (a completion of it waits, a journal batch settling acks
+ * nothing). */
+static bool lg_queued(const lg_run *x)
+{
+    return x->run.state == FQ_RUN_QUEUED || (x->run.state == FQ_RUN_FLIGHT && x->reading);
+}
+
+/* Whether x's dispatch is out and the scheduler holds it: in flight, or
+ * its lease expired. */
+static bool lg_dispatched(const lg_run *x)
+{
+    return lg_in_window(x) && !lg_queued(x);
+}
+
+/* Whether x is over: completed, refused, cancelled, forgotten or let go
+ * (or never queued: a kept refusal, a completed run's dispatch sent again).
+ * The scheduler holds it no more, and the ledger keeps it only while an
+ * index or a publish refers to it. */
+static bool lg_over(const lg_run *x)
+{
+    return x->run.state == FQ_RUN_FREE && !x->loaded;
 }
 
 /* The delivery of x's submit an ack or a nak names. */
@@ -344,7 +376,6 @@ struct fq_ledger {
     fq_ledger_tenant *gate_head, *gate_tail;    /* tenants with runs given back */
     uint64_t ngates;            /* those tenants */
     bool back_owed;             /* a run was given back while not fresh: naks to send */
-    uint64_t nexp;              /* runs in state LG_EXPIRED */
     bool fetch_paused;
     bool paused[2];             /* as last told: FQ_LEDGER_SUBMIT, FQ_LEDGER_DONE */
     double rate_tokens;
@@ -619,13 +650,12 @@ static void lg_maybe_free(fq_ledger *l, lg_run *x)
     fq_opool_free(&l->run_pool, x);
 }
 
-/* Move x to state st, counting the expired runs. */
-static void lg_state(fq_ledger *l, lg_run *x, enum lg_state st)
+/* x, taken by the scheduler, goes back to the head of its tenant's queue
+ * (fq_sched_requeue_run): its next dispatch is another, not stored yet. */
+static void lg_requeue_run(fq_ledger *l, lg_run *x)
 {
-    l->nexp += (st == LG_EXPIRED) - (x->state == LG_EXPIRED);
-    x->state = (uint8_t)st;
-    if (st == LG_QUEUED)
-        x->stored = false;      /* queued again: its next dispatch is another */
+    x->stored = false;
+    fq_sched_requeue_run(l->o.sched, &x->run);
 }
 
 /* ---- indexes ------------------------------------------------------------- */
@@ -1726,7 +1756,7 @@ static bool lg_past_window(const fq_ledger *l, int64_t since_ms)
 static void lg_resend(fq_ledger *l, lg_run *x, const fq_ledger_submit *s)
 {
     int64_t since = s->ts_ms;
-    if (x->state == LG_FLIGHT && !x->read_expired && x->submitted_ms > since)
+    if (x->run.state == FQ_RUN_FLIGHT && !x->read_expired && x->submitted_ms > since)
         since = x->submitted_ms;
     lg_delivery(x, &s->ack);
     x->submitted_ms = s->ts_ms;
@@ -1778,7 +1808,7 @@ static bool lg_resend_done(fq_ledger *l, const fq_ledger_submit *s, uint64_t key
         !(x = lg_run_alloc(l)))
         return false;
     *x = (lg_run){.run.id = s->ack.sseq, .lt = lt, .key = key, .submitted_ms = s->ts_ms,
-                  .cseq = s->ack.cseq, .delivered = s->ack.delivered, .state = LG_DONE};
+                  .cseq = s->ack.cseq, .delivered = s->ack.delivered};
     if (!(x->names = fq_opool_alloc(&l->names_pool))) {
         lg_maybe_free(l, x);
         return false;
@@ -1856,7 +1886,7 @@ static bool lg_judge_seen(lg_verdict *v, const fq_ledger *l, const fq_ledger_sub
     /* This very submit, dispatched already by the journal's account (the
      * proxy restarted, or the submit's ack was lost). */
     lg_run *x = seen && same ? lg_find_key(l, s->tenant, v->run_id, v->key) : NULL;
-    if (x && (x->in_seq || (x->state != LG_FLIGHT && x->state != LG_EXPIRED)))
+    if (x && (x->in_seq || !(lg_dispatched(x) || x->loaded)))
         x = NULL;
     if (x && x->stored) {
         /* This process saw its dispatch and its flight record stored and
@@ -2026,8 +2056,7 @@ static void lg_enqueue(fq_ledger *l, lg_verdict *v, fq_ledger_tenant *lt,
     lg_run *x = lg_run_alloc(l);
     if (x)
         *x = (lg_run){.run.id = seq, .lt = lt, .key = v->key, .submitted_ms = s->ts_ms,
-                      .est = v->est, .cseq = s->ack.cseq, .delivered = s->ack.delivered,
-                      .state = LG_QUEUED};
+                      .est = v->est, .cseq = s->ack.cseq, .delivered = s->ack.delivered};
     if (!x || !lg_seq_add(l, x)) {
         st = FQ_ENOMEM;
     } else {
@@ -2104,7 +2133,7 @@ static void lg_admitted(fq_ledger *l, lg_run *x, const char *run_id, const fq_le
 static void lg_forget_stale(fq_ledger *l, lg_run *x)
 {
     lg_key_del(l, x);
-    lg_state(l, x, LG_DONE);
+    x->loaded = false;
     lg_maybe_free(l, x);
 }
 
@@ -2130,7 +2159,7 @@ static bool lg_refuse_kept(fq_ledger *l, const fq_ledger_submit *s, fq_ledger_te
     if (!x)
         return false;
     *x = (lg_run){.run.id = s->ack.sseq, .lt = lt, .cseq = s->ack.cseq,
-                  .delivered = s->ack.delivered, .submitted_ms = s->ts_ms, .state = LG_DONE};
+                  .delivered = s->ack.delivered, .submitted_ms = s->ts_ms};
     if (!lg_seq_add(l, x) || !lg_body_room(l) || !(x->body = lg_alloc(l, size))) {
         lg_seq_del(l, x);
         lg_maybe_free(l, x);
@@ -2310,7 +2339,6 @@ static void lg_unhold(fq_ledger *l, lg_run *x)
 static void lg_drop_dispatched(fq_ledger *l, lg_run *x)
 {
     fq_sched_cancel_run(l->o.sched, &x->run);
-    lg_state(l, x, LG_DONE);
     lg_unhold(l, x);
     lg_held(l, x->lt, false);
     lg_seq_del(l, x);
@@ -2326,7 +2354,7 @@ static void lg_drop_dispatched(fq_ledger *l, lg_run *x)
 static void lg_requeue(fq_ledger *l, lg_run *x, int js_err)
 {
     fq_ledger_tenant *lt = x->lt;
-    fq_sched_requeue_run(l->o.sched, &x->run);
+    lg_requeue_run(l, x);
     uint32_t k = lt->fails < 16 ? lt->fails : 16;
     uint64_t wait = (uint64_t)FQ_LEDGER_RETRY_MS << k;
     if (wait > FQ_LEDGER_PARK_MAX_MS)
@@ -2371,7 +2399,6 @@ static void lg_dispatch_send(fq_ledger *l, lg_run *x, const fq_ledger_bytes *raw
     }
     if (!x->in_key)
         lg_key_add(l, x);
-    lg_state(l, x, LG_FLIGHT);
     x->pending++;       /* a journal batch of an earlier attempt may still be pending */
     lg_journal_flight(l, x, l->now_ms);
     l->c.dispatched++;
@@ -2427,14 +2454,13 @@ void fq_ledger_body(fq_ledger *l, uint64_t seq, fq_status st, const fq_ledger_by
     if (!x || !x->reading)
         return;
     x->reading = false;
-    if (x->state == LG_EXPIRED) {
+    if (x->run.state == FQ_RUN_EXPIRED) {
         /* Its lease ran out while its body was read: queued again as it
          * was, to be read at its next turn. */
-        lg_state(l, x, LG_QUEUED);
-        fq_sched_requeue_run(l->o.sched, &x->run);
+        lg_requeue_run(l, x);
         return;
     }
-    if (x->state == LG_DONE) {
+    if (x->run.state == FQ_RUN_FREE) {
         /* ... and it was forgotten since: its submit is left unacked, to
          * come back as new. */
         lg_unhold(l, x);
@@ -2492,7 +2518,7 @@ static void lg_settled(fq_ledger *l, lg_run *x)
     /* A run whose dispatch failed is queued again: the journal batch of
      * that attempt settling acks nothing; nor does it for a run refused
      * since (its refusal acks its submit). */
-    if (--x->pending || x->state == LG_QUEUED)
+    if (--x->pending || lg_queued(x))
         return;
     if (x->refusing && x->body && x->in_seq) {
         lg_refusal_send(l, x);      /* its refused record is stored */
@@ -2544,8 +2570,7 @@ static bool lg_dispatch_failed(fq_ledger *l, uint64_t seq, int js_err, bool answ
         l->stalled = true;
     }
     lg_run *x = lg_find_seq(l, seq);
-    if (!x || (x->state != LG_FLIGHT && x->state != LG_EXPIRED) ||
-        !lg_in_window(x))
+    if (!x || !lg_dispatched(x))
         return false;
     if (x->resent) {
         /* A redelivery published again: it was dispatched before (the
@@ -2571,7 +2596,6 @@ static bool lg_dispatch_failed(fq_ledger *l, uint64_t seq, int js_err, bool answ
         return false;
     }
     x->pending--;
-    lg_state(l, x, LG_QUEUED);
     lg_requeue(l, x, js_err);
     return true;
 }
@@ -2639,7 +2663,7 @@ static void lg_puback_judge(lg_settle_verdict *v, const fq_ledger *l, uint64_t t
         v->what = kind == FQ_LTK_DISPATCH ? LG_SETTLE_DISPATCH_FAILED : LG_SETTLE_RETRY;
     } else if (kind == FQ_LTK_DISPATCH) {
         v->x = lg_find_seq(l, val);
-        if (v->x && v->x->state != LG_QUEUED)
+        if (v->x && !lg_queued(v->x))
             v->what = LG_SETTLE_DISPATCHED;
     } else if (refusal) {
         v->what = LG_SETTLE_ACK;
@@ -2665,7 +2689,7 @@ static void lg_early_settle(fq_ledger *l, lg_run *x, bool duplicate)
     if (!e)
         return;
     lg_early_take(l, e);
-    if (duplicate && x->state != LG_DONE) {
+    if (duplicate && !lg_over(x)) {
         fq_completion c = {.actual_tokens = e->actual, .input_tokens = e->input,
                            .output_tokens = e->output, .cached_tokens = e->cached,
                            .kinds = e->kinds, .status = (enum fq_done_status)e->status};
@@ -2685,7 +2709,7 @@ static void lg_dispatch_stored(fq_ledger *l, lg_run *x, bool duplicate)
         l->c.dispatch_duplicates++;
     x->stored = true;   /* before an early completion's done record, which says so */
     lg_early_settle(l, x, duplicate);
-    if (x->resent && !duplicate && x->state != LG_DONE &&
+    if (x->resent && !duplicate && !lg_over(x) &&
         fq_sched_redispatched_run(l->o.sched, &x->run, l->now) == FQ_OK) {
         /* Read back from a flight record, sent again and stored new: the
          * attempt that record told of never reached the workers, this
@@ -2696,7 +2720,7 @@ static void lg_dispatch_stored(fq_ledger *l, lg_run *x, bool duplicate)
         l->c.redispatched++;
         lg_journal_flight(l, x, l->now_ms);
     }
-    lg_done *dn = x->state == LG_DONE ? lg_done_find(l, x->key) : NULL;
+    lg_done *dn = lg_over(x) ? lg_done_find(l, x->key) : NULL;
     if (dn && dn->seq == x->run.id)
         dn->unconfirmed = false;    /* completed, and its dispatch is stored */
     x->lt->fails = 0;
@@ -2783,7 +2807,6 @@ enum lg_unsent {
     LG_UNSENT_GONE,             /* a dispatch of a run let go with its partition */
     LG_UNSENT_DONE_RESENT,      /* a completed run's dispatch published again: given up */
     LG_UNSENT_RESENT,           /* a redelivery's dispatch published again: given up */
-    LG_UNSENT_UNHELD,           /* a dispatch of a run the scheduler no longer holds */
     LG_UNSENT_UNSENDABLE,       /* a dispatch that can never be sent: refused */
     LG_UNSENT_REQUEUE,          /* a dispatch NATS cannot take now: queued again */
 };
@@ -2823,14 +2846,12 @@ static void lg_unsent_judge(lg_unsent_verdict *v, const fq_ledger *l, const fq_l
         return;
     }
     lg_run *x = v->x = lg_find_seq(l, a->seq);
-    if (x && x->state == LG_DONE && x->resent)
+    if (x && lg_over(x) && x->resent)
         v->what = LG_UNSENT_DONE_RESENT;    /* published again by lg_resend_done */
-    else if (!x || (x->state != LG_FLIGHT && x->state != LG_EXPIRED))
+    else if (!x || !lg_dispatched(x))
         v->what = LG_UNSENT_NOTHING;
     else if (x->resent)
         v->what = LG_UNSENT_RESENT;
-    else if (!lg_in_window(x))
-        v->what = LG_UNSENT_UNHELD;
     else if (st == FQ_ETOOBIG || st == FQ_EINVAL)
         v->what = LG_UNSENT_UNSENDABLE;
     else
@@ -2892,12 +2913,8 @@ static void lg_unsent_apply(fq_ledger *l, const lg_unsent_verdict *v, const fq_l
         x->pending--;
         lg_unresend(l, x);
         break;
-    case LG_UNSENT_UNHELD:
-        x->pending--;
-        break;
     case LG_UNSENT_UNSENDABLE:
         x->pending--;
-        lg_state(l, x, LG_QUEUED);
         lg_unsendable(l, x, st, &a->raw);
         break;
     case LG_UNSENT_REQUEUE:
@@ -2905,12 +2922,11 @@ static void lg_unsent_apply(fq_ledger *l, const lg_unsent_verdict *v, const fq_l
          * pending): the next turn tries again in the same order. Out of
          * memory parks the tenant. */
         x->pending--;
-        lg_state(l, x, LG_QUEUED);
         l->c.dispatched -= l->c.dispatched > 0;
         if (st == FQ_ENOMEM)
             lg_requeue(l, x, 0);
         else
-            fq_sched_requeue_run(l->o.sched, &x->run);
+            lg_requeue_run(l, x);
         break;
     case LG_UNSENT_NOTHING:
         break;
@@ -2994,7 +3010,7 @@ static void lg_refuse_done(fq_ledger *l, const fq_ledger_done *d, const char *er
 static void lg_reconcile(fq_ledger *l, lg_run *x, const fq_completion *c,
                          const fq_ledger_ackref *done_ack)
 {
-    bool late = x->state != LG_FLIGHT;
+    bool late = x->run.state == FQ_RUN_EXPIRED;
     /* Kinds reported price the run; actual_tokens alone is its cost. */
     uint64_t cost = c->kinds ? fq_price_cost(&x->lt->prices, c->input_tokens,
                                              c->output_tokens, c->cached_tokens)
@@ -3019,7 +3035,6 @@ static void lg_reconcile(fq_ledger *l, lg_run *x, const fq_completion *c,
         a->actual = c->actual_tokens;
         a->late = late;
     }
-    lg_state(l, x, LG_DONE);
     lg_mark_done(l, x, done_ack);
     lg_key_del(l, x);
     lg_maybe_free(l, x);
@@ -3079,7 +3094,7 @@ static void lg_done_judge(lg_done_verdict *v, const fq_ledger *l, const fq_ledge
     const char *run_id = d->c->run_id;
     v->key = lg_key(l, d->tenant, run_id);
     lg_run *x = lg_find_key(l, d->tenant, run_id, v->key);
-    bool queued = x && x->state == LG_QUEUED;
+    bool queued = x && lg_queued(x);
     lg_early *e = lg_early_find(l, v->key);
     if (e && e->ack.sseq == d->ack.sseq) {
         v->e = e;
@@ -3180,7 +3195,6 @@ static void lg_expired(fq_ledger *l, lg_run *x, int64_t at_ms)
     }
     if (x->names)   /* else its body is being read: it has no record */
         lg_journal_run(l, x, FQ_JREC_EXPIRED, at_ms);
-    lg_state(l, x, LG_EXPIRED);
 }
 
 typedef struct lg_expiring {
@@ -3206,14 +3220,10 @@ static void lg_on_expiry(void *arg, const fq_run *r, enum fq_expiry what)
      * then a duplicate: not reconciled, its charge stays as estimated. */
     if (r->t <= l->now && l->now - r->t < l->o.keep_done_ms) {
         e->early++;
-        if (x->state == LG_EXPIRED)
-            lg_done_add(l, x->key, x->run.id, (int64_t)(r->t + l->o.keep_done_ms), x->part,
-                        !x->stored);
+        lg_done_add(l, x->key, x->run.id, (int64_t)(r->t + l->o.keep_done_ms), x->part,
+                    !x->stored);
     }
-    if (x->state == LG_EXPIRED) {
-        lg_key_del(l, x);
-        lg_state(l, x, LG_DONE);
-    }
+    lg_key_del(l, x);
     lg_maybe_free(l, x);
 }
 
@@ -3280,7 +3290,7 @@ static lg_run *lg_load_run(fq_ledger *l, const fq_jrec *r, uint64_t h)
     memcpy(nm->workflow, r->workflow, sizeof nm->workflow);
     *x = (lg_run){.run.id = r->seq ? r->seq : FQ_LEDGER_SYNTH_ID + l->synth++, .lt = lt,
                   .names = nm, .key = h, .submitted_ms = r->at_ms, .est = r->est,
-                  .state = LG_FLIGHT};
+                  .loaded = true};
     lg_key_add(l, x);
     if (!x->in_key) {
         lg_maybe_free(l, x);
@@ -3358,7 +3368,7 @@ void fq_ledger_recover_record(fq_ledger *l, const fq_jrec *r, int64_t stored_ms,
         lg_done_add(l, h, r->seq, lg_stored_until(l, stored_ms), part, r->unconfirmed);
         if (x) {
             lg_key_del(l, x);
-            x->state = LG_DONE;             /* never taken in: not counted */
+            x->loaded = false;              /* never taken in: not counted */
         }
         return;
     case FQ_JREC_REFUSED:
@@ -3373,7 +3383,7 @@ void fq_ledger_recover_record(fq_ledger *l, const fq_jrec *r, int64_t stored_ms,
 static void lg_unload(fq_ledger *l, lg_run *x)
 {
     lg_key_del(l, x);
-    x->state = LG_DONE;
+    x->loaded = false;
     lg_maybe_free(l, x);
 }
 
@@ -3425,22 +3435,23 @@ void fq_ledger_recovered(fq_ledger *l, uint64_t now, int64_t now_ms)
     for (lg_run *x = l->loaded, *nx; x; x = nx) {
         nx = lg_loaded_next(x);
         x->run.next = NULL;
+        bool loaded = x->loaded;
+        x->loaded = false;      /* off the list: the scheduler's, or forgotten */
         int64_t age = now_ms - x->submitted_ms;
         bool timed_out = timeout && age >= 0 && (uint64_t)age >= timeout;
         /* A run that expired while no proxy ran did so when its lease ran
          * out. */
         int64_t expired_at = x->submitted_ms + (int64_t)timeout;
         int64_t keep = (int64_t)l->o.keep_done_ms;
-        bool flight = x->state == LG_FLIGHT && !x->read_expired;
+        bool flight = loaded && !x->read_expired;
         if (flight && !timed_out) {
             lg_adopt_one(l, x, age > 0 ? (uint64_t)age : 0);
         } else if (flight && expired_at + keep > now_ms) {
             if (lg_adopt_expired(l, x, expired_at))
                 lg_expired(l, x, expired_at);   /* counted, with its expired record */
-        } else if (x->state == LG_FLIGHT && x->submitted_ms + keep > now_ms) {
+        } else if (loaded && x->submitted_ms + keep > now_ms) {
             /* Expired before the restart: a late completion still counts. */
-            if (lg_adopt_expired(l, x, x->submitted_ms))
-                lg_state(l, x, LG_EXPIRED);
+            lg_adopt_expired(l, x, x->submitted_ms);
         } else {
             lg_unload(l, x);            /* completed, or expired past remembering */
         }
@@ -3547,10 +3558,8 @@ static void lg_release_queued(void *arg, const fq_run *run)
         lg_nak(r->l, FQ_LEDGER_SUBMIT, &ack, 0);
     }
     r->naked++;
-    if (!x->in_seq && !x->in_key) {     /* not among those the release walks */
-        lg_state(r->l, x, LG_DONE);
+    if (!x->in_seq && !x->in_key)       /* not among those the release walks */
         lg_maybe_free(r->l, x);
-    }
 }
 
 /* Collect into l->scratch the runs of part that the indexes hold; false
@@ -3690,7 +3699,6 @@ static void lg_release_journal(fq_ledger *l, lg_part *pp)
  * keeps it in gone until its answer comes. */
 static void lg_release_forget(fq_ledger *l, lg_part *pp, lg_run *x)
 {
-    lg_state(l, x, LG_DONE);
     if (x->in_seq) {
         lg_unhold(l, x);
         lg_held(l, x->lt, false);
@@ -3931,12 +3939,11 @@ enum fq_ledger_where fq_ledger_run_where(const fq_ledger *l, const char *tenant,
     if (!x)
         return lg_done_find(l, h) ? FQ_LW_DONE : FQ_LW_UNKNOWN;
     *est = x->est;
-    switch (x->state) {
-    case LG_QUEUED: return FQ_LW_QUEUED;
-    case LG_FLIGHT: return FQ_LW_IN_FLIGHT;
-    case LG_EXPIRED: return FQ_LW_EXPIRED;
-    default: return FQ_LW_DONE;
-    }
+    if (lg_queued(x))
+        return FQ_LW_QUEUED;
+    if (x->loaded || x->run.state == FQ_RUN_FLIGHT)
+        return FQ_LW_IN_FLIGHT;
+    return x->run.state == FQ_RUN_EXPIRED ? FQ_LW_EXPIRED : FQ_LW_DONE;
 }
 
 const fq_run *fq_ledger_dispatched_run(const fq_ledger *l, uint64_t seq)
@@ -3978,6 +3985,8 @@ const fq_ledger_counters *fq_ledger_counters_get(const fq_ledger *l)
 
 void fq_ledger_stats_get(fq_ledger_stats *out, const fq_ledger *l)
 {
+    fq_sched_stats ss;
+    fq_sched_stats_get(l->o.sched, &ss);     /* the window's count of expired runs */
     bool unsent = false;
     for (uint32_t i = 0; i < l->njlist && !unsent; i++) {
         const lg_part *pp = &l->parts[l->jlist[i]];
@@ -3988,7 +3997,7 @@ void fq_ledger_stats_get(fq_ledger_stats *out, const fq_ledger *l)
         .index_only = l->index_only,
         .buffered_bytes = l->buffered_bytes,
         .completed_remembered = fq_kept_count(&l->done),
-        .expired_remembered = l->nexp,
+        .expired_remembered = ss.expired_held,
         .debtors = l->debtors,
         .given_back = fq_u64map_count(l->back),
         .fetch_paused = l->fetch_paused,

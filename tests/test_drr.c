@@ -793,8 +793,13 @@ static void test_expired_records_are_bounded(void **state)
     }
     assert_int_equal(fq_sched_expire(s, 10, NULL, NULL), 40);
     assert_null(fq_sched_run(s, first));        /* the oldest were forgotten */
+    fq_sched_stats st;
+    fq_sched_stats_get(s, &st);
+    assert_int_equal(st.expired_held, 16);      /* what the ledger reports as remembered */
     assert_int_equal(fq_sched_complete(NULL, s, first, 10), FQ_ENOTFOUND);
     assert_int_equal(fq_sched_complete(NULL, s, first + 39, 10), FQ_OK);
+    fq_sched_stats_get(s, &st);
+    assert_int_equal(st.expired_held, 15);
     fq_sched_destroy(s);
 }
 
