@@ -1850,8 +1850,6 @@ enum lg_take {
 typedef struct lg_verdict {
     enum lg_take take;
     lg_run *x;                  /* REDELIVERED, RESEND: its run; QUEUE: the run queued */
-    lg_run *stale;              /* a record of this very submit that the scheduler no
-                                   longer holds: forgotten, the submit taken afresh */
     bool bad_subject;           /* REFUSE: the subject names no tenant */
     fq_status code;             /* REFUSE: why */
     char sentence[400];         /* REFUSE: the sentence after the code */
@@ -1877,16 +1875,18 @@ static bool lg_refusal(lg_verdict *v, fq_status code, const char *fmt, ...)
 
 /* Whether v's run key was seen before: true with the verdict when it
  * decides the submit (this very submit dispatched or completed before,
- * or another submit's run id); false when the submit is new, v->stale set
- * if a record of it is to be forgotten first. */
+ * or another submit's run id); false when the submit is new. */
 static bool lg_judge_seen(lg_verdict *v, const fq_ledger *l, const fq_ledger_submit *s)
 {
     uint64_t seq = s->ack.sseq;
     bool same = false, seen = lg_seen(l, s->tenant, v->run_id, v->key, seq, &same);
     /* This very submit, dispatched already by the journal's account (the
-     * proxy restarted, or the submit's ack was lost). */
+     * proxy restarted, or the submit's ack was lost): the scheduler holds
+     * it, in flight or expired. (A run read back and not taken in is never
+     * found here: its partition's submits come only once the scheduler has
+     * taken in what the journal held, fq_ledger_recover_record.) */
     lg_run *x = seen && same ? lg_find_key(l, s->tenant, v->run_id, v->key) : NULL;
-    if (x && (x->in_seq || !(lg_dispatched(x) || x->loaded)))
+    if (x && (x->in_seq || !lg_dispatched(x)))
         x = NULL;
     if (x && x->stored) {
         /* This process saw its dispatch and its flight record stored and
@@ -1896,16 +1896,10 @@ static bool lg_judge_seen(lg_verdict *v, const fq_ledger *l, const fq_ledger_sub
         v->take = LG_TAKE_ACK_AGAIN;
         return true;
     }
-    if (x && lg_in_window(x)) {
+    if (x) {
         v->take = LG_TAKE_RESEND;
         v->x = x;
         return true;
-    }
-    if (x) {
-        /* The scheduler holds nothing of it: admitted afresh, in its place
-         * among its tenant's runs (sent again, JetStream stores it once). */
-        v->stale = x;
-        return false;
     }
     if (seen && same) {
         v->take = LG_TAKE_DONE;     /* completed before a restart, its ack lost */
@@ -1946,7 +1940,7 @@ static bool lg_judge_class(lg_verdict *v, const fq_ledger *l, const fq_submit *s
 static void lg_submit_judge(lg_verdict *v, const fq_ledger *l, const fq_ledger_submit *s)
 {
     v->take = LG_TAKE_ADMIT;
-    v->x = v->stale = NULL;
+    v->x = NULL;
     v->bad_subject = false;
     v->code = FQ_OK;
     v->wait = v->key = 0;
@@ -2067,7 +2061,7 @@ static void lg_enqueue(fq_ledger *l, lg_verdict *v, fq_ledger_tenant *lt,
                                   strlen(s->sub->subtenant), v->cls, seq, v->est, x, l->now);
     }
     if (st == FQ_OK) {
-        x->maybe_sent = v->stale || s->ts_ms < lg_pp(l, lt)->inherit_before;
+        x->maybe_sent = s->ts_ms < lg_pp(l, lt)->inherit_before;
         v->x = x;
         return;
     }
@@ -2126,15 +2120,6 @@ static void lg_admitted(fq_ledger *l, lg_run *x, const char *run_id, const fq_le
     lg_key_add(l, x);
     lg_keep_body(l, x, run_id, s);
     lg_pause_check(l);
-}
-
-/* A record of a submit that came again and that the scheduler no longer
- * holds: forgotten, the submit is taken afresh. */
-static void lg_forget_stale(fq_ledger *l, lg_run *x)
-{
-    lg_key_del(l, x);
-    x->loaded = false;
-    lg_maybe_free(l, x);
 }
 
 /* Refuse submit s for why (duplicate, tenant_full, overload: the state of
@@ -2307,8 +2292,6 @@ void fq_ledger_submit_in(fq_ledger *l, const fq_ledger_submit *s, uint64_t now, 
         return;
     lg_verdict v;
     lg_submit_judge(&v, l, s);
-    if (v.stale)
-        lg_forget_stale(l, v.stale);
     fq_ledger_tenant *lt = v.take == LG_TAKE_ADMIT ? lg_admission(l, &v, s) : NULL;
     if (v.take == LG_TAKE_QUEUE)
         lg_enqueue(l, &v, lt, s);
