@@ -147,7 +147,11 @@ static fq_status ow_slot_init(fq_owner *o, ow_slot *s)
     else
         snprintf(key, sizeof key, "%s", FQ_OWNER_KEY_DUTY);
     s->owned = s->handing = s->handed = s->drop = s->gate = false;
-    return fq_lease_init(&s->lease, key, s->part == FQ_OWNER_REGISTRY ? o->regval : o->id, &lo);
+    /* P = 1's leader key holds <id>@<instance>, as r.<id> does: without
+     * the instance a second process given our id would read the key as its
+     * own, take it, and both would lead (ow_same_id) */
+    return fq_lease_init(&s->lease, key,
+                         s->part == FQ_OWNER_REGISTRY || o->parts == 1 ? o->regval : o->id, &lo);
 }
 
 fq_status fq_owner_create(fq_owner **out, uint32_t partitions, const char *id,
@@ -549,8 +553,17 @@ void fq_owner_tick(fq_owner *o, uint64_t now)
     ow_move(o, now);
 }
 
-/* Our registry key read: another instance of our id holds it if it is
- * neither ours nor released. A dead one's key ages out within a TTL; one
+/* Whether a key's value names our id under another instance than ours
+ * (<id>@<other>, or <id> alone written without one). */
+static bool ow_same_id(const fq_owner *o, const char *value)
+{
+    size_t n = strlen(o->id);
+    return strcmp(value, o->regval) != 0 && strncmp(value, o->id, n) == 0 &&
+           (value[n] == '@' || value[n] == '\0');
+}
+
+/* Our registry key read (P = 1: the leader key, when it names our id):
+ * another instance of our id holds it if it is neither ours nor released. A dead one's key ages out within a TTL; one
  * still there a TTL after we first saw it, at a revision that moved, was
  * renewed since: a live process with our id. */
 static void ow_registry_read(fq_owner *o, uint64_t now, const char *value, uint64_t rev)
@@ -577,10 +590,13 @@ void fq_owner_on_get(fq_owner *o, uint32_t slot, uint64_t now, fq_status st, con
     fq_lease_step ls;
     ow_answered(o, slot, st == FQ_OK || st == FQ_ENOTFOUND);
     fq_lease_on_get(&ls, &s->lease, now, st, value ? value : "", rev);
-    if (s->part == FQ_OWNER_REGISTRY && st == FQ_OK)
-        ow_registry_read(o, now, value ? value : "", rev);
-    else if (s->part == FQ_OWNER_REGISTRY && st == FQ_ENOTFOUND)
-        o->dup_since = 0;
+    const char *v = value ? value : "";
+    if (s->part == FQ_OWNER_REGISTRY || o->parts == 1) {
+        if (st == FQ_OK && (s->part == FQ_OWNER_REGISTRY || ow_same_id(o, v)))
+            ow_registry_read(o, now, v, rev);
+        else if (st == FQ_OK || st == FQ_ENOTFOUND)
+            o->dup_since = 0;   /* free, or (P = 1) another replica's */
+    }
     ow_step(o, s, &ls, now);
     ow_ahead(o, q);
 }

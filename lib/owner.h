@@ -42,7 +42,13 @@
  *            deployment is exactly today's leader and standby: no
  *            registry, no moves, the first to take the key keeps it, and
  *            a holder that finds another's id in it has lost it for good
- *            (its lease stays FQ_LEASE_LOST: the proxy stops).
+ *            (its lease stays FQ_LEASE_LOST: the proxy stops). Its value
+ *            is <id>@<instance>, as r.<id>'s, so that a second process
+ *            given the leader's id stands by instead of reading the key
+ *            as its own, and says so (fq_owner_duplicate) once it saw the
+ *            key renewed by that instance a TTL after it first read it; a
+ *            restart under the id waits out a dead predecessor's key (a
+ *            TTL at most) unless it was released.
  *
  * Assignment: every replica computes, from the same registry, the same
  * balanced assignment of partitions to live replicas: each replica gets
@@ -199,10 +205,11 @@ const char *fq_owner_assigned(const fq_owner *o, int32_t part);
 const char *fq_owner_holder(const fq_owner *o, int32_t part, uint64_t now);
 /* The lease of part (state, holder last read), or NULL. */
 const fq_lease *fq_owner_lease(const fq_owner *o, int32_t part);
-/* P > 1: the value of r.<id> (<id>@<instance>) of another live process
- * with our id, which kept renewing it for a TTL after we first read it;
- * NULL while none is known. We never register meanwhile: the caller stops,
- * since the deployment has two replicas with one id. */
+/* The value of r.<id> (P = 1: of the leader key), <id>@<instance>, of
+ * another live process with our id, which kept renewing it for a TTL
+ * after we first read it; NULL while none is known. We never register
+ * (P = 1: take the key) meanwhile: the caller stops, since the deployment
+ * has two replicas with one id. */
 const char *fq_owner_duplicate(const fq_owner *o);
 /* The i-th replica alive in our view (ids sorted, ours among them once
  * registered), or NULL past the last; with P = 1 (no registry) our id

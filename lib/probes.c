@@ -133,7 +133,8 @@ void fq_probes_lease(fq_probes *pr, uint64_t fresh_until, uint64_t sent, const c
     if (!holder)
         return;
     pthread_mutex_lock(&pr->holder_mu);
-    snprintf(pr->holder, sizeof pr->holder, "%s", holder);
+    /* the holder's replica id: the key may hold <id>@<instance> (owner.h) */
+    snprintf(pr->holder, sizeof pr->holder, "%.*s", (int)strcspn(holder, "@"), holder);
     pthread_mutex_unlock(&pr->holder_mu);
 }
 

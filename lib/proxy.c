@@ -3203,7 +3203,23 @@ static void px_parts_apply(fq_proxy *p)
     }
 }
 
-/* Wait until we hold the lease; false if stopped first. A standby changes
+/* Whether another live process has our replica id (lib/owner.h,
+ * fq_owner_duplicate: it keeps renewing r.<id>, or with P = 1 the leader
+ * key, under another instance); said once, the caller stops. */
+static bool px_duplicate(fq_proxy *p)
+{
+    const char *dup = fq_owner_duplicate(fq_leader_owner(p->ld));
+    if (dup)
+        fq_log(FQ_LOG_ERROR, "another running fairq-proxy has this replica_id: it keeps "
+               "renewing its key in the lease bucket; give each replica its own replica_id "
+               "(or none); stopping", FQ_STR("replica_id", p->lease_id),
+               FQ_STR("instance", p->instance), FQ_STR("other", dup),
+               FQ_STR("key", px_parts(p) == 1 ? FQ_OWNER_KEY_DUTY : "r.<id>"));
+    return dup != NULL;
+}
+
+/* Wait until we hold the lease; false if stopped first, or on a fatal (a
+ * permission refused, our replica id another process's). A standby changes
  * nothing but the lease key: it only reads it, and writes it to take it.
  * It sees its connection's events and publishes a metrics snapshot once a
  * second, so that its /metrics says what it knows (connected or not, the
@@ -3216,7 +3232,7 @@ static bool px_become_leader(fq_proxy *p)
         fq_leader_step(p->ld, now);
         if (ls->state == FQ_LEASE_LEADING)
             return true;
-        if (px_denied_at_start(p))
+        if (px_denied_at_start(p) || px_duplicate(p))
             return false;
         if (now >= next_log) {
             fq_log(FQ_LOG_WARN,
@@ -3366,12 +3382,7 @@ static bool px_turn(fq_proxy *p, const fq_ledger_counters *lc, int *rc)
         *rc = FQ_PROXY_EXIT_LEASE_LOST;
         return false;
     }
-    const char *dup = fq_owner_duplicate(fq_leader_owner(p->ld));
-    if (dup) {
-        fq_log(FQ_LOG_ERROR, "another running fairq-proxy has this replica_id: it keeps "
-               "renewing its registry key; give each replica its own replica_id (or none); "
-               "stopping", FQ_STR("replica_id", p->lease_id), FQ_STR("instance", p->instance),
-               FQ_STR("other", dup));
+    if (px_duplicate(p)) {
         *rc = FQ_PROXY_EXIT_FATAL;
         return false;
     }

@@ -57,6 +57,19 @@ static int setup(void **state)
     return pf_setup_server(state, (const char *const[]){"-c", conf, NULL}, yaml, &wo);
 }
 
+/* partitions: 1, no mapping: a leader and standbys. */
+static int setup_one(void **state)
+{
+    parts = 1;          /* back to P at the teardown */
+    strcpy(dir, "/tmp/fairq-it-replicas-XXXXXX");
+    if (!mkdtemp(dir))
+        return -1;
+    setenv("FAIRQ_HTTP_LISTEN", "127.0.0.1:0", 1);
+    char yaml[512];
+    snprintf(yaml, sizeof yaml, yaml_fmt, parts, "rep-a");
+    return pf_setup(state, yaml, NULL);
+}
+
 /* Two partitions for three replicas: one owns none. */
 static int setup_two(void **state)
 {
@@ -540,6 +553,31 @@ static void test_duplicate_replica_id_refused(void **state)
     assert_true(nt_proc_alive(&f->px.proc));
 }
 
+/* The same with partitions: 1: the twin stands by (the leader key holds
+ * rep-a under the first's instance), never takes the key, and stops with
+ * the same line once it saw the first renew it; the first leads on.
+ * Before, the twin read the key as its own and took it, the first read
+ * its refused renewal's key as its own late write and went on, and both
+ * led. */
+static void test_duplicate_replica_id_refused_p1(void **state)
+{
+    pf_fixture *f = *state;
+    assert_int_equal(pt_log_wait(&f->px, "leader lease acquired", 15000), 0);
+    char yaml[512];
+    snprintf(yaml, sizeof yaml, yaml_fmt, parts, "rep-a");
+    assert_int_equal(pt_proxy_start(&more[0], f->srv, "rep-a-twin", yaml), 0);
+    assert_int_equal(pt_log_wait(&more[0], "another running fairq-proxy has this replica_id",
+                                 2 * TTL_MS + 5000), 0);
+    assert_int_equal(nt_proc_wait(&more[0].proc, 5000), 0);
+    assert_int_equal(nt_proc_exit_code(&more[0].proc), 1);
+    assert_int_equal(pt_log_count(&more[0], "leader lease acquired"), 0);
+    assert_true(nt_proc_alive(&f->px.proc));
+    assert_int_equal(pt_log_count(&f->px, "lost the leader lease"), 0);
+    /* it serves on */
+    assert_int_equal(pt_submit(&f->c, "acme", "{\"run_id\":\"a-1\"}", 16, NULL), 0);
+    pf_wait_msgs(f, "FAIR_DISPATCH", 1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -548,6 +586,8 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(test_fenced_partition_let_go_alone, setup, teardown),
         cmocka_unit_test_setup_teardown(test_duplicate_replica_id_refused, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_duplicate_replica_id_refused_p1, setup_one,
+                                        teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

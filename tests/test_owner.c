@@ -65,6 +65,7 @@ enum sw_rep_state { R_OFF, R_RUN, R_FROZEN, R_STOPPING };
 typedef struct sw_rep {
     fq_owner *o;
     char id[32];
+    char val[48];               /* what it writes: P = 1 <id>@<instance>, else <id> */
     int gen;
     enum sw_rep_state state;
     uint64_t off;               /* local clock = world + off */
@@ -324,6 +325,7 @@ static void sw_start(sw_world *w, int r, const char *id)
     snprintf(p->id, sizeof p->id, "%s", id);
     char inst[16];
     snprintf(inst, sizeof inst, "i%d", w->nextinst++);
+    snprintf(p->val, sizeof p->val, w->parts == 1 ? "%s@%s" : "%s", p->id, inst);
     assert_int_equal(fq_owner_create(&p->o, w->parts, p->id, inst, TTL), FQ_OK);
     /* the watch: every key as it stands, then synced */
     uint64_t at = w->now + 1;
@@ -463,7 +465,7 @@ static bool sw_holder_running(const sw_world *w, const sw_key *k)
     if (!sw_present(w, k))
         return false;
     for (int r = 0; r < SW_REPS; r++)
-        if (w->rep[r].state == R_RUN && strcmp(w->rep[r].id, k->val) == 0)
+        if (w->rep[r].state == R_RUN && strcmp(w->rep[r].val, k->val) == 0)
             return true;
     return false;
 }
@@ -489,7 +491,7 @@ static void sw_check(sw_world *w)
                 continue;
             fresh++;
             /* fresh: the server holds the key in our name */
-            if (!sw_present(w, sk) || strcmp(sk->val, p->id) != 0)
+            if (!sw_present(w, sk) || strcmp(sk->val, p->val) != 0)
                 fail_msg("seed %" PRIu64 " t %" PRIu64 ": %s fresh for partition %u, the server "
                          "says '%s'", w->seed0, w->now, p->id, k, sk ? sk->val : "");
         }
@@ -1150,6 +1152,53 @@ static void test_unanswered_key_costs_the_others_nothing(void **state)
     }
 }
 
+/* P = 1, two processes given one replica id: the second reads the leader
+ * key holding the id under another instance, stands by, and says so once
+ * it saw that instance renew it; the first leads throughout. Without the
+ * instance in the key the second read it as its own, took it, and both
+ * led (the first's refused renewal read the key, its id, as its own late
+ * write, and went on). Once the duplicate is gone and the first stops
+ * renewing (killed), a new process with the id takes the key within a
+ * TTL and a second. */
+static void test_p1_duplicate_id(void **state)
+{
+    (void)state;
+    sw_world w;
+    sw_init(&w, 67, 1);
+    sw_start(&w, 0, "rep-a");
+    sw_run(&w, TTL);
+    assert_int_equal(sw_owned(&w, 0), 1);
+    sw_start(&w, 1, "rep-a");
+    uint64_t t0 = w.now, found = 0;
+    while (w.now < t0 + 4 * TTL) {
+        sw_step(&w);
+        assert_int_equal(sw_owned(&w, 0), 1);
+        assert_int_equal(sw_owned(&w, 1), 0);
+        if (!found && fq_owner_duplicate(w.rep[1].o))
+            found = w.now;
+    }
+    assert_true(found >= t0 + TTL && found <= t0 + 2 * TTL);
+    assert_non_null(strstr(fq_owner_duplicate(w.rep[1].o), "rep-a@"));
+    assert_null(fq_owner_duplicate(w.rep[0].o));
+    fq_owner_stats st;
+    fq_owner_stats_get(&st, w.rep[1].o);
+    assert_int_equal(st.gained, 0);
+    /* the duplicate stops (the proxy exits); the first is killed, and a
+     * restart under the id waits out its key */
+    fq_owner_destroy(w.rep[1].o);
+    w.rep[1].o = NULL;
+    w.rep[1].state = R_OFF;
+    sw_kill(&w, 0);
+    sw_start(&w, 1, "rep-a");
+    uint64_t t1 = w.now;
+    while (!sw_owned(&w, 1) && w.now < t1 + 2 * TTL)
+        sw_step(&w);
+    assert_int_equal(sw_owned(&w, 1), 1);
+    assert_true(w.now <= t1 + TTL + 1000);
+    assert_null(fq_owner_duplicate(w.rep[1].o));
+    sw_free(&w);
+}
+
 /* The seeded simulation: replicas join, stop, die, freeze, jump their
  * clocks and have a partition's journal fenced at random for 90 s, then stay quiet for 20 s; every millisecond
  * no two fresh owners of a partition and the server agrees with each;
@@ -1373,6 +1422,7 @@ int main(void)
         cmocka_unit_test(test_fenced_released),
         cmocka_unit_test(test_duplicate_id),
         cmocka_unit_test(test_unanswered_key_costs_the_others_nothing),
+        cmocka_unit_test(test_p1_duplicate_id),
         cmocka_unit_test(test_simulation),
         cmocka_unit_test(test_rolling_restart),
     };
