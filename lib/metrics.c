@@ -631,7 +631,7 @@ const fq_overall_row fq_overall_rows[] = {
     OV(PARTS, SUM, parts_backlog, "partition_backlog_runs", "fairq_partition_backlog_runs", NULL,
        "Submits of each partition this replica owns not dispatched yet: not fetched, queued "
        "in memory, or given back (its submit consumer's num_pending plus num_ack_pending, "
-       "as the server last answered; asked about once a second)."),
+       "as the server last answered; asked about once a second and as its consumer is made)."),
     OV(RATE, SUM, dispatch_rate, "dispatch_rate", NULL, NULL,
        "Runs dispatched a second, smoothed."),
     OV(RATE, SUM, dispatch_token_rate, "dispatch_token_rate", NULL, NULL,

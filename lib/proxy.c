@@ -215,7 +215,7 @@ struct fq_proxy {
     char explain_filter[256];   /* <explain>.* */
     char replica_prefix[256];   /* <admin>.replica.<id>, this replica's admin subjects */
     char fwd_prefix[300];       /* <inbox prefix>.fwd.<id>: answers to requests handed on
-                                   (.<seq>) and to consumer infos (.c<k>) */
+                                   (.<seq>) and to consumer infos (.c<k>t<term>) */
     px_fwd fwd[PX_FWD_MAX];     /* requests handed on, awaiting their answer */
     uint64_t fwd_seq;           /* the last handed on */
     size_t nfwd;                /* slots of fwd in use */
@@ -1850,19 +1850,28 @@ static void px_strand_ask(fq_proxy *p, uint32_t k)
     fq_nio_first_stored_ask(p->nio, p->cfg.streams.submit, filter, reply);
 }
 
+/* Ask owned partition k's submit consumer for its counts: the answer
+ * comes on <fwd_prefix>.c<k>t<term> (px_backlog_answer), so that one asked
+ * of an earlier term's consumer (k lost and taken again meanwhile) is not
+ * taken for this term's. */
+static void px_backlog_ask_one(fq_proxy *p, uint32_t k)
+{
+    char reply[sizeof p->fwd_prefix + 40];
+    if (!p->connected || k >= PX_PARTS_MAX || !p->part_term[k])
+        return;
+    snprintf(reply, sizeof reply, "%s.c%" PRIu32 "t%" PRIu64, p->fwd_prefix, k,
+             p->part_term[k]);
+    fq_nio_consumer_info_ask(p->nio, PX_CONS_ID(PX_CONS_SUBMIT, k), reply);
+}
+
 /* Ask each owned partition's submit consumer for its counts, once a pass
- * over the tenants (about a second): the partition's whole backlog in
- * FAIR_SUBMIT, of which the runs held in memory (part_queued) are only a
- * part. The answers come on <fwd_prefix>.c<k> (px_backlog_answer). */
+ * over the tenants (about a second), and once as it is made: the
+ * partition's whole backlog in FAIR_SUBMIT, of which the runs held in
+ * memory (part_queued) are only a part. */
 static void px_backlog_ask(fq_proxy *p)
 {
-    char reply[sizeof p->fwd_prefix + 16];
-    for (uint32_t k = 0; p->connected && k < px_parts(p) && k < PX_PARTS_MAX; k++) {
-        if (!p->part_term[k])
-            continue;
-        snprintf(reply, sizeof reply, "%s.c%" PRIu32, p->fwd_prefix, k);
-        fq_nio_consumer_info_ask(p->nio, PX_CONS_ID(PX_CONS_SUBMIT, k), reply);
-    }
+    for (uint32_t k = 0; p->connected && k < px_parts(p) && k < PX_PARTS_MAX; k++)
+        px_backlog_ask_one(p, k);
     int64_t now = (int64_t)fq_nio_mono_ms();
     if (now < p->strand_check_at)
         return;
@@ -1924,13 +1933,14 @@ static uint64_t px_refused_count(const fq_proxy *p)
     return n;
 }
 
-/* Partition k's consumer info answered: its backlog, not yet dispatched
- * (not delivered, or delivered and not acked). An error answer (a
- * consumer being replaced) changes nothing. */
-static void px_backlog_answer(fq_proxy *p, uint32_t k, const fq_nio_msg *m)
+/* Partition k's consumer info answered, asked in term: its backlog, not
+ * yet dispatched (not delivered, or delivered and not acked). An error
+ * answer (a consumer being replaced), or one asked in another term than
+ * k's now (of a consumer deleted since), changes nothing. */
+static void px_backlog_answer(fq_proxy *p, uint32_t k, uint64_t term, const fq_nio_msg *m)
 {
     uint64_t pending = 0, unacked = 0;
-    if (k < PX_PARTS_MAX && p->part_term[k] &&
+    if (k < PX_PARTS_MAX && p->part_term[k] && p->part_term[k] == term &&
         fq_consumer_info_parse(&pending, &unacked, fq_nio_msg_data(m), fq_nio_msg_len(m)) ==
             FQ_OK) {
         p->part_backlog[k] = pending + unacked;
@@ -1961,17 +1971,18 @@ static size_t px_fwd_why(char *buf, size_t cap, const fq_proxy *p, const px_fwd 
 
 /* An answer on <fwd_prefix>.<seq>: relayed to the request handed on as
  * seq, if it still waits (an empty one is the server's "no responders":
- * the holder is gone); on <fwd_prefix>.c<k>: partition k's consumer info. */
+ * the holder is gone); on <fwd_prefix>.c<k>t<term>: partition k's consumer info. */
 static void px_fwd_answer(fq_proxy *p, const fq_nio_msg *m)
 {
     const char *subject = fq_nio_msg_subject(m);
     size_t pl = strlen(p->fwd_prefix);
     char *end = NULL;
     bool ours = strncmp(subject, p->fwd_prefix, pl) == 0 && subject[pl] == '.';
-    if (ours && subject[pl + 1] == 'c') {   /* a consumer info: .c<k> */
+    if (ours && subject[pl + 1] == 'c') {   /* a consumer info: .c<k>t<term> */
         unsigned long k = strtoul(subject + pl + 2, &end, 10);
+        uint64_t term = *end == 't' ? strtoull(end + 1, &end, 10) : 0;
         if (!*end)
-            px_backlog_answer(p, (uint32_t)k, m);
+            px_backlog_answer(p, (uint32_t)k, term, m);
         return;
     }
     if (ours && subject[pl + 1] == 'g') {   /* a first stored submit: .g<k> */
@@ -2818,8 +2829,10 @@ static void px_refused_note(fq_proxy *p, const fq_nio_event *ev)
     if (ev->source < 0 || ev->source % 2 != PX_CONS_SUBMIT || k >= PX_PARTS_MAX ||
         !p->part_term[k])
         return;
-    if (ev->status == FQ_OK)
+    if (ev->status == FQ_OK) {
         p->part_floor[k] = 0;   /* the new consumer's is read afresh */
+        px_backlog_ask_one(p, (uint32_t)k);     /* and its backlog now, not in a second */
+    }
     if (fq_strand_consumer(&p->part_strand[k], ev->status == FQ_OK, (int64_t)fq_nio_mono_ms(),
                            PX_REFUSED_BOUND_MS))
         fq_log(FQ_LOG_ERROR, "a partition's submit consumer has been refused for over 30 s: "
