@@ -619,6 +619,11 @@ const fq_overall_row fq_overall_rows[] = {
        "fairq_partitions_consumer_refused", NULL,
        "Owned partitions whose submit consumer the server has refused for over 30 s: their "
        "runs wait in the stream, undispatched (docs/operations.md)."),
+    OV(COUNTER, SUM, lease_values_refused, "lease_values_refused",
+       "fairq_lease_values_refused_total", NULL,
+       "Keys and values of the lease bucket refused, as its watch delivered them (P > 1): "
+       "a key fairq never writes (a partition past P, a registry key whose id is not valid, "
+       "another name) or a partition's holder that is no replica id; ignored."),
     OV(RATE, MAX, lease_renew_seconds, "lease_renew_seconds", "fairq_lease_renew_seconds", NULL,
        "Round trip of the last ownership key renewal the server confirmed."),
     OV(RATE, MAX, lease_renew_max_seconds, "lease_renew_max_seconds",

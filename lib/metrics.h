@@ -190,6 +190,8 @@ typedef struct fq_metrics_overall {
                                        consumer's ack floor, and delivered again */
     uint64_t consumers_refused;     /* partitions whose submit consumer the server has refused
                                        for over PX_REFUSED_BOUND_MS */
+    uint64_t lease_values_refused;  /* counter: lease bucket keys and values refused
+                                       (lib/owner.h, fq_owner_stats.refused) */
     double lease_renew_seconds;     /* the last confirmed renewal's round trip */
     double lease_renew_max_seconds; /* the longest since start */
     double dispatch_rate;           /* runs a second, smoothed */

@@ -645,8 +645,10 @@ void fq_owner_on_key(fq_owner *o, uint64_t now, const char *key, const char *val
         return;
     if (strncmp(key, "r.", 2) == 0) {
         const char *id = key + 2;
-        if (!fq_owner_id_valid(id))
+        if (!fq_owner_id_valid(id)) {
+            o->st.refused++;
             return;
+        }
         ow_replica *r = NULL;
         for (size_t i = 0; i < o->nreg && !r; i++)
             if (strcmp(o->reg[i].id, id) == 0)
@@ -669,16 +671,22 @@ void fq_owner_on_key(fq_owner *o, uint64_t now, const char *key, const char *val
     } else if (key[0] == 'p' && key[1] == '.' && key[2] >= '0' && key[2] <= '9') {
         char *end;
         unsigned long k = strtoul(key + 2, &end, 10);
-        if (*end || k >= o->parts || (key[2] == '0' && key[3]))
+        if (*end || k >= o->parts || (key[2] == '0' && key[3])) {
+            o->st.refused++;    /* not a partition of this deployment */
             return;
+        }
         s = &o->slots[k];
     }
-    if (!s)
+    if (!s) {
+        o->st.refused++;        /* no key fairq writes */
         return;
+    }
     if (freed)
         s->vholder[0] = '\0';
     else
         ow_copy_id(s->vholder, value);
+    if (!freed && !fq_owner_id_valid(value))
+        o->st.refused++;        /* a holder that is no replica id */
     s->vseen = seen;
     if (freed && s->lease.state == FQ_LEASE_STANDBY)
         s->lease.next_at = 0;   /* released: whoever it is assigned to reads it now */

@@ -118,6 +118,10 @@ typedef struct fq_owner_stats {
     uint64_t renew_ms_last;     /* the last confirmed renewal's round trip */
     uint64_t renew_ms_max;      /* the longest since start */
     uint64_t renew_ms_sum;      /* their sum (a mean with renewals) */
+    uint64_t refused;           /* keys and values the watch delivered that fairq never
+                                   writes, ignored: a key not of this deployment (a
+                                   partition past P, a registry id not valid, another
+                                   name), a holder that is not a replica id */
 } fq_owner_stats;
 
 typedef struct fq_owner fq_owner;
@@ -168,7 +172,10 @@ void fq_owner_on_write(fq_owner *o, uint32_t slot, uint64_t now, fq_status st, u
  * matters for what a watch delivers when it starts: a dead replica's key
  * written 2.9 s ago is dead in 0.1 s, not in a TTL. A wrong age costs a
  * refused write or a late takeover, never two owners. Keys not ours to
- * read are ignored. */
+ * read are ignored, and counted (fq_owner_stats.refused), as is a
+ * partition's holder that is not a replica id (kept in the view as a
+ * holder, so the key is not taken before it ages out; never named as
+ * one: fq_owner_holder). */
 void fq_owner_on_key(fq_owner *o, uint64_t now, const char *key, const char *value,
                      uint64_t age_ms);
 /* The watch has delivered every key once: from now on the views count,

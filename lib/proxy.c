@@ -1446,6 +1446,7 @@ static void px_overall(fq_metrics_overall *a, fq_proxy *p)
         .partition_handovers = os.gained + os.lost, .partitions_fenced = p->c.parts_fenced,
         .handovers_unsettled = p->c.handovers_unsettled,
         .submits_stranded = p->c.submits_stranded, .consumers_refused = px_refused_count(p),
+        .lease_values_refused = os.refused,
         .lease_renew_seconds = (double)os.renew_ms_last / 1000.0,
         .lease_renew_max_seconds = (double)os.renew_ms_max / 1000.0,
         .dispatch_token_rate = p->rate_tokens, .completion_rate = p->rate_completed,

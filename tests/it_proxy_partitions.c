@@ -331,7 +331,13 @@ static void test_forwards_past_64_answered_busy(void **state)
     cJSON *j = pf_stats(f, "{\"limit\":0}", NULL);
     assert_true(pf_overall(j, "admin_requests_busy") >= fwd_busy + queued_busy);
     assert_true(pf_overall(j, "admin_forwarded") >= expired);
+    assert_int_equal(pf_overall(j, "lease_values_refused"), 0);
     cJSON_Delete(j);
+    /* keys in the lease bucket that fairq never writes: counted, ignored */
+    assert_int_equal(ot_kv_put(&f->c, "fairq_lease", "p.16", "ghost"), 0);
+    assert_int_equal(ot_kv_put(&f->c, "fairq_lease", "r.a=b", "x"), 0);
+    assert_int_equal(ot_kv_put(&f->c, "fairq_lease", "zzz", "ghost"), 0);
+    cJSON_Delete(stats_when(f, "lease_values_refused", 3));
     natsSubscription_Destroy(ghost);
     natsSubscription_Destroy(replies);
 }

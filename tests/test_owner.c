@@ -679,11 +679,43 @@ static void test_holder_invalid_value(void **state)
     fq_owner_on_key(o, 1000, "p.3", "rep-1", 0);
     assert_string_equal(fq_owner_holder(o, 3, 1000), "rep-1");
     const char *bad[] = {"a.b", "a b\r\nPUB x 1", "*", ">", "a\tb", "released-"};
+    fq_owner_stats st;
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         fq_owner_on_key(o, 1000, "p.3", bad[i], 0);
         const char *h = fq_owner_holder(o, 3, 1000);
         assert_true(!h[0] || fq_owner_id_valid(h));
+        fq_owner_stats_get(&st, o);
+        assert_int_equal(st.refused, fq_owner_id_valid(bad[i]) ? i : i + 1);
     }
+    fq_owner_destroy(o);
+}
+
+/* Every key and value the watch delivers that fairq never writes is
+ * counted, and changes nothing; what fairq writes is not counted. */
+static void test_foreign_keys_counted(void **state)
+{
+    (void)state;
+    fq_owner *o;
+    assert_int_equal(fq_owner_create(&o, 8, "rep-0", NULL, TTL), FQ_OK);
+    fq_owner_stats st;
+    /* what replicas write: holders, releases, deletes, registry, duty */
+    fq_owner_on_key(o, 1000, "p.3", "rep-1", 0);
+    fq_owner_on_key(o, 1000, "p.4", FQ_LEASE_RELEASED, 0);
+    fq_owner_on_key(o, 1000, "p.5", NULL, 0);
+    fq_owner_on_key(o, 1000, "r.rep-1", "rep-1@i1", 0);
+    fq_owner_on_key(o, 1000, "leader", "rep-1", 0);
+    fq_owner_stats_get(&st, o);
+    assert_int_equal(st.refused, 0);
+    /* keys of no partition of P = 8, registry ids not valid, other names */
+    const char *keys[] = {"p.8", "p.1024", "p.03", "p.x", "p.", "r.", "r.a.b", "zzz", "pp.1"};
+    size_t n = sizeof keys / sizeof keys[0];
+    for (size_t i = 0; i < n; i++)
+        fq_owner_on_key(o, 1000, keys[i], "rep-1", 0);
+    fq_owner_stats_get(&st, o);
+    assert_int_equal(st.refused, n);
+    assert_string_equal(fq_owner_holder(o, 3, 1000), "rep-1");
+    for (int32_t k = 0; k < 8; k++)
+        assert_true(k == 3 || !fq_owner_holder(o, k, 1000)[0]);
     fq_owner_destroy(o);
 }
 
@@ -1411,6 +1443,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_id_valid),
         cmocka_unit_test(test_holder_invalid_value),
+        cmocka_unit_test(test_foreign_keys_counted),
         cmocka_unit_test(test_p1_is_the_leader_key),
         cmocka_unit_test(test_p1_lost_for_good),
         cmocka_unit_test(test_three_share_eight),
