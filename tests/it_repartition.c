@@ -26,6 +26,7 @@
 
 #include <cmocka.h>
 
+#include "partition.h"
 #include "proxyfixture.h"
 
 #define TENANTS 8
@@ -205,10 +206,92 @@ static void test_p1_to_p4_by_draining(void **state)
     cJSON_Delete(j);
 }
 
+/* From P = 4, with the mapping of 4 partitions. */
+static int setup4(void **state)
+{
+    strcpy(dir, "/tmp/fairq-it-repartition-XXXXXX");
+    if (!mkdtemp(dir) || pf_write_mapping(conf, sizeof conf, dir, PARTS) != 0)
+        return -1;
+    pt_worker_opts wo = {.concurrency = 2, .service_ms = 60, .actual = overrun};
+    return pf_setup_server(state, (const char *const[]){"-c", conf, NULL}, YAML("4", "rep-a"),
+                           &wo);
+}
+
+/* From one P > 1 to another, 4 to 8, by the same steps (docs/partitions.md,
+ * "Changing P"): drained, stopped, FAIR_SUBMIT and FAIR_DONE deleted (the
+ * journal's subjects fairq.runs.* serve both), the mapping of 8, one
+ * replica started first. Half of the tenants move from partition k to
+ * k + 4 (t1, t4, t6, t7), their records on fairq.runs.k: the replica
+ * takes all 8 partitions and reads all 8 subjects, each record going to
+ * its tenant's partition, so every debt is what it was, and still once a
+ * second replica has taken its share (each tenant asked of its owner). No
+ * run is lost or served twice across the change. */
+static void test_p4_to_p8_by_draining(void **state)
+{
+    pf_fixture *f = *state;
+    assert_int_equal(pt_log_wait_n(&f->px, "consuming a partition", PARTS, 20000), 0);
+    pt_worker_hold(f->w, true);
+    pf_submit_runs(f, 0, BEFORE, TENANTS);
+    long in_flight = 0, queued = 0;
+    for (long long end = nt_now_ms() + 20000; !(in_flight && queued) && nt_now_ms() < end;) {
+        cJSON *j = pf_stats(f, "", NULL);
+        in_flight = pf_overall(j, "in_flight");
+        queued = pf_overall(j, "queued_runs");
+        cJSON_Delete(j);
+    }
+    assert_true(in_flight > 0 && queued > 0);
+    assert_int_equal(admin_drained(f), 1);
+    pt_worker_hold(f->w, false);
+    wait_drained(f);
+    long before[TENANTS];
+    int moved = 0;
+    for (int t = 0; t < TENANTS; t++) {
+        before[t] = deficit(f, t);
+        assert_true(before[t] < 0);
+        char tn[8];
+        snprintf(tn, sizeof tn, "t%d", t);
+        moved += fq_partition_of(tn, strlen(tn), 2 * PARTS) != fq_partition_of(tn, strlen(tn),
+                                                                                PARTS);
+    }
+    assert_int_equal(moved, 4);
+
+    assert_int_equal(pt_proxy_stop(&f->px), 0);
+    assert_int_equal(js_DeleteStream(f->c.js, "FAIR_SUBMIT", NULL, NULL), NATS_OK);
+    assert_int_equal(js_DeleteStream(f->c.js, "FAIR_DONE", NULL, NULL), NATS_OK);
+    assert_int_equal(pf_write_mapping(conf, sizeof conf, dir, 2 * PARTS), 0);
+    assert_int_equal(natstest_restart(f->srv), 0);
+    assert_int_equal(pt_proxy_start(&f->px, f->srv, "proxy8", YAML("8", "rep-a")), 0);
+    assert_int_equal(pt_log_wait_n(&f->px, "consuming a partition", 2 * PARTS, 20000), 0);
+    for (int t = 0; t < TENANTS; t++)
+        assert_int_equal(deficit(f, t), before[t]);
+    assert_int_equal(pt_proxy_start(&second, f->srv, "rep-b", YAML("8", "rep-b")), 0);
+    const char *const ids[] = {"rep-a", "rep-b"};
+    assert_int_equal(pf_wait_shared(&f->c, "fairq_lease", 2 * PARTS, ids, 2, 30000), 0);
+    for (int t = 0; t < TENANTS; t++)
+        assert_int_equal(deficit(f, t), before[t]);
+    pf_submit_runs(f, BEFORE, AFTER, TENANTS);
+    assert_int_equal(pt_worker_wait_completed(f->w, BEFORE + AFTER, 30000), 0);
+    wait_drained(f);
+    pf_assert_each_dispatched_once(f, BEFORE + AFTER);
+    assert_int_equal(done_records(f), BEFORE + AFTER);
+    for (int i = 0; i < 2; i++) {     /* each replica, on its own subject */
+        char subject[64];
+        snprintf(subject, sizeof subject, "fair.admin.replica.%s.stats", ids[i]);
+        char *r = pt_request(&f->c, subject, "{\"limit\":0}", NULL);
+        assert_non_null(r);
+        cJSON *j = cJSON_Parse(r);
+        free(r);
+        assert_non_null(j);
+        assert_int_equal(pf_overall(j, "journal_refused"), 0);
+        cJSON_Delete(j);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_p1_to_p4_by_draining, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_p4_to_p8_by_draining, setup4, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
