@@ -102,6 +102,8 @@
 #define NIO_TAB 1024                /* consumers' lookup table: a power of 2, 4 x the most */
 #define NIO_READ_MAX 256            /* messages the fetch thread reads and hands over at once */
 #define NIO_RECREATE_RETRY_MS 500   /* a consumer or watch not made is tried again after this */
+#define NIO_GONE 4                  /* names of its earlier terms a consumer keeps (nio_adopt_stale) */
+#define NIO_JS_WQ_NOT_UNIQUE 10100  /* js_err: a filter overlaps another consumer's on a work queue */
 #define NIO_FETCH_RETRY_MS 100      /* a failed pull is tried again after this */
 #define NIO_WATCH_WAIT_MS 250       /* a watch waits this long for a change between looks
                                        at the connection; a failed one is made again after it */
@@ -135,6 +137,8 @@ typedef struct nio_consumer {
     uint64_t made_gen;          /* the connection generation it was made in */
     uint64_t retry_at;          /* monotonic ms: a failed make or delete is tried again then */
     char name[NIO_NAME_CAP];    /* <durable>-<term>, or <durable> */
+    char gone[NIO_GONE][NIO_NAME_CAP];  /* durable's consumers we deleted, newest first: what
+                                           a node may keep a stale copy of (nio_adopt_stale) */
     char key[2 * NIO_NAME_CAP]; /* <stream>.<name>: how its deliveries' ack subjects name it */
     char next[NIO_SUBJECT_CAP]; /* $JS.API.CONSUMER.MSG.NEXT.<stream>.<name> */
     uint64_t request;           /* the number of its latest pull request */
@@ -1178,6 +1182,15 @@ static bool nio_not_found(natsStatus s, jsErrCode jerr)
     return s == NATS_NOT_FOUND || jerr == JSConsumerNotFoundErr;
 }
 
+/* Consumer name of c's durable was deleted: kept, newest first. */
+static void nio_gone_note(nio_consumer *c, const char *name)
+{
+    if (!name[0] || strcmp(c->gone[0], name) == 0)
+        return;
+    memmove(c->gone[1], c->gone[0], (NIO_GONE - 1) * sizeof c->gone[0]);
+    snprintf(c->gone[0], sizeof c->gone[0], "%s", name);
+}
+
 /* Delete every consumer of c's stream named for an earlier term of c's
  * durable: a work-queue stream admits one consumer per subject, and
  * deleting the old term's consumer returns what it had delivered and not
@@ -1204,6 +1217,8 @@ static natsStatus nio_delete_other_terms(fq_nio *n, nio_consumer *c, uint64_t te
             continue;
         }
         s = js_DeleteConsumer(n->js, c->made.stream, l->List[i], NULL, &jerr);
+        if (s == NATS_OK)
+            nio_gone_note(c, l->List[i]);
         if (nio_not_found(s, jerr))
             s = NATS_OK;
     }
@@ -1211,11 +1226,54 @@ static natsStatus nio_delete_other_terms(fq_nio *n, nio_consumer *c, uint64_t te
     return s;
 }
 
+/* The work queue refused c, config cc, as overlapping another consumer
+ * while the stream lists none of durable's other terms. On nats-server
+ * 2.9.10 a node killed and restarted can keep a copy of a consumer
+ * deleted after its restart, which no API lists and a delete by name no
+ * longer reaches (not found), and refuse every consumer on its filter for
+ * good (docs/operations.md); measured on a 3-node loopback cluster, it
+ * was still refused after 40 s of tries under new names, of stream info
+ * calls, or after the stream's leader stepped down. Made again under its
+ * own name, the node takes that copy for it (the server's update of an
+ * existing consumer, before any check of filters); deleted then, it is
+ * gone from every node, and c is made at once. The names tried are those
+ * of durable's earlier terms c deleted last (the copy was of one of them
+ * in every case reproduced). *term: the term whose copy was cleared, 0
+ * when none was. Fetch thread only. */
+static void nio_adopt_stale(fq_nio *n, nio_consumer *c, const jsConsumerConfig *cc,
+                            uint64_t *term)
+{
+    *term = 0;
+    for (int i = 0; i < NIO_GONE; i++) {
+        uint64_t t;
+        if (!c->gone[i][0] || !nio_term_name(c->gone[i], c->made.durable, &t) ||
+            t >= c->made.term)
+            continue;   /* none of durable's earlier terms: never another's consumer */
+        jsConsumerConfig old = *cc;
+        old.Durable = c->gone[i];
+        jsConsumerInfo *ci = NULL;
+        jsErrCode jerr = 0;
+        natsStatus s = js_AddConsumer(&ci, n->js, c->made.stream, &old, NULL, &jerr);
+        jsConsumerInfo_Destroy(ci);
+        if (s != NATS_OK)
+            continue;   /* not that one's copy: refused the same */
+        s = js_DeleteConsumer(n->js, c->made.stream, c->gone[i], NULL, &jerr);
+        c->gone[i][0] = '\0';
+        if (s == NATS_OK || nio_not_found(s, jerr)) {
+            *term = t;
+            return;
+        }
+    }
+}
+
 /* Delete c's consumer (as made) and create it afresh, so everything it had
  * delivered and not seen acked is delivered again now. Named for the term
- * the owner set: the consumers of earlier terms are deleted first. Fetch
- * thread only. */
-static natsStatus nio_consumer_recreate(fq_nio *n, nio_consumer *c, bool *newer, int *js_err)
+ * the owner set: the consumers of earlier terms are deleted first. Refused
+ * as overlapping another consumer, a node's stale copy of one of ours is
+ * cleared first (nio_adopt_stale; *stale its term, else 0). Fetch thread
+ * only. */
+static natsStatus nio_consumer_recreate(fq_nio *n, nio_consumer *c, bool *newer, int *js_err,
+                                        uint64_t *stale)
 {
     uint64_t term = c->made.term;
     char name[sizeof c->name], key[sizeof c->key], next[sizeof c->next];
@@ -1230,6 +1288,7 @@ static natsStatus nio_consumer_recreate(fq_nio *n, nio_consumer *c, bool *newer,
     jsErrCode jerr = 0;
     *newer = false;
     *js_err = 0;
+    *stale = 0;
     natsStatus s = term ? nio_delete_other_terms(n, c, term, newer) : NATS_OK;
     if (s != NATS_OK)
         return s;
@@ -1238,6 +1297,8 @@ static natsStatus nio_consumer_recreate(fq_nio *n, nio_consumer *c, bool *newer,
         *js_err = (int)jerr;
         return s;
     }
+    if (s == NATS_OK)
+        nio_gone_note(c, c->name);
     jerr = 0;
     jsConsumerConfig cc;
     jsConsumerConfig_Init(&cc);
@@ -1251,6 +1312,15 @@ static natsStatus nio_consumer_recreate(fq_nio *n, nio_consumer *c, bool *newer,
     jsConsumerInfo *ci = NULL;
     s = js_AddConsumer(&ci, n->js, c->made.stream, &cc, NULL, &jerr);
     jsConsumerInfo_Destroy(ci);
+    if (s != NATS_OK && (int)jerr == NIO_JS_WQ_NOT_UNIQUE && !*newer) {
+        nio_adopt_stale(n, c, &cc, stale);
+        if (*stale) {
+            ci = NULL;
+            jerr = 0;
+            s = js_AddConsumer(&ci, n->js, c->made.stream, &cc, NULL, &jerr);
+            jsConsumerInfo_Destroy(ci);
+        }
+    }
     *js_err = (int)jerr;
     return s;
 }
@@ -1474,6 +1544,8 @@ static bool nio_reconcile_one(fq_nio *n, int id, uint64_t gen, uint64_t now)
             c->retry_at = now + NIO_RECREATE_RETRY_MS;
             return was;
         }
+        if (s == NATS_OK && w.del)
+            nio_gone_note(c, c->name);
         c->name[0] = '\0';
         c->made = w;
         c->made_version = version;
@@ -1482,10 +1554,11 @@ static bool nio_reconcile_one(fq_nio *n, int id, uint64_t gen, uint64_t now)
     c->made = w;
     bool newer = false;
     int js_err = 0;
-    natsStatus s = nio_consumer_recreate(n, c, &newer, &js_err);
+    uint64_t stale = 0;
+    natsStatus s = nio_consumer_recreate(n, c, &newer, &js_err, &stale);
     fq_nio_event ev = {.type = FQ_NIO_EV_CONSUMER, .source = id, .seq = w.term,
                        .status = s == NATS_OK ? FQ_OK : newer ? FQ_EEXIST : FQ_EIO,
-                       .err_code = s == NATS_OK ? 0 : js_err};
+                       .err_code = s == NATS_OK ? 0 : js_err, .token = stale};
     if (s != NATS_OK) {
         c->retry_at = now + NIO_RECREATE_RETRY_MS;
     } else {

@@ -159,7 +159,9 @@ typedef struct fq_nio_event {
     int source;                 /* MSG/CONSUMER: consumer id; REQUEST: subscription id */
     fq_nio_msg *msg;            /* MSG, REQUEST, and a failed PUBACK's message: the caller's */
     fq_nio_kv_entry *kv;        /* KV: the caller's */
-    uint64_t token;             /* PUBACK */
+    uint64_t token;             /* PUBACK; CONSUMER: the earlier term of ours whose stale copy
+                                   on a node refused it (js_err 10100) and was cleared
+                                   first, 0 if none */
     fq_status status;           /* PUBACK: FQ_OK, or FQ_EIO (error or timeout) */
     bool duplicate;             /* PUBACK: JetStream had the Nats-Msg-Id already */
     bool connected;             /* CONN */

@@ -2850,6 +2850,14 @@ static void px_on_consumer(fq_proxy *p, const fq_nio_event *ev)
         fq_ledger_consumer_made(p->ledger, (uint32_t)(ev->source / 2), ev->seq,
                                 fq_nio_unix_ms());
     px_refused_note(p, ev);
+    if (ev->status == FQ_OK && ev->token)
+        fq_log(FQ_LOG_WARN, "a consumer was refused as overlapping a nats-server node's stale "
+               "copy of an earlier term's, deleted while that node recovered; made that one "
+               "again, deleted it, and made this one (see docs/operations.md)",
+               FQ_STR("stream", ev->source % 2 == PX_CONS_SUBMIT ? p->cfg.streams.submit
+                                                                  : p->cfg.streams.done),
+               FQ_INT("partition", ev->source / 2), FQ_UINT("term", ev->seq),
+               FQ_UINT("stale_term", ev->token));
     p->served |= px_consumers_ok(p);
     if (p->leader)
         px_phase_leader(p);

@@ -16,6 +16,7 @@
 #include <cmocka.h>
 
 #include "natscluster.h"
+#include "natsio.h"
 #include "proxyfixture.h"
 
 static const char yaml[] =
@@ -269,6 +270,127 @@ static void test_parts_wait_for_the_overrides_bucket_owning_none(void **state)
     assert_int_equal(pt_proxy_stop(&b->px), 0);
 }
 
+/* The next event of type from n, up to ms; false if none came. */
+static bool cl_event(fq_nio *n, enum fq_nio_event_type type, fq_nio_event *ev, int ms)
+{
+    for (long long end = nt_now_ms() + ms; nt_now_ms() < end;) {
+        if (fq_nio_poll(n, ev, 1, 50) == 0)
+            continue;
+        if (ev->type == type)
+            return true;
+        fq_nio_msg_destroy(ev->msg);
+    }
+    return false;
+}
+
+/* Until stream's info, asked through js, names n0 as its leader or (not
+ * leading) as a current replica (caught up after its restart); false
+ * after ms (asked once at least). */
+static bool cl_n0(jsCtx *js, const char *stream, bool leading, int ms)
+{
+    long long end = nt_now_ms() + ms;
+    for (;;) {
+        jsStreamInfo *si = NULL;
+        bool ok = false;
+        if (js_GetStreamInfo(&si, js, stream, NULL, NULL) == NATS_OK && si->Cluster) {
+            ok = si->Cluster->Leader && strcmp(si->Cluster->Leader, "n0") == 0;
+            for (int i = 0; i < si->Cluster->ReplicasLen && !leading; i++)
+                ok |= strcmp(si->Cluster->Replicas[i]->Name, "n0") == 0 &&
+                      si->Cluster->Replicas[i]->Current;
+        }
+        jsStreamInfo_Destroy(si);
+        if (ok)
+            return true;
+        if (nt_now_ms() >= end)
+            return false;
+        nt_sleep_ms(200);
+    }
+}
+
+/* A node's stale copy of a consumer (nats-server 2.9.10): a work-queue
+ * stream led by n0; natsio's consumer for term 5 made; n0 killed, and
+ * while it is down other consumers made and deleted (as a node's kill
+ * makes the replicas do); n0 restarted and caught up. The consumer named
+ * for term 6 then deletes term 5's and is made: without the remedy, n0
+ * kept a copy of term 5's, listed nowhere, and refused term 6's as
+ * overlapping it (js_err 10100) for as long as it was tried (3 of 3 tries
+ * of this sequence by hand, each over 40 s). natsio makes term 5's again
+ * under its name, deletes it and then makes term 6's. When n0 kept no
+ * copy (the state is the server's, not made on demand), term 6's is made
+ * at once and the test says so. */
+static void test_stale_consumer_copy_cleared(void **state)
+{
+    cl_bare *b = *state;
+    char err[256], warn[512];
+    fq_nio *n = NULL;
+    fq_nio_opts o = {.url = natscluster_urls(b->cl), .name = "it_cluster_stale"};
+    assert_int_equal(fq_nio_create(&n, &o, err, sizeof err), FQ_OK);
+    fq_nio_stream st = {.name = "STALE", .subject = "stale.*", .retention = FQ_NIO_WORKQUEUE,
+                        .replicas = 3};
+    assert_int_equal(fq_nio_stream_ensure(n, &st, warn, sizeof warn), FQ_OK);
+    fq_nio_consumer c = {.stream = "STALE", .durable = "sub", .filter = "stale.1",
+                         .max_ack_pending = 1000, .ack_wait_ms = 60000, .batch = 16,
+                         .term = 5};
+    assert_int_equal(fq_nio_consume(n, 0, &c), FQ_OK);
+    fq_nio_event ev;
+    assert_true(cl_event(n, FQ_NIO_EV_CONSUMER, &ev, 10000));
+    assert_int_equal(ev.status, FQ_OK);
+    natsConnection *nc = NULL;
+    jsCtx *js = NULL;
+    assert_int_equal(natsConnection_ConnectTo(&nc, natstest_url(natscluster_node(b->cl, 1))),
+                     NATS_OK);
+    assert_int_equal(natsConnection_JetStream(&js, nc, NULL), NATS_OK);
+    for (int tries = 0; tries < 12 && !cl_n0(js, "STALE", true, 0); tries++) {
+        natsMsg *r = NULL;      /* n0 to lead the stream: ask the leader to step down */
+        natsConnection_RequestString(&r, nc, "$JS.API.STREAM.LEADER.STEPDOWN.STALE", "", 2000);
+        natsMsg_Destroy(r);
+        cl_n0(js, "STALE", true, 1000);
+    }
+    natstest *n0 = natscluster_node(b->cl, 0);
+    assert_int_equal(natstest_kill(n0), 0);
+    for (int i = 0; i < 6; i++) {
+        char name[16];
+        snprintf(name, sizeof name, "other-%d", i);
+        jsConsumerConfig cc;
+        jsConsumerConfig_Init(&cc);
+        cc.Durable = name;
+        cc.AckPolicy = js_AckExplicit;
+        cc.FilterSubject = "stale.2";
+        jsConsumerInfo *ci = NULL;
+        js_AddConsumer(&ci, js, "STALE", &cc, NULL, NULL);     /* answered or not */
+        jsConsumerInfo_Destroy(ci);
+        js_DeleteConsumer(js, "STALE", name, NULL, NULL);
+    }
+    assert_int_equal(natstest_restart(n0), 0);
+    assert_true(cl_n0(js, "STALE", false, 30000));
+    assert_int_equal(fq_nio_consume_term(n, 0, 6), FQ_OK);
+    bool made = false;
+    uint64_t stale = 0;
+    int refused = 0;
+    for (long long end = nt_now_ms() + 20000; !made && nt_now_ms() < end;) {
+        if (!cl_event(n, FQ_NIO_EV_CONSUMER, &ev, 1000) || ev.seq != 6)
+            continue;
+        made = ev.status == FQ_OK;
+        stale = ev.token;
+        refused += !made;
+        if (!made)
+            print_message("term 6's consumer refused, js_err %d\n", ev.err_code);
+    }
+    print_message("term 6's consumer made after %d refusals; a stale copy of term %llu's "
+                  "cleared first (0: none was kept)\n",
+                  refused, (unsigned long long)stale);
+    assert_true(made);
+    assert_true(stale == 0 || stale == 5);
+    jsConsumerNamesList *l = NULL;
+    assert_int_equal(js_ConsumerNames(&l, js, "STALE", NULL, NULL), NATS_OK);
+    assert_int_equal(l->Count, 1);
+    assert_string_equal(l->List[0], "sub-6");
+    jsConsumerNamesList_Destroy(l);
+    fq_nio_destroy(n);
+    jsCtx_Destroy(js);
+    natsConnection_Destroy(nc);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -281,6 +403,8 @@ int main(void)
                                         teardown_bare),
         cmocka_unit_test_setup_teardown(test_parts_wait_for_the_overrides_bucket_owning_none,
                                         setup_bare, teardown_bare),
+        cmocka_unit_test_setup_teardown(test_stale_consumer_copy_cleared, setup_bare,
+                                        teardown_bare),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
