@@ -190,12 +190,12 @@ static bool lg_in_window(const lg_run *x)
 }
 
 /* Whether x is queued as far as anyone outside can tell: in its tenant's
- * queue, or taken into the window while its body is read, its dispatch not
- * out yet (a completion of it waits, a journal batch settling acks
- * nothing). */
+ * queue, or taken into the window while its body is read (its lease may
+ * have run out meanwhile), its dispatch not out yet: a completion of it
+ * waits, a journal batch of an earlier attempt settling acks nothing. */
 static bool lg_queued(const lg_run *x)
 {
-    return x->run.state == FQ_RUN_QUEUED || (x->run.state == FQ_RUN_FLIGHT && x->reading);
+    return x->run.state == FQ_RUN_QUEUED || (x->reading && lg_in_window(x));
 }
 
 /* Whether x's dispatch is out and the scheduler holds it: in flight, or

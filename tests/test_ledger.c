@@ -1062,6 +1062,89 @@ static void test_lease_ends_while_reading(void **state)
     world_free(w);
 }
 
+/* A run whose lease ran out while its body is read has not been sent: to
+ * anyone but the scheduler it is queued. A completion of it waits (a nak)
+ * as for any queued run; it was reconciled, from a run that has no names
+ * until its body comes (a crash). */
+static void test_completion_while_reading_after_lease_waits(void **state)
+{
+    (void)state;
+    world *w = world_new();
+    w->o.max_buffered_bytes = 0;
+    fq_ledger_set_opts(w->l, &w->o);
+    fq_ledger_journal_marked(w->l, 1);
+    submit(w, "a", 10, "r1", 50);
+    turn(w);
+    assert_int_equal(find(w, FQ_LACT_READ, 0)->seq, 10);
+    tick_time(w, 1000);
+    turn(w);                            /* its lease ends, its body still to come */
+    complete(w, "a", 900, "r1", 10);
+    assert_int_equal(count(w, FQ_LACT_RECONCILED), 0);
+    assert_int_equal(count(w, FQ_LACT_NAK), 1);
+    assert_int_equal(fq_ledger_counters_get(w->l)->completions_deferred, 1);
+    uint32_t est;
+    assert_int_equal(fq_ledger_run_where(w->l, "a", "r1", &est), FQ_LW_QUEUED);
+    fq_submit sub = {.est_tokens = 50};
+    strcpy(sub.run_id, "r1");
+    fq_ledger_bytes raw = {.body = "{}", .body_len = 2};
+    fq_ledger_body(w->l, 10, FQ_OK, &raw, &sub, w->now, w->now_ms);
+    drain(w);
+    turn(w);
+    fq_ledger_body(w->l, 10, FQ_OK, &raw, &sub, w->now, w->now_ms);
+    drain(w);
+    assert_int_equal(count(w, FQ_LACT_DISPATCH), 1);
+    complete_full(w, "a", 900, "r1", 10, 2);
+    assert_int_equal(count(w, FQ_LACT_RECONCILED), 1);
+    world_free(w);
+}
+
+/* The journal batch of an attempt whose dispatch failed, stored while the
+ * run, queued again and taken again, has its body read and its lease run
+ * out meanwhile, acks nothing: the run's dispatch is not out. Its submit
+ * was acked then, and the run lost (never dispatched). */
+static void test_batch_settled_while_reading_after_lease_acks_nothing(void **state)
+{
+    (void)state;
+    world *w = world_new();
+    w->o.max_buffered_bytes = 0;
+    fq_ledger_set_opts(w->l, &w->o);
+    fq_ledger_journal_marked(w->l, 1);
+    submit(w, "a", 10, "r1", 50);
+    turn(w);
+    fq_submit sub = {.est_tokens = 50};
+    strcpy(sub.run_id, "r1");
+    fq_ledger_bytes raw = {.body = "{}", .body_len = 2};
+    fq_ledger_body(w->l, 10, FQ_OK, &raw, &sub, w->now, w->now_ms);
+    fq_ledger_flush(w->l, w->now, w->now_ms);
+    drain(w);
+    uint64_t tok = find(w, FQ_LACT_DISPATCH, 0)->token;
+    fq_ledger_act j = *find(w, FQ_LACT_JOURNAL, 0);     /* its flight record, unanswered */
+    char jt[4096];
+    memcpy(jt, j.text, j.len);
+    j.text = jt;
+    assert_false(puback(w, tok, FQ_LEDGER_PUB_ERROR, 10077));  /* queued again */
+    tick_time(w, FQ_LEDGER_RETRY_MS);
+    turn(w);
+    assert_int_equal(find(w, FQ_LACT_READ, 0)->seq, 10);
+    tick_time(w, 1000);
+    turn(w);                            /* its lease ends, its body still to come */
+    store_journal(w, &j);
+    assert_false(acked(w, FQ_LEDGER_SUBMIT, 10));
+    fq_ledger_body(w->l, 10, FQ_OK, &raw, &sub, w->now, w->now_ms);
+    drain(w);
+    turn(w);
+    assert_int_equal(find(w, FQ_LACT_READ, 0)->seq, 10);
+    store_journal(w, find(w, FQ_LACT_JOURNAL, 0));     /* the batch written meanwhile */
+    fq_ledger_body(w->l, 10, FQ_OK, &raw, &sub, w->now, w->now_ms);
+    fq_ledger_flush(w->l, w->now, w->now_ms);
+    drain(w);
+    tok = find(w, FQ_LACT_DISPATCH, 0)->token;
+    store_journal(w, find(w, FQ_LACT_JOURNAL, 0));
+    puback(w, tok, FQ_LEDGER_PUB_STORED, 0);
+    assert_true(acked(w, FQ_LEDGER_SUBMIT, 10));
+    world_free(w);
+}
+
 /* ---- completions --------------------------------------------------------- */
 
 /* A run dispatched and fully settled, for completion tests. */
@@ -2447,6 +2530,8 @@ int main(void)
         cmocka_unit_test(test_dispatch_error_after_unanswered_marked),
         cmocka_unit_test(test_inherited_dispatch_marked),
         cmocka_unit_test(test_lease_ends_while_reading),
+        cmocka_unit_test(test_completion_while_reading_after_lease_waits),
+        cmocka_unit_test(test_batch_settled_while_reading_after_lease_acks_nothing),
         cmocka_unit_test(test_completions_reconcile_once),
         cmocka_unit_test(test_completion_deferred_then_forgotten),
         cmocka_unit_test(test_acks_held_while_not_fresh),
