@@ -308,14 +308,16 @@ typedef struct fq_ledger_back {
     fq_ledger_ackref ack;       /* its last delivery: asking it back naks that */
     uint64_t recalled_at;       /* monotonic ms it was last asked back; 0: not since */
     uint32_t tries;             /* asked back without coming, in a row */
-    bool owed;                  /* given back while not fresh: its nak is still to send */
     struct fq_ledger_back *next;/* its tenant's next, by sequence */
 } lg_back;
 
-/* An ack held back while not fresh (or refused by the caller's natsio). */
+/* An ack or a nak held back while not fresh (an ack also when refused by
+ * the caller's natsio). */
 typedef struct lg_later {
     enum fq_ledger_cons cons;
     fq_ledger_ackref a;
+    bool nak;                   /* a nak, after delay_ms; else an ack */
+    uint32_t delay_ms;
 } lg_later;
 
 /* A body block to give back once no action points at it. */
@@ -375,7 +377,6 @@ struct fq_ledger {
     fq_u64map *back;            /* runs given back, by sequence */
     fq_ledger_tenant *gate_head, *gate_tail;    /* tenants with runs given back */
     uint64_t ngates;            /* those tenants */
-    bool back_owed;             /* a run was given back while not fresh: naks to send */
     bool fetch_paused;
     bool paused[2];             /* as last told: FQ_LEDGER_SUBMIT, FQ_LEDGER_DONE */
     double rate_tokens;
@@ -904,13 +905,14 @@ static bool lg_let_go(const fq_ledger *l, uint32_t part)
     return part >= l->nparts || l->parts[part].state == LG_PART_FREE;
 }
 
-static void lg_hold(fq_ledger *l, enum fq_ledger_cons cons, const fq_ledger_ackref *a)
+static void lg_hold(fq_ledger *l, enum fq_ledger_cons cons, const fq_ledger_ackref *a, bool nak,
+                    uint32_t delay_ms)
 {
     if (lg_let_go(l, a->part))
         return;
     if (!lg_grow(&l->later, &l->later_cap, l->nlater + 1, sizeof *l->later))
         return;     /* out of memory: a lost ack costs a redelivery, de-duplicated */
-    l->later[l->nlater++] = (lg_later){cons, *a};
+    l->later[l->nlater++] = (lg_later){cons, *a, nak, delay_ms};
 }
 
 /* Ack a delivery; held back, in order, while not fresh: if the lease is
@@ -921,7 +923,7 @@ static void lg_ack(fq_ledger *l, enum fq_ledger_cons cons, const fq_ledger_ackre
     if (lg_let_go(l, a->part))
         return;
     if (l->nlater || !l->fresh) {
-        lg_hold(l, cons, a);
+        lg_hold(l, cons, a, false, 0);
         return;
     }
     fq_ledger_act *x = lg_act_new(l, FQ_LACT_ACK);
@@ -943,13 +945,20 @@ static void lg_ack_token(fq_ledger *l, enum fq_ledger_cons cons, uint64_t v)
     lg_ack_seq(l, cons, v & LG_TOKEN_LOW, lg_token_part(v));
 }
 
-/* A nak changes shared state like an ack: only while fresh. Not sent, the
- * delivery comes back after its consumer's AckWait instead. */
+/* A nak changes shared state like an ack: held back while not fresh, and
+ * sent once fresh again. Dropped, the delivery would come back only after
+ * its consumer's AckWait (an hour) when no consumer reset comes: the lease
+ * renewed late, in the same term (dst_ledger seed 3937, a refusal not
+ * queued). */
 static void lg_nak(fq_ledger *l, enum fq_ledger_cons cons, const fq_ledger_ackref *a,
                    uint32_t delay_ms)
 {
-    if (!l->fresh || lg_let_go(l, a->part))
+    if (lg_let_go(l, a->part))
         return;
+    if (!l->fresh) {
+        lg_hold(l, cons, a, true, delay_ms);
+        return;
+    }
     fq_ledger_act *x = lg_act_new(l, FQ_LACT_NAK);
     if (x) {
         x->cons = cons;
@@ -962,7 +971,7 @@ void fq_ledger_ack_failed(fq_ledger *l, const fq_ledger_act *a)
 {
     if (a->type == FQ_LACT_ACK) {
         fq_ledger_ackref ack = a->ack;  /* a may live in the list */
-        lg_hold(l, a->cons, &ack);
+        lg_hold(l, a->cons, &ack, false, 0);
     }
 }
 
@@ -973,7 +982,7 @@ static void lg_acks_later(fq_ledger *l)
     size_t n = l->nlater;
     l->nlater = 0;
     for (size_t i = 0; i < n; i++) {
-        fq_ledger_act *x = lg_act_new(l, FQ_LACT_ACK);
+        fq_ledger_act *x = lg_act_new(l, l->later[i].nak ? FQ_LACT_NAK : FQ_LACT_ACK);
         if (!x) {
             /* Keep the rest, in order, for the next turn. */
             memmove(l->later, l->later + i, (n - i) * sizeof *l->later);
@@ -982,6 +991,7 @@ static void lg_acks_later(fq_ledger *l)
         }
         x->cons = l->later[i].cons;
         x->ack = l->later[i].a;
+        x->delay_ms = l->later[i].delay_ms;
     }
 }
 
@@ -1199,10 +1209,6 @@ static void lg_give_back(fq_ledger *l, fq_ledger_tenant *lt, const fq_ledger_ack
         b->ack = *a;
         b->recalled_at = 0;
         b->tries = 0;
-        /* Its nak is not sent while not fresh: sent once fresh again, or it
-         * would come back only after its AckWait (an hour). */
-        b->owed = !l->fresh;
-        l->back_owed |= b->owed;
     }
     /* Without memory to remember it, it is given back all the same: its
      * order is then kept only if it comes before lt's later runs. */
@@ -1217,16 +1223,6 @@ static void lg_give_back(fq_ledger *l, fq_ledger_tenant *lt, const fq_ledger_ack
  * from the stream (purged): forgotten, so that the others move on. */
 static void lg_recall(fq_ledger *l)
 {
-    if (l->fresh && l->back_owed) {
-        /* Rare (the lease was not fresh): every run given back is walked. */
-        for (fq_ledger_tenant *lt = l->gate_head; lt; lt = lt->gate_next)
-            for (lg_back *b = lt->back_head; b; b = b->next)
-                if (b->owed) {
-                    b->owed = false;
-                    lg_nak(l, FQ_LEDGER_SUBMIT, &b->ack, lg_back_delay(b->ack.delivered));
-                }
-        l->back_owed = false;
-    }
     if (!l->fresh || l->paused[FQ_LEDGER_SUBMIT])
         return;
     uint64_t todo = l->ngates < FQ_LEDGER_GATES_PER_TURN ? l->ngates : FQ_LEDGER_GATES_PER_TURN;

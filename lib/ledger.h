@@ -458,7 +458,8 @@ void fq_ledger_tick(fq_ledger *l, uint64_t now, int64_t now_ms);
 void fq_ledger_flush(fq_ledger *l, uint64_t now, int64_t now_ms);
 
 /* The lease's state: while not fresh nothing is acked, naked, dispatched
- * or journalled (acks are held, in order, and sent once fresh again). */
+ * or journalled (acks and naks are held, in order, and sent once fresh
+ * again). */
 void fq_ledger_set_fresh(fq_ledger *l, bool fresh);
 
 /* The admission's drain rate, tokens a second (0: unknown). */

@@ -610,8 +610,8 @@ static void px_refusal_send(fq_proxy *p, px_refusal *r, const fq_ledger_act *a)
         s = px_publish(p, &r->o, a->token);
     }
     if (s != FQ_OK) {
-        /* Not even queued: left unacked, it comes back on the next
-         * consumer reset. */
+        /* Not even queued: the ledger naks its message, to come again
+         * (once the lease is fresh, if it is not now). */
         fq_ledger_unsent(p->ledger, a, s, fq_nio_mono_ms(), fq_nio_unix_ms());
     }
 }
