@@ -1385,8 +1385,16 @@ static fq_status submit_fields(dst_world *w, const sj_msg *m, fq_submit *sub)
     return fq_submit_parse(sub, tenant, m->data, m->len, &h, w->c.max_est, err, sizeof err);
 }
 
+static bool px_fresh(const dst_world *w, const dst_proxy *p);
+
 static void px_hand_in(dst_world *w, dst_proxy *p, int cons, uint32_t part, const sj_delivery *d)
 {
+    /* The lease's state as of this input, as lib/proxy.c tells the ledger
+     * before each (px_ledger_fresh): told only at the turn's start, a
+     * delivery handed in just after the lease's renewal was answered met
+     * a ledger that took itself for not fresh (seed 3937, as drawn before
+     * 19ae01b). */
+    fq_ledger_set_fresh(p->L, px_fresh(w, p));
     const sj_msg *m = d->msg;
     char block[4096];
     int k = m->hdrs[0] ? snprintf(block, sizeof block, "NATS/1.0\r\n%s\r\n", m->hdrs) : 0;
@@ -1599,6 +1607,7 @@ static void px_settle(dst_world *w, dst_proxy *p, uint64_t token, dst_pub *pub,
                              : a->err ? FQ_LEDGER_PUB_ERROR
                              : a->duplicate ? FQ_LEDGER_PUB_DUPLICATE
                                             : FQ_LEDGER_PUB_STORED;
+    fq_ledger_set_fresh(p->L, px_fresh(w, p));
     bool again = fq_ledger_puback(p->L, token, out, failed ? 0 : a->err, failed ? 0 : a->seq,
                                   px_mono(w, p), px_unix(w, p));
     if (again) {
@@ -2739,14 +2748,29 @@ static void cap_bursts(dst_cfg *c);
  * clock_window, a proxy's monotonic clock leaps ahead once, by 500 ms at
  * most, and the server's clock steps back once, by 500 ms at most; a
  * proxy's wall clock is never more than DST_WALL_AHEAD_MAX ahead of the
- * server's, 1,000 ms after the server steps back. (Forward, the server's
- * clock and a proxy's wall clock step freely; a proxy's monotonic clock
- * stands still freely: each only shortens what JetStream remembers, or
- * lengthens what the ledger does.) Unbounded, a monotonic clock run ahead
- * of the server's forgot a completed run id before JetStream's duplicate
- * window of its dispatch ended (seed 1627, step 19420, as the worlds were
- * drawn then). */
+ * server's, 1,000 ms after the server steps back, nor more than
+ * DST_WALL_BEHIND_MAX behind it. (Forward, the server's clock and a
+ * proxy's wall clock step freely; a proxy's monotonic clock stands still
+ * freely: each only shortens what JetStream remembers, or lengthens what
+ * the ledger does. A wall clock that falls behind the server's by a step
+ * of the server follows it, as NTP would.) Unbounded, a monotonic clock
+ * run ahead of the server's forgot a completed run id before JetStream's
+ * duplicate window of its dispatch ended (seed 1627, step 19420, as the
+ * worlds were drawn then); and a wall clock 12.1 s behind the server's
+ * (the server stepping forward freely) sent an inherited run again 88 s
+ * after its first store, past the 84 s window by the server's clock and
+ * not by the proxy's, unmarked (seed 30532, step 43518): marking, and the
+ * cut-off of what is inherited, compare the server's timestamps with the
+ * proxy's wall clock, 2 s to spare (protocol.md section 8). */
 #define DST_WALL_AHEAD_MAX 500
+#define DST_WALL_BEHIND_MAX 1500
+
+/* Bring a wall clock left behind the server's back within the bound. */
+static void wall_follow(dst_world *w, dst_proxy *p)
+{
+    if (p->wall_skew < w->server_skew - DST_WALL_BEHIND_MAX)
+        p->wall_skew = w->server_skew - DST_WALL_BEHIND_MAX;
+}
 
 static int64_t clock_window(const dst_world *w)
 {
@@ -2788,6 +2812,14 @@ static void fault(dst_world *w)
     case 5:
         p->paused_until = w->t + (int64_t)dst_rng_in(r, 200, 6000);
         TRACE(w, "proxy %d frozen until %" PRId64, p->ix, p->paused_until);
+        /* Once in two, nats.c refuses its publishes for a while after it
+         * wakes (its PubAcks unread, its async publishes at their limit):
+         * the PubAcks that come first are taken while its lease is not
+         * fresh yet, and what they send (a kept refusal) is not queued,
+         * which the faithful fresh flag of px_hand_in otherwise never
+         * reaches (seed 3937's nak dropped; lib/ledger.c lg_nak). */
+        if (dst_rng_chance(r, 1, 2))
+            p->pubs_refused_until = p->paused_until + (int64_t)dst_rng_in(r, 50, 1000);
         break;
     case 6: {
         /* The server's clock steps: the lease key ages out early or late.
@@ -2802,6 +2834,8 @@ static void fault(dst_world *w)
         if (d < 0)
             w->back_ok_at = w->t + clock_window(w);
         w->server_skew += d;
+        for (int i = 0; i < w->c.proxies; i++)
+            wall_follow(w, &w->px[i]);
         break;
     }
     case 7:
@@ -2826,6 +2860,7 @@ static void fault(dst_world *w)
         p->wall_skew += (int64_t)dst_rng_in(r, 0, 4000) - 2000;
         if (p->wall_skew > w->server_skew + DST_WALL_AHEAD_MAX)
             p->wall_skew = w->server_skew + DST_WALL_AHEAD_MAX;
+        wall_follow(w, p);
         break;
     }
     case 9:
