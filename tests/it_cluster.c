@@ -349,7 +349,7 @@ static void test_stale_consumer_copy_cleared(void **state)
     natstest *n0 = natscluster_node(b->cl, 0);
     assert_int_equal(natstest_kill(n0), 0);
     for (int i = 0; i < 6; i++) {
-        char name[16];
+        char name[32];
         snprintf(name, sizeof name, "other-%d", i);
         jsConsumerConfig cc;
         jsConsumerConfig_Init(&cc);

@@ -248,7 +248,7 @@ static void test_p4_to_p8_by_draining(void **state)
     for (int t = 0; t < TENANTS; t++) {
         before[t] = deficit(f, t);
         assert_true(before[t] < 0);
-        char tn[8];
+        char tn[16];
         snprintf(tn, sizeof tn, "t%d", t);
         moved += fq_partition_of(tn, strlen(tn), 2 * PARTS) != fq_partition_of(tn, strlen(tn),
                                                                                 PARTS);
