@@ -1407,17 +1407,29 @@ static void lg_journal_flush(fq_ledger *l)
     }
 }
 
-void fq_ledger_part_marked(fq_ledger *l, uint32_t part, uint64_t seq)
+static void lg_part_mark(lg_part *pp, uint64_t seq)
+{
+    pp->jseq = seq;
+    pp->jmarked = true;
+}
+
+bool fq_ledger_part_marked(fq_ledger *l, uint32_t part, uint64_t term, uint64_t seq)
 {
     if (part >= l->nparts)
-        return;
-    l->parts[part].jseq = seq;
-    l->parts[part].jmarked = true;
+        return false;
+    lg_part *pp = &l->parts[part];
+    /* A marker of an adoption let go since (its PubAck came late) marks
+     * nothing: the adoption of now stores its own, after which an earlier
+     * owner's batches are refused, and its first batch expects that one. */
+    if (pp->state == LG_PART_FREE || pp->term != term || pp->jmarked)
+        return false;
+    lg_part_mark(pp, seq);
+    return true;
 }
 
 void fq_ledger_journal_marked(fq_ledger *l, uint64_t seq)
 {
-    fq_ledger_part_marked(l, 0, seq);
+    lg_part_mark(&l->parts[0], seq);
 }
 
 /* A journal batch of pp was not stored (a full store, a timeout): it is

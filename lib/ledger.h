@@ -524,9 +524,13 @@ uint32_t fq_ledger_part_of(const fq_ledger *l, const char *tenant);
 fq_status fq_ledger_adopt(fq_ledger *l, uint32_t part, uint64_t term);
 
 /* Partition part's marker (an empty batch on its journal subject, with no
- * expectation) is stored at seq: its first batch expects it. Until then
- * none of its batches is sent. */
-void fq_ledger_part_marked(fq_ledger *l, uint32_t part, uint64_t seq);
+ * expectation), sent for its adoption at term, is stored at seq: its first
+ * batch expects it. Until then none of its batches is sent. False, and
+ * nothing changes, unless part is adopted at term and not marked yet: a
+ * marker sent for an adoption let go since is not this one's, which the
+ * caller sends (its batches would never go out, or expect a sequence
+ * another owner's marker may have followed). */
+bool fq_ledger_part_marked(fq_ledger *l, uint32_t part, uint64_t term, uint64_t seq);
 
 /* Let partition part go (above): its actions follow, a PART_RELEASED note
  * last. Nothing if it is not owned. */

@@ -246,6 +246,7 @@ struct fq_proxy {
     uint32_t jmarks;            /* partitions whose marker is stored (P > 1: one each) */
     uint32_t jmark_sent;        /* markers in flight */
     bool part_marked[PX_PARTS_MAX]; /* partition k's marker is stored */
+    uint64_t part_mark_term[PX_PARTS_MAX]; /* P > 1: the term k's last marker was sent for */
     char jmsgid[FQ_LEASE_ID_MAX + 2 * FQ_U64_DEC_MAX + 4]; /* the batch in flight's Msg-Id */
     uint64_t jmsgid_batch;      /* ... and its batch id ("": none yet) */
     bool fenced;                /* the server refused our journal batch: another leads */
@@ -1119,13 +1120,16 @@ static void px_on_puback(fq_proxy *p, fq_nio_event *ev)
         uint32_t k = (uint32_t)TK_VAL(ev->token);
         if (p->jmark_sent)
             p->jmark_sent--;
-        if (ev->status == FQ_OK && k < PX_PARTS_MAX && !p->part_marked[k]) {
+        /* P > 1: a marker marks only the adoption it was sent for (one let
+         * go while it was in flight is not ours: the next sends its own) */
+        bool marks = ev->status == FQ_OK && k < PX_PARTS_MAX && !p->part_marked[k];
+        if (marks && px_parts(p) > 1)
+            marks = fq_ledger_part_marked(p->ledger, k, p->part_mark_term[k], ev->seq);
+        else if (marks)
+            fq_ledger_journal_marked(p->ledger, ev->seq);
+        if (marks) {
             p->part_marked[k] = true;
             p->jmarks++;
-            if (px_parts(p) > 1)
-                fq_ledger_part_marked(p->ledger, k, ev->seq);
-            else
-                fq_ledger_journal_marked(p->ledger, ev->seq);
         }
         p->jmarked = p->jmarks == px_parts(p);
         if (ev->status != FQ_OK && px_warn_ok(p, "journal marker"))
@@ -3077,8 +3081,10 @@ static bool px_journal_mark(fq_proxy *p)
             char subject[320];
             px_journal_subject(subject, sizeof subject, p, k);
             fq_nio_out o = {.subject = subject, .data = mark, .len = sizeof mark - 1};
-            if (!p->part_marked[k] && px_publish(p, &o, TK_MAKE(TK_JMARK, k)) == FQ_OK)
+            if (!p->part_marked[k] && px_publish(p, &o, TK_MAKE(TK_JMARK, k)) == FQ_OK) {
                 p->jmark_sent++;
+                p->part_mark_term[k] = p->term;
+            }
         }
         px_drain(p, PX_POLL_MS);
         fq_leader_renew(p->ld, fq_nio_mono_ms(), p->connected);
@@ -3206,8 +3212,10 @@ static void px_parts_apply(fq_proxy *p)
             char subject[320];
             px_journal_subject(subject, sizeof subject, p, k);
             fq_nio_out o = {.subject = subject, .data = mark, .len = sizeof mark - 1};
-            if (px_publish(p, &o, TK_MAKE(TK_JMARK, k)) == FQ_OK)
+            if (px_publish(p, &o, TK_MAKE(TK_JMARK, k)) == FQ_OK) {
                 p->jmark_sent++;
+                p->part_mark_term[k] = p->part_loading[k];
+            }
         }
         return;
     }

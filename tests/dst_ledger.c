@@ -2074,7 +2074,7 @@ static void px_part_recover(dst_world *w, dst_proxy *p, uint32_t k)
     dst_part *pp = &p->part[k];
     if (fq_ledger_adopt(p->L, k, pp->term) != FQ_OK)
         return;
-    fq_ledger_part_marked(p->L, k, pp->mark_seq);
+    fq_ledger_part_marked(p->L, k, pp->term, pp->mark_seq);
     char subj[32];
     snprintf(subj, sizeof subj, "fairq.runs.%u", k);
     rec_ctx c = {.p = p, .now = px_mono(w, p), .now_ms = px_unix(w, p)};

@@ -2066,7 +2066,7 @@ static void adopt_from(world *w, const world *from, uint32_t part, uint64_t term
 {
     assert_int_equal(fq_ledger_adopt(w->l, part, term), FQ_OK);
     assert_int_equal(fq_ledger_adopt(w->l, part, term), FQ_EEXIST);
-    fq_ledger_part_marked(w->l, part, mark);
+    assert_true(fq_ledger_part_marked(w->l, part, term, mark));
     for (size_t i = 0; i < from->nrecs; i++)
         fq_ledger_recover_record(w->l, &from->recs[i], from->rec_ms[i], w->now, w->now_ms);
     assert_false(fq_ledger_owns(w->l, part));
@@ -2351,6 +2351,40 @@ static void test_part_planned_release_after_settle(void **state)
     world_free(b);
 }
 
+/* A partition let go while its marker's PubAck was on the way, then
+ * adopted again: that marker is not the new adoption's, which stores its
+ * own, and its first batch expects that one. Taken for it, the proxy sent
+ * no marker of the new term and the ledger none of its batches: a planned
+ * move of the partition never settled (it_replicas, under load). */
+static void test_part_marker_of_an_earlier_adoption_ignored(void **state)
+{
+    (void)state;
+    enum { P = 4 };
+    char x[16];
+    tenant_in(x, sizeof x, "x", 2, P);
+    world *a = world_new_parts(P);
+    assert_int_equal(fq_ledger_adopt(a->l, 2, 10), FQ_OK);
+    fq_ledger_release(a->l, 2, a->now, a->now_ms);
+    drain(a);
+    assert_false(fq_ledger_part_marked(a->l, 2, 10, 5));    /* let go */
+    assert_int_equal(fq_ledger_adopt(a->l, 2, 20), FQ_OK);
+    assert_false(fq_ledger_part_marked(a->l, 2, 10, 5));    /* term 10's, late */
+    assert_true(fq_ledger_part_marked(a->l, 2, 20, 9));
+    assert_false(fq_ledger_part_marked(a->l, 2, 20, 11));   /* marked once */
+    fq_ledger_recovered(a->l, a->now, a->now_ms);
+    assert_true(fq_ledger_owns(a->l, 2));
+    drain(a);
+    submit(a, x, 10, "r1", 50);
+    turn(a);
+    assert_int_equal(count(a, FQ_LACT_DISPATCH), 1);
+    const fq_ledger_act *j = find(a, FQ_LACT_JOURNAL, 0);
+    assert_non_null(j);
+    assert_int_equal(j->part, 2);
+    assert_int_equal(j->term, 20);
+    assert_int_equal(j->expect_seq, 9);
+    world_free(a);
+}
+
 /* Letting a partition go naks its queued runs, each tenant's in its
  * queue's order, at once (its next owner takes them); its runs in flight
  * are let go unanswered; another partition's runs stay queued and are
@@ -2600,6 +2634,7 @@ int main(void)
         cmocka_unit_test(test_part_adopt_release_round_trip),
         cmocka_unit_test(test_part_debt_across_handover),
         cmocka_unit_test(test_part_planned_release_after_settle),
+        cmocka_unit_test(test_part_marker_of_an_earlier_adoption_ignored),
         cmocka_unit_test(test_part_release_naks_queued_in_order),
         cmocka_unit_test(test_part_journal_fenced_per_partition),
         cmocka_unit_test(test_part_released_refusal_not_retried),
