@@ -99,24 +99,10 @@ static void start(pt_proxy *px, pf_fixture *f, const char *id)
 }
 
 /* Each partition's owner as the lease bucket says now ("" for none or
- * released), and when its key was last written (its stream sequence). */
-static void owners(pf_fixture *f, char own[P][64], uint64_t seq[P])
+ * released). */
+static void owners(pf_fixture *f, char own[P][64])
 {
-    memset(own, 0, (size_t)P * 64);
-    memset(seq, 0, (size_t)P * sizeof seq[0]);
-    pt_msg *m = NULL;
-    size_t n = 0;
-    assert_int_equal(pt_stream_read(&f->c, "KV_fairq_lease", &m, &n), 0);
-    for (size_t i = 0; i < n; i++) {
-        int k = -1;
-        if (sscanf(m[i].subject, "$KV.fairq_lease.p.%d", &k) != 1 || k < 0 || k >= P)
-            continue;
-        snprintf(own[k], 64, "%.*s", (int)m[i].len, m[i].data ? m[i].data : "");
-        if (strcmp(own[k], "released") == 0)
-            own[k][0] = '\0';
-        seq[k] = m[i].seq;
-    }
-    pt_msgs_free(m, n);
+    pf_owners(&f->c, "fairq_lease", P, own);
 }
 
 /* How many partitions id owns. */
@@ -134,9 +120,8 @@ static void wait_shared(pf_fixture *f, const char *const *ids, int n, int timeou
 {
     long long end = nt_now_ms() + timeout_ms;
     char own[P][64];
-    uint64_t seq[P];
     for (;;) {
-        owners(f, own, seq);
+        owners(f, own);
         int total = 0, lo = P, hi = 0;
         for (int i = 0; i < n; i++) {
             int c = count(own, ids[i]);
@@ -302,8 +287,7 @@ static void test_replicas_share_take_over_and_join(void **state)
     const char *three[] = {"rep-a", "rep-b", "rep-c"};
     wait_shared(f, three, 3, 15000);
     char own[P][64];
-    uint64_t seq[P];
-    owners(f, own, seq);
+    owners(f, own);
     print_message("shared: a %d, b %d, c %d\n", count(own, "rep-a"), count(own, "rep-b"),
                   count(own, "rep-c"));
     serve(f, 0, 40, 0);
@@ -318,8 +302,7 @@ static void test_replicas_share_take_over_and_join(void **state)
     assert_int_equal(pt_proxy_kill(&more[1]), 0);
     while (!back && nt_now_ms() < t0 + 10000) {
         char now_own[P][64];
-        uint64_t now_seq[P];
-        owners(f, now_own, now_seq);
+        owners(f, now_own);
         bool all = true;
         for (int k = 0; k < P; k++)
             if (was_c[k])
@@ -342,7 +325,7 @@ static void test_replicas_share_take_over_and_join(void **state)
     assert_true(port[0] > 0 && port[1] > 0);
     char debtor[P][16];
     long long debt[P];
-    owners(f, own, seq);
+    owners(f, own);
     for (int k = 0; k < P; k++) {
         debtor_of(debtor[k], sizeof debtor[k], k);
         for (int i = 0; i < 2; i++) {
@@ -365,7 +348,7 @@ static void test_replicas_share_take_over_and_join(void **state)
     wait_shared(f, joined, 3, 15000);
     assert_int_equal(pt_worker_wait_completed(f->w, 120 + 2 * P, 20000), 0);
     serve(f, 120, 40, 120 + 2 * P);
-    owners(f, own, seq);
+    owners(f, own);
     print_message("joined: a %d, b %d, d %d\n", count(own, "rep-a"), count(own, "rep-b"),
                   count(own, "rep-d"));
     pf_wait_empty(f, "FAIR_SUBMIT");
@@ -439,11 +422,10 @@ static void test_replica_owning_none_is_a_ready_standby(void **state)
         assert_true((port[i] = ot_http_port(px[i], 5000)) > 0);
     /* once the moves are over, the replica that owns none says so */
     char own[P][64], text[256];
-    uint64_t seq[P];
     int idle = -1;
     bool ok = false;
     for (long long end = nt_now_ms() + 15000; !ok && nt_now_ms() < end; nt_sleep_ms(100)) {
-        owners(f, own, seq);
+        owners(f, own);
         idle = -1;
         for (int i = 0; i < 3 && own[0][0] && own[1][0]; i++)
             if (count(own, ids[i]) == 0)
@@ -508,8 +490,7 @@ static void test_fenced_partition_let_go_alone(void **state)
     assert_int_equal(pt_worker_wait_completed(f->w, 3, 20000), 0);
     assert_int_equal(pt_log_count(&f->px, "took a partition\" partition=3 "), 2);
     char own[P][64];
-    uint64_t seq[P];
-    owners(f, own, seq);
+    owners(f, own);
     assert_string_equal(own[3], "rep-a");
     /* the other partitions' tenants are served on, by the same process */
     int n = 0;
@@ -546,8 +527,7 @@ static void test_duplicate_replica_id_refused(void **state)
     assert_int_equal(nt_proc_exit_code(&more[0].proc), 1);
     assert_int_equal(pt_log_count(&more[0], "took a partition"), 0);
     char own[P][64];
-    uint64_t seq[P];
-    owners(f, own, seq);
+    owners(f, own);
     assert_int_equal(count(own, "rep-a"), P);
     assert_int_equal(pt_log_count(&f->px, "lost a partition"), 0);
     assert_true(nt_proc_alive(&f->px.proc));

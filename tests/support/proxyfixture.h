@@ -74,8 +74,9 @@ int pf_write_mapping(char *conf, size_t cap, const char *dir, int parts);
 int pf_journal_count(pf_fixture *f, const char *needle);
 
 /* Partitions' owners, as an operator reads them from the lease bucket
- * (the stream KV_<bucket>: each p.<k> key's last value is its owner's
- * replica id): own[k] for k < parts, "" for none or released. */
+ * (the stream KV_<bucket>: each p.<k> key's last value, asked by its
+ * subject, is its owner's replica id): own[k] for k < parts, "" for none
+ * or released. */
 #define PF_ID_MAX 64
 void pf_owners(pt_client *c, const char *bucket, int parts, char (*own)[PF_ID_MAX]);
 /* How many of own[0 .. parts-1] are id. */
