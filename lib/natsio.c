@@ -1494,10 +1494,25 @@ static bool nio_pullable_locked(const nio_consumer *c, uint64_t gen)
     return c->live && !nio_due(c, c->version, c->want.on, gen);
 }
 
+/* Whether consumer a, due, is brought to its owner's want before b: one
+ * not failed yet before one tried again (its tries may each wait the API's
+ * timeout, and it must not keep the others from being made), those by
+ * when their owner asked, these by when they failed. Under mu. */
+static bool nio_reconcile_before(const nio_consumer *a, const nio_consumer *b)
+{
+    if ((a->retry_at != 0) != (b->retry_at != 0))
+        return !a->retry_at;
+    if (a->retry_at != b->retry_at)
+        return a->retry_at < b->retry_at;
+    return a->asked < b->asked;
+}
+
 /* The consumer to bring to what its owner wants next, or -1: of those due
  * and not waiting to retry, the one whose owner asked first, so that what
  * an owner asks for together (a partition's two consumers) is made
- * together. *more: another is due too. Fetch thread. */
+ * together, but one that failed only after those not tried yet, and in
+ * turn with the others that failed (nio_reconcile_before). *more: another
+ * is due too. Fetch thread. */
 static int nio_reconcile_next(fq_nio *n, int used, uint64_t gen, uint64_t now, bool *more)
 {
     int next = -1, due = 0;
@@ -1507,7 +1522,7 @@ static int nio_reconcile_next(fq_nio *n, int used, uint64_t gen, uint64_t now, b
         if (!nio_due(c, c->version, c->want.on, gen) || now < c->retry_at)
             continue;
         due++;
-        if (next < 0 || c->asked < n->cons[next].asked)
+        if (next < 0 || nio_reconcile_before(c, &n->cons[next]))
             next = i;
     }
     pthread_mutex_unlock(&n->mu);
@@ -1541,7 +1556,7 @@ static bool nio_reconcile_one(fq_nio *n, int id, uint64_t gen, uint64_t now)
                            ? js_DeleteConsumer(n->js, c->made.stream, c->name, NULL, &jerr)
                            : NATS_OK;
         if (s != NATS_OK && !nio_not_found(s, jerr)) {
-            c->retry_at = now + NIO_RECREATE_RETRY_MS;
+            c->retry_at = fq_nio_mono_ms() + NIO_RECREATE_RETRY_MS;
             return was;
         }
         if (s == NATS_OK && w.del)
@@ -1549,6 +1564,7 @@ static bool nio_reconcile_one(fq_nio *n, int id, uint64_t gen, uint64_t now)
         c->name[0] = '\0';
         c->made = w;
         c->made_version = version;
+        c->retry_at = 0;
         return was;
     }
     c->made = w;
@@ -1560,7 +1576,8 @@ static bool nio_reconcile_one(fq_nio *n, int id, uint64_t gen, uint64_t now)
                        .status = s == NATS_OK ? FQ_OK : newer ? FQ_EEXIST : FQ_EIO,
                        .err_code = s == NATS_OK ? 0 : js_err, .token = stale};
     if (s != NATS_OK) {
-        c->retry_at = now + NIO_RECREATE_RETRY_MS;
+        /* after the try, which may have waited the API's timeout */
+        c->retry_at = fq_nio_mono_ms() + NIO_RECREATE_RETRY_MS;
     } else {
         c->live = true;
         c->made_version = version;

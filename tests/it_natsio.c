@@ -1431,6 +1431,65 @@ static void test_stopped_consumer_not_pulled(void **state)
     fq_nio_destroy(n);
 }
 
+/* A consumer whose API calls go unanswered (a permission denies them, a
+ * stream's leader lost) costs the others nothing: each of its tries waits
+ * the API's timeout, longer than its retry delay, and a consumer asked
+ * after it must still be made between two of its tries. Here the server
+ * lets the adapter publish nothing to the delete of hol-p0, asked first,
+ * which every make of it starts with; hol-p1, asked next, must be made
+ * and deliver its run while hol-p0 keeps failing. */
+static void test_unanswered_consumer_costs_the_others_nothing(void **state)
+{
+    fixture *f = *state;
+    char conf[600], err[256], warn[256];
+    snprintf(conf, sizeof conf, "%s/hole.conf", natstest_dir(f->srv));
+    FILE *out = fopen(conf, "w");
+    assert_non_null(out);
+    fputs("authorization { users = [ { user: rep, password: rep, permissions: {\n"
+          "  publish: { deny: [\"$JS.API.CONSUMER.DELETE.HOLE.hol-p0\"] } } } ] }\n", out);
+    fclose(out);
+    natstest *srv = NULL;
+    assert_int_equal(natstest_start(&srv, (const char *const[]){"-c", conf, NULL}), 0);
+    fq_nio *n = NULL;
+    fq_nio_opts o = {.url = natstest_url(srv), .name = "it_natsio_hole", .user = "rep",
+                     .password = "rep", .pub_wait_ms = 2000, .api_wait_ms = 1000};
+    assert_int_equal(fq_nio_create(&n, &o, err, sizeof err), FQ_OK);
+    fq_nio_stream st = {.name = "HOLE", .subject = "hol.*.*", .retention = FQ_NIO_WORKQUEUE,
+                        .replicas = 1};
+    assert_int_equal(fq_nio_stream_ensure(n, &st, warn, sizeof warn), FQ_OK);
+    parts_consume(n, 0, "HOLE", "hol", 0, 8, 0);
+    parts_consume(n, 1, "HOLE", "hol", 1, 8, 0);
+    fq_nio_hdr h[] = {{"Nats-Msg-Id", "hole-1"}};
+    fq_nio_out m = {.subject = "hol.1.t", .data = "run", .len = 3, .hdrs = h, .n_hdrs = 1};
+    assert_int_equal(fq_nio_publish(n, &m, 1), FQ_OK);
+    int failed = 0, wrong = 0;
+    bool made = false, run = false;
+    for (long long end = nt_now_ms() + 10000; !run && nt_now_ms() < end;) {
+        fq_nio_event ev;
+        if (fq_nio_poll(n, &ev, 1, 50) == 0)
+            continue;
+        if (ev.type == FQ_NIO_EV_CONSUMER && ev.source == 0) {
+            wrong += ev.status == FQ_OK;
+            failed++;
+        } else if (ev.type == FQ_NIO_EV_CONSUMER && ev.source == 1) {
+            wrong += ev.status != FQ_OK;
+            made = true;
+        } else if (ev.type == FQ_NIO_EV_MSG) {
+            wrong += ev.source != 1 || fq_nio_ack(n, 1, &ev.ack) != FQ_OK;
+            run = true;
+        }
+        fq_nio_msg_destroy(ev.msg);
+    }
+    print_message("hol-p0 failed %d times; hol-p1 %s, its run %s\n", failed,
+                  made ? "made" : "never made", run ? "delivered" : "never delivered");
+    fq_nio_destroy(n);
+    natstest_destroy(srv);      /* before the checks: a failed one leaves no server */
+    assert_int_equal(wrong, 0);
+    assert_true(failed >= 1);
+    assert_true(made);
+    assert_true(run);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1458,6 +1517,7 @@ int main(void)
         cmocka_unit_test(test_flood_does_not_starve_quiet),
         cmocka_unit_test(test_renamed_consumers_pulled_as_made),
         cmocka_unit_test(test_stopped_consumer_not_pulled),
+        cmocka_unit_test(test_unanswered_consumer_costs_the_others_nothing),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
