@@ -2799,7 +2799,10 @@ enum lg_unsent {
     LG_UNSENT_DONE_RESENT,      /* a completed run's dispatch published again: given up */
     LG_UNSENT_RESENT,           /* a redelivery's dispatch published again: given up */
     LG_UNSENT_UNSENDABLE,       /* a dispatch that can never be sent: refused */
-    LG_UNSENT_REQUEUE,          /* a dispatch NATS cannot take now: queued again */
+    LG_UNSENT_REQUEUE,          /* a dispatch NATS cannot take now, or one that can never
+                                   be sent whose lease ran out before we were told (the
+                                   scheduler cancels no expired run, and its window holds
+                                   the record): queued again, refused at its next turn */
 };
 
 /* The verdict on an action not sent. */
@@ -2843,8 +2846,8 @@ static void lg_unsent_judge(lg_unsent_verdict *v, const fq_ledger *l, const fq_l
         v->what = LG_UNSENT_NOTHING;
     else if (x->resent)
         v->what = LG_UNSENT_RESENT;
-    else if (st == FQ_ETOOBIG || st == FQ_EINVAL)
-        v->what = LG_UNSENT_UNSENDABLE;
+    else if ((st == FQ_ETOOBIG || st == FQ_EINVAL) && x->run.state == FQ_RUN_FLIGHT)
+        v->what = LG_UNSENT_UNSENDABLE;     /* else expired since: see LG_UNSENT_REQUEUE */
     else
         v->what = LG_UNSENT_REQUEUE;
 }
@@ -3184,7 +3187,19 @@ static void lg_expired(fq_ledger *l, lg_run *x, int64_t at_ms)
         a->tenant = x->lt->id;
         a->run_id = x->names ? x->names->run_id : "";
     }
-    if (x->names)   /* else its body is being read: it has no record */
+    /* Without names its body is read for its first dispatch: it has no
+     * record. With names while reading (its body read a second time, an
+     * attempt before failed) its dispatch is not out, yet the record is
+     * written, and harmless: it follows that attempt's flight record, which
+     * the journal keeps (that dispatch may be out: its PubAck may have
+     * timed out), and tells a restart no more than it: the run read back is
+     * adopted expired (it would be from that flight record too, whose lease
+     * ended before this one), remembered from a later time, and its submit,
+     * unacked, is published again under its Nats-Msg-Id (lg_resend), marked
+     * past the window from its submit's time rather than the flight
+     * record's: sooner, a mark not a loss. The next attempt's flight
+     * record, later, supersedes it. */
+    if (x->names)
         lg_journal_run(l, x, FQ_JREC_EXPIRED, at_ms);
 }
 

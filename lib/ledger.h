@@ -366,8 +366,10 @@ void fq_ledger_ack_failed(fq_ledger *l, const fq_ledger_act *a);
 /* A DISPATCH, REFUSE or JOURNAL action whose publish the caller could not
  * even queue (st: natsio's status). A dispatch that can never be sent
  * (FQ_ETOOBIG, FQ_EINVAL: the server's max_payload shrank since its
- * admission) is refused; otherwise it is queued again in order (its tenant
- * parked on FQ_ENOMEM) and the caller dispatches no more this turn. A
+ * admission) is refused, told before a tick ran out its lease (else it is
+ * queued again and refused at its next dispatch); otherwise it is queued
+ * again in order (its tenant parked on FQ_ENOMEM) and the caller
+ * dispatches no more this turn. A
  * journal batch is sent again by a later flush. A refusal stays unacked:
  * its submit comes back on the next consumer reset. */
 void fq_ledger_unsent(fq_ledger *l, const fq_ledger_act *a, fq_status st, uint64_t now,

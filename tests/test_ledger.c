@@ -1799,6 +1799,48 @@ static void test_done_kept_past_keep_done_by_the_clock_margin(void **state)
     world_free(w);
 }
 
+/* A dispatch that can never be sent (FQ_ETOOBIG), told after a tick ran
+ * its lease out: the scheduler cancels no expired run, and its window
+ * still holds the record. The ledger refused the run and freed its record
+ * there (a use after free at the window's next eviction); it is queued
+ * again and refused at its next dispatch, its lease fresh. */
+static void test_unsendable_after_its_lease_refused_at_its_next_turn(void **state)
+{
+    (void)state;
+    world *w = world_new();
+    fq_ledger_journal_marked(w->l, 1);
+    submit(w, "a", 10, "r1", 50);
+    turn(w);
+    fq_ledger_act d = *find(w, FQ_LACT_DISPATCH, 0);
+    tick_time(w, 1000);
+    fq_ledger_tick(w->l, w->now, w->now_ms);
+    drain(w);
+    fq_sched_stats ss;
+    fq_sched_stats_get(w->s, &ss);
+    assert_int_equal(ss.expired_held, 1);
+    fq_ledger_unsent(w->l, &d, FQ_ETOOBIG, w->now, w->now_ms);
+    drain(w);
+    assert_int_equal(count(w, FQ_LACT_REFUSE), 0);
+    fq_sched_stats_get(w->s, &ss);
+    assert_int_equal(ss.expired_held, 0);
+    uint32_t est;
+    assert_int_equal(fq_ledger_run_where(w->l, "a", "r1", &est), FQ_LW_QUEUED);
+    turn(w);
+    d = *find(w, FQ_LACT_DISPATCH, 0);
+    fq_ledger_unsent(w->l, &d, FQ_ETOOBIG, w->now, w->now_ms);
+    drain(w);
+    const fq_ledger_act *r = find(w, FQ_LACT_REFUSE, 0);
+    assert_non_null(r);
+    assert_int_equal(r->code, FQ_ETOOBIG);
+    assert_int_equal(r->ack.sseq, 10);
+    fq_sched_stats_get(w->s, &ss);
+    assert_int_equal(ss.in_flight + ss.expired_held, 0);
+    tick_time(w, 10000);
+    turn(w);
+    assert_int_equal(count(w, FQ_LACT_DISPATCH), 0);
+    world_free(w);
+}
+
 /* A refusal the caller could not even queue leaves its submit unacked and
  * naks it, so that it comes back soon rather than after its consumer's
  * AckWait (dst_ledger seed 71: an hour, with no consumer reset to come). */
@@ -2625,6 +2667,7 @@ int main(void)
         cmocka_unit_test(test_part_stale_consumer_made_ignored),
         cmocka_unit_test(test_early_completion_held_from_its_storing),
         cmocka_unit_test(test_resent_past_the_window_marked),
+        cmocka_unit_test(test_unsendable_after_its_lease_refused_at_its_next_turn),
         cmocka_unit_test(test_refusal_unsent_is_naked),
         cmocka_unit_test(test_refusal_unsent_while_not_fresh_naked_later),
         cmocka_unit_test(test_early_completion_applied_on_duplicate),
