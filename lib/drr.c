@@ -1881,11 +1881,6 @@ static int64_t delta_of(uint32_t est, uint64_t actual)
     return (int64_t)est - (int64_t)(actual < cap ? actual : cap);
 }
 
-void fq_tenant_reconcile(fq_sched *s, fq_tenant *t, uint32_t est, uint64_t actual)
-{
-    fq_tenant_reconcile_priced(s, t, est, actual, actual);
-}
-
 void fq_tenant_reconcile_priced(fq_sched *s, fq_tenant *t, uint32_t est, uint64_t actual,
                                 uint64_t cost)
 {
@@ -1894,6 +1889,11 @@ void fq_tenant_reconcile_priced(fq_sched *s, fq_tenant *t, uint32_t est, uint64_
     t->priced += cost;
     reconcile(s, t, delta);
     rate_correct(s, t, delta);
+}
+
+void fq_tenant_reconcile(fq_sched *s, fq_tenant *t, uint32_t est, uint64_t actual)
+{
+    fq_tenant_reconcile_priced(s, t, est, actual, actual);
 }
 
 /* A run left the window: its tenant's slot is free. */

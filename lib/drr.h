@@ -292,9 +292,9 @@ fq_status fq_sched_complete_run(fq_done *out, fq_sched *s, fq_run *r, uint64_t a
 /* Reconcile a run the scheduler does not hold (dispatched before a restart)
  * from the estimate that was charged for it. The caller ensures once. */
 void fq_tenant_reconcile(fq_sched *s, fq_tenant *t, uint32_t est, uint64_t actual);
-#endif
 void fq_tenant_reconcile_priced(fq_sched *s, fq_tenant *t, uint32_t est, uint64_t actual,
                                 uint64_t cost);
+#endif
 
 /* Set the deficit of a tenant that holds nothing (idle, no run queued, in
  * flight or expired awaiting its completion) to debt: its debt read back

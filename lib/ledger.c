@@ -3009,8 +3009,10 @@ static void lg_reconcile(fq_ledger *l, lg_run *x, const fq_completion *c,
     uint64_t cost = c->kinds ? fq_price_cost(&x->lt->prices, c->input_tokens,
                                              c->output_tokens, c->cached_tokens)
                              : c->actual_tokens;
-    if (fq_sched_complete_run(NULL, l->o.sched, &x->run, c->actual_tokens, cost) != FQ_OK)
-        fq_tenant_reconcile_priced(l->o.sched, x->lt->t, x->est, c->actual_tokens, cost);
+    /* The scheduler holds x: a run read back and not taken in yet (loaded)
+     * sees no completion before its read-back ends (the contract of
+     * fq_ledger_recover_record). */
+    fq_sched_complete_run(NULL, l->o.sched, &x->run, c->actual_tokens, cost);
     if (late)
         l->c.completions_unheld++;
     else
