@@ -57,6 +57,18 @@
 #               (lost=: a replica unscheduled past the lease TTL); with
 #               KEEP=1 each one's proxy logs and tap report stay in the
 #               temporary directory (fair-CASE-IMPL-RUN.out.*).
+#   freeze      (not run by default) RUNS times, one replica alone under a
+#               steady FREEZE_RATE runs a second over TENANTS tenants (runs
+#               take no time), stopped (SIGSTOP) FREEZE_AT s in for
+#               FREEZE_SECS s, past the lease TTL (3 s), then resumed: it
+#               loses every key, takes them back in new terms and makes its
+#               2 x PARTITIONS consumers again. A tenant's longest wait
+#               (submit to dispatch) is a run's submitted just after the
+#               stop: less FREEZE_SECS, it is how long after the resume its
+#               partition dispatched again (give or take the interval
+#               between its submits, TENANTS / FREEZE_RATE s). Reported: the
+#               least of that over the tenants (the first partition back),
+#               the median and the most (the last), and the leases lost.
 #
 # On a machine with few cores the replicas, the three nodes and the load
 # share the same cores, so absolute throughput cannot grow with replicas:
@@ -89,6 +101,9 @@ FAIR_COST=${FAIR_COST:-1000}
 FAIR_CASES=${FAIR_CASES:-equal costs50 weights tuesday}
 FAIR_TUESDAY_TPS=${FAIR_TUESDAY_TPS:-1000}
 FAIR_SMALL=${FAIR_SMALL:-10}
+FREEZE_AT=${FREEZE_AT:-4}
+FREEZE_SECS=${FREEZE_SECS:-4}
+FREEZE_RATE=${FREEZE_RATE:-200}
 PHASES=${PHASES:-throughput fairness}
 has_phase() { case " $PHASES " in *" $1 "*) return 0 ;; esac; return 1; }
 
@@ -541,6 +556,30 @@ kv() {
         awk -v k="$2" '{ for (i = 1; i <= NF; i++) { split($i, kv, "="); if (kv[1] == k) print kv[2] } }' "$l"
     done
 }
+has_phase freeze && for run in $(seq 1 "$RUNS"); do
+    start r1 50000
+    f=$tmp/freeze-$run.out
+    "$bin/fairq-load" --nats "$url" --tenants "$TENANTS" --rate "$FREEZE_RATE" \
+        --duration $((FREEZE_AT + FREEZE_SECS + 15)) --workers 16 --drain 30 >"$f" 2>"$f.err" &
+    load_pid=$!
+    sleep "$FREEZE_AT"
+    kill -STOP "${impl_pids[0]}"
+    sleep "$FREEZE_SECS"
+    kill -CONT "${impl_pids[0]}"
+    wait "$load_pid" || { echo "bench: fairq-load failed:" >&2; cat "$f.err" >&2; exit 1; }
+    lost=$(grep -c 'msg="lost a partition"' "$tmp/impl-rep-1.log" || true)
+    stop_tap
+    stop_impls
+    awk -v fz="$FREEZE_SECS" '$1 == "latency" && $2 != "tenant=*" {
+        for (i = 3; i <= NF; i++) if ($i ~ /^dispatch_max_ms=/) { sub(/.*=/, "", $i); print $i - fz * 1000 } }' \
+        "$f" | sort -g >"$f.back"
+    echo "bench phase=freeze run=$run load=$(uptime_load) freeze_s=$FREEZE_SECS lost=$lost" \
+         "first_back_ms=$(head -n 1 "$f.back") median_back_ms=$(median <"$f.back")" \
+         "last_back_ms=$(tail -n 1 "$f.back") submitted=$(field "$f" runs submitted)" \
+         "completed_once=$(field "$f" runs completed_once) missing=$(field "$f" runs missing)" \
+         "dispatched_more=$(field "$f" runs dispatched_more)"
+done
+
 has_phase throughput && {
 for impl in $impls; do
     ratio=$(for run in $(seq 1 "$RUNS"); do
