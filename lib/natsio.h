@@ -25,12 +25,15 @@
  *   quiet one. Consumers are added and stopped at run time; a consumer is
  *   deleted and recreated when it is added and after every reconnect, so
  *   that whatever was fetched and not acked is delivered again at once
- *   instead of after the ack wait. The fetch thread makes (or stops) one
- *   consumer a turn, those due in the order their owner asked for them (a
- *   partition's two come up together), and pulls for the ones made in
- *   between: a replica that makes all its consumers at once (after a
- *   reconnect, or a freeze past its lease) fetches for each as soon as it
- *   is made, not after the last. A consumer is pulled, and its deliveries
+ *   instead of after the ack wait. The fetch thread takes one consumer a
+ *   turn, those due in the order their owner asked for them (a
+ *   partition's two come up together): deletes its earlier terms' and
+ *   sends its create, whose answer comes in a later turn, so that the
+ *   creates of many overlap (each waits for its group's leader election
+ *   on a cluster); and it pulls for the ones made in between: a replica
+ *   that makes all its consumers at once (after a reconnect, or a freeze
+ *   past its lease) fetches for each as soon as it is made, not after the
+ *   last. A consumer is pulled, and its deliveries
  *   handed over, only while it is made as its owner wants: stopped, or
  *   named for a new term, it is not pulled from that call on until the
  *   fetch thread has carried the change out.
@@ -99,11 +102,11 @@ typedef struct fq_nio_stream {
 
 /* Consumers one fq_nio serves at most, on its one fetch thread: two per
  * partition a replica owns, for 126 partitions, and a few more. The bound
- * is the cost of a reconnect: each consumer is then made again, three or
- * four JetStream API calls on the fetch thread (a few ms each on one
- * server, a replicated proposal each on a cluster), one consumer at a
- * time, so the last waits for all the others to be made; and each is
- * server state (and a Raft group on a cluster). */
+ * is the cost of a reconnect: each consumer is then made again, two or
+ * three JetStream API calls waited for on the fetch thread (a listing and
+ * deletes, a few ms each) and a create answered later (a group's leader
+ * election on a cluster, 0.13 to 0.8 s, the creates overlapping); and
+ * each is server state (and a Raft group on a cluster). */
 #define FQ_NIO_MAX_CONSUMERS 256
 
 /* A durable pull consumer served by the fetch thread. */
