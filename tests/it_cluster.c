@@ -313,11 +313,11 @@ static bool cl_n0(jsCtx *js, const char *stream, bool leading, int ms)
  * makes the replicas do); n0 restarted and caught up. The consumer named
  * for term 6 then deletes term 5's and is made: without the remedy, n0
  * kept a copy of term 5's, listed nowhere, and refused term 6's as
- * overlapping it (js_err 10100) for as long as it was tried (3 of 3 tries
- * of this sequence by hand, each over 40 s). natsio makes term 5's again
- * under its name, deletes it and then makes term 6's. When n0 kept no
- * copy (the state is the server's, not made on demand), term 6's is made
- * at once and the test says so. */
+ * overlapping it (js_err 10100) for as long as it was tried (every try of
+ * this sequence by hand; over 40 s where tried that long). natsio makes
+ * term 5's again under its name, deletes it and then makes term 6's.
+ * When n0 kept no copy (the state is the server's, not made on
+ * demand), term 6's is made at once and the test says so. */
 static void test_stale_consumer_copy_cleared(void **state)
 {
     cl_bare *b = *state;

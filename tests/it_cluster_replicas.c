@@ -34,8 +34,14 @@
 #include "proxyfixture.h"
 
 #define P 8                 /* partitions */
-#define TTL_MS 6000         /* streams.lease_ttl_ms: twice the default, as leases renewed on 2
-                               loaded cores with 3 servers and 4 replicas need */
+/* streams.lease_ttl_ms: twice the default 3 s. At 3 s, 5 runs with the node's kill
+ * on (load 8 to 33): every kill and freeze case passed, but in one, at load 24,
+ * a partition that did not move during rep-d's join was silent 1,436 ms against
+ * the bound of 1,000 ms over the 358 ms it had been silent before (the join took
+ * 3.1 s); not seen in 13 runs at 6 s. Not analysed: a replica whose loop or fetch
+ * thread is busy with a handover and a lease turn pulls nothing for its other
+ * partitions meanwhile, and a shorter lease makes those turns more frequent. */
+#define TTL_MS 6000
 #define TENANTS 24
 #define RATE 100            /* runs a second the producer submits */
 #define REPLICAS 4          /* rep-a .. rep-d; rep-d joins later */
@@ -587,12 +593,18 @@ static void test_server_node_killed(void **state)
     /* Skipped unless FAIRQ_TEST_NODE_KILL is set: in 2 runs of about 20
      * one partition's runs were not dispatched for 60 s after the node's
      * kill. Reproduced (FAIRQ_TEST_NODE_KILL_ROUNDS, every stream led by
-     * n0): the partition's new owner could not make its submit consumer
-     * for minutes, nats-server refusing every create with that filter as
-     * overlapping another consumer on the work queue (js_err 10100) while
-     * no consumer listed had it: server state fairq cannot see or delete
-     * (docs/operations.md). Not a run lost or doubled, but a stall CI must
-     * not flake on. */
+     * n0): the partition's new owner could not make a consumer for
+     * minutes, the restarted node refusing every create with that filter
+     * as overlapping a copy it kept of a consumer deleted while it
+     * recovered (js_err 10100), listed nowhere. natsio now makes such a
+     * consumer again under its name and deletes it when it is one of the
+     * earlier terms it deleted itself (docs/operations.md; it_cluster
+     * reproduces that state and is cleared of it); a copy of a consumer
+     * another replica deleted is not known to the one refused. Runs
+     * interleaved, before the remedy and after: the node's kill failed in
+     * 1 of 7 before and 1 of 6 after (a partition's done consumer refused
+     * with 10100 for the rest of the run, not cleared), so the case stays
+     * off by default. */
     if (!getenv("FAIRQ_TEST_NODE_KILL"))
         skip();
     load_start();
@@ -605,6 +617,11 @@ static void test_server_node_killed(void **state)
     load_wait(RATE);
     all_once("kill -9 of a server node and its restart");
     wait_shared(3, (const int[]){0, 1, 2});
+    int stale = 0;
+    for (int i = 0; i < REPLICAS; i++)
+        stale += W.started[i] ? pt_log_count(&W.px[i], "stale copy") : 0;
+    print_message("consumers made after clearing a node's stale copy of an earlier one so far: "
+                  "%d\n", stale);
 }
 
 /* The partition of each run the workers received from index from on, and
