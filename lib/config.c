@@ -741,6 +741,10 @@ static const cfg_field cfg_fields[] = {
      * of P (docs/partitions.md says how to change it, by draining). */
     {"partitions", CFG_NUM, CFG_RESTART, CFG_AT(partitions), .num = 1, .min = 1,
      .max = FQ_PARTITIONS_MAX},
+    /* Kept while the records of the P before a change may still be in the
+     * journal (its max age): a tenant's debt follows it to its new partition. */
+    {"partitions_before", CFG_NUM, CFG_RESTART, CFG_AT(partitions_before), .num = 1, .min = 1,
+     .max = FQ_PARTITIONS_MAX},
     /* Part of a key of the lease bucket (r.<id>), and every replica's
      * must differ: two of one id would take each other's keys. */
     {"replica_id", CFG_TEXT, CFG_OPT, CFG_AT(replica_id), .valid = fq_owner_id_valid,

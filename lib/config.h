@@ -40,6 +40,10 @@ typedef struct fq_config {
                                        server maps <submit>.<tenant> and
                                        <done>.<tenant> to <...>.<k>.<tenant>
                                        (lib/partition.h, docs/partitions.md) */
+    uint32_t partitions_before;     /* the P before a change of P (docs/partitions.md,
+                                       "Changing P"): a partition taken reads, besides
+                                       its own journal subject, those that held its
+                                       tenants' records under it; 1 (default): none */
     struct {
         char *submit;               /* FQ_SUBJECT_SUBMIT (producers add .<tenant>) */
         char *dispatch;             /* FQ_SUBJECT_DISPATCH */

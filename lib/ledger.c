@@ -3312,17 +3312,23 @@ static lg_run *lg_load_run(fq_ledger *l, const fq_jrec *r, uint64_t h)
     return x;
 }
 
-/* A debt record: the tenant's deficit becomes the last one read (no
- * tenant holds a run while the journal is read). A debtor is listed due at
- * once: the stream's copy of its record ages out from its first writing. */
-static void lg_load_debt(fq_ledger *l, const fq_jrec *r, int64_t now_ms)
+/* A debt record: the tenant's deficit becomes the latest one stored (no
+ * tenant holds a run while the journal is read): the last one read of a
+ * subject, but after a change of P (debts_moved) a tenant's records are on
+ * two subjects, read in either order (docs/partitions.md), so an older one
+ * read later is left. A debtor is listed due at once: the stream's copy of
+ * its record ages out from its first writing. */
+static void lg_load_debt(fq_ledger *l, const fq_jrec *r, int64_t stored_ms, int64_t now_ms)
 {
     fq_status why = FQ_OK;
     fq_ledger_tenant *lt = l->o.tenant(l->o.tenant_arg, r->tenant, strlen(r->tenant),
-                                       r->deficit ? FQ_LEDGER_TENANT_RECORD
+                                       r->deficit || l->o.debts_moved
+                                                  ? FQ_LEDGER_TENANT_RECORD
                                                   : FQ_LEDGER_TENANT_FIND, &why);
-    if (!lt || fq_tenant_set_debt(l->o.sched, lt->t, r->deficit) != FQ_OK)
+    if (!lt || (l->o.debts_moved && stored_ms < lt->debt_read_ms) ||
+        fq_tenant_set_debt(l->o.sched, lt->t, r->deficit) != FQ_OK)
         return;
+    lt->debt_read_ms = stored_ms;
     lt->debt_written = r->deficit;
     lt->debt_at_ms = r->at_ms < now_ms ? r->at_ms : now_ms;   /* not in the future */
     if (r->deficit < 0)
@@ -3342,7 +3348,7 @@ void fq_ledger_recover_record(fq_ledger *l, const fq_jrec *r, int64_t stored_ms,
         return;
     }
     if (r->type == FQ_JREC_DEBT) {
-        lg_load_debt(l, r, now_ms);
+        lg_load_debt(l, r, stored_ms, now_ms);
         return;
     }
     uint64_t h = lg_key(l, r->tenant, r->run_id);

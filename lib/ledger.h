@@ -128,6 +128,8 @@ typedef struct fq_ledger_tenant {
     uint32_t fails;             /* its dispatches failed in a row: the parking doubles */
     int64_t debt_written;       /* the deficit its last debt record holds (<= 0) */
     int64_t debt_at_ms;         /* unix ms its debt last changed */
+    int64_t debt_read_ms;       /* its debt record read back last was stored then
+                                   (the server's unix ms): an older one is left */
     uint64_t debt_due;          /* monotonic ms its debt record is due again */
     bool debt_dirty;            /* reconciled this turn: a debt record may be due */
     bool debt_listed;           /* on the debtors' list */
@@ -196,6 +198,9 @@ typedef struct fq_ledger_opts {
                                    owned from the start (the journal as before
                                    partitions); above 1, none is owned until adopted
                                    (fq_ledger_adopt). Read at create only. */
+    bool debts_moved;           /* P changed (partitions_before): a tenant's debt
+                                   records may be on two subjects, read in either
+                                   order, so a cleared debt's record is taken too */
 } fq_ledger_opts;
 
 /* Limits of the ledger's own (the proxy's constants of before). */

@@ -2734,7 +2734,11 @@ static void px_load_cb(void *arg, const void *data, size_t len, int64_t ts_ms)
  * not what the deployment's journal does; first the one subject of P = 1,
  * which a deployment that moved from P = 1 by draining keeps (usually
  * nothing: no message on it), its records taken by the partitions being
- * read (docs/partitions.md, "Changing P"). */
+ * read (docs/partitions.md, "Changing P"). With partitions_before, also
+ * the subjects that held the partitions' tenants under that P: a tenant of
+ * partition k (its hash h, k = h mod P) was in m = h mod P', so m = k
+ * modulo gcd(P, P'). Each subject is read once; a tenant's debt is its
+ * latest record by the server's clock, whichever subject is read last. */
 static fq_status px_recover(fq_proxy *p)
 {
     px_loaded L = {.p = p, .now = fq_nio_mono_ms(), .now_ms = fq_nio_unix_ms()};
@@ -2743,11 +2747,25 @@ static fq_status px_recover(fq_proxy *p)
         s = fq_nio_stream_scan(p->nio, p->cfg.streams.runs, px_load_cb, &L);
     else    /* P = 1's subject, kept after P changed: its debts, each to its tenant's partition */
         s = fq_nio_subject_scan(p->nio, p->cfg.streams.runs, p->cfg.subjects.runs, px_load_cb, &L);
-    for (uint32_t k = 0; px_parts(p) > 1 && s == FQ_OK && k < PX_PARTS_MAX; k++) {
+    uint32_t P = px_parts(p), before = p->cfg.partitions_before > 1 ? p->cfg.partitions_before : 0;
+    uint32_t g = P, r = before;
+    while (r) {     /* gcd(P, before) */
+        uint32_t t = g % r;
+        g = r;
+        r = t;
+    }
+    bool read[FQ_PARTITIONS_MAX] = {false};
+    for (uint32_t k = 0; P > 1 && k < P; k++) {
+        read[k] |= p->part_loading[k] != 0;
+        for (uint32_t m = k % g; before && p->part_loading[k] && m < before; m += g)
+            read[m] = true;
+    }
+    for (uint32_t k = 0; P > 1 && s == FQ_OK && k < (before > P ? before : P); k++) {
         char subject[320];
+        if (!read[k])
+            continue;
         px_journal_subject(subject, sizeof subject, p, k);
-        if (p->part_loading[k])
-            s = fq_nio_subject_scan(p->nio, p->cfg.streams.runs, subject, px_load_cb, &L);
+        s = fq_nio_subject_scan(p->nio, p->cfg.streams.runs, subject, px_load_cb, &L);
     }
     if (s != FQ_OK)
         return s;
@@ -3538,6 +3556,8 @@ static fq_ledger_opts px_ledger_opts(fq_proxy *p, const fq_config *c)
         .max_buffered_bytes = c->limits.max_buffered_bytes,
         .debt_forget_ms = c->scheduler.debt_forget_ms, .max_wait_ms = c->scheduler.max_wait_ms,
         .partitions = c->partitions,
+        .debts_moved = c->partitions > 1 && c->partitions_before > 1 &&
+                       c->partitions_before != c->partitions,
         /* Half of max_payload: what was fetched already still fits. */
         .journal_room = p->max_payload > 0 ? (size_t)p->max_payload / 2 : 512 * 1024};
     px_ledger_shared(&lo, c);

@@ -217,6 +217,28 @@ static int setup4(void **state)
                            &wo);
 }
 
+/* Every run of the change stored once in FAIR_DISPATCH with one done
+ * record, and no journal record refused, on either replica. */
+static void assert_served_once(pf_fixture *f, const char *const ids[2])
+{
+    pf_submit_runs(f, BEFORE, AFTER, TENANTS);
+    assert_int_equal(pt_worker_wait_completed(f->w, BEFORE + AFTER, 30000), 0);
+    wait_drained(f);
+    pf_assert_each_dispatched_once(f, BEFORE + AFTER);
+    assert_int_equal(done_records(f), BEFORE + AFTER);
+    for (int i = 0; i < 2; i++) {
+        char subject[64];
+        snprintf(subject, sizeof subject, "fair.admin.replica.%s.stats", ids[i]);
+        char *r = pt_request(&f->c, subject, "{\"limit\":0}", NULL);
+        assert_non_null(r);
+        cJSON *j = cJSON_Parse(r);
+        free(r);
+        assert_non_null(j);
+        assert_int_equal(pf_overall(j, "journal_refused"), 0);
+        cJSON_Delete(j);
+    }
+}
+
 /* From one P > 1 to another, 4 to 8, by the same steps (docs/partitions.md,
  * "Changing P"): drained, stopped, FAIR_SUBMIT and FAIR_DONE deleted (the
  * journal's subjects fairq.runs.* serve both), the mapping of 8, one
@@ -226,9 +248,13 @@ static int setup4(void **state)
  * its tenant's partition, so every debt is what it was, and still once a
  * second replica has taken its share (each tenant asked of its owner). No
  * run is lost or served twice across the change. */
-static void test_p4_to_p8_by_draining(void **state)
+/* Runs submitted at P = 4 (some queued, some in flight when the producers
+ * stop), the deployment drained (every tenant in debt: before), the proxy
+ * stopped, FAIR_SUBMIT and FAIR_DONE deleted, the server restarted with the
+ * mapping of to partitions. Returns how many tenants changed partition
+ * number. */
+static int drain_p4_for(pf_fixture *f, long before[TENANTS], uint32_t to)
 {
-    pf_fixture *f = *state;
     assert_int_equal(pt_log_wait_n(&f->px, "consuming a partition", PARTS, 20000), 0);
     pt_worker_hold(f->w, true);
     pf_submit_runs(f, 0, BEFORE, TENANTS);
@@ -243,23 +269,27 @@ static void test_p4_to_p8_by_draining(void **state)
     assert_int_equal(admin_drained(f), 1);
     pt_worker_hold(f->w, false);
     wait_drained(f);
-    long before[TENANTS];
     int moved = 0;
     for (int t = 0; t < TENANTS; t++) {
         before[t] = deficit(f, t);
         assert_true(before[t] < 0);
         char tn[16];
         snprintf(tn, sizeof tn, "t%d", t);
-        moved += fq_partition_of(tn, strlen(tn), 2 * PARTS) != fq_partition_of(tn, strlen(tn),
-                                                                                PARTS);
+        moved += fq_partition_of(tn, strlen(tn), to) != fq_partition_of(tn, strlen(tn), PARTS);
     }
-    assert_int_equal(moved, 4);
-
     assert_int_equal(pt_proxy_stop(&f->px), 0);
     assert_int_equal(js_DeleteStream(f->c.js, "FAIR_SUBMIT", NULL, NULL), NATS_OK);
     assert_int_equal(js_DeleteStream(f->c.js, "FAIR_DONE", NULL, NULL), NATS_OK);
-    assert_int_equal(pf_write_mapping(conf, sizeof conf, dir, 2 * PARTS), 0);
+    assert_int_equal(pf_write_mapping(conf, sizeof conf, dir, (int)to), 0);
     assert_int_equal(natstest_restart(f->srv), 0);
+    return moved;
+}
+
+static void test_p4_to_p8_by_draining(void **state)
+{
+    pf_fixture *f = *state;
+    long before[TENANTS];
+    assert_int_equal(drain_p4_for(f, before, 2 * PARTS), 4);
     assert_int_equal(pt_proxy_start(&f->px, f->srv, "proxy8", YAML("8", "rep-a")), 0);
     assert_int_equal(pt_log_wait_n(&f->px, "consuming a partition", 2 * PARTS, 20000), 0);
     for (int t = 0; t < TENANTS; t++)
@@ -269,22 +299,44 @@ static void test_p4_to_p8_by_draining(void **state)
     assert_int_equal(pf_wait_shared(&f->c, "fairq_lease", 2 * PARTS, ids, 2, 30000), 0);
     for (int t = 0; t < TENANTS; t++)
         assert_int_equal(deficit(f, t), before[t]);
-    pf_submit_runs(f, BEFORE, AFTER, TENANTS);
-    assert_int_equal(pt_worker_wait_completed(f->w, BEFORE + AFTER, 30000), 0);
-    wait_drained(f);
-    pf_assert_each_dispatched_once(f, BEFORE + AFTER);
-    assert_int_equal(done_records(f), BEFORE + AFTER);
-    for (int i = 0; i < 2; i++) {     /* each replica, on its own subject */
-        char subject[64];
-        snprintf(subject, sizeof subject, "fair.admin.replica.%s.stats", ids[i]);
-        char *r = pt_request(&f->c, subject, "{\"limit\":0}", NULL);
-        assert_non_null(r);
-        cJSON *j = cJSON_Parse(r);
-        free(r);
-        assert_non_null(j);
-        assert_int_equal(pf_overall(j, "journal_refused"), 0);
-        cJSON_Delete(j);
-    }
+    assert_served_once(f, ids);
+}
+
+/* P from 4 to to, both replicas started at once with partitions_before: 4
+ * (docs/partitions.md, "Changing P"): each takes its share at once, and
+ * the replica that takes a moved tenant's partition is often not the one
+ * taking its old partition's number, whose subject holds its records.
+ * Each debt is what it was (asked of its owner): the replica taking
+ * partition k reads the subjects that held k's tenants at P = 4 too, the
+ * latest record of a tenant by the server's clock winning. Without the
+ * setting, the replica taking k read only fairq.runs.k and the other
+ * dropped the moved tenants' records as foreign: their debts were gone. */
+static void change_together(pf_fixture *f, uint32_t to, const char *yaml_a, const char *yaml_b)
+{
+    long before[TENANTS];
+    assert_true(drain_p4_for(f, before, to) >= 2);
+    assert_int_equal(pt_proxy_start(&f->px, f->srv, "proxy-a", yaml_a), 0);
+    assert_int_equal(pt_proxy_start(&second, f->srv, "rep-b", yaml_b), 0);
+    const char *const ids[] = {"rep-a", "rep-b"};
+    assert_int_equal(pf_wait_shared(&f->c, "fairq_lease", (int)to, ids, 2, 30000), 0);
+    for (int t = 0; t < TENANTS; t++)
+        assert_int_equal(deficit(f, t), before[t]);
+    assert_served_once(f, ids);
+}
+
+/* 4 to 8: a tenant of k is in k or k + 4. */
+static void test_p4_to_p8_together(void **state)
+{
+    change_together(*state, 2 * PARTS, "partitions_before: 4\n" YAML("8", "rep-a"),
+                    "partitions_before: 4\n" YAML("8", "rep-b"));
+}
+
+/* 4 to 6, not a multiple: a tenant of k of 6 was in k mod 2 or k mod 2 + 2
+ * of 4, and the subject of its old number may be read after its new one. */
+static void test_p4_to_p6_together(void **state)
+{
+    change_together(*state, 6, "partitions_before: 4\n" YAML("6", "rep-a"),
+                    "partitions_before: 4\n" YAML("6", "rep-b"));
 }
 
 int main(void)
@@ -292,6 +344,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_p1_to_p4_by_draining, setup, teardown),
         cmocka_unit_test_setup_teardown(test_p4_to_p8_by_draining, setup4, teardown),
+        cmocka_unit_test_setup_teardown(test_p4_to_p8_together, setup4, teardown),
+        cmocka_unit_test_setup_teardown(test_p4_to_p6_together, setup4, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -143,6 +143,7 @@ static void test_defaults(void **state)
     assert_string_equal(c.streams.tenants_bucket, "fairq_tenants");
     assert_int_equal(c.streams.replicas, 1);
     assert_int_equal(c.partitions, 1);      /* no mapping: as before partitions */
+    assert_int_equal(c.partitions_before, 1);   /* no change of P */
     assert_null(c.replica_id);              /* made at start */
     assert_int_equal(c.streams.duplicate_window_ms, 600000);
     /* max(1 h, 2 x max(duplicate window, run timeout)) */
@@ -351,7 +352,7 @@ static const struct {
 } bad_cases[] = {
     /* Unknown keys: placed at the key itself, with the keys allowed there. */
     {BASE "bogus: 1\n",
-     "t.yaml:5:1: bogus: unknown key (known here: nats, partitions, replica_id, subjects, streams, "
+     "t.yaml:5:1: bogus: unknown key (known here: nats, partitions, partitions_before, replica_id, subjects, streams, "
      "scheduler, "
      "window, limits, plans, tenants, estimates, http, log)"},
     {BASE "  - name: pro\n    wieght: 3\n",

@@ -55,6 +55,7 @@ typedef struct world {
     uint32_t rec_part[MAX_RECS];    /* the partition whose journal subject holds it */
     size_t nrecs;
     uint32_t parts;                 /* the deployment's P (0: one) */
+    bool debts_moved;               /* P changed: opts.debts_moved (at boot) */
     uint32_t storing;               /* the partition of the batch being stored */
 } world;
 
@@ -94,7 +95,8 @@ static void world_boot(world *w)
                             .max_buffered_runs = 100, .max_buffered_bytes = 1 << 20,
                             .run_timeout_ms = 1000, .keep_done_ms = 5000,
                             .debt_forget_ms = 60000, .max_expired = 100,
-                            .journal_room = 1 << 20, .partitions = w->parts};
+                            .journal_room = 1 << 20, .partitions = w->parts,
+                            .debts_moved = w->debts_moved};
     fq_ledger_sched_opts(&so, &w->o);
     so.max_subtenants = w->subs;
     assert_int_equal(fq_sched_create(&w->s, &so), FQ_OK);
@@ -2273,6 +2275,35 @@ static void test_part_stale_consumer_made_ignored(void **state)
 /* A tenant's debt survives its partition's handover: B reads back the
  * debt A journalled on the partition's subject; A, having let it go,
  * keeps none of it (nor any credit) and may forget the tenant. */
+/* After a change of P a tenant's debt records are on two journal
+ * subjects, read back in either order (docs/partitions.md, "Changing P"):
+ * its debt is its latest record by the stream's timestamps, not the last
+ * read, a cleared debt's (0) too, which is taken for a tenant not known
+ * yet so that an older debt read after it is left. */
+static void test_debt_latest_stored_wins(void **state)
+{
+    (void)state;
+    world *w = world_new();
+    w->debts_moved = true;
+    world_crash(w);
+    fq_ledger_journal_marked(w->l, 1);
+    int64_t t1 = w->now_ms - 5000, t2 = w->now_ms - 1000;
+    fq_jrec r[] = {
+        {.type = FQ_JREC_DEBT, .tenant = "a", .deficit = -300, .at_ms = t2},   /* new subject */
+        {.type = FQ_JREC_DEBT, .tenant = "b", .deficit = 0, .at_ms = t2},
+        {.type = FQ_JREC_DEBT, .tenant = "a", .deficit = -700, .at_ms = t1},   /* old subject */
+        {.type = FQ_JREC_DEBT, .tenant = "b", .deficit = -400, .at_ms = t1},
+    };
+    int64_t stored[] = {t2, t2, t1, t1};
+    for (size_t i = 0; i < 4; i++)
+        fq_ledger_recover_record(w->l, &r[i], stored[i], w->now, w->now_ms);
+    fq_ledger_recovered(w->l, w->now, w->now_ms);
+    drain(w);
+    assert_int_equal(deficit(w, "a"), -300);
+    assert_int_equal(deficit(w, "b"), 0);
+    world_free(w);
+}
+
 static void test_part_debt_across_handover(void **state)
 {
     (void)state;
@@ -2675,6 +2706,7 @@ int main(void)
         cmocka_unit_test(test_early_completions_bounded),
         cmocka_unit_test(test_completion_again_while_its_record_waits),
         cmocka_unit_test(test_part_adopt_release_round_trip),
+        cmocka_unit_test(test_debt_latest_stored_wins),
         cmocka_unit_test(test_part_debt_across_handover),
         cmocka_unit_test(test_part_planned_release_after_settle),
         cmocka_unit_test(test_part_marker_of_an_earlier_adoption_ignored),
