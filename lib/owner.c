@@ -597,6 +597,19 @@ void fq_owner_on_get(fq_owner *o, uint32_t slot, uint64_t now, fq_status st, con
         else if (st == FQ_OK || st == FQ_ENOTFOUND)
             o->dup_since = 0;   /* free, or (P = 1) another replica's */
     }
+    /* A standby read the key still held by the replica the view saw write
+     * it last, at vseen: the server ages that write out at vseen + ttl, a
+     * little later when loaded, so a read that came just before is made
+     * again soon, not a whole retry later (that retry was most of what a
+     * dead replica's partitions waited past the TTL). Only until a retry
+     * past that time: a holder whose renewals the watch does not deliver
+     * costs a few reads, not a read every few ticks. */
+    if (o->parts > 1 && s->part >= 0 && st == FQ_OK && s->lease.state == FQ_LEASE_STANDBY &&
+        ls.op == FQ_LEASE_OP_NONE && s->vseen && strcmp(v, s->vholder) == 0) {
+        uint64_t due = s->vseen + o->ttl, soon = now + o->ttl / 20;
+        if (due < s->lease.next_at && now < due + s->lease.o.retry_ms)
+            s->lease.next_at = due > soon ? due : soon;
+    }
     ow_step(o, s, &ls, now);
     ow_ahead(o, q);
 }
