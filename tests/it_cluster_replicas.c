@@ -641,6 +641,34 @@ static long long longest_silence(size_t from, int k, long long t0, long long t1)
     return t1 - last > gap ? t1 - last : gap;
 }
 
+/* Wait until every partition is owned and no owner changed for quiet_ms
+ * (planned moves go one at a time, each well under a second), up to
+ * timeout_ms; own holds the owners then. Shares even (wait_shared) is not
+ * settled: a move of the earlier cases may still be under way then, and
+ * a join compared with such a state counts as moved partitions it did not
+ * move. */
+static void wait_settled(char (*own)[PF_ID_MAX], int quiet_ms, int timeout_ms)
+{
+    char now[P][PF_ID_MAX];
+    long long t0 = nt_now_ms(), since = t0;
+    owners(own);
+    for (;;) {
+        nt_sleep_ms(50);
+        owners(now);
+        bool all = true;
+        for (int k = 0; k < P; k++)
+            all &= now[k][0] != '\0';
+        if (!all || memcmp(now, own, sizeof now) != 0) {
+            memcpy(own, now, sizeof now);
+            since = nt_now_ms();
+        } else if (nt_now_ms() - since >= quiet_ms) {
+            return;
+        }
+        if (nt_now_ms() > t0 + timeout_ms)
+            fail_msg("the partitions' owners did not settle for %d ms", quiet_ms);
+    }
+}
+
 /* rep-d joins under load: it takes its share by planned moves, and a
  * partition that does not move is never silent for more than a second
  * longer than it already was, under the same load, in the seconds before
@@ -657,20 +685,21 @@ static void test_replica_joins(void **state)
     long long b0 = nt_now_ms();
     load_wait(3 * RATE);
     long long b1 = nt_now_ms();
-    owners(before);
+    wait_settled(before, 2000, 20000);
     size_t from = pt_worker_received(W.f.w);
     long long t0 = nt_now_ms();
     assert_int_equal(start(3), 0);
     wait_shared(4, (const int[]){0, 1, 2, 3});
     long long t1 = nt_now_ms();
-    owners(after);
+    wait_settled(after, 2000, 20000);
+    long long t2 = nt_now_ms();
     long long worst = 0, base = 0;
     int kept = 0;
     for (int k = 0; k < P; k++) {
         if (strcmp(before[k], after[k]) != 0)
             continue;
         kept++;
-        long long g = longest_silence(from, k, t0, t1);
+        long long g = longest_silence(from, k, t0, t2);
         worst = g > worst ? g : worst;
         g = longest_silence(base_from, k, b0, b1);
         base = g > base ? g : base;
@@ -678,6 +707,8 @@ static void test_replica_joins(void **state)
     print_message("rep-d took %d partitions in %lld ms; the %d that stayed were silent %lld ms "
                   "at most (%lld ms in the %lld ms before the join)\n",
                   pf_owned_by(after, P, "rep-d"), t1 - t0, kept, worst, base, b1 - b0);
+    for (int k = 0; k < P && !kept; k++)
+        print_message("p.%d: %s before the join, %s after\n", k, before[k], after[k]);
     assert_true(pf_owned_by(after, P, "rep-d") >= P / 4);
     assert_true(kept > 0);
     assert_true(worst <= PAUSE_MAX_MS + base);
