@@ -3225,11 +3225,18 @@ static void lg_on_expiry(void *arg, const fq_run *r, enum fq_expiry what)
      * forgotten: a submit reusing its run id is refused, not admitted and
      * its dispatch taken for this one's by Nats-Msg-Id, and its own
      * submit, come again, is not dispatched anew. Its late completion is
-     * then a duplicate: not reconciled, its charge stays as estimated. */
+     * then a duplicate: not reconciled, its charge stays as estimated.
+     * Not a run whose body is being read: its dispatch is not out (an
+     * earlier attempt's may be, within its Nats-Msg-Id's window), and its
+     * submit, left unacked when the body comes, must come back as new, not
+     * be taken for completed and published again without its flight record
+     * (dst_ledger seed 1061, its bodies read slowly: acked with no flight
+     * record stored). */
     if (r->t <= l->now && l->now - r->t < l->o.keep_done_ms) {
         e->early++;
-        lg_done_add(l, x->key, x->run.id, (int64_t)(r->t + l->o.keep_done_ms), x->part,
-                    !x->stored);
+        if (!x->reading)
+            lg_done_add(l, x->key, x->run.id, (int64_t)(r->t + l->o.keep_done_ms), x->part,
+                        !x->stored);
     }
     lg_key_del(l, x);
     lg_maybe_free(l, x);

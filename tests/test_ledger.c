@@ -1734,6 +1734,49 @@ static void test_forgotten_early_still_seen(void **state)
     world_free(w);
 }
 
+/* A run whose lease ran out while its body is read, forgotten early (past
+ * max_expired) before the body comes, is not taken for completed: its
+ * dispatch never went out. Its submit, come again, was published again as
+ * a completed run's and acked with no flight record (dst_ledger seed 1061,
+ * bodies read slowly); it is admitted as new. */
+static void test_forgotten_while_reading_not_completed(void **state)
+{
+    (void)state;
+    world *w = world_new();
+    fq_ledger_journal_marked(w->l, 1);
+    w->o.max_expired = 1;
+    w->o.max_buffered_bytes = 0;
+    assert_int_equal(fq_ledger_set_opts(w->l, &w->o), FQ_OK);
+    fq_sched_opts so = {.quantum = 100, .max_est_tokens = 100000, .max_in_flight = 4};
+    fq_ledger_sched_opts(&so, &w->o);
+    assert_int_equal(fq_sched_set_opts(w->s, &so), FQ_OK);
+    submit(w, "a", 10, "r1", 50);
+    submit(w, "a", 11, "r2", 50);
+    turn(w);
+    assert_int_equal(find(w, FQ_LACT_READ, 0)->seq, 10);    /* its body still to come */
+    turn(w);
+    assert_int_equal(find(w, FQ_LACT_READ, 0)->seq, 11);
+    fq_submit sub = {.est_tokens = 50};
+    strcpy(sub.run_id, "r2");
+    fq_ledger_bytes raw = {.body = "{}", .body_len = 2};
+    fq_ledger_body(w->l, 11, FQ_OK, &raw, &sub, w->now, w->now_ms);
+    drain(w);
+    assert_int_equal(count(w, FQ_LACT_DISPATCH), 1);
+    tick_time(w, 1500);                         /* both leases ran out: one too many */
+    fq_ledger_tick(w->l, w->now, w->now_ms);
+    drain(w);
+    assert_int_equal(fq_ledger_counters_get(w->l)->expired_forgotten_early, 1);
+    strcpy(sub.run_id, "r1");
+    fq_ledger_body(w->l, 10, FQ_OK, &raw, &sub, w->now, w->now_ms);
+    drain(w);
+    assert_int_equal(count(w, FQ_LACT_DISPATCH) + count(w, FQ_LACT_ACK), 0);
+    submit_full(w, "a", 10, "r1", 50, 2);       /* its submit again */
+    assert_int_equal(count(w, FQ_LACT_DISPATCH) + count(w, FQ_LACT_ACK), 0);
+    turn(w);
+    assert_int_equal(find(w, FQ_LACT_READ, 0)->seq, 10);
+    world_free(w);
+}
+
 /* A completed run id is remembered for keep_done_ms by the monotonic
  * clock: a step of the wall clock forward past it forgets nothing, so a
  * submit reusing the id within JetStream's duplicate window (kept by the
@@ -2693,6 +2736,7 @@ int main(void)
         cmocka_unit_test(test_completed_unconfirmed_published_again),
         cmocka_unit_test(test_refusal_of_the_moment_kept),
         cmocka_unit_test(test_forgotten_early_still_seen),
+        cmocka_unit_test(test_forgotten_while_reading_not_completed),
         cmocka_unit_test(test_done_forgotten_by_the_monotonic_clock),
         cmocka_unit_test(test_done_kept_past_keep_done_by_the_clock_margin),
         cmocka_unit_test(test_part_stale_consumer_made_ignored),
