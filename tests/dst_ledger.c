@@ -190,6 +190,8 @@ typedef struct dst_cfg {
     uint32_t parts;             /* P: above 1, each proxy owns some partitions, moved between
                                    them (planned, or taken from one that died) */
     bool calm;                  /* no faults, actual = est: the fairness bound is checked */
+    bool slow_reads;            /* some bodies are read back slowly, while faults are drawn:
+                                   a lease may run out meanwhile (by seed, no draw) */
     uint64_t steps, quiet_at;   /* faults stop at quiet_at */
 } dst_cfg;
 
@@ -444,6 +446,13 @@ typedef struct dst_proxy {
     fq_ledger_opts lopts;       /* as made: a reload applies the scheduler's part again */
     char jmsgid[FQ_LEASE_ID_MAX + 64];  /* the journal batch's id at its first sending */
     uint64_t jmsgid_batch;      /* ... of this batch */
+    /* READs answered late (slow_reads): a direct get that takes longer than
+     * a lease, answered at a later turn, after a tick (lib/ledger.h lets
+     * fq_ledger_body come then) */
+    struct { uint64_t seq, due; } slow[64];  /* due: mono ms */
+    size_t nslow;
+    uint64_t due[64];           /* those due, answered by the next px_drain */
+    size_t ndue;
     /* partitioned worlds: its partitions, and its view of who owns them */
     dst_part part[DST_PARTS_MAX];
     uint64_t view_at;           /* mono ms it last read the assignment; 0: never */
@@ -551,6 +560,7 @@ struct dst_world {
     /* counts for the report */
     uint64_t n_dispatch, n_refused, n_completions, n_crashes, n_restarts, n_takeovers;
     uint64_t n_reconciled, n_dispatch_failed;
+    uint64_t n_slow_reads, n_slow_expired;  /* slow reads, answered after the lease ran out */
     uint64_t n_redecided;       /* refused, then dispatched (see check_outcomes) */
     uint64_t n_given_back;      /* submits given back over their share (the buffer shared) */
     uint64_t n_quiet_in_full;   /* a quiet tenant's submit admitted into a full buffer */
@@ -1135,6 +1145,39 @@ static void oracle_reconciled(dst_world *w, dst_proxy *p, const fq_ledger_act *a
 static void worker_completion_in(dst_world *w, uint64_t dseq);
 static void oracle_dispatch_act(dst_world *w, dst_proxy *p, const fq_ledger_act *a);
 
+/* Whether the READ of submit seq is answered late (slow_reads, while
+ * faults are drawn: one in eight, from a half to twice a lease later):
+ * decided by a hash of the world, the proxy's process and the step, not
+ * drawn, so that a world without slow reads is as it was. */
+static bool px_read_slow(dst_world *w, dst_proxy *p, uint64_t seq)
+{
+    if (!w->c.slow_reads || w->quiet || p->nslow == sizeof p->slow / sizeof p->slow[0])
+        return false;
+    dst_rng h;
+    dst_rng_seed(&h, w->seed ^ seq * 0x9E3779B97F4A7C15ULL ^ p->incarnation << 48 ^ w->step << 8);
+    if (!dst_rng_chance(&h, 1, 8))
+        return false;
+    uint64_t due = px_mono(w, p) + dst_rng_in(&h, w->c.run_timeout_ms / 2, w->c.run_timeout_ms * 2);
+    p->slow[p->nslow].seq = seq;
+    p->slow[p->nslow++].due = due;
+    w->n_slow_reads++;
+    TRACE(w, "proxy %d reads submit %" PRIu64 " slowly, until %" PRIu64, p->ix, seq, due);
+    return true;
+}
+
+/* The slow reads due now become due, to be answered by the next drain. */
+static void px_slow_due(dst_world *w, dst_proxy *p)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < p->nslow; i++) {
+        if (p->slow[i].due <= px_mono(w, p) && p->ndue < sizeof p->due / sizeof p->due[0])
+            p->due[p->ndue++] = p->slow[i].seq;
+        else
+            p->slow[k++] = p->slow[i];
+    }
+    p->nslow = k;
+}
+
 /* Perform the ledger's actions, in order. READs are answered after; returns
  * how many were. */
 static size_t px_drain(dst_world *w, dst_proxy *p)
@@ -1143,6 +1186,12 @@ static size_t px_drain(dst_world *w, dst_proxy *p)
     size_t nreads = 0, answered = 0;
     sj_msg *held = NULL;        /* the body read back, until its actions are drained */
     static char block[4096];
+    while (p->ndue && nreads < 64) {
+        uint64_t seq = p->due[--p->ndue];
+        const fq_run *r = fq_ledger_dispatched_run(p->L, seq);
+        w->n_slow_expired += r && r->state == FQ_RUN_EXPIRED;
+        reads[nreads++] = seq;
+    }
     for (;;) {
         const fq_ledger_act *next;
         while ((next = fq_ledger_next(p->L))) {
@@ -1250,6 +1299,8 @@ static size_t px_drain(dst_world *w, dst_proxy *p)
                     p->part[k].cons[a->cons].paused = a->paused;
                 break;
             case FQ_LACT_READ:
+                if (px_read_slow(w, p, a->seq))
+                    break;
                 if (nreads < 64)
                     reads[nreads++] = a->seq;
                 break;
@@ -1985,6 +2036,7 @@ static void px_stop(dst_world *w, dst_proxy *p, bool crash)
     for (size_t i = 0; i < p->nheld; i++)
         sj_msg_unref(p->held[i].d.msg);
     p->npend = p->nretry = p->nheld = 0;
+    p->nslow = p->ndue = 0;
     p->phase = PH_DOWN;
     p->paused_until = 0;
     p->partitioned_until = 0;
@@ -2448,6 +2500,9 @@ static void px_turn(dst_world *w, dst_proxy *p)
     if (w->c.calm)
         fair_bases(w, p);
     if (p->connected && fresh && p->phase == PH_SERVING) {
+        px_slow_due(w, p);
+        if (p->ndue)
+            px_drain(w, p);     /* not dispatching: those runs hold their slots already */
         for (int rounds = 0; rounds < 64; rounds++) {
             size_t budget = p->npend < DST_MAX_PUBS ? DST_MAX_PUBS - p->npend : 0;
             dispatch_begin(p);
@@ -3010,6 +3065,9 @@ static void world_init(dst_world *w, uint64_t seed, uint64_t steps, bool trace)
     for (int k = 0; k < DST_PARTS_MAX; k++)
         w->owner[k] = w->gave[k] = -1;
     cap_bursts(&w->c);
+    /* Bodies read back slowly in a quarter of the worlds with faults (by
+     * seed, no draw: the others stay as drawn). */
+    w->c.slow_reads = !w->c.calm && seed % 4 == 1;
     if (trace)
         cfg_print(&w->c);
     w->nkb = 4096;
@@ -3236,6 +3294,9 @@ static uint64_t world_run(uint64_t seed, uint64_t steps, bool trace, bool verbos
                w->n_takeovers, w->n_dispatch_failed, w->n_redecided,
                w->n_late_again, w->n_marked, w->n_marked_all, w->n_given_back,
                w->n_quiet_in_full);
+    if (verbose && w->c.slow_reads)
+        printf("  slow reads: %" PRIu64 ", %" PRIu64 " answered after the lease ran out\n",
+               w->n_slow_reads, w->n_slow_expired);
     if (verbose && w->c.calm)
         printf("  fairness: worst gap %.2f of the bound over %" PRIu64 " pair checks\n",
                w->worst, w->pair_checks);
