@@ -1826,6 +1826,14 @@ static void *nio_fetch_main(void *arg)
          * between: a replica that made its 32 one after the other before
          * its next pull (after a reconnect, or a freeze past its lease)
          * fetched nothing for 8 to 14 s on a 3-node cluster. */
+        /* A create sent before the latest reconnect is not waited for (its
+         * answer, if it comes, went with the connection lost; one made then
+         * would be made again anyway): its consumer is due now, like the
+         * others, not after the API's wait, and a late answer's number is
+         * no longer asked. */
+        for (int i = 0; i < used; i++)
+            if (n->cons[i].create_req && n->cons[i].create_gen != gen)
+                n->cons[i].create_req = 0;
         bool more = false;
         int id = nio_reconcile_next(n, used, gen, now, &more);
         if (id >= 0 && nio_reconcile_one(n, id, gen, now))

@@ -1549,6 +1549,80 @@ static void test_unanswered_create_costs_the_others_nothing(void **state)
     natstest_destroy(srv);
 }
 
+/* Whether file path contains needle. */
+static bool file_has(const char *path, const char *needle)
+{
+    char buf[65536];
+    FILE *in = fopen(path, "r");
+    if (!in)
+        return false;
+    size_t k = fread(buf, 1, sizeof buf - 1, in);
+    fclose(in);
+    buf[k] = '\0';
+    return strstr(buf, needle) != NULL;
+}
+
+/* A create in flight when the connection is lost is not waited for after
+ * the reconnect: its answer, if any, went with the old connection, and the
+ * consumer is made again at once like the others, not after the API's wait
+ * (30 s here). The first server denies the create, so that it is in flight
+ * (unanswered) when the server restarts without the denial. */
+static void test_create_in_flight_at_reconnect_made_again(void **state)
+{
+    fixture *f = *state;
+    char conf[600], log[600], err[256], warn[256];
+    snprintf(conf, sizeof conf, "%s/recreate.conf", natstest_dir(f->srv));
+    FILE *out = fopen(conf, "w");
+    assert_non_null(out);
+    fputs("authorization { users = [ { user: u, password: u, permissions: {\n"
+          "  publish: { deny: [\"$JS.API.CONSUMER.DURABLE.CREATE.LOST.>\"] } } } ] }\n", out);
+    fclose(out);
+    natstest *srv = NULL;
+    assert_int_equal(natstest_start(&srv, (const char *const[]){"-c", conf, NULL}), 0);
+    snprintf(log, sizeof log, "%s/nats.log", natstest_dir(srv));
+    fq_nio *n = NULL;
+    fq_nio_opts o = {.url = natstest_url(srv), .name = "it_natsio_lost", .user = "u",
+                     .password = "u", .api_wait_ms = 30000};
+    assert_int_equal(fq_nio_create(&n, &o, err, sizeof err), FQ_OK);
+    fq_nio_stream lost = {.name = "LOST", .subject = "lost.*.*", .retention = FQ_NIO_WORKQUEUE,
+                          .replicas = 1};
+    assert_int_equal(fq_nio_stream_ensure(n, &lost, warn, sizeof warn), FQ_OK);
+    publish(n, "lost.0.t", "run", NULL, 1);
+    fq_nio_event ev;
+    assert_true(wait_event(n, FQ_NIO_EV_PUBACK, &ev, 5000));
+    assert_int_equal(ev.status, FQ_OK);
+    parts_consume(n, 0, "LOST", "lost", 0, 8, 1);
+    /* The create is sent (the server says it denied it), and unanswered. */
+    long long end = nt_now_ms() + 10000;
+    while (nt_now_ms() < end && !file_has(log, "$JS.API.CONSUMER.DURABLE.CREATE.LOST"))
+        nt_sleep_ms(50);
+    assert_true(file_has(log, "$JS.API.CONSUMER.DURABLE.CREATE.LOST"));
+    out = fopen(conf, "w");
+    assert_non_null(out);
+    fputs("authorization { users = [ { user: u, password: u } ] }\n", out);
+    fclose(out);
+    assert_int_equal(natstest_restart(srv), 0);
+    /* Made, and its run delivered, well within the 30 s of the API's wait. */
+    bool made = false, got = false;
+    for (end = nt_now_ms() + 15000; !got && nt_now_ms() < end;) {
+        if (fq_nio_poll(n, &ev, 1, 50) == 0)
+            continue;
+        if (ev.type == FQ_NIO_EV_CONSUMER && ev.source == 0) {
+            assert_int_equal(ev.status, FQ_OK);
+            made = true;
+        }
+        if (ev.type == FQ_NIO_EV_MSG) {
+            assert_true(made);
+            got = true;
+            fq_nio_msg_destroy(ev.msg);
+        }
+    }
+    assert_true(made);
+    assert_true(got);
+    fq_nio_destroy(n);
+    natstest_destroy(srv);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1578,6 +1652,7 @@ int main(void)
         cmocka_unit_test(test_stopped_consumer_not_pulled),
         cmocka_unit_test(test_unanswered_consumer_costs_the_others_nothing),
         cmocka_unit_test(test_unanswered_create_costs_the_others_nothing),
+        cmocka_unit_test(test_create_in_flight_at_reconnect_made_again),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
