@@ -20,7 +20,7 @@
 #               index entries (max_buffered_bytes 1 MiB).
 #
 # With BASELINE=PATH, a second fairq-proxy binary joins the throughput
-# phase as impl=base (relay, proxy, base, relay, ...), and the memory phase
+# and latency phases as impl=base (relay, proxy, base, relay, ...), and the memory phase
 # (proxy, then base, with bodies and then index only), so that a change to
 # the proxy is measured against the commit before it in the same run.
 # PHASES (default "throughput latency memory") picks the phases to run.
@@ -182,7 +182,7 @@ if [ -n "$PARTITIONS" ]; then
         >"$tmp/mapping.conf"
 fi
 thr_impls="relay proxy${BASELINE:+ base}${PARTITIONS:+ parts}"
-lat_impls="relay proxy${PARTITIONS:+ parts}"
+lat_impls="relay proxy${BASELINE:+ base}${PARTITIONS:+ parts}"
 has_phase throughput && for n in $(seq 1 "$RUNS"); do
     for impl in $thr_impls; do
         load thr "$impl" "$n" --rate 0 --duration "$DURATION" --workers "$WORKERS" \
