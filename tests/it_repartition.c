@@ -155,12 +155,13 @@ static int done_records(pf_fixture *f)
     return pf_journal_count(f, "\"st\":\"done\"");
 }
 
-static void test_p1_to_p4_by_draining(void **state)
+/* Runs submitted (some queued, some in flight when the producers stop),
+ * then the deployment drained: every tenant in debt, its deficit kept in
+ * before[]. */
+static void drain_in_debt(pf_fixture *f, long before[TENANTS])
 {
-    pf_fixture *f = *state;
     pt_worker_hold(f->w, true);     /* runs in flight and queued until the check below */
     pf_submit_runs(f, 0, BEFORE, TENANTS);
-    /* runs queued and in flight when the producers stop */
     long in_flight = 0, queued = 0;
     for (long long end = nt_now_ms() + 20000; !(in_flight && queued) && nt_now_ms() < end;) {
         cJSON *j = pf_stats(f, "", NULL);
@@ -172,11 +173,17 @@ static void test_p1_to_p4_by_draining(void **state)
     assert_int_equal(admin_drained(f), 1);
     pt_worker_hold(f->w, false);
     wait_drained(f);
-    long before[TENANTS];
     for (int t = 0; t < TENANTS; t++) {
         before[t] = deficit(f, t);
         assert_true(before[t] < 0);
     }
+}
+
+static void test_p1_to_p4_by_draining(void **state)
+{
+    pf_fixture *f = *state;
+    long before[TENANTS];
+    drain_in_debt(f, before);
 
     assert_int_equal(pt_proxy_stop(&f->px), 0);
     assert_int_equal(js_DeleteStream(f->c.js, "FAIR_SUBMIT", NULL, NULL), NATS_OK);
@@ -256,23 +263,9 @@ static void assert_served_once(pf_fixture *f, const char *const ids[2])
 static int drain_p4_for(pf_fixture *f, long before[TENANTS], uint32_t to)
 {
     assert_int_equal(pt_log_wait_n(&f->px, "consuming a partition", PARTS, 20000), 0);
-    pt_worker_hold(f->w, true);
-    pf_submit_runs(f, 0, BEFORE, TENANTS);
-    long in_flight = 0, queued = 0;
-    for (long long end = nt_now_ms() + 20000; !(in_flight && queued) && nt_now_ms() < end;) {
-        cJSON *j = pf_stats(f, "", NULL);
-        in_flight = pf_overall(j, "in_flight");
-        queued = pf_overall(j, "queued_runs");
-        cJSON_Delete(j);
-    }
-    assert_true(in_flight > 0 && queued > 0);
-    assert_int_equal(admin_drained(f), 1);
-    pt_worker_hold(f->w, false);
-    wait_drained(f);
+    drain_in_debt(f, before);
     int moved = 0;
     for (int t = 0; t < TENANTS; t++) {
-        before[t] = deficit(f, t);
-        assert_true(before[t] < 0);
         char tn[16];
         snprintf(tn, sizeof tn, "t%d", t);
         moved += fq_partition_of(tn, strlen(tn), to) != fq_partition_of(tn, strlen(tn), PARTS);

@@ -508,6 +508,19 @@ static void test_fenced_partition_let_go_alone(void **state)
     assert_int_equal(pt_log_count(&f->px, "another proxy leads and wrote it"), 0);
 }
 
+/* A second proxy with rep-a's replica_id started beside it: it says so
+ * and exits 1. */
+static void twin_refused(pf_fixture *f)
+{
+    char yaml[512];
+    snprintf(yaml, sizeof yaml, yaml_fmt, parts, "rep-a");
+    assert_int_equal(pt_proxy_start(&more[0], f->srv, "rep-a-twin", yaml), 0);
+    assert_int_equal(pt_log_wait(&more[0], "another running fairq-proxy has this replica_id",
+                                 2 * TTL_MS + 5000), 0);
+    assert_int_equal(nt_proc_wait(&more[0].proc, 5000), 0);
+    assert_int_equal(nt_proc_exit_code(&more[0].proc), 1);
+}
+
 /* A second proxy given rep-a's replica_id: it never registers, owns
  * nothing, and stops with a line saying why once it saw the first renew
  * rep-a's registry key (within two TTLs); the first keeps every
@@ -518,13 +531,7 @@ static void test_duplicate_replica_id_refused(void **state)
     pf_fixture *f = *state;
     const char *one[] = {"rep-a"};
     wait_shared(f, one, 1, 15000);
-    char yaml[512];
-    snprintf(yaml, sizeof yaml, yaml_fmt, parts, "rep-a");
-    assert_int_equal(pt_proxy_start(&more[0], f->srv, "rep-a-twin", yaml), 0);
-    assert_int_equal(pt_log_wait(&more[0], "another running fairq-proxy has this replica_id",
-                                 2 * TTL_MS + 5000), 0);
-    assert_int_equal(nt_proc_wait(&more[0].proc, 5000), 0);
-    assert_int_equal(nt_proc_exit_code(&more[0].proc), 1);
+    twin_refused(f);
     assert_int_equal(pt_log_count(&more[0], "took a partition"), 0);
     char own[P][64];
     owners(f, own);
@@ -543,13 +550,7 @@ static void test_duplicate_replica_id_refused_p1(void **state)
 {
     pf_fixture *f = *state;
     assert_int_equal(pt_log_wait(&f->px, "leader lease acquired", 15000), 0);
-    char yaml[512];
-    snprintf(yaml, sizeof yaml, yaml_fmt, parts, "rep-a");
-    assert_int_equal(pt_proxy_start(&more[0], f->srv, "rep-a-twin", yaml), 0);
-    assert_int_equal(pt_log_wait(&more[0], "another running fairq-proxy has this replica_id",
-                                 2 * TTL_MS + 5000), 0);
-    assert_int_equal(nt_proc_wait(&more[0].proc, 5000), 0);
-    assert_int_equal(nt_proc_exit_code(&more[0].proc), 1);
+    twin_refused(f);
     assert_int_equal(pt_log_count(&more[0], "leader lease acquired"), 0);
     assert_true(nt_proc_alive(&f->px.proc));
     assert_int_equal(pt_log_count(&f->px, "lost the leader lease"), 0);
