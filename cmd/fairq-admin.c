@@ -13,7 +13,8 @@ static void usage(FILE *f)
             "usage: " PROG " [--nats URL] [--admin PREFIX] [--replica ID] [--time N] REQUEST [BODY]\n"
             "       " PROG " [--nats URL] [--admin PREFIX] [--timeout MS] stats --all\n"
             "       " PROG " [--nats URL] [--explain PREFIX] [--replica ID] explain TENANT [RUN-ID]\n"
-            "       " PROG " [--nats URL] [--admin PREFIX] [--timeout MS] drained [SUBMIT DONE]\n"
+            "       " PROG " [--nats URL] [--admin PREFIX] [--api-prefix P] [--timeout MS] drained\n"
+            "                  [SUBMIT DONE]\n"
             "\n"
             "Sends one request to <admin>.REQUEST and prints the proxy's JSON reply.\n"
             "\n"
@@ -49,6 +50,9 @@ static void usage(FILE *f)
             "                  stats and explain come from its partition's owner)\n"
             "  --timeout MS    stats --all, reload and drained: how long to wait for the\n"
             "                  replicas' answers (default 2000)\n"
+            "  --api-prefix P  drained: the JetStream API prefix SUBMIT's and DONE's info\n"
+            "                  is asked under (default $JS.API); the shipped server config\n"
+            "                  gives the admin FAIRQ's under JS.FAIRQ.API\n"
             FQC_INBOX_PREFIX_HELP
             "  --time N        send it N times and print on stderr the round trips of\n"
             "                  the answered ones (median, least, most), in ms\n"
@@ -228,14 +232,19 @@ static int ask_all(natsConnection *nc, const char *admin, const char *request, i
     return rc;
 }
 
-/* The messages stream holds now, or -1 (said) when it cannot be read. */
-static int64_t stream_msgs(jsCtx *js, const char *stream)
+/* The messages stream holds now, or -1 (said) when it cannot be read,
+ * asked under api_prefix (NULL: $JS.API). */
+static int64_t stream_msgs(jsCtx *js, const char *api_prefix, const char *stream)
 {
     jsStreamInfo *si = NULL;
     jsErrCode jerr = 0;
     natsStatus s = js_GetStreamInfo(&si, js, stream, NULL, &jerr);
     if (s != NATS_OK) {
         fqc_perror(PROG, stream, s);
+        /* a request the server refuses this user is dropped: a timeout */
+        fprintf(stderr, PROG ": %s's info was asked on %s.STREAM.INFO.%s (--api-prefix; the "
+                "shipped server config gives the admin JS.FAIRQ.API)\n", stream,
+                api_prefix ? api_prefix : "$JS.API", stream);
         return -1;
     }
     int64_t n = (int64_t)si->State.Msgs;
@@ -246,8 +255,8 @@ static int64_t stream_msgs(jsCtx *js, const char *stream)
 /* drained: every replica's stats (gather_all) and the submit and done
  * streams' messages; prints the reply, 0 only when the deployment is
  * drained (fqa_all_drained). */
-static int ask_drained(natsConnection *nc, jsCtx *js, const char *admin, int timeout_ms,
-                       const char *submit, const char *done)
+static int ask_drained(natsConnection *nc, jsCtx *js, const char *api_prefix, const char *admin,
+                       int timeout_ms, const char *submit, const char *done)
 {
     bool named = false;
     fqa_all *g = gather_all(&named, nc, admin, FQ_ADMIN_STATS, timeout_ms);
@@ -261,7 +270,8 @@ static int ask_drained(natsConnection *nc, jsCtx *js, const char *admin, int tim
     char why[64];
     snprintf(why, sizeof why, "no answer within %d ms", timeout_ms);
     bool drained = false;
-    char *out = fqa_all_drained(&drained, g, stream_msgs(js, submit), stream_msgs(js, done), why);
+    char *out = fqa_all_drained(&drained, g, stream_msgs(js, api_prefix, submit),
+                                stream_msgs(js, api_prefix, done), why);
     if (out)
         printf("%s\n", out);
     else
@@ -281,6 +291,7 @@ static int cmp_i64(const void *a, const void *b)
 typedef struct admin_cli {
     const char *url, *admin, *explain;
     const char *replica;        /* --replica, or NULL */
+    const char *api_prefix;     /* --api-prefix (drained's stream info), or NULL: $JS.API */
     long times, timeout_ms;     /* --time, --timeout */
     bool all;                   /* --all */
 } admin_cli;
@@ -290,7 +301,7 @@ typedef struct admin_cli {
 static int admin_flags(admin_cli *a, int *rc, int argc, char **argv)
 {
     enum { OPT_NATS = 256, OPT_ADMIN, OPT_TIME, OPT_INBOX, OPT_EXPLAIN, OPT_REPLICA, OPT_ALL,
-           OPT_TIMEOUT };
+           OPT_TIMEOUT, OPT_API_PREFIX };
     static const struct option longopts[] = {
         {"nats", required_argument, NULL, OPT_NATS},
         {"admin", required_argument, NULL, OPT_ADMIN},
@@ -300,6 +311,7 @@ static int admin_flags(admin_cli *a, int *rc, int argc, char **argv)
         {"all", no_argument, NULL, OPT_ALL},
         {"timeout", required_argument, NULL, OPT_TIMEOUT},
         {"inbox-prefix", required_argument, NULL, OPT_INBOX},
+        {"api-prefix", required_argument, NULL, OPT_API_PREFIX},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -330,6 +342,13 @@ static int admin_flags(admin_cli *a, int *rc, int argc, char **argv)
             }
             break;
         case OPT_ALL: a->all = true; break;
+        case OPT_API_PREFIX:
+            if (!*optarg) {
+                fprintf(stderr, PROG ": --api-prefix: empty\n");
+                return -1;
+            }
+            a->api_prefix = optarg;
+            break;
         case OPT_TIMEOUT:
             a->timeout_ms = strtol(optarg, &end, 10);
             if (*end || a->timeout_ms < 1 || a->timeout_ms > 600000) {
@@ -437,6 +456,10 @@ int main(int argc, char **argv)
         fprintf(stderr, PROG ": --all: only stats, without a body, --replica or --time\n");
         return 2;
     }
+    if (a.api_prefix && !is_drained) {
+        fprintf(stderr, PROG ": --api-prefix: only with drained\n");
+        return 2;
+    }
     if (is_drained && (a.all || a.replica || a.times > 1)) {
         fprintf(stderr, PROG ": drained: asks every replica, without --all, --replica or --time\n");
         return 2;
@@ -447,13 +470,16 @@ int main(int argc, char **argv)
         return 2;
     natsConnection *nc = NULL;
     jsCtx *js = NULL;
-    natsStatus s = fqc_connect(&nc, &js, fqc_url(a.url), PROG, NULL, false);
+    jsOptions jo;
+    jsOptions_Init(&jo);
+    jo.Prefix = a.api_prefix;
+    natsStatus s = fqc_connect(&nc, &js, fqc_url(a.url), PROG, a.api_prefix ? &jo : NULL, false);
     if (s != NATS_OK) {
         fqc_perror(PROG, "connect", s);
         return 1;
     }
     if (is_drained)
-        rc = ask_drained(nc, js, a.admin, (int)a.timeout_ms,
+        rc = ask_drained(nc, js, a.api_prefix, a.admin, (int)a.timeout_ms,
                          argc - optind == 3 ? argv[optind + 1] : FQ_DEFAULT_STREAM_SUBMIT,
                          argc - optind == 3 ? argv[optind + 2] : FQ_DEFAULT_STREAM_DONE);
     else

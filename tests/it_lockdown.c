@@ -937,19 +937,20 @@ static void test_partitions_served_and_confined(void **state)
     lk_close(w);
 }
 
-/* Run fairq-admin as the admin user of srv with args (NULL-terminated);
- * its exit code, and the JSON line it printed parsed into *out (NULL if
- * none). */
-static int lk_admin(const natstest *srv, const char *const *args, cJSON **out)
+/* Run fairq-admin as user of srv with args (NULL-terminated); its exit
+ * code, and the JSON line it printed parsed into *out (NULL if none). */
+static int lk_admin_as(const natstest *srv, const char *user, const char *const *args,
+                       cJSON **out)
 {
     const char *argv[24];
-    char bin[512], url[160], path[600];
+    char bin[512], url[160], path[600], inbox[64];
     size_t n = 0;
+    snprintf(inbox, sizeof inbox, "_INBOX_%s", user);
     argv[n++] = nt_build_path(bin, sizeof bin, "fairq-admin");
     argv[n++] = "--nats";
-    argv[n++] = lk_url(srv, "admin", url, sizeof url);
+    argv[n++] = lk_url(srv, user, url, sizeof url);
     argv[n++] = "--inbox-prefix";
-    argv[n++] = "_INBOX_admin";
+    argv[n++] = inbox;
     for (size_t i = 0; args[i] && n < 23; i++)
         argv[n++] = args[i];
     argv[n] = NULL;
@@ -969,6 +970,12 @@ static int lk_admin(const natstest *srv, const char *const *args, cJSON **out)
     if (f)
         fclose(f);
     return nt_proc_exit_code(&p);
+}
+
+/* lk_admin_as the operator, user "admin". */
+static int lk_admin(const natstest *srv, const char *const *args, cJSON **out)
+{
+    return lk_admin_as(srv, "admin", args, out);
 }
 
 static long lk_num(const cJSON *o, const char *key)
@@ -1001,9 +1008,13 @@ static long lk_replica_overall(lk_client *ad, const char *id, const char *key)
  * stats, always answer as the owner. fairq-admin stats --all gathers both
  * replicas (each asked on its own subject: through the service import one
  * request gets one answer, so a broadcast would give the first only), a
- * reload reaches both and prints both answers, and with one replica gone
- * the gathered stats are partial, naming it. The server reports no
- * violation by fairq. */
+ * reload reaches both and prints both answers. The operator's drain
+ * check of a change of P, fairq-admin drained (both replicas' stats and
+ * FAIR_SUBMIT's and FAIR_DONE's info through FAIRQ's API), says not
+ * drained while runs are held and drained once a worker completed them;
+ * one replica asked on its own subject answers as itself. Producers and
+ * workers may do none of it. With one replica gone the gathered stats are
+ * partial, naming it. The server reports no violation by fairq. */
 static void test_partitions_admin_across_replicas(void **state)
 {
     fixture *f = *state;
@@ -1117,6 +1128,66 @@ static void test_partitions_admin_across_replicas(void **state)
     cJSON_Delete(j);
     assert_int_equal(pt_log_count(&f->px, "config reloaded"), before_a + 1);
     assert_int_equal(pt_log_count(&f->px2, "config reloaded"), before_b + 1);
+
+    /* one replica asked itself: its own stats, its reload alone */
+    assert_int_equal(lk_admin(f->srv2, (const char *const[]){"--replica", "rep-b", "stats",
+                                                             "{\"limit\":0}", NULL}, &j), 0);
+    assert_non_null(j);
+    assert_string_equal(cJSON_GetObjectItemCaseSensitive(j, "replica")->valuestring, "rep-b");
+    cJSON_Delete(j);
+    assert_int_equal(lk_admin(f->srv2, (const char *const[]){"--replica", "rep-b", "reload",
+                                                             NULL}, &j), 0);
+    cJSON_Delete(j);
+    assert_int_equal(pt_log_count(&f->px, "config reloaded"), before_a + 1);
+    assert_int_equal(pt_log_wait_n(&f->px2, "config reloaded", before_b + 2, 5000), 0);
+
+    /* drained, as the operator: 6 runs held, so not drained, the streams
+     * read (without FAIRQ's API prefix they cannot be: not drained
+     * either, saying so) */
+    static const char *const drained[] = {"--api-prefix", "JS.FAIRQ.API", "drained", NULL};
+    assert_int_equal(lk_admin(f->srv2, drained, &j), 1);
+    assert_non_null(j);
+    assert_true(cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(j, "drained")));
+    assert_int_equal(lk_num(j, "replicas_answered"), 2);
+    assert_true(lk_num(j, "submit_msgs") >= 0 && lk_num(j, "done_msgs") >= 0);
+    d = cJSON_GetObjectItemCaseSensitive(j, "deployment");
+    assert_int_equal(lk_num(d, "queued_runs") + lk_num(d, "in_flight"), 6);
+    cJSON_Delete(j);
+    assert_int_equal(lk_admin(f->srv2, (const char *const[]){"drained", NULL}, &j), 1);
+    assert_non_null(j);
+    assert_int_equal(lk_num(j, "submit_msgs"), -1);
+    cJSON_Delete(j);
+    /* neither a producer nor a worker may ask it, or any admin request */
+    const char *const others[] = {"acme", "worker"};
+    for (int u = 0; u < 2; u++) {
+        j = NULL;
+        assert_int_equal(lk_admin_as(f->srv2, others[u], drained, &j), 1);
+        assert_null(j);     /* no replica answered it: nothing printed */
+        lk_client *c = lk_connect(f->srv2, others[u]);
+        lk_assert_publish_denied(c, (const char *const[]){
+            "fair.admin.stats", "fair.admin.replica.rep-a.stats", "fair.admin.replica.rep-b.reload",
+            "fair.admin.tenant.set", "JS.FAIRQ.API.STREAM.INFO.FAIR_SUBMIT",
+            "$JS.API.STREAM.INFO.FAIR_SUBMIT", "$JS.API.STREAM.INFO.FAIR_DONE", NULL});
+        lk_close(c);
+    }
+    /* a worker completes the 6: drained */
+    char worker[160];
+    lk_url(f->srv2, "worker", worker, sizeof worker);
+    lk_create_durable(f->srv2);
+    assert_int_equal(lk_run(f->srv2, (const char *const[]){"fairq-worker", "--nats", worker,
+        "--inbox-prefix", "_INBOX_worker", "--api-prefix", "JS.FAIRQ.API", "--tokens-per-sec",
+        "0", "--count", "6", NULL}), 0);
+    int rc = 1;
+    for (end = nt_now_ms() + 10000; rc != 0 && nt_now_ms() < end; nt_sleep_ms(200)) {
+        cJSON_Delete(j);
+        rc = lk_admin(f->srv2, drained, &j);
+    }
+    assert_int_equal(rc, 0);
+    assert_true(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(j, "drained")));
+    assert_int_equal(lk_num(j, "submit_msgs"), 0);
+    assert_int_equal(lk_num(j, "done_msgs"), 0);
+    cJSON_Delete(j);
+    j = NULL;
 
     /* rep-b gone (kill -9): still in rep-a's view of the registry (its key
      * lives a TTL), so asked, and said missing; the stats partial, exit
