@@ -760,6 +760,58 @@ static void test_an_admin_reply_reaches_nothing_of_fairq(void **state)
     lk_close(ad);
 }
 
+/* Step 4 of a change of P (docs/partitions.md), fairq stopped: the
+ * provisioner deletes FAIR_SUBMIT and FAIR_DONE and gives FAIRQ_RUNS its
+ * subject per partition after its own, and may delete or change no other
+ * stream; the operator may do none of it (it is not an admin request). */
+static void test_the_provisioner_reshapes_the_streams(void **state)
+{
+    fixture *f = *state;
+    lk_proxy_start(&f->px, f->srv, "proxy", "_INBOX_fairq", "");
+    assert_int_equal(pt_log_wait(&f->px, "fairq-proxy running", 15000), 0);
+    assert_int_equal(pt_proxy_stop(&f->px), 0);
+    lk_client *ad = lk_connect(f->srv, "admin");
+    lk_assert_publish_denied(ad, (const char *const[]){
+        "JS.FAIRQ.API.STREAM.DELETE.FAIR_SUBMIT", "$JS.API.STREAM.DELETE.FAIR_SUBMIT",
+        "JS.FAIRQ.API.STREAM.UPDATE.FAIRQ_RUNS", NULL});
+    lk_close(ad);
+    lk_client *p = lk_connect(f->srv, "provisioner");
+    jsStreamInfo *si = NULL;
+    jsErrCode jerr = 0;
+    assert_int_equal(js_GetStreamInfo(&si, p->js, "FAIR_SUBMIT", NULL, &jerr), NATS_OK);
+    assert_int_equal(si->State.Msgs, 0);
+    jsStreamInfo_Destroy(si);
+    si = NULL;
+    assert_int_equal(js_DeleteStream(p->js, "FAIR_SUBMIT", NULL, &jerr), NATS_OK);
+    assert_int_equal(js_DeleteStream(p->js, "FAIR_DONE", NULL, &jerr), NATS_OK);
+    assert_int_equal(js_GetStreamInfo(&si, p->js, "FAIRQ_RUNS", NULL, &jerr), NATS_OK);
+    assert_int_equal(si->Config->SubjectsLen, 1);
+    const char *subjects[] = {si->Config->Subjects[0], "fairq.runs.*"};
+    const char **had = si->Config->Subjects;
+    si->Config->Subjects = subjects;
+    si->Config->SubjectsLen = 2;
+    jsStreamInfo *up = NULL;
+    assert_int_equal(js_UpdateStream(&up, p->js, si->Config, NULL, &jerr), NATS_OK);
+    assert_int_equal(up->Config->SubjectsLen, 2);
+    assert_string_equal(up->Config->Subjects[0], "fairq.runs");
+    assert_string_equal(up->Config->Subjects[1], "fairq.runs.*");
+    jsStreamInfo_Destroy(up);
+    si->Config->Subjects = had;     /* subjects is ours, not to be freed */
+    si->Config->SubjectsLen = 1;
+    jsStreamInfo_Destroy(si);
+    assert_int_equal(p->n, 0);
+    lk_assert_publish_denied(p, (const char *const[]){
+        "$JS.API.STREAM.DELETE.FAIR_DISPATCH", "$JS.API.STREAM.DELETE.FAIRQ_RUNS",
+        "$JS.API.STREAM.DELETE.KV_fairq_lease", "$JS.API.STREAM.UPDATE.FAIR_DISPATCH",
+        "$JS.API.STREAM.PURGE.FAIR_DISPATCH", "$JS.API.STREAM.CREATE.FAIR_SUBMIT", NULL});
+    lk_close(p);
+    /* the two gone, as fairq sees it: it makes them again at its start */
+    lk_client *q = lk_connect(f->srv, "fairq");
+    assert_int_not_equal(js_GetStreamInfo(&si, q->js, "FAIR_SUBMIT", NULL, &jerr), NATS_OK);
+    assert_int_not_equal(js_GetStreamInfo(&si, q->js, "FAIR_DONE", NULL, &jerr), NATS_OK);
+    lk_close(q);
+}
+
 /* A copy of the shipped config at path with text (its first mention after
  * the first of after, e.g. "user: fairq"; NULL: none) blanked out. */
 static void lk_conf_without(const fixture *f, const char *path, const char *after,
@@ -1234,6 +1286,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_the_admin_is_confined_to_the_admin_plane, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_an_admin_reply_reaches_nothing_of_fairq, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_the_provisioner_reshapes_the_streams, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_a_missing_permission_fails_start, setup, teardown),
         cmocka_unit_test_setup_teardown(test_a_permission_lost_later_is_logged, setup, teardown),
