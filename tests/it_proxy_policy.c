@@ -1,4 +1,6 @@
-/* it_proxy_policy.c -- docs/policy.md's knobs through the live proxy: a burstable cap, a token rate with the overload estimate, a completion's priced token kinds, and priority classes within a tenant. */
+/* it_proxy_policy.c -- docs/policy.md's knobs through the live proxy: a burstable cap, a token rate with the overload estimate, a completion's priced token kinds, and priority classes within a tenant; each knob's metrics, and hostile token kinds, classes and sub-tenant claims refused with a reason at no other tenant's cost. */
+#define _GNU_SOURCE             /* memmem */
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -9,6 +11,7 @@
 
 #include <cmocka.h>
 
+#include "opstest.h"
 #include "proxyfixture.h"
 
 /* No workers: dispatched runs stay in flight until a test completes them. */
@@ -30,10 +33,17 @@ static const char yaml_classes[] =
     "window: {max_in_flight: 1}\n"
     "plans:\n  - {name: free, weight: 1}\n";
 
-static int setup_burst(void **state) { return pf_setup(state, yaml_burst, NULL); }
-static int setup_rate(void **state) { return pf_setup(state, yaml_rate, NULL); }
-static int setup_priced(void **state) { return pf_setup(state, yaml_priced, NULL); }
-static int setup_classes(void **state) { return pf_setup(state, yaml_classes, NULL); }
+/* Every proxy here serves /metrics on a port of its own choosing. */
+static int setup_yaml(void **state, const char *yaml)
+{
+    setenv("FAIRQ_HTTP_LISTEN", "127.0.0.1:0", 1);
+    return pf_setup(state, yaml, NULL);
+}
+
+static int setup_burst(void **state) { return setup_yaml(state, yaml_burst); }
+static int setup_rate(void **state) { return setup_yaml(state, yaml_rate); }
+static int setup_priced(void **state) { return setup_yaml(state, yaml_priced); }
+static int setup_classes(void **state) { return setup_yaml(state, yaml_classes); }
 
 static int teardown(void **state)
 {
@@ -61,6 +71,28 @@ static long wait_for(pf_fixture *f, const char *tenant, const char *key, long wa
         v = cJSON_IsNumber(n) ? (long)n->valuedouble : -1;
         cJSON_Delete(whole);
         if (v == want)
+            break;
+    }
+    return v;
+}
+
+/* The value of series (name{labels}) in the proxy's /metrics, polled until
+ * it is in [lo, hi] (up to 10 s); its last value, NAN if never there. */
+static double metric_in(pf_fixture *f, const char *series, double lo, double hi)
+{
+    int port = ot_http_port(&f->px, 5000);
+    assert_true(port > 0);
+    double v = NAN;
+    for (long long end = nt_now_ms() + 10000; nt_now_ms() < end; nt_sleep_ms(50)) {
+        int status = 0;
+        char *body = NULL, want[256];
+        assert_int_equal(ot_http_get(port, "/metrics", &status, &body), 0);
+        assert_int_equal(status, 200);
+        snprintf(want, sizeof want, "\n%s ", series);
+        const char *at = strstr(body, want);
+        v = at ? strtod(at + strlen(want), NULL) : NAN;
+        free(body);
+        if (v >= lo && v <= hi)
             break;
     }
     return v;
@@ -117,6 +149,11 @@ static void test_rate_counts_in_overload(void **state)
     }
     assert_int_equal(over, 1);
     assert_true(wait > 50000 && wait <= 60000);
+    /* and /metrics the same wait, in seconds */
+    double secs = metric_in(f, "fairq_tenant_rate_wait_seconds{tenant=\"a\",plan=\"free\"}",
+                            50, 60);
+    if (!(secs >= 50 && secs <= 60))
+        fail_msg("fairq_tenant_rate_wait_seconds of a: %g, not 50 to 60", secs);
     assert_int_equal(wait_for(f, "a", "queued_runs", 0), 0);
     /* The refusal states the wait it was refused for, in its sentence and
      * in Fair-Wait-Ms: the rate's, about a minute, past max_wait_ms. */
@@ -166,6 +203,109 @@ static void test_priced_completion(void **state)
     cJSON *whole, *t = tenant_stats(f, "a", &whole);
     assert_int_equal(pf_num(t, "deficit"), -1200);
     cJSON_Delete(whole);
+    /* /metrics shows both: the priced cost and the tokens as reported */
+    assert_true(metric_in(f, "fairq_tenant_priced_tokens_total{tenant=\"a\",plan=\"free\"}",
+                          2200, 2200) == 2200);
+    assert_true(metric_in(f, "fairq_tenant_actual_tokens_total{tenant=\"a\",plan=\"free\"}",
+                          1000, 1000) == 1000);
+    assert_true(metric_in(f, "fairq_tenant_priced_tokens_total{tenant=\"b\",plan=\"free\"}",
+                          1000, 1000) == 1000);
+}
+
+/* Completions for bytes (len) on subject, as a worker publishes them. */
+static void publish_bytes(pf_fixture *f, const char *subject, const char *body, size_t len)
+{
+    jsPubAck *pa = NULL;
+    assert_int_equal(js_Publish(&pa, f->c.js, subject, body, (int)len, NULL, NULL), NATS_OK);
+    jsPubAck_Destroy(pa);
+}
+
+/* Token kinds a worker gets wrong (negative, fractional, past the bound,
+ * astronomically large, not a number, given twice, more cached than
+ * input), a body past 4096 bytes and one that is not UTF-8: each is
+ * refused with the field named, counted in completions_invalid, and
+ * changes nothing: the run stays in flight uncharged, and the other
+ * tenant's completion is reconciled meanwhile. The run's real completion
+ * then counts once. */
+static void test_hostile_kinds_refused(void **state)
+{
+    pf_fixture *f = *state;
+    submit(f, "a", 0, 1000);
+    submit(f, "b", 0, 1000);
+    assert_int_equal(wait_for(f, "a", "in_flight", 1), 1);
+    assert_int_equal(wait_for(f, "b", "in_flight", 1), 1);
+    static const struct {
+        const char *kinds, *field;
+    } bad[] = {
+        {"\"input_tokens\":-1", "input_tokens"},
+        {"\"output_tokens\":2.5", "output_tokens"},
+        {"\"output_tokens\":100000001", "output_tokens"},
+        {"\"output_tokens\":1e300", "output_tokens"},
+        {"\"input_tokens\":-9223372036854775809", "input_tokens"},
+        {"\"cached_tokens\":\"3\"", "cached_tokens"},
+        {"\"input_tokens\":3,\"input_tokens\":3", "input_tokens"},
+        {"\"input_tokens\":3,\"cached_tokens\":4", "cached_tokens"},
+    };
+    const size_t nbad = sizeof bad / sizeof bad[0];
+    for (size_t i = 0; i < nbad; i++) {
+        char body[256];
+        snprintf(body, sizeof body,
+                 "{\"run_id\":\"a-0\",\"actual_tokens\":1000,\"status\":\"ok\",%s}",
+                 bad[i].kinds);
+        pf_publish(f, "fair.done.a", body);
+    }
+    /* a body past 4096 bytes, refused unread; one that is not UTF-8 */
+    char *big = malloc(5000);
+    int n = snprintf(big, 5000, "{\"run_id\":\"a-0\",\"actual_tokens\":1000,\"status\":\"ok\","
+                     "\"output_tokens\":1,\"pad\":\"");
+    memset(big + n, 'x', 5000 - (size_t)n - 2);
+    memcpy(big + 4998, "\"}", 2);
+    publish_bytes(f, "fair.done.a", big, 5000);
+    free(big);
+    const char utf[] = "{\"run_id\":\"a-0\",\"actual_tokens\":1000,\"status\":\"ok\","
+                       "\"output_tokens\":1,\"note\":\"\xff\xfe\"}";
+    publish_bytes(f, "fair.done.a", utf, sizeof utf - 1);
+    /* b's own completion, among them */
+    pf_publish(f, "fair.done.b", "{\"run_id\":\"b-0\",\"actual_tokens\":1000,\"status\":\"ok\","
+                                 "\"output_tokens\":1000}");
+    assert_int_equal(wait_for(f, "b", "priced_tokens", 4000), 4000);
+    long invalid = -1;
+    for (long long end = nt_now_ms() + 10000; nt_now_ms() < end && invalid != (long)nbad + 2;
+         nt_sleep_ms(20)) {
+        cJSON *j = pf_stats(f, "{\"limit\":0}", NULL);
+        invalid = pf_overall(j, "completions_invalid");
+        cJSON_Delete(j);
+    }
+    assert_int_equal(invalid, (long)nbad + 2);
+    /* each copied to the rejected subject with its reason */
+    pf_wait_msgs(f, "FAIR_REJECTED", nbad + 2);
+    pt_msg *m = NULL;
+    size_t got = 0;
+    assert_int_equal(pt_stream_read(&f->c, "FAIR_REJECTED", &m, &got), 0);
+    assert_int_equal(got, nbad + 2);
+    for (size_t i = 0; i < got; i++) {
+        if (strncmp(m[i].error, "invalid: invalid completion: ", 29) != 0)
+            fail_msg("refusal %zu: %s", i, m[i].error);
+        assert_string_equal(m[i].fsubject, "fair.done.a");
+    }
+    for (size_t i = 0; i < nbad; i++) {     /* in the order sent: the field named */
+        if (!strstr(m[i].error, bad[i].field))
+            fail_msg("refusal of %s: %s", bad[i].kinds, m[i].error);
+    }
+    assert_non_null(strstr(m[nbad].error, "4096"));
+    pt_msgs_free(m, got);
+    /* nothing changed for a: in flight, uncharged */
+    cJSON *whole, *t = tenant_stats(f, "a", &whole);
+    assert_int_equal(pf_num(t, "in_flight"), 1);
+    assert_int_equal(pf_num(t, "completed_runs"), 0);
+    assert_int_equal(pf_num(t, "priced_tokens"), 0);
+    assert_int_equal(pf_num(t, "deficit"), 0);
+    cJSON_Delete(whole);
+    /* its real completion counts, once */
+    pf_publish(f, "fair.done.a", "{\"run_id\":\"a-0\",\"actual_tokens\":1000,\"status\":\"ok\","
+                                 "\"input_tokens\":1000,\"cached_tokens\":1000}");
+    assert_int_equal(wait_for(f, "a", "completed_runs", 1), 1);
+    assert_int_equal(wait_for(f, "a", "priced_tokens", 1000), 1000);
 }
 
 /* A tenant's runs refused with code, polled until want (up to 10 s). */
@@ -229,6 +369,81 @@ static void test_class_goes_first(void **state)
     assert_int_equal(wait_for(f, "a", "completed_runs", 4), 4);
 }
 
+/* Class and sub-tenant claims a producer gets wrong or means harm with:
+ * not UTF-8, oversized, not a string, given twice, a class not
+ * configured. Each is refused with code invalid and its reason, counted,
+ * and nothing of a's is queued; b's run is dispatched meanwhile. */
+static void test_hostile_claims_refused(void **state)
+{
+    pf_fixture *f = *state;
+    char huge[5001];
+    memset(huge, 'x', sizeof huge - 1);
+    huge[sizeof huge - 1] = '\0';
+    static const char *const bodies[] = {
+        "{\"run_id\":\"h-0\"}",
+        "{\"run_id\":\"h-1\"}",
+        "{\"run_id\":\"h-2\",\"class\":7}",
+        "{\"run_id\":\"h-3\",\"class\":\"batch\",\"class\":\"interactive\"}",
+        "{\"run_id\":\"h-4\",\"class\":\"urgent\"}",
+        "{\"run_id\":\"h-5\"}",
+        "{\"run_id\":\"h-6\"}",
+        "{\"run_id\":\"h-7\",\"subtenant\":[\"u\"]}",
+    };
+    const char *const hdrs[][3] = {
+        {"Fair-Class", "\xff\xfe", NULL},
+        {"Fair-Class", huge, NULL},
+        {NULL, NULL, NULL},
+        {NULL, NULL, NULL},
+        {NULL, NULL, NULL},
+        {"Fair-Subtenant", "caf\xc3\xa9", NULL},
+        {"Fair-Subtenant", huge, NULL},
+        {NULL, NULL, NULL},
+    };
+    static const char *const why[] = {
+        "invalid: Fair-Class header: ",
+        "invalid: Fair-Class header: ",
+        "invalid: class: ",
+        "invalid: class: given twice",
+        "invalid: class: urgent is not one of the classes (interactive, batch)",
+        "invalid: Fair-Subtenant header: ",
+        "invalid: Fair-Subtenant header: ",
+        "invalid: subtenant: ",
+    };
+    const size_t nbad = sizeof bodies / sizeof bodies[0];
+    for (size_t i = 0; i < nbad; i++)
+        assert_int_equal(pt_submit(&f->c, "a", bodies[i], strlen(bodies[i]),
+                                   hdrs[i][0] ? hdrs[i] : NULL), 0);
+    submit(f, "b", 0, 100);
+    assert_int_equal(wait_for(f, "b", "in_flight", 1), 1);
+    pf_wait_msgs(f, "FAIR_REJECTED", nbad);
+    pt_msg *m = NULL;
+    size_t n = 0;
+    assert_int_equal(pt_stream_read(&f->c, "FAIR_REJECTED", &m, &n), 0);
+    assert_int_equal(n, nbad);
+    for (size_t i = 0; i < nbad; i++) {
+        /* matched by run id: the refusals are not bound to come in order */
+        char id[16];
+        snprintf(id, sizeof id, "\"h-%zu\"", i);
+        size_t k = 0;
+        while (k < n && !(m[k].data && memmem(m[k].data, m[k].len, id, strlen(id))))
+            k++;
+        assert_true(k < n);
+        if (strncmp(m[k].error, why[i], strlen(why[i])) != 0)
+            fail_msg("h-%zu refused as: %s (want %s...)", i, m[k].error, why[i]);
+        assert_true(strlen(m[k].error) < 400);  /* the 5,000 bytes are not echoed back */
+    }
+    pt_msgs_free(m, n);
+    /* counted: as refusals, and the claims apart; a is held nowhere (a
+     * tenant whose runs are all refused costs no state) */
+    cJSON *j = pf_stats(f, "", NULL);
+    assert_int_equal(pf_overall(j, "rejected"), (long)nbad);
+    assert_int_equal(pf_overall(j, "subtenant_refused"), 3);
+    assert_int_equal(pf_overall(j, "queued_runs"), 0);
+    assert_int_equal(pf_overall(j, "in_flight"), 1);
+    cJSON_Delete(j);
+    assert_int_equal(pt_stream_last(&f->c, "FAIR_DISPATCH"), 1);   /* b's alone */
+}
+
 /* Classes weighted per tenant through the overrides bucket: at 1:1 a
  * tenant's batch runs take turns with its interactive ones instead of
  * waiting for them all (strict, the config's default); weights that do not
@@ -287,7 +502,9 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_burst_alone_then_shared, setup_burst, teardown),
         cmocka_unit_test_setup_teardown(test_rate_counts_in_overload, setup_rate, teardown),
         cmocka_unit_test_setup_teardown(test_priced_completion, setup_priced, teardown),
+        cmocka_unit_test_setup_teardown(test_hostile_kinds_refused, setup_priced, teardown),
         cmocka_unit_test_setup_teardown(test_class_goes_first, setup_classes, teardown),
+        cmocka_unit_test_setup_teardown(test_hostile_claims_refused, setup_classes, teardown),
         cmocka_unit_test_setup_teardown(test_class_weights_by_override, setup_classes, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
