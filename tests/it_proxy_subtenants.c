@@ -1,4 +1,4 @@
-/* it_proxy_subtenants.c -- tenants within tenants through the live proxy: a colleague's first run goes at its tenant's next turn behind a flooding sub-tenant, splitting into sub-tenants gains a tenant nothing, the dispatch carries Fair-Subtenant, and bad claims are refused with their reason. */
+/* it_proxy_subtenants.c -- tenants within tenants through the live proxy: a colleague's first run goes at its tenant's next turn behind a flooding sub-tenant, splitting into sub-tenants gains a tenant nothing, the dispatch carries Fair-Subtenant, bad claims are refused with their reason, and more sub-tenants than the cap share one, never a metrics label. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -9,6 +9,7 @@
 
 #include <cmocka.h>
 
+#include "opstest.h"
 #include "proxyfixture.h"
 
 /* No workers and one slot: the test completes each run, so the order of
@@ -19,9 +20,14 @@ static const char yaml[] =
     "window: {max_in_flight: 1}\n"
     "plans:\n  - {name: team, weight: 1, max_subtenants: 16}\n"
     "  - {name: free, weight: 1}\n"
-    "tenants:\n  - {id: plain, plan: free}\n";
+    "tenants:\n  - {id: plain, plan: free}\n"
+    "  - {id: capped, plan: team, max_subtenants: 2}\n";
 
-static int setup(void **state) { return pf_setup(state, yaml, NULL); }
+static int setup(void **state)
+{
+    setenv("FAIRQ_HTTP_LISTEN", "127.0.0.1:0", 1);
+    return pf_setup(state, yaml, NULL);
+}
 
 static int teardown(void **state)
 {
@@ -235,12 +241,84 @@ static void test_bad_claims_refused(void **state)
     free(r);
 }
 
+/* A tenant naming 40 sub-tenants past its cap of 2: none is refused (the
+ * claim cannot enlarge its share, so there is nothing to refuse), the
+ * ones past the cap share one overflow sub-tenant, so what the tenant
+ * costs stays bounded, and no sub-tenant name becomes a metrics label.
+ * Another tenant keeps its turns. */
+static void test_past_the_cap_bounded(void **state)
+{
+    pf_fixture *f = *state;
+    char id[32], sub[32], run[140];
+    for (int i = 0; i < 40; i++) {
+        snprintf(id, sizeof id, "c-%d", i);
+        snprintf(sub, sizeof sub, "user-%d", i);
+        submit(f, "capped", id, sub, i % 2);
+    }
+    assert_int_equal(wait_for(f, "capped", "queued_runs", 39), 39);
+    submit(f, "one", "o-0", "solo", false);
+    assert_int_equal(wait_for(f, "one", "queued_runs", 1), 1);
+    cJSON *j = pf_stats(f, "", NULL);
+    assert_int_equal(pf_overall(j, "rejected"), 0);
+    assert_int_equal(pf_overall(j, "subtenant_refused"), 0);
+    cJSON_Delete(j);
+    /* known: the two of the cap and the overflow one, not 40 */
+    long known = tenant_num(f, "capped", "subtenants");
+    if (known < 1 || known > 3)
+        fail_msg("capped knows %ld sub-tenants with a cap of 2", known);
+    cJSON *whole = pf_stats(f, "{\"tenant\":\"capped\"}", NULL);
+    const cJSON *t = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(whole, "tenants"), 0);
+    const cJSON *top = cJSON_GetObjectItemCaseSensitive(t, "top_subtenants");
+    long overflow = -1;
+    for (int i = 0; i < cJSON_GetArraySize(top); i++) {
+        const cJSON *e = cJSON_GetArrayItem(top, i);
+        if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(e, "overflow")))
+            overflow = pf_num(e, "queued_runs");
+    }
+    cJSON_Delete(whole);
+    assert_true(overflow >= 37);
+    /* explain places a run past the cap in the overflow sub-tenant */
+    char *r = pt_request(&f->c, "fair.explain.capped", "{\"run_id\":\"c-30\"}", NULL);
+    assert_non_null(r);
+    j = cJSON_Parse(r);
+    free(r);
+    const cJSON *pos = cJSON_GetObjectItemCaseSensitive(j, "subtenant_position");
+    assert_true(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(pos, "overflow")));
+    cJSON_Delete(j);
+    /* the scrape has capped's series, and no sub-tenant in it */
+    int port = ot_http_port(&f->px, 5000), status = 0;
+    assert_true(port > 0);
+    char *body = NULL;
+    for (long long end = nt_now_ms() + 10000; nt_now_ms() < end; nt_sleep_ms(100)) {
+        free(body);
+        body = NULL;
+        assert_int_equal(ot_http_get(port, "/metrics", &status, &body), 0);
+        assert_int_equal(status, 200);
+        if (strstr(body, "fairq_tenant_queued_runs{tenant=\"capped\""))
+            break;
+    }
+    if (!strstr(body, "fairq_tenant_queued_runs{tenant=\"capped\""))
+        fail_msg("no series of capped in the scrape:\n%.2000s", body);
+    assert_null(strstr(body, "user-"));
+    assert_null(strstr(body, "solo"));
+    assert_null(strstr(body, "subtenant=\""));
+    free(body);
+    /* one's run goes within capped's next turn or two, not behind its 39 */
+    bool ones = false;
+    for (size_t n = 1; n <= 3 && !ones; n++) {
+        complete_nth(f, n, run, sizeof run, NULL, 0);
+        ones = strcmp(run, "o-0") == 0;
+    }
+    assert_true(ones);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_colleague_not_behind_flood, setup, teardown),
         cmocka_unit_test_setup_teardown(test_splitting_gains_nothing, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bad_claims_refused, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_past_the_cap_bounded, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
