@@ -212,6 +212,41 @@ static void test_priced_completion(void **state)
                           1000, 1000) == 1000);
 }
 
+/* The estimator learns the priced cost, not the raw count: after eight
+ * runs of a workflow that report 100 tokens, 900 of them output at four
+ * times the price (3,700 in input tokens' worth), the next run of that
+ * workflow is charged about 3,700, not about 100. */
+static void test_estimator_learns_priced(void **state)
+{
+    pf_fixture *f = *state;
+    for (int i = 0; i < 8; i++) {
+        char body[96];
+        int n = snprintf(body, sizeof body, "{\"run_id\":\"w-%d\",\"workflow\":\"w\"}", i);
+        assert_int_equal(pt_submit(&f->c, "a", body, (size_t)n, NULL), 0);
+    }
+    assert_int_equal(wait_for(f, "a", "in_flight", 8), 8);
+    for (int i = 0; i < 8; i++) {
+        char body[160];
+        snprintf(body, sizeof body, "{\"run_id\":\"w-%d\",\"actual_tokens\":100,"
+                 "\"status\":\"ok\",\"input_tokens\":100,\"output_tokens\":900}", i);
+        pf_publish(f, "fair.done.a", body);
+    }
+    assert_int_equal(wait_for(f, "a", "completed_runs", 8), 8);
+    assert_int_equal(wait_for(f, "a", "priced_tokens", 8 * 3700), 8 * 3700);
+    const char *next = "{\"run_id\":\"w-8\",\"workflow\":\"w\"}";
+    assert_int_equal(pt_submit(&f->c, "a", next, strlen(next), NULL), 0);
+    pf_wait_msgs(f, "FAIR_DISPATCH", 9);
+    pt_msg *m = NULL;
+    size_t n = 0;
+    assert_int_equal(pt_stream_read(&f->c, "FAIR_DISPATCH", &m, &n), 0);
+    assert_int_equal(n, 9);
+    assert_string_equal(m[8].run_id, "w-8");
+    /* a histogram's bucket is within a quarter of the value */
+    if (m[8].est < 2775 || m[8].est > 4625)
+        fail_msg("w-8 charged %u, not about 3,700", m[8].est);
+    pt_msgs_free(m, n);
+}
+
 /* Completions for bytes (len) on subject, as a worker publishes them. */
 static void publish_bytes(pf_fixture *f, const char *subject, const char *body, size_t len)
 {
@@ -503,6 +538,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_rate_counts_in_overload, setup_rate, teardown),
         cmocka_unit_test_setup_teardown(test_priced_completion, setup_priced, teardown),
         cmocka_unit_test_setup_teardown(test_hostile_kinds_refused, setup_priced, teardown),
+        cmocka_unit_test_setup_teardown(test_estimator_learns_priced, setup_priced, teardown),
         cmocka_unit_test_setup_teardown(test_class_goes_first, setup_classes, teardown),
         cmocka_unit_test_setup_teardown(test_hostile_claims_refused, setup_classes, teardown),
         cmocka_unit_test_setup_teardown(test_class_weights_by_override, setup_classes, teardown),
