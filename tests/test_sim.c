@@ -558,6 +558,42 @@ static void test_classes_and_subtenants(void **state)
 
 /* ---- issue 17's knobs, each against the policy without it -------------- */
 
+/* Every feature is off unless configured, and with all of them off fairq
+ * behaves exactly as before them: on scenarios that configure none (no
+ * burst_in_flight, no rate, no output mix, no interactive workflow, no
+ * sub-tenant), each knob's policy dispatches every run at the same moment
+ * as drr, and serves each tenant the same tokens. */
+static void test_knobs_off_change_nothing(void **state)
+{
+    (void)state;
+    const char *const names[] = {"tuesday", "costs-50x", "over-runner", "idle-returner"};
+    const enum fq_sim_policy knobs[] = {FQ_SIM_DRR_RATE, FQ_SIM_DRR_PRICED, FQ_SIM_DRR_CLASS,
+                                        FQ_SIM_DRR_SUB, FQ_SIM_DRR_CLASS_SUB};
+    for (size_t s = 0; s < sizeof names / sizeof names[0]; s++) {
+        fq_scenario *sc = load(names[s]);
+        fq_sim_result *drr = run(sc, FQ_SIM_DRR);
+        for (size_t p = 0; p < sizeof knobs / sizeof knobs[0]; p++) {
+            fq_sim_result *r = run(sc, knobs[p]);
+            for (size_t i = 0; i < sc->n_runs; i++)
+                if (r->runs[i].dispatched != drr->runs[i].dispatched)
+                    fail_msg("%s under %s: run %zu dispatched at %" PRIu64 ", under drr %" PRIu64,
+                             names[s], fq_sim_policy_name(knobs[p]), i, r->runs[i].dispatched,
+                             drr->runs[i].dispatched);
+            for (size_t k = 0; k < sc->n_tenants; k++)
+                assert_true(r->tenants[k].served == drr->tenants[k].served);
+            fq_sim_result_free(r);
+        }
+        /* a burst nobody configured leaves the hard cap as it was */
+        fq_sim_result *cap = run(sc, FQ_SIM_DRR_CAP), *burst = run(sc, FQ_SIM_DRR_BURST);
+        for (size_t i = 0; i < sc->n_runs; i++)
+            assert_true(burst->runs[i].dispatched == cap->runs[i].dispatched);
+        fq_sim_result_free(cap);
+        fq_sim_result_free(burst);
+        fq_sim_result_free(drr);
+        fq_scenario_free(sc);
+    }
+}
+
 /* Point 1 (config/scenarios/burst.yaml): the hard cap leaves workers idle
  * while the big tenant is alone; the burstable cap uses the pool as fully
  * as uncapped DRR and the small tenants wait less than under it, since the
@@ -811,6 +847,7 @@ int main(void)
         cmocka_unit_test(test_horizon),
         cmocka_unit_test(test_policy_names),
         cmocka_unit_test(test_classes_and_subtenants),
+        cmocka_unit_test(test_knobs_off_change_nothing),
         cmocka_unit_test(test_burst),
         cmocka_unit_test(test_rate),
         cmocka_unit_test(test_classes),
