@@ -392,6 +392,25 @@ static void test_replicas_share_take_over_and_join(void **state)
     assert_true(mv.count >= count(own, "rep-d"));
     assert_int_equal(mv.most, 1);
     natsSubscription_Destroy(mv.sub);
+    /* and the replicas' metrics say it (issue 16 point 6): rep-d's
+     * handovers count at least the partitions it took, the three
+     * replicas' partitions owned add up to P, and a lease renewal's round
+     * trip is well within the TTL */
+    long long handovers = -1, owned[3] = {-1, -1, -1}, renew_max = -1;
+    const int live[3] = {port[0], port[1], port[3]};
+    for (long long end = nt_now_ms() + 10000;; nt_sleep_ms(100)) {
+        for (int i = 0; i < 3; i++)
+            assert_true(metric_of(live[i], "fairq_partitions_owned", &owned[i]));
+        if (owned[0] + owned[1] + owned[2] == P || nt_now_ms() > end)
+            break;
+    }
+    print_message("fairq_partitions_owned: a %lld, b %lld, d %lld\n", owned[0], owned[1],
+                  owned[2]);
+    assert_true(owned[0] + owned[1] + owned[2] == P);
+    assert_true(metric_of(port[3], "fairq_partition_handovers_total", &handovers));
+    assert_true(handovers >= count(own, "rep-d"));
+    assert_true(metric_of(port[3], "fairq_lease_renew_max_seconds", &renew_max));
+    assert_true(renew_max >= 0 && renew_max * 1000 < TTL_MS);
 }
 
 /* /readyz of the replica on port: its status, and whether its body holds text. */
