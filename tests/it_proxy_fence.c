@@ -291,9 +291,12 @@ static void fault(fx *f, enum fault kind, int ms)
            nt_now_ms() < end)
         nt_sleep_ms(20);
     assert_true(pt_worker_completed(f->w) >= 100);
-    /* A standby is a healthy sidecar: ready, and says so. */
+    /* A standby is a healthy sidecar: ready, and says so. The leader is
+     * ready once its last renewal is fresh: a renewal answered late on a
+     * loaded machine makes it 503 for a moment, which read once failed the
+     * test before any fault; what follows is the fault's doing. */
     assert_true(readyz(f->standby_http, 200, "standby"));
-    assert_true(readyz(f->leader_http, 200, "ready"));
+    assert_true(readyz_within(f->leader_http, 200, "ready", 10000));
     /* Its metrics say what it knows: connected, not holding the lease,
      * standing by (they said disconnected: a snapshot never filled). */
     assert_true(metric_line(f->standby_http, "fairq_nats_connected 1"));
@@ -316,7 +319,12 @@ static void fault(fx *f, enum fault kind, int ms)
          * frozen leader's key past its TTL or the standby could not take
          * a key gone. */
         print_lease_key(f);
-        pt_log_print(&f->standby, "standing by");
+        pt_log_print(&f->standby, "lease");
+        if (nt_proc_alive(&f->standby.proc))
+            print_message("the standby runs\n");
+        else
+            print_message("the standby exited: code %d, wait status %d\n",
+                          nt_proc_exit_code(&f->standby.proc), f->standby.proc.status);
         fail_msg("the standby did not take the lease within 15 s of the fault");
     }
     int64_t takeover = unix_ms();
