@@ -9,6 +9,7 @@
 
 #include <cmocka.h>
 
+#include "opstest.h"
 #include "proxyfixture.h"
 
 /* No workers: dispatched runs stay in flight until a test completes them;
@@ -96,6 +97,20 @@ static void test_where_and_why(void **state)
     j = explain(f, "never", "  ");
     assert_false(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(j, "known")));
     assert_non_null(strstr(str(j, "why"), "nothing holds the tenant"));
+    cJSON_Delete(j);
+
+    /* fairq-admin prints the same reply */
+    char *out = NULL;
+    assert_int_equal(ot_admin(f->srv, "explain", "a", &out), 0);
+    assert_non_null(out);
+    j = cJSON_Parse(out);
+    if (!j)
+        fail_msg("fairq-admin explain a printed: %s", out);
+    free(out);
+    assert_string_equal(str(j, "tenant"), "a");
+    assert_string_equal(str(j, "state"), "capped");
+    assert_int_equal(pf_num(j, "runs_ahead_at_most"), 2);
+    assert_non_null(strstr(str(j, "why"), "its cap (max_in_flight)"));
     cJSON_Delete(j);
 
     /* a-0 completes: a-1 goes, a-0 is done. */

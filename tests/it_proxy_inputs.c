@@ -472,6 +472,15 @@ static void test_overload_admission(void **state)
     for (size_t i = 0; i < nr; i++) {
         assert_string_equal(r[i].subject, "fair.rejected.flood");
         assert_memory_equal(r[i].error, "overload:", 9);
+        /* each states the wait it was refused for, past max_wait_ms, in
+         * Fair-Wait-Ms and in its sentence (docs/protocol.md section 4) */
+        long wait = strtol(r[i].wait_ms, NULL, 10);
+        if (wait <= 300)
+            fail_msg("refusal %zu: Fair-Wait-Ms '%s' (%s)", i, r[i].wait_ms, r[i].error);
+        char want[160];
+        snprintf(want, sizeof want, "overload: the estimated wait of %ld ms exceeds "
+                 "scheduler.max_wait_ms (300 ms)", wait);
+        assert_string_equal(r[i].error, want);
     }
     pt_msgs_free(r, nr);
     /* The quiet tenant's run was admitted and served. */
