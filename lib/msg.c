@@ -1252,10 +1252,13 @@ fq_status fq_explain_req_parse(fq_explain_req *out, const void *body, size_t len
     cJSON *root;
     fq_status st = fq_msg_request(&root, body, len, "\"run_id\"", err, errlen);
     const cJSON *e, *fields = st == FQ_OK ? root : NULL;
+    bool seen = false;
     cJSON_ArrayForEach(e, fields) {
         if (strcmp(e->string, "run_id") != 0)
             st = fq_msg_fail(err, errlen, "an explain request may hold only \"run_id\"; it "
                              "has another field");
+        else if (seen)      /* which of two to answer for is not ours to pick */
+            st = fq_msg_fail(err, errlen, "run_id: given twice");
         else if (!cJSON_IsString(e) ||
                  !fq_msg_name_valid(e->valuestring, strlen(e->valuestring), FQ_RUN_ID_MAX))
             st = fq_msg_fail(err, errlen, "run_id: must be a string of 1 to %d printable "
@@ -1264,6 +1267,7 @@ fq_status fq_explain_req_parse(fq_explain_req *out, const void *body, size_t len
             snprintf(out->run_id, sizeof out->run_id, "%s", e->valuestring);
         if (st != FQ_OK)
             break;
+        seen = true;
     }
     fq_msg_release(root);
     if (st != FQ_OK)

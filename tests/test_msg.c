@@ -1450,6 +1450,42 @@ static void test_stats_request(void **state)
     assert_int_equal(stats_req(&r, long_tenant, err), FQ_EINVAL);
 }
 
+/* An explain request's body: empty (the tenant), or {"run_id": ...} and
+ * nothing else; anything else refused with a sentence, the run id given
+ * twice included (which of the two to answer for is not ours to pick). */
+static void test_explain_request(void **state)
+{
+    (void)state;
+    fq_explain_req r;
+    char err[256];
+    assert_int_equal(fq_explain_req_parse(&r, NULL, 0, err, sizeof err), FQ_OK);
+    assert_string_equal(r.run_id, "");
+    assert_int_equal(fq_explain_req_parse(&r, " \n", 2, err, sizeof err), FQ_OK);
+    const char ok[] = "{\"run_id\":\"r-1\"}";
+    assert_int_equal(fq_explain_req_parse(&r, ok, sizeof ok - 1, err, sizeof err), FQ_OK);
+    assert_string_equal(r.run_id, "r-1");
+    static const struct {
+        const char *body, *why;
+    } bad[] = {
+        {"{\"run_id\":\"a\",\"run_id\":\"b\"}", "run_id: given twice"},
+        {"{\"run_id\":\"a\",\"run_id\":7}", "run_id: given twice"},
+        {"{\"run_id\":7}", "run_id: must be"},
+        {"{\"run_id\":\"a b\"}", "run_id: must be"},
+        {"{\"run_id\":\"\"}", "run_id: must be"},
+        {"{\"run_id\":\"r\xff\"}", "invalid UTF-8"},
+        {"{\"tenant\":\"b\"}", "may hold only"},
+        {"[1]", "must be empty or a JSON object"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        err[0] = '\0';
+        assert_int_equal(fq_explain_req_parse(&r, bad[i].body, strlen(bad[i].body), err,
+                                              sizeof err), FQ_EINVAL);
+        if (!strstr(err, bad[i].why))
+            fail_msg("%s refused as: %s", bad[i].body, err);
+        assert_string_equal(r.run_id, "");
+    }
+}
+
 /* A consumer info answer's counts; an error answer or garbage is none. */
 static void test_consumer_info_counts(void **state)
 {
@@ -1547,6 +1583,7 @@ int main(void)
         cmocka_unit_test(test_json_overflow),
         cmocka_unit_test(test_json_misuse),
         cmocka_unit_test(test_json_depth),
+        cmocka_unit_test(test_explain_request),
         cmocka_unit_test(test_consumer_info_counts),
         cmocka_unit_test(test_floor_and_msg_get),
     };
