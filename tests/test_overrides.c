@@ -99,6 +99,44 @@ static void test_refusals(void **state)
     fq_policy_set_nclasses(f->pol, 0);
 }
 
+/* Issue 17's knobs in a bucket value anyone with write access may put:
+ * out of range, of the wrong type, or past 32 bits, each refused whole
+ * (the policy in force unchanged); in range, each in force over the
+ * tenant's plan. */
+static void test_knob_values(void **state)
+{
+    fixture *f = *state;
+    static const char *const bad[] = {
+        "{\"price_output\":0}",          "{\"price_input\":1000001}",
+        "{\"price_cached\":-1}",         "{\"price_output\":4.5}",
+        "{\"max_subtenants\":10001}",    "{\"max_subtenants\":-1}",
+        "{\"tokens_per_minute\":4294967296}", "{\"tokens_per_minute\":1e300}",
+        "{\"burst_in_flight\":\"8\"}",    "{\"burst_in_flight\":8,\"burst_in_flight\":9}",
+        "{\"class_weights\":7}",
+    };
+    uint64_t rev = 20;
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        if (put(f, "knobs", bad[i], rev++, 1) != FQ_OVR_REFUSED)
+            fail_msg("bucket value %s put in force", bad[i]);
+    fq_policy_resolved pr;
+    assert_int_equal(fq_policy_resolve(&pr, f->pol, "knobs"), FQ_OK);
+    assert_int_equal(pr.prices.output, 1);
+    assert_int_equal(pr.p.max_subtenants, 0);
+    assert_int_equal(pr.p.tokens_per_minute, 0);
+    assert_int_equal(pr.p.burst_in_flight, 0);
+    assert_int_equal(put(f, "knobs", "{\"price_input\":2,\"price_output\":8,"
+                                     "\"price_cached\":1,\"max_subtenants\":5,"
+                                     "\"tokens_per_minute\":6000,\"burst_in_flight\":4}",
+                         rev++, 1), FQ_OVR_CHANGED);
+    assert_int_equal(fq_policy_resolve(&pr, f->pol, "knobs"), FQ_OK);
+    assert_int_equal(pr.prices.input, 2);
+    assert_int_equal(pr.prices.output, 8);
+    assert_int_equal(pr.prices.cached, 1);
+    assert_int_equal(pr.p.max_subtenants, 5);
+    assert_int_equal(pr.p.tokens_per_minute, 6000);
+    assert_int_equal(pr.p.burst_in_flight, 4);
+}
+
 /* A change whose class weights do not fit the classes is refused before
  * anything is written: written, the bucket would hold an override no
  * proxy puts in force, and the next change, expecting no value, would be
@@ -245,6 +283,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_value_in_force_and_echo, setup, teardown),
         cmocka_unit_test_setup_teardown(test_refusals, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_knob_values, setup, teardown),
         cmocka_unit_test_setup_teardown(test_deleted_keys_forgotten, setup, teardown),
         cmocka_unit_test_setup_teardown(test_writes, setup, teardown),
         cmocka_unit_test_setup_teardown(test_plan_refuses_unfit_class_weights, setup, teardown),
