@@ -68,6 +68,7 @@ static uint64_t overrun(void *arg, const char *tenant, uint32_t est)
 
 static int setup(void **state)
 {
+    strcpy(dir, "/tmp/fairq-it-repartition-XXXXXX");
     if (!mkdtemp(dir))
         return -1;
     if (write_conf_p1() != 0)
@@ -89,17 +90,40 @@ static int teardown(void **state)
     return 0;
 }
 
-/* A tenant's deficit, from the stats of its owner. */
-static long deficit(pf_fixture *f, int t)
+/* A tenant's deficit, from the stats of its owner, into *v; false while
+ * the tenant is unknown there (its partition still being read back). */
+static bool deficit_known(pf_fixture *f, int t, long *v)
 {
     char req[64];
     snprintf(req, sizeof req, "{\"tenant\":\"t%d\"}", t);
     cJSON *j = pf_stats(f, req, NULL);
     cJSON *row = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(j, "tenants"), 0);
-    assert_non_null(row);
-    long v = pf_num(row, "deficit");
+    if (row)
+        *v = pf_num(row, "deficit");
     cJSON_Delete(j);
+    return row != NULL;
+}
+
+static long deficit(pf_fixture *f, int t)
+{
+    long v = 0;
+    assert_true(deficit_known(f, t, &v));
     return v;
+}
+
+/* Each tenant's debt is what it was, asked of its owner once that has read
+ * its partition back (a tenant is unknown until then: keys are taken
+ * before their partitions are read, so the replicas' shares can show
+ * first). A debt lost leaves its tenant unknown for good. */
+static void assert_debts(pf_fixture *f, const long before[TENANTS])
+{
+    for (int t = 0; t < TENANTS; t++) {
+        long v = 0;
+        long long end = nt_now_ms() + 20000;
+        while (!deficit_known(f, t, &v) && nt_now_ms() < end)
+            nt_sleep_ms(100);
+        assert_int_equal(deficit(f, t), before[t]);
+    }
 }
 
 /* fairq-admin drained's exit status: 0 when FAIR_SUBMIT and FAIR_DONE are
@@ -179,30 +203,48 @@ static void drain_in_debt(pf_fixture *f, long before[TENANTS])
     }
 }
 
+/* Runs submitted at P = from (some queued, some in flight when the
+ * producers stop), the deployment drained (every tenant in debt: before),
+ * the proxy stopped, FAIR_SUBMIT and FAIR_DONE deleted (from P = 1,
+ * FAIRQ_RUNS given fairq.runs.* too), the server restarted with the
+ * mapping of to partitions. Returns how many tenants changed partition
+ * number. */
+static int drain_for(pf_fixture *f, long before[TENANTS], uint32_t from, uint32_t to)
+{
+    if (from > 1)
+        assert_int_equal(pt_log_wait_n(&f->px, "consuming a partition", (int)from, 20000), 0);
+    drain_in_debt(f, before);
+    int moved = 0;
+    for (int t = 0; t < TENANTS; t++) {
+        char tn[16];
+        snprintf(tn, sizeof tn, "t%d", t);
+        moved += fq_partition_of(tn, strlen(tn), to) != fq_partition_of(tn, strlen(tn), from);
+    }
+    assert_int_equal(pt_proxy_stop(&f->px), 0);
+    assert_int_equal(js_DeleteStream(f->c.js, "FAIR_SUBMIT", NULL, NULL), NATS_OK);
+    assert_int_equal(js_DeleteStream(f->c.js, "FAIR_DONE", NULL, NULL), NATS_OK);
+    if (from == 1)
+        journal_add_subject(f);
+    assert_int_equal(pf_write_mapping(conf, sizeof conf, dir, (int)to), 0);
+    assert_int_equal(natstest_restart(f->srv), 0);
+    return moved;
+}
+
 static void test_p1_to_p4_by_draining(void **state)
 {
     pf_fixture *f = *state;
     long before[TENANTS];
-    drain_in_debt(f, before);
-
-    assert_int_equal(pt_proxy_stop(&f->px), 0);
-    assert_int_equal(js_DeleteStream(f->c.js, "FAIR_SUBMIT", NULL, NULL), NATS_OK);
-    assert_int_equal(js_DeleteStream(f->c.js, "FAIR_DONE", NULL, NULL), NATS_OK);
-    journal_add_subject(f);
-    assert_int_equal(pf_write_mapping(conf, sizeof conf, dir, PARTS), 0);
-    assert_int_equal(natstest_restart(f->srv), 0);
+    drain_for(f, before, 1, PARTS);
     assert_int_equal(pt_proxy_start(&f->px, f->srv, "proxy4", YAML("4", "rep-a")), 0);
     assert_int_equal(pt_log_wait_n(&f->px, "consuming a partition", PARTS, 20000), 0);
 
-    for (int t = 0; t < TENANTS; t++)
-        assert_int_equal(deficit(f, t), before[t]);
+    assert_debts(f, before);
     /* a second replica takes its share: the debts move with their partitions */
     assert_int_equal(pt_proxy_start(&second, f->srv, "rep-b", YAML("4", "rep-b")), 0);
     const char *const ids[] = {"rep-a", "rep-b"};
     assert_int_equal(pf_wait_shared(&f->c, "fairq_lease", PARTS, ids, 2, 30000), 0);
     assert_true(pt_log_count(&second, "consuming a partition") > 0);
-    for (int t = 0; t < TENANTS; t++)
-        assert_int_equal(deficit(f, t), before[t]);
+    assert_debts(f, before);
     pf_submit_runs(f, BEFORE, AFTER, TENANTS);
     assert_int_equal(pt_worker_wait_completed(f->w, BEFORE + AFTER, 30000), 0);
     wait_drained(f);
@@ -213,15 +255,24 @@ static void test_p1_to_p4_by_draining(void **state)
     cJSON_Delete(j);
 }
 
-/* From P = 4, with the mapping of 4 partitions. */
-static int setup4(void **state)
+/* From P = parts, with the mapping of parts partitions. */
+static int setup_parts(void **state, int parts, const char *yaml)
 {
     strcpy(dir, "/tmp/fairq-it-repartition-XXXXXX");
-    if (!mkdtemp(dir) || pf_write_mapping(conf, sizeof conf, dir, PARTS) != 0)
+    if (!mkdtemp(dir) || pf_write_mapping(conf, sizeof conf, dir, parts) != 0)
         return -1;
     pt_worker_opts wo = {.concurrency = 2, .service_ms = 60, .actual = overrun};
-    return pf_setup_server(state, (const char *const[]){"-c", conf, NULL}, YAML("4", "rep-a"),
-                           &wo);
+    return pf_setup_server(state, (const char *const[]){"-c", conf, NULL}, yaml, &wo);
+}
+
+static int setup4(void **state)
+{
+    return setup_parts(state, PARTS, YAML("4", "rep-a"));
+}
+
+static int setup8(void **state)
+{
+    return setup_parts(state, 2 * PARTS, YAML("8", "rep-a"));
 }
 
 /* Every run of the change stored once in FAIR_DISPATCH with one done
@@ -255,72 +306,48 @@ static void assert_served_once(pf_fixture *f, const char *const ids[2])
  * its tenant's partition, so every debt is what it was, and still once a
  * second replica has taken its share (each tenant asked of its owner). No
  * run is lost or served twice across the change. */
-/* Runs submitted at P = 4 (some queued, some in flight when the producers
- * stop), the deployment drained (every tenant in debt: before), the proxy
- * stopped, FAIR_SUBMIT and FAIR_DONE deleted, the server restarted with the
- * mapping of to partitions. Returns how many tenants changed partition
- * number. */
-static int drain_p4_for(pf_fixture *f, long before[TENANTS], uint32_t to)
-{
-    assert_int_equal(pt_log_wait_n(&f->px, "consuming a partition", PARTS, 20000), 0);
-    drain_in_debt(f, before);
-    int moved = 0;
-    for (int t = 0; t < TENANTS; t++) {
-        char tn[16];
-        snprintf(tn, sizeof tn, "t%d", t);
-        moved += fq_partition_of(tn, strlen(tn), to) != fq_partition_of(tn, strlen(tn), PARTS);
-    }
-    assert_int_equal(pt_proxy_stop(&f->px), 0);
-    assert_int_equal(js_DeleteStream(f->c.js, "FAIR_SUBMIT", NULL, NULL), NATS_OK);
-    assert_int_equal(js_DeleteStream(f->c.js, "FAIR_DONE", NULL, NULL), NATS_OK);
-    assert_int_equal(pf_write_mapping(conf, sizeof conf, dir, (int)to), 0);
-    assert_int_equal(natstest_restart(f->srv), 0);
-    return moved;
-}
-
 static void test_p4_to_p8_by_draining(void **state)
 {
     pf_fixture *f = *state;
     long before[TENANTS];
-    assert_int_equal(drain_p4_for(f, before, 2 * PARTS), 4);
+    assert_int_equal(drain_for(f, before, PARTS, 2 * PARTS), 4);
     assert_int_equal(pt_proxy_start(&f->px, f->srv, "proxy8", YAML("8", "rep-a")), 0);
     assert_int_equal(pt_log_wait_n(&f->px, "consuming a partition", 2 * PARTS, 20000), 0);
-    for (int t = 0; t < TENANTS; t++)
-        assert_int_equal(deficit(f, t), before[t]);
+    assert_debts(f, before);
     assert_int_equal(pt_proxy_start(&second, f->srv, "rep-b", YAML("8", "rep-b")), 0);
     const char *const ids[] = {"rep-a", "rep-b"};
     assert_int_equal(pf_wait_shared(&f->c, "fairq_lease", 2 * PARTS, ids, 2, 30000), 0);
-    for (int t = 0; t < TENANTS; t++)
-        assert_int_equal(deficit(f, t), before[t]);
+    assert_debts(f, before);
     assert_served_once(f, ids);
 }
 
-/* P from 4 to to, both replicas started at once with partitions_before: 4
- * (docs/partitions.md, "Changing P"): each takes its share at once, and
- * the replica that takes a moved tenant's partition is often not the one
- * taking its old partition's number, whose subject holds its records.
- * Each debt is what it was (asked of its owner): the replica taking
- * partition k reads the subjects that held k's tenants at P = 4 too, the
- * latest record of a tenant by the server's clock winning. Without the
- * setting, the replica taking k read only fairq.runs.k and the other
- * dropped the moved tenants' records as foreign: their debts were gone. */
-static void change_together(pf_fixture *f, uint32_t to, const char *yaml_a, const char *yaml_b)
+/* P from from to to, both replicas started at once (with
+ * partitions_before: from, when from > 1; docs/partitions.md, "Changing
+ * P"): each takes its share at once, and the replica that takes a moved
+ * tenant's partition is often not the one taking its old partition's
+ * number, whose subject holds its records. Each debt is what it was (asked
+ * of its owner): the replica taking partition k reads the subjects that
+ * held k's tenants before too (from P = 1: fairq.runs), the latest record
+ * of a tenant by the stream's sequence winning. Without the setting, the
+ * replica taking k read only fairq.runs.k and the other dropped the moved
+ * tenants' records as foreign: their debts were gone. */
+static void change_together(pf_fixture *f, uint32_t from, uint32_t to, const char *yaml_a,
+                            const char *yaml_b)
 {
     long before[TENANTS];
-    assert_true(drain_p4_for(f, before, to) >= 2);
+    assert_true(drain_for(f, before, from, to) >= 2);
     assert_int_equal(pt_proxy_start(&f->px, f->srv, "proxy-a", yaml_a), 0);
     assert_int_equal(pt_proxy_start(&second, f->srv, "rep-b", yaml_b), 0);
     const char *const ids[] = {"rep-a", "rep-b"};
     assert_int_equal(pf_wait_shared(&f->c, "fairq_lease", (int)to, ids, 2, 30000), 0);
-    for (int t = 0; t < TENANTS; t++)
-        assert_int_equal(deficit(f, t), before[t]);
+    assert_debts(f, before);
     assert_served_once(f, ids);
 }
 
 /* 4 to 8: a tenant of k is in k or k + 4. */
 static void test_p4_to_p8_together(void **state)
 {
-    change_together(*state, 2 * PARTS, "partitions_before: 4\n" YAML("8", "rep-a"),
+    change_together(*state, PARTS, 2 * PARTS, "partitions_before: 4\n" YAML("8", "rep-a"),
                     "partitions_before: 4\n" YAML("8", "rep-b"));
 }
 
@@ -328,8 +355,23 @@ static void test_p4_to_p8_together(void **state)
  * of 4, and the subject of its old number may be read after its new one. */
 static void test_p4_to_p6_together(void **state)
 {
-    change_together(*state, 6, "partitions_before: 4\n" YAML("6", "rep-a"),
+    change_together(*state, PARTS, 6, "partitions_before: 4\n" YAML("6", "rep-a"),
                     "partitions_before: 4\n" YAML("6", "rep-b"));
+}
+
+/* 1 to 4: every replica taking partitions reads fairq.runs first, each
+ * record going to its tenant's partition if it is one being taken. */
+static void test_p1_to_p4_together(void **state)
+{
+    change_together(*state, 1, PARTS, YAML("4", "rep-a"), YAML("4", "rep-b"));
+}
+
+/* 8 to 4, a shrink: a tenant of k of 4 was in k or k + 4 of 8, both
+ * subjects read by k's owner, fairq.runs.k first. */
+static void test_p8_to_p4_together(void **state)
+{
+    change_together(*state, 2 * PARTS, PARTS, "partitions_before: 8\n" YAML("4", "rep-a"),
+                    "partitions_before: 8\n" YAML("4", "rep-b"));
 }
 
 int main(void)
@@ -339,6 +381,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_p4_to_p8_by_draining, setup4, teardown),
         cmocka_unit_test_setup_teardown(test_p4_to_p8_together, setup4, teardown),
         cmocka_unit_test_setup_teardown(test_p4_to_p6_together, setup4, teardown),
+        cmocka_unit_test_setup_teardown(test_p1_to_p4_together, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_p8_to_p4_together, setup8, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
