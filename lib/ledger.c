@@ -751,7 +751,12 @@ static int64_t lg_keep_until(const fq_ledger *l)
  * the monotonic clock (the one reading of the two clocks against each
  * other, at read-back), with the same margin: it covers our wall clock
  * ahead of the server's by less than it, less what the monotonic clocks
- * use of it afterwards. */
+ * use of it afterwards. The timestamp, not the stream sequence (which
+ * orders debts, lg_load_debt): what is bounded is an age, which a
+ * sequence does not carry. stored_ms is the clock of the node that led the
+ * stream then; one behind ours (a leader changed to a node whose clock
+ * lags) shortens what is left by as much, and the margin covers that too:
+ * within it, in all, as for NTP-kept clocks (docs/protocol.md section 8). */
 static int64_t lg_stored_until(const fq_ledger *l, int64_t stored_ms)
 {
     return (int64_t)l->now + (stored_ms + (int64_t)l->o.keep_done_ms +
@@ -3323,19 +3328,24 @@ static lg_run *lg_load_run(fq_ledger *l, const fq_jrec *r, uint64_t h)
  * tenant holds a run while the journal is read): the last one read of a
  * subject, but after a change of P (debts_moved) a tenant's records are on
  * two subjects, read in either order (docs/partitions.md), so an older one
- * read later is left. A debtor is listed due at once: the stream's copy of
- * its record ages out from its first writing. */
-static void lg_load_debt(fq_ledger *l, const fq_jrec *r, int64_t stored_ms, int64_t now_ms)
+ * read later is left. Older by the stream's sequence, not its timestamp:
+ * every subject is one stream's (FAIRQ_RUNS), whose sequence grows with
+ * each message whichever node leads it, while a timestamp is the clock of
+ * the node that led when it was stored, and a new leader's may be behind
+ * the old one's (a record written after a leader change would then read
+ * as the older and lose). A debtor is listed due at once: the stream's
+ * copy of its record ages out from its first writing. */
+static void lg_load_debt(fq_ledger *l, const fq_jrec *r, uint64_t seq, int64_t now_ms)
 {
     fq_status why = FQ_OK;
     fq_ledger_tenant *lt = l->o.tenant(l->o.tenant_arg, r->tenant, strlen(r->tenant),
                                        r->deficit || l->o.debts_moved
                                                   ? FQ_LEDGER_TENANT_RECORD
                                                   : FQ_LEDGER_TENANT_FIND, &why);
-    if (!lt || (l->o.debts_moved && stored_ms < lt->debt_read_ms) ||
+    if (!lt || (l->o.debts_moved && seq < lt->debt_read_seq) ||
         fq_tenant_set_debt(l->o.sched, lt->t, r->deficit) != FQ_OK)
         return;
-    lt->debt_read_ms = stored_ms;
+    lt->debt_read_seq = seq;
     lt->debt_written = r->deficit;
     lt->debt_at_ms = r->at_ms < now_ms ? r->at_ms : now_ms;   /* not in the future */
     if (r->deficit < 0)
@@ -3344,8 +3354,8 @@ static void lg_load_debt(fq_ledger *l, const fq_jrec *r, int64_t stored_ms, int6
         lg_debt_unlink(l, lt);
 }
 
-void fq_ledger_recover_record(fq_ledger *l, const fq_jrec *r, int64_t stored_ms, uint64_t now,
-                              int64_t now_ms)
+void fq_ledger_recover_record(fq_ledger *l, const fq_jrec *r, int64_t stored_ms, uint64_t seq,
+                              uint64_t now, int64_t now_ms)
 {
     l->now = now;
     l->now_ms = now_ms;
@@ -3355,7 +3365,7 @@ void fq_ledger_recover_record(fq_ledger *l, const fq_jrec *r, int64_t stored_ms,
         return;
     }
     if (r->type == FQ_JREC_DEBT) {
-        lg_load_debt(l, r, stored_ms, now_ms);
+        lg_load_debt(l, r, seq, now_ms);
         return;
     }
     uint64_t h = lg_key(l, r->tenant, r->run_id);

@@ -128,8 +128,8 @@ typedef struct fq_ledger_tenant {
     uint32_t fails;             /* its dispatches failed in a row: the parking doubles */
     int64_t debt_written;       /* the deficit its last debt record holds (<= 0) */
     int64_t debt_at_ms;         /* unix ms its debt last changed */
-    int64_t debt_read_ms;       /* its debt record read back last was stored then
-                                   (the server's unix ms): an older one is left */
+    uint64_t debt_read_seq;     /* the stream sequence of its debt record read back
+                                   last: one stored before it is left */
     uint64_t debt_due;          /* monotonic ms its debt record is due again */
     bool debt_dirty;            /* reconciled this turn: a debt record may be due */
     bool debt_listed;           /* on the debtors' list */
@@ -479,14 +479,15 @@ void fq_ledger_set_rate(fq_ledger *l, double tokens_per_sec);
 void fq_ledger_journal_marked(fq_ledger *l, uint64_t seq);
 
 /* Rebuild from the journal: each valid record read back, in order, with
- * the time its message was stored (unix ms) and the clocks of the
- * read-back's start (now monotonic, now_ms unix: what a record is
- * remembered for is counted on the monotonic clock from then on); then
- * fq_ledger_recovered.
+ * the time its message was stored (unix ms, the stream leader's clock)
+ * and its message's stream sequence (seq: records of one message share
+ * it), and the clocks of the read-back's start (now monotonic, now_ms
+ * unix: what a record is remembered for is counted on the monotonic clock
+ * from then on); then fq_ledger_recovered.
  * Only before the first submit or completion (of the partition adopted:
  * a record of a partition not being read back is refused and counted). */
-void fq_ledger_recover_record(fq_ledger *l, const fq_jrec *r, int64_t stored_ms, uint64_t now,
-                              int64_t now_ms);
+void fq_ledger_recover_record(fq_ledger *l, const fq_jrec *r, int64_t stored_ms, uint64_t seq,
+                              uint64_t now, int64_t now_ms);
 /* Put the runs read back into the window (up to its limits and each
  * tenant's cap; the rest count as expired) or among the expired; the
  * partitions adopted are owned from now on. */

@@ -2086,8 +2086,7 @@ fq_status fq_nio_nak(fq_nio *n, int id, const fq_nio_ackref *a, int64_t delay_ms
 /* Read stream (subject NULL: whole; else that subject only) up to its last
  * message now, in order, through an ordered consumer. */
 static fq_status nio_scan(fq_nio *n, const char *stream, const char *subject,
-                          void (*cb)(void *arg, const void *data, size_t len, int64_t ts_ms),
-                          void *arg)
+                          fq_nio_scan_fn cb, void *arg)
 {
     jsStreamInfo *si = NULL;
     natsStatus s = js_GetStreamInfo(&si, n->js, stream, NULL, NULL);
@@ -2135,7 +2134,7 @@ static fq_status nio_scan(fq_nio *n, const char *stream, const char *subject,
         if (nio_parse_reply(natsMsg_GetReply(m), &a, &ts, &key, &key_len)) {
             seq = a.sseq;
             cb(arg, natsMsg_GetData(m) ? natsMsg_GetData(m) : "",
-               (size_t)natsMsg_GetDataLength(m), ts);
+               (size_t)natsMsg_GetDataLength(m), ts, a.sseq);
         }
         natsMsg_Destroy(m);
     }
@@ -2143,16 +2142,13 @@ static fq_status nio_scan(fq_nio *n, const char *stream, const char *subject,
     return s == NATS_OK ? FQ_OK : FQ_EIO;
 }
 
-fq_status fq_nio_stream_scan(fq_nio *n, const char *stream,
-                             void (*cb)(void *arg, const void *data, size_t len, int64_t ts_ms),
-                             void *arg)
+fq_status fq_nio_stream_scan(fq_nio *n, const char *stream, fq_nio_scan_fn cb, void *arg)
 {
     return nio_scan(n, stream, NULL, cb, arg);
 }
 
 fq_status fq_nio_subject_scan(fq_nio *n, const char *stream, const char *subject,
-                              void (*cb)(void *arg, const void *data, size_t len, int64_t ts_ms),
-                              void *arg)
+                              fq_nio_scan_fn cb, void *arg)
 {
     return nio_scan(n, stream, subject, cb, arg);
 }

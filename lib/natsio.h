@@ -288,16 +288,17 @@ fq_status fq_nio_stream_ensure(fq_nio *n, const fq_nio_stream *s, char *warn, si
 fq_status fq_nio_stream_created(int64_t *out, fq_nio *n, const char *stream);
 /* Call cb with every message stream holds now, in order (an ordered
  * consumer; messages stored after the call began are not included). ts_ms
- * is the message's store time, unix ms. */
-fq_status fq_nio_stream_scan(fq_nio *n, const char *stream,
-                             void (*cb)(void *arg, const void *data, size_t len, int64_t ts_ms),
-                             void *arg);
+ * is the message's store time, unix ms, by the clock of the stream's
+ * leader when it was stored; seq its stream sequence, which orders the
+ * stream's messages whatever their subjects and whichever node led. */
+typedef void (*fq_nio_scan_fn)(void *arg, const void *data, size_t len, int64_t ts_ms,
+                               uint64_t seq);
+fq_status fq_nio_stream_scan(fq_nio *n, const char *stream, fq_nio_scan_fn cb, void *arg);
 /* The same for the messages of one subject of stream only (an ordered
  * consumer filtered to it, up to its last message when the call began), so
  * that reading one subject costs what it holds, not what the stream does. */
 fq_status fq_nio_subject_scan(fq_nio *n, const char *stream, const char *subject,
-                              void (*cb)(void *arg, const void *data, size_t len, int64_t ts_ms),
-                              void *arg);
+                              fq_nio_scan_fn cb, void *arg);
 
 /* Start consumer id (0..FQ_NIO_MAX_CONSUMERS - 1) on the fetch thread;
  * its messages arrive as FQ_NIO_EV_MSG with source = id. The consumer is

@@ -2705,6 +2705,7 @@ static fq_status px_streams(fq_proxy *p)
 typedef struct px_loaded {
     fq_proxy *p;
     int64_t ts_ms;              /* the message being read was stored then (unix ms) */
+    uint64_t seq;               /* ... at this stream sequence */
     uint64_t now;               /* the read-back's start (monotonic ms) */
     int64_t now_ms;             /* ... unix ms, read at the same moment */
     fq_jcounts counts;          /* records read and refused */
@@ -2713,13 +2714,14 @@ typedef struct px_loaded {
 static void px_load_rec(void *arg, const fq_jrec *r)
 {
     px_loaded *L = arg;
-    fq_ledger_recover_record(L->p->ledger, r, L->ts_ms, L->now, L->now_ms);
+    fq_ledger_recover_record(L->p->ledger, r, L->ts_ms, L->seq, L->now, L->now_ms);
 }
 
-static void px_load_cb(void *arg, const void *data, size_t len, int64_t ts_ms)
+static void px_load_cb(void *arg, const void *data, size_t len, int64_t ts_ms, uint64_t seq)
 {
     px_loaded *L = arg;
     L->ts_ms = ts_ms;
+    L->seq = seq;
     fq_journal_decode(data, len, px_load_rec, L, &L->counts);
     /* A long read back must not cost the lease: it is renewed as due,
      * waiting for each renewal (no event is handled meanwhile). */
@@ -2738,7 +2740,7 @@ static void px_load_cb(void *arg, const void *data, size_t len, int64_t ts_ms)
  * the subjects that held the partitions' tenants under that P: a tenant of
  * partition k (its hash h, k = h mod P) was in m = h mod P', so m = k
  * modulo gcd(P, P'). Each subject is read once; a tenant's debt is its
- * latest record by the server's clock, whichever subject is read last. */
+ * latest record by the stream's sequence, whichever subject is read last. */
 static fq_status px_recover(fq_proxy *p)
 {
     px_loaded L = {.p = p, .now = fq_nio_mono_ms(), .now_ms = fq_nio_unix_ms()};

@@ -2057,13 +2057,13 @@ static void check_debts(dst_world *w, dst_proxy *p, int part);
 typedef struct rec_ctx {
     dst_proxy *p;
     int64_t stored_ms, now_ms;
-    uint64_t now;
+    uint64_t seq, now;
 } rec_ctx;
 
 static void px_recover_rec(void *arg, const fq_jrec *r)
 {
     rec_ctx *c = arg;
-    fq_ledger_recover_record(c->p->L, r, c->stored_ms, c->now, c->now_ms);
+    fq_ledger_recover_record(c->p->L, r, c->stored_ms, c->seq, c->now, c->now_ms);
 }
 
 /* Read the journal back whole (fq_nio_stream_scan, waited for). */
@@ -2074,6 +2074,7 @@ static void px_recover(dst_world *w, dst_proxy *p)
     for (const sj_msg *m; (m = sj_next(w->js, DST_RUNS, after)); after = m->seq) {
         fq_jcounts jc = {0};
         c.stored_ms = m->ts_ms;
+        c.seq = m->seq;
         fq_journal_decode(m->data, m->len, px_recover_rec, &c, &jc);
     }
     fq_ledger_recovered(p->L, px_mono(w, p), px_unix(w, p));
@@ -2136,6 +2137,7 @@ static void px_part_recover(dst_world *w, dst_proxy *p, uint32_t k)
             continue;
         fq_jcounts jc = {0};
         c.stored_ms = m->ts_ms;
+        c.seq = m->seq;
         fq_journal_decode(m->data, m->len, px_recover_rec, &c, &jc);
     }
     fq_ledger_recovered(p->L, px_mono(w, p), px_unix(w, p));

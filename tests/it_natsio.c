@@ -836,13 +836,16 @@ static void test_stranded_found_and_restored(void **state)
 
 typedef struct scan_seen {
     int n;
+    uint64_t seq;               /* the last message's stream sequence */
     char bodies[8][16];
 } scan_seen;
 
-static void scan_cb(void *arg, const void *data, size_t len, int64_t ts_ms)
+static void scan_cb(void *arg, const void *data, size_t len, int64_t ts_ms, uint64_t seq)
 {
     scan_seen *s = arg;
     assert_true(ts_ms > 0);
+    assert_true(seq > s->seq);      /* the stream's sequence, in order */
+    s->seq = seq;
     if (s->n < 8)
         snprintf(s->bodies[s->n++], sizeof s->bodies[0], "%.*s", (int)len, (const char *)data);
 }
@@ -869,6 +872,7 @@ static void test_stream_scan(void **state)
     assert_int_equal(seen.n, 3);
     for (int i = 0; i < 3; i++)
         assert_string_equal(seen.bodies[i], bodies[i]);
+    assert_int_equal(seen.seq, 3);
     assert_int_equal(fq_nio_stream_scan(f->n, "NOPE", scan_cb, &seen), FQ_ENOTFOUND);
 }
 
@@ -880,9 +884,10 @@ typedef struct jscan {
     bool foreign, unordered;
 } jscan;
 
-static void jscan_cb(void *arg, const void *data, size_t len, int64_t ts_ms)
+static void jscan_cb(void *arg, const void *data, size_t len, int64_t ts_ms, uint64_t seq)
 {
     (void)ts_ms;
+    (void)seq;
     jscan *s = arg;
     int k = -1, i = -1;
     char b[32];

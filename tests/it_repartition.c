@@ -1,4 +1,4 @@
-/* it_repartition.c -- a running deployment moved from P = 1 to P = 4 by draining, as docs/partitions.md ("Changing P") says: no run lost or served twice, every tenant's debt kept. */
+/* it_repartition.c -- a running deployment moved from P = 1 to P = 4 (and between P > 1) by draining, as docs/partitions.md ("Changing P") says: no run lost or served twice, every tenant's debt kept. */
 /*
  * One nats-server, first without a mapping, and a proxy with P = 1 whose
  * workers report twice the estimated tokens (every tenant that ran is left
@@ -13,7 +13,9 @@
  * that owns the tenant now), and still once a second replica has taken
  * its share of the partitions (asked of each tenant's owner); every run
  * submitted before and after is stored once in FAIR_DISPATCH and has one
- * done record.
+ * done record. The same with both replicas started at once after the
+ * change, and from one P > 1 to another (4 to 8, 4 to 6, and 8 down to 4)
+ * with partitions_before.
  */
 #include <setjmp.h>
 #include <stdarg.h>

@@ -318,7 +318,7 @@ static void recover(world *w)
 {
     fq_ledger_journal_marked(w->l, jseq_next++);
     for (size_t i = 0; i < w->nrecs; i++)
-        fq_ledger_recover_record(w->l, &w->recs[i], w->rec_ms[i], w->now, w->now_ms);
+        fq_ledger_recover_record(w->l, &w->recs[i], w->rec_ms[i], i + 1, w->now, w->now_ms);
     fq_ledger_recovered(w->l, w->now, w->now_ms);
     drain(w);
 }
@@ -479,7 +479,7 @@ static void test_read_back_has_no_stale_subtenant(void **state)
     /* Another leader's run, read back (one partition reads at any time). */
     fq_jrec r = {.type = FQ_JREC_FLIGHT, .tenant = "a", .run_id = "r2", .est = 50, .seq = 11,
                  .at_ms = w->now_ms};
-    fq_ledger_recover_record(w->l, &r, w->now_ms, w->now, w->now_ms);
+    fq_ledger_recover_record(w->l, &r, w->now_ms, 1, w->now, w->now_ms);
     fq_ledger_recovered(w->l, w->now, w->now_ms);
     drain(w);
     submit(w, "a", 11, "r2", 50);               /* its submit, come again */
@@ -2155,7 +2155,8 @@ static void adopt_from(world *w, const world *from, uint32_t part, uint64_t term
     assert_int_equal(fq_ledger_adopt(w->l, part, term), FQ_EEXIST);
     assert_true(fq_ledger_part_marked(w->l, part, term, mark));
     for (size_t i = 0; i < from->nrecs; i++)
-        fq_ledger_recover_record(w->l, &from->recs[i], from->rec_ms[i], w->now, w->now_ms);
+        fq_ledger_recover_record(w->l, &from->recs[i], from->rec_ms[i], i + 1, w->now,
+                                 w->now_ms);
     assert_false(fq_ledger_owns(w->l, part));
     fq_ledger_recovered(w->l, w->now, w->now_ms);
     assert_true(fq_ledger_owns(w->l, part));
@@ -2338,12 +2339,44 @@ static void test_debt_latest_stored_wins(void **state)
         {.type = FQ_JREC_DEBT, .tenant = "b", .deficit = -400, .at_ms = t1},
     };
     int64_t stored[] = {t2, t2, t1, t1};
+    uint64_t seq[] = {20, 20, 10, 10};
     for (size_t i = 0; i < 4; i++)
-        fq_ledger_recover_record(w->l, &r[i], stored[i], w->now, w->now_ms);
+        fq_ledger_recover_record(w->l, &r[i], stored[i], seq[i], w->now, w->now_ms);
     fq_ledger_recovered(w->l, w->now, w->now_ms);
     drain(w);
     assert_int_equal(deficit(w, "a"), -300);
     assert_int_equal(deficit(w, "b"), 0);
+    world_free(w);
+}
+
+/* A stream's new leader's clock may be behind the old leader's: a debt
+ * record stored after the change then bears the older timestamp. The
+ * stream's sequence still orders them: the record stored last wins,
+ * whichever subject is read last. By the timestamps, the older record won
+ * in either order (a's debt, paid down to -300, came back as -700; c's
+ * cleared debt came back). */
+static void test_debt_latest_by_sequence_not_clock(void **state)
+{
+    (void)state;
+    world *w = world_new();
+    w->debts_moved = true;
+    world_crash(w);
+    fq_ledger_journal_marked(w->l, 1);
+    int64_t before = w->now_ms - 1000, after = w->now_ms - 4000;  /* the new leader: 3 s behind */
+    fq_jrec r[] = {
+        {.type = FQ_JREC_DEBT, .tenant = "a", .deficit = -300, .at_ms = w->now_ms},  /* new subject */
+        {.type = FQ_JREC_DEBT, .tenant = "a", .deficit = -700, .at_ms = w->now_ms},  /* old subject */
+        {.type = FQ_JREC_DEBT, .tenant = "c", .deficit = -500, .at_ms = w->now_ms},  /* old subject */
+        {.type = FQ_JREC_DEBT, .tenant = "c", .deficit = 0, .at_ms = w->now_ms},     /* new subject */
+    };
+    int64_t stored[] = {after, before, before, after};
+    uint64_t seq[] = {40, 12, 13, 41};
+    for (size_t i = 0; i < 4; i++)
+        fq_ledger_recover_record(w->l, &r[i], stored[i], seq[i], w->now, w->now_ms);
+    fq_ledger_recovered(w->l, w->now, w->now_ms);
+    drain(w);
+    assert_int_equal(deficit(w, "a"), -300);
+    assert_int_equal(deficit(w, "c"), 0);
     world_free(w);
 }
 
@@ -2751,6 +2784,7 @@ int main(void)
         cmocka_unit_test(test_completion_again_while_its_record_waits),
         cmocka_unit_test(test_part_adopt_release_round_trip),
         cmocka_unit_test(test_debt_latest_stored_wins),
+        cmocka_unit_test(test_debt_latest_by_sequence_not_clock),
         cmocka_unit_test(test_part_debt_across_handover),
         cmocka_unit_test(test_part_planned_release_after_settle),
         cmocka_unit_test(test_part_marker_of_an_earlier_adoption_ignored),
