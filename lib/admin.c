@@ -582,11 +582,13 @@ void fq_admin_explain(fq_admin *a, const char *explain, const char *subject, con
         return;
     }
     if (!fq_tenant_id_valid(tenant, strlen(tenant))) {
+        a->c.invalid++;
         ad_error(&q, "the subject names no valid tenant: explain requests go to "
                  "<explain>.<tenant>");
         return;
     }
     if (fq_explain_req_parse(&r, body, len, err, sizeof err) != FQ_OK) {
+        a->c.invalid++;
         ad_error(&q, err);
         return;
     }
@@ -613,6 +615,7 @@ static void ad_stats(const ad_req *q)
     fq_stats_req r;
     char err[256];
     if (fq_stats_req_parse(&r, q->body, q->len, err, sizeof err) != FQ_OK) {
+        q->a->c.invalid++;
         ad_error(q, err);
         return;
     }
@@ -720,9 +723,10 @@ static void ad_get(const ad_req *q)
     fq_override_patch pt;
     char err[256];
     if (fq_override_patch_parse(&pt, q->body, q->len, FQ_PATCH_GET, FQ_POLICY_MAX_WEIGHT, err,
-                                sizeof err) != FQ_OK)
+                                sizeof err) != FQ_OK) {
+        q->a->c.invalid++;
         ad_error(q, err);
-    else
+    } else
         ad_tenant_reply(q, pt.tenant);
 }
 
@@ -737,6 +741,7 @@ static void ad_set(const ad_req *q)
     if (fq_override_patch_parse(&pt, q->body, q->len, FQ_PATCH_SET, FQ_POLICY_MAX_WEIGHT, err,
                                 sizeof err) != FQ_OK ||
         fq_ovr_plan(&w, q->a->ovr, o->policy(o->arg), &pt, err, sizeof err) != FQ_OK) {
+        q->a->c.invalid++;
         ad_error(q, err);
         return;
     }
@@ -783,6 +788,7 @@ void fq_admin_request(fq_admin *a, const char *subject, const void *body, size_t
     } else if (i < sizeof routes / sizeof routes[0]) {
         routes[i].fn(&q);
     } else {
+        a->c.invalid++;
         ad_error(&q, "unknown admin request: the subjects are <admin>.stats, <admin>.reload, "
                  "<admin>.tenant.get and <admin>.tenant.set");
     }

@@ -123,6 +123,9 @@ typedef struct fq_admin_counters {
     uint64_t busy;                  /* requests answered busy for their rate (natsio
                                        counts those refused on arrival) */
     uint64_t too_long;              /* requests past FQ_ADMIN_BODY_MAX, refused unread */
+    uint64_t invalid;               /* requests refused for what they ask: a subject
+                                       naming no request or no valid tenant, a body
+                                       or field that is not valid */
     uint64_t reply_failures;        /* replies not sent */
 } fq_admin_counters;
 

@@ -754,6 +754,9 @@ const fq_overall_row fq_overall_rows[] = {
     OV(COUNTER, SUM, admin_requests_too_long, "admin_requests_too_long",
        "fairq_admin_requests_too_long_total", NULL,
        "Admin requests whose body passed 4096 bytes, refused unread."),
+    OV(COUNTER, SUM, admin_requests_invalid, "admin_requests_invalid",
+       "fairq_admin_requests_invalid_total", NULL,
+       "Admin and explain requests refused for their subject, body or a field."),
     OV(GAUGE, NONE, max_payload, "max_payload", "fairq_nats_max_payload_bytes", NULL,
        "The server's max_payload; a run is accepted when its dispatch fits it."),
 };

@@ -253,6 +253,8 @@ typedef struct fq_metrics_overall {
                                        subject, dropped unread */
     uint64_t admin_requests_too_long; /* counter: admin requests past 4 KiB of body,
                                        refused unread */
+    uint64_t admin_requests_invalid; /* counter: admin and explain requests refused for
+                                       their subject, body or a field */
     uint64_t max_payload;           /* the server's, in bytes; 0: not known yet */
     fq_metrics_parts parts;         /* gauge by partition owned; their sum in the stats */
     fq_metrics_parts parts_backlog; /* gauge by partition owned: in queued, its submit

@@ -1467,6 +1467,7 @@ static void px_overall(fq_metrics_overall *a, fq_proxy *p)
         .dispatch_stalled = fq_probes_stalled(p->probes, FQ_STALL_DISPATCH),
         .admin_reply_failures = ac->reply_failures, .admin_requests_busy = ac->busy + ns.busy + p->c.admin_fwd_busy,
         .admin_requests_no_reply = ns.no_reply, .admin_requests_too_long = ac->too_long,
+        .admin_requests_invalid = ac->invalid,
         .max_payload = p->max_payload > 0 ? (uint64_t)p->max_payload : 0};
     px_overall_ledger(a, p->ledger);
     _Static_assert(PX_PARTS_MAX <= FQ_METRICS_PARTS, "a series for every partition owned");

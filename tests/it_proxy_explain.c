@@ -144,6 +144,15 @@ static void test_hostile_and_bounded(void **state)
             fail_msg("%s refused as: %s", bad[i].body, str(j, "error"));
         cJSON_Delete(j);
     }
+    /* each counted (the subject's too), none as a request too long */
+    long invalid = 0;
+    for (long long end = nt_now_ms() + 10000;
+         nt_now_ms() < end && invalid != (long)(sizeof bad / sizeof bad[0]); nt_sleep_ms(20)) {
+        cJSON *s = pf_stats(f, "{\"limit\":0}", NULL);
+        invalid = pf_overall(s, "admin_requests_invalid");
+        cJSON_Delete(s);
+    }
+    assert_int_equal(invalid, (long)(sizeof bad / sizeof bad[0]));
     char *big = malloc(5001);
     memset(big, ' ', 5000);
     big[5000] = '\0';

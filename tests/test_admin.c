@@ -90,6 +90,7 @@ static void f_overall(void *arg, fq_metrics_overall *out)
     const fq_admin_counters *c = fq_admin_counters_get(f->a);
     out->admin_requests_busy = c->busy;
     out->admin_requests_too_long = c->too_long;
+    out->admin_requests_invalid = c->invalid;
 }
 
 static const fq_policy *f_policy(void *arg)
@@ -373,6 +374,12 @@ static void test_refusals(void **state)
     j = ask(f, "tenant.get", "{}", 0);
     assert_false(ok_of(j));
     cJSON_Delete(j);
+    j = ask(f, "tenant.set", "{\"tenant\":\"t1\",\"price_output\":0}", 0);
+    assert_false(ok_of(j));
+    cJSON_Delete(j);
+    /* counted: the long one apart, the four others as invalid */
+    assert_int_equal(fq_admin_counters_get(f->a)->too_long, 1);
+    assert_int_equal(fq_admin_counters_get(f->a)->invalid, 4);
 }
 
 /* The explain reply of e at now, parsed. */
@@ -580,6 +587,7 @@ static void test_explain_requests(void **state)
         cJSON_Delete(j);
     }
     assert_int_equal(f->explains, 1);
+    assert_int_equal(fq_admin_counters_get(f->a)->invalid, sizeof bad / sizeof bad[0]);
     /* A tenant's own burst is 3, one used: 2 more at once, then busy for
      * it (5 a second: 200 ms), not for the others. */
     for (int i = 0; i < 2; i++) {
@@ -610,6 +618,7 @@ static void test_explain_requests(void **state)
     cJSON_Delete(j);
     assert_int_equal(f->explains, 11);
     assert_int_equal(fq_admin_counters_get(f->a)->busy, 2);
+    assert_int_equal(fq_admin_counters_get(f->a)->invalid, sizeof bad / sizeof bad[0]);
 }
 
 /* tenant.set writes through the proxy and replies as tenant.get; nothing
