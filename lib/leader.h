@@ -62,10 +62,9 @@ const fq_owner *fq_leader_owner(const fq_leader *l);
 /* Fresh at now: the leader key held, not fenced, its last confirmed
  * write recent. */
 bool fq_leader_fresh(const fq_leader *l, uint64_t now);
-#ifdef FQ_TESTING   /* tests only: no program calls it */
-/* The same for partition part (P = 1: part 0 is the leader key). */
+/* The same for partition part (P = 1: part 0 is the leader key): what
+ * its journal batches need. */
 bool fq_leader_part_fresh(const fq_leader *l, int32_t part, uint64_t now);
-#endif
 /* P > 1: not fenced and every partition key we hold fresh (true when we
  * hold none): what natsio's fence says too. */
 bool fq_leader_parts_fresh(const fq_leader *l, uint64_t now);

@@ -294,6 +294,8 @@ typedef struct lg_part {
     bool full;                  /* its unsent batch is as large as one may be */
     bool jstalled;              /* its batches fail for FQ_LEDGER_STALL_MS */
     bool listed;                /* on the list of partitions with a batch unsent or unanswered */
+    bool fresh;                 /* its own lease fresh, as last told (fq_ledger_set_part_fresh):
+                                   its batches go out while it is, whatever the others' */
     int64_t inherit_before;     /* unix ms (the server's clock, the margin added) before which
                                    a submit may have been fetched by a consumer before ours:
                                    INT64_MAX from its adoption until its submit consumer is
@@ -1005,6 +1007,12 @@ void fq_ledger_set_fresh(fq_ledger *l, bool fresh)
     l->fresh = fresh;
 }
 
+void fq_ledger_set_part_fresh(fq_ledger *l, uint32_t part, bool fresh)
+{
+    if (part < l->nparts)
+        l->parts[part].fresh = fresh;
+}
+
 /* ---- fetching paused ----------------------------------------------------- */
 
 static void lg_pause(fq_ledger *l, enum fq_ledger_cons cons, bool paused)
@@ -1375,10 +1383,13 @@ static void lg_journal_emit(fq_ledger *l, lg_part *pp, lg_batch *b)
 }
 
 /* Send pp's current batch once the one before it is stored, expecting that
- * one's sequence; send again the one in flight when its retry is due. */
+ * one's sequence; send again the one in flight when its retry is due.
+ * Fenced by pp's own lease, not by every partition's (a renewal of
+ * another's answered late held every partition's batches, and with them
+ * a planned move's settling). */
 static void lg_journal_flush_part(fq_ledger *l, lg_part *pp)
 {
-    if (!l->fresh || pp->fenced || !pp->jmarked || pp->state != LG_PART_OWNED)
+    if (!(l->fresh || pp->fresh) || pp->fenced || !pp->jmarked || pp->state != LG_PART_OWNED)
         return;
     if (pp->sent) {
         if (pp->sent->retry_at && pp->sent->retry_at <= l->now)

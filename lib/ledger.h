@@ -466,8 +466,17 @@ void fq_ledger_flush(fq_ledger *l, uint64_t now, int64_t now_ms);
 
 /* The lease's state: while not fresh nothing is acked, naked, dispatched
  * or journalled (acks and naks are held, in order, and sent once fresh
- * again). */
+ * again). With P > 1, fresh means every partition's lease we hold is. */
 void fq_ledger_set_fresh(fq_ledger *l, bool fresh);
+/* P > 1: whether partition part's own lease is fresh, as fq_ledger_flush
+ * reads it (tell it before each). Its journal batches go out while it is,
+ * though another partition's lease is not: a batch for partition k may go
+ * out only while k's lease is fresh, and needs no other's, since k's
+ * journal has its own subject, marker and fence, and its batch settles only
+ * k's runs and completions (their acks still wait for fq_ledger_set_fresh,
+ * as the consumers' fence is the process's). False (the default): its
+ * batches go out while the ledger is fresh. */
+void fq_ledger_set_part_fresh(fq_ledger *l, uint32_t part, bool fresh);
 
 /* The admission's drain rate, tokens a second (0: unknown). */
 void fq_ledger_set_rate(fq_ledger *l, double tokens_per_sec);

@@ -510,8 +510,10 @@ static px_tenant *px_tenant_of_lt(fq_ledger_tenant *lt)
 }
 
 /* Whether we may change shared state now: we lead and the lease is fresh
- * (lib/lease.h). Every fetch, ack, journal append, dispatch, retry,
- * consumer change and admin write is gated on it. */
+ * (lib/lease.h); with P > 1, every partition's lease we hold. Every fetch,
+ * ack, journal append, dispatch, retry, consumer change and admin write is
+ * gated on it, but for a partition's journal batches, which need only
+ * that partition's (px_ledger_flush). */
 static bool px_fresh(const fq_proxy *p)
 {
     if (p->ld && px_parts(p) > 1)   /* every partition we hold */
@@ -669,6 +671,17 @@ static void px_actions(fq_proxy *p);
 static void px_ledger_fresh(fq_proxy *p)
 {
     fq_ledger_set_fresh(p->ledger, px_fresh(p));
+}
+
+/* The turn's debt records and journal batches out: with P > 1, each
+ * partition's batches fenced by its own lease (fq_ledger_set_part_fresh),
+ * so that one whose lease is fresh does not wait for another's renewal. */
+static void px_ledger_flush(fq_proxy *p, uint64_t now, int64_t now_ms)
+{
+    px_ledger_fresh(p);
+    for (uint32_t k = 0; p->ld && px_parts(p) > 1 && k < px_parts(p); k++)
+        fq_ledger_set_part_fresh(p->ledger, k, fq_leader_part_fresh(p->ld, (int32_t)k, now));
+    fq_ledger_flush(p->ledger, now, now_ms);
 }
 
 static void px_dispatch_send(fq_proxy *p, const fq_ledger_act *a)
@@ -3172,7 +3185,8 @@ static bool px_part_settling(fq_proxy *p, uint32_t k, uint64_t now)
                    : "a partition's journal did not settle for its move in time; handing it "
                      "over, its next owner does again what was not stored",
            FQ_INT("partition", (int)k), FQ_BOOL("settled", settled),
-           FQ_BOOL("fresh", px_fresh(p)),     /* not: no journal batch was sent */
+           FQ_BOOL("fresh", fq_leader_part_fresh(p->ld, (int32_t)k, now)),  /* not: its batches
+                                                                               were not sent */
            FQ_UINT("waited_ms", now + PX_HANDOVER_SETTLE_MS - p->part_settle_until[k]));
     return false;
 }
@@ -3327,8 +3341,7 @@ static bool px_finish(fq_proxy *p, uint64_t t0)
         if (now >= end || (offline && now >= offline + PX_STOP_OFFLINE_MS) ||
             fq_leader_lease(p->ld)->state == FQ_LEASE_LOST)
             break;
-        px_ledger_fresh(p);
-        fq_ledger_flush(p->ledger, now, fq_nio_unix_ms());
+        px_ledger_flush(p, now, fq_nio_unix_ms());
         px_actions(p);
         px_drain(p, PX_POLL_MS);
         px_retry_due(p);
@@ -3457,7 +3470,7 @@ static bool px_turn(fq_proxy *p, const fq_ledger_counters *lc, int *rc)
     px_fwd_expire(p, now);
     if (p->connected && px_fresh(p) && !p->share_closed)
         px_dispatch(p);
-    fq_ledger_flush(p->ledger, now, now_ms);
+    px_ledger_flush(p, now, now_ms);
     px_actions(p);
     /* Under light load, send now what nats.c would hold a millisecond
      * to batch: latency from submit to dispatch is then a round trip.

@@ -2660,6 +2660,60 @@ static void test_part_journal_fenced_per_partition(void **state)
     world_free(a);
 }
 
+/* Each partition's journal batches are fenced by its own lease: while
+ * partition 2's is stale (a renewal answered late) and so the ledger is
+ * not fresh, partition 1's batch still goes out once its lease is told
+ * fresh, and settles its run; its acks wait for the ledger's fresh, and
+ * partition 2's batch for its own lease. Before, one stale lease held every
+ * partition's batches (and a planned move of partition 1 that waited for
+ * its journal to settle). */
+static void test_part_journal_fresh_per_partition(void **state)
+{
+    (void)state;
+    enum { P = 4 };
+    world *a = world_new_parts(P);
+    char x[16], y[16];
+    tenant_in(x, sizeof x, "x", 1, P);
+    tenant_in(y, sizeof y, "y", 2, P);
+    adopt_from(a, a, 1, 5, 70);
+    adopt_from(a, a, 2, 6, 80);
+    submit(a, x, 10, "r1", 50);
+    submit(a, y, 11, "r2", 50);
+    fq_ledger_tick(a->l, a->now, a->now_ms);
+    fq_ledger_dispatch(a->l, 1000, a->now, a->now_ms);
+    drain(a);
+    assert_int_equal(count(a, FQ_LACT_DISPATCH), 2);
+    fq_ledger_act d1 = *find(a, FQ_LACT_DISPATCH, 0), d2 = *find(a, FQ_LACT_DISPATCH, 1);
+    puback(a, d1.token, FQ_LEDGER_PUB_STORED, 0);
+    puback(a, d2.token, FQ_LEDGER_PUB_STORED, 0);
+    fq_ledger_set_fresh(a->l, false);
+    fq_ledger_set_part_fresh(a->l, 1, true);
+    fq_ledger_set_part_fresh(a->l, 2, false);
+    fq_ledger_flush(a->l, a->now, a->now_ms);
+    drain(a);
+    assert_int_equal(count(a, FQ_LACT_JOURNAL), 1);
+    fq_ledger_act j = *find(a, FQ_LACT_JOURNAL, 0);
+    assert_int_equal(j.part, 1);
+    store_journal(a, &j);
+    assert_int_equal(count(a, FQ_LACT_ACK), 0);         /* held: the ledger is not fresh */
+    fq_ledger_part_stats ps;
+    fq_ledger_part_stats_get(&ps, a->l, 1);
+    assert_true(ps.settled);
+    fq_ledger_part_stats_get(&ps, a->l, 2);
+    assert_false(ps.settled);
+    /* Partition 2's lease fresh again: its batch goes, and the acks. */
+    fq_ledger_set_fresh(a->l, true);
+    fq_ledger_set_part_fresh(a->l, 1, false);
+    fq_ledger_set_part_fresh(a->l, 2, true);
+    fq_ledger_tick(a->l, a->now, a->now_ms);
+    fq_ledger_flush(a->l, a->now, a->now_ms);
+    drain(a);
+    assert_true(acked(a, FQ_LEDGER_SUBMIT, 10));
+    assert_int_equal(count(a, FQ_LACT_JOURNAL), 1);
+    assert_int_equal(find(a, FQ_LACT_JOURNAL, 0)->part, 2);
+    world_free(a);
+}
+
 /* A refusal of a partition let go is not published again, nor its message
  * acked: the next owner decides it; nor is an ack held back while not
  * fresh sent to the consumer of a partition let go since. */
@@ -2790,6 +2844,7 @@ int main(void)
         cmocka_unit_test(test_part_marker_of_an_earlier_adoption_ignored),
         cmocka_unit_test(test_part_release_naks_queued_in_order),
         cmocka_unit_test(test_part_journal_fenced_per_partition),
+        cmocka_unit_test(test_part_journal_fresh_per_partition),
         cmocka_unit_test(test_part_released_refusal_not_retried),
         cmocka_unit_test(test_part_released_kept_refusal_answered),
     };
