@@ -103,7 +103,6 @@
 #define NIO_READ_MAX 256            /* messages the fetch thread reads and hands over at once */
 #define NIO_RECREATE_RETRY_MS 500   /* a consumer or watch not made is tried again after this */
 #define NIO_GONE 4                  /* names of its earlier terms a consumer keeps (nio_adopt_stale) */
-#define NIO_JS_WQ_NOT_UNIQUE 10100  /* js_err: a filter overlaps another consumer's on a work queue */
 #define NIO_FETCH_RETRY_MS 100      /* a failed pull is tried again after this */
 #define NIO_WATCH_WAIT_MS 250       /* a watch waits this long for a change between looks
                                        at the connection; a failed one is made again after it */
@@ -1291,8 +1290,10 @@ static void nio_consumer_config(jsConsumerConfig *cc, nio_consumer *c)
 /* Send consumer id's create as made (nio_consumer_config's, written by
  * hand: fq_nio_consume refused names and a filter that would need
  * escaping), its answer to come to the fetch subscription on
- * <inbox>.<id>.<request number> (nio_create_answer). Fetch thread only. */
-static natsStatus nio_create_send(fq_nio *n, int id)
+ * <inbox>.<id>.<request number> (nio_create_answer): num, to send a create
+ * again whose answer may come yet, or 0 for a new number. Fetch thread
+ * only. */
+static natsStatus nio_create_send(fq_nio *n, int id, uint64_t num)
 {
     nio_consumer *c = &n->cons[id];
     nio_fetch *f = &n->fetch;
@@ -1309,7 +1310,8 @@ static natsStatus nio_create_send(fq_nio *n, int id)
                       c->made.filter, c->made.filter[0] ? "\"" : "");
     if (k1 < 0 || (size_t)k1 >= sizeof subject || k2 < 0 || (size_t)k2 >= sizeof body)
         return NATS_INVALID_ARG;
-    uint64_t num = ++n->fetch_requests;
+    if (!num)
+        num = ++n->fetch_requests;
     snprintf(reply, sizeof reply, "%s.%d.%" PRIu64, f->inbox, id, num);
     natsStatus s = natsConnection_PublishRequest(n->nc, subject, reply, body, k2);
     if (s == NATS_OK) {
@@ -1357,7 +1359,7 @@ static natsStatus nio_consumer_recreate(fq_nio *n, int id, bool *newer, int *js_
     if (s == NATS_OK)
         nio_gone_note(c, c->name);
     c->create_stale = 0;
-    return nio_create_send(n, id);
+    return nio_create_send(n, id, 0);
 }
 
 /* A JetStream delivery carries its ack subject as reply; the server's
@@ -1624,14 +1626,15 @@ static bool nio_reconcile_one(fq_nio *n, int id, uint64_t gen, uint64_t now)
 }
 
 /* The outcome of consumer id's create request (m the server's answer, or
- * NULL: none came in time): made, it is live and pulled from now on, as
- * made for the version of want the request was sent for (a change of want
- * meanwhile makes it due again, and unpulled); not made, it is tried again
- * after NIO_RECREATE_RETRY_MS; refused as overlapping another consumer
- * while no later term's was listed, a node's stale copy of one of ours is
- * cleared first (nio_adopt_stale) and the create sent once more. The owner
- * hears of it (FQ_NIO_EV_CONSUMER) unless it changed want meanwhile. Fetch
- * thread only. */
+ * NULL: none came in time), as fq_pull_create_next decides: made, it is
+ * live and pulled from now on, as made for the version of want the
+ * request was sent for (a change of want meanwhile makes it due again,
+ * and unpulled); unanswered, sent again as it was; refused as overlapping
+ * another consumer while no later term's was listed, a node's stale copy
+ * of one of ours is cleared first (nio_adopt_stale) and the create sent
+ * once more; failed, made afresh later. The owner hears of it
+ * (FQ_NIO_EV_CONSUMER) unless it changed want meanwhile. Fetch thread
+ * only. */
 static void nio_create_answer(fq_nio *n, int id, natsMsg *m, uint64_t now)
 {
     nio_consumer *c = &n->cons[id];
@@ -1644,27 +1647,40 @@ static void nio_create_answer(fq_nio *n, int id, natsMsg *m, uint64_t now)
     bool ok = len && nio_find(d, len, "consumer_create_response") && !nio_find(d, len, "\"error\":");
     if (!ok && len && (v = nio_find(d, len, "\"err_code\":")))
         nio_num(v, d + len, 99999, &code);
+    pthread_mutex_lock(&n->mu);
+    fq_pull_create cr = {.answered = m != NULL, .ok = ok, .err_code = (int)code,
+                         .newer = c->create_newer, .unstaled = c->create_stale != 0,
+                         .wanted = c->version == c->create_version};
+    pthread_mutex_unlock(&n->mu);
+    uint64_t num = c->create_req, retry_at = 0;
     c->create_req = 0;
-    if (!ok && code == NIO_JS_WQ_NOT_UNIQUE && !c->create_newer && !c->create_stale) {
+    fq_pull_create_step step = fq_pull_create_next(&retry_at, &cr, now, NIO_RECREATE_RETRY_MS);
+    if (step == FQ_PULL_CREATE_AGAIN && nio_create_send(n, id, num) != NATS_OK) {
+        step = FQ_PULL_CREATE_FAILED;   /* not sent (the connection lost): made afresh */
+        retry_at = now + NIO_RECREATE_RETRY_MS;
+    }
+    if (step == FQ_PULL_CREATE_UNSTALE) {
         /* refused as overlapping: a node's stale copy of one of ours,
          * cleared (waited for, rare), and the create sent once more */
         jsConsumerConfig cc;
         nio_consumer_config(&cc, c);
         nio_adopt_stale(n, c, &cc, &c->create_stale);
-        if (c->create_stale && nio_create_send(n, id) == NATS_OK)
+        if (c->create_stale && nio_create_send(n, id, 0) == NATS_OK)
             return;
+        cr.unstaled = true;
+        step = fq_pull_create_next(&retry_at, &cr, now, NIO_RECREATE_RETRY_MS);
     }
     fq_nio_event ev = {.type = FQ_NIO_EV_CONSUMER, .source = id, .seq = c->made.term,
                        .status = ok ? FQ_OK : c->create_newer ? FQ_EEXIST : FQ_EIO,
                        .err_code = (int)code, .token = c->create_stale};
-    if (ok) {
+    if (step == FQ_PULL_CREATE_MADE) {
         c->live = true;
         c->made_version = c->create_version;
         c->made_gen = c->create_gen;
         c->retry_at = 0;
         n->fetch.tab_stale = true;
-    } else {
-        c->retry_at = now + NIO_RECREATE_RETRY_MS;
+    } else if (step == FQ_PULL_CREATE_FAILED) {
+        c->retry_at = retry_at;
     }
     pthread_mutex_lock(&n->mu);
     bool wanted = c->version == c->create_version;
@@ -1748,8 +1764,9 @@ static void nio_fetch_take(fq_nio *n, natsMsg *m, int *count)
         return;
     }
     /* A status comes on <inbox>.<id>.<number>: that request's end (404,
-     * 408) or refusal (409) stops it; heartbeats and earlier requests'
-     * ends do not. */
+     * 408) or refusal (409; 503, no responders: the consumer has no leader,
+     * as when a create sent again was answered before its group elected
+     * one) stops it; heartbeats and earlier requests' ends do not. */
     const char *subj = natsMsg_GetSubject(m), *status = NULL;
     uint64_t id = 0, num = 0;
     const char *p = strncmp(subj, f->inbox, f->inbox_len) == 0 && subj[f->inbox_len] == '.'
@@ -1766,7 +1783,7 @@ static void nio_fetch_take(fq_nio *n, natsMsg *m, int *count)
     }
     if (p && !*p && n->cons[id].request == num && f->plan[id].open) {
         natsMsgHeader_Get(m, "Status", &status);
-        if (status && strncmp(status, "409", 3) == 0)
+        if (status && (strncmp(status, "409", 3) == 0 || strncmp(status, "503", 3) == 0))
             fq_pull_failed(&f->plan[id], fq_nio_mono_ms() + NIO_FETCH_RETRY_MS);
         else if (status && strncmp(status, "100", 3) != 0)
             fq_pull_ended(&f->plan[id]);

@@ -1,4 +1,4 @@
-/* pullplan.c -- which pull consumers of one fetch thread ask next, and for how many (pullplan.h). */
+/* pullplan.c -- which pull consumers of one fetch thread ask next, and for how many; what follows a create (pullplan.h). */
 #include "pullplan.h"
 
 size_t fq_pull_plan(fq_pull_req *out, size_t cap, fq_pull_cons *c, size_t n, size_t *cursor,
@@ -78,4 +78,19 @@ void fq_pull_reset(fq_pull_cons *c)
     c->got = 0;
     c->busy = true;
     c->retry_at = 0;
+}
+
+fq_pull_create_step fq_pull_create_next(uint64_t *retry_at, const fq_pull_create *c,
+                                        uint64_t now, uint64_t retry_ms)
+{
+    *retry_at = 0;
+    if (c->answered && c->ok)
+        return FQ_PULL_CREATE_MADE;
+    if (c->wanted && !c->answered)
+        return FQ_PULL_CREATE_AGAIN;
+    if (c->wanted && c->err_code == FQ_PULL_WQ_NOT_UNIQUE && !c->newer && !c->unstaled)
+        return FQ_PULL_CREATE_UNSTALE;
+    if (c->wanted)
+        *retry_at = now + retry_ms;
+    return FQ_PULL_CREATE_FAILED;
 }

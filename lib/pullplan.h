@@ -1,4 +1,4 @@
-/* pullplan.h -- which pull consumers of one fetch thread ask the server for messages next, and for how many. */
+/* pullplan.h -- which pull consumers of one fetch thread ask the server for messages next, and for how many; what follows a consumer's create. */
 #ifndef FQ_PULLPLAN_H
 #define FQ_PULLPLAN_H
 
@@ -86,5 +86,56 @@ void fq_pull_failed(fq_pull_cons *c, uint64_t retry_at);
 /* c was (re)made or stopped: nothing is open; it starts busy, so that what
  * waits on a new consumer comes in batches at once. */
 void fq_pull_reset(fq_pull_cons *c);
+
+/*
+ * A consumer's create. The fetch thread sends a consumer's create without
+ * waiting for its answer (on a 3-node cluster it comes once the consumer's
+ * group has elected a leader); what follows its answer, or its silence
+ * for the API's wait, is decided here:
+ * - Made: the consumer is pulled from then on, if its owner still wants
+ *   what it was made for (else it is due again, for the new want).
+ * - Unanswered while its owner still wants it: the same create is sent
+ *   again, under the same request number, so that the first one's answer
+ *   counts too if it comes yet. JetStream takes a create of a consumer it
+ *   has, with the same config, as an update that changes nothing
+ *   (nats-server 2.9.10: jsClusteredConsumerRequest, addConsumerWithAssignment)
+ *   and answers it, at once if the group has no leader yet. Deleted and
+ *   made again instead, a consumer whose group lost its first vote (elected
+ *   at the next election, 4 to 9 s on) started over with a new group, which
+ *   could lose its first vote too.
+ * - Refused as overlapping another consumer (JetStream's 10100) while no
+ *   later term's was listed, and not yet after a stale copy was cleared:
+ *   a node's stale copy of one of ours is cleared and the create sent once
+ *   more (lib/natsio.c, nio_adopt_stale), only if the owner still wants
+ *   that term: a partition lost meanwhile is the next owner's to make.
+ * - Failed otherwise: made afresh after the retry delay, or at once when
+ *   its owner changed what it wants meanwhile (that failure was of a want
+ *   no longer asked, and says nothing of the new one).
+ */
+#define FQ_PULL_WQ_NOT_UNIQUE 10100    /* JetStream's err_code: the filter overlaps another
+                                          consumer's on a work-queue stream */
+
+/* What the fetch thread knows of a create when its answer comes, or its
+ * wait runs out. */
+typedef struct fq_pull_create {
+    bool answered;              /* an answer came; false: none within the API's wait */
+    bool ok;                    /* the answer says made */
+    int err_code;               /* its JetStream err_code when not, 0 if none */
+    bool newer;                 /* a later term's consumer was listed when it was sent */
+    bool unstaled;              /* it was sent again after a stale copy was cleared */
+    bool wanted;                /* its owner wants now what it makes (no change since) */
+} fq_pull_create;
+
+typedef enum fq_pull_create_step {
+    FQ_PULL_CREATE_MADE,        /* live */
+    FQ_PULL_CREATE_AGAIN,       /* sent again as it was, under the same number */
+    FQ_PULL_CREATE_UNSTALE,     /* a stale copy cleared, then sent once more */
+    FQ_PULL_CREATE_FAILED,      /* made afresh from *retry_at */
+} fq_pull_create_step;
+
+/* What follows create c at time now; *retry_at (FAILED): when the
+ * consumer is made afresh, 0 for at once, else now + retry_ms. */
+fq_pull_create_step fq_pull_create_next(uint64_t *retry_at, const fq_pull_create *c,
+                                        uint64_t now, uint64_t retry_ms);
 
 #endif

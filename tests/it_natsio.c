@@ -1628,6 +1628,163 @@ static void test_create_in_flight_at_reconnect_made_again(void **state)
     natstest_destroy(srv);
 }
 
+/* Write conf: user u, trace on (the log shows each SUB), and deny, if
+ * given, to u's subscriptions; for a reload of srv, its store (a reload
+ * compares the store directory too: the file must name the one -sd gave). */
+static void noans_conf(const char *conf, const natstest *srv, const char *deny)
+{
+    FILE *out = fopen(conf, "w");
+    assert_non_null(out);
+    fprintf(out, "trace: true\nauthorization { users = [ { user: u, password: u%s%s%s } ] }\n",
+            deny ? ", permissions: { subscribe: { allow: [\">\"], deny: [\"" : "",
+            deny ? deny : "", deny ? "\"] } }" : "");
+    if (srv)
+        fprintf(out, "jetstream { store_dir: \"%s/store\" }\n", natstest_dir(srv));
+    fclose(out);
+}
+
+/* How many times needle occurs in the file at path (its first 1 MiB). */
+static int file_count(const char *path, const char *needle)
+{
+    static char buf[1 << 20];
+    FILE *in = fopen(path, "r");
+    if (!in)
+        return 0;
+    size_t k = fread(buf, 1, sizeof buf - 1, in);
+    fclose(in);
+    buf[k] = '\0';
+    int count = 0;
+    for (const char *p = buf; (p = strstr(p, needle)); p += strlen(needle))
+        count++;
+    return count;
+}
+
+/* Reload srv's config and wait until the server says it did. */
+static void noans_reload(natstest *srv, const char *log)
+{
+    int before = file_count(log, "Reloaded server configuration");
+    assert_int_equal(natstest_reload(srv), 0);
+    long long end = nt_now_ms() + 5000;
+    while (nt_now_ms() < end && file_count(log, "Reloaded server configuration") == before)
+        nt_sleep_ms(20);
+    assert_true(file_count(log, "Reloaded server configuration") > before);
+}
+
+/* A create whose answer is lost (the server made the consumer, and the
+ * adapter never hears so: its subscription may not receive consumer 0's
+ * replies until the server's permissions are reloaded) is sent again as
+ * it was after the API's wait, not deleted and made afresh: on a 3-node
+ * cluster a create is answered once its consumer's group has elected a
+ * leader, which a group whose first vote went unanswered does only at its
+ * next election, 4 to 9 s on; deleted and made again, the new group could
+ * lose its first vote too (a frozen replica's last partition back after 14
+ * and 15 s). The consumer made is the one the server made first: its
+ * creation time is unchanged. */
+static void test_unanswered_create_sent_again_not_deleted(void **state)
+{
+    fixture *f = *state;
+    char conf[600], log[600], err[256], warn[256], url[128], deny[160];
+    snprintf(conf, sizeof conf, "%s/noanswer.conf", natstest_dir(f->srv));
+    noans_conf(conf, NULL, NULL);
+    natstest *srv = NULL;
+    assert_int_equal(natstest_start(&srv, (const char *const[]){"-c", conf, NULL}), 0);
+    snprintf(log, sizeof log, "%s/nats.log", natstest_dir(srv));
+    fq_nio *n = NULL;
+    fq_nio_opts o = {.url = natstest_url(srv), .name = "it_natsio_noanswer", .user = "u",
+                     .password = "u", .inbox_prefix = "_IT_NOANS", .api_wait_ms = 2000};
+    assert_int_equal(fq_nio_create(&n, &o, err, sizeof err), FQ_OK);
+    fq_nio_stream st = {.name = "NOANS", .subject = "noans.*.*", .retention = FQ_NIO_WORKQUEUE,
+                        .replicas = 1};
+    assert_int_equal(fq_nio_stream_ensure(n, &st, warn, sizeof warn), FQ_OK);
+    publish(n, "noans.0.t", "run", NULL, 1);
+    fq_nio_event ev;
+    assert_true(wait_event(n, FQ_NIO_EV_PUBACK, &ev, 5000));
+    assert_int_equal(ev.status, FQ_OK);
+    /* Consumer 1 starts the fetch thread's subscription, <inbox>.>: once
+     * it is made, consumer 0's replies, <inbox>.0.<number>, are denied. */
+    parts_consume(n, 1, "NOANS", "noans", 1, 8, 1);
+    assert_true(wait_event(n, FQ_NIO_EV_CONSUMER, &ev, 5000));
+    assert_int_equal(ev.status, FQ_OK);
+    char trace[65536];
+    FILE *in = fopen(log, "r");
+    assert_non_null(in);
+    trace[fread(trace, 1, sizeof trace - 1, in)] = '\0';
+    fclose(in);
+    const char *sub = NULL;
+    for (const char *p = trace; !sub && (p = strstr(p, "SUB _IT_NOANS.")); p++) {
+        const char *sp = strchr(p + 4, ' ');
+        if (sp && sp - p > 6 && strncmp(sp - 2, ".>", 2) == 0)
+            sub = p + 4;
+    }
+    assert_non_null(sub);
+    snprintf(deny, sizeof deny, "%.*s0.*", (int)(strchr(sub, ' ') - sub - 1), sub);
+    noans_conf(conf, srv, deny);
+    noans_reload(srv, log);
+    parts_consume(n, 0, "NOANS", "noans", 0, 8, 1);
+    /* The server makes it; the adapter does not hear so. */
+    snprintf(url, sizeof url, "nats://u:u@127.0.0.1:%d", natstest_port(srv));
+    natsConnection *nc = NULL;
+    jsCtx *js = NULL;
+    assert_int_equal(natsConnection_ConnectTo(&nc, url), NATS_OK);
+    assert_int_equal(natsConnection_JetStream(&js, nc, NULL), NATS_OK);
+    int64_t created = 0;
+    for (long long end = nt_now_ms() + 5000; !created && nt_now_ms() < end; nt_sleep_ms(20)) {
+        jsConsumerInfo *ci = NULL;
+        if (js_GetConsumerInfo(&ci, js, "NOANS", "noans-p0-1", NULL, NULL) == NATS_OK)
+            created = ci->Created;
+        jsConsumerInfo_Destroy(ci);
+    }
+    assert_true(created != 0);
+    /* Unanswered for the API's wait at least once, then the replies
+     * allowed again, once the server has answered the create sent again
+     * (its audit advisory traced): a reload while JetStream takes a
+     * request may answer it with an error (JetStream's accounts are
+     * reloaded too), and a create failed so is made afresh. */
+    int unanswered = 0;
+    bool made = false, got = false;
+    long long end = nt_now_ms() + 10000;
+    while (!unanswered && nt_now_ms() < end) {
+        if (fq_nio_poll(n, &ev, 1, 50) == 0)
+            continue;
+        unanswered += ev.type == FQ_NIO_EV_CONSUMER && ev.source == 0 && ev.status == FQ_EIO;
+        made |= ev.type == FQ_NIO_EV_CONSUMER && ev.source == 0 && ev.status == FQ_OK;
+        fq_nio_msg_destroy(ev.msg);
+    }
+    while (nt_now_ms() < end && file_count(log, "CREATE.NOANS.noans-p0-1\\\"") < 2)
+        nt_sleep_ms(20);
+    noans_conf(conf, srv, NULL);
+    noans_reload(srv, log);
+    for (end = nt_now_ms() + 10000; !got && nt_now_ms() < end;) {
+        if (fq_nio_poll(n, &ev, 1, 50) == 0)
+            continue;
+        if (ev.type == FQ_NIO_EV_CONSUMER && ev.source == 0) {
+            unanswered += ev.status == FQ_EIO;
+            made = ev.status == FQ_OK;
+        }
+        if (ev.type == FQ_NIO_EV_MSG) {
+            got = made && ev.source == 0 && fq_nio_ack(n, 0, &ev.ack) == FQ_OK;
+            fq_nio_msg_destroy(ev.msg);
+        }
+    }
+    jsConsumerInfo *ci = NULL;
+    int64_t now_created = js_GetConsumerInfo(&ci, js, "NOANS", "noans-p0-1", NULL, NULL) ==
+                                  NATS_OK
+                              ? ci->Created
+                              : 0;
+    jsConsumerInfo_Destroy(ci);
+    print_message("unanswered %d times; %s, its run %s; created %s\n", unanswered,
+                  made ? "made" : "not made", got ? "delivered" : "not delivered",
+                  now_created == created ? "unchanged" : "anew (deleted and made again)");
+    jsCtx_Destroy(js);
+    natsConnection_Destroy(nc);
+    fq_nio_destroy(n);
+    natstest_destroy(srv);      /* before the checks: a failed one leaves no server */
+    assert_true(unanswered >= 1);
+    assert_true(made);
+    assert_true(got);
+    assert_true(now_created == created);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1658,6 +1815,7 @@ int main(void)
         cmocka_unit_test(test_unanswered_consumer_costs_the_others_nothing),
         cmocka_unit_test(test_unanswered_create_costs_the_others_nothing),
         cmocka_unit_test(test_create_in_flight_at_reconnect_made_again),
+        cmocka_unit_test(test_unanswered_create_sent_again_not_deleted),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

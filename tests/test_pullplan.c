@@ -1,4 +1,4 @@
-/* test_pullplan.c -- who of many pull consumers on one fetch thread asks next, and for how many, in virtual time. */
+/* test_pullplan.c -- who of many pull consumers on one fetch thread asks next, and for how many, in virtual time; what follows a create. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -195,6 +195,90 @@ static void test_late_and_reset(void **state)
     assert_true(c.busy);
 }
 
+#define NOW 10000
+#define RETRY 500
+
+/* What follows a create, its answer come (ok, or err_code) or not, sent
+ * for a want its owner still asks for, or changed since. */
+static fq_pull_create_step create_next(uint64_t *retry_at, bool answered, bool ok, int err_code,
+                                       bool wanted)
+{
+    fq_pull_create c = {.answered = answered, .ok = ok, .err_code = err_code,
+                        .wanted = wanted};
+    *retry_at = 1;  /* set by the call */
+    return fq_pull_create_next(retry_at, &c, NOW, RETRY);
+}
+
+/* A create answered "made" makes the consumer live, whatever its owner
+ * wants now (a changed want makes it due again, lib/natsio.c). */
+static void test_create_made(void **state)
+{
+    (void)state;
+    uint64_t at;
+    assert_int_equal(create_next(&at, true, true, 0, true), FQ_PULL_CREATE_MADE);
+    assert_int_equal(create_next(&at, true, true, 0, false), FQ_PULL_CREATE_MADE);
+}
+
+/* A create unanswered for the API's wait is sent again as it was while
+ * its owner still wants it: the consumer is not deleted and made afresh
+ * (a group that lost its first vote elects a leader at its next election;
+ * a new group may lose its first vote too). Its owner changed what it
+ * wants meanwhile, it is made afresh at once, for the new want. */
+static void test_create_unanswered_sent_again(void **state)
+{
+    (void)state;
+    uint64_t at;
+    assert_int_equal(create_next(&at, false, false, 0, true), FQ_PULL_CREATE_AGAIN);
+    assert_int_equal(create_next(&at, false, false, 0, false), FQ_PULL_CREATE_FAILED);
+    assert_int_equal(at, 0);
+}
+
+/* A create refused is tried again after the retry delay; but refused after
+ * its owner changed what it wants (the owner named the consumer for a new
+ * term, or stopped it, after the create was sent and before its answer),
+ * the failure was of a want no longer asked: the new want is brought about
+ * at once, not RETRY later. */
+static void test_create_failed_after_the_want_changed_not_delayed(void **state)
+{
+    (void)state;
+    uint64_t at;
+    /* the owner's change after the answer: the failure is its own */
+    assert_int_equal(create_next(&at, true, false, 10013, true), FQ_PULL_CREATE_FAILED);
+    assert_int_equal(at, NOW + RETRY);
+    /* the owner's change before the answer */
+    assert_int_equal(create_next(&at, true, false, 10013, false), FQ_PULL_CREATE_FAILED);
+    assert_int_equal(at, 0);
+    /* an answer without a JetStream error (no responders) alike */
+    assert_int_equal(create_next(&at, true, false, 0, false), FQ_PULL_CREATE_FAILED);
+    assert_int_equal(at, 0);
+}
+
+/* Refused as overlapping another consumer (10100) with no later term's
+ * listed: a node's stale copy of one of ours is cleared and the create
+ * sent once more, only while its owner still wants that term. The owner
+ * let it go before the answer came (a partition lost): no copy is
+ * cleared, no create sent (it would make a consumer of a term the owner
+ * left, for the next owner to delete), and the new want is brought about
+ * at once. A later term's listed, or a copy cleared already: failed. */
+static void test_stale_copy_cleared_only_for_the_wanted_term(void **state)
+{
+    (void)state;
+    uint64_t at;
+    assert_int_equal(create_next(&at, true, false, FQ_PULL_WQ_NOT_UNIQUE, true),
+                     FQ_PULL_CREATE_UNSTALE);
+    assert_int_equal(create_next(&at, true, false, FQ_PULL_WQ_NOT_UNIQUE, false),
+                     FQ_PULL_CREATE_FAILED);
+    assert_int_equal(at, 0);
+    fq_pull_create c = {.answered = true, .err_code = FQ_PULL_WQ_NOT_UNIQUE, .newer = true,
+                        .wanted = true};
+    assert_int_equal(fq_pull_create_next(&at, &c, NOW, RETRY), FQ_PULL_CREATE_FAILED);
+    assert_int_equal(at, NOW + RETRY);
+    c.newer = false;
+    c.unstaled = true;
+    assert_int_equal(fq_pull_create_next(&at, &c, NOW, RETRY), FQ_PULL_CREATE_FAILED);
+    assert_int_equal(at, NOW + RETRY);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -204,6 +288,10 @@ int main(void)
         cmocka_unit_test(test_budget_counts_queued),
         cmocka_unit_test(test_flood_does_not_starve_quiet),
         cmocka_unit_test(test_late_and_reset),
+        cmocka_unit_test(test_create_made),
+        cmocka_unit_test(test_create_unanswered_sent_again),
+        cmocka_unit_test(test_create_failed_after_the_want_changed_not_delayed),
+        cmocka_unit_test(test_stale_copy_cleared_only_for_the_wanted_term),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
