@@ -86,6 +86,8 @@
                                        handed on (P > 1) or consumer infos */
 #define PX_FWD_MAX FQ_ADMIN_QUEUED  /* requests handed on awaiting their answer, at most */
 #define PX_FWD_WAIT_MS 2000         /* ... each this long, then answered with why not */
+#define PX_LOADING_RETRY_MS 100     /* a request about a tenant of a partition being read back:
+                                       answered busy, to ask again after this */
 #define PX_ADMIN_QUEUE "fairq-admin" /* P > 1: the queue group of <admin>.> and <explain>.* */
 #define PX_SHARE_PERIOD_MS 100      /* a heartbeat at least this often (issue 16) */
 #define PX_SHARE_QUEUED 4096        /* heartbeats waiting at most: 100 replicas' for 4 s */
@@ -187,7 +189,8 @@ typedef struct px_fwd {
 typedef struct px_counters {
     uint64_t reconnects, reloads, reload_failures, overrides_refused;
     uint64_t admin_forwarded;   /* P > 1: requests handed on to a tenant's holder */
-    uint64_t admin_fwd_busy;    /* ... answered busy instead: PX_FWD_MAX waiting already */
+    uint64_t admin_fwd_busy;    /* ... answered busy instead: PX_FWD_MAX waiting already, or
+                                   the tenant's partition ours but not read back yet */
     uint64_t journal_refused;       /* journal records refused at start: invalid or unknown */
     uint64_t subtenant_refused;     /* submits refused for their sub-tenant claim */
     uint64_t share_refused;         /* heartbeats refused: invalid, or a peer too many */
@@ -1821,6 +1824,29 @@ static void px_fwd_busy(fq_proxy *p, const fq_nio_msg *req, const char *holder, 
         fq_nio_reply(p->nio, req, buf, (size_t)n);
 }
 
+/* P > 1: a request about tenant[0..len), whose partition k we hold but
+ * have not read back yet (taken, its journal being read), is answered busy
+ * (fairq-admin asks again after retry_ms) and counted: answered now, its
+ * tenant would read as unknown, its debt as none. Whether it was. */
+static bool px_admin_loading(fq_proxy *p, const fq_nio_msg *req, const char *tenant, size_t len)
+{
+    if (px_parts(p) == 1 || !fq_tenant_id_valid(tenant, len))
+        return false;
+    uint32_t k = fq_partition_of(tenant, len, px_parts(p));
+    if (k >= PX_PARTS_MAX || !(p->part_want[k] || p->part_loading[k]))
+        return false;
+    char buf[512];
+    int n = snprintf(buf, sizeof buf, "{\"ok\":false,\"busy\":true,\"retry_ms\":%d,"
+                     "\"replica\":\"%s\",\"error\":\"busy: partition %" PRIu32 ", which holds "
+                     "the tenant, was taken by this replica and is being read back from its "
+                     "journal; retry in %d ms\"}", PX_LOADING_RETRY_MS, p->lease_id, k,
+                     PX_LOADING_RETRY_MS);
+    p->c.admin_fwd_busy++;
+    if (n > 0 && (size_t)n < sizeof buf)
+        fq_nio_reply(p->nio, req, buf, (size_t)n);
+    return true;
+}
+
 /* P > 1: a request about tenant[0..len) handed on to the replica that
  * holds its partition, at <admin>.replica.<holder>.<what>, if that is not
  * us and we know who: its answer comes back here and is relayed
@@ -1836,7 +1862,7 @@ static bool px_admin_forward(fq_proxy *p, fq_nio_msg **req, const char *tenant, 
     uint64_t now = fq_nio_mono_ms();
     const char *h = fq_owner_holder(fq_leader_owner(p->ld), (int32_t)k, now);
     if (!h[0] || strcmp(h, p->lease_id) == 0)
-        return false;
+        return px_admin_loading(p, *req, tenant, len);
     if (p->nfwd == PX_FWD_MAX) {
         px_fwd_busy(p, *req, h, now);
         return true;
@@ -2067,10 +2093,18 @@ static bool px_admin_route(fq_proxy *p, fq_nio_event *ev)
             return true;
         }
     }
+    fq_stats_req q;
+    char err[160];
     if (own) {
-        /* <admin>.replica.<id>.<rest>: answered here, as <rest> */
+        /* <admin>.replica.<id>.<rest>: answered here, as <rest> (a
+         * tenant's once its partition is read back) */
         size_t pl = strlen(p->replica_prefix);
         const char *rest = strlen(subject) > pl + 1 ? subject + pl + 1 : "";
+        if (strncmp(rest, "explain.", 8) == 0 ? px_admin_loading(p, ev->msg, rest + 8, strlen(rest + 8))
+            : strcmp(rest, "stats") == 0 &&
+                  fq_stats_req_parse(&q, body, blen, err, sizeof err) == FQ_OK && q.tenant[0] &&
+                  px_admin_loading(p, ev->msg, q.tenant, strlen(q.tenant)))
+            return true;
         if (strncmp(rest, "explain.", 8) == 0) {
             snprintf(buf, sizeof buf, "%s.%s", p->cfg.subjects.explain, rest + 8);
             fq_admin_explain(p->admin, p->cfg.subjects.explain, buf, body, blen, ev->msg, now);
@@ -2094,8 +2128,6 @@ static bool px_admin_route(fq_proxy *p, fq_nio_event *ev)
     const char *what = subject + al + 1;
     if (strcmp(what, "reload") == 0 || strncmp(what, "replica.", 8) == 0)
         return true;
-    fq_stats_req q;
-    char err[160];
     if (strcmp(what, "stats") == 0 &&
         fq_stats_req_parse(&q, body, blen, err, sizeof err) == FQ_OK && q.tenant[0])
         return px_admin_forward(p, &ev->msg, q.tenant, strlen(q.tenant), "stats");
