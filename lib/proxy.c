@@ -2467,17 +2467,25 @@ static fq_status px_part_gain(fq_proxy *p, uint32_t k, uint64_t term)
     return FQ_OK;
 }
 
-/* Partition k is not ours any more: its consumers stop fetching and are
- * deleted on the server (what they held unacked goes to k's next owner at
- * once), and their deliveries not yet handled are dropped unanswered. The
- * ledger lets the partition go on its own (fq_ledger_release). */
+/* Partition k is not ours any more: its consumers stop fetching, and
+ * their deliveries not yet handled are dropped unanswered. They are left
+ * on the server: k's next owner deletes them before it makes its own
+ * (natsio deletes every earlier term's), as it does a dead owner's, and
+ * what they held unacked goes to it then. So the replica that deletes a
+ * partition's consumer is always the one that makes the next, and knows
+ * the name a nats-server node restarted meanwhile may keep a stale copy
+ * of, refusing the next consumer on that filter until the copy is
+ * cleared under that name (natsio's nio_adopt_stale; docs/operations.md).
+ * Deleted here, the copy's name was known only to us, and the next owner
+ * was refused for good. The ledger lets the partition go on its own
+ * (fq_ledger_release). */
 static void px_part_lose(fq_proxy *p, uint32_t k)
 {
     if (k >= PX_PARTS_MAX || !p->part_term[k])
         return;
     int sid = PX_CONS_ID(PX_CONS_SUBMIT, k), did = PX_CONS_ID(PX_CONS_DONE, k);
-    fq_nio_consume_stop(p->nio, sid, true);
-    fq_nio_consume_stop(p->nio, did, true);
+    fq_nio_consume_stop(p->nio, sid, false);
+    fq_nio_consume_stop(p->nio, did, false);
     p->part_term[k] = 0;
     p->part_backlog[k] = 0;
     p->part_floor[k] = 0;

@@ -77,6 +77,41 @@ static int setup_two(void **state)
     return setup(state);
 }
 
+/* Two partitions, the mapping in an account whose user rep-b (user b)
+ * may not use the JetStream consumer API on FAIR_SUBMIT and FAIR_DONE: it
+ * can take a partition's key (and watch the buckets) but not list, delete
+ * or make a partition's consumer. Everyone else connects without
+ * credentials, as user t of the same account. */
+static int setup_two_no_consumers_for_b(void **state)
+{
+    parts = 2;          /* back to P at the teardown */
+    strcpy(dir, "/tmp/fairq-it-replicas-XXXXXX");
+    if (!mkdtemp(dir))
+        return -1;
+    snprintf(conf, sizeof conf, "%s/users.conf", dir);
+    FILE *c = fopen(conf, "w");
+    if (!c)
+        return -1;
+    fprintf(c, "accounts {\n  A {\n    jetstream: enabled\n"
+               "    users = [\n      {user: t, password: t}\n"
+               "      {user: b, password: b, permissions: {publish: {deny: ["
+               "\"$JS.API.CONSUMER.*.FAIR_SUBMIT\", \"$JS.API.CONSUMER.*.FAIR_SUBMIT.>\", "
+               "\"$JS.API.CONSUMER.*.*.FAIR_SUBMIT.>\", \"$JS.API.CONSUMER.*.FAIR_DONE\", "
+               "\"$JS.API.CONSUMER.*.FAIR_DONE.>\", \"$JS.API.CONSUMER.*.*.FAIR_DONE.>\"]}}}\n"
+               "    ]\n"
+               "    mappings {\n"
+               "      \"fair.submit.*\": \"fair.submit.{{partition(2,1)}}.{{wildcard(1)}}\"\n"
+               "      \"fair.done.*\": \"fair.done.{{partition(2,1)}}.{{wildcard(1)}}\"\n"
+               "    }\n  }\n}\nno_auth_user: t\n");
+    if (fclose(c) != 0)
+        return -1;
+    setenv("FAIRQ_HTTP_LISTEN", "127.0.0.1:0", 1);
+    char yaml[512];
+    snprintf(yaml, sizeof yaml, yaml_fmt, parts, "rep-a");
+    pt_worker_opts wo = {.concurrency = 8, .service_ms = 1};
+    return pf_setup_server(state, (const char *const[]){"-c", conf, NULL}, yaml, &wo);
+}
+
 static int teardown(void **state)
 {
     for (int i = 0; i < 3; i++)
@@ -578,6 +613,85 @@ static void test_duplicate_replica_id_refused_p1(void **state)
     pf_wait_msgs(f, "FAIR_DISPATCH", 1);
 }
 
+/* Whether stream lists consumer name. */
+static bool consumer_listed(pf_fixture *f, const char *stream, const char *name)
+{
+    jsConsumerNamesList *l = NULL;
+    assert_int_equal(js_ConsumerNames(&l, f->c.js, stream, NULL, NULL), NATS_OK);
+    bool found = false;
+    for (int i = 0; i < l->Count; i++)
+        found |= strcmp(l->List[i], name) == 0;
+    jsConsumerNamesList_Destroy(l);
+    return found;
+}
+
+/* A partition let go (here by a planned move, as rep-b joins) keeps its
+ * consumers on the server until its next owner deletes them before making
+ * its own, as it does a dead owner's: the replica that deletes a
+ * partition's consumer is then the one that makes the next, and knows its
+ * name. A nats-server node restarted just before may keep a stale copy of
+ * a deleted consumer and refuse every consumer on its filter until that
+ * one is made again under its name and deleted (docs/operations.md,
+ * it_cluster test_stale_consumer_copy_cleared); when the replica letting
+ * the partition go deleted them, its next owner, refused, did not know
+ * what to clear (the node-kill case of it_cluster_replicas: a partition
+ * undispatched for minutes). rep-b may not use the consumer API: it takes
+ * the partition, is refused its first consumer request and exits; rep-a's
+ * consumers of that partition are still there, and rep-a, taking the
+ * partition back in a new term once rep-b's keys aged out, deletes them and
+ * serves it. Before, rep-a deleted them as it let the partition go. */
+static void test_let_go_consumers_left_to_next_owner(void **state)
+{
+    pf_fixture *f = *state;
+    static const char *const streams[] = {"FAIR_SUBMIT", "FAIR_DONE"};
+    assert_int_equal(pf_wait_shared(&f->c, "fairq_lease", 2, (const char *[]){"rep-a"}, 1, 15000),
+                     0);
+    serve(f, 0, 16, 0);     /* both partitions' consumers made */
+    /* each partition's consumers: fairq-p<k>-<term>, rep-a's term */
+    char name[2][2][64] = {{"", ""}, {"", ""}};
+    for (int s = 0; s < 2; s++) {
+        jsConsumerNamesList *l = NULL;
+        assert_int_equal(js_ConsumerNames(&l, f->c.js, streams[s], NULL, NULL), NATS_OK);
+        for (int i = 0; i < l->Count; i++) {
+            int p = -1;
+            if (sscanf(l->List[i], "fairq-p%d-", &p) == 1 && p >= 0 && p < 2)
+                snprintf(name[s][p], sizeof name[s][p], "%s", l->List[i]);
+        }
+        jsConsumerNamesList_Destroy(l);
+    }
+    char url[128], yaml[512];
+    snprintf(url, sizeof url, "nats://b:b@127.0.0.1:%d", natstest_port(f->srv));
+    snprintf(yaml, sizeof yaml, yaml_fmt, parts, "rep-b");
+    assert_int_equal(pt_proxy_start_url(&more[0], f->srv, url, "rep-b", yaml), 0);
+    /* rep-b takes a partition: rep-a let it go */
+    int k = -1;
+    char own[2][PF_ID_MAX];
+    for (long long end = nt_now_ms() + 15000; k < 0 && nt_now_ms() < end; nt_sleep_ms(20)) {
+        pf_owners(&f->c, "fairq_lease", 2, own);
+        k = strcmp(own[0], "rep-b") == 0 ? 0 : strcmp(own[1], "rep-b") == 0 ? 1 : -1;
+    }
+    assert_true(k >= 0);
+    /* refused the consumer API, rep-b exits; what rep-a left is there still
+     * (unless rep-a has taken it back already, rep-b's key aged out) */
+    assert_int_equal(nt_proc_wait(&more[0].proc, 15000), 0);
+    print_message("rep-b exited %d\n", nt_proc_exit_code(&more[0].proc));
+    for (int s = 0; s < 2; s++) {
+        assert_true(name[s][k][0]);
+        bool left = consumer_listed(f, streams[s], name[s][k]);
+        pf_owners(&f->c, "fairq_lease", 2, own);    /* read after: rep-a's then too */
+        print_message("p.%d taken by rep-b: rep-a's %s on %s %s; p.%d's holder now '%s'\n", k,
+                      name[s][k], streams[s], left ? "left" : "deleted", k, own[k]);
+        assert_true(left || strcmp(own[k], "rep-a") == 0);  /* rep-a's again: moot */
+    }
+    /* rep-a takes it back, deletes them, makes its own and serves */
+    assert_int_equal(pf_wait_shared(&f->c, "fairq_lease", 2, (const char *[]){"rep-a"}, 1,
+                                    3 * TTL_MS + 5000),
+                     0);
+    serve(f, 16, 16, 16);
+    for (int s = 0; s < 2; s++)
+        assert_false(consumer_listed(f, streams[s], name[s][k]));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -585,6 +699,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_replica_owning_none_is_a_ready_standby, setup_two,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_fenced_partition_let_go_alone, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_let_go_consumers_left_to_next_owner,
+                                        setup_two_no_consumers_for_b, teardown),
         cmocka_unit_test_setup_teardown(test_duplicate_replica_id_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(test_duplicate_replica_id_refused_p1, setup_one,
                                         teardown),
