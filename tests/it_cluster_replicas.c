@@ -196,6 +196,8 @@ static int journal_done(int n, unsigned char *done)
     return total;
 }
 
+static void consumers_dump(const char *stream);
+
 /* What FAIR_SUBMIT holds and where each of its consumers is. */
 static void submit_dump(void)
 {
@@ -206,8 +208,14 @@ static void submit_dump(void)
             print_message("left: seq %llu %s %s\n", (unsigned long long)m[i].seq, m[i].subject,
                           m[i].run_id[0] ? m[i].run_id : m[i].data);
     pt_msgs_free(m, k);
+    consumers_dump("FAIR_SUBMIT");
+}
+
+/* Where each consumer of stream is, and each stream's leader. */
+static void consumers_dump(const char *stream)
+{
     jsConsumerInfoList *cl = NULL;
-    if (js_Consumers(&cl, W.f.c.js, "FAIR_SUBMIT", NULL, NULL) == NATS_OK)
+    if (js_Consumers(&cl, W.f.c.js, stream, NULL, NULL) == NATS_OK)
         for (int i = 0; i < cl->Count; i++) {
             const jsConsumerInfo *ci = cl->List[i];
             print_message("consumer %s (%s): pending %llu, unacked %lld, delivered up to %llu, "
@@ -289,6 +297,54 @@ static void stuck(int n)
     fail_msg("%zu of %d runs completed", pt_worker_completed(W.f.w), n);
 }
 
+/* Runs completed without a done record 20 s later: say which (20 at
+ * most), and whether their records come within the done consumers' ack
+ * wait and 10 s (a completion delivered and left unacked comes again
+ * after it), where FAIR_DONE's consumers are and what the replicas warned
+ * of; then fail. */
+static void done_missing(int n, const unsigned char *done)
+{
+    unsigned char *now = malloc((size_t)n);
+    assert_non_null(now);
+    long long t0 = nt_now_ms();
+    int missing = 0;
+    for (int i = 0; i < n; i++)
+        if (!done[i] && missing++ < 20) {
+            char t[16];
+            snprintf(t, sizeof t, "t%d", i % TENANTS);
+            print_message("no done record: r-%d (%s, partition %u)\n", i, t,
+                          fq_partition_of(t, strlen(t), P));
+        }
+    pt_msg *m = NULL;
+    size_t k = 0;
+    if (pt_stream_read(&W.f.c, "FAIR_DONE", &m, &k) == 0)     /* completions not acked */
+        for (size_t i = 0; i < k; i++)
+            print_message("FAIR_DONE holds: seq %llu %s %s\n", (unsigned long long)m[i].seq,
+                          m[i].subject, m[i].run_id[0] ? m[i].run_id : m[i].data);
+    pt_msgs_free(m, k);
+    consumers_dump("FAIR_DONE");
+    int got = 0;
+    while ((got = journal_done(n, now)) < n && nt_now_ms() < t0 + 70000)
+        nt_sleep_ms(500);
+    for (int i = 0; i < n; i++)
+        if (!done[i])
+            print_message("r-%d: %s\n", i, now[i] ? "its done record came later" : "none yet");
+    print_message("%d done records missing 20 s after the runs completed; %d of them still "
+                  "missing %lld ms later\n",
+                  missing, n - got, nt_now_ms() - t0);
+    for (int i = 0; i < REPLICAS; i++) {
+        FILE *f = W.started[i] ? fopen(W.px[i].log, "r") : NULL;
+        char line[2048];
+        while (f && fgets(line, sizeof line, f))
+            if (strstr(line, "level=warn") || strstr(line, "level=error"))
+                print_message("%s: %s", ids[i], line);
+        if (f)
+            fclose(f);
+    }
+    free(now);
+    fail_msg("%d runs have no done record", missing);
+}
+
 /* Stop the flood and check the whole history: every run completed,
  * stored once in FAIR_DISPATCH, reconciled once; n the runs so far. */
 static int all_once(const char *what)
@@ -305,9 +361,8 @@ static int all_once(const char *what)
          nt_sleep_ms(50))
         if (nt_now_ms() > end)
             break;
-    for (int i = 0; i < n && got < n; i++)
-        if (!done[i])
-            fail_msg("run r-%d has no done record", i);
+    if (got < n)
+        done_missing(n, done);
     free(done);
     size_t rx = pt_worker_received(W.f.w), cx = pt_worker_completed(W.f.w);
     print_message("%s: %d runs, each dispatched once and reconciled once; workers' redeliveries "
