@@ -702,6 +702,12 @@ static void ad_tenant_reply(const ad_req *q, const char *tenant)
         fq_json_key(&w, "class_weights");
         fq_json_string(&w, text);
     }
+    if (pr.class_max_pending.set) {     /* else scheduler.classes' */
+        char text[48];
+        fq_class_pending_format(text, sizeof text, &pr.class_max_pending);
+        fq_json_key(&w, "class_max_pending");
+        fq_json_string(&w, text);
+    }
     if (pr.prices.input != 1 || pr.prices.output != 1 || pr.prices.cached != 1) {
         AD_KV(&w, "price_input", pr.prices.input);
         AD_KV(&w, "price_output", pr.prices.output);

@@ -48,12 +48,14 @@
 typedef struct raw_plan {
     char *name, *weight, *max_in_flight, *max_pending, *burst_in_flight, *tokens_per_minute;
     char *price_input, *price_output, *price_cached, *max_subtenants, *class_weights;
+    char *class_max_pending;
 } raw_plan;
 
 typedef struct raw_tenant {
     char *id, *plan, *weight, *max_in_flight, *max_pending, *burst_in_flight,
         *tokens_per_minute;
     char *price_input, *price_output, *price_cached, *max_subtenants, *class_weights;
+    char *class_max_pending;
 } raw_tenant;
 
 typedef struct raw_workflow {
@@ -89,6 +91,7 @@ static const cyaml_schema_field_t plan_fields[] = {
     CFG_STR("price_cached", raw_plan, price_cached),
     CFG_STR("max_subtenants", raw_plan, max_subtenants),
     CFG_STR("class_weights", raw_plan, class_weights),
+    CFG_STR("class_max_pending", raw_plan, class_max_pending),
     CYAML_FIELD_END
 };
 static const cyaml_schema_value_t plan_entry = {
@@ -108,6 +111,7 @@ static const cyaml_schema_field_t tenant_fields[] = {
     CFG_STR("price_cached", raw_tenant, price_cached),
     CFG_STR("max_subtenants", raw_tenant, max_subtenants),
     CFG_STR("class_weights", raw_tenant, class_weights),
+    CFG_STR("class_max_pending", raw_tenant, class_max_pending),
     CYAML_FIELD_END
 };
 static const cyaml_schema_value_t tenant_entry = {
@@ -360,6 +364,23 @@ static fq_status cfg_class_weights(const cfg_ctx *v, const fq_config *c, const c
     return FQ_OK;
 }
 
+/* class_max_pending at prefix: one max_pending per class of
+ * scheduler.classes, highest first (0: none of the class's own). */
+static fq_status cfg_class_pending(const cfg_ctx *v, const fq_config *c, const char *prefix,
+                                   const char *text, fq_class_pending *out)
+{
+    fq_classes cl;
+    if (!text)
+        return FQ_OK;
+    if (fq_classes_parse(&cl, c->scheduler.classes) != FQ_OK || !cl.n)
+        return cfg_fail(v, prefix, "class_max_pending", "needs scheduler.classes");
+    if (fq_class_pending_parse(out, text) != FQ_OK || out->count != cl.n)
+        return cfg_fail(v, prefix, "class_max_pending", "must be one max_pending of 0 to "
+                        "2^32-1 per class of scheduler.classes (%u), highest first, as in "
+                        "\"100, 0\" (0: none of the class's own)", (unsigned)cl.n);
+    return FQ_OK;
+}
+
 /* The prices of token kinds at prefix, for a plan and a tenant entry alike. */
 static fq_status cfg_prices(const cfg_ctx *v, const char *prefix, const char *input,
                             const char *output, const char *cached, fq_prices *p)
@@ -435,6 +456,7 @@ static fq_status cfg_plans(fq_config *c, const raw_config *r, const cfg_ctx *v)
                                &p->prices));
         CFG_IFOK(s, cfg_subtenants(v, at, rp->max_subtenants, 0, &p->max_subtenants));
         CFG_IFOK(s, cfg_class_weights(v, c, at, rp->class_weights, &p->class_weights));
+        CFG_IFOK(s, cfg_class_pending(v, c, at, rp->class_max_pending, &p->class_max_pending));
         if (s == FQ_OK && p->burst_in_flight && p->burst_in_flight <= p->max_in_flight)
             s = cfg_fail(v, at, "burst_in_flight", "must be above max_in_flight (%u), or left "
                          "out", (unsigned)p->max_in_flight);
@@ -485,6 +507,7 @@ static fq_status cfg_tenants(fq_config *c, const raw_config *r, const cfg_ctx *v
                                &t->prices));
         CFG_IFOK(s, cfg_subtenants(v, at, rt->max_subtenants, 1, &t->max_subtenants));
         CFG_IFOK(s, cfg_class_weights(v, c, at, rt->class_weights, &t->class_weights));
+        CFG_IFOK(s, cfg_class_pending(v, c, at, rt->class_max_pending, &t->class_max_pending));
     }
     CFG_IFOK(s, cfg_unique(v, "tenants", "id", r->tenants, r->tenants_count,
                            sizeof(raw_tenant), offsetof(raw_tenant, id)));

@@ -2048,17 +2048,29 @@ static fq_ledger_tenant *lg_admission(fq_ledger *l, lg_verdict *v, const fq_ledg
     return lt;
 }
 
+/* Whether tenant lt has the max_pending runs of class cls queued: its
+ * policy's (class_max_pending), else scheduler.classes' (*cap; 0: no limit
+ * of the class's own). The ledger's to say, not the scheduler's, since it
+ * may differ by tenant. */
+static bool lg_class_full(const fq_ledger *l, const fq_ledger_tenant *lt, uint32_t cls,
+                          uint32_t *cap)
+{
+    const fq_classes *cl = &l->o.classes;
+    fq_tenant_info ti;
+    *cap = cls >= FQ_SCHED_MAX_CLASSES ? 0
+         : lt->class_max_pending.set ? lt->class_max_pending.n[cls] : cl->max_pending[cls];
+    return cl->n && *cap && (fq_tenant_info_get(lt->t, &ti), ti.class_queued[cls] >= *cap);
+}
+
 /* The refusal of v (QUEUE) when its tenant has max_pending runs queued,
  * of its class or in all. */
 static void lg_full_refusal(lg_verdict *v, const fq_ledger *l, const fq_ledger_tenant *lt,
                             const char *tenant)
 {
-    const fq_classes *cl = &l->o.classes;
-    fq_tenant_info ti;
-    if (cl->n && cl->max_pending[v->cls] &&
-        (fq_tenant_info_get(lt->t, &ti), ti.class_queued[v->cls] >= cl->max_pending[v->cls]))
+    uint32_t cap;
+    if (lg_class_full(l, lt, v->cls, &cap))
         lg_refusal(v, FQ_EFULL, "tenant %s has its max_pending runs of class %s (%" PRIu32
-                   ") queued already", tenant, cl->name[v->cls], cl->max_pending[v->cls]);
+                   ") queued already", tenant, l->o.classes.name[v->cls], cap);
     else
         lg_refusal(v, FQ_EFULL, "tenant %s has its max_pending runs queued already", tenant);
 }
@@ -2075,8 +2087,11 @@ static void lg_enqueue(fq_ledger *l, lg_verdict *v, fq_ledger_tenant *lt,
     if (x)
         *x = (lg_run){.run.id = seq, .lt = lt, .key = v->key, .submitted_ms = s->ts_ms,
                       .est = v->est, .cseq = s->ack.cseq, .delivered = s->ack.delivered};
+    uint32_t cap;
     if (!x || !lg_seq_add(l, x)) {
         st = FQ_ENOMEM;
+    } else if (l->o.classes.n && lg_class_full(l, lt, v->cls, &cap)) {
+        st = FQ_EFULL;
     } else {
         fq_sched_give_run(l->o.sched, &x->run);     /* one record a run: x's */
         /* its tenant's share divided by class, then among its sub-tenants,
@@ -3852,7 +3867,9 @@ void fq_ledger_sched_opts(fq_sched_opts *o, const fq_ledger_opts *lo)
     o->max_expired = lo->max_expired;
     o->expired_keep = lo->keep_done_ms;
     o->nclasses = lo->classes.n;
-    memcpy(o->class_max_pending, lo->classes.max_pending, sizeof o->class_max_pending);
+    /* a class's max_pending is the ledger's to apply (lg_class_full): it
+     * may be set per plan, tenant and override */
+    memset(o->class_max_pending, 0, sizeof o->class_max_pending);
 }
 
 static bool lg_opts_valid(const fq_ledger_opts *o)

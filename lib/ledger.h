@@ -138,6 +138,9 @@ typedef struct fq_ledger_tenant {
     fq_prices prices;           /* of its token kinds (the caller's, from its
                                    policy): a completion that reports kinds
                                    is reconciled at its priced cost */
+    fq_class_pending class_max_pending; /* its classes' max_pending (the
+                                   caller's, from its policy); not set: the
+                                   ledger's classes' */
     uint32_t held;              /* its submits held: its part of the buffer */
     uint32_t back;              /* its runs given back to FAIR_SUBMIT, awaited */
     struct fq_ledger_back *back_head, *back_tail;   /* those, by sequence */

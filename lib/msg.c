@@ -1065,7 +1065,8 @@ static const char *const fq_ovr_names[] = {"plan", "weight", "max_in_flight",
                                            "max_pending", "burst_in_flight",
                                            "tokens_per_minute", "price_input",
                                            "price_output", "price_cached",
-                                           "max_subtenants", "class_weights", "tenant"};
+                                           "max_subtenants", "class_weights",
+                                           "class_max_pending", "tenant"};
 #define FQ_OVR_NAMES (sizeof fq_ovr_names / sizeof fq_ovr_names[0])
 
 /* One field of those a patch may change: null removes it, a value sets it. */
@@ -1096,6 +1097,12 @@ static fq_status fq_override_field(fq_override_patch *out, size_t k, const cJSON
             return fq_msg_fail(err, errlen, "class_weights: must be \"strict\", or one "
                                "weight of 1 to %u per class, highest first (\"3, 1\"), "
                                "or null", FQ_SCHED_MAX_CLASS_WEIGHT);
+    } else if (k == 11) {
+        if (!cJSON_IsString(item) ||
+            fq_class_pending_parse(&out->class_max_pending, item->valuestring) != FQ_OK ||
+            !out->class_max_pending.set)
+            return fq_msg_fail(err, errlen, "class_max_pending: must be one max_pending of "
+                               "0 to 2^32-1 per class, highest first (\"100, 0\"), or null");
     } else {
         if ((st = fq_msg_uint_item(&v, item, lo[k], hi[k], fq_ovr_names[k], err,
                                    errlen)) != FQ_OK)
@@ -1121,8 +1128,8 @@ static fq_status fq_override_fields(fq_override_patch *out, const cJSON *root,
             return fq_msg_fail(err, errlen, "the body has an unknown field; it takes only "
                                "tenant, plan, weight, max_in_flight, max_pending, "
                                "burst_in_flight, tokens_per_minute, price_input, "
-                               "price_output, price_cached, max_subtenants and "
-                               "class_weights");
+                               "price_output, price_cached, max_subtenants, "
+                               "class_weights and class_max_pending");
         if (it[k])
             return fq_msg_fail(err, errlen, "%s: given twice in the body", fq_ovr_names[k]);
         it[k] = c;
@@ -1148,9 +1155,8 @@ static fq_status fq_override_fields(fq_override_patch *out, const cJSON *root,
     if (!out->set && !out->removed)
         return fq_msg_fail(err, errlen, "the body changes nothing: give plan, weight, "
                            "max_in_flight, max_pending, burst_in_flight, tokens_per_minute, "
-                           "price_input, price_output, price_cached, max_subtenants or "
-                           "class_weights (null "
-                           "removes one)");
+                           "price_input, price_output, price_cached, max_subtenants, "
+                           "class_weights or class_max_pending (null removes one)");
     return FQ_OK;
 }
 

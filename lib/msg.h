@@ -153,7 +153,8 @@ size_t fq_completion_format(char *buf, size_t cap, const fq_completion *c);
 #define FQ_OVR_PRICE_CACHED 256u
 #define FQ_OVR_MAX_SUBTENANTS 512u
 #define FQ_OVR_CLASS_WEIGHTS 1024u
-#define FQ_OVR_ALL 2047u
+#define FQ_OVR_CLASS_MAX_PENDING 2048u
+#define FQ_OVR_ALL 4095u
 
 typedef struct fq_override_patch {
     char tenant[FQ_TENANT_MAX + 1];     /* "" if the body names none */
@@ -168,6 +169,7 @@ typedef struct fq_override_patch {
     uint32_t price_cached;              /* 1..1,000,000 */
     uint32_t max_subtenants;            /* 1..FQ_MAX_SUBTENANTS */
     fq_class_weights class_weights;     /* "strict", or 2..4 weights (set) */
+    fq_class_pending class_max_pending; /* 2..4 max_pending, one per class (set) */
     unsigned set;                       /* FQ_OVR_* fields given a value */
     unsigned removed;                   /* FQ_OVR_* fields given as null */
 } fq_override_patch;
@@ -184,8 +186,9 @@ enum fq_patch_kind {
  * plan, weight (1..max_weight), max_in_flight, max_pending,
  * burst_in_flight and tokens_per_minute (1..2^32-1), price_input,
  * price_output and price_cached (1..1,000,000), max_subtenants
- * (1..FQ_MAX_SUBTENANTS), class_weights (fq_class_weights_parse's text;
- * whether it fits the classes configured is the policy's to say),
+ * (1..FQ_MAX_SUBTENANTS), class_weights (fq_class_weights_parse's text)
+ * and class_max_pending (fq_class_pending_parse's; whether either fits the
+ * classes configured is the policy's to say),
  * as kind requires. On FQ_EINVAL *out is zeroed and err holds a sentence
  * naming the field and the reason (never quoting the client). */
 fq_status fq_override_patch_parse(fq_override_patch *out, const void *body, size_t len,

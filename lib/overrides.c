@@ -98,7 +98,7 @@ bool fq_ovr_entry_empty(const fq_tenant_entry *e)
     return !e->plan[0] && !e->weight && !e->max_in_flight && !e->max_pending &&
            !e->burst_in_flight && !e->tokens_per_minute && !e->prices.input &&
            !e->prices.output && !e->prices.cached && !e->max_subtenants &&
-           !e->class_weights.set;
+           !e->class_weights.set && !e->class_max_pending.set;
 }
 
 static bool ovr_entry_equal(const fq_tenant_entry *a, const fq_tenant_entry *b)
@@ -110,7 +110,9 @@ static bool ovr_entry_equal(const fq_tenant_entry *a, const fq_tenant_entry *b)
            a->max_subtenants == b->max_subtenants &&
            memcmp(&a->prices, &b->prices, sizeof a->prices) == 0 &&
            a->class_weights.set == b->class_weights.set &&
-           memcmp(a->class_weights.w, b->class_weights.w, sizeof a->class_weights.w) == 0;
+           memcmp(a->class_weights.w, b->class_weights.w, sizeof a->class_weights.w) == 0 &&
+           memcmp(&a->class_max_pending, &b->class_max_pending,
+                  sizeof a->class_max_pending) == 0;
 }
 
 static void ovr_patch_field(uint32_t *dst, uint32_t v, const fq_override_patch *pt, unsigned bit)
@@ -142,6 +144,10 @@ static void ovr_patch_apply(fq_tenant_entry *e, const fq_override_patch *pt)
         e->class_weights = pt->class_weights;
     else if (pt->removed & FQ_OVR_CLASS_WEIGHTS)
         memset(&e->class_weights, 0, sizeof e->class_weights);
+    if (pt->set & FQ_OVR_CLASS_MAX_PENDING)
+        e->class_max_pending = pt->class_max_pending;
+    else if (pt->removed & FQ_OVR_CLASS_MAX_PENDING)
+        memset(&e->class_max_pending, 0, sizeof e->class_max_pending);
 }
 
 void fq_ovr_entry_json(fq_json *w, const fq_tenant_entry *e)
@@ -169,17 +175,30 @@ void fq_ovr_entry_json(fq_json *w, const fq_tenant_entry *e)
         fq_json_key(w, "class_weights");
         fq_json_string(w, cw);
     }
+    if (e->class_max_pending.set) {
+        char cp[48];
+        fq_class_pending_format(cp, sizeof cp, &e->class_max_pending);
+        fq_json_key(w, "class_max_pending");
+        fq_json_string(w, cp);
+    }
     fq_json_end_object(w);
 }
 
-/* Whether e's class weights fit pol's classes; if not, err says why. */
+/* Whether e's class weights and class max_pending fit pol's classes; if
+ * not, err says why. */
 static bool ovr_fits(const fq_policy *pol, const fq_tenant_entry *e, char *err, size_t errlen)
 {
-    if (fq_policy_class_weights_fit(pol, &e->class_weights))
-        return true;
-    snprintf(err, errlen, "class_weights: give one weight per class configured in "
-             "scheduler.classes, or \"strict\"");
-    return false;
+    if (!fq_policy_class_weights_fit(pol, &e->class_weights)) {
+        snprintf(err, errlen, "class_weights: give one weight per class configured in "
+                 "scheduler.classes, or \"strict\"");
+        return false;
+    }
+    if (!fq_policy_class_pending_fit(pol, &e->class_max_pending)) {
+        snprintf(err, errlen, "class_max_pending: give one max_pending per class configured "
+                 "in scheduler.classes");
+        return false;
+    }
+    return true;
 }
 
 /* Put ne in force as o's override in pol (none when it sets nothing). On

@@ -133,7 +133,8 @@ fq_status fq_policy_set_plan(fq_policy *p, const fq_plan *plan)
     if (!pol_name_valid(plan->name, false) || plan->weight == 0 ||
         !pol_weight_valid(plan->weight) || !pol_prices_valid(&plan->prices) ||
         plan->max_subtenants > FQ_POLICY_MAX_SUBTENANTS ||
-        !fq_policy_class_weights_fit(p, &plan->class_weights))
+        !fq_policy_class_weights_fit(p, &plan->class_weights) ||
+        !fq_policy_class_pending_fit(p, &plan->class_max_pending))
         return FQ_EINVAL;
     pol_plan *n = (pol_plan *)pol_find(p->plans, plan->name);
     if (n) {
@@ -152,7 +153,8 @@ static fq_status pol_set_entry(fq_policy *p, fq_strmap *t, const fq_tenant_entry
 {
     if (!pol_name_valid(e->id, true) || !pol_weight_valid(e->weight) ||
         !pol_prices_valid(&e->prices) || e->max_subtenants > FQ_POLICY_MAX_SUBTENANTS ||
-        !fq_policy_class_weights_fit(p, &e->class_weights))
+        !fq_policy_class_weights_fit(p, &e->class_weights) ||
+        !fq_policy_class_pending_fit(p, &e->class_max_pending))
         return FQ_EINVAL;
     if (e->plan[0]) {
         if (!pol_name_valid(e->plan, false))
@@ -238,6 +240,9 @@ fq_status fq_policy_resolve(fq_policy_resolved *out, const fq_policy *p,
                                : te && te->class_weights.set ? &te->class_weights
                                                              : &plan->class_weights;
     memcpy(out->p.class_weight, cw->w, sizeof out->p.class_weight);
+    out->class_max_pending = ov && ov->class_max_pending.set ? ov->class_max_pending
+                           : te && te->class_max_pending.set ? te->class_max_pending
+                                                             : plan->class_max_pending;
     out->prices.input = pol_first(ov ? ov->prices.input : 0, te ? te->prices.input : 0,
                                   plan->prices.input ? plan->prices.input : 1);
     out->prices.output = pol_first(ov ? ov->prices.output : 0, te ? te->prices.output : 0,
@@ -332,6 +337,52 @@ void fq_class_weights_format(char *buf, size_t cap, const fq_class_weights *cw)
             break;
         len += (size_t)k;
     }
+}
+
+fq_status fq_class_pending_parse(fq_class_pending *out, const char *text)
+{
+    memset(out, 0, sizeof *out);
+    if (!text || !*text)
+        return FQ_OK;
+    fq_class_pending cp = {.set = true};
+    const char *p = text;
+    for (;;) {
+        p += strspn(p, " ");
+        uint64_t v = 0;
+        size_t d = 0;
+        for (; p[d] >= '0' && p[d] <= '9' && v <= UINT32_MAX; d++)
+            v = v * 10 + (uint64_t)(p[d] - '0');
+        if (d == 0 || v > UINT32_MAX || cp.count == FQ_SCHED_MAX_CLASSES)
+            return FQ_EINVAL;
+        cp.n[cp.count++] = (uint32_t)v;
+        p += d;
+        p += strspn(p, " ");
+        if (*p == '\0')
+            break;
+        if (*p++ != ',')
+            return FQ_EINVAL;
+    }
+    if (cp.count < 2)
+        return FQ_EINVAL;
+    *out = cp;
+    return FQ_OK;
+}
+
+void fq_class_pending_format(char *buf, size_t cap, const fq_class_pending *cp)
+{
+    size_t len = 0;
+    buf[0] = '\0';
+    for (uint32_t c = 0; cp->set && c < cp->count && len < cap; c++) {
+        int k = snprintf(buf + len, cap - len, "%s%u", c ? "," : "", (unsigned)cp->n[c]);
+        if (k < 0)
+            break;
+        len += (size_t)k;
+    }
+}
+
+bool fq_policy_class_pending_fit(const fq_policy *p, const fq_class_pending *cp)
+{
+    return !cp->set || cp->count == p->nclasses;
 }
 
 void fq_policy_set_nclasses(fq_policy *p, uint32_t n)

@@ -68,6 +68,24 @@ uint32_t fq_class_weights_count(const fq_class_weights *cw);
 /* It as text ("strict", "3,1") in buf[0..cap), "" when not set. */
 void fq_class_weights_format(char *buf, size_t cap, const fq_class_weights *cw);
 
+/* Each class's max_pending for a tenant, highest class first, over
+ * scheduler.classes' own (0: no limit of the class's own, under the
+ * tenant's max_pending). In a plan or entry, not set is "not set at this
+ * layer" (finally scheduler.classes'). */
+typedef struct fq_class_pending {
+    bool set;                   /* set at this layer */
+    uint32_t count;             /* classes given: 2 .. FQ_SCHED_MAX_CLASSES */
+    uint32_t n[FQ_SCHED_MAX_CLASSES];
+} fq_class_pending;
+
+/* Read text: one max_pending per class, highest class first ("100, 0": 2
+ * to FQ_SCHED_MAX_CLASSES numbers of 0 to 2^32-1, separated by commas,
+ * blanks around them allowed); NULL or "" is not set. FQ_EINVAL on
+ * anything else: *out is then not set. */
+fq_status fq_class_pending_parse(fq_class_pending *out, const char *text);
+/* It as text ("100,0") in buf[0..cap), "" when not set. */
+void fq_class_pending_format(char *buf, size_t cap, const fq_class_pending *cp);
+
 /* A run's priced cost from the kinds its completion reported: input tokens
  * (cached ones included) less the cached, at the input price, plus the
  * cached at theirs and the output at theirs, over the input price, rounded
@@ -101,6 +119,7 @@ typedef struct fq_plan {
                                    at most FQ_POLICY_MAX_SUBTENANTS; 0 = none */
     fq_prices prices;           /* of token kinds; 0: 1 */
     fq_class_weights class_weights; /* not set: strict */
+    fq_class_pending class_max_pending; /* not set: scheduler.classes' */
 } fq_plan;
 
 /* A tenant entry, used both for the config's tenants and for overrides.
@@ -119,11 +138,13 @@ typedef struct fq_tenant_entry {
     uint32_t max_subtenants;
     fq_prices prices;
     fq_class_weights class_weights; /* set: this layer's, over the layer below's */
+    fq_class_pending class_max_pending; /* set: this layer's, over the layer below's */
 } fq_tenant_entry;
 
 typedef struct fq_policy_resolved {
     fq_tenant_policy p;
     fq_prices prices;           /* each kind's, 1 where no layer sets one */
+    fq_class_pending class_max_pending; /* set: a layer's, else scheduler.classes' */
     const char *plan;           /* plan name, valid until the policy is destroyed */
     enum fq_policy_source source;   /* the highest layer that lists the tenant */
 } fq_policy_resolved;
@@ -162,6 +183,8 @@ fq_status fq_policy_resolve(fq_policy_resolved *out, const fq_policy *p,
 void fq_policy_set_nclasses(fq_policy *p, uint32_t n);
 /* Whether cw may be set: not set, strict, or one weight per class. */
 bool fq_policy_class_weights_fit(const fq_policy *p, const fq_class_weights *cw);
+/* Whether cp may be set: not set, or one max_pending per class. */
+bool fq_policy_class_pending_fit(const fq_policy *p, const fq_class_pending *cp);
 
 /* The plan named name, or NULL. Valid until the policy is destroyed. */
 const fq_plan *fq_policy_plan(const fq_policy *p, const char *name);

@@ -383,6 +383,7 @@ static fq_status px_tenant_get(px_tenant **out, fq_proxy *p, const char *id, siz
     t->source = pr.source;
     fq_ledger_tenant_init(&t->lt, t->t, t->id);
     t->lt.prices = pr.prices;
+    t->lt.class_max_pending = pr.class_max_pending;
     fq_sweep_append(&p->sweep, &t->later);
     fq_strmap_insert(p->tenants, &t->node, len);
     *out = t;
@@ -403,6 +404,7 @@ static void px_tenant_apply(fq_proxy *p, px_tenant *t)
     snprintf(t->plan, sizeof t->plan, "%s", pr.plan ? pr.plan : "");
     t->source = pr.source;
     t->lt.prices = pr.prices;
+    t->lt.class_max_pending = pr.class_max_pending;
 }
 
 /* ---- runtime overrides ------------------------------------------------- */

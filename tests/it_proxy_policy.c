@@ -479,6 +479,61 @@ static void test_hostile_claims_refused(void **state)
     assert_int_equal(pt_stream_last(&f->c, "FAIR_DISPATCH"), 1);   /* b's alone */
 }
 
+/* A class's max_pending per tenant through the overrides bucket: a's
+ * interactive class holds 1 run instead of scheduler.classes' 2, b's 3;
+ * tenant.get lists it; one that does not give one per class is refused. */
+static void test_class_max_pending_by_override(void **state)
+{
+    pf_fixture *f = *state;
+    char *r = pt_request(&f->c, "fair.admin.tenant.set",
+                         "{\"tenant\":\"a\",\"class_max_pending\":\"1,2,3\"}", NULL);
+    assert_non_null(r);
+    assert_non_null(strstr(r, "class_max_pending: give one max_pending per class"));
+    free(r);
+    const char *sets[] = {"{\"tenant\":\"a\",\"class_max_pending\":\"1, 0\"}",
+                          "{\"tenant\":\"b\",\"class_max_pending\":\"3, 0\"}"};
+    const char *want[] = {"1,0", "3,0"};
+    for (int i = 0; i < 2; i++) {
+        r = pt_request(&f->c, "fair.admin.tenant.set", sets[i], NULL);
+        assert_non_null(r);
+        cJSON *j = cJSON_Parse(r);
+        const cJSON *cp = cJSON_GetObjectItemCaseSensitive(j, "class_max_pending");
+        if (!cJSON_IsString(cp))
+            fail_msg("tenant.set answered: %s", r);
+        assert_string_equal(cp->valuestring, want[i]);
+        cJSON_Delete(j);
+        free(r);
+    }
+    submit(f, "c", 0, 100);     /* the one slot: every run of a and b stays queued */
+    assert_int_equal(wait_for(f, "c", "in_flight", 1), 1);
+    const char *tenants[] = {"a", "b"};
+    for (int t = 0; t < 2; t++) {
+        for (int i = 0; i < 4; i++) {
+            char body[96];
+            int n = snprintf(body, sizeof body, "{\"run_id\":\"%s-i%d\",\"est_tokens\":100,"
+                             "\"class\":\"interactive\"}", tenants[t], i);
+            assert_int_equal(pt_submit(&f->c, tenants[t], body, (size_t)n, NULL), 0);
+        }
+    }
+    assert_int_equal(wait_for(f, "a", "queued_runs", 1), 1);
+    assert_int_equal(wait_for(f, "b", "queued_runs", 3), 3);
+    assert_int_equal(wait_rejected(f, "a", "tenant_full", 3), 3);
+    assert_int_equal(wait_rejected(f, "b", "tenant_full", 1), 1);
+    pf_wait_msgs(f, "FAIR_REJECTED", 4);
+    pt_msg *m = NULL;
+    size_t n = 0;
+    assert_int_equal(pt_stream_read(&f->c, "FAIR_REJECTED", &m, &n), 0);
+    assert_int_equal(n, 4);
+    for (size_t i = 0; i < n; i++) {
+        char sentence[160];
+        snprintf(sentence, sizeof sentence, "tenant_full: tenant %s has its max_pending runs "
+                 "of class interactive (%d) queued already", m[i].subject + strlen("fair.rejected."),
+                 strcmp(m[i].subject, "fair.rejected.a") == 0 ? 1 : 3);
+        assert_string_equal(m[i].error, sentence);
+    }
+    pt_msgs_free(m, n);
+}
+
 /* Classes weighted per tenant through the overrides bucket: at 1:1 a
  * tenant's batch runs take turns with its interactive ones instead of
  * waiting for them all (strict, the config's default); weights that do not
@@ -542,6 +597,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_class_goes_first, setup_classes, teardown),
         cmocka_unit_test_setup_teardown(test_hostile_claims_refused, setup_classes, teardown),
         cmocka_unit_test_setup_teardown(test_class_weights_by_override, setup_classes, teardown),
+        cmocka_unit_test_setup_teardown(test_class_max_pending_by_override, setup_classes,
+                                        teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

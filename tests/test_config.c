@@ -229,10 +229,12 @@ static void test_values_are_read(void **state)
         "limits: {max_buffered_runs: 10, max_buffered_bytes: 4096}\n"
         "plans:\n"
         "  - {name: basic, weight: 2, max_in_flight: 4, max_pending: 100, burst_in_flight: 9,\n"
-        "     tokens_per_minute: 90000, price_input: 10, price_output: 40, price_cached: 1}\n"
+        "     tokens_per_minute: 90000, price_input: 10, price_output: 40, price_cached: 1,\n"
+        "     class_max_pending: \"50, 0\"}\n"
         "  - {name: gold, weight: 7}\n"
         "tenants:\n"
-        "  - {id: t1, plan: gold, weight: 9, max_in_flight: 3, max_pending: 5}\n"
+        "  - {id: t1, plan: gold, weight: 9, max_in_flight: 3, max_pending: 5,\n"
+        "     class_max_pending: \"7,4294967295\"}\n"
         "  - {id: t2}\n"
         "estimates:\n"
         "  default_tokens: 700\n"
@@ -249,6 +251,14 @@ static void test_values_are_read(void **state)
     assert_int_equal(cl.max_pending[1], 0);
     assert_int_equal(fq_classes_find(&cl, "batch", 5), 1);
     assert_int_equal(fq_classes_find(&cl, "batc", 4), -1);
+    /* a class's max_pending per plan and per tenant entry */
+    assert_true(c.plans[0].class_max_pending.set);
+    assert_int_equal(c.plans[0].class_max_pending.n[0], 50);
+    assert_int_equal(c.plans[0].class_max_pending.n[1], 0);
+    assert_false(c.plans[1].class_max_pending.set);
+    assert_int_equal(c.tenants[0].class_max_pending.n[0], 7);
+    assert_int_equal(c.tenants[0].class_max_pending.n[1], 4294967295u);
+    assert_false(c.tenants[1].class_max_pending.set);
     assert_string_equal(c.nats.creds, "/run/x.creds");
     assert_string_equal(c.nats.tls_key, "k.pem");
     assert_string_equal(c.subjects.dispatch, "s.work");
@@ -358,7 +368,7 @@ static const struct {
     {BASE "  - name: pro\n    wieght: 3\n",
      "t.yaml:6:5: plans[1].wieght: unknown key (known here: name, weight, "
      "max_in_flight, max_pending, burst_in_flight, tokens_per_minute, price_input, "
-     "price_output, price_cached, max_subtenants, class_weights)"},
+     "price_output, price_cached, max_subtenants, class_weights, class_max_pending)"},
     /* After a nested mapping that holds a key of the same name. */
     {"nats:\n  url: x\n  tls:\n    ca: a\n  ca: b\n",
      "t.yaml:5:3: nats.ca: unknown key (known here: url, creds, tls, user, password, nkey, nkey_seed, inbox_prefix)"},
@@ -429,6 +439,18 @@ static const struct {
      "plans: [{name: free}]\ntenants: [{id: t, class_weights: \"1001, 1\"}]\n",
      "t.yaml:4:19: tenants[0].class_weights: must be \"strict\" or one weight of 1 to 1000 "
      "per class of scheduler.classes (2), highest first, as in \"3, 1\""},
+    {BASE "  - {name: b, class_max_pending: \"3,1\"}\n",
+     "t.yaml:5:15: plans[1].class_max_pending: needs scheduler.classes"},
+    {"nats: {url: n}\nscheduler: {default_plan: free, classes: \"a,b\"}\n"
+     "plans: [{name: free, class_max_pending: \"3,2,1\"}]\n",
+     "t.yaml:3:22: plans[0].class_max_pending: must be one max_pending of 0 to 2^32-1 per "
+     "class of scheduler.classes (2), highest first, as in \"100, 0\" (0: none of the "
+     "class's own)"},
+    {"nats: {url: n}\nscheduler: {default_plan: free, classes: \"a,b\"}\n"
+     "plans: [{name: free}]\ntenants: [{id: t, class_max_pending: \"-1, 1\"}]\n",
+     "t.yaml:4:19: tenants[0].class_max_pending: must be one max_pending of 0 to 2^32-1 per "
+     "class of scheduler.classes (2), highest first, as in \"100, 0\" (0: none of the "
+     "class's own)"},
     {BASE "  - {name: b, max_subtenants: 10001}\n",
      "t.yaml:5:15: plans[1].max_subtenants: must be <= 10000"},
     {BASE "tenants: [{id: t, max_subtenants: 0}]\n",

@@ -42,6 +42,7 @@ typedef struct world {
     size_t nt;
     bool refuse_unknown;
     uint32_t subs;              /* sub-tenants a tenant may have (at boot) */
+    fq_classes classes;         /* scheduler.classes (at boot) */
     uint64_t now;
     int64_t now_ms;
     /* What the last drain saw. */
@@ -96,7 +97,7 @@ static void world_boot(world *w)
                             .run_timeout_ms = 1000, .keep_done_ms = 5000,
                             .debt_forget_ms = 60000, .max_expired = 100,
                             .journal_room = 1 << 20, .partitions = w->parts,
-                            .debts_moved = w->debts_moved};
+                            .debts_moved = w->debts_moved, .classes = w->classes};
     fq_ledger_sched_opts(&so, &w->o);
     so.max_subtenants = w->subs;
     assert_int_equal(fq_sched_create(&w->s, &so), FQ_OK);
@@ -450,6 +451,91 @@ static void submit_sub(world *w, uint64_t seq, const char *run_id, const char *s
                           .raw = {.body = "{}", .body_len = 2}};
     fq_ledger_submit_in(w->l, &s, w->now, w->now_ms);
     drain(w);
+}
+
+/* Submit tenant's run run_id of class cls ("": none) as sequence seq. */
+static void submit_class(world *w, const char *tenant, uint64_t seq, const char *run_id,
+                         const char *cls)
+{
+    fq_submit sub = {.est_tokens = 50};
+    snprintf(sub.run_id, sizeof sub.run_id, "%s", run_id);
+    snprintf(sub.cls, sizeof sub.cls, "%s", cls);
+    fq_ledger_submit s = {.ack = {.sseq = seq, .cseq = seq, .delivered = 1},
+                          .ts_ms = w->now_ms, .tenant = tenant, .status = FQ_OK, .sub = &sub,
+                          .size = 300, .subject = "fair.submit.x",
+                          .raw = {.body = "{}", .body_len = 2}};
+    fq_ledger_submit_in(w->l, &s, w->now, w->now_ms);
+    drain(w);
+}
+
+/* The ledger's record of tenant id, NULL if the world made none. */
+static fq_ledger_tenant *lt_of(world *w, const char *id)
+{
+    for (size_t i = 0; i < w->nt; i++)
+        if (strcmp(w->t[i].id, id) == 0)
+            return &w->t[i].lt;
+    return NULL;
+}
+
+/* A class's max_pending: scheduler.classes' for a tenant whose policy sets
+ * none, the policy's (class_max_pending) where it does, below the classes'
+ * or above it; refused as tenant_full naming the class and the limit in
+ * force, the other classes not held back. */
+static void test_class_max_pending_by_tenant(void **state)
+{
+    (void)state;
+    world *w = calloc(1, sizeof *w);
+    assert_non_null(w);
+    fq_est_opts eo;
+    fq_est_opts_init(&eo);
+    eo.default_tokens = 100;
+    eo.max_tokens = 100000;
+    assert_int_equal(fq_est_create(&w->e, &eo), FQ_OK);
+    w->now = 1000;
+    w->now_ms = 1800000000000;
+    assert_int_equal(fq_classes_parse(&w->classes, "interactive:2, batch"), FQ_OK);
+    world_boot(w);
+    fq_ledger_journal_marked(w->l, 1);
+    static const fq_class_pending one = {.set = true, .count = 2, .n = {1, 0}},
+                                  five = {.set = true, .count = 2, .n = {5, 1}};
+    const char *tenants[] = {"a", "b", "c"};
+    uint64_t seq = 10;
+    for (size_t i = 0; i < 3; i++)      /* each tenant known, a batch run queued */
+        submit_class(w, tenants[i], seq++, "batch-0", "");
+    lt_of(w, "b")->class_max_pending = one;
+    lt_of(w, "c")->class_max_pending = five;
+    /* interactive runs: a may queue 2 (the classes'), b 1, c 5 */
+    const uint32_t want[] = {2, 1, 5};
+    for (size_t i = 0; i < 3; i++) {
+        for (int k = 0; k < 6; k++) {
+            char id[16];
+            snprintf(id, sizeof id, "i-%d", k);
+            submit_class(w, tenants[i], seq++, id, "interactive");
+        }
+        store_turn(w);
+        char sentence[160];
+        snprintf(sentence, sizeof sentence, "tenant %s has its max_pending runs of class "
+                 "interactive (%u) queued already", tenants[i], (unsigned)want[i]);
+        assert_int_equal(count(w, FQ_LACT_REFUSE), 6 - want[i]);
+        for (size_t r = 0; r < 6 - want[i]; r++) {
+            const fq_ledger_act *a = find(w, FQ_LACT_REFUSE, r);
+            assert_int_equal(a->code, FQ_EFULL);
+            assert_string_equal(a->sentence, sentence);
+        }
+        fq_tenant_info ti;
+        fq_tenant_info_get(lt_of(w, tenants[i])->t, &ti);
+        assert_int_equal(ti.class_queued[0], want[i]);
+    }
+    /* c's batch limit of 1 holds: its second batch run is refused, naming batch */
+    submit_class(w, "c", seq++, "batch-1", "batch");
+    store_turn(w);
+    const fq_ledger_act *a = find(w, FQ_LACT_REFUSE, 0);
+    assert_non_null(a);
+    assert_non_null(strstr(a->sentence, "of class batch (1)"));
+    /* a's batch has no limit of its own */
+    submit_class(w, "a", seq++, "batch-1", "batch");
+    assert_int_equal(count(w, FQ_LACT_REFUSE), 0);
+    world_free(w);
 }
 
 /* A run read back from its flight record has no sub-tenant (the journal
@@ -2163,14 +2249,6 @@ static void adopt_from(world *w, const world *from, uint32_t part, uint64_t term
     drain(w);
 }
 
-static const fq_ledger_tenant *lt_of(const world *w, const char *id)
-{
-    for (size_t i = 0; i < w->nt; i++)
-        if (strcmp(w->t[i].id, id) == 0)
-            return &w->t[i].lt;
-    return NULL;
-}
-
 /* A partition goes from replica A to replica B and back: each journals it
  * on its own subject at its own term, with its own fence; deliveries of a
  * partition not owned are dropped unanswered; the run in flight at the
@@ -2795,6 +2873,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_submit_acked_after_dispatch_and_record),
         cmocka_unit_test(test_duplicates_and_refusals),
+        cmocka_unit_test(test_class_max_pending_by_tenant),
         cmocka_unit_test(test_subtenant_scheduled_and_dispatched),
         cmocka_unit_test(test_read_back_has_no_stale_subtenant),
         cmocka_unit_test(test_limits_and_bodies_read_back),

@@ -1293,8 +1293,13 @@ static void test_override_patch_fields(void **state)
                                "\"max_in_flight\":8,\"max_pending\":4294967295,"
                                "\"burst_in_flight\":16,\"tokens_per_minute\":90000,"
                                "\"price_input\":1,\"price_output\":4,\"price_cached\":1,"
-                               "\"max_subtenants\":10000,\"class_weights\":\"3, 1\"}",
+                               "\"max_subtenants\":10000,\"class_weights\":\"3, 1\","
+                               "\"class_max_pending\":\"100, 0\"}",
                            FQ_PATCH_SET, err), FQ_OK);
+    assert_true(p.class_max_pending.set);
+    assert_int_equal(p.class_max_pending.count, 2);
+    assert_int_equal(p.class_max_pending.n[0], 100);
+    assert_int_equal(p.class_max_pending.n[1], 0);
     assert_true(p.class_weights.set);
     assert_int_equal(p.class_weights.w[0], 3);
     assert_int_equal(p.class_weights.w[1], 1);
@@ -1326,6 +1331,20 @@ static void test_override_patch_fields(void **state)
     assert_non_null(strstr(err, "max_subtenants"));
     assert_int_equal(patch(&p, "{\"tenant\":\"a\",\"max_subtenants\":0}", FQ_PATCH_SET, err),
                      FQ_EINVAL);
+    /* class_max_pending: one number of 0 to 2^32-1 per class, 2 to 4 */
+    static const char *const bad_cp[] = {"\"100\"", "\"\"", "\"1,2,3,4,5\"", "\"-1, 0\"",
+                                         "\"4294967296, 0\"", "\"1;2\"", "\"1,,2\"", "100",
+                                         "[1, 2]"};
+    for (size_t i = 0; i < sizeof bad_cp / sizeof bad_cp[0]; i++) {
+        char body[96];
+        snprintf(body, sizeof body, "{\"tenant\":\"a\",\"class_max_pending\":%s}", bad_cp[i]);
+        assert_int_equal(patch(&p, body, FQ_PATCH_SET, err), FQ_EINVAL);
+        assert_non_null(strstr(err, "class_max_pending"));
+    }
+    assert_int_equal(patch(&p, "{\"tenant\":\"a\",\"class_max_pending\":\" 4294967295 ,1,0\"}",
+                           FQ_PATCH_SET, err), FQ_OK);
+    assert_int_equal(p.class_max_pending.count, 3);
+    assert_int_equal(p.class_max_pending.n[0], 4294967295u);
 
     /* A merge patch: null removes a field, absent keeps it. */
     assert_int_equal(patch(&p, "{\"tenant\":\"a\",\"weight\":null,\"max_pending\":3}",

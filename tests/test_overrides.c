@@ -112,7 +112,8 @@ static void test_knob_values(void **state)
         "{\"max_subtenants\":10001}",    "{\"max_subtenants\":-1}",
         "{\"tokens_per_minute\":4294967296}", "{\"tokens_per_minute\":1e300}",
         "{\"burst_in_flight\":\"8\"}",    "{\"burst_in_flight\":8,\"burst_in_flight\":9}",
-        "{\"class_weights\":7}",
+        "{\"class_weights\":7}",          "{\"class_max_pending\":\"1,0\"}",
+        "{\"class_max_pending\":\"-1,0\"}",
     };
     uint64_t rev = 20;
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)

@@ -374,6 +374,34 @@ static void test_policy_knobs_resolve_by_layer(void **state)
     const char *bad[] = {"3", "0,1", "1001,1", "1,2,3,4,5", "3;1", "strict,1", "1,,2"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
         assert_int_equal(fq_class_weights_parse(&none, bad[i]), FQ_EINVAL);
+    /* a class's max_pending: not set (scheduler.classes') unless a layer
+     * sets it; the override's over the entry's over the plan's; one per
+     * class or refused */
+    assert_false(resolve_ok(p, "a").class_max_pending.set);
+    assert_int_equal(fq_class_pending_parse(&burst.class_max_pending, "100, 0"), FQ_OK);
+    assert_int_equal(fq_policy_set_plan(p, &burst), FQ_OK);
+    assert_int_equal(resolve_ok(p, "a").class_max_pending.n[0], 100);
+    assert_int_equal(fq_class_pending_parse(&a.class_max_pending, "7,3"), FQ_OK);
+    assert_int_equal(fq_policy_set_tenant(p, &a), FQ_OK);
+    assert_int_equal(resolve_ok(p, "a").class_max_pending.n[1], 3);
+    assert_int_equal(fq_class_weights_parse(&o.class_weights, "strict"), FQ_OK);
+    assert_int_equal(fq_class_pending_parse(&o.class_max_pending, "0, 9"), FQ_OK);
+    assert_int_equal(fq_policy_set_override(p, &o), FQ_OK);
+    fq_class_pending cp = resolve_ok(p, "a").class_max_pending;
+    assert_true(cp.set);
+    assert_int_equal(cp.n[0], 0);
+    assert_int_equal(cp.n[1], 9);
+    fq_class_pending_format(text, sizeof text, &cp);
+    assert_string_equal(text, "0,9");
+    assert_int_equal(fq_class_pending_parse(&o.class_max_pending, "1,2,3"), FQ_OK);
+    assert_int_equal(fq_policy_set_override(p, &o), FQ_EINVAL);     /* 3 for 2 classes */
+    assert_int_equal(resolve_ok(p, "a").class_max_pending.n[1], 9); /* unchanged */
+    fq_class_pending np;
+    assert_int_equal(fq_class_pending_parse(&np, ""), FQ_OK);
+    assert_false(np.set);
+    const char *badp[] = {"3", "-1,1", "4294967296,1", "1,2,3,4,5", "3;1", "1,,2", "a,b"};
+    for (size_t i = 0; i < sizeof badp / sizeof badp[0]; i++)
+        assert_int_equal(fq_class_pending_parse(&np, badp[i]), FQ_EINVAL);
     fq_policy_destroy(p);
 }
 
