@@ -104,6 +104,8 @@
 #define NIO_RECREATE_RETRY_MS 500   /* a consumer or watch not made is tried again after this */
 #define NIO_GONE 4                  /* names of its earlier terms a consumer keeps (nio_adopt_stale) */
 #define NIO_FETCH_RETRY_MS 100      /* a failed pull is tried again after this */
+#define NIO_API_TOKEN "api."        /* <inbox>.api.<id>.<number>: a listing's or a delete's
+                                       answer (nio_api_request) */
 #define NIO_WATCH_WAIT_MS 250       /* a watch waits this long for a change between looks
                                        at the connection; a failed one is made again after it */
 
@@ -117,6 +119,16 @@ typedef struct nio_cwant {
     int batch;
     uint64_t term;
 } nio_cwant;
+
+/* A consumer's JetStream API request other than its create, in flight
+ * (nio_api_send). */
+enum nio_api {
+    NIO_API_NONE,
+    NIO_API_LIST,               /* making it: a page of its stream's consumer names */
+    NIO_API_DEL_OTHER,          /* making it: an earlier term's consumer deleted */
+    NIO_API_DEL_OWN,            /* making it: its own name's, before it is created afresh */
+    NIO_API_DEL_STOP,           /* stopped: deleted on the server */
+};
 
 /* A durable pull consumer, served by the one fetch thread. */
 typedef struct nio_consumer {
@@ -143,6 +155,17 @@ typedef struct nio_consumer {
     bool create_newer;          /* a later term's consumer was on the stream when it was sent */
     uint64_t create_stale;      /* the earlier term whose stale copy was cleared before it was
                                    sent again (nio_adopt_stale), 0 if none */
+    /* Its listing or delete in flight, if any (nio_api_send): a step of
+     * making it before its create, or its delete once stopped. */
+    enum nio_api api;           /* which; NIO_API_NONE: none */
+    uint64_t api_req;           /* its number (the request numbers' counter); 0: none */
+    uint64_t api_end;           /* monotonic ms after which it is taken as failed */
+    uint64_t api_version;       /* the version of want it serves */
+    uint64_t api_gen;           /* the connection generation it was sent in */
+    uint64_t api_from;          /* making: earlier terms from this one on are still deleted */
+    bool api_more;              /* NIO_API_DEL_OTHER: another earlier term was listed */
+    bool api_newer;             /* making: a later term's consumer was listed */
+    char api_name[NIO_NAME_CAP];    /* NIO_API_DEL_*: the consumer it deletes */
     char name[NIO_NAME_CAP];    /* <durable>-<term>, or <durable> */
     char gone[NIO_GONE][NIO_NAME_CAP];  /* durable's consumers we deleted, newest first: what
                                            a node may keep a stale copy of (nio_adopt_stale) */
@@ -1199,41 +1222,6 @@ static void nio_gone_note(nio_consumer *c, const char *name)
     snprintf(c->gone[0], sizeof c->gone[0], "%s", name);
 }
 
-/* Delete every consumer of c's stream named for an earlier term of c's
- * durable: a work-queue stream admits one consumer per subject, and
- * deleting the old term's consumer returns what it had delivered and not
- * seen acked, and makes the server refuse its holder's pulls and acks.
- * A later term's is never deleted (*newer set): a holder that went stale
- * while it was making its consumers (frozen, or its request answered
- * after a partition) would otherwise delete the live leader's, which then
- * pulls from nothing; its own is then refused by the work queue. */
-static natsStatus nio_delete_other_terms(fq_nio *n, nio_consumer *c, uint64_t term,
-                                         bool *newer)
-{
-    jsConsumerNamesList *l = NULL;
-    jsErrCode jerr = 0;
-    natsStatus s = js_ConsumerNames(&l, n->js, c->made.stream, NULL, &jerr);
-    *newer = false;
-    if (nio_not_found(s, jerr))
-        return NATS_OK;     /* no consumer at all */
-    for (int i = 0; s == NATS_OK && i < l->Count; i++) {
-        uint64_t t;
-        if (!nio_term_name(l->List[i], c->made.durable, &t) || t == term)
-            continue;
-        if (t > term) {
-            *newer = true;
-            continue;
-        }
-        s = js_DeleteConsumer(n->js, c->made.stream, l->List[i], NULL, &jerr);
-        if (s == NATS_OK)
-            nio_gone_note(c, l->List[i]);
-        if (nio_not_found(s, jerr))
-            s = NATS_OK;
-    }
-    jsConsumerNamesList_Destroy(l);
-    return s;
-}
-
 /* The work queue refused c, config cc, as overlapping another consumer
  * while the stream lists none of durable's other terms. On nats-server
  * 2.9.10 a node killed and restarted can keep a copy of a consumer
@@ -1287,6 +1275,28 @@ static void nio_consumer_config(jsConsumerConfig *cc, nio_consumer *c)
     cc->FilterSubject = c->made.filter[0] ? c->made.filter : NULL;
 }
 
+/* Send consumer id's API request on subject (body, len), its answer to
+ * come to the fetch subscription on <inbox>.<id>.<request number> (a
+ * create's, req its create_req) or <inbox>.api.<id>.<request number> (a
+ * listing's or a delete's, req its api_req): num,
+ * to send a request again whose answer may come yet, or 0 for a new
+ * number, in *req; *end: when it is taken as unanswered (the API's wait).
+ * Fetch thread only. */
+static natsStatus nio_api_request(fq_nio *n, int id, const char *subject, const char *body,
+                                  int len, uint64_t num, uint64_t *req, uint64_t *end)
+{
+    char reply[sizeof n->fetch.inbox + 48];
+    uint64_t k = num ? num : ++n->fetch_requests;
+    snprintf(reply, sizeof reply, "%s.%s%d.%" PRIu64, n->fetch.inbox,
+             req == &n->cons[id].api_req ? NIO_API_TOKEN : "", id, k);
+    natsStatus s = natsConnection_PublishRequest(n->nc, subject, reply, body, len);
+    if (s == NATS_OK) {
+        *req = k;
+        *end = fq_nio_mono_ms() + (uint64_t)(n->o.api_wait_ms > 0 ? n->o.api_wait_ms : 5000);
+    }
+    return s;
+}
+
 /* Send consumer id's create as made (nio_consumer_config's, written by
  * hand: fq_nio_consume refused names and a filter that would need
  * escaping), its answer to come to the fetch subscription on
@@ -1296,8 +1306,7 @@ static void nio_consumer_config(jsConsumerConfig *cc, nio_consumer *c)
 static natsStatus nio_create_send(fq_nio *n, int id, uint64_t num)
 {
     nio_consumer *c = &n->cons[id];
-    nio_fetch *f = &n->fetch;
-    char subject[NIO_SUBJECT_CAP], body[3 * NIO_SUBJECT_CAP], reply[sizeof f->inbox + 48];
+    char subject[NIO_SUBJECT_CAP], body[3 * NIO_SUBJECT_CAP];
     int k1 = snprintf(subject, sizeof subject, "$JS.API.CONSUMER.DURABLE.CREATE.%s.%s",
                       c->made.stream, c->name);
     int k2 = snprintf(body, sizeof body,
@@ -1310,29 +1319,68 @@ static natsStatus nio_create_send(fq_nio *n, int id, uint64_t num)
                       c->made.filter, c->made.filter[0] ? "\"" : "");
     if (k1 < 0 || (size_t)k1 >= sizeof subject || k2 < 0 || (size_t)k2 >= sizeof body)
         return NATS_INVALID_ARG;
-    if (!num)
-        num = ++n->fetch_requests;
-    snprintf(reply, sizeof reply, "%s.%d.%" PRIu64, f->inbox, id, num);
-    natsStatus s = natsConnection_PublishRequest(n->nc, subject, reply, body, k2);
-    if (s == NATS_OK) {
-        c->create_req = num;
-        c->create_end = fq_nio_mono_ms() +
-                        (uint64_t)(n->o.api_wait_ms > 0 ? n->o.api_wait_ms : 5000);
-    }
+    return nio_api_request(n, id, subject, body, k2, num, &c->create_req, &c->create_end);
+}
+
+/* Send consumer id's listing or delete (kind) on subject (body, len), its
+ * answer to come to nio_api_answer, like its create's to
+ * nio_create_answer: the fetch thread waits for none of them, so a
+ * listing or a delete that a loaded cluster answers late, or not at all,
+ * costs the other consumers' pulls nothing (waited for, a delete that a
+ * 3-node loopback cluster under load left unanswered for the API's 5 s
+ * stopped every other partition's pulls of the replica handing one over,
+ * measured). Fetch thread only. */
+static natsStatus nio_api_send(fq_nio *n, int id, enum nio_api kind, const char *subject,
+                               const char *body, int len)
+{
+    nio_consumer *c = &n->cons[id];
+    natsStatus s = nio_api_request(n, id, subject, body, len, 0, &c->api_req, &c->api_end);
+    if (s == NATS_OK)
+        c->api = kind;
     return s;
 }
 
-/* Delete c's consumer (as made) and ask for it afresh, so everything it had
- * delivered and not seen acked is delivered again now. Named for the term
- * the owner set: the consumers of earlier terms are deleted first (a
- * listing and a delete or two, a few ms even on a cluster). The create is
- * only sent (nio_create_send): on a 3-node cluster each create is answered
- * once its consumer's group has elected a leader, 0.13 to 0.8 s; 32 of
- * them made one after the other took 15 s, sent together 0.8 s (measured,
- * nats-server 2.9.10). Refused as overlapping another consumer, a node's
- * stale copy of one of ours is cleared then (nio_create_answer). Fetch
- * thread only. */
-static natsStatus nio_consumer_recreate(fq_nio *n, int id, bool *newer, int *js_err)
+/* Ask for the page of c's stream's consumer names from offset on. */
+static natsStatus nio_list_send(fq_nio *n, int id, uint64_t offset)
+{
+    nio_consumer *c = &n->cons[id];
+    char subject[NIO_SUBJECT_CAP], body[48];
+    int k = snprintf(subject, sizeof subject, "$JS.API.CONSUMER.NAMES.%s", c->made.stream);
+    int b = snprintf(body, sizeof body, "{\"offset\":%" PRIu64 "}", offset);
+    if (k < 0 || (size_t)k >= sizeof subject)
+        return NATS_INVALID_ARG;
+    return nio_api_send(n, id, NIO_API_LIST, subject, body, b);
+}
+
+/* Delete consumer name of c's stream (kind says why). */
+static natsStatus nio_del_send(fq_nio *n, int id, enum nio_api kind, const char *name)
+{
+    nio_consumer *c = &n->cons[id];
+    char subject[NIO_SUBJECT_CAP];
+    int k = snprintf(subject, sizeof subject, "$JS.API.CONSUMER.DELETE.%s.%s", c->made.stream,
+                     name);
+    if (k < 0 || (size_t)k >= sizeof subject)
+        return NATS_INVALID_ARG;
+    snprintf(c->api_name, sizeof c->api_name, "%s", name);
+    return nio_api_send(n, id, kind, subject, NULL, 0);
+}
+
+/* Start making c (as made) again for version of its want in connection
+ * generation gen: named for the term the owner set, the stream's
+ * consumers of earlier terms deleted first (a work-queue stream admits one
+ * consumer per subject, and deleting the old term's returns what it had
+ * delivered and not seen acked, and makes the server refuse its holder's
+ * pulls and acks; a later term's is never deleted, api_newer set: a holder
+ * that went stale while it was making its consumers, frozen or answered
+ * after a partition, would otherwise delete the live owner's, which then
+ * pulls from nothing), then its own name's, so that everything it had
+ * delivered and not seen acked is delivered again now, then its create.
+ * Each step is sent when the one before is answered (nio_api_answer): a
+ * listing, a delete or two, then the create, whose answer on a 3-node
+ * cluster waits for its consumer's group to elect a leader, 0.13 to
+ * 0.8 s; 32 creates made one after the other took 15 s, sent together
+ * 0.8 s (measured, nats-server 2.9.10). Fetch thread only. */
+static natsStatus nio_make_start(fq_nio *n, int id, uint64_t version, uint64_t gen)
 {
     nio_consumer *c = &n->cons[id];
     uint64_t term = c->made.term;
@@ -1345,21 +1393,151 @@ static natsStatus nio_consumer_recreate(fq_nio *n, int id, bool *newer, int *js_
     memcpy(c->name, name, sizeof name);
     memcpy(c->key, key, sizeof key);
     memcpy(c->next, next, sizeof next);
-    jsErrCode jerr = 0;
-    *newer = false;
-    *js_err = 0;
-    natsStatus s = term ? nio_delete_other_terms(n, c, term, newer) : NATS_OK;
-    if (s != NATS_OK)
-        return s;
-    s = js_DeleteConsumer(n->js, c->made.stream, c->name, NULL, &jerr);
-    if (s != NATS_OK && !nio_not_found(s, jerr)) {
-        *js_err = (int)jerr;
-        return s;
+    c->api_version = version;
+    c->api_gen = gen;
+    c->api_from = 0;
+    c->api_newer = false;
+    c->create_stale = 0;
+    return term ? nio_list_send(n, id, 0) : nio_del_send(n, id, NIO_API_DEL_OWN, c->name);
+}
+
+/* A page of c's stream's consumer names (d, len: the answer's JSON) while
+ * c is made: the next step sent. The earliest of durable's earlier terms
+ * listed from api_from on is deleted (then the stream is listed again
+ * from its start if another was listed, or the page was not the last);
+ * with none, the next page is asked for, or, past the last, c's own
+ * name's consumer is deleted. api_from only grows, so a name listed again
+ * after its delete (answered "not found") is not deleted twice. Names that
+ * JSON escapes are never ours (fq_nio_consume refuses them) and are
+ * skipped. NATS_ERR: the answer is not a listing. */
+static natsStatus nio_list_take(fq_nio *n, int id, const char *d, size_t len)
+{
+    nio_consumer *c = &n->cons[id];
+    const char *end = d + len, *p = nio_find(d, len, "\"total\":"), *v;
+    uint64_t total = 0, offset = 0, count = 0, pick = 0;
+    bool found = false, more = false;
+    char pick_name[NIO_NAME_CAP];
+    if (!p || !nio_num(p, end, UINT64_MAX, &total))
+        return NATS_ERR;
+    if ((v = nio_find(d, len, "\"offset\":")))
+        nio_num(v, end, UINT64_MAX, &offset);
+    p = nio_find(d, len, "\"consumers\":");
+    p = p && p < end && *p == '[' ? p + 1 : NULL;   /* null: none */
+    while (p && p < end) {
+        while (p < end && (*p == ' ' || *p == ',' || *p == '\n' || *p == '\r' || *p == '\t'))
+            p++;
+        if (p < end && *p == ']')
+            break;
+        if (p >= end || *p != '"')
+            return NATS_ERR;
+        const char *name = ++p;
+        bool plain = true;
+        for (; p < end && *p != '"'; p++)
+            if (*p == '\\') {
+                plain = false;
+                p++;
+            }
+        if (p >= end)
+            return NATS_ERR;
+        size_t nl = (size_t)(p++ - name);
+        count++;
+        char buf[NIO_NAME_CAP];
+        uint64_t t;
+        if (!plain || nl >= sizeof buf)
+            continue;
+        memcpy(buf, name, nl);
+        buf[nl] = '\0';
+        if (!nio_term_name(buf, c->made.durable, &t) || t == c->made.term || t < c->api_from)
+            continue;
+        if (t > c->made.term) {
+            c->api_newer = true;
+        } else if (!found || t < pick) {
+            more |= found;
+            found = true;
+            pick = t;
+            memcpy(pick_name, buf, nl + 1);
+        } else {
+            more = true;
+        }
+    }
+    bool last = !count || offset + count >= total;
+    if (found) {
+        c->api_from = pick + 1;
+        c->api_more = more || !last;
+        return nio_del_send(n, id, NIO_API_DEL_OTHER, pick_name);
+    }
+    return last ? nio_del_send(n, id, NIO_API_DEL_OWN, c->name)
+                : nio_list_send(n, id, offset + count);
+}
+
+/* The outcome of consumer id's listing or delete (m the server's answer,
+ * or NULL: none came in time). A stopped consumer's delete, done (or
+ * "not found"), makes the stop made; failed, it is tried again after
+ * NIO_RECREATE_RETRY_MS. A step of making it sends the next step (the
+ * create last: nio_create_answer takes it from there); failed, its owner
+ * hears of it (FQ_NIO_EV_CONSUMER, unless it changed want meanwhile) and
+ * the make is tried again from its start after NIO_RECREATE_RETRY_MS. A
+ * want changed meanwhile is brought about at once.
+ * Fetch thread only. */
+static void nio_api_answer(fq_nio *n, int id, natsMsg *m, uint64_t now)
+{
+    nio_consumer *c = &n->cons[id];
+    const char *d = m ? natsMsg_GetData(m) : NULL, *v;
+    size_t len = m ? (size_t)natsMsg_GetDataLength(m) : 0;
+    enum nio_api kind = c->api;
+    uint64_t code = 0;
+    /* {"type":"io.nats.jetstream.api.v1.consumer_delete_response",...}
+     * (or _names_), or the same with "error":{...,"err_code":N,...}; no
+     * data: a status (no responders: no JetStream) */
+    bool ok = len && nio_find(d, len, kind == NIO_API_LIST ? "consumer_names_response"
+                                                           : "consumer_delete_response") &&
+              !nio_find(d, len, "\"error\":");
+    if (!ok && len && (v = nio_find(d, len, "\"err_code\":")))
+        nio_num(v, d + len, 99999, &code);
+    bool gone = ok || code == JSConsumerNotFoundErr;
+    c->api = NIO_API_NONE;
+    c->api_req = 0;
+    if (ok && kind != NIO_API_LIST) {
+        char name[sizeof c->api_name];
+        memcpy(name, c->api_name, sizeof name);
+        nio_gone_note(c, name);
+    }
+    pthread_mutex_lock(&n->mu);
+    bool wanted = c->version == c->api_version;
+    pthread_mutex_unlock(&n->mu);
+    if (kind == NIO_API_DEL_STOP) {
+        if (gone) {
+            c->name[0] = '\0';
+            c->made_version = c->api_version;
+        }
+        c->retry_at = gone || !wanted ? 0 : now + NIO_RECREATE_RETRY_MS;
+        return;
+    }
+    natsStatus s = NATS_ERR;
+    if (kind == NIO_API_LIST && ok)
+        s = nio_list_take(n, id, d, len);
+    else if (kind == NIO_API_DEL_OTHER && gone)
+        s = c->api_more ? nio_list_send(n, id, 0) : nio_del_send(n, id, NIO_API_DEL_OWN, c->name);
+    else if (kind == NIO_API_DEL_OWN && gone) {
+        c->create_version = c->api_version;
+        c->create_gen = c->api_gen;
+        c->create_newer = c->api_newer;
+        s = nio_create_send(n, id, 0);
     }
     if (s == NATS_OK)
-        nio_gone_note(c, c->name);
-    c->create_stale = 0;
-    return nio_create_send(n, id, 0);
+        return;
+    /* a want changed meanwhile is brought about at once, not after the
+     * retry's delay (as a create's: fq_pull_create_next) */
+    fq_nio_event ev = {.type = FQ_NIO_EV_CONSUMER, .source = id, .seq = c->made.term,
+                       .status = c->api_newer ? FQ_EEXIST : FQ_EIO, .err_code = (int)code};
+    c->retry_at = wanted ? now + NIO_RECREATE_RETRY_MS : 0;
+    pthread_mutex_lock(&n->mu);
+    wanted = c->version == c->api_version;
+    if (wanted)
+        nio_push_locked(n, &ev);
+    pthread_mutex_unlock(&n->mu);
+    if (wanted)
+        pthread_cond_signal(&n->cv);
 }
 
 /* A JetStream delivery carries its ack subject as reply; the server's
@@ -1545,7 +1723,7 @@ static bool nio_reconcile_before(const nio_consumer *a, const nio_consumer *b)
 }
 
 /* The consumer to bring to what its owner wants next, or -1: of those due,
- * not waiting to retry and without a create in flight (changed meanwhile,
+ * not waiting to retry and without a request in flight (changed meanwhile,
  * it is brought to its new want once that is answered), the one whose
  * owner asked first, so that what an owner asks for together (a
  * partition's two consumers) is made together, but one that failed only
@@ -1557,7 +1735,8 @@ static int nio_reconcile_next(fq_nio *n, int used, uint64_t gen, uint64_t now, b
     pthread_mutex_lock(&n->mu);
     for (int i = 0; i < used; i++) {
         const nio_consumer *c = &n->cons[i];
-        if (!nio_due(c, c->version, c->want.on, gen) || now < c->retry_at || c->create_req)
+        if (!nio_due(c, c->version, c->want.on, gen) || now < c->retry_at || c->create_req ||
+            c->api_req)
             continue;
         due++;
         if (next < 0 || nio_reconcile_before(c, &n->cons[next]))
@@ -1570,10 +1749,10 @@ static int nio_reconcile_next(fq_nio *n, int used, uint64_t gen, uint64_t now, b
 
 /* Bring consumer c to what its owner wants: make it (again after each
  * reconnect, and under a new term's name), or stop it and delete it on the
- * server. For one consumer a turn of the fetch thread: the listing and the
- * deletes are waited for here (the others' deliveries wait in the
- * subscription meanwhile), a create is only sent (nio_create_answer). True
- * when c's liveness changed. Fetch thread only. */
+ * server. For one consumer a turn of the fetch thread, which waits for no
+ * answer: the first request is only sent, and each answer sends the next
+ * (nio_api_answer, nio_create_answer), while every other consumer is
+ * pulled. True when c's liveness changed. Fetch thread only. */
 static bool nio_reconcile_one(fq_nio *n, int id, uint64_t gen, uint64_t now)
 {
     nio_consumer *c = &n->cons[id];
@@ -1589,38 +1768,27 @@ static bool nio_reconcile_one(fq_nio *n, int id, uint64_t gen, uint64_t now)
     if (!w.on) {
         /* Stopped: the consumer made last is deleted if the owner asks, so
          * that what it held unacked is delivered again to whoever consumes
-         * the subjects next. */
-        jsErrCode jerr = 0;
-        natsStatus s = w.del && c->name[0]
-                           ? js_DeleteConsumer(n->js, c->made.stream, c->name, NULL, &jerr)
-                           : NATS_OK;
-        if (s != NATS_OK && !nio_not_found(s, jerr)) {
-            c->retry_at = fq_nio_mono_ms() + NIO_RECREATE_RETRY_MS;
+         * the subjects next; made once that is answered. */
+        c->made = w;
+        c->api_version = version;
+        c->api_gen = gen;
+        if (w.del && c->name[0] && nio_del_send(n, id, NIO_API_DEL_STOP, c->name) == NATS_OK)
+            return was;
+        if (w.del && c->name[0]) {
+            c->retry_at = now + NIO_RECREATE_RETRY_MS;
             return was;
         }
-        if (s == NATS_OK && w.del)
-            nio_gone_note(c, c->name);
         c->name[0] = '\0';
-        c->made = w;
         c->made_version = version;
         c->retry_at = 0;
         return was;
     }
     c->made = w;
-    bool newer = false;
-    int js_err = 0;
-    natsStatus s = nio_consumer_recreate(n, id, &newer, &js_err);
-    if (s == NATS_OK) {
-        /* live once the create is answered (nio_create_answer) */
-        c->create_version = version;
-        c->create_gen = gen;
-        c->create_newer = newer;
-        return was;
-    }
+    if (nio_make_start(n, id, version, gen) == NATS_OK)
+        return was;     /* live once its create is answered (nio_create_answer) */
     fq_nio_event ev = {.type = FQ_NIO_EV_CONSUMER, .source = id, .seq = w.term,
-                       .status = newer ? FQ_EEXIST : FQ_EIO, .err_code = js_err};
-    /* after the try, which may have waited the API's timeout */
-    c->retry_at = fq_nio_mono_ms() + NIO_RECREATE_RETRY_MS;
+                       .status = FQ_EIO};
+    c->retry_at = now + NIO_RECREATE_RETRY_MS;
     nio_push(n, &ev);
     return was;
 }
@@ -1770,18 +1938,28 @@ static void nio_fetch_take(fq_nio *n, natsMsg *m, int *count)
     const char *subj = natsMsg_GetSubject(m), *status = NULL;
     uint64_t id = 0, num = 0;
     const char *p = strncmp(subj, f->inbox, f->inbox_len) == 0 && subj[f->inbox_len] == '.'
-                        ? nio_num(subj + f->inbox_len + 1, NULL, FQ_NIO_MAX_CONSUMERS - 1, &id)
+                        ? subj + f->inbox_len + 1
                         : NULL;
+    bool api = p && strncmp(p, NIO_API_TOKEN, sizeof NIO_API_TOKEN - 1) == 0;
+    if (api)
+        p += sizeof NIO_API_TOKEN - 1;
+    if (p)
+        p = nio_num(p, NULL, FQ_NIO_MAX_CONSUMERS - 1, &id);
     if (p && *p == '.')
         p = nio_num(p + 1, NULL, UINT64_MAX, &num);
     else
         p = NULL;
-    if (p && !*p && num && n->cons[id].create_req == num) {
+    if (p && !*p && num && api && n->cons[id].api_req == num) {
+        nio_api_answer(n, (int)id, m, fq_nio_mono_ms());
+        natsMsg_Destroy(m);
+        return;
+    }
+    if (p && !*p && num && !api && n->cons[id].create_req == num) {
         nio_create_answer(n, (int)id, m, fq_nio_mono_ms());
         natsMsg_Destroy(m);
         return;
     }
-    if (p && !*p && n->cons[id].request == num && f->plan[id].open) {
+    if (p && !*p && !api && n->cons[id].request == num && f->plan[id].open) {
         natsMsgHeader_Get(m, "Status", &status);
         if (status && (strncmp(status, "409", 3) == 0 || strncmp(status, "503", 3) == 0))
             fq_pull_failed(&f->plan[id], fq_nio_mono_ms() + NIO_FETCH_RETRY_MS);
@@ -1837,20 +2015,26 @@ static void *nio_fetch_main(void *arg)
         }
         int used = atomic_load(&f->used);
         uint64_t gen = atomic_load(&n->generation), now = fq_nio_mono_ms();
-        /* One consumer brought to its owner's want a turn (its earlier
-         * terms' consumers listed and deleted, its create sent, to be
-         * answered in a later turn), and the consumers made pulled in
-         * between: a replica that made its 32 one after the other before
-         * its next pull (after a reconnect, or a freeze past its lease)
-         * fetched nothing for 8 to 14 s on a 3-node cluster. */
-        /* A create sent before the latest reconnect is not waited for (its
-         * answer, if it comes, went with the connection lost; one made then
-         * would be made again anyway): its consumer is due now, like the
-         * others, not after the API's wait, and a late answer's number is
-         * no longer asked. */
-        for (int i = 0; i < used; i++)
+        /* One consumer brought to its owner's want a turn (its first
+         * request sent: the listing of its earlier terms, their deletes
+         * and its create each follow the answer before, in later turns),
+         * and the consumers made pulled in between: a replica that made
+         * its 32 one after the other before its next pull (after a
+         * reconnect, or a freeze past its lease) fetched nothing for 8 to
+         * 14 s on a 3-node cluster. */
+        /* A request sent before the latest reconnect (a create, a listing,
+         * a delete) is not waited for (its answer, if it comes, went with
+         * the connection lost; one made then would be made again anyway):
+         * its consumer is due now, like the others, not after the API's
+         * wait, and a late answer's number is no longer asked. */
+        for (int i = 0; i < used; i++) {
             if (n->cons[i].create_req && n->cons[i].create_gen != gen)
                 n->cons[i].create_req = 0;
+            if (n->cons[i].api_req && n->cons[i].api_gen != gen) {
+                n->cons[i].api_req = 0;
+                n->cons[i].api = NIO_API_NONE;
+            }
+        }
         bool more = false;
         int id = nio_reconcile_next(n, used, gen, now, &more);
         if (id >= 0 && nio_reconcile_one(n, id, gen, now))
@@ -1865,6 +2049,8 @@ static void *nio_fetch_main(void *arg)
                 fq_pull_ended(&f->plan[i]);
             if (n->cons[i].create_req && now >= n->cons[i].create_end)
                 nio_create_answer(n, i, NULL, now);
+            if (n->cons[i].api_req && now >= n->cons[i].api_end)
+                nio_api_answer(n, i, NULL, now);
         }
         if (f->tab_stale) {
             f->tab_stale = false;
