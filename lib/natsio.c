@@ -1797,10 +1797,11 @@ static bool nio_reconcile_one(fq_nio *n, int id, uint64_t gen, uint64_t now)
  * NULL: none came in time), as fq_pull_create_next decides: made, it is
  * live and pulled from now on, as made for the version of want the
  * request was sent for (a change of want meanwhile makes it due again,
- * and unpulled); unanswered, sent again as it was; refused as overlapping
- * another consumer while no later term's was listed, a node's stale copy
- * of one of ours is cleared first (nio_adopt_stale) and the create sent
- * once more; failed, made afresh later. The owner hears of it
+ * and unpulled); unanswered, sent again as it was (past the fence, held
+ * until it is lifted); refused as overlapping another consumer while no
+ * later term's was listed, a node's stale copy of one of ours is cleared
+ * first (nio_adopt_stale) and the create sent once more; failed, made
+ * afresh later. The owner hears of it
  * (FQ_NIO_EV_CONSUMER) unless it changed want meanwhile. Fetch thread
  * only. */
 static void nio_create_answer(fq_nio *n, int id, natsMsg *m, uint64_t now)
@@ -1818,11 +1819,17 @@ static void nio_create_answer(fq_nio *n, int id, natsMsg *m, uint64_t now)
     pthread_mutex_lock(&n->mu);
     fq_pull_create cr = {.answered = m != NULL, .ok = ok, .err_code = (int)code,
                          .newer = c->create_newer, .unstaled = c->create_stale != 0,
-                         .wanted = c->version == c->create_version};
+                         .wanted = c->version == c->create_version, .fenced = nio_fenced(n)};
     pthread_mutex_unlock(&n->mu);
     uint64_t num = c->create_req, retry_at = 0;
     c->create_req = 0;
     fq_pull_create_step step = fq_pull_create_next(&retry_at, &cr, now, NIO_RECREATE_RETRY_MS);
+    if (step == FQ_PULL_CREATE_HELD) {
+        /* past the fence: looked at again at the first turn after it */
+        c->create_req = num;
+        c->create_end = now;
+        return;
+    }
     if (step == FQ_PULL_CREATE_AGAIN && nio_create_send(n, id, num) != NATS_OK) {
         step = FQ_PULL_CREATE_FAILED;   /* not sent (the connection lost): made afresh */
         retry_at = now + NIO_RECREATE_RETRY_MS;

@@ -87,8 +87,9 @@ fq_pull_create_step fq_pull_create_next(uint64_t *retry_at, const fq_pull_create
     if (c->answered && c->ok)
         return FQ_PULL_CREATE_MADE;
     if (c->wanted && !c->answered)
-        return FQ_PULL_CREATE_AGAIN;
-    if (c->wanted && c->err_code == FQ_PULL_WQ_NOT_UNIQUE && !c->newer && !c->unstaled)
+        return c->fenced ? FQ_PULL_CREATE_HELD : FQ_PULL_CREATE_AGAIN;
+    if (c->wanted && c->err_code == FQ_PULL_WQ_NOT_UNIQUE && !c->newer && !c->unstaled &&
+        !c->fenced)
         return FQ_PULL_CREATE_UNSTALE;
     if (c->wanted)
         *retry_at = now + retry_ms;

@@ -111,6 +111,13 @@ void fq_pull_reset(fq_pull_cons *c);
  * - Failed otherwise: made afresh after the retry delay, or at once when
  *   its owner changed what it wants meanwhile (that failure was of a want
  *   no longer asked, and says nothing of the new one).
+ * - Past the process's fence (its lease not renewed in time, as a replica
+ *   frozen past it finds when it resumes), no request goes out: the term
+ *   may be another replica's by now, whose owner may just have deleted
+ *   our consumer; made again by a create of ours, it would refuse the new
+ *   owner's. Unanswered, the create is held until the fence is lifted,
+ *   then looked at again; refused as overlapping, no stale copy is
+ *   cleared (that makes and deletes consumers).
  */
 #define FQ_PULL_WQ_NOT_UNIQUE 10100    /* JetStream's err_code: the filter overlaps another
                                           consumer's on a work-queue stream */
@@ -124,6 +131,7 @@ typedef struct fq_pull_create {
     bool newer;                 /* a later term's consumer was listed when it was sent */
     bool unstaled;              /* it was sent again after a stale copy was cleared */
     bool wanted;                /* its owner wants now what it makes (no change since) */
+    bool fenced;                /* the process's fence has passed: no request goes out */
 } fq_pull_create;
 
 typedef enum fq_pull_create_step {
@@ -131,6 +139,7 @@ typedef enum fq_pull_create_step {
     FQ_PULL_CREATE_AGAIN,       /* sent again as it was, under the same number */
     FQ_PULL_CREATE_UNSTALE,     /* a stale copy cleared, then sent once more */
     FQ_PULL_CREATE_FAILED,      /* made afresh from *retry_at */
+    FQ_PULL_CREATE_HELD,        /* unanswered past the fence: looked at again once lifted */
 } fq_pull_create_step;
 
 /* What follows create c at time now; *retry_at (FAILED): when the

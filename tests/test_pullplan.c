@@ -279,6 +279,34 @@ static void test_stale_copy_cleared_only_for_the_wanted_term(void **state)
     assert_int_equal(at, NOW + RETRY);
 }
 
+/* Past the process's fence (its lease not renewed in time: a replica
+ * frozen past it, whose fetch thread reads a create's answer, or sees its
+ * wait run out, as it resumes) natsio sends no request: that term may be
+ * another replica's by now, and a create of ours sent again could make
+ * again the consumer the next owner has just deleted, refusing its own
+ * (a work queue admits one consumer per subject). Unanswered, the create
+ * is held and looked at again once the fence is lifted (sent again if its
+ * owner still wants it, or made afresh at once for the new want); refused
+ * as overlapping, no stale copy is cleared (that makes and deletes
+ * consumers): it is made afresh after the retry delay. Made, it is live
+ * (pulls wait for the fence). */
+static void test_create_past_the_fence_sends_nothing(void **state)
+{
+    (void)state;
+    uint64_t at = 1;
+    fq_pull_create c = {.answered = false, .wanted = true, .fenced = true};
+    assert_int_equal(fq_pull_create_next(&at, &c, NOW, RETRY), FQ_PULL_CREATE_HELD);
+    c.wanted = false;
+    assert_int_equal(fq_pull_create_next(&at, &c, NOW, RETRY), FQ_PULL_CREATE_FAILED);
+    assert_int_equal(at, 0);
+    c = (fq_pull_create){.answered = true, .err_code = FQ_PULL_WQ_NOT_UNIQUE, .wanted = true,
+                         .fenced = true};
+    assert_int_equal(fq_pull_create_next(&at, &c, NOW, RETRY), FQ_PULL_CREATE_FAILED);
+    assert_int_equal(at, NOW + RETRY);
+    c = (fq_pull_create){.answered = true, .ok = true, .wanted = true, .fenced = true};
+    assert_int_equal(fq_pull_create_next(&at, &c, NOW, RETRY), FQ_PULL_CREATE_MADE);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -292,6 +320,7 @@ int main(void)
         cmocka_unit_test(test_create_unanswered_sent_again),
         cmocka_unit_test(test_create_failed_after_the_want_changed_not_delayed),
         cmocka_unit_test(test_stale_copy_cleared_only_for_the_wanted_term),
+        cmocka_unit_test(test_create_past_the_fence_sends_nothing),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
