@@ -2678,6 +2678,22 @@ static void test_part_release_naks_queued_in_order(void **state)
     world_free(a);
 }
 
+/* A replica of P = 4 owning partitions 1 (term 5, marker at 70) and 2
+ * (term 6, marker at 80), with a run submitted to each: r1 of x (seq 10,
+ * partition 1) and r2 of y (seq 11, partition 2). */
+static world *two_parts(char x[16], char y[16])
+{
+    enum { P = 4 };
+    world *a = world_new_parts(P);
+    tenant_in(x, 16, "x", 1, P);
+    tenant_in(y, 16, "y", 2, P);
+    adopt_from(a, a, 1, 5, 70);
+    adopt_from(a, a, 2, 6, 80);
+    submit(a, x, 10, "r1", 50);
+    submit(a, y, 11, "r2", 50);
+    return a;
+}
+
 /* Each partition's journal is fenced on its own: a batch of partition 1
  * refused (another owner wrote its subject) stops dispatch until partition
  * 1 is let go, while partition 2's batches go on expecting its own last
@@ -2685,15 +2701,8 @@ static void test_part_release_naks_queued_in_order(void **state)
 static void test_part_journal_fenced_per_partition(void **state)
 {
     (void)state;
-    enum { P = 4 };
-    world *a = world_new_parts(P);
     char x[16], y[16];
-    tenant_in(x, sizeof x, "x", 1, P);
-    tenant_in(y, sizeof y, "y", 2, P);
-    adopt_from(a, a, 1, 5, 70);
-    adopt_from(a, a, 2, 6, 80);
-    submit(a, x, 10, "r1", 50);
-    submit(a, y, 11, "r2", 50);
+    world *a = two_parts(x, y);
     turn(a);
     assert_int_equal(count(a, FQ_LACT_JOURNAL), 2);
     fq_ledger_act j1 = *find(a, FQ_LACT_JOURNAL, 0), j2 = *find(a, FQ_LACT_JOURNAL, 1);
@@ -2748,15 +2757,8 @@ static void test_part_journal_fenced_per_partition(void **state)
 static void test_part_journal_fresh_per_partition(void **state)
 {
     (void)state;
-    enum { P = 4 };
-    world *a = world_new_parts(P);
     char x[16], y[16];
-    tenant_in(x, sizeof x, "x", 1, P);
-    tenant_in(y, sizeof y, "y", 2, P);
-    adopt_from(a, a, 1, 5, 70);
-    adopt_from(a, a, 2, 6, 80);
-    submit(a, x, 10, "r1", 50);
-    submit(a, y, 11, "r2", 50);
+    world *a = two_parts(x, y);
     fq_ledger_tick(a->l, a->now, a->now_ms);
     fq_ledger_dispatch(a->l, 1000, a->now, a->now_ms);
     drain(a);
