@@ -108,6 +108,8 @@ static void world_boot(world *w)
         fq_ledger_consumer_made(w->l, 0, 0, w->now_ms);     /* as the proxy makes it at start */
 }
 
+#define WORLD_START_MS 1800000000000   /* a new world's unix ms */
+
 /* A world of a deployment of parts partitions (0: one). */
 static world *world_new_parts(uint32_t parts)
 {
@@ -120,7 +122,7 @@ static world *world_new_parts(uint32_t parts)
     eo.max_tokens = 100000;
     assert_int_equal(fq_est_create(&w->e, &eo), FQ_OK);
     w->now = 1000;
-    w->now_ms = 1800000000000;
+    w->now_ms = WORLD_START_MS;
     world_boot(w);
     return w;
 }
@@ -492,7 +494,7 @@ static void test_class_max_pending_by_tenant(void **state)
     eo.max_tokens = 100000;
     assert_int_equal(fq_est_create(&w->e, &eo), FQ_OK);
     w->now = 1000;
-    w->now_ms = 1800000000000;
+    w->now_ms = WORLD_START_MS;
     assert_int_equal(fq_classes_parse(&w->classes, "interactive:2, batch"), FQ_OK);
     world_boot(w);
     fq_ledger_journal_marked(w->l, 1);
@@ -2397,19 +2399,30 @@ static void test_part_stale_consumer_made_ignored(void **state)
 /* A tenant's debt survives its partition's handover: B reads back the
  * debt A journalled on the partition's subject; A, having let it go,
  * keeps none of it (nor any credit) and may forget the tenant. */
+/* A ledger after a change of P (debts_moved) that read back the four debt
+ * records r, in this order, stored at stored (unix ms) and sequences seq. */
+static world *debts_read(const fq_jrec r[4], const int64_t stored[4], const uint64_t seq[4])
+{
+    world *w = world_new();
+    w->debts_moved = true;
+    world_crash(w);
+    fq_ledger_journal_marked(w->l, 1);
+    for (size_t i = 0; i < 4; i++)
+        fq_ledger_recover_record(w->l, &r[i], stored[i], seq[i], w->now, w->now_ms);
+    fq_ledger_recovered(w->l, w->now, w->now_ms);
+    drain(w);
+    return w;
+}
+
 /* After a change of P a tenant's debt records are on two journal
  * subjects, read back in either order (docs/partitions.md, "Changing P"):
- * its debt is its latest record by the stream's timestamps, not the last
+ * its debt is its latest record by the stream's sequence, not the last
  * read, a cleared debt's (0) too, which is taken for a tenant not known
  * yet so that an older debt read after it is left. */
 static void test_debt_latest_stored_wins(void **state)
 {
     (void)state;
-    world *w = world_new();
-    w->debts_moved = true;
-    world_crash(w);
-    fq_ledger_journal_marked(w->l, 1);
-    int64_t t1 = w->now_ms - 5000, t2 = w->now_ms - 1000;
+    int64_t t1 = WORLD_START_MS - 5000, t2 = WORLD_START_MS - 1000;
     fq_jrec r[] = {
         {.type = FQ_JREC_DEBT, .tenant = "a", .deficit = -300, .at_ms = t2},   /* new subject */
         {.type = FQ_JREC_DEBT, .tenant = "b", .deficit = 0, .at_ms = t2},
@@ -2418,10 +2431,7 @@ static void test_debt_latest_stored_wins(void **state)
     };
     int64_t stored[] = {t2, t2, t1, t1};
     uint64_t seq[] = {20, 20, 10, 10};
-    for (size_t i = 0; i < 4; i++)
-        fq_ledger_recover_record(w->l, &r[i], stored[i], seq[i], w->now, w->now_ms);
-    fq_ledger_recovered(w->l, w->now, w->now_ms);
-    drain(w);
+    world *w = debts_read(r, stored, seq);
     assert_int_equal(deficit(w, "a"), -300);
     assert_int_equal(deficit(w, "b"), 0);
     world_free(w);
@@ -2436,23 +2446,16 @@ static void test_debt_latest_stored_wins(void **state)
 static void test_debt_latest_by_sequence_not_clock(void **state)
 {
     (void)state;
-    world *w = world_new();
-    w->debts_moved = true;
-    world_crash(w);
-    fq_ledger_journal_marked(w->l, 1);
-    int64_t before = w->now_ms - 1000, after = w->now_ms - 4000;  /* the new leader: 3 s behind */
+    int64_t before = WORLD_START_MS - 1000, after = WORLD_START_MS - 4000;  /* 3 s behind */
     fq_jrec r[] = {
-        {.type = FQ_JREC_DEBT, .tenant = "a", .deficit = -300, .at_ms = w->now_ms},  /* new subject */
-        {.type = FQ_JREC_DEBT, .tenant = "a", .deficit = -700, .at_ms = w->now_ms},  /* old subject */
-        {.type = FQ_JREC_DEBT, .tenant = "c", .deficit = -500, .at_ms = w->now_ms},  /* old subject */
-        {.type = FQ_JREC_DEBT, .tenant = "c", .deficit = 0, .at_ms = w->now_ms},     /* new subject */
+        {.type = FQ_JREC_DEBT, .tenant = "a", .deficit = -300, .at_ms = before},  /* new subject */
+        {.type = FQ_JREC_DEBT, .tenant = "a", .deficit = -700, .at_ms = before},  /* old subject */
+        {.type = FQ_JREC_DEBT, .tenant = "c", .deficit = -500, .at_ms = before},  /* old subject */
+        {.type = FQ_JREC_DEBT, .tenant = "c", .deficit = 0, .at_ms = before},     /* new subject */
     };
     int64_t stored[] = {after, before, before, after};
     uint64_t seq[] = {40, 12, 13, 41};
-    for (size_t i = 0; i < 4; i++)
-        fq_ledger_recover_record(w->l, &r[i], stored[i], seq[i], w->now, w->now_ms);
-    fq_ledger_recovered(w->l, w->now, w->now_ms);
-    drain(w);
+    world *w = debts_read(r, stored, seq);
     assert_int_equal(deficit(w, "a"), -300);
     assert_int_equal(deficit(w, "c"), 0);
     world_free(w);
