@@ -5,7 +5,13 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <signal.h>
+#include <spawn.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+extern char **environ;
 
 #include <cmocka.h>
 #include <nats/nats.h>
@@ -1788,6 +1794,98 @@ static void test_unanswered_create_sent_again_not_deleted(void **state)
     assert_true(now_created == created);
 }
 
+/* A create unanswered when its replica froze past its lease is not sent
+ * again as the replica resumes (past its fence: the term may be another
+ * replica's by now, and our create could make again the consumer the next
+ * owner has just deleted, refusing its own on the work queue), but held
+ * until the fence is lifted, then sent again and made. Here the test
+ * process itself is stopped (SIGSTOP, by a shell it starts) for longer
+ * than the API's wait, with consumer 0's answers denied and the fence
+ * passing meanwhile: the fetch thread, resumed in its read, finds the
+ * create's wait over. Before, it sent the create again at once. */
+static void test_unanswered_create_held_past_the_fence(void **state)
+{
+    fixture *f = *state;
+    char conf[600], log[600], err[256], warn[256], deny[160];
+    snprintf(conf, sizeof conf, "%s/fenced.conf", natstest_dir(f->srv));
+    noans_conf(conf, NULL, NULL);
+    natstest *srv = NULL;
+    assert_int_equal(natstest_start(&srv, (const char *const[]){"-c", conf, NULL}), 0);
+    snprintf(log, sizeof log, "%s/nats.log", natstest_dir(srv));
+    fq_nio *n = NULL;
+    fq_nio_opts o = {.url = natstest_url(srv), .name = "it_natsio_fenced", .user = "u",
+                     .password = "u", .inbox_prefix = "_IT_FENCED", .api_wait_ms = 1000};
+    assert_int_equal(fq_nio_create(&n, &o, err, sizeof err), FQ_OK);
+    fq_nio_stream st = {.name = "NOANS", .subject = "noans.*.*", .retention = FQ_NIO_WORKQUEUE,
+                        .replicas = 1};
+    assert_int_equal(fq_nio_stream_ensure(n, &st, warn, sizeof warn), FQ_OK);
+    publish(n, "noans.0.t", "run", NULL, 1);
+    fq_nio_event ev;
+    assert_true(wait_event(n, FQ_NIO_EV_PUBACK, &ev, 5000));
+    /* consumer 1 starts the fetch subscription; then consumer 0's
+     * replies, <inbox>.0.<number>, are denied */
+    parts_consume(n, 1, "NOANS", "noans", 1, 8, 1);
+    assert_true(wait_event(n, FQ_NIO_EV_CONSUMER, &ev, 5000));
+    assert_int_equal(ev.status, FQ_OK);
+    char trace[65536];
+    FILE *in = fopen(log, "r");
+    assert_non_null(in);
+    trace[fread(trace, 1, sizeof trace - 1, in)] = '\0';
+    fclose(in);
+    const char *sub = NULL;
+    for (const char *p = trace; !sub && (p = strstr(p, "SUB _IT_FENCED.")); p++) {
+        const char *sp = strchr(p + 4, ' ');
+        if (sp && sp - p > 6 && strncmp(sp - 2, ".>", 2) == 0)
+            sub = p + 4;
+    }
+    assert_non_null(sub);
+    snprintf(deny, sizeof deny, "%.*s0.*", (int)(strchr(sub, ' ') - sub - 1), sub);
+    noans_conf(conf, srv, deny);
+    noans_reload(srv, log);
+    static const char create[] = "PUB $JS.API.CONSUMER.DURABLE.CREATE.NOANS.noans-p0-1 ";
+    parts_consume(n, 0, "NOANS", "noans", 0, 8, 1);
+    for (long long end = nt_now_ms() + 5000; nt_now_ms() < end && !file_count(log, create);)
+        nt_sleep_ms(5);
+    assert_int_equal(file_count(log, create), 1);
+    /* the fence passes 0.3 s on, while this process is stopped from 0.1 s
+     * to 2.6 s on: the create's wait (1 s) runs out meanwhile */
+    fq_nio_fence(n, fq_nio_mono_ms() + 300);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "sleep 0.1; kill -STOP %d; sleep 2.5; kill -CONT %d", (int)getpid(),
+             (int)getpid());
+    pid_t pid;
+    char *argv[] = {"sh", "-c", cmd, NULL};
+    assert_int_equal(posix_spawn(&pid, "/bin/sh", NULL, NULL, argv, environ), 0);
+    int status = 0;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    nt_sleep_ms(1000);      /* resumed: anything the fetch thread sends is traced by now */
+    int fenced = file_count(log, create);
+    /* the fence lifted and the replies allowed: sent again, made, its run
+     * delivered */
+    noans_conf(conf, srv, NULL);
+    noans_reload(srv, log);
+    fq_nio_fence(n, UINT64_MAX);
+    bool made = false, got = false;
+    for (long long end = nt_now_ms() + 10000; !got && nt_now_ms() < end;) {
+        if (fq_nio_poll(n, &ev, 1, 50) == 0)
+            continue;
+        if (ev.type == FQ_NIO_EV_CONSUMER && ev.source == 0)
+            made = ev.status == FQ_OK;
+        if (ev.type == FQ_NIO_EV_MSG) {
+            got = made && ev.source == 0 && fq_nio_ack(n, 0, &ev.ack) == FQ_OK;
+            fq_nio_msg_destroy(ev.msg);
+        }
+    }
+    print_message("creates sent by the end of the freeze past the fence: %d; then %s, its run "
+                  "%s\n", fenced, made ? "made" : "not made", got ? "delivered" : "not delivered");
+    fq_nio_destroy(n);
+    natstest_destroy(srv);
+    assert_true(WIFEXITED(status));
+    assert_int_equal(fenced, 1);
+    assert_true(made);
+    assert_true(got);
+}
+
 /* A stopped consumer whose delete goes unanswered costs the others
  * nothing: a partition handed over stops its consumers and deletes them,
  * and a delete that a loaded cluster left unanswered for the API's 5 s,
@@ -1892,6 +1990,7 @@ int main(void)
         cmocka_unit_test(test_unanswered_create_costs_the_others_nothing),
         cmocka_unit_test(test_create_in_flight_at_reconnect_made_again),
         cmocka_unit_test(test_unanswered_create_sent_again_not_deleted),
+        cmocka_unit_test(test_unanswered_create_held_past_the_fence),
         cmocka_unit_test(test_unanswered_delete_costs_the_others_nothing),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
