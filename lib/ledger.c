@@ -2102,6 +2102,13 @@ static void lg_enqueue(fq_ledger *l, lg_verdict *v, fq_ledger_tenant *lt,
     if (st == FQ_OK) {
         x->maybe_sent = s->ts_ms < lg_pp(l, lt)->inherit_before;
         v->x = x;
+        /* a name past the tenant's cap of sub-tenants is not refused (the
+         * claim only divides the tenant's share) but counted; the lane the
+         * run joined was written just now */
+        fq_sub_info si;
+        if (s->sub->subtenant[0] &&
+            fq_sched_run_sub_info(&si, l->o.sched, &x->run) == FQ_OK && si.overflow)
+            l->c.subtenant_overflow++;
         return;
     }
     if (x) {

@@ -625,6 +625,8 @@ typedef struct fq_ledger_counters {
     uint64_t released_dispatched; /* dispatched runs let go with their partition */
     uint64_t unowned;           /* deliveries of a partition not owned: dropped unanswered */
     uint64_t records_foreign;   /* journal records read back of a partition not being read */
+    uint64_t subtenant_overflow; /* runs queued in their tenant's overflow sub-tenant: they
+                                    named a new one past its max_subtenants */
 } fq_ledger_counters;
 
 typedef struct fq_ledger_stats {

@@ -595,6 +595,10 @@ const fq_overall_row fq_overall_rows[] = {
     OV(COUNTER, SUM, subtenant_refused, "subtenant_refused", "fairq_subtenant_refused_runs_total",
        NULL, "Runs refused for their sub-tenant claim (Fair-Subtenant or subtenant): not a "
        "name, or header and body naming two; counted in the rejected runs too."),
+    OV(COUNTER, SUM, subtenant_overflow, "subtenant_overflow",
+       "fairq_subtenant_overflow_runs_total", NULL,
+       "Runs queued in their tenant's overflow sub-tenant: they named a new sub-tenant past "
+       "its max_subtenants (not refused: a claim only divides its tenant's share)."),
     OV(REASONS, SUM, rejected_runs, "rejected", "fairq_rejected_runs_total", NULL,
        "Runs refused to the rejected subject, by reason: those of tenants fairq does not know too."),
     OV(FLAG, SUM, lease_held, "leader", "fairq_dispatch_lease_held", NULL,

@@ -245,6 +245,8 @@ typedef struct fq_metrics_overall {
     uint64_t refusals_unstored;     /* counter: refusals the rejected stream refused */
     uint64_t overrides_refused;     /* counter: invalid values in the bucket */
     uint64_t subtenant_refused;     /* counter: runs refused for their sub-tenant claim */
+    uint64_t subtenant_overflow;    /* counter: runs queued in their tenant's overflow
+                                       sub-tenant, past its max_subtenants */
     uint64_t admin_reply_failures;  /* counter: admin replies not sent */
     uint64_t admin_requests_busy;   /* counter: admin requests answered busy: over
                                        their rate, too many waiting, or too many

@@ -1422,6 +1422,7 @@ static void px_overall_ledger(fq_metrics_overall *a, const fq_ledger *l)
     a->refusals_repeated = lc->refusals_repeated;
     a->unowned = lc->unowned;
     a->possible_duplicates = lc->possible_duplicates;
+    a->subtenant_overflow = lc->subtenant_overflow;
     a->records_foreign = lc->records_foreign;
     a->parts_adopted = lc->parts_adopted;
     a->parts_released = lc->parts_released;

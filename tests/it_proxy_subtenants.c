@@ -261,6 +261,10 @@ static void test_past_the_cap_bounded(void **state)
     cJSON *j = pf_stats(f, "", NULL);
     assert_int_equal(pf_overall(j, "rejected"), 0);
     assert_int_equal(pf_overall(j, "subtenant_refused"), 0);
+    /* but counted: the 38 runs naming one past the first two */
+    long over = pf_overall(j, "subtenant_overflow");
+    if (over != 38)
+        fail_msg("subtenant_overflow %ld, not the 38 runs past the cap of 2", over);
     cJSON_Delete(j);
     /* known: the two of the cap and the overflow one, not 40 */
     long known = tenant_num(f, "capped", "subtenants");

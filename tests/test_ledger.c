@@ -598,6 +598,23 @@ static void test_subtenant_scheduled_and_dispatched(void **state)
     assert_string_equal(d->run_id, "c1");
     assert_string_equal(dispatch_hdr(d, "Fair-Subtenant"), "colleague");
     assert_string_equal(dispatch_hdr(find(w, FQ_LACT_DISPATCH, 0), "Fair-Subtenant"), "flood");
+    assert_int_equal(fq_ledger_counters_get(w->l)->subtenant_overflow, 0);
+    world_free(w);
+
+    /* past the cap (2 here): queued in the overflow sub-tenant, not
+     * refused, and counted */
+    w = world_new();
+    w->subs = 2;
+    world_crash(w);
+    fq_ledger_journal_marked(w->l, 1);
+    const char *names[] = {"u1", "u2", "u3", "u4", "u5", "u1", ""};
+    for (uint64_t k = 0; k < 7; k++) {
+        char id[8];
+        snprintf(id, sizeof id, "o%d", (int)k);
+        submit_sub(w, 30 + k, id, names[k]);
+    }
+    assert_int_equal(count(w, FQ_LACT_REFUSE), 0);
+    assert_int_equal(fq_ledger_counters_get(w->l)->subtenant_overflow, 3);
     world_free(w);
 
     /* read back: the sub-tenant comes from the body's parse */

@@ -201,6 +201,7 @@ static void test_values_and_labels(void **state)
     s->all.released_dispatched = 182;
     s->all.admin_requests_too_long = 69;
     s->all.admin_requests_invalid = 70;
+    s->all.subtenant_overflow = 71;
     s->all.index_only_runs = 300;
     s->all.body_reads = 310;
     s->all.body_lost = 1;
@@ -284,6 +285,7 @@ static void test_values_and_labels(void **state)
     assert_true(value_of(t, "fairq_released_runs_total{state=\"dispatched\"}") == 182);
     assert_true(value_of(t, "fairq_admin_requests_too_long_total") == 69);
     assert_true(value_of(t, "fairq_admin_requests_invalid_total") == 70);
+    assert_true(value_of(t, "fairq_subtenant_overflow_runs_total") == 71);
     assert_true(value_of(t, "fairq_index_only_runs") == 300);
     assert_true(value_of(t, "fairq_body_reads_total") == 310);
     assert_true(value_of(t, "fairq_body_lost_total") == 1);
