@@ -1477,7 +1477,8 @@ static natsStatus nio_list_take(fq_nio *n, int id, const char *d, size_t len)
  * create last: nio_create_answer takes it from there); failed, its owner
  * hears of it (FQ_NIO_EV_CONSUMER, unless it changed want meanwhile) and
  * the make is tried again from its start after NIO_RECREATE_RETRY_MS. A
- * want changed meanwhile is brought about at once.
+ * want changed meanwhile ends the make, whatever the answer, and is
+ * brought about at once.
  * Fetch thread only. */
 static void nio_api_answer(fq_nio *n, int id, natsMsg *m, uint64_t now)
 {
@@ -1511,6 +1512,15 @@ static void nio_api_answer(fq_nio *n, int id, natsMsg *m, uint64_t now)
             c->made_version = c->api_version;
         }
         c->retry_at = gone || !wanted ? 0 : now + NIO_RECREATE_RETRY_MS;
+        return;
+    }
+    if (!wanted) {
+        /* its owner changed what it wants since the make began (stopped
+         * it, a partition let go, or named it for a new term): no step
+         * more, so no consumer of a want no longer asked is made (a term
+         * left is the next owner's to make); the new want is brought
+         * about at once (as a create's: fq_pull_create_next) */
+        c->retry_at = 0;
         return;
     }
     natsStatus s = NATS_ERR;

@@ -1886,6 +1886,58 @@ static void test_unanswered_create_held_past_the_fence(void **state)
     assert_true(got);
 }
 
+/* A consumer's make whose owner stops it (a partition let go) while a
+ * step of it is unanswered goes no further: its listing answered after
+ * the stop sends no delete and no create, so no consumer of a term its
+ * owner left is made on the server (for the next owner to find, and, made
+ * while that one makes its own, to refuse it on the work queue). The
+ * server is paused while mk-p0's make is asked for and stopped, so that
+ * its listing is answered after the stop. Before, the listing's answer
+ * sent the delete and the create, and mk-p0-1 was made. */
+static void test_make_stopped_midway_goes_no_further(void **state)
+{
+    fixture *f = *state;
+    (void)f;
+    char err[256], warn[256], url[128];
+    natstest *srv = NULL;
+    assert_int_equal(natstest_start(&srv, NULL), 0);
+    fq_nio *n = NULL;
+    fq_nio_opts o = {.url = natstest_url(srv), .name = "it_natsio_midway"};
+    assert_int_equal(fq_nio_create(&n, &o, err, sizeof err), FQ_OK);
+    fq_nio_stream st = {.name = "MK", .subject = "mk.*.*", .retention = FQ_NIO_WORKQUEUE,
+                        .replicas = 1};
+    assert_int_equal(fq_nio_stream_ensure(n, &st, warn, sizeof warn), FQ_OK);
+    parts_consume(n, 1, "MK", "mk", 1, 8, 1);   /* the fetch thread running */
+    fq_nio_event ev;
+    assert_true(wait_event(n, FQ_NIO_EV_CONSUMER, &ev, 5000));
+    assert_int_equal(ev.status, FQ_OK);
+    assert_int_equal(natstest_pause(srv, true), 0);
+    parts_consume(n, 0, "MK", "mk", 0, 8, 1);
+    nt_sleep_ms(200);   /* its listing sent (the fetch thread's next turn, 20 ms at most) */
+    assert_int_equal(fq_nio_consume_stop(n, 0, false), FQ_OK);
+    assert_int_equal(natstest_pause(srv, false), 0);
+    /* the listing answered after the stop; a delete and a create would
+     * follow within ms */
+    for (long long end = nt_now_ms() + 1500; nt_now_ms() < end;)
+        if (fq_nio_poll(n, &ev, 1, 50) == 1 && ev.type == FQ_NIO_EV_MSG)
+            fq_nio_msg_destroy(ev.msg);
+    snprintf(url, sizeof url, "nats://127.0.0.1:%d", natstest_port(srv));
+    natsConnection *nc = NULL;
+    jsCtx *js = NULL;
+    assert_int_equal(natsConnection_ConnectTo(&nc, url), NATS_OK);
+    assert_int_equal(natsConnection_JetStream(&js, nc, NULL), NATS_OK);
+    jsConsumerInfo *ci = NULL;
+    natsStatus s = js_GetConsumerInfo(&ci, js, "MK", "mk-p0-1", NULL, NULL);
+    jsConsumerInfo_Destroy(ci);
+    print_message("mk-p0-1, stopped while its listing was unanswered: %s\n",
+                  s == NATS_OK ? "made" : "not made");
+    jsCtx_Destroy(js);
+    natsConnection_Destroy(nc);
+    fq_nio_destroy(n);
+    natstest_destroy(srv);
+    assert_int_equal(s, NATS_NOT_FOUND);
+}
+
 /* A stopped consumer whose delete goes unanswered costs the others
  * nothing: a partition handed over stops its consumers and deletes them,
  * and a delete that a loaded cluster left unanswered for the API's 5 s,
@@ -1991,6 +2043,7 @@ int main(void)
         cmocka_unit_test(test_create_in_flight_at_reconnect_made_again),
         cmocka_unit_test(test_unanswered_create_sent_again_not_deleted),
         cmocka_unit_test(test_unanswered_create_held_past_the_fence),
+        cmocka_unit_test(test_make_stopped_midway_goes_no_further),
         cmocka_unit_test(test_unanswered_delete_costs_the_others_nothing),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
