@@ -25,16 +25,30 @@
 enum { FEAT_BURST = 1, FEAT_RATE = 2, FEAT_PRICED = 4, FEAT_CLASS = 8, FEAT_SUB = 16 };
 static unsigned features;
 
-/* Queue a run; with classes, every other one interactive (class 0), so
- * that half the runs are queued before their tenant's batch runs. */
-static void bench_enqueue(fq_sched *s, fq_tenant *t, uint64_t id, uint32_t est)
+/* Runs each tenant has queued so far, by tenant number (the run's handle,
+ * so that a dispatched run names its tenant's number). A tenant's runs
+ * take their sub-tenant and class from its own count, not from the run id:
+ * with 10,000 tenants served in turn a tenant's ids would all fall on the
+ * same sub-tenant and class. */
+static uint32_t *queued_by;
+
+/* Queue a run of tenant number i; with classes, every other one of the
+ * tenant's runs interactive (class 0), so that half the runs are queued
+ * before their tenant's batch runs; with sub-tenants, the tenant's runs
+ * name its four sub-tenants in turn, so that each run is in another
+ * sub-tenant than the tenant's last and every dispatch switches lanes, the
+ * worst case. Returns the tenant's count of runs queued. */
+static uint32_t bench_enqueue(fq_sched *s, fq_tenant *t, uint32_t i, uint64_t id, uint32_t est)
 {
     static const char subs[] = "abcd";
+    uint32_t k = queued_by[i]++;
+    void *h = (void *)(uintptr_t)i;
     if (features & (FEAT_CLASS | FEAT_SUB))
-        fq_sched_enqueue_sub(NULL, s, t, &subs[id & 3], features & FEAT_SUB ? 1 : 0,
-                             features & FEAT_CLASS ? (uint32_t)(id & 1) : 0, id, est, NULL, 0);
+        fq_sched_enqueue_sub(NULL, s, t, &subs[k & 3], features & FEAT_SUB ? 1 : 0,
+                             features & FEAT_CLASS ? (k & 1) : 0, id, est, h, 0);
     else
-        fq_sched_enqueue(NULL, s, t, id, est, NULL, 0);
+        fq_sched_enqueue(NULL, s, t, id, est, h, 0);
+    return k + 1;
 }
 
 static uint64_t rng = 1;
@@ -93,20 +107,28 @@ static result run_drr(uint32_t n, double ratio, uint64_t ops)
                                        benchmark's clock stands still */
         p.tokens_per_minute = UINT32_MAX;
     uint64_t id = 1;
+    if (!(queued_by = calloc(n, sizeof(*queued_by))))
+        die("no memory");
     for (uint32_t i = 0; i < n; i++) {
         char name[16];
         int len = snprintf(name, sizeof name, "t%u", i);
         if (fq_sched_tenant(&t[i], s, name, (size_t)len, &p) != FQ_OK)
             die("cannot create a tenant");
         for (int k = 0; k < 2; k++)
-            bench_enqueue(s, t[i], id++, cost(ratio));
+            bench_enqueue(s, t[i], i, id++, cost(ratio));
     }
-    /* warm up: the run pool and the window's hash reach their size */
-    for (uint64_t i = 0; i < ops / 10; i++) {
+    /* Warm up until the measured phase is steady state, whatever the
+     * features: the run pool and the window's hash reach their size, and
+     * every tenant has queued a run of each of its four sub-tenants (or
+     * would have, without them), so that no sub-tenant is made (a malloc)
+     * while the clock runs. With mixed costs tenants are served unevenly,
+     * so that takes longer than with equal costs. */
+    uint32_t young = n;     /* tenants that have queued fewer than 4 runs */
+    for (uint64_t i = 0; i < ops / 10 || young; i++) {
         fq_run *r = fq_sched_dispatch(s, 0);
-        fq_tenant *owner = r->tenant;
+        uint32_t owner = (uint32_t)(uintptr_t)r->handle;
         fq_sched_complete(NULL, s, r->id, r->est);
-        bench_enqueue(s, owner, id++, cost(ratio));
+        young -= bench_enqueue(s, t[owner], owner, id++, cost(ratio)) == 4;
     }
     fq_sched_stats a, b;
     fq_sched_stats_get(s, &a);
@@ -114,19 +136,20 @@ static result run_drr(uint32_t n, double ratio, uint64_t ops)
     fq_prices prices = {1, 1, 1};   /* the cost is the estimate: the arithmetic alone */
     for (uint64_t i = 0; i < ops; i++) {
         fq_run *r = fq_sched_dispatch(s, 0);
-        fq_tenant *owner = r->tenant;
+        uint32_t owner = (uint32_t)(uintptr_t)r->handle;
         if (features & FEAT_PRICED)     /* what the ledger does per completion */
             fq_sched_complete_priced(NULL, s, r->id, r->est,
                                      fq_price_cost(&prices, r->est - r->est / 5, r->est / 5, 0));
         else
             fq_sched_complete(NULL, s, r->id, r->est);
-        bench_enqueue(s, owner, id++, cost(ratio));
+        bench_enqueue(s, t[owner], owner, id++, cost(ratio));
     }
     double t1 = now_ns();
     fq_sched_stats_get(s, &b);
     result res = {(t1 - t0) / (double)ops,
                   (double)(b.visits + b.wakeups - a.visits - a.wakeups) / (double)(b.dispatched - a.dispatched)};
     free(t);
+    free(queued_by);
     fq_sched_destroy(s);
     return res;
 }
