@@ -12,6 +12,9 @@
  * FAIR_DISPATCH, and has one done record in the journal FAIRQ_RUNS (each
  * completion reconciled once, whichever replica owned its tenant then);
  * the workers' own redeliveries are printed, not counted as dispatches.
+ * The replicas run window.share on, as config/fairq-cluster.yaml ships
+ * them; the last case, the flood stopped, measures the shares of point 4
+ * (tests/support/sharecheck.h).
  * Bounds come from the config: a lease's TTL plus a second for a takeover,
  * a second of silence at most for a partition not moving during a join.
  */
@@ -32,6 +35,7 @@
 #include "natscluster.h"
 #include "partition.h"
 #include "proxyfixture.h"
+#include "sharecheck.h"
 
 #define P 8                 /* partitions */
 /* streams.lease_ttl_ms: twice the default 3 s. At 3 s, 5 runs with the node's kill
@@ -62,8 +66,9 @@ static const char yaml_fmt[] =
     "replica_id: %s\n"
     "streams:\n  replicas: 3\n  lease_ttl_ms: 6000\n"
     "scheduler:\n  default_plan: free\n"
-    "window:\n  max_in_flight: 8\n  run_timeout_ms: 3600000\n"
-    "plans:\n  - name: free\n";
+    "window:\n  max_in_flight: 8\n  run_timeout_ms: 3600000\n  share: on\n"
+    "plans:\n  - name: free\n  - name: heavy\n    weight: 3\n"
+    "tenants:\n  - id: big\n    plan: heavy\n";
 
 static const char mapping[] =
     "mappings {\n"
@@ -811,6 +816,82 @@ static void test_rolling_restart(void **state)
     all_once("a rolling restart");
 }
 
+/* ---- the shares of point 4 ----------------------------------------- */
+
+#define US_PER_TOKEN 1000   /* the workers' speed in the shares case: 1,000 tokens a second */
+#define COST 1000           /* a run of the light tenants: s = 1 s */
+
+/* The measurement of tests/support/sharecheck.h: the window of yaml_fmt,
+ * heartbeats every 100 ms (lib/share), a 4 s interval. */
+static const sc_world shares_world = {.parts = P, .window = 8, .us_per_token = US_PER_TOKEN,
+                                      .period_ms = 100, .interval_ms = 4000};
+
+/* The first partition replica id owns (own: the owners). */
+static int partition_of(char (*own)[PF_ID_MAX], const char *id)
+{
+    for (int k = 0; k < P; k++)
+        if (strcmp(own[k], id) == 0)
+            return k;
+    fail_msg("%s owns no partition", id);
+    return -1;
+}
+
+/* Serve what is left of the n runs a shares case submitted at full speed
+ * (the costly ones take 50 s each), until the workers completed done + n;
+ * then back to US_PER_TOKEN: the next case starts with nothing queued or
+ * in flight. */
+static size_t shares_drained(size_t done, int n)
+{
+    pt_worker_speed(W.f.w, 0, 0);
+    assert_int_equal(pt_worker_wait_completed(W.f.w, done + (size_t)n, 30000), 0);
+    pt_worker_speed(W.f.w, 0, US_PER_TOKEN);
+    return done + (size_t)n;
+}
+
+/* The shares of issue 16 point 4 on the cluster, with window.share on as
+ * config/fairq-cluster.yaml ships it, the flood stopped and the workers
+ * spending a millisecond a token: equal weights on two replicas, runs of
+ * equal cost and then 50-fold costlier on one, get the tokens one proxy
+ * gives them (S_a/w_a within 10% of S_b/w_b, and within docs/scaling.md's
+ * bound), 3:1 weights 3:1; a small tenant's first run is dispatched, on
+ * the reserve, while a flood on another replica holds the whole window
+ * and none of its runs has completed, where one proxy would make it wait
+ * for a completion. Each pair on partitions of two different replicas;
+ * the replicas are those the earlier cases left (rep-a .. rep-d). */
+static void test_shares_across_replicas(void **state)
+{
+    (void)state;
+    long long t0 = nt_now_ms();
+    char own[P][PF_ID_MAX];
+    wait_settled(own, 2000, 20000);     /* no move while measuring */
+    pt_worker_speed(W.f.w, 0, US_PER_TOKEN);
+    size_t done = pt_worker_completed(W.f.w);
+    char a[32], b[32];
+    /* equal weights, equal costs: rep-a's tenant and rep-b's */
+    sc_name_on(a, sizeof a, "even", P, partition_of(own, "rep-a"));
+    sc_name_on(b, sizeof b, "odd", P, partition_of(own, "rep-b"));
+    done = shares_drained(done, sc_shares(&W.f, &shares_world, a, 1, COST, b, 1, COST));
+    /* equal weights, runs 50-fold costlier: rep-b's and rep-c's */
+    sc_name_on(a, sizeof a, "chat", P, partition_of(own, "rep-b"));
+    sc_name_on(b, sizeof b, "research", P, partition_of(own, "rep-c"));
+    done = shares_drained(done, sc_shares(&W.f, &shares_world, a, 1, COST, b, 1, 50 * COST));
+    /* 3:1: big (the heavy plan) and a light tenant of another replica */
+    int kbig = (int)fq_partition_of("big", 3, P);
+    for (int k = 0; k < P; k++)
+        if (strcmp(own[k], own[kbig]) != 0) {
+            sc_name_on(b, sizeof b, "light", P, k);
+            break;
+        }
+    print_message("big is %s's, %s %s's\n", own[kbig], b,
+                  own[fq_partition_of(b, strlen(b), P)]);
+    done = shares_drained(done, sc_shares(&W.f, &shares_world, "big", 3, COST, b, 1, COST));
+    /* the first run: a flood on rep-c, a small tenant on rep-a */
+    sc_name_on(a, sizeof a, "flood", P, partition_of(own, "rep-c"));
+    sc_name_on(b, sizeof b, "small", P, partition_of(own, "rep-a"));
+    shares_drained(done, sc_first_run(&W.f, &shares_world, a, COST, b));
+    print_message("the shares case took %lld ms\n", nt_now_ms() - t0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -820,6 +901,7 @@ int main(void)
         cmocka_unit_test(test_server_node_killed),
         cmocka_unit_test(test_replica_joins),
         cmocka_unit_test(test_rolling_restart),
+        cmocka_unit_test(test_shares_across_replicas),
     };
     /* FAIRQ_TEST_NODE_KILL_ROUNDS=N (with FAIRQ_TEST_NODE_KILL): a
      * replica's kill, a freeze and a node's kill, N times in one world, to

@@ -339,11 +339,11 @@ typedef struct pt_job {
     char tenant[72];
     char run_id[136];
     uint32_t est;
-    long long due;
+    long long at;               /* when received (monotonic ms): due at the pool's speed after */
 } pt_job;
 
 struct pt_worker {
-    pt_worker_opts o;
+    pt_worker_opts o;           /* its service_ms and per_token_us guarded by mu */
     pt_client c;
     natsSubscription *sub;
     pthread_t thread;
@@ -455,7 +455,16 @@ static void pt_receive(pt_worker *w, natsMsg *m)
     snprintf(j->tenant, sizeof j->tenant, "%s", s.tenant);
     snprintf(j->run_id, sizeof j->run_id, "%s", s.run_id);
     j->est = s.est;
-    j->due = nt_now_ms() + w->o.service_ms + (long long)w->o.per_token_us * s.est / 1000;
+    j->at = s.at_ms;
+}
+
+/* When job j is due at the pool's speed now (pt_worker_speed may change it). */
+static long long pt_due(pt_worker *w, const pt_job *j)
+{
+    pthread_mutex_lock(&w->mu);
+    long long d = j->at + w->o.service_ms + (long long)w->o.per_token_us * j->est / 1000;
+    pthread_mutex_unlock(&w->mu);
+    return d;
 }
 
 static void pt_complete_due(pt_worker *w)
@@ -466,7 +475,7 @@ static void pt_complete_due(pt_worker *w)
     pthread_mutex_unlock(&w->mu);
     long long now = nt_now_ms();
     for (int i = 0; !hold && i < w->njobs;) {
-        if (w->jobs[i].due <= now) {
+        if (pt_due(w, &w->jobs[i]) <= now) {
             pt_complete(w, &w->jobs[i]);
             w->jobs[i] = w->jobs[--w->njobs];
         } else {
@@ -512,8 +521,8 @@ static void *pt_worker_main(void *arg)
          * the expiry: wait no longer than the next completion is due. */
         long long wait = 50, now = nt_now_ms();
         for (int i = 0; i < w->njobs; i++)
-            if (w->jobs[i].due - now < wait)
-                wait = w->jobs[i].due - now;
+            if (pt_due(w, &w->jobs[i]) - now < wait)
+                wait = pt_due(w, &w->jobs[i]) - now;
         natsMsgList list = {0};
         jsFetchRequest req;
         jsFetchRequest_Init(&req);
@@ -592,6 +601,14 @@ pt_seen pt_worker_seen(pt_worker *w, size_t i)
     pt_seen s = i < w->nseen ? w->seen[i] : (pt_seen){0};
     pthread_mutex_unlock(&w->mu);
     return s;
+}
+
+void pt_worker_speed(pt_worker *w, int service_ms, int per_token_us)
+{
+    pthread_mutex_lock(&w->mu);
+    w->o.service_ms = service_ms;
+    w->o.per_token_us = per_token_us;
+    pthread_mutex_unlock(&w->mu);
 }
 
 void pt_worker_hold(pt_worker *w, bool hold)

@@ -143,6 +143,10 @@ size_t pt_worker_received(pt_worker *w);
 size_t pt_worker_completed(pt_worker *w);
 /* Copy of the i-th reception. */
 pt_seen pt_worker_seen(pt_worker *w, size_t i);
+/* Change the pool's speed: a run is due service_ms plus per_token_us a
+ * token after it was received, the runs held already included (one
+ * overdue completes at once). */
+void pt_worker_speed(pt_worker *w, int service_ms, int per_token_us);
 /* Hold (true) or release runs: while held nothing is completed. A hold
  * returns once no completion is being sent: those sent before it (each
  * counted in pt_worker_completed once its PubAck came) are all there are
