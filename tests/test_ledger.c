@@ -2526,6 +2526,60 @@ static void test_part_debt_across_handover(void **state)
     world_free(b);
 }
 
+/* Run run_id of tenant (declared tokens, 0: none) submitted as seq,
+ * dispatched, settled and completed having spent actual, its done record
+ * stored: the tokens it was charged. */
+static uint32_t charged_run(world *w, const char *tenant, uint64_t seq, const char *run_id,
+                            uint32_t declared, uint64_t actual)
+{
+    submit(w, tenant, seq, run_id, declared);
+    turn(w);
+    const fq_ledger_act *d = find(w, FQ_LACT_DISPATCH, 0);
+    assert_non_null(d);
+    uint32_t est = d->est;
+    uint64_t tok = d->token;
+    store_journal(w, find(w, FQ_LACT_JOURNAL, 0));
+    puback(w, tok, FQ_LEDGER_PUB_STORED, 0);
+    complete(w, tenant, 1000 + seq, run_id, actual);
+    store_turn(w);
+    return est;
+}
+
+/* A moved tenant's estimates start from what its new owner's estimator
+ * knows (docs/partitions.md, "A moved tenant's estimates"): history is not
+ * journalled, so B, which never served x, charges x's runs their declared
+ * tokens as they are, and a run without a declaration the default,
+ * however well A knew that x spends a quarter of what it declares; A,
+ * given the partition back, charges from what it learnt before. */
+static void test_part_estimates_after_handover(void **state)
+{
+    (void)state;
+    enum { P = 4, DECLARED = 80, SPENT = 20 };
+    world *a = world_new_parts(P), *b = world_new_parts(P);
+    char x[16], id[16];
+    tenant_in(x, sizeof x, "x", 3, P);
+    adopt_from(a, a, 3, 1, 10);
+    uint64_t seq = 10;
+    /* the estimator's min_samples (8) runs teach A x's ratio and history */
+    for (int i = 0; i < 8; i++, seq++) {
+        snprintf(id, sizeof id, "r%d", i);
+        assert_int_equal(charged_run(a, x, seq, id, DECLARED, SPENT), DECLARED);
+    }
+    assert_int_equal(charged_run(a, x, seq++, "a1", DECLARED, SPENT), SPENT);
+    assert_int_equal(charged_run(a, x, seq++, "a2", 0, SPENT), SPENT);
+    fq_ledger_release(a->l, 3, a->now, a->now_ms);
+    drain(a);
+    adopt_from(b, a, 3, 2, 20);
+    assert_int_equal(charged_run(b, x, seq++, "b1", DECLARED, SPENT), DECLARED);
+    assert_int_equal(charged_run(b, x, seq++, "b2", 0, SPENT), 100);    /* default_tokens */
+    fq_ledger_release(b->l, 3, b->now, b->now_ms);
+    drain(b);
+    adopt_from(a, a, 3, 3, 30);
+    assert_int_equal(charged_run(a, x, seq++, "a3", DECLARED, SPENT), SPENT);
+    world_free(a);
+    world_free(b);
+}
+
 /* Two runs of x (partition 2 of 4) dispatched by w, which owns it from
  * term 1; r1's overrun reconciled and its debt stored; r2's overrun
  * reconciled, its done record and debt not yet in a batch. Returns the
@@ -2941,6 +2995,7 @@ int main(void)
         cmocka_unit_test(test_debt_latest_stored_wins),
         cmocka_unit_test(test_debt_latest_by_sequence_not_clock),
         cmocka_unit_test(test_part_debt_across_handover),
+        cmocka_unit_test(test_part_estimates_after_handover),
         cmocka_unit_test(test_part_planned_release_after_settle),
         cmocka_unit_test(test_part_marker_of_an_earlier_adoption_ignored),
         cmocka_unit_test(test_part_release_naks_queued_in_order),
