@@ -127,11 +127,14 @@ int sc_first_run(pf_fixture *f, const sc_world *w, const char *flood, uint32_t e
     /* the whole window to the flood */
     sc_wait_received(f, base + (size_t)w->window);
     assert_int_equal(pt_worker_received(f->w), base + (size_t)w->window);
+    long long t0 = nt_now_ms();
     sc_backlog(f, small, 1, est);
     sc_wait_received(f, base + (size_t)w->window + 1);
     assert_int_equal(pt_worker_received(f->w), base + (size_t)w->window + 1);
     pt_seen s = pt_worker_seen(f->w, base + (size_t)w->window);
     assert_string_equal(s.tenant, small);
+    print_message("%s's first run received %lld ms after its submit, %s holding the window\n",
+                  small, s.at_ms - t0, flood);
     assert_int_equal(pt_worker_completed(f->w), done);  /* the flood still holds the window */
     pt_worker_hold(f->w, false);
     /* and the flood is served on */
