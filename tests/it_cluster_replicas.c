@@ -29,6 +29,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <cmocka.h>
 
@@ -38,14 +39,14 @@
 #include "sharecheck.h"
 
 #define P 8                 /* partitions */
-/* streams.lease_ttl_ms: twice the default 3 s. At 3 s, 5 runs with the node's kill
- * on (load 8 to 33): every kill and freeze case passed, but in one, at load 24,
- * a partition that did not move during rep-d's join was silent 1,436 ms against
- * the bound of 1,000 ms over the 358 ms it had been silent before (the join took
- * 3.1 s); not seen in 13 runs at 6 s. Not analysed: a replica whose loop or fetch
- * thread is busy with a handover and a lease turn pulls nothing for its other
- * partitions meanwhile, and a shorter lease makes those turns more frequent. */
-#define TTL_MS 6000
+/* streams.lease_ttl_ms: the default 3 s, which the issue's bounds are
+ * stated at. The test ran 6 s while a join at 3 s left a partition that did
+ * not move silent 1,436 ms (1 run in 5, load 24): the fetch thread waited
+ * for consumers' listings and deletes, 30 to 270 ms each on a loaded
+ * cluster and now and then unanswered for the API's 5 s, pulling for no
+ * other partition meanwhile; it no longer waits (lib/natsio.c). Since, at
+ * 3 s: docs/operations.md, "The tests". */
+#define TTL_MS 3000
 #define TENANTS 24
 #define RATE 100            /* runs a second the producer submits */
 #define REPLICAS 4          /* rep-a .. rep-d; rep-d joins later */
@@ -64,7 +65,7 @@
 static const char yaml_fmt[] =
     "partitions: 8\n"
     "replica_id: %s\n"
-    "streams:\n  replicas: 3\n  lease_ttl_ms: 6000\n"
+    "streams:\n  replicas: 3\n  lease_ttl_ms: 3000\n"
     "scheduler:\n  default_plan: free\n"
     "window:\n  max_in_flight: 8\n  run_timeout_ms: 3600000\n  share: on\n"
     "plans:\n  - name: free\n  - name: heavy\n    weight: 3\n"
@@ -694,20 +695,31 @@ static void test_server_node_killed(void **state)
 }
 
 /* The partition of each run the workers received from index from on, and
- * when; the longest silence of partition k between t0 and t1 (ms). */
-static long long longest_silence(size_t from, int k, long long t0, long long t1)
+ * when; the longest silence of partition k between t0 and t1 (ms), and
+ * (end, if not NULL) when it ended. */
+static long long longest_silence(size_t from, int k, long long t0, long long t1,
+                                  long long *end)
 {
-    long long last = t0, gap = 0;
+    long long last = t0, gap = 0, at = t0;
     size_t n = pt_worker_received(W.f.w);
     for (size_t i = from; i < n; i++) {
         pt_seen s = pt_worker_seen(W.f.w, i);
         if (s.at_ms < t0 || s.at_ms > t1 ||
             (int)fq_partition_of(s.tenant, strlen(s.tenant), P) != k)
             continue;
-        gap = s.at_ms - last > gap ? s.at_ms - last : gap;
+        if (s.at_ms - last > gap) {
+            gap = s.at_ms - last;
+            at = s.at_ms;
+        }
         last = s.at_ms;
     }
-    return t1 - last > gap ? t1 - last : gap;
+    if (t1 - last > gap) {
+        gap = t1 - last;
+        at = t1;
+    }
+    if (end)
+        *end = at;
+    return gap;
 }
 
 /* Wait until every partition is owned and no owner changed for quiet_ms
@@ -757,6 +769,16 @@ static void test_replica_joins(void **state)
     wait_settled(before, 2000, 20000);
     size_t from = pt_worker_received(W.f.w);
     long long t0 = nt_now_ms();
+    {
+        /* when, as the replicas' log lines say it */
+        struct timespec ts;
+        struct tm tm;
+        char at[32];
+        clock_gettime(CLOCK_REALTIME, &ts);
+        gmtime_r(&ts.tv_sec, &tm);
+        strftime(at, sizeof at, "%H:%M:%S", &tm);
+        print_message("rep-d starts at %s.%03ldZ\n", at, ts.tv_nsec / 1000000);
+    }
     assert_int_equal(start(3), 0);
     wait_shared(4, (const int[]){0, 1, 2, 3});
     long long t1 = nt_now_ms();
@@ -768,9 +790,12 @@ static void test_replica_joins(void **state)
         if (strcmp(before[k], after[k]) != 0)
             continue;
         kept++;
-        long long g = longest_silence(from, k, t0, t2);
+        long long end = 0;
+        long long g = longest_silence(from, k, t0, t2, &end);
+        print_message("p.%d (%s): silent %lld ms, from %+lld to %+lld ms of the join\n", k,
+                      after[k], g, end - g - t0, end - t0);
         worst = g > worst ? g : worst;
-        g = longest_silence(base_from, k, b0, b1);
+        g = longest_silence(base_from, k, b0, b1, NULL);
         base = g > base ? g : base;
     }
     print_message("rep-d took %d partitions in %lld ms; the %d that stayed were silent %lld ms "
@@ -782,6 +807,16 @@ static void test_replica_joins(void **state)
     assert_true(kept > 0);
     assert_true(worst <= PAUSE_MAX_MS + base);
     all_once("a fourth replica joining");
+}
+
+/* rep-d stops (SIGTERM) and the others share its partitions again: the
+ * next round's join starts from three. */
+static void test_replica_leaves(void **state)
+{
+    (void)state;
+    assert_int_equal(pt_proxy_stop(&W.px[3]), 0);
+    W.started[3] = false;
+    wait_shared(3, (const int[]){0, 1, 2});
 }
 
 /* Every replica stopped (SIGTERM) and started again, one after the other,
@@ -903,6 +938,18 @@ int main(void)
         cmocka_unit_test(test_rolling_restart),
         cmocka_unit_test(test_shares_across_replicas),
     };
+    /* FAIRQ_TEST_JOIN_ROUNDS=N: rep-d joins and leaves N times in one
+     * world, to measure the join's silences */
+    const char *jr = getenv("FAIRQ_TEST_JOIN_ROUNDS");
+    if (jr) {
+        static struct CMUnitTest rt[64];
+        size_t m = 0;
+        for (int i = 0; i < atoi(jr) && m + 2 <= 64; i++) {
+            rt[m++] = (struct CMUnitTest)cmocka_unit_test(test_replica_joins);
+            rt[m++] = (struct CMUnitTest)cmocka_unit_test(test_replica_leaves);
+        }
+        return _cmocka_run_group_tests("join rounds", rt, m, setup, teardown);
+    }
     /* FAIRQ_TEST_NODE_KILL_ROUNDS=N (with FAIRQ_TEST_NODE_KILL): a
      * replica's kill, a freeze and a node's kill, N times in one world, to
      * reproduce what the node's kill rarely does */
