@@ -876,13 +876,23 @@ static fq_status fq_submit_hdrs(fq_submit *out, const fq_submit_headers *h,
     uint64_t est = 0;
     fq_status st;
 
+    if (h->twice) {
+        out->subtenant_refused = strcmp(h->twice, FQ_HDR_SUBTENANT) == 0;
+        return fq_msg_fail(err, errlen, "%s header: given twice (names compared without "
+                           "regard to case)", h->twice);
+    }
+    if (h->cls_twice) {
+        out->cls[0] = '\0';
+        fq_msg_fail(out->cls_err, sizeof out->cls_err, FQ_HDR_CLASS " header: given twice "
+                    "(names compared without regard to case)");
+    }
     if (h->run_id && (st = fq_msg_name(out->run_id, FQ_RUN_ID_MAX, h->run_id,
                                        FQ_HDR_RUN_ID " header", err, errlen)) != FQ_OK)
         return st;
     if (h->workflow && (st = fq_msg_name(out->workflow, FQ_WORKFLOW_MAX, h->workflow,
                                          FQ_HDR_WORKFLOW " header", err, errlen)) != FQ_OK)
         return st;
-    if (h->cls) {
+    if (h->cls && !h->cls_twice) {
         out->cls[0] = out->cls_err[0] = '\0';
         fq_msg_name(out->cls, FQ_CLASS_MAX, h->cls, FQ_HDR_CLASS " header", out->cls_err,
                     sizeof out->cls_err);

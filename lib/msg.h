@@ -64,6 +64,9 @@ typedef struct fq_submit_headers {
     const char *est_tokens;             /* Fair-Est-Tokens: digits only */
     const char *cls;                    /* Fair-Class */
     const char *subtenant;              /* Fair-Subtenant */
+    const char *twice;                  /* a claim header but Fair-Class given twice
+                                           (in any case), NULL if none: refused */
+    bool cls_twice;                     /* Fair-Class given twice: said in cls_err */
 } fq_submit_headers;
 
 /* Read the submit fields of body[0..len) (not NUL-terminated; body may be
@@ -80,7 +83,7 @@ typedef struct fq_submit_headers {
  * Fair-Subtenant header, a name obeying fq_msg_name_valid of at most
  * FQ_SUBTENANT_MAX): where both give one they must be the same. On FQ_OK
  * *out holds the fields. On FQ_EINVAL (a field present but invalid, or given
- * twice, or the sub-tenants differ) *out holds defaults and err a sentence
+ * twice, a header h->twice, or the sub-tenants differ) *out holds defaults and err a sentence
  * naming the field and the reason, safe to put in a header. */
 fq_status fq_submit_parse(fq_submit *out, const char *tenant, const void *body,
                           size_t len, const fq_submit_headers *h,

@@ -3317,6 +3317,39 @@ const char *fq_nio_msg_header(const fq_nio_msg *m, const char *key)
     return v;
 }
 
+uint32_t fq_nio_msg_claims(const char **vals, const fq_nio_msg *msg, const char *const *names,
+                           size_t n)
+{
+    natsMsg *m = (natsMsg *)msg;
+    const char **keys = NULL;
+    int nk = 0;
+    uint32_t twice = 0;
+    for (size_t i = 0; i < n; i++)
+        vals[i] = NULL;
+    /* nats.c finds a name only as spelled: each spelling is a key. */
+    if (natsMsgHeader_Keys(m, &keys, &nk) != NATS_OK)
+        return 0;                           /* no header at all */
+    for (int k = 0; k < nk; k++) {
+        for (size_t i = 0; i < n && i < 32; i++) {
+            if (strcasecmp(keys[k], names[i]) != 0)
+                continue;
+            const char **v = NULL;
+            int nv = 0;
+            natsStatus s = vals[i] ? NATS_OK : natsMsgHeader_Values(m, keys[k], &v, &nv);
+            if (vals[i] || (s == NATS_OK && nv > 1))
+                twice |= 1u << i;
+            else if (s == NATS_OK && nv == 1)
+                vals[i] = v[0];             /* the message's, not the array's */
+            free((void *)v);
+        }
+    }
+    free((void *)keys);
+    for (size_t i = 0; i < n && i < 32; i++)
+        if (twice & (1u << i))
+            vals[i] = NULL;
+    return twice;
+}
+
 void fq_nio_msg_destroy(fq_nio_msg *m)
 {
     natsMsg_Destroy((natsMsg *)m);

@@ -477,6 +477,14 @@ const void *fq_nio_msg_data(const fq_nio_msg *m);
 size_t fq_nio_msg_len(const fq_nio_msg *m);
 /* A header's first value, or NULL. */
 const char *fq_nio_msg_header(const fq_nio_msg *m, const char *key);
+/* The values of m's headers named names[0..n) (n <= 32) compared without
+ * regard to case (a producer's claims: nats.c finds a name only as
+ * spelled), into vals[i], NULL when absent. Returns the names given more
+ * than once (bit i for names[i]: in two spellings, or one with two values,
+ * empty ones counted too), whose vals are NULL: which of the two a reader
+ * would believe is not fairq's to pick. */
+uint32_t fq_nio_msg_claims(const char **vals, const fq_nio_msg *m, const char *const *names,
+                           size_t n);
 void fq_nio_msg_destroy(fq_nio_msg *m);
 /* Build o as a nats.c message (a natsMsg *, no reply subject) the way
  * fq_nio_publish builds its messages, using scratch as working space. For

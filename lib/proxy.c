@@ -968,21 +968,20 @@ static const char *px_subject_tenant(const fq_proxy *p, const char *subject, con
     return t;
 }
 
-/* A header with an empty value counts as absent: clients differ in whether
- * they send one at all. */
-static const char *px_header(const fq_nio_msg *m, const char *key)
-{
-    const char *v = fq_nio_msg_header(m, key);
-    return v && *v ? v : NULL;
-}
-
+/* The claim headers, read in any case; a header with an empty value
+ * counts as absent: clients differ in whether they send one at all. */
 static void px_submit_headers(fq_submit_headers *h, const fq_nio_msg *m)
 {
-    h->run_id = px_header(m, FQ_HDR_RUN_ID);
-    h->workflow = px_header(m, FQ_HDR_WORKFLOW);
-    h->est_tokens = px_header(m, FQ_HDR_EST_TOKENS);
-    h->cls = px_header(m, FQ_HDR_CLASS);
-    h->subtenant = px_header(m, FQ_HDR_SUBTENANT);
+    static const char *const names[] = {FQ_HDR_RUN_ID, FQ_HDR_WORKFLOW, FQ_HDR_EST_TOKENS,
+                                        FQ_HDR_SUBTENANT, FQ_HDR_CLASS};
+    const char *v[5];
+    uint32_t twice = fq_nio_msg_claims(v, m, names, 5);
+    for (size_t i = 0; i < 5; i++)
+        v[i] = v[i] && *v[i] ? v[i] : NULL;
+    *h = (fq_submit_headers){.run_id = v[0], .workflow = v[1], .est_tokens = v[2],
+                             .subtenant = v[3], .cls = v[4], .cls_twice = twice >> 4 & 1};
+    for (size_t i = 0; i < 4 && !h->twice; i++)
+        h->twice = twice >> i & 1 ? names[i] : NULL;
 }
 
 /* Whether the dispatch of a submit (body of len bytes, its producer's

@@ -553,6 +553,105 @@ static void test_headers_carried(void **state)
     natsMsg_Destroy(m);
 }
 
+/* A claim header is read in any case, and one claim named twice (in two
+ * spellings, or one spelling with two values) is refused, not one of the
+ * two believed: a worker library comparing names without case would read
+ * the other. What fairq read replaces every spelling on the dispatch. */
+static int setup_claims(void **state)
+{
+    return start(state, "scheduler:\n  default_plan: free\n  classes: \"interactive, batch\"\n"
+                        "plans:\n  - {name: free, weight: 1, max_subtenants: 4}\n", NULL);
+}
+
+/* How many headers of m are named key in any case. */
+static int hdr_spellings(natsMsg *m, const char *key)
+{
+    const char **keys = NULL;
+    int n = 0, k = 0;
+    assert_int_equal(natsMsgHeader_Keys(m, &keys, &n), NATS_OK);
+    for (int i = 0; i < n; i++)
+        if (strcasecmp(keys[i], key) == 0) {
+            const char **vals = NULL;
+            int nv = 0;
+            assert_int_equal(natsMsgHeader_Values(m, keys[i], &vals, &nv), NATS_OK);
+            k += nv;
+            free((void *)vals);
+        }
+    free((void *)keys);
+    return k;
+}
+
+static void assert_body(natsMsg *m, const char *want)
+{
+    assert_int_equal(natsMsg_GetDataLength(m), strlen(want));
+    assert_memory_equal(natsMsg_GetData(m), want, strlen(want));
+}
+
+static void test_claim_headers_any_case(void **state)
+{
+    pf_fixture *f = *state;
+    /* Read in any case: each is dispatched with the claim as fairq's. */
+    const char *h1[] = {"fair-subtenant", "x", "fair-run-id", "c-1", "FAIR-EST-TOKENS", "77",
+                        "fair-workflow", "wf", NULL};
+    const char b1[] = "{\"n\":1}";
+    assert_int_equal(pt_submit(&f->c, "a", b1, strlen(b1), h1), 0);
+    /* A class read in any case, so one that is no class is refused. */
+    const char *h2[] = {"FAIR-CLASS", "urgent", NULL};
+    const char b2[] = "{\"run_id\":\"c-2\"}";
+    assert_int_equal(pt_submit(&f->c, "a", b2, strlen(b2), h2), 0);
+    /* Named twice: refused, whichever spellings. */
+    const char *twice[][5] = {
+        {"Fair-Subtenant", "a", "fair-subtenant", "b", NULL},
+        {"Fair-Run-Id", "c-4", "Fair-Run-Id", "c-5", NULL},
+        {"FAIR-CLASS", "interactive", "Fair-Class", "batch", NULL},
+        {"Fair-Est-Tokens", "5", "fair-est-tokens", "5", NULL},
+        {"fair-workflow", "v", "Fair-Workflow", "w", NULL},
+    };
+    const char *why[] = {"Fair-Subtenant", "Fair-Run-Id", "Fair-Class", "Fair-Est-Tokens",
+                         "Fair-Workflow"};
+    char body[5][32];
+    for (int i = 0; i < 5; i++) {
+        snprintf(body[i], sizeof body[i], "{\"run_id\":\"t-%d\"}", i);
+        assert_int_equal(pt_submit(&f->c, "a", body[i], strlen(body[i]), twice[i]), 0);
+    }
+    pf_wait_msgs(f, "FAIR_REJECTED", 6);
+    pf_wait_msgs(f, "FAIR_DISPATCH", 1);
+
+    natsMsg *m = get_msg(f, "FAIR_DISPATCH", 1);
+    assert_body(m, b1);
+    assert_hdr(m, "Fair-Subtenant", "x");
+    assert_hdr(m, "Fair-Run-Id", "c-1");
+    assert_hdr(m, "Fair-Est-Tokens", "77");
+    assert_hdr(m, "Fair-Workflow", "wf");
+    assert_hdr(m, "Nats-Msg-Id", "a/c-1");
+    const char *names[] = {"Fair-Subtenant", "Fair-Run-Id", "Fair-Est-Tokens", "Fair-Workflow"};
+    for (int i = 0; i < 4; i++)
+        if (hdr_spellings(m, names[i]) != 1)
+            fail_msg("%d headers named %s in some case", hdr_spellings(m, names[i]), names[i]);
+    natsMsg_Destroy(m);
+
+    m = get_msg(f, "FAIR_REJECTED", 1);
+    const char *err = NULL;
+    assert_int_equal(natsMsgHeader_Get(m, "Fair-Error", &err), NATS_OK);
+    if (strncmp(err, "invalid: ", 9) != 0 || !strstr(err, "urgent"))
+        fail_msg("FAIR-CLASS: urgent refused as \"%s\"", err);
+    natsMsg_Destroy(m);
+    for (int i = 0; i < 5; i++) {
+        m = get_msg(f, "FAIR_REJECTED", (uint64_t)i + 2);
+        assert_body(m, body[i]);
+        assert_int_equal(natsMsgHeader_Get(m, "Fair-Error", &err), NATS_OK);
+        if (strncmp(err, "invalid: ", 9) != 0 || !strstr(err, why[i]) ||
+            !strstr(err, "given twice"))
+            fail_msg("%s named twice refused as \"%s\"", why[i], err);
+        natsMsg_Destroy(m);
+    }
+    /* Counted: as invalid on the tenant, the sub-tenant's also as such. */
+    cJSON *j = pf_stats(f, "", NULL);
+    assert_int_equal(pf_overall(j, "rejected"), 6);
+    assert_int_equal(pf_overall(j, "subtenant_refused"), 1);
+    cJSON_Delete(j);
+}
+
 /* ---- (e) the bytes of a dispatch, its body kept or read back ----------- */
 
 static const char *const bytes_yaml =
@@ -729,6 +828,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_run_timeout_frees_slot, setup_timeout, teardown),
         cmocka_unit_test_setup_teardown(test_token_window, setup_tokens, teardown),
         cmocka_unit_test_setup_teardown(test_headers_carried, setup_headers, teardown),
+        cmocka_unit_test_setup_teardown(test_claim_headers_any_case, setup_claims, teardown),
         cmocka_unit_test_setup_teardown(test_dispatch_bytes_kept, setup_bytes_kept, teardown),
         cmocka_unit_test_setup_teardown(test_dispatch_bytes_read, setup_bytes_read, teardown),
     };

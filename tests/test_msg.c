@@ -678,6 +678,33 @@ static void test_submit_subtenant(void **state)
     assert_false(s.subtenant_refused);
 }
 
+/* A claim header the adapter found twice (two spellings, or two values):
+ * refused with the header named, counted as the sub-tenant's when it is
+ * that one; Fair-Class twice is noted for the caller to judge, like the
+ * body's class twice, and hides no other field. */
+static void test_submit_header_twice(void **state)
+{
+    fq_submit s;
+    char err[256];
+    const char *body = "{\"run_id\":\"r\",\"subtenant\":\"u\"}";
+
+    (void)state;
+    fq_submit_headers h = {.twice = FQ_HDR_RUN_ID};
+    assert_refused(submit_n(&s, body, strlen(body), &h, err), err, "Fair-Run-Id header");
+    assert_non_null(strstr(err, "given twice"));
+    assert_false(s.subtenant_refused);
+    assert_defaults(&s);
+    h = (fq_submit_headers){.twice = FQ_HDR_SUBTENANT};
+    assert_refused(submit_n(&s, body, strlen(body), &h, err), err, "Fair-Subtenant header");
+    assert_true(s.subtenant_refused);
+    h = (fq_submit_headers){.cls = "batch", .cls_twice = true, .workflow = "w"};
+    assert_int_equal(submit_n(&s, "{\"class\":\"interactive\"}", 23, &h, err), FQ_OK);
+    assert_string_equal(s.cls, "");
+    assert_string_equal(s.cls_err, "Fair-Class header: given twice (names compared without "
+                        "regard to case)");
+    assert_string_equal(s.workflow, "w");
+}
+
 /* Submit headers. */
 
 static void test_headers_win_over_body(void **state)
@@ -1564,6 +1591,7 @@ int main(void)
         cmocka_unit_test(test_submit_fields_read),
         cmocka_unit_test(test_submit_class_read_not_judged),
         cmocka_unit_test(test_submit_subtenant),
+        cmocka_unit_test(test_submit_header_twice),
         cmocka_unit_test(test_submit_bounds_accepted),
         cmocka_unit_test(test_submit_opaque_bodies),
         cmocka_unit_test(test_submit_scanner_as_cjson),
