@@ -2396,6 +2396,43 @@ static void test_subtenants_info_and_top(void **state)
     fq_sched_destroy(s);
 }
 
+/* Sub-tenants kept in their tenant's allocation (names of up to 8 bytes,
+ * the first few) and those apart read the same: their names, counts and
+ * runs, as they are forgotten and others take their place. */
+static void test_subtenants_inline_and_apart(void **state)
+{
+    (void)state;
+    fq_sched *s = mk_subs(6);
+    fq_tenant *a = ten(s, "a", 1, 0, 0);
+    const char *first[] = {"a", "bb", "cccccccc", "ddddddddd", "e", "f"};
+    const char *then[] = {"g", "hhhhhhhhhhhh", "i", "jjjjjjjj", "k"};
+    for (int k = 0; k < 6; k++)
+        for (int n = 0; n <= k; n++)
+            enq_sub(s, a, first[k], Q);
+    fq_sub_info i;
+    for (int k = 0; k < 6; k++) {
+        assert_int_equal(fq_sched_sub_info(&i, s, a, first[k], strlen(first[k])), FQ_OK);
+        assert_string_equal(i.name, first[k]);
+        assert_int_equal(i.queued, k + 1);
+        assert_false(i.overflow);
+    }
+    for (int k = 0; k < 21; k++)
+        assert_non_null(fq_sched_dispatch(s, 0));
+    assert_null(fq_sched_dispatch(s, 0));
+    for (int k = 0; k < 5; k++)
+        enq_sub(s, a, then[k], Q);
+    for (int k = 0; k < 5; k++) {
+        assert_int_equal(fq_sched_sub_info(&i, s, a, then[k], strlen(then[k])), FQ_OK);
+        assert_string_equal(i.name, then[k]);
+        assert_int_equal(i.queued, 1);
+        assert_false(i.overflow);
+    }
+    for (int k = 0; k < 5; k++)
+        assert_non_null(fq_sched_dispatch(s, 0));
+    assert_null(fq_sched_dispatch(s, 0));
+    fq_sched_destroy(s);
+}
+
 /* A queued run's sub-tenant from the run alone (explain, for a run whose
  * claim the caller did not keep): its lane's, named, naming none or the
  * overflow one, and none once the run has left its lane (dispatched, or
@@ -2547,6 +2584,7 @@ int main(void)
         cmocka_unit_test(test_subtenants_tenant_cap),
         cmocka_unit_test(test_subtenants_info_and_top),
         cmocka_unit_test(test_run_sub_info),
+        cmocka_unit_test(test_subtenants_inline_and_apart),
         cmocka_unit_test(test_subtenant_coming_back_owes_its_round),
         cmocka_unit_test(test_classes_then_subtenants),
         cmocka_unit_test(test_weighted_classes),
