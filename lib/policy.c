@@ -279,6 +279,45 @@ const char *fq_policy_source_name(enum fq_policy_source s)
 
 /* ---- priority classes ---- */
 
+/* The decimal number at *p, blanks before and after it skipped, into *out:
+ * false if there is none or it is above max. *p moves past it. */
+static bool pol_number(uint32_t *out, const char **p, uint32_t max)
+{
+    const char *s = *p + strspn(*p, " ");
+    uint64_t v = 0;
+    size_t d = 0;
+    for (; s[d] >= '0' && s[d] <= '9' && v <= max; d++)
+        v = v * 10 + (uint64_t)(s[d] - '0');
+    if (d == 0 || v > max)
+        return false;
+    *out = (uint32_t)v;
+    *p = s + d + strspn(s + d, " ");
+    return true;
+}
+
+/* A number per class, "a, b, ...": 2 to FQ_SCHED_MAX_CLASSES of them, each
+ * in [min, max], into vals[0..*n). The one list syntax of class_weights and
+ * class_max_pending. */
+static fq_status pol_class_numbers(uint32_t *vals, uint32_t *n, const char *p, uint32_t min,
+                                   uint32_t max)
+{
+    uint32_t k = 0;
+    for (;;) {
+        uint32_t v;
+        if (k == FQ_SCHED_MAX_CLASSES || !pol_number(&v, &p, max) || v < min)
+            return FQ_EINVAL;
+        vals[k++] = v;
+        if (*p == '\0')
+            break;
+        if (*p++ != ',')
+            return FQ_EINVAL;
+    }
+    if (k < 2)
+        return FQ_EINVAL;
+    *n = k;
+    return FQ_OK;
+}
+
 fq_status fq_class_weights_parse(fq_class_weights *out, const char *text)
 {
     memset(out, 0, sizeof *out);
@@ -290,25 +329,11 @@ fq_status fq_class_weights_parse(fq_class_weights *out, const char *text)
         *out = cw;
         return FQ_OK;
     }
-    uint32_t n = 0;
-    for (;;) {
-        p += strspn(p, " ");
-        uint64_t v = 0;
-        size_t d = 0;
-        for (; p[d] >= '0' && p[d] <= '9' && v <= FQ_SCHED_MAX_CLASS_WEIGHT; d++)
-            v = v * 10 + (uint64_t)(p[d] - '0');
-        if (d == 0 || v < 1 || v > FQ_SCHED_MAX_CLASS_WEIGHT || n == FQ_SCHED_MAX_CLASSES)
-            return FQ_EINVAL;
-        cw.w[n++] = (uint16_t)v;
-        p += d;
-        p += strspn(p, " ");
-        if (*p == '\0')
-            break;
-        if (*p++ != ',')
-            return FQ_EINVAL;
-    }
-    if (n < 2)
+    uint32_t w[FQ_SCHED_MAX_CLASSES], n;
+    if (pol_class_numbers(w, &n, p, 1, FQ_SCHED_MAX_CLASS_WEIGHT) != FQ_OK)
         return FQ_EINVAL;
+    for (uint32_t c = 0; c < n; c++)
+        cw.w[c] = (uint16_t)w[c];
     *out = cw;
     return FQ_OK;
 }
@@ -345,24 +370,7 @@ fq_status fq_class_pending_parse(fq_class_pending *out, const char *text)
     if (!text || !*text)
         return FQ_OK;
     fq_class_pending cp = {.set = true};
-    const char *p = text;
-    for (;;) {
-        p += strspn(p, " ");
-        uint64_t v = 0;
-        size_t d = 0;
-        for (; p[d] >= '0' && p[d] <= '9' && v <= UINT32_MAX; d++)
-            v = v * 10 + (uint64_t)(p[d] - '0');
-        if (d == 0 || v > UINT32_MAX || cp.count == FQ_SCHED_MAX_CLASSES)
-            return FQ_EINVAL;
-        cp.n[cp.count++] = (uint32_t)v;
-        p += d;
-        p += strspn(p, " ");
-        if (*p == '\0')
-            break;
-        if (*p++ != ',')
-            return FQ_EINVAL;
-    }
-    if (cp.count < 2)
+    if (pol_class_numbers(cp.n, &cp.count, text, 0, UINT32_MAX) != FQ_OK)
         return FQ_EINVAL;
     *out = cp;
     return FQ_OK;
@@ -416,18 +424,8 @@ fq_status fq_classes_parse(fq_classes *out, const char *text)
             p++;
         if (*p == ':') {
             p++;
-            while (*p == ' ')
-                p++;
-            uint64_t v = 0;
-            size_t d = 0;
-            for (; p[d] >= '0' && p[d] <= '9' && v <= UINT32_MAX; d++)
-                v = v * 10 + (uint64_t)(p[d] - '0');
-            if (d == 0 || v < 1 || v > UINT32_MAX)
+            if (!pol_number(&c.max_pending[c.n], &p, UINT32_MAX) || c.max_pending[c.n] < 1)
                 return FQ_EINVAL;
-            c.max_pending[c.n] = (uint32_t)v;
-            p += d;
-            while (*p == ' ')
-                p++;
         }
         c.n++;
         if (*p == '\0')
