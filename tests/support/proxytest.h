@@ -4,9 +4,11 @@
 
 /*
  * Speaks only the wire contract (subjects, headers, JSON bodies) through
- * plain nats.c, as any client of fairq would; nothing here links fairq's
- * own modules. Functions return 0 on success and -1 on failure after
- * writing the reason to stderr.
+ * plain nats.c, as any client of fairq would; the simulated workers pull
+ * through cmd/client.h's reader, as fairq-worker does (natsio.c's quirks
+ * say why not natsSubscription_Fetch*), and take no more than their
+ * concurrency has room for. Functions return 0 on success and -1 on
+ * failure after writing the reason to stderr.
  */
 
 #include <nats/nats.h>
