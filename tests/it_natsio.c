@@ -1679,6 +1679,52 @@ static void noans_reload(natstest *srv, const char *log)
     assert_true(file_count(log, "Reloaded server configuration") > before);
 }
 
+/* A server of its own for a test of unanswered consumer replies, named
+ * NAME, its inbox prefix INBOX: stream NOANS with one run on noans.0.t, consumer 1 made (it starts
+ * the fetch thread's subscription, <inbox>.>), then consumer 0's replies,
+ * <inbox>.0.<number>, denied by a reload. conf and log (600 bytes each)
+ * get the server's config and log paths. */
+static void noans_start(natstest **srv, fq_nio **n, char *conf, char *log, const fixture *f,
+                        const char *name, const char *inbox, int api_wait_ms)
+{
+    char err[256], warn[256], id[64], deny[160];
+    snprintf(conf, 600, "%s/%s.conf", natstest_dir(f->srv), name);
+    noans_conf(conf, NULL, NULL);
+    assert_int_equal(natstest_start(srv, (const char *const[]){"-c", conf, NULL}), 0);
+    snprintf(log, 600, "%s/nats.log", natstest_dir(*srv));
+    snprintf(id, sizeof id, "it_natsio_%s", name);
+    fq_nio_opts o = {.url = natstest_url(*srv), .name = id, .user = "u", .password = "u",
+                     .inbox_prefix = inbox, .api_wait_ms = api_wait_ms};
+    assert_int_equal(fq_nio_create(n, &o, err, sizeof err), FQ_OK);
+    fq_nio_stream st = {.name = "NOANS", .subject = "noans.*.*", .retention = FQ_NIO_WORKQUEUE,
+                        .replicas = 1};
+    assert_int_equal(fq_nio_stream_ensure(*n, &st, warn, sizeof warn), FQ_OK);
+    publish(*n, "noans.0.t", "run", NULL, 1);
+    fq_nio_event ev;
+    assert_true(wait_event(*n, FQ_NIO_EV_PUBACK, &ev, 5000));
+    assert_int_equal(ev.status, FQ_OK);
+    parts_consume(*n, 1, "NOANS", "noans", 1, 8, 1);
+    assert_true(wait_event(*n, FQ_NIO_EV_CONSUMER, &ev, 5000));
+    assert_int_equal(ev.status, FQ_OK);
+    static char trace[65536];
+    FILE *in = fopen(log, "r");
+    assert_non_null(in);
+    trace[fread(trace, 1, sizeof trace - 1, in)] = '\0';
+    fclose(in);
+    char want[80];
+    snprintf(want, sizeof want, "SUB %s.", inbox);
+    const char *sub = NULL;
+    for (const char *p = trace; !sub && (p = strstr(p, want)); p++) {
+        const char *sp = strchr(p + 4, ' ');
+        if (sp && sp - p > 6 && strncmp(sp - 2, ".>", 2) == 0)
+            sub = p + 4;
+    }
+    assert_non_null(sub);
+    snprintf(deny, sizeof deny, "%.*s0.*", (int)(strchr(sub, ' ') - sub - 1), sub);
+    noans_conf(conf, *srv, deny);
+    noans_reload(*srv, log);
+}
+
 /* A create whose answer is lost (the server made the consumer, and the
  * adapter never hears so: its subscription may not receive consumer 0's
  * replies until the server's permissions are reloaded) is sent again as
@@ -1692,43 +1738,11 @@ static void noans_reload(natstest *srv, const char *log)
 static void test_unanswered_create_sent_again_not_deleted(void **state)
 {
     fixture *f = *state;
-    char conf[600], log[600], err[256], warn[256], url[128], deny[160];
-    snprintf(conf, sizeof conf, "%s/noanswer.conf", natstest_dir(f->srv));
-    noans_conf(conf, NULL, NULL);
+    char conf[600], log[600], url[128];
     natstest *srv = NULL;
-    assert_int_equal(natstest_start(&srv, (const char *const[]){"-c", conf, NULL}), 0);
-    snprintf(log, sizeof log, "%s/nats.log", natstest_dir(srv));
     fq_nio *n = NULL;
-    fq_nio_opts o = {.url = natstest_url(srv), .name = "it_natsio_noanswer", .user = "u",
-                     .password = "u", .inbox_prefix = "_IT_NOANS", .api_wait_ms = 2000};
-    assert_int_equal(fq_nio_create(&n, &o, err, sizeof err), FQ_OK);
-    fq_nio_stream st = {.name = "NOANS", .subject = "noans.*.*", .retention = FQ_NIO_WORKQUEUE,
-                        .replicas = 1};
-    assert_int_equal(fq_nio_stream_ensure(n, &st, warn, sizeof warn), FQ_OK);
-    publish(n, "noans.0.t", "run", NULL, 1);
+    noans_start(&srv, &n, conf, log, f, "noanswer", "_IT_NOANS", 2000);
     fq_nio_event ev;
-    assert_true(wait_event(n, FQ_NIO_EV_PUBACK, &ev, 5000));
-    assert_int_equal(ev.status, FQ_OK);
-    /* Consumer 1 starts the fetch thread's subscription, <inbox>.>: once
-     * it is made, consumer 0's replies, <inbox>.0.<number>, are denied. */
-    parts_consume(n, 1, "NOANS", "noans", 1, 8, 1);
-    assert_true(wait_event(n, FQ_NIO_EV_CONSUMER, &ev, 5000));
-    assert_int_equal(ev.status, FQ_OK);
-    char trace[65536];
-    FILE *in = fopen(log, "r");
-    assert_non_null(in);
-    trace[fread(trace, 1, sizeof trace - 1, in)] = '\0';
-    fclose(in);
-    const char *sub = NULL;
-    for (const char *p = trace; !sub && (p = strstr(p, "SUB _IT_NOANS.")); p++) {
-        const char *sp = strchr(p + 4, ' ');
-        if (sp && sp - p > 6 && strncmp(sp - 2, ".>", 2) == 0)
-            sub = p + 4;
-    }
-    assert_non_null(sub);
-    snprintf(deny, sizeof deny, "%.*s0.*", (int)(strchr(sub, ' ') - sub - 1), sub);
-    noans_conf(conf, srv, deny);
-    noans_reload(srv, log);
     parts_consume(n, 0, "NOANS", "noans", 0, 8, 1);
     /* The server makes it; the adapter does not hear so. */
     snprintf(url, sizeof url, "nats://u:u@127.0.0.1:%d", natstest_port(srv));
@@ -1806,42 +1820,11 @@ static void test_unanswered_create_sent_again_not_deleted(void **state)
 static void test_unanswered_create_held_past_the_fence(void **state)
 {
     fixture *f = *state;
-    char conf[600], log[600], err[256], warn[256], deny[160];
-    snprintf(conf, sizeof conf, "%s/fenced.conf", natstest_dir(f->srv));
-    noans_conf(conf, NULL, NULL);
+    char conf[600], log[600];
     natstest *srv = NULL;
-    assert_int_equal(natstest_start(&srv, (const char *const[]){"-c", conf, NULL}), 0);
-    snprintf(log, sizeof log, "%s/nats.log", natstest_dir(srv));
     fq_nio *n = NULL;
-    fq_nio_opts o = {.url = natstest_url(srv), .name = "it_natsio_fenced", .user = "u",
-                     .password = "u", .inbox_prefix = "_IT_FENCED", .api_wait_ms = 1000};
-    assert_int_equal(fq_nio_create(&n, &o, err, sizeof err), FQ_OK);
-    fq_nio_stream st = {.name = "NOANS", .subject = "noans.*.*", .retention = FQ_NIO_WORKQUEUE,
-                        .replicas = 1};
-    assert_int_equal(fq_nio_stream_ensure(n, &st, warn, sizeof warn), FQ_OK);
-    publish(n, "noans.0.t", "run", NULL, 1);
+    noans_start(&srv, &n, conf, log, f, "fenced", "_IT_FENCED", 1000);
     fq_nio_event ev;
-    assert_true(wait_event(n, FQ_NIO_EV_PUBACK, &ev, 5000));
-    /* consumer 1 starts the fetch subscription; then consumer 0's
-     * replies, <inbox>.0.<number>, are denied */
-    parts_consume(n, 1, "NOANS", "noans", 1, 8, 1);
-    assert_true(wait_event(n, FQ_NIO_EV_CONSUMER, &ev, 5000));
-    assert_int_equal(ev.status, FQ_OK);
-    char trace[65536];
-    FILE *in = fopen(log, "r");
-    assert_non_null(in);
-    trace[fread(trace, 1, sizeof trace - 1, in)] = '\0';
-    fclose(in);
-    const char *sub = NULL;
-    for (const char *p = trace; !sub && (p = strstr(p, "SUB _IT_FENCED.")); p++) {
-        const char *sp = strchr(p + 4, ' ');
-        if (sp && sp - p > 6 && strncmp(sp - 2, ".>", 2) == 0)
-            sub = p + 4;
-    }
-    assert_non_null(sub);
-    snprintf(deny, sizeof deny, "%.*s0.*", (int)(strchr(sub, ' ') - sub - 1), sub);
-    noans_conf(conf, srv, deny);
-    noans_reload(srv, log);
     static const char create[] = "PUB $JS.API.CONSUMER.DURABLE.CREATE.NOANS.noans-p0-1 ";
     parts_consume(n, 0, "NOANS", "noans", 0, 8, 1);
     for (long long end = nt_now_ms() + 5000; nt_now_ms() < end && !file_count(log, create);)
