@@ -270,6 +270,7 @@ struct fq_sched {
     uint64_t active_weight;     /* their weights summed */
     uint64_t queued, queued_tokens;
     uint64_t visits, dispatched, expired, wakeups;
+    uint64_t lane_visits;       /* sub-tenants' lanes and index slots examined */
     uint64_t next_seq;          /* the next tenant's creation order */
     fq_rank rank;               /* every tenant synced, in the stats order (rank_cmp) */
     fq_tenant *rk_changed;      /* tenants whose rank key may have changed since */
@@ -420,13 +421,15 @@ static inline uint32_t sub_hash(const fq_sched *s, uint64_t head, const char *k,
     return (uint32_t)(h ^ (h >> 32));
 }
 
+/* The named sub-tenant k[0..len) of x, or NULL; *seen counts the slots
+ * probed. */
 static inline fq_sub *index_find(const struct tenant_lanes *x, const char *k, size_t len,
-                                 uint64_t head, uint32_t h)
+                                 uint64_t head, uint32_t h, uint64_t *seen)
 {
     if (!x->index)
         return NULL;
     uint32_t m = x->index_cap - 1;
-    for (uint32_t i = h & m; x->index[i].u; i = (i + 1) & m) {
+    for (uint32_t i = h & m; ++*seen, x->index[i].u; i = (i + 1) & m) {
         fq_sub *u = x->index[i].u;
         if (x->index[i].hash == h && u->len == len && u->head == head &&
             (len <= 8 || memcmp(sub_name(x, u) + 8, k + 8, len - 8) == 0))
@@ -443,8 +446,29 @@ static void index_put(struct sub_slot *slots, uint32_t cap, struct sub_slot e)
     slots[i] = e;
 }
 
+/* Move x's index to cap slots (FQ_SUB_SMALL: the ones kept with the
+ * tenant), reading its old slots (counted in *seen). */
+static fq_status index_resize(struct tenant_lanes *x, uint32_t cap, uint64_t *seen)
+{
+    struct sub_slot *slots = cap == FQ_SUB_SMALL && x->index != x->small
+                                 ? x->small : calloc(cap, sizeof(*slots));
+    if (!slots)
+        return FQ_ENOMEM;
+    for (uint32_t i = 0; i < x->index_cap; i++)
+        if (x->index[i].u)
+            index_put(slots, cap, x->index[i]);
+    *seen += x->index_cap;
+    if (x->index == x->small)
+        memset(x->small, 0, sizeof x->small);
+    else
+        free(x->index);
+    x->index = slots;
+    x->index_cap = cap;
+    return FQ_OK;
+}
+
 /* Room for one more named sub-tenant, the index at most half full. */
-static fq_status index_reserve(struct tenant_lanes *x)
+static fq_status index_reserve(struct tenant_lanes *x, uint64_t *seen)
 {
     if (2 * (x->known + 1) <= x->index_cap)
         return FQ_OK;
@@ -453,20 +477,7 @@ static fq_status index_reserve(struct tenant_lanes *x)
         x->index_cap = FQ_SUB_SMALL;
         return FQ_OK;
     }
-    uint32_t cap = 2 * x->index_cap;
-    struct sub_slot *slots = calloc(cap, sizeof(*slots));
-    if (!slots)
-        return FQ_ENOMEM;
-    for (uint32_t i = 0; i < x->index_cap; i++)
-        if (x->index[i].u)
-            index_put(slots, cap, x->index[i]);
-    if (x->index == x->small)
-        memset(x->small, 0, sizeof x->small);
-    else
-        free(x->index);
-    x->index = slots;
-    x->index_cap = cap;
-    return FQ_OK;
+    return index_resize(x, 2 * x->index_cap, seen);
 }
 
 /* Unlink slot i's, shifting back the entries after it that probed past it. */
@@ -529,6 +540,7 @@ static void sub_forget_idle(fq_sched *s, struct tenant_lanes *x, bool all)
     if (x->overflow && !x->overflow->queued && (all || !sub_owes(x, x->overflow)))
         sub_forget(s, x, x->overflow, 0);
     for (uint32_t i = 0; x->idle && i < x->index_cap;) {
+        s->lane_visits++;
         fq_sub *u = x->index[i].u;
         if (u && !u->queued && (all || !sub_owes(x, u)))
             sub_forget(s, x, u, i);     /* slot i may hold another now */
@@ -536,11 +548,20 @@ static void sub_forget_idle(fq_sched *s, struct tenant_lanes *x, bool all)
             i++;
     }
     x->scanned = x->known < before ? UINT64_MAX : stamp;
-    if (!x->known && x->index != x->small) {   /* so the next pass is as short
-                                                  as the next working set */
+    /* So that the next pass is as short as the working set: an index
+     * grown for many that are forgotten since would be read whole at each
+     * pass, one for each round of a single user. Shrunk to a quarter full
+     * once an eighth full, it is read again only after as many have been
+     * forgotten, or made, as it has slots. */
+    if (!x->known && x->index != x->small) {
         free(x->index);
         x->index = NULL;
         x->index_cap = 0;
+    } else if (x->index != x->small && 8 * x->known < x->index_cap) {
+        uint32_t cap = FQ_SUB_SMALL;
+        while (cap < 4 * x->known)
+            cap *= 2;
+        (void)index_resize(x, cap, &s->lane_visits);    /* no memory: it stays */
     }
 }
 
@@ -556,7 +577,7 @@ static fq_sub *sub_of(fq_sched *s, fq_tenant *t, const char *sub, size_t len)
         return x->dflt;
     uint64_t head = name_head(sub, len);
     uint32_t h = sub_hash(s, head, sub, len);
-    fq_sub *u = index_find(x, sub, len, head, h);
+    fq_sub *u = index_find(x, sub, len, head, h, &s->lane_visits);
     if (u)
         return u;
     /* at the cap, the idle ones that owe no turn make room */
@@ -565,7 +586,7 @@ static fq_sub *sub_of(fq_sched *s, fq_tenant *t, const char *sub, size_t len)
     bool over = x->known - (x->overflow != NULL) >= cap;
     if (over && x->overflow)
         return x->overflow;
-    if (!over && index_reserve(x) != FQ_OK)
+    if (!over && index_reserve(x, &s->lane_visits) != FQ_OK)
         return NULL;
     uint8_t inl = 0;
     if (x->inl_free && len <= 8) {  /* the name is all in head */
@@ -1657,6 +1678,7 @@ fq_status fq_sched_enqueue_sub(fq_run **out, fq_sched *s, fq_tenant *t, const ch
                   .est = charge_of(s, est), .state = FQ_RUN_QUEUED, .cls = (uint16_t)cls,
                   .hnode = r->hnode};   /* with caller_runs, the caller's index's */
     if (lanes) {
+        s->lane_visits++;
         lane_add(x, u, cls, r);
         /* The head lane changes only to this one. */
         uint32_t hc = class_pick(t);
@@ -1702,7 +1724,9 @@ fq_status fq_sched_sub_info(fq_sub_info *out, const fq_sched *s, const fq_tenant
     if (!x || !s->o.max_subtenants || len > FQ_SCHED_SUB_MAX)
         return FQ_ENOTFOUND;
     uint64_t head = name_head(sub, len);
-    fq_sub *u = len ? index_find(x, sub, len, head, sub_hash(s, head, sub, len)) : x->dflt;
+    uint64_t seen = 0;          /* a look-up for stats: not the scheduler's work */
+    fq_sub *u = len ? index_find(x, sub, len, head, sub_hash(s, head, sub, len), &seen)
+                    : x->dflt;
     if (!u && !(u = x->overflow))
         return FQ_ENOTFOUND;
     sub_info_of(out, x, u);
@@ -1803,6 +1827,7 @@ static void unpark(fq_sched *s, uint64_t now)
 static void dequeue_head(fq_sched *s, fq_tenant *t, const fq_run *r, fq_run *rest)
 {
     if (r != t->qhead) {        /* its lanes' */
+        s->lane_visits++;
         lane_sent(s, t, r->cls, t->hl, r, rest);
         lanes_repick(t);
     } else {
@@ -2313,6 +2338,7 @@ void fq_sched_stats_get(const fq_sched *s, fq_sched_stats *out)
         .dispatched = s->dispatched,
         .expired = s->expired,
         .wakeups = s->wakeups,
+        .lane_visits = s->lane_visits,
         .active = s->active,
         .tenants = (uint32_t)fq_strmap_count(s->tenants),
         .queued = s->queued,

@@ -126,6 +126,12 @@ typedef struct fq_sched_stats {
     uint64_t dispatched;        /* runs dispatched */
     uint64_t expired;           /* leases expired */
     uint64_t wakeups;           /* debtors woken for their round */
+    uint64_t lane_visits;       /* sub-tenant level work, by enqueue and dispatch
+                                   (with classes or sub-tenants): the lanes runs
+                                   were put in and taken from, the slots of a
+                                   tenant's index probed to find a run's
+                                   sub-tenant, and those a pass forgetting idle
+                                   sub-tenants read */
     uint32_t active;            /* tenants with queued runs (any state but idle) */
     uint32_t tenants;           /* tenants known */
     uint64_t queued;            /* runs queued */

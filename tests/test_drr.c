@@ -2433,6 +2433,84 @@ static void test_subtenants_inline_and_apart(void **state)
     fq_sched_destroy(s);
 }
 
+/* Lanes and index slots examined per dispatch between two snapshots. */
+static double lane_visits_between(const fq_sched_stats *a, const fq_sched_stats *b)
+{
+    return (double)(b->lane_visits - a->lane_visits) / (double)(b->dispatched - a->dispatched);
+}
+
+/* Sub-tenant level work per dispatch stays O(1) with 10,000 sub-tenants,
+ * as list visits do with 10,000 tenants: a tenant whose runs name 10,000
+ * sub-tenants at random, and names past its cap (the overflow one, and
+ * passes forgetting the idle to make room); then, its index grown, one
+ * user of it sending a run at a time, its tenant's lanes emptying at each
+ * dispatch (a pass each time its round moves). Beside it two tenants
+ * whose runs name none. Costs from 0.1 to 50 quanta. */
+static void test_lane_visits_per_dispatch_bounded(void **state)
+{
+    (void)state;
+    enum { SUBS = 10000 };
+    rng_state = 11;
+    fq_sched *s = mk_subs(SUBS);
+    fq_tenant *a = ten(s, "a", 1, 0, 0), *b = ten(s, "b", 1, 0, 0), *c = ten(s, "c", 2, 0, 0);
+    char name[24];
+    for (int u = 0; u < SUBS; u++) {
+        snprintf(name, sizeof name, "user-%d", u);
+        enq_sub(s, a, name, (uint32_t)rnd_in(Q / 10, 50 * Q));
+    }
+    for (int k = 0; k < 4; k++) {
+        enq(s, b, (uint32_t)rnd_in(Q / 10, 50 * Q));
+        enq(s, c, (uint32_t)rnd_in(Q / 10, 50 * Q));
+    }
+    assert_int_equal(info(a).subtenants, SUBS);
+    fq_sched_stats st0, st1, st2;
+    fq_sched_stats_get(s, &st0);
+    /* a's runs name one of its 10,000, or one of 10,000 more past its cap */
+    for (int i = 0; i < 200000; i++) {
+        fq_run *r = fq_sched_dispatch(s, 0);
+        assert_non_null(r);
+        fq_tenant *t = r->tenant;
+        done(s, r, rnd_in(Q / 10, 50 * Q));
+        if (t == a) {
+            snprintf(name, sizeof name, "user-%d", (int)rnd_in(0, i % 4 ? SUBS - 1 : 2 * SUBS - 1));
+            enq_sub(s, a, name, (uint32_t)rnd_in(Q / 10, 50 * Q));
+        } else {
+            enq(s, t, (uint32_t)rnd_in(Q / 10, 50 * Q));
+        }
+    }
+    fq_sched_stats_get(s, &st1);
+    double many = lane_visits_between(&st0, &st1);
+    /* a's backlog drains; then one user of it sends a run at a time */
+    bool sent = false;
+    for (int i = 0; i < 200000; i++) {
+        fq_run *r = fq_sched_dispatch(s, 0);
+        assert_non_null(r);
+        fq_tenant *t = r->tenant;
+        done(s, r, rnd_in(Q / 10, 50 * Q));
+        if (t != a)
+            enq(s, t, (uint32_t)rnd_in(Q / 10, 50 * Q));
+        if (!info(a).queued) {
+            if (!sent)
+                fq_sched_stats_get(s, &st1);
+            sent = true;
+            enq_sub(s, a, "user-0", (uint32_t)rnd_in(Q / 10, 50 * Q));
+        }
+    }
+    assert_true(sent);
+    fq_sched_stats_get(s, &st2);
+    double one = lane_visits_between(&st1, &st2);
+    print_message("lane visits per dispatch: 10,000 sub-tenants %.3f, then one %.3f\n", many,
+                  one);
+    /* a run's lane in and out, and about one index slot to find its
+     * sub-tenant; a's lanes empty at each of its dispatches in the second
+     * part: a pass over its index, shrunk to the slots kept with it once
+     * the 10,000 are forgotten (before, it read all 32,768 slots of the
+     * index they had grown: 8,459 per dispatch) */
+    assert_true(many <= 4.0);
+    assert_true(one <= 8.0);
+    fq_sched_destroy(s);
+}
+
 /* A queued run's sub-tenant from the run alone (explain, for a run whose
  * claim the caller did not keep): its lane's, named, naming none or the
  * overflow one, and none once the run has left its lane (dispatched, or
@@ -2585,6 +2663,7 @@ int main(void)
         cmocka_unit_test(test_subtenants_info_and_top),
         cmocka_unit_test(test_run_sub_info),
         cmocka_unit_test(test_subtenants_inline_and_apart),
+        cmocka_unit_test(test_lane_visits_per_dispatch_bounded),
         cmocka_unit_test(test_subtenant_coming_back_owes_its_round),
         cmocka_unit_test(test_classes_then_subtenants),
         cmocka_unit_test(test_weighted_classes),
