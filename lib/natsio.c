@@ -75,7 +75,10 @@
  *   in place. A block it cannot parse (a header with an empty value last
  *   makes one: "no value found") fails that read, and is left half read:
  *   later reads answer from the half as if nothing were wrong. Only what
- *   nats.c could read is carried, so nothing unread reaches a stream.
+ *   nats.c could read is carried, so nothing unread reaches a stream; a
+ *   first read that fails so is made again (nio_carry_walk), since nats.c
+ *   3.4.1 itself sends a header set empty so (measured: it_proxy_inputs'
+ *   empty Fair-Run-Id, which counts as absent).
  * - nats.c hands a received message's header names out of a hash map,
  *   whose order changes with how many names it holds: a submit read back
  *   by sequence, which carries the stream's Nats-* headers too, came out
@@ -2618,24 +2621,47 @@ static natsStatus nio_keys(natsMsg *m, const char ***keys, int *nk)
     return NATS_OK;
 }
 
+/* Which of cl's names key is (without regard to case), or -1. */
+static int nio_claim_of(const fq_nio_claims *cl, const char *key)
+{
+    for (size_t i = 0; cl && i < cl->n && i < 32; i++)
+        if (strcasecmp(key, cl->names[i]) == 0)
+            return (int)i;
+    return -1;
+}
+
+/* Header key of claim i, with its values vals[0..nv), read into cl: a
+ * second one (another spelling, or a second value) marks it twice. */
+static void nio_claim_note(fq_nio_claims *cl, int i, const char **vals, int nv)
+{
+    if (cl->vals[i] || nv > 1)
+        cl->twice |= 1u << i;
+    else if (nv == 1)
+        cl->vals[i] = vals[0];              /* the message's, not the array's */
+}
+
 /* One pass over m's headers, in nio_keys's order, each checked
  * on the way: bad (160 bytes) says why the first unfit one is (see
  * fq_nio_out_size). The lines of those a message built from o carries (o
  * NULL: all but Nats-*) are counted into *carried and, when lines is not
- * NULL, written to it as a publish writes them. NATS_NO_MEMORY: lines could
- * not grow. */
+ * NULL, written to it as a publish writes them; the claims of cl (when not
+ * NULL) read into it, past an unfit header too. NATS_NO_MEMORY: lines
+ * could not grow. */
 static natsStatus nio_carry_walk(size_t *carried, fq_buf *lines, char *bad, natsMsg *m,
-                                 const fq_nio_out *o)
+                                 const fq_nio_out *o, fq_nio_claims *cl)
 {
     const char **keys = NULL;
     int nk = 0;
     natsStatus s = nio_keys(m, &keys, &nk);
+    if (s == NATS_PROTOCOL_ERROR)
+        s = nio_keys(m, &keys, &nk);        /* the half read: see the quirks above */
     if (s == NATS_NOT_FOUND)
         s = NATS_OK;
     if (s != NATS_OK)
         snprintf(bad, 160, "its header block cannot be read (%s)", natsStatus_GetText(s));
     char q[96];
-    for (int i = 0; s == NATS_OK && i < nk; i++) {
+    int i = 0;
+    for (; s == NATS_OK && i < nk; i++) {
         const char *key = keys[i];
         size_t klen = strlen(key);
         nio_quote(q, sizeof q, key);
@@ -2655,8 +2681,11 @@ static natsStatus nio_carry_walk(size_t *carried, fq_buf *lines, char *bad, nats
         const char **vals = NULL;
         int nv = 0;
         s = natsMsgHeader_Values(m, key, &vals, &nv);
+        int c = s == NATS_OK ? nio_claim_of(cl, key) : -1;
         if (s != NATS_OK)
             snprintf(bad, 160, "header \"%s\" cannot be read", q);
+        else if (c >= 0)
+            nio_claim_note(cl, c, vals, nv);
         bool carry = nio_carried(o, key, klen);
         for (int j = 0; s == NATS_OK && j < nv; j++) {
             if (!nats && nio_holds(vals[j], "Nats-Msg-Id")) {
@@ -2668,6 +2697,16 @@ static natsStatus nio_carry_walk(size_t *carried, fq_buf *lines, char *bad, nats
                     s = NATS_NO_MEMORY;
             }
         }
+        free((void *)vals);
+    }
+    /* Past an unfit header the claims are read all the same, so that a bad
+     * claim is refused for itself. */
+    for (int c; cl && i < nk; i++) {
+        const char **vals = NULL;
+        int nv = 0;
+        if ((c = nio_claim_of(cl, keys[i])) >= 0 &&
+            natsMsgHeader_Values(m, keys[i], &vals, &nv) == NATS_OK)
+            nio_claim_note(cl, c, vals, nv);
         free((void *)vals);
     }
     free((void *)keys);
@@ -2721,7 +2760,7 @@ fq_status fq_nio_out_size(fq_nio_size *out, const fq_nio_out *o)
     *out = (fq_nio_size){0};
     natsStatus s = NATS_OK;
     if (o->carry) {
-        s = nio_carry_walk(&out->carried, NULL, out->bad, (natsMsg *)o->carry, o);
+        s = nio_carry_walk(&out->carried, NULL, out->bad, (natsMsg *)o->carry, o, NULL);
     } else if (o->carry_len && !nio_lines_carried(&out->carried, o)) {
         snprintf(out->bad, sizeof out->bad, "its carried header lines are not header lines");
         s = NATS_INVALID_ARG;
@@ -2731,12 +2770,20 @@ fq_status fq_nio_out_size(fq_nio_size *out, const fq_nio_out *o)
     return s == NATS_OK ? FQ_OK : FQ_EINVAL;
 }
 
-fq_status fq_nio_msg_carry_lines(fq_buf *out, char bad[160], const fq_nio_msg *m)
+fq_status fq_nio_msg_carry_lines(fq_buf *out, char bad[160], fq_nio_claims *claims,
+                                 const fq_nio_msg *m)
 {
     size_t carried = 0;
     out->len = 0;
     bad[0] = '\0';
-    natsStatus s = nio_carry_walk(&carried, out, bad, (natsMsg *)m, NULL);
+    for (size_t i = 0; claims && i < claims->n; i++)
+        claims->vals[i] = NULL;
+    if (claims)
+        claims->twice = 0;
+    natsStatus s = nio_carry_walk(&carried, out, bad, (natsMsg *)m, NULL, claims);
+    for (size_t i = 0; claims && i < claims->n && i < 32; i++)
+        if (claims->twice & (1u << i))
+            claims->vals[i] = NULL;
     return s == NATS_OK ? FQ_OK : s == NATS_NO_MEMORY ? FQ_ENOMEM : FQ_EINVAL;
 }
 
@@ -3315,39 +3362,6 @@ const char *fq_nio_msg_header(const fq_nio_msg *m, const char *key)
         return NULL;
     }
     return v;
-}
-
-uint32_t fq_nio_msg_claims(const char **vals, const fq_nio_msg *msg, const char *const *names,
-                           size_t n)
-{
-    natsMsg *m = (natsMsg *)msg;
-    const char **keys = NULL;
-    int nk = 0;
-    uint32_t twice = 0;
-    for (size_t i = 0; i < n; i++)
-        vals[i] = NULL;
-    /* nats.c finds a name only as spelled: each spelling is a key. */
-    if (natsMsgHeader_Keys(m, &keys, &nk) != NATS_OK)
-        return 0;                           /* no header at all */
-    for (int k = 0; k < nk; k++) {
-        for (size_t i = 0; i < n && i < 32; i++) {
-            if (strcasecmp(keys[k], names[i]) != 0)
-                continue;
-            const char **v = NULL;
-            int nv = 0;
-            natsStatus s = vals[i] ? NATS_OK : natsMsgHeader_Values(m, keys[k], &v, &nv);
-            if (vals[i] || (s == NATS_OK && nv > 1))
-                twice |= 1u << i;
-            else if (s == NATS_OK && nv == 1)
-                vals[i] = v[0];             /* the message's, not the array's */
-            free((void *)v);
-        }
-    }
-    free((void *)keys);
-    for (size_t i = 0; i < n && i < 32; i++)
-        if (twice & (1u << i))
-            vals[i] = NULL;
-    return twice;
 }
 
 void fq_nio_msg_destroy(fq_nio_msg *m)

@@ -234,6 +234,20 @@ bool fq_nio_header_name_valid(const char *s, size_t len);
  * when written: they are only counted. Sizes count what could be read. */
 fq_status fq_nio_out_size(fq_nio_size *out, const fq_nio_out *o);
 
+/* A producer's claim headers, read on the pass that writes a message's
+ * carried lines (nats.c finds a name only as spelled, and lists the names
+ * at an allocation per call: one pass lists them once). */
+typedef struct fq_nio_claims {
+    const char *const *names;   /* the claims' names, compared without regard to case */
+    size_t n;                   /* how many (at most 32) */
+    const char **vals;          /* out, n of them: vals[i] names[i]'s value (the
+                                   message's memory), NULL when absent or twice */
+    uint32_t twice;             /* out: bit i when names[i] came more than once (in
+                                   two spellings, or with two values, empty ones
+                                   counted too): which one a reader would believe
+                                   is not fairq's to pick */
+} fq_nio_claims;
+
 /* The headers m carries onward, as the lines a publish writes them
  * ("Key: Value\r\n" each, CR and LF in them blanked; headers in the order
  * they first occur in m's block, each with its values in order, which is
@@ -244,8 +258,11 @@ fq_status fq_nio_out_size(fq_nio_size *out, const fq_nio_out *o);
  * bytes. Written to out (from out->len = 0; its memory the caller's,
  * reused from call to call). FQ_EINVAL, with
  * bad saying why as fq_nio_out_size would, when a header is unfit to carry
- * (m's headers are read and checked in the same one pass); FQ_ENOMEM. */
-fq_status fq_nio_msg_carry_lines(fq_buf *out, char bad[160], const fq_nio_msg *m);
+ * (m's headers are read and checked in the same one pass); FQ_ENOMEM. When
+ * claims is not NULL, its names are read on the same pass, whatever it
+ * returns (past an unfit header too). */
+fq_status fq_nio_msg_carry_lines(fq_buf *out, char bad[160], fq_nio_claims *claims,
+                                 const fq_nio_msg *m);
 
 /* Connect (reconnecting forever once connected) and open JetStream.
  * FQ_EIO with the reason in err when no server can be reached now; the
@@ -477,14 +494,6 @@ const void *fq_nio_msg_data(const fq_nio_msg *m);
 size_t fq_nio_msg_len(const fq_nio_msg *m);
 /* A header's first value, or NULL. */
 const char *fq_nio_msg_header(const fq_nio_msg *m, const char *key);
-/* The values of m's headers named names[0..n) (n <= 32) compared without
- * regard to case (a producer's claims: nats.c finds a name only as
- * spelled), into vals[i], NULL when absent. Returns the names given more
- * than once (bit i for names[i]: in two spellings, or one with two values,
- * empty ones counted too), whose vals are NULL: which of the two a reader
- * would believe is not fairq's to pick. */
-uint32_t fq_nio_msg_claims(const char **vals, const fq_nio_msg *m, const char *const *names,
-                           size_t n);
 void fq_nio_msg_destroy(fq_nio_msg *m);
 /* Build o as a nats.c message (a natsMsg *, no reply subject) the way
  * fq_nio_publish builds its messages, using scratch as working space. For

@@ -757,7 +757,8 @@ static void px_journal_send(fq_proxy *p, const fq_ledger_act *a)
         fq_ledger_unsent(p->ledger, a, s, fq_nio_mono_ms(), fq_nio_unix_ms());
 }
 
-static void px_submit_headers(fq_submit_headers *h, const fq_nio_msg *m);
+static fq_status px_submit_headers(fq_submit_headers *h, fq_buf *lines, char bad[160],
+                                   const fq_nio_msg *m);
 
 /* The ledger asks for a body it does not keep: read back by sequence,
  * parsed again, and handed over; what that decides is performed before the
@@ -772,11 +773,10 @@ static void px_read_body(fq_proxy *p, const fq_ledger_act *a)
     fq_submit sub = {0};
     fq_ledger_bytes raw = {0};
     char bad[160];
-    if (s == FQ_OK && fq_nio_msg_carry_lines(&p->carry_read, bad, m) != FQ_OK)
+    fq_submit_headers h;
+    if (s == FQ_OK && px_submit_headers(&h, &p->carry_read, bad, m) != FQ_OK)
         s = FQ_EIO;     /* it was fit when it came: out of memory */
     if (s == FQ_OK) {
-        fq_submit_headers h;
-        px_submit_headers(&h, m);
         char err[256];
         /* Valid: it was checked when it came in. */
         fq_submit_parse(&sub, pt->id, fq_nio_msg_data(m), fq_nio_msg_len(m), &h,
@@ -968,20 +968,29 @@ static const char *px_subject_tenant(const fq_proxy *p, const char *subject, con
     return t;
 }
 
-/* The claim headers, read in any case; a header with an empty value
- * counts as absent: clients differ in whether they send one at all. */
-static void px_submit_headers(fq_submit_headers *h, const fq_nio_msg *m)
+/* The claim headers, in the order of px_submit_headers. */
+static const char *const px_claim_names[] = {FQ_HDR_RUN_ID, FQ_HDR_WORKFLOW, FQ_HDR_EST_TOKENS,
+                                             FQ_HDR_SUBTENANT, FQ_HDR_CLASS};
+#define PX_CLAIMS (sizeof px_claim_names / sizeof *px_claim_names)
+
+/* Submit m's header lines into lines, its claim headers (read in any case,
+ * on the same pass) into *h; FQ_EINVAL (bad says why: a header unfit to
+ * carry) or FQ_ENOMEM as fq_nio_msg_carry_lines, *h read all the same. A
+ * header with an empty value counts as absent: clients differ in whether
+ * they send one at all. */
+static fq_status px_submit_headers(fq_submit_headers *h, fq_buf *lines, char bad[160],
+                                   const fq_nio_msg *m)
 {
-    static const char *const names[] = {FQ_HDR_RUN_ID, FQ_HDR_WORKFLOW, FQ_HDR_EST_TOKENS,
-                                        FQ_HDR_SUBTENANT, FQ_HDR_CLASS};
-    const char *v[5];
-    uint32_t twice = fq_nio_msg_claims(v, m, names, 5);
-    for (size_t i = 0; i < 5; i++)
+    const char *v[PX_CLAIMS];
+    fq_nio_claims cl = {.names = px_claim_names, .n = PX_CLAIMS, .vals = v};
+    fq_status s = fq_nio_msg_carry_lines(lines, bad, &cl, m);
+    for (size_t i = 0; i < PX_CLAIMS; i++)
         v[i] = v[i] && *v[i] ? v[i] : NULL;
     *h = (fq_submit_headers){.run_id = v[0], .workflow = v[1], .est_tokens = v[2],
-                             .subtenant = v[3], .cls = v[4], .cls_twice = twice >> 4 & 1};
+                             .subtenant = v[3], .cls = v[4], .cls_twice = cl.twice >> 4 & 1};
     for (size_t i = 0; i < 4 && !h->twice; i++)
-        h->twice = twice >> i & 1 ? names[i] : NULL;
+        h->twice = cl.twice >> i & 1 ? px_claim_names[i] : NULL;
+    return s;
 }
 
 /* Whether the dispatch of a submit (body of len bytes, its producer's
@@ -1021,9 +1030,11 @@ static fq_status px_dispatch_fits(size_t *size, fq_proxy *p, size_t len, const c
 }
 
 /* What submit m's subject and fields say, into in: its tenant (into
- * tenant), its fields (into *sub), or why it is refused (in->status, the
- * sentence in err). */
-static void px_submit_parse(fq_ledger_submit *in, fq_submit *sub, char *tenant, char *err,
+ * tenant), its fields (into *sub), its producer's header lines (into
+ * p->carry), or why it is refused (in->status, the sentence in err: a bad
+ * field before a header unfit to carry). false: no memory for its header
+ * lines, not a client's fault: it is left in JetStream. */
+static bool px_submit_parse(fq_ledger_submit *in, fq_submit *sub, char *tenant, char *err,
                             size_t errlen, fq_proxy *p, const fq_nio_msg *m)
 {
     size_t tlen = 0;
@@ -1032,43 +1043,40 @@ static void px_submit_parse(fq_ledger_submit *in, fq_submit *sub, char *tenant, 
     if (!tid) {
         in->status = FQ_EINVAL; /* counted as an invalid subject, refused with err */
         in->error = err;
-        return;
+        return true;
     }
     if (!fq_tenant_id_valid(tid, tlen)) {
         in->status = FQ_EINVAL;
         in->error = "the subject's last token is not a tenant id (" FQ_TENANT_RULE ")";
-        return;
+        return true;
     }
     memcpy(tenant, tid, tlen);
     tenant[tlen] = '\0';
     in->tenant = tenant;
     fq_submit_headers h;
-    px_submit_headers(&h, m);
+    char bad[160];
+    fq_status hs = px_submit_headers(&h, &p->carry, bad, m);
+    if (hs == FQ_ENOMEM)
+        return false;
     in->status = fq_submit_parse(sub, tenant, fq_nio_msg_data(m), fq_nio_msg_len(m), &h,
                                  p->cfg.scheduler.max_est_tokens, err, errlen);
     in->sub = sub;
     in->error = err;
+    if (in->status == FQ_OK && hs != FQ_OK) {
+        in->status = FQ_EINVAL;
+        snprintf(err, errlen, "%s", bad);
+    }
+    return true;
 }
 
-/* Submit m, parsed into in: its producer's header lines carried (into
- * p->carry) and its dispatch sized, or why it is refused (in->status, err).
- * What can never be dispatched is refused now, not found out at its
- * dispatch, where it would block its tenant for ever. false: no memory for
- * its header lines, not a client's fault: it is left in JetStream. */
-static bool px_submit_fits(fq_ledger_submit *in, char *err, size_t errlen, fq_proxy *p,
+/* Submit m, parsed into in, its dispatch sized, or why it is refused
+ * (in->status, err). What can never be dispatched is refused now, not
+ * found out at its dispatch, where it would block its tenant for ever. */
+static void px_submit_fits(fq_ledger_submit *in, char *err, size_t errlen, fq_proxy *p,
                            fq_nio_msg *m, const fq_submit *sub)
 {
     if (in->status != FQ_OK)
-        return true;
-    char bad[160];
-    fq_status s = fq_nio_msg_carry_lines(&p->carry, bad, m);
-    if (s == FQ_ENOMEM)
-        return false;
-    if (s != FQ_OK) {
-        in->status = FQ_EINVAL;
-        snprintf(err, errlen, "%s", bad);
-        return true;
-    }
+        return;
     size_t size = 0;
     char run_id[FQ_RUN_ID_MAX + 1];
     fq_ledger_run_id(run_id, p->ledger, sub, in->ack.sseq);
@@ -1077,7 +1085,6 @@ static bool px_submit_fits(fq_ledger_submit *in, char *err, size_t errlen, fq_pr
     in->size = (uint32_t)size;
     in->raw.hdr = p->carry.p;
     in->raw.hdr_len = p->carry.len;
-    return true;
 }
 
 /* A submit: what can never be dispatched (no tenant in its subject, a body
@@ -1094,12 +1101,12 @@ static void px_on_submit(fq_proxy *p, fq_nio_event *ev)
                            .raw = {.body = fq_nio_msg_data(m), .body_len = fq_nio_msg_len(m)}};
     char tenant[FQ_TENANT_MAX + 1], err[256];
     fq_submit sub;
-    px_submit_parse(&in, &sub, tenant, err, sizeof err, p, m);
-    p->c.subtenant_refused += in.sub && in.status != FQ_OK && sub.subtenant_refused;
-    if (!px_submit_fits(&in, err, sizeof err, p, m, &sub)) {
+    if (!px_submit_parse(&in, &sub, tenant, err, sizeof err, p, m)) {
         if (px_fresh(p))
             fq_nio_nak(p->nio, ev->source, &ev->ack, FQ_LEDGER_PARK_MAX_MS);
     } else {
+        p->c.subtenant_refused += in.sub && in.status != FQ_OK && sub.subtenant_refused;
+        px_submit_fits(&in, err, sizeof err, p, m, &sub);
         px_ledger_fresh(p);
         fq_ledger_submit_in(p->ledger, &in, fq_nio_mono_ms(), fq_nio_unix_ms());
         p->cur_msg = m;

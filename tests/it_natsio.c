@@ -356,7 +356,7 @@ static void test_carry_lines_fetched_and_read_back(void **state)
     fq_nio_consume_pause(f->n, 3, true);
     fq_buf got = {0}, back = {0};
     char bad[160];
-    assert_int_equal(fq_nio_msg_carry_lines(&got, bad, ev.msg), FQ_OK);
+    assert_int_equal(fq_nio_msg_carry_lines(&got, bad, NULL, ev.msg), FQ_OK);
     char kept[sizeof body];
     assert_int_equal(fq_nio_msg_len(ev.msg), sizeof body);
     memcpy(kept, fq_nio_msg_data(ev.msg), sizeof body);
@@ -366,7 +366,7 @@ static void test_carry_lines_fetched_and_read_back(void **state)
      * the same lines */
     fq_nio_msg *m = NULL;
     assert_int_equal(fq_nio_get(&m, f->n, "LINES", ack.sseq), FQ_OK);
-    assert_int_equal(fq_nio_msg_carry_lines(&back, bad, m), FQ_OK);
+    assert_int_equal(fq_nio_msg_carry_lines(&back, bad, NULL, m), FQ_OK);
     assert_int_equal(back.len, got.len);
     assert_memory_equal(back.p, got.p, got.len);
     assert_int_equal(fq_nio_msg_len(m), sizeof body);

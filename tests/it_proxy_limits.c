@@ -614,7 +614,11 @@ static void test_claim_headers_any_case(void **state)
         snprintf(body[i], sizeof body[i], "{\"run_id\":\"t-%d\"}", i);
         assert_int_equal(pt_submit(&f->c, "a", body[i], strlen(body[i]), twice[i]), 0);
     }
-    pf_wait_msgs(f, "FAIR_REJECTED", 6);
+    /* Validated as the claim: a sub-tenant with a blank is refused. */
+    const char *h3[] = {"fair-subtenant", "not one", NULL};
+    const char b3[] = "{\"run_id\":\"c-3\"}";
+    assert_int_equal(pt_submit(&f->c, "a", b3, strlen(b3), h3), 0);
+    pf_wait_msgs(f, "FAIR_REJECTED", 7);
     pf_wait_msgs(f, "FAIR_DISPATCH", 1);
 
     natsMsg *m = get_msg(f, "FAIR_DISPATCH", 1);
@@ -645,10 +649,16 @@ static void test_claim_headers_any_case(void **state)
             fail_msg("%s named twice refused as \"%s\"", why[i], err);
         natsMsg_Destroy(m);
     }
+    m = get_msg(f, "FAIR_REJECTED", 7);
+    assert_body(m, b3);
+    assert_int_equal(natsMsgHeader_Get(m, "Fair-Error", &err), NATS_OK);
+    if (strncmp(err, "invalid: Fair-Subtenant header", 30) != 0)
+        fail_msg("fair-subtenant: not one refused as \"%s\"", err);
+    natsMsg_Destroy(m);
     /* Counted: as invalid on the tenant, the sub-tenant's also as such. */
     cJSON *j = pf_stats(f, "", NULL);
-    assert_int_equal(pf_overall(j, "rejected"), 6);
-    assert_int_equal(pf_overall(j, "subtenant_refused"), 1);
+    assert_int_equal(pf_overall(j, "rejected"), 7);
+    assert_int_equal(pf_overall(j, "subtenant_refused"), 2);
     cJSON_Delete(j);
 }
 
