@@ -3217,12 +3217,16 @@ void fq_ledger_done_in(fq_ledger *l, const fq_ledger_done *d, uint64_t now, int6
 
 /* Run x's lease ran out at at_ms (unix): its slot is free, and a late
  * completion may still reconcile it until the scheduler forgets it, also
- * after a restart (its expired record). */
-static void lg_expired(fq_ledger *l, lg_run *x, int64_t at_ms)
+ * after a restart (its expired record). note says how: FQ_LNOTE_EXPIRED
+ * (in our window), FQ_LNOTE_READ_EXPIRED (read back so, past_window saying
+ * why). */
+static void lg_expired(fq_ledger *l, lg_run *x, int64_t at_ms, enum fq_ledger_note note,
+                       bool past_window)
 {
     l->c.expired++;
-    fq_ledger_act *a = lg_note(l, FQ_LNOTE_EXPIRED);
+    fq_ledger_act *a = lg_note(l, note);
     if (a) {
+        a->n = past_window;
         a->lt = x->lt;
         a->tenant = x->lt->id;
         a->run_id = x->names ? x->names->run_id : "";
@@ -3254,7 +3258,7 @@ static void lg_on_expiry(void *arg, const fq_run *r, enum fq_expiry what)
     fq_ledger *l = e->l;
     lg_run *x = r->handle;
     if (what == FQ_EXPIRY_LEASE) {
-        lg_expired(l, x, l->now_ms);
+        lg_expired(l, x, l->now_ms, FQ_LNOTE_EXPIRED, false);
         return;
     }
     /* Forgotten: a late completion for it is unknown, as for any run
@@ -3481,7 +3485,7 @@ static void lg_adopt_one(fq_ledger *l, lg_run *x, uint64_t age)
     }
     if (s == FQ_EFULL && lg_adopt_expired(l, x, l->now_ms)) {
         l->c.adopt_overflow++;
-        lg_expired(l, x, l->now_ms);
+        lg_expired(l, x, l->now_ms, FQ_LNOTE_READ_EXPIRED, true);
         return;
     }
     if (s != FQ_EFULL)
@@ -3511,8 +3515,8 @@ void fq_ledger_recovered(fq_ledger *l, uint64_t now, int64_t now_ms)
         if (flight && !timed_out) {
             lg_adopt_one(l, x, age > 0 ? (uint64_t)age : 0);
         } else if (flight && expired_at + keep > now_ms) {
-            if (lg_adopt_expired(l, x, expired_at))
-                lg_expired(l, x, expired_at);   /* counted, with its expired record */
+            if (lg_adopt_expired(l, x, expired_at))    /* counted, with its expired record */
+                lg_expired(l, x, expired_at, FQ_LNOTE_READ_EXPIRED, false);
         } else if (loaded && x->submitted_ms + keep > now_ms) {
             /* Expired before the restart: a late completion still counts. */
             lg_adopt_expired(l, x, x->submitted_ms);

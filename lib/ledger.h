@@ -313,6 +313,10 @@ enum fq_ledger_note {
     FQ_LNOTE_NO_MEMORY,     /* a run was left in JetStream for lack of memory: tenant */
     FQ_LNOTE_PART_RELEASED, /* a partition was let go: part; n = its queued runs naked,
                                n2 = its dispatched runs let go */
+    FQ_LNOTE_READ_EXPIRED,  /* a run read back in flight (a start, a partition taken)
+                               was taken as expired, not into the window: tenant,
+                               run_id; n = 1 when it did not fit the window or its
+                               tenant's cap, 0 when its lease had ended meanwhile */
 };
 
 typedef struct fq_ledger_act {

@@ -858,6 +858,22 @@ static void px_note_run(fq_proxy *p, const fq_ledger_act *a)
                    FQ_STR("tenant", a->tenant), FQ_STR("run_id", a->run_id),
                    FQ_UINT("run_timeout_ms", p->cfg.window.run_timeout_ms));
         return;
+    case FQ_LNOTE_READ_EXPIRED:
+        /* Not a lease that ran out here: the run was read back (a start,
+         * a partition taken) and its slot never held. */
+        if (!px_warn_ok(p, a->tenant))
+            return;
+        if (a->n)
+            fq_log(FQ_LOG_WARN, "a run in flight read back did not fit the window or its "
+                   "tenant's cap: taken as expired, with no slot, though a worker may still "
+                   "run it; a late completion reconciles it",
+                   FQ_STR("tenant", a->tenant), FQ_STR("run_id", a->run_id));
+        else
+            fq_log(FQ_LOG_WARN, "a run in flight read back had timed out while no proxy "
+                   "held it: taken as expired; a late completion reconciles it",
+                   FQ_STR("tenant", a->tenant), FQ_STR("run_id", a->run_id),
+                   FQ_UINT("run_timeout_ms", p->cfg.window.run_timeout_ms));
+        return;
     case FQ_LNOTE_DISPATCH_FAILED:
         if (px_warn_ok(p, a->tenant))
             fq_log(FQ_LOG_WARN, "a dispatch failed: the run is queued again and its tenant parked",

@@ -1498,9 +1498,20 @@ static void test_crash_and_rebuild(void **state)
     world_free(w);
 }
 
+/* How many notes of kind note (with n as given) the last drain took. */
+static size_t notes(const world *w, enum fq_ledger_note note, uint64_t n)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < w->nacts; i++)
+        k += w->acts[i].type == FQ_LACT_NOTE && w->acts[i].note == note && w->acts[i].n == n;
+    return k;
+}
+
 /* A run dispatched before a crash whose lease ran out while no proxy ran
  * counts as expired from its lease's end: a late completion reconciles it
- * once; runs past the window's limits are taken as expired. */
+ * once; runs past the window's limits are taken as expired. Each is noted
+ * as read back so (past the window, or timed out meanwhile), not as a
+ * lease that ran out in the window. */
 static void test_rebuild_expired_and_past_the_window(void **state)
 {
     (void)state;
@@ -1523,6 +1534,9 @@ static void test_rebuild_expired_and_past_the_window(void **state)
     const fq_ledger_counters *c = fq_ledger_counters_get(w->l);
     assert_int_equal(c->adopted, 2);
     assert_int_equal(c->adopt_overflow, 2);
+    assert_int_equal(notes(w, FQ_LNOTE_READ_EXPIRED, 1), 2);
+    assert_int_equal(notes(w, FQ_LNOTE_READ_EXPIRED, 0), 0);
+    assert_int_equal(notes(w, FQ_LNOTE_EXPIRED, 0), 0);
     fq_ledger_stats st;
     fq_ledger_stats_get(&st, w->l);
     assert_int_equal(st.expired_remembered, 2);
@@ -1535,6 +1549,9 @@ static void test_rebuild_expired_and_past_the_window(void **state)
     tick_time(w, 2000);
     world_crash(w);
     recover(w);
+    assert_int_equal(notes(w, FQ_LNOTE_READ_EXPIRED, 0), 2);
+    assert_int_equal(notes(w, FQ_LNOTE_READ_EXPIRED, 1), 0);
+    assert_int_equal(notes(w, FQ_LNOTE_EXPIRED, 0), 0);
     fq_ledger_stats_get(&st, w->l);
     assert_int_equal(st.expired_remembered, 3);
     complete(w, "a", 901, "r0", 10);
