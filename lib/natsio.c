@@ -116,7 +116,6 @@
  * copied whole by the fetch thread when it makes the consumer. */
 typedef struct nio_cwant {
     bool on;                    /* consume; false: stopped */
-    bool del;                   /* stopped: delete it on the server too */
     char stream[NIO_NAME_CAP], durable[NIO_NAME_CAP], filter[NIO_SUBJECT_CAP];
     int64_t max_ack_pending, ack_wait_ms;
     int batch;
@@ -130,7 +129,6 @@ enum nio_api {
     NIO_API_LIST,               /* making it: a page of its stream's consumer names */
     NIO_API_DEL_OTHER,          /* making it: an earlier term's consumer deleted */
     NIO_API_DEL_OWN,            /* making it: its own name's, before it is created afresh */
-    NIO_API_DEL_STOP,           /* stopped: deleted on the server */
 };
 
 /* A durable pull consumer, served by the one fetch thread. */
@@ -1509,14 +1507,6 @@ static void nio_api_answer(fq_nio *n, int id, natsMsg *m, uint64_t now)
     pthread_mutex_lock(&n->mu);
     bool wanted = c->version == c->api_version;
     pthread_mutex_unlock(&n->mu);
-    if (kind == NIO_API_DEL_STOP) {
-        if (gone) {
-            c->name[0] = '\0';
-            c->made_version = c->api_version;
-        }
-        c->retry_at = gone || !wanted ? 0 : now + NIO_RECREATE_RETRY_MS;
-        return;
-    }
     if (!wanted) {
         /* its owner changed what it wants since the make began (stopped
          * it, a partition let go, or named it for a new term): no step
@@ -1779,18 +1769,9 @@ static bool nio_reconcile_one(fq_nio *n, int id, uint64_t gen, uint64_t now)
     c->live = false;
     fq_pull_reset(&n->fetch.plan[id]);
     if (!w.on) {
-        /* Stopped: the consumer made last is deleted if the owner asks, so
-         * that what it held unacked is delivered again to whoever consumes
-         * the subjects next; made once that is answered. */
+        /* Stopped: the consumer made last is left on the server, for
+         * whoever consumes the subjects next to delete (fq_nio_consume_stop). */
         c->made = w;
-        c->api_version = version;
-        c->api_gen = gen;
-        if (w.del && c->name[0] && nio_del_send(n, id, NIO_API_DEL_STOP, c->name) == NATS_OK)
-            return was;
-        if (w.del && c->name[0]) {
-            c->retry_at = now + NIO_RECREATE_RETRY_MS;
-            return was;
-        }
         c->name[0] = '\0';
         c->made_version = version;
         c->retry_at = 0;
@@ -2235,7 +2216,7 @@ static void nio_purge_locked(fq_nio *n, int id)
     n->cons[id].queued = 0;
 }
 
-fq_status fq_nio_consume_stop(fq_nio *n, int id, bool del)
+fq_status fq_nio_consume_stop(fq_nio *n, int id)
 {
     if (id < 0 || id >= FQ_NIO_MAX_CONSUMERS)
         return FQ_EINVAL;
@@ -2244,7 +2225,6 @@ fq_status fq_nio_consume_stop(fq_nio *n, int id, bool del)
     bool on = c->want.on;
     if (on) {
         c->want.on = false;
-        c->want.del = del;
         c->version++;
         c->asked = ++n->asks;
         nio_purge_locked(n, id);

@@ -325,11 +325,11 @@ fq_status fq_nio_subject_scan(fq_nio *n, const char *stream, const char *subject
 fq_status fq_nio_consume(fq_nio *n, int id, const fq_nio_consumer *c);
 /* Stop consumer id: nothing more is fetched for it and its deliveries
  * still queued are dropped (none arrives after this returns, until id is
- * started again). With del, the fetch thread deletes it on the server, so
- * that what it held unacked goes at once to whoever consumes its subjects
- * next. Acks still go to its name. FQ_EINVAL if it was not consuming.
- * Owner. */
-fq_status fq_nio_consume_stop(fq_nio *n, int id, bool del);
+ * started again). It is left on the server: whoever consumes its subjects
+ * next deletes it (an earlier term's, or its own name's) as it makes its
+ * own, and gets what it held unacked then. Acks still go to its name.
+ * FQ_EINVAL if it was not consuming. Owner. */
+fq_status fq_nio_consume_stop(fq_nio *n, int id);
 /* Name consumer id for term from now on: its fetch thread deletes the
  * stream's consumers named durable or durable-<n> for any n < term (never
  * a later term's: see FQ_NIO_EV_CONSUMER), then makes durable-term, and

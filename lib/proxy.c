@@ -2482,7 +2482,7 @@ static fq_status px_part_gain(fq_proxy *p, uint32_t k, uint64_t term)
                           .term = term};
     fq_status s = fq_nio_consume(p->nio, sid, &sc);
     if (s == FQ_OK && (s = fq_nio_consume(p->nio, did, &dc)) != FQ_OK)
-        fq_nio_consume_stop(p->nio, sid, false);
+        fq_nio_consume_stop(p->nio, sid);
     if (s != FQ_OK)
         return s;
     p->consumer_ok[sid] = p->consumer_ok[did] = false;
@@ -2509,8 +2509,8 @@ static void px_part_lose(fq_proxy *p, uint32_t k)
     if (k >= PX_PARTS_MAX || !p->part_term[k])
         return;
     int sid = PX_CONS_ID(PX_CONS_SUBMIT, k), did = PX_CONS_ID(PX_CONS_DONE, k);
-    fq_nio_consume_stop(p->nio, sid, false);
-    fq_nio_consume_stop(p->nio, did, false);
+    fq_nio_consume_stop(p->nio, sid);
+    fq_nio_consume_stop(p->nio, did);
     p->part_term[k] = 0;
     p->part_backlog[k] = 0;
     p->part_floor[k] = 0;
