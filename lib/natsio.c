@@ -1471,15 +1471,14 @@ static natsStatus nio_list_take(fq_nio *n, int id, const char *d, size_t len)
                 : nio_list_send(n, id, offset + count);
 }
 
-/* The outcome of consumer id's listing or delete (m the server's answer,
- * or NULL: none came in time). A stopped consumer's delete, done (or
- * "not found"), makes the stop made; failed, it is tried again after
- * NIO_RECREATE_RETRY_MS. A step of making it sends the next step (the
- * create last: nio_create_answer takes it from there); failed, its owner
- * hears of it (FQ_NIO_EV_CONSUMER, unless it changed want meanwhile) and
- * the make is tried again from its start after NIO_RECREATE_RETRY_MS. A
- * want changed meanwhile ends the make, whatever the answer, and is
- * brought about at once.
+/* The outcome of consumer id's listing or delete while it is made (m
+ * the server's answer, or NULL: none came in time): the next step is sent
+ * (the create last: nio_create_answer takes it from there); failed, its
+ * owner hears of it (FQ_NIO_EV_CONSUMER, unless it changed want meanwhile)
+ * and the make is tried again from its start after NIO_RECREATE_RETRY_MS.
+ * A want changed meanwhile ends the make, whatever the answer, and is
+ * brought about at once; the fence passed ends it too, made again from its
+ * start once the fence is lifted (fq_pull_step_decide).
  * Fetch thread only. */
 static void nio_api_answer(fq_nio *n, int id, natsMsg *m, uint64_t now)
 {
@@ -1505,14 +1504,18 @@ static void nio_api_answer(fq_nio *n, int id, natsMsg *m, uint64_t now)
         nio_gone_note(c, name);
     }
     pthread_mutex_lock(&n->mu);
-    bool wanted = c->version == c->api_version;
+    fq_pull_step st = {.wanted = c->version == c->api_version, .fenced = nio_fenced(n)};
+    bool wanted = st.wanted;
     pthread_mutex_unlock(&n->mu);
-    if (!wanted) {
+    if (fq_pull_step_decide(&st) != FQ_PULL_STEP_ON) {
         /* its owner changed what it wants since the make began (stopped
          * it, a partition let go, or named it for a new term): no step
          * more, so no consumer of a want no longer asked is made (a term
          * left is the next owner's to make); the new want is brought
-         * about at once (as a create's: fq_pull_create_next) */
+         * about at once (as a create's: fq_pull_create_next). Past the
+         * fence (in the turn that straddles it) no step more either: the
+         * fetch thread's turns wait for the fence to lift, and the make
+         * starts again from its listing then. */
         c->retry_at = 0;
         return;
     }

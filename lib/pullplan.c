@@ -80,6 +80,13 @@ void fq_pull_reset(fq_pull_cons *c)
     c->retry_at = 0;
 }
 
+fq_pull_step_next fq_pull_step_decide(const fq_pull_step *s)
+{
+    if (!s->wanted)
+        return FQ_PULL_STEP_STOPPED;
+    return s->fenced ? FQ_PULL_STEP_HELD : FQ_PULL_STEP_ON;
+}
+
 fq_pull_create_step fq_pull_create_next(uint64_t *retry_at, const fq_pull_create *c,
                                         uint64_t now, uint64_t retry_ms)
 {

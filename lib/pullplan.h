@@ -88,6 +88,40 @@ void fq_pull_failed(fq_pull_cons *c, uint64_t retry_at);
 void fq_pull_reset(fq_pull_cons *c);
 
 /*
+ * The steps of a consumer's make before its create: a listing of its
+ * stream's consumers, the delete of an earlier term's and of its own
+ * name's. Each is sent when the one before is answered (or its wait runs
+ * out); before the step the answer calls for, it is decided here whether
+ * the make goes on:
+ * - Its owner changed what it wants since the make began (stopped it, a
+ *   partition let go, or named it for a new term): no step more, and the
+ *   new want is brought about at once.
+ * - Past the process's fence (its lease not renewed in time: a replica
+ *   frozen past it reads the answer as it resumes, in the turn that
+ *   straddles the fence), no step more, as for a create: the term may be
+ *   another replica's by now, and a delete of ours could delete the
+ *   consumer the next owner has just made, or our create refuse it. The
+ *   make starts again from its listing at the first turn once the fence
+ *   is lifted: what was listed before it may have changed.
+ * - Else the step the answer calls for is sent (or the make failed, and
+ *   is tried again after the retry delay).
+ */
+typedef struct fq_pull_step {
+    bool wanted;                /* its owner wants now what it makes (no change since) */
+    bool fenced;                /* the process's fence has passed: no request goes out */
+} fq_pull_step;
+
+typedef enum fq_pull_step_next {
+    FQ_PULL_STEP_ON,            /* the step its answer calls for is sent */
+    FQ_PULL_STEP_STOPPED,       /* no step more: made again at once, for the new want */
+    FQ_PULL_STEP_HELD,          /* no step more: made again from its start once the fence
+                                   is lifted */
+} fq_pull_step_next;
+
+/* Whether the make of step s goes on. */
+fq_pull_step_next fq_pull_step_decide(const fq_pull_step *s);
+
+/*
  * A consumer's create. The fetch thread sends a consumer's create without
  * waiting for its answer (on a 3-node cluster it comes once the consumer's
  * group has elected a leader); what follows its answer, or its silence

@@ -198,6 +198,55 @@ static void test_late_and_reset(void **state)
 #define NOW 10000
 #define RETRY 500
 
+/* The steps of a make before its create, in their order. */
+enum { MK_LIST, MK_DEL_OTHER, MK_DEL_OWN, MK_CREATE };
+
+/* A make started at start, its steps' answers each 100 ms after the one
+ * before, with the fence passing at fence: the last step sent (the
+ * create, or a step whose answer came past the fence). */
+static int make_until(uint64_t start, uint64_t fence, bool wanted)
+{
+    int sent = MK_LIST;
+    uint64_t t = start;
+    for (int step = MK_LIST; step < MK_CREATE; step++) {
+        t += 100;               /* its answer comes */
+        fq_pull_step s = {.wanted = wanted, .fenced = t >= fence};
+        fq_pull_step_next next = fq_pull_step_decide(&s);
+        if (!wanted)
+            assert_int_equal(next, FQ_PULL_STEP_STOPPED);
+        else if (t >= fence)
+            assert_int_equal(next, FQ_PULL_STEP_HELD);
+        if (next != FQ_PULL_STEP_ON)
+            break;
+        sent = step + 1;
+    }
+    return sent;
+}
+
+/* A step of a make (its listing's or a delete's answer, or its wait run
+ * out) sends the next one only before the fence passes, as a create is
+ * sent (test_create_past_the_fence_sends_nothing): in the turn that
+ * straddles the fence (a replica frozen past its lease reads an answer as
+ * it resumes), neither a delete, which could delete the next owner's
+ * consumer, nor a create goes out. Here the fence passes between the
+ * listing's answer and the first delete's: that delete was sent, nothing
+ * after it. Once the fence is lifted (its lease renewed) the make starts
+ * again from its listing and goes on to its create; its owner's want
+ * changed, no step goes out, fenced or not. */
+static void test_make_step_past_the_fence_sends_nothing(void **state)
+{
+    (void)state;
+    assert_int_equal(make_until(NOW, NOW + 1000, true), MK_CREATE);
+    assert_int_equal(make_until(NOW, NOW + 150, true), MK_DEL_OTHER);
+    assert_int_equal(make_until(NOW, NOW + 100, true), MK_LIST);    /* the first answer */
+    /* a freeze past the fence: the answer read long after */
+    assert_int_equal(make_until(NOW + 60000, NOW + 150, true), MK_LIST);
+    /* lifted (renewed until NOW + 63000), made again from its start */
+    assert_int_equal(make_until(NOW + 60000, NOW + 63000, true), MK_CREATE);
+    assert_int_equal(make_until(NOW, NOW + 1000, false), MK_LIST);
+    assert_int_equal(make_until(NOW, NOW + 150, false), MK_LIST);
+}
+
 /* What follows a create, its answer come (ok, or err_code) or not, sent
  * for a want its owner still asks for, or changed since. */
 static fq_pull_create_step create_next(uint64_t *retry_at, bool answered, bool ok, int err_code,
@@ -316,6 +365,7 @@ int main(void)
         cmocka_unit_test(test_budget_counts_queued),
         cmocka_unit_test(test_flood_does_not_starve_quiet),
         cmocka_unit_test(test_late_and_reset),
+        cmocka_unit_test(test_make_step_past_the_fence_sends_nothing),
         cmocka_unit_test(test_create_made),
         cmocka_unit_test(test_create_unanswered_sent_again),
         cmocka_unit_test(test_create_failed_after_the_want_changed_not_delayed),
