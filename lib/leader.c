@@ -127,61 +127,43 @@ void fq_leader_fence(fq_leader *l)
     l->fenced = true;
 }
 
-/* One key operation through natsio: a read or write waited for and its
- * outcome handed back, or (async) a write sent with its slot's token,
- * whose PubAck comes to fq_leader_on_puback. A wait is the lease's
- * margin at most: the loop that waits also renews every other key, and
- * once one went unanswered (*down) the others of this turn are not sent
- * (answered FQ_EIO: tried again after retry_ms), so a bucket without a
- * leader costs the other keys one short wait, not the API's 5 s each.
- * lib/owner.c puts the unanswered key last in the next turn, so a key
- * that alone never answers does not starve the others. */
-static void ld_op(fq_leader *l, const fq_owner_act *a, bool async, bool *down)
+/* A key operation's token: the slot below LD_SLOT_BITS, then whether it
+ * is a read, then its number (the answer names all three; one superseded
+ * is known by its number). */
+#define LD_SLOT_BITS 16
+#define LD_GET (1ULL << LD_SLOT_BITS)
+#define LD_TOKEN_REQS ((1ULL << (59 - LD_SLOT_BITS)) - 1)
+
+/* One key operation sent through natsio without waiting: its answer comes
+ * as an event (fq_leader_on_answer), or a failure at its deadline, the
+ * lease's (lib/lease.h: past it the answer would not be believed). One
+ * not sent is answered FQ_EIO at once (tried again after retry_ms). */
+static void ld_op(fq_leader *l, const fq_owner_act *a)
 {
     fq_nio *n = l->nio;
-    uint64_t rev = 0;
-    fq_status st = FQ_EIO;
-    bool sent_async = a->kind == FQ_OWNER_UPDATE && async &&
-                      (a->renewal || strcmp(a->value, FQ_LEASE_RELEASED) == 0);
-    fq_lease_opts lo;
-    fq_lease_opts_for(&lo, l->o.ttl_ms);
-    if (!sent_async && !*down)
-        fq_nio_kv_wait(n, (int64_t)lo.margin_ms);
-    if (a->kind == FQ_OWNER_GET) {
-        char v[FQ_LEASE_ID_MAX + 1] = "";
-        if (!*down)
-            st = fq_nio_kv_get(v, sizeof v, &rev, n, l->bucket, a->key);
-        fq_nio_kv_wait(n, 0);
-        *down |= st != FQ_OK && st != FQ_ENOTFOUND;
-        fq_owner_on_get(l->own, a->slot, fq_nio_mono_ms(), st, v, rev);
+    const fq_lease *ls = fq_owner_lease(l->own, a->part);
+    int64_t wait = ls ? (int64_t)ls->o.answer_ms : 0;
+    uint64_t token = l->o.renew_token + ((a->req & LD_TOKEN_REQS) << (LD_SLOT_BITS + 1)) +
+                     (a->kind == FQ_OWNER_GET ? LD_GET : 0) + a->slot;
+    fq_status st;
+    if (a->kind == FQ_OWNER_GET)
+        st = fq_nio_kv_get_async(n, l->bucket, a->key, token, wait);
+    else
+        st = fq_nio_kv_write_async(n, l->bucket, a->key, a->value, strlen(a->value), a->expect,
+                                   token, wait);
+    if (st == FQ_OK)
         return;
-    }
-    size_t len = strlen(a->value);
-    bool release = strcmp(a->value, FQ_LEASE_RELEASED) == 0;
-    if (sent_async) {
-        uint64_t token = l->o.renew_token + 2 * (uint64_t)a->slot + release;
-        if (fq_nio_kv_update_async(n, l->bucket, a->key, a->value, len, a->expect, token) ==
-            FQ_OK)
-            return;
-    } else if (*down) {
-        /* not sent: FQ_EIO */
-    } else if (a->kind == FQ_OWNER_CREATE) {
-        st = fq_nio_kv_create(&rev, n, l->bucket, a->key, a->value, len);
-    } else {
-        st = fq_nio_kv_update(&rev, n, l->bucket, a->key, a->value, len, a->expect);
-    }
-    fq_nio_kv_wait(n, 0);
-    *down |= !sent_async && st != FQ_OK && st != FQ_EEXIST;
-    fq_owner_on_write(l->own, a->slot, fq_nio_mono_ms(), st, rev);
+    if (a->kind == FQ_OWNER_GET)
+        fq_owner_on_get(l->own, a->slot, a->req, fq_nio_mono_ms(), FQ_EIO, NULL, 0);
+    else
+        fq_owner_on_write(l->own, a->slot, a->req, fq_nio_mono_ms(), FQ_EIO, 0);
 }
 
-/* Do what the state machine asks, until it asks nothing more; reads, and
- * the writes that follow them, wait for the server; with async a renewal
- * or a release does not. */
-static void ld_act(fq_leader *l, bool async)
+/* Do what the state machine asks, until it asks nothing more, waiting for
+ * no answer. */
+static void ld_act(fq_leader *l)
 {
     fq_owner_act a;
-    bool down = false;
     while (fq_owner_next(&a, l->own)) {
         const fq_lease *ls = fq_owner_lease(l->own, a.part);
         switch (a.kind) {
@@ -209,7 +191,7 @@ static void ld_act(fq_leader *l, bool async)
                 l->o.lost(l->o.arg, a.part, a.planned);
             break;
         default:
-            ld_op(l, &a, async, &down);
+            ld_op(l, &a);
             break;
         }
     }
@@ -223,11 +205,22 @@ static void ld_watch(fq_leader *l)
         l->watching = fq_nio_kv_watch(l->nio, l->o.watch, l->bucket) == FQ_OK;
 }
 
+/* The answers that came for the keys, handed to the state machine. */
+static void ld_answers(fq_leader *l)
+{
+    fq_nio_event ev[64];
+    size_t k;
+    while ((k = fq_nio_kv_poll(l->nio, ev, sizeof ev / sizeof ev[0])) > 0)
+        for (size_t i = 0; i < k; i++)
+            fq_leader_on_answer(l, &ev[i]);
+}
+
 void fq_leader_step(fq_leader *l, uint64_t now)
 {
+    ld_answers(l);
     ld_watch(l);
     fq_owner_tick(l->own, now);
-    ld_act(l, false);
+    ld_act(l);
 }
 
 bool fq_leader_renew(fq_leader *l, uint64_t now, bool connected)
@@ -235,7 +228,7 @@ bool fq_leader_renew(fq_leader *l, uint64_t now, bool connected)
     if (connected) {
         ld_watch(l);
         fq_owner_tick(l->own, now);
-        ld_act(l, true);
+        ld_act(l);
     }
     const fq_lease *s = fq_leader_lease(l);
     bool fresh = fq_lease_fresh(s, fq_nio_mono_ms());
@@ -249,16 +242,21 @@ bool fq_leader_renew(fq_leader *l, uint64_t now, bool connected)
     return s->state != FQ_LEASE_LOST || l->o.partitions > 1;
 }
 
-void fq_leader_on_puback(fq_leader *l, const fq_nio_event *ev)
+void fq_leader_on_answer(fq_leader *l, const fq_nio_event *ev)
 {
-    fq_nio_msg_drop(l->nio, ev->msg);
     uint64_t v = ev->token - l->o.renew_token;
-    fq_status st = ev->status == FQ_OK ? FQ_OK
-                   : ev->err_code == FQ_NIO_ERR_WRONG_LAST ? FQ_EEXIST : FQ_EIO;
-    fq_owner_on_write(l->own, (uint32_t)(v / 2), fq_nio_mono_ms(), st, ev->seq);
+    uint32_t slot = (uint32_t)(v & (LD_GET - 1));
+    uint64_t req = v >> (LD_SLOT_BITS + 1);
+    uint64_t now = fq_nio_mono_ms();
+    if (v & LD_GET)
+        fq_owner_on_get(l->own, slot, req, now, ev->status,
+                        ev->kv ? (const char *)ev->kv->value : NULL, ev->seq);
+    else
+        fq_owner_on_write(l->own, slot, req, now, ev->status, ev->seq);
+    fq_nio_kv_entry_destroy(ev->kv);
     if (fq_leader_releasing(l))
-        fq_owner_tick(l->own, fq_nio_mono_ms());    /* the releases that waited for it */
-    ld_act(l, fq_leader_releasing(l));
+        fq_owner_tick(l->own, now);     /* the releases that waited for it */
+    ld_act(l);
 }
 
 void fq_leader_on_kv(fq_leader *l, const fq_nio_event *ev)
@@ -292,9 +290,9 @@ bool fq_leader_release(fq_leader *l)
         if (a.kind == FQ_OWNER_LOST)
             fq_owner_handoff(l->own, a.part);
     fq_owner_tick(l->own, now);         /* the partitions' and the leader key's */
-    ld_act(l, true);
+    ld_act(l);
     fq_owner_tick(l->own, now);         /* then the registry's */
-    ld_act(l, true);
+    ld_act(l);
     return fq_leader_releasing(l);
 }
 

@@ -17,9 +17,10 @@
  * how): with P = 1 the one key "leader", as it always did; with P > 1 a
  * registry key, the keys of the partitions assigned to it and, for one
  * replica, the deployment-wide "leader" key. This module owns that state
- * machine and performs its actions: reads, and the writes that follow
- * them, wait for the server; a renewal or a release does not (its PubAck
- * comes back to fq_leader_on_puback). With P > 1 it watches the bucket
+ * machine and performs its actions, none waited for: every read and write
+ * is sent through natsio, and its answer comes back as an event
+ * (fq_leader_on_answer), so that a slow key costs the caller's loop, and
+ * the partitions it dispatches, nothing. With P > 1 it watches the bucket
  * (the caller hands the watch's events to fq_leader_on_kv). After each
  * step it sets natsio's fence (the consumers are left alone from the end
  * of freshness on) and what the probes say of the lease. A partition
@@ -35,8 +36,8 @@ typedef struct fq_leader_opts {
     const char *instance;       /* this process's tag in r.<id> (fq_owner_create); NULL: none */
     uint32_t partitions;        /* P; 0 is 1 */
     uint64_t ttl_ms;            /* the bucket's: a silent holder loses a key after it */
-    uint64_t renew_token;       /* PubAck tokens: renew_token + 2 * slot for a renewal of a
-                                   key, one more for its release; 2 * P + 4 in all */
+    uint64_t renew_token;       /* the keys' requests' tokens: renew_token and up, 59 bits
+                                   (fq_leader_on_answer's) */
     int watch;                  /* P > 1: the natsio watch id for the bucket */
     /* part is ours from term (P = 1: part 0, the leader key; again: ours
      * already, its key aged out and taken back in a new term). */
@@ -73,15 +74,16 @@ bool fq_leader_parts_fresh(const fq_leader *l, uint64_t now);
  * told at the next step (the caller's loop renews right after). */
 void fq_leader_fence(fq_leader *l);
 
-/* Whatever the keys ask at now, waited for (taking them, a renewal while
- * reading the journal back). */
+/* The answers that came for the keys (fq_nio_kv_poll: no other event),
+ * then whatever the keys ask at now, sent: for a caller that handles no
+ * event meanwhile (reading the journal back, standing by). */
 void fq_leader_step(fq_leader *l, uint64_t now);
-/* Renew when due at now, without waiting (only when connected). Logs once
+/* Whatever the keys ask at now, sent (only when connected). Logs once
  * when the leader key stops being fresh, and when it is again. False once
  * the leader key is lost (P = 1). */
 bool fq_leader_renew(fq_leader *l, uint64_t now, bool connected);
-/* A PubAck of one of our tokens (ev->msg is dropped). */
-void fq_leader_on_puback(fq_leader *l, const fq_nio_event *ev);
+/* An FQ_NIO_EV_KV_ANSWER of one of our tokens (its kv is freed). */
+void fq_leader_on_answer(fq_leader *l, const fq_nio_event *ev);
 /* An event of the bucket's watch (FQ_NIO_EV_KV, whose entry is freed, or
  * FQ_NIO_EV_KV_SYNCED). */
 void fq_leader_on_kv(fq_leader *l, const fq_nio_event *ev);

@@ -18,11 +18,16 @@
  * newer term's consumers fence an older one's at the server.
  *
  * The module does no I/O and reads no clock (the style of lib/drr.c): the
- * caller asks fq_lease_tick what to do now, performs it (a get, a create,
- * an update expecting a revision), and hands each outcome back with the
- * monotonic time it was sent. One operation is outstanding at a time,
- * and the caller reports every one (natsio reports a publish that never
- * got its PubAck as failed after its own timeout).
+ * caller asks fq_lease_tick what to do now, sends it (a get, a create,
+ * an update expecting a revision) without waiting, and hands its answer
+ * back when it comes, with the operation's number. One operation is
+ * outstanding at a time, each with a deadline: answer_ms after it was
+ * sent it has failed (as if the server had said so), and an answer that
+ * comes after that, or that answers an operation since superseded, is
+ * not believed (the numbers tell them apart). The deadline is the end of
+ * the freshness the operation could give (ttl_ms - margin_ms after it
+ * was sent): a renewal answered later proves nothing we could still act
+ * on, so it is not waited for.
  *
  * Fresh, a pure function of now and the last write the server confirmed:
  * that write was SENT less than ttl_ms - margin_ms ago. The server stored
@@ -59,6 +64,8 @@ typedef struct fq_lease_opts {
     uint64_t margin_ms;         /* fresh ends this long before ttl_ms (see above) */
     uint64_t renew_ms;          /* a renewal is sent this long after the last was sent */
     uint64_t retry_ms;          /* a standby, or a failed read, tries again after this */
+    uint64_t answer_ms;         /* an operation unanswered this long after it was sent has
+                                   failed; 0: ttl_ms - margin_ms */
 } fq_lease_opts;
 
 enum fq_lease_state {
@@ -71,13 +78,16 @@ enum fq_lease_state {
 enum fq_lease_op {
     FQ_LEASE_OP_NONE = 0,
     FQ_LEASE_OP_GET,            /* read the key: fq_lease_on_get */
-    FQ_LEASE_OP_CREATE,         /* write our id only if the key has no value: fq_lease_on_write */
+    FQ_LEASE_OP_CREATE,         /* write our id only if the key holds no value, its last entry
+                                   still expect (a delete marker's revision; 0: none at all) */
     FQ_LEASE_OP_UPDATE,         /* write value only if the key's revision is still expect */
 };
 
 typedef struct fq_lease_step {
     enum fq_lease_op op;
-    uint64_t expect;            /* UPDATE: the revision the key must still have */
+    uint64_t req;               /* the operation's number, handed back with its answer */
+    uint64_t expect;            /* UPDATE: the revision the key must still have; CREATE: the
+                                   revision of the delete marker it writes over, 0 if none */
     const char *value;          /* CREATE, UPDATE: what to write (our id, or released) */
     bool lead;                  /* we lead from now on, in a new term */
     uint64_t term;              /* with lead: the term (the key's revision) */
@@ -95,6 +105,7 @@ typedef struct fq_lease {
     uint64_t confirmed_sent;    /* monotonic ms our last confirmed write was sent; 0: none */
     enum fq_lease_op op;        /* the operation outstanding; NONE: none */
     uint64_t op_sent;           /* monotonic ms it was sent */
+    uint64_t req;               /* its number (1, 2, ...: one per operation sent) */
     bool releasing;             /* the outstanding update writes released */
     bool taking;                /* the outstanding write takes the key (a new term) */
     bool recheck;               /* LEADING: a renewal was refused; read the key next */
@@ -104,7 +115,8 @@ typedef struct fq_lease {
 /* The options of a lease of ttl_ms, the others in the ratios of the 3 s
  * lease they were measured for: a renewal every third of it (two may fail
  * before it is stale), fresh until a sixth of it before its end (500 ms),
- * a standby's read every sixth of it. */
+ * a standby's read every sixth of it, an answer waited for until fresh
+ * would end (2.5 s). */
 void fq_lease_opts_for(fq_lease_opts *o, uint64_t ttl_ms);
 
 /* Start as a standby for key (at most FQ_LEASE_KEY_MAX bytes) with our id
@@ -114,21 +126,31 @@ fq_status fq_lease_init(fq_lease *l, const char *key, const char *id, const fq_l
 
 /* What to do at now: a read while standing by (every retry_ms) or after a
  * refused renewal, a renewal every renew_ms while leading; NONE while an
- * operation is outstanding. An operation returned is outstanding from now
- * (its send time) until its outcome is handed back. */
+ * operation is outstanding (fq_lease_expire first). An operation returned
+ * is outstanding from now (its send time) until its answer is handed back
+ * or its deadline passes. */
 void fq_lease_tick(fq_lease_step *s, fq_lease *l, uint64_t now);
 
-/* The outcome of a GET sent at l->op_sent: st FQ_OK with the key's value
- * and revision, FQ_ENOTFOUND (absent or aged out), or another status (the
- * server did not answer). *s: what to do now (a write, at now), or lost. */
-void fq_lease_on_get(fq_lease_step *s, fq_lease *l, uint64_t now, fq_status st,
+/* The operation outstanding has failed if answer_ms passed since it was
+ * sent: it is over (a standby reads again after retry_ms, a renewal is
+ * sent again), and its answer will not be believed. True if it was. */
+bool fq_lease_expire(fq_lease *l, uint64_t now);
+
+/* The answer to GET number req: st FQ_OK with the key's value and
+ * revision, FQ_ENOTFOUND (absent or aged out; rev: the delete marker's
+ * revision, 0 if none), or another status (the server did not answer).
+ * *s: what to do now (a write, at now), or lost. Ignored (*s empty, false)
+ * unless req is the operation outstanding and its deadline has not
+ * passed. */
+bool fq_lease_on_get(fq_lease_step *s, fq_lease *l, uint64_t req, uint64_t now, fq_status st,
                      const char *value, uint64_t rev);
 
-/* The outcome of a CREATE or UPDATE: st FQ_OK with the revision written,
- * FQ_EEXIST (the key had a value or its revision had moved), or another
- * status (unknown whether it was written). *s: lead, in a new term, when
- * the write took the key. */
-void fq_lease_on_write(fq_lease_step *s, fq_lease *l, uint64_t now, fq_status st, uint64_t rev);
+/* The answer to CREATE or UPDATE number req: st FQ_OK with the revision
+ * written, FQ_EEXIST (the key had a value or its revision had moved), or
+ * another status (unknown whether it was written). *s: lead, in a new
+ * term, when the write took the key. Ignored as fq_lease_on_get. */
+bool fq_lease_on_write(fq_lease_step *s, fq_lease *l, uint64_t req, uint64_t now, fq_status st,
+                       uint64_t rev);
 
 /* At a graceful stop: an UPDATE that writes FQ_LEASE_RELEASED (NONE when
  * not leading or an operation is outstanding); from now on the lease is

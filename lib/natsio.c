@@ -230,13 +230,19 @@ typedef struct nio_pub {
     uint64_t sent_ms;           /* monotonic */
 } nio_pub;
 
+/* A key-value request in flight (fq_nio_kv_get_async, fq_nio_kv_write_async). */
+typedef struct nio_kvreq {
+    uint64_t num;               /* its number, the reply subject's last token */
+    uint64_t token;             /* the caller's */
+    uint64_t end_ms;            /* monotonic: unanswered then, it has failed */
+    bool live;                  /* not answered or failed yet */
+} nio_kvreq;
+#define NIO_KV_REQS 4096        /* in flight at most, a power of two (one per lease key) */
+
 struct fq_nio {
     natsConnection *nc;
     natsOptions *nopts;
     jsCtx *js;
-    jsCtx *js_kv;               /* the KV calls' context made for js_kv_wait (main thread) */
-    int64_t js_kv_wait;         /* ... its wait */
-    int64_t kv_wait;            /* fq_nio_kv_wait: the KV calls' wait now; 0: js's */
     fq_nio_opts o;
     char *url, *creds, *tls_ca, *tls_cert, *tls_key, *name; /* owned copies */
     char *user, *password, *nkey, *nkey_seed, *inbox_prefix; /* owned copies */
@@ -269,6 +275,15 @@ struct fq_nio {
     uint64_t pubs_mask;
     uint64_t pub_head, pub_tail;    /* next publish id; oldest maybe unsettled */
     int64_t pubs_live;
+    /* Key-value requests in flight (nio_kv_send); owner thread only. Slot
+     * num & (NIO_KV_REQS - 1) holds number num while live. Their answers
+     * come to the PubAck subscription too, on <ack_prefix>g<num> (a read)
+     * or <ack_prefix>w<num> (a write), and wait in kvq (under mu). */
+    nio_kvreq *kvreqs;
+    uint64_t kv_head, kv_tail;  /* next number; the oldest maybe live */
+    uint64_t kv_due;            /* the earliest end of those live; UINT64_MAX: none */
+    fq_nio_event *kvq;          /* ring of NIO_KV_REQS answers; under mu */
+    size_t kvq_head, kvq_len;
     fq_buf scratch;         /* a message being built; owner thread only */
 
     nio_consumer cons[FQ_NIO_MAX_CONSUMERS];
@@ -400,6 +415,8 @@ static void nio_push(fq_nio *n, const fq_nio_event *ev)
 
 static size_t nio_pubs_settle(fq_nio *n, fq_nio_event *ev, size_t k, size_t cap,
                               bool drained);
+static size_t nio_kvq_take_locked(fq_nio *n, fq_nio_event *ev, size_t cap);
+static size_t nio_kv_settle(fq_nio *n, fq_nio_event *ev, size_t k, size_t cap, bool drained);
 
 size_t fq_nio_poll(fq_nio *n, fq_nio_event *ev, size_t cap, int timeout_ms)
 {
@@ -413,11 +430,12 @@ size_t fq_nio_poll(fq_nio *n, fq_nio_event *ev, size_t cap, int timeout_ms)
             ts.tv_sec++;
             ts.tv_nsec -= 1000000000L;
         }
-        while (n->q_len == 0 &&
+        while (n->q_len == 0 && n->kvq_len == 0 &&
                pthread_cond_timedwait(&n->cv, &n->mu, &ts) != ETIMEDOUT)
             ;
     }
-    size_t k = 0;
+    size_t k = nio_kvq_take_locked(n, ev, cap);  /* the lease keys' answers first */
+    bool kv_drained = n->kvq_len == 0;
     for (; k < cap && n->q_len > 0; k++) {
         ev[k] = n->q[n->q_head];
         n->q_head = (n->q_head + 1) % n->q_cap;
@@ -435,6 +453,7 @@ size_t fq_nio_poll(fq_nio *n, fq_nio_event *ev, size_t cap, int timeout_ms)
     bool drained = n->q_len == 0;
     pthread_mutex_unlock(&n->mu);
     k = nio_pubs_settle(n, ev, k, cap, drained);
+    k = nio_kv_settle(n, ev, k, cap, kv_drained);
     nio_graves_flush(&acked);
     nio_graves_flush(&n->dropped);
     n->spare = acked;
@@ -499,6 +518,8 @@ void fq_nio_parse_puback(fq_nio_event *ev, const void *data, size_t len)
     ev->duplicate = v && end - v >= 4 && memcmp(v, "true", 4) == 0;
 }
 
+static void nio_kv_answer(fq_nio *n, natsMsg *msg, char kind, uint64_t num);
+
 /* nats.c's delivery thread for the PubAck subscription: hand the outcome
  * to the owner under the publish number (ev.token); fq_nio_poll turns the
  * number into the caller's token. The reply is destroyed in the owner's
@@ -510,6 +531,12 @@ static void nio_on_puback(natsConnection *nc, natsSubscription *sub, natsMsg *ms
     fq_nio *n = closure;
     const char *subj = natsMsg_GetSubject(msg);
     uint64_t id = 0;
+    char kind = strlen(subj) > n->ack_prefix_len ? subj[n->ack_prefix_len] : '\0';
+    if ((kind == 'g' || kind == 'w') &&
+        nio_num(subj + n->ack_prefix_len + 1, NULL, UINT64_MAX, &id)) {
+        nio_kv_answer(n, msg, kind, id);    /* a key-value request's */
+        return;
+    }
     bool ours = strlen(subj) > n->ack_prefix_len &&
                 nio_num(subj + n->ack_prefix_len, NULL, UINT64_MAX, &id) != NULL;
     fq_nio_event ev = {.type = FQ_NIO_EV_PUBACK, .token = id};
@@ -822,6 +849,15 @@ static natsStatus nio_acks_start(fq_nio *n)
         return NATS_NO_MEMORY;
     n->pubs_mask = cap - 1;
     n->pub_head = n->pub_tail = 1;
+    n->kvreqs = calloc(NIO_KV_REQS, sizeof *n->kvreqs);
+    fq_nio_event *kvq = calloc(NIO_KV_REQS, sizeof *kvq);
+    if (!n->kvreqs || !kvq) {
+        free(kvq);
+        return NATS_NO_MEMORY;
+    }
+    n->kvq = kvq;       /* before the subscription that fills it */
+    n->kv_head = n->kv_tail = 1;
+    n->kv_due = UINT64_MAX;
     natsStatus s = nio_inbox(n, n->ack_prefix, sizeof n->ack_prefix - 1);
     if (s == NATS_OK) {
         n->ack_prefix_len = strlen(n->ack_prefix);
@@ -951,7 +987,6 @@ void fq_nio_destroy(fq_nio *n)
     if (!n->close_ok)
         return;
     jsCtx_Destroy(n->js);
-    jsCtx_Destroy(n->js_kv);
     natsConnection_Destroy(n->nc);
     natsOptions_Destroy(n->nopts);
     /* Events still queued may hold messages. */
@@ -961,6 +996,10 @@ void fq_nio_destroy(fq_nio *n)
         fq_nio_kv_entry_destroy(ev->kv);
     }
     free(n->q);
+    for (size_t i = 0; n->kvq && i < n->kvq_len; i++)
+        fq_nio_kv_entry_destroy(n->kvq[(n->kvq_head + i) % NIO_KV_REQS].kv);
+    free(n->kvq);
+    free(n->kvreqs);
     nio_graves_flush(&n->acked);
     nio_graves_flush(&n->dropped);
     free(n->acked.m);
@@ -3016,34 +3055,9 @@ fq_status fq_nio_restore(bool *stored, fq_nio *n, const char *stream, uint64_t s
 
 /* ---- key-value ----------------------------------------------------------- */
 
-void fq_nio_kv_wait(fq_nio *n, int64_t ms)
-{
-    n->kv_wait = ms > 0 ? ms : 0;
-    if (!n->kv_wait || (n->js_kv && n->js_kv_wait == n->kv_wait) || !n->nc)
-        return;
-    jsCtx_Destroy(n->js_kv);
-    n->js_kv = NULL;
-    jsOptions jo;
-    jsOptions_Init(&jo);
-    jo.Wait = n->kv_wait;
-    if (natsConnection_JetStream(&n->js_kv, n->nc, &jo) == NATS_OK)
-        n->js_kv_wait = n->kv_wait;
-    else
-        n->js_kv = NULL;
-}
-
-/* The context and wait of a KV call: fq_nio_kv_wait's, else the API's. */
-static jsCtx *nio_kv_js(const fq_nio *n, int64_t *wait)
-{
-    bool own = n->kv_wait && n->js_kv;
-    if (wait)
-        *wait = own ? n->kv_wait : n->o.api_wait_ms;
-    return own ? n->js_kv : n->js;
-}
-
 static fq_status nio_kv_open(kvStore **kv, fq_nio *n, const char *bucket)
 {
-    natsStatus s = js_KeyValue(kv, nio_kv_js(n, NULL), bucket);
+    natsStatus s = js_KeyValue(kv, n->js, bucket);
     if (s != NATS_OK) {
         return s == NATS_NOT_FOUND ? FQ_ENOTFOUND : FQ_EIO;
     }
@@ -3116,7 +3130,7 @@ static fq_status nio_kv_write(uint64_t *rev, fq_nio *n, const char *bucket, cons
     jsPubOptions_Init(&po);
     po.ExpectNoMessage = last == 0;
     po.ExpectLastSubjectSeq = last;
-    jsCtx *js = nio_kv_js(n, &po.MaxWait);
+    jsCtx *js = n->js;
     jsPubAck *pa = NULL;
     jsErrCode jerr = 0;
     natsMsg *m = NULL;
@@ -3143,7 +3157,7 @@ static fq_status nio_kv_marker(uint64_t *rev, fq_nio *n, const char *bucket, con
         return FQ_EINVAL;
     natsMsg *m = NULL;
     jsErrCode jerr = 0;
-    natsStatus s = js_GetLastMsg(&m, nio_kv_js(n, NULL), stream, subj, NULL, &jerr);
+    natsStatus s = js_GetLastMsg(&m, n->js, stream, subj, NULL, &jerr);
     if (s != NATS_OK)
         return s == NATS_NOT_FOUND ? FQ_ENOTFOUND : FQ_EIO;
     const char *op = NULL;
@@ -3284,17 +3298,207 @@ fq_status fq_nio_kv_watch(fq_nio *n, int id, const char *bucket)
     return FQ_OK;
 }
 
-fq_status fq_nio_kv_update_async(fq_nio *n, const char *bucket, const char *key,
-                                 const void *val, size_t len, uint64_t last, uint64_t token)
+/* ---- key-value requests without waiting ----------------------------------- */
+
+/*
+ * The lease keys' reads and writes run on the owner's loop, which also
+ * dispatches every partition it holds: waited for, each cost that loop a
+ * round trip (30 to 860 ms on a loaded 3-node cluster, once 2.8 s), and
+ * every partition of the replica stopped meanwhile. So they are sent like
+ * the consumers' API requests (a request number in the reply subject, a
+ * deadline, the answer matched by its number) and answered as events:
+ * the PubAck subscription's thread parses each answer, and fq_nio_poll
+ * (or fq_nio_kv_poll) gives it the caller's token, drops one whose
+ * request was given up on, and fails one past its deadline.
+ */
+
+#define NIO_KV_REPLY_CAP (sizeof((fq_nio *)0)->ack_prefix + 1 + FQ_U64_DEC_MAX)
+
+/* The next request's slot, its reply subject <ack_prefix><kind><number>
+ * into reply (NIO_KV_REPLY_CAP bytes); NULL when the slot is still in
+ * flight (NIO_KV_REQS behind). */
+static nio_kvreq *nio_kv_next(fq_nio *n, char kind, char *reply)
 {
-    char subj[512], seq[24];
-    int k = snprintf(subj, sizeof subj, "$KV.%s.%s", bucket, key);
-    if (k < 0 || (size_t)k >= sizeof subj || !last)
+    nio_kvreq *r = &n->kvreqs[n->kv_head & (NIO_KV_REQS - 1)];
+    if (r->live)
+        return NULL;
+    snprintf(reply, NIO_KV_REPLY_CAP, "%s%c%" PRIu64, n->ack_prefix, kind, n->kv_head);
+    return r;
+}
+
+/* Request r was sent: answered or failed within timeout_ms. */
+static void nio_kv_sent(fq_nio *n, nio_kvreq *r, uint64_t token, int64_t timeout_ms)
+{
+    uint64_t end = fq_nio_mono_ms() + (uint64_t)(timeout_ms > 0 ? timeout_ms : n->o.api_wait_ms);
+    *r = (nio_kvreq){.num = n->kv_head++, .token = token, .end_ms = end, .live = true};
+    if (end < n->kv_due)
+        n->kv_due = end;
+}
+
+fq_status fq_nio_kv_get_async(fq_nio *n, const char *bucket, const char *key, uint64_t token,
+                              int64_t timeout_ms)
+{
+    /* The last entry of the key's subject, from any replica of the
+     * stream: a direct get (nats.c makes buckets that allow them, and reads
+     * them so). */
+    char subj[600], reply[NIO_KV_REPLY_CAP];
+    int k = snprintf(subj, sizeof subj, "$JS.API.DIRECT.GET.KV_%s.$KV.%s.%s", bucket, bucket, key);
+    if (k < 0 || (size_t)k >= sizeof subj)
         return FQ_EINVAL;
-    snprintf(seq, sizeof seq, "%" PRIu64, last);
+    nio_kvreq *r = nio_kv_next(n, 'g', reply);
+    if (!r || natsConnection_PublishRequest(n->nc, subj, reply, NULL, 0) != NATS_OK)
+        return FQ_EIO;
+    nio_kv_sent(n, r, token, timeout_ms);
+    return FQ_OK;
+}
+
+fq_status fq_nio_kv_write_async(fq_nio *n, const char *bucket, const char *key, const void *val,
+                                size_t len, uint64_t last, uint64_t token, int64_t timeout_ms)
+{
+    char subj[512], seq[FQ_U64_DEC_MAX], reply[NIO_KV_REPLY_CAP];
+    int k = snprintf(subj, sizeof subj, "$KV.%s.%s", bucket, key);
+    if (k < 0 || (size_t)k >= sizeof subj)
+        return FQ_EINVAL;
+    fq_u64_dec(seq, last);
+    /* "0": the subject holds no entry at all (nats.c's ExpectNoMessage) */
     fq_nio_hdr h[] = {{"Nats-Expected-Last-Subject-Sequence", seq}};
     fq_nio_out o = {.subject = subj, .data = val, .len = len, .hdrs = h, .n_hdrs = 1};
-    return fq_nio_publish(n, &o, token);
+    nio_kvreq *r = nio_kv_next(n, 'w', reply);
+    if (!r)
+        return FQ_EIO;
+    natsMsg *m = NULL;
+    natsStatus s = nio_msg_build(&m, &n->scratch, &o, reply);
+    if (s != NATS_OK)
+        return s == NATS_NO_MEMORY ? FQ_ENOMEM : FQ_EINVAL;
+    s = natsConnection_PublishMsg(n->nc, m);
+    nio_graves_add(&n->dropped, m);
+    if (s != NATS_OK)
+        return s == NATS_MAX_PAYLOAD ? FQ_ETOOBIG : FQ_EIO;
+    nio_kv_sent(n, r, token, timeout_ms);
+    return FQ_OK;
+}
+
+/* A read's answer m into ev: the entry (status FQ_OK, seq its revision,
+ * kv its value), FQ_ENOTFOUND (no entry: status 404; or a delete or purge
+ * marker, seq its revision), else FQ_EIO (no responders: 503, or a reply
+ * that is no entry). PubAck thread. */
+static void nio_kv_got(fq_nio_event *ev, natsMsg *m)
+{
+    const char *st = NULL, *seq = NULL, *op = NULL;
+    uint64_t rev = 0;
+    if (natsMsgHeader_Get(m, "Status", &st) == NATS_OK && st) {
+        if (strcmp(st, "404") == 0)
+            ev->status = FQ_ENOTFOUND;
+        return;
+    }
+    if (natsMsgHeader_Get(m, "Nats-Sequence", &seq) != NATS_OK || !seq ||
+        !nio_num(seq, NULL, UINT64_MAX, &rev) || !rev)
+        return;
+    ev->seq = rev;
+    if (natsMsgHeader_Get(m, "KV-Operation", &op) == NATS_OK && op &&
+        (strcmp(op, "DEL") == 0 || strcmp(op, "PURGE") == 0)) {
+        ev->status = FQ_ENOTFOUND;
+        return;
+    }
+    size_t len = (size_t)natsMsg_GetDataLength(m);
+    fq_nio_kv_entry *e = malloc(sizeof *e + 1 + len + 1);
+    if (!e)
+        return;
+    char *k = (char *)(e + 1), *v = k + 1;
+    k[0] = '\0';
+    if (len)
+        memcpy(v, natsMsg_GetData(m), len);
+    v[len] = '\0';
+    *e = (fq_nio_kv_entry){.key = k, .value = v, .len = len, .rev = rev};
+    ev->kv = e;
+    ev->status = FQ_OK;
+}
+
+/* The answer to key-value request num (kind 'g' or 'w'), parsed for the
+ * owner into kvq (an answer past its room is lost: its request fails at
+ * its deadline). PubAck thread; msg is destroyed in the owner's burst. */
+static void nio_kv_answer(fq_nio *n, natsMsg *msg, char kind, uint64_t num)
+{
+    fq_nio_event ev = {.type = FQ_NIO_EV_KV_ANSWER, .token = num, .status = FQ_EIO};
+    if (kind == 'g') {
+        nio_kv_got(&ev, msg);
+    } else {
+        fq_nio_parse_puback(&ev, natsMsg_GetData(msg), (size_t)natsMsg_GetDataLength(msg));
+        ev.duplicate = false;
+        if (ev.err_code == FQ_NIO_ERR_WRONG_LAST)
+            ev.status = FQ_EEXIST;
+    }
+    pthread_mutex_lock(&n->mu);
+    bool room = n->kvq && n->kvq_len < NIO_KV_REQS;
+    if (room)
+        n->kvq[(n->kvq_head + n->kvq_len++) % NIO_KV_REQS] = ev;
+    nio_graves_add(&n->acked, msg);
+    pthread_mutex_unlock(&n->mu);
+    if (room)
+        pthread_cond_signal(&n->cv);
+    else
+        fq_nio_kv_entry_destroy(ev.kv);
+}
+
+/* Move up to cap answers from kvq to ev; the caller holds mu. */
+static size_t nio_kvq_take_locked(fq_nio *n, fq_nio_event *ev, size_t cap)
+{
+    size_t k = 0;
+    for (; k < cap && n->kvq_len; k++, n->kvq_len--) {
+        ev[k] = n->kvq[n->kvq_head];
+        n->kvq_head = (n->kvq_head + 1) % NIO_KV_REQS;
+    }
+    return k;
+}
+
+/* Give KV_ANSWER events in ev[0..k) the caller's tokens, dropping those of
+ * requests no longer in flight (failed at their deadline), then, if every
+ * answer that came was taken (drained), append a failure for every
+ * request past its deadline, while cap allows. Returns the new count.
+ * Owner thread. */
+static size_t nio_kv_settle(fq_nio *n, fq_nio_event *ev, size_t k, size_t cap, bool drained)
+{
+    size_t out = 0;
+    for (size_t i = 0; i < k; i++) {
+        if (ev[i].type == FQ_NIO_EV_KV_ANSWER) {
+            nio_kvreq *r = &n->kvreqs[ev[i].token & (NIO_KV_REQS - 1)];
+            if (!r->live || r->num != ev[i].token) {
+                fq_nio_kv_entry_destroy(ev[i].kv);
+                continue;
+            }
+            r->live = false;
+            ev[i].token = r->token;
+        }
+        ev[out++] = ev[i];
+    }
+    uint64_t now = fq_nio_mono_ms();
+    if (!drained || now < n->kv_due)
+        return out;
+    n->kv_due = UINT64_MAX;
+    for (uint64_t num = n->kv_tail; num < n->kv_head; num++) {
+        nio_kvreq *r = &n->kvreqs[num & (NIO_KV_REQS - 1)];
+        if (!r->live || r->num != num)
+            continue;
+        if (r->end_ms <= now && out < cap) {
+            r->live = false;
+            ev[out++] = (fq_nio_event){.type = FQ_NIO_EV_KV_ANSWER, .token = r->token,
+                                       .status = FQ_EIO};
+        } else if (r->end_ms < n->kv_due) {
+            n->kv_due = r->end_ms;
+        }
+    }
+    while (n->kv_tail < n->kv_head && !n->kvreqs[n->kv_tail & (NIO_KV_REQS - 1)].live)
+        n->kv_tail++;
+    return out;
+}
+
+size_t fq_nio_kv_poll(fq_nio *n, fq_nio_event *ev, size_t cap)
+{
+    pthread_mutex_lock(&n->mu);
+    size_t k = nio_kvq_take_locked(n, ev, cap);
+    bool drained = n->kvq_len == 0;
+    pthread_mutex_unlock(&n->mu);
+    return nio_kv_settle(n, ev, k, cap, drained);
 }
 
 fq_status fq_nio_kv_get(char *buf, size_t cap, uint64_t *rev, fq_nio *n, const char *bucket,

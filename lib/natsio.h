@@ -41,6 +41,9 @@
  *   hands each change over as an event, and watches afresh after every
  *   reconnect (each watch an epoch), saying when it has delivered what the
  *   bucket held, so the owner can forget keys that vanished meanwhile.
+ *   A key's reads and compare-and-set writes (the lease keys') are sent
+ *   without waiting, as the consumers' API requests are: each with a
+ *   number in its reply subject and a deadline, its answer an event.
  * - Acks need only a message's sequences (fq_nio_ackref), not the message,
  *   so a caller can drop a body and still ack it later.
  * - Units at this interface are milliseconds; nats.c mixes milliseconds and
@@ -142,6 +145,10 @@ enum fq_nio_event_type {
     FQ_NIO_EV_DENIED,           /* the server refused a publish or subscription for want
                                    of a permission: seq = violations so far
                                    (fq_nio_denied says which) */
+    FQ_NIO_EV_KV_ANSWER,        /* a key-value request answered, or failed at its deadline
+                                   (fq_nio_kv_get_async, fq_nio_kv_write_async): token,
+                                   status, seq = the revision, err_code; kv = a read's
+                                   entry (the caller's) */
 };
 
 /* A key of a watched bucket as it is now, handed over whole (the caller's,
@@ -161,8 +168,9 @@ typedef struct fq_nio_event {
     enum fq_nio_event_type type;
     int source;                 /* MSG/CONSUMER: consumer id; REQUEST: subscription id */
     fq_nio_msg *msg;            /* MSG, REQUEST, and a failed PUBACK's message: the caller's */
-    fq_nio_kv_entry *kv;        /* KV: the caller's */
-    uint64_t token;             /* PUBACK; CONSUMER: the earlier term of ours whose stale copy
+    fq_nio_kv_entry *kv;        /* KV, and a KV_ANSWER with a value: the caller's */
+    uint64_t token;             /* PUBACK, KV_ANSWER; CONSUMER: the earlier term of ours whose
+                                   stale copy
                                    on a node refused it (js_err 10100) and was cleared
                                    first, 0 if none */
     fq_status status;           /* PUBACK: FQ_OK, or FQ_EIO (error or timeout) */
@@ -460,10 +468,6 @@ fq_status fq_nio_kv_create(uint64_t *rev, fq_nio *n, const char *bucket, const c
 /* Write key only if its revision is still last: FQ_EEXIST when it moved. */
 fq_status fq_nio_kv_update(uint64_t *rev, fq_nio *n, const char *bucket, const char *key,
                            const void *val, size_t len, uint64_t last);
-/* The same without waiting: the outcome comes as FQ_NIO_EV_PUBACK with
- * token (err_code FQ_NIO_ERR_WRONG_LAST when the revision moved). */
-fq_status fq_nio_kv_update_async(fq_nio *n, const char *bucket, const char *key,
-                                 const void *val, size_t len, uint64_t last, uint64_t token);
 #define FQ_NIO_ERR_WRONG_LAST 10071     /* JetStream: wrong last sequence */
 /* Put a delete marker on key only if its revision is still last (0: it
  * never had a value). FQ_EEXIST when it moved. */
@@ -475,11 +479,29 @@ fq_status fq_nio_kv_delete(uint64_t *rev, fq_nio *n, const char *bucket, const c
  * (0..1). After each reconnect the watch starts again in a new epoch and
  * delivers every key again. bucket is copied. */
 fq_status fq_nio_kv_watch(fq_nio *n, int id, const char *bucket);
-/* The wait of the synchronous KV calls that follow (get, create,
- * update, delete), ms; 0: api_wait_ms. The lease's reads and takes run on
- * the loop that renews the others: a KV stream without a leader (a node
- * lost) must not hold it for the API's 5 s. Main thread only. */
-void fq_nio_kv_wait(fq_nio *n, int64_t ms);
+/* Key-value requests sent without waiting (the lease keys': their loop
+ * also dispatches): each answer comes as FQ_NIO_EV_KV_ANSWER with token,
+ * from fq_nio_poll or fq_nio_kv_poll, or a failure (FQ_EIO) once
+ * timeout_ms passed unanswered (0: api_wait_ms), after which a late answer
+ * is dropped. FQ_EIO: not sent (4,096 in flight already, or the
+ * connection refused it); FQ_EINVAL: names too long. Owner thread.
+ *
+ * A read of key's last entry (a direct get: the bucket must allow them,
+ * as buckets nats.c makes do): status FQ_OK, seq its revision, kv its
+ * value; FQ_ENOTFOUND, seq 0 when the key has no entry, or the revision
+ * of its delete or purge marker; FQ_EIO. */
+fq_status fq_nio_kv_get_async(fq_nio *n, const char *bucket, const char *key, uint64_t token,
+                              int64_t timeout_ms);
+/* A write of val to key only if its last entry's revision is still last
+ * (0: only if it has none at all): status FQ_OK, seq the new revision;
+ * FQ_EEXIST when that revision moved; FQ_EIO (err_code JetStream's, if
+ * any). */
+fq_status fq_nio_kv_write_async(fq_nio *n, const char *bucket, const char *key, const void *val,
+                                size_t len, uint64_t last, uint64_t token, int64_t timeout_ms);
+/* Move up to cap of the KV_ANSWER events that came (and the failures due)
+ * into ev, and no other event: for a caller that must not handle the
+ * rest now (reading a journal back). Returns how many. Owner thread. */
+size_t fq_nio_kv_poll(fq_nio *n, fq_nio_event *ev, size_t cap);
 /* Read key into buf (cap bytes, NUL-terminated). FQ_ENOTFOUND if absent. */
 fq_status fq_nio_kv_get(char *buf, size_t cap, uint64_t *rev, fq_nio *n,
                         const char *bucket, const char *key);

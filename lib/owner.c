@@ -17,15 +17,11 @@
  *  - The assignment is recomputed only when the live set changes, and a
  *    replica only tries the keys assigned to it, so a stable deployment
  *    does one renewal per key every ttl/3 and nothing else.
- *  - One key's silence costs the others nothing. The caller waits for a
- *    read or a take and, once one went unanswered, sends no more that
- *    turn (lib/leader.c: a bucket without a leader then costs one wait,
- *    not one per key). So a turn completes each key's exchange before
- *    the next key's (what an outcome asks is queued ahead of the turn's
- *    other actions), and starts after the key that went unanswered first
- *    in the last turn: a key that never answers (a permission denying it,
- *    a slow answer) comes last, and the keys after it in a fixed order are
- *    not starved of their reads and takes every turn.
+ *  - One key's silence costs the others nothing, nor the caller's loop:
+ *    every read and write is sent without waiting (lib/leader.c), one at
+ *    a time per key, and its answer handed back by its number when it
+ *    comes; an answer past its deadline, or to an operation superseded
+ *    since, is not believed (lib/lease.c).
  */
 #include "owner.h"
 
@@ -70,8 +66,6 @@ struct fq_owner {
     uint64_t dup_since;         /* when r.<id> was first read under another instance; 0: not */
     uint64_t dup_rev;           /* ... its revision then */
     char dup[FQ_LEASE_ID_MAX + 1];      /* another instance seen renewing r.<id>; "": none */
-    uint32_t from;              /* the slot a turn's partitions and duty start at */
-    bool missed;                /* an operation went unanswered since the last tick */
     bool synced;                /* the watch delivered every key once */
     bool stopping;              /* fq_owner_stop: take nothing, release everything */
     fq_owner_act *q;            /* actions not yet drained */
@@ -221,29 +215,6 @@ bool fq_owner_next(fq_owner_act *a, fq_owner *o)
     return true;
 }
 
-/* What an outcome asked (the actions from index from on) goes ahead of
- * the actions not yet drained: the caller completes one key's exchange
- * (a read, the take that follows, GAINED) before the next key's. */
-static void ow_ahead(fq_owner *o, size_t from)
-{
-    for (size_t at = o->qpos; from < o->qlen; from++, at++) {
-        fq_owner_act a = o->q[from];
-        memmove(&o->q[at + 1], &o->q[at], (from - at) * sizeof a);
-        o->q[at] = a;
-    }
-}
-
-/* An outcome of slot: the first unanswered since the last tick makes the
- * next turn start after it. */
-static void ow_answered(fq_owner *o, uint32_t slot, bool answered)
-{
-    uint32_t n = o->parts == 1 ? 1 : o->parts + 1;  /* the partitions and the duty */
-    if (!answered && !o->missed && slot < n) {
-        o->from = (slot + 1) % n;
-        o->missed = true;
-    }
-}
-
 static void ow_lost(fq_owner *o, ow_slot *s, bool planned)
 {
     if (s->owned && s->part != FQ_OWNER_REGISTRY) {
@@ -296,6 +267,7 @@ static void ow_step(fq_owner *o, ow_slot *s, const fq_lease_step *ls, uint64_t n
     fq_owner_act *a = ow_push(o, k, s);
     if (!a)
         return;
+    a->req = ls->req;
     a->key = s->lease.key;
     a->value = ls->value;
     a->expect = ls->expect;
@@ -473,6 +445,7 @@ static void ow_tick_slot(fq_owner *o, ow_slot *s, uint64_t now)
 {
     fq_lease *l = &s->lease;
     fq_lease_step ls;
+    fq_lease_expire(l, now);    /* what waits for no operation out goes on at its deadline */
     if (s->drop || (l->state == FQ_LEASE_LOST && !s->handing)) {
         if (o->parts == 1)
             return;     /* lost for good, as the one leader lease always was */
@@ -548,8 +521,7 @@ void fq_owner_tick(fq_owner *o, uint64_t now)
         ow_live(o, now);
     uint32_t n = o->parts == 1 ? 1 : o->parts + 1;
     for (uint32_t i = 0; i < n; i++)
-        ow_tick_slot(o, &o->slots[(o->from + i) % n], now);
-    o->missed = false;
+        ow_tick_slot(o, &o->slots[i], now);
     ow_move(o, now);
 }
 
@@ -580,16 +552,15 @@ static void ow_registry_read(fq_owner *o, uint64_t now, const char *value, uint6
     }
 }
 
-void fq_owner_on_get(fq_owner *o, uint32_t slot, uint64_t now, fq_status st, const char *value,
-                     uint64_t rev)
+void fq_owner_on_get(fq_owner *o, uint32_t slot, uint64_t req, uint64_t now, fq_status st,
+                     const char *value, uint64_t rev)
 {
     if (slot >= o->nslots)
         return;
     ow_slot *s = &o->slots[slot];
-    size_t q = o->qlen;
     fq_lease_step ls;
-    ow_answered(o, slot, st == FQ_OK || st == FQ_ENOTFOUND);
-    fq_lease_on_get(&ls, &s->lease, now, st, value ? value : "", rev);
+    if (!fq_lease_on_get(&ls, &s->lease, req, now, st, value ? value : "", rev))
+        return;     /* late, or superseded */
     const char *v = value ? value : "";
     if (s->part == FQ_OWNER_REGISTRY || o->parts == 1) {
         if (st == FQ_OK && (s->part == FQ_OWNER_REGISTRY || ow_same_id(o, v)))
@@ -611,10 +582,10 @@ void fq_owner_on_get(fq_owner *o, uint32_t slot, uint64_t now, fq_status st, con
             s->lease.next_at = due > soon ? due : soon;
     }
     ow_step(o, s, &ls, now);
-    ow_ahead(o, q);
 }
 
-void fq_owner_on_write(fq_owner *o, uint32_t slot, uint64_t now, fq_status st, uint64_t rev)
+void fq_owner_on_write(fq_owner *o, uint32_t slot, uint64_t req, uint64_t now, fq_status st,
+                       uint64_t rev)
 {
     if (slot >= o->nslots)
         return;
@@ -622,10 +593,9 @@ void fq_owner_on_write(fq_owner *o, uint32_t slot, uint64_t now, fq_status st, u
     fq_lease *l = &s->lease;
     bool renewal = l->op == FQ_LEASE_OP_UPDATE && l->state == FQ_LEASE_LEADING && !l->taking;
     uint64_t sent = l->op_sent;
-    size_t q = o->qlen;
     fq_lease_step ls;
-    ow_answered(o, slot, st == FQ_OK || st == FQ_EEXIST);
-    fq_lease_on_write(&ls, l, now, st, rev);
+    if (!fq_lease_on_write(&ls, l, req, now, st, rev))
+        return;     /* late, or superseded */
     if (renewal && st == FQ_OK && s->part >= 0) {
         uint64_t ms = now > sent ? now - sent : 0;
         o->st.renewals++;
@@ -635,7 +605,6 @@ void fq_owner_on_write(fq_owner *o, uint32_t slot, uint64_t now, fq_status st, u
             o->st.renew_ms_max = ms;
     }
     ow_step(o, s, &ls, now);
-    ow_ahead(o, q);
 }
 
 static void ow_copy_id(char *dst, const char *v)

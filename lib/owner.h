@@ -97,12 +97,14 @@ enum fq_owner_kind {
 typedef struct fq_owner_act {
     enum fq_owner_kind kind;
     uint32_t slot;              /* the key's slot, handed back with the outcome */
+    uint64_t req;               /* GET, CREATE, UPDATE: its number, handed back too */
     int32_t part;               /* 0..P-1, FQ_OWNER_DUTY or FQ_OWNER_REGISTRY */
     const char *key;            /* GET, CREATE, UPDATE: the key (valid until the next call) */
     const char *value;          /* CREATE, UPDATE: what to write */
-    uint64_t expect;            /* UPDATE: the revision the key must still have */
+    uint64_t expect;            /* UPDATE: the revision the key must still have; CREATE: the
+                                   delete marker's it writes over, 0: the key has no entry */
     uint64_t term;              /* GAINED: the revision that took the key */
-    bool renewal;               /* UPDATE: a renewal of a key we hold (may go without waiting) */
+    bool renewal;               /* UPDATE: a renewal of a key we hold */
     bool planned;               /* LOST: on purpose (a move, a stop): settle, then handoff */
     bool again;                 /* GAINED: ours already; its key aged out and was taken back */
 } fq_owner_act;
@@ -149,22 +151,21 @@ void fq_owner_destroy(fq_owner *o);
  * and free, a planned move, losses of keys stale past ttl_ms, releases at
  * a stop. Then drain with fq_owner_next. */
 void fq_owner_tick(fq_owner *o, uint64_t now);
-/* The next action; false when none. Drain after every call. A tick's
- * actions come a key after another, the turn starting after the key that
- * went unanswered first in the last turn; what an outcome asks comes
- * before the actions not yet drained (a key's read, then its take). */
+/* The next action; false when none. Drain after every call. The caller
+ * sends each GET, CREATE and UPDATE without waiting for its answer. */
 bool fq_owner_next(fq_owner_act *a, fq_owner *o);
 
-/* The outcome of a GET of slot sent at its send time: FQ_OK with value and
- * rev, FQ_ENOTFOUND, or another status (no answer, or not sent: the
- * first of those since the last tick puts its key last in the next). */
-void fq_owner_on_get(fq_owner *o, uint32_t slot, uint64_t now, fq_status st, const char *value,
-                     uint64_t rev);
-/* The outcome of a CREATE or UPDATE of slot: FQ_OK with its revision,
- * FQ_EEXIST (the key held a value, or its revision moved), or another
- * status (no answer; natsio gives up on a PubAck after its timeout; or
- * not sent), as for fq_owner_on_get. */
-void fq_owner_on_write(fq_owner *o, uint32_t slot, uint64_t now, fq_status st, uint64_t rev);
+/* The answer to GET number req of slot: FQ_OK with value and rev,
+ * FQ_ENOTFOUND (rev: the delete marker's revision, 0 if none), or another
+ * status (no answer, or not sent). An answer to an operation given up on
+ * (its deadline passed: lib/lease.h) or superseded is ignored. */
+void fq_owner_on_get(fq_owner *o, uint32_t slot, uint64_t req, uint64_t now, fq_status st,
+                     const char *value, uint64_t rev);
+/* The answer to CREATE or UPDATE number req of slot: FQ_OK with its
+ * revision, FQ_EEXIST (the key held a value, or its revision moved), or
+ * another status (no answer, or not sent), as for fq_owner_on_get. */
+void fq_owner_on_write(fq_owner *o, uint32_t slot, uint64_t req, uint64_t now, fq_status st,
+                       uint64_t rev);
 
 /* A key's value as a watch of the bucket delivered it at now, written
  * age_ms before (the server's time of the write against our wall clock,

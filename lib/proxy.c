@@ -132,7 +132,7 @@
 /* Publish tokens: kind in the top four bits, a value below. The ledger's
  * own (dispatches, journal batches, refusals) come first (lib/ledger.h). */
 enum px_token {
-    TK_LEASE = FQ_LTK_CALLER,   /* a renewal of the leader lease */
+    TK_LEASE = FQ_LTK_CALLER,   /* a lease key's read or write (lib/leader.c) */
     TK_JMARK,                   /* the journal's term marker, at the start of leading */
 };
 #define TK_MAKE(k, v) FQ_LEDGER_TOKEN(k, v)
@@ -1150,10 +1150,6 @@ static void px_dispatch(fq_proxy *p)
 static void px_on_puback(fq_proxy *p, fq_nio_event *ev)
 {
     int kind = TK_KIND(ev->token);
-    if (kind == TK_LEASE) {
-        fq_leader_on_puback(p->ld, ev);     /* not among p->pubs */
-        return;
-    }
     if (p->pubs)
         p->pubs--;
     if (kind == TK_JMARK) {
@@ -2802,8 +2798,9 @@ static void px_load_cb(void *arg, const void *data, size_t len, int64_t ts_ms, u
     L->ts_ms = ts_ms;
     L->seq = seq;
     fq_journal_decode(data, len, px_load_rec, L, &L->counts);
-    /* A long read back must not cost the lease: it is renewed as due,
-     * waiting for each renewal (no event is handled meanwhile). */
+    /* A long read back must not cost the lease: its keys' answers are
+     * taken and what they ask sent, as due (no other event is handled
+     * meanwhile). */
     fq_leader_step(L->p->ld, fq_nio_mono_ms());
 }
 
@@ -3017,6 +3014,12 @@ static void px_on_event(fq_proxy *p, fq_nio_event *ev)
         break;
     case FQ_NIO_EV_DENIED:
         px_on_denied(p);
+        break;
+    case FQ_NIO_EV_KV_ANSWER:
+        if (TK_KIND(ev->token) == TK_LEASE)
+            fq_leader_on_answer(p->ld, ev);
+        else
+            fq_nio_kv_entry_destroy(ev->kv);
         break;
     }
 }

@@ -1770,11 +1770,12 @@ static void px_on_kv(dst_world *w, dst_proxy *p, const dst_resp *r, bool failed)
     if (p->lease.op == FQ_LEASE_OP_GET) {
         fq_status st = failed ? FQ_EIO : r->err == 0 ? FQ_OK : r->err == SJ_ERR_NOT_FOUND
                                                                    ? FQ_ENOTFOUND : FQ_EIO;
-        fq_lease_on_get(&s, &p->lease, now, st, failed ? "" : r->value, failed ? 0 : r->rev);
+        fq_lease_on_get(&s, &p->lease, p->lease.req, now, st, failed ? "" : r->value,
+                        failed ? 0 : r->rev);
     } else {
         fq_status st = failed ? FQ_EIO : r->err == 0 ? FQ_OK : r->err == SJ_ERR_WRONG_LAST
                                                                    ? FQ_EEXIST : FQ_EIO;
-        fq_lease_on_write(&s, &p->lease, now, st, failed ? 0 : r->rev);
+        fq_lease_on_write(&s, &p->lease, p->lease.req, now, st, failed ? 0 : r->rev);
     }
     px_lease_act(w, p, &s);
 }

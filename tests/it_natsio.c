@@ -258,26 +258,110 @@ static void test_requests_bounded(void **state)
     assert_int_equal(fq_nio_unsubscribe(f->n, 1), FQ_OK);
 }
 
-/* A KV write against a revision that moved fails with JetStream's code. */
-static void test_kv_update_async_wrong_last(void **state)
+/* The answer to the key-value request with token (others dropped). */
+static fq_nio_event kv_answer(fq_nio *n, uint64_t token)
+{
+    fq_nio_event ev;
+    long long end = nt_now_ms() + 5000;
+    while (nt_now_ms() < end) {
+        assert_true(wait_event(n, FQ_NIO_EV_KV_ANSWER, &ev, 5000));
+        if (ev.token == token)
+            return ev;
+        fq_nio_kv_entry_destroy(ev.kv);
+    }
+    fail_msg("no answer to %llu", (unsigned long long)token);
+    return ev;
+}
+
+/* Key-value reads and compare-and-set writes sent without waiting, each
+ * answered as an event with its token: absent, created only where the key
+ * has no entry, read back, updated only on its revision, read as absent
+ * over a delete marker and written over it expecting that marker; a write
+ * against a revision that moved refused (FQ_EEXIST); fq_nio_kv_poll hands
+ * over the answers alone. */
+static void test_kv_requests_without_waiting(void **state)
 {
     fixture *f = *state;
     char err[256];
     assert_int_equal(fq_nio_kv_ensure(f->n, "it_async", 0, 0, 0, 1, err, sizeof err), FQ_OK);
-    uint64_t rev = 0;
-    assert_int_equal(fq_nio_kv_create(&rev, f->n, "it_async", "k", "1", 1), FQ_OK);
-    assert_int_equal(fq_nio_kv_update_async(f->n, "it_async", "k", "2", 1, rev, 5), FQ_OK);
-    fq_nio_event ev;
-    assert_true(wait_event(f->n, FQ_NIO_EV_PUBACK, &ev, 5000));
-    assert_int_equal(ev.token, 5);
+    assert_int_equal(fq_nio_kv_get_async(f->n, "it_async", "k", 1, 0), FQ_OK);
+    fq_nio_event ev = kv_answer(f->n, 1);
+    assert_int_equal(ev.status, FQ_ENOTFOUND);
+    assert_int_equal(ev.seq, 0);
+    assert_null(ev.kv);
+    assert_int_equal(fq_nio_kv_write_async(f->n, "it_async", "k", "1", 1, 0, 2, 0), FQ_OK);
+    assert_int_equal(fq_nio_kv_write_async(f->n, "it_async", "k", "x", 1, 0, 3, 0), FQ_OK);
+    ev = kv_answer(f->n, 2);
     assert_int_equal(ev.status, FQ_OK);
-    assert_true(ev.seq > rev);
-    assert_int_equal(fq_nio_kv_update_async(f->n, "it_async", "k", "3", 1, rev, 6), FQ_OK);
-    assert_true(wait_event(f->n, FQ_NIO_EV_PUBACK, &ev, 5000));
-    assert_int_equal(ev.token, 6);
-    assert_int_equal(ev.status, FQ_EIO);
+    uint64_t r1 = ev.seq;
+    assert_true(r1 > 0);
+    ev = kv_answer(f->n, 3);
+    assert_int_equal(ev.status, FQ_EEXIST);
     assert_int_equal(ev.err_code, FQ_NIO_ERR_WRONG_LAST);
+    assert_int_equal(fq_nio_kv_get_async(f->n, "it_async", "k", 4, 0), FQ_OK);
+    ev = kv_answer(f->n, 4);
+    assert_int_equal(ev.status, FQ_OK);
+    assert_int_equal(ev.seq, r1);
+    assert_non_null(ev.kv);
+    assert_string_equal(ev.kv->value, "1");
+    fq_nio_kv_entry_destroy(ev.kv);
+    assert_int_equal(fq_nio_kv_write_async(f->n, "it_async", "k", "2", 1, r1, 5, 0), FQ_OK);
+    assert_int_equal(fq_nio_kv_write_async(f->n, "it_async", "k", "3", 1, r1, 6, 0), FQ_OK);
+    ev = kv_answer(f->n, 5);
+    assert_int_equal(ev.status, FQ_OK);
+    uint64_t r2 = ev.seq;
+    assert_true(r2 > r1);
+    ev = kv_answer(f->n, 6);
+    assert_int_equal(ev.status, FQ_EEXIST);
+    /* a delete marker: no value, its revision to write over */
+    uint64_t rd = 0;
+    assert_int_equal(fq_nio_kv_delete(&rd, f->n, "it_async", "k", r2), FQ_OK);
+    assert_int_equal(fq_nio_kv_get_async(f->n, "it_async", "k", 7, 0), FQ_OK);
+    ev = kv_answer(f->n, 7);
+    assert_int_equal(ev.status, FQ_ENOTFOUND);
+    assert_int_equal(ev.seq, rd);
+    assert_int_equal(fq_nio_kv_write_async(f->n, "it_async", "k", "4", 1, 0, 8, 0), FQ_OK);
+    assert_int_equal(fq_nio_kv_write_async(f->n, "it_async", "k", "5", 1, rd, 9, 0), FQ_OK);
+    ev = kv_answer(f->n, 8);
+    assert_int_equal(ev.status, FQ_EEXIST);
+    ev = kv_answer(f->n, 9);
+    assert_int_equal(ev.status, FQ_OK);
+    /* the answers alone: a publish's PubAck stays for fq_nio_poll */
+    publish(f->n, "it.kv.none", "x", NULL, 10);
+    assert_int_equal(fq_nio_kv_get_async(f->n, "it_async", "k", 11, 0), FQ_OK);
+    fq_nio_event got[4];
+    size_t k = 0;
+    for (long long end = nt_now_ms() + 5000; !k && nt_now_ms() < end; nt_sleep_ms(5))
+        k = fq_nio_kv_poll(f->n, got, 4);
+    assert_int_equal(k, 1);
+    assert_int_equal(got[0].type, FQ_NIO_EV_KV_ANSWER);
+    assert_int_equal(got[0].token, 11);
+    assert_string_equal(got[0].kv->value, "5");
+    fq_nio_kv_entry_destroy(got[0].kv);
+    assert_true(wait_event(f->n, FQ_NIO_EV_PUBACK, &ev, 5000));
+    assert_int_equal(ev.token, 10);
     fq_nio_msg_destroy(ev.msg);
+}
+
+/* A key-value request nobody answers (a subscriber that never replies
+ * takes it, as a stream without a leader would) fails at its deadline, and
+ * an answer that comes after that is not handed over. */
+static void test_kv_request_unanswered_fails_at_its_deadline(void **state)
+{
+    fixture *f = *state;
+    assert_int_equal(fq_nio_listen(f->n, 3, "$KV.it_void.k", 0), FQ_OK);
+    assert_int_equal(fq_nio_flush(f->n, 5000), FQ_OK);
+    assert_int_equal(fq_nio_kv_write_async(f->n, "it_void", "k", "1", 1, 0, 21, 300), FQ_OK);
+    fq_nio_event req;
+    assert_true(wait_event(f->n, FQ_NIO_EV_REQUEST, &req, 5000));
+    fq_nio_event ev = kv_answer(f->n, 21);
+    assert_int_equal(ev.status, FQ_EIO);
+    /* answered late: dropped */
+    static const char late[] = "{\"stream\":\"KV_it_void\",\"seq\":7}";
+    assert_int_equal(fq_nio_reply(f->n, req.msg, late, sizeof late - 1), FQ_OK);
+    fq_nio_msg_destroy(req.msg);
+    assert_false(wait_event(f->n, FQ_NIO_EV_KV_ANSWER, &ev, 500));
+    assert_int_equal(fq_nio_unsubscribe(f->n, 3), FQ_OK);
 }
 
 /* What fq_nio_publish writes is what arrives: the body byte for byte, our
@@ -2001,7 +2085,8 @@ int main(void)
         cmocka_unit_test(test_publish_headers_as_sent),
         cmocka_unit_test(test_carry_lines_fetched_and_read_back),
         cmocka_unit_test(test_puback_timeout_and_republish),
-        cmocka_unit_test(test_kv_update_async_wrong_last),
+        cmocka_unit_test(test_kv_requests_without_waiting),
+        cmocka_unit_test(test_kv_request_unanswered_fails_at_its_deadline),
         cmocka_unit_test(test_requests_bounded),
         cmocka_unit_test(test_kv_lease_primitives),
         cmocka_unit_test(test_kv_bounds),

@@ -54,6 +54,7 @@ typedef struct sw_ev {
     char key[80];
     char val[64];
     uint64_t expect;
+    uint64_t req;               /* APPLY, REPLY: the operation's number */
     fq_status st;
     uint64_t rev;
     bool stopping;              /* APPLY: sent by a replica stopping */
@@ -97,6 +98,9 @@ typedef struct sw_world {
     uint64_t owned_since[1024]; /* when a running replica was last seen fresh for k */
     uint64_t max_moving, takeovers_checked, balance_checked, moves;
     uint64_t expiry_lag;        /* the server ages a key out this long after its max age */
+    int slow_r;                 /* its answers come 1.5 to 4 s late (some past their
+                                   deadline) until slow_until */
+    uint64_t slow_until;
 } sw_world;
 
 static bool sw_trace;  /* OWNER_TRACE set: say what happens */
@@ -166,7 +170,8 @@ static void sw_drain(sw_world *w, int r)
     sw_rep *p = &w->rep[r];
     fq_owner_act a;
     while (fq_owner_next(&a, p->o)) {
-        sw_ev e = {.r = r, .gen = p->gen, .slot = a.slot, .part = a.part, .op = a.kind};
+        sw_ev e = {.r = r, .gen = p->gen, .slot = a.slot, .part = a.part, .op = a.kind,
+                   .req = a.req};
         switch (a.kind) {
         case FQ_OWNER_GET:
         case FQ_OWNER_CREATE:
@@ -261,6 +266,8 @@ static void sw_apply(sw_world *w, sw_ev *e)
     sw_ev rep = *e;
     rep.kind = EV_REPLY;
     rep.at = w->now + sw_between(w, 1, 40);
+    if (e->r == w->slow_r && w->now < w->slow_until)
+        rep.at = w->now + sw_between(w, 1500, 4000);
     rep.st = sw_exec(w, e, &rep);
     sw_push(w, &rep);
 }
@@ -278,9 +285,9 @@ static void sw_event(sw_world *w, sw_ev *e)
     switch (e->kind) {
     case EV_REPLY:
         if (e->op == FQ_OWNER_GET)
-            fq_owner_on_get(p->o, e->slot, now, e->st, e->val, e->rev);
+            fq_owner_on_get(p->o, e->slot, e->req, now, e->st, e->val, e->rev);
         else
-            fq_owner_on_write(p->o, e->slot, now, e->st, e->rev);
+            fq_owner_on_write(p->o, e->slot, e->req, now, e->st, e->rev);
         break;
     case EV_WATCH:
         fq_owner_on_key(p->o, now, e->key, e->val, w->now - e->stored);
@@ -406,7 +413,7 @@ static bool sw_fence(sw_world *w, int r)
 /* A fault or a change, at random. */
 static void sw_disturb(sw_world *w, bool faults)
 {
-    uint64_t what = sw_rand(w) % (faults ? 7 : 2);
+    uint64_t what = sw_rand(w) % (faults ? 8 : 2);
     int running = sw_running(w);
     int r = sw_pick(w, R_RUN);
     if (sw_trace)
@@ -427,6 +434,10 @@ static void sw_disturb(sw_world *w, bool faults)
         sw_kill(w, r);
     } else if (what == 6) {
         sw_fence(w, r);
+    } else if (what == 7) {
+        w->slow_r = r;      /* a loaded server: answers late, some past their deadline */
+        w->slow_until = w->now + sw_between(w, 500, 5000);
+        w->death_check = false;
     } else if (what == 4) {
         w->rep[r].state = R_FROZEN;
         w->rep[r].frozen_until = w->now + sw_between(w, 500, 8000);
@@ -734,11 +745,11 @@ static void test_p1_is_the_leader_key(void **state)
     assert_int_equal(a.kind, FQ_OWNER_GET);
     assert_string_equal(a.key, "leader");
     assert_false(fq_owner_next(&a, o));
-    fq_owner_on_get(o, a.slot, 101, FQ_ENOTFOUND, NULL, 0);
+    fq_owner_on_get(o, a.slot, a.req, 101, FQ_ENOTFOUND, NULL, 0);
     assert_true(fq_owner_next(&a, o));
     assert_int_equal(a.kind, FQ_OWNER_CREATE);
     assert_string_equal(a.value, "one");
-    fq_owner_on_write(o, a.slot, 102, FQ_OK, 7);
+    fq_owner_on_write(o, a.slot, a.req, 102, FQ_OK, 7);
     assert_true(fq_owner_next(&a, o));
     assert_int_equal(a.kind, FQ_OWNER_GAINED);
     assert_int_equal(a.part, 0);
@@ -755,7 +766,7 @@ static void test_p1_is_the_leader_key(void **state)
     assert_int_equal(a.kind, FQ_OWNER_UPDATE);
     assert_true(a.renewal);
     assert_int_equal(a.expect, 7);
-    fq_owner_on_write(o, a.slot, 101 + TTL / 3 + 4, FQ_OK, 9);
+    fq_owner_on_write(o, a.slot, a.req, 101 + TTL / 3 + 4, FQ_OK, 9);
     assert_false(fq_owner_next(&a, o));
     fq_owner_stats st;
     fq_owner_stats_get(&st, o);
@@ -780,7 +791,7 @@ static void test_p1_is_the_leader_key(void **state)
     assert_int_equal(a.expect, 9);
     assert_false(fq_owner_fresh(o, 0, 2002));
     assert_false(fq_owner_stopped(o));
-    fq_owner_on_write(o, a.slot, 2003, FQ_OK, 10);
+    fq_owner_on_write(o, a.slot, a.req, 2003, FQ_OK, 10);
     assert_true(fq_owner_stopped(o));
     fq_owner_destroy(o);
 }
@@ -796,20 +807,20 @@ static void test_p1_lost_for_good(void **state)
     fq_owner_act a;
     fq_owner_tick(o, 100);
     assert_true(fq_owner_next(&a, o));
-    fq_owner_on_get(o, a.slot, 101, FQ_ENOTFOUND, NULL, 0);
+    fq_owner_on_get(o, a.slot, a.req, 101, FQ_ENOTFOUND, NULL, 0);
     assert_true(fq_owner_next(&a, o));
-    fq_owner_on_write(o, a.slot, 102, FQ_OK, 7);
+    fq_owner_on_write(o, a.slot, a.req, 102, FQ_OK, 7);
     while (fq_owner_next(&a, o))
         ;
     fq_owner_tick(o, 101 + TTL / 3);
     assert_true(fq_owner_next(&a, o));
     assert_int_equal(a.kind, FQ_OWNER_UPDATE);
-    fq_owner_on_write(o, a.slot, 101 + TTL / 3 + 1, FQ_EEXIST, 0);
+    fq_owner_on_write(o, a.slot, a.req, 101 + TTL / 3 + 1, FQ_EEXIST, 0);
     assert_false(fq_owner_next(&a, o));
     fq_owner_tick(o, 101 + TTL / 3 + 2);
     assert_true(fq_owner_next(&a, o));
     assert_int_equal(a.kind, FQ_OWNER_GET);     /* read again: our own late write? */
-    fq_owner_on_get(o, a.slot, 101 + TTL / 3 + 3, FQ_OK, "two", 9);
+    fq_owner_on_get(o, a.slot, a.req, 101 + TTL / 3 + 3, FQ_OK, "two", 9);
     assert_true(fq_owner_next(&a, o));
     assert_int_equal(a.kind, FQ_OWNER_LOST);
     assert_false(a.planned);
@@ -1145,18 +1156,14 @@ static void test_duplicate_id(void **state)
     sw_free(&w);
 }
 
-/* One turn of a replica as lib/leader.c performs it: the actions in the
- * order given, each read or write waited for and answered at once, a
- * renewal sent without waiting; once one goes unanswered, the reads and
- * takes after it in the turn are not sent (answered FQ_EIO), so that a
- * bucket without a leader costs one wait a turn, not one per key. The
- * server never answers what is sent to key hole (a permission denying
- * it). GAINED and LOST are kept in r's owned. */
+/* One turn of a replica as lib/leader.c performs it: every read and
+ * write sent without waiting, answered at once by the server, except what
+ * is sent to key hole (a permission denying it), which is never answered:
+ * only its deadline ends it. GAINED and LOST are kept in r's owned. */
 static void hole_turn(sw_world *w, int r, const char *hole)
 {
     sw_rep *p = &w->rep[r];
     fq_owner_tick(p->o, sw_local(w, r));
-    bool down = false;
     fq_owner_act a;
     while (fq_owner_next(&a, p->o)) {
         if (a.kind == FQ_OWNER_GAINED || a.kind == FQ_OWNER_LOST) {
@@ -1164,29 +1171,26 @@ static void hole_turn(sw_world *w, int r, const char *hole)
                 p->owned[a.part] = a.kind == FQ_OWNER_GAINED;
             continue;
         }
-        bool async = a.kind == FQ_OWNER_UPDATE && a.renewal;
+        if (strcmp(a.key, hole) == 0)
+            continue;
         sw_ev e = {.op = a.kind, .expect = a.expect}, rep = {0};
         snprintf(e.key, sizeof e.key, "%s", a.key);
         snprintf(e.val, sizeof e.val, "%s", a.value ? a.value : "");
-        fq_status st = FQ_EIO;
-        if (strcmp(a.key, hole) == 0)
-            down |= !async;
-        else if (!down || async)
-            st = sw_exec(w, &e, &rep);
+        fq_status st = sw_exec(w, &e, &rep);
         if (a.kind == FQ_OWNER_GET)
-            fq_owner_on_get(p->o, a.slot, sw_local(w, r), st, rep.val, rep.rev);
+            fq_owner_on_get(p->o, a.slot, a.req, sw_local(w, r), st, rep.val, rep.rev);
         else
-            fq_owner_on_write(p->o, a.slot, sw_local(w, r), st, rep.rev);
+            fq_owner_on_write(p->o, a.slot, a.req, sw_local(w, r), st, rep.rev);
     }
 }
 
 /* One replica alone over P = 4, the server answering nothing sent to one
  * partition's key (each in turn, and the duty's): every other key is
  * taken within a second and kept, fresh at every millisecond, through 3
- * TTLs of that key's reads tried again. With a fixed order of keys in a
- * turn, every key after the unanswered one was starved of its reads and
- * takes every turn (the unanswered key retried in step with them), and
- * never taken. */
+ * TTLs of that key's reads tried again, each given up on at its deadline.
+ * (When reads and takes were waited for, a turn sent no more once one went
+ * unanswered, and with a fixed order of keys every key after the
+ * unanswered one was starved.) */
 static void test_unanswered_key_costs_the_others_nothing(void **state)
 {
     (void)state;
@@ -1308,23 +1312,23 @@ static void test_late_answer_after_lost(void **state)
     assert_int_equal(fq_owner_create(&o, 2, "one", NULL, TTL), FQ_OK);
     fq_owner_tick(o, 1);
     a = next_of(o, FQ_OWNER_REGISTRY, FQ_OWNER_GET);
-    fq_owner_on_get(o, a.slot, 2, FQ_ENOTFOUND, NULL, 0);
+    fq_owner_on_get(o, a.slot, a.req, 2, FQ_ENOTFOUND, NULL, 0);
     a = next_of(o, FQ_OWNER_REGISTRY, FQ_OWNER_CREATE);
-    fq_owner_on_write(o, a.slot, 3, FQ_OK, 1);
+    fq_owner_on_write(o, a.slot, a.req, 3, FQ_OK, 1);
     fq_owner_synced(o);
     fq_owner_tick(o, 4);
     a = next_of(o, 0, FQ_OWNER_GET);
     assert_int_equal(a.kind, FQ_OWNER_GET);
-    fq_owner_on_get(o, a.slot, 5, FQ_ENOTFOUND, NULL, 0);
+    fq_owner_on_get(o, a.slot, a.req, 5, FQ_ENOTFOUND, NULL, 0);
     a = next_of(o, 0, FQ_OWNER_CREATE);
-    fq_owner_on_write(o, a.slot, 6, FQ_OK, 2);
+    fq_owner_on_write(o, a.slot, a.req, 6, FQ_OK, 2);
     a = next_of(o, 0, FQ_OWNER_GAINED);
     assert_int_equal(a.term, 2);
     /* the renewal refused (the key moved, say): read at once, no answer */
     fq_owner_tick(o, 5 + TTL / 3);
     a = next_of(o, 0, FQ_OWNER_UPDATE);
     assert_int_equal(a.kind, FQ_OWNER_UPDATE);
-    fq_owner_on_write(o, a.slot, 6 + TTL / 3, FQ_EEXIST, 0);
+    fq_owner_on_write(o, a.slot, a.req, 6 + TTL / 3, FQ_EEXIST, 0);
     fq_owner_tick(o, 7 + TTL / 3);
     fq_owner_act get = next_of(o, 0, FQ_OWNER_GET);
     assert_int_equal(get.kind, FQ_OWNER_GET);
@@ -1334,10 +1338,10 @@ static void test_late_answer_after_lost(void **state)
     assert_int_equal(a.kind, FQ_OWNER_LOST);
     assert_false(fq_owner_fresh(o, 0, 5 + TTL));
     /* the read answered late: the key aged out; its create stored */
-    fq_owner_on_get(o, get.slot, 10 + TTL, FQ_ENOTFOUND, NULL, 0);
+    fq_owner_on_get(o, get.slot, get.req, 10 + TTL, FQ_ENOTFOUND, NULL, 0);
     fq_owner_act cr = next_of(o, 0, FQ_OWNER_CREATE);
     if (cr.kind) {
-        fq_owner_on_write(o, cr.slot, 11 + TTL, FQ_OK, 5);
+        fq_owner_on_write(o, cr.slot, cr.req, 11 + TTL, FQ_OK, 5);
         a = next_of(o, 0, FQ_OWNER_GAINED);
         assert_int_equal(a.kind, 0);        /* not for a slot being let go */
     }
@@ -1347,11 +1351,11 @@ static void test_late_answer_after_lost(void **state)
     fq_owner_tick(o, 13 + 2 * TTL);
     a = next_of(o, 0, FQ_OWNER_GET);
     assert_int_equal(a.kind, FQ_OWNER_GET);
-    fq_owner_on_get(o, a.slot, 14 + 2 * TTL, FQ_OK, "one", 5);
+    fq_owner_on_get(o, a.slot, a.req, 14 + 2 * TTL, FQ_OK, "one", 5);
     a = next_of(o, 0, FQ_OWNER_UPDATE);
     assert_int_equal(a.kind, FQ_OWNER_UPDATE);
     assert_int_equal(a.expect, 5);
-    fq_owner_on_write(o, a.slot, 15 + 2 * TTL, FQ_OK, 6);
+    fq_owner_on_write(o, a.slot, a.req, 15 + 2 * TTL, FQ_OK, 6);
     a = next_of(o, 0, FQ_OWNER_GAINED);
     assert_int_equal(a.kind, FQ_OWNER_GAINED);
     assert_int_equal(a.term, 6);

@@ -144,11 +144,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             FUZZ_CHECK(k != NULL);
             if (p.a.kind == FQ_OWNER_GET) {
                 if (lost)
-                    fq_owner_on_get(o, p.a.slot, now, FQ_EIO, NULL, 0);
+                    fq_owner_on_get(o, p.a.slot, p.a.req, now, FQ_EIO, NULL, 0);
                 else if (!live(k, now))
-                    fq_owner_on_get(o, p.a.slot, now, FQ_ENOTFOUND, NULL, 0);
+                    fq_owner_on_get(o, p.a.slot, p.a.req, now, FQ_ENOTFOUND, NULL, 0);
                 else
-                    fq_owner_on_get(o, p.a.slot, now, FQ_OK, k->value, k->rev);
+                    fq_owner_on_get(o, p.a.slot, p.a.req, now, FQ_OK, k->value, k->rev);
                 break;
             }
             bool ok = p.a.kind == FQ_OWNER_CREATE ? !live(k, now)
@@ -161,9 +161,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                     k->ours = k->rev;
             }
             if (lost)
-                fq_owner_on_write(o, p.a.slot, now, FQ_EIO, 0);
+                fq_owner_on_write(o, p.a.slot, p.a.req, now, FQ_EIO, 0);
             else
-                fq_owner_on_write(o, p.a.slot, now, ok ? FQ_OK : FQ_EEXIST, ok ? k->rev : 0);
+                fq_owner_on_write(o, p.a.slot, p.a.req, now, ok ? FQ_OK : FQ_EEXIST,
+                                  ok ? k->rev : 0);
             break;
         }
         case 4:
@@ -199,9 +200,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                     p->sent = now;
                 } else {        /* more than the harness keeps: never answered */
                     if (a.kind == FQ_OWNER_GET)
-                        fq_owner_on_get(o, a.slot, now, FQ_EIO, NULL, 0);
+                        fq_owner_on_get(o, a.slot, a.req, now, FQ_EIO, NULL, 0);
                     else
-                        fq_owner_on_write(o, a.slot, now, FQ_EIO, 0);
+                        fq_owner_on_write(o, a.slot, a.req, now, FQ_EIO, 0);
                 }
                 break;
             case FQ_OWNER_GAINED: {
