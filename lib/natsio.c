@@ -105,10 +105,11 @@
 #define NIO_TAB 1024                /* consumers' lookup table: a power of 2, 4 x the most */
 #define NIO_READ_MAX 256            /* messages the fetch thread reads and hands over at once */
 #define NIO_RECREATE_RETRY_MS 500   /* a consumer or watch not made is tried again after this */
-#define NIO_GONE 4                  /* names of its earlier terms a consumer keeps (nio_adopt_stale) */
+#define NIO_INFO_WAIT_MS 1000       /* an earlier term's consumer info waited for before its
+                                       delete, at most (nio_api_answer) */
 #define NIO_FETCH_RETRY_MS 100      /* a failed pull is tried again after this */
-#define NIO_API_TOKEN "api."        /* <inbox>.api.<id>.<number>: a listing's or a delete's
-                                       answer (nio_api_request) */
+#define NIO_API_TOKEN "api."        /* <inbox>.api.<id>.<number>: a listing's, an info's or a
+                                       delete's answer (nio_api_request) */
 #define NIO_WATCH_WAIT_MS 250       /* a watch waits this long for a change between looks
                                        at the connection; a failed one is made again after it */
 
@@ -127,6 +128,8 @@ typedef struct nio_cwant {
 enum nio_api {
     NIO_API_NONE,
     NIO_API_LIST,               /* making it: a page of its stream's consumer names */
+    NIO_API_INFO,               /* making it: an earlier term's consumer's info, read for the
+                                   names in its description before its delete */
     NIO_API_DEL_OTHER,          /* making it: an earlier term's consumer deleted */
     NIO_API_DEL_OWN,            /* making it: its own name's, before it is created afresh */
 };
@@ -166,10 +169,11 @@ typedef struct nio_consumer {
     uint64_t api_from;          /* making: earlier terms from this one on are still deleted */
     bool api_more;              /* NIO_API_DEL_OTHER: another earlier term was listed */
     bool api_newer;             /* making: a later term's consumer was listed */
-    char api_name[NIO_NAME_CAP];    /* NIO_API_DEL_*: the consumer it deletes */
+    char api_name[NIO_NAME_CAP];    /* NIO_API_INFO, _DEL_*: the consumer it reads or deletes */
     char name[NIO_NAME_CAP];    /* <durable>-<term>, or <durable> */
-    char gone[NIO_GONE][NIO_NAME_CAP];  /* durable's consumers we deleted, newest first: what
-                                           a node may keep a stale copy of (nio_adopt_stale) */
+    fq_pull_gone gone;          /* durable's consumers deleted, by us or as the descriptions
+                                   of those we deleted say: what a node may keep a stale copy
+                                   of (nio_adopt_stale); its description when made */
     char key[2 * NIO_NAME_CAP]; /* <stream>.<name>: how its deliveries' ack subjects name it */
     char next[NIO_SUBJECT_CAP]; /* $JS.API.CONSUMER.MSG.NEXT.<stream>.<name> */
     uint64_t request;           /* the number of its latest pull request */
@@ -1234,32 +1238,9 @@ static void nio_consumer_name(char *out, size_t cap, const char *durable, uint64
         snprintf(out, cap, "%s", durable);
 }
 
-/* Whether name is durable's, of some term: durable (*term 0), or
- * durable-<digits> (*term those digits). */
-static bool nio_term_name(const char *name, const char *durable, uint64_t *term)
-{
-    size_t dl = strlen(durable);
-    *term = 0;
-    if (strncmp(name, durable, dl) != 0)
-        return false;
-    if (!name[dl])
-        return true;
-    const char *end = name[dl] == '-' ? nio_num(name + dl + 1, NULL, UINT64_MAX, term) : NULL;
-    return end && !*end;
-}
-
 static bool nio_not_found(natsStatus s, jsErrCode jerr)
 {
     return s == NATS_NOT_FOUND || jerr == JSConsumerNotFoundErr;
-}
-
-/* Consumer name of c's durable was deleted: kept, newest first. */
-static void nio_gone_note(nio_consumer *c, const char *name)
-{
-    if (!name[0] || strcmp(c->gone[0], name) == 0)
-        return;
-    memmove(c->gone[1], c->gone[0], (NIO_GONE - 1) * sizeof c->gone[0]);
-    snprintf(c->gone[0], sizeof c->gone[0], "%s", name);
 }
 
 /* The work queue refused c, config cc, as overlapping another consumer
@@ -1273,28 +1254,27 @@ static void nio_gone_note(nio_consumer *c, const char *name)
  * own name, the node takes that copy for it (the server's update of an
  * existing consumer, before any check of filters); deleted then, it is
  * gone from every node, and c is made at once. The names tried are those
- * of durable's earlier terms c deleted last (the copy was of one of them
- * in every case reproduced). *term: the term whose copy was cleared, 0
+ * of durable's earlier terms deleted last, by c or by the owners before
+ * it (the copy was of one of them in every case reproduced; lib/pullplan.h,
+ * fq_pull_gone), latest first. *term: the term whose copy was cleared, 0
  * when none was. Fetch thread only. */
 static void nio_adopt_stale(fq_nio *n, nio_consumer *c, const jsConsumerConfig *cc,
                             uint64_t *term)
 {
     *term = 0;
-    for (int i = 0; i < NIO_GONE; i++) {
-        uint64_t t;
-        if (!c->gone[i][0] || !nio_term_name(c->gone[i], c->made.durable, &t) ||
-            t >= c->made.term)
+    for (int i = 0; i < FQ_PULL_GONE && c->gone.name[i][0]; i++) {
+        uint64_t t = c->gone.term[i];
+        if (t >= c->made.term)
             continue;   /* none of durable's earlier terms: never another's consumer */
         jsConsumerConfig old = *cc;
-        old.Durable = c->gone[i];
+        old.Durable = c->gone.name[i];
         jsConsumerInfo *ci = NULL;
         jsErrCode jerr = 0;
         natsStatus s = js_AddConsumer(&ci, n->js, c->made.stream, &old, NULL, &jerr);
         jsConsumerInfo_Destroy(ci);
         if (s != NATS_OK)
             continue;   /* not that one's copy: refused the same */
-        s = js_DeleteConsumer(n->js, c->made.stream, c->gone[i], NULL, &jerr);
-        c->gone[i][0] = '\0';
+        s = js_DeleteConsumer(n->js, c->made.stream, c->gone.name[i], NULL, &jerr);
         if (s == NATS_OK || nio_not_found(s, jerr)) {
             *term = t;
             return;
@@ -1339,22 +1319,28 @@ static natsStatus nio_api_request(fq_nio *n, int id, const char *subject, const 
 
 /* Send consumer id's create as made (nio_consumer_config's, written by
  * hand: fq_nio_consume refused names and a filter that would need
- * escaping), its answer to come to the fetch subscription on
- * <inbox>.<id>.<request number> (nio_create_answer): num, to send a create
+ * escaping), its description the names of its durable's earlier terms
+ * deleted (fq_pull_gone: read by whoever deletes it), its answer to come
+ * to the fetch subscription on <inbox>.<id>.<request number>
+ * (nio_create_answer): num, to send a create
  * again whose answer may come yet, or 0 for a new number. Fetch thread
  * only. */
 static natsStatus nio_create_send(fq_nio *n, int id, uint64_t num)
 {
     nio_consumer *c = &n->cons[id];
-    char subject[NIO_SUBJECT_CAP], body[3 * NIO_SUBJECT_CAP];
+    char subject[NIO_SUBJECT_CAP], body[3 * NIO_SUBJECT_CAP + sizeof c->gone.name];
+    char gone[sizeof c->gone.name];
+    fq_pull_gone_describe(gone, sizeof gone, &c->gone, c->made.durable, c->made.term);
     int k1 = snprintf(subject, sizeof subject, "$JS.API.CONSUMER.DURABLE.CREATE.%s.%s",
                       c->made.stream, c->name);
     int k2 = snprintf(body, sizeof body,
                       "{\"stream_name\":\"%s\",\"config\":{\"durable_name\":\"%s\","
+                      "\"description\":\"%s\","
                       "\"deliver_policy\":\"all\",\"ack_policy\":\"explicit\","
                       "\"ack_wait\":%" PRId64 ",\"max_deliver\":-1,\"replay_policy\":\"instant\","
                       "\"max_ack_pending\":%" PRId64 "%s%s%s}}",
-                      c->made.stream, c->name, (int64_t)(c->made.ack_wait_ms * NIO_NS_PER_MS),
+                      c->made.stream, c->name, gone,
+                      (int64_t)(c->made.ack_wait_ms * NIO_NS_PER_MS),
                       c->made.max_ack_pending, c->made.filter[0] ? ",\"filter_subject\":\"" : "",
                       c->made.filter, c->made.filter[0] ? "\"" : "");
     if (k1 < 0 || (size_t)k1 >= sizeof subject || k2 < 0 || (size_t)k2 >= sizeof body)
@@ -1402,7 +1388,30 @@ static natsStatus nio_del_send(fq_nio *n, int id, enum nio_api kind, const char 
     if (k < 0 || (size_t)k >= sizeof subject)
         return NATS_INVALID_ARG;
     snprintf(c->api_name, sizeof c->api_name, "%s", name);
-    return nio_api_send(n, id, kind, subject, NULL, 0);
+    natsStatus s = nio_api_send(n, id, kind, subject, NULL, 0);
+    if (s == NATS_OK)
+        fq_pull_gone_note(&c->gone, c->made.durable, name);    /* answered or not */
+    return s;
+}
+
+/* Ask for consumer name's info (of c's stream), for the names its
+ * description carries (fq_pull_gone), before it is deleted: waited for
+ * NIO_INFO_WAIT_MS at most (a consumer whose group has no leader, as
+ * after a node's kill, may not answer), then deleted anyway. */
+static natsStatus nio_info_send(fq_nio *n, int id, const char *name)
+{
+    nio_consumer *c = &n->cons[id];
+    char subject[NIO_SUBJECT_CAP];
+    int k = snprintf(subject, sizeof subject, "$JS.API.CONSUMER.INFO.%s.%s", c->made.stream,
+                     name);
+    if (k < 0 || (size_t)k >= sizeof subject)
+        return NATS_INVALID_ARG;
+    snprintf(c->api_name, sizeof c->api_name, "%s", name);
+    natsStatus s = nio_api_send(n, id, NIO_API_INFO, subject, NULL, 0);
+    uint64_t end = fq_nio_mono_ms() + NIO_INFO_WAIT_MS;
+    if (s == NATS_OK && c->api_end > end)
+        c->api_end = end;
+    return s;
 }
 
 /* Start making c (as made) again for version of its want in connection
@@ -1416,7 +1425,8 @@ static natsStatus nio_del_send(fq_nio *n, int id, enum nio_api kind, const char 
  * pulls from nothing), then its own name's, so that everything it had
  * delivered and not seen acked is delivered again now, then its create.
  * Each step is sent when the one before is answered (nio_api_answer): a
- * listing, a delete or two, then the create, whose answer on a 3-node
+ * listing, an earlier term's info and delete (or two), its own name's
+ * delete, then the create, whose answer on a 3-node
  * cluster waits for its consumer's group to elect a leader, 0.13 to
  * 0.8 s; 32 creates made one after the other took 15 s, sent together
  * 0.8 s (measured, nats-server 2.9.10). Fetch thread only. */
@@ -1443,7 +1453,8 @@ static natsStatus nio_make_start(fq_nio *n, int id, uint64_t version, uint64_t g
 
 /* A page of c's stream's consumer names (d, len: the answer's JSON) while
  * c is made: the next step sent. The earliest of durable's earlier terms
- * listed from api_from on is deleted (then the stream is listed again
+ * listed from api_from on is read (its info: the names its description
+ * carries, nio_info_send) and deleted (then the stream is listed again
  * from its start if another was listed, or the page was not the last);
  * with none, the next page is asked for, or, past the last, c's own
  * name's consumer is deleted. api_from only grows, so a name listed again
@@ -1487,7 +1498,7 @@ static natsStatus nio_list_take(fq_nio *n, int id, const char *d, size_t len)
             continue;
         memcpy(buf, name, nl);
         buf[nl] = '\0';
-        if (!nio_term_name(buf, c->made.durable, &t) || t == c->made.term || t < c->api_from)
+        if (!fq_pull_term_name(buf, c->made.durable, &t) || t == c->made.term || t < c->api_from)
             continue;
         if (t > c->made.term) {
             c->api_newer = true;
@@ -1504,7 +1515,7 @@ static natsStatus nio_list_take(fq_nio *n, int id, const char *d, size_t len)
     if (found) {
         c->api_from = pick + 1;
         c->api_more = more || !last;
-        return nio_del_send(n, id, NIO_API_DEL_OTHER, pick_name);
+        return nio_info_send(n, id, pick_name);
     }
     return last ? nio_del_send(n, id, NIO_API_DEL_OWN, c->name)
                 : nio_list_send(n, id, offset + count);
@@ -1529,19 +1540,16 @@ static void nio_api_answer(fq_nio *n, int id, natsMsg *m, uint64_t now)
     /* {"type":"io.nats.jetstream.api.v1.consumer_delete_response",...}
      * (or _names_), or the same with "error":{...,"err_code":N,...}; no
      * data: a status (no responders: no JetStream) */
-    bool ok = len && nio_find(d, len, kind == NIO_API_LIST ? "consumer_names_response"
-                                                           : "consumer_delete_response") &&
+    bool ok = len &&
+              nio_find(d, len, kind == NIO_API_LIST   ? "consumer_names_response"
+                               : kind == NIO_API_INFO ? "consumer_info_response"
+                                                      : "consumer_delete_response") &&
               !nio_find(d, len, "\"error\":");
     if (!ok && len && (v = nio_find(d, len, "\"err_code\":")))
         nio_num(v, d + len, 99999, &code);
     bool gone = ok || code == JSConsumerNotFoundErr;
     c->api = NIO_API_NONE;
     c->api_req = 0;
-    if (ok && kind != NIO_API_LIST) {
-        char name[sizeof c->api_name];
-        memcpy(name, c->api_name, sizeof name);
-        nio_gone_note(c, name);
-    }
     pthread_mutex_lock(&n->mu);
     fq_pull_step st = {.wanted = c->version == c->api_version, .fenced = nio_fenced(n)};
     bool wanted = st.wanted;
@@ -1559,9 +1567,21 @@ static void nio_api_answer(fq_nio *n, int id, natsMsg *m, uint64_t now)
         return;
     }
     natsStatus s = NATS_ERR;
-    if (kind == NIO_API_LIST && ok)
+    if (kind == NIO_API_LIST && ok) {
         s = nio_list_take(n, id, d, len);
-    else if (kind == NIO_API_DEL_OTHER && gone)
+    } else if (kind == NIO_API_INFO) {
+        /* the names its description carries (if it answered, and said
+         * any), then its delete, whatever the answer: a consumer not
+         * deleted would refuse ours */
+        char name[sizeof c->api_name];
+        memcpy(name, c->api_name, sizeof name);
+        const char *q = ok ? nio_find(d, len, "\"description\":\"") : NULL, *e = q;
+        while (e && e < d + len && *e != '"')
+            e++;
+        if (q && e < d + len)
+            fq_pull_gone_take(&c->gone, c->made.durable, c->made.term, q, (size_t)(e - q));
+        s = nio_del_send(n, id, NIO_API_DEL_OTHER, name);
+    } else if (kind == NIO_API_DEL_OTHER && gone)
         s = c->api_more ? nio_list_send(n, id, 0) : nio_del_send(n, id, NIO_API_DEL_OWN, c->name);
     else if (kind == NIO_API_DEL_OWN && gone) {
         c->create_version = c->api_version;

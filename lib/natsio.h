@@ -340,8 +340,10 @@ fq_status fq_nio_consume(fq_nio *n, int id, const fq_nio_consumer *c);
 fq_status fq_nio_consume_stop(fq_nio *n, int id);
 /* Name consumer id for term from now on: its fetch thread deletes the
  * stream's consumers named durable or durable-<n> for any n < term (never
- * a later term's: see FQ_NIO_EV_CONSUMER), then makes durable-term, and
- * acks go to it. Until it is made, id is not pulled and nothing its old
+ * a later term's: see FQ_NIO_EV_CONSUMER), each read first for the names
+ * its description carries, then makes durable-term, whose description
+ * names the earlier terms' consumers deleted (lib/pullplan.h,
+ * fq_pull_gone), and acks go to it. Until it is made, id is not pulled and nothing its old
  * name delivers is handed over. Owner thread. */
 fq_status fq_nio_consume_term(fq_nio *n, int id, uint64_t term);
 /* From monotonic ms until on, consumers are left alone: no pull, no

@@ -2496,7 +2496,9 @@ static fq_status px_part_gain(fq_proxy *p, uint32_t k, uint64_t term)
  * partition's consumer is always the one that makes the next, and knows
  * the name a nats-server node restarted meanwhile may keep a stale copy
  * of, refusing the next consumer on that filter until the copy is
- * cleared under that name (natsio's nio_adopt_stale; docs/operations.md).
+ * cleared under that name (natsio's nio_adopt_stale; docs/operations.md);
+ * the names its predecessors deleted it reads in the descriptions of the
+ * consumers it deletes (lib/pullplan.h, fq_pull_gone).
  * Deleted here, the copy's name was known only to us, and the next owner
  * was refused for good. The ledger lets the partition go on its own
  * (fq_ledger_release). */

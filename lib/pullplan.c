@@ -1,6 +1,8 @@
 /* pullplan.c -- which pull consumers of one fetch thread ask next, and for how many; what follows a create (pullplan.h). */
 #include "pullplan.h"
 
+#include <string.h>
+
 size_t fq_pull_plan(fq_pull_req *out, size_t cap, fq_pull_cons *c, size_t n, size_t *cursor,
                     uint64_t budget, uint64_t now)
 {
@@ -101,4 +103,89 @@ fq_pull_create_step fq_pull_create_next(uint64_t *retry_at, const fq_pull_create
     if (c->wanted)
         *retry_at = now + retry_ms;
     return FQ_PULL_CREATE_FAILED;
+}
+
+bool fq_pull_term_name(const char *name, const char *durable, uint64_t *term)
+{
+    size_t dl = strlen(durable);
+    *term = 0;
+    if (strncmp(name, durable, dl) != 0)
+        return false;
+    if (!name[dl])
+        return true;
+    const char *p = name + dl + 1;
+    if (name[dl] != '-' || !*p)
+        return false;
+    uint64_t t = 0;
+    for (; *p >= '0' && *p <= '9'; p++) {
+        if (t > (UINT64_MAX - (uint64_t)(*p - '0')) / 10)
+            return false;
+        t = t * 10 + (uint64_t)(*p - '0');
+    }
+    *term = t;
+    return !*p;
+}
+
+void fq_pull_gone_note(fq_pull_gone *g, const char *durable, const char *name)
+{
+    size_t len = strlen(name), at = 0;
+    uint64_t t;
+    if (!len || len >= FQ_PULL_NAME_CAP || !fq_pull_term_name(name, durable, &t))
+        return;
+    for (size_t i = 0; i < FQ_PULL_GONE && g->name[i][0]; i++)
+        if (strcmp(g->name[i], name) == 0)
+            return;
+    while (at < FQ_PULL_GONE && g->name[at][0] && g->term[at] >= t)
+        at++;
+    if (at == FQ_PULL_GONE)
+        return;     /* older than every one kept, and no room */
+    memmove(g->name[at + 1], g->name[at], (FQ_PULL_GONE - 1 - at) * sizeof g->name[0]);
+    memmove(&g->term[at + 1], &g->term[at], (FQ_PULL_GONE - 1 - at) * sizeof g->term[0]);
+    memcpy(g->name[at], name, len + 1);
+    g->term[at] = t;
+}
+
+size_t fq_pull_gone_take(fq_pull_gone *g, const char *durable, uint64_t term, const char *text,
+                         size_t len)
+{
+    size_t kept = 0;
+    const char *p = text, *end = text + len;
+    while (p < end) {
+        while (p < end && *p == ' ')
+            p++;
+        const char *w = p;
+        while (p < end && *p != ' ')
+            p++;
+        size_t wl = (size_t)(p - w);
+        char buf[FQ_PULL_NAME_CAP];
+        uint64_t t;
+        if (!wl || wl >= sizeof buf)
+            continue;
+        memcpy(buf, w, wl);
+        buf[wl] = '\0';
+        if (strlen(buf) != wl || !fq_pull_term_name(buf, durable, &t) || t >= term)
+            continue;
+        fq_pull_gone_note(g, durable, buf);
+        kept++;
+    }
+    return kept;
+}
+
+size_t fq_pull_gone_describe(char *out, size_t cap, const fq_pull_gone *g, const char *durable,
+                             uint64_t term)
+{
+    size_t len = 0;
+    out[0] = '\0';
+    for (size_t i = 0; i < FQ_PULL_GONE && g->name[i][0]; i++) {
+        uint64_t t;
+        size_t nl = strlen(g->name[i]);
+        if (!fq_pull_term_name(g->name[i], durable, &t) || t >= term ||
+            len + (len > 0) + nl >= cap)
+            continue;
+        if (len)
+            out[len++] = ' ';
+        memcpy(out + len, g->name[i], nl + 1);
+        len += nl;
+    }
+    return len;
 }

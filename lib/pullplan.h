@@ -181,4 +181,47 @@ typedef enum fq_pull_create_step {
 fq_pull_create_step fq_pull_create_next(uint64_t *retry_at, const fq_pull_create *c,
                                         uint64_t now, uint64_t retry_ms);
 
+/*
+ * The names a node's stale copy may have. A restarted nats-server node can
+ * keep a copy of a consumer deleted while it recovered, and refuse every
+ * consumer on its filter (10100) until that consumer is made again under
+ * its name and deleted (lib/natsio.c, nio_adopt_stale). Whoever deleted it
+ * may not be the one refused: a replica that lost a partition and took it
+ * again deletes its own earlier term's consumer, and the partition's next
+ * owner deletes only the last. So each consumer is made with the names of
+ * its durable's earlier terms its maker deleted, or learnt so, in its
+ * description, and whoever deletes it reads them first: the names pass
+ * from owner to owner with the consumers. A delete sent counts as done
+ * whether or not its answer comes: one left unanswered may have been done
+ * on the server. A name kept that was never deleted costs a refused
+ * create at most. Pure, no allocation.
+ */
+#define FQ_PULL_GONE 8              /* names of earlier terms a consumer keeps: the latest terms' */
+#define FQ_PULL_NAME_CAP 128        /* a consumer's name, NUL included */
+
+typedef struct fq_pull_gone {
+    char name[FQ_PULL_GONE][FQ_PULL_NAME_CAP];  /* by term, latest first; "" past the last */
+    uint64_t term[FQ_PULL_GONE];                /* each one's term */
+} fq_pull_gone;
+
+/* Whether name is durable's, of some term: durable (*term 0), or
+ * durable-<digits> (*term those digits). */
+bool fq_pull_term_name(const char *name, const char *durable, uint64_t *term);
+/* name, durable's, was deleted (or its delete sent): kept once, in the
+ * order of terms (terms are a lease key's revisions: later ones are
+ * larger), so that the FQ_PULL_GONE latest terms' names are kept; a name
+ * not durable's is not. */
+void fq_pull_gone_note(fq_pull_gone *g, const char *durable, const char *name);
+/* The names in text[0..len) (a description written by fq_pull_gone_describe,
+ * as read back from the server: untrusted) that are durable's, of a term
+ * before term, are noted; anything else is skipped. Returns how many were
+ * taken. */
+size_t fq_pull_gone_take(fq_pull_gone *g, const char *durable, uint64_t term, const char *text,
+                         size_t len);
+/* g's names of durable's terms before term, latest first, separated by
+ * spaces, into out (cap >= 1; those that fit): a consumer's description.
+ * Returns its length. */
+size_t fq_pull_gone_describe(char *out, size_t cap, const fq_pull_gone *g, const char *durable,
+                             uint64_t term);
+
 #endif

@@ -307,53 +307,47 @@ static bool cl_n0(jsCtx *js, const char *stream, bool leading, int ms)
     }
 }
 
-/* A node's stale copy of a consumer (nats-server 2.9.10): a work-queue
- * stream led by n0; natsio's consumer for term 5 made; n0 killed, and
- * while it is down other consumers made and deleted (as a node's kill
- * makes the replicas do); n0 restarted and caught up. The consumer named
- * for term 6 then deletes term 5's and is made: without the remedy, n0
- * kept a copy of term 5's, listed nowhere, and refused term 6's as
- * overlapping it (js_err 10100) for as long as it was tried (every try of
- * this sequence by hand; over 40 s where tried that long). natsio makes
- * term 5's again under its name, deletes it and then makes term 6's.
- * When n0 kept no copy (the state is the server's, not made on
- * demand), term 6's is made at once and the test says so. */
-static void test_stale_consumer_copy_cleared(void **state)
+/* The start of a node's stale copy (nats-server 2.9.10): a work-queue
+ * stream STALE led by n0; natsio's consumer (*n, id 0, durable sub on
+ * stale.1) for term 5 made; n0 killed, and while it is down other
+ * consumers made and deleted (as a node's kill makes the replicas do); n0
+ * restarted and caught up. A consumer deleted now is kept by n0, listed
+ * nowhere, and refuses every consumer on its filter as overlapping it
+ * (js_err 10100) for as long as it is tried (every try of this sequence
+ * by hand; over 40 s where tried that long), until it is made again under
+ * its name and deleted. *nc, *js: a connection to node 1. */
+static void stale_start(cl_bare *b, fq_nio **n, natsConnection **nc, jsCtx **js)
 {
-    cl_bare *b = *state;
     char err[256], warn[512];
-    fq_nio *n = NULL;
     fq_nio_opts o = {.url = natscluster_urls(b->cl), .name = "it_cluster_stale"};
-    assert_int_equal(fq_nio_create(&n, &o, err, sizeof err), FQ_OK);
+    assert_int_equal(fq_nio_create(n, &o, err, sizeof err), FQ_OK);
     fq_nio_stream st = {.name = "STALE", .subject = "stale.*", .retention = FQ_NIO_WORKQUEUE,
                         .replicas = 3};
-    assert_int_equal(fq_nio_stream_ensure(n, &st, warn, sizeof warn), FQ_OK);
+    assert_int_equal(fq_nio_stream_ensure(*n, &st, warn, sizeof warn), FQ_OK);
     fq_nio_consumer c = {.stream = "STALE", .durable = "sub", .filter = "stale.1",
                          .max_ack_pending = 1000, .ack_wait_ms = 60000, .batch = 16,
                          .term = 5};
-    assert_int_equal(fq_nio_consume(n, 0, &c), FQ_OK);
+    assert_int_equal(fq_nio_consume(*n, 0, &c), FQ_OK);
     fq_nio_event ev;
     /* A fresh cluster under load may refuse or leave unanswered the first
      * make's listing; natsio tries it again (NIO_RECREATE_RETRY_MS). */
     bool first = false;
     for (long long end = nt_now_ms() + 20000; !first && nt_now_ms() < end;) {
-        if (!cl_event(n, FQ_NIO_EV_CONSUMER, &ev, 1000) || ev.seq != 5)
+        if (!cl_event(*n, FQ_NIO_EV_CONSUMER, &ev, 1000) || ev.seq != 5)
             continue;
         first = ev.status == FQ_OK;
         if (!first)
             print_message("term 5's consumer refused, js_err %d\n", ev.err_code);
     }
     assert_true(first);
-    natsConnection *nc = NULL;
-    jsCtx *js = NULL;
-    assert_int_equal(natsConnection_ConnectTo(&nc, natstest_url(natscluster_node(b->cl, 1))),
+    assert_int_equal(natsConnection_ConnectTo(nc, natstest_url(natscluster_node(b->cl, 1))),
                      NATS_OK);
-    assert_int_equal(natsConnection_JetStream(&js, nc, NULL), NATS_OK);
-    for (int tries = 0; tries < 12 && !cl_n0(js, "STALE", true, 0); tries++) {
+    assert_int_equal(natsConnection_JetStream(js, *nc, NULL), NATS_OK);
+    for (int tries = 0; tries < 12 && !cl_n0(*js, "STALE", true, 0); tries++) {
         natsMsg *r = NULL;      /* n0 to lead the stream: ask the leader to step down */
-        natsConnection_RequestString(&r, nc, "$JS.API.STREAM.LEADER.STEPDOWN.STALE", "", 2000);
+        natsConnection_RequestString(&r, *nc, "$JS.API.STREAM.LEADER.STEPDOWN.STALE", "", 2000);
         natsMsg_Destroy(r);
-        cl_n0(js, "STALE", true, 1000);
+        cl_n0(*js, "STALE", true, 1000);
     }
     natstest *n0 = natscluster_node(b->cl, 0);
     assert_int_equal(natstest_kill(n0), 0);
@@ -366,35 +360,113 @@ static void test_stale_consumer_copy_cleared(void **state)
         cc.AckPolicy = js_AckExplicit;
         cc.FilterSubject = "stale.2";
         jsConsumerInfo *ci = NULL;
-        js_AddConsumer(&ci, js, "STALE", &cc, NULL, NULL);     /* answered or not */
+        js_AddConsumer(&ci, *js, "STALE", &cc, NULL, NULL);    /* answered or not */
         jsConsumerInfo_Destroy(ci);
-        js_DeleteConsumer(js, "STALE", name, NULL, NULL);
+        js_DeleteConsumer(*js, "STALE", name, NULL, NULL);
     }
     assert_int_equal(natstest_restart(n0), 0);
-    assert_true(cl_n0(js, "STALE", false, 30000));
-    assert_int_equal(fq_nio_consume_term(n, 0, 6), FQ_OK);
+    assert_true(cl_n0(*js, "STALE", false, 30000));
+}
+
+/* Until n's consumer 0 is made for term, up to 20 s: whether it was; *stale:
+ * the earlier term whose stale copy was cleared first, 0 if none. */
+static bool stale_made(fq_nio *n, uint64_t term, uint64_t *stale)
+{
+    fq_nio_event ev;
     bool made = false;
-    uint64_t stale = 0;
     int refused = 0;
+    *stale = 0;
     for (long long end = nt_now_ms() + 20000; !made && nt_now_ms() < end;) {
-        if (!cl_event(n, FQ_NIO_EV_CONSUMER, &ev, 1000) || ev.seq != 6)
+        if (!cl_event(n, FQ_NIO_EV_CONSUMER, &ev, 1000) || ev.seq != term)
             continue;
         made = ev.status == FQ_OK;
-        stale = ev.token;
+        *stale = ev.token;
         refused += !made;
         if (!made)
-            print_message("term 6's consumer refused, js_err %d\n", ev.err_code);
+            print_message("term %llu's consumer refused, js_err %d\n", (unsigned long long)term,
+                          ev.err_code);
     }
-    print_message("term 6's consumer made after %d refusals; a stale copy of term %llu's "
+    print_message("term %llu's consumer %s after %d refusals; a stale copy of term %llu's "
                   "cleared first (0: none was kept)\n",
-                  refused, (unsigned long long)stale);
-    assert_true(made);
-    assert_true(stale == 0 || stale == 5);
+                  (unsigned long long)term, made ? "made" : "not made", refused,
+                  (unsigned long long)*stale);
+    return made;
+}
+
+/* The stream's one consumer is name. */
+static void stale_only(jsCtx *js, const char *name)
+{
     jsConsumerNamesList *l = NULL;
     assert_int_equal(js_ConsumerNames(&l, js, "STALE", NULL, NULL), NATS_OK);
     assert_int_equal(l->Count, 1);
-    assert_string_equal(l->List[0], "sub-6");
+    assert_string_equal(l->List[0], name);
     jsConsumerNamesList_Destroy(l);
+}
+
+/* After stale_start, the consumer named for term 6 deletes term 5's and is
+ * made: without the remedy, n0 kept a copy of term 5's and refused term
+ * 6's. natsio makes term 5's again under its name, deletes it and then
+ * makes term 6's. When n0 kept no copy (the state is the server's, not
+ * made on demand), term 6's is made at once and the test says so. */
+static void test_stale_consumer_copy_cleared(void **state)
+{
+    cl_bare *b = *state;
+    fq_nio *n = NULL;
+    natsConnection *nc = NULL;
+    jsCtx *js = NULL;
+    stale_start(b, &n, &nc, &js);
+    assert_int_equal(fq_nio_consume_term(n, 0, 6), FQ_OK);
+    uint64_t stale = 0;
+    assert_true(stale_made(n, 6, &stale));
+    assert_true(stale == 0 || stale == 5);
+    stale_only(js, "sub-6");
+    fq_nio_destroy(n);
+    jsCtx_Destroy(js);
+    natsConnection_Destroy(nc);
+}
+
+/* The same copy, of a consumer another replica deleted: after
+ * stale_start, term 5's is deleted by another (the test, playing a
+ * replica that took the partition at term 6 while n0 recovered), whose
+ * term 6 consumer says so in its description (filtered elsewhere: the
+ * copy would refuse it on stale.1; in the cluster test such a consumer
+ * was made before the copy refused). natsio, making term 7, deletes term
+ * 6's, reading its description first, and is refused by the copy of term
+ * 5's, a name it learnt only from that description (on an adapter of
+ * its own: a replica that never held the partition): it clears the copy
+ * under it and is made. Before, it knew only term 6's name, and was
+ * refused for good (a partition's submit consumer refused for the rest
+ * of a cluster test after its previous owner took it twice while a node
+ * recovered). */
+static void test_stale_copy_of_a_name_learnt_cleared(void **state)
+{
+    cl_bare *b = *state;
+    fq_nio *n = NULL;
+    natsConnection *nc = NULL;
+    jsCtx *js = NULL;
+    stale_start(b, &n, &nc, &js);
+    fq_nio_destroy(n);      /* term 5's holder gone, its consumer left on the stream */
+    assert_int_equal(js_DeleteConsumer(js, "STALE", "sub-5", NULL, NULL), NATS_OK);
+    jsConsumerConfig cc;
+    jsConsumerConfig_Init(&cc);
+    cc.Durable = "sub-6";
+    cc.Description = "sub-5";
+    cc.AckPolicy = js_AckExplicit;
+    cc.FilterSubject = "stale.9";
+    jsConsumerInfo *ci = NULL;
+    assert_int_equal(js_AddConsumer(&ci, js, "STALE", &cc, NULL, NULL), NATS_OK);
+    jsConsumerInfo_Destroy(ci);
+    fq_nio_consumer c = {.stream = "STALE", .durable = "sub", .filter = "stale.1",
+                         .max_ack_pending = 1000, .ack_wait_ms = 60000, .batch = 16,
+                         .term = 7};
+    char err[256];
+    fq_nio_opts o = {.url = natscluster_urls(b->cl), .name = "it_cluster_stale_next"};
+    assert_int_equal(fq_nio_create(&n, &o, err, sizeof err), FQ_OK);
+    assert_int_equal(fq_nio_consume(n, 0, &c), FQ_OK);
+    uint64_t stale = 0;
+    assert_true(stale_made(n, 7, &stale));
+    assert_true(stale == 0 || stale == 5);
+    stale_only(js, "sub-7");
     fq_nio_destroy(n);
     jsCtx_Destroy(js);
     natsConnection_Destroy(nc);
@@ -413,6 +485,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_parts_wait_for_the_overrides_bucket_owning_none,
                                         setup_bare, teardown_bare),
         cmocka_unit_test_setup_teardown(test_stale_consumer_copy_cleared, setup_bare,
+                                        teardown_bare),
+        cmocka_unit_test_setup_teardown(test_stale_copy_of_a_name_learnt_cleared, setup_bare,
                                         teardown_bare),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -758,6 +758,69 @@ static void test_term_consumers_spare_a_later_term(void **state)
     natsConnection_Destroy(nc);
 }
 
+/* The names of a partition's earlier consumers pass to its next owner
+ * with the consumers: each is made with the names its maker deleted, or
+ * learnt so, in its description, and whoever deletes it reads them first
+ * (lib/pullplan.h, fq_pull_gone). A replica that lost a partition and
+ * took it again (terms 5, then 9) deleted its own earlier term's consumer;
+ * the next owner (term 12) deletes only term 9's, yet a restarted
+ * nats-server node may keep a copy of term 5's and refuse the next
+ * owner's consumer until it is made again under that name (natsio's
+ * nio_adopt_stale), which it must know: it did not, and a partition's
+ * submit consumer was refused for the rest of a cluster test. */
+static void test_deleted_names_pass_to_the_next_owner(void **state)
+{
+    fixture *f = *state;
+    fq_nio_stream ts = {.name = "HIST", .subject = "hist.*", .retention = FQ_NIO_WORKQUEUE,
+                        .replicas = 1};
+    char warn[256], err[256];
+    assert_int_equal(fq_nio_stream_ensure(f->n, &ts, warn, sizeof warn), FQ_OK);
+    fq_nio *a = NULL, *b = NULL;
+    fq_nio_opts oa = {.url = natstest_url(f->srv), .name = "it_natsio_hist_a"};
+    fq_nio_opts ob = {.url = natstest_url(f->srv), .name = "it_natsio_hist_b"};
+    assert_int_equal(fq_nio_create(&a, &oa, err, sizeof err), FQ_OK);
+    assert_int_equal(fq_nio_create(&b, &ob, err, sizeof err), FQ_OK);
+    fq_nio_consumer c = {.stream = "HIST", .durable = "hist", .filter = "hist.*",
+                         .max_ack_pending = 1000, .ack_wait_ms = 60000, .batch = 16,
+                         .term = 5};
+    fq_nio_event ev;
+    assert_int_equal(fq_nio_consume(a, 0, &c), FQ_OK);
+    assert_true(wait_event(a, FQ_NIO_EV_CONSUMER, &ev, 5000));
+    assert_int_equal(ev.status, FQ_OK);
+    assert_int_equal(ev.seq, 5);
+    assert_int_equal(fq_nio_consume_term(a, 0, 9), FQ_OK);
+    assert_true(wait_event(a, FQ_NIO_EV_CONSUMER, &ev, 5000));
+    assert_int_equal(ev.status, FQ_OK);
+    assert_int_equal(ev.seq, 9);
+    /* let go, its consumer left to the next owner */
+    assert_int_equal(fq_nio_consume_stop(a, 0), FQ_OK);
+    c.term = 12;
+    assert_int_equal(fq_nio_consume(b, 0, &c), FQ_OK);
+    assert_true(wait_event(b, FQ_NIO_EV_CONSUMER, &ev, 5000));
+    assert_int_equal(ev.status, FQ_OK);
+    assert_int_equal(ev.seq, 12);
+    natsConnection *nc = NULL;
+    jsCtx *js = NULL;
+    assert_int_equal(natsConnection_ConnectTo(&nc, natstest_url(f->srv)), NATS_OK);
+    assert_int_equal(natsConnection_JetStream(&js, nc, NULL), NATS_OK);
+    jsConsumerNamesList *l = NULL;
+    assert_int_equal(js_ConsumerNames(&l, js, "HIST", NULL, NULL), NATS_OK);
+    assert_int_equal(l->Count, 1);
+    assert_string_equal(l->List[0], "hist-12");
+    jsConsumerNamesList_Destroy(l);
+    /* term 12's knows term 9's (it deleted it) and term 5's (term 9's
+     * description said it) */
+    jsConsumerInfo *ci = NULL;
+    assert_int_equal(js_GetConsumerInfo(&ci, js, "HIST", "hist-12", NULL, NULL), NATS_OK);
+    assert_non_null(ci->Config->Description);
+    assert_string_equal(ci->Config->Description, "hist-9 hist-5");
+    jsConsumerInfo_Destroy(ci);
+    fq_nio_destroy(a);
+    fq_nio_destroy(b);
+    jsCtx_Destroy(js);
+    natsConnection_Destroy(nc);
+}
+
 /* A consumer the work queue refuses because another, of no term of
  * ours, overlaps its filter (what a nats-server node kept of a consumer
  * deleted while it was down, invisible to the API, did after a node's
@@ -2095,6 +2158,7 @@ int main(void)
         cmocka_unit_test(test_term_consumers_fence_the_old_term),
         cmocka_unit_test(test_term_consumers_spare_a_later_term),
         cmocka_unit_test(test_consumer_refused_says_why),
+        cmocka_unit_test(test_deleted_names_pass_to_the_next_owner),
         cmocka_unit_test(test_stranded_found_and_restored),
         cmocka_unit_test(test_fetch_ack_get_and_recreate),
         cmocka_unit_test(test_fetch_waits_for_a_slow_owner),

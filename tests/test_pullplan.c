@@ -3,6 +3,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 #include <cmocka.h>
@@ -356,6 +357,61 @@ static void test_create_past_the_fence_sends_nothing(void **state)
     assert_int_equal(fq_pull_create_next(&at, &c, NOW, RETRY), FQ_PULL_CREATE_MADE);
 }
 
+/* The names a stale copy may have: a partition's earlier terms' consumers
+ * deleted, kept by term (the latest FQ_PULL_GONE), passed on in a
+ * consumer's description and taken back from it by its next owner, who
+ * then knows what its previous owner deleted before it (a replica that
+ * took a partition twice deleted its own earlier term's consumer, and the
+ * next owner knew only the last term's: refused for good by a node's
+ * stale copy of the other). */
+static void test_deleted_names_passed_on(void **state)
+{
+    (void)state;
+    uint64_t t;
+    assert_true(fq_pull_term_name("sub-p1-42", "sub-p1", &t));
+    assert_int_equal(t, 42);
+    assert_true(fq_pull_term_name("sub-p1", "sub-p1", &t));
+    assert_int_equal(t, 0);
+    assert_false(fq_pull_term_name("sub-p10-42", "sub-p1", &t));
+    assert_false(fq_pull_term_name("sub-p1-", "sub-p1", &t));
+    assert_false(fq_pull_term_name("sub-p1-4x", "sub-p1", &t));
+    assert_false(fq_pull_term_name("sub-p1-99999999999999999999", "sub-p1", &t));
+    /* rep-b: takes the partition at 163 (deleting rep-a's 100), loses it
+     * and takes it again at 244 (deleting its own 163) */
+    fq_pull_gone b = {0};
+    fq_pull_gone_note(&b, "sub-p1", "sub-p1-100");
+    fq_pull_gone_note(&b, "sub-p1", "sub-p1-163");
+    fq_pull_gone_note(&b, "sub-p1", "sub-p1-163");     /* once */
+    fq_pull_gone_note(&b, "sub-p1", "sub-p1-244");     /* its own name's delete, before its create */
+    fq_pull_gone_note(&b, "sub-p1", "other-p1-7");     /* not its durable's: never ours */
+    char desc[FQ_PULL_GONE * FQ_PULL_NAME_CAP];
+    assert_int_equal(fq_pull_gone_describe(desc, sizeof desc, &b, "sub-p1", 244), 21);
+    assert_string_equal(desc, "sub-p1-163 sub-p1-100");
+    /* rep-d, at 300: reads 244's description, then deletes 244 */
+    fq_pull_gone d = {0};
+    const char *said = "sub-p1-163 sub-p1-100 sub-p1-400 other-5 sub-p1-1x  \\u0041";
+    assert_int_equal(fq_pull_gone_take(&d, "sub-p1", 300, said, strlen(said)), 2);
+    fq_pull_gone_note(&d, "sub-p1", "sub-p1-244");
+    assert_int_equal(fq_pull_gone_describe(desc, sizeof desc, &d, "sub-p1", 300), 32);
+    assert_string_equal(desc, "sub-p1-244 sub-p1-163 sub-p1-100");
+    assert_string_equal(d.name[0], "sub-p1-244");
+    assert_int_equal(d.term[2], 100);
+    /* full: the latest FQ_PULL_GONE terms are kept, whatever the order
+     * they were learnt in */
+    for (uint64_t k = 1; k <= 2 * FQ_PULL_GONE; k++) {
+        char name[32];
+        snprintf(name, sizeof name, "sub-p1-%llu", (unsigned long long)(1000 - k));
+        fq_pull_gone_note(&d, "sub-p1", name);
+    }
+    fq_pull_gone_note(&d, "sub-p1", "sub-p1-1");
+    for (int i = 0; i < FQ_PULL_GONE; i++)
+        assert_int_equal(d.term[i], 999 - (uint64_t)i);
+    /* a description that does not fit is cut at a name */
+    char small[24];
+    assert_int_equal(fq_pull_gone_describe(small, sizeof small, &d, "sub-p1", 2000), 21);
+    assert_string_equal(small, "sub-p1-999 sub-p1-998");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -371,6 +427,7 @@ int main(void)
         cmocka_unit_test(test_create_failed_after_the_want_changed_not_delayed),
         cmocka_unit_test(test_stale_copy_cleared_only_for_the_wanted_term),
         cmocka_unit_test(test_create_past_the_fence_sends_nothing),
+        cmocka_unit_test(test_deleted_names_passed_on),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
