@@ -141,11 +141,17 @@ static fq_status ow_slot_init(fq_owner *o, ow_slot *s)
     else
         snprintf(key, sizeof key, "%s", FQ_OWNER_KEY_DUTY);
     s->owned = s->handing = s->handed = s->drop = s->gate = false;
+    /* The numbers go on from the lease the slot had: an answer to one of
+     * its operations that comes late is not the new lease's (lease.h). */
+    uint64_t req = s->lease.req;
     /* P = 1's leader key holds <id>@<instance>, as r.<id> does: without
      * the instance a second process given our id would read the key as its
      * own, take it, and both would lead (ow_same_id) */
-    return fq_lease_init(&s->lease, key,
-                         s->part == FQ_OWNER_REGISTRY || o->parts == 1 ? o->regval : o->id, &lo);
+    fq_status st = fq_lease_init(&s->lease, key,
+                                 s->part == FQ_OWNER_REGISTRY || o->parts == 1 ? o->regval : o->id,
+                                 &lo);
+    s->lease.req = req;
+    return st;
 }
 
 fq_status fq_owner_create(fq_owner **out, uint32_t partitions, const char *id,

@@ -1364,6 +1364,74 @@ static void test_late_answer_after_lost(void **state)
     fq_owner_destroy(o);
 }
 
+/* A slot that stood by again after a loss numbers its key operations on
+ * from the lease it had: an answer to that lease's operation that comes
+ * late (its deadline passed) is not taken for the answer to the new
+ * lease's operation of the same number. Made anew from 1, the late "OK"
+ * of the old renewal (number 3) answered the new lease's take (number 3
+ * too): GAINED in the old renewal's revision and fresh, while the server
+ * refused the take to it (another replica took the key). */
+static void test_old_lease_answer_after_standing_by_again(void **state)
+{
+    (void)state;
+    fq_owner *o;
+    fq_owner_act a;
+    assert_int_equal(fq_owner_create(&o, 2, "one", NULL, TTL), FQ_OK);
+    fq_owner_tick(o, 1);
+    a = next_of(o, FQ_OWNER_REGISTRY, FQ_OWNER_GET);
+    fq_owner_on_get(o, a.slot, a.req, 2, FQ_ENOTFOUND, NULL, 0);
+    a = next_of(o, FQ_OWNER_REGISTRY, FQ_OWNER_CREATE);
+    fq_owner_on_write(o, a.slot, a.req, 3, FQ_OK, 1);
+    fq_owner_synced(o);
+    fq_owner_tick(o, 4);
+    a = next_of(o, 0, FQ_OWNER_GET);
+    fq_owner_on_get(o, a.slot, a.req, 5, FQ_ENOTFOUND, NULL, 0);
+    a = next_of(o, 0, FQ_OWNER_CREATE);
+    fq_owner_on_write(o, a.slot, a.req, 6, FQ_OK, 2);
+    a = next_of(o, 0, FQ_OWNER_GAINED);
+    assert_int_equal(a.kind, FQ_OWNER_GAINED);
+    /* a renewal whose answer is delayed past its deadline */
+    fq_owner_tick(o, 5 + TTL / 3);
+    fq_owner_act old = next_of(o, 0, FQ_OWNER_UPDATE);
+    assert_int_equal(old.kind, FQ_OWNER_UPDATE);
+    /* stale past the TTL: LOST; the renewal given up on; standing by */
+    fq_owner_tick(o, 5 + TTL);
+    a = next_of(o, 0, FQ_OWNER_LOST);
+    assert_int_equal(a.kind, FQ_OWNER_LOST);
+    uint64_t t = 5 + TTL / 3 + TTL;     /* past the renewal's deadline */
+    fq_owner_tick(o, t);
+    (void)next_of(o, 0, FQ_OWNER_GET);
+    /* the new lease reads the key: another's, then released; it takes it */
+    fq_owner_act get = {0};
+    for (; !get.kind && t < 20 * TTL; t += 10) {
+        fq_owner_tick(o, t);
+        get = next_of(o, 0, FQ_OWNER_GET);
+    }
+    assert_int_equal(get.kind, FQ_OWNER_GET);
+    fq_owner_on_get(o, get.slot, get.req, t, FQ_OK, "two", 9);
+    get.kind = 0;
+    for (; !get.kind && t < 40 * TTL; t += 10) {
+        fq_owner_tick(o, t);
+        get = next_of(o, 0, FQ_OWNER_GET);
+    }
+    assert_int_equal(get.kind, FQ_OWNER_GET);
+    fq_owner_on_get(o, get.slot, get.req, t, FQ_OK, FQ_LEASE_RELEASED, 10);
+    fq_owner_act take = next_of(o, 0, FQ_OWNER_UPDATE);
+    assert_int_equal(take.kind, FQ_OWNER_UPDATE);
+    assert_int_equal(take.expect, 10);
+    /* the old renewal's answer comes now: not the take's */
+    fq_owner_on_write(o, old.slot, old.req, t + 1, FQ_OK, 4);
+    a = next_of(o, 0, FQ_OWNER_GAINED);
+    assert_int_equal(a.kind, 0);
+    assert_false(fq_owner_fresh(o, 0, t + 1));
+    /* the take's own answer: refused, another replica took it first */
+    fq_owner_on_write(o, take.slot, take.req, t + 2, FQ_EEXIST, 0);
+    a = next_of(o, 0, FQ_OWNER_GAINED);
+    assert_int_equal(a.kind, 0);
+    assert_false(fq_owner_fresh(o, 0, t + 2));
+    fq_owner_destroy(o);
+}
+
 static void sim_one(uint64_t seed, uint32_t parts)
 {
     sw_world w;
@@ -1502,6 +1570,7 @@ int main(void)
         cmocka_unit_test(test_stop_releases),
         cmocka_unit_test(test_freeze_past_ttl),
         cmocka_unit_test(test_late_answer_after_lost),
+        cmocka_unit_test(test_old_lease_answer_after_standing_by_again),
         cmocka_unit_test(test_fenced_released),
         cmocka_unit_test(test_duplicate_id),
         cmocka_unit_test(test_unanswered_key_costs_the_others_nothing),
