@@ -15,7 +15,8 @@
  *   outcome back with the slot it concerns.
  * - After every step the fence follows: natsio stops touching the
  *   consumers, and /readyz says not ready, from the end of freshness on
- *   (with P > 1, of the first partition held to go stale).
+ *   (with P > 1, /readyz from the first partition held to go stale, each
+ *   partition's consumers from the end of its own).
  */
 
 struct fq_leader {
@@ -28,6 +29,9 @@ struct fq_leader {
     bool stale;                 /* leading but not fresh (logged once) */
     bool watching;              /* P > 1: the bucket's watch started */
     bool stopping;              /* fq_leader_release was called */
+    uint64_t *fence;            /* P > 1: each partition's fence as last told (o.fence);
+                                   UINT64_MAX: not told yet */
+    bool *part_stale;           /* P > 1: each partition held but not fresh (logged once) */
 };
 
 fq_status fq_leader_create(fq_leader **out, fq_nio *nio, fq_probes *probes,
@@ -45,6 +49,15 @@ fq_status fq_leader_create(fq_leader **out, fq_nio *nio, fq_probes *probes,
         free(l);
         return s;
     }
+    if (parts > 1 && (!(l->fence = malloc(parts * sizeof *l->fence)) ||
+                      !(l->part_stale = calloc(parts, sizeof *l->part_stale)))) {
+        fq_owner_destroy(l->own);
+        free(l->fence);
+        free(l);
+        return FQ_ENOMEM;
+    }
+    for (uint32_t k = 0; parts > 1 && k < parts; k++)
+        l->fence[k] = UINT64_MAX;
     l->nio = nio;
     l->probes = probes;
     snprintf(l->bucket, sizeof l->bucket, "%s", o->bucket);
@@ -60,6 +73,8 @@ void fq_leader_destroy(fq_leader *l)
     if (!l)
         return;
     fq_owner_destroy(l->own);
+    free(l->fence);
+    free(l->part_stale);
     free(l);
 }
 
@@ -95,9 +110,11 @@ bool fq_leader_parts_fresh(const fq_leader *l, uint64_t now)
     return true;
 }
 
-/* natsio leaves the consumers alone from the end of freshness on (with
- * P > 1, of the partition held whose freshness ends first); the probes
- * read it too. */
+/* natsio leaves the consumers alone from the end of freshness on: with
+ * P = 1 all of them; with P > 1 each partition's from the end of its own
+ * lease's (the caller's fence callback), the process's fence lifted but
+ * when fenced. The probes read the partition held whose freshness ends
+ * first. */
 static void ld_fence(fq_leader *l)
 {
     const fq_lease *s = fq_leader_lease(l);
@@ -113,11 +130,17 @@ static void ld_fence(fq_leader *l)
                 until = u;
                 sent = p->confirmed_sent;
             }
+            uint64_t f = l->fenced ? 0 : fq_owner_fresh_until(l->own, (int32_t)k);
+            if (f != l->fence[k]) {
+                l->fence[k] = f;
+                if (l->o.fence)
+                    l->o.fence(l->o.arg, (int32_t)k, f);
+            }
         }
     }
     if (l->fenced)
         until = 0;
-    fq_nio_fence(l->nio, until);
+    fq_nio_fence(l->nio, l->o.partitions == 1 || l->fenced ? until : UINT64_MAX);
     fq_probes_lease(l->probes, until, sent,
                     s->state == FQ_LEASE_STANDBY && l->o.partitions == 1 ? s->holder : NULL);
 }
@@ -125,6 +148,7 @@ static void ld_fence(fq_leader *l)
 void fq_leader_fence(fq_leader *l)
 {
     l->fenced = true;
+    ld_fence(l);
 }
 
 /* A key operation's token: the slot below LD_SLOT_BITS, then whether it
@@ -223,6 +247,28 @@ void fq_leader_step(fq_leader *l, uint64_t now)
     ld_act(l);
 }
 
+/* P > 1: said once when a partition held stops being fresh (it alone
+ * waits: its consumers, acks, batches and dispatches), and when it is
+ * fresh again. */
+static void ld_stale_log(fq_leader *l, uint64_t now)
+{
+    for (uint32_t k = 0; l->o.partitions > 1 && k < l->o.partitions; k++) {
+        uint64_t until = fq_owner_fresh_until(l->own, (int32_t)k);
+        bool stale = until && now >= until;
+        if (stale == l->part_stale[k] || (!stale && !until)) {
+            l->part_stale[k] = stale;
+            continue;
+        }
+        l->part_stale[k] = stale;
+        const fq_lease *s = fq_owner_lease(l->own, (int32_t)k);
+        fq_log(stale ? FQ_LOG_WARN : FQ_LOG_INFO,
+               stale ? "a partition's lease is not fresh: it alone waits (fetches, acks, "
+                       "journal, dispatches) until it is renewed"
+                     : "a partition's lease is fresh again",
+               FQ_INT("partition", (int)k), FQ_UINT("lease_age_ms", fq_lease_age(s, now)));
+    }
+}
+
 bool fq_leader_renew(fq_leader *l, uint64_t now, bool connected)
 {
     if (connected) {
@@ -230,6 +276,7 @@ bool fq_leader_renew(fq_leader *l, uint64_t now, bool connected)
         fq_owner_tick(l->own, now);
         ld_act(l);
     }
+    ld_stale_log(l, fq_nio_mono_ms());
     const fq_lease *s = fq_leader_lease(l);
     bool fresh = fq_lease_fresh(s, fq_nio_mono_ms());
     if (fresh == l->stale && s->state == FQ_LEASE_LEADING) {

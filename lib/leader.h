@@ -23,7 +23,9 @@
  * the partitions it dispatches, nothing. With P > 1 it watches the bucket
  * (the caller hands the watch's events to fq_leader_on_kv). After each
  * step it sets natsio's fence (the consumers are left alone from the end
- * of freshness on) and what the probes say of the lease. A partition
+ * of freshness on: with P = 1 the process's; with P > 1 each partition's
+ * own, through the caller's fence callback, so that one partition's late
+ * renewal stops no other) and what the probes say of the lease. A partition
  * taken (or a new term of the leader key) and a partition given up are
  * handed to the caller, whose consumers carry the term.
  */
@@ -45,6 +47,12 @@ typedef struct fq_leader_opts {
     /* part is not ours any more (P > 1 only; with P = 1 the lease says
      * LOST). planned: a move; settle it, then fq_leader_handoff. */
     void (*lost)(void *arg, int32_t part, bool planned);
+    /* P > 1: partition part's fence moved to until (monotonic ms,
+     * fq_owner_fresh_until: its lease is fresh before it; 0: not ours):
+     * what its consumers (fq_nio_fence_consumer) and the ledger need. Said
+     * for every partition at the first step, then at each change. NULL:
+     * none told. */
+    void (*fence)(void *arg, int32_t part, uint64_t until);
     void *arg;
 } fq_leader_opts;
 
@@ -67,11 +75,11 @@ bool fq_leader_fresh(const fq_leader *l, uint64_t now);
  * its journal batches need. */
 bool fq_leader_part_fresh(const fq_leader *l, int32_t part, uint64_t now);
 /* P > 1: not fenced and every partition key we hold fresh (true when we
- * hold none): what natsio's fence says too. */
+ * hold none): what /readyz says. */
 bool fq_leader_parts_fresh(const fq_leader *l, uint64_t now);
 /* Another proxy wrote what only the leader writes (the journal): not
- * fresh from now on, whatever the lease says; natsio and the probes are
- * told at the next step (the caller's loop renews right after). */
+ * fresh from now on, whatever the lease says; natsio, the probes and the
+ * fence callback are told now. */
 void fq_leader_fence(fq_leader *l);
 
 /* The answers that came for the keys (fq_nio_kv_poll: no other event),

@@ -294,8 +294,12 @@ typedef struct lg_part {
     bool full;                  /* its unsent batch is as large as one may be */
     bool jstalled;              /* its batches fail for FQ_LEDGER_STALL_MS */
     bool listed;                /* on the list of partitions with a batch unsent or unanswered */
-    bool fresh;                 /* its own lease fresh, as last told (fq_ledger_set_part_fresh):
-                                   its batches go out while it is, whatever the others' */
+    uint64_t fence;             /* monotonic ms from which its lease is not known fresh, as
+                                   last told (fq_ledger_set_part_fence); UINT64_MAX: not
+                                   told, the ledger's fresh alone. Its acks, naks, batches
+                                   and its tenants' dispatches wait for it, not for the
+                                   others' */
+    uint32_t nlater;            /* its acks and naks held in l->later */
     int64_t inherit_before;     /* unix ms (the server's clock, the margin added) before which
                                    a submit may have been fetched by a consumer before ours:
                                    INT64_MAX from its adoption until its submit consumer is
@@ -912,6 +916,15 @@ static bool lg_let_go(const fq_ledger *l, uint32_t part)
     return part >= l->nparts || l->parts[part].state == LG_PART_FREE;
 }
 
+/* Whether partition part may act now (ack, nak, journal, dispatch its
+ * tenants' runs): the ledger fresh and, once told, part's own lease
+ * fresh at l->now. Another partition's stale lease holds nothing of
+ * part's. */
+static bool lg_fresh(const fq_ledger *l, uint32_t part)
+{
+    return l->fresh && (part >= l->nparts || l->now < l->parts[part].fence);
+}
+
 static void lg_hold(fq_ledger *l, enum fq_ledger_cons cons, const fq_ledger_ackref *a, bool nak,
                     uint32_t delay_ms)
 {
@@ -920,16 +933,17 @@ static void lg_hold(fq_ledger *l, enum fq_ledger_cons cons, const fq_ledger_ackr
     if (!lg_grow(&l->later, &l->later_cap, l->nlater + 1, sizeof *l->later))
         return;     /* out of memory: a lost ack costs a redelivery, de-duplicated */
     l->later[l->nlater++] = (lg_later){cons, *a, nak, delay_ms};
+    l->parts[a->part].nlater++;
 }
 
-/* Ack a delivery; held back, in order, while not fresh: if the lease is
- * lost instead, the next leader's consumer gets the message again and its
- * journal says it was handled. */
+/* Ack a delivery; held back, in its partition's order, while its
+ * partition is not fresh: if the lease is lost instead, the next owner's
+ * consumer gets the message again and its journal says it was handled. */
 static void lg_ack(fq_ledger *l, enum fq_ledger_cons cons, const fq_ledger_ackref *a)
 {
     if (lg_let_go(l, a->part))
         return;
-    if (l->nlater || !l->fresh) {
+    if (l->parts[a->part].nlater || !lg_fresh(l, a->part)) {
         lg_hold(l, cons, a, false, 0);
         return;
     }
@@ -962,7 +976,7 @@ static void lg_nak(fq_ledger *l, enum fq_ledger_cons cons, const fq_ledger_ackre
 {
     if (lg_let_go(l, a->part))
         return;
-    if (!l->fresh) {
+    if (!lg_fresh(l, a->part)) {
         lg_hold(l, cons, a, true, delay_ms);
         return;
     }
@@ -982,24 +996,31 @@ void fq_ledger_ack_failed(fq_ledger *l, const fq_ledger_act *a)
     }
 }
 
+/* Send the acks and naks held of each partition fresh now, in order; a
+ * stale partition's stay held, in order, and hold nothing of the others'. */
 static void lg_acks_later(fq_ledger *l)
 {
     if (!l->fresh || !l->nlater)
         return;
-    size_t n = l->nlater;
-    l->nlater = 0;
+    size_t n = l->nlater, kept = 0;
+    bool full = false;
     for (size_t i = 0; i < n; i++) {
-        fq_ledger_act *x = lg_act_new(l, l->later[i].nak ? FQ_LACT_NAK : FQ_LACT_ACK);
+        lg_later *h = &l->later[i];
+        fq_ledger_act *x = NULL;
+        if (!full && lg_fresh(l, h->a.part))
+            full = !(x = lg_act_new(l, h->nak ? FQ_LACT_NAK : FQ_LACT_ACK));
         if (!x) {
-            /* Keep the rest, in order, for the next turn. */
-            memmove(l->later, l->later + i, (n - i) * sizeof *l->later);
-            l->nlater = n - i;
-            return;
+            /* Kept, in order, for a later turn (out of memory: the rest
+             * too). */
+            l->later[kept++] = *h;
+            continue;
         }
-        x->cons = l->later[i].cons;
-        x->ack = l->later[i].a;
-        x->delay_ms = l->later[i].delay_ms;
+        x->cons = h->cons;
+        x->ack = h->a;
+        x->delay_ms = h->delay_ms;
+        l->parts[h->a.part].nlater--;
     }
+    l->nlater = kept;
 }
 
 void fq_ledger_set_fresh(fq_ledger *l, bool fresh)
@@ -1007,10 +1028,10 @@ void fq_ledger_set_fresh(fq_ledger *l, bool fresh)
     l->fresh = fresh;
 }
 
-void fq_ledger_set_part_fresh(fq_ledger *l, uint32_t part, bool fresh)
+void fq_ledger_set_part_fence(fq_ledger *l, uint32_t part, uint64_t until)
 {
     if (part < l->nparts)
-        l->parts[part].fresh = fresh;
+        l->parts[part].fence = until;
 }
 
 /* ---- fetching paused ----------------------------------------------------- */
@@ -1241,6 +1262,13 @@ static void lg_recall(fq_ledger *l)
     uint64_t todo = l->ngates < FQ_LEDGER_GATES_PER_TURN ? l->ngates : FQ_LEDGER_GATES_PER_TURN;
     for (uint64_t k = 0; k < todo && l->gate_head; k++) {
         fq_ledger_tenant *lt = l->gate_head;
+        if (!lg_fresh(l, lg_lt_part(l, lt))) {
+            /* its partition stale: asked back once it is fresh, its tries
+             * not spent meanwhile */
+            lg_gate_unlink(l, lt);
+            lg_gate_link(l, lt);
+            continue;
+        }
         lg_back *h = lt->back_head;
         while (h && h->tries >= FQ_LEDGER_RECALL_TRIES &&
                l->now - h->recalled_at >= FQ_LEDGER_RECALL_AGAIN_MS) {
@@ -1389,7 +1417,8 @@ static void lg_journal_emit(fq_ledger *l, lg_part *pp, lg_batch *b)
  * a planned move's settling). */
 static void lg_journal_flush_part(fq_ledger *l, lg_part *pp)
 {
-    if (!(l->fresh || pp->fresh) || pp->fenced || !pp->jmarked || pp->state != LG_PART_OWNED)
+    if (!lg_fresh(l, (uint32_t)(pp - l->parts)) || pp->fenced || !pp->jmarked ||
+        pp->state != LG_PART_OWNED)
         return;
     if (pp->sent) {
         if (pp->sent->retry_at && pp->sent->retry_at <= l->now)
@@ -2520,6 +2549,17 @@ void fq_ledger_body(fq_ledger *l, uint64_t seq, fq_status st, const fq_ledger_by
     lg_dispatch_send(l, x, raw);
 }
 
+/* Run x, just taken by the scheduler, is of a partition whose lease is
+ * not fresh now: back to the head of its tenant's queue, its charge
+ * refunded, and the tenant parked FQ_LEDGER_FENCE_PARK_MS, so that the
+ * tenants of the partitions fresh are served meanwhile. Not a failure:
+ * no note, no doubling. */
+static void lg_fence_park(fq_ledger *l, lg_run *x)
+{
+    lg_requeue_run(l, x);
+    fq_sched_park(l->o.sched, x->lt->t, l->now + FQ_LEDGER_FENCE_PARK_MS);
+}
+
 size_t fq_ledger_dispatch(fq_ledger *l, size_t budget, uint64_t now, int64_t now_ms)
 {
     l->now = now;
@@ -2529,7 +2569,12 @@ size_t fq_ledger_dispatch(fq_ledger *l, size_t budget, uint64_t now, int64_t now
         fq_run *r = fq_sched_dispatch(l->o.sched, now);
         if (!r)
             break;
-        if (!lg_dispatch_one(l, r->handle))
+        lg_run *x = r->handle;
+        if (!lg_fresh(l, x->part)) {
+            lg_fence_park(l, x);
+            continue;
+        }
+        if (!lg_dispatch_one(l, x))
             break;
         lg_journal_check(l);
     }
@@ -3557,6 +3602,21 @@ static lg_run *lg_gone_find(const fq_ledger *l, uint64_t seq)
     return n ? FQ_U64MAP_ENTRY(n, lg_run, run.hnode) : NULL;
 }
 
+bool fq_ledger_token_part(uint32_t *part, const fq_ledger *l, uint64_t token)
+{
+    uint64_t v = FQ_LEDGER_TOKEN_VAL(token);
+    int kind = FQ_LEDGER_TOKEN_KIND(token);
+    *part = 0;
+    if (kind == FQ_LTK_JOURNAL || kind == FQ_LTK_REJECT || kind == FQ_LTK_DONE_REJECT) {
+        *part = lg_token_part(v);
+        return *part < l->nparts;
+    }
+    const lg_run *x = kind == FQ_LTK_DISPATCH ? lg_find_seq(l, v) : NULL;
+    if (x)
+        *part = x->part;
+    return x != NULL;
+}
+
 /* The answer to the dispatch of x, a run let go with its partition:
  * counted off, and the run freed once none is awaited. */
 static void lg_gone_settle(fq_ledger *l, lg_run *x)
@@ -3726,6 +3786,7 @@ static void lg_release_deliveries(fq_ledger *l, uint32_t part)
         if (l->later[i].a.part != part)
             l->later[kept++] = l->later[i];
     l->nlater = kept;
+    l->parts[part].nlater = 0;
     for (fq_kept_node *n = l->early.head; n; n = n->next) {
         lg_early *e = (lg_early *)(void *)n;
         if (e->k.until != INT64_MIN && e->ack.part == part)
@@ -3919,8 +3980,10 @@ fq_status fq_ledger_create(fq_ledger **out, const fq_ledger_opts *o)
         fq_ledger_destroy(l);
         return FQ_ENOMEM;
     }
-    for (uint32_t i = 0; i < l->nparts; i++)
+    for (uint32_t i = 0; i < l->nparts; i++) {
         l->parts[i].inherit_before = INT64_MAX;
+        l->parts[i].fence = UINT64_MAX;
+    }
     if (l->nparts == 1)
         l->parts[0].state = LG_PART_OWNED;     /* one partition: ours from the start */
     l->fresh = true;

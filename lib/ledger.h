@@ -209,6 +209,8 @@ typedef struct fq_ledger_opts {
 /* Limits of the ledger's own (the proxy's constants of before). */
 #define FQ_LEDGER_RETRY_MS 250          /* first parking after a failed dispatch */
 #define FQ_LEDGER_PARK_MAX_MS 5000      /* longest parking; a nak's delay when not now */
+#define FQ_LEDGER_FENCE_PARK_MS 100     /* a tenant of a partition whose lease is not fresh
+                                           is parked this long (fq_ledger_set_part_fence) */
 #define FQ_LEDGER_STALL_MS 1000         /* dispatches or batches failing this long: stalled */
 #define FQ_LEDGER_CLOCK_MARGIN_MS 2000  /* a dispatch sent again is marked a possible duplicate
                                            this much before the duplicate window may end, and
@@ -281,6 +283,11 @@ enum fq_ledger_token_kind {
     FQ_LTK_CALLER,              /* from here up: the caller's own */
 };
 bool fq_ledger_token_ours(uint64_t token);
+/* The partition a publish of the ledger's is for, by its token: a
+ * refusal's or a batch's own, a dispatch's run's while the ledger holds
+ * it by its submit. False when not known (a run let go or forgotten, a
+ * token not the ledger's). */
+bool fq_ledger_token_part(uint32_t *part, const fq_ledger *l, uint64_t token);
 
 enum fq_ledger_act_type {
     FQ_LACT_DISPATCH = 1,   /* publish to the dispatch subject */
@@ -473,17 +480,24 @@ void fq_ledger_flush(fq_ledger *l, uint64_t now, int64_t now_ms);
 
 /* The lease's state: while not fresh nothing is acked, naked, dispatched
  * or journalled (acks and naks are held, in order, and sent once fresh
- * again). With P > 1, fresh means every partition's lease we hold is. */
+ * again). With P = 1 the leader's lease; with P > 1 what holds every
+ * partition (the process fenced), each partition's own lease being told
+ * by fq_ledger_set_part_fence. */
 void fq_ledger_set_fresh(fq_ledger *l, bool fresh);
-/* P > 1: whether partition part's own lease is fresh, as fq_ledger_flush
- * reads it (tell it before each). Its journal batches go out while it is,
- * though another partition's lease is not: a batch for partition k may go
- * out only while k's lease is fresh, and needs no other's, since k's
- * journal has its own subject, marker and fence, and its batch settles only
- * k's runs and completions (their acks still wait for fq_ledger_set_fresh,
- * as the consumers' fence is the process's). False (the default): its
- * batches go out while the ledger is fresh. */
-void fq_ledger_set_part_fresh(fq_ledger *l, uint32_t part, bool fresh);
+/* Partition part's lease is fresh before until (monotonic ms, compared
+ * with each input's now; 0: not held), as the lease said last (tell it
+ * whenever that changes). An action for part (an ack or a nak of its
+ * deliveries, its journal batches, a dispatch of its tenants' runs) needs
+ * the ledger fresh and part's lease fresh, and no other partition's:
+ * part's journal has its own subject, marker and fence, its consumers
+ * their own term-named names and fence (fq_nio_fence_consumer), and its
+ * batch settles only its runs and completions. Past until its acks and
+ * naks are held, in order, its batches wait, and a run of its tenants
+ * that deficit round robin picks goes back to the head of its queue,
+ * uncharged, the tenant parked FQ_LEDGER_FENCE_PARK_MS, so the tenants of
+ * the partitions fresh are served meanwhile. Never told (UINT64_MAX, the
+ * default, and with P = 1): the ledger's fresh alone. */
+void fq_ledger_set_part_fence(fq_ledger *l, uint32_t part, uint64_t until);
 
 /* The admission's drain rate, tokens a second (0: unknown). */
 void fq_ledger_set_rate(fq_ledger *l, double tokens_per_sec);

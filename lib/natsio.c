@@ -143,6 +143,8 @@ typedef struct nio_consumer {
     size_t queued;              /* MSG events in the queue: while the owner is behind, nats.c's
                                    messages wait there, a KiB each; under n->mu */
     atomic_bool paused;
+    atomic_uint_fast64_t fence_until;   /* monotonic ms from which it is left alone
+                                           (fq_nio_fence_consumer), besides the process's */
     char ack[320];              /* $JS.ACK.<stream>.<name>. : acks' subjects begin so; owner only */
     size_t ack_len;
     /* The fetch thread's own. */
@@ -934,6 +936,8 @@ fq_status fq_nio_create(fq_nio **out, const fq_nio_opts *o, char *err, size_t er
         return FQ_ENOMEM;
     n->o = *o;
     atomic_store(&n->fence_until, UINT64_MAX);
+    for (int i = 0; i < FQ_NIO_MAX_CONSUMERS; i++)
+        atomic_store(&n->cons[i].fence_until, UINT64_MAX);
     if (!n->o.api_wait_ms)
         n->o.api_wait_ms = 5000;
     if (!n->o.pub_wait_ms)
@@ -1226,6 +1230,20 @@ static void nio_sleep_ms(int ms)
 static bool nio_fenced(fq_nio *n)
 {
     return fq_nio_mono_ms() >= atomic_load(&n->fence_until);
+}
+
+/* When consumer id's fence passes: its own or the process's, the earlier. */
+static uint64_t nio_cons_until(fq_nio *n, int id)
+{
+    uint64_t a = atomic_load(&n->fence_until), b = atomic_load(&n->cons[id].fence_until);
+    return a < b ? a : b;
+}
+
+/* Whether consumer id's fence has passed at now: it is then left alone (no
+ * pull, no make or delete, no ack or nak), whatever the others'. */
+static bool nio_cons_fenced(fq_nio *n, int id, uint64_t now)
+{
+    return now >= nio_cons_until(n, id);
 }
 
 /* The name of a consumer of durable in term: durable-term, or durable
@@ -1551,7 +1569,8 @@ static void nio_api_answer(fq_nio *n, int id, natsMsg *m, uint64_t now)
     c->api = NIO_API_NONE;
     c->api_req = 0;
     pthread_mutex_lock(&n->mu);
-    fq_pull_step st = {.wanted = c->version == c->api_version, .fenced = nio_fenced(n)};
+    fq_pull_step st = {.wanted = c->version == c->api_version,
+                       .fenced = nio_cons_fenced(n, id, now)};
     bool wanted = st.wanted;
     pthread_mutex_unlock(&n->mu);
     if (fq_pull_step_decide(&st) != FQ_PULL_STEP_ON) {
@@ -1801,7 +1820,7 @@ static int nio_reconcile_next(fq_nio *n, int used, uint64_t gen, uint64_t now, b
     for (int i = 0; i < used; i++) {
         const nio_consumer *c = &n->cons[i];
         if (!nio_due(c, c->version, c->want.on, gen) || now < c->retry_at || c->create_req ||
-            c->api_req)
+            c->api_req || nio_cons_fenced(n, i, now))
             continue;
         due++;
         if (next < 0 || nio_reconcile_before(c, &n->cons[next]))
@@ -1875,7 +1894,8 @@ static void nio_create_answer(fq_nio *n, int id, natsMsg *m, uint64_t now)
     pthread_mutex_lock(&n->mu);
     fq_pull_create cr = {.answered = m != NULL, .ok = ok, .err_code = (int)code,
                          .newer = c->create_newer, .unstaled = c->create_stale != 0,
-                         .wanted = c->version == c->create_version, .fenced = nio_fenced(n)};
+                         .wanted = c->version == c->create_version,
+                         .fenced = nio_cons_fenced(n, id, now)};
     pthread_mutex_unlock(&n->mu);
     uint64_t num = c->create_req, retry_at = 0;
     c->create_req = 0;
@@ -1928,13 +1948,12 @@ static void nio_create_answer(fq_nio *n, int id, natsMsg *m, uint64_t now)
 static bool nio_fetch_requests(fq_nio *n, int used, uint64_t gen, uint64_t now)
 {
     nio_fetch *f = &n->fetch;
-    uint64_t until = atomic_load(&n->fence_until);
     uint32_t most = 1;
     pthread_mutex_lock(&n->mu);
     for (int i = 0; i < used; i++) {
         f->plan[i].queued = (uint32_t)n->cons[i].queued;
         f->plan[i].ready = nio_pullable_locked(&n->cons[i], gen) &&
-                           !atomic_load(&n->cons[i].paused);
+                           !atomic_load(&n->cons[i].paused) && !nio_cons_fenced(n, i, now);
     }
     pthread_mutex_unlock(&n->mu);
     for (int i = 0; i < used; i++) {
@@ -1945,11 +1964,12 @@ static bool nio_fetch_requests(fq_nio *n, int used, uint64_t gen, uint64_t now)
     }
     size_t k = fq_pull_plan(f->reqs, (size_t)used, f->plan, (size_t)used, &f->cursor,
                             (uint64_t)NIO_BUDGET_BATCHES * most, now);
-    /* A pull asks for nothing past the fence. */
-    int64_t wait = until - now < NIO_PULL_WAIT_MS ? (int64_t)(until - now) : NIO_PULL_WAIT_MS;
     for (size_t j = 0; j < k; j++) {
         int id = (int)f->reqs[j].cons;
         nio_consumer *c = &n->cons[id];
+        /* A pull asks for nothing past its consumer's fence. */
+        uint64_t until = nio_cons_until(n, id);
+        int64_t wait = until - now < NIO_PULL_WAIT_MS ? (int64_t)(until - now) : NIO_PULL_WAIT_MS;
         char reply[sizeof f->inbox + 2 * FQ_U64_DEC_MAX + 4], req[96];
         c->request = ++n->fetch_requests;
         snprintf(reply, sizeof reply, "%s.%d.%" PRIu64, f->inbox, id, c->request);
@@ -2300,6 +2320,12 @@ void fq_nio_fence(fq_nio *n, uint64_t until)
     atomic_store(&n->fence_until, until);
 }
 
+void fq_nio_fence_consumer(fq_nio *n, int id, uint64_t until)
+{
+    if (id >= 0 && id < FQ_NIO_MAX_CONSUMERS)
+        atomic_store(&n->cons[id].fence_until, until);
+}
+
 void fq_nio_consume_pause(fq_nio *n, int id, bool paused)
 {
     if (id >= 0 && id < FQ_NIO_MAX_CONSUMERS)
@@ -2311,7 +2337,7 @@ static fq_status nio_ack_send(fq_nio *n, int id, const fq_nio_ackref *a, const c
 {
     if (id < 0 || id >= FQ_NIO_MAX_CONSUMERS || !n->cons[id].ack_len)
         return FQ_EINVAL;
-    if (nio_fenced(n))
+    if (nio_cons_fenced(n, id, fq_nio_mono_ms()))
         return FQ_EIO;
     const nio_consumer *c = &n->cons[id];
     char subj[sizeof c->ack + 3 * FQ_U64_DEC_MAX + 8];

@@ -351,6 +351,15 @@ fq_status fq_nio_consume_term(fq_nio *n, int id, uint64_t term);
  * for nothing past it. UINT64_MAX (the default): no fence. The holder of
  * a lease sets it to the end of its freshness (lib/lease.h). */
 void fq_nio_fence(fq_nio *n, uint64_t until);
+/* The same for consumer id alone, from monotonic ms until on (its own
+ * fence, besides the process's: the earlier holds): no pull, no make or
+ * delete of it, its acks and naks fail, and its pulls ask for nothing
+ * past it, while the other consumers go on. UINT64_MAX (the default): none
+ * of its own. A partition's owner sets its two consumers' to the end of
+ * that partition's lease's freshness, so that one partition's late
+ * renewal stops only its own. Kept across fq_nio_consume_stop and
+ * fq_nio_consume. */
+void fq_nio_fence_consumer(fq_nio *n, int id, uint64_t until);
 /* Stop fetching for consumer id (messages fetched already still arrive),
  * or resume. Acks keep working. */
 void fq_nio_consume_pause(fq_nio *n, int id, bool paused);

@@ -739,6 +739,12 @@ bool fq_owner_fresh(const fq_owner *o, int32_t part, uint64_t now)
     return i != OW_NONE && !o->slots[i].drop && fq_lease_fresh(&o->slots[i].lease, now);
 }
 
+uint64_t fq_owner_fresh_until(const fq_owner *o, int32_t part)
+{
+    uint32_t i = ow_slot_of(o, part);
+    return i != OW_NONE && !o->slots[i].drop ? fq_lease_fresh_until(&o->slots[i].lease) : 0;
+}
+
 uint64_t fq_owner_term(const fq_owner *o, int32_t part)
 {
     uint32_t i = ow_slot_of(o, part);

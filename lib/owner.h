@@ -200,6 +200,13 @@ bool fq_owner_stopped(const fq_owner *o);
 /* Whether we hold part (0..P-1, or FQ_OWNER_DUTY) and its lease is fresh
  * at now (lib/lease.h): what gates every change to it. */
 bool fq_owner_fresh(const fq_owner *o, int32_t part, uint64_t now);
+/* Until when (monotonic ms, excluded) part is fresh as things stand: its
+ * lease's fq_lease_fresh_until while we hold it and it is not dropped
+ * (lost, stale past ttl_ms, or our registry key another instance's); 0
+ * when not. Each partition's own: another's late renewal moves it not.
+ * Its fence (lib/leader.c), which changes only with a call into this
+ * module. */
+uint64_t fq_owner_fresh_until(const fq_owner *o, int32_t part);
 #ifdef FQ_TESTING   /* tests only: no program calls it */
 /* The term we hold part from; 0 when not held. */
 uint64_t fq_owner_term(const fq_owner *o, int32_t part);

@@ -259,8 +259,10 @@ struct fq_proxy {
     fq_leader *ld;              /* the leader lease and its I/O (lib/leader.c); from connect */
     uint64_t term;              /* the term we lead in: our consumers' names carry it */
     bool consuming;             /* the consumers are started */
-    fq_nio_event *held_ev;      /* deliveries that came while not fresh, in order */
+    fq_nio_event *held_ev;      /* deliveries that came while their partition was not fresh,
+                                   in order */
     size_t nheld_ev, held_ev_cap;
+    uint32_t part_held[PX_PARTS_MAX];   /* ... of partition k */
     uint64_t next_second;       /* monotonic ms of the next rate sample */
     fq_bucket refusal_logs;     /* "run refused" lines, PX_REFUSAL_LOGS a second */
     uint64_t refusals_unlogged; /* refusals not logged since the last such line */
@@ -515,15 +517,27 @@ static px_tenant *px_tenant_of_lt(fq_ledger_tenant *lt)
 }
 
 /* Whether we may change shared state now: we lead and the lease is fresh
- * (lib/lease.h); with P > 1, every partition's lease we hold. Every fetch,
- * ack, journal append, dispatch, retry, consumer change and admin write is
- * gated on it, but for a partition's journal batches, which need only
- * that partition's (px_ledger_flush). */
+ * (lib/lease.h); with P > 1, every partition's lease we hold. With P = 1
+ * every fetch, ack, journal append, dispatch, retry, consumer change and
+ * admin write is gated on it; with P > 1 an admin write, and what concerns
+ * a partition on that partition's own lease alone (px_part_fresh). */
 static bool px_fresh(const fq_proxy *p)
 {
     if (p->ld && px_parts(p) > 1)   /* every partition we hold */
         return fq_leader_parts_fresh(p->ld, fq_nio_mono_ms());
     return p->ld && fq_leader_fresh(p->ld, fq_nio_mono_ms());
+}
+
+/* Whether partition k may act now (fetch, ack, journal, dispatch its
+ * tenants' runs, retry its publishes, make its marker): its own lease
+ * fresh, whatever the others'; with P = 1, the leader's (px_fresh). The
+ * consumers and the ledger are fenced the same way, by the leader's fence
+ * callback (px_lease_fence). */
+static bool px_part_fresh(const fq_proxy *p, uint32_t k)
+{
+    if (p->ld && px_parts(p) > 1)
+        return fq_leader_part_fresh(p->ld, (int32_t)k, fq_nio_mono_ms());
+    return px_fresh(p);
 }
 
 /* A publish carries the producer's headers: the message itself (m), or the
@@ -672,20 +686,19 @@ static void px_refuse(fq_proxy *p, const fq_ledger_act *a)
 
 static void px_actions(fq_proxy *p);
 
-/* The ledger's now: its lease state and the clocks. */
+/* The ledger's lease state: with P = 1 the leader's; with P > 1 each
+ * partition's own, told as it changes (px_lease_fence). */
 static void px_ledger_fresh(fq_proxy *p)
 {
-    fq_ledger_set_fresh(p->ledger, px_fresh(p));
+    fq_ledger_set_fresh(p->ledger, px_parts(p) > 1 ? p->ld != NULL : px_fresh(p));
 }
 
 /* The turn's debt records and journal batches out: with P > 1, each
- * partition's batches fenced by its own lease (fq_ledger_set_part_fresh),
+ * partition's batches fenced by its own lease (fq_ledger_set_part_fence),
  * so that one whose lease is fresh does not wait for another's renewal. */
 static void px_ledger_flush(fq_proxy *p, uint64_t now, int64_t now_ms)
 {
     px_ledger_fresh(p);
-    for (uint32_t k = 0; p->ld && px_parts(p) > 1 && k < px_parts(p); k++)
-        fq_ledger_set_part_fresh(p->ledger, k, fq_leader_part_fresh(p->ld, (int32_t)k, now));
     fq_ledger_flush(p->ledger, now, now_ms);
 }
 
@@ -1118,7 +1131,7 @@ static void px_on_submit(fq_proxy *p, fq_nio_event *ev)
     char tenant[FQ_TENANT_MAX + 1], err[256];
     fq_submit sub;
     if (!px_submit_parse(&in, &sub, tenant, err, sizeof err, p, m)) {
-        if (px_fresh(p))
+        if (px_part_fresh(p, in.ack.part))
             fq_nio_nak(p->nio, ev->source, &ev->ack, FQ_LEDGER_PARK_MAX_MS);
     } else {
         p->c.subtenant_refused += in.sub && in.status != FQ_OK && sub.subtenant_refused;
@@ -1200,15 +1213,28 @@ static void px_on_puback(fq_proxy *p, fq_nio_event *ev)
     fq_nio_msg_drop(p->nio, ev->msg);
 }
 
+/* Whether the publish of token may be sent again now: while its
+ * partition's lease is fresh (P > 1: the ledger knows which, and it is
+ * ours), else while every lease we hold is. */
+static bool px_retry_fresh(const fq_proxy *p, uint64_t token)
+{
+    uint32_t k;
+    if (px_parts(p) > 1 && fq_ledger_token_part(&k, p->ledger, token) && k < PX_PARTS_MAX &&
+        p->part_term[k])
+        return px_part_fresh(p, k);
+    return px_fresh(p);
+}
+
 static void px_retry_due(fq_proxy *p)
 {
-    if (!p->nretry || !p->connected || !px_fresh(p))
+    if (!p->nretry || !p->connected)
         return;
     uint64_t now = fq_nio_mono_ms();
     size_t k = 0;
     for (size_t i = 0; i < p->nretry; i++) {
         px_retry *r = &p->retry[i];
-        if (r->at <= now && fq_nio_republish(p->nio, &r->msg, r->token) == FQ_OK) {
+        if (r->at <= now && px_retry_fresh(p, r->token) &&
+            fq_nio_republish(p->nio, &r->msg, r->token) == FQ_OK) {
             p->pubs++;
             continue;
         }
@@ -2522,9 +2548,25 @@ static void px_part_lose(fq_proxy *p, uint32_t k)
             p->held_ev[kept++] = p->held_ev[i];
     }
     p->nheld_ev = kept;
+    p->part_held[k] = 0;
 }
 
 /* ---- the leader lease: lib/leader.c, through this ---------------------- */
+
+/* P > 1: partition part's lease is fresh before until (0: not ours), as
+ * it changes: its two consumers are left alone from then on, and the
+ * ledger holds its acks, batches and dispatches from then on, whatever
+ * the other partitions' leases say (each has its own consumers, journal
+ * subject and term). */
+static void px_lease_fence(void *arg, int32_t part, uint64_t until)
+{
+    fq_proxy *p = arg;
+    if (part < 0 || (uint32_t)part >= PX_PARTS_MAX)
+        return;
+    fq_nio_fence_consumer(p->nio, PX_CONS_ID(PX_CONS_SUBMIT, part), until);
+    fq_nio_fence_consumer(p->nio, PX_CONS_ID(PX_CONS_DONE, part), until);
+    fq_ledger_set_part_fence(p->ledger, (uint32_t)part, until);
+}
 
 /* We lead from term: the consumers carry it in their names. A new term
  * while serving means the key aged out and we took it back: the consumers
@@ -2631,7 +2673,7 @@ static fq_status px_leader_create(fq_proxy *p)
                          .instance = p->instance, .ttl_ms = p->cfg.streams.lease_ttl_ms,
                          .renew_token = TK_MAKE(TK_LEASE, 0), .partitions = px_parts(p),
                          .watch = PX_WATCH_LEASES, .gained = px_lease_lead,
-                         .lost = px_lease_lost, .arg = p};
+                         .lost = px_lease_lost, .fence = px_lease_fence, .arg = p};
     fq_status s = fq_leader_create(&p->ld, p->nio, p->probes, &lo);
     if (s != FQ_OK)
         fq_log(FQ_LOG_ERROR, "cannot take part in the leader lease", FQ_STR("id", p->lease_id),
@@ -2868,19 +2910,29 @@ static fq_status px_recover(fq_proxy *p)
 
 /* ---- the loop ---------------------------------------------------------- */
 
-/* A delivery that comes while the lease is not fresh (a pull sent before
- * it ran out) is held aside, in order, and handled once it is fresh again:
- * handling it may refuse or ack. Lost instead, it goes with the process,
- * and the next leader's consumer delivers it again. */
+/* The partition whose consumer delivered ev (PX_CONS_ID). */
+static uint32_t px_ev_part(const fq_nio_event *ev)
+{
+    uint32_t k = (uint32_t)ev->source / 2;
+    return k < PX_PARTS_MAX ? k : 0;
+}
+
+/* A delivery that comes while its partition's lease is not fresh (a pull
+ * sent before it ran out) is held aside, in its partition's order, and
+ * handled once that lease is fresh again: handling it may refuse or ack.
+ * Lost instead, it goes with its partition, and the next owner's consumer
+ * delivers it again. Another partition's deliveries are not held. */
 static bool px_defer(fq_proxy *p, fq_nio_event *ev)
 {
-    if (!p->nheld_ev && px_fresh(p))
+    uint32_t k = px_ev_part(ev);
+    if (!p->part_held[k] && px_part_fresh(p, k))
         return false;
     if (fq_grow(&p->held_ev, &p->held_ev_cap, p->nheld_ev + 1, sizeof *p->held_ev) != FQ_OK) {
         fq_nio_msg_drop(p->nio, ev->msg);   /* unacked: delivered again after AckWait */
         return true;
     }
     p->held_ev[p->nheld_ev++] = *ev;
+    p->part_held[k]++;
     return true;
 }
 
@@ -2892,16 +2944,24 @@ static void px_on_delivery(fq_proxy *p, fq_nio_event *ev)
         px_on_done(p, ev);
 }
 
-/* Handle the deliveries held aside, in order, while fresh. */
+/* Handle the deliveries held aside of each partition fresh now, in
+ * order; a stale partition's stay, in order (freshness only ends while
+ * this runs: a later one of a partition is never handled before an
+ * earlier one kept). */
 static void px_undefer(fq_proxy *p)
 {
-    size_t i = 0;
-    while (i < p->nheld_ev && px_fresh(p))
-        px_on_delivery(p, &p->held_ev[i++]);
-    if (!i)
-        return;
-    memmove(p->held_ev, p->held_ev + i, (p->nheld_ev - i) * sizeof *p->held_ev);
-    p->nheld_ev -= i;
+    size_t n = p->nheld_ev, kept = 0;
+    for (size_t i = 0; i < n; i++) {
+        fq_nio_event ev = p->held_ev[i];
+        uint32_t k = px_ev_part(&ev);
+        if (!px_part_fresh(p, k)) {
+            p->held_ev[kept++] = ev;
+            continue;
+        }
+        p->part_held[k]--;
+        px_on_delivery(p, &ev);
+    }
+    p->nheld_ev = kept;
 }
 
 /* The connection lost or back. */
@@ -3307,12 +3367,13 @@ static void px_parts_apply(fq_proxy *p)
         loading |= p->part_loading[k] != 0;
         unmarked |= p->part_loading[k] && !p->part_marked[k];
     }
-    if (!loading || !px_fresh(p))
+    if (!loading)
         return;
     if (unmarked) {
-        /* each partition's marker, once (again if its PubAck failed) */
+        /* each partition's marker, once (again if its PubAck failed), while
+         * its own lease is fresh */
         for (uint32_t k = 0; !p->jmark_sent && k < P; k++) {
-            if (!p->part_loading[k] || p->part_marked[k])
+            if (!p->part_loading[k] || p->part_marked[k] || !px_part_fresh(p, k))
                 continue;
             char subject[320];
             px_journal_subject(subject, sizeof subject, p, k);
@@ -3324,6 +3385,9 @@ static void px_parts_apply(fq_proxy *p)
         }
         return;
     }
+    for (uint32_t k = 0; k < P; k++)
+        if (p->part_loading[k] && !px_part_fresh(p, k))
+            return;     /* read back once every partition being taken is fresh */
     if (px_recover(p) != FQ_OK)
         return;     /* read again at the next turn */
     for (uint32_t k = 0; k < P; k++) {
@@ -3538,7 +3602,9 @@ static bool px_turn(fq_proxy *p, const fq_ledger_counters *lc, int *rc)
     px_ledger_fresh(p);
     px_share_tick(p, now);
     px_fwd_expire(p, now);
-    if (p->connected && px_fresh(p) && !p->share_closed)
+    /* With P > 1 the ledger dispatches the runs of each partition whose
+     * lease is fresh, whatever the others' (fq_ledger_set_part_fence). */
+    if (p->connected && (px_parts(p) > 1 || px_fresh(p)) && !p->share_closed)
         px_dispatch(p);
     px_ledger_flush(p, now, now_ms);
     px_actions(p);

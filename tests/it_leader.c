@@ -192,6 +192,15 @@ static void rep_lost(void *arg, int32_t part, bool planned)
         fq_leader_handoff(r->l, part);  /* nothing to settle here */
 }
 
+/* Partition 1's fence is consumer 0's (as a proxy fences each partition's
+ * consumers by that partition's lease alone). */
+static void rep_fence(void *arg, int32_t part, uint64_t until)
+{
+    replica *r = arg;
+    if (part == 1)
+        fq_nio_fence_consumer(r->n, 0, until);
+}
+
 static void rep_start(replica *r, const char *url, const char *id)
 {
     memset(r, 0, sizeof *r);
@@ -370,7 +379,8 @@ static void test_unanswered_key_costs_the_others_nothing(void **state)
     assert_int_equal(fq_probes_create(&r.pr, 0, fq_nio_mono_ms), FQ_OK);
     fq_leader_opts lo = {.bucket = HBUCKET, .id = "rep-h", .partitions = HPARTS,
                          .ttl_ms = HTTL, .renew_token = RENEW_TOKEN, .watch = 0,
-                         .gained = rep_gained, .lost = rep_lost, .arg = &r};
+                         .gained = rep_gained, .lost = rep_lost, .fence = rep_fence,
+                         .arg = &r};
     assert_int_equal(fq_leader_create(&r.l, r.n, r.pr, &lo), FQ_OK);
     r.live = true;
     /* Runs that a consumer hands over one at a time (each acked first). */
@@ -383,6 +393,7 @@ static void test_unanswered_key_costs_the_others_nothing(void **state)
     }
     fq_nio_consumer c = {.stream = "HOLE", .durable = "hole", .max_ack_pending = 1,
                          .ack_wait_ms = 60000, .batch = 1};
+    fq_nio_fence_consumer(r.n, 0, 0);   /* partition 1's: fenced until it is taken */
     assert_int_equal(fq_nio_consume(r.n, 0, &c), FQ_OK);
 
     /* The others taken (p.0's take unanswered meanwhile). */

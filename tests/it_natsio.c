@@ -1586,6 +1586,74 @@ static void test_stopped_consumer_not_pulled(void **state)
     fq_nio_destroy(n);
 }
 
+/* Wait until consumer name of stream has no pull request open (one sent
+ * before a fence or a pause expires within a pull's wait), up to 5 s. */
+static void pulls_idle(fixture *f, const char *stream, const char *name)
+{
+    natsConnection *nc = NULL;
+    jsCtx *js = NULL;
+    assert_int_equal(natsConnection_ConnectTo(&nc, natstest_url(f->srv)), NATS_OK);
+    assert_int_equal(natsConnection_JetStream(&js, nc, NULL), NATS_OK);
+    bool idle = false;
+    for (long long end = nt_now_ms() + 5000; !idle && nt_now_ms() < end;) {
+        nt_sleep_ms(50);
+        jsConsumerInfo *ci = NULL;
+        assert_int_equal(js_GetConsumerInfo(&ci, js, stream, name, NULL, NULL), NATS_OK);
+        idle = ci->NumWaiting == 0;
+        jsConsumerInfo_Destroy(ci);
+    }
+    assert_true(idle);
+    jsCtx_Destroy(js);
+    natsConnection_Destroy(nc);
+}
+
+/* Each consumer has a fence of its own besides the process's (issue 16:
+ * a partition's late lease renewal stops that partition alone): past
+ * consumer 0's, it is not pulled and its acks fail, while consumer 1 goes
+ * on, its run delivered and acked; lifted, consumer 0's run comes. The
+ * process's fence, the only one before, stops consumer 1 too. */
+static void test_fence_per_consumer(void **state)
+{
+    fixture *f = *state;
+    fq_nio *n = parts_setup(f, "FENCEP", "fnp");
+    parts_consume(n, 0, "FENCEP", "fnp", 0, 8, 1);
+    parts_consume(n, 1, "FENCEP", "fnp", 1, 8, 1);
+    parts_made(n, 2, 1);
+    publish_acked(f, "fnp.0.t", 1);
+    fq_nio_event ev;
+    assert_true(wait_event(n, FQ_NIO_EV_MSG, &ev, 5000));
+    assert_int_equal(ev.source, 0);
+    fq_nio_ackref first = ev.ack;
+    fq_nio_msg_destroy(ev.msg);
+    fq_nio_fence_consumer(n, 0, fq_nio_mono_ms());
+    assert_int_equal(fq_nio_ack(n, 0, &first), FQ_EIO);
+    pulls_idle(f, "FENCEP", "fnp-p0-1");
+    publish_acked(f, "fnp.0.t", 1);
+    publish_acked(f, "fnp.1.t", 1);
+    assert_true(wait_event(n, FQ_NIO_EV_MSG, &ev, 5000));
+    assert_int_equal(ev.source, 1);
+    assert_int_equal(fq_nio_ack(n, 1, &ev.ack), FQ_OK);
+    fq_nio_msg_destroy(ev.msg);
+    assert_false(wait_event(n, FQ_NIO_EV_MSG, &ev, 1000));   /* partition 0's waits */
+    fq_nio_fence_consumer(n, 0, UINT64_MAX);
+    assert_true(wait_event(n, FQ_NIO_EV_MSG, &ev, 5000));
+    assert_int_equal(ev.source, 0);
+    assert_int_equal(ev.ack.sseq, first.sseq + 1);
+    assert_int_equal(fq_nio_ack(n, 0, &ev.ack), FQ_OK);
+    fq_nio_msg_destroy(ev.msg);
+    /* The process's fence: consumer 1's next run does not come. */
+    fq_nio_fence(n, fq_nio_mono_ms());
+    assert_int_equal(fq_nio_ack(n, 1, &ev.ack), FQ_EIO);
+    pulls_idle(f, "FENCEP", "fnp-p1-1");
+    publish_acked(f, "fnp.1.t", 1);
+    assert_false(wait_event(n, FQ_NIO_EV_MSG, &ev, 1000));
+    fq_nio_fence(n, UINT64_MAX);
+    assert_true(wait_event(n, FQ_NIO_EV_MSG, &ev, 5000));
+    assert_int_equal(ev.source, 1);
+    fq_nio_msg_destroy(ev.msg);
+    fq_nio_destroy(n);
+}
+
 /* A consumer whose API calls go unanswered (a permission denies them, a
  * stream's leader lost) costs the others nothing: the fetch thread waits
  * for none of its answers, so a consumer asked after it is made, and
@@ -2169,6 +2237,7 @@ int main(void)
         cmocka_unit_test(test_flood_does_not_starve_quiet),
         cmocka_unit_test(test_renamed_consumers_pulled_as_made),
         cmocka_unit_test(test_stopped_consumer_not_pulled),
+        cmocka_unit_test(test_fence_per_consumer),
         cmocka_unit_test(test_unanswered_consumer_costs_the_others_nothing),
         cmocka_unit_test(test_unanswered_create_costs_the_others_nothing),
         cmocka_unit_test(test_create_in_flight_at_reconnect_made_again),

@@ -23,6 +23,8 @@
 #include <cmocka.h>
 
 #include "opstest.h"
+#include "names.h"
+#include "partition.h"
 #include "proxyfixture.h"
 
 static const char yaml[] =
@@ -342,6 +344,99 @@ static void test_forwards_past_64_answered_busy(void **state)
     natsSubscription_Destroy(replies);
 }
 
+/* The server's config for the fence case: the mapping of 2 partitions,
+ * one user for every connection (publish: allow everything but deny, if
+ * deny is not NULL: only the proxy publishes there), and, for a reload,
+ * the store -sd gave. */
+static void fence_conf(const char *store, const char *deny)
+{
+    FILE *c = fopen(conf, "w");
+    assert_non_null(c);
+    fprintf(c, "mappings {\n"
+               "  \"fair.submit.*\": \"fair.submit.{{partition(2,1)}}.{{wildcard(1)}}\"\n"
+               "  \"fair.done.*\": \"fair.done.{{partition(2,1)}}.{{wildcard(1)}}\"\n"
+               "}\n"
+               "authorization { users = [\n"
+               "  { user: open, password: open%s%s%s }\n"
+               "] }\n"
+               "no_auth_user: open\n",
+            deny ? ", permissions: { publish: { allow: \">\", deny: [\"" : "", deny ? deny : "",
+            deny ? "\"] } }" : "");
+    if (store)
+        fprintf(c, "jetstream { store_dir: \"%s\" }\n", store);
+    assert_int_equal(fclose(c), 0);
+}
+
+/* A tenant of partition k of 2, into buf. */
+static const char *tenant_of(char *buf, size_t cap, uint32_t k)
+{
+    for (unsigned n = 0;; n++) {
+        snprintf(buf, cap, "ten%u", n);
+        if (fq_partition_of(buf, strlen(buf), 2) == k)
+            return buf;
+    }
+}
+
+static int setup_fence(void **state)
+{
+    memcpy(dir + sizeof dir - 7, "XXXXXX", 6);
+    if (!mkdtemp(dir))
+        return -1;
+    snprintf(conf, sizeof conf, "%s/fence.conf", dir);
+    fence_conf(NULL, NULL);
+    static const char y[] = "partitions: 2\n"
+                            "streams:\n  lease_ttl_ms: 6000\n"
+                            "scheduler:\n  default_plan: free\n"
+                            "window:\n  max_in_flight: 4\n"
+                            "plans:\n  - name: free\n";
+    pt_worker_opts wo = {.concurrency = 4, .service_ms = 1};
+    if (pf_setup_server(state, (const char *const[]){"-c", conf, NULL}, y, &wo) != 0)
+        return -1;
+    return pt_log_wait_n(&((pf_fixture *)*state)->px, "consuming a partition", 2, 15000);
+}
+
+/* Each partition is fenced by its own lease (issue 16, point 2). One
+ * replica holds both partitions of P = 2 at a 6 s lease; then the server
+ * stops answering the renewals of partition 1's key (a permission taken
+ * away by a reload: they go unanswered). Once partition 1's lease is not
+ * fresh (5 s after its last renewal confirmed), a run of a tenant of
+ * partition 0 is still fetched, dispatched, completed and acked before
+ * partition 1 is let go (stale past the TTL, 1 s later), while the run of
+ * partition 1's tenant waits. Before, the fence was the process's: every
+ * partition waited until partition 1 was renewed or let go, and the run of
+ * partition 0 came after the loss (about 2 s later). */
+static void test_stale_partition_fences_only_itself(void **state)
+{
+    pf_fixture *f = *state;
+    char t0[16], t1[16], store[600];
+    tenant_of(t0, sizeof t0, 0);
+    tenant_of(t1, sizeof t1, 1);
+    assert_int_equal(pt_submit(&f->c, t0, "{\"run_id\":\"a0\"}", 15, NULL), 0);
+    assert_int_equal(pt_submit(&f->c, t1, "{\"run_id\":\"a1\"}", 15, NULL), 0);
+    assert_int_equal(pt_worker_wait_completed(f->w, 2, 20000), 0);
+    snprintf(store, sizeof store, "%s/store", natstest_dir(f->srv));
+    fence_conf(store, "$KV." FQ_DEFAULT_LEASE_BUCKET ".p.1");
+    assert_int_equal(natstest_reload(f->srv), 0);
+    assert_int_equal(pt_log_wait(&f->px, "a partition's lease is not fresh", 20000), 0);
+    assert_int_equal(pt_submit(&f->c, t1, "{\"run_id\":\"b1\"}", 15, NULL), 0);
+    assert_int_equal(pt_submit(&f->c, t0, "{\"run_id\":\"b0\"}", 15, NULL), 0);
+    assert_int_equal(pt_worker_wait_completed(f->w, 3, 20000), 0);
+    pf_wait_msgs(f, "FAIR_DISPATCH", 3);
+    /* partition 0's run done and partition 1 still held, stale */
+    assert_int_equal(pt_log_count(&f->px, "lost a partition"), 0);
+    assert_int_equal(pt_worker_completed(f->w), 3);
+    pt_msg *m = NULL;
+    size_t k = 0;
+    assert_int_equal(pt_stream_read(&f->c, "FAIR_DISPATCH", &m, &k), 0);
+    assert_int_equal(k, 3);
+    assert_string_equal(m[2].run_id, "b0");
+    pt_msgs_free(m, k);
+    /* Let go at its TTL; partition 0 goes on. */
+    assert_int_equal(pt_log_wait(&f->px, "lost a partition", 20000), 0);
+    assert_int_equal(pt_submit(&f->c, t0, "{\"run_id\":\"c0\"}", 15, NULL), 0);
+    assert_int_equal(pt_worker_wait_completed(f->w, 4, 20000), 0);
+}
+
 /* The ceiling on P (docs/partitions.md): one replica owns at most 128
  * partitions, two consumers each, and a replica left alone owns them all,
  * so partitions: 129 is refused at start (exit 2, a config error), saying
@@ -376,6 +471,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_forwards_past_64_answered_busy, setup, teardown),
         cmocka_unit_test_setup_teardown(test_given_back_runs_come_again, setup_small, teardown),
         cmocka_unit_test_setup_teardown(test_partition_backlog_counts_the_stream, setup_small,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_stale_partition_fences_only_itself, setup_fence,
                                         teardown),
         cmocka_unit_test(test_p_above_the_ceiling_refused),
     };

@@ -2838,14 +2838,14 @@ static void test_part_journal_fenced_per_partition(void **state)
     world_free(a);
 }
 
-/* Each partition's journal batches are fenced by its own lease: while
- * partition 2's is stale (a renewal answered late) and so the ledger is
- * not fresh, partition 1's batch still goes out once its lease is told
- * fresh, and settles its run; its acks wait for the ledger's fresh, and
- * partition 2's batch for its own lease. Before, one stale lease held every
- * partition's batches (and a planned move of partition 1 that waited for
- * its journal to settle). */
-static void test_part_journal_fresh_per_partition(void **state)
+/* Each partition is fenced by its own lease (fq_ledger_set_part_fence),
+ * in virtual time: while partition 2's has passed its fence (a renewal
+ * answered late), partition 1's batch goes out, its submits are acked and
+ * its tenant's runs dispatched; partition 2's batch, acks and runs wait,
+ * its run back at the head of its queue; once its lease is fresh again they go,
+ * its acks in order. Before, one stale lease held every partition's acks
+ * and dispatches (the ledger's fresh was every lease's). */
+static void test_part_fence_per_partition(void **state)
 {
     (void)state;
     char x[16], y[16];
@@ -2857,31 +2857,89 @@ static void test_part_journal_fresh_per_partition(void **state)
     fq_ledger_act d1 = *find(a, FQ_LACT_DISPATCH, 0), d2 = *find(a, FQ_LACT_DISPATCH, 1);
     puback(a, d1.token, FQ_LEDGER_PUB_STORED, 0);
     puback(a, d2.token, FQ_LEDGER_PUB_STORED, 0);
-    fq_ledger_set_fresh(a->l, false);
-    fq_ledger_set_part_fresh(a->l, 1, true);
-    fq_ledger_set_part_fresh(a->l, 2, false);
+    /* Partition 1's lease fresh for a second more; partition 2's fence
+     * is now. */
+    fq_ledger_set_part_fence(a->l, 1, a->now + 1000);
+    fq_ledger_set_part_fence(a->l, 2, a->now);
     fq_ledger_flush(a->l, a->now, a->now_ms);
     drain(a);
     assert_int_equal(count(a, FQ_LACT_JOURNAL), 1);
     fq_ledger_act j = *find(a, FQ_LACT_JOURNAL, 0);
     assert_int_equal(j.part, 1);
     store_journal(a, &j);
-    assert_int_equal(count(a, FQ_LACT_ACK), 0);         /* held: the ledger is not fresh */
+    assert_true(acked(a, FQ_LEDGER_SUBMIT, 10));        /* partition 1's: acked now */
     fq_ledger_part_stats ps;
     fq_ledger_part_stats_get(&ps, a->l, 1);
     assert_true(ps.settled);
     fq_ledger_part_stats_get(&ps, a->l, 2);
     assert_false(ps.settled);
-    /* Partition 2's lease fresh again: its batch goes, and the acks. */
-    fq_ledger_set_fresh(a->l, true);
-    fq_ledger_set_part_fresh(a->l, 1, false);
-    fq_ledger_set_part_fresh(a->l, 2, true);
-    fq_ledger_tick(a->l, a->now, a->now_ms);
-    fq_ledger_flush(a->l, a->now, a->now_ms);
-    drain(a);
-    assert_true(acked(a, FQ_LEDGER_SUBMIT, 10));
+    /* New runs: partition 1's tenant's dispatched, partition 2's not. */
+    submit(a, x, 12, "r3", 50);
+    submit(a, y, 13, "r4", 50);
+    turn(a);
+    assert_int_equal(count(a, FQ_LACT_DISPATCH), 1);
+    assert_string_equal(find(a, FQ_LACT_DISPATCH, 0)->tenant, x);
+    uint32_t est;
+    assert_int_equal(fq_ledger_run_where(a->l, y, "r4", &est), FQ_LW_QUEUED);
+    fq_ledger_act d3 = *find(a, FQ_LACT_DISPATCH, 0);
     assert_int_equal(count(a, FQ_LACT_JOURNAL), 1);
-    assert_int_equal(find(a, FQ_LACT_JOURNAL, 0)->part, 2);
+    j = *find(a, FQ_LACT_JOURNAL, 0);
+    assert_int_equal(j.part, 1);
+    puback(a, d3.token, FQ_LEDGER_PUB_STORED, 0);
+    store_journal(a, &j);
+    assert_true(acked(a, FQ_LEDGER_SUBMIT, 12));
+    /* Nothing of partition 2's goes meanwhile. */
+    turn(a);
+    assert_int_equal(count(a, FQ_LACT_DISPATCH) + count(a, FQ_LACT_ACK), 0);
+    /* Partition 2's lease fresh again, its tenant's parking over: its
+     * batch, its acks and its run go. */
+    tick_time(a, FQ_LEDGER_FENCE_PARK_MS);
+    fq_ledger_set_part_fence(a->l, 2, a->now + 1000);
+    fq_ledger_set_part_fence(a->l, 1, a->now + 1000);
+    turn(a);
+    assert_int_equal(count(a, FQ_LACT_DISPATCH), 1);
+    assert_string_equal(find(a, FQ_LACT_DISPATCH, 0)->tenant, y);
+    fq_ledger_act d4 = *find(a, FQ_LACT_DISPATCH, 0);
+    j = *find(a, FQ_LACT_JOURNAL, 0);
+    assert_int_equal(j.part, 2);
+    store_journal(a, &j);
+    assert_true(acked(a, FQ_LEDGER_SUBMIT, 11));
+    puback(a, d4.token, FQ_LEDGER_PUB_STORED, 0);
+    assert_true(acked(a, FQ_LEDGER_SUBMIT, 13));
+    /* Partition 1's fence passes while its batch is in flight: its ack is
+     * held, and sent once its lease is fresh again; partition 2's acks
+     * are not held meanwhile. */
+    complete(a, x, 1, "r1", 50);                        /* room in the window */
+    complete(a, y, 2, "r2", 50);
+    turn(a);
+    assert_int_equal(count(a, FQ_LACT_JOURNAL), 2);
+    fq_ledger_act jd1 = *find(a, FQ_LACT_JOURNAL, 0), jd2 = *find(a, FQ_LACT_JOURNAL, 1);
+    char text2[4096];
+    memcpy(text2, jd2.text, jd2.len);       /* the next drain writes over the world's */
+    jd2.text = text2;
+    store_journal(a, &jd1);
+    store_journal(a, &jd2);
+    submit(a, x, 14, "r5", 50);
+    turn(a);
+    fq_ledger_act d5 = *find(a, FQ_LACT_DISPATCH, 0), j5 = *find(a, FQ_LACT_JOURNAL, 0);
+    assert_int_equal(j5.part, 1);
+    fq_ledger_set_part_fence(a->l, 1, a->now);
+    puback(a, d5.token, FQ_LEDGER_PUB_STORED, 0);
+    store_journal(a, &j5);
+    assert_int_equal(count(a, FQ_LACT_ACK), 0);         /* partition 1's: held */
+    submit(a, y, 15, "r6", 50);
+    turn(a);
+    fq_ledger_act d6 = *find(a, FQ_LACT_DISPATCH, 0), j6 = *find(a, FQ_LACT_JOURNAL, 0);
+    assert_int_equal(j6.part, 2);
+    puback(a, d6.token, FQ_LEDGER_PUB_STORED, 0);
+    store_journal(a, &j6);
+    assert_true(acked(a, FQ_LEDGER_SUBMIT, 15));        /* partition 2's: not held */
+    assert_false(acked(a, FQ_LEDGER_SUBMIT, 14));
+    turn(a);
+    assert_false(acked(a, FQ_LEDGER_SUBMIT, 14));
+    fq_ledger_set_part_fence(a->l, 1, a->now + 1000);
+    turn(a);
+    assert_true(acked(a, FQ_LEDGER_SUBMIT, 14));
     world_free(a);
 }
 
@@ -3017,7 +3075,7 @@ int main(void)
         cmocka_unit_test(test_part_marker_of_an_earlier_adoption_ignored),
         cmocka_unit_test(test_part_release_naks_queued_in_order),
         cmocka_unit_test(test_part_journal_fenced_per_partition),
-        cmocka_unit_test(test_part_journal_fresh_per_partition),
+        cmocka_unit_test(test_part_fence_per_partition),
         cmocka_unit_test(test_part_released_refusal_not_retried),
         cmocka_unit_test(test_part_released_kept_refusal_answered),
     };

@@ -1233,6 +1233,50 @@ static void test_unanswered_key_costs_the_others_nothing(void **state)
     }
 }
 
+/* Each partition's fence is its own lease's (fq_owner_fresh_until, which
+ * lib/leader.c hands to the consumers and the ledger), in virtual time:
+ * one replica holds P = 4; from a TTL on the server answers nothing sent
+ * to p.2's key. p.2's fence stays where its last confirmed renewal put it,
+ * fresh exactly before it, passes, and once stale past the TTL it is
+ * dropped (0); the other partitions' fences move on, ahead of now at every
+ * millisecond, and they stay fresh: p.2's late renewals fence only p.2. */
+static void test_fence_per_partition(void **state)
+{
+    (void)state;
+    sw_world w;
+    sw_init(&w, 83, 4);
+    sw_start(&w, 0, "rep-a");
+    const fq_owner *o = w.rep[0].o;
+    uint64_t t0 = w.now;
+    while (w.now < t0 + TTL) {
+        w.now++;
+        sw_events(&w);
+        if (w.now % 10 == 0)
+            hole_turn(&w, 0, "");
+    }
+    for (int32_t k = 0; k < 4; k++)
+        assert_true(fq_owner_fresh_until(o, k) > sw_local(&w, 0));
+    uint64_t stuck = fq_owner_fresh_until(o, 2), t1 = w.now;
+    bool passed = false;
+    while (w.now < t1 + 2 * TTL) {
+        w.now++;
+        sw_events(&w);
+        if (w.now % 10 == 0)
+            hole_turn(&w, 0, "p.2");
+        uint64_t now = sw_local(&w, 0), f2 = fq_owner_fresh_until(o, 2);
+        assert_true(f2 == stuck || f2 == 0);
+        assert_true(fq_owner_fresh(o, 2, now) == (now < f2));
+        passed |= f2 && now >= f2;
+        for (int32_t k = 0; k < 4; k++)
+            if (k != 2 && (fq_owner_fresh_until(o, k) <= now || !fq_owner_fresh(o, k, now)))
+                fail_msg("p.%d not fresh at %" PRIu64 " ms while p.2 went unanswered",
+                         (int)k, now - t1);
+    }
+    assert_true(passed);
+    assert_int_equal(fq_owner_fresh_until(o, 2), 0);
+    sw_free(&w);
+}
+
 /* P = 1, two processes given one replica id: the second reads the leader
  * key holding the id under another instance, stands by, and says so once
  * it saw that instance renew it; the first leads throughout. Without the
@@ -1574,6 +1618,7 @@ int main(void)
         cmocka_unit_test(test_fenced_released),
         cmocka_unit_test(test_duplicate_id),
         cmocka_unit_test(test_unanswered_key_costs_the_others_nothing),
+        cmocka_unit_test(test_fence_per_partition),
         cmocka_unit_test(test_p1_duplicate_id),
         cmocka_unit_test(test_simulation),
         cmocka_unit_test(test_rolling_restart),
