@@ -54,7 +54,8 @@
  *    next leader if we die first.
  *  - Such a leader's dispatch is stored unknown to the journal, and its
  *    submit comes to us as new. A submit stored before our submit consumer
- *    was first made (fq_ledger_consumer_made) is inherited: a consumer
+ *    was first made (by FAIR_SUBMIT's sequence, not a clock:
+ *    fq_ledger_consumer_made) is inherited: a consumer
  *    before ours may have given it to a leader before us. Its run, and a
  *    run of ours whose dispatch went unanswered and that an error answer
  *    to a later copy queued again, may be stored already: dispatched past
@@ -300,10 +301,10 @@ typedef struct lg_part {
                                    and its tenants' dispatches wait for it, not for the
                                    others' */
     uint32_t nlater;            /* its acks and naks held in l->later */
-    int64_t inherit_before;     /* unix ms (the server's clock, the margin added) before which
-                                   a submit may have been fetched by a consumer before ours:
-                                   INT64_MAX from its adoption until its submit consumer is
-                                   first made (fq_ledger_consumer_made) */
+    uint64_t inherit_seq;       /* FAIR_SUBMIT's sequence at or below which a submit may have
+                                   been fetched by a consumer before ours (the stream's last
+                                   once its submit consumer was first made): UINT64_MAX from
+                                   its adoption until that is known (fq_ledger_consumer_made) */
 } lg_part;
 
 /* A run given back to FAIR_SUBMIT (over its tenant's share, or behind
@@ -2129,7 +2130,7 @@ static void lg_enqueue(fq_ledger *l, lg_verdict *v, fq_ledger_tenant *lt,
                                   strlen(s->sub->subtenant), v->cls, seq, v->est, x, l->now);
     }
     if (st == FQ_OK) {
-        x->maybe_sent = s->ts_ms < lg_pp(l, lt)->inherit_before;
+        x->maybe_sent = s->ack.sseq <= lg_pp(l, lt)->inherit_seq;
         v->x = x;
         /* a name past the tenant's cap of sub-tenants is not refused (the
          * claim only divides the tenant's share) but counted; the lane the
@@ -3638,21 +3639,23 @@ fq_status fq_ledger_adopt(fq_ledger *l, uint32_t part, uint64_t term)
     pp->jseq = 0;
     pp->jmarked = false;
     pp->term = term;
-    pp->inherit_before = INT64_MAX;
+    pp->inherit_seq = UINT64_MAX;
     pp->state = LG_PART_LOADING;
     l->c.parts_adopted++;
     return FQ_OK;
 }
 
-void fq_ledger_consumer_made(fq_ledger *l, uint32_t part, uint64_t term, int64_t now_ms)
+bool fq_ledger_consumer_made(fq_ledger *l, uint32_t part, uint64_t term, uint64_t last_seq)
 {
     if (part >= l->nparts)
-        return;
+        return false;
     lg_part *pp = &l->parts[part];
     if (pp->term && term != pp->term)
-        return;     /* a tenure's let go since */
-    if (pp->state != LG_PART_FREE && pp->inherit_before == INT64_MAX)
-        pp->inherit_before = now_ms + FQ_LEDGER_CLOCK_MARGIN_MS;
+        return false;   /* a tenure's let go since */
+    if (pp->state == LG_PART_FREE || pp->inherit_seq != UINT64_MAX)
+        return false;
+    pp->inherit_seq = last_seq;
+    return true;
 }
 
 bool fq_ledger_owns(const fq_ledger *l, uint32_t part)
@@ -3981,7 +3984,7 @@ fq_status fq_ledger_create(fq_ledger **out, const fq_ledger_opts *o)
         return FQ_ENOMEM;
     }
     for (uint32_t i = 0; i < l->nparts; i++) {
-        l->parts[i].inherit_before = INT64_MAX;
+        l->parts[i].inherit_seq = UINT64_MAX;
         l->parts[i].fence = UINT64_MAX;
     }
     if (l->nparts == 1)

@@ -574,20 +574,26 @@ bool fq_ledger_part_marked(fq_ledger *l, uint32_t part, uint64_t term, uint64_t 
  * last. Nothing if it is not owned. */
 void fq_ledger_release(fq_ledger *l, uint32_t part, uint64_t now, int64_t now_ms);
 
-/* Partition part's submit consumer was made at now_ms (unix): at start,
- * at a takeover, after a reconnect. The first time since the partition
- * was adopted (with one partition: since the ledger was made) fixes which
- * submits are inherited: one stored before it (by the server's clock,
- * FQ_LEDGER_CLOCK_MARGIN_MS to spare) may have been fetched by a consumer
- * before ours, and its dispatch stored by a leader that died before its
- * flight record was (docs/protocol.md section 8). Such a run, dispatched
+/* Partition part's submit consumer was made (at start, at a takeover,
+ * after a reconnect), and FAIR_SUBMIT's last sequence, asked of the server
+ * once the make was answered, is last_seq. The first such answer since the
+ * partition was adopted (with one partition: since the ledger was made)
+ * fixes which submits are inherited: one stored at or below last_seq may
+ * have been stored before our consumer was made, and fetched by a
+ * consumer before ours, and its dispatch stored by a leader that died
+ * before its flight record was (docs/protocol.md section 8). By the
+ * stream's own sequence, not a time: a time of ours against the server's
+ * timestamps depended on the two clocks agreeing (within a margin); a
+ * sequence read after the make is at or above the one at the make, so
+ * the cutoff errs only towards inheriting more. Such a run, dispatched
  * past the duplicate window of its submit, is marked
  * Fair-Possible-Duplicate and counted (possible_duplicates). Until the
  * first call every submit is inherited. term: the term the consumer is
  * named for; an adopted partition's consumer of another term than the
  * partition's (made in a tenure let go since, its event come late) is
- * ignored, or it would fix the cutoff before our consumer was made. */
-void fq_ledger_consumer_made(fq_ledger *l, uint32_t part, uint64_t term, int64_t now_ms);
+ * ignored, or it would fix the cutoff before our consumer was made. True
+ * when this call fixed it. */
+bool fq_ledger_consumer_made(fq_ledger *l, uint32_t part, uint64_t term, uint64_t last_seq);
 
 #ifdef FQ_TESTING   /* tests only: no program calls it */
 /* Whether partition part is owned (adopted and read back). */

@@ -1332,6 +1332,16 @@ fq_status fq_consumer_floor_parse(uint64_t *floor, const void *body, size_t len)
     return st;
 }
 
+fq_status fq_stream_last_seq_parse(uint64_t *seq, const void *body, size_t len)
+{
+    bool nul = false;
+    const char *why = NULL;
+    cJSON *root = fq_msg_object(body, len, &nul, &why);
+    fq_status st = fq_msg_inner_seq(seq, root, "state", "last_seq") ? FQ_OK : FQ_EINVAL;
+    fq_msg_release(root);
+    return st;
+}
+
 fq_status fq_msg_get_seq_parse(uint64_t *seq, const void *body, size_t len)
 {
     bool nul = false;

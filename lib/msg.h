@@ -237,6 +237,10 @@ fq_status fq_consumer_info_parse(uint64_t *pending, uint64_t *ack_pending, const
  * (ack_floor.stream_seq): every message of its filter at or below it was
  * delivered and acked. FQ_EINVAL: not such an answer. */
 fq_status fq_consumer_floor_parse(uint64_t *floor, const void *body, size_t len);
+/* The last sequence of a stream info answer ($JS.API.STREAM.INFO:
+ * state.last_seq): every message stored before the answer has a sequence
+ * at or below it. FQ_EINVAL: not such an answer (an error answer). */
+fq_status fq_stream_last_seq_parse(uint64_t *seq, const void *body, size_t len);
 /* The stream sequence of a STREAM.MSG.GET answer's message (message.seq).
  * FQ_ENOTFOUND: the answer says no message matches (JetStream's 10037);
  * FQ_EINVAL: anything else (another error, not such an answer). */

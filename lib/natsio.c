@@ -2271,6 +2271,16 @@ fq_status fq_nio_consumer_info_ask(fq_nio *n, int id, const char *reply)
     return s == NATS_OK ? FQ_OK : FQ_EIO;
 }
 
+fq_status fq_nio_stream_info_ask(fq_nio *n, const char *stream, const char *reply)
+{
+    char subject[NIO_SUBJECT_CAP];
+    int k = snprintf(subject, sizeof subject, "$JS.API.STREAM.INFO.%s", stream);
+    if (k < 0 || (size_t)k >= sizeof subject)
+        return FQ_EINVAL;
+    natsStatus s = natsConnection_PublishRequest(n->nc, subject, reply, NULL, 0);
+    return s == NATS_OK ? FQ_OK : FQ_EIO;
+}
+
 fq_status fq_nio_first_stored_ask(fq_nio *n, const char *stream, const char *filter,
                                   const char *reply)
 {

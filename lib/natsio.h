@@ -411,6 +411,11 @@ fq_status fq_nio_unsubscribe(fq_nio *n, int id);
  * subject the caller listens to (fq_consumer_info_parse reads its
  * counts). Owner thread. FQ_EINVAL: not consuming; FQ_EIO: not sent. */
 fq_status fq_nio_consumer_info_ask(fq_nio *n, int id, const char *reply);
+/* Ask the server about stream, the answer, $JS.API.STREAM.INFO's JSON, to
+ * come on reply, a subject the caller listens to (fq_stream_last_seq_parse
+ * reads its last sequence). FQ_EINVAL: the name too long; FQ_EIO: not
+ * sent. */
+fq_status fq_nio_stream_info_ask(fq_nio *n, const char *stream, const char *reply);
 /* Ask the server for the first message stored on stream with a subject
  * filter matches, from sequence 1: a STREAM.MSG.GET by subject, its
  * answer's JSON to come on reply, a subject the caller listens to

@@ -1973,6 +1973,30 @@ static void px_backlog_ask(fq_proxy *p)
             px_strand_ask(p, k);
 }
 
+/* Partition k's submit consumer was made for term: FAIR_SUBMIT's last
+ * sequence asked now, on <fwd_prefix>.s<k>t<term> (px_inherit_answer): a
+ * submit stored at or below it is inherited (fq_ledger_consumer_made).
+ * Unanswered, every submit of k stays inherited, as before the make. */
+static void px_inherit_ask(fq_proxy *p, uint32_t k, uint64_t term)
+{
+    char reply[sizeof p->fwd_prefix + 40];
+    snprintf(reply, sizeof reply, "%s.s%" PRIu32 "t%" PRIu64, p->fwd_prefix, k, term);
+    fq_nio_stream_info_ask(p->nio, p->cfg.streams.submit, reply);
+}
+
+/* FAIR_SUBMIT's stream info, asked once partition k's submit consumer was
+ * made for term: the ledger's cutoff of inherited submits (it ignores an
+ * answer for a term not k's now). An error answer changes nothing. */
+static void px_inherit_answer(fq_proxy *p, uint32_t k, uint64_t term, const fq_nio_msg *m)
+{
+    uint64_t last = 0;
+    if (fq_stream_last_seq_parse(&last, fq_nio_msg_data(m), fq_nio_msg_len(m)) == FQ_OK &&
+        fq_ledger_consumer_made(p->ledger, k, term, last))
+        fq_log(FQ_LOG_INFO, "submits stored before a partition's consumer was made are "
+               "inherited: marked if they go out past their duplicate window",
+               FQ_INT("partition", (int)k), FQ_UINT("term", term), FQ_UINT("up_to_seq", last));
+}
+
 /* Partition k's first stored submit answered (0: none): stored at or
  * below its consumer's ack floor over two checks, its consumer will never
  * deliver it (a nats-server 2.9.10 defect after a node's restart,
@@ -2063,7 +2087,8 @@ static size_t px_fwd_why(char *buf, size_t cap, const fq_proxy *p, const px_fwd 
 
 /* An answer on <fwd_prefix>.<seq>: relayed to the request handed on as
  * seq, if it still waits (an empty one is the server's "no responders":
- * the holder is gone); on <fwd_prefix>.c<k>t<term>: partition k's consumer info. */
+ * the holder is gone); on <fwd_prefix>.c<k>t<term>: partition k's consumer
+ * info; on .s<k>t<term>: FAIR_SUBMIT's info for k's inherited submits. */
 static void px_fwd_answer(fq_proxy *p, const fq_nio_msg *m)
 {
     const char *subject = fq_nio_msg_subject(m);
@@ -2075,6 +2100,13 @@ static void px_fwd_answer(fq_proxy *p, const fq_nio_msg *m)
         uint64_t term = *end == 't' ? strtoull(end + 1, &end, 10) : 0;
         if (!*end)
             px_backlog_answer(p, (uint32_t)k, term, m);
+        return;
+    }
+    if (ours && subject[pl + 1] == 's') {   /* FAIR_SUBMIT's info: .s<k>t<term> */
+        unsigned long k = strtoul(subject + pl + 2, &end, 10);
+        uint64_t term = *end == 't' ? strtoull(end + 1, &end, 10) : 0;
+        if (!*end)
+            px_inherit_answer(p, (uint32_t)k, term, m);
         return;
     }
     if (ours && subject[pl + 1] == 'g') {   /* a first stored submit: .g<k> */
@@ -3009,8 +3041,7 @@ static void px_on_consumer(fq_proxy *p, const fq_nio_event *ev)
     if (ev->source >= 0 && ev->source < FQ_NIO_MAX_CONSUMERS)
         p->consumer_ok[ev->source] = ev->status == FQ_OK;
     if (ev->status == FQ_OK && ev->source >= 0 && ev->source % 2 == PX_CONS_SUBMIT)
-        fq_ledger_consumer_made(p->ledger, (uint32_t)(ev->source / 2), ev->seq,
-                                fq_nio_unix_ms());
+        px_inherit_ask(p, (uint32_t)(ev->source / 2), ev->seq);
     px_refused_note(p, ev);
     if (ev->status == FQ_OK && ev->token)
         fq_log(FQ_LOG_WARN, "a consumer was refused as overlapping a nats-server node's stale "

@@ -1873,7 +1873,7 @@ static void px_on_resp(dst_world *w, dst_proxy *p, dst_resp *r)
             c->made_gen = r->gen;
             c->made_term = r->term;
             if (r->cons == FQ_LEDGER_SUBMIT && p->L)
-                fq_ledger_consumer_made(p->L, r->part, r->term, px_unix(w, p));
+                fq_ledger_consumer_made(p->L, r->part, r->term, sj_last_seq(w->js, DST_SUBMIT));
         }
         break;
     }

@@ -243,6 +243,12 @@ static void test_debt_survives_restart(void **state)
         snprintf(tenant, sizeof tenant, "t%d", i);
         assert_int_equal(tenant_num(f, tenant, "deficit"), before[i]);
     }
+    /* The submits inherited at each start: FAIR_SUBMIT's last sequence as
+     * the server said once the consumer was made, not a time (at the first
+     * start 0 to 3, as the runs were submitted before its answer or after;
+     * at the restart 3). */
+    assert_int_equal(pt_log_wait_n(&f->px, "up_to_seq=", 2, 10000), 0);
+    assert_int_equal(pt_log_wait(&f->px, "up_to_seq=3", 10000), 0);
     cJSON *j = pf_stats(f, "", NULL);
     assert_int_equal(pf_overall(j, "debts_forgiven"), 0);
     assert_int_equal(pf_overall(j, "journal_refused"), 0);

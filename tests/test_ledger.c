@@ -45,6 +45,7 @@ typedef struct world {
     fq_classes classes;         /* scheduler.classes (at boot) */
     uint64_t now;
     int64_t now_ms;
+    uint64_t last_seq;          /* FAIR_SUBMIT's last sequence: the highest submitted */
     /* What the last drain saw. */
     fq_ledger_act acts[MAX_SEEN];
     char sentences[MAX_SEEN][400];
@@ -105,7 +106,7 @@ static void world_boot(world *w)
     w->nt = 0;
     assert_int_equal(fq_ledger_create(&w->l, &w->o), FQ_OK);
     if (!w->parts)
-        fq_ledger_consumer_made(w->l, 0, 0, w->now_ms);     /* as the proxy makes it at start */
+        fq_ledger_consumer_made(w->l, 0, 0, w->last_seq);   /* as the proxy makes it at start */
 }
 
 #define WORLD_START_MS 1800000000000   /* a new world's unix ms */
@@ -218,6 +219,8 @@ static void submit_ts(world *w, const char *tenant, uint64_t seq, const char *ru
 {
     fq_submit sub = {.est_tokens = est};
     snprintf(sub.run_id, sizeof sub.run_id, "%s", run_id);
+    if (seq > w->last_seq)
+        w->last_seq = seq;
     static char body[64];
     snprintf(body, sizeof body, "{\"seq\":%llu}", (unsigned long long)seq);
     /* Delivered by the consumer of the tenant's partition. */
@@ -2413,20 +2416,52 @@ static void test_part_stale_consumer_made_ignored(void **state)
     char x[16];
     tenant_in(x, sizeof x, "x", 1, P);
     adopt_from(w, w, 1, 5, 40);
-    fq_ledger_consumer_made(w->l, 1, 5, w->now_ms);
+    fq_ledger_consumer_made(w->l, 1, 5, 5);
     fq_ledger_release(w->l, 1, w->now, w->now_ms);
     drain(w);
     tick_time(w, 1000);
     adopt_from(w, w, 1, 7, 41);
-    fq_ledger_consumer_made(w->l, 1, 5, w->now_ms);    /* term 5's, late */
+    fq_ledger_consumer_made(w->l, 1, 5, 5);             /* term 5's, late */
     tick_time(w, 3000);
-    fq_ledger_consumer_made(w->l, 1, 7, w->now_ms);    /* ours, now */
+    fq_ledger_consumer_made(w->l, 1, 7, 10);            /* ours: the stream's last is 10 */
     submit_ts(w, x, 10, "r1", 50, 1, w->now_ms - 500); /* stored before it */
     tick_time(w, 6000);                     /* past its submit's window (5 s) */
     turn(w);
     const fq_ledger_act *d = find(w, FQ_LACT_DISPATCH, 0);
     assert_non_null(d);
     assert_true(d->possible_dup);
+    world_free(w);
+}
+
+/* Which submits are inherited is decided by FAIR_SUBMIT's sequence, not by
+ * a clock: the stream's last sequence, read once the consumer was made,
+ * against each submit's. Here the server's clock is 10 s ahead of ours:
+ * a submit stored before the next leader's consumer was made carries a
+ * timestamp 10 s past our now, and one stored after it, on a server 10 s
+ * behind, one 10 s before. By our clock against theirs (the 2 s margin of
+ * before) the first went unmarked though JetStream may store it twice,
+ * and the second was marked; by sequence, the first is marked and the
+ * second not. */
+static void test_inherited_by_sequence_not_clock(void **state)
+{
+    (void)state;
+    world *w = world_new();
+    fq_ledger_journal_marked(w->l, 1);
+    submit_ts(w, "a", 10, "r1", 50, 1, w->now_ms + 10000);
+    turn(w);
+    assert_int_equal(count(w, FQ_LACT_DISPATCH), 1);   /* stored; its flight record not */
+    world_crash(w);             /* the next leader: the stream's last is 10 at its make */
+    recover(w);
+    submit_ts(w, "a", 10, "r1", 50, 1, w->now_ms + 10000);     /* delivered again */
+    submit_ts(w, "a", 11, "r2", 50, 1, w->now_ms - 10000);     /* stored after the make */
+    tick_time(w, 14000);        /* both past the window of their submit (5 s) */
+    turn(w);
+    assert_int_equal(count(w, FQ_LACT_DISPATCH), 2);
+    const fq_ledger_act *d1 = find(w, FQ_LACT_DISPATCH, 0), *d2 = find(w, FQ_LACT_DISPATCH, 1);
+    assert_string_equal(d1->run_id, "r1");
+    assert_true(d1->possible_dup);
+    assert_string_equal(d2->run_id, "r2");
+    assert_false(d2->possible_dup);
     world_free(w);
 }
 
@@ -3037,6 +3072,7 @@ int main(void)
         cmocka_unit_test(test_dispatch_unanswered_published_again),
         cmocka_unit_test(test_dispatch_error_after_unanswered_marked),
         cmocka_unit_test(test_inherited_dispatch_marked),
+        cmocka_unit_test(test_inherited_by_sequence_not_clock),
         cmocka_unit_test(test_lease_ends_while_reading),
         cmocka_unit_test(test_completion_while_reading_after_lease_waits),
         cmocka_unit_test(test_batch_settled_while_reading_after_lease_acks_nothing),

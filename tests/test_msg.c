@@ -1557,8 +1557,9 @@ static void test_consumer_info_counts(void **state)
     assert_int_equal(unacked, 7);
 }
 
-/* The ack floor of a consumer info, and the sequence of a message got by
- * subject or JetStream's "no message found" told from other answers. */
+/* The ack floor of a consumer info, the sequence of a message got by
+ * subject or JetStream's "no message found" told from other answers, and
+ * a stream info's last sequence. */
 static void test_floor_and_msg_get(void **state)
 {
     (void)state;
@@ -1583,6 +1584,17 @@ static void test_floor_and_msg_get(void **state)
     assert_int_equal(fq_msg_get_seq_parse(&v, none, sizeof none - 1), FQ_ENOTFOUND);
     assert_int_equal(fq_msg_get_seq_parse(&v, other, sizeof other - 1), FQ_EINVAL);
     assert_int_equal(fq_msg_get_seq_parse(&v, "", 0), FQ_EINVAL);
+    /* A stream info's last sequence (the cutoff of inherited submits). */
+    const char sinfo[] = "{\"type\":\"io.nats.jetstream.api.v1.stream_info_response\","
+                         "\"config\":{\"name\":\"FAIR_SUBMIT\"},\"state\":{\"messages\":3,"
+                         "\"first_seq\":40,\"last_seq\":42,"
+                         "\"last_ts\":\"2026-12-05T03:00:00Z\"}}";
+    assert_int_equal(fq_stream_last_seq_parse(&v, sinfo, sizeof sinfo - 1), FQ_OK);
+    assert_int_equal(v, 42);
+    v = 7;
+    assert_int_equal(fq_stream_last_seq_parse(&v, other, sizeof other - 1), FQ_EINVAL);
+    assert_int_equal(fq_stream_last_seq_parse(&v, info, sizeof info - 1), FQ_EINVAL);
+    assert_int_equal(v, 7);
 }
 
 int main(void)
