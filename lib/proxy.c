@@ -3464,7 +3464,9 @@ static bool px_become_leader(fq_proxy *p)
             return true;
         if (px_denied_at_start(p) || px_duplicate(p))
             return false;
-        if (now >= next_log) {
+        /* Say so once the key was read, not while the first read is out:
+         * a proxy that takes the lease at its first read never stood by. */
+        if (now >= next_log && ls->op == FQ_LEASE_OP_NONE && ls->req > 0) {
             fq_log(FQ_LOG_WARN,
                    ls->holder[0] ? "standing by: another proxy holds the leader lease on "
                                    "these streams; taking over when it stops renewing it"
