@@ -52,6 +52,7 @@ typedef struct ow_replica {
 
 struct fq_owner {
     uint32_t parts;             /* P */
+    uint32_t bound;             /* partitions we hold or try at most (fq_owner_bound) */
     uint32_t nslots;            /* P = 1: 1 ("leader"); else P, the duty, the registry */
     uint64_t ttl;               /* the bucket's max age */
     char id[FQ_OWNER_ID_MAX + 1];       /* ours */
@@ -165,6 +166,7 @@ fq_status fq_owner_create(fq_owner **out, uint32_t partitions, const char *id,
     if (!o)
         return FQ_ENOMEM;
     o->parts = partitions;
+    o->bound = partitions;
     o->nslots = partitions == 1 ? 1 : partitions + 2;
     o->ttl = ttl_ms;
     snprintf(o->id, sizeof o->id, "%s", id);
@@ -308,8 +310,11 @@ static uint64_t ow_hash(uint64_t k0, const char *id)
 
 /* The balanced assignment of partitions to the live replicas: capacities
  * of floor(P/n) and ceil(P/n), the ceil to the P mod n replicas whose ids
- * hash lowest; then every (partition, replica) pair by score, highest
- * first, each partition to the first replica with room. */
+ * hash lowest, none above the bound (every replica has ours: a
+ * deployment-wide setting); then every (partition, replica) pair by
+ * score, highest first, each partition to the first replica with room.
+ * Those left when every replica is full (P above n times the bound) go
+ * to none: unowned until a replica joins. */
 static void ow_assign(fq_owner *o)
 {
     uint32_t n = o->nlive, P = o->parts;
@@ -330,6 +335,8 @@ static void ow_assign(fq_owner *o)
                 best = i;
         cap[best]++;
     }
+    for (uint32_t i = 0; i < n; i++)
+        cap[i] = cap[i] < o->bound ? cap[i] : o->bound;
     ow_pair *pairs = malloc((size_t)P * n * sizeof *pairs);
     if (!pairs) {
         o->nlive = 0;   /* computed again at the next tick */
@@ -411,9 +418,54 @@ static const char *ow_holder(const fq_owner *o, uint32_t k, uint64_t now)
     return ow_view_free(o, s, now) || strcmp(s->vholder, o->id) == 0 ? "" : s->vholder;
 }
 
+static bool ow_view_free(const fq_owner *o, const ow_slot *s, uint64_t now);
+
+/* Whether partition slot s is ours: held, or being handed off. */
+static bool ow_mine(const ow_slot *s)
+{
+    return s->owned || s->handing || s->lease.state == FQ_LEASE_LEADING;
+}
+
+/* Partitions that count against our bound at now: ours, and those that
+ * may become ours before the next tick (a read or a write out, which may
+ * take the key; tried and free in the view, which will be read). */
+static uint32_t ow_held(const fq_owner *o, uint64_t now)
+{
+    uint32_t n = 0;
+    for (uint32_t k = 0; k < o->parts; k++) {
+        const ow_slot *s = &o->slots[k];
+        n += ow_mine(s) || s->lease.op != FQ_LEASE_OP_NONE || (s->gate && ow_view_free(o, s, now));
+    }
+    return n;
+}
+
+/* Into cnt, how many partitions each live replica holds in our view. */
+static void ow_counts(uint32_t *cnt, const fq_owner *o, uint64_t now)
+{
+    memset(cnt, 0, o->nlive * sizeof *cnt);
+    for (uint32_t k = 0; k < o->parts; k++) {
+        const char *h = ow_holder(o, k, now);
+        const char(*at)[FQ_OWNER_ID_MAX + 1] =
+            *h ? bsearch(h, o->live, o->nlive, sizeof o->live[0], ow_cmp_id) : NULL;
+        if (at)
+            cnt[at - o->live]++;
+    }
+    if (o->self != OW_NONE) {
+        cnt[o->self] = 0;
+        for (uint32_t k = 0; k < o->parts; k++)
+            cnt[o->self] += ow_mine(&o->slots[k]);
+    }
+}
+
 /* One planned move at a time, deployment-wide: the lowest-numbered
  * partition whose holder is not its assigned replica moves, if we hold
- * it; if a lower one is between owners, nothing moves yet. */
+ * it; if a lower one is between owners, nothing moves yet. A replica at
+ * its bound (in our view) takes nothing, so one between owners that is
+ * assigned to it does not hold the others up. With P above what the live
+ * replicas may hold, every replica ends at its bound whichever partitions
+ * it holds: so nothing moves to a full replica, and a partition assigned
+ * to none stays with its holder; with fewer, a partition assigned to none
+ * that we hold (our view lagging) moves too. */
 static void ow_move(fq_owner *o, uint64_t now)
 {
     if (o->parts == 1 || !o->synced || o->self == OW_NONE || o->stopping)
@@ -423,15 +475,34 @@ static void ow_move(fq_owner *o, uint64_t now)
         if (s->handing || (s->lease.state == FQ_LEASE_LOST && s->lease.op != FQ_LEASE_OP_NONE))
             return;     /* ours under way: its release not sent or answered */
     }
+    bool capped = (uint64_t)o->nlive * o->bound < o->parts;
+    uint32_t cnt[FQ_OWNER_REPLICAS_MAX + 1];
+    bool counted = false;
     for (uint32_t k = 0; k < o->parts; k++) {
         uint32_t t = o->target[k];
-        if (t == OW_NONE || strcmp(ow_holder(o, k, now), o->live[t]) == 0)
-            continue;
         ow_slot *s = &o->slots[k];
-        if (t != o->self && s->owned && s->lease.state == FQ_LEASE_LEADING) {
+        bool ours = s->owned && s->lease.state == FQ_LEASE_LEADING;
+        if (t == OW_NONE && (capped || !ours))
+            continue;
+        const char *h = ow_holder(o, k, now);
+        if (t != OW_NONE && strcmp(h, o->live[t]) == 0)
+            continue;
+        bool full = false;
+        if (t != OW_NONE && o->bound < o->parts) {
+            if (!counted)
+                ow_counts(cnt, o, now);
+            counted = true;
+            full = cnt[t] >= o->bound;
+        }
+        if (capped && full)
+            continue;
+        if (t != o->self && ours) {
             ow_lost(o, s, true);
             s->handing = true;
+            return;
         }
+        if (!h[0] && full)
+            continue;
         return;
     }
 }
@@ -447,7 +518,7 @@ static bool ow_partitions_released(const fq_owner *o)
     return true;
 }
 
-static void ow_tick_slot(fq_owner *o, ow_slot *s, uint64_t now)
+static void ow_tick_slot(fq_owner *o, ow_slot *s, uint64_t now, uint32_t *held)
 {
     fq_lease *l = &s->lease;
     fq_lease_step ls;
@@ -499,8 +570,17 @@ static void ow_tick_slot(fq_owner *o, ow_slot *s, uint64_t now)
     }
     bool gate = ow_wanted(o, s) &&
                 (o->parts == 1 || ow_view_free(o, s, now) || now >= s->polled + o->ttl);
+    /* A read may take the key: one not counted in held (ow_held) is sent
+     * only below our bound, and counted from now on. */
+    bool counted = s->gate && ow_view_free(o, s, now);
     if (gate && !s->gate)
         l->next_at = 0;         /* just became ours to take: read it now */
+    if (gate && s->part >= 0 && !counted && l->op == FQ_LEASE_OP_NONE && now >= l->next_at) {
+        if (*held >= o->bound)
+            gate = false;       /* at our bound: no more until one is let go */
+        else
+            ++*held;
+    }
     s->gate = gate;
     if (gate) {
         fq_lease_tick(&ls, l, now);
@@ -511,7 +591,7 @@ static void ow_tick_slot(fq_owner *o, ow_slot *s, uint64_t now)
 void fq_owner_tick(fq_owner *o, uint64_t now)
 {
     if (o->parts > 1)
-        ow_tick_slot(o, &o->slots[o->parts + 1], now);      /* registered first */
+        ow_tick_slot(o, &o->slots[o->parts + 1], now, NULL); /* registered first */
     for (uint32_t i = 0; o->parts > 1 && !o->stopping && !ow_registered(o) && i <= o->parts;
          i++) {
         /* Our registry key holds another instance of our id now (we were
@@ -525,9 +605,9 @@ void fq_owner_tick(fq_owner *o, uint64_t now)
     }
     if (o->parts > 1)
         ow_live(o, now);
-    uint32_t n = o->parts == 1 ? 1 : o->parts + 1;
+    uint32_t n = o->parts == 1 ? 1 : o->parts + 1, held = ow_held(o, now);
     for (uint32_t i = 0; i < n; i++)
-        ow_tick_slot(o, &o->slots[i], now);
+        ow_tick_slot(o, &o->slots[i], now, &held);
     ow_move(o, now);
 }
 
@@ -680,6 +760,12 @@ void fq_owner_on_key(fq_owner *o, uint64_t now, const char *key, const char *val
         s->lease.next_at = 0;   /* released: whoever it is assigned to reads it now */
 }
 
+void fq_owner_bound(fq_owner *o, uint32_t max)
+{
+    o->bound = max && max < o->parts ? max : o->parts;
+    o->nlive = 0;       /* the assignment again at the next tick */
+}
+
 void fq_owner_synced(fq_owner *o)
 {
     o->synced = true;
@@ -798,4 +884,8 @@ void fq_owner_stats_get(fq_owner_stats *s, const fq_owner *o)
     if (o->parts == 1)
         s->assigned = 1;
     s->live = o->parts == 1 ? 1 : o->nlive;
+    s->bound = o->bound;
+    s->unassigned = 0;
+    for (uint32_t k = 0; o->parts > 1 && o->nlive && k < o->parts; k++)
+        s->unassigned += o->target[k] == OW_NONE;
 }

@@ -74,6 +74,18 @@
  * once. The partitions of a replica that died are free as soon as their
  * keys age out, and every survivor takes those assigned to it at once.
  *
+ * The bound (fq_owner_bound): a replica holds at most that many
+ * partitions (its consumers, two a partition, are what natsio limits).
+ * The assignment gives none more; with P above n times the bound the
+ * partitions left over go to none and stay unowned (counted:
+ * fq_owner_stats.unassigned) until a replica joins. A replica that holds
+ * its bound takes nothing, even a partition assigned to it, until one it
+ * holds moved. With P above n times the bound every replica ends at its
+ * bound, so nothing moves to a full replica: a replica keeps what it
+ * holds, even partitions assigned to none, and one that joins takes the
+ * free partitions assigned to it at once and the others' one at a time,
+ * until it is full.
+ *
  * No I/O and no clock, as lib/lease.c: the caller performs the actions
  * (key reads and writes), hands each outcome back with the slot it
  * concerns, feeds in what a watch of the bucket delivers
@@ -113,6 +125,10 @@ typedef struct fq_owner_stats {
     uint32_t owned;             /* partitions we hold now */
     uint32_t live;              /* replicas alive in our view (us included once registered) */
     uint32_t assigned;          /* partitions the assignment gives us */
+    uint32_t bound;             /* partitions we hold at most (fq_owner_bound) */
+    uint32_t unassigned;        /* partitions the assignment gives to none: P above what
+                                   the live replicas may hold (their bound each), unowned
+                                   until one joins; 0 before the first assignment */
     uint64_t gained;            /* partitions taken, since start */
     uint64_t lost;              /* partitions given up or lost, since start */
     uint64_t moves;             /* of those, handed over on purpose */
@@ -146,6 +162,12 @@ fq_status fq_owner_create(fq_owner **out, uint32_t partitions, const char *id,
                           const char *instance, uint64_t ttl_ms);
 /* Safe on NULL. */
 void fq_owner_destroy(fq_owner *o);
+/* Hold at most max partitions (0 or P and above: no bound, the default):
+ * the assignment gives none more, and a replica at its bound takes none
+ * until one it holds moved. Every replica of a deployment should have the
+ * same (the assignment is computed from it); one that differs costs
+ * refused writes, never two owners. */
+void fq_owner_bound(fq_owner *o, uint32_t max);
 
 /* What to do at now: registration, renewals, reads of keys assigned to us
  * and free, a planned move, losses of keys stale past ttl_ms, releases at

@@ -32,6 +32,7 @@
 #define SW_KEYS 1100
 #define SW_REPS 8
 #define SW_EVENTS 8192
+#define SW_BOUND_SETTLE 40000   /* bound worlds: a join's moves settle within */
 
 typedef struct sw_key {
     char key[80];
@@ -101,6 +102,10 @@ typedef struct sw_world {
     int slow_r;                 /* its answers come 1.5 to 4 s late (some past their
                                    deadline) until slow_until */
     uint64_t slow_until;
+    uint32_t bound;             /* fq_owner_bound of every replica; 0: none */
+    int pkey[1024];             /* index + 1 of key p.<k> in keys; 0: not made */
+    uint64_t bound_checked;     /* partitions gained that put a replica at its bound */
+    uint64_t joined_at;         /* the last join's time */
 } sw_world;
 
 static bool sw_trace;  /* OWNER_TRACE set: say what happens */
@@ -132,7 +137,14 @@ static void sw_push(sw_world *w, const sw_ev *e)
 
 static sw_key *sw_find(sw_world *w, const char *key, bool make)
 {
-    for (int i = 0; i < SW_KEYS; i++)
+    /* p.<k> by index: a world of 1,024 partitions looks each up every
+     * millisecond */
+    char *end;
+    unsigned long pk = strncmp(key, "p.", 2) == 0 ? strtoul(key + 2, &end, 10) : 1024;
+    bool indexed = pk < 1024 && !*end;
+    if (indexed && (w->pkey[pk] || !make))
+        return w->pkey[pk] ? &w->keys[w->pkey[pk] - 1] : NULL;
+    for (int i = 0; i < SW_KEYS && !indexed; i++)
         if (w->keys[i].used && strcmp(w->keys[i].key, key) == 0)
             return &w->keys[i];
     if (!make)
@@ -142,6 +154,8 @@ static sw_key *sw_find(sw_world *w, const char *key, bool make)
             memset(&w->keys[i], 0, sizeof w->keys[i]);
             w->keys[i].used = true;
             snprintf(w->keys[i].key, sizeof w->keys[i].key, "%s", key);
+            if (indexed)
+                w->pkey[pk] = i + 1;
             return &w->keys[i];
         }
     fail();
@@ -194,6 +208,16 @@ static void sw_drain(sw_world *w, int r)
                     assert_false(p->owned[a.part]);
                 p->owned[a.part] = true;
                 p->fenced[a.part] = false;
+                /* the bound: no replica ever serves more partitions (the
+                 * server may hold a key more for a while, a take whose
+                 * answer came past its deadline: not ours, never served) */
+                uint32_t n = 0;
+                for (uint32_t k = 0; k < w->parts && w->bound; k++)
+                    n += p->owned[k];
+                if (w->bound && n > w->bound)
+                    fail_msg("seed %" PRIu64 " t %" PRIu64 ": %s serves %u partitions, its "
+                             "bound %u", w->seed0, w->now, p->id, n, w->bound);
+                w->bound_checked += w->bound && n == w->bound;
                 p->gains++;
             }
             break;
@@ -335,6 +359,7 @@ static void sw_start(sw_world *w, int r, const char *id)
     snprintf(inst, sizeof inst, "i%d", w->nextinst++);
     snprintf(p->val, sizeof p->val, w->parts == 1 ? "%s@%s" : "%s", p->id, inst);
     assert_int_equal(fq_owner_create(&p->o, w->parts, p->id, inst, TTL), FQ_OK);
+    fq_owner_bound(p->o, w->bound);
     /* the watch: every key as it stands, then synced */
     uint64_t at = w->now + 1;
     for (int i = 0; i < SW_KEYS; i++) {
@@ -362,6 +387,7 @@ static void sw_join(sw_world *w)
     char id[32];
     snprintf(id, sizeof id, "rep-%d", w->nextid++);
     sw_start(w, r, id);
+    w->joined_at = w->now;
 }
 
 static int sw_running(const sw_world *w)
@@ -383,6 +409,8 @@ static void sw_kill(sw_world *w, int r)
     fq_owner_destroy(p->o);
     p->o = NULL;
     p->state = R_OFF;
+    if (w->bound && (uint32_t)sw_running(w) * w->bound < w->parts)
+        w->death_check = false;     /* the others are full: its partitions go to none */
 }
 
 static int sw_pick(sw_world *w, enum sw_rep_state st)
@@ -482,11 +510,41 @@ static bool sw_holder_running(const sw_world *w, const sw_key *k)
     return false;
 }
 
+/* Into held, the partition keys each replica holds at the server. */
+static void sw_held(sw_world *w, uint32_t *held)
+{
+    memset(held, 0, SW_REPS * sizeof *held);
+    for (uint32_t k = 0; k < w->parts && w->parts > 1; k++) {
+        char key[16];
+        snprintf(key, sizeof key, "p.%u", k);
+        sw_key *sk = sw_find(w, key, false);
+        for (int r = 0; r < SW_REPS && sw_present(w, sk); r++)
+            held[r] += sw_alive(&w->rep[r]) && strcmp(sk->val, w->rep[r].val) == 0;
+    }
+}
+
+/* Whether the replica of id holds its bound at the server (held, counted
+ * once a call). */
+static bool sw_full(sw_world *w, const char *id, uint32_t *held, bool *counted)
+{
+    if (!*counted)
+        sw_held(w, held);
+    *counted = true;
+    for (int r = 0; r < SW_REPS; r++)
+        if (sw_alive(&w->rep[r]) && strcmp(w->rep[r].id, id) == 0)
+            return held[r] >= w->bound;
+    return true;        /* none: nobody takes it */
+}
+
 /* The invariants, at every world millisecond. */
 static void sw_check(sw_world *w)
 {
-    uint32_t P = w->parts, unowned = 0;
+    uint32_t P = w->parts, unowned = 0, held[SW_REPS];
+    bool counted = false;
     uint64_t moving = 0;
+    int view = -1;      /* whose assignment says a key is moving: the first running */
+    for (int r = SW_REPS - 1; r >= 0; r--)
+        view = w->rep[r].state == R_RUN ? r : view;
     for (uint32_t k = 0; k < P; k++) {
         char key[16];
         if (P == 1)
@@ -514,13 +572,28 @@ static void sw_check(sw_world *w)
             w->owned_since[k] = w->now;
         else if (!sw_holder_running(w, sk))
             unowned++;  /* a taker whose write the server applied is on its way */
-        if (sw_present(w, sk) && strcmp(sk->val, FQ_LEASE_RELEASED) == 0 && !sk->stop_release)
+        /* released to a replica at its bound (it filled up meanwhile) is
+         * no move under way: nobody takes it until one has room */
+        if (sw_present(w, sk) && strcmp(sk->val, FQ_LEASE_RELEASED) == 0 && !sk->stop_release &&
+            !(w->bound && view >= 0 &&
+              sw_full(w, fq_owner_assigned(w->rep[view].o, (int32_t)k), held, &counted)))
             moving++;
     }
+    /* what the running replicas cannot hold stays unowned; a replica that
+     * joined takes the free partitions assigned to it at once, and those
+     * the full ones hold one at a time (checked once quiet: sw_check_balance) */
+    uint32_t run = (uint32_t)sw_running(w), cap = w->bound ? run * w->bound : P;
+    uint32_t over = P > cap ? P - cap : 0;
+    if (w->bound && w->now < w->joined_at + SW_BOUND_SETTLE)
+        over = P;
+    unowned = unowned > over ? unowned - over : 0;
     if (moving > w->max_moving && w->now >= w->disturbed_until)
         w->max_moving = moving;
     if (w->now >= w->disturbed_until && P > 1) {
-        if (moving > 1)
+        /* with a bound, a move may reach a replica that filled up
+         * meanwhile (its view lagged): it takes that one once it moved one
+         * of its own, so two are between owners for a moment */
+        if (moving > 1 + (w->bound != 0))
             fail_msg("seed %" PRIu64 " t %" PRIu64 ": %" PRIu64 " planned moves at once",
                      w->seed0, w->now, moving);
         if (unowned > 1 && sw_trace)
@@ -554,7 +627,9 @@ static void sw_check_balance(sw_world *w)
         n++;
         for (uint32_t k = 0; k < P; k++)
             if (fq_owner_fresh(p->o, (int32_t)k, sw_local(w, r))) {
-                assert_true(p->owned[k]);
+                if (!p->owned[k])
+                    fail_msg("seed %" PRIu64 " t %" PRIu64 ": %s fresh for partition %u, never "
+                             "told GAINED", w->seed0, w->now, p->id, k);
                 if (p->fenced[k])
                     fail_msg("seed %" PRIu64 " t %" PRIu64 ": %s holds partition %u, let go "
                              "when its journal fenced it, and serves it not", w->seed0, w->now,
@@ -565,6 +640,12 @@ static void sw_check_balance(sw_world *w)
     if (!n)
         return;
     uint32_t total = 0, lo = P == 1 ? 0 : P / n, hi = P == 1 ? 1 : (P + n - 1) / n;
+    uint32_t all = P;
+    if (w->bound && P > 1) {
+        lo = lo < w->bound ? lo : w->bound;
+        hi = hi < w->bound ? hi : w->bound;
+        all = n * w->bound < P ? n * w->bound : P;
+    }
     for (int r = 0; r < SW_REPS; r++) {
         if (w->rep[r].state != R_RUN)
             continue;
@@ -573,9 +654,19 @@ static void sw_check_balance(sw_world *w)
             fail_msg("seed %" PRIu64 " t %" PRIu64 ": %s owns %u of %u partitions over %u "
                      "replicas", w->seed0, w->now, w->rep[r].id, cnt[r], P, n);
     }
-    if (total != P)
-        fail_msg("seed %" PRIu64 " t %" PRIu64 ": %u of %u partitions owned", w->seed0, w->now,
-                 total, P);
+    if (total != all)
+        fail_msg("seed %" PRIu64 " t %" PRIu64 ": %u of %u partitions owned (%u may be)",
+                 w->seed0, w->now, total, P, all);
+    for (int r = 0; r < SW_REPS; r++) {
+        /* the unowned ones reported, in every running replica's view */
+        fq_owner_stats st;
+        if (w->rep[r].state != R_RUN)
+            continue;
+        fq_owner_stats_get(&st, w->rep[r].o);
+        if (P > 1 && st.unassigned != P - all)
+            fail_msg("seed %" PRIu64 " t %" PRIu64 ": %s reports %u partitions assigned to "
+                     "none, %u are", w->seed0, w->now, w->rep[r].id, st.unassigned, P - all);
+    }
     w->balance_checked++;
 }
 
@@ -1476,18 +1567,19 @@ static void test_old_lease_answer_after_standing_by_again(void **state)
     fq_owner_destroy(o);
 }
 
-static void sim_one(uint64_t seed, uint32_t parts)
+static void sim_one(uint64_t seed, uint32_t parts, uint32_t bound)
 {
     sw_world w;
     sw_init(&w, seed, parts);
+    w.bound = bound;
     sw_join(&w);
     sw_join(&w);
     w.disturbed_until = w.now + 3 * TTL;
-    uint64_t end = w.now + 90000, next = w.now + 5000;
+    uint64_t end = w.now + (bound ? 50000 : 90000), next = w.now + 5000;
     while (w.now < end) {
         sw_step(&w);
         if (w.now >= next) {
-            if (w.now >= w.last_event + 15000)
+            if (w.now >= w.last_event + (bound ? SW_BOUND_SETTLE : 15000))
                 sw_check_balance(&w);
             sw_disturb(&w, true);
             if (sw_running(&w) == 0)
@@ -1499,7 +1591,7 @@ static void sim_one(uint64_t seed, uint32_t parts)
     while (sw_running(&w) < 2)
         sw_join(&w);
     w.disturbed_until = w.now + 3 * TTL;
-    sw_run(&w, 20000);
+    sw_run(&w, bound ? SW_BOUND_SETTLE : 20000);
     sw_check_balance(&w);
     sw_free(&w);
 }
@@ -1588,15 +1680,84 @@ static void test_simulation(void **state)
     sw_trace = getenv("OWNER_TRACE") != NULL;
     if (one) {
         uint64_t s = strtoull(one, NULL, 10);
-        sim_one(s, sim_parts(s));
+        sim_one(s, sim_parts(s), 0);
         return;
     }
     uint64_t n = many ? strtoull(many, NULL, 10) : 24;
     for (uint64_t s = 1; s <= n; s++) {
-        sim_one(s, sim_parts(s));
+        sim_one(s, sim_parts(s), 0);
     }
-    sim_one(1000, sim_parts(1000));
-    sim_one(1001, sim_parts(1001));
+    sim_one(1000, sim_parts(1000), 0);
+    sim_one(1001, sim_parts(1001), 0);
+}
+
+/* The bound, in seeded worlds of P = 1,024 with two to five replicas
+ * joining, dying, freezing, jumping their clocks, answered late: no
+ * replica ever serves more than its bound (checked at every GAINED);
+ * after a quiet while each holds min(its share, the bound) and all that
+ * the running replicas may hold are owned (with a bound of 300, all of
+ * them once four run); every replica reports the rest as assigned to
+ * none; a dead replica's partitions are owned again within TTL + 1 s.
+ * OWNER_BOUND_SEED=s runs seed s alone. */
+static void test_bound_simulation(void **state)
+{
+    (void)state;
+    const char *one = getenv("OWNER_BOUND_SEED");
+    sw_trace = getenv("OWNER_TRACE") != NULL;
+    uint64_t lo = one ? strtoull(one, NULL, 10) : 1, hi = one ? lo : 2;
+    for (uint64_t s = lo; s <= hi; s++)
+        sim_one(5000 + s, 1024, s % 2 ? 128 : 300);
+}
+
+/* P = 1,024, a bound of 128: two replicas hold 128 each and report 768
+ * assigned to none; as replicas join, one at a time, each takes 128 of
+ * those, up to four; one killed, its 128 go to none (the others are
+ * full), and one joining in its place takes 128 again. (Every partition
+ * owned once replicas suffice: test_bound_simulation, bound 300.) */
+static void test_bound_fills(void **state)
+{
+    (void)state;
+    sw_world w;
+    sw_init(&w, 23, 1024);
+    w.bound = 128;
+    sw_join(&w);
+    sw_join(&w);
+    w.disturbed_until = w.now + 3 * TTL;
+    sw_run(&w, 3 * TTL);
+    sw_check_balance(&w);
+    fq_owner_stats st;
+    fq_owner_stats_get(&st, w.rep[0].o);
+    assert_int_equal(st.owned, 128);
+    assert_int_equal(st.unassigned, 768);
+    assert_int_equal(st.bound, 128);
+    for (int n = 3; n <= 4; n++) {
+        sw_join(&w);
+        sw_run(&w, SW_BOUND_SETTLE);
+        sw_check_balance(&w);
+        uint32_t total = 0;
+        for (int r = 0; r < n; r++)
+            total += sw_owned(&w, r);
+        assert_int_equal(total, 128 * (uint32_t)n);
+    }
+    fq_owner_stats_get(&st, w.rep[3].o);
+    assert_int_equal(st.unassigned, 512);
+    assert_int_equal(st.owned, 128);
+    assert_true(w.bound_checked > 0);
+    sw_kill(&w, 1);
+    sw_run(&w, 2 * TTL);
+    for (int r = 0; r < 4; r++)
+        if (r != 1) {
+            assert_int_equal(sw_owned(&w, r), 128);
+            fq_owner_stats_get(&st, w.rep[r].o);
+            assert_int_equal(st.unassigned, 640);
+        }
+    sw_join(&w);
+    sw_run(&w, SW_BOUND_SETTLE);
+    sw_check_balance(&w);
+    fq_owner_stats_get(&st, w.rep[1].o);
+    assert_int_equal(st.owned, 128);
+    assert_int_equal(st.unassigned, 512);
+    sw_free(&w);
 }
 
 int main(void)
@@ -1622,6 +1783,8 @@ int main(void)
         cmocka_unit_test(test_p1_duplicate_id),
         cmocka_unit_test(test_simulation),
         cmocka_unit_test(test_rolling_restart),
+        cmocka_unit_test(test_bound_fills),
+        cmocka_unit_test(test_bound_simulation),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
