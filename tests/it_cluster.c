@@ -323,7 +323,15 @@ static void stale_start(cl_bare *b, fq_nio **n, natsConnection **nc, jsCtx **js)
     assert_int_equal(fq_nio_create(n, &o, err, sizeof err), FQ_OK);
     fq_nio_stream st = {.name = "STALE", .subject = "stale.*", .retention = FQ_NIO_WORKQUEUE,
                         .replicas = 3};
-    assert_int_equal(fq_nio_stream_ensure(*n, &st, warn, sizeof warn), FQ_OK);
+    /* A fresh cluster under load may not place a stream yet (FQ_EIO: no
+     * meta leader, no peers current, or no answer in time), which the
+     * proxy retries (px_stream_ensure): so does the test. */
+    fq_status s;
+    for (long long end = nt_now_ms() + 30000;
+         (s = fq_nio_stream_ensure(*n, &st, warn, sizeof warn)) == FQ_EIO && nt_now_ms() < end;
+         nt_sleep_ms(1000))
+        print_message("stream STALE not made yet: %s\n", warn);
+    assert_int_equal(s, FQ_OK);
     fq_nio_consumer c = {.stream = "STALE", .durable = "sub", .filter = "stale.1",
                          .max_ack_pending = 1000, .ack_wait_ms = 60000, .batch = 16,
                          .term = 5};
