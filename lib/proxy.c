@@ -2860,6 +2860,7 @@ typedef struct px_loaded {
     uint64_t now;               /* the read-back's start (monotonic ms) */
     int64_t now_ms;             /* ... unix ms, read at the same moment */
     fq_jcounts counts;          /* records read and refused */
+    uint64_t msgs, bytes;       /* messages read, and their bytes */
 } px_loaded;
 
 static void px_load_rec(void *arg, const fq_jrec *r)
@@ -2873,6 +2874,8 @@ static void px_load_cb(void *arg, const void *data, size_t len, int64_t ts_ms, u
     px_loaded *L = arg;
     L->ts_ms = ts_ms;
     L->seq = seq;
+    L->msgs++;
+    L->bytes += len;
     fq_journal_decode(data, len, px_load_rec, L, &L->counts);
     /* A long read back must not cost the lease: its keys' answers are
      * taken and what they ask sent, as due (no other event is handled
@@ -2919,7 +2922,11 @@ static fq_status px_recover(fq_proxy *p)
         if (!read[k])
             continue;
         px_journal_subject(subject, sizeof subject, p, k);
+        uint64_t t0 = fq_nio_mono_ms(), m0 = L.msgs, b0 = L.bytes, r0 = L.counts.records;
         s = fq_nio_subject_scan(p->nio, p->cfg.streams.runs, subject, px_load_cb, &L);
+        fq_log(FQ_LOG_INFO, "a journal subject read back", FQ_STR("subject", subject),
+               FQ_UINT("messages", L.msgs - m0), FQ_UINT("bytes", L.bytes - b0),
+               FQ_UINT("records", L.counts.records - r0), FQ_UINT("ms", fq_nio_mono_ms() - t0));
     }
     if (s != FQ_OK)
         return s;
@@ -2929,7 +2936,9 @@ static fq_status px_recover(fq_proxy *p)
     fq_ledger_stats ls;
     fq_ledger_stats_get(&ls, p->ledger);
     p->c.journal_refused += L.counts.invalid + L.counts.unknown;
-    fq_log(FQ_LOG_INFO, "recovered state from NATS", FQ_UINT("in_flight", lc->adopted),
+    fq_log(FQ_LOG_INFO, "recovered state from NATS", FQ_UINT("messages", L.msgs),
+           FQ_UINT("records", L.counts.records), FQ_UINT("ms", fq_nio_mono_ms() - L.now),
+           FQ_UINT("in_flight", lc->adopted),
            FQ_UINT("completed_remembered", ls.completed_remembered),
            FQ_UINT("expired", ls.expired_remembered),
            FQ_UINT("past_the_window", lc->adopt_overflow), FQ_UINT("debtors", ls.debtors));

@@ -480,6 +480,10 @@ static int teardown(void **state)
             kill(W.px[i].proc.pid, SIGCONT);
             pt_proxy_stop(&W.px[i]);
         }
+    /* what each partition taken cost its replica to read back */
+    for (int i = 0; i < REPLICAS; i++)
+        if (W.px[i].log[0])
+            pt_log_print(&W.px[i], "journal subject read back");
     pt_close(&W.ld.c);
     pt_close(&W.f.c);
     natscluster_destroy(W.cl);
