@@ -482,8 +482,10 @@ static int teardown(void **state)
         }
     /* what each partition taken cost its replica to read back */
     for (int i = 0; i < REPLICAS; i++)
-        if (W.px[i].log[0])
+        if (W.px[i].log[0]) {
             pt_log_print(&W.px[i], "journal subject read back");
+            pt_log_print(&W.px[i], "recovered state from NATS");
+        }
     pt_close(&W.ld.c);
     pt_close(&W.f.c);
     natscluster_destroy(W.cl);
