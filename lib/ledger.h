@@ -511,11 +511,14 @@ void fq_ledger_journal_marked(fq_ledger *l, uint64_t seq);
 /* Rebuild from the journal: each valid record read back, in order, with
  * the time its message was stored (unix ms, the stream leader's clock)
  * and its message's stream sequence (seq: records of one message share
- * it), and the clocks of the read-back's start (now monotonic, now_ms
- * unix: what a record is remembered for is counted on the monotonic clock
- * from then on); then fq_ledger_recovered.
+ * it), and the clocks of now (now monotonic, now_ms unix, read together:
+ * what a record is remembered for is counted on the monotonic clock from
+ * then on); then fq_ledger_recovered.
  * Only before the first submit or completion (of the partition adopted:
- * a record of a partition not being read back is refused and counted). */
+ * a record of a partition not being read back is refused and counted).
+ * The partitions owned are served meanwhile, records and their submits
+ * and completions interleaved in any order (the proxy reads a partition
+ * back off its loop). */
 void fq_ledger_recover_record(fq_ledger *l, const fq_jrec *r, int64_t stored_ms, uint64_t seq,
                               uint64_t now, int64_t now_ms);
 /* Put the runs read back into the window (up to its limits and each

@@ -110,6 +110,7 @@
 #define NIO_FETCH_RETRY_MS 100      /* a failed pull is tried again after this */
 #define NIO_API_TOKEN "api."        /* <inbox>.api.<id>.<number>: a listing's, an info's or a
                                        delete's answer (nio_api_request) */
+#define NIO_SCAN_QUEUED_MAX 64      /* a read's messages waiting for the owner at most */
 #define NIO_WATCH_WAIT_MS 250       /* a watch waits this long for a change between looks
                                        at the connection; a failed one is made again after it */
 
@@ -222,6 +223,24 @@ typedef struct nio_watch {
     bool started;
 } nio_watch;
 
+/* The read back the owner wants of a stream (fq_nio_scan_start, _stop),
+ * and the thread that does it. */
+typedef struct nio_scan {
+    pthread_t thread;
+    bool started;               /* the thread runs (made at the first read wanted) */
+    pthread_cond_t cv;          /* signalled on a change of want, on room in the queue, at
+                                   close */
+    /* Under n->mu. */
+    uint64_t want;              /* bumped by every start and stop: a read made for an
+                                   earlier one hands nothing more over */
+    uint64_t done;              /* the latest want read to its end */
+    bool on;                    /* want is a read, not a stop */
+    uint64_t token;             /* the caller's: on each event of the read */
+    char stream[NIO_NAME_CAP];
+    char subject[NIO_SUBJECT_CAP]; /* "": the whole stream */
+    size_t queued;              /* its SCAN events in the queue */
+} nio_scan;
+
 /* Messages waiting to be destroyed together (see nio_graves_flush). */
 typedef struct nio_graves {
     natsMsg **m;
@@ -297,6 +316,7 @@ struct fq_nio {
     uint64_t fetch_requests;    /* pull requests sent: each one's number; fetch thread only */
     nio_sub subs[NIO_MAX_SUBS];
     nio_watch watches[NIO_MAX_WATCHES];
+    nio_scan scan;
 };
 
 uint64_t fq_nio_mono_ms(void)
@@ -450,6 +470,8 @@ size_t fq_nio_poll(fq_nio *n, fq_nio_event *ev, size_t cap, int timeout_ms)
             n->subs[ev[k].source].queued--;
         else if (ev[k].type == FQ_NIO_EV_MSG)
             n->cons[ev[k].source].queued--;
+        else if (ev[k].type == FQ_NIO_EV_SCAN && n->scan.queued-- == NIO_SCAN_QUEUED_MAX)
+            pthread_cond_signal(&n->scan.cv);   /* room for the read's next message */
     }
     /* Take the PubAck replies over whole: the PubAck thread refills an
      * empty array while the owner destroys them. */
@@ -678,6 +700,9 @@ static void nio_on_closed(natsConnection *nc, void *closure)
 static bool nio_close(fq_nio *n, int flush_ms)
 {
     atomic_store(&n->stopping, true);
+    pthread_mutex_lock(&n->mu);
+    pthread_cond_broadcast(&n->scan.cv);    /* a read waiting for room or work */
+    pthread_mutex_unlock(&n->mu);
     if (!n->nc)
         return true;
     if (flush_ms > 0 && atomic_load(&n->connected))
@@ -946,6 +971,7 @@ fq_status fq_nio_create(fq_nio **out, const fq_nio_opts *o, char *err, size_t er
         n->o.max_pending_pubs = 65536;
     pthread_mutex_init(&n->mu, NULL);
     pthread_cond_init(&n->cv, NULL);
+    pthread_cond_init(&n->scan.cv, NULL);
     n->url = nio_strdup(o->url);
     n->creds = nio_strdup(o->creds);
     n->tls_ca = nio_strdup(o->tls_ca);
@@ -991,6 +1017,8 @@ void fq_nio_destroy(fq_nio *n)
             pthread_join(n->watches[i].thread, NULL);
         free(n->watches[i].bucket);
     }
+    if (n->scan.started)
+        pthread_join(n->scan.thread, NULL);
     /* The library may still call back into n: leave it allocated. */
     if (!n->close_ok)
         return;
@@ -1028,6 +1056,7 @@ void fq_nio_destroy(fq_nio *n)
     free(n->nkey);
     free(n->nkey_seed);
     free(n->inbox_prefix);
+    pthread_cond_destroy(&n->scan.cv);
     pthread_cond_destroy(&n->cv);
     pthread_mutex_destroy(&n->mu);
     free(n);
@@ -2384,11 +2413,74 @@ fq_status fq_nio_nak(fq_nio *n, int id, const fq_nio_ackref *a, int64_t delay_ms
     return nio_ack_send(n, id, a, body);
 }
 
-/* Read stream (subject NULL: whole; else that subject only) up to its last
- * message now, in order, through an ordered consumer. */
-static fq_status nio_scan(fq_nio *n, const char *stream, const char *subject,
-                          fq_nio_scan_fn cb, void *arg)
+/* ---- a stream read back, on a thread of its own ------------------------ */
+
+/* What the scan thread reads: the want it was made for. */
+typedef struct nio_scan_job {
+    uint64_t want, token;
+    char stream[NIO_NAME_CAP], subject[NIO_SUBJECT_CAP];
+    uint64_t msgs;              /* handed over so far */
+} nio_scan_job;
+
+/* Drop the read's events still queued (the caller holds mu): no event of
+ * a read stopped or replaced is polled after. Owner thread only (their
+ * messages go to its graves). */
+static void nio_scan_purge_locked(fq_nio *n)
 {
+    size_t kept = 0;
+    for (size_t i = 0; i < n->q_len; i++) {
+        fq_nio_event *ev = &n->q[(n->q_head + i) % n->q_cap];
+        if (ev->type == FQ_NIO_EV_SCAN || ev->type == FQ_NIO_EV_SCAN_END) {
+            fq_nio_msg_drop(n, ev->msg);
+            continue;
+        }
+        n->q[(n->q_head + kept++) % n->q_cap] = *ev;
+    }
+    n->q_len = kept;
+    n->scan.queued = 0;
+}
+
+/* Hand m, the read's message at a, over as a SCAN event once the queue
+ * holds fewer than NIO_SCAN_QUEUED_MAX of them, so that a long read costs
+ * the owner's loop a slice per poll and memory for that many. False (m
+ * destroyed) when the read was stopped or replaced meanwhile, or n stops. */
+static bool nio_scan_hand(fq_nio *n, nio_scan_job *j, natsMsg *m, const fq_nio_ackref *a,
+                          int64_t ts_ms)
+{
+    nio_scan *r = &n->scan;
+    fq_nio_event ev = {.type = FQ_NIO_EV_SCAN, .msg = (fq_nio_msg *)m, .token = j->token,
+                       .seq = a->sseq, .ts_ms = ts_ms};
+    pthread_mutex_lock(&n->mu);
+    while (r->want == j->want && r->queued >= NIO_SCAN_QUEUED_MAX &&
+           !atomic_load(&n->stopping))
+        pthread_cond_wait(&r->cv, &n->mu);
+    bool ok = r->want == j->want && !atomic_load(&n->stopping) && nio_push_locked(n, &ev);
+    r->queued += ok;
+    pthread_mutex_unlock(&n->mu);
+    if (!ok) {
+        natsMsg_Destroy(m);
+        return false;
+    }
+    pthread_cond_signal(&n->cv);
+    j->msgs++;
+    return true;
+}
+
+/* Whether the read was stopped or replaced, or n stops. */
+static bool nio_scan_gone(fq_nio *n, const nio_scan_job *j)
+{
+    pthread_mutex_lock(&n->mu);
+    bool gone = n->scan.want != j->want;
+    pthread_mutex_unlock(&n->mu);
+    return gone || atomic_load(&n->stopping);
+}
+
+/* Read j's stream (subject "": whole; else that subject only) up to its
+ * last message now, in order, through an ordered consumer, each message
+ * handed over. FQ_EIO too when stopped or replaced midway. */
+static fq_status nio_scan_read(fq_nio *n, nio_scan_job *j)
+{
+    const char *stream = j->stream, *subject = j->subject[0] ? j->subject : NULL;
     jsStreamInfo *si = NULL;
     natsStatus s = js_GetStreamInfo(&si, n->js, stream, NULL, NULL);
     if (s != NATS_OK)
@@ -2421,37 +2513,107 @@ static fq_status nio_scan(fq_nio *n, const char *stream, const char *subject,
     so.Stream = stream;
     so.Ordered = true;
     so.Config.DeliverPolicy = js_DeliverAll;
-    if (s == NATS_OK && msgs)
+    if (s == NATS_OK && msgs && !nio_scan_gone(n, j))
         s = js_SubscribeSync(&sub, n->js, subj, NULL, &so, NULL);
-    for (uint64_t seq = 0; s == NATS_OK && msgs && seq < last;) {
+    bool gone = false;
+    /* Waited for in slices, so that a read stopped midway ends within one
+     * (the API's wait without a message fails it). */
+    int64_t waited = 0;
+    for (uint64_t seq = 0; s == NATS_OK && msgs && seq < last && !(gone = nio_scan_gone(n, j));) {
         natsMsg *m = NULL;
-        s = natsSubscription_NextMsg(&m, sub, n->o.api_wait_ms);
+        s = natsSubscription_NextMsg(&m, sub, NIO_WATCH_WAIT_MS);
+        if (s == NATS_TIMEOUT && (waited += NIO_WATCH_WAIT_MS) < n->o.api_wait_ms) {
+            s = NATS_OK;
+            continue;
+        }
         if (s != NATS_OK)
             break;
+        waited = 0;
         fq_nio_ackref a;
         int64_t ts = 0;
         const char *key;
         size_t key_len;
-        if (nio_parse_reply(natsMsg_GetReply(m), &a, &ts, &key, &key_len)) {
-            seq = a.sseq;
-            cb(arg, natsMsg_GetData(m) ? natsMsg_GetData(m) : "",
-               (size_t)natsMsg_GetDataLength(m), ts, a.sseq);
+        if (!nio_parse_reply(natsMsg_GetReply(m), &a, &ts, &key, &key_len)) {
+            natsMsg_Destroy(m);
+            continue;
         }
-        natsMsg_Destroy(m);
+        seq = a.sseq;
+        if (!nio_scan_hand(n, j, m, &a, ts))
+            gone = true;
+        if (gone)
+            break;
     }
     natsSubscription_Destroy(sub);
-    return s == NATS_OK ? FQ_OK : FQ_EIO;
+    return s == NATS_OK && !gone ? FQ_OK : FQ_EIO;
 }
 
-fq_status fq_nio_stream_scan(fq_nio *n, const char *stream, fq_nio_scan_fn cb, void *arg)
+/* The scan thread: each read wanted, to its end (FQ_NIO_EV_SCAN_END) unless
+ * stopped or replaced first. */
+static void *nio_scan_main(void *arg)
 {
-    return nio_scan(n, stream, NULL, cb, arg);
+    fq_nio *n = arg;
+    nio_scan *r = &n->scan;
+    nio_scan_job j;
+    pthread_mutex_lock(&n->mu);
+    while (!atomic_load(&n->stopping)) {
+        if (!r->on || r->done == r->want) {
+            pthread_cond_wait(&r->cv, &n->mu);
+            continue;
+        }
+        j = (nio_scan_job){.want = r->want, .token = r->token};
+        memcpy(j.stream, r->stream, sizeof j.stream);
+        memcpy(j.subject, r->subject, sizeof j.subject);
+        pthread_mutex_unlock(&n->mu);
+        fq_status st = nio_scan_read(n, &j);
+        pthread_mutex_lock(&n->mu);
+        if (r->want != j.want || atomic_load(&n->stopping))
+            continue;   /* stopped or replaced: no end of it is told */
+        r->done = j.want;
+        fq_nio_event ev = {.type = FQ_NIO_EV_SCAN_END, .token = j.token, .status = st,
+                           .seq = j.msgs};
+        nio_push_locked(n, &ev);
+        pthread_cond_signal(&n->cv);
+    }
+    pthread_mutex_unlock(&n->mu);
+    return NULL;
 }
 
-fq_status fq_nio_subject_scan(fq_nio *n, const char *stream, const char *subject,
-                              fq_nio_scan_fn cb, void *arg)
+/* Set what the scan thread reads (on: stream and subject), or that it reads
+ * nothing; a read under way is given up, and its events still queued are
+ * dropped. */
+static void nio_scan_want(fq_nio *n, bool on, uint64_t token, const char *stream,
+                          const char *subject)
 {
-    return nio_scan(n, stream, subject, cb, arg);
+    nio_scan *r = &n->scan;
+    pthread_mutex_lock(&n->mu);
+    nio_scan_purge_locked(n);
+    r->want++;
+    r->on = on;
+    r->token = token;
+    if (on) {
+        nio_copy(r->stream, sizeof r->stream, stream);
+        nio_copy(r->subject, sizeof r->subject, subject ? subject : "");
+    }
+    pthread_mutex_unlock(&n->mu);
+    pthread_cond_broadcast(&r->cv);
+}
+
+fq_status fq_nio_scan_start(fq_nio *n, uint64_t token, const char *stream, const char *subject)
+{
+    if (strlen(stream) >= NIO_NAME_CAP || (subject && strlen(subject) >= NIO_SUBJECT_CAP))
+        return FQ_EINVAL;
+    if (!n->scan.started) {
+        if (pthread_create(&n->scan.thread, NULL, nio_scan_main, n) != 0)
+            return FQ_ENOMEM;
+        n->scan.started = true;
+    }
+    nio_scan_want(n, true, token, stream, subject);
+    return FQ_OK;
+}
+
+void fq_nio_scan_stop(fq_nio *n)
+{
+    nio_scan_want(n, false, 0, NULL, NULL);
 }
 
 /* ---- core subscriptions -------------------------------------------------- */

@@ -44,6 +44,10 @@
  *   A key's reads and compare-and-set writes (the lease keys') are sent
  *   without waiting, as the consumers' API requests are: each with a
  *   number in its reply subject and a deadline, its answer an event.
+ * - A stream read back (a partition's journal when it is taken) is read by
+ *   a thread of its own too, its messages handed over as events a few
+ *   dozen at a time, so the owner's loop serves everything else meanwhile
+ *   instead of waiting for the read's requests and messages.
  * - Acks need only a message's sequences (fq_nio_ackref), not the message,
  *   so a caller can drop a body and still ack it later.
  * - Units at this interface are milliseconds; nats.c mixes milliseconds and
@@ -149,6 +153,11 @@ enum fq_nio_event_type {
                                    (fq_nio_kv_get_async, fq_nio_kv_write_async): token,
                                    status, seq = the revision, err_code; kv = a read's
                                    entry (the caller's) */
+    FQ_NIO_EV_SCAN,             /* a message of the read back (fq_nio_scan_start): msg,
+                                   token, seq = its stream sequence, ts_ms */
+    FQ_NIO_EV_SCAN_END,         /* the read back is over: token, status (FQ_OK: every
+                                   message came; FQ_ENOTFOUND: no such stream; FQ_EIO),
+                                   seq = its messages handed over */
 };
 
 /* A key of a watched bucket as it is now, handed over whole (the caller's,
@@ -167,19 +176,21 @@ void fq_nio_kv_entry_destroy(fq_nio_kv_entry *e);
 typedef struct fq_nio_event {
     enum fq_nio_event_type type;
     int source;                 /* MSG/CONSUMER: consumer id; REQUEST: subscription id */
-    fq_nio_msg *msg;            /* MSG, REQUEST, and a failed PUBACK's message: the caller's */
+    fq_nio_msg *msg;            /* MSG, REQUEST, SCAN, and a failed PUBACK's message: the
+                                   caller's */
     fq_nio_kv_entry *kv;        /* KV, and a KV_ANSWER with a value: the caller's */
-    uint64_t token;             /* PUBACK, KV_ANSWER; CONSUMER: the earlier term of ours whose
-                                   stale copy
+    uint64_t token;             /* PUBACK, KV_ANSWER; SCAN, SCAN_END: the read's;
+                                   CONSUMER: the earlier term of ours whose stale copy
                                    on a node refused it (js_err 10100) and was cleared
                                    first, 0 if none */
     fq_status status;           /* PUBACK: FQ_OK, or FQ_EIO (error or timeout) */
     bool duplicate;             /* PUBACK: JetStream had the Nats-Msg-Id already */
     bool connected;             /* CONN */
     uint64_t seq;               /* PUBACK: stream sequence stored; KV_SYNCED: epoch;
-                                   CONSUMER: the term it was made for (0: none) */
+                                   CONSUMER: the term it was made for (0: none); SCAN: its
+                                   stream sequence; SCAN_END: messages handed over */
     fq_nio_ackref ack;          /* MSG */
-    int64_t ts_ms;              /* MSG: the stream's timestamp, unix ms */
+    int64_t ts_ms;              /* MSG, SCAN: the stream's timestamp, unix ms */
     int err_code;               /* PUBACK, CONSUMER (not made): JetStream error code, 0 if
                                    none */
 } fq_nio_event;
@@ -311,19 +322,23 @@ int64_t fq_nio_max_payload(const fq_nio *n);
 fq_status fq_nio_stream_ensure(fq_nio *n, const fq_nio_stream *s, char *warn, size_t warnlen);
 /* The stream's creation time (unix ms), stable until it is recreated. */
 fq_status fq_nio_stream_created(int64_t *out, fq_nio *n, const char *stream);
-/* Call cb with every message stream holds now, in order (an ordered
- * consumer; messages stored after the call began are not included). ts_ms
- * is the message's store time, unix ms, by the clock of the stream's
- * leader when it was stored; seq its stream sequence, which orders the
- * stream's messages whatever their subjects and whichever node led. */
-typedef void (*fq_nio_scan_fn)(void *arg, const void *data, size_t len, int64_t ts_ms,
-                               uint64_t seq);
-fq_status fq_nio_stream_scan(fq_nio *n, const char *stream, fq_nio_scan_fn cb, void *arg);
-/* The same for the messages of one subject of stream only (an ordered
- * consumer filtered to it, up to its last message when the call began), so
- * that reading one subject costs what it holds, not what the stream does. */
-fq_status fq_nio_subject_scan(fq_nio *n, const char *stream, const char *subject,
-                              fq_nio_scan_fn cb, void *arg);
+/* Read stream back on natsio's scan thread: every message it holds now
+ * (subject NULL), or those of subject only (an ordered consumer filtered
+ * to it, up to its last message when the read began, so that reading one
+ * subject costs what it holds, not what the stream does), in order, each
+ * as an FQ_NIO_EV_SCAN event: its stream sequence, which orders the
+ * stream's messages whatever their subjects and whichever node led, and
+ * its store time, unix ms, by the clock of the stream's leader when it was
+ * stored. Then FQ_NIO_EV_SCAN_END. Messages stored after the read began
+ * may come too (the whole stream's are read up to its last message then).
+ * The owner's loop goes on meanwhile: at most a few dozen of the read's
+ * messages wait in the queue, the thread reading on as they are polled.
+ * One read at a time: a read under way when another starts (or at
+ * fq_nio_scan_stop) is given up, and no event of it is polled after the
+ * call. token is the caller's, on each event of the read. FQ_EINVAL: a
+ * name too long. */
+fq_status fq_nio_scan_start(fq_nio *n, uint64_t token, const char *stream, const char *subject);
+void fq_nio_scan_stop(fq_nio *n);
 
 /* Start consumer id (0..FQ_NIO_MAX_CONSUMERS - 1) on the fetch thread;
  * its messages arrive as FQ_NIO_EV_MSG with source = id. The consumer is

@@ -86,6 +86,7 @@
                                        handed on (P > 1) or consumer infos */
 #define PX_FWD_MAX FQ_ADMIN_QUEUED  /* requests handed on awaiting their answer, at most */
 #define PX_FWD_WAIT_MS 2000         /* ... each this long, then answered with why not */
+#define PX_READ_RETRY_MS 1000       /* a journal read back that failed is made again after this */
 #define PX_LOADING_RETRY_MS 100     /* a request about a tenant of a partition being read back:
                                        answered busy, to ask again after this */
 #define PX_ADMIN_QUEUE "fairq-admin" /* P > 1: the queue group of <admin>.> and <explain>.* */
@@ -199,6 +200,31 @@ typedef struct px_counters {
     uint64_t submits_stranded;      /* partitions' submits found stranded and delivered again */
 } px_counters;
 
+/* The journal read back (px_read_*): of every partition loading when it
+ * began (with P = 1, of the whole journal at start), one subject at a
+ * time on natsio's scan thread, its messages decoded into the ledger on
+ * the loop as they come. */
+typedef struct px_readback {
+    bool on;                    /* under way */
+    bool ended;                 /* every subject read: taken in at the next turn */
+    bool lost;                  /* a partition of it was let go meanwhile */
+    fq_status status;           /* P = 1 at start: how the last one ended */
+    uint64_t token;             /* the read of the subject under way: its events carry it */
+    int32_t at;                 /* that subject: -1 P = 1's (with P = 1, the whole journal),
+                                   else a partition's, under partitions or partitions_before */
+    bool subj[FQ_PARTITIONS_MAX]; /* the partitions' subjects it reads (px_read_set) */
+    uint64_t again_at;          /* monotonic ms: one that failed is made again from then */
+    uint64_t began, subj_began; /* monotonic ms: it and the subject under way began */
+    uint64_t dispatched;        /* runs the ledger had dispatched when it began */
+    uint64_t msgs, bytes;       /* messages read, and their bytes */
+    uint64_t subj_msgs, subj_bytes, subj_records; /* ... when the subject under way began */
+    int64_t ts_ms;              /* the message being decoded was stored then (unix ms) */
+    uint64_t seq;               /* ... at this stream sequence */
+    uint64_t now;               /* the clocks it is decoded at (monotonic ms) */
+    int64_t now_ms;             /* ... unix ms, read at the same moment */
+    fq_jcounts counts;          /* records read and refused */
+} px_readback;
+
 struct fq_proxy {
     fq_config cfg;              /* our copy: strings duplicated */
     fq_policy *policy;
@@ -249,6 +275,7 @@ struct fq_proxy {
     uint32_t jmarks;            /* partitions whose marker is stored (P > 1: one each) */
     uint32_t jmark_sent;        /* markers in flight */
     bool part_marked[PX_PARTS_MAX]; /* partition k's marker is stored */
+    px_readback rb;             /* the journal read back, of partitions taken */
     uint64_t part_mark_term[PX_PARTS_MAX]; /* P > 1: the term k's last marker was sent for */
     char jmsgid[FQ_LEASE_ID_MAX + 2 * FQ_U64_DEC_MAX + 4]; /* the batch in flight's Msg-Id */
     uint64_t jmsgid_batch;      /* ... and its batch id ("": none yet) */
@@ -2852,58 +2879,44 @@ static fq_status px_streams(fq_proxy *p)
     return px_lease_bucket(p);
 }
 
-/* The runs journal read back at start. */
-typedef struct px_loaded {
-    fq_proxy *p;
-    int64_t ts_ms;              /* the message being read was stored then (unix ms) */
-    uint64_t seq;               /* ... at this stream sequence */
-    uint64_t now;               /* the read-back's start (monotonic ms) */
-    int64_t now_ms;             /* ... unix ms, read at the same moment */
-    fq_jcounts counts;          /* records read and refused */
-    uint64_t msgs, bytes;       /* messages read, and their bytes */
-} px_loaded;
+/*
+ * The runs journal read back: with P = 1 the whole journal at start; with
+ * P > 1 the journal subjects of the partitions being taken, each on its
+ * own, so that a takeover costs what they hold, not what the deployment's
+ * journal does. It rebuilds the in-flight window, the expired runs, the
+ * completed set and the debts (the ledger decides), so the window does
+ * not start from zero while workers are busy with runs dispatched before.
+ * The read runs on natsio's scan thread, one subject at a time, and each
+ * message comes as an event the loop decodes into the ledger among its
+ * other events: the partitions owned already are served meanwhile
+ * (before, the loop waited for the whole read, 0.4 to 1.4 s on a loaded
+ * cluster, dispatching for none of them). A read covers the partitions
+ * loading when it began: one gained meanwhile is adopted once it ends,
+ * and read next. A partition lost meanwhile is let go by the ledger as
+ * any other (what was read of it forgotten), and its subject is not read
+ * on; every one of them lost, the read is given up.
+ *
+ * Which subjects: with P > 1, first the one subject of P = 1, which a
+ * deployment that moved from P = 1 by draining keeps (usually nothing:
+ * no message on it), its records taken by the partitions being read
+ * (docs/partitions.md, "Changing P"); then each partition's own; with
+ * partitions_before, also the subjects that held the partitions' tenants
+ * under that P: a tenant of partition k (its hash h, k = h mod P) was in
+ * m = h mod P', so m = k modulo gcd(P, P'). Each subject is read once; a
+ * tenant's debt is its latest record by the stream's sequence, whichever
+ * subject is read last.
+ */
 
-static void px_load_rec(void *arg, const fq_jrec *r)
+static void px_read_rec(void *arg, const fq_jrec *r)
 {
-    px_loaded *L = arg;
-    fq_ledger_recover_record(L->p->ledger, r, L->ts_ms, L->seq, L->now, L->now_ms);
+    fq_proxy *p = arg;
+    fq_ledger_recover_record(p->ledger, r, p->rb.ts_ms, p->rb.seq, p->rb.now, p->rb.now_ms);
 }
 
-static void px_load_cb(void *arg, const void *data, size_t len, int64_t ts_ms, uint64_t seq)
+/* The subjects to read for the partitions loading now, into read (by
+ * partition number, of P or of partitions_before, whichever is larger). */
+static void px_read_set(const fq_proxy *p, bool *read)
 {
-    px_loaded *L = arg;
-    L->ts_ms = ts_ms;
-    L->seq = seq;
-    L->msgs++;
-    L->bytes += len;
-    fq_journal_decode(data, len, px_load_rec, L, &L->counts);
-    /* A long read back must not cost the lease: its keys' answers are
-     * taken and what they ask sent, as due (no other event is handled
-     * meanwhile). */
-    fq_leader_step(L->p->ld, fq_nio_mono_ms());
-}
-
-/* Rebuild the in-flight window, the expired runs, the completed set and
- * the debts from the runs journal (the ledger decides), so the window does
- * not start from zero while workers are busy with runs dispatched before
- * the restart. With P > 1, only the journal subjects of the partitions
- * being taken are read, each on its own: a takeover costs what they hold,
- * not what the deployment's journal does; first the one subject of P = 1,
- * which a deployment that moved from P = 1 by draining keeps (usually
- * nothing: no message on it), its records taken by the partitions being
- * read (docs/partitions.md, "Changing P"). With partitions_before, also
- * the subjects that held the partitions' tenants under that P: a tenant of
- * partition k (its hash h, k = h mod P) was in m = h mod P', so m = k
- * modulo gcd(P, P'). Each subject is read once; a tenant's debt is its
- * latest record by the stream's sequence, whichever subject is read last. */
-static fq_status px_recover(fq_proxy *p)
-{
-    px_loaded L = {.p = p, .now = fq_nio_mono_ms(), .now_ms = fq_nio_unix_ms()};
-    fq_status s = FQ_OK;
-    if (px_parts(p) == 1)
-        s = fq_nio_stream_scan(p->nio, p->cfg.streams.runs, px_load_cb, &L);
-    else    /* P = 1's subject, kept after P changed: its debts, each to its tenant's partition */
-        s = fq_nio_subject_scan(p->nio, p->cfg.streams.runs, p->cfg.subjects.runs, px_load_cb, &L);
     uint32_t P = px_parts(p), before = p->cfg.partitions_before > 1 ? p->cfg.partitions_before : 0;
     uint32_t g = P, r = before;
     while (r) {     /* gcd(P, before) */
@@ -2911,42 +2924,168 @@ static fq_status px_recover(fq_proxy *p)
         g = r;
         r = t;
     }
-    bool read[FQ_PARTITIONS_MAX] = {false};
-    for (uint32_t k = 0; P > 1 && k < P; k++) {
+    memset(read, 0, FQ_PARTITIONS_MAX * sizeof *read);
+    for (uint32_t k = 0; P > 1 && k < P && k < PX_PARTS_MAX; k++) {
         read[k] |= p->part_loading[k] != 0;
         for (uint32_t m = k % g; before && p->part_loading[k] && m < before; m += g)
             read[m] = true;
     }
-    for (uint32_t k = 0; P > 1 && s == FQ_OK && k < (before > P ? before : P); k++) {
-        char subject[320];
-        if (!read[k])
-            continue;
-        px_journal_subject(subject, sizeof subject, p, k);
-        uint64_t t0 = fq_nio_mono_ms(), m0 = L.msgs, b0 = L.bytes, r0 = L.counts.records;
-        s = fq_nio_subject_scan(p->nio, p->cfg.streams.runs, subject, px_load_cb, &L);
-        fq_log(FQ_LOG_INFO, "a journal subject read back", FQ_STR("subject", subject),
-               FQ_UINT("messages", L.msgs - m0), FQ_UINT("bytes", L.bytes - b0),
-               FQ_UINT("records", L.counts.records - r0), FQ_UINT("ms", fq_nio_mono_ms() - t0));
+}
+
+/* Read the subject at p->rb.at on the scan thread. */
+static void px_read_scan(fq_proxy *p)
+{
+    px_readback *rb = &p->rb;
+    char subject[320];
+    const char *subj = NULL;    /* P = 1: the whole journal */
+    if (rb->at >= 0)
+        px_journal_subject(subject, sizeof subject, p, (uint32_t)rb->at);
+    if (rb->at >= 0)
+        subj = subject;
+    else if (px_parts(p) > 1)
+        subj = p->cfg.subjects.runs;    /* P = 1's subject, kept after P changed */
+    rb->subj_began = fq_nio_mono_ms();
+    rb->subj_msgs = rb->msgs;
+    rb->subj_bytes = rb->bytes;
+    rb->subj_records = rb->counts.records;
+    if (fq_nio_scan_start(p->nio, ++rb->token, p->cfg.streams.runs, subj) != FQ_OK) {
+        rb->ended = rb->on = false;     /* a name too long: config refuses those */
+        rb->status = FQ_EINVAL;
     }
-    if (s != FQ_OK)
-        return s;
+}
+
+/* Begin reading back the partitions loading (P = 1: the whole journal). */
+static void px_read_begin(fq_proxy *p)
+{
+    px_readback *rb = &p->rb;
+    uint64_t token = rb->token;
+    *rb = (px_readback){.on = true, .at = -1, .token = token, .began = fq_nio_mono_ms(),
+                        .dispatched = fq_ledger_counters_get(p->ledger)->dispatched};
+    px_read_set(p, rb->subj);
+    uint32_t n = px_parts(p) == 1;
+    for (uint32_t k = 0; px_parts(p) > 1 && k < px_parts(p) && k < PX_PARTS_MAX; k++)
+        n += p->part_loading[k] != 0;
+    fq_log(FQ_LOG_INFO, "reading the journal back", FQ_UINT("partitions", n));
+    px_read_scan(p);
+}
+
+/* The subject under way read whole (said, with its size and time) or
+ * given up; the next. */
+static void px_read_next(fq_proxy *p, bool whole)
+{
+    px_readback *rb = &p->rb;
+    char subject[320];
+    if (rb->at >= 0)
+        px_journal_subject(subject, sizeof subject, p, (uint32_t)rb->at);
+    if (whole)
+        fq_log(FQ_LOG_INFO, "a journal subject read back",
+               FQ_STR("subject", rb->at >= 0 ? subject : p->cfg.subjects.runs),
+               FQ_UINT("messages", rb->msgs - rb->subj_msgs),
+               FQ_UINT("bytes", rb->bytes - rb->subj_bytes),
+               FQ_UINT("records", rb->counts.records - rb->subj_records),
+               FQ_UINT("ms", fq_nio_mono_ms() - rb->subj_began));
+    uint32_t P = px_parts(p), before = p->cfg.partitions_before;
+    uint32_t end = P > 1 ? (before > P ? before : P) : 0;
+    do
+        rb->at++;
+    while ((uint32_t)rb->at < end && !rb->subj[rb->at]);
+    if ((uint32_t)rb->at < end)
+        px_read_scan(p);
+    else
+        rb->ended = true;
+}
+
+/* A message of the read, or its end, from natsio's scan thread. */
+static void px_on_scan(fq_proxy *p, const fq_nio_event *ev)
+{
+    px_readback *rb = &p->rb;
+    bool ours = rb->on && !rb->ended && ev->token == rb->token;
+    if (ev->type == FQ_NIO_EV_SCAN) {
+        if (ours) {
+            const void *data = fq_nio_msg_data(ev->msg);
+            size_t len = fq_nio_msg_len(ev->msg);
+            rb->ts_ms = ev->ts_ms;
+            rb->seq = ev->seq;
+            rb->now = fq_nio_mono_ms();
+            rb->now_ms = fq_nio_unix_ms();
+            rb->msgs++;
+            rb->bytes += len;
+            fq_journal_decode(data ? data : "", len, px_read_rec, p, &rb->counts);
+        }
+        fq_nio_msg_drop(p->nio, ev->msg);
+        return;
+    }
+    if (!ours)
+        return;
+    if (ev->status == FQ_OK) {
+        px_read_next(p, true);
+        return;
+    }
+    /* Read again from the start a second later, at start as at a
+     * takeover: what was read so far is read again (the ledger takes a
+     * record read twice as once). */
+    rb->on = false;
+    rb->status = ev->status;
+    rb->again_at = fq_nio_mono_ms() + PX_READ_RETRY_MS;
+    if (px_warn_ok(p, "read back"))
+        fq_log(FQ_LOG_WARN, ev->status == FQ_ENOTFOUND
+                   ? "cannot read the journal back: no such stream; retrying"
+                   : "cannot read the journal back: the server did not answer; retrying",
+               FQ_STR("stream", p->cfg.streams.runs));
+}
+
+/* The read over, its runs taken into the window, its partitions owned;
+ * said, with its size, its time and what the others dispatched meanwhile. */
+static void px_read_end(fq_proxy *p)
+{
+    px_readback *rb = &p->rb;
+    rb->on = rb->ended = false;
+    rb->status = FQ_OK;
     fq_ledger_recovered(p->ledger, fq_nio_mono_ms(), fq_nio_unix_ms());
     px_actions(p);
     const fq_ledger_counters *lc = fq_ledger_counters_get(p->ledger);
     fq_ledger_stats ls;
     fq_ledger_stats_get(&ls, p->ledger);
-    p->c.journal_refused += L.counts.invalid + L.counts.unknown;
-    fq_log(FQ_LOG_INFO, "recovered state from NATS", FQ_UINT("messages", L.msgs),
-           FQ_UINT("records", L.counts.records), FQ_UINT("ms", fq_nio_mono_ms() - L.now),
+    p->c.journal_refused += rb->counts.invalid + rb->counts.unknown;
+    fq_log(FQ_LOG_INFO, "recovered state from NATS", FQ_UINT("messages", rb->msgs),
+           FQ_UINT("records", rb->counts.records), FQ_UINT("ms", fq_nio_mono_ms() - rb->began),
+           FQ_UINT("dispatched_meanwhile", lc->dispatched - rb->dispatched),
            FQ_UINT("in_flight", lc->adopted),
            FQ_UINT("completed_remembered", ls.completed_remembered),
            FQ_UINT("expired", ls.expired_remembered),
            FQ_UINT("past_the_window", lc->adopt_overflow), FQ_UINT("debtors", ls.debtors));
-    if (L.counts.invalid || L.counts.unknown)
+    if (rb->counts.invalid || rb->counts.unknown)
         fq_log(FQ_LOG_WARN, "journal records refused", FQ_STR("stream", p->cfg.streams.runs),
-               FQ_UINT("invalid", L.counts.invalid), FQ_UINT("unknown_type", L.counts.unknown),
-               FQ_STR("first_reason", L.counts.why));
-    return FQ_OK;
+               FQ_UINT("invalid", rb->counts.invalid),
+               FQ_UINT("unknown_type", rb->counts.unknown),
+               FQ_STR("first_reason", rb->counts.why));
+}
+
+static void px_start_turn(fq_proxy *p);
+
+/* P = 1 at start: the journal read back whole, the lease renewed
+ * meanwhile (px_start_turn); each failure retried a second later.
+ * FQ_ENOTFOUND (no journal stream) and a refusal fail the start;
+ * FQ_EIO when stopped or the lease lost first. */
+static fq_status px_recover(fq_proxy *p)
+{
+    for (;;) {
+        px_read_begin(p);
+        while (p->rb.on && !p->rb.ended && !atomic_load(&p->stop) &&
+               fq_leader_lease(p->ld)->state != FQ_LEASE_LOST)
+            px_start_turn(p);
+        if (p->rb.ended) {
+            px_read_end(p);
+            return FQ_OK;
+        }
+        if (p->rb.on) {
+            fq_nio_scan_stop(p->nio);
+            p->rb.on = false;
+            return FQ_EIO;
+        }
+        if (p->rb.status != FQ_EIO || px_denied_at_start(p) || !px_sleep_unless_stopped(p, 1000))
+            return p->rb.status;
+    }
 }
 
 /* ---- the loop ---------------------------------------------------------- */
@@ -3122,6 +3261,10 @@ static void px_on_event(fq_proxy *p, fq_nio_event *ev)
             fq_leader_on_answer(p->ld, ev);
         else
             fq_nio_kv_entry_destroy(ev->kv);
+        break;
+    case FQ_NIO_EV_SCAN:
+    case FQ_NIO_EV_SCAN_END:
+        px_on_scan(p, ev);
         break;
     }
 }
@@ -3309,16 +3452,16 @@ static bool px_journal_mark(fq_proxy *p)
  *    goes to the next owner's at once); lost on purpose, its key is handed
  *    off once the ledger says its journal is settled (nothing unsent or
  *    unanswered), so the next owner reads back all of it;
- *  - a partition gained is adopted by the ledger at its term, its marker
- *    stored on its journal subject (fencing an earlier owner's batches);
- *    once every adopted partition's marker is, the journal is read back
- *    (the ledger takes the records of the partitions it is loading), and
- *    then each gets its consumers, named by its term;
+ *  - a partition gained is adopted by the ledger at its term (not while a
+ *    read back is under way: once it ends), its marker stored on its
+ *    journal subject (fencing an earlier owner's batches); once every
+ *    adopted partition's marker is, the journal is read back off the loop
+ *    (px_read_begin: the ledger takes the records of the partitions it is
+ *    loading, the others served meanwhile), and once it ended each gets
+ *    its consumers, named by its term;
  *  - the leader key gained, the admin and explain requests are answered
  *    here; lost, no longer.
  */
-
-static fq_status px_recover(fq_proxy *p);
 
 /* The leader key is held or not; it carries no request of its own: every
  * replica answers the admin plane (px_admin_start). */
@@ -3374,6 +3517,7 @@ static void px_part_drop(fq_proxy *p, uint32_t k)
         p->part_marked[k] = false;
         p->jmarks--;
     }
+    p->rb.lost |= p->rb.on && p->part_loading[k];
     p->part_loading[k] = 0;
     /* A fenced partition's key, still ours if nobody else took it, is
      * released too: renewed, it would stay ours and unserved. */
@@ -3382,6 +3526,52 @@ static void px_part_drop(fq_proxy *p, uint32_t k)
     p->part_planned[k] = p->part_release[k] = false;
     if (p->leader)
         px_phase_leader(p);
+}
+
+/* The partitions read back get their consumers. */
+static void px_parts_consume(fq_proxy *p)
+{
+    for (uint32_t k = 0; k < px_parts(p) && k < PX_PARTS_MAX; k++) {
+        if (!p->part_loading[k])
+            continue;
+        if (px_part_gain(p, k, p->part_loading[k]) != FQ_OK)
+            fq_log(FQ_LOG_ERROR, "cannot consume a partition taken", FQ_INT("partition", (int)k));
+        else
+            fq_log(FQ_LOG_INFO, "consuming a partition", FQ_INT("partition", (int)k),
+                   FQ_UINT("term", p->part_loading[k]));
+        p->part_loading[k] = 0;
+    }
+}
+
+/* A read back under way, at a turn: partitions of it let go meanwhile
+ * are not read on (the subject under way given up if it is only theirs),
+ * and with none left it is given up; ended, it is taken in and its
+ * partitions consumed. */
+static void px_read_check(fq_proxy *p, bool loading)
+{
+    px_readback *rb = &p->rb;
+    if (rb->lost && !loading) {
+        fq_nio_scan_stop(p->nio);
+        rb->on = rb->ended = rb->lost = false;
+        fq_log(FQ_LOG_INFO, "a journal read back given up: its partitions were let go",
+               FQ_UINT("messages", rb->msgs), FQ_UINT("ms", fq_nio_mono_ms() - rb->began));
+        return;
+    }
+    if (rb->lost) {
+        bool still[FQ_PARTITIONS_MAX];
+        rb->lost = false;
+        px_read_set(p, still);
+        for (size_t m = 0; m < FQ_PARTITIONS_MAX; m++)
+            rb->subj[m] &= still[m];
+        if (!rb->ended && rb->at >= 0 && !rb->subj[rb->at]) {
+            fq_nio_scan_stop(p->nio);
+            px_read_next(p, false);
+        }
+    }
+    if (rb->on && rb->ended) {
+        px_read_end(p);
+        px_parts_consume(p);
+    }
 }
 
 static void px_parts_apply(fq_proxy *p)
@@ -3399,7 +3589,7 @@ static void px_parts_apply(fq_proxy *p)
     for (uint32_t k = 0; k < P; k++) {
         if (p->part_drop[k] && !px_part_settling(p, k, now))
             px_part_drop(p, k);
-        if (p->part_want[k] && !p->part_drop[k] &&
+        if (p->part_want[k] && !p->part_drop[k] && !p->rb.on &&
             fq_ledger_adopt(p->ledger, k, p->part_want[k]) == FQ_OK) {
             p->part_loading[k] = p->part_want[k];
             p->part_want[k] = 0;
@@ -3407,7 +3597,11 @@ static void px_parts_apply(fq_proxy *p)
         loading |= p->part_loading[k] != 0;
         unmarked |= p->part_loading[k] && !p->part_marked[k];
     }
-    if (!loading)
+    if (p->rb.on) {
+        px_read_check(p, loading);
+        return;
+    }
+    if (!loading || now < p->rb.again_at)
         return;
     if (unmarked) {
         /* each partition's marker, once (again if its PubAck failed), while
@@ -3428,18 +3622,7 @@ static void px_parts_apply(fq_proxy *p)
     for (uint32_t k = 0; k < P; k++)
         if (p->part_loading[k] && !px_part_fresh(p, k))
             return;     /* read back once every partition being taken is fresh */
-    if (px_recover(p) != FQ_OK)
-        return;     /* read again at the next turn */
-    for (uint32_t k = 0; k < P; k++) {
-        if (!p->part_loading[k])
-            continue;
-        if (px_part_gain(p, k, p->part_loading[k]) != FQ_OK)
-            fq_log(FQ_LOG_ERROR, "cannot consume a partition taken", FQ_INT("partition", (int)k));
-        else
-            fq_log(FQ_LOG_INFO, "consuming a partition", FQ_INT("partition", (int)k),
-                   FQ_UINT("term", p->part_loading[k]));
-        p->part_loading[k] = 0;
-    }
+    px_read_begin(p);
 }
 
 /* Whether another live process has our replica id (lib/owner.h,
@@ -3586,11 +3769,7 @@ static fq_status px_start(fq_proxy *p, int *rc)
     }
     if (s == FQ_OK && px_parts(p) == 1) {
         px_phase(p, FQ_PHASE_RECOVERING);
-        if (!px_journal_mark(p))
-            s = FQ_EIO;
-        while (s == FQ_OK && (s = px_recover(p)) == FQ_EIO && !px_denied_at_start(p) &&
-               px_sleep_unless_stopped(p, 1000))
-            ;
+        s = px_journal_mark(p) ? px_recover(p) : FQ_EIO;
     }
     if (s == FQ_OK && px_parts(p) == 1 && fq_leader_lease(p->ld)->state != FQ_LEASE_LEADING)
         s = FQ_EIO;     /* lost while starting: exit 3 */

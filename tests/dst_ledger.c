@@ -2067,7 +2067,7 @@ static void px_recover_rec(void *arg, const fq_jrec *r)
     fq_ledger_recover_record(c->p->L, r, c->stored_ms, c->seq, c->now, c->now_ms);
 }
 
-/* Read the journal back whole (fq_nio_stream_scan, waited for). */
+/* Read the journal back whole (the proxy's read back, here in one step). */
 static void px_recover(dst_world *w, dst_proxy *p)
 {
     rec_ctx c = {.p = p, .now = px_mono(w, p), .now_ms = px_unix(w, p)};

@@ -987,6 +987,38 @@ static void test_stranded_found_and_restored(void **state)
     natsConnection_Destroy(nc);
 }
 
+/* What a read back hands over, message by message. */
+typedef void (*scan_fn)(void *arg, const void *data, size_t len, int64_t ts_ms, uint64_t seq);
+
+/* Read stream (subject NULL: whole) back through natsio's scan thread, each
+ * message to cb in the order polled; other events are dropped. The end's
+ * status, after checking that every event of the read carries its token
+ * and that the end counts the messages handed over. */
+static fq_status scan_all(fq_nio *n, const char *stream, const char *subject, scan_fn cb,
+                          void *arg)
+{
+    static uint64_t token = 1u << 24;
+    uint64_t msgs = 0;
+    assert_int_equal(fq_nio_scan_start(n, ++token, stream, subject), FQ_OK);
+    for (long long end = nt_now_ms() + 20000; nt_now_ms() < end;) {
+        fq_nio_event ev;
+        if (fq_nio_poll(n, &ev, 1, 50) == 0)
+            continue;
+        if (ev.type == FQ_NIO_EV_SCAN) {
+            assert_int_equal(ev.token, token);
+            msgs++;
+            cb(arg, fq_nio_msg_data(ev.msg), fq_nio_msg_len(ev.msg), ev.ts_ms, ev.seq);
+        } else if (ev.type == FQ_NIO_EV_SCAN_END) {
+            assert_int_equal(ev.token, token);
+            assert_int_equal(ev.seq, msgs);
+            return ev.status;
+        }
+        fq_nio_msg_destroy(ev.msg);
+    }
+    fail_msg("the read back of %s did not end in 20 s", stream);
+    return FQ_EIO;
+}
+
 typedef struct scan_seen {
     int n;
     uint64_t seq;               /* the last message's stream sequence */
@@ -1011,7 +1043,7 @@ static void test_stream_scan(void **state)
     char warn[256];
     assert_int_equal(fq_nio_stream_ensure(f->n, &log, warn, sizeof warn), FQ_OK);
     scan_seen seen = {0};
-    assert_int_equal(fq_nio_stream_scan(f->n, "LOG", scan_cb, &seen), FQ_OK);
+    assert_int_equal(scan_all(f->n, "LOG", NULL, scan_cb, &seen), FQ_OK);
     assert_int_equal(seen.n, 0);
     const char *bodies[] = {"one", "two", "three"};
     for (int i = 0; i < 3; i++)
@@ -1021,12 +1053,12 @@ static void test_stream_scan(void **state)
         assert_true(wait_event(f->n, FQ_NIO_EV_PUBACK, &ev, 5000));
         assert_int_equal(ev.status, FQ_OK);
     }
-    assert_int_equal(fq_nio_stream_scan(f->n, "LOG", scan_cb, &seen), FQ_OK);
+    assert_int_equal(scan_all(f->n, "LOG", NULL, scan_cb, &seen), FQ_OK);
     assert_int_equal(seen.n, 3);
     for (int i = 0; i < 3; i++)
         assert_string_equal(seen.bodies[i], bodies[i]);
     assert_int_equal(seen.seq, 3);
-    assert_int_equal(fq_nio_stream_scan(f->n, "NOPE", scan_cb, &seen), FQ_ENOTFOUND);
+    assert_int_equal(scan_all(f->n, "NOPE", NULL, scan_cb, &seen), FQ_ENOTFOUND);
 }
 
 /* What a scan of the journal-like stream JLOG saw: bodies "<k>:<i>". */
@@ -1062,9 +1094,7 @@ static jscan jscan_run(fixture *f, int want)
         s.last_i[k] = -1;
     char subj[32];
     snprintf(subj, sizeof subj, "jlog.%d", want);
-    assert_int_equal(want < 0 ? fq_nio_stream_scan(f->n, "JLOG", jscan_cb, &s)
-                              : fq_nio_subject_scan(f->n, "JLOG", subj, jscan_cb, &s),
-                     FQ_OK);
+    assert_int_equal(scan_all(f->n, "JLOG", want < 0 ? NULL : subj, jscan_cb, &s), FQ_OK);
     assert_false(s.foreign);
     assert_false(s.unordered);
     return s;
@@ -1108,10 +1138,9 @@ static void test_subject_scan(void **state)
     assert_int_equal(jscan_run(f, 15).n, (uint64_t)per);
     assert_int_equal(jscan_run(f, -1).n, (uint64_t)(per * parts));
     jscan none = {.want = 3};
-    assert_int_equal(fq_nio_subject_scan(f->n, "JLOG", "jlog.x", jscan_cb, &none), FQ_OK);
+    assert_int_equal(scan_all(f->n, "JLOG", "jlog.x", jscan_cb, &none), FQ_OK);
     assert_int_equal(none.n, 0);
-    assert_int_equal(fq_nio_subject_scan(f->n, "NOPE", "nope.1", jscan_cb, &none),
-                     FQ_ENOTFOUND);
+    assert_int_equal(scan_all(f->n, "NOPE", "nope.1", jscan_cb, &none), FQ_ENOTFOUND);
     if (!env)
         return;
     enum { ROUNDS = 5 };
@@ -1130,6 +1159,140 @@ static void test_subject_scan(void **state)
                   "subject (%d messages) median %lld ms, ratio %.1f\n", per * parts, parts,
                   whole[ROUNDS / 2], per, one[ROUNDS / 2],
                   one[ROUNDS / 2] ? (double)whole[ROUNDS / 2] / (double)one[ROUNDS / 2] : 0.0);
+}
+
+/* Publish count messages "<i>" to subj and wait for every PubAck. */
+static void publish_many(fixture *f, const char *subj, int count)
+{
+    static uint64_t token = 1u << 22;
+    char body[16];
+    fq_nio_event ev;
+    for (int sent = 0; sent < count;) {
+        int n = count - sent < 1000 ? count - sent : 1000;
+        for (int i = 0; i < n; i++) {
+            snprintf(body, sizeof body, "%d", sent + i);
+            publish(f->n, subj, body, NULL, token++);
+        }
+        for (int i = 0; i < n; i++) {
+            assert_true(wait_event(f->n, FQ_NIO_EV_PUBACK, &ev, 5000));
+            assert_int_equal(ev.status, FQ_OK);
+        }
+        sent += n;
+    }
+}
+
+/* A read back goes on beside the owner's loop (a partition's journal as
+ * a replica takes it): the read returns at once, a few dozen of its
+ * messages wait for the owner at most however long it does not poll, and
+ * a publish made while it is under way has its PubAck polled before the
+ * read ends, every message of the read coming in order all the same.
+ * Before, the read was one call that returned once the last message had
+ * been handed to a callback. */
+static void test_scan_beside_the_loop(void **state)
+{
+    fixture *f = *state;
+    fq_nio_stream js = {.name = "BIGLOG", .subject = "biglog.*", .retention = FQ_NIO_LIMITS,
+                        .replicas = 1};
+    char warn[256];
+    assert_int_equal(fq_nio_stream_ensure(f->n, &js, warn, sizeof warn), FQ_OK);
+    enum { N = 3000 };
+    publish_many(f, "biglog.1", N);
+    assert_int_equal(fq_nio_scan_start(f->n, 7, "BIGLOG", "biglog.1"), FQ_OK);
+    nt_sleep_ms(300);   /* the thread reads ahead meanwhile, as far as it may */
+    fq_nio_event ev[256];
+    size_t k = fq_nio_poll(f->n, ev, 256, 1000), scans = 0;
+    for (size_t i = 0; i < k; i++) {
+        scans += ev[i].type == FQ_NIO_EV_SCAN;
+        fq_nio_msg_destroy(ev[i].msg);
+    }
+    print_message("%zu of the read's messages waited for a poll 300 ms after it began\n", scans);
+    assert_true(scans > 0 && scans <= 64);
+    publish(f->n, "biglog.2", "x", NULL, 99);
+    uint64_t seen = scans, next = scans;
+    bool acked = false, ended = false;
+    for (long long end = nt_now_ms() + 20000; !ended && nt_now_ms() < end;) {
+        if (fq_nio_poll(f->n, ev, 1, 50) == 0)
+            continue;
+        if (ev[0].type == FQ_NIO_EV_PUBACK && ev[0].token == 99) {
+            acked = true;
+            print_message("the PubAck came after %" PRIu64 " of the read's %d messages\n", seen,
+                          N);
+        } else if (ev[0].type == FQ_NIO_EV_SCAN) {
+            char b[16];
+            snprintf(b, sizeof b, "%.*s", (int)fq_nio_msg_len(ev[0].msg),
+                     (const char *)fq_nio_msg_data(ev[0].msg));
+            assert_int_equal(atoi(b), (int)next);
+            assert_int_equal(ev[0].token, 7);
+            seen++;
+            next++;
+        } else if (ev[0].type == FQ_NIO_EV_SCAN_END) {
+            assert_int_equal(ev[0].status, FQ_OK);
+            assert_int_equal(ev[0].seq, N);
+            ended = true;
+        }
+        fq_nio_msg_destroy(ev[0].msg);
+    }
+    assert_true(ended);
+    assert_true(acked);
+    assert_int_equal(seen, N);
+}
+
+/* A read stopped midway, or replaced by another, hands nothing more over:
+ * no message or end of it is polled after the call, and the read that
+ * replaced it comes whole, its own token on each event. */
+static void test_scan_stopped_midway(void **state)
+{
+    fixture *f = *state;
+    fq_nio_stream js = {.name = "STOPLOG", .subject = "stoplog.*", .retention = FQ_NIO_LIMITS,
+                        .replicas = 1};
+    char warn[256];
+    assert_int_equal(fq_nio_stream_ensure(f->n, &js, warn, sizeof warn), FQ_OK);
+    publish_many(f, "stoplog.1", 2000);
+    publish_many(f, "stoplog.2", 10);
+    fq_nio_event ev[64];
+    for (int round = 0; round < 2; round++) {
+        assert_int_equal(fq_nio_scan_start(f->n, 1, "STOPLOG", "stoplog.1"), FQ_OK);
+        size_t got = 0;
+        for (long long end = nt_now_ms() + 5000; got < 10 && nt_now_ms() < end;) {
+            size_t k = fq_nio_poll(f->n, ev, 1, 50);
+            got += k && ev[0].type == FQ_NIO_EV_SCAN;
+            if (k)
+                fq_nio_msg_destroy(ev[0].msg);
+        }
+        assert_int_equal(got, 10);
+        if (round == 0) {
+            /* stopped: nothing more of it */
+            fq_nio_scan_stop(f->n);
+            for (long long end = nt_now_ms() + 500; nt_now_ms() < end;) {
+                size_t k = fq_nio_poll(f->n, ev, 64, 50);
+                for (size_t i = 0; i < k; i++) {
+                    assert_true(ev[i].type != FQ_NIO_EV_SCAN &&
+                                ev[i].type != FQ_NIO_EV_SCAN_END);
+                    fq_nio_msg_destroy(ev[i].msg);
+                }
+            }
+            continue;
+        }
+        /* replaced: only the new read's events, all of them */
+        assert_int_equal(fq_nio_scan_start(f->n, 2, "STOPLOG", "stoplog.2"), FQ_OK);
+        uint64_t msgs = 0;
+        bool ended = false;
+        for (long long end = nt_now_ms() + 10000; !ended && nt_now_ms() < end;) {
+            if (fq_nio_poll(f->n, ev, 1, 50) == 0)
+                continue;
+            if (ev[0].type == FQ_NIO_EV_SCAN || ev[0].type == FQ_NIO_EV_SCAN_END)
+                assert_int_equal(ev[0].token, 2);
+            msgs += ev[0].type == FQ_NIO_EV_SCAN;
+            if (ev[0].type == FQ_NIO_EV_SCAN_END) {
+                ended = true;
+                assert_int_equal(ev[0].status, FQ_OK);
+                assert_int_equal(ev[0].seq, 10);
+            }
+            fq_nio_msg_destroy(ev[0].msg);
+        }
+        assert_true(ended);
+        assert_int_equal(msgs, 10);
+    }
 }
 
 static void test_kv_lease_primitives(void **state)
@@ -2223,6 +2386,8 @@ int main(void)
         cmocka_unit_test(test_kv_bounds),
         cmocka_unit_test(test_stream_scan),
         cmocka_unit_test(test_subject_scan),
+        cmocka_unit_test(test_scan_beside_the_loop),
+        cmocka_unit_test(test_scan_stopped_midway),
         cmocka_unit_test(test_term_consumers_fence_the_old_term),
         cmocka_unit_test(test_term_consumers_spare_a_later_term),
         cmocka_unit_test(test_consumer_refused_says_why),

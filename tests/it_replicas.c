@@ -692,6 +692,95 @@ static void test_let_go_consumers_left_to_next_owner(void **state)
         assert_false(consumer_listed(f, streams[s], name[s][k]));
 }
 
+/* The first name "<prefix><n>" of partition k of parts. */
+static void tenant_in(char *out, size_t cap, const char *prefix, int k, int parts_of)
+{
+    for (int n = 0;; n++) {
+        snprintf(out, cap, "%s%d", prefix, n);
+        if (fq_partition_of(out, strlen(out), (uint32_t)parts_of) == (uint32_t)k)
+            return;
+    }
+}
+
+/* The value of field (with its '=') on the last line of px's log holding
+ * text; -1 if none. */
+static long long log_last_field(const pt_proxy *px, const char *text, const char *field)
+{
+    FILE *fp = fopen(px->log, "r");
+    char line[4096];
+    long long v = -1;
+    while (fp && fgets(line, sizeof line, fp)) {
+        const char *at = strstr(line, text) ? strstr(line, field) : NULL;
+        if (at)
+            v = atoll(at + strlen(field));
+    }
+    if (fp)
+        fclose(fp);
+    return v;
+}
+
+/* A replica taking a partition reads that partition's journal back while
+ * it dispatches for its others. rep-a owns both partitions; a tenant of
+ * partition 0 has a backlog that slowed workers take 8 at a time; another
+ * writer's long journal on partition 1's subject (JOURNAL_MSGS debt
+ * records) fences partition 1 at its next batch, and rep-a lets it go and
+ * takes it again in a new term, reading all of that back: partition 0's
+ * runs are dispatched as their slots come free during that read, as its
+ * end says (dispatched_meanwhile). Before, the loop read the journal back
+ * itself and dispatched nothing until the read had ended. */
+static void test_others_served_while_a_journal_is_read_back(void **state)
+{
+    enum { JOURNAL_MSGS = 20000, BACKLOG = 300 };
+    pf_fixture *f = *state;
+    assert_int_equal(pf_wait_shared(&f->c, "fairq_lease", 2, (const char *[]){"rep-a"}, 1, 15000),
+                     0);
+    serve(f, 0, 8, 0);      /* both partitions read back and consumed */
+    char t0[16], t1[16], body[160];
+    tenant_in(t0, sizeof t0, "a", 0, 2);
+    tenant_in(t1, sizeof t1, "b", 1, 2);
+    /* partition 1's journal made long by another writer */
+    long long at = nt_now_ms();
+    for (int i = 0; i < JOURNAL_MSGS; i++) {
+        snprintf(body, sizeof body,
+                 "{\"v\":1,\"entries\":[{\"st\":\"debt\",\"t\":\"%s\",\"df\":-%d,"
+                 "\"at\":%lld}]}", t1, 1 + i % 50, at);
+        assert_int_equal(js_PublishAsync(f->c.js, "fairq.runs.1", body, (int)strlen(body), NULL),
+                         NATS_OK);
+    }
+    jsPubOptions po;
+    jsPubOptions_Init(&po);
+    po.MaxWait = 30000;
+    assert_int_equal(js_PublishAsyncComplete(f->c.js, &po), NATS_OK);
+    /* partition 0's backlog, 8 in flight at a time, 20 ms each */
+    pt_worker_speed(f->w, 20, 0);
+    size_t done = pt_worker_completed(f->w);
+    for (int i = 0; i < BACKLOG; i++) {
+        snprintf(body, sizeof body, "{\"run_id\":\"p0-%d\"}", i);
+        assert_int_equal(pt_submit_async(&f->c, t0, body, strlen(body), NULL), 0);
+    }
+    assert_int_equal(pt_submit_flush(&f->c), 0);
+    assert_int_equal(pt_worker_wait_completed(f->w, done + 8, 20000), 0);    /* flowing */
+    int reads = pt_log_count(&f->px, "reading the journal back\" partitions=1");
+    int ends = pt_log_count(&f->px, "recovered state from NATS");
+    /* a run of partition 1: its journal batch refused, the partition let
+     * go and taken again, its journal read back */
+    snprintf(body, sizeof body, "{\"run_id\":\"p1-1\"}");
+    assert_int_equal(pt_submit(&f->c, t1, body, strlen(body), NULL), 0);
+    assert_int_equal(pt_log_wait_n(&f->px, "recovered state from NATS", ends + 1, 30000), 0);
+    assert_int_equal(pt_log_count(&f->px, "reading the journal back\" partitions=1"), reads + 1);
+    pt_log_print(&f->px, "journal subject read back\" subject=fairq.runs.1");
+    pt_log_print(&f->px, "recovered state from NATS");
+    long long meanwhile = log_last_field(&f->px, "recovered state from NATS",
+                                         "dispatched_meanwhile=");
+    size_t by_then = pt_worker_completed(f->w) - done;
+    print_message("partition 0's runs dispatched while partition 1 was read back: %lld (%zu of "
+                  "%d completed by its end)\n", meanwhile, by_then, BACKLOG);
+    assert_true(by_then < BACKLOG);     /* its backlog still there at the end */
+    assert_true(meanwhile > 0);
+    /* partition 1 served again, its run too, and the backlog */
+    assert_int_equal(pt_worker_wait_completed(f->w, done + BACKLOG + 1, 30000), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -699,6 +788,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_replica_owning_none_is_a_ready_standby, setup_two,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_fenced_partition_let_go_alone, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_others_served_while_a_journal_is_read_back,
+                                        setup_two, teardown),
         cmocka_unit_test_setup_teardown(test_let_go_consumers_left_to_next_owner,
                                         setup_two_no_consumers_for_b, teardown),
         cmocka_unit_test_setup_teardown(test_duplicate_replica_id_refused, setup, teardown),

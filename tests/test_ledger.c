@@ -2578,6 +2578,176 @@ static void test_part_debt_across_handover(void **state)
     world_free(b);
 }
 
+/* Dispatch what is due, its batch stored and its dispatches' PubAcks
+ * come: how many went out. */
+static size_t dispatch_stored(world *w)
+{
+    turn(w);
+    size_t n = count(w, FQ_LACT_DISPATCH);
+    uint64_t tok[8];
+    assert_true(n <= 8);
+    for (size_t i = 0; i < n; i++)
+        tok[i] = find(w, FQ_LACT_DISPATCH, i)->token;
+    const fq_ledger_act *j = find(w, FQ_LACT_JOURNAL, 0);
+    if (j)
+        store_journal(w, j);
+    for (size_t i = 0; i < n; i++)
+        puback(w, tok[i], FQ_LEDGER_PUB_STORED, 0);
+    return n;
+}
+
+/* Partition 1's journal as replica a leaves it: y's run ry1 in flight,
+ * then ry0 dispatched and completed having overrun its estimate (its done
+ * record, and a debt). Returns a, whose records the caller reads back. */
+static world *part1_journal(char y[16], int64_t *debt)
+{
+    enum { P = 2 };
+    world *a = world_new_parts(P);
+    tenant_in(y, 16, "y", 1, P);
+    adopt_from(a, a, 1, 1, 10);
+    submit(a, y, 20, "ry1", 50);
+    assert_int_equal(dispatch_stored(a), 1);
+    submit(a, y, 21, "ry0", 50);
+    assert_int_equal(dispatch_stored(a), 1);
+    complete(a, y, 700, "ry0", 5000);
+    store_turn(a);
+    *debt = deficit(a, y);
+    assert_true(*debt < 0);
+    assert_int_equal(a->recs[a->nrecs - 1].type, FQ_JREC_DEBT);
+    return a;
+}
+
+/* Feed records [from, to) of a's journal to w, as their messages come
+ * one by one, time passing. */
+static void read_back(world *w, const world *a, size_t from, size_t to)
+{
+    for (size_t i = from; i < to; i++) {
+        tick_time(w, 5);
+        fq_ledger_recover_record(w->l, &a->recs[i], a->rec_ms[i], i + 1, w->now, w->now_ms);
+    }
+}
+
+/* A partition's journal is read back while the ledger serves its other
+ * partitions (the proxy decodes the read's messages among its other
+ * events): partition 0's runs are dispatched and completed between the
+ * records of partition 1, whose tenant is not served until the read ends
+ * (a submit of it meanwhile is dropped unanswered, for its consumer is
+ * not made yet); once read back, partition 1 is owned, its run in flight
+ * is in the window once, its debt is the tenant's, and its runs are
+ * taken. */
+static void test_part_others_served_while_read_back(void **state)
+{
+    (void)state;
+    enum { P = 2 };
+    char x[16], y[16], id[16];
+    int64_t debt = 0;
+    world *a = part1_journal(y, &debt), *b = world_new_parts(P);
+    tenant_in(x, sizeof x, "x", 0, P);
+    adopt_from(b, b, 0, 1, 10);
+    for (int i = 0; i < 5; i++) {
+        snprintf(id, sizeof id, "rx%d", i);
+        submit(b, x, 30 + (uint64_t)i, id, 50);
+    }
+    assert_int_equal(dispatch_stored(b), 4);        /* the window's 4; rx4 queued */
+    /* partition 1 taken: adopted, marked, read back a record at a time */
+    assert_int_equal(fq_ledger_adopt(b->l, 1, 2), FQ_OK);
+    assert_true(fq_ledger_part_marked(b->l, 1, 2, 50));
+    read_back(b, a, 0, 2);
+    fq_ledger_part_stats ps;
+    fq_ledger_part_stats_get(&ps, b->l, 1);
+    assert_true(ps.loading && !ps.owned);
+    /* partition 0 served meanwhile: rx0 completes, rx4 goes out */
+    complete(b, x, 900, "rx0", 50);
+    assert_int_equal(dispatch_stored(b), 1);
+    submit(b, y, 22, "ry2", 50);            /* partition 1's, before its consumer: dropped */
+    assert_int_equal(b->nacts, 0);
+    assert_int_equal(fq_ledger_counters_get(b->l)->unowned, 1);
+    read_back(b, a, 2, a->nrecs);
+    for (int i = 1; i < 4; i++) {
+        snprintf(id, sizeof id, "rx%d", i);
+        complete(b, x, 900 + (uint64_t)i, id, 50);
+    }
+    fq_sched_stats ss;
+    fq_sched_stats_get(b->s, &ss);
+    assert_int_equal(ss.in_flight, 1);      /* rx4 only: nothing of partition 1 yet */
+    /* the read over: partition 1 owned, ry1 in the window, y's debt */
+    fq_ledger_recovered(b->l, b->now, b->now_ms);
+    drain(b);
+    assert_true(fq_ledger_owns(b->l, 1));
+    fq_sched_stats_get(b->s, &ss);
+    assert_int_equal(ss.in_flight, 2);
+    assert_int_equal(fq_ledger_counters_get(b->l)->adopted, 1);
+    assert_int_equal(deficit(b, y), debt);
+    submit(b, y, 22, "ry2", 50);            /* delivered again: taken now */
+    assert_int_equal(fq_ledger_counters_get(b->l)->unowned, 1);
+    complete(b, y, 901, "ry1", 50);         /* the adopted run reconciled here */
+    assert_int_equal(fq_ledger_counters_get(b->l)->completions, 5);
+    world_free(a);
+    world_free(b);
+}
+
+/* A partition let go while its journal is being read back (its lease lost
+ * midway): what was read of it is forgotten (its run read back never
+ * enters the window, its done ids and debt are dropped), what comes of
+ * that read after is refused as another partition's, and the partition's
+ * other read backs are untouched; taken again, it is read whole, its run
+ * adopted once and its debt the tenant's. */
+static void test_part_let_go_mid_read_back(void **state)
+{
+    (void)state;
+    enum { P = 2 };
+    char x[16], y[16];
+    int64_t debt = 0;
+    world *a = part1_journal(y, &debt), *b = world_new_parts(P);
+    tenant_in(x, sizeof x, "x", 0, P);
+    adopt_from(b, b, 0, 1, 10);
+    submit(b, x, 30, "rx0", 50);
+    assert_int_equal(dispatch_stored(b), 1);
+    fq_ledger_stats st0, st;
+    fq_ledger_stats_get(&st0, b->l);
+    assert_int_equal(fq_ledger_adopt(b->l, 1, 2), FQ_OK);
+    assert_true(fq_ledger_part_marked(b->l, 1, 2, 50));
+    size_t half = a->nrecs - 1;             /* all but the debt: ry1 loaded, ry0 done */
+    read_back(b, a, 0, half);
+    fq_ledger_stats_get(&st, b->l);
+    assert_int_equal(st.completed_remembered, st0.completed_remembered + 1);
+    /* lost midway */
+    fq_ledger_release(b->l, 1, b->now, b->now_ms);
+    drain(b);
+    assert_false(fq_ledger_owns(b->l, 1));
+    fq_ledger_stats_get(&st, b->l);
+    assert_int_equal(st.completed_remembered, st0.completed_remembered);
+    uint64_t foreign = fq_ledger_counters_get(b->l)->records_foreign;
+    read_back(b, a, half, a->nrecs);        /* the rest of that read, come late */
+    assert_int_equal(fq_ledger_counters_get(b->l)->records_foreign, foreign + a->nrecs - half);
+    assert_int_equal(deficit(b, y), 0);
+    fq_ledger_recovered(b->l, b->now, b->now_ms);   /* another read back ends */
+    drain(b);
+    fq_sched_stats ss;
+    fq_sched_stats_get(b->s, &ss);
+    assert_int_equal(ss.in_flight, 1);      /* rx0: ry1 never entered the window */
+    assert_int_equal(fq_ledger_counters_get(b->l)->adopted, 0);
+    assert_false(fq_ledger_owns(b->l, 1));
+    /* partition 0 served on */
+    complete(b, x, 900, "rx0", 50);
+    assert_int_equal(fq_ledger_counters_get(b->l)->completions, 1);
+    /* taken again, read whole */
+    assert_int_equal(fq_ledger_adopt(b->l, 1, 3), FQ_OK);
+    assert_true(fq_ledger_part_marked(b->l, 1, 3, 60));
+    read_back(b, a, 0, a->nrecs);
+    fq_ledger_recovered(b->l, b->now, b->now_ms);
+    drain(b);
+    assert_true(fq_ledger_owns(b->l, 1));
+    assert_int_equal(fq_ledger_counters_get(b->l)->adopted, 1);
+    fq_sched_stats_get(b->s, &ss);
+    assert_int_equal(ss.in_flight, 1);      /* ry1 */
+    assert_int_equal(deficit(b, y), debt);
+    fq_ledger_stats_get(&st, b->l);
+    assert_int_equal(st.completed_remembered, st0.completed_remembered + 2);  /* rx0, ry0 */
+    world_free(a);
+    world_free(b);
+}
+
 /* Run run_id of tenant (declared tokens, 0: none) submitted as seq,
  * dispatched, settled and completed having spent actual, its done record
  * stored: the tokens it was charged. */
@@ -3106,6 +3276,8 @@ int main(void)
         cmocka_unit_test(test_debt_latest_stored_wins),
         cmocka_unit_test(test_debt_latest_by_sequence_not_clock),
         cmocka_unit_test(test_part_debt_across_handover),
+        cmocka_unit_test(test_part_others_served_while_read_back),
+        cmocka_unit_test(test_part_let_go_mid_read_back),
         cmocka_unit_test(test_part_estimates_after_handover),
         cmocka_unit_test(test_part_planned_release_after_settle),
         cmocka_unit_test(test_part_marker_of_an_earlier_adoption_ignored),
