@@ -1662,11 +1662,17 @@ static void lg_debt_flush(fq_ledger *l)
 /* The debtors whose record is due: each debt is forgiven if it has outlived
  * debt_forget_ms and its tenant holds nothing, else written again (as it
  * is now: dispatches move a busy debtor's deficit too) before the stream
- * ages its record out. */
+ * ages its record out. A debtor of a partition still being read back
+ * (listed due at once by its record) waits, and the sweep with it, until
+ * the partition is owned: a later record of it may follow in the read,
+ * and what it is so far, written meanwhile, would be stored after that
+ * record and read back last. A read lasts seconds; a refresh is due every
+ * keep_done_ms / 2. */
 static void lg_debt_sweep(fq_ledger *l)
 {
     for (unsigned n = 0; n < FQ_LEDGER_DEBT_PER_TURN && l->debt_head &&
-                         l->debt_head->debt_due <= l->now;
+                         l->debt_head->debt_due <= l->now &&
+                         lg_pp(l, l->debt_head)->state == LG_PART_OWNED;
          n++) {
         fq_ledger_tenant *t = l->debt_head;
         int64_t debt = lg_debt_of(t);
