@@ -84,7 +84,7 @@ void fq_leader_fence(fq_leader *l);
 
 /* The answers that came for the keys (fq_nio_kv_poll: no other event),
  * then whatever the keys ask at now, sent: for a caller that handles no
- * event meanwhile (reading the journal back, standing by). */
+ * other event meanwhile (standing by, or starting). */
 void fq_leader_step(fq_leader *l, uint64_t now);
 /* Whatever the keys ask at now, sent (only when connected). Logs once
  * when the leader key stops being fresh, and when it is again. False once
