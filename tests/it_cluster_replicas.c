@@ -13,7 +13,7 @@
  * completion reconciled once, whichever replica owned its tenant then);
  * the workers' own redeliveries are printed, not counted as dispatches.
  * The replicas run window.share on, as config/fairq-cluster.yaml ships
- * them; the last case, the flood stopped, measures the shares of point 4
+ * them; the shares case, the flood stopped, measures the shares of point 4
  * (tests/support/sharecheck.h).
  * Bounds come from the config: a lease's TTL plus a second for a takeover,
  * a second of silence at most for a partition not moving during a join.
@@ -98,6 +98,7 @@ static struct world {
     pt_proxy px[REPLICAS];
     bool started[REPLICAS];
     pf_fixture f;               /* c on node 1, w on node 2; f.px unused */
+    size_t extra;               /* runs the workers completed not r-<n>: the shares case's */
     load ld;
 } W;
 
@@ -356,7 +357,7 @@ static void done_missing(int n, const unsigned char *done)
 static int all_once(const char *what)
 {
     int n = load_stop();
-    if (pt_worker_wait_completed(W.f.w, (size_t)n, 60000) != 0)
+    if (pt_worker_wait_completed(W.f.w, (size_t)n + W.extra, 60000) != 0)
         stuck(n);
     submit_drained();
     pf_assert_each_dispatched_once(&W.f, n);
@@ -660,43 +661,71 @@ static void leaders_to_n0(void)
         }
 }
 
+static long long longest_silence(size_t from, int k, long long t0, long long t1,
+                                  long long *end);
+
 /* kill -9 of nats-server node 0 mid-flood, and its restart: the replicas
  * connected to it reconnect to the others, the streams (3 replicas) keep
  * a quorum; nothing lost or doubled. */
 static void test_server_node_killed(void **state)
 {
     (void)state;
-    /* Skipped unless FAIRQ_TEST_NODE_KILL is set. Every stream's leader
-     * is moved to n0 first, so that every stream elects a leader after the
-     * kill. A restarted node keeps a copy of a consumer deleted just after
-     * its restart, listed nowhere, and refuses every consumer on its
-     * filter (js_err 10100) until that consumer is made again under its
-     * name and deleted, which natsio does for the names it deleted itself;
-     * a partition's consumers are now deleted by its next owner, who makes
-     * the next (docs/operations.md). Before that, 1 node kill in 6 or 7
-     * left a partition's consumer refused for the rest of the run. Since,
-     * at a 6 s lease: 10 runs of the suite's cases and the 5 node kills of
-     * a run of FAIRQ_TEST_NODE_KILL_ROUNDS=5 passed (load 8 to 23), but in
-     * one make test, at load 17 to 20, the join after the node's kill moved a
-     * partition to rep-d, whose submit consumer was refused with 10100 for
-     * the rest of the run, most likely by a copy of a consumer the
-     * partition's previous owner deleted: it had lost the partition and
-     * taken it again twice during the kill, deleting its own earlier
-     * terms' consumers while the node recovered, and rep-d deleted only
-     * the last. So the case stays off by default until the names of a
-     * partition's deleted consumers pass to its next owner. */
-    if (!getenv("FAIRQ_TEST_NODE_KILL"))
+    /* FAIRQ_TEST_NODE_KILL=0 skips it. Every stream's leader is moved to
+     * n0 first, so that every stream elects a leader after the kill. A
+     * restarted node keeps a copy of a consumer deleted just after its
+     * restart, listed nowhere, and refuses every consumer on its filter
+     * (js_err 10100) until that consumer is made again under its name and
+     * deleted, which natsio does for the names of the partition's earlier
+     * consumers it knows: those it deleted, and those their descriptions
+     * say their makers deleted (lib/pullplan.h, fq_pull_gone); a
+     * partition's consumers are deleted by its next owner, who makes the
+     * next (docs/operations.md). Before, it failed now and then: 1 node
+     * kill in 6 or 7 left a partition's consumer refused for the rest of
+     * the run while a replica letting a partition go deleted its
+     * consumers; then once in a make test, a partition's previous owner
+     * having taken it twice during the kill, deleting its own earlier
+     * term's consumer, a name its next owner did not know. Since, 19 node
+     * kills of 19 passed (load 7 to 21). Run last: the shares case after
+     * it failed 2 runs in 4 (docs/operations.md, "The tests"). */
+    const char *on = getenv("FAIRQ_TEST_NODE_KILL");
+    if (on && strcmp(on, "0") == 0)
         skip();
+    pt_worker_speed(W.f.w, 20, 0);     /* as setup's, after the shares case's */
     load_start();
     load_wait(RATE);
     leaders_to_n0();
     natstest *n0 = natscluster_node(W.cl, 0);
+    size_t from = pt_worker_received(W.f.w);
+    long long t0 = nt_now_ms();
     assert_int_equal(natstest_kill(n0), 0);
     load_wait(2 * RATE);
     assert_int_equal(natstest_restart(n0), 0);
     load_wait(RATE);
+    /* how long the partitions went without a dispatch, from the kill to
+     * a second of flood after the restart (printed, not asserted) */
+    long long t1 = nt_now_ms(), worst = 0;
+    int worst_k = 0;
+    bool held[P] = {false};     /* partitions with a tenant of the flood's */
+    for (int i = 0; i < TENANTS; i++) {
+        char tenant[16];
+        snprintf(tenant, sizeof tenant, "t%d", i);
+        held[fq_partition_of(tenant, strlen(tenant), P)] = true;
+    }
+    for (int k = 0; k < P; k++) {
+        long long g = held[k] ? longest_silence(from, k, t0, t1, NULL) : 0;
+        if (g > worst) {
+            worst = g;
+            worst_k = k;
+        }
+    }
+    print_message("after the node's kill, the longest a partition went without a dispatch: "
+                  "%lld ms (partition %d, over %lld ms)\n", worst, worst_k, t1 - t0);
     all_once("kill -9 of a server node and its restart");
-    wait_shared(3, (const int[]){0, 1, 2});
+    int who[REPLICAS], n = 0;
+    for (int i = 0; i < REPLICAS; i++)
+        if (W.started[i])
+            who[n++] = i;
+    wait_shared(n, who);
     int stale = 0;
     for (int i = 0; i < REPLICAS; i++)
         stale += W.started[i] ? pt_log_count(&W.px[i], "stale copy") : 0;
@@ -889,6 +918,7 @@ static size_t shares_drained(size_t done, int n)
 {
     pt_worker_speed(W.f.w, 0, 0);
     assert_int_equal(pt_worker_wait_completed(W.f.w, done + (size_t)n, 30000), 0);
+    W.extra += (size_t)n;
     pt_worker_speed(W.f.w, 0, US_PER_TOKEN);
     return done + (size_t)n;
 }
@@ -943,10 +973,14 @@ int main(void)
         cmocka_unit_test(test_admin_any_replica),
         cmocka_unit_test(test_replica_killed),
         cmocka_unit_test(test_replica_frozen),
-        cmocka_unit_test(test_server_node_killed),
         cmocka_unit_test(test_replica_joins),
         cmocka_unit_test(test_rolling_restart),
         cmocka_unit_test(test_shares_across_replicas),
+        /* last: what a node's kill leaves behind (consumers made again,
+         * stranded submits stored again) is not measured by the shares
+         * case (its one failure in 3 runs with the kill before it: the
+         * 50-fold pair at 22% instead of 50%, cause not found) */
+        cmocka_unit_test(test_server_node_killed),
     };
     /* FAIRQ_TEST_JOIN_ROUNDS=N: rep-d joins and leaves N times in one
      * world, to measure the join's silences */
@@ -960,7 +994,7 @@ int main(void)
         }
         return _cmocka_run_group_tests("join rounds", rt, m, setup, teardown);
     }
-    /* FAIRQ_TEST_NODE_KILL_ROUNDS=N (with FAIRQ_TEST_NODE_KILL): a
+    /* FAIRQ_TEST_NODE_KILL_ROUNDS=N: a
      * replica's kill, a freeze and a node's kill, N times in one world, to
      * reproduce what the node's kill rarely does */
     const char *rounds = getenv("FAIRQ_TEST_NODE_KILL_ROUNDS");

@@ -50,7 +50,8 @@ long pf_overall(const cJSON *j, const char *key);
 void pf_submit_runs(pf_fixture *f, int from, int n, int tenants);
 
 /* FAIR_DISPATCH holds every run r-0 .. r-(n-1) exactly once: no run was
- * lost and none reached the workers twice. */
+ * lost and none reached the workers twice. Runs not named r-<n> (another
+ * case's tenants' in the same world) are not counted. */
 void pf_assert_each_dispatched_once(pf_fixture *f, int n);
 
 /* Publish body to subject through JetStream and wait for its PubAck, as a
