@@ -418,10 +418,15 @@ static void test_stale_partition_fences_only_itself(void **state)
     fence_conf(store, "$KV." FQ_DEFAULT_LEASE_BUCKET ".p.1");
     assert_int_equal(natstest_reload(f->srv), 0);
     assert_int_equal(pt_log_wait(&f->px, "a partition's lease is not fresh", 20000), 0);
+    long long t0_ms = nt_now_ms();
     assert_int_equal(pt_submit(&f->c, t1, "{\"run_id\":\"b1\"}", 15, NULL), 0);
     assert_int_equal(pt_submit(&f->c, t0, "{\"run_id\":\"b0\"}", 15, NULL), 0);
     assert_int_equal(pt_worker_wait_completed(f->w, 3, 20000), 0);
+    long long done_ms = nt_now_ms();
     pf_wait_msgs(f, "FAIR_DISPATCH", 3);
+    print_message("partition 1 not fresh: partition 0's run completed %lld ms after its "
+                  "submit, with partition 1 let go %s\n", done_ms - t0_ms,
+                  pt_log_count(&f->px, "lost a partition") ? "before" : "not yet");
     /* partition 0's run done and partition 1 still held, stale */
     assert_int_equal(pt_log_count(&f->px, "lost a partition"), 0);
     assert_int_equal(pt_worker_completed(f->w), 3);
@@ -433,6 +438,7 @@ static void test_stale_partition_fences_only_itself(void **state)
     pt_msgs_free(m, k);
     /* Let go at its TTL; partition 0 goes on. */
     assert_int_equal(pt_log_wait(&f->px, "lost a partition", 20000), 0);
+    print_message("partition 1 let go %lld ms after the runs' submit\n", nt_now_ms() - t0_ms);
     assert_int_equal(pt_submit(&f->c, t0, "{\"run_id\":\"c0\"}", 15, NULL), 0);
     assert_int_equal(pt_worker_wait_completed(f->w, 4, 20000), 0);
 }
