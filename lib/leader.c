@@ -49,6 +49,7 @@ fq_status fq_leader_create(fq_leader **out, fq_nio *nio, fq_probes *probes,
         free(l);
         return s;
     }
+    fq_owner_bound(l->own, o->bound);
     if (parts > 1 && (!(l->fence = malloc(parts * sizeof *l->fence)) ||
                       !(l->part_stale = calloc(parts, sizeof *l->part_stale)))) {
         fq_owner_destroy(l->own);

@@ -37,6 +37,7 @@ typedef struct fq_leader_opts {
     const char *id;             /* our value in the keys (fq_owner_id_valid) */
     const char *instance;       /* this process's tag in r.<id> (fq_owner_create); NULL: none */
     uint32_t partitions;        /* P; 0 is 1 */
+    uint32_t bound;             /* partitions we own at most (fq_owner_bound); 0: none */
     uint64_t ttl_ms;            /* the bucket's: a silent holder loses a key after it */
     uint64_t renew_token;       /* the keys' requests' tokens: renew_token and up, 59 bits
                                    (fq_leader_on_answer's) */

@@ -606,6 +606,13 @@ const fq_overall_row fq_overall_rows[] = {
     OV(GAUGE, SUM, partitions_owned, "partitions_owned", "fairq_partitions_owned", NULL,
        "Partitions whose ownership key this replica holds (with partitions: 1, 1 while it "
        "leads)."),
+    OV(GAUGE, MAX, partitions_bound, "partitions_bound", "fairq_partitions_bound", NULL,
+       "Partitions one replica owns at most (two consumers each, natsio's); with P above "
+       "the live replicas times this, the rest stay unowned."),
+    OV(GAUGE, MAX, partitions_unassigned, "partitions_unassigned", "fairq_partitions_unassigned",
+       NULL, "Partitions no live replica may own, as this replica sees the registry: P above "
+       "the live replicas times fairq_partitions_bound. Their runs wait in the stream until "
+       "a replica joins."),
     OV(COUNTER, SUM, partition_handovers, "partition_handovers", "fairq_partition_handovers_total",
        NULL, "Partitions this replica took or gave up: moves, stops, takeovers, losses."),
     OV(COUNTER, SUM, partitions_fenced, "partitions_fenced", "fairq_partitions_fenced_total", NULL,
@@ -815,7 +822,7 @@ static void render_row(fq_buf *b, const fq_overall_row *r, const fq_metrics_over
         for (size_t k = 0; k < FQ_METRICS_PARTS; k++) {
             if (!v->owned[k])
                 continue;   /* a series per partition owned, at most 128 */
-            fq_buf_printf(b, "%s{partition=\"%zu\"} ", r->metric, k);
+            fq_buf_printf(b, "%s{partition=\"%" PRIu32 "\"} ", r->metric, v->part[k]);
             put_u64(b, v->queued[k]);
             fq_buf_putc(b, '\n');
         }

@@ -134,15 +134,17 @@ const char *fq_ready_reason_name(enum fq_ready_reason r);
 void fq_metrics_render_ready(fq_buf *out, enum fq_ready_reason r, uint64_t lease_age_ms);
 
 /* Partitions labelled at most: a replica owns no more (lib/proxy.c's
- * PX_PARTS_MAX, natsio's consumers; docs/partitions.md), so the series of
+ * PX_OWN_MAX, natsio's consumers; docs/partitions.md), so the series of
  * fairq_partition_queued_runs and _backlog_runs are bounded by 128
  * whatever P is. */
 #define FQ_METRICS_PARTS 128
 
-/* Each partition's backlog, for the partitions this replica owns. */
+/* Each partition's backlog, for the partitions this replica owns, by the
+ * proxy's pair of consumers (any order). */
 typedef struct fq_metrics_parts {
     uint64_t queued[FQ_METRICS_PARTS]; /* runs queued in memory, its tenants' */
     bool owned[FQ_METRICS_PARTS];   /* owned: a series of its own */
+    uint32_t part[FQ_METRICS_PARTS]; /* its partition (0..P-1): the series' label */
 } fq_metrics_parts;
 
 /* The proxy as a whole. Every field has one row in fq_overall_rows
@@ -183,6 +185,9 @@ typedef struct fq_metrics_overall {
                                        (fq_status), tenant known or not */
     bool lease_held;                /* this proxy is the dispatcher */
     uint64_t partitions_owned;      /* partitions whose ownership key we hold (lib/owner.h) */
+    uint64_t partitions_bound;      /* partitions one replica owns at most (owner's bound) */
+    uint64_t partitions_unassigned; /* partitions no live replica may own: P above what
+                                       they hold at their bound (fq_owner_stats.unassigned) */
     uint64_t partition_handovers;   /* counter: partitions taken or given up */
     uint64_t partitions_fenced;     /* counter: let go when their journal fenced us */
     uint64_t handovers_unsettled;   /* counter: planned moves handed off unsettled */

@@ -54,6 +54,8 @@ struct fq_probes {
     atomic_int stalled[FQ_STALL__COUNT]; /* the last js_err + 1 of failing writes; 0: not */
     atomic_uint_fast64_t fresh_until;   /* the lease's fresh end; 0: not leading */
     atomic_uint_fast64_t lease_sent;    /* send time of its last confirmed write; 0: none */
+    atomic_uint_fast64_t unowned;       /* partitions no live replica may own (fq_probes_unowned) */
+    atomic_uint_fast64_t bound;         /* ... their bound each */
     pthread_mutex_t holder_mu;  /* guards holder and owners */
     char holder[FQ_LEASE_ID_MAX + 1];   /* standing by: who holds the lease; "": not known */
     char owners[512];           /* partitions, none ours: who holds them; "": not known */
@@ -136,6 +138,12 @@ void fq_probes_lease(fq_probes *pr, uint64_t fresh_until, uint64_t sent, const c
     /* the holder's replica id: the key may hold <id>@<instance> (owner.h) */
     snprintf(pr->holder, sizeof pr->holder, "%.*s", (int)strcspn(holder, "@"), holder);
     pthread_mutex_unlock(&pr->holder_mu);
+}
+
+void fq_probes_unowned(fq_probes *pr, uint32_t unowned, uint32_t bound)
+{
+    atomic_store(&pr->unowned, unowned);
+    atomic_store(&pr->bound, bound);
 }
 
 void fq_probes_owners(fq_probes *pr, const char *owners)
@@ -224,6 +232,11 @@ enum fq_ready_reason fq_probes_ready_state(fq_probes *pr, uint64_t now, char *wh
                  "completion is settled", jstalled - 1);
         return FQ_READY_JOURNAL_STALLED;
     }
+    uint64_t unowned = atomic_load(&pr->unowned);
+    if (unowned)    /* ready: this replica serves all it may; the deployment is short */
+        snprintf(why, whylen, "ready; %" PRIu64 " partitions unowned: every live replica owns "
+                 "its bound of %" PRIu64 ", start more replicas", unowned,
+                 (uint64_t)atomic_load(&pr->bound));
     return FQ_READY_OK;
 }
 

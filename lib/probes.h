@@ -63,6 +63,10 @@ bool fq_probes_stalled(const fq_probes *pr, enum fq_stall which);
  * its last write the server confirmed (0: none), and who holds it while
  * standing by (NULL: unchanged; "": not known). */
 void fq_probes_lease(fq_probes *pr, uint64_t fresh_until, uint64_t sent, const char *holder);
+/* Partitions no live replica may own (P above the live replicas times
+ * their bound, lib/owner.h), and that bound: /readyz stays ready (this
+ * replica serves all it may) and says so. */
+void fq_probes_unowned(fq_probes *pr, uint32_t unowned, uint32_t bound);
 /* With partitions, a replica that owns none stands by (FQ_PHASE_STANDBY):
  * who holds them, for /readyz's body ("": not known yet, not ready). */
 void fq_probes_owners(fq_probes *pr, const char *owners);

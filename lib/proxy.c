@@ -74,9 +74,10 @@
  */
 
 #define PX_CONS_SUBMIT 0            /* natsio's consumer ids: partition k's are */
-#define PX_CONS_DONE 1              /* PX_CONS_ID(PX_CONS_*, k) */
-#define PX_CONS_ID(kind, k) ((kind) + 2 * (int)(k))
-#define PX_PARTS_MAX (FQ_NIO_MAX_CONSUMERS / 2) /* partitions one proxy owns at most */
+#define PX_CONS_DONE 1              /* px_cons(p, PX_CONS_*, k) */
+#define PX_OWN_MAX (FQ_NIO_MAX_CONSUMERS / 2) /* partitions one proxy owns at most: a pair
+                                                 of natsio's consumers each (owner's bound) */
+#define PX_PARTS_MAX FQ_PARTITIONS_MAX /* the per-partition arrays: any k of P */
 #define PX_SUB_ADMIN 0              /* <admin>.> */
 #define PX_SUB_EXPLAIN 1            /* <explain>.* */
 #define PX_SUB_SHARE 2              /* <share>: replicas' heartbeats (window.share) */
@@ -322,6 +323,13 @@ struct fq_proxy {
     bool part_planned[PX_PARTS_MAX];   /* ... on purpose: settled first, then its key handed off */
     bool part_release[PX_PARTS_MAX];   /* ... fenced: its key released once let go, for its
                                           assigned replica (us too) to take in a new term */
+    uint16_t part_slot[PX_PARTS_MAX];  /* partition k's pair of natsio consumer ids, + 1
+                                          (px_cons); 0: none (not ours) */
+    uint16_t slot_part[PX_OWN_MAX];    /* ... and back: the partition of pair j, + 1; 0: free */
+    uint16_t slot_next;                /* the pair a gain tries first: freed pairs are
+                                          taken again last */
+    uint64_t part_fence[PX_PARTS_MAX]; /* its fence as last said (px_lease_fence), for the
+                                          pair it gets */
     uint64_t part_settle_until[PX_PARTS_MAX]; /* settling for a planned move until (mono ms):
                                            its submits not fetched; 0: not settling */
     uint64_t owners_next;              /* mono ms: the standby's phase and owners looked at */
@@ -338,6 +346,28 @@ struct fq_proxy {
 static uint32_t px_parts(const fq_proxy *p)
 {
     return p->cfg.partitions > 1 ? p->cfg.partitions : 1;
+}
+
+/* Partition k's natsio consumer id of kind (PX_CONS_*): its pair's; -1
+ * while it has none (not ours). */
+static int px_cons(const fq_proxy *p, int kind, uint32_t k)
+{
+    return k < PX_PARTS_MAX && p->part_slot[k] ? kind + 2 * (p->part_slot[k] - 1) : -1;
+}
+
+/* The partition natsio consumer id source serves; PX_PARTS_MAX when none. */
+static uint32_t px_cons_part(const fq_proxy *p, int source)
+{
+    if (source < 0 || source / 2 >= PX_OWN_MAX || !p->slot_part[source / 2])
+        return PX_PARTS_MAX;
+    return p->slot_part[source / 2] - 1u;
+}
+
+/* The partition whose consumer delivered ev (px_cons_part). */
+static uint32_t px_ev_part(const fq_proxy *p, const fq_nio_event *ev)
+{
+    uint32_t k = px_cons_part(p, ev->source);
+    return k < PX_PARTS_MAX ? k : 0;
 }
 
 /* The run keys' hash key (lib/ledger.h): from the kernel's random source, or, should that fail,
@@ -963,7 +993,7 @@ static void px_pause(fq_proxy *p, int kind, bool paused)
     p->fetch_paused[kind] = paused;
     for (uint32_t k = 0; k < px_parts(p) && k < PX_PARTS_MAX; k++)
         if (p->part_term[k] && !(kind == PX_CONS_SUBMIT && p->part_settle_until[k]))
-            fq_nio_consume_pause(p->nio, PX_CONS_ID(kind, k), paused);
+            fq_nio_consume_pause(p->nio, px_cons(p, kind, k), paused);
 }
 
 /* Perform the ledger's actions, in order, until none is left. */
@@ -985,11 +1015,11 @@ static void px_actions(fq_proxy *p)
             break;
         case FQ_LACT_ACK:
             /* to the consumer that delivered it: its partition's */
-            if (fq_nio_ack(p->nio, PX_CONS_ID(a.cons, a.ack.part), &ref) != FQ_OK)
+            if (fq_nio_ack(p->nio, px_cons(p, a.cons, a.ack.part), &ref) != FQ_OK)
                 fq_ledger_ack_failed(p->ledger, &a);
             break;
         case FQ_LACT_NAK:
-            fq_nio_nak(p->nio, PX_CONS_ID(a.cons, a.ack.part), &ref, a.delay_ms);
+            fq_nio_nak(p->nio, px_cons(p, a.cons, a.ack.part), &ref, a.delay_ms);
             break;
         case FQ_LACT_PAUSE:
             px_pause(p, a.cons, a.paused);
@@ -1151,7 +1181,7 @@ static void px_on_submit(fq_proxy *p, fq_nio_event *ev)
     fq_nio_msg *m = ev->msg;
     fq_ledger_submit in = {.ack = {.sseq = ev->ack.sseq, .cseq = ev->ack.cseq,
                                    .delivered = ev->ack.delivered,
-                                   .part = (uint32_t)ev->source / 2},
+                                   .part = px_ev_part(p, ev)},
                            .ts_ms = ev->ts_ms, .subject = fq_nio_msg_subject(m),
                            .status = FQ_OK,
                            .raw = {.body = fq_nio_msg_data(m), .body_len = fq_nio_msg_len(m)}};
@@ -1303,7 +1333,7 @@ static void px_on_done(fq_proxy *p, fq_nio_event *ev)
     fq_completion c;
     fq_ledger_done in = {.ack = {.sseq = ev->ack.sseq, .cseq = ev->ack.cseq,
                                  .delivered = ev->ack.delivered,
-                                 .part = (uint32_t)ev->source / 2},
+                                 .part = px_ev_part(p, ev)},
                          .status = FQ_EINVAL, .error = err, .c = &c,
                          .subject = fq_nio_msg_subject(m),
                          .raw = {.body = fq_nio_msg_data(m), .body_len = fq_nio_msg_len(m)},
@@ -1529,6 +1559,7 @@ static void px_overall(fq_metrics_overall *a, fq_proxy *p)
     fq_owner_stats os = {0};
     if (p->ld)
         fq_owner_stats_get(&os, fq_leader_owner(p->ld));
+    fq_probes_unowned(p->probes, px_parts(p) > 1 ? os.unassigned : 0, os.bound);
     *a = (fq_metrics_overall){
         .in_flight_runs = ss.in_flight, .in_flight_tokens = ss.in_flight_tokens,
         .queued_runs = ss.queued, .queued_tokens = ss.queued_tokens, .tenants = ss.tenants,
@@ -1537,6 +1568,8 @@ static void px_overall(fq_metrics_overall *a, fq_proxy *p)
         .nats_reconnects = p->c.reconnects, .config_reloads = p->c.reloads,
         .config_reload_failures = p->c.reload_failures, .lease_held = p->leader,
         .dispatch_rate = p->rate_runs, .partitions_owned = os.owned,
+        .partitions_bound = px_parts(p) > 1 ? os.bound : 1,
+        .partitions_unassigned = os.unassigned,
         .partition_handovers = os.gained + os.lost, .partitions_fenced = p->c.parts_fenced,
         .handovers_unsettled = p->c.handovers_unsettled,
         .submits_stranded = p->c.submits_stranded, .consumers_refused = px_refused_count(p),
@@ -1560,12 +1593,14 @@ static void px_overall(fq_metrics_overall *a, fq_proxy *p)
         .admin_requests_invalid = ac->invalid,
         .max_payload = p->max_payload > 0 ? (uint64_t)p->max_payload : 0};
     px_overall_ledger(a, p->ledger);
-    _Static_assert(PX_PARTS_MAX <= FQ_METRICS_PARTS, "a series for every partition owned");
-    for (uint32_t k = 0; k < px_parts(p) && k < PX_PARTS_MAX; k++) {
-        a->parts.owned[k] = p->part_term[k] != 0;
-        a->parts.queued[k] = p->part_queued[k];
-        a->parts_backlog.owned[k] = p->part_term[k] != 0;
-        a->parts_backlog.queued[k] = p->part_backlog[k];
+    _Static_assert(PX_OWN_MAX <= FQ_METRICS_PARTS, "a series for every partition owned");
+    for (uint32_t j = 0; j < PX_OWN_MAX; j++) {
+        uint32_t k = p->slot_part[j] ? p->slot_part[j] - 1u : 0;
+        bool owned = p->slot_part[j] && p->part_term[k] != 0;
+        a->parts.owned[j] = a->parts_backlog.owned[j] = owned;
+        a->parts.part[j] = a->parts_backlog.part[j] = k;
+        a->parts.queued[j] = owned ? p->part_queued[k] : 0;
+        a->parts_backlog.queued[j] = owned ? p->part_backlog[k] : 0;
     }
 }
 
@@ -1980,7 +2015,7 @@ static void px_backlog_ask_one(fq_proxy *p, uint32_t k)
         return;
     snprintf(reply, sizeof reply, "%s.c%" PRIu32 "t%" PRIu64, p->fwd_prefix, k,
              p->part_term[k]);
-    fq_nio_consumer_info_ask(p->nio, PX_CONS_ID(PX_CONS_SUBMIT, k), reply);
+    fq_nio_consumer_info_ask(p->nio, px_cons(p, PX_CONS_SUBMIT, k), reply);
 }
 
 /* Ask each owned partition's submit consumer for its counts, once a pass
@@ -2307,10 +2342,10 @@ static bool px_consumers_ok(const fq_proxy *p)
 {
     bool any = false;
     for (uint32_t k = 0; k < px_parts(p) && k < PX_PARTS_MAX; k++) {
-        if (!p->part_term[k])
+        int sid = px_cons(p, PX_CONS_SUBMIT, k);
+        if (!p->part_term[k] || sid < 0)
             continue;
-        if (!p->consumer_ok[PX_CONS_ID(PX_CONS_SUBMIT, k)] ||
-            !p->consumer_ok[PX_CONS_ID(PX_CONS_DONE, k)])
+        if (!p->consumer_ok[sid] || !p->consumer_ok[sid + 1])
             return false;
         any = true;
     }
@@ -2510,21 +2545,54 @@ static void px_sweep(fq_proxy *p, uint64_t now)
  * ours and makes the server refuse its pulls and acks (natsio.h,
  * fq_nio_consume_term). With P = 1 the one pair is <durable>-<term> on
  * <submit>.* and <done>.*, as before partitions. All of them are served by
- * natsio's one fetch thread, natsio consumer ids PX_CONS_ID(kind, k), so a
- * delivery's partition is its consumer's id / 2, and the ledger's acks name
- * it (fq_ledger_ackref.part).
+ * natsio's one fetch thread. natsio has FQ_NIO_MAX_CONSUMERS ids, so a
+ * replica owns at most PX_OWN_MAX partitions (the owner's bound), whatever
+ * P is (up to FQ_PARTITIONS_MAX): a partition gained gets a free pair of
+ * ids j (px_cons: kind + 2j), the pair freed with it taken again last, so
+ * a delivery's partition is its pair's (px_cons_part), and the ledger's
+ * acks name the partition (fq_ledger_ackref.part).
  */
+
+/* Partition k's consumers' fence (natsio's, by id): the last said for it
+ * (px_lease_fence), once it has a pair of ids. */
+static void px_lease_fence_set(fq_proxy *p, uint32_t k)
+{
+    if (px_cons(p, PX_CONS_SUBMIT, k) < 0)
+        return;
+    fq_nio_fence_consumer(p->nio, px_cons(p, PX_CONS_SUBMIT, k), p->part_fence[k]);
+    fq_nio_fence_consumer(p->nio, px_cons(p, PX_CONS_DONE, k), p->part_fence[k]);
+}
+
+/* Partition k's pair of consumer ids is free again (P = 1 keeps pair 0). */
+static void px_slot_free(fq_proxy *p, uint32_t k)
+{
+    if (px_parts(p) == 1 || !p->part_slot[k])
+        return;
+    p->slot_part[p->part_slot[k] - 1] = 0;
+    p->part_slot[k] = 0;
+}
 
 /* Partition k is ours from term: its consumers are made, filtered to it
  * and named for term, or, ours already, named for the new term. The
  * ownership of partitions calls it for each one gained; today the leader
- * gains every partition at its term. FQ_EINVAL: k is past P or past what
- * one proxy can own (PX_PARTS_MAX). */
+ * gains every partition at its term. FQ_EINVAL: k is past P; FQ_EFULL: we
+ * own PX_OWN_MAX already (the owner's bound keeps us below it). */
 static fq_status px_part_gain(fq_proxy *p, uint32_t k, uint64_t term)
 {
     if (k >= px_parts(p) || k >= PX_PARTS_MAX || !term)
         return FQ_EINVAL;
-    int sid = PX_CONS_ID(PX_CONS_SUBMIT, k), did = PX_CONS_ID(PX_CONS_DONE, k);
+    for (uint32_t i = 0; !p->part_slot[k] && i < PX_OWN_MAX; i++) {
+        uint32_t j = (p->slot_next + i) % PX_OWN_MAX;
+        if (!p->slot_part[j]) {
+            p->slot_part[j] = (uint16_t)(k + 1);
+            p->part_slot[k] = (uint16_t)(j + 1);
+            p->slot_next = (uint16_t)((j + 1) % PX_OWN_MAX);
+            px_lease_fence_set(p, k);
+        }
+    }
+    if (!p->part_slot[k])
+        return FQ_EFULL;
+    int sid = px_cons(p, PX_CONS_SUBMIT, k), did = px_cons(p, PX_CONS_DONE, k);
     if (p->part_term[k]) {
         p->part_term[k] = term;
         fq_nio_consume_term(p->nio, sid, term);
@@ -2564,8 +2632,10 @@ static fq_status px_part_gain(fq_proxy *p, uint32_t k, uint64_t term)
     fq_status s = fq_nio_consume(p->nio, sid, &sc);
     if (s == FQ_OK && (s = fq_nio_consume(p->nio, did, &dc)) != FQ_OK)
         fq_nio_consume_stop(p->nio, sid);
-    if (s != FQ_OK)
+    if (s != FQ_OK) {
+        px_slot_free(p, k);
         return s;
+    }
     p->consumer_ok[sid] = p->consumer_ok[did] = false;
     p->part_term[k] = term;
     fq_nio_consume_pause(p->nio, sid, p->fetch_paused[PX_CONS_SUBMIT]);
@@ -2591,7 +2661,7 @@ static void px_part_lose(fq_proxy *p, uint32_t k)
 {
     if (k >= PX_PARTS_MAX || !p->part_term[k])
         return;
-    int sid = PX_CONS_ID(PX_CONS_SUBMIT, k), did = PX_CONS_ID(PX_CONS_DONE, k);
+    int sid = px_cons(p, PX_CONS_SUBMIT, k), did = px_cons(p, PX_CONS_DONE, k);
     fq_nio_consume_stop(p->nio, sid);
     fq_nio_consume_stop(p->nio, did);
     p->part_term[k] = 0;
@@ -2608,6 +2678,7 @@ static void px_part_lose(fq_proxy *p, uint32_t k)
     }
     p->nheld_ev = kept;
     p->part_held[k] = 0;
+    px_slot_free(p, k);
 }
 
 /* ---- the leader lease: lib/leader.c, through this ---------------------- */
@@ -2622,8 +2693,8 @@ static void px_lease_fence(void *arg, int32_t part, uint64_t until)
     fq_proxy *p = arg;
     if (part < 0 || (uint32_t)part >= PX_PARTS_MAX)
         return;
-    fq_nio_fence_consumer(p->nio, PX_CONS_ID(PX_CONS_SUBMIT, part), until);
-    fq_nio_fence_consumer(p->nio, PX_CONS_ID(PX_CONS_DONE, part), until);
+    p->part_fence[part] = until;
+    px_lease_fence_set(p, (uint32_t)part);
     fq_ledger_set_part_fence(p->ledger, (uint32_t)part, until);
 }
 
@@ -2731,7 +2802,8 @@ static fq_status px_leader_create(fq_proxy *p)
     fq_leader_opts lo = {.bucket = p->cfg.streams.lease_bucket, .id = p->lease_id,
                          .instance = p->instance, .ttl_ms = p->cfg.streams.lease_ttl_ms,
                          .renew_token = TK_MAKE(TK_LEASE, 0), .partitions = px_parts(p),
-                         .watch = PX_WATCH_LEASES, .gained = px_lease_lead,
+                         .watch = PX_WATCH_LEASES, .bound = PX_OWN_MAX,
+                         .gained = px_lease_lead,
                          .lost = px_lease_lost, .fence = px_lease_fence, .arg = p};
     fq_status s = fq_leader_create(&p->ld, p->nio, p->probes, &lo);
     if (s != FQ_OK)
@@ -3090,12 +3162,6 @@ static fq_status px_recover(fq_proxy *p)
 
 /* ---- the loop ---------------------------------------------------------- */
 
-/* The partition whose consumer delivered ev (PX_CONS_ID). */
-static uint32_t px_ev_part(const fq_nio_event *ev)
-{
-    uint32_t k = (uint32_t)ev->source / 2;
-    return k < PX_PARTS_MAX ? k : 0;
-}
 
 /* A delivery that comes while its partition's lease is not fresh (a pull
  * sent before it ran out) is held aside, in its partition's order, and
@@ -3104,7 +3170,7 @@ static uint32_t px_ev_part(const fq_nio_event *ev)
  * delivers it again. Another partition's deliveries are not held. */
 static bool px_defer(fq_proxy *p, fq_nio_event *ev)
 {
-    uint32_t k = px_ev_part(ev);
+    uint32_t k = px_ev_part(p, ev);
     if (!p->part_held[k] && px_part_fresh(p, k))
         return false;
     if (fq_grow(&p->held_ev, &p->held_ev_cap, p->nheld_ev + 1, sizeof *p->held_ev) != FQ_OK) {
@@ -3133,7 +3199,7 @@ static void px_undefer(fq_proxy *p)
     size_t n = p->nheld_ev, kept = 0;
     for (size_t i = 0; i < n; i++) {
         fq_nio_event ev = p->held_ev[i];
-        uint32_t k = px_ev_part(&ev);
+        uint32_t k = px_ev_part(p, &ev);
         if (!px_part_fresh(p, k)) {
             p->held_ev[kept++] = ev;
             continue;
@@ -3168,7 +3234,7 @@ static void px_on_conn(fq_proxy *p, bool connected)
  * counted by fairq_partitions_consumer_refused until it is made. */
 static void px_refused_note(fq_proxy *p, const fq_nio_event *ev)
 {
-    int k = ev->source / 2;
+    uint32_t k = px_cons_part(p, ev->source);
     if (ev->source < 0 || ev->source % 2 != PX_CONS_SUBMIT || k >= PX_PARTS_MAX ||
         !p->part_term[k])
         return;
@@ -3180,7 +3246,7 @@ static void px_refused_note(fq_proxy *p, const fq_nio_event *ev)
                            PX_REFUSED_BOUND_MS))
         fq_log(FQ_LOG_ERROR, "a partition's submit consumer has been refused for over 30 s: "
                "its runs wait in the stream undispatched (see docs/operations.md)",
-               FQ_INT("partition", k), FQ_UINT("term", p->part_term[k]),
+               FQ_UINT("partition", k), FQ_UINT("term", p->part_term[k]),
                FQ_INT("js_err", ev->err_code));
 }
 
@@ -3188,8 +3254,9 @@ static void px_on_consumer(fq_proxy *p, const fq_nio_event *ev)
 {
     if (ev->source >= 0 && ev->source < FQ_NIO_MAX_CONSUMERS)
         p->consumer_ok[ev->source] = ev->status == FQ_OK;
-    if (ev->status == FQ_OK && ev->source >= 0 && ev->source % 2 == PX_CONS_SUBMIT)
-        px_inherit_ask(p, (uint32_t)(ev->source / 2), ev->seq);
+    uint32_t k = px_cons_part(p, ev->source);
+    if (ev->status == FQ_OK && k < PX_PARTS_MAX && ev->source % 2 == PX_CONS_SUBMIT)
+        px_inherit_ask(p, k, ev->seq);
     px_refused_note(p, ev);
     if (ev->status == FQ_OK && ev->token)
         fq_log(FQ_LOG_WARN, "a consumer was refused as overlapping a nats-server node's stale "
@@ -3197,7 +3264,7 @@ static void px_on_consumer(fq_proxy *p, const fq_nio_event *ev)
                "again, deleted it, and made this one (see docs/operations.md)",
                FQ_STR("stream", ev->source % 2 == PX_CONS_SUBMIT ? p->cfg.streams.submit
                                                                   : p->cfg.streams.done),
-               FQ_INT("partition", ev->source / 2), FQ_UINT("term", ev->seq),
+               FQ_INT("partition", k < PX_PARTS_MAX ? (int64_t)k : -1), FQ_UINT("term", ev->seq),
                FQ_UINT("stale_term", ev->token));
     p->served |= px_consumers_ok(p);
     if (p->leader)
@@ -3215,10 +3282,8 @@ static void px_on_consumer(fq_proxy *p, const fq_nio_event *ev)
                    : "cannot create a consumer; retrying",
                FQ_STR("stream", ev->source % 2 == PX_CONS_SUBMIT ? p->cfg.streams.submit
                                                                   : p->cfg.streams.done),
-               FQ_INT("partition", ev->source / 2),
-               FQ_UINT("term", px_parts(p) > 1 && ev->source / 2 < PX_PARTS_MAX
-                                   ? p->part_term[ev->source / 2]
-                                   : p->term),
+               FQ_INT("partition", k < PX_PARTS_MAX ? (int64_t)k : -1),
+               FQ_UINT("term", px_parts(p) > 1 && k < PX_PARTS_MAX ? p->part_term[k] : p->term),
                FQ_INT("js_err", ev->err_code));
 }
 
@@ -3284,7 +3349,7 @@ static fq_status px_fwd_listen(fq_proxy *p)
 {
     char fwd[sizeof p->fwd_prefix + 2];
     snprintf(fwd, sizeof fwd, "%s.*", p->fwd_prefix);
-    return fq_nio_listen(p->nio, PX_SUB_FWD, fwd, PX_FWD_MAX + PX_PARTS_MAX);
+    return fq_nio_listen(p->nio, PX_SUB_FWD, fwd, PX_FWD_MAX + PX_OWN_MAX);
 }
 
 /*
@@ -3484,7 +3549,7 @@ static bool px_part_settling(fq_proxy *p, uint32_t k, uint64_t now)
         return false;
     if (!p->part_settle_until[k]) {
         p->part_settle_until[k] = now + PX_HANDOVER_SETTLE_MS;
-        fq_nio_consume_pause(p->nio, PX_CONS_ID(PX_CONS_SUBMIT, k), true);
+        fq_nio_consume_pause(p->nio, px_cons(p, PX_CONS_SUBMIT, k), true);
         return true;
     }
     fq_ledger_part_stats ps;
@@ -4042,14 +4107,8 @@ fq_status fq_proxy_create(fq_proxy **out, const fq_config *cfg, char *err, size_
     if (!p)
         return FQ_ENOMEM;
     px_hash_key(p->hash_key);
-    if (cfg->partitions > PX_PARTS_MAX) {
-        /* today one proxy owns every partition, two consumers each */
-        snprintf(err, errlen, "cannot build the proxy: partitions: %" PRIu32 " is more than one "
-                 "proxy can own (%d: two consumers each, FQ_NIO_MAX_CONSUMERS)",
-                 cfg->partitions, PX_PARTS_MAX);
-        free(p);
-        return FQ_EINVAL;
-    }
+    for (uint32_t k = 0; k < PX_PARTS_MAX; k++)
+        p->part_fence[k] = UINT64_MAX;  /* natsio's default: none of its own (P = 1) */
     fq_status s = fq_config_copy(&p->cfg, cfg);
     if (s == FQ_OK)
         s = px_create_parts(p, cfg);

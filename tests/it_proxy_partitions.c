@@ -443,32 +443,6 @@ static void test_stale_partition_fences_only_itself(void **state)
     assert_int_equal(pt_worker_wait_completed(f->w, 4, 20000), 0);
 }
 
-/* The ceiling on P (docs/partitions.md): one replica owns at most 128
- * partitions, two consumers each, and a replica left alone owns them all,
- * so partitions: 129 is refused at start (exit 2, a config error), saying
- * why; 128 starts. */
-static void test_p_above_the_ceiling_refused(void **state)
-{
-    (void)state;
-    natstest *srv = NULL;
-    assert_int_equal(natstest_start(&srv, NULL), 0);
-    static const char body[] = "partitions: %d\nscheduler:\n  default_plan: free\n"
-                               "plans:\n  - name: free\n";
-    char yaml[256];
-    pt_proxy px;
-    snprintf(yaml, sizeof yaml, body, 129);
-    assert_int_equal(pt_proxy_start(&px, srv, "p129", yaml), 0);
-    assert_int_equal(nt_proc_wait(&px.proc, 20000), 0);
-    assert_int_equal(nt_proc_exit_code(&px.proc), 2);     /* a config error */
-    assert_int_equal(pt_log_count(&px, "partitions: 129 is more than one proxy can own (128"),
-                     1);
-    snprintf(yaml, sizeof yaml, body, 128);
-    assert_int_equal(pt_proxy_start(&px, srv, "p128", yaml), 0);
-    assert_int_equal(pt_log_wait(&px, "fairq-proxy running", 15000), 0);
-    assert_int_equal(pt_proxy_stop(&px), 0);
-    natstest_destroy(srv);
-}
-
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -480,7 +454,6 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(test_stale_partition_fences_only_itself, setup_fence,
                                         teardown),
-        cmocka_unit_test(test_p_above_the_ceiling_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

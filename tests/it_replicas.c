@@ -70,6 +70,13 @@ static int setup_one(void **state)
     return pf_setup(state, yaml, NULL);
 }
 
+/* 256 partitions, more than one replica may own. */
+static int setup_256(void **state)
+{
+    parts = 256;        /* back to P at the teardown */
+    return setup(state);
+}
+
 /* Two partitions for three replicas: one owns none. */
 static int setup_two(void **state)
 {
@@ -505,6 +512,51 @@ static void test_replica_owning_none_is_a_ready_standby(void **state)
     assert_true(ok);
 }
 
+/* P = 256 on replicas that own 128 at most each (natsio's consumers, two
+ * a partition: lib/owner.h's bound): rep-a alone owns 128 and says the
+ * other 128 are unowned (/readyz ready with the reason,
+ * fairq_partitions_unassigned); rep-b joins and takes them, none is
+ * unowned; a run of a tenant of a partition past 128 is served. Before,
+ * fairq-proxy refused P > 128 at start. */
+static void test_p256_on_two_replicas_of_128(void **state)
+{
+    pf_fixture *f = *state;
+    int pa = ot_http_port(&f->px, 5000), pb;
+    assert_true(pa > 0);
+    long long owned = 0, un = 0, bound = 0, owned_b = 0, un_b = 0;
+    bool ok = false;
+    for (long long end = nt_now_ms() + 30000; !ok && nt_now_ms() < end; nt_sleep_ms(100))
+        ok = metric_of(pa, "fairq_partitions_owned", &owned) && owned == 128 &&
+             metric_of(pa, "fairq_partitions_unassigned", &un) && un == 128 &&
+             readyz(pa, 200, "ready; 128 partitions unowned: every live replica owns its "
+                    "bound of 128");
+    print_message("rep-a alone: owns %lld, %lld unowned\n", owned, un);
+    assert_true(ok);
+    assert_true(metric_of(pa, "fairq_partitions_bound", &bound));
+    assert_int_equal(bound, 128);
+    start(&more[0], f, "rep-b");
+    assert_true((pb = ot_http_port(&more[0], 5000)) > 0);
+    ok = false;
+    for (long long end = nt_now_ms() + 30000; !ok && nt_now_ms() < end; nt_sleep_ms(100))
+        ok = metric_of(pa, "fairq_partitions_owned", &owned) && owned == 128 &&
+             metric_of(pb, "fairq_partitions_owned", &owned_b) && owned_b == 128 &&
+             metric_of(pa, "fairq_partitions_unassigned", &un) && un == 0 &&
+             metric_of(pb, "fairq_partitions_unassigned", &un_b) && un_b == 0 &&
+             readyz(pa, 200, "ready") && !readyz(pa, 200, "unowned");
+    print_message("rep-a owns %lld, rep-b %lld, unowned %lld and %lld\n", owned, owned_b, un,
+                  un_b);
+    assert_true(ok);
+    char t[16];
+    for (int n = 0;; n++) {
+        snprintf(t, sizeof t, "hi%d", n);
+        if (fq_partition_of(t, strlen(t), 256) >= 128)
+            break;
+    }
+    static const char body[] = "{\"run_id\":\"past-128\"}";
+    assert_int_equal(pt_submit(&f->c, t, body, strlen(body), NULL), 0);
+    assert_int_equal(pt_worker_wait_completed(f->w, 1, 20000), 0);
+}
+
 /* With P > 1, a journal batch refused (another wrote the partition's
  * journal) lets that partition go, at once, and only it: the replica keeps
  * serving the others instead of exiting, and counts it. Nobody took the
@@ -790,6 +842,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_fenced_partition_let_go_alone, setup, teardown),
         cmocka_unit_test_setup_teardown(test_others_served_while_a_journal_is_read_back,
                                         setup_two, teardown),
+        cmocka_unit_test_setup_teardown(test_p256_on_two_replicas_of_128, setup_256, teardown),
         cmocka_unit_test_setup_teardown(test_let_go_consumers_left_to_next_owner,
                                         setup_two_no_consumers_for_b, teardown),
         cmocka_unit_test_setup_teardown(test_duplicate_replica_id_refused, setup, teardown),

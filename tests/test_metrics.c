@@ -620,7 +620,12 @@ static void test_partition_backlog(void **state)
     (void)state;
     fq_metrics_snapshot *s = NULL;
     assert_int_equal(fq_metrics_snapshot_create(&s, 10), FQ_OK);
+    /* by the proxy's pair of consumers; the label is the partition's,
+     * which may be past 128 (P up to 1,024) */
     s->all.parts.owned[3] = s->all.parts.owned[127] = true;
+    s->all.parts.part[3] = s->all.parts_backlog.part[3] = 3;
+    s->all.parts.part[127] = s->all.parts_backlog.part[127] = 900;
+    s->all.parts.part[4] = 4;
     s->all.parts.queued[3] = 5;
     s->all.parts.queued[4] = 9;     /* not owned: not shown */
     s->all.parts_backlog.owned[3] = s->all.parts_backlog.owned[127] = true;
@@ -628,10 +633,11 @@ static void test_partition_backlog(void **state)
     s->all.parts_backlog.queued[127] = 40;
     char *out = render(s);
     assert_non_null(strstr(out, "# TYPE fairq_partition_backlog_runs gauge\n"));
-    assert_non_null(strstr(out, "\nfairq_partition_backlog_runs{partition=\"127\"} 40\n"));
+    assert_non_null(strstr(out, "\nfairq_partition_backlog_runs{partition=\"900\"} 40\n"));
     assert_non_null(strstr(out, "# TYPE fairq_partition_queued_runs gauge\n"));
     assert_non_null(strstr(out, "\nfairq_partition_queued_runs{partition=\"3\"} 5\n"));
-    assert_non_null(strstr(out, "\nfairq_partition_queued_runs{partition=\"127\"} 0\n"));
+    assert_non_null(strstr(out, "\nfairq_partition_queued_runs{partition=\"900\"} 0\n"));
+    assert_null(strstr(out, "partition=\"127\""));
     assert_null(strstr(out, "partition=\"4\""));
     assert_null(strstr(out, "partition=\"0\""));
     for (size_t i = 0; i < fq_overall_nrows; i++)
