@@ -1,4 +1,4 @@
-/* fairq-admin.c -- one admin request to the running fairq-proxy (stats, reload, tenant.get, tenant.set, explain, drained), for hosts without the nats CLI. */
+/* fairq-admin.c -- one admin request to the running fairq-proxy (stats, reload, tenant.get, tenant.set, explain, drained), and the streams' reshaping when P changes, for hosts without the nats CLI. */
 #include <getopt.h>
 
 #include "adminall.h"
@@ -15,6 +15,7 @@ static void usage(FILE *f)
             "       " PROG " [--nats URL] [--explain PREFIX] [--replica ID] explain TENANT [RUN-ID]\n"
             "       " PROG " [--nats URL] [--admin PREFIX] [--api-prefix P] [--timeout MS] drained\n"
             "                  [SUBMIT DONE]\n"
+            "       " PROG " [--nats URL] [--api-prefix P] reshape [SUBMIT DONE RUNS]\n"
             "\n"
             "Sends one request to <admin>.REQUEST and prints the proxy's JSON reply.\n"
             "\n"
@@ -36,6 +37,15 @@ static void usage(FILE *f)
             "                                          and " FQ_DEFAULT_STREAM_DONE "); exit 0 only when every\n"
             "                                          replica answered, none has a run queued\n"
             "                                          or in flight and both streams are empty\n"
+            "  reshape [SUBMIT DONE RUNS]              when P changes, every replica stopped\n"
+            "                                          after drained: delete the streams\n"
+            "                                          SUBMIT and DONE (refused unless empty;\n"
+            "                                          fairq makes them again with the new\n"
+            "                                          subjects), and give the journal RUNS\n"
+            "                                          (default " FQ_DEFAULT_STREAM_RUNS ") the subject\n"
+            "                                          <its first>.* after its first when it\n"
+            "                                          has none (P = 1 to P > 1); again does\n"
+            "                                          nothing more\n"
             "  explain acme [run-7]                    why a run of acme (or a run acme\n"
             "                                          submits now) waits: asked on\n"
             "                                          <explain>.acme, which a tenant's own\n"
@@ -50,8 +60,8 @@ static void usage(FILE *f)
             "                  stats and explain come from its partition's owner)\n"
             "  --timeout MS    stats --all, reload and drained: how long to wait for the\n"
             "                  replicas' answers (default 2000)\n"
-            "  --api-prefix P  drained: the JetStream API prefix SUBMIT's and DONE's info\n"
-            "                  is asked under (default $JS.API); the shipped server config\n"
+            "  --api-prefix P  drained, reshape: the JetStream API prefix the streams are\n"
+            "                  asked under (default $JS.API); the shipped server config\n"
             "                  gives the admin FAIRQ's under JS.FAIRQ.API\n"
             FQC_INBOX_PREFIX_HELP
             "  --time N        send it N times and print on stderr the round trips of\n"
@@ -63,7 +73,8 @@ static void usage(FILE *f)
             "Exit status: 0 on a reply that does not say \"ok\":false, 1 when it does or\n"
             "nothing answered (no proxy is the leader), 2 on a usage error. Asked of\n"
             "every replica, \"ok\" is false when one did not answer or said it.\n"
-            "drained: 0 when drained, else 1 (\"drained\":false says why in its counts).\n",
+            "drained: 0 when drained, else 1 (\"drained\":false says why in its counts).\n"
+            "reshape: 0 when the streams are as P > 1 needs them, else 1 (said why).\n",
             FQC_DEFAULT_URL);
 }
 
@@ -281,6 +292,109 @@ static int ask_drained(natsConnection *nc, jsCtx *js, const char *api_prefix, co
     return drained ? 0 : 1;
 }
 
+/* reshape, step 4 of docs/partitions.md "Changing P": stream (SUBMIT or
+ * DONE) deleted (only checked when check) if it holds no message, absent
+ * already is fine; into *gone whether it was deleted. 0, else 1 (said). */
+static int reshape_delete(bool *gone, jsCtx *js, const char *stream, bool check)
+{
+    jsStreamInfo *si = NULL;
+    jsErrCode jerr = 0;
+    natsStatus s = js_GetStreamInfo(&si, js, stream, NULL, &jerr);
+    *gone = false;
+    if (s == NATS_NOT_FOUND || jerr == JSStreamNotFoundErr)
+        return 0;
+    if (s != NATS_OK) {
+        fqc_perror(PROG, stream, s);
+        return 1;
+    }
+    uint64_t msgs = si->State.Msgs;
+    jsStreamInfo_Destroy(si);
+    if (msgs) {
+        fprintf(stderr, PROG ": %s holds %" PRIu64 " messages: not deleted (drain first: "
+                "fairq-admin drained)\n", stream, msgs);
+        return 1;
+    }
+    if (check)
+        return 0;
+    if ((s = js_DeleteStream(js, stream, NULL, &jerr)) != NATS_OK) {
+        fqc_perror(PROG, stream, s);
+        return 1;
+    }
+    *gone = true;
+    return 0;
+}
+
+/* reshape: the journal runs given <first>.* after its first subject when
+ * it has no such subject (P = 1's journal, a P > 1 replica's per-partition
+ * subjects); into *added whether it did. 0, else 1 (said). */
+static int reshape_journal(bool *added, jsCtx *js, const char *runs)
+{
+    jsStreamInfo *si = NULL, *up = NULL;
+    jsErrCode jerr = 0;
+    *added = false;
+    natsStatus s = js_GetStreamInfo(&si, js, runs, NULL, &jerr);
+    if (s == NATS_NOT_FOUND || jerr == JSStreamNotFoundErr)
+        return 0;       /* fairq makes it with both */
+    if (s != NATS_OK) {
+        fqc_perror(PROG, runs, s);
+        return 1;
+    }
+    jsStreamConfig *c = si->Config;
+    char want[300] = "";
+    if (c->SubjectsLen >= 1)
+        snprintf(want, sizeof want, "%s.*", c->Subjects[0]);
+    bool has = !want[0] || strstr(want, "*.*") || strchr(c->Subjects[0], '>');
+    for (int i = 0; i < c->SubjectsLen && !has; i++)
+        has = strcmp(c->Subjects[i], want) == 0;
+    int rc = 0;
+    if (!has) {
+        const char **subjects = calloc((size_t)c->SubjectsLen + 1, sizeof *subjects);
+        if (!subjects) {
+            jsStreamInfo_Destroy(si);
+            fprintf(stderr, PROG ": out of memory\n");
+            return 1;
+        }
+        memcpy(subjects, c->Subjects, (size_t)c->SubjectsLen * sizeof *subjects);
+        subjects[c->SubjectsLen] = want;    /* after the first: it stays first */
+        const char **had = c->Subjects;
+        c->Subjects = subjects;
+        c->SubjectsLen++;
+        s = js_UpdateStream(&up, js, c, NULL, &jerr);
+        c->Subjects = had;
+        c->SubjectsLen--;
+        free(subjects);
+        if (s != NATS_OK) {
+            fqc_perror(PROG, runs, s);
+            rc = 1;
+        }
+        *added = rc == 0;
+    }
+    jsStreamInfo_Destroy(up);
+    jsStreamInfo_Destroy(si);
+    return rc;
+}
+
+/* reshape: SUBMIT and DONE deleted when empty, RUNS given its partitions'
+ * subject; prints what it did. The exit status. */
+static int reshape(jsCtx *js, const char *submit, const char *done, const char *runs)
+{
+    bool sg = false, dg = false, added = false;
+    /* both checked before either goes: one that still holds a run leaves
+     * the deployment as it was */
+    int rc = reshape_delete(&sg, js, submit, true) | reshape_delete(&dg, js, done, true);
+    if (!rc)
+        rc = reshape_delete(&sg, js, submit, false) | reshape_delete(&dg, js, done, false);
+    if (!rc)
+        rc = reshape_journal(&added, js, runs);
+    char list[600];
+    snprintf(list, sizeof list, "%s%s%s%s%s%s%s", sg ? "\"" : "", sg ? submit : "",
+             sg ? "\"" : "", sg && dg ? "," : "", dg ? "\"" : "", dg ? done : "",
+             dg ? "\"" : "");
+    printf("{\"ok\":%s,\"deleted\":[%s],\"journal_subject_added\":%s}\n",
+           rc ? "false" : "true", list, added ? "true" : "false");
+    return rc;
+}
+
 static int cmp_i64(const void *a, const void *b)
 {
     int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
@@ -443,8 +557,10 @@ int main(int argc, char **argv)
         return rc;
     bool is_explain = optind < argc && strcmp(argv[optind], "explain") == 0;
     bool is_drained = optind < argc && strcmp(argv[optind], "drained") == 0;
-    if (optind >= argc || argc - optind > 2 + is_explain + is_drained ||
-        (is_explain && argc - optind < 2) || (is_drained && argc - optind == 2)) {
+    bool is_reshape = optind < argc && strcmp(argv[optind], "reshape") == 0;
+    if (optind >= argc || argc - optind > 2 + is_explain + is_drained + 2 * is_reshape ||
+        (is_explain && argc - optind < 2) || (is_drained && argc - optind == 2) ||
+        (is_reshape && argc - optind != 1 && argc - optind != 4)) {
         usage(stderr);
         return 2;
     }
@@ -456,16 +572,16 @@ int main(int argc, char **argv)
         fprintf(stderr, PROG ": --all: only stats, without a body, --replica or --time\n");
         return 2;
     }
-    if (a.api_prefix && !is_drained) {
-        fprintf(stderr, PROG ": --api-prefix: only with drained\n");
+    if (a.api_prefix && !is_drained && !is_reshape) {
+        fprintf(stderr, PROG ": --api-prefix: only with drained or reshape\n");
         return 2;
     }
-    if (is_drained && (a.all || a.replica || a.times > 1)) {
-        fprintf(stderr, PROG ": drained: asks every replica, without --all, --replica or --time\n");
+    if ((is_drained || is_reshape) && (a.all || a.replica || a.times > 1)) {
+        fprintf(stderr, PROG ": %s: without --all, --replica or --time\n", request);
         return 2;
     }
     char subject[512], ebody[FQ_RUN_ID_MAX * 6 + 32] = "";
-    if (!is_drained && admin_target(subject, sizeof subject, ebody, sizeof ebody, &body, &a, request, argc,
+    if (!is_drained && !is_reshape && admin_target(subject, sizeof subject, ebody, sizeof ebody, &body, &a, request, argc,
                      argv) != 0)
         return 2;
     natsConnection *nc = NULL;
@@ -478,7 +594,11 @@ int main(int argc, char **argv)
         fqc_perror(PROG, "connect", s);
         return 1;
     }
-    if (is_drained)
+    if (is_reshape)
+        rc = reshape(js, argc - optind == 4 ? argv[optind + 1] : FQ_DEFAULT_STREAM_SUBMIT,
+                     argc - optind == 4 ? argv[optind + 2] : FQ_DEFAULT_STREAM_DONE,
+                     argc - optind == 4 ? argv[optind + 3] : FQ_DEFAULT_STREAM_RUNS);
+    else if (is_drained)
         rc = ask_drained(nc, js, a.api_prefix, a.admin, (int)a.timeout_ms,
                          argc - optind == 3 ? argv[optind + 1] : FQ_DEFAULT_STREAM_SUBMIT,
                          argc - optind == 3 ? argv[optind + 2] : FQ_DEFAULT_STREAM_DONE);

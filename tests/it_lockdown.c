@@ -760,10 +760,14 @@ static void test_an_admin_reply_reaches_nothing_of_fairq(void **state)
     lk_close(ad);
 }
 
+static int lk_admin_as(const natstest *srv, const char *user, const char *const *args,
+                       cJSON **out);
+
 /* Step 4 of a change of P (docs/partitions.md), fairq stopped: the
  * provisioner deletes FAIR_SUBMIT and FAIR_DONE and gives FAIRQ_RUNS its
- * subject per partition after its own, and may delete or change no other
- * stream; the operator may do none of it (it is not an admin request). */
+ * subject per partition after its own (fairq-admin reshape), and may
+ * delete or change no other stream; the operator may do none of it (it is
+ * not an admin request). */
 static void test_the_provisioner_reshapes_the_streams(void **state)
 {
     fixture *f = *state;
@@ -775,30 +779,26 @@ static void test_the_provisioner_reshapes_the_streams(void **state)
         "JS.FAIRQ.API.STREAM.DELETE.FAIR_SUBMIT", "$JS.API.STREAM.DELETE.FAIR_SUBMIT",
         "JS.FAIRQ.API.STREAM.UPDATE.FAIRQ_RUNS", NULL});
     lk_close(ad);
+    /* fairq-admin reshape, as the provisioner: both streams seen empty and
+     * deleted, FAIRQ_RUNS given its subject per partition after its own */
+    cJSON *out = NULL;
+    assert_int_equal(lk_admin_as(f->srv, "provisioner", (const char *const[]){"reshape", NULL},
+                                 &out), 0);
+    assert_non_null(out);
+    char *said = cJSON_PrintUnformatted(out);
+    assert_string_equal(said, "{\"ok\":true,\"deleted\":[\"FAIR_SUBMIT\",\"FAIR_DONE\"],"
+                              "\"journal_subject_added\":true}");
+    free(said);
+    cJSON_Delete(out);
     lk_client *p = lk_connect(f->srv, "provisioner");
     jsStreamInfo *si = NULL;
     jsErrCode jerr = 0;
-    assert_int_equal(js_GetStreamInfo(&si, p->js, "FAIR_SUBMIT", NULL, &jerr), NATS_OK);
-    assert_int_equal(si->State.Msgs, 0);
+    assert_int_equal(js_GetStreamInfo(&si, p->js, "FAIRQ_RUNS", NULL, &jerr), NATS_OK);
+    assert_int_equal(si->Config->SubjectsLen, 2);
+    assert_string_equal(si->Config->Subjects[0], "fairq.runs");
+    assert_string_equal(si->Config->Subjects[1], "fairq.runs.*");
     jsStreamInfo_Destroy(si);
     si = NULL;
-    assert_int_equal(js_DeleteStream(p->js, "FAIR_SUBMIT", NULL, &jerr), NATS_OK);
-    assert_int_equal(js_DeleteStream(p->js, "FAIR_DONE", NULL, &jerr), NATS_OK);
-    assert_int_equal(js_GetStreamInfo(&si, p->js, "FAIRQ_RUNS", NULL, &jerr), NATS_OK);
-    assert_int_equal(si->Config->SubjectsLen, 1);
-    const char *subjects[] = {si->Config->Subjects[0], "fairq.runs.*"};
-    const char **had = si->Config->Subjects;
-    si->Config->Subjects = subjects;
-    si->Config->SubjectsLen = 2;
-    jsStreamInfo *up = NULL;
-    assert_int_equal(js_UpdateStream(&up, p->js, si->Config, NULL, &jerr), NATS_OK);
-    assert_int_equal(up->Config->SubjectsLen, 2);
-    assert_string_equal(up->Config->Subjects[0], "fairq.runs");
-    assert_string_equal(up->Config->Subjects[1], "fairq.runs.*");
-    jsStreamInfo_Destroy(up);
-    si->Config->Subjects = had;     /* subjects is ours, not to be freed */
-    si->Config->SubjectsLen = 1;
-    jsStreamInfo_Destroy(si);
     assert_int_equal(p->n, 0);
     lk_assert_publish_denied(p, (const char *const[]){
         "$JS.API.STREAM.DELETE.FAIR_DISPATCH", "$JS.API.STREAM.DELETE.FAIRQ_RUNS",

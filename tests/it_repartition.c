@@ -6,8 +6,9 @@
  * flight the producers stop (fairq-admin drained says not drained); the
  * deployment drains until fairq-admin drained exits 0 (FAIR_SUBMIT and
  * FAIR_DONE empty, nothing queued or in flight), the proxy is stopped,
- * FAIR_SUBMIT and FAIR_DONE deleted, FAIRQ_RUNS given the subject
- * fairq.runs.* beside fairq.runs, the server restarted with the mapping of
+ * FAIR_SUBMIT and FAIR_DONE deleted and FAIRQ_RUNS given the subject
+ * fairq.runs.* beside fairq.runs by fairq-admin reshape (which refused
+ * while the streams held runs), the server restarted with the mapping of
  * 4 partitions, and the proxy started with partitions: 4. Each tenant's
  * debt is then what it was (read back from fairq.runs by the partition
  * that owns the tenant now), and still once a second replica has taken
@@ -120,18 +121,49 @@ static void assert_debts(pf_fixture *f, const long before[TENANTS])
         assert_int_equal(deficit(f, t), before[t]);
 }
 
-/* fairq-admin drained's exit status: 0 when FAIR_SUBMIT and FAIR_DONE are
- * empty and no replica has a run queued or in flight. */
-static int admin_drained(pf_fixture *f)
+/* fairq-admin's exit status for request (drained, reshape), its output
+ * in <dir>/admin.log (this run's alone). */
+static int admin_run(pf_fixture *f, const char *request)
 {
     char bin[512], log[300];
     snprintf(log, sizeof log, "%s/admin.log", dir);
+    remove(log);
     const char *argv[] = {nt_build_path(bin, sizeof bin, "fairq-admin"), "--nats",
-                          natstest_url(f->srv), "drained", NULL};
+                          natstest_url(f->srv), request, NULL};
     nt_proc p = {0};
     assert_int_equal(nt_proc_spawn(&p, argv, log), 0);
     assert_int_equal(nt_proc_wait(&p, 20000), 0);
     return nt_proc_exit_code(&p);
+}
+
+/* fairq-admin drained's exit status: 0 when FAIR_SUBMIT and FAIR_DONE are
+ * empty and no replica has a run queued or in flight. */
+static int admin_drained(pf_fixture *f)
+{
+    return admin_run(f, "drained");
+}
+
+/* Whether <dir>/admin.log holds text. */
+static bool admin_said(const char *text)
+{
+    char log[300], buf[4096] = "";
+    snprintf(log, sizeof log, "%s/admin.log", dir);
+    FILE *fp = fopen(log, "r");
+    if (fp) {
+        size_t n = fread(buf, 1, sizeof buf - 1, fp);
+        buf[n] = '\0';
+        fclose(fp);
+    }
+    return strstr(buf, text) != NULL;
+}
+
+/* Whether stream exists. */
+static bool stream_exists(pf_fixture *f, const char *stream)
+{
+    jsStreamInfo *si = NULL;
+    natsStatus s = js_GetStreamInfo(&si, f->c.js, stream, NULL, NULL);
+    jsStreamInfo_Destroy(si);
+    return s == NATS_OK;
 }
 
 /* Wait until fairq-admin drained says so (step 2 of the procedure), and
@@ -150,20 +182,20 @@ static void wait_drained(pf_fixture *f)
     pf_wait_empty(f, "FAIR_DONE");
 }
 
-/* FAIRQ_RUNS keeps its subject and takes P > 1's beside it. */
-static void journal_add_subject(pf_fixture *f)
+/* FAIRQ_RUNS's subjects: n of them, fairq.runs first then fairq.runs.*
+ * (from P = 1: reshape kept the old first and added P > 1's), or
+ * fairq.runs.* alone (made with P > 1). */
+static void journal_has_subjects(pf_fixture *f, int n)
 {
-    jsStreamInfo *si = NULL, *up = NULL;
+    jsStreamInfo *si = NULL;
     assert_int_equal(js_GetStreamInfo(&si, f->c.js, "FAIRQ_RUNS", NULL, NULL), NATS_OK);
-    assert_int_equal(si->Config->SubjectsLen, 1);
-    const char *subjects[] = {si->Config->Subjects[0], "fairq.runs.*"};
-    const char **had = si->Config->Subjects;
-    si->Config->Subjects = subjects;
-    si->Config->SubjectsLen = 2;
-    assert_int_equal(js_UpdateStream(&up, f->c.js, si->Config, NULL, NULL), NATS_OK);
-    si->Config->Subjects = had;
-    si->Config->SubjectsLen = 1;
-    jsStreamInfo_Destroy(up);
+    assert_int_equal(si->Config->SubjectsLen, n);
+    if (n == 2) {
+        assert_string_equal(si->Config->Subjects[0], "fairq.runs");
+        assert_string_equal(si->Config->Subjects[1], "fairq.runs.*");
+    } else {
+        assert_string_equal(si->Config->Subjects[0], "fairq.runs.*");
+    }
     jsStreamInfo_Destroy(si);
 }
 
@@ -201,6 +233,10 @@ static void drain_in_debt(pf_fixture *f, long before[TENANTS])
     }
     assert_true(in_flight > 0 && queued > 0);
     assert_int_equal(admin_drained(f), 1);
+    /* reshape refuses while a stream holds runs, and changes nothing */
+    assert_int_equal(admin_run(f, "reshape"), 1);
+    assert_true(admin_said("messages: not deleted"));
+    assert_true(stream_exists(f, "FAIR_SUBMIT") && stream_exists(f, "FAIR_DONE"));
     pt_worker_hold(f->w, false);
     wait_drained(f);
     for (int t = 0; t < TENANTS; t++) {
@@ -212,7 +248,8 @@ static void drain_in_debt(pf_fixture *f, long before[TENANTS])
 /* Runs submitted at P = from (some queued, some in flight when the
  * producers stop), the deployment drained (every tenant in debt: before),
  * the proxy stopped, FAIR_SUBMIT and FAIR_DONE deleted (from P = 1,
- * FAIRQ_RUNS given fairq.runs.* too), the server restarted with the
+ * FAIRQ_RUNS given fairq.runs.* too) by fairq-admin reshape, which
+ * refused while they held runs, the server restarted with the
  * mapping of to partitions. Returns how many tenants changed partition
  * number. */
 static int drain_for(pf_fixture *f, long before[TENANTS], uint32_t from, uint32_t to)
@@ -227,10 +264,17 @@ static int drain_for(pf_fixture *f, long before[TENANTS], uint32_t from, uint32_
         moved += fq_partition_of(tn, strlen(tn), to) != fq_partition_of(tn, strlen(tn), from);
     }
     assert_int_equal(pt_proxy_stop(&f->px), 0);
-    assert_int_equal(js_DeleteStream(f->c.js, "FAIR_SUBMIT", NULL, NULL), NATS_OK);
-    assert_int_equal(js_DeleteStream(f->c.js, "FAIR_DONE", NULL, NULL), NATS_OK);
-    if (from == 1)
-        journal_add_subject(f);
+    /* step 4 by fairq-admin reshape; again, it has nothing more to do */
+    assert_int_equal(admin_run(f, "reshape"), 0);
+    assert_true(admin_said(from == 1 ? "{\"ok\":true,\"deleted\":[\"FAIR_SUBMIT\",\"FAIR_DONE\"],"
+                                       "\"journal_subject_added\":true}"
+                                     : "{\"ok\":true,\"deleted\":[\"FAIR_SUBMIT\",\"FAIR_DONE\"],"
+                                       "\"journal_subject_added\":false}"));
+    assert_false(stream_exists(f, "FAIR_SUBMIT") || stream_exists(f, "FAIR_DONE"));
+    journal_has_subjects(f, from == 1 ? 2 : 1);
+    assert_int_equal(admin_run(f, "reshape"), 0);
+    assert_true(admin_said("{\"ok\":true,\"deleted\":[],\"journal_subject_added\":false}"));
+    journal_has_subjects(f, from == 1 ? 2 : 1);
     assert_int_equal(pf_write_mapping(conf, sizeof conf, dir, (int)to), 0);
     assert_int_equal(natstest_restart(f->srv), 0);
     return moved;
