@@ -151,41 +151,56 @@ struct fq_tenant {
     char id[FQ_TENANT_MAX + 1];
 };
 
+/* A link within a tenant's lanes, half a pointer, so that a lane is 32
+ * bytes and a tenant's lanes, lists and index of sub-tenants sit on fewer
+ * lines than with pointers (with mixed costs every knob on touched 14.6
+ * lines an operation, docs/policy.md). Below FQ_LINK_FAR: the distance in
+ * 8-byte words from its lanes' state (struct tenant_lanes) to a lane or
+ * sub-tenant, 0: none (the state itself is neither). A sub-tenant allocated
+ * apart that lies further away (sub_reach: an allocator may keep each size
+ * of allocation far from the others) is linked through its tenant's table
+ * of far ones: FQ_LINK_FAR + its slot there * 4 + the lane's class. */
+typedef int32_t fq_link;
+#define FQ_LINK_FAR 0x40000000
+_Static_assert(FQ_SCHED_MAX_CLASSES <= 4, "a far link keeps the class in 2 bits");
+
 /* One sub-tenant's runs of one class, and its place in its class's DRR
  * over the tenant's active sub-tenants (fq_codel's two lists: a lane that
  * starts queuing goes on the new list, served before the old one, and
  * moves to the old list's tail once it has spent its quantum). */
 typedef struct fq_lane {
-    fq_run *qhead, *qtail;      /* its FIFO */
-    struct fq_lane *next;       /* on its class's new or old list */
-    int64_t deficit;            /* tokens it may still send in its turn */
-    uint64_t round;             /* on the old list: the class's round it is
-                                   served in; idle: 1 + the round it was
-                                   last served in (0: never), so that one
-                                   coming back in that round owes its turn */
-    uint32_t queued;            /* runs in its FIFO; 0: on no list. Which list
+    fq_run *qhead, *qtail;      /* its FIFO; empty: on no list. Which list
                                    it is on shows from its class's heads: the
                                    one served is at one of them */
+    int64_t deficit;            /* tokens it may still send in its turn */
+    fq_link next;               /* on its class's new or old list (lane_at) */
+    uint32_t round;             /* on the old list: the class's round it is
+                                   served in; idle: 1 + the round it was
+                                   last served in (0: never), so that one
+                                   coming back in that round owes its turn;
+                                   the low 32 bits (class_round) */
 } fq_lane;
 
 /* A sub-tenant: a lane per class, then its name (sub_name), so that
- * with one class what enqueue and dispatch read of it is 64 bytes (its
+ * with one class what enqueue and dispatch read of it is 48 bytes (its
  * hash is in its tenant's index). */
 typedef struct fq_sub {
     uint32_t queued;            /* runs over its lanes */
     uint8_t len;                /* bytes of its name */
     uint8_t named;              /* 1: in the index (not the default nor the overflow) */
     uint8_t inl;                /* 1 + its slot in its tenant's allocation; 0: apart */
+    uint8_t far;                /* 1: apart and out of a near link's reach: in its
+                                   tenant's table of far ones (slot after its name) */
     uint64_t head;              /* its name's first 8 bytes, zero padded: most
                                    names are compared without another line */
     fq_lane lane[];             /* one per class (one without classes); forgotten,
-                                   lane[0].next links the free list */
+                                   lane[0].qhead links the free list */
 } fq_sub;
 
 /* A class of a tenant: its active lanes and its turn among the classes. */
 struct class_ring {
-    fq_lane *newh, *newt;       /* lanes that started queuing, not yet served a quantum */
-    fq_lane *oldh, *oldt;       /* the rest of the active ones, by round */
+    fq_link newh, newt;         /* lanes that started queuing, not yet served a quantum */
+    fq_link oldh, oldt;         /* the rest of the active ones, by round */
     uint64_t round;             /* the round being served on the old list */
     int64_t deficit;            /* weighted classes: what it may still send in its turn */
     uint32_t queued;            /* runs of this class queued, those back from
@@ -207,7 +222,7 @@ struct class_ring {
  * so that probing past others reads no sub-tenant. */
 struct sub_slot {
     uint32_t hash;
-    fq_sub *u;                  /* NULL: free */
+    fq_link u;                  /* sub_at; 0: free */
 };
 
 /* A tenant's classes and sub-tenants. */
@@ -234,12 +249,90 @@ struct tenant_lanes {
     fq_sub *dflt;               /* the runs that name no sub-tenant (every run
                                    without sub-tenants), after the rings; the
                                    FQ_SUB_INLINE slots after it */
+    fq_sub **far;               /* sub-tenants out of a near link's reach, by slot;
+                                   a free slot holds 1 + 2 * the next free's */
+    uint32_t far_n;             /* slots used or freed */
+    uint32_t far_free;          /* 1 + the first free slot; 0: none */
+    size_t far_cap;             /* slots allocated */
     struct sub_slot small[FQ_SUB_SMALL]; /* the index of the first few, with
                                    the lanes' state that dispatch loads
                                    ahead, so that a tenant's enqueue after its
                                    dispatch finds it in cache */
     struct class_ring ring[];   /* one per class (one without classes) */
 };
+
+/* The lane or sub-tenant of x that link o names (fq_link). */
+static inline fq_lane *lane_at(const struct tenant_lanes *x, fq_link o)
+{
+    if (o >= FQ_LINK_FAR)
+        return &x->far[(uint32_t)(o - FQ_LINK_FAR) >> 2]->lane[o & 3];
+    return o ? (fq_lane *)(void *)((char *)(uintptr_t)x + (ptrdiff_t)o * 8) : NULL;
+}
+
+static inline fq_sub *sub_at(const struct tenant_lanes *x, fq_link o)
+{
+    if (o >= FQ_LINK_FAR)
+        return x->far[(uint32_t)(o - FQ_LINK_FAR) >> 2];
+    return o ? (fq_sub *)(void *)((char *)(uintptr_t)x + (ptrdiff_t)o * 8) : NULL;
+}
+
+/* Where an apart sub-tenant keeps its slot in its tenant's table of far
+ * ones: after its name (sub_size). */
+static uint32_t *sub_far_slot(const struct tenant_lanes *x, fq_sub *u)
+{
+    return (uint32_t *)(void *)((char *)&u->lane[x->nrings] + FQ_SCHED_SUB_MAX);
+}
+
+/* The link to u's lane of class c, and to u itself (fq_link). */
+static inline fq_link lane_link(const struct tenant_lanes *x, fq_sub *u, uint32_t c)
+{
+    if (u->far)
+        return (fq_link)(FQ_LINK_FAR + (*sub_far_slot(x, u) << 2) + c);
+    return (fq_link)(((const char *)&u->lane[c] - (const char *)x) / 8);
+}
+
+static fq_link sub_link(const struct tenant_lanes *x, fq_sub *u)
+{
+    return u->far ? (fq_link)(FQ_LINK_FAR + (*sub_far_slot(x, u) << 2))
+                  : (fq_link)(((const char *)u - (const char *)x) / 8);
+}
+
+/* Link u, apart, from x: a near link if its lanes and name are within
+ * 4 GiB of x, else a slot in x's table of far ones. FQ_ENOMEM: no room
+ * for the slot. */
+static fq_status sub_reach(struct tenant_lanes *x, fq_sub *u, size_t size)
+{
+    ptrdiff_t d = (const char *)u - (const char *)x;
+    u->far = 0;
+    if (d > -((ptrdiff_t)1 << 32) && d + (ptrdiff_t)size < ((ptrdiff_t)1 << 32))
+        return FQ_OK;
+    uint32_t slot;
+    if (x->far_free) {
+        slot = x->far_free - 1;
+        x->far_free = (uint32_t)((uintptr_t)x->far[slot] >> 1);
+    } else {
+        if (x->far_n >= (1u << 27))
+            return FQ_ENOMEM;
+        if (fq_grow(&x->far, &x->far_cap, x->far_n + 1, sizeof(*x->far)) != FQ_OK)
+            return FQ_ENOMEM;
+        slot = x->far_n++;
+    }
+    x->far[slot] = u;
+    *sub_far_slot(x, u) = slot;
+    u->far = 1;
+    return FQ_OK;
+}
+
+/* u, forgotten, leaves x's table of far ones. */
+static void sub_unreach(struct tenant_lanes *x, fq_sub *u)
+{
+    if (!u->far)
+        return;
+    uint32_t slot = *sub_far_slot(x, u);
+    x->far[slot] = (fq_sub *)(uintptr_t)(1 + 2 * (uintptr_t)x->far_free);
+    x->far_free = slot + 1;
+    u->far = 0;
+}
 
 /* The debtors that wake in one round, in filing order, linked by next and
  * prev. Both ends are kept so that filing touches only the last debtor. */
@@ -259,7 +352,7 @@ struct fq_sched {
     uint32_t npark;
     fq_strmap *tenants;         /* tenant table, by id */
     uint32_t nclasses;          /* classes of a tenant's lanes: 1 without classes */
-    fq_sub *free_subs;          /* forgotten ones, kept for the next (by lane[0].next) */
+    fq_sub *free_subs;          /* forgotten ones, kept for the next (by lane[0].qhead) */
     fq_window win;
     fq_run *free_runs;          /* pool free list */
     bool caller_runs;           /* runs are the caller's records: no pool */
@@ -336,6 +429,16 @@ static uint64_t lane_quantum(const struct tenant_lanes *x)
     return x->hwm ? x->hwm : 1;
 }
 
+/* Class round r as a lane keeps it: its low 32 bits. A lane's round is
+ * only compared for equality with the round after the class's (or, on the
+ * old list, where it is that or the class's own, for which of the two), so
+ * the wrap matters only to a lane idle for a multiple of 2^32 rounds: it
+ * comes back owing its turn, or as new. */
+static uint32_t class_round(uint64_t r)
+{
+    return (uint32_t)r;
+}
+
 static bool classes_weighted(const fq_tenant *t)
 {
     return t->pol.class_weight[0] != 0;
@@ -356,16 +459,16 @@ static uint32_t class_pick(const fq_tenant *t)
                                : (uint32_t)__builtin_ctz(x->mask);
 }
 
-static fq_lane *lane_pick(const struct class_ring *g)
+static fq_lane *lane_pick(const struct tenant_lanes *x, const struct class_ring *g)
 {
-    return g->newh ? g->newh : g->oldh;
+    return lane_at(x, g->newh ? g->newh : g->oldh);
 }
 
 /* Put t's head lane and its class in the tenant, after its lanes changed. */
 static void lanes_repick(fq_tenant *t)
 {
     t->hc = t->x->mask ? class_pick(t) : 0;
-    t->hl = t->x->mask ? lane_pick(&t->x->ring[t->hc]) : NULL;
+    t->hl = t->x->mask ? lane_pick(t->x, &t->x->ring[t->hc]) : NULL;
 }
 
 /* t's next run: one back from the window first, else its lanes'. */
@@ -374,10 +477,11 @@ static fq_run *head_run(const fq_tenant *t)
     return t->qhead || !t->hl ? t->qhead : t->hl->qhead;
 }
 
-/* A named sub-tenant's bytes: its header and first lane are 64. */
+/* A sub-tenant's bytes apart: its header and first lane are 48, then its
+ * name and its slot among its tenant's far ones (sub_far_slot). */
 static size_t sub_size(const fq_sched *s)
 {
-    return sizeof(fq_sub) + s->nclasses * sizeof(fq_lane) + FQ_SCHED_SUB_MAX;
+    return sizeof(fq_sub) + s->nclasses * sizeof(fq_lane) + FQ_SCHED_SUB_MAX + sizeof(uint32_t);
 }
 
 static char *sub_name(const struct tenant_lanes *x, fq_sub *u)
@@ -430,7 +534,7 @@ static inline fq_sub *index_find(const struct tenant_lanes *x, const char *k, si
         return NULL;
     uint32_t m = x->index_cap - 1;
     for (uint32_t i = h & m; ++*seen, x->index[i].u; i = (i + 1) & m) {
-        fq_sub *u = x->index[i].u;
+        fq_sub *u = sub_at(x, x->index[i].u);
         if (x->index[i].hash == h && u->len == len && u->head == head &&
             (len <= 8 || memcmp(sub_name(x, u) + 8, k + 8, len - 8) == 0))
             return u;
@@ -484,14 +588,14 @@ static fq_status index_reserve(struct tenant_lanes *x, uint64_t *seen)
 static void index_remove_at(struct tenant_lanes *x, uint32_t i)
 {
     uint32_t m = x->index_cap - 1;
-    x->index[i].u = NULL;
+    x->index[i].u = 0;
     for (uint32_t j = (i + 1) & m; x->index[j].u; j = (j + 1) & m) {
         uint32_t home = x->index[j].hash & m;
         /* it stays if its home lies cyclically in (i, j] */
         if (((j - home) & m) < ((j - i) & m))
             continue;
         x->index[i] = x->index[j];
-        x->index[j].u = NULL;
+        x->index[j].u = 0;
         i = j;
     }
 }
@@ -501,7 +605,7 @@ static void index_remove_at(struct tenant_lanes *x, uint32_t i)
 static bool sub_owes(const struct tenant_lanes *x, const fq_sub *u)
 {
     for (uint32_t c = 0; c < x->nrings; c++)
-        if (u->lane[c].round == x->ring[c].round + 1)
+        if (u->lane[c].round == class_round(x->ring[c].round + 1))
             return true;
     return false;
 }
@@ -521,7 +625,8 @@ static void sub_forget(fq_sched *s, struct tenant_lanes *x, fq_sub *u, uint32_t 
         return;
     }
     /* kept for the next: no allocation per sub-tenant coming back */
-    u->lane[0].next = s->free_subs ? &s->free_subs->lane[0] : NULL;
+    sub_unreach(x, u);
+    u->lane[0].qhead = (fq_run *)(void *)s->free_subs;   /* a link may not reach */
     s->free_subs = u;
 }
 
@@ -541,7 +646,7 @@ static void sub_forget_idle(fq_sched *s, struct tenant_lanes *x, bool all)
         sub_forget(s, x, x->overflow, 0);
     for (uint32_t i = 0; x->idle && i < x->index_cap;) {
         s->lane_visits++;
-        fq_sub *u = x->index[i].u;
+        fq_sub *u = sub_at(x, x->index[i].u);
         if (u && !u->queued && (all || !sub_owes(x, u)))
             sub_forget(s, x, u, i);     /* slot i may hold another now */
         else
@@ -595,11 +700,17 @@ static fq_sub *sub_of(fq_sched *s, fq_tenant *t, const char *sub, size_t len)
         inl = (uint8_t)(i + 1);
         u = (fq_sub *)(void *)((char *)&x->dflt->lane[x->nrings] +
                                i * (sizeof(fq_sub) + x->nrings * sizeof(fq_lane)));
-    } else if ((u = s->free_subs))
-        s->free_subs = u->lane[0].next ? sub_of_lane(u->lane[0].next, 0) : NULL;
-    else if (!(u = malloc(sub_size(s))))
+    } else if ((u = s->free_subs)) {
+        s->free_subs = (fq_sub *)(void *)u->lane[0].qhead;
+    } else if (!(u = malloc(sub_size(s)))) {
         return NULL;
+    }
     memset(u, 0, sizeof(*u) + x->nrings * sizeof(fq_lane));
+    if (!inl && sub_reach(x, u, sub_size(s)) != FQ_OK) {
+        u->lane[0].qhead = (fq_run *)(void *)s->free_subs;  /* kept for the next */
+        s->free_subs = u;
+        return NULL;
+    }
     u->inl = inl;
     if (over) {
         x->overflow = u;
@@ -609,21 +720,23 @@ static fq_sub *sub_of(fq_sched *s, fq_tenant *t, const char *sub, size_t len)
         u->head = head;
         if (!inl)
             memcpy(sub_name(x, u), sub, len);
-        index_put(x->index, x->index_cap, (struct sub_slot){h, u});
+        index_put(x->index, x->index_cap, (struct sub_slot){h, sub_link(x, u)});
     }
     x->known++;
     x->idle++;          /* until its run is queued */
     return u;
 }
 
-static void lane_push(fq_lane **h, fq_lane **tl, fq_lane *l)
+/* Put l, linked from x by o, at the tail of list h..tl. */
+static void lane_push(const struct tenant_lanes *x, fq_link *h, fq_link *tl, fq_lane *l,
+                      fq_link o)
 {
-    l->next = NULL;
+    l->next = 0;
     if (*tl)
-        (*tl)->next = l;
+        lane_at(x, *tl)->next = o;
     else
-        *h = l;
-    *tl = l;
+        *h = o;
+    *tl = o;
 }
 
 /* Queue r in u's lane of class c. */
@@ -632,6 +745,7 @@ static void lane_add(struct tenant_lanes *x, fq_sub *u, uint32_t c, fq_run *r)
     struct class_ring *g = &x->ring[c];
     fq_lane *l = &u->lane[c];
     r->lane = l;
+    bool was_empty = !l->qtail;
     if (l->qtail)
         l->qtail->next = r;
     else
@@ -644,19 +758,18 @@ static void lane_add(struct tenant_lanes *x, fq_sub *u, uint32_t c, fq_run *r)
         x->active++;
         x->idle -= u != x->dflt;
     }
-    if (l->queued++)
+    if (!was_empty)
         return;
     /* It starts queuing: on the new list, served at its class's next turn
      * with a fresh quantum; or, served in this round already, on the old
      * list behind the round, with what it had left of its turn. */
     uint64_t q = lane_quantum(x);
-    if (l->round && l->round == g->round + 1) {
+    if (l->round && l->round == class_round(g->round + 1)) {
         l->deficit = (l->deficit < 0 ? l->deficit : 0) + (int64_t)q;
-        l->round = g->round + 1;
-        lane_push(&g->oldh, &g->oldt, l);
+        lane_push(x, &g->oldh, &g->oldt, l, lane_link(x, u, c));
     } else {
         l->deficit = (int64_t)q;
-        lane_push(&g->newh, &g->newt, l);
+        lane_push(x, &g->newh, &g->newt, l, lane_link(x, u, c));
     }
     if (g->lanes++ == 0)
         x->mask |= 1u << c;
@@ -667,23 +780,23 @@ static void lane_add(struct tenant_lanes *x, fq_sub *u, uint32_t c, fq_run *r)
 /* Lane l, at the head of its class's new list (from_new) or old list,
  * leaves it: emptied, or its turn spent, when it goes to the old list's
  * tail with a quantum more for the next round. */
-static void lane_leave_head(struct class_ring *g, fq_lane *l, bool from_new, bool empty,
-                            uint64_t q)
+static void lane_leave_head(const struct tenant_lanes *x, struct class_ring *g, fq_lane *l,
+                            fq_link o, bool from_new, bool empty, uint64_t q)
 {
     if (from_new) {
         g->newh = l->next;
         if (!g->newh)
-            g->newt = NULL;
+            g->newt = 0;
     } else {
         g->oldh = l->next;
         if (!g->oldh)
-            g->oldt = NULL;
+            g->oldt = 0;
     }
-    l->round = g->round + 1;        /* served in this round; or, its turn
-                                       spent, on the old list for the next */
+    /* served in this round; or, its turn spent, on the old list for the next */
+    l->round = class_round(g->round + 1);
     if (!empty) {
         l->deficit += (int64_t)q;
-        lane_push(&g->oldh, &g->oldt, l);
+        lane_push(x, &g->oldh, &g->oldt, l, o);
     }
 }
 
@@ -707,12 +820,16 @@ static void lane_sent(fq_sched *s, fq_tenant *t, uint32_t c, fq_lane *l, const f
     if (weighted)
         g->deficit -= r->est;
     g->queued--;
-    bool from_new = g->newh == l;
-    if (!from_new && l->round > g->round)
-        g->round = l->round;    /* the old list's next round begins */
-    bool empty = --l->queued == 0;
+    fq_link o = lane_link(x, u, c);
+    bool from_new = g->newh == o;
+    /* The old list holds the lanes of the class's round and, behind them,
+     * those of the next (lane_add, lane_leave_head): its head is of the
+     * next round once the round's are through. */
+    if (!from_new && l->round == class_round(g->round + 1))
+        g->round++;             /* the old list's next round begins */
+    bool empty = !rest;
     if (empty || l->deficit <= 0)
-        lane_leave_head(g, l, from_new, empty, q);
+        lane_leave_head(x, g, l, o, from_new, empty, q);
     if (empty && --g->lanes == 0) {
         /* The round goes on: one served in it that comes back still owes
          * the rest of it to those that start queuing meanwhile. */
@@ -1276,12 +1393,13 @@ static void tenant_free(fq_strmap_node *n)
     fq_tenant *t = tenant_of(n);
     if (t->x) {
         for (uint32_t i = 0; i < t->x->index_cap; i++)
-            if (t->x->index[i].u && !t->x->index[i].u->inl)
-                free(t->x->index[i].u);
+            if (t->x->index[i].u && !sub_at(t->x, t->x->index[i].u)->inl)
+                free(sub_at(t->x, t->x->index[i].u));
         if (t->x->overflow && !t->x->overflow->inl)
             free(t->x->overflow);
         if (t->x->index != t->x->small)
             free(t->x->index);
+        free(t->x->far);
     }
     free(t);
 }
@@ -1421,7 +1539,7 @@ void fq_sched_destroy(fq_sched *s)
     if (!s)
         return;
     for (fq_sub *u = s->free_subs, *next; u; u = next) {
-        next = u->lane[0].next ? sub_of_lane(u->lane[0].next, 0) : NULL;
+        next = (fq_sub *)(void *)u->lane[0].qhead;
         free(u);
     }
     fq_strmap_destroy(s->tenants, tenant_free);
@@ -1682,7 +1800,7 @@ fq_status fq_sched_enqueue_sub(fq_run **out, fq_sched *s, fq_tenant *t, const ch
         lane_add(x, u, cls, r);
         /* The head lane changes only to this one. */
         uint32_t hc = class_pick(t);
-        fq_lane *hl = lane_pick(&x->ring[hc]);
+        fq_lane *hl = lane_pick(x, &x->ring[hc]);
         if (hl != t->hl) {
             t->hl = hl;
             t->hc = hc;
@@ -1765,7 +1883,7 @@ size_t fq_sched_sub_top(fq_sub_info *out, size_t n, const fq_sched *s, const fq_
     sub_top_add(out, n, &k, x, x->dflt);
     sub_top_add(out, n, &k, x, x->overflow);
     for (uint32_t i = 0; i < x->index_cap; i++)
-        sub_top_add(out, n, &k, x, x->index[i].u);
+        sub_top_add(out, n, &k, x, sub_at(x, x->index[i].u));
     return k;
 }
 
