@@ -3308,20 +3308,22 @@ fq_status fq_nio_kv_ensure(fq_nio *n, const char *bucket, uint64_t ttl_ms, int64
     return FQ_OK;
 }
 
-fq_status fq_nio_kv_ttl(uint64_t *ttl_ms, fq_nio *n, const char *bucket)
+fq_status fq_nio_kv_config(uint64_t *ttl_ms, bool *direct, fq_nio *n, const char *bucket)
 {
-    kvStore *kv = NULL;
-    kvStatus *st = NULL;
+    char name[300];
     *ttl_ms = 0;
-    if (nio_kv_open(&kv, n, bucket) != FQ_OK)
-        return FQ_EIO;
-    natsStatus s = kvStore_Status(&st, kv);
+    *direct = false;
+    int k = snprintf(name, sizeof name, "KV_%s", bucket);
+    if (k < 0 || (size_t)k >= sizeof name)
+        return FQ_EINVAL;
+    jsStreamInfo *si = NULL;
+    natsStatus s = js_GetStreamInfo(&si, n->js, name, NULL, NULL);
     if (s == NATS_OK) {
-        int64_t ns = kvStatus_TTL(st);     /* the stream's MaxAge, in ns */
+        int64_t ns = si->Config->MaxAge;     /* the entries' TTL, in ns */
         *ttl_ms = ns > 0 ? (uint64_t)ns / NIO_NS_PER_MS : 0;
+        *direct = si->Config->AllowDirect;
     }
-    kvStatus_Destroy(st);
-    kvStore_Destroy(kv);
+    jsStreamInfo_Destroy(si);
     return s == NATS_OK ? FQ_OK : FQ_EIO;
 }
 

@@ -489,8 +489,9 @@ fq_status fq_nio_get(fq_nio_msg **out, fq_nio *n, const char *stream, uint64_t s
  * max_value (a value) 0: no bound. A bucket that exists is used as it is. */
 fq_status fq_nio_kv_ensure(fq_nio *n, const char *bucket, uint64_t ttl_ms, int64_t max_bytes,
                            int32_t max_value, uint32_t replicas, char *err, size_t errlen);
-/* The TTL of bucket's entries, ms (0: none). */
-fq_status fq_nio_kv_ttl(uint64_t *ttl_ms, fq_nio *n, const char *bucket);
+/* The TTL of bucket's entries, ms (0: none), and whether the bucket allows
+ * direct gets (fq_nio_kv_get_async reads by one). */
+fq_status fq_nio_kv_config(uint64_t *ttl_ms, bool *direct, fq_nio *n, const char *bucket);
 /* Create key only if it holds no value (never written, aged out, or
  * deleted: a delete marker is read back and written over, expecting its
  * revision): FQ_EEXIST when it has a value. *rev is the new revision. */

@@ -2912,7 +2912,8 @@ static fq_status px_lease_bucket(fq_proxy *p)
      * living lease_ttl_ms: a bucket that ages keys out sooner would let a
      * standby take the lease while we still act on it. */
     uint64_t ttl = 0;
-    if (fq_nio_kv_ttl(&ttl, p->nio, c->streams.lease_bucket) != FQ_OK) {
+    bool direct = false;
+    if (fq_nio_kv_config(&ttl, &direct, p->nio, c->streams.lease_bucket) != FQ_OK) {
         /* Not an answer (a cluster electing the bucket's leader, say): the
          * bucket was just made or opened; the fences of section 7 hold
          * whatever its TTL. */
@@ -2923,6 +2924,14 @@ static fq_status px_lease_bucket(fq_proxy *p)
                "proxy, delete the bucket (it holds only the lease), and start them with one "
                "lease_ttl_ms", FQ_STR("bucket", c->streams.lease_bucket),
                FQ_UINT("bucket_ttl_ms", ttl), FQ_UINT("lease_ttl_ms", c->streams.lease_ttl_ms));
+        return FQ_EINVAL;
+    } else if (!direct) {
+        /* Its keys are read by direct gets (sent without waiting), which
+         * nothing answers on such a bucket: every proxy would stand by. */
+        fq_log(FQ_LOG_ERROR, "the lease bucket does not allow direct gets, by which its keys "
+               "are read: stop every proxy, delete the bucket (it holds only the lease), and "
+               "start them, or set allow_direct on its stream",
+               FQ_STR("bucket", c->streams.lease_bucket));
         return FQ_EINVAL;
     }
     return FQ_OK;

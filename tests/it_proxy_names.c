@@ -301,11 +301,57 @@ static void test_lease_ttl_of_the_bucket(void **state)
     f->b.proc.pid = 0;
 }
 
+/* A lease bucket made by hand without direct gets, by which its keys are
+ * read. One otherwise as the proxy makes it is given them by the server at
+ * the proxy's start (nats-server 2.9.10 turns allow_direct on when the same
+ * stream is made again with it); one that differs in more (here a history
+ * of 5) keeps none, and a proxy stops at start saying so, rather than
+ * standing by for ever, unable to read a key. */
+static void test_lease_bucket_without_direct_gets(void **state)
+{
+    fixture *f = *state;
+    const char *subj[] = {"$KV.fairq_lease.>"};
+    jsStreamConfig sc;
+    jsStreamConfig_Init(&sc);
+    sc.Name = "KV_fairq_lease";
+    sc.Subjects = subj;
+    sc.SubjectsLen = 1;
+    sc.MaxMsgsPerSubject = 5;
+    sc.MaxAge = 3000LL * 1000000;      /* the default lease_ttl_ms */
+    sc.AllowRollup = true;
+    sc.DenyDelete = true;
+    sc.Discard = js_DiscardNew;
+    sc.Storage = js_FileStorage;
+    sc.AllowDirect = false;
+    assert_int_equal(js_AddStream(NULL, f->c.js, &sc, NULL, NULL), NATS_OK);
+    assert_int_equal(pt_proxy_start(&f->a, f->srv, "a", a_yaml), 0);
+    assert_int_equal(pt_log_wait(&f->a, "the lease bucket does not allow direct gets", 15000), 0);
+    assert_int_equal(pt_log_count(&f->a, "fairq-proxy running"), 0);
+    assert_int_not_equal(pt_proxy_stop(&f->a), 0);     /* it stopped by itself, failing */
+    f->a.proc.pid = 0;
+
+    /* A history of 1, as the proxy makes it, still without direct gets. */
+    sc.MaxMsgsPerSubject = 1;
+    jsStreamInfo *si = NULL;
+    assert_int_equal(js_UpdateStream(&si, f->c.js, &sc, NULL, NULL), NATS_OK);
+    assert_false(si->Config->AllowDirect);
+    jsStreamInfo_Destroy(si);
+    assert_int_equal(pt_proxy_start(&f->a, f->srv, "a", a_yaml), 0);
+    assert_int_equal(pt_log_wait(&f->a, "fairq-proxy running", 15000), 0);
+    si = NULL;
+    assert_int_equal(js_GetStreamInfo(&si, f->c.js, "KV_fairq_lease", NULL, NULL), NATS_OK);
+    assert_true(si->Config->AllowDirect);
+    jsStreamInfo_Destroy(si);
+    submit(f, "fair.submit", "ta", 1);
+    wait_stream(f, "FAIR_DISPATCH", 1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_two_proxies_apart, setup, teardown),
         cmocka_unit_test_setup_teardown(test_lease_ttl_of_the_bucket, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_lease_bucket_without_direct_gets, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
