@@ -1309,10 +1309,11 @@ static void nio_adopt_stale(fq_nio *n, nio_consumer *c, const jsConsumerConfig *
                             uint64_t *term)
 {
     *term = 0;
-    for (int i = 0; i < FQ_PULL_GONE && c->gone.name[i][0]; i++) {
-        uint64_t t = c->gone.term[i];
-        if (t >= c->made.term)
-            continue;   /* none of durable's earlier terms: never another's consumer */
+    uint64_t t;
+    /* only durable's earlier terms: never another's consumer, nor the
+     * durable this id served before */
+    for (int i = 0; (i = fq_pull_gone_next(&c->gone, i, c->made.durable, c->made.term, &t)) >= 0;
+         i++) {
         jsConsumerConfig old = *cc;
         old.Durable = c->gone.name[i];
         jsConsumerInfo *ci = NULL;

@@ -171,16 +171,24 @@ size_t fq_pull_gone_take(fq_pull_gone *g, const char *durable, uint64_t term, co
     return kept;
 }
 
+int fq_pull_gone_next(const fq_pull_gone *g, int i, const char *durable, uint64_t term,
+                      uint64_t *t)
+{
+    for (; i >= 0 && i < FQ_PULL_GONE && g->name[i][0]; i++)
+        if (fq_pull_term_name(g->name[i], durable, t) && *t < term)
+            return i;
+    return -1;
+}
+
 size_t fq_pull_gone_describe(char *out, size_t cap, const fq_pull_gone *g, const char *durable,
                              uint64_t term)
 {
     size_t len = 0;
     out[0] = '\0';
-    for (size_t i = 0; i < FQ_PULL_GONE && g->name[i][0]; i++) {
-        uint64_t t;
+    uint64_t t;
+    for (int i = 0; (i = fq_pull_gone_next(g, i, durable, term, &t)) >= 0; i++) {
         size_t nl = strlen(g->name[i]);
-        if (!fq_pull_term_name(g->name[i], durable, &t) || t >= term ||
-            len + (len > 0) + nl >= cap)
+        if (len + (len > 0) + nl >= cap)
             continue;
         if (len)
             out[len++] = ' ';

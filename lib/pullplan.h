@@ -218,6 +218,13 @@ void fq_pull_gone_note(fq_pull_gone *g, const char *durable, const char *name);
  * taken. */
 size_t fq_pull_gone_take(fq_pull_gone *g, const char *durable, uint64_t term, const char *text,
                          size_t len);
+/* The index, from i on, of g's next name that is durable's, of a term
+ * before term (*t: that term), or -1. A consumer id may serve another
+ * durable later (a partition's pair of ids is taken and freed as
+ * partitions come and go): its names of the durable it served before
+ * are never the new one's. */
+int fq_pull_gone_next(const fq_pull_gone *g, int i, const char *durable, uint64_t term,
+                      uint64_t *t);
 /* g's names of durable's terms before term, latest first, separated by
  * spaces, into out (cap >= 1; those that fit): a consumer's description.
  * Returns its length. */

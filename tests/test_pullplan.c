@@ -387,6 +387,16 @@ static void test_deleted_names_passed_on(void **state)
     char desc[FQ_PULL_GONE * FQ_PULL_NAME_CAP];
     assert_int_equal(fq_pull_gone_describe(desc, sizeof desc, &b, "sub-p1", 244), 21);
     assert_string_equal(desc, "sub-p1-163 sub-p1-100");
+    /* the same id serving another partition's durable later: none of
+     * the names it kept is that durable's */
+    assert_int_equal(fq_pull_gone_next(&b, 0, "sub-p2", 500, &t), -1);
+    assert_int_equal(fq_pull_gone_describe(desc, sizeof desc, &b, "sub-p2", 500), 0);
+    int at = fq_pull_gone_next(&b, 0, "sub-p1", 244, &t);
+    assert_string_equal(b.name[at], "sub-p1-163");
+    assert_int_equal(t, 163);
+    at = fq_pull_gone_next(&b, at + 1, "sub-p1", 244, &t);
+    assert_string_equal(b.name[at], "sub-p1-100");
+    assert_int_equal(fq_pull_gone_next(&b, at + 1, "sub-p1", 244, &t), -1);
     /* rep-d, at 300: reads 244's description, then deletes 244 */
     fq_pull_gone d = {0};
     const char *said = "sub-p1-163 sub-p1-100 sub-p1-400 other-5 sub-p1-1x  \\u0041";
