@@ -2,6 +2,7 @@
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -74,6 +75,42 @@ static double sc_bound(const sc_world *w, double T, int wa, int wb, double s)
     return r * T * fabs(ga / wa - gb / wb) + r * T * (w->window / W) * d / (s + d);
 }
 
+/* The replicas' heartbeats (config/fairq.yaml's subjects.share; the
+ * tests keep the default). */
+#define SC_SHARE_SUBJECT "fairq.share"
+
+/*
+ * Wait, reading the heartbeats on beats, until a backlogged replica says it
+ * holds at least n runs, then for that replica's next beat: by then every
+ * replica has heard the first, a period ago. Up to 10 s; fails the test.
+ * Whatever a replica decides on an older beat (the room the others leave
+ * it) is up to a period stale; with runs of 50 s, what it takes on that
+ * room it holds 50 s (docs/scaling.md, "The bound", point 5).
+ */
+static void sc_wait_heard_holding(natsSubscription *beats, uint64_t n)
+{
+    char id[80] = "";
+    for (long long end = nt_now_ms() + 10000; nt_now_ms() < end;) {
+        natsMsg *m = NULL;
+        if (natsSubscription_NextMsg(&m, beats, 200) != NATS_OK)
+            continue;
+        cJSON *b = cJSON_ParseWithLength(natsMsg_GetData(m), (size_t)natsMsg_GetDataLength(m));
+        natsMsg_Destroy(m);
+        const cJSON *bid = cJSON_GetObjectItemCaseSensitive(b, "id");
+        const cJSON *w = cJSON_GetObjectItemCaseSensitive(b, "weight");
+        const cJSON *runs = cJSON_GetObjectItemCaseSensitive(b, "runs");
+        bool full = cJSON_IsString(bid) && cJSON_IsNumber(w) && cJSON_IsNumber(runs) &&
+                    w->valuedouble > 0 && runs->valuedouble >= (double)n;
+        bool again = full && id[0] && strcmp(id, bid->valuestring) == 0;
+        if (full && !id[0])
+            snprintf(id, sizeof id, "%s", bid->valuestring);
+        cJSON_Delete(b);
+        if (again)
+            return;
+    }
+    fail_msg("no replica said it holds %llu runs twice within 10 s", (unsigned long long)n);
+}
+
 /* Wait until the workers received n runs in all, up to 10 s. */
 static void sc_wait_received(pf_fixture *f, size_t n)
 {
@@ -90,11 +127,18 @@ int sc_shares(pf_fixture *f, const sc_world *w, const char *a, int wa, uint32_t 
     int na = w->window + 2 + (int)(w->window * secs * r / est_a);
     int nb = w->window + 2 + (int)(w->window * secs * r / est_b);
     size_t base = pt_worker_received(f->w);
+    natsSubscription *beats = NULL;
+    assert_int_equal(natsConnection_SubscribeSync(&beats, f->c.nc, SC_SHARE_SUBJECT), NATS_OK);
     sc_backlog(f, a, na, est_a);
-    /* b's runs once a's replica holds the window: were b's the costlier
-     * and first, its replica would fill the window with them and hold it
-     * a service time of theirs (docs/scaling.md, "Measured live") */
+    /* b's runs once a's replica holds the window and b's has heard it:
+     * were b's the costlier and first, its replica would fill the window
+     * with them and hold it a service time of theirs (docs/scaling.md,
+     * "Measured live"); so would it on a beat of a's replica from before
+     * that replica filled the window, as it did in 4 runs of 11 before
+     * this wait (the 50 s runs held 7 slots of 8 throughout) */
     sc_wait_received(f, base + (size_t)w->window);
+    sc_wait_heard_holding(beats, (uint64_t)w->window);
+    natsSubscription_Destroy(beats);
     sc_backlog(f, b, nb, est_b);
     double s = (double)(est_a < est_b ? est_a : est_b) * w->us_per_token / 1e6;
     long long t1 = nt_now_ms() + 2 * w->period_ms + (long long)(s * 1000) + 1000;

@@ -35,7 +35,8 @@ void sc_name_on(char *out, size_t cap, const char *prefix, int parts, int k);
 
 /* Tenant a (weight wa, runs of est_a tokens) and tenant b (wb, est_b),
  * owned by two replicas: a's backlog submitted first and b's once a's
- * replica holds the whole window, each enough to stay backlogged
+ * replica holds the whole window and has said so twice on the heartbeat
+ * subject (b's replica has heard it), each enough to stay backlogged
  * throughout; the shares let settle (each replica hears the other, 2p,
  * and the one whose share shrank drains, one service time of the shorter
  * runs, and a second), then measured over w->interval_ms. Asserts the
