@@ -41,7 +41,11 @@
  *   fewest, moved one at a time by planned moves), its own journal
  *   subject, marker, fence and read-back, and its own consumers named by
  *   its term; both proxies serve at once, each adopting and releasing
- *   partitions in its ledger (docs/dst.md).
+ *   partitions in its ledger (docs/dst.md). Each key is renewed on its
+ *   own (one may go stale while the others act: its own fence, as
+ *   fq_ledger_set_part_fence and natsio's consumer fence have it), and a
+ *   partition's read-back is a message per turn, turns in between, the
+ *   partition perhaps lost before it is done.
  * - Faults are drawn for most of a run, then stop: the last part checks
  *   liveness, every run dispatched or refused within a bounded number of
  *   steps.
@@ -392,6 +396,11 @@ typedef struct dst_part {
     int64_t recovered_at;       /* server ms its journal subject was read back */
     bool mark_sent;
     bool lost;                  /* its journal was fenced: let go at the end of the turn */
+    uint64_t fresh_until;       /* mono ms: its own key's fence (renewed at each view unless the
+                                   seed skips it), told to the ledger (set_part_fence) */
+    bool reading;               /* adopted, its journal subject being read back, a message at a
+                                   turn, turns and other partitions' events in between */
+    uint64_t rb_after;          /* ... the stream sequence read up to */
     dst_consumer cons[2];       /* named <durable>-<k>-<term>, filtered to the partition */
     char jmsgid[FQ_LEASE_ID_MAX + 64];
     uint64_t jmsgid_batch;
@@ -582,6 +591,8 @@ struct dst_world {
     uint64_t terms;
     int64_t next_move;          /* world ms of the next planned move at the earliest */
     uint64_t n_moves, n_part_takeovers, n_part_released;
+    uint64_t n_part_lost_reading;   /* partitions let go while being read back */
+    uint64_t n_part_stale;      /* a partition's renewal skipped while the others' went */
 };
 
 static void dst_fail(dst_world *w, const char *fmt, ...)
@@ -1248,6 +1259,14 @@ static size_t px_drain(dst_world *w, dst_proxy *p)
                 char exp[32];
                 bool parted = w->c.parts > 1;
                 /* Partitioned: each partition's own subject, id and fence. */
+                /* What a new owner reads back must be the journal as it
+                 * stood before it took the partition: nothing of its own
+                 * but its marker is stored there while it reads (1e7d63d:
+                 * a debtor read back was written mid-read, then read back
+                 * last, an older debt). */
+                if (parted && p->part[a->part].phase == PP_RECOVERING)
+                    dst_fail(w, "proxy %d journals to partition %u while reading it back",
+                             p->ix, a->part);
                 char *jid = parted ? p->part[a->part].jmsgid : p->jmsgid;
                 uint64_t *jbatch = parted ? &p->part[a->part].jmsgid_batch : &p->jmsgid_batch;
                 if (!jid[0] || *jbatch != a->batch) {
@@ -1281,7 +1300,8 @@ static size_t px_drain(dst_world *w, dst_proxy *p)
                                                         : &p->cons[a->cons];
                 if (w->c.parts > 1 && p->part[a->ack.part].phase != PP_SERVING)
                     break;
-                if (px_mono(w, p) >= px_fresh_until(w, p) || !dc->name[0]) {
+                if (px_mono(w, p) >= px_fresh_until(w, p) || !dc->name[0] ||
+                    (w->c.parts > 1 && px_mono(w, p) >= p->part[a->ack.part].fresh_until)) {
                     if (a->type == FQ_LACT_ACK)
                         fq_ledger_ack_failed(p->L, a);
                     break;
@@ -1437,6 +1457,7 @@ static fq_status submit_fields(dst_world *w, const sj_msg *m, fq_submit *sub)
 }
 
 static bool px_fresh(const dst_world *w, const dst_proxy *p);
+static void px_tell_fences(dst_world *w, dst_proxy *p);
 
 static void px_hand_in(dst_world *w, dst_proxy *p, int cons, uint32_t part, const sj_delivery *d)
 {
@@ -1446,6 +1467,7 @@ static void px_hand_in(dst_world *w, dst_proxy *p, int cons, uint32_t part, cons
      * a ledger that took itself for not fresh (seed 3937, as drawn before
      * 19ae01b). */
     fq_ledger_set_fresh(p->L, px_fresh(w, p));
+    px_tell_fences(w, p);
     const sj_msg *m = d->msg;
     char block[4096];
     int k = m->hdrs[0] ? snprintf(block, sizeof block, "NATS/1.0\r\n%s\r\n", m->hdrs) : 0;
@@ -1570,12 +1592,38 @@ static bool px_fresh(const dst_world *w, const dst_proxy *p)
     return p->phase == PH_SERVING && !p->exiting && fq_lease_fresh(&p->lease, px_mono(w, p));
 }
 
-/* A delivery comes: handed in while fresh and nothing is held before it,
- * else held aside, in order (px_defer). One of a partition let go since is
- * dropped: its consumer is gone. */
+/* Partitioned worlds: partition k's own key is fresh too (the fence per
+ * partition, lib/proxy.c px_lease_fence): one stale partition waits while
+ * the others act. */
+static bool px_part_fresh(const dst_world *w, const dst_proxy *p, uint32_t k)
+{
+    return px_fresh(w, p) && (w->c.parts <= 1 || px_mono(w, p) < p->part[k].fresh_until);
+}
+
+/* Each partition's fence as the ledger is told it (0: not held). */
+static void px_tell_fences(dst_world *w, dst_proxy *p)
+{
+    for (uint32_t k = 0; w->c.parts > 1 && k < w->c.parts; k++)
+        fq_ledger_set_part_fence(p->L, k, p->part[k].phase != PP_NONE ? p->part[k].fresh_until
+                                                                      : 0);
+}
+
+/* Whether a delivery of partition part is held aside (all of them with P = 1). */
+static bool px_held_of(const dst_world *w, const dst_proxy *p, uint32_t part)
+{
+    for (size_t i = 0; i < p->nheld; i++)
+        if (w->c.parts <= 1 || p->held[i].part == part)
+            return true;
+    return false;
+}
+
+/* A delivery comes: handed in while its partition is fresh and nothing of
+ * it is held before it, else held aside, in order (px_defer); a stale
+ * partition's are held while the others' are handed in. One of a partition
+ * let go since is dropped: its consumer is gone. */
 static void px_delivery(dst_world *w, dst_proxy *p, int cons, uint32_t part, sj_delivery *d)
 {
-    if (!p->nheld && px_fresh(w, p)) {
+    if (!px_held_of(w, p, part) && px_part_fresh(w, p, part)) {
         if (w->c.parts <= 1 || p->part[part].phase == PP_SERVING)
             px_hand_in(w, p, cons, part, d);
         sj_msg_unref(d->msg);
@@ -1587,17 +1635,21 @@ static void px_delivery(dst_world *w, dst_proxy *p, int cons, uint32_t part, sj_
 
 static void px_undefer(dst_world *w, dst_proxy *p)
 {
-    size_t i = 0;
-    while (i < p->nheld && px_fresh(w, p)) {
-        if (w->c.parts <= 1 || p->part[p->held[i].part].phase == PP_SERVING)
-            px_hand_in(w, p, p->held[i].cons, p->held[i].part, &p->held[i].d);
-        sj_msg_unref(p->held[i].d.msg);
-        i++;
+    bool blocked[DST_PARTS_MAX] = {false};
+    size_t i = 0, kept = 0;
+    for (; i < p->nheld; i++) {
+        dst_held h = p->held[i];
+        uint32_t k = w->c.parts > 1 ? h.part : 0;
+        if (blocked[k] || !px_part_fresh(w, p, k)) {
+            blocked[k] = true;
+            p->held[kept++] = h;
+            continue;
+        }
+        if (w->c.parts <= 1 || p->part[k].phase == PP_SERVING)
+            px_hand_in(w, p, h.cons, h.part, &h.d);
+        sj_msg_unref(h.d.msg);
     }
-    if (!i)
-        return;
-    memmove(p->held, p->held + i, (p->nheld - i) * sizeof *p->held);
-    p->nheld -= i;
+    p->nheld = kept;
 }
 
 /* ---- PubAcks, the lease, the consumers ------------------------------------------------ */
@@ -1711,6 +1763,13 @@ static void px_retry_due(dst_world *w, dst_proxy *p)
     size_t k = 0;
     for (size_t i = 0; i < p->nretry; i++) {
         dst_retry *r = &p->retry[i];
+        uint32_t part = 0;
+        bool waits = w->c.parts > 1 && fq_ledger_token_part(&part, p->L, r->token) &&
+                     part < w->c.parts && !px_part_fresh(w, p, part);
+        if (waits) {            /* its own partition's lease, whatever the others' */
+            p->retry[k++] = *r;
+            continue;
+        }
         if (r->at <= now && px_publish(w, p, r->token, &r->pub) == FQ_OK)
             continue;
         if (r->at <= now)
@@ -1828,7 +1887,7 @@ static void px_part_consumers(dst_world *w, dst_proxy *p)
 {
     for (uint32_t k = 0; k < w->c.parts; k++) {
         dst_part *pp = &p->part[k];
-        if (pp->phase != PP_SERVING)
+        if (pp->phase != PP_SERVING || !px_part_fresh(w, p, k))
             continue;
         for (int i = 0; i < 2; i++) {
             dst_consumer *c = &pp->cons[i];
@@ -2113,35 +2172,63 @@ static void px_part_release(dst_world *w, dst_proxy *p, uint32_t k)
     dst_part *pp = &p->part[k];
     if (pp->phase == PP_NONE)
         return;
+    bool reading = pp->reading;
     fq_ledger_release(p->L, k, px_mono(w, p), px_unix(w, p));
     px_drain(w, p);
     memset(pp, 0, sizeof *pp);
+    /* its deliveries held aside go with its consumers */
+    size_t kept = 0;
+    for (size_t i = 0; i < p->nheld; i++) {
+        if (p->held[i].part == k)
+            sj_msg_unref(p->held[i].d.msg);
+        else
+            p->held[kept++] = p->held[i];
+    }
+    p->nheld = kept;
+    w->n_part_lost_reading += reading;
     w->n_part_released++;
     TRACE(w, "proxy %d lets partition %u go", p->ix, k);
 }
 
-/* Read partition k's journal subject back (a filtered read of the stream,
- * waited for), then serve it. Not yet if the ledger still awaits answers
- * to publishes of its last release of k. */
+/* Read partition k's journal subject back as lib/proxy.c does, off its
+ * loop: adopted when the read begins (not while the ledger still awaits
+ * answers to publishes of its last release of k, nor while another read is
+ * on), then a message of the subject at each turn, the turns' dispatches,
+ * completions and other partitions' events in between, and fq_ledger_recovered
+ * once caught up with the stream; then it is served. Let go meanwhile (its
+ * key lost), the read is dropped (px_part_release). */
 static void px_part_recover(dst_world *w, dst_proxy *p, uint32_t k)
 {
     dst_part *pp = &p->part[k];
-    if (fq_ledger_adopt(p->L, k, pp->term) != FQ_OK)
-        return;
-    fq_ledger_part_marked(p->L, k, pp->term, pp->mark_seq);
+    if (!pp->reading) {
+        for (uint32_t j = 0; j < w->c.parts; j++)
+            if (p->part[j].reading)
+                return;
+        if (fq_ledger_adopt(p->L, k, pp->term) != FQ_OK)
+            return;
+        fq_ledger_part_marked(p->L, k, pp->term, pp->mark_seq);
+        pp->reading = true;
+        pp->rb_after = 0;
+        if (!w->quiet && dst_rng_chance(&w->rng, 1, 2))
+            return;             /* its first message at a later turn */
+    }
     char subj[32];
     snprintf(subj, sizeof subj, "fairq.runs.%u", k);
     rec_ctx c = {.p = p, .now = px_mono(w, p), .now_ms = px_unix(w, p)};
-    uint64_t after = 0;
-    for (const sj_msg *m; (m = sj_next(w->js, DST_RUNS, after)); after = m->seq) {
-        if (strcmp(m->subject, subj) != 0)
-            continue;
+    const sj_msg *m;
+    while ((m = sj_next(w->js, DST_RUNS, pp->rb_after)) && strcmp(m->subject, subj) != 0)
+        pp->rb_after = m->seq;
+    if (m) {
         fq_jcounts jc = {0};
         c.stored_ms = m->ts_ms;
         c.seq = m->seq;
+        pp->rb_after = m->seq;
         fq_journal_decode(m->data, m->len, px_recover_rec, &c, &jc);
+        px_drain(w, p);
+        return;                 /* the next at a later turn */
     }
     fq_ledger_recovered(p->L, px_mono(w, p), px_unix(w, p));
+    pp->reading = false;
     if (fq_ledger_counters_get(p->L)->records_foreign)
         dst_fail(w, "proxy %d read partition %u's subject back and found another's records",
                  p->ix, k);
@@ -2176,21 +2263,32 @@ static void px_view(dst_world *w, dst_proxy *p)
             w->n_moves++;
             continue;
         }
-        if (mine)
+        /* Each key is renewed on its own: while faults are drawn, one's
+         * renewal now and then goes unanswered while the others' go, so
+         * that partition goes stale (its fence passes; its key may age
+         * out and move) while the others act. */
+        bool taking = mine && (pp->phase == PP_NONE || pp->term != w->pterm[k]);
+        bool renew = mine && (taking || w->quiet || !dst_rng_chance(&w->rng, 1, 6));
+        w->n_part_stale += mine && !renew;
+        if (renew)
             w->renewed[k] = srv_now(w);
         if (pp->phase != PP_NONE && (!mine || pp->term != w->pterm[k]))
             px_part_release(w, p, k);
         if (mine && pp->phase == PP_NONE)
-            px_part_begin(w, p, k, w->pterm[k]);
+            px_part_begin(w, p, k, w->pterm[k]);    /* taken with its key renewed */
+        if (renew && pp->phase != PP_NONE)
+            pp->fresh_until = p->view_at + DST_VIEW_FRESH;
     }
+    if (p->L)
+        px_tell_fences(w, p);
 }
 
 /* Markers and read-backs of the partitions being taken over. */
 static void px_parts_turn(dst_world *w, dst_proxy *p)
 {
-    bool fresh = px_fresh(w, p);
     for (uint32_t k = 0; k < w->c.parts; k++) {
         dst_part *pp = &p->part[k];
+        bool fresh = px_part_fresh(w, p, k);
         if (pp->phase == PP_MARKING && !pp->mark_sent && p->connected && fresh) {
             char subj[32];
             snprintf(subj, sizeof subj, "fairq.runs.%u", k);
@@ -2200,7 +2298,7 @@ static void px_parts_turn(dst_world *w, dst_proxy *p)
             pp->mark_sent = px_publish(w, p, FQ_LEDGER_TOKEN(FQ_LTK_CALLER + 1,
                                                              pp->term * 8 + k), &pub) == FQ_OK;
             pub_free(&pub);
-        } else if (pp->phase == PP_RECOVERING && link_passes(w, p) && fresh) {
+        } else if (pp->phase == PP_RECOVERING && link_passes(w, p) && (pp->reading || fresh)) {
             px_part_recover(w, p, k);
         }
     }
@@ -2495,6 +2593,7 @@ static void px_turn(dst_world *w, dst_proxy *p)
         px_parts_turn(w, p);
     bool fresh = px_fresh(w, p);
     fq_ledger_set_fresh(p->L, fresh);
+    px_tell_fences(w, p);
     px_drain(w, p);
     fq_ledger_tick(p->L, px_mono(w, p), px_unix(w, p));
     px_drain(w, p);
@@ -3283,7 +3382,8 @@ static uint64_t world_run(uint64_t seed, uint64_t steps, bool trace, bool verbos
     if (verbose)
         printf("seed %" PRIu64 ": %" PRIu64 " steps (%" PRIu64 " to drain, %" PRId64 " s after "
                "the faults stopped), %s, %d proxies, %u partitions (%" PRIu64 " taken over, %"
-               PRIu64 " let go, %" PRIu64 " planned moves), "
+               PRIu64 " let go, %" PRIu64 " of them mid read-back, %" PRIu64 " planned moves, %"
+               PRIu64 " renewals skipped), "
                "%zu submits, %" PRIu64 " dispatched, %" PRIu64 " refusals, %" PRIu64
                " reconciled, %" PRIu64 " crashes, %" PRIu64 " server restarts, %" PRIu64
                " takeovers, %" PRIu64 " dispatches failed, %" PRIu64 " refused then dispatched, %" PRIu64
@@ -3291,8 +3391,8 @@ static uint64_t world_run(uint64_t seed, uint64_t steps, bool trace, bool verbos
                " marked possible duplicates (of %" PRIu64 " dispatches marked), %" PRIu64
                " given back, %" PRIu64 " quiet admitted into a full buffer\n",
                seed, n, n - start, (w->t - w->quiet_t) / 1000, w->c.calm ? "calm" : "faults",
-               w->c.proxies, w->c.parts, w->n_part_takeovers, w->n_part_released, w->n_moves,
-               w->nsubs,
+               w->c.proxies, w->c.parts, w->n_part_takeovers, w->n_part_released,
+               w->n_part_lost_reading, w->n_moves, w->n_part_stale, w->nsubs,
                w->n_dispatch, w->n_refused, w->n_reconciled, w->n_crashes, w->n_restarts,
                w->n_takeovers, w->n_dispatch_failed, w->n_redecided,
                w->n_late_again, w->n_marked, w->n_marked_all, w->n_given_back,
@@ -3331,6 +3431,9 @@ int main(int argc, char **argv)
         38,     /* takeovers under load: as drawn then, it caught a ledger that
                    settled a batch the journal refused for another leader's
                    write (step 7024) */
+        23,     /* partitioned, its read-backs interleaved with turns: it catches
+                   1e7d63d reverted (a debtor swept while its partition is still read:
+                   its deficit 0 after the read-back, step 19745) */
     };
     uint64_t total = env_u64("DST_TOTAL", 1000000), done = 0, first = env_u64("DST_FIRST", 1);
     uint64_t worlds = 0;
