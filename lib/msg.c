@@ -1322,24 +1322,26 @@ static bool fq_msg_inner_seq(uint64_t *out, const cJSON *obj, const char *outer,
     return true;
 }
 
-fq_status fq_consumer_floor_parse(uint64_t *floor, const void *body, size_t len)
+/* The sequence at outer.inner of an API answer in body. */
+static fq_status msg_api_seq_parse(uint64_t *seq, const void *body, size_t len, const char *outer,
+                                   const char *inner)
 {
     bool nul = false;
     const char *why = NULL;
     cJSON *root = fq_msg_object(body, len, &nul, &why);
-    fq_status st = fq_msg_inner_seq(floor, root, "ack_floor", "stream_seq") ? FQ_OK : FQ_EINVAL;
+    fq_status st = fq_msg_inner_seq(seq, root, outer, inner) ? FQ_OK : FQ_EINVAL;
     fq_msg_release(root);
     return st;
 }
 
+fq_status fq_consumer_floor_parse(uint64_t *floor, const void *body, size_t len)
+{
+    return msg_api_seq_parse(floor, body, len, "ack_floor", "stream_seq");
+}
+
 fq_status fq_stream_last_seq_parse(uint64_t *seq, const void *body, size_t len)
 {
-    bool nul = false;
-    const char *why = NULL;
-    cJSON *root = fq_msg_object(body, len, &nul, &why);
-    fq_status st = fq_msg_inner_seq(seq, root, "state", "last_seq") ? FQ_OK : FQ_EINVAL;
-    fq_msg_release(root);
-    return st;
+    return msg_api_seq_parse(seq, body, len, "state", "last_seq");
 }
 
 fq_status fq_msg_get_seq_parse(uint64_t *seq, const void *body, size_t len)

@@ -1426,17 +1426,26 @@ static natsStatus nio_list_send(fq_nio *n, int id, uint64_t offset)
     return nio_api_send(n, id, NIO_API_LIST, subject, body, b);
 }
 
-/* Delete consumer name of c's stream (kind says why). */
-static natsStatus nio_del_send(fq_nio *n, int id, enum nio_api kind, const char *name)
+/* Send $JS.API.CONSUMER.<verb> for consumer name of c's stream (kind
+ * says why), its name kept for the answer. */
+static natsStatus nio_name_send(fq_nio *n, int id, enum nio_api kind, const char *verb,
+                                const char *name)
 {
     nio_consumer *c = &n->cons[id];
     char subject[NIO_SUBJECT_CAP];
-    int k = snprintf(subject, sizeof subject, "$JS.API.CONSUMER.DELETE.%s.%s", c->made.stream,
+    int k = snprintf(subject, sizeof subject, "$JS.API.CONSUMER.%s.%s.%s", verb, c->made.stream,
                      name);
     if (k < 0 || (size_t)k >= sizeof subject)
         return NATS_INVALID_ARG;
     snprintf(c->api_name, sizeof c->api_name, "%s", name);
-    natsStatus s = nio_api_send(n, id, kind, subject, NULL, 0);
+    return nio_api_send(n, id, kind, subject, NULL, 0);
+}
+
+/* Delete consumer name of c's stream (kind says why). */
+static natsStatus nio_del_send(fq_nio *n, int id, enum nio_api kind, const char *name)
+{
+    nio_consumer *c = &n->cons[id];
+    natsStatus s = nio_name_send(n, id, kind, "DELETE", name);
     if (s == NATS_OK)
         fq_pull_gone_note(&c->gone, c->made.durable, name);    /* answered or not */
     return s;
@@ -1449,13 +1458,7 @@ static natsStatus nio_del_send(fq_nio *n, int id, enum nio_api kind, const char 
 static natsStatus nio_info_send(fq_nio *n, int id, const char *name)
 {
     nio_consumer *c = &n->cons[id];
-    char subject[NIO_SUBJECT_CAP];
-    int k = snprintf(subject, sizeof subject, "$JS.API.CONSUMER.INFO.%s.%s", c->made.stream,
-                     name);
-    if (k < 0 || (size_t)k >= sizeof subject)
-        return NATS_INVALID_ARG;
-    snprintf(c->api_name, sizeof c->api_name, "%s", name);
-    natsStatus s = nio_api_send(n, id, NIO_API_INFO, subject, NULL, 0);
+    natsStatus s = nio_name_send(n, id, NIO_API_INFO, "INFO", name);
     uint64_t end = fq_nio_mono_ms() + NIO_INFO_WAIT_MS;
     if (s == NATS_OK && c->api_end > end)
         c->api_end = end;
