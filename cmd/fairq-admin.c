@@ -38,8 +38,9 @@ static void usage(FILE *f)
             "                                          replica answered, none has a run queued\n"
             "                                          or in flight and both streams are empty\n"
             "  reshape [SUBMIT DONE RUNS]              when P changes, every replica stopped\n"
-            "                                          after drained: delete the streams\n"
-            "                                          SUBMIT and DONE (refused unless empty;\n"
+            "                                          after drained: seal, then delete the\n"
+            "                                          streams SUBMIT and DONE (refused unless\n"
+            "                                          empty, before and after the seal;\n"
             "                                          fairq makes them again with the new\n"
             "                                          subjects), and give the journal RUNS\n"
             "                                          (default " FQ_DEFAULT_STREAM_RUNS ") the subject\n"
@@ -293,11 +294,16 @@ static int ask_drained(natsConnection *nc, jsCtx *js, const char *api_prefix, co
 }
 
 /* reshape, step 4 of docs/partitions.md "Changing P": stream (SUBMIT or
- * DONE) deleted (only checked when check) if it holds no message, absent
- * already is fine; into *gone whether it was deleted. 0, else 1 (said). */
-static int reshape_delete(bool *gone, jsCtx *js, const char *stream, bool check)
+ * DONE) checked to hold no message, then (seal) sealed, then (delete)
+ * checked again and deleted; absent already is fine; into *gone whether it
+ * was deleted. The seal is why nothing is lost: producers may go on
+ * publishing while P changes, and a publish stored between the check and
+ * the delete would be acknowledged and then deleted with the stream; a
+ * sealed stream refuses it (an error, not an acknowledgement: the producer
+ * retries into the stream fairq makes again). 0, else 1 (said). */
+static int reshape_delete(bool *gone, jsCtx *js, const char *stream, bool seal, bool delete)
 {
-    jsStreamInfo *si = NULL;
+    jsStreamInfo *si = NULL, *up = NULL;
     jsErrCode jerr = 0;
     natsStatus s = js_GetStreamInfo(&si, js, stream, NULL, &jerr);
     *gone = false;
@@ -308,13 +314,33 @@ static int reshape_delete(bool *gone, jsCtx *js, const char *stream, bool check)
         return 1;
     }
     uint64_t msgs = si->State.Msgs;
+    bool sealed = si->Config->Sealed;
+    if (seal && !msgs && !sealed) {
+        si->Config->Sealed = true;
+        s = js_UpdateStream(&up, js, si->Config, NULL, &jerr);
+        jsStreamInfo_Destroy(up);
+        if (s != NATS_OK) {
+            jsStreamInfo_Destroy(si);
+            fqc_perror(PROG, stream, s);
+            return 1;
+        }
+    }
     jsStreamInfo_Destroy(si);
+    if (msgs && sealed) {
+        /* stored after the first check, before the seal: acknowledged to
+         * their producers, and a sealed stream can neither be unsealed nor
+         * drained (its acks delete nothing) */
+        fprintf(stderr, PROG ": %s is sealed and holds %" PRIu64 " messages acknowledged to "
+                "their producers: not deleted (republish each to its subject once fairq "
+                "runs at the new P, then delete the stream)\n", stream, msgs);
+        return 1;
+    }
     if (msgs) {
         fprintf(stderr, PROG ": %s holds %" PRIu64 " messages: not deleted (drain first: "
                 "fairq-admin drained)\n", stream, msgs);
         return 1;
     }
-    if (check)
+    if (!delete)
         return 0;
     if ((s = js_DeleteStream(js, stream, NULL, &jerr)) != NATS_OK) {
         fqc_perror(PROG, stream, s);
@@ -374,16 +400,23 @@ static int reshape_journal(bool *added, jsCtx *js, const char *runs)
     return rc;
 }
 
-/* reshape: SUBMIT and DONE deleted when empty, RUNS given its partitions'
- * subject; prints what it did. The exit status. */
+/* reshape: SUBMIT and DONE sealed and deleted when empty, RUNS given its
+ * partitions' subject; prints what it did. The exit status. */
 static int reshape(jsCtx *js, const char *submit, const char *done, const char *runs)
 {
     bool sg = false, dg = false, added = false;
     /* both checked before either goes: one that still holds a run leaves
      * the deployment as it was */
-    int rc = reshape_delete(&sg, js, submit, true) | reshape_delete(&dg, js, done, true);
+    int rc = reshape_delete(&sg, js, submit, false, false) |
+             reshape_delete(&dg, js, done, false, false);
+    /* both sealed (each seen empty again first) before either goes, then
+     * each seen empty once more, sealed, and deleted */
     if (!rc)
-        rc = reshape_delete(&sg, js, submit, false) | reshape_delete(&dg, js, done, false);
+        rc = reshape_delete(&sg, js, submit, true, false) |
+             reshape_delete(&dg, js, done, true, false);
+    if (!rc)
+        rc = reshape_delete(&sg, js, submit, false, true) |
+             reshape_delete(&dg, js, done, false, true);
     if (!rc)
         rc = reshape_journal(&added, js, runs);
     char list[600];

@@ -765,7 +765,7 @@ static int lk_admin_as(const natstest *srv, const char *user, const char *const 
                        cJSON **out);
 
 /* Step 4 of a change of P (docs/partitions.md), fairq stopped: the
- * provisioner deletes FAIR_SUBMIT and FAIR_DONE and gives FAIRQ_RUNS its
+ * provisioner seals and deletes FAIR_SUBMIT and FAIR_DONE and gives FAIRQ_RUNS its
  * subject per partition after its own (fairq-admin reshape), and may
  * delete or change no other stream; the operator may do none of it (it is
  * not an admin request). */
@@ -780,8 +780,9 @@ static void test_the_provisioner_reshapes_the_streams(void **state)
         "JS.FAIRQ.API.STREAM.DELETE.FAIR_SUBMIT", "$JS.API.STREAM.DELETE.FAIR_SUBMIT",
         "JS.FAIRQ.API.STREAM.UPDATE.FAIRQ_RUNS", NULL});
     lk_close(ad);
-    /* fairq-admin reshape, as the provisioner: both streams seen empty and
-     * deleted, FAIRQ_RUNS given its subject per partition after its own */
+    /* fairq-admin reshape, as the provisioner: both streams seen empty,
+     * sealed, seen empty again and deleted, FAIRQ_RUNS given its subject
+     * per partition after its own */
     cJSON *out = NULL;
     assert_int_equal(lk_admin_as(f->srv, "provisioner", (const char *const[]){"reshape", NULL},
                                  &out), 0);

@@ -264,8 +264,31 @@ static int drain_for(pf_fixture *f, long before[TENANTS], uint32_t from, uint32_
         moved += fq_partition_of(tn, strlen(tn), to) != fq_partition_of(tn, strlen(tn), from);
     }
     assert_int_equal(pt_proxy_stop(&f->px), 0);
-    /* step 4 by fairq-admin reshape; again, it has nothing more to do */
+    /* FAIR_SUBMIT sealed as reshape seals it (here as if a reshape had
+     * stopped after its seal): a submit to it gets an error, no PubAck, so
+     * its producer retries rather than losing it with the stream */
+    jsStreamInfo *si = NULL, *up = NULL;
+    assert_int_equal(js_GetStreamInfo(&si, f->c.js, "FAIR_SUBMIT", NULL, NULL), NATS_OK);
+    si->Config->Sealed = true;
+    assert_int_equal(js_UpdateStream(&up, f->c.js, si->Config, NULL, NULL), NATS_OK);
+    jsStreamInfo_Destroy(up);
+    jsStreamInfo_Destroy(si);
+    jsPubAck *pa = NULL;
+    assert_int_not_equal(js_Publish(&pa, f->c.js, "fair.submit.t0", "{}", 2, NULL, NULL), NATS_OK);
+    assert_null(pa);
+    /* step 4 by fairq-admin reshape (the sealed, empty stream deleted too,
+     * FAIR_DONE sealed before it goes: the server says it was updated);
+     * again, it has nothing more to do */
+    natsSubscription *upd = NULL;
+    assert_int_equal(natsConnection_SubscribeSync(&upd, f->c.nc,
+                                                  "$JS.EVENT.ADVISORY.STREAM.UPDATED.FAIR_DONE"),
+                     NATS_OK);
+    assert_int_equal(natsConnection_Flush(f->c.nc), NATS_OK);
     assert_int_equal(admin_run(f, "reshape"), 0);
+    natsMsg *m = NULL;
+    assert_int_equal(natsSubscription_NextMsg(&m, upd, 5000), NATS_OK);
+    natsMsg_Destroy(m);
+    natsSubscription_Destroy(upd);
     assert_true(admin_said(from == 1 ? "{\"ok\":true,\"deleted\":[\"FAIR_SUBMIT\",\"FAIR_DONE\"],"
                                        "\"journal_subject_added\":true}"
                                      : "{\"ok\":true,\"deleted\":[\"FAIR_SUBMIT\",\"FAIR_DONE\"],"
