@@ -295,7 +295,7 @@ static int ask_drained(natsConnection *nc, jsCtx *js, const char *api_prefix, co
 
 /* reshape, step 4 of docs/partitions.md "Changing P": stream (SUBMIT or
  * DONE) checked to hold no message, then (seal) sealed, then (delete)
- * checked again and deleted; absent already is fine; into *gone whether it
+ * checked again and deleted if sealed; absent already is fine; into *gone whether it
  * was deleted. The seal is why nothing is lost: producers may go on
  * publishing while P changes, and a publish stored between the check and
  * the delete would be acknowledged and then deleted with the stream; a
@@ -326,6 +326,8 @@ static int reshape_delete(bool *gone, jsCtx *js, const char *stream, bool seal, 
         }
     }
     jsStreamInfo_Destroy(si);
+    if (delete && !sealed)
+        return 0;       /* not sealed: what stopped the change said so */
     if (msgs && sealed) {
         /* stored after the first check, before the seal: acknowledged to
          * their producers, and a sealed stream can neither be unsealed nor
@@ -410,13 +412,15 @@ static int reshape(jsCtx *js, const char *submit, const char *done, const char *
     int rc = reshape_delete(&sg, js, submit, false, false) |
              reshape_delete(&dg, js, done, false, false);
     /* both sealed (each seen empty again first) before either goes, then
-     * each seen empty once more, sealed, and deleted */
+     * each sealed one seen empty once more and deleted; also when the
+     * other stopped the change: a sealed, empty stream holds and takes
+     * nothing (producers' submits would fail for ever), and fairq makes
+     * it again at its start */
     if (!rc)
         rc = reshape_delete(&sg, js, submit, true, false) |
              reshape_delete(&dg, js, done, true, false);
-    if (!rc)
-        rc = reshape_delete(&sg, js, submit, false, true) |
-             reshape_delete(&dg, js, done, false, true);
+    rc |= reshape_delete(&sg, js, submit, false, true) |
+          reshape_delete(&dg, js, done, false, true);
     if (!rc)
         rc = reshape_journal(&added, js, runs);
     char list[600];
