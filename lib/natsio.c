@@ -239,6 +239,8 @@ typedef struct nio_scan {
     char stream[NIO_NAME_CAP];
     char subject[NIO_SUBJECT_CAP]; /* "": the whole stream */
     size_t queued;              /* its SCAN events in the queue */
+    natsSubscription *stale;    /* scan thread only: a read's subscription not yet freed,
+                                   its unsubscribe not confirmed (see nio_scan_unsub) */
 } nio_scan;
 
 /* Messages waiting to be destroyed together (see nio_graves_flush). */
@@ -1019,6 +1021,7 @@ void fq_nio_destroy(fq_nio *n)
     }
     if (n->scan.started)
         pthread_join(n->scan.thread, NULL);
+    natsSubscription_Destroy(n->scan.stale);   /* the connection is closed */
     /* The library may still call back into n: leave it allocated. */
     if (!n->close_ok)
         return;
@@ -2479,6 +2482,30 @@ static bool nio_scan_gone(fq_nio *n, const nio_scan_job *j)
     return gone || atomic_load(&n->stopping);
 }
 
+/* End the read's subscription sub. nats.c 3.4.1's reader thread looks a
+ * subscription up under the connection's lock and then uses it without
+ * holding a reference (natsConn_processMsg), so a subscription freed while
+ * a message for it arrives is used after free (measured: the stop or
+ * replacement of a read midway, while the server still pushes, crashed
+ * it_natsio about 1 run in 8). So it is unsubscribed first, and freed only
+ * once a flush has come back: the reader thread handles the PONG after any
+ * message it looked the subscription up for. Unconfirmed, it is kept until
+ * the next read ends, or until n is destroyed, its connection closed. */
+static void nio_scan_unsub(fq_nio *n, natsSubscription *sub)
+{
+    if (!sub)
+        return;
+    natsSubscription_Unsubscribe(sub);
+    if (natsConnection_FlushTimeout(n->nc, n->o.api_wait_ms) != NATS_OK) {
+        natsSubscription_Destroy(n->scan.stale);   /* a whole read ago */
+        n->scan.stale = sub;
+        return;
+    }
+    natsSubscription_Destroy(n->scan.stale);
+    n->scan.stale = NULL;
+    natsSubscription_Destroy(sub);
+}
+
 /* Read j's stream (subject "": whole; else that subject only) up to its
  * last message now, in order, through an ordered consumer, each message
  * handed over. FQ_EIO too when stopped or replaced midway. */
@@ -2547,7 +2574,7 @@ static fq_status nio_scan_read(fq_nio *n, nio_scan_job *j)
         if (gone)
             break;
     }
-    natsSubscription_Destroy(sub);
+    nio_scan_unsub(n, sub);
     return s == NATS_OK && !gone ? FQ_OK : FQ_EIO;
 }
 

@@ -1295,6 +1295,36 @@ static void test_scan_stopped_midway(void **state)
     }
 }
 
+/* A read replaced while the server still pushes its messages, many times:
+ * each replaced read's subscription ends while messages for it arrive,
+ * which crashed nats.c's reader thread when the subscription was freed at
+ * once (use after free); and no event of a replaced read is seen. */
+static void test_scan_replaced_as_messages_arrive(void **state)
+{
+    fixture *f = *state;
+    fq_nio_stream js = {.name = "REPLOG", .subject = "replog.*", .retention = FQ_NIO_LIMITS,
+                        .replicas = 1};
+    char warn[256];
+    assert_int_equal(fq_nio_stream_ensure(f->n, &js, warn, sizeof warn), FQ_OK);
+    publish_many(f, "replog.1", 2000);
+    fq_nio_event ev[64];
+    for (uint64_t token = 1; token <= 40; token++) {
+        assert_int_equal(fq_nio_scan_start(f->n, token, "REPLOG", NULL), FQ_OK);
+        size_t got = 0;
+        for (long long end = nt_now_ms() + 5000; got == 0 && nt_now_ms() < end;) {
+            size_t k = fq_nio_poll(f->n, ev, 64, 50);
+            for (size_t i = 0; i < k; i++) {
+                if (ev[i].type == FQ_NIO_EV_SCAN || ev[i].type == FQ_NIO_EV_SCAN_END)
+                    assert_int_equal(ev[i].token, token);
+                got += ev[i].type == FQ_NIO_EV_SCAN;
+                fq_nio_msg_destroy(ev[i].msg);
+            }
+        }
+        assert_true(got > 0);
+    }
+    fq_nio_scan_stop(f->n);
+}
+
 static void test_kv_lease_primitives(void **state)
 {
     fixture *f = *state;
@@ -2388,6 +2418,7 @@ int main(void)
         cmocka_unit_test(test_subject_scan),
         cmocka_unit_test(test_scan_beside_the_loop),
         cmocka_unit_test(test_scan_stopped_midway),
+        cmocka_unit_test(test_scan_replaced_as_messages_arrive),
         cmocka_unit_test(test_term_consumers_fence_the_old_term),
         cmocka_unit_test(test_term_consumers_spare_a_later_term),
         cmocka_unit_test(test_consumer_refused_says_why),
