@@ -790,7 +790,10 @@ static void test_others_served_while_a_journal_is_read_back(void **state)
     char t0[16], t1[16], body[160];
     tenant_in(t0, sizeof t0, "a", 0, 2);
     tenant_in(t1, sizeof t1, "b", 1, 2);
-    /* partition 1's journal made long by another writer */
+    /* partition 1's journal made long by another writer; the read-backs
+     * counted from before it (its fence may come from these records before
+     * any submit of partition 1, and its read end before the submit) */
+    int ends = pt_log_count(&f->px, "recovered state from NATS");
     long long at = nt_now_ms();
     for (int i = 0; i < JOURNAL_MSGS; i++) {
         snprintf(body, sizeof body,
@@ -822,19 +825,19 @@ static void test_others_served_while_a_journal_is_read_back(void **state)
     int p1 = 0;
     while (meanwhile <= 0 && p1 < 5) {
         if (p1) {
+            ends = pt_log_count(&f->px, "recovered state from NATS");
             snprintf(body, sizeof body,
                      "{\"v\":1,\"entries\":[{\"st\":\"debt\",\"t\":\"%s\",\"df\":-1,"
                      "\"at\":%lld}]}", t1, nt_now_ms());
             assert_int_equal(js_Publish(NULL, f->c.js, "fairq.runs.1", body, (int)strlen(body),
                                         NULL, NULL), NATS_OK);
         }
-        int reads = pt_log_count(&f->px, "reading the journal back\" partitions=1");
-        int ends = pt_log_count(&f->px, "recovered state from NATS");
         snprintf(body, sizeof body, "{\"run_id\":\"p1-%d\"}", ++p1);
         assert_int_equal(pt_submit(&f->c, t1, body, strlen(body), NULL), 0);
         assert_int_equal(pt_log_wait_n(&f->px, "recovered state from NATS", ends + 1, 30000), 0);
-        assert_int_equal(pt_log_count(&f->px, "reading the journal back\" partitions=1"),
-                         reads + 1);
+        /* the read that ended was of partition 1's long journal */
+        assert_true(log_last_field(&f->px, "recovered state from NATS", "messages=") >=
+                    JOURNAL_MSGS);
         meanwhile = log_last_field(&f->px, "recovered state from NATS", "dispatched_meanwhile=");
         size_t by_then = pt_worker_completed(f->w) - done;
         print_message("read-back %d: partition 0's runs dispatched meanwhile: %lld (%zu of %d "
